@@ -1,0 +1,279 @@
+// Package credentialsource holds the Caddy modules of the
+// sandgate.credentials namespace: where the gateway re-reads the resource
+// credential a token names (spec network-architecture.md §3.3: "re-read the
+// resource credential by CredentialID, require the credential to still be
+// enabled").
+//
+// The sources themselves are plain Go in package credential. Each module
+// keeps its source in a package-level caddy.UsagePool keyed by its
+// configuration, so a config reload reuses the running source (with its
+// last good file version, its watcher and its cache) instead of starting
+// over.
+package credentialsource
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"go.uber.org/zap"
+
+	"github.com/sandgate/sandgate/credential"
+)
+
+func init() {
+	caddy.RegisterModule(File{})
+	caddy.RegisterModule(HTTP{})
+}
+
+// pool holds the running sources across config reloads.
+var pool = caddy.NewUsagePool()
+
+// pooled wraps a source so the pool can close it when the last config
+// using it is cleaned up.
+type pooled struct {
+	credential.Source
+	close func() error
+}
+
+// Destruct closes the source; called by the pool.
+func (p pooled) Destruct() error {
+	if p.close == nil {
+		return nil
+	}
+	return p.close()
+}
+
+// File is the "file" credential source: a JSON or YAML file of resource
+// credentials, reloaded when it changes. A broken file keeps the last good
+// version (and logs why); a credential that is disabled or removed in the
+// file is refused within a second of the change.
+//
+// File format:
+//
+//	credentials:
+//	  - id: cred-a
+//	    enabled: true
+//	    resourceSpecId: spec-small
+//	    resourceGroupId: group-1
+//	    projectNamespace: team-a
+//	    clusterId: cluster-a
+type File struct {
+	// Path is the credentials file. Relative paths are taken from the
+	// working directory. Placeholders such as {env.CRED_FILE} are expanded.
+	// Required.
+	Path string `json:"path"`
+
+	key string
+	src credential.Source
+}
+
+// CaddyModule returns the Caddy module information.
+func (File) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "sandgate.credentials.file", New: func() caddy.Module { return new(File) }}
+}
+
+// Provision opens the file, or reuses the source a previous config opened.
+// It returns the file's load error on first open.
+func (f *File) Provision(ctx caddy.Context) error {
+	p := caddy.NewReplacer().ReplaceAll(f.Path, "")
+	if p == "" {
+		return fmt.Errorf("a credentials file path is required")
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return err
+	}
+	logger := ctx.Logger()
+	f.key = "file:" + abs
+	v, _, err := pool.LoadOrNew(f.key, func() (caddy.Destructor, error) {
+		src, err := credential.OpenFile(abs, logger)
+		if err != nil {
+			return nil, err
+		}
+		return pooled{Source: src, close: src.Close}, nil
+	})
+	if err != nil {
+		return err
+	}
+	f.src = v.(pooled).Source
+	return nil
+}
+
+// Lookup implements credential.Source.
+func (f *File) Lookup(ctx context.Context, id string) (credential.Credential, error) {
+	return f.src.Lookup(ctx, id)
+}
+
+// Cleanup releases this config's use of the source.
+func (f *File) Cleanup() error {
+	if f.key == "" {
+		return nil
+	}
+	_, err := pool.Delete(f.key)
+	return err
+}
+
+// UnmarshalCaddyfile sets up the source. Syntax:
+//
+//	credentials file <path>
+func (f *File) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // source name
+	if !d.NextArg() {
+		return d.ArgErr()
+	}
+	f.Path = d.Val()
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	if d.NextBlock(0) {
+		return d.Err("credentials file takes no block")
+	}
+	return nil
+}
+
+// HTTP is the "http" credential source: it asks an HTTP endpoint (a
+// Portal) for one credential by ID, so the Portal stays the source of
+// truth. GET <url with {id} replaced> answers 200 with the credential JSON
+// object, or 404 when there is none. Answers are cached for CacheTTL; a
+// failed request is not cached and is refused as CREDENTIAL_UNAVAILABLE.
+type HTTP struct {
+	// URL is the endpoint; the placeholder {id} is replaced by the
+	// path-escaped credential ID, e.g.
+	// "https://portal.internal/api/v1/credentials/{id}". Required.
+	URL string `json:"url"`
+	// Headers are sent with every request (e.g. Authorization for the
+	// Portal). Values may use placeholders such as {env.PORTAL_TOKEN}.
+	Headers http.Header `json:"headers,omitempty"`
+	// CacheTTL is how long an answer (found, disabled or not found) is
+	// reused, up to 1m. A disabled credential is refused at most CacheTTL
+	// after the Portal changes. Default 1s.
+	CacheTTL caddy.Duration `json:"cache_ttl,omitempty"`
+	// Timeout bounds one request to the endpoint. Default 2s.
+	Timeout caddy.Duration `json:"timeout,omitempty"`
+
+	key string
+	src credential.Source
+}
+
+// CaddyModule returns the Caddy module information.
+func (HTTP) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "sandgate.credentials.http", New: func() caddy.Module { return new(HTTP) }}
+}
+
+// Provision builds the source, or reuses the one a previous config with the
+// same settings built (and its cache).
+func (h *HTTP) Provision(ctx caddy.Context) error {
+	repl := caddy.NewReplacer()
+	cfg := credential.HTTPConfig{
+		URL:      repl.ReplaceAll(h.URL, ""),
+		Header:   http.Header{},
+		CacheTTL: time.Duration(h.CacheTTL),
+		Timeout:  time.Duration(h.Timeout),
+	}
+	for k, vs := range h.Headers {
+		for _, v := range vs {
+			cfg.Header.Add(k, repl.ReplaceAll(v, ""))
+		}
+	}
+	h.key = fmt.Sprintf("http:%s|%v|%d|%d", cfg.URL, cfg.Header, cfg.CacheTTL, cfg.Timeout)
+	v, _, err := pool.LoadOrNew(h.key, func() (caddy.Destructor, error) {
+		src, err := credential.NewHTTP(cfg)
+		if err != nil {
+			return nil, err
+		}
+		return pooled{Source: src}, nil
+	})
+	if err != nil {
+		return err
+	}
+	h.src = v.(pooled).Source
+	ctx.Logger().Debug("credential source ready", zap.String("source", "http"))
+	return nil
+}
+
+// Lookup implements credential.Source.
+func (h *HTTP) Lookup(ctx context.Context, id string) (credential.Credential, error) {
+	return h.src.Lookup(ctx, id)
+}
+
+// Cleanup releases this config's use of the source.
+func (h *HTTP) Cleanup() error {
+	if h.key == "" {
+		return nil
+	}
+	_, err := pool.Delete(h.key)
+	return err
+}
+
+// UnmarshalCaddyfile sets up the source. Syntax:
+//
+//	credentials http <url> {
+//		header <name> <value>
+//		cache_ttl <duration>
+//		timeout <duration>
+//	}
+//
+// header may repeat.
+func (h *HTTP) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // source name
+	if !d.NextArg() {
+		return d.ArgErr()
+	}
+	h.URL = d.Val()
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for d.NextBlock(0) {
+		switch d.Val() {
+		case "header":
+			var name, value string
+			if !d.Args(&name, &value) || d.NextArg() {
+				return d.ArgErr()
+			}
+			if h.Headers == nil {
+				h.Headers = http.Header{}
+			}
+			h.Headers.Add(name, value)
+		case "cache_ttl", "timeout":
+			opt := d.Val()
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			dur, err := caddy.ParseDuration(d.Val())
+			if err != nil {
+				return d.Errf("bad %s %q: %v", opt, d.Val(), err)
+			}
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			target := &h.CacheTTL
+			if opt == "timeout" {
+				target = &h.Timeout
+			}
+			if *target != 0 {
+				return d.Errf("%s already specified", opt)
+			}
+			*target = caddy.Duration(dur)
+		default:
+			return d.Errf("unrecognized credentials http subdirective %q", d.Val())
+		}
+	}
+	return nil
+}
+
+// Interface guards.
+var (
+	_ caddy.Provisioner     = (*File)(nil)
+	_ caddy.CleanerUpper    = (*File)(nil)
+	_ caddyfile.Unmarshaler = (*File)(nil)
+	_ credential.Source     = (*File)(nil)
+	_ caddy.Provisioner     = (*HTTP)(nil)
+	_ caddy.CleanerUpper    = (*HTTP)(nil)
+	_ caddyfile.Unmarshaler = (*HTTP)(nil)
+	_ credential.Source     = (*HTTP)(nil)
+)

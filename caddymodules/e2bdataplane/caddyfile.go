@@ -1,0 +1,152 @@
+package e2bdataplane
+
+import (
+	"strconv"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/dustin/go-humanize"
+)
+
+func init() {
+	httpcaddyfile.RegisterHandlerDirective("e2b_dataplane", parseCaddyfile)
+	// The handler is terminal, like reverse_proxy; it goes right before it.
+	httpcaddyfile.RegisterDirectiveOrder("e2b_dataplane", httpcaddyfile.Before, "reverse_proxy")
+}
+
+func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	dp := new(Handler)
+	err := dp.UnmarshalCaddyfile(h.Dispenser)
+	return dp, err
+}
+
+// UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
+//
+//	e2b_dataplane [<matcher>] {
+//		home_dir <path>
+//		user <name> <uid> <gid> [<home>]
+//		default_user <name>
+//		keepalive_interval <duration>
+//		max_message_size <size>
+//		token_target
+//		transport http {
+//			<reverse_proxy http transport options>
+//		}
+//	}
+//
+// user may repeat, once per name. max_message_size takes a size such as
+// 4MiB or 1048576. The transport block is reverse_proxy's "transport http"
+// (dial_timeout, response_header_timeout, keepalive, tls, …).
+func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // directive name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	seen := map[string]bool{}
+	once := func(name string) error {
+		if seen[name] {
+			return d.Errf("%s already specified", name)
+		}
+		seen[name] = true
+		return nil
+	}
+	oneArg := func() (string, error) {
+		if !d.NextArg() {
+			return "", d.ArgErr()
+		}
+		v := d.Val()
+		if d.NextArg() {
+			return "", d.ArgErr()
+		}
+		return v, nil
+	}
+	for d.NextBlock(0) {
+		opt := d.Val()
+		switch opt {
+		case "home_dir", "default_user", "keepalive_interval", "max_message_size":
+			if err := once(opt); err != nil {
+				return err
+			}
+			v, err := oneArg()
+			if err != nil {
+				return err
+			}
+			switch opt {
+			case "home_dir":
+				h.HomeDir = v
+			case "default_user":
+				h.DefaultUser = v
+			case "keepalive_interval":
+				dur, err := caddy.ParseDuration(v)
+				if err != nil || dur <= 0 {
+					return d.Errf("bad keepalive_interval %q: must be a positive duration", v)
+				}
+				h.KeepaliveInterval = caddy.Duration(dur)
+			case "max_message_size":
+				n, err := humanize.ParseBytes(v)
+				if err != nil || n == 0 || n > 64<<20 {
+					return d.Errf("bad max_message_size %q: must be a size from 1 byte to 64MiB", v)
+				}
+				h.MaxMessageSize = int64(n)
+			}
+		case "user":
+			args := d.RemainingArgs()
+			if len(args) < 3 || len(args) > 4 {
+				return d.ArgErr()
+			}
+			name := args[0]
+			if _, dup := h.Users[name]; dup {
+				return d.Errf("user %q already specified", name)
+			}
+			uid, err := strconv.ParseUint(args[1], 10, 32)
+			if err != nil {
+				return d.Errf("user %q: bad uid %q", name, args[1])
+			}
+			gid, err := strconv.ParseUint(args[2], 10, 32)
+			if err != nil {
+				return d.Errf("user %q: bad gid %q", name, args[2])
+			}
+			u := &User{UID: uint32(uid), GID: uint32(gid)}
+			if len(args) == 4 {
+				u.Home = args[3]
+			}
+			if h.Users == nil {
+				h.Users = map[string]*User{}
+			}
+			h.Users[name] = u
+		case "token_target":
+			if err := once(opt); err != nil {
+				return err
+			}
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			h.TokenTarget = true
+		case "transport":
+			if err := once(opt); err != nil {
+				return err
+			}
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			name := d.Val()
+			if name != "http" {
+				return d.Errf("transport %q is not supported; use transport http", name)
+			}
+			mod, err := caddyfile.UnmarshalModule(d, "http.reverse_proxy.transport."+name)
+			if err != nil {
+				return d.Errf("transport %s: %v", name, err)
+			}
+			h.TransportRaw = caddyconfig.JSONModuleObject(mod, "protocol", name, nil)
+		default:
+			return d.Errf("unrecognized e2b_dataplane subdirective %q", opt)
+		}
+	}
+	return nil
+}
+
+// Interface guard.
+var _ caddyfile.Unmarshaler = (*Handler)(nil)

@@ -1,0 +1,168 @@
+// Package e2bdataplane is the Caddy HTTP handler "e2b_dataplane": the E2B
+// envd data plane the official SDKs reach at http://<portal>:30083. It is a
+// thin adapter: the checks and the envd→execd translation live in package
+// dataplane; this module wires them to the "sandgate" app (token keys,
+// credential source, clusters), to Caddy's reverse_proxy HTTP transport
+// (pooling, dial and response timeouts) and to Caddy's metrics registry.
+package e2bdataplane
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"path"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+
+	"github.com/sandgate/sandgate/caddymodules/sandgate"
+	"github.com/sandgate/sandgate/dataplane"
+	"github.com/sandgate/sandgate/execd"
+)
+
+func init() {
+	caddy.RegisterModule(Handler{})
+}
+
+// Handler is the "e2b_dataplane" HTTP handler. It is terminal: it answers
+// every request it gets (unsupported routes with Connect unimplemented or a
+// 404) and never calls the next handler.
+//
+// It needs the "sandgate" app (see package sandgate) for token keys,
+// credentials and clusters.
+type Handler struct {
+	// HomeDir resolves relative paths and is the default working directory
+	// of commands. Default "/home/user".
+	HomeDir string `json:"home_dir,omitempty"`
+
+	// Users maps the user names the SDK sends (user= in the SDKs) to the
+	// uid/gid execd runs commands as and the owner of written files. A name
+	// not listed is refused as invalid_argument. Default: none.
+	Users map[string]*User `json:"users,omitempty"`
+
+	// DefaultUser is the user assumed when the SDK names none; it must be in
+	// Users. Default: none, so commands run as execd's own identity.
+	DefaultUser string `json:"default_user,omitempty"`
+
+	// KeepaliveInterval is the keepalive period of command streams when the
+	// SDK sends no Keepalive-Ping-Interval header. Default 90s, as envd.
+	KeepaliveInterval caddy.Duration `json:"keepalive_interval,omitempty"`
+
+	// MaxMessageSize bounds one Connect request message, in bytes.
+	// Default 4194304 (4 MiB).
+	MaxMessageSize int64 `json:"max_message_size,omitempty"`
+
+	// TokenTarget, when true, serves requests that carry neither
+	// E2b-Sandbox-Id nor E2b-Sandbox-Port by taking the sandbox from the
+	// verified token (Python SDK 2.24's Sandbox.connect() sends neither).
+	// The token is signed and names exactly one sandbox and the envd
+	// service, and the cluster still comes from the re-read credential, so
+	// this widens nothing a token holder could not already reach; it only
+	// drops the second, redundant statement of the target. Default false.
+	TokenTarget bool `json:"token_target,omitempty"`
+
+	// TransportRaw is the upstream transport to the fixed entries, a module
+	// of the http.reverse_proxy.transport namespace; only "http" is
+	// supported. Default: Caddy's HTTP transport with its defaults.
+	TransportRaw json.RawMessage `json:"transport,omitempty" caddy:"namespace=http.reverse_proxy.transport inline_key=protocol"`
+
+	dp *dataplane.Handler
+}
+
+// User is one SDK user's identity inside the sandbox.
+type User struct {
+	// UID is the numeric user ID commands run as.
+	UID uint32 `json:"uid"`
+	// GID is the numeric group ID commands run as.
+	GID uint32 `json:"gid"`
+	// Home is the user's home directory; default the handler's home_dir.
+	Home string `json:"home,omitempty"`
+}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "http.handlers.e2b_dataplane", New: func() caddy.Module { return new(Handler) }}
+}
+
+// Provision wires the handler to the sandgate app, the transport and the
+// metrics registry. It fails if the app is not configured or the transport
+// is not Caddy's HTTP transport.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	appIface, err := ctx.App(sandgate.AppName)
+	if err != nil {
+		return fmt.Errorf("getting the sandgate app: %w", err)
+	}
+	app := appIface.(*sandgate.App)
+	if app.Tokens() == nil || app.Credentials() == nil {
+		return errors.New("e2b_dataplane needs the sandgate global option with token keys and a credential source")
+	}
+
+	var rt http.RoundTripper
+	if h.TransportRaw != nil {
+		mod, err := ctx.LoadModule(h, "TransportRaw")
+		if err != nil {
+			return fmt.Errorf("loading the transport: %w", err)
+		}
+		t, ok := mod.(*reverseproxy.HTTPTransport)
+		if !ok {
+			return fmt.Errorf("transport %T is not supported; use transport http", mod)
+		}
+		rt = t
+	} else {
+		t := new(reverseproxy.HTTPTransport)
+		if err := t.Provision(ctx); err != nil {
+			return fmt.Errorf("provisioning the default transport: %w", err)
+		}
+		rt = t
+	}
+
+	cfg := dataplane.Config{
+		HomeDir:           h.HomeDir,
+		DefaultUser:       h.DefaultUser,
+		KeepaliveInterval: time.Duration(h.KeepaliveInterval),
+		TokenTarget:       h.TokenTarget,
+		Users:             map[string]dataplane.User{},
+	}
+	if h.MaxMessageSize < 0 || h.MaxMessageSize > 64<<20 {
+		return errors.New("max_message_size must be between 1 and 67108864 bytes")
+	}
+	cfg.MaxMessageBytes = uint32(h.MaxMessageSize)
+	for name, u := range h.Users {
+		if u == nil {
+			return fmt.Errorf("user %q: empty definition", name)
+		}
+		if u.Home != "" && !path.IsAbs(u.Home) {
+			return fmt.Errorf("user %q: home must be an absolute path", name)
+		}
+		cfg.Users[name] = dataplane.User{UID: u.UID, GID: u.GID, Home: u.Home}
+	}
+	m := registerMetrics(ctx.GetMetricsRegistry())
+	dp, err := dataplane.New(cfg, dataplane.Deps{
+		Tokens:      app.Tokens(),
+		Credentials: app.Credentials(),
+		Clusters:    app,
+		Execd:       &execd.Client{Transport: rt},
+		Logger:      ctx.Logger(),
+		Observe:     m.observe,
+	})
+	if err != nil {
+		return err
+	}
+	h.dp = dp
+	return nil
+}
+
+// ServeHTTP serves the data plane; it never calls next.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
+	h.dp.ServeHTTP(w, r)
+	return nil
+}
+
+// Interface guards.
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+)

@@ -1,0 +1,13 @@
+// Package caddymodules registers every sandgate Caddy module. xcaddy builds
+// the gateway with this package as its plugin (see xcaddy.toml), the way
+// caddy-l4's root imports.go gathers its modules.
+package caddymodules
+
+import (
+	// The credential sources: sandgate.credentials.file and .http.
+	_ "github.com/sandgate/sandgate/caddymodules/credentialsource"
+	// The data plane handler: http.handlers.e2b_dataplane.
+	_ "github.com/sandgate/sandgate/caddymodules/e2bdataplane"
+	// The app, its global option and the sandgate-token command.
+	_ "github.com/sandgate/sandgate/caddymodules/sandgate"
+)

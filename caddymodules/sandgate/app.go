@@ -1,0 +1,217 @@
+// Package sandgate is the Caddy app "sandgate": the gateway state that the
+// data-plane handler (and later the node-connect handler) share and that
+// must outlive a config reload: token verification keys, the resource
+// credential source and the compute cluster registry.
+//
+// Caddy reloads by provisioning a new module tree before the old one is
+// cleaned up. Keys and clusters are cheap to re-read from config; the
+// credential source keeps its state (a file's last good version and its
+// watcher, an HTTP source's cache) in a caddy.UsagePool keyed by its
+// configuration, so a reload hands the same source to the new config and a
+// broken credentials file is never "lost" to a reload.
+package sandgate
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/sandgate/sandgate/credential"
+	"github.com/sandgate/sandgate/dataplane"
+	"github.com/sandgate/sandgate/token"
+)
+
+func init() {
+	caddy.RegisterModule(App{})
+}
+
+// AppName is the app's module ID and its key under "apps" in JSON config.
+const AppName = "sandgate"
+
+// DefaultTokenLeeway is the clock-skew allowance for token exp/nbf.
+const DefaultTokenLeeway = 5 * time.Second
+
+// App is the "sandgate" app. JSON:
+//
+//	"apps": {"sandgate": {
+//	  "token_keys": [{"kid": "k1", "algorithm": "HS256", "file": "/etc/sandgate/k1.key"}],
+//	  "token_leeway": "5s",
+//	  "credentials": {"source": "file", "path": "/etc/sandgate/credentials.yaml"},
+//	  "clusters": {"cluster-a": {"fixed_entry": "http://10.0.0.5:80", "execd_access_token": "{env.EXECD_TOKEN}"}}
+//	}}
+type App struct {
+	// TokenKeys verify X-Access-Token JWTs, selected by the token's "kid"
+	// header. At least one is required. Several keys allow rotation: add
+	// the new key, switch the signer, remove the old key once its tokens
+	// have expired.
+	TokenKeys []TokenKey `json:"token_keys,omitempty"`
+
+	// TokenLeeway is the allowed clock skew when checking a token's exp and
+	// nbf, from 0 to 5m. Default 5s.
+	TokenLeeway caddy.Duration `json:"token_leeway,omitempty"`
+
+	// CredentialsRaw is the resource credential source, a module in the
+	// sandgate.credentials namespace chosen by its "source" key ("file" or
+	// "http"). Required.
+	CredentialsRaw json.RawMessage `json:"credentials,omitempty" caddy:"namespace=sandgate.credentials inline_key=source"`
+
+	// Clusters are the compute clusters by cluster ID, the ClusterID of
+	// resource credentials.
+	Clusters map[string]*Cluster `json:"clusters,omitempty"`
+
+	verifier    *token.Verifier
+	credentials credential.Source
+	logger      *zap.Logger
+}
+
+// TokenKey is one token verification key.
+type TokenKey struct {
+	// KID is the key ID the token's "kid" header names. Required.
+	KID string `json:"kid"`
+	// Algorithm is the only JWT algorithm accepted with this key: HS256,
+	// HS384, HS512, EdDSA, RS256/384/512, PS256/384/512 or ES256/384/512.
+	// Required; "none" is refused.
+	Algorithm string `json:"algorithm"`
+	// File is the key file: the HMAC secret (at least 32 bytes), or a PEM
+	// public or private key for the asymmetric algorithms. Placeholders such
+	// as {env.KEY_DIR} are expanded. Required.
+	File string `json:"file"`
+}
+
+// Cluster is one compute cluster.
+type Cluster struct {
+	// FixedEntry is the cluster's fixed entry: an http or https URL whose
+	// host leads to the cluster's OpenSandbox Ingress in URI mode. Requests
+	// go to <fixed_entry>/<sandboxID>/44772/<execd path>. Required.
+	FixedEntry string `json:"fixed_entry"`
+	// ExecdAccessToken, when set, is sent to execd as X-EXECD-ACCESS-TOKEN.
+	// Placeholders such as {env.EXECD_TOKEN} are expanded at provision time.
+	// Default: none (OpenSandbox's Kubernetes deployments run execd without
+	// a token, execd-wire.md §1.1).
+	ExecdAccessToken string `json:"execd_access_token,omitempty"`
+
+	fixedEntry *url.URL
+	token      string
+}
+
+// CaddyModule returns the Caddy module information.
+func (App) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: AppName, New: func() caddy.Module { return new(App) }}
+}
+
+// Provision loads the token keys, the credential source and the clusters.
+// It returns an error naming the key, source or cluster that is invalid.
+func (a *App) Provision(ctx caddy.Context) error {
+	a.logger = ctx.Logger()
+	repl := caddy.NewReplacer()
+	leeway := time.Duration(a.TokenLeeway)
+	if a.TokenLeeway == 0 {
+		leeway = DefaultTokenLeeway
+	}
+	keys := make([]token.Key, 0, len(a.TokenKeys))
+	for i, k := range a.TokenKeys {
+		key, err := token.LoadKey(k.KID, k.Algorithm, repl.ReplaceAll(k.File, ""))
+		if err != nil {
+			return fmt.Errorf("token key %d (kid %q): %w", i, k.KID, err)
+		}
+		keys = append(keys, key)
+	}
+	if len(keys) > 0 {
+		v, err := token.NewVerifier(keys, leeway)
+		if err != nil {
+			return fmt.Errorf("token keys: %w", err)
+		}
+		a.verifier = v
+	}
+	if a.CredentialsRaw != nil {
+		mod, err := ctx.LoadModule(a, "CredentialsRaw")
+		if err != nil {
+			return fmt.Errorf("loading the credential source: %w", err)
+		}
+		src, ok := mod.(credential.Source)
+		if !ok {
+			return fmt.Errorf("credential source module %T does not implement credential.Source", mod)
+		}
+		a.credentials = src
+	}
+	for id, c := range a.Clusters {
+		if c == nil {
+			return fmt.Errorf("cluster %q: empty definition", id)
+		}
+		if err := c.provision(repl); err != nil {
+			return fmt.Errorf("cluster %q: %w", id, err)
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) provision(repl *caddy.Replacer) error {
+	u, err := url.Parse(repl.ReplaceAll(c.FixedEntry, ""))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return errors.New("fixed_entry must be an http:// or https:// URL with a host")
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return errors.New("fixed_entry must not have a query, fragment or user info")
+	}
+	c.fixedEntry = u
+	c.token = repl.ReplaceAll(c.ExecdAccessToken, "")
+	return nil
+}
+
+// Validate checks that keys and a credential source are configured.
+func (a *App) Validate() error {
+	if a.verifier == nil {
+		return errors.New("sandgate: at least one token key is required")
+	}
+	if a.credentials == nil {
+		return errors.New("sandgate: a credential source is required")
+	}
+	if a.TokenLeeway < 0 || time.Duration(a.TokenLeeway) > 5*time.Minute {
+		return errors.New("sandgate: token_leeway must be between 0 and 5m")
+	}
+	return nil
+}
+
+// Start logs the configured clusters; the app has no goroutines of its own.
+func (a *App) Start() error {
+	ids := make([]string, 0, len(a.Clusters))
+	for id := range a.Clusters {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	a.logger.Info("sandgate app started", zap.Strings("clusters", ids), zap.Int("token_keys", len(a.TokenKeys)))
+	return nil
+}
+
+// Stop does nothing; the credential source is released by its Cleanup.
+func (a *App) Stop() error { return nil }
+
+// Tokens returns the token verifier.
+func (a *App) Tokens() *token.Verifier { return a.verifier }
+
+// Credentials returns the resource credential source.
+func (a *App) Credentials() credential.Source { return a.credentials }
+
+// Cluster returns the cluster with the given ID; it implements
+// dataplane.Clusters.
+func (a *App) Cluster(id string) (dataplane.Cluster, bool) {
+	c, ok := a.Clusters[id]
+	if !ok || c == nil || c.fixedEntry == nil {
+		return dataplane.Cluster{}, false
+	}
+	return dataplane.Cluster{ID: id, FixedEntry: c.fixedEntry, ExecdAccessToken: c.token}, true
+}
+
+// Interface guards.
+var (
+	_ caddy.App          = (*App)(nil)
+	_ caddy.Provisioner  = (*App)(nil)
+	_ caddy.Validator    = (*App)(nil)
+	_ dataplane.Clusters = (*App)(nil)
+)

@@ -1,0 +1,184 @@
+// Package connect implements the parts of the Connect protocol
+// (https://connectrpc.com/docs/protocol) that the E2B SDKs speak to envd:
+// JSON unary calls and JSON server streams.
+//
+// A server-stream body is a sequence of envelopes. An envelope is 1 flag byte,
+// a 4-byte big-endian payload length and the payload. Flag 0x00 marks a
+// message; flag 0x02 (FlagEndStream) marks the final end-stream message, whose
+// payload is a JSON EndStreamResponse. Flag 0x01 (compressed) is never written
+// and is refused on input, because neither SDK compresses (e2b-wire.md §2.2).
+//
+// Errors carry a Code, the snake_case string the Connect spec defines. Unary
+// errors are written as an HTTP status from Code.HTTPStatus with a JSON body
+// {"code":"<code>","message":"..."}; stream errors are written as HTTP 200 and
+// an end-stream envelope {"error":{...}}, because the JS SDK does not read the
+// body of a non-200 stream response (e2b-wire.md §2.2, §2.3).
+package connect
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// Content types of the Connect protocol with the JSON codec.
+const (
+	// ContentTypeUnaryJSON is the Content-Type of unary JSON requests and responses.
+	ContentTypeUnaryJSON = "application/json"
+	// ContentTypeStreamJSON is the Content-Type of streaming JSON requests and responses.
+	ContentTypeStreamJSON = "application/connect+json"
+)
+
+// Envelope flags (Connect protocol, "Streaming-Response" section).
+const (
+	// FlagCompressed marks a compressed envelope. sandgate never sends it and
+	// refuses it on input.
+	FlagCompressed byte = 0x01
+	// FlagEndStream marks the end-stream envelope that closes a server stream.
+	FlagEndStream byte = 0x02
+)
+
+// HeaderSize is the size in bytes of an envelope prefix: 1 flag byte and a
+// 4-byte big-endian length.
+const HeaderSize = 5
+
+// Code is a Connect error code as its snake_case string.
+type Code string
+
+// The Connect error codes used by sandgate (Connect protocol, "Error Codes").
+const (
+	Canceled           Code = "canceled"
+	Unknown            Code = "unknown"
+	InvalidArgument    Code = "invalid_argument"
+	DeadlineExceeded   Code = "deadline_exceeded"
+	NotFound           Code = "not_found"
+	AlreadyExists      Code = "already_exists"
+	PermissionDenied   Code = "permission_denied"
+	ResourceExhausted  Code = "resource_exhausted"
+	FailedPrecondition Code = "failed_precondition"
+	Aborted            Code = "aborted"
+	OutOfRange         Code = "out_of_range"
+	Unimplemented      Code = "unimplemented"
+	Internal           Code = "internal"
+	Unavailable        Code = "unavailable"
+	DataLoss           Code = "data_loss"
+	Unauthenticated    Code = "unauthenticated"
+)
+
+// HTTPStatus returns the HTTP status a unary error with this code is sent
+// with. The table is connect-go's and connect-es's codeToHttpStatus
+// (e2b-wire.md §2.3); an unrecognised code gives 500.
+func (c Code) HTTPStatus() int {
+	switch c {
+	case Canceled:
+		return 499
+	case InvalidArgument, FailedPrecondition, OutOfRange:
+		return http.StatusBadRequest
+	case DeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case NotFound:
+		return http.StatusNotFound
+	case AlreadyExists, Aborted:
+		return http.StatusConflict
+	case PermissionDenied:
+		return http.StatusForbidden
+	case ResourceExhausted:
+		return http.StatusTooManyRequests
+	case Unimplemented:
+		return http.StatusNotImplemented
+	case Unavailable:
+		return http.StatusServiceUnavailable
+	case Unauthenticated:
+		return http.StatusUnauthorized
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// Error is the JSON shape of a Connect error, used both as a unary error body
+// and inside an end-stream message.
+type Error struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message,omitempty"`
+}
+
+// EndStream is the JSON payload of the end-stream envelope. A nil Error means
+// success and is written as {}.
+type EndStream struct {
+	Error *Error `json:"error,omitempty"`
+}
+
+// Errors returned by ReadEnvelope.
+var (
+	// ErrCompressed is returned for an envelope with the compressed flag set.
+	ErrCompressed = errors.New("connect: compressed envelopes are not supported")
+	// ErrTooLarge is returned when an envelope's length exceeds the limit.
+	ErrTooLarge = errors.New("connect: envelope exceeds the size limit")
+	// ErrTruncated is returned when the body ends inside an envelope.
+	ErrTruncated = errors.New("connect: truncated envelope")
+	// ErrTrailing is returned by ReadSingleEnvelope when bytes follow the first envelope.
+	ErrTrailing = errors.New("connect: unexpected data after the request envelope")
+)
+
+// ReadEnvelope reads one envelope from r and returns its flags and payload.
+// The payload may be at most limit bytes. It returns io.EOF when r is empty
+// at an envelope boundary, ErrTruncated when r ends inside an envelope,
+// ErrTooLarge when the declared length exceeds limit (nothing past the header
+// is read) and ErrCompressed for the compressed flag.
+func ReadEnvelope(r io.Reader, limit uint32) (flags byte, payload []byte, err error) {
+	var hdr [HeaderSize]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		if errors.Is(err, io.EOF) {
+			return 0, nil, io.EOF
+		}
+		return 0, nil, ErrTruncated
+	}
+	flags = hdr[0]
+	if flags&FlagCompressed != 0 {
+		return flags, nil, ErrCompressed
+	}
+	n := binary.BigEndian.Uint32(hdr[1:])
+	if n > limit {
+		return flags, nil, fmt.Errorf("%w: %d bytes > %d", ErrTooLarge, n, limit)
+	}
+	payload = make([]byte, n)
+	if _, err := io.ReadFull(r, payload); err != nil {
+		return flags, nil, ErrTruncated
+	}
+	return flags, payload, nil
+}
+
+// ReadSingleEnvelope reads the one message envelope that a server-stream
+// request carries (Connect protocol: a server-streaming request body is
+// exactly one message). Besides the errors of ReadEnvelope it returns
+// ErrTruncated for an empty body or an end-stream flag, and ErrTrailing when
+// more bytes follow.
+func ReadSingleEnvelope(r io.Reader, limit uint32) ([]byte, error) {
+	flags, payload, err := ReadEnvelope(r, limit)
+	if errors.Is(err, io.EOF) {
+		return nil, ErrTruncated
+	}
+	if err != nil {
+		return nil, err
+	}
+	if flags&FlagEndStream != 0 {
+		return nil, ErrTruncated
+	}
+	var one [1]byte
+	if n, _ := io.ReadFull(r, one[:]); n > 0 {
+		return nil, ErrTrailing
+	}
+	return payload, nil
+}
+
+// AppendEnvelope appends an envelope with the given flags and payload to dst
+// and returns the extended slice.
+func AppendEnvelope(dst []byte, flags byte, payload []byte) []byte {
+	var hdr [HeaderSize]byte
+	hdr[0] = flags
+	binary.BigEndian.PutUint32(hdr[1:], uint32(len(payload)))
+	dst = append(dst, hdr[:]...)
+	return append(dst, payload...)
+}

@@ -1,0 +1,108 @@
+package connect
+
+import (
+	"encoding/json"
+	"net/http"
+	"sync"
+)
+
+// StreamWriter writes a Connect JSON server-stream response. The HTTP status
+// is always 200 (e2b-wire.md §2.2: errors travel in the end-stream message).
+// Every Send and Close is flushed at once, because the SDKs read streams over
+// chunked HTTP/1.1 and must see each event as it is produced. A StreamWriter
+// is safe for concurrent use.
+type StreamWriter struct {
+	mu      sync.Mutex
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	started bool
+	closed  bool
+	buf     []byte
+}
+
+// NewStreamWriter returns a StreamWriter on w. Nothing is written until the
+// first Send or Close.
+func NewStreamWriter(w http.ResponseWriter) *StreamWriter {
+	return &StreamWriter{w: w, rc: http.NewResponseController(w)}
+}
+
+func (s *StreamWriter) start() {
+	if s.started {
+		return
+	}
+	s.started = true
+	h := s.w.Header()
+	h.Set("Content-Type", ContentTypeStreamJSON)
+	h.Del("Content-Length")
+	s.w.WriteHeader(http.StatusOK)
+}
+
+// Started reports whether the response header has been written.
+func (s *StreamWriter) Started() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.started
+}
+
+// Send marshals msg to JSON and writes it as one message envelope, then
+// flushes. It returns the marshalling or write error; after Close it returns
+// http.ErrHandlerTimeout-like net errors from the writer or nil if closed.
+func (s *StreamWriter) Send(msg any) error {
+	payload, err := json.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	return s.write(0, payload)
+}
+
+// Close writes the end-stream envelope: {} when e is nil, otherwise
+// {"error":e}. Later calls do nothing.
+func (s *StreamWriter) Close(e *Error) error {
+	payload, err := json.Marshal(EndStream{Error: e})
+	if err != nil {
+		return err
+	}
+	return s.write(FlagEndStream, payload)
+}
+
+func (s *StreamWriter) write(flags byte, payload []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	if flags&FlagEndStream != 0 {
+		s.closed = true
+	}
+	s.start()
+	s.buf = AppendEnvelope(s.buf[:0], flags, payload)
+	if _, err := s.w.Write(s.buf); err != nil {
+		return err
+	}
+	return s.rc.Flush()
+}
+
+// WriteUnaryError writes a unary Connect error: the HTTP status of e.Code,
+// Content-Type application/json and the JSON body {"code","message"}.
+func WriteUnaryError(w http.ResponseWriter, e Error) {
+	body, _ := json.Marshal(e)
+	h := w.Header()
+	h.Set("Content-Type", ContentTypeUnaryJSON)
+	h.Del("Content-Length")
+	w.WriteHeader(e.Code.HTTPStatus())
+	_, _ = w.Write(body)
+}
+
+// WriteUnary writes a unary success: HTTP 200, Content-Type
+// application/json, and msg as JSON. The SDKs require exactly 200 and a JSON
+// body of at least {} (e2b-wire.md §2.1).
+func WriteUnary(w http.ResponseWriter, msg any) error {
+	body, err := json.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", ContentTypeUnaryJSON)
+	w.WriteHeader(http.StatusOK)
+	_, err = w.Write(body)
+	return err
+}

@@ -1,0 +1,138 @@
+// Package credential resolves the resource credential named by an access
+// token's credential_id claim (package token) to the compute cluster that
+// serves it.
+//
+// A resource credential is, per the sandgate spec, "a credential already
+// bound to ResourceSpecID, ResourceGroupID, ProjectNamespace and ClusterID;
+// the sole source of truth for cluster selection at creation and at
+// runtime". The gateway therefore re-reads the credential on every request
+// (through a Source) instead of trusting any routing hint in the token.
+//
+// Two Sources are provided: File, a JSON or YAML file reloaded on change,
+// and HTTP, a Portal-style HTTP endpoint with a short cache. Both return
+// errors that callers classify with errors.Is against ErrNotFound,
+// ErrDisabled and ErrUnavailable.
+package credential
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// MaxIDLength bounds every ID field of a Credential, in bytes (253, the DNS
+// name limit, so IDs fit Kubernetes object names).
+const MaxIDLength = 253
+
+// Sentinel errors. Lookup errors wrap exactly one of ErrNotFound,
+// ErrDisabled and ErrUnavailable with the credential ID and a reason; they
+// never contain HTTP header values or file contents.
+var (
+	// ErrNotFound: no credential has the requested ID (also returned,
+	// without consulting the source, for IDs that cannot exist: empty,
+	// longer than MaxIDLength, "." or "..").
+	ErrNotFound = errors.New("credential: not found")
+
+	// ErrDisabled: the credential exists but has enabled=false. Lookup
+	// returns the credential alongside this error.
+	ErrDisabled = errors.New("credential: disabled")
+
+	// ErrUnavailable: the source cannot answer right now (HTTP transport
+	// error or timeout, unexpected status, malformed response, caller's
+	// context done). Callers should fail closed and may retry.
+	ErrUnavailable = errors.New("credential: source unavailable")
+
+	// ErrInvalid: credential data is malformed: a file that is not JSON or
+	// YAML, has unknown or duplicate fields, wrong types, duplicate IDs,
+	// is larger than MaxFileSize, or a Credential failing Validate.
+	ErrInvalid = errors.New("credential: invalid credential data")
+
+	// ErrInvalidConfig: NewHTTP was given an unusable HTTPConfig.
+	ErrInvalidConfig = errors.New("credential: invalid configuration")
+)
+
+// Credential is one resource credential. JSON/YAML field names are given in
+// the struct tags. Enabled defaults to false when absent, so a credential
+// must be enabled explicitly.
+type Credential struct {
+	// ID is the credential ID named by the token's credential_id claim.
+	ID string `json:"id"`
+	// Enabled reports whether the credential may be used; disabled
+	// credentials are refused with ErrDisabled.
+	Enabled bool `json:"enabled"`
+	// ResourceSpecID is the resource spec the credential is bound to.
+	ResourceSpecID string `json:"resourceSpecId"`
+	// ResourceGroupID is the resource group the credential is bound to.
+	ResourceGroupID string `json:"resourceGroupId"`
+	// ProjectNamespace is the Kubernetes namespace of the project.
+	ProjectNamespace string `json:"projectNamespace"`
+	// ClusterID is the compute cluster that serves the credential.
+	ClusterID string `json:"clusterId"`
+}
+
+// fieldNames are the exact (case-sensitive) JSON member names of Credential.
+var fieldNames = map[string]bool{
+	"id": true, "enabled": true, "resourceSpecId": true,
+	"resourceGroupId": true, "projectNamespace": true, "clusterId": true,
+}
+
+// Validate checks c: ID, ProjectNamespace and ClusterID must be non-empty,
+// every ID field at most MaxIDLength bytes, and ID not "." or ".." (they
+// would be path segments in an HTTP source URL). The error wraps ErrInvalid
+// and names the field, not its value.
+func (c Credential) Validate() error {
+	for _, f := range []struct {
+		name     string
+		value    string
+		required bool
+	}{
+		{"id", c.ID, true},
+		{"resourceSpecId", c.ResourceSpecID, false},
+		{"resourceGroupId", c.ResourceGroupID, false},
+		{"projectNamespace", c.ProjectNamespace, true},
+		{"clusterId", c.ClusterID, true},
+	} {
+		if f.required && f.value == "" {
+			return fmt.Errorf("%w: %s is empty", ErrInvalid, f.name)
+		}
+		if len(f.value) > MaxIDLength {
+			return fmt.Errorf("%w: %s is longer than %d bytes", ErrInvalid, f.name, MaxIDLength)
+		}
+	}
+	if c.ID == "." || c.ID == ".." {
+		return fmt.Errorf("%w: id may not be %q", ErrInvalid, c.ID)
+	}
+	return nil
+}
+
+// Source looks credentials up by ID.
+//
+// Lookup returns the credential when it exists and is enabled. Otherwise the
+// error wraps ErrNotFound (no such credential), ErrDisabled (exists with
+// enabled=false; the credential is returned too) or ErrUnavailable (the
+// source cannot answer). Implementations are safe for concurrent use.
+type Source interface {
+	Lookup(ctx context.Context, id string) (Credential, error)
+}
+
+// checkLookupID refuses IDs no credential can have, so they never reach a
+// file map or an HTTP URL.
+func checkLookupID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: empty credential id", ErrNotFound)
+	case len(id) > MaxIDLength:
+		return fmt.Errorf("%w: credential id longer than %d bytes", ErrNotFound, MaxIDLength)
+	case id == "." || id == "..":
+		return fmt.Errorf("%w: credential id %q is not a valid id", ErrNotFound, id)
+	}
+	return nil
+}
+
+// answer turns a stored credential into Lookup's result.
+func answer(c Credential) (Credential, error) {
+	if !c.Enabled {
+		return c, fmt.Errorf("%w: credential %q", ErrDisabled, c.ID)
+	}
+	return c, nil
+}

@@ -1,0 +1,339 @@
+// Package execd is a client for the Alibaba OpenSandbox execd HTTP API
+// (port 44772 inside a sandbox pod), reached through a compute cluster's
+// fixed entry and the OpenSandbox Ingress in URI mode:
+//
+//	<fixed entry>/<sandboxID>/44772/<execd path>?<query>
+//
+// The wire facts it relies on, quirks included, are those measured from the
+// real programs in reference/execd-wire.md: the /command event stream is
+// bare JSON objects separated by blank lines (§1.4), uploads need a metadata
+// *file* part (§1.5), the ingress answers text/plain "OpenSandbox Ingress: …"
+// errors (§2.6). Every failure is returned as an *Error whose Kind says which
+// hop failed, so the gateway can map it to a stable code.
+package execd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultPort is execd's listening port inside the sandbox pod
+// (execd-wire.md §1.1).
+const DefaultPort = 44772
+
+// AccessTokenHeader carries execd's optional access token (execd-wire.md §1.2).
+const AccessTokenHeader = "X-EXECD-ACCESS-TOKEN"
+
+// maxErrorBody bounds how much of an error response is read (bytes).
+const maxErrorBody = 4 << 10
+
+// Target names one sandbox's execd behind one cluster's fixed entry.
+type Target struct {
+	// FixedEntry is the cluster's fixed entry, e.g. http://10.0.0.5:80. A
+	// path prefix in it is kept before /<sandboxID>.
+	FixedEntry *url.URL
+	// SandboxID is the OpenSandbox sandbox ID (the BatchSandbox name).
+	SandboxID string
+	// Port is execd's port in the URI; 0 means DefaultPort.
+	Port int
+	// AccessToken, when not empty, is sent as X-EXECD-ACCESS-TOKEN.
+	AccessToken string
+}
+
+// URL returns the upstream URL for an execd path such as "/files/info".
+func (t Target) URL(path string, query url.Values) *url.URL {
+	port := t.Port
+	if port == 0 {
+		port = DefaultPort
+	}
+	u := *t.FixedEntry
+	u.Path = strings.TrimRight(u.Path, "/") + "/" + t.SandboxID + "/" + strconv.Itoa(port) + path
+	u.RawPath = ""
+	u.RawQuery = query.Encode()
+	u.Fragment = ""
+	return &u
+}
+
+// Client sends execd requests over an http.RoundTripper (in the gateway:
+// Caddy's reverse_proxy HTTP transport, for its pooling and timeouts).
+type Client struct {
+	// Transport carries the requests; nil means http.DefaultTransport.
+	Transport http.RoundTripper
+}
+
+func (c *Client) transport() http.RoundTripper {
+	if c.Transport == nil {
+		return http.DefaultTransport
+	}
+	return c.Transport
+}
+
+// Do sends one request to the execd path of t and returns the response,
+// whatever its status. Header values in hdr are added. Transport failures
+// are returned as *Error with KindUnreachable, KindTimeout or KindCanceled.
+func (c *Client) Do(ctx context.Context, t Target, method, path string, query url.Values, hdr http.Header, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, t.URL(path, query).String(), body)
+	if err != nil {
+		return nil, &Error{Kind: KindUnexpected, Message: "building the execd request failed"}
+	}
+	for k, vs := range hdr {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	if t.AccessToken != "" {
+		req.Header.Set(AccessTokenHeader, t.AccessToken)
+	}
+	if req.Header.Get("User-Agent") == "" {
+		req.Header.Set("User-Agent", "sandgate")
+	}
+	resp, err := c.transport().RoundTrip(req)
+	if err != nil {
+		return nil, transportError(ctx, err)
+	}
+	return resp, nil
+}
+
+// doOK is Do followed by CheckResponse; the caller owns the body on success.
+func (c *Client) doOK(ctx context.Context, t Target, method, path string, query url.Values, hdr http.Header, body io.Reader) (*http.Response, error) {
+	resp, err := c.Do(ctx, t, method, path, query, hdr, body)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckResponse(resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+func transportError(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(ctx.Err(), context.Canceled):
+		return &Error{Kind: KindCanceled, Message: "the request was canceled"}
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return &Error{Kind: KindTimeout, Message: "the request deadline passed"}
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return &Error{Kind: KindTimeout, Message: "the fixed entry did not answer in time"}
+	}
+	return &Error{Kind: KindUnreachable, Message: "the fixed entry could not be reached"}
+}
+
+// Ping calls GET /ping; nil means execd answered 200 (spec §4.2 readiness).
+func (c *Client) Ping(ctx context.Context, t Target) error {
+	resp, err := c.doOK(ctx, t, http.MethodGet, "/ping", nil, nil, nil)
+	if err != nil {
+		return err
+	}
+	drain(resp)
+	return nil
+}
+
+// drain discards a bounded amount of the body and closes it so the
+// connection can be reused.
+func drain(resp *http.Response) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+}
+
+// FileInfo is execd's FileInfo (execd-wire.md §1.3). Type is absent on
+// execd v1.0.18. Mode is an int whose decimal digits are the octal
+// permission bits (644 means 0o644).
+type FileInfo struct {
+	Path       string    `json:"path"`
+	Type       string    `json:"type,omitempty"`
+	Size       int64     `json:"size"`
+	ModifiedAt time.Time `json:"modified_at"`
+	CreatedAt  time.Time `json:"created_at"`
+	Owner      string    `json:"owner"`
+	Group      string    `json:"group"`
+	Mode       int       `json:"mode"`
+}
+
+// File types execd reports in FileInfo.Type (HEAD only).
+const (
+	TypeFile      = "file"
+	TypeDirectory = "directory"
+	TypeSymlink   = "symlink"
+	TypeOther     = "other"
+)
+
+// Perm converts Mode to permission bits: 644 → 0o644. A value with a digit
+// above 7 gives an error.
+func (fi FileInfo) Perm() (uint32, error) {
+	n, err := strconv.ParseUint(strconv.Itoa(fi.Mode), 8, 32)
+	if err != nil || fi.Mode < 0 {
+		return 0, fmt.Errorf("execd: mode %d is not octal digits", fi.Mode)
+	}
+	return uint32(n) & 0o7777, nil
+}
+
+// maxJSONBody bounds JSON response bodies that are decoded whole (bytes).
+const maxJSONBody = 64 << 20
+
+func decodeJSON(resp *http.Response, v any) error {
+	defer drain(resp)
+	dec := json.NewDecoder(io.LimitReader(resp.Body, maxJSONBody))
+	if err := dec.Decode(v); err != nil {
+		return &Error{Kind: KindUnexpected, Status: resp.StatusCode, Message: "execd sent a response that is not the expected JSON"}
+	}
+	return nil
+}
+
+// Stat calls GET /files/info?path=p and returns the entry for p. A missing
+// path is an *Error with KindNotFound; execd v1.0.18 reports it as
+// 500 RUNTIME_ERROR "file not found", which is mapped to KindNotFound too.
+func (c *Client) Stat(ctx context.Context, t Target, p string) (FileInfo, error) {
+	resp, err := c.doOK(ctx, t, http.MethodGet, "/files/info", url.Values{"path": {p}}, nil, nil)
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) && e.Kind == KindExecd && e.Code == "RUNTIME_ERROR" && strings.Contains(e.Message, "file not found") {
+			e.Kind = KindNotFound
+		}
+		return FileInfo{}, err
+	}
+	var m map[string]FileInfo
+	if err := decodeJSON(resp, &m); err != nil {
+		return FileInfo{}, err
+	}
+	fi, ok := m[p]
+	if !ok {
+		return FileInfo{}, &Error{Kind: KindUnexpected, Message: "execd's file info did not name the requested path"}
+	}
+	return fi, nil
+}
+
+// Download calls GET /files/download?path=p, passing the Range and
+// conditional headers found in hdr. On 200 or 206 the caller owns the
+// response body; other statuses are returned as *Error.
+func (c *Client) Download(ctx context.Context, t Target, p string, hdr http.Header) (*http.Response, error) {
+	return c.doOK(ctx, t, http.MethodGet, "/files/download", url.Values{"path": {p}}, hdr, nil)
+}
+
+// Upload calls POST /files/upload with a multipart body already framed by
+// the caller (see UploadWriter). It returns nil on execd's empty 200.
+func (c *Client) Upload(ctx context.Context, t Target, contentType string, body io.Reader) error {
+	resp, err := c.doOK(ctx, t, http.MethodPost, "/files/upload", nil, http.Header{"Content-Type": {contentType}}, body)
+	if err != nil {
+		return err
+	}
+	drain(resp)
+	return nil
+}
+
+// DeleteFile calls DELETE /files?path=p. execd ignores a missing file and
+// answers 500 RUNTIME_ERROR for a directory (execd-wire.md §1.3).
+func (c *Client) DeleteFile(ctx context.Context, t Target, p string) error {
+	resp, err := c.doOK(ctx, t, http.MethodDelete, "/files", url.Values{"path": {p}}, nil, nil)
+	if err != nil {
+		return err
+	}
+	drain(resp)
+	return nil
+}
+
+// DeleteDirectory calls DELETE /directories?path=p (recursive; a missing
+// path succeeds).
+func (c *Client) DeleteDirectory(ctx context.Context, t Target, p string) error {
+	resp, err := c.doOK(ctx, t, http.MethodDelete, "/directories", url.Values{"path": {p}}, nil, nil)
+	if err != nil {
+		return err
+	}
+	drain(resp)
+	return nil
+}
+
+// ListDirectory calls GET /directories/list?path=&depth= (execd HEAD). When
+// execd has no such route (v1.0.18 answers gin's "404 page not found") it
+// falls back to GET /files/search?path=&pattern=*, which lists regular files
+// only, recursively; entries deeper than depth are dropped. A missing path is
+// KindNotFound, a path that is not a directory KindExecd with status 400.
+func (c *Client) ListDirectory(ctx context.Context, t Target, p string, depth int) ([]FileInfo, error) {
+	q := url.Values{"path": {p}, "depth": {strconv.Itoa(depth)}}
+	resp, err := c.doOK(ctx, t, http.MethodGet, "/directories/list", q, nil, nil)
+	var e *Error
+	if errors.As(err, &e) && e.Kind == KindNoRoute {
+		return c.searchFiles(ctx, t, p, depth)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var list []FileInfo
+	if err := decodeJSON(resp, &list); err != nil {
+		return nil, err
+	}
+	return list, nil
+}
+
+func (c *Client) searchFiles(ctx context.Context, t Target, dir string, depth int) ([]FileInfo, error) {
+	resp, err := c.doOK(ctx, t, http.MethodGet, "/files/search", url.Values{"path": {dir}, "pattern": {"*"}}, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	var all []FileInfo
+	if err := decodeJSON(resp, &all); err != nil {
+		return nil, err
+	}
+	prefix := strings.TrimRight(dir, "/") + "/"
+	out := all[:0]
+	for _, fi := range all {
+		rel, ok := strings.CutPrefix(fi.Path, prefix)
+		if !ok || strings.Count(rel, "/")+1 > depth {
+			continue
+		}
+		fi.Type = TypeFile
+		out = append(out, fi)
+	}
+	return out, nil
+}
+
+// CommandRequest is execd's RunCommandRequest (execd-wire.md §1.4).
+// Timeout is in milliseconds; 0 means none. GID needs UID.
+type CommandRequest struct {
+	Command    string            `json:"command"`
+	Cwd        string            `json:"cwd,omitempty"`
+	Background bool              `json:"background,omitempty"`
+	Timeout    int64             `json:"timeout,omitempty"`
+	UID        *uint32           `json:"uid,omitempty"`
+	GID        *uint32           `json:"gid,omitempty"`
+	Envs       map[string]string `json:"envs,omitempty"`
+}
+
+// Interrupt calls DELETE /command?id=: execd sends SIGTERM to the command's
+// process group and SIGKILL 3 s later. A client disconnect alone does not
+// stop a foreground command, so the gateway calls this when the SDK goes
+// away (execd-wire.md §1.4).
+func (c *Client) Interrupt(ctx context.Context, t Target, id string) error {
+	resp, err := c.doOK(ctx, t, http.MethodDelete, "/command", url.Values{"id": {id}}, nil, nil)
+	if err != nil {
+		return err
+	}
+	drain(resp)
+	return nil
+}
+
+// RunCommand calls POST /command and returns the event stream. Validation
+// failures (400 INVALID_REQUEST_BODY, e.g. a missing cwd) come back as *Error
+// before any event. The caller must Close the stream.
+func (c *Client) RunCommand(ctx context.Context, t Target, req CommandRequest) (*CommandStream, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, &Error{Kind: KindUnexpected, Message: "encoding the execd command failed"}
+	}
+	resp, err := c.doOK(ctx, t, http.MethodPost, "/command", nil, http.Header{"Content-Type": {"application/json"}}, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	return newCommandStream(resp.Body), nil
+}

@@ -1,0 +1,156 @@
+// Drives the official E2B JS SDK against a sandgate gateway and prints one JSON
+// object with what happened, for the Go integration tests and the demo.
+//
+//   node sdk.mjs <scenario>
+//
+// Environment:
+//   E2B_PACKAGE       the SDK package to load, e.g. e2b-2.51.0 (an npm alias in package.json)
+//   E2B_API_URL       the control-API stub that hands out tokens
+//   E2B_SANDBOX_URL   the gateway, http://127.0.0.1:<port>
+//   SANDBOX_ID        the sandbox to connect to
+//   SCENARIO_DIR      a directory (sandbox path) the scenario may use
+//   GO_FILE           a host path the "stream" scenario creates to let its command continue
+import { createHash, randomBytes } from 'node:crypto'
+import { writeFileSync } from 'node:fs'
+
+const pkg = process.env.E2B_PACKAGE || 'e2b-2.51.0'
+const e2b = await import(pkg)
+const { Sandbox } = e2b
+
+function describe(err) {
+  if (!err) return null
+  return { name: err.constructor?.name ?? 'Error', message: String(err.message ?? err), exitCode: err.exitCode }
+}
+
+async function attempt(fn) {
+  try {
+    return { ok: true, value: await fn() }
+  } catch (err) {
+    return { ok: false, error: describe(err), stdout: err?.stdout, stderr: err?.stderr }
+  }
+}
+
+const sha = (buf) => createHash('sha256').update(buf).digest('hex')
+
+async function connect() {
+  return Sandbox.connect(process.env.SANDBOX_ID, {
+    apiKey: 'e2b_sandgate_test',
+    apiUrl: process.env.E2B_API_URL,
+    sandboxUrl: process.env.E2B_SANDBOX_URL,
+  })
+}
+
+const dir = process.env.SCENARIO_DIR || '/home/user/scenario'
+
+const scenarios = {
+  // The README demo: a short session that shows each operation.
+  async demo(sbx) {
+    const out = {}
+    out.run = await sbx.commands.run('echo "hello from $(uname -s)"; echo to-stderr >&2')
+    out.write = await sbx.files.write(`${dir}/hello.txt`, 'hello world\n')
+    out.read = await sbx.files.read(`${dir}/hello.txt`)
+    out.list = (await sbx.files.list(dir)).map((e) => ({ name: e.name, type: e.type, size: e.size }))
+    await sbx.files.remove(`${dir}/hello.txt`)
+    out.listAfterRemove = (await sbx.files.list(dir)).map((e) => e.name)
+    return out
+  },
+
+  async run(sbx) {
+    return {
+      ok: await attempt(() => sbx.commands.run('echo hi')),
+      fail: await attempt(() => sbx.commands.run('echo out; echo err >&2; exit 3')),
+      exact: await attempt(() => sbx.commands.run(`printf 'a\\n\\nb'; printf 'x\\ny\\n' >&2`)),
+      envCwd: await attempt(() => sbx.commands.run('pwd; echo "$GREETING"', { cwd: dir, envs: { GREETING: "it's quoted" } })),
+      args: await attempt(() => sbx.commands.run(`printf '%s|' "one two" 'three'`)),
+    }
+  },
+
+  // Output must reach the SDK while the command runs: the command prints
+  // "first" and then waits until this script has seen it (it creates GO_FILE).
+  async stream(sbx) {
+    const seen = []
+    const go = process.env.GO_FILE
+    const result = await attempt(() =>
+      sbx.commands.run(`echo first; while [ ! -f '${go}' ]; do sleep 0.05; done; for i in 1 2 3; do echo tick$i; sleep 1; done`, {
+        timeoutMs: 30000,
+        onStdout: (data) => {
+          seen.push(data)
+          if (seen.join('').includes('first')) writeFileSync(go, 'go')
+        },
+      }),
+    )
+    return { result, chunks: seen }
+  },
+
+  // Start a long command, disconnect, and report; the Go test checks execd saw
+  // the command interrupted.
+  async abort(sbx) {
+    let started
+    const startedP = new Promise((r) => (started = r))
+    const handle = await sbx.commands.run('echo started; sleep 60; echo finished', {
+      background: true,
+      onStdout: (d) => { if (d.includes('started')) started() },
+    })
+    await startedP
+    await handle.disconnect()
+    return { pid: handle.pid }
+  },
+
+  async files(sbx) {
+    const out = {}
+    const big = randomBytes(5 * 1024 * 1024)
+    out.bigWrite = await attempt(() => sbx.files.write(`${dir}/big.bin`, big.buffer.slice(big.byteOffset, big.byteOffset + big.length)))
+    const back = await attempt(async () => Buffer.from(await sbx.files.read(`${dir}/big.bin`, { format: 'bytes' })))
+    out.bigRoundTrip = back.ok ? { sameSha: sha(back.value) === sha(big), size: back.value.length } : back
+    out.unicodeWrite = await attempt(() => sbx.files.write(`${dir}/ünï cødé/文件 1.txt`, 'unicode ✓'))
+    out.unicodeRead = await attempt(() => sbx.files.read(`${dir}/ünï cødé/文件 1.txt`))
+    out.multiWrite = await attempt(() =>
+      sbx.files.write([
+        { path: `${dir}/multi/a.txt`, data: 'A' },
+        { path: `${dir}/multi/sub/b.txt`, data: 'BB' },
+      ]),
+    )
+    const names = (l) => l.map((e) => `${e.type}:${e.path.slice(dir.length)}:${e.type === 'file' ? e.size : ''}`).sort()
+    out.list1 = await attempt(async () => names(await sbx.files.list(`${dir}/multi`)))
+    out.list2 = await attempt(async () => names(await sbx.files.list(`${dir}/multi`, { depth: 2 })))
+    out.entry = await attempt(async () => {
+      const [e] = (await sbx.files.list(`${dir}/multi`)).filter((x) => x.name === 'a.txt')
+      return { mode: e.mode, permissions: e.permissions, modifiedIsDate: e.modifiedTime instanceof Date, size: e.size }
+    })
+    out.readDir = await attempt(() => sbx.files.read(`${dir}/multi`))
+    out.readMissing = await attempt(() => sbx.files.read(`${dir}/nope.txt`))
+    out.listMissing = await attempt(() => sbx.files.list(`${dir}/nope`))
+    out.removeFile = await attempt(() => sbx.files.remove(`${dir}/multi/a.txt`))
+    out.removeDir = await attempt(() => sbx.files.remove(`${dir}/multi`))
+    out.listAfterRemove = await attempt(async () => names(await sbx.files.list(dir)))
+    out.removeMissing = await attempt(() => sbx.files.remove(`${dir}/never-existed`))
+    return out
+  },
+
+  async unsupported(sbx) {
+    return {
+      makeDir: await attempt(() => sbx.files.makeDir(`${dir}/newdir`)),
+      rename: await attempt(() => sbx.files.rename(`${dir}/a`, `${dir}/b`)),
+      listProcesses: await attempt(() => sbx.commands.list()),
+    }
+  },
+
+  // One call of each shape, for the error scenarios (bad token, disabled
+  // credential, wrong sandbox, unknown cluster).
+  async denied(sbx) {
+    return {
+      run: await attempt(() => sbx.commands.run('echo should-not-run')),
+      list: await attempt(() => sbx.files.list(dir)),
+      read: await attempt(() => sbx.files.read(`${dir}/x.txt`)),
+    }
+  },
+}
+
+const name = process.argv[2]
+if (!scenarios[name]) {
+  console.error(`unknown scenario ${name}; one of ${Object.keys(scenarios).join(', ')}`)
+  process.exit(2)
+}
+const sbx = await connect()
+const result = await scenarios[name](sbx)
+console.log(JSON.stringify({ package: pkg, scenario: name, result }))

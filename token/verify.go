@@ -1,0 +1,272 @@
+package token
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+const (
+	// MaxTokenLength is the longest raw token Verify will parse, in bytes
+	// (8 KiB); longer input fails with ErrMalformed before any decoding.
+	MaxTokenLength = 8 << 10
+
+	// MaxLeeway is the largest clock-skew allowance NewVerifier accepts
+	// (5 minutes).
+	MaxLeeway = 5 * time.Minute
+
+	// MaxIDLength bounds credential_id and sandbox_id, in bytes (253, the
+	// DNS-name limit also used for credential IDs).
+	MaxIDLength = 253
+)
+
+// Claim names of the token claims set (see the package documentation).
+const (
+	// ClaimCredentialID names the required JSON string claim holding the
+	// resource credential ID (Target.CredentialID).
+	ClaimCredentialID = "credential_id"
+	// ClaimSandboxID names the required JSON string claim holding the
+	// sandbox ID (Target.SandboxID).
+	ClaimSandboxID = "sandbox_id"
+	// ClaimPort names the required JSON number claim holding the logical
+	// in-sandbox port (Target.Port, 1..65535; 49983 for envd).
+	ClaimPort = "port"
+)
+
+// Target is what a verified token authorises: the resource credential to
+// route by (CredentialID, from the "credential_id" claim), the sandbox
+// (SandboxID, "sandbox_id") and the logical in-sandbox port (Port, "port",
+// 1..65535, normally 49983 for envd).
+type Target struct {
+	// CredentialID is the resource credential ID (1..MaxIDLength bytes).
+	CredentialID string
+	// SandboxID is the sandbox ID (1..MaxIDLength bytes).
+	SandboxID string
+	// Port is the logical in-sandbox port, 1..65535.
+	Port int
+}
+
+// validate applies the claim rules of the package documentation.
+func (t Target) validate() error {
+	switch {
+	case t.CredentialID == "":
+		return fmt.Errorf("%s is empty", ClaimCredentialID)
+	case len(t.CredentialID) > MaxIDLength:
+		return fmt.Errorf("%s is longer than %d bytes", ClaimCredentialID, MaxIDLength)
+	case t.SandboxID == "":
+		return fmt.Errorf("%s is empty", ClaimSandboxID)
+	case len(t.SandboxID) > MaxIDLength:
+		return fmt.Errorf("%s is longer than %d bytes", ClaimSandboxID, MaxIDLength)
+	case t.Port < 1 || t.Port > 65535:
+		return fmt.Errorf("%s is outside 1..65535", ClaimPort)
+	}
+	return nil
+}
+
+// Verifier checks tokens against a fixed set of keys. It is safe for
+// concurrent use; build it with NewVerifier.
+type Verifier struct {
+	keys   map[string]*verifierKey
+	single *verifierKey // set iff exactly one key: selected when "kid" is absent
+	leeway time.Duration
+	header *jwt.Parser // decodes the header to pick the key; verifies nothing
+
+	// now is the clock used for exp/nbf; tests replace it.
+	now func() time.Time
+}
+
+type verifierKey struct {
+	key    Key
+	parser *jwt.Parser // pinned to key.Algorithm via jwt.WithValidMethods
+}
+
+// NewVerifier returns a Verifier that accepts tokens signed by any of keys.
+//
+// keys must be non-empty with unique, non-empty IDs, and each key's material
+// must fit its Algorithm (keys from LoadKey or SigningKey.Public do). leeway
+// is the clock-skew allowance applied to exp and nbf, 0..MaxLeeway. Errors
+// wrap ErrInvalidConfig (bad set or leeway) or ErrInvalidKey (a key that does
+// not fit its Algorithm) and name key IDs, never key material.
+func NewVerifier(keys []Key, leeway time.Duration) (*Verifier, error) {
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("%w: no keys", ErrInvalidConfig)
+	}
+	if leeway < 0 || leeway > MaxLeeway {
+		return nil, fmt.Errorf("%w: leeway %s is outside 0..%s", ErrInvalidConfig, leeway, MaxLeeway)
+	}
+	v := &Verifier{
+		keys:   make(map[string]*verifierKey, len(keys)),
+		leeway: leeway,
+		header: jwt.NewParser(jwt.WithJSONNumber()),
+		now:    time.Now,
+	}
+	timeFunc := func() time.Time { return v.now() }
+	for i, k := range keys {
+		if _, err := checkVerifyMaterial(k); err != nil {
+			return nil, fmt.Errorf("%w: keys[%d] (kid %q): %s", ErrInvalidKey, i, k.ID, err.Error())
+		}
+		if _, dup := v.keys[k.ID]; dup {
+			return nil, fmt.Errorf("%w: duplicate key ID %q", ErrInvalidConfig, k.ID)
+		}
+		kc := k
+		if s, ok := k.material.([]byte); ok {
+			kc.material = append([]byte(nil), s...)
+		}
+		v.keys[k.ID] = &verifierKey{
+			key: kc,
+			parser: jwt.NewParser(
+				jwt.WithValidMethods([]string{k.Algorithm}),
+				jwt.WithExpirationRequired(),
+				jwt.WithLeeway(leeway),
+				jwt.WithTimeFunc(timeFunc),
+				jwt.WithJSONNumber(),
+			),
+		}
+	}
+	if len(v.keys) == 1 {
+		for _, vk := range v.keys {
+			v.single = vk
+		}
+	}
+	return v, nil
+}
+
+// Verify checks raw (the X-Access-Token value, at most MaxTokenLength bytes)
+// and returns the Target it authorises.
+//
+// Steps: length check; header decode; key selection by "kid" (a missing kid
+// selects the only key when exactly one is configured); the header "alg"
+// must equal the selected key's Algorithm; signature verification by
+// golang-jwt pinned to that algorithm; exp (required) and nbf (optional)
+// checked against the clock with the configured leeway; then credential_id,
+// sandbox_id and port are read. The returned error matches exactly one of
+// ErrMalformed, ErrUnknownKey, ErrAlgorithm, ErrSignature, ErrExpired,
+// ErrNotYetValid and ErrClaims, and never contains the token.
+func (v *Verifier) Verify(raw string) (Target, error) {
+	if raw == "" {
+		return Target{}, fmt.Errorf("%w: empty token", ErrMalformed)
+	}
+	if len(raw) > MaxTokenLength {
+		return Target{}, fmt.Errorf("%w: token longer than %d bytes", ErrMalformed, MaxTokenLength)
+	}
+
+	// Phase 1: decode (without trusting) the header to select the key.
+	unverified, _, err := v.header.ParseUnverified(raw, jwt.MapClaims{})
+	if err != nil {
+		if errors.Is(err, jwt.ErrTokenUnverifiable) {
+			return Target{}, fmt.Errorf("%w: missing or unsupported alg header", ErrAlgorithm)
+		}
+		return Target{}, fmt.Errorf("%w: not a compact JWS with JSON header and claims", ErrMalformed)
+	}
+	if _, ok := unverified.Header["crit"]; ok {
+		return Target{}, fmt.Errorf("%w: crit header is not supported", ErrMalformed)
+	}
+	vk, err := v.selectKey(unverified.Header)
+	if err != nil {
+		return Target{}, err
+	}
+	if alg, _ := unverified.Header["alg"].(string); alg != vk.key.Algorithm {
+		return Target{}, fmt.Errorf("%w: key %q is pinned to %s", ErrAlgorithm, vk.key.ID, vk.key.Algorithm)
+	}
+
+	// Phase 2: verify signature and registered claims with the pinned key.
+	claims := jwt.MapClaims{}
+	_, err = vk.parser.ParseWithClaims(raw, claims, func(t *jwt.Token) (any, error) {
+		if t.Method == nil || t.Method.Alg() != vk.key.Algorithm {
+			return nil, ErrAlgorithm
+		}
+		if kid, ok := t.Header["kid"]; ok && kid != vk.key.ID {
+			return nil, ErrUnknownKey
+		}
+		return vk.key.material, nil
+	})
+	if err != nil {
+		return Target{}, v.mapError(vk, err)
+	}
+
+	// Phase 3: the sandgate claims.
+	t, err := targetFromClaims(claims)
+	if err != nil {
+		return Target{}, fmt.Errorf("%w: %s", ErrClaims, err.Error())
+	}
+	return t, nil
+}
+
+func (v *Verifier) selectKey(header map[string]any) (*verifierKey, error) {
+	rawKid, present := header["kid"]
+	if !present {
+		if v.single != nil {
+			return v.single, nil
+		}
+		return nil, fmt.Errorf("%w: token has no kid and %d keys are configured", ErrUnknownKey, len(v.keys))
+	}
+	kid, ok := rawKid.(string)
+	if !ok {
+		return nil, fmt.Errorf("%w: kid header is not a string", ErrMalformed)
+	}
+	vk, ok := v.keys[kid]
+	if !ok {
+		return nil, fmt.Errorf("%w: no key with the token's kid", ErrUnknownKey)
+	}
+	return vk, nil
+}
+
+// mapError turns a golang-jwt error into exactly one sentinel of this
+// package. The jwt error itself is not wrapped, so no detail from the token
+// leaks into the message.
+func (v *Verifier) mapError(vk *verifierKey, err error) error {
+	switch {
+	case errors.Is(err, ErrAlgorithm):
+		return fmt.Errorf("%w: key %q is pinned to %s", ErrAlgorithm, vk.key.ID, vk.key.Algorithm)
+	case errors.Is(err, ErrUnknownKey):
+		return fmt.Errorf("%w: no key with the token's kid", ErrUnknownKey)
+	case errors.Is(err, jwt.ErrTokenMalformed):
+		return fmt.Errorf("%w: undecodable token", ErrMalformed)
+	case errors.Is(err, jwt.ErrTokenUnverifiable):
+		return fmt.Errorf("%w: unsupported alg", ErrAlgorithm)
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
+		return fmt.Errorf("%w: signature does not verify with key %q", ErrSignature, vk.key.ID)
+	case errors.Is(err, jwt.ErrInvalidType):
+		return fmt.Errorf("%w: exp or nbf is not a NumericDate", ErrClaims)
+	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
+		return fmt.Errorf("%w: exp is missing", ErrClaims)
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return fmt.Errorf("%w: exp is past (leeway %s)", ErrExpired, v.leeway)
+	case errors.Is(err, jwt.ErrTokenNotValidYet):
+		return fmt.Errorf("%w: nbf is in the future (leeway %s)", ErrNotYetValid, v.leeway)
+	case errors.Is(err, jwt.ErrTokenInvalidClaims):
+		return fmt.Errorf("%w: registered claims rejected", ErrClaims)
+	default:
+		return fmt.Errorf("%w: token rejected", ErrMalformed)
+	}
+}
+
+// targetFromClaims reads and range-checks the three sandgate claims. The
+// claims were decoded with json.Number, so "port" must be a JSON number
+// holding an integer.
+func targetFromClaims(c jwt.MapClaims) (Target, error) {
+	var t Target
+	var ok bool
+	if t.CredentialID, ok = c[ClaimCredentialID].(string); !ok {
+		return Target{}, fmt.Errorf("%s is missing or not a string", ClaimCredentialID)
+	}
+	if t.SandboxID, ok = c[ClaimSandboxID].(string); !ok {
+		return Target{}, fmt.Errorf("%s is missing or not a string", ClaimSandboxID)
+	}
+	n, ok := c[ClaimPort].(json.Number)
+	if !ok {
+		return Target{}, fmt.Errorf("%s is missing or not a number", ClaimPort)
+	}
+	p, err := n.Int64()
+	if err != nil || p < 1 || p > 65535 {
+		return Target{}, fmt.Errorf("%s is not an integer in 1..65535", ClaimPort)
+	}
+	t.Port = int(p)
+	if err := t.validate(); err != nil {
+		return Target{}, err
+	}
+	return t, nil
+}
