@@ -1,0 +1,105 @@
+// Command demo runs the README's main job: the gateway built from
+// xcaddy.toml (bin/caddy) with Caddyfile.example as is, a local fixed entry
+// with an execd stand-in behind it, a control-API stub, and a short session
+// of the official E2B JS SDK through the gateway on :30083, printing what it
+// did.
+//
+// Usage (from the repository root, after `make build` and `npm ci` in
+// integration/js; `make demo` does all three):
+//
+//	go run ./integration/cmd/demo
+//
+// Everything listens on 127.0.0.1: the gateway on 30083, the fixed entry on
+// 30090, the control API on 30084. It exits 1 with the reason if a piece
+// fails.
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/sandgate/sandgate/integration/harness"
+)
+
+const sandboxID = "sbxdemo"
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	root, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	caddyfile, err := os.ReadFile(filepath.Join(root, "Caddyfile.example"))
+	if err != nil {
+		return fmt.Errorf("run the demo from the repository root: %w", err)
+	}
+	var gatewayLog bytes.Buffer
+	env, err := harness.Start(harness.Config{
+		RepoRoot:        root,
+		Caddyfile:       string(caddyfile),
+		KeyFile:         filepath.Join(root, "integration/demo/token-hmac.key"),
+		KeyID:           "demo",
+		CredentialsFile: filepath.Join(root, "integration/demo/credentials.yaml"),
+		Grants:          map[string]harness.Grant{sandboxID: {CredentialID: "demo-credential"}},
+		Sandboxes:       []string{sandboxID},
+		GatewayAddr:     "127.0.0.1:30083",
+		FixedEntryAddr:  "127.0.0.1:30090",
+		ControlAddr:     "127.0.0.1:30084",
+		Env:             []string{"SANDGATE_BIND=127.0.0.1"},
+		Stderr:          &gatewayLog,
+	})
+	if err != nil {
+		return fmt.Errorf("%w\ngateway log:\n%s", err, gatewayLog.String())
+	}
+	defer env.Close()
+
+	fmt.Println("sandgate demo")
+	fmt.Println("  gateway (bin/caddy, Caddyfile.example): http://127.0.0.1:30083")
+	fmt.Println("  fixed entry + OpenSandbox Ingress stand-in (URI mode): " + env.FixedEntry)
+	fmt.Println("  control API stub (hands out tokens):    " + env.Control)
+	fmt.Println("  sandbox " + sandboxID + " → cluster demo-cluster → execd stand-in")
+	fmt.Println()
+
+	cmd := exec.Command("node", "sdk.mjs", "demo")
+	cmd.Dir = filepath.Join(root, "integration/js")
+	cmd.Env = append(os.Environ(), "E2B_PACKAGE=e2b-2.51.0", "E2B_API_URL="+env.Control,
+		"E2B_SANDBOX_URL="+env.Gateway, "SANDBOX_ID="+sandboxID, "SCENARIO_DIR=/home/user/demo")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("the E2B SDK session failed: %w\ngateway log:\n%s", err, gatewayLog.String())
+	}
+	var res struct {
+		Package string `json:"package"`
+		Result  struct {
+			Run             json.RawMessage `json:"run"`
+			Write           json.RawMessage `json:"write"`
+			Read            json.RawMessage `json:"read"`
+			List            json.RawMessage `json:"list"`
+			ListAfterRemove json.RawMessage `json:"listAfterRemove"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(out), &res); err != nil {
+		return fmt.Errorf("the SDK session printed %q: %w", out, err)
+	}
+	fmt.Printf("E2B JS SDK %s, Sandbox.connect(%q) through the gateway:\n", strings.TrimPrefix(res.Package, "e2b-"), sandboxID)
+	fmt.Printf("  commands.run(`echo \"hello from $(uname -s)\"; echo to-stderr >&2`)\n    → %s\n", res.Result.Run)
+	fmt.Printf("  files.write('/home/user/demo/hello.txt', 'hello world\\n')\n    → %s\n", res.Result.Write)
+	fmt.Printf("  files.read('/home/user/demo/hello.txt')\n    → %s\n", res.Result.Read)
+	fmt.Printf("  files.list('/home/user/demo')\n    → %s\n", res.Result.List)
+	fmt.Printf("  files.remove('/home/user/demo/hello.txt'); files.list('/home/user/demo')\n    → %s\n", res.Result.ListAfterRemove)
+	fmt.Println()
+	fmt.Println("gateway log lines: " + fmt.Sprint(strings.Count(gatewayLog.String(), "\n")))
+	return nil
+}

@@ -1,0 +1,365 @@
+// Package fixedentry is an in-process stand-in for a compute cluster's
+// "fixed entry" with the Alibaba OpenSandbox Ingress (opensandbox/ingress
+// v1.0.7, unchanged at the reference snapshot) behind it, running in URI
+// mode: a request for /<sandbox-id>/<port>/<path>?<query> is reverse-proxied
+// to http://<pod IP>:<port>/<path>?<query>.
+//
+// No registry serves the ingress, so this package reproduces what
+// /work/shared/reference/execd-wire.md §2.2, §2.4 and §2.6 measured on the
+// real program, byte for byte where the reference gives bytes: path parsing
+// on the decoded path, prefix stripping with the query untouched, the
+// headers it deletes and adds, immediate flushing of text/event-stream, and
+// the text/plain "OpenSandbox Ingress: ..." errors. Where the reference is
+// silent, the ingress source was followed (re-implemented, not copied):
+// requests pass through a net/http ServeMux exactly as in the ingress's
+// main.go, so unclean paths such as "/sbx/44772//x" get the mux's 307
+// redirect to the cleaned path, and /status.ok answers 200 "OK"; a panic
+// in the proxy (notably http.ErrAbortHandler when an upstream body breaks
+// mid-copy) is recovered and answered with http.Error(panic text, 502),
+// which after a committed response only appends the text to the body.
+//
+// Not emulated: header mode, OSEP-0011 signed routes and secure sandboxes
+// (every sandbox is treated as not secure, so signed-looking paths parse
+// as legacy paths, which is what the ingress does for non-secure
+// sandboxes), the "ambiguous sandbox id" case, renew-intent publishing,
+// and the gorilla WebSocket relay of §2.5 (upgrade requests are tunnelled
+// by httputil.ReverseProxy with all headers, whatever their Connection
+// header).
+package fixedentry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Header names the ingress handles (execd-wire.md §2.2).
+const (
+	// IngressToHeader is the header-mode route header; URI mode deletes it
+	// from proxied requests.
+	IngressToHeader = "OpenSandbox-Ingress-To"
+	// SecureAccessHeader carries a secure-access token; it is deleted from
+	// proxied requests.
+	SecureAccessHeader = "OpenSandbox-Secure-Access"
+	// PoweredByHeader is added to every proxied response with the value
+	// PoweredByValue (the ingress spells it Reverse-Proxy-Server-PowerBy;
+	// this is its canonical wire form).
+	PoweredByHeader = "Reverse-Proxy-Server-Powerby"
+	// PoweredByValue is the value of PoweredByHeader.
+	PoweredByValue = "OpenSandbox-ingress"
+	// EndpointsAnnotation is the BatchSandbox annotation the real ingress
+	// reads the pod IP from; it appears in the missing-endpoint error.
+	EndpointsAnnotation = "sandbox.opensandbox.io/endpoints"
+)
+
+// Sandbox is what the ingress knows about one sandbox (a BatchSandbox in
+// the real cluster, §2.4).
+type Sandbox struct {
+	// Ready reports status.ready >= 1. A not-ready sandbox gets 503
+	// "sandbox not ready: <ns>/<id> (ready: 0/1)".
+	Ready bool
+	// Endpoint is the pod IP from the endpoints annotation, e.g.
+	// "127.0.0.1"; "" stands for a missing annotation (503).
+	Endpoint string
+	// Ports optionally maps a logical port of the URI (e.g. 44772) to the
+	// "host:port" actually dialled, because stand-in servers listen on
+	// ephemeral loopback ports. The upstream Host header is still
+	// "<Endpoint>:<logical port>", as the real ingress sends. Ports not in
+	// the map are dialled at Endpoint:port.
+	Ports map[int]string
+	// Namespace of the BatchSandbox, used in error texts; "" = "default".
+	Namespace string
+}
+
+// Request is one request as the ingress received it, for test assertions.
+type Request struct {
+	// Method is the request method.
+	Method string
+	// RequestURI is the request target exactly as on the request line.
+	RequestURI string
+	// Path is the decoded URL path (what the route is parsed from).
+	Path string
+	// RawPath is the escaped form of the URL path.
+	RawPath string
+	// RawQuery is the query string without '?'.
+	RawQuery string
+	// Host is the Host header as received.
+	Host string
+	// Header is a copy of the request headers as received, before the
+	// ingress deleted or added any.
+	Header http.Header
+	// SandboxID and Port are the parsed route; zero values when the route
+	// did not parse.
+	SandboxID string
+	// Port is the logical port of the route.
+	Port int
+	// UpstreamPath is the path sent upstream; "" if not proxied.
+	UpstreamPath string
+	// UpstreamHost is the Host header sent upstream; "" if not proxied.
+	UpstreamHost string
+	// Status is the status code the ingress answered with (0 if the
+	// handler wrote nothing, e.g. after a panic before any write).
+	Status int
+}
+
+// Ingress is the fixed entry + OpenSandbox Ingress stand-in. It is an
+// http.Handler; serve it on 127.0.0.1. The zero value is not usable; call
+// New.
+type Ingress struct {
+	mu        sync.Mutex
+	sandboxes map[string]Sandbox
+	reqs      []Request
+
+	mux       *http.ServeMux
+	transport *http.Transport
+	proxy     *httputil.ReverseProxy
+}
+
+type ctxKey struct{}
+
+// upstream is the per-request routing decision handed from the handler to
+// the ReverseProxy Director.
+type upstream struct {
+	dial string
+	host string
+	idx  int
+}
+
+// New returns an Ingress with no sandboxes.
+func New() *Ingress {
+	in := &Ingress{sandboxes: map[string]Sandbox{}}
+	in.transport = http.DefaultTransport.(*http.Transport).Clone()
+	in.proxy = &httputil.ReverseProxy{
+		Director: func(req *http.Request) {
+			up, _ := req.Context().Value(ctxKey{}).(*upstream)
+			req.URL.Scheme = "http"
+			if up != nil {
+				req.URL.Host = up.dial
+				req.Host = up.host
+			}
+			req.Header.Del(IngressToHeader)
+		},
+		ModifyResponse: func(res *http.Response) error {
+			res.Header.Add(PoweredByHeader, PoweredByValue)
+			return nil
+		},
+		Transport: in.transport,
+		ErrorLog:  log.New(io.Discard, "", 0),
+	}
+	in.mux = http.NewServeMux()
+	in.mux.Handle("/", http.HandlerFunc(in.serveProxy))
+	in.mux.HandleFunc("/status.ok", func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("OK"))
+	})
+	return in
+}
+
+// SetSandbox adds or replaces sandbox id.
+func (in *Ingress) SetSandbox(id string, s Sandbox) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.sandboxes[id] = s
+}
+
+// RemoveSandbox forgets sandbox id; later requests for it get 404.
+func (in *Ingress) RemoveSandbox(id string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	delete(in.sandboxes, id)
+}
+
+// Requests returns a copy of every request received so far, in arrival
+// order.
+func (in *Ingress) Requests() []Request {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	out := make([]Request, len(in.reqs))
+	for i, r := range in.reqs {
+		r.Header = r.Header.Clone()
+		out[i] = r
+	}
+	return out
+}
+
+// ResetRequests clears the request log.
+func (in *Ingress) ResetRequests() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.reqs = nil
+}
+
+// CloseIdleConnections closes idle upstream connections.
+func (in *Ingress) CloseIdleConnections() { in.transport.CloseIdleConnections() }
+
+// statusWriter records the status code; Unwrap lets http.ResponseController
+// (used by ReverseProxy for flushing and upgrades) reach the real writer.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+// WriteHeader records the final status. A second final status is dropped
+// here instead of by net/http (which would only log "superfluous
+// response.WriteHeader call"); 1xx statuses pass through.
+func (sw *statusWriter) WriteHeader(code int) {
+	if code >= 200 {
+		if sw.status != 0 {
+			return
+		}
+		sw.status = code
+	}
+	sw.ResponseWriter.WriteHeader(code)
+}
+
+func (sw *statusWriter) Write(p []byte) (int, error) {
+	if sw.status == 0 {
+		sw.status = http.StatusOK
+	}
+	return sw.ResponseWriter.Write(p)
+}
+
+func (sw *statusWriter) Unwrap() http.ResponseWriter { return sw.ResponseWriter }
+
+// ServeHTTP logs the request, then serves it through a ServeMux with the
+// ingress's two handlers: /status.ok and the proxy on "/".
+func (in *Ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	in.mu.Lock()
+	idx := len(in.reqs)
+	in.reqs = append(in.reqs, Request{
+		Method: r.Method, RequestURI: r.RequestURI, Path: r.URL.Path, RawPath: r.URL.EscapedPath(),
+		RawQuery: r.URL.RawQuery, Host: r.Host, Header: r.Header.Clone(),
+	})
+	in.mu.Unlock()
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		in.mu.Lock()
+		in.reqs[idx].Status = sw.status
+		in.mu.Unlock()
+	}()
+	up := &upstream{idx: idx}
+	in.mux.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), ctxKey{}, up)))
+}
+
+// ingressError answers like the ingress: text/plain via http.Error with
+// the body "OpenSandbox Ingress: <err>\n" (§2.6).
+func ingressError(w http.ResponseWriter, err error, status int) {
+	http.Error(w, fmt.Sprintf("OpenSandbox Ingress: %v", err), status)
+}
+
+var (
+	errNotFound = errors.New("sandbox not found")
+	errNotReady = errors.New("sandbox not ready")
+)
+
+// serveProxy is the ingress proxy handler (§2.2, §2.6): route parse errors
+// are 400 "invalid ingress route: ...", an unknown sandbox 404, a not-ready
+// sandbox or one without endpoint 503; otherwise the request goes upstream
+// with its path replaced, query/method/body/other headers untouched, Host
+// set to "<endpoint>:<port>", OpenSandbox-Ingress-To and
+// OpenSandbox-Secure-Access deleted and X-Forwarded-For appended. An
+// unreachable upstream is ReverseProxy's bare 502 with an empty body.
+func (in *Ingress) serveProxy(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if rcv := recover(); rcv != nil {
+			text := fmt.Sprintf("%v", rcv)
+			if err, ok := rcv.(error); ok {
+				text = err.Error()
+			}
+			http.Error(w, text, http.StatusBadGateway)
+		}
+	}()
+	up, _ := r.Context().Value(ctxKey{}).(*upstream)
+
+	if r.URL == nil || r.URL.Path == "" {
+		ingressError(w, errors.New("missing URI path"), http.StatusBadRequest)
+		return
+	}
+	id, port, upPath, err := ParseRoute(r.URL.Path)
+	if err != nil {
+		ingressError(w, fmt.Errorf("invalid ingress route: %w", err), http.StatusBadRequest)
+		return
+	}
+	in.mu.Lock()
+	sb, ok := in.sandboxes[id]
+	if up != nil {
+		in.reqs[up.idx].SandboxID, in.reqs[up.idx].Port = id, port
+	}
+	in.mu.Unlock()
+	ns := sb.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	switch {
+	case !ok:
+		ingressError(w, fmt.Errorf("%w: %s", errNotFound, id), http.StatusNotFound)
+		return
+	case !sb.Ready:
+		ingressError(w, fmt.Errorf("%w: %s/%s (ready: 0/1)", errNotReady, ns, id), http.StatusServiceUnavailable)
+		return
+	case sb.Endpoint == "":
+		ingressError(w, fmt.Errorf("%w: %s/%s: missing %s annotation", errNotReady, ns, id, EndpointsAnnotation), http.StatusServiceUnavailable)
+		return
+	}
+
+	target := fmt.Sprintf("%s:%d", sb.Endpoint, port)
+	dial := target
+	if d, ok := sb.Ports[port]; ok {
+		dial = d
+	}
+	r.URL.Path = upPath
+	r.Host = target
+	r.URL.Host = target
+	r.Header.Del(IngressToHeader)
+	r.Header.Del(SecureAccessHeader)
+	if up != nil {
+		up.dial, up.host = dial, target
+		in.mu.Lock()
+		in.reqs[up.idx].UpstreamPath, in.reqs[up.idx].UpstreamHost = upPath, target
+		in.mu.Unlock()
+	}
+	in.proxy.ServeHTTP(w, r)
+}
+
+// ParseRoute parses a decoded URI-mode path the way the ingress's legacy
+// parser does (§2.2): the leading "/" is trimmed and the rest split with
+// SplitN(path, "/", 3) into id, port and rest; id must be non-empty; port
+// must be decimal 1–65535 without leading zeros (strconv.Atoi, so "+80" is
+// accepted, as in the ingress); the upstream path is "/"+rest, or "/" when
+// rest is empty or absent. The error texts are the ingress's.
+func ParseRoute(p string) (id string, port int, upstreamPath string, err error) {
+	parts := strings.SplitN(strings.TrimPrefix(p, "/"), "/", 3)
+	if len(parts) < 2 {
+		return "", 0, "", fmt.Errorf("invalid URI path format: expected '/<sandbox-id>/<sandbox-port>/<path-to-request>', got: %s", p)
+	}
+	if parts[0] == "" {
+		return "", 0, "", errors.New("missing sandbox-id or sandbox-port in URI path")
+	}
+	port, err = parsePort(parts[1])
+	if err != nil {
+		return "", 0, "", fmt.Errorf("invalid port format: %w", err)
+	}
+	upstreamPath = "/"
+	if len(parts) == 3 && parts[2] != "" {
+		upstreamPath = "/" + parts[2]
+	}
+	return parts[0], port, upstreamPath, nil
+}
+
+func parsePort(s string) (int, error) {
+	if len(s) > 1 && s[0] == '0' {
+		return 0, errors.New("port must not have leading zeros")
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 65535 {
+		return 0, fmt.Errorf("invalid port %q", s)
+	}
+	return n, nil
+}

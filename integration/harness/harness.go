@@ -1,0 +1,364 @@
+// Package harness starts the real processes and the stand-ins of an E2B
+// data-plane session on loopback: the built gateway (bin/caddy) with a
+// Caddyfile, a fixed entry with the OpenSandbox Ingress in URI mode, an execd
+// behind it, and a control-API stub that hands the SDK tokens minted with the
+// gateway's key. The integration tests and the README demo share it.
+package harness
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandgate/sandgate/integration/controlapi"
+	"github.com/sandgate/sandgate/integration/execdstub"
+	"github.com/sandgate/sandgate/integration/fixedentry"
+	"github.com/sandgate/sandgate/token"
+)
+
+// Grant says what token the control API hands out for one sandbox ID.
+type Grant struct {
+	// CredentialID is the token's credential_id claim.
+	CredentialID string
+	// SandboxID is the token's sandbox_id claim; empty means the sandbox
+	// asked for.
+	SandboxID string
+	// Key is the signing key; nil means the harness's primary key.
+	Key *token.SigningKey
+	// TTL is the token lifetime; 0 means one hour; negative gives an
+	// expired token.
+	TTL time.Duration
+}
+
+// Config describes one environment.
+type Config struct {
+	// RepoRoot is the repository root (bin/caddy, integration/js).
+	RepoRoot string
+	// Caddyfile is the gateway configuration. The placeholders
+	// {{ADDR}} (gateway listen address), {{ADMIN}}, {{KEY}} (primary HMAC
+	// key file), {{CREDENTIALS}} (credentials file) and {{FIXED_ENTRY}}
+	// (fixed entry URL) are replaced. Empty means DefaultCaddyfile.
+	Caddyfile string
+	// Credentials is the content of the credentials file.
+	Credentials string
+	// CredentialsFile, when set, is used instead of writing Credentials.
+	CredentialsFile string
+	// KeyFile and KeyID, when set, name the HMAC (HS256) key the control
+	// API signs with instead of a generated one.
+	KeyFile string
+	KeyID   string
+	// Grants maps sandbox IDs to the tokens the control API hands out.
+	Grants map[string]Grant
+	// Sandboxes are the sandbox IDs the fixed entry knows and routes to the
+	// execd stand-in.
+	Sandboxes []string
+	// ExecdVersion selects the execd stand-in's behaviour (HEAD, v1.0.18).
+	ExecdVersion string
+	// GatewayAddr is the gateway's listen address; empty picks a free
+	// loopback port.
+	GatewayAddr string
+	// FixedEntryAddr is the fixed entry's listen address; empty picks a
+	// free loopback port.
+	FixedEntryAddr string
+	// ControlAddr is the control API's address; empty picks a free port.
+	ControlAddr string
+	// Env is added to the gateway's environment.
+	Env []string
+	// Stderr receives the gateway's log; nil discards it.
+	Stderr io.Writer
+}
+
+// DefaultCaddyfile is a loopback gateway in the shape of Caddyfile.example.
+const DefaultCaddyfile = `{
+	admin {{ADMIN}}
+	auto_https off
+	persist_config off
+	sandgate {
+		token_key primary HS256 {{KEY}}
+		credentials file {{CREDENTIALS}}
+		cluster cluster-a {{FIXED_ENTRY}}
+	}
+}
+
+http://{{ADDR}} {
+	e2b_dataplane {
+		home_dir /home/user
+		user root 0 0 /root
+		transport http {
+			dial_timeout 3s
+			response_header_timeout 30s
+		}
+	}
+}
+`
+
+// Env is a running environment. Close stops everything.
+type Env struct {
+	// Root is the host directory that stands for the sandbox's "/".
+	Root string
+	// Dir is a scratch directory for the test.
+	Dir        string
+	Execd      *execdstub.Server
+	Ingress    *fixedentry.Ingress
+	FixedEntry string
+	Control    string
+	Gateway    string
+	Admin      string
+	KeyFile    string
+	CredFile   string
+	Key        token.SigningKey
+
+	cmd     *exec.Cmd
+	servers []*http.Server
+	waitErr chan error
+	once    sync.Once
+}
+
+// Start builds nothing: bin/caddy must exist (make build). It returns an
+// error naming the piece that failed to start.
+func Start(cfg Config) (_ *Env, err error) {
+	dir, err := os.MkdirTemp("", "sandgate-env-")
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{Dir: dir, Root: filepath.Join(dir, "sandbox"), waitErr: make(chan error, 1)}
+	defer func() {
+		if err != nil {
+			e.Close()
+		}
+	}()
+	for _, d := range []string{"home/user", "root", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(e.Root, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+
+	// Key and credentials.
+	kid := cfg.KeyID
+	e.KeyFile = cfg.KeyFile
+	if e.KeyFile == "" {
+		e.KeyFile, kid = filepath.Join(dir, "primary.key"), "primary"
+		secret := make([]byte, 32)
+		_, _ = rand.Read(secret)
+		if err := os.WriteFile(e.KeyFile, []byte(hex.EncodeToString(secret)), 0o600); err != nil {
+			return nil, err
+		}
+	}
+	if e.Key, err = token.LoadSigningKey(kid, "HS256", e.KeyFile); err != nil {
+		return nil, err
+	}
+	e.CredFile = cfg.CredentialsFile
+	if e.CredFile == "" {
+		e.CredFile = filepath.Join(dir, "credentials.yaml")
+		if err := os.WriteFile(e.CredFile, []byte(cfg.Credentials), 0o600); err != nil {
+			return nil, err
+		}
+	}
+
+	// execd behind the fixed entry.
+	e.Execd = execdstub.New(execdstub.Config{Root: e.Root, GracefulShutdown: 50 * time.Millisecond, Version: cfg.ExecdVersion})
+	execdAddr, err := e.serve("127.0.0.1:0", e.Execd)
+	if err != nil {
+		return nil, fmt.Errorf("execd stand-in: %w", err)
+	}
+	e.Ingress = fixedentry.New()
+	for _, id := range cfg.Sandboxes {
+		e.Ingress.SetSandbox(id, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1", Namespace: "default",
+			Ports: map[int]string{44772: execdAddr}})
+	}
+	feAddr, err := e.serve(orLoopback(cfg.FixedEntryAddr), e.Ingress)
+	if err != nil {
+		return nil, fmt.Errorf("fixed entry stand-in: %w", err)
+	}
+	e.FixedEntry = "http://" + feAddr
+
+	ctl := &controlapi.Server{CreateID: firstOr(cfg.Sandboxes, "sbxlocal1"), Token: func(id string) (string, error) {
+		g, ok := cfg.Grants[id]
+		if !ok {
+			return "", errors.New("no grant")
+		}
+		return e.Mint(id, g)
+	}}
+	ctlAddr, err := e.serve(orLoopback(cfg.ControlAddr), ctl)
+	if err != nil {
+		return nil, fmt.Errorf("control API stub: %w", err)
+	}
+	e.Control = "http://" + ctlAddr
+
+	// The gateway.
+	gwAddr := cfg.GatewayAddr
+	if gwAddr == "" {
+		if gwAddr, err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	adminAddr, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	e.Gateway, e.Admin = "http://"+gwAddr, adminAddr
+	caddyfile := cfg.Caddyfile
+	if caddyfile == "" {
+		caddyfile = DefaultCaddyfile
+	}
+	caddyfile = strings.NewReplacer("{{ADDR}}", gwAddr, "{{ADMIN}}", adminAddr, "{{KEY}}", e.KeyFile,
+		"{{CREDENTIALS}}", e.CredFile, "{{FIXED_ENTRY}}", e.FixedEntry).Replace(caddyfile)
+	cfPath := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(cfPath, []byte(caddyfile), 0o600); err != nil {
+		return nil, err
+	}
+	if err := e.startGateway(cfg, cfPath); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// CaddyBinary returns the path of the built gateway.
+func CaddyBinary(repoRoot string) string { return filepath.Join(repoRoot, "bin", "caddy") }
+
+func (e *Env) startGateway(cfg Config, cfPath string) error {
+	bin := CaddyBinary(cfg.RepoRoot)
+	if _, err := os.Stat(bin); err != nil {
+		return fmt.Errorf("the gateway binary %s is missing; run `make build` first", bin)
+	}
+	e.cmd = exec.Command(bin, "run", "--config", cfPath, "--adapter", "caddyfile")
+	e.cmd.Dir = cfg.RepoRoot
+	e.cmd.Env = append(append(os.Environ(), "HOME="+e.Dir, "XDG_DATA_HOME="+e.Dir, "XDG_CONFIG_HOME="+e.Dir), cfg.Env...)
+	e.cmd.Stdout = cfg.Stderr
+	e.cmd.Stderr = cfg.Stderr
+	if err := e.cmd.Start(); err != nil {
+		return fmt.Errorf("starting the gateway: %w", err)
+	}
+	go func() { e.waitErr <- e.cmd.Wait() }()
+	// Wait until the gateway answers, or exits.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", strings.TrimPrefix(e.Gateway, "http://"), time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case err := <-e.waitErr:
+			e.waitErr <- err
+			return fmt.Errorf("the gateway exited while starting: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the gateway did not start listening within 30s")
+		}
+	}
+}
+
+// PID returns the gateway's process ID.
+func (e *Env) PID() int { return e.cmd.Process.Pid }
+
+// Mint returns a token for sandbox id as g describes.
+func (e *Env) Mint(id string, g Grant) (string, error) {
+	key := e.Key
+	if g.Key != nil {
+		key = *g.Key
+	}
+	sbx := g.SandboxID
+	if sbx == "" {
+		sbx = id
+	}
+	ttl := g.TTL
+	now := time.Now()
+	if ttl == 0 {
+		ttl = time.Hour
+	}
+	if ttl < 0 {
+		now = now.Add(ttl - time.Minute)
+		ttl = time.Second
+	}
+	return key.Mint(token.Target{CredentialID: g.CredentialID, SandboxID: sbx, Port: 49983}, ttl, now)
+}
+
+// Reload posts a new Caddyfile to the gateway's admin API (caddy reload).
+func (e *Env) Reload(ctx context.Context, caddyfile string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+e.Admin+"/load", strings.NewReader(caddyfile))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "text/caddyfile")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("reload: HTTP %d: %s", resp.StatusCode, b)
+	}
+	return nil
+}
+
+// Close stops the gateway and the stand-ins and removes the directories.
+func (e *Env) Close() {
+	e.once.Do(func() {
+		if e.cmd != nil && e.cmd.Process != nil {
+			_ = e.cmd.Process.Signal(os.Interrupt)
+			select {
+			case <-e.waitErr:
+			case <-time.After(10 * time.Second):
+				_ = e.cmd.Process.Kill()
+				<-e.waitErr
+			}
+		}
+		for _, s := range e.servers {
+			_ = s.Close()
+		}
+		if e.Execd != nil {
+			e.Execd.Close()
+		}
+		_ = os.RemoveAll(e.Dir)
+	})
+}
+
+func (e *Env) serve(addr string, h http.Handler) (string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	s := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	e.servers = append(e.servers, s)
+	go func() { _ = s.Serve(ln) }()
+	return ln.Addr().String(), nil
+}
+
+func orLoopback(addr string) string {
+	if addr == "" {
+		return "127.0.0.1:0"
+	}
+	return addr
+}
+
+func firstOr(s []string, def string) string {
+	if len(s) > 0 {
+		return s[0]
+	}
+	return def
+}
+
+// freePort returns a loopback address with a port that was free a moment
+// ago.
+func freePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
