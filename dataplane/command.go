@@ -35,16 +35,31 @@ func newMarker() string {
 	return "__sandgate_eof_" + hex.EncodeToString(b[:]) + "__"
 }
 
-// wrapCommand appends to line a marker printed on stdout and on stderr
-// after the command, keeping its exit status. execd reports output line by
-// line without terminators and flushes a partial last line at exit
-// (execd-wire.md §1.4), so without the marker "b" and "b\n" look alike; with
-// it, a last line without a newline arrives as "b<marker>" and one with a
-// newline as "b" then "<marker>". The marker is printed by bash's builtin
-// printf, so it needs nothing in the sandbox image.
+// wrapCommand wraps the SDK's command line for execd, which runs the
+// result as bash -c <string> (execd-wire.md §1.4):
+//
+//   - After the command, a marker is printed on stdout and on stderr. execd
+//     reports output line by line without terminators and flushes a partial
+//     last line at exit, so "b" and "b\n" would look alike; with the marker,
+//     a last line without a newline arrives as "b<marker>", one with a
+//     newline as "b" then "<marker>". bash's builtin printf needs nothing in
+//     the sandbox image.
+//   - The command's stderr is kept on fd 2 while the wrapping shell's own
+//     stderr is silenced, so bash's "Killed" job notice never reaches the
+//     SDK.
+//   - When the command died of SIGHUP, SIGINT, SIGKILL, SIGPIPE, SIGALRM or
+//     SIGTERM (exit status 128+n), the wrapping shell kills itself with the
+//     same signal, so execd reports the signal and the SDK sees envd's
+//     exitCode -1 and "signal: killed". A command that exits 128+n on
+//     purpose is reported as that signal too; other signals (those that dump
+//     core or stop) are reported as exit status 128+n.
+//   - The exit status is otherwise kept.
 func wrapCommand(line, marker string) string {
-	return line + "; __sandgate_rc=$?; printf '%s\\n' " + shellQuote(marker) +
-		"; printf '%s\\n' " + shellQuote(marker) + " >&2; exit $__sandgate_rc"
+	m := shellQuote(marker)
+	return "{ " + line + " 2>&3 3>&-; } 3>&2 2>/dev/null; __sandgate_rc=$?; " +
+		"printf '%s\\n' " + m + "; printf '%s\\n' " + m + " >&2; " +
+		"case $__sandgate_rc in 129|130|137|141|142|143) kill -$((__sandgate_rc-128)) $$;; esac; " +
+		"exit $__sandgate_rc"
 }
 
 // outputStream restores the exact bytes of one output stream (stdout or
