@@ -114,6 +114,11 @@ func (h *Handler) remove(w http.ResponseWriter, r *http.Request, rq *request) *E
 			err = h.deps.Execd.DeleteDirectory(r.Context(), rq.target, p)
 		} else {
 			err = h.deps.Execd.DeleteFile(r.Context(), rq.target, p)
+			// execd v1.0.18 reports no type; its file delete refuses a
+			// directory, which then takes the directory delete.
+			if fi.Type == "" && isDirectoryError(err) {
+				err = h.deps.Execd.DeleteDirectory(r.Context(), rq.target, p)
+			}
 		}
 		if err != nil {
 			return fromExecd(err, "remove "+p)

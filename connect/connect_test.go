@@ -1,0 +1,130 @@
+package connect
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
+
+func TestEnvelopeRoundTrip(t *testing.T) {
+	var b []byte
+	b = AppendEnvelope(b, 0, []byte(`{"a":1}`))
+	b = AppendEnvelope(b, FlagEndStream, []byte(`{}`))
+	if !bytes.Equal(b[:5], []byte{0, 0, 0, 0, 7}) {
+		t.Fatalf("prefix % x", b[:5])
+	}
+	r := bytes.NewReader(b)
+	f, p, err := ReadEnvelope(r, 100)
+	if err != nil || f != 0 || string(p) != `{"a":1}` {
+		t.Fatalf("%v %v %q", err, f, p)
+	}
+	f, p, err = ReadEnvelope(r, 100)
+	if err != nil || f != FlagEndStream || string(p) != `{}` {
+		t.Fatalf("%v %v %q", err, f, p)
+	}
+	if _, _, err := ReadEnvelope(r, 100); !errors.Is(err, io.EOF) {
+		t.Fatalf("end: %v", err)
+	}
+}
+
+func TestReadEnvelopeErrors(t *testing.T) {
+	msg := AppendEnvelope(nil, 0, []byte(`{"x":true}`))
+	cases := []struct {
+		name string
+		in   []byte
+		want error
+	}{
+		{"compressed", AppendEnvelope(nil, FlagCompressed, []byte(`{}`)), ErrCompressed},
+		{"too large", []byte{0, 0, 0, 1, 0}, ErrTooLarge},
+		{"short header", []byte{0, 0}, ErrTruncated},
+		{"short payload", msg[:8], ErrTruncated},
+		{"empty", nil, ErrTruncated},
+		{"end-stream instead of a message", AppendEnvelope(nil, FlagEndStream, []byte(`{}`)), ErrTruncated},
+		{"trailing bytes", append(append([]byte{}, msg...), 0), ErrTrailing},
+	}
+	for _, tc := range cases {
+		if _, err := ReadSingleEnvelope(bytes.NewReader(tc.in), 64); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	if p, err := ReadSingleEnvelope(bytes.NewReader(msg), 64); err != nil || string(p) != `{"x":true}` {
+		t.Fatalf("valid: %v %q", err, p)
+	}
+}
+
+func TestHTTPStatus(t *testing.T) {
+	want := map[Code]int{Canceled: 499, Unknown: 500, InvalidArgument: 400, DeadlineExceeded: 504, NotFound: 404,
+		AlreadyExists: 409, PermissionDenied: 403, ResourceExhausted: 429, FailedPrecondition: 400, Aborted: 409,
+		OutOfRange: 400, Unimplemented: 501, Internal: 500, Unavailable: 503, DataLoss: 500, Unauthenticated: 401}
+	for c, s := range want {
+		if c.HTTPStatus() != s {
+			t.Errorf("%s: %d, want %d", c, c.HTTPStatus(), s)
+		}
+	}
+}
+
+func TestStreamWriter(t *testing.T) {
+	rec := httptest.NewRecorder()
+	sw := NewStreamWriter(rec)
+	if err := sw.Send(map[string]int{"n": 1}); err != nil {
+		t.Fatal(err)
+	}
+	if !rec.Flushed {
+		t.Fatal("Send did not flush")
+	}
+	_ = sw.Close(&Error{Code: Unavailable, Message: "gone"})
+	_ = sw.Close(nil) // ignored
+	_ = sw.Send("late")
+	if rec.Code != 200 || rec.Header().Get("Content-Type") != ContentTypeStreamJSON {
+		t.Fatalf("%d %v", rec.Code, rec.Header())
+	}
+	r := bytes.NewReader(rec.Body.Bytes())
+	_, p, _ := ReadEnvelope(r, 1<<10)
+	f, end, _ := ReadEnvelope(r, 1<<10)
+	if string(p) != `{"n":1}` || f != FlagEndStream || string(end) != `{"error":{"code":"unavailable","message":"gone"}}` {
+		t.Fatalf("%q %q", p, end)
+	}
+	if r.Len() != 0 {
+		t.Fatal("data after end-stream")
+	}
+}
+
+func TestUnaryWriters(t *testing.T) {
+	rec := httptest.NewRecorder()
+	WriteUnaryError(rec, Error{Code: NotFound, Message: "nope"})
+	if rec.Code != 404 || rec.Header().Get("Content-Type") != "application/json" || rec.Body.String() != `{"code":"not_found","message":"nope"}` {
+		t.Fatalf("%d %q", rec.Code, rec.Body)
+	}
+	rec = httptest.NewRecorder()
+	_ = WriteUnary(rec, struct{}{})
+	if rec.Code != http.StatusOK || rec.Body.String() != `{}` {
+		t.Fatalf("%d %q", rec.Code, rec.Body)
+	}
+}
+
+// FuzzReadEnvelope: the decoder never panics, never returns more than the
+// limit, and a payload it accepts re-encodes to the bytes it read.
+func FuzzReadEnvelope(f *testing.F) {
+	f.Add(AppendEnvelope(nil, 0, []byte(`{"process":{"cmd":"ls"}}`)))
+	f.Add([]byte{2, 0, 0, 0, 2, '{', '}'})
+	f.Add([]byte{0, 255, 255, 255, 255})
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		payload, err := ReadSingleEnvelope(bytes.NewReader(in), 1<<10)
+		if err != nil {
+			return
+		}
+		if len(payload) > 1<<10 {
+			t.Fatalf("payload %d bytes over the limit", len(payload))
+		}
+		if !bytes.Equal(AppendEnvelope(nil, 0, payload), in) {
+			t.Fatalf("accepted %x but it does not re-encode", in)
+		}
+		var v any
+		_ = json.Unmarshal(payload, &v)
+	})
+}

@@ -1,0 +1,279 @@
+package dataplane
+
+import (
+	"bytes"
+	"compress/gzip"
+	"crypto/rand"
+	"encoding/json"
+	"mime/multipart"
+	"net/http"
+	"net/textproto"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/sandgate/sandgate/integration/execdstub"
+)
+
+type restErr struct {
+	Code    int
+	Message string
+}
+
+func decodeRESTError(t *testing.T, b []byte) restErr {
+	t.Helper()
+	var e restErr
+	if err := json.Unmarshal(b, &e); err != nil {
+		t.Fatalf("REST error body %q: %v", b, err)
+	}
+	return e
+}
+
+func TestFilesRead(t *testing.T) {
+	e := newTestEnv(t)
+	e.writeFile("/home/user/dir/hello.txt", "hello world")
+	if err := os.MkdirAll(e.hostPath("/home/user/dir/sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("relative path against home", func(t *testing.T) {
+		resp, body := e.do(e.request(http.MethodGet, "/files?path=dir/hello.txt", nil))
+		if resp.StatusCode != 200 || string(body) != "hello world" || resp.Header.Get("Content-Length") != "11" {
+			t.Fatalf("status %d body %q headers %v", resp.StatusCode, body, resp.Header)
+		}
+	})
+	t.Run("range", func(t *testing.T) {
+		req := e.request(http.MethodGet, "/files?path=/home/user/dir/hello.txt", nil)
+		req.Header.Set("Range", "bytes=0-4")
+		resp, body := e.do(req)
+		if resp.StatusCode != 206 || string(body) != "hello" || resp.Header.Get("Content-Range") != "bytes 0-4/11" {
+			t.Fatalf("status %d body %q headers %v", resp.StatusCode, body, resp.Header)
+		}
+	})
+	t.Run("directory", func(t *testing.T) {
+		resp, body := e.do(e.request(http.MethodGet, "/files?path=/home/user/dir/sub", nil))
+		re := decodeRESTError(t, body)
+		if resp.StatusCode != 400 || re.Code != 400 || re.Message != "IS_A_DIRECTORY: path '/home/user/dir/sub' is a directory" {
+			t.Fatalf("status %d body %s", resp.StatusCode, body)
+		}
+		if ct := resp.Header.Get("Content-Type"); ct != "application/json; charset=utf-8" {
+			t.Fatalf("content type %q", ct)
+		}
+	})
+	t.Run("missing", func(t *testing.T) {
+		resp, body := e.do(e.request(http.MethodGet, "/files?path=/home/user/nope", nil))
+		re := decodeRESTError(t, body)
+		if resp.StatusCode != 404 || re.Code != 404 || re.Message != "FILE_NOT_FOUND: path '/home/user/nope' does not exist" {
+			t.Fatalf("status %d body %s", resp.StatusCode, body)
+		}
+	})
+	t.Run("no path", func(t *testing.T) {
+		resp, body := e.do(e.request(http.MethodGet, "/files", nil))
+		if resp.StatusCode != 400 || decodeRESTError(t, body).Code != 400 {
+			t.Fatalf("status %d body %s", resp.StatusCode, body)
+		}
+	})
+	t.Run("unknown user", func(t *testing.T) {
+		resp, body := e.do(e.request(http.MethodGet, "/files?path=dir/hello.txt&username=nobody", nil))
+		if resp.StatusCode != 400 || !strings.HasPrefix(decodeRESTError(t, body).Message, "USER_UNKNOWN: ") {
+			t.Fatalf("status %d body %s", resp.StatusCode, body)
+		}
+	})
+	t.Run("user home", func(t *testing.T) {
+		e.writeFile("/root/secret.txt", "root's")
+		resp, body := e.do(e.request(http.MethodGet, "/files?path=secret.txt&username=root", nil))
+		if resp.StatusCode != 200 || string(body) != "root's" {
+			t.Fatalf("status %d body %q", resp.StatusCode, body)
+		}
+	})
+}
+
+// TestFilesReadExecd1018: execd v1.0.18 reports a missing path as 500
+// RUNTIME_ERROR; it is still a 404 for the SDK.
+func TestFilesReadExecd1018(t *testing.T) {
+	e := newTestEnv(t, func(_ *Config, x *execdstub.Config) { x.Version = execdstub.Version1018 })
+	resp, body := e.do(e.request(http.MethodGet, "/files?path=/home/user/nope", nil))
+	if resp.StatusCode != 404 || decodeRESTError(t, body).Code != 404 {
+		t.Fatalf("status %d body %s", resp.StatusCode, body)
+	}
+}
+
+// multipartBody builds a write request body; each file part's filename is
+// written raw into Content-Disposition, as the SDKs do.
+func multipartBody(t *testing.T, files [][2]string) (string, []byte) {
+	t.Helper()
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	for _, f := range files {
+		h := textproto.MIMEHeader{}
+		h.Set("Content-Disposition", `form-data; name="file"; filename="`+f[0]+`"`)
+		h.Set("Content-Type", "application/octet-stream")
+		w, err := mw.CreatePart(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = w.Write([]byte(f[1]))
+	}
+	_ = mw.Close()
+	return mw.FormDataContentType(), buf.Bytes()
+}
+
+func TestFilesWrite(t *testing.T) {
+	e := newTestEnv(t)
+	write := func(query, ctype string, body []byte, hdr map[string]string) (*http.Response, []byte) {
+		req := e.request(http.MethodPost, "/files"+query, bytes.NewReader(body))
+		req.Header.Set("Content-Type", ctype)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		return e.do(req)
+	}
+	readBack := func(p string) string {
+		b, err := os.ReadFile(e.hostPath(p))
+		if err != nil {
+			t.Fatalf("reading back %s: %v", p, err)
+		}
+		return string(b)
+	}
+
+	t.Run("single file, path in query", func(t *testing.T) {
+		ct, body := multipartBody(t, [][2]string{{"/home/user/dir/hello.txt", "hello"}})
+		resp, out := write("?path=/home/user/dir/hello.txt", ct, body, nil)
+		if resp.StatusCode != 200 || string(out) != `[{"name":"hello.txt","type":"file","path":"/home/user/dir/hello.txt"}]`+"\n" {
+			t.Fatalf("status %d body %q", resp.StatusCode, out)
+		}
+		if readBack("/home/user/dir/hello.txt") != "hello" {
+			t.Fatal("content")
+		}
+		fi, _ := os.Stat(e.hostPath("/home/user/dir/hello.txt"))
+		if fi.Mode().Perm() != 0o644 {
+			t.Fatalf("mode %v, want 0644 as envd writes", fi.Mode())
+		}
+	})
+	t.Run("several files, full paths in filenames, unicode and relative", func(t *testing.T) {
+		ct, body := multipartBody(t, [][2]string{{"/home/user/m/a.txt", "A"}, {"rel/ünï cødé/文件.txt", "B"}})
+		resp, out := write("", ct, body, nil)
+		var infos []map[string]string
+		if err := json.Unmarshal(out, &infos); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("status %d body %q", resp.StatusCode, out)
+		}
+		want := []map[string]string{{"name": "a.txt", "type": "file", "path": "/home/user/m/a.txt"},
+			{"name": "文件.txt", "type": "file", "path": "/home/user/rel/ünï cødé/文件.txt"}}
+		got, _ := json.Marshal(infos)
+		exp, _ := json.Marshal(want)
+		if string(got) != string(exp) {
+			t.Fatalf("infos %s, want %s", got, exp)
+		}
+		if readBack("/home/user/m/a.txt") != "A" || readBack("/home/user/rel/ünï cødé/文件.txt") != "B" {
+			t.Fatal("content")
+		}
+	})
+	t.Run("octet-stream", func(t *testing.T) {
+		resp, out := write("?path=oct.bin", "application/octet-stream", []byte{0, 1, 2, 255}, nil)
+		if resp.StatusCode != 200 || readBack("/home/user/oct.bin") != "\x00\x01\x02\xff" {
+			t.Fatalf("status %d body %q", resp.StatusCode, out)
+		}
+	})
+	t.Run("octet-stream gzip", func(t *testing.T) {
+		var gz bytes.Buffer
+		zw := gzip.NewWriter(&gz)
+		_, _ = zw.Write([]byte(strings.Repeat("zip", 1000)))
+		_ = zw.Close()
+		resp, out := write("?path=z.txt", "application/octet-stream", gz.Bytes(), map[string]string{"Content-Encoding": "gzip"})
+		if resp.StatusCode != 200 || readBack("/home/user/z.txt") != strings.Repeat("zip", 1000) {
+			t.Fatalf("status %d body %q", resp.StatusCode, out)
+		}
+	})
+
+	// Refused writes: a clear 400 and nothing written.
+	bad := []struct {
+		name, query, ctype string
+		body               []byte
+		hdr                map[string]string
+	}{
+		{"duplicate paths", "", "", nil, nil},
+		{"no file part", "", "", nil, nil},
+		{"file part without filename or path", "", "", nil, nil},
+		{"octet-stream without path", "", "application/octet-stream", []byte("x"), nil},
+		{"bad gzip", "?path=bad.gz", "application/octet-stream", []byte("not gzip"), map[string]string{"Content-Encoding": "gzip"}},
+		{"unsupported encoding", "?path=br.bin", "application/octet-stream", []byte("x"), map[string]string{"Content-Encoding": "br"}},
+		{"unsupported content type", "?path=x.json", "application/json", []byte("{}"), nil},
+		{"broken multipart", "", "multipart/form-data; boundary=zzz", []byte("--zzz\r\nnot a part"), nil},
+	}
+	bad[0].ctype, bad[0].body = multipartBody(t, [][2]string{{"/home/user/dup.txt", "1"}, {"/home/user/dup.txt", "2"}})
+	{
+		var buf bytes.Buffer
+		mw := multipart.NewWriter(&buf)
+		_ = mw.WriteField("other", "x")
+		_ = mw.Close()
+		bad[1].ctype, bad[1].body = mw.FormDataContentType(), buf.Bytes()
+	}
+	bad[2].ctype, bad[2].body = multipartBody(t, [][2]string{{"", "x"}})
+	for _, tc := range bad {
+		t.Run("refused: "+tc.name, func(t *testing.T) {
+			before := e.ingress.Requests()
+			resp, out := write(tc.query, tc.ctype, tc.body, tc.hdr)
+			re := decodeRESTError(t, out)
+			if resp.StatusCode != 400 || re.Code != 400 || !strings.HasPrefix(re.Message, "BAD_REQUEST: ") {
+				t.Fatalf("status %d body %s", resp.StatusCode, out)
+			}
+			if _, err := os.Stat(e.hostPath("/home/user/dup.txt")); err == nil {
+				t.Fatal("a refused write wrote a file")
+			}
+			for _, r := range e.ingress.Requests()[len(before):] {
+				if r.UpstreamPath == "/files/upload" && r.Status == 200 {
+					t.Fatalf("execd accepted an upload for a refused write: %+v", r)
+				}
+			}
+		})
+	}
+}
+
+// TestFilesWriteLarge streams 64 MiB through the gateway; the upload is
+// piped, never buffered (the 1 GiB figure is in docs/benchmarks.md).
+func TestFilesWriteLarge(t *testing.T) {
+	e := newTestEnv(t)
+	data := make([]byte, 64<<20)
+	_, _ = rand.Read(data)
+	req := e.request(http.MethodPost, "/files?path=/home/user/big.bin", bytes.NewReader(data))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, out := e.do(req)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d body %s", resp.StatusCode, out)
+	}
+	got, err := os.ReadFile(e.hostPath("/home/user/big.bin"))
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("content differs (err %v)", err)
+	}
+	resp, body := e.do(e.request(http.MethodGet, "/files?path=/home/user/big.bin", nil))
+	if resp.StatusCode != 200 || !bytes.Equal(body, data) {
+		t.Fatalf("download differs: status %d, %d bytes", resp.StatusCode, len(body))
+	}
+}
+
+func TestFilesDelete(t *testing.T) {
+	e := newTestEnv(t)
+	e.writeFile("/home/user/del.txt", "x")
+	if err := os.MkdirAll(e.hostPath("/home/user/adir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	resp, body := e.do(e.request(http.MethodDelete, "/files?path=del.txt", nil))
+	if resp.StatusCode != 200 || len(body) != 0 {
+		t.Fatalf("status %d body %q", resp.StatusCode, body)
+	}
+	if _, err := os.Stat(e.hostPath("/home/user/del.txt")); !os.IsNotExist(err) {
+		t.Fatal("file still there")
+	}
+	resp, body = e.do(e.request(http.MethodDelete, "/files?path=missing.txt", nil))
+	if resp.StatusCode != 200 {
+		t.Fatalf("missing file: status %d body %q", resp.StatusCode, body)
+	}
+	resp, body = e.do(e.request(http.MethodDelete, "/files?path=adir", nil))
+	if resp.StatusCode != 400 || decodeRESTError(t, body).Message != "IS_A_DIRECTORY: path '/home/user/adir' is a directory" {
+		t.Fatalf("directory: status %d body %s", resp.StatusCode, body)
+	}
+	if _, err := os.Stat(e.hostPath("/home/user/adir")); err != nil {
+		t.Fatal("directory was removed by a file delete")
+	}
+}
+

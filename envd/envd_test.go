@@ -1,0 +1,95 @@
+package envd
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestDecodeStartRequestPythonAndJS(t *testing.T) {
+	python := "{\n  \"process\": {\n    \"cmd\": \"/bin/bash\",\n    \"args\": [\n      \"-l\",\n      \"-c\",\n      \"echo hi\"\n    ],\n    \"envs\": {\n      \"A\": \"1\"\n    },\n    \"cwd\": \"/tmp\"\n  },\n  \"stdin\": false\n}"
+	js := `{"process":{"cmd":"/bin/bash","args":["-l","-c","echo hi"],"envs":{"A":"1"},"cwd":"/tmp"},"stdin":false,"newField":1}`
+	for _, in := range []string{python, js} {
+		r, err := DecodeStartRequest([]byte(in))
+		if err != nil || r.Process.Cmd != "/bin/bash" || len(r.Process.Args) != 3 || r.Process.Envs["A"] != "1" || *r.Process.Cwd != "/tmp" || *r.Stdin {
+			t.Fatalf("%v %+v", err, r)
+		}
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	for _, in := range []string{``, `   `, `{`, `[]`, `{"process":null}`, `{"process":{"cmd":""}}`, `{"process":{"cmd":1}}`} {
+		if _, err := DecodeStartRequest([]byte(in)); !errors.Is(err, ErrBadRequest) {
+			t.Errorf("start %q: %v", in, err)
+		}
+	}
+	for _, in := range []string{`{}`, `{"path":""}`, `{"path":"/a","depth":-1}`, `{"path":"/a","depth":1.5}`, `{"path":"/a","depth":"4294967296"}`} {
+		if _, err := DecodeListDirRequest([]byte(in)); !errors.Is(err, ErrBadRequest) {
+			t.Errorf("listdir %q: %v", in, err)
+		}
+	}
+	r, err := DecodeListDirRequest([]byte(`{"path":"/a","depth":"2"}`))
+	if err != nil || r.Depth != 2 {
+		t.Fatalf("depth as string: %v %+v", err, r)
+	}
+	r, _ = DecodeListDirRequest([]byte(`{"path":"/a"}`))
+	if r.Depth != 1 {
+		t.Fatalf("default depth %d", r.Depth)
+	}
+	if _, err := DecodeRemoveRequest([]byte(`{}`)); !errors.Is(err, ErrBadRequest) {
+		t.Fatal("remove without path")
+	}
+}
+
+func TestEncodings(t *testing.T) {
+	ts := Timestamp(time.Date(2026, 11, 29, 15, 5, 23, 775000000, time.FixedZone("x", 3600)))
+	e := EntryInfo{Name: "a", Type: FileTypeFile, Path: "/a", Size: 11, Mode: 0o644, Permissions: Permissions(0o644, false), ModifiedTime: &ts}
+	b, _ := json.Marshal(e)
+	want := `{"name":"a","type":"FILE_TYPE_FILE","path":"/a","size":"11","mode":420,"permissions":"-rw-r--r--","modifiedTime":"2026-11-29T14:05:23.775Z"}`
+	if string(b) != want {
+		t.Fatalf("%s\nwant %s", b, want)
+	}
+	for _, c := range []struct {
+		t    time.Time
+		want string
+	}{
+		{time.Unix(0, 0), `"1970-01-01T00:00:00Z"`},
+		{time.Unix(0, 1000), `"1970-01-01T00:00:00.000001Z"`},
+		{time.Unix(0, 1), `"1970-01-01T00:00:00.000000001Z"`},
+	} {
+		if b, _ := json.Marshal(Timestamp(c.t)); string(b) != c.want {
+			t.Errorf("%v: %s", c.t, b)
+		}
+	}
+	if Permissions(0o755, true) != "drwxr-xr-x" {
+		t.Fatal(Permissions(0o755, true))
+	}
+	b, _ = json.Marshal(StartResponse{Event: ProcessEvent{Data: &DataEvent{Stdout: []byte("hi\n")}}})
+	if string(b) != `{"event":{"data":{"stdout":"aGkK"}}}` {
+		t.Fatal(string(b))
+	}
+	b, _ = json.Marshal(StartResponse{Event: ProcessEvent{End: &EndEvent{Exited: true, Status: "exit status 0"}}})
+	if string(b) != `{"event":{"end":{"exited":true,"status":"exit status 0"}}}` {
+		t.Fatal(string(b))
+	}
+}
+
+// FuzzDecodeRequests: the request decoders never panic; an accepted Start
+// has a command, an accepted ListDir a path and a positive depth.
+func FuzzDecodeRequests(f *testing.F) {
+	for _, s := range []string{`{"process":{"cmd":"ls","args":["-l"]}}`, `{"path":"/","depth":2}`, `{"path":"x"}`, `null`, `{"process":{"cmd":"a","cwd":null}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		if r, err := DecodeStartRequest(in); err == nil && (r.Process == nil || r.Process.Cmd == "") {
+			t.Fatalf("accepted start without cmd: %q", in)
+		}
+		if r, err := DecodeListDirRequest(in); err == nil && (r.Path == "" || r.Depth == 0) {
+			t.Fatalf("accepted listdir %+v from %q", r, in)
+		}
+		if r, err := DecodeRemoveRequest(in); err == nil && r.Path == "" {
+			t.Fatalf("accepted remove without path: %q", in)
+		}
+	})
+}

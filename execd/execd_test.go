@@ -1,0 +1,111 @@
+package execd
+
+import (
+	"errors"
+	"io"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+func TestTargetURL(t *testing.T) {
+	fe, _ := url.Parse("http://10.0.0.5:8080/prefix/")
+	u := Target{FixedEntry: fe, SandboxID: "sbx1"}.URL("/files/info", url.Values{"path": {"/home/user/a b?c"}})
+	if u.String() != "http://10.0.0.5:8080/prefix/sbx1/44772/files/info?path=%2Fhome%2Fuser%2Fa+b%3Fc" {
+		t.Fatal(u)
+	}
+}
+
+// TestClassify pins how each documented answer of the ingress and of execd
+// is recognised (execd-wire.md §1.2, §1.3, §2.6).
+func TestClassify(t *testing.T) {
+	cases := []struct {
+		status int
+		body   string
+		kind   Kind
+		code   string
+	}{
+		{404, "OpenSandbox Ingress: sandbox not found: nosuch\n", KindSandboxNotFound, ""},
+		{503, "OpenSandbox Ingress: sandbox not ready: default/sbx (ready: 0/1)\n", KindSandboxNotReady, ""},
+		{503, "OpenSandbox Ingress: sandbox not ready: default/sbx: missing sandbox.opensandbox.io/endpoints annotation\n", KindSandboxNotReady, ""},
+		{400, "OpenSandbox Ingress: invalid ingress route: invalid port format: invalid port \"abc\"\n", KindBadRoute, ""},
+		{502, "OpenSandbox Ingress: ambiguous sandbox id sbx\n", KindSandboxUnreachable, ""},
+		{502, "", KindSandboxUnreachable, ""},
+		{401, `{"error":"Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN"}`, KindUnauthorized, ""},
+		{404, "404 page not found", KindNoRoute, ""},
+		{404, `{"code":"FILE_NOT_FOUND","message":"file not found"}`, KindNotFound, "FILE_NOT_FOUND"},
+		{400, `{"code":"INVALID_REQUEST_BODY","message":"bad"}`, KindExecd, "INVALID_REQUEST_BODY"},
+		{500, `{"code":"RUNTIME_ERROR","message":"boom"}`, KindExecd, "RUNTIME_ERROR"},
+		{500, "<html>", KindUnexpected, ""},
+	}
+	for _, tc := range cases {
+		e := classify(tc.status, []byte(tc.body))
+		if e.Kind != tc.kind || e.Code != tc.code || e.Status != tc.status {
+			t.Errorf("%d %q: %+v", tc.status, tc.body, e)
+		}
+	}
+}
+
+func TestCommandStream(t *testing.T) {
+	body := `{"type":"init","text":"abc","timestamp":1}
+
+{"type":"ping","text":"pong"}
+
+data: {"type":"stdout","text":"hi"}
+
+{"type":"stderr","text":"\n"}
+
+{"type":"error","error":{"ename":"CommandExecError","evalue":"3","traceback":["exit status 3"]}}
+
+`
+	s := NewCommandStream(io.NopCloser(strings.NewReader(body)))
+	var types []string
+	for {
+		ev, err := s.Next()
+		if errors.Is(err, ErrStreamEnded) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		types = append(types, ev.Type+":"+ev.Text)
+		if ev.Terminal() {
+			if code, ok := ev.ExitCode(); !ok || code != 3 {
+				t.Fatalf("exit %d %v", code, ok)
+			}
+		}
+	}
+	if strings.Join(types, ",") != "init:abc,ping:pong,stdout:hi,stderr:\n,error:" {
+		t.Fatalf("%q", types)
+	}
+	bad := NewCommandStream(io.NopCloser(strings.NewReader("{not json}\n\n")))
+	var xe *Error
+	if _, err := bad.Next(); !errors.As(err, &xe) || xe.Kind != KindUnexpected {
+		t.Fatalf("bad event: %v", err)
+	}
+	long := NewCommandStream(io.NopCloser(strings.NewReader(`{"type":"stdout","text":"` + strings.Repeat("a", maxEventLine) + `"}`)))
+	if _, err := long.Next(); !errors.As(err, &xe) || xe.Kind != KindUnexpected {
+		t.Fatalf("oversized event: %v", err)
+	}
+}
+
+func TestExitCode(t *testing.T) {
+	if c, ok := (Event{Type: EventExecutionComplete}).ExitCode(); !ok || c != 0 {
+		t.Fatal("complete")
+	}
+	if _, ok := (Event{Type: EventError, Error: &CommandError{EValue: "x"}}).ExitCode(); ok {
+		t.Fatal("non-numeric evalue accepted")
+	}
+	if _, ok := (Event{Type: EventStdout}).ExitCode(); ok {
+		t.Fatal("stdout is not terminal")
+	}
+}
+
+func TestPerm(t *testing.T) {
+	if p, err := (FileInfo{Mode: 644}).Perm(); err != nil || p != 0o644 {
+		t.Fatal(p, err)
+	}
+	if _, err := (FileInfo{Mode: 698}).Perm(); err == nil {
+		t.Fatal("8 accepted as an octal digit")
+	}
+}
