@@ -9,14 +9,15 @@
 GO       ?= go
 NPM      ?= npm
 JS_DIR   := integration/js
-GO_FILES := $(shell find . -name '*.go' -not -path './$(JS_DIR)/node_modules/*') go.mod go.sum xcaddy.toml
+# What the gateway binary is built from: non-test Go files outside integration/.
+GATEWAY_SOURCES := $(shell find . -name '*.go' -not -name '*_test.go' -not -path './integration/*' -not -path './.git/*') go.mod go.sum xcaddy.toml
 
 .PHONY: all build demo test test-unit test-integration js-deps bench vet clean
 
 all: build
 
 # The gateway: one caddy binary built by xcaddy with our modules.
-bin/caddy: $(GO_FILES)
+bin/caddy: $(GATEWAY_SOURCES)
 	$(GO) run ./hack/buildgateway -manifest xcaddy.toml
 
 build: bin/caddy
