@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/integration/execdstub"
 	"github.com/sandgate/sandgate/integration/fixedentry"
 )
 
@@ -203,4 +204,39 @@ func newHandlerWithCluster(t *testing.T, e *testEnv, fe *url.URL) *Handler {
 		t.Fatal(err)
 	}
 	return h
+}
+
+// TestExecdAccessToken: a cluster's execd access token is sent as
+// X-EXECD-ACCESS-TOKEN; a wrong one is the platform's fault
+// (EXECD_UNAUTHORIZED), never reported as the user's token being bad.
+func TestExecdAccessToken(t *testing.T) {
+	e := newTestEnv(t, func(_ *Config, x *execdstub.Config) { x.AccessToken = "s3cret" })
+	fe := e.fixedEntryURL()
+	for _, tc := range []struct {
+		token  string
+		status int
+		code   Code
+	}{{"s3cret", 200, ""}, {"wrong", 500, CodeExecdUnauthorized}, {"", 500, CodeExecdUnauthorized}} {
+		verifier, _ := tokenVerifier(e)
+		h, err := New(Config{}, Deps{Tokens: verifier, Credentials: e.creds,
+			Clusters: fakeClusters{"cluster-a": {ID: "cluster-a", FixedEntry: fe, ExecdAccessToken: tc.token}}, Execd: newClient()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		req := e.request(http.MethodPost, "/filesystem.Filesystem/ListDir", strings.NewReader(`{"path":"/home/user"}`))
+		req.Header.Set("Content-Type", "application/json")
+		h.ServeHTTP(rec, req)
+		if rec.Code != tc.status || rec.Header().Get(ErrorHeader) != string(tc.code) {
+			t.Fatalf("token %q: %d %q %s", tc.token, rec.Code, rec.Header().Get(ErrorHeader), rec.Body)
+		}
+		if strings.Contains(rec.Body.String(), "s3cret") {
+			t.Fatal("execd token in the response")
+		}
+	}
+	for _, r := range e.ingress.Requests() {
+		if r.Header.Get(HeaderAccessToken) != "" {
+			t.Fatal("the E2B access token was forwarded to the fixed entry")
+		}
+	}
 }

@@ -79,7 +79,10 @@ type testEnv struct {
 	gateway  *httptest.Server
 	logs     *observer.ObservedLogs
 	outcomes chan Outcome
+	fe       *url.URL
 }
+
+func (e *testEnv) fixedEntryURL() *url.URL { return e.fe }
 
 type envOption func(*Config, *execdstub.Config)
 
@@ -139,6 +142,7 @@ func newTestEnv(t *testing.T, opts ...envOption) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.fe = fe
 	e.gateway = httptest.NewServer(h)
 	t.Cleanup(e.gateway.Close)
 	return e
