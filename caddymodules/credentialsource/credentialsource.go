@@ -170,7 +170,9 @@ func (HTTP) CaddyModule() caddy.ModuleInfo {
 func (h *HTTP) Provision(ctx caddy.Context) error {
 	repl := caddy.NewReplacer()
 	cfg := credential.HTTPConfig{
-		URL:      repl.ReplaceAll(h.URL, ""),
+		// ReplaceKnown: {id} is the source's own placeholder, not Caddy's;
+		// ReplaceAll would erase it.
+		URL:      repl.ReplaceKnown(h.URL, ""),
 		Header:   http.Header{},
 		CacheTTL: time.Duration(h.CacheTTL),
 		Timeout:  time.Duration(h.Timeout),

@@ -1,6 +1,7 @@
 package e2bdataplane
 
 import (
+	"fmt"
 	"strconv"
 
 	"github.com/caddyserver/caddy/v2"
@@ -138,7 +139,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			mod, err := caddyfile.UnmarshalModule(d, "http.reverse_proxy.transport."+name)
 			if err != nil {
-				return d.Errf("transport %s: %v", name, err)
+				// err already names the file and line of the bad option.
+				return fmt.Errorf("transport %s: %w", name, err)
 			}
 			h.TransportRaw = caddyconfig.JSONModuleObject(mod, "protocol", name, nil)
 		default:

@@ -14,6 +14,7 @@ func init() {
 // parseGlobalOption sets up the sandgate app from the global option block.
 func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 	if existing != nil {
+		d.Next() // the option name, so the error carries its file and line
 		return nil, d.Err("the sandgate global option may appear only once")
 	}
 	app := new(App)

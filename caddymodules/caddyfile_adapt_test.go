@@ -1,0 +1,210 @@
+package caddymodules
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/aryann/difflib"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+)
+
+// exampleEnv are the {$VAR:default} placeholders of Caddyfile.example.
+var exampleEnv = []string{
+	"SANDGATE_TOKEN_KEY",
+	"SANDGATE_CREDENTIALS",
+	"SANDGATE_DEMO_FIXED_ENTRY",
+	"SANDGATE_DEMO_EXECD_TOKEN",
+	"SANDGATE_BIND",
+}
+
+// unsetExampleEnv removes the Caddyfile.example variables from the
+// environment for the test, so each {$VAR:default} takes its default.
+func unsetExampleEnv(t *testing.T) {
+	t.Helper()
+	for _, k := range exampleEnv {
+		t.Setenv(k, "") // restores the original value after the test
+		if err := os.Unsetenv(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+var crlf = regexp.MustCompile(`\r?\n`)
+
+// TestCaddyfileAdaptToJSON adapts every testdata/caddyfile_adapt/*.caddyfiletest
+// (a Caddyfile, a line of dashes, the expected JSON) and compares the result,
+// as Caddy's own caddytest/integration/caddyfile_adapt_test.go does.
+func TestCaddyfileAdaptToJSON(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "caddyfile_adapt", "*.caddyfiletest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no testdata/caddyfile_adapt/*.caddyfiletest files")
+	}
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			parts := strings.Split(crlf.ReplaceAllString(string(data), "\n"), "----------")
+			if len(parts) != 2 {
+				t.Fatalf("%s: want a Caddyfile and a JSON part separated by a line of dashes, got %d parts", file, len(parts))
+			}
+			caddyfile, expected := strings.TrimSpace(parts[0])+"\n", strings.TrimSpace(parts[1])
+			if !compareAdapt(t, filepath.Base(file), caddyfile, "caddyfile", expected) {
+				t.Errorf("adapting %s did not give the expected JSON (diff logged above)", file)
+			}
+		})
+	}
+}
+
+// TestCaddyfileExampleAdapts adapts the repository's Caddyfile.example with
+// every {$VAR:default} at its default and compares it with
+// testdata/Caddyfile.example.json.
+func TestCaddyfileExampleAdapts(t *testing.T) {
+	unsetExampleEnv(t)
+	example, err := os.ReadFile(filepath.Join("..", "Caddyfile.example"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	expected, err := os.ReadFile(filepath.Join("testdata", "Caddyfile.example.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !compareAdapt(t, "Caddyfile.example", string(example), "caddyfile",
+		strings.TrimSpace(crlf.ReplaceAllString(string(expected), "\n"))) {
+		t.Error("adapting Caddyfile.example did not give testdata/Caddyfile.example.json (diff logged above)")
+	}
+}
+
+// TestCaddyfileExampleEnvOverrides checks that the operator's environment
+// variables replace the defaults of Caddyfile.example.
+func TestCaddyfileExampleEnvOverrides(t *testing.T) {
+	unsetExampleEnv(t)
+	t.Setenv("SANDGATE_TOKEN_KEY", "/etc/sandgate/prod.key")
+	t.Setenv("SANDGATE_CREDENTIALS", "/etc/sandgate/credentials.json")
+	t.Setenv("SANDGATE_DEMO_FIXED_ENTRY", "https://entry.cluster.example:8443")
+	t.Setenv("SANDGATE_DEMO_EXECD_TOKEN", "execd-token-value")
+	t.Setenv("SANDGATE_BIND", "127.0.0.1")
+	example, err := os.ReadFile(filepath.Join("..", "Caddyfile.example"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := adaptCaddyfile(t, example)
+
+	var got struct {
+		Apps struct {
+			Sandgate struct {
+				TokenKeys []struct {
+					File string `json:"file"`
+				} `json:"token_keys"`
+				Credentials struct {
+					Path string `json:"path"`
+				} `json:"credentials"`
+				Clusters map[string]struct {
+					FixedEntry       string `json:"fixed_entry"`
+					ExecdAccessToken string `json:"execd_access_token"`
+				} `json:"clusters"`
+			} `json:"sandgate"`
+			HTTP struct {
+				Servers map[string]struct {
+					Listen []string `json:"listen"`
+				} `json:"servers"`
+			} `json:"http"`
+		} `json:"apps"`
+	}
+	if err := json.Unmarshal(cfg, &got); err != nil {
+		t.Fatal(err)
+	}
+	sg := got.Apps.Sandgate
+	if len(sg.TokenKeys) != 1 || sg.TokenKeys[0].File != "/etc/sandgate/prod.key" {
+		t.Errorf("token_keys = %+v, want the file from SANDGATE_TOKEN_KEY", sg.TokenKeys)
+	}
+	if sg.Credentials.Path != "/etc/sandgate/credentials.json" {
+		t.Errorf("credentials path = %q, want SANDGATE_CREDENTIALS", sg.Credentials.Path)
+	}
+	c := sg.Clusters["demo-cluster"]
+	if c.FixedEntry != "https://entry.cluster.example:8443" || c.ExecdAccessToken != "execd-token-value" {
+		t.Errorf("demo-cluster = %+v, want SANDGATE_DEMO_FIXED_ENTRY and SANDGATE_DEMO_EXECD_TOKEN", c)
+	}
+	if l := got.Apps.HTTP.Servers["srv0"].Listen; len(l) != 1 || l[0] != "127.0.0.1:30083" {
+		t.Errorf("listen = %v, want [127.0.0.1:30083] from SANDGATE_BIND", l)
+	}
+}
+
+// adaptCaddyfile adapts body (named "Caddyfile") and fails the test on an
+// error or a warning.
+func adaptCaddyfile(t *testing.T, body []byte) []byte {
+	t.Helper()
+	cfg, warnings, err := adapter().Adapt(body, map[string]any{"filename": "Caddyfile"})
+	if err != nil {
+		t.Fatalf("adapting: %v", err)
+	}
+	for _, w := range warnings {
+		t.Errorf("warning: %s", w.String())
+	}
+	var b bytes.Buffer
+	if err := json.Indent(&b, cfg, "", "\t"); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// compareAdapt is caddytest.CompareAdapt: it adapts rawConfig with the named
+// adapter, indents the JSON with tabs and compares it line by line with
+// expected, printing a diff on a mismatch. It is copied here because package
+// caddytest imports modules/standard, whose dependencies (templates, logging,
+// …) are not in this module's go.mod.
+func compareAdapt(t testing.TB, filename, rawConfig, adapterName, expected string) bool {
+	t.Helper()
+	cfgAdapter := caddyconfig.GetAdapter(adapterName)
+	if cfgAdapter == nil {
+		t.Logf("unrecognized config adapter '%s'", adapterName)
+		return false
+	}
+	result, warnings, err := cfgAdapter.Adapt([]byte(rawConfig), map[string]any{})
+	if err != nil {
+		t.Logf("adapting config using %s adapter: %v", adapterName, err)
+		return false
+	}
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, result, "", "\t"); err != nil {
+		t.Logf("indenting the adapted JSON: %v", err)
+		return false
+	}
+	for _, w := range warnings {
+		t.Logf("warning: %s:%d: %s: %s", filename, w.Line, w.Directive, w.Message)
+	}
+	diff := difflib.Diff(strings.Split(expected, "\n"), strings.Split(pretty.String(), "\n"))
+	failed := false
+	for _, d := range diff {
+		if d.Delta != difflib.Common {
+			failed = true
+			break
+		}
+	}
+	if !failed {
+		return true
+	}
+	var b strings.Builder
+	for _, d := range diff {
+		switch d.Delta {
+		case difflib.Common:
+			fmt.Fprintf(&b, "  %s\n", d.Payload)
+		case difflib.LeftOnly:
+			fmt.Fprintf(&b, " - %s\n", d.Payload)
+		case difflib.RightOnly:
+			fmt.Fprintf(&b, " + %s\n", d.Payload)
+		}
+	}
+	t.Logf("%s: adapted JSON differs from the expected JSON (- expected, + adapted):\n%s", filename, b.String())
+	return false
+}

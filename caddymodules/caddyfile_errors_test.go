@@ -1,0 +1,258 @@
+package caddymodules
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+)
+
+// adapter is the Caddyfile adapter of the HTTP server type; importing this
+// package (imports.go) registers the sandgate app, global option, credential
+// sources and the e2b_dataplane directive with it.
+func adapter() caddyfile.Adapter {
+	return caddyfile.Adapter{ServerType: httpcaddyfile.ServerType{}}
+}
+
+// location matches a file:line reference in an error.
+var location = regexp.MustCompile(`\bCaddyfile:\d+`)
+
+// errMarker marks the line of a bad Caddyfile the error must point at.
+const errMarker = "#ERR"
+
+// markedLine returns the 1-based line of body that carries errMarker; it
+// fails the test unless exactly one line does.
+func markedLine(t *testing.T, body string) int {
+	t.Helper()
+	line := 0
+	for i, l := range strings.Split(body, "\n") {
+		if strings.Contains(l, errMarker) {
+			if line != 0 {
+				t.Fatalf("more than one line marked %s", errMarker)
+			}
+			line = i + 1
+		}
+	}
+	if line == 0 {
+		t.Fatalf("no line marked %s", errMarker)
+	}
+	return line
+}
+
+// sandgateOpt wraps sandgate subdirectives in a global options block with
+// a valid key and credential source, so each case differs only where it is
+// broken. The first subdirective line is line 5.
+func sandgateOpt(lines string) string {
+	return "{\n\tsandgate {\n\t\ttoken_key base HS256 /etc/sandgate/base.key\n\t\tcredentials file /etc/sandgate/credentials.yaml\n" +
+		lines + "\n\t}\n}\n"
+}
+
+// sandgateOptNoCreds is sandgateOpt without the credentials line.
+func sandgateOptNoCreds(lines string) string {
+	return "{\n\tsandgate {\n\t\ttoken_key base HS256 /etc/sandgate/base.key\n" + lines + "\n\t}\n}\n"
+}
+
+// dataplaneSite puts e2b_dataplane subdirectives in a site after a valid
+// sandgate global option.
+func dataplaneSite(lines string) string {
+	return sandgateOpt("") + "\n:30083 {\n\te2b_dataplane {\n" + lines + "\n\t}\n}\n"
+}
+
+// TestCaddyfileErrors adapts Caddyfiles that must be refused and checks that
+// the error names the file and line of the problem (what d.Errf produces:
+// "…, at Caddyfile:<line>"), no other line, and a message naming the
+// problem.
+func TestCaddyfileErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		want       []string // substrings of the error besides Caddyfile:<line>
+	}{
+		// The sandgate global option.
+		{"unknown sandgate subdirective",
+			sandgateOpt("\t\ttoken_keys k1 HS256 /k1.key #ERR"),
+			[]string{`unrecognized sandgate subdirective "token_keys"`}},
+		{"sandgate with an argument",
+			"{\n\tsandgate extra { #ERR\n\t}\n}\n",
+			[]string{"wrong argument count", "'extra'"}},
+		{"token_key with too few args",
+			sandgateOpt("\t\ttoken_key k1 HS256 #ERR"),
+			[]string{"wrong argument count", "'HS256'"}},
+		{"token_key with one arg",
+			sandgateOpt("\t\ttoken_key k1 #ERR"),
+			[]string{"wrong argument count", "'k1'"}},
+		{"token_key with too many args",
+			sandgateOpt("\t\ttoken_key k1 HS256 /k1.key /other.key #ERR"),
+			[]string{"wrong argument count", "'/other.key'"}},
+		{"duplicate token_key kid",
+			sandgateOpt("\t\ttoken_key k1 HS256 /a.key\n\t\ttoken_key k1 HS512 /b.key #ERR"),
+			[]string{`token_key "k1" already specified`}},
+		{"duplicate token_leeway",
+			sandgateOpt("\t\ttoken_leeway 5s\n\t\ttoken_leeway 10s #ERR"),
+			[]string{"token_leeway already specified"}},
+		{"token_leeway bad duration",
+			sandgateOpt("\t\ttoken_leeway soon #ERR"),
+			[]string{`bad token_leeway "soon"`}},
+		{"token_leeway zero",
+			sandgateOpt("\t\ttoken_leeway 0s #ERR"),
+			[]string{"token_leeway must be positive"}},
+		{"token_leeway without a value",
+			sandgateOpt("\t\ttoken_leeway #ERR"),
+			[]string{"wrong argument count", "'token_leeway'"}},
+		{"credentials with unknown source",
+			sandgateOptNoCreds("\t\tcredentials vault https://vault.internal #ERR"),
+			[]string{"sandgate.credentials.vault"}},
+		{"credentials without source",
+			sandgateOptNoCreds("\t\tcredentials #ERR"),
+			[]string{"wrong argument count", "'credentials'"}},
+		{"duplicate credentials",
+			sandgateOpt("\t\tcredentials file /etc/sandgate/other.yaml #ERR"),
+			[]string{"credentials already specified"}},
+		{"credentials file without path",
+			sandgateOptNoCreds("\t\tcredentials file #ERR"),
+			[]string{"wrong argument count", "'file'"}},
+		{"credentials file with extra args",
+			sandgateOptNoCreds("\t\tcredentials file /a.yaml /b.yaml #ERR"),
+			[]string{"wrong argument count", "'/b.yaml'"}},
+		{"credentials file with a block",
+			sandgateOptNoCreds("\t\tcredentials file /a.yaml {\n\t\t\treload 1s #ERR\n\t\t}"),
+			[]string{"credentials file takes no block"}},
+		{"credentials http without url",
+			sandgateOptNoCreds("\t\tcredentials http #ERR"),
+			[]string{"wrong argument count", "'http'"}},
+		{"credentials http bad cache_ttl",
+			sandgateOptNoCreds("\t\tcredentials http https://portal/{id} {\n\t\t\tcache_ttl forever #ERR\n\t\t}"),
+			[]string{`bad cache_ttl "forever"`}},
+		{"credentials http bad timeout",
+			sandgateOptNoCreds("\t\tcredentials http https://portal/{id} {\n\t\t\ttimeout 2 #ERR\n\t\t}"),
+			[]string{`bad timeout "2"`}},
+		{"credentials http duplicate cache_ttl",
+			sandgateOptNoCreds("\t\tcredentials http https://portal/{id} {\n\t\t\tcache_ttl 1s\n\t\t\tcache_ttl 2s #ERR\n\t\t}"),
+			[]string{"cache_ttl already specified"}},
+		{"credentials http header without value",
+			sandgateOptNoCreds("\t\tcredentials http https://portal/{id} {\n\t\t\theader Authorization #ERR\n\t\t}"),
+			[]string{"wrong argument count", "'Authorization'"}},
+		{"credentials http unknown subdirective",
+			sandgateOptNoCreds("\t\tcredentials http https://portal/{id} {\n\t\t\tretries 3 #ERR\n\t\t}"),
+			[]string{`unrecognized credentials http subdirective "retries"`}},
+		{"cluster without fixed entry",
+			sandgateOpt("\t\tcluster cluster-a #ERR"),
+			[]string{"wrong argument count", "'cluster-a'"}},
+		{"cluster with extra args",
+			sandgateOpt("\t\tcluster cluster-a http://10.0.0.5 http://10.0.0.6 #ERR"),
+			[]string{"wrong argument count", "'http://10.0.0.6'"}},
+		{"cluster fixed entry not http(s)",
+			sandgateOpt("\t\tcluster cluster-a ftp://10.0.0.5 #ERR"),
+			[]string{`cluster "cluster-a"`, "fixed_entry must be an http:// or https:// URL with a host"}},
+		{"cluster fixed entry without host",
+			sandgateOpt("\t\tcluster cluster-a http:///path #ERR"),
+			[]string{`cluster "cluster-a"`, "fixed_entry must be an http:// or https:// URL with a host"}},
+		{"cluster fixed entry with query",
+			sandgateOpt("\t\tcluster cluster-a http://10.0.0.5/?x=1 #ERR"),
+			[]string{`cluster "cluster-a"`, "fixed_entry must not have a query, fragment or user info"}},
+		{"cluster fixed entry with user info",
+			sandgateOpt("\t\tcluster cluster-a http://admin:pw@10.0.0.5 #ERR"),
+			[]string{`cluster "cluster-a"`, "fixed_entry must not have a query, fragment or user info"}},
+		{"duplicate cluster",
+			sandgateOpt("\t\tcluster cluster-a http://10.0.0.5\n\t\tcluster cluster-a http://10.0.0.6 #ERR"),
+			[]string{`cluster "cluster-a" already specified`}},
+		{"unknown cluster subdirective",
+			sandgateOpt("\t\tcluster cluster-a http://10.0.0.5 {\n\t\t\texecd_token abc #ERR\n\t\t}"),
+			[]string{`unrecognized cluster subdirective "execd_token"`}},
+		{"duplicate execd_access_token",
+			sandgateOpt("\t\tcluster cluster-a http://10.0.0.5 {\n\t\t\texecd_access_token a\n\t\t\texecd_access_token b #ERR\n\t\t}"),
+			[]string{"execd_access_token already specified"}},
+		{"sandgate given twice",
+			"{\n\tsandgate {\n\t\ttoken_key k1 HS256 /k1.key\n\t}\n\tsandgate { #ERR\n\t\ttoken_key k2 HS256 /k2.key\n\t}\n}\n",
+			[]string{"the sandgate global option may appear only once"}},
+		// The e2b_dataplane directive.
+		{"e2b_dataplane unknown subdirective",
+			dataplaneSite("\t\thomedir /home/user #ERR"),
+			[]string{`unrecognized e2b_dataplane subdirective "homedir"`}},
+		{"user with bad uid",
+			dataplaneSite("\t\tuser alice root 1000 #ERR"),
+			[]string{`user "alice": bad uid "root"`}},
+		{"user with negative uid",
+			dataplaneSite("\t\tuser alice -1 1000 #ERR"),
+			[]string{`user "alice": bad uid "-1"`}},
+		{"user with bad gid",
+			dataplaneSite("\t\tuser alice 1000 staff #ERR"),
+			[]string{`user "alice": bad gid "staff"`}},
+		{"user with too few args",
+			dataplaneSite("\t\tuser alice 1000 #ERR"),
+			[]string{"wrong argument count"}},
+		{"user with too many args",
+			dataplaneSite("\t\tuser alice 1000 1000 /home/alice /bin/sh #ERR"),
+			[]string{"wrong argument count"}},
+		{"duplicate user",
+			dataplaneSite("\t\tuser alice 1000 1000\n\t\tuser alice 1001 1001 #ERR"),
+			[]string{`user "alice" already specified`}},
+		{"duplicate home_dir",
+			dataplaneSite("\t\thome_dir /home/user\n\t\thome_dir /workspace #ERR"),
+			[]string{"home_dir already specified"}},
+		{"home_dir with two args",
+			dataplaneSite("\t\thome_dir /home/user /workspace #ERR"),
+			[]string{"wrong argument count", "'/workspace'"}},
+		{"duplicate default_user",
+			dataplaneSite("\t\tdefault_user user\n\t\tdefault_user root #ERR"),
+			[]string{"default_user already specified"}},
+		{"bad keepalive_interval",
+			dataplaneSite("\t\tkeepalive_interval often #ERR"),
+			[]string{`bad keepalive_interval "often"`}},
+		{"zero keepalive_interval",
+			dataplaneSite("\t\tkeepalive_interval 0s #ERR"),
+			[]string{`bad keepalive_interval "0s"`, "positive duration"}},
+		{"bad max_message_size",
+			dataplaneSite("\t\tmax_message_size lots #ERR"),
+			[]string{`bad max_message_size "lots"`}},
+		{"oversized max_message_size",
+			dataplaneSite("\t\tmax_message_size 65MiB #ERR"),
+			[]string{`bad max_message_size "65MiB"`, "64MiB"}},
+		{"zero max_message_size",
+			dataplaneSite("\t\tmax_message_size 0 #ERR"),
+			[]string{`bad max_message_size "0"`}},
+		{"transport other than http",
+			dataplaneSite("\t\ttransport fastcgi { #ERR\n\t\t\troot /srv\n\t\t}"),
+			[]string{`transport "fastcgi" is not supported`, "transport http"}},
+		{"transport without protocol",
+			dataplaneSite("\t\ttransport #ERR"),
+			[]string{"wrong argument count", "'transport'"}},
+		{"duplicate transport",
+			dataplaneSite("\t\ttransport http\n\t\ttransport http #ERR"),
+			[]string{"transport already specified"}},
+		{"transport http with a bad option",
+			dataplaneSite("\t\ttransport http {\n\t\t\tdial_timeout never #ERR\n\t\t}"),
+			[]string{"transport http", "never"}},
+		{"token_target with an argument",
+			dataplaneSite("\t\ttoken_target yes #ERR"),
+			[]string{"wrong argument count", "'yes'"}},
+		{"duplicate token_target",
+			dataplaneSite("\t\ttoken_target\n\t\ttoken_target #ERR"),
+			[]string{"token_target already specified"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			line := markedLine(t, tc.body)
+			_, _, err := adapter().Adapt([]byte(tc.body), map[string]any{"filename": "Caddyfile"})
+			if err == nil {
+				t.Fatalf("adapting succeeded; want an error at Caddyfile:%d\n%s", line, tc.body)
+			}
+			msg := err.Error()
+			locs := location.FindAllString(msg, -1)
+			if len(locs) == 0 {
+				t.Errorf("error %q names no Caddyfile:<line>", msg)
+			}
+			for _, l := range locs {
+				if l != fmt.Sprintf("Caddyfile:%d", line) {
+					t.Errorf("error %q names %s; want only Caddyfile:%d", msg, l, line)
+				}
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not contain %q", msg, w)
+				}
+			}
+		})
+	}
+}

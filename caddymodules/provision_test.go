@@ -1,0 +1,431 @@
+package caddymodules
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	_ "github.com/caddyserver/caddy/v2/modules/filestorage" // the "file_system" storage of the test configs
+
+	"github.com/sandgate/sandgate/caddymodules/sandgate"
+	"github.com/sandgate/sandgate/credential"
+	"github.com/sandgate/sandgate/dataplane"
+)
+
+// otherTransport is a reverse_proxy transport that is not Caddy's HTTP
+// transport, for the "transport of another protocol" case.
+type otherTransport struct{}
+
+func (otherTransport) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.reverse_proxy.transport.sandgate_test_other",
+		New: func() caddy.Module { return new(otherTransport) },
+	}
+}
+
+func (otherTransport) RoundTrip(*http.Request) (*http.Response, error) {
+	return nil, errors.New("otherTransport carries nothing")
+}
+
+func init() { caddy.RegisterModule(otherTransport{}) }
+
+// execdStub is a fake cluster fixed entry: it serves execd's file info and
+// download for one sandbox and records what the gateway sent.
+type execdStub struct {
+	*httptest.Server
+	mu   sync.Mutex
+	seen []execdCall
+}
+
+type execdCall struct {
+	path, query, accessToken string
+}
+
+func newExecdStub(t *testing.T, sandbox, file, content string) *execdStub {
+	t.Helper()
+	s := &execdStub{}
+	prefix := "/" + sandbox + "/44772"
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.seen = append(s.seen, execdCall{r.URL.Path, r.URL.RawQuery, r.Header.Get("X-EXECD-ACCESS-TOKEN")})
+		s.mu.Unlock()
+		if r.URL.Query().Get("path") != file {
+			http.Error(w, `{"code":"RUNTIME_ERROR","message":"file not found"}`, http.StatusInternalServerError)
+			return
+		}
+		switch r.URL.Path {
+		case prefix + "/files/info":
+			_ = json.NewEncoder(w).Encode(map[string]any{file: map[string]any{
+				"path": file, "type": "file", "size": len(content), "mode": 644,
+			}})
+		case prefix + "/files/download":
+			w.Header().Set("Content-Type", "text/plain")
+			_, _ = io.WriteString(w, content)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *execdStub) calls() []execdCall {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]execdCall(nil), s.seen...)
+}
+
+// loadConfig runs cfg with caddy.Load and stops it when the test ends.
+func loadConfig(t *testing.T, cfg []byte) {
+	t.Helper()
+	if err := caddy.Load(cfg, true); err != nil {
+		t.Fatalf("caddy.Load: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := caddy.Stop(); err != nil {
+			t.Errorf("caddy.Stop: %v", err)
+		}
+	})
+}
+
+// activeApp returns the running app of the given name.
+func activeApp[T any](t *testing.T, name string) T {
+	t.Helper()
+	a, err := caddy.ActiveContext().App(name)
+	if err != nil {
+		t.Fatalf("app %s: %v", name, err)
+	}
+	app, ok := a.(T)
+	if !ok {
+		t.Fatalf("app %s is %T", name, a)
+	}
+	return app
+}
+
+// TestJSONConfigProvisionsAndServes loads a JSON config (no Caddyfile) with
+// real key files and a credentials file, and checks that the app holds the
+// keys, the credentials and the clusters (placeholders expanded), and that
+// the data plane serves a file read end to end through the configured
+// cluster's fixed entry.
+func TestJSONConfigProvisionsAndServes(t *testing.T) {
+	f := newFixtures(t)
+	const execdToken = "execd-token-from-env"
+	t.Setenv("SANDGATE_TEST_EXECD_TOKEN", execdToken)
+	t.Setenv("SANDGATE_TEST_KEY_DIR", f.dir)
+	stub := newExecdStub(t, "sbx-1", "/home/user/greeting.txt", "hello from execd")
+
+	cfg := baseConfig(f, stub.URL)
+	// The key file path is a placeholder, expanded at provision time.
+	sub(cfg, "apps", "sandgate")["token_keys"].([]any)[0].(obj)["file"] = "{env.SANDGATE_TEST_KEY_DIR}/hmac.key"
+	loadConfig(t, mustJSON(t, cfg))
+
+	app := activeApp[*sandgate.App](t, "sandgate")
+	for _, tc := range []struct{ kid, alg, key string }{
+		{"hmac", "HS256", f.hmacKey},
+		{"ed", "EdDSA", f.edPrivate},
+	} {
+		tgt, err := app.Tokens().Verify(mint(t, tc.kid, tc.alg, tc.key, "cred-a", "sbx-1"))
+		if err != nil {
+			t.Errorf("kid %s: the app's verifier refuses a valid token: %v", tc.kid, err)
+		} else if tgt.CredentialID != "cred-a" || tgt.SandboxID != "sbx-1" || tgt.Port != 49983 {
+			t.Errorf("kid %s: verified target = %+v", tc.kid, tgt)
+		}
+	}
+	c, err := app.Credentials().Lookup(t.Context(), "cred-a")
+	if err != nil || c.ClusterID != "cluster-a" || c.ProjectNamespace != "team-a" {
+		t.Errorf("Lookup(cred-a) = %+v, %v; want the credential of cluster-a", c, err)
+	}
+	if _, err := app.Credentials().Lookup(t.Context(), "cred-off"); !errors.Is(err, credential.ErrDisabled) {
+		t.Errorf("Lookup(cred-off) error = %v, want ErrDisabled", err)
+	}
+	cl, ok := app.Cluster("cluster-a")
+	if !ok || cl.FixedEntry.String() != stub.URL || cl.ExecdAccessToken != execdToken {
+		t.Errorf("Cluster(cluster-a) = %+v, %v; want fixed entry %s and the token from the environment", cl, ok, stub.URL)
+	}
+	if cl, ok := app.Cluster("cluster-b"); !ok || cl.FixedEntry.String() != "https://entry.b.example:8443" || cl.ExecdAccessToken != "" {
+		t.Errorf("Cluster(cluster-b) = %+v, %v", cl, ok)
+	}
+	if _, ok := app.Cluster("cluster-z"); ok {
+		t.Error("Cluster(cluster-z) found a cluster that is not configured")
+	}
+
+	httpApp := activeApp[*caddyhttp.App](t, "http")
+	lns := httpApp.Servers["dp"].Listeners()
+	if len(lns) != 1 {
+		t.Fatalf("server dp has %d listeners, want 1", len(lns))
+	}
+	base := "http://" + lns[0].Addr().String()
+	client := &http.Client{Timeout: 10 * time.Second}
+	get := func(tok string) (*http.Response, string) {
+		t.Helper()
+		// A relative path resolves against the default user's home.
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/files?path=greeting.txt", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set(dataplane.HeaderSandboxID, "sbx-1")
+		req.Header.Set(dataplane.HeaderSandboxPort, "49983")
+		req.Header.Set(dataplane.HeaderAccessToken, tok)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, string(b)
+	}
+
+	resp, body := get(mint(t, "ed", "EdDSA", f.edPrivate, "cred-a", "sbx-1"))
+	if resp.StatusCode != http.StatusOK || body != "hello from execd" {
+		t.Fatalf("GET /files = %d %q (error code %q); want 200 with the file from execd",
+			resp.StatusCode, body, resp.Header.Get(dataplane.ErrorHeader))
+	}
+	calls := stub.calls()
+	if len(calls) != 2 {
+		t.Fatalf("execd got %d calls, want 2 (info, download): %+v", len(calls), calls)
+	}
+	for i, want := range []string{"/sbx-1/44772/files/info", "/sbx-1/44772/files/download"} {
+		if calls[i].path != want || calls[i].query != "path=%2Fhome%2Fuser%2Fgreeting.txt" || calls[i].accessToken != execdToken {
+			t.Errorf("execd call %d = %+v; want %s?path=/home/user/greeting.txt with X-EXECD-ACCESS-TOKEN from the cluster", i, calls[i], want)
+		}
+	}
+
+	// A disabled credential is refused before execd is called.
+	resp, _ = get(mint(t, "hmac", "HS256", f.hmacKey, "cred-off", "sbx-1"))
+	if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get(dataplane.ErrorHeader) != string(dataplane.CodeCredentialDisabled) {
+		t.Errorf("disabled credential: %d %q, want 401 CREDENTIAL_DISABLED", resp.StatusCode, resp.Header.Get(dataplane.ErrorHeader))
+	}
+	if n := len(stub.calls()); n != 2 {
+		t.Errorf("execd got %d calls after the refused request, want still 2", n)
+	}
+}
+
+// TestJSONConfigErrors provisions bad JSON configs (caddy.Validate: load
+// and provision without starting) and checks that each fails with an error
+// naming the offending item and containing no key material.
+func TestJSONConfigErrors(t *testing.T) {
+	f := newFixtures(t)
+	const shortSecret = "short-secret-DO-NOT-LEAK"
+	shortKey := filepath.Join(f.dir, "short.key")
+	writeFile(t, shortKey, shortSecret)
+	const portalSecret = "Bearer portal-secret-DO-NOT-LEAK"
+	secrets := []string{hmacSecret, shortSecret, portalSecret}
+
+	sg := func(cfg obj) obj { return sub(cfg, "apps", "sandgate") }
+	key0 := func(cfg obj) obj { return sg(cfg)["token_keys"].([]any)[0].(obj) }
+	for _, tc := range []struct {
+		name   string
+		mutate func(cfg obj)
+		want   []string
+	}{
+		{"no token keys", func(cfg obj) { delete(sg(cfg), "token_keys") },
+			[]string{"at least one token key is required"}},
+		{"empty token keys", func(cfg obj) { sg(cfg)["token_keys"] = []any{} },
+			[]string{"at least one token key is required"}},
+		{"no credentials", func(cfg obj) { delete(sg(cfg), "credentials") },
+			[]string{"a credential source is required"}},
+		{"unknown key algorithm", func(cfg obj) { key0(cfg)["algorithm"] = "HS999" },
+			[]string{`kid "hmac"`, `unknown algorithm "HS999"`}},
+		{"algorithm none", func(cfg obj) { key0(cfg)["algorithm"] = "none" },
+			[]string{`kid "hmac"`, `"none" is never accepted`}},
+		{"missing key file", func(cfg obj) { key0(cfg)["file"] = filepath.Join(f.dir, "missing.key") },
+			[]string{`kid "hmac"`, "missing.key"}},
+		{"key file of another algorithm", func(cfg obj) { key0(cfg)["algorithm"] = "EdDSA" },
+			[]string{`kid "hmac"`, "EdDSA"}},
+		{"HMAC secret too short", func(cfg obj) { key0(cfg)["file"] = shortKey },
+			[]string{`kid "hmac"`, "shorter than the minimum"}},
+		{"duplicate kid", func(cfg obj) { sg(cfg)["token_keys"].([]any)[1].(obj)["kid"] = "hmac" },
+			[]string{`duplicate key ID "hmac"`}},
+		{"cluster without fixed_entry", func(cfg obj) { sg(cfg)["clusters"].(obj)["cluster-b"] = obj{} },
+			[]string{`cluster "cluster-b"`, "fixed_entry"}},
+		{"cluster null", func(cfg obj) { sg(cfg)["clusters"].(obj)["cluster-b"] = nil },
+			[]string{`cluster "cluster-b"`, "empty definition"}},
+		{"fixed_entry ftp", func(cfg obj) { sg(cfg)["clusters"].(obj)["cluster-b"] = obj{"fixed_entry": "ftp://10.0.0.5"} },
+			[]string{`cluster "cluster-b"`, "fixed_entry must be an http:// or https:// URL"}},
+		{"fixed_entry with query", func(cfg obj) {
+			sg(cfg)["clusters"].(obj)["cluster-b"] = obj{"fixed_entry": "http://10.0.0.5/?a=b"}
+		}, []string{`cluster "cluster-b"`, "must not have a query"}},
+		{"leeway 10m", func(cfg obj) { sg(cfg)["token_leeway"] = "10m" },
+			[]string{"leeway", "10m0s", "5m0s"}},
+		{"negative leeway", func(cfg obj) { sg(cfg)["token_leeway"] = "-1s" },
+			[]string{"leeway", "-1s"}},
+		{"credentials file missing", func(cfg obj) {
+			sg(cfg)["credentials"] = obj{"source": "file", "path": filepath.Join(f.dir, "missing-credentials.yaml")}
+		}, []string{"credential", "missing-credentials.yaml"}},
+		{"credentials file without path", func(cfg obj) { sg(cfg)["credentials"] = obj{"source": "file"} },
+			[]string{"a credentials file path is required"}},
+		{"credentials file invalid", func(cfg obj) {
+			bad := filepath.Join(f.dir, "bad-credentials.yaml")
+			writeFile(t, bad, "credentials:\n  - id: x\n    color: blue\n")
+			sg(cfg)["credentials"] = obj{"source": "file", "path": bad}
+		}, []string{"bad-credentials.yaml", "invalid credential data"}},
+		{"credentials of unknown source", func(cfg obj) { sg(cfg)["credentials"] = obj{"source": "vault"} },
+			[]string{"sandgate.credentials.vault"}},
+		{"credentials http without {id}", func(cfg obj) {
+			sg(cfg)["credentials"] = obj{"source": "http", "url": "https://portal.internal/credentials",
+				"headers": obj{"Authorization": []any{portalSecret}}}
+		}, []string{"{id}"}},
+		{"credentials http cache_ttl too long", func(cfg obj) {
+			sg(cfg)["credentials"] = obj{"source": "http", "url": "https://portal.internal/credentials/{id}",
+				"cache_ttl": "10m", "headers": obj{"Authorization": []any{portalSecret}}}
+		}, []string{"CacheTTL", "10m0s"}},
+		{"e2b_dataplane transport of another protocol", func(cfg obj) {
+			handlerOf(cfg)["transport"] = obj{"protocol": "sandgate_test_other"}
+		}, []string{"e2b_dataplane", "not supported", "use transport http"}},
+		{"e2b_dataplane transport of an unknown protocol", func(cfg obj) {
+			handlerOf(cfg)["transport"] = obj{"protocol": "carrier_pigeon"}
+		}, []string{"http.reverse_proxy.transport.carrier_pigeon"}},
+		{"default_user not among users", func(cfg obj) { handlerOf(cfg)["default_user"] = "ghost" },
+			[]string{"e2b_dataplane", "default user ghost is not among the users"}},
+		{"user home relative", func(cfg obj) {
+			handlerOf(cfg)["users"].(obj)["user"] = obj{"uid": 1000, "gid": 1000, "home": "home/user"}
+		},
+			[]string{"e2b_dataplane", `user "user"`, "home must be an absolute path"}},
+		{"user null", func(cfg obj) { handlerOf(cfg)["users"].(obj)["user"] = nil },
+			[]string{`user "user"`, "empty definition"}},
+		{"home_dir relative", func(cfg obj) { handlerOf(cfg)["home_dir"] = "workspace" },
+			[]string{"e2b_dataplane", "home directory must be absolute"}},
+		{"max_message_size too big", func(cfg obj) { handlerOf(cfg)["max_message_size"] = 64<<20 + 1 },
+			[]string{"e2b_dataplane", "max_message_size", "67108864"}},
+		{"max_message_size negative", func(cfg obj) { handlerOf(cfg)["max_message_size"] = -1 },
+			[]string{"max_message_size"}},
+		{"e2b_dataplane without the sandgate app", func(cfg obj) { delete(sub(cfg, "apps"), "sandgate") },
+			[]string{"e2b_dataplane", "sandgate"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := baseConfig(f, "http://127.0.0.1:1")
+			tc.mutate(cfg)
+			err := validate(t, mustJSON(t, cfg))
+			if err == nil {
+				t.Fatal("the config provisioned; want an error")
+			}
+			msg := err.Error()
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not contain %q", msg, w)
+				}
+			}
+			for _, s := range secrets {
+				if strings.Contains(msg, s) {
+					t.Errorf("error %q contains a secret", strings.ReplaceAll(msg, s, "[SECRET]"))
+				}
+			}
+		})
+	}
+
+	// The unmodified base config provisions: each failure above is the
+	// mutation's doing.
+	if err := validate(t, mustJSON(t, baseConfig(f, "http://127.0.0.1:1"))); err != nil {
+		t.Fatalf("the base config does not provision: %v", err)
+	}
+}
+
+// validate provisions cfgJSON without starting it and cleans it up.
+func validate(t *testing.T, cfgJSON []byte) error {
+	t.Helper()
+	var cfg caddy.Config
+	if err := caddy.StrictUnmarshalJSON(cfgJSON, &cfg); err != nil {
+		t.Fatalf("decoding the config: %v", err)
+	}
+	return caddy.Validate(&cfg)
+}
+
+// TestCaddyfileExampleProvisions adapts Caddyfile.example from the
+// repository root, as `make demo` runs it, and provisions the result with
+// the demo key and credentials.
+func TestCaddyfileExampleProvisions(t *testing.T) {
+	unsetExampleEnv(t)
+	example, err := os.ReadFile(filepath.Join("..", "Caddyfile.example"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	storage := t.TempDir()
+	t.Chdir("..") // the example's relative paths are from the repository root
+	cfgJSON := adaptCaddyfile(t, example)
+	var cfg caddy.Config
+	if err := caddy.StrictUnmarshalJSON(cfgJSON, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.StorageRaw = mustJSON(t, obj{"module": "file_system", "root": storage})
+	if err := caddy.Validate(&cfg); err != nil {
+		t.Fatalf("Caddyfile.example does not provision: %v", err)
+	}
+}
+
+// TestHTTPCredentialSourceProvisions runs a Caddyfile whose credentials come
+// from a Portal-style HTTP endpoint and checks that lookups reach the URL
+// with {id} replaced by the credential ID and carry the configured header,
+// its {env.*} placeholder expanded.
+func TestHTTPCredentialSourceProvisions(t *testing.T) {
+	f := newFixtures(t)
+	t.Setenv("SANDGATE_TEST_PORTAL_TOKEN", "portal-token")
+	type portalCall struct{ path, auth string }
+	var (
+		mu   sync.Mutex
+		seen []portalCall
+	)
+	portal := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, portalCall{r.URL.Path, r.Header.Get("Authorization")})
+		mu.Unlock()
+		if r.URL.Path != "/api/v1/credentials/cred-a" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"cred-a","enabled":true,"projectNamespace":"team-a","clusterId":"cluster-a"}`)
+	}))
+	t.Cleanup(portal.Close)
+
+	caddyfile := `{
+	admin off
+	persist_config off
+	storage file_system ` + filepath.Join(f.dir, "storage") + `
+	sandgate {
+		token_key k1 HS256 ` + f.hmacKey + `
+		credentials http ` + portal.URL + `/api/v1/credentials/{id} {
+			header Authorization "Bearer {env.SANDGATE_TEST_PORTAL_TOKEN}"
+			cache_ttl 1s
+			timeout 2s
+		}
+	}
+}
+`
+	loadConfig(t, adaptCaddyfile(t, []byte(caddyfile)))
+	app := activeApp[*sandgate.App](t, "sandgate")
+
+	c, err := app.Credentials().Lookup(t.Context(), "cred-a")
+	if err != nil || c.ClusterID != "cluster-a" {
+		t.Fatalf("Lookup(cred-a) = %+v, %v; want the Portal's credential", c, err)
+	}
+	if _, err := app.Credentials().Lookup(t.Context(), "cred-b"); !errors.Is(err, credential.ErrNotFound) {
+		t.Errorf("Lookup(cred-b) error = %v, want ErrNotFound", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []portalCall{
+		{"/api/v1/credentials/cred-a", "Bearer portal-token"},
+		{"/api/v1/credentials/cred-b", "Bearer portal-token"},
+	}
+	if len(seen) != len(want) {
+		t.Fatalf("portal calls = %+v, want %+v", seen, want)
+	}
+	for i := range want {
+		if seen[i] != want[i] {
+			t.Errorf("portal call %d = %+v, want %+v", i, seen[i], want[i])
+		}
+	}
+}
