@@ -1,6 +1,8 @@
 package sandgate
 
 import (
+	"strings"
+
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -120,8 +122,12 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					return d.Errf("unrecognized cluster subdirective %q", d.Val())
 				}
 			}
-			if err := c.provision(caddy.NewReplacer()); err != nil {
-				return d.Errf("cluster %q: %v", id, err)
+			// A fixed entry given as a runtime placeholder ({env.X}) is
+			// checked at provision time instead.
+			if !strings.Contains(entry, "{") {
+				if err := c.provision(caddy.NewReplacer()); err != nil {
+					return d.Errf("cluster %q: %v", id, err)
+				}
 			}
 			if a.Clusters == nil {
 				a.Clusters = map[string]*Cluster{}

@@ -123,6 +123,9 @@ type Env struct {
 	servers []*http.Server
 	waitErr chan error
 	once    sync.Once
+
+	tokMu  sync.Mutex
+	minted []string
 }
 
 // Start builds nothing: bin/caddy must exist (make build). It returns an
@@ -283,7 +286,22 @@ func (e *Env) Mint(id string, g Grant) (string, error) {
 		now = now.Add(ttl - time.Minute)
 		ttl = time.Second
 	}
-	return key.Mint(token.Target{CredentialID: g.CredentialID, SandboxID: sbx, Port: 49983}, ttl, now)
+	tok, err := key.Mint(token.Target{CredentialID: g.CredentialID, SandboxID: sbx, Port: 49983}, ttl, now)
+	if err == nil {
+		e.tokMu.Lock()
+		e.minted = append(e.minted, tok)
+		e.tokMu.Unlock()
+	}
+	return tok, err
+}
+
+// MintedTokens returns every token Mint has returned so far, those the
+// control API handed to the SDK included, so tests can check that none of
+// them leaks into a log.
+func (e *Env) MintedTokens() []string {
+	e.tokMu.Lock()
+	defer e.tokMu.Unlock()
+	return append([]string(nil), e.minted...)
 }
 
 // Reload posts a new Caddyfile to the gateway's admin API (caddy reload).

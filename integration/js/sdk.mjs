@@ -102,6 +102,7 @@ const scenarios = {
     out.bigWrite = await attempt(() => sbx.files.write(`${dir}/big.bin`, big.buffer.slice(big.byteOffset, big.byteOffset + big.length)))
     const back = await attempt(async () => Buffer.from(await sbx.files.read(`${dir}/big.bin`, { format: 'bytes' })))
     out.bigRoundTrip = back.ok ? { sameSha: sha(back.value) === sha(big), size: back.value.length } : back
+    out.bigSha = sha(big) // lets the Go test compare what landed on disk
     out.unicodeWrite = await attempt(() => sbx.files.write(`${dir}/ünï cødé/文件 1.txt`, 'unicode ✓'))
     out.unicodeRead = await attempt(() => sbx.files.read(`${dir}/ünï cødé/文件 1.txt`))
     out.multiWrite = await attempt(() =>
