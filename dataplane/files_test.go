@@ -276,4 +276,3 @@ func TestFilesDelete(t *testing.T) {
 		t.Fatal("directory was removed by a file delete")
 	}
 }
-

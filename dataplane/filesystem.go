@@ -9,22 +9,33 @@ import (
 	"github.com/sandgate/sandgate/execd"
 )
 
-// listDir serves POST /filesystem.Filesystem/ListDir (Connect unary) over
-// execd's GET /directories/list (spec §3.3; e2b-wire.md §4.2).
-func (h *Handler) listDir(w http.ResponseWriter, r *http.Request, rq *request) *Error {
+// readPathMessage reads the user and the unary message of a filesystem
+// call, decodes it with decode (which returns the message's path) and
+// resolves that path against the user's home.
+func (h *Handler) readPathMessage(r *http.Request, decode func([]byte) (string, error)) (string, *Error) {
 	user, e := h.basicUser(r)
 	if e != nil {
-		return e
+		return "", e
 	}
 	msg, e := h.readMessage(r)
 	if e != nil {
-		return e
+		return "", e
 	}
-	req, err := envd.DecodeListDirRequest(msg)
+	p, err := decode(msg)
 	if err != nil {
-		return fail(CodeBadRequest, err.Error())
+		return "", fail(CodeBadRequest, err.Error())
 	}
-	dir, e := h.resolvePath(req.Path, user)
+	return h.resolvePath(p, user)
+}
+
+// listDir serves POST /filesystem.Filesystem/ListDir (Connect unary) over
+// execd's GET /directories/list (spec §3.3; e2b-wire.md §4.2).
+func (h *Handler) listDir(w http.ResponseWriter, r *http.Request, rq *request) *Error {
+	var req envd.ListDirRequest
+	dir, e := h.readPathMessage(r, func(msg []byte) (p string, err error) {
+		req, err = envd.DecodeListDirRequest(msg)
+		return req.Path, err
+	})
 	if e != nil {
 		return e
 	}
@@ -88,19 +99,10 @@ func entryInfo(fi execd.FileInfo) (envd.EntryInfo, error) {
 // delete for that type. A missing path succeeds, as envd's RemoveAll does
 // (e2b-wire.md §4.2).
 func (h *Handler) remove(w http.ResponseWriter, r *http.Request, rq *request) *Error {
-	user, e := h.basicUser(r)
-	if e != nil {
-		return e
-	}
-	msg, e := h.readMessage(r)
-	if e != nil {
-		return e
-	}
-	req, err := envd.DecodeRemoveRequest(msg)
-	if err != nil {
-		return fail(CodeBadRequest, err.Error())
-	}
-	p, e := h.resolvePath(req.Path, user)
+	p, e := h.readPathMessage(r, func(msg []byte) (string, error) {
+		req, err := envd.DecodeRemoveRequest(msg)
+		return req.Path, err
+	})
 	if e != nil {
 		return e
 	}
