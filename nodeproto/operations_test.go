@@ -1,0 +1,200 @@
+package nodeproto
+
+import (
+	"testing"
+)
+
+func TestValidateFor(t *testing.T) {
+	// Every operation's success response fits it, and no other operation
+	// with a different result member.
+	for _, op := range Operations {
+		resp := exResponse(op)
+		if err := resp.ValidateFor(op); err != nil {
+			t.Errorf("%s: own success response: %v", op, err)
+		}
+		for _, other := range Operations {
+			if operationTable[other].result == operationTable[op].result {
+				continue
+			}
+			err := resp.ValidateFor(other)
+			want := "/" + operationTable[op].result
+			if operationTable[op].result == resultNone {
+				want = "/" + operationTable[other].result
+			}
+			checkErr(t, err, ErrResult, want)
+		}
+	}
+	cases := []struct {
+		name    string
+		resp    *Response
+		op      Operation
+		rule    error
+		pointer string
+	}{
+		{"receipt on a failed create", exReceipt(), OpCreate, nil, ""},
+		{"receipt on a failed info", exReceipt(), OpInfo, ErrResult, "/info"},
+		{"failure without result", exFailure(ErrNotFound), OpKill, nil, ""},
+		{"unsupported", exUnsupported(OpSuspend), OpSuspend, nil, ""},
+		{"mismatched unsupported is not malformed", exUnsupported(OpResume), OpSuspend, nil, ""},
+		{"unknown operation", exResponse(OpKill), "destroy", ErrResult, ""},
+		{"context-free rules first", func() *Response { r := exResponse(OpInfo); r.ID = "x"; return r }(), OpInfo, ErrField, "/id"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.resp.ValidateFor(c.op)
+			if c.rule == nil {
+				if err != nil {
+					t.Fatalf("ValidateFor: %v", err)
+				}
+				return
+			}
+			checkErr(t, err, c.rule, c.pointer)
+		})
+	}
+}
+
+func TestClassify(t *testing.T) {
+	req := func(op Operation) *Request { return exRequest(op) }
+	cases := []struct {
+		name    string
+		req     *Request
+		resp    *Response
+		outcome Outcome
+		code    ErrorCode
+	}{
+		{"success create", req(OpCreate), exResponse(OpCreate), OutcomeSuccess, ""},
+		{"success kill", req(OpKill), exResponse(OpKill), OutcomeSuccess, ""},
+		{"success observe", req(OpObserve), exResponse(OpObserve), OutcomeSuccess, ""},
+		{"success without result", req(OpInfo), exResponse(OpKill), OutcomeUnknown, ErrUnconfirmed},
+		{"success with wrong result", req(OpCommand), exResponse(OpObserve), OutcomeUnknown, ErrUnconfirmed},
+		{"success info for another allocation", req(OpInfo), func() *Response {
+			r := exResponse(OpInfo)
+			r.Info.Reference.AllocationID = "other"
+			return r
+		}(), OutcomeUnknown, ErrUnconfirmed},
+		{"invalid", req(OpCreate), exFailure(ErrInvalid), OutcomeFailed, ErrInvalid},
+		{"ownership", req(OpKill), exFailure(ErrOwnership), OutcomeFailed, ErrOwnership},
+		{"exists", req(OpCreate), exFailure(ErrExists), OutcomeFailed, ErrExists},
+		{"not_found", req(OpInfo), exFailure(ErrNotFound), OutcomeFailed, ErrNotFound},
+		{"command_unconfirmed", req(OpCommand), exFailure(ErrCommandUnconfirmed), OutcomeFailed, ErrCommandUnconfirmed},
+		{"observation_unavailable", req(OpObserve), exFailure(ErrObservationUnavailable), OutcomeFailed, ErrObservationUnavailable},
+		{"runtime_not_running", req(OpObserve), exFailure(ErrRuntimeNotRunning), OutcomeFailed, ErrRuntimeNotRunning},
+		{"failed create keeps receipt", req(OpCreate), exReceipt(), OutcomeFailed, ErrExists},
+		{"receipt on another operation", req(OpRenew), exReceipt(), OutcomeUnknown, ErrUnconfirmed},
+		{"unconfirmed", req(OpKill), exFailure(ErrUnconfirmed), OutcomeUnknown, ErrUnconfirmed},
+		{"unknown code", req(OpKill), exFailure("disk_on_fire"), OutcomeUnknown, ErrUnconfirmed},
+		{"unsupported", req(OpSuspend), exUnsupported(OpSuspend), OutcomeUnsupported, ErrUnsupported},
+		{"unsupported for another operation", req(OpSuspend), exUnsupported(OpResume), OutcomeUnknown, ErrUnconfirmed},
+		{"unsupported without evidence", req(OpSuspend), exFailure(ErrUnsupported), OutcomeUnknown, ErrUnconfirmed},
+		{"unsupported with invalid reason", req(OpSuspend), func() *Response {
+			r := exUnsupported(OpSuspend)
+			r.Unsupported.Reason = "line\nbreak"
+			return r
+		}(), OutcomeUnknown, ErrUnconfirmed},
+		{"unsupported with empty reason", req(OpSuspend), func() *Response {
+			r := exUnsupported(OpSuspend)
+			r.Unsupported.Reason = ""
+			return r
+		}(), OutcomeUnknown, ErrUnconfirmed},
+		{"other request id", func() *Request { r := req(OpKill); r.ID = exRetentionID; return r }(), exResponse(OpKill), OutcomeUnknown, ErrUnconfirmed},
+		{"other connection", func() *Request { r := req(OpKill); r.ConnectionID = exNodeID; return r }(), exResponse(OpKill), OutcomeUnknown, ErrUnconfirmed},
+		{"nil response", req(OpKill), nil, OutcomeUnknown, ErrUnconfirmed},
+		{"nil request", nil, exResponse(OpKill), OutcomeUnknown, ErrUnconfirmed},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			outcome, code := Classify(c.req, c.resp)
+			if outcome != c.outcome || code != c.code {
+				t.Fatalf("Classify = (%v, %q), want (%v, %q)", outcome, code, c.outcome, c.code)
+			}
+		})
+	}
+}
+
+func TestCreateReceipt(t *testing.T) {
+	if info, ok := CreateReceipt(exRequest(OpCreate), exReceipt()); !ok || info.Reference != exReference {
+		t.Fatalf("CreateReceipt = %v, %v; want the receipt", info, ok)
+	}
+	other := exReceipt()
+	other.Info.Reference.TenantID = "someone-else"
+	for name, c := range map[string]struct {
+		req  *Request
+		resp *Response
+	}{
+		"success":         {exRequest(OpCreate), exResponse(OpCreate)},
+		"not a create":    {exRequest(OpInfo), exReceipt()},
+		"other reference": {exRequest(OpCreate), other},
+		"no receipt":      {exRequest(OpCreate), exFailure(ErrExists)},
+		"nil":             {nil, nil},
+	} {
+		if info, ok := CreateReceipt(c.req, c.resp); ok || info != nil {
+			t.Errorf("%s: CreateReceipt = %v, %v; want none", name, info, ok)
+		}
+	}
+}
+
+func TestOutcomeString(t *testing.T) {
+	for o, want := range map[Outcome]string{
+		OutcomeUnknown: "unknown", OutcomeSuccess: "success", OutcomeFailed: "failed",
+		OutcomeUnsupported: "unsupported", Outcome(42): "unknown",
+	} {
+		if got := o.String(); got != want {
+			t.Errorf("Outcome(%d).String() = %q, want %q", int(o), got, want)
+		}
+	}
+	var zero Outcome
+	if zero != OutcomeUnknown {
+		t.Fatal("the zero Outcome is not OutcomeUnknown")
+	}
+}
+
+func TestRetentionAckAnswers(t *testing.T) {
+	r, a := exRetention(), exRetentionAck()
+	if !a.Answers(r) {
+		t.Fatal("the matching ack does not answer")
+	}
+	swapped := exRetentionAck()
+	swapped.Entries[0], swapped.Entries[1] = swapped.Entries[1], swapped.Entries[0]
+	short := exRetentionAck()
+	short.Entries = short.Entries[:1]
+	otherID := exRetentionAck()
+	otherID.ID = exRequestID
+	otherConn := exRetentionAck()
+	otherConn.ConnectionID = exNodeID
+	otherDigest := exRetentionAck()
+	otherDigest.Entries[1].SpecificationDigest = exDigest
+	for name, ack := range map[string]*RetentionAck{
+		"reordered": swapped, "incomplete": short, "other id": otherID,
+		"other connection": otherConn, "other digest": otherDigest, "nil": nil,
+	} {
+		if ack.Answers(r) {
+			t.Errorf("%s ack answers", name)
+		}
+	}
+}
+
+func TestIdentifierChecks(t *testing.T) {
+	for s, want := range map[string]bool{
+		exNodeID: true, "6F1C2D3E-4A5B-4C6D-8E7F-0123456789AB": false, "6f1c2d3e4a5b4c6d8e7f0123456789ab": false,
+		"{6f1c2d3e-4a5b-4c6d-8e7f-0123456789ab}": false, "6f1c2d3e-4a5b-4c6d-8e7f-0123456789ag": false, "": false,
+	} {
+		if IsUUID(s) != want {
+			t.Errorf("IsUUID(%q) = %v", s, !want)
+		}
+	}
+	for s, want := range map[string]bool{
+		"a": true, "A.b_c-9": true, "9": true, ".a": false, "-a": false, "_a": false, "a b": false, "a/b": false, "": false,
+		string(make([]byte, 129)): false,
+	} {
+		if IsIdentifier(s) != want {
+			t.Errorf("IsIdentifier(%q) = %v", s, !want)
+		}
+	}
+	for s, want := range map[string]bool{
+		"docker_timeout": true, "a": true, "x9_": true, "Docker": false, "a-b": false, "": false,
+	} {
+		if IsCode(s) != want {
+			t.Errorf("IsCode(%q) = %v", s, !want)
+		}
+	}
+}
