@@ -1,6 +1,8 @@
 package caddymodules
 
 import (
+	_ "github.com/caddyserver/caddy/v2/modules/logging"
+
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"

@@ -132,9 +132,12 @@ func proxyFallback() (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading GOPROXY: %w", err)
 	}
+	// "direct" is left out: asking the module's VCS host fails with a
+	// network error on machines that reach only the proxy, and that error
+	// would end the chain before the empty proxy answers "not found".
 	var chain []string
 	for _, p := range strings.FieldsFunc(strings.TrimSpace(string(out)), func(r rune) bool { return r == ',' || r == '|' }) {
-		if p != "off" {
+		if p != "off" && p != "direct" {
 			chain = append(chain, p)
 		}
 	}
