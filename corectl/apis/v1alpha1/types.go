@@ -1,0 +1,212 @@
+// Package v1alpha1 holds corectl's own Kubernetes resources, group
+// network.sandgate.io, version v1alpha1, for the state the spec leaves
+// storage open for (spec §3.2, §5.2; issue 5 "Kubernetes is the store"):
+//
+//   - SandboxIngressAllowlist (namespaced, one per sandbox, in the sandbox's
+//     project namespace, named after the sandbox ID): the instance ingress
+//     allowlist's desired state in spec and its applied/verified state in
+//     status;
+//   - SandboxTemplateNetwork (namespaced, in corectl's template namespace,
+//     named after the template ID): a template's default ingress and egress
+//     allowlists.
+//
+// It also names the labels and annotations corectl puts on the objects it
+// manages. The CRD manifests are embedded (see CRDs) and live in crds/.
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Group is the API group of corectl's resources.
+const Group = "network.sandgate.io"
+
+// Version is the API version of corectl's resources.
+const Version = "v1alpha1"
+
+// GroupVersion is Group/Version.
+var GroupVersion = schema.GroupVersion{Group: Group, Version: Version}
+
+// Labels and annotations on the objects corectl manages.
+const (
+	// LabelManagedBy marks an object as written by corectl; its value is
+	// ManagedByValue. Objects without it are "non-platform" (spec §5.3).
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// ManagedByValue is the value of LabelManagedBy.
+	ManagedByValue = "corectl"
+	// LabelClusterID is the compute cluster ID (the credential's
+	// clusterId) the object belongs to.
+	LabelClusterID = "network.sandgate.io/cluster-id"
+	// LabelSandboxID is the sandbox ID (the BatchSandbox name).
+	LabelSandboxID = "network.sandgate.io/sandbox-id"
+	// LabelSandboxNamespace is the sandbox's project namespace (the managed
+	// Ingress may live in another namespace, next to the OpenSandbox
+	// ingress Service).
+	LabelSandboxNamespace = "network.sandgate.io/sandbox-namespace"
+	// LabelAllocationID is the allocation ID a NetworkPolicy is for.
+	LabelAllocationID = "network.sandgate.io/allocation-id"
+	// AnnotationOwner names the BatchSandbox that owns a managed object, as
+	// "<namespace>/<name>/<uid>". It is written on every managed object,
+	// including those in another namespace, where an ownerReference is not
+	// possible.
+	AnnotationOwner = "network.sandgate.io/owner"
+	// AnnotationVerifyingSince is the RFC 3339 time a NetworkPolicy entered
+	// the Verifying state; the recovery reconciler finishes cycles older
+	// than its grace period (an interrupted corectl).
+	AnnotationVerifyingSince = "network.sandgate.io/verifying-since"
+)
+
+// Verification states (spec §5.2 "verificationState").
+const (
+	StatePending        = "Pending"
+	StateVerifying      = "Verifying"
+	StateVerified       = "Verified"
+	StateUnverifiedSpec = "UnverifiedSpec"
+	StateIndeterminate  = "Indeterminate"
+	StatePolicyConflict = "PolicyConflict"
+	StateDeleting       = "Deleting"
+	StateCleanupFailed  = "CleanupFailed"
+)
+
+// IngressRule is one source CIDR of an ingress allowlist.
+type IngressRule struct {
+	// CIDR is a normalised IPv4 CIDR ("a.b.c.d/n", see package cidr).
+	CIDR string `json:"cidr"`
+	// Description is free text for people (at most 256 bytes); it does not
+	// reach the Ingress.
+	Description string `json:"description,omitempty"`
+}
+
+// EgressRule is one destination CIDR of an egress allowlist.
+type EgressRule struct {
+	// CIDR is a normalised IPv4 CIDR ("a.b.c.d/n", see package cidr).
+	CIDR string `json:"cidr"`
+}
+
+// SandboxIngressAllowlist is a sandbox's instance ingress allowlist: the
+// desired source CIDRs (spec) and what corectl applied and verified on the
+// managed Ingress (status). metadata.generation is the desired version.
+type SandboxIngressAllowlist struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the desired allowlist (written by the API).
+	Spec SandboxIngressAllowlistSpec `json:"spec,omitempty"`
+	// Status is what corectl applied and verified (written by the
+	// reconciler through the status subresource).
+	Status SandboxIngressAllowlistStatus `json:"status,omitempty"`
+}
+
+// SandboxIngressAllowlistSpec is the desired instance ingress allowlist.
+type SandboxIngressAllowlistSpec struct {
+	// ClusterID is the compute cluster of the sandbox (the credential's
+	// clusterId).
+	ClusterID string `json:"clusterID"`
+	// Desired is the normalised, non-empty set of allowed source CIDRs,
+	// sorted by CIDR (spec §5.2 desiredIngress).
+	Desired []IngressRule `json:"desired"`
+	// Revision counts PUTs: every PUT increments it, so every PUT is a new
+	// desired version (metadata.generation) and gets its own apply cycle,
+	// even when the rules are unchanged.
+	Revision int64 `json:"revision,omitempty"`
+}
+
+// CarrierRef identifies the managed Ingress that carries the allowlist
+// (spec §5.2 carrierRef).
+type CarrierRef struct {
+	// Namespace of the managed Ingress.
+	Namespace string `json:"namespace"`
+	// Name of the managed Ingress (sandbox-ingress-<sandboxID>).
+	Name string `json:"name"`
+	// Host is the host rule it claims ("" = all hosts).
+	Host string `json:"host"`
+	// Path is the path prefix it claims, /<sandboxID>/.
+	Path string `json:"path"`
+	// IngressClass is its spec.ingressClassName.
+	IngressClass string `json:"ingressClass"`
+	// BackendService is the OpenSandbox ingress Service it routes to.
+	BackendService string `json:"backendService"`
+	// BackendPort is that Service's port, a number or a name.
+	BackendPort string `json:"backendPort"`
+}
+
+// SandboxIngressAllowlistStatus is what corectl last applied and verified.
+type SandboxIngressAllowlistStatus struct {
+	// ObservedGeneration is the desired version the last completed cycle
+	// worked on.
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// VerificationState is one of the State* constants.
+	VerificationState string `json:"verificationState,omitempty"`
+	// LastErrorCode classifies the last failure ("" after a success).
+	LastErrorCode string `json:"lastErrorCode,omitempty"`
+	// LastErrorMessage explains LastErrorCode for people.
+	LastErrorMessage string `json:"lastErrorMessage,omitempty"`
+	// Applied is the normalised set read back from the managed Ingress
+	// after the last successful write (spec §5.2 appliedIngress); nil when
+	// no carrier exists.
+	Applied []string `json:"applied,omitempty"`
+	// AppliedVersion is the managed Ingress's resourceVersion at that read
+	// back (spec §5.2 appliedVersion).
+	AppliedVersion string `json:"appliedVersion,omitempty"`
+	// LastVerified is the LKG: the last Applied that passed every check of
+	// spec §5.2 (lastVerifiedIngress).
+	LastVerified []string `json:"lastVerified,omitempty"`
+	// LastVerifiedGeneration is the desired version LastVerified came from.
+	LastVerifiedGeneration int64 `json:"lastVerifiedGeneration,omitempty"`
+	// CarrierRef names the managed Ingress.
+	CarrierRef *CarrierRef `json:"carrierRef,omitempty"`
+	// Conditions: "Verified" (the carrier equals desired and passed every
+	// check) and "Ready" (Verified and nothing pending).
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// SandboxIngressAllowlistList is a list of SandboxIngressAllowlist.
+type SandboxIngressAllowlistList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the objects.
+	Items []SandboxIngressAllowlist `json:"items"`
+}
+
+// SandboxTemplateNetwork is a sandbox template's default network policy
+// (spec §3.2): the ingress and egress allowlists a sandbox created from the
+// template starts with. metadata.generation is its version.
+type SandboxTemplateNetwork struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec holds the defaults.
+	Spec SandboxTemplateNetworkSpec `json:"spec,omitempty"`
+}
+
+// SandboxTemplateNetworkSpec is a template's default allowlists; each is a
+// normalised set sorted by CIDR; empty means "no default" (an empty ingress
+// default means an unrestricted entry, spec §5.2.1).
+type SandboxTemplateNetworkSpec struct {
+	// TemplateID is the template ID as the API caller wrote it.
+	TemplateID string `json:"templateID"`
+	// Ingress is the default ingress allowlist.
+	Ingress []IngressRule `json:"ingress"`
+	// Egress is the default egress allowlist.
+	Egress []EgressRule `json:"egress"`
+}
+
+// SandboxTemplateNetworkList is a list of SandboxTemplateNetwork.
+type SandboxTemplateNetworkList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the objects.
+	Items []SandboxTemplateNetwork `json:"items"`
+}
+
+// AddToScheme registers the types of this package in a scheme.
+func AddToScheme(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion,
+		&SandboxIngressAllowlist{}, &SandboxIngressAllowlistList{},
+		&SandboxTemplateNetwork{}, &SandboxTemplateNetworkList{},
+	)
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

@@ -1,0 +1,46 @@
+package cluster
+
+import (
+	"fmt"
+
+	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// NewScheme returns a scheme with client-go's built-in types and corectl's
+// v1alpha1 types. BatchSandbox is handled as unstructured (package
+// sandbox) and needs no registration.
+func NewScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// RESTConfig returns the apiserver connection of c: the in-cluster
+// configuration, or the kubeconfig file (and context). The user agent is
+// "corectl/<cluster ID>".
+func (c *Cluster) RESTConfig() (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if c.InCluster {
+		cfg, err = rest.InClusterConfig()
+	} else {
+		rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: c.Kubeconfig}
+		over := &clientcmd.ConfigOverrides{CurrentContext: c.KubeContext}
+		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, over).ClientConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", c.ID, err)
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.UserAgent = "corectl/" + c.ID
+	return cfg, nil
+}

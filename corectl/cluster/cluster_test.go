@@ -1,0 +1,72 @@
+package cluster
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+const good = `
+clusters:
+  - id: cluster-4
+    kubeconfig: /etc/corectl/cluster-4.kubeconfig
+    fixedEntry: http://10.0.0.1:30090
+    ingress:
+      className: nginx
+      host: sandbox.example.test
+      namespace: opensandbox-system
+      backendService: opensandbox-ingress
+      backendPort: 80
+    dns:
+      namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: kube-system}}
+      podSelector: {matchLabels: {k8s-app: kube-dns}}
+    cni: {implementation: calico, version: v3.28.1, fingerprint: "sha256:abc"}
+    cniQualification: {clusterId: cluster-4, implementation: calico, version: v3.28.1, fingerprint: "sha256:abc", qualifiedAt: "2026-09-01T00:00:00Z"}
+templates: {clusterId: cluster-4, namespace: corectl-system}
+`
+
+func TestParseValidConfig(t *testing.T) {
+	cfg, err := Parse([]byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cfg.Lookup("cluster-4")
+	if err != nil || c.AllocationLabelKey() != DefaultAllocationLabel || c.Ingress.BackendPort.IntVal != 80 {
+		t.Fatalf("Lookup = %+v, %v", c, err)
+	}
+	if err := c.CNIGate(); err != nil {
+		t.Fatalf("CNIGate = %v", err)
+	}
+	if _, err := cfg.Lookup("nope"); !errors.Is(err, ErrUnknownCluster) {
+		t.Fatalf("Lookup(nope) = %v", err)
+	}
+}
+
+func TestParseRefusesInvalidConfig(t *testing.T) {
+	for _, tc := range []struct{ name, from, to string }{
+		{"unknown field", "    fixedEntry:", "    bogus: 1\n    fixedEntry:"},
+		{"both kubeconfig and inCluster", "    fixedEntry:", "    inCluster: true\n    fixedEntry:"},
+		{"bad fixed entry", "http://10.0.0.1:30090", "ftp://x"},
+		{"empty DNS selector", "podSelector: {matchLabels: {k8s-app: kube-dns}}", "podSelector: {}"},
+		{"bad class", "className: nginx", "className: Nginx_Class"},
+		{"bad host", "host: sandbox.example.test", "host: -bad-"},
+		{"bad port", "backendPort: 80", "backendPort: 70000"},
+		{"templates cluster unknown", "templates: {clusterId: cluster-4", "templates: {clusterId: cluster-9"},
+		{"YAML number for a string", "version: v3.28.1, fingerprint: \"sha256:abc\"}\n    cniQ", "version: 3, fingerprint: \"sha256:abc\"}\n    cniQ"},
+		{"missing CNI facts", "cni: {implementation: calico, version: v3.28.1, fingerprint: \"sha256:abc\"}", "cni: {implementation: calico}"},
+		{"bad allocation label", "    fixedEntry:", "    allocationLabel: 'bad label'\n    fixedEntry:"},
+	} {
+		data := strings.Replace(good, tc.from, tc.to, 1)
+		if data == good {
+			t.Fatalf("%s: replacement did not apply", tc.name)
+		}
+		if _, err := Parse([]byte(data)); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: %v, want ErrInvalidConfig", tc.name, err)
+		}
+	}
+	block := good[strings.Index(good, "  - id:"):strings.Index(good, "templates:")]
+	dup := strings.Replace(good, "templates:", block+"templates:", 1)
+	if _, err := Parse([]byte(dup)); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "duplicate id") {
+		t.Errorf("duplicate cluster: %v", err)
+	}
+}

@@ -1,0 +1,87 @@
+// Command corectl is sandgate's network controller daemon: it owns each
+// sandbox's egress NetworkPolicy and managed ingress-allowlist Ingress in
+// its compute cluster and serves the network API (docs/corectl.md).
+//
+// Usage:
+//
+//	corectl -config clusters.yaml -credentials credentials.yaml -api-keys keys.yaml \
+//	        [-listen 127.0.0.1:8090] [-leader-elect=true] [-leader-election-namespace corectl-system]
+//
+// -config is the cluster configuration (package cluster), -credentials the
+// resource credential file shared with the gateway (package credential,
+// reloaded on change), -api-keys the API key file (package apikey). It
+// runs until SIGINT or SIGTERM, then releases its leases. It exits 1 with
+// the reason when a file is invalid or a cluster is unreachable, and 2 on
+// bad flags.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/sandgate/sandgate/corectl/apikey"
+	"github.com/sandgate/sandgate/corectl/cluster"
+	"github.com/sandgate/sandgate/corectl/daemon"
+	"github.com/sandgate/sandgate/credential"
+	"go.uber.org/zap"
+	ctrl "sigs.k8s.io/controller-runtime"
+	crzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "corectl:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("corectl", flag.ContinueOnError)
+	configPath := fs.String("config", "", "cluster configuration file (YAML or JSON)")
+	credPath := fs.String("credentials", "", "resource credential file (YAML or JSON)")
+	keysPath := fs.String("api-keys", "", "API key file (YAML or JSON)")
+	listen := fs.String("listen", "127.0.0.1:8090", "API listen address")
+	elect := fs.Bool("leader-elect", true, "use leader election (required when more than one replica runs)")
+	leNS := fs.String("leader-election-namespace", "corectl-system", "namespace of the leader-election Lease in every cluster")
+	grace := fs.Duration("egress-grace", 2*time.Minute, "age after which an interrupted egress update is finished by the leader")
+	dev := fs.Bool("dev-log", false, "human-readable logs")
+	if err := fs.Parse(args); err != nil {
+		os.Exit(2)
+	}
+	if *configPath == "" || *credPath == "" || *keysPath == "" {
+		fmt.Fprintln(os.Stderr, "corectl: -config, -credentials and -api-keys are required")
+		os.Exit(2)
+	}
+	log := crzap.New(crzap.UseDevMode(*dev))
+	ctrl.SetLogger(log)
+	cfg, err := cluster.Load(*configPath)
+	if err != nil {
+		return err
+	}
+	keys, err := apikey.Load(*keysPath)
+	if err != nil {
+		return err
+	}
+	zl, _ := zap.NewProduction()
+	creds, err := credential.OpenFile(*credPath, zl)
+	if err != nil {
+		return err
+	}
+	defer creds.Close()
+	d, err := daemon.New(daemon.Options{
+		Config: cfg, Keys: keys, Credentials: creds, Listen: *listen,
+		LeaderElection: *elect, LeaderElectionNamespace: *leNS, EgressGrace: *grace, Log: log,
+	})
+	if err != nil {
+		return err
+	}
+	log.Info("corectl serving", "addr", d.Addr(), "clusters", len(cfg.Clusters), "leaderElection", *elect)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return d.Run(ctx)
+}

@@ -1,0 +1,157 @@
+// Package controller holds corectl's reconcilers, run by a
+// controller-runtime manager per compute cluster under leader election (so
+// only one replica writes):
+//
+//   - IngressReconciler applies each SandboxIngressAllowlist's desired
+//     version to its managed Ingress (ingressallow.Engine.Reconcile), and
+//     repairs a verified carrier that drifted; Ingress events are mapped
+//     back to the allowlist through the identity labels.
+//   - EgressRecovery finishes egress PUTs interrupted after their write (a
+//     platform NetworkPolicy left in Verifying longer than a grace period)
+//     with egress.Engine.Resume.
+//
+// The reconcilers react to the objects, not to events' contents: each run
+// reads the current state again, so a restarted or newly elected corectl
+// picks up where the last one stopped.
+package controller
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/egress"
+	"github.com/sandgate/sandgate/corectl/ingressallow"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// IngressReconciler reconciles SandboxIngressAllowlists of one cluster.
+type IngressReconciler struct {
+	// Engine does the work; its Client must be uncached.
+	Engine *ingressallow.Engine
+	// Workers is how many allowlists are reconciled at once (default
+	// DefaultWorkers); one object is never reconciled by two workers.
+	Workers int
+}
+
+// DefaultWorkers is IngressReconciler's default concurrency: the cycle is
+// apiserver round trips, so several in flight raise throughput (see
+// BenchmarkReconcileSandboxNetworks).
+const DefaultWorkers = 8
+
+// Reconcile implements reconcile.Reconciler: one ingressallow cycle;
+// transient failures are returned so the request is retried with backoff.
+func (r *IngressReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	_, err := r.Engine.Reconcile(ctx, req.Namespace, req.Name)
+	return reconcile.Result{}, err
+}
+
+// SetupWithManager registers the reconciler: for SandboxIngressAllowlists
+// of this cluster, and for managed Ingresses (mapped to their allowlist by
+// the sandbox ID and namespace labels).
+func (r *IngressReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	clusterID := r.Engine.Cluster.ID
+	ours := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		return o.GetLabels()[v1alpha1.LabelManagedBy] == v1alpha1.ManagedByValue && o.GetLabels()[v1alpha1.LabelClusterID] == clusterID
+	})
+	toAllowlist := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		l := o.GetLabels()
+		if l[v1alpha1.LabelSandboxID] == "" || l[v1alpha1.LabelSandboxNamespace] == "" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: l[v1alpha1.LabelSandboxNamespace], Name: l[v1alpha1.LabelSandboxID]}}}
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("sandboxingressallowlist-"+strings.ToLower(clusterID)).
+		WithOptions(options(r.Workers)).
+		For(&v1alpha1.SandboxIngressAllowlist{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			al, ok := o.(*v1alpha1.SandboxIngressAllowlist)
+			return ok && al.Spec.ClusterID == clusterID
+		}))).
+		Watches(&networkingv1.Ingress{}, toAllowlist, builder.WithPredicates(ours)).
+		Complete(r)
+}
+
+// DefaultGrace is how long an egress PUT may stay in Verifying before
+// EgressRecovery takes it over (longer than any PUT's own deadline).
+const DefaultGrace = 2 * time.Minute
+
+// EgressRecovery finishes interrupted egress PUTs of one cluster.
+type EgressRecovery struct {
+	// Engine does the work; its Client must be uncached.
+	Engine *egress.Engine
+	// Reader reads NetworkPolicies (the manager's cache).
+	Reader client.Reader
+	// Grace is the Verifying age after which a policy is taken over
+	// (default DefaultGrace).
+	Grace time.Duration
+	// Now returns the current time (nil: time.Now).
+	Now func() time.Time
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *EgressRecovery) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	np := &networkingv1.NetworkPolicy{}
+	if err := r.Reader.Get(ctx, req.NamespacedName, np); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if np.Annotations[egress.AnnotationVerificationState] != v1alpha1.StateVerifying {
+		return reconcile.Result{}, nil
+	}
+	grace := r.Grace
+	if grace == 0 {
+		grace = DefaultGrace
+	}
+	now := time.Now
+	if r.Now != nil {
+		now = r.Now
+	}
+	if age := now().Sub(egress.VerifyingSince(np)); age < grace {
+		return reconcile.Result{RequeueAfter: grace - age}, nil
+	}
+	_, err := r.Engine.Resume(ctx, req.Namespace, req.Name)
+	if errors.Is(err, egress.ErrIndeterminate) {
+		// Needs an admin; the Event and annotations say so. No retry loop.
+		return reconcile.Result{}, nil
+	}
+	if apierrors.IsNotFound(err) {
+		return reconcile.Result{}, nil
+	}
+	return reconcile.Result{}, err
+}
+
+// SetupWithManager registers the reconciler for this cluster's platform
+// NetworkPolicies.
+func (r *EgressRecovery) SetupWithManager(mgr ctrl.Manager) error {
+	clusterID := r.Engine.Cluster.ID
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("egressrecovery-"+strings.ToLower(clusterID)).
+		WithOptions(options(1)).
+		For(&networkingv1.NetworkPolicy{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetLabels()[v1alpha1.LabelManagedBy] == v1alpha1.ManagedByValue && o.GetLabels()[v1alpha1.LabelClusterID] == clusterID
+		}))).
+		Complete(r)
+}
+
+// options sets the worker count (0: DefaultWorkers) and skips the
+// controller-name uniqueness check: names carry the cluster ID, but several
+// corectl instances may run in one process (tests, embedding); the name
+// only labels metrics, which corectl does not serve.
+func options(workers int) crcontroller.Options {
+	if workers <= 0 {
+		workers = DefaultWorkers
+	}
+	yes := true
+	return crcontroller.Options{SkipNameValidation: &yes, MaxConcurrentReconciles: workers}
+}

@@ -1,0 +1,192 @@
+// Package createnet resolves a sandbox's initial network policy at
+// creation from its template's defaults and the create request's optional
+// network object, exactly as the table of spec §3.1.1 II says:
+//
+//   - allowOut: normalised (single IP → /32, mask-aligned, deduplicated,
+//     sorted); becomes the egress allowlist;
+//   - allowPublicTraffic: true adds 0.0.0.0/0 to allowOut (the union);
+//     false or absent adds nothing;
+//   - egress (native, [{cidr}]): wins over allowOut and allowPublicTraffic;
+//   - ingress (extension, [{cidr, description?}]): the ingress allowlist;
+//   - denyOut, egressProxy, maskRequestHost, rules: silently ignored;
+//   - per dimension, an absent or empty value inherits the template
+//     (a network object that is not passed inherits both);
+//   - an invalid CIDR is a 400 with network_cidr_invalid (allowOut,
+//     egress) or ingress_cidr_invalid (ingress).
+//
+// The result is a copy: later template changes do not reach it.
+package createnet
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/cidr"
+	"github.com/sandgate/sandgate/corectl/ingressallow"
+	"github.com/sandgate/sandgate/corectl/template"
+)
+
+// Error codes of the flat E2B error envelope (spec §3.1.1 II).
+const (
+	// CodeNetworkCIDRInvalid: an allowOut or egress entry is not an IPv4
+	// CIDR.
+	CodeNetworkCIDRInvalid = "network_cidr_invalid"
+	// CodeIngressCIDRInvalid: an ingress entry is not an IPv4 CIDR.
+	CodeIngressCIDRInvalid = "ingress_cidr_invalid"
+	// CodeBadRequest: the network object is not JSON of the right shape
+	// (a list that is not a list, a CIDR that is not a string).
+	CodeBadRequest = "bad_request"
+)
+
+// Error is a resolution failure; Code is one of the Code* constants.
+type Error struct {
+	// Code is the stable error code.
+	Code string
+	// Message says which field and entry.
+	Message string
+}
+
+// Error implements error: "<code>: <message>".
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// PublicTraffic is the CIDR allowPublicTraffic adds.
+const PublicTraffic = "0.0.0.0/0"
+
+// Request is the create request's network object. Fields not listed here
+// (denyOut, egressProxy, maskRequestHost, rules, anything else) are
+// ignored, as the JSON binding of the reference implementation drops them.
+type Request struct {
+	// AllowPublicTraffic, when true, adds 0.0.0.0/0 to AllowOut.
+	AllowPublicTraffic *bool `json:"allowPublicTraffic"`
+	// AllowOut is the official SDK's egress allowlist.
+	AllowOut []string `json:"allowOut"`
+	// Ingress is the extension ingress allowlist.
+	Ingress []IngressEntry `json:"ingress"`
+	// Egress is the native egress allowlist; it wins over AllowOut.
+	Egress []EgressEntry `json:"egress"`
+}
+
+// IngressEntry is one ingress entry of the request.
+type IngressEntry struct {
+	// CIDR is an IPv4 address or CIDR.
+	CIDR string `json:"cidr"`
+	// Description is free text (at most 256 bytes).
+	Description string `json:"description"`
+}
+
+// EgressEntry is one native egress entry of the request.
+type EgressEntry struct {
+	// CIDR is an IPv4 address or CIDR.
+	CIDR string `json:"cidr"`
+}
+
+// Source says where a dimension of the initial network came from.
+type Source string
+
+// Sources.
+const (
+	// FromTemplate: inherited from the template defaults.
+	FromTemplate Source = "template"
+	// FromRequest: the request's value.
+	FromRequest Source = "request"
+)
+
+// Initial is a sandbox's initial network policy.
+type Initial struct {
+	// Ingress is the initial ingress allowlist (normalised).
+	Ingress []v1alpha1.IngressRule `json:"ingress"`
+	// Egress is the initial egress allowlist (normalised CIDRs).
+	Egress []string `json:"egress"`
+	// IngressSource says where Ingress came from.
+	IngressSource Source `json:"ingressSource"`
+	// EgressSource says where Egress came from.
+	EgressSource Source `json:"egressSource"`
+}
+
+// Decode decodes the network object of a create request. Empty input or
+// JSON null means "not passed" (nil, nil). Unknown fields are ignored;
+// a field of the wrong JSON type is an *Error with CodeBadRequest.
+func Decode(raw []byte) (*Request, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var r Request
+	if err := json.Unmarshal(raw, &r); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return nil, &Error{Code: CodeBadRequest, Message: fmt.Sprintf("network.%s has the wrong type", te.Field)}
+		}
+		return nil, &Error{Code: CodeBadRequest, Message: "network must be a JSON object"}
+	}
+	return &r, nil
+}
+
+// Resolve returns the initial network policy for a sandbox created from a
+// template with defaults tpl and the request's network object req (nil
+// when not passed). Every CIDR given is validated, including an allowOut
+// that egress overrides. Errors are *Error.
+func Resolve(tpl template.Network, req *Request) (*Initial, error) {
+	out := &Initial{
+		Ingress: slices.Clone(tpl.Ingress), Egress: tpl.EgressCIDRs(),
+		IngressSource: FromTemplate, EgressSource: FromTemplate,
+	}
+	if out.Ingress == nil {
+		out.Ingress = []v1alpha1.IngressRule{}
+	}
+	if req == nil {
+		return out, nil
+	}
+	allowOut, err := cidr.Normalize(req.AllowOut)
+	if err != nil {
+		return nil, cidrError(CodeNetworkCIDRInvalid, "allowOut", err)
+	}
+	native := make([]string, len(req.Egress))
+	for i, e := range req.Egress {
+		native[i] = e.CIDR
+	}
+	egress, err := cidr.Normalize(native)
+	if err != nil {
+		return nil, cidrError(CodeNetworkCIDRInvalid, "egress", err)
+	}
+	in := make([]v1alpha1.IngressRule, len(req.Ingress))
+	for i, e := range req.Ingress {
+		if len(e.Description) > ingressallow.MaxDescription {
+			return nil, &Error{Code: CodeBadRequest, Message: fmt.Sprintf("network.ingress[%d].description is longer than %d bytes", i, ingressallow.MaxDescription)}
+		}
+		in[i] = v1alpha1.IngressRule{CIDR: e.CIDR, Description: e.Description}
+	}
+	ingress, err := ingressallow.NormalizeRules(in)
+	if err != nil {
+		return nil, cidrError(CodeIngressCIDRInvalid, "ingress", err)
+	}
+	public := req.AllowPublicTraffic != nil && *req.AllowPublicTraffic
+	switch {
+	case len(egress) > 0:
+		out.Egress, out.EgressSource = egress, FromRequest
+	case len(allowOut) > 0 || public:
+		set := allowOut
+		if public {
+			if set, err = cidr.Normalize(append(slices.Clone(allowOut), PublicTraffic)); err != nil {
+				return nil, cidrError(CodeNetworkCIDRInvalid, "allowOut", err)
+			}
+		}
+		out.Egress, out.EgressSource = set, FromRequest
+	}
+	if len(ingress) > 0 {
+		out.Ingress, out.IngressSource = ingress, FromRequest
+	}
+	return out, nil
+}
+
+func cidrError(code, field string, err error) *Error {
+	var ee *cidr.EntryError
+	if errors.As(err, &ee) {
+		return &Error{Code: code, Message: fmt.Sprintf("network.%s[%d]: %s", field, ee.Index, ee.Reason)}
+	}
+	return &Error{Code: code, Message: fmt.Sprintf("network.%s: %s", field, err.Error())}
+}

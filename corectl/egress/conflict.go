@@ -1,0 +1,95 @@
+package egress
+
+import (
+	"net/netip"
+	"slices"
+
+	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/cidr"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Conflicts returns the names, sorted, of the non-platform policies among
+// policies that can select any of labelSets and widen egress beyond
+// allowed plus the platform DNS rule dns (spec §3.1.1 III, §5.3
+// "union-based permission widening").
+//
+// NetworkPolicies are additive: a second policy that selects the pod and
+// has Egress in its policy types adds its rules to ours. Such a policy
+// widens unless every one of its egress rules is covered: each peer is an
+// IPv4 ipBlock inside one allowed CIDR (ports do not matter, ours allow all
+// ports), or the platform DNS peer with ports among UDP/TCP 53. A rule
+// with no peers (all destinations), a pod or namespace selector, an IPv6
+// or unparsable block, or a policy whose selector cannot be evaluated
+// counts as widening. Policies carrying the platform managed-by label are
+// the platform's own and are not counted; neither is the policy named own.
+// Egress-only deny policies (Egress type, no rules) and ingress-only
+// policies never widen egress.
+func Conflicts(policies []networkingv1.NetworkPolicy, own string, labelSets []labels.Set, allowed []string, dns networkingv1.NetworkPolicyEgressRule) []string {
+	prefixes := make([]netip.Prefix, 0, len(allowed))
+	for _, s := range allowed {
+		if p, err := cidr.Parse(s); err == nil {
+			prefixes = append(prefixes, p)
+		}
+	}
+	var out []string
+	for i := range policies {
+		np := &policies[i]
+		if np.Name == own || np.Labels[v1alpha1.LabelManagedBy] == v1alpha1.ManagedByValue {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil {
+			out = append(out, np.Name)
+			continue
+		}
+		if !slices.ContainsFunc(labelSets, func(s labels.Set) bool { return sel.Matches(s) }) {
+			continue
+		}
+		if !affectsEgress(&np.Spec) {
+			continue
+		}
+		for _, r := range np.Spec.Egress {
+			if !covered(r, prefixes, dns) {
+				out = append(out, np.Name)
+				break
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// affectsEgress applies the API's defaulting rule: policyTypes, when
+// empty, is Ingress plus Egress if there are egress rules.
+func affectsEgress(spec *networkingv1.NetworkPolicySpec) bool {
+	if len(spec.PolicyTypes) == 0 {
+		return len(spec.Egress) > 0
+	}
+	return slices.Contains(spec.PolicyTypes, networkingv1.PolicyTypeEgress)
+}
+
+// covered reports whether rule r allows nothing beyond allowed and dns.
+func covered(r networkingv1.NetworkPolicyEgressRule, allowed []netip.Prefix, dns networkingv1.NetworkPolicyEgressRule) bool {
+	if len(r.To) == 0 {
+		return false
+	}
+	for _, peer := range r.To {
+		switch {
+		case peer.IPBlock != nil && peer.PodSelector == nil && peer.NamespaceSelector == nil:
+			p, err := cidr.Parse(peer.IPBlock.CIDR)
+			if err != nil {
+				return false
+			}
+			if !slices.ContainsFunc(allowed, func(a netip.Prefix) bool { return cidr.Covers(a, p) }) {
+				return false
+			}
+		case len(dns.To) == 1 && sameDNSPeer(peer, dns.To[0]) && isDNSPorts(r.Ports, false):
+		default:
+			return false
+		}
+	}
+	return true
+}

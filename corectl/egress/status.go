@@ -1,0 +1,138 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/sandbox"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Status is the GET /sandboxes/{id}/network answer (spec §3.1.1 IV).
+// ConfiguredEgress and LastVerifiedEgress are absent (nil) when they cannot
+// be stated — never an empty list standing in for an unknown one.
+type Status struct {
+	// SandboxID is the sandbox.
+	SandboxID string `json:"sandboxID"`
+	// NetworkReady is true only when verificationState is Verified, the
+	// current spec equals the LKG, the selector is the allocation's and
+	// selects the template labels and current pods, and no non-platform
+	// policy widens it (spec §3.1.1 III).
+	NetworkReady bool `json:"networkReady"`
+	// VerificationState is the verification-state annotation ("" when
+	// there is no policy).
+	VerificationState string `json:"verificationState"`
+	// ConfiguredEgress is decompiled from the current policy spec.
+	ConfiguredEgress *[]Rule `json:"configuredEgress,omitempty"`
+	// LastVerifiedEgress is decompiled from last-verified-spec.
+	LastVerifiedEgress *[]Rule `json:"lastVerifiedEgress,omitempty"`
+	// LastErrorCode is the verification-error-code annotation.
+	LastErrorCode string `json:"lastErrorCode"`
+	// NotReadyReason is the first Reason* that makes NetworkReady false
+	// ("" when ready).
+	NotReadyReason string `json:"notReadyReason,omitempty"`
+	// PolicyName is the NetworkPolicy's name ("" when the allocation is
+	// unknown).
+	PolicyName string `json:"policyName,omitempty"`
+	// Conflicts names conflicting non-platform policies.
+	Conflicts []string `json:"conflicts,omitempty"`
+}
+
+// Get computes the GET view of sandbox namespace/id. It only reads: the
+// BatchSandbox, the policy, the sandbox's pods and the namespace's
+// NetworkPolicies. Errors: the sandbox package's errors for the
+// BatchSandbox itself (not found, deleting, unreadable), except
+// ErrNoAllocation which gives a Status with ReasonAllocationUnknown; and
+// ErrUnavailable when the apiserver cannot answer.
+func (e *Engine) Get(ctx context.Context, namespace, id string) (*Status, error) {
+	st := &Status{SandboxID: id}
+	sb, err := sandbox.Get(ctx, e.Client, namespace, id, e.Cluster.AllocationLabelKey())
+	if err != nil {
+		if sb != nil && errors.Is(err, sandbox.ErrNoAllocation) {
+			st.NotReadyReason = ReasonAllocationUnknown
+			return st, nil
+		}
+		return nil, err
+	}
+	st.PolicyName = PolicyName(sb.AllocationID)
+	np := &networkingv1.NetworkPolicy{}
+	if err := e.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: st.PolicyName}, np); err != nil {
+		if apierrors.IsNotFound(err) {
+			st.NotReadyReason = ReasonPolicyMissing
+			return st, nil
+		}
+		return nil, fmt.Errorf("%w: read policy: %s", ErrUnavailable, err.Error())
+	}
+	if !e.ours(np, sb) {
+		st.NotReadyReason = ReasonPolicyNotManaged
+		return st, nil
+	}
+	reason := ""
+	note := func(r string) {
+		if reason == "" {
+			reason = r
+		}
+	}
+	st.VerificationState = np.Annotations[AnnotationVerificationState]
+	st.LastErrorCode = np.Annotations[AnnotationVerificationErrorCode]
+	switch st.VerificationState {
+	case v1alpha1.StateVerifying, v1alpha1.StateVerified, v1alpha1.StatePolicyConflict:
+	default:
+		note(ReasonAnnotationCorrupt)
+	}
+	if set, err := Decompile(&np.Spec); err == nil {
+		r := Rules(set)
+		st.ConfiguredEgress = &r
+	} else {
+		note(ReasonSpecUndecodable)
+	}
+	lkgV, hasLKG := np.Annotations[AnnotationLastVerifiedSpec]
+	switch {
+	case !hasLKG && st.VerificationState == v1alpha1.StateVerifying:
+		note(ReasonNoLKG)
+	case !hasLKG:
+		note(ReasonAnnotationCorrupt)
+	default:
+		if _, set, err := ParseLKG(lkgV); err == nil {
+			r := Rules(set)
+			st.LastVerifiedEgress = &r
+		} else {
+			note(ReasonAnnotationCorrupt)
+		}
+	}
+	if st.VerificationState != v1alpha1.StateVerified {
+		note(ReasonNotVerified)
+	}
+	if hasLKG && Canonical(&np.Spec) != lkgV {
+		note(ReasonSpecDrift)
+	}
+	sets, f := e.labelSets(ctx, sb, &np.Spec)
+	if f != nil {
+		if f.code == CodeReadFailed {
+			return nil, fmt.Errorf("%w: %s", ErrUnavailable, f.reason)
+		}
+		note(ReasonSelectorMismatch)
+	} else {
+		list, err := nonPlatformPolicies(ctx, e.Client, namespace)
+		if err != nil {
+			return nil, fmt.Errorf("%w: list NetworkPolicies: %s", ErrUnavailable, err.Error())
+		}
+		allowed := []string{}
+		if st.ConfiguredEgress != nil {
+			for _, r := range *st.ConfiguredEgress {
+				allowed = append(allowed, r.CIDR)
+			}
+		}
+		if c := Conflicts(list.Items, st.PolicyName, sets, allowed, DNSRule(e.Cluster)); len(c) > 0 {
+			st.Conflicts = c
+			note(ReasonPolicyConflict)
+		}
+	}
+	st.NotReadyReason = reason
+	st.NetworkReady = reason == ""
+	return st, nil
+}

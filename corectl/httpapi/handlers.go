@@ -1,0 +1,338 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/sandgate/sandgate/corectl/apikey"
+	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/createnet"
+	"github.com/sandgate/sandgate/corectl/egress"
+	"github.com/sandgate/sandgate/corectl/ingressallow"
+	"github.com/sandgate/sandgate/corectl/sandbox"
+	"github.com/sandgate/sandgate/corectl/template"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// sandboxError writes the answer for an error returned before any write.
+func (s *Server) sandboxError(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, sandbox.ErrInvalidID):
+		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
+	case errors.Is(err, sandbox.ErrNotFound):
+		s.fail(w, r, http.StatusNotFound, CodeSandboxNotFound, "no such sandbox in the credential's namespace")
+	case errors.Is(err, sandbox.ErrDeleting):
+		s.fail(w, r, http.StatusConflict, CodeSandboxDeleting, "the sandbox is being deleted")
+	case errors.Is(err, sandbox.ErrNoAllocation):
+		s.fail(w, r, http.StatusConflict, CodeAllocationUnknown, err.Error())
+	case errors.Is(err, egress.ErrIndeterminate):
+		s.fail(w, r, http.StatusConflict, CodeIndeterminate, err.Error())
+	case errors.Is(err, ingressallow.ErrClusterMismatch):
+		s.fail(w, r, http.StatusConflict, CodeCredentialMismatch, err.Error())
+	default:
+		s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
+	}
+}
+
+// EgressFailure is the answer of a PUT /network that reached the write step
+// and failed: the envelope plus how the rollback ended and the GET view
+// afterwards.
+type EgressFailure struct {
+	ErrorBody
+	// Outcome is LKGRestored, NewPolicyDeleted or StateUncertain.
+	Outcome egress.Outcome `json:"outcome"`
+	// Conflicts names conflicting policies for PolicyConflict.
+	Conflicts []string `json:"conflicts,omitempty"`
+	// Network is the GET view after the rollback (absent when it could
+	// not be read).
+	Network *egress.Status `json:"network,omitempty"`
+}
+
+func egressStatus(code string) int {
+	switch code {
+	case egress.CodePolicyConflict, egress.CodeSelectorMismatch, egress.CodeCNIUnqualified, egress.CodeConcurrentUpdate:
+		return http.StatusConflict
+	case egress.CodeWriteFailed, egress.CodeReadFailed:
+		return http.StatusServiceUnavailable
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+func (s *Server) putEgress(w http.ResponseWriter, r *http.Request) {
+	ch, ns, ok := s.scope(w, r)
+	if !ok {
+		return
+	}
+	body, err := readBody(r, egress.MaxRequestSize)
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
+		return
+	}
+	set, err := egress.DecodeRequest(body)
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
+		return
+	}
+	ctx, cancel := requestContext(r)
+	defer cancel()
+	id := r.PathValue("sandboxID")
+	res, err := ch.Egress.Put(ctx, ns, id, set)
+	if err != nil {
+		s.sandboxError(w, r, err)
+		return
+	}
+	st, gerr := ch.Egress.Get(ctx, ns, id)
+	if res.Outcome == egress.OutcomeVerified {
+		if gerr != nil {
+			s.sandboxError(w, r, gerr)
+			return
+		}
+		writeJSON(w, http.StatusOK, st)
+		return
+	}
+	status, code := egressStatus(res.Code), res.Code
+	if res.Outcome == egress.OutcomeStateUncertain {
+		status, code = http.StatusInternalServerError, CodeStateUncertain
+	}
+	body2 := EgressFailure{ErrorBody: ErrorBody{Code: status, Error: code, Message: code + ": " + res.Message},
+		Outcome: res.Outcome, Conflicts: res.Conflicts}
+	if gerr == nil {
+		body2.Network = st
+	}
+	s.Log.Info("egress update failed", "sandbox", id, "namespace", ns, "code", res.Code, "outcome", res.Outcome)
+	writeJSON(w, status, body2)
+}
+
+func (s *Server) getEgress(w http.ResponseWriter, r *http.Request) {
+	ch, ns, ok := s.scope(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := requestContext(r)
+	defer cancel()
+	st, err := ch.Egress.Get(ctx, ns, r.PathValue("sandboxID"))
+	if err != nil {
+		s.sandboxError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (s *Server) putIngress(w http.ResponseWriter, r *http.Request) {
+	ch, ns, ok := s.scope(w, r)
+	if !ok {
+		return
+	}
+	body, err := readBody(r, ingressallow.MaxRequestSize)
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
+		return
+	}
+	rules, err := ingressallow.DecodeRequest(body)
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
+		return
+	}
+	ctx, cancel := requestContext(r)
+	defer cancel()
+	id := r.PathValue("sandboxID")
+	al, err := ch.Ingress.SetDesired(ctx, ns, id, rules)
+	if err != nil {
+		s.sandboxError(w, r, err)
+		return
+	}
+	done := s.waitIngress(ctx, ch, client.ObjectKeyFromObject(al), al.Generation)
+	st, err := ch.Ingress.Get(ctx, ns, id)
+	if err != nil {
+		s.sandboxError(w, r, err)
+		return
+	}
+	switch {
+	case !done:
+		writeJSON(w, http.StatusAccepted, st)
+	case st.VerificationState == v1alpha1.StateVerified:
+		writeJSON(w, http.StatusOK, st)
+	default:
+		status := http.StatusConflict
+		switch st.LastErrorCode {
+		case ingressallow.CodeWriteFailed, ingressallow.CodeReadFailed:
+			status = http.StatusServiceUnavailable
+		}
+		if st.VerificationState == v1alpha1.StateIndeterminate {
+			status = http.StatusInternalServerError
+		}
+		writeJSON(w, status, IngressFailure{
+			ErrorBody: ErrorBody{Code: status, Error: st.LastErrorCode, Message: st.LastErrorCode + ": " + st.LastErrorMessage},
+			Ingress:   st,
+		})
+	}
+}
+
+// IngressFailure is the answer of a PUT /network/ingress whose cycle
+// failed: the envelope plus the GET view (previous applied state and LKG
+// kept).
+type IngressFailure struct {
+	ErrorBody
+	// Ingress is the GET view after the cycle.
+	Ingress *ingressallow.Status `json:"ingress"`
+}
+
+// waitIngress polls the allowlist until its status has finished version
+// gen (observedGeneration ≥ gen and not Verifying), or the wait bound or
+// ctx ends; it reports whether it finished.
+func (s *Server) waitIngress(ctx context.Context, ch *ClusterHandle, key client.ObjectKey, gen int64) bool {
+	ctx, cancel := context.WithTimeout(ctx, s.ingressWait())
+	defer cancel()
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		al := &v1alpha1.SandboxIngressAllowlist{}
+		if err := ch.Ingress.Client.Get(ctx, key, al); err == nil &&
+			al.Status.ObservedGeneration >= gen && al.Status.VerificationState != v1alpha1.StateVerifying {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
+}
+
+func (s *Server) getIngress(w http.ResponseWriter, r *http.Request) {
+	ch, ns, ok := s.scope(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := requestContext(r)
+	defer cancel()
+	st, err := ch.Ingress.Get(ctx, ns, r.PathValue("sandboxID"))
+	if err != nil {
+		s.sandboxError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// templateAuth authenticates a template route; admin routes need a
+// templateAdmin key.
+func (s *Server) templateAuth(w http.ResponseWriter, r *http.Request, admin bool) bool {
+	p, err := apikey.Authenticate(r.Context(), s.Keys, s.Credentials, r.Header.Get(APIKeyHeader), false)
+	if !s.authError(w, r, err) {
+		return false
+	}
+	if admin && !p.Key.TemplateAdmin {
+		s.fail(w, r, http.StatusForbidden, CodeForbidden, "template defaults are changed by template administrators only")
+		return false
+	}
+	return true
+}
+
+func (s *Server) templateError(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, template.ErrInvalidID):
+		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
+	case errors.Is(err, template.ErrNotFound):
+		s.fail(w, r, http.StatusNotFound, CodeTemplateNotFound, err.Error())
+	default:
+		s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
+	}
+}
+
+func (s *Server) putTemplate(w http.ResponseWriter, r *http.Request) {
+	if !s.templateAuth(w, r, true) {
+		return
+	}
+	id := r.PathValue("templateId")
+	if err := template.ValidateID(id); err != nil {
+		s.templateError(w, r, err)
+		return
+	}
+	body, err := readBody(r, template.MaxRequestSize)
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
+		return
+	}
+	n, err := template.DecodeRequest(body)
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
+		return
+	}
+	ctx, cancel := requestContext(r)
+	defer cancel()
+	v, err := s.Templates.Put(ctx, id, n)
+	if err != nil {
+		s.templateError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
+	if !s.templateAuth(w, r, false) {
+		return
+	}
+	ctx, cancel := requestContext(r)
+	defer cancel()
+	v, err := s.Templates.Get(ctx, r.PathValue("templateId"))
+	if err != nil {
+		s.templateError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// resolve answers the initial network of a sandbox created from the
+// template with the request body as the create request's network object
+// (empty or null: not passed). A template without defaults inherits
+// nothing (empty allowlists).
+func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
+	if !s.templateAuth(w, r, false) {
+		return
+	}
+	id := r.PathValue("templateId")
+	if err := template.ValidateID(id); err != nil {
+		s.templateError(w, r, err)
+		return
+	}
+	body, err := readBody(r, template.MaxRequestSize)
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
+		return
+	}
+	req, err := createnet.Decode(body)
+	if err != nil {
+		var ce *createnet.Error
+		errors.As(err, &ce)
+		s.fail(w, r, http.StatusBadRequest, ce.Code, ce.Message)
+		return
+	}
+	ctx, cancel := requestContext(r)
+	defer cancel()
+	tpl := template.Network{}
+	v, err := s.Templates.Get(ctx, id)
+	switch {
+	case err == nil:
+		tpl = v.Network
+	case errors.Is(err, template.ErrNotFound):
+	default:
+		s.templateError(w, r, err)
+		return
+	}
+	in, err := createnet.Resolve(tpl, req)
+	if err != nil {
+		var ce *createnet.Error
+		errors.As(err, &ce)
+		s.fail(w, r, http.StatusBadRequest, ce.Code, ce.Message)
+		return
+	}
+	writeJSON(w, http.StatusOK, in)
+}
+
+func (s *Server) openapi(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(openAPI)
+}

@@ -1,0 +1,231 @@
+// Package httpapi is corectl's HTTP API: the network routes of spec
+// §3.1 and §3.2 for sandboxes and templates, authenticated by API key and
+// scoped to the caller's resource credential (package apikey), and the
+// OpenAPI document of every route (openapi.json, served at
+// GET /openapi.json).
+//
+// Routes (docs/corectl.md has the request and answer shapes):
+//
+//	PUT|GET /sandboxes/{sandboxID}/network            egress (spec §3.1.1)
+//	PUT|GET /sandboxes/{sandboxID}/network/ingress    ingress allowlist (spec §5.2)
+//	PUT|GET /sandbox-templates/{templateId}/network   template defaults (spec §3.2)
+//	PUT|GET /api/v1/sandbox/templates/{templateId}/network   (alias)
+//	POST    /sandbox-templates/{templateId}/network/resolve  create-time resolution (spec §3.1.1 II)
+//	POST    /api/v1/sandbox/templates/{templateId}/network/resolve   (alias)
+//	GET     /openapi.json
+//
+// Every error is the flat E2B envelope {"code": <HTTP status>, "error":
+// "<stable code>", "message": "<stable code>: <text>"}.
+package httpapi
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/sandgate/sandgate/corectl/apikey"
+	"github.com/sandgate/sandgate/corectl/cluster"
+	"github.com/sandgate/sandgate/corectl/egress"
+	"github.com/sandgate/sandgate/corectl/ingressallow"
+	"github.com/sandgate/sandgate/corectl/template"
+	"github.com/sandgate/sandgate/credential"
+)
+
+//go:embed openapi.json
+var openAPI []byte
+
+// OpenAPI returns the OpenAPI 3 document of the API.
+func OpenAPI() []byte { return openAPI }
+
+// APIKeyHeader carries the API key (the E2B SDKs send X-API-Key).
+const APIKeyHeader = "X-API-Key"
+
+// Hint headers and query parameters: a caller may state the cluster or
+// namespace it expects; a hint that disagrees with its credential is
+// refused (spec §3.1).
+const (
+	ClusterHintHeader   = "X-Sandgate-Cluster-Id"
+	NamespaceHintHeader = "X-Sandgate-Namespace"
+	ClusterHintQuery    = "clusterId"
+	NamespaceHintQuery  = "namespace"
+)
+
+// ClusterHandle is what the API needs of one compute cluster.
+type ClusterHandle struct {
+	// Cluster is its configuration.
+	Cluster *cluster.Cluster
+	// Egress runs the egress flows.
+	Egress *egress.Engine
+	// Ingress runs the ingress allowlist flows (SetDesired and Get here;
+	// Reconcile in the leader's reconciler).
+	Ingress *ingressallow.Engine
+}
+
+// Server serves the API.
+type Server struct {
+	// Keys are the API keys.
+	Keys *apikey.Keys
+	// Credentials re-reads resource credentials.
+	Credentials credential.Source
+	// Clusters maps cluster IDs to handles.
+	Clusters map[string]*ClusterHandle
+	// Templates stores template defaults.
+	Templates *template.Store
+	// IngressWait bounds how long an ingress PUT waits for the reconciler
+	// to finish the new desired version (default 15 s); on timeout the
+	// answer is 202 with the current state.
+	IngressWait time.Duration
+	// Log receives one line per failed request (zero value: discard).
+	Log logr.Logger
+}
+
+// Route is one route of the API.
+type Route struct {
+	// Method and Pattern are the net/http ServeMux pattern parts.
+	Method, Pattern string
+	handler         func(*Server, http.ResponseWriter, *http.Request)
+}
+
+// Routes lists every route; the OpenAPI document must describe exactly
+// these (a test checks it).
+var Routes = []Route{
+	{"PUT", "/sandboxes/{sandboxID}/network", (*Server).putEgress},
+	{"GET", "/sandboxes/{sandboxID}/network", (*Server).getEgress},
+	{"PUT", "/sandboxes/{sandboxID}/network/ingress", (*Server).putIngress},
+	{"GET", "/sandboxes/{sandboxID}/network/ingress", (*Server).getIngress},
+	{"PUT", "/sandbox-templates/{templateId}/network", (*Server).putTemplate},
+	{"GET", "/sandbox-templates/{templateId}/network", (*Server).getTemplate},
+	{"POST", "/sandbox-templates/{templateId}/network/resolve", (*Server).resolve},
+	{"PUT", "/api/v1/sandbox/templates/{templateId}/network", (*Server).putTemplate},
+	{"GET", "/api/v1/sandbox/templates/{templateId}/network", (*Server).getTemplate},
+	{"POST", "/api/v1/sandbox/templates/{templateId}/network/resolve", (*Server).resolve},
+	{"GET", "/openapi.json", (*Server).openapi},
+}
+
+// Handler returns the API's http.Handler.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	for _, r := range Routes {
+		h := r.handler
+		mux.HandleFunc(r.Method+" "+r.Pattern, func(w http.ResponseWriter, req *http.Request) { h(s, w, req) })
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.fail(w, r, http.StatusNotFound, "not_found", "no such route")
+	})
+	return mux
+}
+
+// Stable error codes of the envelope, besides the egress and ingress
+// failure codes and createnet's.
+const (
+	CodeBadRequest         = "bad_request"
+	CodeUnauthenticated    = "unauthenticated"
+	CodeForbidden          = "forbidden"
+	CodeCredentialMismatch = "credential_mismatch"
+	CodeCredentialDisabled = "credential_disabled"
+	CodeSandboxNotFound    = "sandbox_not_found"
+	CodeSandboxDeleting    = "sandbox_deleting"
+	CodeAllocationUnknown  = "allocation_unknown"
+	CodeIndeterminate      = "policy_indeterminate"
+	CodeClusterUnknown     = "cluster_unknown"
+	CodeTemplateNotFound   = "template_not_found"
+	CodeUnavailable        = "unavailable"
+	CodeNotFound           = "not_found"
+	CodeStateUncertain     = "state_uncertain"
+)
+
+// ErrorBody is the flat error envelope.
+type ErrorBody struct {
+	// Code is the HTTP status.
+	Code int `json:"code"`
+	// Error is the stable error code.
+	Error string `json:"error"`
+	// Message is "<error>: <text>".
+	Message string `json:"message"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, code, text string) {
+	s.Log.Info("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "error", code)
+	writeJSON(w, status, ErrorBody{Code: status, Error: code, Message: code + ": " + text})
+}
+
+// readBody reads at most limit bytes; a larger body is an error.
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("body larger than %d bytes", limit)
+	}
+	return b, nil
+}
+
+// scope authenticates a sandbox route and returns the caller's cluster
+// handle and namespace, or writes the error and returns false.
+func (s *Server) scope(w http.ResponseWriter, r *http.Request) (*ClusterHandle, string, bool) {
+	p, err := apikey.Authenticate(r.Context(), s.Keys, s.Credentials, r.Header.Get(APIKeyHeader), true)
+	if !s.authError(w, r, err) {
+		return nil, "", false
+	}
+	c := p.Credential
+	for _, h := range []struct{ got, want, what string }{
+		{r.Header.Get(ClusterHintHeader), c.ClusterID, "cluster"},
+		{r.URL.Query().Get(ClusterHintQuery), c.ClusterID, "cluster"},
+		{r.Header.Get(NamespaceHintHeader), c.ProjectNamespace, "namespace"},
+		{r.URL.Query().Get(NamespaceHintQuery), c.ProjectNamespace, "namespace"},
+	} {
+		if h.got != "" && h.got != h.want {
+			s.fail(w, r, http.StatusForbidden, CodeCredentialMismatch, "the request's "+h.what+" differs from the credential's")
+			return nil, "", false
+		}
+	}
+	ch, ok := s.Clusters[c.ClusterID]
+	if !ok {
+		s.fail(w, r, http.StatusInternalServerError, CodeClusterUnknown, "the credential's cluster is not configured on corectl")
+		return nil, "", false
+	}
+	return ch, c.ProjectNamespace, true
+}
+
+// authError writes the answer for an authentication error; true when err
+// is nil.
+func (s *Server) authError(w http.ResponseWriter, r *http.Request, err error) bool {
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, apikey.ErrMissing), errors.Is(err, apikey.ErrUnknown), errors.Is(err, credential.ErrNotFound):
+		s.fail(w, r, http.StatusUnauthorized, CodeUnauthenticated, "missing or unknown API key")
+	case errors.Is(err, apikey.ErrNoCredential):
+		s.fail(w, r, http.StatusForbidden, CodeForbidden, "this API key has no resource credential")
+	case errors.Is(err, credential.ErrDisabled):
+		s.fail(w, r, http.StatusForbidden, CodeCredentialDisabled, "the API key's resource credential is disabled")
+	default:
+		s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, "the credential source cannot answer")
+	}
+	return false
+}
+
+func (s *Server) ingressWait() time.Duration {
+	if s.IngressWait > 0 {
+		return s.IngressWait
+	}
+	return 15 * time.Second
+}
+
+// requestContext bounds a request's work.
+func requestContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), 60*time.Second)
+}

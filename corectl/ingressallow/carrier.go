@@ -1,0 +1,214 @@
+package ingressallow
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/cidr"
+	"github.com/sandgate/sandgate/corectl/cluster"
+	"github.com/sandgate/sandgate/corectl/sandbox"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Carrier builds the managed Ingress for sandbox sb in cluster c carrying
+// set (a non-empty normalised CIDR set): name sandbox-ingress-<id> in the
+// cluster's ingress namespace; the fixed entry's ingress class and host;
+// one Prefix path /<id>/ to the OpenSandbox ingress backend; labels
+// managed-by, cluster, sandbox ID and namespace; the owner annotation, and
+// an owner reference to the BatchSandbox when both live in the same
+// namespace (owner references cannot cross namespaces); and the
+// whitelist-source-range annotation.
+func Carrier(c *cluster.Cluster, sb *sandbox.Sandbox, set []string) *networkingv1.Ingress {
+	class := c.Ingress.ClassName
+	prefix := networkingv1.PathTypePrefix
+	ing := &networkingv1.Ingress{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      IngressName(sb.ID),
+			Namespace: c.Ingress.Namespace,
+			Labels:    sb.IdentityLabels(c.ID),
+			Annotations: map[string]string{
+				AnnotationWhitelist:      strings.Join(set, cidr.AnnotationSeparator),
+				v1alpha1.AnnotationOwner: sb.OwnerAnnotation(),
+			},
+		},
+		Spec: networkingv1.IngressSpec{
+			IngressClassName: &class,
+			Rules: []networkingv1.IngressRule{{
+				Host: c.Ingress.Host,
+				IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{
+					Paths: []networkingv1.HTTPIngressPath{{
+						Path:     Path(sb.ID),
+						PathType: &prefix,
+						Backend:  networkingv1.IngressBackend{Service: backend(c)},
+					}},
+				}},
+			}},
+		},
+	}
+	if c.Ingress.Namespace == sb.Namespace {
+		ing.OwnerReferences = []metav1.OwnerReference{sb.OwnerReference()}
+	}
+	return ing
+}
+
+func backend(c *cluster.Cluster) *networkingv1.IngressServiceBackend {
+	b := &networkingv1.IngressServiceBackend{Name: c.Ingress.BackendService}
+	if c.Ingress.BackendPort.Type == intstr.Int {
+		b.Port.Number = c.Ingress.BackendPort.IntVal
+	} else {
+		b.Port.Name = c.Ingress.BackendPort.StrVal
+	}
+	return b
+}
+
+// Ref returns the carrierRef of the managed Ingress of sb.
+func Ref(c *cluster.Cluster, sb *sandbox.Sandbox) *v1alpha1.CarrierRef {
+	return &v1alpha1.CarrierRef{
+		Namespace: c.Ingress.Namespace, Name: IngressName(sb.ID),
+		Host: c.Ingress.Host, Path: Path(sb.ID), IngressClass: c.Ingress.ClassName,
+		BackendService: c.Ingress.BackendService, BackendPort: c.Ingress.BackendPort.String(),
+	}
+}
+
+// isOurs reports whether ing is corectl's managed Ingress for sb in c
+// (labels and owner annotation), the precondition for writing over it.
+func isOurs(c *cluster.Cluster, sb *sandbox.Sandbox, ing *networkingv1.Ingress) bool {
+	want := sb.IdentityLabels(c.ID)
+	for k, v := range want {
+		if ing.Labels[k] != v {
+			return false
+		}
+	}
+	return ing.Annotations[v1alpha1.AnnotationOwner] == sb.OwnerAnnotation()
+}
+
+// CheckCarrier verifies a read-back managed Ingress against the
+// expectations of spec §5.2 except the path-claim check: owner (annotation,
+// and owner reference when in the sandbox's namespace), management and
+// identity labels, ingress class, exactly one rule with the host and
+// exactly one Prefix path /<id>/ to the OpenSandbox backend, no default
+// backend or TLS changes the routing, and a whitelist-source-range that is
+// exactly the canonical form of set. It returns the failure code
+// (CodeCarrierMismatch or CodeAllowlistMismatch) and reason, or "" when
+// everything holds.
+func CheckCarrier(c *cluster.Cluster, sb *sandbox.Sandbox, ing *networkingv1.Ingress, set []string) (code, reason string) {
+	want := Carrier(c, sb, set)
+	if !isOurs(c, sb, ing) {
+		return CodeCarrierMismatch, "owner annotation or identity labels differ"
+	}
+	if len(want.OwnerReferences) > 0 && !sb.HasOwnerReference(ing.OwnerReferences) {
+		return CodeCarrierMismatch, "owner reference to the BatchSandbox missing"
+	}
+	if ing.Spec.IngressClassName == nil || *ing.Spec.IngressClassName != c.Ingress.ClassName {
+		return CodeCarrierMismatch, "ingress class differs"
+	}
+	if ing.Spec.DefaultBackend != nil {
+		return CodeCarrierMismatch, "has a default backend"
+	}
+	if len(ing.Spec.Rules) != 1 || ing.Spec.Rules[0].Host != c.Ingress.Host || ing.Spec.Rules[0].HTTP == nil || len(ing.Spec.Rules[0].HTTP.Paths) != 1 {
+		return CodeCarrierMismatch, "host or rules differ"
+	}
+	p := ing.Spec.Rules[0].HTTP.Paths[0]
+	wp := want.Spec.Rules[0].HTTP.Paths[0]
+	if p.Path != wp.Path || p.PathType == nil || *p.PathType != networkingv1.PathTypePrefix {
+		return CodeCarrierMismatch, "path differs"
+	}
+	if p.Backend.Resource != nil || p.Backend.Service == nil || *p.Backend.Service != *wp.Backend.Service {
+		return CodeCarrierMismatch, "backend differs"
+	}
+	got, canonical, err := cidr.ParseAnnotation(ing.Annotations[AnnotationWhitelist])
+	if err != nil {
+		return CodeAllowlistMismatch, "whitelist-source-range: " + err.Error()
+	}
+	if !canonical || !slices.Equal(got, set) {
+		return CodeAllowlistMismatch, fmt.Sprintf("whitelist-source-range is %q, want %q", ing.Annotations[AnnotationWhitelist], want.Annotations[AnnotationWhitelist])
+	}
+	return "", ""
+}
+
+// Configured decompiles the allowlist of a live Ingress: the normalised
+// set of its whitelist-source-range, or an error when the annotation is
+// missing or does not parse.
+func Configured(ing *networkingv1.Ingress) ([]string, error) {
+	v, ok := ing.Annotations[AnnotationWhitelist]
+	if !ok {
+		return nil, fmt.Errorf("no %s annotation", AnnotationWhitelist)
+	}
+	set, _, err := cidr.ParseAnnotation(v)
+	return set, err
+}
+
+// Claimants returns "namespace/name" of every Ingress in list, other than
+// own (namespace/name), that claims the sandbox path path (/<id>/) on
+// host for ingress class class, sorted. An Ingress claims it when one of
+// its rules matches host (the same host, no host, or a wildcard covering
+// it) and has a path equal to /<id> or /<id>/ or below /<id>/, and its
+// class is class or unset (an unset class may be served by the default
+// controller, so it is counted); the legacy kubernetes.io/ingress.class
+// annotation is honoured. A default backend alone does not claim a path.
+func Claimants(list []networkingv1.Ingress, own, host, class, path string) []string {
+	bare := strings.TrimSuffix(path, "/")
+	var out []string
+	for i := range list {
+		ing := &list[i]
+		if ing.Namespace+"/"+ing.Name == own || ing.DeletionTimestamp != nil {
+			continue
+		}
+		ic := ""
+		if ing.Spec.IngressClassName != nil {
+			ic = *ing.Spec.IngressClassName
+		} else if a, ok := ing.Annotations["kubernetes.io/ingress.class"]; ok {
+			ic = a
+		}
+		if ic != "" && ic != class {
+			continue
+		}
+		if claimsPath(ing, host, path, bare) {
+			out = append(out, ing.Namespace+"/"+ing.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func claimsPath(ing *networkingv1.Ingress, host, path, bare string) bool {
+	for _, r := range ing.Spec.Rules {
+		if !hostMatches(r.Host, host) || r.HTTP == nil {
+			continue
+		}
+		for _, p := range r.HTTP.Paths {
+			if p.Path == bare || p.Path == path || strings.HasPrefix(p.Path, path) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// hostMatches reports whether an Ingress rule host covers host.
+func hostMatches(rule, host string) bool {
+	switch {
+	case rule == "" || host == "" || rule == host:
+		return true
+	case strings.HasPrefix(rule, "*."):
+		suffix := rule[1:]
+		head, ok := strings.CutSuffix(host, suffix)
+		return ok && head != "" && !strings.Contains(head, ".")
+	}
+	return false
+}
+
+// mergeMaps returns base overlaid with over.
+func mergeMaps(base, over map[string]string) map[string]string {
+	out := maps.Clone(base)
+	if out == nil {
+		out = map[string]string{}
+	}
+	maps.Copy(out, over)
+	return out
+}

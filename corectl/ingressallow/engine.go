@@ -1,0 +1,437 @@
+package ingressallow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/cluster"
+	"github.com/sandgate/sandgate/corectl/sandbox"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// EventRecorder is the part of k8s.io/client-go/tools/events.EventRecorder
+// the engine uses; events go on the SandboxIngressAllowlist.
+type EventRecorder interface {
+	Eventf(regarding runtime.Object, related runtime.Object, eventtype, reason, action, note string, args ...interface{})
+}
+
+// Engine runs the ingress allowlist flows of one compute cluster.
+type Engine struct {
+	// Client reads and writes the cluster's apiserver; not cache-backed
+	// (every read is a read-back).
+	Client client.Client
+	// Cluster is the cluster's configuration (ingress carrier).
+	Cluster *cluster.Cluster
+	// Events, if not nil, receives an Event on the allowlist object for
+	// every completed cycle.
+	Events EventRecorder
+}
+
+// Condition types on SandboxIngressAllowlist.status.conditions.
+const (
+	// ConditionVerified: the managed Ingress carries the desired set and
+	// passed every check of spec §5.2.
+	ConditionVerified = "Verified"
+	// ConditionReady: Verified for the current desired version.
+	ConditionReady = "Ready"
+)
+
+// Outcome is how a Reconcile cycle ended.
+type Outcome string
+
+// Outcomes of Reconcile.
+const (
+	// OutcomeNoChange: nothing to do (already verified, or a settled
+	// failure).
+	OutcomeNoChange Outcome = "NoChange"
+	// OutcomeVerified: desired applied, read back and verified; it is the
+	// new LKG.
+	OutcomeVerified Outcome = "Verified"
+	// OutcomeLKGRestored: the update failed; the carrier holds the
+	// previous LKG again, read back.
+	OutcomeLKGRestored Outcome = "LKGRestored"
+	// OutcomeCarrierDeleted: the update failed and there was no LKG; the
+	// carrier this cycle wrote is deleted and confirmed gone.
+	OutcomeCarrierDeleted Outcome = "CarrierDeleted"
+	// OutcomeKept: the update failed before anything was written (foreign
+	// carrier, invalid desired, missing sandbox); nothing changed.
+	OutcomeKept Outcome = "Kept"
+	// OutcomeStateUncertain: the rollback could not be written or
+	// confirmed.
+	OutcomeStateUncertain Outcome = "StateUncertain"
+)
+
+// ErrTransient wraps the error Reconcile returns after a failure that a
+// retry may fix (apiserver unavailable, write conflicts, uncertain
+// rollback): the caller should retry with backoff.
+var ErrTransient = errors.New("ingressallow: transient failure, retry")
+
+// Result is what a Reconcile cycle did.
+type Result struct {
+	// Outcome says how the cycle ended.
+	Outcome Outcome
+	// Code is the failure code ("" on success or no change).
+	Code string
+	// Message explains the failure.
+	Message string
+}
+
+// SetDesired persists the desired allowlist rules (normalised, non-empty;
+// see DecodeRequest) of sandbox namespace/id in its SandboxIngressAllowlist,
+// creating it (owned by the BatchSandbox) when missing. It is a full
+// replacement, and every call is a new desired version (spec.revision is
+// incremented), so the reconciler runs a cycle for it even when the rules
+// are unchanged.
+// Conflicting concurrent writers are retried a few times; the last write
+// wins. It returns the object as written. Errors: the sandbox package's
+// errors (not found, deleting, invalid ID, unavailable);
+// ErrClusterMismatch; ErrUnavailable.
+func (e *Engine) SetDesired(ctx context.Context, namespace, id string, rules []v1alpha1.IngressRule) (*v1alpha1.SandboxIngressAllowlist, error) {
+	sb, err := sandbox.Get(ctx, e.Client, namespace, id, e.Cluster.AllocationLabelKey())
+	if err != nil && !errors.Is(err, sandbox.ErrNoAllocation) {
+		return nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		al := &v1alpha1.SandboxIngressAllowlist{}
+		err := e.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: id}, al)
+		switch {
+		case apierrors.IsNotFound(err):
+			al = &v1alpha1.SandboxIngressAllowlist{
+				ObjectMeta: metav1.ObjectMeta{
+					Name: id, Namespace: namespace, Labels: sb.IdentityLabels(e.Cluster.ID),
+					Annotations:     map[string]string{v1alpha1.AnnotationOwner: sb.OwnerAnnotation()},
+					OwnerReferences: []metav1.OwnerReference{sb.OwnerReference()},
+				},
+				Spec: v1alpha1.SandboxIngressAllowlistSpec{ClusterID: e.Cluster.ID, Desired: slices.Clone(rules), Revision: 1},
+			}
+			err = e.Client.Create(ctx, al)
+		case err != nil:
+			return nil, fmt.Errorf("%w: read SandboxIngressAllowlist %s/%s: %s", ErrUnavailable, namespace, id, err.Error())
+		case al.DeletionTimestamp != nil:
+			return nil, fmt.Errorf("%w: SandboxIngressAllowlist %s/%s", sandbox.ErrDeleting, namespace, id)
+		case al.Spec.ClusterID != e.Cluster.ID:
+			return nil, fmt.Errorf("%w: %s/%s is for cluster %q", ErrClusterMismatch, namespace, id, al.Spec.ClusterID)
+		default:
+			al.Spec.Desired = slices.Clone(rules)
+			al.Spec.Revision++
+			err = e.Client.Update(ctx, al)
+		}
+		if err == nil {
+			return al, nil
+		}
+		if (apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)) && attempt < 4 {
+			continue
+		}
+		return nil, fmt.Errorf("%w: write SandboxIngressAllowlist %s/%s: %s", ErrUnavailable, namespace, id, err.Error())
+	}
+}
+
+// transient reports whether a failure code may go away on retry.
+func transient(code string) bool {
+	return code == CodeWriteFailed || code == CodeReadFailed || code == CodeConcurrentUpdate
+}
+
+// Reconcile runs one cycle for the SandboxIngressAllowlist namespace/id
+// (spec §5.2): when the desired version is new, an earlier cycle was
+// interrupted (Verifying), the last failure was transient or left the
+// state Indeterminate, or the verified carrier drifted, it sets
+// Verifying, writes the managed Ingress, reads it back, checks every
+// condition (CheckCarrier, and no other Ingress claims the path), and then
+// records Applied, AppliedVersion, the LKG and Verified. On failure it
+// keeps the previous applied state and LKG: it writes the LKG back to the
+// carrier and reads it back (UnverifiedSpec, or Indeterminate when that
+// cannot be confirmed), or, with no LKG, deletes the carrier it wrote
+// (never widening, never falling back to a template). Events and
+// conditions record the result on the object.
+//
+// The error wraps ErrTransient when a retry is due, or is an apiserver
+// error reading the allowlist itself.
+func (e *Engine) Reconcile(ctx context.Context, namespace, id string) (*Result, error) {
+	al := &v1alpha1.SandboxIngressAllowlist{}
+	if err := e.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: id}, al); err != nil {
+		if apierrors.IsNotFound(err) {
+			return &Result{Outcome: OutcomeNoChange}, nil
+		}
+		return nil, fmt.Errorf("%w: read SandboxIngressAllowlist: %s", ErrTransient, err.Error())
+	}
+	if al.DeletionTimestamp != nil || al.Spec.ClusterID != e.Cluster.ID {
+		return &Result{Outcome: OutcomeNoChange}, nil
+	}
+	st := &al.Status
+	sb, serr := sandbox.Get(ctx, e.Client, namespace, id, e.Cluster.AllocationLabelKey())
+	if serr != nil && !errors.Is(serr, sandbox.ErrNoAllocation) {
+		if errors.Is(serr, sandbox.ErrUnavailable) {
+			return nil, fmt.Errorf("%w: %s", ErrTransient, serr.Error())
+		}
+		if st.ObservedGeneration == al.Generation && st.LastErrorCode == CodeSandboxNotFound {
+			return &Result{Outcome: OutcomeNoChange}, nil
+		}
+		return e.finish(ctx, al, nil, &Result{Outcome: OutcomeKept, Code: CodeSandboxNotFound, Message: serr.Error()})
+	}
+	key := client.ObjectKey{Namespace: e.Cluster.Ingress.Namespace, Name: IngressName(id)}
+	cur := &networkingv1.Ingress{}
+	if err := e.Client.Get(ctx, key, cur); apierrors.IsNotFound(err) {
+		cur = nil
+	} else if err != nil {
+		return nil, fmt.Errorf("%w: read Ingress %s: %s", ErrTransient, key, err.Error())
+	}
+	if st.ObservedGeneration == al.Generation && st.VerificationState != v1alpha1.StateVerifying &&
+		st.VerificationState != v1alpha1.StateIndeterminate && !transient(st.LastErrorCode) {
+		if st.VerificationState != v1alpha1.StateVerified {
+			return &Result{Outcome: OutcomeNoChange}, nil
+		}
+		if cur != nil {
+			if code, _ := CheckCarrier(e.Cluster, sb, cur, st.LastVerified); code == "" {
+				return &Result{Outcome: OutcomeNoChange}, nil
+			}
+		}
+		// The verified carrier drifted or vanished: apply desired again.
+	}
+	set, err := desiredSet(al)
+	if err != nil {
+		return e.finish(ctx, al, sb, &Result{Outcome: OutcomeKept, Code: CodeDesiredInvalid, Message: err.Error()})
+	}
+	if cur != nil && !isOurs(e.Cluster, sb, cur) {
+		return e.finish(ctx, al, sb, &Result{Outcome: OutcomeKept, Code: CodeCarrierForeign,
+			Message: fmt.Sprintf("Ingress %s exists and is not corectl's carrier for this sandbox", key)})
+	}
+
+	// Verifying, then write.
+	st.VerificationState = v1alpha1.StateVerifying
+	st.CarrierRef = Ref(e.Cluster, sb)
+	if err := e.Client.Status().Update(ctx, al); err != nil {
+		return nil, fmt.Errorf("%w: set Verifying: %s", ErrTransient, err.Error())
+	}
+	want := Carrier(e.Cluster, sb, set)
+	var werr error
+	if cur == nil {
+		werr = e.Client.Create(ctx, want)
+	} else {
+		upd := cur.DeepCopy()
+		upd.Labels = mergeMaps(cur.Labels, want.Labels)
+		upd.Annotations = mergeMaps(cur.Annotations, want.Annotations)
+		if len(want.OwnerReferences) > 0 && !sb.HasOwnerReference(upd.OwnerReferences) {
+			upd.OwnerReferences = append(upd.OwnerReferences, want.OwnerReferences...)
+		}
+		upd.Spec = want.Spec
+		werr = e.Client.Update(ctx, upd)
+		want = upd
+	}
+	if apierrors.IsAlreadyExists(werr) {
+		// Created meanwhile by someone else: never ours to overwrite.
+		if got := (&networkingv1.Ingress{}); e.Client.Get(ctx, key, got) == nil && !isOurs(e.Cluster, sb, got) {
+			return e.finish(ctx, al, sb, &Result{Outcome: OutcomeKept, Code: CodeCarrierForeign,
+				Message: fmt.Sprintf("Ingress %s was created meanwhile and is not corectl's carrier for this sandbox", key)})
+		}
+	}
+	if werr != nil {
+		return e.fail(ctx, al, sb, writeCode(werr), "write the Ingress: "+werr.Error())
+	}
+	rb := &networkingv1.Ingress{}
+	if err := e.Client.Get(ctx, key, rb); err != nil {
+		return e.fail(ctx, al, sb, CodeReadFailed, "read back the Ingress: "+err.Error())
+	}
+	if code, reason := CheckCarrier(e.Cluster, sb, rb, set); code != "" {
+		return e.fail(ctx, al, sb, code, reason)
+	}
+	list, err := e.candidates(ctx, id)
+	if err != nil {
+		return e.fail(ctx, al, sb, CodeReadFailed, "list Ingresses: "+err.Error())
+	}
+	if c := Claimants(list, key.String(), e.Cluster.Ingress.Host, e.Cluster.Ingress.ClassName, Path(id)); len(c) > 0 {
+		return e.fail(ctx, al, sb, CodePathClaimed, "other Ingresses claim "+Path(id)+": "+strings.Join(c, ", "))
+	}
+	st.Applied, st.AppliedVersion = set, rb.ResourceVersion
+	st.LastVerified, st.LastVerifiedGeneration = slices.Clone(set), al.Generation
+	return e.finish(ctx, al, sb, &Result{Outcome: OutcomeVerified})
+}
+
+// candidates lists every Ingress, in all namespaces, that could claim the
+// path of sandbox id: all Ingresses without the platform managed-by label,
+// and managed ones carrying the same sandbox ID (another namespace's
+// sandbox of the same ID). Managed carriers of other sandbox IDs own
+// /<otherID>/ and cannot claim /<id>/, so they are not listed (this keeps
+// the lists small when a cluster holds many sandboxes).
+func (e *Engine) candidates(ctx context.Context, id string) ([]networkingv1.Ingress, error) {
+	foreign, err := labels.Parse(v1alpha1.LabelManagedBy + " notin (" + v1alpha1.ManagedByValue + ")")
+	if err != nil {
+		return nil, err
+	}
+	var a, b networkingv1.IngressList
+	if err := e.Client.List(ctx, &a, client.MatchingLabelsSelector{Selector: foreign}); err != nil {
+		return nil, err
+	}
+	if err := e.Client.List(ctx, &b, client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelSandboxID: id}); err != nil {
+		return nil, err
+	}
+	return append(a.Items, b.Items...), nil
+}
+
+// fail rolls the carrier back after a failed write or check.
+func (e *Engine) fail(ctx context.Context, al *v1alpha1.SandboxIngressAllowlist, sb *sandbox.Sandbox, code, reason string) (*Result, error) {
+	st := &al.Status
+	res := &Result{Code: code}
+	key := client.ObjectKey{Namespace: e.Cluster.Ingress.Namespace, Name: IngressName(sb.ID)}
+	if len(st.LastVerified) > 0 {
+		rv, err := e.restore(ctx, sb, key, st.LastVerified)
+		if err != nil {
+			res.Outcome, res.Message = OutcomeStateUncertain, "update failed, state uncertain: "+reason+"; restoring the LKG: "+err.Error()
+		} else {
+			res.Outcome, res.Message = OutcomeLKGRestored, "update failed, LKG restored: "+reason
+			st.Applied, st.AppliedVersion = slices.Clone(st.LastVerified), rv
+		}
+	} else if err := e.deleteCarrier(ctx, sb, key); err != nil {
+		res.Outcome, res.Message = OutcomeStateUncertain, "update failed, state uncertain: "+reason+"; deleting the new Ingress: "+err.Error()
+	} else {
+		res.Outcome, res.Message = OutcomeCarrierDeleted, "update failed, new Ingress deleted: "+reason
+		st.Applied, st.AppliedVersion = nil, ""
+	}
+	return e.finish(ctx, al, sb, res)
+}
+
+// restore writes the LKG set to the carrier and confirms it by read-back;
+// it returns the carrier's resourceVersion.
+func (e *Engine) restore(ctx context.Context, sb *sandbox.Sandbox, key client.ObjectKey, lkg []string) (string, error) {
+	want := Carrier(e.Cluster, sb, lkg)
+	cur := &networkingv1.Ingress{}
+	err := e.Client.Get(ctx, key, cur)
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := e.Client.Create(ctx, want); err != nil {
+			return "", fmt.Errorf("re-create: %w", err)
+		}
+	case err != nil:
+		return "", fmt.Errorf("read: %w", err)
+	case !isOurs(e.Cluster, sb, cur):
+		return "", errors.New("the Ingress is no longer corectl's carrier")
+	default:
+		cur.Labels = mergeMaps(cur.Labels, want.Labels)
+		cur.Annotations = mergeMaps(cur.Annotations, want.Annotations)
+		if len(want.OwnerReferences) > 0 && !sb.HasOwnerReference(cur.OwnerReferences) {
+			cur.OwnerReferences = append(cur.OwnerReferences, want.OwnerReferences...)
+		}
+		cur.Spec = want.Spec
+		if err := e.Client.Update(ctx, cur); err != nil {
+			return "", fmt.Errorf("write: %w", err)
+		}
+	}
+	rb := &networkingv1.Ingress{}
+	if err := e.Client.Get(ctx, key, rb); err != nil {
+		return "", fmt.Errorf("read back: %w", err)
+	}
+	if code, reason := CheckCarrier(e.Cluster, sb, rb, lkg); code != "" {
+		return "", fmt.Errorf("read back: %s", reason)
+	}
+	return rb.ResourceVersion, nil
+}
+
+// deleteCarrier deletes corectl's carrier for sb, if any, and confirms it
+// is gone. An Ingress of that name that is not corectl's carrier for sb is
+// left alone (it is not the one this cycle wrote).
+func (e *Engine) deleteCarrier(ctx context.Context, sb *sandbox.Sandbox, key client.ObjectKey) error {
+	cur := &networkingv1.Ingress{}
+	if err := e.Client.Get(ctx, key, cur); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("read: %w", err)
+	}
+	if !isOurs(e.Cluster, sb, cur) {
+		// Someone else's object under the name: ours is not there.
+		return nil
+	}
+	uid, rv := cur.UID, cur.ResourceVersion
+	pre := metav1.Preconditions{UID: &uid, ResourceVersion: &rv}
+	if err := e.Client.Delete(ctx, cur, &client.DeleteOptions{Preconditions: &pre}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete: %w", err)
+	}
+	err := e.Client.Get(ctx, key, &networkingv1.Ingress{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("confirm deletion: %w", err)
+	}
+	return errors.New("the Ingress still exists after deletion")
+}
+
+// finish records a cycle's result in status (state, code, observed
+// version, conditions) and emits an Event. sb may be nil when the sandbox
+// is gone.
+func (e *Engine) finish(ctx context.Context, al *v1alpha1.SandboxIngressAllowlist, sb *sandbox.Sandbox, res *Result) (*Result, error) {
+	st := &al.Status
+	st.ObservedGeneration = al.Generation
+	st.LastErrorCode, st.LastErrorMessage = res.Code, clip(res.Message)
+	switch res.Outcome {
+	case OutcomeVerified:
+		st.VerificationState = v1alpha1.StateVerified
+	case OutcomeStateUncertain:
+		st.VerificationState = v1alpha1.StateIndeterminate
+	case OutcomeKept:
+		if res.Code == CodeSandboxNotFound {
+			st.VerificationState = v1alpha1.StateIndeterminate
+		} else {
+			st.VerificationState = v1alpha1.StateUnverifiedSpec
+		}
+	default:
+		st.VerificationState = v1alpha1.StateUnverifiedSpec
+	}
+	if sb != nil {
+		st.CarrierRef = Ref(e.Cluster, sb)
+	}
+	verified := metav1.Condition{Type: ConditionVerified, Status: metav1.ConditionFalse, Reason: reasonOf(res.Code), Message: clip(res.Message), ObservedGeneration: al.Generation}
+	if res.Outcome == OutcomeVerified {
+		verified.Status, verified.Reason, verified.Message = metav1.ConditionTrue, "Verified", "the managed Ingress carries the desired allowlist"
+	}
+	ready := verified
+	ready.Type = ConditionReady
+	meta.SetStatusCondition(&st.Conditions, verified)
+	meta.SetStatusCondition(&st.Conditions, ready)
+	serr := e.Client.Status().Update(ctx, al)
+	if e.Events != nil {
+		if res.Outcome == OutcomeVerified {
+			e.Events.Eventf(al, nil, corev1.EventTypeNormal, "IngressVerified", "Reconcile", "managed Ingress %s verified: %d CIDRs (version %d)", IngressName(al.Name), len(st.LastVerified), al.Generation)
+		} else {
+			e.Events.Eventf(al, nil, corev1.EventTypeWarning, "IngressUpdateFailed", "Reconcile", "%s (%s)", clip(res.Message), res.Code)
+		}
+	}
+	if serr != nil {
+		return res, fmt.Errorf("%w: record status: %s", ErrTransient, serr.Error())
+	}
+	if res.Outcome == OutcomeStateUncertain || transient(res.Code) {
+		return res, fmt.Errorf("%w: %s", ErrTransient, res.Message)
+	}
+	return res, nil
+}
+
+func reasonOf(code string) string {
+	if code == "" {
+		return "Failed"
+	}
+	return code
+}
+
+func clip(s string) string {
+	if len(s) > 1000 {
+		return s[:1000] + "…"
+	}
+	return s
+}
+
+func writeCode(err error) string {
+	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+		return CodeConcurrentUpdate
+	}
+	return CodeWriteFailed
+}

@@ -1,0 +1,83 @@
+package ingressallow
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/cidr"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestDecodeRequest(t *testing.T) {
+	got, err := DecodeRequest([]byte(`{"ingress":[{"cidr":"203.0.113.9/24","description":"office"},{"cidr":"198.51.100.7"},{"cidr":"203.0.113.0/24","description":"dup"},{"cidr":"198.51.100.7/32","description":"later"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []v1alpha1.IngressRule{{CIDR: "198.51.100.7/32", Description: "later"}, {CIDR: "203.0.113.0/24", Description: "office"}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("DecodeRequest = %+v, want %+v", got, want)
+	}
+	for _, body := range []string{
+		``, `{}`, `{"ingress":[]}`, `{"ingress":null}`, `{"ingress":[null]}`, `{"ingress":[{}]}`,
+		`{"ingress":[{"cidr":"1.1.1.1"}],"egress":[]}`,
+		`{"ingress":[{"cidr":"1.1.1.1","port":80}]}`,
+		`{"ingress":[{"cidr":"1.1.1.1","description":null}]}`,
+		`{"ingress":[{"cidr":"1.1.1.1","description":7}]}`,
+		`{"ingress":[{"cidr":"1.1.1.1 2.2.2.2"}]}`,
+		`{"ingress":[{"cidr":"1.1.1.1/24/24"}]}`,
+		`{"ingress":[{"cidr":"1.1.1.1,2.2.2.2"}]}`,
+		`{"ingress":[{"cidr":"::1"}]}`,
+		`{"ingress":[{"cidr":"1.1.1.1","cidr":"2.2.2.2"}]}`,
+		`{"ingress":[{"cidr":"1.1.1.1"}]}x`,
+	} {
+		if _, err := DecodeRequest([]byte(body)); !errors.Is(err, ErrBadRequest) {
+			t.Errorf("DecodeRequest(%s) = %v, want ErrBadRequest", body, err)
+		}
+	}
+	if _, err := DecodeRequest([]byte(`{"ingress":[{"cidr":"1.1.1.1"},{"cidr":"1.2.3.4/24/24"}]}`)); !errors.Is(err, cidr.ErrInvalid) {
+		t.Fatalf("double mask: %v, want cidr.ErrInvalid", err)
+	}
+}
+
+func TestClaimants(t *testing.T) {
+	nginx, other := "nginx", "other"
+	ing := func(name string, class *string, ann map[string]string, host string, paths ...string) networkingv1.Ingress {
+		var ps []networkingv1.HTTPIngressPath
+		for _, p := range paths {
+			ps = append(ps, networkingv1.HTTPIngressPath{Path: p})
+		}
+		return networkingv1.Ingress{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Annotations: ann},
+			Spec: networkingv1.IngressSpec{IngressClassName: class, Rules: []networkingv1.IngressRule{{Host: host,
+				IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{Paths: ps}}}}},
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		ing  networkingv1.Ingress
+		want bool
+	}{
+		{"same path", ing("a", &nginx, nil, "h.example.test", "/sbx/"), true},
+		{"bare path", ing("a", &nginx, nil, "h.example.test", "/sbx"), true},
+		{"sub path", ing("a", &nginx, nil, "h.example.test", "/sbx/44772"), true},
+		{"no host", ing("a", &nginx, nil, "", "/sbx/"), true},
+		{"wildcard host", ing("a", &nginx, nil, "*.example.test", "/sbx/"), true},
+		{"wildcard two levels", ing("a", &nginx, nil, "*.test", "/sbx/"), false},
+		{"other host", ing("a", &nginx, nil, "x.example.test", "/sbx/"), false},
+		{"root path", ing("a", &nginx, nil, "h.example.test", "/"), false},
+		{"sibling id", ing("a", &nginx, nil, "h.example.test", "/sbxy/"), false},
+		{"other class", ing("a", &other, nil, "h.example.test", "/sbx/"), false},
+		{"unset class", ing("a", nil, nil, "h.example.test", "/sbx/"), true},
+		{"legacy class annotation, other", ing("a", nil, map[string]string{"kubernetes.io/ingress.class": "other"}, "h.example.test", "/sbx/"), false},
+		{"legacy class annotation, same", ing("a", nil, map[string]string{"kubernetes.io/ingress.class": "nginx"}, "h.example.test", "/sbx/"), true},
+		{"own", ing("own", &nginx, nil, "h.example.test", "/sbx/"), false},
+	} {
+		got := Claimants([]networkingv1.Ingress{tc.ing}, "ns/own", "h.example.test", "nginx", "/sbx/")
+		if (len(got) > 0) != tc.want {
+			t.Errorf("%s: Claimants = %v, want claim %v", tc.name, got, tc.want)
+		}
+	}
+}

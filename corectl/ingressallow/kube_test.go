@@ -1,0 +1,609 @@
+package ingressallow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/kubetest"
+	"github.com/sandgate/sandgate/corectl/sandbox"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+)
+
+var env *kubetest.Env
+
+func TestMain(m *testing.M) { kubetest.Main(m, &env) }
+
+var ctx = context.Background()
+
+type recorder struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (r *recorder) Eventf(regarding runtime.Object, _ runtime.Object, typ, reason, _, note string, args ...interface{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, typ+" "+reason+" "+fmt.Sprintf(note, args...))
+}
+
+func (r *recorder) last() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.events) == 0 {
+		return ""
+	}
+	return r.events[len(r.events)-1]
+}
+
+type fixture struct {
+	ns, ingNS string
+	cr        *unstructured.Unstructured
+	eng       *Engine
+	rec       *recorder
+}
+
+// newFixture: sandbox namespace with BatchSandbox "sbx", and a separate
+// ingress namespace for the carrier (as in production).
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	ns := env.Namespace(t)
+	ingNS := env.Namespace(t)
+	cr := env.BatchSandbox(t, ns, "sbx", map[string]string{"allocation-id": "a1"})
+	rec := &recorder{}
+	c := kubetest.Cluster("c1", ingNS)
+	// Sandbox paths are unique per host and class across the cluster: give
+	// each test its own host so tests do not claim each other's paths.
+	c.Ingress.Host = ns + ".example.test"
+	return &fixture{ns: ns, ingNS: ingNS, cr: cr, rec: rec,
+		eng: &Engine{Client: env.Client, Cluster: c, Events: rec}}
+}
+
+func rulesOf(cidrs ...string) []v1alpha1.IngressRule {
+	out, err := NormalizeRules(func() []v1alpha1.IngressRule {
+		var r []v1alpha1.IngressRule
+		for _, c := range cidrs {
+			r = append(r, v1alpha1.IngressRule{CIDR: c})
+		}
+		return r
+	}())
+	if err != nil {
+		panic(err)
+	}
+	return out
+}
+
+func (f *fixture) set(t *testing.T, cidrs ...string) *v1alpha1.SandboxIngressAllowlist {
+	t.Helper()
+	al, err := f.eng.SetDesired(ctx, f.ns, "sbx", rulesOf(cidrs...))
+	if err != nil {
+		t.Fatalf("SetDesired: %v", err)
+	}
+	return al
+}
+
+func (f *fixture) reconcile(t *testing.T) *Result {
+	t.Helper()
+	res, err := f.eng.Reconcile(ctx, f.ns, "sbx")
+	if err != nil && !errors.Is(err, ErrTransient) {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	return res
+}
+
+func (f *fixture) carrier(t *testing.T) *networkingv1.Ingress {
+	t.Helper()
+	ing := &networkingv1.Ingress{}
+	err := env.Client.Get(ctx, client.ObjectKey{Namespace: f.ingNS, Name: "sandbox-ingress-sbx"}, ing)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ing
+}
+
+func (f *fixture) allowlist(t *testing.T) *v1alpha1.SandboxIngressAllowlist {
+	t.Helper()
+	al := &v1alpha1.SandboxIngressAllowlist{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "sbx"}, al); err != nil {
+		t.Fatal(err)
+	}
+	return al
+}
+
+func (f *fixture) get(t *testing.T) *Status {
+	t.Helper()
+	st, err := f.eng.Get(ctx, f.ns, "sbx")
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	return st
+}
+
+func cidrsOf(r *[]Rule) []string {
+	if r == nil {
+		return nil
+	}
+	out := []string{}
+	for _, x := range *r {
+		out = append(out, x.CIDR)
+	}
+	return out
+}
+
+func TestApplyWritesTheManagedIngressAndVerifies(t *testing.T) {
+	f := newFixture(t)
+	if st := f.get(t); st.Ready || st.NotReadyReason != ReasonNotConfigured || st.VerificationState != "" {
+		t.Fatalf("before any PUT: %+v", st)
+	}
+	al := f.set(t, "203.0.113.0/24", "198.51.100.7")
+	if st := f.get(t); st.Ready || st.VerificationState != v1alpha1.StatePending || st.DesiredVersion != al.Generation {
+		t.Fatalf("after SetDesired: %+v", st)
+	}
+	if res := f.reconcile(t); res.Outcome != OutcomeVerified {
+		t.Fatalf("Reconcile = %+v", res)
+	}
+	ing := f.carrier(t)
+	if ing == nil {
+		t.Fatal("no managed Ingress")
+	}
+	if *ing.Spec.IngressClassName != "nginx" || len(ing.Spec.Rules) != 1 || ing.Spec.Rules[0].Host != f.eng.Cluster.Ingress.Host {
+		t.Fatalf("class/host = %+v", ing.Spec)
+	}
+	p := ing.Spec.Rules[0].HTTP.Paths
+	if len(p) != 1 || p[0].Path != "/sbx/" || *p[0].PathType != networkingv1.PathTypePrefix ||
+		p[0].Backend.Service.Name != "opensandbox-ingress" || p[0].Backend.Service.Port.Number != 80 {
+		t.Fatalf("paths = %+v", p)
+	}
+	if ing.Annotations[AnnotationWhitelist] != "198.51.100.7/32,203.0.113.0/24" {
+		t.Fatalf("whitelist = %q", ing.Annotations[AnnotationWhitelist])
+	}
+	if ing.Annotations[v1alpha1.AnnotationOwner] != f.ns+"/sbx/"+string(f.cr.GetUID()) || len(ing.OwnerReferences) != 0 {
+		t.Fatalf("owner = %q, refs %+v (cross-namespace: annotation only)", ing.Annotations[v1alpha1.AnnotationOwner], ing.OwnerReferences)
+	}
+	if ing.Labels[v1alpha1.LabelManagedBy] != "corectl" || ing.Labels[v1alpha1.LabelClusterID] != "c1" ||
+		ing.Labels[v1alpha1.LabelSandboxID] != "sbx" || ing.Labels[v1alpha1.LabelSandboxNamespace] != f.ns {
+		t.Fatalf("labels = %v", ing.Labels)
+	}
+	al = f.allowlist(t)
+	st := al.Status
+	if st.VerificationState != "Verified" || st.ObservedGeneration != al.Generation || st.AppliedVersion != ing.ResourceVersion ||
+		!slices.Equal(st.Applied, []string{"198.51.100.7/32", "203.0.113.0/24"}) || !slices.Equal(st.LastVerified, st.Applied) ||
+		st.LastErrorCode != "" || st.CarrierRef == nil || st.CarrierRef.Path != "/sbx/" {
+		t.Fatalf("status = %+v", st)
+	}
+	if !meta.IsStatusConditionTrue(st.Conditions, ConditionVerified) || !meta.IsStatusConditionTrue(st.Conditions, ConditionReady) {
+		t.Fatalf("conditions = %+v", st.Conditions)
+	}
+	if len(al.OwnerReferences) != 1 || al.OwnerReferences[0].UID != f.cr.GetUID() {
+		t.Fatalf("allowlist owner = %+v", al.OwnerReferences)
+	}
+	got := f.get(t)
+	if !got.Ready || got.VerificationState != "Verified" || got.AppliedVersion != ing.ResourceVersion ||
+		!slices.Equal(cidrsOf(got.Configured), []string{"198.51.100.7/32", "203.0.113.0/24"}) ||
+		!slices.Equal(cidrsOf(got.LastVerified), cidrsOf(got.Applied)) || got.CarrierRef.IngressClass != "nginx" {
+		t.Fatalf("Get = %+v", got)
+	}
+	if ev := f.rec.last(); !strings.HasPrefix(ev, "Normal IngressVerified") {
+		t.Fatalf("event = %q", ev)
+	}
+	if res := f.reconcile(t); res.Outcome != OutcomeNoChange {
+		t.Fatalf("second Reconcile = %+v, want NoChange", res)
+	}
+
+	// A full replacement.
+	f.set(t, "192.0.2.1")
+	if res := f.reconcile(t); res.Outcome != OutcomeVerified {
+		t.Fatalf("Reconcile = %+v", res)
+	}
+	if v := f.carrier(t).Annotations[AnnotationWhitelist]; v != "192.0.2.1/32" {
+		t.Fatalf("whitelist after replacement = %q", v)
+	}
+}
+
+func TestSameNamespaceCarrierHasOwnerReference(t *testing.T) {
+	f := newFixture(t)
+	f.eng.Cluster.Ingress.Namespace = f.ns
+	f.ingNS = f.ns
+	f.set(t, "10.0.0.0/8")
+	if res := f.reconcile(t); res.Outcome != OutcomeVerified {
+		t.Fatalf("Reconcile = %+v", res)
+	}
+	refs := f.carrier(t).OwnerReferences
+	if len(refs) != 1 || refs[0].UID != f.cr.GetUID() || refs[0].Kind != "BatchSandbox" || !*refs[0].Controller {
+		t.Fatalf("ownerReferences = %+v", refs)
+	}
+}
+
+func TestAnotherIngressClaimingThePathFails(t *testing.T) {
+	f := newFixture(t)
+	other := env.Namespace(t)
+	nginx := "nginx"
+	intruder := &networkingv1.Ingress{
+		ObjectMeta: metav1.ObjectMeta{Name: "shortcut", Namespace: other},
+		Spec: networkingv1.IngressSpec{IngressClassName: &nginx, Rules: []networkingv1.IngressRule{{Host: f.eng.Cluster.Ingress.Host,
+			IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{Paths: []networkingv1.HTTPIngressPath{{
+				Path: "/sbx/44772", PathType: ptr(networkingv1.PathTypePrefix),
+				Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: "x", Port: networkingv1.ServiceBackendPort{Number: 1}}},
+			}}}}}}},
+	}
+	if err := env.Client.Create(ctx, intruder); err != nil {
+		t.Fatal(err)
+	}
+	f.set(t, "10.0.0.0/8")
+	res := f.reconcile(t)
+	if res.Outcome != OutcomeCarrierDeleted || res.Code != CodePathClaimed {
+		t.Fatalf("Reconcile = %+v", res)
+	}
+	if f.carrier(t) != nil {
+		t.Fatal("carrier kept although the path is claimed and there is no LKG")
+	}
+	st := f.get(t)
+	if st.Ready || st.VerificationState != v1alpha1.StateUnverifiedSpec || st.LastErrorCode != CodePathClaimed || st.Applied != nil {
+		t.Fatalf("Get = %+v", st)
+	}
+
+	// With an LKG, the LKG stays on the carrier.
+	if err := env.Client.Delete(ctx, intruder); err != nil {
+		t.Fatal(err)
+	}
+	f.set(t, "10.0.0.0/8")
+	if res := f.reconcile(t); res.Outcome != OutcomeVerified {
+		t.Fatalf("Reconcile = %+v", res)
+	}
+	intruder.ResourceVersion = ""
+	if err := env.Client.Create(ctx, intruder); err != nil {
+		t.Fatal(err)
+	}
+	f.set(t, "0.0.0.0/0")
+	res = f.reconcile(t)
+	if res.Outcome != OutcomeLKGRestored || res.Code != CodePathClaimed {
+		t.Fatalf("Reconcile = %+v", res)
+	}
+	if v := f.carrier(t).Annotations[AnnotationWhitelist]; v != "10.0.0.0/8" {
+		t.Fatalf("whitelist = %q, want the LKG", v)
+	}
+	st = f.get(t)
+	if st.Ready || st.NotReadyReason != ReasonNotVerified || !slices.Equal(st.Claimants, []string{other + "/shortcut"}) ||
+		!slices.Equal(cidrsOf(st.Applied), []string{"10.0.0.0/8"}) || !slices.Equal(cidrsOf(st.LastVerified), []string{"10.0.0.0/8"}) ||
+		(*st.Desired)[0].CIDR != "0.0.0.0/0" {
+		t.Fatalf("Get = %+v", st)
+	}
+	if ev := f.rec.last(); !strings.HasPrefix(ev, "Warning IngressUpdateFailed update failed, LKG restored") {
+		t.Fatalf("event = %q", ev)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestDriftIsReportedAndRepaired(t *testing.T) {
+	f := newFixture(t)
+	f.set(t, "10.0.0.0/8")
+	f.reconcile(t)
+	ing := f.carrier(t)
+	ing.Annotations[AnnotationWhitelist] = "0.0.0.0/0"
+	if err := env.Client.Update(ctx, ing); err != nil {
+		t.Fatal(err)
+	}
+	st := f.get(t)
+	if st.Ready || st.NotReadyReason != ReasonCarrierDrift || !slices.Equal(cidrsOf(st.Configured), []string{"0.0.0.0/0"}) {
+		t.Fatalf("Get after drift = %+v", st)
+	}
+	if res := f.reconcile(t); res.Outcome != OutcomeVerified {
+		t.Fatalf("Reconcile after drift = %+v", res)
+	}
+	if v := f.carrier(t).Annotations[AnnotationWhitelist]; v != "10.0.0.0/8" {
+		t.Fatalf("whitelist = %q", v)
+	}
+	// A missing carrier is re-created.
+	if err := env.Client.Delete(ctx, f.carrier(t)); err != nil {
+		t.Fatal(err)
+	}
+	if st := f.get(t); st.Ready || st.NotReadyReason != ReasonCarrierMissing {
+		t.Fatalf("Get without carrier = %+v", st)
+	}
+	if res := f.reconcile(t); res.Outcome != OutcomeVerified || f.carrier(t) == nil {
+		t.Fatalf("Reconcile without carrier = %+v", res)
+	}
+}
+
+func TestForeignIngressIsNeverOverwritten(t *testing.T) {
+	f := newFixture(t)
+	nginx := "nginx"
+	foreign := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: "sandbox-ingress-sbx", Namespace: f.ingNS},
+		Spec: networkingv1.IngressSpec{IngressClassName: &nginx, DefaultBackend: &networkingv1.IngressBackend{
+			Service: &networkingv1.IngressServiceBackend{Name: "x", Port: networkingv1.ServiceBackendPort{Number: 1}}}}}
+	if err := env.Client.Create(ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	rv := f.carrier(t).ResourceVersion
+	f.set(t, "10.0.0.0/8")
+	if res := f.reconcile(t); res.Outcome != OutcomeKept || res.Code != CodeCarrierForeign {
+		t.Fatalf("Reconcile = %+v", res)
+	}
+	if f.carrier(t).ResourceVersion != rv {
+		t.Fatal("foreign Ingress written")
+	}
+}
+
+func TestMissingSandbox(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.eng.SetDesired(ctx, f.ns, "nope", rulesOf("10.0.0.0/8")); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("SetDesired for a missing sandbox: %v", err)
+	}
+	if _, err := f.eng.Get(ctx, f.ns, "nope"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("Get for a missing sandbox: %v", err)
+	}
+	f.set(t, "10.0.0.0/8")
+	if err := env.Client.Delete(ctx, f.cr); err != nil {
+		t.Fatal(err)
+	}
+	if res := f.reconcile(t); res.Outcome != OutcomeKept || res.Code != CodeSandboxNotFound || f.carrier(t) != nil {
+		t.Fatalf("Reconcile for a deleted sandbox = %+v", res)
+	}
+}
+
+// faulty wraps the envtest client and fails the n-th call of verb on
+// Ingresses ("ing") or on the allowlist status ("status").
+type fault struct {
+	verb, kind string
+	n          int
+	mutate     bool
+}
+
+func faulty(faults ...fault) client.Client {
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		panic(err)
+	}
+	var mu sync.Mutex
+	counts := map[string]int{}
+	hit := func(verb string, obj any) (bool, bool) {
+		kind := ""
+		switch obj.(type) {
+		case *networkingv1.Ingress, *networkingv1.IngressList:
+			kind = "ing"
+		case *v1alpha1.SandboxIngressAllowlist:
+			kind = "al"
+		default:
+			return false, false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		counts[verb+kind]++
+		for _, f := range faults {
+			if f.verb == verb && f.kind == kind && f.n == counts[verb+kind] {
+				return true, f.mutate
+			}
+		}
+		return false, false
+	}
+	boom := apierrors.NewServiceUnavailable("injected fault")
+	return interceptor.NewClient(wc, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			fail, mutate := hit("get", obj)
+			if fail && !mutate {
+				return boom
+			}
+			if err := c.Get(ctx, key, obj, opts...); err != nil {
+				return err
+			}
+			if mutate {
+				ing := obj.(*networkingv1.Ingress)
+				ing.Annotations[AnnotationWhitelist] += ",0.0.0.0/0"
+			}
+			return nil
+		},
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if fail, _ := hit("list", list); fail {
+				return boom
+			}
+			return c.List(ctx, list, opts...)
+		},
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if fail, _ := hit("create", obj); fail {
+				return boom
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if fail, _ := hit("update", obj); fail {
+				return boom
+			}
+			return c.Update(ctx, obj, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			if fail, _ := hit("delete", obj); fail {
+				return boom
+			}
+			return c.Delete(ctx, obj, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if fail, _ := hit("status", obj); fail {
+				return boom
+			}
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	})
+}
+
+// TestInjectedFailuresKeepTheLKGAndNeverWiden fails each apiserver call
+// of a cycle in turn. With an LKG, the carrier ends holding exactly the
+// LKG (or the outcome is StateUncertain, state Indeterminate, and a retry
+// with a healthy apiserver converges); without one, the carrier is gone.
+// The LKG in status never advances on failure.
+func TestInjectedFailuresKeepTheLKGAndNeverWiden(t *testing.T) {
+	// Cycle calls over an LKG: get ing#1, status#1 (Verifying), update
+	// ing#1, get ing#2 (read back), list ing#1, status#2 (finish);
+	// rollback: get ing#3, update ing#2, get ing#4.
+	for _, tc := range []struct {
+		name    string
+		faults  []fault
+		outcome Outcome
+		code    string
+	}{
+		{"write", []fault{{"update", "ing", 1, false}}, OutcomeLKGRestored, CodeWriteFailed},
+		{"read back", []fault{{"get", "ing", 2, false}}, OutcomeLKGRestored, CodeReadFailed},
+		{"read back differs", []fault{{"get", "ing", 2, true}}, OutcomeLKGRestored, CodeAllowlistMismatch},
+		{"list", []fault{{"list", "ing", 1, false}}, OutcomeLKGRestored, CodeReadFailed},
+		{"write and restore", []fault{{"update", "ing", 1, false}, {"update", "ing", 2, false}}, OutcomeStateUncertain, CodeWriteFailed},
+		{"read back and restore read back", []fault{{"get", "ing", 2, false}, {"get", "ing", 4, true}}, OutcomeStateUncertain, CodeReadFailed},
+	} {
+		t.Run("with LKG/"+tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			f.set(t, "10.0.0.0/8")
+			f.reconcile(t)
+			f.set(t, "0.0.0.0/0")
+			f.eng.Client = faulty(tc.faults...)
+			res := f.reconcile(t)
+			if res.Outcome != tc.outcome || res.Code != tc.code {
+				t.Fatalf("Reconcile = %+v, want %s/%s", res, tc.outcome, tc.code)
+			}
+			al := f.allowlist(t)
+			if !slices.Equal(al.Status.LastVerified, []string{"10.0.0.0/8"}) {
+				t.Fatalf("LKG moved: %v", al.Status.LastVerified)
+			}
+			v := f.carrier(t).Annotations[AnnotationWhitelist]
+			if tc.outcome == OutcomeLKGRestored {
+				if v != "10.0.0.0/8" || al.Status.VerificationState != v1alpha1.StateUnverifiedSpec || !slices.Equal(al.Status.Applied, []string{"10.0.0.0/8"}) {
+					t.Fatalf("after restore: whitelist %q, status %+v", v, al.Status)
+				}
+				return
+			}
+			if al.Status.VerificationState != v1alpha1.StateIndeterminate {
+				t.Fatalf("uncertain: status %+v", al.Status)
+			}
+			// A retry with a healthy apiserver converges: the desired
+			// version is applied (the fault was in the apiserver, not in
+			// the rules).
+			f.eng.Client = env.Client
+			if res := f.reconcile(t); res.Outcome != OutcomeVerified {
+				t.Fatalf("retry = %+v", res)
+			}
+		})
+	}
+	// First cycle (no LKG): get ing#1 (not found), status#1, create ing#1,
+	// get ing#2, list, status#2; rollback: get ing#3, delete, get ing#4.
+	for _, tc := range []struct {
+		name    string
+		faults  []fault
+		outcome Outcome
+		code    string
+	}{
+		{"create", []fault{{"create", "ing", 1, false}}, OutcomeCarrierDeleted, CodeWriteFailed},
+		{"read back differs", []fault{{"get", "ing", 2, true}}, OutcomeCarrierDeleted, CodeAllowlistMismatch},
+		{"list", []fault{{"list", "ing", 1, false}}, OutcomeCarrierDeleted, CodeReadFailed},
+		{"list and delete", []fault{{"list", "ing", 1, false}, {"delete", "ing", 1, false}}, OutcomeStateUncertain, CodeReadFailed},
+	} {
+		t.Run("first/"+tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			f.set(t, "0.0.0.0/0")
+			f.eng.Client = faulty(tc.faults...)
+			res := f.reconcile(t)
+			if res.Outcome != tc.outcome || res.Code != tc.code {
+				t.Fatalf("Reconcile = %+v, want %s/%s", res, tc.outcome, tc.code)
+			}
+			al := f.allowlist(t)
+			if al.Status.LastVerified != nil {
+				t.Fatalf("LKG set by a failed cycle: %v", al.Status.LastVerified)
+			}
+			if tc.outcome == OutcomeCarrierDeleted && f.carrier(t) != nil {
+				t.Fatal("carrier kept")
+			}
+		})
+	}
+	t.Run("status write fails before anything is written", func(t *testing.T) {
+		f := newFixture(t)
+		f.set(t, "10.0.0.0/8")
+		f.eng.Client = faulty(fault{"status", "al", 1, false})
+		if _, err := f.eng.Reconcile(ctx, f.ns, "sbx"); !errors.Is(err, ErrTransient) {
+			t.Fatalf("Reconcile = %v, want ErrTransient", err)
+		}
+		if f.carrier(t) != nil {
+			t.Fatal("carrier written although Verifying could not be recorded")
+		}
+	})
+}
+
+// TestSameSandboxIDInAnotherNamespaceClaimsThePath: two project
+// namespaces with a sandbox of the same ID on one fixed entry; the second
+// carrier would share /sbx/ with the first, so it is refused.
+func TestSameSandboxIDInAnotherNamespaceClaimsThePath(t *testing.T) {
+	f := newFixture(t)
+	f.set(t, "10.0.0.0/8")
+	if res := f.reconcile(t); res.Outcome != OutcomeVerified {
+		t.Fatalf("first = %+v", res)
+	}
+	g := newFixture(t)
+	g.eng.Cluster.Ingress = f.eng.Cluster.Ingress
+	g.ingNS = f.ingNS
+	// The carrier name is per sandbox ID, so in a shared ingress namespace
+	// the second sandbox finds the first one's carrier: not its own.
+	g.set(t, "0.0.0.0/0")
+	if res := g.reconcile(t); res.Outcome != OutcomeKept || res.Code != CodeCarrierForeign {
+		t.Fatalf("second, shared ingress namespace = %+v", res)
+	}
+	// With separate ingress namespaces, the path claim is what refuses it.
+	h := newFixture(t)
+	h.eng.Cluster.Ingress.Host = f.eng.Cluster.Ingress.Host
+	h.set(t, "0.0.0.0/0")
+	res := h.reconcile(t)
+	if res.Outcome != OutcomeCarrierDeleted || res.Code != CodePathClaimed || !strings.Contains(res.Message, f.ingNS+"/sandbox-ingress-sbx") {
+		t.Fatalf("second, other ingress namespace = %+v", res)
+	}
+	if v := f.carrier(t).Annotations[AnnotationWhitelist]; v != "10.0.0.0/8" {
+		t.Fatalf("the first sandbox's carrier changed: %q", v)
+	}
+}
+
+// TestCarrierCreatedMeanwhileBySomeoneElse: between the read and the
+// create, another writer creates an Ingress of the carrier's name. It is
+// not ours: the cycle reports CarrierForeign and leaves it alone (no
+// rollback deletes it, no uncertain state).
+func TestCarrierCreatedMeanwhileBySomeoneElse(t *testing.T) {
+	f := newFixture(t)
+	f.set(t, "10.0.0.0/8")
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nginx := "nginx"
+	f.eng.Client = interceptor.NewClient(wc, interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if ing, ok := obj.(*networkingv1.Ingress); ok {
+				other := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: ing.Name, Namespace: ing.Namespace},
+					Spec: networkingv1.IngressSpec{IngressClassName: &nginx, DefaultBackend: &networkingv1.IngressBackend{
+						Service: &networkingv1.IngressServiceBackend{Name: "x", Port: networkingv1.ServiceBackendPort{Number: 1}}}}}
+				if err := env.Client.Create(ctx, other); err != nil {
+					return err
+				}
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+	})
+	res := f.reconcile(t)
+	if res.Outcome != OutcomeKept || res.Code != CodeCarrierForeign {
+		t.Fatalf("Reconcile = %+v", res)
+	}
+	ing := f.carrier(t)
+	if ing == nil || ing.Labels[v1alpha1.LabelManagedBy] != "" {
+		t.Fatalf("the other writer's Ingress was changed or deleted: %+v", ing)
+	}
+	if al := f.allowlist(t); al.Status.VerificationState != v1alpha1.StateUnverifiedSpec {
+		t.Fatalf("state = %q", al.Status.VerificationState)
+	}
+}

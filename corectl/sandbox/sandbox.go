@@ -1,0 +1,171 @@
+// Package sandbox reads OpenSandbox BatchSandbox objects
+// (sandbox.opensandbox.io/v1alpha1, OpenSandbox server/v0.2.2) the way
+// corectl needs them: a sandbox is the BatchSandbox named after the sandbox
+// ID in the credential's project namespace, and its allocation identity is
+// the allocation label of spec.template.metadata.labels (spec §1.5
+// "allocation identity", §3.1.1 III).
+//
+// BatchSandbox is read as unstructured data, so corectl does not depend on
+// OpenSandbox's Go types; only the fields named here are interpreted.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// GVK is the BatchSandbox kind.
+var GVK = schema.GroupVersionKind{Group: "sandbox.opensandbox.io", Version: "v1alpha1", Kind: "BatchSandbox"}
+
+// Sentinel errors of Get and ValidateID.
+var (
+	// ErrInvalidID: the sandbox ID is not a DNS-1123 label (1–63 bytes of
+	// a-z, 0-9 and '-', starting and ending alphanumeric).
+	ErrInvalidID = errors.New("sandbox: invalid sandbox ID")
+	// ErrNotFound: no BatchSandbox of that name in that namespace.
+	ErrNotFound = errors.New("sandbox: not found")
+	// ErrDeleting: the BatchSandbox has a deletion timestamp.
+	ErrDeleting = errors.New("sandbox: being deleted")
+	// ErrNoAllocation: spec.template.metadata.labels has no allocation
+	// label, or its value cannot name a NetworkPolicy
+	// (sandbox-egress-<allocationID> must be a DNS-1123 subdomain and the
+	// ID a label value).
+	ErrNoAllocation = errors.New("sandbox: no usable allocation label in the pod template")
+	// ErrUnavailable: the apiserver could not answer, or the object is not
+	// shaped as a BatchSandbox (for example labels that are not strings).
+	ErrUnavailable = errors.New("sandbox: cannot read the BatchSandbox")
+)
+
+// Sandbox is what corectl knows about one BatchSandbox.
+type Sandbox struct {
+	// ID is the sandbox ID (the object name).
+	ID string
+	// Namespace is the project namespace.
+	Namespace string
+	// UID is the object UID, for owner references.
+	UID types.UID
+	// TemplateLabels is spec.template.metadata.labels (never nil).
+	TemplateLabels map[string]string
+	// AllocationLabel is the label key the allocation ID was read from.
+	AllocationLabel string
+	// AllocationID is TemplateLabels[AllocationLabel].
+	AllocationID string
+}
+
+// ValidateID checks that id is a DNS-1123 label; the error wraps
+// ErrInvalidID.
+func ValidateID(id string) error {
+	if errs := validation.IsDNS1123Label(id); len(errs) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalidID, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// Get reads the BatchSandbox namespace/id with r and extracts its
+// allocation identity from allocationLabel. Errors wrap ErrInvalidID,
+// ErrNotFound, ErrDeleting, ErrNoAllocation or ErrUnavailable.
+func Get(ctx context.Context, r client.Reader, namespace, id, allocationLabel string) (*Sandbox, error) {
+	if err := ValidateID(id); err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(GVK)
+	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: id}, u); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("%w: BatchSandbox %s/%s", ErrNotFound, namespace, id)
+		}
+		return nil, fmt.Errorf("%w: BatchSandbox %s/%s: %s", ErrUnavailable, namespace, id, err.Error())
+	}
+	if u.GetDeletionTimestamp() != nil {
+		return nil, fmt.Errorf("%w: BatchSandbox %s/%s", ErrDeleting, namespace, id)
+	}
+	labels, _, err := unstructured.NestedStringMap(u.Object, "spec", "template", "metadata", "labels")
+	if err != nil {
+		return nil, fmt.Errorf("%w: BatchSandbox %s/%s spec.template.metadata.labels: %s", ErrUnavailable, namespace, id, err.Error())
+	}
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	s := &Sandbox{ID: id, Namespace: namespace, UID: u.GetUID(), TemplateLabels: labels, AllocationLabel: allocationLabel}
+	alloc, ok := labels[allocationLabel]
+	if !ok || alloc == "" {
+		return s, fmt.Errorf("%w: BatchSandbox %s/%s has no %q template label", ErrNoAllocation, namespace, id, allocationLabel)
+	}
+	if errs := validation.IsDNS1123Label(alloc); len(errs) > 0 {
+		return s, fmt.Errorf("%w: allocation ID of BatchSandbox %s/%s: %s", ErrNoAllocation, namespace, id, strings.Join(errs, "; "))
+	}
+	s.AllocationID = alloc
+	return s, nil
+}
+
+// OwnerReference is the controller owner reference to the BatchSandbox
+// (spec §5.3: controller and blockOwnerDeletion set).
+func (s *Sandbox) OwnerReference() metav1.OwnerReference {
+	yes := true
+	return metav1.OwnerReference{
+		APIVersion:         GVK.GroupVersion().String(),
+		Kind:               GVK.Kind,
+		Name:               s.ID,
+		UID:                s.UID,
+		Controller:         &yes,
+		BlockOwnerDeletion: &yes,
+	}
+}
+
+// OwnerAnnotation is the value of v1alpha1.AnnotationOwner for objects
+// owned by s: "<namespace>/<name>/<uid>".
+func (s *Sandbox) OwnerAnnotation() string {
+	return s.Namespace + "/" + s.ID + "/" + string(s.UID)
+}
+
+// HasOwnerReference reports whether refs contains s's controller owner
+// reference (same API group, kind, name and UID).
+func (s *Sandbox) HasOwnerReference(refs []metav1.OwnerReference) bool {
+	for _, r := range refs {
+		gv, err := schema.ParseGroupVersion(r.APIVersion)
+		if err == nil && gv.Group == GVK.Group && r.Kind == GVK.Kind && r.Name == s.ID && r.UID == s.UID && r.Controller != nil && *r.Controller {
+			return true
+		}
+	}
+	return false
+}
+
+// Pods lists the sandbox's current pods: pods in its namespace whose
+// controller owner reference is the BatchSandbox (by UID). None is not an
+// error. The error wraps ErrUnavailable.
+func (s *Sandbox) Pods(ctx context.Context, r client.Reader) ([]corev1.Pod, error) {
+	var list corev1.PodList
+	if err := r.List(ctx, &list, client.InNamespace(s.Namespace)); err != nil {
+		return nil, fmt.Errorf("%w: list pods in %s: %s", ErrUnavailable, s.Namespace, err.Error())
+	}
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if c := metav1.GetControllerOfNoCopy(&p); c != nil && c.UID == s.UID {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// IdentityLabels are the labels every object corectl manages for s
+// carries: managed-by, cluster ID, sandbox ID and sandbox namespace.
+func (s *Sandbox) IdentityLabels(clusterID string) map[string]string {
+	return map[string]string{
+		v1alpha1.LabelManagedBy:        v1alpha1.ManagedByValue,
+		v1alpha1.LabelClusterID:        clusterID,
+		v1alpha1.LabelSandboxID:        s.ID,
+		v1alpha1.LabelSandboxNamespace: s.Namespace,
+	}
+}
