@@ -4,15 +4,29 @@
 #               with Caddyfile.example, a fixed entry + execd stand-in, and a
 #               short E2B JS SDK session through it
 #   make test   install what the tests need, build, and run every test
-#   make bench  the benchmarks written down in docs/benchmarks.md
+#   make bench  the benchmarks written down in docs/
+#   make nodeload  the node-connect load test (docs/node-connect.md)
 
 GO       ?= go
 NPM      ?= npm
 JS_DIR   := integration/js
-# What the gateway binary is built from: non-test Go files outside integration/.
-GATEWAY_SOURCES := $(shell find . -name '*.go' -not -name '*_test.go' -not -path './integration/*' -not -path './.git/*') go.mod go.sum xcaddy.toml
 
-.PHONY: all build demo test test-unit test-integration js-deps bench vet clean
+# What the gateway binary is built from: non-test Go files of the module, outside
+# the parts that are not in the gateway.
+GATEWAY_SOURCES := $(shell find . -name '*.go' -not -name '*_test.go' -not -path './integration/*' \
+	-not -path './corectl/*' -not -path './nodeagent/*' -not -path './hack/kube/*' -not -path './hack/nodeload/*' \
+	-not -path './nodesim/*' -not -path './.git/*') \
+	go.mod go.sum xcaddy.toml
+
+# The services the tests use, each started or built once and reused:
+#   hack/docker/start.sh  installs docker.io + busybox-static if missing, starts a private
+#                         dockerd under /tmp/sandgate-docker, prints its DOCKER_HOST
+#   hack/kube/build.sh    builds kube-apiserver + etcd from the Go module proxy into
+#                         ~/.cache/sandgate (5-10 min the first time), prints the directory
+TEST_ENV = docker_host="$$(bash hack/docker/start.sh)"; kube_assets="$$(bash hack/kube/build.sh)"; \
+	export DOCKER_HOST="$$docker_host" KUBEBUILDER_ASSETS="$$kube_assets"
+
+.PHONY: all build demo test test-unit test-integration js-deps bench nodeload vet clean
 
 all: build
 
@@ -20,7 +34,13 @@ all: build
 bin/caddy: $(GATEWAY_SOURCES)
 	$(GO) run ./hack/buildgateway -manifest xcaddy.toml
 
-build: bin/caddy
+bin/corectl: $(shell find corectl credential -name '*.go' -not -name '*_test.go') go.mod go.sum
+	$(GO) build -o bin/corectl ./corectl/cmd/corectl
+
+bin/nodeagent: $(shell find nodeagent nodeproto -name '*.go' -not -name '*_test.go') go.mod go.sum
+	$(GO) build -o bin/nodeagent ./nodeagent/cmd/nodeagent
+
+build: bin/caddy bin/corectl bin/nodeagent
 
 # The pinned E2B JS SDKs the integration tests and the demo drive.
 $(JS_DIR)/node_modules/.package-lock.json: $(JS_DIR)/package.json $(JS_DIR)/package-lock.json
@@ -28,24 +48,32 @@ $(JS_DIR)/node_modules/.package-lock.json: $(JS_DIR)/package.json $(JS_DIR)/pack
 
 js-deps: $(JS_DIR)/node_modules/.package-lock.json
 
-demo: build js-deps
+demo: bin/caddy js-deps
 	$(GO) run ./integration/cmd/demo
 
 vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt needed'; exit 1; }
 
-test-unit:
-	$(GO) test -count=1 $$($(GO) list ./... | grep -v /integration$$)
+test-unit: bin/caddy
+	@set -e; $(TEST_ENV); $(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v /integration$$)
 
 test-integration: build js-deps
 	$(GO) test -count=1 -timeout 20m ./integration/
 
 test: vet build js-deps
-	$(GO) test -count=1 -timeout 30m ./...
+	@set -e; $(TEST_ENV); echo "DOCKER_HOST=$$DOCKER_HOST KUBEBUILDER_ASSETS=$$KUBEBUILDER_ASSETS"; \
+	$(GO) test -count=1 -timeout 45m ./...
 
 bench: build js-deps
 	$(GO) test -run '^$$' -bench . -benchtime 5s -timeout 30m ./integration/
+	$(GO) test -run '^$$' -bench . -benchtime 5s ./nodehub/
+	@set -e; $(TEST_ENV); $(GO) test -run '^$$' -bench . -benchtime 1000x -timeout 30m ./corectl/controller/
+
+# Holds 10,000 simulated nodes on the built gateway and dispatches 1,000 ops/s
+# (docs/node-connect.md).
+nodeload: bin/caddy
+	$(GO) run ./hack/nodeload -caddy bin/caddy -nodes 10000 -rate 1000 -duration 30s
 
 clean:
 	rm -rf bin $(JS_DIR)/node_modules

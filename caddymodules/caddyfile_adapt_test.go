@@ -21,6 +21,11 @@ var exampleEnv = []string{
 	"SANDGATE_DEMO_FIXED_ENTRY",
 	"SANDGATE_DEMO_EXECD_TOKEN",
 	"SANDGATE_BIND",
+	"SANDGATE_NODE_CREDENTIALS",
+	"SANDGATE_NODE_OWNER_EPOCH",
+	"SANDGATE_NODE_DEPLOYMENT_DIGEST",
+	"SANDGATE_NODE_API_BIND",
+	"SANDGATE_NODE_API_TOKEN_SHA256",
 }
 
 // unsetExampleEnv removes the Caddyfile.example variables from the
@@ -94,6 +99,11 @@ func TestCaddyfileExampleEnvOverrides(t *testing.T) {
 	t.Setenv("SANDGATE_DEMO_FIXED_ENTRY", "https://entry.cluster.example:8443")
 	t.Setenv("SANDGATE_DEMO_EXECD_TOKEN", "execd-token-value")
 	t.Setenv("SANDGATE_BIND", "127.0.0.1")
+	t.Setenv("SANDGATE_NODE_CREDENTIALS", "/etc/sandgate/nodes.yaml")
+	t.Setenv("SANDGATE_NODE_OWNER_EPOCH", "42")
+	t.Setenv("SANDGATE_NODE_DEPLOYMENT_DIGEST", strings.Repeat("ab", 32))
+	t.Setenv("SANDGATE_NODE_API_BIND", "10.0.0.9")
+	t.Setenv("SANDGATE_NODE_API_TOKEN_SHA256", strings.Repeat("cd", 32))
 	example, err := os.ReadFile(filepath.Join("..", "Caddyfile.example"))
 	if err != nil {
 		t.Fatal(err)
@@ -113,10 +123,24 @@ func TestCaddyfileExampleEnvOverrides(t *testing.T) {
 					FixedEntry       string `json:"fixed_entry"`
 					ExecdAccessToken string `json:"execd_access_token"`
 				} `json:"clusters"`
+				Nodes struct {
+					Credentials struct {
+						Path string `json:"path"`
+					} `json:"credentials"`
+					OwnerEpoch int64 `json:"owner_epoch"`
+					Deployment struct {
+						SpecificationDigest string `json:"specification_digest"`
+					} `json:"deployment"`
+				} `json:"nodes"`
 			} `json:"sandgate"`
 			HTTP struct {
 				Servers map[string]struct {
 					Listen []string `json:"listen"`
+					Routes []struct {
+						Handle []struct {
+							TokenSHA256 []string `json:"token_sha256"`
+						} `json:"handle"`
+					} `json:"routes"`
 				} `json:"servers"`
 			} `json:"http"`
 		} `json:"apps"`
@@ -135,8 +159,32 @@ func TestCaddyfileExampleEnvOverrides(t *testing.T) {
 	if c.FixedEntry != "https://entry.cluster.example:8443" || c.ExecdAccessToken != "execd-token-value" {
 		t.Errorf("demo-cluster = %+v, want SANDGATE_DEMO_FIXED_ENTRY and SANDGATE_DEMO_EXECD_TOKEN", c)
 	}
-	if l := got.Apps.HTTP.Servers["srv0"].Listen; len(l) != 1 || l[0] != "127.0.0.1:30083" {
-		t.Errorf("listen = %v, want [127.0.0.1:30083] from SANDGATE_BIND", l)
+	// Servers by listen address (their srvN names follow the address order).
+	byListen := map[string]int{}
+	for _, srv := range got.Apps.HTTP.Servers {
+		for _, l := range srv.Listen {
+			byListen[l]++
+		}
+	}
+	for _, l := range []string{"127.0.0.1:30083", "127.0.0.1:30085", "10.0.0.9:30086"} {
+		if byListen[l] != 1 {
+			t.Errorf("listen addresses %v, want %s once (SANDGATE_BIND, SANDGATE_NODE_API_BIND)", byListen, l)
+		}
+	}
+	n := sg.Nodes
+	if n.Credentials.Path != "/etc/sandgate/nodes.yaml" || n.OwnerEpoch != 42 || n.Deployment.SpecificationDigest != strings.Repeat("ab", 32) {
+		t.Errorf("nodes = %+v, want SANDGATE_NODE_CREDENTIALS, _OWNER_EPOCH and _DEPLOYMENT_DIGEST", n)
+	}
+	var digests []string
+	for _, srv := range got.Apps.HTTP.Servers {
+		for _, r := range srv.Routes {
+			for _, h := range r.Handle {
+				digests = append(digests, h.TokenSHA256...)
+			}
+		}
+	}
+	if len(digests) != 1 || digests[0] != strings.Repeat("cd", 32) {
+		t.Errorf("node API token digests = %v, want the one from SANDGATE_NODE_API_TOKEN_SHA256", digests)
 	}
 }
 

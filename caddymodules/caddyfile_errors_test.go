@@ -55,6 +55,18 @@ func sandgateOptNoCreds(lines string) string {
 	return "{\n\tsandgate {\n\t\ttoken_key base HS256 /etc/sandgate/base.key\n" + lines + "\n\t}\n}\n"
 }
 
+// nodesOpt puts lines in a sandgate nodes block after a valid credentials
+// line (line 6); the first given line is line 7.
+func nodesOpt(lines string) string {
+	return sandgateOpt("\t\tnodes {\n\t\t\tcredentials file /etc/sandgate/nodes.yaml\n" + lines + "\n\t\t}")
+}
+
+// nodeSite is a site with body after a valid sandgate global option with a
+// nodes block.
+func nodeSite(body string) string {
+	return nodesOpt("") + "\n:30085 {\n" + body + "\n}\n"
+}
+
 // dataplaneSite puts e2b_dataplane subdirectives in a site after a valid
 // sandgate global option.
 func dataplaneSite(lines string) string {
@@ -167,6 +179,95 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"sandgate given twice",
 			"{\n\tsandgate {\n\t\ttoken_key k1 HS256 /k1.key\n\t}\n\tsandgate { #ERR\n\t\ttoken_key k2 HS256 /k2.key\n\t}\n}\n",
 			[]string{"the sandgate global option may appear only once"}},
+		// The nodes block of the sandgate global option.
+		{"nodes without credentials",
+			sandgateOpt("\t\tnodes {\n\t\t\towner_epoch 2\n\t\t} #ERR"),
+			[]string{"nodes: credentials is required"}},
+		{"nodes with an argument",
+			sandgateOpt("\t\tnodes extra { #ERR\n\t\t\tcredentials file /n.yaml\n\t\t}"),
+			[]string{"wrong argument count", "'extra'"}},
+		{"duplicate nodes",
+			sandgateOpt("\t\tnodes {\n\t\t\tcredentials file /a.yaml\n\t\t}\n\t\tnodes { #ERR\n\t\t\tcredentials file /b.yaml\n\t\t}"),
+			[]string{"nodes already specified"}},
+		{"nodes unknown subdirective",
+			nodesOpt("\t\t\theartbeat_interval 10s #ERR"),
+			[]string{`unrecognized nodes subdirective "heartbeat_interval"`}},
+		{"nodes credentials with unknown source",
+			sandgateOpt("\t\tnodes {\n\t\t\tcredentials vault https://vault #ERR\n\t\t}"),
+			[]string{"sandgate.node_credentials.vault"}},
+		{"nodes credentials file without path",
+			sandgateOpt("\t\tnodes {\n\t\t\tcredentials file #ERR\n\t\t}"),
+			[]string{"wrong argument count", "'file'"}},
+		{"nodes credentials file with a block",
+			sandgateOpt("\t\tnodes {\n\t\t\tcredentials file /n.yaml {\n\t\t\t\treload 1s #ERR\n\t\t\t}\n\t\t}"),
+			[]string{"credentials file takes no block"}},
+		{"duplicate nodes credentials",
+			nodesOpt("\t\t\tcredentials file /other.yaml #ERR"),
+			[]string{"credentials already specified"}},
+		{"owner_epoch zero",
+			nodesOpt("\t\t\towner_epoch 0 #ERR"),
+			[]string{`bad owner_epoch "0"`}},
+		{"owner_epoch not a number",
+			nodesOpt("\t\t\towner_epoch one #ERR"),
+			[]string{`bad owner_epoch "one"`}},
+		{"owner_epoch without a value",
+			nodesOpt("\t\t\towner_epoch #ERR"),
+			[]string{"wrong argument count", "'owner_epoch'"}},
+		{"duplicate owner_epoch",
+			nodesOpt("\t\t\towner_epoch 1\n\t\t\towner_epoch 2 #ERR"),
+			[]string{"owner_epoch already specified"}},
+		{"deployment with one argument",
+			nodesOpt("\t\t\tdeployment 2 #ERR"),
+			[]string{"wrong argument count", "'2'"}},
+		{"deployment bad generation",
+			nodesOpt("\t\t\tdeployment -2 " + strings.Repeat("ab", 32) + " #ERR"),
+			[]string{`bad deployment generation "-2"`}},
+		{"deployment bad digest",
+			nodesOpt("\t\t\tdeployment 2 " + strings.Repeat("AB", 32) + " #ERR"),
+			[]string{"bad deployment specification digest", "64 lowercase hexadecimal digits"}},
+		{"deployment bad serving_generation",
+			nodesOpt("\t\t\tdeployment 2 " + strings.Repeat("ab", 32) + " {\n\t\t\t\tserving_generation 0 #ERR\n\t\t\t}"),
+			[]string{`bad serving_generation "0"`}},
+		{"deployment unknown subdirective",
+			nodesOpt("\t\t\tdeployment 2 " + strings.Repeat("ab", 32) + " {\n\t\t\t\tserving 1 #ERR\n\t\t\t}"),
+			[]string{`unrecognized deployment subdirective "serving"`}},
+		{"duplicate deployment",
+			nodesOpt("\t\t\tdeployment 2 " + strings.Repeat("ab", 32) + "\n\t\t\tdeployment 3 " + strings.Repeat("ab", 32) + " #ERR"),
+			[]string{"deployment already specified"}},
+		{"bad hello_timeout",
+			nodesOpt("\t\t\thello_timeout soon #ERR"),
+			[]string{`bad hello_timeout "soon"`}},
+		{"zero idle_timeout",
+			nodesOpt("\t\t\tidle_timeout 0s #ERR"),
+			[]string{`bad idle_timeout "0s"`, "positive duration"}},
+		{"online_window over an hour",
+			nodesOpt("\t\t\tonline_window 2h #ERR"),
+			[]string{`bad online_window "2h"`, "up to 1h"}},
+		{"duplicate close_grace",
+			nodesOpt("\t\t\tclose_grace 1s\n\t\t\tclose_grace 2s #ERR"),
+			[]string{"close_grace already specified"}},
+		{"write_timeout with two values",
+			nodesOpt("\t\t\twrite_timeout 1s 2s #ERR"),
+			[]string{"wrong argument count", "'2s'"}},
+		// The sandbox_node_connect and sandbox_node_api directives.
+		{"sandbox_node_connect with an argument",
+			nodeSite("\tsandbox_node_connect /connect extra #ERR"),
+			[]string{"wrong argument count", "'extra'"}},
+		{"sandbox_node_connect with a block",
+			nodeSite("\tsandbox_node_connect {\n\t\thello_timeout 1s #ERR\n\t}"),
+			[]string{"sandbox_node_connect takes no block"}},
+		{"sandbox_node_api without token",
+			nodeSite("\tsandbox_node_api #ERR"),
+			[]string{"sandbox_node_api needs at least one token_sha256"}},
+		{"sandbox_node_api unknown subdirective",
+			nodeSite("\tsandbox_node_api {\n\t\ttoken secret #ERR\n\t}"),
+			[]string{`unrecognized sandbox_node_api subdirective "token"`}},
+		{"sandbox_node_api token_sha256 without value",
+			nodeSite("\tsandbox_node_api {\n\t\ttoken_sha256 #ERR\n\t}"),
+			[]string{"wrong argument count", "'token_sha256'"}},
+		{"sandbox_node_api duplicate token_sha256",
+			nodeSite("\tsandbox_node_api {\n\t\ttoken_sha256 " + strings.Repeat("ab", 32) + "\n\t\ttoken_sha256 " + strings.Repeat("ab", 32) + " #ERR\n\t}"),
+			[]string{"token_sha256 already specified"}},
 		// The e2b_dataplane directive.
 		{"e2b_dataplane unknown subdirective",
 			dataplaneSite("\t\thomedir /home/user #ERR"),

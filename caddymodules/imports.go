@@ -8,6 +8,9 @@ import (
 	_ "github.com/sandgate/sandgate/caddymodules/credentialsource"
 	// The data plane handler: http.handlers.e2b_dataplane.
 	_ "github.com/sandgate/sandgate/caddymodules/e2bdataplane"
+	// The node connection service: http.handlers.sandbox_node_connect,
+	// http.handlers.sandbox_node_api, sandgate.node_credentials.file.
+	_ "github.com/sandgate/sandgate/caddymodules/nodeconnect"
 	// The app, its global option and the sandgate-token command.
 	_ "github.com/sandgate/sandgate/caddymodules/sandgate"
 )

@@ -2,29 +2,15 @@ package credential
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
-	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"go.uber.org/zap"
-)
 
-const (
-	// reloadDebounce is how long the watcher waits after the last relevant
-	// event before reloading (editors and kubelet produce bursts).
-	reloadDebounce = 50 * time.Millisecond
-	// reloadMaxDelay caps the debounce under a continuous event stream, so a
-	// change is applied well within the 1 s the spec allows.
-	reloadMaxDelay = 500 * time.Millisecond
-	// configMapDataLink is the symlink Kubernetes swaps atomically when a
-	// ConfigMap or Secret volume is updated.
-	configMapDataLink = "..data"
+	"github.com/sandgate/sandgate/filewatch"
 )
 
 // File is a Source backed by a JSON or YAML file (format: see OpenFile),
@@ -32,21 +18,14 @@ const (
 // immutable map published through an atomic pointer.
 type File struct {
 	path   string
-	dir    string
-	base   string
 	logger *zap.Logger
 
-	watcher *fsnotify.Watcher
+	watcher *filewatch.Watcher
 	byID    atomic.Pointer[map[string]Credential]
 	version atomic.Uint64
 	lastErr atomic.Pointer[errBox]
 
-	stop      chan struct{}
-	done      chan struct{} // closed when the watch goroutine has exited
-	closeOnce sync.Once
-	closeErr  error
-
-	debounce time.Duration
+	done <-chan struct{} // closed when the watch goroutine has exited
 }
 
 type errBox struct{ err error }
@@ -61,14 +40,14 @@ var _ Source = (*File)(nil)
 // wrong types, duplicate IDs and invalid credentials are errors), at most
 // MaxFileSize bytes.
 //
-// Reloading: the parent directory is watched with fsnotify, so in-place
-// writes, editors' atomic rename-over and Kubernetes ConfigMap/Secret
-// "..data" symlink swaps are all seen. Events are debounced (50 ms, at most
-// 500 ms under a continuous stream) and the file is re-read; a change is
-// therefore applied well within 1 s. A reload that fails (file missing,
-// unreadable or invalid) keeps the previous credentials, records the reason
-// for LastError and logs a warning with the path and reason (never file
-// contents) on logger (nil means no logging).
+// Reloading (package filewatch): the parent directory is watched with
+// fsnotify, so in-place writes, editors' atomic rename-over and Kubernetes
+// ConfigMap/Secret "..data" symlink swaps are all seen. Events are debounced
+// (50 ms, at most 500 ms under a continuous stream) and the file is re-read;
+// a change is therefore applied well within 1 s. A reload that fails (file
+// missing, unreadable or invalid) keeps the previous credentials, records
+// the reason for LastError and logs a warning with the path and reason
+// (never file contents) on logger (nil means no logging).
 //
 // Errors: the os error (e.g. fs.ErrNotExist) or an ErrInvalid-wrapped
 // reason, prefixed with the path; or the fsnotify error if the directory
@@ -78,23 +57,11 @@ func OpenFile(path string, logger *zap.Logger) (*File, error) {
 		logger = zap.NewNop()
 	}
 	path = filepath.Clean(path)
-	f := &File{
-		path:     path,
-		dir:      filepath.Dir(path),
-		base:     filepath.Base(path),
-		logger:   logger,
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
-		debounce: reloadDebounce,
-	}
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return nil, fmt.Errorf("credential file %q: start watcher: %w", path, err)
-	}
+	f := &File{path: path, logger: logger}
 	// Watch before the first read so that no change can slip in between.
-	if err := w.Add(f.dir); err != nil {
-		_ = w.Close()
-		return nil, fmt.Errorf("credential file %q: watch directory: %w", path, err)
+	w, err := filewatch.New(path, "credential file", logger)
+	if err != nil {
+		return nil, err
 	}
 	m, err := readFile(path)
 	if err != nil {
@@ -104,7 +71,8 @@ func OpenFile(path string, logger *zap.Logger) (*File, error) {
 	f.byID.Store(&m)
 	f.version.Store(1)
 	f.watcher = w
-	go f.watch()
+	f.done = w.Done()
+	w.Start(f.reload)
 	return f, nil
 }
 
@@ -161,68 +129,7 @@ func (f *File) LastError() error {
 // Close stops watching the file and waits for the watch goroutine to exit.
 // It is idempotent; later calls return the first call's result. It returns
 // the error, if any, from closing the fsnotify watcher.
-func (f *File) Close() error {
-	f.closeOnce.Do(func() {
-		close(f.stop)
-		f.closeErr = f.watcher.Close()
-		<-f.done
-	})
-	return f.closeErr
-}
-
-// relevant reports whether ev can change what path resolves to.
-func (f *File) relevant(ev fsnotify.Event) bool {
-	name := filepath.Base(ev.Name)
-	return filepath.Dir(ev.Name) == f.dir && (name == f.base || name == configMapDataLink)
-}
-
-func (f *File) watch() {
-	defer close(f.done)
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
-	var (
-		pending bool
-		first   time.Time
-	)
-	for {
-		select {
-		case <-f.stop:
-			return
-		case ev, ok := <-f.watcher.Events:
-			if !ok {
-				return
-			}
-			if !f.relevant(ev) {
-				continue
-			}
-			now := time.Now()
-			if !pending {
-				pending, first = true, now
-			}
-			d := f.debounce
-			if rem := first.Add(reloadMaxDelay).Sub(now); rem < d {
-				d = max(rem, 0)
-			}
-			timer.Reset(d)
-		case err, ok := <-f.watcher.Errors:
-			if !ok {
-				return
-			}
-			f.logger.Warn("credential file watcher error", zap.String("path", f.path), zap.Error(err))
-			if errors.Is(err, fsnotify.ErrEventOverflow) {
-				// Events were lost: reload to be safe.
-				if !pending {
-					pending, first = true, time.Now()
-					timer.Reset(f.debounce)
-				}
-			}
-		case <-timer.C:
-			pending = false
-			f.reload()
-		}
-	}
-}
+func (f *File) Close() error { return f.watcher.Close() }
 
 // reload re-reads the file; on failure the previous map stays in place.
 func (f *File) reload() {

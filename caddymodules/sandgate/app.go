@@ -1,14 +1,18 @@
 // Package sandgate is the Caddy app "sandgate": the gateway state that the
-// data-plane handler (and later the node-connect handler) share and that
-// must outlive a config reload: token verification keys, the resource
-// credential source and the compute cluster registry.
+// data-plane handler and the node-connect handlers share and that must
+// outlive a config reload: token verification keys, the resource
+// credential source, the compute cluster registry, and the node hub (the
+// live sandbox-node connections and their presence).
 //
 // Caddy reloads by provisioning a new module tree before the old one is
 // cleaned up. Keys and clusters are cheap to re-read from config; the
-// credential source keeps its state (a file's last good version and its
-// watcher, an HTTP source's cache) in a caddy.UsagePool keyed by its
+// credential sources keep their state (a file's last good version and its
+// watcher, an HTTP source's cache) in a caddy.UsagePool keyed by their
 // configuration, so a reload hands the same source to the new config and a
-// broken credentials file is never "lost" to a reload.
+// broken credentials file is never "lost" to a reload. The node hub lives
+// in this package's own UsagePool: every config with a nodes block holds a
+// reference, so a reload keeps every node connection and only the last
+// config's cleanup closes them.
 package sandgate
 
 import (
@@ -24,6 +28,7 @@ import (
 
 	"github.com/sandgate/sandgate/credential"
 	"github.com/sandgate/sandgate/dataplane"
+	"github.com/sandgate/sandgate/nodehub"
 	"github.com/sandgate/sandgate/token"
 )
 
@@ -43,7 +48,13 @@ const DefaultTokenLeeway = 5 * time.Second
 //	  "token_keys": [{"kid": "k1", "algorithm": "HS256", "file": "/etc/sandgate/k1.key"}],
 //	  "token_leeway": "5s",
 //	  "credentials": {"source": "file", "path": "/etc/sandgate/credentials.yaml"},
-//	  "clusters": {"cluster-a": {"fixed_entry": "http://10.0.0.5:80", "execd_access_token": "{env.EXECD_TOKEN}"}}
+//	  "clusters": {"cluster-a": {"fixed_entry": "http://10.0.0.5:80", "execd_access_token": "{env.EXECD_TOKEN}"}},
+//	  "nodes": {
+//	    "credentials": {"source": "file", "path": "/etc/sandgate/nodes.yaml"},
+//	    "owner_epoch": 1,
+//	    "deployment": {"generation": 2, "specification_digest": "<64 hex>", "serving_generation": 1},
+//	    "hello_timeout": "15s", "idle_timeout": "35s", "online_window": "45s"
+//	  }
 //	}}
 type App struct {
 	// TokenKeys verify X-Access-Token JWTs, selected by the token's "kid"
@@ -65,9 +76,19 @@ type App struct {
 	// resource credentials.
 	Clusters map[string]*Cluster `json:"clusters,omitempty"`
 
+	// Nodes configures the sandbox-node connection service (the
+	// sandbox_node_connect and sandbox_node_api handlers). Absent: no node
+	// hub, and those handlers refuse to provision.
+	Nodes *Nodes `json:"nodes,omitempty"`
+
 	verifier    *token.Verifier
 	credentials credential.Source
 	logger      *zap.Logger
+
+	hub       *nodehub.Hub // the shared hub, when Nodes is set
+	hubHeld   bool         // this config holds a reference in hubs
+	hubConfig nodehub.Config
+	hubUndo   func() // puts back the hub settings Start replaced
 }
 
 // TokenKey is one token verification key.
@@ -148,6 +169,11 @@ func (a *App) Provision(ctx caddy.Context) error {
 			return fmt.Errorf("cluster %q: %w", id, err)
 		}
 	}
+	if a.Nodes != nil {
+		if err := a.provisionNodes(ctx); err != nil {
+			return fmt.Errorf("nodes: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -164,7 +190,8 @@ func (c *Cluster) provision(repl *caddy.Replacer) error {
 	return nil
 }
 
-// Validate checks that keys and a credential source are configured.
+// Validate checks that keys and a credential source are configured (the
+// nodes block is checked by Provision).
 func (a *App) Validate() error {
 	if a.verifier == nil {
 		return errors.New("sandgate: at least one token key is required")
@@ -178,19 +205,51 @@ func (a *App) Validate() error {
 	return nil
 }
 
-// Start logs the configured clusters; the app has no goroutines of its own.
+// Start makes this config's node settings the node hub's (a reload's new
+// config takes over the running hub here, its connections untouched) and
+// logs the configured clusters. The app has no goroutines of its own.
 func (a *App) Start() error {
+	if a.hub != nil {
+		undo, err := a.hub.Apply(a.hubConfig)
+		if err != nil {
+			return fmt.Errorf("nodes: %w", err)
+		}
+		a.hubUndo = undo
+	}
 	ids := make([]string, 0, len(a.Clusters))
 	for id := range a.Clusters {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	a.logger.Info("sandgate app started", zap.Strings("clusters", ids), zap.Int("token_keys", len(a.TokenKeys)))
+	a.logger.Info("sandgate app started", zap.Strings("clusters", ids), zap.Int("token_keys", len(a.TokenKeys)),
+		zap.Bool("nodes", a.hub != nil))
 	return nil
 }
 
-// Stop does nothing; the credential source is released by its Cleanup.
-func (a *App) Stop() error { return nil }
+// Stop puts back the node hub settings this config's Start replaced when
+// no later config has replaced them since: that is the case of a reload
+// that failed after this app started, while the previous config keeps
+// running. (A config stopped because a newer one took over changes
+// nothing.) The credential sources and the hub itself are released by
+// Cleanup.
+func (a *App) Stop() error {
+	if a.hubUndo != nil {
+		a.hubUndo()
+		a.hubUndo = nil
+	}
+	return nil
+}
+
+// Cleanup releases this config's reference to the node hub; the hub, and
+// every node connection, is closed when no config holds it any more.
+func (a *App) Cleanup() error {
+	if !a.hubHeld {
+		return nil
+	}
+	a.hubHeld = false
+	_, err := hubs.Delete(hubKey)
+	return err
+}
 
 // Tokens returns the token verifier.
 func (a *App) Tokens() *token.Verifier { return a.verifier }
@@ -208,10 +267,14 @@ func (a *App) Cluster(id string) (dataplane.Cluster, bool) {
 	return dataplane.Cluster{ID: id, FixedEntry: c.fixedEntry, ExecdAccessToken: c.token}, true
 }
 
+// NodeHub returns the node hub, or nil when the config has no nodes block.
+func (a *App) NodeHub() *nodehub.Hub { return a.hub }
+
 // Interface guards.
 var (
 	_ caddy.App          = (*App)(nil)
 	_ caddy.Provisioner  = (*App)(nil)
 	_ caddy.Validator    = (*App)(nil)
+	_ caddy.CleanerUpper = (*App)(nil)
 	_ dataplane.Clusters = (*App)(nil)
 )

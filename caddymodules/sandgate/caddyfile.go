@@ -1,12 +1,16 @@
 package sandgate
 
 import (
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+
+	"github.com/sandgate/sandgate/nodeproto"
 )
 
 func init() {
@@ -36,11 +40,28 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //		cluster <id> <fixed_entry> {
 //			execd_access_token <token>
 //		}
+//		nodes {
+//			credentials <source> ...
+//			owner_epoch <n>
+//			deployment <generation> <specification_digest> {
+//				serving_generation <generation>
+//			}
+//			hello_timeout <duration>
+//			idle_timeout <duration>
+//			online_window <duration>
+//			write_timeout <duration>
+//			response_grace <duration>
+//			close_grace <duration>
+//		}
 //	}
 //
 // token_key may repeat (one per kid); cluster may repeat (one per ID).
 // credentials takes a module of the sandgate.credentials namespace and its
 // own syntax, e.g. "credentials file <path>" or "credentials http <url> {…}".
+// The nodes block configures the sandbox-node connection service (see
+// Nodes): its credentials take a module of the sandgate.node_credentials
+// namespace, e.g. "credentials file <path>"; every other subdirective is
+// optional and takes the default of the spec.
 func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // option name
 	if d.NextArg() {
@@ -133,11 +154,124 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				a.Clusters = map[string]*Cluster{}
 			}
 			a.Clusters[id] = c
+		case "nodes":
+			if a.Nodes != nil {
+				return d.Err("nodes already specified")
+			}
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			n, err := parseNodes(d)
+			if err != nil {
+				return err
+			}
+			a.Nodes = n
 		default:
 			return d.Errf("unrecognized sandgate subdirective %q", d.Val())
 		}
 	}
 	return nil
+}
+
+// parseNodes parses the block of the nodes subdirective (syntax: see
+// App.UnmarshalCaddyfile).
+func parseNodes(d *caddyfile.Dispenser) (*Nodes, error) {
+	n := new(Nodes)
+	seen := map[string]bool{}
+	durations := map[string]*caddy.Duration{
+		"hello_timeout": &n.HelloTimeout, "idle_timeout": &n.IdleTimeout, "online_window": &n.OnlineWindow,
+		"write_timeout": &n.WriteTimeout, "response_grace": &n.ResponseGrace, "close_grace": &n.CloseGrace,
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		opt := d.Val()
+		if seen[opt] {
+			return nil, d.Errf("%s already specified", opt)
+		}
+		seen[opt] = true
+		if target, ok := durations[opt]; ok {
+			if !d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			dur, err := caddy.ParseDuration(d.Val())
+			if err != nil || dur <= 0 || dur > time.Hour {
+				return nil, d.Errf("bad %s %q: must be a positive duration up to 1h", opt, d.Val())
+			}
+			if d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			*target = caddy.Duration(dur)
+			continue
+		}
+		switch opt {
+		case "credentials":
+			if !d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			name := d.Val()
+			mod, err := caddyfile.UnmarshalModule(d, "sandgate.node_credentials."+name)
+			if err != nil {
+				return nil, err
+			}
+			n.CredentialsRaw = caddyconfig.JSONModuleObject(mod, "source", name, nil)
+		case "owner_epoch":
+			if !d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			e, err := strconv.ParseInt(d.Val(), 10, 64)
+			if err != nil || e <= 0 {
+				return nil, d.Errf("bad owner_epoch %q: must be a positive integer", d.Val())
+			}
+			if d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			n.OwnerEpoch = e
+		case "deployment":
+			var gen, digest string
+			if !d.Args(&gen, &digest) {
+				return nil, d.ArgErr()
+			}
+			if d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			dep := &NodeDeployment{SpecificationDigest: digest}
+			g, err := strconv.ParseInt(gen, 10, 64)
+			if err != nil || g <= 0 {
+				return nil, d.Errf("bad deployment generation %q: must be a positive integer", gen)
+			}
+			dep.Generation = g
+			if !nodeproto.IsDigest(digest) {
+				return nil, d.Errf("bad deployment specification digest: must be 64 lowercase hexadecimal digits")
+			}
+			for nest := d.Nesting(); d.NextBlock(nest); {
+				switch d.Val() {
+				case "serving_generation":
+					if dep.ServingGeneration != 0 {
+						return nil, d.Err("serving_generation already specified")
+					}
+					if !d.NextArg() {
+						return nil, d.ArgErr()
+					}
+					s, err := strconv.ParseInt(d.Val(), 10, 64)
+					if err != nil || s <= 0 {
+						return nil, d.Errf("bad serving_generation %q: must be a positive integer", d.Val())
+					}
+					if d.NextArg() {
+						return nil, d.ArgErr()
+					}
+					dep.ServingGeneration = s
+				default:
+					return nil, d.Errf("unrecognized deployment subdirective %q", d.Val())
+				}
+			}
+			n.Deployment = dep
+		default:
+			return nil, d.Errf("unrecognized nodes subdirective %q", opt)
+		}
+	}
+	if n.CredentialsRaw == nil {
+		return nil, d.Err("nodes: credentials is required (e.g. credentials file <path>)")
+	}
+	return n, nil
 }
 
 // Interface guard.

@@ -1,0 +1,177 @@
+package nodeconnect
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/nodeapi"
+	"github.com/sandgate/sandgate/nodeproto"
+	"github.com/sandgate/sandgate/nodesim"
+)
+
+// The enrolled test node and the API token.
+const (
+	nodeID     = "0a000000-0000-4000-8000-00000000000a"
+	installID  = "11111111-2222-4333-8444-555555555555"
+	nodeSecret = "node-credential-DO-NOT-LOG-4b1d"
+	apiToken   = "node-api-token-DO-NOT-LOG-77c3"
+	hmacSecret = "nodeconnect-test-hmac-secret-0123456789abcdef"
+)
+
+var (
+	fingerprint = strings.Repeat("f", 64)
+	specDigest  = strings.Repeat("5a", 32)
+)
+
+// timeout bounds every wait of the tests; a safety net, not an assertion.
+const timeout = 20 * time.Second
+
+func hexSum(s string) string {
+	d := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(d[:])
+}
+
+// files are the key, credential and node credential files of a test, and
+// the loopback port its server listens on.
+type files struct {
+	dir, key, creds, nodes string
+	port                   string
+}
+
+func newFiles(t *testing.T) files {
+	t.Helper()
+	dir := t.TempDir()
+	f := files{dir: dir, key: filepath.Join(dir, "hmac.key"), creds: filepath.Join(dir, "credentials.yaml"),
+		nodes: filepath.Join(dir, "nodes.yaml"), port: freePort(t)}
+	write(t, f.key, hmacSecret)
+	write(t, f.creds, "credentials:\n  - id: cred-a\n    enabled: true\n    projectNamespace: p\n    clusterId: c\n")
+	write(t, f.nodes, nodesFile(true))
+	return f
+}
+
+// nodesFile enrols the test node, enabled or not.
+func nodesFile(enabled bool) string {
+	return fmt.Sprintf(`nodes:
+  - node_id: %q
+    enabled: %v
+    credential_sha256: %q
+    installation_id: %q
+    provider: docker
+    backend_fingerprint: %q
+    deployment_generation: 1
+    specification_digest: %q
+`, nodeID, enabled, hexSum(nodeSecret), installID, fingerprint, specDigest)
+}
+
+// freePort returns a loopback TCP port that was free a moment ago (a
+// server on ":0" would get a new port at every reload).
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
+}
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// hello is the test node's hello.
+func hello() nodeproto.Hello {
+	return nodeproto.Hello{NodeID: nodeID, InstallationID: installID, Provider: nodeproto.ProviderDocker,
+		BackendFingerprint: fingerprint, DeploymentGeneration: 1, SpecificationDigest: specDigest, MaxActive: 8,
+		Health: nodeproto.Health{ProviderReady: true, Host: nodeproto.HostMeasurements{CPUCount: 2, MemoryTotalBytes: 1 << 30}}}
+}
+
+// waitFor polls cond until it holds; timeout is a safety net.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
+// apiGet GETs an API path with the token and decodes the JSON answer.
+func apiGet(t *testing.T, base, path string, out any) int {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+apiToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if out != nil && resp.StatusCode == http.StatusOK {
+		if err := json.Unmarshal(data, out); err != nil {
+			t.Fatalf("GET %s: %v in %s", path, err, data)
+		}
+	}
+	return resp.StatusCode
+}
+
+// apiOperation POSTs an info operation through the API.
+func apiOperation(t *testing.T, base string) (int, nodeapi.OperationResult) {
+	t.Helper()
+	body := `{"operation":"info","deployment_generation":1,"timeout_ms":5000,
+		"reference":{"tenant_id":"t1","environment_id":"e1","allocation_id":"a1"}}`
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+nodeapi.Prefix+"/"+nodeID+"/operations", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+apiToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var res nodeapi.OperationResult
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode == http.StatusOK {
+		if err := json.Unmarshal(data, &res); err != nil {
+			t.Fatalf("operation: %v in %s", err, data)
+		}
+	}
+	return resp.StatusCode, res
+}
+
+// dialNode connects the simulated test node to base.
+func dialNode(t *testing.T, base string, interval time.Duration) *nodesim.Node {
+	t.Helper()
+	n, err := nodesim.Dial(t.Context(), nodesim.Config{URL: base, Credential: nodeSecret, Hello: hello(), HeartbeatInterval: interval})
+	if err != nil {
+		t.Fatalf("node dial: %v", err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	return n
+}

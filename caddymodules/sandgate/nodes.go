@@ -1,0 +1,188 @@
+package sandgate
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/sandgate/sandgate/nodecred"
+	"github.com/sandgate/sandgate/nodehub"
+	"github.com/sandgate/sandgate/nodeproto"
+)
+
+// hubs holds the node hub across config reloads: each config with a nodes
+// block holds one reference under hubKey.
+var hubs = caddy.NewUsagePool()
+
+const hubKey = "nodehub"
+
+// pooledHub lets the pool close the hub when the last config releases it.
+type pooledHub struct{ *nodehub.Hub }
+
+// Destruct closes every node connection (close code 1001).
+func (p pooledHub) Destruct() error { return p.Hub.Close() }
+
+// DefaultOwnerEpoch is the owner epoch when none is configured.
+const DefaultOwnerEpoch = 1
+
+// Nodes is the node connection service's configuration (spec
+// node-protocol.md "Connection"). JSON:
+//
+//	"nodes": {
+//	  "credentials": {"source": "file", "path": "/etc/sandgate/nodes.yaml"},
+//	  "owner_epoch": 1,
+//	  "deployment": {"generation": 2, "specification_digest": "<64 hex>", "serving_generation": 1},
+//	  "hello_timeout": "15s", "idle_timeout": "35s", "online_window": "45s",
+//	  "write_timeout": "10s", "response_grace": "2s", "close_grace": "1s"
+//	}
+//
+// Changing any of these with a reload keeps every node connection: the
+// hub takes the new settings when the new config starts.
+type Nodes struct {
+	// CredentialsRaw is the node credential source, a module in the
+	// sandgate.node_credentials namespace chosen by its "source" key
+	// ("file"). Required.
+	CredentialsRaw json.RawMessage `json:"credentials,omitempty" caddy:"namespace=sandgate.node_credentials inline_key=source"`
+
+	// OwnerEpoch is Core's owner epoch, sent in welcome and checked on
+	// every heartbeat; > 0, default 1. Raising it (with a reload) closes
+	// each connection at its next heartbeat (close code 4005) so the node
+	// reconnects under the new epoch; it may not decrease while the
+	// gateway runs (the reload is refused).
+	OwnerEpoch int64 `json:"owner_epoch,omitempty"`
+
+	// Deployment is advertised to generation-managing nodes in welcome and
+	// heartbeat_ack: the target generation to prepare and the generation
+	// to keep serving. Without it such nodes are refused (close code 4006).
+	Deployment *NodeDeployment `json:"deployment,omitempty"`
+
+	// HelloTimeout: a node must send hello this soon after the upgrade.
+	// Default 15s.
+	HelloTimeout caddy.Duration `json:"hello_timeout,omitempty"`
+	// IdleTimeout: a connection with no frame for this long is closed.
+	// Default 35s.
+	IdleTimeout caddy.Duration `json:"idle_timeout,omitempty"`
+	// OnlineWindow: a node is online while its last heartbeat is younger.
+	// Default 45s.
+	OnlineWindow caddy.Duration `json:"online_window,omitempty"`
+	// WriteTimeout bounds the write of one frame. Default 10s.
+	WriteTimeout caddy.Duration `json:"write_timeout,omitempty"`
+	// ResponseGrace is how much longer than a request's timeout_ms Core
+	// waits for the response before reporting outcome unknown. Default 2s.
+	ResponseGrace caddy.Duration `json:"response_grace,omitempty"`
+	// CloseGrace is how long Core waits for the node's close frame after
+	// sending its own. Default 1s.
+	CloseGrace caddy.Duration `json:"close_grace,omitempty"`
+}
+
+// NodeDeployment is the deployment advertised to generation-managing
+// nodes.
+type NodeDeployment struct {
+	// Generation is the target deployment generation, > 0. Required.
+	Generation int64 `json:"generation"`
+	// SpecificationDigest is the target's lowercase hex SHA-256
+	// specification digest. Required.
+	SpecificationDigest string `json:"specification_digest"`
+	// ServingGeneration is the generation nodes keep serving, > 0; absent
+	// (0) is sent as null.
+	ServingGeneration int64 `json:"serving_generation,omitempty"`
+}
+
+// wire returns the protocol form of d.
+func (d *NodeDeployment) wire() *nodeproto.Deployment {
+	if d == nil {
+		return nil
+	}
+	w := &nodeproto.Deployment{Generation: d.Generation, SpecificationDigest: d.SpecificationDigest}
+	if d.ServingGeneration != 0 {
+		s := d.ServingGeneration
+		w.ServingGeneration = &s
+	}
+	return w
+}
+
+// check validates the static settings; the error names the setting.
+func (n *Nodes) check() error {
+	if n.OwnerEpoch < 0 {
+		return errors.New("owner_epoch must be positive")
+	}
+	if d := n.Deployment; d != nil {
+		switch {
+		case d.Generation <= 0:
+			return errors.New("deployment generation must be positive")
+		case !nodeproto.IsDigest(d.SpecificationDigest):
+			return errors.New("deployment specification_digest must be 64 lowercase hexadecimal digits")
+		case d.ServingGeneration < 0:
+			return errors.New("deployment serving_generation must be positive")
+		}
+	}
+	for _, t := range []struct {
+		name string
+		d    caddy.Duration
+	}{
+		{"hello_timeout", n.HelloTimeout}, {"idle_timeout", n.IdleTimeout}, {"online_window", n.OnlineWindow},
+		{"write_timeout", n.WriteTimeout}, {"response_grace", n.ResponseGrace}, {"close_grace", n.CloseGrace},
+	} {
+		if t.d < 0 {
+			return fmt.Errorf("%s must not be negative", t.name)
+		}
+		if time.Duration(t.d) > time.Hour {
+			return fmt.Errorf("%s must be at most 1h", t.name)
+		}
+	}
+	return nil
+}
+
+// provisionNodes loads the node credential source, takes a reference to
+// the shared hub and checks that the hub accepts this config's settings
+// (an owner epoch lower than the running one is refused). The settings
+// are applied in Start; the very first config also applies them here, so
+// that a hub is never served unconfigured.
+func (a *App) provisionNodes(ctx caddy.Context) error {
+	n := a.Nodes
+	if err := n.check(); err != nil {
+		return err
+	}
+	if n.CredentialsRaw == nil {
+		return errors.New("a node credential source is required (credentials file <path>)")
+	}
+	mod, err := ctx.LoadModule(n, "CredentialsRaw")
+	if err != nil {
+		return fmt.Errorf("loading the node credential source: %w", err)
+	}
+	store, ok := mod.(nodecred.Store)
+	if !ok {
+		return fmt.Errorf("node credential source module %T does not implement nodecred.Store", mod)
+	}
+	epoch := n.OwnerEpoch
+	if epoch == 0 {
+		epoch = DefaultOwnerEpoch
+	}
+	a.hubConfig = nodehub.Config{
+		Credentials: store,
+		OwnerEpoch:  epoch,
+		Deployment:  n.Deployment.wire(),
+		Timers: nodehub.Timers{
+			Hello: time.Duration(n.HelloTimeout), Idle: time.Duration(n.IdleTimeout),
+			Online: time.Duration(n.OnlineWindow), Write: time.Duration(n.WriteTimeout),
+			ResponseGrace: time.Duration(n.ResponseGrace), CloseGrace: time.Duration(n.CloseGrace),
+		},
+		Logger: a.logger.Named("nodes"),
+	}
+	v, _, err := hubs.LoadOrNew(hubKey, func() (caddy.Destructor, error) { return pooledHub{nodehub.New()}, nil })
+	if err != nil {
+		return err
+	}
+	a.hubHeld = true
+	a.hub = v.(pooledHub).Hub
+	if err := a.hub.CheckConfig(a.hubConfig); err != nil {
+		return err
+	}
+	if !a.hub.Configured() {
+		return a.hub.Configure(a.hubConfig)
+	}
+	return nil
+}

@@ -1,0 +1,545 @@
+// Command nodeload measures the node connection service of the built
+// gateway: it starts bin/caddy with a generated configuration, connects N
+// simulated sandbox nodes (package nodesim) that send heartbeats, and
+// reports the gateway's resident memory per connection, its CPU use with
+// the nodes heartbeating, and the round trip of provider operations sent
+// at a fixed rate through the internal node API (p50, p99, max).
+//
+// Usage:
+//
+//	go run ./hack/nodeload [-caddy bin/caddy] [-nodes 10000] [-heartbeat 10s]
+//		[-settle 20s] [-rate 1000] [-duration 30s] [-dial-concurrency 200]
+//		[-gateway-output <file>] [-tool-gogc 400]
+//
+// It raises its RLIMIT_NOFILE (the gateway inherits it) and exits 1 with
+// the reason when the gateway does not start or a node cannot connect. The
+// nodes answer every request at once (nodesim.Success), so the round trip
+// is the gateway's own: API request → request frame → response frame →
+// API answer, over loopback. Results are written to standard output; the
+// figures of docs/node-connect.md come from it.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/gorilla/websocket"
+
+	"github.com/sandgate/sandgate/nodeapi"
+	"github.com/sandgate/sandgate/nodeproto"
+	"github.com/sandgate/sandgate/nodesim"
+)
+
+func main() {
+	var o options
+	flag.StringVar(&o.caddy, "caddy", "bin/caddy", "the gateway binary")
+	flag.IntVar(&o.nodes, "nodes", 10000, "simulated nodes")
+	flag.DurationVar(&o.heartbeat, "heartbeat", 10*time.Second, "heartbeat interval of each node")
+	flag.DurationVar(&o.settle, "settle", 0, "steady-state window, after a warm-up of one heartbeat interval (default two intervals)")
+	flag.IntVar(&o.rate, "rate", 1000, "operations per second through the internal API")
+	flag.DurationVar(&o.duration, "duration", 30*time.Second, "length of the dispatch phase")
+	flag.IntVar(&o.dialConcurrency, "dial-concurrency", 200, "connections opened at once")
+	flag.IntVar(&o.toolGOGC, "tool-gogc", 400, "GOGC of this load tool (its 10,000 simulated nodes garbage-collect on the same CPUs as the gateway); the gateway keeps its own environment")
+	flag.StringVar(&o.gatewayOutput, "gateway-output", "", "file for the gateway's standard output and error (e.g. with GODEBUG=gctrace=1); default discarded")
+	flag.Parse()
+	if o.settle == 0 {
+		o.settle = 2 * o.heartbeat
+	}
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "nodeload:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	caddy           string
+	nodes           int
+	heartbeat       time.Duration
+	settle          time.Duration
+	rate            int
+	duration        time.Duration
+	dialConcurrency int
+	gatewayOutput   string
+	toolGOGC        int
+}
+
+// simNode is one enrolled simulated node.
+type simNode struct {
+	id, secret string
+}
+
+var (
+	installation = "11111111-2222-4333-8444-555555555555"
+	fingerprint  = strings.Repeat("f", 64)
+	specDigest   = strings.Repeat("5a", 32)
+)
+
+func run(o options) error {
+	debug.SetGCPercent(o.toolGOGC)
+	limit, err := raiseNoFile(o.nodes + 4096) // one socket per node, plus the API client and the rest
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "nodeload-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+
+	nodes := make([]simNode, o.nodes)
+	var rec strings.Builder
+	rec.WriteString("nodes:\n")
+	for i := range nodes {
+		nodes[i] = simNode{id: uuid.NewString(), secret: randomHex(24)}
+		fmt.Fprintf(&rec, "  - {node_id: %q, enabled: true, credential_sha256: %q, installation_id: %q, provider: docker, backend_fingerprint: %q, deployment_generation: 1, specification_digest: %q}\n",
+			nodes[i].id, sum(nodes[i].secret), installation, fingerprint, specDigest)
+	}
+	apiToken := randomHex(24)
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	files := map[string]string{
+		"nodes.yaml":       rec.String(),
+		"hmac.key":         randomHex(32),
+		"credentials.yaml": "credentials:\n  - {id: c, enabled: true, projectNamespace: p, clusterId: c}\n",
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			return err
+		}
+	}
+	caddyfile := fmt.Sprintf(`{
+	admin off
+	auto_https off
+	persist_config off
+	log {
+		output file %s
+		level WARN
+	}
+	sandgate {
+		token_key k1 HS256 %s
+		credentials file %s
+		nodes {
+			credentials file %s
+		}
+	}
+}
+
+http://127.0.0.1:%s {
+	sandbox_node_connect
+	sandbox_node_api {
+		token_sha256 %s
+	}
+}
+`, filepath.Join(dir, "gateway.log"), filepath.Join(dir, "hmac.key"), filepath.Join(dir, "credentials.yaml"),
+		filepath.Join(dir, "nodes.yaml"), port, sum(apiToken))
+	cfPath := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(cfPath, []byte(caddyfile), 0o600); err != nil {
+		return err
+	}
+
+	cmd := exec.Command(o.caddy, "run", "--config", cfPath, "--adapter", "caddyfile")
+	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	if o.gatewayOutput != "" {
+		out, err := os.Create(o.gatewayOutput)
+		if err != nil {
+			return err
+		}
+		defer out.Close()
+		cmd.Stdout, cmd.Stderr = out, out
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s: %w", o.caddy, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+	}()
+	pid := cmd.Process.Pid
+	base := "http://127.0.0.1:" + port
+	if err := waitListening("127.0.0.1:"+port, exited); err != nil {
+		return err
+	}
+	fmt.Printf("nodeload: %s (pid %d) on %s; %d nodes, heartbeat %s; RLIMIT_NOFILE %d; %d CPUs; gateway GOGC=%q, load tool GOGC=%d\n",
+		o.caddy, pid, base, o.nodes, o.heartbeat, limit, runtime.NumCPU(), os.Getenv("GOGC"), o.toolGOGC)
+	rssIdle, err := vmRSS(pid)
+	if err != nil {
+		return err
+	}
+
+	// Connect.
+	dialer := &websocket.Dialer{HandshakeTimeout: 30 * time.Second, ReadBufferSize: 1024, WriteBufferSize: 1024}
+	sims := make([]*nodesim.Node, len(nodes))
+	start := time.Now()
+	var (
+		wg      sync.WaitGroup
+		dialErr atomic.Pointer[error]
+		sem     = make(chan struct{}, o.dialConcurrency)
+	)
+	for i, n := range nodes {
+		if dialErr.Load() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			h := nodeproto.Hello{NodeID: n.id, InstallationID: installation, Provider: nodeproto.ProviderDocker,
+				BackendFingerprint: fingerprint, DeploymentGeneration: 1, SpecificationDigest: specDigest, MaxActive: 8,
+				Health: nodeproto.Health{ProviderReady: true, Host: nodeproto.HostMeasurements{CPUCount: 8,
+					CPUPercent: 10, MemoryTotalBytes: 32 << 30, MemoryUsedBytes: 8 << 30, DiskTotalBytes: 1 << 40, DiskUsedBytes: 1 << 38}}}
+			sim, err := nodesim.Dial(ctx, nodesim.Config{URL: base, Credential: n.secret, Hello: h,
+				HeartbeatInterval: o.heartbeat, Dialer: dialer})
+			if err != nil {
+				err = fmt.Errorf("node %d: %w", i, err)
+				dialErr.CompareAndSwap(nil, &err)
+				return
+			}
+			sims[i] = sim
+		}()
+	}
+	wg.Wait()
+	if p := dialErr.Load(); p != nil {
+		return *p
+	}
+	connectTime := time.Since(start)
+	defer func() {
+		for _, s := range sims {
+			if s != nil {
+				_ = s.Close()
+			}
+		}
+	}()
+	fmt.Printf("connected %d nodes in %s (%.0f connections/s)\n", len(sims), connectTime.Round(time.Millisecond),
+		float64(len(sims))/connectTime.Seconds())
+
+	// Steady state with heartbeats: after one interval every node has
+	// started its heartbeats, then a window of whole intervals.
+	time.Sleep(o.heartbeat) // warm-up before the measurement window
+	acks0 := totalAcks(sims)
+	cpu0, t0, err := cpuTicks(pid)
+	if err != nil {
+		return err
+	}
+	time.Sleep(o.settle) // the measurement window itself, not synchronisation
+	cpu1, t1, err := cpuTicks(pid)
+	if err != nil {
+		return err
+	}
+	acks1 := totalAcks(sims)
+	rss, err := vmRSS(pid)
+	if err != nil {
+		return err
+	}
+	hbRate := float64(acks1-acks0) / t1.Sub(t0).Seconds()
+	fmt.Printf("steady state over %s: %.0f heartbeats/s acknowledged, gateway CPU %.1f%% of one core\n",
+		o.settle, hbRate, cpuPercent(cpu1-cpu0, t1.Sub(t0)))
+	fmt.Printf("gateway VmRSS: %.1f MiB idle, %.1f MiB with %d nodes: %.1f KiB per connection\n",
+		float64(rssIdle)/1024, float64(rss)/1024, len(sims), float64(rss-rssIdle)/float64(len(sims)))
+	if st, err := apiStatus(base, apiToken); err == nil {
+		fmt.Printf("API list: %d nodes, %d online\n", st.total, st.online)
+	} else {
+		return err
+	}
+
+	// Dispatch at a fixed rate.
+	if o.rate > 0 && o.duration > 0 {
+		if err := dispatch(o, base, apiToken, nodes, pid); err != nil {
+			return err
+		}
+	}
+
+	dropped := 0
+	for _, s := range sims {
+		if s.Err() != nil {
+			dropped++
+		}
+	}
+	rssEnd, _ := vmRSS(pid)
+	fmt.Printf("end: %d of %d connections dropped; gateway VmRSS %.1f MiB\n", dropped, len(sims), float64(rssEnd)/1024)
+	if dropped > 0 {
+		return fmt.Errorf("%d connections dropped", dropped)
+	}
+	return nil
+}
+
+// dispatch sends operations at o.rate for o.duration, open loop: each
+// operation starts on its schedule on its own goroutine, whatever the
+// previous ones do.
+func dispatch(o options, base, token string, nodes []simNode, pid int) error {
+	transport := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute}
+	client := &http.Client{Transport: transport, Timeout: 30 * time.Second}
+	body := func(i int) string {
+		return fmt.Sprintf(`{"operation":"info","deployment_generation":1,"timeout_ms":10000,"reference":{"tenant_id":"t","environment_id":"e","allocation_id":"a%d"}}`, i)
+	}
+	one := func(i int) (time.Duration, string, error) {
+		n := nodes[i%len(nodes)]
+		req, err := http.NewRequest(http.MethodPost, base+nodeapi.Prefix+"/"+n.id+"/operations", strings.NewReader(body(i)))
+		if err != nil {
+			return 0, "", err
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		t := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		data, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		d := time.Since(t)
+		if err != nil {
+			return 0, "", err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return d, "http_" + strconv.Itoa(resp.StatusCode), nil
+		}
+		if !strings.Contains(string(data), `"outcome":"success"`) {
+			return d, "not_success", nil
+		}
+		return d, "success", nil
+	}
+	// Warm the client's connection pool.
+	for i := range 50 {
+		if _, _, err := one(i); err != nil {
+			return err
+		}
+	}
+
+	total := o.rate * int(o.duration/time.Second)
+	lat := make([]time.Duration, total)
+	outcome := make([]string, total)
+	var late atomic.Int64
+	var wg sync.WaitGroup
+	interval := time.Second / time.Duration(o.rate)
+	perm := mrand.New(mrand.NewPCG(3, 4)).Perm(len(nodes))
+	cpu0, t0, err := cpuTicks(pid)
+	if err != nil {
+		return err
+	}
+	self0, _, err := cpuTicks(os.Getpid())
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	for i := range total {
+		due := start.Add(time.Duration(i) * interval)
+		if d := time.Until(due); d > 0 {
+			time.Sleep(d) // the schedule of an open-loop load generator
+		} else if -d > time.Millisecond {
+			late.Add(1)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, out, err := one(perm[i%len(perm)])
+			if err != nil {
+				out = "error"
+			}
+			lat[i], outcome[i] = d, out
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	cpu1, t1, err := cpuTicks(pid)
+	if err != nil {
+		return err
+	}
+	self1, _, err := cpuTicks(os.Getpid())
+	if err != nil {
+		return err
+	}
+	counts := map[string]int{}
+	var ok []time.Duration
+	for i := range total {
+		counts[outcome[i]]++
+		if outcome[i] == "success" {
+			ok = append(ok, lat[i])
+		}
+	}
+	slices.Sort(ok)
+	fmt.Printf("dispatch: %d operations in %s (%.0f ops/s achieved, %d sent more than 1 ms late); outcomes %v\n",
+		total, elapsed.Round(time.Millisecond), float64(total)/elapsed.Seconds(), late.Load(), counts)
+	if len(ok) > 0 {
+		fmt.Printf("dispatch round trip: p50 %s, p90 %s, p99 %s, p99.9 %s, max %s\n",
+			pct(ok, 50), pct(ok, 90), pct(ok, 99), pct(ok, 99.9), ok[len(ok)-1].Round(time.Microsecond))
+	}
+	fmt.Printf("CPU during dispatch: gateway %.1f%%, this load tool (nodes and API client) %.1f%% of one core\n",
+		cpuPercent(cpu1-cpu0, t1.Sub(t0)), cpuPercent(self1-self0, t1.Sub(t0)))
+	if counts["success"] != total {
+		return errors.New("not every operation succeeded")
+	}
+	return nil
+}
+
+func pct(sorted []time.Duration, p float64) time.Duration {
+	i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
+	i = max(0, min(i, len(sorted)-1))
+	return sorted[i].Round(time.Microsecond)
+}
+
+type listStatus struct{ total, online int }
+
+func apiStatus(base, token string) (listStatus, error) {
+	req, _ := http.NewRequest(http.MethodGet, base+nodeapi.Prefix, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return listStatus{}, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return listStatus{}, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return listStatus{}, fmt.Errorf("API list: %d", resp.StatusCode)
+	}
+	return listStatus{total: strings.Count(string(data), `"node_id"`), online: strings.Count(string(data), `"online":true`)}, nil
+}
+
+func totalAcks(sims []*nodesim.Node) uint64 {
+	var n uint64
+	for _, s := range sims {
+		n += s.Acks()
+	}
+	return n
+}
+
+// raiseNoFile raises RLIMIT_NOFILE to at least want (the hard limit too,
+// when allowed); the gateway started afterwards inherits it.
+func raiseNoFile(want int) (uint64, error) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0, err
+	}
+	if lim.Cur >= uint64(want) {
+		// Set it explicitly all the same: children then inherit it rather
+		// than the limit the process started with.
+		return lim.Cur, syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	}
+	next := syscall.Rlimit{Cur: uint64(want), Max: max(lim.Max, uint64(want))}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &next); err != nil {
+		if lim.Max < uint64(want) {
+			return 0, fmt.Errorf("RLIMIT_NOFILE hard limit %d is below the %d needed, and raising it failed: %w", lim.Max, want, err)
+		}
+		next = syscall.Rlimit{Cur: uint64(want), Max: lim.Max}
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &next); err != nil {
+			return 0, err
+		}
+	}
+	return next.Cur, nil
+}
+
+// vmRSS returns the VmRSS of pid in KiB.
+func vmRSS(pid int) (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		}
+	}
+	return 0, errors.New("no VmRSS")
+}
+
+// clockTicks is USER_HZ, the unit of utime and stime in /proc (100 on
+// Linux).
+const clockTicks = 100
+
+// cpuTicks returns utime+stime of pid and when they were read.
+func cpuTicks(pid int) (int64, time.Time, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	now := time.Now()
+	if err != nil {
+		return 0, now, err
+	}
+	// Fields after the parenthesised command name; utime and stime are
+	// fields 14 and 15 of the whole line.
+	s := string(data)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	ut, err1 := strconv.ParseInt(fields[11], 10, 64)
+	st, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, now, err
+	}
+	return ut + st, now, nil
+}
+
+func cpuPercent(ticks int64, d time.Duration) float64 {
+	return float64(ticks) / clockTicks / d.Seconds() * 100
+}
+
+func waitListening(addr string, exited <-chan error) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			return fmt.Errorf("the gateway exited: %v", err)
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond) // polling for the listener
+	}
+	return errors.New("the gateway did not listen within 60 s")
+}
+
+func freePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	_, port, err := net.SplitHostPort(ln.Addr().String())
+	return port, err
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func sum(s string) string {
+	d := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(d[:])
+}

@@ -1,0 +1,125 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/sandgate/sandgate/nodeagent/provider"
+	"github.com/sandgate/sandgate/nodeproto"
+)
+
+// request checks a request frame in the order of the spec and either
+// answers it at once or queues it (spec "Provider requests"):
+//
+//  1. connection_id, owner_epoch and sequence (exactly the last + 1) must
+//     match, or the connection closes;
+//  2. an operation the provider declared unsupported is answered
+//     unsupported with the declaration's evidence, before any parsing of
+//     its parameters or provider I/O;
+//  3. a malformed request (decodeErr set) is answered invalid;
+//  4. a deployment generation other than the enrolled one is answered
+//     invalid (the node does not manage generations);
+//  5. otherwise the request takes a queue slot — when all QueueCapacity
+//     slots are taken the connection closes — and its budget starts: the
+//     deadline is arrived + timeout_ms on the node's clock, and it runs
+//     while the request waits for one of MaxActive workers.
+func (s *session) request(r *nodeproto.Request, decodeErr error, arrived time.Time) error {
+	switch {
+	case r.ConnectionID != s.connectionID:
+		return violation("request for another connection")
+	case r.OwnerEpoch != s.ownerEpoch:
+		return violation("request under another owner epoch")
+	case r.Sequence != s.lastSequence+1:
+		return violation("request sequence is not the previous one plus 1")
+	}
+	s.lastSequence = r.Sequence
+
+	if u, ok := s.a.cfg.Provider.Declaration().Unsupported(r.Operation); ok {
+		return s.respond(&nodeproto.Response{ID: r.ID, ConnectionID: r.ConnectionID, ErrorCode: nodeproto.ErrUnsupported, Unsupported: &u}, r.Operation)
+	}
+	if decodeErr != nil {
+		s.a.log.Debug("malformed request", "id", r.ID, "error", decodeErr)
+		return s.respond(failure(r, nodeproto.ErrInvalid), r.Operation)
+	}
+	if r.DeploymentGeneration != s.a.cfg.DeploymentGeneration {
+		return s.respond(failure(r, nodeproto.ErrInvalid), r.Operation)
+	}
+
+	select {
+	case s.a.slots <- struct{}{}:
+	default:
+		return &protocolError{code: websocket.ClosePolicyViolation, reason: "request queue full"}
+	}
+	deadline := arrived.Add(time.Duration(r.TimeoutMS) * time.Millisecond)
+	go s.a.run(s, r, deadline)
+	return nil
+}
+
+// failure is a failure response to r without a result.
+func failure(r *nodeproto.Request, code nodeproto.ErrorCode) *nodeproto.Response {
+	return &nodeproto.Response{ID: r.ID, ConnectionID: r.ConnectionID, ErrorCode: code}
+}
+
+// run waits for a worker and runs one queued request under its budget,
+// then releases its queue slot. The budget, not the connection, bounds the
+// operation: once the provider has it, a disconnect does not cancel it
+// (cancelling a mutation halfway would only make its outcome unknown);
+// its response is then discarded. A request still waiting when its
+// connection closes is dropped without running; one whose budget runs out
+// while it waits is answered unconfirmed without running.
+func (a *Agent) run(s *session, r *nodeproto.Request, deadline time.Time) {
+	defer func() { <-a.slots }()
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+
+	select {
+	case a.workers <- struct{}{}:
+	case <-ctx.Done():
+		s.respond(failure(r, nodeproto.ErrUnconfirmed), r.Operation)
+		return
+	case <-s.done:
+		return
+	}
+	defer func() { <-a.workers }()
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	if ctx.Err() != nil {
+		s.respond(failure(r, nodeproto.ErrUnconfirmed), r.Operation)
+		return
+	}
+
+	resp, err := provider.Execute(ctx, a.cfg.Provider, r)
+	if err != nil {
+		// Provider causes may hold backend text and host paths: Debug only.
+		a.log.Debug("operation failed", "id", r.ID, "operation", r.Operation, "error_code", resp.ErrorCode, "error", err)
+	}
+	s.respond(resp, r.Operation)
+}
+
+// respond sends a response. A response the codec refuses (a result over
+// the frame limit, or a provider result that breaks a field rule) is
+// replaced by a failure whose outcome is unknown: command_unconfirmed for
+// the command operations, unconfirmed otherwise. A write failure closes
+// the connection.
+func (s *session) respond(resp *nodeproto.Response, op nodeproto.Operation) error {
+	err := s.send(resp)
+	var ne *nodeproto.Error
+	if errors.As(err, &ne) {
+		s.a.log.Warn("response refused by the codec; answering with an unknown outcome", "id", resp.ID, "rule", ne.Rule.Error(), "pointer", ne.Pointer)
+		code := nodeproto.ErrUnconfirmed
+		if op == nodeproto.OpCommand || op == nodeproto.OpCommandCompute {
+			code = nodeproto.ErrCommandUnconfirmed
+		}
+		err = s.send(&nodeproto.Response{ID: resp.ID, ConnectionID: resp.ConnectionID, ErrorCode: code})
+	}
+	if err != nil && !errors.Is(err, errClosed) {
+		s.shutdown(err)
+	}
+	return err
+}

@@ -1,0 +1,242 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/sandgate/sandgate/nodeproto"
+)
+
+// session is one WebSocket connection to Core.
+type session struct {
+	a    *Agent
+	conn *websocket.Conn
+
+	writeMu sync.Mutex
+
+	// Set from welcome, before any request is admitted.
+	connectionID string
+	ownerEpoch   int64
+	// lastSequence is the sequence of the last request (reader only).
+	lastSequence uint64
+
+	done      chan struct{} // closed when the connection is finished
+	closeOnce sync.Once
+	wg        sync.WaitGroup // the heartbeat goroutine
+}
+
+func newSession(a *Agent, conn *websocket.Conn) *session {
+	return &session{a: a, conn: conn, done: make(chan struct{})}
+}
+
+// protocolError is a reason to close the connection; its text is fixed and
+// may be sent to Core in the close frame.
+type protocolError struct {
+	code   int
+	reason string
+}
+
+// Error returns the fixed reason.
+func (e *protocolError) Error() string { return "agent: closing the connection: " + e.reason }
+
+func violation(reason string) error {
+	return &protocolError{code: websocket.ClosePolicyViolation, reason: reason}
+}
+
+// serve sends hello, waits for welcome, then reads frames until the
+// connection ends. It reports whether Core welcomed the node.
+func (s *session) serve(ctx context.Context, fingerprint string) (welcomed bool, err error) {
+	defer func() { s.close(err) }()
+	stop := context.AfterFunc(ctx, func() { s.shutdown(ctx.Err()) })
+	defer stop()
+
+	s.conn.SetReadLimit(nodeproto.MaxRequestFrame)
+	cfg := &s.a.cfg
+	hello := &nodeproto.Hello{
+		NodeID:               cfg.NodeID,
+		InstallationID:       cfg.InstallationID,
+		Provider:             cfg.Provider.Kind(),
+		BackendFingerprint:   fingerprint,
+		DeploymentGeneration: cfg.DeploymentGeneration,
+		SpecificationDigest:  cfg.SpecificationDigest,
+		MaxActive:            cfg.MaxActive,
+		// A node without generation management retains exactly its
+		// enrolled generation.
+		MaxRetained: 1,
+		Health:      s.a.reporter.Report(ctx),
+	}
+	if err := s.send(hello); err != nil {
+		return false, err
+	}
+
+	// The first frame must be welcome.
+	f, _, err := s.read()
+	if err != nil {
+		return false, err
+	}
+	w, ok := f.(*nodeproto.Welcome)
+	if !ok {
+		return false, violation("expected welcome")
+	}
+	if w.Deployment != nil {
+		return false, violation("deployment sent to a node without generation management")
+	}
+	accepted, err := cfg.State.AcceptOwnerEpoch(w.OwnerEpoch)
+	if err != nil {
+		return false, err
+	}
+	if !accepted {
+		return false, violation("owner epoch lower than one already accepted")
+	}
+	s.connectionID, s.ownerEpoch = w.ConnectionID, w.OwnerEpoch
+	s.a.log.Info("connected", "connection_id", s.connectionID, "owner_epoch", s.ownerEpoch)
+
+	s.wg.Add(1)
+	go s.heartbeats(ctx)
+	for {
+		f, arrived, err := s.read()
+		if err != nil {
+			return true, err
+		}
+		switch f := f.(type) {
+		case *nodeproto.HeartbeatAck:
+			if err := s.heartbeatAck(f); err != nil {
+				return true, err
+			}
+		case *nodeproto.Request:
+			if err := s.request(f, nil, arrived); err != nil {
+				return true, err
+			}
+		case *malformed:
+			if err := s.request(f.Request, f.err, arrived); err != nil {
+				return true, err
+			}
+		default:
+			return true, violation("unexpected " + f.FrameType() + " frame")
+		}
+	}
+}
+
+// read reads and decodes one frame, within the idle timeout, and returns
+// when it arrived. A request that the codec refuses only for a field or
+// parameter rule is returned as a *malformed.
+func (s *session) read() (nodeproto.Frame, time.Time, error) {
+	if err := s.conn.SetReadDeadline(time.Now().Add(s.a.cfg.Timers.Idle)); err != nil {
+		return nil, time.Time{}, err
+	}
+	mt, data, err := s.conn.ReadMessage()
+	arrived := time.Now()
+	if err != nil {
+		return nil, arrived, fmt.Errorf("agent: read: %w", err)
+	}
+	if mt != websocket.TextMessage {
+		return nil, arrived, &protocolError{code: websocket.CloseUnsupportedData, reason: "frames are text messages"}
+	}
+	f, err := nodeproto.Decode(data)
+	if err != nil {
+		if r, ok := f.(*nodeproto.Request); ok && r != nil {
+			return &malformed{Request: r, err: err}, arrived, nil
+		}
+		return nil, arrived, &protocolError{code: websocket.ClosePolicyViolation, reason: "invalid frame"}
+	}
+	return f, arrived, nil
+}
+
+// malformed is a request frame whose envelope is valid but which breaks a
+// field or parameter rule: it is answered invalid after the connection,
+// epoch and sequence checks.
+type malformed struct {
+	*nodeproto.Request
+	err error
+}
+
+// heartbeatAck checks Core's answer to a heartbeat.
+func (s *session) heartbeatAck(a *nodeproto.HeartbeatAck) error {
+	switch {
+	case a.ConnectionID != s.connectionID:
+		return violation("heartbeat_ack for another connection")
+	case a.Deployment != nil:
+		return violation("deployment sent to a node without generation management")
+	case a.OwnerEpoch < s.ownerEpoch:
+		return violation("owner epoch lower than the connection's")
+	case a.OwnerEpoch > s.ownerEpoch:
+		// Keep the higher epoch, but this connection's requests carry the
+		// old one: start again under the new owner.
+		if _, err := s.a.cfg.State.AcceptOwnerEpoch(a.OwnerEpoch); err != nil {
+			return err
+		}
+		return violation("owner epoch changed")
+	}
+	return nil
+}
+
+// heartbeats sends a heartbeat with a fresh health report every
+// Timers.Heartbeat until the connection ends.
+func (s *session) heartbeats(ctx context.Context) {
+	defer s.wg.Done()
+	t := time.NewTicker(s.a.cfg.Timers.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+		}
+		hb := &nodeproto.Heartbeat{ConnectionID: s.connectionID, OwnerEpoch: s.ownerEpoch, Health: s.a.reporter.Report(ctx)}
+		if err := s.send(hb); err != nil {
+			s.shutdown(err)
+			return
+		}
+	}
+}
+
+// send encodes f and writes it as one text message within Timers.Write.
+func (s *session) send(f nodeproto.Frame) error {
+	data, err := nodeproto.Encode(f)
+	if err != nil {
+		return err
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	select {
+	case <-s.done:
+		return errClosed
+	default:
+	}
+	if err := s.conn.SetWriteDeadline(time.Now().Add(s.a.cfg.Timers.Write)); err != nil {
+		return err
+	}
+	return s.conn.WriteMessage(websocket.TextMessage, data)
+}
+
+var errClosed = errors.New("agent: connection closed")
+
+// close ends the connection and waits for the heartbeat goroutine.
+func (s *session) close(cause error) {
+	s.shutdown(cause)
+	s.wg.Wait()
+}
+
+// shutdown ends the connection once: a protocol error is announced to Core
+// in a close frame with its fixed reason. Queued operations of the
+// connection are dropped; running ones finish and their responses are
+// discarded.
+func (s *session) shutdown(cause error) {
+	s.closeOnce.Do(func() {
+		var pe *protocolError
+		if errors.As(cause, &pe) {
+			s.a.log.Warn("closing the connection", "reason", pe.reason)
+			s.writeMu.Lock()
+			msg := websocket.FormatCloseMessage(pe.code, pe.reason)
+			s.conn.WriteControl(websocket.CloseMessage, msg, time.Now().Add(s.a.cfg.Timers.Write))
+			s.writeMu.Unlock()
+		}
+		close(s.done)
+		s.conn.Close()
+	})
+}

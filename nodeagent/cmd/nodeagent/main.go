@@ -1,0 +1,203 @@
+// Command nodeagent is the sandbox node agent: it connects to Core over the
+// sandbox-node protocol, reports the node's health and runs provider
+// operations on the local Docker engine. Run it with --help for its
+// settings; nodeagent/README.md describes the operation mapping and
+// nodeagent/nodeagent.service runs it under systemd.
+//
+// Exit status: 0 after SIGINT or SIGTERM, 1 on a runtime failure, 2 on a
+// configuration error, 3 when Core rejects the node credential (HTTP 401,
+// permanent: the agent does not retry).
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/sandgate/sandgate/nodeagent/agent"
+	"github.com/sandgate/sandgate/nodeagent/config"
+	"github.com/sandgate/sandgate/nodeagent/docker"
+	"github.com/sandgate/sandgate/nodeagent/state"
+	"github.com/sandgate/sandgate/nodeproto"
+)
+
+// Exit statuses.
+const (
+	exitOK       = 0
+	exitFailure  = 1
+	exitConfig   = 2
+	exitRejected = 3
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run is the whole program; it returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := config.Load(args, stderr)
+	if errors.Is(err, config.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "nodeagent:", err)
+		return exitConfig
+	}
+	var level slog.Level
+	level.UnmarshalText([]byte(cfg.LogLevel))
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	st, err := state.Open(cfg.StateDir)
+	if err != nil {
+		fmt.Fprintln(stderr, "nodeagent:", err)
+		return exitConfig
+	}
+	installation := cfg.InstallationID
+	if installation == "" {
+		if installation, err = st.InstallationID(); err != nil {
+			fmt.Fprintln(stderr, "nodeagent:", err)
+			return exitFailure
+		}
+	}
+	prov, err := docker.New(docker.Config{Endpoint: cfg.DockerEndpoint, NodeID: cfg.NodeID, State: st, Network: cfg.DockerNetwork})
+	if err != nil {
+		fmt.Fprintln(stderr, "nodeagent:", err)
+		return exitConfig
+	}
+	defer prov.Close()
+	if cfg.PrintIdentity {
+		return printIdentity(ctx, cfg, installation, prov, stdout, stderr)
+	}
+
+	// Fail fast on a credential file that cannot work; it is read again
+	// before every connection attempt.
+	if _, err := config.ReadCredential(cfg.CredentialFile); err != nil {
+		fmt.Fprintln(stderr, "nodeagent:", err)
+		return exitConfig
+	}
+	var tlsConf *tls.Config
+	if cfg.CAFile != "" {
+		pem, err := os.ReadFile(cfg.CAFile)
+		pool := x509.NewCertPool()
+		if err != nil || !pool.AppendCertsFromPEM(pem) {
+			fmt.Fprintf(stderr, "nodeagent: config: ca_file %s holds no readable PEM certificate\n", cfg.CAFile)
+			return exitConfig
+		}
+		tlsConf = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	origin, _ := url.Parse(cfg.CoreOrigin) // validated by config.Load
+	t := cfg.Timers
+	ag, err := agent.New(agent.Config{
+		Origin:               origin,
+		NodeID:               cfg.NodeID,
+		Credential:           func() (string, error) { return config.ReadCredential(cfg.CredentialFile) },
+		InstallationID:       installation,
+		DeploymentGeneration: cfg.DeploymentGeneration,
+		SpecificationDigest:  cfg.SpecificationDigest,
+		MaxActive:            cfg.MaxActive,
+		Fingerprint:          fingerprint(prov, st, time.Duration(t.Probe), log),
+		Provider:             prov,
+		DiskPath:             cfg.DiskPath,
+		State:                st,
+		TLS:                  tlsConf,
+		Log:                  log,
+		Timers: agent.Timers{
+			Heartbeat:  time.Duration(t.Heartbeat),
+			Idle:       time.Duration(t.Idle),
+			Handshake:  time.Duration(t.Handshake),
+			Write:      time.Duration(t.Write),
+			Probe:      time.Duration(t.Probe),
+			BackoffMin: time.Duration(t.BackoffMin),
+			BackoffMax: time.Duration(t.BackoffMax),
+		},
+	})
+	if err != nil {
+		fmt.Fprintln(stderr, "nodeagent:", err)
+		return exitConfig
+	}
+	log.Info("starting", "node_id", cfg.NodeID, "installation_id", installation, "core_origin", cfg.CoreOrigin,
+		"deployment_generation", cfg.DeploymentGeneration, "max_active", cfg.MaxActive)
+
+	err = ag.Run(ctx)
+	switch {
+	case errors.Is(err, agent.ErrRejected):
+		fmt.Fprintln(stderr, "nodeagent: Core rejected the node credential (HTTP 401). This is permanent: "+
+			"re-enroll the node or install a valid credential file, then start nodeagent again.")
+		return exitRejected
+	case ctx.Err() != nil:
+		log.Info("stopped")
+		return exitOK
+	}
+	fmt.Fprintln(stderr, "nodeagent:", err)
+	return exitFailure
+}
+
+// identity is what Core's node enrolment records about a node (the members
+// of a nodecred file entry other than enabled and credential_sha256).
+type identity struct {
+	NodeID               string `json:"node_id"`
+	InstallationID       string `json:"installation_id"`
+	Provider             string `json:"provider"`
+	BackendFingerprint   string `json:"backend_fingerprint"`
+	DeploymentGeneration int64  `json:"deployment_generation"`
+	SpecificationDigest  string `json:"specification_digest"`
+	GenerationManagement bool   `json:"generation_management"`
+}
+
+// printIdentity writes the node's enrolment identity as JSON to stdout.
+func printIdentity(ctx context.Context, cfg *config.Config, installation string, prov *docker.Provider, stdout, stderr io.Writer) int {
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(cfg.Timers.Probe))
+	defer cancel()
+	fp, err := prov.Fingerprint(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "nodeagent: the backend fingerprint needs the Docker engine:", err)
+		return exitFailure
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(identity{NodeID: cfg.NodeID, InstallationID: installation, Provider: string(nodeproto.ProviderDocker),
+		BackendFingerprint: fp, DeploymentGeneration: cfg.DeploymentGeneration, SpecificationDigest: cfg.SpecificationDigest}); err != nil {
+		return exitFailure
+	}
+	return exitOK
+}
+
+// fingerprint returns the agent's Fingerprint function: the Docker
+// engine's fingerprint, remembered in the state directory, so that a node
+// whose daemon is down still says hello (with the last known fingerprint)
+// and reports itself not ready.
+func fingerprint(prov *docker.Provider, st *state.Dir, timeout time.Duration, log *slog.Logger) func(context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		fp, err := prov.Fingerprint(ctx)
+		if err == nil {
+			if old, lerr := st.Load(state.FingerprintRecord); lerr != nil || string(bytes.TrimSpace(old)) != fp {
+				if serr := st.Store(state.FingerprintRecord, []byte(fp+"\n")); serr != nil {
+					return "", serr
+				}
+			}
+			return fp, nil
+		}
+		old, lerr := st.Load(state.FingerprintRecord)
+		if lerr == nil && nodeproto.IsDigest(string(bytes.TrimSpace(old))) {
+			log.Warn("cannot read the Docker engine identity; using the last known backend fingerprint")
+			return string(bytes.TrimSpace(old)), nil
+		}
+		return "", err
+	}
+}

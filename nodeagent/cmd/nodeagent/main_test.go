@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/sandgate/sandgate/nodeagent/internal/dockertest"
+	"github.com/sandgate/sandgate/nodeagent/internal/fakecore"
+	"github.com/sandgate/sandgate/nodeproto"
+)
+
+const digest = "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"
+
+// files writes a credential file and a configuration file for origin and
+// returns the --config argument.
+func files(t *testing.T, origin, credential, endpoint string) []string {
+	t.Helper()
+	dir := t.TempDir()
+	cred := filepath.Join(dir, "credential")
+	if err := os.WriteFile(cred, []byte(credential+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "nodeagent.toml")
+	body := fmt.Sprintf(`core_origin = %q
+node_id = %q
+credential_file = %q
+state_dir = %q
+docker_endpoint = %q
+disk_path = %q
+deployment_generation = 2
+specification_digest = %q
+
+[timers]
+backoff_min = "1ms"
+backoff_max = "2ms"
+`, origin, uuid.NewString(), cred, filepath.Join(dir, "state"), endpoint, dir, digest)
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"--config", conf}
+}
+
+func TestRejectedCredentialExitsWithItsOwnCode(t *testing.T) {
+	host := dockertest.Host(t)
+	core := fakecore.New(t, "the-right-credential", false)
+	var stderr bytes.Buffer
+	code := run(context.Background(), files(t, core.Origin.String(), "a-wrong-credential", host), &bytes.Buffer{}, &stderr)
+	if code != exitRejected {
+		t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitRejected, stderr.String())
+	}
+	if n := core.Attempts(); n != 1 {
+		t.Fatalf("%d connect attempts, want 1: no retry loop after 401", n)
+	}
+	if !strings.Contains(stderr.String(), "rejected the node credential (HTTP 401)") {
+		t.Fatalf("stderr does not explain the rejection:\n%s", stderr.String())
+	}
+	if strings.Contains(stderr.String(), "a-wrong-credential") {
+		t.Fatal("the credential appears in the output")
+	}
+}
+
+func TestSignalStopsWithZero(t *testing.T) {
+	host := dockertest.Host(t)
+	core := fakecore.New(t, "cred", false)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	var stderr bytes.Buffer
+	go func() { done <- run(ctx, files(t, core.Origin.String(), "cred", host), &bytes.Buffer{}, &stderr) }()
+	conn := core.Accept()
+	h := conn.Hello()
+	if h.DeploymentGeneration != 2 || h.SpecificationDigest != digest || !h.Health.ProviderReady {
+		t.Errorf("hello = %+v", h)
+	}
+	conn.Welcome(1)
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Fatalf("exit status %d after cancellation; stderr:\n%s", code, stderr.String())
+	}
+	if strings.Contains(stderr.String(), "cred\n") || strings.Contains(stderr.String(), "Bearer") {
+		t.Fatalf("the credential appears in the log:\n%s", stderr.String())
+	}
+}
+
+func TestHelpAndConfigErrors(t *testing.T) {
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"--help"}, &out, &out); code != exitOK {
+		t.Fatalf("--help: status %d", code)
+	}
+	for _, flag := range []string{"-core-origin", "-node-id", "-credential-file", "-state-dir", "-docker-endpoint",
+		"-heartbeat", "-idle-timeout", "-backoff-min", "-backoff-max", "-print-identity", "Exit status"} {
+		if !strings.Contains(out.String(), flag) {
+			t.Errorf("--help does not explain %s", flag)
+		}
+	}
+
+	out.Reset()
+	if code := run(context.Background(), []string{"--config", "/nonexistent/nodeagent.toml"}, &out, &out); code != exitConfig {
+		t.Fatalf("missing config file: status %d", code)
+	}
+	args := files(t, "ftp://core.example", "cred", "unix:///x.sock")
+	out.Reset()
+	if code := run(context.Background(), args, &out, &out); code != exitConfig || !strings.Contains(out.String(), "core_origin") {
+		t.Fatalf("bad origin: status %d, output %s", code, out.String())
+	}
+}
+
+func TestPrintIdentity(t *testing.T) {
+	host := dockertest.Host(t)
+	args := append(files(t, "http://127.0.0.1:1", "cred", host), "--print-identity", "--installation-id", "0b6f2c9e-0d55-4a53-8f0e-5d1c2b3a4f60")
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), args, &stdout, &stderr); code != exitOK {
+		t.Fatalf("status %d: %s", code, stderr.String())
+	}
+	var id identity
+	if err := json.Unmarshal(stdout.Bytes(), &id); err != nil {
+		t.Fatalf("output %q: %v", stdout.String(), err)
+	}
+	if id.InstallationID != "0b6f2c9e-0d55-4a53-8f0e-5d1c2b3a4f60" || id.Provider != "docker" || !nodeproto.IsDigest(id.BackendFingerprint) ||
+		id.DeploymentGeneration != 2 || id.SpecificationDigest != digest || !nodeproto.IsUUID(id.NodeID) {
+		t.Fatalf("identity = %+v", id)
+	}
+}

@@ -1,0 +1,158 @@
+// Package docker is the node's Docker provider: it runs the provider
+// operations of the sandbox-node protocol on a Docker Engine through its
+// API (github.com/docker/docker/client, with API version negotiation). The
+// mapping of each operation onto Docker calls, results and error codes is
+// written down in nodeagent/README.md; this package is its implementation.
+//
+// A sandbox is one or more containers, one per compute generation, named
+// after a digest of the exact reference and labelled with the node, the
+// exact reference and the deployment generation. A container whose name is
+// ours but whose labels are not exactly ours answers ownership; nothing
+// here ever pulls images, retries a mutation or removes anything Core did
+// not ask to remove.
+package docker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/versions"
+	"github.com/docker/docker/client"
+
+	"github.com/sandgate/sandgate/nodeagent/provider"
+	"github.com/sandgate/sandgate/nodeagent/state"
+	"github.com/sandgate/sandgate/nodeproto"
+)
+
+// MinAPIVersion is the oldest Docker Engine API version the provider
+// supports (Docker 20.10, the version the tests run against).
+const MinAPIVersion = "1.41"
+
+// Config configures a Provider.
+type Config struct {
+	// Endpoint is the Docker Engine address in DOCKER_HOST form, for
+	// example unix:///var/run/docker.sock.
+	Endpoint string
+	// NodeID is the node's UUID; every container carries it as a label.
+	NodeID string
+	// State is the node's state directory (renewal records).
+	State *state.Dir
+	// Network is the network mode of sandbox containers; empty means the
+	// daemon's default.
+	Network string
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+}
+
+// Provider is the Docker provider. It is safe for concurrent use.
+type Provider struct {
+	cfg  Config
+	cli  *client.Client
+	decl provider.Declaration
+}
+
+var _ provider.Provider = (*Provider)(nil)
+
+// The operations Docker cannot carry out as the spec promises, and why
+// (fixed, safe texts sent in unsupported responses).
+var unsupported = map[nodeproto.Operation]string{
+	nodeproto.OpSuspend: "the docker provider cannot suspend: docker commit keeps only the filesystem, " +
+		"not the processes and memory of the sandbox, so a resume could not continue where it stopped",
+	nodeproto.OpResume: "the docker provider cannot resume from a snapshot: it never writes snapshots " +
+		"because docker cannot capture a running sandbox",
+	nodeproto.OpDeleteSnapshot: "the docker provider writes no snapshots, so it has none to delete",
+}
+
+// New returns a Provider for cfg and validates its operation declaration.
+// It does not contact the daemon.
+func New(cfg Config) (*Provider, error) {
+	if cfg.Endpoint == "" || cfg.NodeID == "" || cfg.State == nil {
+		return nil, errors.New("docker: Endpoint, NodeID and State are required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	decl, err := provider.Declare(unsupported)
+	if err != nil {
+		return nil, err
+	}
+	cli, err := client.NewClientWithOpts(client.WithHost(cfg.Endpoint), client.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, fmt.Errorf("docker: endpoint %q: %w", cfg.Endpoint, err)
+	}
+	return &Provider{cfg: cfg, cli: cli, decl: decl}, nil
+}
+
+// Close releases the client's idle connections.
+func (p *Provider) Close() error { return p.cli.Close() }
+
+// Kind returns nodeproto.ProviderDocker.
+func (p *Provider) Kind() nodeproto.Provider { return nodeproto.ProviderDocker }
+
+// Declaration returns the provider's operation declaration: every
+// operation except suspend, resume and delete_snapshot.
+func (p *Provider) Declaration() provider.Declaration { return p.decl }
+
+// errAPIVersion is the probe error of a daemon older than MinAPIVersion.
+var errAPIVersion = errors.New("docker: the daemon's API version is older than " + MinAPIVersion)
+
+// Probe pings the daemon and checks its API version. Errors are those of
+// the Docker client, or errAPIVersion; Diagnose classifies them.
+func (p *Provider) Probe(ctx context.Context) error {
+	ping, err := p.cli.Ping(ctx)
+	if err != nil {
+		return err
+	}
+	if ping.APIVersion == "" || versions.LessThan(ping.APIVersion, MinAPIVersion) {
+		return errAPIVersion
+	}
+	return nil
+}
+
+// Diagnose maps a Probe error to one fixed diagnostic code, from the
+// error's type and never its text:
+//
+//	context deadline exceeded                → docker_timeout
+//	permission denied on the socket          → docker_permission_denied
+//	cannot connect (no socket, refused)      → docker_unreachable
+//	API version older than MinAPIVersion     → docker_api_version_unsupported
+//	HTTP 5xx from the daemon                 → docker_daemon_error
+//	anything else                            → provider_unavailable
+func (p *Provider) Diagnose(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, context.DeadlineExceeded):
+		return nodeproto.DiagDockerTimeout
+	case errors.Is(err, fs.ErrPermission):
+		return nodeproto.DiagDockerPermissionDenied
+	case client.IsErrConnectionFailed(err):
+		return nodeproto.DiagDockerUnreachable
+	case errors.Is(err, errAPIVersion):
+		return nodeproto.DiagDockerAPIVersionUnsupported
+	case cerrdefs.IsInternal(err), cerrdefs.IsUnavailable(err), cerrdefs.IsDataLoss(err), cerrdefs.IsNotImplemented(err):
+		return nodeproto.DiagDockerDaemonError
+	}
+	return nodeproto.DiagProviderUnavailable
+}
+
+// Fingerprint returns the backend fingerprint of hello: the lowercase hex
+// SHA-256 of "docker", the engine ID and the server version, each followed
+// by a newline. It needs the daemon.
+func (p *Provider) Fingerprint(ctx context.Context) (string, error) {
+	info, err := p.cli.Info(ctx)
+	if err != nil {
+		return "", fmt.Errorf("docker: read the engine identity: %w", err)
+	}
+	if info.ID == "" {
+		return "", errors.New("docker: the engine reports no ID")
+	}
+	sum := sha256.Sum256([]byte("docker\n" + info.ID + "\n" + info.ServerVersion + "\n"))
+	return hex.EncodeToString(sum[:]), nil
+}

@@ -1,0 +1,184 @@
+// Package provider is the node's side of the Provider contract (spec
+// node-protocol.md "Provider requests"): the interface a sandbox provider
+// implements, the operation declaration it makes at start-up, the typed
+// errors that become a response's error_code, and Execute, which runs one
+// decoded request on a provider and builds the response.
+//
+// Core is the only lifecycle owner: nothing here retries an operation or
+// starts work on its own.
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/sandgate/sandgate/nodeproto"
+)
+
+// Call identifies what a request is about: the exact allocation reference
+// and the deployment generation it belongs to.
+type Call struct {
+	// Reference is the request's exact (tenant_id, environment_id,
+	// allocation_id).
+	Reference nodeproto.Reference
+	// DeploymentGeneration is the request's deployment_generation (> 0).
+	DeploymentGeneration int64
+}
+
+// Provider runs the 15 provider operations on one backend. Each method
+// runs its operation once under ctx, whose deadline is the request's
+// budget; it returns the operation's result (spec operation table) or an
+// error. An *Error carries the response's error_code; any other error
+// means the outcome is unknown and is answered with
+// nodeproto.ErrUnconfirmed (see Execute). Methods of operations the
+// provider does not declare are never called.
+type Provider interface {
+	// Kind names the provider in hello (docker or microsandbox).
+	Kind() nodeproto.Provider
+	// Declaration returns the provider's operation declaration; it must
+	// not change after start-up.
+	Declaration() Declaration
+	// Probe checks whether the backend can take work now. It returns nil
+	// when ready and otherwise an error that Diagnose classifies.
+	Probe(ctx context.Context) error
+	// Diagnose maps a Probe error to one fixed diagnostic code of
+	// nodeproto's table (never the error's text).
+	Diagnose(err error) string
+
+	// Create starts the sandbox of c from the bootstrap (result: info).
+	Create(ctx context.Context, c Call, b nodeproto.Bootstrap) (nodeproto.Info, error)
+	// GetInfo returns the sandbox as the provider sees it (result: info).
+	GetInfo(ctx context.Context, c Call) (nodeproto.Info, error)
+	// Renew records a renewal of the sandbox (result: info).
+	Renew(ctx context.Context, c Call) (nodeproto.Info, error)
+	// Kill ends the sandbox and everything it holds (no result).
+	Kill(ctx context.Context, c Call) error
+	// RunCommand runs one process in the sandbox (result: command).
+	RunCommand(ctx context.Context, c Call, cmd nodeproto.Command) (nodeproto.CommandResult, error)
+	// Observe samples the sandbox's resource use (result: sample).
+	Observe(ctx context.Context, c Call, o nodeproto.Observation) (nodeproto.Sample, error)
+	// Initial returns the sandbox's initial compute instance (result:
+	// compute).
+	Initial(ctx context.Context, c Call) (nodeproto.Compute, error)
+	// NewCompute starts compute generation generation, from snapshot when
+	// it is not nil (result: compute).
+	NewCompute(ctx context.Context, c Call, generation int64, snapshot *nodeproto.Snapshot) (nodeproto.Compute, error)
+	// GetCompute returns the state of one compute instance (result: state).
+	GetCompute(ctx context.Context, c Call, compute nodeproto.ComputeRef) (nodeproto.State, error)
+	// KillCompute ends one compute instance (no result).
+	KillCompute(ctx context.Context, c Call, compute nodeproto.ComputeRef) error
+	// ResumeCompute starts a stopped compute instance again (result:
+	// state).
+	ResumeCompute(ctx context.Context, c Call, compute nodeproto.ComputeRef) (nodeproto.State, error)
+	// RunCommandCompute runs one process in one compute instance (result:
+	// command).
+	RunCommandCompute(ctx context.Context, c Call, compute nodeproto.ComputeRef, cmd nodeproto.Command) (nodeproto.CommandResult, error)
+	// Suspend writes the sandbox to a snapshot and stops it (result:
+	// state).
+	Suspend(ctx context.Context, c Call, s nodeproto.Suspend) (nodeproto.State, error)
+	// Resume continues the sandbox from a snapshot, or with ObserveOnly
+	// reports whether that already happened (result: state).
+	Resume(ctx context.Context, c Call, r nodeproto.Resume) (nodeproto.State, error)
+	// DeleteSnapshot removes a snapshot (no result).
+	DeleteSnapshot(ctx context.Context, c Call, s nodeproto.Snapshot) error
+}
+
+// Error is a definite provider failure: Code becomes the response's
+// error_code. Receipt, set only by Create, is the exact-reference info
+// receipt (CreateSettled) that proves the create attempt has a settled
+// outcome although a later step failed. Cause is for the node's own log
+// and never leaves the node.
+type Error struct {
+	// Code is the response's error_code.
+	Code nodeproto.ErrorCode
+	// Receipt is the info receipt of a failed create, or nil.
+	Receipt *nodeproto.Info
+	// Cause is the underlying error, or nil.
+	Cause error
+}
+
+// Error returns "provider: <code>[: <cause>]". Callers must not send it to
+// Core: the cause may hold backend text and host paths.
+func (e *Error) Error() string {
+	if e.Cause == nil {
+		return "provider: " + string(e.Code)
+	}
+	return "provider: " + string(e.Code) + ": " + e.Cause.Error()
+}
+
+// Unwrap returns Cause.
+func (e *Error) Unwrap() error { return e.Cause }
+
+// Fail returns an *Error with code and cause (which may be nil).
+func Fail(code nodeproto.ErrorCode, cause error) *Error {
+	return &Error{Code: code, Cause: cause}
+}
+
+// CodeOf returns the error_code err answers with: the Code of an *Error in
+// its chain, and nodeproto.ErrUnconfirmed for any other error (the outcome
+// is unknown).
+func CodeOf(err error) nodeproto.ErrorCode {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return nodeproto.ErrUnconfirmed
+}
+
+// Declaration is a provider's operation declaration: for every one of the
+// 15 operations, whether it is supported, and for each unsupported one an
+// authored, safe reason (printable ASCII, at most 256 bytes) that Core's
+// proxy checks (spec "Provider requests").
+type Declaration struct {
+	unsupported map[nodeproto.Operation]string
+}
+
+// Declare builds a declaration in which every operation is supported
+// except those in unsupported, each mapped to its reason. It validates the
+// complete declaration, as node start-up must before accepting work: an
+// unknown operation or an empty, non-printable or over-long reason is an
+// error.
+func Declare(unsupported map[nodeproto.Operation]string) (Declaration, error) {
+	d := Declaration{unsupported: make(map[nodeproto.Operation]string, len(unsupported))}
+	for op, reason := range unsupported {
+		if !op.Valid() {
+			return Declaration{}, fmt.Errorf("provider: declaration names unknown operation %q", op)
+		}
+		if !safeReason(reason) {
+			return Declaration{}, fmt.Errorf("provider: the reason for %q must be 1..%d bytes of printable ASCII", op, nodeproto.MaxUnsupportedReason)
+		}
+		d.unsupported[op] = reason
+	}
+	return d, nil
+}
+
+func safeReason(s string) bool {
+	if len(s) == 0 || len(s) > nodeproto.MaxUnsupportedReason {
+		return false
+	}
+	for i := range len(s) {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// Supported reports whether op is one of the 15 operations and declared
+// supported.
+func (d Declaration) Supported(op nodeproto.Operation) bool {
+	_, no := d.unsupported[op]
+	return op.Valid() && !no
+}
+
+// Unsupported returns the unsupported evidence for op: the exact operation
+// and its fixed reason, and true; or false when op is supported or not an
+// operation.
+func (d Declaration) Unsupported(op nodeproto.Operation) (nodeproto.Unsupported, bool) {
+	reason, ok := d.unsupported[op]
+	if !ok {
+		return nodeproto.Unsupported{}, false
+	}
+	return nodeproto.Unsupported{Operation: op, Reason: reason}, true
+}

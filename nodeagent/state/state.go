@@ -1,0 +1,224 @@
+// Package state is the node's private state directory: small records that
+// must survive a restart (the installation ID, the highest owner epoch seen,
+// the last backend fingerprint, renewal times), each in its own file,
+// written atomically (temporary file, fsync, rename, fsync of the
+// directory) and readable only by the node's user.
+package state
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/google/uuid"
+)
+
+// Record names used by nodeagent. Each is a file name inside the state
+// directory.
+const (
+	// InstallationIDRecord holds the installation's UUID.
+	InstallationIDRecord = "installation_id"
+	// OwnerEpochRecord holds the highest owner epoch accepted from Core,
+	// in decimal.
+	OwnerEpochRecord = "owner_epoch"
+	// FingerprintRecord holds the last backend fingerprint (lowercase hex
+	// SHA-256).
+	FingerprintRecord = "backend_fingerprint"
+)
+
+// Dir is an open state directory. Its methods are safe for concurrent use
+// within one process; two processes must not share a directory.
+type Dir struct {
+	path string
+	mu   sync.Mutex
+}
+
+// Open creates path (mode 0700) if needed and returns it as a Dir. It
+// refuses a path that is not a directory, or one that other users can
+// write to.
+func Open(path string) (*Dir, error) {
+	if path == "" {
+		return nil, errors.New("state: no state directory configured")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("state: %w", err)
+	}
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return nil, fmt.Errorf("state: create the state directory: %w", err)
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return nil, fmt.Errorf("state: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("state: %s is not a directory", abs)
+	}
+	if fi.Mode().Perm()&0o022 != 0 {
+		return nil, fmt.Errorf("state: %s is writable by other users (mode %v)", abs, fi.Mode().Perm())
+	}
+	return &Dir{path: abs}, nil
+}
+
+// Path returns the directory's absolute path.
+func (d *Dir) Path() string { return d.path }
+
+// checkName accepts a record name: one or more path elements of
+// [A-Za-z0-9._-] (not "." or ".."), separated by "/".
+func checkName(name string) error {
+	if name == "" {
+		return errors.New("state: empty record name")
+	}
+	for _, el := range strings.Split(name, "/") {
+		if el == "" || el == "." || el == ".." {
+			return fmt.Errorf("state: bad record name %q", name)
+		}
+		for i := range len(el) {
+			c := el[i]
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+				return fmt.Errorf("state: bad record name %q", name)
+			}
+		}
+	}
+	return nil
+}
+
+// Load returns the record's bytes; a missing record is reported with an
+// error for which errors.Is(err, fs.ErrNotExist) holds.
+func (d *Dir) Load(name string) ([]byte, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	return os.ReadFile(filepath.Join(d.path, filepath.FromSlash(name)))
+}
+
+// Store replaces the record atomically with data (mode 0600), creating its
+// parent directories (mode 0700).
+func (d *Dir) Store(name string, data []byte) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.store(name, data)
+}
+
+func (d *Dir) store(name string, data []byte) error {
+	target := filepath.Join(d.path, filepath.FromSlash(name))
+	parent := filepath.Dir(target)
+	if err := os.MkdirAll(parent, 0o700); err != nil {
+		return fmt.Errorf("state: %w", err)
+	}
+	f, err := os.CreateTemp(parent, ".tmp-*")
+	if err != nil {
+		return fmt.Errorf("state: %w", err)
+	}
+	tmp := f.Name()
+	_, werr := f.Write(data)
+	if werr == nil {
+		werr = f.Sync()
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(tmp, target)
+	}
+	if werr != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("state: write %s: %w", name, werr)
+	}
+	if dir, err := os.Open(parent); err == nil {
+		dir.Sync()
+		dir.Close()
+	}
+	return nil
+}
+
+// Remove deletes the record; a missing record is not an error.
+func (d *Dir) Remove(name string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	err := os.Remove(filepath.Join(d.path, filepath.FromSlash(name)))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// InstallationID returns the installation's UUID, creating and storing a
+// new random one the first time.
+func (d *Dir) InstallationID() (string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	b, err := os.ReadFile(filepath.Join(d.path, InstallationIDRecord))
+	switch {
+	case err == nil:
+		id := string(bytes.TrimSpace(b))
+		if u, perr := uuid.Parse(id); perr != nil || u.String() != id {
+			return "", fmt.Errorf("state: %s does not hold a lowercase UUID", InstallationIDRecord)
+		}
+		return id, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", fmt.Errorf("state: %w", err)
+	}
+	id := uuid.NewString()
+	if err := d.store(InstallationIDRecord, []byte(id+"\n")); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// OwnerEpoch returns the highest owner epoch stored, or 0 when none is.
+func (d *Dir) OwnerEpoch() (int64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.ownerEpoch()
+}
+
+func (d *Dir) ownerEpoch() (int64, error) {
+	b, err := os.ReadFile(filepath.Join(d.path, OwnerEpochRecord))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("state: %w", err)
+	}
+	e, err := strconv.ParseInt(string(bytes.TrimSpace(b)), 10, 64)
+	if err != nil || e < 0 {
+		return 0, fmt.Errorf("state: %s does not hold a non-negative integer", OwnerEpochRecord)
+	}
+	return e, nil
+}
+
+// AcceptOwnerEpoch applies the spec's rule "the node stores a higher owner
+// epoch and rejects lower values": it returns false (and stores nothing)
+// when epoch is lower than the stored one, and otherwise stores epoch if it
+// is higher and returns true.
+func (d *Dir) AcceptOwnerEpoch(epoch int64) (bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	cur, err := d.ownerEpoch()
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case epoch < cur:
+		return false, nil
+	case epoch == cur:
+		return true, nil
+	}
+	if err := d.store(OwnerEpochRecord, []byte(strconv.FormatInt(epoch, 10)+"\n")); err != nil {
+		return false, err
+	}
+	return true, nil
+}
