@@ -32,10 +32,10 @@ type CommandError struct {
 // one output line without its terminator for stdout/stderr (an empty line
 // arrives as "\n"). Timestamp is unix ms; ExecutionTime is ms.
 type Event struct {
-	Type          string      `json:"type"`
-	Text          string      `json:"text,omitempty"`
-	Timestamp     int64       `json:"timestamp,omitempty"`
-	ExecutionTime int64       `json:"execution_time,omitempty"`
+	Type          string        `json:"type"`
+	Text          string        `json:"text,omitempty"`
+	Timestamp     int64         `json:"timestamp,omitempty"`
+	ExecutionTime int64         `json:"execution_time,omitempty"`
 	Error         *CommandError `json:"error,omitempty"`
 }
 
