@@ -23,8 +23,8 @@ GATEWAY_SOURCES := $(shell find . -name '*.go' -not -name '*_test.go' -not -path
 #                         dockerd under /tmp/sandgate-docker, prints its DOCKER_HOST
 #   hack/kube/build.sh    builds kube-apiserver + etcd from the Go module proxy into
 #                         ~/.cache/sandgate (5-10 min the first time), prints the directory
-TEST_ENV = docker_host="$$(bash hack/docker/start.sh)"; kube_assets="$$(bash hack/kube/build.sh)"; \
-	export DOCKER_HOST="$$docker_host" KUBEBUILDER_ASSETS="$$kube_assets"
+KUBE_ENV = kube_assets="$$(bash hack/kube/build.sh)"; export KUBEBUILDER_ASSETS="$$kube_assets"
+TEST_ENV = docker_host="$$(bash hack/docker/start.sh)"; export DOCKER_HOST="$$docker_host"; $(KUBE_ENV)
 
 .PHONY: all build demo test test-unit test-integration js-deps bench nodeload vet clean
 
@@ -68,7 +68,7 @@ test: vet build js-deps
 bench: build js-deps
 	$(GO) test -run '^$$' -bench . -benchtime 5s -timeout 30m ./integration/
 	$(GO) test -run '^$$' -bench . -benchtime 5s ./nodehub/
-	@set -e; $(TEST_ENV); $(GO) test -run '^$$' -bench . -benchtime 1000x -timeout 30m ./corectl/controller/
+	@set -e; $(KUBE_ENV); $(GO) test -run '^$$' -bench . -benchtime 1000x -timeout 30m ./corectl/controller/
 
 # Holds 10,000 simulated nodes on the built gateway and dispatches 1,000 ops/s
 # (docs/node-connect.md).

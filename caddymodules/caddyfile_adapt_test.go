@@ -98,7 +98,7 @@ func TestCaddyfileExampleEnvOverrides(t *testing.T) {
 	t.Setenv("SANDGATE_CREDENTIALS", "/etc/sandgate/credentials.json")
 	t.Setenv("SANDGATE_DEMO_FIXED_ENTRY", "https://entry.cluster.example:8443")
 	t.Setenv("SANDGATE_DEMO_EXECD_TOKEN", "execd-token-value")
-	t.Setenv("SANDGATE_BIND", "127.0.0.1")
+	t.Setenv("SANDGATE_BIND", "10.0.0.8")
 	t.Setenv("SANDGATE_NODE_CREDENTIALS", "/etc/sandgate/nodes.yaml")
 	t.Setenv("SANDGATE_NODE_OWNER_EPOCH", "42")
 	t.Setenv("SANDGATE_NODE_DEPLOYMENT_DIGEST", strings.Repeat("ab", 32))
@@ -166,7 +166,7 @@ func TestCaddyfileExampleEnvOverrides(t *testing.T) {
 			byListen[l]++
 		}
 	}
-	for _, l := range []string{"127.0.0.1:30083", "127.0.0.1:30085", "10.0.0.9:30086"} {
+	for _, l := range []string{"10.0.0.8:30083", "10.0.0.8:30085", "10.0.0.9:30086"} {
 		if byListen[l] != 1 {
 			t.Errorf("listen addresses %v, want %s once (SANDGATE_BIND, SANDGATE_NODE_API_BIND)", byListen, l)
 		}
