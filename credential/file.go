@@ -3,10 +3,6 @@ package credential
 import (
 	"context"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
-	"sync/atomic"
 
 	"go.uber.org/zap"
 
@@ -14,21 +10,12 @@ import (
 )
 
 // File is a Source backed by a JSON or YAML file (format: see OpenFile),
-// reloaded when the file changes. Lookup is lock-free: it reads an
-// immutable map published through an atomic pointer.
+// reloaded when the file changes. Lookup is lock-free: it reads the
+// immutable map of the file's last good version (filewatch.Snapshot).
 type File struct {
-	path   string
-	logger *zap.Logger
-
-	watcher *filewatch.Watcher
-	byID    atomic.Pointer[map[string]Credential]
-	version atomic.Uint64
-	lastErr atomic.Pointer[errBox]
-
+	*filewatch.Snapshot[map[string]Credential]
 	done <-chan struct{} // closed when the watch goroutine has exited
 }
-
-type errBox struct{ err error }
 
 var _ Source = (*File)(nil)
 
@@ -47,52 +34,19 @@ var _ Source = (*File)(nil)
 // a change is therefore applied well within 1 s. A reload that fails (file
 // missing, unreadable or invalid) keeps the previous credentials, records
 // the reason for LastError and logs a warning with the path and reason
-// (never file contents) on logger (nil means no logging).
+// (never file contents) on logger (nil means no logging). Version counts
+// the successful loads.
 //
 // Errors: the os error (e.g. fs.ErrNotExist) or an ErrInvalid-wrapped
 // reason, prefixed with the path; or the fsnotify error if the directory
 // cannot be watched. Call Close to stop watching.
 func OpenFile(path string, logger *zap.Logger) (*File, error) {
-	if logger == nil {
-		logger = zap.NewNop()
-	}
-	path = filepath.Clean(path)
-	f := &File{path: path, logger: logger}
-	// Watch before the first read so that no change can slip in between.
-	w, err := filewatch.New(path, "credential file", logger)
+	s, err := filewatch.Open(path, "credential file", MaxFileSize, parse,
+		func(m map[string]Credential) int { return len(m) }, logger)
 	if err != nil {
 		return nil, err
 	}
-	m, err := readFile(path)
-	if err != nil {
-		_ = w.Close()
-		return nil, err
-	}
-	f.byID.Store(&m)
-	f.version.Store(1)
-	f.watcher = w
-	f.done = w.Done()
-	w.Start(f.reload)
-	return f, nil
-}
-
-// readFile reads and parses the file at path, at most MaxFileSize bytes.
-// Errors name the path and reason; they never contain file contents.
-func readFile(path string) (map[string]Credential, error) {
-	fh, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("credential file %q: %w", path, err)
-	}
-	defer fh.Close()
-	data, err := io.ReadAll(io.LimitReader(fh, MaxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("credential file %q: %w", path, err)
-	}
-	m, err := parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("credential file %q: %w", path, err)
-	}
-	return m, nil
+	return &File{Snapshot: s, done: s.Done()}, nil
 }
 
 // Lookup returns the credential with the given id from the most recently
@@ -104,45 +58,9 @@ func (f *File) Lookup(_ context.Context, id string) (Credential, error) {
 	if err := checkLookupID(id); err != nil {
 		return Credential{}, err
 	}
-	c, ok := (*f.byID.Load())[id]
+	c, ok := f.Load()[id]
 	if !ok {
 		return Credential{}, fmt.Errorf("%w: credential %q", ErrNotFound, id)
 	}
 	return answer(c)
-}
-
-// Version returns how many times the file has been loaded successfully: 1
-// after OpenFile, incremented by each successful reload (even if the
-// content is unchanged). Failed reloads leave it unchanged.
-func (f *File) Version() uint64 { return f.version.Load() }
-
-// LastError returns why the most recent reload attempt failed, or nil if it
-// succeeded (or none has happened since OpenFile). The error names the path
-// and reason, never file contents.
-func (f *File) LastError() error {
-	if b := f.lastErr.Load(); b != nil {
-		return b.err
-	}
-	return nil
-}
-
-// Close stops watching the file and waits for the watch goroutine to exit.
-// It is idempotent; later calls return the first call's result. It returns
-// the error, if any, from closing the fsnotify watcher.
-func (f *File) Close() error { return f.watcher.Close() }
-
-// reload re-reads the file; on failure the previous map stays in place.
-func (f *File) reload() {
-	m, err := readFile(f.path)
-	if err != nil {
-		f.lastErr.Store(&errBox{err})
-		f.logger.Warn("credential file reload failed; keeping the previous version",
-			zap.String("path", f.path), zap.Uint64("version", f.version.Load()), zap.Error(err))
-		return
-	}
-	f.byID.Store(&m)
-	f.lastErr.Store(nil)
-	v := f.version.Add(1)
-	f.logger.Info("credential file reloaded",
-		zap.String("path", f.path), zap.Uint64("version", v), zap.Int("credentials", len(m)))
 }

@@ -6,11 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
-	"sync/atomic"
 
 	"go.uber.org/zap"
 	"sigs.k8s.io/yaml"
@@ -44,18 +41,12 @@ var members = map[string]bool{
 }
 
 // File is a Store read from a JSON or YAML file and reloaded when it
-// changes. Authenticate and Nodes are lock-free reads of an immutable
-// snapshot.
+// changes. Authenticate and Nodes are lock-free reads of the immutable
+// snapshot of the file's last good version (filewatch.Snapshot), which
+// also provides Version, LastError and Close.
 type File struct {
-	path    string
-	logger  *zap.Logger
-	watcher *filewatch.Watcher
-	byID    atomic.Pointer[map[string]*record]
-	version atomic.Uint64
-	lastErr atomic.Pointer[errBox]
+	*filewatch.Snapshot[map[string]*record]
 }
-
-type errBox struct{ err error }
 
 var _ Store = (*File)(nil)
 
@@ -89,91 +80,29 @@ var _ Store = (*File)(nil)
 // index and member (never a value), prefixed with the path; or the fsnotify
 // error if the directory cannot be watched. Call Close to stop watching.
 func OpenFile(path string, logger *zap.Logger) (*File, error) {
-	if logger == nil {
-		logger = zap.NewNop()
-	}
-	path = filepath.Clean(path)
-	w, err := filewatch.New(path, "node credential file", logger)
+	snap, err := filewatch.Open(path, "node credential file", MaxFileSize, parse,
+		func(m map[string]*record) int { return len(m) }, logger)
 	if err != nil {
 		return nil, err
 	}
-	m, err := readFile(path)
-	if err != nil {
-		_ = w.Close()
-		return nil, err
-	}
-	f := &File{path: path, logger: logger, watcher: w}
-	f.byID.Store(&m)
-	f.version.Store(1)
-	w.Start(f.reload)
-	return f, nil
+	return &File{Snapshot: snap}, nil
 }
 
 // Authenticate implements Store against the most recently loaded version.
 // It keeps answering from the last version after Close.
 func (f *File) Authenticate(nodeID string, digest Digest) (Node, error) {
-	return authenticate(nodeID, (*f.byID.Load())[nodeID], digest)
+	return authenticate(nodeID, f.Load()[nodeID], digest)
 }
 
 // Nodes implements Store.
 func (f *File) Nodes() []Node {
-	m := *f.byID.Load()
+	m := f.Load()
 	out := make([]Node, 0, len(m))
 	for _, r := range m {
 		out = append(out, r.Node)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].NodeID < out[j].NodeID })
 	return out
-}
-
-// Version returns how many times the file has been loaded successfully: 1
-// after OpenFile, plus one per successful reload.
-func (f *File) Version() uint64 { return f.version.Load() }
-
-// LastError returns why the most recent reload failed, or nil if it
-// succeeded (or there was none). It names the path and reason, never file
-// contents.
-func (f *File) LastError() error {
-	if b := f.lastErr.Load(); b != nil {
-		return b.err
-	}
-	return nil
-}
-
-// Close stops watching the file and waits for the watcher to exit. It is
-// idempotent and returns the error, if any, of closing the fsnotify watcher.
-func (f *File) Close() error { return f.watcher.Close() }
-
-func (f *File) reload() {
-	m, err := readFile(f.path)
-	if err != nil {
-		f.lastErr.Store(&errBox{err})
-		f.logger.Warn("node credential file reload failed; keeping the previous version",
-			zap.String("path", f.path), zap.Uint64("version", f.version.Load()), zap.Error(err))
-		return
-	}
-	f.byID.Store(&m)
-	f.lastErr.Store(nil)
-	v := f.version.Add(1)
-	f.logger.Info("node credential file reloaded",
-		zap.String("path", f.path), zap.Uint64("version", v), zap.Int("nodes", len(m)))
-}
-
-func readFile(path string) (map[string]*record, error) {
-	fh, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("node credential file %q: %w", path, err)
-	}
-	defer fh.Close()
-	data, err := io.ReadAll(io.LimitReader(fh, MaxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("node credential file %q: %w", path, err)
-	}
-	m, err := parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("node credential file %q: %w", path, err)
-	}
-	return m, nil
 }
 
 // parse decodes the content of a node credential file (format: OpenFile)
