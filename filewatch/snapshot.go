@@ -1,7 +1,6 @@
 package filewatch
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -32,13 +31,10 @@ type Snapshot[T any] struct {
 
 type errBox struct{ err error }
 
-// ErrTooLarge is returned (wrapped) for a file over the Snapshot's size
-// limit.
-var ErrTooLarge = errors.New("larger than the size limit")
-
-// Open reads the file at path (at most maxSize bytes; more is ErrTooLarge),
-// parses it with parse and starts watching it (see New). what names the
-// file in errors and log lines ("credential file"); count tells how many
+// Open reads the file at path (at most maxSize+1 bytes, so that parse can
+// refuse a file over maxSize bytes with its own error), parses it with parse
+// and starts watching it (see New). what names the file in errors and log
+// lines ("credential file"); count tells how many
 // entries a version holds, for the "reloaded" log line. logger receives an
 // info line per reload and a warning per failed reload, with the path and
 // reason but never file contents (nil means no logging).
@@ -67,7 +63,9 @@ func Open[T any](path, what string, maxSize int64, parse func([]byte) (T, error)
 	return s, nil
 }
 
-// read reads and parses the file. Errors name the path and reason.
+// read reads at most maxSize+1 bytes of the file, so that parse can refuse
+// a file over maxSize with its own error, and parses them. Errors name the
+// path and reason.
 func (s *Snapshot[T]) read() (T, error) {
 	var zero T
 	fh, err := os.Open(s.path)
@@ -78,9 +76,6 @@ func (s *Snapshot[T]) read() (T, error) {
 	data, err := io.ReadAll(io.LimitReader(fh, s.maxSize+1))
 	if err != nil {
 		return zero, fmt.Errorf("%s %q: %w", s.what, s.path, err)
-	}
-	if int64(len(data)) > s.maxSize {
-		return zero, fmt.Errorf("%s %q: %w (%d bytes)", s.what, s.path, ErrTooLarge, s.maxSize)
 	}
 	v, err := s.parse(data)
 	if err != nil {
