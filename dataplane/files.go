@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"mime"
 	"mime/multipart"
 	"net/http"
@@ -71,6 +72,12 @@ func (h *Handler) filesRead(w http.ResponseWriter, r *http.Request, rq *request)
 			e.Message = "path '" + p + "' does not exist"
 		}
 		return e
+	}
+	// execd answers a directory download with 200 and a Content-Length of
+	// MaxInt64 over a broken body (execd-wire.md §1.5); v1.0.18 gives no
+	// type to stat first, so that length is how the directory shows.
+	if resp.ContentLength == math.MaxInt64 {
+		return fail(CodeIsADirectory, "path '"+p+"' is a directory")
 	}
 	for _, k := range downloadResponseHeaders {
 		if v := resp.Header.Values(k); len(v) > 0 {

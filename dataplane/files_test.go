@@ -96,6 +96,15 @@ func TestFilesReadExecd1018(t *testing.T) {
 	if resp.StatusCode != 404 || decodeRESTError(t, body).Code != 404 {
 		t.Fatalf("status %d body %s", resp.StatusCode, body)
 	}
+	// v1.0.18's stat has no type: the directory shows in the download's
+	// MaxInt64 Content-Length, and is refused instead of relayed broken.
+	if err := os.MkdirAll(e.hostPath("/home/user/adir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	resp, body = e.do(e.request(http.MethodGet, "/files?path=/home/user/adir", nil))
+	if resp.StatusCode != 400 || decodeRESTError(t, body).Message != "IS_A_DIRECTORY: path '/home/user/adir' is a directory" {
+		t.Fatalf("directory on v1.0.18: status %d body %s", resp.StatusCode, body)
+	}
 }
 
 // multipartBody builds a write request body; each file part's filename is
