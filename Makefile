@@ -34,7 +34,7 @@ all: build
 bin/caddy: $(GATEWAY_SOURCES)
 	$(GO) run ./hack/buildgateway -manifest xcaddy.toml
 
-bin/corectl: $(shell find corectl credential -name '*.go' -not -name '*_test.go') go.mod go.sum
+bin/corectl: $(shell find corectl credential token -name '*.go' -not -name '*_test.go') go.mod go.sum
 	$(GO) build -o bin/corectl ./corectl/cmd/corectl
 
 bin/nodeagent: $(shell find nodeagent nodeproto -name '*.go' -not -name '*_test.go') go.mod go.sum
@@ -56,10 +56,10 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt needed'; exit 1; }
 
 test-unit: bin/caddy
-	@set -e; $(TEST_ENV); $(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v /integration$$)
+	@set -e; $(TEST_ENV); $(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v /integration)
 
 test-integration: build js-deps
-	$(GO) test -count=1 -timeout 20m ./integration/
+	@set -e; $(KUBE_ENV); $(GO) test -count=1 -timeout 20m ./integration/...
 
 test: vet build js-deps
 	@set -e; $(TEST_ENV); echo "DOCKER_HOST=$$DOCKER_HOST KUBEBUILDER_ASSETS=$$KUBEBUILDER_ASSETS"; \

@@ -28,8 +28,11 @@ import (
 	"github.com/sandgate/sandgate/corectl/egress"
 	"github.com/sandgate/sandgate/corectl/httpapi"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
+	"github.com/sandgate/sandgate/corectl/lifecycle"
+	"github.com/sandgate/sandgate/corectl/probesource"
 	"github.com/sandgate/sandgate/corectl/template"
 	"github.com/sandgate/sandgate/credential"
+	"github.com/sandgate/sandgate/token"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -71,6 +74,29 @@ type Options struct {
 	RESTConfig func(*cluster.Cluster) (*rest.Config, error)
 	// Log is the logger (zero value: discard).
 	Log logr.Logger
+	// TokenKey signs envd access tokens (the gateway's key); nil disables
+	// the lifecycle routes (create/connect/get/delete answer 503
+	// lifecycle_disabled) and the orphan scan.
+	TokenKey *token.SigningKey
+	// TokenTTL is the token lifetime (default 24 h).
+	TokenTTL time.Duration
+	// ReadyBudget bounds a create's readiness check (default 60 s).
+	ReadyBudget time.Duration
+	// OrphanInterval is the period of the orphan scan, which also runs at
+	// start-up on the leader (default 1 min).
+	OrphanInterval time.Duration
+	// OrphanGrace is the age below which the orphan scan leaves objects
+	// alone (default 5 min).
+	OrphanGrace time.Duration
+	// ProbeSourceDiscovery turns on probe-source discovery and merging
+	// (spec §5.2.2) for every cluster: the ingress engine and the create
+	// orchestration merge the discovered sources into restricted
+	// carriers. The command always sets it (zero configuration); test
+	// fixtures whose fixed entry does not echo leave it off.
+	ProbeSourceDiscovery bool
+	// Lifecycle, when set, adjusts each cluster's orchestrator after it is
+	// built (tests: fault injection, readiness client).
+	Lifecycle func(*lifecycle.Orchestrator)
 }
 
 // Daemon is a configured corectl.
@@ -152,14 +178,31 @@ func New(opts Options) (*Daemon, error) {
 		rec := mgr.GetEventRecorder("corectl")
 		eg := &egress.Engine{Client: direct, Cluster: c, Events: rec}
 		in := &ingressallow.Engine{Client: direct, Cluster: c, Events: rec}
+		var probe *probesource.Discoverer
+		if opts.ProbeSourceDiscovery {
+			probe = &probesource.Discoverer{Client: direct, Cluster: c}
+			in.Probe = probe.Sources
+		}
 		if err := (&controller.IngressReconciler{Engine: in}).SetupWithManager(mgr); err != nil {
 			return nil, err
 		}
 		if err := (&controller.EgressRecovery{Engine: eg, Reader: mgr.GetClient(), Grace: opts.EgressGrace}).SetupWithManager(mgr); err != nil {
 			return nil, err
 		}
+		h := &httpapi.ClusterHandle{Cluster: c, Egress: eg, Ingress: in}
+		if opts.TokenKey != nil {
+			lc := &lifecycle.Orchestrator{Client: direct, Cluster: c, Egress: eg, Ingress: in, Key: *opts.TokenKey,
+				TokenTTL: opts.TokenTTL, ReadyBudget: opts.ReadyBudget, OrphanGrace: opts.OrphanGrace, Probe: probe}
+			if opts.Lifecycle != nil {
+				opts.Lifecycle(lc)
+			}
+			h.Lifecycle = lc
+			if err := mgr.Add(&orphanScanner{o: lc, every: opts.OrphanInterval, log: opts.Log.WithValues("cluster", c.ID)}); err != nil {
+				return nil, err
+			}
+		}
 		d.managers[c.ID] = mgr
-		d.api.Clusters[c.ID] = &httpapi.ClusterHandle{Cluster: c, Egress: eg, Ingress: in}
+		d.api.Clusters[c.ID] = h
 		if c.ID == opts.Config.Templates.ClusterID {
 			d.api.Templates = &template.Store{Client: direct, Namespace: opts.Config.Templates.Namespace}
 		}
@@ -222,4 +265,39 @@ func (d *Daemon) Run(ctx context.Context) error {
 	wg.Wait()
 	close(errc)
 	return <-errc
+}
+
+// orphanScanner runs the orphan scan on the leader: once at start-up, then
+// every interval.
+type orphanScanner struct {
+	o     *lifecycle.Orchestrator
+	every time.Duration
+	log   logr.Logger
+}
+
+// NeedLeaderElection is true: only the leader scans.
+func (s *orphanScanner) NeedLeaderElection() bool { return true }
+
+// Start scans until ctx ends.
+func (s *orphanScanner) Start(ctx context.Context) error {
+	every := s.every
+	if every <= 0 {
+		every = time.Minute
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		rep, err := s.o.Scan(ctx)
+		switch {
+		case err != nil:
+			s.log.Info("orphan scan failed", "error", err.Error())
+		case len(rep.Deleted)+len(rep.Failed) > 0:
+			s.log.Info("orphan scan", "deleted", rep.Deleted, "failed", rep.Failed)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
 }

@@ -304,9 +304,9 @@ func TestRBACManifestIsSufficient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := kubetest.NewBatchSandbox(s.ns, "sbx", nil)
-	if err := saClient.Delete(ctx, u); !apierrors.IsForbidden(err) {
-		t.Fatalf("deleting a BatchSandbox as corectl = %v, want Forbidden", err)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "sbx"}}
+	if err := saClient.Delete(ctx, pod); !apierrors.IsForbidden(err) {
+		t.Fatalf("deleting a pod as corectl = %v, want Forbidden", err)
 	}
 	if err := saClient.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "escalate"}}); !apierrors.IsForbidden(err) {
 		t.Fatalf("creating RBAC as corectl = %v, want Forbidden", err)

@@ -13,6 +13,10 @@
 //	POST    /sandbox-templates/{templateId}/network/resolve  create-time resolution (spec §3.1.1 II)
 //	POST    /api/v1/sandbox/templates/{templateId}/network/resolve   (alias)
 //	GET     /openapi.json
+//	POST    /sandboxes, /v2/sandboxes                create (spec §4.1) → 201
+//	POST    /sandboxes/{sandboxID}/connect (and /v2) → 200 with a new token
+//	GET     /sandboxes/{sandboxID}                   lifecycle, network, endpoints
+//	DELETE  /sandboxes/{sandboxID}                   fail-closed delete → 204
 //
 // Every error is the flat E2B envelope {"code": <HTTP status>, "error":
 // "<stable code>", "message": "<stable code>: <text>"}.
@@ -33,6 +37,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/egress"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
+	"github.com/sandgate/sandgate/corectl/lifecycle"
 	"github.com/sandgate/sandgate/corectl/template"
 	"github.com/sandgate/sandgate/credential"
 )
@@ -65,6 +70,10 @@ type ClusterHandle struct {
 	// Ingress runs the ingress allowlist flows (SetDesired and Get here;
 	// Reconcile in the leader's reconciler).
 	Ingress *ingressallow.Engine
+	// Lifecycle runs create/connect/get/delete (spec §3.1, §4.1); nil
+	// when no token signing key is configured (those routes then answer
+	// 503 lifecycle_disabled).
+	Lifecycle *lifecycle.Orchestrator
 }
 
 // Server serves the API.
@@ -106,6 +115,12 @@ var Routes = []Route{
 	{"GET", "/api/v1/sandbox/templates/{templateId}/network", (*Server).getTemplate},
 	{"POST", "/api/v1/sandbox/templates/{templateId}/network/resolve", (*Server).resolve},
 	{"GET", "/openapi.json", (*Server).openapi},
+	{"POST", "/sandboxes", (*Server).createSandbox},
+	{"POST", "/v2/sandboxes", (*Server).createSandbox},
+	{"POST", "/sandboxes/{sandboxID}/connect", (*Server).connectSandbox},
+	{"POST", "/v2/sandboxes/{sandboxID}/connect", (*Server).connectSandbox},
+	{"GET", "/sandboxes/{sandboxID}", (*Server).getSandbox},
+	{"DELETE", "/sandboxes/{sandboxID}", (*Server).deleteSandbox},
 }
 
 // Handler returns the API's http.Handler.
@@ -176,9 +191,15 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 // scope authenticates a sandbox route and returns the caller's cluster
 // handle and namespace, or writes the error and returns false.
 func (s *Server) scope(w http.ResponseWriter, r *http.Request) (*ClusterHandle, string, bool) {
+	ch, c, ok := s.scopeCredential(w, r)
+	return ch, c.ProjectNamespace, ok
+}
+
+// scopeCredential is scope returning the caller's resource credential.
+func (s *Server) scopeCredential(w http.ResponseWriter, r *http.Request) (*ClusterHandle, credential.Credential, bool) {
 	p, err := apikey.Authenticate(r.Context(), s.Keys, s.Credentials, r.Header.Get(APIKeyHeader), true)
 	if !s.authError(w, r, err) {
-		return nil, "", false
+		return nil, credential.Credential{}, false
 	}
 	c := p.Credential
 	for _, h := range []struct{ got, want, what string }{
@@ -189,15 +210,15 @@ func (s *Server) scope(w http.ResponseWriter, r *http.Request) (*ClusterHandle, 
 	} {
 		if h.got != "" && h.got != h.want {
 			s.fail(w, r, http.StatusForbidden, CodeCredentialMismatch, "the request's "+h.what+" differs from the credential's")
-			return nil, "", false
+			return nil, credential.Credential{}, false
 		}
 	}
 	ch, ok := s.Clusters[c.ClusterID]
 	if !ok {
 		s.fail(w, r, http.StatusInternalServerError, CodeClusterUnknown, "the credential's cluster is not configured on corectl")
-		return nil, "", false
+		return nil, credential.Credential{}, false
 	}
-	return ch, c.ProjectNamespace, true
+	return ch, c, true
 }
 
 // authError writes the answer for an authentication error; true when err

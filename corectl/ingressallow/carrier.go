@@ -1,6 +1,7 @@
 package ingressallow
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -21,9 +22,18 @@ import (
 // one Prefix path /<id>/ to the OpenSandbox ingress backend; labels
 // managed-by, cluster, sandbox ID and namespace; the owner annotation, and
 // an owner reference to the BatchSandbox when both live in the same
-// namespace (owner references cannot cross namespaces); and the
+// namespace (owner references cannot cross namespaces) and sb.UID is known
+// (at creation the carrier is written before the BatchSandbox exists and
+// the reference is back-filled, spec §4.1); and the
 // whitelist-source-range annotation.
 func Carrier(c *cluster.Cluster, sb *sandbox.Sandbox, set []string) *networkingv1.Ingress {
+	return CarrierWithProbe(c, sb, set, nil)
+}
+
+// CarrierWithProbe is Carrier with the probe sources probe merged into the
+// effective whitelist (Effective(set, probe)) and recorded in
+// AnnotationProbeSources when non-empty (spec §5.2.2 IV).
+func CarrierWithProbe(c *cluster.Cluster, sb *sandbox.Sandbox, set, probe []string) *networkingv1.Ingress {
 	class := c.Ingress.ClassName
 	prefix := networkingv1.PathTypePrefix
 	ing := &networkingv1.Ingress{
@@ -32,7 +42,7 @@ func Carrier(c *cluster.Cluster, sb *sandbox.Sandbox, set []string) *networkingv
 			Namespace: c.Ingress.Namespace,
 			Labels:    sb.IdentityLabels(c.ID),
 			Annotations: map[string]string{
-				AnnotationWhitelist:      strings.Join(set, cidr.AnnotationSeparator),
+				AnnotationWhitelist:      strings.Join(Effective(set, probe), cidr.AnnotationSeparator),
 				v1alpha1.AnnotationOwner: sb.OwnerAnnotation(),
 			},
 		},
@@ -50,7 +60,11 @@ func Carrier(c *cluster.Cluster, sb *sandbox.Sandbox, set []string) *networkingv
 			}},
 		},
 	}
-	if c.Ingress.Namespace == sb.Namespace {
+	if len(probe) > 0 {
+		b, _ := json.Marshal(probe)
+		ing.Annotations[AnnotationProbeSources] = string(b)
+	}
+	if c.Ingress.Namespace == sb.Namespace && sb.UID != "" {
 		ing.OwnerReferences = []metav1.OwnerReference{sb.OwnerReference()}
 	}
 	return ing
@@ -93,11 +107,18 @@ func isOurs(c *cluster.Cluster, sb *sandbox.Sandbox, ing *networkingv1.Ingress) 
 // identity labels, ingress class, exactly one rule with the host and
 // exactly one Prefix path /<id>/ to the OpenSandbox backend, no default
 // backend or TLS changes the routing, and a whitelist-source-range that is
-// exactly the canonical form of set. It returns the failure code
+// exactly the canonical form of Effective(set, P_self), P_self being the
+// probe sources the carrier itself records (AnnotationProbeSources), so
+// the comparison needs no in-process state (spec §5.2.2 IV). It returns the failure code
 // (CodeCarrierMismatch or CodeAllowlistMismatch) and reason, or "" when
 // everything holds.
 func CheckCarrier(c *cluster.Cluster, sb *sandbox.Sandbox, ing *networkingv1.Ingress, set []string) (code, reason string) {
-	want := Carrier(c, sb, set)
+	pself, err := ProbeSources(ing)
+	if err != nil {
+		return CodeAllowlistMismatch, err.Error()
+	}
+	want := CarrierWithProbe(c, sb, set, pself)
+	eff := Effective(set, pself)
 	if !isOurs(c, sb, ing) {
 		return CodeCarrierMismatch, "owner annotation or identity labels differ"
 	}
@@ -125,22 +146,30 @@ func CheckCarrier(c *cluster.Cluster, sb *sandbox.Sandbox, ing *networkingv1.Ing
 	if err != nil {
 		return CodeAllowlistMismatch, "whitelist-source-range: " + err.Error()
 	}
-	if !canonical || !slices.Equal(got, set) {
+	if !canonical || !slices.Equal(got, eff) {
 		return CodeAllowlistMismatch, fmt.Sprintf("whitelist-source-range is %q, want %q", ing.Annotations[AnnotationWhitelist], want.Annotations[AnnotationWhitelist])
 	}
 	return "", ""
 }
 
-// Configured decompiles the allowlist of a live Ingress: the normalised
-// set of its whitelist-source-range, or an error when the annotation is
-// missing or does not parse.
-func Configured(ing *networkingv1.Ingress) ([]string, error) {
+// Configured decompiles the allowlist of a live Ingress as the user sees
+// it: the normalised set of its whitelist-source-range without the probe
+// sources it records, except those the user set u names (StripProbe); an
+// error when an annotation is missing or does not parse.
+func Configured(ing *networkingv1.Ingress, u []string) ([]string, error) {
 	v, ok := ing.Annotations[AnnotationWhitelist]
 	if !ok {
 		return nil, fmt.Errorf("no %s annotation", AnnotationWhitelist)
 	}
 	set, _, err := cidr.ParseAnnotation(v)
-	return set, err
+	if err != nil {
+		return nil, err
+	}
+	p, err := ProbeSources(ing)
+	if err != nil {
+		return nil, err
+	}
+	return StripProbe(set, p, u), nil
 }
 
 // Claimants returns "namespace/name" of every Ingress in list, other than

@@ -36,6 +36,11 @@ type Engine struct {
 	// Events, if not nil, receives an Event on the allowlist object for
 	// every completed cycle.
 	Events EventRecorder
+	// Probe, if not nil, returns the control-plane probe sources P merged
+	// into every restricted carrier the engine writes (spec §5.2.2); an
+	// error fails the cycle closed with CodeProbeSourceUnknown. nil writes
+	// the user set alone.
+	Probe func(ctx context.Context) ([]string, error)
 }
 
 // Condition types on SandboxIngressAllowlist.status.conditions.
@@ -213,7 +218,15 @@ func (e *Engine) Reconcile(ctx context.Context, namespace, id string) (*Result, 
 	if err := e.Client.Status().Update(ctx, al); err != nil {
 		return nil, fmt.Errorf("%w: set Verifying: %s", ErrTransient, err.Error())
 	}
-	want := Carrier(e.Cluster, sb, set)
+	var probe []string
+	if e.Probe != nil && len(set) > 0 {
+		p, err := e.Probe(ctx)
+		if err != nil {
+			return e.fail(ctx, al, sb, CodeProbeSourceUnknown, "discover the probe source: "+err.Error())
+		}
+		probe = p
+	}
+	want := CarrierWithProbe(e.Cluster, sb, set, probe)
 	var werr error
 	if cur == nil {
 		werr = e.Client.Create(ctx, want)
@@ -303,9 +316,18 @@ func (e *Engine) fail(ctx context.Context, al *v1alpha1.SandboxIngressAllowlist,
 // restore writes the LKG set to the carrier and confirms it by read-back;
 // it returns the carrier's resourceVersion.
 func (e *Engine) restore(ctx context.Context, sb *sandbox.Sandbox, key client.ObjectKey, lkg []string) (string, error) {
-	want := Carrier(e.Cluster, sb, lkg)
 	cur := &networkingv1.Ingress{}
 	err := e.Client.Get(ctx, key, cur)
+	// Keep the probe sources the carrier records (the LKG was verified
+	// with them); else ask for them.
+	var probe []string
+	if err == nil {
+		probe, _ = ProbeSources(cur)
+	}
+	if probe == nil && e.Probe != nil {
+		probe, _ = e.Probe(ctx)
+	}
+	want := CarrierWithProbe(e.Cluster, sb, lkg, probe)
 	switch {
 	case apierrors.IsNotFound(err):
 		if err := e.Client.Create(ctx, want); err != nil {

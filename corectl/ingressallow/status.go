@@ -133,7 +133,7 @@ func (e *Engine) Get(ctx context.Context, namespace, id string) (*Status, error)
 		}
 		note(ReasonCarrierMissing)
 	} else {
-		if set, err := Configured(cur); err == nil && isOurs(e.Cluster, sb, cur) {
+		if set, err := Configured(cur, st.LastVerified); err == nil && isOurs(e.Cluster, sb, cur) {
 			out.Configured = rules(set)
 		}
 		if code, _ := CheckCarrier(e.Cluster, sb, cur, st.LastVerified); code != "" || len(st.LastVerified) == 0 {

@@ -36,7 +36,10 @@ var (
 	ErrInvalidID = errors.New("sandbox: invalid sandbox ID")
 	// ErrNotFound: no BatchSandbox of that name in that namespace.
 	ErrNotFound = errors.New("sandbox: not found")
-	// ErrDeleting: the BatchSandbox has a deletion timestamp.
+	// ErrDeleting: the BatchSandbox has a deletion timestamp, or corectl's
+	// delete orchestration marked it Deleting or CleanupFailed
+	// (v1alpha1.AnnotationLifecycle; spec §5.2: a sandbox whose ingress
+	// rule is being revoked refuses normal access).
 	ErrDeleting = errors.New("sandbox: being deleted")
 	// ErrNoAllocation: spec.template.metadata.labels has no allocation
 	// label, or its value cannot name a NetworkPolicy
@@ -88,7 +91,8 @@ func Get(ctx context.Context, r client.Reader, namespace, id, allocationLabel st
 		}
 		return nil, fmt.Errorf("%w: BatchSandbox %s/%s: %s", ErrUnavailable, namespace, id, err.Error())
 	}
-	if u.GetDeletionTimestamp() != nil {
+	if st := u.GetAnnotations()[v1alpha1.AnnotationLifecycle]; u.GetDeletionTimestamp() != nil ||
+		st == v1alpha1.StateDeleting || st == v1alpha1.StateCleanupFailed {
 		return nil, fmt.Errorf("%w: BatchSandbox %s/%s", ErrDeleting, namespace, id)
 	}
 	labels, _, err := unstructured.NestedStringMap(u.Object, "spec", "template", "metadata", "labels")

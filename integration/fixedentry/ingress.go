@@ -33,8 +33,10 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -115,6 +117,8 @@ type Request struct {
 type Ingress struct {
 	mu        sync.Mutex
 	sandboxes map[string]Sandbox
+	resolve   func(id string) (Sandbox, bool)
+	nginx     *Nginx
 	reqs      []Request
 
 	mux       *http.ServeMux
@@ -167,6 +171,95 @@ func (in *Ingress) SetSandbox(id string, s Sandbox) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.sandboxes[id] = s
+}
+
+// SetResolver sets a function consulted for sandbox IDs not added with
+// SetSandbox, the way the real ingress resolves a sandbox from its
+// BatchSandbox (execd-wire.md §2.4: status.ready and the endpoints
+// annotation); false means "not found" (404). nil removes it. It is called
+// without the Ingress's lock held.
+func (in *Ingress) SetResolver(r func(id string) (Sandbox, bool)) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.resolve = r
+}
+
+// Nginx emulates the ingress-nginx layer of the fixed entry in front of
+// the OpenSandbox ingress (spec §5.2, §5.2.2): the source address nginx
+// sees, per-path source allowlists (whitelist-source-range) and the
+// `return 200 "$remote_addr";` configuration snippet of probe-echo
+// Ingresses.
+type Nginx struct {
+	// Source maps the TCP peer address ("ip:port") to the address nginx
+	// sees as $remote_addr (a NAT); nil means the peer's IP.
+	Source func(remoteAddr string) string
+	// Route returns what nginx applies to a request path: Echo answers
+	// 200 with $remote_addr and goes nowhere else; Whitelist, when
+	// Restricted, is the CIDR list a source must be in (else 403 nginx's
+	// "403 Forbidden" page). ok false means no Ingress rule: the request
+	// goes on to the OpenSandbox ingress unrestricted.
+	Route func(path string) (r NginxRoute, ok bool)
+}
+
+// NginxRoute is what Nginx.Route returns for one path.
+type NginxRoute struct {
+	// Echo: the configuration snippet return 200 "$remote_addr".
+	Echo bool
+	// Restricted: a whitelist-source-range applies.
+	Restricted bool
+	// Whitelist is the allowed sources (CIDRs or IPs).
+	Whitelist []string
+}
+
+// SetNginx installs (or, with nil, removes) the ingress-nginx emulation.
+func (in *Ingress) SetNginx(n *Nginx) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.nginx = n
+}
+
+// nginxGate applies the emulation; true when it answered.
+func (in *Ingress) nginxGate(w http.ResponseWriter, r *http.Request) bool {
+	in.mu.Lock()
+	n := in.nginx
+	in.mu.Unlock()
+	if n == nil || n.Route == nil {
+		return false
+	}
+	src, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		src = r.RemoteAddr
+	}
+	if n.Source != nil {
+		src = n.Source(r.RemoteAddr)
+	}
+	rt, ok := n.Route(r.URL.Path)
+	if !ok {
+		return false
+	}
+	if rt.Echo {
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, src)
+		return true
+	}
+	if !rt.Restricted {
+		return false
+	}
+	ip, err := netip.ParseAddr(src)
+	if err == nil {
+		for _, c := range rt.Whitelist {
+			if p, perr := netip.ParsePrefix(c); perr == nil && p.Contains(ip) {
+				return false
+			} else if a, aerr := netip.ParseAddr(c); aerr == nil && a == ip {
+				return false
+			}
+		}
+	}
+	w.Header().Set("Content-Type", "text/html")
+	w.WriteHeader(http.StatusForbidden)
+	_, _ = io.WriteString(w, "<html>\r\n<head><title>403 Forbidden</title></head>\r\n<body>\r\n<center><h1>403 Forbidden</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n")
+	return true
 }
 
 // RemoveSandbox forgets sandbox id; later requests for it get 404.
@@ -244,6 +337,9 @@ func (in *Ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		in.reqs[idx].Status = sw.status
 		in.mu.Unlock()
 	}()
+	if in.nginxGate(sw, r) {
+		return
+	}
 	up := &upstream{idx: idx}
 	in.mux.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), ctxKey{}, up)))
 }
@@ -289,10 +385,14 @@ func (in *Ingress) serveProxy(w http.ResponseWriter, r *http.Request) {
 	}
 	in.mu.Lock()
 	sb, ok := in.sandboxes[id]
+	resolve := in.resolve
 	if up != nil {
 		in.reqs[up.idx].SandboxID, in.reqs[up.idx].Port = id, port
 	}
 	in.mu.Unlock()
+	if !ok && resolve != nil {
+		sb, ok = resolve(id)
+	}
 	ns := sb.Namespace
 	if ns == "" {
 		ns = "default"

@@ -108,8 +108,11 @@ type Env struct {
 	// Root is the host directory that stands for the sandbox's "/".
 	Root string
 	// Dir is a scratch directory for the test.
-	Dir        string
-	Execd      *execdstub.Server
+	Dir   string
+	Execd *execdstub.Server
+	// ExecdAddr is the execd stand-in's host:port (what a fixed-entry
+	// resolver maps port 44772 to).
+	ExecdAddr  string
 	Ingress    *fixedentry.Ingress
 	FixedEntry string
 	Control    string
@@ -175,6 +178,7 @@ func Start(cfg Config) (_ *Env, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("execd stand-in: %w", err)
 	}
+	e.ExecdAddr = execdAddr
 	e.Ingress = fixedentry.New()
 	for _, id := range cfg.Sandboxes {
 		e.Ingress.SetSandbox(id, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1", Namespace: "default",

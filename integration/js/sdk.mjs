@@ -10,6 +10,8 @@
 //   SANDBOX_ID        the sandbox to connect to
 //   SCENARIO_DIR      a directory (sandbox path) the scenario may use
 //   GO_FILE           a host path the "stream" scenario creates to let its command continue
+//   E2B_API_KEY       the API key sent to E2B_API_URL (default e2b_sandgate_test)
+//   NETWORK           the "lifecycle" scenario's create-time network object (JSON)
 import { createHash, randomBytes } from 'node:crypto'
 import { writeFileSync } from 'node:fs'
 
@@ -147,11 +149,38 @@ const scenarios = {
   },
 }
 
+// Scenarios that manage the sandbox themselves (no connect first).
+const standalone = {
+  // Sandbox.create({ network }) against the control API (corectl), a command
+  // and a file, Sandbox.connect(id) to the same sandbox, then kill(); a
+  // second kill and a connect after it show the sandbox is gone.
+  async lifecycle() {
+    const opts = {
+      apiKey: process.env.E2B_API_KEY || 'e2b_sandgate_test',
+      apiUrl: process.env.E2B_API_URL,
+      sandboxUrl: process.env.E2B_SANDBOX_URL,
+    }
+    const network = process.env.NETWORK ? JSON.parse(process.env.NETWORK) : undefined
+    const sbx = await Sandbox.create('base', { ...opts, network })
+    const out = { sandboxId: sbx.sandboxId }
+    out.run = await sbx.commands.run('echo created')
+    out.write = await sbx.files.write(`${dir}/hello.txt`, 'hello corectl\n')
+    const again = await Sandbox.connect(sbx.sandboxId, opts)
+    out.connectedId = again.sandboxId
+    out.read = await again.files.read(`${dir}/hello.txt`)
+    out.runAgain = await again.commands.run('echo connected')
+    // JS 2.51 resolves kill() to true; 2.25 to undefined.
+    out.kill = await attempt(() => sbx.kill())
+    out.killAgain = await attempt(() => Sandbox.kill(sbx.sandboxId, opts))
+    out.connectAfterKill = await attempt(() => Sandbox.connect(sbx.sandboxId, opts))
+    return out
+  },
+}
+
 const name = process.argv[2]
-if (!scenarios[name]) {
-  console.error(`unknown scenario ${name}; one of ${Object.keys(scenarios).join(', ')}`)
+if (!scenarios[name] && !standalone[name]) {
+  console.error(`unknown scenario ${name}; one of ${[...Object.keys(scenarios), ...Object.keys(standalone)].join(', ')}`)
   process.exit(2)
 }
-const sbx = await connect()
-const result = await scenarios[name](sbx)
+const result = standalone[name] ? await standalone[name]() : await scenarios[name](await connect())
 console.log(JSON.stringify({ package: pkg, scenario: name, result }))

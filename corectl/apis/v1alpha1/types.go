@@ -56,6 +56,14 @@ const (
 	// the Verifying state; the recovery reconciler finishes cycles older
 	// than its grace period (an interrupted corectl).
 	AnnotationVerifyingSince = "network.sandgate.io/verifying-since"
+	// AnnotationLifecycle is the sandbox lifecycle state corectl's create
+	// and delete orchestration (package lifecycle) records on the
+	// BatchSandbox: Creating, Ready, Deleting or CleanupFailed (spec §5.3,
+	// §5.2 deletion). Absent on BatchSandboxes corectl did not create.
+	AnnotationLifecycle = "network.sandgate.io/lifecycle"
+	// LabelProbeEcho marks a temporary probe-source echo Ingress (spec
+	// §5.2.2 III); the orphan scan deletes leftovers.
+	LabelProbeEcho = "network.sandgate.io/probe-echo"
 )
 
 // Verification states (spec §5.2 "verificationState").

@@ -28,6 +28,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/daemon"
 	"github.com/sandgate/sandgate/credential"
+	"github.com/sandgate/sandgate/token"
 	"go.uber.org/zap"
 	ctrl "sigs.k8s.io/controller-runtime"
 	crzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -50,6 +51,12 @@ func run(args []string) error {
 	leNS := fs.String("leader-election-namespace", "corectl-system", "namespace of the leader-election Lease in every cluster")
 	grace := fs.Duration("egress-grace", 2*time.Minute, "age after which an interrupted egress update is finished by the leader")
 	dev := fs.Bool("dev-log", false, "human-readable logs")
+	keyID := fs.String("token-key-id", "", "kid of the gateway's token signing key (enables create/connect/get/delete)")
+	keyAlg := fs.String("token-key-algorithm", "HS256", "algorithm of the token signing key")
+	keyFile := fs.String("token-key-file", "", "file of the token signing key (the gateway's token_key)")
+	tokenTTL := fs.Duration("token-ttl", 24*time.Hour, "lifetime of envd access tokens")
+	readyBudget := fs.Duration("ready-budget", time.Minute, "how long a create waits for execd readiness through the fixed entry")
+	orphanEvery := fs.Duration("orphan-interval", time.Minute, "period of the orphan scan")
 	if err := fs.Parse(args); err != nil {
 		os.Exit(2)
 	}
@@ -73,9 +80,19 @@ func run(args []string) error {
 		return err
 	}
 	defer creds.Close()
+	var signer *token.SigningKey
+	if *keyFile != "" || *keyID != "" {
+		k, err := token.LoadSigningKey(*keyID, *keyAlg, *keyFile)
+		if err != nil {
+			return err
+		}
+		signer = &k
+	}
 	d, err := daemon.New(daemon.Options{
 		Config: cfg, Keys: keys, Credentials: creds, Listen: *listen,
 		LeaderElection: *elect, LeaderElectionNamespace: *leNS, EgressGrace: *grace, Log: log,
+		ProbeSourceDiscovery: true,
+		TokenKey:             signer, TokenTTL: *tokenTTL, ReadyBudget: *readyBudget, OrphanInterval: *orphanEvery,
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,236 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/sandgate/sandgate/corectl/createnet"
+	"github.com/sandgate/sandgate/corectl/lifecycle"
+	"github.com/sandgate/sandgate/corectl/template"
+)
+
+// Stable error codes of the lifecycle routes, besides lifecycle's Code*
+// constants.
+const (
+	// CodeSandboxStateConflict: the lifecycle state refuses the operation
+	// (spec §5.3).
+	CodeSandboxStateConflict = "sandbox_state_conflict"
+	// CodeLifecycleDisabled: corectl runs without a token signing key, so
+	// it cannot create or connect sandboxes.
+	CodeLifecycleDisabled = "lifecycle_disabled"
+)
+
+// MaxCreateRequestSize bounds the create and connect request bodies.
+const MaxCreateRequestSize = 1 << 20
+
+// DefaultTemplateID is the template of a create request without one
+// (E2B's default template).
+const DefaultTemplateID = "base"
+
+// SandboxBody is the E2B Sandbox object the SDKs decode from create
+// (201) and connect (200) (e2b-wire.md §7.1: Python requires templateID,
+// sandboxID, clientID and envdVersion; JS needs envdVersion;
+// envdAccessToken becomes X-Access-Token; domain and trafficAccessToken
+// are null).
+type SandboxBody struct {
+	// TemplateID is the template.
+	TemplateID string `json:"templateID"`
+	// SandboxID is the sandbox.
+	SandboxID string `json:"sandboxID"`
+	// ClientID is a constant.
+	ClientID string `json:"clientID"`
+	// EnvdVersion gates SDK features (e2b-wire.md §5).
+	EnvdVersion string `json:"envdVersion"`
+	// EnvdAccessToken is the runtime token (credential, sandbox, port
+	// 49983) signed with the gateway's key.
+	EnvdAccessToken string `json:"envdAccessToken"`
+	// Domain is always null: sandboxUrl is fixed client-side (spec §3.1).
+	Domain *string `json:"domain"`
+	// TrafficAccessToken is always null.
+	TrafficAccessToken *string `json:"trafficAccessToken"`
+}
+
+// CreateFailure is the answer of a failed create: the envelope plus the
+// failed step and the compensation steps that ran, in order.
+type CreateFailure struct {
+	ErrorBody
+	// Step is the create step that failed.
+	Step lifecycle.Step `json:"step"`
+	// Cleanup lists the compensation steps (":unconfirmed" suffix when
+	// not confirmed).
+	Cleanup []string `json:"cleanup"`
+}
+
+// createRequest is the part of E2B's NewSandbox body corectl reads; the
+// rest (timeout, metadata, envVars, secure, autoPause, ...) is ignored.
+type createRequest struct {
+	TemplateID string          `json:"templateID"`
+	Network    json.RawMessage `json:"network"`
+}
+
+func (s *Server) lifecycleScope(w http.ResponseWriter, r *http.Request) (*ClusterHandle, string, string, bool) {
+	ch, cred, ok := s.scopeCredential(w, r)
+	if !ok {
+		return nil, "", "", false
+	}
+	if ch.Lifecycle == nil {
+		s.fail(w, r, http.StatusServiceUnavailable, CodeLifecycleDisabled, "corectl has no token signing key configured")
+		return nil, "", "", false
+	}
+	return ch, cred.ID, cred.ProjectNamespace, true
+}
+
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
+	ch, credID, ns, ok := s.lifecycleScope(w, r)
+	if !ok {
+		return
+	}
+	body, err := readBody(r, MaxCreateRequestSize)
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
+		return
+	}
+	var req createRequest
+	if len(body) > 0 {
+		if err := json.Unmarshal(body, &req); err != nil {
+			s.fail(w, r, http.StatusBadRequest, CodeBadRequest, "the body is not a JSON object of the right shape")
+			return
+		}
+	}
+	if req.TemplateID == "" {
+		req.TemplateID = DefaultTemplateID
+	}
+	if err := template.ValidateID(req.TemplateID); err != nil {
+		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
+		return
+	}
+	ctx, cancel := requestContext(r)
+	defer cancel()
+	var tpl template.Network
+	if s.Templates != nil {
+		v, err := s.Templates.Get(ctx, req.TemplateID)
+		switch {
+		case err == nil:
+			tpl = v.Network
+		case errors.Is(err, template.ErrNotFound):
+			// A template without network defaults: nothing to inherit.
+		default:
+			s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
+			return
+		}
+	}
+	nreq, err := createnet.Decode(req.Network)
+	if err == nil {
+		var init *createnet.Initial
+		init, err = createnet.Resolve(tpl, nreq)
+		if err == nil {
+			s.finishCreate(w, r, ch, lifecycle.CreateRequest{CredentialID: credID, Namespace: ns, TemplateID: req.TemplateID, Network: init})
+			return
+		}
+	}
+	var ce *createnet.Error
+	if errors.As(err, &ce) {
+		s.fail(w, r, http.StatusBadRequest, ce.Code, ce.Message)
+		return
+	}
+	s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
+}
+
+func (s *Server) finishCreate(w http.ResponseWriter, r *http.Request, ch *ClusterHandle, req lifecycle.CreateRequest) {
+	// A create may spend the readiness budget and a probe-source
+	// discovery; compensation runs even after this context ends.
+	ctx, cancel := context.WithTimeout(r.Context(), createTimeout)
+	defer cancel()
+	res, err := ch.Lifecycle.Create(ctx, req)
+	if err != nil {
+		var ce *lifecycle.CreateError
+		if !errors.As(err, &ce) {
+			s.fail(w, r, http.StatusInternalServerError, lifecycle.CodeCreateFailed, err.Error())
+			return
+		}
+		status := http.StatusInternalServerError
+		switch ce.Code {
+		case lifecycle.CodeCNIUnqualified:
+			status = http.StatusConflict
+		case lifecycle.CodeNotReady:
+			status = http.StatusServiceUnavailable
+		}
+		s.Log.Info("create failed", "namespace", req.Namespace, "code", ce.Code, "step", ce.Step, "cleanup", ce.Cleanup)
+		writeJSON(w, status, CreateFailure{ErrorBody: ErrorBody{Code: status, Error: ce.Code, Message: ce.Error()}, Step: ce.Step, Cleanup: ce.Cleanup})
+		return
+	}
+	writeJSON(w, http.StatusCreated, SandboxBody{TemplateID: req.TemplateID, SandboxID: res.SandboxID, ClientID: clientID,
+		EnvdVersion: ch.Lifecycle.EnvdVer(), EnvdAccessToken: res.Token})
+}
+
+const clientID = "sandgate"
+
+// createTimeout bounds one create request (the default readiness budget is
+// 60 s and a discovery 30 s).
+const createTimeout = 3 * time.Minute
+
+func (s *Server) lifecycleError(w http.ResponseWriter, r *http.Request, err error) {
+	var de *lifecycle.DeleteError
+	switch {
+	case errors.Is(err, lifecycle.ErrNotFound):
+		s.fail(w, r, http.StatusNotFound, CodeSandboxNotFound, "no such sandbox in the credential's namespace")
+	case errors.Is(err, lifecycle.ErrConflict):
+		s.fail(w, r, http.StatusConflict, CodeSandboxStateConflict, err.Error())
+	case errors.As(err, &de):
+		s.fail(w, r, http.StatusInternalServerError, lifecycle.CodeDeletePending, de.Reason)
+	default:
+		s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
+	}
+}
+
+func (s *Server) connectSandbox(w http.ResponseWriter, r *http.Request) {
+	ch, credID, ns, ok := s.lifecycleScope(w, r)
+	if !ok {
+		return
+	}
+	if _, err := readBody(r, MaxCreateRequestSize); err != nil {
+		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
+		return
+	}
+	ctx, cancel := requestContext(r)
+	defer cancel()
+	tok, info, err := ch.Lifecycle.Connect(ctx, credID, ns, r.PathValue("sandboxID"))
+	if err != nil {
+		s.lifecycleError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, SandboxBody{TemplateID: info.TemplateID, SandboxID: info.SandboxID, ClientID: clientID,
+		EnvdVersion: info.EnvdVersion, EnvdAccessToken: tok})
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
+	ch, _, ns, ok := s.lifecycleScope(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := requestContext(r)
+	defer cancel()
+	info, err := ch.Lifecycle.Status(ctx, ns, r.PathValue("sandboxID"))
+	if err != nil {
+		s.lifecycleError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
+	ch, _, ns, ok := s.lifecycleScope(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := requestContext(r)
+	defer cancel()
+	if err := ch.Lifecycle.Delete(ctx, ns, r.PathValue("sandboxID")); err != nil {
+		s.lifecycleError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,1007 @@
+// Package lifecycle is corectl's sandbox lifecycle orchestration behind
+// the E2B control API (spec §3.1, §4.1, §4.2, §5.2 deletion, §5.3): create
+// with the sandbox's network objects in the fail-closed order and
+// compensation on failure, readiness through the cluster's fixed entry,
+// the runtime token, connect, the lifecycle state, deletion, and the
+// orphan scan that converges leftovers.
+//
+// Create runs these steps in order (Step*); any failure before the token
+// compensates, deleting the managed Ingress first and confirming it is
+// gone, then the ingress desired state, the BatchSandbox and the policy:
+//
+//  1. StepCNIGate: the cluster's CNI qualification (spec §5.3);
+//  2. StepIngress: when the resolved ingress allowlist U is non-empty, the
+//     managed Ingress sandbox-ingress-<id> is created and read back until it
+//     passes ingressallow.CheckCarrier (an empty U means an unrestricted
+//     sandbox: no carrier, spec §5.2.1);
+//  3. StepPolicy: the egress NetworkPolicy sandbox-egress-<allocationID> is
+//     created with the resolved egress set as its verified spec and read
+//     back;
+//  4. StepBatchSandbox: the BatchSandbox CR with the allocation label in its
+//     pod template and lifecycle Creating;
+//  5. StepOwners: owner references (and the owner annotation) back-filled
+//     on the Ingress and the policy, read back and verified; the egress GET
+//     view must be networkReady (selector and conflict checks);
+//  6. StepDesired: the ingress desired state (SandboxIngressAllowlist,
+//     owned by the BatchSandbox) persisted and one reconcile cycle run
+//     synchronously; it must end Verified (the desired state needs the
+//     BatchSandbox as owner, so it is written here rather than before the
+//     carrier; until then the carrier itself records U);
+//  7. StepReadiness: GET <fixedEntry>/<id>/44772/ping answers 200 within
+//     the budget (spec §4.2);
+//  8. StepToken: the envd access token (credential ID, sandbox ID, port
+//  49983. is minted with the gateway's key, and the lifecycle becomes
+//     Ready.
+//
+// No token is minted on any failure path, and a Create error never
+// contains one.
+package lifecycle
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/cluster"
+	"github.com/sandgate/sandgate/corectl/createnet"
+	"github.com/sandgate/sandgate/corectl/egress"
+	"github.com/sandgate/sandgate/corectl/ingressallow"
+	"github.com/sandgate/sandgate/corectl/probesource"
+	"github.com/sandgate/sandgate/corectl/sandbox"
+	"github.com/sandgate/sandgate/token"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// EnvdPort is the logical in-sandbox port of envd the runtime token is
+// bound to (spec §4.1).
+const EnvdPort = 49983
+
+// ExecdPort is execd's port; readiness pings /<id>/44772/ping (spec §4.2).
+const ExecdPort = 44772
+
+// DefaultEnvdVersion is the envd version reported to the SDKs: what the
+// gateway implements (e2b-wire.md §5: 0.5.7 gives the modern default user
+// and octet-stream uploads).
+const DefaultEnvdVersion = "0.5.7"
+
+// Lifecycle states recorded in v1alpha1.AnnotationLifecycle, and the
+// states GET derives (spec §5.3).
+const (
+	// StateCreating: the create orchestration has not finished.
+	StateCreating = "Creating"
+	// StateReady: created, the pod is ready and the network objects are
+	// verified.
+	StateReady = "Ready"
+	// StatePodUnavailable: created, but the BatchSandbox reports no ready
+	// replica or no endpoint.
+	StatePodUnavailable = "PodUnavailable"
+	// StateUnverifiedSpec: a network object is not verified (egress or
+	// ingress verificationState UnverifiedSpec, or egress not ready).
+	StateUnverifiedSpec = v1alpha1.StateUnverifiedSpec
+	// StatePolicyConflict: a non-platform NetworkPolicy widens the egress.
+	StatePolicyConflict = "PolicyConflict"
+	// StateIndeterminate: a network object's state cannot be confirmed.
+	StateIndeterminate = v1alpha1.StateIndeterminate
+	// StateDeleting: the delete orchestration is revoking the sandbox.
+	StateDeleting = v1alpha1.StateDeleting
+	// StateCleanupFailed: deletion of the managed Ingress could not be
+	// confirmed; the orphan scan retries.
+	StateCleanupFailed = v1alpha1.StateCleanupFailed
+)
+
+// Step names one step of Create or of its compensation, for Fault and in
+// CreateError.Cleanup.
+type Step string
+
+// Create steps, in order, and compensation steps.
+const (
+	// StepCNIGate checks the cluster's CNI qualification.
+	StepCNIGate Step = "cni-gate"
+	// StepIngress creates and verifies the managed Ingress (restricted
+	// sandboxes only).
+	StepIngress Step = "ingress"
+	// StepPolicy creates and verifies the egress NetworkPolicy.
+	StepPolicy Step = "policy"
+	// StepBatchSandbox creates the BatchSandbox CR.
+	StepBatchSandbox Step = "batchsandbox"
+	// StepOwners back-fills and verifies owner references.
+	StepOwners Step = "owners"
+	// StepDesired persists the ingress desired state and verifies it.
+	StepDesired Step = "desired"
+	// StepReadiness pings execd through the fixed entry.
+	StepReadiness Step = "readiness"
+	// StepToken mints the token and records lifecycle Ready.
+	StepToken Step = "token"
+	// StepDeleteIngress deletes the managed Ingress and confirms it is
+	// gone (first in compensation and in Delete).
+	StepDeleteIngress Step = "delete-ingress"
+	// StepDeleteDesired deletes the SandboxIngressAllowlist.
+	StepDeleteDesired Step = "delete-desired"
+	// StepDeleteBatchSandbox deletes the BatchSandbox.
+	StepDeleteBatchSandbox Step = "delete-batchsandbox"
+	// StepDeletePolicy deletes the egress NetworkPolicy.
+	StepDeletePolicy Step = "delete-policy"
+)
+
+// CreateSteps lists the create steps in execution order.
+var CreateSteps = []Step{StepCNIGate, StepIngress, StepPolicy, StepBatchSandbox, StepOwners, StepDesired, StepReadiness, StepToken}
+
+// Error codes of CreateError and DeleteError (the E2B envelope's "error").
+const (
+	// CodeCreateFailed: a step failed and everything created was removed
+	// and confirmed gone.
+	CodeCreateFailed = "create_failed"
+	// CodeIngressPendingCleanup: a step failed and the managed Ingress
+	// could not be confirmed deleted ("create failed, ingress pending
+	// cleanup"); the orphan scan retries.
+	CodeIngressPendingCleanup = "create_failed_ingress_pending_cleanup"
+	// CodeCNIUnqualified: the CNI gate refused the create.
+	CodeCNIUnqualified = "cni_unqualified"
+	// CodeNotReady: the readiness check did not pass within the budget.
+	CodeNotReady = "sandbox_not_ready"
+	// CodeDeletePending: the Ingress deletion could not be confirmed; the
+	// sandbox is CleanupFailed.
+	CodeDeletePending = "delete_failed_ingress_pending_cleanup"
+)
+
+// Errors of Connect, Status and Delete.
+var (
+	// ErrNotFound: no sandbox of that ID in the namespace.
+	ErrNotFound = errors.New("lifecycle: sandbox not found")
+	// ErrConflict: the lifecycle state refuses the operation (spec §5.3);
+	// the error text names the state.
+	ErrConflict = errors.New("lifecycle: sandbox state refuses the operation")
+	// ErrUnavailable: the apiserver could not answer.
+	ErrUnavailable = errors.New("lifecycle: cluster unavailable")
+)
+
+// CreateError is a failed Create.
+type CreateError struct {
+	// Code is one of the Code* constants.
+	Code string
+	// Step is the step that failed.
+	Step Step
+	// Reason says why (never contains a token).
+	Reason string
+	// Cleanup lists the compensation steps that ran, in order; a step that
+	// could not be confirmed is suffixed ":unconfirmed".
+	Cleanup []string
+}
+
+// Error implements error: "<code>: step <step>: <reason>".
+func (e *CreateError) Error() string {
+	return fmt.Sprintf("%s: step %s: %s", e.Code, e.Step, e.Reason)
+}
+
+// Orchestrator runs the lifecycle of the sandboxes of one cluster.
+type Orchestrator struct {
+	// Client reaches the cluster's apiserver (uncached).
+	Client client.Client
+	// Cluster is the cluster's configuration.
+	Cluster *cluster.Cluster
+	// Egress is the cluster's egress engine (its GET view verifies the
+	// policy after the owner back-fill).
+	Egress *egress.Engine
+	// Ingress is the cluster's ingress engine (desired state and one
+	// synchronous reconcile cycle).
+	Ingress *ingressallow.Engine
+	// Key signs envd access tokens; it must be a key the gateway verifies.
+	Key token.SigningKey
+	// TokenTTL is the token lifetime (default 24 h).
+	TokenTTL time.Duration
+	// EnvdVersion is reported to the SDKs (default DefaultEnvdVersion).
+	EnvdVersion string
+	// HTTP dials the fixed entry for readiness (default: a client with a
+	// 5 s timeout per attempt).
+	HTTP *http.Client
+	// ReadyBudget bounds the readiness check (default 60 s).
+	ReadyBudget time.Duration
+	// ReadyInterval is the pause between readiness attempts (default
+	// 200 ms).
+	ReadyInterval time.Duration
+	// PodTemplate returns the BatchSandbox pod template spec for a
+	// template ID (default: one container "sandbox" with image templateID).
+	PodTemplate func(templateID string) map[string]any
+	// OrphanGrace is how old a leftover must be before the orphan scan
+	// removes it (default 5 min), so creates in flight are not touched.
+	OrphanGrace time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Probe, when set, discovers the control-plane probe sources merged
+	// into a restricted sandbox's carrier (spec §5.2.2); a discovery
+	// failure fails the create closed; a 403 during readiness invalidates
+	// the cache, rediscovers and rewrites the carrier, within the budget.
+	// nil writes the user allowlist alone.
+	Probe *probesource.Discoverer
+	// Fault, when set, is called before every create and compensation
+	// step; a non-nil error makes that step fail. For tests.
+	Fault func(id string, s Step) error
+}
+
+func (o *Orchestrator) now() time.Time {
+	if o.Now != nil {
+		return o.Now()
+	}
+	return time.Now()
+}
+
+func (o *Orchestrator) fault(id string, s Step) error {
+	if o.Fault == nil {
+		return nil
+	}
+	if err := o.Fault(id, s); err != nil {
+		return fmt.Errorf("injected fault: %w", err)
+	}
+	return nil
+}
+
+// EnvdVer returns the envd version reported to the SDKs.
+func (o *Orchestrator) EnvdVer() string {
+	if o.EnvdVersion != "" {
+		return o.EnvdVersion
+	}
+	return DefaultEnvdVersion
+}
+
+// CreateRequest is what Create needs.
+type CreateRequest struct {
+	// CredentialID binds the token (the caller's resource credential).
+	CredentialID string
+	// Namespace is the credential's project namespace.
+	Namespace string
+	// TemplateID is the E2B template.
+	TemplateID string
+	// Network is the resolved initial network (package createnet).
+	Network *createnet.Initial
+	// SandboxID, when set, is used instead of a random ID (tests).
+	SandboxID string
+}
+
+// Created is a successful Create.
+type Created struct {
+	// SandboxID is the new sandbox.
+	SandboxID string
+	// AllocationID is its allocation identity.
+	AllocationID string
+	// Token is the envd access token. Never log it.
+	Token string
+}
+
+// NewID returns a random sandbox or allocation ID: prefix + 20 lowercase
+// hex digits (a DNS-1123 label and E2B's ^[a-z0-9]+$).
+func NewID(prefix string) string {
+	b := make([]byte, 10)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// Create runs the create orchestration (see the package documentation).
+// The error is a *CreateError.
+func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (*Created, error) {
+	id := req.SandboxID
+	if id == "" {
+		id = NewID("sb")
+	}
+	if err := sandbox.ValidateID(id); err != nil {
+		return nil, &CreateError{Code: CodeCreateFailed, Step: StepCNIGate, Reason: err.Error()}
+	}
+	alloc := NewID("al")
+	c := &creation{o: o, id: id, ns: req.Namespace, alloc: alloc}
+	net := req.Network
+	if net == nil {
+		net = &createnet.Initial{}
+	}
+	c.ingressSet = ingressallow.CIDRs(net.Ingress)
+	prov := &sandbox.Sandbox{ID: id, Namespace: req.Namespace, AllocationLabel: o.Cluster.AllocationLabelKey(), AllocationID: alloc,
+		TemplateLabels: map[string]string{o.Cluster.AllocationLabelKey(): alloc}}
+
+	step := func(s Step, f func() error) error {
+		if err := o.fault(id, s); err != nil {
+			return err
+		}
+		return f()
+	}
+	fail := func(s Step, code string, err error) (*Created, error) {
+		ce := &CreateError{Code: code, Step: s, Reason: err.Error()}
+		pending := c.compensate(ctx, ce)
+		if pending {
+			ce.Code = CodeIngressPendingCleanup
+		}
+		return nil, ce
+	}
+
+	if err := step(StepCNIGate, o.Cluster.CNIGate); err != nil {
+		return fail(StepCNIGate, CodeCNIUnqualified, err)
+	}
+	if len(c.ingressSet) > 0 {
+		if err := step(StepIngress, func() error { return c.createIngress(ctx, prov) }); err != nil {
+			return fail(StepIngress, CodeCreateFailed, err)
+		}
+	}
+	if err := step(StepPolicy, func() error { return c.createPolicy(ctx, prov, net.Egress) }); err != nil {
+		return fail(StepPolicy, CodeCreateFailed, err)
+	}
+	var sb *sandbox.Sandbox
+	if err := step(StepBatchSandbox, func() (err error) {
+		sb, err = c.createBatchSandbox(ctx, req)
+		return err
+	}); err != nil {
+		return fail(StepBatchSandbox, CodeCreateFailed, err)
+	}
+	if err := step(StepOwners, func() error { return c.backfillOwners(ctx, sb) }); err != nil {
+		return fail(StepOwners, CodeCreateFailed, err)
+	}
+	if len(c.ingressSet) > 0 {
+		if err := step(StepDesired, func() error { return c.persistDesired(ctx, net.Ingress) }); err != nil {
+			return fail(StepDesired, CodeCreateFailed, err)
+		}
+	}
+	if err := step(StepReadiness, func() error { return o.readiness(ctx, id, c.onForbidden) }); err != nil {
+		return fail(StepReadiness, CodeNotReady, err)
+	}
+	var tok string
+	if err := step(StepToken, func() (err error) {
+		tok, err = o.mint(req.CredentialID, id)
+		if err != nil {
+			return err
+		}
+		return c.setLifecycle(ctx, StateReady)
+	}); err != nil {
+		tok = ""
+		return fail(StepToken, CodeCreateFailed, err)
+	}
+	return &Created{SandboxID: id, AllocationID: alloc, Token: tok}, nil
+}
+
+// mint signs the envd access token for credential and sandbox id.
+func (o *Orchestrator) mint(credentialID, id string) (string, error) {
+	ttl := o.TokenTTL
+	if ttl <= 0 {
+		ttl = 24 * time.Hour
+	}
+	t, err := o.Key.Mint(token.Target{CredentialID: credentialID, SandboxID: id, Port: EnvdPort}, ttl, o.now())
+	if err != nil {
+		// token errors never contain key material or tokens.
+		return "", fmt.Errorf("mint the envd access token: %w", err)
+	}
+	return t, nil
+}
+
+// creation is the state of one Create: what it has written.
+type creation struct {
+	o          *Orchestrator
+	id, ns     string
+	alloc      string
+	ingressSet []string
+
+	wroteIngress, wrotePolicy, wroteCR, wroteDesired bool
+}
+
+func (c *creation) ingressKey() client.ObjectKey {
+	return client.ObjectKey{Namespace: c.o.Cluster.Ingress.Namespace, Name: ingressallow.IngressName(c.id)}
+}
+
+func (c *creation) policyKey() client.ObjectKey {
+	return client.ObjectKey{Namespace: c.ns, Name: egress.PolicyName(c.alloc)}
+}
+
+func (c *creation) createIngress(ctx context.Context, prov *sandbox.Sandbox) error {
+	var probe []string
+	if c.o.Probe != nil {
+		p, err := c.o.Probe.Sources(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: %w", ingressallow.CodeProbeSourceUnknown, err)
+		}
+		probe = p
+	}
+	want := ingressallow.CarrierWithProbe(c.o.Cluster, prov, c.ingressSet, probe)
+	if err := c.o.Client.Create(ctx, want); err != nil {
+		return fmt.Errorf("create Ingress %s: %w", c.ingressKey(), err)
+	}
+	c.wroteIngress = true
+	rb := &networkingv1.Ingress{}
+	if err := c.o.Client.Get(ctx, c.ingressKey(), rb); err != nil {
+		return fmt.Errorf("read back Ingress %s: %w", c.ingressKey(), err)
+	}
+	if code, reason := ingressallow.CheckCarrier(c.o.Cluster, prov, rb, c.ingressSet); code != "" {
+		return fmt.Errorf("Ingress %s read back: %s: %s", c.ingressKey(), code, reason)
+	}
+	return nil
+}
+
+func (c *creation) createPolicy(ctx context.Context, prov *sandbox.Sandbox, set []string) error {
+	spec := egress.Compile(c.o.Cluster, prov.AllocationLabel, c.alloc, set)
+	lbl := prov.IdentityLabels(c.o.Cluster.ID)
+	lbl[v1alpha1.LabelAllocationID] = c.alloc
+	lkg := egress.Canonical(&spec)
+	np := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: egress.PolicyName(c.alloc), Namespace: c.ns, Labels: lbl,
+			Annotations: map[string]string{
+				egress.AnnotationLastVerifiedSpec:      lkg,
+				egress.AnnotationVerificationState:     v1alpha1.StateVerified,
+				egress.AnnotationVerificationErrorCode: "",
+				v1alpha1.AnnotationOwner:               prov.OwnerAnnotation(),
+			},
+		},
+		Spec: spec,
+	}
+	if err := c.o.Client.Create(ctx, np); err != nil {
+		return fmt.Errorf("create NetworkPolicy %s: %w", c.policyKey(), err)
+	}
+	c.wrotePolicy = true
+	rb := &networkingv1.NetworkPolicy{}
+	if err := c.o.Client.Get(ctx, c.policyKey(), rb); err != nil {
+		return fmt.Errorf("read back NetworkPolicy %s: %w", c.policyKey(), err)
+	}
+	if egress.Canonical(&rb.Spec) != lkg || rb.Annotations[egress.AnnotationLastVerifiedSpec] != lkg {
+		return fmt.Errorf("NetworkPolicy %s read back differs from what was written", c.policyKey())
+	}
+	return nil
+}
+
+func (c *creation) createBatchSandbox(ctx context.Context, req CreateRequest) (*sandbox.Sandbox, error) {
+	tpl := c.o.PodTemplate
+	if tpl == nil {
+		tpl = func(t string) map[string]any {
+			return map[string]any{"containers": []any{map[string]any{"name": "sandbox", "image": t}}}
+		}
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"spec": map[string]any{
+			"replicas": int64(1),
+			"template": map[string]any{
+				"metadata": map[string]any{"labels": map[string]any{c.o.Cluster.AllocationLabelKey(): c.alloc}},
+				"spec":     tpl(req.TemplateID),
+			},
+		},
+	}}
+	u.SetGroupVersionKind(sandbox.GVK)
+	u.SetNamespace(c.ns)
+	u.SetName(c.id)
+	u.SetLabels(map[string]string{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelClusterID: c.o.Cluster.ID})
+	u.SetAnnotations(map[string]string{v1alpha1.AnnotationLifecycle: StateCreating, AnnotationTemplateID: req.TemplateID})
+	if err := c.o.Client.Create(ctx, u); err != nil {
+		return nil, fmt.Errorf("create BatchSandbox %s/%s: %w", c.ns, c.id, err)
+	}
+	c.wroteCR = true
+	sb, err := sandbox.Get(ctx, c.o.Client, c.ns, c.id, c.o.Cluster.AllocationLabelKey())
+	if err != nil {
+		return nil, fmt.Errorf("read back BatchSandbox: %w", err)
+	}
+	if sb.AllocationID != c.alloc {
+		return nil, fmt.Errorf("BatchSandbox %s/%s read back with allocation %q", c.ns, c.id, sb.AllocationID)
+	}
+	return sb, nil
+}
+
+// AnnotationTemplateID records the E2B template ID on the BatchSandbox.
+const AnnotationTemplateID = "network.sandgate.io/template-id"
+
+func (c *creation) backfillOwners(ctx context.Context, sb *sandbox.Sandbox) error {
+	if len(c.ingressSet) > 0 {
+		ing := &networkingv1.Ingress{}
+		if err := c.o.Client.Get(ctx, c.ingressKey(), ing); err != nil {
+			return fmt.Errorf("read Ingress %s: %w", c.ingressKey(), err)
+		}
+		want := ingressallow.Carrier(c.o.Cluster, sb, c.ingressSet)
+		ing.Annotations[v1alpha1.AnnotationOwner] = sb.OwnerAnnotation()
+		if len(want.OwnerReferences) > 0 && !sb.HasOwnerReference(ing.OwnerReferences) {
+			ing.OwnerReferences = append(ing.OwnerReferences, want.OwnerReferences...)
+		}
+		if err := c.o.Client.Update(ctx, ing); err != nil {
+			return fmt.Errorf("back-fill the owner of Ingress %s: %w", c.ingressKey(), err)
+		}
+		rb := &networkingv1.Ingress{}
+		if err := c.o.Client.Get(ctx, c.ingressKey(), rb); err != nil {
+			return fmt.Errorf("read back Ingress %s: %w", c.ingressKey(), err)
+		}
+		if code, reason := ingressallow.CheckCarrier(c.o.Cluster, sb, rb, c.ingressSet); code != "" {
+			return fmt.Errorf("Ingress %s after the owner back-fill: %s: %s", c.ingressKey(), code, reason)
+		}
+	}
+	np := &networkingv1.NetworkPolicy{}
+	if err := c.o.Client.Get(ctx, c.policyKey(), np); err != nil {
+		return fmt.Errorf("read NetworkPolicy %s: %w", c.policyKey(), err)
+	}
+	np.Annotations[v1alpha1.AnnotationOwner] = sb.OwnerAnnotation()
+	if !sb.HasOwnerReference(np.OwnerReferences) {
+		np.OwnerReferences = append(np.OwnerReferences, sb.OwnerReference())
+	}
+	if err := c.o.Client.Update(ctx, np); err != nil {
+		return fmt.Errorf("back-fill the owner of NetworkPolicy %s: %w", c.policyKey(), err)
+	}
+	rb := &networkingv1.NetworkPolicy{}
+	if err := c.o.Client.Get(ctx, c.policyKey(), rb); err != nil {
+		return fmt.Errorf("read back NetworkPolicy %s: %w", c.policyKey(), err)
+	}
+	if !sb.HasOwnerReference(rb.OwnerReferences) || rb.Annotations[v1alpha1.AnnotationOwner] != sb.OwnerAnnotation() {
+		return fmt.Errorf("NetworkPolicy %s lost its owner reference on read-back", c.policyKey())
+	}
+	st, err := c.o.Egress.Get(ctx, c.ns, c.id)
+	if err != nil {
+		return fmt.Errorf("verify the egress policy: %w", err)
+	}
+	if !st.NetworkReady {
+		return fmt.Errorf("egress policy not ready: %s", st.NotReadyReason)
+	}
+	return nil
+}
+
+func (c *creation) persistDesired(ctx context.Context, rules []v1alpha1.IngressRule) error {
+	if _, err := c.o.Ingress.SetDesired(ctx, c.ns, c.id, rules); err != nil {
+		return fmt.Errorf("persist the ingress desired state: %w", err)
+	}
+	c.wroteDesired = true
+	// The leader's reconciler may run the same cycle concurrently; a
+	// conflict on the allowlist's status is transient, and whichever cycle
+	// finishes decides.
+	var last string
+	for attempt := 0; attempt < 8; attempt++ {
+		if _, err := c.o.Ingress.Reconcile(ctx, c.ns, c.id); err != nil {
+			if !errors.Is(err, ingressallow.ErrTransient) {
+				return fmt.Errorf("apply the ingress allowlist: %w", err)
+			}
+			last = err.Error()
+			continue
+		}
+		st, err := c.o.Ingress.Get(ctx, c.ns, c.id)
+		if err != nil {
+			return fmt.Errorf("read the ingress state: %w", err)
+		}
+		switch st.VerificationState {
+		case v1alpha1.StateVerified:
+			if st.Ready {
+				return nil
+			}
+			last = "verified but not ready: " + st.NotReadyReason
+		case v1alpha1.StateVerifying, v1alpha1.StatePending:
+			last = st.VerificationState
+		default:
+			return fmt.Errorf("ingress allowlist not verified: %s %s", st.VerificationState, st.LastErrorCode)
+		}
+	}
+	return fmt.Errorf("ingress allowlist not verified: %s", last)
+}
+
+func (c *creation) setLifecycle(ctx context.Context, state string) error {
+	return c.o.setLifecycle(ctx, c.ns, c.id, state)
+}
+
+// setLifecycle merge-patches the lifecycle annotation of the BatchSandbox.
+func (o *Orchestrator) setLifecycle(ctx context.Context, ns, id, state string) error {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(sandbox.GVK)
+	u.SetNamespace(ns)
+	u.SetName(id)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.AnnotationLifecycle, state)
+	if err := o.Client.Patch(ctx, u, client.RawPatch("application/merge-patch+json", []byte(patch))); err != nil {
+		return fmt.Errorf("set lifecycle %s on BatchSandbox %s/%s: %w", state, ns, id, err)
+	}
+	return nil
+}
+
+// compensate undoes a failed create in the fail-closed order and records
+// the steps in ce.Cleanup. It returns true when the Ingress deletion could
+// not be confirmed (then nothing else is touched: the orphan scan
+// converges the rest).
+func (c *creation) compensate(ctx context.Context, ce *CreateError) (ingressPending bool) {
+	ctx = context.WithoutCancel(ctx)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	o := c.o
+	rec := func(s Step, err error) bool {
+		if err != nil {
+			ce.Cleanup = append(ce.Cleanup, string(s)+":unconfirmed")
+			ce.Reason += fmt.Sprintf("; cleanup %s: %s", s, err.Error())
+			return false
+		}
+		ce.Cleanup = append(ce.Cleanup, string(s))
+		return true
+	}
+	if c.wroteIngress {
+		err := o.fault(c.id, StepDeleteIngress)
+		if err == nil {
+			err = o.deleteIngress(ctx, c.ns, c.id)
+		}
+		if !rec(StepDeleteIngress, err) {
+			if c.wroteCR {
+				_ = o.setLifecycle(ctx, c.ns, c.id, StateCleanupFailed)
+			}
+			return true
+		}
+	}
+	if c.wroteDesired {
+		err := o.fault(c.id, StepDeleteDesired)
+		if err == nil {
+			err = deleteConfirm(ctx, o.Client, &v1alpha1.SandboxIngressAllowlist{ObjectMeta: metav1.ObjectMeta{Namespace: c.ns, Name: c.id}})
+		}
+		rec(StepDeleteDesired, err)
+	}
+	if c.wroteCR {
+		err := o.fault(c.id, StepDeleteBatchSandbox)
+		if err == nil {
+			err = deleteConfirm(ctx, o.Client, batchSandboxRef(c.ns, c.id))
+		}
+		rec(StepDeleteBatchSandbox, err)
+	}
+	if c.wrotePolicy {
+		err := o.fault(c.id, StepDeletePolicy)
+		if err == nil {
+			err = deleteConfirm(ctx, o.Client, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: c.ns, Name: egress.PolicyName(c.alloc)}})
+		}
+		rec(StepDeletePolicy, err)
+	}
+	return false
+}
+
+func batchSandboxRef(ns, id string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(sandbox.GVK)
+	u.SetNamespace(ns)
+	u.SetName(id)
+	return u
+}
+
+// deleteConfirm deletes obj (absent is fine) and reads it back to confirm
+// it is gone.
+func deleteConfirm(ctx context.Context, c client.Client, obj client.Object) error {
+	if err := c.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete %s: %w", client.ObjectKeyFromObject(obj), err)
+	}
+	err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("confirm deletion of %s: %w", client.ObjectKeyFromObject(obj), err)
+	default:
+		return fmt.Errorf("%s still exists after deletion", client.ObjectKeyFromObject(obj))
+	}
+}
+
+// deleteIngress deletes the managed Ingress of sandbox ns/id and confirms
+// it is gone. An Ingress of that name that is not corectl's (identity
+// labels differ) is never touched: ours is not there.
+func (o *Orchestrator) deleteIngress(ctx context.Context, ns, id string) error {
+	key := client.ObjectKey{Namespace: o.Cluster.Ingress.Namespace, Name: ingressallow.IngressName(id)}
+	cur := &networkingv1.Ingress{}
+	if err := o.Client.Get(ctx, key, cur); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("read Ingress %s: %w", key, err)
+	}
+	l := cur.Labels
+	if l[v1alpha1.LabelManagedBy] != v1alpha1.ManagedByValue || l[v1alpha1.LabelSandboxID] != id ||
+		l[v1alpha1.LabelSandboxNamespace] != ns || l[v1alpha1.LabelClusterID] != o.Cluster.ID {
+		return nil
+	}
+	return deleteConfirm(ctx, o.Client, cur)
+}
+
+// onForbidden handles a 403 from the fixed entry during readiness (spec
+// §5.2.2 IV): the probe source may have moved (NAT pool drift), so the
+// cache is dropped, the sources rediscovered, and the carrier rewritten
+// with them and verified. Without discovery or a carrier it does nothing.
+func (c *creation) onForbidden(ctx context.Context) error {
+	if c.o.Probe == nil || len(c.ingressSet) == 0 {
+		return nil
+	}
+	c.o.Probe.Invalidate()
+	p, err := c.o.Probe.Sources(ctx)
+	if err != nil {
+		return fmt.Errorf("rediscover the probe source: %w", err)
+	}
+	ing := &networkingv1.Ingress{}
+	if err := c.o.Client.Get(ctx, c.ingressKey(), ing); err != nil {
+		return fmt.Errorf("read Ingress %s: %w", c.ingressKey(), err)
+	}
+	sb, err := sandbox.Get(ctx, c.o.Client, c.ns, c.id, c.o.Cluster.AllocationLabelKey())
+	if err != nil {
+		return err
+	}
+	want := ingressallow.CarrierWithProbe(c.o.Cluster, sb, c.ingressSet, p)
+	for _, k := range []string{ingressallow.AnnotationWhitelist, ingressallow.AnnotationProbeSources} {
+		ing.Annotations[k] = want.Annotations[k]
+	}
+	if err := c.o.Client.Update(ctx, ing); err != nil {
+		return fmt.Errorf("rewrite Ingress %s: %w", c.ingressKey(), err)
+	}
+	rb := &networkingv1.Ingress{}
+	if err := c.o.Client.Get(ctx, c.ingressKey(), rb); err != nil {
+		return fmt.Errorf("read back Ingress %s: %w", c.ingressKey(), err)
+	}
+	if code, reason := ingressallow.CheckCarrier(c.o.Cluster, sb, rb, c.ingressSet); code != "" {
+		return fmt.Errorf("Ingress %s after rediscovery: %s: %s", c.ingressKey(), code, reason)
+	}
+	return nil
+}
+
+// readiness polls GET <fixedEntry>/<id>/44772/ping until it answers 200 or
+// the budget is spent (spec §4.2).
+func (o *Orchestrator) readiness(ctx context.Context, id string, onForbidden func(context.Context) error) error {
+	budget := o.ReadyBudget
+	if budget <= 0 {
+		budget = 60 * time.Second
+	}
+	interval := o.ReadyInterval
+	if interval <= 0 {
+		interval = 200 * time.Millisecond
+	}
+	hc := o.HTTP
+	if hc == nil {
+		hc = &http.Client{Timeout: 5 * time.Second}
+	}
+	ctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	url := strings.TrimRight(o.Cluster.FixedEntry, "/") + fmt.Sprintf("/%s/%d/ping", id, ExecdPort)
+	var last string
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		if h := o.Cluster.Ingress.Host; h != "" {
+			req.Host = h // the managed Ingress rules match this host
+		}
+		resp, err := hc.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = fmt.Sprintf("HTTP %d", resp.StatusCode)
+			if resp.StatusCode == http.StatusForbidden && onForbidden != nil {
+				if err := onForbidden(ctx); err != nil {
+					last += "; " + err.Error()
+				}
+			}
+		} else {
+			last = err.Error()
+		}
+		t := time.NewTimer(interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("GET /%s/%d/ping through the fixed entry did not answer 200 within %s (last: %s)", id, ExecdPort, budget, last)
+		case <-t.C:
+		}
+	}
+}
+
+// Info is what GET /sandboxes/{id} reports (spec §3.1, §4.4).
+type Info struct {
+	// SandboxID is the sandbox.
+	SandboxID string `json:"sandboxID"`
+	// TemplateID is the template it was created from ("" if unknown).
+	TemplateID string `json:"templateID"`
+	// ClientID is a constant for SDK compatibility.
+	ClientID string `json:"clientID"`
+	// EnvdVersion is the envd version reported to the SDKs.
+	EnvdVersion string `json:"envdVersion"`
+	// State is E2B's state field: "running" when Lifecycle is Ready,
+	// otherwise the lifecycle in lower case.
+	State string `json:"state"`
+	// Lifecycle is one of the State* constants.
+	Lifecycle string `json:"lifecycle"`
+	// StartedAt is the BatchSandbox creation time (RFC 3339).
+	StartedAt string `json:"startedAt"`
+	// Egress is the egress GET view (absent when it cannot be read).
+	Egress *egress.Status `json:"egress,omitempty"`
+	// Ingress is the ingress GET view (absent for an unrestricted sandbox).
+	Ingress *ingressallow.Status `json:"ingress,omitempty"`
+	// Endpoints is the business-port projection through the fixed entry.
+	Endpoints Endpoints `json:"endpoints"`
+}
+
+// Endpoints is the business-port entry projection (spec §4.4): URLs on
+// the cluster's fixed entry in URI mode.
+type Endpoints struct {
+	// BaseURL is <fixedEntry>/<id>.
+	BaseURL string `json:"baseURL"`
+	// URITemplate is <fixedEntry>/<id>/{port}/ ("{port}" literal).
+	URITemplate string `json:"uriTemplate"`
+	// NoVNC is port 6080.
+	NoVNC string `json:"noVNC"`
+	// CDP is port 9222.
+	CDP string `json:"cdp"`
+}
+
+// Status reads sandbox ns/id and derives its lifecycle state. Errors:
+// ErrNotFound, ErrUnavailable.
+func (o *Orchestrator) Status(ctx context.Context, ns, id string) (*Info, error) {
+	if sandbox.ValidateID(id) != nil {
+		return nil, ErrNotFound
+	}
+	u := batchSandboxRef(ns, id)
+	if err := o.Client.Get(ctx, client.ObjectKeyFromObject(u), u); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("%w: %s/%s", ErrNotFound, ns, id)
+		}
+		return nil, fmt.Errorf("%w: %s", ErrUnavailable, err.Error())
+	}
+	base := strings.TrimRight(o.Cluster.FixedEntry, "/") + "/" + id
+	info := &Info{SandboxID: id, TemplateID: u.GetAnnotations()[AnnotationTemplateID], ClientID: "sandgate",
+		EnvdVersion: o.EnvdVer(), StartedAt: u.GetCreationTimestamp().UTC().Format(time.RFC3339),
+		Endpoints: Endpoints{BaseURL: base, URITemplate: base + "/{port}/", NoVNC: base + "/6080/", CDP: base + "/9222/"}}
+	info.Lifecycle = o.derive(ctx, u, info)
+	info.State = strings.ToLower(info.Lifecycle)
+	if info.Lifecycle == StateReady {
+		info.State = "running"
+	}
+	return info, nil
+}
+
+// derive computes the lifecycle state (spec §5.3) and fills the network
+// views.
+func (o *Orchestrator) derive(ctx context.Context, u *unstructured.Unstructured, info *Info) string {
+	recorded := u.GetAnnotations()[v1alpha1.AnnotationLifecycle]
+	switch {
+	case u.GetDeletionTimestamp() != nil || recorded == StateDeleting:
+		return StateDeleting
+	case recorded == StateCleanupFailed:
+		return StateCleanupFailed
+	}
+	ns, id := u.GetNamespace(), u.GetName()
+	if st, err := o.Egress.Get(ctx, ns, id); err == nil {
+		info.Egress = st
+	}
+	al := &v1alpha1.SandboxIngressAllowlist{}
+	if err := o.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: id}, al); err == nil {
+		if st, err := o.Ingress.Get(ctx, ns, id); err == nil {
+			info.Ingress = st
+		}
+	}
+	if recorded == StateCreating || recorded == "" {
+		return StateCreating
+	}
+	ready, _, _ := unstructured.NestedInt64(u.Object, "status", "ready")
+	var eps []string
+	if v := u.GetAnnotations()[EndpointsAnnotation]; v != "" {
+		_ = json.Unmarshal([]byte(v), &eps)
+	}
+	if ready < 1 || len(eps) == 0 {
+		return StatePodUnavailable
+	}
+	for _, s := range []string{stateOfIngress(info.Ingress), stateOfEgress(info.Egress)} {
+		if s != "" {
+			return s
+		}
+	}
+	return StateReady
+}
+
+// EndpointsAnnotation is the BatchSandbox annotation OpenSandbox's
+// controller writes the pod IPs to, a JSON array (execd-wire.md §2.4).
+const EndpointsAnnotation = "sandbox.opensandbox.io/endpoints"
+
+func stateOfEgress(st *egress.Status) string {
+	switch {
+	case st == nil:
+		return StateIndeterminate
+	case st.NetworkReady:
+		return ""
+	case st.NotReadyReason == egress.ReasonPolicyConflict, st.VerificationState == egress.CodePolicyConflict:
+		return StatePolicyConflict
+	case st.VerificationState == v1alpha1.StateIndeterminate:
+		return StateIndeterminate
+	default:
+		return StateUnverifiedSpec
+	}
+}
+
+func stateOfIngress(st *ingressallow.Status) string {
+	switch {
+	case st == nil || st.Ready:
+		return ""
+	case st.VerificationState == v1alpha1.StateIndeterminate:
+		return StateIndeterminate
+	case st.VerificationState == v1alpha1.StateVerifying || st.VerificationState == v1alpha1.StatePending:
+		return ""
+	default:
+		return StateUnverifiedSpec
+	}
+}
+
+// Connect returns a new envd access token for sandbox ns/id when its
+// state is Ready (spec §5.3: Creating, PodUnavailable, UnverifiedSpec,
+// PolicyConflict, Indeterminate, Deleting and CleanupFailed are
+// ErrConflict; a missing sandbox ErrNotFound).
+func (o *Orchestrator) Connect(ctx context.Context, credentialID, ns, id string) (string, *Info, error) {
+	info, err := o.Status(ctx, ns, id)
+	if err != nil {
+		return "", nil, err
+	}
+	if info.Lifecycle != StateReady {
+		return "", info, fmt.Errorf("%w: sandbox %s is %s", ErrConflict, id, info.Lifecycle)
+	}
+	tok, err := o.mint(credentialID, id)
+	if err != nil {
+		return "", info, err
+	}
+	return tok, info, nil
+}
+
+// DeleteError is a Delete whose Ingress revocation could not be
+// confirmed: the sandbox is CleanupFailed and refuses access.
+type DeleteError struct {
+	// Reason says why.
+	Reason string
+}
+
+// Error implements error.
+func (e *DeleteError) Error() string { return CodeDeletePending + ": " + e.Reason }
+
+// Delete deletes sandbox ns/id in the fail-closed order (spec §5.2): mark
+// it Deleting (every network route and connect refuse it from then on),
+// delete the managed Ingress and confirm it is gone (else CleanupFailed
+// and a *DeleteError; the rule is never reopened), then the ingress
+// desired state, the egress policy and the BatchSandbox, each confirmed.
+// Errors: ErrNotFound, ErrUnavailable, *DeleteError.
+func (o *Orchestrator) Delete(ctx context.Context, ns, id string) error {
+	if sandbox.ValidateID(id) != nil {
+		return ErrNotFound
+	}
+	u := batchSandboxRef(ns, id)
+	if err := o.Client.Get(ctx, client.ObjectKeyFromObject(u), u); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("%w: %s/%s", ErrNotFound, ns, id)
+		}
+		return fmt.Errorf("%w: %s", ErrUnavailable, err.Error())
+	}
+	return o.deleteSandbox(ctx, u)
+}
+
+func (o *Orchestrator) deleteSandbox(ctx context.Context, u *unstructured.Unstructured) error {
+	ns, id := u.GetNamespace(), u.GetName()
+	if u.GetDeletionTimestamp() == nil {
+		if err := o.setLifecycle(ctx, ns, id, StateDeleting); err != nil {
+			return fmt.Errorf("%w: %s", ErrUnavailable, err.Error())
+		}
+	}
+	err := o.fault(id, StepDeleteIngress)
+	if err == nil {
+		err = o.deleteIngress(ctx, ns, id)
+	}
+	if err != nil {
+		_ = o.setLifecycle(ctx, ns, id, StateCleanupFailed)
+		return &DeleteError{Reason: err.Error()}
+	}
+	var errs []error
+	if err := deleteConfirm(ctx, o.Client, &v1alpha1.SandboxIngressAllowlist{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: id}}); err != nil {
+		errs = append(errs, err)
+	}
+	labels, _, _ := unstructured.NestedStringMap(u.Object, "spec", "template", "metadata", "labels")
+	if alloc := labels[o.Cluster.AllocationLabelKey()]; alloc != "" && sandbox.ValidateID(alloc) == nil {
+		np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: egress.PolicyName(alloc)}}
+		if err := o.Client.Get(ctx, client.ObjectKeyFromObject(np), np); err == nil && np.Labels[v1alpha1.LabelSandboxID] == id &&
+			np.Labels[v1alpha1.LabelManagedBy] == v1alpha1.ManagedByValue {
+			if err := deleteConfirm(ctx, o.Client, np); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := deleteConfirm(ctx, o.Client, batchSandboxRef(ns, id)); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		// The Ingress is gone; what is left is converged by the orphan
+		// scan and ownerReference GC.
+		return fmt.Errorf("%w: %s", ErrUnavailable, errors.Join(errs...).Error())
+	}
+	return nil
+}

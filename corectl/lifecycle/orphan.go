@@ -1,0 +1,142 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/sandbox"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// defaultOrphanGrace is Orchestrator.OrphanGrace's default.
+const defaultOrphanGrace = 5 * time.Minute
+
+// ScanReport is what one orphan scan did: the objects it deleted
+// ("<kind> <namespace>/<name>"), and the failures it will retry.
+type ScanReport struct {
+	// Deleted lists the removed leftovers.
+	Deleted []string
+	// Failed lists leftovers whose deletion failed, with the reason.
+	Failed []string
+}
+
+// Scan converges leftovers of this cluster (spec §4.1, §5.2, §5.2.2, §5.3),
+// only objects carrying corectl's managed-by and this cluster's label:
+//
+//   - a managed Ingress whose BatchSandbox does not exist, or does exist
+//     with lifecycle CleanupFailed (the sandbox's delete is then retried);
+//   - a managed NetworkPolicy whose BatchSandbox never appeared, or that
+//     has no owner reference to the current BatchSandbox;
+//   - probe-echo Ingresses (label v1alpha1.LabelProbeEcho);
+//   - CleanupFailed sandboxes: the delete orchestration is run again.
+//
+// Objects younger than OrphanGrace (default 5 min) are left alone, so a
+// create or a probe-source discovery in flight (on this or another
+// replica) is not undone.
+func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
+	rep := &ScanReport{}
+	grace := o.OrphanGrace
+	if grace <= 0 {
+		grace = defaultOrphanGrace
+	}
+	old := func(obj client.Object) bool {
+		return o.now().Sub(obj.GetCreationTimestamp().Time) >= grace
+	}
+	managed := client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelClusterID: o.Cluster.ID}
+	note := func(kind string, obj client.Object, err error) {
+		name := fmt.Sprintf("%s %s/%s", kind, obj.GetNamespace(), obj.GetName())
+		if err != nil {
+			rep.Failed = append(rep.Failed, name+": "+err.Error())
+			return
+		}
+		rep.Deleted = append(rep.Deleted, name)
+	}
+
+	// CleanupFailed sandboxes first: retrying their delete removes their
+	// Ingress in the fail-closed order.
+	var bsl unstructured.UnstructuredList
+	bsl.SetGroupVersionKind(sandbox.GVK.GroupVersion().WithKind("BatchSandboxList"))
+	if err := o.Client.List(ctx, &bsl, managed); err != nil {
+		return rep, fmt.Errorf("%w: list BatchSandboxes: %s", ErrUnavailable, err.Error())
+	}
+	for i := range bsl.Items {
+		u := &bsl.Items[i]
+		if u.GetAnnotations()[v1alpha1.AnnotationLifecycle] == StateCleanupFailed {
+			note("BatchSandbox", u, o.deleteSandbox(ctx, u))
+		}
+	}
+
+	var ings networkingv1.IngressList
+	if err := o.Client.List(ctx, &ings, client.InNamespace(o.Cluster.Ingress.Namespace), managed); err != nil {
+		return rep, fmt.Errorf("%w: list Ingresses: %s", ErrUnavailable, err.Error())
+	}
+	for i := range ings.Items {
+		ing := &ings.Items[i]
+		if _, echo := ing.Labels[v1alpha1.LabelProbeEcho]; echo {
+			if old(ing) {
+				note("Ingress", ing, deleteConfirm(ctx, o.Client, ing))
+			}
+			continue
+		}
+		if !old(ing) {
+			continue
+		}
+		ns, id := ing.Labels[v1alpha1.LabelSandboxNamespace], ing.Labels[v1alpha1.LabelSandboxID]
+		exists, err := o.crExists(ctx, ns, id)
+		if err != nil {
+			rep.Failed = append(rep.Failed, err.Error())
+			continue
+		}
+		if !exists {
+			note("Ingress", ing, deleteConfirm(ctx, o.Client, ing))
+		}
+	}
+
+	var nps networkingv1.NetworkPolicyList
+	if err := o.Client.List(ctx, &nps, managed); err != nil {
+		return rep, fmt.Errorf("%w: list NetworkPolicies: %s", ErrUnavailable, err.Error())
+	}
+	for i := range nps.Items {
+		np := &nps.Items[i]
+		if !old(np) {
+			continue
+		}
+		ns, id := np.Namespace, np.Labels[v1alpha1.LabelSandboxID]
+		sb, err := sandbox.Get(ctx, o.Client, ns, id, o.Cluster.AllocationLabelKey())
+		switch {
+		case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, sandbox.ErrInvalidID):
+			// The BatchSandbox never appeared (or is gone).
+		case errors.Is(err, sandbox.ErrDeleting):
+			continue // its delete removes the policy
+		case err != nil && !errors.Is(err, sandbox.ErrNoAllocation):
+			rep.Failed = append(rep.Failed, err.Error())
+			continue
+		case sb.HasOwnerReference(np.OwnerReferences):
+			continue
+		}
+		note("NetworkPolicy", np, deleteConfirm(ctx, o.Client, np))
+	}
+	return rep, nil
+}
+
+func (o *Orchestrator) crExists(ctx context.Context, ns, id string) (bool, error) {
+	if ns == "" || sandbox.ValidateID(id) != nil {
+		return false, nil
+	}
+	u := batchSandboxRef(ns, id)
+	err := o.Client.Get(ctx, client.ObjectKeyFromObject(u), u)
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err):
+		return false, nil
+	default:
+		return false, fmt.Errorf("read BatchSandbox %s/%s: %s", ns, id, err.Error())
+	}
+}
