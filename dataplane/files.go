@@ -88,6 +88,10 @@ func (h *Handler) filesRead(w http.ResponseWriter, r *http.Request, rq *request)
 	buf := make([]byte, 256<<10)
 	if _, err := io.CopyBuffer(w, resp.Body, buf); err != nil {
 		// The status is sent; a broken copy can only end the response early.
+		// The code only says, for metrics and logs, which side broke it.
+		if r.Context().Err() != nil {
+			return fail(CodeCanceled, "read "+p+": the client went away")
+		}
 		return fail(CodeSandboxUnreachable, "read "+p+": the download was cut off")
 	}
 	return nil
