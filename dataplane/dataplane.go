@@ -294,6 +294,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, sh, e)
 	}
 	h.finish(opName, rq, e, time.Since(start))
+	if tw.abort {
+		// The response was cut off after its header: abort it so the client
+		// sees a broken body, never a clean end (with chunked encoding a
+		// normal return would end a truncated download as if complete).
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // trackingWriter remembers whether the response was started, so an error
@@ -301,6 +307,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type trackingWriter struct {
 	http.ResponseWriter
 	wrote bool
+	abort bool
+}
+
+// abortResponse marks w's response to be aborted once the request is
+// finished (logged and counted).
+func abortResponse(w http.ResponseWriter) {
+	if t, ok := w.(*trackingWriter); ok {
+		t.abort = true
+	}
 }
 
 func (t *trackingWriter) WriteHeader(code int) {

@@ -19,7 +19,33 @@ import (
 // restUser reads the user of a /files call from the username query
 // parameter (e2b-wire.md §4.1).
 func (h *Handler) restUser(r *http.Request) (sdkUser, *Error) {
-	return h.lookupUser(r.URL.Query().Get("username"))
+	name, e := queryOne(r, "username")
+	if e != nil {
+		return sdkUser{}, e
+	}
+	return h.lookupUser(name)
+}
+
+// queryOne returns the query parameter name of a /files call; a repeated
+// one is ambiguous and refused, as envd's generated binding does.
+func queryOne(r *http.Request, name string) (string, *Error) {
+	v := r.URL.Query()[name]
+	if len(v) > 1 {
+		return "", fail(CodeBadRequest, "the "+name+" query parameter is repeated")
+	}
+	if len(v) == 0 {
+		return "", nil
+	}
+	return v[0], nil
+}
+
+// queryPathParam resolves the path query parameter of a /files call.
+func (h *Handler) queryPathParam(r *http.Request, u sdkUser) (string, *Error) {
+	p, e := queryOne(r, "path")
+	if e != nil {
+		return "", e
+	}
+	return h.resolvePath(p, u)
 }
 
 // downloadHeaders are the request headers passed to execd's download, so
@@ -38,7 +64,7 @@ func (h *Handler) filesRead(w http.ResponseWriter, r *http.Request, rq *request)
 	if e != nil {
 		return e
 	}
-	p, e := h.resolvePath(r.URL.Query().Get("path"), user)
+	p, e := h.queryPathParam(r, user)
 	if e != nil {
 		return e
 	}
@@ -87,8 +113,10 @@ func (h *Handler) filesRead(w http.ResponseWriter, r *http.Request, rq *request)
 	w.WriteHeader(resp.StatusCode)
 	buf := make([]byte, 256<<10)
 	if _, err := io.CopyBuffer(w, resp.Body, buf); err != nil {
-		// The status is sent; a broken copy can only end the response early.
-		// The code only says, for metrics and logs, which side broke it.
+		// The status is sent; a broken copy can only end the response early,
+		// and it must end as broken. The code only says, for metrics and
+		// logs, which side broke it.
+		abortResponse(w)
 		if r.Context().Err() != nil {
 			return fail(CodeCanceled, "read "+p+": the client went away")
 		}
@@ -106,7 +134,7 @@ func (h *Handler) filesDelete(w http.ResponseWriter, r *http.Request, rq *reques
 	if e != nil {
 		return e
 	}
-	p, e := h.resolvePath(r.URL.Query().Get("path"), user)
+	p, e := h.queryPathParam(r, user)
 	if e != nil {
 		return e
 	}
@@ -146,9 +174,12 @@ func (h *Handler) filesWrite(w http.ResponseWriter, r *http.Request, rq *request
 	if e != nil {
 		return e
 	}
-	q := r.URL.Query()
+	qp, e := queryOne(r, "path")
+	if e != nil {
+		return e
+	}
 	var queryTarget string
-	if qp := q.Get("path"); qp != "" {
+	if qp != "" {
 		if queryTarget, e = h.resolvePath(qp, user); e != nil {
 			return e
 		}

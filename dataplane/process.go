@@ -105,6 +105,11 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 	if err != nil {
 		return fail(CodeBadRequest, err.Error())
 	}
+	if hasNUL(req.Process.Cmd, req.Process.Args, req.Process.Envs) {
+		// No program can receive a NUL in its argv or environment; execd
+		// would fail it as an internal error.
+		return fail(CodeBadRequest, "process cmd, args and envs must not contain NUL bytes")
+	}
 	if len(req.PTY) > 0 && string(req.PTY) != "null" {
 		return fail(CodeUnsupportedOperation, "PTY processes are not supported by this gateway")
 	}
@@ -187,13 +192,22 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 			ka.Reset(keepalive)
 		case it := <-items:
 			if it.err != nil {
-				if errors.Is(it.err, execd.ErrStreamEnded) {
-					return streamErr(fail(CodeExecdProtocol, "execd closed the command stream before the command ended"))
-				}
-				if cmdID == "" && !sw.Started() {
+				var e *Error
+				switch {
+				case errors.Is(it.err, execd.ErrStreamEnded):
+					e = fail(CodeExecdProtocol, "execd closed the command stream before the command ended")
+				case cmdID == "" && !sw.Started():
 					return fromExecd(it.err, "start process")
+				default:
+					e = fromExecd(it.err, "process output")
 				}
-				return streamErr(fromExecd(it.err, "process output"))
+				streamErr(e)
+				if cmdID != "" {
+					// Nobody reads the command any more: stop it, as for a
+					// client that went away.
+					h.interrupt(r.Context(), rq.target, cmdID, items)
+				}
+				return e
 			}
 			ev := it.ev
 			switch {
@@ -231,6 +245,24 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 			}
 		}
 	}
+}
+
+// hasNUL reports whether a command word or environment entry holds a NUL.
+func hasNUL(cmd string, args []string, envs map[string]string) bool {
+	if strings.IndexByte(cmd, 0) >= 0 {
+		return true
+	}
+	for _, a := range args {
+		if strings.IndexByte(a, 0) >= 0 {
+			return true
+		}
+	}
+	for k, v := range envs {
+		if strings.IndexByte(k, 0) >= 0 || strings.IndexByte(v, 0) >= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (h *Handler) sendData(sw *connect.StreamWriter, stream string, b []byte) {

@@ -89,7 +89,8 @@ func (p *presence) ready(gen int64, gm bool) bool {
 // non-observe-only resume for a generation the node does not report
 // ready), ErrTooManyPending (nodeproto.MaxPendingRequests requests already
 // wait on the connection), ErrInvalidRequest (with the *nodeproto.Error),
-// ErrClosed. Otherwise the error is nil and the Result says what happened.
+// ErrClosed, and ctx's error when ctx ended before the request was written.
+// Otherwise the error is nil and the Result says what happened.
 // Core waits at most timeout_ms plus the response grace; a timeout, a
 // cancelled ctx, a disconnect or a failed write give OutcomeUnknown, and
 // the request is never sent again. A request whose wait ended stays
@@ -142,6 +143,13 @@ func (c *conn) dispatch(ctx context.Context, cfg *Config, req nodeproto.Request)
 	if c.isClosing() {
 		c.wmu.Unlock()
 		return nil, fmt.Errorf("%w: %s", ErrOffline, c.nodeID)
+	}
+	// A caller that is already gone (e.g. the API client hung up while the
+	// writer was busy) gets nothing sent: the node would perform an
+	// operation nobody waits for.
+	if err := ctx.Err(); err != nil {
+		c.wmu.Unlock()
+		return nil, fmt.Errorf("nodehub: the caller went away before the request was sent: %w", err)
 	}
 	c.pmu.Lock()
 	if len(c.pending) >= nodeproto.MaxPendingRequests {
