@@ -27,6 +27,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/cidr"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
+	"github.com/sandgate/sandgate/corectl/strictjson"
 	"github.com/sandgate/sandgate/corectl/template"
 )
 
@@ -109,11 +110,20 @@ type Initial struct {
 
 // Decode decodes the network object of a create request. Empty input or
 // JSON null means "not passed" (nil, nil). Unknown fields are ignored;
-// a field of the wrong JSON type is an *Error with CodeBadRequest.
+// a field of the wrong JSON type, a duplicate key (also two keys equal
+// under case folding) or nesting deeper than
+// strictjson.MaxDepth is an *Error with CodeBadRequest.
 func Decode(raw []byte) (*Request, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
+	}
+	// Duplicate keys (at any depth, also under case folding, since
+	// encoding/json matches fields case-insensitively) are refused: it
+	// keeps the last, so {"egress":[a],"egress":[]} would drop the
+	// caller's list.
+	if err := strictjson.CheckFold(raw); err != nil {
+		return nil, &Error{Code: CodeBadRequest, Message: "network: " + err.Error()}
 	}
 	var r Request
 	if err := json.Unmarshal(raw, &r); err != nil {

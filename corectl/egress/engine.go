@@ -125,6 +125,16 @@ func (e *Engine) Put(ctx context.Context, namespace, id string, set []string) (*
 		obj.ResourceVersion = pr.obj.ResourceVersion
 		werr = e.Client.Update(ctx, obj)
 	}
+	if werr != nil && pr.obj != nil && apierrors.IsConflict(werr) {
+		// The resourceVersion precondition refused the write: nothing of
+		// this PUT reached the object, which is now another writer's.
+		// Restoring our prior LKG over it would undo (and may widen) an
+		// update that writer has already verified and answered.
+		res := &Result{Outcome: OutcomeLKGRestored, Code: CodeConcurrentUpdate, PolicyName: name,
+			Message: "update failed, not written: another update changed the policy meanwhile: " + werr.Error()}
+		e.event(sb, corev1.EventTypeWarning, "EgressUpdateFailed", "Put", "egress policy %s: %s (%s)", name, res.Message, res.Code)
+		return res, nil
+	}
 	if werr != nil {
 		return e.rollback(ctx, sb, name, pr, "", failure{code: writeCode(werr), reason: "write the policy: " + werr.Error()}), nil
 	}
@@ -314,7 +324,12 @@ func (e *Engine) rollback(ctx context.Context, sb *sandbox.Sandbox, name string,
 			res.Outcome = OutcomeNewPolicyDeleted
 			res.Message = "update failed, new policy deleted: " + f.reason
 		}
-	} else if err := e.restore(ctx, sb, name, pr, f.code); err != nil {
+	} else if err := e.restore(ctx, sb, name, pr, written, f.code); errors.Is(err, errSuperseded) {
+		// Another writer verified a newer policy meanwhile: writing our
+		// prior LKG over it would undo an update already answered.
+		res.Outcome = OutcomeLKGRestored
+		res.Message = "update failed, not restored: another update verified the policy meanwhile: " + f.reason
+	} else if err != nil {
 		res.Outcome = OutcomeStateUncertain
 		res.Message = "update failed, state uncertain: " + f.reason + "; restoring the LKG: " + err.Error()
 	} else {
@@ -365,8 +380,15 @@ func (e *Engine) deleteNew(ctx context.Context, sb *sandbox.Sandbox, name, writt
 	return errors.New("the policy still exists after deletion")
 }
 
-// restore writes the prior LKG back and reads it back.
-func (e *Engine) restore(ctx context.Context, sb *sandbox.Sandbox, name string, pr prior, code string) error {
+// errSuperseded: restore found the policy verified by another writer
+// after this PUT's last write; it leaves it alone.
+var errSuperseded = errors.New("the policy was verified by another update meanwhile")
+
+// restore writes the prior LKG back and reads it back. written is the
+// resourceVersion of this PUT's last successful write ("" when none): a
+// policy at another version that is Verified with another LKG was
+// committed by a concurrent PUT and is not overwritten (errSuperseded).
+func (e *Engine) restore(ctx context.Context, sb *sandbox.Sandbox, name string, pr prior, written, code string) error {
 	key := client.ObjectKey{Namespace: sb.Namespace, Name: name}
 	state := v1alpha1.StateVerified
 	if code == CodePolicyConflict {
@@ -388,6 +410,10 @@ func (e *Engine) restore(ctx context.Context, sb *sandbox.Sandbox, name string, 
 	default:
 		if !e.ours(cur, sb) {
 			return fmt.Errorf("policy %s is no longer corectl's", name)
+		}
+		if cur.ResourceVersion != written && cur.Annotations[AnnotationVerificationState] == v1alpha1.StateVerified &&
+			cur.Annotations[AnnotationLastVerifiedSpec] != pr.lkgV {
+			return errSuperseded
 		}
 		cur.Spec = *pr.lkg.DeepCopy()
 		setRestored(cur, pr.lkgV, state, code)

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/createnet"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
+	"github.com/sandgate/sandgate/corectl/strictjson"
 	"github.com/sandgate/sandgate/corectl/template"
 )
 
@@ -71,6 +73,33 @@ type createRequest struct {
 	Network    json.RawMessage `json:"network"`
 }
 
+// decodeCreate reads templateID and network from a create body (empty:
+// neither). A key given twice is refused (encoding/json would keep the
+// last and drop, say, the caller's network object); the two members are
+// matched exactly, so a case variant such as "Network" is an ignored
+// unknown field rather than a second value for the same member.
+func decodeCreate(body []byte) (createRequest, error) {
+	var req createRequest
+	if len(body) == 0 {
+		return req, nil
+	}
+	bad := errors.New("the body is not a JSON object of the right shape")
+	if err := strictjson.Check(body); err != nil {
+		return req, fmt.Errorf("%s: %w", bad.Error(), err)
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil {
+		return req, bad
+	}
+	if v, ok := top["templateID"]; ok {
+		if err := json.Unmarshal(v, &req.TemplateID); err != nil {
+			return req, bad
+		}
+	}
+	req.Network = top["network"]
+	return req, nil
+}
+
 func (s *Server) lifecycleScope(w http.ResponseWriter, r *http.Request) (*ClusterHandle, string, string, bool) {
 	ch, cred, ok := s.scopeCredential(w, r)
 	if !ok {
@@ -93,12 +122,10 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
 	}
-	var req createRequest
-	if len(body) > 0 {
-		if err := json.Unmarshal(body, &req); err != nil {
-			s.fail(w, r, http.StatusBadRequest, CodeBadRequest, "the body is not a JSON object of the right shape")
-			return
-		}
+	req, err := decodeCreate(body)
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
+		return
 	}
 	if req.TemplateID == "" {
 		req.TemplateID = DefaultTemplateID

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/sandgate/sandgate/corectl/cidr"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -38,7 +39,7 @@ func Effective(u, p []string) []string {
 
 // ProbeSources returns the P a carrier records (AnnotationProbeSources);
 // nil when absent. An annotation that is not a JSON array of normalised
-// CIDRs is an error.
+// /32 CIDRs (discovery records single hosts only) is an error.
 func ProbeSources(ing *networkingv1.Ingress) ([]string, error) {
 	v, ok := ing.Annotations[AnnotationProbeSources]
 	if !ok || v == "" {
@@ -50,6 +51,14 @@ func ProbeSources(ing *networkingv1.Ingress) ([]string, error) {
 	}
 	if !cidr.IsNormalized(p) {
 		return nil, fmt.Errorf("%s is not a normalised CIDR set", AnnotationProbeSources)
+	}
+	// Discovery records single hosts only; a wider entry would let a hand
+	// edit of both annotations pass the read-back as "no drift" and hide
+	// a widened whitelist from GET.
+	for _, c := range p {
+		if !strings.HasSuffix(c, "/32") {
+			return nil, fmt.Errorf("%s holds %s, not a single host (/32)", AnnotationProbeSources, c)
+		}
 	}
 	return p, nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/egress"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -32,7 +33,9 @@ type ScanReport struct {
 //   - a managed Ingress whose BatchSandbox does not exist, or does exist
 //     with lifecycle CleanupFailed (the sandbox's delete is then retried);
 //   - a managed NetworkPolicy whose BatchSandbox never appeared, or that
-//     has no owner reference to the current BatchSandbox;
+//     has no owner reference to the current BatchSandbox and is not the
+//     policy of its current allocation (that one still confines the
+//     sandbox's pods and is kept);
 //   - probe-echo Ingresses (label v1alpha1.LabelProbeEcho);
 //   - CleanupFailed sandboxes: the delete orchestration is run again.
 //
@@ -118,6 +121,11 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 			rep.Failed = append(rep.Failed, err.Error())
 			continue
 		case sb.HasOwnerReference(np.OwnerReferences):
+			continue
+		case err == nil && np.Name == egress.PolicyName(sb.AllocationID):
+			// The live sandbox's current policy that lost its owner
+			// reference still selects its pods: deleting it would leave
+			// the sandbox's egress unrestricted. Keep it.
 			continue
 		}
 		note("NetworkPolicy", np, deleteConfirm(ctx, o.Client, np))

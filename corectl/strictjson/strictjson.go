@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // ErrInvalid wraps every error of Check.
@@ -22,10 +23,18 @@ const MaxDepth = 32
 // optional whitespace) with no duplicate keys in any object and at most
 // MaxDepth levels of nesting. The error wraps ErrInvalid and gives the
 // byte offset or the duplicated key.
-func Check(data []byte) error {
+func Check(data []byte) error { return check(data, false) }
+
+// CheckFold is Check that also refuses two keys of one object that are
+// equal under Unicode case folding ("egress" and "EGRESS"): encoding/json
+// matches struct fields case-insensitively and keeps the last, so a body
+// decoded into a struct would silently lose one of them.
+func CheckFold(data []byte) error { return check(data, true) }
+
+func check(data []byte, fold bool) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	if err := value(dec, 0); err != nil {
+	if err := value(dec, 0, fold); err != nil {
 		return err
 	}
 	if _, err := dec.Token(); err != io.EOF {
@@ -34,7 +43,7 @@ func Check(data []byte) error {
 	return nil
 }
 
-func value(dec *json.Decoder, depth int) error {
+func value(dec *json.Decoder, depth int, fold bool) error {
 	tok, err := dec.Token()
 	if err != nil {
 		return fmt.Errorf("%w: at offset %d: %s", ErrInvalid, dec.InputOffset(), syntaxText(err))
@@ -55,17 +64,20 @@ func value(dec *json.Decoder, depth int) error {
 				return fmt.Errorf("%w: at offset %d: %s", ErrInvalid, dec.InputOffset(), syntaxText(err))
 			}
 			k, _ := kt.(string)
+			if fold {
+				k = strings.ToLower(strings.ToUpper(k))
+			}
 			if seen[k] {
 				return fmt.Errorf("%w: duplicate key %q", ErrInvalid, k)
 			}
 			seen[k] = true
-			if err := value(dec, depth+1); err != nil {
+			if err := value(dec, depth+1, fold); err != nil {
 				return err
 			}
 		}
 	case '[':
 		for dec.More() {
-			if err := value(dec, depth+1); err != nil {
+			if err := value(dec, depth+1, fold); err != nil {
 				return err
 			}
 		}

@@ -1,0 +1,71 @@
+package lifecycle_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/corectl/egress"
+	networkingv1 "k8s.io/api/networking/v1"
+)
+
+// TestBreakOrphanScanKeepsTheLivePolicyWithoutOwnerRef: the egress policy
+// of a live sandbox's current allocation that lost its owner reference
+// (hand edit, restore from backup) still selects the sandbox's pods.
+// Deleting it would leave the sandbox with unrestricted egress; the scan
+// must leave it (it is not a leftover: its sandbox and allocation exist).
+func TestBreakOrphanScanKeepsTheLivePolicyWithoutOwnerRef(t *testing.T) {
+	w := start(t)
+	ctx := context.Background()
+	live := w.create(restricted)
+	name := policyOf(t, w.nsA, bs(w.nsA, live.SandboxID))
+	np := &networkingv1.NetworkPolicy{}
+	if err := get(np, w.nsA, name); err != nil {
+		t.Fatal(err)
+	}
+	np.OwnerReferences = nil
+	if err := env.Client.Update(ctx, np); err != nil {
+		t.Fatal(err)
+	}
+	w.orch.Now = func() time.Time { return time.Now().Add(time.Hour) }
+	rep, err := w.orch.Scan(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := get(&networkingv1.NetworkPolicy{}, w.nsA, name); err != nil {
+		t.Fatalf("the live sandbox's egress policy %s was removed by the scan (%+v): %v", name, rep, err)
+	}
+	var st egress.Status
+	if code, _ := w.do("GET", "/sandboxes/"+live.SandboxID+"/network", "key-a", "", &st); code != 200 || st.ConfiguredEgress == nil {
+		t.Fatalf("GET network after the scan: %d %+v", code, st)
+	}
+}
+
+// TestBreakCreateBodyDuplicateKeys: a create body with "network" twice
+// would keep only the last (encoding/json), dropping the caller's egress
+// allowlist for the template's defaults; it is refused as bad_request and
+// nothing is created. A case variant ("Network") is an ignored unknown
+// field, not a second network object.
+func TestBreakCreateBodyDuplicateKeys(t *testing.T) {
+	w := start(t)
+	for _, body := range []string{
+		`{"templateID":"base","network":{"egress":[{"cidr":"198.51.100.7"}]},"network":null}`,
+		`{"templateID":"base","network":{"egress":[{"cidr":"198.51.100.7"}],"egress":[]}}`,
+		`{"templateID":"base","network":{"egress":[{"cidr":"198.51.100.7"}],"EGRESS":[]}}`,
+	} {
+		var e struct{ Error, Message string }
+		if code, _ := w.do("POST", "/v2/sandboxes", "key-a", body, &e); code != 400 || e.Error != "bad_request" {
+			t.Fatalf("create %s: %d %s %s, want 400 bad_request", body, code, e.Error, e.Message)
+		}
+	}
+	var sb sandboxBody
+	body := `{"templateID":"base","network":{"egress":[{"cidr":"198.51.100.7"}]},"Network":null,"TemplateID":"other"}`
+	if code, _ := w.do("POST", "/v2/sandboxes", "key-a", body, &sb); code != 201 || sb.TemplateID != "base" {
+		t.Fatalf("create %s: %d, template %q", body, code, sb.TemplateID)
+	}
+	var st egress.Status
+	if code, raw := w.do("GET", "/sandboxes/"+sb.SandboxID+"/network", "key-a", "", &st); code != 200 || st.ConfiguredEgress == nil ||
+		len(*st.ConfiguredEgress) != 1 || (*st.ConfiguredEgress)[0].CIDR != "198.51.100.7/32" {
+		t.Fatalf("egress after create: %d %s", code, raw)
+	}
+}
