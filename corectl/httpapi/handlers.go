@@ -66,14 +66,8 @@ func (s *Server) putEgress(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	body, err := readBody(r, egress.MaxRequestSize)
-	if err != nil {
-		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
-		return
-	}
-	set, err := egress.DecodeRequest(body)
-	if err != nil {
-		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
+	set, ok := decodeBody(s, w, r, egress.MaxRequestSize, egress.DecodeRequest)
+	if !ok {
 		return
 	}
 	ctx, cancel := requestContext(r)
@@ -126,14 +120,8 @@ func (s *Server) putIngress(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	body, err := readBody(r, ingressallow.MaxRequestSize)
-	if err != nil {
-		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
-		return
-	}
-	rules, err := ingressallow.DecodeRequest(body)
-	if err != nil {
-		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
+	rules, ok := decodeBody(s, w, r, ingressallow.MaxRequestSize, ingressallow.DecodeRequest)
+	if !ok {
 		return
 	}
 	ctx, cancel := requestContext(r)
@@ -251,14 +239,8 @@ func (s *Server) putTemplate(w http.ResponseWriter, r *http.Request) {
 		s.templateError(w, r, err)
 		return
 	}
-	body, err := readBody(r, template.MaxRequestSize)
-	if err != nil {
-		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
-		return
-	}
-	n, err := template.DecodeRequest(body)
-	if err != nil {
-		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
+	n, ok := decodeBody(s, w, r, template.MaxRequestSize, template.DecodeRequest)
+	if !ok {
 		return
 	}
 	ctx, cancel := requestContext(r)

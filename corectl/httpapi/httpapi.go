@@ -188,6 +188,22 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	return b, nil
 }
 
+// decodeBody reads a request body of at most limit bytes and decodes it
+// with decode; on either failure it writes 400 bad_request and returns
+// false.
+func decodeBody[T any](s *Server, w http.ResponseWriter, r *http.Request, limit int64, decode func([]byte) (T, error)) (T, bool) {
+	var v T
+	body, err := readBody(r, limit)
+	if err == nil {
+		v, err = decode(body)
+	}
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
+		return v, false
+	}
+	return v, true
+}
+
 // scope authenticates a sandbox route and returns the caller's cluster
 // handle and namespace, or writes the error and returns false.
 func (s *Server) scope(w http.ResponseWriter, r *http.Request) (*ClusterHandle, string, bool) {
