@@ -418,84 +418,26 @@ func TestGetStatesAreStableAndReadOnly(t *testing.T) {
 	}
 }
 
-// step names one apiserver call of a PUT to fail.
-type step struct {
-	verb string // get, create, update, delete, list
-	kind string // "np" or "pod"
-	n    int    // 1-based occurrence among calls of this verb and kind
-	// mutate, for get: instead of failing, alter what is read back.
-	mutate bool
-}
+// step names one apiserver call of a PUT to fail ("np" NetworkPolicies,
+// "pod" pod lists); with Mutate a get reads back a widened policy.
+type step = kubetest.Fault
 
 // faulty wraps the envtest client and fails (or alters) the steps given.
 func faulty(steps ...step) client.Client {
-	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		panic(err)
-	}
-	var mu sync.Mutex
-	counts := map[string]int{}
-	hit := func(verb string, obj any) (bool, bool) {
-		kind := ""
+	kindOf := func(obj any) string {
 		switch obj.(type) {
 		case *networkingv1.NetworkPolicy, *networkingv1.NetworkPolicyList:
-			kind = "np"
+			return "np"
 		case *corev1.PodList:
-			kind = "pod"
-		default:
-			return false, false
+			return "pod"
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		counts[verb+kind]++
-		for _, s := range steps {
-			if s.verb == verb && s.kind == kind && s.n == counts[verb+kind] {
-				return true, s.mutate
-			}
-		}
-		return false, false
+		return ""
 	}
-	injected := apierrors.NewServiceUnavailable("injected fault")
-	return interceptor.NewClient(wc, interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			fail, mutate := hit("get", obj)
-			if fail && !mutate {
-				return injected
-			}
-			if err := c.Get(ctx, key, obj, opts...); err != nil {
-				return err
-			}
-			if mutate {
-				np := obj.(*networkingv1.NetworkPolicy)
-				np.Spec.Egress = append(np.Spec.Egress, networkingv1.NetworkPolicyEgressRule{})
-			}
-			return nil
-		},
-		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
-			if fail, _ := hit("list", list); fail {
-				return injected
-			}
-			return c.List(ctx, list, opts...)
-		},
-		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-			if fail, _ := hit("create", obj); fail {
-				return injected
-			}
-			return c.Create(ctx, obj, opts...)
-		},
-		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-			if fail, _ := hit("update", obj); fail {
-				return injected
-			}
-			return c.Update(ctx, obj, opts...)
-		},
-		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
-			if fail, _ := hit("delete", obj); fail {
-				return injected
-			}
-			return c.Delete(ctx, obj, opts...)
-		},
-	})
+	widen := func(obj client.Object) {
+		np := obj.(*networkingv1.NetworkPolicy)
+		np.Spec.Egress = append(np.Spec.Egress, networkingv1.NetworkPolicyEgressRule{})
+	}
+	return env.FaultyClient(kindOf, widen, steps...)
 }
 
 // TestInjectedFailuresRollBackAndNeverWiden fails every apiserver call of a
@@ -513,18 +455,18 @@ func TestInjectedFailuresRollBackAndNeverWiden(t *testing.T) {
 		outcome Outcome
 		code    string
 	}{
-		{"write", []step{{verb: "update", kind: "np", n: 1}}, OutcomeLKGRestored, CodeWriteFailed},
-		{"read back", []step{{verb: "get", kind: "np", n: 2}}, OutcomeLKGRestored, CodeReadFailed},
-		{"read back differs", []step{{verb: "get", kind: "np", n: 2, mutate: true}}, OutcomeLKGRestored, CodeReadBackMismatch},
-		{"list pods", []step{{verb: "list", kind: "pod", n: 1}}, OutcomeLKGRestored, CodeReadFailed},
-		{"list policies", []step{{verb: "list", kind: "np", n: 1}}, OutcomeLKGRestored, CodeReadFailed},
-		{"commit", []step{{verb: "update", kind: "np", n: 2}}, OutcomeLKGRestored, CodeWriteFailed},
-		{"final read back", []step{{verb: "get", kind: "np", n: 3}}, OutcomeLKGRestored, CodeReadFailed},
-		{"final read back differs", []step{{verb: "get", kind: "np", n: 3, mutate: true}}, OutcomeLKGRestored, CodeReadBackMismatch},
-		{"commit and restore write", []step{{verb: "update", kind: "np", n: 2}, {verb: "update", kind: "np", n: 3}}, OutcomeStateUncertain, CodeWriteFailed},
-		{"commit and restore read", []step{{verb: "update", kind: "np", n: 2}, {verb: "get", kind: "np", n: 3}}, OutcomeStateUncertain, CodeWriteFailed},
-		{"commit and restore read back", []step{{verb: "update", kind: "np", n: 2}, {verb: "get", kind: "np", n: 4}}, OutcomeStateUncertain, CodeWriteFailed},
-		{"read back and restore read back differs", []step{{verb: "get", kind: "np", n: 2}, {verb: "get", kind: "np", n: 4, mutate: true}}, OutcomeStateUncertain, CodeReadFailed},
+		{"write", []step{{Verb: "update", Kind: "np", N: 1}}, OutcomeLKGRestored, CodeWriteFailed},
+		{"read back", []step{{Verb: "get", Kind: "np", N: 2}}, OutcomeLKGRestored, CodeReadFailed},
+		{"read back differs", []step{{Verb: "get", Kind: "np", N: 2, Mutate: true}}, OutcomeLKGRestored, CodeReadBackMismatch},
+		{"list pods", []step{{Verb: "list", Kind: "pod", N: 1}}, OutcomeLKGRestored, CodeReadFailed},
+		{"list policies", []step{{Verb: "list", Kind: "np", N: 1}}, OutcomeLKGRestored, CodeReadFailed},
+		{"commit", []step{{Verb: "update", Kind: "np", N: 2}}, OutcomeLKGRestored, CodeWriteFailed},
+		{"final read back", []step{{Verb: "get", Kind: "np", N: 3}}, OutcomeLKGRestored, CodeReadFailed},
+		{"final read back differs", []step{{Verb: "get", Kind: "np", N: 3, Mutate: true}}, OutcomeLKGRestored, CodeReadBackMismatch},
+		{"commit and restore write", []step{{Verb: "update", Kind: "np", N: 2}, {Verb: "update", Kind: "np", N: 3}}, OutcomeStateUncertain, CodeWriteFailed},
+		{"commit and restore read", []step{{Verb: "update", Kind: "np", N: 2}, {Verb: "get", Kind: "np", N: 3}}, OutcomeStateUncertain, CodeWriteFailed},
+		{"commit and restore read back", []step{{Verb: "update", Kind: "np", N: 2}, {Verb: "get", Kind: "np", N: 4}}, OutcomeStateUncertain, CodeWriteFailed},
+		{"read back and restore read back differs", []step{{Verb: "get", Kind: "np", N: 2}, {Verb: "get", Kind: "np", N: 4, Mutate: true}}, OutcomeStateUncertain, CodeReadFailed},
 	}
 	for _, tc := range withLKG {
 		t.Run("with LKG/"+tc.name, func(t *testing.T) {
@@ -566,13 +508,13 @@ func TestInjectedFailuresRollBackAndNeverWiden(t *testing.T) {
 		outcome Outcome
 		code    string
 	}{
-		{"create", []step{{verb: "create", kind: "np", n: 1}}, OutcomeNewPolicyDeleted, CodeWriteFailed},
-		{"read back", []step{{verb: "get", kind: "np", n: 2}}, OutcomeNewPolicyDeleted, CodeReadFailed},
-		{"list policies", []step{{verb: "list", kind: "np", n: 1}}, OutcomeNewPolicyDeleted, CodeReadFailed},
-		{"commit", []step{{verb: "update", kind: "np", n: 1}}, OutcomeNewPolicyDeleted, CodeWriteFailed},
-		{"final read back differs", []step{{verb: "get", kind: "np", n: 3, mutate: true}}, OutcomeNewPolicyDeleted, CodeReadBackMismatch},
-		{"read back and delete", []step{{verb: "get", kind: "np", n: 2}, {verb: "delete", kind: "np", n: 1}}, OutcomeStateUncertain, CodeReadFailed},
-		{"read back and confirm", []step{{verb: "get", kind: "np", n: 2}, {verb: "get", kind: "np", n: 4}}, OutcomeStateUncertain, CodeReadFailed},
+		{"create", []step{{Verb: "create", Kind: "np", N: 1}}, OutcomeNewPolicyDeleted, CodeWriteFailed},
+		{"read back", []step{{Verb: "get", Kind: "np", N: 2}}, OutcomeNewPolicyDeleted, CodeReadFailed},
+		{"list policies", []step{{Verb: "list", Kind: "np", N: 1}}, OutcomeNewPolicyDeleted, CodeReadFailed},
+		{"commit", []step{{Verb: "update", Kind: "np", N: 1}}, OutcomeNewPolicyDeleted, CodeWriteFailed},
+		{"final read back differs", []step{{Verb: "get", Kind: "np", N: 3, Mutate: true}}, OutcomeNewPolicyDeleted, CodeReadBackMismatch},
+		{"read back and delete", []step{{Verb: "get", Kind: "np", N: 2}, {Verb: "delete", Kind: "np", N: 1}}, OutcomeStateUncertain, CodeReadFailed},
+		{"read back and confirm", []step{{Verb: "get", Kind: "np", N: 2}, {Verb: "get", Kind: "np", N: 4}}, OutcomeStateUncertain, CodeReadFailed},
 	}
 	for _, tc := range first {
 		t.Run("first/"+tc.name, func(t *testing.T) {

@@ -357,88 +357,27 @@ func TestMissingSandbox(t *testing.T) {
 	}
 }
 
-// faulty wraps the envtest client and fails the n-th call of verb on
-// Ingresses ("ing") or on the allowlist status ("status").
-type fault struct {
-	verb, kind string
-	n          int
-	mutate     bool
-}
+// fault names one apiserver call of a cycle to fail: on Ingresses ("ing")
+// or the allowlist ("al", its status updates as verb "status"); with
+// Mutate a get reads back a widened whitelist.
+type fault = kubetest.Fault
 
+// faulty wraps the envtest client and fails (or alters) the calls given.
 func faulty(faults ...fault) client.Client {
-	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		panic(err)
-	}
-	var mu sync.Mutex
-	counts := map[string]int{}
-	hit := func(verb string, obj any) (bool, bool) {
-		kind := ""
+	kindOf := func(obj any) string {
 		switch obj.(type) {
 		case *networkingv1.Ingress, *networkingv1.IngressList:
-			kind = "ing"
+			return "ing"
 		case *v1alpha1.SandboxIngressAllowlist:
-			kind = "al"
-		default:
-			return false, false
+			return "al"
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		counts[verb+kind]++
-		for _, f := range faults {
-			if f.verb == verb && f.kind == kind && f.n == counts[verb+kind] {
-				return true, f.mutate
-			}
-		}
-		return false, false
+		return ""
 	}
-	boom := apierrors.NewServiceUnavailable("injected fault")
-	return interceptor.NewClient(wc, interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			fail, mutate := hit("get", obj)
-			if fail && !mutate {
-				return boom
-			}
-			if err := c.Get(ctx, key, obj, opts...); err != nil {
-				return err
-			}
-			if mutate {
-				ing := obj.(*networkingv1.Ingress)
-				ing.Annotations[AnnotationWhitelist] += ",0.0.0.0/0"
-			}
-			return nil
-		},
-		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
-			if fail, _ := hit("list", list); fail {
-				return boom
-			}
-			return c.List(ctx, list, opts...)
-		},
-		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-			if fail, _ := hit("create", obj); fail {
-				return boom
-			}
-			return c.Create(ctx, obj, opts...)
-		},
-		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-			if fail, _ := hit("update", obj); fail {
-				return boom
-			}
-			return c.Update(ctx, obj, opts...)
-		},
-		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
-			if fail, _ := hit("delete", obj); fail {
-				return boom
-			}
-			return c.Delete(ctx, obj, opts...)
-		},
-		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-			if fail, _ := hit("status", obj); fail {
-				return boom
-			}
-			return c.SubResource(sub).Update(ctx, obj, opts...)
-		},
-	})
+	widen := func(obj client.Object) {
+		ing := obj.(*networkingv1.Ingress)
+		ing.Annotations[AnnotationWhitelist] += ",0.0.0.0/0"
+	}
+	return env.FaultyClient(kindOf, widen, faults...)
 }
 
 // TestInjectedFailuresKeepTheLKGAndNeverWiden fails each apiserver call
@@ -456,12 +395,12 @@ func TestInjectedFailuresKeepTheLKGAndNeverWiden(t *testing.T) {
 		outcome Outcome
 		code    string
 	}{
-		{"write", []fault{{"update", "ing", 1, false}}, OutcomeLKGRestored, CodeWriteFailed},
-		{"read back", []fault{{"get", "ing", 2, false}}, OutcomeLKGRestored, CodeReadFailed},
-		{"read back differs", []fault{{"get", "ing", 2, true}}, OutcomeLKGRestored, CodeAllowlistMismatch},
-		{"list", []fault{{"list", "ing", 1, false}}, OutcomeLKGRestored, CodeReadFailed},
-		{"write and restore", []fault{{"update", "ing", 1, false}, {"update", "ing", 2, false}}, OutcomeStateUncertain, CodeWriteFailed},
-		{"read back and restore read back", []fault{{"get", "ing", 2, false}, {"get", "ing", 4, true}}, OutcomeStateUncertain, CodeReadFailed},
+		{"write", []fault{{Verb: "update", Kind: "ing", N: 1}}, OutcomeLKGRestored, CodeWriteFailed},
+		{"read back", []fault{{Verb: "get", Kind: "ing", N: 2}}, OutcomeLKGRestored, CodeReadFailed},
+		{"read back differs", []fault{{Verb: "get", Kind: "ing", N: 2, Mutate: true}}, OutcomeLKGRestored, CodeAllowlistMismatch},
+		{"list", []fault{{Verb: "list", Kind: "ing", N: 1}}, OutcomeLKGRestored, CodeReadFailed},
+		{"write and restore", []fault{{Verb: "update", Kind: "ing", N: 1}, {Verb: "update", Kind: "ing", N: 2}}, OutcomeStateUncertain, CodeWriteFailed},
+		{"read back and restore read back", []fault{{Verb: "get", Kind: "ing", N: 2}, {Verb: "get", Kind: "ing", N: 4, Mutate: true}}, OutcomeStateUncertain, CodeReadFailed},
 	} {
 		t.Run("with LKG/"+tc.name, func(t *testing.T) {
 			f := newFixture(t)
@@ -504,10 +443,10 @@ func TestInjectedFailuresKeepTheLKGAndNeverWiden(t *testing.T) {
 		outcome Outcome
 		code    string
 	}{
-		{"create", []fault{{"create", "ing", 1, false}}, OutcomeCarrierDeleted, CodeWriteFailed},
-		{"read back differs", []fault{{"get", "ing", 2, true}}, OutcomeCarrierDeleted, CodeAllowlistMismatch},
-		{"list", []fault{{"list", "ing", 1, false}}, OutcomeCarrierDeleted, CodeReadFailed},
-		{"list and delete", []fault{{"list", "ing", 1, false}, {"delete", "ing", 1, false}}, OutcomeStateUncertain, CodeReadFailed},
+		{"create", []fault{{Verb: "create", Kind: "ing", N: 1}}, OutcomeCarrierDeleted, CodeWriteFailed},
+		{"read back differs", []fault{{Verb: "get", Kind: "ing", N: 2, Mutate: true}}, OutcomeCarrierDeleted, CodeAllowlistMismatch},
+		{"list", []fault{{Verb: "list", Kind: "ing", N: 1}}, OutcomeCarrierDeleted, CodeReadFailed},
+		{"list and delete", []fault{{Verb: "list", Kind: "ing", N: 1}, {Verb: "delete", Kind: "ing", N: 1}}, OutcomeStateUncertain, CodeReadFailed},
 	} {
 		t.Run("first/"+tc.name, func(t *testing.T) {
 			f := newFixture(t)
@@ -529,7 +468,7 @@ func TestInjectedFailuresKeepTheLKGAndNeverWiden(t *testing.T) {
 	t.Run("status write fails before anything is written", func(t *testing.T) {
 		f := newFixture(t)
 		f.set(t, "10.0.0.0/8")
-		f.eng.Client = faulty(fault{"status", "al", 1, false})
+		f.eng.Client = faulty(fault{Verb: "status", Kind: "al", N: 1})
 		if _, err := f.eng.Reconcile(ctx, f.ns, "sbx"); !errors.Is(err, ErrTransient) {
 			t.Fatalf("Reconcile = %v, want ErrTransient", err)
 		}
