@@ -673,12 +673,22 @@ func (r *Retention) validate() error {
 	); err != nil {
 		return err
 	}
-	for i, e := range r.Entries {
-		if err := validateEntry(i, e.Generation, e.SpecificationDigest); err != nil {
+	return validateEntries(len(r.Entries), func(i int) (int64, string) {
+		return r.Entries[i].Generation, r.Entries[i].SpecificationDigest
+	})
+}
+
+// validateEntries checks the n entries of a retention or retention_ack,
+// read through at: each a positive generation with a digest, one entry
+// per generation.
+func validateEntries(n int, at func(i int) (int64, string)) error {
+	for i := range n {
+		gen, digest := at(i)
+		if err := validateEntry(i, gen, digest); err != nil {
 			return err
 		}
 		for j := range i {
-			if r.Entries[j].Generation == e.Generation {
+			if g, _ := at(j); g == gen {
 				return entryErr(i, "generation", "one entry per generation")
 			}
 		}
@@ -704,17 +714,9 @@ func (a *RetentionAck) validate() error {
 	); err != nil {
 		return err
 	}
-	for i, e := range a.Entries {
-		if err := validateEntry(i, e.Generation, e.SpecificationDigest); err != nil {
-			return err
-		}
-		for j := range i {
-			if a.Entries[j].Generation == e.Generation {
-				return entryErr(i, "generation", "one entry per generation")
-			}
-		}
-	}
-	return nil
+	return validateEntries(len(a.Entries), func(i int) (int64, string) {
+		return a.Entries[i].Generation, a.Entries[i].SpecificationDigest
+	})
 }
 
 // Answers reports whether a answers the pending retention r exactly: the
