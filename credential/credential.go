@@ -136,3 +136,18 @@ func answer(c Credential) (Credential, error) {
 	}
 	return c, nil
 }
+
+// Static is a Source over a fixed in-memory set of credentials, keyed by
+// ID: for embedding sandgate with credentials it already holds, and for
+// tests. It answers as File does: ErrNotFound for an unknown ID, ErrDisabled
+// (with the credential) for a disabled one; never ErrUnavailable.
+type Static map[string]Credential
+
+// Lookup implements Source; ctx is not used.
+func (s Static) Lookup(_ context.Context, id string) (Credential, error) {
+	c, ok := s[id]
+	if !ok {
+		return Credential{}, fmt.Errorf("%w: credential %q", ErrNotFound, id)
+	}
+	return answer(c)
+}

@@ -9,19 +9,6 @@ import (
 	"github.com/sandgate/sandgate/credential"
 )
 
-type src map[string]credential.Credential
-
-func (s src) Lookup(_ context.Context, id string) (credential.Credential, error) {
-	c, ok := s[id]
-	switch {
-	case !ok:
-		return credential.Credential{}, credential.ErrNotFound
-	case !c.Enabled:
-		return c, credential.ErrDisabled
-	}
-	return c, nil
-}
-
 func file(entries ...string) []byte {
 	return []byte("keys:\n" + strings.Join(entries, "\n") + "\n")
 }
@@ -45,7 +32,7 @@ func TestParseAndLookup(t *testing.T) {
 		t.Fatalf("unknown key: %v", err)
 	}
 	ctx := context.Background()
-	s := src{"cred-a": {ID: "cred-a", Enabled: true, ClusterID: "c1", ProjectNamespace: "ns"}}
+	s := credential.Static{"cred-a": {ID: "cred-a", Enabled: true, ClusterID: "c1", ProjectNamespace: "ns"}}
 	p, err := Authenticate(ctx, k, s, "secret-a", true)
 	if err != nil || p.Credential.ProjectNamespace != "ns" {
 		t.Fatalf("Authenticate = %+v, %v", p, err)

@@ -43,16 +43,6 @@ func TestMain(m *testing.M) {
 
 var ctx = context.Background()
 
-type creds map[string]credential.Credential
-
-func (c creds) Lookup(_ context.Context, id string) (credential.Credential, error) {
-	cr, ok := c[id]
-	if !ok {
-		return credential.Credential{}, credential.ErrNotFound
-	}
-	return cr, nil
-}
-
 // setup is one cluster ID backed by envtest, a project namespace with
 // BatchSandbox "sbx", a lease namespace and an API key "key" for it.
 type setup struct {
@@ -60,7 +50,7 @@ type setup struct {
 	ns, leaseNS string
 	cfg         *cluster.Config
 	keys        *apikey.Keys
-	src         creds
+	src         credential.Static
 }
 
 // setups numbers cluster IDs: every setup gets its own, so a daemon never
@@ -80,7 +70,7 @@ func newSetup(t *testing.T, clusterID string) *setup {
 	}
 	return &setup{id: clusterID, ns: ns, leaseNS: leaseNS, keys: keys,
 		cfg: &cluster.Config{Clusters: []cluster.Cluster{c}, Templates: cluster.TemplateStore{ClusterID: clusterID, Namespace: ns}},
-		src: creds{"cred": {ID: "cred", Enabled: true, ClusterID: clusterID, ProjectNamespace: ns}}}
+		src: credential.Static{"cred": {ID: "cred", Enabled: true, ClusterID: clusterID, ProjectNamespace: ns}}}
 }
 
 // replica is a running daemon.

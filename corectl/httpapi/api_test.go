@@ -39,20 +39,6 @@ func TestMain(m *testing.M) {
 	kubetest.Main(m, &env)
 }
 
-// creds is an in-memory credential.Source.
-type creds map[string]credential.Credential
-
-func (c creds) Lookup(_ context.Context, id string) (credential.Credential, error) {
-	cr, ok := c[id]
-	if !ok {
-		return credential.Credential{}, credential.ErrNotFound
-	}
-	if !cr.Enabled {
-		return cr, credential.ErrDisabled
-	}
-	return cr, nil
-}
-
 // api is a running daemon with keys:
 //
 //	key-a → credential a (a fresh cluster ID, namespace nsA)
@@ -90,7 +76,7 @@ func start(t *testing.T) *api {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := creds{
+	src := credential.Static{
 		"a":    {ID: "a", Enabled: true, ProjectNamespace: nsA, ClusterID: id},
 		"b":    {ID: "b", Enabled: true, ProjectNamespace: nsB, ClusterID: id},
 		"off":  {ID: "off", Enabled: false, ProjectNamespace: nsA, ClusterID: id},

@@ -52,17 +52,6 @@ func TestMain(m *testing.M) {
 	kubetest.Main(m, &env)
 }
 
-// creds is an in-memory credential.Source.
-type creds map[string]credential.Credential
-
-func (c creds) Lookup(_ context.Context, id string) (credential.Credential, error) {
-	cr, ok := c[id]
-	if !ok {
-		return credential.Credential{}, credential.ErrNotFound
-	}
-	return cr, nil
-}
-
 var clusters atomic.Int64
 
 // world is corectl (the daemon, over HTTP) in front of the real apiserver,
@@ -157,7 +146,7 @@ func startWith(t *testing.T, cfg *rest.Config, probe bool) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := creds{
+	src := credential.Static{
 		"a": {ID: "a", Enabled: true, ProjectNamespace: w.nsA, ClusterID: id},
 		"b": {ID: "b", Enabled: true, ProjectNamespace: w.nsB, ClusterID: id},
 	}
