@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/cluster"
@@ -41,6 +42,45 @@ type Engine struct {
 	// error fails the cycle closed with CodeProbeSourceUnknown. nil writes
 	// the user set alone.
 	Probe func(ctx context.Context) ([]string, error)
+
+	locksMu sync.Mutex
+	locks   map[string]*sandboxLock
+}
+
+// sandboxLock serialises the cycles and the removal of one sandbox's
+// carrier; refs counts its holders and waiters.
+type sandboxLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// Lock serialises work on sandbox namespace/id's carrier within this
+// process: Reconcile holds it for a whole cycle, and a caller that removes
+// the carrier and the desired state (create compensation, delete) holds it
+// across both, so no cycle that read the desired state before the removal
+// can write the carrier again after it. It returns the unlock function.
+func (e *Engine) Lock(namespace, id string) (unlock func()) {
+	key := namespace + "/" + id
+	e.locksMu.Lock()
+	if e.locks == nil {
+		e.locks = map[string]*sandboxLock{}
+	}
+	l := e.locks[key]
+	if l == nil {
+		l = &sandboxLock{}
+		e.locks[key] = l
+	}
+	l.refs++
+	e.locksMu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		e.locksMu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(e.locks, key)
+		}
+		e.locksMu.Unlock()
+	}
 }
 
 // Condition types on SandboxIngressAllowlist.status.conditions.
@@ -163,6 +203,7 @@ func transient(code string) bool {
 // The error wraps ErrTransient when a retry is due, or is an apiserver
 // error reading the allowlist itself.
 func (e *Engine) Reconcile(ctx context.Context, namespace, id string) (*Result, error) {
+	defer e.Lock(namespace, id)()
 	al := &v1alpha1.SandboxIngressAllowlist{}
 	if err := e.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: id}, al); err != nil {
 		if apierrors.IsNotFound(err) {

@@ -611,6 +611,9 @@ func (c *creation) compensate(ctx context.Context, ce *CreateError) (ingressPend
 		ce.Cleanup = append(ce.Cleanup, string(s))
 		return true
 	}
+	// No ingress cycle may run between removing the carrier and removing
+	// the desired state it would be rewritten from.
+	defer o.Ingress.Lock(c.ns, c.id)()
 	if c.wroteIngress {
 		err := o.fault(c.id, StepDeleteIngress)
 		if err == nil {
@@ -973,11 +976,15 @@ func (o *Orchestrator) deleteSandbox(ctx context.Context, u *unstructured.Unstru
 			return fmt.Errorf("%w: %s", ErrUnavailable, err.Error())
 		}
 	}
+	// No ingress cycle may run between removing the carrier and removing
+	// the desired state it would be rewritten from.
+	unlock := o.Ingress.Lock(ns, id)
 	err := o.fault(id, StepDeleteIngress)
 	if err == nil {
 		err = o.deleteIngress(ctx, ns, id)
 	}
 	if err != nil {
+		unlock()
 		_ = o.setLifecycle(ctx, ns, id, StateCleanupFailed)
 		return &DeleteError{Reason: err.Error()}
 	}
@@ -985,6 +992,7 @@ func (o *Orchestrator) deleteSandbox(ctx context.Context, u *unstructured.Unstru
 	if err := deleteConfirm(ctx, o.Client, &v1alpha1.SandboxIngressAllowlist{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: id}}); err != nil {
 		errs = append(errs, err)
 	}
+	unlock()
 	labels, _, _ := unstructured.NestedStringMap(u.Object, "spec", "template", "metadata", "labels")
 	if alloc := labels[o.Cluster.AllocationLabelKey()]; alloc != "" && sandbox.ValidateID(alloc) == nil {
 		np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: egress.PolicyName(alloc)}}
