@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandgate/sandgate/token"
+	"github.com/sandgate/sandgate/gateway/token"
 )
 
 // hmacSecret is the recognisable HMAC secret written to the key file; it

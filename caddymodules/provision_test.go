@@ -18,8 +18,8 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/filestorage" // the "file_system" storage of the test configs
 
 	"github.com/sandgate/sandgate/caddymodules/sandgate"
-	"github.com/sandgate/sandgate/credential"
-	"github.com/sandgate/sandgate/dataplane"
+	"github.com/sandgate/sandgate/gateway/credential"
+	"github.com/sandgate/sandgate/gateway/dataplane"
 )
 
 // otherTransport is a reverse_proxy transport that is not Caddy's HTTP

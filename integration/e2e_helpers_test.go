@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/token"
 	"github.com/sandgate/sandgate/integration/harness"
-	"github.com/sandgate/sandgate/token"
 )
 
 // The pinned E2B JS SDKs (npm aliases in integration/js/package.json).

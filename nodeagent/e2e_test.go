@@ -29,11 +29,11 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/google/uuid"
 
+	"github.com/sandgate/sandgate/node/api"
+	"github.com/sandgate/sandgate/node/hub"
+	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodeagent/docker"
 	"github.com/sandgate/sandgate/nodeagent/internal/dockertest"
-	"github.com/sandgate/sandgate/nodeapi"
-	"github.com/sandgate/sandgate/nodehub"
-	"github.com/sandgate/sandgate/nodeproto"
 )
 
 // wait bounds every wait on a process: a safety net, not a measurement.

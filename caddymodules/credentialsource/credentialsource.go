@@ -22,7 +22,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"go.uber.org/zap"
 
-	"github.com/sandgate/sandgate/credential"
+	"github.com/sandgate/sandgate/gateway/credential"
 )
 
 func init() {

@@ -14,7 +14,7 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/filestorage" // the "file_system" storage of the test configs
 
 	"github.com/sandgate/sandgate/caddymodules/sandgate"
-	"github.com/sandgate/sandgate/credential"
+	"github.com/sandgate/sandgate/gateway/credential"
 )
 
 const goodCredentials = `credentials:

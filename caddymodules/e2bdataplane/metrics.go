@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sandgate/sandgate/dataplane"
+	"github.com/sandgate/sandgate/gateway/dataplane"
 )
 
 // metrics are the data plane's Prometheus collectors, registered in Caddy's

@@ -9,8 +9,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/sandgate/sandgate/nodeapi"
-	"github.com/sandgate/sandgate/nodecred"
+	"github.com/sandgate/sandgate/node/api"
+	"github.com/sandgate/sandgate/node/credential"
 )
 
 // API is the "sandbox_node_api" handler: the internal node API (package

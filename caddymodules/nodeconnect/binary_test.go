@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandgate/sandgate/nodeapi"
-	"github.com/sandgate/sandgate/nodehub"
+	"github.com/sandgate/sandgate/node/api"
+	"github.com/sandgate/sandgate/node/hub"
 )
 
 // lockedBuffer collects a process's output.

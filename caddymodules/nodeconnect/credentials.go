@@ -7,7 +7,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
-	"github.com/sandgate/sandgate/nodecred"
+	"github.com/sandgate/sandgate/node/credential"
 )
 
 // pool holds the open node credential files across config reloads, keyed

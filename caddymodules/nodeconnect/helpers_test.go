@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandgate/sandgate/nodeapi"
-	"github.com/sandgate/sandgate/nodeproto"
-	"github.com/sandgate/sandgate/nodesim"
+	"github.com/sandgate/sandgate/node/api"
+	"github.com/sandgate/sandgate/node/proto"
+	"github.com/sandgate/sandgate/node/sim"
 )
 
 // The enrolled test node and the API token.

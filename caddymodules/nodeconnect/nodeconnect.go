@@ -21,7 +21,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/sandgate/sandgate/caddymodules/sandgate"
-	"github.com/sandgate/sandgate/nodehub"
+	"github.com/sandgate/sandgate/node/hub"
 )
 
 func init() {

@@ -26,10 +26,10 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
-	"github.com/sandgate/sandgate/credential"
-	"github.com/sandgate/sandgate/dataplane"
-	"github.com/sandgate/sandgate/nodehub"
-	"github.com/sandgate/sandgate/token"
+	"github.com/sandgate/sandgate/gateway/credential"
+	"github.com/sandgate/sandgate/gateway/dataplane"
+	"github.com/sandgate/sandgate/gateway/token"
+	"github.com/sandgate/sandgate/node/hub"
 )
 
 func init() {

@@ -10,7 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 
-	"github.com/sandgate/sandgate/nodeproto"
+	"github.com/sandgate/sandgate/node/proto"
 )
 
 func init() {

@@ -10,7 +10,7 @@ import (
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
 
-	"github.com/sandgate/sandgate/token"
+	"github.com/sandgate/sandgate/gateway/token"
 )
 
 func init() {

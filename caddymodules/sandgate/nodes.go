@@ -8,9 +8,9 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/sandgate/sandgate/nodecred"
-	"github.com/sandgate/sandgate/nodehub"
-	"github.com/sandgate/sandgate/nodeproto"
+	"github.com/sandgate/sandgate/node/credential"
+	"github.com/sandgate/sandgate/node/hub"
+	"github.com/sandgate/sandgate/node/proto"
 )
 
 // hubs holds the node hub across config reloads: each config with a nodes

@@ -24,7 +24,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/sandgate/sandgate/credential"
+	"github.com/sandgate/sandgate/gateway/credential"
 	"sigs.k8s.io/yaml"
 )
 

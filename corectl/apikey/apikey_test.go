@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandgate/sandgate/credential"
+	"github.com/sandgate/sandgate/gateway/credential"
 )
 
 func file(entries ...string) []byte {

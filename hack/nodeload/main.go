@@ -48,9 +48,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/gorilla/websocket"
 
-	"github.com/sandgate/sandgate/nodeapi"
-	"github.com/sandgate/sandgate/nodeproto"
-	"github.com/sandgate/sandgate/nodesim"
+	"github.com/sandgate/sandgate/node/api"
+	"github.com/sandgate/sandgate/node/proto"
+	"github.com/sandgate/sandgate/node/sim"
 )
 
 func main() {

@@ -27,7 +27,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/daemon"
 	"github.com/sandgate/sandgate/corectl/kubetest"
 	"github.com/sandgate/sandgate/corectl/sandbox"
-	"github.com/sandgate/sandgate/credential"
+	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/integration/fixedentry"
 	"github.com/sandgate/sandgate/integration/harness"
 	"go.uber.org/zap"

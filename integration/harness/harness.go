@@ -21,10 +21,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/token"
 	"github.com/sandgate/sandgate/integration/controlapi"
 	"github.com/sandgate/sandgate/integration/execdstub"
 	"github.com/sandgate/sandgate/integration/fixedentry"
-	"github.com/sandgate/sandgate/token"
 )
 
 // Grant says what token the control API hands out for one sandbox ID.

@@ -24,10 +24,10 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodeagent/health"
 	"github.com/sandgate/sandgate/nodeagent/provider"
 	"github.com/sandgate/sandgate/nodeagent/state"
-	"github.com/sandgate/sandgate/nodeproto"
 )
 
 // ConnectPath is the path of Core's node connect endpoint, below the

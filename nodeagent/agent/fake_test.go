@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodeagent/provider"
-	"github.com/sandgate/sandgate/nodeproto"
 )
 
 // fakeProvider is a provider whose operations succeed with fixed results,

@@ -7,8 +7,8 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodeagent/provider"
-	"github.com/sandgate/sandgate/nodeproto"
 )
 
 // request checks a request frame in the order of the spec and either

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/sandgate/sandgate/nodeproto"
+	"github.com/sandgate/sandgate/node/proto"
 )
 
 // session is one WebSocket connection to Core.

@@ -17,7 +17,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
-	"github.com/sandgate/sandgate/nodeproto"
+	"github.com/sandgate/sandgate/node/proto"
 )
 
 // DefaultPath is the configuration file read when --config is not given

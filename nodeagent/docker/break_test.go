@@ -3,8 +3,8 @@ package docker
 import (
 	"testing"
 
+	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodeagent/provider"
-	"github.com/sandgate/sandgate/nodeproto"
 )
 
 // TestBreakOutputBombIsCutAndDrained: several MiB of binary output (NULs

@@ -15,8 +15,8 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 
+	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodeagent/provider"
-	"github.com/sandgate/sandgate/nodeproto"
 )
 
 // Container labels. Every sandbox container carries all of them; a

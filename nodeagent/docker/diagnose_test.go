@@ -13,7 +13,7 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/google/uuid"
 
-	"github.com/sandgate/sandgate/nodeproto"
+	"github.com/sandgate/sandgate/node/proto"
 )
 
 // unixServer serves h on a unix socket in a fresh directory and returns

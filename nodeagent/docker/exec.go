@@ -9,8 +9,8 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/pkg/stdcopy"
 
+	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodeagent/provider"
-	"github.com/sandgate/sandgate/nodeproto"
 )
 
 // maxCombinedOutput bounds stdout plus stderr of one command result so

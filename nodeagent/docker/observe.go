@@ -7,8 +7,8 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 
+	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodeagent/provider"
-	"github.com/sandgate/sandgate/nodeproto"
 )
 
 // Observe samples the resource use of the sandbox's current compute

@@ -25,9 +25,9 @@ import (
 	"github.com/docker/docker/api/types/versions"
 	"github.com/docker/docker/client"
 
+	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodeagent/provider"
 	"github.com/sandgate/sandgate/nodeagent/state"
-	"github.com/sandgate/sandgate/nodeproto"
 )
 
 // MinAPIVersion is the oldest Docker Engine API version the provider

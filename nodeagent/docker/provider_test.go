@@ -12,10 +12,10 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/google/uuid"
 
+	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodeagent/internal/dockertest"
 	"github.com/sandgate/sandgate/nodeagent/provider"
 	"github.com/sandgate/sandgate/nodeagent/state"
-	"github.com/sandgate/sandgate/nodeproto"
 )
 
 // env is one test's provider on the real engine, with its own node ID

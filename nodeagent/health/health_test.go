@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandgate/sandgate/nodeproto"
+	"github.com/sandgate/sandgate/node/proto"
 )
 
 func TestReport(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/sandgate/sandgate/nodeproto"
+	"github.com/sandgate/sandgate/node/proto"
 )
 
 // Execute runs the decoded, valid request req once on p under ctx and

@@ -13,7 +13,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/sandgate/sandgate/nodeproto"
+	"github.com/sandgate/sandgate/node/proto"
 )
 
 // Call identifies what a request is about: the exact allocation reference

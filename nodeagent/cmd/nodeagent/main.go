@@ -25,11 +25,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodeagent/agent"
 	"github.com/sandgate/sandgate/nodeagent/config"
 	"github.com/sandgate/sandgate/nodeagent/docker"
 	"github.com/sandgate/sandgate/nodeagent/state"
-	"github.com/sandgate/sandgate/nodeproto"
 )
 
 // Exit statuses.

@@ -12,9 +12,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodeagent/internal/dockertest"
 	"github.com/sandgate/sandgate/nodeagent/internal/fakecore"
-	"github.com/sandgate/sandgate/nodeproto"
 )
 
 const digest = "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"

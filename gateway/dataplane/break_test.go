@@ -1,0 +1,490 @@
+package dataplane
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"net/textproto"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/gateway/connect"
+	"github.com/sandgate/sandgate/gateway/execd"
+	"github.com/sandgate/sandgate/gateway/token"
+)
+
+// fakeUpstream is a fixed entry + execd stand-in written per test: the
+// gateway's cluster points straight at it, so paths arrive as
+// /<sandbox>/44772/<execd path>.
+type fakeUpstream struct {
+	mu          sync.Mutex
+	interrupted []string
+	interruptCh chan string
+}
+
+// newFakeGateway returns the gateway URL in front of upstream and a valid
+// token for testSandbox.
+func newFakeGateway(t *testing.T, upstream http.Handler) (string, string) {
+	gw, tok, _ := newFakeGatewayOutcomes(t, upstream)
+	return gw, tok
+}
+
+func newFakeGatewayOutcomes(t *testing.T, upstream http.Handler) (string, string, chan Outcome) {
+	t.Helper()
+	up := httptest.NewServer(upstream)
+	t.Cleanup(up.Close)
+	fe, _ := url.Parse(up.URL)
+	e := newTestEnv(t) // for its key and credentials
+	outcomes := make(chan Outcome, 16)
+	verifier, err := token.NewVerifier([]token.Key{e.key.Public()}, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(Config{InterruptTimeout: 5 * time.Second}, Deps{
+		Tokens: verifier, Credentials: e.creds,
+		Clusters: fakeClusters{"cluster-a": {ID: "cluster-a", FixedEntry: fe}},
+		Execd:    &execd.Client{},
+		Observe:  func(o Outcome) { outcomes <- o },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := httptest.NewServer(h)
+	t.Cleanup(gw.Close)
+	return gw.URL, e.mint("cred-a", testSandbox), outcomes
+}
+
+func gwRequest(t *testing.T, gw, tok, method, target string, body io.Reader) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, gw+target, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(HeaderSandboxID, testSandbox)
+	req.Header.Set(HeaderSandboxPort, "49983")
+	req.Header.Set(HeaderAccessToken, tok)
+	return req
+}
+
+// TestBreakDownloadCutOffChunked: a download whose upstream has no
+// Content-Length (chunked through the fixed entry) and is cut off half-way
+// must not reach the SDK as a clean, complete (but truncated) file.
+func TestBreakDownloadCutOffChunked(t *testing.T) {
+	const p = "/home/user/big.bin"
+	mux := http.NewServeMux()
+	prefix := "/" + testSandbox + "/44772"
+	mux.HandleFunc(prefix+"/files/info", func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(map[string]any{p: map[string]any{"path": p, "type": "file", "size": 1 << 20, "mode": 644}})
+	})
+	mux.HandleFunc(prefix+"/files/download", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(bytes.Repeat([]byte("a"), 1<<20))
+		http.NewResponseController(w).Flush()
+		panic(http.ErrAbortHandler) // the connection breaks mid-body
+	})
+	gw, tok := newFakeGateway(t, mux)
+	resp, err := http.DefaultClient.Do(gwRequest(t, gw, tok, http.MethodGet, "/files?path="+p, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil {
+		t.Fatalf("a cut-off download reached the client as a complete %d-byte file (status %d)", len(b), resp.StatusCode)
+	}
+}
+
+// commandUpstream answers POST /command with init and then a broken event
+// (or a too long line), and records DELETE /command.
+func commandUpstream(t *testing.T, afterInit string) (http.Handler, chan string) {
+	interrupted := make(chan string, 4)
+	mux := http.NewServeMux()
+	prefix := "/" + testSandbox + "/44772"
+	mux.HandleFunc(prefix+"/command", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete {
+			interrupted <- r.URL.Query().Get("id")
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, "data: {\"type\":\"init\",\"text\":\"cmd-1\"}\n\n")
+		_, _ = io.WriteString(w, "data: {\"type\":\"stdout\",\"text\":\"hello\"}\n\n")
+		_, _ = io.WriteString(w, afterInit)
+		http.NewResponseController(w).Flush()
+		<-r.Context().Done() // the command is still running
+	})
+	return mux, interrupted
+}
+
+// TestBreakStreamErrorInterrupts: when the gateway ends a Process/Start
+// stream because execd's event stream broke after the command started, the
+// command is still running in the sandbox with nobody reading it; the
+// gateway must interrupt it as it does for a client disconnect.
+func TestBreakStreamErrorInterrupts(t *testing.T) {
+	for name, after := range map[string]string{
+		"malformed event": "data: {not json}\n\n",
+		"line too long":   "data: {\"type\":\"stdout\",\"text\":\"" + strings.Repeat("a", 17<<20) + "\"}\n\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			up, interrupted := commandUpstream(t, after)
+			gw, tok := newFakeGateway(t, up)
+			req := gwRequest(t, gw, tok, http.MethodPost, "/process.Process/Start",
+				bytes.NewReader(envelope(0, []byte(startMsg("sleep 30")))))
+			req.Header.Set("Content-Type", "application/connect+json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			frames := readFrames(t, body)
+			if len(frames) == 0 || frames[len(frames)-1].flags != connect.FlagEndStream {
+				t.Fatalf("no end-stream frame: %q", body)
+			}
+			select {
+			case id := <-interrupted:
+				if id != "cmd-1" {
+					t.Fatalf("interrupted %q", id)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the stream ended with an error but the running command was never interrupted")
+			}
+		})
+	}
+}
+
+// TestBreakRepeatedQueryPath: /files?path=a&path=b is ambiguous; envd's
+// generated binding refuses a repeated single-value parameter. The gateway
+// must not silently act on one of them.
+func TestBreakRepeatedQueryPath(t *testing.T) {
+	e := newTestEnv(t)
+	e.writeFile("home/user/a.txt", "A")
+	e.writeFile("home/user/b.txt", "B")
+	for _, m := range []string{http.MethodGet, http.MethodDelete} {
+		resp, body := e.do(e.request(m, "/files?path=a.txt&path=b.txt", nil))
+		if resp.StatusCode != http.StatusBadRequest || resp.Header.Get(ErrorHeader) != string(CodeBadRequest) {
+			t.Fatalf("%s with two paths: %d %s %q", m, resp.StatusCode, resp.Header.Get(ErrorHeader), body)
+		}
+		e.waitOutcome()
+	}
+	for _, f := range []string{"a.txt", "b.txt"} {
+		if _, err := os.Stat(e.hostPath("home/user/" + f)); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+	req := e.request(http.MethodPost, "/files?path=a.txt&path=b.txt", strings.NewReader("new"))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	if resp, body := e.do(req); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("write with two paths: %d %q", resp.StatusCode, body)
+	}
+	e.waitOutcome()
+	resp, body := e.do(e.request(http.MethodGet, "/files?path=a.txt&username=root&username=nobody", nil))
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("two usernames: %d %q", resp.StatusCode, body)
+	}
+	e.waitOutcome()
+	if b, _ := os.ReadFile(e.hostPath("home/user/a.txt")); string(b) != "A" {
+		t.Fatalf("a.txt = %q", b)
+	}
+}
+
+// TestBreakMultipartBadPartLosesNothing: a multipart write whose second
+// part is broken is refused and the first file's old content survives.
+func TestBreakMultipartBadPartLosesNothing(t *testing.T) {
+	e := newTestEnv(t)
+	e.writeFile("home/user/keep.txt", "old")
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	fw, _ := mw.CreateFormFile("file", "/home/user/keep.txt")
+	_, _ = fw.Write(bytes.Repeat([]byte("new"), 100000))
+	pw, _ := mw.CreatePart(textproto.MIMEHeader{"Content-Type": {"text/plain"}}) // no Content-Disposition
+	_, _ = pw.Write([]byte("x"))
+	_ = mw.Close()
+	req := e.request(http.MethodPost, "/files", &buf)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	resp, body := e.do(req)
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("%d %q", resp.StatusCode, body)
+	}
+	e.waitOutcome()
+	if b, _ := os.ReadFile(e.hostPath("home/user/keep.txt")); string(b) != "old" {
+		t.Fatalf("keep.txt was changed by a refused write: %d bytes", len(b))
+	}
+}
+
+// TestBreakBodyNeverEndsClientGoes: an octet-stream write whose client goes
+// away half-way leaves the old file as it was.
+func TestBreakBodyNeverEndsClientGoes(t *testing.T) {
+	e := newTestEnv(t)
+	e.writeFile("home/user/keep.txt", "old")
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req := e.request(http.MethodPost, "/files?path=keep.txt", pr).WithContext(ctx)
+	req.Header.Set("Content-Type", "application/octet-stream")
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	if _, err := pw.Write(bytes.Repeat([]byte("n"), 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	_ = pw.CloseWithError(io.ErrUnexpectedEOF)
+	<-done
+	o := e.waitOutcome()
+	if o.Code == "" {
+		t.Fatalf("outcome %+v", o)
+	}
+	if b, _ := os.ReadFile(e.hostPath("home/user/keep.txt")); string(b) != "old" {
+		t.Fatalf("keep.txt was changed by an aborted write: %d bytes", len(b))
+	}
+}
+
+// TestBreakPathEdges: odd paths resolve or fail cleanly.
+func TestBreakPathEdges(t *testing.T) {
+	e := newTestEnv(t)
+	h := &Handler{cfg: Config{HomeDir: "/home/user"}}
+	for in, want := range map[string]string{
+		"../../etc/passwd": "/etc/passwd",
+		"/..":              "/",
+		"~":                "/home/user",
+		"~/":               "/home/user",
+		"~root/x":          "/home/user/~root/x",
+		"a/b/":             "/home/user/a/b",
+		"%2e%2e":           "/home/user/%2e%2e",
+		"//x//y":           "/x/y",
+	} {
+		got, err := h.resolvePath(in, sdkUser{})
+		if err != nil || got != want {
+			t.Errorf("resolvePath(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"a\x00b", strings.Repeat("a", 5000)} {
+		if _, err := h.resolvePath(bad, sdkUser{}); err == nil || err.Code != CodeBadRequest {
+			t.Errorf("resolvePath(%q...) = %v", truncate(bad, 10), err)
+		}
+	}
+	// NUL through the wire: 400, nothing reaches execd.
+	resp, body := e.do(e.request(http.MethodGet, "/files?path=a%00b", nil))
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("%d %q", resp.StatusCode, body)
+	}
+	e.waitOutcome()
+	resp, body = e.unary("ListDir", `{"path":"`+strings.Repeat("a", 5000)+`"}`)
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("%d %q", resp.StatusCode, body)
+	}
+	e.waitOutcome()
+}
+
+// TestBreakTimeoutHeaderEdges: Connect-Timeout-Ms at its limits.
+func TestBreakTimeoutHeaderEdges(t *testing.T) {
+	for v, ok := range map[string]bool{"0": true, "9999999999": true, "0000000001": true,
+		"99999999999": false, "-1": false, "+5": false, " 5": false, "1e3": false, "５": false} {
+		d, err := parseTimeout(v)
+		if (err == nil) != ok || d < 0 {
+			t.Errorf("parseTimeout(%q) = %v, %v", v, d, err)
+		}
+	}
+	for _, v := range []string{"garbage", "-5", "0", "99999999999999999999", "1.5"} {
+		if got := parseKeepalive(v, time.Minute); got != time.Minute {
+			t.Errorf("parseKeepalive(%q) = %v", v, got)
+		}
+	}
+}
+
+// TestBreakLyingEnvelope: an envelope that promises more than it sends,
+// or more than the limit, is a BAD_REQUEST end-stream; nothing runs.
+func TestBreakLyingEnvelope(t *testing.T) {
+	e := newTestEnv(t)
+	for name, body := range map[string][]byte{
+		"short":    append([]byte{0, 0, 0, 1, 0}, []byte(`{"process":{"cmd":"true"}}`)...),
+		"huge":     {0, 0xff, 0xff, 0xff, 0xff},
+		"header":   {0, 0},
+		"trailing": append(envelope(0, []byte(startMsg("true"))), 0),
+		"endflag":  envelope(connect.FlagEndStream, []byte(startMsg("true"))),
+	} {
+		req := e.request(http.MethodPost, "/process.Process/Start", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/connect+json")
+		resp, b := e.do(req)
+		fr := readFrames(t, b)
+		if resp.StatusCode != 200 || len(fr) != 1 || fr[0].flags != connect.FlagEndStream || !strings.Contains(fr[0].raw, "BAD_REQUEST") {
+			t.Fatalf("%s: %d %q", name, resp.StatusCode, b)
+		}
+		e.waitOutcome()
+	}
+	if n := len(e.execd.Commands()); n != 0 {
+		t.Fatalf("%d commands ran", n)
+	}
+}
+
+// phasedUpstream is an execd /command that waits for release before its
+// init event, then sends output and, if end, the terminal event.
+func phasedUpstream(started, release chan struct{}, end bool) (http.Handler, chan string) {
+	interrupted := make(chan string, 4)
+	prefix := "/" + testSandbox + "/44772"
+	mux := http.NewServeMux()
+	mux.HandleFunc(prefix+"/command", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete {
+			interrupted <- r.URL.Query().Get("id")
+			return
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusOK)
+		http.NewResponseController(w).Flush()
+		close(started)
+		<-release
+		_, _ = io.WriteString(w, "data: {\"type\":\"init\",\"text\":\"cmd-1\"}\n\n")
+		_, _ = io.WriteString(w, "data: {\"type\":\"stdout\",\"text\":\"one\"}\n\n")
+		if end {
+			_, _ = io.WriteString(w, "data: {\"type\":\"execution_complete\"}\n\n")
+			return
+		}
+		http.NewResponseController(w).Flush()
+		<-r.Context().Done()
+	})
+	return mux, interrupted
+}
+
+// TestBreakDisconnectPhases: a client that goes away before execd's init
+// event still gets the command interrupted (once its id is known); one
+// that goes away after the end event interrupts nothing.
+func TestBreakDisconnectPhases(t *testing.T) {
+	t.Run("before init", func(t *testing.T) {
+		started, release := make(chan struct{}), make(chan struct{})
+		up, interrupted := phasedUpstream(started, release, false)
+		gw, tok, outcomes := newFakeGatewayOutcomes(t, up)
+		ctx, cancel := context.WithCancel(context.Background())
+		req := gwRequest(t, gw, tok, http.MethodPost, "/process.Process/Start",
+			bytes.NewReader(envelope(0, []byte(startMsg("sleep 30"))))).WithContext(ctx)
+		req.Header.Set("Content-Type", "application/connect+json")
+		errc := make(chan error, 1)
+		go func() {
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			errc <- err
+		}()
+		<-started
+		cancel()
+		<-errc
+		close(release)
+		select {
+		case id := <-interrupted:
+			if id != "cmd-1" {
+				t.Fatalf("interrupted %q", id)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a command whose client left before init was not interrupted")
+		}
+		if o := <-outcomes; o.Code != CodeCanceled {
+			t.Fatalf("outcome %+v", o)
+		}
+	})
+	t.Run("after end", func(t *testing.T) {
+		started, release := make(chan struct{}), make(chan struct{})
+		close(release)
+		up, interrupted := phasedUpstream(started, release, true)
+		gw, tok, outcomes := newFakeGatewayOutcomes(t, up)
+		req := gwRequest(t, gw, tok, http.MethodPost, "/process.Process/Start",
+			bytes.NewReader(envelope(0, []byte(startMsg("true")))))
+		req.Header.Set("Content-Type", "application/connect+json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := bufio.NewReader(resp.Body)
+		for {
+			f, err := readFrame(t, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.flags == connect.FlagEndStream {
+				break
+			}
+		}
+		resp.Body.Close()
+		if o := <-outcomes; o.Code != "" {
+			t.Fatalf("outcome %+v", o)
+		}
+		select {
+		case id := <-interrupted:
+			t.Fatalf("a finished command was interrupted (%q)", id)
+		default:
+		}
+	})
+}
+
+// TestBreakGzipCorruptLosesNothing: an octet-stream write whose gzip body
+// fails its checksum (or is cut short) at the very end is refused and the
+// old file survives, although its bytes were already streamed upstream.
+func TestBreakGzipCorruptLosesNothing(t *testing.T) {
+	e := newTestEnv(t)
+	e.writeFile("home/user/keep.txt", "old")
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = zw.Write(bytes.Repeat([]byte("new content "), 200000))
+	_ = zw.Close()
+	good := gz.Bytes()
+	corrupt := append([]byte(nil), good...)
+	corrupt[len(corrupt)-8] ^= 0xff // CRC-32
+	for name, body := range map[string][]byte{"crc": corrupt, "short": good[:len(good)-4]} {
+		req := e.request(http.MethodPost, "/files?path=keep.txt", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/octet-stream")
+		req.Header.Set("Content-Encoding", "gzip")
+		resp, b := e.do(req)
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("%s: %d %q", name, resp.StatusCode, b)
+		}
+		e.waitOutcome()
+		if got, _ := os.ReadFile(e.hostPath("home/user/keep.txt")); string(got) != "old" {
+			t.Fatalf("%s: keep.txt changed by a refused write: %d bytes", name, len(got))
+		}
+	}
+}
+
+// TestBreakNULInCommand: a NUL byte in cmd, args or envs cannot reach a
+// program; it is the caller's bad input (BAD_REQUEST), not an internal
+// EXECD_PROTOCOL failure, and nothing runs.
+func TestBreakNULInCommand(t *testing.T) {
+	e := newTestEnv(t)
+	for name, proc := range map[string]map[string]any{
+		"cmd":       {"cmd": "/bin/ec\x00ho"},
+		"arg":       {"cmd": "/bin/echo", "args": []string{"a\x00b"}},
+		"env value": {"cmd": "/bin/echo", "envs": map[string]string{"A": "x\x00y"}},
+		"env key":   {"cmd": "/bin/echo", "envs": map[string]string{"A\x00": "x"}},
+	} {
+		b, _ := json.Marshal(map[string]any{"process": proc})
+		resp, body := e.do(e.startRequest(string(b)))
+		fr := readFrames(t, body)
+		if resp.StatusCode != 200 || len(fr) != 1 || fr[0].flags != connect.FlagEndStream || !strings.Contains(fr[0].raw, "invalid_argument") {
+			t.Fatalf("%s: %d %q", name, resp.StatusCode, body)
+		}
+		if o := e.waitOutcome(); o.Code != CodeBadRequest {
+			t.Fatalf("%s: outcome %+v", name, o)
+		}
+	}
+	if n := len(e.execd.Commands()); n != 0 {
+		t.Fatalf("%d commands ran", n)
+	}
+}

@@ -1,0 +1,544 @@
+// Package dataplane is sandgate's E2B data plane: it serves the envd
+// operations the official E2B SDKs call on the fixed address
+// http://<portal>:30083, checks who may call them, and translates them into
+// the OpenSandbox execd API behind the credential's compute cluster's fixed
+// entry (spec network-architecture.md §3.3, §4.3; e2b-wire.md; execd-wire.md).
+//
+// Every request passes the checks in this order (spec §3.3):
+//
+//  1. operation and method: one of the six supported operations, else
+//     Connect unimplemented (or 404 for envd-internal and unknown routes);
+//  2. E2b-Sandbox-Id present and a DNS-1123 label, E2b-Sandbox-Port exactly
+//     49983 (a logical service name, never a TCP port);
+//  3. X-Access-Token: signature, pinned algorithm, expiry;
+//  4. the token's claims (sandbox ID, logical port) equal the request target;
+//  5. the resource credential named by the token is re-read and enabled;
+//  6. the credential's ClusterID selects the cluster, and so its fixed entry.
+//
+// The sandbox ID never selects a cluster; there is no pod-IP fallback and no
+// cross-cluster search. Each failure has a stable Code (see errors.go).
+package dataplane
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/sandgate/sandgate/gateway/connect"
+	"github.com/sandgate/sandgate/gateway/credential"
+	"github.com/sandgate/sandgate/gateway/execd"
+	"github.com/sandgate/sandgate/gateway/token"
+)
+
+// Routing headers the SDKs send (e2b-wire.md §1.2).
+const (
+	HeaderSandboxID   = "E2b-Sandbox-Id"
+	HeaderSandboxPort = "E2b-Sandbox-Port"
+	HeaderAccessToken = "X-Access-Token"
+)
+
+// EnvdPort is the logical envd service the SDKs name in E2b-Sandbox-Port.
+const EnvdPort = 49983
+
+// Operation names, used in metrics, logs and error messages.
+const (
+	OpProcessStart = "process.Start"
+	OpFilesRead    = "files.read"
+	OpFilesWrite   = "files.write"
+	OpFilesDelete  = "files.delete"
+	OpListDir      = "filesystem.ListDir"
+	OpRemove       = "filesystem.Remove"
+)
+
+// User maps an SDK user name (Authorization: Basic on Connect calls,
+// username= on /files) to the identity execd runs commands as.
+type User struct {
+	// UID and GID are the numeric identity passed to execd's /command.
+	UID uint32
+	GID uint32
+	// Home resolves relative paths and is the default working directory;
+	// empty means Config.HomeDir.
+	Home string
+}
+
+// Config is the data plane's behaviour. The zero value of each field means
+// its documented default.
+type Config struct {
+	// HomeDir resolves relative paths and is the default working directory
+	// of commands when the user has no Home. Default "/home/user", the E2B
+	// default user's home.
+	HomeDir string
+	// Users maps user names to identities. A name the SDK sends that is not
+	// here is refused with USER_UNKNOWN (invalid_argument).
+	Users map[string]User
+	// DefaultUser is the user assumed when the SDK names none (envd ≥ 0.4.0
+	// sends no user by default). Empty means commands run as execd's own
+	// identity and files get execd's ownership.
+	DefaultUser string
+	// KeepaliveInterval is the keepalive period of Process/Start streams when
+	// the request has no valid Keepalive-Ping-Interval header. Default 90 s,
+	// envd's default.
+	KeepaliveInterval time.Duration
+	// MaxMessageBytes bounds a Connect request message (bytes). Default 4 MiB.
+	MaxMessageBytes uint32
+	// TokenTarget, when true, lets a request that carries neither
+	// E2b-Sandbox-Id nor E2b-Sandbox-Port take its target from the verified
+	// token (Python SDK 2.24 Sandbox.connect() sends no routing headers).
+	// Default false. See README "Routing without headers".
+	TokenTarget bool
+	// InterruptTimeout bounds the DELETE /command sent when a client goes
+	// away. Default 5 s.
+	InterruptTimeout time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.HomeDir == "" {
+		c.HomeDir = "/home/user"
+	}
+	if c.KeepaliveInterval <= 0 {
+		c.KeepaliveInterval = 90 * time.Second
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = 4 << 20
+	}
+	if c.InterruptTimeout <= 0 {
+		c.InterruptTimeout = 5 * time.Second
+	}
+}
+
+// TokenVerifier verifies an X-Access-Token; *token.Verifier implements it.
+type TokenVerifier interface {
+	Verify(raw string) (token.Target, error)
+}
+
+// Cluster is one compute cluster as the data plane needs it.
+type Cluster struct {
+	// ID is the credential's ClusterID.
+	ID string
+	// FixedEntry is the cluster's fixed entry base URL.
+	FixedEntry *url.URL
+	// ExecdAccessToken, if set, is sent to execd as X-EXECD-ACCESS-TOKEN.
+	ExecdAccessToken string
+}
+
+// Clusters looks up a cluster by ID.
+type Clusters interface {
+	Cluster(id string) (Cluster, bool)
+}
+
+// Outcome describes one finished request, for metrics and logs.
+type Outcome struct {
+	Operation    string
+	SandboxID    string
+	CredentialID string
+	ClusterID    string
+	// Code is empty on success.
+	Code     Code
+	Duration time.Duration
+}
+
+// Deps are the collaborators of a Handler.
+type Deps struct {
+	Tokens      TokenVerifier
+	Credentials credential.Source
+	Clusters    Clusters
+	// Execd sends the translated calls; its Transport is Caddy's HTTP
+	// transport in the gateway.
+	Execd *execd.Client
+	// Logger receives one line per request at info level (debug for
+	// success); nil means no logs.
+	Logger *zap.Logger
+	// Observe, if set, is called once per request (metrics).
+	Observe func(Outcome)
+}
+
+// Handler serves the data plane. Create it with New.
+type Handler struct {
+	cfg  Config
+	deps Deps
+}
+
+// New returns a Handler. It returns an error if a dependency is missing or
+// the default user is not in Users.
+func New(cfg Config, deps Deps) (*Handler, error) {
+	cfg.defaults()
+	if deps.Tokens == nil || deps.Credentials == nil || deps.Clusters == nil || deps.Execd == nil {
+		return nil, errors.New("dataplane: tokens, credentials, clusters and execd client are required")
+	}
+	if cfg.DefaultUser != "" {
+		if _, ok := cfg.Users[cfg.DefaultUser]; !ok {
+			return nil, errors.New("dataplane: default user " + cfg.DefaultUser + " is not among the users")
+		}
+	}
+	if !path.IsAbs(cfg.HomeDir) {
+		return nil, errors.New("dataplane: home directory must be absolute")
+	}
+	for name, u := range cfg.Users {
+		if u.Home != "" && !path.IsAbs(u.Home) {
+			return nil, errors.New("dataplane: home of user " + name + " must be absolute")
+		}
+	}
+	if deps.Logger == nil {
+		deps.Logger = zap.NewNop()
+	}
+	return &Handler{cfg: cfg, deps: deps}, nil
+}
+
+// operation is one supported envd route.
+type operation struct {
+	name  string
+	shape shape
+	serve func(h *Handler, w http.ResponseWriter, r *http.Request, rq *request) *Error
+}
+
+// request is what the checks established about one call.
+type request struct {
+	op        *operation
+	sandboxID string
+	tokenTgt  token.Target
+	cred      credential.Credential
+	cluster   Cluster
+	target    execd.Target
+}
+
+var (
+	opStart   = &operation{OpProcessStart, shapeStream, (*Handler).processStart}
+	opRead    = &operation{OpFilesRead, shapeREST, (*Handler).filesRead}
+	opWrite   = &operation{OpFilesWrite, shapeREST, (*Handler).filesWrite}
+	opDelete  = &operation{OpFilesDelete, shapeREST, (*Handler).filesDelete}
+	opListDir = &operation{OpListDir, shapeUnary, (*Handler).listDir}
+	opRemove  = &operation{OpRemove, shapeUnary, (*Handler).remove}
+)
+
+// connectRoute matches /<package>.<Service>/<Method>.
+var connectRoute = regexp.MustCompile(`^/[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+/[A-Za-z_][A-Za-z0-9_]*$`)
+
+// reservedRoutes are envd's orchestrator-only routes; E2B's own proxy
+// refuses them from outside with 404 (e2b-wire.md §6.2).
+var reservedRoutes = map[string]bool{"/init": true, "/freeze": true, "/unfreeze": true, "/collapse": true,
+	"/fsfreeze": true, "/fsthaw": true, "/upgrade": true}
+
+// route decides the operation (check 1). It returns the operation, or the
+// shape and error to answer with.
+func route(r *http.Request) (*operation, shape, *Error) {
+	p := r.URL.Path
+	switch p {
+	case "/files":
+		switch r.Method {
+		case http.MethodGet:
+			return opRead, 0, nil
+		case http.MethodPost:
+			return opWrite, 0, nil
+		case http.MethodDelete:
+			return opDelete, 0, nil
+		}
+		return nil, shapeREST, fail(CodeMethodNotAllowed, r.Method+" /files is not supported")
+	case "/process.Process/Start", "/filesystem.Filesystem/ListDir", "/filesystem.Filesystem/Remove":
+		op := map[string]*operation{"/process.Process/Start": opStart,
+			"/filesystem.Filesystem/ListDir": opListDir, "/filesystem.Filesystem/Remove": opRemove}[p]
+		if r.Method != http.MethodPost {
+			return nil, shapeREST, fail(CodeMethodNotAllowed, "Connect calls use POST")
+		}
+		return op, 0, nil
+	}
+	if reservedRoutes[p] {
+		return nil, shapeREST, fail(CodeReservedRoute, "This endpoint is reserved for the E2B control plane and is not reachable through the sandbox URL")
+	}
+	if connectRoute.MatchString(p) {
+		sh := shapeUnary
+		if strings.HasPrefix(r.Header.Get("Content-Type"), "application/connect+") {
+			sh = shapeStream
+		}
+		method := strings.TrimPrefix(p, "/")
+		return nil, sh, fail(CodeUnsupportedOperation, method+" is not implemented by this gateway")
+	}
+	switch p {
+	case "/health", "/metrics", "/envs", "/files/compose":
+		return nil, shapeREST, fail(CodeUnsupportedOperation, p+" is not implemented by this gateway")
+	}
+	return nil, shapeREST, fail(CodeUnknownRoute, "no such route")
+}
+
+// sandboxIDPattern is a DNS-1123 label: an OpenSandbox sandbox ID is a
+// BatchSandbox name (execd-wire.md §2.4), and E2B IDs ([a-z0-9]+) fit it.
+var sandboxIDPattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// ServeHTTP runs the checks and the operation and always writes a response.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	tw := &trackingWriter{ResponseWriter: w}
+	w = tw
+	rq := &request{}
+	op, sh, e := route(r)
+	opName := "unsupported"
+	if op != nil {
+		rq.op = op
+		opName = op.name
+		sh = op.shape
+		e = h.authorize(r, rq)
+		if e == nil {
+			e = op.serve(h, w, r, rq)
+		}
+	}
+	if e != nil && !tw.wrote {
+		writeError(w, sh, e)
+	}
+	h.finish(opName, rq, e, time.Since(start))
+	if tw.abort {
+		// The response was cut off after its header: abort it so the client
+		// sees a broken body, never a clean end (with chunked encoding a
+		// normal return would end a truncated download as if complete).
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// trackingWriter remembers whether the response was started, so an error
+// found after a stream or download began is not written twice.
+type trackingWriter struct {
+	http.ResponseWriter
+	wrote bool
+	abort bool
+}
+
+// abortResponse marks w's response to be aborted once the request is
+// finished (logged and counted).
+func abortResponse(w http.ResponseWriter) {
+	if t, ok := w.(*trackingWriter); ok {
+		t.abort = true
+	}
+}
+
+func (t *trackingWriter) WriteHeader(code int) {
+	t.wrote = true
+	t.ResponseWriter.WriteHeader(code)
+}
+
+func (t *trackingWriter) Write(b []byte) (int, error) {
+	t.wrote = true
+	return t.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach Flush on the real writer.
+func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
+
+func (h *Handler) finish(op string, rq *request, e *Error, d time.Duration) {
+	out := Outcome{Operation: op, SandboxID: rq.sandboxID, CredentialID: rq.cred.ID, ClusterID: rq.cluster.ID, Duration: d}
+	level := zapcore.DebugLevel
+	if e != nil {
+		out.Code = e.Code
+		level = zapcore.InfoLevel
+	}
+	if h.deps.Observe != nil {
+		h.deps.Observe(out)
+	}
+	if c := h.deps.Logger.Check(level, "e2b data plane request"); c != nil {
+		outcome := "ok"
+		if e != nil {
+			outcome = string(e.Code)
+		}
+		fields := []zap.Field{zap.String("operation", op), zap.String("sandbox", rq.sandboxID),
+			zap.String("credential", rq.cred.ID), zap.String("cluster", rq.cluster.ID),
+			zap.String("outcome", outcome), zap.Duration("duration", d)}
+		if e != nil {
+			fields = append(fields, zap.String("class", string(e.Code.Class())), zap.String("error", e.Message))
+		}
+		c.Write(fields...)
+	}
+}
+
+// authorize runs checks 2 to 6 and fills rq.
+func (h *Handler) authorize(r *http.Request, rq *request) *Error {
+	idHdr, portHdr := r.Header.Values(HeaderSandboxID), r.Header.Values(HeaderSandboxPort)
+	fromToken := false
+	switch {
+	case len(idHdr) == 0 && len(portHdr) == 0 && h.cfg.TokenTarget:
+		fromToken = true
+	case len(idHdr) == 0:
+		return fail(CodeSandboxHeaderMissing, "the "+HeaderSandboxID+" header is required")
+	case len(portHdr) == 0:
+		return fail(CodeSandboxHeaderMissing, "the "+HeaderSandboxPort+" header is required")
+	case len(idHdr) > 1 || !sandboxIDPattern.MatchString(idHdr[0]):
+		return fail(CodeSandboxIDInvalid, "the "+HeaderSandboxID+" header is not a valid sandbox ID")
+	case len(portHdr) > 1 || portHdr[0] != "49983":
+		return fail(CodeSandboxPortInvalid, "the "+HeaderSandboxPort+" header must be 49983, the envd service")
+	default:
+		rq.sandboxID = idHdr[0]
+	}
+
+	raw := r.Header.Values(HeaderAccessToken)
+	if len(raw) == 0 || raw[0] == "" {
+		return fail(CodeTokenMissing, "the "+HeaderAccessToken+" header is required")
+	}
+	if len(raw) > 1 {
+		return fail(CodeTokenInvalid, "more than one "+HeaderAccessToken+" header")
+	}
+	tgt, err := h.deps.Tokens.Verify(raw[0])
+	if err != nil {
+		if errors.Is(err, token.ErrExpired) {
+			return fail(CodeTokenExpired, "the access token has expired")
+		}
+		return fail(CodeTokenInvalid, "the access token is not valid ("+tokenReason(err)+")")
+	}
+	rq.tokenTgt = tgt
+	if fromToken {
+		if !sandboxIDPattern.MatchString(tgt.SandboxID) {
+			return fail(CodeTokenInvalid, "the access token names an invalid sandbox ID")
+		}
+		rq.sandboxID = tgt.SandboxID
+	}
+	if tgt.SandboxID != rq.sandboxID || tgt.Port != EnvdPort {
+		return fail(CodeTargetMismatch, "the access token does not authorise this sandbox and service")
+	}
+
+	cred, err := h.deps.Credentials.Lookup(r.Context(), tgt.CredentialID)
+	switch {
+	case errors.Is(err, credential.ErrNotFound):
+		return fail(CodeCredentialNotFound, "the token's resource credential does not exist")
+	case errors.Is(err, credential.ErrDisabled):
+		rq.cred.ID = tgt.CredentialID
+		return fail(CodeCredentialDisabled, "the token's resource credential is disabled")
+	case err != nil:
+		return fail(CodeCredentialUnavailable, "the resource credential could not be read")
+	case !cred.Enabled:
+		rq.cred.ID = tgt.CredentialID
+		return fail(CodeCredentialDisabled, "the token's resource credential is disabled")
+	}
+	rq.cred = cred
+
+	cl, ok := h.deps.Clusters.Cluster(cred.ClusterID)
+	if !ok || cl.FixedEntry == nil {
+		rq.cluster.ID = cred.ClusterID
+		return fail(CodeClusterUnknown, "the credential's compute cluster is not configured on this gateway")
+	}
+	rq.cluster = cl
+	rq.target = execd.Target{FixedEntry: cl.FixedEntry, SandboxID: rq.sandboxID, AccessToken: cl.ExecdAccessToken}
+	return nil
+}
+
+// tokenReason names the token failure without echoing the token.
+func tokenReason(err error) string {
+	for _, c := range []struct {
+		err  error
+		name string
+	}{{token.ErrMalformed, "malformed"}, {token.ErrUnknownKey, "unknown key"}, {token.ErrAlgorithm, "algorithm not allowed"},
+		{token.ErrSignature, "bad signature"}, {token.ErrNotYetValid, "not yet valid"}, {token.ErrClaims, "claims"}} {
+		if errors.Is(err, c.err) {
+			return c.name
+		}
+	}
+	return "rejected"
+}
+
+// sdkUser is the user an operation runs as: a name and its identity, or
+// nothing (execd's own identity).
+type sdkUser struct {
+	name string
+	user User
+	set  bool
+}
+
+// home returns the directory relative paths resolve against.
+func (h *Handler) home(u sdkUser) string {
+	if u.set && u.user.Home != "" {
+		return u.user.Home
+	}
+	return h.cfg.HomeDir
+}
+
+// lookupUser maps a user name to its identity; "" means the default user.
+func (h *Handler) lookupUser(name string) (sdkUser, *Error) {
+	if name == "" {
+		name = h.cfg.DefaultUser
+		if name == "" {
+			return sdkUser{}, nil
+		}
+	}
+	u, ok := h.cfg.Users[name]
+	if !ok {
+		return sdkUser{}, fail(CodeUserUnknown, "invalid username: '"+truncate(name, 64)+"'")
+	}
+	return sdkUser{name: name, user: u, set: true}, nil
+}
+
+// basicUser reads the user from Authorization: Basic base64("<user>:")
+// (e2b-wire.md §1.2). A missing header gives the default user.
+func (h *Handler) basicUser(r *http.Request) (sdkUser, *Error) {
+	auth := r.Header.Get("Authorization")
+	if auth == "" {
+		return h.lookupUser("")
+	}
+	scheme, cred, ok := strings.Cut(auth, " ")
+	if !ok || !strings.EqualFold(scheme, "Basic") || len(cred) > 1024 {
+		return sdkUser{}, fail(CodeBadRequest, "the Authorization header must be Basic <base64 user:>")
+	}
+	dec, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred))
+	if err != nil {
+		return sdkUser{}, fail(CodeBadRequest, "the Authorization header is not valid base64")
+	}
+	name, _, _ := strings.Cut(string(dec), ":")
+	if name == "" {
+		return h.lookupUser("")
+	}
+	return h.lookupUser(name)
+}
+
+// resolvePath makes p absolute against the user's home and cleans it. An
+// empty path or one with a NUL byte is refused.
+func (h *Handler) resolvePath(p string, u sdkUser) (string, *Error) {
+	if p == "" {
+		return "", fail(CodeBadRequest, "path is required")
+	}
+	if strings.ContainsRune(p, 0) || len(p) > 4096 {
+		return "", fail(CodeBadRequest, "path is not valid")
+	}
+	if p == "~" || strings.HasPrefix(p, "~/") {
+		p = h.home(u) + strings.TrimPrefix(p, "~")
+	}
+	if !path.IsAbs(p) {
+		p = path.Join(h.home(u), p)
+	}
+	return path.Clean(p), nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// detach returns a context that is not canceled with parent, bounded by d;
+// used for the DELETE /command that follows a client's disconnect.
+func detach(parent context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(parent), d)
+}
+
+// readMessage reads a unary Connect request message with the size limit.
+func (h *Handler) readMessage(r *http.Request) ([]byte, *Error) {
+	ct := r.Header.Get("Content-Type")
+	if mt, _, _ := strings.Cut(ct, ";"); strings.TrimSpace(mt) != connect.ContentTypeUnaryJSON {
+		return nil, fail(CodeBadRequest, "unary calls must be application/json (the Connect JSON codec)")
+	}
+	if enc := r.Header.Get("Content-Encoding"); enc != "" && enc != "identity" {
+		return nil, fail(CodeBadRequest, "compressed requests are not supported")
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, int64(h.cfg.MaxMessageBytes)))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, fail(CodeBadRequest, "the request message is too large")
+		}
+		return nil, fail(CodeBadRequest, "the request body could not be read")
+	}
+	return b, nil
+}

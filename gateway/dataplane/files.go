@@ -1,0 +1,286 @@
+package dataplane
+
+import (
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"path"
+	"strings"
+
+	"github.com/sandgate/sandgate/gateway/envd"
+	"github.com/sandgate/sandgate/gateway/execd"
+)
+
+// restUser reads the user of a /files call from the username query
+// parameter (e2b-wire.md §4.1).
+func (h *Handler) restUser(r *http.Request) (sdkUser, *Error) {
+	name, e := queryOne(r, "username")
+	if e != nil {
+		return sdkUser{}, e
+	}
+	return h.lookupUser(name)
+}
+
+// queryOne returns the query parameter name of a /files call; a repeated
+// one is ambiguous and refused, as envd's generated binding does.
+func queryOne(r *http.Request, name string) (string, *Error) {
+	v := r.URL.Query()[name]
+	if len(v) > 1 {
+		return "", fail(CodeBadRequest, "the "+name+" query parameter is repeated")
+	}
+	if len(v) == 0 {
+		return "", nil
+	}
+	return v[0], nil
+}
+
+// queryPathParam resolves the path query parameter of a /files call.
+func (h *Handler) queryPathParam(r *http.Request, u sdkUser) (string, *Error) {
+	p, e := queryOne(r, "path")
+	if e != nil {
+		return "", e
+	}
+	return h.resolvePath(p, u)
+}
+
+// downloadHeaders are the request headers passed to execd's download, so
+// Range and conditional requests keep working (execd-wire.md §1.5).
+var downloadHeaders = []string{"Range", "If-Range", "If-Modified-Since", "If-Unmodified-Since", "If-None-Match", "If-Match"}
+
+// downloadResponseHeaders are the execd response headers relayed to the SDK.
+var downloadResponseHeaders = []string{"Content-Type", "Content-Length", "Content-Range", "Accept-Ranges",
+	"Last-Modified", "ETag", "Content-Disposition"}
+
+// filesRead serves GET /files?path=: stat first (execd answers a directory
+// download with a broken 200, execd-wire.md §1.5), then stream execd's
+// GET /files/download, keeping Range.
+func (h *Handler) filesRead(w http.ResponseWriter, r *http.Request, rq *request) *Error {
+	user, e := h.restUser(r)
+	if e != nil {
+		return e
+	}
+	p, e := h.queryPathParam(r, user)
+	if e != nil {
+		return e
+	}
+	fi, err := h.deps.Execd.Stat(r.Context(), rq.target, p)
+	if err != nil {
+		e := fromExecd(err, "read "+p)
+		if e.Code == CodeFileNotFound {
+			e.Message = "path '" + p + "' does not exist"
+		}
+		return e
+	}
+	if fi.Type == execd.TypeDirectory {
+		return fail(CodeIsADirectory, "path '"+p+"' is a directory")
+	}
+	hdr := http.Header{}
+	for _, k := range downloadHeaders {
+		if v := r.Header.Values(k); len(v) > 0 {
+			hdr[k] = v
+		}
+	}
+	resp, err := h.deps.Execd.Do(r.Context(), rq.target, http.MethodGet, "/files/download", queryPath(p), hdr, nil)
+	if err != nil {
+		return fromExecd(err, "read "+p)
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK, http.StatusPartialContent, http.StatusNotModified, http.StatusPreconditionFailed, http.StatusRequestedRangeNotSatisfiable:
+	default:
+		e := fromExecd(execd.CheckResponse(resp), "read "+p)
+		if e.Code == CodeFileNotFound {
+			e.Message = "path '" + p + "' does not exist"
+		}
+		return e
+	}
+	// execd answers a directory download with 200 and a Content-Length of
+	// MaxInt64 over a broken body (execd-wire.md §1.5); v1.0.18 gives no
+	// type to stat first, so that length is how the directory shows.
+	if resp.ContentLength == math.MaxInt64 {
+		return fail(CodeIsADirectory, "path '"+p+"' is a directory")
+	}
+	for _, k := range downloadResponseHeaders {
+		if v := resp.Header.Values(k); len(v) > 0 {
+			w.Header()[k] = v
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	buf := make([]byte, 256<<10)
+	if _, err := io.CopyBuffer(w, resp.Body, buf); err != nil {
+		// The status is sent; a broken copy can only end the response early,
+		// and it must end as broken. The code only says, for metrics and
+		// logs, which side broke it.
+		abortResponse(w)
+		if r.Context().Err() != nil {
+			return fail(CodeCanceled, "read "+p+": the client went away")
+		}
+		return fail(CodeSandboxUnreachable, "read "+p+": the download was cut off")
+	}
+	return nil
+}
+
+func queryPath(p string) map[string][]string { return map[string][]string{"path": {p}} }
+
+// filesDelete serves DELETE /files?path= over execd's DELETE /files?path=:
+// 200 with an empty body; a missing file succeeds; a directory is refused.
+func (h *Handler) filesDelete(w http.ResponseWriter, r *http.Request, rq *request) *Error {
+	user, e := h.restUser(r)
+	if e != nil {
+		return e
+	}
+	p, e := h.queryPathParam(r, user)
+	if e != nil {
+		return e
+	}
+	if err := h.deps.Execd.DeleteFile(r.Context(), rq.target, p); err != nil {
+		return deleteError(err, p)
+	}
+	w.WriteHeader(http.StatusOK)
+	return nil
+}
+
+// isDirectoryError reports execd's answer to a file delete of a directory:
+// 500 RUNTIME_ERROR "... path is a directory ..." (execd-wire.md §1.3).
+func isDirectoryError(err error) bool {
+	var xe *execd.Error
+	return errors.As(err, &xe) && xe.Kind == execd.KindExecd && strings.Contains(xe.Message, "is a directory")
+}
+
+func deleteError(err error, p string) *Error {
+	if isDirectoryError(err) {
+		return fail(CodeIsADirectory, "path '"+p+"' is a directory")
+	}
+	return fromExecd(err, "delete "+p)
+}
+
+// maxUploadParts bounds the number of files in one multipart write.
+const maxUploadParts = 1000
+
+// filesWrite serves POST /files: multipart "file" parts whose filename is
+// the full target path (or the path query parameter for a single file), or
+// an application/octet-stream body (gzip-decoded when Content-Encoding:
+// gzip) for the path query parameter (e2b-wire.md §4.1). The files are
+// streamed into one execd POST /files/upload, each as a metadata file part
+// and a file part (execd-wire.md §1.5); nothing is held in memory. The
+// answer is the JSON array of exactly {name, type, path}.
+func (h *Handler) filesWrite(w http.ResponseWriter, r *http.Request, rq *request) *Error {
+	user, e := h.restUser(r)
+	if e != nil {
+		return e
+	}
+	qp, e := queryOne(r, "path")
+	if e != nil {
+		return e
+	}
+	var queryTarget string
+	if qp != "" {
+		if queryTarget, e = h.resolvePath(qp, user); e != nil {
+			return e
+		}
+	}
+	up := h.newUpload(r, rq, user)
+	defer up.abort()
+
+	var written []envd.WriteInfo
+	switch mediaType(r.Header.Get("Content-Type")) {
+	case "application/octet-stream":
+		if queryTarget == "" {
+			return fail(CodeBadRequest, "an octet-stream write needs the path query parameter")
+		}
+		body := io.Reader(r.Body)
+		switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
+		case "", "identity":
+		case "gzip":
+			zr, err := gzip.NewReader(r.Body)
+			if err != nil {
+				return fail(CodeBadRequest, "the gzip body is not valid")
+			}
+			defer zr.Close()
+			body = zr
+		default:
+			return fail(CodeBadRequest, "Content-Encoding "+truncate(enc, 32)+" is not supported")
+		}
+		if e := up.add(queryTarget, body); e != nil {
+			return e
+		}
+		written = append(written, writeInfo(queryTarget))
+	case "multipart/form-data":
+		mr, err := r.MultipartReader()
+		if err != nil {
+			return fail(CodeBadRequest, "the multipart body is not valid")
+		}
+		seen := map[string]bool{}
+		for {
+			part, err := mr.NextRawPart()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return fail(CodeBadRequest, "the multipart body is not valid")
+			}
+			target, isFile, e := h.partTarget(part, queryTarget, user)
+			if e != nil {
+				return e
+			}
+			if !isFile {
+				continue
+			}
+			if seen[target] {
+				return fail(CodeBadRequest, "two parts write the same path '"+target+"'")
+			}
+			if len(seen) == maxUploadParts {
+				return fail(CodeBadRequest, "too many files in one write")
+			}
+			seen[target] = true
+			if e := up.add(target, part); e != nil {
+				return e
+			}
+			written = append(written, writeInfo(target))
+		}
+		if len(written) == 0 {
+			return fail(CodeBadRequest, "the multipart body has no file part")
+		}
+	default:
+		return fail(CodeBadRequest, "writes must be multipart/form-data or application/octet-stream")
+	}
+	if e := up.finish(); e != nil {
+		return e
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_ = json.NewEncoder(w).Encode(written)
+	return nil
+}
+
+func writeInfo(p string) envd.WriteInfo {
+	return envd.WriteInfo{Name: path.Base(p), Type: "file", Path: p}
+}
+
+// partTarget returns the target path of a multipart part. Only parts named
+// "file" are files. Their filename parameter is the full path as the SDK
+// gave it, read from the raw Content-Disposition because Go's
+// Part.FileName() keeps only the base name (e2b-wire.md §4.1).
+func (h *Handler) partTarget(part *multipart.Part, queryTarget string, user sdkUser) (string, bool, *Error) {
+	disp, params, err := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+	if err != nil || disp != "form-data" {
+		return "", false, fail(CodeBadRequest, "a multipart part has no valid form-data Content-Disposition")
+	}
+	if params["name"] != "file" {
+		return "", false, nil
+	}
+	if queryTarget != "" {
+		return queryTarget, true, nil
+	}
+	name := params["filename"]
+	if name == "" {
+		return "", false, fail(CodeBadRequest, "a file part has no filename and the request has no path")
+	}
+	target, e := h.resolvePath(name, user)
+	return target, true, e
+}

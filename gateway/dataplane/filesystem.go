@@ -1,0 +1,131 @@
+package dataplane
+
+import (
+	"net/http"
+	"path"
+
+	"github.com/sandgate/sandgate/gateway/connect"
+	"github.com/sandgate/sandgate/gateway/envd"
+	"github.com/sandgate/sandgate/gateway/execd"
+)
+
+// readPathMessage reads the user and the unary message of a filesystem
+// call, decodes it with decode (which returns the message's path) and
+// resolves that path against the user's home.
+func (h *Handler) readPathMessage(r *http.Request, decode func([]byte) (string, error)) (string, *Error) {
+	user, e := h.basicUser(r)
+	if e != nil {
+		return "", e
+	}
+	msg, e := h.readMessage(r)
+	if e != nil {
+		return "", e
+	}
+	p, err := decode(msg)
+	if err != nil {
+		return "", fail(CodeBadRequest, err.Error())
+	}
+	return h.resolvePath(p, user)
+}
+
+// listDir serves POST /filesystem.Filesystem/ListDir (Connect unary) over
+// execd's GET /directories/list (spec §3.3; e2b-wire.md §4.2).
+func (h *Handler) listDir(w http.ResponseWriter, r *http.Request, rq *request) *Error {
+	var req envd.ListDirRequest
+	dir, e := h.readPathMessage(r, func(msg []byte) (p string, err error) {
+		req, err = envd.DecodeListDirRequest(msg)
+		return req.Path, err
+	})
+	if e != nil {
+		return e
+	}
+	list, err := h.deps.Execd.ListDirectory(r.Context(), rq.target, dir, int(req.Depth))
+	if err != nil {
+		e := fromExecd(err, "list "+dir)
+		if e.Code == CodeFileNotFound {
+			e.Message = "directory '" + dir + "' does not exist"
+		} else if e.Code == CodeExecdRejected {
+			e.Code, e.Message = CodeNotADirectory, "path '"+dir+"' is not a directory"
+		}
+		return e
+	}
+	resp := envd.ListDirResponse{Entries: make([]envd.EntryInfo, 0, len(list))}
+	for _, fi := range list {
+		ent, err := entryInfo(fi)
+		if err != nil {
+			return fail(CodeExecdProtocol, "list "+dir+": "+err.Error())
+		}
+		resp.Entries = append(resp.Entries, ent)
+	}
+	_ = connect.WriteUnary(w, resp)
+	return nil
+}
+
+// entryInfo converts execd's FileInfo to envd's EntryInfo (e2b-wire.md
+// §4.2): name is the base name, size an int64 string, mode the permission
+// bits, permissions Go's FileMode string. execd lists symlinks unresolved;
+// envd would report the target's type, which execd cannot tell, so they
+// and "other" entries are FILE_TYPE_UNSPECIFIED, which the SDKs leave out.
+func entryInfo(fi execd.FileInfo) (envd.EntryInfo, error) {
+	perm, err := fi.Perm()
+	if err != nil {
+		return envd.EntryInfo{}, err
+	}
+	typ := envd.FileTypeUnspecified
+	switch fi.Type {
+	case execd.TypeFile:
+		typ = envd.FileTypeFile
+	case execd.TypeDirectory:
+		typ = envd.FileTypeDirectory
+	}
+	ent := envd.EntryInfo{
+		Name:        path.Base(fi.Path),
+		Type:        typ,
+		Path:        fi.Path,
+		Size:        envd.Int64(fi.Size),
+		Mode:        perm,
+		Permissions: envd.Permissions(perm, typ == envd.FileTypeDirectory),
+		Owner:       fi.Owner,
+		Group:       fi.Group,
+	}
+	if !fi.ModifiedAt.IsZero() {
+		ts := envd.Timestamp(fi.ModifiedAt)
+		ent.ModifiedTime = &ts
+	}
+	return ent, nil
+}
+
+// remove serves POST /filesystem.Filesystem/Remove: stat, then execd's
+// delete for that type. A missing path succeeds, as envd's RemoveAll does
+// (e2b-wire.md §4.2).
+func (h *Handler) remove(w http.ResponseWriter, r *http.Request, rq *request) *Error {
+	p, e := h.readPathMessage(r, func(msg []byte) (string, error) {
+		req, err := envd.DecodeRemoveRequest(msg)
+		return req.Path, err
+	})
+	if e != nil {
+		return e
+	}
+	fi, err := h.deps.Execd.Stat(r.Context(), rq.target, p)
+	if err != nil {
+		if e := fromExecd(err, "remove "+p); e.Code != CodeFileNotFound {
+			return e
+		}
+	} else {
+		if fi.Type == execd.TypeDirectory {
+			err = h.deps.Execd.DeleteDirectory(r.Context(), rq.target, p)
+		} else {
+			err = h.deps.Execd.DeleteFile(r.Context(), rq.target, p)
+			// execd v1.0.18 reports no type; its file delete refuses a
+			// directory, which then takes the directory delete.
+			if fi.Type == "" && isDirectoryError(err) {
+				err = h.deps.Execd.DeleteDirectory(r.Context(), rq.target, p)
+			}
+		}
+		if err != nil {
+			return fromExecd(err, "remove "+p)
+		}
+	}
+	_ = connect.WriteUnary(w, envd.RemoveResponse{})
+	return nil
+}

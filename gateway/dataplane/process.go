@@ -1,0 +1,327 @@
+package dataplane
+
+import (
+	"go.uber.org/zap"
+
+	"context"
+	"errors"
+	"hash/fnv"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandgate/sandgate/gateway/connect"
+	"github.com/sandgate/sandgate/gateway/envd"
+	"github.com/sandgate/sandgate/gateway/execd"
+)
+
+// Headers of a Process/Start call (e2b-wire.md §1.2, §3.3).
+const (
+	headerTimeout   = "Connect-Timeout-Ms"
+	headerKeepalive = "Keepalive-Ping-Interval"
+)
+
+// parseTimeout reads Connect-Timeout-Ms: at most 10 ASCII digits (Connect
+// protocol). Missing or 0 means no limit, as in envd.
+func parseTimeout(v string) (time.Duration, *Error) {
+	if v == "" {
+		return 0, nil
+	}
+	if len(v) > 10 || strings.Trim(v, "0123456789") != "" {
+		return 0, fail(CodeBadRequest, headerTimeout+" must be up to 10 digits")
+	}
+	ms, _ := strconv.ParseInt(v, 10, 64)
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// parseKeepalive reads Keepalive-Ping-Interval in seconds; anything missing,
+// unparsable or not positive gives def, as in envd's keepalive.go.
+func parseKeepalive(v string, def time.Duration) time.Duration {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n <= 0 || n > 86400 {
+		return def
+	}
+	return time.Duration(n) * time.Second
+}
+
+func mediaType(ct string) string {
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return ""
+	}
+	return mt
+}
+
+// pidOf derives the pid reported in the start event from execd's command
+// id. execd does not expose the pid, and no other supported operation takes
+// a pid back, so it only has to be stable, positive and fit uint32.
+func pidOf(id string) uint32 {
+	f := fnv.New32a()
+	_, _ = f.Write([]byte(id))
+	pid := f.Sum32() & 0x7fffffff
+	if pid == 0 {
+		pid = 1
+	}
+	return pid
+}
+
+// timeoutBackstop is added to the SDK's timeout before it is passed to
+// execd, so that the gateway's own deadline fires first and execd still
+// kills the command if the gateway is gone.
+const timeoutBackstop = 5 * time.Second
+
+// streamItem is one result of reading the execd stream.
+type streamItem struct {
+	ev  execd.Event
+	err error
+}
+
+// processStart serves POST /process.Process/Start as a Connect server
+// stream over execd's POST /command (spec §3.3; e2b-wire.md §3.1–3.3;
+// execd-wire.md §1.4).
+func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *request) *Error {
+	if mediaType(r.Header.Get("Content-Type")) != connect.ContentTypeStreamJSON {
+		return fail(CodeBadRequest, "Process/Start must be application/connect+json (the Connect JSON codec)")
+	}
+	if enc := r.Header.Get("Connect-Content-Encoding"); enc != "" && enc != "identity" {
+		return fail(CodeBadRequest, "compressed requests are not supported")
+	}
+	timeout, e := parseTimeout(r.Header.Get(headerTimeout))
+	if e != nil {
+		return e
+	}
+	keepalive := parseKeepalive(r.Header.Get(headerKeepalive), h.cfg.KeepaliveInterval)
+	user, e := h.basicUser(r)
+	if e != nil {
+		return e
+	}
+	payload, err := connect.ReadSingleEnvelope(r.Body, h.cfg.MaxMessageBytes)
+	if err != nil {
+		return fail(CodeBadRequest, "the request envelope is not valid: "+strings.TrimPrefix(err.Error(), "connect: "))
+	}
+	req, err := envd.DecodeStartRequest(payload)
+	if err != nil {
+		return fail(CodeBadRequest, err.Error())
+	}
+	if hasNUL(req.Process.Cmd, req.Process.Args, req.Process.Envs) {
+		// No program can receive a NUL in its argv or environment; execd
+		// would fail it as an internal error.
+		return fail(CodeBadRequest, "process cmd, args and envs must not contain NUL bytes")
+	}
+	if len(req.PTY) > 0 && string(req.PTY) != "null" {
+		return fail(CodeUnsupportedOperation, "PTY processes are not supported by this gateway")
+	}
+	cwd := h.home(user)
+	if req.Process.Cwd != nil && *req.Process.Cwd != "" {
+		if cwd, e = h.resolvePath(*req.Process.Cwd, user); e != nil {
+			return e
+		}
+	}
+	marker := newMarker()
+	creq := execd.CommandRequest{
+		Command: wrapCommand(commandLine(req.Process.Cmd, req.Process.Args), marker),
+		Cwd:     cwd,
+		Envs:    req.Process.Envs,
+	}
+	if timeout > 0 {
+		creq.Timeout = (timeout + timeoutBackstop).Milliseconds()
+	}
+	if user.set {
+		uid, gid := user.user.UID, user.user.GID
+		creq.UID, creq.GID = &uid, &gid
+	}
+
+	// The upstream call is not tied to the client's context: when the client
+	// goes away the gateway still needs the command id to interrupt it.
+	upCtx, cancelUp := context.WithCancel(context.WithoutCancel(r.Context()))
+	defer cancelUp()
+	items := make(chan streamItem)
+	go func() {
+		send := func(it streamItem) bool {
+			select {
+			case items <- it:
+				return true
+			case <-upCtx.Done():
+				return false
+			}
+		}
+		stream, err := h.deps.Execd.RunCommand(upCtx, rq.target, creq)
+		if err != nil {
+			send(streamItem{err: err})
+			return
+		}
+		defer stream.Close()
+		for {
+			ev, err := stream.Next()
+			if !send(streamItem{ev: ev, err: err}) || err != nil || ev.Terminal() {
+				return
+			}
+		}
+	}()
+
+	var deadline <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		deadline = t.C
+	}
+	ka := time.NewTimer(keepalive)
+	defer ka.Stop()
+
+	sw := connect.NewStreamWriter(w)
+	var cmdID string
+	out := map[string]*outputStream{execd.EventStdout: {marker: marker}, execd.EventStderr: {marker: marker}}
+	streamErr := func(e *Error) *Error {
+		_ = sw.Close(&connect.Error{Code: e.Code.ConnectCode(), Message: e.Error()})
+		return e
+	}
+	for {
+		select {
+		case <-r.Context().Done():
+			h.interrupt(r.Context(), rq.target, cmdID, items)
+			return fail(CodeCanceled, "the client closed the stream")
+		case <-deadline:
+			h.interrupt(r.Context(), rq.target, cmdID, items)
+			return streamErr(fail(CodeCommandTimeout, "the command ran past its "+timeout.String()+" timeout"))
+		case <-ka.C:
+			if cmdID != "" {
+				_ = sw.Send(envd.StartResponse{Event: envd.ProcessEvent{KeepAlive: &envd.KeepAlive{}}})
+			}
+			ka.Reset(keepalive)
+		case it := <-items:
+			if it.err != nil {
+				var e *Error
+				switch {
+				case errors.Is(it.err, execd.ErrStreamEnded):
+					e = fail(CodeExecdProtocol, "execd closed the command stream before the command ended")
+				case cmdID == "" && !sw.Started():
+					return fromExecd(it.err, "start process")
+				default:
+					e = fromExecd(it.err, "process output")
+				}
+				streamErr(e)
+				if cmdID != "" {
+					// Nobody reads the command any more: stop it, as for a
+					// client that went away.
+					h.interrupt(r.Context(), rq.target, cmdID, items)
+				}
+				return e
+			}
+			ev := it.ev
+			switch {
+			case ev.Type == execd.EventInit:
+				if cmdID != "" {
+					continue
+				}
+				cmdID = ev.Text
+				if err := sw.Send(envd.StartResponse{Event: envd.ProcessEvent{Start: &envd.StartEvent{PID: pidOf(cmdID)}}}); err != nil {
+					h.interrupt(r.Context(), rq.target, cmdID, items)
+					return fail(CodeCanceled, "the client closed the stream")
+				}
+				ka.Reset(keepalive)
+			case cmdID == "" && ev.Type != execd.EventPing:
+				return streamErr(fail(CodeExecdProtocol, "execd did not start the command with an init event"))
+			case ev.Type == execd.EventStdout || ev.Type == execd.EventStderr:
+				b, _ := out[ev.Type].line(ev.Text)
+				if len(b) > 0 {
+					h.sendData(sw, ev.Type, b)
+					ka.Reset(keepalive)
+				}
+			case ev.Terminal():
+				for _, name := range []string{execd.EventStdout, execd.EventStderr} {
+					if b := out[name].flush(); len(b) > 0 {
+						h.sendData(sw, name, b)
+					}
+				}
+				end, ok := endEvent(ev)
+				if !ok {
+					return streamErr(fail(CodeExecdProtocol, "execd reported an exit code that is not a number"))
+				}
+				_ = sw.Send(envd.StartResponse{Event: envd.ProcessEvent{End: end}})
+				_ = sw.Close(nil)
+				return nil
+			}
+		}
+	}
+}
+
+// hasNUL reports whether a command word or environment entry holds a NUL.
+func hasNUL(cmd string, args []string, envs map[string]string) bool {
+	if strings.IndexByte(cmd, 0) >= 0 {
+		return true
+	}
+	for _, a := range args {
+		if strings.IndexByte(a, 0) >= 0 {
+			return true
+		}
+	}
+	for k, v := range envs {
+		if strings.IndexByte(k, 0) >= 0 || strings.IndexByte(v, 0) >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (h *Handler) sendData(sw *connect.StreamWriter, stream string, b []byte) {
+	d := &envd.DataEvent{}
+	if stream == execd.EventStdout {
+		d.Stdout = b
+	} else {
+		d.Stderr = b
+	}
+	_ = sw.Send(envd.StartResponse{Event: envd.ProcessEvent{Data: d}})
+}
+
+// endEvent builds envd's end event from execd's terminal event, as envd's
+// Wait fills it (e2b-wire.md §3.2): exit 0 → exited, "exit status 0"; exit
+// N → exitCode N, "exit status N" in status and error; a signal (execd's
+// evalue -1, traceback "signal: killed") → exitCode -1, exited false.
+func endEvent(ev execd.Event) (*envd.EndEvent, bool) {
+	code, ok := ev.ExitCode()
+	if !ok {
+		return nil, false
+	}
+	if code == 0 {
+		return &envd.EndEvent{Exited: true, Status: "exit status 0"}, true
+	}
+	if code == -1 {
+		status := "signal: killed"
+		if ev.Error != nil && len(ev.Error.Traceback) > 0 && strings.HasPrefix(ev.Error.Traceback[0], "signal: ") {
+			status = ev.Error.Traceback[0]
+		}
+		return &envd.EndEvent{ExitCode: -1, Exited: false, Status: status, Error: status}, true
+	}
+	status := "exit status " + strconv.Itoa(code)
+	return &envd.EndEvent{ExitCode: int32(code), Exited: true, Status: status, Error: status}, true
+}
+
+// interrupt stops the execd command (DELETE /command?id=) when the stream
+// ends early: the client went away (execd keeps a foreground command running
+// after its client disconnects, execd-wire.md §1.4) or the timeout passed. Without an id yet it waits, bounded by
+// InterruptTimeout, for execd's init event to learn it.
+func (h *Handler) interrupt(ctx context.Context, t execd.Target, id string, items <-chan streamItem) {
+	ictx, cancel := detach(ctx, h.cfg.InterruptTimeout)
+	defer cancel()
+	for id == "" {
+		select {
+		case it := <-items:
+			if it.err != nil || it.ev.Terminal() {
+				return
+			}
+			if it.ev.Type == execd.EventInit {
+				id = it.ev.Text
+			}
+		case <-ictx.Done():
+			h.deps.Logger.Warn("could not interrupt an execd command: no command id before the timeout",
+				zap.String("sandbox", t.SandboxID))
+			return
+		}
+	}
+	if err := h.deps.Execd.Interrupt(ictx, t, id); err != nil {
+		h.deps.Logger.Warn("interrupting the execd command failed", zap.String("sandbox", t.SandboxID),
+			zap.String("command", id), zap.Error(err))
+	}
+}

@@ -1,0 +1,297 @@
+// Package nodeapi is the gateway's internal HTTP API over the node hub
+// (package nodehub): list the sandbox nodes with their presence and last
+// health, and send one provider operation to a node and wait for its
+// outcome. It is authenticated with its own bearer token, never the data
+// plane's access tokens, and is meant for Core's other components on a
+// private listener.
+//
+// Routes, under Prefix (JSON bodies; every answer is application/json):
+//
+//	GET  /internal/v1/sandbox-nodes                         200 {"nodes": [NodeStatus, …]}
+//	GET  /internal/v1/sandbox-nodes/<node_id>               200 NodeStatus | 404
+//	POST /internal/v1/sandbox-nodes/<node_id>/operations    200 OperationResult | 4xx/503 Error
+//
+// The reference is docs/node-connect.md.
+package nodeapi
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+	"go.uber.org/zap"
+
+	"github.com/sandgate/sandgate/internal/bearer"
+	"github.com/sandgate/sandgate/node/hub"
+	"github.com/sandgate/sandgate/node/proto"
+)
+
+// Prefix is the path prefix of the API.
+const Prefix = "/internal/v1/sandbox-nodes"
+
+// Handler serves the API. Its fields must not change while it serves.
+type Handler struct {
+	// Hub is the node hub. Required.
+	Hub *nodehub.Hub
+	// Tokens are the SHA-256 digests of the accepted API tokens (several
+	// allow rotation). A request must carry "Authorization: Bearer
+	// <token>" whose digest is one of them, compared in constant time.
+	// With no digests every request is refused.
+	Tokens [][sha256.Size]byte
+	// Logger receives refused requests; nil means no logging. Tokens are
+	// never logged.
+	Logger *zap.Logger
+}
+
+// Owns reports whether path is one of the API's paths (Prefix or below).
+func Owns(path string) bool {
+	return path == Prefix || strings.HasPrefix(path, Prefix+"/")
+}
+
+// OperationRequest is the body of POST …/<node_id>/operations: one
+// provider request frame without its envelope (spec "Provider requests").
+// Members are exact and unique (unknown, case-variant and duplicate
+// members are refused); the parameter members must be exactly those the
+// operation takes.
+type OperationRequest struct {
+	// Operation is one of the 15 operations.
+	Operation nodeproto.Operation `json:"operation"`
+	// DeploymentGeneration is the allocation's deployment generation, > 0.
+	DeploymentGeneration int64 `json:"deployment_generation"`
+	// TimeoutMS is the budget, 1..120000 ms; the API waits at most this
+	// long plus the hub's response grace.
+	TimeoutMS int `json:"timeout_ms"`
+	// Reference is the exact (tenant_id, environment_id, allocation_id).
+	Reference nodeproto.Reference `json:"reference"`
+
+	// Bootstrap is the create parameter.
+	Bootstrap *nodeproto.Bootstrap `json:"bootstrap,omitempty"`
+	// Command is the command and command_compute parameter.
+	Command *nodeproto.Command `json:"command,omitempty"`
+	// Observation is the observe parameter.
+	Observation *nodeproto.Observation `json:"observation,omitempty"`
+	// Generation is new_compute's compute generation, > 0.
+	Generation *int64 `json:"generation,omitempty"`
+	// Snapshot is new_compute's optional and delete_snapshot's snapshot.
+	Snapshot *nodeproto.Snapshot `json:"snapshot,omitempty"`
+	// Compute names the compute instance of compute, kill_compute,
+	// resume_compute and command_compute.
+	Compute *nodeproto.ComputeRef `json:"compute,omitempty"`
+	// Suspend is the suspend parameter.
+	Suspend *nodeproto.Suspend `json:"suspend,omitempty"`
+	// Resume is the resume parameter.
+	Resume *nodeproto.Resume `json:"resume,omitempty"`
+}
+
+// OperationResult is the answer of a dispatched operation (HTTP 200,
+// whatever the outcome).
+type OperationResult struct {
+	// Outcome is "success", "failed", "unsupported" or "unknown". Unknown
+	// never proves that a resource does not exist or that a mutation did
+	// not happen: observe the original operation, never replay it.
+	Outcome string `json:"outcome"`
+	// ErrorCode is the failure's code, "unsupported", or "unconfirmed" for
+	// unknown; absent on success.
+	ErrorCode nodeproto.ErrorCode `json:"error_code,omitempty"`
+	// Reason says why the outcome is unknown: "unconfirmed", "timeout",
+	// "disconnected", "cancelled" or "write_failed".
+	Reason string `json:"reason,omitempty"`
+	// RequestID is the request's id (a new UUID).
+	RequestID string `json:"request_id"`
+	// Sequence is the request's sequence on its connection.
+	Sequence uint64 `json:"sequence"`
+	// ConnectionID is the connection the request was sent on.
+	ConnectionID string `json:"connection_id"`
+	// OwnerEpoch is the owner epoch the request carried.
+	OwnerEpoch int64 `json:"owner_epoch"`
+	// Response is the node's response frame, absent when none arrived.
+	Response *nodeproto.Response `json:"response,omitempty"`
+	// Receipt is the info receipt of a failed create that proves a settled
+	// create attempt.
+	Receipt *nodeproto.Info `json:"receipt,omitempty"`
+}
+
+// Error is the body of every refusal.
+type Error struct {
+	// Error is the refusal.
+	Error ErrorBody `json:"error"`
+}
+
+// ErrorBody is a refusal's code and message.
+type ErrorBody struct {
+	// Code is one of unauthorized, not_found, method_not_allowed,
+	// invalid_request, request_too_large, node_offline,
+	// generation_not_ready, too_many_pending, unavailable.
+	Code string `json:"code"`
+	// Message is a fixed explanation; for invalid_request it names the
+	// nodeproto rule and JSON pointer.
+	Message string `json:"message"`
+}
+
+// Nodes is the body of the list.
+type Nodes struct {
+	// Nodes are every enrolled or seen node, sorted by node ID.
+	Nodes []nodehub.NodeStatus `json:"nodes"`
+}
+
+// decodeOptions make the body decoder as strict as the frame codec.
+var decodeOptions = jsonv2.JoinOptions(
+	jsonv2.RejectUnknownMembers(true),
+	jsonv2.MatchCaseInsensitiveNames(false),
+	jsontext.AllowDuplicateNames(false),
+	jsontext.AllowInvalidUTF8(false),
+)
+
+// ServeHTTP authenticates and routes one request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !h.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sandgate-node-api"`)
+		writeError(w, http.StatusUnauthorized, "unauthorized", "a valid API bearer token is required")
+		return
+	}
+	rest, ok := strings.CutPrefix(r.URL.Path, Prefix)
+	if !ok || (rest != "" && rest[0] != '/') {
+		writeError(w, http.StatusNotFound, "not_found", "no such API path")
+		return
+	}
+	parts := strings.Split(strings.Trim(rest, "/"), "/")
+	switch {
+	case rest == "" || rest == "/":
+		if !allow(w, r, http.MethodGet) {
+			return
+		}
+		writeJSON(w, http.StatusOK, Nodes{Nodes: h.Hub.Nodes()})
+	case len(parts) == 1:
+		if !allow(w, r, http.MethodGet) {
+			return
+		}
+		s, found := h.Hub.Node(parts[0])
+		if !found {
+			writeError(w, http.StatusNotFound, "not_found", "no such node")
+			return
+		}
+		writeJSON(w, http.StatusOK, s)
+	case len(parts) == 2 && parts[1] == "operations":
+		if !allow(w, r, http.MethodPost) {
+			return
+		}
+		h.operation(w, r, parts[0])
+	default:
+		writeError(w, http.StatusNotFound, "not_found", "no such API path")
+	}
+}
+
+func (h *Handler) authorized(r *http.Request) bool {
+	tok, ok := bearer.FromRequest(r)
+	if !ok {
+		return false
+	}
+	d := sha256.Sum256([]byte(tok))
+	match := 0
+	for i := range h.Tokens {
+		match |= subtle.ConstantTimeCompare(d[:], h.Tokens[i][:])
+	}
+	return match == 1
+}
+
+func allow(w http.ResponseWriter, r *http.Request, method string) bool {
+	if r.Method == method {
+		return true
+	}
+	w.Header().Set("Allow", method)
+	writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use "+method)
+	return false
+}
+
+func (h *Handler) operation(w http.ResponseWriter, r *http.Request, nodeID string) {
+	body := http.MaxBytesReader(w, r.Body, nodeproto.MaxRequestFrame)
+	var in OperationRequest
+	if err := jsonv2.UnmarshalRead(body, &in, decodeOptions); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, "request_too_large", "the body is over 72 MiB")
+			return
+		}
+		writeError(w, http.StatusBadRequest, "invalid_request", bodyProblem(err))
+		return
+	}
+	req := nodeproto.Request{
+		DeploymentGeneration: in.DeploymentGeneration, Operation: in.Operation, TimeoutMS: in.TimeoutMS,
+		Reference: in.Reference, Bootstrap: in.Bootstrap, Command: in.Command, Observation: in.Observation,
+		Generation: in.Generation, Snapshot: in.Snapshot, Compute: in.Compute, Suspend: in.Suspend, Resume: in.Resume,
+	}
+	res, err := h.Hub.Dispatch(r.Context(), nodeID, req)
+	if err != nil {
+		status, code, msg := refusal(err)
+		if h.Logger != nil {
+			h.Logger.Info("node operation refused", zap.String("node_id", nodeID),
+				zap.String("operation", string(in.Operation)), zap.String("code", code))
+		}
+		writeError(w, status, code, msg)
+		return
+	}
+	writeJSON(w, http.StatusOK, OperationResult{
+		Outcome: res.Outcome.String(), ErrorCode: res.ErrorCode, Reason: res.Reason,
+		RequestID: res.Request.ID, Sequence: res.Request.Sequence, ConnectionID: res.Request.ConnectionID,
+		OwnerEpoch: res.Request.OwnerEpoch, Response: res.Response, Receipt: res.Receipt,
+	})
+}
+
+// bodyProblem describes a body decoding error by its JSON pointer, never
+// by value.
+func bodyProblem(err error) string {
+	var se *jsonv2.SemanticError
+	if errors.As(err, &se) {
+		if errors.Is(se.Err, jsonv2.ErrUnknownName) {
+			return "unknown member at " + string(se.JSONPointer)
+		}
+		return "wrong JSON kind or value at " + string(se.JSONPointer)
+	}
+	var te *jsontext.SyntacticError
+	if errors.As(err, &te) {
+		if errors.Is(te.Err, jsontext.ErrDuplicateName) {
+			return "duplicate member at " + string(te.JSONPointer)
+		}
+		return "malformed JSON"
+	}
+	return "malformed JSON body"
+}
+
+// refusal maps a Dispatch error to status, code and message.
+func refusal(err error) (int, string, string) {
+	var pe *nodeproto.Error
+	switch {
+	case errors.Is(err, nodehub.ErrInvalidRequest) && errors.As(err, &pe):
+		return http.StatusBadRequest, "invalid_request", pe.Error()
+	case errors.Is(err, nodehub.ErrUnknownNode):
+		return http.StatusNotFound, "not_found", "no such node"
+	case errors.Is(err, nodehub.ErrOffline):
+		return http.StatusServiceUnavailable, "node_offline", "the node is not online"
+	case errors.Is(err, nodehub.ErrNotReady):
+		return http.StatusConflict, "generation_not_ready", "the node does not report the deployment generation ready"
+	case errors.Is(err, nodehub.ErrTooManyPending):
+		return http.StatusTooManyRequests, "too_many_pending", "32 requests are already pending on the node connection"
+	}
+	return http.StatusServiceUnavailable, "unavailable", "the node connection service is unavailable"
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, Error{Error: ErrorBody{Code: code, Message: msg}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte(`{"error":{"code":"internal","message":"encoding the answer failed"}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}

@@ -1,0 +1,239 @@
+package nodecred
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+
+	"go.uber.org/zap"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sandgate/sandgate/internal/filewatch"
+	"github.com/sandgate/sandgate/node/proto"
+)
+
+// MaxFileSize is the largest node credential file accepted, in bytes
+// (16 MiB).
+const MaxFileSize = 16 << 20
+
+// fileRecord is one element of the file's "nodes" list.
+type fileRecord struct {
+	NodeID               string `json:"node_id"`
+	Enabled              bool   `json:"enabled"`
+	CredentialSHA256     string `json:"credential_sha256"`
+	InstallationID       string `json:"installation_id"`
+	Provider             string `json:"provider"`
+	BackendFingerprint   string `json:"backend_fingerprint"`
+	DeploymentGeneration int64  `json:"deployment_generation"`
+	SpecificationDigest  string `json:"specification_digest"`
+	GenerationManagement bool   `json:"generation_management"`
+}
+
+// members are fileRecord's JSON member names; true marks the required ones.
+var members = map[string]bool{
+	"node_id": true, "enabled": true, "credential_sha256": true, "installation_id": true,
+	"provider": true, "backend_fingerprint": true, "deployment_generation": true,
+	"specification_digest": true, "generation_management": false,
+}
+
+// File is a Store read from a JSON or YAML file and reloaded when it
+// changes. Authenticate and Nodes are lock-free reads of the immutable
+// snapshot of the file's last good version (filewatch.Snapshot), which
+// also provides Version, LastError and Close.
+type File struct {
+	*filewatch.Snapshot[map[string]*record]
+}
+
+var _ Store = (*File)(nil)
+
+// OpenFile loads the node credential file at path and starts watching it.
+//
+// Format (JSON or YAML; YAML shown):
+//
+//	nodes:
+//	  - node_id: 7c0e5f0a-4c1e-4e55-9a7e-2f1f6d1b9a01      # UUID, lowercase
+//	    enabled: true
+//	    credential_sha256: <64 lowercase hex digits>      # SHA-256 of the credential
+//	    installation_id: 0b6f2c9e-0d55-4a53-8f0e-5d1c2b3a4f60
+//	    provider: docker                                  # or microsandbox
+//	    backend_fingerprint: <64 lowercase hex digits>
+//	    deployment_generation: 1                          # > 0
+//	    specification_digest: <64 lowercase hex digits>
+//	    generation_management: false                      # optional, default false
+//
+// Decoding is strict: exactly the top-level key "nodes" holding a list;
+// member names exact (case-sensitive), no unknown, null or duplicate
+// members, every member but generation_management required, values of the
+// right type and form, node IDs unique; at most MaxFileSize bytes.
+//
+// The file is watched (package filewatch: in-place writes, rename-over and
+// Kubernetes "..data" swaps) and re-read within a second of a change. A
+// reload that fails keeps the previous version, records the reason for
+// LastError and logs a warning with the path and reason (never file
+// contents) on logger (nil: no logging).
+//
+// Errors: the os error, or an ErrInvalid-wrapped reason naming the element
+// index and member (never a value), prefixed with the path; or the fsnotify
+// error if the directory cannot be watched. Call Close to stop watching.
+func OpenFile(path string, logger *zap.Logger) (*File, error) {
+	snap, err := filewatch.Open(path, "node credential file", MaxFileSize, parse,
+		func(m map[string]*record) int { return len(m) }, logger)
+	if err != nil {
+		return nil, err
+	}
+	return &File{Snapshot: snap}, nil
+}
+
+// Authenticate implements Store against the most recently loaded version.
+// It keeps answering from the last version after Close.
+func (f *File) Authenticate(nodeID string, digest Digest) (Node, error) {
+	return authenticate(nodeID, f.Load()[nodeID], digest)
+}
+
+// Nodes implements Store.
+func (f *File) Nodes() []Node {
+	m := f.Load()
+	out := make([]Node, 0, len(m))
+	for _, r := range m {
+		out = append(out, r.Node)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].NodeID < out[j].NodeID })
+	return out
+}
+
+// parse decodes the content of a node credential file (format: OpenFile)
+// into records by node ID. Errors wrap ErrInvalid.
+func parse(data []byte) (map[string]*record, error) {
+	if len(data) > MaxFileSize {
+		return nil, fmt.Errorf("%w: larger than %d bytes", ErrInvalid, MaxFileSize)
+	}
+	j, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		// The YAML error quotes no values beyond a line number.
+		return nil, fmt.Errorf("%w: not valid JSON or YAML: %s", ErrInvalid, err.Error())
+	}
+	var top map[string]json.RawMessage
+	if err := strictJSON(j, &top); err != nil || top == nil {
+		return nil, fmt.Errorf("%w: top level must be a mapping with a nodes list", ErrInvalid)
+	}
+	for k := range top {
+		if k != "nodes" {
+			return nil, fmt.Errorf("%w: unknown top-level member %q", ErrInvalid, k)
+		}
+	}
+	list, ok := top["nodes"]
+	if !ok {
+		return nil, fmt.Errorf("%w: missing top-level member \"nodes\"", ErrInvalid)
+	}
+	var items []json.RawMessage
+	if err := strictJSON(list, &items); err != nil || items == nil {
+		return nil, fmt.Errorf("%w: nodes must be a list", ErrInvalid)
+	}
+	out := make(map[string]*record, len(items))
+	first := make(map[string]int, len(items))
+	for i, raw := range items {
+		r, err := decodeRecord(raw)
+		if err != nil {
+			return nil, fmt.Errorf("nodes[%d]: %w", i, err)
+		}
+		if j, dup := first[r.NodeID]; dup {
+			return nil, fmt.Errorf("%w: nodes[%d] repeats the node_id of nodes[%d]", ErrInvalid, i, j)
+		}
+		first[r.NodeID] = i
+		out[r.NodeID] = r
+	}
+	return out, nil
+}
+
+func decodeRecord(raw []byte) (*record, error) {
+	var fields map[string]json.RawMessage
+	if err := strictJSON(raw, &fields); err != nil || fields == nil {
+		return nil, fmt.Errorf("%w: not a JSON object", ErrInvalid)
+	}
+	names := make([]string, 0, len(fields))
+	for k := range fields {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		if _, known := members[k]; !known {
+			return nil, fmt.Errorf("%w: unknown member %q", ErrInvalid, k)
+		}
+		if string(bytes.TrimSpace(fields[k])) == "null" {
+			return nil, fmt.Errorf("%w: member %s is null", ErrInvalid, k)
+		}
+	}
+	required := make([]string, 0, len(members))
+	for k, req := range members {
+		if req {
+			required = append(required, k)
+		}
+	}
+	slices.Sort(required)
+	for _, k := range required {
+		if _, ok := fields[k]; !ok {
+			return nil, fmt.Errorf("%w: missing member %s", ErrInvalid, k)
+		}
+	}
+	var fr fileRecord
+	if err := strictJSON(raw, &fr); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return nil, fmt.Errorf("%w: member %s is a JSON %s, want a %s", ErrInvalid, te.Field, te.Value, te.Type.Kind())
+		}
+		return nil, fmt.Errorf("%w: undecodable node record", ErrInvalid)
+	}
+	return fr.validate()
+}
+
+func (fr fileRecord) validate() (*record, error) {
+	switch {
+	case !nodeproto.IsUUID(fr.NodeID):
+		return nil, fmt.Errorf("%w: node_id must be a lowercase UUID", ErrInvalid)
+	case !nodeproto.IsUUID(fr.InstallationID):
+		return nil, fmt.Errorf("%w: installation_id must be a lowercase UUID", ErrInvalid)
+	case !nodeproto.Provider(fr.Provider).Valid():
+		return nil, fmt.Errorf("%w: provider must be docker or microsandbox", ErrInvalid)
+	case !nodeproto.IsDigest(fr.BackendFingerprint):
+		return nil, fmt.Errorf("%w: backend_fingerprint must be 64 lowercase hexadecimal digits", ErrInvalid)
+	case fr.DeploymentGeneration <= 0:
+		return nil, fmt.Errorf("%w: deployment_generation must be positive", ErrInvalid)
+	case !nodeproto.IsDigest(fr.SpecificationDigest):
+		return nil, fmt.Errorf("%w: specification_digest must be 64 lowercase hexadecimal digits", ErrInvalid)
+	}
+	d, err := ParseDigest(fr.CredentialSHA256)
+	if err != nil {
+		return nil, fmt.Errorf("credential_sha256: %w", err)
+	}
+	return &record{
+		Node: Node{
+			NodeID:               fr.NodeID,
+			Enabled:              fr.Enabled,
+			InstallationID:       fr.InstallationID,
+			Provider:             fr.Provider,
+			BackendFingerprint:   fr.BackendFingerprint,
+			DeploymentGeneration: fr.DeploymentGeneration,
+			SpecificationDigest:  fr.SpecificationDigest,
+			GenerationManagement: fr.GenerationManagement,
+		},
+		digest: d,
+	}, nil
+}
+
+// strictJSON decodes exactly one JSON value from data into v, refusing
+// unknown struct fields and trailing data.
+func strictJSON(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("trailing data after JSON value")
+	}
+	return nil
+}

@@ -1,0 +1,32 @@
+package nodehub
+
+import (
+	"testing"
+
+	"github.com/sandgate/sandgate/node/proto"
+	"github.com/sandgate/sandgate/node/sim"
+)
+
+// BenchmarkDispatch measures one provider operation through the hub and
+// a real WebSocket on loopback to a simulated node that answers at once
+// (both ends in this process).
+func BenchmarkDispatch(b *testing.B) {
+	e := newEnv(b)
+	n, err := nodesim.Dial(b.Context(), nodesim.Config{URL: e.srv.URL, Credential: secretA, HeartbeatInterval: -1,
+		Hello: nodeproto.Hello{NodeID: nodeA, InstallationID: inst, Provider: nodeproto.ProviderDocker,
+			BackendFingerprint: fingerprint, DeploymentGeneration: 1, SpecificationDigest: specDigest, MaxActive: 8,
+			Health: health(true, "")}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer n.Close()
+	req := infoReq()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		res, err := e.hub.Dispatch(b.Context(), nodeA, req)
+		if err != nil || res.Outcome != nodeproto.OutcomeSuccess {
+			b.Fatalf("%+v %v", res, err)
+		}
+	}
+}

@@ -1,0 +1,231 @@
+package nodehub
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/sandgate/sandgate/node/proto"
+)
+
+// Reasons of an OutcomeUnknown Result (Result.Reason).
+const (
+	// ReasonUnconfirmed: the node answered, but the response proves
+	// nothing (error_code unconfirmed or unknown, missing or mismatched
+	// unsupported evidence, a result that does not fit the operation).
+	ReasonUnconfirmed = "unconfirmed"
+	// ReasonTimeout: no response within timeout_ms plus the response
+	// grace.
+	ReasonTimeout = "timeout"
+	// ReasonDisconnected: the connection closed before the response.
+	ReasonDisconnected = "disconnected"
+	// ReasonCancelled: the caller's context ended before the response.
+	ReasonCancelled = "cancelled"
+	// ReasonWriteFailed: writing the request failed; part of it may have
+	// reached the node.
+	ReasonWriteFailed = "write_failed"
+)
+
+// Result is the outcome of one provider operation sent with Dispatch.
+type Result struct {
+	// Outcome is what the response proves (nodeproto.Classify), or
+	// OutcomeUnknown when there is no response. Unknown never proves that
+	// a resource does not exist or that a mutation did not happen; Core
+	// never replays the operation but observes the original one.
+	Outcome nodeproto.Outcome
+	// ErrorCode is the classified code: "" on success, the definite code
+	// of a failure, "unsupported", or "unconfirmed" for unknown.
+	ErrorCode nodeproto.ErrorCode
+	// Reason says why the outcome is unknown (Reason* constants); "" for
+	// the other outcomes.
+	Reason string
+	// Request is the request as sent: id, sequence, connection_id,
+	// owner_epoch filled in.
+	Request nodeproto.Request
+	// Response is the node's response, nil when none arrived.
+	Response *nodeproto.Response
+	// Receipt is the info receipt of a failed create that proves a settled
+	// create attempt (nodeproto.CreateReceipt), nil otherwise.
+	Receipt *nodeproto.Info
+}
+
+// needsReady reports whether req may only go to a generation the node
+// reports ready (spec: "Core sends create and non-observe-only resume only
+// to generations that are ready on the node").
+func needsReady(req *nodeproto.Request) bool {
+	switch req.Operation {
+	case nodeproto.OpCreate:
+		return true
+	case nodeproto.OpResume:
+		return req.Resume != nil && !req.Resume.ObserveOnly
+	}
+	return false
+}
+
+// ready reports whether generation gen is ready on the node of p; hub.mu
+// is held. A node with generation management reports readiness per
+// generation (the latest observation of gen must be "ready"); one without
+// serves only its enrolled generation, ready while its provider is.
+func (p *presence) ready(gen int64, gm bool) bool {
+	if gm {
+		o, ok := p.generations[gen]
+		return ok && o.obs.State == nodeproto.GenerationReady
+	}
+	return p.hello != nil && p.health != nil && gen == p.hello.DeploymentGeneration && p.health.ProviderReady
+}
+
+// Dispatch sends one provider operation to the node and waits for its
+// outcome (spec "Provider requests"). req carries the operation, its
+// parameters, deployment_generation, timeout_ms (1..120000) and the exact
+// reference; Dispatch sets version, type, a new UUID id, the next sequence
+// of the connection, and the connection's connection_id and owner_epoch.
+//
+// Refusals before anything is written leave the connection untouched:
+// ErrUnknownNode, ErrOffline (not online), ErrNotReady (create or a
+// non-observe-only resume for a generation the node does not report
+// ready), ErrTooManyPending (nodeproto.MaxPendingRequests requests already
+// wait on the connection), ErrInvalidRequest (with the *nodeproto.Error),
+// ErrClosed, and ctx's error when ctx ended before the request was written.
+// Otherwise the error is nil and the Result says what happened.
+// Core waits at most timeout_ms plus the response grace; a timeout, a
+// cancelled ctx, a disconnect or a failed write give OutcomeUnknown, and
+// the request is never sent again. A request whose wait ended stays
+// counted as pending until its late response arrives (and is dropped) or
+// the connection ends, because the node still holds it.
+func (h *Hub) Dispatch(ctx context.Context, nodeID string, req nodeproto.Request) (*Result, error) {
+	cfg := h.config()
+	if cfg == nil {
+		return nil, ErrClosed
+	}
+	now := h.now()
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, ErrClosed
+	}
+	p := h.nodes[nodeID]
+	if p == nil {
+		h.mu.Unlock()
+		if _, enrolled := h.Node(nodeID); enrolled {
+			return nil, fmt.Errorf("%w: %s", ErrOffline, nodeID)
+		}
+		return nil, fmt.Errorf("%w: %s", ErrUnknownNode, nodeID)
+	}
+	if !p.online(now, cfg) {
+		h.mu.Unlock()
+		return nil, fmt.Errorf("%w: %s", ErrOffline, nodeID)
+	}
+	c := p.conn
+	if needsReady(&req) && !p.ready(req.DeploymentGeneration, c.gm) {
+		h.mu.Unlock()
+		return nil, fmt.Errorf("%w: node %s, generation %d", ErrNotReady, nodeID, req.DeploymentGeneration)
+	}
+	h.mu.Unlock()
+	return c.dispatch(ctx, cfg, req)
+}
+
+// dispatch writes req on c and waits for the outcome.
+func (c *conn) dispatch(ctx context.Context, cfg *Config, req nodeproto.Request) (*Result, error) {
+	// A quick refusal without waiting for the writer.
+	if c.pendingCount() >= nodeproto.MaxPendingRequests {
+		return nil, fmt.Errorf("%w: node %s", ErrTooManyPending, c.nodeID)
+	}
+	req.ID = uuid.NewString()
+	req.ConnectionID = c.id
+	req.OwnerEpoch = c.epoch
+	cl := &call{req: &req, done: make(chan *nodeproto.Response, 1)}
+
+	c.wmu.Lock()
+	if c.isClosing() {
+		c.wmu.Unlock()
+		return nil, fmt.Errorf("%w: %s", ErrOffline, c.nodeID)
+	}
+	// A caller that is already gone (e.g. the API client hung up while the
+	// writer was busy) gets nothing sent: the node would perform an
+	// operation nobody waits for.
+	if err := ctx.Err(); err != nil {
+		c.wmu.Unlock()
+		return nil, fmt.Errorf("nodehub: the caller went away before the request was sent: %w", err)
+	}
+	c.pmu.Lock()
+	if len(c.pending) >= nodeproto.MaxPendingRequests {
+		c.pmu.Unlock()
+		c.wmu.Unlock()
+		return nil, fmt.Errorf("%w: node %s", ErrTooManyPending, c.nodeID)
+	}
+	c.pending[req.ID] = cl
+	c.pmu.Unlock()
+	req.Sequence = c.seq + 1
+	b, err := nodeproto.Encode(&req)
+	if err != nil {
+		c.pmu.Lock()
+		delete(c.pending, req.ID)
+		c.pmu.Unlock()
+		c.wmu.Unlock()
+		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	c.seq = req.Sequence
+	written := c.writeBytes(b)
+	c.wmu.Unlock()
+
+	res := &Result{Request: req}
+	if !written {
+		res.Outcome, res.ErrorCode, res.Reason = nodeproto.OutcomeUnknown, nodeproto.ErrUnconfirmed, ReasonWriteFailed
+		c.logDispatch(cfg, res)
+		return res, nil
+	}
+	timer := time.NewTimer(time.Duration(req.TimeoutMS)*time.Millisecond + cfg.Timers.ResponseGrace)
+	defer timer.Stop()
+	var resp *nodeproto.Response
+	select {
+	case resp = <-cl.done:
+	case <-c.closing:
+		res.Reason = ReasonDisconnected
+	case <-timer.C:
+		res.Reason = ReasonTimeout
+	case <-ctx.Done():
+		res.Reason = ReasonCancelled
+	}
+	if resp == nil {
+		// A response that raced with the other cases still counts.
+		select {
+		case resp = <-cl.done:
+			res.Reason = ""
+		default:
+		}
+	}
+	if resp == nil {
+		res.Outcome, res.ErrorCode = nodeproto.OutcomeUnknown, nodeproto.ErrUnconfirmed
+		c.logDispatch(cfg, res)
+		return res, nil
+	}
+	res.Response = resp
+	res.Outcome, res.ErrorCode = nodeproto.Classify(&req, resp)
+	if res.Outcome == nodeproto.OutcomeUnknown {
+		res.Reason = ReasonUnconfirmed
+	}
+	if info, ok := nodeproto.CreateReceipt(&req, resp); ok {
+		res.Receipt = info
+	}
+	c.logDispatch(cfg, res)
+	return res, nil
+}
+
+// logDispatch logs one operation at debug level (unknown outcomes at
+// info): IDs, operation and outcome, never parameters or results.
+func (c *conn) logDispatch(cfg *Config, res *Result) {
+	level := zapcore.DebugLevel
+	if res.Outcome == nodeproto.OutcomeUnknown {
+		level = zapcore.InfoLevel
+	}
+	if ce := cfg.Logger.Check(level, "node operation"); ce != nil {
+		ce.Write(zap.String("node_id", c.nodeID), zap.String("connection_id", c.id),
+			zap.String("request_id", res.Request.ID), zap.Uint64("sequence", res.Request.Sequence),
+			zap.String("operation", string(res.Request.Operation)), zap.String("outcome", res.Outcome.String()),
+			zap.String("error_code", string(res.ErrorCode)), zap.String("reason", res.Reason))
+	}
+}

@@ -1,0 +1,441 @@
+// Package nodehub is Core's end of the sandbox-node protocol (spec
+// node-protocol.md "Connection", "Provider requests" and the frames of
+// "Generation control"): it accepts the WebSocket a sandbox node dials,
+// authenticates it, runs hello/welcome, heartbeats and retention, keeps the
+// nodes' presence and last health, and sends provider operations to a node
+// and waits for their outcome.
+//
+// A Hub is a plain Go value with no Caddy dependency. The gateway keeps one
+// Hub in the "sandgate" app (caddymodules/sandgate), shared through a
+// caddy.UsagePool, so that a config reload hands the same Hub, with its
+// live connections, to the new config; Configure then swaps in the new
+// settings (credential store, owner epoch, deployment, timers) without
+// touching a connection.
+//
+// Frames are encoded and decoded strictly by package nodeproto. Each
+// connection has one reader goroutine and at most one writer at a time.
+package nodehub
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/sandgate/sandgate/node/credential"
+	"github.com/sandgate/sandgate/node/proto"
+)
+
+// ConnectPath is the path nodes dial (spec "Connection").
+const ConnectPath = "/api/v1/sandbox-node/connect"
+
+// Default timers (spec "Connection").
+const (
+	// DefaultHelloTimeout: a node must send hello within 15 s.
+	DefaultHelloTimeout = 15 * time.Second
+	// DefaultIdleTimeout: either end closes after 35 s without a frame.
+	DefaultIdleTimeout = 35 * time.Second
+	// DefaultOnlineWindow: a node is online while its last heartbeat is
+	// less than 45 s old.
+	DefaultOnlineWindow = 45 * time.Second
+	// DefaultWriteTimeout bounds one frame write (not from the spec).
+	DefaultWriteTimeout = 10 * time.Second
+	// DefaultResponseGrace is how much longer than a request's timeout_ms
+	// Core waits for its response before reporting outcome unknown (spec:
+	// "Core still bounds its own wait").
+	DefaultResponseGrace = 2 * time.Second
+	// DefaultCloseGrace is how long Core waits for the node's close frame
+	// after sending its own, before dropping the TCP connection.
+	DefaultCloseGrace = time.Second
+)
+
+// Timers are the hub's timeouts. A zero field takes its default.
+type Timers struct {
+	// Hello is how long after the upgrade the node has to send hello.
+	Hello time.Duration
+	// Idle closes a connection that has received no frame for this long.
+	Idle time.Duration
+	// Online is the age below which a node's last heartbeat (or hello)
+	// keeps it online.
+	Online time.Duration
+	// Write bounds the write of one frame.
+	Write time.Duration
+	// ResponseGrace is added to a request's timeout_ms to bound Core's wait
+	// for the response.
+	ResponseGrace time.Duration
+	// CloseGrace is how long Core waits for the node's close frame.
+	CloseGrace time.Duration
+}
+
+// withDefaults returns t with zero fields set to their defaults.
+func (t Timers) withDefaults() Timers {
+	set := func(d *time.Duration, def time.Duration) {
+		if *d == 0 {
+			*d = def
+		}
+	}
+	set(&t.Hello, DefaultHelloTimeout)
+	set(&t.Idle, DefaultIdleTimeout)
+	set(&t.Online, DefaultOnlineWindow)
+	set(&t.Write, DefaultWriteTimeout)
+	set(&t.ResponseGrace, DefaultResponseGrace)
+	set(&t.CloseGrace, DefaultCloseGrace)
+	return t
+}
+
+// Config is the hub's settings; Configure replaces them as a whole.
+type Config struct {
+	// Credentials authenticates nodes on connect and on every heartbeat.
+	// Required.
+	Credentials nodecred.Store
+	// OwnerEpoch is Core's current owner epoch, > 0, sent in welcome and
+	// checked on every heartbeat. It may not decrease while the hub runs.
+	OwnerEpoch int64
+	// Deployment is what generation-managing nodes are told to prepare and
+	// serve (welcome and heartbeat_ack). Without it such nodes are refused
+	// (close code CloseNoDeployment); nodes without generation management
+	// never need it.
+	Deployment *nodeproto.Deployment
+	// Timers are the timeouts; zero fields take the defaults.
+	Timers Timers
+	// Logger receives connection events; nil means no logging. Secrets and
+	// frame contents are never logged.
+	Logger *zap.Logger
+}
+
+// Hub holds the live node connections, the nodes' presence, and the
+// current Config. Its methods are safe for concurrent use.
+type Hub struct {
+	cfg atomic.Pointer[Config]
+
+	mu        sync.Mutex
+	nodes     map[string]*presence // by node ID; kept after a disconnect
+	maxEpoch  int64
+	closed    bool
+	conns     sync.WaitGroup
+	closeOnce sync.Once
+
+	// clock is the presence clock (heartbeat times, the online window);
+	// tests replace it. Deadlines on the sockets use real time.
+	clock func() time.Time
+}
+
+func (h *Hub) now() time.Time { return h.clock() }
+
+// New returns a hub with no configuration; connections are refused (503)
+// until Configure is called.
+func New() *Hub {
+	return &Hub{nodes: map[string]*presence{}, clock: time.Now}
+}
+
+// CheckConfig reports whether Configure would accept cfg: a credential
+// store, a positive owner epoch not lower than any epoch the hub has been
+// configured with, a valid deployment, and no negative timer. The error
+// names the problem.
+func (h *Hub) CheckConfig(cfg Config) error {
+	if cfg.Credentials == nil {
+		return errors.New("nodehub: a node credential store is required")
+	}
+	if cfg.OwnerEpoch <= 0 {
+		return errors.New("nodehub: the owner epoch must be positive")
+	}
+	h.mu.Lock()
+	maxEpoch := h.maxEpoch
+	h.mu.Unlock()
+	if cfg.OwnerEpoch < maxEpoch {
+		return fmt.Errorf("nodehub: the owner epoch may not decrease while the gateway runs (now %d, configured %d)", maxEpoch, cfg.OwnerEpoch)
+	}
+	if d := cfg.Deployment; d != nil {
+		if d.Generation <= 0 || !nodeproto.IsDigest(d.SpecificationDigest) ||
+			(d.ServingGeneration != nil && *d.ServingGeneration <= 0) {
+			return errors.New("nodehub: the deployment needs a positive generation, a lowercase SHA-256 specification digest and a positive serving generation if any")
+		}
+	}
+	t := cfg.Timers
+	for _, d := range []time.Duration{t.Hello, t.Idle, t.Online, t.Write, t.ResponseGrace, t.CloseGrace} {
+		if d < 0 {
+			return errors.New("nodehub: timers may not be negative")
+		}
+	}
+	return nil
+}
+
+// Configure checks cfg (CheckConfig) and makes it the hub's settings. Live
+// connections keep running: the next heartbeat is re-authenticated with
+// the new store and checked against the new owner epoch (a connection
+// welcomed under a lower epoch is then closed with CloseEpochSuperseded),
+// and heartbeat_acks carry the new deployment.
+func (h *Hub) Configure(cfg Config) error {
+	_, err := h.Apply(cfg)
+	return err
+}
+
+// Apply is Configure that also returns undo, which puts back the settings
+// cfg replaced, provided no other settings have been applied since (then
+// undo does nothing), and never lowers the owner epoch: the restored
+// settings keep the higher of the two epochs. The gateway applies a new
+// config's settings when it starts and undoes them if that config is
+// stopped before it ever took over (a reload that failed later on).
+func (h *Hub) Apply(cfg Config) (undo func(), err error) {
+	if err := h.CheckConfig(cfg); err != nil {
+		return func() {}, err
+	}
+	cfg.Timers = cfg.Timers.withDefaults()
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Deployment != nil {
+		d := *cfg.Deployment
+		if d.ServingGeneration != nil {
+			s := *d.ServingGeneration
+			d.ServingGeneration = &s
+		}
+		cfg.Deployment = &d
+	}
+	h.mu.Lock()
+	h.maxEpoch = max(h.maxEpoch, cfg.OwnerEpoch)
+	h.mu.Unlock()
+	applied := &cfg
+	prev := h.cfg.Swap(applied)
+	return func() {
+		if prev == nil {
+			return // never leave the hub unconfigured
+		}
+		back := *prev
+		back.OwnerEpoch = max(back.OwnerEpoch, applied.OwnerEpoch)
+		h.cfg.CompareAndSwap(applied, &back)
+	}, nil
+}
+
+// Configured reports whether Configure has been called.
+func (h *Hub) Configured() bool { return h.cfg.Load() != nil }
+
+// config returns the current settings, or nil before Configure.
+func (h *Hub) config() *Config { return h.cfg.Load() }
+
+// Close closes every connection with CloseGoingAway and waits for their
+// goroutines to end (each waits at most its close grace for the node's
+// close frame). Pending operations end with outcome unknown. New
+// connections are refused with 503 afterwards. Close is idempotent.
+func (h *Hub) Close() error {
+	h.closeOnce.Do(func() {
+		h.mu.Lock()
+		h.closed = true
+		var live []*conn
+		for _, p := range h.nodes {
+			if p.conn != nil {
+				live = append(live, p.conn)
+			}
+		}
+		h.mu.Unlock()
+		for _, c := range live {
+			c.fail(CloseGoingAway, "the gateway is closing the node connection service")
+		}
+		h.conns.Wait()
+	})
+	return nil
+}
+
+// NodeStatus is one node as the hub sees it: its enrolment, its presence
+// and its last health report.
+type NodeStatus struct {
+	// NodeID is the node's UUID.
+	NodeID string `json:"node_id"`
+	// Enrolled: the node has a record in the credential store.
+	Enrolled bool `json:"enrolled"`
+	// State is "disconnected", "connecting" (authenticated, no welcome
+	// yet), "live" or "closing".
+	State string `json:"state"`
+	// Online: live, welcomed under the current owner epoch, and the last
+	// heartbeat (or hello) is younger than the online window (spec: "Core
+	// counts the node as online").
+	Online bool `json:"online"`
+	// ConnectionID is the current (or last) welcome's connection_id.
+	ConnectionID string `json:"connection_id,omitempty"`
+	// OwnerEpoch is the owner epoch the current (or last) connection was
+	// welcomed under.
+	OwnerEpoch int64 `json:"owner_epoch,omitempty"`
+	// ConnectedAt is when the current (or last) connection was welcomed.
+	ConnectedAt *time.Time `json:"connected_at,omitempty"`
+	// LastHeartbeatAt is when the last heartbeat (or hello) was received.
+	LastHeartbeatAt *time.Time `json:"last_heartbeat_at,omitempty"`
+	// DisconnectedAt is when the last connection ended, while
+	// disconnected.
+	DisconnectedAt *time.Time `json:"disconnected_at,omitempty"`
+	// CloseCode is the WebSocket close code Core sent when the last
+	// connection ended (0: none, e.g. the node closed it), while
+	// disconnected.
+	CloseCode int `json:"close_code,omitempty"`
+	// CloseReason is the fixed reason the last connection ended for, while
+	// disconnected.
+	CloseReason string `json:"close_reason,omitempty"`
+	// Hello is the identity the node stated in its last hello.
+	Hello *HelloSummary `json:"hello,omitempty"`
+	// Health is the last health report, with an unknown diagnostic stored
+	// as provider_unavailable.
+	Health *nodeproto.Health `json:"health,omitempty"`
+	// Generations are the latest observation of each generation the node
+	// reported (generation-managing nodes), by ascending generation.
+	Generations []nodeproto.GenerationObservation `json:"generations,omitempty"`
+	// Pending is the number of requests waiting for a response on the
+	// current connection.
+	Pending int `json:"pending"`
+}
+
+// HelloSummary is the identity and capacity part of a hello (the members
+// of nodeproto.Hello of the same names).
+type HelloSummary struct {
+	// InstallationID is the UUID of the node's installation.
+	InstallationID string `json:"installation_id"`
+	// Provider is the node's provider.
+	Provider nodeproto.Provider `json:"provider"`
+	// BackendFingerprint is the provider backend's lowercase SHA-256 hex.
+	BackendFingerprint string `json:"backend_fingerprint"`
+	// DeploymentGeneration is the enrolled deployment generation.
+	DeploymentGeneration int64 `json:"deployment_generation"`
+	// SpecificationDigest is the enrolled generation's specification digest.
+	SpecificationDigest string `json:"specification_digest"`
+	// MaxActive is how many operations the node runs at once, 1..32.
+	MaxActive int `json:"max_active"`
+	// MaxRetained is how many generations the node can retain.
+	MaxRetained int `json:"max_retained"`
+	// GenerationManagement says whether the node manages generations.
+	GenerationManagement bool `json:"generation_management"`
+}
+
+// Connection states of NodeStatus.State.
+const (
+	StateDisconnected = "disconnected"
+	StateConnecting   = "connecting"
+	StateLive         = "live"
+	StateClosing      = "closing"
+)
+
+// maxObservedGenerations bounds the generation observations kept per node.
+const maxObservedGenerations = nodeproto.MaxRetainedGenerations
+
+// presence is what the hub keeps about one node; guarded by Hub.mu.
+type presence struct {
+	nodeID        string
+	conn          *conn // non-nil while connecting, live or closing
+	connectionID  string
+	epoch         int64
+	connectedAt   time.Time
+	lastHeartbeat time.Time
+	disconnected  time.Time
+	closeCode     int
+	closeReason   string
+	hello         *HelloSummary
+	health        *nodeproto.Health
+	generations   map[int64]observed
+}
+
+// observed is the latest observation of one generation.
+type observed struct {
+	obs nodeproto.GenerationObservation
+	at  time.Time
+}
+
+// status builds the NodeStatus of p at now under cfg; h.mu is held.
+func (p *presence) status(now time.Time, cfg *Config) NodeStatus {
+	s := NodeStatus{NodeID: p.nodeID, State: StateDisconnected, ConnectionID: p.connectionID, OwnerEpoch: p.epoch,
+		CloseCode: p.closeCode, CloseReason: p.closeReason, Hello: p.hello}
+	if p.conn != nil {
+		s.State = p.conn.state
+		s.Pending = p.conn.pendingCount()
+		s.CloseCode, s.CloseReason = 0, ""
+	} else if !p.disconnected.IsZero() {
+		t := p.disconnected
+		s.DisconnectedAt = &t
+	}
+	if !p.connectedAt.IsZero() {
+		t := p.connectedAt
+		s.ConnectedAt = &t
+	}
+	if !p.lastHeartbeat.IsZero() {
+		t := p.lastHeartbeat
+		s.LastHeartbeatAt = &t
+	}
+	if p.health != nil {
+		hc := *p.health
+		s.Health = &hc
+	}
+	if len(p.generations) > 0 {
+		s.Generations = make([]nodeproto.GenerationObservation, 0, len(p.generations))
+		for _, o := range p.generations {
+			s.Generations = append(s.Generations, o.obs)
+		}
+		sort.Slice(s.Generations, func(i, j int) bool { return s.Generations[i].Generation < s.Generations[j].Generation })
+	}
+	s.Online = p.online(now, cfg)
+	return s
+}
+
+// online reports whether p counts as online; h.mu is held.
+func (p *presence) online(now time.Time, cfg *Config) bool {
+	return cfg != nil && p.conn != nil && p.conn.state == StateLive && p.epoch == cfg.OwnerEpoch &&
+		now.Sub(p.lastHeartbeat) < cfg.Timers.Online
+}
+
+// Nodes returns every node the credential store enrols or the hub has
+// seen since it started, sorted by node ID.
+func (h *Hub) Nodes() []NodeStatus {
+	cfg := h.config()
+	now := h.now()
+	h.mu.Lock()
+	out := make([]NodeStatus, 0, len(h.nodes))
+	for _, p := range h.nodes {
+		out = append(out, p.status(now, cfg))
+	}
+	h.mu.Unlock()
+	seen := make(map[string]int, len(out))
+	for i := range out {
+		seen[out[i].NodeID] = i
+	}
+	if cfg != nil {
+		for _, n := range cfg.Credentials.Nodes() {
+			if i, ok := seen[n.NodeID]; ok {
+				out[i].Enrolled = true
+				continue
+			}
+			out = append(out, NodeStatus{NodeID: n.NodeID, Enrolled: true, State: StateDisconnected})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].NodeID < out[j].NodeID })
+	return out
+}
+
+// Node returns the status of one node, and false when the node is neither
+// enrolled nor seen.
+func (h *Hub) Node(nodeID string) (NodeStatus, bool) {
+	cfg := h.config()
+	now := h.now()
+	h.mu.Lock()
+	p, seen := h.nodes[nodeID]
+	var s NodeStatus
+	if seen {
+		s = p.status(now, cfg)
+	}
+	h.mu.Unlock()
+	enrolled := false
+	if cfg != nil {
+		for _, n := range cfg.Credentials.Nodes() {
+			if n.NodeID == nodeID {
+				enrolled = true
+				break
+			}
+		}
+	}
+	if !seen {
+		if !enrolled {
+			return NodeStatus{}, false
+		}
+		s = NodeStatus{NodeID: nodeID, State: StateDisconnected}
+	}
+	s.Enrolled = enrolled
+	return s, true
+}

@@ -1,0 +1,340 @@
+// Package nodesim is a simulated sandbox node: the node's end of the
+// sandbox-node protocol (spec node-protocol.md) without a provider behind
+// it. It dials Core's connect URL with a node credential, sends hello,
+// heartbeats on a fixed interval and answers every request with a
+// configurable response. Tests of the gateway and the load tool
+// (hack/nodeload) use it; it is not the node agent.
+package nodesim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/sandgate/sandgate/node/proto"
+)
+
+// Config describes one simulated node.
+type Config struct {
+	// URL is Core's origin, "ws://host:port" or "wss://host:port" (an http
+	// or https URL is converted); the connect path and node_id are added.
+	URL string
+	// Credential is the node credential sent as a bearer token.
+	Credential string
+	// Hello is the node's hello; Version and Type are set by the codec.
+	// Its Health.ObservedAt is refreshed when zero.
+	Hello nodeproto.Hello
+	// HeartbeatInterval is the heartbeat period; 0 means 10 s, negative
+	// means no automatic heartbeats (call Heartbeat).
+	HeartbeatInterval time.Duration
+	// Answer builds the response to a request; nil answers every request
+	// with Success. Returning nil sends nothing (the request stays pending
+	// on Core's side).
+	Answer func(*nodeproto.Request) *nodeproto.Response
+	// Dialer dials the WebSocket; nil means a dialer with a 10 s handshake
+	// timeout and small buffers.
+	Dialer *websocket.Dialer
+	// Header is added to the connect request.
+	Header http.Header
+}
+
+// Node is one connected simulated node.
+type Node struct {
+	cfg     Config
+	ws      *websocket.Conn
+	welcome nodeproto.Welcome
+
+	wmu sync.Mutex
+
+	acks     atomic.Uint64
+	requests atomic.Uint64
+	lastAck  atomic.Pointer[nodeproto.HeartbeatAck]
+
+	waitingMu sync.Mutex
+	waiting   []chan struct{}
+
+	done      chan struct{}
+	err       error
+	closeOnce sync.Once
+}
+
+// DialError is a refused connect: the HTTP status before the upgrade.
+type DialError struct {
+	// Status is the HTTP status (401, 409, …), 0 when there was no answer.
+	Status int
+	// Err is the dialer's error.
+	Err error
+}
+
+// Error returns the status and the dialer's error.
+func (e *DialError) Error() string {
+	return fmt.Sprintf("nodesim: connect refused (%d): %v", e.Status, e.Err)
+}
+
+// Unwrap returns Err.
+func (e *DialError) Unwrap() error { return e.Err }
+
+var defaultDialer = &websocket.Dialer{HandshakeTimeout: 10 * time.Second, ReadBufferSize: 1024, WriteBufferSize: 1024}
+
+// ConnectURL returns the connect URL of base for nodeID.
+func ConnectURL(base, nodeID string) string {
+	base = strings.TrimSuffix(base, "/")
+	switch {
+	case strings.HasPrefix(base, "http://"):
+		base = "ws://" + strings.TrimPrefix(base, "http://")
+	case strings.HasPrefix(base, "https://"):
+		base = "wss://" + strings.TrimPrefix(base, "https://")
+	}
+	return base + "/api/v1/sandbox-node/connect?node_id=" + url.QueryEscape(nodeID)
+}
+
+// Dial connects, sends hello, waits for welcome and starts the reader and
+// the heartbeats. Errors: a *DialError for a refused upgrade, the close
+// error when Core closes instead of welcoming, or a read error.
+func Dial(ctx context.Context, cfg Config) (*Node, error) {
+	d := cfg.Dialer
+	if d == nil {
+		d = defaultDialer
+	}
+	h := http.Header{}
+	for k, v := range cfg.Header {
+		h[k] = v
+	}
+	h.Set("Authorization", "Bearer "+cfg.Credential)
+	ws, resp, err := d.DialContext(ctx, ConnectURL(cfg.URL, cfg.Hello.NodeID), h)
+	if err != nil {
+		status := 0
+		if resp != nil {
+			status = resp.StatusCode
+			_ = resp.Body.Close()
+		}
+		return nil, &DialError{Status: status, Err: err}
+	}
+	n := &Node{cfg: cfg, ws: ws, done: make(chan struct{})}
+	hello := cfg.Hello
+	if hello.Health.ObservedAt.IsZero() {
+		hello.Health.ObservedAt = time.Now().UTC()
+	}
+	if err := n.send(&hello); err != nil {
+		_ = ws.Close()
+		return nil, err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = ws.SetReadDeadline(dl)
+	}
+	f, err := n.read()
+	if err != nil {
+		_ = ws.Close()
+		return nil, err
+	}
+	w, ok := f.(*nodeproto.Welcome)
+	if !ok {
+		_ = ws.Close()
+		return nil, fmt.Errorf("nodesim: first frame from Core is %s, not welcome", f.FrameType())
+	}
+	_ = ws.SetReadDeadline(time.Time{})
+	n.welcome = *w
+	go n.readLoop()
+	if iv := cfg.HeartbeatInterval; iv >= 0 {
+		if iv == 0 {
+			iv = 10 * time.Second
+		}
+		go n.heartbeats(iv)
+	}
+	return n, nil
+}
+
+// Welcome returns the welcome Core sent.
+func (n *Node) Welcome() nodeproto.Welcome { return n.welcome }
+
+// Acks returns how many heartbeat_acks have arrived.
+func (n *Node) Acks() uint64 { return n.acks.Load() }
+
+// LastAck returns the last heartbeat_ack, nil before the first.
+func (n *Node) LastAck() *nodeproto.HeartbeatAck { return n.lastAck.Load() }
+
+// Requests returns how many requests have arrived.
+func (n *Node) Requests() uint64 { return n.requests.Load() }
+
+// Done is closed when the connection has ended.
+func (n *Node) Done() <-chan struct{} { return n.done }
+
+// Err returns why the connection ended (a *websocket.CloseError when Core
+// closed it), nil while it is open.
+func (n *Node) Err() error {
+	select {
+	case <-n.done:
+		return n.err
+	default:
+		return nil
+	}
+}
+
+// Heartbeat sends one heartbeat with a fresh health report and waits for
+// the next heartbeat_ack (Core answers heartbeats in order), the end of
+// the connection, or ctx.
+func (n *Node) Heartbeat(ctx context.Context) error {
+	ch := make(chan struct{}, 1)
+	n.waitingMu.Lock()
+	n.waiting = append(n.waiting, ch)
+	n.waitingMu.Unlock()
+	if err := n.sendHeartbeat(); err != nil {
+		return err
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-n.done:
+		return n.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close closes the connection with a normal close frame and waits for the
+// reader to end.
+func (n *Node) Close() error {
+	n.wmu.Lock()
+	_ = n.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""),
+		time.Now().Add(time.Second))
+	n.wmu.Unlock()
+	select {
+	case <-n.done:
+	case <-time.After(2 * time.Second):
+		_ = n.ws.Close()
+		<-n.done
+	}
+	return nil
+}
+
+func (n *Node) finish(err error) {
+	n.closeOnce.Do(func() {
+		n.err = err
+		_ = n.ws.Close()
+		close(n.done)
+	})
+}
+
+func (n *Node) send(f nodeproto.Frame) error {
+	b, err := nodeproto.Encode(f)
+	if err != nil {
+		return err
+	}
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
+	_ = n.ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	return n.ws.WriteMessage(websocket.TextMessage, b)
+}
+
+func (n *Node) read() (nodeproto.Frame, error) {
+	typ, data, err := n.ws.ReadMessage()
+	if err != nil {
+		return nil, err
+	}
+	if typ != websocket.TextMessage {
+		return nil, errors.New("nodesim: binary message from Core")
+	}
+	return nodeproto.Decode(data)
+}
+
+func (n *Node) health() nodeproto.Health {
+	h := n.cfg.Hello.Health
+	h.ObservedAt = time.Now().UTC()
+	return h
+}
+
+func (n *Node) sendHeartbeat() error {
+	return n.send(&nodeproto.Heartbeat{ConnectionID: n.welcome.ConnectionID, OwnerEpoch: n.welcome.OwnerEpoch,
+		Health: n.health(), Generations: n.cfg.Hello.Generations})
+}
+
+func (n *Node) heartbeats(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.done:
+			return
+		case <-t.C:
+			if err := n.sendHeartbeat(); err != nil {
+				n.finish(err)
+				return
+			}
+		}
+	}
+}
+
+func (n *Node) readLoop() {
+	for {
+		f, err := n.read()
+		if err != nil {
+			n.finish(err)
+			return
+		}
+		switch f := f.(type) {
+		case *nodeproto.HeartbeatAck:
+			n.lastAck.Store(f)
+			n.acks.Add(1)
+			n.waitingMu.Lock()
+			if len(n.waiting) > 0 {
+				n.waiting[0] <- struct{}{}
+				n.waiting = n.waiting[1:]
+			}
+			n.waitingMu.Unlock()
+		case *nodeproto.Request:
+			n.requests.Add(1)
+			answer := n.cfg.Answer
+			if answer == nil {
+				answer = Success
+			}
+			if resp := answer(f); resp != nil {
+				if err := n.send(resp); err != nil {
+					n.finish(err)
+					return
+				}
+			}
+		default:
+			n.finish(fmt.Errorf("nodesim: unexpected %s frame from Core", f.FrameType()))
+			return
+		}
+	}
+}
+
+// Success answers req with a success carrying the result its operation
+// names (spec operation table), with plausible values.
+func Success(req *nodeproto.Request) *nodeproto.Response {
+	resp := &nodeproto.Response{ID: req.ID, ConnectionID: req.ConnectionID}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	switch req.Operation {
+	case nodeproto.OpCreate, nodeproto.OpInfo, nodeproto.OpRenew:
+		image := "sandbox:latest"
+		if req.Bootstrap != nil {
+			image = req.Bootstrap.Image
+		}
+		resp.Info = &nodeproto.Info{Reference: req.Reference, DeploymentGeneration: req.DeploymentGeneration,
+			State: nodeproto.StateRunning, Image: image, CreatedAt: now, RenewedAt: now}
+	case nodeproto.OpCommand, nodeproto.OpCommandCompute:
+		resp.Command = &nodeproto.CommandResult{ExitCode: 0, Stdout: []byte{}, Stderr: []byte{}}
+	case nodeproto.OpObserve:
+		resp.Sample = &nodeproto.Sample{ObservedAt: now, MemoryLimitBytes: 1 << 30, PIDs: 1}
+	case nodeproto.OpInitial:
+		resp.Compute = &nodeproto.Compute{Generation: 1, State: nodeproto.StateRunning}
+	case nodeproto.OpNewCompute:
+		g := int64(1)
+		if req.Generation != nil {
+			g = *req.Generation
+		}
+		resp.Compute = &nodeproto.Compute{Generation: g, State: nodeproto.StateRunning}
+	case nodeproto.OpCompute, nodeproto.OpResumeCompute, nodeproto.OpSuspend, nodeproto.OpResume:
+		resp.State = &nodeproto.State{State: nodeproto.StateRunning, Compute: 1}
+	}
+	return resp
+}
