@@ -15,7 +15,7 @@ JS_DIR   := integration/js
 # the parts that are not in the gateway.
 GATEWAY_SOURCES := $(shell find . -name '*.go' -not -name '*_test.go' -not -path './integration/*' \
 	-not -path './corectl/*' -not -path './nodeagent/*' -not -path './hack/kube/*' -not -path './hack/nodeload/*' \
-	-not -path './nodesim/*' -not -path './.git/*') \
+	-not -path './node/sim/*' -not -path './.git/*') \
 	go.mod go.sum xcaddy.toml
 
 # The services the tests use, each started or built once and reused:
@@ -34,10 +34,10 @@ all: build
 bin/caddy: $(GATEWAY_SOURCES)
 	$(GO) run ./hack/buildgateway -manifest xcaddy.toml
 
-bin/corectl: $(shell find corectl credential token -name '*.go' -not -name '*_test.go') go.mod go.sum
+bin/corectl: $(shell find corectl gateway/credential gateway/token internal -name '*.go' -not -name '*_test.go') go.mod go.sum
 	$(GO) build -o bin/corectl ./corectl/cmd/corectl
 
-bin/nodeagent: $(shell find nodeagent nodeproto -name '*.go' -not -name '*_test.go') go.mod go.sum
+bin/nodeagent: $(shell find nodeagent node/proto -name '*.go' -not -name '*_test.go') go.mod go.sum
 	$(GO) build -o bin/nodeagent ./nodeagent/cmd/nodeagent
 
 build: bin/caddy bin/corectl bin/nodeagent
@@ -67,7 +67,7 @@ test: vet build js-deps
 
 bench: build js-deps
 	$(GO) test -run '^$$' -bench . -benchtime 5s -timeout 30m ./integration/
-	$(GO) test -run '^$$' -bench . -benchtime 5s ./nodehub/
+	$(GO) test -run '^$$' -bench . -benchtime 5s ./node/hub/
 	@set -e; $(KUBE_ENV); $(GO) test -run '^$$' -bench . -benchtime 1000x -timeout 30m ./corectl/controller/
 
 # Holds 10,000 simulated nodes on the built gateway and dispatches 1,000 ops/s

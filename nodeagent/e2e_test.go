@@ -202,7 +202,7 @@ func newWorld(t *testing.T, dockerHost string) *world {
 	w := &world{t: t, dir: t.TempDir(), agent: buildAgent(t, root), nodeID: uuid.NewString(),
 		credential: randomHex(t, 24), apiToken: randomHex(t, 24)}
 	connectPort, apiPort := freePort(t), freePort(t)
-	w.apiURL = fmt.Sprintf("http://127.0.0.1:%d%s", apiPort, nodeapi.Prefix)
+	w.apiURL = fmt.Sprintf("http://127.0.0.1:%d%s", apiPort, api.Prefix)
 
 	// The node's configuration, then its identity for the enrolment.
 	cred := write(t, filepath.Join(w.dir, "node.credential"), w.credential+"\n")
@@ -314,8 +314,8 @@ func (w *world) do(method, path string, body any) (*http.Response, []byte, error
 }
 
 // status reads the node's status from the internal API.
-func (w *world) status() (nodehub.NodeStatus, error) {
-	var st nodehub.NodeStatus
+func (w *world) status() (hub.NodeStatus, error) {
+	var st hub.NodeStatus
 	resp, b, err := w.do(http.MethodGet, "/"+w.nodeID, nil)
 	if err != nil {
 		return st, err
@@ -327,13 +327,13 @@ func (w *world) status() (nodehub.NodeStatus, error) {
 }
 
 // operation sends one provider operation through the internal API.
-func (w *world) operation(op nodeapi.OperationRequest) nodeapi.OperationResult {
+func (w *world) operation(op api.OperationRequest) api.OperationResult {
 	w.t.Helper()
 	resp, b, err := w.do(http.MethodPost, "/"+w.nodeID+"/operations", op)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		w.t.Fatalf("%s: %v HTTP %v: %s", op.Operation, err, resp, b)
 	}
-	var res nodeapi.OperationResult
+	var res api.OperationResult
 	if err := json.Unmarshal(b, &res); err != nil {
 		w.t.Fatalf("%s result %s: %v", op.Operation, b, err)
 	}
@@ -345,9 +345,9 @@ func (w *world) startAgent(extra ...string) *process {
 	return start(w.t, filepath.Join(w.t.TempDir(), "nodeagent.log"), w.agent, append([]string{"--config", w.nodeConfig}, extra...)...)
 }
 
-func (w *world) untilHealth(what string, ok func(h *nodeproto.Health) bool, agent *process) nodehub.NodeStatus {
+func (w *world) untilHealth(what string, ok func(h *proto.Health) bool, agent *process) hub.NodeStatus {
 	w.t.Helper()
-	var st nodehub.NodeStatus
+	var st hub.NodeStatus
 	w.until(what, func() bool {
 		select {
 		case <-agent.done:
@@ -369,24 +369,24 @@ func TestEndToEndCreateCommandKillThroughCore(t *testing.T) {
 	dockertest.RemoveLabelled(t, cli, docker.LabelNodeID, w.nodeID)
 	agent := w.startAgent()
 
-	st := w.untilHealth("the node is online and ready", func(h *nodeproto.Health) bool { return h.ProviderReady }, agent)
-	if st.OwnerEpoch != 3 || st.Hello == nil || st.Hello.Provider != nodeproto.ProviderDocker || st.Hello.DeploymentGeneration != generation {
+	st := w.untilHealth("the node is online and ready", func(h *proto.Health) bool { return h.ProviderReady }, agent)
+	if st.OwnerEpoch != 3 || st.Hello == nil || st.Hello.Provider != proto.ProviderDocker || st.Hello.DeploymentGeneration != generation {
 		t.Fatalf("node status = %+v", st)
 	}
 
-	ref := nodeproto.Reference{TenantID: "tenant-e2e", EnvironmentID: "env-e2e", AllocationID: "alloc-" + randomHex(t, 4)}
-	res := w.operation(nodeapi.OperationRequest{
-		Operation: nodeproto.OpCreate, DeploymentGeneration: generation, TimeoutMS: 60000, Reference: ref,
-		Bootstrap: &nodeproto.Bootstrap{Image: image, Entrypoint: []string{"sleep", "3600"}, Env: map[string]string{"GREETING": "hello"}},
+	ref := proto.Reference{TenantID: "tenant-e2e", EnvironmentID: "env-e2e", AllocationID: "alloc-" + randomHex(t, 4)}
+	res := w.operation(api.OperationRequest{
+		Operation: proto.OpCreate, DeploymentGeneration: generation, TimeoutMS: 60000, Reference: ref,
+		Bootstrap: &proto.Bootstrap{Image: image, Entrypoint: []string{"sleep", "3600"}, Env: map[string]string{"GREETING": "hello"}},
 	})
 	if res.Outcome != "success" || res.Response == nil || res.Response.Info == nil || res.Response.Info.Reference != ref ||
-		res.Response.Info.State != nodeproto.StateRunning || res.OwnerEpoch != 3 {
+		res.Response.Info.State != proto.StateRunning || res.OwnerEpoch != 3 {
 		t.Fatalf("create: %+v", res)
 	}
 
-	res = w.operation(nodeapi.OperationRequest{
-		Operation: nodeproto.OpCommand, DeploymentGeneration: generation, TimeoutMS: 60000, Reference: ref,
-		Command: &nodeproto.Command{Argv: []string{"sh", "-c", `echo "$GREETING from $(hostname)" | tee /tmp/proof; exit 7`},
+	res = w.operation(api.OperationRequest{
+		Operation: proto.OpCommand, DeploymentGeneration: generation, TimeoutMS: 60000, Reference: ref,
+		Command: &proto.Command{Argv: []string{"sh", "-c", `echo "$GREETING from $(hostname)" | tee /tmp/proof; exit 7`},
 			TimeoutMS: 30000, MaxOutputBytes: 4096},
 	})
 	if res.Outcome != "success" || res.Response == nil || res.Response.Command == nil {
@@ -420,20 +420,20 @@ func TestEndToEndCreateCommandKillThroughCore(t *testing.T) {
 		t.Fatalf("/tmp/proof in the container does not hold the command's output %q", out.Stdout)
 	}
 
-	res = w.operation(nodeapi.OperationRequest{Operation: nodeproto.OpKill, DeploymentGeneration: generation, TimeoutMS: 60000, Reference: ref})
+	res = w.operation(api.OperationRequest{Operation: proto.OpKill, DeploymentGeneration: generation, TimeoutMS: 60000, Reference: ref})
 	if res.Outcome != "success" || res.Response == nil || res.Response.ErrorCode != "" {
 		t.Fatalf("kill: %+v", res)
 	}
 	if _, err := cli.ContainerInspect(context.Background(), id); err == nil {
 		t.Fatal("the container survived kill")
 	}
-	res = w.operation(nodeapi.OperationRequest{Operation: nodeproto.OpInfo, DeploymentGeneration: generation, TimeoutMS: 60000, Reference: ref})
-	if res.Outcome != "failed" || res.ErrorCode != nodeproto.ErrNotFound {
+	res = w.operation(api.OperationRequest{Operation: proto.OpInfo, DeploymentGeneration: generation, TimeoutMS: 60000, Reference: ref})
+	if res.Outcome != "failed" || res.ErrorCode != proto.ErrNotFound {
 		t.Fatalf("info after kill: %+v", res)
 	}
 	// An operation the Docker provider declares unsupported.
-	res = w.operation(nodeapi.OperationRequest{Operation: nodeproto.OpSuspend, DeploymentGeneration: generation, TimeoutMS: 60000,
-		Reference: ref, Suspend: &nodeproto.Suspend{Snapshot: nodeproto.Snapshot{ID: "snap"}}})
+	res = w.operation(api.OperationRequest{Operation: proto.OpSuspend, DeploymentGeneration: generation, TimeoutMS: 60000,
+		Reference: ref, Suspend: &proto.Suspend{Snapshot: proto.Snapshot{ID: "snap"}}})
 	if res.Outcome != "unsupported" || res.Response == nil || res.Response.Unsupported == nil {
 		t.Fatalf("suspend: %+v", res)
 	}
@@ -444,15 +444,15 @@ func TestEndToEndDockerDownAndBack(t *testing.T) {
 	d.Start(wait)
 	w := newWorld(t, d.Host)
 	agent := w.startAgent()
-	w.untilHealth("the node is online and ready", func(h *nodeproto.Health) bool { return h.ProviderReady }, agent)
+	w.untilHealth("the node is online and ready", func(h *proto.Health) bool { return h.ProviderReady }, agent)
 
 	d.Stop()
-	st := w.untilHealth("the node reports not ready", func(h *nodeproto.Health) bool { return !h.ProviderReady }, agent)
-	if st.Health.Diagnostic != nodeproto.DiagDockerUnreachable {
-		t.Fatalf("diagnostic %q, want %q", st.Health.Diagnostic, nodeproto.DiagDockerUnreachable)
+	st := w.untilHealth("the node reports not ready", func(h *proto.Health) bool { return !h.ProviderReady }, agent)
+	if st.Health.Diagnostic != proto.DiagDockerUnreachable {
+		t.Fatalf("diagnostic %q, want %q", st.Health.Diagnostic, proto.DiagDockerUnreachable)
 	}
 	d.Start(wait)
-	st = w.untilHealth("the node is ready again", func(h *nodeproto.Health) bool { return h.ProviderReady }, agent)
+	st = w.untilHealth("the node is ready again", func(h *proto.Health) bool { return h.ProviderReady }, agent)
 	if st.Health.Diagnostic != "" {
 		t.Fatalf("ready with diagnostic %q", st.Health.Diagnostic)
 	}

@@ -14,7 +14,7 @@ import (
 )
 
 // API is the "sandbox_node_api" handler: the internal node API (package
-// nodeapi) under /internal/v1/sandbox-nodes, authenticated with its own
+// node/api) under /internal/v1/sandbox-nodes, authenticated with its own
 // bearer token. It lists the nodes with their presence and last health and
 // sends one provider operation to a node and waits for its outcome; every
 // other path goes to the next handler. Serve it on a private listener. JSON:
@@ -29,7 +29,7 @@ type API struct {
 	// {env.NODE_API_TOKEN_SHA256} are expanded. At least one is required.
 	TokenSHA256 []string `json:"token_sha256,omitempty"`
 
-	handler *nodeapi.Handler
+	handler *api.Handler
 }
 
 // CaddyModule returns the Caddy module information.
@@ -46,7 +46,7 @@ func (h *API) Provision(ctx caddy.Context) error {
 	repl := caddy.NewReplacer()
 	tokens := make([][sha256.Size]byte, 0, len(h.TokenSHA256))
 	for i, s := range h.TokenSHA256 {
-		d, err := nodecred.ParseDigest(repl.ReplaceAll(s, ""))
+		d, err := credential.ParseDigest(repl.ReplaceAll(s, ""))
 		if err != nil {
 			return fmt.Errorf("token_sha256[%d]: must be 64 lowercase hexadecimal digits", i)
 		}
@@ -56,13 +56,13 @@ func (h *API) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	h.handler = &nodeapi.Handler{Hub: hub, Tokens: tokens, Logger: ctx.Logger()}
+	h.handler = &api.Handler{Hub: hub, Tokens: tokens, Logger: ctx.Logger()}
 	return nil
 }
 
 // ServeHTTP serves the API's paths and passes the others on.
 func (h *API) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	if !nodeapi.Owns(r.URL.Path) {
+	if !api.Owns(r.URL.Path) {
 		return next.ServeHTTP(w, r)
 	}
 	h.handler.ServeHTTP(w, r)

@@ -167,8 +167,8 @@ func TestBinaryReloadKeepsConnection(t *testing.T) {
 	if n.Err() != nil || n.LastAck().ConnectionID != n.Welcome().ConnectionID {
 		t.Fatalf("connection after the reload: err %v, ack %+v", n.Err(), n.LastAck())
 	}
-	var st nodehub.NodeStatus
-	if status := apiGet(t, base, nodeapi.Prefix+"/"+nodeID, &st); status != http.StatusOK || !st.Online ||
+	var st hub.NodeStatus
+	if status := apiGet(t, base, api.Prefix+"/"+nodeID, &st); status != http.StatusOK || !st.Online ||
 		st.ConnectionID != n.Welcome().ConnectionID || st.OwnerEpoch != 3 {
 		t.Fatalf("API status after the reload: %d %+v", status, st)
 	}

@@ -16,7 +16,7 @@ var pool = caddy.NewUsagePool()
 
 // pooledFile lets the pool close a file source when the last config using
 // it is cleaned up.
-type pooledFile struct{ *nodecred.File }
+type pooledFile struct{ *credential.File }
 
 // Destruct stops watching the file.
 func (p pooledFile) Destruct() error { return p.File.Close() }
@@ -26,7 +26,7 @@ func (p pooledFile) Destruct() error { return p.File.Close() }
 // each with the SHA-256 digest of the node's credential (never the
 // credential) and its enrolled identity, reloaded within a second of a
 // change; a broken file keeps the last good version. Format (see
-// nodecred.OpenFile):
+// credential.OpenFile):
 //
 //	nodes:
 //	  - node_id: "7c0e5f0a-4c1e-4e55-9a7e-2f1f6d1b9a01"
@@ -47,7 +47,7 @@ type CredentialFile struct {
 	Path string `json:"path"`
 
 	key string
-	src *nodecred.File
+	src *credential.File
 }
 
 // CaddyModule returns the Caddy module information.
@@ -68,7 +68,7 @@ func (f *CredentialFile) Provision(ctx caddy.Context) error {
 	}
 	logger := ctx.Logger()
 	v, _, err := pool.LoadOrNew(abs, func() (caddy.Destructor, error) {
-		src, err := nodecred.OpenFile(abs, logger)
+		src, err := credential.OpenFile(abs, logger)
 		if err != nil {
 			return nil, err
 		}
@@ -82,13 +82,13 @@ func (f *CredentialFile) Provision(ctx caddy.Context) error {
 	return nil
 }
 
-// Authenticate implements nodecred.Store.
-func (f *CredentialFile) Authenticate(nodeID string, digest nodecred.Digest) (nodecred.Node, error) {
+// Authenticate implements credential.Store.
+func (f *CredentialFile) Authenticate(nodeID string, digest credential.Digest) (credential.Node, error) {
 	return f.src.Authenticate(nodeID, digest)
 }
 
-// Nodes implements nodecred.Store.
-func (f *CredentialFile) Nodes() []nodecred.Node { return f.src.Nodes() }
+// Nodes implements credential.Store.
+func (f *CredentialFile) Nodes() []credential.Node { return f.src.Nodes() }
 
 // Cleanup releases this config's use of the file.
 func (f *CredentialFile) Cleanup() error {
@@ -123,5 +123,5 @@ var (
 	_ caddy.Provisioner     = (*CredentialFile)(nil)
 	_ caddy.CleanerUpper    = (*CredentialFile)(nil)
 	_ caddyfile.Unmarshaler = (*CredentialFile)(nil)
-	_ nodecred.Store        = (*CredentialFile)(nil)
+	_ credential.Store        = (*CredentialFile)(nil)
 )

@@ -98,10 +98,10 @@ func write(t *testing.T, path, content string) {
 }
 
 // hello is the test node's hello.
-func hello() nodeproto.Hello {
-	return nodeproto.Hello{NodeID: nodeID, InstallationID: installID, Provider: nodeproto.ProviderDocker,
+func hello() proto.Hello {
+	return proto.Hello{NodeID: nodeID, InstallationID: installID, Provider: proto.ProviderDocker,
 		BackendFingerprint: fingerprint, DeploymentGeneration: 1, SpecificationDigest: specDigest, MaxActive: 8,
-		Health: nodeproto.Health{ProviderReady: true, Host: nodeproto.HostMeasurements{CPUCount: 2, MemoryTotalBytes: 1 << 30}}}
+		Health: proto.Health{ProviderReady: true, Host: proto.HostMeasurements{CPUCount: 2, MemoryTotalBytes: 1 << 30}}}
 }
 
 // waitFor polls cond until it holds; timeout is a safety net.
@@ -141,11 +141,11 @@ func apiGet(t *testing.T, base, path string, out any) int {
 }
 
 // apiOperation POSTs an info operation through the API.
-func apiOperation(t *testing.T, base string) (int, nodeapi.OperationResult) {
+func apiOperation(t *testing.T, base string) (int, api.OperationResult) {
 	t.Helper()
 	body := `{"operation":"info","deployment_generation":1,"timeout_ms":5000,
 		"reference":{"tenant_id":"t1","environment_id":"e1","allocation_id":"a1"}}`
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+nodeapi.Prefix+"/"+nodeID+"/operations", strings.NewReader(body))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+api.Prefix+"/"+nodeID+"/operations", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func apiOperation(t *testing.T, base string) (int, nodeapi.OperationResult) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var res nodeapi.OperationResult
+	var res api.OperationResult
 	data, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode == http.StatusOK {
 		if err := json.Unmarshal(data, &res); err != nil {
@@ -166,9 +166,9 @@ func apiOperation(t *testing.T, base string) (int, nodeapi.OperationResult) {
 }
 
 // dialNode connects the simulated test node to base.
-func dialNode(t *testing.T, base string, interval time.Duration) *nodesim.Node {
+func dialNode(t *testing.T, base string, interval time.Duration) *sim.Node {
 	t.Helper()
-	n, err := nodesim.Dial(t.Context(), nodesim.Config{URL: base, Credential: nodeSecret, Hello: hello(), HeartbeatInterval: interval})
+	n, err := sim.Dial(t.Context(), sim.Config{URL: base, Credential: nodeSecret, Hello: hello(), HeartbeatInterval: interval})
 	if err != nil {
 		t.Fatalf("node dial: %v", err)
 	}

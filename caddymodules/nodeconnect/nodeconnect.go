@@ -5,11 +5,11 @@
 // (sandgate.node_credentials.file).
 //
 // They are thin adapters. The connections, presence and dispatch live in
-// package nodehub, whose one Hub is held by the "sandgate" app across
+// package node/hub, whose one Hub is held by the "sandgate" app across
 // config reloads: a handler only routes a request to the app's hub, so a
 // reload that replaces the handlers (or any other part of the config)
 // leaves every node connection running. The API's HTTP shape is package
-// nodeapi; node credentials are package nodecred.
+// node/api; node credentials are package credential.
 package nodeconnect
 
 import (
@@ -41,12 +41,12 @@ func init() {
 // (with WWW-Authenticate), 409 while a connection of the node is
 // connecting, live or closing, 400 for a malformed node_id, 405 for
 // another method and 503 while the service is closing. After the upgrade
-// the connection belongs to the app's hub; see package nodehub for the
+// the connection belongs to the app's hub; see package node/hub for the
 // protocol and close codes. JSON:
 //
 //	{"handler": "sandbox_node_connect"}
 type Connect struct {
-	hub *nodehub.Hub
+	hub *hub.Hub
 }
 
 // CaddyModule returns the Caddy module information.
@@ -66,7 +66,7 @@ func (h *Connect) Provision(ctx caddy.Context) error {
 }
 
 // appHub returns the sandgate app's node hub.
-func appHub(ctx caddy.Context) (*nodehub.Hub, error) {
+func appHub(ctx caddy.Context) (*hub.Hub, error) {
 	a, err := ctx.App(sandgate.AppName)
 	if err != nil {
 		return nil, fmt.Errorf("loading the sandgate app: %w", err)
@@ -85,12 +85,12 @@ func appHub(ctx caddy.Context) (*nodehub.Hub, error) {
 // ServeHTTP serves the connect path and passes other paths on. Refusals
 // before the upgrade are returned as caddyhttp errors with their status.
 func (h *Connect) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	if r.URL.Path != nodehub.ConnectPath {
+	if r.URL.Path != hub.ConnectPath {
 		return next.ServeHTTP(w, r)
 	}
 	if err := h.hub.Connect(w, r); err != nil {
 		status := http.StatusInternalServerError
-		var he *nodehub.HTTPError
+		var he *hub.HTTPError
 		if errors.As(err, &he) {
 			status = he.Status
 		}

@@ -117,20 +117,20 @@ func TestCaddyConnectAndAPI(t *testing.T) {
 	if w := n.Welcome(); w.OwnerEpoch != 5 || w.Deployment != nil {
 		t.Fatalf("welcome = %+v", w)
 	}
-	var st nodehub.NodeStatus
-	if status := apiGet(t, base, nodeapi.Prefix+"/"+nodeID, &st); status != http.StatusOK || !st.Online || st.ConnectionID != n.Welcome().ConnectionID {
+	var st hub.NodeStatus
+	if status := apiGet(t, base, api.Prefix+"/"+nodeID, &st); status != http.StatusOK || !st.Online || st.ConnectionID != n.Welcome().ConnectionID {
 		t.Fatalf("API status %d: %+v", status, st)
 	}
 	if status, res := apiOperation(t, base); status != http.StatusOK || res.Outcome != "success" || res.Sequence != 1 {
 		t.Fatalf("operation: %d %+v", status, res)
 	}
 
-	_, err := nodesim.Dial(t.Context(), nodesim.Config{URL: base, Credential: "wrong", Hello: hello()})
-	var de *nodesim.DialError
+	_, err := sim.Dial(t.Context(), sim.Config{URL: base, Credential: "wrong", Hello: hello()})
+	var de *sim.DialError
 	if !errors.As(err, &de) || de.Status != http.StatusUnauthorized {
 		t.Fatalf("wrong credential: %v", err)
 	}
-	req, _ := http.NewRequest(http.MethodGet, base+nodehub.ConnectPath+"?node_id="+nodeID, nil)
+	req, _ := http.NewRequest(http.MethodGet, base+hub.ConnectPath+"?node_id="+nodeID, nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +139,7 @@ func TestCaddyConnectAndAPI(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
 		t.Fatalf("no credential: %d, WWW-Authenticate %q", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
 	}
-	_, err = nodesim.Dial(t.Context(), nodesim.Config{URL: base, Credential: nodeSecret, Hello: hello()})
+	_, err = sim.Dial(t.Context(), sim.Config{URL: base, Credential: nodeSecret, Hello: hello()})
 	if !errors.As(err, &de) || de.Status != http.StatusConflict {
 		t.Fatalf("second connection: %v", err)
 	}
@@ -224,13 +224,13 @@ func TestCaddyReloadEpoch(t *testing.T) {
 	}
 	err := n.Heartbeat(t.Context())
 	var ce *websocket.CloseError
-	if !errors.As(err, &ce) || ce.Code != nodehub.CloseEpochSuperseded {
+	if !errors.As(err, &ce) || ce.Code != hub.CloseEpochSuperseded {
 		t.Fatalf("heartbeat under the old epoch: %v, want close 4005", err)
 	}
-	var again *nodesim.Node
+	var again *sim.Node
 	waitFor(t, "the node to reconnect", func() bool {
 		var err error
-		again, err = nodesim.Dial(t.Context(), nodesim.Config{URL: base, Credential: nodeSecret, Hello: hello(), HeartbeatInterval: -1})
+		again, err = sim.Dial(t.Context(), sim.Config{URL: base, Credential: nodeSecret, Hello: hello(), HeartbeatInterval: -1})
 		return err == nil
 	})
 	defer again.Close()
@@ -250,7 +250,7 @@ func TestCaddyRevokedCredential(t *testing.T) {
 		err := n.Heartbeat(t.Context())
 		var ce *websocket.CloseError
 		if errors.As(err, &ce) {
-			if ce.Code != nodehub.CloseCredentialRejected {
+			if ce.Code != hub.CloseCredentialRejected {
 				t.Fatalf("close %d, want 4003", ce.Code)
 			}
 			return true
@@ -275,7 +275,7 @@ func TestCaddyStopAndNodesRemoved(t *testing.T) {
 	}
 	<-n.Done()
 	var ce *websocket.CloseError
-	if !errors.As(n.Err(), &ce) || ce.Code != nodehub.CloseGoingAway {
+	if !errors.As(n.Err(), &ce) || ce.Code != hub.CloseGoingAway {
 		t.Fatalf("connection ended with %v, want close 1001", n.Err())
 	}
 
@@ -285,7 +285,7 @@ func TestCaddyStopAndNodesRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-n.Done()
-	if !errors.As(n.Err(), &ce) || ce.Code != nodehub.CloseGoingAway {
+	if !errors.As(n.Err(), &ce) || ce.Code != hub.CloseGoingAway {
 		t.Fatalf("connection ended with %v, want close 1001", n.Err())
 	}
 }

@@ -85,9 +85,9 @@ type App struct {
 	credentials credential.Source
 	logger      *zap.Logger
 
-	hub       *nodehub.Hub // the shared hub, when Nodes is set
+	hub       *hub.Hub // the shared hub, when Nodes is set
 	hubHeld   bool         // this config holds a reference in hubs
-	hubConfig nodehub.Config
+	hubConfig hub.Config
 	hubUndo   func() // puts back the hub settings Start replaced
 }
 
@@ -268,7 +268,7 @@ func (a *App) Cluster(id string) (dataplane.Cluster, bool) {
 }
 
 // NodeHub returns the node hub, or nil when the config has no nodes block.
-func (a *App) NodeHub() *nodehub.Hub { return a.hub }
+func (a *App) NodeHub() *hub.Hub { return a.hub }
 
 // Interface guards.
 var (

@@ -239,7 +239,7 @@ func parseNodes(d *caddyfile.Dispenser) (*Nodes, error) {
 				return nil, d.Errf("bad deployment generation %q: must be a positive integer", gen)
 			}
 			dep.Generation = g
-			if !nodeproto.IsDigest(digest) {
+			if !proto.IsDigest(digest) {
 				return nil, d.Errf("bad deployment specification digest: must be 64 lowercase hexadecimal digits")
 			}
 			for nest := d.Nesting(); d.NextBlock(nest); {

@@ -17,10 +17,10 @@ import (
 // block holds one reference under hubKey.
 var hubs = caddy.NewUsagePool()
 
-const hubKey = "nodehub"
+const hubKey = "sandgate.node.hub"
 
 // pooledHub lets the pool close the hub when the last config releases it.
-type pooledHub struct{ *nodehub.Hub }
+type pooledHub struct{ *hub.Hub }
 
 // Destruct closes every node connection (close code 1001).
 func (p pooledHub) Destruct() error { return p.Hub.Close() }
@@ -92,11 +92,11 @@ type NodeDeployment struct {
 }
 
 // wire returns the protocol form of d.
-func (d *NodeDeployment) wire() *nodeproto.Deployment {
+func (d *NodeDeployment) wire() *proto.Deployment {
 	if d == nil {
 		return nil
 	}
-	w := &nodeproto.Deployment{Generation: d.Generation, SpecificationDigest: d.SpecificationDigest}
+	w := &proto.Deployment{Generation: d.Generation, SpecificationDigest: d.SpecificationDigest}
 	if d.ServingGeneration != 0 {
 		s := d.ServingGeneration
 		w.ServingGeneration = &s
@@ -113,7 +113,7 @@ func (n *Nodes) check() error {
 		switch {
 		case d.Generation <= 0:
 			return errors.New("deployment generation must be positive")
-		case !nodeproto.IsDigest(d.SpecificationDigest):
+		case !proto.IsDigest(d.SpecificationDigest):
 			return errors.New("deployment specification_digest must be 64 lowercase hexadecimal digits")
 		case d.ServingGeneration < 0:
 			return errors.New("deployment serving_generation must be positive")
@@ -153,26 +153,26 @@ func (a *App) provisionNodes(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("loading the node credential source: %w", err)
 	}
-	store, ok := mod.(nodecred.Store)
+	store, ok := mod.(credential.Store)
 	if !ok {
-		return fmt.Errorf("node credential source module %T does not implement nodecred.Store", mod)
+		return fmt.Errorf("node credential source module %T does not implement credential.Store", mod)
 	}
 	epoch := n.OwnerEpoch
 	if epoch == 0 {
 		epoch = DefaultOwnerEpoch
 	}
-	a.hubConfig = nodehub.Config{
+	a.hubConfig = hub.Config{
 		Credentials: store,
 		OwnerEpoch:  epoch,
 		Deployment:  n.Deployment.wire(),
-		Timers: nodehub.Timers{
+		Timers: hub.Timers{
 			Hello: time.Duration(n.HelloTimeout), Idle: time.Duration(n.IdleTimeout),
 			Online: time.Duration(n.OnlineWindow), Write: time.Duration(n.WriteTimeout),
 			ResponseGrace: time.Duration(n.ResponseGrace), CloseGrace: time.Duration(n.CloseGrace),
 		},
 		Logger: a.logger.Named("nodes"),
 	}
-	v, _, err := hubs.LoadOrNew(hubKey, func() (caddy.Destructor, error) { return pooledHub{nodehub.New()}, nil })
+	v, _, err := hubs.LoadOrNew(hubKey, func() (caddy.Destructor, error) { return pooledHub{hub.New()}, nil })
 	if err != nil {
 		return err
 	}

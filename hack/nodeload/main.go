@@ -1,6 +1,6 @@
 // Command nodeload measures the node connection service of the built
 // gateway: it starts bin/caddy with a generated configuration, connects N
-// simulated sandbox nodes (package nodesim) that send heartbeats, and
+// simulated sandbox nodes (package node/sim) that send heartbeats, and
 // reports the gateway's resident memory per connection, its CPU use with
 // the nodes heartbeating, and the round trip of provider operations sent
 // at a fixed rate through the internal node API (p50, p99, max).
@@ -13,7 +13,7 @@
 //
 // It raises its RLIMIT_NOFILE (the gateway inherits it) and exits 1 with
 // the reason when the gateway does not start or a node cannot connect. The
-// nodes answer every request at once (nodesim.Success), so the round trip
+// nodes answer every request at once (sim.Success), so the round trip
 // is the gateway's own: API request → request frame → response frame →
 // API answer, over loopback. Results are written to standard output; the
 // figures of docs/node-connect.md come from it.
@@ -200,7 +200,7 @@ http://127.0.0.1:%s {
 
 	// Connect.
 	dialer := &websocket.Dialer{HandshakeTimeout: 30 * time.Second, ReadBufferSize: 1024, WriteBufferSize: 1024}
-	sims := make([]*nodesim.Node, len(nodes))
+	sims := make([]*sim.Node, len(nodes))
 	start := time.Now()
 	var (
 		wg      sync.WaitGroup
@@ -218,11 +218,11 @@ http://127.0.0.1:%s {
 			defer func() { <-sem }()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			h := nodeproto.Hello{NodeID: n.id, InstallationID: installation, Provider: nodeproto.ProviderDocker,
+			h := proto.Hello{NodeID: n.id, InstallationID: installation, Provider: proto.ProviderDocker,
 				BackendFingerprint: fingerprint, DeploymentGeneration: 1, SpecificationDigest: specDigest, MaxActive: 8,
-				Health: nodeproto.Health{ProviderReady: true, Host: nodeproto.HostMeasurements{CPUCount: 8,
+				Health: proto.Health{ProviderReady: true, Host: proto.HostMeasurements{CPUCount: 8,
 					CPUPercent: 10, MemoryTotalBytes: 32 << 30, MemoryUsedBytes: 8 << 30, DiskTotalBytes: 1 << 40, DiskUsedBytes: 1 << 38}}}
-			sim, err := nodesim.Dial(ctx, nodesim.Config{URL: base, Credential: n.secret, Hello: h,
+			sim, err := sim.Dial(ctx, sim.Config{URL: base, Credential: n.secret, Hello: h,
 				HeartbeatInterval: o.heartbeat, Dialer: dialer})
 			if err != nil {
 				err = fmt.Errorf("node %d: %w", i, err)
@@ -308,7 +308,7 @@ func dispatch(o options, base, token string, nodes []simNode, pid int) error {
 	}
 	one := func(i int) (time.Duration, string, error) {
 		n := nodes[i%len(nodes)]
-		req, err := http.NewRequest(http.MethodPost, base+nodeapi.Prefix+"/"+n.id+"/operations", strings.NewReader(body(i)))
+		req, err := http.NewRequest(http.MethodPost, base+api.Prefix+"/"+n.id+"/operations", strings.NewReader(body(i)))
 		if err != nil {
 			return 0, "", err
 		}
@@ -415,7 +415,7 @@ func pct(sorted []time.Duration, p float64) time.Duration {
 type listStatus struct{ total, online int }
 
 func apiStatus(base, token string) (listStatus, error) {
-	req, _ := http.NewRequest(http.MethodGet, base+nodeapi.Prefix, nil)
+	req, _ := http.NewRequest(http.MethodGet, base+api.Prefix, nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -432,7 +432,7 @@ func apiStatus(base, token string) (listStatus, error) {
 	return listStatus{total: strings.Count(string(data), `"node_id"`), online: strings.Count(string(data), `"online":true`)}, nil
 }
 
-func totalAcks(sims []*nodesim.Node) uint64 {
+func totalAcks(sims []*sim.Node) uint64 {
 	var n uint64
 	for _, s := range sims {
 		n += s.Acks()

@@ -15,7 +15,7 @@ import (
 // it, and a version that fails to read or parse keeps the previous one
 // (the reason goes to LastError and a warning log line). Load is lock-free:
 // it reads an immutable value published through an atomic pointer.
-// Package credential and package nodecred build their file sources on it.
+// Package credential and package node/credential build their file sources on it.
 type Snapshot[T any] struct {
 	path    string
 	what    string

@@ -1,4 +1,4 @@
-package nodecred
+package credential
 
 import (
 	"bytes"
@@ -192,17 +192,17 @@ func decodeRecord(raw []byte) (*record, error) {
 
 func (fr fileRecord) validate() (*record, error) {
 	switch {
-	case !nodeproto.IsUUID(fr.NodeID):
+	case !proto.IsUUID(fr.NodeID):
 		return nil, fmt.Errorf("%w: node_id must be a lowercase UUID", ErrInvalid)
-	case !nodeproto.IsUUID(fr.InstallationID):
+	case !proto.IsUUID(fr.InstallationID):
 		return nil, fmt.Errorf("%w: installation_id must be a lowercase UUID", ErrInvalid)
-	case !nodeproto.Provider(fr.Provider).Valid():
+	case !proto.Provider(fr.Provider).Valid():
 		return nil, fmt.Errorf("%w: provider must be docker or microsandbox", ErrInvalid)
-	case !nodeproto.IsDigest(fr.BackendFingerprint):
+	case !proto.IsDigest(fr.BackendFingerprint):
 		return nil, fmt.Errorf("%w: backend_fingerprint must be 64 lowercase hexadecimal digits", ErrInvalid)
 	case fr.DeploymentGeneration <= 0:
 		return nil, fmt.Errorf("%w: deployment_generation must be positive", ErrInvalid)
-	case !nodeproto.IsDigest(fr.SpecificationDigest):
+	case !proto.IsDigest(fr.SpecificationDigest):
 		return nil, fmt.Errorf("%w: specification_digest must be 64 lowercase hexadecimal digits", ErrInvalid)
 	}
 	d, err := ParseDigest(fr.CredentialSHA256)

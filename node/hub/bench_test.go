@@ -1,4 +1,4 @@
-package nodehub
+package hub
 
 import (
 	"testing"
@@ -12,8 +12,8 @@ import (
 // (both ends in this process).
 func BenchmarkDispatch(b *testing.B) {
 	e := newEnv(b)
-	n, err := nodesim.Dial(b.Context(), nodesim.Config{URL: e.srv.URL, Credential: secretA, HeartbeatInterval: -1,
-		Hello: nodeproto.Hello{NodeID: nodeA, InstallationID: inst, Provider: nodeproto.ProviderDocker,
+	n, err := sim.Dial(b.Context(), sim.Config{URL: e.srv.URL, Credential: secretA, HeartbeatInterval: -1,
+		Hello: proto.Hello{NodeID: nodeA, InstallationID: inst, Provider: proto.ProviderDocker,
 			BackendFingerprint: fingerprint, DeploymentGeneration: 1, SpecificationDigest: specDigest, MaxActive: 8,
 			Health: health(true, "")}})
 	if err != nil {
@@ -25,7 +25,7 @@ func BenchmarkDispatch(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		res, err := e.hub.Dispatch(b.Context(), nodeA, req)
-		if err != nil || res.Outcome != nodeproto.OutcomeSuccess {
+		if err != nil || res.Outcome != proto.OutcomeSuccess {
 			b.Fatalf("%+v %v", res, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package nodehub
+package hub
 
 import (
 	"context"
@@ -22,13 +22,13 @@ func TestBreakResponseWrongConnection(t *testing.T) {
 	a := e.join(nodeA)
 	pending := e.dispatchAsync(nodeA, infoReq())
 	got := a.request()
-	a.send(&nodeproto.Response{ID: got.ID, ConnectionID: uuid.NewString(), Info: info()})
+	a.send(&proto.Response{ID: got.ID, ConnectionID: uuid.NewString(), Info: info()})
 	reason := a.expectClose(1002)
 	if !strings.Contains(reason, "another connection") {
 		t.Fatalf("reason %q", reason)
 	}
 	d := e.await(pending)
-	if d.err != nil || d.res.Outcome != nodeproto.OutcomeUnknown || d.res.Reason != ReasonDisconnected || d.res.Response != nil {
+	if d.err != nil || d.res.Outcome != proto.OutcomeUnknown || d.res.Reason != ReasonDisconnected || d.res.Response != nil {
 		t.Fatalf("result %+v, %v", d.res, d.err)
 	}
 	e.assertNoSecretsLogged()
@@ -52,24 +52,24 @@ func TestBreakConcurrentDispatchLimit(t *testing.T) {
 		}()
 	}
 	seen := map[uint64]bool{}
-	for range nodeproto.MaxPendingRequests {
+	for range proto.MaxPendingRequests {
 		r := a.request()
-		if seen[r.Sequence] || r.Sequence < 1 || r.Sequence > nodeproto.MaxPendingRequests {
+		if seen[r.Sequence] || r.Sequence < 1 || r.Sequence > proto.MaxPendingRequests {
 			t.Fatalf("sequence %d", r.Sequence)
 		}
 		seen[r.Sequence] = true
-		defer a.send(&nodeproto.Response{ID: r.ID, ConnectionID: r.ConnectionID, Info: info()})
+		defer a.send(&proto.Response{ID: r.ID, ConnectionID: r.ConnectionID, Info: info()})
 	}
 	// The refused ones return without a response.
 	refused := 0
-	for refused < n-nodeproto.MaxPendingRequests {
+	for refused < n-proto.MaxPendingRequests {
 		err := <-errs
 		if !errors.Is(err, ErrTooManyPending) {
 			t.Fatalf("error %v before all refusals", err)
 		}
 		refused++
 	}
-	if s := e.status(nodeA); s.Pending != nodeproto.MaxPendingRequests {
+	if s := e.status(nodeA); s.Pending != proto.MaxPendingRequests {
 		t.Fatalf("pending %d", s.Pending)
 	}
 	// The heartbeat's ack is the next frame: nothing else was written.
@@ -116,13 +116,13 @@ func TestBreakRevokedMidDispatch(t *testing.T) {
 	a.request()
 	writeFile(t, e.credPath, "nodes:\n"+nodeRecord(nodeA, secretA, false, false)+nodeRecord(nodeB, secretB, true, false))
 	waitFor(t, "the revocation to load", func() bool {
-		_, err := e.creds.Authenticate(nodeA, nodecred.Sum(secretA))
+		_, err := e.creds.Authenticate(nodeA, credential.Sum(secretA))
 		return err != nil
 	})
 	a.send(a.heartbeat(health(true, "")))
 	a.expectClose(4003)
 	d := e.await(pending)
-	if d.err != nil || d.res.Outcome != nodeproto.OutcomeUnknown || d.res.Reason != ReasonDisconnected {
+	if d.err != nil || d.res.Outcome != proto.OutcomeUnknown || d.res.Reason != ReasonDisconnected {
 		t.Fatalf("result %+v, %v", d.res, d.err)
 	}
 	// Dispatch to the now disconnected node is refused as offline.
@@ -138,7 +138,7 @@ func TestBreakOversizeControlFrame(t *testing.T) {
 	e := newEnv(t)
 	a := e.join(nodeA)
 	hb := a.heartbeat(health(true, ""))
-	b, err := nodeproto.Encode(hb)
+	b, err := proto.Encode(hb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,9 +168,9 @@ func TestBreakDispatchCallerAlreadyGone(t *testing.T) {
 	if r := a.request(); r.Sequence != 1 {
 		t.Fatalf("sequence %d", r.Sequence)
 	} else {
-		a.send(&nodeproto.Response{ID: r.ID, ConnectionID: r.ConnectionID, Info: info()})
+		a.send(&proto.Response{ID: r.ID, ConnectionID: r.ConnectionID, Info: info()})
 	}
-	if d := e.await(pending); d.err != nil || d.res.Outcome != nodeproto.OutcomeSuccess {
+	if d := e.await(pending); d.err != nil || d.res.Outcome != proto.OutcomeSuccess {
 		t.Fatalf("%+v %v", d.res, d.err)
 	}
 }

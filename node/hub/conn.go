@@ -1,4 +1,4 @@
-package nodehub
+package hub
 
 import (
 	"errors"
@@ -24,8 +24,8 @@ const maxCloseReason = 123
 type conn struct {
 	hub    *Hub
 	nodeID string
-	digest nodecred.Digest // of the presented credential, for re-authentication
-	node   nodecred.Node   // the enrolment at connect
+	digest credential.Digest // of the presented credential, for re-authentication
+	node   credential.Node   // the enrolment at connect
 
 	// ws and state are guarded by hub.mu until run starts; ws is then
 	// read-only.
@@ -56,11 +56,11 @@ type conn struct {
 
 // call is one request waiting for its response.
 type call struct {
-	req  *nodeproto.Request
-	done chan *nodeproto.Response // buffered: the reader never blocks
+	req  *proto.Request
+	done chan *proto.Response // buffered: the reader never blocks
 }
 
-func newConn(h *Hub, nodeID string, digest nodecred.Digest, node nodecred.Node) *conn {
+func newConn(h *Hub, nodeID string, digest credential.Digest, node credential.Node) *conn {
 	return &conn{hub: h, nodeID: nodeID, digest: digest, node: node, state: StateConnecting,
 		pending: map[string]*call{}, closing: make(chan struct{})}
 }
@@ -102,7 +102,7 @@ func (c *conn) run() {
 			time.Now().Add(cfg.Timers.Write))
 		return
 	}
-	ws.SetReadLimit(nodeproto.MaxRequestFrame)
+	ws.SetReadLimit(proto.MaxRequestFrame)
 	_ = ws.SetReadDeadline(start.Add(cfg.Timers.Hello))
 	data, ok := c.read(true)
 	if !ok {
@@ -216,11 +216,11 @@ func (c *conn) logClosed(start time.Time) {
 	}
 }
 
-// invalid closes the connection for a frame nodeproto refused. The reason
+// invalid closes the connection for a frame node/proto refused. The reason
 // holds the rule and the JSON pointer, never a value.
 func (c *conn) invalid(err error) {
 	reason := "invalid frame"
-	var pe *nodeproto.Error
+	var pe *proto.Error
 	if errors.As(err, &pe) {
 		reason = "invalid frame: " + pe.Rule.Error() + " at " + truncate(pe.Pointer, 48)
 		if pe.Detail != "" {
@@ -240,8 +240,8 @@ func truncate(s string, n int) string {
 // write encodes f and writes it as one text message; the caller holds
 // c.wmu. An encoding failure is Core's bug and closes the connection with
 // CloseInternalError; a write failure closes it without a close frame.
-func (c *conn) write(f nodeproto.Frame) bool {
-	b, err := nodeproto.Encode(f)
+func (c *conn) write(f proto.Frame) bool {
+	b, err := proto.Encode(f)
 	if err != nil {
 		c.config().Logger.Error("encoding a frame for a node failed", zap.String("node_id", c.nodeID),
 			zap.String("type", f.FrameType()), zap.Error(err))
@@ -264,12 +264,12 @@ func (c *conn) writeBytes(b []byte) bool {
 
 // hello handles the first frame.
 func (c *conn) hello(data []byte) {
-	f, err := nodeproto.Decode(data)
+	f, err := proto.Decode(data)
 	if err != nil {
 		c.invalid(err)
 		return
 	}
-	h, ok := f.(*nodeproto.Hello)
+	h, ok := f.(*proto.Hello)
 	if !ok {
 		c.fail(CloseProtocolError, "the first frame must be hello, not "+f.FrameType())
 		return
@@ -304,7 +304,7 @@ func (c *conn) hello(data []byte) {
 	mergeObservations(p, h.Generations, now)
 	hub.mu.Unlock()
 
-	w := &nodeproto.Welcome{ConnectionID: c.id, OwnerEpoch: c.epoch}
+	w := &proto.Welcome{ConnectionID: c.id, OwnerEpoch: c.epoch}
 	if c.gm {
 		w.Deployment = cfg.Deployment
 	}
@@ -331,7 +331,7 @@ func (c *conn) hello(data []byte) {
 
 // identityMismatch returns the first hello member that differs from the
 // enrolment of the authenticated node, or "".
-func identityMismatch(nodeID string, n nodecred.Node, h *nodeproto.Hello) string {
+func identityMismatch(nodeID string, n credential.Node, h *proto.Hello) string {
 	switch {
 	case h.NodeID != nodeID || n.NodeID != nodeID:
 		return "node_id"
@@ -353,16 +353,16 @@ func identityMismatch(nodeID string, n nodecred.Node, h *nodeproto.Hello) string
 
 // enrolmentChanged reports whether the node's current enrolment no longer
 // matches what its hello stated.
-func enrolmentChanged(now nodecred.Node, at nodecred.Node) bool {
+func enrolmentChanged(now credential.Node, at credential.Node) bool {
 	now.Enabled, at.Enabled = true, true
 	return now != at
 }
 
 // normalizeHealth copies h with an unknown diagnostic code replaced by
 // provider_unavailable (spec "Connection").
-func normalizeHealth(h nodeproto.Health) *nodeproto.Health {
+func normalizeHealth(h proto.Health) *proto.Health {
 	if h.Diagnostic != "" {
-		h.Diagnostic = nodeproto.NormalizeDiagnostic(h.Diagnostic)
+		h.Diagnostic = proto.NormalizeDiagnostic(h.Diagnostic)
 	}
 	return &h
 }
@@ -371,7 +371,7 @@ func normalizeHealth(h nodeproto.Health) *nodeproto.Health {
 // obs; hub.mu is held. The map is bounded: past maxObservedGenerations the
 // least recently observed generation is forgotten (omitting a record
 // never implies absence, so this only loses knowledge).
-func mergeObservations(p *presence, obs []nodeproto.GenerationObservation, now time.Time) {
+func mergeObservations(p *presence, obs []proto.GenerationObservation, now time.Time) {
 	if len(obs) == 0 {
 		return
 	}
@@ -380,7 +380,7 @@ func mergeObservations(p *presence, obs []nodeproto.GenerationObservation, now t
 	}
 	for _, o := range obs {
 		if o.Diagnostic != "" {
-			o.Diagnostic = nodeproto.NormalizeDiagnostic(o.Diagnostic)
+			o.Diagnostic = proto.NormalizeDiagnostic(o.Diagnostic)
 		}
 		p.generations[o.Generation] = observed{obs: o, at: now}
 	}
@@ -399,17 +399,17 @@ func mergeObservations(p *presence, obs []nodeproto.GenerationObservation, now t
 
 // handle dispatches one frame after hello.
 func (c *conn) handle(data []byte) {
-	f, err := nodeproto.Decode(data)
+	f, err := proto.Decode(data)
 	if err != nil {
 		c.invalid(err)
 		return
 	}
 	switch f := f.(type) {
-	case *nodeproto.Heartbeat:
+	case *proto.Heartbeat:
 		c.heartbeat(f)
-	case *nodeproto.Response:
+	case *proto.Response:
 		c.response(f)
-	case *nodeproto.Retention:
+	case *proto.Retention:
 		c.retention(f)
 	default:
 		c.fail(CloseProtocolError, "unexpected "+f.FrameType()+" frame from a node")
@@ -418,7 +418,7 @@ func (c *conn) handle(data []byte) {
 
 // heartbeat re-authenticates, checks the owner epoch, records the health
 // and answers heartbeat_ack.
-func (c *conn) heartbeat(hb *nodeproto.Heartbeat) {
+func (c *conn) heartbeat(hb *proto.Heartbeat) {
 	cfg := c.config()
 	switch {
 	case hb.ConnectionID != c.id:
@@ -459,7 +459,7 @@ func (c *conn) heartbeat(hb *nodeproto.Heartbeat) {
 		mergeObservations(p, hb.Generations, now)
 	}
 	hub.mu.Unlock()
-	ack := &nodeproto.HeartbeatAck{ConnectionID: c.id, OwnerEpoch: c.epoch}
+	ack := &proto.HeartbeatAck{ConnectionID: c.id, OwnerEpoch: c.epoch}
 	if c.gm {
 		ack.Deployment = cfg.Deployment
 	}
@@ -474,7 +474,7 @@ func (c *conn) heartbeat(hb *nodeproto.Heartbeat) {
 }
 
 // response matches a response to its pending request.
-func (c *conn) response(r *nodeproto.Response) {
+func (c *conn) response(r *proto.Response) {
 	if r.ConnectionID != c.id {
 		c.fail(CloseProtocolError, "response for another connection")
 		return
@@ -493,7 +493,7 @@ func (c *conn) response(r *nodeproto.Response) {
 // retention answers a generation-managing node's retention request:
 // keep the target generation (with its digest) and the serving
 // generation, and nothing else.
-func (c *conn) retention(r *nodeproto.Retention) {
+func (c *conn) retention(r *proto.Retention) {
 	cfg := c.config()
 	switch {
 	case !c.gm:
@@ -514,9 +514,9 @@ func (c *conn) retention(r *nodeproto.Retention) {
 		return
 	}
 	c.retentionSeq = r.Sequence
-	ack := &nodeproto.RetentionAck{ID: r.ID, ConnectionID: c.id, Entries: make([]nodeproto.RetentionDecision, len(r.Entries))}
+	ack := &proto.RetentionAck{ID: r.ID, ConnectionID: c.id, Entries: make([]proto.RetentionDecision, len(r.Entries))}
 	for i, e := range r.Entries {
-		ack.Entries[i] = nodeproto.RetentionDecision{Generation: e.Generation, SpecificationDigest: e.SpecificationDigest,
+		ack.Entries[i] = proto.RetentionDecision{Generation: e.Generation, SpecificationDigest: e.SpecificationDigest,
 			Keep: keep(cfg.Deployment, e)}
 	}
 	c.wmu.Lock()
@@ -527,7 +527,7 @@ func (c *conn) retention(r *nodeproto.Retention) {
 // keep decides one retention entry: Core authorises dropping everything
 // but the target generation (same digest) and the serving generation.
 // Without a deployment nothing may be dropped.
-func keep(d *nodeproto.Deployment, e nodeproto.RetentionEntry) bool {
+func keep(d *proto.Deployment, e proto.RetentionEntry) bool {
 	if d == nil {
 		return true
 	}

@@ -1,4 +1,4 @@
-package nodehub
+package hub
 
 import (
 	"errors"
@@ -38,7 +38,7 @@ func (h *Hub) Connect(w http.ResponseWriter, r *http.Request) error {
 		return httpErr(http.StatusMethodNotAllowed, ErrMethod)
 	}
 	ids := r.URL.Query()["node_id"]
-	if len(ids) != 1 || !nodeproto.IsUUID(ids[0]) {
+	if len(ids) != 1 || !proto.IsUUID(ids[0]) {
 		return httpErr(http.StatusBadRequest, ErrBadNodeID)
 	}
 	nodeID := ids[0]
@@ -47,7 +47,7 @@ func (h *Hub) Connect(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sandbox-node"`)
 		return httpErr(http.StatusUnauthorized, ErrNoCredential)
 	}
-	digest := nodecred.Sum(secret)
+	digest := credential.Sum(secret)
 	node, err := cfg.Credentials.Authenticate(nodeID, digest)
 	if err != nil {
 		// err names the node and the reason (unknown, mismatch, disabled),
@@ -109,7 +109,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // reserve claims the node's connection slot: it fails with 409 while
 // another connection of the node is connecting, live or closing, and with
 // 503 once the hub is closed.
-func (h *Hub) reserve(nodeID string, digest nodecred.Digest, node nodecred.Node) (*conn, error) {
+func (h *Hub) reserve(nodeID string, digest credential.Digest, node credential.Node) (*conn, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {

@@ -1,4 +1,4 @@
-package nodehub
+package hub
 
 import (
 	"bytes"
@@ -76,7 +76,7 @@ func TestSecondConnection409(t *testing.T) {
 	busy("connecting")
 
 	first.send(first.hello())
-	if _, ok := first.recv().(*nodeproto.Welcome); !ok {
+	if _, ok := first.recv().(*proto.Welcome); !ok {
 		t.Fatal("no welcome")
 	}
 	busy("live")
@@ -111,15 +111,15 @@ func TestHelloIdentityMismatch(t *testing.T) {
 	e := newEnv(t)
 	for _, tc := range []struct {
 		member string
-		change func(*nodeproto.Hello)
+		change func(*proto.Hello)
 	}{
-		{"node_id", func(h *nodeproto.Hello) { h.NodeID = nodeB }},
-		{"installation_id", func(h *nodeproto.Hello) { h.InstallationID = "22222222-2222-4333-8444-555555555555" }},
-		{"provider", func(h *nodeproto.Hello) { h.Provider = nodeproto.ProviderMicrosandbox }},
-		{"backend_fingerprint", func(h *nodeproto.Hello) { h.BackendFingerprint = strings.Repeat("e", 64) }},
-		{"deployment_generation", func(h *nodeproto.Hello) { h.DeploymentGeneration = 2 }},
-		{"specification_digest", func(h *nodeproto.Hello) { h.SpecificationDigest = spec2Digest }},
-		{"generation_management", func(h *nodeproto.Hello) { h.GenerationManagement = true }},
+		{"node_id", func(h *proto.Hello) { h.NodeID = nodeB }},
+		{"installation_id", func(h *proto.Hello) { h.InstallationID = "22222222-2222-4333-8444-555555555555" }},
+		{"provider", func(h *proto.Hello) { h.Provider = proto.ProviderMicrosandbox }},
+		{"backend_fingerprint", func(h *proto.Hello) { h.BackendFingerprint = strings.Repeat("e", 64) }},
+		{"deployment_generation", func(h *proto.Hello) { h.DeploymentGeneration = 2 }},
+		{"specification_digest", func(h *proto.Hello) { h.SpecificationDigest = spec2Digest }},
+		{"generation_management", func(h *proto.Hello) { h.GenerationManagement = true }},
 	} {
 		t.Run(tc.member, func(t *testing.T) {
 			n := e.connect(nodeA)
@@ -139,7 +139,7 @@ func TestHelloIdentityMismatch(t *testing.T) {
 func TestFirstFrameMustBeHello(t *testing.T) {
 	e := newEnv(t)
 	n := e.connect(nodeA)
-	n.send(&nodeproto.Heartbeat{ConnectionID: inst, OwnerEpoch: 7, Health: health(true, "")})
+	n.send(&proto.Heartbeat{ConnectionID: inst, OwnerEpoch: 7, Health: health(true, "")})
 	if reason := n.expectClose(CloseProtocolError); reason != "the first frame must be hello, not heartbeat" {
 		t.Fatalf("reason %q", reason)
 	}
@@ -150,7 +150,7 @@ func TestFirstFrameMustBeHello(t *testing.T) {
 func TestWelcome(t *testing.T) {
 	e := newEnv(t)
 	a := e.join(nodeA)
-	if !nodeproto.IsUUID(a.welcome.ConnectionID) || a.welcome.OwnerEpoch != 7 || a.welcome.Deployment != nil {
+	if !proto.IsUUID(a.welcome.ConnectionID) || a.welcome.OwnerEpoch != 7 || a.welcome.Deployment != nil {
 		t.Fatalf("welcome to A = %+v", a.welcome)
 	}
 	g := e.join(nodeG)
@@ -188,7 +188,7 @@ func TestHeartbeatAckAndHealth(t *testing.T) {
 		t.Fatalf("health = %+v", h)
 	}
 	a.beat(health(false, "flux_capacitor_melted"))
-	if h := e.status(nodeA).Health; h.Diagnostic != nodeproto.DiagProviderUnavailable {
+	if h := e.status(nodeA).Health; h.Diagnostic != proto.DiagProviderUnavailable {
 		t.Fatalf("unknown diagnostic stored as %q, want provider_unavailable", h.Diagnostic)
 	}
 	hb := health(true, "")
@@ -200,17 +200,17 @@ func TestHeartbeatAckAndHealth(t *testing.T) {
 
 	g := e.join(nodeG)
 	hbG := g.heartbeat(health(false, ""))
-	hbG.Generations = []nodeproto.GenerationObservation{
-		{Generation: 2, SpecificationDigest: spec2Digest, State: nodeproto.GenerationFailed, Diagnostic: "not_a_known_code"},
+	hbG.Generations = []proto.GenerationObservation{
+		{Generation: 2, SpecificationDigest: spec2Digest, State: proto.GenerationFailed, Diagnostic: "not_a_known_code"},
 	}
 	g.send(hbG)
-	ackG := g.recv().(*nodeproto.HeartbeatAck)
+	ackG := g.recv().(*proto.HeartbeatAck)
 	if ackG.Deployment == nil || ackG.Deployment.Generation != 2 {
 		t.Fatalf("ack to G = %+v", ackG)
 	}
 	gens := e.status(nodeG).Generations
-	if len(gens) != 2 || gens[0].Generation != 1 || gens[0].State != nodeproto.GenerationReady ||
-		gens[1].State != nodeproto.GenerationFailed || gens[1].Diagnostic != nodeproto.DiagProviderUnavailable {
+	if len(gens) != 2 || gens[0].Generation != 1 || gens[0].State != proto.GenerationReady ||
+		gens[1].State != proto.GenerationFailed || gens[1].Diagnostic != proto.DiagProviderUnavailable {
 		t.Fatalf("generations = %+v; want 1 ready (from hello) and 2 failed with provider_unavailable", gens)
 	}
 }
@@ -340,10 +340,10 @@ func TestOnlineWindow(t *testing.T) {
 }
 
 // TestInvalidFrameCloses: each invalid frame closes the connection with
-// 1002 (1003 for binary) and a reason naming the nodeproto rule; the close
+// 1002 (1003 for binary) and a reason naming the node/proto rule; the close
 // is logged with the same reason and no frame contents.
 func TestInvalidFrameCloses(t *testing.T) {
-	big := `{"version":1,"type":"heartbeat","x":"` + strings.Repeat("a", nodeproto.MaxControlFrame) + `"}`
+	big := `{"version":1,"type":"heartbeat","x":"` + strings.Repeat("a", proto.MaxControlFrame) + `"}`
 	for _, tc := range []struct {
 		name   string
 		frame  []byte
@@ -372,7 +372,7 @@ func TestInvalidFrameCloses(t *testing.T) {
 			case tc.name == "second hello":
 				a.send(a.hello())
 			case tc.name == "unknown member":
-				b, err := nodeproto.Encode(a.heartbeat(health(true, "")))
+				b, err := proto.Encode(a.heartbeat(health(true, "")))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -413,7 +413,7 @@ func mapValues(m map[string]any) []string {
 	return out
 }
 
-// TestReadLimit: a message over nodeproto.MaxRequestFrame closes with 1009.
+// TestReadLimit: a message over proto.MaxRequestFrame closes with 1009.
 func TestReadLimit(t *testing.T) {
 	e := newEnv(t)
 	a := e.join(nodeA)
@@ -424,7 +424,7 @@ func TestReadLimit(t *testing.T) {
 			return
 		}
 		chunk := bytes.Repeat([]byte{' '}, 1<<20)
-		for i := 0; i <= nodeproto.MaxRequestFrame>>20; i++ {
+		for i := 0; i <= proto.MaxRequestFrame>>20; i++ {
 			if _, err := w.Write(chunk); err != nil {
 				return
 			}
@@ -446,7 +446,7 @@ func TestHubClose(t *testing.T) {
 	a.expectClose(CloseGoingAway)
 	<-closed
 	d := e.await(pending)
-	if d.err != nil || d.res.Outcome != nodeproto.OutcomeUnknown || d.res.Reason != ReasonDisconnected {
+	if d.err != nil || d.res.Outcome != proto.OutcomeUnknown || d.res.Reason != ReasonDisconnected {
 		t.Fatalf("pending after Close = %+v, %v", d.res, d.err)
 	}
 	if _, status, _ := e.dial(nodeA, secretA); status != http.StatusServiceUnavailable {
@@ -461,7 +461,7 @@ func TestConfigureKeepsConnections(t *testing.T) {
 	e := newEnv(t)
 	g := e.join(nodeG)
 	cfg := e.cfg
-	cfg.Deployment = &nodeproto.Deployment{Generation: 3, SpecificationDigest: specDigest}
+	cfg.Deployment = &proto.Deployment{Generation: 3, SpecificationDigest: specDigest}
 	cfg.Timers.Idle = 4 * time.Second
 	if err := e.hub.Configure(cfg); err != nil {
 		t.Fatal(err)
@@ -563,7 +563,7 @@ func TestRetentionUnderSupersededEpoch(t *testing.T) {
 	if err := e.hub.Configure(cfg); err != nil {
 		t.Fatal(err)
 	}
-	g.send(&nodeproto.Retention{ID: "99999999-2222-4333-8444-555555555555", Sequence: 1, ConnectionID: g.welcome.ConnectionID,
-		OwnerEpoch: 7, Entries: []nodeproto.RetentionEntry{{Generation: 5, SpecificationDigest: specDigest}}})
+	g.send(&proto.Retention{ID: "99999999-2222-4333-8444-555555555555", Sequence: 1, ConnectionID: g.welcome.ConnectionID,
+		OwnerEpoch: 7, Entries: []proto.RetentionEntry{{Generation: 5, SpecificationDigest: specDigest}}})
 	g.expectClose(CloseEpochSuperseded)
 }

@@ -1,4 +1,4 @@
-package nodehub
+package hub
 
 import (
 	"context"
@@ -32,35 +32,35 @@ const (
 
 // Result is the outcome of one provider operation sent with Dispatch.
 type Result struct {
-	// Outcome is what the response proves (nodeproto.Classify), or
+	// Outcome is what the response proves (proto.Classify), or
 	// OutcomeUnknown when there is no response. Unknown never proves that
 	// a resource does not exist or that a mutation did not happen; Core
 	// never replays the operation but observes the original one.
-	Outcome nodeproto.Outcome
+	Outcome proto.Outcome
 	// ErrorCode is the classified code: "" on success, the definite code
 	// of a failure, "unsupported", or "unconfirmed" for unknown.
-	ErrorCode nodeproto.ErrorCode
+	ErrorCode proto.ErrorCode
 	// Reason says why the outcome is unknown (Reason* constants); "" for
 	// the other outcomes.
 	Reason string
 	// Request is the request as sent: id, sequence, connection_id,
 	// owner_epoch filled in.
-	Request nodeproto.Request
+	Request proto.Request
 	// Response is the node's response, nil when none arrived.
-	Response *nodeproto.Response
+	Response *proto.Response
 	// Receipt is the info receipt of a failed create that proves a settled
-	// create attempt (nodeproto.CreateReceipt), nil otherwise.
-	Receipt *nodeproto.Info
+	// create attempt (proto.CreateReceipt), nil otherwise.
+	Receipt *proto.Info
 }
 
 // needsReady reports whether req may only go to a generation the node
 // reports ready (spec: "Core sends create and non-observe-only resume only
 // to generations that are ready on the node").
-func needsReady(req *nodeproto.Request) bool {
+func needsReady(req *proto.Request) bool {
 	switch req.Operation {
-	case nodeproto.OpCreate:
+	case proto.OpCreate:
 		return true
-	case nodeproto.OpResume:
+	case proto.OpResume:
 		return req.Resume != nil && !req.Resume.ObserveOnly
 	}
 	return false
@@ -73,7 +73,7 @@ func needsReady(req *nodeproto.Request) bool {
 func (p *presence) ready(gen int64, gm bool) bool {
 	if gm {
 		o, ok := p.generations[gen]
-		return ok && o.obs.State == nodeproto.GenerationReady
+		return ok && o.obs.State == proto.GenerationReady
 	}
 	return p.hello != nil && p.health != nil && gen == p.hello.DeploymentGeneration && p.health.ProviderReady
 }
@@ -87,8 +87,8 @@ func (p *presence) ready(gen int64, gm bool) bool {
 // Refusals before anything is written leave the connection untouched:
 // ErrUnknownNode, ErrOffline (not online), ErrNotReady (create or a
 // non-observe-only resume for a generation the node does not report
-// ready), ErrTooManyPending (nodeproto.MaxPendingRequests requests already
-// wait on the connection), ErrInvalidRequest (with the *nodeproto.Error),
+// ready), ErrTooManyPending (proto.MaxPendingRequests requests already
+// wait on the connection), ErrInvalidRequest (with the *proto.Error),
 // ErrClosed, and ctx's error when ctx ended before the request was written.
 // Otherwise the error is nil and the Result says what happened.
 // Core waits at most timeout_ms plus the response grace; a timeout, a
@@ -96,7 +96,7 @@ func (p *presence) ready(gen int64, gm bool) bool {
 // the request is never sent again. A request whose wait ended stays
 // counted as pending until its late response arrives (and is dropped) or
 // the connection ends, because the node still holds it.
-func (h *Hub) Dispatch(ctx context.Context, nodeID string, req nodeproto.Request) (*Result, error) {
+func (h *Hub) Dispatch(ctx context.Context, nodeID string, req proto.Request) (*Result, error) {
 	cfg := h.config()
 	if cfg == nil {
 		return nil, ErrClosed
@@ -129,15 +129,15 @@ func (h *Hub) Dispatch(ctx context.Context, nodeID string, req nodeproto.Request
 }
 
 // dispatch writes req on c and waits for the outcome.
-func (c *conn) dispatch(ctx context.Context, cfg *Config, req nodeproto.Request) (*Result, error) {
+func (c *conn) dispatch(ctx context.Context, cfg *Config, req proto.Request) (*Result, error) {
 	// A quick refusal without waiting for the writer.
-	if c.pendingCount() >= nodeproto.MaxPendingRequests {
+	if c.pendingCount() >= proto.MaxPendingRequests {
 		return nil, fmt.Errorf("%w: node %s", ErrTooManyPending, c.nodeID)
 	}
 	req.ID = uuid.NewString()
 	req.ConnectionID = c.id
 	req.OwnerEpoch = c.epoch
-	cl := &call{req: &req, done: make(chan *nodeproto.Response, 1)}
+	cl := &call{req: &req, done: make(chan *proto.Response, 1)}
 
 	c.wmu.Lock()
 	if c.isClosing() {
@@ -149,10 +149,10 @@ func (c *conn) dispatch(ctx context.Context, cfg *Config, req nodeproto.Request)
 	// operation nobody waits for.
 	if err := ctx.Err(); err != nil {
 		c.wmu.Unlock()
-		return nil, fmt.Errorf("nodehub: the caller went away before the request was sent: %w", err)
+		return nil, fmt.Errorf("hub: the caller went away before the request was sent: %w", err)
 	}
 	c.pmu.Lock()
-	if len(c.pending) >= nodeproto.MaxPendingRequests {
+	if len(c.pending) >= proto.MaxPendingRequests {
 		c.pmu.Unlock()
 		c.wmu.Unlock()
 		return nil, fmt.Errorf("%w: node %s", ErrTooManyPending, c.nodeID)
@@ -160,7 +160,7 @@ func (c *conn) dispatch(ctx context.Context, cfg *Config, req nodeproto.Request)
 	c.pending[req.ID] = cl
 	c.pmu.Unlock()
 	req.Sequence = c.seq + 1
-	b, err := nodeproto.Encode(&req)
+	b, err := proto.Encode(&req)
 	if err != nil {
 		c.pmu.Lock()
 		delete(c.pending, req.ID)
@@ -174,13 +174,13 @@ func (c *conn) dispatch(ctx context.Context, cfg *Config, req nodeproto.Request)
 
 	res := &Result{Request: req}
 	if !written {
-		res.Outcome, res.ErrorCode, res.Reason = nodeproto.OutcomeUnknown, nodeproto.ErrUnconfirmed, ReasonWriteFailed
+		res.Outcome, res.ErrorCode, res.Reason = proto.OutcomeUnknown, proto.ErrUnconfirmed, ReasonWriteFailed
 		c.logDispatch(cfg, res)
 		return res, nil
 	}
 	timer := time.NewTimer(time.Duration(req.TimeoutMS)*time.Millisecond + cfg.Timers.ResponseGrace)
 	defer timer.Stop()
-	var resp *nodeproto.Response
+	var resp *proto.Response
 	select {
 	case resp = <-cl.done:
 	case <-c.closing:
@@ -199,16 +199,16 @@ func (c *conn) dispatch(ctx context.Context, cfg *Config, req nodeproto.Request)
 		}
 	}
 	if resp == nil {
-		res.Outcome, res.ErrorCode = nodeproto.OutcomeUnknown, nodeproto.ErrUnconfirmed
+		res.Outcome, res.ErrorCode = proto.OutcomeUnknown, proto.ErrUnconfirmed
 		c.logDispatch(cfg, res)
 		return res, nil
 	}
 	res.Response = resp
-	res.Outcome, res.ErrorCode = nodeproto.Classify(&req, resp)
-	if res.Outcome == nodeproto.OutcomeUnknown {
+	res.Outcome, res.ErrorCode = proto.Classify(&req, resp)
+	if res.Outcome == proto.OutcomeUnknown {
 		res.Reason = ReasonUnconfirmed
 	}
-	if info, ok := nodeproto.CreateReceipt(&req, resp); ok {
+	if info, ok := proto.CreateReceipt(&req, resp); ok {
 		res.Receipt = info
 	}
 	c.logDispatch(cfg, res)
@@ -219,7 +219,7 @@ func (c *conn) dispatch(ctx context.Context, cfg *Config, req nodeproto.Request)
 // info): IDs, operation and outcome, never parameters or results.
 func (c *conn) logDispatch(cfg *Config, res *Result) {
 	level := zapcore.DebugLevel
-	if res.Outcome == nodeproto.OutcomeUnknown {
+	if res.Outcome == proto.OutcomeUnknown {
 		level = zapcore.InfoLevel
 	}
 	if ce := cfg.Logger.Check(level, "node operation"); ce != nil {

@@ -1,4 +1,4 @@
-package nodehub
+package hub
 
 import (
 	"context"
@@ -23,26 +23,26 @@ func TestDispatchRequestAndSuccess(t *testing.T) {
 		req.TimeoutMS = 1234
 		pending := e.dispatchAsync(nodeA, req)
 		got := a.request()
-		if !nodeproto.IsUUID(got.ID) || ids[got.ID] || got.Sequence != seq || got.ConnectionID != a.welcome.ConnectionID ||
-			got.OwnerEpoch != 7 || got.DeploymentGeneration != 1 || got.Operation != nodeproto.OpInfo ||
+		if !proto.IsUUID(got.ID) || ids[got.ID] || got.Sequence != seq || got.ConnectionID != a.welcome.ConnectionID ||
+			got.OwnerEpoch != 7 || got.DeploymentGeneration != 1 || got.Operation != proto.OpInfo ||
 			got.TimeoutMS != 1234 || got.Reference != ref {
 			t.Fatalf("request %d on the wire = %+v", seq, got)
 		}
 		ids[got.ID] = true
-		a.send(&nodeproto.Response{ID: got.ID, ConnectionID: got.ConnectionID, Info: info()})
+		a.send(&proto.Response{ID: got.ID, ConnectionID: got.ConnectionID, Info: info()})
 		d := e.await(pending)
-		if d.err != nil || d.res.Outcome != nodeproto.OutcomeSuccess || d.res.ErrorCode != "" || d.res.Reason != "" ||
+		if d.err != nil || d.res.Outcome != proto.OutcomeSuccess || d.res.ErrorCode != "" || d.res.Reason != "" ||
 			d.res.Response == nil || d.res.Response.Info == nil || d.res.Request.ID != got.ID || d.res.Request.Sequence != seq {
 			t.Fatalf("result %d = %+v, %v", seq, d.res, d.err)
 		}
 	}
 	// kill has no result.
 	req := infoReq()
-	req.Operation = nodeproto.OpKill
+	req.Operation = proto.OpKill
 	pending := e.dispatchAsync(nodeA, req)
 	got := a.request()
-	a.send(&nodeproto.Response{ID: got.ID, ConnectionID: got.ConnectionID})
-	if d := e.await(pending); d.err != nil || d.res.Outcome != nodeproto.OutcomeSuccess {
+	a.send(&proto.Response{ID: got.ID, ConnectionID: got.ConnectionID})
+	if d := e.await(pending); d.err != nil || d.res.Outcome != proto.OutcomeSuccess {
 		t.Fatalf("kill = %+v, %v", d.res, d.err)
 	}
 	// A new connection starts again at sequence 1.
@@ -78,12 +78,12 @@ func TestDispatchSequenceOrder(t *testing.T) {
 		if got.Sequence != seq {
 			t.Fatalf("request %d on the wire has sequence %d", seq, got.Sequence)
 		}
-		a.send(&nodeproto.Response{ID: got.ID, ConnectionID: got.ConnectionID, Info: info()})
+		a.send(&proto.Response{ID: got.ID, ConnectionID: got.ConnectionID, Info: info()})
 	}
 	wg.Wait()
 	close(results)
 	for d := range results {
-		if d.err != nil || d.res.Outcome != nodeproto.OutcomeSuccess {
+		if d.err != nil || d.res.Outcome != proto.OutcomeSuccess {
 			t.Fatalf("result %+v, %v", d.res, d.err)
 		}
 	}
@@ -96,24 +96,24 @@ func TestDispatchSequenceOrder(t *testing.T) {
 func TestDispatchPendingLimit(t *testing.T) {
 	e := newEnv(t)
 	a := e.join(nodeA)
-	var reqs []*nodeproto.Request
+	var reqs []*proto.Request
 	var pending []<-chan dispatched
-	for range nodeproto.MaxPendingRequests {
+	for range proto.MaxPendingRequests {
 		pending = append(pending, e.dispatchAsync(nodeA, infoReq()))
 		reqs = append(reqs, a.request())
 	}
 	if _, err := e.hub.Dispatch(t.Context(), nodeA, infoReq()); !errors.Is(err, ErrTooManyPending) {
 		t.Fatalf("33rd Dispatch: %v, want ErrTooManyPending", err)
 	}
-	if s := e.status(nodeA); s.Pending != nodeproto.MaxPendingRequests || !s.Online {
+	if s := e.status(nodeA); s.Pending != proto.MaxPendingRequests || !s.Online {
 		t.Fatalf("status = %+v", s)
 	}
 	a.beat(health(true, "")) // nothing else was written before the ack
-	a.send(&nodeproto.Response{ID: reqs[0].ID, ConnectionID: reqs[0].ConnectionID, Info: info()})
+	a.send(&proto.Response{ID: reqs[0].ID, ConnectionID: reqs[0].ConnectionID, Info: info()})
 	// The response is matched asynchronously: wait until its slot frees.
 	e.await(pending[0])
 	next := e.dispatchAsync(nodeA, infoReq())
-	if got := a.request(); got.Sequence != nodeproto.MaxPendingRequests+1 {
+	if got := a.request(); got.Sequence != proto.MaxPendingRequests+1 {
 		t.Fatalf("next request has sequence %d, want 33", got.Sequence)
 	}
 	_ = a.ws.Close()
@@ -126,7 +126,7 @@ func TestDispatchPendingLimit(t *testing.T) {
 func TestResponseForNothingPending(t *testing.T) {
 	e := newEnv(t)
 	a := e.join(nodeA)
-	a.send(&nodeproto.Response{ID: "44444444-2222-4333-8444-555555555555", ConnectionID: a.welcome.ConnectionID, Info: info()})
+	a.send(&proto.Response{ID: "44444444-2222-4333-8444-555555555555", ConnectionID: a.welcome.ConnectionID, Info: info()})
 	if reason := a.expectClose(CloseProtocolError); reason != "response for no pending request" {
 		t.Fatalf("reason %q", reason)
 	}
@@ -134,11 +134,11 @@ func TestResponseForNothingPending(t *testing.T) {
 	b := e.join(nodeB)
 	pending := e.dispatchAsync(nodeB, infoReq())
 	got := b.request()
-	b.send(&nodeproto.Response{ID: got.ID, ConnectionID: "55555555-2222-4333-8444-555555555555", Info: info()})
+	b.send(&proto.Response{ID: got.ID, ConnectionID: "55555555-2222-4333-8444-555555555555", Info: info()})
 	if reason := b.expectClose(CloseProtocolError); reason != "response for another connection" {
 		t.Fatalf("reason %q", reason)
 	}
-	if d := e.await(pending); d.res.Outcome != nodeproto.OutcomeUnknown || d.res.Reason != ReasonDisconnected {
+	if d := e.await(pending); d.res.Outcome != proto.OutcomeUnknown || d.res.Reason != ReasonDisconnected {
 		t.Fatalf("result = %+v", d.res)
 	}
 }
@@ -151,32 +151,32 @@ func TestResponseForNothingPending(t *testing.T) {
 func TestDispatchOutcomes(t *testing.T) {
 	e := newEnv(t)
 	a := e.join(nodeA)
-	create := nodeproto.Request{DeploymentGeneration: 1, Operation: nodeproto.OpCreate, TimeoutMS: 5000, Reference: ref,
-		Bootstrap: &nodeproto.Bootstrap{Image: "busybox:latest"}}
+	create := proto.Request{DeploymentGeneration: 1, Operation: proto.OpCreate, TimeoutMS: 5000, Reference: ref,
+		Bootstrap: &proto.Bootstrap{Image: "busybox:latest"}}
 	for _, tc := range []struct {
 		name    string
-		req     nodeproto.Request
-		resp    nodeproto.Response
-		outcome nodeproto.Outcome
-		code    nodeproto.ErrorCode
+		req     proto.Request
+		resp    proto.Response
+		outcome proto.Outcome
+		code    proto.ErrorCode
 		receipt bool
 	}{
-		{"not_found", infoReq(), nodeproto.Response{ErrorCode: nodeproto.ErrNotFound}, nodeproto.OutcomeFailed, nodeproto.ErrNotFound, false},
-		{"ownership", infoReq(), nodeproto.Response{ErrorCode: nodeproto.ErrOwnership}, nodeproto.OutcomeFailed, nodeproto.ErrOwnership, false},
-		{"unsupported, matching", infoReq(), nodeproto.Response{ErrorCode: nodeproto.ErrUnsupported,
-			Unsupported: &nodeproto.Unsupported{Operation: nodeproto.OpInfo, Reason: "info is not offered by this provider"}},
-			nodeproto.OutcomeUnsupported, nodeproto.ErrUnsupported, false},
-		{"unsupported, other operation", infoReq(), nodeproto.Response{ErrorCode: nodeproto.ErrUnsupported,
-			Unsupported: &nodeproto.Unsupported{Operation: nodeproto.OpKill, Reason: "kill is not offered"}},
-			nodeproto.OutcomeUnknown, nodeproto.ErrUnconfirmed, false},
-		{"unconfirmed", infoReq(), nodeproto.Response{ErrorCode: nodeproto.ErrUnconfirmed}, nodeproto.OutcomeUnknown, nodeproto.ErrUnconfirmed, false},
-		{"unknown code", infoReq(), nodeproto.Response{ErrorCode: "disk_on_fire"}, nodeproto.OutcomeUnknown, nodeproto.ErrUnconfirmed, false},
-		{"wrong result member", infoReq(), nodeproto.Response{State: &nodeproto.State{State: nodeproto.StateRunning, Compute: 1}},
-			nodeproto.OutcomeUnknown, nodeproto.ErrUnconfirmed, false},
-		{"missing result", infoReq(), nodeproto.Response{}, nodeproto.OutcomeUnknown, nodeproto.ErrUnconfirmed, false},
-		{"create success", create, nodeproto.Response{Info: info()}, nodeproto.OutcomeSuccess, "", false},
-		{"create exists with receipt", create, nodeproto.Response{ErrorCode: nodeproto.ErrExists, Info: info()},
-			nodeproto.OutcomeFailed, nodeproto.ErrExists, true},
+		{"not_found", infoReq(), proto.Response{ErrorCode: proto.ErrNotFound}, proto.OutcomeFailed, proto.ErrNotFound, false},
+		{"ownership", infoReq(), proto.Response{ErrorCode: proto.ErrOwnership}, proto.OutcomeFailed, proto.ErrOwnership, false},
+		{"unsupported, matching", infoReq(), proto.Response{ErrorCode: proto.ErrUnsupported,
+			Unsupported: &proto.Unsupported{Operation: proto.OpInfo, Reason: "info is not offered by this provider"}},
+			proto.OutcomeUnsupported, proto.ErrUnsupported, false},
+		{"unsupported, other operation", infoReq(), proto.Response{ErrorCode: proto.ErrUnsupported,
+			Unsupported: &proto.Unsupported{Operation: proto.OpKill, Reason: "kill is not offered"}},
+			proto.OutcomeUnknown, proto.ErrUnconfirmed, false},
+		{"unconfirmed", infoReq(), proto.Response{ErrorCode: proto.ErrUnconfirmed}, proto.OutcomeUnknown, proto.ErrUnconfirmed, false},
+		{"unknown code", infoReq(), proto.Response{ErrorCode: "disk_on_fire"}, proto.OutcomeUnknown, proto.ErrUnconfirmed, false},
+		{"wrong result member", infoReq(), proto.Response{State: &proto.State{State: proto.StateRunning, Compute: 1}},
+			proto.OutcomeUnknown, proto.ErrUnconfirmed, false},
+		{"missing result", infoReq(), proto.Response{}, proto.OutcomeUnknown, proto.ErrUnconfirmed, false},
+		{"create success", create, proto.Response{Info: info()}, proto.OutcomeSuccess, "", false},
+		{"create exists with receipt", create, proto.Response{ErrorCode: proto.ErrExists, Info: info()},
+			proto.OutcomeFailed, proto.ErrExists, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pending := e.dispatchAsync(nodeA, tc.req)
@@ -188,7 +188,7 @@ func TestDispatchOutcomes(t *testing.T) {
 			if d.err != nil || d.res.Outcome != tc.outcome || d.res.ErrorCode != tc.code || (d.res.Receipt != nil) != tc.receipt {
 				t.Fatalf("result = %+v, %v; want %v %q receipt %v", d.res, d.err, tc.outcome, tc.code, tc.receipt)
 			}
-			if tc.outcome == nodeproto.OutcomeUnknown && d.res.Reason != ReasonUnconfirmed {
+			if tc.outcome == proto.OutcomeUnknown && d.res.Reason != ReasonUnconfirmed {
 				t.Errorf("reason %q, want unconfirmed", d.res.Reason)
 			}
 		})
@@ -208,13 +208,13 @@ func TestDispatchTimeout(t *testing.T) {
 	pending := e.dispatchAsync(nodeA, req)
 	got := a.request()
 	d := e.await(pending)
-	if d.err != nil || d.res.Outcome != nodeproto.OutcomeUnknown || d.res.Reason != ReasonTimeout || d.res.Response != nil {
+	if d.err != nil || d.res.Outcome != proto.OutcomeUnknown || d.res.Reason != ReasonTimeout || d.res.Response != nil {
 		t.Fatalf("result = %+v, %v", d.res, d.err)
 	}
 	if p := e.status(nodeA).Pending; p != 1 {
 		t.Fatalf("pending = %d after the timeout, want 1 (the node still holds it)", p)
 	}
-	a.send(&nodeproto.Response{ID: got.ID, ConnectionID: got.ConnectionID, Info: info()})
+	a.send(&proto.Response{ID: got.ID, ConnectionID: got.ConnectionID, Info: info()})
 	a.beat(health(true, "")) // the late response did not close the connection, and no request was replayed
 	if p := e.status(nodeA).Pending; p != 0 {
 		t.Fatalf("pending = %d after the late response", p)
@@ -234,7 +234,7 @@ func TestDispatchCancelled(t *testing.T) {
 	}()
 	a.request()
 	cancel()
-	if d := e.await(ch); d.err != nil || d.res.Outcome != nodeproto.OutcomeUnknown || d.res.Reason != ReasonCancelled {
+	if d := e.await(ch); d.err != nil || d.res.Outcome != proto.OutcomeUnknown || d.res.Reason != ReasonCancelled {
 		t.Fatalf("result = %+v, %v", d.res, d.err)
 	}
 }
@@ -246,11 +246,11 @@ func TestDispatchDisconnect(t *testing.T) {
 	e := newEnv(t)
 	a := e.join(nodeA)
 	req := infoReq()
-	req.Operation = nodeproto.OpKill
+	req.Operation = proto.OpKill
 	pending := e.dispatchAsync(nodeA, req)
 	a.request()
 	_ = a.ws.Close()
-	if d := e.await(pending); d.err != nil || d.res.Outcome != nodeproto.OutcomeUnknown || d.res.Reason != ReasonDisconnected {
+	if d := e.await(pending); d.err != nil || d.res.Outcome != proto.OutcomeUnknown || d.res.Reason != ReasonDisconnected {
 		t.Fatalf("result = %+v, %v", d.res, d.err)
 	}
 	waitFor(t, "A to disconnect", func() bool { return e.status(nodeA).State == StateDisconnected })
@@ -269,25 +269,25 @@ func TestDispatchDisconnect(t *testing.T) {
 func TestDispatchReadinessGate(t *testing.T) {
 	e := newEnv(t)
 	a := e.join(nodeA)
-	create := func(gen int64) nodeproto.Request {
-		return nodeproto.Request{DeploymentGeneration: gen, Operation: nodeproto.OpCreate, TimeoutMS: 5000, Reference: ref,
-			Bootstrap: &nodeproto.Bootstrap{Image: "busybox:latest"}}
+	create := func(gen int64) proto.Request {
+		return proto.Request{DeploymentGeneration: gen, Operation: proto.OpCreate, TimeoutMS: 5000, Reference: ref,
+			Bootstrap: &proto.Bootstrap{Image: "busybox:latest"}}
 	}
-	resume := func(gen int64, observeOnly bool) nodeproto.Request {
-		return nodeproto.Request{DeploymentGeneration: gen, Operation: nodeproto.OpResume, TimeoutMS: 5000, Reference: ref,
-			Resume: &nodeproto.Resume{Snapshot: nodeproto.Snapshot{ID: "snap-1"}, ObserveOnly: observeOnly}}
+	resume := func(gen int64, observeOnly bool) proto.Request {
+		return proto.Request{DeploymentGeneration: gen, Operation: proto.OpResume, TimeoutMS: 5000, Reference: ref,
+			Resume: &proto.Resume{Snapshot: proto.Snapshot{ID: "snap-1"}, ObserveOnly: observeOnly}}
 	}
-	refused := func(node string, req nodeproto.Request) {
+	refused := func(node string, req proto.Request) {
 		t.Helper()
 		if _, err := e.hub.Dispatch(t.Context(), node, req); !errors.Is(err, ErrNotReady) {
 			t.Fatalf("%s %s gen %d: %v, want ErrNotReady", node, req.Operation, req.DeploymentGeneration, err)
 		}
 	}
-	sent := func(n *testNode, req nodeproto.Request) {
+	sent := func(n *testNode, req proto.Request) {
 		t.Helper()
 		pending := e.dispatchAsync(n.id, req)
 		got := n.request()
-		n.send(&nodeproto.Response{ID: got.ID, ConnectionID: got.ConnectionID, ErrorCode: nodeproto.ErrNotFound})
+		n.send(&proto.Response{ID: got.ID, ConnectionID: got.ConnectionID, ErrorCode: proto.ErrNotFound})
 		if d := e.await(pending); d.err != nil {
 			t.Fatalf("%s %s gen %d: %v", n.id, req.Operation, req.DeploymentGeneration, d.err)
 		}
@@ -306,7 +306,7 @@ func TestDispatchReadinessGate(t *testing.T) {
 	refused(nodeG, create(2))
 	refused(nodeG, create(3)) // never observed
 	hb := g.heartbeat(health(false, ""))
-	hb.Generations = []nodeproto.GenerationObservation{{Generation: 2, SpecificationDigest: spec2Digest, State: nodeproto.GenerationReady}}
+	hb.Generations = []proto.GenerationObservation{{Generation: 2, SpecificationDigest: spec2Digest, State: proto.GenerationReady}}
 	g.send(hb)
 	g.recv()
 	sent(g, create(2))
@@ -315,22 +315,22 @@ func TestDispatchReadinessGate(t *testing.T) {
 }
 
 // TestDispatchInvalidRequest: a request that does not validate is refused
-// with ErrInvalidRequest (wrapping the nodeproto error), nothing is
+// with ErrInvalidRequest (wrapping the node/proto error), nothing is
 // written and no sequence number is used.
 func TestDispatchInvalidRequest(t *testing.T) {
 	e := newEnv(t)
 	a := e.join(nodeA)
-	for _, req := range []nodeproto.Request{
-		{DeploymentGeneration: 1, Operation: nodeproto.OpInfo, TimeoutMS: 0, Reference: ref},
-		{DeploymentGeneration: 1, Operation: nodeproto.OpInfo, TimeoutMS: 120001, Reference: ref},
+	for _, req := range []proto.Request{
+		{DeploymentGeneration: 1, Operation: proto.OpInfo, TimeoutMS: 0, Reference: ref},
+		{DeploymentGeneration: 1, Operation: proto.OpInfo, TimeoutMS: 120001, Reference: ref},
 		{DeploymentGeneration: 1, Operation: "explode", TimeoutMS: 5, Reference: ref},
-		{DeploymentGeneration: 1, Operation: nodeproto.OpKill, TimeoutMS: 5, Reference: nodeproto.Reference{TenantID: "t"}},
-		{DeploymentGeneration: 1, Operation: nodeproto.OpCommand, TimeoutMS: 5, Reference: ref},
+		{DeploymentGeneration: 1, Operation: proto.OpKill, TimeoutMS: 5, Reference: proto.Reference{TenantID: "t"}},
+		{DeploymentGeneration: 1, Operation: proto.OpCommand, TimeoutMS: 5, Reference: ref},
 	} {
 		_, err := e.hub.Dispatch(t.Context(), nodeA, req)
-		var pe *nodeproto.Error
+		var pe *proto.Error
 		if !errors.Is(err, ErrInvalidRequest) || !errors.As(err, &pe) {
-			t.Fatalf("Dispatch(%+v): %v, want ErrInvalidRequest with a *nodeproto.Error", req, err)
+			t.Fatalf("Dispatch(%+v): %v, want ErrInvalidRequest with a *proto.Error", req, err)
 		}
 	}
 	pending := e.dispatchAsync(nodeA, infoReq())
@@ -351,18 +351,18 @@ func TestDispatchInvalidRequest(t *testing.T) {
 func TestRetention(t *testing.T) {
 	e := newEnv(t)
 	g := e.join(nodeG)
-	ret := func(seq uint64, entries ...nodeproto.RetentionEntry) *nodeproto.Retention {
-		return &nodeproto.Retention{ID: "77777777-2222-4333-8444-55555555555" + string(rune('0'+seq)), Sequence: seq,
+	ret := func(seq uint64, entries ...proto.RetentionEntry) *proto.Retention {
+		return &proto.Retention{ID: "77777777-2222-4333-8444-55555555555" + string(rune('0'+seq)), Sequence: seq,
 			ConnectionID: g.welcome.ConnectionID, OwnerEpoch: 7, Entries: entries}
 	}
 	r := ret(1,
-		nodeproto.RetentionEntry{Generation: 5, SpecificationDigest: specDigest},
-		nodeproto.RetentionEntry{Generation: 2, SpecificationDigest: spec2Digest},
-		nodeproto.RetentionEntry{Generation: 1, SpecificationDigest: specDigest},
-		nodeproto.RetentionEntry{Generation: 3, SpecificationDigest: spec2Digest},
+		proto.RetentionEntry{Generation: 5, SpecificationDigest: specDigest},
+		proto.RetentionEntry{Generation: 2, SpecificationDigest: spec2Digest},
+		proto.RetentionEntry{Generation: 1, SpecificationDigest: specDigest},
+		proto.RetentionEntry{Generation: 3, SpecificationDigest: spec2Digest},
 	)
 	g.send(r)
-	ack, ok := g.recv().(*nodeproto.RetentionAck)
+	ack, ok := g.recv().(*proto.RetentionAck)
 	if !ok || !ack.Answers(r) {
 		t.Fatalf("retention_ack %+v does not answer %+v", ack, r)
 	}
@@ -373,19 +373,19 @@ func TestRetention(t *testing.T) {
 		}
 	}
 	// Target generation with another digest: not kept.
-	r2 := ret(2, nodeproto.RetentionEntry{Generation: 2, SpecificationDigest: specDigest})
+	r2 := ret(2, proto.RetentionEntry{Generation: 2, SpecificationDigest: specDigest})
 	g.send(r2)
-	if ack := g.recv().(*nodeproto.RetentionAck); !ack.Answers(r2) || ack.Entries[0].Keep {
+	if ack := g.recv().(*proto.RetentionAck); !ack.Answers(r2) || ack.Entries[0].Keep {
 		t.Fatalf("ack %+v", ack)
 	}
-	g.send(ret(4, nodeproto.RetentionEntry{Generation: 2, SpecificationDigest: spec2Digest}))
+	g.send(ret(4, proto.RetentionEntry{Generation: 2, SpecificationDigest: spec2Digest}))
 	if reason := g.expectClose(CloseProtocolError); reason != "retention sequence is not one more than the last" {
 		t.Fatalf("reason %q", reason)
 	}
 
 	a := e.join(nodeA)
-	a.send(&nodeproto.Retention{ID: "88888888-2222-4333-8444-555555555555", Sequence: 1, ConnectionID: a.welcome.ConnectionID,
-		OwnerEpoch: 7, Entries: []nodeproto.RetentionEntry{{Generation: 1, SpecificationDigest: specDigest}}})
+	a.send(&proto.Retention{ID: "88888888-2222-4333-8444-555555555555", Sequence: 1, ConnectionID: a.welcome.ConnectionID,
+		OwnerEpoch: 7, Entries: []proto.RetentionEntry{{Generation: 1, SpecificationDigest: specDigest}}})
 	if reason := a.expectClose(CloseProtocolError); reason != "retention from a node without generation management" {
 		t.Fatalf("reason %q", reason)
 	}

@@ -1,16 +1,16 @@
-package nodehub
+package hub
 
 import "errors"
 
 // WebSocket close codes Core sends (RFC 6455 §7.4; 4000-4999 are this
 // protocol's own). The close frame's reason text says why in a fixed
-// phrase, and for an invalid frame names the nodeproto rule and the JSON
+// phrase, and for an invalid frame names the node/proto rule and the JSON
 // pointer of the offending member, never a value.
 const (
 	// CloseGoingAway: the hub is closing (gateway stopping, or the node
 	// connection service removed from the config).
 	CloseGoingAway = 1001
-	// CloseProtocolError: an invalid frame (nodeproto.Decode refused it),
+	// CloseProtocolError: an invalid frame (proto.Decode refused it),
 	// a frame Core does not expect (a second hello, a request, …), a
 	// heartbeat, response or retention for another connection, a response
 	// for no pending request, a retention out of sequence, or retention
@@ -18,7 +18,7 @@ const (
 	CloseProtocolError = 1002
 	// CloseUnsupportedData: a binary message; frames are JSON text.
 	CloseUnsupportedData = 1003
-	// CloseMessageTooBig: a message over nodeproto.MaxRequestFrame bytes.
+	// CloseMessageTooBig: a message over proto.MaxRequestFrame bytes.
 	CloseMessageTooBig = 1009
 	// CloseInternalError: Core could not encode or write one of its frames.
 	CloseInternalError = 1011
@@ -50,22 +50,22 @@ const (
 // is not touched. Wrapped errors add the node ID.
 var (
 	// ErrUnknownNode: the node is neither enrolled nor seen.
-	ErrUnknownNode = errors.New("nodehub: unknown node")
+	ErrUnknownNode = errors.New("hub: unknown node")
 	// ErrOffline: the node is not online (not connected, still connecting
 	// or closing, welcomed under an older owner epoch, or its last
 	// heartbeat is too old).
-	ErrOffline = errors.New("nodehub: node is not online")
+	ErrOffline = errors.New("hub: node is not online")
 	// ErrTooManyPending: the connection already has
-	// nodeproto.MaxPendingRequests requests waiting for a response.
-	ErrTooManyPending = errors.New("nodehub: too many pending requests on the node connection")
+	// proto.MaxPendingRequests requests waiting for a response.
+	ErrTooManyPending = errors.New("hub: too many pending requests on the node connection")
 	// ErrNotReady: create or a resume that is not observe-only, for a
 	// deployment generation the node does not report ready.
-	ErrNotReady = errors.New("nodehub: the deployment generation is not ready on the node")
+	ErrNotReady = errors.New("hub: the deployment generation is not ready on the node")
 	// ErrInvalidRequest: the operation and its parameters do not form a
-	// valid request frame; the error also wraps the *nodeproto.Error.
-	ErrInvalidRequest = errors.New("nodehub: invalid provider request")
+	// valid request frame; the error also wraps the *proto.Error.
+	ErrInvalidRequest = errors.New("hub: invalid provider request")
 	// ErrClosed: the hub is closed or not configured.
-	ErrClosed = errors.New("nodehub: node connection service unavailable")
+	ErrClosed = errors.New("hub: node connection service unavailable")
 )
 
 // HTTPError is a refusal of a connect request before the WebSocket upgrade.
@@ -90,14 +90,14 @@ func httpErr(status int, err error) *HTTPError { return &HTTPError{Status: statu
 // Connect refusal reasons (HTTPError.Err).
 var (
 	// ErrNoCredential: no "Authorization: Bearer <credential>" header.
-	ErrNoCredential = errors.New("nodehub: missing bearer credential")
+	ErrNoCredential = errors.New("hub: missing bearer credential")
 	// ErrRejected: the credential does not authenticate the node (unknown
 	// node, wrong credential, disabled node).
-	ErrRejected = errors.New("nodehub: node credential rejected")
+	ErrRejected = errors.New("hub: node credential rejected")
 	// ErrBusy: a connection for the node is connecting, live or closing.
-	ErrBusy = errors.New("nodehub: a connection for this node is already open")
+	ErrBusy = errors.New("hub: a connection for this node is already open")
 	// ErrBadNodeID: node_id is missing or not a lowercase UUID.
-	ErrBadNodeID = errors.New("nodehub: node_id must be a lowercase UUID")
+	ErrBadNodeID = errors.New("hub: node_id must be a lowercase UUID")
 	// ErrMethod: the connect request is not a GET.
-	ErrMethod = errors.New("nodehub: the node connection is opened with GET")
+	ErrMethod = errors.New("hub: the node connection is opened with GET")
 )

@@ -1,4 +1,4 @@
-package nodehub
+package hub
 
 import (
 	"crypto/sha256"
@@ -81,7 +81,7 @@ type env struct {
 	hub      *Hub
 	srv      *httptest.Server
 	credPath string
-	creds    *nodecred.File
+	creds    *credential.File
 	logs     *observer.ObservedLogs
 	cfg      Config
 	// skew is added to real time on the hub's presence clock; tests
@@ -106,7 +106,7 @@ func newEnv(t testing.TB, mutate ...func(*Config)) *env {
 	core, logs := observer.New(zapcore.DebugLevel)
 	e.logs = logs
 	logger := zap.New(core)
-	creds, err := nodecred.OpenFile(e.credPath, logger)
+	creds, err := credential.OpenFile(e.credPath, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func newEnv(t testing.TB, mutate ...func(*Config)) *env {
 	e.cfg = Config{
 		Credentials: creds,
 		OwnerEpoch:  7,
-		Deployment:  &nodeproto.Deployment{Generation: 2, SpecificationDigest: spec2Digest, ServingGeneration: &serving},
+		Deployment:  &proto.Deployment{Generation: 2, SpecificationDigest: spec2Digest, ServingGeneration: &serving},
 		Timers:      testTimers(),
 		Logger:      logger,
 	}
@@ -193,7 +193,7 @@ type testNode struct {
 	t       testing.TB
 	id      string
 	ws      *websocket.Conn
-	welcome *nodeproto.Welcome
+	welcome *proto.Welcome
 	wmu     sync.Mutex
 }
 
@@ -215,7 +215,7 @@ func (e *env) join(id string) *testNode {
 	e.t.Helper()
 	n := e.connect(id)
 	n.send(n.hello())
-	w, ok := n.recv().(*nodeproto.Welcome)
+	w, ok := n.recv().(*proto.Welcome)
 	if !ok {
 		e.t.Fatalf("node %s: first frame from Core is not welcome", id)
 	}
@@ -223,37 +223,37 @@ func (e *env) join(id string) *testNode {
 	return n
 }
 
-func health(ready bool, diagnostic string) nodeproto.Health {
-	return nodeproto.Health{ProviderReady: ready, Diagnostic: diagnostic, ObservedAt: time.Now().UTC(),
-		ActiveOperations: 0, Host: nodeproto.HostMeasurements{CPUCount: 2, CPUPercent: 12.5,
+func health(ready bool, diagnostic string) proto.Health {
+	return proto.Health{ProviderReady: ready, Diagnostic: diagnostic, ObservedAt: time.Now().UTC(),
+		ActiveOperations: 0, Host: proto.HostMeasurements{CPUCount: 2, CPUPercent: 12.5,
 			MemoryTotalBytes: 8 << 30, MemoryUsedBytes: 1 << 30, DiskTotalBytes: 100 << 30, DiskUsedBytes: 10 << 30}}
 }
 
 // hello is a valid hello matching the node's enrolment.
-func (n *testNode) hello() *nodeproto.Hello {
-	h := &nodeproto.Hello{NodeID: n.id, InstallationID: inst, Provider: nodeproto.ProviderDocker,
+func (n *testNode) hello() *proto.Hello {
+	h := &proto.Hello{NodeID: n.id, InstallationID: inst, Provider: proto.ProviderDocker,
 		BackendFingerprint: fingerprint, DeploymentGeneration: 1, SpecificationDigest: specDigest,
 		MaxActive: 8, MaxRetained: 0, Health: health(true, "")}
 	if n.id == nodeG {
 		h.GenerationManagement = true
 		h.MaxRetained = 4
 		h.Health = health(false, "")
-		h.Generations = []nodeproto.GenerationObservation{
-			{Generation: 2, SpecificationDigest: spec2Digest, State: nodeproto.GenerationPreparing},
-			{Generation: 1, SpecificationDigest: specDigest, State: nodeproto.GenerationReady},
+		h.Generations = []proto.GenerationObservation{
+			{Generation: 2, SpecificationDigest: spec2Digest, State: proto.GenerationPreparing},
+			{Generation: 1, SpecificationDigest: specDigest, State: proto.GenerationReady},
 		}
 	}
 	return h
 }
 
 // heartbeat is a valid heartbeat on the welcomed connection.
-func (n *testNode) heartbeat(h nodeproto.Health) *nodeproto.Heartbeat {
-	return &nodeproto.Heartbeat{ConnectionID: n.welcome.ConnectionID, OwnerEpoch: n.welcome.OwnerEpoch, Health: h}
+func (n *testNode) heartbeat(h proto.Health) *proto.Heartbeat {
+	return &proto.Heartbeat{ConnectionID: n.welcome.ConnectionID, OwnerEpoch: n.welcome.OwnerEpoch, Health: h}
 }
 
-func (n *testNode) send(f nodeproto.Frame) {
+func (n *testNode) send(f proto.Frame) {
 	n.t.Helper()
-	b, err := nodeproto.Encode(f)
+	b, err := proto.Encode(f)
 	if err != nil {
 		n.t.Fatalf("encode %s: %v", f.FrameType(), err)
 	}
@@ -272,7 +272,7 @@ func (n *testNode) sendRaw(b []byte) {
 
 // recv returns the next frame from Core; it fails the test on a read
 // error or an invalid frame.
-func (n *testNode) recv() nodeproto.Frame {
+func (n *testNode) recv() proto.Frame {
 	n.t.Helper()
 	f, err := n.next()
 	if err != nil {
@@ -281,7 +281,7 @@ func (n *testNode) recv() nodeproto.Frame {
 	return f
 }
 
-func (n *testNode) next() (nodeproto.Frame, error) {
+func (n *testNode) next() (proto.Frame, error) {
 	_ = n.ws.SetReadDeadline(time.Now().Add(timeout))
 	typ, data, err := n.ws.ReadMessage()
 	if err != nil {
@@ -290,7 +290,7 @@ func (n *testNode) next() (nodeproto.Frame, error) {
 	if typ != websocket.TextMessage {
 		return nil, errors.New("binary message from Core")
 	}
-	return nodeproto.Decode(data)
+	return proto.Decode(data)
 }
 
 // expectClose reads until Core's close frame and checks its code; it
@@ -309,10 +309,10 @@ func (n *testNode) expectClose(code int) string {
 }
 
 // beat sends a heartbeat and returns the ack.
-func (n *testNode) beat(h nodeproto.Health) *nodeproto.HeartbeatAck {
+func (n *testNode) beat(h proto.Health) *proto.HeartbeatAck {
 	n.t.Helper()
 	n.send(n.heartbeat(h))
-	ack, ok := n.recv().(*nodeproto.HeartbeatAck)
+	ack, ok := n.recv().(*proto.HeartbeatAck)
 	if !ok {
 		n.t.Fatalf("node %s: no heartbeat_ack", n.id)
 	}
@@ -343,21 +343,21 @@ func (e *env) status(id string) NodeStatus {
 }
 
 // ref is a valid reference.
-var ref = nodeproto.Reference{TenantID: "tenant-1", EnvironmentID: "env-1", AllocationID: "alloc-1"}
+var ref = proto.Reference{TenantID: "tenant-1", EnvironmentID: "env-1", AllocationID: "alloc-1"}
 
 // infoReq is a valid info request on generation 1.
-func infoReq() nodeproto.Request {
-	return nodeproto.Request{DeploymentGeneration: 1, Operation: nodeproto.OpInfo, TimeoutMS: 5000, Reference: ref}
+func infoReq() proto.Request {
+	return proto.Request{DeploymentGeneration: 1, Operation: proto.OpInfo, TimeoutMS: 5000, Reference: ref}
 }
 
-func info() *nodeproto.Info {
+func info() *proto.Info {
 	now := time.Now().UTC().Truncate(time.Second)
-	return &nodeproto.Info{Reference: ref, DeploymentGeneration: 1, State: nodeproto.StateRunning,
+	return &proto.Info{Reference: ref, DeploymentGeneration: 1, State: proto.StateRunning,
 		Image: "busybox:latest", CreatedAt: now, RenewedAt: now}
 }
 
 // dispatchAsync runs Dispatch on a goroutine and returns its result.
-func (e *env) dispatchAsync(id string, req nodeproto.Request) <-chan dispatched {
+func (e *env) dispatchAsync(id string, req proto.Request) <-chan dispatched {
 	ch := make(chan dispatched, 1)
 	go func() {
 		r, err := e.hub.Dispatch(e.t.Context(), id, req)
@@ -383,9 +383,9 @@ func (e *env) await(ch <-chan dispatched) dispatched {
 }
 
 // request reads the next frame and requires a request.
-func (n *testNode) request() *nodeproto.Request {
+func (n *testNode) request() *proto.Request {
 	n.t.Helper()
-	r, ok := n.recv().(*nodeproto.Request)
+	r, ok := n.recv().(*proto.Request)
 	if !ok {
 		n.t.Fatalf("node %s: expected a request frame", n.id)
 	}

@@ -1,4 +1,4 @@
-// Package nodehub is Core's end of the sandbox-node protocol (spec
+// Package hub is Core's end of the sandbox-node protocol (spec
 // node-protocol.md "Connection", "Provider requests" and the frames of
 // "Generation control"): it accepts the WebSocket a sandbox node dials,
 // authenticates it, runs hello/welcome, heartbeats and retention, keeps the
@@ -12,9 +12,9 @@
 // settings (credential store, owner epoch, deployment, timers) without
 // touching a connection.
 //
-// Frames are encoded and decoded strictly by package nodeproto. Each
+// Frames are encoded and decoded strictly by package proto. Each
 // connection has one reader goroutine and at most one writer at a time.
-package nodehub
+package hub
 
 import (
 	"errors"
@@ -91,7 +91,7 @@ func (t Timers) withDefaults() Timers {
 type Config struct {
 	// Credentials authenticates nodes on connect and on every heartbeat.
 	// Required.
-	Credentials nodecred.Store
+	Credentials credential.Store
 	// OwnerEpoch is Core's current owner epoch, > 0, sent in welcome and
 	// checked on every heartbeat. It may not decrease while the hub runs.
 	OwnerEpoch int64
@@ -99,7 +99,7 @@ type Config struct {
 	// serve (welcome and heartbeat_ack). Without it such nodes are refused
 	// (close code CloseNoDeployment); nodes without generation management
 	// never need it.
-	Deployment *nodeproto.Deployment
+	Deployment *proto.Deployment
 	// Timers are the timeouts; zero fields take the defaults.
 	Timers Timers
 	// Logger receives connection events; nil means no logging. Secrets and
@@ -138,27 +138,27 @@ func New() *Hub {
 // names the problem.
 func (h *Hub) CheckConfig(cfg Config) error {
 	if cfg.Credentials == nil {
-		return errors.New("nodehub: a node credential store is required")
+		return errors.New("hub: a node credential store is required")
 	}
 	if cfg.OwnerEpoch <= 0 {
-		return errors.New("nodehub: the owner epoch must be positive")
+		return errors.New("hub: the owner epoch must be positive")
 	}
 	h.mu.Lock()
 	maxEpoch := h.maxEpoch
 	h.mu.Unlock()
 	if cfg.OwnerEpoch < maxEpoch {
-		return fmt.Errorf("nodehub: the owner epoch may not decrease while the gateway runs (now %d, configured %d)", maxEpoch, cfg.OwnerEpoch)
+		return fmt.Errorf("hub: the owner epoch may not decrease while the gateway runs (now %d, configured %d)", maxEpoch, cfg.OwnerEpoch)
 	}
 	if d := cfg.Deployment; d != nil {
-		if d.Generation <= 0 || !nodeproto.IsDigest(d.SpecificationDigest) ||
+		if d.Generation <= 0 || !proto.IsDigest(d.SpecificationDigest) ||
 			(d.ServingGeneration != nil && *d.ServingGeneration <= 0) {
-			return errors.New("nodehub: the deployment needs a positive generation, a lowercase SHA-256 specification digest and a positive serving generation if any")
+			return errors.New("hub: the deployment needs a positive generation, a lowercase SHA-256 specification digest and a positive serving generation if any")
 		}
 	}
 	t := cfg.Timers
 	for _, d := range []time.Duration{t.Hello, t.Idle, t.Online, t.Write, t.ResponseGrace, t.CloseGrace} {
 		if d < 0 {
-			return errors.New("nodehub: timers may not be negative")
+			return errors.New("hub: timers may not be negative")
 		}
 	}
 	return nil
@@ -277,22 +277,22 @@ type NodeStatus struct {
 	Hello *HelloSummary `json:"hello,omitempty"`
 	// Health is the last health report, with an unknown diagnostic stored
 	// as provider_unavailable.
-	Health *nodeproto.Health `json:"health,omitempty"`
+	Health *proto.Health `json:"health,omitempty"`
 	// Generations are the latest observation of each generation the node
 	// reported (generation-managing nodes), by ascending generation.
-	Generations []nodeproto.GenerationObservation `json:"generations,omitempty"`
+	Generations []proto.GenerationObservation `json:"generations,omitempty"`
 	// Pending is the number of requests waiting for a response on the
 	// current connection.
 	Pending int `json:"pending"`
 }
 
 // HelloSummary is the identity and capacity part of a hello (the members
-// of nodeproto.Hello of the same names).
+// of proto.Hello of the same names).
 type HelloSummary struct {
 	// InstallationID is the UUID of the node's installation.
 	InstallationID string `json:"installation_id"`
 	// Provider is the node's provider.
-	Provider nodeproto.Provider `json:"provider"`
+	Provider proto.Provider `json:"provider"`
 	// BackendFingerprint is the provider backend's lowercase SHA-256 hex.
 	BackendFingerprint string `json:"backend_fingerprint"`
 	// DeploymentGeneration is the enrolled deployment generation.
@@ -316,7 +316,7 @@ const (
 )
 
 // maxObservedGenerations bounds the generation observations kept per node.
-const maxObservedGenerations = nodeproto.MaxRetainedGenerations
+const maxObservedGenerations = proto.MaxRetainedGenerations
 
 // presence is what the hub keeps about one node; guarded by Hub.mu.
 type presence struct {
@@ -330,13 +330,13 @@ type presence struct {
 	closeCode     int
 	closeReason   string
 	hello         *HelloSummary
-	health        *nodeproto.Health
+	health        *proto.Health
 	generations   map[int64]observed
 }
 
 // observed is the latest observation of one generation.
 type observed struct {
-	obs nodeproto.GenerationObservation
+	obs proto.GenerationObservation
 	at  time.Time
 }
 
@@ -365,7 +365,7 @@ func (p *presence) status(now time.Time, cfg *Config) NodeStatus {
 		s.Health = &hc
 	}
 	if len(p.generations) > 0 {
-		s.Generations = make([]nodeproto.GenerationObservation, 0, len(p.generations))
+		s.Generations = make([]proto.GenerationObservation, 0, len(p.generations))
 		for _, o := range p.generations {
 			s.Generations = append(s.Generations, o.obs)
 		}

@@ -1,4 +1,4 @@
-package nodeproto
+package proto
 
 import (
 	"errors"
@@ -83,13 +83,13 @@ type Error struct {
 // maxPointerInText bounds how much of Pointer Error() prints.
 const maxPointerInText = 256
 
-// Error returns "nodeproto: <rule> at <quoted pointer>: <detail>".
+// Error returns "proto: <rule> at <quoted pointer>: <detail>".
 func (e *Error) Error() string {
 	p := e.Pointer
 	if len(p) > maxPointerInText {
 		p = p[:maxPointerInText] + "…"
 	}
-	s := "nodeproto: " + e.Rule.Error() + " at " + strconv.Quote(p)
+	s := "proto: " + e.Rule.Error() + " at " + strconv.Quote(p)
 	if e.Detail != "" {
 		s += ": " + e.Detail
 	}

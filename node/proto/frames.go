@@ -1,4 +1,4 @@
-// Package nodeproto is the wire format of the sandbox-node protocol
+// Package proto is the wire format of the sandbox-node protocol
 // (spec node-protocol.md): the JSON text frames that Core (the gateway's
 // node-connect handler) and a sandbox node (nodeagent) exchange over one
 // WebSocket, and the strict codec both ends use.
@@ -15,7 +15,7 @@
 // table; the members of the nested objects it leaves open (bootstrap,
 // command, info, sample, …) are defined here and documented in
 // docs/node-protocol.md.
-package nodeproto
+package proto
 
 import "time"
 

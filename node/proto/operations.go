@@ -1,4 +1,4 @@
-package nodeproto
+package proto
 
 // ObservationResources is the only Observation.Kind: the sandbox's
 // resource use, answered with a Sample.

@@ -1,4 +1,4 @@
-package nodeproto
+package proto
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package nodeproto
+package proto
 
 import (
 	"fmt"
@@ -84,11 +84,11 @@ func structSchema(t reflect.Type) *schema {
 			continue
 		}
 		if sf.Anonymous {
-			panic(fmt.Sprintf("nodeproto: embedded field %s.%s is not supported", t.Name(), sf.Name))
+			panic(fmt.Sprintf("proto: embedded field %s.%s is not supported", t.Name(), sf.Name))
 		}
 		tag, ok := sf.Tag.Lookup("json")
 		if !ok || tag == "-" {
-			panic(fmt.Sprintf("nodeproto: field %s.%s has no json tag", t.Name(), sf.Name))
+			panic(fmt.Sprintf("proto: field %s.%s has no json tag", t.Name(), sf.Name))
 		}
 		name, opts, _ := strings.Cut(tag, ",")
 		f := schemaField{name: name, s: schemaOf(sf.Type)}
@@ -100,17 +100,17 @@ func structSchema(t reflect.Type) *schema {
 				f.omitZero = true
 			case "":
 			default:
-				panic(fmt.Sprintf("nodeproto: field %s.%s has unsupported json option %q", t.Name(), sf.Name, o))
+				panic(fmt.Sprintf("proto: field %s.%s has unsupported json option %q", t.Name(), sf.Name, o))
 			}
 		}
 		f.required = !f.omitEmpty && !f.omitZero
 		f.nullable = f.required && sf.Type.Kind() == reflect.Pointer
 		idx := len(s.fields)
 		if idx >= 64 {
-			panic("nodeproto: struct with more than 64 members")
+			panic("proto: struct with more than 64 members")
 		}
 		if _, dup := s.byName[name]; dup {
-			panic(fmt.Sprintf("nodeproto: %s has member %q twice", t.Name(), name))
+			panic(fmt.Sprintf("proto: %s has member %q twice", t.Name(), name))
 		}
 		s.byName[name] = idx
 		if f.required {

@@ -37,7 +37,7 @@ const ConnectPath = "/api/v1/sandbox-node/connect"
 // QueueCapacity is how many provider operations may be queued or running
 // on the node at once (spec: Core keeps at most 32 pending requests per
 // connection; a request beyond a full queue closes the connection).
-const QueueCapacity = nodeproto.MaxPendingRequests
+const QueueCapacity = proto.MaxPendingRequests
 
 // ErrRejected is returned by Run when Core answered the connect request
 // with 401: the node credential is rejected, permanently. The agent does
@@ -143,16 +143,16 @@ func New(cfg Config) (*Agent, error) {
 	switch {
 	case cfg.Origin == nil || (cfg.Origin.Scheme != "http" && cfg.Origin.Scheme != "https") || cfg.Origin.Host == "":
 		return nil, errors.New("agent: the origin must be an http or https URL with a host")
-	case !nodeproto.IsUUID(cfg.NodeID):
+	case !proto.IsUUID(cfg.NodeID):
 		return nil, errors.New("agent: the node ID must be a lowercase UUID")
-	case !nodeproto.IsUUID(cfg.InstallationID):
+	case !proto.IsUUID(cfg.InstallationID):
 		return nil, errors.New("agent: the installation ID must be a lowercase UUID")
 	case cfg.DeploymentGeneration <= 0:
 		return nil, errors.New("agent: the deployment generation must be positive")
-	case !nodeproto.IsDigest(cfg.SpecificationDigest):
+	case !proto.IsDigest(cfg.SpecificationDigest):
 		return nil, errors.New("agent: the specification digest must be a lowercase SHA-256 hex digest")
-	case cfg.MaxActive < 1 || cfg.MaxActive > nodeproto.MaxActiveOperations:
-		return nil, fmt.Errorf("agent: max active must be 1..%d", nodeproto.MaxActiveOperations)
+	case cfg.MaxActive < 1 || cfg.MaxActive > proto.MaxActiveOperations:
+		return nil, fmt.Errorf("agent: max active must be 1..%d", proto.MaxActiveOperations)
 	case cfg.Credential == nil || cfg.Fingerprint == nil || cfg.Provider == nil || cfg.State == nil:
 		return nil, errors.New("agent: Credential, Fingerprint, Provider and State are required")
 	}
@@ -163,7 +163,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, errors.New("agent: the provider's kind must be docker or microsandbox")
 	}
 	decl := cfg.Provider.Declaration()
-	for _, op := range nodeproto.Operations {
+	for _, op := range proto.Operations {
 		if u, ok := decl.Unsupported(op); ok && (u.Operation != op || u.Reason == "") {
 			return nil, fmt.Errorf("agent: the provider's declaration of %q is malformed", op)
 		}

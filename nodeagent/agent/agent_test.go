@@ -25,7 +25,7 @@ const (
 	fingerprint = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 )
 
-var ref = nodeproto.Reference{TenantID: "t1", EnvironmentID: "e1", AllocationID: "a1"}
+var ref = proto.Reference{TenantID: "t1", EnvironmentID: "e1", AllocationID: "a1"}
 
 // node is an agent under test, running until the test ends.
 type node struct {
@@ -91,14 +91,14 @@ func TestHelloCarriesTheFullIdentityAndFirstHealth(t *testing.T) {
 		t.Errorf("node_id query = %q, want %q", got, n.cfg.NodeID)
 	}
 	h := conn.Hello()
-	want := nodeproto.Hello{
-		Version: nodeproto.ProtocolVersion, Type: nodeproto.TypeHello,
-		NodeID: n.cfg.NodeID, InstallationID: n.cfg.InstallationID, Provider: nodeproto.ProviderDocker,
+	want := proto.Hello{
+		Version: proto.ProtocolVersion, Type: proto.TypeHello,
+		NodeID: n.cfg.NodeID, InstallationID: n.cfg.InstallationID, Provider: proto.ProviderDocker,
 		BackendFingerprint: fingerprint, DeploymentGeneration: generation, SpecificationDigest: digest,
 		MaxActive: 5, MaxRetained: 1,
 	}
 	got := *h
-	got.Health = nodeproto.Health{}
+	got.Health = proto.Health{}
 	if got.Generations != nil || got.GenerationManagement || got.NodeID != want.NodeID || got.InstallationID != want.InstallationID ||
 		got.Provider != want.Provider || got.BackendFingerprint != want.BackendFingerprint ||
 		got.DeploymentGeneration != want.DeploymentGeneration || got.SpecificationDigest != want.SpecificationDigest ||
@@ -169,7 +169,7 @@ func TestOwnerEpochIsKeptAndLowerRefused(t *testing.T) {
 	c1 := core.Accept()
 	c1.Open(5)
 	// A request round trip proves the welcome was processed.
-	c1.Send(c1.NewRequest(nodeproto.OpInfo, generation, 10000, ref))
+	c1.Send(c1.NewRequest(proto.OpInfo, generation, 10000, ref))
 	c1.Response()
 	c1.Close()
 
@@ -185,7 +185,7 @@ func TestOwnerEpochIsKeptAndLowerRefused(t *testing.T) {
 	c3 := core.Accept()
 	c3.Open(6)
 	// The node accepts work under epoch 6.
-	r := c3.NewRequest(nodeproto.OpInfo, generation, 10000, ref)
+	r := c3.NewRequest(proto.OpInfo, generation, 10000, ref)
 	c3.Send(r)
 	if resp := c3.Response(); resp.ErrorCode != "" || resp.ID != r.ID {
 		t.Fatalf("response under epoch 6 = %+v", resp)
@@ -196,13 +196,13 @@ func TestOwnerEpochIsKeptAndLowerRefused(t *testing.T) {
 
 	// A heartbeat_ack with a lower epoch closes; one with a higher epoch is
 	// kept, and closes the connection whose requests carry the old one.
-	c3.Send(&nodeproto.HeartbeatAck{ConnectionID: c3.ConnectionID, OwnerEpoch: 5})
+	c3.Send(&proto.HeartbeatAck{ConnectionID: c3.ConnectionID, OwnerEpoch: 5})
 	if code := c3.Closed(); code != websocket.ClosePolicyViolation {
 		t.Fatalf("lower epoch in heartbeat_ack: close code %d", code)
 	}
 	c4 := core.Accept()
 	c4.Open(6)
-	c4.Send(&nodeproto.HeartbeatAck{ConnectionID: c4.ConnectionID, OwnerEpoch: 9})
+	c4.Send(&proto.HeartbeatAck{ConnectionID: c4.ConnectionID, OwnerEpoch: 9})
 	if code := c4.Closed(); code != websocket.ClosePolicyViolation {
 		t.Fatalf("higher epoch in heartbeat_ack: close code %d", code)
 	}
@@ -226,20 +226,20 @@ func TestHeartbeats(t *testing.T) {
 	if hb.ConnectionID != conn.ConnectionID || hb.OwnerEpoch != 2 || !hb.Health.ProviderReady || hb.Health.ObservedAt.IsZero() {
 		t.Fatalf("heartbeat = %+v", hb)
 	}
-	conn.Send(&nodeproto.HeartbeatAck{ConnectionID: conn.ConnectionID, OwnerEpoch: 2})
+	conn.Send(&proto.HeartbeatAck{ConnectionID: conn.ConnectionID, OwnerEpoch: 2})
 
 	// Every report probes the provider: a failing probe shows in the next
 	// heartbeat with its fixed code, an unknown code as provider_unavailable.
 	f.setProbe(errDockerDown)
 	for hb = conn.Heartbeat(); hb.Health.ProviderReady; hb = conn.Heartbeat() {
 	}
-	if hb.Health.Diagnostic != nodeproto.DiagDockerUnreachable {
+	if hb.Health.Diagnostic != proto.DiagDockerUnreachable {
 		t.Fatalf("diagnostic = %q", hb.Health.Diagnostic)
 	}
 	f.setProbe(errors.New("something else"))
-	for hb = conn.Heartbeat(); hb.Health.Diagnostic == nodeproto.DiagDockerUnreachable; hb = conn.Heartbeat() {
+	for hb = conn.Heartbeat(); hb.Health.Diagnostic == proto.DiagDockerUnreachable; hb = conn.Heartbeat() {
 	}
-	if hb.Health.ProviderReady || hb.Health.Diagnostic != nodeproto.DiagProviderUnavailable {
+	if hb.Health.ProviderReady || hb.Health.Diagnostic != proto.DiagProviderUnavailable {
 		t.Fatalf("health = %+v, want not ready with provider_unavailable", hb.Health)
 	}
 	f.setProbe(nil)
@@ -273,14 +273,14 @@ func TestNoWelcomeClosesAndReconnects(t *testing.T) {
 }
 
 func TestRequestEnvelopeMismatchCloses(t *testing.T) {
-	cases := map[string]func(c *fakecore.Conn, r *nodeproto.Request){
-		"connection_id":     func(c *fakecore.Conn, r *nodeproto.Request) { r.ConnectionID = uuid.NewString() },
-		"owner_epoch lower": func(c *fakecore.Conn, r *nodeproto.Request) { r.OwnerEpoch-- },
-		"owner_epoch higher": func(c *fakecore.Conn, r *nodeproto.Request) {
+	cases := map[string]func(c *fakecore.Conn, r *proto.Request){
+		"connection_id":     func(c *fakecore.Conn, r *proto.Request) { r.ConnectionID = uuid.NewString() },
+		"owner_epoch lower": func(c *fakecore.Conn, r *proto.Request) { r.OwnerEpoch-- },
+		"owner_epoch higher": func(c *fakecore.Conn, r *proto.Request) {
 			r.OwnerEpoch++
 		},
-		"sequence gap":    func(c *fakecore.Conn, r *nodeproto.Request) { r.Sequence++ },
-		"sequence repeat": func(c *fakecore.Conn, r *nodeproto.Request) { r.Sequence-- },
+		"sequence gap":    func(c *fakecore.Conn, r *proto.Request) { r.Sequence++ },
+		"sequence repeat": func(c *fakecore.Conn, r *proto.Request) { r.Sequence-- },
 	}
 	for name, edit := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -289,12 +289,12 @@ func TestRequestEnvelopeMismatchCloses(t *testing.T) {
 			startNode(t, core, f, nil)
 			conn := core.Accept()
 			conn.Open(3)
-			first := conn.NewRequest(nodeproto.OpInfo, generation, 10000, ref)
+			first := conn.NewRequest(proto.OpInfo, generation, 10000, ref)
 			conn.Send(first)
 			if resp := conn.Response(); resp.ErrorCode != "" {
 				t.Fatalf("first request: %+v", resp)
 			}
-			r := conn.NewRequest(nodeproto.OpKill, generation, 10000, ref)
+			r := conn.NewRequest(proto.OpKill, generation, 10000, ref)
 			edit(conn, r)
 			conn.Send(r)
 			if code := conn.Closed(); code != websocket.ClosePolicyViolation {
@@ -327,22 +327,22 @@ func TestMalformedRequestIsInvalid(t *testing.T) {
 
 	// A command whose own timeout is out of range, and a create without
 	// its bootstrap: valid envelopes, broken parameters.
-	r := conn.NewRequest(nodeproto.OpCommand, generation, 10000, ref)
-	r.Command = &nodeproto.Command{Argv: []string{"true"}, TimeoutMS: 0, MaxOutputBytes: 1}
+	r := conn.NewRequest(proto.OpCommand, generation, 10000, ref)
+	r.Command = &proto.Command{Argv: []string{"true"}, TimeoutMS: 0, MaxOutputBytes: 1}
 	raw := strings.Replace(mustEncode(t, withCommandTimeout(r, 1)), `"timeout_ms":1,`, `"timeout_ms":0,`, 1)
 	conn.SendRaw([]byte(raw))
-	if resp := conn.Response(); resp.ID != r.ID || resp.ErrorCode != nodeproto.ErrInvalid {
+	if resp := conn.Response(); resp.ID != r.ID || resp.ErrorCode != proto.ErrInvalid {
 		t.Fatalf("malformed command: %+v", resp)
 	}
-	r2 := conn.NewRequest(nodeproto.OpCreate, generation, 10000, ref)
+	r2 := conn.NewRequest(proto.OpCreate, generation, 10000, ref)
 	raw = mustEncode(t, withBootstrap(r2))
 	raw = strings.Replace(raw, `,"bootstrap":{"image":"img"}`, ``, 1)
 	conn.SendRaw([]byte(raw))
-	if resp := conn.Response(); resp.ID != r2.ID || resp.ErrorCode != nodeproto.ErrInvalid {
+	if resp := conn.Response(); resp.ID != r2.ID || resp.ErrorCode != proto.ErrInvalid {
 		t.Fatalf("create without bootstrap: %+v", resp)
 	}
 	// The connection goes on.
-	r3 := conn.NewRequest(nodeproto.OpInfo, generation, 10000, ref)
+	r3 := conn.NewRequest(proto.OpInfo, generation, 10000, ref)
 	conn.Send(r3)
 	if resp := conn.Response(); resp.ID != r3.ID || resp.ErrorCode != "" || resp.Info == nil {
 		t.Fatalf("info after malformed requests: %+v", resp)
@@ -352,19 +352,19 @@ func TestMalformedRequestIsInvalid(t *testing.T) {
 	}
 }
 
-func withCommandTimeout(r *nodeproto.Request, ms int) *nodeproto.Request {
+func withCommandTimeout(r *proto.Request, ms int) *proto.Request {
 	r.Command.TimeoutMS = ms
 	return r
 }
 
-func withBootstrap(r *nodeproto.Request) *nodeproto.Request {
-	r.Bootstrap = &nodeproto.Bootstrap{Image: "img"}
+func withBootstrap(r *proto.Request) *proto.Request {
+	r.Bootstrap = &proto.Bootstrap{Image: "img"}
 	return r
 }
 
-func mustEncode(t *testing.T, f nodeproto.Frame) string {
+func mustEncode(t *testing.T, f proto.Frame) string {
 	t.Helper()
-	b, err := nodeproto.Encode(f)
+	b, err := proto.Encode(f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,9 +377,9 @@ func TestOtherDeploymentGenerationIsInvalid(t *testing.T) {
 	startNode(t, core, f, nil)
 	conn := core.Accept()
 	conn.Open(1)
-	r := conn.NewRequest(nodeproto.OpInfo, generation+1, 10000, ref)
+	r := conn.NewRequest(proto.OpInfo, generation+1, 10000, ref)
 	conn.Send(r)
-	if resp := conn.Response(); resp.ID != r.ID || resp.ErrorCode != nodeproto.ErrInvalid || resp.Info != nil {
+	if resp := conn.Response(); resp.ID != r.ID || resp.ErrorCode != proto.ErrInvalid || resp.Info != nil {
 		t.Fatalf("response = %+v", resp)
 	}
 	if calls := f.Calls(); len(calls) != 0 {
@@ -390,19 +390,19 @@ func TestOtherDeploymentGenerationIsInvalid(t *testing.T) {
 func TestUndeclaredOperationIsUnsupportedBeforeTheProvider(t *testing.T) {
 	core := fakecore.New(t, credential, false)
 	const reason = "this fake cannot suspend"
-	f := newFake(map[nodeproto.Operation]string{nodeproto.OpSuspend: reason})
+	f := newFake(map[proto.Operation]string{proto.OpSuspend: reason})
 	startNode(t, core, f, nil)
 	conn := core.Accept()
 	conn.Open(1)
-	r := conn.NewRequest(nodeproto.OpSuspend, generation, 10000, ref)
-	r.Suspend = &nodeproto.Suspend{Snapshot: nodeproto.Snapshot{ID: "s1"}}
+	r := conn.NewRequest(proto.OpSuspend, generation, 10000, ref)
+	r.Suspend = &proto.Suspend{Snapshot: proto.Snapshot{ID: "s1"}}
 	conn.Send(r)
 	resp := conn.Response()
-	if resp.ErrorCode != nodeproto.ErrUnsupported || resp.Unsupported == nil ||
-		*resp.Unsupported != (nodeproto.Unsupported{Operation: nodeproto.OpSuspend, Reason: reason}) {
+	if resp.ErrorCode != proto.ErrUnsupported || resp.Unsupported == nil ||
+		*resp.Unsupported != (proto.Unsupported{Operation: proto.OpSuspend, Reason: reason}) {
 		t.Fatalf("response = %+v", resp)
 	}
-	if out, code := nodeproto.Classify(r, resp); out != nodeproto.OutcomeUnsupported || code != nodeproto.ErrUnsupported {
+	if out, code := proto.Classify(r, resp); out != proto.OutcomeUnsupported || code != proto.ErrUnsupported {
 		t.Fatalf("Core would classify it as %v %q", out, code)
 	}
 	if calls := f.Calls(); len(calls) != 0 {
@@ -418,13 +418,13 @@ func TestBudgetRunsOutInTheQueue(t *testing.T) {
 	conn := core.Accept()
 	conn.Open(1)
 
-	blocker := conn.NewRequest(nodeproto.OpKill, generation, 60000, ref)
+	blocker := conn.NewRequest(proto.OpKill, generation, 60000, ref)
 	conn.Send(blocker)
 	<-f.started // the only worker is busy
-	queued := conn.NewRequest(nodeproto.OpInfo, generation, 50, ref)
+	queued := conn.NewRequest(proto.OpInfo, generation, 50, ref)
 	conn.Send(queued)
 	resp := conn.Response()
-	if resp.ID != queued.ID || resp.ErrorCode != nodeproto.ErrUnconfirmed {
+	if resp.ID != queued.ID || resp.ErrorCode != proto.ErrUnconfirmed {
 		t.Fatalf("queued request past its budget: %+v", resp)
 	}
 	f.gate <- struct{}{}
@@ -448,7 +448,7 @@ func TestFullQueueClosesAndActiveIsTheTrueCount(t *testing.T) {
 	conn.Open(1)
 
 	for range agent.QueueCapacity {
-		conn.Send(conn.NewRequest(nodeproto.OpKill, generation, 60000, ref))
+		conn.Send(conn.NewRequest(proto.OpKill, generation, 60000, ref))
 	}
 	<-f.started
 	<-f.started // both workers busy, 30 queued
@@ -457,7 +457,7 @@ func TestFullQueueClosesAndActiveIsTheTrueCount(t *testing.T) {
 	if got := n.a.Active(); got != agent.QueueCapacity {
 		t.Fatalf("Active() = %d", got)
 	}
-	conn.Send(conn.NewRequest(nodeproto.OpKill, generation, 60000, ref))
+	conn.Send(conn.NewRequest(proto.OpKill, generation, 60000, ref))
 	if code := conn.Closed(); code != websocket.ClosePolicyViolation {
 		t.Fatalf("close code %d", code)
 	}
@@ -486,7 +486,7 @@ func TestRequestsRunConcurrentlyUpToMaxActive(t *testing.T) {
 	conn.Open(1)
 	ids := map[string]bool{}
 	for range 4 {
-		r := conn.NewRequest(nodeproto.OpRenew, generation, 60000, ref)
+		r := conn.NewRequest(proto.OpRenew, generation, 60000, ref)
 		ids[r.ID] = true
 		conn.Send(r)
 	}

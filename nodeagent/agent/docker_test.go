@@ -29,80 +29,80 @@ import (
 type observed struct {
 	*docker.Provider
 	mu      sync.Mutex
-	calls   []nodeproto.Operation
-	started chan nodeproto.Operation
+	calls   []proto.Operation
+	started chan proto.Operation
 }
 
-func (o *observed) record(op nodeproto.Operation) {
+func (o *observed) record(op proto.Operation) {
 	o.mu.Lock()
 	o.calls = append(o.calls, op)
 	o.mu.Unlock()
 	o.started <- op
 }
 
-func (o *observed) Calls() []nodeproto.Operation {
+func (o *observed) Calls() []proto.Operation {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return append([]nodeproto.Operation(nil), o.calls...)
+	return append([]proto.Operation(nil), o.calls...)
 }
 
-func (o *observed) Create(ctx context.Context, c provider.Call, b nodeproto.Bootstrap) (nodeproto.Info, error) {
-	o.record(nodeproto.OpCreate)
+func (o *observed) Create(ctx context.Context, c provider.Call, b proto.Bootstrap) (proto.Info, error) {
+	o.record(proto.OpCreate)
 	return o.Provider.Create(ctx, c, b)
 }
 
-func (o *observed) RunCommand(ctx context.Context, c provider.Call, cmd nodeproto.Command) (nodeproto.CommandResult, error) {
-	o.record(nodeproto.OpCommand)
+func (o *observed) RunCommand(ctx context.Context, c provider.Call, cmd proto.Command) (proto.CommandResult, error) {
+	o.record(proto.OpCommand)
 	return o.Provider.RunCommand(ctx, c, cmd)
 }
 
-func (o *observed) GetInfo(ctx context.Context, c provider.Call) (nodeproto.Info, error) {
-	o.record(nodeproto.OpInfo)
+func (o *observed) GetInfo(ctx context.Context, c provider.Call) (proto.Info, error) {
+	o.record(proto.OpInfo)
 	return o.Provider.GetInfo(ctx, c)
 }
 
-func (o *observed) Renew(ctx context.Context, c provider.Call) (nodeproto.Info, error) {
-	o.record(nodeproto.OpRenew)
+func (o *observed) Renew(ctx context.Context, c provider.Call) (proto.Info, error) {
+	o.record(proto.OpRenew)
 	return o.Provider.Renew(ctx, c)
 }
 
 func (o *observed) Kill(ctx context.Context, c provider.Call) error {
-	o.record(nodeproto.OpKill)
+	o.record(proto.OpKill)
 	return o.Provider.Kill(ctx, c)
 }
 
-func (o *observed) Observe(ctx context.Context, c provider.Call, ob nodeproto.Observation) (nodeproto.Sample, error) {
-	o.record(nodeproto.OpObserve)
+func (o *observed) Observe(ctx context.Context, c provider.Call, ob proto.Observation) (proto.Sample, error) {
+	o.record(proto.OpObserve)
 	return o.Provider.Observe(ctx, c, ob)
 }
 
-func (o *observed) Initial(ctx context.Context, c provider.Call) (nodeproto.Compute, error) {
-	o.record(nodeproto.OpInitial)
+func (o *observed) Initial(ctx context.Context, c provider.Call) (proto.Compute, error) {
+	o.record(proto.OpInitial)
 	return o.Provider.Initial(ctx, c)
 }
 
-func (o *observed) NewCompute(ctx context.Context, c provider.Call, g int64, s *nodeproto.Snapshot) (nodeproto.Compute, error) {
-	o.record(nodeproto.OpNewCompute)
+func (o *observed) NewCompute(ctx context.Context, c provider.Call, g int64, s *proto.Snapshot) (proto.Compute, error) {
+	o.record(proto.OpNewCompute)
 	return o.Provider.NewCompute(ctx, c, g, s)
 }
 
-func (o *observed) GetCompute(ctx context.Context, c provider.Call, r nodeproto.ComputeRef) (nodeproto.State, error) {
-	o.record(nodeproto.OpCompute)
+func (o *observed) GetCompute(ctx context.Context, c provider.Call, r proto.ComputeRef) (proto.State, error) {
+	o.record(proto.OpCompute)
 	return o.Provider.GetCompute(ctx, c, r)
 }
 
-func (o *observed) KillCompute(ctx context.Context, c provider.Call, r nodeproto.ComputeRef) error {
-	o.record(nodeproto.OpKillCompute)
+func (o *observed) KillCompute(ctx context.Context, c provider.Call, r proto.ComputeRef) error {
+	o.record(proto.OpKillCompute)
 	return o.Provider.KillCompute(ctx, c, r)
 }
 
-func (o *observed) ResumeCompute(ctx context.Context, c provider.Call, r nodeproto.ComputeRef) (nodeproto.State, error) {
-	o.record(nodeproto.OpResumeCompute)
+func (o *observed) ResumeCompute(ctx context.Context, c provider.Call, r proto.ComputeRef) (proto.State, error) {
+	o.record(proto.OpResumeCompute)
 	return o.Provider.ResumeCompute(ctx, c, r)
 }
 
-func (o *observed) RunCommandCompute(ctx context.Context, c provider.Call, r nodeproto.ComputeRef, cmd nodeproto.Command) (nodeproto.CommandResult, error) {
-	o.record(nodeproto.OpCommandCompute)
+func (o *observed) RunCommandCompute(ctx context.Context, c provider.Call, r proto.ComputeRef, cmd proto.Command) (proto.CommandResult, error) {
+	o.record(proto.OpCommandCompute)
 	return o.Provider.RunCommandCompute(ctx, c, r, cmd)
 }
 
@@ -119,7 +119,7 @@ func dockerNode(t *testing.T, core *fakecore.Core, host string, edit func(*agent
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	o := &observed{Provider: p, started: make(chan nodeproto.Operation, 64)}
+	o := &observed{Provider: p, started: make(chan proto.Operation, 64)}
 	n := startNode(t, core, o, func(c *agent.Config) {
 		c.NodeID = nodeID
 		c.State = st
@@ -141,66 +141,66 @@ func TestEveryOperationBudgetRunsOutInTheQueueOnDocker(t *testing.T) {
 	conn := core.Accept()
 	conn.Open(1)
 
-	sandbox := nodeproto.Reference{TenantID: "t", EnvironmentID: "e", AllocationID: "a-" + uuid.NewString()[:8]}
-	create := conn.NewRequest(nodeproto.OpCreate, generation, 60000, sandbox)
-	create.Bootstrap = &nodeproto.Bootstrap{Image: image, Entrypoint: []string{"sleep", "3600"}}
+	sandbox := proto.Reference{TenantID: "t", EnvironmentID: "e", AllocationID: "a-" + uuid.NewString()[:8]}
+	create := conn.NewRequest(proto.OpCreate, generation, 60000, sandbox)
+	create.Bootstrap = &proto.Bootstrap{Image: image, Entrypoint: []string{"sleep", "3600"}}
 	conn.Send(create)
 	<-o.started
-	if resp := conn.Response(); resp.ErrorCode != "" || resp.Info == nil || resp.Info.State != nodeproto.StateRunning {
+	if resp := conn.Response(); resp.ErrorCode != "" || resp.Info == nil || resp.Info.State != proto.StateRunning {
 		t.Fatalf("create: %+v", resp)
 	}
 
 	// The only worker runs a command that waits until the test releases it.
-	blocker := conn.NewRequest(nodeproto.OpCommand, generation, 60000, sandbox)
-	blocker.Command = &nodeproto.Command{Argv: []string{"sh", "-c", "while [ ! -e /tmp/release ]; do sleep 0.05; done; echo released"},
+	blocker := conn.NewRequest(proto.OpCommand, generation, 60000, sandbox)
+	blocker.Command = &proto.Command{Argv: []string{"sh", "-c", "while [ ! -e /tmp/release ]; do sleep 0.05; done; echo released"},
 		TimeoutMS: 60000, MaxOutputBytes: 100}
 	conn.Send(blocker)
 	<-o.started
 
 	// Every operation, queued behind it with a budget of 50 ms.
-	other := nodeproto.Reference{TenantID: "t", EnvironmentID: "e", AllocationID: "b-" + uuid.NewString()[:8]}
-	cmd := &nodeproto.Command{Argv: []string{"touch", "/tmp/ran"}, TimeoutMS: 1000, MaxOutputBytes: 10}
-	queued := map[string]nodeproto.Operation{}
-	for _, op := range nodeproto.Operations {
+	other := proto.Reference{TenantID: "t", EnvironmentID: "e", AllocationID: "b-" + uuid.NewString()[:8]}
+	cmd := &proto.Command{Argv: []string{"touch", "/tmp/ran"}, TimeoutMS: 1000, MaxOutputBytes: 10}
+	queued := map[string]proto.Operation{}
+	for _, op := range proto.Operations {
 		target := sandbox
-		if op == nodeproto.OpCreate {
+		if op == proto.OpCreate {
 			target = other
 		}
 		r := conn.NewRequest(op, generation, 50, target)
 		switch op {
-		case nodeproto.OpCreate:
-			r.Bootstrap = &nodeproto.Bootstrap{Image: image, Entrypoint: []string{"sleep", "3600"}}
-		case nodeproto.OpCommand:
+		case proto.OpCreate:
+			r.Bootstrap = &proto.Bootstrap{Image: image, Entrypoint: []string{"sleep", "3600"}}
+		case proto.OpCommand:
 			r.Command = cmd
-		case nodeproto.OpObserve:
-			r.Observation = &nodeproto.Observation{Kind: nodeproto.ObservationResources}
-		case nodeproto.OpNewCompute:
+		case proto.OpObserve:
+			r.Observation = &proto.Observation{Kind: proto.ObservationResources}
+		case proto.OpNewCompute:
 			g := int64(2)
 			r.Generation = &g
-		case nodeproto.OpCompute, nodeproto.OpKillCompute, nodeproto.OpResumeCompute:
-			r.Compute = &nodeproto.ComputeRef{Generation: 1}
-		case nodeproto.OpCommandCompute:
-			r.Compute, r.Command = &nodeproto.ComputeRef{Generation: 1}, cmd
-		case nodeproto.OpSuspend:
-			r.Suspend = &nodeproto.Suspend{Snapshot: nodeproto.Snapshot{ID: "s1"}}
-		case nodeproto.OpResume:
-			r.Resume = &nodeproto.Resume{Snapshot: nodeproto.Snapshot{ID: "s1"}}
-		case nodeproto.OpDeleteSnapshot:
-			r.Snapshot = &nodeproto.Snapshot{ID: "s1"}
+		case proto.OpCompute, proto.OpKillCompute, proto.OpResumeCompute:
+			r.Compute = &proto.ComputeRef{Generation: 1}
+		case proto.OpCommandCompute:
+			r.Compute, r.Command = &proto.ComputeRef{Generation: 1}, cmd
+		case proto.OpSuspend:
+			r.Suspend = &proto.Suspend{Snapshot: proto.Snapshot{ID: "s1"}}
+		case proto.OpResume:
+			r.Resume = &proto.Resume{Snapshot: proto.Snapshot{ID: "s1"}}
+		case proto.OpDeleteSnapshot:
+			r.Snapshot = &proto.Snapshot{ID: "s1"}
 		}
 		queued[r.ID] = op
 		conn.Send(r)
 	}
-	for range nodeproto.Operations {
+	for range proto.Operations {
 		resp := conn.Response()
 		op, ok := queued[resp.ID]
 		if !ok {
 			t.Fatalf("unexpected response %+v", resp)
 		}
 		delete(queued, resp.ID)
-		want := nodeproto.ErrUnconfirmed
+		want := proto.ErrUnconfirmed
 		if !o.Declaration().Supported(op) {
-			want = nodeproto.ErrUnsupported // answered at once, never queued
+			want = proto.ErrUnsupported // answered at once, never queued
 		}
 		if resp.ErrorCode != want {
 			t.Errorf("%s: error_code %q, want %q", op, resp.ErrorCode, want)
@@ -217,28 +217,28 @@ func TestEveryOperationBudgetRunsOutInTheQueueOnDocker(t *testing.T) {
 	}
 	// No effect on the engine: the other sandbox was not created, the first
 	// one still runs with one compute and no /tmp/ran.
-	r := conn.NewRequest(nodeproto.OpInfo, generation, 60000, other)
+	r := conn.NewRequest(proto.OpInfo, generation, 60000, other)
 	conn.Send(r)
-	if resp := conn.Response(); resp.ErrorCode != nodeproto.ErrNotFound {
+	if resp := conn.Response(); resp.ErrorCode != proto.ErrNotFound {
 		t.Fatalf("info of the expired create's sandbox: %+v", resp)
 	}
-	check := conn.NewRequest(nodeproto.OpCommand, generation, 60000, sandbox)
-	check.Command = &nodeproto.Command{Argv: []string{"sh", "-c", "test ! -e /tmp/ran"}, TimeoutMS: 10000, MaxOutputBytes: 10}
+	check := conn.NewRequest(proto.OpCommand, generation, 60000, sandbox)
+	check.Command = &proto.Command{Argv: []string{"sh", "-c", "test ! -e /tmp/ran"}, TimeoutMS: 10000, MaxOutputBytes: 10}
 	conn.Send(check)
 	if resp := conn.Response(); resp.ErrorCode != "" || resp.Command.ExitCode != 0 {
 		t.Fatalf("an expired command ran: %+v", resp)
 	}
-	c2 := conn.NewRequest(nodeproto.OpCompute, generation, 60000, sandbox)
-	c2.Compute = &nodeproto.ComputeRef{Generation: 2}
+	c2 := conn.NewRequest(proto.OpCompute, generation, 60000, sandbox)
+	c2.Compute = &proto.ComputeRef{Generation: 2}
 	conn.Send(c2)
-	if resp := conn.Response(); resp.ErrorCode != nodeproto.ErrNotFound {
+	if resp := conn.Response(); resp.ErrorCode != proto.ErrNotFound {
 		t.Fatalf("the expired new_compute made compute 2: %+v", resp)
 	}
 }
 
 // releaseBlocker creates /tmp/release in the sandbox's container with the
 // Docker API directly.
-func releaseBlocker(t *testing.T, cli *client.Client, nodeID string, ref nodeproto.Reference) {
+func releaseBlocker(t *testing.T, cli *client.Client, nodeID string, ref proto.Reference) {
 	t.Helper()
 	list, err := cli.ContainerList(ctx(t), container.ListOptions{Filters: filters.NewArgs(
 		filters.Arg("label", docker.LabelNodeID+"="+nodeID), filters.Arg("label", docker.LabelAllocationID+"="+ref.AllocationID))})
@@ -280,13 +280,13 @@ func TestDockerDownIsNotReadyAndBackIsReady(t *testing.T) {
 	hb := conn.Heartbeat()
 	for ; hb.Health.ProviderReady; hb = conn.Heartbeat() {
 	}
-	if hb.Health.Diagnostic != nodeproto.DiagDockerUnreachable {
-		t.Fatalf("diagnostic with dockerd stopped = %q, want %q", hb.Health.Diagnostic, nodeproto.DiagDockerUnreachable)
+	if hb.Health.Diagnostic != proto.DiagDockerUnreachable {
+		t.Fatalf("diagnostic with dockerd stopped = %q, want %q", hb.Health.Diagnostic, proto.DiagDockerUnreachable)
 	}
 	// Operations fail with an unknown outcome meanwhile, never a definite one.
-	r := conn.NewRequest(nodeproto.OpInfo, generation, 5000, ref)
+	r := conn.NewRequest(proto.OpInfo, generation, 5000, ref)
 	conn.Send(r)
-	if resp := conn.Response(); resp.ErrorCode != nodeproto.ErrUnconfirmed {
+	if resp := conn.Response(); resp.ErrorCode != proto.ErrUnconfirmed {
 		t.Fatalf("info with dockerd stopped: %+v", resp)
 	}
 

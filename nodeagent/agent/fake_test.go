@@ -23,15 +23,15 @@ type fakeProvider struct {
 	// the operation's context ends.
 	gate chan struct{}
 	// started receives the operation name when an operation starts.
-	started chan nodeproto.Operation
+	started chan proto.Operation
 }
 
-func newFake(unsupported map[nodeproto.Operation]string) *fakeProvider {
+func newFake(unsupported map[proto.Operation]string) *fakeProvider {
 	d, err := provider.Declare(unsupported)
 	if err != nil {
 		panic(err)
 	}
-	return &fakeProvider{decl: d, started: make(chan nodeproto.Operation, 64)}
+	return &fakeProvider{decl: d, started: make(chan proto.Operation, 64)}
 }
 
 func (f *fakeProvider) setProbe(err error) {
@@ -46,7 +46,7 @@ func (f *fakeProvider) Calls() []string {
 	return append([]string(nil), f.calls...)
 }
 
-func (f *fakeProvider) do(ctx context.Context, op nodeproto.Operation) error {
+func (f *fakeProvider) do(ctx context.Context, op proto.Operation) error {
 	f.mu.Lock()
 	f.calls = append(f.calls, string(op))
 	gate := f.gate
@@ -64,7 +64,7 @@ func (f *fakeProvider) do(ctx context.Context, op nodeproto.Operation) error {
 
 var fixed = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-func (f *fakeProvider) Kind() nodeproto.Provider { return nodeproto.ProviderDocker }
+func (f *fakeProvider) Kind() proto.Provider { return proto.ProviderDocker }
 
 func (f *fakeProvider) Declaration() provider.Declaration { return f.decl }
 
@@ -76,77 +76,77 @@ func (f *fakeProvider) Probe(context.Context) error {
 
 func (f *fakeProvider) Diagnose(err error) string {
 	if errors.Is(err, errDockerDown) {
-		return nodeproto.DiagDockerUnreachable
+		return proto.DiagDockerUnreachable
 	}
 	return "some_code_core_does_not_know"
 }
 
 var errDockerDown = errors.New("fake: docker is down")
 
-func (f *fakeProvider) info(ctx context.Context, op nodeproto.Operation, c provider.Call) (nodeproto.Info, error) {
+func (f *fakeProvider) info(ctx context.Context, op proto.Operation, c provider.Call) (proto.Info, error) {
 	if err := f.do(ctx, op); err != nil {
-		return nodeproto.Info{}, err
+		return proto.Info{}, err
 	}
-	return nodeproto.Info{Reference: c.Reference, DeploymentGeneration: c.DeploymentGeneration, State: nodeproto.StateRunning,
+	return proto.Info{Reference: c.Reference, DeploymentGeneration: c.DeploymentGeneration, State: proto.StateRunning,
 		Image: "img", CreatedAt: fixed, RenewedAt: fixed}, nil
 }
 
-func (f *fakeProvider) Create(ctx context.Context, c provider.Call, _ nodeproto.Bootstrap) (nodeproto.Info, error) {
-	return f.info(ctx, nodeproto.OpCreate, c)
+func (f *fakeProvider) Create(ctx context.Context, c provider.Call, _ proto.Bootstrap) (proto.Info, error) {
+	return f.info(ctx, proto.OpCreate, c)
 }
 
-func (f *fakeProvider) GetInfo(ctx context.Context, c provider.Call) (nodeproto.Info, error) {
-	return f.info(ctx, nodeproto.OpInfo, c)
+func (f *fakeProvider) GetInfo(ctx context.Context, c provider.Call) (proto.Info, error) {
+	return f.info(ctx, proto.OpInfo, c)
 }
 
-func (f *fakeProvider) Renew(ctx context.Context, c provider.Call) (nodeproto.Info, error) {
-	return f.info(ctx, nodeproto.OpRenew, c)
+func (f *fakeProvider) Renew(ctx context.Context, c provider.Call) (proto.Info, error) {
+	return f.info(ctx, proto.OpRenew, c)
 }
 
 func (f *fakeProvider) Kill(ctx context.Context, _ provider.Call) error {
-	return f.do(ctx, nodeproto.OpKill)
+	return f.do(ctx, proto.OpKill)
 }
 
-func (f *fakeProvider) RunCommand(ctx context.Context, _ provider.Call, _ nodeproto.Command) (nodeproto.CommandResult, error) {
-	return nodeproto.CommandResult{Stdout: []byte("ok"), Stderr: []byte{}}, f.do(ctx, nodeproto.OpCommand)
+func (f *fakeProvider) RunCommand(ctx context.Context, _ provider.Call, _ proto.Command) (proto.CommandResult, error) {
+	return proto.CommandResult{Stdout: []byte("ok"), Stderr: []byte{}}, f.do(ctx, proto.OpCommand)
 }
 
-func (f *fakeProvider) Observe(ctx context.Context, _ provider.Call, _ nodeproto.Observation) (nodeproto.Sample, error) {
-	return nodeproto.Sample{ObservedAt: fixed}, f.do(ctx, nodeproto.OpObserve)
+func (f *fakeProvider) Observe(ctx context.Context, _ provider.Call, _ proto.Observation) (proto.Sample, error) {
+	return proto.Sample{ObservedAt: fixed}, f.do(ctx, proto.OpObserve)
 }
 
-func (f *fakeProvider) Initial(ctx context.Context, _ provider.Call) (nodeproto.Compute, error) {
-	return nodeproto.Compute{Generation: 1, State: nodeproto.StateRunning}, f.do(ctx, nodeproto.OpInitial)
+func (f *fakeProvider) Initial(ctx context.Context, _ provider.Call) (proto.Compute, error) {
+	return proto.Compute{Generation: 1, State: proto.StateRunning}, f.do(ctx, proto.OpInitial)
 }
 
-func (f *fakeProvider) NewCompute(ctx context.Context, _ provider.Call, gen int64, _ *nodeproto.Snapshot) (nodeproto.Compute, error) {
-	return nodeproto.Compute{Generation: gen, State: nodeproto.StateRunning}, f.do(ctx, nodeproto.OpNewCompute)
+func (f *fakeProvider) NewCompute(ctx context.Context, _ provider.Call, gen int64, _ *proto.Snapshot) (proto.Compute, error) {
+	return proto.Compute{Generation: gen, State: proto.StateRunning}, f.do(ctx, proto.OpNewCompute)
 }
 
-func (f *fakeProvider) GetCompute(ctx context.Context, _ provider.Call, r nodeproto.ComputeRef) (nodeproto.State, error) {
-	return nodeproto.State{State: nodeproto.StateRunning, Compute: r.Generation}, f.do(ctx, nodeproto.OpCompute)
+func (f *fakeProvider) GetCompute(ctx context.Context, _ provider.Call, r proto.ComputeRef) (proto.State, error) {
+	return proto.State{State: proto.StateRunning, Compute: r.Generation}, f.do(ctx, proto.OpCompute)
 }
 
-func (f *fakeProvider) KillCompute(ctx context.Context, _ provider.Call, _ nodeproto.ComputeRef) error {
-	return f.do(ctx, nodeproto.OpKillCompute)
+func (f *fakeProvider) KillCompute(ctx context.Context, _ provider.Call, _ proto.ComputeRef) error {
+	return f.do(ctx, proto.OpKillCompute)
 }
 
-func (f *fakeProvider) ResumeCompute(ctx context.Context, _ provider.Call, r nodeproto.ComputeRef) (nodeproto.State, error) {
-	return nodeproto.State{State: nodeproto.StateRunning, Compute: r.Generation}, f.do(ctx, nodeproto.OpResumeCompute)
+func (f *fakeProvider) ResumeCompute(ctx context.Context, _ provider.Call, r proto.ComputeRef) (proto.State, error) {
+	return proto.State{State: proto.StateRunning, Compute: r.Generation}, f.do(ctx, proto.OpResumeCompute)
 }
 
-func (f *fakeProvider) RunCommandCompute(ctx context.Context, _ provider.Call, _ nodeproto.ComputeRef, _ nodeproto.Command) (nodeproto.CommandResult, error) {
-	return nodeproto.CommandResult{Stdout: []byte{}, Stderr: []byte{}}, f.do(ctx, nodeproto.OpCommandCompute)
+func (f *fakeProvider) RunCommandCompute(ctx context.Context, _ provider.Call, _ proto.ComputeRef, _ proto.Command) (proto.CommandResult, error) {
+	return proto.CommandResult{Stdout: []byte{}, Stderr: []byte{}}, f.do(ctx, proto.OpCommandCompute)
 }
 
-func (f *fakeProvider) Suspend(ctx context.Context, _ provider.Call, _ nodeproto.Suspend) (nodeproto.State, error) {
-	return nodeproto.State{State: nodeproto.StateSuspended, Compute: 1}, f.do(ctx, nodeproto.OpSuspend)
+func (f *fakeProvider) Suspend(ctx context.Context, _ provider.Call, _ proto.Suspend) (proto.State, error) {
+	return proto.State{State: proto.StateSuspended, Compute: 1}, f.do(ctx, proto.OpSuspend)
 }
 
-func (f *fakeProvider) Resume(ctx context.Context, _ provider.Call, _ nodeproto.Resume) (nodeproto.State, error) {
-	return nodeproto.State{State: nodeproto.StateRunning, Compute: 2}, f.do(ctx, nodeproto.OpResume)
+func (f *fakeProvider) Resume(ctx context.Context, _ provider.Call, _ proto.Resume) (proto.State, error) {
+	return proto.State{State: proto.StateRunning, Compute: 2}, f.do(ctx, proto.OpResume)
 }
 
-func (f *fakeProvider) DeleteSnapshot(ctx context.Context, _ provider.Call, _ nodeproto.Snapshot) error {
-	return f.do(ctx, nodeproto.OpDeleteSnapshot)
+func (f *fakeProvider) DeleteSnapshot(ctx context.Context, _ provider.Call, _ proto.Snapshot) error {
+	return f.do(ctx, proto.OpDeleteSnapshot)
 }

@@ -26,7 +26,7 @@ import (
 //     slots are taken the connection closes — and its budget starts: the
 //     deadline is arrived + timeout_ms on the node's clock, and it runs
 //     while the request waits for one of MaxActive workers.
-func (s *session) request(r *nodeproto.Request, decodeErr error, arrived time.Time) error {
+func (s *session) request(r *proto.Request, decodeErr error, arrived time.Time) error {
 	switch {
 	case r.ConnectionID != s.connectionID:
 		return violation("request for another connection")
@@ -38,14 +38,14 @@ func (s *session) request(r *nodeproto.Request, decodeErr error, arrived time.Ti
 	s.lastSequence = r.Sequence
 
 	if u, ok := s.a.cfg.Provider.Declaration().Unsupported(r.Operation); ok {
-		return s.respond(&nodeproto.Response{ID: r.ID, ConnectionID: r.ConnectionID, ErrorCode: nodeproto.ErrUnsupported, Unsupported: &u}, r.Operation)
+		return s.respond(&proto.Response{ID: r.ID, ConnectionID: r.ConnectionID, ErrorCode: proto.ErrUnsupported, Unsupported: &u}, r.Operation)
 	}
 	if decodeErr != nil {
 		s.a.log.Debug("malformed request", "id", r.ID, "error", decodeErr)
-		return s.respond(failure(r, nodeproto.ErrInvalid), r.Operation)
+		return s.respond(failure(r, proto.ErrInvalid), r.Operation)
 	}
 	if r.DeploymentGeneration != s.a.cfg.DeploymentGeneration {
-		return s.respond(failure(r, nodeproto.ErrInvalid), r.Operation)
+		return s.respond(failure(r, proto.ErrInvalid), r.Operation)
 	}
 
 	select {
@@ -59,8 +59,8 @@ func (s *session) request(r *nodeproto.Request, decodeErr error, arrived time.Ti
 }
 
 // failure is a failure response to r without a result.
-func failure(r *nodeproto.Request, code nodeproto.ErrorCode) *nodeproto.Response {
-	return &nodeproto.Response{ID: r.ID, ConnectionID: r.ConnectionID, ErrorCode: code}
+func failure(r *proto.Request, code proto.ErrorCode) *proto.Response {
+	return &proto.Response{ID: r.ID, ConnectionID: r.ConnectionID, ErrorCode: code}
 }
 
 // run waits for a worker and runs one queued request under its budget,
@@ -70,7 +70,7 @@ func failure(r *nodeproto.Request, code nodeproto.ErrorCode) *nodeproto.Response
 // its response is then discarded. A request still waiting when its
 // connection closes is dropped without running; one whose budget runs out
 // while it waits is answered unconfirmed without running.
-func (a *Agent) run(s *session, r *nodeproto.Request, deadline time.Time) {
+func (a *Agent) run(s *session, r *proto.Request, deadline time.Time) {
 	defer func() { <-a.slots }()
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
@@ -78,7 +78,7 @@ func (a *Agent) run(s *session, r *nodeproto.Request, deadline time.Time) {
 	select {
 	case a.workers <- struct{}{}:
 	case <-ctx.Done():
-		s.respond(failure(r, nodeproto.ErrUnconfirmed), r.Operation)
+		s.respond(failure(r, proto.ErrUnconfirmed), r.Operation)
 		return
 	case <-s.done:
 		return
@@ -90,7 +90,7 @@ func (a *Agent) run(s *session, r *nodeproto.Request, deadline time.Time) {
 	default:
 	}
 	if ctx.Err() != nil {
-		s.respond(failure(r, nodeproto.ErrUnconfirmed), r.Operation)
+		s.respond(failure(r, proto.ErrUnconfirmed), r.Operation)
 		return
 	}
 
@@ -107,16 +107,16 @@ func (a *Agent) run(s *session, r *nodeproto.Request, deadline time.Time) {
 // replaced by a failure whose outcome is unknown: command_unconfirmed for
 // the command operations, unconfirmed otherwise. A write failure closes
 // the connection.
-func (s *session) respond(resp *nodeproto.Response, op nodeproto.Operation) error {
+func (s *session) respond(resp *proto.Response, op proto.Operation) error {
 	err := s.send(resp)
-	var ne *nodeproto.Error
+	var ne *proto.Error
 	if errors.As(err, &ne) {
 		s.a.log.Warn("response refused by the codec; answering with an unknown outcome", "id", resp.ID, "rule", ne.Rule.Error(), "pointer", ne.Pointer)
-		code := nodeproto.ErrUnconfirmed
-		if op == nodeproto.OpCommand || op == nodeproto.OpCommandCompute {
-			code = nodeproto.ErrCommandUnconfirmed
+		code := proto.ErrUnconfirmed
+		if op == proto.OpCommand || op == proto.OpCommandCompute {
+			code = proto.ErrCommandUnconfirmed
 		}
-		err = s.send(&nodeproto.Response{ID: resp.ID, ConnectionID: resp.ConnectionID, ErrorCode: code})
+		err = s.send(&proto.Response{ID: resp.ID, ConnectionID: resp.ConnectionID, ErrorCode: code})
 	}
 	if err != nil && !errors.Is(err, errClosed) {
 		s.shutdown(err)

@@ -55,9 +55,9 @@ func (s *session) serve(ctx context.Context, fingerprint string) (welcomed bool,
 	stop := context.AfterFunc(ctx, func() { s.shutdown(ctx.Err()) })
 	defer stop()
 
-	s.conn.SetReadLimit(nodeproto.MaxRequestFrame)
+	s.conn.SetReadLimit(proto.MaxRequestFrame)
 	cfg := &s.a.cfg
-	hello := &nodeproto.Hello{
+	hello := &proto.Hello{
 		NodeID:               cfg.NodeID,
 		InstallationID:       cfg.InstallationID,
 		Provider:             cfg.Provider.Kind(),
@@ -79,7 +79,7 @@ func (s *session) serve(ctx context.Context, fingerprint string) (welcomed bool,
 	if err != nil {
 		return false, err
 	}
-	w, ok := f.(*nodeproto.Welcome)
+	w, ok := f.(*proto.Welcome)
 	if !ok {
 		return false, violation("expected welcome")
 	}
@@ -104,11 +104,11 @@ func (s *session) serve(ctx context.Context, fingerprint string) (welcomed bool,
 			return true, err
 		}
 		switch f := f.(type) {
-		case *nodeproto.HeartbeatAck:
+		case *proto.HeartbeatAck:
 			if err := s.heartbeatAck(f); err != nil {
 				return true, err
 			}
-		case *nodeproto.Request:
+		case *proto.Request:
 			if err := s.request(f, nil, arrived); err != nil {
 				return true, err
 			}
@@ -125,7 +125,7 @@ func (s *session) serve(ctx context.Context, fingerprint string) (welcomed bool,
 // read reads and decodes one frame, within the idle timeout, and returns
 // when it arrived. A request that the codec refuses only for a field or
 // parameter rule is returned as a *malformed.
-func (s *session) read() (nodeproto.Frame, time.Time, error) {
+func (s *session) read() (proto.Frame, time.Time, error) {
 	if err := s.conn.SetReadDeadline(time.Now().Add(s.a.cfg.Timers.Idle)); err != nil {
 		return nil, time.Time{}, err
 	}
@@ -137,9 +137,9 @@ func (s *session) read() (nodeproto.Frame, time.Time, error) {
 	if mt != websocket.TextMessage {
 		return nil, arrived, &protocolError{code: websocket.CloseUnsupportedData, reason: "frames are text messages"}
 	}
-	f, err := nodeproto.Decode(data)
+	f, err := proto.Decode(data)
 	if err != nil {
-		if r, ok := f.(*nodeproto.Request); ok && r != nil {
+		if r, ok := f.(*proto.Request); ok && r != nil {
 			return &malformed{Request: r, err: err}, arrived, nil
 		}
 		return nil, arrived, &protocolError{code: websocket.ClosePolicyViolation, reason: "invalid frame"}
@@ -151,12 +151,12 @@ func (s *session) read() (nodeproto.Frame, time.Time, error) {
 // field or parameter rule: it is answered invalid after the connection,
 // epoch and sequence checks.
 type malformed struct {
-	*nodeproto.Request
+	*proto.Request
 	err error
 }
 
 // heartbeatAck checks Core's answer to a heartbeat.
-func (s *session) heartbeatAck(a *nodeproto.HeartbeatAck) error {
+func (s *session) heartbeatAck(a *proto.HeartbeatAck) error {
 	switch {
 	case a.ConnectionID != s.connectionID:
 		return violation("heartbeat_ack for another connection")
@@ -187,7 +187,7 @@ func (s *session) heartbeats(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		hb := &nodeproto.Heartbeat{ConnectionID: s.connectionID, OwnerEpoch: s.ownerEpoch, Health: s.a.reporter.Report(ctx)}
+		hb := &proto.Heartbeat{ConnectionID: s.connectionID, OwnerEpoch: s.ownerEpoch, Health: s.a.reporter.Report(ctx)}
 		if err := s.send(hb); err != nil {
 			s.shutdown(err)
 			return
@@ -196,8 +196,8 @@ func (s *session) heartbeats(ctx context.Context) {
 }
 
 // send encodes f and writes it as one text message within Timers.Write.
-func (s *session) send(f nodeproto.Frame) error {
-	data, err := nodeproto.Encode(f)
+func (s *session) send(f proto.Frame) error {
+	data, err := proto.Encode(f)
 	if err != nil {
 		return err
 	}

@@ -275,9 +275,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	switch {
-	case !nodeproto.IsUUID(c.NodeID):
+	case !proto.IsUUID(c.NodeID):
 		return errors.New("config: node_id must be a lowercase UUID")
-	case c.InstallationID != "" && !nodeproto.IsUUID(c.InstallationID):
+	case c.InstallationID != "" && !proto.IsUUID(c.InstallationID):
 		return errors.New("config: installation_id must be a lowercase UUID")
 	case c.StateDir == "":
 		return errors.New("config: state_dir is required")
@@ -287,10 +287,10 @@ func (c *Config) Validate() error {
 		return errors.New("config: disk_path is required")
 	case c.DeploymentGeneration <= 0:
 		return errors.New("config: deployment_generation must be a positive integer")
-	case !nodeproto.IsDigest(c.SpecificationDigest):
+	case !proto.IsDigest(c.SpecificationDigest):
 		return errors.New("config: specification_digest must be 64 lowercase hex digits")
-	case c.MaxActive < 1 || c.MaxActive > nodeproto.MaxActiveOperations:
-		return fmt.Errorf("config: max_active must be 1..%d", nodeproto.MaxActiveOperations)
+	case c.MaxActive < 1 || c.MaxActive > proto.MaxActiveOperations:
+		return fmt.Errorf("config: max_active must be 1..%d", proto.MaxActiveOperations)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

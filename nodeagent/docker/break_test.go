@@ -15,7 +15,7 @@ func TestBreakOutputBombIsCutAndDrained(t *testing.T) {
 	e := newEnv(t)
 	c := e.call()
 	e.create(t, c, e.sleeper())
-	res, err := e.p.RunCommand(ctx(t), c, nodeproto.Command{
+	res, err := e.p.RunCommand(ctx(t), c, proto.Command{
 		Argv:      []string{"sh", "-c", "head -c 4000000 /dev/zero; head -c 4000000 /dev/zero >&2; exit 5"},
 		TimeoutMS: 60000, MaxOutputBytes: 1,
 	})
@@ -25,8 +25,8 @@ func TestBreakOutputBombIsCutAndDrained(t *testing.T) {
 	if res.ExitCode != 5 || len(res.Stdout) != 1 || len(res.Stderr) != 1 || !res.StdoutTruncated || !res.StderrTruncated {
 		t.Fatalf("result = %+v", res)
 	}
-	resp := &nodeproto.Response{ID: "00000000-0000-4000-8000-000000000001", ConnectionID: "00000000-0000-4000-8000-000000000002", Command: &res}
-	if _, err := nodeproto.Encode(resp); err != nil {
+	resp := &proto.Response{ID: "00000000-0000-4000-8000-000000000001", ConnectionID: "00000000-0000-4000-8000-000000000002", Command: &res}
+	if _, err := proto.Encode(resp); err != nil {
 		t.Fatalf("the result does not encode: %v", err)
 	}
 }
@@ -40,23 +40,23 @@ func TestBreakOneMillisecondBudgetIsNeverASuccessWithoutAnExit(t *testing.T) {
 	c := e.call()
 	e.create(t, c, e.sleeper())
 	for range 5 {
-		res, err := e.p.RunCommand(ctx(t), c, nodeproto.Command{Argv: []string{"sleep", "1"}, TimeoutMS: 1, MaxOutputBytes: 1})
+		res, err := e.p.RunCommand(ctx(t), c, proto.Command{Argv: []string{"sleep", "1"}, TimeoutMS: 1, MaxOutputBytes: 1})
 		if err == nil {
 			t.Fatalf("sleep 1 under a 1 ms timeout succeeded: %+v", res)
 		}
-		if code := provider.CodeOf(err); code != nodeproto.ErrUnconfirmed && code != nodeproto.ErrCommandUnconfirmed {
+		if code := provider.CodeOf(err); code != proto.ErrUnconfirmed && code != proto.ErrCommandUnconfirmed {
 			t.Fatalf("1 ms timeout: code %q (%v)", code, err)
 		}
 	}
 	// Kill and a command racing on the same reference: each answers a
 	// definite code or an unknown outcome, and the sandbox is gone after.
 	type outcome struct {
-		res nodeproto.CommandResult
+		res proto.CommandResult
 		err error
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		res, err := e.p.RunCommand(ctx(t), c, nodeproto.Command{Argv: []string{"sleep", "5"}, TimeoutMS: 20000, MaxOutputBytes: 1})
+		res, err := e.p.RunCommand(ctx(t), c, proto.Command{Argv: []string{"sleep", "5"}, TimeoutMS: 20000, MaxOutputBytes: 1})
 		done <- outcome{res, err}
 	}()
 	if err := e.p.Kill(ctx(t), c); err != nil {
@@ -68,10 +68,10 @@ func TestBreakOneMillisecondBudgetIsNeverASuccessWithoutAnExit(t *testing.T) {
 	case err == nil && o.res.ExitCode == 0:
 		t.Fatal("sleep 5 in a sandbox killed meanwhile exited 0")
 	case err == nil: // killed: a real, non-zero exit code, as docker exec shows it
-	case code == nodeproto.ErrNotFound, code == nodeproto.ErrRuntimeNotRunning, code == nodeproto.ErrUnconfirmed, code == nodeproto.ErrCommandUnconfirmed:
+	case code == proto.ErrNotFound, code == proto.ErrRuntimeNotRunning, code == proto.ErrUnconfirmed, code == proto.ErrCommandUnconfirmed:
 	default:
 		t.Fatalf("command racing a kill: code %q (%v)", code, err)
 	}
 	_, err = e.p.GetInfo(ctx(t), c)
-	wantCode(t, "info after kill", err, nodeproto.ErrNotFound)
+	wantCode(t, "info after kill", err, proto.ErrNotFound)
 }

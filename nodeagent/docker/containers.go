@@ -38,17 +38,17 @@ const (
 // named namePrefix + its compute generation. The digest keeps names short
 // and free of characters Docker refuses; the labels carry the reference
 // itself.
-func namePrefix(ref nodeproto.Reference) string {
+func namePrefix(ref proto.Reference) string {
 	sum := sha256.Sum256([]byte(ref.TenantID + "\n" + ref.EnvironmentID + "\n" + ref.AllocationID + "\n"))
 	return "sandgate-" + hex.EncodeToString(sum[:16]) + "-"
 }
 
-func containerName(ref nodeproto.Reference, compute int64) string {
+func containerName(ref proto.Reference, compute int64) string {
 	return namePrefix(ref) + strconv.FormatInt(compute, 10)
 }
 
 // renewalRecord is the state record of the reference's last renew.
-func renewalRecord(ref nodeproto.Reference) string {
+func renewalRecord(ref proto.Reference) string {
 	return "renewals/" + strings.TrimSuffix(namePrefix(ref), "-")
 }
 
@@ -77,12 +77,12 @@ func (p *Provider) owned(c provider.Call, compute int64, labels map[string]strin
 			continue
 		}
 		if labels[k] != v {
-			return time.Time{}, provider.Fail(nodeproto.ErrOwnership, errOwnership)
+			return time.Time{}, provider.Fail(proto.ErrOwnership, errOwnership)
 		}
 	}
 	created, err := time.Parse(time.RFC3339Nano, labels[LabelSandboxCreatedAt])
 	if err != nil {
-		return time.Time{}, provider.Fail(nodeproto.ErrOwnership, errOwnership)
+		return time.Time{}, provider.Fail(proto.ErrOwnership, errOwnership)
 	}
 	return created, nil
 }
@@ -100,7 +100,7 @@ type compute struct {
 // unknown.
 func dockerErr(err error) error {
 	if cerrdefs.IsNotFound(err) {
-		return provider.Fail(nodeproto.ErrNotFound, err)
+		return provider.Fail(proto.ErrNotFound, err)
 	}
 	return err
 }
@@ -130,7 +130,7 @@ func (p *Provider) computes(ctx context.Context, c provider.Call) ([]compute, er
 		out = append(out, compute{generation: gen, id: s.ID, running: s.State == container.StateRunning, created: created})
 	}
 	if len(out) == 0 {
-		return nil, provider.Fail(nodeproto.ErrNotFound, nil)
+		return nil, provider.Fail(proto.ErrNotFound, nil)
 	}
 	slices.SortFunc(out, func(a, b compute) int { return int(min(max(a.generation-b.generation, -1), 1)) })
 	return out, nil
@@ -172,38 +172,38 @@ func (p *Provider) computeContainer(ctx context.Context, c provider.Call, gen in
 // instanceState maps a Docker container state onto the protocol's: running
 // (including paused and restarting, which hold their processes) or
 // stopped.
-func instanceState(s *container.State) nodeproto.InstanceState {
+func instanceState(s *container.State) proto.InstanceState {
 	if s != nil && (s.Running || s.Paused || s.Restarting) {
-		return nodeproto.StateRunning
+		return proto.StateRunning
 	}
-	return nodeproto.StateStopped
+	return proto.StateStopped
 }
 
 // info builds the info result of c's sandbox from its current (highest)
 // compute container.
-func (p *Provider) info(ctx context.Context, c provider.Call) (nodeproto.Info, error) {
+func (p *Provider) info(ctx context.Context, c provider.Call) (proto.Info, error) {
 	cs, err := p.computes(ctx, c)
 	if err != nil {
-		return nodeproto.Info{}, err
+		return proto.Info{}, err
 	}
 	cur := cs[len(cs)-1]
 	ins, created, err := p.computeContainer(ctx, c, cur.generation)
 	if err != nil {
-		return nodeproto.Info{}, err
+		return proto.Info{}, err
 	}
 	return p.infoOf(c, ins, created), nil
 }
 
 // infoOf builds an info result from an inspected compute container of c's
 // sandbox and the renewal record.
-func (p *Provider) infoOf(c provider.Call, ins container.InspectResponse, created time.Time) nodeproto.Info {
+func (p *Provider) infoOf(c provider.Call, ins container.InspectResponse, created time.Time) proto.Info {
 	renewed := created
 	if b, err := p.cfg.State.Load(renewalRecord(c.Reference)); err == nil {
 		if t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(string(b))); err == nil && t.After(created) {
 			renewed = t
 		}
 	}
-	return nodeproto.Info{
+	return proto.Info{
 		Reference:            c.Reference,
 		DeploymentGeneration: c.DeploymentGeneration,
 		State:                instanceState(ins.State),

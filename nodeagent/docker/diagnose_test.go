@@ -106,14 +106,14 @@ func TestDiagnoseClassifiesTypedProbeErrors(t *testing.T) {
 		opts     []client.Opt
 		want     string
 	}{
-		{"no socket", func(t *testing.T) string { return "unix://" + filepath.Join(shortDir(t), "none.sock") }, nil, nodeproto.DiagDockerUnreachable},
-		{"connection refused", refused, nil, nodeproto.DiagDockerUnreachable},
-		{"permission denied", func(t *testing.T) string { return "unix:///var/run/denied.sock" }, []client.Opt{denied}, nodeproto.DiagDockerPermissionDenied},
-		{"no answer", silent, nil, nodeproto.DiagDockerTimeout},
-		{"old API", func(t *testing.T) string { return unixServer(t, ping(http.StatusOK, "1.30")) }, nil, nodeproto.DiagDockerAPIVersionUnsupported},
-		{"500", func(t *testing.T) string { return unixServer(t, ping(http.StatusInternalServerError, "1.41")) }, nil, nodeproto.DiagDockerDaemonError},
-		{"503", func(t *testing.T) string { return unixServer(t, ping(http.StatusServiceUnavailable, "1.41")) }, nil, nodeproto.DiagDockerDaemonError},
-		{"404", func(t *testing.T) string { return unixServer(t, http.NotFoundHandler()) }, nil, nodeproto.DiagProviderUnavailable},
+		{"no socket", func(t *testing.T) string { return "unix://" + filepath.Join(shortDir(t), "none.sock") }, nil, proto.DiagDockerUnreachable},
+		{"connection refused", refused, nil, proto.DiagDockerUnreachable},
+		{"permission denied", func(t *testing.T) string { return "unix:///var/run/denied.sock" }, []client.Opt{denied}, proto.DiagDockerPermissionDenied},
+		{"no answer", silent, nil, proto.DiagDockerTimeout},
+		{"old API", func(t *testing.T) string { return unixServer(t, ping(http.StatusOK, "1.30")) }, nil, proto.DiagDockerAPIVersionUnsupported},
+		{"500", func(t *testing.T) string { return unixServer(t, ping(http.StatusInternalServerError, "1.41")) }, nil, proto.DiagDockerDaemonError},
+		{"503", func(t *testing.T) string { return unixServer(t, ping(http.StatusServiceUnavailable, "1.41")) }, nil, proto.DiagDockerDaemonError},
+		{"404", func(t *testing.T) string { return unixServer(t, http.NotFoundHandler()) }, nil, proto.DiagProviderUnavailable},
 		{"healthy", func(t *testing.T) string { return unixServer(t, ping(http.StatusOK, "1.41")) }, nil, ""},
 	}
 	for _, tc := range cases {
@@ -123,8 +123,8 @@ func TestDiagnoseClassifiesTypedProbeErrors(t *testing.T) {
 				t.Fatalf("probe error %v: code %q, want %q", err, code, tc.want)
 			}
 			if tc.want != "" {
-				if _, known := nodeproto.DiagnosticCause(code); !known {
-					t.Fatalf("code %q is not in nodeproto's table", code)
+				if _, known := proto.DiagnosticCause(code); !known {
+					t.Fatalf("code %q is not in node/proto's table", code)
 				}
 			}
 		})

@@ -15,7 +15,7 @@ import (
 
 // maxCombinedOutput bounds stdout plus stderr of one command result so
 // that the response frame, with its output in base64, stays under
-// nodeproto.MaxRequestFrame; output beyond it is cut and flagged truncated.
+// proto.MaxRequestFrame; output beyond it is cut and flagged truncated.
 const maxCombinedOutput = 50 << 20
 
 // execPoll is how often the exit code is read again when the output ended
@@ -23,22 +23,22 @@ const maxCombinedOutput = 50 << 20
 const execPoll = 10 * time.Millisecond
 
 // RunCommand runs the command in the sandbox's current compute container.
-func (p *Provider) RunCommand(ctx context.Context, c provider.Call, cmd nodeproto.Command) (nodeproto.CommandResult, error) {
+func (p *Provider) RunCommand(ctx context.Context, c provider.Call, cmd proto.Command) (proto.CommandResult, error) {
 	cs, err := p.computes(ctx, c)
 	if err != nil {
-		return nodeproto.CommandResult{}, err
+		return proto.CommandResult{}, err
 	}
 	cur := cs[len(cs)-1]
 	return p.exec(ctx, cur.id, cur.running, cmd)
 }
 
 // RunCommandCompute runs the command in one compute container.
-func (p *Provider) RunCommandCompute(ctx context.Context, c provider.Call, ref nodeproto.ComputeRef, cmd nodeproto.Command) (nodeproto.CommandResult, error) {
+func (p *Provider) RunCommandCompute(ctx context.Context, c provider.Call, ref proto.ComputeRef, cmd proto.Command) (proto.CommandResult, error) {
 	ins, _, err := p.computeContainer(ctx, c, ref.Generation)
 	if err != nil {
-		return nodeproto.CommandResult{}, err
+		return proto.CommandResult{}, err
 	}
-	return p.exec(ctx, ins.ID, instanceState(ins.State) == nodeproto.StateRunning, cmd)
+	return p.exec(ctx, ins.ID, instanceState(ins.State) == proto.StateRunning, cmd)
 }
 
 // errCommandUnknown is the cause of command_unconfirmed answers.
@@ -51,9 +51,9 @@ var errCommandUnknown = errors.New("docker: the command's outcome is unknown")
 // started, any failure, including the deadline passing before the exit
 // code is known, answers command_unconfirmed: Docker cannot kill an exec,
 // so the process may still be running.
-func (p *Provider) exec(ctx context.Context, id string, running bool, cmd nodeproto.Command) (nodeproto.CommandResult, error) {
+func (p *Provider) exec(ctx context.Context, id string, running bool, cmd proto.Command) (proto.CommandResult, error) {
 	if !running {
-		return nodeproto.CommandResult{}, provider.Fail(nodeproto.ErrRuntimeNotRunning, nil)
+		return proto.CommandResult{}, provider.Fail(proto.ErrRuntimeNotRunning, nil)
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(cmd.TimeoutMS)*time.Millisecond)
 	defer cancel()
@@ -67,15 +67,15 @@ func (p *Provider) exec(ctx context.Context, id string, running bool, cmd nodepr
 	})
 	switch {
 	case cerrdefs.IsConflict(err):
-		return nodeproto.CommandResult{}, provider.Fail(nodeproto.ErrRuntimeNotRunning, err)
+		return proto.CommandResult{}, provider.Fail(proto.ErrRuntimeNotRunning, err)
 	case err != nil:
-		return nodeproto.CommandResult{}, dockerErr(err)
+		return proto.CommandResult{}, dockerErr(err)
 	}
 
 	start := time.Now()
 	hj, err := p.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
 	if err != nil {
-		return nodeproto.CommandResult{}, provider.Fail(nodeproto.ErrCommandUnconfirmed, errors.Join(errCommandUnknown, err))
+		return proto.CommandResult{}, provider.Fail(proto.ErrCommandUnconfirmed, errors.Join(errCommandUnknown, err))
 	}
 	defer hj.Close()
 	// The hijacked connection ignores ctx: close it when ctx ends.
@@ -84,13 +84,13 @@ func (p *Provider) exec(ctx context.Context, id string, running bool, cmd nodepr
 
 	stdout, stderr := &boundedBuffer{max: cmd.MaxOutputBytes}, &boundedBuffer{max: cmd.MaxOutputBytes}
 	if _, err := stdcopy.StdCopy(stdout, stderr, hj.Reader); err != nil || ctx.Err() != nil {
-		return nodeproto.CommandResult{}, provider.Fail(nodeproto.ErrCommandUnconfirmed, errors.Join(errCommandUnknown, err, ctx.Err()))
+		return proto.CommandResult{}, provider.Fail(proto.ErrCommandUnconfirmed, errors.Join(errCommandUnknown, err, ctx.Err()))
 	}
 	exit, err := p.exitCode(ctx, created.ID)
 	if err != nil {
-		return nodeproto.CommandResult{}, provider.Fail(nodeproto.ErrCommandUnconfirmed, errors.Join(errCommandUnknown, err))
+		return proto.CommandResult{}, provider.Fail(proto.ErrCommandUnconfirmed, errors.Join(errCommandUnknown, err))
 	}
-	res := nodeproto.CommandResult{
+	res := proto.CommandResult{
 		ExitCode:        exit,
 		Stdout:          stdout.buf,
 		Stderr:          stderr.buf,
@@ -152,7 +152,7 @@ func (b *boundedBuffer) Write(p []byte) (int, error) {
 
 // capCombined cuts the larger of stdout and stderr until together they
 // hold at most limit bytes, flagging what it cut.
-func capCombined(r *nodeproto.CommandResult, limit int) {
+func capCombined(r *proto.CommandResult, limit int) {
 	for len(r.Stdout)+len(r.Stderr) > limit {
 		over := len(r.Stdout) + len(r.Stderr) - limit
 		if len(r.Stdout) >= len(r.Stderr) {

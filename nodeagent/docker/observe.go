@@ -16,28 +16,28 @@ import (
 // samples about a second apart, so the CPU share is over that second). A
 // container that is not running answers runtime_not_running; a stats read
 // that fails or holds no sample answers observation_unavailable.
-func (p *Provider) Observe(ctx context.Context, c provider.Call, _ nodeproto.Observation) (nodeproto.Sample, error) {
+func (p *Provider) Observe(ctx context.Context, c provider.Call, _ proto.Observation) (proto.Sample, error) {
 	cs, err := p.computes(ctx, c)
 	if err != nil {
-		return nodeproto.Sample{}, err
+		return proto.Sample{}, err
 	}
 	cur := cs[len(cs)-1]
 	if !cur.running {
-		return nodeproto.Sample{}, provider.Fail(nodeproto.ErrRuntimeNotRunning, nil)
+		return proto.Sample{}, provider.Fail(proto.ErrRuntimeNotRunning, nil)
 	}
 	rd, err := p.cli.ContainerStats(ctx, cur.id, false)
 	if err != nil {
-		return nodeproto.Sample{}, provider.Fail(nodeproto.ErrObservationUnavailable, err)
+		return proto.Sample{}, provider.Fail(proto.ErrObservationUnavailable, err)
 	}
 	defer rd.Body.Close()
 	var st container.StatsResponse
 	if err := json.NewDecoder(rd.Body).Decode(&st); err != nil {
-		return nodeproto.Sample{}, provider.Fail(nodeproto.ErrObservationUnavailable, err)
+		return proto.Sample{}, provider.Fail(proto.ErrObservationUnavailable, err)
 	}
 	if st.Read.IsZero() || st.Read.Year() < 2000 {
 		// Docker answers a container that stopped meanwhile with an empty
 		// sample.
-		return nodeproto.Sample{}, provider.Fail(nodeproto.ErrRuntimeNotRunning, errors.New("docker: empty stats sample"))
+		return proto.Sample{}, provider.Fail(proto.ErrRuntimeNotRunning, errors.New("docker: empty stats sample"))
 	}
 	return sampleOf(&st), nil
 }
@@ -45,8 +45,8 @@ func (p *Provider) Observe(ctx context.Context, c provider.Call, _ nodeproto.Obs
 // sampleOf converts a Docker stats sample: CPU use as a percentage of one
 // CPU (so up to 100 × CPUs), memory in use without the page cache, the
 // memory limit, and the number of processes.
-func sampleOf(st *container.StatsResponse) nodeproto.Sample {
-	s := nodeproto.Sample{ObservedAt: st.Read.UTC(), PIDs: st.PidsStats.Current, MemoryLimitBytes: st.MemoryStats.Limit}
+func sampleOf(st *container.StatsResponse) proto.Sample {
+	s := proto.Sample{ObservedAt: st.Read.UTC(), PIDs: st.PidsStats.Current, MemoryLimitBytes: st.MemoryStats.Limit}
 	cpuDelta := float64(st.CPUStats.CPUUsage.TotalUsage) - float64(st.PreCPUStats.CPUUsage.TotalUsage)
 	sysDelta := float64(st.CPUStats.SystemUsage) - float64(st.PreCPUStats.SystemUsage)
 	cpus := float64(st.CPUStats.OnlineCPUs)

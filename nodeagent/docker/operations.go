@@ -25,12 +25,12 @@ var errUndeclared = errors.New("docker: operation not declared")
 // image that is not on the node answers invalid (the node never pulls).
 // When Docker confirmed the container but starting it failed, the answer
 // is unconfirmed with the info receipt of the stopped container.
-func (p *Provider) Create(ctx context.Context, c provider.Call, b nodeproto.Bootstrap) (nodeproto.Info, error) {
+func (p *Provider) Create(ctx context.Context, c provider.Call, b proto.Bootstrap) (proto.Info, error) {
 	switch _, err := p.computes(ctx, c); {
 	case err == nil:
-		return nodeproto.Info{}, p.exists(ctx, c)
-	case provider.CodeOf(err) != nodeproto.ErrNotFound:
-		return nodeproto.Info{}, err
+		return proto.Info{}, p.exists(ctx, c)
+	case provider.CodeOf(err) != proto.ErrNotFound:
+		return proto.Info{}, err
 	}
 	created := p.cfg.Now().UTC()
 	cfg := &container.Config{
@@ -47,25 +47,25 @@ func (p *Provider) Create(ctx context.Context, c provider.Call, b nodeproto.Boot
 	switch {
 	case cerrdefs.IsConflict(err):
 		// The name was taken between the list and the create.
-		return nodeproto.Info{}, p.exists(ctx, c)
+		return proto.Info{}, p.exists(ctx, c)
 	case cerrdefs.IsNotFound(err):
-		return nodeproto.Info{}, provider.Fail(nodeproto.ErrInvalid, err)
+		return proto.Info{}, provider.Fail(proto.ErrInvalid, err)
 	case err != nil:
-		return nodeproto.Info{}, err
+		return proto.Info{}, err
 	}
 	if err := p.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
-		fail := &provider.Error{Code: nodeproto.ErrUnconfirmed, Cause: errIncomplete("start the created container", err)}
+		fail := &provider.Error{Code: proto.ErrUnconfirmed, Cause: errIncomplete("start the created container", err)}
 		if ins, labelled, ierr := p.computeContainer(ctx, c, 1); ierr == nil {
 			info := p.infoOf(c, ins, labelled)
 			fail.Receipt = &info
 		}
-		return nodeproto.Info{}, fail
+		return proto.Info{}, fail
 	}
 	ins, labelled, err := p.computeContainer(ctx, c, 1)
 	if err != nil {
 		// Started, but the read-back failed: report what Docker confirmed.
-		return nodeproto.Info{Reference: c.Reference, DeploymentGeneration: c.DeploymentGeneration,
-			State: nodeproto.StateRunning, Image: b.Image, CreatedAt: created, RenewedAt: created}, nil
+		return proto.Info{Reference: c.Reference, DeploymentGeneration: c.DeploymentGeneration,
+			State: proto.StateRunning, Image: b.Image, CreatedAt: created, RenewedAt: created}, nil
 	}
 	return p.infoOf(c, ins, labelled), nil
 }
@@ -77,29 +77,29 @@ func (p *Provider) exists(ctx context.Context, c provider.Call) error {
 	info, err := p.info(ctx, c)
 	switch code := provider.CodeOf(err); {
 	case err == nil:
-		return &provider.Error{Code: nodeproto.ErrExists, Receipt: &info}
-	case code == nodeproto.ErrOwnership:
+		return &provider.Error{Code: proto.ErrExists, Receipt: &info}
+	case code == proto.ErrOwnership:
 		return err
 	}
-	return provider.Fail(nodeproto.ErrExists, err)
+	return provider.Fail(proto.ErrExists, err)
 }
 
 // GetInfo returns the sandbox's info from its current compute container.
-func (p *Provider) GetInfo(ctx context.Context, c provider.Call) (nodeproto.Info, error) {
+func (p *Provider) GetInfo(ctx context.Context, c provider.Call) (proto.Info, error) {
 	return p.info(ctx, c)
 }
 
 // Renew records the renewal time in the node's state directory (Docker
 // labels are immutable) and returns the info with it. The node expires
 // nothing on its own: Core owns the lifecycle.
-func (p *Provider) Renew(ctx context.Context, c provider.Call) (nodeproto.Info, error) {
+func (p *Provider) Renew(ctx context.Context, c provider.Call) (proto.Info, error) {
 	info, err := p.info(ctx, c)
 	if err != nil {
-		return nodeproto.Info{}, err
+		return proto.Info{}, err
 	}
 	now := p.cfg.Now().UTC()
 	if err := p.cfg.State.Store(renewalRecord(c.Reference), []byte(now.Format(time.RFC3339Nano)+"\n")); err != nil {
-		return nodeproto.Info{}, err
+		return proto.Info{}, err
 	}
 	if now.After(info.CreatedAt) {
 		info.RenewedAt = now
@@ -132,32 +132,32 @@ func (p *Provider) remove(ctx context.Context, id string) error {
 }
 
 // Initial returns compute generation 1 of the sandbox.
-func (p *Provider) Initial(ctx context.Context, c provider.Call) (nodeproto.Compute, error) {
+func (p *Provider) Initial(ctx context.Context, c provider.Call) (proto.Compute, error) {
 	ins, _, err := p.computeContainer(ctx, c, 1)
 	if err != nil {
-		return nodeproto.Compute{}, err
+		return proto.Compute{}, err
 	}
-	return nodeproto.Compute{Generation: 1, State: instanceState(ins.State)}, nil
+	return proto.Compute{Generation: 1, State: instanceState(ins.State)}, nil
 }
 
 // NewCompute creates and starts compute generation gen of the sandbox with
 // the configuration of its current compute. A snapshot answers not_found:
 // this provider never writes snapshots. An existing generation answers
 // exists; a failed start after a confirmed create answers unconfirmed.
-func (p *Provider) NewCompute(ctx context.Context, c provider.Call, gen int64, snapshot *nodeproto.Snapshot) (nodeproto.Compute, error) {
+func (p *Provider) NewCompute(ctx context.Context, c provider.Call, gen int64, snapshot *proto.Snapshot) (proto.Compute, error) {
 	if snapshot != nil {
-		return nodeproto.Compute{}, provider.Fail(nodeproto.ErrNotFound, errors.New("docker: no snapshots"))
+		return proto.Compute{}, provider.Fail(proto.ErrNotFound, errors.New("docker: no snapshots"))
 	}
 	cs, err := p.computes(ctx, c)
 	if err != nil {
-		return nodeproto.Compute{}, err
+		return proto.Compute{}, err
 	}
 	if slices.ContainsFunc(cs, func(cc compute) bool { return cc.generation == gen }) {
-		return nodeproto.Compute{}, provider.Fail(nodeproto.ErrExists, nil)
+		return proto.Compute{}, provider.Fail(proto.ErrExists, nil)
 	}
 	base, created, err := p.computeContainer(ctx, c, cs[len(cs)-1].generation)
 	if err != nil {
-		return nodeproto.Compute{}, err
+		return proto.Compute{}, err
 	}
 	cfg := &container.Config{
 		Image:      base.Config.Image,
@@ -174,27 +174,27 @@ func (p *Provider) NewCompute(ctx context.Context, c provider.Call, gen int64, s
 	resp, err := p.cli.ContainerCreate(ctx, cfg, host, nil, nil, containerName(c.Reference, gen))
 	switch {
 	case cerrdefs.IsConflict(err):
-		return nodeproto.Compute{}, provider.Fail(nodeproto.ErrExists, err)
+		return proto.Compute{}, provider.Fail(proto.ErrExists, err)
 	case err != nil:
-		return nodeproto.Compute{}, err
+		return proto.Compute{}, err
 	}
 	if err := p.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
-		return nodeproto.Compute{}, errIncomplete("start the new compute container", err)
+		return proto.Compute{}, errIncomplete("start the new compute container", err)
 	}
-	return nodeproto.Compute{Generation: gen, State: nodeproto.StateRunning}, nil
+	return proto.Compute{Generation: gen, State: proto.StateRunning}, nil
 }
 
 // GetCompute returns the state of one compute generation.
-func (p *Provider) GetCompute(ctx context.Context, c provider.Call, ref nodeproto.ComputeRef) (nodeproto.State, error) {
+func (p *Provider) GetCompute(ctx context.Context, c provider.Call, ref proto.ComputeRef) (proto.State, error) {
 	ins, _, err := p.computeContainer(ctx, c, ref.Generation)
 	if err != nil {
-		return nodeproto.State{}, err
+		return proto.State{}, err
 	}
-	return nodeproto.State{State: instanceState(ins.State), Compute: ref.Generation}, nil
+	return proto.State{State: instanceState(ins.State), Compute: ref.Generation}, nil
 }
 
 // KillCompute force-removes one compute container.
-func (p *Provider) KillCompute(ctx context.Context, c provider.Call, ref nodeproto.ComputeRef) error {
+func (p *Provider) KillCompute(ctx context.Context, c provider.Call, ref proto.ComputeRef) error {
 	ins, _, err := p.computeContainer(ctx, c, ref.Generation)
 	if err != nil {
 		return err
@@ -204,31 +204,31 @@ func (p *Provider) KillCompute(ctx context.Context, c provider.Call, ref nodepro
 
 // ResumeCompute starts a stopped compute container; a running one is left
 // alone and reported running.
-func (p *Provider) ResumeCompute(ctx context.Context, c provider.Call, ref nodeproto.ComputeRef) (nodeproto.State, error) {
+func (p *Provider) ResumeCompute(ctx context.Context, c provider.Call, ref proto.ComputeRef) (proto.State, error) {
 	ins, _, err := p.computeContainer(ctx, c, ref.Generation)
 	if err != nil {
-		return nodeproto.State{}, err
+		return proto.State{}, err
 	}
-	if instanceState(ins.State) != nodeproto.StateRunning {
+	if instanceState(ins.State) != proto.StateRunning {
 		if err := p.cli.ContainerStart(ctx, ins.ID, container.StartOptions{}); err != nil {
-			return nodeproto.State{}, dockerErr(err)
+			return proto.State{}, dockerErr(err)
 		}
 	}
-	return nodeproto.State{State: nodeproto.StateRunning, Compute: ref.Generation}, nil
+	return proto.State{State: proto.StateRunning, Compute: ref.Generation}, nil
 }
 
 // Suspend is not declared (see unsupported).
-func (p *Provider) Suspend(context.Context, provider.Call, nodeproto.Suspend) (nodeproto.State, error) {
-	return nodeproto.State{}, errUndeclared
+func (p *Provider) Suspend(context.Context, provider.Call, proto.Suspend) (proto.State, error) {
+	return proto.State{}, errUndeclared
 }
 
 // Resume is not declared (see unsupported).
-func (p *Provider) Resume(context.Context, provider.Call, nodeproto.Resume) (nodeproto.State, error) {
-	return nodeproto.State{}, errUndeclared
+func (p *Provider) Resume(context.Context, provider.Call, proto.Resume) (proto.State, error) {
+	return proto.State{}, errUndeclared
 }
 
 // DeleteSnapshot is not declared (see unsupported).
-func (p *Provider) DeleteSnapshot(context.Context, provider.Call, nodeproto.Snapshot) error {
+func (p *Provider) DeleteSnapshot(context.Context, provider.Call, proto.Snapshot) error {
 	return errUndeclared
 }
 

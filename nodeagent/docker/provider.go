@@ -61,12 +61,12 @@ var _ provider.Provider = (*Provider)(nil)
 
 // The operations Docker cannot carry out as the spec promises, and why
 // (fixed, safe texts sent in unsupported responses).
-var unsupported = map[nodeproto.Operation]string{
-	nodeproto.OpSuspend: "the docker provider cannot suspend: docker commit keeps only the filesystem, " +
+var unsupported = map[proto.Operation]string{
+	proto.OpSuspend: "the docker provider cannot suspend: docker commit keeps only the filesystem, " +
 		"not the processes and memory of the sandbox, so a resume could not continue where it stopped",
-	nodeproto.OpResume: "the docker provider cannot resume from a snapshot: it never writes snapshots " +
+	proto.OpResume: "the docker provider cannot resume from a snapshot: it never writes snapshots " +
 		"because docker cannot capture a running sandbox",
-	nodeproto.OpDeleteSnapshot: "the docker provider writes no snapshots, so it has none to delete",
+	proto.OpDeleteSnapshot: "the docker provider writes no snapshots, so it has none to delete",
 }
 
 // New returns a Provider for cfg and validates its operation declaration.
@@ -92,8 +92,8 @@ func New(cfg Config) (*Provider, error) {
 // Close releases the client's idle connections.
 func (p *Provider) Close() error { return p.cli.Close() }
 
-// Kind returns nodeproto.ProviderDocker.
-func (p *Provider) Kind() nodeproto.Provider { return nodeproto.ProviderDocker }
+// Kind returns proto.ProviderDocker.
+func (p *Provider) Kind() proto.Provider { return proto.ProviderDocker }
 
 // Declaration returns the provider's operation declaration: every
 // operation except suspend, resume and delete_snapshot.
@@ -129,17 +129,17 @@ func (p *Provider) Diagnose(err error) string {
 	case err == nil:
 		return ""
 	case errors.Is(err, context.DeadlineExceeded):
-		return nodeproto.DiagDockerTimeout
+		return proto.DiagDockerTimeout
 	case errors.Is(err, fs.ErrPermission):
-		return nodeproto.DiagDockerPermissionDenied
+		return proto.DiagDockerPermissionDenied
 	case client.IsErrConnectionFailed(err):
-		return nodeproto.DiagDockerUnreachable
+		return proto.DiagDockerUnreachable
 	case errors.Is(err, errAPIVersion):
-		return nodeproto.DiagDockerAPIVersionUnsupported
+		return proto.DiagDockerAPIVersionUnsupported
 	case cerrdefs.IsInternal(err), cerrdefs.IsUnavailable(err), cerrdefs.IsDataLoss(err), cerrdefs.IsNotImplemented(err):
-		return nodeproto.DiagDockerDaemonError
+		return proto.DiagDockerDaemonError
 	}
-	return nodeproto.DiagProviderUnavailable
+	return proto.DiagProviderUnavailable
 }
 
 // Fingerprint returns the backend fingerprint of hello: the lowercase hex

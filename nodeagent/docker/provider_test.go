@@ -50,14 +50,14 @@ func newEnv(t *testing.T) *env {
 func (e *env) call() provider.Call {
 	id := strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
 	return provider.Call{
-		Reference:            nodeproto.Reference{TenantID: "tenant-" + id, EnvironmentID: "env.1", AllocationID: "alloc_" + id},
+		Reference:            proto.Reference{TenantID: "tenant-" + id, EnvironmentID: "env.1", AllocationID: "alloc_" + id},
 		DeploymentGeneration: e.gen,
 	}
 }
 
 // sleeper is a bootstrap whose container keeps running.
-func (e *env) sleeper() nodeproto.Bootstrap {
-	return nodeproto.Bootstrap{Image: e.image, Entrypoint: []string{"sleep", "3600"}, Env: map[string]string{"SANDBOX": "yes"}}
+func (e *env) sleeper() proto.Bootstrap {
+	return proto.Bootstrap{Image: e.image, Entrypoint: []string{"sleep", "3600"}, Env: map[string]string{"SANDBOX": "yes"}}
 }
 
 func ctx(t *testing.T) context.Context {
@@ -66,14 +66,14 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-func wantCode(t *testing.T, what string, err error, code nodeproto.ErrorCode) {
+func wantCode(t *testing.T, what string, err error, code proto.ErrorCode) {
 	t.Helper()
 	if got := provider.CodeOf(err); err == nil || got != code {
 		t.Fatalf("%s: error %v (code %q), want code %q", what, err, provider.CodeOf(err), code)
 	}
 }
 
-func (e *env) create(t *testing.T, c provider.Call, b nodeproto.Bootstrap) nodeproto.Info {
+func (e *env) create(t *testing.T, c provider.Call, b proto.Bootstrap) proto.Info {
 	t.Helper()
 	info, err := e.p.Create(ctx(t), c, b)
 	if err != nil {
@@ -82,10 +82,10 @@ func (e *env) create(t *testing.T, c provider.Call, b nodeproto.Bootstrap) nodep
 	return info
 }
 
-func validInfo(t *testing.T, info nodeproto.Info) {
+func validInfo(t *testing.T, info proto.Info) {
 	t.Helper()
-	resp := &nodeproto.Response{ID: uuid.NewString(), ConnectionID: uuid.NewString(), Info: &info}
-	if _, err := nodeproto.Encode(resp); err != nil {
+	resp := &proto.Response{ID: uuid.NewString(), ConnectionID: uuid.NewString(), Info: &info}
+	if _, err := proto.Encode(resp); err != nil {
 		t.Fatalf("the info result does not encode: %v", err)
 	}
 }
@@ -105,7 +105,7 @@ func TestCreateInfoRenewKill(t *testing.T) {
 	c := e.call()
 	info := e.create(t, c, e.sleeper())
 	validInfo(t, info)
-	if info.Reference != c.Reference || info.DeploymentGeneration != e.gen || info.State != nodeproto.StateRunning ||
+	if info.Reference != c.Reference || info.DeploymentGeneration != e.gen || info.State != proto.StateRunning ||
 		info.Image != e.image || !info.RenewedAt.Equal(info.CreatedAt) {
 		t.Fatalf("create info = %+v", info)
 	}
@@ -148,8 +148,8 @@ func TestCreateInfoRenewKill(t *testing.T) {
 		t.Fatal("the container survived kill")
 	}
 	_, err = e.p.GetInfo(ctx(t), c)
-	wantCode(t, "info after kill", err, nodeproto.ErrNotFound)
-	wantCode(t, "kill after kill", e.p.Kill(ctx(t), c), nodeproto.ErrNotFound)
+	wantCode(t, "info after kill", err, proto.ErrNotFound)
+	wantCode(t, "kill after kill", e.p.Kill(ctx(t), c), proto.ErrNotFound)
 }
 
 func TestCreateExistsAnswersWithReceipt(t *testing.T) {
@@ -157,7 +157,7 @@ func TestCreateExistsAnswersWithReceipt(t *testing.T) {
 	c := e.call()
 	first := e.create(t, c, e.sleeper())
 	_, err := e.p.Create(ctx(t), c, e.sleeper())
-	wantCode(t, "second create", err, nodeproto.ErrExists)
+	wantCode(t, "second create", err, proto.ErrExists)
 	var pe *provider.Error
 	if !errors.As(err, &pe) || pe.Receipt == nil || *pe.Receipt != first {
 		t.Fatalf("exists receipt = %+v, want %+v", pe, first)
@@ -167,19 +167,19 @@ func TestCreateExistsAnswersWithReceipt(t *testing.T) {
 func TestCreateMissingImageIsInvalid(t *testing.T) {
 	e := newEnv(t)
 	c := e.call()
-	_, err := e.p.Create(ctx(t), c, nodeproto.Bootstrap{Image: "sandgate-test/absent:0"})
-	wantCode(t, "create from a missing image", err, nodeproto.ErrInvalid)
+	_, err := e.p.Create(ctx(t), c, proto.Bootstrap{Image: "sandgate-test/absent:0"})
+	wantCode(t, "create from a missing image", err, proto.ErrInvalid)
 	_, err = e.p.GetInfo(ctx(t), c)
-	wantCode(t, "info after the refused create", err, nodeproto.ErrNotFound)
+	wantCode(t, "info after the refused create", err, proto.ErrNotFound)
 }
 
 func TestCreateStartFailureKeepsReceipt(t *testing.T) {
 	e := newEnv(t)
 	c := e.call()
-	_, err := e.p.Create(ctx(t), c, nodeproto.Bootstrap{Image: e.image, Entrypoint: []string{"/no/such/program"}})
-	wantCode(t, "create with a failing entrypoint", err, nodeproto.ErrUnconfirmed)
+	_, err := e.p.Create(ctx(t), c, proto.Bootstrap{Image: e.image, Entrypoint: []string{"/no/such/program"}})
+	wantCode(t, "create with a failing entrypoint", err, proto.ErrUnconfirmed)
 	var pe *provider.Error
-	if !errors.As(err, &pe) || pe.Receipt == nil || pe.Receipt.Reference != c.Reference || pe.Receipt.State != nodeproto.StateStopped {
+	if !errors.As(err, &pe) || pe.Receipt == nil || pe.Receipt.Reference != c.Reference || pe.Receipt.State != proto.StateStopped {
 		t.Fatalf("receipt = %+v", pe)
 	}
 	validInfo(t, *pe.Receipt)
@@ -192,19 +192,19 @@ func TestCreateStartFailureKeepsReceipt(t *testing.T) {
 func TestAbsentReferenceIsNotFound(t *testing.T) {
 	e := newEnv(t)
 	c := e.call()
-	cmd := nodeproto.Command{Argv: []string{"true"}, TimeoutMS: 1000, MaxOutputBytes: 10}
-	cr := nodeproto.ComputeRef{Generation: 1}
+	cmd := proto.Command{Argv: []string{"true"}, TimeoutMS: 1000, MaxOutputBytes: 10}
+	cr := proto.ComputeRef{Generation: 1}
 	for name, op := range everyOperation(e.p, c, e.sleeper(), cmd, cr) {
 		if name == "create" {
 			continue
 		}
-		wantCode(t, name, op(ctx(t)), nodeproto.ErrNotFound)
+		wantCode(t, name, op(ctx(t)), proto.ErrNotFound)
 	}
 }
 
 // everyOperation returns each supported operation but create's success
 // path as a function of the context, by operation name.
-func everyOperation(p *Provider, c provider.Call, b nodeproto.Bootstrap, cmd nodeproto.Command, cr nodeproto.ComputeRef) map[string]func(context.Context) error {
+func everyOperation(p *Provider, c provider.Call, b proto.Bootstrap, cmd proto.Command, cr proto.ComputeRef) map[string]func(context.Context) error {
 	return map[string]func(context.Context) error{
 		"create":  func(ctx context.Context) error { _, err := p.Create(ctx, c, b); return err },
 		"info":    func(ctx context.Context) error { _, err := p.GetInfo(ctx, c); return err },
@@ -212,7 +212,7 @@ func everyOperation(p *Provider, c provider.Call, b nodeproto.Bootstrap, cmd nod
 		"kill":    func(ctx context.Context) error { return p.Kill(ctx, c) },
 		"command": func(ctx context.Context) error { _, err := p.RunCommand(ctx, c, cmd); return err },
 		"observe": func(ctx context.Context) error {
-			_, err := p.Observe(ctx, c, nodeproto.Observation{Kind: "resources"})
+			_, err := p.Observe(ctx, c, proto.Observation{Kind: "resources"})
 			return err
 		},
 		"initial":         func(ctx context.Context) error { _, err := p.Initial(ctx, c); return err },
@@ -262,9 +262,9 @@ func TestForeignContainerIsOwnership(t *testing.T) {
 			if err := e.cli.ContainerStart(ctx(t), resp.ID, container.StartOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			cmd := nodeproto.Command{Argv: []string{"true"}, TimeoutMS: 1000, MaxOutputBytes: 10}
-			for op, run := range everyOperation(e.p, c, e.sleeper(), cmd, nodeproto.ComputeRef{Generation: 1}) {
-				wantCode(t, op, run(ctx(t)), nodeproto.ErrOwnership)
+			cmd := proto.Command{Argv: []string{"true"}, TimeoutMS: 1000, MaxOutputBytes: 10}
+			for op, run := range everyOperation(e.p, c, e.sleeper(), cmd, proto.ComputeRef{Generation: 1}) {
+				wantCode(t, op, run(ctx(t)), proto.ErrOwnership)
 			}
 			if _, err := e.cli.ContainerInspect(ctx(t), resp.ID); err != nil {
 				t.Fatalf("the foreign container was touched: %v", err)
@@ -278,7 +278,7 @@ func TestCommand(t *testing.T) {
 	c := e.call()
 	e.create(t, c, e.sleeper())
 
-	res, err := e.p.RunCommand(ctx(t), c, nodeproto.Command{
+	res, err := e.p.RunCommand(ctx(t), c, proto.Command{
 		Argv:           []string{"sh", "-c", `echo "out $SANDBOX $EXTRA $(pwd)"; echo err >&2; exit 3`},
 		Env:            map[string]string{"EXTRA": "x y"},
 		Cwd:            "/tmp",
@@ -293,14 +293,14 @@ func TestCommand(t *testing.T) {
 		t.Fatalf("result = %+v (stdout %q, stderr %q)", res, res.Stdout, res.Stderr)
 	}
 
-	res, err = e.p.RunCommand(ctx(t), c, nodeproto.Command{Argv: []string{"true"}, TimeoutMS: 10000, MaxOutputBytes: 1})
+	res, err = e.p.RunCommand(ctx(t), c, proto.Command{Argv: []string{"true"}, TimeoutMS: 10000, MaxOutputBytes: 1})
 	if err != nil || res.ExitCode != 0 || res.Stdout == nil || res.Stderr == nil || len(res.Stdout)+len(res.Stderr) != 0 {
 		t.Fatalf("true: %+v, %v", res, err)
 	}
 
 	// Output beyond max_output_bytes is cut and flagged; the process is
 	// drained to its end.
-	res, err = e.p.RunCommand(ctx(t), c, nodeproto.Command{
+	res, err = e.p.RunCommand(ctx(t), c, proto.Command{
 		Argv:      []string{"sh", "-c", "i=0; while [ $i -lt 2000 ]; do echo 0123456789; i=$((i+1)); done; echo done >&2"},
 		TimeoutMS: 20000, MaxOutputBytes: 100,
 	})
@@ -314,7 +314,7 @@ func TestCommandThatCannotStart(t *testing.T) {
 	e := newEnv(t)
 	c := e.call()
 	e.create(t, c, e.sleeper())
-	res, err := e.p.RunCommand(ctx(t), c, nodeproto.Command{Argv: []string{"/no/such/program"}, TimeoutMS: 10000, MaxOutputBytes: 4096})
+	res, err := e.p.RunCommand(ctx(t), c, proto.Command{Argv: []string{"/no/such/program"}, TimeoutMS: 10000, MaxOutputBytes: 4096})
 	if err != nil {
 		t.Fatalf("command: %v", err)
 	}
@@ -327,8 +327,8 @@ func TestCommandTimeoutIsUnconfirmed(t *testing.T) {
 	e := newEnv(t)
 	c := e.call()
 	e.create(t, c, e.sleeper())
-	_, err := e.p.RunCommand(ctx(t), c, nodeproto.Command{Argv: []string{"sleep", "30"}, TimeoutMS: 300, MaxOutputBytes: 10})
-	wantCode(t, "command past its timeout", err, nodeproto.ErrCommandUnconfirmed)
+	_, err := e.p.RunCommand(ctx(t), c, proto.Command{Argv: []string{"sleep", "30"}, TimeoutMS: 300, MaxOutputBytes: 10})
+	wantCode(t, "command past its timeout", err, proto.ErrCommandUnconfirmed)
 }
 
 func TestCommandOnStoppedSandbox(t *testing.T) {
@@ -336,10 +336,10 @@ func TestCommandOnStoppedSandbox(t *testing.T) {
 	c := e.call()
 	e.create(t, c, e.sleeper())
 	e.stop(t, c, 1)
-	_, err := e.p.RunCommand(ctx(t), c, nodeproto.Command{Argv: []string{"true"}, TimeoutMS: 1000, MaxOutputBytes: 10})
-	wantCode(t, "command on a stopped sandbox", err, nodeproto.ErrRuntimeNotRunning)
+	_, err := e.p.RunCommand(ctx(t), c, proto.Command{Argv: []string{"true"}, TimeoutMS: 1000, MaxOutputBytes: 10})
+	wantCode(t, "command on a stopped sandbox", err, proto.ErrRuntimeNotRunning)
 	info, err := e.p.GetInfo(ctx(t), c)
-	if err != nil || info.State != nodeproto.StateStopped {
+	if err != nil || info.State != proto.StateStopped {
 		t.Fatalf("info of the stopped sandbox = %+v, %v", info, err)
 	}
 }
@@ -348,20 +348,20 @@ func TestObserve(t *testing.T) {
 	e := newEnv(t)
 	c := e.call()
 	e.create(t, c, e.sleeper())
-	s, err := e.p.Observe(ctx(t), c, nodeproto.Observation{Kind: nodeproto.ObservationResources})
+	s, err := e.p.Observe(ctx(t), c, proto.Observation{Kind: proto.ObservationResources})
 	if err != nil {
 		t.Fatalf("observe: %v", err)
 	}
 	if s.PIDs < 1 || s.MemoryUsedBytes == 0 || s.MemoryLimitBytes == 0 || s.ObservedAt.IsZero() || s.CPUPercent < 0 {
 		t.Fatalf("sample = %+v", s)
 	}
-	if _, err := nodeproto.Encode(&nodeproto.Response{ID: uuid.NewString(), ConnectionID: uuid.NewString(), Sample: &s}); err != nil {
+	if _, err := proto.Encode(&proto.Response{ID: uuid.NewString(), ConnectionID: uuid.NewString(), Sample: &s}); err != nil {
 		t.Fatalf("the sample does not encode: %v", err)
 	}
 
 	e.stop(t, c, 1)
-	_, err = e.p.Observe(ctx(t), c, nodeproto.Observation{Kind: nodeproto.ObservationResources})
-	wantCode(t, "observe of a stopped sandbox", err, nodeproto.ErrRuntimeNotRunning)
+	_, err = e.p.Observe(ctx(t), c, proto.Observation{Kind: proto.ObservationResources})
+	wantCode(t, "observe of a stopped sandbox", err, proto.ErrRuntimeNotRunning)
 }
 
 func TestComputes(t *testing.T) {
@@ -369,54 +369,54 @@ func TestComputes(t *testing.T) {
 	c := e.call()
 	e.create(t, c, e.sleeper())
 
-	if got, err := e.p.Initial(ctx(t), c); err != nil || got != (nodeproto.Compute{Generation: 1, State: nodeproto.StateRunning}) {
+	if got, err := e.p.Initial(ctx(t), c); err != nil || got != (proto.Compute{Generation: 1, State: proto.StateRunning}) {
 		t.Fatalf("initial = %+v, %v", got, err)
 	}
-	if got, err := e.p.NewCompute(ctx(t), c, 2, nil); err != nil || got != (nodeproto.Compute{Generation: 2, State: nodeproto.StateRunning}) {
+	if got, err := e.p.NewCompute(ctx(t), c, 2, nil); err != nil || got != (proto.Compute{Generation: 2, State: proto.StateRunning}) {
 		t.Fatalf("new_compute 2 = %+v, %v", got, err)
 	}
 	_, err := e.p.NewCompute(ctx(t), c, 2, nil)
-	wantCode(t, "new_compute 2 again", err, nodeproto.ErrExists)
-	_, err = e.p.NewCompute(ctx(t), c, 3, &nodeproto.Snapshot{ID: "snap-1"})
-	wantCode(t, "new_compute from a snapshot", err, nodeproto.ErrNotFound)
+	wantCode(t, "new_compute 2 again", err, proto.ErrExists)
+	_, err = e.p.NewCompute(ctx(t), c, 3, &proto.Snapshot{ID: "snap-1"})
+	wantCode(t, "new_compute from a snapshot", err, proto.ErrNotFound)
 
 	// The new compute carries the sandbox's environment and labels.
-	res, err := e.p.RunCommandCompute(ctx(t), c, nodeproto.ComputeRef{Generation: 2},
-		nodeproto.Command{Argv: []string{"sh", "-c", "echo $SANDBOX"}, TimeoutMS: 10000, MaxOutputBytes: 100})
+	res, err := e.p.RunCommandCompute(ctx(t), c, proto.ComputeRef{Generation: 2},
+		proto.Command{Argv: []string{"sh", "-c", "echo $SANDBOX"}, TimeoutMS: 10000, MaxOutputBytes: 100})
 	if err != nil || string(res.Stdout) != "yes\n" {
 		t.Fatalf("command_compute 2 = %+v, %v", res, err)
 	}
 	// info, command and observe use the current (highest) compute.
 	info, err := e.p.GetInfo(ctx(t), c)
-	if err != nil || info.State != nodeproto.StateRunning {
+	if err != nil || info.State != proto.StateRunning {
 		t.Fatalf("info = %+v, %v", info, err)
 	}
 
 	e.stop(t, c, 1)
-	if got, err := e.p.GetCompute(ctx(t), c, nodeproto.ComputeRef{Generation: 1}); err != nil || got != (nodeproto.State{State: nodeproto.StateStopped, Compute: 1}) {
+	if got, err := e.p.GetCompute(ctx(t), c, proto.ComputeRef{Generation: 1}); err != nil || got != (proto.State{State: proto.StateStopped, Compute: 1}) {
 		t.Fatalf("compute 1 = %+v, %v", got, err)
 	}
-	_, err = e.p.RunCommandCompute(ctx(t), c, nodeproto.ComputeRef{Generation: 1}, nodeproto.Command{Argv: []string{"true"}, TimeoutMS: 1000, MaxOutputBytes: 1})
-	wantCode(t, "command_compute on a stopped compute", err, nodeproto.ErrRuntimeNotRunning)
-	if got, err := e.p.ResumeCompute(ctx(t), c, nodeproto.ComputeRef{Generation: 1}); err != nil || got != (nodeproto.State{State: nodeproto.StateRunning, Compute: 1}) {
+	_, err = e.p.RunCommandCompute(ctx(t), c, proto.ComputeRef{Generation: 1}, proto.Command{Argv: []string{"true"}, TimeoutMS: 1000, MaxOutputBytes: 1})
+	wantCode(t, "command_compute on a stopped compute", err, proto.ErrRuntimeNotRunning)
+	if got, err := e.p.ResumeCompute(ctx(t), c, proto.ComputeRef{Generation: 1}); err != nil || got != (proto.State{State: proto.StateRunning, Compute: 1}) {
 		t.Fatalf("resume_compute 1 = %+v, %v", got, err)
 	}
-	if got, err := e.p.GetCompute(ctx(t), c, nodeproto.ComputeRef{Generation: 1}); err != nil || got.State != nodeproto.StateRunning {
+	if got, err := e.p.GetCompute(ctx(t), c, proto.ComputeRef{Generation: 1}); err != nil || got.State != proto.StateRunning {
 		t.Fatalf("compute 1 after resume = %+v, %v", got, err)
 	}
 
-	if err := e.p.KillCompute(ctx(t), c, nodeproto.ComputeRef{Generation: 2}); err != nil {
+	if err := e.p.KillCompute(ctx(t), c, proto.ComputeRef{Generation: 2}); err != nil {
 		t.Fatalf("kill_compute 2: %v", err)
 	}
-	_, err = e.p.GetCompute(ctx(t), c, nodeproto.ComputeRef{Generation: 2})
-	wantCode(t, "compute 2 after kill_compute", err, nodeproto.ErrNotFound)
-	wantCode(t, "kill_compute 2 again", e.p.KillCompute(ctx(t), c, nodeproto.ComputeRef{Generation: 2}), nodeproto.ErrNotFound)
+	_, err = e.p.GetCompute(ctx(t), c, proto.ComputeRef{Generation: 2})
+	wantCode(t, "compute 2 after kill_compute", err, proto.ErrNotFound)
+	wantCode(t, "kill_compute 2 again", e.p.KillCompute(ctx(t), c, proto.ComputeRef{Generation: 2}), proto.ErrNotFound)
 
 	if err := e.p.Kill(ctx(t), c); err != nil {
 		t.Fatalf("kill: %v", err)
 	}
 	_, err = e.p.Initial(ctx(t), c)
-	wantCode(t, "initial after kill", err, nodeproto.ErrNotFound)
+	wantCode(t, "initial after kill", err, proto.ErrNotFound)
 }
 
 func TestDeclaration(t *testing.T) {
@@ -425,15 +425,15 @@ func TestDeclaration(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := p.Declaration()
-	for _, op := range nodeproto.Operations {
+	for _, op := range proto.Operations {
 		u, unsupported := d.Unsupported(op)
-		want := op == nodeproto.OpSuspend || op == nodeproto.OpResume || op == nodeproto.OpDeleteSnapshot
+		want := op == proto.OpSuspend || op == proto.OpResume || op == proto.OpDeleteSnapshot
 		if unsupported != want || d.Supported(op) == want {
 			t.Errorf("%s: unsupported = %v, want %v", op, unsupported, want)
 		}
 		if unsupported {
-			resp := &nodeproto.Response{ID: uuid.NewString(), ConnectionID: uuid.NewString(), ErrorCode: nodeproto.ErrUnsupported, Unsupported: &u}
-			if _, err := nodeproto.Encode(resp); err != nil || u.Operation != op {
+			resp := &proto.Response{ID: uuid.NewString(), ConnectionID: uuid.NewString(), ErrorCode: proto.ErrUnsupported, Unsupported: &u}
+			if _, err := proto.Encode(resp); err != nil || u.Operation != op {
 				t.Errorf("%s: evidence %+v does not encode: %v", op, u, err)
 			}
 		}

@@ -21,9 +21,9 @@ import (
 type Reporter struct {
 	// Probe checks the provider; nil means ready.
 	Probe func(ctx context.Context) error
-	// Diagnose maps a Probe error to a fixed diagnostic code of nodeproto's
+	// Diagnose maps a Probe error to a fixed diagnostic code of node/proto's
 	// table. Whatever it returns is passed through
-	// nodeproto.NormalizeDiagnostic, so an unknown code is reported as
+	// proto.NormalizeDiagnostic, so an unknown code is reported as
 	// provider_unavailable.
 	Diagnose func(error) string
 	// ProbeTimeout bounds each probe.
@@ -34,7 +34,7 @@ type Reporter struct {
 	// DiskPath is a path on the filesystem that holds the provider's data
 	// (for Docker, its data root); disk measurements are of that
 	// filesystem, and a filesystem with no free bytes makes the provider
-	// not ready with nodeproto.DiagStorageFull.
+	// not ready with proto.DiagStorageFull.
 	DiskPath string
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
@@ -45,17 +45,17 @@ type Reporter struct {
 // measurement that cannot be read is reported as zero (CPU count falls back
 // to the Go runtime's count). The probe's error text and any host path stay
 // on the node.
-func (r *Reporter) Report(ctx context.Context) nodeproto.Health {
+func (r *Reporter) Report(ctx context.Context) proto.Health {
 	pctx, cancel := context.WithTimeout(ctx, r.ProbeTimeout)
 	err := r.Probe(pctx)
 	cancel()
 
 	host, diskFull := r.host(ctx)
-	h := nodeproto.Health{ProviderReady: err == nil, Host: host}
+	h := proto.Health{ProviderReady: err == nil, Host: host}
 	if err != nil {
-		h.Diagnostic = nodeproto.NormalizeDiagnostic(r.Diagnose(err))
+		h.Diagnostic = proto.NormalizeDiagnostic(r.Diagnose(err))
 	} else if diskFull {
-		h.ProviderReady, h.Diagnostic = false, nodeproto.DiagStorageFull
+		h.ProviderReady, h.Diagnostic = false, proto.DiagStorageFull
 	}
 	h.ActiveOperations = r.Active()
 	now := time.Now
@@ -68,7 +68,7 @@ func (r *Reporter) Report(ctx context.Context) nodeproto.Health {
 
 // host reads the host measurements and reports whether the provider's
 // data filesystem has no free bytes left.
-func (r *Reporter) host(ctx context.Context) (m nodeproto.HostMeasurements, diskFull bool) {
+func (r *Reporter) host(ctx context.Context) (m proto.HostMeasurements, diskFull bool) {
 	if n, err := cpu.CountsWithContext(ctx, true); err == nil && n >= 1 {
 		m.CPUCount = n
 	} else {

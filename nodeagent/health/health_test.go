@@ -21,7 +21,7 @@ func TestReport(t *testing.T) {
 		},
 		Diagnose: func(err error) string {
 			if errors.Is(err, context.DeadlineExceeded) {
-				return nodeproto.DiagDockerTimeout
+				return proto.DiagDockerTimeout
 			}
 			return "not_a_known_code"
 		},
@@ -38,17 +38,17 @@ func TestReport(t *testing.T) {
 		m.DiskTotalBytes == 0 || m.DiskUsedBytes > m.DiskTotalBytes {
 		t.Fatalf("host = %+v", m)
 	}
-	hb := &nodeproto.Heartbeat{ConnectionID: "0b6f2c9e-0d55-4a53-8f0e-5d1c2b3a4f60", OwnerEpoch: 1, Health: h}
-	if _, err := nodeproto.Encode(hb); err != nil {
+	hb := &proto.Heartbeat{ConnectionID: "0b6f2c9e-0d55-4a53-8f0e-5d1c2b3a4f60", OwnerEpoch: 1, Health: h}
+	if _, err := proto.Encode(hb); err != nil {
 		t.Fatalf("the report does not encode: %v", err)
 	}
 
 	probeErr = errors.New("boom: /var/run/docker.sock")
-	if h := r.Report(context.Background()); h.ProviderReady || h.Diagnostic != nodeproto.DiagProviderUnavailable {
+	if h := r.Report(context.Background()); h.ProviderReady || h.Diagnostic != proto.DiagProviderUnavailable {
 		t.Fatalf("an unknown code must be reported as provider_unavailable: %+v", h)
 	}
 	probeErr = context.DeadlineExceeded
-	if h := r.Report(context.Background()); h.ProviderReady || h.Diagnostic != nodeproto.DiagDockerTimeout {
+	if h := r.Report(context.Background()); h.ProviderReady || h.Diagnostic != proto.DiagDockerTimeout {
 		t.Fatalf("hung probe: %+v", h)
 	}
 

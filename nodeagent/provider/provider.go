@@ -21,7 +21,7 @@ import (
 type Call struct {
 	// Reference is the request's exact (tenant_id, environment_id,
 	// allocation_id).
-	Reference nodeproto.Reference
+	Reference proto.Reference
 	// DeploymentGeneration is the request's deployment_generation (> 0).
 	DeploymentGeneration int64
 }
@@ -31,11 +31,11 @@ type Call struct {
 // budget; it returns the operation's result (spec operation table) or an
 // error. An *Error carries the response's error_code; any other error
 // means the outcome is unknown and is answered with
-// nodeproto.ErrUnconfirmed (see Execute). Methods of operations the
+// proto.ErrUnconfirmed (see Execute). Methods of operations the
 // provider does not declare are never called.
 type Provider interface {
 	// Kind names the provider in hello (docker or microsandbox).
-	Kind() nodeproto.Provider
+	Kind() proto.Provider
 	// Declaration returns the provider's operation declaration; it must
 	// not change after start-up.
 	Declaration() Declaration
@@ -43,45 +43,45 @@ type Provider interface {
 	// when ready and otherwise an error that Diagnose classifies.
 	Probe(ctx context.Context) error
 	// Diagnose maps a Probe error to one fixed diagnostic code of
-	// nodeproto's table (never the error's text).
+	// node/proto's table (never the error's text).
 	Diagnose(err error) string
 
 	// Create starts the sandbox of c from the bootstrap (result: info).
-	Create(ctx context.Context, c Call, b nodeproto.Bootstrap) (nodeproto.Info, error)
+	Create(ctx context.Context, c Call, b proto.Bootstrap) (proto.Info, error)
 	// GetInfo returns the sandbox as the provider sees it (result: info).
-	GetInfo(ctx context.Context, c Call) (nodeproto.Info, error)
+	GetInfo(ctx context.Context, c Call) (proto.Info, error)
 	// Renew records a renewal of the sandbox (result: info).
-	Renew(ctx context.Context, c Call) (nodeproto.Info, error)
+	Renew(ctx context.Context, c Call) (proto.Info, error)
 	// Kill ends the sandbox and everything it holds (no result).
 	Kill(ctx context.Context, c Call) error
 	// RunCommand runs one process in the sandbox (result: command).
-	RunCommand(ctx context.Context, c Call, cmd nodeproto.Command) (nodeproto.CommandResult, error)
+	RunCommand(ctx context.Context, c Call, cmd proto.Command) (proto.CommandResult, error)
 	// Observe samples the sandbox's resource use (result: sample).
-	Observe(ctx context.Context, c Call, o nodeproto.Observation) (nodeproto.Sample, error)
+	Observe(ctx context.Context, c Call, o proto.Observation) (proto.Sample, error)
 	// Initial returns the sandbox's initial compute instance (result:
 	// compute).
-	Initial(ctx context.Context, c Call) (nodeproto.Compute, error)
+	Initial(ctx context.Context, c Call) (proto.Compute, error)
 	// NewCompute starts compute generation generation, from snapshot when
 	// it is not nil (result: compute).
-	NewCompute(ctx context.Context, c Call, generation int64, snapshot *nodeproto.Snapshot) (nodeproto.Compute, error)
+	NewCompute(ctx context.Context, c Call, generation int64, snapshot *proto.Snapshot) (proto.Compute, error)
 	// GetCompute returns the state of one compute instance (result: state).
-	GetCompute(ctx context.Context, c Call, compute nodeproto.ComputeRef) (nodeproto.State, error)
+	GetCompute(ctx context.Context, c Call, compute proto.ComputeRef) (proto.State, error)
 	// KillCompute ends one compute instance (no result).
-	KillCompute(ctx context.Context, c Call, compute nodeproto.ComputeRef) error
+	KillCompute(ctx context.Context, c Call, compute proto.ComputeRef) error
 	// ResumeCompute starts a stopped compute instance again (result:
 	// state).
-	ResumeCompute(ctx context.Context, c Call, compute nodeproto.ComputeRef) (nodeproto.State, error)
+	ResumeCompute(ctx context.Context, c Call, compute proto.ComputeRef) (proto.State, error)
 	// RunCommandCompute runs one process in one compute instance (result:
 	// command).
-	RunCommandCompute(ctx context.Context, c Call, compute nodeproto.ComputeRef, cmd nodeproto.Command) (nodeproto.CommandResult, error)
+	RunCommandCompute(ctx context.Context, c Call, compute proto.ComputeRef, cmd proto.Command) (proto.CommandResult, error)
 	// Suspend writes the sandbox to a snapshot and stops it (result:
 	// state).
-	Suspend(ctx context.Context, c Call, s nodeproto.Suspend) (nodeproto.State, error)
+	Suspend(ctx context.Context, c Call, s proto.Suspend) (proto.State, error)
 	// Resume continues the sandbox from a snapshot, or with ObserveOnly
 	// reports whether that already happened (result: state).
-	Resume(ctx context.Context, c Call, r nodeproto.Resume) (nodeproto.State, error)
+	Resume(ctx context.Context, c Call, r proto.Resume) (proto.State, error)
 	// DeleteSnapshot removes a snapshot (no result).
-	DeleteSnapshot(ctx context.Context, c Call, s nodeproto.Snapshot) error
+	DeleteSnapshot(ctx context.Context, c Call, s proto.Snapshot) error
 }
 
 // Error is a definite provider failure: Code becomes the response's
@@ -91,9 +91,9 @@ type Provider interface {
 // and never leaves the node.
 type Error struct {
 	// Code is the response's error_code.
-	Code nodeproto.ErrorCode
+	Code proto.ErrorCode
 	// Receipt is the info receipt of a failed create, or nil.
-	Receipt *nodeproto.Info
+	Receipt *proto.Info
 	// Cause is the underlying error, or nil.
 	Cause error
 }
@@ -111,19 +111,19 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Cause }
 
 // Fail returns an *Error with code and cause (which may be nil).
-func Fail(code nodeproto.ErrorCode, cause error) *Error {
+func Fail(code proto.ErrorCode, cause error) *Error {
 	return &Error{Code: code, Cause: cause}
 }
 
 // CodeOf returns the error_code err answers with: the Code of an *Error in
-// its chain, and nodeproto.ErrUnconfirmed for any other error (the outcome
+// its chain, and proto.ErrUnconfirmed for any other error (the outcome
 // is unknown).
-func CodeOf(err error) nodeproto.ErrorCode {
+func CodeOf(err error) proto.ErrorCode {
 	var pe *Error
 	if errors.As(err, &pe) {
 		return pe.Code
 	}
-	return nodeproto.ErrUnconfirmed
+	return proto.ErrUnconfirmed
 }
 
 // Declaration is a provider's operation declaration: for every one of the
@@ -131,7 +131,7 @@ func CodeOf(err error) nodeproto.ErrorCode {
 // authored, safe reason (printable ASCII, at most 256 bytes) that Core's
 // proxy checks (spec "Provider requests").
 type Declaration struct {
-	unsupported map[nodeproto.Operation]string
+	unsupported map[proto.Operation]string
 }
 
 // Declare builds a declaration in which every operation is supported
@@ -139,14 +139,14 @@ type Declaration struct {
 // complete declaration, as node start-up must before accepting work: an
 // unknown operation or an empty, non-printable or over-long reason is an
 // error.
-func Declare(unsupported map[nodeproto.Operation]string) (Declaration, error) {
-	d := Declaration{unsupported: make(map[nodeproto.Operation]string, len(unsupported))}
+func Declare(unsupported map[proto.Operation]string) (Declaration, error) {
+	d := Declaration{unsupported: make(map[proto.Operation]string, len(unsupported))}
 	for op, reason := range unsupported {
 		if !op.Valid() {
 			return Declaration{}, fmt.Errorf("provider: declaration names unknown operation %q", op)
 		}
 		if !safeReason(reason) {
-			return Declaration{}, fmt.Errorf("provider: the reason for %q must be 1..%d bytes of printable ASCII", op, nodeproto.MaxUnsupportedReason)
+			return Declaration{}, fmt.Errorf("provider: the reason for %q must be 1..%d bytes of printable ASCII", op, proto.MaxUnsupportedReason)
 		}
 		d.unsupported[op] = reason
 	}
@@ -154,7 +154,7 @@ func Declare(unsupported map[nodeproto.Operation]string) (Declaration, error) {
 }
 
 func safeReason(s string) bool {
-	if len(s) == 0 || len(s) > nodeproto.MaxUnsupportedReason {
+	if len(s) == 0 || len(s) > proto.MaxUnsupportedReason {
 		return false
 	}
 	for i := range len(s) {
@@ -167,7 +167,7 @@ func safeReason(s string) bool {
 
 // Supported reports whether op is one of the 15 operations and declared
 // supported.
-func (d Declaration) Supported(op nodeproto.Operation) bool {
+func (d Declaration) Supported(op proto.Operation) bool {
 	_, no := d.unsupported[op]
 	return op.Valid() && !no
 }
@@ -175,10 +175,10 @@ func (d Declaration) Supported(op nodeproto.Operation) bool {
 // Unsupported returns the unsupported evidence for op: the exact operation
 // and its fixed reason, and true; or false when op is supported or not an
 // operation.
-func (d Declaration) Unsupported(op nodeproto.Operation) (nodeproto.Unsupported, bool) {
+func (d Declaration) Unsupported(op proto.Operation) (proto.Unsupported, bool) {
 	reason, ok := d.unsupported[op]
 	if !ok {
-		return nodeproto.Unsupported{}, false
+		return proto.Unsupported{}, false
 	}
-	return nodeproto.Unsupported{Operation: op, Reason: reason}, true
+	return proto.Unsupported{Operation: op, Reason: reason}, true
 }

@@ -147,7 +147,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // identity is what Core's node enrolment records about a node (the members
-// of a nodecred file entry other than enabled and credential_sha256).
+// of a node/credential file entry other than enabled and credential_sha256).
 type identity struct {
 	NodeID               string `json:"node_id"`
 	InstallationID       string `json:"installation_id"`
@@ -169,7 +169,7 @@ func printIdentity(ctx context.Context, cfg *config.Config, installation string,
 	}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(identity{NodeID: cfg.NodeID, InstallationID: installation, Provider: string(nodeproto.ProviderDocker),
+	if err := enc.Encode(identity{NodeID: cfg.NodeID, InstallationID: installation, Provider: string(proto.ProviderDocker),
 		BackendFingerprint: fp, DeploymentGeneration: cfg.DeploymentGeneration, SpecificationDigest: cfg.SpecificationDigest}); err != nil {
 		return exitFailure
 	}
@@ -194,7 +194,7 @@ func fingerprint(prov *docker.Provider, st *state.Dir, timeout time.Duration, lo
 			return fp, nil
 		}
 		old, lerr := st.Load(state.FingerprintRecord)
-		if lerr == nil && nodeproto.IsDigest(string(bytes.TrimSpace(old))) {
+		if lerr == nil && proto.IsDigest(string(bytes.TrimSpace(old))) {
 			log.Warn("cannot read the Docker engine identity; using the last known backend fingerprint")
 			return string(bytes.TrimSpace(old)), nil
 		}

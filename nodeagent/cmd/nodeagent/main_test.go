@@ -123,8 +123,8 @@ func TestPrintIdentity(t *testing.T) {
 	if err := json.Unmarshal(stdout.Bytes(), &id); err != nil {
 		t.Fatalf("output %q: %v", stdout.String(), err)
 	}
-	if id.InstallationID != "0b6f2c9e-0d55-4a53-8f0e-5d1c2b3a4f60" || id.Provider != "docker" || !nodeproto.IsDigest(id.BackendFingerprint) ||
-		id.DeploymentGeneration != 2 || id.SpecificationDigest != digest || !nodeproto.IsUUID(id.NodeID) {
+	if id.InstallationID != "0b6f2c9e-0d55-4a53-8f0e-5d1c2b3a4f60" || id.Provider != "docker" || !proto.IsDigest(id.BackendFingerprint) ||
+		id.DeploymentGeneration != 2 || id.SpecificationDigest != digest || !proto.IsUUID(id.NodeID) {
 		t.Fatalf("identity = %+v", id)
 	}
 }

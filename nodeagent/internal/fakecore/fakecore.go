@@ -110,8 +110,8 @@ func (c *Core) serve(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	ws.SetReadLimit(nodeproto.MaxRequestFrame)
-	conn := &Conn{t: c.t, ws: ws, Request: r, frames: make(chan nodeproto.Frame, 256), closed: make(chan struct{})}
+	ws.SetReadLimit(proto.MaxRequestFrame)
+	conn := &Conn{t: c.t, ws: ws, Request: r, frames: make(chan proto.Frame, 256), closed: make(chan struct{})}
 	go conn.readLoop()
 	select {
 	case c.conns <- conn:
@@ -141,7 +141,7 @@ type Conn struct {
 	Request *http.Request
 
 	writeMu sync.Mutex
-	frames  chan nodeproto.Frame
+	frames  chan proto.Frame
 	closed  chan struct{}
 	// CloseCode is the close code the node sent (0: none); read it after
 	// Closed.
@@ -172,7 +172,7 @@ func (c *Conn) readLoop() {
 			c.ReadErr = errors.New("fakecore: the node sent a binary message")
 			return
 		}
-		f, err := nodeproto.Decode(data)
+		f, err := proto.Decode(data)
 		if err != nil {
 			c.ReadErr = errors.New("fakecore: the node sent an invalid frame: " + err.Error())
 			return
@@ -183,7 +183,7 @@ func (c *Conn) readLoop() {
 
 // Next returns the node's next frame, failing the test if the connection
 // ends first.
-func (c *Conn) Next() nodeproto.Frame {
+func (c *Conn) Next() proto.Frame {
 	c.t.Helper()
 	select {
 	case f := <-c.frames:
@@ -202,10 +202,10 @@ func (c *Conn) Next() nodeproto.Frame {
 }
 
 // Hello reads the node's hello.
-func (c *Conn) Hello() *nodeproto.Hello {
+func (c *Conn) Hello() *proto.Hello {
 	c.t.Helper()
 	f := c.Next()
-	h, ok := f.(*nodeproto.Hello)
+	h, ok := f.(*proto.Hello)
 	if !ok {
 		c.t.Fatalf("first frame is %s, want hello", f.FrameType())
 	}
@@ -216,11 +216,11 @@ func (c *Conn) Hello() *nodeproto.Hello {
 func (c *Conn) Welcome(epoch int64) {
 	c.t.Helper()
 	c.ConnectionID, c.OwnerEpoch = uuid.NewString(), epoch
-	c.Send(&nodeproto.Welcome{ConnectionID: c.ConnectionID, OwnerEpoch: epoch})
+	c.Send(&proto.Welcome{ConnectionID: c.ConnectionID, OwnerEpoch: epoch})
 }
 
 // Open reads hello and sends welcome.
-func (c *Conn) Open(epoch int64) *nodeproto.Hello {
+func (c *Conn) Open(epoch int64) *proto.Hello {
 	c.t.Helper()
 	h := c.Hello()
 	c.Welcome(epoch)
@@ -228,9 +228,9 @@ func (c *Conn) Open(epoch int64) *nodeproto.Hello {
 }
 
 // Send encodes and sends a frame.
-func (c *Conn) Send(f nodeproto.Frame) {
+func (c *Conn) Send(f proto.Frame) {
 	c.t.Helper()
-	data, err := nodeproto.Encode(f)
+	data, err := proto.Encode(f)
 	if err != nil {
 		c.t.Fatalf("encode %s: %v", f.FrameType(), err)
 	}
@@ -250,22 +250,22 @@ func (c *Conn) SendRaw(data []byte) {
 // NewRequest returns a request of this connection with the next sequence
 // number, a new ID, the given operation, budget and reference; the caller
 // adds the parameters and sends it.
-func (c *Conn) NewRequest(op nodeproto.Operation, generation int64, timeoutMS int, ref nodeproto.Reference) *nodeproto.Request {
+func (c *Conn) NewRequest(op proto.Operation, generation int64, timeoutMS int, ref proto.Reference) *proto.Request {
 	c.sequence++
-	return &nodeproto.Request{
+	return &proto.Request{
 		ID: uuid.NewString(), Sequence: c.sequence, ConnectionID: c.ConnectionID, OwnerEpoch: c.OwnerEpoch,
 		DeploymentGeneration: generation, Operation: op, TimeoutMS: timeoutMS, Reference: ref,
 	}
 }
 
 // Response returns the node's next response, skipping heartbeats.
-func (c *Conn) Response() *nodeproto.Response {
+func (c *Conn) Response() *proto.Response {
 	c.t.Helper()
 	for {
 		switch f := c.Next().(type) {
-		case *nodeproto.Response:
+		case *proto.Response:
 			return f
-		case *nodeproto.Heartbeat:
+		case *proto.Heartbeat:
 		default:
 			c.t.Fatalf("unexpected %s frame while waiting for a response", f.FrameType())
 		}
@@ -273,10 +273,10 @@ func (c *Conn) Response() *nodeproto.Response {
 }
 
 // Heartbeat returns the node's next heartbeat, failing on any other frame.
-func (c *Conn) Heartbeat() *nodeproto.Heartbeat {
+func (c *Conn) Heartbeat() *proto.Heartbeat {
 	c.t.Helper()
 	f := c.Next()
-	hb, ok := f.(*nodeproto.Heartbeat)
+	hb, ok := f.(*proto.Heartbeat)
 	if !ok {
 		c.t.Fatalf("got %s, want heartbeat", f.FrameType())
 	}

@@ -1,4 +1,4 @@
-package nodesim
+package sim
 
 import (
 	"testing"
@@ -11,20 +11,20 @@ import (
 // the operation table names, classified as success.
 func TestSuccessFitsEveryOperation(t *testing.T) {
 	gen := int64(2)
-	for _, op := range nodeproto.Operations {
-		req := &nodeproto.Request{ID: "11111111-2222-4333-8444-555555555555", Sequence: 1,
+	for _, op := range proto.Operations {
+		req := &proto.Request{ID: "11111111-2222-4333-8444-555555555555", Sequence: 1,
 			ConnectionID: "21111111-2222-4333-8444-555555555555", OwnerEpoch: 1, DeploymentGeneration: 1,
 			Operation: op, TimeoutMS: 1000,
-			Reference: nodeproto.Reference{TenantID: "t", EnvironmentID: "e", AllocationID: "a"}}
-		if op == nodeproto.OpNewCompute {
+			Reference: proto.Reference{TenantID: "t", EnvironmentID: "e", AllocationID: "a"}}
+		if op == proto.OpNewCompute {
 			req.Generation = &gen
 		}
 		resp := Success(req)
-		if _, err := nodeproto.Encode(resp); err != nil {
+		if _, err := proto.Encode(resp); err != nil {
 			t.Errorf("%s: %v", op, err)
 			continue
 		}
-		if out, code := nodeproto.Classify(req, resp); out != nodeproto.OutcomeSuccess {
+		if out, code := proto.Classify(req, resp); out != proto.OutcomeSuccess {
 			t.Errorf("%s: classified %v %q", op, out, code)
 		}
 	}

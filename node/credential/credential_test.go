@@ -1,4 +1,4 @@
-package nodecred
+package credential
 
 import (
 	"crypto/sha256"
@@ -167,13 +167,13 @@ func TestOpenFileRejects(t *testing.T) {
 		{"fractional generation", replace("deployment_generation: 3", "deployment_generation: 1.5"), "member deployment_generation is a JSON number"},
 		{"string generation", replace("deployment_generation: 3", `deployment_generation: "3"`), "member deployment_generation is a JSON string"},
 		{"bad spec digest", replace(spec, strings.ToUpper(spec)), "specification_digest must be 64 lowercase hexadecimal digits"},
-		{"bad credential digest", replace(hexSum(secretA), "not-a-digest"), "credential_sha256: nodecred: invalid node credential data: a SHA-256 digest is 64 lowercase hexadecimal digits"},
+		{"bad credential digest", replace(hexSum(secretA), "not-a-digest"), "credential_sha256: node/credential: invalid node credential data: a SHA-256 digest is 64 lowercase hexadecimal digits"},
 		{"enabled as string", replace("enabled: true", `enabled: "yes"`), "member enabled is a JSON string"},
 		{"repeated node", "nodes:\n" + good + good, "nodes[1] repeats the node_id of nodes[0]"},
 		{"unknown top-level", "nodes: []\nversion: 2\n", `unknown top-level member "version"`},
 		{"no nodes", "{}", `missing top-level member "nodes"`},
 		{"nodes not a list", "nodes: {}\n", "nodes must be a list"},
-		{"element not an object", "nodes: [1]\n", "nodes[0]: nodecred: invalid node credential data: not a JSON object"},
+		{"element not an object", "nodes: [1]\n", "nodes[0]: node/credential: invalid node credential data: not a JSON object"},
 		{"not YAML", "nodes: [\n", "not valid JSON or YAML"},
 		{"oversize", "nodes: []\n" + strings.Repeat("#", MaxFileSize), "larger than 16777216 bytes"},
 	}
@@ -263,7 +263,7 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		for id, r := range m {
-			if id != r.NodeID || !nodeproto.IsUUID(id) || r.DeploymentGeneration <= 0 {
+			if id != r.NodeID || !proto.IsUUID(id) || r.DeploymentGeneration <= 0 {
 				t.Fatalf("accepted invalid record %+v", r.Node)
 			}
 		}

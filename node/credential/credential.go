@@ -1,4 +1,4 @@
-// Package nodecred holds the credentials of sandbox nodes: the bearer
+// Package credential holds the credentials of sandbox nodes: the bearer
 // secret a node sends when it dials Core's node connection
 // (/api/v1/sandbox-node/connect, spec node-protocol.md "Connection") and
 // the enrolled identity that secret authenticates.
@@ -13,7 +13,7 @@
 // file and reloaded when the file changes (package filewatch), so removing
 // or disabling a node, or replacing its digest, revokes it at the node's
 // next heartbeat.
-package nodecred
+package credential
 
 import (
 	"crypto/sha256"
@@ -30,15 +30,15 @@ import (
 // digest.
 var (
 	// ErrUnknownNode: no record has the node ID.
-	ErrUnknownNode = errors.New("nodecred: unknown node")
+	ErrUnknownNode = errors.New("node credential: unknown node")
 	// ErrDisabled: the node's record has enabled=false.
-	ErrDisabled = errors.New("nodecred: node disabled")
+	ErrDisabled = errors.New("node credential: node disabled")
 	// ErrMismatch: the presented credential is not the node's.
-	ErrMismatch = errors.New("nodecred: credential mismatch")
+	ErrMismatch = errors.New("node credential: credential mismatch")
 	// ErrInvalid: a credential file is malformed (syntax, unknown, null,
 	// missing or duplicate members, a bad value, a repeated node ID, over
 	// MaxFileSize bytes).
-	ErrInvalid = errors.New("nodecred: invalid node credential data")
+	ErrInvalid = errors.New("node credential: invalid node credential data")
 )
 
 // Digest is the SHA-256 digest of a node credential.
@@ -51,7 +51,7 @@ func Sum(credential string) Digest { return sha256.Sum256([]byte(credential)) }
 // ErrInvalid and does not repeat the input.
 func ParseDigest(s string) (Digest, error) {
 	var d Digest
-	if !nodeproto.IsDigest(s) {
+	if !proto.IsDigest(s) {
 		return d, fmt.Errorf("%w: a SHA-256 digest is 64 lowercase hexadecimal digits", ErrInvalid)
 	}
 	_, _ = hex.Decode(d[:], []byte(s))

@@ -1,5 +1,5 @@
-// Package nodeapi is the gateway's internal HTTP API over the node hub
-// (package nodehub): list the sandbox nodes with their presence and last
+// Package api is the gateway's internal HTTP API over the node hub
+// (package node/hub): list the sandbox nodes with their presence and last
 // health, and send one provider operation to a node and wait for its
 // outcome. It is authenticated with its own bearer token, never the data
 // plane's access tokens, and is meant for Core's other components on a
@@ -12,7 +12,7 @@
 //	POST /internal/v1/sandbox-nodes/<node_id>/operations    200 OperationResult | 4xx/503 Error
 //
 // The reference is docs/node-connect.md.
-package nodeapi
+package api
 
 import (
 	"crypto/sha256"
@@ -37,7 +37,7 @@ const Prefix = "/internal/v1/sandbox-nodes"
 // Handler serves the API. Its fields must not change while it serves.
 type Handler struct {
 	// Hub is the node hub. Required.
-	Hub *nodehub.Hub
+	Hub *hub.Hub
 	// Tokens are the SHA-256 digests of the accepted API tokens (several
 	// allow rotation). A request must carry "Authorization: Bearer
 	// <token>" whose digest is one of them, compared in constant time.
@@ -60,32 +60,32 @@ func Owns(path string) bool {
 // operation takes.
 type OperationRequest struct {
 	// Operation is one of the 15 operations.
-	Operation nodeproto.Operation `json:"operation"`
+	Operation proto.Operation `json:"operation"`
 	// DeploymentGeneration is the allocation's deployment generation, > 0.
 	DeploymentGeneration int64 `json:"deployment_generation"`
 	// TimeoutMS is the budget, 1..120000 ms; the API waits at most this
 	// long plus the hub's response grace.
 	TimeoutMS int `json:"timeout_ms"`
 	// Reference is the exact (tenant_id, environment_id, allocation_id).
-	Reference nodeproto.Reference `json:"reference"`
+	Reference proto.Reference `json:"reference"`
 
 	// Bootstrap is the create parameter.
-	Bootstrap *nodeproto.Bootstrap `json:"bootstrap,omitempty"`
+	Bootstrap *proto.Bootstrap `json:"bootstrap,omitempty"`
 	// Command is the command and command_compute parameter.
-	Command *nodeproto.Command `json:"command,omitempty"`
+	Command *proto.Command `json:"command,omitempty"`
 	// Observation is the observe parameter.
-	Observation *nodeproto.Observation `json:"observation,omitempty"`
+	Observation *proto.Observation `json:"observation,omitempty"`
 	// Generation is new_compute's compute generation, > 0.
 	Generation *int64 `json:"generation,omitempty"`
 	// Snapshot is new_compute's optional and delete_snapshot's snapshot.
-	Snapshot *nodeproto.Snapshot `json:"snapshot,omitempty"`
+	Snapshot *proto.Snapshot `json:"snapshot,omitempty"`
 	// Compute names the compute instance of compute, kill_compute,
 	// resume_compute and command_compute.
-	Compute *nodeproto.ComputeRef `json:"compute,omitempty"`
+	Compute *proto.ComputeRef `json:"compute,omitempty"`
 	// Suspend is the suspend parameter.
-	Suspend *nodeproto.Suspend `json:"suspend,omitempty"`
+	Suspend *proto.Suspend `json:"suspend,omitempty"`
 	// Resume is the resume parameter.
-	Resume *nodeproto.Resume `json:"resume,omitempty"`
+	Resume *proto.Resume `json:"resume,omitempty"`
 }
 
 // OperationResult is the answer of a dispatched operation (HTTP 200,
@@ -97,7 +97,7 @@ type OperationResult struct {
 	Outcome string `json:"outcome"`
 	// ErrorCode is the failure's code, "unsupported", or "unconfirmed" for
 	// unknown; absent on success.
-	ErrorCode nodeproto.ErrorCode `json:"error_code,omitempty"`
+	ErrorCode proto.ErrorCode `json:"error_code,omitempty"`
 	// Reason says why the outcome is unknown: "unconfirmed", "timeout",
 	// "disconnected", "cancelled" or "write_failed".
 	Reason string `json:"reason,omitempty"`
@@ -110,10 +110,10 @@ type OperationResult struct {
 	// OwnerEpoch is the owner epoch the request carried.
 	OwnerEpoch int64 `json:"owner_epoch"`
 	// Response is the node's response frame, absent when none arrived.
-	Response *nodeproto.Response `json:"response,omitempty"`
+	Response *proto.Response `json:"response,omitempty"`
 	// Receipt is the info receipt of a failed create that proves a settled
 	// create attempt.
-	Receipt *nodeproto.Info `json:"receipt,omitempty"`
+	Receipt *proto.Info `json:"receipt,omitempty"`
 }
 
 // Error is the body of every refusal.
@@ -129,14 +129,14 @@ type ErrorBody struct {
 	// generation_not_ready, too_many_pending, unavailable.
 	Code string `json:"code"`
 	// Message is a fixed explanation; for invalid_request it names the
-	// nodeproto rule and JSON pointer.
+	// node/proto rule and JSON pointer.
 	Message string `json:"message"`
 }
 
 // Nodes is the body of the list.
 type Nodes struct {
 	// Nodes are every enrolled or seen node, sorted by node ID.
-	Nodes []nodehub.NodeStatus `json:"nodes"`
+	Nodes []hub.NodeStatus `json:"nodes"`
 }
 
 // decodeOptions make the body decoder as strict as the frame codec.
@@ -209,7 +209,7 @@ func allow(w http.ResponseWriter, r *http.Request, method string) bool {
 }
 
 func (h *Handler) operation(w http.ResponseWriter, r *http.Request, nodeID string) {
-	body := http.MaxBytesReader(w, r.Body, nodeproto.MaxRequestFrame)
+	body := http.MaxBytesReader(w, r.Body, proto.MaxRequestFrame)
 	var in OperationRequest
 	if err := jsonv2.UnmarshalRead(body, &in, decodeOptions); err != nil {
 		var mbe *http.MaxBytesError
@@ -220,7 +220,7 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request, nodeID strin
 		writeError(w, http.StatusBadRequest, "invalid_request", bodyProblem(err))
 		return
 	}
-	req := nodeproto.Request{
+	req := proto.Request{
 		DeploymentGeneration: in.DeploymentGeneration, Operation: in.Operation, TimeoutMS: in.TimeoutMS,
 		Reference: in.Reference, Bootstrap: in.Bootstrap, Command: in.Command, Observation: in.Observation,
 		Generation: in.Generation, Snapshot: in.Snapshot, Compute: in.Compute, Suspend: in.Suspend, Resume: in.Resume,
@@ -264,17 +264,17 @@ func bodyProblem(err error) string {
 
 // refusal maps a Dispatch error to status, code and message.
 func refusal(err error) (int, string, string) {
-	var pe *nodeproto.Error
+	var pe *proto.Error
 	switch {
-	case errors.Is(err, nodehub.ErrInvalidRequest) && errors.As(err, &pe):
+	case errors.Is(err, hub.ErrInvalidRequest) && errors.As(err, &pe):
 		return http.StatusBadRequest, "invalid_request", pe.Error()
-	case errors.Is(err, nodehub.ErrUnknownNode):
+	case errors.Is(err, hub.ErrUnknownNode):
 		return http.StatusNotFound, "not_found", "no such node"
-	case errors.Is(err, nodehub.ErrOffline):
+	case errors.Is(err, hub.ErrOffline):
 		return http.StatusServiceUnavailable, "node_offline", "the node is not online"
-	case errors.Is(err, nodehub.ErrNotReady):
+	case errors.Is(err, hub.ErrNotReady):
 		return http.StatusConflict, "generation_not_ready", "the node does not report the deployment generation ready"
-	case errors.Is(err, nodehub.ErrTooManyPending):
+	case errors.Is(err, hub.ErrTooManyPending):
 		return http.StatusTooManyRequests, "too_many_pending", "32 requests are already pending on the node connection"
 	}
 	return http.StatusServiceUnavailable, "unavailable", "the node connection service is unavailable"

@@ -1,10 +1,10 @@
-// Package nodesim is a simulated sandbox node: the node's end of the
+// Package sim is a simulated sandbox node: the node's end of the
 // sandbox-node protocol (spec node-protocol.md) without a provider behind
 // it. It dials Core's connect URL with a node credential, sends hello,
 // heartbeats on a fixed interval and answers every request with a
 // configurable response. Tests of the gateway and the load tool
 // (hack/nodeload) use it; it is not the node agent.
-package nodesim
+package sim
 
 import (
 	"context"
@@ -31,14 +31,14 @@ type Config struct {
 	Credential string
 	// Hello is the node's hello; Version and Type are set by the codec.
 	// Its Health.ObservedAt is refreshed when zero.
-	Hello nodeproto.Hello
+	Hello proto.Hello
 	// HeartbeatInterval is the heartbeat period; 0 means 10 s, negative
 	// means no automatic heartbeats (call Heartbeat).
 	HeartbeatInterval time.Duration
 	// Answer builds the response to a request; nil answers every request
 	// with Success. Returning nil sends nothing (the request stays pending
 	// on Core's side).
-	Answer func(*nodeproto.Request) *nodeproto.Response
+	Answer func(*proto.Request) *proto.Response
 	// Dialer dials the WebSocket; nil means a dialer with a 10 s handshake
 	// timeout and small buffers.
 	Dialer *websocket.Dialer
@@ -50,13 +50,13 @@ type Config struct {
 type Node struct {
 	cfg     Config
 	ws      *websocket.Conn
-	welcome nodeproto.Welcome
+	welcome proto.Welcome
 
 	wmu sync.Mutex
 
 	acks     atomic.Uint64
 	requests atomic.Uint64
-	lastAck  atomic.Pointer[nodeproto.HeartbeatAck]
+	lastAck  atomic.Pointer[proto.HeartbeatAck]
 
 	waitingMu sync.Mutex
 	waiting   []chan struct{}
@@ -76,7 +76,7 @@ type DialError struct {
 
 // Error returns the status and the dialer's error.
 func (e *DialError) Error() string {
-	return fmt.Sprintf("nodesim: connect refused (%d): %v", e.Status, e.Err)
+	return fmt.Sprintf("sim: connect refused (%d): %v", e.Status, e.Err)
 }
 
 // Unwrap returns Err.
@@ -135,10 +135,10 @@ func Dial(ctx context.Context, cfg Config) (*Node, error) {
 		_ = ws.Close()
 		return nil, err
 	}
-	w, ok := f.(*nodeproto.Welcome)
+	w, ok := f.(*proto.Welcome)
 	if !ok {
 		_ = ws.Close()
-		return nil, fmt.Errorf("nodesim: first frame from Core is %s, not welcome", f.FrameType())
+		return nil, fmt.Errorf("sim: first frame from Core is %s, not welcome", f.FrameType())
 	}
 	_ = ws.SetReadDeadline(time.Time{})
 	n.welcome = *w
@@ -153,13 +153,13 @@ func Dial(ctx context.Context, cfg Config) (*Node, error) {
 }
 
 // Welcome returns the welcome Core sent.
-func (n *Node) Welcome() nodeproto.Welcome { return n.welcome }
+func (n *Node) Welcome() proto.Welcome { return n.welcome }
 
 // Acks returns how many heartbeat_acks have arrived.
 func (n *Node) Acks() uint64 { return n.acks.Load() }
 
 // LastAck returns the last heartbeat_ack, nil before the first.
-func (n *Node) LastAck() *nodeproto.HeartbeatAck { return n.lastAck.Load() }
+func (n *Node) LastAck() *proto.HeartbeatAck { return n.lastAck.Load() }
 
 // Requests returns how many requests have arrived.
 func (n *Node) Requests() uint64 { return n.requests.Load() }
@@ -223,8 +223,8 @@ func (n *Node) finish(err error) {
 	})
 }
 
-func (n *Node) send(f nodeproto.Frame) error {
-	b, err := nodeproto.Encode(f)
+func (n *Node) send(f proto.Frame) error {
+	b, err := proto.Encode(f)
 	if err != nil {
 		return err
 	}
@@ -234,25 +234,25 @@ func (n *Node) send(f nodeproto.Frame) error {
 	return n.ws.WriteMessage(websocket.TextMessage, b)
 }
 
-func (n *Node) read() (nodeproto.Frame, error) {
+func (n *Node) read() (proto.Frame, error) {
 	typ, data, err := n.ws.ReadMessage()
 	if err != nil {
 		return nil, err
 	}
 	if typ != websocket.TextMessage {
-		return nil, errors.New("nodesim: binary message from Core")
+		return nil, errors.New("sim: binary message from Core")
 	}
-	return nodeproto.Decode(data)
+	return proto.Decode(data)
 }
 
-func (n *Node) health() nodeproto.Health {
+func (n *Node) health() proto.Health {
 	h := n.cfg.Hello.Health
 	h.ObservedAt = time.Now().UTC()
 	return h
 }
 
 func (n *Node) sendHeartbeat() error {
-	return n.send(&nodeproto.Heartbeat{ConnectionID: n.welcome.ConnectionID, OwnerEpoch: n.welcome.OwnerEpoch,
+	return n.send(&proto.Heartbeat{ConnectionID: n.welcome.ConnectionID, OwnerEpoch: n.welcome.OwnerEpoch,
 		Health: n.health(), Generations: n.cfg.Hello.Generations})
 }
 
@@ -280,7 +280,7 @@ func (n *Node) readLoop() {
 			return
 		}
 		switch f := f.(type) {
-		case *nodeproto.HeartbeatAck:
+		case *proto.HeartbeatAck:
 			n.lastAck.Store(f)
 			n.acks.Add(1)
 			n.waitingMu.Lock()
@@ -289,7 +289,7 @@ func (n *Node) readLoop() {
 				n.waiting = n.waiting[1:]
 			}
 			n.waitingMu.Unlock()
-		case *nodeproto.Request:
+		case *proto.Request:
 			n.requests.Add(1)
 			answer := n.cfg.Answer
 			if answer == nil {
@@ -302,7 +302,7 @@ func (n *Node) readLoop() {
 				}
 			}
 		default:
-			n.finish(fmt.Errorf("nodesim: unexpected %s frame from Core", f.FrameType()))
+			n.finish(fmt.Errorf("sim: unexpected %s frame from Core", f.FrameType()))
 			return
 		}
 	}
@@ -310,31 +310,31 @@ func (n *Node) readLoop() {
 
 // Success answers req with a success carrying the result its operation
 // names (spec operation table), with plausible values.
-func Success(req *nodeproto.Request) *nodeproto.Response {
-	resp := &nodeproto.Response{ID: req.ID, ConnectionID: req.ConnectionID}
+func Success(req *proto.Request) *proto.Response {
+	resp := &proto.Response{ID: req.ID, ConnectionID: req.ConnectionID}
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	switch req.Operation {
-	case nodeproto.OpCreate, nodeproto.OpInfo, nodeproto.OpRenew:
+	case proto.OpCreate, proto.OpInfo, proto.OpRenew:
 		image := "sandbox:latest"
 		if req.Bootstrap != nil {
 			image = req.Bootstrap.Image
 		}
-		resp.Info = &nodeproto.Info{Reference: req.Reference, DeploymentGeneration: req.DeploymentGeneration,
-			State: nodeproto.StateRunning, Image: image, CreatedAt: now, RenewedAt: now}
-	case nodeproto.OpCommand, nodeproto.OpCommandCompute:
-		resp.Command = &nodeproto.CommandResult{ExitCode: 0, Stdout: []byte{}, Stderr: []byte{}}
-	case nodeproto.OpObserve:
-		resp.Sample = &nodeproto.Sample{ObservedAt: now, MemoryLimitBytes: 1 << 30, PIDs: 1}
-	case nodeproto.OpInitial:
-		resp.Compute = &nodeproto.Compute{Generation: 1, State: nodeproto.StateRunning}
-	case nodeproto.OpNewCompute:
+		resp.Info = &proto.Info{Reference: req.Reference, DeploymentGeneration: req.DeploymentGeneration,
+			State: proto.StateRunning, Image: image, CreatedAt: now, RenewedAt: now}
+	case proto.OpCommand, proto.OpCommandCompute:
+		resp.Command = &proto.CommandResult{ExitCode: 0, Stdout: []byte{}, Stderr: []byte{}}
+	case proto.OpObserve:
+		resp.Sample = &proto.Sample{ObservedAt: now, MemoryLimitBytes: 1 << 30, PIDs: 1}
+	case proto.OpInitial:
+		resp.Compute = &proto.Compute{Generation: 1, State: proto.StateRunning}
+	case proto.OpNewCompute:
 		g := int64(1)
 		if req.Generation != nil {
 			g = *req.Generation
 		}
-		resp.Compute = &nodeproto.Compute{Generation: g, State: nodeproto.StateRunning}
-	case nodeproto.OpCompute, nodeproto.OpResumeCompute, nodeproto.OpSuspend, nodeproto.OpResume:
-		resp.State = &nodeproto.State{State: nodeproto.StateRunning, Compute: 1}
+		resp.Compute = &proto.Compute{Generation: g, State: proto.StateRunning}
+	case proto.OpCompute, proto.OpResumeCompute, proto.OpSuspend, proto.OpResume:
+		resp.State = &proto.State{State: proto.StateRunning, Compute: 1}
 	}
 	return resp
 }

@@ -1,4 +1,4 @@
-package nodeapi
+package api
 
 import (
 	"bytes"
@@ -44,7 +44,7 @@ func hexSum(s string) string {
 
 type apiEnv struct {
 	t   *testing.T
-	hub *nodehub.Hub
+	hub *hub.Hub
 	srv *httptest.Server
 }
 
@@ -60,34 +60,34 @@ func newAPIEnv(t *testing.T) *apiEnv {
 	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	creds, err := nodecred.OpenFile(path, nil)
+	creds, err := credential.OpenFile(path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = creds.Close() })
-	hub := nodehub.New()
-	if err := hub.Configure(nodehub.Config{Credentials: creds, OwnerEpoch: 3,
-		Timers: nodehub.Timers{ResponseGrace: 50 * time.Millisecond}}); err != nil {
+	h := hub.New()
+	if err := h.Configure(hub.Config{Credentials: creds, OwnerEpoch: 3,
+		Timers: hub.Timers{ResponseGrace: 50 * time.Millisecond}}); err != nil {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(nodehub.ConnectPath, hub)
-	mux.Handle(Prefix, &Handler{Hub: hub, Tokens: [][sha256.Size]byte{sha256.Sum256([]byte(apiToken))}})
-	mux.Handle(Prefix+"/", &Handler{Hub: hub, Tokens: [][sha256.Size]byte{sha256.Sum256([]byte(apiToken))}})
+	mux.Handle(hub.ConnectPath, h)
+	mux.Handle(Prefix, &Handler{Hub: h, Tokens: [][sha256.Size]byte{sha256.Sum256([]byte(apiToken))}})
+	mux.Handle(Prefix+"/", &Handler{Hub: h, Tokens: [][sha256.Size]byte{sha256.Sum256([]byte(apiToken))}})
 	srv := httptest.NewServer(mux)
-	t.Cleanup(func() { _ = hub.Close(); srv.Close() })
-	return &apiEnv{t: t, hub: hub, srv: srv}
+	t.Cleanup(func() { _ = h.Close(); srv.Close() })
+	return &apiEnv{t: t, hub: h, srv: srv}
 }
 
 // node connects a simulated node with the given answer function.
-func (e *apiEnv) node(id, secret string, ready bool, answer func(*nodeproto.Request) *nodeproto.Response) *nodesim.Node {
+func (e *apiEnv) node(id, secret string, ready bool, answer func(*proto.Request) *proto.Response) *sim.Node {
 	e.t.Helper()
-	h := nodeproto.Health{ProviderReady: ready, Host: nodeproto.HostMeasurements{CPUCount: 4, MemoryTotalBytes: 1 << 30}}
+	h := proto.Health{ProviderReady: ready, Host: proto.HostMeasurements{CPUCount: 4, MemoryTotalBytes: 1 << 30}}
 	if !ready {
 		h.Diagnostic = "docker_timeout"
 	}
-	n, err := nodesim.Dial(e.t.Context(), nodesim.Config{URL: e.srv.URL, Credential: secret, HeartbeatInterval: -1,
-		Answer: answer, Hello: nodeproto.Hello{NodeID: id, InstallationID: inst, Provider: nodeproto.ProviderDocker,
+	n, err := sim.Dial(e.t.Context(), sim.Config{URL: e.srv.URL, Credential: secret, HeartbeatInterval: -1,
+		Answer: answer, Hello: proto.Hello{NodeID: id, InstallationID: inst, Provider: proto.ProviderDocker,
 			BackendFingerprint: fingerprint, DeploymentGeneration: 1, SpecificationDigest: specDigest, MaxActive: 4, Health: h}})
 	if err != nil {
 		e.t.Fatalf("node %s: %v", id, err)
@@ -164,13 +164,13 @@ func TestAPIListAndNode(t *testing.T) {
 		t.Fatalf("list: %d %+v", status, list)
 	}
 	a, b := list.Nodes[0], list.Nodes[1]
-	if a.NodeID != nodeA || !a.Online || a.State != nodehub.StateLive || a.Health == nil || a.Health.Diagnostic != "docker_timeout" || a.OwnerEpoch != 3 {
+	if a.NodeID != nodeA || !a.Online || a.State != hub.StateLive || a.Health == nil || a.Health.Diagnostic != "docker_timeout" || a.OwnerEpoch != 3 {
 		t.Errorf("A = %+v", a)
 	}
-	if b.NodeID != nodeB || b.Online || b.State != nodehub.StateDisconnected || !b.Enrolled {
+	if b.NodeID != nodeB || b.Online || b.State != hub.StateDisconnected || !b.Enrolled {
 		t.Errorf("B = %+v", b)
 	}
-	var one nodehub.NodeStatus
+	var one hub.NodeStatus
 	if status := e.call(http.MethodGet, Prefix+"/"+nodeA, apiToken, "", &one); status != http.StatusOK || one.NodeID != nodeA || !one.Online {
 		t.Errorf("GET A: %d %+v", status, one)
 	}
@@ -189,7 +189,7 @@ func TestAPIOperation(t *testing.T) {
 		var res OperationResult
 		status := e.call(http.MethodPost, Prefix+"/"+nodeA+"/operations", apiToken, infoBody, &res)
 		if status != http.StatusOK || res.Outcome != "success" || res.Sequence != seq || res.ConnectionID != n.Welcome().ConnectionID ||
-			res.OwnerEpoch != 3 || !nodeproto.IsUUID(res.RequestID) || res.Response == nil || res.Response.Info == nil ||
+			res.OwnerEpoch != 3 || !proto.IsUUID(res.RequestID) || res.Response == nil || res.Response.Info == nil ||
 			res.Response.Info.Reference.AllocationID != "a1" {
 			t.Fatalf("operation %d: %d %+v", seq, status, res)
 		}
@@ -204,18 +204,18 @@ func TestAPIOperation(t *testing.T) {
 func TestAPIOperationOutcomes(t *testing.T) {
 	e := newAPIEnv(t)
 	var mode sync.Map
-	e.node(nodeA, secretA, true, func(r *nodeproto.Request) *nodeproto.Response {
+	e.node(nodeA, secretA, true, func(r *proto.Request) *proto.Response {
 		m, _ := mode.Load("m")
-		resp := &nodeproto.Response{ID: r.ID, ConnectionID: r.ConnectionID}
+		resp := &proto.Response{ID: r.ID, ConnectionID: r.ConnectionID}
 		switch m {
 		case "failed":
-			resp.ErrorCode = nodeproto.ErrNotFound
+			resp.ErrorCode = proto.ErrNotFound
 		case "unsupported":
-			resp.ErrorCode = nodeproto.ErrUnsupported
-			resp.Unsupported = &nodeproto.Unsupported{Operation: r.Operation, Reason: "not offered"}
+			resp.ErrorCode = proto.ErrUnsupported
+			resp.Unsupported = &proto.Unsupported{Operation: r.Operation, Reason: "not offered"}
 		case "mismatched":
-			resp.ErrorCode = nodeproto.ErrUnsupported
-			resp.Unsupported = &nodeproto.Unsupported{Operation: nodeproto.OpKill, Reason: "not offered"}
+			resp.ErrorCode = proto.ErrUnsupported
+			resp.Unsupported = &proto.Unsupported{Operation: proto.OpKill, Reason: "not offered"}
 		case "silent":
 			return nil
 		}
@@ -280,9 +280,9 @@ func TestAPITooManyPending(t *testing.T) {
 	e := newAPIEnv(t)
 	release := make(chan struct{})
 	var held sync.WaitGroup
-	e.node(nodeA, secretA, true, func(r *nodeproto.Request) *nodeproto.Response { return nil })
+	e.node(nodeA, secretA, true, func(r *proto.Request) *proto.Response { return nil })
 	body := strings.Replace(infoBody, "2000", "120000", 1)
-	for range nodeproto.MaxPendingRequests {
+	for range proto.MaxPendingRequests {
 		held.Add(1)
 		go func() {
 			defer held.Done()
@@ -295,7 +295,7 @@ func TestAPITooManyPending(t *testing.T) {
 			}
 		}()
 	}
-	waitFor(t, "32 pending requests", func() bool { s, _ := e.hub.Node(nodeA); return s.Pending == nodeproto.MaxPendingRequests })
+	waitFor(t, "32 pending requests", func() bool { s, _ := e.hub.Node(nodeA); return s.Pending == proto.MaxPendingRequests })
 	var er Error
 	if status := e.call(http.MethodPost, Prefix+"/"+nodeA+"/operations", apiToken, body, &er); status != http.StatusTooManyRequests || er.Error.Code != "too_many_pending" {
 		t.Fatalf("33rd: %d %+v", status, er)
