@@ -123,5 +123,5 @@ var (
 	_ caddy.Provisioner     = (*CredentialFile)(nil)
 	_ caddy.CleanerUpper    = (*CredentialFile)(nil)
 	_ caddyfile.Unmarshaler = (*CredentialFile)(nil)
-	_ credential.Store        = (*CredentialFile)(nil)
+	_ credential.Store      = (*CredentialFile)(nil)
 )

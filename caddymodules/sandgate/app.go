@@ -86,7 +86,7 @@ type App struct {
 	logger      *zap.Logger
 
 	hub       *hub.Hub // the shared hub, when Nodes is set
-	hubHeld   bool         // this config holds a reference in hubs
+	hubHeld   bool     // this config holds a reference in hubs
 	hubConfig hub.Config
 	hubUndo   func() // puts back the hub settings Start replaced
 }
