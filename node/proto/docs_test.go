@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-const docsPath = "../docs/node-protocol.md"
+const docsPath = "../../docs/node-protocol.md"
 
 func readDocs(t *testing.T) string {
 	t.Helper()

@@ -353,7 +353,7 @@ func TestHeaderScanOrder(t *testing.T) {
 
 func TestErrorText(t *testing.T) {
 	e := &Error{Rule: ErrField, Pointer: "/a", Detail: "must be 1..2"}
-	if got, want := e.Error(), `node/proto: field rule violated at "/a": must be 1..2`; got != want {
+	if got, want := e.Error(), `proto: field rule violated at "/a": must be 1..2`; got != want {
 		t.Fatalf("Error() = %q, want %q", got, want)
 	}
 	long := &Error{Rule: ErrUnknownMember, Pointer: "/" + strings.Repeat("n", 1000)}
