@@ -7,6 +7,8 @@
 // message; flag 0x02 (FlagEndStream) marks the final end-stream message, whose
 // payload is a JSON EndStreamResponse. Flag 0x01 (compressed) is never written
 // and is refused on input, because neither SDK compresses (e2b-wire.md §2.2).
+// The protocol defines no other flag bit: an envelope with one is refused
+// (ErrFlags), and so is the response-only end-stream flag in a request.
 //
 // Errors carry a Code, the snake_case string the Connect spec defines. Unary
 // errors are written as an HTTP status from Code.HTTPStatus with a JSON body
@@ -31,12 +33,15 @@ const (
 	ContentTypeStreamJSON = "application/connect+json"
 )
 
-// Envelope flags (Connect protocol, "Streaming-Response" section).
+// Envelope flags (Connect protocol, "Streaming-Request" and
+// "Streaming-Response": Envelope-Flags is 8 bit flags of which a request
+// defines only compressed, a response compressed and end-stream).
 const (
 	// FlagCompressed marks a compressed envelope. sandgate never sends it and
 	// refuses it on input.
 	FlagCompressed byte = 0x01
-	// FlagEndStream marks the end-stream envelope that closes a server stream.
+	// FlagEndStream marks the end-stream envelope that closes a server stream
+	// (responses only).
 	FlagEndStream byte = 0x02
 )
 
@@ -114,6 +119,10 @@ type EndStream struct {
 var (
 	// ErrCompressed is returned for an envelope with the compressed flag set.
 	ErrCompressed = errors.New("connect: compressed envelopes are not supported")
+	// ErrFlags is returned for an envelope with a flag bit the Connect
+	// protocol does not define (any bit other than 0x01 and 0x02), and by
+	// ReadSingleEnvelope for the end-stream flag, which only responses carry.
+	ErrFlags = errors.New("connect: envelope flags not defined by the Connect protocol")
 	// ErrTooLarge is returned when an envelope's length exceeds the limit.
 	ErrTooLarge = errors.New("connect: envelope exceeds the size limit")
 	// ErrTruncated is returned when the body ends inside an envelope.
@@ -125,8 +134,9 @@ var (
 // ReadEnvelope reads one envelope from r and returns its flags and payload.
 // The payload may be at most limit bytes. It returns io.EOF when r is empty
 // at an envelope boundary, ErrTruncated when r ends inside an envelope,
-// ErrTooLarge when the declared length exceeds limit (nothing past the header
-// is read) and ErrCompressed for the compressed flag.
+// ErrTooLarge when the declared length exceeds limit, ErrFlags for a flag
+// bit other than FlagCompressed and FlagEndStream, and ErrCompressed for the
+// compressed flag; nothing past the 5-byte header is read for these three.
 func ReadEnvelope(r io.Reader, limit uint32) (flags byte, payload []byte, err error) {
 	var hdr [HeaderSize]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
@@ -136,35 +146,49 @@ func ReadEnvelope(r io.Reader, limit uint32) (flags byte, payload []byte, err er
 		return 0, nil, ErrTruncated
 	}
 	flags = hdr[0]
-	if flags&FlagCompressed != 0 {
-		return flags, nil, ErrCompressed
+	if flags&^(FlagCompressed|FlagEndStream) != 0 {
+		return flags, nil, fmt.Errorf("%w: 0x%02x", ErrFlags, flags)
+	}
+	payload, err = readPayload(r, hdr, limit)
+	return flags, payload, err
+}
+
+// readPayload checks the compressed flag and the length of the envelope
+// whose header is hdr, then reads its payload from r.
+func readPayload(r io.Reader, hdr [HeaderSize]byte, limit uint32) ([]byte, error) {
+	if hdr[0]&FlagCompressed != 0 {
+		return nil, ErrCompressed
 	}
 	n := binary.BigEndian.Uint32(hdr[1:])
 	if n > limit {
-		return flags, nil, fmt.Errorf("%w: %d bytes > %d", ErrTooLarge, n, limit)
+		return nil, fmt.Errorf("%w: %d bytes > %d", ErrTooLarge, n, limit)
 	}
-	payload = make([]byte, n)
+	payload := make([]byte, n)
 	if _, err := io.ReadFull(r, payload); err != nil {
-		return flags, nil, ErrTruncated
+		return nil, ErrTruncated
 	}
-	return flags, payload, nil
+	return payload, nil
 }
 
 // ReadSingleEnvelope reads the one message envelope that a server-stream
 // request carries (Connect protocol: a server-streaming request body is
-// exactly one message). Besides the errors of ReadEnvelope it returns
-// ErrTruncated for an empty body or an end-stream flag, and ErrTrailing when
-// more bytes follow.
+// exactly one message). It returns ErrTruncated for an empty body or one
+// that ends inside the envelope, ErrFlags for any flag bit but
+// FlagCompressed (a request defines no other; end-stream is response-only),
+// ErrCompressed, ErrTooLarge, and ErrTrailing when more bytes follow. The
+// flags and length are checked before the payload is read, so a refused
+// request costs no more than its 5-byte header.
 func ReadSingleEnvelope(r io.Reader, limit uint32) ([]byte, error) {
-	flags, payload, err := ReadEnvelope(r, limit)
-	if errors.Is(err, io.EOF) {
+	var hdr [HeaderSize]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, ErrTruncated
 	}
+	if hdr[0]&^FlagCompressed != 0 {
+		return nil, fmt.Errorf("%w in a request: 0x%02x", ErrFlags, hdr[0])
+	}
+	payload, err := readPayload(r, hdr, limit)
 	if err != nil {
 		return nil, err
-	}
-	if flags&FlagEndStream != 0 {
-		return nil, ErrTruncated
 	}
 	var one [1]byte
 	if n, _ := io.ReadFull(r, one[:]); n > 0 {

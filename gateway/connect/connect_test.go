@@ -43,7 +43,11 @@ func TestReadEnvelopeErrors(t *testing.T) {
 		{"short header", []byte{0, 0}, ErrTruncated},
 		{"short payload", msg[:8], ErrTruncated},
 		{"empty", nil, ErrTruncated},
-		{"end-stream instead of a message", AppendEnvelope(nil, FlagEndStream, []byte(`{}`)), ErrTruncated},
+		{"end-stream instead of a message", AppendEnvelope(nil, FlagEndStream, []byte(`{}`)), ErrFlags},
+		{"undefined flag 0x80", AppendEnvelope(nil, 0x80, []byte(`{}`)), ErrFlags},
+		{"undefined flags 0x30", AppendEnvelope(nil, 0x30, []byte(`{}`)), ErrFlags},
+		{"undefined flag 0x04 with a huge length", []byte{0x04, 0xff, 0xff, 0xff, 0xff}, ErrFlags},
+		{"compressed and end-stream", AppendEnvelope(nil, FlagCompressed|FlagEndStream, []byte(`{}`)), ErrFlags},
 		{"trailing bytes", append(append([]byte{}, msg...), 0), ErrTrailing},
 	}
 	for _, tc := range cases {
@@ -53,6 +57,39 @@ func TestReadEnvelopeErrors(t *testing.T) {
 	}
 	if p, err := ReadSingleEnvelope(bytes.NewReader(msg), 64); err != nil || string(p) != `{"x":true}` {
 		t.Fatalf("valid: %v %q", err, p)
+	}
+}
+
+// TestReadEnvelopeFlags: a response envelope may carry compressed and
+// end-stream, nothing else; a refused header reads nothing past itself.
+func TestReadEnvelopeFlags(t *testing.T) {
+	for f := 0; f < 256; f++ {
+		flags := byte(f)
+		in := AppendEnvelope(nil, flags, []byte(`{}`))
+		r := bytes.NewReader(in)
+		_, _, err := ReadEnvelope(r, 64)
+		switch {
+		case flags&^(FlagCompressed|FlagEndStream) != 0:
+			if !errors.Is(err, ErrFlags) || r.Len() != len(in)-HeaderSize {
+				t.Fatalf("flags 0x%02x: %v, %d bytes left", flags, err, r.Len())
+			}
+		case flags&FlagCompressed != 0:
+			if !errors.Is(err, ErrCompressed) {
+				t.Fatalf("flags 0x%02x: %v", flags, err)
+			}
+		default:
+			if err != nil {
+				t.Fatalf("flags 0x%02x: %v", flags, err)
+			}
+		}
+		r = bytes.NewReader(in)
+		_, err = ReadSingleEnvelope(r, 64)
+		if (flags == 0) != (err == nil) {
+			t.Fatalf("request flags 0x%02x: %v", flags, err)
+		}
+		if flags&^FlagCompressed != 0 && (!errors.Is(err, ErrFlags) || r.Len() != len(in)-HeaderSize) {
+			t.Fatalf("request flags 0x%02x: %v, %d bytes left", flags, err, r.Len())
+		}
 	}
 }
 

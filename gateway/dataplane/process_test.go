@@ -170,6 +170,9 @@ func TestProcessStartBadRequests(t *testing.T) {
 	}{
 		{"compressed flag", envelope(connect.FlagCompressed, good), nil, "invalid_argument", CodeBadRequest},
 		{"end-stream flag", envelope(connect.FlagEndStream, good), nil, "invalid_argument", CodeBadRequest},
+		{"undefined flag 0x80", envelope(0x80, good), nil, "invalid_argument", CodeBadRequest},
+		{"undefined flags 0x30", envelope(0x30, good), nil, "invalid_argument", CodeBadRequest},
+		{"undefined flag 0x04", envelope(0x04, good), nil, "invalid_argument", CodeBadRequest},
 		{"truncated envelope", envelope(0, good)[:20], nil, "invalid_argument", CodeBadRequest},
 		{"empty body", nil, nil, "invalid_argument", CodeBadRequest},
 		{"two envelopes", append(envelope(0, good), envelope(0, good)...), nil, "invalid_argument", CodeBadRequest},
