@@ -68,12 +68,34 @@ type Credential struct {
 	ProjectNamespace string `json:"projectNamespace"`
 	// ClusterID is the compute cluster that serves the credential.
 	ClusterID string `json:"clusterId"`
+	// ProjectWide, when true, lets the credential see and act on every
+	// sandbox of its ProjectNamespace (in its cluster), whoever created it;
+	// false (the default, also when absent) limits it to the sandboxes it
+	// created itself. corectl records the creating credential on each
+	// sandbox and checks it on every sandbox route and in the data-plane
+	// authorizer (spec §2.2 "tenant isolation", §3.3 ProviderAuthorizer;
+	// docs/corectl.md "Ownership"). Grant it only to operator or project
+	// administrator credentials.
+	ProjectWide bool `json:"projectWide,omitempty"`
+}
+
+// Sees reports whether c may see and act on a sandbox whose creating
+// credential is owner and which lives in namespace and cluster: the
+// sandbox must be in c's cluster and project namespace, and either c
+// created it (owner == c.ID) or c is ProjectWide. A sandbox without a
+// recorded owner (owner "") is seen only by project-wide credentials.
+func (c Credential) Sees(owner, namespace, cluster string) bool {
+	if c.ID == "" || namespace != c.ProjectNamespace || cluster != c.ClusterID {
+		return false
+	}
+	return c.ProjectWide || (owner != "" && owner == c.ID)
 }
 
 // fieldNames are the exact (case-sensitive) JSON member names of Credential.
 var fieldNames = map[string]bool{
 	"id": true, "enabled": true, "resourceSpecId": true,
 	"resourceGroupId": true, "projectNamespace": true, "clusterId": true,
+	"projectWide": true,
 }
 
 // Validate checks c: ID, ProjectNamespace and ClusterID must be non-empty,

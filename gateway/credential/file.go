@@ -23,7 +23,8 @@ var _ Source = (*File)(nil)
 //
 // Format: JSON or YAML, {"credentials": [{"id": …, "enabled": …,
 // "resourceSpecId": …, "resourceGroupId": …, "projectNamespace": …,
-// "clusterId": …}, …]}, decoded strictly (unknown fields, duplicate keys,
+// "clusterId": …, "projectWide": …}, …]} (projectWide optional, default
+// false), decoded strictly (unknown fields, duplicate keys,
 // wrong types, duplicate IDs and invalid credentials are errors), at most
 // MaxFileSize bytes.
 //
