@@ -63,15 +63,21 @@ func wrapCommand(line, marker string) string {
 }
 
 // outputStream restores the exact bytes of one output stream (stdout or
-// stderr) from execd's line events. A line's terminator is emitted lazily,
-// at the start of the next chunk, so every line still reaches the SDK as
-// soon as execd reports it; the marker line says whether the last line had
-// a terminator. Terminators are restored as "\n" (execd also ends lines at
-// "\r"; those become "\n").
+// stderr) from execd's line events, each as soon as execd reports it.
+//
+// execd reports a line only once its terminator has been written (a
+// partial line is held until the next poll finds its end, or flushed when
+// the process exits), and the wrapper always ends each stream with the
+// marker line. So every event other than the marker's stands for its text
+// plus a terminator, which is sent with it; a last line without a newline
+// arrives glued to the marker ("b<marker>") and is sent without one. The
+// marker event ends the stream. Terminators are restored as "\n" (execd
+// also ends lines at "\r"; those become "\n"). A command killed before the
+// wrapper printed the marker may have had a partial last line; it is sent
+// with a "\n", the only case where a byte is added.
 type outputStream struct {
-	marker    string
-	pendingNL bool
-	done      bool
+	marker string
+	done   bool
 }
 
 // line returns the bytes to send for one execd line event text, and
@@ -80,31 +86,12 @@ func (o *outputStream) line(text string) (out []byte, end bool) {
 	if o.done {
 		return nil, true
 	}
-	content, isMarker := strings.CutSuffix(text, o.marker)
-	if !isMarker && text == "\n" {
-		content = ""
-	}
-	var b []byte
-	if o.pendingNL {
-		b = append(b, '\n')
-	}
-	b = append(b, content...)
-	if isMarker {
+	if content, isMarker := strings.CutSuffix(text, o.marker); isMarker {
 		o.done = true
-		o.pendingNL = false
-		return b, true
+		return []byte(content), true
 	}
-	o.pendingNL = true
-	return b, false
-}
-
-// flush returns the bytes still owed when the command ended without
-// printing the marker (it was killed): the pending terminator, assumed "\n".
-func (o *outputStream) flush() []byte {
-	if o.done || !o.pendingNL {
-		return nil
+	if text == "\n" {
+		return []byte{'\n'}, false
 	}
-	o.pendingNL = false
-	o.done = true
-	return []byte{'\n'}
+	return append([]byte(text), '\n'), false
 }

@@ -55,7 +55,6 @@ func restore(events []string, marker string) string {
 		out, _ := o.line(ev)
 		b.Write(out)
 	}
-	b.Write(o.flush())
 	return b.String()
 }
 
@@ -66,12 +65,17 @@ func TestOutputRestoration(t *testing.T) {
 			t.Errorf("%q restored as %q", out, got)
 		}
 	}
-	// A killed command prints no marker: the pending terminator is assumed.
+	// Each line is sent with its terminator as soon as it is reported, not
+	// when the next line arrives: execd reports a line only once it ended.
 	o := &outputStream{marker: m}
-	a, _ := o.line("first")
-	b, _ := o.line("second")
-	if got := string(a) + string(b) + string(o.flush()); got != "first\nsecond\n" {
-		t.Fatalf("without marker: %q", got)
+	for _, ev := range []struct{ text, want string }{{"first", "first\n"}, {"\n", "\n"}, {"last" + m, "last"}} {
+		if got, _ := o.line(ev.text); string(got) != ev.want {
+			t.Fatalf("event %q sent as %q, want %q", ev.text, got, ev.want)
+		}
+	}
+	// After the marker nothing more is sent.
+	if got, end := o.line("late"); got != nil || !end {
+		t.Fatalf("after the marker: %q %v", got, end)
 	}
 }
 

@@ -230,11 +230,6 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 					ka.Reset(keepalive)
 				}
 			case ev.Terminal():
-				for _, name := range []string{execd.EventStdout, execd.EventStderr} {
-					if b := out[name].flush(); len(b) > 0 {
-						h.sendData(sw, name, b)
-					}
-				}
 				end, ok := endEvent(ev)
 				if !ok {
 					return streamErr(fail(CodeExecdProtocol, "execd reported an exit code that is not a number"))

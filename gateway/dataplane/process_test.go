@@ -362,3 +362,48 @@ func TestProcessStartExecdFailsMidStream(t *testing.T) {
 	}
 	_ = os.WriteFile(gate, nil, 0o644)
 }
+
+// TestProcessStartLineDelivered: a line reaches the SDK with its
+// terminator as soon as execd reports it, while the command still runs
+// (envd sends "start\n" as one chunk); the command prints its second line
+// only after the test has seen the first one whole.
+func TestProcessStartLineDelivered(t *testing.T) {
+	e := newTestEnv(t)
+	gate := filepath.Join(t.TempDir(), "go")
+	req := e.startRequest(startMsg("echo start; while [ ! -f '" + gate + "' ]; do sleep 0.05; done; printf 'end'"))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	var chunks []string
+	for {
+		f, err := readFrame(t, r)
+		if err != nil {
+			t.Fatalf("stream ended early: %v (chunks %q)", err, chunks)
+		}
+		if f.flags == connect.FlagEndStream {
+			break
+		}
+		ev := f.json["event"].(map[string]any)
+		d, _ := ev["data"].(map[string]any)
+		if d == nil {
+			continue
+		}
+		b, _ := base64.StdEncoding.DecodeString(d["stdout"].(string))
+		chunks = append(chunks, string(b))
+		if len(chunks) == 1 {
+			if chunks[0] != "start\n" {
+				t.Fatalf("first chunk %q, want \"start\\n\" while the command waits", chunks[0])
+			}
+			if err := os.WriteFile(gate, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The last line has no newline and comes back without one.
+	if strings.Join(chunks, "") != "start\nend" || len(chunks) != 2 {
+		t.Fatalf("chunks %q, want [\"start\\n\" \"end\"]", chunks)
+	}
+}
