@@ -403,7 +403,7 @@ func testDenied(t *testing.T, e *testEnv, pkg string) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cmdsBefore, reqsBefore := len(e.Execd.Commands()), len(e.Ingress.Requests())
+			cmdsBefore, reqsBefore := len(e.Execd.Commands()), e.Ingress.Received()
 			var res struct {
 				Run, List, Read attempt
 			}
@@ -414,7 +414,7 @@ func testDenied(t *testing.T, e *testEnv, pkg string) {
 			if n := len(e.Execd.Commands()); n != cmdsBefore {
 				t.Errorf("execd ran %d commands for a refused sandbox", n-cmdsBefore)
 			}
-			if n := len(e.Ingress.Requests()); n != reqsBefore {
+			if n := e.Ingress.Received(); n != reqsBefore {
 				t.Errorf("the fixed entry got %d requests for a refused sandbox", n-reqsBefore)
 			}
 		})
@@ -903,7 +903,7 @@ func TestRawHTTPCheckOrder(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
-	reqsBefore := len(e.Ingress.Requests())
+	reqsBefore := e.Ingress.Received()
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
 			r, err := e.do(ctx, row.req)
@@ -957,7 +957,7 @@ func TestRawHTTPCheckOrder(t *testing.T) {
 			}
 		})
 	}
-	if n := len(e.Ingress.Requests()) - reqsBefore; n != 0 {
+	if n := e.Ingress.Received() - reqsBefore; n != 0 {
 		t.Errorf("the fixed entry got %d requests from refused calls", n)
 	}
 	if n := len(e.Execd.Commands()); n != 0 {
@@ -975,7 +975,7 @@ func TestRawHTTPCheckOrder(t *testing.T) {
 	if err := json.Unmarshal(r.body, &ok); err != nil {
 		t.Errorf("valid ListDir body %q: %v", r.body, err)
 	}
-	if n := len(e.Ingress.Requests()) - reqsBefore; n != 1 {
+	if n := e.Ingress.Received() - reqsBefore; n != 1 {
 		t.Errorf("the fixed entry got %d requests for one valid ListDir, want 1", n)
 	}
 }

@@ -499,7 +499,7 @@ func TestCreateFaultAtEveryStep(t *testing.T) {
 		t.Run(string(step), func(t *testing.T) {
 			w.t = t
 			w.fail(step)
-			before := len(w.entry.Requests())
+			before := w.entry.Received()
 			var fb struct {
 				Code    int      `json:"code"`
 				Error   string   `json:"error"`
@@ -535,7 +535,7 @@ func TestCreateFaultAtEveryStep(t *testing.T) {
 			w.nothingLeft()
 			// The readiness ping is attempted only from its own step on.
 			var pings int
-			for _, r := range w.entry.Requests()[before:] {
+			for _, r := range w.entry.RequestsAfter(before) {
 				if strings.HasSuffix(r.Path, "/44772/ping") {
 					pings++
 				}
@@ -953,14 +953,14 @@ func TestProbeSourceDiscovery(t *testing.T) {
 	w.mu.Lock()
 	w.source = "10.9.9.10"
 	w.mu.Unlock()
-	before := len(w.entry.Requests())
+	before := w.entry.Received()
 	drift := w.create(restricted)
 	if ing := carrier(drift.SandboxID); ing.Annotations[ingressallow.AnnotationWhitelist] != "10.9.9.10/32,203.0.113.0/24" ||
 		ing.Annotations[ingressallow.AnnotationProbeSources] != `["10.9.9.10/32"]` {
 		t.Fatalf("carrier after drift %v", ing.Annotations)
 	}
 	var forbidden bool
-	for _, r := range w.entry.Requests()[before:] {
+	for _, r := range w.entry.RequestsAfter(before) {
 		forbidden = forbidden || (r.Path == "/"+drift.SandboxID+"/44772/ping" && r.Status == 403)
 	}
 	if !forbidden {

@@ -220,7 +220,7 @@ func TestFilesWrite(t *testing.T) {
 	bad[2].ctype, bad[2].body = multipartBody(t, [][2]string{{"", "x"}})
 	for _, tc := range bad {
 		t.Run("refused: "+tc.name, func(t *testing.T) {
-			before := e.ingress.Requests()
+			before := e.ingress.Received()
 			resp, out := write(tc.query, tc.ctype, tc.body, tc.hdr)
 			re := decodeRESTError(t, out)
 			if resp.StatusCode != 400 || re.Code != 400 || !strings.HasPrefix(re.Message, "BAD_REQUEST: ") {
@@ -229,7 +229,7 @@ func TestFilesWrite(t *testing.T) {
 			if _, err := os.Stat(e.hostPath("/home/user/dup.txt")); err == nil {
 				t.Fatal("a refused write wrote a file")
 			}
-			for _, r := range e.ingress.Requests()[len(before):] {
+			for _, r := range e.ingress.RequestsAfter(before) {
 				if r.UpstreamPath == "/files/upload" && r.Status == 200 {
 					t.Fatalf("execd accepted an upload for a refused write: %+v", r)
 				}

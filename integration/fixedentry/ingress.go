@@ -82,6 +82,10 @@ type Sandbox struct {
 
 // Request is one request as the ingress received it, for test assertions.
 type Request struct {
+	// Seq is the request's arrival number on this Ingress: 1 for the first
+	// request ever received, counting across ResetRequests (compare with
+	// Received and RequestsAfter).
+	Seq uint64
 	// Method is the request method.
 	Method string
 	// RequestURI is the request target exactly as on the request line.
@@ -119,7 +123,12 @@ type Ingress struct {
 	sandboxes map[string]Sandbox
 	resolve   func(id string) (Sandbox, bool)
 	nginx     *Nginx
-	reqs      []Request
+	// reqs holds the most recent requests, oldest first; an in-flight
+	// request fills in its own *Request, so a reset or a trim never
+	// invalidates what a handler still writes to.
+	reqs        []*Request
+	received    uint64
+	recordLimit int
 
 	mux       *http.ServeMux
 	transport *http.Transport
@@ -129,16 +138,22 @@ type Ingress struct {
 type ctxKey struct{}
 
 // upstream is the per-request routing decision handed from the handler to
-// the ReverseProxy Director.
+// the ReverseProxy Director, and the request's record (nil when the record
+// is off).
 type upstream struct {
 	dial string
 	host string
-	idx  int
+	rec  *Request
 }
 
-// New returns an Ingress with no sandboxes.
+// DefaultRecordLimit is how many of the most recent requests an Ingress
+// keeps for Requests unless SetRecordLimit changes it.
+const DefaultRecordLimit = 4096
+
+// New returns an Ingress with no sandboxes that records the most recent
+// DefaultRecordLimit requests.
 func New() *Ingress {
-	in := &Ingress{sandboxes: map[string]Sandbox{}}
+	in := &Ingress{sandboxes: map[string]Sandbox{}, recordLimit: DefaultRecordLimit}
 	in.transport = http.DefaultTransport.(*http.Transport).Clone()
 	in.proxy = &httputil.ReverseProxy{
 		Director: func(req *http.Request) {
@@ -269,24 +284,65 @@ func (in *Ingress) RemoveSandbox(id string) {
 	delete(in.sandboxes, id)
 }
 
-// Requests returns a copy of every request received so far, in arrival
-// order.
-func (in *Ingress) Requests() []Request {
+// SetRecordLimit sets how many of the most recent requests are kept for
+// Requests: older ones are dropped as new ones arrive (Received still
+// counts them). 0 keeps none, for load tests; a negative n is 0. Lowering
+// the limit drops the oldest records at once.
+func (in *Ingress) SetRecordLimit(n int) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	out := make([]Request, len(in.reqs))
-	for i, r := range in.reqs {
-		r.Header = r.Header.Clone()
-		out[i] = r
+	in.recordLimit = max(n, 0)
+	in.trimLocked()
+}
+
+// trimLocked drops the records beyond the limit, oldest first.
+func (in *Ingress) trimLocked() {
+	if extra := len(in.reqs) - in.recordLimit; extra > 0 {
+		clear(in.reqs[:extra])
+		in.reqs = in.reqs[extra:]
+	}
+}
+
+// Requests returns a copy of the requests recorded so far (at most the
+// record limit, the most recent ones), in arrival order.
+func (in *Ingress) Requests() []Request {
+	return in.RequestsAfter(0)
+}
+
+// RequestsAfter returns a copy of the recorded requests whose Seq is above
+// seq, in arrival order: RequestsAfter(Received()) taken before an action
+// gives the requests the action caused, as long as they fit in the record
+// limit.
+func (in *Ingress) RequestsAfter(seq uint64) []Request {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	out := make([]Request, 0, len(in.reqs))
+	for _, r := range in.reqs {
+		if r.Seq <= seq {
+			continue
+		}
+		c := *r
+		c.Header = c.Header.Clone()
+		out = append(out, c)
 	}
 	return out
 }
 
-// ResetRequests clears the request log.
+// Received returns how many requests the Ingress has received since New,
+// recorded or not; ResetRequests does not change it.
+func (in *Ingress) Received() uint64 {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.received
+}
+
+// ResetRequests clears the request record. Requests still in flight finish
+// normally; their records are no longer listed.
 func (in *Ingress) ResetRequests() {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	in.reqs = nil
+	clear(in.reqs)
+	in.reqs = in.reqs[:0]
 }
 
 // CloseIdleConnections closes idle upstream connections.
@@ -325,22 +381,29 @@ func (sw *statusWriter) Unwrap() http.ResponseWriter { return sw.ResponseWriter 
 // ingress's two handlers: /status.ok and the proxy on "/".
 func (in *Ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	in.mu.Lock()
-	idx := len(in.reqs)
-	in.reqs = append(in.reqs, Request{
-		Method: r.Method, RequestURI: r.RequestURI, Path: r.URL.Path, RawPath: r.URL.EscapedPath(),
-		RawQuery: r.URL.RawQuery, Host: r.Host, Header: r.Header.Clone(),
-	})
+	in.received++
+	var rec *Request
+	if in.recordLimit > 0 {
+		rec = &Request{
+			Seq: in.received, Method: r.Method, RequestURI: r.RequestURI, Path: r.URL.Path, RawPath: r.URL.EscapedPath(),
+			RawQuery: r.URL.RawQuery, Host: r.Host, Header: r.Header.Clone(),
+		}
+		in.reqs = append(in.reqs, rec)
+		in.trimLocked()
+	}
 	in.mu.Unlock()
 	sw := &statusWriter{ResponseWriter: w}
-	defer func() {
-		in.mu.Lock()
-		in.reqs[idx].Status = sw.status
-		in.mu.Unlock()
-	}()
+	if rec != nil {
+		defer func() {
+			in.mu.Lock()
+			rec.Status = sw.status
+			in.mu.Unlock()
+		}()
+	}
 	if in.nginxGate(sw, r) {
 		return
 	}
-	up := &upstream{idx: idx}
+	up := &upstream{rec: rec}
 	in.mux.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), ctxKey{}, up)))
 }
 
@@ -386,8 +449,8 @@ func (in *Ingress) serveProxy(w http.ResponseWriter, r *http.Request) {
 	in.mu.Lock()
 	sb, ok := in.sandboxes[id]
 	resolve := in.resolve
-	if up != nil {
-		in.reqs[up.idx].SandboxID, in.reqs[up.idx].Port = id, port
+	if up != nil && up.rec != nil {
+		up.rec.SandboxID, up.rec.Port = id, port
 	}
 	in.mu.Unlock()
 	if !ok && resolve != nil {
@@ -421,9 +484,11 @@ func (in *Ingress) serveProxy(w http.ResponseWriter, r *http.Request) {
 	r.Header.Del(SecureAccessHeader)
 	if up != nil {
 		up.dial, up.host = dial, target
-		in.mu.Lock()
-		in.reqs[up.idx].UpstreamPath, in.reqs[up.idx].UpstreamHost = upPath, target
-		in.mu.Unlock()
+		if up.rec != nil {
+			in.mu.Lock()
+			up.rec.UpstreamPath, up.rec.UpstreamHost = upPath, target
+			in.mu.Unlock()
+		}
 	}
 	in.proxy.ServeHTTP(w, r)
 }
