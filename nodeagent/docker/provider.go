@@ -25,6 +25,7 @@ import (
 	"github.com/docker/docker/api/types/versions"
 	"github.com/docker/docker/client"
 
+	"github.com/sandgate/sandgate/node/operation"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodeagent/provider"
 	"github.com/sandgate/sandgate/nodeagent/state"
@@ -59,16 +60,6 @@ type Provider struct {
 
 var _ provider.Provider = (*Provider)(nil)
 
-// The operations Docker cannot carry out as the spec promises, and why
-// (fixed, safe texts sent in unsupported responses).
-var unsupported = map[proto.Operation]string{
-	proto.OpSuspend: "the docker provider cannot suspend: docker commit keeps only the filesystem, " +
-		"not the processes and memory of the sandbox, so a resume could not continue where it stopped",
-	proto.OpResume: "the docker provider cannot resume from a snapshot: it never writes snapshots " +
-		"because docker cannot capture a running sandbox",
-	proto.OpDeleteSnapshot: "the docker provider writes no snapshots, so it has none to delete",
-}
-
 // New returns a Provider for cfg and validates its operation declaration.
 // It does not contact the daemon.
 func New(cfg Config) (*Provider, error) {
@@ -78,9 +69,11 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	decl, err := provider.Declare(unsupported)
-	if err != nil {
-		return nil, err
+	// The declaration is the one registered for Docker, which Core's
+	// proxy applies too (package node/operation).
+	decl, ok := operation.For(proto.ProviderDocker)
+	if !ok {
+		return nil, errors.New("docker: no operation declaration is registered for the docker provider")
 	}
 	cli, err := client.NewClientWithOpts(client.WithHost(cfg.Endpoint), client.WithAPIVersionNegotiation())
 	if err != nil {

@@ -11,8 +11,8 @@ package provider
 import (
 	"context"
 	"errors"
-	"fmt"
 
+	"github.com/sandgate/sandgate/node/operation"
 	"github.com/sandgate/sandgate/node/proto"
 )
 
@@ -126,59 +126,12 @@ func CodeOf(err error) proto.ErrorCode {
 	return proto.ErrUnconfirmed
 }
 
-// Declaration is a provider's operation declaration: for every one of the
-// 15 operations, whether it is supported, and for each unsupported one an
-// authored, safe reason (printable ASCII, at most 256 bytes) that Core's
-// proxy checks (spec "Provider requests").
-type Declaration struct {
-	unsupported map[proto.Operation]string
-}
+// Declaration is a provider's operation declaration (package
+// node/operation, the registry both ends import).
+type Declaration = operation.Declaration
 
-// Declare builds a declaration in which every operation is supported
-// except those in unsupported, each mapped to its reason. It validates the
-// complete declaration, as node start-up must before accepting work: an
-// unknown operation or an empty, non-printable or over-long reason is an
-// error.
+// Declare builds and validates a declaration (operation.Declare): every
+// operation supported except those in unsupported, each with its reason.
 func Declare(unsupported map[proto.Operation]string) (Declaration, error) {
-	d := Declaration{unsupported: make(map[proto.Operation]string, len(unsupported))}
-	for op, reason := range unsupported {
-		if !op.Valid() {
-			return Declaration{}, fmt.Errorf("provider: declaration names unknown operation %q", op)
-		}
-		if !safeReason(reason) {
-			return Declaration{}, fmt.Errorf("provider: the reason for %q must be 1..%d bytes of printable ASCII", op, proto.MaxUnsupportedReason)
-		}
-		d.unsupported[op] = reason
-	}
-	return d, nil
-}
-
-func safeReason(s string) bool {
-	if len(s) == 0 || len(s) > proto.MaxUnsupportedReason {
-		return false
-	}
-	for i := range len(s) {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
-}
-
-// Supported reports whether op is one of the 15 operations and declared
-// supported.
-func (d Declaration) Supported(op proto.Operation) bool {
-	_, no := d.unsupported[op]
-	return op.Valid() && !no
-}
-
-// Unsupported returns the unsupported evidence for op: the exact operation
-// and its fixed reason, and true; or false when op is supported or not an
-// operation.
-func (d Declaration) Unsupported(op proto.Operation) (proto.Unsupported, bool) {
-	reason, ok := d.unsupported[op]
-	if !ok {
-		return proto.Unsupported{}, false
-	}
-	return proto.Unsupported{Operation: op, Reason: reason}, true
+	return operation.Declare(unsupported)
 }
