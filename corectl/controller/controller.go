@@ -24,6 +24,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/egress"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
+	"github.com/sandgate/sandgate/corectl/metrics"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -43,7 +44,16 @@ type IngressReconciler struct {
 	// Workers is how many allowlists are reconciled at once (default
 	// DefaultWorkers); one object is never reconciled by two workers.
 	Workers int
+	// Metrics counts each cycle's outcome (corectl_reconcile_total with
+	// controller "ingress"); nil records nothing.
+	Metrics *metrics.Metrics
 }
+
+// Controller names of corectl_reconcile_total.
+const (
+	ControllerIngress        = "ingress"
+	ControllerEgressRecovery = "egress-recovery"
+)
 
 // DefaultWorkers is IngressReconciler's default concurrency: the cycle is
 // apiserver round trips, so several in flight raise throughput (see
@@ -53,7 +63,12 @@ const DefaultWorkers = 8
 // Reconcile implements reconcile.Reconciler: one ingressallow cycle;
 // transient failures are returned so the request is retried with backoff.
 func (r *IngressReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	_, err := r.Engine.Reconcile(ctx, req.Namespace, req.Name)
+	res, err := r.Engine.Reconcile(ctx, req.Namespace, req.Name)
+	outcome := metrics.OutcomeError
+	if err == nil && res != nil {
+		outcome = string(res.Outcome)
+	}
+	r.Metrics.Reconciled(r.Engine.Cluster.ID, ControllerIngress, outcome)
 	return reconcile.Result{}, err
 }
 
@@ -98,6 +113,11 @@ type EgressRecovery struct {
 	Grace time.Duration
 	// Now returns the current time (nil: time.Now).
 	Now func() time.Time
+	// Metrics counts each takeover's outcome (corectl_reconcile_total with
+	// controller "egress-recovery": the egress outcome, Indeterminate, or
+	// error); cycles that find nothing to do are not counted. nil records
+	// nothing.
+	Metrics *metrics.Metrics
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -120,7 +140,15 @@ func (r *EgressRecovery) Reconcile(ctx context.Context, req reconcile.Request) (
 	if age := now().Sub(egress.VerifyingSince(np)); age < grace {
 		return reconcile.Result{RequeueAfter: grace - age}, nil
 	}
-	_, err := r.Engine.Resume(ctx, req.Namespace, req.Name)
+	res, err := r.Engine.Resume(ctx, req.Namespace, req.Name)
+	switch {
+	case err == nil && res != nil:
+		r.Metrics.Reconciled(r.Engine.Cluster.ID, ControllerEgressRecovery, string(res.Outcome))
+	case errors.Is(err, egress.ErrIndeterminate):
+		r.Metrics.Reconciled(r.Engine.Cluster.ID, ControllerEgressRecovery, v1alpha1.StateIndeterminate)
+	case err != nil && !apierrors.IsNotFound(err):
+		r.Metrics.Reconciled(r.Engine.Cluster.ID, ControllerEgressRecovery, metrics.OutcomeError)
+	}
 	if errors.Is(err, egress.ErrIndeterminate) {
 		// Needs an admin; the Event and annotations say so. No retry loop.
 		return reconcile.Result{}, nil

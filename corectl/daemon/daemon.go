@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -29,6 +30,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/httpapi"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
+	"github.com/sandgate/sandgate/corectl/metrics"
 	"github.com/sandgate/sandgate/corectl/probesource"
 	"github.com/sandgate/sandgate/corectl/template"
 	"github.com/sandgate/sandgate/gateway/credential"
@@ -40,6 +42,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
@@ -97,7 +100,24 @@ type Options struct {
 	// Lifecycle, when set, adjusts each cluster's orchestrator after it is
 	// built (tests: fault injection, readiness client).
 	Lifecycle func(*lifecycle.Orchestrator)
+	// Metrics receives corectl's metrics (package metrics); nil makes a
+	// new registry. Other packages register their collectors on
+	// Metrics.Registry.
+	Metrics *metrics.Metrics
+	// ProbeListen is the TCP address of the probe listener: GET /healthz,
+	// GET /readyz (with /readyz/<check> and ?verbose) and GET /metrics.
+	// Default "": no listener (ProbeHandler still serves them); port 0
+	// picks one (see ProbeAddr).
+	ProbeListen string
+	// ShutdownGrace bounds how long Run waits for in-flight API requests
+	// once its context ends (default 30 s); requests still running then
+	// are cut off, and what a cut-off create leaves behind is removed by
+	// the orphan scan.
+	ShutdownGrace time.Duration
 }
+
+// DefaultShutdownGrace is Options.ShutdownGrace's default.
+const DefaultShutdownGrace = 30 * time.Second
 
 // Daemon is a configured corectl.
 type Daemon struct {
@@ -105,6 +125,15 @@ type Daemon struct {
 	managers map[string]manager.Manager
 	api      *httpapi.Server
 	listener net.Listener
+	metrics  *metrics.Metrics
+
+	probe         net.Listener // nil without ProbeListen
+	clusters      []*clusterRun
+	draining      atomic.Bool // set when Run's context ended
+	serving       atomic.Bool // the API server is serving
+	probeHandler  http.Handler
+	healthHandler *healthz.Handler
+	readyHandler  *healthz.Handler
 }
 
 // LeaseName returns the leader-election Lease name for a cluster ID:
@@ -138,9 +167,15 @@ func New(opts Options) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Daemon{opts: opts, managers: map[string]manager.Manager{}}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.New()
+	}
+	if opts.ShutdownGrace <= 0 {
+		opts.ShutdownGrace = DefaultShutdownGrace
+	}
+	d := &Daemon{opts: opts, managers: map[string]manager.Manager{}, metrics: opts.Metrics}
 	d.api = &httpapi.Server{Keys: opts.Keys, Credentials: opts.Credentials, Clusters: map[string]*httpapi.ClusterHandle{},
-		IngressWait: opts.IngressWait, Log: opts.Log.WithName("api")}
+		IngressWait: opts.IngressWait, Log: opts.Log.WithName("api"), Metrics: opts.Metrics}
 	managed := labels.SelectorFromSet(labels.Set{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue})
 	for i := range opts.Config.Clusters {
 		c := &opts.Config.Clusters[i]
@@ -183,16 +218,25 @@ func New(opts Options) (*Daemon, error) {
 			probe = &probesource.Discoverer{Client: direct, Cluster: c}
 			in.Probe = probe.Sources
 		}
-		if err := (&controller.IngressReconciler{Engine: in}).SetupWithManager(mgr); err != nil {
+		if err := (&controller.IngressReconciler{Engine: in, Metrics: opts.Metrics}).SetupWithManager(mgr); err != nil {
 			return nil, err
 		}
-		if err := (&controller.EgressRecovery{Engine: eg, Reader: mgr.GetClient(), Grace: opts.EgressGrace}).SetupWithManager(mgr); err != nil {
+		if err := (&controller.EgressRecovery{Engine: eg, Reader: mgr.GetClient(), Grace: opts.EgressGrace, Metrics: opts.Metrics}).SetupWithManager(mgr); err != nil {
 			return nil, err
 		}
+		if err := opts.Metrics.WatchCNIGate(c.ID, c.CNIGate); err != nil {
+			return nil, fmt.Errorf("cluster %s: %w", c.ID, err)
+		}
+		cr := &clusterRun{id: c.ID, mgr: mgr}
+		if err := mgr.Add(leaderMark{cr}); err != nil {
+			return nil, err
+		}
+		d.clusters = append(d.clusters, cr)
 		h := &httpapi.ClusterHandle{Cluster: c, Egress: eg, Ingress: in}
 		if opts.TokenKey != nil {
 			lc := &lifecycle.Orchestrator{Client: direct, Cluster: c, Egress: eg, Ingress: in, Key: *opts.TokenKey,
-				TokenTTL: opts.TokenTTL, ReadyBudget: opts.ReadyBudget, OrphanGrace: opts.OrphanGrace, Probe: probe}
+				TokenTTL: opts.TokenTTL, ReadyBudget: opts.ReadyBudget, OrphanGrace: opts.OrphanGrace, Probe: probe,
+				Metrics: opts.Metrics}
 			if opts.Lifecycle != nil {
 				opts.Lifecycle(lc)
 			}
@@ -207,9 +251,18 @@ func New(opts Options) (*Daemon, error) {
 			d.api.Templates = &template.Store{Client: direct, Namespace: opts.Config.Templates.Namespace}
 		}
 	}
+	d.buildProbes()
 	l, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
 		return nil, err
+	}
+	if opts.ProbeListen != "" {
+		pl, err := net.Listen("tcp", opts.ProbeListen)
+		if err != nil {
+			l.Close()
+			return nil, fmt.Errorf("probe listener: %w", err)
+		}
+		d.probe = pl
 	}
 	d.listener = l
 	return d, nil
@@ -217,6 +270,17 @@ func New(opts Options) (*Daemon, error) {
 
 // Addr is the API's bound address.
 func (d *Daemon) Addr() string { return d.listener.Addr().String() }
+
+// ProbeAddr is the probe listener's bound address ("" when it is off).
+func (d *Daemon) ProbeAddr() string {
+	if d.probe == nil {
+		return ""
+	}
+	return d.probe.Addr().String()
+}
+
+// Metrics returns the daemon's metrics.
+func (d *Daemon) Metrics() *metrics.Metrics { return d.metrics }
 
 // Elected returns a channel closed when this replica leads cluster id (at
 // once without leader election); nil for an unknown cluster.
@@ -231,38 +295,70 @@ func (d *Daemon) Elected(id string) <-chan struct{} {
 // Handler returns the API handler (for tests and embedding).
 func (d *Daemon) Handler() http.Handler { return d.api.Handler() }
 
-// Run serves the API and runs every cluster's manager until ctx ends or
-// one of them fails; it then stops the rest (releasing leases) and returns
-// the first error (nil on a clean stop).
+// Run serves the API and the probes and runs every cluster's manager
+// until ctx ends or one of them fails. Then it shuts down gracefully:
+// /readyz fails at once, the API stops accepting connections and waits up
+// to ShutdownGrace for the requests in flight (a create's readiness wait
+// included) while the managers keep running, then the managers stop
+// (releasing their leases) and the probe listener closes. It returns the
+// first error (nil on a clean stop).
 func (d *Daemon) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	runCtx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	// The managers outlive runCtx until the API has drained.
+	mctx, cancelManagers := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelManagers()
 	srv := &http.Server{Handler: d.api.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	var wg sync.WaitGroup
-	errc := make(chan error, len(d.managers)+1)
-	for id, m := range d.managers {
+	var probeSrv *http.Server
+	var wg, probeWG sync.WaitGroup
+	errc := make(chan error, len(d.clusters)+2)
+	for _, c := range d.clusters {
 		wg.Add(1)
+		c.running.Store(true)
 		go func() {
 			defer wg.Done()
-			if err := m.Start(ctx); err != nil {
-				errc <- fmt.Errorf("cluster %s: %w", id, err)
-				cancel()
+			defer c.running.Store(false)
+			if err := c.mgr.Start(mctx); err != nil {
+				errc <- fmt.Errorf("cluster %s: %w", c.id, err)
+				cancelRun()
 			}
 		}()
 	}
 	wg.Add(1)
+	d.serving.Store(true)
 	go func() {
 		defer wg.Done()
 		if err := srv.Serve(d.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- err
-			cancel()
+			cancelRun()
 		}
 	}()
-	<-ctx.Done()
-	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer scancel()
-	_ = srv.Shutdown(sctx)
+	if d.probe != nil {
+		probeSrv = &http.Server{Handler: d.probeHandler, ReadHeaderTimeout: 10 * time.Second}
+		probeWG.Add(1)
+		go func() {
+			defer probeWG.Done()
+			if err := probeSrv.Serve(d.probe); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("probe listener: %w", err)
+				cancelRun()
+			}
+		}()
+	}
+	<-runCtx.Done()
+	d.draining.Store(true)
+	sctx, scancel := context.WithTimeout(context.Background(), d.opts.ShutdownGrace)
+	if err := srv.Shutdown(sctx); err != nil {
+		d.opts.Log.Info("shutdown grace ran out; cutting off the API requests still in flight", "grace", d.opts.ShutdownGrace.String())
+		_ = srv.Close()
+	}
+	scancel()
+	d.serving.Store(false)
+	cancelManagers()
 	wg.Wait()
+	if probeSrv != nil {
+		_ = probeSrv.Close()
+		probeWG.Wait()
+	}
 	close(errc)
 	return <-errc
 }

@@ -38,6 +38,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/egress"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
+	"github.com/sandgate/sandgate/corectl/metrics"
 	"github.com/sandgate/sandgate/corectl/template"
 	"github.com/sandgate/sandgate/gateway/credential"
 )
@@ -92,6 +93,10 @@ type Server struct {
 	IngressWait time.Duration
 	// Log receives one line per failed request (zero value: discard).
 	Log logr.Logger
+	// Metrics counts and times every request by route
+	// (corectl_http_requests_total, corectl_http_request_duration_seconds);
+	// nil records nothing.
+	Metrics *metrics.Metrics
 }
 
 // Route is one route of the API.
@@ -128,11 +133,12 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	for _, r := range Routes {
 		h := r.handler
-		mux.HandleFunc(r.Method+" "+r.Pattern, func(w http.ResponseWriter, req *http.Request) { h(s, w, req) })
+		route := r.Method + " " + r.Pattern
+		mux.Handle(route, s.Metrics.Instrument(route, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { h(s, w, req) })))
 	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("/", s.Metrics.Instrument(metrics.RouteUnmatched, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, "not_found", "no such route")
-	})
+	})))
 	return mux
 }
 

@@ -54,6 +54,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/createnet"
 	"github.com/sandgate/sandgate/corectl/egress"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
+	"github.com/sandgate/sandgate/corectl/metrics"
 	"github.com/sandgate/sandgate/corectl/probesource"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	"github.com/sandgate/sandgate/gateway/token"
@@ -228,6 +229,19 @@ type Orchestrator struct {
 	// Fault, when set, is called before every create and compensation
 	// step; a non-nil error makes that step fail. For tests.
 	Fault func(id string, s Step) error
+	// Metrics records every create, compensation and delete step's
+	// outcome and duration (corectl_lifecycle_steps_total,
+	// corectl_lifecycle_step_duration_seconds); nil records nothing.
+	Metrics *metrics.Metrics
+}
+
+// timed runs one step of operation op (metrics.Operation*) and records
+// its outcome and duration.
+func (o *Orchestrator) timed(op string, s Step, f func() error) error {
+	start := time.Now()
+	err := f()
+	o.Metrics.Step(o.Cluster.ID, op, string(s), time.Since(start), err)
+	return err
 }
 
 func (o *Orchestrator) now() time.Time {
@@ -308,10 +322,12 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (*Created,
 		TemplateLabels: map[string]string{o.Cluster.AllocationLabelKey(): alloc}}
 
 	step := func(s Step, f func() error) error {
-		if err := o.fault(id, s); err != nil {
-			return err
-		}
-		return f()
+		return o.timed(metrics.OperationCreate, s, func() error {
+			if err := o.fault(id, s); err != nil {
+				return err
+			}
+			return f()
+		})
 	}
 	fail := func(s Step, code string, err error) (*Created, error) {
 		ce := &CreateError{Code: code, Step: s, Reason: err.Error()}
@@ -614,11 +630,16 @@ func (c *creation) compensate(ctx context.Context, ce *CreateError) (ingressPend
 	// No ingress cycle may run between removing the carrier and removing
 	// the desired state it would be rewritten from.
 	defer o.Ingress.Lock(c.ns, c.id)()
+	step := func(s Step, f func() error) error {
+		return o.timed(metrics.OperationCompensate, s, func() error {
+			if err := o.fault(c.id, s); err != nil {
+				return err
+			}
+			return f()
+		})
+	}
 	if c.wroteIngress {
-		err := o.fault(c.id, StepDeleteIngress)
-		if err == nil {
-			err = o.deleteIngress(ctx, c.ns, c.id)
-		}
+		err := step(StepDeleteIngress, func() error { return o.deleteIngress(ctx, c.ns, c.id) })
 		if !rec(StepDeleteIngress, err) {
 			if c.wroteCR {
 				_ = o.setLifecycle(ctx, c.ns, c.id, StateCleanupFailed)
@@ -627,25 +648,19 @@ func (c *creation) compensate(ctx context.Context, ce *CreateError) (ingressPend
 		}
 	}
 	if c.wroteDesired {
-		err := o.fault(c.id, StepDeleteDesired)
-		if err == nil {
-			err = deleteConfirm(ctx, o.Client, &v1alpha1.SandboxIngressAllowlist{ObjectMeta: metav1.ObjectMeta{Namespace: c.ns, Name: c.id}})
-		}
-		rec(StepDeleteDesired, err)
+		rec(StepDeleteDesired, step(StepDeleteDesired, func() error {
+			return deleteConfirm(ctx, o.Client, &v1alpha1.SandboxIngressAllowlist{ObjectMeta: metav1.ObjectMeta{Namespace: c.ns, Name: c.id}})
+		}))
 	}
 	if c.wroteCR {
-		err := o.fault(c.id, StepDeleteBatchSandbox)
-		if err == nil {
-			err = deleteConfirm(ctx, o.Client, batchSandboxRef(c.ns, c.id))
-		}
-		rec(StepDeleteBatchSandbox, err)
+		rec(StepDeleteBatchSandbox, step(StepDeleteBatchSandbox, func() error {
+			return deleteConfirm(ctx, o.Client, batchSandboxRef(c.ns, c.id))
+		}))
 	}
 	if c.wrotePolicy {
-		err := o.fault(c.id, StepDeletePolicy)
-		if err == nil {
-			err = deleteConfirm(ctx, o.Client, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: c.ns, Name: egress.PolicyName(c.alloc)}})
-		}
-		rec(StepDeletePolicy, err)
+		rec(StepDeletePolicy, step(StepDeletePolicy, func() error {
+			return deleteConfirm(ctx, o.Client, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: c.ns, Name: egress.PolicyName(c.alloc)}})
+		}))
 	}
 	return false
 }
@@ -979,17 +994,21 @@ func (o *Orchestrator) deleteSandbox(ctx context.Context, u *unstructured.Unstru
 	// No ingress cycle may run between removing the carrier and removing
 	// the desired state it would be rewritten from.
 	unlock := o.Ingress.Lock(ns, id)
-	err := o.fault(id, StepDeleteIngress)
-	if err == nil {
-		err = o.deleteIngress(ctx, ns, id)
-	}
+	err := o.timed(metrics.OperationDelete, StepDeleteIngress, func() error {
+		if err := o.fault(id, StepDeleteIngress); err != nil {
+			return err
+		}
+		return o.deleteIngress(ctx, ns, id)
+	})
 	if err != nil {
 		unlock()
 		_ = o.setLifecycle(ctx, ns, id, StateCleanupFailed)
 		return &DeleteError{Reason: err.Error()}
 	}
 	var errs []error
-	if err := deleteConfirm(ctx, o.Client, &v1alpha1.SandboxIngressAllowlist{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: id}}); err != nil {
+	if err := o.timed(metrics.OperationDelete, StepDeleteDesired, func() error {
+		return deleteConfirm(ctx, o.Client, &v1alpha1.SandboxIngressAllowlist{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: id}})
+	}); err != nil {
 		errs = append(errs, err)
 	}
 	unlock()
@@ -998,12 +1017,14 @@ func (o *Orchestrator) deleteSandbox(ctx context.Context, u *unstructured.Unstru
 		np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: egress.PolicyName(alloc)}}
 		if err := o.Client.Get(ctx, client.ObjectKeyFromObject(np), np); err == nil && np.Labels[v1alpha1.LabelSandboxID] == id &&
 			np.Labels[v1alpha1.LabelManagedBy] == v1alpha1.ManagedByValue {
-			if err := deleteConfirm(ctx, o.Client, np); err != nil {
+			if err := o.timed(metrics.OperationDelete, StepDeletePolicy, func() error { return deleteConfirm(ctx, o.Client, np) }); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
-	if err := deleteConfirm(ctx, o.Client, batchSandboxRef(ns, id)); err != nil {
+	if err := o.timed(metrics.OperationDelete, StepDeleteBatchSandbox, func() error {
+		return deleteConfirm(ctx, o.Client, batchSandboxRef(ns, id))
+	}); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {

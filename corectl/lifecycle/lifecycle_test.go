@@ -69,9 +69,12 @@ type world struct {
 	verifier *token.Verifier
 	orch     *lifecycle.Orchestrator
 	keyFile  string
+	d        *daemon.Daemon
+	stop     func() error // ends Run and returns its error
 
-	mu     sync.Mutex
-	failAt map[lifecycle.Step]bool
+	mu      sync.Mutex
+	failAt  map[lifecycle.Step]bool
+	blockAt map[lifecycle.Step]chan struct{} // a step waits until the channel is closed
 	source string // the NAT'd source nginx sees
 	noEcho bool   // nginx ignores the echo snippet
 }
@@ -156,13 +159,19 @@ func startWith(t *testing.T, cfg *rest.Config, probe bool) *world {
 		Keys:   keys, Credentials: src, Listen: "127.0.0.1:0", IngressWait: 20 * time.Second,
 		RESTConfig: func(*cluster.Cluster) (*rest.Config, error) { return rest.CopyConfig(cfg), nil },
 		TokenKey:   &sk, ReadyBudget: 30 * time.Second, OrphanInterval: time.Hour,
-		ProbeSourceDiscovery: probe,
+		ProbeSourceDiscovery: probe, ProbeListen: "127.0.0.1:0", ShutdownGrace: 20 * time.Second,
 		Lifecycle: func(o *lifecycle.Orchestrator) {
 			o.ReadyInterval = 20 * time.Millisecond
 			if o.Probe != nil {
 				o.Probe.Interval, o.Probe.Budget = 20*time.Millisecond, 3*time.Second
 			}
 			o.Fault = func(_ string, s lifecycle.Step) error {
+				w.mu.Lock()
+				block := w.blockAt[s]
+				w.mu.Unlock()
+				if block != nil {
+					<-block
+				}
 				w.mu.Lock()
 				defer w.mu.Unlock()
 				if w.failAt[s] {
@@ -184,14 +193,24 @@ func startWith(t *testing.T, cfg *rest.Config, probe bool) *world {
 		cancel()
 		t.Fatal(err)
 	}
+	var stopOnce sync.Once
+	var runErr error
+	w.stop = func() error {
+		stopOnce.Do(func() {
+			cancel()
+			runErr = <-done
+		})
+		return runErr
+	}
 	t.Cleanup(func() {
 		cancel()
 		wait()
-		if err := <-done; err != nil {
+		if err := w.stop(); err != nil {
 			t.Errorf("daemon: %v", err)
 		}
 	})
 	w.url = "http://" + d.Addr()
+	w.d = d
 	return w
 }
 

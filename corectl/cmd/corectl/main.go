@@ -6,11 +6,14 @@
 //
 //	corectl -config clusters.yaml -credentials credentials.yaml -api-keys keys.yaml \
 //	        [-listen 127.0.0.1:8090] [-leader-elect=true] [-leader-election-namespace corectl-system]
+//	        [-probe-listen :8091] [-shutdown-grace 30s]
 //
 // -config is the cluster configuration (package cluster), -credentials the
 // resource credential file shared with the gateway (package credential,
-// reloaded on change), -api-keys the API key file (package apikey). It
-// runs until SIGINT or SIGTERM, then releases its leases. It exits 1 with
+// reloaded on change), -api-keys the API key file (package apikey);
+// -probe-listen serves /healthz, /readyz and /metrics. It runs until
+// SIGINT or SIGTERM, then fails /readyz, lets in-flight API requests
+// finish for up to -shutdown-grace, and releases its leases. It exits 1 with
 // the reason when a file is invalid or a cluster is unreachable, and 2 on
 // bad flags.
 package main
@@ -57,6 +60,8 @@ func run(args []string) error {
 	tokenTTL := fs.Duration("token-ttl", 24*time.Hour, "lifetime of envd access tokens")
 	readyBudget := fs.Duration("ready-budget", time.Minute, "how long a create waits for execd readiness through the fixed entry")
 	orphanEvery := fs.Duration("orphan-interval", time.Minute, "period of the orphan scan")
+	probeListen := fs.String("probe-listen", "", "address serving /healthz, /readyz and /metrics (empty: none; the Kubernetes manifests use :8091)")
+	shutdownGrace := fs.Duration("shutdown-grace", daemon.DefaultShutdownGrace, "on SIGTERM, how long in-flight API requests may finish before they are cut off")
 	if err := fs.Parse(args); err != nil {
 		os.Exit(2)
 	}
@@ -93,11 +98,12 @@ func run(args []string) error {
 		LeaderElection: *elect, LeaderElectionNamespace: *leNS, EgressGrace: *grace, Log: log,
 		ProbeSourceDiscovery: true,
 		TokenKey:             signer, TokenTTL: *tokenTTL, ReadyBudget: *readyBudget, OrphanInterval: *orphanEvery,
+		ProbeListen: *probeListen, ShutdownGrace: *shutdownGrace,
 	})
 	if err != nil {
 		return err
 	}
-	log.Info("corectl serving", "addr", d.Addr(), "clusters", len(cfg.Clusters), "leaderElection", *elect)
+	log.Info("corectl serving", "addr", d.Addr(), "probeAddr", d.ProbeAddr(), "clusters", len(cfg.Clusters), "leaderElection", *elect)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return d.Run(ctx)

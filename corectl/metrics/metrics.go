@@ -1,0 +1,165 @@
+// Package metrics holds corectl's Prometheus collectors and the registry
+// they live in. One Metrics serves one corectl process (package daemon
+// builds it, or takes the caller's); other corectl packages register their
+// own collectors on Metrics.Registerer.
+//
+// Served at GET /metrics on corectl's probe listener, together with
+// controller-runtime's registry (controller_runtime_reconcile_total,
+// workqueue_*, rest_client_*, leader_election_master_status, and the Go
+// and process collectors):
+//
+//	corectl_http_requests_total{route, code}                       counter
+//	corectl_http_request_duration_seconds{route}                   histogram
+//	corectl_reconcile_total{cluster, controller, outcome}          counter
+//	corectl_lifecycle_steps_total{cluster, operation, step, outcome}      counter
+//	corectl_lifecycle_step_duration_seconds{cluster, operation, step}     histogram
+//	corectl_cni_gate_open{cluster}                                 gauge, 1 or 0
+//
+// route is the API route's method and pattern ("PUT /sandboxes/{sandboxID}/network"),
+// or "unmatched"; code the HTTP status. outcome of a reconcile is the
+// engine's outcome (Verified, LKGRestored, …) or "error" for a cycle that
+// returned an error (retried with backoff); outcome of a lifecycle step is
+// "ok" or "failed". operation is "create", "compensate" or "delete".
+package metrics
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Operations of the lifecycle step metrics.
+const (
+	OperationCreate     = "create"
+	OperationCompensate = "compensate"
+	OperationDelete     = "delete"
+)
+
+// Outcomes of a lifecycle step.
+const (
+	StepOK     = "ok"
+	StepFailed = "failed"
+)
+
+// OutcomeError is the reconcile outcome of a cycle that returned an error.
+const OutcomeError = "error"
+
+// RouteUnmatched is the route label of a request no route matched.
+const RouteUnmatched = "unmatched"
+
+// Metrics is corectl's collectors in their own registry. Its methods are
+// safe for concurrent use; a nil *Metrics records nothing.
+type Metrics struct {
+	// Registry holds corectl's collectors; register more on it (it is a
+	// prometheus.Registerer). Collectors with the same name and labels are
+	// refused by it as by any registry.
+	Registry *prometheus.Registry
+
+	requests     *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	reconciles   *prometheus.CounterVec
+	steps        *prometheus.CounterVec
+	stepDuration *prometheus.HistogramVec
+}
+
+// New returns Metrics with every collector above registered in a new
+// registry.
+func New() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "corectl", Subsystem: "http", Name: "requests_total",
+			Help: "corectl API requests by route (method and pattern) and HTTP status code.",
+		}, []string{"route", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "corectl", Subsystem: "http", Name: "request_duration_seconds",
+			Help:    "Time to answer a corectl API request, in seconds, by route.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}, []string{"route"}),
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "corectl", Name: "reconcile_total",
+			Help: "Reconcile cycles by cluster, controller and outcome (the engine's outcome, or error when retried).",
+		}, []string{"cluster", "controller", "outcome"}),
+		steps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "corectl", Subsystem: "lifecycle", Name: "steps_total",
+			Help: "Create, compensation and delete steps by cluster, operation, step and outcome (ok or failed).",
+		}, []string{"cluster", "operation", "step", "outcome"}),
+		stepDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "corectl", Subsystem: "lifecycle", Name: "step_duration_seconds",
+			Help:    "Duration of create, compensation and delete steps, in seconds.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}, []string{"cluster", "operation", "step"}),
+	}
+	m.Registry.MustRegister(m.requests, m.duration, m.reconciles, m.steps, m.stepDuration)
+	return m
+}
+
+// Registerer returns the registry as a prometheus.Registerer (nil for a
+// nil *Metrics).
+func (m *Metrics) Registerer() prometheus.Registerer {
+	if m == nil {
+		return nil
+	}
+	return m.Registry
+}
+
+// Handler serves the Prometheus text (or protobuf) exposition of
+// corectl's registry together with controller-runtime's.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(prometheus.Gatherers{ctrlmetrics.Registry, m.Registry},
+		promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+// Instrument wraps h to count and time its requests under route.
+func (m *Metrics) Instrument(route string, h http.Handler) http.Handler {
+	if m == nil {
+		return h
+	}
+	counter := m.requests.MustCurryWith(prometheus.Labels{"route": route})
+	hist := m.duration.MustCurryWith(prometheus.Labels{"route": route})
+	return promhttp.InstrumentHandlerDuration(hist, promhttp.InstrumentHandlerCounter(counter, h))
+}
+
+// Reconciled counts one reconcile cycle of controller in cluster.
+func (m *Metrics) Reconciled(cluster, controller, outcome string) {
+	if m == nil {
+		return
+	}
+	m.reconciles.WithLabelValues(cluster, controller, outcome).Inc()
+}
+
+// Step records one lifecycle step: its outcome (ok when err is nil) and
+// duration.
+func (m *Metrics) Step(cluster, operation, step string, d time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	outcome := StepOK
+	if err != nil {
+		outcome = StepFailed
+	}
+	m.steps.WithLabelValues(cluster, operation, step, outcome).Inc()
+	m.stepDuration.WithLabelValues(cluster, operation, step).Observe(d.Seconds())
+}
+
+// WatchCNIGate registers corectl_cni_gate_open{cluster}: 1 while gate
+// returns nil, 0 otherwise, evaluated at every scrape. Registering the
+// same cluster twice is an error (prometheus.AlreadyRegisteredError).
+func (m *Metrics) WatchCNIGate(cluster string, gate func() error) error {
+	if m == nil {
+		return nil
+	}
+	return m.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "corectl", Name: "cni_gate_open",
+		Help:        "1 when the cluster's CNI qualification gate passes (enforced writes allowed), 0 when it refuses them.",
+		ConstLabels: prometheus.Labels{"cluster": cluster},
+	}, func() float64 {
+		if gate() == nil {
+			return 1
+		}
+		return 0
+	}))
+}

@@ -1,0 +1,83 @@
+package metrics
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sandgate/sandgate/internal/scrape"
+)
+
+func scrapeOf(t *testing.T, m *Metrics) scrape.Samples {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	s, err := scrape.Parse(rec.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestNilRecordsNothing(t *testing.T) {
+	var m *Metrics
+	m.Reconciled("c", "ingress", "Verified")
+	m.Step("c", OperationCreate, "policy", time.Second, nil)
+	if err := m.WatchCNIGate("c", func() error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(204) })
+	rec := httptest.NewRecorder()
+	m.Instrument("GET /x", h).ServeHTTP(rec, httptest.NewRequest("GET", "/x", nil))
+	if rec.Code != 204 || m.Registerer() != nil {
+		t.Fatalf("nil Metrics: %d %v", rec.Code, m.Registerer())
+	}
+}
+
+func TestCollectors(t *testing.T) {
+	m := New()
+	h := m.Instrument("PUT /a/{id}", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(409) }))
+	for range 3 {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("PUT", "/a/1", nil))
+	}
+	m.Reconciled("c1", "ingress", "LKGRestored")
+	m.Step("c1", OperationDelete, "delete-ingress", 20*time.Millisecond, errors.New("x"))
+	open := true
+	if err := m.WatchCNIGate("c1", func() error {
+		if open {
+			return nil
+		}
+		return errors.New("unqualified")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var are prometheus.AlreadyRegisteredError
+	if err := m.WatchCNIGate("c1", func() error { return nil }); !errors.As(err, &are) {
+		t.Fatalf("second gate for c1: %v", err)
+	}
+	s := scrapeOf(t, m)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"corectl_http_requests_total", []string{"route", "PUT /a/{id}", "code", "409"}, 3},
+		{"corectl_http_request_duration_seconds_count", []string{"route", "PUT /a/{id}"}, 3},
+		{"corectl_reconcile_total", []string{"cluster", "c1", "controller", "ingress", "outcome", "LKGRestored"}, 1},
+		{"corectl_lifecycle_steps_total", []string{"operation", "delete", "step", "delete-ingress", "outcome", "failed"}, 1},
+		{"corectl_lifecycle_step_duration_seconds_sum", []string{"step", "delete-ingress"}, 0.02},
+		{"corectl_cni_gate_open", []string{"cluster", "c1"}, 1},
+	} {
+		if got := s.Value(c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %g, want %g", c.name, c.labels, got, c.want)
+		}
+	}
+	open = false
+	if got := scrapeOf(t, m).Value("corectl_cni_gate_open", "cluster", "c1"); got != 0 {
+		t.Fatalf("closed gate = %g", got)
+	}
+}
