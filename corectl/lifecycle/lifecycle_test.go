@@ -75,8 +75,8 @@ type world struct {
 	mu      sync.Mutex
 	failAt  map[lifecycle.Step]bool
 	blockAt map[lifecycle.Step]chan struct{} // a step waits until the channel is closed
-	source string // the NAT'd source nginx sees
-	noEcho bool   // nginx ignores the echo snippet
+	source  string                           // the NAT'd source nginx sees
+	noEcho  bool                             // nginx ignores the echo snippet
 }
 
 // fail makes every create or compensation step in steps fail until
