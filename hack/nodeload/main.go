@@ -34,10 +34,8 @@ import (
 	"io"
 	"math"
 	mrand "math/rand/v2"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -52,6 +50,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/gorilla/websocket"
 
+	"github.com/sandgate/sandgate/hack/gatewayproc"
 	"github.com/sandgate/sandgate/node/api"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/node/sim"
@@ -122,7 +121,7 @@ func run(o options) error {
 			nodes[i].id, sum(nodes[i].secret), installation, fingerprint, specDigest)
 	}
 	apiToken := randomHex(24)
-	port, err := freePort()
+	port, err := gatewayproc.FreePort()
 	if err != nil {
 		return err
 	}
@@ -149,6 +148,7 @@ func run(o options) error {
 		credentials file %s
 		nodes {
 			credentials file %s
+			heartbeat_interval %s
 		}
 	}
 }
@@ -160,44 +160,29 @@ http://127.0.0.1:%s {
 	}
 }
 `, filepath.Join(dir, "gateway.log"), filepath.Join(dir, "hmac.key"), filepath.Join(dir, "credentials.yaml"),
-		filepath.Join(dir, "nodes.yaml"), port, sum(apiToken))
-	cfPath := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(cfPath, []byte(caddyfile), 0o600); err != nil {
-		return err
-	}
-
-	cmd := exec.Command(o.caddy, "run", "--config", cfPath, "--adapter", "caddyfile")
-	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
-	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+		filepath.Join(dir, "nodes.yaml"), o.heartbeat, port, sum(apiToken))
+	var output io.Writer
 	if o.gatewayOutput != "" {
 		out, err := os.Create(o.gatewayOutput)
 		if err != nil {
 			return err
 		}
 		defer out.Close()
-		cmd.Stdout, cmd.Stderr = out, out
+		output = out
 	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting %s: %w", o.caddy, err)
+	gw, err := gatewayproc.Start(o.caddy, dir, caddyfile, output)
+	if err != nil {
+		return err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-		}
-	}()
-	pid := cmd.Process.Pid
+	defer gw.Stop()
+	pid := gw.Pid
 	base := "http://127.0.0.1:" + port
-	if err := waitListening("127.0.0.1:"+port, exited); err != nil {
+	if err := gw.WaitListening("127.0.0.1:" + port); err != nil {
 		return err
 	}
 	fmt.Printf("nodeload: %s (pid %d) on %s; %d nodes, heartbeat %s; RLIMIT_NOFILE %d; %d CPUs; gateway GOGC=%q, load tool GOGC=%d\n",
 		o.caddy, pid, base, o.nodes, o.heartbeat, limit, runtime.NumCPU(), os.Getenv("GOGC"), o.toolGOGC)
-	rssIdle, err := vmRSS(pid)
+	rssIdle, _, err := gw.Memory()
 	if err != nil {
 		return err
 	}
@@ -255,23 +240,23 @@ http://127.0.0.1:%s {
 	// started its heartbeats, then a window of whole intervals.
 	time.Sleep(o.heartbeat) // warm-up before the measurement window
 	acks0 := totalAcks(sims)
-	cpu0, t0, err := cpuTicks(pid)
+	cpu0, t0, err := gatewayproc.CPUTicks(pid)
 	if err != nil {
 		return err
 	}
 	time.Sleep(o.settle) // the measurement window itself, not synchronisation
-	cpu1, t1, err := cpuTicks(pid)
+	cpu1, t1, err := gatewayproc.CPUTicks(pid)
 	if err != nil {
 		return err
 	}
 	acks1 := totalAcks(sims)
-	rss, err := vmRSS(pid)
+	rss, _, err := gw.Memory()
 	if err != nil {
 		return err
 	}
 	hbRate := float64(acks1-acks0) / t1.Sub(t0).Seconds()
 	fmt.Printf("steady state over %s: %.0f heartbeats/s acknowledged, gateway CPU %.1f%% of one core\n",
-		o.settle, hbRate, cpuPercent(cpu1-cpu0, t1.Sub(t0)))
+		o.settle, hbRate, gatewayproc.CPUPercent(cpu1-cpu0, t1.Sub(t0)))
 	fmt.Printf("gateway VmRSS: %.1f MiB idle, %.1f MiB with %d nodes: %.1f KiB per connection\n",
 		float64(rssIdle)/1024, float64(rss)/1024, len(sims), float64(rss-rssIdle)/float64(len(sims)))
 	if st, err := apiStatus(base, apiToken); err == nil {
@@ -293,7 +278,7 @@ http://127.0.0.1:%s {
 			dropped++
 		}
 	}
-	rssEnd, _ := vmRSS(pid)
+	rssEnd, _, _ := gw.Memory()
 	fmt.Printf("end: %d of %d connections dropped; gateway VmRSS %.1f MiB\n", dropped, len(sims), float64(rssEnd)/1024)
 	if dropped > 0 {
 		return fmt.Errorf("%d connections dropped", dropped)
@@ -354,11 +339,11 @@ func dispatch(o options, base, token string, nodes []simNode, pid int) error {
 	var wg sync.WaitGroup
 	interval := time.Second / time.Duration(o.rate)
 	perm := mrand.New(mrand.NewPCG(3, 4)).Perm(len(nodes))
-	cpu0, t0, err := cpuTicks(pid)
+	cpu0, t0, err := gatewayproc.CPUTicks(pid)
 	if err != nil {
 		return err
 	}
-	self0, _, err := cpuTicks(os.Getpid())
+	self0, _, err := gatewayproc.CPUTicks(os.Getpid())
 	if err != nil {
 		return err
 	}
@@ -380,11 +365,11 @@ func dispatch(o options, base, token string, nodes []simNode, pid int) error {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	cpu1, t1, err := cpuTicks(pid)
+	cpu1, t1, err := gatewayproc.CPUTicks(pid)
 	if err != nil {
 		return err
 	}
-	self1, _, err := cpuTicks(os.Getpid())
+	self1, _, err := gatewayproc.CPUTicks(os.Getpid())
 	if err != nil {
 		return err
 	}
@@ -412,7 +397,7 @@ func dispatch(o options, base, token string, nodes []simNode, pid int) error {
 		fmt.Printf("  (from the actual send, for comparison: p50 %s, p99 %s)\n", pct(fromSend, 50), pct(fromSend, 99))
 	}
 	fmt.Printf("CPU during dispatch: gateway %.1f%%, this load tool (nodes and API client) %.1f%% of one core\n",
-		cpuPercent(cpu1-cpu0, t1.Sub(t0)), cpuPercent(self1-self0, t1.Sub(t0)))
+		gatewayproc.CPUPercent(cpu1-cpu0, t1.Sub(t0)), gatewayproc.CPUPercent(self1-self0, t1.Sub(t0)))
 	if counts["success"] != total {
 		return errors.New("not every operation succeeded")
 	}
@@ -476,74 +461,6 @@ func raiseNoFile(want int) (uint64, error) {
 		}
 	}
 	return next.Cur, nil
-}
-
-// vmRSS returns the VmRSS of pid in KiB.
-func vmRSS(pid int) (int64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		}
-	}
-	return 0, errors.New("no VmRSS")
-}
-
-// clockTicks is USER_HZ, the unit of utime and stime in /proc (100 on
-// Linux).
-const clockTicks = 100
-
-// cpuTicks returns utime+stime of pid and when they were read.
-func cpuTicks(pid int) (int64, time.Time, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	now := time.Now()
-	if err != nil {
-		return 0, now, err
-	}
-	// Fields after the parenthesised command name; utime and stime are
-	// fields 14 and 15 of the whole line.
-	s := string(data)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	ut, err1 := strconv.ParseInt(fields[11], 10, 64)
-	st, err2 := strconv.ParseInt(fields[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, now, err
-	}
-	return ut + st, now, nil
-}
-
-func cpuPercent(ticks int64, d time.Duration) float64 {
-	return float64(ticks) / clockTicks / d.Seconds() * 100
-}
-
-func waitListening(addr string, exited <-chan error) error {
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-exited:
-			return fmt.Errorf("the gateway exited: %v", err)
-		default:
-		}
-		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			c.Close()
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond) // polling for the listener
-	}
-	return errors.New("the gateway did not listen within 60 s")
-}
-
-func freePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	_, port, err := net.SplitHostPort(ln.Addr().String())
-	return port, err
 }
 
 func randomHex(n int) string {

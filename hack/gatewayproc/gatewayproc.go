@@ -1,0 +1,159 @@
+// Package gatewayproc runs the built gateway (bin/caddy) as a separate
+// process for the measuring tools under hack/ (nodeload, attack) and
+// reads its resident memory and CPU time from /proc, so that what they
+// report is the gateway's own use, measured from outside it. Linux only.
+package gatewayproc
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Process is one running gateway.
+type Process struct {
+	// Pid is the gateway's process ID.
+	Pid    int
+	cmd    *exec.Cmd
+	exited chan error
+}
+
+// Start writes caddyfile to dir/Caddyfile and runs "<caddy> run --config
+// dir/Caddyfile --adapter caddyfile" with HOME and the XDG directories in
+// dir (so autosave and storage stay there) and the rest of this process's
+// environment, plus env ("NAME=value"). The gateway's standard output and
+// error go to output (nil: discarded). Errors: the file cannot be written
+// or the binary not started.
+func Start(caddy, dir, caddyfile string, output io.Writer, env ...string) (*Process, error) {
+	path := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(path, []byte(caddyfile), 0o600); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(caddy, "run", "--config", path, "--adapter", "caddyfile")
+	cmd.Env = append(append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir), env...)
+	if output == nil {
+		output = io.Discard
+	}
+	cmd.Stdout, cmd.Stderr = output, output
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", caddy, err)
+	}
+	p := &Process{Pid: cmd.Process.Pid, cmd: cmd, exited: make(chan error, 1)}
+	go func() { p.exited <- cmd.Wait() }()
+	return p, nil
+}
+
+// WaitListening waits up to 60 s until addr accepts TCP connections; it
+// fails at once when the gateway exits.
+func (p *Process) WaitListening(addr string) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-p.exited:
+			p.exited <- err
+			return fmt.Errorf("the gateway exited: %v", err)
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond) // polling for the listener
+	}
+	return fmt.Errorf("the gateway did not listen on %s within 60 s", addr)
+}
+
+// Stop sends SIGTERM and waits up to 30 s for the gateway to exit, then
+// kills it.
+func (p *Process) Stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+// Memory returns the gateway's resident set size now (VmRSS) and its peak
+// since it started (VmHWM, the kernel's high-water mark), in KiB.
+func (p *Process) Memory() (rss, peak int64, err error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	var errs []error
+	for _, line := range strings.Split(string(data), "\n") {
+		name, v, ok := strings.Cut(line, ":")
+		if !ok || (name != "VmRSS" && name != "VmHWM") {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		errs = append(errs, err)
+		if name == "VmRSS" {
+			rss = n
+		} else {
+			peak = n
+		}
+	}
+	if rss == 0 || peak == 0 {
+		errs = append(errs, errors.New("no VmRSS or VmHWM in /proc status"))
+	}
+	return rss, peak, errors.Join(errs...)
+}
+
+// ResetPeak resets the kernel's VmHWM of the gateway to its current RSS
+// (writing 5 to /proc/<pid>/clear_refs), so that Memory's peak covers only
+// what follows.
+func (p *Process) ResetPeak() error {
+	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.Pid), []byte("5"), 0)
+}
+
+// ClockTicks is USER_HZ, the unit of utime and stime in /proc (100 on
+// Linux).
+const ClockTicks = 100
+
+// CPUTicks returns utime+stime of process pid, in ClockTicks, and when
+// they were read.
+func CPUTicks(pid int) (int64, time.Time, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	now := time.Now()
+	if err != nil {
+		return 0, now, err
+	}
+	// Fields after the parenthesised command name; utime and stime are
+	// fields 14 and 15 of the whole line.
+	s := string(data)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	ut, err1 := strconv.ParseInt(fields[11], 10, 64)
+	st, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, now, err
+	}
+	return ut + st, now, nil
+}
+
+// CPUPercent converts ticks of CPU time over wall time d to percent of one
+// core.
+func CPUPercent(ticks int64, d time.Duration) float64 {
+	return float64(ticks) / ClockTicks / d.Seconds() * 100
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	_, port, err := net.SplitHostPort(ln.Addr().String())
+	return port, err
+}
