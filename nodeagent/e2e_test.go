@@ -248,6 +248,7 @@ backoff_max = "500ms"
 		nodes {
 			credentials file %s
 			owner_epoch 3
+			heartbeat_interval 500ms
 		}
 	}
 }

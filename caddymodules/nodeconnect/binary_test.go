@@ -51,6 +51,7 @@ func binaryCaddyfile(f files, admin, body string) string {
 			owner_epoch 3
 			hello_timeout 5s
 			idle_timeout 10s
+			heartbeat_interval 100ms
 		}
 	}
 }

@@ -25,7 +25,9 @@ type obj = map[string]any
 
 // config is a JSON config: the sandgate app with a nodes block, and one
 // server on 127.0.0.1:f.port with a route /extra answering body, then the
-// node handlers, then a 404.
+// node handlers, then a 404. The heartbeat interval of 1 ms lets the tests
+// send heartbeats back to back (TestCaddyRevokedCredential polls with
+// them).
 func config(f files, body string) obj {
 	return obj{
 		"admin":   obj{"disabled": true, "config": obj{"persist": false}},
@@ -35,10 +37,11 @@ func config(f files, body string) obj {
 				"token_keys":  []any{obj{"kid": "k1", "algorithm": "HS256", "file": f.key}},
 				"credentials": obj{"source": "file", "path": f.creds},
 				"nodes": obj{
-					"credentials":   obj{"source": "file", "path": f.nodes},
-					"owner_epoch":   5,
-					"hello_timeout": "5s",
-					"idle_timeout":  "10s",
+					"credentials":        obj{"source": "file", "path": f.nodes},
+					"owner_epoch":        5,
+					"hello_timeout":      "5s",
+					"idle_timeout":       "10s",
+					"heartbeat_interval": "1ms",
 				},
 			},
 			"http": obj{"servers": obj{"nodes": obj{

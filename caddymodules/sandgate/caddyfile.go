@@ -52,6 +52,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //			write_timeout <duration>
 //			response_grace <duration>
 //			close_grace <duration>
+//			heartbeat_interval <duration>
 //		}
 //	}
 //
@@ -181,6 +182,7 @@ func parseNodes(d *caddyfile.Dispenser) (*Nodes, error) {
 	durations := map[string]*caddy.Duration{
 		"hello_timeout": &n.HelloTimeout, "idle_timeout": &n.IdleTimeout, "online_window": &n.OnlineWindow,
 		"write_timeout": &n.WriteTimeout, "response_grace": &n.ResponseGrace, "close_grace": &n.CloseGrace,
+		"heartbeat_interval": &n.HeartbeatInterval,
 	}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		opt := d.Val()

@@ -36,7 +36,8 @@ const DefaultOwnerEpoch = 1
 //	  "owner_epoch": 1,
 //	  "deployment": {"generation": 2, "specification_digest": "<64 hex>", "serving_generation": 1},
 //	  "hello_timeout": "15s", "idle_timeout": "35s", "online_window": "45s",
-//	  "write_timeout": "10s", "response_grace": "2s", "close_grace": "1s"
+//	  "write_timeout": "10s", "response_grace": "2s", "close_grace": "1s",
+//	  "heartbeat_interval": "10s"
 //	}
 //
 // Changing any of these with a reload keeps every node connection: the
@@ -76,6 +77,12 @@ type Nodes struct {
 	// CloseGrace is how long Core waits for the node's close frame after
 	// sending its own. Default 1s.
 	CloseGrace caddy.Duration `json:"close_grace,omitempty"`
+	// HeartbeatInterval is the period the nodes send heartbeats with
+	// (nodeagent's timers.heartbeat). Default 10s, the protocol's. A
+	// connection whose heartbeats come faster is closed with close code
+	// 4007: beyond a burst of idle_timeout/heartbeat_interval + 2
+	// heartbeats (5 with the defaults) it may send one per half interval.
+	HeartbeatInterval caddy.Duration `json:"heartbeat_interval,omitempty"`
 }
 
 // NodeDeployment is the deployment advertised to generation-managing
@@ -125,6 +132,7 @@ func (n *Nodes) check() error {
 	}{
 		{"hello_timeout", n.HelloTimeout}, {"idle_timeout", n.IdleTimeout}, {"online_window", n.OnlineWindow},
 		{"write_timeout", n.WriteTimeout}, {"response_grace", n.ResponseGrace}, {"close_grace", n.CloseGrace},
+		{"heartbeat_interval", n.HeartbeatInterval},
 	} {
 		if t.d < 0 {
 			return fmt.Errorf("%s must not be negative", t.name)
@@ -169,6 +177,7 @@ func (a *App) provisionNodes(ctx caddy.Context) error {
 			Hello: time.Duration(n.HelloTimeout), Idle: time.Duration(n.IdleTimeout),
 			Online: time.Duration(n.OnlineWindow), Write: time.Duration(n.WriteTimeout),
 			ResponseGrace: time.Duration(n.ResponseGrace), CloseGrace: time.Duration(n.CloseGrace),
+			Heartbeat: time.Duration(n.HeartbeatInterval),
 		},
 		Logger: a.logger.Named("nodes"),
 	}

@@ -133,7 +133,8 @@ func TestBreakRevokedMidDispatch(t *testing.T) {
 }
 
 // TestBreakOversizeControlFrame: a heartbeat over the 32 KiB control-frame
-// limit closes the connection 1002 without echoing contents.
+// limit, with no request pending, closes the connection 1009 without
+// echoing contents.
 func TestBreakOversizeControlFrame(t *testing.T) {
 	e := newEnv(t)
 	a := e.join(nodeA)
@@ -144,7 +145,7 @@ func TestBreakOversizeControlFrame(t *testing.T) {
 	}
 	big := strings.Replace(string(b), `"type":"heartbeat"`, `"type":"heartbeat","pad":"`+strings.Repeat("Z", 40<<10)+`"`, 1)
 	a.sendRaw([]byte(big))
-	reason := a.expectClose(1002)
+	reason := a.expectClose(CloseMessageTooBig)
 	if strings.Contains(reason, "ZZZZ") {
 		t.Fatalf("reason echoes contents: %q", reason)
 	}

@@ -1,8 +1,10 @@
 package hub
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"time"
@@ -47,6 +49,8 @@ type conn struct {
 
 	// retentionSeq is the last retention sequence; reader goroutine only.
 	retentionSeq uint64
+	// beats is the heartbeat budget; reader goroutine only.
+	beats heartbeatBudget
 
 	closeOnce   sync.Once
 	closing     chan struct{} // closed when the connection starts closing
@@ -102,9 +106,11 @@ func (c *conn) run() {
 			time.Now().Add(cfg.Timers.Write))
 		return
 	}
-	ws.SetReadLimit(proto.MaxRequestFrame)
+	// read enforces the exact limits; gorilla's limit is a backstop that
+	// refuses a frame header declaring far more at once.
+	ws.SetReadLimit(proto.MaxRequestFrame + 1<<20)
 	_ = ws.SetReadDeadline(start.Add(cfg.Timers.Hello))
-	data, ok := c.read(true)
+	data, ok := c.read()
 	if !ok {
 		return
 	}
@@ -120,7 +126,7 @@ func (c *conn) run() {
 				_ = ws.SetReadDeadline(time.Now().Add(c.config().Timers.CloseGrace))
 			}
 		}
-		data, ok := c.read(false)
+		data, ok := c.read()
 		if !ok {
 			return
 		}
@@ -134,25 +140,113 @@ func (c *conn) run() {
 // read returns the next text message. It returns false when the connection
 // is over: a read error (closing it with the right code where one can
 // still be sent) or the node's close frame.
-func (c *conn) read(hello bool) ([]byte, bool) {
-	for {
-		typ, data, err := c.ws.ReadMessage()
-		if err != nil {
-			c.readFailed(err, hello)
-			return nil, false
-		}
-		if c.isClosing() {
-			return nil, true
-		}
-		if typ != websocket.TextMessage {
-			c.fail(CloseUnsupportedData, "binary message: frames are JSON text")
-			return nil, true
-		}
-		return data, true
+//
+// Memory is bounded before anything is parsed: a message is read into
+// memory only up to its limit (readLimit), and a message over it closes
+// the connection with CloseMessageTooBig after at most limit+1 bytes were
+// buffered; the rest is discarded as it arrives. While the connection is
+// closing, messages are discarded unread until the node's close frame.
+func (c *conn) read() ([]byte, bool) {
+	typ, r, err := c.ws.NextReader()
+	if err != nil {
+		c.readFailed(err)
+		return nil, false
 	}
+	if c.isClosing() {
+		return nil, true // the next NextReader discards the message
+	}
+	if typ != websocket.TextMessage {
+		c.fail(CloseUnsupportedData, "binary message: frames are JSON text")
+		return nil, true
+	}
+	data, err := readMessage(r, c.readLimit())
+	switch {
+	case errors.Is(err, errOverControlLimit):
+		c.fail(CloseMessageTooBig, "message over the 32 KiB control frame limit with no request pending")
+		return nil, true
+	case errors.Is(err, errOverResponseLimit):
+		c.fail(CloseMessageTooBig, "message over the 72 MiB response frame limit")
+		return nil, true
+	case err != nil:
+		c.readFailed(err)
+		return nil, false
+	}
+	return data, true
 }
 
-func (c *conn) readFailed(err error, hello bool) {
+var (
+	errOverControlLimit  = errors.New("hub: message over the control frame limit")
+	errOverResponseLimit = errors.New("hub: message over the response frame limit")
+)
+
+// controlBufs holds buffers of proto.MaxControlFrame+1 bytes: every
+// message is first read into one, so that a control frame costs one
+// allocation of its exact size.
+var controlBufs = sync.Pool{New: func() any { b := make([]byte, proto.MaxControlFrame+1); return &b }}
+
+// readMessage reads one message from r, which ends with io.EOF, and
+// returns a slice of exactly its bytes. limit is proto.MaxControlFrame or
+// proto.MaxRequestFrame; a longer message gives errOverControlLimit or
+// errOverResponseLimit after at most limit+1 bytes were read. A message
+// of n bytes over 32 KiB is gathered in blocks and copied once, so it
+// costs at most 2n while read.
+func readMessage(r io.Reader, limit int) ([]byte, error) {
+	bp := controlBufs.Get().(*[]byte)
+	defer controlBufs.Put(bp)
+	first := *bp
+	n, err := io.ReadFull(r, first)
+	switch {
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return bytes.Clone(first[:n]), nil
+	case err != nil:
+		return nil, err
+	case limit <= proto.MaxControlFrame:
+		return nil, errOverControlLimit
+	}
+	blocks := [][]byte{bytes.Clone(first)}
+	total := len(first)
+	size := 64 << 10
+	for {
+		b := make([]byte, min(size, limit+1-total))
+		n, err := io.ReadFull(r, b)
+		total += n
+		blocks = append(blocks, b[:n])
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if total > limit {
+			return nil, errOverResponseLimit
+		}
+		size = min(2*size, 8<<20)
+	}
+	data := make([]byte, 0, total)
+	for _, b := range blocks {
+		data = append(data, b...)
+	}
+	return data, nil
+}
+
+// readLimit is the size limit of the next message from the node: only a
+// response may be larger than a control frame, and a node has something
+// to respond to only while a request is pending on the connection. So
+// until the welcome and whenever nothing is pending the limit is
+// proto.MaxControlFrame (32 KiB); with at least one request pending it is
+// proto.MaxRequestFrame (72 MiB), and proto.Decode then refuses anything
+// but a response over 32 KiB, and c.response one that answers no pending
+// request. Messages are read one at a time, so a connection buffers at
+// most one large message, and only while Core waits for it.
+func (c *conn) readLimit() int {
+	if c.pendingCount() > 0 {
+		return proto.MaxRequestFrame
+	}
+	return proto.MaxControlFrame
+}
+
+func (c *conn) readFailed(err error) {
+	hello := c.id == "" // set before the welcome is written
 	if c.isClosing() {
 		return // the node's close answer, or the close grace ran out
 	}
@@ -162,7 +256,7 @@ func (c *conn) readFailed(err error, hello bool) {
 	case errors.As(err, &ce):
 		c.fail(0, fmt.Sprintf("closed by the node with code %d", ce.Code))
 	case errors.Is(err, websocket.ErrReadLimit):
-		c.fail(CloseMessageTooBig, "message larger than the 72 MiB frame limit")
+		c.fail(CloseMessageTooBig, "message over the 72 MiB response frame limit")
 	case errors.As(err, &ne) && ne.Timeout() && hello:
 		c.fail(CloseHelloTimeout, "no hello within the hello timeout")
 	case errors.As(err, &ne) && ne.Timeout():
@@ -206,7 +300,7 @@ func (c *conn) logClosed(start time.Time) {
 	level := zapcore.InfoLevel
 	switch c.closeCode {
 	case CloseProtocolError, CloseUnsupportedData, CloseMessageTooBig, CloseIdentityMismatch,
-		CloseCredentialRejected, CloseEpochMismatch, CloseInternalError:
+		CloseCredentialRejected, CloseEpochMismatch, CloseInternalError, CloseHeartbeatFlood:
 		level = zapcore.WarnLevel
 	}
 	if ce := log.Check(level, "node connection closed"); ce != nil {
@@ -420,6 +514,10 @@ func (c *conn) handle(data []byte) {
 // and answers heartbeat_ack.
 func (c *conn) heartbeat(hb *proto.Heartbeat) {
 	cfg := c.config()
+	if !c.beats.take(time.Now(), cfg.Timers) {
+		c.fail(CloseHeartbeatFlood, "heartbeats faster than the heartbeat interval")
+		return
+	}
 	switch {
 	case hb.ConnectionID != c.id:
 		c.fail(CloseProtocolError, "heartbeat for another connection")
@@ -471,6 +569,33 @@ func (c *conn) heartbeat(hb *proto.Heartbeat) {
 			zap.Bool("provider_ready", health.ProviderReady), zap.String("diagnostic", health.Diagnostic),
 			zap.Int("active_operations", health.ActiveOperations))
 	}
+}
+
+// heartbeatBudget is a token bucket of heartbeats: it holds at most
+// Idle/Heartbeat + 2 heartbeats (5 with the spec's 35 s and 10 s), starts
+// full, and gains one every Heartbeat/2. A node that sends one heartbeat
+// per period keeps it full whatever its jitter, and heartbeats a network
+// stall shorter than the idle timeout queued up arrive together within
+// it; a node sending faster than twice the protocol's rate empties it.
+type heartbeatBudget struct {
+	tokens float64
+	at     time.Time // of the last take; zero before the first
+}
+
+// take spends one heartbeat at now and reports whether one was left.
+func (b *heartbeatBudget) take(now time.Time, t Timers) bool {
+	burst := float64(t.Idle/t.Heartbeat) + 2
+	if b.at.IsZero() {
+		b.tokens = burst
+	} else {
+		b.tokens = min(burst, b.tokens+float64(now.Sub(b.at))/float64(t.Heartbeat/2))
+	}
+	b.at = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
 }
 
 // response matches a response to its pending request.

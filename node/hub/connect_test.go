@@ -1,7 +1,6 @@
 package hub
 
 import (
-	"bytes"
 	"errors"
 	"net/http"
 	"strings"
@@ -356,7 +355,7 @@ func TestInvalidFrameCloses(t *testing.T) {
 		{"unknown member", nil, false, CloseProtocolError, "invalid frame: unknown member at /secret_value: the object defines no such member"},
 		{"case variant", []byte(`{"version":1,"type":"heartbeat","Connection_ID":"SECRET-IN-FRAME"}`), false, CloseProtocolError, "invalid frame: unknown member at /Connection_ID: member names are case-sensitive"},
 		{"duplicate member", []byte(`{"version":1,"type":"heartbeat","type":"heartbeat"}`), false, CloseProtocolError, "invalid frame: duplicate member"},
-		{"control frame over 32 KiB", []byte(big), false, CloseProtocolError, "invalid frame: frame too large"},
+		{"control frame over 32 KiB", []byte(big), false, CloseMessageTooBig, "message over the 32 KiB control frame limit"},
 		{"unexpected request", nil, false, CloseProtocolError, "unexpected request frame from a node"},
 		{"second hello", nil, false, CloseProtocolError, "unexpected hello frame from a node"},
 		{"binary", []byte{1, 2, 3}, true, CloseUnsupportedData, "binary message: frames are JSON text"},
@@ -413,25 +412,21 @@ func mapValues(m map[string]any) []string {
 	return out
 }
 
-// TestReadLimit: a message over proto.MaxRequestFrame closes with 1009.
+// TestReadLimit: with a request pending (the only time a message may be
+// over 32 KiB), a message over proto.MaxRequestFrame closes with 1009 and
+// the pending request ends unknown/disconnected.
 func TestReadLimit(t *testing.T) {
 	e := newEnv(t)
 	a := e.join(nodeA)
-	go func() {
-		// The write fails once Core has closed; the error is expected.
-		w, err := a.ws.NextWriter(websocket.TextMessage)
-		if err != nil {
-			return
-		}
-		chunk := bytes.Repeat([]byte{' '}, 1<<20)
-		for i := 0; i <= proto.MaxRequestFrame>>20; i++ {
-			if _, err := w.Write(chunk); err != nil {
-				return
-			}
-		}
-		_ = w.Close()
-	}()
-	a.expectClose(CloseMessageTooBig)
+	pending := e.dispatchAsync(nodeA, infoReq())
+	a.request()
+	a.sendLarge(proto.MaxRequestFrame)
+	if reason := a.expectClose(CloseMessageTooBig); !strings.Contains(reason, "72 MiB") {
+		t.Fatalf("reason %q", reason)
+	}
+	if d := e.await(pending); d.err != nil || d.res.Reason != ReasonDisconnected {
+		t.Fatalf("pending: %+v, %v", d.res, d.err)
+	}
 }
 
 // TestHubClose: Close sends 1001 to every node and ends pending

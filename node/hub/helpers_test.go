@@ -92,10 +92,13 @@ type env struct {
 // advance moves the hub's presence clock forward by d.
 func (e *env) advance(d time.Duration) { e.skew.Add(int64(d)) }
 
-// testTimers are short timers; each test may change them.
+// testTimers are short timers; each test may change them. The heartbeat
+// interval of 1 ms lets tests send heartbeats back to back; the flood
+// tests set the protocol's.
 func testTimers() Timers {
 	return Timers{Hello: 2 * time.Second, Idle: 5 * time.Second, Online: 5 * time.Second,
-		Write: 2 * time.Second, ResponseGrace: 200 * time.Millisecond, CloseGrace: 2 * time.Second}
+		Write: 2 * time.Second, ResponseGrace: 200 * time.Millisecond, CloseGrace: 2 * time.Second,
+		Heartbeat: time.Millisecond}
 }
 
 func newEnv(t testing.TB, mutate ...func(*Config)) *env {

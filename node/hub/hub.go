@@ -51,6 +51,9 @@ const (
 	// DefaultCloseGrace is how long Core waits for the node's close frame
 	// after sending its own, before dropping the TCP connection.
 	DefaultCloseGrace = time.Second
+	// DefaultHeartbeatInterval is the heartbeat period of the protocol
+	// (spec "Connection": "The node sends a heartbeat every 10 seconds").
+	DefaultHeartbeatInterval = 10 * time.Second
 )
 
 // Timers are the hub's timeouts. A zero field takes its default.
@@ -69,6 +72,12 @@ type Timers struct {
 	ResponseGrace time.Duration
 	// CloseGrace is how long Core waits for the node's close frame.
 	CloseGrace time.Duration
+	// Heartbeat is the period nodes send heartbeats with. Heartbeats
+	// faster than that close the connection with CloseHeartbeatFlood: a
+	// connection may send Idle/Heartbeat + 2 heartbeats at once (those a
+	// network stall shorter than the idle timeout can queue up), then one
+	// per half period on average (see heartbeatBudget).
+	Heartbeat time.Duration
 }
 
 // withDefaults returns t with zero fields set to their defaults.
@@ -84,6 +93,7 @@ func (t Timers) withDefaults() Timers {
 	set(&t.Write, DefaultWriteTimeout)
 	set(&t.ResponseGrace, DefaultResponseGrace)
 	set(&t.CloseGrace, DefaultCloseGrace)
+	set(&t.Heartbeat, DefaultHeartbeatInterval)
 	return t
 }
 
@@ -156,7 +166,7 @@ func (h *Hub) CheckConfig(cfg Config) error {
 		}
 	}
 	t := cfg.Timers
-	for _, d := range []time.Duration{t.Hello, t.Idle, t.Online, t.Write, t.ResponseGrace, t.CloseGrace} {
+	for _, d := range []time.Duration{t.Hello, t.Idle, t.Online, t.Write, t.ResponseGrace, t.CloseGrace, t.Heartbeat} {
 		if d < 0 {
 			return errors.New("hub: timers may not be negative")
 		}

@@ -1,0 +1,227 @@
+package hub
+
+import (
+	"bytes"
+	"errors"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"go.uber.org/zap"
+
+	"github.com/sandgate/sandgate/node/proto"
+)
+
+// sendLarge streams one text message of n bytes (a JSON object padded with
+// spaces) from a goroutine; the write fails once Core has closed, which
+// is expected. It allocates one 1 MiB chunk whatever n is.
+func (n *testNode) sendLarge(size int) {
+	go func() {
+		n.wmu.Lock()
+		defer n.wmu.Unlock()
+		_ = n.ws.SetWriteDeadline(time.Now().Add(timeout))
+		w, err := n.ws.NextWriter(websocket.TextMessage)
+		if err != nil {
+			return
+		}
+		chunk := bytes.Repeat([]byte{' '}, 1<<20)
+		if _, err := w.Write([]byte(`{"version":1,"type":"hello"}`)); err != nil {
+			return
+		}
+		for left := size; left > 0; left -= len(chunk) {
+			if _, err := w.Write(chunk[:min(left, len(chunk))]); err != nil {
+				return
+			}
+		}
+		_ = w.Close()
+	}()
+}
+
+// allocatedDuring returns the bytes the whole process allocated while f
+// ran.
+func allocatedDuring(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// TestHelloOverControlLimit: a first message over 32 KiB closes the
+// connection with 1009 after at most 32 KiB + 1 bytes were buffered: a
+// 16 MiB hello makes the hub allocate far less than the message (it used
+// to read every message whole, up to 72 MiB, before any check). Nothing
+// of the node is recorded.
+func TestHelloOverControlLimit(t *testing.T) {
+	e := newEnv(t)
+	for _, size := range []int{proto.MaxControlFrame + 1, 16 << 20} {
+		a := e.connect(nodeA)
+		var reason string
+		alloc := allocatedDuring(func() {
+			a.sendLarge(size)
+			reason = a.expectClose(CloseMessageTooBig)
+		})
+		if !strings.Contains(reason, "32 KiB") {
+			t.Fatalf("reason %q", reason)
+		}
+		if alloc > 4<<20 {
+			t.Fatalf("a %d-byte hello made the process allocate %d bytes", size, alloc)
+		}
+		_ = a.ws.Close()
+		waitFor(t, "the connection to end", func() bool { return e.status(nodeA).State == StateDisconnected })
+		if s := e.status(nodeA); s.Hello != nil || s.ConnectionID != "" || s.CloseCode != CloseMessageTooBig {
+			t.Fatalf("status after a refused hello: %+v", s)
+		}
+	}
+}
+
+// TestControlLimitWhileNothingPending: after the welcome, with no request
+// pending, a message over 32 KiB closes with 1009 without being buffered;
+// the node stays known and its last health is kept.
+func TestControlLimitWhileNothingPending(t *testing.T) {
+	e := newEnv(t)
+	a := e.join(nodeA)
+	a.beat(health(true, ""))
+	var reason string
+	alloc := allocatedDuring(func() {
+		a.sendLarge(16 << 20)
+		reason = a.expectClose(CloseMessageTooBig)
+	})
+	if !strings.Contains(reason, "no request pending") || alloc > 4<<20 {
+		t.Fatalf("reason %q, %d bytes allocated", reason, alloc)
+	}
+	waitFor(t, "the connection to end", func() bool { return e.status(nodeA).State == StateDisconnected })
+	if s := e.status(nodeA); s.Health == nil || !s.Health.ProviderReady {
+		t.Fatalf("status lost its health: %+v", s)
+	}
+}
+
+// pad returns the encoded frame f followed by n spaces (valid JSON
+// whitespace), to make a frame of a given size.
+func pad(t *testing.T, f proto.Frame, n int) []byte {
+	t.Helper()
+	b, err := proto.Encode(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(b, bytes.Repeat([]byte{' '}, n)...)
+}
+
+// TestLargeResponseWhilePending: while a request is pending, its response
+// may be larger than a control frame; any other frame over 32 KiB is still
+// refused (1002, by proto.Decode), and so is a large response to nothing
+// pending.
+func TestLargeResponseWhilePending(t *testing.T) {
+	e := newEnv(t)
+	a := e.join(nodeA)
+	pending := e.dispatchAsync(nodeA, infoReq())
+	r := a.request()
+	a.sendRaw(pad(t, &proto.Response{ID: r.ID, ConnectionID: r.ConnectionID, Info: info()}, 1<<20))
+	if d := e.await(pending); d.err != nil || d.res.Outcome != proto.OutcomeSuccess {
+		t.Fatalf("large response: %+v, %v", d.res, d.err)
+	}
+
+	// A large heartbeat while a request is pending.
+	pending = e.dispatchAsync(nodeA, infoReq())
+	a.request()
+	a.sendRaw(pad(t, a.heartbeat(health(true, "")), proto.MaxControlFrame))
+	if reason := a.expectClose(CloseProtocolError); !strings.Contains(reason, "too large") {
+		t.Fatalf("reason %q", reason)
+	}
+	if d := e.await(pending); d.err != nil || d.res.Reason != ReasonDisconnected {
+		t.Fatalf("pending after the close: %+v, %v", d.res, d.err)
+	}
+
+	// A large response to another id while a request is pending.
+	b := e.join(nodeB)
+	pending = e.dispatchAsync(nodeB, infoReq())
+	r = b.request()
+	b.sendRaw(pad(t, &proto.Response{ID: "00000000-0000-4000-8000-000000000000", ConnectionID: r.ConnectionID, Info: info()}, 1<<20))
+	if reason := b.expectClose(CloseProtocolError); !strings.Contains(reason, "no pending request") {
+		t.Fatalf("reason %q", reason)
+	}
+	e.await(pending)
+}
+
+// TestHeartbeatFlood: with the protocol's timers (heartbeat 10 s, idle
+// 35 s), a real gorilla client that sends heartbeats back to back gets 5
+// acks (the burst) and then close 4007; the close is logged at warn.
+func TestHeartbeatFlood(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.Timers.Heartbeat, c.Timers.Idle = 10*time.Second, 35*time.Second })
+	a := e.join(nodeA)
+	go func() {
+		for range 1000 {
+			b, _ := proto.Encode(a.heartbeat(health(true, "")))
+			a.wmu.Lock()
+			err := a.ws.WriteMessage(websocket.TextMessage, b)
+			a.wmu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	acks := 0
+	for {
+		f, err := a.next()
+		if err != nil {
+			var ce *websocket.CloseError
+			if !errors.As(err, &ce) || ce.Code != CloseHeartbeatFlood {
+				t.Fatalf("after %d acks: %v", acks, err)
+			}
+			break
+		}
+		if _, ok := f.(*proto.HeartbeatAck); !ok {
+			t.Fatalf("frame %T", f)
+		}
+		acks++
+	}
+	if acks != 5 {
+		t.Fatalf("%d acks before the close, want 5 (35s/10s + 2)", acks)
+	}
+	waitFor(t, "the close to be logged", func() bool {
+		return e.logs.FilterMessage("node connection closed").FilterField(zap.Int("close_code", CloseHeartbeatFlood)).Len() == 1
+	})
+}
+
+// TestHeartbeatBudget: a node heartbeating every 10 s with up to ±4 s of
+// jitter, one whose heartbeats a 34 s stall (just under the idle timeout)
+// queued up, and one at the configured rate after a reconnect never trip
+// the budget; one sending every 4.9 s (just over twice the rate) does.
+func TestHeartbeatBudget(t *testing.T) {
+	timers := Timers{Idle: 35 * time.Second, Heartbeat: 10 * time.Second}
+	t0 := time.Unix(1_000_000, 0)
+	var b heartbeatBudget
+	at := t0
+	jitter := []time.Duration{4, -4, 3, -2, 0, 4, -4, -4, 4, 1}
+	for i := range 100_000 {
+		at = t0.Add(time.Duration(i)*10*time.Second + jitter[i%len(jitter)]*time.Second)
+		if !b.take(at, timers) {
+			t.Fatalf("jittered heartbeat %d refused", i)
+		}
+	}
+	// A 34 s stall: the heartbeats of 34 s arrive together with the next.
+	at = at.Add(34 * time.Second)
+	for i := range 4 {
+		if !b.take(at, timers) {
+			t.Fatalf("queued heartbeat %d refused", i)
+		}
+	}
+	for i := range 1000 {
+		if !b.take(at.Add(time.Duration(i+1)*10*time.Second), timers) {
+			t.Fatalf("heartbeat %d after the stall refused", i)
+		}
+	}
+	var fast heartbeatBudget
+	tripped := false
+	for i := range 1000 {
+		if !fast.take(t0.Add(time.Duration(i)*4900*time.Millisecond), timers) {
+			tripped = true
+			break
+		}
+	}
+	if !tripped {
+		t.Fatal("a node heartbeating every 4.9 s was never stopped")
+	}
+}
