@@ -14,7 +14,7 @@ JS_DIR   := integration/js
 # What the gateway binary is built from: non-test Go files of the module, outside
 # the parts that are not in the gateway.
 GATEWAY_SOURCES := $(shell find . -name '*.go' -not -name '*_test.go' -not -path './integration/*' \
-	-not -path './corectl/*' -not -path './nodeagent/*' -not -path './hack/kube/*' -not -path './hack/nodeload/*' \
+	-not -path './corectl/*' -not -path './nodeagent/*' -not -path './hack/kube/*' -not -path './hack/nodeload/*' -not -path './hack/gatewaybench/*' \
 	-not -path './node/sim/*' -not -path './.git/*') \
 	go.mod go.sum xcaddy.toml
 
@@ -65,8 +65,8 @@ test: vet build js-deps
 	@set -e; $(TEST_ENV); echo "DOCKER_HOST=$$DOCKER_HOST KUBEBUILDER_ASSETS=$$KUBEBUILDER_ASSETS"; \
 	$(GO) test -count=1 -timeout 45m ./...
 
-bench: build js-deps
-	$(GO) test -run '^$$' -bench . -benchtime 5s -timeout 30m ./integration/
+bench: build
+	$(GO) run ./hack/gatewaybench -caddy bin/caddy
 	$(GO) test -run '^$$' -bench . -benchtime 5s ./node/hub/
 	@set -e; $(KUBE_ENV); $(GO) test -run '^$$' -bench . -benchtime 1000x -timeout 30m ./corectl/controller/
 

@@ -1,0 +1,1004 @@
+// Command gatewaybench measures the gateway's own cost against a plain
+// Caddy reverse_proxy, both the built bin/caddy, in one run: CPU per
+// request (or per GiB) of every process, read from /proc/<pid>/stat, with
+// the paths interleaved and repeated.
+//
+// Every piece runs in its own process on 127.0.0.1:
+//
+//   - the execd stand-in (integration/execdstub) and the fixed-entry +
+//     OpenSandbox Ingress stand-in (integration/fixedentry, its request
+//     record off), each started by re-running this program with -serve;
+//   - the gateway: bin/caddy with an e2b_dataplane site, one token key, one
+//     resource credential and one cluster whose fixed entry is the
+//     stand-in;
+//   - the baseline: bin/caddy with a plain `reverse_proxy <fixed entry>`
+//     site, asked for the equivalent execd call directly;
+//   - the client: this program.
+//
+// Workloads:
+//
+//   - listdir: Connect unary ListDir of a directory of -files files
+//     through the gateway (POST /filesystem.Filesystem/ListDir, token,
+//     routing headers) against GET /<sandbox>/44772/directories/list through
+//     the reverse proxy, closed loop with c clients over kept-alive
+//     connections for each c of -concurrency, each cell -cell long after a
+//     short warm-up;
+//   - transfer: one -transfer-mib download (GET /files?path= against GET
+//     /<sandbox>/44772/files/download?path=) and upload (POST /files?path=
+//     as application/octet-stream, and as the SDK's default multipart body,
+//     against execd's multipart POST /<sandbox>/44772/files/upload with the
+//     same bytes); every request carries a Content-Length.
+//
+// Each of -rounds rounds runs every cell once, the two proxies one after
+// the other in an order that alternates between rounds. The summary gives,
+// per cell, the median over rounds of requests per second, latency and
+// CPU per request of each process, and the ratio gateway ÷ reverse_proxy
+// of the proxy process's CPU per request (median, min and max over the
+// rounds). For transfers it adds MB/s and the proxy's peak RSS (VmHWM,
+// reset through /proc/<pid>/clear_refs before each transfer).
+//
+// Usage (from the repository root, after make build):
+//
+//	go run ./hack/gatewaybench [-caddy bin/caddy] [-rounds 5] [-cell 3s]
+//		[-concurrency 1,8,64] [-files 16] [-transfer-mib 1024]
+//		[-transfer-rounds 3] [-only listdir|transfer] [-profile <dir>]
+//		[-gateway-env GOGC=200,...]
+//
+// With -profile, one more pass after the measured rounds fetches a CPU
+// profile of each proxy for every cell from Caddy's admin endpoint
+// (/debug/pprof/profile) into <dir>; the profiled pass is not in the
+// figures. The program exits 1 with the reason when a piece does not start
+// or a request fails.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"mime/multipart"
+	"net"
+	"net/http"
+	"net/textproto"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sandgate/sandgate/gateway/token"
+	"github.com/sandgate/sandgate/integration/execdstub"
+	"github.com/sandgate/sandgate/integration/fixedentry"
+)
+
+const (
+	sandboxID    = "sbxbench"
+	credentialID = "cred-bench"
+	keyID        = "bench"
+	benchDir     = "/home/user/bench"
+	transferSrc  = "/home/user/bench-download.bin"
+	transferDst  = "/home/user/bench-upload.bin"
+	execdPort    = 44772
+	envdPort     = "49983"
+)
+
+type options struct {
+	caddy          string
+	rounds         int
+	cell           time.Duration
+	warmup         time.Duration
+	concurrency    []int
+	files          int
+	transferMiB    int64
+	transferRounds int
+	only           string
+	profileDir     string
+	gatewayEnv     []string
+}
+
+func main() {
+	// The stand-ins run as separate processes of this same program.
+	if len(os.Args) > 2 && os.Args[1] == "-serve" {
+		if err := serve(os.Args[2], os.Args[3:]); err != nil {
+			fmt.Fprintln(os.Stderr, "gatewaybench stand-in:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	var o options
+	var conc, genv string
+	flag.StringVar(&o.caddy, "caddy", "bin/caddy", "the gateway binary (also the plain reverse proxy)")
+	flag.IntVar(&o.rounds, "rounds", 5, "measured rounds of the ListDir cells")
+	flag.DurationVar(&o.cell, "cell", 3*time.Second, "length of one ListDir measurement")
+	flag.DurationVar(&o.warmup, "warmup", 500*time.Millisecond, "unmeasured load before each ListDir measurement")
+	flag.StringVar(&conc, "concurrency", "1,8,64", "ListDir client counts")
+	flag.IntVar(&o.files, "files", 16, "files in the listed directory")
+	flag.Int64Var(&o.transferMiB, "transfer-mib", 1024, "size of each download and upload in MiB")
+	flag.IntVar(&o.transferRounds, "transfer-rounds", 3, "measured rounds of the transfers")
+	flag.StringVar(&o.only, "only", "", "run only listdir or transfer")
+	flag.StringVar(&o.profileDir, "profile", "", "directory for CPU profiles of a separate, unmeasured pass")
+	flag.StringVar(&genv, "gateway-env", "", "comma-separated VAR=value added to both proxies' environment (e.g. GOGC=200)")
+	flag.Parse()
+	for _, f := range strings.Split(conc, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "gatewaybench: bad -concurrency %q\n", conc)
+			os.Exit(2)
+		}
+		o.concurrency = append(o.concurrency, n)
+	}
+	if genv != "" {
+		o.gatewayEnv = strings.Split(genv, ",")
+	}
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "gatewaybench:", err)
+		os.Exit(1)
+	}
+}
+
+// serve runs one stand-in until its standard input closes (the driver
+// exited or closed it), after printing "LISTEN <addr>".
+func serve(what string, args []string) error {
+	fs := flag.NewFlagSet(what, flag.ContinueOnError)
+	root := fs.String("root", "", "execd: the sandbox's / on the host")
+	execdAddr := fs.String("execd", "", "fixedentry: the execd stand-in's address")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var h http.Handler
+	switch what {
+	case "execd":
+		s := execdstub.New(execdstub.Config{Root: *root, GracefulShutdown: -1})
+		defer s.Close()
+		h = s
+	case "fixedentry":
+		in := fixedentry.New()
+		in.SetRecordLimit(0)
+		in.SetSandbox(sandboxID, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1", Namespace: "default",
+			Ports: map[int]string{execdPort: *execdAddr}})
+		h = in
+	default:
+		return fmt.Errorf("unknown stand-in %q", what)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	fmt.Printf("LISTEN %s\n", ln.Addr())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return srv.Close()
+}
+
+// proc is one started process of the run.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	// stdin is held open; closing it stops a stand-in.
+	stdin  io.WriteCloser
+	exited chan error
+	log    string
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+func (p *proc) stop() {
+	if p.stdin != nil {
+		_ = p.stdin.Close()
+	}
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.exited:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+// startStandIn re-runs this program as stand-in what and returns it with
+// its listen address.
+func startStandIn(what string, args ...string) (*proc, string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, "", err
+	}
+	cmd := exec.Command(self, append([]string{"-serve", what}, args...)...)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, "", err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, "", err
+	}
+	p := &proc{name: what, cmd: cmd, stdin: stdin, exited: make(chan error, 1)}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	go func() { _, _ = io.Copy(io.Discard, out); p.exited <- cmd.Wait() }()
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "LISTEN ")
+	if err != nil || !ok {
+		p.stop()
+		return nil, "", fmt.Errorf("the %s stand-in did not start: %q %v", what, line, err)
+	}
+	return p, addr, nil
+}
+
+// startCaddy runs bin/caddy with caddyfile and waits until addr listens.
+func startCaddy(o options, name, dir, caddyfile, addr string) (*proc, error) {
+	cf := filepath.Join(dir, name+".Caddyfile")
+	if err := os.WriteFile(cf, []byte(caddyfile), 0o600); err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(dir, name+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(o.caddy, "run", "--config", cf, "--adapter", "caddyfile")
+	home := filepath.Join(dir, name+"-home")
+	cmd.Env = append(append(os.Environ(), "HOME="+home, "XDG_DATA_HOME="+home, "XDG_CONFIG_HOME="+home), o.gatewayEnv...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("starting %s: %w", o.caddy, err)
+	}
+	p := &proc{name: name, cmd: cmd, exited: make(chan error, 1), log: logPath}
+	go func() { p.exited <- cmd.Wait(); logf.Close() }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			return p, nil
+		}
+		select {
+		case err := <-p.exited:
+			logText, _ := os.ReadFile(logPath)
+			return nil, fmt.Errorf("%s exited while starting: %v\n%s", name, err, logText)
+		case <-time.After(50 * time.Millisecond): // polling for the listener
+		}
+		if time.Now().After(deadline) {
+			p.stop()
+			return nil, fmt.Errorf("%s did not listen within 30 s", name)
+		}
+	}
+}
+
+// world is the running set of processes.
+type world struct {
+	o          options
+	root       string
+	execd      *proc
+	fixedEntry *proc
+	gateway    *proc
+	proxy      *proc
+	gatewayURL string
+	proxyURL   string
+	gwAdmin    string
+	rpAdmin    string
+	token      string
+}
+
+func (w *world) stop() {
+	for _, p := range []*proc{w.gateway, w.proxy, w.fixedEntry, w.execd} {
+		if p != nil {
+			p.stop()
+		}
+	}
+}
+
+func run(o options) error {
+	dir, err := os.MkdirTemp("", "gatewaybench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	w := &world{o: o, root: filepath.Join(dir, "sandbox")}
+	defer w.stop()
+	for _, d := range []string{"home/user/bench", "root", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(w.root, d), 0o755); err != nil {
+			return err
+		}
+	}
+	for i := range o.files {
+		if err := os.WriteFile(filepath.Join(w.root, benchDir, fmt.Sprintf("file-%02d.txt", i)), []byte("benchmark\n"), 0o644); err != nil {
+			return err
+		}
+	}
+
+	var execdAddr, feAddr string
+	if w.execd, execdAddr, err = startStandIn("execd", "-root", w.root); err != nil {
+		return err
+	}
+	if w.fixedEntry, feAddr, err = startStandIn("fixedentry", "-execd", execdAddr); err != nil {
+		return err
+	}
+
+	keyFile := filepath.Join(dir, "token.key")
+	secret := make([]byte, 32)
+	_, _ = rand.Read(secret)
+	if err := os.WriteFile(keyFile, []byte(hex.EncodeToString(secret)), 0o600); err != nil {
+		return err
+	}
+	key, err := token.LoadSigningKey(keyID, "HS256", keyFile)
+	if err != nil {
+		return err
+	}
+	if w.token, err = key.Mint(token.Target{CredentialID: credentialID, SandboxID: sandboxID, Port: 49983}, 24*time.Hour, time.Now()); err != nil {
+		return err
+	}
+	credFile := filepath.Join(dir, "credentials.yaml")
+	if err := os.WriteFile(credFile, []byte("credentials:\n  - {id: "+credentialID+", enabled: true, projectNamespace: bench, clusterId: cluster-a}\n"), 0o600); err != nil {
+		return err
+	}
+	addrs := make([]string, 4)
+	for i := range addrs {
+		if addrs[i], err = freeAddr(); err != nil {
+			return err
+		}
+	}
+	w.gatewayURL, w.gwAdmin, w.proxyURL, w.rpAdmin = "http://"+addrs[0], addrs[1], "http://"+addrs[2], addrs[3]
+	gwConf := fmt.Sprintf(`{
+	admin %s
+	auto_https off
+	persist_config off
+	sandgate {
+		token_key %s HS256 %s
+		credentials file %s
+		cluster cluster-a http://%s
+	}
+}
+
+http://%s {
+	e2b_dataplane {
+		home_dir /home/user
+		user root 0 0 /root
+	}
+}
+`, w.gwAdmin, keyID, keyFile, credFile, feAddr, addrs[0])
+	rpConf := fmt.Sprintf(`{
+	admin %s
+	auto_https off
+	persist_config off
+}
+
+http://%s {
+	reverse_proxy %s
+}
+`, w.rpAdmin, addrs[2], feAddr)
+	if w.gateway, err = startCaddy(o, "gateway", dir, gwConf, addrs[0]); err != nil {
+		return err
+	}
+	if w.proxy, err = startCaddy(o, "reverse_proxy", dir, rpConf, addrs[2]); err != nil {
+		return err
+	}
+	load1, _ := os.ReadFile("/proc/loadavg")
+	fmt.Printf("gatewaybench: %s; %d CPUs; load average %s", o.caddy, runtime.NumCPU(), load1)
+	fmt.Printf("processes: gateway pid %d, reverse_proxy pid %d, fixed entry pid %d, execd pid %d, client pid %d\n",
+		w.gateway.pid(), w.proxy.pid(), w.fixedEntry.pid(), w.execd.pid(), os.Getpid())
+	for _, p := range []*proc{w.gateway, w.proxy} {
+		rss, err := statusKiB(p.pid(), "VmRSS")
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s VmRSS after start: %.1f MiB\n", p.name, float64(rss)/1024)
+	}
+
+	if o.only == "" || o.only == "listdir" {
+		if err := w.listDir(); err != nil {
+			return err
+		}
+	}
+	if o.only == "" || o.only == "transfer" {
+		if err := w.transfers(); err != nil {
+			return err
+		}
+	}
+	load2, _ := os.ReadFile("/proc/loadavg")
+	fmt.Printf("load average at the end: %s", load2)
+	return nil
+}
+
+// cpu is the CPU time of the measured processes.
+type cpu struct {
+	proxy, fixedEntry, execd, client time.Duration
+}
+
+func (w *world) cpuOf(proxy *proc) (cpu, error) {
+	var c cpu
+	var err error
+	for _, x := range []struct {
+		d   *time.Duration
+		pid int
+	}{{&c.proxy, proxy.pid()}, {&c.fixedEntry, w.fixedEntry.pid()}, {&c.execd, w.execd.pid()}, {&c.client, os.Getpid()}} {
+		if *x.d, err = cpuTime(x.pid); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+func (c cpu) sub(d cpu) cpu {
+	return cpu{c.proxy - d.proxy, c.fixedEntry - d.fixedEntry, c.execd - d.execd, c.client - d.client}
+}
+
+// userHZ is the unit of utime and stime in /proc/<pid>/stat (USER_HZ,
+// 100 on Linux).
+const userHZ = 100
+
+// cpuTime returns utime+stime of pid (all its threads, live and exited).
+func cpuTime(pid int) (time.Duration, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(data)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields))
+	}
+	// utime and stime are fields 14 and 15 of the line, 12 and 13 after
+	// the command name.
+	ut, err1 := strconv.ParseInt(fields[11], 10, 64)
+	st, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	return time.Duration(ut+st) * time.Second / userHZ, nil
+}
+
+// statusKiB returns a "Vm…:" field of /proc/<pid>/status in KiB.
+func statusKiB(pid int, field string) (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
+}
+
+// pathSpec is one side of a comparison.
+type pathSpec struct {
+	name   string
+	proxy  func(w *world) *proc
+	admin  func(w *world) string
+	client *http.Client
+}
+
+var paths = []pathSpec{
+	{name: "gateway", proxy: func(w *world) *proc { return w.gateway }, admin: func(w *world) string { return w.gwAdmin }},
+	{name: "reverse_proxy", proxy: func(w *world) *proc { return w.proxy }, admin: func(w *world) string { return w.rpAdmin }},
+}
+
+// order returns the paths in round r's order: alternating, so neither
+// always runs first.
+func order(r int) []pathSpec {
+	if r%2 == 0 {
+		return []pathSpec{paths[0], paths[1]}
+	}
+	return []pathSpec{paths[1], paths[0]}
+}
+
+func newClient(conns int) *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConns: conns + 16, MaxIdleConnsPerHost: conns + 16,
+		IdleConnTimeout: 5 * time.Minute, DisableCompression: true}}
+}
+
+// listDirRequest builds path p's ListDir request.
+func (w *world) listDirRequest(p string) func() *http.Request {
+	switch p {
+	case "gateway":
+		body := []byte(`{"path":"` + benchDir + `","depth":1}`)
+		u := w.gatewayURL + "/filesystem.Filesystem/ListDir"
+		return func() *http.Request {
+			req, _ := http.NewRequest(http.MethodPost, u, bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Connect-Protocol-Version", "1")
+			req.Header.Set("E2b-Sandbox-Id", sandboxID)
+			req.Header.Set("E2b-Sandbox-Port", envdPort)
+			req.Header.Set("X-Access-Token", w.token)
+			return req
+		}
+	default:
+		u := w.proxyURL + "/" + sandboxID + "/44772/directories/list?path=" + url.QueryEscape(benchDir) + "&depth=1"
+		return func() *http.Request {
+			req, _ := http.NewRequest(http.MethodGet, u, nil)
+			return req
+		}
+	}
+}
+
+// cellResult is one measured cell.
+type cellResult struct {
+	requests int
+	wall     time.Duration
+	cpu      cpu
+	p50, p99 time.Duration
+}
+
+// load runs c closed-loop clients for d and returns the request count and
+// the sorted latencies.
+func load(client *http.Client, newReq func() *http.Request, c int, d time.Duration) (int, []time.Duration, error) {
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		all      []time.Duration
+		firstErr atomic.Pointer[error]
+	)
+	stop := time.Now().Add(d)
+	for range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			local := make([]time.Duration, 0, 4096)
+			for time.Now().Before(stop) && firstErr.Load() == nil {
+				t0 := time.Now()
+				resp, err := client.Do(newReq())
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if err == nil && resp.StatusCode != http.StatusOK {
+						err = fmt.Errorf("status %d", resp.StatusCode)
+					}
+				}
+				if err != nil {
+					firstErr.CompareAndSwap(nil, &err)
+					return
+				}
+				local = append(local, time.Since(t0))
+			}
+			mu.Lock()
+			all = append(all, local...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if p := firstErr.Load(); p != nil {
+		return 0, nil, *p
+	}
+	slices.Sort(all)
+	return len(all), all, nil
+}
+
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+func (w *world) listDirCell(p pathSpec, c int) (cellResult, error) {
+	newReq := w.listDirRequest(p.name)
+	if _, _, err := load(p.client, newReq, c, w.o.warmup); err != nil {
+		return cellResult{}, fmt.Errorf("%s warm-up: %w", p.name, err)
+	}
+	proxy := p.proxy(w)
+	c0, err := w.cpuOf(proxy)
+	if err != nil {
+		return cellResult{}, err
+	}
+	t0 := time.Now()
+	n, lat, err := load(p.client, newReq, c, w.o.cell)
+	wall := time.Since(t0)
+	if err != nil {
+		return cellResult{}, fmt.Errorf("%s c=%d: %w", p.name, c, err)
+	}
+	c1, err := w.cpuOf(proxy)
+	if err != nil {
+		return cellResult{}, err
+	}
+	return cellResult{requests: n, wall: wall, cpu: c1.sub(c0), p50: quantile(lat, 0.5), p99: quantile(lat, 0.99)}, nil
+}
+
+func perReq(d time.Duration, n int) float64 { return float64(d.Microseconds()) / float64(max(n, 1)) }
+
+func (w *world) listDir() error {
+	fmt.Printf("\nListDir of %d files: %d rounds × %v per cell (after %v warm-up), c = %v\n", w.o.files, w.o.rounds, w.o.cell, w.o.warmup, w.o.concurrency)
+	clients := map[string]*http.Client{}
+	for _, p := range paths {
+		clients[p.name] = newClient(slices.Max(w.o.concurrency))
+	}
+	results := map[string]map[int][]cellResult{"gateway": {}, "reverse_proxy": {}}
+	for r := range w.o.rounds {
+		for _, c := range w.o.concurrency {
+			for _, p := range order(r) {
+				p.client = clients[p.name]
+				res, err := w.listDirCell(p, c)
+				if err != nil {
+					return err
+				}
+				results[p.name][c] = append(results[p.name][c], res)
+				fmt.Printf("  round %d c=%-3d %-13s %6d req %7.0f req/s  p50 %6.2f ms  p99 %6.2f ms  CPU µs/req: proxy %6.1f  fixed entry %6.1f  execd %6.1f  client %6.1f\n",
+					r+1, c, p.name, res.requests, float64(res.requests)/res.wall.Seconds(), ms(res.p50), ms(res.p99),
+					perReq(res.cpu.proxy, res.requests), perReq(res.cpu.fixedEntry, res.requests), perReq(res.cpu.execd, res.requests), perReq(res.cpu.client, res.requests))
+			}
+		}
+	}
+	fmt.Printf("\nListDir summary (median over %d rounds; CPU per request from /proc/<pid>/stat)\n\n", w.o.rounds)
+	fmt.Println("| c | path | req/s | p50 ms | p99 ms | proxy CPU µs/req | fixed entry | execd | client |")
+	fmt.Println("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+	for _, c := range w.o.concurrency {
+		for _, p := range paths {
+			rs := results[p.name][c]
+			med := func(f func(cellResult) float64) float64 { return median(mapf(rs, f)) }
+			fmt.Printf("| %d | %s | %.0f | %.2f | %.2f | %.0f | %.0f | %.0f | %.0f |\n", c, p.name,
+				med(func(r cellResult) float64 { return float64(r.requests) / r.wall.Seconds() }),
+				med(func(r cellResult) float64 { return ms(r.p50) }), med(func(r cellResult) float64 { return ms(r.p99) }),
+				med(func(r cellResult) float64 { return perReq(r.cpu.proxy, r.requests) }),
+				med(func(r cellResult) float64 { return perReq(r.cpu.fixedEntry, r.requests) }),
+				med(func(r cellResult) float64 { return perReq(r.cpu.execd, r.requests) }),
+				med(func(r cellResult) float64 { return perReq(r.cpu.client, r.requests) }))
+		}
+	}
+	fmt.Println()
+	fmt.Println("| c | gateway ÷ reverse_proxy, proxy CPU per request: median (min–max over rounds) |")
+	fmt.Println("|---:|---|")
+	for _, c := range w.o.concurrency {
+		var ratios []float64
+		for i := range results["gateway"][c] {
+			g, rp := results["gateway"][c][i], results["reverse_proxy"][c][i]
+			ratios = append(ratios, perReq(g.cpu.proxy, g.requests)/perReq(rp.cpu.proxy, rp.requests))
+		}
+		fmt.Printf("| %d | **%.2f** (%.2f–%.2f) |\n", c, median(ratios), slices.Min(ratios), slices.Max(ratios))
+	}
+	if w.o.profileDir != "" {
+		fmt.Printf("\nprofiling pass (not in the figures) into %s\n", w.o.profileDir)
+		if err := os.MkdirAll(w.o.profileDir, 0o755); err != nil {
+			return err
+		}
+		for _, c := range w.o.concurrency {
+			for _, p := range paths {
+				p.client = clients[p.name]
+				name := fmt.Sprintf("listdir-%s-c%d.pprof", p.name, c)
+				secs := max(1, int(math.Round((w.o.cell + w.o.warmup).Seconds())))
+				if err := w.profiled(p, filepath.Join(w.o.profileDir, name), secs, func() error {
+					_, err := w.listDirCell(p, c)
+					return err
+				}); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// profiled runs f while fetching a CPU profile of p's proxy for secs
+// seconds into file.
+func (w *world) profiled(p pathSpec, file string, secs int, f func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.admin(w), secs))
+		if err != nil {
+			done <- err
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			done <- fmt.Errorf("profile of %s: HTTP %d", p.name, resp.StatusCode)
+			return
+		}
+		out, err := os.Create(file)
+		if err == nil {
+			_, err = io.Copy(out, resp.Body)
+			err = errors.Join(err, out.Close())
+		}
+		done <- err
+	}()
+	err := f()
+	return errors.Join(err, <-done)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func mapf[T any](s []T, f func(T) float64) []float64 {
+	out := make([]float64, len(s))
+	for i, v := range s {
+		out[i] = f(v)
+	}
+	return out
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// patternBlock is the repeating content of the transfers (period 64 KiB).
+var patternBlock = func() []byte {
+	b := make([]byte, 64<<10)
+	for i := range b {
+		b[i] = byte(i % 251)
+	}
+	return b
+}()
+
+// pattern is an endless reader of patternBlock.
+type pattern struct{ off int }
+
+func (p *pattern) Read(b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		c := copy(b[n:], patternBlock[p.off:])
+		n += c
+		p.off = (p.off + c) % len(patternBlock)
+	}
+	return n, nil
+}
+
+// transferResult is one measured transfer.
+type transferResult struct {
+	wall    time.Duration
+	cpu     cpu
+	peakRSS int64 // KiB; -1 when VmHWM could not be reset
+}
+
+// transferKind is one transfer workload on one path.
+type transferKind struct {
+	name   string
+	path   string // "gateway" or "reverse_proxy"
+	newReq func(w *world, size int64) (*http.Request, error)
+	// wantBody is the expected response body length; -1: any.
+	wantBody func(size int64) int64
+	upload   bool
+}
+
+// execdMultipart returns execd's upload body for dst (a metadata file part
+// and a file part, execd-wire.md §1.5) as a prefix and suffix around the
+// file's bytes, and the Content-Type.
+func execdMultipart(dst string) (prefix, suffix []byte, contentType string) {
+	var b bytes.Buffer
+	mw := multipart.NewWriter(&b)
+	part, _ := mw.CreateFormFile("metadata", "metadata")
+	fmt.Fprintf(part, `{"path":%q,"mode":644}`, dst)
+	_, _ = mw.CreateFormFile("file", filepath.Base(dst))
+	prefix = slices.Clone(b.Bytes())
+	b.Reset()
+	_ = mw.Close()
+	return prefix, slices.Clone(b.Bytes()), mw.FormDataContentType()
+}
+
+// sdkMultipart is the E2B SDK's default write body: one "file" part whose
+// filename is the target path (e2b-wire.md §4.1).
+func sdkMultipart(dst string) (prefix, suffix []byte, contentType string) {
+	var b bytes.Buffer
+	mw := multipart.NewWriter(&b)
+	h := textproto.MIMEHeader{}
+	h.Set("Content-Disposition", fmt.Sprintf(`form-data; name="file"; filename=%q`, dst))
+	h.Set("Content-Type", "application/octet-stream")
+	_, _ = mw.CreatePart(h)
+	prefix = slices.Clone(b.Bytes())
+	b.Reset()
+	_ = mw.Close()
+	return prefix, slices.Clone(b.Bytes()), mw.FormDataContentType()
+}
+
+func framed(u, contentType string, prefix, suffix []byte, size int64) (*http.Request, error) {
+	body := io.MultiReader(bytes.NewReader(prefix), io.LimitReader(&pattern{}, size), bytes.NewReader(suffix))
+	req, err := http.NewRequest(http.MethodPost, u, body)
+	if err != nil {
+		return nil, err
+	}
+	req.ContentLength = int64(len(prefix)) + size + int64(len(suffix))
+	req.Header.Set("Content-Type", contentType)
+	return req, nil
+}
+
+func (w *world) gatewayHeaders(req *http.Request) {
+	req.Header.Set("E2b-Sandbox-Id", sandboxID)
+	req.Header.Set("E2b-Sandbox-Port", envdPort)
+	req.Header.Set("X-Access-Token", w.token)
+}
+
+var transferKinds = []transferKind{
+	{name: "download", path: "gateway", wantBody: func(s int64) int64 { return s }, newReq: func(w *world, _ int64) (*http.Request, error) {
+		req, err := http.NewRequest(http.MethodGet, w.gatewayURL+"/files?path="+url.QueryEscape(transferSrc), nil)
+		if err == nil {
+			w.gatewayHeaders(req)
+		}
+		return req, err
+	}},
+	{name: "download", path: "reverse_proxy", wantBody: func(s int64) int64 { return s }, newReq: func(w *world, _ int64) (*http.Request, error) {
+		return http.NewRequest(http.MethodGet, w.proxyURL+"/"+sandboxID+"/44772/files/download?path="+url.QueryEscape(transferSrc), nil)
+	}},
+	{name: "upload", path: "gateway", upload: true, wantBody: func(int64) int64 { return -1 }, newReq: func(w *world, size int64) (*http.Request, error) {
+		req, err := http.NewRequest(http.MethodPost, w.gatewayURL+"/files?path="+url.QueryEscape(transferDst), io.LimitReader(&pattern{}, size))
+		if err == nil {
+			req.ContentLength = size
+			req.Header.Set("Content-Type", "application/octet-stream")
+			w.gatewayHeaders(req)
+		}
+		return req, err
+	}},
+	{name: "upload (SDK multipart)", path: "gateway", upload: true, wantBody: func(int64) int64 { return -1 }, newReq: func(w *world, size int64) (*http.Request, error) {
+		prefix, suffix, ct := sdkMultipart(transferDst)
+		req, err := framed(w.gatewayURL+"/files?path="+url.QueryEscape(transferDst), ct, prefix, suffix, size)
+		if err == nil {
+			w.gatewayHeaders(req)
+		}
+		return req, err
+	}},
+	{name: "upload", path: "reverse_proxy", upload: true, wantBody: func(int64) int64 { return -1 }, newReq: func(w *world, size int64) (*http.Request, error) {
+		prefix, suffix, ct := execdMultipart(transferDst)
+		return framed(w.proxyURL+"/"+sandboxID+"/44772/files/upload", ct, prefix, suffix, size)
+	}},
+}
+
+func (w *world) transferOnce(client *http.Client, k transferKind, size int64) (transferResult, error) {
+	proxy := w.gateway
+	if k.path == "reverse_proxy" {
+		proxy = w.proxy
+	}
+	rssReset := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", proxy.pid()), []byte("5"), 0) == nil
+	req, err := k.newReq(w, size)
+	if err != nil {
+		return transferResult{}, err
+	}
+	c0, err := w.cpuOf(proxy)
+	if err != nil {
+		return transferResult{}, err
+	}
+	t0 := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return transferResult{}, err
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	wall := time.Since(t0)
+	if want := k.wantBody(size); err != nil || resp.StatusCode != http.StatusOK || (want >= 0 && n != want) {
+		return transferResult{}, fmt.Errorf("%s via %s: status %d, %d body bytes (want %d), %v", k.name, k.path, resp.StatusCode, n, want, err)
+	}
+	c1, err := w.cpuOf(proxy)
+	if err != nil {
+		return transferResult{}, err
+	}
+	res := transferResult{wall: wall, cpu: c1.sub(c0), peakRSS: -1}
+	if rssReset {
+		if res.peakRSS, err = statusKiB(proxy.pid(), "VmHWM"); err != nil {
+			return res, err
+		}
+	}
+	if k.upload {
+		dst := filepath.Join(w.root, transferDst)
+		fi, err := os.Stat(dst)
+		if err != nil || fi.Size() != size {
+			return res, fmt.Errorf("%s via %s: the uploaded file: %v (size %d, want %d)", k.name, k.path, err, sizeOf(fi), size)
+		}
+		if err := os.Remove(dst); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+func sizeOf(fi os.FileInfo) int64 {
+	if fi == nil {
+		return -1
+	}
+	return fi.Size()
+}
+
+func (w *world) transfers() error {
+	size := w.o.transferMiB << 20
+	src := filepath.Join(w.root, transferSrc)
+	f, err := os.Create(src)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(src)
+	if _, err := io.Copy(f, io.LimitReader(&pattern{}, size)); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	fmt.Printf("\ntransfers of %d MiB: %d rounds\n", w.o.transferMiB, w.o.transferRounds)
+	client := newClient(4)
+	results := make([][]transferResult, len(transferKinds))
+	for r := range w.o.transferRounds {
+		idx := make([]int, len(transferKinds))
+		for i := range idx {
+			idx[i] = i
+		}
+		if r%2 == 1 {
+			slices.Reverse(idx)
+		}
+		for _, i := range idx {
+			k := transferKinds[i]
+			res, err := w.transferOnce(client, k, size)
+			if err != nil {
+				return err
+			}
+			results[i] = append(results[i], res)
+			gib := float64(size) / (1 << 30)
+			fmt.Printf("  round %d %-22s %-13s %7.0f MB/s  CPU s/GiB: proxy %5.2f  fixed entry %5.2f  execd %5.2f  client %5.2f  proxy peak RSS %5.1f MiB\n",
+				r+1, k.name, k.path, float64(size)/1e6/res.wall.Seconds(), res.cpu.proxy.Seconds()/gib, res.cpu.fixedEntry.Seconds()/gib,
+				res.cpu.execd.Seconds()/gib, res.cpu.client.Seconds()/gib, float64(res.peakRSS)/1024)
+		}
+	}
+	gib := float64(size) / (1 << 30)
+	fmt.Printf("\ntransfer summary (median over %d rounds)\n\n", w.o.transferRounds)
+	fmt.Println("| transfer | path | MB/s | proxy CPU s/GiB | fixed entry | execd | client | proxy peak RSS MiB (max) |")
+	fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|")
+	for i, k := range transferKinds {
+		rs := results[i]
+		med := func(f func(transferResult) float64) float64 { return median(mapf(rs, f)) }
+		fmt.Printf("| %s | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.1f |\n", k.name, k.path,
+			med(func(r transferResult) float64 { return float64(size) / 1e6 / r.wall.Seconds() }),
+			med(func(r transferResult) float64 { return r.cpu.proxy.Seconds() / gib }),
+			med(func(r transferResult) float64 { return r.cpu.fixedEntry.Seconds() / gib }),
+			med(func(r transferResult) float64 { return r.cpu.execd.Seconds() / gib }),
+			med(func(r transferResult) float64 { return r.cpu.client.Seconds() / gib }),
+			slices.Max(mapf(rs, func(r transferResult) float64 { return float64(r.peakRSS) / 1024 })))
+	}
+	fmt.Println()
+	fmt.Println("| transfer | gateway ÷ reverse_proxy, proxy CPU per GiB: median (min–max over rounds) |")
+	fmt.Println("|---|---|")
+	ratio := func(gi, ri int, label string) {
+		var ratios []float64
+		for r := range results[gi] {
+			ratios = append(ratios, results[gi][r].cpu.proxy.Seconds()/results[ri][r].cpu.proxy.Seconds())
+		}
+		fmt.Printf("| %s | **%.2f** (%.2f–%.2f) |\n", label, median(ratios), slices.Min(ratios), slices.Max(ratios))
+	}
+	ratio(0, 1, "download")
+	ratio(2, 4, "upload (octet-stream)")
+	ratio(3, 4, "upload (SDK multipart)")
+	if w.o.profileDir != "" {
+		fmt.Printf("\nprofiling pass (not in the figures) into %s\n", w.o.profileDir)
+		for i, k := range transferKinds {
+			p := paths[0]
+			if k.path == "reverse_proxy" {
+				p = paths[1]
+			}
+			name := "transfer-" + strings.NewReplacer(" ", "-", "(", "", ")", "").Replace(k.name) + "-" + k.path + ".pprof"
+			// The profile covers about the transfer's median length.
+			secs := max(1, int(math.Round(median(mapf(results[i], func(r transferResult) float64 { return r.wall.Seconds() })))))
+			err := w.profiled(p, filepath.Join(w.o.profileDir, name), secs, func() error {
+				_, err := w.transferOnce(client, k, size)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
