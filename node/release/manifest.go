@@ -283,3 +283,14 @@ var manifestRequired = map[string][]string{
 func strictDecode(b []byte, v any, required map[string][]string) error {
 	return strictjson.Decode(b, v, strictjson.Schema{Required: required})
 }
+
+// hashReader returns the lowercase hex SHA-256 of r's bytes and their
+// count.
+func hashReader(r io.Reader) (string, int64, error) {
+	h := sha256.New()
+	n, err := io.Copy(h, r)
+	if err != nil {
+		return "", 0, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
