@@ -6,6 +6,7 @@
 #   make test   install what the tests need, build, and run every test
 #   make bench  the benchmarks written down in docs/
 #   make nodeload  the node-connect load test (docs/node-connect.md)
+#   make fuzz   every Go fuzz target for FUZZTIME each (default 30s)
 
 GO       ?= go
 NPM      ?= npm
@@ -15,6 +16,7 @@ JS_DIR   := integration/js
 # the parts that are not in the gateway.
 GATEWAY_SOURCES := $(shell find . -name '*.go' -not -name '*_test.go' -not -path './integration/*' \
 	-not -path './corectl/*' -not -path './nodeagent/*' -not -path './hack/kube/*' -not -path './hack/nodeload/*' -not -path './hack/gatewaybench/*' \
+	-not -path './hack/attack/*' -not -path './hack/gatewayproc/*' -not -path './hack/fuzz/*' \
 	-not -path './node/sim/*' -not -path './.git/*') \
 	go.mod go.sum xcaddy.toml
 
@@ -26,7 +28,7 @@ GATEWAY_SOURCES := $(shell find . -name '*.go' -not -name '*_test.go' -not -path
 KUBE_ENV = kube_assets="$$(bash hack/kube/build.sh)"; export KUBEBUILDER_ASSETS="$$kube_assets"
 TEST_ENV = docker_host="$$(bash hack/docker/start.sh)"; export DOCKER_HOST="$$docker_host"; $(KUBE_ENV)
 
-.PHONY: all build demo test test-unit test-integration js-deps bench nodeload vet clean
+.PHONY: all build demo test test-unit test-integration js-deps bench nodeload fuzz vet clean
 
 all: build
 
@@ -74,6 +76,13 @@ bench: build
 # (docs/node-connect.md).
 nodeload: bin/caddy
 	$(GO) run ./hack/nodeload -caddy bin/caddy -nodes 10000 -rate 1000 -duration 30s
+
+# Every fuzz target of the module, FUZZTIME each; hack/fuzz/run.sh finds them
+# (`go test -list '^Fuzz'`), so a new target is included without a change here.
+# CI runs it with FUZZTIME=3s after the tests.
+FUZZTIME ?= 30s
+fuzz:
+	FUZZTIME=$(FUZZTIME) GO=$(GO) bash hack/fuzz/run.sh
 
 clean:
 	rm -rf bin $(JS_DIR)/node_modules
