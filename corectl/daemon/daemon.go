@@ -232,7 +232,7 @@ func New(opts Options) (*Daemon, error) {
 			return nil, err
 		}
 		d.clusters = append(d.clusters, cr)
-		h := &httpapi.ClusterHandle{Cluster: c, Egress: eg, Ingress: in}
+		h := &httpapi.ClusterHandle{Cluster: c, Reader: direct, Egress: eg, Ingress: in}
 		if opts.TokenKey != nil {
 			lc := &lifecycle.Orchestrator{Client: direct, Cluster: c, Egress: eg, Ingress: in, Key: *opts.TokenKey,
 				TokenTTL: opts.TokenTTL, ReadyBudget: opts.ReadyBudget, OrphanGrace: opts.OrphanGrace, Probe: probe,

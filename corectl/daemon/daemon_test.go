@@ -61,7 +61,7 @@ func newSetup(t *testing.T, clusterID string) *setup {
 	t.Helper()
 	clusterID = fmt.Sprintf("%s-%d", clusterID, setups.Add(1))
 	ns, ingNS, leaseNS := env.Namespace(t), env.Namespace(t), env.Namespace(t)
-	env.BatchSandbox(t, ns, "sbx", map[string]string{"allocation-id": "a1"})
+	env.OwnedBatchSandbox(t, ns, "sbx", "cred", map[string]string{"allocation-id": "a1"})
 	c := *kubetest.Cluster(clusterID, ingNS)
 	c.Ingress.Host = ns + ".example.test"
 	keys, err := apikey.Parse([]byte("keys:\n  - {name: k, sha256: " + apikey.Digest("key") + ", credentialId: cred, templateAdmin: true}\n"))

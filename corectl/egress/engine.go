@@ -212,6 +212,7 @@ func (e *Engine) build(sb *sandbox.Sandbox, name string, pr prior, desired *netw
 		np.Annotations = mergeMaps(pr.obj.Annotations, ann)
 		np.OwnerReferences = mergeOwner(pr.obj.OwnerReferences, sb)
 	}
+	sb.MarkOwner(np)
 	return np
 }
 

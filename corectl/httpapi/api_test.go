@@ -44,7 +44,8 @@ func TestMain(m *testing.M) {
 //	key-a → credential a (a fresh cluster ID, namespace nsA)
 //	key-b → credential b (the same cluster, namespace nsB)
 //	key-off → a disabled credential; key-lost → a credential of an
-//	unconfigured cluster; key-admin → template admin without credential.
+//	unconfigured cluster; key-admin → template admin without credential;
+//	key-wide → a project-wide credential of nsA.
 type api struct {
 	t        *testing.T
 	url      string
@@ -65,7 +66,7 @@ func start(t *testing.T) *api {
 	c.Ingress.Host = nsA + ".example.test"
 	cfg := &cluster.Config{Clusters: []cluster.Cluster{c}, Templates: cluster.TemplateStore{ClusterID: id, Namespace: tplNS}}
 	keyFile := "keys:\n"
-	for _, k := range []struct{ name, cred, admin string }{{"key-a", "a", "false"}, {"key-b", "b", "false"}, {"key-off", "off", "false"}, {"key-lost", "lost", "false"}, {"key-admin", "", "true"}} {
+	for _, k := range []struct{ name, cred, admin string }{{"key-a", "a", "false"}, {"key-b", "b", "false"}, {"key-off", "off", "false"}, {"key-lost", "lost", "false"}, {"key-admin", "", "true"}, {"key-wide", "wide", "false"}} {
 		keyFile += "  - {name: " + k.name + ", sha256: " + apikey.Digest(k.name) + ", templateAdmin: " + k.admin
 		if k.cred != "" {
 			keyFile += ", credentialId: '" + k.cred + "'"
@@ -81,6 +82,7 @@ func start(t *testing.T) *api {
 		"b":    {ID: "b", Enabled: true, ProjectNamespace: nsB, ClusterID: id},
 		"off":  {ID: "off", Enabled: false, ProjectNamespace: nsA, ClusterID: id},
 		"lost": {ID: "lost", Enabled: true, ProjectNamespace: nsA, ClusterID: "c9"},
+		"wide": {ID: "wide", Enabled: true, ProjectNamespace: nsA, ClusterID: id, ProjectWide: true},
 	}
 	d, err := daemon.New(daemon.Options{
 		Config: cfg, Keys: keys, Credentials: src, Listen: "127.0.0.1:0", IngressWait: 20 * time.Second,
@@ -149,7 +151,7 @@ func policyRV(t *testing.T, ns string) string {
 
 func TestEgressRoutes(t *testing.T) {
 	a := start(t)
-	env.BatchSandbox(t, a.nsA, "sbx", map[string]string{"allocation-id": "a1", "app": "sbx"})
+	env.OwnedBatchSandbox(t, a.nsA, "sbx", "a", map[string]string{"allocation-id": "a1", "app": "sbx"})
 	var st egress.Status
 	if code := a.do("PUT", "/sandboxes/sbx/network", "key-a", `{"defaultAction":"deny","egress":[{"cidr":"203.0.113.10"}]}`, &st); code != 200 ||
 		!st.NetworkReady || st.VerificationState != "Verified" || (*st.ConfiguredEgress)[0].CIDR != "203.0.113.10/32" {
@@ -198,8 +200,8 @@ func TestEgressRoutes(t *testing.T) {
 
 func TestAuthenticationAndCredentialScope(t *testing.T) {
 	a := start(t)
-	env.BatchSandbox(t, a.nsA, "sbx", map[string]string{"allocation-id": "a1"})
-	env.BatchSandbox(t, a.nsB, "other", map[string]string{"allocation-id": "b1"})
+	env.OwnedBatchSandbox(t, a.nsA, "sbx", "a", map[string]string{"allocation-id": "a1"})
+	env.OwnedBatchSandbox(t, a.nsB, "other", "b", map[string]string{"allocation-id": "b1"})
 	for _, tc := range []struct {
 		name, path, key string
 		hdr             []string
@@ -236,7 +238,7 @@ func TestAuthenticationAndCredentialScope(t *testing.T) {
 
 func TestIngressRoutes(t *testing.T) {
 	a := start(t)
-	env.BatchSandbox(t, a.nsA, "sbx", map[string]string{"allocation-id": "a1"})
+	env.OwnedBatchSandbox(t, a.nsA, "sbx", "a", map[string]string{"allocation-id": "a1"})
 	var st ingressallow.Status
 	if code := a.do("PUT", "/sandboxes/sbx/network/ingress", "key-a", `{"ingress":[{"cidr":"203.0.113.0/24","description":"office"},{"cidr":"198.51.100.7"}]}`, &st); code != 200 ||
 		!st.Ready || st.VerificationState != "Verified" || len(*st.LastVerified) != 2 || st.DesiredVersion != 1 || st.AppliedVersion == "" {
@@ -329,7 +331,7 @@ func TestTemplateRoutes(t *testing.T) {
 
 	// A sandbox created from the template keeps its copy when the template
 	// changes: its allowlist is the resolved value, set through its own API.
-	env.BatchSandbox(t, a.nsA, "sbx", map[string]string{"allocation-id": "a1"})
+	env.OwnedBatchSandbox(t, a.nsA, "sbx", "a", map[string]string{"allocation-id": "a1"})
 	a.do("POST", "/sandbox-templates/e2b-test/network/resolve", "key-a", ``, &in)
 	reqBody, _ := json.Marshal(map[string]any{"ingress": in.Ingress})
 	var st ingressallow.Status
@@ -416,4 +418,23 @@ func refs(doc []byte) []string {
 	}
 	walk(v)
 	return out
+}
+
+// TestUnownedSandboxSeenOnlyProjectWide: a BatchSandbox with no recorded
+// creating credential (not created by corectl, or created before
+// ownership was recorded) is absent for an ordinary credential of its
+// namespace and served to the project-wide one.
+func TestUnownedSandboxSeenOnlyProjectWide(t *testing.T) {
+	a := start(t)
+	env.BatchSandbox(t, a.nsA, "legacy", map[string]string{"allocation-id": "l1"})
+	for _, p := range []string{"/sandboxes/legacy/network", "/sandboxes/legacy/network/ingress"} {
+		var e httpapi.ErrorBody
+		if code := a.do("GET", p, "key-a", "", &e); code != 404 || e.Error != httpapi.CodeSandboxNotFound {
+			t.Fatalf("key-a GET %s = %d %+v", p, code, e)
+		}
+	}
+	var st egress.Status
+	if code := a.do("GET", "/sandboxes/legacy/network", "key-wide", "", &st); code != 200 || st.SandboxID != "legacy" {
+		t.Fatalf("key-wide GET = %d %+v", code, st)
+	}
 }

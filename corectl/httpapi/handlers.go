@@ -22,7 +22,7 @@ func (s *Server) sandboxError(w http.ResponseWriter, r *http.Request, err error)
 	case errors.Is(err, sandbox.ErrInvalidID):
 		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
 	case errors.Is(err, sandbox.ErrNotFound):
-		s.fail(w, r, http.StatusNotFound, CodeSandboxNotFound, "no such sandbox in the credential's namespace")
+		s.notFound(w, r)
 	case errors.Is(err, sandbox.ErrDeleting):
 		s.fail(w, r, http.StatusConflict, CodeSandboxDeleting, "the sandbox is being deleted")
 	case errors.Is(err, sandbox.ErrNoAllocation):
@@ -62,17 +62,17 @@ func egressStatus(code string) int {
 }
 
 func (s *Server) putEgress(w http.ResponseWriter, r *http.Request) {
-	ch, ns, ok := s.scope(w, r)
+	ch, cred, id, ok := s.sandboxScope(w, r, false)
 	if !ok {
 		return
 	}
+	ns := cred.ProjectNamespace
 	set, ok := decodeBody(s, w, r, egress.MaxRequestSize, egress.DecodeRequest)
 	if !ok {
 		return
 	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	id := r.PathValue("sandboxID")
 	res, err := ch.Egress.Put(ctx, ns, id, set)
 	if err != nil {
 		s.sandboxError(w, r, err)
@@ -101,13 +101,14 @@ func (s *Server) putEgress(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getEgress(w http.ResponseWriter, r *http.Request) {
-	ch, ns, ok := s.scope(w, r)
+	ch, cred, id, ok := s.sandboxScope(w, r, false)
 	if !ok {
 		return
 	}
+	ns := cred.ProjectNamespace
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	st, err := ch.Egress.Get(ctx, ns, r.PathValue("sandboxID"))
+	st, err := ch.Egress.Get(ctx, ns, id)
 	if err != nil {
 		s.sandboxError(w, r, err)
 		return
@@ -116,17 +117,17 @@ func (s *Server) getEgress(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) putIngress(w http.ResponseWriter, r *http.Request) {
-	ch, ns, ok := s.scope(w, r)
+	ch, cred, id, ok := s.sandboxScope(w, r, false)
 	if !ok {
 		return
 	}
+	ns := cred.ProjectNamespace
 	rules, ok := decodeBody(s, w, r, ingressallow.MaxRequestSize, ingressallow.DecodeRequest)
 	if !ok {
 		return
 	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	id := r.PathValue("sandboxID")
 	al, err := ch.Ingress.SetDesired(ctx, ns, id, rules)
 	if err != nil {
 		s.sandboxError(w, r, err)
@@ -191,13 +192,14 @@ func (s *Server) waitIngress(ctx context.Context, ch *ClusterHandle, key client.
 }
 
 func (s *Server) getIngress(w http.ResponseWriter, r *http.Request) {
-	ch, ns, ok := s.scope(w, r)
+	ch, cred, id, ok := s.sandboxScope(w, r, false)
 	if !ok {
 		return
 	}
+	ns := cred.ProjectNamespace
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	st, err := ch.Ingress.Get(ctx, ns, r.PathValue("sandboxID"))
+	st, err := ch.Ingress.Get(ctx, ns, id)
 	if err != nil {
 		s.sandboxError(w, r, err)
 		return

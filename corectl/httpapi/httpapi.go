@@ -39,8 +39,10 @@ import (
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
 	"github.com/sandgate/sandgate/corectl/metrics"
+	"github.com/sandgate/sandgate/corectl/sandbox"
 	"github.com/sandgate/sandgate/corectl/template"
 	"github.com/sandgate/sandgate/gateway/credential"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 //go:embed openapi.json
@@ -71,6 +73,10 @@ type ClusterHandle struct {
 	// Ingress runs the ingress allowlist flows (SetDesired and Get here;
 	// Reconcile in the leader's reconciler).
 	Ingress *ingressallow.Engine
+	// Reader reads BatchSandboxes for the ownership check of every
+	// sandbox route (a direct, uncached client: a route must never act on
+	// a stale owner).
+	Reader client.Reader
 	// Lifecycle runs create/connect/get/delete (spec §3.1, §4.1); nil
 	// when no token signing key is configured (those routes then answer
 	// 503 lifecycle_disabled).
@@ -210,14 +216,10 @@ func decodeBody[T any](s *Server, w http.ResponseWriter, r *http.Request, limit 
 	return v, true
 }
 
-// scope authenticates a sandbox route and returns the caller's cluster
-// handle and namespace, or writes the error and returns false.
-func (s *Server) scope(w http.ResponseWriter, r *http.Request) (*ClusterHandle, string, bool) {
-	ch, c, ok := s.scopeCredential(w, r)
-	return ch, c.ProjectNamespace, ok
-}
-
-// scopeCredential is scope returning the caller's resource credential.
+// scopeCredential authenticates a route scoped to the caller's resource
+// credential and returns the credential's cluster handle and the
+// credential (its ProjectNamespace is the only namespace the route may
+// touch), or writes the error and returns false.
 func (s *Server) scopeCredential(w http.ResponseWriter, r *http.Request) (*ClusterHandle, credential.Credential, bool) {
 	p, err := apikey.Authenticate(r.Context(), s.Keys, s.Credentials, r.Header.Get(APIKeyHeader), true)
 	if !s.authError(w, r, err) {
@@ -241,6 +243,50 @@ func (s *Server) scopeCredential(w http.ResponseWriter, r *http.Request) (*Clust
 		return nil, credential.Credential{}, false
 	}
 	return ch, c, true
+}
+
+// sandboxScope authenticates a route on the sandbox {sandboxID} and checks
+// that the caller's credential sees it (credential.Credential.Sees: the
+// sandbox's recorded creating credential, or a project-wide credential of
+// its namespace). A sandbox the caller does not see is answered exactly as
+// one that does not exist (404 sandbox_not_found, the same body), so
+// another owner's sandbox IDs are not revealed. A sandbox ID that is not a
+// DNS label, or a sandbox that does not exist, is left to the route's own
+// answer. With lifecycle set the route needs the lifecycle orchestrator
+// (503 lifecycle_disabled without a token signing key).
+func (s *Server) sandboxScope(w http.ResponseWriter, r *http.Request, lifecycle bool) (*ClusterHandle, credential.Credential, string, bool) {
+	ch, c, ok := s.scopeCredential(w, r)
+	if !ok {
+		return nil, c, "", false
+	}
+	if lifecycle && ch.Lifecycle == nil {
+		s.fail(w, r, http.StatusServiceUnavailable, CodeLifecycleDisabled, "corectl has no token signing key configured")
+		return nil, c, "", false
+	}
+	id := r.PathValue("sandboxID")
+	if sandbox.ValidateID(id) != nil || ch.Reader == nil {
+		return ch, c, id, true
+	}
+	ctx, cancel := requestContext(r)
+	defer cancel()
+	owner, err := sandbox.Owner(ctx, ch.Reader, c.ProjectNamespace, id)
+	switch {
+	case errors.Is(err, sandbox.ErrNotFound):
+		return ch, c, id, true
+	case err != nil:
+		s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
+		return nil, c, "", false
+	case !c.Sees(owner, c.ProjectNamespace, c.ClusterID):
+		s.notFound(w, r)
+		return nil, c, "", false
+	}
+	return ch, c, id, true
+}
+
+// notFound is the answer for a sandbox that does not exist or that the
+// caller does not see: identical in both cases.
+func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
+	s.fail(w, r, http.StatusNotFound, CodeSandboxNotFound, "no such sandbox in the credential's namespace")
 }
 
 // authError writes the answer for an authentication error; true when err

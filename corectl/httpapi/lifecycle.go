@@ -12,6 +12,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/lifecycle"
 	"github.com/sandgate/sandgate/corectl/strictjson"
 	"github.com/sandgate/sandgate/corectl/template"
+	"github.com/sandgate/sandgate/gateway/credential"
 )
 
 // Stable error codes of the lifecycle routes, besides lifecycle's Code*
@@ -100,20 +101,19 @@ func decodeCreate(body []byte) (createRequest, error) {
 	return req, nil
 }
 
-func (s *Server) lifecycleScope(w http.ResponseWriter, r *http.Request) (*ClusterHandle, string, string, bool) {
+// lifecycleScope is scopeCredential for the lifecycle routes without a
+// sandbox (create, list): they need the lifecycle orchestrator.
+func (s *Server) lifecycleScope(w http.ResponseWriter, r *http.Request) (*ClusterHandle, credential.Credential, bool) {
 	ch, cred, ok := s.scopeCredential(w, r)
-	if !ok {
-		return nil, "", "", false
-	}
-	if ch.Lifecycle == nil {
+	if ok && ch.Lifecycle == nil {
 		s.fail(w, r, http.StatusServiceUnavailable, CodeLifecycleDisabled, "corectl has no token signing key configured")
-		return nil, "", "", false
+		return nil, cred, false
 	}
-	return ch, cred.ID, cred.ProjectNamespace, true
+	return ch, cred, ok
 }
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
-	ch, credID, ns, ok := s.lifecycleScope(w, r)
+	ch, cred, ok := s.lifecycleScope(w, r)
 	if !ok {
 		return
 	}
@@ -154,7 +154,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		var init *createnet.Initial
 		init, err = createnet.Resolve(tpl, nreq)
 		if err == nil {
-			s.finishCreate(w, r, ch, lifecycle.CreateRequest{CredentialID: credID, Namespace: ns, TemplateID: req.TemplateID, Network: init})
+			s.finishCreate(w, r, ch, lifecycle.CreateRequest{CredentialID: cred.ID, Namespace: cred.ProjectNamespace, TemplateID: req.TemplateID, Network: init})
 			return
 		}
 	}
@@ -203,7 +203,7 @@ func (s *Server) lifecycleError(w http.ResponseWriter, r *http.Request, err erro
 	var de *lifecycle.DeleteError
 	switch {
 	case errors.Is(err, lifecycle.ErrNotFound):
-		s.fail(w, r, http.StatusNotFound, CodeSandboxNotFound, "no such sandbox in the credential's namespace")
+		s.notFound(w, r)
 	case errors.Is(err, lifecycle.ErrConflict):
 		s.fail(w, r, http.StatusConflict, CodeSandboxStateConflict, err.Error())
 	case errors.As(err, &de):
@@ -214,7 +214,7 @@ func (s *Server) lifecycleError(w http.ResponseWriter, r *http.Request, err erro
 }
 
 func (s *Server) connectSandbox(w http.ResponseWriter, r *http.Request) {
-	ch, credID, ns, ok := s.lifecycleScope(w, r)
+	ch, cred, id, ok := s.sandboxScope(w, r, true)
 	if !ok {
 		return
 	}
@@ -224,7 +224,7 @@ func (s *Server) connectSandbox(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	tok, info, err := ch.Lifecycle.Connect(ctx, credID, ns, r.PathValue("sandboxID"))
+	tok, info, err := ch.Lifecycle.Connect(ctx, cred.ID, cred.ProjectNamespace, id)
 	if err != nil {
 		s.lifecycleError(w, r, err)
 		return
@@ -234,13 +234,13 @@ func (s *Server) connectSandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
-	ch, _, ns, ok := s.lifecycleScope(w, r)
+	ch, cred, id, ok := s.sandboxScope(w, r, true)
 	if !ok {
 		return
 	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	info, err := ch.Lifecycle.Status(ctx, ns, r.PathValue("sandboxID"))
+	info, err := ch.Lifecycle.Status(ctx, cred.ProjectNamespace, id)
 	if err != nil {
 		s.lifecycleError(w, r, err)
 		return
@@ -249,13 +249,13 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
-	ch, _, ns, ok := s.lifecycleScope(w, r)
+	ch, cred, id, ok := s.sandboxScope(w, r, true)
 	if !ok {
 		return
 	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	if err := ch.Lifecycle.Delete(ctx, ns, r.PathValue("sandboxID")); err != nil {
+	if err := ch.Lifecycle.Delete(ctx, cred.ProjectNamespace, id); err != nil {
 		s.lifecycleError(w, r, err)
 		return
 	}

@@ -67,6 +67,7 @@ func CarrierWithProbe(c *cluster.Cluster, sb *sandbox.Sandbox, set, probe []stri
 	if c.Ingress.Namespace == sb.Namespace && sb.UID != "" {
 		ing.OwnerReferences = []metav1.OwnerReference{sb.OwnerReference()}
 	}
+	sb.MarkOwner(ing)
 	return ing
 }
 

@@ -160,6 +160,7 @@ func (e *Engine) SetDesired(ctx context.Context, namespace, id string, rules []v
 				},
 				Spec: v1alpha1.SandboxIngressAllowlistSpec{ClusterID: e.Cluster.ID, Desired: slices.Clone(rules), Revision: 1},
 			}
+			sb.MarkOwner(al)
 			err = e.Client.Create(ctx, al)
 		case err != nil:
 			return nil, fmt.Errorf("%w: read SandboxIngressAllowlist %s/%s: %s", ErrUnavailable, namespace, id, err.Error())

@@ -189,6 +189,19 @@ func (e *Env) BatchSandbox(t testing.TB, namespace, id string, labels map[string
 	return u
 }
 
+// OwnedBatchSandbox is BatchSandbox with owner recorded as its creating
+// credential (v1alpha1.AnnotationCredential and LabelCredential), as
+// corectl's create records it.
+func (e *Env) OwnedBatchSandbox(t testing.TB, namespace, id, owner string, labels map[string]string) *unstructured.Unstructured {
+	t.Helper()
+	u := NewBatchSandbox(namespace, id, labels)
+	(&sandbox.Sandbox{Owner: owner}).MarkOwner(u)
+	if err := e.Client.Create(context.Background(), u); err != nil {
+		t.Fatalf("create BatchSandbox %s/%s: %v", namespace, id, err)
+	}
+	return u
+}
+
 // NewBatchSandbox returns (without creating) a BatchSandbox namespace/id
 // with one replica and the given pod-template labels.
 func NewBatchSandbox(namespace, id string, labels map[string]string) *unstructured.Unstructured {

@@ -319,7 +319,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (*Created,
 	}
 	c.ingressSet = ingressallow.CIDRs(net.Ingress)
 	prov := &sandbox.Sandbox{ID: id, Namespace: req.Namespace, AllocationLabel: o.Cluster.AllocationLabelKey(), AllocationID: alloc,
-		TemplateLabels: map[string]string{o.Cluster.AllocationLabelKey(): alloc}}
+		TemplateLabels: map[string]string{o.Cluster.AllocationLabelKey(): alloc}, Owner: req.CredentialID}
 
 	step := func(s Step, f func() error) error {
 		return o.timed(metrics.OperationCreate, s, func() error {
@@ -454,6 +454,7 @@ func (c *creation) createPolicy(ctx context.Context, prov *sandbox.Sandbox, set 
 		},
 		Spec: spec,
 	}
+	prov.MarkOwner(np)
 	if err := c.o.Client.Create(ctx, np); err != nil {
 		return fmt.Errorf("create NetworkPolicy %s: %w", c.policyKey(), err)
 	}
@@ -489,6 +490,7 @@ func (c *creation) createBatchSandbox(ctx context.Context, req CreateRequest) (*
 	u.SetName(c.id)
 	u.SetLabels(map[string]string{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelClusterID: c.o.Cluster.ID})
 	u.SetAnnotations(map[string]string{v1alpha1.AnnotationLifecycle: StateCreating, AnnotationTemplateID: req.TemplateID})
+	(&sandbox.Sandbox{Owner: req.CredentialID}).MarkOwner(u)
 	if err := c.o.Client.Create(ctx, u); err != nil {
 		return nil, fmt.Errorf("create BatchSandbox %s/%s: %w", c.ns, c.id, err)
 	}

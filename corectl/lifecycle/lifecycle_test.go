@@ -145,13 +145,19 @@ func startWith(t *testing.T, cfg *rest.Config, probe bool) *world {
 
 	keys, err := apikey.Parse([]byte("keys:\n" +
 		"  - {name: key-a, sha256: " + apikey.Digest("key-a") + ", credentialId: a}\n" +
-		"  - {name: key-b, sha256: " + apikey.Digest("key-b") + ", credentialId: b}\n"))
+		"  - {name: key-b, sha256: " + apikey.Digest("key-b") + ", credentialId: b}\n" +
+		"  - {name: key-a2, sha256: " + apikey.Digest("key-a2") + ", credentialId: a2}\n" +
+		"  - {name: key-wide, sha256: " + apikey.Digest("key-wide") + ", credentialId: wide}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	src := credential.Static{
 		"a": {ID: "a", Enabled: true, ProjectNamespace: w.nsA, ClusterID: id},
 		"b": {ID: "b", Enabled: true, ProjectNamespace: w.nsB, ClusterID: id},
+		// a2 shares a's namespace but not its sandboxes; wide is the
+		// project-wide credential of that namespace.
+		"a2":   {ID: "a2", Enabled: true, ProjectNamespace: w.nsA, ClusterID: id},
+		"wide": {ID: "wide", Enabled: true, ProjectNamespace: w.nsA, ClusterID: id, ProjectWide: true},
 	}
 	tplNS := env.Namespace(t)
 	d, err := daemon.New(daemon.Options{

@@ -11,6 +11,8 @@ package sandbox
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -65,6 +67,25 @@ type Sandbox struct {
 	AllocationLabel string
 	// AllocationID is TemplateLabels[AllocationLabel].
 	AllocationID string
+	// Owner is the ID of the resource credential that created the sandbox
+	// (v1alpha1.AnnotationCredential); "" when none is recorded (a
+	// BatchSandbox corectl did not create, or one from before ownership
+	// was recorded: only project-wide credentials see those).
+	Owner string
+}
+
+// CredentialLabelValue is the v1alpha1.LabelCredential value for a
+// credential ID: "c" and the first 20 bytes of its SHA-256 in lowercase
+// hex (41 characters, a valid label value for any ID).
+func CredentialLabelValue(credentialID string) string {
+	sum := sha256.Sum256([]byte(credentialID))
+	return "c" + hex.EncodeToString(sum[:20])
+}
+
+// OwnerOf returns the creating credential recorded on a BatchSandbox (or
+// on any object corectl copied it to); "" when none.
+func OwnerOf(obj metav1.Object) string {
+	return obj.GetAnnotations()[v1alpha1.AnnotationCredential]
 }
 
 // ValidateID checks that id is a DNS-1123 label; the error wraps
@@ -102,7 +123,7 @@ func Get(ctx context.Context, r client.Reader, namespace, id, allocationLabel st
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	s := &Sandbox{ID: id, Namespace: namespace, UID: u.GetUID(), TemplateLabels: labels, AllocationLabel: allocationLabel}
+	s := &Sandbox{ID: id, Namespace: namespace, UID: u.GetUID(), TemplateLabels: labels, AllocationLabel: allocationLabel, Owner: OwnerOf(u)}
 	alloc, ok := labels[allocationLabel]
 	if !ok || alloc == "" {
 		return s, fmt.Errorf("%w: BatchSandbox %s/%s has no %q template label", ErrNoAllocation, namespace, id, allocationLabel)
@@ -112,6 +133,24 @@ func Get(ctx context.Context, r client.Reader, namespace, id, allocationLabel st
 	}
 	s.AllocationID = alloc
 	return s, nil
+}
+
+// Owner reads the BatchSandbox namespace/id and returns its creating
+// credential (OwnerOf; "" when none is recorded), whatever its lifecycle
+// state. Errors wrap ErrInvalidID, ErrNotFound or ErrUnavailable.
+func Owner(ctx context.Context, r client.Reader, namespace, id string) (string, error) {
+	if err := ValidateID(id); err != nil {
+		return "", err
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(GVK)
+	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: id}, u); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", fmt.Errorf("%w: BatchSandbox %s/%s", ErrNotFound, namespace, id)
+		}
+		return "", fmt.Errorf("%w: BatchSandbox %s/%s: %s", ErrUnavailable, namespace, id, err.Error())
+	}
+	return OwnerOf(u), nil
 }
 
 // OwnerReference is the controller owner reference to the BatchSandbox
@@ -164,7 +203,10 @@ func (s *Sandbox) Pods(ctx context.Context, r client.Reader) ([]corev1.Pod, erro
 }
 
 // IdentityLabels are the labels every object corectl manages for s
-// carries: managed-by, cluster ID, sandbox ID and sandbox namespace.
+// carries: managed-by, cluster ID, sandbox ID and sandbox namespace. They
+// identify the object as corectl's for s; the owner marks (MarkOwner) are
+// written beside them but are not part of that identity, so objects
+// written before ownership was recorded stay corectl's.
 func (s *Sandbox) IdentityLabels(clusterID string) map[string]string {
 	return map[string]string{
 		v1alpha1.LabelManagedBy:        v1alpha1.ManagedByValue,
@@ -172,4 +214,25 @@ func (s *Sandbox) IdentityLabels(clusterID string) map[string]string {
 		v1alpha1.LabelSandboxID:        s.ID,
 		v1alpha1.LabelSandboxNamespace: s.Namespace,
 	}
+}
+
+// MarkOwner copies s's creating credential onto obj, an object corectl
+// writes for s: v1alpha1.AnnotationCredential = s.Owner and
+// v1alpha1.LabelCredential = CredentialLabelValue(s.Owner). It does
+// nothing when s has no recorded owner.
+func (s *Sandbox) MarkOwner(obj metav1.Object) {
+	if s.Owner == "" {
+		return
+	}
+	labels, anns := obj.GetLabels(), obj.GetAnnotations()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	if anns == nil {
+		anns = map[string]string{}
+	}
+	labels[v1alpha1.LabelCredential] = CredentialLabelValue(s.Owner)
+	anns[v1alpha1.AnnotationCredential] = s.Owner
+	obj.SetLabels(labels)
+	obj.SetAnnotations(anns)
 }

@@ -61,6 +61,18 @@ const (
 	// BatchSandbox: Creating, Ready, Deleting or CleanupFailed (spec §5.3,
 	// §5.2 deletion). Absent on BatchSandboxes corectl did not create.
 	AnnotationLifecycle = "network.sandgate.io/lifecycle"
+	// AnnotationCredential is the ID of the resource credential that
+	// created the sandbox (spec §2.2 "tenant isolation"): written on the
+	// BatchSandbox at create and copied to its managed Ingress, egress
+	// NetworkPolicy and SandboxIngressAllowlist. Every sandbox route and
+	// the data-plane authorizer compare it with the caller's credential
+	// (credential.Credential.Sees); it is never changed after create.
+	AnnotationCredential = "network.sandgate.io/credential-id"
+	// LabelCredential selects the sandboxes of one creating credential
+	// (the list routes): the value is sandbox.CredentialLabelValue of
+	// AnnotationCredential, because a credential ID may be longer than a
+	// label value or use characters a label value cannot.
+	LabelCredential = "network.sandgate.io/credential"
 	// LabelProbeEcho marks a temporary probe-source echo Ingress (spec
 	// §5.2.2 III); the orphan scan deletes leftovers.
 	LabelProbeEcho = "network.sandgate.io/probe-echo"

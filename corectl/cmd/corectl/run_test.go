@@ -33,7 +33,7 @@ func TestRunServesTheAPI(t *testing.T) {
 	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "corectl-system"}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	env.BatchSandbox(t, ns, "sbx", map[string]string{"allocation-id": "a1"})
+	env.OwnedBatchSandbox(t, ns, "sbx", "cred", map[string]string{"allocation-id": "a1"})
 	write := func(name, content string) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
