@@ -13,6 +13,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -23,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/execd"
 	"github.com/sandgate/sandgate/integration/execdstub"
 	"github.com/sandgate/sandgate/integration/harness"
 )
@@ -36,7 +38,7 @@ func TestSDKScenarios(t *testing.T) {
 		t.Run(pkg, func(t *testing.T) {
 			t.Run("run", func(t *testing.T) { testRun(t, e, pkg) })
 			t.Run("stream", func(t *testing.T) { testStream(t, e, pkg) })
-			t.Run("abort", func(t *testing.T) { testAbort(t, e, pkg) })
+			t.Run("disconnect", func(t *testing.T) { testDisconnect(t, e, pkg) })
 			t.Run("files", func(t *testing.T) { testFiles(t, e, pkg) })
 			t.Run("unsupported", func(t *testing.T) { testUnsupported(t, e, pkg) })
 			t.Run("denied", func(t *testing.T) { testDenied(t, e, pkg) })
@@ -173,48 +175,55 @@ func firstOr(s []string) string {
 	return s[0]
 }
 
-// testAbort: a client that disconnects from a running command gets it
-// interrupted in execd (DELETE /command → SIGTERM to the process group).
-func testAbort(t *testing.T, e *testEnv, pkg string) {
+// testDisconnect: a background command outlives its stream (envd keeps
+// it; issue 13 item 4): after handle.disconnect() and the SDK process's
+// exit the command still runs in execd, as the stand-in's record and
+// execd's status API through the fixed entry show, and it ends by itself.
+func testDisconnect(t *testing.T, e *testEnv, pkg string) {
 	known := map[string]bool{}
 	for _, c := range e.Execd.Commands() {
 		known[c.ID] = true
 	}
+	goFile := filepath.Join(e.Dir, "disconnect-go-"+pkg)
 	var res struct {
 		PID int64 `json:"pid"`
 	}
-	e.runSDK(t, pkg, "abort", sbxOK, &res)
+	e.runSDK(t, pkg, "disconnect", sbxOK, &res, "GO_FILE="+goFile)
 	if res.PID <= 0 {
 		t.Errorf("handle.pid = %d, want a positive pid", res.PID)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	isOurs := func(c execdstub.CommandRecord) bool {
-		return !known[c.ID] && strings.Contains(c.Request.Command, "sleep 60")
+		return !known[c.ID] && strings.Contains(c.Request.Command, goFile)
 	}
-	rec, err := e.Execd.WaitCommand(ctx, func(c execdstub.CommandRecord) bool { return isOurs(c) && !c.Running })
+	rec, err := e.Execd.WaitCommand(ctx, func(c execdstub.CommandRecord) bool { return isOurs(c) && c.ClientDisconnected })
 	if err != nil {
-		var state []string
-		for _, c := range e.Execd.Commands() {
-			if isOurs(c) {
-				state = append(state, c.ID+" running="+boolStr(c.Running)+" interrupted="+boolStr(c.Interrupted))
-			}
-		}
-		t.Fatalf("the aborted command did not end in execd: %v (records: %v)", err, state)
+		t.Fatalf("execd never saw the SDK's stream go: %v", err)
 	}
-	if rec.Err != "signal: terminated" || rec.Signal != syscall.SIGTERM || rec.ExitCode != -1 {
-		t.Errorf("execd record ended with err %q signal %v exit %d, want \"signal: terminated\" SIGTERM -1", rec.Err, rec.Signal, rec.ExitCode)
+	// The SDK process has exited and the gateway has logged the request as
+	// canceled: the stream is over, the command is not.
+	if err := e.log.waitFor(ctx, 0, `"outcome":"CANCELED"`); err != nil {
+		t.Fatal(err)
 	}
-	if !rec.Interrupted {
-		t.Errorf("execd record: Interrupted = false, want the gateway's DELETE /command")
+	if rec, _ = e.Execd.Command(rec.ID); !rec.Running || rec.Interrupted {
+		t.Fatalf("the command did not outlive its stream: running=%v interrupted=%v err=%q", rec.Running, rec.Interrupted, rec.Err)
 	}
-}
-
-func boolStr(b bool) string {
-	if b {
-		return "true"
+	fe, _ := url.Parse(e.FixedEntry)
+	st, err := (&execd.Client{}).CommandStatus(ctx, execd.Target{FixedEntry: fe, SandboxID: sbxOK}, rec.ID)
+	if err != nil || !st.Running {
+		t.Fatalf("execd's status API says %+v (%v), want running", st, err)
 	}
-	return "false"
+	if err := os.WriteFile(goFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rec, err = e.Execd.WaitCommand(ctx, func(c execdstub.CommandRecord) bool { return c.ID == rec.ID && !c.Running })
+	if err != nil {
+		t.Fatalf("the command did not end after GO_FILE: %v", err)
+	}
+	if rec.ExitCode != 0 || rec.Interrupted || rec.Signal != 0 {
+		t.Errorf("the command ended with exit %d signal %v interrupted %v, want a clean exit", rec.ExitCode, rec.Signal, rec.Interrupted)
+	}
 }
 
 // writeInfo is a WriteInfo object with exactly the keys the SDK got.

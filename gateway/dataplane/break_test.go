@@ -50,7 +50,7 @@ func newFakeGatewayOutcomes(t *testing.T, upstream http.Handler) (string, string
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := New(Config{InterruptTimeout: 5 * time.Second}, Deps{
+	h, err := New(Config{}, Deps{
 		Tokens: verifier, Credentials: e.creds,
 		Clusters: fakeClusters{"cluster-a": {ID: "cluster-a", FixedEntry: fe}},
 		Execd:    &execd.Client{},
@@ -129,18 +129,18 @@ func commandUpstream(t *testing.T, afterInit string) (http.Handler, chan string)
 	return mux, interrupted
 }
 
-// TestBreakStreamErrorInterrupts: when the gateway ends a Process/Start
-// stream because execd's event stream broke after the command started, the
-// command is still running in the sandbox with nobody reading it; the
-// gateway must interrupt it as it does for a client disconnect.
-func TestBreakStreamErrorInterrupts(t *testing.T) {
+// TestBreakStreamErrorLeavesCommand: when execd's event stream breaks
+// after the command started, the gateway ends the Process/Start stream with
+// an end-stream error and leaves the command alone: its lifetime does not
+// depend on the stream (issue 13 item 4), only its own timeout ends it.
+func TestBreakStreamErrorLeavesCommand(t *testing.T) {
 	for name, after := range map[string]string{
 		"malformed event": "data: {not json}\n\n",
 		"line too long":   "data: {\"type\":\"stdout\",\"text\":\"" + strings.Repeat("a", 17<<20) + "\"}\n\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			up, interrupted := commandUpstream(t, after)
-			gw, tok := newFakeGateway(t, up)
+			gw, tok, outcomes := newFakeGatewayOutcomes(t, up)
 			req := gwRequest(t, gw, tok, http.MethodPost, "/process.Process/Start",
 				bytes.NewReader(envelope(0, []byte(startMsg("sleep 30")))))
 			req.Header.Set("Content-Type", "application/connect+json")
@@ -154,13 +154,14 @@ func TestBreakStreamErrorInterrupts(t *testing.T) {
 			if len(frames) == 0 || frames[len(frames)-1].flags != connect.FlagEndStream {
 				t.Fatalf("no end-stream frame: %q", body)
 			}
+			if o := <-outcomes; o.Code != CodeExecdProtocol {
+				t.Fatalf("outcome %+v", o)
+			}
+			// The request is finished: any DELETE it sent has arrived.
 			select {
 			case id := <-interrupted:
-				if id != "cmd-1" {
-					t.Fatalf("interrupted %q", id)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("the stream ended with an error but the running command was never interrupted")
+				t.Fatalf("the gateway interrupted the command (%q) because its stream broke", id)
+			default:
 			}
 		})
 	}
@@ -365,8 +366,8 @@ func phasedUpstream(started, release chan struct{}, end bool) (http.Handler, cha
 }
 
 // TestBreakDisconnectPhases: a client that goes away before execd's init
-// event still gets the command interrupted (once its id is known); one
-// that goes away after the end event interrupts nothing.
+// event, or after the end event, interrupts nothing: the command's lifetime
+// does not depend on its stream.
 func TestBreakDisconnectPhases(t *testing.T) {
 	t.Run("before init", func(t *testing.T) {
 		started, release := make(chan struct{}), make(chan struct{})
@@ -388,17 +389,14 @@ func TestBreakDisconnectPhases(t *testing.T) {
 		<-started
 		cancel()
 		<-errc
+		if o := <-outcomes; o.Code != CodeCanceled {
+			t.Fatalf("outcome %+v", o)
+		}
 		close(release)
 		select {
 		case id := <-interrupted:
-			if id != "cmd-1" {
-				t.Fatalf("interrupted %q", id)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("a command whose client left before init was not interrupted")
-		}
-		if o := <-outcomes; o.Code != CodeCanceled {
-			t.Fatalf("outcome %+v", o)
+			t.Fatalf("a command whose client left before init was interrupted (%q)", id)
+		default:
 		}
 	})
 	t.Run("after end", func(t *testing.T) {
@@ -486,5 +484,33 @@ func TestBreakNULInCommand(t *testing.T) {
 	}
 	if n := len(e.execd.Commands()); n != 0 {
 		t.Fatalf("%d commands ran", n)
+	}
+}
+
+// TestBreakOutputBeforeInit: execd starts its output tailers before the
+// process and sends init just after it, so a poll in between can report a
+// line before init. The line is held and sent after the start event.
+func TestBreakOutputBeforeInit(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/"+testSandbox+"/44772/command", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusOK)
+		for _, ev := range []string{`{"type":"stdout","text":"early"}`, `{"type":"init","text":"cmd-1"}`,
+			`{"type":"ping","text":"pong"}`, `{"type":"stdout","text":"later"}`, `{"type":"execution_complete"}`} {
+			_, _ = io.WriteString(w, ev+"\n\n")
+		}
+	})
+	gw, tok := newFakeGateway(t, mux)
+	req := gwRequest(t, gw, tok, http.MethodPost, "/process.Process/Start", bytes.NewReader(envelope(0, []byte(startMsg("x")))))
+	req.Header.Set("Content-Type", "application/connect+json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	s := collect(t, readFrames(t, body))
+	if s.stdout != "early\nlater\n" || s.end == nil || len(s.eos) != 0 {
+		t.Fatalf("stdout %q end %v eos %v", s.stdout, s.end, s.eos)
 	}
 }

@@ -20,7 +20,6 @@
 package dataplane
 
 import (
-	"context"
 	"encoding/base64"
 	"errors"
 	"io"
@@ -96,9 +95,6 @@ type Config struct {
 	// token (Python SDK 2.24 Sandbox.connect() sends no routing headers).
 	// Default false. See README "Routing without headers".
 	TokenTarget bool
-	// InterruptTimeout bounds the DELETE /command sent when a client goes
-	// away. Default 5 s.
-	InterruptTimeout time.Duration
 }
 
 func (c *Config) defaults() {
@@ -110,9 +106,6 @@ func (c *Config) defaults() {
 	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = 4 << 20
-	}
-	if c.InterruptTimeout <= 0 {
-		c.InterruptTimeout = 5 * time.Second
 	}
 }
 
@@ -515,12 +508,6 @@ func truncate(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
-}
-
-// detach returns a context that is not canceled with parent, bounded by d;
-// used for the DELETE /command that follows a client's disconnect.
-func detach(parent context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(parent), d)
 }
 
 // readMessage reads a unary Connect request message with the size limit.

@@ -1,8 +1,6 @@
 package dataplane
 
 import (
-	"go.uber.org/zap"
-
 	"context"
 	"errors"
 	"hash/fnv"
@@ -67,11 +65,6 @@ func pidOf(id string) uint32 {
 	return pid
 }
 
-// timeoutBackstop is added to the SDK's timeout before it is passed to
-// execd, so that the gateway's own deadline fires first and execd still
-// kills the command if the gateway is gone.
-const timeoutBackstop = 5 * time.Second
-
 // streamItem is one result of reading the execd stream.
 type streamItem struct {
 	ev  execd.Event
@@ -126,17 +119,23 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 		Envs:    req.Process.Envs,
 	}
 	if timeout > 0 {
-		creq.Timeout = (timeout + timeoutBackstop).Milliseconds()
+		// execd ends the command at the same deadline, whether or not a
+		// client still reads it (envd's process context).
+		creq.Timeout = max(timeout.Milliseconds(), 1)
 	}
 	if user.set {
 		uid, gid := user.user.UID, user.user.GID
 		creq.UID, creq.GID = &uid, &gid
 	}
 
-	// The upstream call is not tied to the client's context: when the client
-	// goes away the gateway still needs the command id to interrupt it.
-	upCtx, cancelUp := context.WithCancel(context.WithoutCancel(r.Context()))
+	// The command's lifetime does not depend on this stream (as in envd): a
+	// client that goes away cancels the upstream request, which ends the
+	// stream, and execd keeps running a foreground command whose request
+	// is gone (execd-wire.md §1.4). Only the command's own timeout, passed
+	// to execd, ends it.
+	upCtx, cancelUp := context.WithCancel(r.Context())
 	defer cancelUp()
+	begun := time.Now()
 	items := make(chan streamItem)
 	go func() {
 		send := func(it streamItem) bool {
@@ -172,6 +171,8 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 
 	sw := connect.NewStreamWriter(w)
 	var cmdID string
+	var early []execd.Event // output events execd sent before init
+	earlyBytes := 0
 	out := map[string]*outputStream{execd.EventStdout: {marker: marker}, execd.EventStderr: {marker: marker}}
 	streamErr := func(e *Error) *Error {
 		_ = sw.Close(&connect.Error{Code: e.Code.ConnectCode(), Message: e.Error()})
@@ -180,11 +181,9 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 	for {
 		select {
 		case <-r.Context().Done():
-			h.interrupt(r.Context(), rq.target, cmdID, items)
 			return fail(CodeCanceled, "the client closed the stream")
 		case <-deadline:
-			h.interrupt(r.Context(), rq.target, cmdID, items)
-			return streamErr(fail(CodeCommandTimeout, "the command ran past its "+timeout.String()+" timeout"))
+			return streamErr(timeoutError(timeout))
 		case <-ka.C:
 			if cmdID != "" {
 				_ = sw.Send(envd.StartResponse{Event: envd.ProcessEvent{KeepAlive: &envd.KeepAlive{}}})
@@ -201,13 +200,9 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 				default:
 					e = fromExecd(it.err, "process output")
 				}
-				streamErr(e)
-				if cmdID != "" {
-					// Nobody reads the command any more: stop it, as for a
-					// client that went away.
-					h.interrupt(r.Context(), rq.target, cmdID, items)
-				}
-				return e
+				// The command, if it started, keeps running under its own
+				// timeout: only the stream is lost.
+				return streamErr(e)
 			}
 			ev := it.ev
 			switch {
@@ -217,10 +212,24 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 				}
 				cmdID = ev.Text
 				if err := sw.Send(envd.StartResponse{Event: envd.ProcessEvent{Start: &envd.StartEvent{PID: pidOf(cmdID)}}}); err != nil {
-					h.interrupt(r.Context(), rq.target, cmdID, items)
 					return fail(CodeCanceled, "the client closed the stream")
 				}
+				for _, p := range early {
+					if b, _ := out[p.Type].line(p.Text); len(b) > 0 {
+						h.sendData(sw, p.Type, b)
+					}
+				}
+				early = nil
 				ka.Reset(keepalive)
+			case cmdID == "" && (ev.Type == execd.EventStdout || ev.Type == execd.EventStderr):
+				// execd starts its output tailers before the process and
+				// sends init just after; a poll in between reports output
+				// first. It is held (bounded) until the start event.
+				earlyBytes += len(ev.Text)
+				if earlyBytes > int(h.cfg.MaxMessageBytes) {
+					return streamErr(fail(CodeExecdProtocol, "execd sent too much output before the command's init event"))
+				}
+				early = append(early, ev)
 			case cmdID == "" && ev.Type != execd.EventPing:
 				return streamErr(fail(CodeExecdProtocol, "execd did not start the command with an init event"))
 			case ev.Type == execd.EventStdout || ev.Type == execd.EventStderr:
@@ -234,12 +243,23 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 				if !ok {
 					return streamErr(fail(CodeExecdProtocol, "execd reported an exit code that is not a number"))
 				}
+				if timeout > 0 && end.ExitCode == -1 && end.Status == "signal: killed" && time.Since(begun) >= timeout {
+					// execd's timer fired before the gateway's select saw
+					// its own: the same deadline.
+					return streamErr(timeoutError(timeout))
+				}
 				_ = sw.Send(envd.StartResponse{Event: envd.ProcessEvent{End: end}})
 				_ = sw.Close(nil)
 				return nil
 			}
 		}
 	}
+}
+
+// timeoutError is the end of a command stream whose Connect-Timeout-Ms
+// passed; execd kills the command at the same deadline.
+func timeoutError(timeout time.Duration) *Error {
+	return fail(CodeCommandTimeout, "the command ran past its "+timeout.String()+" timeout")
 }
 
 // hasNUL reports whether a command word or environment entry holds a NUL.
@@ -291,32 +311,4 @@ func endEvent(ev execd.Event) (*envd.EndEvent, bool) {
 	}
 	status := "exit status " + strconv.Itoa(code)
 	return &envd.EndEvent{ExitCode: int32(code), Exited: true, Status: status, Error: status}, true
-}
-
-// interrupt stops the execd command (DELETE /command?id=) when the stream
-// ends early: the client went away (execd keeps a foreground command running
-// after its client disconnects, execd-wire.md §1.4) or the timeout passed. Without an id yet it waits, bounded by
-// InterruptTimeout, for execd's init event to learn it.
-func (h *Handler) interrupt(ctx context.Context, t execd.Target, id string, items <-chan streamItem) {
-	ictx, cancel := detach(ctx, h.cfg.InterruptTimeout)
-	defer cancel()
-	for id == "" {
-		select {
-		case it := <-items:
-			if it.err != nil || it.ev.Terminal() {
-				return
-			}
-			if it.ev.Type == execd.EventInit {
-				id = it.ev.Text
-			}
-		case <-ictx.Done():
-			h.deps.Logger.Warn("could not interrupt an execd command: no command id before the timeout",
-				zap.String("sandbox", t.SandboxID))
-			return
-		}
-	}
-	if err := h.deps.Execd.Interrupt(ictx, t, id); err != nil {
-		h.deps.Logger.Warn("interrupting the execd command failed", zap.String("sandbox", t.SandboxID),
-			zap.String("command", id), zap.Error(err))
-	}
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/connect"
+	"github.com/sandgate/sandgate/gateway/execd"
 	"github.com/sandgate/sandgate/integration/execdstub"
 )
 
@@ -216,10 +217,10 @@ func TestProcessStartBadRequests(t *testing.T) {
 }
 
 // TestProcessStartTimeout: Connect-Timeout-Ms is the command's lifetime, as
-// in envd: the stream ends with deadline_exceeded and execd's command is
-// stopped.
+// in envd: the stream ends with deadline_exceeded and execd, given the same
+// timeout, kills the command (SIGKILL) at that deadline.
 func TestProcessStartTimeout(t *testing.T) {
-	e := newTestEnv(t, func(_ *Config, x *execdstub.Config) { x.KillGrace = 100 * time.Millisecond })
+	e := newTestEnv(t)
 	req := e.startRequest(startMsg("echo begun; sleep 30"))
 	req.Header.Set("Connect-Timeout-Ms", "300")
 	_, body := e.do(req)
@@ -238,8 +239,8 @@ func TestProcessStartTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rec.Interrupted || rec.Request.TimeoutMs != 300+timeoutBackstop.Milliseconds() {
-		t.Fatalf("record %+v", rec)
+	if rec.Interrupted || rec.Signal != syscall.SIGKILL || rec.Request.TimeoutMs != 300 {
+		t.Fatalf("record %+v, want execd's own timeout (300 ms, SIGKILL)", rec)
 	}
 }
 
@@ -287,14 +288,17 @@ func TestProcessStartKeepalive(t *testing.T) {
 	}
 }
 
-// TestProcessStartClientAbort: execd keeps a foreground command running
-// when its client goes away (execd-wire.md §1.4), so the gateway must
-// interrupt it when the SDK disconnects.
-func TestProcessStartClientAbort(t *testing.T) {
-	e := newTestEnv(t, func(_ *Config, x *execdstub.Config) { x.KillGrace = 100 * time.Millisecond })
+// TestProcessStartOutlivesClient: a command's lifetime does not depend on
+// its stream (envd keeps a process whose client went away): the gateway
+// ends the stream and leaves the command running in execd, as execd's
+// status API shows, until it ends by itself.
+func TestProcessStartOutlivesClient(t *testing.T) {
+	e := newTestEnv(t)
+	gate := filepath.Join(t.TempDir(), "go")
+	done := filepath.Join(t.TempDir(), "done")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	req := e.startRequest(startMsg("echo started; sleep 30; echo finished")).WithContext(ctx)
+	req := e.startRequest(startMsg("echo started; while [ ! -f '" + gate + "' ]; do sleep 0.05; done; echo finished > '" + done + "'")).WithContext(ctx)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -311,15 +315,36 @@ func TestProcessStartClientAbort(t *testing.T) {
 	}
 	cancel()
 	resp.Body.Close()
-	rec, err := waitEnded(e, func(execdstub.CommandRecord) bool { return true })
+	if o := e.waitOutcome(); o.Code != CodeCanceled {
+		t.Fatalf("outcome %+v", o)
+	}
+	wctx, wcancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer wcancel()
+	rec, err := e.execd.WaitCommand(wctx, func(r execdstub.CommandRecord) bool { return r.ClientDisconnected })
+	if err != nil {
+		t.Fatalf("execd never saw the stream go: %v", err)
+	}
+	// The gateway's request is finished (its outcome is in): had it
+	// interrupted the command, it would have done so by now.
+	if rec, _ = e.execd.Command(rec.ID); !rec.Running || rec.Interrupted {
+		t.Fatalf("the command did not outlive its stream: %+v", rec)
+	}
+	st, err := newClient().CommandStatus(wctx, execd.Target{FixedEntry: e.fixedEntryURL(), SandboxID: testSandbox}, rec.ID)
+	if err != nil || !st.Running || st.ExitCode != nil {
+		t.Fatalf("execd status %+v, %v; want running", st, err)
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rec, err = waitEnded(e, func(r execdstub.CommandRecord) bool { return r.ID == rec.ID })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rec.Interrupted || rec.Signal != syscall.SIGTERM {
-		t.Fatalf("the command was not interrupted: %+v", rec)
+	if rec.ExitCode != 0 || rec.Interrupted {
+		t.Fatalf("record %+v, want a clean exit", rec)
 	}
-	if o := e.waitOutcome(); o.Code != CodeCanceled {
-		t.Fatalf("outcome %+v", o)
+	if b, err := os.ReadFile(done); err != nil || string(b) != "finished\n" {
+		t.Fatalf("the command did not run to its end: %q %v", b, err)
 	}
 }
 

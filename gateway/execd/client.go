@@ -312,8 +312,8 @@ type CommandRequest struct {
 
 // Interrupt calls DELETE /command?id=: execd sends SIGTERM to the command's
 // process group and SIGKILL 3 s later. A client disconnect alone does not
-// stop a foreground command, so the gateway calls this when the SDK goes
-// away (execd-wire.md §1.4).
+// stop a foreground command (execd-wire.md §1.4); nor does the gateway,
+// whose commands live as long as envd's processes do.
 func (c *Client) Interrupt(ctx context.Context, t Target, id string) error {
 	resp, err := c.doOK(ctx, t, http.MethodDelete, "/command", url.Values{"id": {id}}, nil, nil)
 	if err != nil {
@@ -321,6 +321,39 @@ func (c *Client) Interrupt(ctx context.Context, t Target, id string) error {
 	}
 	drain(resp)
 	return nil
+}
+
+// CommandStatus is the body of GET /command/status/{id} (execd-wire.md
+// §1.4). ExitCode is set once the command has finished; it is -1 when a
+// signal killed it, and Error then names the signal ("signal: killed").
+type CommandStatus struct {
+	ID         string     `json:"id"`
+	Content    string     `json:"content,omitempty"`
+	Running    bool       `json:"running"`
+	ExitCode   *int       `json:"exit_code,omitempty"`
+	Error      string     `json:"error,omitempty"`
+	StartedAt  time.Time  `json:"started_at"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+}
+
+// CommandStatus calls GET /command/status/{id}, for foreground and
+// background commands alike. An id execd does not know (execd answers 404
+// INVALID_REQUEST_BODY "command not found: <id>") is an *Error with
+// KindNotFound.
+func (c *Client) CommandStatus(ctx context.Context, t Target, id string) (CommandStatus, error) {
+	resp, err := c.doOK(ctx, t, http.MethodGet, "/command/status/"+url.PathEscape(id), nil, nil, nil)
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) && e.Kind == KindExecd && e.Status == http.StatusNotFound {
+			e.Kind = KindNotFound
+		}
+		return CommandStatus{}, err
+	}
+	var st CommandStatus
+	if err := decodeJSON(resp, &st); err != nil {
+		return CommandStatus{}, err
+	}
+	return st, nil
 }
 
 // RunCommand calls POST /command and returns the event stream. Validation

@@ -423,7 +423,10 @@ func procContext(timeoutMs int64) (context.Context, context.CancelFunc) {
 }
 
 // newCmd builds the shell process: its own process group, optional
-// credentials, env = stub env + envs, cwd mapped under Root.
+// credentials, env = stub env + HOME + envs, cwd mapped under Root. HOME is
+// the host directory standing for Config.Home, as execd's commands inherit
+// the sandbox user's HOME (and so a login shell reads the sandbox's
+// profile, not the test machine's).
 func (s *Server) newCmd(ctx context.Context, req *RunCommandRequest, cwd string) *exec.Cmd {
 	shell := "sh"
 	if _, err := exec.LookPath("bash"); err == nil {
@@ -431,7 +434,7 @@ func (s *Server) newCmd(ctx context.Context, req *RunCommandRequest, cwd string)
 	}
 	cmd := exec.CommandContext(ctx, shell, "-c", req.Command)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: buildCredential(req.Uid, req.Gid)}
-	cmd.Env = mergeEnv(os.Environ(), req.Envs)
+	cmd.Env = mergeEnv(mergeEnv(os.Environ(), map[string]string{"HOME": s.HostPath(s.cfg.Home)}), req.Envs)
 	if cwd == "" {
 		cmd.Dir = s.root
 	} else {
@@ -537,8 +540,17 @@ func (s *Server) runForeground(ctx context.Context, st *eventStream, req *RunCom
 	errT := &lineTail{path: errPath, emit: emit("stderr")}
 	stopTail := make(chan struct{})
 	tailDone := make(chan struct{})
+	// execd starts its tailers before the process and sends init right
+	// after it started, so output before init is possible only when a poll
+	// lands in that microsecond window; the stub polls only once init is
+	// out, one of execd's possible orders, made deterministic.
+	initSent := make(chan struct{})
 	go func() {
 		defer close(tailDone)
+		select {
+		case <-initSent:
+		case <-stopTail:
+		}
 		s.tail(outT, errT, stopTail)
 	}()
 
@@ -557,6 +569,7 @@ func (s *Server) runForeground(ctx context.Context, st *eventStream, req *RunCom
 	pid := cmd.Process.Pid
 	c := s.register(id, req, cmd.Dir, startAt, pid, outPath)
 	s.sendInit(ctx, st, id)
+	close(initSent)
 
 	waited := make(chan struct{})
 	go func() {

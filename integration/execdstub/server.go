@@ -120,7 +120,8 @@ type Config struct {
 	// New creates a private directory that Close removes.
 	TempDir string
 	// Home is the sandbox path a leading "~" in a request path expands to
-	// (execd expands "~" to its user's home). Empty selects "/root".
+	// (execd expands "~" to its user's home), and commands get its host
+	// directory as HOME. Empty selects "/root".
 	Home string
 }
 

@@ -84,12 +84,13 @@ const scenarios = {
     return { result, chunks: seen }
   },
 
-  // Start a long command, disconnect, and report; the Go test checks execd saw
-  // the command interrupted.
-  async abort(sbx) {
+  // Start a background command, disconnect from it, and exit; the Go test
+  // checks that the command keeps running in execd until GO_FILE appears.
+  async disconnect(sbx) {
     let started
     const startedP = new Promise((r) => (started = r))
-    const handle = await sbx.commands.run('echo started; sleep 60; echo finished', {
+    const go = process.env.GO_FILE
+    const handle = await sbx.commands.run(`echo started; while [ ! -f '${go}' ]; do sleep 0.05; done; echo finished`, {
       background: true,
       onStdout: (d) => { if (d.includes('started')) started() },
     })
