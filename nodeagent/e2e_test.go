@@ -31,6 +31,7 @@ import (
 
 	"github.com/sandgate/sandgate/node/api"
 	"github.com/sandgate/sandgate/node/hub"
+	"github.com/sandgate/sandgate/node/operation"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodeagent/docker"
 	"github.com/sandgate/sandgate/nodeagent/internal/dockertest"
@@ -432,10 +433,13 @@ func TestEndToEndCreateCommandKillThroughCore(t *testing.T) {
 	if res.Outcome != "failed" || res.ErrorCode != proto.ErrNotFound {
 		t.Fatalf("info after kill: %+v", res)
 	}
-	// An operation the Docker provider declares unsupported.
+	// An operation the Docker provider declares unsupported: Core applies
+	// the same registered declaration and refuses it before sending.
 	res = w.operation(api.OperationRequest{Operation: proto.OpSuspend, DeploymentGeneration: generation, TimeoutMS: 60000,
 		Reference: ref, Suspend: &proto.Suspend{Snapshot: proto.Snapshot{ID: "snap"}}})
-	if res.Outcome != "unsupported" || res.Response == nil || res.Response.Unsupported == nil {
+	decl, _ := operation.For(proto.ProviderDocker)
+	want, _ := decl.Unsupported(proto.OpSuspend)
+	if res.Outcome != "unsupported" || res.Sent || res.Response != nil || res.Unsupported == nil || *res.Unsupported != want {
 		t.Fatalf("suspend: %+v", res)
 	}
 }

@@ -101,14 +101,22 @@ type OperationResult struct {
 	// Reason says why the outcome is unknown: "unconfirmed", "timeout",
 	// "disconnected", "cancelled" or "write_failed".
 	Reason string `json:"reason,omitempty"`
+	// Sent is false when Core refused the operation before sending it
+	// because the node's provider declares it unsupported (package
+	// node/operation); request_id, sequence, connection_id and owner_epoch
+	// are then absent.
+	Sent bool `json:"sent"`
 	// RequestID is the request's id (a new UUID).
-	RequestID string `json:"request_id"`
+	RequestID string `json:"request_id,omitempty"`
 	// Sequence is the request's sequence on its connection.
-	Sequence uint64 `json:"sequence"`
+	Sequence uint64 `json:"sequence,omitempty"`
 	// ConnectionID is the connection the request was sent on.
-	ConnectionID string `json:"connection_id"`
+	ConnectionID string `json:"connection_id,omitempty"`
 	// OwnerEpoch is the owner epoch the request carried.
-	OwnerEpoch int64 `json:"owner_epoch"`
+	OwnerEpoch int64 `json:"owner_epoch,omitempty"`
+	// Unsupported is the evidence of an unsupported outcome: the node's,
+	// or the registered declaration's when sent is false.
+	Unsupported *proto.Unsupported `json:"unsupported,omitempty"`
 	// Response is the node's response frame, absent when none arrived.
 	Response *proto.Response `json:"response,omitempty"`
 	// Receipt is the info receipt of a failed create that proves a settled
@@ -236,8 +244,8 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request, nodeID strin
 		return
 	}
 	writeJSON(w, http.StatusOK, OperationResult{
-		Outcome: res.Outcome.String(), ErrorCode: res.ErrorCode, Reason: res.Reason,
-		RequestID: res.Request.ID, Sequence: res.Request.Sequence, ConnectionID: res.Request.ConnectionID,
+		Outcome: res.Outcome.String(), ErrorCode: res.ErrorCode, Reason: res.Reason, Sent: !res.NotSent,
+		Unsupported: res.Unsupported, RequestID: res.Request.ID, Sequence: res.Request.Sequence, ConnectionID: res.Request.ConnectionID,
 		OwnerEpoch: res.Request.OwnerEpoch, Response: res.Response, Receipt: res.Receipt,
 	})
 }

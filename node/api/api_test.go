@@ -188,7 +188,7 @@ func TestAPIOperation(t *testing.T) {
 	for seq := uint64(1); seq <= 2; seq++ {
 		var res OperationResult
 		status := e.call(http.MethodPost, Prefix+"/"+nodeA+"/operations", apiToken, infoBody, &res)
-		if status != http.StatusOK || res.Outcome != "success" || res.Sequence != seq || res.ConnectionID != n.Welcome().ConnectionID ||
+		if status != http.StatusOK || res.Outcome != "success" || !res.Sent || res.Sequence != seq || res.ConnectionID != n.Welcome().ConnectionID ||
 			res.OwnerEpoch != 3 || !proto.IsUUID(res.RequestID) || res.Response == nil || res.Response.Info == nil ||
 			res.Response.Info.Reference.AllocationID != "a1" {
 			t.Fatalf("operation %d: %d %+v", seq, status, res)
@@ -237,6 +237,36 @@ func TestAPIOperationOutcomes(t *testing.T) {
 		if status != http.StatusOK || res.Outcome != tc.outcome || string(res.ErrorCode) != tc.code || res.Reason != tc.reason {
 			t.Errorf("%s: %d %+v", tc.mode, status, res)
 		}
+	}
+}
+
+// TestAPIDeclaredUnsupported: an operation the node's provider declares
+// unsupported (Docker: suspend) is answered 200 with outcome unsupported,
+// the declaration's evidence and "sent": false; the node receives
+// nothing.
+func TestAPIDeclaredUnsupported(t *testing.T) {
+	e := newAPIEnv(t)
+	n := e.node(nodeA, secretA, true, nil)
+	body := `{"operation":"suspend","deployment_generation":1,"timeout_ms":2000,
+	"reference":{"tenant_id":"t1","environment_id":"e1","allocation_id":"a1"},"suspend":{"snapshot":{"id":"s1"}}}`
+	var raw map[string]any
+	status := e.call(http.MethodPost, Prefix+"/"+nodeA+"/operations", apiToken, body, &raw)
+	var res OperationResult
+	e.call(http.MethodPost, Prefix+"/"+nodeA+"/operations", apiToken, body, &res)
+	if status != http.StatusOK || res.Outcome != "unsupported" || res.ErrorCode != proto.ErrUnsupported || res.Sent ||
+		res.Unsupported == nil || res.Unsupported.Operation != proto.OpSuspend || res.RequestID != "" || res.Response != nil {
+		t.Fatalf("%d %+v", status, res)
+	}
+	for _, member := range []string{"request_id", "sequence", "connection_id", "owner_epoch"} {
+		if _, ok := raw[member]; ok {
+			t.Errorf("%s present in an operation that was not sent", member)
+		}
+	}
+	if raw["sent"] != false {
+		t.Errorf("sent = %v", raw["sent"])
+	}
+	if n.Requests() != 0 {
+		t.Fatalf("the node received %d requests", n.Requests())
 	}
 }
 

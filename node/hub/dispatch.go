@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/sandgate/sandgate/node/operation"
 	"github.com/sandgate/sandgate/node/proto"
 )
 
@@ -51,6 +52,13 @@ type Result struct {
 	// Receipt is the info receipt of a failed create that proves a settled
 	// create attempt (proto.CreateReceipt), nil otherwise.
 	Receipt *proto.Info
+	// Unsupported is the evidence of an OutcomeUnsupported: the node's
+	// response's, or, when NotSent, the registered declaration's.
+	Unsupported *proto.Unsupported
+	// NotSent: Core refused the operation before sending it because the
+	// node's provider declares it unsupported (package node/operation);
+	// Request then has no id, sequence or connection.
+	NotSent bool
 }
 
 // needsReady reports whether req may only go to a generation the node
@@ -78,11 +86,27 @@ func (p *presence) ready(gen int64, gm bool) bool {
 	return p.hello != nil && p.health != nil && gen == p.hello.DeploymentGeneration && p.health.ProviderReady
 }
 
+// declaredUnsupported returns the registered declaration's evidence when
+// provider declares op unsupported.
+func declaredUnsupported(provider proto.Provider, op proto.Operation) (proto.Unsupported, bool) {
+	d, ok := operation.For(provider)
+	if !ok {
+		return proto.Unsupported{}, false
+	}
+	return d.Unsupported(op)
+}
+
 // Dispatch sends one provider operation to the node and waits for its
 // outcome (spec "Provider requests"). req carries the operation, its
 // parameters, deployment_generation, timeout_ms (1..120000) and the exact
 // reference; Dispatch sets version, type, a new UUID id, the next sequence
 // of the connection, and the connection's connection_id and owner_epoch.
+//
+// An operation the node's provider declares unsupported (the registered
+// declaration of package node/operation, for the provider of the node's
+// last hello) is answered at once, before any other check, with a Result
+// of OutcomeUnsupported, the declaration's evidence and NotSent; nothing
+// is written.
 //
 // Refusals before anything is written leave the connection untouched:
 // ErrUnknownNode, ErrOffline (not online), ErrNotReady (create or a
@@ -114,6 +138,18 @@ func (h *Hub) Dispatch(ctx context.Context, nodeID string, req proto.Request) (*
 			return nil, fmt.Errorf("%w: %s", ErrOffline, nodeID)
 		}
 		return nil, fmt.Errorf("%w: %s", ErrUnknownNode, nodeID)
+	}
+	// The provider's registered declaration is applied before anything
+	// else is checked or sent (spec "Provider requests": "the Core proxy
+	// uses the same registered declaration, so unsupported operations are
+	// rejected before node parsing or native I/O"). The provider is the
+	// one the node's last hello stated (it matched the enrolment).
+	if p.hello != nil {
+		if u, ok := declaredUnsupported(p.hello.Provider, req.Operation); ok {
+			h.mu.Unlock()
+			return &Result{Outcome: proto.OutcomeUnsupported, ErrorCode: proto.ErrUnsupported, Request: req,
+				Unsupported: &u, NotSent: true}, nil
+		}
 	}
 	if !p.online(now, cfg) {
 		h.mu.Unlock()
@@ -205,6 +241,9 @@ func (c *conn) dispatch(ctx context.Context, cfg *Config, req proto.Request) (*R
 	}
 	res.Response = resp
 	res.Outcome, res.ErrorCode = proto.Classify(&req, resp)
+	if res.Outcome == proto.OutcomeUnsupported {
+		res.Unsupported = resp.Unsupported
+	}
 	if res.Outcome == proto.OutcomeUnknown {
 		res.Reason = ReasonUnconfirmed
 	}

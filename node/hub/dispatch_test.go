@@ -297,9 +297,16 @@ func TestDispatchReadinessGate(t *testing.T) {
 	refused(nodeA, create(2)) // not its generation
 	a.beat(health(false, "docker_unreachable"))
 	refused(nodeA, create(1))
-	refused(nodeA, resume(1, false))
-	sent(a, resume(1, true)) // observe-only
-	sent(a, infoReq())       // not gated
+	sent(a, infoReq()) // not gated
+
+	// Docker declares resume unsupported (TestDispatchDeclaredUnsupported),
+	// so the resume gate is shown on a microsandbox node, which has no
+	// registered declaration.
+	m := e.joinMicrosandbox()
+	sent(m, resume(1, false))
+	m.beat(health(false, "provider_unavailable"))
+	refused(nodeM, resume(1, false))
+	sent(m, resume(1, true)) // observe-only
 
 	g := e.join(nodeG) // hello: generation 1 ready, 2 preparing
 	sent(g, create(1))
@@ -310,7 +317,6 @@ func TestDispatchReadinessGate(t *testing.T) {
 	g.send(hb)
 	g.recv()
 	sent(g, create(2))
-	sent(g, resume(2, false))
 	sent(g, create(1)) // not in the last heartbeat: its last observation still counts
 }
 
