@@ -19,7 +19,6 @@ var exampleEnv = []string{
 	"SANDGATE_TOKEN_KEY",
 	"SANDGATE_CREDENTIALS",
 	"SANDGATE_DEMO_FIXED_ENTRY",
-	"SANDGATE_DEMO_EXECD_TOKEN",
 	"SANDGATE_BIND",
 	"SANDGATE_NODE_CREDENTIALS",
 	"SANDGATE_NODE_OWNER_EPOCH",
@@ -97,7 +96,6 @@ func TestCaddyfileExampleEnvOverrides(t *testing.T) {
 	t.Setenv("SANDGATE_TOKEN_KEY", "/etc/sandgate/prod.key")
 	t.Setenv("SANDGATE_CREDENTIALS", "/etc/sandgate/credentials.json")
 	t.Setenv("SANDGATE_DEMO_FIXED_ENTRY", "https://entry.cluster.example:8443")
-	t.Setenv("SANDGATE_DEMO_EXECD_TOKEN", "execd-token-value")
 	t.Setenv("SANDGATE_BIND", "10.0.0.8")
 	t.Setenv("SANDGATE_NODE_CREDENTIALS", "/etc/sandgate/nodes.yaml")
 	t.Setenv("SANDGATE_NODE_OWNER_EPOCH", "42")
@@ -156,8 +154,8 @@ func TestCaddyfileExampleEnvOverrides(t *testing.T) {
 		t.Errorf("credentials path = %q, want SANDGATE_CREDENTIALS", sg.Credentials.Path)
 	}
 	c := sg.Clusters["demo-cluster"]
-	if c.FixedEntry != "https://entry.cluster.example:8443" || c.ExecdAccessToken != "execd-token-value" {
-		t.Errorf("demo-cluster = %+v, want SANDGATE_DEMO_FIXED_ENTRY and SANDGATE_DEMO_EXECD_TOKEN", c)
+	if c.FixedEntry != "https://entry.cluster.example:8443" || c.ExecdAccessToken != "" {
+		t.Errorf("demo-cluster = %+v, want SANDGATE_DEMO_FIXED_ENTRY and no execd token", c)
 	}
 	// Servers by listen address (their srvN names follow the address order).
 	byListen := map[string]int{}

@@ -174,8 +174,17 @@ func TestCaddyfileErrors(t *testing.T) {
 			sandgateOpt("\t\tcluster cluster-a http://10.0.0.5 {\n\t\t\texecd_token abc #ERR\n\t\t}"),
 			[]string{`unrecognized cluster subdirective "execd_token"`}},
 		{"duplicate execd_access_token",
-			sandgateOpt("\t\tcluster cluster-a http://10.0.0.5 {\n\t\t\texecd_access_token a\n\t\t\texecd_access_token b #ERR\n\t\t}"),
+			sandgateOpt("\t\tcluster cluster-a http://10.0.0.5 {\n\t\t\texecd_access_token {env.A}\n\t\t\texecd_access_token {env.B} #ERR\n\t\t}"),
 			[]string{"execd_access_token already specified"}},
+		{"literal execd_access_token",
+			sandgateOpt("\t\tcluster cluster-a http://10.0.0.5 {\n\t\t\texecd_access_token s3cr3t-execd-token #ERR\n\t\t}"),
+			[]string{"execd_access_token: a secret must not be written into the configuration", "{env.NAME} or {file./path/to/secret}"}},
+		{"credentials http literal Authorization header",
+			sandgateOptNoCreds("\t\tcredentials http https://portal/{id} {\n\t\t\theader Authorization \"Bearer s3cr3t-portal-token\" #ERR\n\t\t}"),
+			[]string{"header Authorization: a secret must not be written into the configuration"}},
+		{"credentials http literal X-Api-Key header",
+			sandgateOptNoCreds("\t\tcredentials http https://portal/{id} {\n\t\t\theader X-Api-Key s3cr3t #ERR\n\t\t}"),
+			[]string{"header X-Api-Key: a secret must not be written into the configuration"}},
 		{"sandgate given twice",
 			"{\n\tsandgate {\n\t\ttoken_key k1 HS256 /k1.key\n\t}\n\tsandgate { #ERR\n\t\ttoken_key k2 HS256 /k2.key\n\t}\n}\n",
 			[]string{"the sandgate global option may appear only once"}},
@@ -340,6 +349,9 @@ func TestCaddyfileErrors(t *testing.T) {
 				t.Fatalf("adapting succeeded; want an error at Caddyfile:%d\n%s", line, tc.body)
 			}
 			msg := err.Error()
+			if strings.Contains(msg, "s3cr3t") {
+				t.Errorf("error %q echoes the secret", msg)
+			}
 			locs := location.FindAllString(msg, -1)
 			if len(locs) == 0 {
 				t.Errorf("error %q names no Caddyfile:<line>", msg)

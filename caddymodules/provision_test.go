@@ -222,7 +222,11 @@ func TestJSONConfigErrors(t *testing.T) {
 	shortKey := filepath.Join(f.dir, "short.key")
 	writeFile(t, shortKey, shortSecret)
 	const portalSecret = "Bearer portal-secret-DO-NOT-LEAK"
-	secrets := []string{hmacSecret, shortSecret, portalSecret}
+	const execdSecret = "execd-secret-DO-NOT-LEAK"
+	t.Setenv("SANDGATE_TEST_EXECD_TOKEN", execdSecret)
+	t.Setenv("SANDGATE_TEST_PORTAL_TOKEN", portalSecret)
+	secrets := []string{hmacSecret, shortSecret, portalSecret, execdSecret}
+	portalAuth := obj{"Authorization": []any{"{env.SANDGATE_TEST_PORTAL_TOKEN}"}}
 
 	sg := func(cfg obj) obj { return sub(cfg, "apps", "sandgate") }
 	key0 := func(cfg obj) obj { return sg(cfg)["token_keys"].([]any)[0].(obj) }
@@ -276,12 +280,34 @@ func TestJSONConfigErrors(t *testing.T) {
 			[]string{"sandgate.credentials.vault"}},
 		{"credentials http without {id}", func(cfg obj) {
 			sg(cfg)["credentials"] = obj{"source": "http", "url": "https://portal.internal/credentials",
-				"headers": obj{"Authorization": []any{portalSecret}}}
+				"headers": portalAuth}
 		}, []string{"{id}"}},
 		{"credentials http cache_ttl too long", func(cfg obj) {
 			sg(cfg)["credentials"] = obj{"source": "http", "url": "https://portal.internal/credentials/{id}",
-				"cache_ttl": "10m", "headers": obj{"Authorization": []any{portalSecret}}}
+				"cache_ttl": "10m", "headers": portalAuth}
 		}, []string{"CacheTTL", "10m0s"}},
+		{"credentials http literal Authorization", func(cfg obj) {
+			sg(cfg)["credentials"] = obj{"source": "http", "url": "https://portal.internal/credentials/{id}",
+				"headers": obj{"Authorization": []any{portalSecret}}}
+		}, []string{"header Authorization", "must not be written into the configuration", "{env.NAME} or {file./path/to/secret}"}},
+		{"credentials http literal cookie", func(cfg obj) {
+			sg(cfg)["credentials"] = obj{"source": "http", "url": "https://portal.internal/credentials/{id}",
+				"headers": obj{"Cookie": []any{"session=" + execdSecret}}}
+		}, []string{"header Cookie", "must not be written into the configuration"}},
+		{"credentials http URL with user info", func(cfg obj) {
+			sg(cfg)["credentials"] = obj{"source": "http", "url": "https://gateway:" + execdSecret + "@portal.internal/credentials/{id}"}
+		}, []string{"must not carry user info"}},
+		{"credentials http placeholder of an unset variable", func(cfg obj) {
+			sg(cfg)["credentials"] = obj{"source": "http", "url": "https://portal.internal/credentials/{id}",
+				"headers": obj{"Authorization": []any{"Bearer {env.SANDGATE_TEST_UNSET}"}}}
+		}, []string{"header Authorization", "{env.SANDGATE_TEST_UNSET} is empty"}},
+		{"literal execd_access_token", func(cfg obj) {
+			sg(cfg)["clusters"].(obj)["cluster-b"] = obj{"fixed_entry": "http://10.0.0.5", "execd_access_token": execdSecret}
+		}, []string{`cluster "cluster-b"`, "execd_access_token: a secret must not be written into the configuration"}},
+		{"execd_access_token of a missing file", func(cfg obj) {
+			sg(cfg)["clusters"].(obj)["cluster-b"] = obj{"fixed_entry": "http://10.0.0.5",
+				"execd_access_token": "{file." + filepath.Join(f.dir, "no-such-token") + "}"}
+		}, []string{`cluster "cluster-b"`, "execd_access_token", "no-such-token", "is empty"}},
 		{"e2b_dataplane transport of another protocol", func(cfg obj) {
 			handlerOf(cfg)["transport"] = obj{"protocol": "sandgate_test_other"}
 		}, []string{"e2b_dataplane", "not supported", "use transport http"}},

@@ -13,8 +13,10 @@ package credentialsource
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"go.uber.org/zap"
 
+	"github.com/sandgate/sandgate/caddymodules/secret"
 	"github.com/sandgate/sandgate/gateway/credential"
 )
 
@@ -144,10 +147,17 @@ func (f *File) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 type HTTP struct {
 	// URL is the endpoint; the placeholder {id} is replaced by the
 	// path-escaped credential ID, e.g.
-	// "https://portal.internal/api/v1/credentials/{id}". Required.
+	// "https://portal.internal/api/v1/credentials/{id}". Required. User
+	// info (user:password@) is refused: it would put a secret in the
+	// configuration; send it in a header with a placeholder.
 	URL string `json:"url"`
 	// Headers are sent with every request (e.g. Authorization for the
-	// Portal). Values may use placeholders such as {env.PORTAL_TOKEN}.
+	// Portal). Values may use placeholders such as {env.PORTAL_TOKEN},
+	// resolved at provision time. The value of a header that carries a
+	// credential (Authorization, Cookie, or a name with "token", "key",
+	// "auth", … in it: secret.SensitiveHeader) must hold an {env.NAME} or
+	// {file./path} placeholder, e.g. "Bearer {file./run/secrets/portal}",
+	// so the secret stays out of the configuration; a literal is refused.
 	Headers http.Header `json:"headers,omitempty"`
 	// CacheTTL is how long an answer (found, disabled or not found) is
 	// reused, up to 1m. A disabled credential is refused at most CacheTTL
@@ -177,8 +187,19 @@ func (h *HTTP) Provision(ctx caddy.Context) error {
 		CacheTTL: time.Duration(h.CacheTTL),
 		Timeout:  time.Duration(h.Timeout),
 	}
+	if u, err := url.Parse(cfg.URL); err == nil && u.User != nil {
+		return errors.New("the credentials http URL must not carry user info (a secret in the configuration): send it in a header with an {env.NAME} or {file./path} placeholder")
+	}
 	for k, vs := range h.Headers {
 		for _, v := range vs {
+			if secret.SensitiveHeader(k) {
+				resolved, err := secret.Resolve(repl, "credentials http header "+k, v)
+				if err != nil {
+					return err
+				}
+				cfg.Header.Add(k, resolved)
+				continue
+			}
 			cfg.Header.Add(k, repl.ReplaceAll(v, ""))
 		}
 	}
@@ -220,7 +241,11 @@ func (h *HTTP) Cleanup() error {
 //		timeout <duration>
 //	}
 //
-// header may repeat.
+// header may repeat. The value of a header that carries a credential
+// (Authorization, …) must hold an {env.NAME} or {file./path} placeholder,
+// e.g. header Authorization "Bearer {env.PORTAL_TOKEN}"; a literal or a
+// {$VAR} (expanded while adapting) is refused, so the secret never lands
+// in the adapted JSON.
 func (h *HTTP) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // source name
 	if !d.NextArg() {
@@ -236,6 +261,11 @@ func (h *HTTP) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			var name, value string
 			if !d.Args(&name, &value) || d.NextArg() {
 				return d.ArgErr()
+			}
+			if secret.SensitiveHeader(name) {
+				if err := secret.Check("header "+name, value); err != nil {
+					return d.Err(err.Error())
+				}
 			}
 			if h.Headers == nil {
 				h.Headers = http.Header{}

@@ -26,6 +26,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/sandgate/sandgate/caddymodules/secret"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/dataplane"
 	"github.com/sandgate/sandgate/gateway/token"
@@ -112,9 +113,12 @@ type Cluster struct {
 	// go to <fixed_entry>/<sandboxID>/44772/<execd path>. Required.
 	FixedEntry string `json:"fixed_entry"`
 	// ExecdAccessToken, when set, is sent to execd as X-EXECD-ACCESS-TOKEN.
-	// Placeholders such as {env.EXECD_TOKEN} are expanded at provision time.
-	// Default: none (OpenSandbox's Kubernetes deployments run execd without
-	// a token, execd-wire.md §1.1).
+	// It is a secret, so it must be an {env.NAME} or {file./path}
+	// placeholder, resolved at provision time (a placeholder that resolves
+	// to nothing is an error); a literal value is refused (secret.Check),
+	// because the configuration is served by GET /config/ and saved to
+	// autosave.json. Default: none (OpenSandbox's Kubernetes deployments run
+	// execd without a token, execd-wire.md §1.1).
 	ExecdAccessToken string `json:"execd_access_token,omitempty"`
 
 	fixedEntry *url.URL
@@ -178,16 +182,26 @@ func (a *App) Provision(ctx caddy.Context) error {
 }
 
 func (c *Cluster) provision(repl *caddy.Replacer) error {
-	u, err := url.Parse(repl.ReplaceAll(c.FixedEntry, ""))
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return errors.New("fixed_entry must be an http:// or https:// URL with a host")
-	}
-	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return errors.New("fixed_entry must not have a query, fragment or user info")
+	u, err := fixedEntryURL(repl.ReplaceAll(c.FixedEntry, ""))
+	if err != nil {
+		return err
 	}
 	c.fixedEntry = u
-	c.token = repl.ReplaceAll(c.ExecdAccessToken, "")
-	return nil
+	c.token, err = secret.Resolve(repl, "execd_access_token", c.ExecdAccessToken)
+	return err
+}
+
+// fixedEntryURL parses a cluster's fixed entry: an http or https URL with
+// a host and no query, fragment or user info.
+func fixedEntryURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, errors.New("fixed_entry must be an http:// or https:// URL with a host")
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return nil, errors.New("fixed_entry must not have a query, fragment or user info")
+	}
+	return u, nil
 }
 
 // Validate checks that keys and a credential source are configured (the

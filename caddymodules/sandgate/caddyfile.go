@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 
+	"github.com/sandgate/sandgate/caddymodules/secret"
 	"github.com/sandgate/sandgate/node/proto"
 )
 
@@ -38,7 +39,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //		token_leeway <duration>
 //		credentials <source> ...
 //		cluster <id> <fixed_entry> {
-//			execd_access_token <token>
+//			execd_access_token <{env.NAME} or {file./path}>
 //		}
 //		nodes {
 //			credentials <source> ...
@@ -140,6 +141,9 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					if d.NextArg() {
 						return d.ArgErr()
 					}
+					if err := secret.Check("execd_access_token", c.ExecdAccessToken); err != nil {
+						return d.Err(err.Error())
+					}
 				default:
 					return d.Errf("unrecognized cluster subdirective %q", d.Val())
 				}
@@ -147,7 +151,7 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			// A fixed entry given as a runtime placeholder ({env.X}) is
 			// checked at provision time instead.
 			if !strings.Contains(entry, "{") {
-				if err := c.provision(caddy.NewReplacer()); err != nil {
+				if _, err := fixedEntryURL(entry); err != nil {
 					return d.Errf("cluster %q: %v", id, err)
 				}
 			}

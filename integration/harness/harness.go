@@ -65,6 +65,9 @@ type Config struct {
 	Sandboxes []string
 	// ExecdVersion selects the execd stand-in's behaviour (HEAD, v1.0.18).
 	ExecdVersion string
+	// ExecdAccessToken, when set, is the X-EXECD-ACCESS-TOKEN the execd
+	// stand-in requires on every request (execd's --access-token).
+	ExecdAccessToken string
 	// GatewayAddr is the gateway's listen address; empty picks a free
 	// loopback port.
 	GatewayAddr string
@@ -173,7 +176,8 @@ func Start(cfg Config) (_ *Env, err error) {
 	}
 
 	// execd behind the fixed entry.
-	e.Execd = execdstub.New(execdstub.Config{Root: e.Root, GracefulShutdown: 50 * time.Millisecond, Version: cfg.ExecdVersion})
+	e.Execd = execdstub.New(execdstub.Config{Root: e.Root, GracefulShutdown: 50 * time.Millisecond, Version: cfg.ExecdVersion,
+		AccessToken: cfg.ExecdAccessToken})
 	execdAddr, err := e.serve("127.0.0.1:0", e.Execd)
 	if err != nil {
 		return nil, fmt.Errorf("execd stand-in: %w", err)

@@ -1,0 +1,69 @@
+// Package secret keeps secrets out of Caddy's configuration. Caddy serves
+// its whole configuration on the admin API (GET /config/) and saves it to
+// autosave.json, and `caddy adapt` prints it; a Caddyfile's {$VAR} is
+// expanded into it while adapting. So a secret setting of sandgate's
+// modules (a cluster's execd_access_token, a secret header of the HTTP
+// credential source) holds a placeholder that Caddy's replacer resolves
+// when the module is provisioned, {env.NAME} or {file./path}, never the
+// value itself, and a value without one is refused. This is how Caddy's
+// own DNS provider modules take their API tokens.
+package secret
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+)
+
+// ErrLiteral is the error class of a secret setting written into the
+// configuration in plain text.
+var ErrLiteral = errors.New("a secret must not be written into the configuration")
+
+// Check reports whether raw, the configured value of setting, keeps its
+// secret out of the configuration: it is empty (no secret) or contains an
+// {env.NAME} or {file./path} placeholder. Otherwise it returns an error
+// wrapping ErrLiteral that names setting and says what to write instead;
+// the value is never in the error.
+func Check(setting, raw string) error {
+	if raw == "" || strings.Contains(raw, "{env.") || strings.Contains(raw, "{file.") {
+		return nil
+	}
+	return fmt.Errorf("%s: %w (the adapted JSON is served by GET /config/ and saved to autosave.json; a Caddyfile's {$VAR} is expanded into it): give it as {env.NAME} or {file./path/to/secret}, resolved when the gateway starts",
+		setting, ErrLiteral)
+}
+
+// Resolve checks raw with Check and returns it with its placeholders
+// resolved by repl (at Provision time). A placeholder that resolves to
+// nothing (an unset variable, an unreadable or empty file) is an error
+// naming the placeholder, never a value. {file.*} reads at most 1 MiB and
+// drops one trailing newline (Caddy's replacer).
+func Resolve(repl *caddy.Replacer, setting, raw string) (string, error) {
+	if err := Check(setting, raw); err != nil || raw == "" {
+		return "", err
+	}
+	v, err := repl.ReplaceOrErr(raw, true, true)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", setting, err)
+	}
+	return v, nil
+}
+
+// SensitiveHeader reports whether an HTTP header named name carries a
+// credential, so that its configured value must be a placeholder:
+// Authorization, Proxy-Authorization, Cookie, and any header whose name
+// contains "token", "secret", "key", "auth", "password" or "session"
+// (case-insensitive), e.g. X-Api-Key.
+func SensitiveHeader(name string) bool {
+	n := strings.ToLower(name)
+	if n == "cookie" {
+		return true
+	}
+	for _, w := range []string{"auth", "token", "secret", "key", "password", "session"} {
+		if strings.Contains(n, w) {
+			return true
+		}
+	}
+	return false
+}

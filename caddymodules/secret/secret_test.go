@@ -1,0 +1,67 @@
+package secret
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+)
+
+func TestCheck(t *testing.T) {
+	for raw, ok := range map[string]bool{
+		"":                          true,
+		"{env.TOKEN}":               true,
+		"{file./run/secrets/token}": true,
+		"Bearer {env.PORTAL}":       true,
+		"s3cr3t":                    false,
+		"Bearer s3cr3t":             false,
+		"{system.hostname}":         false,
+		"{TOKEN}":                   false,
+	} {
+		err := Check("execd_access_token", raw)
+		if (err == nil) != ok {
+			t.Errorf("Check(%q) = %v", raw, err)
+		}
+		if err != nil && (!errors.Is(err, ErrLiteral) || strings.Contains(err.Error(), raw) || !strings.HasPrefix(err.Error(), "execd_access_token: ")) {
+			t.Errorf("Check(%q) error %q", raw, err)
+		}
+	}
+}
+
+func TestResolve(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "token")
+	if err := os.WriteFile(file, []byte("from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SECRET_TEST_TOKEN", "from-env")
+	repl := caddy.NewReplacer()
+	for raw, want := range map[string]string{
+		"":                           "",
+		"{env.SECRET_TEST_TOKEN}":    "from-env",
+		"{file." + file + "}":        "from-file",
+		"Bearer {file." + file + "}": "Bearer from-file",
+	} {
+		got, err := Resolve(repl, "s", raw)
+		if err != nil || got != want {
+			t.Errorf("Resolve(%q) = %q, %v; want %q", raw, got, err, want)
+		}
+	}
+	for _, raw := range []string{"{env.SECRET_TEST_UNSET}", "{file." + filepath.Join(dir, "missing") + "}", "literal"} {
+		if got, err := Resolve(repl, "s", raw); err == nil || got != "" {
+			t.Errorf("Resolve(%q) = %q, %v; want an error", raw, got, err)
+		}
+	}
+}
+
+func TestSensitiveHeader(t *testing.T) {
+	for name, want := range map[string]bool{"Authorization": true, "proxy-authorization": true, "Cookie": true,
+		"X-Api-Key": true, "X-Auth-Token": true, "X-Session": true, "X-Gateway": false, "Accept": false, "User-Agent": false} {
+		if SensitiveHeader(name) != want {
+			t.Errorf("SensitiveHeader(%q) = %v", name, !want)
+		}
+	}
+}
