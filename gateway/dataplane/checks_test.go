@@ -5,6 +5,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -237,6 +241,39 @@ func TestExecdAccessToken(t *testing.T) {
 	for _, r := range e.ingress.Requests() {
 		if r.Header.Get(HeaderAccessToken) != "" {
 			t.Fatal("the E2B access token was forwarded to the fixed entry")
+		}
+	}
+}
+
+// TestErrorsDoc: docs/errors.md lists every code with the class, Connect
+// code, REST status and /health status the gateway sends, and nothing
+// else.
+func TestErrorsDoc(t *testing.T) {
+	b, err := os.ReadFile("../../docs/errors.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("^\\| `([A-Z_]+)` \\| ([a-z_]+) \\| ([a-z_]+) \\| ([0-9]+) \\| ([0-9]+) \\|")
+	seen := map[Code]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		m := row.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		c := Code(m[1])
+		if _, ok := codes[c]; !ok {
+			t.Errorf("docs/errors.md lists %s, which the gateway does not have", c)
+			continue
+		}
+		seen[c] = true
+		got := []string{string(c.Class()), string(c.ConnectCode()), strconv.Itoa(c.RESTStatus()), strconv.Itoa(c.HealthStatus())}
+		if !slices.Equal(got, m[2:6]) {
+			t.Errorf("docs/errors.md says %s is %v, the gateway sends %v", c, m[2:6], got)
+		}
+	}
+	for c := range codes {
+		if !seen[c] {
+			t.Errorf("docs/errors.md does not list %s", c)
 		}
 	}
 }

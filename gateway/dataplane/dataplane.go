@@ -57,6 +57,7 @@ const (
 	OpFilesDelete  = "files.delete"
 	OpListDir      = "filesystem.ListDir"
 	OpRemove       = "filesystem.Remove"
+	OpHealth       = "health"
 )
 
 // User maps an SDK user name (Authorization: Basic on Connect calls,
@@ -211,7 +212,15 @@ var (
 	opDelete  = &operation{OpFilesDelete, shapeREST, (*Handler).filesDelete}
 	opListDir = &operation{OpListDir, shapeUnary, (*Handler).listDir}
 	opRemove  = &operation{OpRemove, shapeUnary, (*Handler).remove}
+	opHealth  = &operation{OpHealth, shapeHealth, (*Handler).health}
 )
+
+// connectOperations are the Connect routes served by default (spec §3.3).
+var connectOperations = map[string]*operation{
+	"/process.Process/Start":         opStart,
+	"/filesystem.Filesystem/ListDir": opListDir,
+	"/filesystem.Filesystem/Remove":  opRemove,
+}
 
 // connectRoute matches /<package>.<Service>/<Method>.
 var connectRoute = regexp.MustCompile(`^/[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+/[A-Za-z_][A-Za-z0-9_]*$`)
@@ -236,9 +245,16 @@ func route(r *http.Request) (*operation, shape, *Error) {
 			return opDelete, 0, nil
 		}
 		return nil, shapeREST, fail(CodeMethodNotAllowed, r.Method+" /files is not supported")
-	case "/process.Process/Start", "/filesystem.Filesystem/ListDir", "/filesystem.Filesystem/Remove":
-		op := map[string]*operation{"/process.Process/Start": opStart,
-			"/filesystem.Filesystem/ListDir": opListDir, "/filesystem.Filesystem/Remove": opRemove}[p]
+	case "/health":
+		// A liveness probe, not an operation (envd answers it without a
+		// token); the SDK still sends its routing headers and token, which
+		// the gateway needs to find the sandbox's cluster.
+		if r.Method != http.MethodGet {
+			return nil, shapeREST, fail(CodeMethodNotAllowed, r.Method+" /health is not supported")
+		}
+		return opHealth, 0, nil
+	}
+	if op := connectOperations[p]; op != nil {
 		if r.Method != http.MethodPost {
 			return nil, shapeREST, fail(CodeMethodNotAllowed, "Connect calls use POST")
 		}
@@ -256,7 +272,7 @@ func route(r *http.Request) (*operation, shape, *Error) {
 		return nil, sh, fail(CodeUnsupportedOperation, method+" is not implemented by this gateway")
 	}
 	switch p {
-	case "/health", "/metrics", "/envs", "/files/compose":
+	case "/metrics", "/envs", "/files/compose":
 		return nil, shapeREST, fail(CodeUnsupportedOperation, p+" is not implemented by this gateway")
 	}
 	return nil, shapeREST, fail(CodeUnknownRoute, "no such route")

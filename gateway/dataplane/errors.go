@@ -82,50 +82,65 @@ type codeInfo struct {
 	class   Class
 	connect connect.Code
 	rest    int
+	// gone: the code says the sandbox is not running (deleted, not ready,
+	// its pod not answering), which GET /health reports as 502.
+	gone bool
 }
 
-// codes is the single table behind Class, ConnectCode and RESTStatus.
-// REST statuses follow envd's /files semantics as the SDKs map them
-// (e2b-wire.md §4.1): 400 invalid argument, 401 authentication, 404 file not
-// found, 502 "sandbox gone".
+// codes is the single table behind Class, ConnectCode, RESTStatus and
+// HealthStatus, chosen so that each code becomes the same SDK exception on
+// every route of both SDKs (docs/errors.md):
+//
+//   - the Connect codes map through the SDKs' RPC tables (JS handleRpcError,
+//     Python handle_rpc_exception): invalid_argument, unauthenticated,
+//     not_found, unavailable, canceled and deadline_exceeded have typed
+//     errors, everything else is the generic SandboxError/SandboxException;
+//   - the REST statuses map through their REST tables (JS
+//     handleEnvdApiError, Python handle_envd_api_exception), which know only
+//     400, 401, 404, 429, 502 and 507: a code shown as a timeout
+//     ("sandbox gone") is 502 there, never 503 or 504, which both SDKs
+//     would show as a bare SandboxError;
+//   - on a stream before its start event JS turns unavailable into
+//     SandboxNotFoundError (handleProcessStartEvent), so there the
+//     unavailable codes are sent as deadline_exceeded (see StreamCode).
 var codes = map[Code]codeInfo{
-	CodeUnsupportedOperation: {ClassRequest, connect.Unimplemented, http.StatusNotImplemented},
-	CodeUnknownRoute:         {ClassRequest, connect.Unimplemented, http.StatusNotFound},
-	CodeReservedRoute:        {ClassRequest, connect.NotFound, http.StatusNotFound},
-	CodeMethodNotAllowed:     {ClassRequest, connect.Unimplemented, http.StatusMethodNotAllowed},
-	CodeSandboxHeaderMissing: {ClassRequest, connect.InvalidArgument, http.StatusBadRequest},
-	CodeSandboxIDInvalid:     {ClassRequest, connect.InvalidArgument, http.StatusBadRequest},
-	CodeSandboxPortInvalid:   {ClassRequest, connect.InvalidArgument, http.StatusBadRequest},
-	CodeBadRequest:           {ClassRequest, connect.InvalidArgument, http.StatusBadRequest},
-	CodeCanceled:             {ClassRequest, connect.Canceled, 499},
-	CodeUserUnknown:          {ClassRequest, connect.InvalidArgument, http.StatusBadRequest},
+	CodeUnsupportedOperation: {ClassRequest, connect.Unimplemented, http.StatusNotImplemented, false},
+	CodeUnknownRoute:         {ClassRequest, connect.Unimplemented, http.StatusNotFound, false},
+	CodeReservedRoute:        {ClassRequest, connect.NotFound, http.StatusNotFound, false},
+	CodeMethodNotAllowed:     {ClassRequest, connect.Unimplemented, http.StatusMethodNotAllowed, false},
+	CodeSandboxHeaderMissing: {ClassRequest, connect.InvalidArgument, http.StatusBadRequest, false},
+	CodeSandboxIDInvalid:     {ClassRequest, connect.InvalidArgument, http.StatusBadRequest, false},
+	CodeSandboxPortInvalid:   {ClassRequest, connect.InvalidArgument, http.StatusBadRequest, false},
+	CodeBadRequest:           {ClassRequest, connect.InvalidArgument, http.StatusBadRequest, false},
+	CodeCanceled:             {ClassRequest, connect.Canceled, 499, false},
+	CodeUserUnknown:          {ClassRequest, connect.InvalidArgument, http.StatusBadRequest, false},
 
-	CodeTokenMissing:          {ClassCredential, connect.Unauthenticated, http.StatusUnauthorized},
-	CodeTokenInvalid:          {ClassCredential, connect.Unauthenticated, http.StatusUnauthorized},
-	CodeTokenExpired:          {ClassCredential, connect.Unauthenticated, http.StatusUnauthorized},
-	CodeCredentialNotFound:    {ClassCredential, connect.Unauthenticated, http.StatusUnauthorized},
-	CodeCredentialDisabled:    {ClassCredential, connect.Unauthenticated, http.StatusUnauthorized},
-	CodeCredentialUnavailable: {ClassCredential, connect.Unavailable, http.StatusServiceUnavailable},
+	CodeTokenMissing:          {ClassCredential, connect.Unauthenticated, http.StatusUnauthorized, false},
+	CodeTokenInvalid:          {ClassCredential, connect.Unauthenticated, http.StatusUnauthorized, false},
+	CodeTokenExpired:          {ClassCredential, connect.Unauthenticated, http.StatusUnauthorized, false},
+	CodeCredentialNotFound:    {ClassCredential, connect.Unauthenticated, http.StatusUnauthorized, false},
+	CodeCredentialDisabled:    {ClassCredential, connect.Unauthenticated, http.StatusUnauthorized, false},
+	CodeCredentialUnavailable: {ClassCredential, connect.Unavailable, http.StatusBadGateway, false},
 
-	CodeTargetMismatch: {ClassTarget, connect.PermissionDenied, http.StatusForbidden},
+	CodeTargetMismatch: {ClassTarget, connect.PermissionDenied, http.StatusForbidden, false},
 
-	CodeClusterUnknown:       {ClassRouting, connect.Internal, http.StatusInternalServerError},
-	CodeSandboxNotFound:      {ClassRouting, connect.Unavailable, http.StatusBadGateway},
-	CodeSandboxNotReady:      {ClassRouting, connect.Unavailable, http.StatusServiceUnavailable},
-	CodeIngressRouteRejected: {ClassRouting, connect.Internal, http.StatusInternalServerError},
+	CodeClusterUnknown:       {ClassRouting, connect.Internal, http.StatusInternalServerError, false},
+	CodeSandboxNotFound:      {ClassRouting, connect.Unavailable, http.StatusBadGateway, true},
+	CodeSandboxNotReady:      {ClassRouting, connect.Unavailable, http.StatusBadGateway, true},
+	CodeIngressRouteRejected: {ClassRouting, connect.Internal, http.StatusInternalServerError, false},
 
-	CodeFixedEntryUnreachable: {ClassNetwork, connect.Unavailable, http.StatusBadGateway},
-	CodeSandboxUnreachable:    {ClassNetwork, connect.Unavailable, http.StatusBadGateway},
-	CodeUpstreamTimeout:       {ClassNetwork, connect.DeadlineExceeded, http.StatusGatewayTimeout},
+	CodeFixedEntryUnreachable: {ClassNetwork, connect.Unavailable, http.StatusBadGateway, false},
+	CodeSandboxUnreachable:    {ClassNetwork, connect.Unavailable, http.StatusBadGateway, true},
+	CodeUpstreamTimeout:       {ClassNetwork, connect.DeadlineExceeded, http.StatusBadGateway, false},
 
-	CodeExecdRejected:     {ClassExecution, connect.InvalidArgument, http.StatusBadRequest},
-	CodeExecdUnauthorized: {ClassExecution, connect.Internal, http.StatusInternalServerError},
-	CodeExecdFailed:       {ClassExecution, connect.Internal, http.StatusInternalServerError},
-	CodeExecdProtocol:     {ClassExecution, connect.Internal, http.StatusInternalServerError},
-	CodeFileNotFound:      {ClassExecution, connect.NotFound, http.StatusNotFound},
-	CodeIsADirectory:      {ClassExecution, connect.InvalidArgument, http.StatusBadRequest},
-	CodeNotADirectory:     {ClassExecution, connect.InvalidArgument, http.StatusBadRequest},
-	CodeCommandTimeout:    {ClassExecution, connect.DeadlineExceeded, http.StatusGatewayTimeout},
+	CodeExecdRejected:     {ClassExecution, connect.InvalidArgument, http.StatusBadRequest, false},
+	CodeExecdUnauthorized: {ClassExecution, connect.Internal, http.StatusInternalServerError, false},
+	CodeExecdFailed:       {ClassExecution, connect.Internal, http.StatusInternalServerError, false},
+	CodeExecdProtocol:     {ClassExecution, connect.Internal, http.StatusInternalServerError, false},
+	CodeFileNotFound:      {ClassExecution, connect.NotFound, http.StatusNotFound, false},
+	CodeIsADirectory:      {ClassExecution, connect.InvalidArgument, http.StatusBadRequest, false},
+	CodeNotADirectory:     {ClassExecution, connect.InvalidArgument, http.StatusBadRequest, false},
+	CodeCommandTimeout:    {ClassExecution, connect.DeadlineExceeded, http.StatusBadGateway, false},
 }
 
 // Class returns the failure class of c.
@@ -134,8 +149,39 @@ func (c Code) Class() Class { return codes[c].class }
 // ConnectCode returns the Connect code c is sent with on Connect routes.
 func (c Code) ConnectCode() connect.Code { return codes[c].connect }
 
+// StreamCode returns the Connect code c is sent with in the end-stream
+// message of a server stream (Process/Start, Process/Connect): its
+// ConnectCode, except that before the stream's start event unavailable is
+// sent as deadline_exceeded. The JS SDKs turn unavailable at that point into
+// SandboxNotFoundError, a NotFoundError, while every other route shows the
+// code as TimeoutError; deadline_exceeded is TimeoutError in both SDKs
+// there too (Python shows both codes as TimeoutException).
+func (c Code) StreamCode(started bool) connect.Code {
+	cc := codes[c].connect
+	if !started && cc == connect.Unavailable {
+		return connect.DeadlineExceeded
+	}
+	return cc
+}
+
 // RESTStatus returns the HTTP status c is sent with on the /files routes.
 func (c Code) RESTStatus() int { return codes[c].rest }
+
+// HealthStatus returns the HTTP status c is sent with on GET /health, whose
+// 502 both SDKs' isRunning() read as "not running" and whose other errors
+// they raise: 502 when the code says the sandbox is not running, 503 (so
+// isRunning raises instead of answering false) for the other codes whose
+// REST status is 502, and the REST status otherwise.
+func (c Code) HealthStatus() int {
+	switch info := codes[c]; {
+	case info.gone:
+		return http.StatusBadGateway
+	case info.rest == http.StatusBadGateway:
+		return http.StatusServiceUnavailable
+	default:
+		return info.rest
+	}
+}
 
 // Error is a data-plane failure with its stable code. Message is shown to
 // the SDK user as "<code>: <message>"; it never contains tokens or
@@ -161,6 +207,7 @@ const (
 	shapeUnary  shape = iota // Connect unary: HTTP status + {"code":"<string>"}
 	shapeStream              // Connect server stream: 200 + end-stream error
 	shapeREST                // envd REST: HTTP status + {"code":<int>}
+	shapeHealth              // envd GET /health: as REST, with HealthStatus
 )
 
 // writeError renders e in the shape the SDK decodes for this operation
@@ -172,9 +219,12 @@ func writeError(w http.ResponseWriter, sh shape, e *Error) {
 	case shapeUnary:
 		connect.WriteUnaryError(w, connect.Error{Code: e.Code.ConnectCode(), Message: msg})
 	case shapeStream:
-		_ = connect.NewStreamWriter(w).Close(&connect.Error{Code: e.Code.ConnectCode(), Message: msg})
+		_ = connect.NewStreamWriter(w).Close(&connect.Error{Code: e.Code.StreamCode(false), Message: msg})
 	default:
 		status := e.Code.RESTStatus()
+		if sh == shapeHealth {
+			status = e.Code.HealthStatus()
+		}
 		body, _ := json.Marshal(struct {
 			Code    int    `json:"code"`
 			Message string `json:"message"`

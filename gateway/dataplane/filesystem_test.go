@@ -172,7 +172,7 @@ func TestUnsupportedRoutes(t *testing.T) {
 		{"POST", "/filesystem.Filesystem/Stat", "application/json", 501, `{"code":"unimplemented","message":"UNSUPPORTED_OPERATION: filesystem.Filesystem/Stat is not implemented by this gateway"}`},
 		{"POST", "/process.Process/SendSignal", "application/json", 501, `{"code":"unimplemented","message":"UNSUPPORTED_OPERATION: process.Process/SendSignal is not implemented by this gateway"}`},
 		{"POST", "/init", "application/json", 404, `{"code":404,"message":"RESERVED_ROUTE: This endpoint is reserved for the E2B control plane and is not reachable through the sandbox URL"}`},
-		{"GET", "/health", "", 501, `{"code":501,"message":"UNSUPPORTED_OPERATION: /health is not implemented by this gateway"}`},
+		{"GET", "/envs", "", 501, `{"code":501,"message":"UNSUPPORTED_OPERATION: /envs is not implemented by this gateway"}`},
 		{"GET", "/nothing/here", "", 404, `{"code":404,"message":"UNKNOWN_ROUTE: no such route"}`},
 		{"PUT", "/files", "", 405, `{"code":405,"message":"METHOD_NOT_ALLOWED: PUT /files is not supported"}`},
 	}

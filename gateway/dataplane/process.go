@@ -175,7 +175,7 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 	earlyBytes := 0
 	out := map[string]*outputStream{execd.EventStdout: {marker: marker}, execd.EventStderr: {marker: marker}}
 	streamErr := func(e *Error) *Error {
-		_ = sw.Close(&connect.Error{Code: e.Code.ConnectCode(), Message: e.Error()})
+		_ = sw.Close(&connect.Error{Code: e.Code.StreamCode(cmdID != ""), Message: e.Error()})
 		return e
 	}
 	for {

@@ -139,6 +139,11 @@ const scenarios = {
     }
   },
 
+  // sbx.isRunning(): envd's GET /health.
+  async isRunning(sbx) {
+    return { running: await attempt(() => sbx.isRunning()) }
+  },
+
   // One call of each shape, for the error scenarios (bad token, disabled
   // credential, wrong sandbox, unknown cluster).
   async denied(sbx) {
