@@ -20,27 +20,45 @@ GATEWAY_SOURCES := $(shell find . -name '*.go' -not -name '*_test.go' -not -path
 	-not -path './node/sim/*' -not -path './.git/*') \
 	go.mod go.sum xcaddy.toml
 
-# The services the tests use, each started or built once and reused:
-#   hack/docker/start.sh  installs docker.io + busybox-static if missing, starts a private
-#                         dockerd under /tmp/sandgate-docker, prints its DOCKER_HOST
-#   hack/kube/build.sh    builds kube-apiserver + etcd from the Go module proxy into
-#                         ~/.cache/sandgate (5-10 min the first time), prints the directory
-KUBE_ENV = kube_assets="$$(bash hack/kube/build.sh)"; export KUBEBUILDER_ASSETS="$$kube_assets"
-TEST_ENV = docker_host="$$(bash hack/docker/start.sh)"; export DOCKER_HOST="$$docker_host"; $(KUBE_ENV)
+# Each step of `make test` and `make demo` runs under hack/phase.sh, which prints
+# what it is doing and how long it usually takes, a line a minute while it runs,
+# and its duration. The figures are measured on 2 cores (README "The two commands").
+PHASE := bash hack/phase.sh
+SUBMAKE := $(MAKE) --no-print-directory -s
 
-.PHONY: all build demo test test-unit test-integration js-deps bench nodeload fuzz vet clean
+# The services the tests use, each started or built once and reused:
+#   hack/docker/start.sh  installs docker.io + busybox-static if missing (apt's output in
+#                         /tmp/sandgate-docker/apt-get.log), starts a private dockerd under
+#                         /tmp/sandgate-docker, prints its DOCKER_HOST
+#   hack/kube/build.sh    builds kube-apiserver + etcd from the Go module proxy into
+#                         ~/.cache/sandgate, prints the directory
+# $(call docker_env,<phase label>) and $(call kube_env,<phase label>) run them as a phase and
+# export DOCKER_HOST and KUBEBUILDER_ASSETS in the recipe's shell.
+docker_env = docker_host="$$($(PHASE) $(1) "starting the private Docker engine (hack/docker/start.sh)" \
+	"first time: apt-get install docker.io busybox-static, 1-2 min; then a few seconds" -- bash hack/docker/start.sh)"; \
+	export DOCKER_HOST="$$docker_host"
+kube_env = kube_assets="$$($(PHASE) $(1) "building kube-apiserver and etcd for envtest (hack/kube/build.sh)" \
+	"first time: 10-15 min on 2 idle cores, up to 40 on a loaded machine; then cached" -- bash hack/kube/build.sh)"; \
+	export KUBEBUILDER_ASSETS="$$kube_assets"
+
+.PHONY: all build demo test test-unit test-integration js-deps bench nodeload fuzz vet clean FORCE
 
 all: build
 
+# The version stamp of the three binaries (hack/version.sh, package internal/version):
+# rewritten only when it changes, so a new commit relinks them with the right commit.
+bin/.version: FORCE
+	@mkdir -p bin; v="$$(bash hack/version.sh)"; [ "$$v" = "$$(cat $@ 2>/dev/null)" ] || printf '%s\n' "$$v" >$@
+
 # The gateway: one caddy binary built by xcaddy with our modules.
-bin/caddy: $(GATEWAY_SOURCES)
-	$(GO) run ./hack/buildgateway -manifest xcaddy.toml
+bin/caddy: $(GATEWAY_SOURCES) bin/.version
+	$(GO) run ./hack/buildgateway -manifest xcaddy.toml -ldflags "$$(cat bin/.version)"
 
-bin/corectl: $(shell find corectl gateway/credential gateway/token internal -name '*.go' -not -name '*_test.go') go.mod go.sum
-	$(GO) build -o bin/corectl ./corectl/cmd/corectl
+bin/corectl: $(shell find corectl gateway/credential gateway/token internal -name '*.go' -not -name '*_test.go') go.mod go.sum bin/.version
+	$(GO) build -ldflags "$$(cat bin/.version)" -o bin/corectl ./corectl/cmd/corectl
 
-bin/nodeagent: $(shell find nodeagent node/proto -name '*.go' -not -name '*_test.go') go.mod go.sum
-	$(GO) build -o bin/nodeagent ./nodeagent/cmd/nodeagent
+bin/nodeagent: $(shell find nodeagent node/proto internal -name '*.go' -not -name '*_test.go') go.mod go.sum bin/.version
+	$(GO) build -ldflags "$$(cat bin/.version)" -o bin/nodeagent ./nodeagent/cmd/nodeagent
 
 build: bin/caddy bin/corectl bin/nodeagent
 
@@ -50,27 +68,37 @@ $(JS_DIR)/node_modules/.package-lock.json: $(JS_DIR)/package.json $(JS_DIR)/pack
 
 js-deps: $(JS_DIR)/node_modules/.package-lock.json
 
-demo: bin/caddy js-deps
-	$(GO) run ./integration/cmd/demo
+demo:
+	@$(PHASE) 1/3 "building bin/caddy with xcaddy" "first time about 3 min; then nothing, or 40 s after a change" -- $(SUBMAKE) bin/caddy
+	@$(PHASE) 2/3 "installing the E2B JS SDKs (npm ci in integration/js)" "first time about 20 s; then nothing" -- $(SUBMAKE) js-deps
+	@echo "==> [3/3] running the demo (go run ./integration/cmd/demo, about 20 s)" >&2
+	@$(GO) run ./integration/cmd/demo
 
 vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt needed'; exit 1; }
 
 test-unit: bin/caddy
-	@set -e; $(TEST_ENV); $(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v /integration)
+	@set -e; $(call docker_env,docker); $(call kube_env,kube); $(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v /integration)
 
 test-integration: build js-deps
-	@set -e; $(KUBE_ENV); $(GO) test -count=1 -timeout 20m ./integration/...
+	@set -e; $(call kube_env,kube); $(GO) test -count=1 -timeout 20m ./integration/...
 
-test: vet build js-deps
-	@set -e; $(TEST_ENV); echo "DOCKER_HOST=$$DOCKER_HOST KUBEBUILDER_ASSETS=$$KUBEBUILDER_ASSETS"; \
-	$(GO) test -count=1 -timeout 45m ./...
+test:
+	@$(PHASE) 1/8 "downloading Go modules (go mod download)" "first time 2-5 min, depending on the network; then nothing" -- $(GO) mod download
+	@$(PHASE) 2/8 "checking gofmt and running go vet ./..." "first time 3-5 min; then about 30 s" -- $(SUBMAKE) vet
+	@$(PHASE) 3/8 "building bin/caddy with xcaddy (hack/buildgateway)" "first time about 3 min; then nothing, or 40 s after a change" -- $(SUBMAKE) bin/caddy
+	@$(PHASE) 4/8 "building bin/corectl and bin/nodeagent" "first time about 1 min; then a few seconds" -- $(SUBMAKE) bin/corectl bin/nodeagent
+	@$(PHASE) 5/8 "installing the E2B JS SDKs (npm ci in integration/js)" "first time about 20 s; then nothing" -- $(SUBMAKE) js-deps
+	@set -e; $(call docker_env,6/8); $(call kube_env,7/8); \
+	echo "    DOCKER_HOST=$$DOCKER_HOST KUBEBUILDER_ASSETS=$$KUBEBUILDER_ASSETS" >&2; \
+	$(PHASE) 8/8 "running go test ./... (unit, integration with the SDKs, Docker and kube-apiserver)" \
+		"10-15 min; the package lines appear as each package finishes" -- $(GO) test -count=1 -timeout 45m ./...
 
 bench: build
 	$(GO) run ./hack/gatewaybench -caddy bin/caddy
 	$(GO) test -run '^$$' -bench . -benchtime 5s ./node/hub/
-	@set -e; $(KUBE_ENV); $(GO) test -run '^$$' -bench . -benchtime 1000x -timeout 30m ./corectl/controller/
+	@set -e; $(call kube_env,kube); $(GO) test -run '^$$' -bench . -benchtime 1000x -timeout 30m ./corectl/controller/
 
 # Holds 10,000 simulated nodes on the built gateway and dispatches 1,000 ops/s
 # (docs/node-connect.md).

@@ -4,9 +4,12 @@
 //
 // Usage:
 //
-//	go run ./hack/buildgateway [-manifest xcaddy.toml]
+//	go run ./hack/buildgateway [-manifest xcaddy.toml] [-ldflags "$(bash hack/version.sh)"]
 //
-// It exits 1 with the reason when the manifest is invalid or the build fails.
+// -ldflags adds linker flags to xcaddy's defaults ("-w -s", -trimpath and
+// its build tags); the Makefile passes hack/version.sh's output so that
+// `caddy sandgate-version` names the sandgate commit (package
+// internal/version). It exits 1 with the reason when the manifest is invalid or the build fails.
 package main
 
 import (
@@ -49,8 +52,9 @@ type Plugin struct {
 
 func main() {
 	manifest := flag.String("manifest", "xcaddy.toml", "the build manifest")
+	ldflags := flag.String("ldflags", "", "extra linker flags, e.g. the version stamp of hack/version.sh")
 	flag.Parse()
-	if err := run(*manifest); err != nil {
+	if err := run(*manifest, *ldflags); err != nil {
 		fmt.Fprintln(os.Stderr, "buildgateway:", err)
 		os.Exit(1)
 	}
@@ -86,7 +90,18 @@ func load(path string) (Manifest, error) {
 	return m, nil
 }
 
-func run(manifestPath string) error {
+// buildFlags are xcaddy's default flags for a release build (setting
+// Builder.BuildFlags replaces them) with extra added to the linker flags.
+// Quotes and backslashes in extra are refused: xcaddy splits the flags
+// like a shell.
+func buildFlags(extra string) (string, error) {
+	if strings.ContainsAny(extra, "'\"\\") {
+		return "", fmt.Errorf("-ldflags must not contain quotes or backslashes: %q", extra)
+	}
+	return "-ldflags '" + strings.TrimSpace("-w -s "+extra) + "' -trimpath -tags nobadger,nomysql,nopgx", nil
+}
+
+func run(manifestPath, ldflags string) error {
 	m, err := load(manifestPath)
 	if err != nil {
 		return err
@@ -95,7 +110,12 @@ func run(manifestPath string) error {
 	if err != nil {
 		return err
 	}
+	flags, err := buildFlags(ldflags)
+	if err != nil {
+		return err
+	}
 	b := xcaddy.Builder{
+		BuildFlags:   flags,
 		CaddyVersion: m.CaddyVersion,
 		TimeoutGet:   10 * time.Minute,
 		TimeoutBuild: 20 * time.Minute,

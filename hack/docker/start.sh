@@ -6,7 +6,9 @@
 #   bash hack/docker/start.sh --stop                   # stop the engine this script started
 #
 # What it does, each step skipped when already done (so running it twice is cheap):
-#   1. installs Debian's docker.io and busybox-static with apt-get when missing (root only);
+#   1. installs Debian's docker.io and busybox-static with apt-get when missing (root only),
+#      apt's output in $SANDGATE_DOCKER_DIR/apt-get.log; the system Docker service that the
+#      docker.io package would start and enable is kept stopped and disabled (see below);
 #   2. starts dockerd with its own socket, data root, exec root and pidfile under
 #      $SANDGATE_DOCKER_DIR (default /tmp/sandgate-docker); it never touches a system
 #      Docker (/var/run/docker.sock, /var/lib/docker);
@@ -14,6 +16,17 @@
 #   4. builds the test image $SANDGATE_TEST_IMAGE (default sandgate-test/busybox:1) with
 #      `docker import` of a root filesystem made from Debian's static busybox: no image
 #      registry is needed.
+#
+# The system Docker service: on a Debian host with systemd, installing docker.io starts and
+# enables docker.service, docker.socket and containerd.service (a second engine that owns
+# /var/run/docker.sock, docker0 and iptables rules, and starts on every boot). When this
+# script installs the package, it keeps that from happening: a temporary
+# /usr/sbin/policy-rc.d (only if the host has none) answers "101, not allowed" to the
+# package scripts' start requests during the install, and afterwards
+# `systemctl disable` turns off the units the install enabled. Units of packages that were
+# installed before are left alone. To use the system service later:
+#   systemctl enable --now docker.service
+# Set SANDGATE_KEEP_SYSTEM_DOCKER=1 to let the packages start and enable it as usual.
 #
 # The engine runs without a bridge network (--bridge=none, no iptables changes), so it
 # cannot disturb another engine's docker0; containers get only a loopback interface.
@@ -63,10 +76,38 @@ command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'install ok installed' || missing+=(busybox-static)
 if ((${#missing[@]})); then
   [[ $(id -u) == 0 ]] || die "need root to install ${missing[*]} (apt-get)"
-  log "installing ${missing[*]}"
+  mkdir -p "$dir"
+  aptlog="$dir/apt-get.log"
+  log "installing ${missing[*]} with apt-get (1-2 minutes; output in $aptlog)"
+  # The service units this install may bring: only those of packages not yet installed
+  # are disabled afterwards.
+  units=()
+  for pkg_unit in docker.io:docker.service docker.io:docker.socket containerd:containerd.service; do
+    dpkg-query -W -f='${Status}' "${pkg_unit%%:*}" 2>/dev/null | grep -q 'install ok installed' ||
+      units+=("${pkg_unit#*:}")
+  done
+  policy=
+  if [[ ${SANDGATE_KEEP_SYSTEM_DOCKER:-} != 1 && ! -e /usr/sbin/policy-rc.d ]]; then
+    policy=/usr/sbin/policy-rc.d
+    printf '#!/bin/sh\n# Written by sandgate hack/docker/start.sh during apt-get install; removed after it.\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+    trap 'rm -f "$policy"' EXIT
+  fi
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update >&2 || die "apt-get update failed"
-  apt-get install -y --no-install-recommends "${missing[@]}" >&2 || die "apt-get install ${missing[*]} failed"
+  {
+    apt-get update && apt-get install -y --no-install-recommends "${missing[@]}"
+  } >"$aptlog" 2>&1 || {
+    tail -n 20 "$aptlog" >&2
+    die "apt-get install ${missing[*]} failed (last lines above, all of it in $aptlog)"
+  }
+  if [[ -n $policy ]]; then
+    rm -f "$policy"
+    trap - EXIT
+  fi
+  if [[ ${SANDGATE_KEEP_SYSTEM_DOCKER:-} != 1 && -d /run/systemd/system ]] && ((${#units[@]})); then
+    log "disabling the system units the install enabled: ${units[*]} (systemctl enable --now docker.service to use them)"
+    systemctl disable --now "${units[@]}" >>"$aptlog" 2>&1 || log "systemctl disable ${units[*]} failed (see $aptlog); the system Docker may be running"
+  fi
 fi
 # Debian's own client when present (the engine is Debian's 20.10; any newer client negotiates).
 docker=/usr/bin/docker

@@ -199,6 +199,10 @@ var settings = []setting{
 // been written.
 var ErrHelp = flag.ErrHelp
 
+// ErrVersion is returned by Load when --version was asked for; the caller
+// prints the version (package internal/version) and exits 0.
+var ErrVersion = errors.New("config: --version asked for")
+
 // Load builds the configuration from the defaults, then the file named by
 // --config (or DefaultPath if it exists), then the flags in args, and
 // validates it. Usage and flag errors are written to output.
@@ -207,6 +211,7 @@ func Load(args []string, output io.Writer) (*Config, error) {
 	fs.SetOutput(output)
 	path := fs.String("config", "", "TOML configuration file; every flag below overrides the setting of the same meaning in it (default "+DefaultPath+" if it exists)")
 	printIdentity := fs.Bool("print-identity", false, "print the identity Core's enrolment needs (node, installation, provider, backend fingerprint, generation, digest) as JSON and exit; needs Docker")
+	showVersion := fs.Bool("version", false, "print the sandgate commit this binary was built from and exit")
 	values := make(map[string]*string, len(settings))
 	for _, s := range settings {
 		values[s.name] = fs.String(s.name, "", s.help)
@@ -223,6 +228,9 @@ func Load(args []string, output io.Writer) (*Config, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("config: unexpected argument %q", fs.Arg(0))
+	}
+	if *showVersion {
+		return nil, ErrVersion
 	}
 
 	c := Defaults()

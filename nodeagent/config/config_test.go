@@ -105,6 +105,10 @@ func TestRefusals(t *testing.T) {
 	if _, err := Load([]string{"--help"}, io.Discard); !errors.Is(err, ErrHelp) {
 		t.Fatalf("--help: %v", err)
 	}
+	// --version needs no configuration at all.
+	if _, err := Load([]string{"--version"}, io.Discard); !errors.Is(err, ErrVersion) {
+		t.Fatalf("--version: %v", err)
+	}
 }
 
 func TestPrintIdentityNeedsNoOriginOrCredential(t *testing.T) {

@@ -7,6 +7,7 @@
 //	corectl -config clusters.yaml -credentials credentials.yaml -api-keys keys.yaml \
 //	        [-listen 127.0.0.1:8090] [-leader-elect=true] [-leader-election-namespace corectl-system]
 //	        [-probe-listen :8091] [-shutdown-grace 30s]
+//	corectl -version
 //
 // -config is the cluster configuration (package cluster), -credentials the
 // resource credential file shared with the gateway (package credential,
@@ -15,7 +16,8 @@
 // SIGINT or SIGTERM, then fails /readyz, lets in-flight API requests
 // finish for up to -shutdown-grace, and releases its leases. It exits 1 with
 // the reason when a file is invalid or a cluster is unreachable, and 2 on
-// bad flags.
+// bad flags. -version prints the sandgate commit it was built from
+// (package internal/version) and exits 0.
 package main
 
 import (
@@ -32,6 +34,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/daemon"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/token"
+	"github.com/sandgate/sandgate/internal/version"
 	"go.uber.org/zap"
 	ctrl "sigs.k8s.io/controller-runtime"
 	crzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -62,8 +65,13 @@ func run(args []string) error {
 	orphanEvery := fs.Duration("orphan-interval", time.Minute, "period of the orphan scan")
 	probeListen := fs.String("probe-listen", "", "address serving /healthz, /readyz and /metrics (empty: none; the Kubernetes manifests use :8091)")
 	shutdownGrace := fs.Duration("shutdown-grace", daemon.DefaultShutdownGrace, "on SIGTERM, how long in-flight API requests may finish before they are cut off")
+	showVersion := fs.Bool("version", false, "print the sandgate commit this binary was built from and exit")
 	if err := fs.Parse(args); err != nil {
 		os.Exit(2)
+	}
+	if *showVersion {
+		fmt.Println(version.Get())
+		return nil
 	}
 	if *configPath == "" || *credPath == "" || *keysPath == "" {
 		fmt.Fprintln(os.Stderr, "corectl: -config, -credentials and -api-keys are required")

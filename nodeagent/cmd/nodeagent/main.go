@@ -1,7 +1,8 @@
 // Command nodeagent is the sandbox node agent: it connects to Core over the
 // sandbox-node protocol, reports the node's health and runs provider
 // operations on the local Docker engine. Run it with --help for its
-// settings; nodeagent/README.md describes the operation mapping and
+// settings and --version for the sandgate commit it was built from;
+// nodeagent/README.md describes the operation mapping and
 // nodeagent/nodeagent.service runs it under systemd.
 //
 // Exit status: 0 after SIGINT or SIGTERM, 1 on a runtime failure, 2 on a
@@ -25,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandgate/sandgate/internal/version"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodeagent/agent"
 	"github.com/sandgate/sandgate/nodeagent/config"
@@ -51,6 +53,10 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg, err := config.Load(args, stderr)
 	if errors.Is(err, config.ErrHelp) {
+		return exitOK
+	}
+	if errors.Is(err, config.ErrVersion) {
+		fmt.Fprintln(stdout, version.Get())
 		return exitOK
 	}
 	if err != nil {
