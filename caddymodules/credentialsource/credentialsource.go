@@ -1,6 +1,6 @@
 // Package credentialsource holds the Caddy modules of the
 // sandgate.credentials namespace: where the gateway re-reads the resource
-// credential a token names (spec network-architecture.md §3.3: "re-read the
+// credential a token names (spec §3.3: "re-read the
 // resource credential by CredentialID, require the credential to still be
 // enabled").
 //

@@ -118,7 +118,7 @@ type Cluster struct {
 	// to nothing is an error); a literal value is refused (secret.Check),
 	// because the configuration is served by GET /config/ and saved to
 	// autosave.json. Default: none (OpenSandbox's Kubernetes deployments run
-	// execd without a token, execd-wire.md §1.1).
+	// execd without a token, docs/wire-facts.md §X1.1).
 	ExecdAccessToken string `json:"execd_access_token,omitempty"`
 
 	fixedEntry *url.URL

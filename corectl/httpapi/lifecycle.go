@@ -34,7 +34,7 @@ const MaxCreateRequestSize = 1 << 20
 const DefaultTemplateID = "base"
 
 // SandboxBody is the E2B Sandbox object the SDKs decode from create
-// (201) and connect (200) (e2b-wire.md §7.1: Python requires templateID,
+// (201) and connect (200) (docs/wire-facts.md §E7.1: Python requires templateID,
 // sandboxID, clientID and envdVersion; JS needs envdVersion;
 // envdAccessToken becomes X-Access-Token; domain and trafficAccessToken
 // are null).
@@ -45,7 +45,7 @@ type SandboxBody struct {
 	SandboxID string `json:"sandboxID"`
 	// ClientID is a constant.
 	ClientID string `json:"clientID"`
-	// EnvdVersion gates SDK features (e2b-wire.md §5).
+	// EnvdVersion gates SDK features (docs/wire-facts.md §E5).
 	EnvdVersion string `json:"envdVersion"`
 	// EnvdAccessToken is the runtime token (credential, sandbox, port
 	// 49983) signed with the gateway's key.

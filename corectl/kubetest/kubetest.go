@@ -2,7 +2,7 @@
 // tests with controller-runtime's envtest, installs corectl's CRDs and a
 // minimal BatchSandbox CRD (batchsandbox-crd.yaml), and offers helpers to
 // create test objects. The binaries are those hack/kube/build.sh builds
-// from the Go module proxy (../shared/reference/k8s-test-apiserver.md).
+// from the Go module proxy (docs/kube-apiserver.md).
 //
 // Binaries are looked up in $KUBEBUILDER_ASSETS, else in build.sh's default
 // cache directory. When neither has them, Start fails with the command to

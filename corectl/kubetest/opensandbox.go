@@ -16,7 +16,7 @@ import (
 
 // EndpointsAnnotation is the BatchSandbox annotation OpenSandbox's
 // controller writes the pod IPs to, a JSON array such as ["10.0.0.5"]
-// (execd-wire.md §2.4).
+// (docs/wire-facts.md §X2.4).
 const EndpointsAnnotation = "sandbox.opensandbox.io/endpoints"
 
 // MarkReady does what OpenSandbox's controller does when a BatchSandbox's
@@ -95,7 +95,7 @@ type ResolvedSandbox struct {
 }
 
 // Resolve finds the BatchSandbox named id in any namespace the way
-// OpenSandbox's ingress does (execd-wire.md §2.4); false when there is
+// OpenSandbox's ingress does (docs/wire-facts.md §X2.4); false when there is
 // none or the apiserver cannot answer.
 func (e *Env) Resolve(ctx context.Context, id string) (ResolvedSandbox, bool) {
 	list := &unstructured.UnstructuredList{}

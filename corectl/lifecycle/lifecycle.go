@@ -73,7 +73,7 @@ const EnvdPort = 49983
 const ExecdPort = 44772
 
 // DefaultEnvdVersion is the envd version reported to the SDKs: what the
-// gateway implements (e2b-wire.md §5: 0.5.7 gives the modern default user
+// gateway implements (docs/wire-facts.md §E5: 0.5.7 gives the modern default user
 // and octet-stream uploads).
 const DefaultEnvdVersion = "0.5.7"
 
@@ -906,7 +906,7 @@ func (o *Orchestrator) derive(ctx context.Context, u *unstructured.Unstructured,
 }
 
 // EndpointsAnnotation is the BatchSandbox annotation OpenSandbox's
-// controller writes the pod IPs to, a JSON array (execd-wire.md §2.4).
+// controller writes the pod IPs to, a JSON array (docs/wire-facts.md §X2.4).
 const EndpointsAnnotation = "sandbox.opensandbox.io/endpoints"
 
 func stateOfEgress(st *egress.Status) string {

@@ -110,7 +110,7 @@ func startWith(t *testing.T, cfg *rest.Config, probe bool) *world {
 	w.execd = strings.TrimPrefix(exSrv.URL, "http://")
 
 	// The fixed entry resolves sandboxes from BatchSandboxes like the real
-	// OpenSandbox ingress (execd-wire.md §2.4).
+	// OpenSandbox ingress (docs/wire-facts.md §X2.4).
 	w.entry = fixedentry.New()
 	w.entry.SetResolver(w.resolve)
 	entrySrv := httptest.NewServer(w.entry)

@@ -6,7 +6,7 @@
 // a 4-byte big-endian payload length and the payload. Flag 0x00 marks a
 // message; flag 0x02 (FlagEndStream) marks the final end-stream message, whose
 // payload is a JSON EndStreamResponse. Flag 0x01 (compressed) is never written
-// and is refused on input, because neither SDK compresses (e2b-wire.md §2.2).
+// and is refused on input, because neither SDK compresses (docs/wire-facts.md §E2.2).
 // The protocol defines no other flag bit: an envelope with one is refused
 // (ErrFlags), and so is the response-only end-stream flag in a request.
 //
@@ -14,7 +14,7 @@
 // errors are written as an HTTP status from Code.HTTPStatus with a JSON body
 // {"code":"<code>","message":"..."}; stream errors are written as HTTP 200 and
 // an end-stream envelope {"error":{...}}, because the JS SDK does not read the
-// body of a non-200 stream response (e2b-wire.md §2.2, §2.3).
+// body of a non-200 stream response (docs/wire-facts.md §E2.2, §E2.3).
 package connect
 
 import (
@@ -74,7 +74,7 @@ const (
 
 // HTTPStatus returns the HTTP status a unary error with this code is sent
 // with. The table is connect-go's and connect-es's codeToHttpStatus
-// (e2b-wire.md §2.3); an unrecognised code gives 500.
+// (docs/wire-facts.md §E2.3); an unrecognised code gives 500.
 func (c Code) HTTPStatus() int {
 	switch c {
 	case Canceled:

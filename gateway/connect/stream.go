@@ -7,7 +7,7 @@ import (
 )
 
 // StreamWriter writes a Connect JSON server-stream response. The HTTP status
-// is always 200 (e2b-wire.md §2.2: errors travel in the end-stream message).
+// is always 200 (docs/wire-facts.md §E2.2: errors travel in the end-stream message).
 // Every Send and Close is flushed at once, because the SDKs read streams over
 // chunked HTTP/1.1 and must see each event as it is produced. A StreamWriter
 // is safe for concurrent use.
@@ -95,7 +95,7 @@ func WriteUnaryError(w http.ResponseWriter, e Error) {
 
 // WriteUnary writes a unary success: HTTP 200, Content-Type
 // application/json, and msg as JSON. The SDKs require exactly 200 and a JSON
-// body of at least {} (e2b-wire.md §2.1).
+// body of at least {} (docs/wire-facts.md §E2.1).
 func WriteUnary(w http.ResponseWriter, msg any) error {
 	body, err := json.Marshal(msg)
 	if err != nil {

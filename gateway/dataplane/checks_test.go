@@ -145,7 +145,7 @@ func TestErrorClasses(t *testing.T) {
 }
 
 // TestUpstreamFailures maps each failure of the fixed entry and the ingress
-// to its distinct code (spec §3.3; execd-wire.md §2.6).
+// to its distinct code (spec §3.3; docs/wire-facts.md §X2.6).
 func TestUpstreamFailures(t *testing.T) {
 	e := newTestEnv(t)
 	closed := httptest.NewServer(http.NotFoundHandler())

@@ -36,7 +36,7 @@ func newMarker() string {
 }
 
 // wrapCommand wraps the SDK's command line for execd, which runs the
-// result as bash -c <string> (execd-wire.md §1.4):
+// result as bash -c <string> (docs/wire-facts.md §X1.4):
 //
 //   - After the command, a marker is printed on stdout and on stderr. execd
 //     reports output line by line without terminators and flushes a partial

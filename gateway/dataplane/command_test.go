@@ -29,7 +29,7 @@ func TestShellQuoteWithBash(t *testing.T) {
 	}
 }
 
-// execdLines splits output the way execd reports it (execd-wire.md §1.4):
+// execdLines splits output the way execd reports it (docs/wire-facts.md §X1.4):
 // one event per line without its "\n", an empty line as "\n", a partial
 // last line flushed at exit. The wrapper's marker line follows.
 func execdLines(out, marker string) []string {

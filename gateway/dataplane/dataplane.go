@@ -2,7 +2,7 @@
 // operations the official E2B SDKs call on the fixed address
 // http://<portal>:30083, checks who may call them, and translates them into
 // the OpenSandbox execd API behind the credential's compute cluster's fixed
-// entry (spec network-architecture.md §3.3, §4.3; e2b-wire.md; execd-wire.md).
+// entry (spec §3.3, §4.3; docs/dataplane.md, docs/wire-facts.md).
 //
 // Every request passes the checks in this order (spec §3.3):
 //
@@ -39,7 +39,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/token"
 )
 
-// Routing headers the SDKs send (e2b-wire.md §1.2).
+// Routing headers the SDKs send (docs/wire-facts.md §E1.2).
 const (
 	HeaderSandboxID   = "E2b-Sandbox-Id"
 	HeaderSandboxPort = "E2b-Sandbox-Port"
@@ -226,7 +226,7 @@ var connectOperations = map[string]*operation{
 var connectRoute = regexp.MustCompile(`^/[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+/[A-Za-z_][A-Za-z0-9_]*$`)
 
 // reservedRoutes are envd's orchestrator-only routes; E2B's own proxy
-// refuses them from outside with 404 (e2b-wire.md §6.2).
+// refuses them from outside with 404 (docs/wire-facts.md §E6.2).
 var reservedRoutes = map[string]bool{"/init": true, "/freeze": true, "/unfreeze": true, "/collapse": true,
 	"/fsfreeze": true, "/fsthaw": true, "/upgrade": true}
 
@@ -279,7 +279,7 @@ func route(r *http.Request) (*operation, shape, *Error) {
 }
 
 // sandboxIDPattern is a DNS-1123 label: an OpenSandbox sandbox ID is a
-// BatchSandbox name (execd-wire.md §2.4), and E2B IDs ([a-z0-9]+) fit it.
+// BatchSandbox name (docs/wire-facts.md §X2.4), and E2B IDs ([a-z0-9]+) fit it.
 var sandboxIDPattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
 // ServeHTTP runs the checks and the operation and always writes a response.
@@ -480,7 +480,7 @@ func (h *Handler) lookupUser(name string) (sdkUser, *Error) {
 }
 
 // basicUser reads the user from Authorization: Basic base64("<user>:")
-// (e2b-wire.md §1.2). A missing header gives the default user.
+// (docs/wire-facts.md §E1.2). A missing header gives the default user.
 func (h *Handler) basicUser(r *http.Request) (sdkUser, *Error) {
 	auth := r.Header.Get("Authorization")
 	if auth == "" {

@@ -211,7 +211,7 @@ const (
 )
 
 // writeError renders e in the shape the SDK decodes for this operation
-// (e2b-wire.md §2.3, §4.1, §6.3).
+// (docs/wire-facts.md §E2.3, §E4.1, §E6.3).
 func writeError(w http.ResponseWriter, sh shape, e *Error) {
 	w.Header().Set(ErrorHeader, string(e.Code))
 	msg := e.Error()

@@ -17,7 +17,7 @@ import (
 )
 
 // restUser reads the user of a /files call from the username query
-// parameter (e2b-wire.md §4.1).
+// parameter (docs/wire-facts.md §E4.1).
 func (h *Handler) restUser(r *http.Request) (sdkUser, *Error) {
 	name, e := queryOne(r, "username")
 	if e != nil {
@@ -49,7 +49,7 @@ func (h *Handler) queryPathParam(r *http.Request, u sdkUser) (string, *Error) {
 }
 
 // downloadHeaders are the request headers passed to execd's download, so
-// Range and conditional requests keep working (execd-wire.md §1.5).
+// Range and conditional requests keep working (docs/wire-facts.md §X1.5).
 var downloadHeaders = []string{"Range", "If-Range", "If-Modified-Since", "If-Unmodified-Since", "If-None-Match", "If-Match"}
 
 // downloadResponseHeaders are the execd response headers relayed to the SDK.
@@ -57,7 +57,7 @@ var downloadResponseHeaders = []string{"Content-Type", "Content-Length", "Conten
 	"Last-Modified", "ETag", "Content-Disposition"}
 
 // filesRead serves GET /files?path=: stat first (execd answers a directory
-// download with a broken 200, execd-wire.md §1.5), then stream execd's
+// download with a broken 200, docs/wire-facts.md §X1.5), then stream execd's
 // GET /files/download, keeping Range.
 func (h *Handler) filesRead(w http.ResponseWriter, r *http.Request, rq *request) *Error {
 	user, e := h.restUser(r)
@@ -100,7 +100,7 @@ func (h *Handler) filesRead(w http.ResponseWriter, r *http.Request, rq *request)
 		return e
 	}
 	// execd answers a directory download with 200 and a Content-Length of
-	// MaxInt64 over a broken body (execd-wire.md §1.5); v1.0.18 gives no
+	// MaxInt64 over a broken body (docs/wire-facts.md §X1.5); v1.0.18 gives no
 	// type to stat first, so that length is how the directory shows.
 	if resp.ContentLength == math.MaxInt64 {
 		return fail(CodeIsADirectory, "path '"+p+"' is a directory")
@@ -146,7 +146,7 @@ func (h *Handler) filesDelete(w http.ResponseWriter, r *http.Request, rq *reques
 }
 
 // isDirectoryError reports execd's answer to a file delete of a directory:
-// 500 RUNTIME_ERROR "... path is a directory ..." (execd-wire.md §1.3).
+// 500 RUNTIME_ERROR "... path is a directory ..." (docs/wire-facts.md §X1.3).
 func isDirectoryError(err error) bool {
 	var xe *execd.Error
 	return errors.As(err, &xe) && xe.Kind == execd.KindExecd && strings.Contains(xe.Message, "is a directory")
@@ -165,9 +165,9 @@ const maxUploadParts = 1000
 // filesWrite serves POST /files: multipart "file" parts whose filename is
 // the full target path (or the path query parameter for a single file), or
 // an application/octet-stream body (gzip-decoded when Content-Encoding:
-// gzip) for the path query parameter (e2b-wire.md §4.1). The files are
+// gzip) for the path query parameter (docs/wire-facts.md §E4.1). The files are
 // streamed into one execd POST /files/upload, each as a metadata file part
-// and a file part (execd-wire.md §1.5); nothing is held in memory. The
+// and a file part (docs/wire-facts.md §X1.5); nothing is held in memory. The
 // answer is the JSON array of exactly {name, type, path}.
 func (h *Handler) filesWrite(w http.ResponseWriter, r *http.Request, rq *request) *Error {
 	user, e := h.restUser(r)
@@ -265,7 +265,7 @@ func writeInfo(p string) envd.WriteInfo {
 // partTarget returns the target path of a multipart part. Only parts named
 // "file" are files. Their filename parameter is the full path as the SDK
 // gave it, read from the raw Content-Disposition because Go's
-// Part.FileName() keeps only the base name (e2b-wire.md §4.1).
+// Part.FileName() keeps only the base name (docs/wire-facts.md §E4.1).
 func (h *Handler) partTarget(part *multipart.Part, queryTarget string, user sdkUser) (string, bool, *Error) {
 	disp, params, err := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
 	if err != nil || disp != "form-data" {

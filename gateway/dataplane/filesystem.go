@@ -29,7 +29,7 @@ func (h *Handler) readPathMessage(r *http.Request, decode func([]byte) (string, 
 }
 
 // listDir serves POST /filesystem.Filesystem/ListDir (Connect unary) over
-// execd's GET /directories/list (spec §3.3; e2b-wire.md §4.2).
+// execd's GET /directories/list (spec §3.3; docs/wire-facts.md §E4.2).
 func (h *Handler) listDir(w http.ResponseWriter, r *http.Request, rq *request) *Error {
 	var req envd.ListDirRequest
 	dir, e := h.readPathMessage(r, func(msg []byte) (p string, err error) {
@@ -61,7 +61,7 @@ func (h *Handler) listDir(w http.ResponseWriter, r *http.Request, rq *request) *
 	return nil
 }
 
-// entryInfo converts execd's FileInfo to envd's EntryInfo (e2b-wire.md
+// entryInfo converts execd's FileInfo to envd's EntryInfo (docs/wire-facts.md
 // §4.2): name is the base name, size an int64 string, mode the permission
 // bits, permissions Go's FileMode string. execd lists symlinks unresolved;
 // envd would report the target's type, which execd cannot tell, so they
@@ -97,7 +97,7 @@ func entryInfo(fi execd.FileInfo) (envd.EntryInfo, error) {
 
 // remove serves POST /filesystem.Filesystem/Remove: stat, then execd's
 // delete for that type. A missing path succeeds, as envd's RemoveAll does
-// (e2b-wire.md §4.2).
+// (docs/wire-facts.md §E4.2).
 func (h *Handler) remove(w http.ResponseWriter, r *http.Request, rq *request) *Error {
 	p, e := h.readPathMessage(r, func(msg []byte) (string, error) {
 		req, err := envd.DecodeRemoveRequest(msg)

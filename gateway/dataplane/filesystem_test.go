@@ -161,7 +161,7 @@ func TestRemove(t *testing.T) {
 }
 
 // TestUnsupportedRoutes: everything but the six operations is answered in
-// the shape the SDK decodes (e2b-wire.md §6.2, §6.3), before any check.
+// the shape the SDK decodes (docs/wire-facts.md §E6.2, §E6.3), before any check.
 func TestUnsupportedRoutes(t *testing.T) {
 	e := newTestEnv(t)
 	cases := []struct {

@@ -4,7 +4,7 @@ import "net/http"
 
 // health serves envd's GET /health from execd's GET /ping through the
 // fixed entry: 204 with Cache-Control: no-store when execd answers, as envd
-// does (e2b-wire.md §4.1). Both SDKs' isRunning() return false for 502 and
+// does (docs/wire-facts.md §E4.1). Both SDKs' isRunning() return false for 502 and
 // true for any 2xx, and raise for anything else; a sandbox that its
 // cluster's ingress does not know, that is not ready, or whose pod does
 // not answer is not running (502), while a failure that says nothing about

@@ -15,7 +15,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/execd"
 )
 
-// Headers of a Process/Start call (e2b-wire.md §1.2, §3.3).
+// Headers of a Process/Start call (docs/wire-facts.md §E1.2, §E3.3).
 const (
 	headerTimeout   = "Connect-Timeout-Ms"
 	headerKeepalive = "Keepalive-Ping-Interval"
@@ -72,8 +72,8 @@ type streamItem struct {
 }
 
 // processStart serves POST /process.Process/Start as a Connect server
-// stream over execd's POST /command (spec §3.3; e2b-wire.md §3.1–3.3;
-// execd-wire.md §1.4).
+// stream over execd's POST /command (spec §3.3; docs/wire-facts.md §E3.1–E3.3;
+// docs/wire-facts.md §X1.4).
 func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *request) *Error {
 	if mediaType(r.Header.Get("Content-Type")) != connect.ContentTypeStreamJSON {
 		return fail(CodeBadRequest, "Process/Start must be application/connect+json (the Connect JSON codec)")
@@ -131,7 +131,7 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 	// The command's lifetime does not depend on this stream (as in envd): a
 	// client that goes away cancels the upstream request, which ends the
 	// stream, and execd keeps running a foreground command whose request
-	// is gone (execd-wire.md §1.4). Only the command's own timeout, passed
+	// is gone (docs/wire-facts.md §X1.4). Only the command's own timeout, passed
 	// to execd, ends it.
 	upCtx, cancelUp := context.WithCancel(r.Context())
 	defer cancelUp()
@@ -291,7 +291,7 @@ func (h *Handler) sendData(sw *connect.StreamWriter, stream string, b []byte) {
 }
 
 // endEvent builds envd's end event from execd's terminal event, as envd's
-// Wait fills it (e2b-wire.md §3.2): exit 0 → exited, "exit status 0"; exit
+// Wait fills it (docs/wire-facts.md §E3.2): exit 0 → exited, "exit status 0"; exit
 // N → exitCode N, "exit status N" in status and error; a signal (execd's
 // evalue -1, traceback "signal: killed") → exitCode -1, exited false.
 func endEvent(ev execd.Event) (*envd.EndEvent, bool) {

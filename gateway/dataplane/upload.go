@@ -27,7 +27,7 @@ func (h *Handler) newUpload(r *http.Request, rq *request, user sdkUser) *upload 
 	return &upload{h: h, r: r, rq: rq, user: user}
 }
 
-// uploadMetadata is execd's upload metadata (execd-wire.md §1.5). Mode 644
+// uploadMetadata is execd's upload metadata (docs/wire-facts.md §X1.5). Mode 644
 // gives the file envd's 0644 (execd would otherwise leave 0755 under umask).
 type uploadMetadata struct {
 	Path  string `json:"path"`

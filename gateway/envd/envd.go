@@ -1,6 +1,6 @@
 // Package envd holds the E2B envd messages that sandgate serves, in their
 // protobuf-JSON wire form as the official SDKs send and decode them
-// (e2b-wire.md §2.4, §3, §4; protos spec/envd/process/process.proto and
+// (docs/wire-facts.md §E2.4, §E3, §E4; protos spec/envd/process/process.proto and
 // spec/envd/filesystem/filesystem.proto of e2b-dev/E2B).
 //
 // Decoding follows protojson as used by envd's connect-go handlers: field
@@ -19,7 +19,7 @@ import (
 	"time"
 )
 
-// Service routes of the Connect services the gateway knows (e2b-wire.md §6.1).
+// Service routes of the Connect services the gateway knows (docs/wire-facts.md §E6.1).
 const (
 	ProcessService    = "process.Process"
 	FilesystemService = "filesystem.Filesystem"
@@ -143,7 +143,7 @@ type DataEvent struct {
 
 // EndEvent is the last event of a process stream, as envd's Wait fills it:
 // ExitCode omitted when 0, Status is Go's ProcessState.String(), Error is
-// the cmd.Wait() error text, absent on success (e2b-wire.md §3.2).
+// the cmd.Wait() error text, absent on success (docs/wire-facts.md §E3.2).
 type EndEvent struct {
 	ExitCode int32  `json:"exitCode,omitempty"`
 	Exited   bool   `json:"exited,omitempty"`
@@ -171,7 +171,7 @@ type StartResponse struct {
 type FileType string
 
 // File types. Types the SDKs do not know (symlinks seen unresolved, sockets)
-// are FileTypeUnspecified, which both SDKs drop from list() (e2b-wire.md §4.2).
+// are FileTypeUnspecified, which both SDKs drop from list() (docs/wire-facts.md §E4.2).
 const (
 	FileTypeUnspecified FileType = "FILE_TYPE_UNSPECIFIED"
 	FileTypeFile        FileType = "FILE_TYPE_FILE"
@@ -207,7 +207,7 @@ func (t Timestamp) MarshalJSON() ([]byte, error) {
 	return []byte(`"` + s + `Z"`), nil
 }
 
-// EntryInfo is filesystem.EntryInfo as envd emits it (e2b-wire.md §4.2):
+// EntryInfo is filesystem.EntryInfo as envd emits it (docs/wire-facts.md §E4.2):
 // Mode holds the permission bits only, Permissions is Go's
 // fs.FileMode.String() of the entry (with the d for directories).
 type EntryInfo struct {
@@ -244,7 +244,7 @@ type RemoveResponse struct{}
 
 // WriteInfo is one element of the POST /files response. It has exactly the
 // keys name, type and path: Python SDK 2.24 builds WriteInfo(**item) and
-// fails on any other key (e2b-wire.md §4.1).
+// fails on any other key (docs/wire-facts.md §E4.1).
 type WriteInfo struct {
 	Name string `json:"name"`
 	Type string `json:"type"`

@@ -5,10 +5,10 @@
 //	<fixed entry>/<sandboxID>/44772/<execd path>?<query>
 //
 // The wire facts it relies on, quirks included, are those measured from the
-// real programs in reference/execd-wire.md: the /command event stream is
-// bare JSON objects separated by blank lines (§1.4), uploads need a metadata
-// *file* part (§1.5), the ingress answers text/plain "OpenSandbox Ingress: …"
-// errors (§2.6). Every failure is returned as an *Error whose Kind says which
+// real programs in docs/wire-facts.md: the /command event stream is
+// bare JSON objects separated by blank lines (§X1.4), uploads need a metadata
+// *file* part (§X1.5), the ingress answers text/plain "OpenSandbox Ingress: …"
+// errors (§X2.6). Every failure is returned as an *Error whose Kind says which
 // hop failed, so the gateway can map it to a stable code.
 package execd
 
@@ -28,10 +28,10 @@ import (
 )
 
 // DefaultPort is execd's listening port inside the sandbox pod
-// (execd-wire.md §1.1).
+// (docs/wire-facts.md §X1.1).
 const DefaultPort = 44772
 
-// AccessTokenHeader carries execd's optional access token (execd-wire.md §1.2).
+// AccessTokenHeader carries execd's optional access token (docs/wire-facts.md §X1.2).
 const AccessTokenHeader = "X-EXECD-ACCESS-TOKEN"
 
 // maxErrorBody bounds how much of an error response is read (bytes).
@@ -147,7 +147,7 @@ func drain(resp *http.Response) {
 	_ = resp.Body.Close()
 }
 
-// FileInfo is execd's FileInfo (execd-wire.md §1.3). Type is absent on
+// FileInfo is execd's FileInfo (docs/wire-facts.md §X1.3). Type is absent on
 // execd v1.0.18. Mode is an int whose decimal digits are the octal
 // permission bits (644 means 0o644).
 type FileInfo struct {
@@ -233,7 +233,7 @@ func (c *Client) Upload(ctx context.Context, t Target, contentType string, body 
 }
 
 // DeleteFile calls DELETE /files?path=p. execd ignores a missing file and
-// answers 500 RUNTIME_ERROR for a directory (execd-wire.md §1.3).
+// answers 500 RUNTIME_ERROR for a directory (docs/wire-facts.md §X1.3).
 func (c *Client) DeleteFile(ctx context.Context, t Target, p string) error {
 	resp, err := c.doOK(ctx, t, http.MethodDelete, "/files", url.Values{"path": {p}}, nil, nil)
 	if err != nil {
@@ -298,7 +298,7 @@ func (c *Client) searchFiles(ctx context.Context, t Target, dir string, depth in
 	return out, nil
 }
 
-// CommandRequest is execd's RunCommandRequest (execd-wire.md §1.4).
+// CommandRequest is execd's RunCommandRequest (docs/wire-facts.md §X1.4).
 // Timeout is in milliseconds; 0 means none. GID needs UID.
 type CommandRequest struct {
 	Command    string            `json:"command"`
@@ -312,7 +312,7 @@ type CommandRequest struct {
 
 // Interrupt calls DELETE /command?id=: execd sends SIGTERM to the command's
 // process group and SIGKILL 3 s later. A client disconnect alone does not
-// stop a foreground command (execd-wire.md §1.4); nor does the gateway,
+// stop a foreground command (docs/wire-facts.md §X1.4); nor does the gateway,
 // whose commands live as long as envd's processes do.
 func (c *Client) Interrupt(ctx context.Context, t Target, id string) error {
 	resp, err := c.doOK(ctx, t, http.MethodDelete, "/command", url.Values{"id": {id}}, nil, nil)
@@ -323,8 +323,8 @@ func (c *Client) Interrupt(ctx context.Context, t Target, id string) error {
 	return nil
 }
 
-// CommandStatus is the body of GET /command/status/{id} (execd-wire.md
-// §1.4). ExitCode is set once the command has finished; it is -1 when a
+// CommandStatus is the body of GET /command/status/{id} (docs/wire-facts.md
+// §X1.4). ExitCode is set once the command has finished; it is -1 when a
 // signal killed it, and Error then names the signal ("signal: killed").
 type CommandStatus struct {
 	ID         string     `json:"id"`

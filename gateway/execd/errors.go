@@ -12,8 +12,8 @@ import (
 type Kind int
 
 // Failure kinds. The ingress kinds are recognised by the OpenSandbox
-// Ingress's text/plain "OpenSandbox Ingress: …" bodies (execd-wire.md §2.6);
-// execd kinds by execd's JSON error body (§1.3).
+// Ingress's text/plain "OpenSandbox Ingress: …" bodies (docs/wire-facts.md §X2.6);
+// execd kinds by execd's JSON error body (§X1.3).
 const (
 	// KindUnexpected: a response no hop is documented to send.
 	KindUnexpected Kind = iota

@@ -17,7 +17,7 @@ func TestTargetURL(t *testing.T) {
 }
 
 // TestClassify pins how each documented answer of the ingress and of execd
-// is recognised (execd-wire.md §1.2, §1.3, §2.6).
+// is recognised (docs/wire-facts.md §X1.2, §X1.3, §X2.6).
 func TestClassify(t *testing.T) {
 	cases := []struct {
 		status int

@@ -10,7 +10,7 @@ import (
 	"strconv"
 )
 
-// Event types of the /command stream (execd-wire.md §1.4).
+// Event types of the /command stream (docs/wire-facts.md §X1.4).
 const (
 	EventInit              = "init"
 	EventPing              = "ping"
@@ -73,7 +73,7 @@ const maxEventLine = 16 << 20
 var ErrStreamEnded = errors.New("execd: the command stream ended without a terminal event")
 
 // CommandStream reads the /command event stream: bare JSON objects
-// separated by blank lines, no "data:" prefix (execd-wire.md §1.4). A
+// separated by blank lines, no "data:" prefix (docs/wire-facts.md §X1.4). A
 // "data:" prefix is tolerated in case a later execd adds SSE framing.
 type CommandStream struct {
 	body io.ReadCloser

@@ -12,7 +12,7 @@
 # version. Use the printed directory as KUBEBUILDER_ASSETS; corectl's tests also find
 # the default directory on their own.
 #
-# Why wrapper modules (../shared/reference/k8s-test-apiserver.md): k8s.io/kubernetes
+# Why wrapper modules (docs/kube-apiserver.md): k8s.io/kubernetes
 # requires its staging modules at v0.0.0 and replaces them with ./staging/..., so
 # `go install k8s.io/kubernetes/cmd/kube-apiserver@v1.37.2` is refused. The module in
 # hack/kube/apiserver requires k8s.io/kubernetes and replaces every staging module with

@@ -1,6 +1,6 @@
 // Package controlapi is a stand-in for the E2B control API (the Portal's
 // lifecycle API) that hands the SDK a sandbox and its envd access token, so
-// the official SDKs can be driven at a local gateway (e2b-wire.md §7.1 (A)).
+// the official SDKs can be driven at a local gateway (docs/wire-facts.md §E7.1).
 // It serves only what Sandbox.connect() and Sandbox.create() call:
 //
 //	POST /sandboxes/{id}/connect, POST /v2/sandboxes/{id}/connect   → 200
@@ -19,7 +19,7 @@ import (
 
 // EnvdVersion is the envd version reported to the SDKs: 0.5.7 gives the
 // modern default-user behaviour and octet-stream uploads, and claims nothing
-// the gateway does not implement (e2b-wire.md §5).
+// the gateway does not implement (docs/wire-facts.md §E5).
 const EnvdVersion = "0.5.7"
 
 // Server answers control-API calls. Token returns the envdAccessToken for a

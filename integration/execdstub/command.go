@@ -22,7 +22,7 @@ import (
 
 const sigKill = syscall.SIGKILL
 
-// RunCommandRequest is the JSON body of POST /command (execd-wire.md §1.4).
+// RunCommandRequest is the JSON body of POST /command (docs/wire-facts.md §X1.4).
 // The Go type name matters: decode errors quote it, e.g. "json: cannot
 // unmarshal string into Go struct field RunCommandRequest.timeout of type
 // int64", exactly as execd does.
@@ -50,7 +50,7 @@ type RunCommandRequest struct {
 }
 
 // Event is one object of the POST /command stream, written as the bare
-// JSON object followed by "\n\n" with no "data:" prefix (§1.4). Every field
+// JSON object followed by "\n\n" with no "data:" prefix (§X1.4). Every field
 // is omitted when zero. Timestamp is unix milliseconds; ExecutionTime is
 // milliseconds.
 type Event struct {
@@ -71,7 +71,7 @@ type Event struct {
 	Error *EventError `json:"error,omitempty"`
 }
 
-// EventError is the error member of an error event (§1.4): EName is
+// EventError is the error member of an error event (§X1.4): EName is
 // "CommandExecError"; EValue is the exit code as a decimal string ("-1" when
 // a signal killed the command, or the start error text when it could not
 // start); Traceback holds the Go error text, e.g. "exit status 3",
@@ -118,7 +118,7 @@ type CommandRecord struct {
 	Interrupted bool
 	// ClientDisconnected is set when the client of a foreground stream went
 	// away while the command was still running (the command keeps running,
-	// §1.4).
+	// §X1.4).
 	ClientDisconnected bool
 	// Background mirrors Request.Background.
 	Background bool
@@ -242,7 +242,7 @@ func newCommandID() string {
 
 // eventStream writes the bare-JSON event stream. Headers are committed
 // lazily on the first event so that errors found earlier can still be sent
-// as JSON (§1.4); writes are skipped once the client is gone or the handler
+// as JSON (§X1.4); writes are skipped once the client is gone or the handler
 // has finished.
 type eventStream struct {
 	w         http.ResponseWriter
@@ -308,7 +308,7 @@ func (s *Server) sendInit(ctx context.Context, st *eventStream, id string) {
 	}()
 }
 
-// handleRunCommand serves POST /command (§1.4). The body is decoded as JSON
+// handleRunCommand serves POST /command (§X1.4). The body is decoded as JSON
 // whatever its Content-Type; validation errors are 400 JSON before any
 // stream starts. After the terminal event the handler waits
 // GracefulShutdown before ending the response, and pings may still appear
@@ -414,7 +414,7 @@ func (s *Server) validateRunCommand(req *RunCommandRequest) error {
 
 // procContext is execd's process context: context.Background plus the
 // timeout, never the request context, so a client disconnect does not
-// cancel the command (§1.4).
+// cancel the command (§X1.4).
 func procContext(timeoutMs int64) (context.Context, context.CancelFunc) {
 	if timeoutMs > 0 {
 		return context.WithTimeout(context.Background(), time.Duration(timeoutMs)*time.Millisecond)
@@ -614,7 +614,7 @@ func (s *Server) runForeground(ctx context.Context, st *eventStream, req *RunCom
 	return nil
 }
 
-// runBackground runs a detached command (§1.4): init first, stdout and
+// runBackground runs a detached command (§X1.4): init first, stdout and
 // stderr combined into <id>.output, stdin /dev/null, execution_complete at
 // once. As in execd, when the process context ends (timeout, or simply the
 // shell exiting) the whole process group gets SIGKILL, so children the
@@ -701,7 +701,7 @@ func (s *Server) terminate(pid int) {
 	}
 }
 
-// handleInterrupt serves DELETE /command?id= (§1.3). Where execd-wire.md is
+// handleInterrupt serves DELETE /command?id= (§X1.3). Where docs/wire-facts.md is
 // silent the execd source is followed: a missing id is 400 MISSING_QUERY
 // "missing query parameter 'id'"; an unknown id is 500 RUNTIME_ERROR
 // "error interruptting code context. no such session" (sic); a finished
@@ -736,7 +736,7 @@ func (s *Server) handleInterrupt(w http.ResponseWriter, r *http.Request, _ map[s
 	w.WriteHeader(http.StatusOK)
 }
 
-// commandStatus is the body of GET /command/status/{id} (§1.4).
+// commandStatus is the body of GET /command/status/{id} (§X1.4).
 type commandStatus struct {
 	ID         string     `json:"id"`
 	Content    string     `json:"content,omitempty"`
@@ -759,7 +759,7 @@ func (s *Server) lookup(id string) (CommandRecord, string, bool) {
 
 // handleCommandStatus serves GET /command/status/{id} for foreground and
 // background commands; an unknown id is 404 INVALID_REQUEST_BODY
-// "command not found: <id>" (§1.4). Times are UTC RFC3339Nano.
+// "command not found: <id>" (§X1.4). Times are UTC RFC3339Nano.
 func (s *Server) handleCommandStatus(w http.ResponseWriter, _ *http.Request, params map[string]string) {
 	id := params["id"]
 	rec, _, ok := s.lookup(id)
@@ -776,7 +776,7 @@ func (s *Server) handleCommandStatus(w http.ResponseWriter, _ *http.Request, par
 	writeJSON(w, http.StatusOK, resp)
 }
 
-// handleCommandLogs serves GET /command/{id}/logs?cursor=N (§1.4): the
+// handleCommandLogs serves GET /command/{id}/logs?cursor=N (§X1.4): the
 // combined output of a background command from byte offset N (invalid N =
 // 0) to EOF as text/plain, with the new offset in Execd-Commands-Tail-Cursor.
 // Unknown id: 400 "command not found: <id>"; a foreground id: 400
@@ -824,7 +824,7 @@ func (s *Server) handleCommandLogs(w http.ResponseWriter, r *http.Request, param
 }
 
 // lineTail follows one capture file and splits it into lines the way
-// execd's tailer does (execd source pkg/runtime/command_common.go; §1.4):
+// execd's tailer does (execd source pkg/runtime/command_common.go; §X1.4):
 // '\n' and '\r' both end a line; the text is the line without its
 // terminator; an empty line is reported as "\n"; the '\n' of a "\r\n" pair
 // (even when the pair straddles two polls) is swallowed; a partial last

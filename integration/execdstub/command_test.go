@@ -17,7 +17,7 @@ import (
 	"github.com/sandgate/sandgate/integration/execdstub"
 )
 
-// TestAuthAndRouting pins §1.2 and the routing rows of §1.3.
+// TestAuthAndRouting pins §X1.2 and the routing rows of §X1.3.
 func TestAuthAndRouting(t *testing.T) {
 	e := newEnv(t, nil)
 	unauthorized := `{"error":"Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN"}`
@@ -68,7 +68,7 @@ func TestAuthAndRouting(t *testing.T) {
 	}
 }
 
-// TestStreamErrorExit pins the §1.6 transcript of
+// TestStreamErrorExit pins the §X1.7 transcript of
 // `echo hi; echo err >&2; exit 3`: headers, framing, order and contents.
 func TestStreamErrorExit(t *testing.T) {
 	e := newEnv(t, nil)
@@ -133,7 +133,7 @@ func TestStreamErrorExit(t *testing.T) {
 	}
 }
 
-// TestStreamLines pins the line splitting of §1.4 (and of the execd tailer
+// TestStreamLines pins the line splitting of §X1.4 (and of the execd tailer
 // for \r\n): terminators, empty lines, partial lines, envs and cwd.
 func TestStreamLines(t *testing.T) {
 	e := newEnv(t, nil)
@@ -179,7 +179,7 @@ func TestStreamLines(t *testing.T) {
 	}
 }
 
-// TestTimeout pins §1.6: a timeout SIGKILLs, evalue -1, "signal: killed".
+// TestTimeout pins §X1.7: a timeout SIGKILLs, evalue -1, "signal: killed".
 func TestTimeout(t *testing.T) {
 	e := newEnv(t, nil)
 	evs := e.run(`{"command":"echo start; sleep 30","timeout":300}`).all()
@@ -193,7 +193,7 @@ func TestTimeout(t *testing.T) {
 	}
 }
 
-// TestInterrupt pins DELETE /command (§1.3, §1.6) and the choices for ids
+// TestInterrupt pins DELETE /command (§X1.3, §X1.7) and the choices for ids
 // that are missing, unknown or finished (execd source).
 func TestInterrupt(t *testing.T) {
 	e := newEnv(t, nil)
@@ -222,7 +222,7 @@ func TestInterrupt(t *testing.T) {
 }
 
 // TestInterruptEscalates: a group that ignores SIGTERM gets SIGKILL after
-// KillGrace (§1.3 "SIGKILL after 3s").
+// KillGrace (§X1.3 "SIGKILL after 3s").
 func TestInterruptEscalates(t *testing.T) {
 	grace := 200 * time.Millisecond
 	e := newEnv(t, func(c *execdstub.Config) { c.KillGrace = grace })
@@ -240,8 +240,8 @@ func TestInterruptEscalates(t *testing.T) {
 	}
 }
 
-// TestClientDisconnectDoesNotKill pins §1.4: the command survives the
-// client going away (execd-wire.md verified it with `sleep 2; touch marker`).
+// TestClientDisconnectDoesNotKill pins §X1.4: the command survives the
+// client going away (measured on the real execd with `sleep 2; touch marker`, docs/wire-facts.md §X1.4).
 func TestClientDisconnectDoesNotKill(t *testing.T) {
 	e := newEnv(t, nil)
 	gate := e.mkfifo("gate")
@@ -270,7 +270,7 @@ func TestClientDisconnectDoesNotKill(t *testing.T) {
 }
 
 // TestPeriodicPings: pings follow init at once and then every
-// PingInterval while the command runs (§1.4).
+// PingInterval while the command runs (§X1.4).
 func TestPeriodicPings(t *testing.T) {
 	e := newEnv(t, func(c *execdstub.Config) { c.PingInterval = 20 * time.Millisecond })
 	gate := e.mkfifo("gate")
@@ -298,7 +298,7 @@ func TestPeriodicPings(t *testing.T) {
 	}
 }
 
-// TestBackground pins §1.4 background mode, status and logs.
+// TestBackground pins §X1.4 background mode, status and logs.
 func TestBackground(t *testing.T) {
 	e := newEnv(t, nil)
 	sync1 := e.mkfifo("sync1")
@@ -364,7 +364,7 @@ func TestBackground(t *testing.T) {
 }
 
 // TestBackgroundInterrupt: a killed background command reports exit_code
-// -1 (§1.4).
+// -1 (§X1.4).
 func TestBackgroundInterrupt(t *testing.T) {
 	e := newEnv(t, nil)
 	id := e.run(`{"command":"sleep 30","background":true}`).all()[0].Text
@@ -381,7 +381,7 @@ func TestBackgroundInterrupt(t *testing.T) {
 }
 
 // TestValidation pins the 400 INVALID_REQUEST_BODY answers sent before any
-// stream (§1.4, §1.6); no command is started.
+// stream (§X1.4, §X1.7); no command is started.
 func TestValidation(t *testing.T) {
 	for _, version := range []string{execdstub.VersionHEAD, execdstub.Version1018} {
 		e := newEnv(t, func(c *execdstub.Config) { c.Version = version })
@@ -414,7 +414,7 @@ func TestValidation(t *testing.T) {
 	}
 }
 
-// TestCredentials: uid/gid go to SysProcAttr.Credential (§1.4). A
+// TestCredentials: uid/gid go to SysProcAttr.Credential (§X1.4). A
 // command that cannot start (here: the user may not enter the working
 // directory, or the stub may not switch user) streams init and then an
 // error event whose evalue is the start error; execd keeps no record of it,

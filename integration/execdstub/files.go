@@ -20,7 +20,7 @@ import (
 )
 
 // Permission is the ownership part of FileInfo and of upload / mkdir
-// metadata (§1.3, §1.5). Owner and Group are user/group names (numeric ids
+// metadata (§X1.3, §X1.5). Owner and Group are user/group names (numeric ids
 // as strings when the name is unknown); Mode is an int whose decimal digits
 // are the octal permission, e.g. 644 for rw-r--r--.
 type Permission struct {
@@ -33,7 +33,7 @@ type Permission struct {
 	Mode int `json:"mode"`
 }
 
-// FileInfo is execd's file description (§1.3). Path is the absolute
+// FileInfo is execd's file description (§X1.3). Path is the absolute
 // sandbox path; Type (file, directory, symlink or other) exists on HEAD
 // only and is omitted on v1.0.18; Size is in bytes; ModifiedAt is the
 // mtime and CreatedAt the ctime (status change time, which execd reports as
@@ -53,7 +53,7 @@ type FileInfo struct {
 	Permission
 }
 
-// FileMetadata is the JSON content of an upload's metadata part (§1.5):
+// FileMetadata is the JSON content of an upload's metadata part (§X1.5):
 // Path is the target sandbox path (required); Mode 0 means no chmod;
 // unknown Owner/Group names are ignored.
 type FileMetadata struct {
@@ -123,7 +123,7 @@ func (s *Server) buildFileInfo(abs string, fi os.FileInfo) (FileInfo, error) {
 	return info, nil
 }
 
-// handleFilesInfo serves GET /files/info?path=... (§1.5). The answer maps
+// handleFilesInfo serves GET /files/info?path=... (§X1.5). The answer maps
 // each path exactly as sent to its FileInfo; no path gives {}. HEAD uses
 // Lstat and answers a missing path with 404 FILE_NOT_FOUND; v1.0.18 uses
 // Stat (follows symlinks) and answers 500 RUNTIME_ERROR "error accessing
@@ -166,7 +166,7 @@ func (s *Server) handleFilesInfo(w http.ResponseWriter, r *http.Request, _ map[s
 	writeJSON(w, http.StatusOK, resp)
 }
 
-// handleRemoveFiles serves DELETE /files?path=... (§1.5): missing paths are
+// handleRemoveFiles serves DELETE /files?path=... (§X1.5): missing paths are
 // ignored; a directory (Stat, so a symlink to one too) stops the request
 // with 500 RUNTIME_ERROR "error removing file <p>. path is a directory:
 // <p>". Paths before the failing one stay deleted.
@@ -246,7 +246,7 @@ func setOwnership(host, shown, owner, group string) error {
 	return nil
 }
 
-// handleUpload serves POST /files/upload (§1.5): multipart/form-data with
+// handleUpload serves POST /files/upload (§X1.5): multipart/form-data with
 // parts named "metadata" and "file", paired by index. Both must be file
 // parts (Content-Disposition with filename=). Errors, all JSON: not a
 // parseable multipart form → 400 INVALID_FILE "multipart form is empty";
@@ -427,7 +427,7 @@ func contentDisposition(name string) string {
 // dirContent stands in for an open directory in http.ServeContent: on
 // execd's ext4 a directory seeks to 2^63-1 at SEEK_END and every read fails
 // (EISDIR), so the response is 200 with Content-Length
-// 9223372036854775807 and no body (§1.5). Emulated so that the quirk does
+// 9223372036854775807 and no body (§X1.5). Emulated so that the quirk does
 // not depend on the filesystem holding Root.
 type dirContent struct{ f *os.File }
 
@@ -440,7 +440,7 @@ func (d dirContent) Seek(offset int64, whence int) (int64, error) {
 	return offset, nil
 }
 
-// handleDownload serves GET /files/download?path= (§1.5). Missing path
+// handleDownload serves GET /files/download?path= (§X1.5). Missing path
 // query: 400 MISSING_QUERY; missing file: 404 FILE_NOT_FOUND. Headers
 // Content-Type: application/octet-stream, Content-Disposition (see
 // contentDisposition) and Content-Length are set first. A Range header is
@@ -504,7 +504,7 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request, _ map[st
 	http.ServeContent(w, r, base, fi.ModTime(), content)
 }
 
-// handleSearchFiles serves GET /files/search?path=&pattern= (§1.3, §1.5):
+// handleSearchFiles serves GET /files/search?path=&pattern= (§X1.3, §X1.5):
 // a recursive walk (symlinks not followed) returning regular files and
 // other non-directories whose base name matches pattern (default "**");
 // see globMatch. Missing path query: 400 MISSING_QUERY; missing dir: 404.
@@ -563,7 +563,7 @@ func (s *Server) handleSearchFiles(w http.ResponseWriter, r *http.Request, _ map
 }
 
 // handleListDirectory serves GET /directories/list?path=&depth= (HEAD only,
-// §1.3, §1.5): files and directories in lexical order, each directory's
+// §X1.3, §X1.5): files and directories in lexical order, each directory's
 // contents right after it, down to depth levels (default 1; 0 gives []),
 // symlinks listed but not followed. Missing path query: 400 MISSING_QUERY;
 // bad depth: 400 INVALID_REQUEST_BODY; missing path: 404 FILE_NOT_FOUND;
@@ -640,7 +640,7 @@ func (s *Server) handleListDirectory(w http.ResponseWriter, r *http.Request, _ m
 }
 
 // handleMakeDirs serves POST /directories with a JSON object {<dir>:
-// Permission} (§1.3): mkdir -p (0777 &^ umask), then mode/owner as for
+// Permission} (§X1.3): mkdir -p (0777 &^ umask), then mode/owner as for
 // uploads. Bad JSON: 400 INVALID_REQUEST_BODY; failures: handleFileError.
 func (s *Server) handleMakeDirs(w http.ResponseWriter, r *http.Request, _ map[string]string) {
 	var req map[string]Permission
@@ -668,7 +668,7 @@ func (s *Server) handleMakeDirs(w http.ResponseWriter, r *http.Request, _ map[st
 	w.WriteHeader(http.StatusOK)
 }
 
-// handleRemoveDirs serves DELETE /directories?path=... (§1.5): os.RemoveAll
+// handleRemoveDirs serves DELETE /directories?path=... (§X1.5): os.RemoveAll
 // on each path; a missing path is fine. Success: 200, empty.
 func (s *Server) handleRemoveDirs(w http.ResponseWriter, r *http.Request, _ map[string]string) {
 	for _, dir := range r.URL.Query()["path"] {

@@ -44,7 +44,7 @@ func multipartBody(t *testing.T, parts ...part) (io.Reader, http.Header) {
 	return &buf, http.Header{"Content-Type": {mw.FormDataContentType()}}
 }
 
-// upload sends metadata/file pairs the way the Go SDK does (§1.5): the
+// upload sends metadata/file pairs the way the Go SDK does (§X1.5): the
 // metadata is a file part named "metadata" with filename "metadata".
 func (e *env) upload(meta any, content string) (*http.Response, []byte) {
 	e.t.Helper()
@@ -58,7 +58,7 @@ func umask() os.FileMode {
 	return os.FileMode(old)
 }
 
-// TestUpload pins §1.5 upload rules and the §1.6 transcript.
+// TestUpload pins §X1.5 upload rules and the §X1.7 transcript.
 func TestUpload(t *testing.T) {
 	e := newEnv(t, nil)
 	resp, body := e.upload(map[string]any{"path": "/ws/sub/hello.txt", "mode": 644}, "hello world\n")
@@ -132,7 +132,7 @@ func TestUpload(t *testing.T) {
 	})
 }
 
-// TestDownload pins §1.5 download headers, ranges and the directory quirk.
+// TestDownload pins §X1.5 download headers, ranges and the directory quirk.
 func TestDownload(t *testing.T) {
 	e := newEnv(t, nil)
 	const content = "hello world\n"
@@ -205,7 +205,7 @@ func TestDownload(t *testing.T) {
 		t.Errorf("non-ASCII Content-Disposition %q, want %q", got, want)
 	}
 
-	// §1.5: a directory gives 200, Content-Length 2^63-1, broken body.
+	// §X1.5: a directory gives 200, Content-Length 2^63-1, broken body.
 	req := e.request("GET", "/files/download?path=/ws", nil, nil)
 	dresp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -228,7 +228,7 @@ func decodeInfo(t *testing.T, body []byte) map[string]map[string]any {
 	return m
 }
 
-// TestFilesInfo pins §1.5 stat: key as sent, Lstat, HEAD vs v1.0.18.
+// TestFilesInfo pins §X1.5 stat: key as sent, Lstat, HEAD vs v1.0.18.
 func TestFilesInfo(t *testing.T) {
 	for _, version := range []string{execdstub.VersionHEAD, execdstub.Version1018} {
 		t.Run(version, func(t *testing.T) {
@@ -291,7 +291,7 @@ func TestFilesInfo(t *testing.T) {
 	}
 }
 
-// TestDeleteFilesAndDirectories pins §1.5 delete and the §1.6 transcript.
+// TestDeleteFilesAndDirectories pins §X1.5 delete and the §X1.7 transcript.
 func TestDeleteFilesAndDirectories(t *testing.T) {
 	e := newEnv(t, nil)
 	resp, body := e.do("POST", "/directories", bytesReader(`{"/ws/newdir/a/b":{"mode":700}}`), nil)
@@ -358,7 +358,7 @@ func makeTree(t *testing.T, e *env) {
 	}
 }
 
-// TestListDirectory pins GET /directories/list (§1.3, §1.5; HEAD only).
+// TestListDirectory pins GET /directories/list (§X1.3, §X1.5; HEAD only).
 func TestListDirectory(t *testing.T) {
 	e := newEnv(t, nil)
 	makeTree(t, e)
@@ -407,7 +407,7 @@ func TestListDirectory(t *testing.T) {
 	}
 }
 
-// TestSearchFiles pins GET /files/search (§1.3, §1.5): recursive,
+// TestSearchFiles pins GET /files/search (§X1.3, §X1.5): recursive,
 // non-directories only, glob on the base name, default "**".
 func TestSearchFiles(t *testing.T) {
 	for _, version := range []string{execdstub.VersionHEAD, execdstub.Version1018} {
@@ -448,7 +448,7 @@ func TestSearchFiles(t *testing.T) {
 }
 
 // TestPathExpansion pins execd's $VAR / ~ expansion of request paths
-// (execd source, pkg/util/pathutil; not in execd-wire.md).
+// (execd source, pkg/util/pathutil; not in docs/wire-facts.md).
 func TestPathExpansion(t *testing.T) {
 	e := newEnv(t, func(c *execdstub.Config) { c.Home = "/home/me" })
 	t.Setenv("EXECDSTUB_TEST_DIR", "ws")

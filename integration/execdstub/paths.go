@@ -16,7 +16,7 @@ import (
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)`)
 
 // expand imitates execd's path expansion (the execd source, pkg/util/pathutil;
-// execd-wire.md is silent): $NAME / ${NAME} are replaced from the stub
+// docs/wire-facts.md is silent): $NAME / ${NAME} are replaced from the stub
 // process environment overlaid with overrides, a reference to an undefined
 // variable is an error, and a leading "~" becomes Config.Home. The result is
 // the string execd would hand to the OS (possibly relative).

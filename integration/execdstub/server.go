@@ -3,14 +3,14 @@
 // of the sandgate gateway.
 //
 // No registry serves execd, so this package reproduces the behaviour that
-// /work/shared/reference/execd-wire.md (sections 1 and 4) measured on the
+// docs/wire-facts.md (sections X1 and X3) measured on the
 // real program, quirks included: the bare-JSON "SSE" stream of POST /command
 // with its lazy header commit and trailing graceful-shutdown delay, stdout
 // and stderr captured in files and polled, a client disconnect that does not
 // kill the command, multipart uploads that need a metadata *file* part, the
 // broken response for a directory download, and the v1.0.18 differences.
 // Where the reference is silent the behaviour follows the execd source at
-// the snapshot named in §0 (re-implemented, not copied); every such choice
+// the snapshot named in the sources table of docs/wire-facts.md (re-implemented, not copied); every such choice
 // is documented on the identifier concerned.
 //
 // The sandbox filesystem "/" is a host directory (Config.Root). Sandbox path
@@ -19,7 +19,7 @@
 // chroot), so inside a command `pwd` prints the host directory and absolute
 // paths in the command text are host paths.
 //
-// Only these routes exist (execd-wire.md §1.3): GET /ping, POST and DELETE
+// Only these routes exist (docs/wire-facts.md §X1.3): GET /ping, POST and DELETE
 // /command, GET /command/status/{id}, GET /command/{id}/logs, GET
 // /files/info, DELETE /files, POST /files/upload, GET /files/download, GET
 // /files/search, GET /directories/list (HEAD build only), POST and DELETE
@@ -38,8 +38,8 @@ import (
 	"time"
 )
 
-// Versions of execd the stub can imitate (Config.Version). execd-wire.md
-// §1.9 lists the differences between them.
+// Versions of execd the stub can imitate (Config.Version). docs/wire-facts.md
+// §X1.6 lists the differences between them.
 const (
 	// VersionHEAD is the execd at the reference snapshot: it has
 	// GET /directories/list, FileInfo.type, Lstat-based /files/info, and a
@@ -52,18 +52,18 @@ const (
 	Version1018 = "v1.0.18"
 )
 
-// Wire names used by execd (execd-wire.md §1.2, §1.4).
+// Wire names used by execd (docs/wire-facts.md §X1.2, §X1.4).
 const (
 	// AccessTokenHeader carries the access token; it is checked on every
-	// route, unmatched ones included, when Config.AccessToken is set (§1.2).
+	// route, unmatched ones included, when Config.AccessToken is set (§X1.2).
 	AccessTokenHeader = "X-EXECD-ACCESS-TOKEN"
 	// TailCursorHeader is the canonical wire form of the
 	// EXECD-COMMANDS-TAIL-CURSOR header of GET /command/{id}/logs: the byte
-	// offset to pass as ?cursor= next time (§1.4).
+	// offset to pass as ?cursor= next time (§X1.4).
 	TailCursorHeader = "Execd-Commands-Tail-Cursor"
 )
 
-// Error codes of the {"code","message"} error body (execd-wire.md §1.3).
+// Error codes of the {"code","message"} error body (docs/wire-facts.md §X1.3).
 const (
 	// CodeInvalidRequest: bad JSON or validation failure (400), and
 	// unknown command ids (status 404, logs 400).
@@ -95,28 +95,28 @@ type Config struct {
 	// AccessToken, when non-empty, must arrive verbatim in the
 	// X-EXECD-ACCESS-TOKEN header of every request, else 401
 	// {"error":"Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN"}
-	// (§1.2). Empty disables auth, as in a default K8s deployment.
+	// (§X1.2). Empty disables auth, as in a default K8s deployment.
 	AccessToken string
 	// GracefulShutdown is how long POST /command keeps the response open
-	// after its last event (execd's --graceful-shutdown-timeout, §1.4).
+	// after its last event (execd's --graceful-shutdown-timeout, §X1.4).
 	// 0 selects execd's default of 1s; a negative value means no delay.
 	// Close cuts the delay short.
 	GracefulShutdown time.Duration
 	// PingInterval is the period of the {"type":"ping","text":"pong"}
-	// keep-alive events (§1.4). 0 selects 3s. The first ping is always
+	// keep-alive events (§X1.4). 0 selects 3s. The first ping is always
 	// written right after init.
 	PingInterval time.Duration
 	// PollInterval is how often the stdout/stderr capture files are polled
-	// for new lines (§1.4). 0 selects execd's 100ms.
+	// for new lines (§X1.4). 0 selects execd's 100ms.
 	PollInterval time.Duration
 	// KillGrace is how long DELETE /command waits for the process group to
-	// exit after SIGTERM before sending SIGKILL (§1.3). 0 selects 3s.
+	// exit after SIGTERM before sending SIGKILL (§X1.3). 0 selects 3s.
 	KillGrace time.Duration
 	// Version selects the imitated execd build: VersionHEAD ("" too) or
 	// Version1018.
 	Version string
 	// TempDir is where the per-command capture files <id>.stdout,
-	// <id>.stderr and <id>.output go (execd uses $TMPDIR, §1.1). Empty:
+	// <id>.stderr and <id>.output go (execd uses $TMPDIR, §X1.1). Empty:
 	// New creates a private directory that Close removes.
 	TempDir string
 	// Home is the sandbox path a leading "~" in a request path expands to
@@ -306,7 +306,7 @@ func (s *Server) match(method, p string) (*route, map[string]string) {
 // GET, 307 otherwise) before any middleware runs; then the access token is
 // checked (on every route, unmatched ones included); then an unmatched
 // request gets gin's 404 "404 page not found" as text/plain. HEAD and other
-// unrouted methods are 404, never 405 (§1.3).
+// unrouted methods are 404, never 405 (§X1.3).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.Path
 	rt, params := s.match(r.Method, p)
@@ -343,12 +343,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt.h(w, r, params)
 }
 
-// handlePing answers GET /ping with 200 and an empty body (§1.3).
+// handlePing answers GET /ping with 200 and an empty body (§X1.3).
 func (s *Server) handlePing(w http.ResponseWriter, _ *http.Request, _ map[string]string) {
 	w.WriteHeader(http.StatusOK)
 }
 
-// errorBody is execd's error shape (§1.3).
+// errorBody is execd's error shape (§X1.3).
 type errorBody struct {
 	Code    string `json:"code,omitempty"`
 	Message string `json:"message,omitempty"`

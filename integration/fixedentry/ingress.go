@@ -5,7 +5,7 @@
 // to http://<pod IP>:<port>/<path>?<query>.
 //
 // No registry serves the ingress, so this package reproduces what
-// /work/shared/reference/execd-wire.md §2.2, §2.4 and §2.6 measured on the
+// docs/wire-facts.md §X2.2, §X2.4 and §X2.6 measured on the
 // real program, byte for byte where the reference gives bytes: path parsing
 // on the decoded path, prefix stripping with the query untouched, the
 // headers it deletes and adds, immediate flushing of text/event-stream, and
@@ -22,7 +22,7 @@
 // (every sandbox is treated as not secure, so signed-looking paths parse
 // as legacy paths, which is what the ingress does for non-secure
 // sandboxes), the "ambiguous sandbox id" case, renew-intent publishing,
-// and the gorilla WebSocket relay of §2.5 (upgrade requests are tunnelled
+// and the gorilla WebSocket relay of §X2.5 (upgrade requests are tunnelled
 // by httputil.ReverseProxy with all headers, whatever their Connection
 // header).
 package fixedentry
@@ -42,7 +42,7 @@ import (
 	"sync"
 )
 
-// Header names the ingress handles (execd-wire.md §2.2).
+// Header names the ingress handles (docs/wire-facts.md §X2.2).
 const (
 	// IngressToHeader is the header-mode route header; URI mode deletes it
 	// from proxied requests.
@@ -62,7 +62,7 @@ const (
 )
 
 // Sandbox is what the ingress knows about one sandbox (a BatchSandbox in
-// the real cluster, §2.4).
+// the real cluster, §X2.4).
 type Sandbox struct {
 	// Ready reports status.ready >= 1. A not-ready sandbox gets 503
 	// "sandbox not ready: <ns>/<id> (ready: 0/1)".
@@ -190,7 +190,7 @@ func (in *Ingress) SetSandbox(id string, s Sandbox) {
 
 // SetResolver sets a function consulted for sandbox IDs not added with
 // SetSandbox, the way the real ingress resolves a sandbox from its
-// BatchSandbox (execd-wire.md §2.4: status.ready and the endpoints
+// BatchSandbox (docs/wire-facts.md §X2.4: status.ready and the endpoints
 // annotation); false means "not found" (404). nil removes it. It is called
 // without the Ingress's lock held.
 func (in *Ingress) SetResolver(r func(id string) (Sandbox, bool)) {
@@ -408,7 +408,7 @@ func (in *Ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // ingressError answers like the ingress: text/plain via http.Error with
-// the body "OpenSandbox Ingress: <err>\n" (§2.6).
+// the body "OpenSandbox Ingress: <err>\n" (§X2.6).
 func ingressError(w http.ResponseWriter, err error, status int) {
 	http.Error(w, fmt.Sprintf("OpenSandbox Ingress: %v", err), status)
 }
@@ -418,7 +418,7 @@ var (
 	errNotReady = errors.New("sandbox not ready")
 )
 
-// serveProxy is the ingress proxy handler (§2.2, §2.6): route parse errors
+// serveProxy is the ingress proxy handler (§X2.2, §X2.6): route parse errors
 // are 400 "invalid ingress route: ...", an unknown sandbox 404, a not-ready
 // sandbox or one without endpoint 503; otherwise the request goes upstream
 // with its path replaced, query/method/body/other headers untouched, Host
@@ -494,7 +494,7 @@ func (in *Ingress) serveProxy(w http.ResponseWriter, r *http.Request) {
 }
 
 // ParseRoute parses a decoded URI-mode path the way the ingress's legacy
-// parser does (§2.2): the leading "/" is trimmed and the rest split with
+// parser does (§X2.2): the leading "/" is trimmed and the rest split with
 // SplitN(path, "/", 3) into id, port and rest; id must be non-empty; port
 // must be decimal 1–65535 without leading zeros (strconv.Atoi, so "+80" is
 // accepted, as in the ingress); the upstream path is "/"+rest, or "/" when

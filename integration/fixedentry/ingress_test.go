@@ -111,7 +111,7 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-// TestErrors pins the §2.6 error table byte for byte.
+// TestErrors pins the §X2.6 error table byte for byte.
 func TestErrors(t *testing.T) {
 	f := newFixture(t)
 	f.in.SetSandbox("sbx-notready", fixedentry.Sandbox{Ready: false, Endpoint: "127.0.0.1"})
@@ -175,7 +175,7 @@ func TestErrors(t *testing.T) {
 	})
 }
 
-// TestProxyRewrites pins §2.2: prefix stripping on the decoded path, query
+// TestProxyRewrites pins §X2.2: prefix stripping on the decoded path, query
 // and body untouched, Host rewritten, two headers deleted, X-Forwarded-For
 // appended, Powerby added.
 func TestProxyRewrites(t *testing.T) {
@@ -245,7 +245,7 @@ func TestParseRoute(t *testing.T) {
 		{"/sbx/1", "sbx", "/", 1, ""},
 		{"/sbx/+80/x", "sbx", "/x", 80, ""},
 		// Signed-looking OSEP-0011 paths of a non-secure sandbox are
-		// routed as legacy paths (§2.2).
+		// routed as legacy paths (§X2.2).
 		{"/sbx/44772/1a2b3c/deadbeefk/files", "sbx", "/1a2b3c/deadbeefk/files", 44772, ""},
 		{"/sbx/-1/x", "", "", 0, `invalid port format: invalid port "-1"`},
 		{"//44772/x", "", "", 0, "missing sandbox-id or sandbox-port in URI path"},
@@ -270,7 +270,7 @@ func withExecd(t *testing.T) (*fixture, *execdstub.Server) {
 	return f, s
 }
 
-// TestUpstream404PassesThrough: /sbx-1/44772 reaches execd's "/" (§2.6).
+// TestUpstream404PassesThrough: /sbx-1/44772 reaches execd's "/" (§X2.6).
 func TestUpstream404PassesThrough(t *testing.T) {
 	f, _ := withExecd(t)
 	resp, body := f.do(t, "GET", "/sbx-1/44772", nil, nil)
@@ -286,7 +286,7 @@ type event struct {
 
 // TestStreamingIsIncremental: the first /command event arrives through the
 // ingress while the command is still blocked on a FIFO only the test can
-// open (§2.2 "text/event-stream is flushed immediately").
+// open (§X2.2 "text/event-stream is flushed immediately").
 func TestStreamingIsIncremental(t *testing.T) {
 	f, s := withExecd(t)
 	gate := filepath.Join(s.Root(), "gate")
@@ -374,7 +374,7 @@ func TestStreamingIsIncremental(t *testing.T) {
 }
 
 // TestDirectoryDownloadThroughIngress: execd's broken directory response
-// (§1.5) makes ReverseProxy abort; the ingress's recover appends the panic
+// (§X1.5) makes ReverseProxy abort; the ingress's recover appends the panic
 // text to the already-committed 200 and the body still breaks.
 func TestDirectoryDownloadThroughIngress(t *testing.T) {
 	f, s := withExecd(t)
