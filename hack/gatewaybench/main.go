@@ -770,7 +770,7 @@ type transferKind struct {
 }
 
 // execdMultipart returns execd's upload body for dst (a metadata file part
-// and a file part, execd-wire.md §1.5) as a prefix and suffix around the
+// and a file part, docs/wire-facts.md §X1.5) as a prefix and suffix around the
 // file's bytes, and the Content-Type.
 func execdMultipart(dst string) (prefix, suffix []byte, contentType string) {
 	var b bytes.Buffer
@@ -785,7 +785,7 @@ func execdMultipart(dst string) (prefix, suffix []byte, contentType string) {
 }
 
 // sdkMultipart is the E2B SDK's default write body: one "file" part whose
-// filename is the target path (e2b-wire.md §4.1).
+// filename is the target path (docs/wire-facts.md §E4.1).
 func sdkMultipart(dst string) (prefix, suffix []byte, contentType string) {
 	var b bytes.Buffer
 	mw := multipart.NewWriter(&b)
