@@ -32,16 +32,27 @@ func (p *Provider) Create(ctx context.Context, c provider.Call, b proto.Bootstra
 	case provider.CodeOf(err) != proto.ErrNotFound:
 		return proto.Info{}, err
 	}
+	image, entrypoint, env, nanoCPUs, memory := b.Image, b.Entrypoint, b.Env, b.CPUMillis*1_000_000, b.MemoryBytes
+	user := ""
+	if g := p.cfg.Generation; g != nil {
+		var err error
+		if image, entrypoint, env, nanoCPUs, memory, err = g.bindCreate(b); err != nil {
+			return proto.Info{}, err
+		}
+		user = g.User
+	}
 	created := p.cfg.Now().UTC()
 	cfg := &container.Config{
-		Image:      b.Image,
-		Entrypoint: b.Entrypoint,
-		Env:        envList(b.Env),
+		Image:      image,
+		Entrypoint: entrypoint,
+		Env:        envList(env),
+		User:       user,
 		Labels:     p.labels(c, 1, created),
 	}
 	host := &container.HostConfig{
-		NetworkMode: container.NetworkMode(p.cfg.Network),
-		Resources:   container.Resources{NanoCPUs: b.CPUMillis * 1_000_000, Memory: b.MemoryBytes},
+		NetworkMode: container.NetworkMode(p.network()),
+		Resources:   container.Resources{NanoCPUs: nanoCPUs, Memory: memory},
+		SecurityOpt: p.cfg.Generation.securityOpt(),
 	}
 	resp, err := p.cli.ContainerCreate(ctx, cfg, host, nil, nil, containerName(c.Reference, 1))
 	switch {
@@ -148,6 +159,9 @@ func (p *Provider) NewCompute(ctx context.Context, c provider.Call, gen int64, s
 	if snapshot != nil {
 		return proto.Compute{}, provider.Fail(proto.ErrNotFound, errors.New("docker: no snapshots"))
 	}
+	if g := p.cfg.Generation; g != nil && g.SeccompMissing {
+		return proto.Compute{}, provider.Fail(proto.ErrUnconfirmed, errNotStartable)
+	}
 	cs, err := p.computes(ctx, c)
 	if err != nil {
 		return proto.Compute{}, err
@@ -165,9 +179,10 @@ func (p *Provider) NewCompute(ctx context.Context, c provider.Call, gen int64, s
 		Cmd:        base.Config.Cmd,
 		Env:        base.Config.Env,
 		WorkingDir: base.Config.WorkingDir,
+		User:       base.Config.User,
 		Labels:     p.labels(c, gen, created),
 	}
-	host := &container.HostConfig{NetworkMode: container.NetworkMode(p.cfg.Network)}
+	host := &container.HostConfig{NetworkMode: container.NetworkMode(p.network()), SecurityOpt: p.cfg.Generation.securityOpt()}
 	if base.HostConfig != nil {
 		host.Resources = container.Resources{NanoCPUs: base.HostConfig.NanoCPUs, Memory: base.HostConfig.Memory}
 	}

@@ -49,6 +49,10 @@ type Config struct {
 	Network string
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
+	// Generation binds the provider to one prepared deployment generation
+	// (a generation-managing node's native helper); nil means the
+	// enrolled-generation provider that runs the image a create names.
+	Generation *Generation
 }
 
 // Provider is the Docker provider. It is safe for concurrent use.
@@ -95,8 +99,11 @@ func (p *Provider) Declaration() provider.Declaration { return p.decl }
 // errAPIVersion is the probe error of a daemon older than MinAPIVersion.
 var errAPIVersion = errors.New("docker: the daemon's API version is older than " + MinAPIVersion)
 
-// Probe pings the daemon and checks its API version. Errors are those of
-// the Docker client, or errAPIVersion; Diagnose classifies them.
+// Probe pings the daemon and checks its API version; a provider bound to a
+// generation also checks that the engine holds the generation's image (by
+// its ID) and that the seccomp profile bytes are present. Errors are
+// those of the Docker client, errAPIVersion, errImageMissing or
+// errSeccompMissing; Diagnose classifies them.
 func (p *Provider) Probe(ctx context.Context) error {
 	ping, err := p.cli.Ping(ctx)
 	if err != nil {
@@ -105,7 +112,7 @@ func (p *Provider) Probe(ctx context.Context) error {
 	if ping.APIVersion == "" || versions.LessThan(ping.APIVersion, MinAPIVersion) {
 		return errAPIVersion
 	}
-	return nil
+	return p.probeGeneration(ctx)
 }
 
 // Diagnose maps a Probe error to one fixed diagnostic code, from the
@@ -116,6 +123,8 @@ func (p *Provider) Probe(ctx context.Context) error {
 //	cannot connect (no socket, refused)      → docker_unreachable
 //	API version older than MinAPIVersion     → docker_api_version_unsupported
 //	HTTP 5xx from the daemon                 → docker_daemon_error
+//	the generation's image is not there      → image_missing
+//	its seccomp profile is missing/changed   → seccomp_profile_missing
 //	anything else                            → provider_unavailable
 func (p *Provider) Diagnose(err error) string {
 	switch {
@@ -129,6 +138,10 @@ func (p *Provider) Diagnose(err error) string {
 		return proto.DiagDockerUnreachable
 	case errors.Is(err, errAPIVersion):
 		return proto.DiagDockerAPIVersionUnsupported
+	case errors.Is(err, errImageMissing):
+		return proto.DiagImageMissing
+	case errors.Is(err, errSeccompMissing):
+		return proto.DiagSeccompProfileMissing
 	case cerrdefs.IsInternal(err), cerrdefs.IsUnavailable(err), cerrdefs.IsDataLoss(err), cerrdefs.IsNotImplemented(err):
 		return proto.DiagDockerDaemonError
 	}
