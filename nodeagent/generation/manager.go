@@ -152,8 +152,8 @@ type gen struct {
 	attempts int
 	failed   bool      // the last job failed (diag says why)
 	next     time.Time // earliest next attempt
-	refused    bool      // the last job refused; not retried automatically
-	diag       string    // diagnostic of the last failure or refusal
+	refused  bool      // the last job refused; not retried automatically
+	diag     string    // diagnostic of the last failure or refusal
 
 	probed     bool // a probe answered since the last job
 	probeReady bool

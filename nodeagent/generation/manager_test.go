@@ -75,7 +75,6 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.waiters = kept
 }
 
-
 // fakePreparer records jobs and plays them out on the real generations
 // directory: a prepare creates the lease and publishes a configuration, a
 // reclaim writes the dropped marker. outcome decides each job's end.
