@@ -25,8 +25,8 @@ func NewScheme() (*runtime.Scheme, error) {
 }
 
 // RESTConfig returns the apiserver connection of c: the in-cluster
-// configuration, or the kubeconfig file (and context). The user agent is
-// "corectl/<cluster ID>".
+// configuration, or the kubeconfig file (and context), with c's client
+// limits (ApplyClientLimits). The user agent is "corectl/<cluster ID>".
 func (c *Cluster) RESTConfig() (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
@@ -42,5 +42,14 @@ func (c *Cluster) RESTConfig() (*rest.Config, error) {
 	}
 	cfg = rest.CopyConfig(cfg)
 	cfg.UserAgent = "corectl/" + c.ID
+	c.ApplyClientLimits(cfg)
 	return cfg, nil
+}
+
+// ApplyClientLimits sets cfg's QPS and Burst from c.Client
+// (ClientLimits.Effective) and clears any RateLimiter, so client-go builds
+// its token bucket from them.
+func (c *Cluster) ApplyClientLimits(cfg *rest.Config) {
+	cfg.QPS, cfg.Burst = c.Client.Effective()
+	cfg.RateLimiter = nil
 }

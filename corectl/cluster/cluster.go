@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"slices"
@@ -77,6 +78,9 @@ type Cluster struct {
 	// InCluster uses the pod's service account (corectl runs in this
 	// cluster).
 	InCluster bool `json:"inCluster,omitempty"`
+	// Client is client-go's client-side rate limit for this cluster's
+	// apiserver; zero values take the defaults (ClientLimits).
+	Client ClientLimits `json:"client,omitempty"`
 	// FixedEntry is the cluster's fixed entry URL ("http://host:port"),
 	// informational for corectl (the data plane dials it).
 	FixedEntry string `json:"fixedEntry"`
@@ -96,6 +100,66 @@ type Cluster struct {
 	// CNIQualificationRequired turns the gate on; nil means true. Setting
 	// false for a cluster is the explicit exception of spec §5.3.
 	CNIQualificationRequired *bool `json:"cniQualificationRequired,omitempty"`
+}
+
+// Defaults of ClientLimits. client-go's own defaults (5 requests/s,
+// burst 10) throttle back-to-back sandbox creates to about one per
+// second, since one create makes about 20 apiserver requests; these
+// leave the apiserver's API Priority and Fairness to protect it instead,
+// and are sized for corectl's target of 5,000 sandbox networks per minute
+// (docs/benchmarks.md).
+const (
+	// DefaultClientQPS is the steady requests per second of one client.
+	DefaultClientQPS = 300
+	// DefaultClientBurst is the burst above DefaultClientQPS.
+	DefaultClientBurst = 600
+)
+
+// ClientLimits is client-go's token-bucket rate limit (rest.Config QPS
+// and Burst). client-go applies it to each REST client corectl builds
+// for the cluster: controller-runtime makes one per resource type, so the
+// limit holds per resource type (Ingresses, NetworkPolicies,
+// BatchSandboxes, …) and leader election and events have their own.
+type ClientLimits struct {
+	// QPS is the steady rate in requests per second; 0 means
+	// DefaultClientQPS; -1 turns client-side limiting off (the
+	// apiserver's API Priority and Fairness still applies). Other negative
+	// values are invalid.
+	QPS float32 `json:"qps,omitempty"`
+	// Burst is how many requests may go at once above the steady rate; 0
+	// means DefaultClientBurst when QPS is 0, else twice QPS rounded up.
+	// It must be 0 when QPS is -1.
+	Burst int `json:"burst,omitempty"`
+}
+
+// Effective returns the QPS and burst client-go is given: the defaults
+// filled in; (-1, 0) when limiting is off.
+func (l ClientLimits) Effective() (qps float32, burst int) {
+	switch {
+	case l.QPS < 0:
+		return -1, 0
+	case l.QPS == 0 && l.Burst == 0:
+		return DefaultClientQPS, DefaultClientBurst
+	case l.QPS == 0:
+		return DefaultClientQPS, l.Burst
+	case l.Burst == 0:
+		return l.QPS, int(math.Ceil(float64(l.QPS) * 2))
+	}
+	return l.QPS, l.Burst
+}
+
+func (l ClientLimits) validate() error {
+	switch {
+	case l.QPS < 0 && l.QPS != -1:
+		return fmt.Errorf("client.qps %v is negative (use -1 to turn client-side limiting off)", l.QPS)
+	case math.IsNaN(float64(l.QPS)) || math.IsInf(float64(l.QPS), 0):
+		return errors.New("client.qps is not a number")
+	case l.Burst < 0:
+		return fmt.Errorf("client.burst %d is negative", l.Burst)
+	case l.QPS == -1 && l.Burst != 0:
+		return errors.New("client.burst must be absent when client.qps is -1")
+	}
+	return nil
 }
 
 // IngressCarrier is the ingress class, host and OpenSandbox ingress
@@ -236,6 +300,7 @@ func Parse(data []byte) (*Config, error) {
 // Validate checks every cluster and the template store. Rules: at least
 // one cluster; IDs unique, non-empty valid label values; exactly one of
 // kubeconfig and inCluster; fixedEntry an http(s) URL with a host;
+// client.qps 0, positive or -1 and client.burst 0 or positive (0 with -1);
 // ingress.className, namespace and backendService valid names, host a
 // DNS-1123 subdomain or empty, backendPort set; allocationLabel a valid
 // label key; DNS selectors valid and not empty (an empty selector would
@@ -318,5 +383,5 @@ func (c *Cluster) validate() error {
 	if slices.Contains([]string{c.CNI.Implementation, c.CNI.Version, c.CNI.Fingerprint}, "") {
 		return errors.New("cni.implementation, cni.version and cni.fingerprint are required")
 	}
-	return nil
+	return c.Client.validate()
 }

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 )
 
 const good = `
@@ -55,6 +58,11 @@ func TestParseRefusesInvalidConfig(t *testing.T) {
 		{"YAML number for a string", "version: v3.28.1, fingerprint: \"sha256:abc\"}\n    cniQ", "version: 3, fingerprint: \"sha256:abc\"}\n    cniQ"},
 		{"missing CNI facts", "cni: {implementation: calico, version: v3.28.1, fingerprint: \"sha256:abc\"}", "cni: {implementation: calico}"},
 		{"bad allocation label", "    fixedEntry:", "    allocationLabel: 'bad label'\n    fixedEntry:"},
+		{"negative client qps", "    fixedEntry:", "    client: {qps: -2}\n    fixedEntry:"},
+		{"negative client burst", "    fixedEntry:", "    client: {burst: -1}\n    fixedEntry:"},
+		{"burst with limiting off", "    fixedEntry:", "    client: {qps: -1, burst: 5}\n    fixedEntry:"},
+		{"client qps as a string", "    fixedEntry:", "    client: {qps: \"fast\"}\n    fixedEntry:"},
+		{"unknown client field", "    fixedEntry:", "    client: {rate: 5}\n    fixedEntry:"},
 	} {
 		data := strings.Replace(good, tc.from, tc.to, 1)
 		if data == good {
@@ -68,5 +76,34 @@ func TestParseRefusesInvalidConfig(t *testing.T) {
 	dup := strings.Replace(good, "templates:", block+"templates:", 1)
 	if _, err := Parse([]byte(dup)); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "duplicate id") {
 		t.Errorf("duplicate cluster: %v", err)
+	}
+}
+
+// TestClientLimits: the client block of a cluster sets client-go's QPS and
+// Burst; absent values take the documented defaults, a QPS alone gets a
+// burst of twice it, and -1 turns client-side limiting off (client-go
+// builds no rate limiter for a negative QPS).
+func TestClientLimits(t *testing.T) {
+	for _, tc := range []struct {
+		name, block string
+		qps         float32
+		burst       int
+	}{
+		{"absent", "", DefaultClientQPS, DefaultClientBurst},
+		{"both", "    client: {qps: 50, burst: 70}\n", 50, 70},
+		{"qps alone", "    client: {qps: 12.5}\n", 12.5, 25},
+		{"burst alone", "    client: {burst: 900}\n", DefaultClientQPS, 900},
+		{"off", "    client: {qps: -1}\n", -1, 0},
+	} {
+		cfg, err := Parse([]byte(strings.Replace(good, "    fixedEntry:", tc.block+"    fixedEntry:", 1)))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		c := &cfg.Clusters[0]
+		rc := &rest.Config{QPS: 1000, Burst: 2000, RateLimiter: flowcontrol.NewFakeAlwaysRateLimiter()}
+		c.ApplyClientLimits(rc)
+		if rc.QPS != tc.qps || rc.Burst != tc.burst || rc.RateLimiter != nil {
+			t.Errorf("%s: QPS %v burst %d limiter %v, want %v %d nil", tc.name, rc.QPS, rc.Burst, rc.RateLimiter, tc.qps, tc.burst)
+		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -76,24 +77,38 @@ func TestEgressRecoveryWaitsForTheGracePeriod(t *testing.T) {
 // against the real apiserver: per sandbox, an egress PUT (write, read
 // back, selector and conflict checks, CNI gate, LKG write, read back) and
 // an ingress cycle (persist desired, Verifying, write the managed
-// Ingress, read back, path-claim enumeration, status). It reports
-// networks/min. "serial" runs one sandbox at a time; "parallel" runs 8
-// workers, as the API and the reconciler do under load.
+// Ingress, read back, path-claim enumeration, status). The engines use a
+// client with the cluster's default client limits
+// (cluster.DefaultClientQPS/Burst), as corectl does. It reports
+// networks/min and the CPU per network of this process (the engines and
+// the benchmark), kube-apiserver and etcd. workers=1 runs one sandbox at a
+// time; more workers run sandboxes concurrently, as the API and the
+// reconciler do under load.
 func BenchmarkReconcileSandboxNetworks(b *testing.B) {
-	for _, workers := range []int{1, 8} {
+	for _, workers := range []int{1, 8, 32} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
 			ns := env.Namespace(b)
 			ingNS := env.Namespace(b)
 			c := kubetest.Cluster("c1", ingNS)
 			c.Ingress.Host = ns + ".example.test"
-			eg := &egress.Engine{Client: env.Client, Cluster: c}
-			in := &ingressallow.Engine{Client: env.Client, Cluster: c}
+			cfg := rest.CopyConfig(env.Config)
+			c.ApplyClientLimits(cfg)
+			cl, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+			if err != nil {
+				b.Fatal(err)
+			}
+			eg := &egress.Engine{Client: cl, Cluster: c}
+			in := &ingressallow.Engine{Client: cl, Cluster: c}
 			ir := &IngressReconciler{Engine: in}
 			for i := 0; i < b.N; i++ {
 				env.BatchSandbox(b, ns, fmt.Sprintf("s%d", i), map[string]string{"allocation-id": fmt.Sprintf("a%d", i)})
 			}
 			var next atomic.Int64
 			var failed atomic.Int64
+			cpu0, err := kubetest.ReadCPU()
+			if err != nil {
+				b.Fatal(err)
+			}
 			b.ResetTimer()
 			start := time.Now()
 			done := make(chan struct{}, workers)
@@ -126,10 +141,19 @@ func BenchmarkReconcileSandboxNetworks(b *testing.B) {
 			}
 			elapsed := time.Since(start)
 			b.StopTimer()
+			cpu1, err := kubetest.ReadCPU()
+			if err != nil {
+				b.Fatal(err)
+			}
 			if n := failed.Load(); n > 0 {
 				b.Fatalf("%d of %d sandbox networks failed", n, b.N)
 			}
+			used := cpu1.Sub(cpu0)
+			perNet := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(b.N) }
 			b.ReportMetric(float64(b.N)/elapsed.Minutes(), "networks/min")
+			b.ReportMetric(perNet(used.Self), "corectl-cpu-ms/network")
+			b.ReportMetric(perNet(used.APIServer), "apiserver-cpu-ms/network")
+			b.ReportMetric(perNet(used.Etcd), "etcd-cpu-ms/network")
 		})
 	}
 }

@@ -73,7 +73,9 @@ type Options struct {
 	// IngressWait bounds an ingress PUT's wait (see httpapi.Server).
 	IngressWait time.Duration
 	// RESTConfig returns a cluster's apiserver connection (default
-	// (*cluster.Cluster).RESTConfig); tests point it at envtest.
+	// (*cluster.Cluster).RESTConfig); tests point it at envtest. The
+	// daemon sets the cluster's client limits on the returned config
+	// (cluster.ClientLimits), so tests run with the production limits.
 	RESTConfig func(*cluster.Cluster) (*rest.Config, error)
 	// Log is the logger (zero value: discard).
 	Log logr.Logger
@@ -183,6 +185,7 @@ func New(opts Options) (*Daemon, error) {
 		if err != nil {
 			return nil, err
 		}
+		c.ApplyClientLimits(cfg)
 		mopts := ctrl.Options{
 			Scheme:                        scheme,
 			Logger:                        opts.Log.WithValues("cluster", c.ID),

@@ -96,11 +96,13 @@ type ResolvedSandbox struct {
 
 // Resolve finds the BatchSandbox named id in any namespace the way
 // OpenSandbox's ingress does (docs/wire-facts.md §X2.4); false when there is
-// none or the apiserver cannot answer.
+// none or the apiserver cannot answer. The apiserver filters by name
+// (field selector metadata.name), so a resolve costs the same however
+// many BatchSandboxes earlier tests left.
 func (e *Env) Resolve(ctx context.Context, id string) (ResolvedSandbox, bool) {
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(sandbox.GVK.GroupVersion().WithKind("BatchSandboxList"))
-	if err := e.Client.List(ctx, list); err != nil {
+	if err := e.Client.List(ctx, list, client.MatchingFields{"metadata.name": id}); err != nil {
 		return ResolvedSandbox{}, false
 	}
 	for _, u := range list.Items {

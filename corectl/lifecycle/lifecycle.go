@@ -209,8 +209,10 @@ type Orchestrator struct {
 	HTTP *http.Client
 	// ReadyBudget bounds the readiness check (default 60 s).
 	ReadyBudget time.Duration
-	// ReadyInterval is the pause between readiness attempts (default
-	// 200 ms).
+	// ReadyInterval is the longest pause between readiness attempts
+	// (default 200 ms). The pauses start at FirstReadyInterval (or
+	// ReadyInterval when that is shorter) and double up to it, so a
+	// sandbox that starts quickly is seen quickly.
 	ReadyInterval time.Duration
 	// PodTemplate returns the BatchSandbox pod template spec for a
 	// template ID (default: one container "sandbox" with image templateID).
@@ -750,17 +752,24 @@ func (c *creation) onForbidden(ctx context.Context) error {
 	return nil
 }
 
+// FirstReadyInterval is the first pause between readiness attempts; the
+// pauses double from it up to Orchestrator.ReadyInterval.
+const FirstReadyInterval = 10 * time.Millisecond
+
 // readiness polls GET <fixedEntry>/<id>/44772/ping until it answers 200 or
-// the budget is spent (spec §4.2).
+// the budget is spent (spec §4.2), pausing FirstReadyInterval after the
+// first attempt and twice as long after each next one, up to
+// ReadyInterval.
 func (o *Orchestrator) readiness(ctx context.Context, id string, onForbidden func(context.Context) error) error {
 	budget := o.ReadyBudget
 	if budget <= 0 {
 		budget = 60 * time.Second
 	}
-	interval := o.ReadyInterval
-	if interval <= 0 {
-		interval = 200 * time.Millisecond
+	maxInterval := o.ReadyInterval
+	if maxInterval <= 0 {
+		maxInterval = 200 * time.Millisecond
 	}
+	interval := min(FirstReadyInterval, maxInterval)
 	hc := o.HTTP
 	if hc == nil {
 		hc = &http.Client{Timeout: 5 * time.Second}
@@ -800,6 +809,7 @@ func (o *Orchestrator) readiness(ctx context.Context, id string, onForbidden fun
 			return fmt.Errorf("GET /%s/%d/ping through the fixed entry did not answer 200 within %s (last: %s)", id, ExecdPort, budget, last)
 		case <-t.C:
 		}
+		interval = min(2*interval, maxInterval)
 	}
 }
 

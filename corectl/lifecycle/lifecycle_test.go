@@ -58,7 +58,7 @@ var clusters atomic.Int64
 // with a stand-in OpenSandbox controller, a fixed entry that resolves
 // sandboxes from BatchSandbox objects, and an execd stand-in behind it.
 type world struct {
-	t        *testing.T
+	t        testing.TB
 	url      string
 	nsA, nsB string
 	ingNS    string
@@ -100,6 +100,27 @@ func startAs(t *testing.T, cfg *rest.Config) *world { t.Helper(); return startWi
 // and a NAT: every request appears to come from w.source).
 func startWith(t *testing.T, cfg *rest.Config, probe bool) *world {
 	t.Helper()
+	return startWorld(t, cfg, worldOptions{probe: probe})
+}
+
+// worldOptions are startWorld's choices.
+type worldOptions struct {
+	// probe: see startWith.
+	probe bool
+	// limits are the cluster's client limits (zero: the defaults).
+	limits cluster.ClientLimits
+	// productionTimers keeps the orchestrator's default readiness
+	// interval instead of the tests' short one (benchmarks).
+	productionTimers bool
+	// onStep, when set, is called as each create or compensation step of
+	// sandbox id begins (benchmarks time the steps with it).
+	onStep func(id string, s lifecycle.Step)
+}
+
+// startWorld starts the world as o says.
+func startWorld(t testing.TB, cfg *rest.Config, o worldOptions) *world {
+	t.Helper()
+	probe := o.probe
 	w := &world{t: t, nsA: env.Namespace(t), nsB: env.Namespace(t), ingNS: env.Namespace(t)}
 	id := fmt.Sprintf("lc%d", clusters.Add(1))
 
@@ -124,6 +145,7 @@ func startWith(t *testing.T, cfg *rest.Config, probe bool) *world {
 	c := kubetest.Cluster(id, w.ingNS)
 	c.FixedEntry = w.entryURL
 	c.Ingress.Host = w.nsA + ".example.test"
+	c.Client = o.limits
 	w.cluster = c
 
 	// The gateway's HS256 key.
@@ -166,12 +188,17 @@ func startWith(t *testing.T, cfg *rest.Config, probe bool) *world {
 		RESTConfig: func(*cluster.Cluster) (*rest.Config, error) { return rest.CopyConfig(cfg), nil },
 		TokenKey:   &sk, ReadyBudget: 30 * time.Second, OrphanInterval: time.Hour,
 		ProbeSourceDiscovery: probe, ProbeListen: "127.0.0.1:0", ShutdownGrace: 20 * time.Second,
-		Lifecycle: func(o *lifecycle.Orchestrator) {
-			o.ReadyInterval = 20 * time.Millisecond
-			if o.Probe != nil {
-				o.Probe.Interval, o.Probe.Budget = 20*time.Millisecond, 3*time.Second
+		Lifecycle: func(lo *lifecycle.Orchestrator) {
+			if !o.productionTimers {
+				lo.ReadyInterval = 20 * time.Millisecond
 			}
-			o.Fault = func(_ string, s lifecycle.Step) error {
+			if lo.Probe != nil {
+				lo.Probe.Interval, lo.Probe.Budget = 20*time.Millisecond, 3*time.Second
+			}
+			lo.Fault = func(id string, s lifecycle.Step) error {
+				if o.onStep != nil {
+					o.onStep(id, s)
+				}
 				w.mu.Lock()
 				block := w.blockAt[s]
 				w.mu.Unlock()
@@ -185,7 +212,7 @@ func startWith(t *testing.T, cfg *rest.Config, probe bool) *world {
 				}
 				return nil
 			}
-			w.orch = o
+			w.orch = lo
 		},
 	})
 	if err != nil {
