@@ -4,26 +4,19 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"strings"
-)
 
-// shellQuote quotes s for POSIX sh and bash: it is wrapped in single quotes
-// and each ' becomes '\”. The result is one word whatever s contains.
-func shellQuote(s string) string {
-	if s == "" {
-		return "''"
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
+	"github.com/sandgate/sandgate/gateway/execd"
+)
 
 // commandLine joins cmd and args into the one string execd's /command
 // accepts (execd runs it as bash -c <string>), each word quoted so that the
 // argv the SDK asked for is the argv that runs.
 func commandLine(cmd string, args []string) string {
 	var b strings.Builder
-	b.WriteString(shellQuote(cmd))
+	b.WriteString(execd.Quote(cmd))
 	for _, a := range args {
 		b.WriteByte(' ')
-		b.WriteString(shellQuote(a))
+		b.WriteString(execd.Quote(a))
 	}
 	return b.String()
 }
@@ -55,7 +48,7 @@ func newMarker() string {
 //     core or stop) are reported as exit status 128+n.
 //   - The exit status is otherwise kept.
 func wrapCommand(line, marker string) string {
-	m := shellQuote(marker)
+	m := execd.Quote(marker)
 	return "{ " + line + " 2>&3 3>&-; } 3>&2 2>/dev/null; __sandgate_rc=$?; " +
 		"printf '%s\\n' " + m + "; printf '%s\\n' " + m + " >&2; " +
 		"case $__sandgate_rc in 129|130|137|141|142|143) kill -$((__sandgate_rc-128)) $$;; esac; " +

@@ -3,10 +3,13 @@ package dataplane
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
+	"reflect"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -45,21 +48,13 @@ func TestListDir(t *testing.T) {
 			d1 := list(`{"path":"/home/user/d","depth":1}`)
 			d2 := list("{\n  \"path\": \"d\",\n  \"depth\": 2\n}") // Python's pretty JSON, relative path
 			d0 := list(`{"path":"/home/user/d"}`)                  // depth omitted = 1
-			if version == execdstub.VersionHEAD {
-				if got := names(d1); got != "FILE_TYPE_FILE:/home/user/d/a.txt FILE_TYPE_DIRECTORY:/home/user/d/sub" {
-					t.Fatalf("depth 1: %s", got)
-				}
-				if got := names(d2); got != "FILE_TYPE_FILE:/home/user/d/a.txt FILE_TYPE_DIRECTORY:/home/user/d/sub FILE_TYPE_FILE:/home/user/d/sub/b.txt FILE_TYPE_DIRECTORY:/home/user/d/sub/deeper" {
-					t.Fatalf("depth 2: %s", got)
-				}
-			} else {
-				// v1.0.18 has no /directories/list: files only, via /files/search.
-				if got := names(d1); got != "FILE_TYPE_FILE:/home/user/d/a.txt" {
-					t.Fatalf("depth 1: %s", got)
-				}
-				if got := names(d2); got != "FILE_TYPE_FILE:/home/user/d/a.txt FILE_TYPE_FILE:/home/user/d/sub/b.txt" {
-					t.Fatalf("depth 2: %s", got)
-				}
+			// v1.0.18 has no /directories/list; the gateway builds the same
+			// listing (TestListDirSameOnV1018 compares them entry by entry).
+			if got := names(d1); got != "FILE_TYPE_FILE:/home/user/d/a.txt FILE_TYPE_DIRECTORY:/home/user/d/sub" {
+				t.Fatalf("depth 1: %s", got)
+			}
+			if got := names(d2); got != "FILE_TYPE_FILE:/home/user/d/a.txt FILE_TYPE_DIRECTORY:/home/user/d/sub FILE_TYPE_FILE:/home/user/d/sub/b.txt FILE_TYPE_DIRECTORY:/home/user/d/sub/deeper" {
+				t.Fatalf("depth 2: %s", got)
 			}
 			if names(d0) != names(d1) {
 				t.Fatalf("depth 0 %s != depth 1 %s", names(d0), names(d1))
@@ -72,13 +67,86 @@ func TestListDir(t *testing.T) {
 			if !want.Match(raw) {
 				t.Fatalf("entry %s", raw)
 			}
-			if version == execdstub.VersionHEAD {
-				dir, _ := json.Marshal(d1[1])
-				if !bytes.Contains(dir, []byte(`"mode":493,`)) || !bytes.Contains(dir, []byte(`"permissions":"drwxr-xr-x"`)) {
-					t.Fatalf("dir entry %s", dir)
-				}
+			dir, _ := json.Marshal(d1[1])
+			if !bytes.Contains(dir, []byte(`"mode":493,`)) || !bytes.Contains(dir, []byte(`"permissions":"drwxr-xr-x"`)) {
+				t.Fatalf("dir entry %s", dir)
 			}
 		})
+	}
+}
+
+// TestListDirSameOnV1018: on execd v1.0.18 (no /directories/list, and a
+// /files/search that lists regular files only) ListDir answers exactly what
+// it answers on execd HEAD for the same tree, at depth 1, 2 and 3: empty
+// directories, dotfiles, odd names, files whose owner has no name (which
+// fail v1.0.18's /files/search whole), symlinks (listed, not followed) and
+// a FIFO included. Symlinks and the FIFO are FILE_TYPE_UNSPECIFIED on both
+// (the SDKs leave them out of list()); v1.0.18 gives them no metadata.
+func TestListDirSameOnV1018(t *testing.T) {
+	head := newTestEnv(t)
+	old := newTestEnv(t, func(_ *Config, x *execdstub.Config) { x.Version = execdstub.Version1018; x.Root = head.root })
+	for p, content := range map[string]string{
+		"/home/user/t/a.txt": "a", "/home/user/t/.hidden": "h", "/home/user/t/..dots": "d", "/home/user/t/sub/b.txt": "bb",
+		"/home/user/t/sub/deeper/c.txt": "c", "/home/user/t/we ird 'name\"/ünï.txt": "u", "/home/user/t/nl\nname": "n",
+		"/home/user/t/a-b/x": "x", "/home/user/t/a/y": "y",
+	} {
+		head.writeFile(p, content)
+	}
+	for _, d := range []string{"/home/user/t/empty", "/home/user/t/sub/emptier", "/home/user/t/sub/deeper/empty3"} {
+		if err := os.MkdirAll(head.hostPath(d), 0o750); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("a.txt", head.hostPath("/home/user/t/link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("sub", head.hostPath("/home/user/t/dirlink")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(head.hostPath("/home/user/t/fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(head.hostPath("/home/user/t/a.txt"), 4242, 4242); err != nil {
+		t.Fatal(err)
+	}
+	list := func(e *testEnv, depth int) []map[string]any {
+		resp, body := e.unary("ListDir", fmt.Sprintf(`{"path":"/home/user/t","depth":%d}`, depth))
+		if resp.StatusCode != 200 {
+			t.Fatalf("depth %d: %d %s", depth, resp.StatusCode, body)
+		}
+		var out struct{ Entries []map[string]any }
+		if err := json.Unmarshal(body, &out); err != nil {
+			t.Fatal(err)
+		}
+		for _, ent := range out.Entries {
+			if ent["type"] == "FILE_TYPE_UNSPECIFIED" {
+				for k := range ent {
+					if k != "name" && k != "path" && k != "type" {
+						delete(ent, k)
+					}
+				}
+			}
+		}
+		return out.Entries
+	}
+	for _, depth := range []int{1, 2, 3} {
+		want, got := list(head, depth), list(old, depth)
+		if !reflect.DeepEqual(got, want) {
+			w, _ := json.MarshalIndent(want, "", " ")
+			g, _ := json.MarshalIndent(got, "", " ")
+			t.Fatalf("depth %d: v1.0.18 listing\n%s\nHEAD listing\n%s", depth, g, w)
+		}
+		if len(want) < 10 {
+			t.Fatalf("depth %d: only %d entries", depth, len(want))
+		}
+	}
+	if n := len(old.execd.Commands()); n != 3 {
+		t.Fatalf("v1.0.18 ran %d commands for 3 listings", n)
+	}
+	for _, c := range old.execd.Commands() {
+		if c.Request.Cwd != "/home/user/" || c.Request.Uid != nil {
+			t.Fatalf("listing command %+v, want execd's identity in the parent directory", c.Request)
+		}
 	}
 }
 

@@ -195,23 +195,34 @@ func decodeJSON(resp *http.Response, v any) error {
 // path is an *Error with KindNotFound; execd v1.0.18 reports it as
 // 500 RUNTIME_ERROR "file not found", which is mapped to KindNotFound too.
 func (c *Client) Stat(ctx context.Context, t Target, p string) (FileInfo, error) {
-	resp, err := c.doOK(ctx, t, http.MethodGet, "/files/info", url.Values{"path": {p}}, nil, nil)
+	m, err := c.info(ctx, t, []string{p})
+	if err != nil {
+		return FileInfo{}, err
+	}
+	return m[p], nil
+}
+
+// info calls GET /files/info with every path of ps and returns execd's map,
+// which must name each of them.
+func (c *Client) info(ctx context.Context, t Target, ps []string) (map[string]FileInfo, error) {
+	resp, err := c.doOK(ctx, t, http.MethodGet, "/files/info", url.Values{"path": ps}, nil, nil)
 	if err != nil {
 		var e *Error
 		if errors.As(err, &e) && e.Kind == KindExecd && e.Code == "RUNTIME_ERROR" && strings.Contains(e.Message, "file not found") {
 			e.Kind = KindNotFound
 		}
-		return FileInfo{}, err
+		return nil, err
 	}
 	var m map[string]FileInfo
 	if err := decodeJSON(resp, &m); err != nil {
-		return FileInfo{}, err
+		return nil, err
 	}
-	fi, ok := m[p]
-	if !ok {
-		return FileInfo{}, &Error{Kind: KindUnexpected, Message: "execd's file info did not name the requested path"}
+	for _, p := range ps {
+		if _, ok := m[p]; !ok {
+			return nil, &Error{Kind: KindUnexpected, Message: "execd's file info did not name the requested path"}
+		}
 	}
-	return fi, nil
+	return m, nil
 }
 
 // Download calls GET /files/download?path=p, passing the Range and
@@ -255,16 +266,16 @@ func (c *Client) DeleteDirectory(ctx context.Context, t Target, p string) error 
 }
 
 // ListDirectory calls GET /directories/list?path=&depth= (execd HEAD). When
-// execd has no such route (v1.0.18 answers gin's "404 page not found") it
-// falls back to GET /files/search?path=&pattern=*, which lists regular files
-// only, recursively; entries deeper than depth are dropped. A missing path is
-// KindNotFound, a path that is not a directory KindExecd with status 400.
+// execd has no such route (v1.0.18 answers gin's "404 page not found") the
+// listing is built with listWithShell, in the same order and shape. A
+// missing path is KindNotFound, a path that is not a directory (or is a
+// symlink) KindExecd with status 400.
 func (c *Client) ListDirectory(ctx context.Context, t Target, p string, depth int) ([]FileInfo, error) {
 	q := url.Values{"path": {p}, "depth": {strconv.Itoa(depth)}}
 	resp, err := c.doOK(ctx, t, http.MethodGet, "/directories/list", q, nil, nil)
 	var e *Error
 	if errors.As(err, &e) && e.Kind == KindNoRoute {
-		return c.searchFiles(ctx, t, p, depth)
+		return c.listWithShell(ctx, t, p, depth)
 	}
 	if err != nil {
 		return nil, err
@@ -274,28 +285,6 @@ func (c *Client) ListDirectory(ctx context.Context, t Target, p string, depth in
 		return nil, err
 	}
 	return list, nil
-}
-
-func (c *Client) searchFiles(ctx context.Context, t Target, dir string, depth int) ([]FileInfo, error) {
-	resp, err := c.doOK(ctx, t, http.MethodGet, "/files/search", url.Values{"path": {dir}, "pattern": {"*"}}, nil, nil)
-	if err != nil {
-		return nil, err
-	}
-	var all []FileInfo
-	if err := decodeJSON(resp, &all); err != nil {
-		return nil, err
-	}
-	prefix := strings.TrimRight(dir, "/") + "/"
-	out := all[:0]
-	for _, fi := range all {
-		rel, ok := strings.CutPrefix(fi.Path, prefix)
-		if !ok || strings.Count(rel, "/")+1 > depth {
-			continue
-		}
-		fi.Type = TypeFile
-		out = append(out, fi)
-	}
-	return out, nil
 }
 
 // CommandRequest is execd's RunCommandRequest (docs/wire-facts.md §X1.4).

@@ -86,10 +86,11 @@ func fileType(fi os.FileInfo) string {
 	return "other"
 }
 
-// buildFileInfo describes fi found at sandbox path abs. On v1.0.18 an
-// unknown owner or group is an error (its /files/search failed on them);
-// HEAD falls back to the numeric id.
-func (s *Server) buildFileInfo(abs string, fi os.FileInfo) (FileInfo, error) {
+// buildFileInfo describes fi found at sandbox path abs. An owner or group
+// without a name is given as its numeric id, except in v1.0.18's
+// /files/search (strictOwner), which fails on it (its GetFileInfo, behind
+// /files/info, falls back to the id like HEAD).
+func (s *Server) buildFileInfo(abs string, fi os.FileInfo, strictOwner bool) (FileInfo, error) {
 	st, _ := fi.Sys().(*syscall.Stat_t)
 	var uid, gid string
 	ctime := fi.ModTime()
@@ -101,12 +102,12 @@ func (s *Server) buildFileInfo(abs string, fi os.FileInfo) (FileInfo, error) {
 	owner, group := uid, gid
 	if u, err := user.LookupId(uid); err == nil {
 		owner = u.Username
-	} else if s.v1018 {
+	} else if strictOwner {
 		return FileInfo{}, fmt.Errorf("error lookup owner for file %s: %w", abs, err)
 	}
 	if g, err := user.LookupGroupId(gid); err == nil {
 		group = g.Name
-	} else if s.v1018 {
+	} else if strictOwner {
 		return FileInfo{}, fmt.Errorf("error lookup group for file %s: %w", abs, err)
 	}
 	mode, _ := strconv.Atoi(strconv.FormatUint(uint64(fi.Mode().Perm()), 8))
@@ -156,7 +157,7 @@ func (s *Server) handleFilesInfo(w http.ResponseWriter, r *http.Request, _ map[s
 			s.handleFileError(w, err)
 			return
 		}
-		info, err := s.buildFileInfo(abs, fi)
+		info, err := s.buildFileInfo(abs, fi, false)
 		if err != nil {
 			s.handleFileError(w, err)
 			return
@@ -547,7 +548,7 @@ func (s *Server) handleSearchFiles(w http.ResponseWriter, r *http.Request, _ map
 			return fmt.Errorf("invalid pattern %s: %w", pattern, err)
 		}
 		if ok {
-			fi, err := s.buildFileInfo(s.sandboxPath(fp), info)
+			fi, err := s.buildFileInfo(s.sandboxPath(fp), info, s.v1018)
 			if err != nil {
 				return err
 			}
@@ -617,7 +618,7 @@ func (s *Server) handleListDirectory(w http.ResponseWriter, r *http.Request, _ m
 			if err != nil {
 				return fsErr(err, child)
 			}
-			entry, err := s.buildFileInfo(child, fi)
+			entry, err := s.buildFileInfo(child, fi, false)
 			if err != nil {
 				return err
 			}

@@ -13,6 +13,7 @@ import (
 	"os/user"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -286,6 +287,25 @@ func TestFilesInfo(t *testing.T) {
 			resp, body = e.do("GET", "/files/info", nil, nil)
 			if resp.StatusCode != 200 || string(body) != "{}" {
 				t.Errorf("no path: %d %s", resp.StatusCode, body)
+			}
+			// An owner without a name is its numeric id in /files/info on
+			// both builds (v1.0.18's GetFileInfo falls back to it too);
+			// only v1.0.18's /files/search fails on it.
+			_ = os.WriteFile(e.host("ws/anon.txt"), []byte("x"), 0o644)
+			if err := os.Chown(e.host("ws/anon.txt"), 4242, 4242); err != nil {
+				t.Fatal(err)
+			}
+			resp, body = e.do("GET", "/files/info?path=/ws/anon.txt", nil, nil)
+			if a := decodeInfo(t, body)["/ws/anon.txt"]; resp.StatusCode != 200 || a["owner"] != "4242" || a["group"] != "4242" {
+				t.Errorf("anonymous owner: %d %s", resp.StatusCode, body)
+			}
+			resp, body = e.do("GET", "/files/search?path=/ws&pattern=anon.txt", nil, nil)
+			if version == execdstub.VersionHEAD {
+				if resp.StatusCode != 200 || !strings.Contains(string(body), `"owner":"4242"`) {
+					t.Errorf("HEAD search with an anonymous owner: %d %s", resp.StatusCode, body)
+				}
+			} else if resp.StatusCode != 500 || !strings.Contains(string(body), "error lookup owner for file") {
+				t.Errorf("v1.0.18 search with an anonymous owner: %d %s", resp.StatusCode, body)
 			}
 		})
 	}

@@ -65,6 +65,10 @@ type Config struct {
 	Sandboxes []string
 	// ExecdVersion selects the execd stand-in's behaviour (HEAD, v1.0.18).
 	ExecdVersion string
+	// SandboxRoot is the host directory that stands for the sandbox's "/";
+	// empty creates one (with home/user, root and tmp) in the environment's
+	// directory. Two environments may share one.
+	SandboxRoot string
 	// ExecdAccessToken, when set, is the X-EXECD-ACCESS-TOKEN the execd
 	// stand-in requires on every request (execd's --access-token).
 	ExecdAccessToken string
@@ -141,15 +145,18 @@ func Start(cfg Config) (_ *Env, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{Dir: dir, Root: filepath.Join(dir, "sandbox"), waitErr: make(chan error, 1)}
+	e := &Env{Dir: dir, Root: cfg.SandboxRoot, waitErr: make(chan error, 1)}
 	defer func() {
 		if err != nil {
 			e.Close()
 		}
 	}()
-	for _, d := range []string{"home/user", "root", "tmp"} {
-		if err := os.MkdirAll(filepath.Join(e.Root, d), 0o755); err != nil {
-			return nil, err
+	if e.Root == "" {
+		e.Root = filepath.Join(dir, "sandbox")
+		for _, d := range []string{"home/user", "root", "tmp"} {
+			if err := os.MkdirAll(filepath.Join(e.Root, d), 0o755); err != nil {
+				return nil, err
+			}
 		}
 	}
 

@@ -139,6 +139,15 @@ const scenarios = {
     }
   },
 
+  // files.list at depth 1 and 2, every field the SDK gives.
+  async list(sbx) {
+    const show = (l) => l.map((e) => ({ ...e, modifiedTime: e.modifiedTime?.toISOString() }))
+    return {
+      depth1: await attempt(async () => show(await sbx.files.list(dir))),
+      depth2: await attempt(async () => show(await sbx.files.list(dir, { depth: 2 }))),
+    }
+  },
+
   // sbx.isRunning(): envd's GET /health.
   async isRunning(sbx) {
     return { running: await attempt(() => sbx.isRunning()) }

@@ -1,0 +1,178 @@
+package execd
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// listScript prints the entries below "$1" (relative to the command's
+// working directory) down to "$2" levels as NUL-terminated records: a type
+// letter (d directory, f regular file, l symlink, o anything else) and the
+// path. Symlinks are listed, not followed. It exits 4 when "$1" does not
+// exist, 3 when it is a symlink and 2 when it is not a directory, which are
+// the refusals of execd's /directories/list. Only POSIX sh is used (execd
+// runs sh where there is no bash); each directory is read in a subshell, so
+// the recursion keeps its own loop variable.
+const listScript = `b=$1 n=$2
+[ -e "$b" ] || [ -L "$b" ] || exit 4
+[ -L "$b" ] && exit 3
+[ -d "$b" ] || exit 2
+l() (
+	for e in "$1"/* "$1"/.[!.]* "$1"/..?*; do
+		if [ -L "$e" ]; then printf 'l%s\0' "$e"
+		elif [ -d "$e" ]; then
+			printf 'd%s\0' "$e"
+			if [ "$2" -gt 1 ]; then l "$e" $(($2 - 1)); fi
+		elif [ -f "$e" ]; then printf 'f%s\0' "$e"
+		elif [ -e "$e" ]; then printf 'o%s\0' "$e"
+		fi
+	done
+)
+l "$b" "$n"
+`
+
+// maxInfoQuery bounds the query of one GET /files/info (bytes), so a long
+// listing is stat'ed in several requests that every proxy accepts.
+const maxInfoQuery = 16 << 10
+
+// listWithShell is the directory listing for an execd without
+// /directories/list (v1.0.18, docs/wire-facts.md §X1.6). execd v1.0.18 lists
+// regular files only (/files/search, recursively, whatever the depth, and
+// failing whole on a file whose owner has no name), so no file API can show
+// a directory, let alone an empty one. The entries and their types come
+// from a POSIX sh script run with POST /command, whose working directory is
+// dir's parent (execd resolves it; the script uses relative paths), down to
+// depth levels; the metadata of directories and regular files from
+// GET /files/info (batched), which v1.0.18 has. The answer is in
+// /directories/list's order and shape: lexical by path component, each
+// directory's entries right after it, FileInfo.Type set. Symlinks and other
+// entries carry their path and type only (v1.0.18's /files/info follows
+// symlinks and fails on a dangling one); envd's SDKs leave both out of
+// list() anyway. An entry removed between the two calls is left out.
+func (c *Client) listWithShell(ctx context.Context, t Target, dir string, depth int) ([]FileInfo, error) {
+	parent, base := path.Split(dir)
+	if dir == "/" {
+		parent, base = "/", "."
+	}
+	res, err := c.Shell(ctx, t, parent, listScript, base, strconv.Itoa(depth))
+	var e *Error
+	if errors.As(err, &e) && e.Kind == KindExecd && e.Status == http.StatusBadRequest {
+		// execd refuses a working directory that does not exist or is not
+		// a directory: then dir does not exist either.
+		return nil, &Error{Kind: KindNotFound, Status: http.StatusNotFound, Code: "FILE_NOT_FOUND", Message: "directory not found: " + dir}
+	}
+	if err != nil {
+		return nil, err
+	}
+	switch res.ExitCode {
+	case 0:
+	case 4:
+		return nil, &Error{Kind: KindNotFound, Status: http.StatusNotFound, Code: "FILE_NOT_FOUND", Message: "directory not found: " + dir}
+	case 3:
+		return nil, &Error{Kind: KindExecd, Status: http.StatusBadRequest, Code: "INVALID_REQUEST_BODY", Message: "path is a symbolic link, refusing to traverse: " + dir}
+	case 2:
+		return nil, &Error{Kind: KindExecd, Status: http.StatusBadRequest, Code: "INVALID_REQUEST_BODY", Message: "path is not a directory: " + dir}
+	default:
+		return nil, &Error{Kind: KindExecd, Status: http.StatusInternalServerError, Code: "RUNTIME_ERROR",
+			Message: "listing " + dir + " with a shell script failed with exit status " + strconv.Itoa(res.ExitCode)}
+	}
+	var list []FileInfo
+	var stat []string
+	for _, rec := range bytes.Split(res.Stdout, []byte{0}) {
+		if len(rec) == 0 || string(rec) == "\n" {
+			continue // the line end Shell adds after the last record
+		}
+		typ := map[byte]string{'d': TypeDirectory, 'f': TypeFile, 'l': TypeSymlink, 'o': TypeOther}[rec[0]]
+		if typ == "" || len(rec) < 2 {
+			return nil, &Error{Kind: KindUnexpected, Message: "the listing script printed a record it does not print"}
+		}
+		p := path.Join(parent, string(rec[1:]))
+		list = append(list, FileInfo{Path: p, Type: typ})
+		if typ == TypeDirectory || typ == TypeFile {
+			stat = append(stat, p)
+		}
+	}
+	infos, err := c.statMany(ctx, t, stat)
+	if err != nil {
+		return nil, err
+	}
+	out := list[:0]
+	for _, fi := range list {
+		if fi.Type == TypeDirectory || fi.Type == TypeFile {
+			info, ok := infos[fi.Path]
+			if !ok {
+				continue // gone since the script saw it
+			}
+			info.Path, info.Type = fi.Path, fi.Type
+			fi = info
+		}
+		out = append(out, fi)
+	}
+	sort.Slice(out, func(i, j int) bool { return pathLess(out[i].Path, out[j].Path) })
+	return out, nil
+}
+
+// pathLess orders paths as a depth-first walk of lexically sorted
+// directories does: component by component.
+func pathLess(a, b string) bool {
+	as, bs := strings.Split(a, "/"), strings.Split(b, "/")
+	for i := 0; i < len(as) && i < len(bs); i++ {
+		if as[i] != bs[i] {
+			return as[i] < bs[i]
+		}
+	}
+	return len(as) < len(bs)
+}
+
+// statMany calls GET /files/info for paths in batches of at most
+// maxInfoQuery query bytes and returns the entries by path. A batch that
+// fails because a path is gone is retried path by path, leaving the gone
+// ones out.
+func (c *Client) statMany(ctx context.Context, t Target, paths []string) (map[string]FileInfo, error) {
+	out := make(map[string]FileInfo, len(paths))
+	for len(paths) > 0 {
+		n, size := 0, 0
+		for n < len(paths) && (n == 0 || size+len(url.QueryEscape(paths[n]))+6 <= maxInfoQuery) {
+			size += len(url.QueryEscape(paths[n])) + 6
+			n++
+		}
+		batch := paths[:n]
+		paths = paths[n:]
+		m, err := c.info(ctx, t, batch)
+		if isNotFound(err) && len(batch) > 1 {
+			for _, p := range batch {
+				one, err := c.info(ctx, t, []string{p})
+				if isNotFound(err) {
+					continue
+				}
+				if err != nil {
+					return nil, err
+				}
+				out[p] = one[p]
+			}
+			continue
+		}
+		if isNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for p, fi := range m {
+			out[p] = fi
+		}
+	}
+	return out, nil
+}
+
+func isNotFound(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Kind == KindNotFound
+}

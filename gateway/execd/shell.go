@@ -1,0 +1,89 @@
+package execd
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+)
+
+// Quote quotes s as one word for POSIX sh and bash: it is wrapped in single
+// quotes and each ' becomes '\''. The result is one word whatever s holds.
+func Quote(s string) string {
+	if s == "" {
+		return "''"
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// ShellResult is what a Shell script printed on stdout and how it ended.
+type ShellResult struct {
+	// Stdout holds each line execd reported followed by "\n" (execd ends
+	// lines at "\n" and "\r" and drops the terminator, so a "\r" comes back
+	// as "\n", and a last line without a newline gains one). Scripts that
+	// must be exact print NUL-terminated records.
+	Stdout []byte
+	// ExitCode is the script's exit status; -1 when a signal ended it.
+	ExitCode int
+}
+
+// maxShellOutput bounds the stdout a Shell script may print (bytes).
+const maxShellOutput = 32 << 20
+
+// shellTimeoutMs is the lifetime execd gives a Shell script.
+const shellTimeoutMs = 60_000
+
+// Shell runs a short script with execd's POST /command (foreground, as
+// execd's own identity, in directory cwd; empty means execd's) with args as
+// its positional parameters, and returns its stdout once it has ended. It
+// serves what execd has no route for (the directory listing of execd
+// v1.0.18). Output over 32 MiB is an *Error with KindUnexpected; execd's
+// refusals (a cwd that does not exist: 400) come back as *Error.
+func (c *Client) Shell(ctx context.Context, t Target, cwd, script string, args ...string) (ShellResult, error) {
+	var cmd strings.Builder
+	if len(args) > 0 {
+		cmd.WriteString("set --")
+		for _, a := range args {
+			cmd.WriteByte(' ')
+			cmd.WriteString(Quote(a))
+		}
+		cmd.WriteString("\n")
+	}
+	cmd.WriteString(script)
+	stream, err := c.RunCommand(ctx, t, CommandRequest{Command: cmd.String(), Cwd: cwd, Timeout: shellTimeoutMs})
+	if err != nil {
+		return ShellResult{}, err
+	}
+	defer stream.Close()
+	var res ShellResult
+	for {
+		ev, err := stream.Next()
+		if err != nil {
+			if errors.Is(err, ErrStreamEnded) {
+				return ShellResult{}, &Error{Kind: KindUnexpected, Message: "execd closed the command stream before the command ended"}
+			}
+			var e *Error
+			if errors.As(err, &e) {
+				return ShellResult{}, err
+			}
+			return ShellResult{}, transportError(ctx, err)
+		}
+		switch {
+		case ev.Type == EventStdout:
+			if ev.Text != "\n" {
+				res.Stdout = append(res.Stdout, ev.Text...)
+			}
+			res.Stdout = append(res.Stdout, '\n')
+			if len(res.Stdout) > maxShellOutput {
+				return ShellResult{}, &Error{Kind: KindUnexpected, Message: "the script printed more than " + strconv.Itoa(maxShellOutput) + " bytes"}
+			}
+		case ev.Terminal():
+			code, ok := ev.ExitCode()
+			if !ok {
+				return ShellResult{}, &Error{Kind: KindUnexpected, Message: "execd reported an exit code that is not a number"}
+			}
+			res.ExitCode = code
+			return res, nil
+		}
+	}
+}
