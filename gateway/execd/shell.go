@@ -8,7 +8,7 @@ import (
 )
 
 // Quote quotes s as one word for POSIX sh and bash: it is wrapped in single
-// quotes and each ' becomes '\''. The result is one word whatever s holds.
+// quotes and each ' becomes '\”. The result is one word whatever s holds.
 func Quote(s string) string {
 	if s == "" {
 		return "''"
