@@ -258,6 +258,16 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"write_timeout with two values",
 			nodesOpt("\t\t\twrite_timeout 1s 2s #ERR"),
 			[]string{"wrong argument count", "'2s'"}},
+		{"bad shutdown_grace",
+			nodesOpt("\t\t\tshutdown_grace -5s #ERR"),
+			[]string{`bad shutdown_grace "-5s"`}},
+		// The sandgate_health directive.
+		{"sandgate_health with an argument",
+			nodeSite("\tsandgate_health /x extra #ERR"),
+			[]string{"wrong argument count", "'extra'"}},
+		{"sandgate_health with a block",
+			nodeSite("\tsandgate_health {\n\t\tverbose #ERR\n\t}"),
+			[]string{"sandgate_health takes no block"}},
 		// The sandbox_node_connect and sandbox_node_api directives.
 		{"sandbox_node_connect with an argument",
 			nodeSite("\tsandbox_node_connect /connect extra #ERR"),

@@ -11,6 +11,8 @@ import (
 	// The node connection service: http.handlers.sandbox_node_connect,
 	// http.handlers.sandbox_node_api, sandgate.node_credentials.file.
 	_ "github.com/sandgate/sandgate/caddymodules/nodeconnect"
+	// The gateway's probes: http.handlers.sandgate_health.
+	_ "github.com/sandgate/sandgate/caddymodules/health"
 	// The app, its global option and the sandgate-token command.
 	_ "github.com/sandgate/sandgate/caddymodules/sandgate"
 )

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"net/url"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -86,10 +87,13 @@ type App struct {
 	credentials credential.Source
 	logger      *zap.Logger
 
-	hub       *hub.Hub // the shared hub, when Nodes is set
-	hubHeld   bool     // this config holds a reference in hubs
+	hub       *hub.Hub   // the shared hub, when Nodes is set
+	pooled    *pooledHub // its pool entry
+	hubHeld   bool       // this config holds a reference in hubs
 	hubConfig hub.Config
 	hubUndo   func() // puts back the hub settings Start replaced
+
+	running int32 // 1 between Start and Stop (sync/atomic; the App is copied by value in CaddyModule)
 }
 
 // TokenKey is one token verification key.
@@ -237,8 +241,12 @@ func (a *App) Start() error {
 	sort.Strings(ids)
 	a.logger.Info("sandgate app started", zap.Strings("clusters", ids), zap.Int("token_keys", len(a.TokenKeys)),
 		zap.Bool("nodes", a.hub != nil))
+	atomic.StoreInt32(&a.running, 1)
 	return nil
 }
+
+// Running reports whether the app has started and not stopped.
+func (a *App) Running() bool { return atomic.LoadInt32(&a.running) == 1 }
 
 // Stop puts back the node hub settings this config's Start replaced when
 // no later config has replaced them since: that is the case of a reload
@@ -246,10 +254,24 @@ func (a *App) Start() error {
 // running. (A config stopped because a newer one took over changes
 // nothing.) The credential sources and the hub itself are released by
 // Cleanup.
+//
+// When the process is exiting, Stop also begins draining the node hub
+// (Nodes.ShutdownGrace): no new node connects or dispatches, the
+// dispatches under way finish, then every node connection is closed with
+// 1001; Cleanup waits for that drain.
 func (a *App) Stop() error {
+	atomic.StoreInt32(&a.running, 0)
 	if a.hubUndo != nil {
 		a.hubUndo()
 		a.hubUndo = nil
+	}
+	if caddy.Exiting() && a.pooled != nil {
+		grace := time.Duration(a.Nodes.ShutdownGrace)
+		if grace == 0 {
+			grace = DefaultShutdownGrace
+		}
+		a.logger.Info("draining node connections", zap.Duration("shutdown_grace", grace))
+		a.pooled.drain(grace, a.logger)
 	}
 	return nil
 }

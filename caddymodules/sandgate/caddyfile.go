@@ -54,6 +54,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //			response_grace <duration>
 //			close_grace <duration>
 //			heartbeat_interval <duration>
+//			shutdown_grace <duration>
 //		}
 //	}
 //
@@ -187,6 +188,7 @@ func parseNodes(d *caddyfile.Dispenser) (*Nodes, error) {
 		"hello_timeout": &n.HelloTimeout, "idle_timeout": &n.IdleTimeout, "online_window": &n.OnlineWindow,
 		"write_timeout": &n.WriteTimeout, "response_grace": &n.ResponseGrace, "close_grace": &n.CloseGrace,
 		"heartbeat_interval": &n.HeartbeatInterval,
+		"shutdown_grace": &n.ShutdownGrace,
 	}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		opt := d.Val()

@@ -1,12 +1,15 @@
 package sandgate
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
 
 	"github.com/sandgate/sandgate/node/credential"
 	"github.com/sandgate/sandgate/node/hub"
@@ -20,10 +23,37 @@ var hubs = caddy.NewUsagePool()
 const hubKey = "sandgate.node.hub"
 
 // pooledHub lets the pool close the hub when the last config releases it.
-type pooledHub struct{ *hub.Hub }
+type pooledHub struct {
+	*hub.Hub
+	drainOnce sync.Once
+	drained   chan struct{} // closed when a drain began with drain has ended
+}
 
-// Destruct closes every node connection (close code 1001).
-func (p pooledHub) Destruct() error { return p.Hub.Close() }
+// drain begins the hub's graceful shutdown (hub.Shutdown with grace) in
+// the background, once.
+func (p *pooledHub) drain(grace time.Duration, log *zap.Logger) {
+	p.drainOnce.Do(func() {
+		p.drained = make(chan struct{})
+		go func() {
+			defer close(p.drained)
+			ctx, cancel := context.WithTimeout(context.Background(), grace)
+			defer cancel()
+			if err := p.Hub.Shutdown(ctx); err != nil {
+				log.Warn("node connections closed before every dispatch under way had its outcome", zap.Duration("shutdown_grace", grace))
+			}
+		}()
+	})
+}
+
+// Destruct waits for a drain that began (the process is exiting) and
+// closes every node connection (close code 1001).
+func (p *pooledHub) Destruct() error {
+	p.drainOnce.Do(func() {}) // no drain may begin from now on
+	if p.drained != nil {
+		<-p.drained
+	}
+	return p.Hub.Close()
+}
 
 // DefaultOwnerEpoch is the owner epoch when none is configured.
 const DefaultOwnerEpoch = 1
@@ -83,7 +113,17 @@ type Nodes struct {
 	// 4007: beyond a burst of idle_timeout/heartbeat_interval + 2
 	// heartbeats (5 with the defaults) it may send one per half interval.
 	HeartbeatInterval caddy.Duration `json:"heartbeat_interval,omitempty"`
+	// ShutdownGrace: when the gateway exits (SIGTERM, caddy stop), new
+	// node connects and dispatches are refused at once, the dispatches
+	// under way get up to this long to have their outcome, and then every
+	// node connection is closed with 1001 so that nodes reconnect to
+	// another replica at once. Default 15s. (Reloads keep the
+	// connections.)
+	ShutdownGrace caddy.Duration `json:"shutdown_grace,omitempty"`
 }
+
+// DefaultShutdownGrace is Nodes.ShutdownGrace's default.
+const DefaultShutdownGrace = 15 * time.Second
 
 // NodeDeployment is the deployment advertised to generation-managing
 // nodes.
@@ -133,6 +173,7 @@ func (n *Nodes) check() error {
 		{"hello_timeout", n.HelloTimeout}, {"idle_timeout", n.IdleTimeout}, {"online_window", n.OnlineWindow},
 		{"write_timeout", n.WriteTimeout}, {"response_grace", n.ResponseGrace}, {"close_grace", n.CloseGrace},
 		{"heartbeat_interval", n.HeartbeatInterval},
+		{"shutdown_grace", n.ShutdownGrace},
 	} {
 		if t.d < 0 {
 			return fmt.Errorf("%s must not be negative", t.name)
@@ -181,12 +222,14 @@ func (a *App) provisionNodes(ctx caddy.Context) error {
 		},
 		Logger: a.logger.Named("nodes"),
 	}
-	v, _, err := hubs.LoadOrNew(hubKey, func() (caddy.Destructor, error) { return pooledHub{hub.New()}, nil })
+	v, _, err := hubs.LoadOrNew(hubKey, func() (caddy.Destructor, error) { return &pooledHub{Hub: hub.New()}, nil })
 	if err != nil {
 		return err
 	}
 	a.hubHeld = true
-	a.hub = v.(pooledHub).Hub
+	a.pooled = v.(*pooledHub)
+	a.hub = a.pooled.Hub
+	a.hubConfig.Observer = registerNodeMetrics(ctx.GetMetricsRegistry(), a.hub)
 	if err := a.hub.CheckConfig(a.hubConfig); err != nil {
 		return err
 	}

@@ -282,6 +282,21 @@ func (e *Env) startGateway(cfg Config, cfPath string) error {
 // PID returns the gateway's process ID.
 func (e *Env) PID() int { return e.cmd.Process.Pid }
 
+// Signal sends sig to the gateway process.
+func (e *Env) Signal(sig os.Signal) error { return e.cmd.Process.Signal(sig) }
+
+// WaitExit waits up to d for the gateway process to exit and returns its
+// exit error (nil: status 0); ok is false when it was still running.
+func (e *Env) WaitExit(d time.Duration) (exitErr error, ok bool) {
+	select {
+	case err := <-e.waitErr:
+		e.waitErr <- err // Close waits for it too
+		return err, true
+	case <-time.After(d):
+		return nil, false
+	}
+}
+
 // Mint returns a token for sandbox id as g describes.
 func (e *Env) Mint(id string, g Grant) (string, error) {
 	key := e.Key

@@ -270,22 +270,27 @@ func bodyProblem(err error) string {
 	return "malformed JSON body"
 }
 
-// refusal maps a Dispatch error to status, code and message.
+// refusal maps a Dispatch error to status, code (hub.RefusalCode) and
+// message.
 func refusal(err error) (int, string, string) {
-	var pe *proto.Error
-	switch {
-	case errors.Is(err, hub.ErrInvalidRequest) && errors.As(err, &pe):
-		return http.StatusBadRequest, "invalid_request", pe.Error()
-	case errors.Is(err, hub.ErrUnknownNode):
-		return http.StatusNotFound, "not_found", "no such node"
-	case errors.Is(err, hub.ErrOffline):
-		return http.StatusServiceUnavailable, "node_offline", "the node is not online"
-	case errors.Is(err, hub.ErrNotReady):
-		return http.StatusConflict, "generation_not_ready", "the node does not report the deployment generation ready"
-	case errors.Is(err, hub.ErrTooManyPending):
-		return http.StatusTooManyRequests, "too_many_pending", "32 requests are already pending on the node connection"
+	code := hub.RefusalCode(err)
+	switch code {
+	case hub.RefusalInvalidRequest:
+		var pe *proto.Error
+		if errors.As(err, &pe) {
+			return http.StatusBadRequest, code, pe.Error()
+		}
+		return http.StatusBadRequest, code, "the request does not form a valid request frame"
+	case hub.RefusalNotFound:
+		return http.StatusNotFound, code, "no such node"
+	case hub.RefusalNodeOffline:
+		return http.StatusServiceUnavailable, code, "the node is not online"
+	case hub.RefusalNotReady:
+		return http.StatusConflict, code, "the node does not report the deployment generation ready"
+	case hub.RefusalTooManyPending:
+		return http.StatusTooManyRequests, code, "32 requests are already pending on the node connection"
 	}
-	return http.StatusServiceUnavailable, "unavailable", "the node connection service is unavailable"
+	return http.StatusServiceUnavailable, hub.RefusalUnavailable, "the node connection service is unavailable"
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {

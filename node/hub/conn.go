@@ -2,11 +2,13 @@ package hub
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -56,6 +58,11 @@ type conn struct {
 	closing     chan struct{} // closed when the connection starts closing
 	closeCode   int           // set in closeOnce
 	closeReason string
+
+	// claim is the cluster-wide claim (Config.Presence), nil without
+	// one; set before the upgrade. renewing is set while a Renew runs.
+	claim    Claim
+	renewing atomic.Bool
 }
 
 // call is one request waiting for its response.
@@ -96,6 +103,7 @@ func (c *conn) run() {
 	defer func() {
 		_ = ws.Close()
 		c.fail(0, "connection ended") // a safety net: every exit path has failed already
+		c.releaseClaim()
 		c.hub.release(c, c.hub.now())
 		c.logClosed(start)
 	}()
@@ -273,6 +281,9 @@ func (c *conn) readFailed(err error) {
 func (c *conn) fail(code int, reason string) {
 	c.closeOnce.Do(func() {
 		c.closeCode, c.closeReason = code, reason
+		if class := refusedClass(code); class != "" {
+			observerOf(c.config()).FrameRefused(class)
+		}
 		c.hub.mu.Lock()
 		if c.state == StateConnecting || c.state == StateLive {
 			c.state = StateClosing
@@ -380,6 +391,9 @@ func (c *conn) hello(data []byte) {
 	now := time.Now()
 	c.id = uuid.NewString()
 	c.epoch = cfg.OwnerEpoch
+	if c.claim != nil {
+		c.epoch = c.claim.Epoch()
+	}
 	c.gm = h.GenerationManagement
 	summary := &HelloSummary{InstallationID: h.InstallationID, Provider: h.Provider,
 		BackendFingerprint: h.BackendFingerprint, DeploymentGeneration: h.DeploymentGeneration,
@@ -420,6 +434,43 @@ func (c *conn) hello(data []byte) {
 		ce.Write(zap.String("node_id", c.nodeID), zap.String("connection_id", c.id),
 			zap.Int64("owner_epoch", c.epoch), zap.Bool("generation_management", c.gm),
 			zap.Bool("provider_ready", health.ProviderReady))
+	}
+}
+
+// renew renews the connection's claim in the background, one renewal at
+// a time (a heartbeat that arrives while one runs skips its own). A claim
+// another replica took over closes the connection with
+// CloseEpochSuperseded; other failures are logged and the next heartbeat
+// tries again.
+func (c *conn) renew() {
+	if c.claim == nil || !c.renewing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer c.renewing.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), presenceTimeout)
+		defer cancel()
+		err := c.claim.Renew(ctx)
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrLost):
+			c.fail(CloseEpochSuperseded, "another gateway replica holds the node now; reconnect")
+		default:
+			c.config().Logger.Warn("renewing the node's claim failed", zap.String("node_id", c.nodeID), zap.Error(err))
+		}
+	}()
+}
+
+// releaseClaim releases the connection's claim, if any (bounded by
+// presenceTimeout); called once the connection is over.
+func (c *conn) releaseClaim() {
+	if c.claim == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), presenceTimeout)
+	defer cancel()
+	if err := c.claim.Release(ctx); err != nil {
+		c.config().Logger.Warn("releasing the node's claim failed; it expires by itself", zap.String("node_id", c.nodeID), zap.Error(err))
 	}
 }
 
@@ -539,7 +590,7 @@ func (c *conn) heartbeat(hb *proto.Heartbeat) {
 		c.fail(CloseIdentityMismatch, "the node's enrolment changed")
 		return
 	}
-	if c.epoch != cfg.OwnerEpoch {
+	if c.epoch < cfg.OwnerEpoch {
 		c.fail(CloseEpochSuperseded, "owner epoch superseded; reconnect")
 		return
 	}
@@ -564,6 +615,7 @@ func (c *conn) heartbeat(hb *proto.Heartbeat) {
 	c.wmu.Lock()
 	c.write(ack)
 	c.wmu.Unlock()
+	c.renew()
 	if ce := cfg.Logger.Check(zapcore.DebugLevel, "node heartbeat"); ce != nil {
 		ce.Write(zap.String("node_id", c.nodeID), zap.String("connection_id", c.id),
 			zap.Bool("provider_ready", health.ProviderReady), zap.String("diagnostic", health.Diagnostic),
@@ -633,7 +685,7 @@ func (c *conn) retention(r *proto.Retention) {
 	case r.Sequence != c.retentionSeq+1:
 		c.fail(CloseProtocolError, "retention sequence is not one more than the last")
 		return
-	case c.epoch != cfg.OwnerEpoch:
+	case c.epoch < cfg.OwnerEpoch:
 		// No drop is authorised under a superseded epoch.
 		c.fail(CloseEpochSuperseded, "owner epoch superseded; reconnect")
 		return

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"sync"
@@ -23,12 +24,22 @@ import (
 // a missing or malformed node_id, 401 when the credential is missing or
 // does not authenticate the node, 409 when a connection for the node is
 // already connecting, live or closing, 503 when the hub is closed or not
-// configured. It then upgrades to a WebSocket (a failed handshake is
-// answered by the upgrader, and Connect returns nil) and hands the
-// connection to a goroutine of the hub, returning nil at once; the
-// connection then lives until it closes, independently of r's context and
-// of the config that routed the request.
+// configured. With a Presence, 409 also answers a node whose connection
+// another replica holds, and 503 a claim that could not be made. It then
+// upgrades to a WebSocket (a failed handshake is answered by the upgrader,
+// and Connect returns nil) and hands the connection to a goroutine of the
+// hub, returning nil at once; the connection then lives until it closes,
+// independently of r's context and of the config that routed the request.
 func (h *Hub) Connect(w http.ResponseWriter, r *http.Request) error {
+	err := h.connect(w, r)
+	var he *HTTPError
+	if errors.As(err, &he) {
+		observerOf(h.config()).ConnectRefused(he.Status)
+	}
+	return err
+}
+
+func (h *Hub) connect(w http.ResponseWriter, r *http.Request) error {
 	cfg := h.config()
 	if cfg == nil {
 		return httpErr(http.StatusServiceUnavailable, ErrClosed)
@@ -60,6 +71,20 @@ func (h *Hub) Connect(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if cfg.Presence != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), presenceTimeout)
+		claim, err := cfg.Presence.Acquire(ctx, nodeID, cfg.OwnerEpoch)
+		cancel()
+		if err != nil {
+			h.unreserve(c)
+			if errors.Is(err, ErrHeld) {
+				return httpErr(http.StatusConflict, ErrBusy)
+			}
+			cfg.Logger.Warn("node connect: claiming the node failed", zap.String("node_id", nodeID), zap.Error(err))
+			return httpErr(http.StatusServiceUnavailable, ErrClosed)
+		}
+		c.claim = claim
+	}
 	up := websocket.Upgrader{
 		HandshakeTimeout: cfg.Timers.Write,
 		// Memory per idle connection: a 1 KiB read buffer (heartbeats are
@@ -80,6 +105,7 @@ func (h *Hub) Connect(w http.ResponseWriter, r *http.Request) error {
 	}
 	ws, err := up.Upgrade(w, r, nil)
 	if err != nil {
+		c.releaseClaim()
 		h.release(c, h.now())
 		return nil
 	}
@@ -127,6 +153,17 @@ func (h *Hub) reserve(nodeID string, digest credential.Digest, node credential.N
 	p.conn = c
 	h.conns.Add(1)
 	return c, nil
+}
+
+// unreserve frees the slot reserve took for c, which never connected.
+func (h *Hub) unreserve(c *conn) {
+	h.mu.Lock()
+	if p := h.nodes[c.nodeID]; p != nil && p.conn == c {
+		p.conn = nil
+	}
+	c.state = StateDisconnected
+	h.mu.Unlock()
+	h.conns.Done()
 }
 
 // release frees the node's slot after c has ended.

@@ -121,6 +121,19 @@ func declaredUnsupported(provider proto.Provider, op proto.Operation) (proto.Uns
 // counted as pending until its late response arrives (and is dropped) or
 // the connection ends, because the node still holds it.
 func (h *Hub) Dispatch(ctx context.Context, nodeID string, req proto.Request) (*Result, error) {
+	start := time.Now()
+	res, err := h.dispatch(ctx, nodeID, req)
+	outcome := ""
+	if err != nil {
+		outcome = RefusalCode(err)
+	} else {
+		outcome = res.Outcome.String()
+	}
+	observerOf(h.config()).Dispatched(req.Operation, outcome, time.Since(start))
+	return res, err
+}
+
+func (h *Hub) dispatch(ctx context.Context, nodeID string, req proto.Request) (*Result, error) {
 	cfg := h.config()
 	if cfg == nil {
 		return nil, ErrClosed
@@ -131,6 +144,8 @@ func (h *Hub) Dispatch(ctx context.Context, nodeID string, req proto.Request) (*
 		h.mu.Unlock()
 		return nil, ErrClosed
 	}
+	h.inflight.Add(1)
+	defer h.inflight.Done()
 	p := h.nodes[nodeID]
 	if p == nil {
 		h.mu.Unlock()

@@ -17,6 +17,7 @@
 package hub
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
@@ -102,8 +103,10 @@ type Config struct {
 	// Credentials authenticates nodes on connect and on every heartbeat.
 	// Required.
 	Credentials credential.Store
-	// OwnerEpoch is Core's current owner epoch, > 0, sent in welcome and
-	// checked on every heartbeat. It may not decrease while the hub runs.
+	// OwnerEpoch is Core's current owner epoch, > 0: the epoch sent in
+	// welcome (with a Presence, the lowest epoch a claim may carry), and a
+	// connection welcomed under a lower one is superseded at its next
+	// heartbeat. It may not decrease while the hub runs.
 	OwnerEpoch int64
 	// Deployment is what generation-managing nodes are told to prepare and
 	// serve (welcome and heartbeat_ack). Without it such nodes are refused
@@ -115,6 +118,14 @@ type Config struct {
 	// Logger receives connection events; nil means no logging. Secrets and
 	// frame contents are never logged.
 	Logger *zap.Logger
+	// Presence claims nodes cluster-wide when several gateway replicas
+	// serve node connections (package node/presence); each welcome then
+	// carries the epoch of its claim, which is at least OwnerEpoch. nil:
+	// this hub is the only one, and every welcome carries OwnerEpoch.
+	Presence Presence
+	// Observer receives dispatch outcomes and refusals for metrics; nil
+	// observes nothing.
+	Observer Observer
 }
 
 // Hub holds the live node connections, the nodes' presence, and the
@@ -125,8 +136,9 @@ type Hub struct {
 	mu        sync.Mutex
 	nodes     map[string]*presence // by node ID; kept after a disconnect
 	maxEpoch  int64
-	closed    bool
+	closed    bool // no new connects or dispatches (Shutdown or Close began)
 	conns     sync.WaitGroup
+	inflight  sync.WaitGroup // Dispatch calls under way; Add only while !closed
 	closeOnce sync.Once
 
 	// clock is the presence clock (heartbeat times, the online window);
@@ -221,11 +233,45 @@ func (h *Hub) Apply(cfg Config) (undo func(), err error) {
 	}, nil
 }
 
+// Accepting reports whether the hub takes new connects and dispatches:
+// configured, and neither draining (Shutdown) nor closed.
+func (h *Hub) Accepting() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.closed && h.cfg.Load() != nil
+}
+
 // Configured reports whether Configure has been called.
 func (h *Hub) Configured() bool { return h.cfg.Load() != nil }
 
 // config returns the current settings, or nil before Configure.
 func (h *Hub) config() *Config { return h.cfg.Load() }
+
+// Shutdown stops the hub gracefully: from now on connects are refused
+// with 503 and dispatches with ErrClosed; it waits until the dispatches
+// under way have their outcome (each is bounded by its timeout_ms plus the
+// response grace), or until ctx ends, and then closes every connection
+// with CloseGoingAway (Close), so that nodes reconnect to another gateway
+// at once. It returns ctx's error when the wait was cut short (the
+// dispatches still waiting then end with outcome unknown), else nil.
+func (h *Hub) Shutdown(ctx context.Context) error {
+	h.mu.Lock()
+	h.closed = true
+	h.mu.Unlock()
+	drained := make(chan struct{})
+	go func() {
+		h.inflight.Wait()
+		close(drained)
+	}()
+	var err error
+	select {
+	case <-drained:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	_ = h.Close()
+	return err
+}
 
 // Close closes every connection with CloseGoingAway and waits for their
 // goroutines to end (each waits at most its close grace for the node's
@@ -260,9 +306,9 @@ type NodeStatus struct {
 	// State is "disconnected", "connecting" (authenticated, no welcome
 	// yet), "live" or "closing".
 	State string `json:"state"`
-	// Online: live, welcomed under the current owner epoch, and the last
-	// heartbeat (or hello) is younger than the online window (spec: "Core
-	// counts the node as online").
+	// Online: live, welcomed under an owner epoch that is not superseded,
+	// and the last heartbeat (or hello) is younger than the online window
+	// (spec: "Core counts the node as online").
 	Online bool `json:"online"`
 	// ConnectionID is the current (or last) welcome's connection_id.
 	ConnectionID string `json:"connection_id,omitempty"`
@@ -385,9 +431,12 @@ func (p *presence) status(now time.Time, cfg *Config) NodeStatus {
 	return s
 }
 
-// online reports whether p counts as online; h.mu is held.
+// online reports whether p counts as online; h.mu is held. The
+// connection's epoch must not be superseded: without a Presence it equals
+// the configured owner epoch; with one, each claim's epoch is at least
+// the configured one at the time it was allocated.
 func (p *presence) online(now time.Time, cfg *Config) bool {
-	return cfg != nil && p.conn != nil && p.conn.state == StateLive && p.epoch == cfg.OwnerEpoch &&
+	return cfg != nil && p.conn != nil && p.conn.state == StateLive && p.epoch >= cfg.OwnerEpoch &&
 		now.Sub(p.lastHeartbeat) < cfg.Timers.Online
 }
 

@@ -1,0 +1,140 @@
+package sandgate
+
+import (
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sandgate/sandgate/node/hub"
+	"github.com/sandgate/sandgate/node/proto"
+)
+
+// nodeMetrics are the node hub's Prometheus collectors, registered in
+// Caddy's metrics registry (admin /metrics, or a metrics handler):
+//
+//	sandgate_node_connections{state}                          gauge: connecting, live, closing
+//	sandgate_node_online                                      gauge: online nodes
+//	sandgate_node_generation_ready{generation}                gauge: online nodes reporting the generation ready
+//	sandgate_node_dispatch_total{operation, outcome}          counter
+//	sandgate_node_dispatch_duration_seconds{operation, outcome}  histogram
+//	sandgate_node_frames_refused_total{class}                 counter: invalid, binary, too_big, identity, epoch
+//	sandgate_node_connects_refused_total{status}              counter: 400, 401, 405, 409, 503
+//
+// outcome is success, failed, unsupported or unknown for an operation
+// sent, or the refusal code the internal node API answers with
+// (node_offline, not_found, generation_not_ready, too_many_pending,
+// invalid_request, unavailable). The gauges are read from the hub at each
+// scrape.
+type nodeMetrics struct {
+	dispatches *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	frames     *prometheus.CounterVec
+	connects   *prometheus.CounterVec
+	gauges     *hubCollector
+}
+
+var (
+	nodeMetricsOnce sync.Once
+	nodeCollectors  nodeMetrics
+)
+
+// registerNodeMetrics creates the collectors once per process, points the
+// gauges at h, and registers them in reg (again on a reload: not an
+// error).
+func registerNodeMetrics(reg prometheus.Registerer, h *hub.Hub) *nodeMetrics {
+	nodeMetricsOnce.Do(func() {
+		nodeCollectors = nodeMetrics{
+			dispatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Namespace: "sandgate", Subsystem: "node", Name: "dispatch_total",
+				Help: "Provider operations sent to sandbox nodes, by operation and outcome (or refusal code).",
+			}, []string{"operation", "outcome"}),
+			duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+				Namespace: "sandgate", Subsystem: "node", Name: "dispatch_duration_seconds",
+				Help:    "Time from dispatch to outcome (or refusal), in seconds.",
+				Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
+			}, []string{"operation", "outcome"}),
+			frames: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Namespace: "sandgate", Subsystem: "node", Name: "frames_refused_total",
+				Help: "Node connections closed because of a frame the node sent, by class.",
+			}, []string{"class"}),
+			connects: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Namespace: "sandgate", Subsystem: "node", Name: "connects_refused_total",
+				Help: "Node connect requests refused before the upgrade, by HTTP status.",
+			}, []string{"status"}),
+			gauges: newHubCollector(),
+		}
+	})
+	m := &nodeCollectors
+	m.gauges.hub.Store(h)
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.dispatches, m.duration, m.frames, m.connects, m.gauges} {
+			if err := reg.Register(c); err != nil {
+				var are prometheus.AlreadyRegisteredError
+				if !errors.As(err, &are) {
+					panic(err)
+				}
+			}
+		}
+	}
+	return m
+}
+
+// Dispatched implements hub.Observer.
+func (m *nodeMetrics) Dispatched(op proto.Operation, outcome string, d time.Duration) {
+	m.dispatches.WithLabelValues(string(op), outcome).Inc()
+	m.duration.WithLabelValues(string(op), outcome).Observe(d.Seconds())
+}
+
+// FrameRefused implements hub.Observer.
+func (m *nodeMetrics) FrameRefused(class string) { m.frames.WithLabelValues(class).Inc() }
+
+// ConnectRefused implements hub.Observer.
+func (m *nodeMetrics) ConnectRefused(status int) {
+	m.connects.WithLabelValues(strconv.Itoa(status)).Inc()
+}
+
+// hubCollector reports hub.Stats as gauges at each scrape.
+type hubCollector struct {
+	hub         atomic.Pointer[hub.Hub]
+	connections *prometheus.Desc
+	online      *prometheus.Desc
+	ready       *prometheus.Desc
+}
+
+func newHubCollector() *hubCollector {
+	return &hubCollector{
+		connections: prometheus.NewDesc("sandgate_node_connections", "Node connections on this gateway, by state (connecting, live, closing).", []string{"state"}, nil),
+		online:      prometheus.NewDesc("sandgate_node_online", "Sandbox nodes online on this gateway.", nil, nil),
+		ready:       prometheus.NewDesc("sandgate_node_generation_ready", "Online nodes on this gateway that report the deployment generation ready.", []string{"generation"}, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *hubCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.connections
+	ch <- c.online
+	ch <- c.ready
+}
+
+// Collect implements prometheus.Collector.
+func (c *hubCollector) Collect(ch chan<- prometheus.Metric) {
+	h := c.hub.Load()
+	if h == nil {
+		return
+	}
+	st := h.Stats()
+	ch <- prometheus.MustNewConstMetric(c.connections, prometheus.GaugeValue, float64(st.Connecting), hub.StateConnecting)
+	ch <- prometheus.MustNewConstMetric(c.connections, prometheus.GaugeValue, float64(st.Live), hub.StateLive)
+	ch <- prometheus.MustNewConstMetric(c.connections, prometheus.GaugeValue, float64(st.Closing), hub.StateClosing)
+	ch <- prometheus.MustNewConstMetric(c.online, prometheus.GaugeValue, float64(st.Online))
+	for g, n := range st.GenerationsReady {
+		ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, float64(n), strconv.FormatInt(g, 10))
+	}
+}
+
+// Interface guard.
+var _ hub.Observer = (*nodeMetrics)(nil)
