@@ -188,7 +188,7 @@ func parseNodes(d *caddyfile.Dispenser) (*Nodes, error) {
 		"hello_timeout": &n.HelloTimeout, "idle_timeout": &n.IdleTimeout, "online_window": &n.OnlineWindow,
 		"write_timeout": &n.WriteTimeout, "response_grace": &n.ResponseGrace, "close_grace": &n.CloseGrace,
 		"heartbeat_interval": &n.HeartbeatInterval,
-		"shutdown_grace": &n.ShutdownGrace,
+		"shutdown_grace":     &n.ShutdownGrace,
 	}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		opt := d.Val()
