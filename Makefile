@@ -64,7 +64,7 @@ build: bin/caddy bin/corectl bin/nodeagent
 
 # The pinned E2B JS SDKs the integration tests and the demo drive.
 $(JS_DIR)/node_modules/.package-lock.json: $(JS_DIR)/package.json $(JS_DIR)/package-lock.json
-	cd $(JS_DIR) && $(NPM) ci --no-audit --no-fund
+	cd $(JS_DIR) && $(NPM) ci --no-audit --no-fund >&2
 
 js-deps: $(JS_DIR)/node_modules/.package-lock.json
 
