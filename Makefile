@@ -50,9 +50,12 @@ all: build
 bin/.version: FORCE
 	@mkdir -p bin; v="$$(bash hack/version.sh)"; [ "$$v" = "$$(cat $@ 2>/dev/null)" ] || printf '%s\n' "$$v" >$@
 
-# The gateway: one caddy binary built by xcaddy with our modules.
+# The gateway: one caddy binary built by xcaddy with our modules. xcaddy's output
+# (about a hundred lines) goes to bin/caddy-build.log; its end is shown on failure.
 bin/caddy: $(GATEWAY_SOURCES) bin/.version
-	$(GO) run ./hack/buildgateway -manifest xcaddy.toml -ldflags "$$(cat bin/.version)"
+	@echo "    building bin/caddy (xcaddy's output in bin/caddy-build.log)" >&2
+	@$(GO) run ./hack/buildgateway -manifest xcaddy.toml -ldflags "$$(cat bin/.version)" >bin/caddy-build.log 2>&1 || \
+		{ tail -n 30 bin/caddy-build.log >&2; echo "bin/caddy: the build failed; the whole log is bin/caddy-build.log" >&2; exit 1; }
 
 bin/corectl: $(shell find corectl gateway/credential gateway/token internal -name '*.go' -not -name '*_test.go') go.mod go.sum bin/.version
 	$(GO) build -ldflags "$$(cat bin/.version)" -o bin/corectl ./corectl/cmd/corectl
