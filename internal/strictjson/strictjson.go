@@ -136,3 +136,13 @@ func Describe(err error) error {
 	}
 	return errors.New("malformed JSON")
 }
+
+// Encode returns v as deterministic JSON (map keys sorted) with a
+// trailing newline: the form of the small records written with it.
+func Encode(v any) ([]byte, error) {
+	b, err := jsonv2.Marshal(v, jsonv2.Deterministic(true))
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}

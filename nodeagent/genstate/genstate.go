@@ -31,8 +31,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sandgate/sandgate/internal/strictjson"
 	"github.com/sandgate/sandgate/node/proto"
-	"github.com/sandgate/sandgate/nodeagent/internal/strictjson"
 	"github.com/sandgate/sandgate/nodeagent/lease"
 )
 
@@ -348,13 +348,17 @@ func (d *Dir) Inspect(g int64) Local {
 // against want (when want.Generation > 0) or at least its generation. A
 // missing record is an error for which errors.Is(err, fs.ErrNotExist)
 // holds.
-func (d *Dir) read(g int64, r Record, v interface{ binding() *Binding }) error {
+func (d *Dir) read(g int64, r Record, v interface{ binding() *Binding }, required ...string) error {
 	path := d.RecordPath(g, r)
 	b, err := lease.ReadPrivate(path, MaxRecord)
 	if err != nil {
 		return err
 	}
-	if err := strictjson.Unmarshal(b, v); err != nil {
+	schema := strictjson.Schema{Required: map[string][]string{
+		"":         append([]string{"schema", "installation_id", "generation", "specification_digest"}, required...),
+		"/files/-": {"name", "kind", "sha256", "size"},
+	}}
+	if err := strictjson.Decode(b, v, schema); err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrInvalid, filepath.Base(path), err)
 	}
 	bd := v.binding()
@@ -383,7 +387,7 @@ func (b Binding) Check(want Binding) error {
 // ReadPlan reads generation g's preparation plan.
 func (d *Dir) ReadPlan(g int64) (*Plan, error) {
 	var p Plan
-	if err := d.read(g, RecordPlan, &p); err != nil {
+	if err := d.read(g, RecordPlan, &p, "source", "path", "import_started"); err != nil {
 		return nil, err
 	}
 	if p.Schema != Schema || p.Path != FilesName(g) || p.Source == "" {
@@ -402,7 +406,7 @@ func (d *Dir) WritePlan(p *Plan) error {
 // ReadConfig reads generation g's final provider configuration.
 func (d *Dir) ReadConfig(g int64) (*Config, error) {
 	var c Config
-	if err := d.read(g, RecordConfig, &c); err != nil {
+	if err := d.read(g, RecordConfig, &c, "source", "path", "provider", "image_ref", "image_id", "files"); err != nil {
 		return nil, err
 	}
 	if err := c.validate(g); err != nil {
@@ -451,7 +455,7 @@ func (d *Dir) PublishConfig(c *Config) error {
 // ReadJournal reads generation g's reclamation journal.
 func (d *Dir) ReadJournal(g int64) (*Journal, error) {
 	var j Journal
-	if err := d.read(g, RecordJournal, &j); err != nil {
+	if err := d.read(g, RecordJournal, &j, "native_cleanup_done"); err != nil {
 		return nil, err
 	}
 	if j.Schema != Schema {
@@ -512,7 +516,7 @@ func (d *Dir) write(g int64, r Record, v interface{ binding() *Binding }, once b
 	if !v.binding().valid() || v.binding().Generation != g {
 		return fmt.Errorf("%w: binding out of its rule", ErrInvalid)
 	}
-	b, err := strictjson.Marshal(v)
+	b, err := strictjson.Encode(v)
 	if err != nil {
 		return err
 	}

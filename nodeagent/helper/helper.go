@@ -35,9 +35,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandgate/sandgate/internal/strictjson"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodeagent/genstate"
-	"github.com/sandgate/sandgate/nodeagent/internal/strictjson"
 	"github.com/sandgate/sandgate/nodeagent/lease"
 )
 
@@ -85,6 +85,9 @@ type Probe struct {
 	// Diagnostic is the fixed diagnostic code when not ready.
 	Diagnostic string `json:"diagnostic,omitempty"`
 }
+
+// probeSchema: ready is required.
+var probeSchema = strictjson.Schema{Required: map[string][]string{"": {"ready"}}}
 
 // maxProbeAnswer bounds a probe's answer, in bytes.
 const maxProbeAnswer = 4 << 10
@@ -220,7 +223,7 @@ func (l *Launcher) Probe(ctx context.Context, b genstate.Binding, onExit func())
 	select {
 	case out := <-s.out:
 		var p Probe
-		if out == nil || strictjson.Unmarshal(out, &p) != nil || (!p.Ready && p.Diagnostic == "") {
+		if out == nil || strictjson.Decode(out, &p, probeSchema) != nil || (!p.Ready && p.Diagnostic == "") {
 			return Probe{}, ErrNoAnswer
 		}
 		return p, nil

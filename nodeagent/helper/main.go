@@ -11,11 +11,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandgate/sandgate/internal/strictjson"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodeagent/docker"
 	"github.com/sandgate/sandgate/nodeagent/genstate"
 	"github.com/sandgate/sandgate/nodeagent/internal/crashpoint"
-	"github.com/sandgate/sandgate/nodeagent/internal/strictjson"
 	"github.com/sandgate/sandgate/nodeagent/lease"
 	"github.com/sandgate/sandgate/nodeagent/provider"
 	"github.com/sandgate/sandgate/nodeagent/state"
@@ -104,7 +104,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		if err := prov.Probe(ctx); err != nil {
 			p = Probe{Diagnostic: prov.Diagnose(err)}
 		}
-		out, _ := strictjson.Marshal(p)
+		out, _ := strictjson.Encode(p)
 		if _, err := stdout.Write(out); err != nil {
 			return exitSetup
 		}

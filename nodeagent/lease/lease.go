@@ -34,9 +34,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandgate/sandgate/internal/strictjson"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodeagent/internal/crashpoint"
-	"github.com/sandgate/sandgate/nodeagent/internal/strictjson"
 )
 
 // Errors. Every error of this package wraps one of them (or is an I/O
@@ -127,6 +127,10 @@ func (w Want) valid() error {
 	return nil
 }
 
+// identitySchema: every member of the identity record is required.
+var identitySchema = strictjson.Schema{Required: map[string][]string{
+	"": {"installation_id", "generation", "specification_digest", "device", "inode"}}}
+
 // maxIdentity bounds the identity record, in bytes.
 const maxIdentity = 4 << 10
 
@@ -182,7 +186,7 @@ func Create(dir string, w Want) (Identity, error) {
 	crashpoint.Hit(CrashAfterLease)
 	id := Identity{InstallationID: w.InstallationID, Generation: w.Generation, SpecificationDigest: w.SpecificationDigest,
 		Device: uint64(st.Dev), Inode: st.Ino}
-	b, err := strictjson.Marshal(id)
+	b, err := strictjson.Encode(id)
 	if err != nil {
 		return Identity{}, err
 	}
@@ -206,7 +210,7 @@ func ReadIdentity(dir string, g int64) (Identity, error) {
 		return Identity{}, err
 	}
 	var id Identity
-	if err := strictjson.Unmarshal(b, &id); err != nil {
+	if err := strictjson.Decode(b, &id, identitySchema); err != nil {
 		return Identity{}, fmt.Errorf("%w: %s: %v", ErrInvalid, filepath.Base(path), err)
 	}
 	if id.Generation != g || !proto.IsUUID(id.InstallationID) || !proto.IsDigest(id.SpecificationDigest) {
