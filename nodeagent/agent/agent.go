@@ -25,6 +25,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/sandgate/sandgate/node/proto"
+	"github.com/sandgate/sandgate/nodeagent/generation"
 	"github.com/sandgate/sandgate/nodeagent/health"
 	"github.com/sandgate/sandgate/nodeagent/provider"
 	"github.com/sandgate/sandgate/nodeagent/state"
@@ -121,6 +122,18 @@ type Config struct {
 	// contents and provider error text never go to it at levels above
 	// Debug.
 	Log *slog.Logger
+	// Generations, when set, makes the node generation-managing (spec
+	// "Generation control"): hello says generation_management, hello and
+	// heartbeats carry its observations, the deployment of welcome and
+	// heartbeat_ack goes to it, it proposes retention entries, and every
+	// request runs on the provider of the generation it names, in a
+	// native helper. Nil: the node serves its enrolled generation only,
+	// on Provider. Optional.
+	Generations *generation.Manager
+	// MaxRetained is hello's max_retained of a generation-managing node
+	// (how many generations it can retain), 1..1024; default 8. Ignored
+	// without Generations.
+	MaxRetained int
 }
 
 // Agent is the node's connection to Core. Create it with New and run it
@@ -183,6 +196,12 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if t.BackoffMax < t.BackoffMin {
 		return nil, errors.New("agent: the maximum backoff is below the minimum")
+	}
+	if cfg.MaxRetained == 0 {
+		cfg.MaxRetained = 8
+	}
+	if cfg.Generations != nil && (cfg.MaxRetained < 1 || cfg.MaxRetained > proto.MaxRetainedGenerations) {
+		return nil, fmt.Errorf("agent: max retained must be 1..%d", proto.MaxRetainedGenerations)
 	}
 	log := cfg.Log
 	if log == nil {

@@ -8,6 +8,8 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/sandgate/sandgate/node/proto"
+	"github.com/sandgate/sandgate/nodeagent/generation"
+	"github.com/sandgate/sandgate/nodeagent/helper"
 	"github.com/sandgate/sandgate/nodeagent/provider"
 )
 
@@ -44,17 +46,28 @@ func (s *session) request(r *proto.Request, decodeErr error, arrived time.Time) 
 		s.a.log.Debug("malformed request", "id", r.ID, "error", decodeErr)
 		return s.respond(failure(r, proto.ErrInvalid), r.Operation)
 	}
-	if r.DeploymentGeneration != s.a.cfg.DeploymentGeneration {
+	var call *generation.Call
+	if m := s.a.cfg.Generations; m != nil {
+		// The request runs on the provider of the generation it names, or
+		// is answered unconfirmed when that generation has none here.
+		var ok bool
+		if call, ok = m.Begin(r.DeploymentGeneration); !ok {
+			return s.respond(failure(r, proto.ErrUnconfirmed), r.Operation)
+		}
+	} else if r.DeploymentGeneration != s.a.cfg.DeploymentGeneration {
 		return s.respond(failure(r, proto.ErrInvalid), r.Operation)
 	}
 
 	select {
 	case s.a.slots <- struct{}{}:
 	default:
+		if call != nil {
+			call.Release()
+		}
 		return &protocolError{code: websocket.ClosePolicyViolation, reason: "request queue full"}
 	}
 	deadline := arrived.Add(time.Duration(r.TimeoutMS) * time.Millisecond)
-	go s.a.run(s, r, deadline)
+	go s.a.run(s, r, deadline, call)
 	return nil
 }
 
@@ -70,36 +83,68 @@ func failure(r *proto.Request, code proto.ErrorCode) *proto.Response {
 // its response is then discarded. A request still waiting when its
 // connection closes is dropped without running; one whose budget runs out
 // while it waits is answered unconfirmed without running.
-func (a *Agent) run(s *session, r *proto.Request, deadline time.Time) {
+func (a *Agent) run(s *session, r *proto.Request, deadline time.Time, call *generation.Call) {
 	defer func() { <-a.slots }()
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
+	release := func() {
+		if call != nil {
+			call.Release()
+		}
+	}
 
 	select {
 	case a.workers <- struct{}{}:
 	case <-ctx.Done():
+		release()
 		s.respond(failure(r, proto.ErrUnconfirmed), r.Operation)
 		return
 	case <-s.done:
+		release()
 		return
 	}
 	defer func() { <-a.workers }()
 	select {
 	case <-s.done:
+		release()
 		return
 	default:
 	}
 	if ctx.Err() != nil {
+		release()
 		s.respond(failure(r, proto.ErrUnconfirmed), r.Operation)
 		return
 	}
 
+	if call != nil {
+		s.respond(a.runInHelper(ctx, call, r, deadline), r.Operation)
+		return
+	}
 	resp, err := provider.Execute(ctx, a.cfg.Provider, r)
 	if err != nil {
 		// Provider causes may hold backend text and host paths: Debug only.
 		a.log.Debug("operation failed", "id", r.ID, "operation", r.Operation, "error_code", resp.ErrorCode, "error", err)
 	}
 	s.respond(resp, r.Operation)
+}
+
+// runInHelper runs r in a native helper of its generation. A helper that
+// ends without an answer, or a budget that runs out first, leaves the
+// outcome unknown: command_unconfirmed for the command operations once a
+// helper may have started them, unconfirmed otherwise. A helper still
+// running when the budget ends keeps its lease and its reference until it
+// exits.
+func (a *Agent) runInHelper(ctx context.Context, call *generation.Call, r *proto.Request, deadline time.Time) *proto.Response {
+	resp, err := call.Run(ctx, r, deadline)
+	if err == nil {
+		return resp
+	}
+	a.log.Debug("helper gave no answer", "id", r.ID, "operation", r.Operation, "error", err)
+	started := errors.Is(err, helper.ErrNoAnswer) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+	if started && (r.Operation == proto.OpCommand || r.Operation == proto.OpCommandCompute) {
+		return failure(r, proto.ErrCommandUnconfirmed)
+	}
+	return failure(r, proto.ErrUnconfirmed)
 }
 
 // respond sends a response. A response the codec refuses (a result over

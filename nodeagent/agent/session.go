@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/gorilla/websocket"
 
 	"github.com/sandgate/sandgate/node/proto"
@@ -24,6 +25,10 @@ type session struct {
 	ownerEpoch   int64
 	// lastSequence is the sequence of the last request (reader only).
 	lastSequence uint64
+	// retention is the pending retention request, and retentionSeq the
+	// sequence of the last one (reader only; generation-managing nodes).
+	retention    *proto.Retention
+	retentionSeq uint64
 
 	done      chan struct{} // closed when the connection is finished
 	closeOnce sync.Once
@@ -70,6 +75,10 @@ func (s *session) serve(ctx context.Context, fingerprint string) (welcomed bool,
 		MaxRetained: 1,
 		Health:      s.a.reporter.Report(ctx),
 	}
+	if m := cfg.Generations; m != nil {
+		hello.GenerationManagement, hello.MaxRetained = true, cfg.MaxRetained
+		hello.Generations = m.Observations(ctx)
+	}
 	if err := s.send(hello); err != nil {
 		return false, err
 	}
@@ -83,8 +92,11 @@ func (s *session) serve(ctx context.Context, fingerprint string) (welcomed bool,
 	if !ok {
 		return false, violation("expected welcome")
 	}
-	if w.Deployment != nil {
+	switch {
+	case cfg.Generations == nil && w.Deployment != nil:
 		return false, violation("deployment sent to a node without generation management")
+	case cfg.Generations != nil && w.Deployment == nil:
+		return false, violation("no deployment for a generation-managing node")
 	}
 	accepted, err := cfg.State.AcceptOwnerEpoch(w.OwnerEpoch)
 	if err != nil {
@@ -95,6 +107,11 @@ func (s *session) serve(ctx context.Context, fingerprint string) (welcomed bool,
 	}
 	s.connectionID, s.ownerEpoch = w.ConnectionID, w.OwnerEpoch
 	s.a.log.Info("connected", "connection_id", s.connectionID, "owner_epoch", s.ownerEpoch)
+	if w.Deployment != nil {
+		// Only now, with the connection's deployment, may the node
+		// prepare, repair or reclaim anything.
+		cfg.Generations.SetDeployment(*w.Deployment)
+	}
 
 	s.wg.Add(1)
 	go s.heartbeats(ctx)
@@ -108,6 +125,11 @@ func (s *session) serve(ctx context.Context, fingerprint string) (welcomed bool,
 			if err := s.heartbeatAck(f); err != nil {
 				return true, err
 			}
+		case *proto.RetentionAck:
+			if s.a.cfg.Generations == nil {
+				return true, violation("retention_ack sent to a node without generation management")
+			}
+			s.retentionAck(f)
 		case *proto.Request:
 			if err := s.request(f, nil, arrived); err != nil {
 				return true, err
@@ -160,8 +182,10 @@ func (s *session) heartbeatAck(a *proto.HeartbeatAck) error {
 	switch {
 	case a.ConnectionID != s.connectionID:
 		return violation("heartbeat_ack for another connection")
-	case a.Deployment != nil:
+	case s.a.cfg.Generations == nil && a.Deployment != nil:
 		return violation("deployment sent to a node without generation management")
+	case s.a.cfg.Generations != nil && a.Deployment == nil:
+		return violation("no deployment for a generation-managing node")
 	case a.OwnerEpoch < s.ownerEpoch:
 		return violation("owner epoch lower than the connection's")
 	case a.OwnerEpoch > s.ownerEpoch:
@@ -172,7 +196,59 @@ func (s *session) heartbeatAck(a *proto.HeartbeatAck) error {
 		}
 		return violation("owner epoch changed")
 	}
+	if m := s.a.cfg.Generations; m != nil {
+		m.SetDeployment(*a.Deployment)
+		return s.proposeRetention()
+	}
 	return nil
+}
+
+// proposeRetention sends a retention request when none is pending and the
+// generation manager has entries to ask about (spec "Generation control":
+// one exchange per connection at a time, at most 8 entries, sequence +1
+// each time). Retention never uses the request queue.
+func (s *session) proposeRetention() error {
+	if s.retention != nil {
+		return nil
+	}
+	entries := s.a.cfg.Generations.Retention()
+	if len(entries) == 0 {
+		return nil
+	}
+	r := &proto.Retention{ID: uuid.NewString(), Sequence: s.retentionSeq + 1, ConnectionID: s.connectionID,
+		OwnerEpoch: s.ownerEpoch, Entries: entries}
+	if err := s.send(r); err != nil {
+		return err
+	}
+	s.retentionSeq, s.retention = r.Sequence, r
+	return nil
+}
+
+// retentionAck applies Core's answer to the pending retention request.
+// Only an acknowledgment that matches the pending request exactly (id,
+// connection, every entry in order) authorises anything: an unsolicited,
+// replayed, stale, incomplete or mixed one deletes nothing. Each entry
+// with keep false is a drop authorisation bound to this connection; the
+// reclamation re-checks every reference before it runs.
+func (s *session) retentionAck(a *proto.RetentionAck) {
+	switch {
+	case s.retention == nil:
+		s.a.log.Warn("retention_ack without a pending retention request ignored; nothing deleted")
+		return
+	case a.ID != s.retention.ID:
+		s.a.log.Warn("retention_ack for another retention request ignored; nothing deleted")
+		return
+	case !a.Answers(s.retention):
+		s.a.log.Warn("retention_ack does not match its request; nothing deleted")
+		s.retention = nil
+		return
+	}
+	s.retention = nil
+	for _, e := range a.Entries {
+		if !e.Keep {
+			s.a.cfg.Generations.Drop(proto.RetentionEntry{Generation: e.Generation, SpecificationDigest: e.SpecificationDigest}, s.done)
+		}
+	}
 }
 
 // heartbeats sends a heartbeat with a fresh health report every
@@ -188,6 +264,9 @@ func (s *session) heartbeats(ctx context.Context) {
 		case <-t.C:
 		}
 		hb := &proto.Heartbeat{ConnectionID: s.connectionID, OwnerEpoch: s.ownerEpoch, Health: s.a.reporter.Report(ctx)}
+		if m := s.a.cfg.Generations; m != nil {
+			hb.Generations = m.Observations(ctx)
+		}
 		if err := s.send(hb); err != nil {
 			s.shutdown(err)
 			return

@@ -100,6 +100,16 @@ type Config struct {
 	MaxActive int `toml:"max_active"`
 	// LogLevel is debug, info, warn or error; default info.
 	LogLevel string `toml:"log_level"`
+	// GenerationManagement makes the node prepare, retain, repair and
+	// reclaim deployment generations (docs/node-generations.md); default
+	// false. With it, core_origin, node_id, installation_id,
+	// deployment_generation and specification_digest may be left out:
+	// they come from the identity `nodeagent enrol` stored in the state
+	// directory (any value given must equal it).
+	GenerationManagement bool `toml:"generation_management"`
+	// MaxRetained is how many generations a generation-managing node
+	// tells Core it can retain, 1..1024; default 8.
+	MaxRetained int `toml:"max_retained"`
 	// Timers are the protocol timers.
 	Timers Timers `toml:"timers"`
 
@@ -116,6 +126,7 @@ func Defaults() Config {
 		DockerEndpoint: "unix:///var/run/docker.sock",
 		DiskPath:       "/var/lib/docker",
 		MaxActive:      4,
+		MaxRetained:    8,
 		LogLevel:       "info",
 		Timers: Timers{
 			Heartbeat:  Duration(10 * time.Second),
@@ -175,6 +186,18 @@ var settings = []setting{
 		func(c *Config, v string) error {
 			n, err := strconv.Atoi(v)
 			c.MaxActive = n
+			return err
+		}},
+	{"generation-management", "true to prepare, retain, repair and reclaim deployment generations as Core's deployment says (file: generation_management; default false)",
+		func(c *Config, v string) error {
+			b, err := strconv.ParseBool(v)
+			c.GenerationManagement = b
+			return err
+		}},
+	{"max-retained", "how many deployment generations a generation-managing node can retain, 1..1024 (file: max_retained; default 8)",
+		func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			c.MaxRetained = n
 			return err
 		}},
 	{"log-level", "debug, info, warn or error (file: log_level; default info)",
@@ -263,10 +286,55 @@ func Load(args []string, output io.Writer) (*Config, error) {
 		return nil, ferr
 	}
 	c.PrintIdentity = *printIdentity
+	if c.GenerationManagement && c.identityPending() {
+		// Completed from the enrolled identity by ApplyIdentity, which
+		// validates.
+		return &c, nil
+	}
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// identityPending reports whether a setting the enrolled identity
+// supplies is missing.
+func (c *Config) identityPending() bool {
+	return c.CoreOrigin == "" || c.NodeID == "" || c.DeploymentGeneration == 0 || c.SpecificationDigest == ""
+}
+
+// Identity is what `nodeagent enrol` stores about the node (package
+// state, node/identity.json).
+type Identity struct {
+	CoreOrigin, NodeID, InstallationID string
+	DeploymentGeneration               int64
+	SpecificationDigest                string
+}
+
+// ApplyIdentity fills the settings the enrolled identity supplies and
+// were left out, refuses a setting that contradicts it, and validates.
+func (c *Config) ApplyIdentity(id Identity) error {
+	fill := func(name string, dst *string, v string) error {
+		switch {
+		case *dst == "":
+			*dst = v
+		case *dst != v:
+			return fmt.Errorf("config: %s differs from the enrolled identity in the state directory", name)
+		}
+		return nil
+	}
+	if err := errors.Join(fill("core_origin", &c.CoreOrigin, id.CoreOrigin), fill("node_id", &c.NodeID, id.NodeID),
+		fill("installation_id", &c.InstallationID, id.InstallationID),
+		fill("specification_digest", &c.SpecificationDigest, id.SpecificationDigest)); err != nil {
+		return err
+	}
+	switch {
+	case c.DeploymentGeneration == 0:
+		c.DeploymentGeneration = id.DeploymentGeneration
+	case c.DeploymentGeneration != id.DeploymentGeneration:
+		return errors.New("config: deployment_generation differs from the enrolled identity in the state directory")
+	}
+	return c.Validate()
 }
 
 // Validate checks every setting and names the first wrong one.
@@ -299,6 +367,8 @@ func (c *Config) Validate() error {
 		return errors.New("config: specification_digest must be 64 lowercase hex digits")
 	case c.MaxActive < 1 || c.MaxActive > proto.MaxActiveOperations:
 		return fmt.Errorf("config: max_active must be 1..%d", proto.MaxActiveOperations)
+	case c.MaxRetained < 1 || c.MaxRetained > proto.MaxRetainedGenerations:
+		return fmt.Errorf("config: max_retained must be 1..%d", proto.MaxRetainedGenerations)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

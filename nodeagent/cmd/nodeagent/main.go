@@ -31,6 +31,10 @@ import (
 	"github.com/sandgate/sandgate/nodeagent/agent"
 	"github.com/sandgate/sandgate/nodeagent/config"
 	"github.com/sandgate/sandgate/nodeagent/docker"
+	"github.com/sandgate/sandgate/nodeagent/generation"
+	"github.com/sandgate/sandgate/nodeagent/genstate"
+	"github.com/sandgate/sandgate/nodeagent/helper"
+	"github.com/sandgate/sandgate/nodeagent/preparer"
 	"github.com/sandgate/sandgate/nodeagent/state"
 )
 
@@ -43,6 +47,16 @@ const (
 )
 
 func main() {
+	// The private subcommands run in processes the node starts; they
+	// install no signal handling of their own.
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case helper.Command:
+			os.Exit(helper.Main(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+		case preparer.Command:
+			os.Exit(preparer.Main(os.Args[2:], os.Stderr))
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -71,6 +85,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "nodeagent:", err)
 		return exitConfig
+	}
+	if cfg.GenerationManagement {
+		// A generation-managing node takes what it left out from the
+		// identity `nodeagent enrol` stored.
+		id, err := st.Identity()
+		switch {
+		case err == nil:
+			err = cfg.ApplyIdentity(config.Identity{CoreOrigin: id.CoreOrigin, NodeID: id.NodeID, InstallationID: id.InstallationID,
+				DeploymentGeneration: id.DeploymentGeneration, SpecificationDigest: id.SpecificationDigest})
+		case errors.Is(err, state.ErrNoIdentity):
+			err = cfg.Validate()
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "nodeagent:", err)
+			return exitConfig
+		}
 	}
 	installation := cfg.InstallationID
 	if installation == "" {
@@ -107,6 +137,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	origin, _ := url.Parse(cfg.CoreOrigin) // validated by config.Load
 	t := cfg.Timers
+	var mgr *generation.Manager
+	if cfg.GenerationManagement {
+		if mgr, err = generations(cfg, installation, stderr, log); err != nil {
+			fmt.Fprintln(stderr, "nodeagent:", err)
+			return exitConfig
+		}
+		go mgr.Run(ctx)
+	}
 	ag, err := agent.New(agent.Config{
 		Origin:               origin,
 		NodeID:               cfg.NodeID,
@@ -121,6 +159,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		State:                st,
 		TLS:                  tlsConf,
 		Log:                  log,
+		Generations:          mgr,
+		MaxRetained:          cfg.MaxRetained,
 		Timers: agent.Timers{
 			Heartbeat:  time.Duration(t.Heartbeat),
 			Idle:       time.Duration(t.Idle),
@@ -206,4 +246,30 @@ func fingerprint(prov *docker.Provider, st *state.Dir, timeout time.Duration, lo
 		}
 		return "", err
 	}
+}
+
+// generations builds the generation manager of a generation-managing
+// node: helpers and preparers are this very executable, and the manager
+// has read what the generations directory holds (restart recovery; it
+// acts only once a connection supplies the deployment).
+func generations(cfg *config.Config, installation string, stderr io.Writer, log *slog.Logger) (*generation.Manager, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("cannot find the nodeagent executable for its helpers: %w", err)
+	}
+	gens, err := genstate.Open(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	runner := &helper.Launcher{Executable: exe, StateDir: cfg.StateDir, Generations: gens, NodeID: cfg.NodeID,
+		DockerEndpoint: cfg.DockerEndpoint, DockerNetwork: cfg.DockerNetwork, Stderr: stderr, Log: log}
+	prep := &preparer.Launcher{Executable: exe, Stderr: stderr, Settings: preparer.Settings{StateDir: cfg.StateDir,
+		NodeID: cfg.NodeID, CoreOrigin: cfg.CoreOrigin, CredentialFile: cfg.CredentialFile, CAFile: cfg.CAFile,
+		DockerEndpoint: cfg.DockerEndpoint}}
+	mgr, err := generation.New(generation.Config{InstallationID: installation, Generations: gens, Preparer: prep,
+		Runner: runner, ProbeTimeout: time.Duration(cfg.Timers.Probe), Log: log})
+	if err != nil {
+		return nil, err
+	}
+	return mgr, mgr.Load()
 }

@@ -34,6 +34,9 @@ type Core struct {
 	Origin *url.URL
 	// Credential is the Bearer credential Core accepts; any other gets 401.
 	Credential string
+	// Machine, when set before the node starts, serves the machine API
+	// (configuration, release downloads, enrolment).
+	Machine *Machine
 
 	mu       sync.Mutex
 	statuses []int
@@ -95,6 +98,10 @@ func (c *Core) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	c.mu.Unlock()
 	if r.URL.Path != "/api/v1/sandbox-node/connect" {
+		if c.Machine != nil {
+			c.Machine.ServeHTTP(w, r)
+			return
+		}
 		http.NotFound(w, r)
 		return
 	}
