@@ -131,11 +131,18 @@ type process struct {
 
 func start(t *testing.T, logPath string, name string, args ...string) *process {
 	t.Helper()
+	return startEnv(t, logPath, nil, name, args...)
+}
+
+// startEnv starts a process with extra environment variables.
+func startEnv(t *testing.T, logPath string, env []string, name string, args ...string) *process {
+	t.Helper()
 	f, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := &process{cmd: exec.Command(name, args...), log: logPath, done: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = f, f
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)

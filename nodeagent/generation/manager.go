@@ -757,12 +757,18 @@ func (m *Manager) reclaimLocked(dr drop) (*Job, *lease.Lease) {
 		return nil, nil
 	}
 	ls, err := lease.Acquire(m.cfg.Generations.Path(), dr.b.Want(), lease.Exclusive)
-	if err != nil {
+	switch {
+	case errors.Is(err, lease.ErrNotFound) && x.phase == planned:
+		// A plan written before its preparation created the lease: no
+		// helper can have run; the installation lock serialises the rest.
+	case err != nil:
 		m.log.Info("reclamation not started: lease", "generation", g, "error", err)
 		return nil, nil
 	}
 	if m.pinnedLocked(g) || x.refs > 0 {
-		ls.Close()
+		if ls != nil {
+			ls.Close()
+		}
 		m.log.Info("reclamation not started: the generation is referenced", "generation", g, "refs", x.refs)
 		return nil, nil
 	}

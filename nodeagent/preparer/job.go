@@ -43,7 +43,7 @@ const (
 // PrepareCrashPoints, RepairCrashPoints and ReclaimCrashPoints list every
 // crash point of a job in the order the job passes them.
 var (
-	PrepareCrashPoints = []string{lease.CrashAfterLease, CrashPrepareAfterLease, CrashPrepareAfterPlan,
+	PrepareCrashPoints = []string{CrashPrepareAfterPlan, lease.CrashAfterLease, CrashPrepareAfterLease,
 		CrashPrepareAfterDownload, CrashPrepareAfterImportStarted, CrashPrepareAfterImport, CrashPrepareAfterConfig}
 	RepairCrashPoints  = []string{CrashRepairAfterDownload, CrashRepairAfterImport}
 	ReclaimCrashPoints = []string{CrashReclaimAfterJournal, CrashReclaimAfterNative, CrashReclaimAfterFirstDelete,

@@ -44,18 +44,8 @@ func (j *Job) prepare(ctx context.Context) error {
 		return nil
 	}
 
-	// The lease: created (and its identity record persisted) before
-	// anything else, or the existing one, exclusively.
-	if !l.Lease {
-		if _, err := lease.Create(j.Generations.Path(), j.Binding.Want()); err != nil {
-			return err
-		}
-	}
-	if _, err := j.exclusive(); err != nil {
-		return err
-	}
-	crashpoint.Hit(CrashPrepareAfterLease)
-
+	// Core's configuration names the exact release of this generation;
+	// the plan records it before anything else is written.
 	rt, err := j.runtime(ctx)
 	if err != nil {
 		return err
@@ -70,6 +60,18 @@ func (j *Job) prepare(ctx context.Context) error {
 	} else if plan.Source != rt.Source {
 		return refuse("the plan of generation %d names another release than Core's configuration", g)
 	}
+
+	// The lease: created (and its identity record persisted) before the
+	// first byte is downloaded, or the existing one, exclusively.
+	if !l.Lease {
+		if _, err := lease.Create(j.Generations.Path(), j.Binding.Want()); err != nil {
+			return err
+		}
+	}
+	if _, err := j.exclusive(); err != nil {
+		return err
+	}
+	crashpoint.Hit(CrashPrepareAfterLease)
 
 	files, m, err := j.download(ctx, rt)
 	if err != nil {

@@ -120,12 +120,14 @@ func artifactOf(f genstate.File) release.Artifact {
 // from its journal.
 func (j *Job) reclaim(ctx context.Context) error {
 	g := j.Binding.Generation
-	if j.Lease == nil {
-		return &failure{exit: ExitUsage, err: errors.New("reclamation needs the exclusive lease from the node")}
-	}
 	l, err := j.local()
 	if err != nil {
 		return err
+	}
+	// The node passes the exclusive lease; only a plan written before the
+	// preparation reached its lease goes without one.
+	if j.Lease == nil && (l.Lease || l.Plan == nil || l.Config != nil) {
+		return &failure{exit: ExitUsage, err: errors.New("reclamation needs the exclusive lease from the node")}
 	}
 	if l.Dropped != nil {
 		// Finished but for clearing the records.
@@ -134,7 +136,7 @@ func (j *Job) reclaim(ctx context.Context) error {
 		}
 		return j.Generations.Remove(g, genstate.RecordPlan)
 	}
-	if l.Identity == nil {
+	if l.Lease && l.Identity == nil {
 		return lease.ErrIdentityMissing
 	}
 	journal := l.Journal

@@ -106,6 +106,12 @@ func (m *Machine) Bind(t testing.TB, g int64, source string) string {
 	m.Mu.Lock()
 	defer m.Mu.Unlock()
 	m.Runtimes[g] = source
+	if m.Enrolled.DeploymentGeneration == 0 {
+		m.Enrolled = machine.Generation{DeploymentGeneration: g, SpecificationDigest: p.Digest}
+	}
+	if m.Deployment.Generation == 0 {
+		m.Deployment = proto.Deployment{Generation: g, SpecificationDigest: p.Digest}
+	}
 	return p.Digest
 }
 

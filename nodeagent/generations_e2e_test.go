@@ -1,0 +1,323 @@
+package nodeagent_test
+
+// End to end for generation-managing nodes: the nodeagent binary (its
+// helpers and preparers are the same binary, as in production) against
+// the Core stand-in's WebSocket and machine API, on the real Docker
+// engine. Releases are built from the test image's `docker save`
+// tarball; loading it back re-tags the same image, so the shared engine
+// gains nothing and nothing is ever deleted from it.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/sandgate/sandgate/node/proto"
+	"github.com/sandgate/sandgate/node/release"
+	"github.com/sandgate/sandgate/nodeagent/docker"
+	"github.com/sandgate/sandgate/nodeagent/genstate"
+	"github.com/sandgate/sandgate/nodeagent/internal/dockertest"
+	"github.com/sandgate/sandgate/nodeagent/internal/fakecore"
+	"github.com/sandgate/sandgate/nodeagent/lease"
+)
+
+var (
+	agentOnce sync.Once
+	agentBin  string
+	agentErr  string
+)
+
+// sharedAgent builds the nodeagent binary once for the package's tests.
+func sharedAgent(t *testing.T) string {
+	t.Helper()
+	agentOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "nodeagent-bin-")
+		if err != nil {
+			agentErr = err.Error()
+			return
+		}
+		agentBin = filepath.Join(dir, "nodeagent")
+		cmd := exec.Command("go", "build", "-o", agentBin, "./nodeagent/cmd/nodeagent")
+		cmd.Dir = repoRoot(t)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			agentErr = fmt.Sprintf("go build nodeagent: %v\n%s", err, out)
+		}
+	})
+	if agentErr != "" {
+		t.Fatal(agentErr)
+	}
+	return agentBin
+}
+
+// denyMkdir is the releases' seccomp profile: everything allowed except
+// mkdir, which fails with EPERM — visible from inside a sandbox.
+const denyMkdir = `{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["mkdir","mkdirat"],"action":"SCMP_ACT_ERRNO"}]}`
+
+// gworld is one generation-managing node and its Core stand-in.
+type gworld struct {
+	t          *testing.T
+	dir        string
+	agent      string
+	host       string
+	image      string
+	imageID    string
+	core       *fakecore.Core
+	machine    *fakecore.Machine
+	nodeID     string
+	install    string
+	credential string
+	config     string
+	state      string
+	node       *process
+	gens       *genstate.Dir
+}
+
+func newGWorld(t *testing.T) *gworld {
+	t.Helper()
+	host := dockertest.Host(t)
+	cli := dockertest.Client(t, host)
+	img := dockertest.Image(t, cli)
+	ins, err := cli.ImageInspect(context.Background(), img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &gworld{t: t, dir: t.TempDir(), agent: sharedAgent(t), host: host, image: img, imageID: ins.ID,
+		nodeID: uuid.NewString(), install: uuid.NewString(), credential: randomHex(t, 24)}
+	dockertest.RemoveLabelled(t, cli, docker.LabelNodeID, w.nodeID)
+	w.core = fakecore.New(t, w.credential, false)
+	w.machine = fakecore.NewMachine(t, w.nodeID, w.credential)
+	w.core.Machine = w.machine
+	w.state = filepath.Join(w.dir, "state")
+	return w
+}
+
+// release publishes a release of the test image whose provider spec sets
+// SPEC_RELEASE=<source>, binds generation g to it and returns its digest.
+func (w *gworld) release(g int64, source string) string {
+	w.t.Helper()
+	dir := filepath.Join(w.dir, "rel-"+source)
+	os.MkdirAll(dir, 0o755)
+	tarPath := filepath.Join(dir, "image.tar")
+	saveImage(w.t, w.host, w.image, tarPath)
+	spec := fmt.Sprintf(`{"provider":"docker","image_ref":%q,"command":["sleep","3600"],"env":{"SPEC_RELEASE":%q}}`, w.image, source)
+	write(w.t, filepath.Join(dir, "provider.json"), spec)
+	write(w.t, filepath.Join(dir, "seccomp.json"), denyMkdir)
+	w.machine.Publish(w.t, source, map[release.Kind]string{release.KindImage: tarPath,
+		release.KindProviderSpec: filepath.Join(dir, "provider.json"), release.KindSeccomp: filepath.Join(dir, "seccomp.json")})
+	return w.machine.Bind(w.t, g, source)
+}
+
+var (
+	saveOnce sync.Once
+	saveData []byte
+	saveErr  error
+)
+
+// saveImage writes the test image's `docker save` tarball to path.
+func saveImage(t *testing.T, host, image, path string) {
+	t.Helper()
+	saveOnce.Do(func() {
+		cli := dockertest.Client(t, host)
+		rc, err := cli.ImageSave(context.Background(), []string{image})
+		if err != nil {
+			saveErr = err
+			return
+		}
+		defer rc.Close()
+		saveData, saveErr = io.ReadAll(rc)
+	})
+	if saveErr != nil {
+		t.Fatal(saveErr)
+	}
+	if err := os.WriteFile(path, saveData, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeConfig writes the node's TOML: generation management on, the
+// enrolled generation g with digest, short timers.
+func (w *gworld) writeConfig(g int64, digest string) {
+	w.t.Helper()
+	cred := write(w.t, filepath.Join(w.dir, "node.credential"), w.credential+"\n")
+	w.config = write(w.t, filepath.Join(w.dir, "nodeagent.toml"), fmt.Sprintf(`core_origin = %q
+node_id = %q
+installation_id = %q
+credential_file = %q
+state_dir = %q
+docker_endpoint = %q
+disk_path = %q
+deployment_generation = %d
+specification_digest = %q
+generation_management = true
+log_level = "debug"
+
+[timers]
+heartbeat = "200ms"
+idle = "5s"
+backoff_min = "50ms"
+backoff_max = "200ms"
+`, w.core.Origin.String(), w.nodeID, w.install, cred, w.state, w.host, w.dir, g, digest))
+}
+
+// start starts the node with extra environment variables (a crash point).
+func (w *gworld) start(env ...string) *process {
+	w.t.Helper()
+	log := filepath.Join(w.dir, fmt.Sprintf("nodeagent-%s.log", uuid.NewString()[:8]))
+	p := startEnv(w.t, log, env, w.agent, "--config", w.config)
+	w.node = p
+	w.t.Cleanup(func() {
+		if w.t.Failed() {
+			w.t.Logf("node log %s:\n%s", log, tail(p.output(), 6000))
+		}
+	})
+	return p
+}
+
+// generations opens the node's generations directory.
+func (w *gworld) generations() *genstate.Dir {
+	w.t.Helper()
+	if w.gens == nil {
+		d, err := genstate.Open(w.state)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		w.gens = d
+	}
+	return w.gens
+}
+
+func (w *gworld) binding(g int64, digest string) genstate.Binding {
+	return genstate.Binding{InstallationID: w.install, Generation: g, SpecificationDigest: digest}
+}
+
+func dep(target int64, digest string, serving *int64) proto.Deployment {
+	return proto.Deployment{Generation: target, SpecificationDigest: digest, ServingGeneration: serving}
+}
+
+func ptr64(v int64) *int64 { return &v }
+
+func ref() proto.Reference {
+	id := strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
+	return proto.Reference{TenantID: "t-" + id, EnvironmentID: "e", AllocationID: "a-" + id}
+}
+
+// create creates a sandbox on generation g with the release's image.
+func (w *gworld) create(a *fakecore.Auto, g int64, r proto.Reference) *proto.Response {
+	w.t.Helper()
+	return a.Do(proto.OpCreate, g, 60000, r, func(req *proto.Request) {
+		req.Bootstrap = &proto.Bootstrap{Image: w.image}
+	})
+}
+
+func (w *gworld) command(a *fakecore.Auto, g int64, r proto.Reference, script string) *proto.Response {
+	w.t.Helper()
+	return a.Do(proto.OpCommand, g, 60000, r, func(req *proto.Request) {
+		req.Command = &proto.Command{Argv: []string{"sh", "-c", script}, TimeoutMS: 30000, MaxOutputBytes: 4096}
+	})
+}
+
+func TestGenerationsPrepareServeRollAndReclaim(t *testing.T) {
+	w := newGWorld(t)
+	d1 := w.release(1, "rel-one")
+	w.writeConfig(1, d1)
+	w.start()
+	a := w.core.Accept().Auto(dep(1, d1, nil), func(proto.RetentionEntry) bool { return true })
+	if h := a.Hello(); !h.GenerationManagement || h.MaxRetained != 8 || h.DeploymentGeneration != 1 {
+		t.Fatalf("hello: generation_management %v, max_retained %d, enrolled %d", h.GenerationManagement, h.MaxRetained, h.DeploymentGeneration)
+	}
+	a.WaitObservations(fakecore.State(1, proto.GenerationReady))
+
+	// A sandbox on generation 1 runs the generation's image ID, its spec's
+	// environment and its seccomp profile.
+	r1 := ref()
+	resp := w.create(a, 1, r1)
+	if resp == nil || resp.ErrorCode != "" || resp.Info.Image != w.imageID {
+		t.Fatalf("create on generation 1: %+v", resp)
+	}
+	resp = w.command(a, 1, r1, `echo "$SPEC_RELEASE"; mkdir /tmp/x`)
+	if resp == nil || resp.ErrorCode != "" || string(resp.Command.Stdout) != "rel-one\n" || resp.Command.ExitCode == 0 {
+		t.Fatalf("command on generation 1: %+v", resp)
+	}
+	// A generation the node does not hold: unconfirmed, nothing run.
+	if resp := w.create(a, 5, ref()); resp == nil || resp.ErrorCode != proto.ErrUnconfirmed {
+		t.Fatalf("create on an unknown generation: %+v", resp)
+	}
+
+	// The operator targets generation 2 and keeps serving 1.
+	d2 := w.release(2, "rel-two")
+	a.SetDeployment(dep(2, d2, ptr64(1)))
+	obs := a.WaitObservations(fakecore.State(2, proto.GenerationReady))
+	if obs[0].Generation != 2 || obs[1].Generation != 1 || obs[1].State != proto.GenerationReady {
+		t.Fatalf("observations %+v: want target 2 then serving 1, both ready", obs)
+	}
+	r2 := ref()
+	if resp := w.create(a, 2, r2); resp == nil || resp.ErrorCode != "" {
+		t.Fatalf("create on generation 2: %+v", resp)
+	}
+	if resp := w.command(a, 2, r2, `echo "$SPEC_RELEASE"`); resp == nil || string(resp.Command.Stdout) != "rel-two\n" {
+		t.Fatalf("command on generation 2: %+v", resp)
+	}
+	// The sandbox on generation 1 still answers on generation 1.
+	if resp := w.command(a, 1, r1, `echo still`); resp == nil || string(resp.Command.Stdout) != "still\n" {
+		t.Fatalf("command on generation 1 after the roll: %+v", resp)
+	}
+
+	// Serving flips to 2; Core keeps 1 while its sandbox lives, then lets
+	// it go.
+	inUse := true
+	var mu sync.Mutex
+	a.SetKeep(func(e proto.RetentionEntry) bool { mu.Lock(); defer mu.Unlock(); return e.Generation != 1 || inUse })
+	a.SetDeployment(dep(2, d2, ptr64(2)))
+	a.WaitObservations(func(obs []proto.GenerationObservation) bool { return len(a.Retentions()) > 0 })
+	if _, err := w.generations().ReadDropped(1); err == nil {
+		t.Fatal("generation 1 was dropped while Core kept it")
+	}
+	if resp := a.Do(proto.OpKill, 1, 60000, r1, nil); resp == nil || resp.ErrorCode != "" {
+		t.Fatalf("kill on generation 1: %+v", resp)
+	}
+	mu.Lock()
+	inUse = false
+	mu.Unlock()
+	a.WaitObservations(func(obs []proto.GenerationObservation) bool {
+		_, err := w.generations().ReadDropped(1)
+		return err == nil
+	})
+	// Dropped: version files gone, the lease, its identity record and the
+	// final configuration kept; never used again.
+	gens := w.generations()
+	if _, err := os.Lstat(gens.FilesPath(1)); !os.IsNotExist(err) {
+		t.Fatalf("version directory of the dropped generation: %v", err)
+	}
+	if _, err := gens.ReadConfig(1); err != nil {
+		t.Fatalf("the final configuration of the dropped generation is gone: %v", err)
+	}
+	if _, err := lease.ReadIdentity(gens.Path(), 1); err != nil {
+		t.Fatalf("the lease identity of the dropped generation is gone: %v", err)
+	}
+	if resp := w.create(a, 1, ref()); resp == nil || resp.ErrorCode != proto.ErrUnconfirmed {
+		t.Fatalf("create on the dropped generation: %+v", resp)
+	}
+	// The image is still in the engine: Docker images are never deleted.
+	cli := dockertest.Client(t, w.host)
+	if _, err := cli.ImageInspect(context.Background(), w.imageID); err != nil {
+		t.Fatalf("the image was removed: %v", err)
+	}
+	if resp := a.Do(proto.OpKill, 2, 60000, r2, nil); resp == nil || resp.ErrorCode != "" {
+		t.Fatalf("kill on generation 2: %+v", resp)
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
