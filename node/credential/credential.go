@@ -82,6 +82,9 @@ type Node struct {
 	// GenerationManagement says whether the node prepares and retains
 	// several deployment generations.
 	GenerationManagement bool
+	// Pool is the node pool whose deployment the node is told (pool.IsName;
+	// pool.Default when the record names none).
+	Pool string
 }
 
 // Store authenticates node credentials. Implementations are safe for

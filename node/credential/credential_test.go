@@ -96,7 +96,7 @@ func TestAuthenticate(t *testing.T) {
 	f, _ := open(t, twoNodes(), nil)
 	n, err := f.Authenticate(nodeA, Sum(secretA))
 	want := Node{NodeID: nodeA, Enabled: true, InstallationID: instA, Provider: "docker",
-		BackendFingerprint: fp, DeploymentGeneration: 3, SpecificationDigest: spec}
+		BackendFingerprint: fp, DeploymentGeneration: 3, SpecificationDigest: spec, Pool: "default"}
 	if err != nil || n != want {
 		t.Fatalf("Authenticate(A, right) = %+v, %v; want %+v", n, err, want)
 	}
@@ -137,11 +137,11 @@ func TestAuthenticate(t *testing.T) {
 func TestFileFormats(t *testing.T) {
 	j := fmt.Sprintf(`{"nodes": [{"node_id": %q, "enabled": true, "credential_sha256": %q,
 		"installation_id": %q, "provider": "microsandbox", "backend_fingerprint": %q,
-		"deployment_generation": 9, "specification_digest": %q, "generation_management": true}]}`,
+		"deployment_generation": 9, "specification_digest": %q, "generation_management": true, "pool": "gpu-1"}]}`,
 		nodeA, hexSum(secretA), instA, fp, spec)
 	f, _ := open(t, j, nil)
 	n, err := f.Authenticate(nodeA, Sum(secretA))
-	if err != nil || !n.GenerationManagement || n.Provider != "microsandbox" || n.DeploymentGeneration != 9 {
+	if err != nil || !n.GenerationManagement || n.Provider != "microsandbox" || n.DeploymentGeneration != 9 || n.Pool != "gpu-1" {
 		t.Fatalf("Authenticate = %+v, %v", n, err)
 	}
 }
@@ -168,6 +168,8 @@ func TestOpenFileRejects(t *testing.T) {
 		{"string generation", replace("deployment_generation: 3", `deployment_generation: "3"`), "member deployment_generation is a JSON string"},
 		{"bad spec digest", replace(spec, strings.ToUpper(spec)), "specification_digest must be 64 lowercase hexadecimal digits"},
 		{"bad credential digest", replace(hexSum(secretA), "not-a-digest"), "credential_sha256: node credential: invalid node credential data: a SHA-256 digest is 64 lowercase hexadecimal digits"},
+		{"bad pool", "nodes:\n" + good + "    pool: GPU\n", "pool must be 1..63 characters"},
+		{"empty pool", "nodes:\n" + good + "    pool: \"\"\n", "pool must be"},
 		{"enabled as string", replace("enabled: true", `enabled: "yes"`), "member enabled is a JSON string"},
 		{"repeated node", "nodes:\n" + good + good, "nodes[1] repeats the node_id of nodes[0]"},
 		{"unknown top-level", "nodes: []\nversion: 2\n", `unknown top-level member "version"`},

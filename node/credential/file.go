@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sandgate/sandgate/internal/filewatch"
+	"github.com/sandgate/sandgate/node/pool"
 	"github.com/sandgate/sandgate/node/proto"
 )
 
@@ -31,13 +32,14 @@ type fileRecord struct {
 	DeploymentGeneration int64  `json:"deployment_generation"`
 	SpecificationDigest  string `json:"specification_digest"`
 	GenerationManagement bool   `json:"generation_management"`
+	Pool                 string `json:"pool"`
 }
 
 // members are fileRecord's JSON member names; true marks the required ones.
 var members = map[string]bool{
 	"node_id": true, "enabled": true, "credential_sha256": true, "installation_id": true,
 	"provider": true, "backend_fingerprint": true, "deployment_generation": true,
-	"specification_digest": true, "generation_management": false,
+	"specification_digest": true, "generation_management": false, "pool": false,
 }
 
 // File is a Store read from a JSON or YAML file and reloaded when it
@@ -64,10 +66,11 @@ var _ Store = (*File)(nil)
 //	    deployment_generation: 1                          # > 0
 //	    specification_digest: <64 lowercase hex digits>
 //	    generation_management: false                      # optional, default false
+//	    pool: default                                     # optional, default "default"
 //
 // Decoding is strict: exactly the top-level key "nodes" holding a list;
 // member names exact (case-sensitive), no unknown, null or duplicate
-// members, every member but generation_management required, values of the
+// members, every member but generation_management and pool required, values of the
 // right type and form, node IDs unique; at most MaxFileSize bytes.
 //
 // The file is watched (package filewatch: in-place writes, rename-over and
@@ -166,6 +169,9 @@ func decodeRecord(raw []byte) (*record, error) {
 		if string(bytes.TrimSpace(fields[k])) == "null" {
 			return nil, fmt.Errorf("%w: member %s is null", ErrInvalid, k)
 		}
+		if k == "pool" && string(bytes.TrimSpace(fields[k])) == `""` {
+			return nil, fmt.Errorf("%w: pool must be 1..63 characters of [a-z0-9-], present only when not empty", ErrInvalid)
+		}
 	}
 	required := make([]string, 0, len(members))
 	for k, req := range members {
@@ -204,6 +210,12 @@ func (fr fileRecord) validate() (*record, error) {
 		return nil, fmt.Errorf("%w: deployment_generation must be positive", ErrInvalid)
 	case !proto.IsDigest(fr.SpecificationDigest):
 		return nil, fmt.Errorf("%w: specification_digest must be 64 lowercase hexadecimal digits", ErrInvalid)
+	case fr.Pool != "" && !pool.IsName(fr.Pool):
+		return nil, fmt.Errorf("%w: pool must be 1..63 characters of [a-z0-9-], starting and ending with a letter or digit", ErrInvalid)
+	}
+	poolName := fr.Pool
+	if poolName == "" {
+		poolName = pool.Default
 	}
 	d, err := ParseDigest(fr.CredentialSHA256)
 	if err != nil {
@@ -219,6 +231,7 @@ func (fr fileRecord) validate() (*record, error) {
 			DeploymentGeneration: fr.DeploymentGeneration,
 			SpecificationDigest:  fr.SpecificationDigest,
 			GenerationManagement: fr.GenerationManagement,
+			Pool:                 poolName,
 		},
 		digest: d,
 	}, nil
