@@ -32,6 +32,8 @@ import (
 	"github.com/sandgate/sandgate/gateway/dataplane"
 	"github.com/sandgate/sandgate/gateway/token"
 	"github.com/sandgate/sandgate/node/hub"
+	"github.com/sandgate/sandgate/node/pool"
+	"github.com/sandgate/sandgate/node/release"
 )
 
 func init() {
@@ -93,7 +95,15 @@ type App struct {
 	hubConfig hub.Config
 	hubUndo   func() // puts back the hub settings Start replaced
 
-	running int32 // 1 between Start and Stop (sync/atomic; the App is copied by value in CaddyModule)
+	running   int32                // 1 between Start and Stop (sync/atomic; the App is copied by value in CaddyModule)
+	stateDir  string               // absolute; "" without state_dir
+	releases  *release.Store       // nil without a release store
+	pools     *pool.Registry       // shared across reloads
+	poolsKey  string               // the registry's key in registries; "" when not held
+	poolSpecs map[string]pool.Spec // this config's pools
+	poolsUndo func()               // puts back the pools Start replaced
+	prevApp   *App                 // the running app Start replaced
+	stopped   bool                 // Stop has run; guarded by currentMu
 }
 
 // TokenKey is one token verification key.
@@ -227,13 +237,27 @@ func (a *App) Validate() error {
 // config takes over the running hub here, its connections untouched) and
 // logs the configured clusters. The app has no goroutines of its own.
 func (a *App) Start() error {
+	if a.pools != nil {
+		undo, err := a.pools.Configure(a.poolSpecs)
+		if err != nil {
+			return fmt.Errorf("nodes: %w", err)
+		}
+		a.poolsUndo = undo
+	}
 	if a.hub != nil {
 		undo, err := a.hub.Apply(a.hubConfig)
 		if err != nil {
+			if a.poolsUndo != nil {
+				a.poolsUndo()
+				a.poolsUndo = nil
+			}
 			return fmt.Errorf("nodes: %w", err)
 		}
 		a.hubUndo = undo
 	}
+	currentMu.Lock()
+	a.prevApp, current = current, a
+	currentMu.Unlock()
 	ids := make([]string, 0, len(a.Clusters))
 	for id := range a.Clusters {
 		ids = append(ids, id)
@@ -261,6 +285,18 @@ func (a *App) Running() bool { return atomic.LoadInt32(&a.running) == 1 }
 // 1001; Cleanup waits for that drain.
 func (a *App) Stop() error {
 	atomic.StoreInt32(&a.running, 0)
+	currentMu.Lock()
+	a.stopped = true
+	// A reload that failed after this app started hands the admin routes
+	// back to the app still running; a stopped predecessor is no one.
+	if current == a {
+		current = a.prevApp
+		if current != nil && current.stopped {
+			current = nil
+		}
+	}
+	a.prevApp = nil
+	currentMu.Unlock()
 	if a.hubUndo != nil {
 		a.hubUndo()
 		a.hubUndo = nil
@@ -273,18 +309,29 @@ func (a *App) Stop() error {
 		a.logger.Info("draining node connections", zap.Duration("shutdown_grace", grace))
 		a.pooled.drain(grace, a.logger)
 	}
+	// A process that exits keeps its pools as they are (the state file
+	// must not go back); only a failed reload is undone.
+	if a.poolsUndo != nil && !caddy.Exiting() {
+		a.poolsUndo()
+	}
+	a.poolsUndo = nil
 	return nil
 }
 
 // Cleanup releases this config's reference to the node hub; the hub, and
 // every node connection, is closed when no config holds it any more.
 func (a *App) Cleanup() error {
+	var err error
+	if a.poolsKey != "" {
+		_, err = registries.Delete(a.poolsKey)
+		a.poolsKey = ""
+	}
 	if !a.hubHeld {
-		return nil
+		return err
 	}
 	a.hubHeld = false
-	_, err := hubs.Delete(hubKey)
-	return err
+	_, herr := hubs.Delete(hubKey)
+	return errors.Join(err, herr)
 }
 
 // Tokens returns the token verifier.
@@ -305,6 +352,13 @@ func (a *App) Cluster(id string) (dataplane.Cluster, bool) {
 
 // NodeHub returns the node hub, or nil when the config has no nodes block.
 func (a *App) NodeHub() *hub.Hub { return a.hub }
+
+// NodePools returns the pool registry, or nil when the config has no
+// nodes block.
+func (a *App) NodePools() *pool.Registry { return a.pools }
+
+// Releases returns the release store, or nil when none is configured.
+func (a *App) Releases() *release.Store { return a.releases }
 
 // Interface guards.
 var (

@@ -55,6 +55,14 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //			close_grace <duration>
 //			heartbeat_interval <duration>
 //			shutdown_grace <duration>
+//			state_dir <dir>
+//			releases <dir>
+//			pool <name> {
+//				generation <n> release <source>
+//				generation <n> digest <specification_digest>
+//				target <n>
+//				serving <n>
+//			}
 //		}
 //	}
 //
@@ -64,7 +72,8 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 // The nodes block configures the sandbox-node connection service (see
 // Nodes): its credentials take a module of the sandgate.node_credentials
 // namespace, e.g. "credentials file <path>"; every other subdirective is
-// optional and takes the default of the spec.
+// optional and takes the default of the spec. pool may repeat (one per
+// name); inside it generation may repeat (one per generation number).
 func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // option name
 	if d.NextArg() {
@@ -221,6 +230,39 @@ func parseNodes(d *caddyfile.Dispenser) (*Nodes, error) {
 				return nil, err
 			}
 			n.CredentialsRaw = caddyconfig.JSONModuleObject(mod, "source", name, nil)
+		case "state_dir", "releases":
+			if !d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			v := d.Val()
+			if d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			if opt == "state_dir" {
+				n.StateDir = v
+			} else {
+				n.Releases = v
+			}
+		case "pool":
+			if !d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			name := d.Val()
+			if d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			if _, dup := n.Pools[name]; dup {
+				return nil, d.Errf("pool %q already specified", name)
+			}
+			delete(seen, "pool") // one pool line per name, checked above
+			p, err := parsePool(d)
+			if err != nil {
+				return nil, err
+			}
+			if n.Pools == nil {
+				n.Pools = map[string]*NodePool{}
+			}
+			n.Pools[name] = p
 		case "owner_epoch":
 			if !d.NextArg() {
 				return nil, d.ArgErr()
@@ -280,6 +322,75 @@ func parseNodes(d *caddyfile.Dispenser) (*Nodes, error) {
 		return nil, d.Err("nodes: credentials is required (e.g. credentials file <path>)")
 	}
 	return n, nil
+}
+
+// parsePool parses the block of a pool subdirective (syntax: see
+// App.UnmarshalCaddyfile).
+func parsePool(d *caddyfile.Dispenser) (*NodePool, error) {
+	p := new(NodePool)
+	positive := func(what string) (int64, error) {
+		if !d.NextArg() {
+			return 0, d.ArgErr()
+		}
+		v, err := strconv.ParseInt(d.Val(), 10, 64)
+		if err != nil || v <= 0 {
+			return 0, d.Errf("bad %s %q: must be a positive integer", what, d.Val())
+		}
+		return v, nil
+	}
+	for nest := d.Nesting(); d.NextBlock(nest); {
+		switch opt := d.Val(); opt {
+		case "generation":
+			g, err := positive("generation")
+			if err != nil {
+				return nil, err
+			}
+			var kind, value string
+			if !d.Args(&kind, &value) || d.NextArg() {
+				return nil, d.Err("generation takes: generation <n> release <source> | generation <n> digest <specification_digest>")
+			}
+			pg := PoolGeneration{Generation: g}
+			switch kind {
+			case "release":
+				pg.Release = value
+			case "digest":
+				if !proto.IsDigest(value) {
+					return nil, d.Errf("generation %d: the digest must be 64 lowercase hexadecimal digits", g)
+				}
+				pg.SpecificationDigest = value
+			default:
+				return nil, d.Errf("generation %d: %q is neither release nor digest", g, kind)
+			}
+			for _, old := range p.Generations {
+				if old.Generation == g {
+					return nil, d.Errf("generation %d already specified", g)
+				}
+			}
+			p.Generations = append(p.Generations, pg)
+		case "target", "serving":
+			v, err := positive(opt)
+			if err != nil {
+				return nil, err
+			}
+			if d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			if opt == "target" {
+				if p.Target != 0 {
+					return nil, d.Err("target already specified")
+				}
+				p.Target = v
+			} else {
+				if p.Serving != 0 {
+					return nil, d.Err("serving already specified")
+				}
+				p.Serving = v
+			}
+		default:
+			return nil, d.Errf("unrecognized pool subdirective %q", opt)
+		}
+	}
+	return p, nil
 }
 
 // Interface guard.

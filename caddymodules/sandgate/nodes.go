@@ -120,6 +120,63 @@ type Nodes struct {
 	// another replica at once. Default 15s. (Reloads keep the
 	// connections.)
 	ShutdownGrace caddy.Duration `json:"shutdown_grace,omitempty"`
+
+	// StateDir is the directory of Core's durable node state: the pools'
+	// run-time deployments (pools.json), and, with enrolment, the enrolled
+	// nodes and used enrolment tokens. Created (mode 0700) when missing.
+	// Placeholders such as {env.STATE_DIR} are expanded. Default: none, the
+	// state is kept in memory only (it survives `caddy reload`, not a
+	// restart) and enrolment is off.
+	StateDir string `json:"state_dir,omitempty"`
+
+	// Releases is the release store directory (`caddy sandgate-release
+	// publish --store <dir>`), whose releases pools bind generations to and
+	// whose manifests and artifacts the machine API serves. Default: none
+	// (no release downloads; pools bind generations by digest only).
+	Releases string `json:"releases,omitempty"`
+
+	// Pools are the node pools by name (1..63 characters of [a-z0-9-]).
+	// A node belongs to the pool of its enrolment (default "default").
+	// Each generation-managing node is told its pool's deployment. Replaces
+	// Deployment, which is the "default" pool's deployment written the old
+	// way (both for "default" is an error).
+	Pools map[string]*NodePool `json:"pools,omitempty"`
+}
+
+// NodePool is one node pool: the generations it knows and its deployment.
+// JSON:
+//
+//	{"generations": [{"generation": 7, "release": "busybox-7"},
+//	                 {"generation": 8, "specification_digest": "<64 hex>"}],
+//	 "target": 8, "serving": 7}
+//
+// The deployment can also be changed at run time (Caddy's admin API, PUT
+// /sandgate/pools/<name>/deployment); a reload keeps such a change unless
+// it changes target or serving itself.
+type NodePool struct {
+	// Generations bind deployment generations to a release of the release
+	// store (the specification digest is then the SHA-256 of the release's
+	// manifest.json, computed by Core) or to an explicit specification
+	// digest. A generation is bound once and for all: binding it to
+	// another digest later is refused.
+	Generations []PoolGeneration `json:"generations,omitempty"`
+	// Target is the target generation, which must be bound. Absent: the
+	// pool has no deployment until one is set at run time.
+	Target int64 `json:"target,omitempty"`
+	// Serving is the serving generation; absent is null.
+	Serving int64 `json:"serving,omitempty"`
+}
+
+// PoolGeneration binds one generation: exactly one of Release and
+// SpecificationDigest.
+type PoolGeneration struct {
+	// Generation is the deployment generation, > 0.
+	Generation int64 `json:"generation"`
+	// Release is a release source in the release store.
+	Release string `json:"release,omitempty"`
+	// SpecificationDigest is the generation's lowercase hex SHA-256
+	// specification digest.
+	SpecificationDigest string `json:"specification_digest,omitempty"`
 }
 
 // DefaultShutdownGrace is Nodes.ShutdownGrace's default.
@@ -136,19 +193,6 @@ type NodeDeployment struct {
 	// ServingGeneration is the generation nodes keep serving, > 0; absent
 	// (0) is sent as null.
 	ServingGeneration int64 `json:"serving_generation,omitempty"`
-}
-
-// wire returns the protocol form of d.
-func (d *NodeDeployment) wire() *proto.Deployment {
-	if d == nil {
-		return nil
-	}
-	w := &proto.Deployment{Generation: d.Generation, SpecificationDigest: d.SpecificationDigest}
-	if d.ServingGeneration != 0 {
-		s := d.ServingGeneration
-		w.ServingGeneration = &s
-	}
-	return w
 }
 
 // check validates the static settings; the error names the setting.
@@ -210,10 +254,13 @@ func (a *App) provisionNodes(ctx caddy.Context) error {
 	if epoch == 0 {
 		epoch = DefaultOwnerEpoch
 	}
+	if err := a.provisionPools(); err != nil {
+		return err
+	}
 	a.hubConfig = hub.Config{
 		Credentials: store,
 		OwnerEpoch:  epoch,
-		Deployment:  n.Deployment.wire(),
+		Pools:       a.pools,
 		Timers: hub.Timers{
 			Hello: time.Duration(n.HelloTimeout), Idle: time.Duration(n.IdleTimeout),
 			Online: time.Duration(n.OnlineWindow), Write: time.Duration(n.WriteTimeout),

@@ -384,7 +384,8 @@ func (c *conn) hello(data []byte) {
 		return
 	}
 	cfg := c.config()
-	if h.GenerationManagement && cfg.Deployment == nil {
+	deployment := deploymentFor(cfg, c.node.Pool)
+	if h.GenerationManagement && deployment == nil {
 		c.fail(CloseNoDeployment, "no deployment to advertise to a generation-managing node")
 		return
 	}
@@ -414,7 +415,7 @@ func (c *conn) hello(data []byte) {
 
 	w := &proto.Welcome{ConnectionID: c.id, OwnerEpoch: c.epoch}
 	if c.gm {
-		w.Deployment = cfg.Deployment
+		w.Deployment = deployment
 	}
 	// The connection turns live with the welcome: holding the writer from
 	// before the state change until the welcome is written, no request can
@@ -594,7 +595,8 @@ func (c *conn) heartbeat(hb *proto.Heartbeat) {
 		c.fail(CloseEpochSuperseded, "owner epoch superseded; reconnect")
 		return
 	}
-	if c.gm && cfg.Deployment == nil {
+	deployment := deploymentFor(cfg, c.node.Pool)
+	if c.gm && deployment == nil {
 		c.fail(CloseNoDeployment, "no deployment to advertise to a generation-managing node")
 		return
 	}
@@ -610,7 +612,7 @@ func (c *conn) heartbeat(hb *proto.Heartbeat) {
 	hub.mu.Unlock()
 	ack := &proto.HeartbeatAck{ConnectionID: c.id, OwnerEpoch: c.epoch}
 	if c.gm {
-		ack.Deployment = cfg.Deployment
+		ack.Deployment = deployment
 	}
 	c.wmu.Lock()
 	c.write(ack)
@@ -694,7 +696,7 @@ func (c *conn) retention(r *proto.Retention) {
 	ack := &proto.RetentionAck{ID: r.ID, ConnectionID: c.id, Entries: make([]proto.RetentionDecision, len(r.Entries))}
 	for i, e := range r.Entries {
 		ack.Entries[i] = proto.RetentionDecision{Generation: e.Generation, SpecificationDigest: e.SpecificationDigest,
-			Keep: keep(cfg.Deployment, e)}
+			Keep: keep(deploymentFor(cfg, c.node.Pool), e)}
 	}
 	c.wmu.Lock()
 	c.write(ack)

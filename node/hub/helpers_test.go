@@ -237,7 +237,7 @@ func (n *testNode) hello() *proto.Hello {
 	h := &proto.Hello{NodeID: n.id, InstallationID: inst, Provider: proto.ProviderDocker,
 		BackendFingerprint: fingerprint, DeploymentGeneration: 1, SpecificationDigest: specDigest,
 		MaxActive: 8, MaxRetained: 0, Health: health(true, "")}
-	if n.id == nodeG {
+	if n.id == nodeG || n.id == nodeP {
 		h.GenerationManagement = true
 		h.MaxRetained = 4
 		h.Health = health(false, "")

@@ -28,6 +28,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sandgate/sandgate/node/credential"
+	"github.com/sandgate/sandgate/node/pool"
 	"github.com/sandgate/sandgate/node/proto"
 )
 
@@ -113,6 +114,11 @@ type Config struct {
 	// (close code CloseNoDeployment); nodes without generation management
 	// never need it.
 	Deployment *proto.Deployment
+	// Pools, when set, gives each node pool's deployment, and replaces
+	// Deployment: a generation-managing node is told the deployment of its
+	// enrolled pool (credential.Node.Pool), and is refused (close code
+	// CloseNoDeployment) while its pool has none. A *pool.Registry is one.
+	Pools Deployments
 	// Timers are the timeouts; zero fields take the defaults.
 	Timers Timers
 	// Logger receives connection events; nil means no logging. Secrets and
@@ -126,6 +132,28 @@ type Config struct {
 	// Observer receives dispatch outcomes and refusals for metrics; nil
 	// observes nothing.
 	Observer Observer
+}
+
+// Deployments gives the deployment of a node pool (package node/pool's
+// Registry implements it); false when the pool has none.
+type Deployments interface {
+	Deployment(pool string) (proto.Deployment, bool)
+}
+
+// deploymentFor returns the deployment a node of pool poolName is told
+// under cfg, or nil.
+func deploymentFor(cfg *Config, poolName string) *proto.Deployment {
+	if cfg.Pools == nil {
+		return cfg.Deployment
+	}
+	if poolName == "" {
+		poolName = pool.Default
+	}
+	d, ok := cfg.Pools.Deployment(poolName)
+	if !ok {
+		return nil
+	}
+	return &d
 }
 
 // Hub holds the live node connections, the nodes' presence, and the

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/gorilla/websocket"
 
 	"github.com/sandgate/sandgate/node/proto"
@@ -60,6 +61,13 @@ type Node struct {
 
 	waitingMu sync.Mutex
 	waiting   []chan struct{}
+
+	genMu       sync.Mutex
+	generations []proto.GenerationObservation // sent with each heartbeat
+
+	retMu      sync.Mutex // one retention exchange at a time
+	retSeq     uint64
+	retAnswers chan *proto.RetentionAck
 
 	done      chan struct{}
 	err       error
@@ -118,7 +126,8 @@ func Dial(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		return nil, &DialError{Status: status, Err: err}
 	}
-	n := &Node{cfg: cfg, ws: ws, done: make(chan struct{})}
+	n := &Node{cfg: cfg, ws: ws, done: make(chan struct{}), generations: cfg.Hello.Generations,
+		retAnswers: make(chan *proto.RetentionAck, 1)}
 	hello := cfg.Hello
 	if hello.Health.ObservedAt.IsZero() {
 		hello.Health.ObservedAt = time.Now().UTC()
@@ -252,8 +261,43 @@ func (n *Node) health() proto.Health {
 }
 
 func (n *Node) sendHeartbeat() error {
+	n.genMu.Lock()
+	obs := n.generations
+	n.genMu.Unlock()
 	return n.send(&proto.Heartbeat{ConnectionID: n.welcome.ConnectionID, OwnerEpoch: n.welcome.OwnerEpoch,
-		Health: n.health(), Generations: n.cfg.Hello.Generations})
+		Health: n.health(), Generations: obs})
+}
+
+// SetGenerations replaces the generation observations the following
+// heartbeats carry (a generation-managing node; at most 8, target and
+// serving first).
+func (n *Node) SetGenerations(obs []proto.GenerationObservation) {
+	n.genMu.Lock()
+	n.generations = append([]proto.GenerationObservation(nil), obs...)
+	n.genMu.Unlock()
+}
+
+// Retention sends one retention request for entries (1..8) with the next
+// sequence and a new UUID, and waits for Core's retention_ack, the end of
+// the connection or ctx. It returns the ack and whether it answers the
+// request exactly (proto.RetentionAck.Answers). One exchange at a time.
+func (n *Node) Retention(ctx context.Context, entries []proto.RetentionEntry) (*proto.RetentionAck, bool, error) {
+	n.retMu.Lock()
+	defer n.retMu.Unlock()
+	n.retSeq++
+	r := &proto.Retention{ID: uuid.NewString(), Sequence: n.retSeq, ConnectionID: n.welcome.ConnectionID,
+		OwnerEpoch: n.welcome.OwnerEpoch, Entries: entries}
+	if err := n.send(r); err != nil {
+		return nil, false, err
+	}
+	select {
+	case ack := <-n.retAnswers:
+		return ack, ack.Answers(r), nil
+	case <-n.done:
+		return nil, false, n.err
+	case <-ctx.Done():
+		return nil, false, ctx.Err()
+	}
 }
 
 func (n *Node) heartbeats(every time.Duration) {
@@ -289,6 +333,13 @@ func (n *Node) readLoop() {
 				n.waiting = n.waiting[1:]
 			}
 			n.waitingMu.Unlock()
+		case *proto.RetentionAck:
+			select {
+			case n.retAnswers <- f:
+			default:
+				n.finish(errors.New("sim: unsolicited retention_ack from Core"))
+				return
+			}
 		case *proto.Request:
 			n.requests.Add(1)
 			answer := n.cfg.Answer

@@ -1,0 +1,80 @@
+package sandgate
+
+import (
+	"net/http"
+	"sync"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/sandgate/sandgate/node/admin"
+	"github.com/sandgate/sandgate/node/pool"
+	"github.com/sandgate/sandgate/node/release"
+)
+
+func init() {
+	caddy.RegisterModule(AdminAPI{})
+}
+
+// current is the running sandgate app, the one whose Start ran last and
+// was not undone; the admin routes act on it. Guarded by currentMu.
+var (
+	currentMu sync.Mutex
+	current   *App
+)
+
+// runningApp returns current.
+func runningApp() *App {
+	currentMu.Lock()
+	defer currentMu.Unlock()
+	return current
+}
+
+// AdminAPI is the admin.api.sandgate module: the operator's routes for
+// sandbox nodes under Caddy's admin endpoint (package node/admin), e.g.
+//
+//	curl localhost:2019/sandgate/pools
+//	curl -X PUT -H 'Content-Type: application/json' localhost:2019/sandgate/pools/default/deployment \
+//	     -d '{"generation": 8, "release": "busybox-8", "serving_generation": 7}'
+//
+// Caddy loads every admin.api module by itself; it has no configuration.
+// The routes act on the running config's sandgate app and answer 503 when
+// it has no nodes block.
+type AdminAPI struct{}
+
+// CaddyModule returns the Caddy module information.
+func (AdminAPI) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "admin.api.sandgate", New: func() caddy.Module { return new(AdminAPI) }}
+}
+
+// Routes returns the admin routes.
+func (AdminAPI) Routes() []caddy.AdminRoute {
+	h := &admin.Handler{State: func() admin.State {
+		a := runningApp()
+		if a == nil {
+			return nil
+		}
+		return adminState{a}
+	}}
+	return []caddy.AdminRoute{{
+		Pattern: admin.PoolsPath,
+		Handler: caddy.AdminHandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+			h.ServeHTTP(w, r)
+			return nil
+		}),
+	}, {
+		Pattern: admin.PoolsPath + "/",
+		Handler: caddy.AdminHandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+			h.ServeHTTP(w, r)
+			return nil
+		}),
+	}}
+}
+
+// adminState adapts the app to admin.State.
+type adminState struct{ a *App }
+
+func (s adminState) Pools() *pool.Registry    { return s.a.pools }
+func (s adminState) Releases() *release.Store { return s.a.releases }
+
+// Interface guard.
+var _ caddy.AdminRouter = AdminAPI{}

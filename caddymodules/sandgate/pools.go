@@ -1,0 +1,156 @@
+package sandgate
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/sandgate/sandgate/node/pool"
+	"github.com/sandgate/sandgate/node/proto"
+	"github.com/sandgate/sandgate/node/release"
+)
+
+// registries holds the pool registries across reloads, keyed by their
+// state file ("" for the in-memory one).
+var registries = caddy.NewUsagePool()
+
+// pooledRegistry lets the pool drop a registry when no config holds it.
+type pooledRegistry struct{ *pool.Registry }
+
+// Destruct does nothing: the state is on disk (or gone with the process).
+func (pooledRegistry) Destruct() error { return nil }
+
+// checkPools validates the pools' static settings; the error names the
+// pool and generation.
+func (n *Nodes) checkPools() error {
+	if n.Deployment != nil && n.Pools[pool.Default] != nil {
+		return errors.New("deployment and pool default both set the default pool's deployment: use one")
+	}
+	names := make([]string, 0, len(n.Pools))
+	for name := range n.Pools {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		p := n.Pools[name]
+		if !pool.IsName(name) {
+			return fmt.Errorf("pool %q: a pool name is 1..63 characters of [a-z0-9-], starting and ending with a letter or digit", name)
+		}
+		if p == nil {
+			return fmt.Errorf("pool %q: empty definition", name)
+		}
+		if p.Target < 0 || p.Serving < 0 {
+			return fmt.Errorf("pool %q: target and serving must be positive", name)
+		}
+		seen := map[int64]bool{}
+		for _, g := range p.Generations {
+			switch {
+			case g.Generation <= 0:
+				return fmt.Errorf("pool %q: generation numbers must be positive", name)
+			case seen[g.Generation]:
+				return fmt.Errorf("pool %q: generation %d is bound twice", name, g.Generation)
+			case (g.Release == "") == (g.SpecificationDigest == ""):
+				return fmt.Errorf("pool %q generation %d: give exactly one of release and specification_digest", name, g.Generation)
+			case g.Release != "" && !release.IsSource(g.Release):
+				return fmt.Errorf("pool %q generation %d: release %q is not a release source name", name, g.Generation, g.Release)
+			case g.SpecificationDigest != "" && !proto.IsDigest(g.SpecificationDigest):
+				return fmt.Errorf("pool %q generation %d: specification_digest must be 64 lowercase hexadecimal digits", name, g.Generation)
+			}
+			seen[g.Generation] = true
+		}
+		if p.Target > 0 && !seen[p.Target] {
+			return fmt.Errorf("pool %q: target generation %d is not bound by a generation line", name, p.Target)
+		}
+	}
+	return nil
+}
+
+// poolSpecs resolves the pools into registry specs, reading each bound
+// release's manifest from the store for its specification digest.
+func (n *Nodes) poolSpecs(store *release.Store) (map[string]pool.Spec, error) {
+	specs := map[string]pool.Spec{}
+	if d := n.Deployment; d != nil {
+		specs[pool.Default] = pool.Spec{
+			Bindings: []pool.Binding{{Generation: d.Generation, SpecificationDigest: d.SpecificationDigest}},
+			Target:   d.Generation, Serving: d.ServingGeneration,
+		}
+	}
+	for name, p := range n.Pools {
+		s := pool.Spec{Target: p.Target, Serving: p.Serving}
+		for _, g := range p.Generations {
+			b := pool.Binding{Generation: g.Generation, SpecificationDigest: g.SpecificationDigest}
+			if g.Release != "" {
+				if store == nil {
+					return nil, fmt.Errorf("pool %q generation %d: release %q needs a release store (releases <dir>)", name, g.Generation, g.Release)
+				}
+				rel, err := store.Release(g.Release)
+				if err != nil {
+					return nil, fmt.Errorf("pool %q generation %d: %w", name, g.Generation, err)
+				}
+				b.SpecificationDigest, b.Source = rel.Digest, g.Release
+			}
+			s.Bindings = append(s.Bindings, b)
+		}
+		specs[name] = s
+	}
+	return specs, nil
+}
+
+// provisionPools opens the state directory, the release store and the
+// pool registry, and checks (or, for the first config, applies) this
+// config's pools.
+func (a *App) provisionPools() error {
+	n := a.Nodes
+	if err := n.checkPools(); err != nil {
+		return err
+	}
+	repl := caddy.NewReplacer()
+	statePath := ""
+	if n.StateDir != "" {
+		dir, err := filepath.Abs(repl.ReplaceAll(n.StateDir, ""))
+		if err != nil {
+			return fmt.Errorf("state_dir: %w", err)
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("state_dir: %w", err)
+		}
+		a.stateDir = dir
+		statePath = filepath.Join(dir, "pools.json")
+	}
+	if n.Releases != "" {
+		store, err := release.OpenStore(repl.ReplaceAll(n.Releases, ""))
+		if err != nil {
+			return fmt.Errorf("releases: %w", err)
+		}
+		a.releases = store
+	}
+	specs, err := n.poolSpecs(a.releases)
+	if err != nil {
+		return err
+	}
+	a.poolSpecs = specs
+	key := "sandgate.node.pools:" + statePath
+	v, loaded, err := registries.LoadOrNew(key, func() (caddy.Destructor, error) {
+		r, err := pool.Open(statePath)
+		if err != nil {
+			return nil, err
+		}
+		return pooledRegistry{r}, nil
+	})
+	if err != nil {
+		return err
+	}
+	a.poolsKey = key
+	a.pools = v.(pooledRegistry).Registry
+	if !loaded {
+		// The first config applies its pools at once, so that the hub
+		// never serves a generation-managing node without them.
+		_, err := a.pools.Configure(specs)
+		return err
+	}
+	return a.pools.Check(specs)
+}

@@ -1,0 +1,226 @@
+// Package admin is the operator's HTTP routes for sandbox nodes, served
+// under Caddy's admin endpoint (module admin.api.sandgate): the node pools
+// and their deployments, changed at run time without a reload.
+//
+// Routes (JSON; the reference is docs/node-machine-api.md):
+//
+//	GET /sandgate/pools                          200 {"pools": [pool.Status, …]}
+//	GET /sandgate/pools/<name>                   200 pool.Status | 404
+//	PUT /sandgate/pools/<name>/deployment        DeploymentRequest → 200 {"deployment": …} | 4xx
+//
+// Caddy's admin endpoint is not authenticated by itself; it listens on
+// localhost:2019 unless configured otherwise, like /load and /config/.
+package admin
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+
+	jsonv2 "github.com/go-json-experiment/json"
+
+	"github.com/sandgate/sandgate/internal/strictjson"
+	"github.com/sandgate/sandgate/node/pool"
+	"github.com/sandgate/sandgate/node/proto"
+	"github.com/sandgate/sandgate/node/release"
+)
+
+// PoolsPath is the prefix of the pool routes.
+const PoolsPath = "/sandgate/pools"
+
+// MaxBody is the largest request body, in bytes (64 KiB).
+const MaxBody = 64 << 10
+
+// State gives the handler the current configuration's pieces; nil values
+// mean "not configured".
+type State interface {
+	// Pools returns the pool registry.
+	Pools() *pool.Registry
+	// Releases returns the release store.
+	Releases() *release.Store
+}
+
+// Handler serves the routes. State is looked up on every request, so the
+// handler follows config reloads.
+type Handler struct {
+	// State returns the current pieces; nil or a nil registry answers 503.
+	State func() State
+}
+
+// DeploymentRequest is the body of PUT …/deployment: the new target and
+// serving generations. When the target generation is not yet bound in the
+// pool, Release (a release of the store; Core computes its
+// specification digest) or SpecificationDigest binds it; when it is,
+// either given must agree with the binding.
+type DeploymentRequest struct {
+	// Generation is the target generation, > 0. Required.
+	Generation int64 `json:"generation"`
+	// ServingGeneration is the serving generation, > 0, or null. Required
+	// (null must be written out).
+	ServingGeneration *int64 `json:"serving_generation"`
+	// Release binds Generation to this release. Optional.
+	Release string `json:"release,omitempty"`
+	// SpecificationDigest binds Generation to this digest. Optional.
+	SpecificationDigest string `json:"specification_digest,omitempty"`
+}
+
+// DeploymentResponse is the answer of a successful PUT.
+type DeploymentResponse struct {
+	// Deployment is the pool's new deployment, as welcome and
+	// heartbeat_ack now advertise it.
+	Deployment proto.Deployment `json:"deployment"`
+}
+
+// Pools is the body of GET /sandgate/pools.
+type Pools struct {
+	// Pools are the configured pools, sorted by name.
+	Pools []pool.Status `json:"pools"`
+}
+
+// Error is the body of a refusal.
+type Error struct {
+	// Error is the code: invalid_request, not_found, method_not_allowed,
+	// request_too_large, release_not_found, generation_conflict,
+	// generation_unbound, unavailable, state_write_failed.
+	Error string `json:"error"`
+	// Detail explains it (names, never secrets).
+	Detail string `json:"detail,omitempty"`
+}
+
+// Owns reports whether path is one of the handler's.
+func Owns(path string) bool {
+	return path == PoolsPath || strings.HasPrefix(path, PoolsPath+"/")
+}
+
+// ServeHTTP routes one request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var st State
+	if h.State != nil {
+		st = h.State()
+	}
+	if st == nil || st.Pools() == nil {
+		write(w, http.StatusServiceUnavailable, Error{Error: "unavailable", Detail: "the sandgate app has no nodes block"})
+		return
+	}
+	reg := st.Pools()
+	rest := strings.TrimPrefix(r.URL.Path, PoolsPath)
+	parts := strings.Split(strings.Trim(rest, "/"), "/")
+	switch {
+	case rest == "" || rest == "/":
+		if allow(w, r, http.MethodGet) {
+			write(w, http.StatusOK, Pools{Pools: reg.Pools()})
+		}
+	case len(parts) == 1:
+		if !allow(w, r, http.MethodGet) {
+			return
+		}
+		for _, p := range reg.Pools() {
+			if p.Name == parts[0] {
+				write(w, http.StatusOK, p)
+				return
+			}
+		}
+		write(w, http.StatusNotFound, Error{Error: "not_found", Detail: "no such pool"})
+	case len(parts) == 2 && parts[1] == "deployment":
+		if r.Method == http.MethodGet {
+			d, ok := reg.Deployment(parts[0])
+			if !ok {
+				write(w, http.StatusNotFound, Error{Error: "not_found", Detail: "no such pool, or it has no deployment"})
+				return
+			}
+			write(w, http.StatusOK, DeploymentResponse{Deployment: d})
+			return
+		}
+		if allow(w, r, http.MethodPut, http.MethodGet) {
+			h.setDeployment(w, r, st, parts[0])
+		}
+	default:
+		write(w, http.StatusNotFound, Error{Error: "not_found", Detail: "no such path"})
+	}
+}
+
+func (h *Handler) setDeployment(w http.ResponseWriter, r *http.Request, st State, name string) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
+	if err != nil {
+		write(w, http.StatusBadRequest, Error{Error: "invalid_request", Detail: "reading the body failed"})
+		return
+	}
+	if len(b) > MaxBody {
+		write(w, http.StatusRequestEntityTooLarge, Error{Error: "request_too_large", Detail: "the body is over 64 KiB"})
+		return
+	}
+	var in DeploymentRequest
+	err = strictjson.Decode(b, &in, strictjson.Schema{
+		Required: map[string][]string{"": {"generation", "serving_generation"}},
+		Nullable: map[string]bool{"/serving_generation": true},
+	})
+	switch {
+	case err != nil:
+		write(w, http.StatusBadRequest, Error{Error: "invalid_request", Detail: err.Error()})
+		return
+	case in.Generation <= 0 || (in.ServingGeneration != nil && *in.ServingGeneration <= 0):
+		write(w, http.StatusBadRequest, Error{Error: "invalid_request", Detail: "generation and serving_generation must be positive"})
+		return
+	case in.Release != "" && in.SpecificationDigest != "":
+		write(w, http.StatusBadRequest, Error{Error: "invalid_request", Detail: "give release or specification_digest, not both"})
+		return
+	case in.SpecificationDigest != "" && !proto.IsDigest(in.SpecificationDigest):
+		write(w, http.StatusBadRequest, Error{Error: "invalid_request", Detail: "specification_digest must be 64 lowercase hexadecimal digits"})
+		return
+	}
+	var bind *pool.Binding
+	switch {
+	case in.Release != "":
+		store := st.Releases()
+		if store == nil {
+			write(w, http.StatusNotFound, Error{Error: "release_not_found", Detail: "no release store is configured (releases <dir>)"})
+			return
+		}
+		rel, err := store.Release(in.Release)
+		if err != nil {
+			write(w, http.StatusNotFound, Error{Error: "release_not_found", Detail: err.Error()})
+			return
+		}
+		bind = &pool.Binding{Generation: in.Generation, SpecificationDigest: rel.Digest, Source: in.Release}
+	case in.SpecificationDigest != "":
+		bind = &pool.Binding{Generation: in.Generation, SpecificationDigest: in.SpecificationDigest}
+	}
+	d, err := st.Pools().Set(name, in.Generation, in.ServingGeneration, bind)
+	switch {
+	case err == nil:
+		write(w, http.StatusOK, DeploymentResponse{Deployment: d})
+	case errors.Is(err, pool.ErrUnknownPool):
+		write(w, http.StatusNotFound, Error{Error: "not_found", Detail: "no such pool"})
+	case errors.Is(err, pool.ErrConflict):
+		write(w, http.StatusConflict, Error{Error: "generation_conflict", Detail: err.Error()})
+	case errors.Is(err, pool.ErrUnbound):
+		write(w, http.StatusConflict, Error{Error: "generation_unbound", Detail: err.Error() + "; give release or specification_digest"})
+	case errors.Is(err, pool.ErrInvalid):
+		write(w, http.StatusBadRequest, Error{Error: "invalid_request", Detail: err.Error()})
+	default:
+		write(w, http.StatusInternalServerError, Error{Error: "state_write_failed", Detail: "the pool state could not be written; nothing changed"})
+	}
+}
+
+func allow(w http.ResponseWriter, r *http.Request, methods ...string) bool {
+	for _, m := range methods {
+		if r.Method == m {
+			return true
+		}
+	}
+	w.Header().Set("Allow", strings.Join(methods, ", "))
+	write(w, http.StatusMethodNotAllowed, Error{Error: "method_not_allowed", Detail: "use " + strings.Join(methods, " or ")})
+	return false
+}
+
+func write(w http.ResponseWriter, status int, v any) {
+	b, err := jsonv2.Marshal(v, jsonv2.Deterministic(true))
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":"internal"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
