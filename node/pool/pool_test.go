@@ -101,7 +101,7 @@ func TestRefusalsChangeNothing(t *testing.T) {
 		f    func() error
 		want error
 	}{
-		"unknown pool": {func() error { _, err := r.Set("gpu", 7, nil, nil); return err }, ErrUnknownPool},
+		"unknown pool":   {func() error { _, err := r.Set("gpu", 7, nil, nil); return err }, ErrUnknownPool},
 		"unbound target": {func() error { _, err := r.Set("default", 9, nil, nil); return err }, ErrUnbound},
 		"rebinding": {func() error {
 			_, err := r.Set("default", 7, nil, &Binding{Generation: 7, SpecificationDigest: d9})
@@ -115,8 +115,10 @@ func TestRefusalsChangeNothing(t *testing.T) {
 			_, err := r.Set("default", 7, nil, &Binding{Generation: 8, SpecificationDigest: d8})
 			return err
 		}, ErrInvalid},
-		"zero serving":     {func() error { _, err := r.Set("default", 7, ptr(0), nil); return err }, ErrInvalid},
-		"config rebinding": {func() error { return r.Check(map[string]Spec{"default": {Bindings: []Binding{{Generation: 7, SpecificationDigest: d9}}, Target: 7}}) }, ErrConflict},
+		"zero serving": {func() error { _, err := r.Set("default", 7, ptr(0), nil); return err }, ErrInvalid},
+		"config rebinding": {func() error {
+			return r.Check(map[string]Spec{"default": {Bindings: []Binding{{Generation: 7, SpecificationDigest: d9}}, Target: 7}})
+		}, ErrConflict},
 		"config unbound target": {func() error {
 			_, err := r.Configure(map[string]Spec{"default": {Target: 9}})
 			return err
