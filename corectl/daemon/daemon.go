@@ -32,10 +32,12 @@ import (
 	"github.com/sandgate/sandgate/corectl/lifecycle"
 	"github.com/sandgate/sandgate/corectl/metrics"
 	"github.com/sandgate/sandgate/corectl/probesource"
+	"github.com/sandgate/sandgate/corectl/sandbox"
 	"github.com/sandgate/sandgate/corectl/template"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/token"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
@@ -83,8 +85,12 @@ type Options struct {
 	// the lifecycle routes (create/connect/get/delete answer 503
 	// lifecycle_disabled) and the orphan scan.
 	TokenKey *token.SigningKey
-	// TokenTTL is the token lifetime (default 24 h).
-	TokenTTL time.Duration
+	// MaxTimeout is the longest sandbox timeout and lifetime
+	// (lifecycle.Orchestrator.MaxTimeout; default 1 h).
+	MaxTimeout time.Duration
+	// TokenGrace is how long a token outlives the latest end of its
+	// sandbox (lifecycle.Orchestrator.TokenGrace; default 30 s).
+	TokenGrace time.Duration
 	// ReadyBudget bounds a create's readiness check (default 60 s).
 	ReadyBudget time.Duration
 	// OrphanInterval is the period of the orphan scan, which also runs at
@@ -136,6 +142,13 @@ type Daemon struct {
 	probeHandler  http.Handler
 	healthHandler *healthz.Handler
 	readyHandler  *healthz.Handler
+}
+
+// batchSandboxes is the BatchSandbox kind as the cache keys it.
+func batchSandboxes() client.Object {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(sandbox.GVK)
+	return u
 }
 
 // LeaseName returns the leader-election Lease name for a cluster ID:
@@ -198,6 +211,7 @@ func New(opts Options) (*Daemon, error) {
 			Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 				&networkingv1.NetworkPolicy{}: {Label: managed},
 				&networkingv1.Ingress{}:       {Label: managed},
+				batchSandboxes():              {Label: managed},
 			}},
 		}
 		if opts.LeaseDuration > 0 {
@@ -238,13 +252,17 @@ func New(opts Options) (*Daemon, error) {
 		h := &httpapi.ClusterHandle{Cluster: c, Reader: direct, Egress: eg, Ingress: in}
 		if opts.TokenKey != nil {
 			lc := &lifecycle.Orchestrator{Client: direct, Cluster: c, Egress: eg, Ingress: in, Key: *opts.TokenKey,
-				TokenTTL: opts.TokenTTL, ReadyBudget: opts.ReadyBudget, OrphanGrace: opts.OrphanGrace, Probe: probe,
+				MaxTimeout: opts.MaxTimeout, TokenGrace: opts.TokenGrace, ReadyBudget: opts.ReadyBudget, OrphanGrace: opts.OrphanGrace, Probe: probe,
 				Metrics: opts.Metrics}
 			if opts.Lifecycle != nil {
 				opts.Lifecycle(lc)
 			}
 			h.Lifecycle = lc
 			if err := mgr.Add(&orphanScanner{o: lc, every: opts.OrphanInterval, log: opts.Log.WithValues("cluster", c.ID)}); err != nil {
+				return nil, err
+			}
+			if err := (&controller.Expiry{Orchestrator: lc, Reader: mgr.GetCache(), Log: opts.Log.WithValues("cluster", c.ID),
+				Metrics: opts.Metrics}).SetupWithManager(mgr); err != nil {
 				return nil, err
 			}
 		}

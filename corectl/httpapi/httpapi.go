@@ -17,6 +17,8 @@
 //	POST    /sandboxes/{sandboxID}/connect (and /v2) → 200 with a new token
 //	GET     /sandboxes/{sandboxID}                   lifecycle, network, endpoints
 //	DELETE  /sandboxes/{sandboxID}                   fail-closed delete → 204
+//	POST    /sandboxes/{sandboxID}/timeout           set the end time → 204
+//	POST    /sandboxes/{sandboxID}/refreshes         extend the end time → 204
 //
 // Every error is the flat E2B envelope {"code": <HTTP status>, "error":
 // "<stable code>", "message": "<stable code>: <text>"}.
@@ -132,6 +134,8 @@ var Routes = []Route{
 	{"POST", "/v2/sandboxes/{sandboxID}/connect", (*Server).connectSandbox},
 	{"GET", "/sandboxes/{sandboxID}", (*Server).getSandbox},
 	{"DELETE", "/sandboxes/{sandboxID}", (*Server).deleteSandbox},
+	{"POST", "/sandboxes/{sandboxID}/timeout", (*Server).setTimeout},
+	{"POST", "/sandboxes/{sandboxID}/refreshes", (*Server).refresh},
 }
 
 // Handler returns the API's http.Handler.

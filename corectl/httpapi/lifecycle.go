@@ -68,14 +68,16 @@ type CreateFailure struct {
 }
 
 // createRequest is the part of E2B's NewSandbox body corectl reads; the
-// rest (timeout, metadata, envVars, secure, autoPause, ...) is ignored.
+// rest (secure, autoPause, allow_internet_access, ...) is ignored.
 type createRequest struct {
 	TemplateID string          `json:"templateID"`
 	Network    json.RawMessage `json:"network"`
+	// Timeout is the time to live (0: not given).
+	Timeout time.Duration
 }
 
-// decodeCreate reads templateID and network from a create body (empty:
-// neither). A key given twice is refused (encoding/json would keep the
+// decodeCreate reads templateID, network and timeout (seconds, greater
+// than 0) from a create body (empty: none of them). A key given twice is refused (encoding/json would keep the
 // last and drop, say, the caller's network object); the two members are
 // matched exactly, so a case variant such as "Network" is an ignored
 // unknown field rather than a second value for the same member.
@@ -98,6 +100,14 @@ func decodeCreate(body []byte) (createRequest, error) {
 		}
 	}
 	req.Network = top["network"]
+	d, ok, err := seconds(top, "timeout")
+	if err != nil {
+		return req, err
+	}
+	if ok && d == 0 {
+		return req, fmt.Errorf("%w: Timeout must be greater than 0", lifecycle.ErrTimeoutInvalid)
+	}
+	req.Timeout = d
 	return req, nil
 }
 
@@ -123,6 +133,9 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req, err := decodeCreate(body)
+	if err == nil && req.Timeout != 0 {
+		err = ch.Lifecycle.CheckTimeout(req.Timeout)
+	}
 	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
@@ -154,7 +167,8 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		var init *createnet.Initial
 		init, err = createnet.Resolve(tpl, nreq)
 		if err == nil {
-			s.finishCreate(w, r, ch, lifecycle.CreateRequest{CredentialID: cred.ID, Namespace: cred.ProjectNamespace, TemplateID: req.TemplateID, Network: init})
+			s.finishCreate(w, r, ch, lifecycle.CreateRequest{CredentialID: cred.ID, Namespace: cred.ProjectNamespace, TemplateID: req.TemplateID,
+				Network: init, Timeout: req.Timeout})
 			return
 		}
 	}
@@ -218,15 +232,34 @@ func (s *Server) connectSandbox(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if _, err := readBody(r, MaxCreateRequestSize); err != nil {
+	// E2B's ConnectSandbox: {"timeout": <seconds>}; JS 2.51 sends {}
+	// without timeoutMs. 0 changes nothing; more than the maximum is 400.
+	body, err := readBody(r, MaxLifetimeRequestSize)
+	var obj map[string]json.RawMessage
+	if err == nil {
+		obj, err = decodeObject(body)
+	}
+	var timeout *time.Duration
+	if err == nil {
+		d, ok, derr := seconds(obj, "timeout")
+		switch {
+		case derr != nil:
+			err = derr
+		case ok && d > ch.Lifecycle.MaxTimeoutValue():
+			err = ch.Lifecycle.CheckTimeout(d)
+		case ok:
+			timeout = &d
+		}
+	}
+	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
 	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	tok, info, err := ch.Lifecycle.Connect(ctx, cred.ID, cred.ProjectNamespace, id)
+	tok, info, err := ch.Lifecycle.Connect(ctx, cred.ID, cred.ProjectNamespace, id, timeout)
 	if err != nil {
-		s.lifecycleError(w, r, err)
+		s.lifetimeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, SandboxBody{TemplateID: info.TemplateID, SandboxID: info.SandboxID, ClientID: clientID,

@@ -200,8 +200,14 @@ type Orchestrator struct {
 	Ingress *ingressallow.Engine
 	// Key signs envd access tokens; it must be a key the gateway verifies.
 	Key token.SigningKey
-	// TokenTTL is the token lifetime (default 24 h).
-	TokenTTL time.Duration
+	// MaxTimeout is the longest timeout a create, connect or setTimeout
+	// may ask for, and the longest a sandbox lives from its start (E2B's
+	// maxLengthHours; default DefaultMaxTimeout).
+	MaxTimeout time.Duration
+	// TokenGrace is how long an envd access token outlives the latest end
+	// its sandbox can have (start + MaxTimeout); default
+	// DefaultTokenGrace. See tokenExpiry.
+	TokenGrace time.Duration
 	// EnvdVersion is reported to the SDKs (default DefaultEnvdVersion).
 	EnvdVersion string
 	// HTTP dials the fixed entry for readiness (default: a client with a
@@ -281,6 +287,9 @@ type CreateRequest struct {
 	TemplateID string
 	// Network is the resolved initial network (package createnet).
 	Network *createnet.Initial
+	// Timeout is the sandbox's time to live from now (0: DefaultTimeout);
+	// the caller checks it with CheckTimeout.
+	Timeout time.Duration
 	// SandboxID, when set, is used instead of a random ID (tests).
 	SandboxID string
 }
@@ -371,7 +380,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (*Created,
 	}
 	var tok string
 	if err := step(StepToken, func() (err error) {
-		tok, err = o.mint(req.CredentialID, id)
+		tok, err = o.mint(req.CredentialID, id, sb.Start)
 		if err != nil {
 			return err
 		}
@@ -383,13 +392,15 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (*Created,
 	return &Created{SandboxID: id, AllocationID: alloc, Token: tok}, nil
 }
 
-// mint signs the envd access token for credential and sandbox id.
-func (o *Orchestrator) mint(credentialID, id string) (string, error) {
-	ttl := o.TokenTTL
+// mint signs the envd access token for credential and sandbox id, which
+// started at start; it expires at tokenExpiry(start).
+func (o *Orchestrator) mint(credentialID, id string, start time.Time) (string, error) {
+	now := o.now()
+	ttl := o.tokenExpiry(start).Sub(now)
 	if ttl <= 0 {
-		ttl = 24 * time.Hour
+		return "", fmt.Errorf("mint the envd access token: sandbox %s started more than %s ago", id, o.maxTimeout())
 	}
-	t, err := o.Key.Mint(token.Target{CredentialID: credentialID, SandboxID: id, Port: EnvdPort}, ttl, o.now())
+	t, err := o.Key.Mint(token.Target{CredentialID: credentialID, SandboxID: id, Port: EnvdPort}, ttl, now)
 	if err != nil {
 		// token errors never contain key material or tokens.
 		return "", fmt.Errorf("mint the envd access token: %w", err)
@@ -491,7 +502,12 @@ func (c *creation) createBatchSandbox(ctx context.Context, req CreateRequest) (*
 	u.SetNamespace(c.ns)
 	u.SetName(c.id)
 	u.SetLabels(map[string]string{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelClusterID: c.o.Cluster.ID})
-	u.SetAnnotations(map[string]string{v1alpha1.AnnotationLifecycle: StateCreating, AnnotationTemplateID: req.TemplateID})
+	timeout := req.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	u.SetAnnotations(map[string]string{v1alpha1.AnnotationLifecycle: StateCreating, AnnotationTemplateID: req.TemplateID,
+		v1alpha1.AnnotationEndAt: formatEndAt(c.o.now().Add(timeout))})
 	(&sandbox.Sandbox{Owner: req.CredentialID}).MarkOwner(u)
 	if err := c.o.Client.Create(ctx, u); err != nil {
 		return nil, fmt.Errorf("create BatchSandbox %s/%s: %w", c.ns, c.id, err)
@@ -830,13 +846,22 @@ type Info struct {
 	Lifecycle string `json:"lifecycle"`
 	// StartedAt is the BatchSandbox creation time (RFC 3339).
 	StartedAt string `json:"startedAt"`
+	// EndAt is when the sandbox expires (RFC 3339 with milliseconds;
+	// see SetTimeout); a sandbox without a recorded end time reports its
+	// start + MaxTimeout.
+	EndAt string `json:"endAt"`
 	// Egress is the egress GET view (absent when it cannot be read).
 	Egress *egress.Status `json:"egress,omitempty"`
 	// Ingress is the ingress GET view (absent for an unrestricted sandbox).
 	Ingress *ingressallow.Status `json:"ingress,omitempty"`
 	// Endpoints is the business-port projection through the fixed entry.
 	Endpoints Endpoints `json:"endpoints"`
+
+	start time.Time
 }
+
+// timeMillis is RFC 3339 with milliseconds, the form of E2B's endAt.
+const timeMillis = "2006-01-02T15:04:05.000Z07:00"
 
 // Endpoints is the business-port entry projection (spec §4.4): URLs on
 // the cluster's fixed entry in URI mode.
@@ -851,8 +876,9 @@ type Endpoints struct {
 	CDP string `json:"cdp"`
 }
 
-// Status reads sandbox ns/id and derives its lifecycle state. Errors:
-// ErrNotFound, ErrUnavailable.
+// Status reads sandbox ns/id and derives its lifecycle state. A sandbox
+// whose end time has passed is gone for Status (the expiry reconciler is
+// deleting it). Errors: ErrNotFound, ErrUnavailable.
 func (o *Orchestrator) Status(ctx context.Context, ns, id string) (*Info, error) {
 	if sandbox.ValidateID(id) != nil {
 		return nil, ErrNotFound
@@ -864,9 +890,18 @@ func (o *Orchestrator) Status(ctx context.Context, ns, id string) (*Info, error)
 		}
 		return nil, fmt.Errorf("%w: %s", ErrUnavailable, err.Error())
 	}
+	if o.expired(u) {
+		return nil, fmt.Errorf("%w: %s/%s has expired", ErrNotFound, ns, id)
+	}
+	start := u.GetCreationTimestamp().Time
+	end, ok := EndAt(u)
+	if !ok {
+		end = start.Add(o.maxTimeout())
+	}
 	base := strings.TrimRight(o.Cluster.FixedEntry, "/") + "/" + id
 	info := &Info{SandboxID: id, TemplateID: u.GetAnnotations()[AnnotationTemplateID], ClientID: "sandgate",
-		EnvdVersion: o.EnvdVer(), StartedAt: u.GetCreationTimestamp().UTC().Format(time.RFC3339),
+		EnvdVersion: o.EnvdVer(), StartedAt: start.UTC().Format(time.RFC3339), EndAt: end.UTC().Format(timeMillis),
+		start: start,
 		Endpoints: Endpoints{BaseURL: base, URITemplate: base + "/{port}/", NoVNC: base + "/6080/", CDP: base + "/9222/"}}
 	info.Lifecycle = o.derive(ctx, u, info)
 	info.State = strings.ToLower(info.Lifecycle)
@@ -950,8 +985,11 @@ func stateOfIngress(st *ingressallow.Status) string {
 // Connect returns a new envd access token for sandbox ns/id when its
 // state is Ready (spec §5.3: Creating, PodUnavailable, UnverifiedSpec,
 // PolicyConflict, Indeterminate, Deleting and CleanupFailed are
-// ErrConflict; a missing sandbox ErrNotFound).
-func (o *Orchestrator) Connect(ctx context.Context, credentialID, ns, id string) (string, *Info, error) {
+// ErrConflict; a missing or expired sandbox ErrNotFound). A non-nil
+// timeout extends the end time to now + timeout first, as E2B's connect
+// does (never shortens; the caller checks it with CheckTimeout). Errors
+// also: ErrMaxLifetime, ErrUnavailable.
+func (o *Orchestrator) Connect(ctx context.Context, credentialID, ns, id string, timeout *time.Duration) (string, *Info, error) {
 	info, err := o.Status(ctx, ns, id)
 	if err != nil {
 		return "", nil, err
@@ -959,7 +997,14 @@ func (o *Orchestrator) Connect(ctx context.Context, credentialID, ns, id string)
 	if info.Lifecycle != StateReady {
 		return "", info, fmt.Errorf("%w: sandbox %s is %s", ErrConflict, id, info.Lifecycle)
 	}
-	tok, err := o.mint(credentialID, id)
+	if timeout != nil {
+		end, err := o.SetTimeout(ctx, ns, id, *timeout, ExtendEnd)
+		if err != nil {
+			return "", info, err
+		}
+		info.EndAt = end.UTC().Format(timeMillis)
+	}
+	tok, err := o.mint(credentialID, id, info.start)
 	if err != nil {
 		return "", info, err
 	}

@@ -72,6 +72,10 @@ type world struct {
 	d        *daemon.Daemon
 	stop     func() error // ends Run and returns its error
 
+	clusterID string
+	// skew is added to the orchestrator's clock (nanoseconds).
+	skew atomic.Int64
+
 	mu      sync.Mutex
 	failAt  map[lifecycle.Step]bool
 	blockAt map[lifecycle.Step]chan struct{} // a step waits until the channel is closed
@@ -115,6 +119,11 @@ type worldOptions struct {
 	// onStep, when set, is called as each create or compensation step of
 	// sandbox id begins (benchmarks time the steps with it).
 	onStep func(id string, s lifecycle.Step)
+	// maxTimeout is the orchestrator's MaxTimeout (0: its default).
+	maxTimeout time.Duration
+	// before runs once the namespaces and the cluster ID are chosen,
+	// before corectl starts.
+	before func(w *world)
 }
 
 // startWorld starts the world as o says.
@@ -123,6 +132,7 @@ func startWorld(t testing.TB, cfg *rest.Config, o worldOptions) *world {
 	probe := o.probe
 	w := &world{t: t, nsA: env.Namespace(t), nsB: env.Namespace(t), ingNS: env.Namespace(t)}
 	id := fmt.Sprintf("lc%d", clusters.Add(1))
+	w.clusterID = id
 
 	// execd behind the fixed entry.
 	ex := execdstub.New(execdstub.Config{Root: t.TempDir()})
@@ -182,13 +192,18 @@ func startWorld(t testing.TB, cfg *rest.Config, o worldOptions) *world {
 		"wide": {ID: "wide", Enabled: true, ProjectNamespace: w.nsA, ClusterID: id, ProjectWide: true},
 	}
 	tplNS := env.Namespace(t)
+	if o.before != nil {
+		o.before(w)
+	}
 	d, err := daemon.New(daemon.Options{
+		MaxTimeout: o.maxTimeout,
 		Config: &cluster.Config{Clusters: []cluster.Cluster{*c}, Templates: cluster.TemplateStore{ClusterID: id, Namespace: tplNS}},
 		Keys:   keys, Credentials: src, Listen: "127.0.0.1:0", IngressWait: 20 * time.Second,
 		RESTConfig: func(*cluster.Cluster) (*rest.Config, error) { return rest.CopyConfig(cfg), nil },
 		TokenKey:   &sk, ReadyBudget: 30 * time.Second, OrphanInterval: time.Hour,
 		ProbeSourceDiscovery: probe, ProbeListen: "127.0.0.1:0", ShutdownGrace: 20 * time.Second,
 		Lifecycle: func(lo *lifecycle.Orchestrator) {
+			lo.Now = func() time.Time { return time.Now().Add(time.Duration(w.skew.Load())) }
 			if !o.productionTimers {
 				lo.ReadyInterval = 20 * time.Millisecond
 			}

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
@@ -67,6 +68,9 @@ type Sandbox struct {
 	AllocationLabel string
 	// AllocationID is TemplateLabels[AllocationLabel].
 	AllocationID string
+	// Start is the BatchSandbox's creation time (the sandbox's start, in
+	// whole seconds as the apiserver records it).
+	Start time.Time
 	// Owner is the ID of the resource credential that created the sandbox
 	// (v1alpha1.AnnotationCredential); "" when none is recorded (a
 	// BatchSandbox corectl did not create, or one from before ownership
@@ -123,7 +127,8 @@ func Get(ctx context.Context, r client.Reader, namespace, id, allocationLabel st
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	s := &Sandbox{ID: id, Namespace: namespace, UID: u.GetUID(), TemplateLabels: labels, AllocationLabel: allocationLabel, Owner: OwnerOf(u)}
+	s := &Sandbox{ID: id, Namespace: namespace, UID: u.GetUID(), TemplateLabels: labels, AllocationLabel: allocationLabel, Owner: OwnerOf(u),
+		Start: u.GetCreationTimestamp().Time}
 	alloc, ok := labels[allocationLabel]
 	if !ok || alloc == "" {
 		return s, fmt.Errorf("%w: BatchSandbox %s/%s has no %q template label", ErrNoAllocation, namespace, id, allocationLabel)

@@ -73,6 +73,12 @@ const (
 	// AnnotationCredential, because a credential ID may be longer than a
 	// label value or use characters a label value cannot.
 	LabelCredential = "network.sandgate.io/credential"
+	// AnnotationEndAt is the sandbox's end time (RFC 3339, UTC), set by
+	// create from its timeout and moved by the timeout, refresh and
+	// connect routes; when it passes, the leader deletes the sandbox
+	// (package lifecycle, docs/corectl.md "Lifetime"). A BatchSandbox
+	// without it never expires.
+	AnnotationEndAt = "network.sandgate.io/end-at"
 	// LabelProbeEcho marks a temporary probe-source echo Ingress (spec
 	// §5.2.2 III); the orphan scan deletes leftovers.
 	LabelProbeEcho = "network.sandgate.io/probe-echo"

@@ -60,7 +60,8 @@ func run(args []string) error {
 	keyID := fs.String("token-key-id", "", "kid of the gateway's token signing key (enables create/connect/get/delete)")
 	keyAlg := fs.String("token-key-algorithm", "HS256", "algorithm of the token signing key")
 	keyFile := fs.String("token-key-file", "", "file of the token signing key (the gateway's token_key)")
-	tokenTTL := fs.Duration("token-ttl", 24*time.Hour, "lifetime of envd access tokens")
+	maxTimeout := fs.Duration("max-timeout", time.Hour, "longest sandbox timeout a create, connect or setTimeout may ask for, and the longest a sandbox lives from its start")
+	tokenGrace := fs.Duration("token-grace", 30*time.Second, "how long an envd access token outlives the latest end of its sandbox (start + -max-timeout)")
 	readyBudget := fs.Duration("ready-budget", time.Minute, "how long a create waits for execd readiness through the fixed entry")
 	orphanEvery := fs.Duration("orphan-interval", time.Minute, "period of the orphan scan")
 	probeListen := fs.String("probe-listen", "", "address serving /healthz, /readyz and /metrics (empty: none; the Kubernetes manifests use :8091)")
@@ -75,6 +76,10 @@ func run(args []string) error {
 	}
 	if *configPath == "" || *credPath == "" || *keysPath == "" {
 		fmt.Fprintln(os.Stderr, "corectl: -config, -credentials and -api-keys are required")
+		os.Exit(2)
+	}
+	if *maxTimeout <= 0 || *tokenGrace < 0 {
+		fmt.Fprintln(os.Stderr, "corectl: -max-timeout must be positive and -token-grace not negative")
 		os.Exit(2)
 	}
 	log := crzap.New(crzap.UseDevMode(*dev))
@@ -105,7 +110,7 @@ func run(args []string) error {
 		Config: cfg, Keys: keys, Credentials: creds, Listen: *listen,
 		LeaderElection: *elect, LeaderElectionNamespace: *leNS, EgressGrace: *grace, Log: log,
 		ProbeSourceDiscovery: true,
-		TokenKey:             signer, TokenTTL: *tokenTTL, ReadyBudget: *readyBudget, OrphanInterval: *orphanEvery,
+		TokenKey:             signer, MaxTimeout: *maxTimeout, TokenGrace: *tokenGrace, ReadyBudget: *readyBudget, OrphanInterval: *orphanEvery,
 		ProbeListen: *probeListen, ShutdownGrace: *shutdownGrace,
 	})
 	if err != nil {

@@ -1,0 +1,123 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/sandgate/sandgate/corectl/lifecycle"
+	"github.com/sandgate/sandgate/corectl/strictjson"
+)
+
+// MaxLifetimeRequestSize bounds the timeout, refresh and connect bodies.
+const MaxLifetimeRequestSize = 64 << 10
+
+// decodeObject checks body (strictjson: one value, no duplicate keys) and
+// returns its members; an empty body is an empty object. Anything but a
+// JSON object is an error.
+func decodeObject(body []byte) (map[string]json.RawMessage, error) {
+	if len(body) == 0 {
+		return map[string]json.RawMessage{}, nil
+	}
+	if err := strictjson.Check(body); err != nil {
+		return nil, fmt.Errorf("the body is not a JSON object: %w", err)
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil || top == nil {
+		return nil, errors.New("the body is not a JSON object")
+	}
+	return top, nil
+}
+
+// seconds reads member name of obj as a whole number of seconds in
+// [0, 2^31-1] (E2B's int32 with minimum 0). ok is false when the member is
+// absent; an error when it is null, not an integer, or out of range.
+func seconds(obj map[string]json.RawMessage, name string) (d time.Duration, ok bool, err error) {
+	raw, ok := obj[name]
+	if !ok {
+		return 0, false, nil
+	}
+	n, perr := strconv.ParseInt(string(raw), 10, 64)
+	if perr != nil || n < 0 || n > math.MaxInt32 {
+		return 0, true, fmt.Errorf("%s must be a whole number of seconds from 0 to %d", name, math.MaxInt32)
+	}
+	return time.Duration(n) * time.Second, true, nil
+}
+
+// lifetimeError writes the answer of a lifetime failure: 400 for a
+// timeout out of range or a sandbox at its maximum lifetime (E2B answers
+// both with 400), else lifecycleError's.
+func (s *Server) lifetimeError(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, lifecycle.ErrTimeoutInvalid), errors.Is(err, lifecycle.ErrMaxLifetime):
+		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
+	default:
+		s.lifecycleError(w, r, err)
+	}
+}
+
+// setTimeout is POST /sandboxes/{sandboxID}/timeout: body
+// {"timeout": <seconds>} (required, E2B's SandboxTimeoutRequest); the
+// sandbox now ends timeout seconds from now, earlier or later than before,
+// capped at its start + the maximum lifetime (as E2B). 0 ends it now: the
+// expiry reconciler deletes it. 204.
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
+	s.moveEnd(w, r, func(obj map[string]json.RawMessage) (time.Duration, lifecycle.TimeoutMode, error) {
+		d, ok, err := seconds(obj, "timeout")
+		if err == nil && !ok {
+			err = errors.New("timeout is required")
+		}
+		return d, lifecycle.SetEnd, err
+	})
+}
+
+// refresh is POST /sandboxes/{sandboxID}/refreshes: body
+// {"duration": <seconds>} (optional, at most 3600; absent or shorter than
+// 15 s counts as 15 s, as E2B); the end time moves to now + duration when
+// that is later. 204.
+func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
+	s.moveEnd(w, r, func(obj map[string]json.RawMessage) (time.Duration, lifecycle.TimeoutMode, error) {
+		d, ok, err := seconds(obj, "duration")
+		switch {
+		case err != nil:
+		case d > lifecycle.MaxRefresh:
+			err = fmt.Errorf("duration cannot be greater than %d seconds", int64(lifecycle.MaxRefresh/time.Second))
+		case !ok || d < lifecycle.DefaultRefresh:
+			d = lifecycle.DefaultRefresh
+		}
+		return d, lifecycle.ExtendEnd, err
+	})
+}
+
+// moveEnd runs a timeout or refresh route: ownership, body, SetTimeout.
+func (s *Server) moveEnd(w http.ResponseWriter, r *http.Request, parse func(map[string]json.RawMessage) (time.Duration, lifecycle.TimeoutMode, error)) {
+	ch, cred, id, ok := s.sandboxScope(w, r, true)
+	if !ok {
+		return
+	}
+	body, err := readBody(r, MaxLifetimeRequestSize)
+	var obj map[string]json.RawMessage
+	if err == nil {
+		obj, err = decodeObject(body)
+	}
+	var d time.Duration
+	var mode lifecycle.TimeoutMode
+	if err == nil {
+		d, mode, err = parse(obj)
+	}
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
+		return
+	}
+	ctx, cancel := requestContext(r)
+	defer cancel()
+	if _, err := ch.Lifecycle.SetTimeout(ctx, cred.ProjectNamespace, id, d, mode); err != nil {
+		s.lifetimeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
