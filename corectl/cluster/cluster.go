@@ -54,6 +54,10 @@ type Config struct {
 	Clusters []Cluster `json:"clusters"`
 	// Templates says where template default network policies are stored.
 	Templates TemplateStore `json:"templates"`
+	// SandboxTemplates are the pods of the E2B template IDs a create may
+	// name (see SandboxTemplate); IDs are unique. A create naming an ID
+	// that is not here is refused (404 template_not_found).
+	SandboxTemplates []SandboxTemplate `json:"sandboxTemplates,omitempty"`
 }
 
 // TemplateStore is where SandboxTemplateNetwork objects live: one cluster
@@ -305,8 +309,10 @@ func Parse(data []byte) (*Config, error) {
 // DNS-1123 subdomain or empty, backendPort set; allocationLabel a valid
 // label key; DNS selectors valid and not empty (an empty selector would
 // allow port 53 to every pod); templates.clusterId one of the clusters and
-// templates.namespace a valid namespace. Errors wrap ErrInvalidConfig and
-// name the field.
+// templates.namespace a valid namespace; sandboxTemplates with unique,
+// valid IDs and a sandbox container with an image and cpu and memory
+// limits (see SandboxTemplate). Errors wrap ErrInvalidConfig and name the
+// field.
 func (cfg *Config) Validate() error {
 	if len(cfg.Clusters) == 0 {
 		return fmt.Errorf("%w: clusters is empty", ErrInvalidConfig)
@@ -327,6 +333,17 @@ func (cfg *Config) Validate() error {
 	}
 	if errs := validation.IsDNS1123Label(cfg.Templates.Namespace); len(errs) > 0 {
 		return fmt.Errorf("%w: templates.namespace: %s", ErrInvalidConfig, strings.Join(errs, "; "))
+	}
+	ids := map[string]bool{}
+	for i := range cfg.SandboxTemplates {
+		t := &cfg.SandboxTemplates[i]
+		if err := t.validate(); err != nil {
+			return fmt.Errorf("%w: sandboxTemplates[%d]: %s", ErrInvalidConfig, i, err.Error())
+		}
+		if ids[t.ID] {
+			return fmt.Errorf("%w: sandboxTemplates[%d]: duplicate id %q", ErrInvalidConfig, i, t.ID)
+		}
+		ids[t.ID] = true
 	}
 	return nil
 }

@@ -252,7 +252,7 @@ func New(opts Options) (*Daemon, error) {
 		h := &httpapi.ClusterHandle{Cluster: c, Reader: direct, Egress: eg, Ingress: in}
 		if opts.TokenKey != nil {
 			lc := &lifecycle.Orchestrator{Client: direct, Cluster: c, Egress: eg, Ingress: in, Key: *opts.TokenKey,
-				MaxTimeout: opts.MaxTimeout, TokenGrace: opts.TokenGrace, ReadyBudget: opts.ReadyBudget, OrphanGrace: opts.OrphanGrace, Probe: probe,
+				Template: opts.Config.SandboxTemplate, MaxTimeout: opts.MaxTimeout, TokenGrace: opts.TokenGrace, ReadyBudget: opts.ReadyBudget, OrphanGrace: opts.OrphanGrace, Probe: probe,
 				Metrics: opts.Metrics}
 			if opts.Lifecycle != nil {
 				opts.Lifecycle(lc)

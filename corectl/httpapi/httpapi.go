@@ -19,6 +19,9 @@
 //	DELETE  /sandboxes/{sandboxID}                   fail-closed delete → 204
 //	POST    /sandboxes/{sandboxID}/timeout           set the end time → 204
 //	POST    /sandboxes/{sandboxID}/refreshes         extend the end time → 204
+//	GET     /sandboxes, /v2/sandboxes                list (E2B ListedSandbox)
+//	GET     /sandboxes/{sandboxID}/metrics           E2B SandboxMetric list
+//	POST    /sandboxes/{sandboxID}/pause, /resume    501 not_supported
 //
 // Every error is the flat E2B envelope {"code": <HTTP status>, "error":
 // "<stable code>", "message": "<stable code>: <text>"}.
@@ -136,6 +139,11 @@ var Routes = []Route{
 	{"DELETE", "/sandboxes/{sandboxID}", (*Server).deleteSandbox},
 	{"POST", "/sandboxes/{sandboxID}/timeout", (*Server).setTimeout},
 	{"POST", "/sandboxes/{sandboxID}/refreshes", (*Server).refresh},
+	{"GET", "/sandboxes", (*Server).listSandboxes},
+	{"GET", "/v2/sandboxes", (*Server).listSandboxes},
+	{"GET", "/sandboxes/{sandboxID}/metrics", (*Server).sandboxMetrics},
+	{"POST", "/sandboxes/{sandboxID}/pause", (*Server).pauseSandbox},
+	{"POST", "/sandboxes/{sandboxID}/resume", (*Server).resumeSandbox},
 }
 
 // Handler returns the API's http.Handler.

@@ -68,16 +68,20 @@ type CreateFailure struct {
 }
 
 // createRequest is the part of E2B's NewSandbox body corectl reads; the
-// rest (secure, autoPause, allow_internet_access, ...) is ignored.
+// rest (secure, autoPause, allow_internet_access, mcp, ...) is ignored.
 type createRequest struct {
 	TemplateID string          `json:"templateID"`
 	Network    json.RawMessage `json:"network"`
 	// Timeout is the time to live (0: not given).
 	Timeout time.Duration
+	// Metadata and EnvVars are E2B's metadata and envVars (nil: not
+	// given).
+	Metadata, EnvVars map[string]string
 }
 
-// decodeCreate reads templateID, network and timeout (seconds, greater
-// than 0) from a create body (empty: none of them). A key given twice is refused (encoding/json would keep the
+// decodeCreate reads templateID, network, timeout (seconds, greater than
+// 0), metadata and envVars (objects of strings, within lifecycle's limits)
+// from a create body (empty: none of them). A key given twice is refused (encoding/json would keep the
 // last and drop, say, the caller's network object); the two members are
 // matched exactly, so a case variant such as "Network" is an ignored
 // unknown field rather than a second value for the same member.
@@ -108,7 +112,33 @@ func decodeCreate(body []byte) (createRequest, error) {
 		return req, fmt.Errorf("%w: Timeout must be greater than 0", lifecycle.ErrTimeoutInvalid)
 	}
 	req.Timeout = d
+	if req.Metadata, err = stringMap(top, "metadata"); err != nil {
+		return req, err
+	}
+	if err := lifecycle.ValidateMetadata(req.Metadata); err != nil {
+		return req, err
+	}
+	if req.EnvVars, err = stringMap(top, "envVars"); err != nil {
+		return req, err
+	}
+	if err := lifecycle.ValidateEnvVars(req.EnvVars); err != nil {
+		return req, err
+	}
 	return req, nil
+}
+
+// stringMap reads member name of obj as a JSON object of strings (E2B's
+// SandboxMetadata and EnvVars); absent or null is nil.
+func stringMap(obj map[string]json.RawMessage, name string) (map[string]string, error) {
+	raw, ok := obj[name]
+	if !ok || string(raw) == "null" {
+		return nil, nil
+	}
+	var m map[string]string
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("%s must be an object of strings", name)
+	}
+	return m, nil
 }
 
 // lifecycleScope is scopeCredential for the lifecycle routes without a
@@ -147,6 +177,10 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
 	}
+	if !ch.Lifecycle.HasTemplate(req.TemplateID) {
+		s.fail(w, r, http.StatusNotFound, CodeTemplateNotFound, fmt.Sprintf("template '%s' not found", req.TemplateID))
+		return
+	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
 	var tpl template.Network
@@ -168,7 +202,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		init, err = createnet.Resolve(tpl, nreq)
 		if err == nil {
 			s.finishCreate(w, r, ch, lifecycle.CreateRequest{CredentialID: cred.ID, Namespace: cred.ProjectNamespace, TemplateID: req.TemplateID,
-				Network: init, Timeout: req.Timeout})
+				Network: init, Timeout: req.Timeout, Metadata: req.Metadata, EnvVars: req.EnvVars})
 			return
 		}
 	}

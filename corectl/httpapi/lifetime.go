@@ -121,3 +121,66 @@ func (s *Server) moveEnd(w http.ResponseWriter, r *http.Request, parse func(map[
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
+
+// sandboxMetrics is GET /sandboxes/{sandboxID}/metrics: E2B's
+// SandboxMetric list from the cluster's resource metrics API
+// (lifecycle.Orchestrator.Usage), an empty list when the cluster has
+// none; 404 only for a sandbox that does not exist for the caller. The
+// start and end query parameters are accepted and ignored (one current
+// sample per pod is all the resource metrics API keeps).
+func (s *Server) sandboxMetrics(w http.ResponseWriter, r *http.Request) {
+	ch, cred, id, ok := s.sandboxScope(w, r, true)
+	if !ok {
+		return
+	}
+	for _, p := range []string{"start", "end"} {
+		if v := r.URL.Query().Get(p); v != "" {
+			if n, err := strconv.ParseInt(v, 10, 64); err != nil || n < 0 {
+				s.fail(w, r, http.StatusBadRequest, CodeBadRequest, p+" must be a Unix time in seconds")
+				return
+			}
+		}
+	}
+	ctx, cancel := requestContext(r)
+	defer cancel()
+	m, err := ch.Lifecycle.Usage(ctx, cred.ProjectNamespace, id)
+	if err != nil {
+		s.lifecycleError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
+}
+
+// CodeNotSupported is the error code of pause and resume.
+const CodeNotSupported = "not_supported"
+
+// pauseSandbox is POST /sandboxes/{sandboxID}/pause and resumeSandbox
+// POST /sandboxes/{sandboxID}/resume: OpenSandbox cannot keep a sandbox's
+// process state, so neither exists. After the ownership check (another
+// credential's or a missing sandbox is 404, so the SDK's
+// SandboxNotFoundError stays right), the answer is 501 not_supported in
+// E2B's error shape: the JS SDK raises SandboxError("501: …"), Python
+// SandboxException, both with the message below (not 409, which the JS
+// SDK's pause() reads as "already paused" and answers false).
+func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
+	s.notSupported(w, r, "pause")
+}
+
+func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) {
+	s.notSupported(w, r, "resume")
+}
+
+func (s *Server) notSupported(w http.ResponseWriter, r *http.Request, op string) {
+	ch, cred, id, ok := s.sandboxScope(w, r, true)
+	if !ok {
+		return
+	}
+	ctx, cancel := requestContext(r)
+	defer cancel()
+	if _, err := ch.Lifecycle.Status(ctx, cred.ProjectNamespace, id); err != nil {
+		s.lifecycleError(w, r, err)
+		return
+	}
+	s.fail(w, r, http.StatusNotImplemented, CodeNotSupported, op+" is not supported: OpenSandbox sandboxes cannot keep their process state; "+
+		"extend the sandbox's life with setTimeout instead")
+}

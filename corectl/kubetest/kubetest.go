@@ -26,6 +26,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -267,6 +268,24 @@ func Cluster(id, ingressNamespace string) *cluster.Cluster {
 		CNI:              facts,
 		CNIQualification: &cluster.CNIQualification{ClusterID: id, CNIFacts: facts, QualifiedAt: "2026-09-01T00:00:00Z"},
 	}
+}
+
+// SandboxTemplates returns the sandbox templates of the test
+// configurations: "base", one container "sandbox" (image
+// sandbox-base:test) with limits of 2 CPUs, 2 GiB of memory and 10 GiB of
+// ephemeral storage, and one env entry TEMPLATE_ENV=base.
+func SandboxTemplates() []cluster.SandboxTemplate {
+	return []cluster.SandboxTemplate{{
+		ID: "base",
+		Pod: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "sandbox", Image: "sandbox-base:test",
+			Env: []corev1.EnvVar{{Name: "TEMPLATE_ENV", Value: "base"}},
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("2Gi"),
+				corev1.ResourceEphemeralStorage: resource.MustParse("10Gi"),
+			}},
+		}}},
+	}}
 }
 
 // Eventually polls cond every few milliseconds until it returns true or an

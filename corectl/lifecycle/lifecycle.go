@@ -220,9 +220,10 @@ type Orchestrator struct {
 	// ReadyInterval when that is shorter) and double up to it, so a
 	// sandbox that starts quickly is seen quickly.
 	ReadyInterval time.Duration
-	// PodTemplate returns the BatchSandbox pod template spec for a
-	// template ID (default: one container "sandbox" with image templateID).
-	PodTemplate func(templateID string) map[string]any
+	// Template returns the configured pod of an E2B template ID
+	// (cluster.Config.SandboxTemplate); a create naming an ID it does not
+	// know fails before writing anything. nil knows no template.
+	Template func(templateID string) (*cluster.SandboxTemplate, bool)
 	// OrphanGrace is how old a leftover must be before the orphan scan
 	// removes it (default 5 min), so creates in flight are not touched.
 	OrphanGrace time.Duration
@@ -287,6 +288,14 @@ type CreateRequest struct {
 	TemplateID string
 	// Network is the resolved initial network (package createnet).
 	Network *createnet.Initial
+	// Metadata is E2B's sandbox metadata, stored on the BatchSandbox
+	// (v1alpha1.AnnotationMetadata) and reported by GET and the lists;
+	// validated by the caller (ValidateMetadata).
+	Metadata map[string]string
+	// EnvVars are E2B's envVars: set in the sandbox container's env
+	// (replacing a template entry of the same name); validated by the
+	// caller (ValidateEnvVars).
+	EnvVars map[string]string
 	// Timeout is the sandbox's time to live from now (0: DefaultTimeout);
 	// the caller checks it with CheckTimeout.
 	Timeout time.Duration
@@ -483,18 +492,16 @@ func (c *creation) createPolicy(ctx context.Context, prov *sandbox.Sandbox, set 
 }
 
 func (c *creation) createBatchSandbox(ctx context.Context, req CreateRequest) (*sandbox.Sandbox, error) {
-	tpl := c.o.PodTemplate
-	if tpl == nil {
-		tpl = func(t string) map[string]any {
-			return map[string]any{"containers": []any{map[string]any{"name": "sandbox", "image": t}}}
-		}
+	pod, err := c.o.podSpec(req)
+	if err != nil {
+		return nil, err
 	}
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"spec": map[string]any{
 			"replicas": int64(1),
 			"template": map[string]any{
 				"metadata": map[string]any{"labels": map[string]any{c.o.Cluster.AllocationLabelKey(): c.alloc}},
-				"spec":     tpl(req.TemplateID),
+				"spec":     pod,
 			},
 		},
 	}}
@@ -506,8 +513,16 @@ func (c *creation) createBatchSandbox(ctx context.Context, req CreateRequest) (*
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	u.SetAnnotations(map[string]string{v1alpha1.AnnotationLifecycle: StateCreating, AnnotationTemplateID: req.TemplateID,
-		v1alpha1.AnnotationEndAt: formatEndAt(c.o.now().Add(timeout))})
+	ann := map[string]string{v1alpha1.AnnotationLifecycle: StateCreating, AnnotationTemplateID: req.TemplateID,
+		v1alpha1.AnnotationEndAt: formatEndAt(c.o.now().Add(timeout))}
+	if len(req.Metadata) > 0 {
+		b, err := json.Marshal(req.Metadata)
+		if err != nil {
+			return nil, fmt.Errorf("encode the metadata: %w", err)
+		}
+		ann[v1alpha1.AnnotationMetadata] = string(b)
+	}
+	u.SetAnnotations(ann)
 	(&sandbox.Sandbox{Owner: req.CredentialID}).MarkOwner(u)
 	if err := c.o.Client.Create(ctx, u); err != nil {
 		return nil, fmt.Errorf("create BatchSandbox %s/%s: %w", c.ns, c.id, err)
@@ -829,27 +844,45 @@ func (o *Orchestrator) readiness(ctx context.Context, id string, onForbidden fun
 	}
 }
 
-// Info is what GET /sandboxes/{id} reports (spec §3.1, §4.4).
+// Info is what GET /sandboxes/{id} reports: E2B's SandboxDetail (the
+// fields and types its OpenAPI document requires, which both SDKs'
+// getInfo decode: infra spec/openapi.yml) and, beside them, sandgate's
+// own lifecycle state, network views and the business-port projection
+// (spec §3.1, §4.4, §5.3).
 type Info struct {
-	// SandboxID is the sandbox.
-	SandboxID string `json:"sandboxID"`
 	// TemplateID is the template it was created from ("" if unknown).
 	TemplateID string `json:"templateID"`
-	// ClientID is a constant for SDK compatibility.
+	// SandboxID is the sandbox.
+	SandboxID string `json:"sandboxID"`
+	// ClientID is a constant for SDK compatibility (E2B: deprecated).
 	ClientID string `json:"clientID"`
-	// EnvdVersion is the envd version reported to the SDKs.
-	EnvdVersion string `json:"envdVersion"`
-	// State is E2B's state field: "running" when Lifecycle is Ready,
-	// otherwise the lifecycle in lower case.
-	State string `json:"state"`
-	// Lifecycle is one of the State* constants.
-	Lifecycle string `json:"lifecycle"`
 	// StartedAt is the BatchSandbox creation time (RFC 3339).
 	StartedAt string `json:"startedAt"`
-	// EndAt is when the sandbox expires (RFC 3339 with milliseconds;
-	// see SetTimeout); a sandbox without a recorded end time reports its
+	// EndAt is when the sandbox expires (RFC 3339 with milliseconds; see
+	// SetTimeout); a sandbox without a recorded end time reports its
 	// start + MaxTimeout.
 	EndAt string `json:"endAt"`
+	// CPUCount, MemoryMB and DiskSizeMB are the sandbox container's
+	// limits in its pod template (cluster.SizesOf); 0 when the object has
+	// none (a BatchSandbox not created from a configured template).
+	CPUCount   int32 `json:"cpuCount"`
+	MemoryMB   int32 `json:"memoryMB"`
+	DiskSizeMB int32 `json:"diskSizeMB"`
+	// EnvdVersion is the envd version reported to the SDKs.
+	EnvdVersion string `json:"envdVersion"`
+	// Metadata is the create's metadata (never null).
+	Metadata map[string]string `json:"metadata"`
+	// State is E2B's SandboxState: always "running" (OpenSandbox sandboxes
+	// are never paused); LifecycleState tells the rest.
+	State string `json:"state"`
+	// Lifecycle is E2B's SandboxLifecycle: never auto-resumed, killed on
+	// timeout.
+	Lifecycle E2BLifecycle `json:"lifecycle"`
+	// Domain is always null: the data plane is the fixed sandboxUrl.
+	Domain *string `json:"domain"`
+
+	// LifecycleState is one of the State* constants (spec §5.3).
+	LifecycleState string `json:"lifecycleState"`
 	// Egress is the egress GET view (absent when it cannot be read).
 	Egress *egress.Status `json:"egress,omitempty"`
 	// Ingress is the ingress GET view (absent for an unrestricted sandbox).
@@ -860,20 +893,54 @@ type Info struct {
 	start time.Time
 }
 
+// E2BLifecycle is E2B's SandboxLifecycle object.
+type E2BLifecycle struct {
+	// AutoResume is always false.
+	AutoResume bool `json:"autoResume"`
+	// OnTimeout is always "kill": the expiry reconciler deletes.
+	OnTimeout string `json:"onTimeout"`
+}
+
 // timeMillis is RFC 3339 with milliseconds, the form of E2B's endAt.
 const timeMillis = "2006-01-02T15:04:05.000Z07:00"
 
-// Endpoints is the business-port entry projection (spec §4.4): URLs on
-// the cluster's fixed entry in URI mode.
+// Endpoints is the business-port entry projection (spec §4.4 "Generic
+// E2B endpoint projection"): requests go to BaseURL + URITemplate with
+// {sandboxID}, {port} and {upstreamPath} filled in, straight to the
+// cluster's fixed entry (not through the gateway).
 type Endpoints struct {
-	// BaseURL is <fixedEntry>/<id>.
+	// BaseURL is the cluster's fixed entry, e.g. "http://10.0.0.1:80".
 	BaseURL string `json:"baseURL"`
-	// URITemplate is <fixedEntry>/<id>/{port}/ ("{port}" literal).
+	// URITemplate is "/{sandboxID}/{port}/{upstreamPath}" (literal).
 	URITemplate string `json:"uriTemplate"`
-	// NoVNC is port 6080.
+	// NoVNC is this sandbox's port 6080 through the fixed entry.
 	NoVNC string `json:"noVNC"`
-	// CDP is port 9222.
+	// CDP is this sandbox's port 9222 through the fixed entry.
 	CDP string `json:"cdp"`
+}
+
+// URITemplate is Endpoints.URITemplate (spec §4.4).
+const URITemplate = "/{sandboxID}/{port}/{upstreamPath}"
+
+// describe fills what a BatchSandbox itself says (no network reads): the
+// E2B fields and the endpoints.
+func (o *Orchestrator) describe(u *unstructured.Unstructured) *Info {
+	id := u.GetName()
+	start := u.GetCreationTimestamp().Time
+	end, ok := EndAt(u)
+	if !ok {
+		end = start.Add(o.maxTimeout())
+	}
+	sz := o.SizesOf(u)
+	base := strings.TrimRight(o.Cluster.FixedEntry, "/")
+	return &Info{SandboxID: id, TemplateID: u.GetAnnotations()[AnnotationTemplateID], ClientID: "sandgate",
+		StartedAt: start.UTC().Format(time.RFC3339), EndAt: end.UTC().Format(timeMillis),
+		CPUCount: sz.CPUCount, MemoryMB: sz.MemoryMB, DiskSizeMB: sz.DiskSizeMB,
+		EnvdVersion: o.EnvdVer(), Metadata: Metadata(u), State: "running",
+		Lifecycle: E2BLifecycle{AutoResume: false, OnTimeout: "kill"},
+		Endpoints: Endpoints{BaseURL: base, URITemplate: URITemplate,
+			NoVNC: base + "/" + id + "/6080/", CDP: base + "/" + id + "/9222/"},
+		start: start}
 }
 
 // Status reads sandbox ns/id and derives its lifecycle state. A sandbox
@@ -893,21 +960,8 @@ func (o *Orchestrator) Status(ctx context.Context, ns, id string) (*Info, error)
 	if o.expired(u) {
 		return nil, fmt.Errorf("%w: %s/%s has expired", ErrNotFound, ns, id)
 	}
-	start := u.GetCreationTimestamp().Time
-	end, ok := EndAt(u)
-	if !ok {
-		end = start.Add(o.maxTimeout())
-	}
-	base := strings.TrimRight(o.Cluster.FixedEntry, "/") + "/" + id
-	info := &Info{SandboxID: id, TemplateID: u.GetAnnotations()[AnnotationTemplateID], ClientID: "sandgate",
-		EnvdVersion: o.EnvdVer(), StartedAt: start.UTC().Format(time.RFC3339), EndAt: end.UTC().Format(timeMillis),
-		start: start,
-		Endpoints: Endpoints{BaseURL: base, URITemplate: base + "/{port}/", NoVNC: base + "/6080/", CDP: base + "/9222/"}}
-	info.Lifecycle = o.derive(ctx, u, info)
-	info.State = strings.ToLower(info.Lifecycle)
-	if info.Lifecycle == StateReady {
-		info.State = "running"
-	}
+	info := o.describe(u)
+	info.LifecycleState = o.derive(ctx, u, info)
 	return info, nil
 }
 
@@ -994,8 +1048,8 @@ func (o *Orchestrator) Connect(ctx context.Context, credentialID, ns, id string,
 	if err != nil {
 		return "", nil, err
 	}
-	if info.Lifecycle != StateReady {
-		return "", info, fmt.Errorf("%w: sandbox %s is %s", ErrConflict, id, info.Lifecycle)
+	if info.LifecycleState != StateReady {
+		return "", info, fmt.Errorf("%w: sandbox %s is %s", ErrConflict, id, info.LifecycleState)
 	}
 	if timeout != nil {
 		end, err := o.SetTimeout(ctx, ns, id, *timeout, ExtendEnd)

@@ -197,8 +197,9 @@ func startWorld(t testing.TB, cfg *rest.Config, o worldOptions) *world {
 	}
 	d, err := daemon.New(daemon.Options{
 		MaxTimeout: o.maxTimeout,
-		Config: &cluster.Config{Clusters: []cluster.Cluster{*c}, Templates: cluster.TemplateStore{ClusterID: id, Namespace: tplNS}},
-		Keys:   keys, Credentials: src, Listen: "127.0.0.1:0", IngressWait: 20 * time.Second,
+		Config: &cluster.Config{Clusters: []cluster.Cluster{*c}, Templates: cluster.TemplateStore{ClusterID: id, Namespace: tplNS},
+			SandboxTemplates: kubetest.SandboxTemplates()},
+		Keys: keys, Credentials: src, Listen: "127.0.0.1:0", IngressWait: 20 * time.Second,
 		RESTConfig: func(*cluster.Cluster) (*rest.Config, error) { return rest.CopyConfig(cfg), nil },
 		TokenKey:   &sk, ReadyBudget: 30 * time.Second, OrphanInterval: time.Hour,
 		ProbeSourceDiscovery: probe, ProbeListen: "127.0.0.1:0", ShutdownGrace: 20 * time.Second,
@@ -453,9 +454,11 @@ func TestCreateConnectGetDelete(t *testing.T) {
 	if st, raw := w.do("GET", "/sandboxes/"+id, "key-a", "", &info); st != 200 {
 		t.Fatalf("GET = %d %s", st, raw)
 	}
-	if info.Lifecycle != lifecycle.StateReady || info.State != "running" || info.Egress == nil || !info.Egress.NetworkReady ||
+	if info.LifecycleState != lifecycle.StateReady || info.State != "running" || info.Egress == nil || !info.Egress.NetworkReady ||
 		info.Ingress == nil || !info.Ingress.Ready || info.Endpoints.NoVNC != w.entryURL+"/"+id+"/6080/" ||
-		info.Endpoints.CDP != w.entryURL+"/"+id+"/9222/" || info.Endpoints.URITemplate != w.entryURL+"/"+id+"/{port}/" {
+		info.Endpoints.CDP != w.entryURL+"/"+id+"/9222/" || info.Endpoints.URITemplate != "/{sandboxID}/{port}/{upstreamPath}" ||
+		info.Endpoints.BaseURL != w.entryURL || info.CPUCount != 2 || info.MemoryMB != 2048 || info.DiskSizeMB != 10240 ||
+		info.Lifecycle.OnTimeout != "kill" || info.Lifecycle.AutoResume {
 		t.Fatalf("GET = %+v", info)
 	}
 	if got := *info.Egress.ConfiguredEgress; len(got) != 1 || got[0].CIDR != "198.51.100.7/32" {
@@ -542,7 +545,7 @@ func TestCreateUnrestricted(t *testing.T) {
 		t.Fatalf("an unrestricted sandbox got a carrier (%v)", err)
 	}
 	var info lifecycle.Info
-	if st, raw := w.do("GET", "/sandboxes/"+sb.SandboxID, "key-a", "", &info); st != 200 || info.Lifecycle != lifecycle.StateReady || info.Ingress != nil {
+	if st, raw := w.do("GET", "/sandboxes/"+sb.SandboxID, "key-a", "", &info); st != 200 || info.LifecycleState != lifecycle.StateReady || info.Ingress != nil {
 		t.Fatalf("GET = %d %s", st, raw)
 	}
 	if st, raw := w.do("DELETE", "/sandboxes/"+sb.SandboxID, "key-a", "", nil); st != 204 {
@@ -637,7 +640,7 @@ func TestCreateIngressPendingCleanup(t *testing.T) {
 	}
 	id := list.Items[0].GetName()
 	var info lifecycle.Info
-	if st, _ := w.do("GET", "/sandboxes/"+id, "key-a", "", &info); st != 200 || info.Lifecycle != lifecycle.StateCleanupFailed {
+	if st, _ := w.do("GET", "/sandboxes/"+id, "key-a", "", &info); st != 200 || info.LifecycleState != lifecycle.StateCleanupFailed {
 		t.Fatalf("GET = %d %+v", st, info)
 	}
 	w.refused(id)
@@ -685,7 +688,7 @@ func TestDeleteFailClosed(t *testing.T) {
 		t.Fatalf("DELETE = %d %s", st, raw)
 	}
 	var info lifecycle.Info
-	if st, _ := w.do("GET", "/sandboxes/"+id, "key-a", "", &info); st != 200 || info.Lifecycle != lifecycle.StateCleanupFailed {
+	if st, _ := w.do("GET", "/sandboxes/"+id, "key-a", "", &info); st != 200 || info.LifecycleState != lifecycle.StateCleanupFailed {
 		t.Fatalf("GET = %d %+v", st, info)
 	}
 	w.refused(id)
@@ -720,7 +723,7 @@ func TestLifecycleMatrix(t *testing.T) {
 	check := func(state string, connect, getNet, putNet int) {
 		t.Helper()
 		var info lifecycle.Info
-		if st, raw := w.do("GET", "/sandboxes/"+id, "key-a", "", &info); st != 200 || info.Lifecycle != state {
+		if st, raw := w.do("GET", "/sandboxes/"+id, "key-a", "", &info); st != 200 || info.LifecycleState != state {
 			t.Fatalf("%s: GET = %d %s", state, st, raw)
 		}
 		var c sandboxBody
@@ -755,7 +758,7 @@ func TestLifecycleMatrix(t *testing.T) {
 		t.Fatal(err)
 	}
 	var info lifecycle.Info
-	if w.do("GET", "/sandboxes/"+id, "key-a", "", &info); info.Lifecycle != lifecycle.StateUnverifiedSpec {
+	if w.do("GET", "/sandboxes/"+id, "key-a", "", &info); info.LifecycleState != lifecycle.StateUnverifiedSpec {
 		t.Fatalf("drifted policy: %+v", info)
 	}
 	if st, _ := w.do("POST", "/v2/sandboxes/"+id+"/connect", "key-a", "{}", nil); st != 409 {
@@ -896,7 +899,7 @@ func TestOrphanScan(t *testing.T) {
 		}
 	}
 	var info lifecycle.Info
-	if st, _ := w.do("GET", "/sandboxes/"+live.SandboxID, "key-a", "", &info); st != 200 || info.Lifecycle != lifecycle.StateReady {
+	if st, _ := w.do("GET", "/sandboxes/"+live.SandboxID, "key-a", "", &info); st != 200 || info.LifecycleState != lifecycle.StateReady {
 		t.Fatalf("live sandbox after the scan: %d %+v", st, info)
 	}
 }

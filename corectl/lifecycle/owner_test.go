@@ -8,9 +8,11 @@ import (
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
+	"github.com/sandgate/sandgate/corectl/lifecycle"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // route is one sandbox route of the attack table: {id} is replaced by
@@ -30,6 +32,11 @@ var sandboxRoutes = []route{
 	{"PUT", "/sandboxes/{id}/network", `{"defaultAction":"deny","egress":[{"cidr":"198.51.100.9"}]}`, http.StatusOK},
 	{"GET", "/sandboxes/{id}/network/ingress", "", http.StatusOK},
 	{"PUT", "/sandboxes/{id}/network/ingress", `{"ingress":[{"cidr":"203.0.113.0/24"}]}`, http.StatusOK},
+	{"POST", "/sandboxes/{id}/timeout", `{"timeout":600}`, http.StatusNoContent},
+	{"POST", "/sandboxes/{id}/refreshes", `{"duration":60}`, http.StatusNoContent},
+	{"GET", "/sandboxes/{id}/metrics", "", http.StatusOK},
+	{"POST", "/sandboxes/{id}/pause", "", http.StatusNotImplemented},
+	{"POST", "/sandboxes/{id}/resume", "", http.StatusNotImplemented},
 	// DELETE last: the owner's deletes the sandbox.
 	{"DELETE", "/sandboxes/{id}", "", http.StatusNoContent},
 }
@@ -100,6 +107,18 @@ func TestOwnershipAttackTable(t *testing.T) {
 	if bs(w.nsA, id) == nil {
 		t.Fatal("another credential's DELETE removed the sandbox")
 	}
+	if !w.endAtUnchanged(id, u) {
+		t.Fatal("another credential's timeout or refresh moved the end time")
+	}
+	// The lists: a2 and b see nothing; wide and a see the sandbox.
+	for key, want := range map[string]int{"key-a2": 0, "key-b": 0, "key-a": 1, "key-wide": 1} {
+		for _, p := range []string{"/sandboxes", "/v2/sandboxes"} {
+			var l []struct{ SandboxID string }
+			if st, raw := w.do("GET", p, key, "", &l); st != http.StatusOK || len(l) != want || (want == 1 && l[0].SandboxID != id) {
+				t.Errorf("%s GET %s = %d %s; want %d entries", key, p, st, raw, want)
+			}
+		}
+	}
 
 	// The project-wide credential and the owner are served on every route.
 	for i, r := range sandboxRoutes {
@@ -118,4 +137,12 @@ func TestOwnershipAttackTable(t *testing.T) {
 		t.Fatalf("project-wide DELETE = %d %s", st, body)
 	}
 	w.assertGone(id, policy)
+}
+
+// endAtUnchanged reports whether sandbox id's end time is still the one
+// recorded in before.
+func (w *world) endAtUnchanged(id string, before *unstructured.Unstructured) bool {
+	a, _ := lifecycle.EndAt(before)
+	b, _ := lifecycle.EndAt(bs(w.nsA, id))
+	return a.Equal(b)
 }

@@ -133,8 +133,9 @@ func TestSDKCreateConnectKillThroughCorectl(t *testing.T) {
 	c := kubetest.Cluster("cluster-a", ingNS)
 	c.FixedEntry = h.FixedEntry
 	d, err := daemon.New(daemon.Options{
-		Config: &cluster.Config{Clusters: []cluster.Cluster{*c}, Templates: cluster.TemplateStore{ClusterID: "cluster-a", Namespace: tplNS}},
-		Keys:   keys, Credentials: src, Listen: "127.0.0.1:0", TokenKey: &h.Key, ReadyBudget: 30 * time.Second,
+		Config: &cluster.Config{Clusters: []cluster.Cluster{*c}, Templates: cluster.TemplateStore{ClusterID: "cluster-a", Namespace: tplNS},
+			SandboxTemplates: kubetest.SandboxTemplates()},
+		Keys: keys, Credentials: src, Listen: "127.0.0.1:0", TokenKey: &h.Key, ReadyBudget: 30 * time.Second,
 		RESTConfig: func(*cluster.Cluster) (*rest.Config, error) { return rest.CopyConfig(env.Config), nil },
 	})
 	if err != nil {

@@ -79,6 +79,10 @@ const (
 	// (package lifecycle, docs/corectl.md "Lifetime"). A BatchSandbox
 	// without it never expires.
 	AnnotationEndAt = "network.sandgate.io/end-at"
+	// AnnotationMetadata is the E2B metadata of a sandbox's create
+	// request (a JSON object of strings) on its BatchSandbox; GET and the
+	// list routes report it and the lists filter on it.
+	AnnotationMetadata = "network.sandgate.io/metadata"
 	// LabelProbeEcho marks a temporary probe-source echo Ingress (spec
 	// §5.2.2 III); the orphan scan deletes leftovers.
 	LabelProbeEcho = "network.sandgate.io/probe-echo"

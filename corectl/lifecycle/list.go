@@ -1,0 +1,182 @@
+package lifecycle
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/sandbox"
+	"github.com/sandgate/sandgate/gateway/credential"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Listed is one entry of the list routes: E2B's ListedSandbox.
+type Listed struct {
+	// TemplateID, SandboxID, ClientID, StartedAt, EndAt, CPUCount,
+	// MemoryMB, DiskSizeMB, Metadata, State and EnvdVersion are as in
+	// Info.
+	TemplateID  string            `json:"templateID"`
+	SandboxID   string            `json:"sandboxID"`
+	ClientID    string            `json:"clientID"`
+	StartedAt   string            `json:"startedAt"`
+	EndAt       string            `json:"endAt"`
+	CPUCount    int32             `json:"cpuCount"`
+	MemoryMB    int32             `json:"memoryMB"`
+	DiskSizeMB  int32             `json:"diskSizeMB"`
+	Metadata    map[string]string `json:"metadata"`
+	State       string            `json:"state"`
+	EnvdVersion string            `json:"envdVersion"`
+
+	start time.Time
+}
+
+// ListQuery selects and pages the list routes' sandboxes (E2B's GET
+// /v2/sandboxes parameters).
+type ListQuery struct {
+	// Metadata keeps sandboxes whose metadata has every pair.
+	Metadata map[string]string
+	// States are E2B SandboxStates ("running", "paused"); empty: all.
+	// Every listed sandbox is running.
+	States []string
+	// Template keeps sandboxes of this template ID ("" = any).
+	Template string
+	// StartedAfter keeps sandboxes started at or after it (zero: any).
+	StartedAfter time.Time
+	// Ascending orders by start time oldest first (default newest
+	// first); the sandbox ID breaks ties.
+	Ascending bool
+	// Limit is the page size, 1 to MaxListLimit (0: MaxListLimit).
+	Limit int
+	// NextToken continues after the page that returned it ("" = first
+	// page).
+	NextToken string
+}
+
+// MaxListLimit is E2B's largest page (paginationLimit maximum 100, also
+// its default).
+const MaxListLimit = 100
+
+// ErrBadToken: a NextToken that this corectl did not issue.
+var ErrBadToken = errors.New("lifecycle: invalid nextToken")
+
+// ListPage is one page of List.
+type ListPage struct {
+	// Items are the page's sandboxes.
+	Items []Listed
+	// NextToken continues the list; "" on the last page.
+	NextToken string
+	// Total is how many sandboxes matched the filters before paging.
+	Total int
+}
+
+// List returns the sandboxes of namespace ns that cred sees
+// (credential.Credential.Sees), that are not expired or being deleted,
+// filtered and paged by q. A credential that is not project-wide lists
+// by its owner label (v1alpha1.LabelCredential) and every entry's owner
+// annotation is checked again. Errors: ErrBadToken, ErrUnavailable.
+func (o *Orchestrator) List(ctx context.Context, cred credential.Credential, ns string, q ListQuery) (*ListPage, error) {
+	after, err := decodeToken(q.NextToken)
+	if err != nil {
+		return nil, err
+	}
+	sel := client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelClusterID: o.Cluster.ID}
+	if !cred.ProjectWide {
+		sel[v1alpha1.LabelCredential] = sandbox.CredentialLabelValue(cred.ID)
+	}
+	var list unstructured.UnstructuredList
+	list.SetGroupVersionKind(sandbox.GVK.GroupVersion().WithKind("BatchSandboxList"))
+	if err := o.Client.List(ctx, &list, client.InNamespace(ns), sel); err != nil {
+		return nil, fmt.Errorf("%w: list BatchSandboxes: %s", ErrUnavailable, err.Error())
+	}
+	running := len(q.States) == 0 || slices.Contains(q.States, "running")
+	var items []Listed
+	for i := range list.Items {
+		u := &list.Items[i]
+		st := u.GetAnnotations()[v1alpha1.AnnotationLifecycle]
+		if !running || !cred.Sees(sandbox.OwnerOf(u), ns, o.Cluster.ID) || o.expired(u) ||
+			u.GetDeletionTimestamp() != nil || st == StateDeleting || st == StateCleanupFailed {
+			continue
+		}
+		d := o.describe(u)
+		if q.Template != "" && d.TemplateID != q.Template || !q.StartedAfter.IsZero() && d.start.Before(q.StartedAfter.Truncate(time.Second)) {
+			continue
+		}
+		if !hasAll(d.Metadata, q.Metadata) {
+			continue
+		}
+		items = append(items, Listed{TemplateID: d.TemplateID, SandboxID: d.SandboxID, ClientID: d.ClientID, StartedAt: d.StartedAt,
+			EndAt: d.EndAt, CPUCount: d.CPUCount, MemoryMB: d.MemoryMB, DiskSizeMB: d.DiskSizeMB, Metadata: d.Metadata,
+			State: d.State, EnvdVersion: d.EnvdVersion, start: d.start})
+	}
+	// By start time, then sandbox ID (starts have whole seconds), both in
+	// the requested direction.
+	less := func(a, b *Listed) int {
+		c := a.start.Compare(b.start)
+		if c == 0 {
+			c = strings.Compare(a.SandboxID, b.SandboxID)
+		}
+		if q.Ascending {
+			return c
+		}
+		return -c
+	}
+	slices.SortFunc(items, func(a, b Listed) int { return less(&a, &b) })
+	page := &ListPage{Total: len(items)}
+	if after != nil {
+		i, _ := slices.BinarySearchFunc(items, *after, func(a, cur Listed) int { return less(&a, &cur) })
+		if i < len(items) && items[i].SandboxID == after.SandboxID {
+			i++
+		}
+		items = items[i:]
+	}
+	limit := q.Limit
+	if limit <= 0 || limit > MaxListLimit {
+		limit = MaxListLimit
+	}
+	if len(items) > limit {
+		items = items[:limit]
+		page.NextToken = encodeToken(items[limit-1])
+	}
+	page.Items = items
+	if page.Items == nil {
+		page.Items = []Listed{}
+	}
+	return page, nil
+}
+
+func hasAll(have, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := have[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// encodeToken is the cursor after l: its start (Unix seconds) and ID.
+func encodeToken(l Listed) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf("%d/%s", l.start.Unix(), l.SandboxID)))
+}
+
+// decodeToken reads a cursor; nil for "". The error wraps ErrBadToken.
+func decodeToken(tok string) (*Listed, error) {
+	if tok == "" {
+		return nil, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil || len(tok) > 256 {
+		return nil, fmt.Errorf("%w: not a token this list issued", ErrBadToken)
+	}
+	sec, id, ok := strings.Cut(string(b), "/")
+	var unix int64
+	if _, err := fmt.Sscanf(sec, "%d", &unix); !ok || err != nil || fmt.Sprint(unix) != sec || sandbox.ValidateID(id) != nil {
+		return nil, fmt.Errorf("%w: not a token this list issued", ErrBadToken)
+	}
+	return &Listed{SandboxID: id, start: time.Unix(unix, 0)}, nil
+}

@@ -1,0 +1,169 @@
+package lifecycle
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/cluster"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// ErrTemplateNotFound: no sandbox template is configured for the create's
+// template ID.
+var ErrTemplateNotFound = errors.New("lifecycle: template not found")
+
+// Limits of a create's metadata and envVars (E2B states none; these keep
+// the BatchSandbox well under the apiserver's object and annotation
+// limits).
+const (
+	// MaxMetadataEntries bounds the metadata entries.
+	MaxMetadataEntries = 64
+	// MaxMetadataBytes bounds the encoded metadata (JSON), in bytes.
+	MaxMetadataBytes = 16 << 10
+	// MaxEnvVars bounds the envVars entries.
+	MaxEnvVars = 256
+	// MaxEnvVarsBytes bounds the names and values of envVars together,
+	// in bytes.
+	MaxEnvVarsBytes = 64 << 10
+)
+
+// HasTemplate reports whether a sandbox template is configured for id.
+func (o *Orchestrator) HasTemplate(id string) bool {
+	if o.Template == nil {
+		return false
+	}
+	_, ok := o.Template(id)
+	return ok
+}
+
+// ValidateMetadata checks E2B metadata: at most MaxMetadataEntries
+// entries, keys non-empty and at most 256 bytes, the JSON encoding at
+// most MaxMetadataBytes.
+func ValidateMetadata(m map[string]string) error {
+	if len(m) > MaxMetadataEntries {
+		return fmt.Errorf("metadata has more than %d entries", MaxMetadataEntries)
+	}
+	n := 2
+	for k, v := range m {
+		if k == "" || len(k) > 256 {
+			return errors.New("metadata keys must be 1 to 256 bytes")
+		}
+		n += len(k) + len(v) + 6
+	}
+	if n > MaxMetadataBytes {
+		return fmt.Errorf("metadata is larger than %d bytes", MaxMetadataBytes)
+	}
+	return nil
+}
+
+// ValidateEnvVars checks E2B envVars: at most MaxEnvVars entries, names
+// that Kubernetes accepts for a container's env (letters, digits, '_',
+// '-', '.', not starting with a digit), names and values together at most
+// MaxEnvVarsBytes.
+func ValidateEnvVars(m map[string]string) error {
+	if len(m) > MaxEnvVars {
+		return fmt.Errorf("envVars has more than %d entries", MaxEnvVars)
+	}
+	n := 0
+	for k, v := range m {
+		if errs := validation.IsEnvVarName(k); len(errs) > 0 {
+			return fmt.Errorf("envVars name %q: %s", truncate(k, 64), strings.Join(errs, "; "))
+		}
+		n += len(k) + len(v)
+	}
+	if n > MaxEnvVarsBytes {
+		return fmt.Errorf("envVars are larger than %d bytes", MaxEnvVarsBytes)
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// podSpec builds the BatchSandbox pod spec of a create: the template's pod
+// with req.EnvVars set in the sandbox container's env (sorted by name; a
+// template entry of the same name is replaced). Errors wrap
+// ErrTemplateNotFound.
+func (o *Orchestrator) podSpec(req CreateRequest) (map[string]any, error) {
+	if o.Template == nil {
+		return nil, fmt.Errorf("%w: %q", ErrTemplateNotFound, req.TemplateID)
+	}
+	tpl, ok := o.Template(req.TemplateID)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrTemplateNotFound, req.TemplateID)
+	}
+	spec := tpl.Pod.DeepCopy()
+	i, err := cluster.SandboxContainer(spec, tpl.Container)
+	if err != nil {
+		return nil, err
+	}
+	if len(req.EnvVars) > 0 {
+		c := &spec.Containers[i]
+		c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { _, ok := req.EnvVars[e.Name]; return ok })
+		names := make([]string, 0, len(req.EnvVars))
+		for k := range req.EnvVars {
+			names = append(names, k)
+		}
+		slices.Sort(names)
+		for _, k := range names {
+			c.Env = append(c.Env, corev1.EnvVar{Name: k, Value: req.EnvVars[k]})
+		}
+	}
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(spec)
+	if err != nil {
+		return nil, fmt.Errorf("encode the pod spec: %w", err)
+	}
+	return m, nil
+}
+
+// Metadata returns the metadata recorded on a BatchSandbox (never nil; an
+// unreadable annotation reads as none).
+func Metadata(u *unstructured.Unstructured) map[string]string {
+	m := map[string]string{}
+	if v := u.GetAnnotations()[v1alpha1.AnnotationMetadata]; v != "" {
+		if err := json.Unmarshal([]byte(v), &m); err != nil {
+			return map[string]string{}
+		}
+	}
+	return m
+}
+
+// SizesOf reads a BatchSandbox's resources from its own pod template (the
+// object, not today's configuration): the sandbox container is the one
+// its template names, or the first. Zero Sizes when they cannot be read.
+func (o *Orchestrator) SizesOf(u *unstructured.Unstructured) cluster.Sizes {
+	m, ok, _ := unstructured.NestedMap(u.Object, "spec", "template", "spec")
+	if !ok {
+		return cluster.Sizes{}
+	}
+	var spec corev1.PodSpec
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &spec); err != nil {
+		return cluster.Sizes{}
+	}
+	name := ""
+	if o.Template != nil {
+		if tpl, ok := o.Template(u.GetAnnotations()[AnnotationTemplateID]); ok {
+			name = tpl.Container
+		}
+	}
+	i, err := cluster.SandboxContainer(&spec, name)
+	if err != nil {
+		i = 0
+		if len(spec.Containers) == 0 {
+			return cluster.Sizes{}
+		}
+	}
+	s, _ := cluster.SizesOf(&spec.Containers[i])
+	return s
+}
