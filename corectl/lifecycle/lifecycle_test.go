@@ -832,7 +832,8 @@ func TestCreateBadNetwork(t *testing.T) {
 func TestOrphanScan(t *testing.T) {
 	w := start(t)
 	ctx := context.Background()
-	live := w.create(restricted)
+	// The live sandbox outlives the scan's clock (10 minutes ahead).
+	live := w.create(strings.Replace(restricted, `"timeout":300`, `"timeout":3000`, 1))
 	liveU := bs(w.nsA, live.SandboxID)
 	livePol := policyOf(t, w.nsA, liveU)
 
@@ -877,8 +878,8 @@ func TestOrphanScan(t *testing.T) {
 	if len(rep.Deleted) != 0 || len(rep.Failed) != 0 {
 		t.Fatalf("young scan %+v", rep)
 	}
-	// Old: the leftovers go.
-	w.orch.Now = func() time.Time { return time.Now().Add(time.Hour) }
+	// Old (past the 5 minute grace): the leftovers go.
+	w.orch.Now = func() time.Time { return time.Now().Add(10 * time.Minute) }
 	rep, err = w.orch.Scan(ctx)
 	if err != nil {
 		t.Fatal(err)
