@@ -384,6 +384,18 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"duplicate token_target",
 			dataplaneSite("\t\ttoken_target\n\t\ttoken_target #ERR"),
 			[]string{"token_target already specified"}},
+		{"extended_operations with an argument",
+			dataplaneSite("\t\textended_operations on #ERR"),
+			[]string{"wrong argument count", "'on'"}},
+		{"duplicate extended_operations",
+			dataplaneSite("\t\textended_operations\n\t\textended_operations #ERR"),
+			[]string{"extended_operations already specified"}},
+		{"process_dir without a path",
+			dataplaneSite("\t\tprocess_dir #ERR"),
+			[]string{"wrong argument count"}},
+		{"duplicate process_dir",
+			dataplaneSite("\t\tprocess_dir /a\n\t\tprocess_dir /b #ERR"),
+			[]string{"process_dir already specified"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			line := markedLine(t, tc.body)

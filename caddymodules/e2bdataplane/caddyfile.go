@@ -33,13 +33,18 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		keepalive_interval <duration>
 //		max_message_size <size>
 //		token_target
+//		extended_operations
+//		process_dir <path>
 //		transport http {
 //			<reverse_proxy http transport options>
 //		}
 //	}
 //
 // user may repeat, once per name. max_message_size takes a size such as
-// 4MiB or 1048576. The transport block is reverse_proxy's "transport http"
+// 4MiB or 1048576. extended_operations (a flag, off by default) also serves
+// envd's Process List/Connect/SendSignal and Filesystem Stat/MakeDir/Move;
+// process_dir is where it keeps process records in the sandbox (default
+// /tmp/.sandgate/processes). The transport block is reverse_proxy's "transport http"
 // (dial_timeout, response_header_timeout, keepalive, tls, …).
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
@@ -67,7 +72,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	for d.NextBlock(0) {
 		opt := d.Val()
 		switch opt {
-		case "home_dir", "default_user", "keepalive_interval", "max_message_size":
+		case "home_dir", "default_user", "keepalive_interval", "max_message_size", "process_dir":
 			if err := once(opt); err != nil {
 				return err
 			}
@@ -78,6 +83,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			switch opt {
 			case "home_dir":
 				h.HomeDir = v
+			case "process_dir":
+				h.ProcessDir = v
 			case "default_user":
 				h.DefaultUser = v
 			case "keepalive_interval":
@@ -118,14 +125,18 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				h.Users = map[string]*User{}
 			}
 			h.Users[name] = u
-		case "token_target":
+		case "token_target", "extended_operations":
 			if err := once(opt); err != nil {
 				return err
 			}
 			if d.NextArg() {
 				return d.ArgErr()
 			}
-			h.TokenTarget = true
+			if opt == "token_target" {
+				h.TokenTarget = true
+			} else {
+				h.ExtendedOperations = true
+			}
 		case "transport":
 			if err := once(opt); err != nil {
 				return err

@@ -64,6 +64,21 @@ type Handler struct {
 	// drops the second, redundant statement of the target. Default false.
 	TokenTarget bool `json:"token_target,omitempty"`
 
+	// ExtendedOperations, when true, also serves the envd operations that
+	// manage processes outliving their stream and the filesystem calls
+	// beyond spec §3.3's six: Process List, Connect and SendSignal
+	// (SendInput and CloseStdin are answered unsupported: execd gives
+	// commands no stdin), Filesystem Stat, MakeDir and Move; and
+	// Process/Start then runs an execd background command. Default false,
+	// so the six-operation contract of spec §3.3 stays the default
+	// (docs/dataplane.md "Extended operations").
+	ExtendedOperations bool `json:"extended_operations,omitempty"`
+
+	// ProcessDir is the sandbox directory where, with ExtendedOperations,
+	// the process records and outputs are kept. Absolute. Default
+	// "/tmp/.sandgate/processes".
+	ProcessDir string `json:"process_dir,omitempty"`
+
 	// TransportRaw is the upstream transport to the fixed entries, a module
 	// of the http.reverse_proxy.transport namespace; only "http" is
 	// supported. Default: Caddy's HTTP transport with its defaults.
@@ -120,11 +135,13 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 
 	cfg := dataplane.Config{
-		HomeDir:           h.HomeDir,
-		DefaultUser:       h.DefaultUser,
-		KeepaliveInterval: time.Duration(h.KeepaliveInterval),
-		TokenTarget:       h.TokenTarget,
-		Users:             map[string]dataplane.User{},
+		HomeDir:            h.HomeDir,
+		DefaultUser:        h.DefaultUser,
+		KeepaliveInterval:  time.Duration(h.KeepaliveInterval),
+		TokenTarget:        h.TokenTarget,
+		ExtendedOperations: h.ExtendedOperations,
+		ProcessDir:         h.ProcessDir,
+		Users:              map[string]dataplane.User{},
 	}
 	if h.MaxMessageSize < 0 || h.MaxMessageSize > 64<<20 {
 		return errors.New("max_message_size must be between 1 and 67108864 bytes")

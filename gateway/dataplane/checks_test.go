@@ -125,7 +125,7 @@ func TestErrorClasses(t *testing.T) {
 		ClassTarget:     {CodeTargetMismatch},
 		ClassRouting:    {CodeClusterUnknown, CodeSandboxNotFound, CodeSandboxNotReady, CodeIngressRouteRejected},
 		ClassNetwork:    {CodeFixedEntryUnreachable, CodeSandboxUnreachable, CodeUpstreamTimeout},
-		ClassExecution:  {CodeExecdRejected, CodeExecdUnauthorized, CodeExecdFailed, CodeExecdProtocol, CodeFileNotFound, CodeIsADirectory, CodeNotADirectory, CodeCommandTimeout},
+		ClassExecution:  {CodeExecdRejected, CodeExecdUnauthorized, CodeExecdFailed, CodeExecdProtocol, CodeFileNotFound, CodeIsADirectory, CodeNotADirectory, CodeCommandTimeout, CodeProcessNotFound, CodeFileExists},
 	}
 	n := 0
 	for class, list := range want {

@@ -58,6 +58,14 @@ const (
 	OpListDir      = "filesystem.ListDir"
 	OpRemove       = "filesystem.Remove"
 	OpHealth       = "health"
+
+	// With Config.ExtendedOperations.
+	OpProcessList       = "process.List"
+	OpProcessConnect    = "process.Connect"
+	OpProcessSendSignal = "process.SendSignal"
+	OpStat              = "filesystem.Stat"
+	OpMakeDir           = "filesystem.MakeDir"
+	OpMove              = "filesystem.Move"
 )
 
 // User maps an SDK user name (Authorization: Basic on Connect calls,
@@ -96,6 +104,19 @@ type Config struct {
 	// token (Python SDK 2.24 Sandbox.connect() sends no routing headers).
 	// Default false. See README "Routing without headers".
 	TokenTarget bool
+	// ExtendedOperations, when true, also serves the envd operations that
+	// manage processes which outlive their stream and the filesystem
+	// reads/changes beyond spec §3.3's six: Process List, Connect,
+	// SendSignal (and SendInput/CloseStdin, answered unsupported: execd
+	// gives commands no stdin), Filesystem Stat, MakeDir, Move; and it runs
+	// Process/Start as an execd background command so those work on it.
+	// Default false (docs/dataplane.md "Extended operations").
+	ExtendedOperations bool
+	// ProcessDir is the sandbox directory where, with ExtendedOperations,
+	// each process started through the gateway keeps its record
+	// (<pid>.json) and its output (<pid>.out, <pid>.err). Default
+	// "/tmp/.sandgate/processes".
+	ProcessDir string
 }
 
 func (c *Config) defaults() {
@@ -104,6 +125,9 @@ func (c *Config) defaults() {
 	}
 	if c.KeepaliveInterval <= 0 {
 		c.KeepaliveInterval = 90 * time.Second
+	}
+	if c.ProcessDir == "" {
+		c.ProcessDir = "/tmp/.sandgate/processes"
 	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = 4 << 20
@@ -177,6 +201,9 @@ func New(cfg Config, deps Deps) (*Handler, error) {
 	if !path.IsAbs(cfg.HomeDir) {
 		return nil, errors.New("dataplane: home directory must be absolute")
 	}
+	if !path.IsAbs(cfg.ProcessDir) || path.Clean(cfg.ProcessDir) != cfg.ProcessDir || cfg.ProcessDir == "/" {
+		return nil, errors.New("dataplane: the process directory must be an absolute, clean path below /")
+	}
 	for name, u := range cfg.Users {
 		if u.Home != "" && !path.IsAbs(u.Home) {
 			return nil, errors.New("dataplane: home of user " + name + " must be absolute")
@@ -213,6 +240,13 @@ var (
 	opListDir = &operation{OpListDir, shapeUnary, (*Handler).listDir}
 	opRemove  = &operation{OpRemove, shapeUnary, (*Handler).remove}
 	opHealth  = &operation{OpHealth, shapeHealth, (*Handler).health}
+
+	opList       = &operation{OpProcessList, shapeUnary, (*Handler).processList}
+	opConnect    = &operation{OpProcessConnect, shapeStream, (*Handler).processConnect}
+	opSendSignal = &operation{OpProcessSendSignal, shapeUnary, (*Handler).processSendSignal}
+	opStat       = &operation{OpStat, shapeUnary, (*Handler).stat}
+	opMakeDir    = &operation{OpMakeDir, shapeUnary, (*Handler).makeDir}
+	opMove       = &operation{OpMove, shapeUnary, (*Handler).move}
 )
 
 // connectOperations are the Connect routes served by default (spec §3.3).
@@ -221,6 +255,23 @@ var connectOperations = map[string]*operation{
 	"/filesystem.Filesystem/ListDir": opListDir,
 	"/filesystem.Filesystem/Remove":  opRemove,
 }
+
+// extendedOperations are the Connect routes served with
+// Config.ExtendedOperations, besides connectOperations.
+var extendedOperations = map[string]*operation{
+	"/process.Process/List":          opList,
+	"/process.Process/Connect":       opConnect,
+	"/process.Process/SendSignal":    opSendSignal,
+	"/filesystem.Filesystem/Stat":    opStat,
+	"/filesystem.Filesystem/MakeDir": opMakeDir,
+	"/filesystem.Filesystem/Move":    opMove,
+}
+
+// noStdin are the envd routes that write a process's stdin: execd gives
+// commands none (/dev/null), so with Config.ExtendedOperations they are
+// answered unsupported with that reason.
+var noStdin = map[string]bool{"/process.Process/SendInput": true, "/process.Process/StreamInput": true,
+	"/process.Process/CloseStdin": true}
 
 // connectRoute matches /<package>.<Service>/<Method>.
 var connectRoute = regexp.MustCompile(`^/[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+/[A-Za-z_][A-Za-z0-9_]*$`)
@@ -232,7 +283,7 @@ var reservedRoutes = map[string]bool{"/init": true, "/freeze": true, "/unfreeze"
 
 // route decides the operation (check 1). It returns the operation, or the
 // shape and error to answer with.
-func route(r *http.Request) (*operation, shape, *Error) {
+func (h *Handler) route(r *http.Request) (*operation, shape, *Error) {
 	p := r.URL.Path
 	switch p {
 	case "/files":
@@ -254,7 +305,11 @@ func route(r *http.Request) (*operation, shape, *Error) {
 		}
 		return opHealth, 0, nil
 	}
-	if op := connectOperations[p]; op != nil {
+	op := connectOperations[p]
+	if op == nil && h.cfg.ExtendedOperations {
+		op = extendedOperations[p]
+	}
+	if op != nil {
 		if r.Method != http.MethodPost {
 			return nil, shapeREST, fail(CodeMethodNotAllowed, "Connect calls use POST")
 		}
@@ -269,6 +324,9 @@ func route(r *http.Request) (*operation, shape, *Error) {
 			sh = shapeStream
 		}
 		method := strings.TrimPrefix(p, "/")
+		if h.cfg.ExtendedOperations && noStdin[p] {
+			return nil, sh, fail(CodeUnsupportedOperation, method+" is not supported: execd gives commands no stdin (they read /dev/null)")
+		}
 		return nil, sh, fail(CodeUnsupportedOperation, method+" is not implemented by this gateway")
 	}
 	switch p {
@@ -288,7 +346,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tw := &trackingWriter{ResponseWriter: w}
 	w = tw
 	rq := &request{}
-	op, sh, e := route(r)
+	op, sh, e := h.route(r)
 	opName := "unsupported"
 	if op != nil {
 		rq.op = op

@@ -76,6 +76,8 @@ const (
 	CodeIsADirectory      Code = "IS_A_DIRECTORY"
 	CodeNotADirectory     Code = "NOT_A_DIRECTORY"
 	CodeCommandTimeout    Code = "COMMAND_TIMEOUT"
+	CodeProcessNotFound   Code = "PROCESS_NOT_FOUND"
+	CodeFileExists        Code = "FILE_EXISTS"
 )
 
 type codeInfo struct {
@@ -141,6 +143,8 @@ var codes = map[Code]codeInfo{
 	CodeIsADirectory:      {ClassExecution, connect.InvalidArgument, http.StatusBadRequest, false},
 	CodeNotADirectory:     {ClassExecution, connect.InvalidArgument, http.StatusBadRequest, false},
 	CodeCommandTimeout:    {ClassExecution, connect.DeadlineExceeded, http.StatusBadGateway, false},
+	CodeProcessNotFound:   {ClassExecution, connect.NotFound, http.StatusNotFound, false},
+	CodeFileExists:        {ClassExecution, connect.AlreadyExists, http.StatusConflict, false},
 }
 
 // Class returns the failure class of c.

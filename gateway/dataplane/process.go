@@ -71,30 +71,60 @@ type streamItem struct {
 	err error
 }
 
-// processStart serves POST /process.Process/Start as a Connect server
-// stream over execd's POST /command (spec §3.3; docs/wire-facts.md §E3.1–E3.3;
-// docs/wire-facts.md §X1.4).
-func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *request) *Error {
+// streamCall is what every server-stream call carries besides its
+// message: the Connect-Timeout-Ms limit (0: none) and the keepalive period.
+type streamCall struct {
+	payload   []byte
+	timeout   time.Duration
+	keepalive time.Duration
+}
+
+// readStreamCall checks the codec of a Connect server-stream request and
+// reads its one message, its timeout and its keepalive period.
+func (h *Handler) readStreamCall(r *http.Request, method string) (streamCall, *Error) {
 	if mediaType(r.Header.Get("Content-Type")) != connect.ContentTypeStreamJSON {
-		return fail(CodeBadRequest, "Process/Start must be application/connect+json (the Connect JSON codec)")
+		return streamCall{}, fail(CodeBadRequest, method+" must be application/connect+json (the Connect JSON codec)")
 	}
 	if enc := r.Header.Get("Connect-Content-Encoding"); enc != "" && enc != "identity" {
-		return fail(CodeBadRequest, "compressed requests are not supported")
+		return streamCall{}, fail(CodeBadRequest, "compressed requests are not supported")
 	}
 	timeout, e := parseTimeout(r.Header.Get(headerTimeout))
 	if e != nil {
-		return e
+		return streamCall{}, e
 	}
-	keepalive := parseKeepalive(r.Header.Get(headerKeepalive), h.cfg.KeepaliveInterval)
+	sc := streamCall{timeout: timeout, keepalive: parseKeepalive(r.Header.Get(headerKeepalive), h.cfg.KeepaliveInterval)}
+	var err error
+	if sc.payload, err = connect.ReadSingleEnvelope(r.Body, h.cfg.MaxMessageBytes); err != nil {
+		return streamCall{}, fail(CodeBadRequest, "the request envelope is not valid: "+strings.TrimPrefix(err.Error(), "connect: "))
+	}
+	return sc, nil
+}
+
+// startCall is a checked Process/Start request.
+type startCall struct {
+	streamCall
+	req  envd.StartRequest
+	user sdkUser
+	cwd  string // absolute
+	line string // the command line, each word quoted
+}
+
+// processStart serves POST /process.Process/Start as a Connect server
+// stream over execd's POST /command (spec §3.3; docs/wire-facts.md §E3.1–E3.3;
+// docs/wire-facts.md §X1.4): a foreground command streamed as execd
+// reports it, or, with Config.ExtendedOperations, a background command
+// (startBackground).
+func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *request) *Error {
 	user, e := h.basicUser(r)
 	if e != nil {
 		return e
 	}
-	payload, err := connect.ReadSingleEnvelope(r.Body, h.cfg.MaxMessageBytes)
-	if err != nil {
-		return fail(CodeBadRequest, "the request envelope is not valid: "+strings.TrimPrefix(err.Error(), "connect: "))
+	call, e := h.readStreamCall(r, "Process/Start")
+	if e != nil {
+		return e
 	}
-	req, err := envd.DecodeStartRequest(payload)
+	timeout, keepalive := call.timeout, call.keepalive
+	req, err := envd.DecodeStartRequest(call.payload)
 	if err != nil {
 		return fail(CodeBadRequest, err.Error())
 	}
@@ -111,6 +141,10 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 		if cwd, e = h.resolvePath(*req.Process.Cwd, user); e != nil {
 			return e
 		}
+	}
+	if h.cfg.ExtendedOperations {
+		return h.startBackground(w, r, rq, startCall{streamCall: call, req: req, user: user, cwd: cwd,
+			line: commandLine(req.Process.Cmd, req.Process.Args)})
 	}
 	marker := newMarker()
 	creq := execd.CommandRequest{

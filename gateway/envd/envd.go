@@ -167,6 +167,10 @@ type StartResponse struct {
 	Event ProcessEvent `json:"event"`
 }
 
+// ConnectResponse is process.ConnectResponse, one message of the Connect
+// stream; it has StartResponse's shape.
+type ConnectResponse = StartResponse
+
 // FileType is filesystem.FileType, written as its enum name.
 type FileType string
 

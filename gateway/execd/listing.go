@@ -146,10 +146,10 @@ func (c *Client) statMany(ctx context.Context, t Target, paths []string) (map[st
 		batch := paths[:n]
 		paths = paths[n:]
 		m, err := c.info(ctx, t, batch)
-		if isNotFound(err) && len(batch) > 1 {
+		if IsNotFound(err) && len(batch) > 1 {
 			for _, p := range batch {
 				one, err := c.info(ctx, t, []string{p})
-				if isNotFound(err) {
+				if IsNotFound(err) {
 					continue
 				}
 				if err != nil {
@@ -159,7 +159,7 @@ func (c *Client) statMany(ctx context.Context, t Target, paths []string) (map[st
 			}
 			continue
 		}
-		if isNotFound(err) {
+		if IsNotFound(err) {
 			continue
 		}
 		if err != nil {
@@ -172,7 +172,38 @@ func (c *Client) statMany(ctx context.Context, t Target, paths []string) (map[st
 	return out, nil
 }
 
-func isNotFound(err error) bool {
+// typeScript exits 2 when "$1" (relative to the command's working
+// directory) is a directory, 1 a regular file, 3 anything else, 4 nothing;
+// symlinks are followed, as v1.0.18's /files/info follows them.
+const typeScript = `if [ -d "$1" ]; then exit 2; elif [ -f "$1" ]; then exit 1; elif [ -e "$1" ]; then exit 3; fi; exit 4`
+
+// FollowedType returns the type of p with symlinks followed (TypeFile,
+// TypeDirectory or TypeOther), which execd v1.0.18's FileInfo does not
+// carry and HEAD's reports only for the link itself: a POSIX sh test run
+// with POST /command in p's parent. A missing p is KindNotFound.
+func (c *Client) FollowedType(ctx context.Context, t Target, p string) (string, error) {
+	parent, base := path.Split(p)
+	if p == "/" {
+		return TypeDirectory, nil
+	}
+	res, err := c.Shell(ctx, t, parent, typeScript, base)
 	var e *Error
-	return errors.As(err, &e) && e.Kind == KindNotFound
+	if errors.As(err, &e) && e.Kind == KindExecd && e.Status == http.StatusBadRequest {
+		return "", &Error{Kind: KindNotFound, Status: http.StatusNotFound, Code: "FILE_NOT_FOUND", Message: "file not found: " + p}
+	}
+	if err != nil {
+		return "", err
+	}
+	switch res.ExitCode {
+	case 2:
+		return TypeDirectory, nil
+	case 1:
+		return TypeFile, nil
+	case 3:
+		return TypeOther, nil
+	case 4:
+		return "", &Error{Kind: KindNotFound, Status: http.StatusNotFound, Code: "FILE_NOT_FOUND", Message: "file not found: " + p}
+	}
+	return "", &Error{Kind: KindExecd, Status: http.StatusInternalServerError, Code: "RUNTIME_ERROR",
+		Message: "testing the type of " + p + " failed with exit status " + strconv.Itoa(res.ExitCode)}
 }

@@ -685,3 +685,59 @@ func (s *Server) handleRemoveDirs(w http.ResponseWriter, r *http.Request, _ map[
 	}
 	w.WriteHeader(http.StatusOK)
 }
+
+// renameItem is one element of the POST /files/mv body.
+type renameItem struct {
+	Src  string `json:"src,omitempty"`
+	Dest string `json:"dest,omitempty"`
+}
+
+// handleRenameFiles serves POST /files/mv with a JSON array of {src, dest}
+// (§1.3; where the reference is silent, execd's RenameFile): each source is
+// renamed in turn, creating dest's parent (0755); a missing source stops the
+// request (HEAD: 404 FILE_NOT_FOUND, its error wraps the stat error;
+// v1.0.18: 500 RUNTIME_ERROR, it does not), as does a dest that exists (500
+// "destination path already exists"). Bad JSON: 400 INVALID_REQUEST_BODY.
+// Success: 200, empty.
+func (s *Server) handleRenameFiles(w http.ResponseWriter, r *http.Request, _ map[string]string) {
+	var req []renameItem
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("error parsing request, MAYBE invalid body format. %v", err))
+		return
+	}
+	for _, it := range req {
+		if err := s.renameFile(it); err != nil {
+			s.handleFileError(w, err)
+			return
+		}
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (s *Server) renameFile(it renameItem) error {
+	src, err := s.expand(it.Src, nil)
+	if err != nil {
+		return fmt.Errorf("invalid source path: %w", err)
+	}
+	dst, err := s.expand(it.Dest, nil)
+	if err != nil {
+		return fmt.Errorf("invalid destination path: %w", err)
+	}
+	srcAbs, dstAbs := sandboxAbs(src), sandboxAbs(dst)
+	if _, err := os.Stat(s.HostPath(srcAbs)); os.IsNotExist(err) {
+		if s.v1018 {
+			return fmt.Errorf("source path not found: %s", it.Src)
+		}
+		return fmt.Errorf("source path not found: %s: %w", it.Src, fsErr(err, srcAbs))
+	}
+	if err := os.MkdirAll(filepath.Dir(s.HostPath(dstAbs)), 0o755); err != nil {
+		return fmt.Errorf("failed to create destination directory: %w", s.hostErr(err))
+	}
+	if _, err := os.Stat(s.HostPath(dstAbs)); err == nil {
+		return fmt.Errorf("destination path already exists: %s", it.Dest)
+	}
+	if err := os.Rename(s.HostPath(srcAbs), s.HostPath(dstAbs)); err != nil {
+		return fmt.Errorf("failed to rename file: %w", s.hostErr(err))
+	}
+	return nil
+}

@@ -489,3 +489,34 @@ func TestPathExpansion(t *testing.T) {
 	expectJSONError(t, resp, body, 500, "RUNTIME_ERROR",
 		"error accessing file: invalid path /$EXECDSTUB_UNDEFINED_XYZ/f: path references undefined environment variables: EXECDSTUB_UNDEFINED_XYZ")
 }
+
+// TestRenameFiles pins POST /files/mv (§1.3, §1.9; execd's RenameFile):
+// dest's parent created, an existing dest refused, a missing source 404 on
+// HEAD and 500 on v1.0.18.
+func TestRenameFiles(t *testing.T) {
+	for _, version := range []string{execdstub.VersionHEAD, execdstub.Version1018} {
+		t.Run(version, func(t *testing.T) {
+			e := newEnv(t, func(c *execdstub.Config) { c.Version = version })
+			_ = os.MkdirAll(e.host("ws"), 0o755)
+			_ = os.WriteFile(e.host("ws/a.txt"), []byte("A"), 0o644)
+			_ = os.WriteFile(e.host("ws/b.txt"), []byte("B"), 0o644)
+			resp, body := e.do("POST", "/files/mv", bytesReader(`[{"src":"/ws/a.txt","dest":"/ws/new/dir/a.txt"}]`), nil)
+			expectEmpty200(t, resp, body)
+			if b, err := os.ReadFile(e.host("ws/new/dir/a.txt")); err != nil || string(b) != "A" {
+				t.Fatalf("moved: %q %v", b, err)
+			}
+			resp, body = e.do("POST", "/files/mv", bytesReader(`[{"src":"/ws/b.txt","dest":"/ws/new/dir/a.txt"}]`), nil)
+			expectJSONError(t, resp, body, 500, "RUNTIME_ERROR", "error accessing file: destination path already exists: /ws/new/dir/a.txt")
+			resp, body = e.do("POST", "/files/mv", bytesReader(`[{"src":"/ws/nope","dest":"/ws/x"}]`), nil)
+			if version == execdstub.VersionHEAD {
+				expectJSONError(t, resp, body, 404, "FILE_NOT_FOUND", "file not found. source path not found: /ws/nope: stat /ws/nope: no such file or directory")
+			} else {
+				expectJSONError(t, resp, body, 500, "RUNTIME_ERROR", "error accessing file: source path not found: /ws/nope")
+			}
+			resp, body = e.do("POST", "/files/mv", bytesReader(`{`), nil)
+			if resp.StatusCode != 400 || !strings.Contains(string(body), "INVALID_REQUEST_BODY") {
+				t.Fatalf("bad JSON: %d %s", resp.StatusCode, body)
+			}
+		})
+	}
+}

@@ -22,8 +22,8 @@
 // Only these routes exist (docs/wire-facts.md §X1.3): GET /ping, POST and DELETE
 // /command, GET /command/status/{id}, GET /command/{id}/logs, GET
 // /files/info, DELETE /files, POST /files/upload, GET /files/download, GET
-// /files/search, GET /directories/list (HEAD build only), POST and DELETE
-// /directories. Anything else answers like gin's default 404.
+// /files/search, POST /files/mv, GET /directories/list (HEAD build only),
+// POST and DELETE /directories. Anything else answers like gin's default 404.
 package execdstub
 
 import (
@@ -258,6 +258,7 @@ func (s *Server) buildRoutes() []route {
 		{http.MethodDelete, split("/files"), s.handleRemoveFiles},
 		{http.MethodGet, split("/files/info"), s.handleFilesInfo},
 		{http.MethodGet, split("/files/search"), s.handleSearchFiles},
+		{http.MethodPost, split("/files/mv"), s.handleRenameFiles},
 		{http.MethodPost, split("/files/upload"), s.handleUpload},
 		{http.MethodGet, split("/files/download"), s.handleDownload},
 		{http.MethodPost, split("/directories"), s.handleMakeDirs},

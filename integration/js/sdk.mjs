@@ -139,6 +139,53 @@ const scenarios = {
     }
   },
 
+  // The extended operations (extended_operations): a background server that
+  // outlives its stream, listed, connected to from where its output is,
+  // sent stdin, killed; then exists/getInfo/makeDir/rename.
+  async extended(sbx) {
+    const out = {}
+    const go = process.env.GO_FILE
+    const waitFor = (chunks, word) =>
+      new Promise((resolve, reject) => {
+        const t = setTimeout(() => reject(new Error(`no "${word}" in ${JSON.stringify(chunks)}`)), 30000)
+        const check = () => (chunks.join('').includes(word) ? (clearTimeout(t), resolve()) : setTimeout(check, 20))
+        check()
+      })
+    const first = []
+    const h = await sbx.commands.run(`echo before; while [ ! -f '${go}' ]; do sleep 0.05; done; echo after; while true; do sleep 1; done`, {
+      background: true, cwd: dir, envs: { MODE: 'server' }, onStdout: (d) => first.push(d),
+    })
+    await waitFor(first, 'before')
+    await h.disconnect()
+    out.pid = h.pid
+    out.list = await attempt(async () => (await sbx.commands.list()).map((p) => ({ pid: p.pid, cmd: p.cmd, args: p.args, envs: p.envs, cwd: p.cwd })))
+    const seen = []
+    const conn = await sbx.commands.connect(h.pid, { onStdout: (d) => seen.push(d) })
+    writeFileSync(go, 'go')
+    await waitFor(seen, 'after')
+    out.connected = seen
+    out.sendStdin = await attempt(() => sbx.commands.sendStdin(h.pid, 'x'))
+    out.kill = await attempt(() => sbx.commands.kill(h.pid))
+    out.waitAfterKill = await attempt(() => conn.wait())
+    out.killAgain = await attempt(() => sbx.commands.kill(h.pid))
+    out.listAfter = await attempt(async () => (await sbx.commands.list()).map((p) => p.pid))
+    out.connectGone = await attempt(() => sbx.commands.connect(123456))
+
+    await sbx.files.write(`${dir}/f.txt`, 'hello!')
+    out.exists = await attempt(() => sbx.files.exists(`${dir}/f.txt`))
+    out.existsMissing = await attempt(() => sbx.files.exists(`${dir}/nope`))
+    const info = (i) => ({ name: i.name, type: i.type, path: i.path, size: i.size, mode: i.mode, permissions: i.permissions, modifiedIsDate: i.modifiedTime instanceof Date })
+    out.getInfo = await attempt(async () => info(await sbx.files.getInfo(`${dir}/f.txt`)))
+    out.getInfoDir = await attempt(async () => info(await sbx.files.getInfo(dir)))
+    out.getInfoMissing = await attempt(() => sbx.files.getInfo(`${dir}/nope`))
+    out.makeDir = await attempt(() => sbx.files.makeDir(`${dir}/new/deep`))
+    out.makeDirAgain = await attempt(() => sbx.files.makeDir(`${dir}/new/deep`))
+    out.rename = await attempt(async () => info(await sbx.files.rename(`${dir}/f.txt`, `${dir}/new/g.txt`)))
+    out.renameMissing = await attempt(() => sbx.files.rename(`${dir}/f.txt`, `${dir}/new/h.txt`))
+    out.existsAfterRename = await attempt(() => sbx.files.exists(`${dir}/f.txt`))
+    return out
+  },
+
   // files.list at depth 1 and 2, every field the SDK gives.
   async list(sbx) {
     const show = (l) => l.map((e) => ({ ...e, modifiedTime: e.modifiedTime?.toISOString() }))

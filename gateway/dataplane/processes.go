@@ -1,0 +1,537 @@
+package dataplane
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandgate/sandgate/gateway/connect"
+	"github.com/sandgate/sandgate/gateway/envd"
+	"github.com/sandgate/sandgate/gateway/execd"
+)
+
+// Processes that outlive their stream (Config.ExtendedOperations).
+//
+// envd keeps every process it started in a table: Process/List lists it,
+// Connect attaches to a process's output from where it is, SendSignal
+// ends it. execd has no such table (it knows a command by its id, has no
+// list, and replays the output of a background command only as one merged
+// log), so with ExtendedOperations the gateway keeps one per sandbox, in
+// the sandbox, through execd's file API (no gateway state: any replica
+// serves any call):
+//
+//   - <ProcessDir>/<pid>.json, the process record: execd's command id, the
+//     pid the SDK got, the command's config and tag;
+//   - <ProcessDir>/<pid>.out and <pid>.err, the command's stdout and stderr,
+//     created empty (mode 0666, so a command running as any user can
+//     append) before it starts.
+//
+// Process/Start runs the command as an execd background command (POST
+// /command with background, docs/wire-facts.md §X1.4), whose wrapper appends its
+// stdout and stderr to those files; the Start and Connect streams follow
+// the files (GET /files/info for their sizes, GET /files/download with a
+// Range for new bytes) and the command's status (GET /command/status/{id})
+// until it has ended. So the bytes are exact (no line splitting), and
+// output keeps flowing into the files whether or not any stream follows.
+
+// procRecord is the JSON of <ProcessDir>/<pid>.json.
+type procRecord struct {
+	ID     string             `json:"id"`
+	PID    uint32             `json:"pid"`
+	Config envd.ProcessConfig `json:"config"`
+	Tag    *string            `json:"tag,omitempty"`
+}
+
+// maxRecordBytes bounds a process record read back (bytes).
+const maxRecordBytes = 64 << 10
+
+// procFiles are the sandbox paths of one process's record and output.
+type procFiles struct{ rec, out, err string }
+
+func (h *Handler) procFiles(pid uint32) procFiles {
+	base := path.Join(h.cfg.ProcessDir, strconv.FormatUint(uint64(pid), 10))
+	return procFiles{rec: base + ".json", out: base + ".out", err: base + ".err"}
+}
+
+// newPID returns a random pid in [1, 2^31): the gateway names the process
+// before execd has started it (its files are named by it).
+func newPID() uint32 {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	pid := binary.BigEndian.Uint32(b[:]) & 0x7fffffff
+	if pid == 0 {
+		pid = 1
+	}
+	return pid
+}
+
+// relative makes an absolute sandbox path relative to "/" ("." for "/").
+// The background wrapper runs in "/" and names every path relative to it,
+// so the command text holds no absolute path.
+func relative(p string) string {
+	if p == "/" {
+		return "."
+	}
+	return strings.TrimPrefix(p, "/")
+}
+
+// wrapBackground wraps the SDK's command line for an execd background
+// command run in "/": it opens the output files for appending on fds 3 and
+// 4 (before it changes directory, so their paths stay relative to "/"),
+// changes into the command's directory, runs the command with its stdout
+// and stderr on them (the shell's own stderr silenced, so its "Killed" job
+// notice stays out), and re-raises the signal that killed the command (as
+// wrapCommand does), so execd's status reports it.
+func wrapBackground(line string, f procFiles, cwd string) string {
+	return "exec 3>>" + execd.Quote(relative(f.out)) + " 4>>" + execd.Quote(relative(f.err)) + " || exit 1; " +
+		"cd -- " + execd.Quote(relative(cwd)) + " 2>&4 || exit 1; " +
+		"{ " + line + " 2>&4 3>&- 4>&-; } >&3 2>/dev/null; __sandgate_rc=$?; " +
+		"case $__sandgate_rc in 129|130|137|141|142|143) kill -$((__sandgate_rc-128)) $$;; esac; " +
+		"exit $__sandgate_rc"
+}
+
+// startBackground serves Process/Start with ExtendedOperations: the output
+// files, the background command, the record, then the start event and the
+// output followed until the command ends.
+func (h *Handler) startBackground(w http.ResponseWriter, r *http.Request, rq *request, sc startCall) *Error {
+	ctx := r.Context()
+	// envd refuses a directory that does not exist; execd, which runs the
+	// wrapper in "/", cannot check it for us.
+	fi, err := h.deps.Execd.Stat(ctx, rq.target, sc.cwd)
+	switch {
+	case execd.IsNotFound(err):
+		return fail(CodeExecdRejected, "working directory does not exist: "+sc.cwd)
+	case err != nil:
+		return fromExecd(err, "start process")
+	case fi.Type != "" && fi.Type != execd.TypeDirectory && fi.Type != execd.TypeSymlink:
+		return fail(CodeExecdRejected, "working directory path is not a directory: "+sc.cwd)
+	}
+	pid := newPID()
+	files := h.procFiles(pid)
+	if err := h.deps.Execd.WriteFiles(ctx, rq.target, []execd.SmallFile{
+		{Path: files.out, Permission: execd.Permission{Mode: 666}},
+		{Path: files.err, Permission: execd.Permission{Mode: 666}},
+	}); err != nil {
+		return fromExecd(err, "start process")
+	}
+	creq := execd.CommandRequest{Command: wrapBackground(sc.line, files, sc.cwd), Cwd: "/", Background: true, Envs: sc.req.Process.Envs}
+	if sc.timeout > 0 {
+		creq.Timeout = max(sc.timeout.Milliseconds(), 1)
+	}
+	if sc.user.set {
+		uid, gid := sc.user.user.UID, sc.user.user.GID
+		creq.UID, creq.GID = &uid, &gid
+	}
+	begun := time.Now()
+	id, err := h.runBackground(ctx, rq.target, creq)
+	if err != nil {
+		h.removeProcFiles(ctx, rq.target, files)
+		return fromExecd(err, "start process")
+	}
+	cfg := *sc.req.Process
+	rec, _ := json.Marshal(procRecord{ID: id, PID: pid, Config: cfg, Tag: sc.req.Tag})
+	if err := h.deps.Execd.WriteFiles(ctx, rq.target, []execd.SmallFile{{Path: files.rec, Data: rec, Permission: execd.Permission{Mode: 600}}}); err != nil {
+		// Nobody could find the command again: stop it.
+		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = h.deps.Execd.Interrupt(ictx, rq.target, id)
+		h.removeProcFiles(ictx, rq.target, files)
+		cancel()
+		return fromExecd(err, "start process")
+	}
+	sw := connect.NewStreamWriter(w)
+	if err := sw.Send(envd.StartResponse{Event: envd.ProcessEvent{Start: &envd.StartEvent{PID: pid}}}); err != nil {
+		return fail(CodeCanceled, "the client closed the stream")
+	}
+	f := &follower{id: id, files: files}
+	var deadline time.Time
+	if sc.timeout > 0 {
+		deadline = begun.Add(sc.timeout)
+	}
+	return h.follow(r, rq, sw, f, followOpts{deadline: deadline, onDeadline: timeoutError(sc.timeout), execdDeadline: true,
+		keepalive: sc.keepalive, cleanup: true})
+}
+
+// runBackground starts an execd background command and returns its id:
+// execd answers init, then execution_complete at once (docs/wire-facts.md §X1.4).
+func (h *Handler) runBackground(ctx context.Context, t execd.Target, creq execd.CommandRequest) (string, error) {
+	stream, err := h.deps.Execd.RunCommand(ctx, t, creq)
+	if err != nil {
+		return "", err
+	}
+	defer stream.Close()
+	id := ""
+	for {
+		ev, err := stream.Next()
+		switch {
+		case err != nil && id != "":
+			// execd sent init and then no execution_complete: it could not
+			// start the command (it then appends a JSON error to the stream).
+			return "", &execd.Error{Kind: execd.KindExecd, Status: http.StatusInternalServerError, Code: "RUNTIME_ERROR", Message: "execd could not start the background command"}
+		case err != nil:
+			return "", err
+		case ev.Type == execd.EventInit && id == "":
+			id = ev.Text
+		case ev.Type == execd.EventExecutionComplete && id != "":
+			return id, nil
+		case ev.Type == execd.EventError:
+			return "", &execd.Error{Kind: execd.KindExecd, Status: http.StatusInternalServerError, Code: "RUNTIME_ERROR", Message: "execd could not start the background command"}
+		}
+	}
+}
+
+// removeProcFiles deletes a process's record and output files, best
+// effort, on a context that outlives the request by at most 5 s.
+func (h *Handler) removeProcFiles(ctx context.Context, t execd.Target, f procFiles) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = h.deps.Execd.DeleteFiles(dctx, t, f.rec, f.out, f.err)
+}
+
+// follower is the state of one stream following a background command.
+type follower struct {
+	id             string
+	files          procFiles
+	outOff, errOff int64
+}
+
+// Polling of a followed command's files and status: the period starts at
+// pollMin after output and grows by half up to pollMax while nothing
+// happens. execd itself polls a command's output every 100 ms.
+const (
+	pollMin = 50 * time.Millisecond
+	pollMax = 500 * time.Millisecond
+	// readChunk bounds the bytes read from one output file per poll.
+	readChunk = 1 << 20
+)
+
+// followOpts says how a stream follows a command.
+type followOpts struct {
+	// deadline (zero: none) ends the stream early with onDeadline.
+	deadline   time.Time
+	onDeadline *Error
+	// execdDeadline: execd was given the same deadline (Start), so a kill
+	// found at or after it is that deadline.
+	execdDeadline bool
+	keepalive     time.Duration
+	// cleanup removes the process's files once its end was delivered (the
+	// Start stream does; a Connect stream leaves them to the others).
+	cleanup bool
+}
+
+// follow streams f's new output until its command ends, then the end event
+// from execd's status and the end-stream frame.
+func (h *Handler) follow(r *http.Request, rq *request, sw *connect.StreamWriter, f *follower, o followOpts) *Error {
+	ctx := r.Context()
+	deadline, keepalive := o.deadline, o.keepalive
+	streamErr := func(e *Error) *Error {
+		_ = sw.Close(&connect.Error{Code: e.Code.StreamCode(true), Message: e.Error()})
+		return e
+	}
+	var deadlineC <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		deadlineC = t.C
+	}
+	ka := time.NewTimer(keepalive)
+	defer ka.Stop()
+	interval := pollMin
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return fail(CodeCanceled, "the client closed the stream")
+		case <-deadlineC:
+			return streamErr(o.onDeadline)
+		case <-ka.C:
+			_ = sw.Send(envd.StartResponse{Event: envd.ProcessEvent{KeepAlive: &envd.KeepAlive{}}})
+			ka.Reset(keepalive)
+			continue
+		case <-poll.C:
+		}
+		// The status first: output read after a finished status is all of it.
+		st, err := h.deps.Execd.CommandStatus(ctx, rq.target, f.id)
+		if execd.IsNotFound(err) {
+			return streamErr(fail(CodeProcessNotFound, "execd no longer knows the command (was execd restarted?)"))
+		}
+		if err != nil {
+			return streamErr(fromExecd(err, "process status"))
+		}
+		got, e := h.pump(ctx, rq.target, sw, f)
+		if e != nil {
+			return streamErr(e)
+		}
+		if !st.Running {
+			if o.execdDeadline && !deadline.IsZero() && !time.Now().Before(deadline) && st.ExitCode != nil && *st.ExitCode == -1 {
+				return streamErr(o.onDeadline) // execd's timer, the same deadline
+			}
+			_ = sw.Send(envd.StartResponse{Event: envd.ProcessEvent{End: endFromStatus(st)}})
+			_ = sw.Close(nil)
+			if o.cleanup {
+				h.removeProcFiles(ctx, rq.target, f.files)
+			}
+			return nil
+		}
+		if got {
+			interval = pollMin
+			ka.Reset(keepalive)
+		} else {
+			interval = min(interval*3/2, pollMax)
+		}
+		poll.Reset(interval)
+	}
+}
+
+// pump sends what the output files gained since the last call. It reports
+// whether anything was sent. A file that is gone counts as unchanged.
+func (h *Handler) pump(ctx context.Context, t execd.Target, sw *connect.StreamWriter, f *follower) (bool, *Error) {
+	sizes, err := h.deps.Execd.Info(ctx, t, []string{f.files.out, f.files.err})
+	if execd.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fromExecd(err, "process output")
+	}
+	got := false
+	for _, s := range []struct {
+		path  string
+		off   *int64
+		event string
+	}{{f.files.out, &f.outOff, execd.EventStdout}, {f.files.err, &f.errOff, execd.EventStderr}} {
+		for size := sizes[s.path].Size; *s.off < size; {
+			b, err := h.deps.Execd.ReadAt(ctx, t, s.path, *s.off, min(size-*s.off, readChunk))
+			if err != nil {
+				return got, fromExecd(err, "process output")
+			}
+			if len(b) == 0 {
+				break
+			}
+			*s.off += int64(len(b))
+			h.sendData(sw, s.event, b)
+			got = true
+		}
+	}
+	return got, nil
+}
+
+// endFromStatus is envd's end event for a finished command, from execd's
+// status: exit code N, or -1 with the signal in Error ("signal: killed").
+func endFromStatus(st execd.CommandStatus) *envd.EndEvent {
+	code := 0
+	if st.ExitCode != nil {
+		code = *st.ExitCode
+	}
+	switch {
+	case code == 0:
+		return &envd.EndEvent{Exited: true, Status: "exit status 0"}
+	case code == -1:
+		status := "signal: killed"
+		if strings.HasPrefix(st.Error, "signal: ") {
+			status = st.Error
+		}
+		return &envd.EndEvent{ExitCode: -1, Status: status, Error: status}
+	default:
+		status := "exit status " + strconv.Itoa(code)
+		return &envd.EndEvent{ExitCode: int32(code), Exited: true, Status: status, Error: status}
+	}
+}
+
+// readRecord reads the record of pid. A missing or unreadable record is
+// PROCESS_NOT_FOUND: the sandbox owns the directory, so a record that is
+// not ours names no process of ours.
+func (h *Handler) readRecord(ctx context.Context, t execd.Target, pid uint32) (procRecord, *Error) {
+	notFound := fail(CodeProcessNotFound, "process with pid "+strconv.FormatUint(uint64(pid), 10)+" not found")
+	b, err := h.deps.Execd.ReadAt(ctx, t, h.procFiles(pid).rec, 0, maxRecordBytes+1)
+	if execd.IsNotFound(err) {
+		return procRecord{}, notFound
+	}
+	if err != nil {
+		return procRecord{}, fromExecd(err, "process record")
+	}
+	var rec procRecord
+	if len(b) > maxRecordBytes || json.Unmarshal(b, &rec) != nil || rec.PID != pid || rec.ID == "" {
+		return procRecord{}, notFound
+	}
+	return rec, nil
+}
+
+// selectProcess finds the record a ProcessSelector names: by pid, or the
+// first running process with the tag.
+func (h *Handler) selectProcess(ctx context.Context, t execd.Target, sel *envd.ProcessSelector) (procRecord, *Error) {
+	if sel.PID != nil {
+		return h.readRecord(ctx, t, uint32(*sel.PID))
+	}
+	procs, e := h.records(ctx, t, false)
+	if e != nil {
+		return procRecord{}, e
+	}
+	for _, p := range procs {
+		if p.Tag != nil && *p.Tag == *sel.Tag {
+			return p, nil
+		}
+	}
+	return procRecord{}, fail(CodeProcessNotFound, "process with tag "+truncate(*sel.Tag, 64)+" not found")
+}
+
+// records returns the records of the running processes, ordered by pid.
+// Records of commands that have ended (or that execd no longer knows) are
+// removed with their output files when prune is set.
+func (h *Handler) records(ctx context.Context, t execd.Target, prune bool) ([]procRecord, *Error) {
+	found, err := h.deps.Execd.Search(ctx, t, h.cfg.ProcessDir, "*.json")
+	if execd.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fromExecd(err, "list processes")
+	}
+	var out []procRecord
+	for _, fi := range found {
+		n, err := strconv.ParseUint(strings.TrimSuffix(path.Base(fi.Path), ".json"), 10, 31)
+		if err != nil || path.Dir(fi.Path) != h.cfg.ProcessDir {
+			continue
+		}
+		rec, e := h.readRecord(ctx, t, uint32(n))
+		if e != nil {
+			if e.Code == CodeProcessNotFound {
+				continue
+			}
+			return nil, e
+		}
+		st, err := h.deps.Execd.CommandStatus(ctx, t, rec.ID)
+		switch {
+		case err == nil && st.Running:
+			out = append(out, rec)
+		case err == nil || execd.IsNotFound(err):
+			if prune {
+				h.removeProcFiles(ctx, t, h.procFiles(rec.PID))
+			}
+		default:
+			return nil, fromExecd(err, "process status")
+		}
+	}
+	slices.SortFunc(out, func(a, b procRecord) int { return int(a.PID) - int(b.PID) })
+	return out, nil
+}
+
+// processList serves Process/List: the running processes the gateway
+// started in this sandbox (with ExtendedOperations), as envd lists its
+// table.
+func (h *Handler) processList(w http.ResponseWriter, r *http.Request, rq *request) *Error {
+	if _, e := h.basicUser(r); e != nil {
+		return e
+	}
+	msg, e := h.readMessage(r)
+	if e != nil {
+		return e
+	}
+	if err := json.Unmarshal(msg, &struct{}{}); err != nil {
+		return fail(CodeBadRequest, "the request message is not a JSON object")
+	}
+	recs, e := h.records(r.Context(), rq.target, true)
+	if e != nil {
+		return e
+	}
+	resp := envd.ListResponse{Processes: make([]envd.ProcessInfo, 0, len(recs))}
+	for _, rec := range recs {
+		resp.Processes = append(resp.Processes, envd.ProcessInfo{Config: rec.Config, PID: rec.PID, Tag: rec.Tag})
+	}
+	_ = connect.WriteUnary(w, resp)
+	return nil
+}
+
+// processSendSignal serves Process/SendSignal with execd's DELETE
+// /command?id=, which sends SIGTERM to the command's process group and
+// SIGKILL 3 s later: for SIGKILL envd kills at once, here after the grace
+// (docs/dataplane.md). Signals other than SIGTERM and SIGKILL are
+// unsupported, as in envd.
+func (h *Handler) processSendSignal(w http.ResponseWriter, r *http.Request, rq *request) *Error {
+	if _, e := h.basicUser(r); e != nil {
+		return e
+	}
+	msg, e := h.readMessage(r)
+	if e != nil {
+		return e
+	}
+	req, err := envd.DecodeSendSignalRequest(msg)
+	if err != nil {
+		return fail(CodeBadRequest, err.Error())
+	}
+	if req.Signal != envd.SignalSIGKILL && req.Signal != envd.SignalSIGTERM {
+		return fail(CodeUnsupportedOperation, "invalid signal "+strconv.Itoa(int(req.Signal))+": only SIGTERM and SIGKILL are supported, as in envd")
+	}
+	rec, e := h.selectProcess(r.Context(), rq.target, req.Process)
+	if e != nil {
+		return e
+	}
+	if err := h.deps.Execd.Interrupt(r.Context(), rq.target, rec.ID); err != nil {
+		var xe *execd.Error
+		if errors.As(err, &xe) && xe.Kind == execd.KindExecd && (strings.Contains(xe.Message, "is not running") || strings.Contains(xe.Message, "no such session")) {
+			return fail(CodeProcessNotFound, "process with pid "+strconv.FormatUint(uint64(rec.PID), 10)+" is not running")
+		}
+		return fromExecd(err, "send signal")
+	}
+	_ = connect.WriteUnary(w, envd.Empty{})
+	return nil
+}
+
+// processConnect serves Process/Connect: the start event, then the
+// process's output from where it is (nothing written before the call is
+// replayed, as in envd), then its end. A process that has already ended
+// gets its retained end event, as newer envd serves it. Connect-Timeout-Ms
+// limits the stream, not the process.
+func (h *Handler) processConnect(w http.ResponseWriter, r *http.Request, rq *request) *Error {
+	if _, e := h.basicUser(r); e != nil {
+		return e
+	}
+	call, e := h.readStreamCall(r, "Process/Connect")
+	if e != nil {
+		return e
+	}
+	req, err := envd.DecodeConnectRequest(call.payload)
+	if err != nil {
+		return fail(CodeBadRequest, err.Error())
+	}
+	ctx := r.Context()
+	begun := time.Now()
+	rec, e := h.selectProcess(ctx, rq.target, req.Process)
+	if e != nil {
+		return e
+	}
+	st, err := h.deps.Execd.CommandStatus(ctx, rq.target, rec.ID)
+	if execd.IsNotFound(err) {
+		return fail(CodeProcessNotFound, "process with pid "+strconv.FormatUint(uint64(rec.PID), 10)+" not found")
+	}
+	if err != nil {
+		return fromExecd(err, "process status")
+	}
+	f := &follower{id: rec.ID, files: h.procFiles(rec.PID)}
+	sizes, err := h.deps.Execd.Info(ctx, rq.target, []string{f.files.out, f.files.err})
+	if err != nil && !execd.IsNotFound(err) {
+		return fromExecd(err, "process output")
+	}
+	f.outOff, f.errOff = sizes[f.files.out].Size, sizes[f.files.err].Size
+	sw := connect.NewStreamWriter(w)
+	if err := sw.Send(envd.ConnectResponse{Event: envd.ProcessEvent{Start: &envd.StartEvent{PID: rec.PID}}}); err != nil {
+		return fail(CodeCanceled, "the client closed the stream")
+	}
+	if !st.Running {
+		_ = sw.Send(envd.ConnectResponse{Event: envd.ProcessEvent{End: endFromStatus(st)}})
+		_ = sw.Close(nil)
+		return nil
+	}
+	var deadline time.Time
+	if call.timeout > 0 {
+		deadline = begun.Add(call.timeout)
+	}
+	return h.follow(r, rq, sw, f, followOpts{deadline: deadline, keepalive: call.keepalive,
+		onDeadline: fail(CodeCommandTimeout, "the connection ran past its "+call.timeout.String()+" timeout; the process keeps running")})
+}

@@ -1,0 +1,402 @@
+package dataplane
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/gateway/connect"
+	"github.com/sandgate/sandgate/integration/execdstub"
+)
+
+func extended(c *Config, _ *execdstub.Config) { c.ExtendedOperations = true }
+
+// processCall sends a Process unary call.
+func (e *testEnv) processCall(method, msg string) (*http.Response, []byte) {
+	e.t.Helper()
+	req := e.request(http.MethodPost, "/process.Process/"+method, strings.NewReader(msg))
+	req.Header.Set("Content-Type", "application/json")
+	return e.do(req)
+}
+
+// openStream starts a Process stream call and returns a frame reader.
+func (e *testEnv) openStream(ctx context.Context, method, msg string, hdr map[string]string) (*http.Response, *bufio.Reader) {
+	e.t.Helper()
+	req := e.request(http.MethodPost, "/process.Process/"+method, bytes.NewReader(envelope(0, []byte(msg)))).WithContext(ctx)
+	req.Header.Set("Content-Type", "application/connect+json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { resp.Body.Close() })
+	return resp, bufio.NewReader(resp.Body)
+}
+
+// nextEvent reads frames until one whose event has kind (start, data, end)
+// or the end-stream frame, which it returns with kind "eos".
+func nextEvent(t *testing.T, r *bufio.Reader, kinds ...string) (string, map[string]any) {
+	t.Helper()
+	for {
+		f, err := readFrame(t, r)
+		if err != nil {
+			t.Fatalf("stream ended: %v", err)
+		}
+		if f.flags == connect.FlagEndStream {
+			return "eos", f.json
+		}
+		ev := f.json["event"].(map[string]any)
+		for _, k := range kinds {
+			if v, ok := ev[k]; ok {
+				return k, v.(map[string]any)
+			}
+		}
+	}
+}
+
+func b64(t *testing.T, v any) string {
+	t.Helper()
+	b, err := base64.StdEncoding.DecodeString(v.(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestExtendedStart: with extended operations Process/Start runs an execd
+// background command whose output files are followed: exact bytes on both
+// streams ("\r" and a last line without a newline kept, which execd's line
+// events cannot give), envd's end event, and the process's files removed
+// once its end was delivered.
+func TestExtendedStart(t *testing.T) {
+	for _, version := range []string{execdstub.VersionHEAD, execdstub.Version1018} {
+		t.Run(version, func(t *testing.T) {
+			e := newTestEnv(t, extended, func(_ *Config, x *execdstub.Config) { x.Version = version })
+			cases := []struct {
+				cmd, stdout, stderr, end string
+			}{
+				{`printf 'a\r\nb\n\nc'; printf 'e1\ne2' >&2`, "a\r\nb\n\nc", "e1\ne2", `{"exited":true,"status":"exit status 0"}`},
+				{`echo out; exit 3`, "out\n", "", `{"error":"exit status 3","exitCode":3,"exited":true,"status":"exit status 3"}`},
+				{`kill -KILL $$`, "", "", `{"error":"signal: killed","exitCode":-1,"status":"signal: killed"}`},
+				{`printf '%s' "$PWD|$A"`, "", "", `{"exited":true,"status":"exit status 0"}`},
+			}
+			for i, c := range cases {
+				msg := startMsg(c.cmd)
+				if i == 3 {
+					if err := os.MkdirAll(e.hostPath("/home/user/w d"), 0o755); err != nil {
+						t.Fatal(err)
+					}
+					msg = `{"process":{"cmd":"/bin/bash","args":["-c",` + mustJSON(c.cmd) + `],"cwd":"w d","envs":{"A":"x y"}}}`
+				}
+				resp, body := e.do(e.startRequest(msg))
+				if resp.StatusCode != 200 {
+					t.Fatalf("%q: status %d", c.cmd, resp.StatusCode)
+				}
+				s := collect(t, readFrames(t, body))
+				if i == 3 {
+					// The command runs in its directory (on the host: the
+					// stand-in has no chroot) with its environment.
+					if !strings.HasSuffix(s.stdout, "/home/user/w d|x y") {
+						t.Fatalf("pwd|env: %q", s.stdout)
+					}
+				} else if s.stdout != c.stdout || s.stderr != c.stderr {
+					t.Fatalf("%q: stdout %q stderr %q, want %q %q", c.cmd, s.stdout, s.stderr, c.stdout, c.stderr)
+				}
+				end, _ := json.Marshal(s.end)
+				if string(end) != c.end || len(s.eos) != 0 {
+					t.Fatalf("%q: end %s eos %v, want %s", c.cmd, end, s.eos, c.end)
+				}
+			}
+			for _, c := range e.execd.Commands() {
+				if c.Request.Cwd == "/" && !c.Background {
+					t.Fatalf("a Start ran in the foreground: %+v", c.Request)
+				}
+			}
+			left, _ := filepath.Glob(e.hostPath("/tmp/.sandgate/processes/*"))
+			if len(left) != 0 {
+				t.Fatalf("process files left after their end was delivered: %v", left)
+			}
+			// A directory that does not exist is refused before anything runs.
+			before := len(e.execd.Commands())
+			_, body := e.do(e.startRequest(`{"process":{"cmd":"true","cwd":"/nope"}}`))
+			if fr := readFrames(t, body); len(fr) != 1 || !strings.Contains(fr[0].raw, "EXECD_REJECTED: working directory does not exist") {
+				t.Fatalf("missing cwd: %q", body)
+			}
+			if len(e.execd.Commands()) != before {
+				t.Fatal("a command ran for a missing cwd")
+			}
+		})
+	}
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// TestExtendedProcessLifecycle: a process started through the gateway
+// outlives its stream; List shows it with its config; Connect attaches to
+// its output from where it is (nothing earlier replayed); SendSignal ends
+// it (execd's DELETE /command) and the Connect stream gets its end; then
+// List no longer shows it, a second kill answers not_found, and Connect
+// to it gets its retained end.
+func TestExtendedProcessLifecycle(t *testing.T) {
+	e := newTestEnv(t, extended, func(_ *Config, x *execdstub.Config) { x.KillGrace = 200 * time.Millisecond })
+	gate := filepath.Join(t.TempDir(), "go")
+	ctx, cancel := context.WithCancel(context.Background())
+	_, r := e.openStream(ctx, "Start", `{"process":{"cmd":"/bin/bash","args":["-c","echo before; while [ ! -f '`+gate+`' ]; do sleep 0.05; done; echo after; sleep 60"]},"tag":"srv"}`, nil)
+	_, start := nextEvent(t, r, "start")
+	pid := uint32(start["pid"].(float64))
+	if _, d := nextEvent(t, r, "data"); b64(t, d["stdout"]) != "before\n" {
+		t.Fatalf("first output %v", d)
+	}
+	cancel() // the client goes away; the process stays
+	if o := e.waitOutcome(); o.Code != CodeCanceled {
+		t.Fatalf("start outcome %+v", o)
+	}
+
+	resp, body := e.processCall("List", `{}`)
+	var list struct {
+		Processes []struct {
+			PID    uint32
+			Tag    string
+			Config struct{ Cmd string }
+		}
+	}
+	if err := json.Unmarshal(body, &list); err != nil || resp.StatusCode != 200 || len(list.Processes) != 1 ||
+		list.Processes[0].PID != pid || list.Processes[0].Tag != "srv" || list.Processes[0].Config.Cmd != "/bin/bash" {
+		t.Fatalf("List: %d %s (pid %d)", resp.StatusCode, body, pid)
+	}
+	e.waitOutcome()
+
+	// Connect from where it is: "before" is not replayed.
+	cctx, ccancel := context.WithCancel(context.Background())
+	defer ccancel()
+	_, cr := e.openStream(cctx, "Connect", fmt.Sprintf(`{"process":{"pid":%d}}`, pid), nil)
+	if _, s := nextEvent(t, cr, "start"); uint32(s["pid"].(float64)) != pid {
+		t.Fatalf("connect start %v", s)
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, d := nextEvent(t, cr, "data"); b64(t, d["stdout"]) != "after\n" {
+		t.Fatalf("connected output %v", d)
+	}
+
+	resp, body = e.processCall("SendSignal", fmt.Sprintf(`{"process":{"pid":%d},"signal":"SIGNAL_SIGKILL"}`, pid))
+	if resp.StatusCode != 200 || string(body) != "{}" {
+		t.Fatalf("SendSignal: %d %s", resp.StatusCode, body)
+	}
+	e.waitOutcome()
+	kind, end := nextEvent(t, cr, "end")
+	if kind != "end" || end["exitCode"] != -1.0 || !strings.HasPrefix(end["status"].(string), "signal: ") {
+		t.Fatalf("connect end %s %v", kind, end)
+	}
+	if k, eos := nextEvent(t, cr); k != "eos" || len(eos) != 0 {
+		t.Fatalf("after end: %s %v", k, eos)
+	}
+	e.waitOutcome()
+	rec, err := waitEnded(e, func(r execdstub.CommandRecord) bool { return r.Background })
+	if err != nil || !rec.Interrupted {
+		t.Fatalf("execd record %+v %v", rec, err)
+	}
+
+	if _, body = e.processCall("List", `{}`); string(body) != `{"processes":[]}` {
+		t.Fatalf("List after kill: %s", body)
+	}
+	e.waitOutcome()
+	resp, body = e.processCall("SendSignal", fmt.Sprintf(`{"process":{"pid":%d},"signal":"SIGNAL_SIGTERM"}`, pid))
+	if resp.StatusCode != 404 || !strings.Contains(string(body), `"code":"not_found"`) {
+		t.Fatalf("second kill: %d %s", resp.StatusCode, body)
+	}
+	e.waitOutcome()
+}
+
+// TestExtendedConnectRetainedEnd: Connect to a process that has ended but
+// whose record is still there (nobody listed or followed it to its end)
+// gets start and its end, as newer envd serves a retained terminal event.
+func TestExtendedConnectRetainedEnd(t *testing.T) {
+	e := newTestEnv(t, extended)
+	ctx, cancel := context.WithCancel(context.Background())
+	_, r := e.openStream(ctx, "Start", startMsg("echo hi; exit 7"), nil)
+	_, start := nextEvent(t, r, "start")
+	pid := uint32(start["pid"].(float64))
+	cancel()
+	e.waitOutcome()
+	if _, err := waitEnded(e, func(execdstub.CommandRecord) bool { return true }); err != nil {
+		t.Fatal(err)
+	}
+	_, cr := e.openStream(context.Background(), "Connect", fmt.Sprintf(`{"process":{"pid":%d}}`, pid), nil)
+	nextEvent(t, cr, "start")
+	if k, end := nextEvent(t, cr, "data", "end"); k != "end" || end["exitCode"] != 7.0 {
+		t.Fatalf("retained end: %s %v", k, end)
+	}
+}
+
+// TestExtendedProcessErrors: unknown pids, unsupported signals and stdin.
+func TestExtendedProcessErrors(t *testing.T) {
+	e := newTestEnv(t, extended)
+	for _, c := range []struct {
+		method, msg string
+		status      int
+		connect     string
+		code        Code
+	}{
+		{"SendSignal", `{"process":{"pid":12345},"signal":"SIGNAL_SIGKILL"}`, 404, "not_found", CodeProcessNotFound},
+		{"SendSignal", `{"process":{"tag":"none"},"signal":9}`, 404, "not_found", CodeProcessNotFound},
+		{"SendSignal", `{"process":{"pid":1},"signal":"SIGNAL_UNSPECIFIED"}`, 501, "unimplemented", CodeUnsupportedOperation},
+		{"SendSignal", `{"process":{},"signal":9}`, 400, "invalid_argument", CodeBadRequest},
+		{"SendSignal", `{"process":{"pid":1,"tag":"x"},"signal":9}`, 400, "invalid_argument", CodeBadRequest},
+		{"SendSignal", `{"process":{"pid":1},"signal":"SIGHUP"}`, 400, "invalid_argument", CodeBadRequest},
+		{"SendInput", `{"process":{"pid":1},"input":{"stdin":"YWJj"}}`, 501, "unimplemented", CodeUnsupportedOperation},
+		{"CloseStdin", `{"process":{"pid":1}}`, 501, "unimplemented", CodeUnsupportedOperation},
+		{"List", `[]`, 400, "invalid_argument", CodeBadRequest},
+	} {
+		resp, body := e.processCall(c.method, c.msg)
+		code, msg := "", ""
+		var ce struct{ Code, Message string }
+		if json.Unmarshal(body, &ce) == nil {
+			code, msg = ce.Code, ce.Message
+		}
+		if resp.StatusCode != c.status || code != c.connect || !strings.HasPrefix(msg, string(c.code)+": ") {
+			t.Errorf("%s %s: %d %s", c.method, c.msg, resp.StatusCode, body)
+		}
+		if c.method == "SendInput" && !strings.Contains(msg, "execd gives commands no stdin") {
+			t.Errorf("SendInput message %q", msg)
+		}
+	}
+	_, r := e.openStream(context.Background(), "Connect", `{"process":{"pid":4242}}`, nil)
+	if k, eos := nextEvent(t, r); k != "eos" || !strings.Contains(mustJSON(eos), `"code":"not_found"`) {
+		t.Fatalf("connect to an unknown pid: %s %v", k, eos)
+	}
+	// A record the sandbox forged or broke names no process of ours.
+	e.writeFile("/tmp/.sandgate/processes/77.json", `{"id":"x","pid":78}`)
+	if resp, _ := e.processCall("SendSignal", `{"process":{"pid":77},"signal":9}`); resp.StatusCode != 404 {
+		t.Fatalf("forged record: %d", resp.StatusCode)
+	}
+}
+
+// TestExtendedStartTimeout: Connect-Timeout-Ms is the process's lifetime:
+// the stream ends with deadline_exceeded and execd, given the same timeout,
+// kills the background command.
+func TestExtendedStartTimeout(t *testing.T) {
+	e := newTestEnv(t, extended)
+	req := e.startRequest(`{"process":{"cmd":"/bin/bash","args":["-c","echo begun; sleep 30"]}}`)
+	req.Header.Set("Connect-Timeout-Ms", "500")
+	_, body := e.do(req)
+	s := collect(t, readFrames(t, body))
+	if errObj, _ := s.eos["error"].(map[string]any); errObj["code"] != "deadline_exceeded" || s.end != nil {
+		t.Fatalf("end %v eos %v", s.end, s.eos)
+	}
+	rec, err := waitEnded(e, func(r execdstub.CommandRecord) bool { return r.Background })
+	if err != nil || rec.Request.TimeoutMs != 500 || rec.Signal != syscall.SIGKILL {
+		t.Fatalf("record %+v %v", rec, err)
+	}
+}
+
+// TestExtendedOff: without extended_operations the extra routes stay
+// Connect unimplemented and Start runs in the foreground.
+func TestExtendedOff(t *testing.T) {
+	e := newTestEnv(t)
+	for _, m := range []string{"List", "SendSignal", "SendInput"} {
+		resp, body := e.processCall(m, `{}`)
+		if resp.StatusCode != 501 || !strings.Contains(string(body), "is not implemented by this gateway") {
+			t.Fatalf("%s: %d %s", m, resp.StatusCode, body)
+		}
+	}
+	_, body := e.do(e.startRequest(startMsg("true")))
+	collect(t, readFrames(t, body))
+	if c := e.execd.Commands(); len(c) != 1 || c[0].Background {
+		t.Fatalf("commands %+v", c)
+	}
+}
+
+// TestExtendedFilesystem: Stat, MakeDir and Move on execd HEAD and v1.0.18,
+// with envd's answers and errors.
+func TestExtendedFilesystem(t *testing.T) {
+	for _, version := range []string{execdstub.VersionHEAD, execdstub.Version1018} {
+		t.Run(version, func(t *testing.T) {
+			e := newTestEnv(t, extended, func(_ *Config, x *execdstub.Config) { x.Version = version })
+			e.writeFile("/home/user/f.txt", "hello!")
+			if err := os.Symlink("f.txt", e.hostPath("/home/user/link")); err != nil {
+				t.Fatal(err)
+			}
+			call := func(method, msg string) (int, map[string]any) {
+				req := e.request(http.MethodPost, "/filesystem.Filesystem/"+method, strings.NewReader(msg))
+				req.Header.Set("Content-Type", "application/json")
+				resp, body := e.do(req)
+				var m map[string]any
+				if err := json.Unmarshal(body, &m); err != nil {
+					t.Fatalf("%s %s: %s", method, msg, body)
+				}
+				return resp.StatusCode, m
+			}
+			entry := func(m map[string]any) string {
+				ent, _ := m["entry"].(map[string]any)
+				if ent["type"] == "FILE_TYPE_DIRECTORY" {
+					return fmt.Sprint(ent["name"], " ", ent["type"], " ", ent["path"], " ", ent["permissions"])
+				}
+				return fmt.Sprint(ent["name"], " ", ent["type"], " ", ent["path"], " ", ent["size"])
+			}
+			errOf := func(m map[string]any) string { return fmt.Sprint(m["code"], " ", strings.SplitN(fmt.Sprint(m["message"]), ":", 2)[0]) }
+			for _, c := range []struct {
+				method, msg string
+				status      int
+				want        string
+			}{
+				{"Stat", `{"path":"f.txt"}`, 200, "f.txt FILE_TYPE_FILE /home/user/f.txt 6"},
+				{"Stat", `{"path":"/home/user"}`, 200, "user FILE_TYPE_DIRECTORY /home/user drwxr-xr-x"},
+				{"Stat", `{"path":"/home/user/link"}`, 200, "link FILE_TYPE_FILE /home/user/link " + linkSize(version)},
+				{"Stat", `{"path":"/home/user/nope"}`, 404, "not_found FILE_NOT_FOUND"},
+				{"MakeDir", `{"path":"/home/user/a/b"}`, 200, "b FILE_TYPE_DIRECTORY /home/user/a/b drwxr-xr-x"},
+				{"MakeDir", `{"path":"/home/user/a/b"}`, 409, "already_exists FILE_EXISTS"},
+				{"MakeDir", `{"path":"/home/user/f.txt"}`, 400, "invalid_argument NOT_A_DIRECTORY"},
+				{"Move", `{"source":"/home/user/f.txt","destination":"/home/user/a/g.txt"}`, 200, "g.txt FILE_TYPE_FILE /home/user/a/g.txt 6"},
+				{"Move", `{"source":"/home/user/f.txt","destination":"/home/user/x"}`, 404, "not_found FILE_NOT_FOUND"},
+				{"Move", `{"source":"/home/user/a/g.txt","destination":"/home/user/a/b"}`, 409, "already_exists FILE_EXISTS"},
+				{"Move", `{"source":"/home/user/a","destination":""}`, 400, "invalid_argument BAD_REQUEST"},
+			} {
+				status, m := call(c.method, c.msg)
+				got := entry(m)
+				if status != 200 {
+					got = errOf(m)
+				}
+				if status != c.status || got != c.want {
+					t.Errorf("%s %s: %d %q, want %d %q", c.method, c.msg, status, got, c.status, c.want)
+				}
+			}
+			if fi, err := os.Stat(e.hostPath("/home/user/a/b")); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o755 {
+				t.Fatalf("made directory: %v %v", fi, err)
+			}
+			if b, err := os.ReadFile(e.hostPath("/home/user/a/g.txt")); err != nil || string(b) != "hello!" {
+				t.Fatalf("moved file: %q %v", b, err)
+			}
+			if _, err := os.Lstat(e.hostPath("/home/user/f.txt")); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("source after move: %v", err)
+			}
+		})
+	}
+}
+
+// linkSize: HEAD's /files/info describes the link itself (its size is
+// the length of the target's name, "f.txt"), v1.0.18's follows it to the
+// 6-byte file. Both report the target's type, as envd does.
+func linkSize(version string) string {
+	if version == execdstub.VersionHEAD {
+		return "5"
+	}
+	return "6"
+}

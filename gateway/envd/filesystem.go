@@ -1,0 +1,47 @@
+package envd
+
+import "fmt"
+
+// PathRequest is filesystem.StatRequest and filesystem.MakeDirRequest:
+// one path.
+type PathRequest struct {
+	Path string `json:"path"`
+}
+
+// DecodePathRequest decodes a Filesystem/Stat or MakeDir message. An empty
+// path is an error wrapping ErrBadRequest.
+func DecodePathRequest(payload []byte) (PathRequest, error) {
+	var req PathRequest
+	if err := decode(payload, &req); err != nil {
+		return req, err
+	}
+	if req.Path == "" {
+		return req, fmt.Errorf("%w: path is required", ErrBadRequest)
+	}
+	return req, nil
+}
+
+// MoveRequest is filesystem.MoveRequest.
+type MoveRequest struct {
+	Source      string `json:"source"`
+	Destination string `json:"destination"`
+}
+
+// DecodeMoveRequest decodes a Filesystem/Move message. An empty source or
+// destination is an error wrapping ErrBadRequest.
+func DecodeMoveRequest(payload []byte) (MoveRequest, error) {
+	var req MoveRequest
+	if err := decode(payload, &req); err != nil {
+		return req, err
+	}
+	if req.Source == "" || req.Destination == "" {
+		return req, fmt.Errorf("%w: source and destination are required", ErrBadRequest)
+	}
+	return req, nil
+}
+
+// EntryResponse is filesystem.StatResponse, MakeDirResponse and
+// MoveResponse: {"entry": EntryInfo}.
+type EntryResponse struct {
+	Entry EntryInfo `json:"entry"`
+}
