@@ -351,7 +351,9 @@ func TestExtendedFilesystem(t *testing.T) {
 				}
 				return fmt.Sprint(ent["name"], " ", ent["type"], " ", ent["path"], " ", ent["size"])
 			}
-			errOf := func(m map[string]any) string { return fmt.Sprint(m["code"], " ", strings.SplitN(fmt.Sprint(m["message"]), ":", 2)[0]) }
+			errOf := func(m map[string]any) string {
+				return fmt.Sprint(m["code"], " ", strings.SplitN(fmt.Sprint(m["message"]), ":", 2)[0])
+			}
 			for _, c := range []struct {
 				method, msg string
 				status      int
