@@ -25,6 +25,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sandgate/sandgate/caddymodules/secret"
+	"github.com/sandgate/sandgate/caddymodules/sourcemetrics"
 	"github.com/sandgate/sandgate/gateway/credential"
 )
 
@@ -54,7 +55,11 @@ func (p pooled) Destruct() error {
 // File is the "file" credential source: a JSON or YAML file of resource
 // credentials, reloaded when it changes. A broken file keeps the last good
 // version (and logs why); a credential that is disabled or removed in the
-// file is refused within a second of the change.
+// file is refused within a second of the change, and every credential
+// once the file has been missing for 5 s (filewatch.DefaultMissingGrace;
+// replacing the file atomically never makes it missing). Its state is
+// exported as metrics (package sourcemetrics, kind "resource"): alert on
+// sandgate_credential_source_stale_seconds.
 //
 // File format:
 //
@@ -93,12 +98,14 @@ func (f *File) Provision(ctx caddy.Context) error {
 	}
 	logger := ctx.Logger()
 	f.key = "file:" + abs
+	sourcemetrics.Register(ctx.GetMetricsRegistry())
 	v, _, err := pool.LoadOrNew(f.key, func() (caddy.Destructor, error) {
 		src, err := credential.OpenFile(abs, logger)
 		if err != nil {
 			return nil, err
 		}
-		return pooled{Source: src, close: src.Close}, nil
+		unexport := sourcemetrics.Add("resource", src)
+		return pooled{Source: src, close: func() error { unexport(); return src.Close() }}, nil
 	})
 	if err != nil {
 		return err

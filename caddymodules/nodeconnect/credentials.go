@@ -7,6 +7,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
+	"github.com/sandgate/sandgate/caddymodules/sourcemetrics"
 	"github.com/sandgate/sandgate/node/credential"
 )
 
@@ -16,17 +17,24 @@ var pool = caddy.NewUsagePool()
 
 // pooledFile lets the pool close a file source when the last config using
 // it is cleaned up.
-type pooledFile struct{ *credential.File }
+type pooledFile struct {
+	*credential.File
+	unexport func()
+}
 
-// Destruct stops watching the file.
-func (p pooledFile) Destruct() error { return p.File.Close() }
+// Destruct stops watching the file and exporting its metrics.
+func (p pooledFile) Destruct() error {
+	p.unexport()
+	return p.File.Close()
+}
 
 // CredentialFile is the "file" node credential source
 // (sandgate.node_credentials.file): a JSON or YAML file of node records,
 // each with the SHA-256 digest of the node's credential (never the
 // credential) and its enrolled identity, reloaded within a second of a
-// change; a broken file keeps the last good version. Format (see
-// credential.OpenFile):
+// change; a broken file keeps the last good version, and a file missing
+// for 5 s revokes every node. Its state is exported as metrics (package
+// sourcemetrics, kind "node"). Format (see credential.OpenFile):
 //
 //	nodes:
 //	  - node_id: "7c0e5f0a-4c1e-4e55-9a7e-2f1f6d1b9a01"
@@ -67,12 +75,13 @@ func (f *CredentialFile) Provision(ctx caddy.Context) error {
 		return err
 	}
 	logger := ctx.Logger()
+	sourcemetrics.Register(ctx.GetMetricsRegistry())
 	v, _, err := pool.LoadOrNew(abs, func() (caddy.Destructor, error) {
 		src, err := credential.OpenFile(abs, logger)
 		if err != nil {
 			return nil, err
 		}
-		return pooledFile{src}, nil
+		return pooledFile{File: src, unexport: sourcemetrics.Add("node", src)}, nil
 	})
 	if err != nil {
 		return err

@@ -32,18 +32,22 @@ var _ Source = (*File)(nil)
 // fsnotify, so in-place writes, editors' atomic rename-over and Kubernetes
 // ConfigMap/Secret "..data" symlink swaps are all seen. Events are debounced
 // (50 ms, at most 500 ms under a continuous stream) and the file is re-read;
-// a change is therefore applied well within 1 s. A reload that fails (file
-// missing, unreadable or invalid) keeps the previous credentials, records
-// the reason for LastError and logs a warning with the path and reason
-// (never file contents) on logger (nil means no logging). Version counts
-// the successful loads.
+// a change is therefore applied well within 1 s. A reload that fails
+// (unreadable or invalid) keeps the previous credentials, records the
+// reason for LastError and logs a warning with the path and reason (never
+// file contents) on logger (nil means no logging). A file that has been
+// missing for filewatch.DefaultMissingGrace (5 s) revokes every
+// credential: the empty list is served until the file is back. Version
+// counts the versions served; Stats says whether the file on disk is what
+// is served (for the staleness metric).
 //
 // Errors: the os error (e.g. fs.ErrNotExist) or an ErrInvalid-wrapped
 // reason, prefixed with the path; or the fsnotify error if the directory
 // cannot be watched. Call Close to stop watching.
 func OpenFile(path string, logger *zap.Logger) (*File, error) {
-	s, err := filewatch.Open(path, "credential file", MaxFileSize, parse,
-		func(m map[string]Credential) int { return len(m) }, logger)
+	s, err := filewatch.Open(path, filewatch.Options[map[string]Credential]{What: "credential file",
+		MaxSize: MaxFileSize, Parse: parse, Count: func(m map[string]Credential) int { return len(m) },
+		Empty: map[string]Credential{}, Logger: logger})
 	if err != nil {
 		return nil, err
 	}

@@ -8,61 +8,45 @@ import (
 	"io"
 	"slices"
 
-	"sigs.k8s.io/yaml"
+	"github.com/sandgate/sandgate/internal/listfile"
 )
 
 // MaxFileSize is the largest credential file OpenFile and reloads accept,
 // in bytes (16 MiB).
 const MaxFileSize = 16 << 20
 
-// parse decodes a credential file: JSON or YAML (sigs.k8s.io/yaml accepts
-// both; YAML duplicate mapping keys are refused), shaped
-// {"credentials": [ {Credential}, ... ]}. Decoding is strict: the top level
-// must be a mapping with exactly the key "credentials" holding a list;
-// every element must be a mapping whose keys are exactly (case-sensitively)
-// Credential's JSON names, with non-null values of the right JSON type
-// (YAML numbers are not accepted for string fields: quote them); each
-// Credential must pass Validate and IDs must be unique. Errors wrap
-// ErrInvalid and locate the problem by index and field name, never by value.
+// parse decodes a credential file: JSON or YAML shaped
+// {"credentials": [ {Credential}, ... ]}, one credential at a time
+// (package listfile: JSON streamed, a YAML block list item by item, so a
+// parse holds the file and the credentials but no copy of the whole
+// document). Decoding is strict: the top level must be a mapping with
+// exactly the key "credentials" holding a list; every element must be a
+// mapping whose keys are exactly (case-sensitively) Credential's JSON
+// names, unique, with non-null values of the right JSON type (YAML numbers
+// are not accepted for string fields: quote them); each Credential must
+// pass Validate and IDs must be unique. Errors wrap ErrInvalid and locate
+// the problem by index and field name, never by value.
 func parse(data []byte) (map[string]Credential, error) {
 	if len(data) > MaxFileSize {
 		return nil, fmt.Errorf("%w: larger than %d bytes", ErrInvalid, MaxFileSize)
 	}
-	// YAMLToJSONStrict keeps scalars' YAML types (no coercion towards a Go
-	// target), so `id: 12` stays a number and is refused below.
-	j, err := yaml.YAMLToJSONStrict(data)
+	out := map[string]Credential{}
+	first := map[string]int{}
+	err := listfile.Parse(data, listfile.Format{Key: "credentials", Noun: "field", Invalid: ErrInvalid},
+		func(i int, raw []byte) error {
+			c, err := decodeCredential(raw)
+			if err != nil {
+				return fmt.Errorf("credentials[%d]: %w", i, err)
+			}
+			if j, dup := first[c.ID]; dup {
+				return fmt.Errorf("%w: credentials[%d] repeats the id of credentials[%d]", ErrInvalid, i, j)
+			}
+			first[c.ID] = i
+			out[c.ID] = c
+			return nil
+		})
 	if err != nil {
-		return nil, fmt.Errorf("%w: not valid JSON or YAML: %s", ErrInvalid, err.Error())
-	}
-	var top map[string]json.RawMessage
-	if err := strictJSON(j, &top); err != nil || top == nil {
-		return nil, fmt.Errorf("%w: top level must be a mapping with a credentials list", ErrInvalid)
-	}
-	for k := range top {
-		if k != "credentials" {
-			return nil, fmt.Errorf("%w: unknown top-level field %q", ErrInvalid, k)
-		}
-	}
-	list, ok := top["credentials"]
-	if !ok {
-		return nil, fmt.Errorf("%w: missing top-level field \"credentials\"", ErrInvalid)
-	}
-	var items []json.RawMessage
-	if err := strictJSON(list, &items); err != nil || items == nil {
-		return nil, fmt.Errorf("%w: credentials must be a list", ErrInvalid)
-	}
-	out := make(map[string]Credential, len(items))
-	first := make(map[string]int, len(items))
-	for i, raw := range items {
-		c, err := decodeCredential(raw)
-		if err != nil {
-			return nil, fmt.Errorf("credentials[%d]: %w", i, err)
-		}
-		if j, dup := first[c.ID]; dup {
-			return nil, fmt.Errorf("%w: credentials[%d] repeats the id of credentials[%d]", ErrInvalid, i, j)
-		}
-		first[c.ID] = i
-		out[c.ID] = c
+		return nil, err
 	}
 	return out, nil
 }

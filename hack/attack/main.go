@@ -18,6 +18,10 @@
 //	           gateway must accept
 //	heartbeat  -duration 10s: one node sends heartbeats back to back
 //	           (issue 12 item 8)
+//	credentials -format yaml|json -count N -reloads 10: the resource
+//	           credential file (by default 15 MiB of credentials) is replaced
+//	           -reloads times, each re-read by the gateway (issue 12
+//	           item 5)
 //
 // It exits 1 with the reason when the gateway does not start or the
 // attack cannot be run; the gateway defending itself is not an error.
@@ -43,21 +47,28 @@ type options struct {
 	size     int
 	duration time.Duration
 	settle   time.Duration
+	format   string
+	count    int
+	reloads  int
 }
 
 func main() {
 	var o options
-	flag.StringVar(&o.attack, "attack", "", "the attack: hello, response, heartbeat")
+	flag.StringVar(&o.attack, "attack", "", "the attack: hello, response, heartbeat, credentials")
 	flag.StringVar(&o.caddy, "caddy", "bin/caddy", "the gateway binary")
 	flag.IntVar(&o.nodes, "nodes", 8, "hello: attacking nodes")
 	flag.IntVar(&o.size, "size", 71<<20, "hello: bytes of each hello")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "heartbeat: how long to flood")
 	flag.DurationVar(&o.settle, "settle", 5*time.Second, "wait after the attack before the last memory reading")
+	flag.StringVar(&o.format, "format", "yaml", "credentials: file format, yaml or json")
+	flag.IntVar(&o.count, "count", 0, "credentials: credentials in the file (default: as many as make 15 MiB)")
+	flag.IntVar(&o.reloads, "reloads", 10, "credentials: how many times the file is replaced")
 	flag.Parse()
-	attacks := map[string]func(options) error{"hello": helloAttack, "response": responseAttack, "heartbeat": heartbeatAttack}
+	attacks := map[string]func(options) error{"hello": helloAttack, "response": responseAttack, "heartbeat": heartbeatAttack,
+		"credentials": credentialsAttack}
 	f, ok := attacks[o.attack]
 	if !ok {
-		fmt.Fprintln(os.Stderr, "attack: -attack must be one of hello, response, heartbeat")
+		fmt.Fprintln(os.Stderr, "attack: -attack must be one of hello, response, heartbeat, credentials")
 		os.Exit(2)
 	}
 	if err := f(o); err != nil {
@@ -74,18 +85,26 @@ type gateway struct {
 }
 
 // start runs o.caddy with the sandgate app (a dummy data-plane key and
-// credentials file) plus globals and site, where %[1]s in site is the
-// port. It waits until the port listens and resets the memory peak.
+// an empty credentials file) plus globals and site, where %s in site is
+// the port, logging warnings and errors to dir/gateway.log. It waits until
+// the port listens.
 func start(o options, dir, globals, site string) (*gateway, error) {
+	creds := dir + "/credentials.yaml"
+	if err := os.WriteFile(creds, []byte("credentials: []\n"), 0o600); err != nil {
+		return nil, err
+	}
+	return startWith(o, dir, "WARN", "\t\tcredentials file "+creds+"\n"+globals, site)
+}
+
+// startWith is start with the log level and the sandgate app's
+// credentials (and other settings) in globals.
+func startWith(o options, dir, level, globals, site string) (*gateway, error) {
 	port, err := gatewayproc.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	key, creds := dir+"/hmac.key", dir+"/credentials.yaml"
+	key := dir + "/hmac.key"
 	if err := os.WriteFile(key, []byte(randomHex(32)), 0o600); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(creds, []byte("credentials: []\n"), 0o600); err != nil {
 		return nil, err
 	}
 	caddyfile := fmt.Sprintf(`{
@@ -94,23 +113,29 @@ func start(o options, dir, globals, site string) (*gateway, error) {
 	persist_config off
 	log {
 		output file %s/gateway.log
-		level WARN
+		level %s
 	}
 	sandgate {
 		token_key k1 HS256 %s
-		credentials file %s
 %s
 	}
 }
 
-`, dir, key, creds, globals) + fmt.Sprintf(site, port)
-	p, err := gatewayproc.Start(o.caddy, dir, caddyfile, nil)
+`, dir, level, key, globals) + fmt.Sprintf(site, port)
+	out, err := os.Create(dir + "/gateway.out")
+	if err != nil {
+		return nil, err
+	}
+	defer out.Close() // the child has its own descriptor
+	p, err := gatewayproc.Start(o.caddy, dir, caddyfile, out)
 	if err != nil {
 		return nil, err
 	}
 	if err := p.WaitListening("127.0.0.1:" + port); err != nil {
 		p.Stop()
-		return nil, err
+		tail, _ := os.ReadFile(dir + "/gateway.out")
+		log, _ := os.ReadFile(dir + "/gateway.log")
+		return nil, fmt.Errorf("%w; gateway output:\n%s%s", err, tail, log)
 	}
 	return &gateway{Process: p, dir: dir, port: port}, nil
 }

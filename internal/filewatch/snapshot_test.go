@@ -2,6 +2,9 @@ package filewatch
 
 import (
 	"errors"
+	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -26,13 +29,16 @@ func parseNumber(b []byte) (int, error) {
 	return n, nil
 }
 
+// numberFile opens a file of one number; -1 is the empty version.
+var numberFile = Options[int]{What: "number file", MaxSize: 8, Parse: parseNumber, Count: func(int) int { return 1 }, Empty: -1}
+
 // TestSnapshotKeepsTheLastGoodVersion: a change is loaded, a broken file
 // keeps the previous value and says why, a good file recovers, and an
 // oversized file is refused.
 func TestSnapshotKeepsTheLastGoodVersion(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "n.txt")
 	write(t, path, "1")
-	s, err := Open(path, "number file", 8, parseNumber, func(int) int { return 1 }, nil)
+	s, err := Open(path, numberFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,12 +77,121 @@ func TestSnapshotKeepsTheLastGoodVersion(t *testing.T) {
 
 func TestSnapshotOpenErrors(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := Open(filepath.Join(dir, "missing"), "number file", 8, parseNumber, func(int) int { return 1 }, nil); err == nil {
+	if _, err := Open(filepath.Join(dir, "missing"), numberFile); err == nil {
 		t.Fatal("a missing file opened")
 	}
 	bad := filepath.Join(dir, "bad")
 	write(t, bad, "x")
-	if _, err := Open(bad, "number file", 8, parseNumber, func(int) int { return 1 }, nil); !errors.Is(err, errOdd) {
+	if _, err := Open(bad, numberFile); !errors.Is(err, errOdd) {
 		t.Fatalf("a broken file: %v", err)
+	}
+}
+
+// TestSnapshotMissingFileRevokesAfterGrace: a deleted file keeps the last
+// version during the grace (Stats says it is missing and failing), then
+// the empty version is served; the file coming back is loaded again and
+// clears the state.
+func TestSnapshotMissingFileRevokesAfterGrace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "n.txt")
+	write(t, path, "7")
+	o := numberFile
+	o.MissingGrace = time.Second
+	s, err := Open(path, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the file to be seen missing", func() bool { return s.Stats().Missing })
+	st := s.Stats()
+	if st.Emptied || st.FailingSince.IsZero() || !errors.Is(s.LastError(), fs.ErrNotExist) {
+		t.Fatalf("stats while missing: %+v, %v", st, s.LastError())
+	}
+	if !st.Emptied && s.Load() != 7 {
+		t.Fatalf("value during the grace: %d", s.Load())
+	}
+	waitFor(t, 5*time.Second, "the empty version", func() bool { return s.Stats().Emptied })
+	if st := s.Stats(); s.Load() != -1 || st.Version != 2 || !st.Missing || st.Entries != 1 {
+		t.Fatalf("after the grace: %d %+v", s.Load(), st)
+	}
+	write(t, path, "8")
+	waitFor(t, 5*time.Second, "the file to be back", func() bool { return s.Load() == 8 })
+	if st := s.Stats(); st.Missing || st.Emptied || !st.FailingSince.IsZero() || s.LastError() != nil {
+		t.Fatalf("after the file came back: %+v, %v", st, s.LastError())
+	}
+}
+
+// TestSnapshotRecreatedWithinGrace: deleting and writing the file again
+// (a writer that does not rename) within the grace never serves the empty
+// version.
+func TestSnapshotRecreatedWithinGrace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "n.txt")
+	write(t, path, "1")
+	o := numberFile
+	o.MissingGrace = time.Hour
+	s, err := Open(path, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the file to be seen missing", func() bool { return s.Stats().Missing })
+	if err := os.WriteFile(path, []byte("2"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the new version", func() bool { return s.Load() == 2 })
+	if st := s.Stats(); st.Missing || st.Emptied || st.Version != 2 {
+		t.Fatalf("stats: %+v", st)
+	}
+}
+
+// TestSnapshotConfigMapSwapIsNotMissing: Kubernetes' atomic "..data"
+// swaps (and the removal of the old data directory after them) never make
+// the file missing, even with a grace of one millisecond.
+func TestSnapshotConfigMapSwapIsNotMissing(t *testing.T) {
+	dir := t.TempDir()
+	mk := func(version, content string) {
+		if err := os.Mkdir(filepath.Join(dir, version), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(dir, version, "n.txt"), content)
+	}
+	mk("..v1", "1")
+	if err := os.Symlink("..v1", filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "n.txt")
+	if err := os.Symlink(filepath.Join("..data", "n.txt"), path); err != nil {
+		t.Fatal(err)
+	}
+	o := numberFile
+	o.MissingGrace = time.Millisecond
+	s, err := Open(path, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	prev := "..v1"
+	for i := 2; i <= 20; i++ {
+		next := fmt.Sprintf("..v%d", i)
+		mk(next, strconv.Itoa(i))
+		if err := os.Symlink(next, filepath.Join(dir, "..data_tmp")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.RemoveAll(filepath.Join(dir, prev)); err != nil {
+			t.Fatal(err)
+		}
+		prev = next
+		waitFor(t, 5*time.Second, "version "+next, func() bool { return s.Load() == i })
+		if st := s.Stats(); st.Missing || st.Emptied || !st.FailingSince.IsZero() {
+			t.Fatalf("after swap %d: %+v", i, st)
+		}
 	}
 }

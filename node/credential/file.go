@@ -10,9 +10,9 @@ import (
 	"sort"
 
 	"go.uber.org/zap"
-	"sigs.k8s.io/yaml"
 
 	"github.com/sandgate/sandgate/internal/filewatch"
+	"github.com/sandgate/sandgate/internal/listfile"
 	"github.com/sandgate/sandgate/node/pool"
 	"github.com/sandgate/sandgate/node/proto"
 )
@@ -77,14 +77,18 @@ var _ Store = (*File)(nil)
 // Kubernetes "..data" swaps) and re-read within a second of a change. A
 // reload that fails keeps the previous version, records the reason for
 // LastError and logs a warning with the path and reason (never file
-// contents) on logger (nil: no logging).
+// contents) on logger (nil: no logging). A file that has been missing for
+// filewatch.DefaultMissingGrace (5 s) revokes every node: the empty list
+// is served (live connections close at their next heartbeat) until the
+// file is back.
 //
 // Errors: the os error, or an ErrInvalid-wrapped reason naming the element
 // index and member (never a value), prefixed with the path; or the fsnotify
 // error if the directory cannot be watched. Call Close to stop watching.
 func OpenFile(path string, logger *zap.Logger) (*File, error) {
-	snap, err := filewatch.Open(path, "node credential file", MaxFileSize, parse,
-		func(m map[string]*record) int { return len(m) }, logger)
+	snap, err := filewatch.Open(path, filewatch.Options[map[string]*record]{What: "node credential file",
+		MaxSize: MaxFileSize, Parse: parse, Count: func(m map[string]*record) int { return len(m) },
+		Empty: map[string]*record{}, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
@@ -109,45 +113,29 @@ func (f *File) Nodes() []Node {
 }
 
 // parse decodes the content of a node credential file (format: OpenFile)
-// into records by node ID. Errors wrap ErrInvalid.
+// into records by node ID, one record at a time (package listfile).
+// Errors wrap ErrInvalid.
 func parse(data []byte) (map[string]*record, error) {
 	if len(data) > MaxFileSize {
 		return nil, fmt.Errorf("%w: larger than %d bytes", ErrInvalid, MaxFileSize)
 	}
-	j, err := yaml.YAMLToJSONStrict(data)
+	out := map[string]*record{}
+	first := map[string]int{}
+	err := listfile.Parse(data, listfile.Format{Key: "nodes", Noun: "member", Invalid: ErrInvalid},
+		func(i int, raw []byte) error {
+			r, err := decodeRecord(raw)
+			if err != nil {
+				return fmt.Errorf("nodes[%d]: %w", i, err)
+			}
+			if j, dup := first[r.NodeID]; dup {
+				return fmt.Errorf("%w: nodes[%d] repeats the node_id of nodes[%d]", ErrInvalid, i, j)
+			}
+			first[r.NodeID] = i
+			out[r.NodeID] = r
+			return nil
+		})
 	if err != nil {
-		// The YAML error quotes no values beyond a line number.
-		return nil, fmt.Errorf("%w: not valid JSON or YAML: %s", ErrInvalid, err.Error())
-	}
-	var top map[string]json.RawMessage
-	if err := strictJSON(j, &top); err != nil || top == nil {
-		return nil, fmt.Errorf("%w: top level must be a mapping with a nodes list", ErrInvalid)
-	}
-	for k := range top {
-		if k != "nodes" {
-			return nil, fmt.Errorf("%w: unknown top-level member %q", ErrInvalid, k)
-		}
-	}
-	list, ok := top["nodes"]
-	if !ok {
-		return nil, fmt.Errorf("%w: missing top-level member \"nodes\"", ErrInvalid)
-	}
-	var items []json.RawMessage
-	if err := strictJSON(list, &items); err != nil || items == nil {
-		return nil, fmt.Errorf("%w: nodes must be a list", ErrInvalid)
-	}
-	out := make(map[string]*record, len(items))
-	first := make(map[string]int, len(items))
-	for i, raw := range items {
-		r, err := decodeRecord(raw)
-		if err != nil {
-			return nil, fmt.Errorf("nodes[%d]: %w", i, err)
-		}
-		if j, dup := first[r.NodeID]; dup {
-			return nil, fmt.Errorf("%w: nodes[%d] repeats the node_id of nodes[%d]", ErrInvalid, i, j)
-		}
-		first[r.NodeID] = i
-		out[r.NodeID] = r
+		return nil, err
 	}
 	return out, nil
 }

@@ -3,6 +3,8 @@ package hub
 import (
 	"bytes"
 	"errors"
+	"net/http"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -223,5 +225,24 @@ func TestHeartbeatBudget(t *testing.T) {
 	}
 	if !tripped {
 		t.Fatal("a node heartbeating every 4.9 s was never stopped")
+	}
+}
+
+// TestDeletedCredentialFileRevokes: deleting the node credential file
+// revokes every node once it has been missing for the grace
+// (filewatch.DefaultMissingGrace): the live connection is closed with
+// 4003 at its next heartbeat, and a new connect is refused with 401.
+func TestDeletedCredentialFileRevokes(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.Timers.Idle = time.Minute }) // longer than the grace
+	a := e.join(nodeA)
+	a.beat(health(true, ""))
+	if err := os.Remove(e.credPath); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the empty version after the grace", func() bool { return e.creds.Stats().Emptied })
+	a.send(a.heartbeat(health(true, "")))
+	a.expectClose(CloseCredentialRejected)
+	if _, status, _ := e.dial(nodeA, secretA); status != http.StatusUnauthorized {
+		t.Fatalf("connect after the deletion: %d, want 401", status)
 	}
 }
