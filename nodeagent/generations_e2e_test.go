@@ -11,12 +11,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -27,6 +29,7 @@ import (
 	"github.com/sandgate/sandgate/nodeagent/internal/dockertest"
 	"github.com/sandgate/sandgate/nodeagent/internal/fakecore"
 	"github.com/sandgate/sandgate/nodeagent/lease"
+	"github.com/sandgate/sandgate/nodeagent/preparer"
 )
 
 var (
@@ -320,4 +323,282 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// kill ends the node with SIGKILL and waits for it.
+func (w *gworld) kill(p *process) {
+	w.t.Helper()
+	p.cmd.Process.Kill()
+	p.exitCode(w.t)
+}
+
+// waitLog waits until the node's log contains s.
+func (w *gworld) waitLog(p *process, s string) {
+	w.t.Helper()
+	w.until("the node logs "+s, func() bool { return strings.Contains(p.output(), s) })
+}
+
+// until polls cond every 20 ms until it holds, failing after wait.
+func (w *gworld) until(what string, cond func() bool) {
+	w.t.Helper()
+	deadline := time.Now().Add(wait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			w.t.Fatalf("waited %v until %s", wait, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// servedOnce checks that every artifact of source was transferred
+// exactly once in total: an interrupted preparation fetched only what
+// was missing, and nothing was prepared twice.
+func (w *gworld) servedOnce(source string) {
+	w.t.Helper()
+	p, err := w.machine.Store.Release(source)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.machine.Mu.Lock()
+	defer w.machine.Mu.Unlock()
+	for _, a := range p.Manifest.Artifacts {
+		path := "/api/v1/sandbox-node/releases/" + source + "/" + a.Name
+		if got := w.machine.Served[path]; got != a.Size {
+			w.t.Errorf("artifact %s: %d bytes served in total, want %d (once)", a.Name, got, a.Size)
+		}
+	}
+}
+
+func TestCrashAtEveryStepOfPreparation(t *testing.T) {
+	for _, step := range preparer.PrepareCrashPoints {
+		for _, who := range []string{"preparer", "node"} {
+			t.Run(step+"/"+who, func(t *testing.T) {
+				w := newGWorld(t)
+				d1 := w.release(1, "rel-one")
+				w.writeConfig(1, d1)
+				env := "SANDGATE_CRASHPOINT=" + step
+				if who == "node" {
+					// The preparer kills the node at the step and goes on.
+					env += "=killparent"
+				}
+				p := w.start(env)
+				a := w.core.Accept().Auto(dep(1, d1, nil), nil)
+				if who == "preparer" {
+					// The preparer died at the step; the node reports the
+					// failure, then dies too.
+					a.WaitObservations(fakecore.State(1, proto.GenerationFailed))
+					w.kill(p)
+				} else {
+					p.exitCode(t)
+				}
+				gens := w.generations()
+
+				// Restart, without the crash point.
+				w.start()
+				a = w.core.Accept().Auto(dep(1, d1, nil), nil)
+				if step == lease.CrashAfterLease && who == "preparer" {
+					// Interrupted before the lease's identity record was
+					// persisted: never taken over, kept for inspection.
+					obs := a.WaitObservations(fakecore.State(1, proto.GenerationFailed))
+					if obs[0].Diagnostic != proto.DiagProviderUnavailable {
+						t.Fatalf("observation %+v", obs[0])
+					}
+					if _, err := os.Lstat(lease.Path(gens.Path(), 1)); err != nil {
+						t.Fatalf("the lease is gone: %v", err)
+					}
+					if _, err := lease.ReadIdentity(gens.Path(), 1); err != lease.ErrIdentityMissing {
+						t.Fatalf("identity record: %v", err)
+					}
+					plan, err := gens.ReadPlan(1)
+					if err != nil || plan.ImportStarted {
+						t.Fatalf("plan %+v, %v: want the first plan, kept", plan, err)
+					}
+					if _, err := os.Lstat(gens.FilesPath(1)); !os.IsNotExist(err) {
+						t.Fatalf("something was downloaded for a generation whose lease cannot be verified: %v", err)
+					}
+					if resp := w.create(a, 1, ref()); resp == nil || resp.ErrorCode != proto.ErrUnconfirmed {
+						t.Fatalf("create: %+v", resp)
+					}
+					return
+				}
+				a.WaitObservations(fakecore.State(1, proto.GenerationReady))
+				if _, err := gens.ReadPlan(1); !os.IsNotExist(err) {
+					t.Fatalf("the plan is still there: %v", err)
+				}
+				cfg, err := gens.ReadConfig(1)
+				if err != nil || cfg.ImageID != w.imageID {
+					t.Fatalf("configuration %+v, %v", cfg, err)
+				}
+				w.servedOnce("rel-one")
+				r := ref()
+				if resp := w.create(a, 1, r); resp == nil || resp.ErrorCode != "" {
+					t.Fatalf("create after the crash: %+v", resp)
+				}
+				if resp := a.Do(proto.OpKill, 1, 60000, r, nil); resp == nil || resp.ErrorCode != "" {
+					t.Fatalf("kill: %+v", resp)
+				}
+			})
+		}
+	}
+}
+
+// twoGenerations starts a node with generations 1 and 2 prepared, serving
+// and targeting 2, Core keeping everything; it returns the Auto of the
+// connection.
+func (w *gworld) twoGenerations(env ...string) (*process, *fakecore.Auto, string, string) {
+	w.t.Helper()
+	d1 := w.release(1, "rel-one")
+	d2 := w.release(2, "rel-two")
+	w.writeConfig(1, d1)
+	p := w.start(env...)
+	a := w.core.Accept().Auto(dep(1, d1, nil), func(proto.RetentionEntry) bool { return true })
+	a.WaitObservations(fakecore.State(1, proto.GenerationReady))
+	a.SetDeployment(dep(2, d2, ptr64(2)))
+	a.WaitObservations(fakecore.State(2, proto.GenerationReady))
+	return p, a, d1, d2
+}
+
+// dropOne is Core's policy that lets generation 1 go.
+func dropOne(e proto.RetentionEntry) bool { return e.Generation != 1 }
+
+// reclaimed checks generation 1 is dropped and cleaned: the marker, no
+// journal, no version files, the lease, its identity record and the
+// configuration kept.
+func (w *gworld) reclaimed() {
+	w.t.Helper()
+	gens := w.generations()
+	if _, err := gens.ReadDropped(1); err != nil {
+		w.t.Fatalf("dropped marker: %v", err)
+	}
+	for _, r := range []genstate.Record{genstate.RecordJournal, genstate.RecordPlan} {
+		if ok, _ := gens.Exists(1, r); ok {
+			w.t.Fatalf("%s left behind", r)
+		}
+	}
+	if _, err := os.Lstat(gens.FilesPath(1)); !os.IsNotExist(err) {
+		w.t.Fatalf("version directory: %v", err)
+	}
+	if _, err := lease.ReadIdentity(gens.Path(), 1); err != nil {
+		w.t.Fatalf("lease identity: %v", err)
+	}
+	if _, err := gens.ReadConfig(1); err != nil {
+		w.t.Fatalf("configuration: %v", err)
+	}
+}
+
+func TestCrashAtEveryStepOfReclamation(t *testing.T) {
+	for _, step := range preparer.ReclaimCrashPoints {
+		for _, who := range []string{"preparer", "node"} {
+			t.Run(step+"/"+who, func(t *testing.T) {
+				w := newGWorld(t)
+				env := "SANDGATE_CRASHPOINT=" + step
+				if who == "node" {
+					env += "=killparent"
+				}
+				p, a, _, d2 := w.twoGenerations(env)
+				a.SetKeep(dropOne)
+				if who == "preparer" {
+					w.waitLog(p, `msg="preparer job ended" kind=reclaim generation=1 ok=false`)
+					w.kill(p)
+				} else {
+					p.exitCode(t)
+				}
+				gens := w.generations()
+				journal, _ := gens.Exists(1, genstate.RecordJournal)
+				_, derr := gens.ReadDropped(1)
+				dropped := derr == nil
+
+				// Restart: Core keeps everything at first. An unfinished
+				// reclamation is only a retention candidate: never
+				// advertised, used or prepared.
+				w.start()
+				a = w.core.Accept().Auto(dep(2, d2, ptr64(2)), func(proto.RetentionEntry) bool { return true })
+				unfinished := journal || dropped
+				for _, o := range a.Hello().Generations {
+					if o.Generation == 1 && unfinished && who == "preparer" {
+						t.Fatalf("generation 1 advertised after an interrupted reclamation: %+v", o)
+					}
+				}
+				if unfinished && who == "preparer" {
+					if resp := w.create(a, 1, ref()); resp == nil || resp.ErrorCode != proto.ErrUnconfirmed {
+						t.Fatalf("create on a generation being reclaimed: %+v", resp)
+					}
+				}
+				if who == "preparer" {
+					// Nothing continues without a fresh authorisation. (A
+					// preparer that outlived its node goes on under the
+					// authorisation it was started with.)
+					a.WaitObservations(func([]proto.GenerationObservation) bool { return len(a.Retentions()) >= 3 })
+					if j, _ := gens.Exists(1, genstate.RecordJournal); j != journal {
+						t.Fatal("the reclamation went on without a fresh authorisation")
+					}
+				}
+				a.SetKeep(dropOne)
+				w.until("generation 1 is reclaimed", func() bool {
+					_, err := gens.ReadDropped(1)
+					j, _ := gens.Exists(1, genstate.RecordJournal)
+					return err == nil && !j
+				})
+				w.reclaimed()
+				if resp := w.create(a, 1, ref()); resp == nil || resp.ErrorCode != proto.ErrUnconfirmed {
+					t.Fatalf("create on the dropped generation: %+v", resp)
+				}
+				a.WaitObservations(fakecore.State(2, proto.GenerationReady))
+			})
+		}
+	}
+}
+
+func TestCrashDuringRepair(t *testing.T) {
+	for _, who := range []string{"preparer", "node"} {
+		t.Run(who, func(t *testing.T) {
+			w := newGWorld(t)
+			env := "SANDGATE_CRASHPOINT=" + preparer.CrashRepairAfterDownload
+			if who == "node" {
+				env += "=killparent"
+			}
+			d1 := w.release(1, "rel-one")
+			w.writeConfig(1, d1)
+			p := w.start(env)
+			a := w.core.Accept().Auto(dep(1, d1, nil), nil)
+			a.WaitObservations(fakecore.State(1, proto.GenerationReady))
+			gens := w.generations()
+			before, err := os.Stat(gens.RecordPath(1, genstate.RecordConfig))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The seccomp profile's bytes go missing: the provider is a
+			// not-ready placeholder and a repair is queued.
+			if err := os.Remove(filepath.Join(gens.FilesPath(1), "seccomp.json")); err != nil {
+				t.Fatal(err)
+			}
+			if who == "preparer" {
+				w.waitLog(p, `msg="preparer job ended" kind=repair generation=1 ok=false`)
+				w.kill(p)
+			} else {
+				p.exitCode(t)
+			}
+			w.start()
+			a = w.core.Accept().Auto(dep(1, d1, nil), nil)
+			a.WaitObservations(fakecore.State(1, proto.GenerationReady))
+			after, err := os.Stat(gens.RecordPath(1, genstate.RecordConfig))
+			if err != nil || !os.SameFile(before, after) || !before.ModTime().Equal(after.ModTime()) {
+				t.Fatalf("repair rewrote the configuration: %v", err)
+			}
+			// Only the missing profile was fetched again.
+			w.machine.Mu.Lock()
+			reqs := maps.Clone(w.machine.Requests)
+			w.machine.Mu.Unlock()
+			if n := reqs["/api/v1/sandbox-node/releases/rel-one/seccomp.json"]; n != 2 {
+				t.Fatalf("seccomp.json fetched %d times, want 2 (prepare, repair)", n)
+			}
+			if n := reqs["/api/v1/sandbox-node/releases/rel-one/image.tar"]; n != 1 {
+				t.Fatalf("image.tar fetched %d times, want 1", n)
+			}
+			r := ref()
+			if resp := w.command(a, 1, r, "true"); resp == nil || resp.ErrorCode != proto.ErrNotFound {
+				t.Fatalf("command on a missing sandbox: %+v", resp)
+			}
+		})
+	}
 }

@@ -21,7 +21,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -71,9 +70,10 @@ type Outcome struct {
 }
 
 // Preparer runs preparer jobs. ls is the exclusive lease the node took
-// for the job, or nil when the generation has no lease yet (a new
-// preparation creates it); the preparer inherits it and the node closes
-// its copy after the preparer exited.
+// for a reclamation (it checked the references while holding it); the
+// preparer inherits it and the node closes its copy after the preparer
+// exited. Preparations and repairs get nil: the preparer takes the
+// lease itself, after the installation lock.
 type Preparer interface {
 	Run(ctx context.Context, job Job, ls *lease.Lease) Outcome
 }
@@ -236,7 +236,7 @@ func (m *Manager) inspectLocked(g int64) *gen {
 	x.withConfig = false
 	x.brokenDiag = ""
 	switch {
-	case l.Dropped != nil && l.DroppedErr == nil:
+	case l.Dropped != nil && l.DroppedErr == nil && l.Journal == nil:
 		x.phase = dropped
 	case l.IdentityErr != nil, l.PlanErr != nil, l.ConfigErr != nil, l.JournalErr != nil, l.DroppedErr != nil:
 		x.phase, x.brokenDiag = broken, proto.DiagProviderUnavailable
@@ -245,6 +245,9 @@ func (m *Manager) inspectLocked(g int64) *gen {
 		// record was removed: never taken over.
 		x.phase, x.brokenDiag = broken, proto.DiagProviderUnavailable
 	case l.Journal != nil:
+		// An unfinished reclamation (its dropped marker maybe written
+		// already): only a retention candidate; a fresh authorisation
+		// finishes it.
 		x.phase = collecting
 	case l.Plan != nil:
 		x.phase, x.withConfig = planned, l.Config != nil
@@ -656,10 +659,8 @@ func (m *Manager) next() (*Job, *lease.Lease, time.Duration) {
 		if !ok || !due(x) {
 			continue
 		}
-		if j, ls := m.takeLocked(g, want, kind); j != nil {
-			return j, ls, 0
-		}
-		due(x)
+		j, ls := m.takeLocked(g, want, kind)
+		return j, ls, 0
 	}
 	// 3: authorised reclamations.
 	for len(m.drops) > 0 {
@@ -683,11 +684,9 @@ func (m *Manager) next() (*Job, *lease.Lease, time.Duration) {
 		if !due(x) {
 			continue
 		}
-		if j, ls := m.takeLocked(g, x.b, JobRepair); j != nil {
-			m.repCursor += i + 1
-			return j, ls, 0
-		}
-		due(x)
+		m.repCursor += i + 1
+		j, ls := m.takeLocked(g, x.b, JobRepair)
+		return j, ls, 0
 	}
 	return nil, nil, wait
 }
@@ -710,10 +709,11 @@ func (m *Manager) pinnedJobLocked(x *gen, want genstate.Binding) (JobKind, bool)
 	return "", false
 }
 
-// takeLocked starts job kind on generation g bound to b: it takes the
-// exclusive lease when the generation has one (a busy lease postpones the
-// job by BusyRetry; a lease that cannot be verified marks the generation
-// broken) and marks the generation as worked on.
+// takeLocked starts job kind on generation g bound to b and marks the
+// generation as worked on. The preparer takes the installation lock
+// (waiting while another preparer, one a dead node left running
+// included, holds it) and then the generation's exclusive lease (a busy
+// lease — a running helper — postpones the job by BusyRetry).
 func (m *Manager) takeLocked(g int64, b genstate.Binding, kind JobKind) (*Job, *lease.Lease) {
 	x := m.gens[g]
 	if x == nil {
@@ -723,21 +723,8 @@ func (m *Manager) takeLocked(g int64, b genstate.Binding, kind JobKind) (*Job, *
 	if x.phase == absent {
 		x.b, x.known = b, true
 	}
-	var ls *lease.Lease
-	if _, err := os.Lstat(lease.Path(m.cfg.Generations.Path(), g)); err == nil {
-		ls, err = lease.Acquire(m.cfg.Generations.Path(), b.Want(), lease.Exclusive)
-		switch {
-		case errors.Is(err, lease.ErrBusy):
-			x.next = m.clock.Now().Add(BusyRetry)
-			return nil, nil
-		case err != nil:
-			m.log.Warn("generation lease refused; kept for inspection", "generation", g, "error", err)
-			x.refused, x.diag = true, proto.DiagProviderUnavailable
-			return nil, nil
-		}
-	}
 	x.working = true
-	return &Job{Kind: kind, Binding: b}, ls
+	return &Job{Kind: kind, Binding: b}, nil
 }
 
 // reclaimLocked starts an authorised reclamation if it still may run: the

@@ -110,6 +110,16 @@ func (p *fakePreparer) Run(ctx context.Context, job Job, ls *lease.Lease) Outcom
 	if p.block != nil {
 		<-p.block
 	}
+	if job.Kind != JobReclaim {
+		// As the preparer does: the exclusive lease, when there is one.
+		if _, err := os.Lstat(lease.Path(p.dir.Path(), job.Binding.Generation)); err == nil {
+			ls, err := lease.Acquire(p.dir.Path(), job.Binding.Want(), lease.Exclusive)
+			if err != nil {
+				return Outcome{Busy: true}
+			}
+			defer ls.Close()
+		}
+	}
 	p.mu.Lock()
 	out := p.outcome(job)
 	p.mu.Unlock()
@@ -118,7 +128,7 @@ func (p *fakePreparer) Run(ctx context.Context, job Job, ls *lease.Lease) Outcom
 	}
 	switch job.Kind {
 	case JobPrepare:
-		if ls == nil {
+		if _, err := os.Lstat(lease.Path(p.dir.Path(), job.Binding.Generation)); err != nil {
 			if _, err := lease.Create(p.dir.Path(), job.Binding.Want()); err != nil {
 				p.t.Errorf("fake prepare: %v", err)
 			}
@@ -315,8 +325,8 @@ func TestNothingIsPreparedBeforeTheDeployment(t *testing.T) {
 	if j := r.prep.next(t); j.Kind != JobPrepare || j.Binding != bind(5) {
 		t.Fatalf("job %+v, want prepare of generation 5", j)
 	}
-	if mode := <-r.prep.held; mode != lease.Exclusive {
-		t.Fatalf("the resumed preparation ran with lease mode %v, want exclusive", mode)
+	if mode := <-r.prep.held; mode != 0 {
+		t.Fatalf("the node passed a lease (mode %v) to a preparation; the preparer takes it", mode)
 	}
 }
 
@@ -669,6 +679,9 @@ func TestBusyLeasePostponesWithoutBackoff(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.m.Observations(context.Background()) // the probe's helper was busy? no: shared + shared is fine
+	if j := r.prep.next(t); j.Kind != JobRepair {
+		t.Fatalf("job %+v, want the repair (which finds the lease busy)", j)
+	}
 	if d := r.settle(t); d != BusyRetry {
 		t.Fatalf("wait %v, want BusyRetry", d)
 	}

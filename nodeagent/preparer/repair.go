@@ -26,9 +26,6 @@ import (
 // configuration is prepared from its exact plan, or refused without one.
 func (j *Job) repair(ctx context.Context) error {
 	g := j.Binding.Generation
-	if j.Lease == nil {
-		return &failure{exit: ExitUsage, err: errors.New("repair needs the exclusive lease from the node")}
-	}
 	l, err := j.local()
 	if err != nil {
 		return err
@@ -42,6 +39,9 @@ func (j *Job) repair(ctx context.Context) error {
 		return j.prepare(ctx)
 	case l.Config == nil:
 		return &failure{exit: ExitConfigMissing, err: fmt.Errorf("generation %d has no provider configuration and no exact plan; repair refused", g)}
+	}
+	if _, err := j.exclusive(); err != nil {
+		return err
 	}
 	cfg := l.Config
 	dir := j.Generations.FilesPath(g)
