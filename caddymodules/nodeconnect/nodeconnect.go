@@ -22,6 +22,7 @@ import (
 
 	"github.com/sandgate/sandgate/caddymodules/sandgate"
 	"github.com/sandgate/sandgate/node/hub"
+	"github.com/sandgate/sandgate/node/machine/server"
 )
 
 func init() {
@@ -31,10 +32,13 @@ func init() {
 }
 
 // Connect is the "sandbox_node_connect" handler: Core's end of the
-// sandbox-node WebSocket. It serves GET /api/v1/sandbox-node/connect
-// ?node_id=<uuid> with "Authorization: Bearer <node credential>" and
-// passes every other path to the next handler, so it can share a site with
-// other handlers. It has no settings of its own: the node credentials,
+// sandbox-node WebSocket, GET /api/v1/sandbox-node/connect?node_id=<uuid>
+// with "Authorization: Bearer <node credential>", and the machine API
+// beside it (package node/machine/server: POST and GET
+// /api/v1/sandbox-node/enrol, GET /api/v1/sandbox-node/config, GET
+// /api/v1/sandbox-node/releases/…; docs/node-machine-api.md). It passes
+// every other path to the next handler, so it can share a site with other
+// handlers. It has no settings of its own: the node credentials,
 // owner epoch, deployment and timers are the sandgate app's nodes block.
 //
 // Before the upgrade it answers 401 for a missing or rejected credential
@@ -46,7 +50,8 @@ func init() {
 //
 //	{"handler": "sandbox_node_connect"}
 type Connect struct {
-	hub *hub.Hub
+	hub     *hub.Hub
+	machine *server.Handler
 }
 
 // CaddyModule returns the Caddy module information.
@@ -57,16 +62,22 @@ func (Connect) CaddyModule() caddy.ModuleInfo {
 // Provision finds the node hub of the sandgate app. It fails when the app
 // has no nodes block.
 func (h *Connect) Provision(ctx caddy.Context) error {
-	hub, err := appHub(ctx)
+	app, err := sandgateApp(ctx)
 	if err != nil {
 		return err
 	}
-	h.hub = hub
+	h.hub = app.NodeHub()
+	m := &server.Handler{Credentials: app.NodeCredentials(), Pools: app.NodePools(), Releases: app.Releases(),
+		Logger: ctx.Logger()}
+	if e := app.NodeEnrolment(); e != nil {
+		m.Enrolment = e
+	}
+	h.machine = m
 	return nil
 }
 
-// appHub returns the sandgate app's node hub.
-func appHub(ctx caddy.Context) (*hub.Hub, error) {
+// sandgateApp returns the sandgate app, which must have a nodes block.
+func sandgateApp(ctx caddy.Context) (*sandgate.App, error) {
 	a, err := ctx.App(sandgate.AppName)
 	if err != nil {
 		return nil, fmt.Errorf("loading the sandgate app: %w", err)
@@ -75,16 +86,28 @@ func appHub(ctx caddy.Context) (*hub.Hub, error) {
 	if !ok {
 		return nil, fmt.Errorf("app %q is %T, not the sandgate app", sandgate.AppName, a)
 	}
-	hub := app.NodeHub()
-	if hub == nil {
+	if app.NodeHub() == nil {
 		return nil, errors.New("the sandgate app has no nodes block: add `nodes { credentials file <path> }` to the sandgate global option")
 	}
-	return hub, nil
+	return app, nil
+}
+
+// appHub returns the sandgate app's node hub.
+func appHub(ctx caddy.Context) (*hub.Hub, error) {
+	app, err := sandgateApp(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return app.NodeHub(), nil
 }
 
 // ServeHTTP serves the connect path and passes other paths on. Refusals
 // before the upgrade are returned as caddyhttp errors with their status.
 func (h *Connect) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if server.Owns(r.URL.Path) {
+		h.machine.ServeHTTP(w, r)
+		return nil
+	}
 	if r.URL.Path != hub.ConnectPath {
 		return next.ServeHTTP(w, r)
 	}

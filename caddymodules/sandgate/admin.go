@@ -7,6 +7,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/sandgate/sandgate/node/admin"
+	"github.com/sandgate/sandgate/node/enrolment"
 	"github.com/sandgate/sandgate/node/pool"
 	"github.com/sandgate/sandgate/node/release"
 )
@@ -35,6 +36,8 @@ func runningApp() *App {
 //	curl localhost:2019/sandgate/pools
 //	curl -X PUT -H 'Content-Type: application/json' localhost:2019/sandgate/pools/default/deployment \
 //	     -d '{"generation": 8, "release": "busybox-8", "serving_generation": 7}'
+//	curl -X POST -H 'Content-Type: application/json' localhost:2019/sandgate/enrolment-tokens \
+//	     -d '{"pool": "default", "ttl": "1h"}'
 //
 // Caddy loads every admin.api module by itself; it has no configuration.
 // The routes act on the running config's sandgate app and answer 503 when
@@ -62,6 +65,12 @@ func (AdminAPI) Routes() []caddy.AdminRoute {
 			return nil
 		}),
 	}, {
+		Pattern: admin.TokensPath,
+		Handler: caddy.AdminHandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+			h.ServeHTTP(w, r)
+			return nil
+		}),
+	}, {
 		Pattern: admin.PoolsPath + "/",
 		Handler: caddy.AdminHandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
 			h.ServeHTTP(w, r)
@@ -75,6 +84,8 @@ type adminState struct{ a *App }
 
 func (s adminState) Pools() *pool.Registry    { return s.a.pools }
 func (s adminState) Releases() *release.Store { return s.a.releases }
+
+func (s adminState) Enrolment() *enrolment.Store { return s.a.enrolment }
 
 // Interface guard.
 var _ caddy.AdminRouter = AdminAPI{}

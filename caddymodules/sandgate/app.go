@@ -31,6 +31,8 @@ import (
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/dataplane"
 	"github.com/sandgate/sandgate/gateway/token"
+	nodecredential "github.com/sandgate/sandgate/node/credential"
+	"github.com/sandgate/sandgate/node/enrolment"
 	"github.com/sandgate/sandgate/node/hub"
 	"github.com/sandgate/sandgate/node/pool"
 	"github.com/sandgate/sandgate/node/release"
@@ -103,7 +105,11 @@ type App struct {
 	poolSpecs map[string]pool.Spec // this config's pools
 	poolsUndo func()               // puts back the pools Start replaced
 	prevApp   *App                 // the running app Start replaced
-	stopped   bool                 // Stop has run; guarded by currentMu
+
+	enrolment       *enrolment.Store     // enrolled nodes and tokens; nil without state_dir
+	enrolmentKey    string               // its key in enrolments; "" when not held
+	nodeCredentials nodecredential.Store // the operator's file merged with the enrolled nodes
+	stopped         bool                 // Stop has run; guarded by currentMu
 }
 
 // TokenKey is one token verification key.
@@ -326,6 +332,11 @@ func (a *App) Cleanup() error {
 		_, err = registries.Delete(a.poolsKey)
 		a.poolsKey = ""
 	}
+	if a.enrolmentKey != "" {
+		_, eerr := enrolments.Delete(a.enrolmentKey)
+		err = errors.Join(err, eerr)
+		a.enrolmentKey = ""
+	}
 	if !a.hubHeld {
 		return err
 	}
@@ -356,6 +367,15 @@ func (a *App) NodeHub() *hub.Hub { return a.hub }
 // NodePools returns the pool registry, or nil when the config has no
 // nodes block.
 func (a *App) NodePools() *pool.Registry { return a.pools }
+
+// NodeEnrolment returns the enrolled-node store, or nil without a
+// state_dir.
+func (a *App) NodeEnrolment() *enrolment.Store { return a.enrolment }
+
+// NodeCredentials returns the store that authenticates nodes (the
+// operator's file merged with the enrolled nodes), or nil without a nodes
+// block.
+func (a *App) NodeCredentials() nodecredential.Store { return a.nodeCredentials }
 
 // Releases returns the release store, or nil when none is configured.
 func (a *App) Releases() *release.Store { return a.releases }

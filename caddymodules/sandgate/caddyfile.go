@@ -318,8 +318,8 @@ func parseNodes(d *caddyfile.Dispenser) (*Nodes, error) {
 			return nil, d.Errf("unrecognized nodes subdirective %q", opt)
 		}
 	}
-	if n.CredentialsRaw == nil {
-		return nil, d.Err("nodes: credentials is required (e.g. credentials file <path>)")
+	if n.CredentialsRaw == nil && n.StateDir == "" {
+		return nil, d.Err("nodes: credentials is required (e.g. credentials file <path>), or a state_dir for enrolled nodes")
 	}
 	return n, nil
 }

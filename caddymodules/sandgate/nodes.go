@@ -239,16 +239,20 @@ func (a *App) provisionNodes(ctx caddy.Context) error {
 	if err := n.check(); err != nil {
 		return err
 	}
-	if n.CredentialsRaw == nil {
-		return errors.New("a node credential source is required (credentials file <path>)")
+	if n.CredentialsRaw == nil && n.StateDir == "" {
+		return errors.New("a node credential source (credentials file <path>) or a state_dir for enrolled nodes is required")
 	}
-	mod, err := ctx.LoadModule(n, "CredentialsRaw")
-	if err != nil {
-		return fmt.Errorf("loading the node credential source: %w", err)
-	}
-	store, ok := mod.(credential.Store)
-	if !ok {
-		return fmt.Errorf("node credential source module %T does not implement credential.Store", mod)
+	var stores credential.Merged
+	if n.CredentialsRaw != nil {
+		mod, err := ctx.LoadModule(n, "CredentialsRaw")
+		if err != nil {
+			return fmt.Errorf("loading the node credential source: %w", err)
+		}
+		store, ok := mod.(credential.Store)
+		if !ok {
+			return fmt.Errorf("node credential source module %T does not implement credential.Store", mod)
+		}
+		stores = append(stores, store)
 	}
 	epoch := n.OwnerEpoch
 	if epoch == 0 {
@@ -257,6 +261,14 @@ func (a *App) provisionNodes(ctx caddy.Context) error {
 	if err := a.provisionPools(); err != nil {
 		return err
 	}
+	if a.enrolment != nil {
+		stores = append(stores, a.enrolment)
+	}
+	var store credential.Store = stores
+	if len(stores) == 1 {
+		store = stores[0]
+	}
+	a.nodeCredentials = store
 	a.hubConfig = hub.Config{
 		Credentials: store,
 		OwnerEpoch:  epoch,

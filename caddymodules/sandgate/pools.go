@@ -9,6 +9,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/sandgate/sandgate/node/enrolment"
 	"github.com/sandgate/sandgate/node/pool"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/node/release"
@@ -23,6 +24,16 @@ type pooledRegistry struct{ *pool.Registry }
 
 // Destruct does nothing: the state is on disk (or gone with the process).
 func (pooledRegistry) Destruct() error { return nil }
+
+// enrolments holds the enrolled-node stores across reloads, keyed by
+// their state file.
+var enrolments = caddy.NewUsagePool()
+
+// pooledEnrolment lets the pool drop a store when no config holds it.
+type pooledEnrolment struct{ *enrolment.Store }
+
+// Destruct does nothing: the store is on disk.
+func (pooledEnrolment) Destruct() error { return nil }
 
 // checkPools validates the pools' static settings; the error names the
 // pool and generation.
@@ -120,6 +131,19 @@ func (a *App) provisionPools() error {
 		}
 		a.stateDir = dir
 		statePath = filepath.Join(dir, "pools.json")
+		enrolPath := filepath.Join(dir, "enrolment.json")
+		v, _, err := enrolments.LoadOrNew(enrolPath, func() (caddy.Destructor, error) {
+			s, err := enrolment.Open(enrolPath, nil)
+			if err != nil {
+				return nil, err
+			}
+			return pooledEnrolment{s}, nil
+		})
+		if err != nil {
+			return err
+		}
+		a.enrolmentKey = enrolPath
+		a.enrolment = v.(pooledEnrolment).Store
 	}
 	if n.Releases != "" {
 		store, err := release.OpenStore(repl.ReplaceAll(n.Releases, ""))

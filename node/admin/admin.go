@@ -1,12 +1,14 @@
 // Package admin is the operator's HTTP routes for sandbox nodes, served
 // under Caddy's admin endpoint (module admin.api.sandgate): the node pools
-// and their deployments, changed at run time without a reload.
+// and their deployments, changed at run time without a reload, and the
+// one-time enrolment tokens of new nodes.
 //
 // Routes (JSON; the reference is docs/node-machine-api.md):
 //
 //	GET /sandgate/pools                          200 {"pools": [pool.Status, …]}
 //	GET /sandgate/pools/<name>                   200 pool.Status | 404
 //	PUT /sandgate/pools/<name>/deployment        DeploymentRequest → 200 {"deployment": …} | 4xx
+//	POST /sandgate/enrolment-tokens              TokenRequest → 201 TokenResponse | 4xx
 //
 // Caddy's admin endpoint is not authenticated by itself; it listens on
 // localhost:2019 unless configured otherwise, like /load and /config/.
@@ -17,10 +19,12 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
 
 	"github.com/sandgate/sandgate/internal/strictjson"
+	"github.com/sandgate/sandgate/node/enrolment"
 	"github.com/sandgate/sandgate/node/pool"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/node/release"
@@ -28,6 +32,9 @@ import (
 
 // PoolsPath is the prefix of the pool routes.
 const PoolsPath = "/sandgate/pools"
+
+// TokensPath is the enrolment token route.
+const TokensPath = "/sandgate/enrolment-tokens"
 
 // MaxBody is the largest request body, in bytes (64 KiB).
 const MaxBody = 64 << 10
@@ -39,6 +46,28 @@ type State interface {
 	Pools() *pool.Registry
 	// Releases returns the release store.
 	Releases() *release.Store
+	// Enrolment returns the enrolment store (nil: enrolment is off).
+	Enrolment() *enrolment.Store
+}
+
+// TokenRequest is the body of POST TokensPath.
+type TokenRequest struct {
+	// Pool is the configured pool the token enrols a node into. Required.
+	Pool string `json:"pool"`
+	// TTL is the token's lifetime as a Go duration ("1h", "30m"), 1m..720h.
+	// Optional, default 1h.
+	TTL string `json:"ttl,omitempty"`
+}
+
+// TokenResponse is the answer of POST TokensPath. The token is shown this
+// once; Core keeps only its SHA-256.
+type TokenResponse struct {
+	// EnrolmentToken is the one-time token for `nodeagent enrol --token`.
+	EnrolmentToken string `json:"enrolment_token"`
+	// Pool is the token's pool.
+	Pool string `json:"pool"`
+	// ExpiresAt is when the token stops being accepted.
+	ExpiresAt time.Time `json:"expires_at"`
 }
 
 // Handler serves the routes. State is looked up on every request, so the
@@ -90,7 +119,7 @@ type Error struct {
 
 // Owns reports whether path is one of the handler's.
 func Owns(path string) bool {
-	return path == PoolsPath || strings.HasPrefix(path, PoolsPath+"/")
+	return path == PoolsPath || strings.HasPrefix(path, PoolsPath+"/") || path == TokensPath
 }
 
 // ServeHTTP routes one request.
@@ -104,6 +133,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reg := st.Pools()
+	if r.URL.Path == TokensPath {
+		if allow(w, r, http.MethodPost) {
+			h.issueToken(w, r, st)
+		}
+		return
+	}
 	rest := strings.TrimPrefix(r.URL.Path, PoolsPath)
 	parts := strings.Split(strings.Trim(rest, "/"), "/")
 	switch {
@@ -141,17 +176,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) setDeployment(w http.ResponseWriter, r *http.Request, st State, name string) {
-	b, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
-	if err != nil {
-		write(w, http.StatusBadRequest, Error{Error: "invalid_request", Detail: "reading the body failed"})
-		return
-	}
-	if len(b) > MaxBody {
-		write(w, http.StatusRequestEntityTooLarge, Error{Error: "request_too_large", Detail: "the body is over 64 KiB"})
+	b, ok := readBody(w, r)
+	if !ok {
 		return
 	}
 	var in DeploymentRequest
-	err = strictjson.Decode(b, &in, strictjson.Schema{
+	err := strictjson.Decode(b, &in, strictjson.Schema{
 		Required: map[string][]string{"": {"generation", "serving_generation"}},
 		Nullable: map[string]bool{"/serving_generation": true},
 	})
@@ -201,6 +231,59 @@ func (h *Handler) setDeployment(w http.ResponseWriter, r *http.Request, st State
 	default:
 		write(w, http.StatusInternalServerError, Error{Error: "state_write_failed", Detail: "the pool state could not be written; nothing changed"})
 	}
+}
+
+func (h *Handler) issueToken(w http.ResponseWriter, r *http.Request, st State) {
+	store := st.Enrolment()
+	if store == nil {
+		write(w, http.StatusServiceUnavailable, Error{Error: "unavailable", Detail: "enrolment is off: set state_dir in the nodes block"})
+		return
+	}
+	b, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	var in TokenRequest
+	if err := strictjson.Decode(b, &in, strictjson.Schema{Required: map[string][]string{"": {"pool"}}}); err != nil {
+		write(w, http.StatusBadRequest, Error{Error: "invalid_request", Detail: err.Error()})
+		return
+	}
+	var ttl time.Duration
+	if in.TTL != "" {
+		d, err := time.ParseDuration(in.TTL)
+		if err != nil {
+			write(w, http.StatusBadRequest, Error{Error: "invalid_request", Detail: "ttl must be a duration such as 1h or 30m"})
+			return
+		}
+		ttl = d
+	}
+	if !st.Pools().Configured(in.Pool) {
+		write(w, http.StatusNotFound, Error{Error: "not_found", Detail: "no such pool"})
+		return
+	}
+	tok, exp, err := store.Issue(in.Pool, ttl)
+	switch {
+	case errors.Is(err, enrolment.ErrInvalid):
+		write(w, http.StatusBadRequest, Error{Error: "invalid_request", Detail: strings.TrimPrefix(err.Error(), enrolment.ErrInvalid.Error()+": ")})
+	case err != nil:
+		write(w, http.StatusInternalServerError, Error{Error: "state_write_failed", Detail: "the token could not be recorded; none was issued"})
+	default:
+		write(w, http.StatusCreated, TokenResponse{EnrolmentToken: tok, Pool: in.Pool, ExpiresAt: exp})
+	}
+}
+
+// readBody reads at most MaxBody bytes; it answers 413 or 400 itself.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
+	if err != nil {
+		write(w, http.StatusBadRequest, Error{Error: "invalid_request", Detail: "reading the body failed"})
+		return nil, false
+	}
+	if len(b) > MaxBody {
+		write(w, http.StatusRequestEntityTooLarge, Error{Error: "request_too_large", Detail: "the body is over 64 KiB"})
+		return nil, false
+	}
+	return b, true
 }
 
 func allow(w http.ResponseWriter, r *http.Request, methods ...string) bool {

@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/sandgate/sandgate/node/enrolment"
 	"github.com/sandgate/sandgate/node/pool"
 	"github.com/sandgate/sandgate/node/release"
 )
@@ -16,10 +18,13 @@ import (
 type state struct {
 	reg   *pool.Registry
 	store *release.Store
+	enrol *enrolment.Store
 }
 
 func (s state) Pools() *pool.Registry    { return s.reg }
 func (s state) Releases() *release.Store { return s.store }
+
+func (s state) Enrolment() *enrolment.Store { return s.enrol }
 
 var d7 = strings.Repeat("7a", 32)
 
@@ -52,7 +57,11 @@ func newServer(t *testing.T) (*httptest.Server, state, string) {
 	if _, err := store.Publish(src); err != nil {
 		t.Fatal(err)
 	}
-	st := state{reg, store}
+	enrol, err := enrolment.Open(filepath.Join(dir, "enrolment.json"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := state{reg, store, enrol}
 	srv := httptest.NewServer(&Handler{State: func() State { return st }})
 	t.Cleanup(srv.Close)
 	return srv, st, statePath
@@ -150,5 +159,35 @@ func TestUnconfigured(t *testing.T) {
 	var e Error
 	if status := do(t, http.MethodGet, srv.URL+PoolsPath, "", &e); status != http.StatusServiceUnavailable || e.Error != "unavailable" {
 		t.Fatalf("%d %+v", status, e)
+	}
+}
+
+func TestIssueToken(t *testing.T) {
+	srv, st, _ := newServer(t)
+	var res TokenResponse
+	status := do(t, http.MethodPost, srv.URL+TokensPath, `{"pool": "default", "ttl": "30m"}`, &res)
+	if status != http.StatusCreated || len(res.EnrolmentToken) != 43 || res.Pool != "default" ||
+		time.Until(res.ExpiresAt) > 30*time.Minute || time.Until(res.ExpiresAt) < 28*time.Minute {
+		t.Fatalf("%d %+v", status, res)
+	}
+	if p, err := st.enrol.Check(res.EnrolmentToken); err != nil || p != "default" {
+		t.Fatalf("%q %v", p, err)
+	}
+	for _, tc := range []struct {
+		name, method, body string
+		status             int
+		code               string
+	}{
+		{"unknown pool", http.MethodPost, `{"pool": "gpu"}`, 404, "not_found"},
+		{"bad ttl", http.MethodPost, `{"pool": "default", "ttl": "forever"}`, 400, "invalid_request"},
+		{"long ttl", http.MethodPost, `{"pool": "default", "ttl": "800h"}`, 400, "invalid_request"},
+		{"no pool", http.MethodPost, `{"ttl": "1h"}`, 400, "invalid_request"},
+		{"unknown member", http.MethodPost, `{"pool": "default", "uses": 2}`, 400, "invalid_request"},
+		{"method", http.MethodGet, ``, 405, "method_not_allowed"},
+	} {
+		var e Error
+		if status := do(t, tc.method, srv.URL+TokensPath, tc.body, &e); status != tc.status || e.Error != tc.code {
+			t.Errorf("%s: %d %+v", tc.name, status, e)
+		}
 	}
 }

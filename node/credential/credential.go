@@ -105,6 +105,19 @@ type record struct {
 	digest Digest
 }
 
+// Check authenticates a presented digest against one record: n is the
+// record's identity (nil: no such node) and want its credential digest.
+// It is authenticate for stores that keep their records in their own
+// form (the enrolled-node store); the comparison is constant time and
+// takes the same time for an unknown node. Errors wrap ErrUnknownNode,
+// ErrMismatch or ErrDisabled.
+func Check(nodeID string, n *Node, want Digest, digest Digest) (Node, error) {
+	if n == nil {
+		return authenticate(nodeID, nil, digest)
+	}
+	return authenticate(nodeID, &record{Node: *n, digest: want}, digest)
+}
+
 // dummy is compared against when the node does not exist, so that the
 // answer takes the same time.
 var dummy Digest

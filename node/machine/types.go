@@ -15,6 +15,7 @@
 //
 // Routes (the reference is docs/node-machine-api.md):
 //
+//	GET  /api/v1/sandbox-node/enrol   (enrolment token)          → 200 EnrolPreview
 //	POST /api/v1/sandbox-node/enrol                              EnrolRequest → 201 EnrolResponse
 //	GET  /api/v1/sandbox-node/config?node_id=<uuid>[&generation=<n>]   → 200 Config
 //	GET  /api/v1/sandbox-node/releases/<source>/manifest.json    → 200 manifest bytes
@@ -138,12 +139,28 @@ type Config struct {
 	Runtimes []Runtime `json:"runtimes"`
 }
 
+// EnrolPreview is the 200 answer of GET EnrolPath with an enrolment token
+// (the token is not used): what the node will be enrolled with, so that it
+// can download and verify the runtime before it uses the token.
+type EnrolPreview struct {
+	// Pool is the token's pool.
+	Pool string `json:"pool"`
+	// Enrolled is the generation a node enrolling now gets: the pool's
+	// serving generation, or its target when it serves none.
+	Enrolled Generation `json:"enrolled"`
+	// Deployment is the pool's deployment.
+	Deployment proto.Deployment `json:"deployment"`
+	// Runtimes are the pool's target, serving and enrolled generations
+	// that come from a release, by ascending generation.
+	Runtimes []Runtime `json:"runtimes"`
+}
+
 // Error is the body of every refusal.
 type Error struct {
 	// Error is the refusal's code (Code* constants).
 	Error string `json:"error"`
-	// Detail explains an invalid_request (the member and rule, never a
-	// value); absent otherwise.
+	// Detail explains the refusal (for invalid_request the member and
+	// rule), never quoting a value; absent on 401s.
 	Detail string `json:"detail,omitempty"`
 }
 
@@ -171,6 +188,9 @@ const (
 	// CodeDeploymentUnavailable (503): the pool has no deployment, or its
 	// release is not in the store.
 	CodeDeploymentUnavailable = "deployment_unavailable"
+	// CodeReleaseDamaged (500): a stored artifact does not match its
+	// manifest (the store was damaged; re-publish repairs it).
+	CodeReleaseDamaged = "release_damaged"
 	// CodeUnavailable (503): the service is not configured or is closing,
 	// or a write failed.
 	CodeUnavailable = "unavailable"
@@ -269,6 +289,12 @@ var (
 		"/deployment": {"generation", "specification_digest", "serving_generation"},
 		"/runtimes/-": {"generation", "specification_digest", "source", "manifest_url"},
 	}
+	previewRequired = map[string][]string{
+		"":            {"pool", "enrolled", "deployment", "runtimes"},
+		"/enrolled":   {"deployment_generation", "specification_digest"},
+		"/deployment": {"generation", "specification_digest", "serving_generation"},
+		"/runtimes/-": {"generation", "specification_digest", "source", "manifest_url"},
+	}
 	configNullable = map[string]bool{"/deployment/serving_generation": true}
 )
 
@@ -307,6 +333,21 @@ func DecodeConfig(r io.Reader) (*Config, error) {
 		return nil, err
 	}
 	if err := v.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrMalformed, err)
+	}
+	return &v, nil
+}
+
+// DecodeEnrolPreview decodes and validates an enrolment preview (the
+// node's side), as strictly as DecodeConfig.
+func DecodeEnrolPreview(r io.Reader) (*EnrolPreview, error) {
+	var v EnrolPreview
+	if err := decode(r, &v, previewRequired); err != nil {
+		return nil, err
+	}
+	c := Config{NodeID: "00000000-0000-4000-8000-000000000000", Pool: v.Pool, Enrolled: v.Enrolled,
+		Deployment: v.Deployment, Runtimes: v.Runtimes}
+	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrMalformed, err)
 	}
 	return &v, nil

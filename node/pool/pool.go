@@ -378,6 +378,24 @@ func (r *Registry) Binding(name string, gen int64) (Binding, bool) {
 	return Binding{Generation: gen, SpecificationDigest: b.SpecificationDigest, Source: b.Source}, true
 }
 
+// HasSource reports whether pool name is configured and binds a
+// generation to release source (the releases a node of the pool may
+// download).
+func (r *Registry) HasSource(name, source string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.state[name]
+	if !r.configured[name] || p == nil || source == "" {
+		return false
+	}
+	for _, b := range p.Generations {
+		if b.Source == source {
+			return true
+		}
+	}
+	return false
+}
+
 // Configured reports whether the configuration defines pool name.
 func (r *Registry) Configured(name string) bool {
 	r.mu.Lock()
