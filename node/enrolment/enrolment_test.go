@@ -36,7 +36,9 @@ func request() Request {
 		GenerationManagement: true}
 }
 
-func resolve7(string) (Generation, error) { return Generation{Generation: 7, SpecificationDigest: digest}, nil }
+func resolve7(string) (Generation, error) {
+	return Generation{Generation: 7, SpecificationDigest: digest}, nil
+}
 
 func open(t *testing.T) (*Store, *clock, string) {
 	t.Helper()
