@@ -15,8 +15,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +28,7 @@ import (
 	"github.com/sandgate/sandgate/node/release"
 	"github.com/sandgate/sandgate/nodeagent/docker"
 	"github.com/sandgate/sandgate/nodeagent/genstate"
+	"github.com/sandgate/sandgate/nodeagent/helper"
 	"github.com/sandgate/sandgate/nodeagent/internal/dockertest"
 	"github.com/sandgate/sandgate/nodeagent/internal/fakecore"
 	"github.com/sandgate/sandgate/nodeagent/lease"
@@ -600,5 +603,155 @@ func TestCrashDuringRepair(t *testing.T) {
 				t.Fatalf("command on a missing sandbox: %+v", resp)
 			}
 		})
+	}
+}
+
+// helperPIDs returns the running helpers of this node's state directory
+// whose command line contains all of words.
+func (w *gworld) helperPIDs(words ...string) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		cl := strings.ReplaceAll(string(b), "\x00", " ")
+		if !strings.Contains(cl, " helper ") || !strings.Contains(cl, w.state) {
+			continue
+		}
+		ok := true
+		for _, wd := range words {
+			ok = ok && strings.Contains(cl, wd)
+		}
+		if ok {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// retentionsOf counts the retention requests so far that name g.
+func retentionsOf(a *fakecore.Auto, g int64) int {
+	n := 0
+	for _, r := range a.Retentions() {
+		for _, e := range r.Entries {
+			if e.Generation == g {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// A helper whose caller gave up, and then whose node died, keeps the
+// generation's lease until it exits: Core's drop authorisations, on the
+// old connection and on the new one, reclaim nothing until then.
+func TestHelperOutlivesItsCallerAndTheNode(t *testing.T) {
+	w := newGWorld(t)
+	fifo := filepath.Join(w.dir, "hold")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, a, _, d2 := w.twoGenerations("SANDGATE_CRASHPOINT=" + helper.CrashAfterLease + ".command=hold:" + fifo)
+	r := ref()
+	if resp := w.create(a, 1, r); resp == nil || resp.ErrorCode != "" {
+		t.Fatalf("create on generation 1: %+v", resp)
+	}
+	// The command's helper stops right after taking the lease; its
+	// caller's budget (1 s) runs out first.
+	resp := a.Do(proto.OpCommand, 1, 1000, r, func(req *proto.Request) {
+		req.Command = &proto.Command{Argv: []string{"true"}, TimeoutMS: 1000, MaxOutputBytes: 16}
+	})
+	if resp == nil || resp.ErrorCode != proto.ErrCommandUnconfirmed {
+		t.Fatalf("command whose helper outlives the budget: %+v", resp)
+	}
+	pids := w.helperPIDs("--generation 1 ")
+	if len(pids) != 1 {
+		t.Fatalf("helpers of generation 1: %v, want the one held", pids)
+	}
+	// Its inherited lease descriptor is close-on-exec.
+	info, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/3", pids[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flags int64
+	for _, line := range strings.Split(string(info), "\n") {
+		if v, ok := strings.CutPrefix(line, "flags:"); ok {
+			flags, _ = strconv.ParseInt(strings.TrimSpace(v), 8, 64)
+		}
+	}
+	if flags&syscall.O_CLOEXEC == 0 {
+		t.Fatalf("the helper's lease descriptor flags %o lack O_CLOEXEC", flags)
+	}
+
+	notReclaimed := func(a *fakecore.Auto, rounds int) {
+		t.Helper()
+		start := retentionsOf(a, 1)
+		a.WaitObservations(func([]proto.GenerationObservation) bool { return retentionsOf(a, 1) >= start+rounds })
+		for _, r := range []genstate.Record{genstate.RecordJournal, genstate.RecordDropped} {
+			if ok, _ := w.generations().Exists(1, r); ok {
+				t.Fatalf("%s written while a helper holds the lease", r)
+			}
+		}
+	}
+	// While the helper runs, its call holds a reference: the node does not
+	// even propose generation 1 for retention.
+	a.SetKeep(dropOne)
+	before := retentionsOf(a, 1)
+	beats := 0
+	a.WaitObservations(func([]proto.GenerationObservation) bool { beats++; return beats >= 10 })
+	if n := retentionsOf(a, 1); n != before {
+		t.Fatalf("generation 1 proposed for retention %d times while its call's helper runs", n-before)
+	}
+	w.kill(p)
+	if len(w.helperPIDs("--generation 1 ")) != 1 {
+		t.Fatal("the helper died with its node")
+	}
+	p = w.start()
+	a = w.core.Accept().Auto(dep(2, d2, ptr64(2)), dropOne)
+	notReclaimed(a, 3)
+	if !strings.Contains(p.output(), `reclamation not started: lease" generation=1`) {
+		t.Fatalf("the node did not try (and refuse) the reclamation:\n%s", tail(p.output(), 3000))
+	}
+
+	// The helper finishes: the next authorisation reclaims.
+	f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	w.until("the held helper exits", func() bool { return len(w.helperPIDs("--generation 1 ")) == 0 })
+	w.until("generation 1 is reclaimed", func() bool {
+		_, err := w.generations().ReadDropped(1)
+		return err == nil
+	})
+	w.reclaimed()
+}
+
+// A helper killed after its operation ran, before it answered: the
+// outcome is unknown (unconfirmed), and Core's observation finds what the
+// operation did.
+func TestHelperKilledBeforeItAnswers(t *testing.T) {
+	w := newGWorld(t)
+	d1 := w.release(1, "rel-one")
+	w.writeConfig(1, d1)
+	w.start("SANDGATE_CRASHPOINT=" + helper.CrashBeforeAnswer + ".create")
+	a := w.core.Accept().Auto(dep(1, d1, nil), nil)
+	a.WaitObservations(fakecore.State(1, proto.GenerationReady))
+	r := ref()
+	if resp := w.create(a, 1, r); resp == nil || resp.ErrorCode != proto.ErrUnconfirmed || resp.Info != nil {
+		t.Fatalf("create whose helper was killed: %+v", resp)
+	}
+	info := a.Do(proto.OpInfo, 1, 60000, r, nil)
+	if info == nil || info.ErrorCode != "" || info.Info.State != proto.StateRunning || info.Info.Image != w.imageID {
+		t.Fatalf("info after the unconfirmed create: %+v", info)
+	}
+	if resp := a.Do(proto.OpKill, 1, 60000, r, nil); resp == nil || resp.ErrorCode != "" {
+		t.Fatalf("kill: %+v", resp)
 	}
 }

@@ -22,6 +22,8 @@ import (
 )
 
 // Crash points of the helper (package crashpoint).
+// Each is followed by "." and the operation (or "probe"), e.g.
+// helper.after-lease.command.
 const (
 	// CrashAfterLease: the helper verified its inherited lease and set
 	// close-on-exec; it has not called Docker.
@@ -65,6 +67,26 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "nodeagent helper: --deadline is required")
 		return exitUsage
 	}
+	// The request, read before anything else is touched.
+	var req *proto.Request
+	step := "probe"
+	if !*probe {
+		data, err := io.ReadAll(io.LimitReader(stdin, proto.MaxRequestFrame+1))
+		if err != nil {
+			return exitSetup
+		}
+		f, err := proto.Decode(data)
+		r, ok := f.(*proto.Request)
+		if err != nil || !ok {
+			fmt.Fprintln(stderr, "nodeagent helper: the request is not a valid request frame")
+			return exitUsage
+		}
+		if r.DeploymentGeneration != *generation {
+			fmt.Fprintln(stderr, "nodeagent helper: the request names another deployment generation")
+			return exitUsage
+		}
+		req, step = r, string(r.Operation)
+	}
 	gens, err := genstate.Open(*stateDir)
 	if err != nil {
 		fmt.Fprintln(stderr, "nodeagent helper:", err)
@@ -77,7 +99,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return exitSetup
 	}
 	defer ls.Close()
-	crashpoint.Hit(CrashAfterLease)
+	crashpoint.Hit(CrashAfterLease + "." + step)
 
 	cfg, err := servable(gens, b)
 	if err != nil {
@@ -111,25 +133,11 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return exitAnswered
 	}
 
-	data, err := io.ReadAll(io.LimitReader(stdin, proto.MaxRequestFrame+1))
-	if err != nil {
-		return exitSetup
-	}
-	f, err := proto.Decode(data)
-	req, ok := f.(*proto.Request)
-	if err != nil || !ok {
-		fmt.Fprintln(stderr, "nodeagent helper: the request is not a valid request frame")
-		return exitUsage
-	}
-	if req.DeploymentGeneration != b.Generation {
-		fmt.Fprintln(stderr, "nodeagent helper: the request names another deployment generation")
-		return exitUsage
-	}
 	resp, perr := provider.Execute(ctx, prov, req)
 	if perr != nil {
 		fmt.Fprintln(stderr, "nodeagent helper: operation failed:", perr)
 	}
-	crashpoint.Hit(CrashBeforeAnswer)
+	crashpoint.Hit(CrashBeforeAnswer + "." + step)
 	out, err := proto.Encode(resp)
 	if err != nil {
 		// A result the codec refuses (over the frame limit): the outcome
