@@ -211,8 +211,59 @@ const scenarios = {
   },
 }
 
+// The error-code matrix: for each row of PLAN (JSON: [{name, id, sandboxUrl,
+// routes, args}]) connect to sandbox id (through sandboxUrl if given) and
+// make one SDK call per route, every row and route at once. args: P and P2
+// (paths), PID, CMD, CWD, USER_NAME (user= of the calls that take one),
+// TIMEOUT_MS, START_BG (a command started in the background first; PID then
+// defaults to its pid).
+async function matrixRow(row) {
+  const a = row.args || {}
+  const sbx = await Sandbox.connect(row.id, {
+    apiKey: 'e2b_sandgate_test',
+    apiUrl: process.env.E2B_API_URL,
+    sandboxUrl: row.sandboxUrl || process.env.E2B_SANDBOX_URL,
+  })
+  const user = a.USER_NAME || undefined
+  const timeoutMs = a.TIMEOUT_MS ? Number(a.TIMEOUT_MS) : undefined
+  let pid = Number(a.PID || 4242)
+  if (a.START_BG) {
+    const h = await sbx.commands.run(a.START_BG, { background: true })
+    pid = h.pid
+    await h.disconnect()
+  }
+  const P = a.P || `${dir}/x.txt`
+  const P2 = a.P2 || `${dir}/y.txt`
+  const calls = {
+    run: () => sbx.commands.run(a.CMD || 'true', { cwd: a.CWD || undefined, user, timeoutMs }),
+    connect: async () => (await sbx.commands.connect(pid, { timeoutMs })).wait(),
+    list: () => sbx.files.list(P, { user }),
+    remove: () => sbx.files.remove(P, { user }),
+    exists: () => sbx.files.exists(P, { user }),
+    getInfo: async () => (await sbx.files.getInfo(P, { user })).name,
+    makeDir: () => sbx.files.makeDir(P, { user }),
+    rename: async () => (await sbx.files.rename(P, P2, { user })).name,
+    read: () => sbx.files.read(P, { user }),
+    write: async () => (await sbx.files.write(P, 'x', { user })).name,
+    processes: async () => (await sbx.commands.list()).length,
+    kill: () => sbx.commands.kill(pid),
+    sendStdin: () => sbx.commands.sendStdin(pid, 'x'),
+    isRunning: () => sbx.isRunning(),
+    watchDir: async () => (await sbx.files.watchDir(dir, () => {})).stop(),
+    pty: async () => (await sbx.pty.create({ cols: 80, rows: 24, onData: () => {} })).kill(),
+  }
+  const results = await Promise.all(row.routes.map((r) => attempt(calls[r])))
+  return Object.fromEntries(row.routes.map((r, i) => [r, results[i]]))
+}
+
 // Scenarios that manage the sandbox themselves (no connect first).
 const standalone = {
+  async matrix() {
+    const plan = JSON.parse(process.env.PLAN)
+    const rows = await Promise.all(plan.map((row) => attempt(() => matrixRow(row))))
+    return Object.fromEntries(plan.map((row, i) => [row.name, rows[i]]))
+  },
+
   // Sandbox.create({ network }) against the control API (corectl), a command
   // and a file, Sandbox.connect(id) to the same sandbox, then kill(); a
   // second kill and a connect after it show the sandbox is gone.
