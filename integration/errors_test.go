@@ -106,8 +106,8 @@ func TestErrorCodesEveryRoute(t *testing.T) {
 
 	// The credential source: a Portal answering by id.
 	creds := map[string]string{
-		"cred-a": `{"id":"cred-a","enabled":true,"resourceSpecId":"s","resourceGroupId":"g","projectNamespace":"ns","clusterId":"cluster-a"}`,
-		"cred-off": `{"id":"cred-off","enabled":false,"resourceSpecId":"s","resourceGroupId":"g","projectNamespace":"ns","clusterId":"cluster-a"}`,
+		"cred-a":         `{"id":"cred-a","enabled":true,"resourceSpecId":"s","resourceGroupId":"g","projectNamespace":"ns","clusterId":"cluster-a"}`,
+		"cred-off":       `{"id":"cred-off","enabled":false,"resourceSpecId":"s","resourceGroupId":"g","projectNamespace":"ns","clusterId":"cluster-a"}`,
 		"cred-elsewhere": `{"id":"cred-elsewhere","enabled":true,"resourceSpecId":"s","resourceGroupId":"g","projectNamespace":"ns","clusterId":"cluster-z"}`,
 		"cred-dead":      `{"id":"cred-dead","enabled":true,"resourceSpecId":"s","resourceGroupId":"g","projectNamespace":"ns","clusterId":"cluster-dead"}`,
 		"cred-slow":      `{"id":"cred-slow","enabled":true,"resourceSpecId":"s","resourceGroupId":"g","projectNamespace":"ns","clusterId":"cluster-slow"}`,
