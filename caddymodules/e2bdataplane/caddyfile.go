@@ -32,6 +32,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		default_user <name>
 //		keepalive_interval <duration>
 //		max_message_size <size>
+//		max_decompressed_size <size>
+//		max_decompression_ratio <n>
 //		token_target
 //		extended_operations
 //		process_dir <path>
@@ -41,7 +43,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	}
 //
 // user may repeat, once per name. max_message_size takes a size such as
-// 4MiB or 1048576. extended_operations (a flag, off by default) also serves
+// 4MiB or 1048576. max_decompressed_size (a size, default 1GiB) and
+// max_decompression_ratio (a positive integer, default 100, checked past
+// 16MiB) bound gzip-encoded writes. extended_operations (a flag, off by default) also serves
 // envd's Process List/Connect/SendSignal and Filesystem Stat/MakeDir/Move;
 // process_dir is where it keeps process records in the sandbox (default
 // /tmp/.sandgate/processes). The transport block is reverse_proxy's "transport http"
@@ -72,7 +76,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	for d.NextBlock(0) {
 		opt := d.Val()
 		switch opt {
-		case "home_dir", "default_user", "keepalive_interval", "max_message_size", "process_dir":
+		case "home_dir", "default_user", "keepalive_interval", "max_message_size", "process_dir",
+			"max_decompressed_size", "max_decompression_ratio":
 			if err := once(opt); err != nil {
 				return err
 			}
@@ -99,6 +104,18 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					return d.Errf("bad max_message_size %q: must be a size from 1 byte to 64MiB", v)
 				}
 				h.MaxMessageSize = int64(n)
+			case "max_decompressed_size":
+				n, err := humanize.ParseBytes(v)
+				if err != nil || n == 0 || n > 1<<50 {
+					return d.Errf("bad max_decompressed_size %q: must be a positive size such as 1GiB", v)
+				}
+				h.MaxDecompressedSize = int64(n)
+			case "max_decompression_ratio":
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil || n < 1 || n > 1<<20 {
+					return d.Errf("bad max_decompression_ratio %q: must be a positive integer", v)
+				}
+				h.MaxDecompressionRatio = n
 			}
 		case "user":
 			args := d.RemainingArgs()

@@ -55,6 +55,18 @@ type Handler struct {
 	// Default 4194304 (4 MiB).
 	MaxMessageSize int64 `json:"max_message_size,omitempty"`
 
+	// MaxDecompressedSize bounds what one gzip-encoded file write
+	// (files.write with gzip) may decompress to, in bytes; a larger one is
+	// refused with WRITE_TOO_LARGE (HTTP 507, the SDKs'
+	// NotEnoughSpaceError) and nothing is written. Default 1073741824
+	// (1 GiB).
+	MaxDecompressedSize int64 `json:"max_decompressed_size,omitempty"`
+
+	// MaxDecompressionRatio bounds the decompressed bytes of a gzip write
+	// per compressed byte, checked once it is past 16 MiB; more is refused
+	// like MaxDecompressedSize. Default 100.
+	MaxDecompressionRatio int64 `json:"max_decompression_ratio,omitempty"`
+
 	// TokenTarget, when true, serves requests that carry neither
 	// E2b-Sandbox-Id nor E2b-Sandbox-Port by taking the sandbox from the
 	// verified token (Python SDK 2.24's Sandbox.connect() sends neither).
@@ -147,6 +159,13 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return errors.New("max_message_size must be between 1 and 67108864 bytes")
 	}
 	cfg.MaxMessageBytes = uint32(h.MaxMessageSize)
+	if h.MaxDecompressedSize < 0 {
+		return errors.New("max_decompressed_size must be positive")
+	}
+	if h.MaxDecompressionRatio < 0 {
+		return errors.New("max_decompression_ratio must be positive")
+	}
+	cfg.MaxDecompressedBytes, cfg.MaxDecompressionRatio = h.MaxDecompressedSize, h.MaxDecompressionRatio
 	for name, u := range h.Users {
 		if u == nil {
 			return fmt.Errorf("user %q: empty definition", name)

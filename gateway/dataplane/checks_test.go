@@ -120,7 +120,7 @@ func TestOrderOfChecks(t *testing.T) {
 // silently move between classes.
 func TestErrorClasses(t *testing.T) {
 	want := map[Class][]Code{
-		ClassRequest:    {CodeUnsupportedOperation, CodeUnknownRoute, CodeReservedRoute, CodeMethodNotAllowed, CodeSandboxHeaderMissing, CodeSandboxIDInvalid, CodeSandboxPortInvalid, CodeBadRequest, CodeCanceled, CodeUserUnknown},
+		ClassRequest:    {CodeUnsupportedOperation, CodeUnknownRoute, CodeReservedRoute, CodeMethodNotAllowed, CodeSandboxHeaderMissing, CodeSandboxIDInvalid, CodeSandboxPortInvalid, CodeBadRequest, CodeCanceled, CodeUserUnknown, CodeWriteTooLarge},
 		ClassCredential: {CodeTokenMissing, CodeTokenInvalid, CodeTokenExpired, CodeCredentialNotFound, CodeCredentialDisabled, CodeCredentialUnavailable},
 		ClassTarget:     {CodeTargetMismatch},
 		ClassRouting:    {CodeClusterUnknown, CodeSandboxNotFound, CodeSandboxNotReady, CodeIngressRouteRejected},

@@ -99,6 +99,16 @@ type Config struct {
 	KeepaliveInterval time.Duration
 	// MaxMessageBytes bounds a Connect request message (bytes). Default 4 MiB.
 	MaxMessageBytes uint32
+	// MaxDecompressedBytes bounds what one gzip-encoded file write
+	// (Content-Encoding: gzip) may decompress to, in bytes; more is refused
+	// with WRITE_TOO_LARGE (507, the SDKs' NotEnoughSpaceError) and nothing
+	// is written. Default DefaultMaxDecompressedBytes (1 GiB).
+	MaxDecompressedBytes int64
+	// MaxDecompressionRatio bounds the decompressed bytes of a gzip write
+	// per compressed byte, checked past DecompressionRatioFloor (16 MiB);
+	// more is refused like MaxDecompressedBytes. Default
+	// DefaultMaxDecompressionRatio (100).
+	MaxDecompressionRatio int64
 	// TokenTarget, when true, lets a request that carries neither
 	// E2b-Sandbox-Id nor E2b-Sandbox-Port take its target from the verified
 	// token (Python SDK 2.24 Sandbox.connect() sends no routing headers).
@@ -131,6 +141,12 @@ func (c *Config) defaults() {
 	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = 4 << 20
+	}
+	if c.MaxDecompressedBytes <= 0 {
+		c.MaxDecompressedBytes = DefaultMaxDecompressedBytes
+	}
+	if c.MaxDecompressionRatio <= 0 {
+		c.MaxDecompressionRatio = DefaultMaxDecompressionRatio
 	}
 }
 

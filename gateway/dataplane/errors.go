@@ -49,6 +49,7 @@ const (
 	CodeBadRequest           Code = "BAD_REQUEST"
 	CodeCanceled             Code = "CANCELED"
 	CodeUserUnknown          Code = "USER_UNKNOWN"
+	CodeWriteTooLarge        Code = "WRITE_TOO_LARGE"
 
 	CodeTokenMissing          Code = "TOKEN_MISSING"
 	CodeTokenInvalid          Code = "TOKEN_INVALID"
@@ -116,6 +117,10 @@ var codes = map[Code]codeInfo{
 	CodeBadRequest:           {ClassRequest, connect.InvalidArgument, http.StatusBadRequest, false},
 	CodeCanceled:             {ClassRequest, connect.Canceled, 499, false},
 	CodeUserUnknown:          {ClassRequest, connect.InvalidArgument, http.StatusBadRequest, false},
+	// envd answers a write it has no room for with 507, which both SDKs
+	// raise as NotEnoughSpaceError/NotEnoughSpaceException; 413 would be a
+	// bare SandboxError. Only REST writes produce this code.
+	CodeWriteTooLarge: {ClassRequest, connect.ResourceExhausted, http.StatusInsufficientStorage, false},
 
 	CodeTokenMissing:          {ClassCredential, connect.Unauthenticated, http.StatusUnauthorized, false},
 	CodeTokenInvalid:          {ClassCredential, connect.Unauthenticated, http.StatusUnauthorized, false},

@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"io"
@@ -165,7 +164,8 @@ const maxUploadParts = 1000
 // filesWrite serves POST /files: multipart "file" parts whose filename is
 // the full target path (or the path query parameter for a single file), or
 // an application/octet-stream body (gzip-decoded when Content-Encoding:
-// gzip) for the path query parameter (docs/wire-facts.md §E4.1). The files are
+// gzip, within Config.MaxDecompressedBytes and MaxDecompressionRatio, else
+// WRITE_TOO_LARGE and nothing is written) for the path query parameter (docs/wire-facts.md §E4.1). The files are
 // streamed into one execd POST /files/upload, each as a metadata file part
 // and a file part (docs/wire-facts.md §X1.5); nothing is held in memory. The
 // answer is the JSON array of exactly {name, type, path}.
@@ -197,7 +197,7 @@ func (h *Handler) filesWrite(w http.ResponseWriter, r *http.Request, rq *request
 		switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
 		case "", "identity":
 		case "gzip":
-			zr, err := gzip.NewReader(r.Body)
+			zr, err := gunzipBounded(r.Body, h.cfg.MaxDecompressedBytes, h.cfg.MaxDecompressionRatio)
 			if err != nil {
 				return fail(CodeBadRequest, "the gzip body is not valid")
 			}

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -89,6 +90,10 @@ func (u *upload) add(target string, body io.Reader) *Error {
 			return nil
 		}
 		if rerr != nil {
+			var tl *tooLarge
+			if errors.As(rerr, &tl) {
+				return fail(CodeWriteTooLarge, tl.msg)
+			}
 			return fail(CodeBadRequest, "the request body could not be read")
 		}
 	}

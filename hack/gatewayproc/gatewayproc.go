@@ -84,9 +84,17 @@ func (p *Process) Stop() {
 }
 
 // Memory returns the gateway's resident set size now (VmRSS) and its peak
-// since it started (VmHWM, the kernel's high-water mark), in KiB.
-func (p *Process) Memory() (rss, peak int64, err error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Pid))
+// since it started or ResetPeak (VmHWM, the kernel's high-water mark), in
+// KiB.
+func (p *Process) Memory() (rss, peak int64, err error) { return Memory(p.Pid) }
+
+// ResetPeak resets the kernel's VmHWM of the gateway to its current RSS,
+// so that Memory's peak covers only what follows.
+func (p *Process) ResetPeak() error { return ResetPeak(p.Pid) }
+
+// Memory returns VmRSS and VmHWM of process pid, in KiB.
+func Memory(pid int) (rss, peak int64, err error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, 0, err
 	}
@@ -110,11 +118,10 @@ func (p *Process) Memory() (rss, peak int64, err error) {
 	return rss, peak, errors.Join(errs...)
 }
 
-// ResetPeak resets the kernel's VmHWM of the gateway to its current RSS
-// (writing 5 to /proc/<pid>/clear_refs), so that Memory's peak covers only
-// what follows.
-func (p *Process) ResetPeak() error {
-	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.Pid), []byte("5"), 0)
+// ResetPeak resets the VmHWM of process pid to its current RSS (writing 5
+// to /proc/<pid>/clear_refs).
+func ResetPeak(pid int) error {
+	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
 }
 
 // ClockTicks is USER_HZ, the unit of utime and stime in /proc (100 on

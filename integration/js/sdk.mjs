@@ -12,6 +12,7 @@
 //   GO_FILE           a host path the "stream" scenario creates to let its command continue
 //   E2B_API_KEY       the API key sent to E2B_API_URL (default e2b_sandgate_test)
 //   NETWORK           the "lifecycle" scenario's create-time network object (JSON)
+//   GZIP_BYTES        the size of the "gzipWrite" scenario's large write (zeros)
 import { createHash, randomBytes } from 'node:crypto'
 import { writeFileSync } from 'node:fs'
 
@@ -128,6 +129,28 @@ const scenarios = {
     out.removeDir = await attempt(() => sbx.files.remove(`${dir}/multi`))
     out.listAfterRemove = await attempt(async () => names(await sbx.files.list(dir)))
     out.removeMissing = await attempt(() => sbx.files.remove(`${dir}/never-existed`))
+    return out
+  },
+
+  // files.write with gzip (an octet-stream body; JS 2.25 compresses only
+  // with useOctetStream): a small random file (read back), then GZIP_BYTES
+  // of zeros through the SDK's CompressionStream.
+  async gzipWrite(sbx) {
+    const out = {}
+    const small = randomBytes(256 * 1024)
+    out.small = await attempt(() => sbx.files.write(`${dir}/small.bin`, small.buffer.slice(small.byteOffset, small.byteOffset + small.length), { gzip: true, useOctetStream: true }))
+    const back = await attempt(async () => Buffer.from(await sbx.files.read(`${dir}/small.bin`, { format: 'bytes' })))
+    out.smallSameSha = back.ok && sha(back.value) === sha(small)
+    let left = Number(process.env.GZIP_BYTES)
+    const zeros = new ReadableStream({
+      pull(controller) {
+        if (left <= 0) return controller.close()
+        const n = Math.min(left, 1 << 20)
+        left -= n
+        controller.enqueue(new Uint8Array(n))
+      },
+    })
+    out.large = await attempt(() => sbx.files.write(`${dir}/large.bin`, zeros, { gzip: true, useOctetStream: true }))
     return out
   },
 
