@@ -6,6 +6,7 @@
 #
 #   FUZZTIME=5s bash hack/fuzz/run.sh            every target for 5 s
 #   bash hack/fuzz/run.sh ./gateway/connect      only that package's targets
+#   FUZZFLAGS=-parallel=1 bash hack/fuzz/run.sh  more `go test` flags (one worker: a shared machine)
 #
 # A failing input is written by `go test` to the package's
 # testdata/fuzz/<target>/ (commit it with the fix, so it stays a regression
@@ -30,7 +31,8 @@ for pkg in "${pkgs[@]}"; do
   for target in "${targets[@]}"; do
     count=$((count + 1))
     echo "fuzz: $pkg $target for $fuzztime"
-    if ! $GO test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$pkg"; then
+    # shellcheck disable=SC2086 # FUZZFLAGS is a list of flags
+    if ! $GO test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" ${FUZZFLAGS:-} "$pkg"; then
       failed+=("$pkg $target")
     fi
   done
