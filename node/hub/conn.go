@@ -51,8 +51,9 @@ type conn struct {
 
 	// retentionSeq is the last retention sequence; reader goroutine only.
 	retentionSeq uint64
-	// beats is the heartbeat budget; reader goroutine only.
-	beats heartbeatBudget
+	// beats and pings are the heartbeat and ping budgets; reader
+	// goroutine only.
+	beats, pings budget
 
 	closeOnce   sync.Once
 	closing     chan struct{} // closed when the connection starts closing
@@ -117,6 +118,7 @@ func (c *conn) run() {
 	// read enforces the exact limits; gorilla's limit is a backstop that
 	// refuses a frame header declaring far more at once.
 	ws.SetReadLimit(proto.MaxRequestFrame + 1<<20)
+	ws.SetPingHandler(c.ping)
 	_ = ws.SetReadDeadline(start.Add(cfg.Timers.Hello))
 	data, ok := c.read()
 	if !ok {
@@ -263,6 +265,8 @@ func (c *conn) readFailed(err error) {
 	switch {
 	case errors.As(err, &ce):
 		c.fail(0, fmt.Sprintf("closed by the node with code %d", ce.Code))
+	case errors.Is(err, errPingFlood):
+		c.fail(CloseFlood, "WebSocket pings faster than one per second")
 	case errors.Is(err, websocket.ErrReadLimit):
 		c.fail(CloseMessageTooBig, "message over the 72 MiB response frame limit")
 	case errors.As(err, &ne) && ne.Timeout() && hello:
@@ -311,7 +315,7 @@ func (c *conn) logClosed(start time.Time) {
 	level := zapcore.InfoLevel
 	switch c.closeCode {
 	case CloseProtocolError, CloseUnsupportedData, CloseMessageTooBig, CloseIdentityMismatch,
-		CloseCredentialRejected, CloseEpochMismatch, CloseInternalError, CloseHeartbeatFlood:
+		CloseCredentialRejected, CloseEpochMismatch, CloseInternalError, CloseFlood:
 		level = zapcore.WarnLevel
 	}
 	if ce := log.Check(level, "node connection closed"); ce != nil {
@@ -566,8 +570,8 @@ func (c *conn) handle(data []byte) {
 // and answers heartbeat_ack.
 func (c *conn) heartbeat(hb *proto.Heartbeat) {
 	cfg := c.config()
-	if !c.beats.take(time.Now(), cfg.Timers) {
-		c.fail(CloseHeartbeatFlood, "heartbeats faster than the heartbeat interval")
+	if !c.takeHeartbeat(time.Now(), cfg.Timers) {
+		c.fail(CloseFlood, "heartbeats faster than the heartbeat interval")
 		return
 	}
 	switch {
@@ -625,24 +629,19 @@ func (c *conn) heartbeat(hb *proto.Heartbeat) {
 	}
 }
 
-// heartbeatBudget is a token bucket of heartbeats: it holds at most
-// Idle/Heartbeat + 2 heartbeats (5 with the spec's 35 s and 10 s), starts
-// full, and gains one every Heartbeat/2. A node that sends one heartbeat
-// per period keeps it full whatever its jitter, and heartbeats a network
-// stall shorter than the idle timeout queued up arrive together within
-// it; a node sending faster than twice the protocol's rate empties it.
-type heartbeatBudget struct {
+// budget is a token bucket: it holds at most burst tokens, starts full,
+// and gains one every every.
+type budget struct {
 	tokens float64
 	at     time.Time // of the last take; zero before the first
 }
 
-// take spends one heartbeat at now and reports whether one was left.
-func (b *heartbeatBudget) take(now time.Time, t Timers) bool {
-	burst := float64(t.Idle/t.Heartbeat) + 2
+// take spends one token at now and reports whether one was left.
+func (b *budget) take(now time.Time, burst float64, every time.Duration) bool {
 	if b.at.IsZero() {
 		b.tokens = burst
 	} else {
-		b.tokens = min(burst, b.tokens+float64(now.Sub(b.at))/float64(t.Heartbeat/2))
+		b.tokens = min(burst, b.tokens+float64(now.Sub(b.at))/float64(every))
 	}
 	b.at = now
 	if b.tokens < 1 {
@@ -650,6 +649,43 @@ func (b *heartbeatBudget) take(now time.Time, t Timers) bool {
 	}
 	b.tokens--
 	return true
+}
+
+// takeHeartbeat spends one heartbeat of the connection's budget: at most
+// Idle/Heartbeat + 2 heartbeats (5 with the spec's 35 s and 10 s) at
+// once, then one every Heartbeat/2. A node that sends one heartbeat per
+// period keeps it full whatever its jitter, and the heartbeats a network
+// stall shorter than the idle timeout queued up arrive together within
+// it; a node sending faster than twice the protocol's rate empties it.
+func (c *conn) takeHeartbeat(now time.Time, t Timers) bool {
+	return c.beats.take(now, float64(t.Idle/t.Heartbeat)+2, t.Heartbeat/2)
+}
+
+// Ping limits: Core answers a WebSocket ping with a pong; nodes need not
+// ping at all (nodeagent never does), so PingBurst pings at once and one
+// per second on average are plenty.
+const (
+	// PingBurst is how many pings a node may send at once.
+	PingBurst = 10
+	// pingEvery is the average interval allowed between pings.
+	pingEvery = time.Second
+)
+
+var errPingFlood = errors.New("hub: WebSocket pings faster than allowed")
+
+// ping answers a node's WebSocket ping with a pong within its budget
+// (gorilla calls it on the reader goroutine); past the budget it fails
+// the read with errPingFlood.
+func (c *conn) ping(data string) error {
+	if !c.pings.take(time.Now(), PingBurst, pingEvery) {
+		return errPingFlood
+	}
+	err := c.ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(c.config().Timers.Write))
+	var ne net.Error
+	if errors.Is(err, websocket.ErrCloseSent) || errors.As(err, &ne) {
+		return nil // as gorilla's default ping handler
+	}
+	return err
 }
 
 // response matches a response to its pending request.

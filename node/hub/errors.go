@@ -44,10 +44,12 @@ const (
 	// CloseNoDeployment: a generation-managing node connected but Core has
 	// no deployment to advertise.
 	CloseNoDeployment = 4006
-	// CloseHeartbeatFlood: heartbeats faster than the protocol's period
+	// CloseFlood: heartbeats faster than the protocol's period
 	// (Timers.Heartbeat, 10 s): more than Idle/Heartbeat + 2 at once, or
-	// more than one per half period on average.
-	CloseHeartbeatFlood = 4007
+	// more than one per half period on average; or WebSocket pings (which
+	// Core answers with pongs, and nodes need not send) more than
+	// PingBurst at once or one per second on average.
+	CloseFlood = 4007
 )
 
 // Errors of Dispatch before anything is sent to the node; the connection

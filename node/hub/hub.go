@@ -75,7 +75,7 @@ type Timers struct {
 	// CloseGrace is how long Core waits for the node's close frame.
 	CloseGrace time.Duration
 	// Heartbeat is the period nodes send heartbeats with. Heartbeats
-	// faster than that close the connection with CloseHeartbeatFlood: a
+	// faster than that close the connection with CloseFlood: a
 	// connection may send Idle/Heartbeat + 2 heartbeats at once (those a
 	// network stall shorter than the idle timeout can queue up), then one
 	// per half period on average (see heartbeatBudget).
@@ -210,6 +210,9 @@ func (h *Hub) CheckConfig(cfg Config) error {
 		if d < 0 {
 			return errors.New("hub: timers may not be negative")
 		}
+	}
+	if t := t.withDefaults(); t.Heartbeat >= t.Idle {
+		return fmt.Errorf("hub: the heartbeat interval (%s) must be shorter than the idle timeout (%s)", t.Heartbeat, t.Idle)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -169,7 +170,7 @@ func TestHeartbeatFlood(t *testing.T) {
 		f, err := a.next()
 		if err != nil {
 			var ce *websocket.CloseError
-			if !errors.As(err, &ce) || ce.Code != CloseHeartbeatFlood {
+			if !errors.As(err, &ce) || ce.Code != CloseFlood {
 				t.Fatalf("after %d acks: %v", acks, err)
 			}
 			break
@@ -183,7 +184,7 @@ func TestHeartbeatFlood(t *testing.T) {
 		t.Fatalf("%d acks before the close, want 5 (35s/10s + 2)", acks)
 	}
 	waitFor(t, "the close to be logged", func() bool {
-		return e.logs.FilterMessage("node connection closed").FilterField(zap.Int("close_code", CloseHeartbeatFlood)).Len() == 1
+		return e.logs.FilterMessage("node connection closed").FilterField(zap.Int("close_code", CloseFlood)).Len() == 1
 	})
 }
 
@@ -194,31 +195,31 @@ func TestHeartbeatFlood(t *testing.T) {
 func TestHeartbeatBudget(t *testing.T) {
 	timers := Timers{Idle: 35 * time.Second, Heartbeat: 10 * time.Second}
 	t0 := time.Unix(1_000_000, 0)
-	var b heartbeatBudget
+	var b conn
 	at := t0
 	jitter := []time.Duration{4, -4, 3, -2, 0, 4, -4, -4, 4, 1}
 	for i := range 100_000 {
 		at = t0.Add(time.Duration(i)*10*time.Second + jitter[i%len(jitter)]*time.Second)
-		if !b.take(at, timers) {
+		if !b.takeHeartbeat(at, timers) {
 			t.Fatalf("jittered heartbeat %d refused", i)
 		}
 	}
 	// A 34 s stall: the heartbeats of 34 s arrive together with the next.
 	at = at.Add(34 * time.Second)
 	for i := range 4 {
-		if !b.take(at, timers) {
+		if !b.takeHeartbeat(at, timers) {
 			t.Fatalf("queued heartbeat %d refused", i)
 		}
 	}
 	for i := range 1000 {
-		if !b.take(at.Add(time.Duration(i+1)*10*time.Second), timers) {
+		if !b.takeHeartbeat(at.Add(time.Duration(i+1)*10*time.Second), timers) {
 			t.Fatalf("heartbeat %d after the stall refused", i)
 		}
 	}
-	var fast heartbeatBudget
+	var fast conn
 	tripped := false
 	for i := range 1000 {
-		if !fast.take(t0.Add(time.Duration(i)*4900*time.Millisecond), timers) {
+		if !fast.takeHeartbeat(t0.Add(time.Duration(i)*4900*time.Millisecond), timers) {
 			tripped = true
 			break
 		}
@@ -244,5 +245,37 @@ func TestDeletedCredentialFileRevokes(t *testing.T) {
 	a.expectClose(CloseCredentialRejected)
 	if _, status, _ := e.dial(nodeA, secretA); status != http.StatusUnauthorized {
 		t.Fatalf("connect after the deletion: %d, want 401", status)
+	}
+}
+
+// TestPingFlood: a real gorilla client sending WebSocket pings back to back
+// gets PingBurst pongs, then close 4007; pings within the budget keep the
+// connection (and are answered).
+func TestPingFlood(t *testing.T) {
+	e := newEnv(t)
+	a := e.join(nodeA)
+	var pongs atomic.Int64
+	a.ws.SetPongHandler(func(string) error { pongs.Add(1); return nil })
+	go func() {
+		for range 1000 {
+			if a.ws.WriteControl(websocket.PingMessage, []byte("p"), time.Now().Add(timeout)) != nil {
+				return
+			}
+		}
+	}()
+	reason := a.expectClose(CloseFlood)
+	if !strings.Contains(reason, "pings") || pongs.Load() != PingBurst {
+		t.Fatalf("reason %q after %d pongs, want %d", reason, pongs.Load(), PingBurst)
+	}
+}
+
+// TestHeartbeatIntervalUnderIdle: a heartbeat interval that is not shorter
+// than the idle timeout is refused (every node would be closed).
+func TestHeartbeatIntervalUnderIdle(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.cfg
+	cfg.Timers.Heartbeat, cfg.Timers.Idle = 40*time.Second, 0
+	if err := e.hub.CheckConfig(cfg); err == nil || !strings.Contains(err.Error(), "shorter than the idle timeout") {
+		t.Fatalf("CheckConfig: %v", err)
 	}
 }
