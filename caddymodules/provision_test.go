@@ -297,6 +297,9 @@ func TestJSONConfigErrors(t *testing.T) {
 		{"credentials http URL with user info", func(cfg obj) {
 			sg(cfg)["credentials"] = obj{"source": "http", "url": "https://gateway:" + execdSecret + "@portal.internal/credentials/{id}"}
 		}, []string{"must not carry user info"}},
+		{"credentials http URL with a literal api_key", func(cfg obj) {
+			sg(cfg)["credentials"] = obj{"source": "http", "url": "https://portal.internal/credentials/{id}?region=eu&api_key=" + execdSecret}
+		}, []string{"URL query parameter api_key", "must not be written into the configuration"}},
 		{"credentials http placeholder of an unset variable", func(cfg obj) {
 			sg(cfg)["credentials"] = obj{"source": "http", "url": "https://portal.internal/credentials/{id}",
 				"headers": obj{"Authorization": []any{"Bearer {env.SANDGATE_TEST_UNSET}"}}}

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -156,7 +157,10 @@ type HTTP struct {
 	// path-escaped credential ID, e.g.
 	// "https://portal.internal/api/v1/credentials/{id}". Required. User
 	// info (user:password@) is refused: it would put a secret in the
-	// configuration; send it in a header with a placeholder.
+	// configuration; send it in a header with a placeholder. So is a
+	// literal value of a query parameter whose name says it is a
+	// credential (token=, api_key=, …): write it as {env.NAME} or
+	// {file./path}, resolved at provision time.
 	URL string `json:"url"`
 	// Headers are sent with every request (e.g. Authorization for the
 	// Portal). Values may use placeholders such as {env.PORTAL_TOKEN},
@@ -196,6 +200,9 @@ func (h *HTTP) Provision(ctx caddy.Context) error {
 	}
 	if u, err := url.Parse(cfg.URL); err == nil && u.User != nil {
 		return errors.New("the credentials http URL must not carry user info (a secret in the configuration): send it in a header with an {env.NAME} or {file./path} placeholder")
+	}
+	if err := checkURLQuery(h.URL); err != nil {
+		return err
 	}
 	for k, vs := range h.Headers {
 		for _, v := range vs {
@@ -240,6 +247,25 @@ func (h *HTTP) Cleanup() error {
 	return err
 }
 
+// checkURLQuery refuses a literal value for a query parameter whose name
+// says it carries a credential (api_key=…, token=…: secret.SensitiveHeader
+// applied to the name) in the configured URL raw.
+func checkURLQuery(raw string) error {
+	_, query, ok := strings.Cut(raw, "?")
+	if !ok {
+		return nil
+	}
+	for _, kv := range strings.Split(query, "&") {
+		name, value, _ := strings.Cut(kv, "=")
+		if secret.SensitiveHeader(name) {
+			if err := secret.Check("credentials http URL query parameter "+name, value); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // UnmarshalCaddyfile sets up the source. Syntax:
 //
 //	credentials http <url> {
@@ -261,6 +287,9 @@ func (h *HTTP) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	h.URL = d.Val()
 	if d.NextArg() {
 		return d.ArgErr()
+	}
+	if err := checkURLQuery(h.URL); err != nil {
+		return d.Err(err.Error())
 	}
 	for d.NextBlock(0) {
 		switch d.Val() {

@@ -4,7 +4,9 @@
 // It watches the file's parent directory with fsnotify rather than the file
 // itself, so that in-place writes, editors' atomic rename-over and
 // Kubernetes ConfigMap/Secret volume updates (an atomic swap of the "..data"
-// symlink the file points through) are all seen. Bursts of events are
+// symlink the file points through) are all seen. If the directory itself is
+// removed or renamed away, that is a change too, and the watcher tries every
+// RewatchInterval to watch it again, calling back once it can. Bursts of events are
 // debounced: the callback runs DefaultDebounce after the last relevant
 // event, and at most DefaultMaxDelay after the first one of a burst, so a
 // change is applied well within a second even under a continuous stream of
@@ -137,6 +139,17 @@ func (w *Watcher) relevant(ev fsnotify.Event) bool {
 	return filepath.Dir(ev.Name) == w.dir && (name == w.base || name == configMapDataLink)
 }
 
+// dirGone reports whether ev is the watched directory itself being
+// removed or renamed away; its watch then ends.
+func (w *Watcher) dirGone(ev fsnotify.Event) bool {
+	return filepath.Clean(ev.Name) == w.dir && ev.Has(fsnotify.Remove|fsnotify.Rename)
+}
+
+// RewatchInterval is how often a watcher whose directory was removed or
+// renamed away tries to watch it again, so that a file in a recreated
+// directory is seen.
+const RewatchInterval = time.Second
+
 func (w *Watcher) watch(onChange func()) {
 	defer close(w.done)
 	timer := time.NewTimer(time.Hour)
@@ -145,16 +158,39 @@ func (w *Watcher) watch(onChange func()) {
 	var (
 		pending bool
 		first   time.Time
+		rewatch *time.Ticker
+		retry   <-chan time.Time // rewatch's channel while the directory is gone
 	)
+	defer func() {
+		if rewatch != nil {
+			rewatch.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-w.stop:
 			return
+		case <-retry:
+			if err := w.fs.Add(w.dir); err != nil {
+				continue
+			}
+			rewatch.Stop()
+			rewatch, retry = nil, nil
+			w.logger.Info("watching the file's directory again", zap.String("path", w.path))
+			if !pending {
+				pending, first = true, time.Now()
+				timer.Reset(w.Debounce)
+			}
 		case ev, ok := <-w.fs.Events:
 			if !ok {
 				return
 			}
-			if !w.relevant(ev) {
+			if w.dirGone(ev) && retry == nil {
+				w.logger.Warn("the file's directory was removed or renamed; watching for it to come back",
+					zap.String("path", w.path))
+				rewatch = time.NewTicker(RewatchInterval)
+				retry = rewatch.C
+			} else if !w.relevant(ev) {
 				continue
 			}
 			now := time.Now()

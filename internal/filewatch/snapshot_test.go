@@ -195,3 +195,36 @@ func TestSnapshotConfigMapSwapIsNotMissing(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotDirectoryRemovedAndRecreated: removing the file's whole
+// directory revokes like a missing file; a recreated directory with the
+// file in it is watched again and loaded.
+func TestSnapshotDirectoryRemovedAndRecreated(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "conf")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "n.txt")
+	write(t, path, "1")
+	o := numberFile
+	o.MissingGrace = 100 * time.Millisecond
+	s, err := Open(path, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := os.Rename(dir, dir+".old"); err != nil { // the directory itself goes; its file is not deleted
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the empty version", func() bool { return s.Stats().Emptied })
+	if s.Load() != -1 {
+		t.Fatalf("value %d", s.Load())
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, path, "2")
+	waitFor(t, 10*time.Second, "the recreated file", func() bool { return s.Load() == 2 })
+	write(t, path, "3")
+	waitFor(t, 10*time.Second, "a change in the recreated directory", func() bool { return s.Load() == 3 })
+}

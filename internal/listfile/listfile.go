@@ -38,6 +38,12 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// DefaultMaxRecord is the largest record, in bytes of the file (a YAML
+// item's lines, a JSON element), when Format.MaxRecord is 0: 64 KiB, far
+// above any credential record, so that one giant record cannot make a
+// parse cost a multiple of the whole file.
+const DefaultMaxRecord = 64 << 10
+
 // MaxWholeYAML is the largest YAML document parsed whole (1 MiB), for the
 // shapes that are not a block list: parsing YAML whole costs about 30
 // times the document's size in memory.
@@ -53,6 +59,20 @@ type Format struct {
 	// document's shape wraps it. Errors of the record callback are
 	// returned as they are.
 	Invalid error
+	// MaxRecord is the largest record in bytes; a larger one is refused
+	// before it is converted or decoded. 0 means DefaultMaxRecord.
+	MaxRecord int
+}
+
+func (f Format) maxRecord() int {
+	if f.MaxRecord > 0 {
+		return f.MaxRecord
+	}
+	return DefaultMaxRecord
+}
+
+func (f Format) tooLarge(i int) error {
+	return fmt.Errorf("%w: %s[%d] is larger than %d bytes", f.Invalid, f.Key, i, f.maxRecord())
 }
 
 // Parse calls record(i, raw) for each element i of the list under f.Key in
@@ -61,7 +81,8 @@ type Format struct {
 // at the first error: record's own error as it is, or an error wrapping
 // f.Invalid that says what is wrong with the document (not valid JSON or
 // YAML, the top level not a mapping, an unknown top-level key, a missing
-// key, the value not a list), never quoting a value.
+// key, the value not a list, a record over f.MaxRecord bytes), never
+// quoting a value.
 func Parse(data []byte, f Format, record func(i int, raw []byte) error) error {
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // a UTF-8 byte order mark
 	if first := bytes.TrimLeft(data, " \t\r\n"); len(first) > 0 && first[0] == '{' {
@@ -83,6 +104,11 @@ func Parse(data []byte, f Format, record func(i int, raw []byte) error) error {
 				f.Invalid, MaxWholeYAML, f.Key, f.Key+":")
 		}
 		return parseWholeYAML(data, f, record)
+	}
+	for i, it := range items {
+		if len(it.text) > f.maxRecord() {
+			return f.tooLarge(i)
+		}
 	}
 	for first := 0; first < len(items); first += batchItems {
 		if err := parseBatch(items[first:min(first+batchItems, len(items))], first, f, record); err != nil {
@@ -169,6 +195,9 @@ func parseJSON(data []byte, f Format, record func(int, []byte) error) error {
 			raw, err := dec.ReadValue()
 			if err != nil {
 				return err
+			}
+			if len(raw) > f.maxRecord() {
+				return f.tooLarge(i)
 			}
 			if err := record(i, raw); err != nil {
 				return err

@@ -84,6 +84,8 @@ func TestParseRejects(t *testing.T) {
 		"YAML broken item":       {"credentials:\n  - id: [a\n  - id: b\n", "credentials[0] (line 2)"},
 		"YAML over 1 MiB, flow":  {big, "must hold only the credentials list, in block style"},
 		"binary":                 {"\x00\x01\x02\xff", "not valid JSON or YAML"},
+		"JSON record too large":  {`{"credentials": [{"id": "a"}, {"id": "` + strings.Repeat("x", DefaultMaxRecord) + `"}]}`, "credentials[1] is larger than 65536 bytes"},
+		"YAML record too large":  {"credentials:\n  - id: a\n  - id: " + strings.Repeat("x", DefaultMaxRecord) + "\n", "credentials[1] is larger than 65536 bytes"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := collect(Parse, []byte(tc.data))
