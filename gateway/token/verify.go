@@ -68,19 +68,26 @@ func (t Target) validate() error {
 
 // Verifier checks tokens against a fixed set of keys. It is safe for
 // concurrent use; build it with NewVerifier.
+//
+// Each Verifier keeps a bounded cache of the tokens it verified (see
+// CacheTTL, CacheEntries, MaxCachedTokenLength): the same token, byte for
+// byte, is answered from the cache until its exp (plus the leeway) or for
+// at most CacheTTL, whichever ends first. A new Verifier (a configuration
+// reload builds one) starts with an empty cache, so a removed key stops
+// verifying at once.
 type Verifier struct {
 	keys   map[string]*verifierKey
 	single *verifierKey // set iff exactly one key: selected when "kid" is absent
 	leeway time.Duration
-	header *jwt.Parser // decodes the header to pick the key; verifies nothing
+	parser *jwt.Parser // exp required, leeway, the clock; the key function pins the algorithm
+	cache  verifiedCache
 
-	// now is the clock used for exp/nbf; tests replace it.
+	// now is the clock used for exp/nbf and the cache; tests replace it.
 	now func() time.Time
 }
 
 type verifierKey struct {
-	key    Key
-	parser *jwt.Parser // pinned to key.Algorithm via jwt.WithValidMethods
+	key Key
 }
 
 // NewVerifier returns a Verifier that accepts tokens signed by any of keys.
@@ -100,10 +107,14 @@ func NewVerifier(keys []Key, leeway time.Duration) (*Verifier, error) {
 	v := &Verifier{
 		keys:   make(map[string]*verifierKey, len(keys)),
 		leeway: leeway,
-		header: jwt.NewParser(jwt.WithJSONNumber()),
 		now:    time.Now,
 	}
-	timeFunc := func() time.Time { return v.now() }
+	v.parser = jwt.NewParser(
+		jwt.WithExpirationRequired(),
+		jwt.WithLeeway(leeway),
+		jwt.WithTimeFunc(func() time.Time { return v.now() }),
+		jwt.WithJSONNumber(),
+	)
 	for i, k := range keys {
 		if _, err := checkVerifyMaterial(k); err != nil {
 			return nil, fmt.Errorf("%w: keys[%d] (kid %q): %s", ErrInvalidKey, i, k.ID, err.Error())
@@ -115,16 +126,7 @@ func NewVerifier(keys []Key, leeway time.Duration) (*Verifier, error) {
 		if s, ok := k.material.([]byte); ok {
 			kc.material = append([]byte(nil), s...)
 		}
-		v.keys[k.ID] = &verifierKey{
-			key: kc,
-			parser: jwt.NewParser(
-				jwt.WithValidMethods([]string{k.Algorithm}),
-				jwt.WithExpirationRequired(),
-				jwt.WithLeeway(leeway),
-				jwt.WithTimeFunc(timeFunc),
-				jwt.WithJSONNumber(),
-			),
-		}
+		v.keys[k.ID] = &verifierKey{key: kc}
 	}
 	if len(v.keys) == 1 {
 		for _, vk := range v.keys {
@@ -137,14 +139,17 @@ func NewVerifier(keys []Key, leeway time.Duration) (*Verifier, error) {
 // Verify checks raw (the X-Access-Token value, at most MaxTokenLength bytes)
 // and returns the Target it authorises.
 //
-// Steps: length check; header decode; key selection by "kid" (a missing kid
-// selects the only key when exactly one is configured); the header "alg"
-// must equal the selected key's Algorithm; signature verification by
-// golang-jwt pinned to that algorithm; exp (required) and nbf (optional)
-// checked against the clock with the configured leeway; then credential_id,
-// sandbox_id and port are read. The returned error matches exactly one of
-// ErrMalformed, ErrUnknownKey, ErrAlgorithm, ErrSignature, ErrExpired,
-// ErrNotYetValid and ErrClaims, and never contains the token.
+// Steps: length check; the cache (a token verified before, byte for byte,
+// whose entry has not ended, returns its Target); then one parse by
+// golang-jwt: header and claims decoded; key selection by "kid" (a
+// missing kid selects the only key when exactly one is configured); the
+// header "alg" must equal the selected key's Algorithm; signature
+// verification with that key; exp (required) and nbf (optional) checked
+// against the clock with the configured leeway; then credential_id,
+// sandbox_id and port are read, and the Target is cached. The returned
+// error matches exactly one of ErrMalformed, ErrUnknownKey, ErrAlgorithm,
+// ErrSignature, ErrExpired, ErrNotYetValid and ErrClaims, and never
+// contains the token. Failures are not cached.
 func (v *Verifier) Verify(raw string) (Target, error) {
 	if raw == "" {
 		return Target{}, fmt.Errorf("%w: empty token", ErrMalformed)
@@ -152,45 +157,62 @@ func (v *Verifier) Verify(raw string) (Target, error) {
 	if len(raw) > MaxTokenLength {
 		return Target{}, fmt.Errorf("%w: token longer than %d bytes", ErrMalformed, MaxTokenLength)
 	}
+	now := v.now()
+	if t, ok := v.cache.get(raw, now); ok {
+		return t, nil
+	}
 
-	// Phase 1: decode (without trusting) the header to select the key.
-	unverified, _, err := v.header.ParseUnverified(raw, jwt.MapClaims{})
-	if err != nil {
+	// The key function runs after the header and claims decoded: it
+	// selects the key and pins the algorithm. keyErr is its refusal,
+	// returned as is; reached says the decoding succeeded.
+	var (
+		vk      *verifierKey
+		keyErr  error
+		reached bool
+	)
+	claims := jwt.MapClaims{}
+	_, err := v.parser.ParseWithClaims(raw, claims, func(t *jwt.Token) (any, error) {
+		reached = true
+		if _, ok := t.Header["crit"]; ok {
+			keyErr = fmt.Errorf("%w: crit header is not supported", ErrMalformed)
+			return nil, keyErr
+		}
+		k, err := v.selectKey(t.Header)
+		if err != nil {
+			keyErr = err
+			return nil, err
+		}
+		vk = k
+		if alg, _ := t.Header["alg"].(string); alg != k.key.Algorithm || t.Method == nil || t.Method.Alg() != k.key.Algorithm {
+			keyErr = fmt.Errorf("%w: key %q is pinned to %s", ErrAlgorithm, k.key.ID, k.key.Algorithm)
+			return nil, keyErr
+		}
+		return k.key.material, nil
+	})
+	switch {
+	case err == nil:
+	case !reached:
 		if errors.Is(err, jwt.ErrTokenUnverifiable) {
 			return Target{}, fmt.Errorf("%w: missing or unsupported alg header", ErrAlgorithm)
 		}
 		return Target{}, fmt.Errorf("%w: not a compact JWS with JSON header and claims", ErrMalformed)
-	}
-	if _, ok := unverified.Header["crit"]; ok {
-		return Target{}, fmt.Errorf("%w: crit header is not supported", ErrMalformed)
-	}
-	vk, err := v.selectKey(unverified.Header)
-	if err != nil {
-		return Target{}, err
-	}
-	if alg, _ := unverified.Header["alg"].(string); alg != vk.key.Algorithm {
-		return Target{}, fmt.Errorf("%w: key %q is pinned to %s", ErrAlgorithm, vk.key.ID, vk.key.Algorithm)
-	}
-
-	// Phase 2: verify signature and registered claims with the pinned key.
-	claims := jwt.MapClaims{}
-	_, err = vk.parser.ParseWithClaims(raw, claims, func(t *jwt.Token) (any, error) {
-		if t.Method == nil || t.Method.Alg() != vk.key.Algorithm {
-			return nil, ErrAlgorithm
-		}
-		if kid, ok := t.Header["kid"]; ok && kid != vk.key.ID {
-			return nil, ErrUnknownKey
-		}
-		return vk.key.material, nil
-	})
-	if err != nil {
+	case keyErr != nil:
+		return Target{}, keyErr
+	default:
 		return Target{}, v.mapError(vk, err)
 	}
 
-	// Phase 3: the sandgate claims.
+	// The sandgate claims.
 	t, err := targetFromClaims(claims)
 	if err != nil {
 		return Target{}, fmt.Errorf("%w: %s", ErrClaims, err.Error())
+	}
+	if exp, err := claims.GetExpirationTime(); err == nil && exp != nil {
+		until := exp.Add(v.leeway)
+		if c := now.Add(CacheTTL); c.Before(until) {
+			until = c
+		}
+		v.cache.put(raw, t, until, now)
 	}
 	return t, nil
 }
