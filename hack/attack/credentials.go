@@ -67,11 +67,10 @@ func credentialsAttack(o options) error {
 	if err := waitLog(logPath, "sandgate app started", 1); err != nil {
 		return err
 	}
-	time.Sleep(2 * time.Second) // let the freshly started gateway settle before the baseline
-	if err := g.ResetPeak(); err != nil {
+	before, err := g.baseline()
+	if err != nil {
 		return err
 	}
-	before := g.memory()
 	fmt.Printf("credential file %s: %d credentials, %s; %d replacements (write a new file, rename it over)\n",
 		o.format, o.count, mib(int(fi.Size())), o.reloads)
 	start := time.Now()

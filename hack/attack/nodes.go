@@ -29,8 +29,8 @@ var (
 type enrolled struct{ id, secret string }
 
 // nodeGateway starts the gateway with n enrolled nodes and the node
-// connect handler.
-func nodeGateway(o options, n int) (*gateway, []enrolled, error) {
+// connect handler; extra is more of the site (e.g. the internal API).
+func nodeGateway(o options, n int, extra string) (*gateway, []enrolled, error) {
 	dir, err := os.MkdirTemp("", "attack-")
 	if err != nil {
 		return nil, nil, err
@@ -47,12 +47,49 @@ func nodeGateway(o options, n int) (*gateway, []enrolled, error) {
 		return nil, nil, err
 	}
 	g, err := start(o, dir, fmt.Sprintf("\t\tnodes {\n\t\t\tcredentials file %s/nodes.yaml\n\t\t}", dir),
-		"http://127.0.0.1:%s {\n\tsandbox_node_connect\n}\n")
+		"http://127.0.0.1:%s {\n\tsandbox_node_connect\n"+extra+"}\n")
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, nil, err
 	}
 	return g, nodes, nil
+}
+
+// baseline lets the freshly started gateway settle, resets its memory
+// peak and returns its memory before the attack.
+func (g *gateway) baseline() (memory, error) {
+	time.Sleep(2 * time.Second) // the settling time itself, not synchronisation
+	if err := g.ResetPeak(); err != nil {
+		return memory{}, err
+	}
+	return g.memory(), nil
+}
+
+// join dials node n, sends its hello and reads the welcome.
+func (g *gateway) join(n enrolled) (*websocket.Conn, *proto.Welcome, error) {
+	ws, err := g.dial(n)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := proto.Encode(hello(n))
+	if err == nil {
+		err = ws.WriteMessage(websocket.TextMessage, b)
+	}
+	var data []byte
+	if err == nil {
+		_, data, err = ws.ReadMessage()
+	}
+	if err != nil {
+		ws.Close()
+		return nil, nil, fmt.Errorf("no welcome: %w", err)
+	}
+	f, err := proto.Decode(data)
+	w, ok := f.(*proto.Welcome)
+	if err != nil || !ok {
+		ws.Close()
+		return nil, nil, fmt.Errorf("the first frame is not a welcome: %v", err)
+	}
+	return ws, w, nil
 }
 
 func (g *gateway) close() {
@@ -96,16 +133,15 @@ func closeCode(err error) int {
 // in 1 MiB pieces, then wait for the gateway's answer.
 func helloAttack(o options) error {
 	describe(o)
-	g, nodes, err := nodeGateway(o, o.nodes)
+	g, nodes, err := nodeGateway(o, o.nodes, "")
 	if err != nil {
 		return err
 	}
 	defer g.close()
-	time.Sleep(2 * time.Second) // let the freshly started gateway settle before the baseline
-	if err := g.ResetPeak(); err != nil {
+	before, err := g.baseline()
+	if err != nil {
 		return err
 	}
-	before := g.memory()
 	fmt.Printf("%d nodes each send a %s hello at once\n", len(nodes), mib(o.size))
 	var wg sync.WaitGroup
 	results := make([]string, len(nodes))
@@ -190,33 +226,16 @@ func summarize(results []string) string {
 // o.duration or until the gateway closes the connection.
 func heartbeatAttack(o options) error {
 	describe(o)
-	g, nodes, err := nodeGateway(o, 1)
+	g, nodes, err := nodeGateway(o, 1, "")
 	if err != nil {
 		return err
 	}
 	defer g.close()
-	n := nodes[0]
-	ws, err := g.dial(n)
+	ws, w, err := g.join(nodes[0])
 	if err != nil {
 		return err
 	}
 	defer ws.Close()
-	b, err := proto.Encode(hello(n))
-	if err != nil {
-		return err
-	}
-	if err := ws.WriteMessage(websocket.TextMessage, b); err != nil {
-		return err
-	}
-	_, data, err := ws.ReadMessage()
-	if err != nil {
-		return fmt.Errorf("no welcome: %w", err)
-	}
-	f, err := proto.Decode(data)
-	w, ok := f.(*proto.Welcome)
-	if err != nil || !ok {
-		return fmt.Errorf("the first frame is not a welcome: %v", err)
-	}
 	hb, err := proto.Encode(&proto.Heartbeat{ConnectionID: w.ConnectionID, OwnerEpoch: w.OwnerEpoch,
 		Health: health()})
 	if err != nil {
@@ -271,49 +290,25 @@ func heartbeatAttack(o options) error {
 // pending.
 func responseAttack(o options) error {
 	describe(o)
-	dir, err := os.MkdirTemp("", "attack-")
-	if err != nil {
-		return err
-	}
-	nodes := make([]enrolled, o.nodes)
-	var rec strings.Builder
-	rec.WriteString("nodes:\n")
-	for i := range nodes {
-		nodes[i] = enrolled{id: uuid.NewString(), secret: randomHex(24)}
-		fmt.Fprintf(&rec, "  - {node_id: %q, enabled: true, credential_sha256: %q, installation_id: %q, provider: docker, backend_fingerprint: %q, deployment_generation: 1, specification_digest: %q}\n",
-			nodes[i].id, sum(nodes[i].secret), installation, fingerprint, specDigest)
-	}
-	if err := os.WriteFile(dir+"/nodes.yaml", []byte(rec.String()), 0o600); err != nil {
-		return err
-	}
 	token := randomHex(24)
-	g, err := start(o, dir, fmt.Sprintf("\t\tnodes {\n\t\t\tcredentials file %s/nodes.yaml\n\t\t}", dir),
-		"http://127.0.0.1:%s {\n\tsandbox_node_connect\n\tsandbox_node_api {\n\t\ttoken_sha256 "+sum(token)+"\n\t}\n}\n")
+	g, nodes, err := nodeGateway(o, o.nodes, "\tsandbox_node_api {\n\t\ttoken_sha256 "+sum(token)+"\n\t}\n")
 	if err != nil {
 		return err
 	}
 	defer g.close()
 	conns := make([]*websocket.Conn, len(nodes))
 	for i, n := range nodes {
-		ws, err := g.dial(n)
+		ws, _, err := g.join(n)
 		if err != nil {
 			return err
 		}
 		defer ws.Close()
-		b, _ := proto.Encode(hello(n))
-		if err := ws.WriteMessage(websocket.TextMessage, b); err != nil {
-			return err
-		}
-		if _, _, err := ws.ReadMessage(); err != nil {
-			return fmt.Errorf("no welcome: %w", err)
-		}
 		conns[i] = ws
 	}
-	time.Sleep(2 * time.Second) // let the freshly started gateway settle before the baseline
-	if err := g.ResetPeak(); err != nil {
+	before, err := g.baseline()
+	if err != nil {
 		return err
 	}
-	before := g.memory()
 	fmt.Printf("%d nodes each answer one pending info request with a %s response at once\n", len(nodes), mib(o.size))
 	var wg sync.WaitGroup
 	results := make([]string, len(nodes))

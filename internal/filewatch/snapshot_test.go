@@ -87,6 +87,20 @@ func TestSnapshotOpenErrors(t *testing.T) {
 	}
 }
 
+// openNumber opens the number file at path with the given missing-file
+// grace; Cleanup closes it.
+func openNumber(t *testing.T, path string, grace time.Duration) *Snapshot[int] {
+	t.Helper()
+	o := numberFile
+	o.MissingGrace = grace
+	s, err := Open(path, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 // TestSnapshotMissingFileRevokesAfterGrace: a deleted file keeps the last
 // version during the grace (Stats says it is missing and failing), then
 // the empty version is served; the file coming back is loaded again and
@@ -94,13 +108,7 @@ func TestSnapshotOpenErrors(t *testing.T) {
 func TestSnapshotMissingFileRevokesAfterGrace(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "n.txt")
 	write(t, path, "7")
-	o := numberFile
-	o.MissingGrace = time.Second
-	s, err := Open(path, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openNumber(t, path, time.Second)
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
@@ -129,13 +137,7 @@ func TestSnapshotMissingFileRevokesAfterGrace(t *testing.T) {
 func TestSnapshotRecreatedWithinGrace(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "n.txt")
 	write(t, path, "1")
-	o := numberFile
-	o.MissingGrace = time.Hour
-	s, err := Open(path, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openNumber(t, path, time.Hour)
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
@@ -168,13 +170,7 @@ func TestSnapshotConfigMapSwapIsNotMissing(t *testing.T) {
 	if err := os.Symlink(filepath.Join("..data", "n.txt"), path); err != nil {
 		t.Fatal(err)
 	}
-	o := numberFile
-	o.MissingGrace = time.Millisecond
-	s, err := Open(path, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openNumber(t, path, time.Millisecond)
 	prev := "..v1"
 	for i := 2; i <= 20; i++ {
 		next := fmt.Sprintf("..v%d", i)
@@ -206,13 +202,7 @@ func TestSnapshotDirectoryRemovedAndRecreated(t *testing.T) {
 	}
 	path := filepath.Join(dir, "n.txt")
 	write(t, path, "1")
-	o := numberFile
-	o.MissingGrace = 100 * time.Millisecond
-	s, err := Open(path, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openNumber(t, path, 100 * time.Millisecond)
 	if err := os.Rename(dir, dir+".old"); err != nil { // the directory itself goes; its file is not deleted
 		t.Fatal(err)
 	}
