@@ -202,7 +202,7 @@ func TestSnapshotDirectoryRemovedAndRecreated(t *testing.T) {
 	}
 	path := filepath.Join(dir, "n.txt")
 	write(t, path, "1")
-	s := openNumber(t, path, 100 * time.Millisecond)
+	s := openNumber(t, path, 100*time.Millisecond)
 	if err := os.Rename(dir, dir+".old"); err != nil { // the directory itself goes; its file is not deleted
 		t.Fatal(err)
 	}
