@@ -139,6 +139,13 @@ func TestBinaryEnrolmentAndDeployment(t *testing.T) {
 		if err := p.WaitListening("127.0.0.1:" + f.port); err != nil {
 			t.Fatalf("%v\n%s", err, logs.String())
 		}
+		// Caddy starts its apps in no set order: the site may listen
+		// before the sandgate app has started (the admin routes answer 503
+		// until then).
+		waitFor(t, "the sandgate app to start", func() bool {
+			status, _ := call(t, http.MethodGet, "http://"+adminAddr+admin.PoolsPath, "", "", "")
+			return status == http.StatusOK
+		})
 		return p
 	}
 	gw := start()

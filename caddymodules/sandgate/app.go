@@ -34,6 +34,7 @@ import (
 	nodecredential "github.com/sandgate/sandgate/node/credential"
 	"github.com/sandgate/sandgate/node/enrolment"
 	"github.com/sandgate/sandgate/node/hub"
+	"github.com/sandgate/sandgate/node/placement"
 	"github.com/sandgate/sandgate/node/pool"
 	"github.com/sandgate/sandgate/node/release"
 )
@@ -106,6 +107,9 @@ type App struct {
 	poolsUndo func()               // puts back the pools Start replaced
 	prevApp   *App                 // the running app Start replaced
 
+	placements      placement.Store      // shared across reloads
+	placementsKey   string               // its key in placementStores
+	placementsHeld  bool                 // this config holds a reference
 	enrolment       *enrolment.Store     // enrolled nodes and tokens; nil without state_dir
 	enrolmentKey    string               // its key in enrolments; "" when not held
 	nodeCredentials nodecredential.Store // the operator's file merged with the enrolled nodes
@@ -331,6 +335,11 @@ func (a *App) Cleanup() error {
 	if a.poolsKey != "" {
 		_, err = registries.Delete(a.poolsKey)
 		a.poolsKey = ""
+	}
+	if a.placementsHeld {
+		_, perr := placementStores.Delete(a.placementsKey)
+		err = errors.Join(err, perr)
+		a.placementsHeld = false
 	}
 	if a.enrolmentKey != "" {
 		_, eerr := enrolments.Delete(a.enrolmentKey)

@@ -273,6 +273,7 @@ func (a *App) provisionNodes(ctx caddy.Context) error {
 		Credentials: store,
 		OwnerEpoch:  epoch,
 		Pools:       a.pools,
+		Placements:  a.placements,
 		Timers: hub.Timers{
 			Hello: time.Duration(n.HelloTimeout), Idle: time.Duration(n.IdleTimeout),
 			Online: time.Duration(n.OnlineWindow), Write: time.Duration(n.WriteTimeout),

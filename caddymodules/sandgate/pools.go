@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/sandgate/sandgate/node/enrolment"
+	"github.com/sandgate/sandgate/node/placement"
 	"github.com/sandgate/sandgate/node/pool"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/node/release"
@@ -34,6 +35,21 @@ type pooledEnrolment struct{ *enrolment.Store }
 
 // Destruct does nothing: the store is on disk.
 func (pooledEnrolment) Destruct() error { return nil }
+
+// placementStores holds the placement stores across reloads, keyed by
+// their journal ("" for the in-memory one).
+var placementStores = caddy.NewUsagePool()
+
+// pooledPlacements closes a journal when no config holds it.
+type pooledPlacements struct{ placement.Store }
+
+// Destruct closes the journal file, if any.
+func (p pooledPlacements) Destruct() error {
+	if f, ok := p.Store.(*placement.File); ok {
+		return f.Close()
+	}
+	return nil
+}
 
 // checkPools validates the pools' static settings; the error names the
 // pool and generation.
@@ -145,6 +161,26 @@ func (a *App) provisionPools() error {
 		a.enrolmentKey = enrolPath
 		a.enrolment = v.(pooledEnrolment).Store
 	}
+	journal := ""
+	if a.stateDir != "" {
+		journal = filepath.Join(a.stateDir, "placements.jsonl")
+	}
+	pv, _, err := placementStores.LoadOrNew(journal, func() (caddy.Destructor, error) {
+		if journal == "" {
+			return pooledPlacements{placement.NewMemory()}, nil
+		}
+		f, err := placement.Open(journal)
+		if err != nil {
+			return nil, err
+		}
+		return pooledPlacements{f}, nil
+	})
+	if err != nil {
+		return err
+	}
+	a.placementsKey = journal
+	a.placementsHeld = true
+	a.placements = pv.(pooledPlacements).Store
 	if n.Releases != "" {
 		store, err := release.OpenStore(repl.ReplaceAll(n.Releases, ""))
 		if err != nil {

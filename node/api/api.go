@@ -10,6 +10,8 @@
 //	GET  /internal/v1/sandbox-nodes                         200 {"nodes": [NodeStatus, …]}
 //	GET  /internal/v1/sandbox-nodes/<node_id>               200 NodeStatus | 404
 //	POST /internal/v1/sandbox-nodes/<node_id>/operations    200 OperationResult | 4xx/503 Error
+//	GET  /internal/v1/sandbox-nodes/<node_id>/placements    200 Placements | 404
+//	POST /internal/v1/sandbox-nodes/<node_id>/placements/release  PlacementEntry → 200 Released | 404
 //
 // The reference is docs/node-connect.md.
 package api
@@ -28,6 +30,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/bearer"
 	"github.com/sandgate/sandgate/node/hub"
+	"github.com/sandgate/sandgate/node/placement"
 	"github.com/sandgate/sandgate/node/proto"
 )
 
@@ -141,6 +144,27 @@ type ErrorBody struct {
 	Message string `json:"message"`
 }
 
+// PlacementEntry is one allocation Core has placed on a generation of a
+// node.
+type PlacementEntry struct {
+	// DeploymentGeneration is the generation the allocation belongs to.
+	DeploymentGeneration int64 `json:"deployment_generation"`
+	// Reference is the allocation's exact reference.
+	Reference proto.Reference `json:"reference"`
+}
+
+// Placements is the body of GET …/<node_id>/placements.
+type Placements struct {
+	// Placements are by generation, then reference.
+	Placements []PlacementEntry `json:"placements"`
+}
+
+// Released is the answer of POST …/<node_id>/placements/release.
+type Released struct {
+	// Released is true: the placement was forgotten.
+	Released bool `json:"released"`
+}
+
 // Nodes is the body of the list.
 type Nodes struct {
 	// Nodes are every enrolled or seen node, sorted by node ID.
@@ -189,6 +213,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.operation(w, r, parts[0])
+	case len(parts) == 2 && parts[1] == "placements":
+		if !allow(w, r, http.MethodGet) {
+			return
+		}
+		if _, found := h.Hub.Node(parts[0]); !found {
+			writeError(w, http.StatusNotFound, "not_found", "no such node")
+			return
+		}
+		list := Placements{Placements: []PlacementEntry{}}
+		for _, p := range h.Hub.Placements(parts[0]) {
+			list.Placements = append(list.Placements, PlacementEntry{DeploymentGeneration: p.Generation, Reference: p.Reference})
+		}
+		writeJSON(w, http.StatusOK, list)
+	case len(parts) == 3 && parts[1] == "placements" && parts[2] == "release":
+		if !allow(w, r, http.MethodPost) {
+			return
+		}
+		h.release(w, r, parts[0])
 	default:
 		writeError(w, http.StatusNotFound, "not_found", "no such API path")
 	}
@@ -248,6 +290,43 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request, nodeID strin
 		Unsupported: res.Unsupported, RequestID: res.Request.ID, Sequence: res.Request.Sequence, ConnectionID: res.Request.ConnectionID,
 		OwnerEpoch: res.Request.OwnerEpoch, Response: res.Response, Receipt: res.Receipt,
 	})
+}
+
+// release forgets one placement (POST …/<node_id>/placements/release,
+// body PlacementEntry): the operator has established that the allocation
+// is gone. 200 Released, 404 not_found when no such placement is
+// recorded, 400 for a malformed body, 503 without a placement store.
+func (h *Handler) release(w http.ResponseWriter, r *http.Request, nodeID string) {
+	body := http.MaxBytesReader(w, r.Body, 64<<10)
+	var in PlacementEntry
+	if err := jsonv2.UnmarshalRead(body, &in, decodeOptions); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, "request_too_large", "the body is over 64 KiB")
+			return
+		}
+		writeError(w, http.StatusBadRequest, "invalid_request", bodyProblem(err))
+		return
+	}
+	ref := in.Reference
+	if !proto.IsUUID(nodeID) || in.DeploymentGeneration <= 0 || !proto.IsIdentifier(ref.TenantID) ||
+		!proto.IsIdentifier(ref.EnvironmentID) || !proto.IsIdentifier(ref.AllocationID) {
+		writeError(w, http.StatusBadRequest, "invalid_request", "a positive deployment_generation and a complete reference are required")
+		return
+	}
+	ok, err := h.Hub.ReleasePlacement(placement.Placement{NodeID: nodeID, Generation: in.DeploymentGeneration, Reference: ref})
+	switch {
+	case err != nil:
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "placements are not recorded, or the release could not be written")
+	case !ok:
+		writeError(w, http.StatusNotFound, "not_found", "no such placement")
+	default:
+		if h.Logger != nil {
+			h.Logger.Info("placement released by the operator", zap.String("node_id", nodeID),
+				zap.Int64("deployment_generation", in.DeploymentGeneration))
+		}
+		writeJSON(w, http.StatusOK, Released{Released: true})
+	}
 }
 
 // bodyProblem describes a body decoding error by its JSON pointer, never

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sandgate/sandgate/node/credential"
 	"github.com/sandgate/sandgate/node/hub"
+	"github.com/sandgate/sandgate/node/placement"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/node/sim"
 )
@@ -382,4 +383,75 @@ func contextUntil(release <-chan struct{}) (context.Context, context.CancelFunc)
 		}
 	}()
 	return ctx, cancel
+}
+
+// TestAPIPlacements: the operator lists a node's placements and releases
+// one; unknown placements, malformed bodies and hubs without a placement
+// store are refused.
+func TestAPIPlacements(t *testing.T) {
+	e := newAPIEnv(t)
+	var none Error
+	release := Prefix + "/" + nodeA + "/placements/release"
+	body := `{"deployment_generation": 3, "reference": {"tenant_id": "t1", "environment_id": "e1", "allocation_id": "a1"}}`
+	if status := e.call(http.MethodPost, release, apiToken, body, &none); status != 503 || none.Error.Code != "unavailable" {
+		t.Fatalf("without a store: %d %+v", status, none)
+	}
+	store := placement.NewMemory()
+	creds, err := credential.OpenFile(writeNodes(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = creds.Close() })
+	if err := e.hub.Configure(hub.Config{Credentials: creds, OwnerEpoch: 3, Placements: store}); err != nil {
+		t.Fatal(err)
+	}
+	r := proto.Reference{TenantID: "t1", EnvironmentID: "e1", AllocationID: "a1"}
+	_ = store.Place(placement.Placement{NodeID: nodeA, Generation: 3, Reference: r})
+	var list Placements
+	if status := e.call(http.MethodGet, Prefix+"/"+nodeA+"/placements", apiToken, "", &list); status != 200 ||
+		len(list.Placements) != 1 || list.Placements[0].DeploymentGeneration != 3 || list.Placements[0].Reference != r {
+		t.Fatalf("%d %+v", status, list)
+	}
+	var released Released
+	if status := e.call(http.MethodPost, release, apiToken, body, &released); status != 200 || !released.Released {
+		t.Fatalf("%d %+v", status, released)
+	}
+	if store.InUse(nodeA, 3) {
+		t.Fatal("still placed")
+	}
+	for _, tc := range []struct {
+		name, path, body string
+		status           int
+		code             string
+	}{
+		{"released twice", release, body, 404, "not_found"},
+		{"unknown member", release, `{"deployment_generation": 3, "generation": 3}`, 400, "invalid_request"},
+		{"no reference", release, `{"deployment_generation": 3}`, 400, "invalid_request"},
+		{"unknown node", Prefix + "/0e000000-0000-4000-8000-00000000000e/placements", "", 404, "not_found"},
+	} {
+		var er Error
+		method := http.MethodPost
+		if tc.body == "" {
+			method = http.MethodGet
+		}
+		if status := e.call(method, tc.path, apiToken, tc.body, &er); status != tc.status || er.Error.Code != tc.code {
+			t.Errorf("%s: %d %+v", tc.name, status, er)
+		}
+	}
+}
+
+// writeNodes writes the two test nodes' credential file.
+func writeNodes(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "nodes.yaml")
+	var b strings.Builder
+	b.WriteString("nodes:\n")
+	for id, secret := range map[string]string{nodeA: secretA, nodeB: secretB} {
+		fmt.Fprintf(&b, "  - node_id: %s\n    enabled: true\n    credential_sha256: %s\n    installation_id: %s\n    provider: docker\n    backend_fingerprint: %s\n    deployment_generation: 1\n    specification_digest: %s\n",
+			id, hexSum(secret), inst, fingerprint, specDigest)
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -732,16 +732,17 @@ func (c *conn) retention(r *proto.Retention) {
 	ack := &proto.RetentionAck{ID: r.ID, ConnectionID: c.id, Entries: make([]proto.RetentionDecision, len(r.Entries))}
 	for i, e := range r.Entries {
 		ack.Entries[i] = proto.RetentionDecision{Generation: e.Generation, SpecificationDigest: e.SpecificationDigest,
-			Keep: keep(deploymentFor(cfg, c.node.Pool), e)}
+			Keep: keep(deploymentFor(cfg, c.node.Pool), e) || (cfg.Placements != nil && cfg.Placements.InUse(c.nodeID, e.Generation))}
 	}
 	c.wmu.Lock()
 	c.write(ack)
 	c.wmu.Unlock()
 }
 
-// keep decides one retention entry: Core authorises dropping everything
-// but the target generation (same digest) and the serving generation.
-// Without a deployment nothing may be dropped.
+// keep decides one retention entry by the deployment: the target
+// generation (same digest) and the serving generation are kept; without a
+// deployment nothing may be dropped. Core also keeps every generation an
+// allocation is placed on (Config.Placements, checked by the caller).
 func keep(d *proto.Deployment, e proto.RetentionEntry) bool {
 	if d == nil {
 		return true

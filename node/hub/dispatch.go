@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/sandgate/sandgate/node/operation"
+	"github.com/sandgate/sandgate/node/placement"
 	"github.com/sandgate/sandgate/node/proto"
 )
 
@@ -176,7 +177,25 @@ func (h *Hub) dispatch(ctx context.Context, nodeID string, req proto.Request) (*
 		return nil, fmt.Errorf("%w: node %s, generation %d", ErrNotReady, nodeID, req.DeploymentGeneration)
 	}
 	h.mu.Unlock()
-	return c.dispatch(ctx, cfg, req)
+	var placed *placement.Placement
+	if c.gm && cfg.Placements != nil {
+		// The allocation is placed on the generation before anything is
+		// sent, so no retention answer can authorise dropping it.
+		pl := placement.Placement{NodeID: nodeID, Generation: req.DeploymentGeneration, Reference: req.Reference}
+		if err := cfg.Placements.Place(pl); err != nil {
+			cfg.Logger.Error("recording a placement failed; the operation is not sent", zap.String("node_id", nodeID), zap.Error(err))
+			return nil, fmt.Errorf("%w: %w", ErrPlacementUnrecorded, err)
+		}
+		placed = &pl
+	}
+	res, err := c.dispatch(ctx, cfg, req)
+	if err == nil && placed != nil && req.Operation == proto.OpKill && res.Outcome == proto.OutcomeSuccess {
+		// A successful kill ends the allocation and everything it holds.
+		if _, rerr := cfg.Placements.Release(*placed); rerr != nil {
+			cfg.Logger.Warn("releasing a placement after a kill failed; the generation stays in use", zap.String("node_id", nodeID), zap.Error(rerr))
+		}
+	}
+	return res, err
 }
 
 // dispatch writes req on c and waits for the outcome.

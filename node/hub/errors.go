@@ -70,6 +70,10 @@ var (
 	// ErrInvalidRequest: the operation and its parameters do not form a
 	// valid request frame; the error also wraps the *proto.Error.
 	ErrInvalidRequest = errors.New("hub: invalid provider request")
+	// ErrPlacementUnrecorded: the placement of the request's allocation
+	// on its generation could not be recorded (Config.Placements), so the
+	// request was not sent.
+	ErrPlacementUnrecorded = errors.New("hub: the allocation's placement could not be recorded")
 	// ErrClosed: the hub is closed or not configured.
 	ErrClosed = errors.New("hub: node connection service unavailable")
 )

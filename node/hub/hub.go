@@ -28,6 +28,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sandgate/sandgate/node/credential"
+	"github.com/sandgate/sandgate/node/placement"
 	"github.com/sandgate/sandgate/node/pool"
 	"github.com/sandgate/sandgate/node/proto"
 )
@@ -119,6 +120,12 @@ type Config struct {
 	// enrolled pool (credential.Node.Pool), and is refused (close code
 	// CloseNoDeployment) while its pool has none. A *pool.Registry is one.
 	Pools Deployments
+	// Placements, when set, records the generation each allocation sent
+	// to a generation-managing node is placed on, from before its first
+	// request until a successful kill; retention keeps every generation
+	// in use. Without it retention keeps only the target and serving
+	// generations.
+	Placements placement.Store
 	// Timers are the timeouts; zero fields take the defaults.
 	Timers Timers
 	// Logger receives connection events; nil means no logging. Secrets and
@@ -365,12 +372,46 @@ type NodeStatus struct {
 	// Health is the last health report, with an unknown diagnostic stored
 	// as provider_unavailable.
 	Health *proto.Health `json:"health,omitempty"`
-	// Generations are the latest observation of each generation the node
-	// reported (generation-managing nodes), by ascending generation.
-	Generations []proto.GenerationObservation `json:"generations,omitempty"`
+	// Pool is the node pool of the node's enrolment (enrolled nodes).
+	Pool string `json:"pool,omitempty"`
+	// Deployment is the deployment the node is told (generation-managing
+	// enrolled nodes whose pool has one).
+	Deployment *proto.Deployment `json:"deployment,omitempty"`
+	// Generations are the node's generations, by ascending generation:
+	// the latest observation of each generation the node reported
+	// (generation-managing nodes), and every generation allocations are
+	// placed on (with no state when the node has not reported it).
+	Generations []GenerationStatus `json:"generations,omitempty"`
 	// Pending is the number of requests waiting for a response on the
 	// current connection.
 	Pending int `json:"pending"`
+}
+
+// GenerationStatus is one generation of one node as Core knows it.
+type GenerationStatus struct {
+	// Generation is the deployment generation.
+	Generation int64 `json:"generation"`
+	// SpecificationDigest is the digest the node reported; absent when it
+	// has not reported the generation.
+	SpecificationDigest string `json:"specification_digest,omitempty"`
+	// State is the node's latest report: "ready", "preparing" or
+	// "failed"; absent when it has not reported the generation. Core
+	// counts a generation ready on a node only from such a report.
+	State proto.GenerationState `json:"state,omitempty"`
+	// Diagnostic is the report's diagnostic (unknown codes stored as
+	// provider_unavailable).
+	Diagnostic string `json:"diagnostic,omitempty"`
+	// ObservedAt is when Core received the latest report.
+	ObservedAt *time.Time `json:"observed_at,omitempty"`
+	// Target: the generation (and digest, when reported) is the pool's
+	// target.
+	Target bool `json:"target,omitempty"`
+	// Serving: the generation is the pool's serving generation.
+	Serving bool `json:"serving,omitempty"`
+	// Placements counts the allocations Core has placed on this generation
+	// of the node and not yet seen killed; a generation with placements is
+	// kept by every retention answer.
+	Placements int `json:"placements"`
 }
 
 // HelloSummary is the identity and capacity part of a hello (the members
@@ -452,9 +493,12 @@ func (p *presence) status(now time.Time, cfg *Config) NodeStatus {
 		s.Health = &hc
 	}
 	if len(p.generations) > 0 {
-		s.Generations = make([]proto.GenerationObservation, 0, len(p.generations))
+		s.Generations = make([]GenerationStatus, 0, len(p.generations))
 		for _, o := range p.generations {
-			s.Generations = append(s.Generations, o.obs)
+			at := o.at
+			s.Generations = append(s.Generations, GenerationStatus{Generation: o.obs.Generation,
+				SpecificationDigest: o.obs.SpecificationDigest, State: o.obs.State, Diagnostic: o.obs.Diagnostic,
+				ObservedAt: &at})
 		}
 		sort.Slice(s.Generations, func(i, j int) bool { return s.Generations[i].Generation < s.Generations[j].Generation })
 	}
@@ -488,15 +532,77 @@ func (h *Hub) Nodes() []NodeStatus {
 	}
 	if cfg != nil {
 		for _, n := range cfg.Credentials.Nodes() {
-			if i, ok := seen[n.NodeID]; ok {
-				out[i].Enrolled = true
-				continue
+			i, ok := seen[n.NodeID]
+			if !ok {
+				out = append(out, NodeStatus{NodeID: n.NodeID, State: StateDisconnected})
+				i = len(out) - 1
 			}
-			out = append(out, NodeStatus{NodeID: n.NodeID, Enrolled: true, State: StateDisconnected})
+			out[i].Enrolled = true
+			enrich(&out[i], cfg, n)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].NodeID < out[j].NodeID })
 	return out
+}
+
+// Placements returns the allocations Core has placed on the node's
+// generations (nil without Config.Placements).
+func (h *Hub) Placements(nodeID string) []placement.Placement {
+	cfg := h.config()
+	if cfg == nil || cfg.Placements == nil {
+		return nil
+	}
+	return cfg.Placements.List(nodeID)
+}
+
+// ReleasePlacement forgets one placement: the operator has established
+// that the allocation is gone (e.g. its kill's outcome was unknown and
+// the sandbox is confirmed absent). It reports whether the placement was
+// recorded. Errors: ErrClosed without Config.Placements, or the store's.
+func (h *Hub) ReleasePlacement(p placement.Placement) (bool, error) {
+	cfg := h.config()
+	if cfg == nil || cfg.Placements == nil {
+		return false, ErrClosed
+	}
+	return cfg.Placements.Release(p)
+}
+
+// enrich adds to s what Core knows from the node's enrolment n: its pool,
+// the deployment it is told, the roles of its generations and their
+// placements.
+func enrich(s *NodeStatus, cfg *Config, n credential.Node) {
+	s.Pool = n.Pool
+	if s.Pool == "" {
+		s.Pool = pool.Default
+	}
+	var d *proto.Deployment
+	if n.GenerationManagement {
+		d = deploymentFor(cfg, s.Pool)
+		s.Deployment = d
+	}
+	byGen := make(map[int64]int, len(s.Generations))
+	for i := range s.Generations {
+		byGen[s.Generations[i].Generation] = i
+	}
+	if cfg.Placements != nil {
+		for _, pl := range cfg.Placements.List(n.NodeID) {
+			i, ok := byGen[pl.Generation]
+			if !ok {
+				s.Generations = append(s.Generations, GenerationStatus{Generation: pl.Generation})
+				i = len(s.Generations) - 1
+				byGen[pl.Generation] = i
+			}
+			s.Generations[i].Placements++
+		}
+	}
+	for i := range s.Generations {
+		g := &s.Generations[i]
+		if d != nil {
+			g.Target = g.Generation == d.Generation && (g.SpecificationDigest == "" || g.SpecificationDigest == d.SpecificationDigest)
+			g.Serving = d.ServingGeneration != nil && g.Generation == *d.ServingGeneration
+		}
+	}
+	sort.Slice(s.Generations, func(i, j int) bool { return s.Generations[i].Generation < s.Generations[j].Generation })
 }
 
 // Node returns the status of one node, and false when the node is neither
@@ -511,21 +617,24 @@ func (h *Hub) Node(nodeID string) (NodeStatus, bool) {
 		s = p.status(now, cfg)
 	}
 	h.mu.Unlock()
-	enrolled := false
+	var enrolment *credential.Node
 	if cfg != nil {
 		for _, n := range cfg.Credentials.Nodes() {
 			if n.NodeID == nodeID {
-				enrolled = true
+				enrolment = &n
 				break
 			}
 		}
 	}
 	if !seen {
-		if !enrolled {
+		if enrolment == nil {
 			return NodeStatus{}, false
 		}
 		s = NodeStatus{NodeID: nodeID, State: StateDisconnected}
 	}
-	s.Enrolled = enrolled
+	s.Enrolled = enrolment != nil
+	if enrolment != nil {
+		enrich(&s, cfg, *enrolment)
+	}
 	return s, true
 }
