@@ -4,6 +4,8 @@
 package caddymodules
 
 import (
+	// The sandbox authorizer: sandgate.authorizer.http.
+	_ "github.com/sandgate/sandgate/caddymodules/authorizer"
 	// The credential sources: sandgate.credentials.file and .http.
 	_ "github.com/sandgate/sandgate/caddymodules/credentialsource"
 	// The data plane handler: http.handlers.e2b_dataplane.

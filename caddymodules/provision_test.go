@@ -304,6 +304,19 @@ func TestJSONConfigErrors(t *testing.T) {
 			sg(cfg)["credentials"] = obj{"source": "http", "url": "https://portal.internal/credentials/{id}",
 				"headers": obj{"Authorization": []any{"Bearer {env.SANDGATE_TEST_UNSET}"}}}
 		}, []string{"header Authorization", "{env.SANDGATE_TEST_UNSET} is empty"}},
+		{"authorizer http without url", func(cfg obj) { sg(cfg)["authorizer"] = obj{"source": "http"} },
+			[]string{"loading the sandbox authorizer", "base URL"}},
+		{"authorizer http cache_ttl above 1s", func(cfg obj) {
+			sg(cfg)["authorizer"] = obj{"source": "http", "url": "http://corectl:8090", "cache_ttl": "2s"}
+		}, []string{"cache TTL 2s"}},
+		{"authorizer http literal Authorization", func(cfg obj) {
+			sg(cfg)["authorizer"] = obj{"source": "http", "url": "http://corectl:8090", "headers": obj{"Authorization": []any{portalSecret}}}
+		}, []string{"authorizer http header Authorization", "must not be written into the configuration"}},
+		{"authorizer http URL with user info", func(cfg obj) {
+			sg(cfg)["authorizer"] = obj{"source": "http", "url": "http://gateway:" + execdSecret + "@corectl:8090"}
+		}, []string{"must not carry user info"}},
+		{"authorizer of unknown source", func(cfg obj) { sg(cfg)["authorizer"] = obj{"source": "grpc"} },
+			[]string{"sandgate.authorizer.grpc"}},
 		{"literal execd_access_token", func(cfg obj) {
 			sg(cfg)["clusters"].(obj)["cluster-b"] = obj{"fixed_entry": "http://10.0.0.5", "execd_access_token": execdSecret}
 		}, []string{`cluster "cluster-b"`, "execd_access_token: a secret must not be written into the configuration"}},

@@ -25,8 +25,9 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"go.uber.org/zap"
 
-	"github.com/sandgate/sandgate/caddymodules/secret"
 	"github.com/sandgate/sandgate/caddymodules/sourcemetrics"
+	"github.com/sandgate/sandgate/caddymodules/endpoint"
+	"github.com/sandgate/sandgate/caddymodules/secret"
 	"github.com/sandgate/sandgate/gateway/credential"
 )
 
@@ -162,20 +163,12 @@ type HTTP struct {
 	// credential (token=, api_key=, …): write it as {env.NAME} or
 	// {file./path}, resolved at provision time.
 	URL string `json:"url"`
-	// Headers are sent with every request (e.g. Authorization for the
-	// Portal). Values may use placeholders such as {env.PORTAL_TOKEN},
-	// resolved at provision time. The value of a header that carries a
-	// credential (Authorization, Cookie, or a name with "token", "key",
-	// "auth", … in it: secret.SensitiveHeader) must hold an {env.NAME} or
-	// {file./path} placeholder, e.g. "Bearer {file./run/secrets/portal}",
-	// so the secret stays out of the configuration; a literal is refused.
-	Headers http.Header `json:"headers,omitempty"`
-	// CacheTTL is how long an answer (found, disabled or not found) is
-	// reused, up to 1m. A disabled credential is refused at most CacheTTL
-	// after the Portal changes. Default 1s.
-	CacheTTL caddy.Duration `json:"cache_ttl,omitempty"`
-	// Timeout bounds one request to the endpoint. Default 2s.
-	Timeout caddy.Duration `json:"timeout,omitempty"`
+	// Settings: headers (e.g. Authorization for the Portal, as
+	// "Bearer {env.PORTAL_TOKEN}"), cache_ttl (how long an answer — found,
+	// disabled or not found — is reused, up to 1m; a disabled credential
+	// is refused at most cache_ttl after the Portal changes; default 1s)
+	// and timeout (one request; default 2s).
+	endpoint.Settings
 
 	key string
 	src credential.Source
@@ -204,19 +197,11 @@ func (h *HTTP) Provision(ctx caddy.Context) error {
 	if err := checkURLQuery(h.URL); err != nil {
 		return err
 	}
-	for k, vs := range h.Headers {
-		for _, v := range vs {
-			if secret.SensitiveHeader(k) {
-				resolved, err := secret.Resolve(repl, "credentials http header "+k, v)
-				if err != nil {
-					return err
-				}
-				cfg.Header.Add(k, resolved)
-				continue
-			}
-			cfg.Header.Add(k, repl.ReplaceAll(v, ""))
-		}
+	hdr, err := h.ResolveHeaders(repl, "credentials http")
+	if err != nil {
+		return err
 	}
+	cfg.Header = hdr
 	h.key = fmt.Sprintf("http:%s|%v|%d|%d", cfg.URL, cfg.Header, cfg.CacheTTL, cfg.Timeout)
 	v, _, err := pool.LoadOrNew(h.key, func() (caddy.Destructor, error) {
 		src, err := credential.NewHTTP(cfg)
@@ -292,42 +277,11 @@ func (h *HTTP) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		return d.Err(err.Error())
 	}
 	for d.NextBlock(0) {
-		switch d.Val() {
-		case "header":
-			var name, value string
-			if !d.Args(&name, &value) || d.NextArg() {
-				return d.ArgErr()
-			}
-			if secret.SensitiveHeader(name) {
-				if err := secret.Check("header "+name, value); err != nil {
-					return d.Err(err.Error())
-				}
-			}
-			if h.Headers == nil {
-				h.Headers = http.Header{}
-			}
-			h.Headers.Add(name, value)
-		case "cache_ttl", "timeout":
-			opt := d.Val()
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			dur, err := caddy.ParseDuration(d.Val())
-			if err != nil {
-				return d.Errf("bad %s %q: %v", opt, d.Val(), err)
-			}
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-			target := &h.CacheTTL
-			if opt == "timeout" {
-				target = &h.Timeout
-			}
-			if *target != 0 {
-				return d.Errf("%s already specified", opt)
-			}
-			*target = caddy.Duration(dur)
-		default:
+		ok, err := h.UnmarshalBlock(d)
+		if err != nil {
+			return err
+		}
+		if !ok {
 			return d.Errf("unrecognized credentials http subdirective %q", d.Val())
 		}
 	}

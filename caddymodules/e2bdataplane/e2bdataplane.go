@@ -183,6 +183,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		Execd:       &execd.Client{Transport: rt},
 		Logger:      ctx.Logger(),
 		Observe:     m.observe,
+		Authorizer:  app.Authorizer(),
 	})
 	if err != nil {
 		return err

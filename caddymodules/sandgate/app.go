@@ -28,6 +28,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sandgate/sandgate/caddymodules/secret"
+	"github.com/sandgate/sandgate/gateway/authorizer"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/dataplane"
 	"github.com/sandgate/sandgate/gateway/token"
@@ -79,6 +80,12 @@ type App struct {
 	// "http"). Required.
 	CredentialsRaw json.RawMessage `json:"credentials,omitempty" caddy:"namespace=sandgate.credentials inline_key=source"`
 
+	// AuthorizerRaw is the sandbox authorizer, a module in the
+	// sandgate.authorizer namespace chosen by its "source" key ("http").
+	// Optional: without it the data plane serves every request whose
+	// token, credential and cluster pass.
+	AuthorizerRaw json.RawMessage `json:"authorizer,omitempty" caddy:"namespace=sandgate.authorizer inline_key=source"`
+
 	// Clusters are the compute clusters by cluster ID, the ClusterID of
 	// resource credentials.
 	Clusters map[string]*Cluster `json:"clusters,omitempty"`
@@ -90,6 +97,7 @@ type App struct {
 
 	verifier    *token.Verifier
 	credentials credential.Source
+	authorizer  authorizer.Authorizer
 	logger      *zap.Logger
 
 	hub       *hub.Hub   // the shared hub, when Nodes is set
@@ -188,6 +196,17 @@ func (a *App) Provision(ctx caddy.Context) error {
 			return fmt.Errorf("credential source module %T does not implement credential.Source", mod)
 		}
 		a.credentials = src
+	}
+	if a.AuthorizerRaw != nil {
+		mod, err := ctx.LoadModule(a, "AuthorizerRaw")
+		if err != nil {
+			return fmt.Errorf("loading the sandbox authorizer: %w", err)
+		}
+		az, ok := mod.(authorizer.Authorizer)
+		if !ok {
+			return fmt.Errorf("authorizer module %T does not implement authorizer.Authorizer", mod)
+		}
+		a.authorizer = az
 	}
 	for id, c := range a.Clusters {
 		if c == nil {
@@ -359,6 +378,9 @@ func (a *App) Tokens() *token.Verifier { return a.verifier }
 
 // Credentials returns the resource credential source.
 func (a *App) Credentials() credential.Source { return a.credentials }
+
+// Authorizer returns the sandbox authorizer, nil when none is configured.
+func (a *App) Authorizer() authorizer.Authorizer { return a.authorizer }
 
 // Cluster returns the cluster with the given ID; it implements
 // dataplane.Clusters.

@@ -38,6 +38,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //		token_key <kid> <algorithm> <file>
 //		token_leeway <duration>
 //		credentials <source> ...
+//		authorizer <source> ...
 //		cluster <id> <fixed_entry> {
 //			execd_access_token <{env.NAME} or {file./path}>
 //		}
@@ -69,6 +70,8 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 // token_key may repeat (one per kid); cluster may repeat (one per ID).
 // credentials takes a module of the sandgate.credentials namespace and its
 // own syntax, e.g. "credentials file <path>" or "credentials http <url> {…}".
+// authorizer (optional) takes a module of the sandgate.authorizer
+// namespace, e.g. "authorizer http <corectl URL> {…}".
 // The nodes block configures the sandbox-node connection service (see
 // Nodes): its credentials take a module of the sandgate.node_credentials
 // namespace, e.g. "credentials file <path>"; every other subdirective is
@@ -126,6 +129,19 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			a.CredentialsRaw = caddyconfig.JSONModuleObject(mod, "source", name, nil)
+		case "authorizer":
+			if a.AuthorizerRaw != nil {
+				return d.Err("authorizer already specified")
+			}
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			name := d.Val()
+			mod, err := caddyfile.UnmarshalModule(d, "sandgate.authorizer."+name)
+			if err != nil {
+				return err
+			}
+			a.AuthorizerRaw = caddyconfig.JSONModuleObject(mod, "source", name, nil)
 		case "cluster":
 			var id, entry string
 			if !d.Args(&id, &entry) {

@@ -85,6 +85,10 @@ type Options struct {
 	// the lifecycle routes (create/connect/get/delete answer 503
 	// lifecycle_disabled) and the orphan scan.
 	TokenKey *token.SigningKey
+	// InternalToken authenticates the gateway's sandbox authorizer on GET
+	// /internal/v1/authorize (httpapi.Server.InternalToken); empty turns
+	// that route off.
+	InternalToken string
 	// MaxTimeout is the longest sandbox timeout and lifetime
 	// (lifecycle.Orchestrator.MaxTimeout; default 1 h).
 	MaxTimeout time.Duration
@@ -190,7 +194,7 @@ func New(opts Options) (*Daemon, error) {
 	}
 	d := &Daemon{opts: opts, managers: map[string]manager.Manager{}, metrics: opts.Metrics}
 	d.api = &httpapi.Server{Keys: opts.Keys, Credentials: opts.Credentials, Clusters: map[string]*httpapi.ClusterHandle{},
-		IngressWait: opts.IngressWait, Log: opts.Log.WithName("api"), Metrics: opts.Metrics}
+		IngressWait: opts.IngressWait, Log: opts.Log.WithName("api"), Metrics: opts.Metrics, InternalToken: opts.InternalToken}
 	managed := labels.SelectorFromSet(labels.Set{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue})
 	for i := range opts.Config.Clusters {
 		c := &opts.Config.Clusters[i]
@@ -249,7 +253,7 @@ func New(opts Options) (*Daemon, error) {
 			return nil, err
 		}
 		d.clusters = append(d.clusters, cr)
-		h := &httpapi.ClusterHandle{Cluster: c, Reader: direct, Egress: eg, Ingress: in}
+		h := &httpapi.ClusterHandle{Cluster: c, Reader: direct, Cache: mgr.GetCache(), Egress: eg, Ingress: in}
 		if opts.TokenKey != nil {
 			lc := &lifecycle.Orchestrator{Client: direct, Cluster: c, Egress: eg, Ingress: in, Key: *opts.TokenKey,
 				Template: opts.Config.SandboxTemplate, MaxTimeout: opts.MaxTimeout, TokenGrace: opts.TokenGrace, ReadyBudget: opts.ReadyBudget, OrphanGrace: opts.OrphanGrace, Probe: probe,

@@ -22,6 +22,7 @@
 //	GET     /sandboxes, /v2/sandboxes                list (E2B ListedSandbox)
 //	GET     /sandboxes/{sandboxID}/metrics           E2B SandboxMetric list
 //	POST    /sandboxes/{sandboxID}/pause, /resume    501 not_supported
+//	GET     /internal/v1/authorize                   the gateway's authorizer (internal token)
 //
 // Every error is the flat E2B envelope {"code": <HTTP status>, "error":
 // "<stable code>", "message": "<stable code>: <text>"}.
@@ -78,6 +79,10 @@ type ClusterHandle struct {
 	// Ingress runs the ingress allowlist flows (SetDesired and Get here;
 	// Reconcile in the leader's reconciler).
 	Ingress *ingressallow.Engine
+	// Cache reads BatchSandboxes from the manager's informer cache, for
+	// the gateway's authorizer (GET /internal/v1/authorize); nil answers
+	// every authorization not_found.
+	Cache client.Reader
 	// Reader reads BatchSandboxes for the ownership check of every
 	// sandbox route (a direct, uncached client: a route must never act on
 	// a stale owner).
@@ -102,6 +107,10 @@ type Server struct {
 	// to finish the new desired version (default 15 s); on timeout the
 	// answer is 202 with the current state.
 	IngressWait time.Duration
+	// InternalToken authenticates the gateway's authorizer on GET
+	// /internal/v1/authorize (Authorization: Bearer); empty: that route
+	// answers 404. Never logged.
+	InternalToken string
 	// Log receives one line per failed request (zero value: discard).
 	Log logr.Logger
 	// Metrics counts and times every request by route
@@ -144,6 +153,7 @@ var Routes = []Route{
 	{"GET", "/sandboxes/{sandboxID}/metrics", (*Server).sandboxMetrics},
 	{"POST", "/sandboxes/{sandboxID}/pause", (*Server).pauseSandbox},
 	{"POST", "/sandboxes/{sandboxID}/resume", (*Server).resumeSandbox},
+	{"GET", "/internal/v1/authorize", (*Server).authorize},
 }
 
 // Handler returns the API's http.Handler.

@@ -54,6 +54,10 @@ func TestMain(m *testing.M) {
 
 var clusters atomic.Int64
 
+// internalToken is the world's corectl internal token (the gateway
+// authorizer's).
+const internalToken = "internal-token-for-tests-0123456789abcdef"
+
 // world is corectl (the daemon, over HTTP) in front of the real apiserver,
 // with a stand-in OpenSandbox controller, a fixed entry that resolves
 // sandboxes from BatchSandbox objects, and an execd stand-in behind it.
@@ -196,7 +200,7 @@ func startWorld(t testing.TB, cfg *rest.Config, o worldOptions) *world {
 		o.before(w)
 	}
 	d, err := daemon.New(daemon.Options{
-		MaxTimeout: o.maxTimeout,
+		MaxTimeout: o.maxTimeout, InternalToken: internalToken,
 		Config: &cluster.Config{Clusters: []cluster.Cluster{*c}, Templates: cluster.TemplateStore{ClusterID: id, Namespace: tplNS},
 			SandboxTemplates: kubetest.SandboxTemplates()},
 		Keys: keys, Credentials: src, Listen: "127.0.0.1:0", IngressWait: 20 * time.Second,

@@ -122,7 +122,7 @@ func TestErrorClasses(t *testing.T) {
 	want := map[Class][]Code{
 		ClassRequest:    {CodeUnsupportedOperation, CodeUnknownRoute, CodeReservedRoute, CodeMethodNotAllowed, CodeSandboxHeaderMissing, CodeSandboxIDInvalid, CodeSandboxPortInvalid, CodeBadRequest, CodeCanceled, CodeUserUnknown, CodeWriteTooLarge},
 		ClassCredential: {CodeTokenMissing, CodeTokenInvalid, CodeTokenExpired, CodeCredentialNotFound, CodeCredentialDisabled, CodeCredentialUnavailable},
-		ClassTarget:     {CodeTargetMismatch},
+		ClassTarget:     {CodeTargetMismatch, CodeSandboxDeleting, CodeSandboxExpired, CodeAuthorizerUnavailable},
 		ClassRouting:    {CodeClusterUnknown, CodeSandboxNotFound, CodeSandboxNotReady, CodeIngressRouteRejected},
 		ClassNetwork:    {CodeFixedEntryUnreachable, CodeSandboxUnreachable, CodeUpstreamTimeout},
 		ClassExecution:  {CodeExecdRejected, CodeExecdUnauthorized, CodeExecdFailed, CodeExecdProtocol, CodeFileNotFound, CodeIsADirectory, CodeNotADirectory, CodeCommandTimeout, CodeProcessNotFound, CodeFileExists},

@@ -13,13 +13,18 @@
 //  3. X-Access-Token: signature, pinned algorithm, expiry;
 //  4. the token's claims (sandbox ID, logical port) equal the request target;
 //  5. the resource credential named by the token is re-read and enabled;
-//  6. the credential's ClusterID selects the cluster, and so its fixed entry.
+//  6. the credential's ClusterID selects the cluster, and so its fixed entry;
+//  7. when an authorizer is configured (Deps.Authorizer, package
+//     authorizer), the token's credential must still reach the sandbox: it
+//     exists, the credential created it (or is project-wide), it is not
+//     being deleted and has not expired.
 //
 // The sandbox ID never selects a cluster; there is no pod-IP fallback and no
 // cross-cluster search. Each failure has a stable Code (see errors.go).
 package dataplane
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"io"
@@ -33,6 +38,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/sandgate/sandgate/gateway/authorizer"
 	"github.com/sandgate/sandgate/gateway/connect"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/execd"
@@ -194,6 +200,10 @@ type Deps struct {
 	Logger *zap.Logger
 	// Observe, if set, is called once per request (metrics).
 	Observe func(Outcome)
+	// Authorizer, if set, is asked last (check 7) whether the token's
+	// credential may still reach the sandbox (spec §3.3
+	// ProviderAuthorizer; package authorizer). nil skips the check.
+	Authorizer authorizer.Authorizer
 }
 
 // Handler serves the data plane. Create it with New.
@@ -505,7 +515,30 @@ func (h *Handler) authorize(r *http.Request, rq *request) *Error {
 	}
 	rq.cluster = cl
 	rq.target = execd.Target{FixedEntry: cl.FixedEntry, SandboxID: rq.sandboxID, AccessToken: cl.ExecdAccessToken}
-	return nil
+	return h.authorizeSandbox(r.Context(), rq)
+}
+
+// authorizeSandbox is check 7: the sandbox authorizer, when configured.
+// Another credential's sandbox and a missing one are both
+// SANDBOX_NOT_FOUND with the same message, so a token cannot probe which
+// sandboxes exist.
+func (h *Handler) authorizeSandbox(ctx context.Context, rq *request) *Error {
+	if h.deps.Authorizer == nil {
+		return nil
+	}
+	d, err := h.deps.Authorizer.Authorize(ctx, rq.cred.ID, rq.sandboxID)
+	switch {
+	case err != nil:
+		return fail(CodeAuthorizerUnavailable, "the sandbox authorizer could not answer")
+	case d.Allowed:
+		return nil
+	case d.Reason == authorizer.ReasonDeleting:
+		return fail(CodeSandboxDeleting, "the sandbox is being deleted")
+	case d.Reason == authorizer.ReasonExpired:
+		return fail(CodeSandboxExpired, "the sandbox has reached its timeout")
+	default:
+		return fail(CodeSandboxNotFound, "the sandbox was not found")
+	}
 }
 
 // tokenReason names the token failure without echoing the token.

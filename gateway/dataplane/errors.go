@@ -58,7 +58,10 @@ const (
 	CodeCredentialDisabled    Code = "CREDENTIAL_DISABLED"
 	CodeCredentialUnavailable Code = "CREDENTIAL_UNAVAILABLE"
 
-	CodeTargetMismatch Code = "TARGET_MISMATCH"
+	CodeTargetMismatch        Code = "TARGET_MISMATCH"
+	CodeSandboxDeleting       Code = "SANDBOX_DELETING"
+	CodeSandboxExpired        Code = "SANDBOX_EXPIRED"
+	CodeAuthorizerUnavailable Code = "AUTHORIZER_UNAVAILABLE"
 
 	CodeClusterUnknown       Code = "CLUSTER_UNKNOWN"
 	CodeSandboxNotFound      Code = "SANDBOX_NOT_FOUND"
@@ -129,7 +132,10 @@ var codes = map[Code]codeInfo{
 	CodeCredentialDisabled:    {ClassCredential, connect.Unauthenticated, http.StatusUnauthorized, false},
 	CodeCredentialUnavailable: {ClassCredential, connect.Unavailable, http.StatusBadGateway, false},
 
-	CodeTargetMismatch: {ClassTarget, connect.PermissionDenied, http.StatusForbidden, false},
+	CodeTargetMismatch:        {ClassTarget, connect.PermissionDenied, http.StatusForbidden, false},
+	CodeSandboxDeleting:       {ClassTarget, connect.Unavailable, http.StatusBadGateway, true},
+	CodeSandboxExpired:        {ClassTarget, connect.Unavailable, http.StatusBadGateway, true},
+	CodeAuthorizerUnavailable: {ClassTarget, connect.Unavailable, http.StatusBadGateway, false},
 
 	CodeClusterUnknown:       {ClassRouting, connect.Internal, http.StatusInternalServerError, false},
 	CodeSandboxNotFound:      {ClassRouting, connect.Unavailable, http.StatusBadGateway, true},

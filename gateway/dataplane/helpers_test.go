@@ -88,6 +88,13 @@ type envOption func(*Config, *execdstub.Config)
 
 func newTestEnv(t *testing.T, opts ...envOption) *testEnv {
 	t.Helper()
+	return newTestEnvDeps(t, nil, opts...)
+}
+
+// newTestEnvDeps is newTestEnv with deps adjusting the handler's Deps
+// (nil: none).
+func newTestEnvDeps(t *testing.T, deps func(*Deps), opts ...envOption) *testEnv {
+	t.Helper()
 	e := &testEnv{t: t, root: t.TempDir(), outcomes: make(chan Outcome, 64)}
 	for _, d := range []string{"home/user", "root"} {
 		if err := os.MkdirAll(filepath.Join(e.root, d), 0o755); err != nil {
@@ -131,14 +138,18 @@ func newTestEnv(t *testing.T, opts ...envOption) *testEnv {
 	}}
 	core, logs := observer.New(zap.DebugLevel)
 	e.logs = logs
-	h, err := New(cfg, Deps{
+	d := Deps{
 		Tokens:      verifier,
 		Credentials: e.creds,
 		Clusters:    fakeClusters{"cluster-a": {ID: "cluster-a", FixedEntry: fe}},
 		Execd:       &execd.Client{},
 		Logger:      zap.New(core),
 		Observe:     func(o Outcome) { e.outcomes <- o },
-	})
+	}
+	if deps != nil {
+		deps(&d)
+	}
+	h, err := New(cfg, d)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,8 +24,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -60,6 +62,7 @@ func run(args []string) error {
 	keyID := fs.String("token-key-id", "", "kid of the gateway's token signing key (enables create/connect/get/delete)")
 	keyAlg := fs.String("token-key-algorithm", "HS256", "algorithm of the token signing key")
 	keyFile := fs.String("token-key-file", "", "file of the token signing key (the gateway's token_key)")
+	internalTokenFile := fs.String("internal-token-file", "", "file holding the bearer token the gateway's sandbox authorizer presents on GET /internal/v1/authorize (at least 32 bytes; empty: that route is off)")
 	maxTimeout := fs.Duration("max-timeout", time.Hour, "longest sandbox timeout a create, connect or setTimeout may ask for, and the longest a sandbox lives from its start")
 	tokenGrace := fs.Duration("token-grace", 30*time.Second, "how long an envd access token outlives the latest end of its sandbox (start + -max-timeout)")
 	readyBudget := fs.Duration("ready-budget", time.Minute, "how long a create waits for execd readiness through the fixed entry")
@@ -106,8 +109,15 @@ func run(args []string) error {
 		}
 		signer = &k
 	}
+	var internalToken string
+	if *internalTokenFile != "" {
+		if internalToken, err = readInternalToken(*internalTokenFile); err != nil {
+			return err
+		}
+	}
 	d, err := daemon.New(daemon.Options{
-		Config: cfg, Keys: keys, Credentials: creds, Listen: *listen,
+		InternalToken: internalToken,
+		Config:        cfg, Keys: keys, Credentials: creds, Listen: *listen,
 		LeaderElection: *elect, LeaderElectionNamespace: *leNS, EgressGrace: *grace, Log: log,
 		ProbeSourceDiscovery: true,
 		TokenKey:             signer, MaxTimeout: *maxTimeout, TokenGrace: *tokenGrace, ReadyBudget: *readyBudget, OrphanInterval: *orphanEvery,
@@ -120,4 +130,27 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return d.Run(ctx)
+}
+
+// readInternalToken reads the internal token file: at most 4 KiB, one
+// trailing newline dropped, at least 32 bytes without spaces. The error
+// never contains the file's content.
+func readInternalToken(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 4097))
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(b) > 4096 {
+		return "", fmt.Errorf("%s: the internal token file is larger than 4 KiB", path)
+	}
+	tok := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	if len(tok) < 32 || strings.ContainsAny(tok, " \t\r\n") {
+		return "", fmt.Errorf("%s: the internal token must be at least 32 bytes without spaces or line breaks", path)
+	}
+	return tok, nil
 }

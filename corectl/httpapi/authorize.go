@@ -1,0 +1,92 @@
+package httpapi
+
+import (
+	"crypto/subtle"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/lifecycle"
+	"github.com/sandgate/sandgate/corectl/sandbox"
+	"github.com/sandgate/sandgate/gateway/authorizer"
+	"github.com/sandgate/sandgate/gateway/credential"
+	"github.com/sandgate/sandgate/internal/bearer"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// authorize is GET /internal/v1/authorize?credential=<id>&sandbox=<id>,
+// the gateway's sandbox authorizer (package gateway/authorizer has the
+// contract). It is authenticated by Server.InternalToken (Authorization:
+// Bearer), not by an API key, and answers from the manager's informer
+// cache of BatchSandboxes (ClusterHandle.Cache), so it costs no apiserver
+// round trip: 200 {"allowed": true, "endAt"} when the credential is
+// enabled and sees the sandbox (credential.Credential.Sees) and the
+// sandbox is neither being deleted nor expired; else 200 {"allowed":
+// false, "reason"}: not_found (no such sandbox, another credential's, or
+// a credential that does not exist or is disabled), deleting, expired.
+// Without InternalToken the route does not exist (404).
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
+	if s.InternalToken == "" {
+		s.fail(w, r, http.StatusNotFound, CodeNotFound, "no such route")
+		return
+	}
+	tok, ok := bearer.FromRequest(r)
+	if !ok || subtle.ConstantTimeCompare([]byte(tok), []byte(s.InternalToken)) != 1 {
+		s.fail(w, r, http.StatusUnauthorized, CodeUnauthenticated, "the internal token is missing or wrong")
+		return
+	}
+	q := r.URL.Query()
+	credID, id := q.Get("credential"), q.Get("sandbox")
+	if credID == "" || id == "" || len(q["credential"]) != 1 || len(q["sandbox"]) != 1 {
+		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, "credential and sandbox are required, once each")
+		return
+	}
+	refuse := func(reason authorizer.Reason) {
+		writeJSON(w, http.StatusOK, authorizer.Answer{Reason: reason})
+	}
+	cred, err := s.Credentials.Lookup(r.Context(), credID)
+	switch {
+	case errors.Is(err, credential.ErrNotFound), errors.Is(err, credential.ErrDisabled):
+		refuse(authorizer.ReasonNotFound)
+		return
+	case err != nil:
+		s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, "the credential source cannot answer")
+		return
+	}
+	ch, ok := s.Clusters[cred.ClusterID]
+	if !ok || ch.Cache == nil || sandbox.ValidateID(id) != nil {
+		refuse(authorizer.ReasonNotFound)
+		return
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(sandbox.GVK)
+	ctx, cancel := requestContext(r)
+	defer cancel()
+	if err := ch.Cache.Get(ctx, client.ObjectKey{Namespace: cred.ProjectNamespace, Name: id}, u); err != nil {
+		if apierrors.IsNotFound(err) {
+			refuse(authorizer.ReasonNotFound)
+			return
+		}
+		s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, "the sandbox cache cannot answer")
+		return
+	}
+	st := u.GetAnnotations()[v1alpha1.AnnotationLifecycle]
+	end, hasEnd := lifecycle.EndAt(u)
+	switch {
+	case !cred.Sees(sandbox.OwnerOf(u), cred.ProjectNamespace, cred.ClusterID):
+		refuse(authorizer.ReasonNotFound)
+	case u.GetDeletionTimestamp() != nil || st == v1alpha1.StateDeleting || st == v1alpha1.StateCleanupFailed:
+		refuse(authorizer.ReasonDeleting)
+	case hasEnd && !time.Now().Before(end):
+		refuse(authorizer.ReasonExpired)
+	default:
+		a := authorizer.Answer{Allowed: true}
+		if hasEnd {
+			a.EndAt = end.UTC().Format(time.RFC3339Nano)
+		}
+		writeJSON(w, http.StatusOK, a)
+	}
+}

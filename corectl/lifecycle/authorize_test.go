@@ -1,0 +1,114 @@
+package lifecycle_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/kubetest"
+	"github.com/sandgate/sandgate/corectl/lifecycle"
+	"github.com/sandgate/sandgate/corectl/sandbox"
+	"github.com/sandgate/sandgate/gateway/authorizer"
+)
+
+// authz asks the world's corectl authorization endpoint.
+func (w *world) authz(token, cred, id string) (int, authorizer.Answer) {
+	w.t.Helper()
+	req, _ := http.NewRequest("GET", w.url+authorizer.Path+"?"+url.Values{"credential": {cred}, "sandbox": {id}}.Encode(), nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var a authorizer.Answer
+	_ = json.NewDecoder(resp.Body).Decode(&a)
+	return resp.StatusCode, a
+}
+
+// TestAuthorizeEndpoint: corectl's answer to the gateway's authorizer for
+// the owner, a project-wide credential, another credential of the
+// namespace, another namespace's, an unknown credential and sandbox; a
+// Deleting and an expired sandbox; a deleted one (the informer cache
+// follows within the poll); and the internal token.
+func TestAuthorizeEndpoint(t *testing.T) {
+	w := start(t)
+	id := w.create(`{"templateID":"base"}`).SandboxID
+	end, _ := lifecycle.EndAt(bs(w.nsA, id))
+
+	if st, _ := w.authz("", "a", id); st != http.StatusUnauthorized {
+		t.Fatalf("no token = %d", st)
+	}
+	if st, _ := w.authz("wrong-token-wrong-token-wrong-token", "a", id); st != http.StatusUnauthorized {
+		t.Fatalf("wrong token = %d", st)
+	}
+	kubetest.Eventually(t, 10*time.Second, "the owner is allowed", func() (bool, error) {
+		st, a := w.authz(internalToken, "a", id)
+		return st == 200 && a.Allowed, nil
+	})
+	st, a := w.authz(internalToken, "a", id)
+	if got, err := time.Parse(time.RFC3339Nano, a.EndAt); st != 200 || err != nil || !got.Equal(end) {
+		t.Fatalf("owner: %d %+v (end %v)", st, a, end)
+	}
+	for cred, want := range map[string]authorizer.Answer{
+		"wide": {Allowed: true, EndAt: a.EndAt},
+		"a2":   {Reason: authorizer.ReasonNotFound},
+		"b":    {Reason: authorizer.ReasonNotFound},
+		"none": {Reason: authorizer.ReasonNotFound},
+	} {
+		if st, got := w.authz(internalToken, cred, id); st != 200 || got != want {
+			t.Errorf("credential %s: %d %+v, want %+v", cred, st, got, want)
+		}
+	}
+	if st, got := w.authz(internalToken, "a", "sb00000000000000000000"); st != 200 || got.Reason != authorizer.ReasonNotFound {
+		t.Errorf("unknown sandbox: %d %+v", st, got)
+	}
+
+	// Deleting, and expired: objects as a create in flight would leave
+	// them (Creating, young: the expiry reconciler leaves those alone).
+	mk := func(id, state string, end time.Time) {
+		u := kubetest.NewBatchSandbox(w.nsA, id, map[string]string{"allocation-id": lifecycle.NewID("al")})
+		u.SetLabels(map[string]string{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelClusterID: w.clusterID})
+		u.SetAnnotations(map[string]string{v1alpha1.AnnotationLifecycle: state, v1alpha1.AnnotationEndAt: end.UTC().Format(time.RFC3339Nano)})
+		(&sandbox.Sandbox{Owner: "a"}).MarkOwner(u)
+		if err := env.Client.Create(context.Background(), u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deleting, expired := lifecycle.NewID("sb"), lifecycle.NewID("sb")
+	mk(deleting, lifecycle.StateDeleting, time.Now().Add(time.Hour))
+	mk(expired, lifecycle.StateCreating, time.Now().Add(-time.Second))
+	for id, want := range map[string]authorizer.Reason{deleting: authorizer.ReasonDeleting, expired: authorizer.ReasonExpired} {
+		kubetest.Eventually(t, 10*time.Second, "sandbox "+string(want), func() (bool, error) {
+			st, got := w.authz(internalToken, "a", id)
+			return st == 200 && got == authorizer.Answer{Reason: want}, nil
+		})
+	}
+
+	// Deleted: not found once the informer has seen it.
+	if st, raw := w.do("DELETE", "/sandboxes/"+id, "key-a", "", nil); st != http.StatusNoContent {
+		t.Fatalf("DELETE = %d %s", st, raw)
+	}
+	kubetest.Eventually(t, 2*time.Second, "the deleted sandbox is not found", func() (bool, error) {
+		st, got := w.authz(internalToken, "a", id)
+		return st == 200 && got == authorizer.Answer{Reason: authorizer.ReasonNotFound}, nil
+	})
+	for _, q := range []string{"credential=a", "sandbox=" + id, "credential=a&credential=b&sandbox=" + id} {
+		req, _ := http.NewRequest("GET", w.url+authorizer.Path+"?"+q, nil)
+		req.Header.Set("Authorization", "Bearer "+internalToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("query %s = %d", q, resp.StatusCode)
+		}
+	}
+}

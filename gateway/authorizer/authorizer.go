@@ -1,0 +1,81 @@
+// Package authorizer is the gateway's sandbox authorizer (spec §3.3, the
+// ProviderAuthorizer: "ownership/running checks … may cache authorization
+// results"): before a data-plane request is served, it asks whether the
+// token's resource credential may still reach the token's sandbox — the
+// sandbox exists, its creating credential is the token's (or the token's
+// credential is project-wide), it is not being deleted and its end time
+// has not passed. corectl answers (its internal endpoint, Path) from its
+// informer cache of BatchSandboxes, and HTTP caches each answer for at
+// most a second, so a deleted, expired or foreign sandbox is refused
+// within about a second of the change without an apiserver round trip per
+// request.
+//
+// The wire contract, shared with corectl (package corectl/httpapi):
+//
+//	GET <base>/internal/v1/authorize?credential=<credential ID>&sandbox=<sandbox ID>
+//	Authorization: Bearer <corectl's internal token>
+//	→ 200 {"allowed": true, "endAt": "<RFC 3339>"}
+//	→ 200 {"allowed": false, "reason": "not_found" | "deleting" | "expired"}
+//
+// Any other answer (status, body, transport error, timeout) is
+// ErrUnavailable and the request is refused (fail closed).
+package authorizer
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Path is corectl's authorization endpoint, relative to its base URL.
+const Path = "/internal/v1/authorize"
+
+// Reason says why a sandbox is refused.
+type Reason string
+
+// Refusal reasons.
+const (
+	// ReasonNotFound: no such sandbox, or the credential does not see it
+	// (another credential's sandbox is answered exactly as a missing one).
+	ReasonNotFound Reason = "not_found"
+	// ReasonDeleting: the sandbox is being deleted, or its deletion could
+	// not be confirmed (CleanupFailed): spec §5.2 "rejects normal access".
+	ReasonDeleting Reason = "deleting"
+	// ReasonExpired: the sandbox's end time has passed (its deletion is
+	// under way).
+	ReasonExpired Reason = "expired"
+)
+
+// Answer is the endpoint's JSON answer.
+type Answer struct {
+	// Allowed is true when the credential may reach the sandbox.
+	Allowed bool `json:"allowed"`
+	// Reason is set when Allowed is false.
+	Reason Reason `json:"reason,omitempty"`
+	// EndAt is the sandbox's end time when Allowed (RFC 3339); absent
+	// when it has none.
+	EndAt string `json:"endAt,omitempty"`
+}
+
+// Decision is an Authorizer's verdict.
+type Decision struct {
+	// Allowed is true when the request may proceed.
+	Allowed bool
+	// Reason is set when Allowed is false.
+	Reason Reason
+	// EndAt is the sandbox's end time (zero when none or refused).
+	EndAt time.Time
+}
+
+// ErrUnavailable: the authorizer could not decide (corectl unreachable,
+// an unexpected answer). Callers refuse the request.
+var ErrUnavailable = errors.New("authorizer: unavailable")
+
+// ErrInvalidConfig: NewHTTP was given an unusable configuration.
+var ErrInvalidConfig = errors.New("authorizer: invalid configuration")
+
+// Authorizer decides whether credentialID may reach sandboxID. Errors wrap
+// ErrUnavailable. Implementations are safe for concurrent use.
+type Authorizer interface {
+	Authorize(ctx context.Context, credentialID, sandboxID string) (Decision, error)
+}
