@@ -25,9 +25,9 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"go.uber.org/zap"
 
-	"github.com/sandgate/sandgate/caddymodules/sourcemetrics"
 	"github.com/sandgate/sandgate/caddymodules/endpoint"
 	"github.com/sandgate/sandgate/caddymodules/secret"
+	"github.com/sandgate/sandgate/caddymodules/sourcemetrics"
 	"github.com/sandgate/sandgate/gateway/credential"
 )
 
