@@ -174,6 +174,9 @@ func (c *conn) read() ([]byte, bool) {
 	case errors.Is(err, errOverControlLimit):
 		c.fail(CloseMessageTooBig, "message over the 32 KiB control frame limit with no request pending")
 		return nil, true
+	case errors.Is(err, errNotResponse):
+		c.fail(CloseMessageTooBig, "message over the 32 KiB control frame limit whose first 32 KiB name no response type")
+		return nil, true
 	case errors.Is(err, errOverResponseLimit):
 		c.fail(CloseMessageTooBig, "message over the 72 MiB response frame limit")
 		return nil, true
@@ -185,6 +188,7 @@ func (c *conn) read() ([]byte, bool) {
 }
 
 var (
+	errNotResponse       = errors.New("hub: message over the control frame limit that is not a response")
 	errOverControlLimit  = errors.New("hub: message over the control frame limit")
 	errOverResponseLimit = errors.New("hub: message over the response frame limit")
 )
@@ -197,7 +201,9 @@ var controlBufs = sync.Pool{New: func() any { b := make([]byte, proto.MaxControl
 // readMessage reads one message from r, which ends with io.EOF, and
 // returns a slice of exactly its bytes. limit is proto.MaxControlFrame or
 // proto.MaxRequestFrame; a longer message gives errOverControlLimit or
-// errOverResponseLimit after at most limit+1 bytes were read. A message
+// errOverResponseLimit after at most limit+1 bytes were read, and one over
+// 32 KiB whose first 32 KiB do not name the response type
+// (proto.PeekType) gives errNotResponse before more is read. A message
 // of n bytes over 32 KiB is gathered in blocks and copied once, so it
 // costs at most 2n while read.
 func readMessage(r io.Reader, limit int) ([]byte, error) {
@@ -212,6 +218,11 @@ func readMessage(r io.Reader, limit int) ([]byte, error) {
 		return nil, err
 	case limit <= proto.MaxControlFrame:
 		return nil, errOverControlLimit
+	}
+	// Only a response may be larger than a control frame, and it must say
+	// so within its first 32 KiB (proto.Encode writes "type" second).
+	if typ, ok := proto.PeekType(first); !ok || typ != proto.TypeResponse {
+		return nil, errNotResponse
 	}
 	blocks := [][]byte{bytes.Clone(first)}
 	total := len(first)
@@ -244,10 +255,11 @@ func readMessage(r io.Reader, limit int) ([]byte, error) {
 // to respond to only while a request is pending on the connection. So
 // until the welcome and whenever nothing is pending the limit is
 // proto.MaxControlFrame (32 KiB); with at least one request pending it is
-// proto.MaxRequestFrame (72 MiB), and proto.Decode then refuses anything
-// but a response over 32 KiB, and c.response one that answers no pending
-// request. Messages are read one at a time, so a connection buffers at
-// most one large message, and only while Core waits for it.
+// proto.MaxRequestFrame (72 MiB) for a message whose first 32 KiB say
+// "type":"response" (readMessage refuses any other before reading on);
+// c.response then refuses one that answers no pending request. Messages
+// are read one at a time, so a connection buffers at most one large
+// message, and only while Core waits for it.
 func (c *conn) readLimit() int {
 	if c.pendingCount() > 0 {
 		return proto.MaxRequestFrame

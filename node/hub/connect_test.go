@@ -420,7 +420,7 @@ func TestReadLimit(t *testing.T) {
 	a := e.join(nodeA)
 	pending := e.dispatchAsync(nodeA, infoReq())
 	a.request()
-	a.sendLarge(proto.MaxRequestFrame)
+	a.sendLarge(proto.MaxRequestFrame, proto.TypeResponse)
 	if reason := a.expectClose(CloseMessageTooBig); !strings.Contains(reason, "72 MiB") {
 		t.Fatalf("reason %q", reason)
 	}

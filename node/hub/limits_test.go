@@ -17,10 +17,10 @@ import (
 	"github.com/sandgate/sandgate/node/proto"
 )
 
-// sendLarge streams one text message of n bytes (a JSON object padded with
-// spaces) from a goroutine; the write fails once Core has closed, which
-// is expected. It allocates one 1 MiB chunk whatever n is.
-func (n *testNode) sendLarge(size int) {
+// sendLarge streams one text message of n bytes (a JSON object of type
+// typ padded with spaces) from a goroutine; the write fails once Core has
+// closed, which is expected. It allocates one 1 MiB chunk whatever n is.
+func (n *testNode) sendLarge(size int, typ string) {
 	go func() {
 		n.wmu.Lock()
 		defer n.wmu.Unlock()
@@ -30,7 +30,7 @@ func (n *testNode) sendLarge(size int) {
 			return
 		}
 		chunk := bytes.Repeat([]byte{' '}, 1<<20)
-		if _, err := w.Write([]byte(`{"version":1,"type":"hello"}`)); err != nil {
+		if _, err := w.Write([]byte(`{"version":1,"type":"` + typ + `"}`)); err != nil {
 			return
 		}
 		for left := size; left > 0; left -= len(chunk) {
@@ -63,7 +63,7 @@ func TestHelloOverControlLimit(t *testing.T) {
 		a := e.connect(nodeA)
 		var reason string
 		alloc := allocatedDuring(func() {
-			a.sendLarge(size)
+			a.sendLarge(size, proto.TypeHello)
 			reason = a.expectClose(CloseMessageTooBig)
 		})
 		if !strings.Contains(reason, "32 KiB") {
@@ -89,7 +89,7 @@ func TestControlLimitWhileNothingPending(t *testing.T) {
 	a.beat(health(true, ""))
 	var reason string
 	alloc := allocatedDuring(func() {
-		a.sendLarge(16 << 20)
+		a.sendLarge(16<<20, proto.TypeHeartbeat)
 		reason = a.expectClose(CloseMessageTooBig)
 	})
 	if !strings.Contains(reason, "no request pending") || alloc > 4<<20 {
@@ -113,9 +113,10 @@ func pad(t *testing.T, f proto.Frame, n int) []byte {
 }
 
 // TestLargeResponseWhilePending: while a request is pending, its response
-// may be larger than a control frame; any other frame over 32 KiB is still
-// refused (1002, by proto.Decode), and so is a large response to nothing
-// pending.
+// may be larger than a control frame; any other frame over 32 KiB, or one
+// that does not say "type":"response" within its first 32 KiB, is refused
+// (1009) before the rest is read, and a large response to nothing pending
+// closes with 1002.
 func TestLargeResponseWhilePending(t *testing.T) {
 	e := newEnv(t)
 	a := e.join(nodeA)
@@ -126,16 +127,33 @@ func TestLargeResponseWhilePending(t *testing.T) {
 		t.Fatalf("large response: %+v, %v", d.res, d.err)
 	}
 
-	// A large heartbeat while a request is pending.
+	// A large heartbeat while a request is pending: refused from its first
+	// 32 KiB, before the rest is read (16 MiB here).
 	pending = e.dispatchAsync(nodeA, infoReq())
 	a.request()
-	a.sendRaw(pad(t, a.heartbeat(health(true, "")), proto.MaxControlFrame))
-	if reason := a.expectClose(CloseProtocolError); !strings.Contains(reason, "too large") {
-		t.Fatalf("reason %q", reason)
+	var reason string
+	alloc := allocatedDuring(func() {
+		a.sendLarge(16<<20, proto.TypeHeartbeat)
+		reason = a.expectClose(CloseMessageTooBig)
+	})
+	if !strings.Contains(reason, "name no response type") || alloc > 4<<20 {
+		t.Fatalf("reason %q, %d bytes allocated", reason, alloc)
 	}
 	if d := e.await(pending); d.err != nil || d.res.Reason != ReasonDisconnected {
 		t.Fatalf("pending after the close: %+v, %v", d.res, d.err)
 	}
+
+	// A response whose type comes after its first 32 KiB.
+	c := e.join(nodeG)
+	pending = e.dispatchAsync(nodeG, infoReq())
+	r = c.request()
+	late := `{"version":1,"id":"` + r.ID + `","connection_id":"` + r.ConnectionID + `","info":{"pad":"` +
+		strings.Repeat("x", proto.MaxControlFrame) + `"},"type":"response"}`
+	c.sendRaw([]byte(late))
+	if reason := c.expectClose(CloseMessageTooBig); !strings.Contains(reason, "name no response type") {
+		t.Fatalf("reason %q", reason)
+	}
+	e.await(pending)
 
 	// A large response to another id while a request is pending.
 	b := e.join(nodeB)

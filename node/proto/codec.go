@@ -203,6 +203,39 @@ func Decode(data []byte) (Frame, error) {
 	return f, nil
 }
 
+// PeekType returns the frame type (TypeResponse, …) named by the top-level
+// "type" member of a frame whose first bytes are prefix, and true, when
+// that member lies entirely within prefix and names a known frame type;
+// otherwise "" and false (the prefix is not the start of a JSON object, or
+// "type" comes later). A reader uses it to decide a frame's size limit
+// from its first MaxControlFrame bytes, before reading the rest: Encode
+// writes "version" and "type" first.
+func PeekType(prefix []byte) (string, bool) {
+	d := jsontext.NewDecoder(bytes.NewReader(prefix), tokenizerOptions)
+	if tok, err := d.ReadToken(); err != nil || tok.Kind() != '{' {
+		return "", false
+	}
+	for d.PeekKind() == '"' {
+		tok, err := d.ReadToken()
+		if err != nil {
+			return "", false
+		}
+		if tok.String() != "type" {
+			if err := d.SkipValue(); err != nil {
+				return "", false
+			}
+			continue
+		}
+		v, err := d.ReadToken()
+		if err != nil || v.Kind() != '"' {
+			return "", false
+		}
+		typ := knownType([]byte(v.String()))
+		return typ, typ != ""
+	}
+	return "", false
+}
+
 // scanHeader finds the top-level "type" and "version" of a frame of size
 // bytes and checks them and the control-frame limit.
 func scanHeader(d *jsontext.Decoder, size int) (string, error) {

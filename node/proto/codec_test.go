@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -188,5 +189,26 @@ func checkErr(t *testing.T, err error, rule error, pointer string) {
 	}
 	if e.Pointer != pointer {
 		t.Fatalf("pointer %q, want %q (%v)", e.Pointer, pointer, err)
+	}
+}
+
+// TestPeekType: the type is found when its member lies within the prefix,
+// whatever precedes it, and not otherwise.
+func TestPeekType(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"version":1,"type":"response","id":"`:                   TypeResponse,
+		`{"type":"heartbeat"`:                                     TypeHeartbeat,
+		` { "id" : "x", "info": {"a": [1, 2]}, "type": "request"`: TypeRequest,
+		`{"version":1,"type":"respo`:                              "",
+		`{"version":1,"type":"nonsense"}`:                         "",
+		`{"version":1,"type":7}`:                                  "",
+		`{"stdout":"` + strings.Repeat("x", 100):                  "",
+		`["type","response"]`:                                     "",
+		``:                                                        "",
+	} {
+		got, ok := PeekType([]byte(in))
+		if got != want || ok != (want != "") {
+			t.Errorf("PeekType(%.40q) = %q, %v; want %q", in, got, ok, want)
+		}
 	}
 }
