@@ -514,3 +514,98 @@ func TestBreakOutputBeforeInit(t *testing.T) {
 		t.Fatalf("stdout %q end %v eos %v", s.stdout, s.end, s.eos)
 	}
 }
+
+// TestBreakBackgroundStartStreamCut: with extended operations, a background
+// start whose event stream is cut after init (a reverse proxy in front of
+// execd does this now and then) is a start when execd's status knows the
+// command: the stream goes on from the command's files and status.
+func TestBreakBackgroundStartStreamCut(t *testing.T) {
+	for name, known := range map[string]bool{"execd knows the command": true, "execd does not": false} {
+		t.Run(name, func(t *testing.T) {
+			prefix := "/" + testSandbox + "/44772"
+			var mu sync.Mutex
+			files := map[string][]byte{}
+			mux := http.NewServeMux()
+			mux.HandleFunc(prefix+"/files/info", func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				defer mu.Unlock()
+				m := map[string]any{}
+				for _, p := range r.URL.Query()["path"] {
+					b, ok := files[p]
+					if !ok && p == "/home/user" {
+						m[p] = map[string]any{"path": p, "type": "directory", "mode": 755}
+						continue
+					}
+					m[p] = map[string]any{"path": p, "type": "file", "size": len(b), "mode": 644}
+				}
+				_ = json.NewEncoder(w).Encode(m)
+			})
+			mux.HandleFunc(prefix+"/files/upload", func(w http.ResponseWriter, r *http.Request) {
+				mr, _ := r.MultipartReader()
+				var meta struct{ Path string }
+				for {
+					p, err := mr.NextPart()
+					if err != nil {
+						break
+					}
+					b, _ := io.ReadAll(p)
+					if p.FormName() == "metadata" {
+						_ = json.Unmarshal(b, &meta)
+					} else {
+						mu.Lock()
+						files[meta.Path] = b
+						mu.Unlock()
+					}
+				}
+			})
+			mux.HandleFunc(prefix+"/command", func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				w.WriteHeader(http.StatusOK)
+				_, _ = io.WriteString(w, `{"type":"init","text":"cmd-1"}`+"\n\n")
+				http.NewResponseController(w).Flush()
+				panic(http.ErrAbortHandler) // the stream is cut after init
+			})
+			mux.HandleFunc(prefix+"/command/status/cmd-1", func(w http.ResponseWriter, r *http.Request) {
+				if !known {
+					w.WriteHeader(http.StatusNotFound)
+					_, _ = io.WriteString(w, `{"code":"INVALID_REQUEST_BODY","message":"command not found: cmd-1"}`)
+					return
+				}
+				_, _ = io.WriteString(w, `{"id":"cmd-1","running":false,"exit_code":0}`)
+			})
+			mux.HandleFunc(prefix+"/files", func(w http.ResponseWriter, r *http.Request) {})
+			up := httptest.NewServer(mux)
+			t.Cleanup(up.Close)
+			fe, _ := url.Parse(up.URL)
+			e := newTestEnv(t)
+			verifier, _ := tokenVerifier(e)
+			h, err := New(Config{ExtendedOperations: true}, Deps{Tokens: verifier, Credentials: e.creds,
+				Clusters: fakeClusters{"cluster-a": {ID: "cluster-a", FixedEntry: fe}}, Execd: newClient()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			gw := httptest.NewServer(h)
+			t.Cleanup(gw.Close)
+			req := gwRequest(t, gw.URL, e.mint("cred-a", testSandbox), http.MethodPost, "/process.Process/Start",
+				bytes.NewReader(envelope(0, []byte(startMsg("true")))))
+			req.Header.Set("Content-Type", "application/connect+json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			frames := readFrames(t, body)
+			if known {
+				s := collect(t, frames)
+				if s.pid <= 0 || s.end == nil || len(s.eos) != 0 {
+					t.Fatalf("start %v end %v eos %v", s.pid, s.end, s.eos)
+				}
+				return
+			}
+			if len(frames) != 1 || !strings.Contains(frames[0].raw, "EXECD_FAILED") {
+				t.Fatalf("frames %q", body)
+			}
+		})
+	}
+}

@@ -161,6 +161,12 @@ func (h *Handler) startBackground(w http.ResponseWriter, r *http.Request, rq *re
 
 // runBackground starts an execd background command and returns its id:
 // execd answers init, then execution_complete at once (docs/wire-facts.md §X1.4).
+//
+// When the stream breaks after init, the command may well be running: a
+// proxy in front of execd (Go's httputil.ReverseProxy, as the OpenSandbox
+// Ingress is) cuts about one such stream in a hundred right after init (see
+// docs/dataplane.md). execd's status then says whether it started; only if
+// execd does not know the id is the start a failure.
 func (h *Handler) runBackground(ctx context.Context, t execd.Target, creq execd.CommandRequest) (string, error) {
 	stream, err := h.deps.Execd.RunCommand(ctx, t, creq)
 	if err != nil {
@@ -171,9 +177,13 @@ func (h *Handler) runBackground(ctx context.Context, t execd.Target, creq execd.
 	for {
 		ev, err := stream.Next()
 		switch {
-		case err != nil && id != "":
-			// execd sent init and then no execution_complete: it could not
-			// start the command (it then appends a JSON error to the stream).
+		case err != nil && id != "" && ctx.Err() == nil:
+			if _, serr := h.deps.Execd.CommandStatus(ctx, t, id); serr == nil {
+				return id, nil
+			}
+			// execd sent init and then no execution_complete, and does not
+			// know the command: it could not start it (execd then appends a
+			// JSON error to the stream).
 			return "", &execd.Error{Kind: execd.KindExecd, Status: http.StatusInternalServerError, Code: "RUNTIME_ERROR", Message: "execd could not start the background command"}
 		case err != nil:
 			return "", err

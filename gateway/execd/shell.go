@@ -8,7 +8,9 @@ import (
 )
 
 // Quote quotes s as one word for POSIX sh and bash: it is wrapped in single
-// quotes and each ' becomes '\”. The result is one word whatever s holds.
+// quotes, and each single quote inside becomes quote, backslash, quote,
+// quote (closing the quoted part, adding an escaped quote, reopening it).
+// The result is one word whatever s holds.
 func Quote(s string) string {
 	if s == "" {
 		return "''"
