@@ -3,6 +3,7 @@ package connect
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"sync"
 )
 
@@ -93,16 +94,46 @@ func WriteUnaryError(w http.ResponseWriter, e Error) {
 	_, _ = w.Write(body)
 }
 
+// JSONAppender is a message that appends its own JSON encoding to a
+// byte slice, without reflection (envd.ListDirResponse).
+type JSONAppender interface {
+	AppendJSON(b []byte) []byte
+}
+
+// unaryBuffers holds the buffers WriteUnary encodes JSONAppender messages
+// into; buffers that grew past maxPooledUnary are not kept.
+var unaryBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+const maxPooledUnary = 64 << 10
+
 // WriteUnary writes a unary success: HTTP 200, Content-Type
-// application/json, and msg as JSON. The SDKs require exactly 200 and a JSON
-// body of at least {} (docs/wire-facts.md §E2.1).
+// application/json, a Content-Length, and msg as JSON: through its own
+// AppendJSON when msg is a JSONAppender (into a pooled buffer), else
+// encoding/json. The SDKs require exactly 200 and a JSON body of at least
+// {} (docs/wire-facts.md §E2.1).
 func WriteUnary(w http.ResponseWriter, msg any) error {
+	if a, ok := msg.(JSONAppender); ok {
+		bp := unaryBuffers.Get().(*[]byte)
+		body := a.AppendJSON((*bp)[:0])
+		err := writeUnaryBody(w, body)
+		if cap(body) <= maxPooledUnary {
+			*bp = body[:0]
+			unaryBuffers.Put(bp)
+		}
+		return err
+	}
 	body, err := json.Marshal(msg)
 	if err != nil {
 		return err
 	}
-	w.Header().Set("Content-Type", ContentTypeUnaryJSON)
+	return writeUnaryBody(w, body)
+}
+
+func writeUnaryBody(w http.ResponseWriter, body []byte) error {
+	h := w.Header()
+	h.Set("Content-Type", ContentTypeUnaryJSON)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)
-	_, err = w.Write(body)
+	_, err := w.Write(body)
 	return err
 }

@@ -196,19 +196,7 @@ type Timestamp time.Time
 
 // MarshalJSON writes the protojson form, e.g. "2026-11-29T15:05:23.775Z".
 func (t Timestamp) MarshalJSON() ([]byte, error) {
-	tt := time.Time(t).UTC()
-	s := tt.Format("2006-01-02T15:04:05")
-	ns := tt.Nanosecond()
-	switch {
-	case ns == 0:
-	case ns%1e6 == 0:
-		s += fmt.Sprintf(".%03d", ns/1e6)
-	case ns%1e3 == 0:
-		s += fmt.Sprintf(".%06d", ns/1e3)
-	default:
-		s += fmt.Sprintf(".%09d", ns)
-	}
-	return []byte(`"` + s + `Z"`), nil
+	return t.appendJSON(make([]byte, 0, 32)), nil
 }
 
 // EntryInfo is filesystem.EntryInfo as envd emits it (docs/wire-facts.md §E4.2):

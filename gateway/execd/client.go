@@ -280,11 +280,7 @@ func (c *Client) ListDirectory(ctx context.Context, t Target, p string, depth in
 	if err != nil {
 		return nil, err
 	}
-	var list []FileInfo
-	if err := decodeJSON(resp, &list); err != nil {
-		return nil, err
-	}
-	return list, nil
+	return decodeFileInfoList(resp)
 }
 
 // CommandRequest is execd's RunCommandRequest (docs/wire-facts.md §X1.4).

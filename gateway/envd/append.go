@@ -1,0 +1,159 @@
+package envd
+
+import (
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// AppendJSON appends r's JSON encoding to b and returns the extended
+// slice. The bytes are exactly what encoding/json's Marshal produces for r
+// (field order, omitempty, HTML-safe string escaping, protojson int64 and
+// timestamp forms), written without reflection for the ListDir hot path.
+func (r ListDirResponse) AppendJSON(b []byte) []byte {
+	b = append(b, `{"entries":`...)
+	if r.Entries == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i := range r.Entries {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = r.Entries[i].AppendJSON(b)
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}')
+}
+
+// AppendJSON appends e's JSON encoding to b, byte for byte encoding/json's
+// Marshal of e.
+func (e *EntryInfo) AppendJSON(b []byte) []byte {
+	b = append(b, `{"name":`...)
+	b = appendString(b, e.Name)
+	b = append(b, `,"type":`...)
+	b = appendString(b, string(e.Type))
+	b = append(b, `,"path":`...)
+	b = appendString(b, e.Path)
+	if e.Size != 0 {
+		b = append(b, `,"size":"`...)
+		b = strconv.AppendInt(b, int64(e.Size), 10)
+		b = append(b, '"')
+	}
+	if e.Mode != 0 {
+		b = append(b, `,"mode":`...)
+		b = strconv.AppendUint(b, uint64(e.Mode), 10)
+	}
+	if e.Permissions != "" {
+		b = append(b, `,"permissions":`...)
+		b = appendString(b, e.Permissions)
+	}
+	if e.Owner != "" {
+		b = append(b, `,"owner":`...)
+		b = appendString(b, e.Owner)
+	}
+	if e.Group != "" {
+		b = append(b, `,"group":`...)
+		b = appendString(b, e.Group)
+	}
+	if e.ModifiedTime != nil {
+		b = append(b, `,"modifiedTime":`...)
+		b = e.ModifiedTime.appendJSON(b)
+	}
+	if e.SymlinkTarget != nil {
+		b = append(b, `,"symlinkTarget":`...)
+		b = appendString(b, *e.SymlinkTarget)
+	}
+	return append(b, '}')
+}
+
+// appendJSON appends the protojson timestamp: RFC 3339 in UTC with 0, 3, 6
+// or 9 fractional digits and a Z, quoted.
+func (t Timestamp) appendJSON(b []byte) []byte {
+	tt := time.Time(t).UTC()
+	b = append(b, '"')
+	b = tt.AppendFormat(b, "2006-01-02T15:04:05")
+	ns := tt.Nanosecond()
+	switch {
+	case ns == 0:
+	case ns%1e6 == 0:
+		b = appendFraction(b, ns/1e6, 3)
+	case ns%1e3 == 0:
+		b = appendFraction(b, ns/1e3, 6)
+	default:
+		b = appendFraction(b, ns, 9)
+	}
+	return append(b, `Z"`...)
+}
+
+// appendFraction appends "." and v as exactly digits decimal digits.
+func appendFraction(b []byte, v, digits int) []byte {
+	b = append(b, '.')
+	start := len(b)
+	for range digits {
+		b = append(b, '0')
+	}
+	for i := len(b) - 1; i >= start && v > 0; i-- {
+		b[i] = byte('0' + v%10)
+		v /= 10
+	}
+	return b
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string the way encoding/json does with
+// HTML escaping on (its default): <, > and & as \u003c, \u003e, \u0026,
+// control characters as \b, \f, \n, \r, \t or \u00XX, invalid UTF-8 as
+// \ufffd, and U+2028 and U+2029 as \u2028 and \u2029.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '\\', '"':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}

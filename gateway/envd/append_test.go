@@ -1,0 +1,82 @@
+package envd
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+	"time"
+)
+
+// marshalSame fails unless AppendJSON gives exactly json.Marshal's bytes.
+func marshalSame(t *testing.T, r ListDirResponse) {
+	t.Helper()
+	want, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := r.AppendJSON([]byte("prefix"))
+	if !bytes.Equal(got[len("prefix"):], want) {
+		t.Fatalf("AppendJSON =\n%s\njson.Marshal =\n%s", got[len("prefix"):], want)
+	}
+}
+
+// TestAppendJSONMatchesMarshal: the hand-written encoding is byte for byte
+// encoding/json's, for empty, nil and full responses and every escape
+// class.
+func TestAppendJSONMatchesMarshal(t *testing.T) {
+	ts := Timestamp(time.Date(2026, 11, 29, 15, 5, 23, 775_000_000, time.FixedZone("x", 3600)))
+	link := "/tmp/<target>&\u2028"
+	marshalSame(t, ListDirResponse{})
+	marshalSame(t, ListDirResponse{Entries: []EntryInfo{}})
+	marshalSame(t, ListDirResponse{Entries: []EntryInfo{
+		{Name: "a.txt", Type: FileTypeFile, Path: "/home/user/a.txt", Size: 12, Mode: 0o644, Permissions: "-rw-r--r--", Owner: "user", Group: "user", ModifiedTime: &ts},
+		{Name: "d", Type: FileTypeDirectory, Path: "/d", Mode: 0o755, Permissions: Permissions(0o755, true)},
+		{Name: "quote\"back\\slash\b\f\n\r\t\x00\x1f\x7f<>&é\u2029\xff\xc3", Type: FileTypeUnspecified, Path: "", SymlinkTarget: &link},
+		{Name: "", Size: -1},
+	}})
+	for _, ns := range []int{0, 1, 1000, 123_456_000, 999_999_999, 5_000_000} {
+		ts := Timestamp(time.Date(1999, 1, 2, 3, 4, 5, ns, time.UTC))
+		marshalSame(t, ListDirResponse{Entries: []EntryInfo{{Name: "t", ModifiedTime: &ts}}})
+	}
+}
+
+// FuzzAppendJSON: for any strings and numbers the encoding equals
+// json.Marshal's.
+func FuzzAppendJSON(f *testing.F) {
+	f.Add("a.txt", "/home/user/a.txt", "user", "grp", int64(12), uint32(0o644), int64(1764428723775000000), true)
+	f.Add("<&>\u2028", "\xff\x00\"\\", "", "", int64(0), uint32(0), int64(0), false)
+	f.Fuzz(func(t *testing.T, name, p, owner, group string, size int64, mode uint32, unixNano int64, withTime bool) {
+		e := EntryInfo{Name: name, Type: FileTypeFile, Path: p, Size: Int64(size), Mode: mode,
+			Permissions: Permissions(mode, false), Owner: owner, Group: group}
+		if withTime {
+			ts := Timestamp(time.Unix(0, unixNano))
+			e.ModifiedTime = &ts
+			e.SymlinkTarget = &name
+		}
+		marshalSame(t, ListDirResponse{Entries: []EntryInfo{e, e}})
+	})
+}
+
+// BenchmarkListDirEncode compares AppendJSON with json.Marshal for a
+// 16-entry listing.
+func BenchmarkListDirEncode(b *testing.B) {
+	ts := Timestamp(time.Now())
+	r := ListDirResponse{}
+	for range 16 {
+		r.Entries = append(r.Entries, EntryInfo{Name: "file-00.txt", Type: FileTypeFile, Path: "/home/user/bench/file-00.txt",
+			Size: 10, Mode: 0o644, Permissions: "-rw-r--r--", Owner: "root", Group: "root", ModifiedTime: &ts})
+	}
+	b.Run("json.Marshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = json.Marshal(r)
+		}
+	})
+	b.Run("AppendJSON", func(b *testing.B) {
+		b.ReportAllocs()
+		buf := make([]byte, 0, 8192)
+		for b.Loop() {
+			buf = r.AppendJSON(buf[:0])
+		}
+	})
+}

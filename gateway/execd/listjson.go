@@ -1,0 +1,245 @@
+package execd
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/go-json-experiment/json/jsontext"
+)
+
+// listDecoder is the reusable state of decodeFileInfoList: the body buffer
+// and a jsontext decoder over it.
+type listDecoder struct {
+	body bytes.Buffer
+	rd   bytes.Reader
+	dec  jsontext.Decoder
+	name []byte
+	str  []byte
+	// seen holds the strings of this body that repeat across entries
+	// (types, owners, groups), so each is allocated once.
+	seen map[string]string
+}
+
+// intern returns b as a string, the same string for the same bytes within
+// one body when it is short (type, owner and group values).
+func (ld *listDecoder) intern(b []byte) string {
+	if len(b) > 32 {
+		return string(b)
+	}
+	if s, ok := ld.seen[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if len(ld.seen) < 64 {
+		ld.seen[s] = s
+	}
+	return s
+}
+
+var listDecoders = sync.Pool{New: func() any { return new(listDecoder) }}
+
+// maxPooledList is the largest body buffer kept for reuse (bytes).
+const maxPooledList = 1 << 20
+
+// decodeFileInfoList decodes execd's JSON array of FileInfo from resp
+// (at most maxJSONBody bytes are read) and closes the body. It reads the
+// body once into a pooled buffer, sizes the slice from it and walks the
+// tokens without reflection, reading only the fields the gateway uses:
+// path, type, size, modified_at, owner, group and mode; created_at and
+// unknown members are skipped without being decoded. For what execd sends
+// the result equals encoding/json's Unmarshal into []FileInfo (names match
+// ASCII case-insensitively, a later duplicate wins, null leaves a field
+// unset, invalid UTF-8 becomes U+FFFD, times are RFC 3339 as
+// time.Time.UnmarshalJSON reads them); anything else is an *Error with
+// KindUnexpected.
+func decodeFileInfoList(resp *http.Response) ([]FileInfo, error) {
+	defer drain(resp)
+	ld := listDecoders.Get().(*listDecoder)
+	defer func() {
+		if ld.body.Cap() <= maxPooledList {
+			ld.body.Reset()
+			ld.rd.Reset(nil)
+			ld.dec.Reset(&ld.rd)
+			listDecoders.Put(ld)
+		}
+	}()
+	ld.body.Reset()
+	if n := resp.ContentLength; n > 0 && n <= maxJSONBody {
+		ld.body.Grow(int(n))
+	}
+	if _, err := ld.body.ReadFrom(io.LimitReader(resp.Body, maxJSONBody)); err != nil {
+		return nil, unexpectedJSON(resp)
+	}
+	list, err := ld.decode(ld.body.Bytes())
+	if err != nil {
+		return nil, unexpectedJSON(resp)
+	}
+	return list, nil
+}
+
+func unexpectedJSON(resp *http.Response) *Error {
+	return &Error{Kind: KindUnexpected, Status: resp.StatusCode, Message: "execd sent a response that is not the expected JSON"}
+}
+
+var errNotList = &Error{Kind: KindUnexpected, Message: "not a FileInfo list"}
+
+// quotedPath is how each execd FileInfo names its first member; counting
+// it sizes the slice.
+var quotedPath = []byte(`"path"`)
+
+// decode parses data (one JSON value, as encoding/json's Decoder reads the
+// first value and ignores what follows).
+func (ld *listDecoder) decode(data []byte) ([]FileInfo, error) {
+	if ld.seen == nil {
+		ld.seen = make(map[string]string)
+	}
+	clear(ld.seen)
+	ld.rd.Reset(data)
+	ld.dec.Reset(&ld.rd, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	d := &ld.dec
+	switch d.PeekKind() {
+	case 'n':
+		_, err := d.ReadToken()
+		return nil, err
+	case '[':
+	default:
+		return nil, errNotList
+	}
+	if _, err := d.ReadToken(); err != nil {
+		return nil, err
+	}
+	list := make([]FileInfo, 0, bytes.Count(data, quotedPath))
+	for d.PeekKind() != ']' {
+		var fi FileInfo
+		switch d.PeekKind() {
+		case 'n':
+			if _, err := d.ReadToken(); err != nil {
+				return nil, err
+			}
+		case '{':
+			if err := ld.object(&fi); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, errNotList
+		}
+		list = append(list, fi)
+	}
+	if _, err := d.ReadToken(); err != nil {
+		return nil, err
+	}
+	return list, nil
+}
+
+// object reads one FileInfo object into fi.
+func (ld *listDecoder) object(fi *FileInfo) error {
+	d := &ld.dec
+	if _, err := d.ReadToken(); err != nil {
+		return err
+	}
+	for d.PeekKind() != '}' {
+		raw, err := d.ReadValue()
+		if err != nil {
+			return err
+		}
+		ld.name = unquote(ld.name[:0], raw)
+		var s *string
+		switch {
+		case asciiFold(ld.name, "path"):
+			s = &fi.Path
+		case asciiFold(ld.name, "type"):
+			s = &fi.Type
+		case asciiFold(ld.name, "owner"):
+			s = &fi.Owner
+		case asciiFold(ld.name, "group"):
+			s = &fi.Group
+		case asciiFold(ld.name, "size"), asciiFold(ld.name, "mode"):
+			x, null, err := readInt(d)
+			if err != nil {
+				return err
+			}
+			if !null && ld.name[0]|0x20 == 's' {
+				fi.Size = x
+			} else if !null {
+				fi.Mode = int(x)
+			}
+			continue
+		case asciiFold(ld.name, "modified_at"):
+			v, err := d.ReadValue()
+			if err != nil {
+				return err
+			}
+			if err := fi.ModifiedAt.UnmarshalJSON(v); err != nil {
+				return err
+			}
+			continue
+		default:
+			if err := d.SkipValue(); err != nil {
+				return err
+			}
+			continue
+		}
+		v, err := d.ReadValue()
+		if err != nil {
+			return err
+		}
+		switch v.Kind() {
+		case 'n':
+		case '"':
+			ld.str = unquote(ld.str[:0], v)
+			*s = ld.intern(ld.str)
+		default:
+			return errNotList
+		}
+	}
+	_, err := d.ReadToken()
+	return err
+}
+
+// unquote appends the unquoted string literal v, which the decoder has
+// already checked: the only error AppendUnquote can report then is
+// invalid UTF-8, which it has replaced with U+FFFD, as encoding/json does.
+func unquote(dst []byte, v jsontext.Value) []byte {
+	dst, _ = jsontext.AppendUnquote(dst, v)
+	return dst
+}
+
+// readInt reads an integer JSON number; null reports null. Fractions,
+// exponents and numbers beyond int64 are errors, as encoding/json makes
+// them for integer fields.
+func readInt(d *jsontext.Decoder) (n int64, null bool, err error) {
+	v, err := d.ReadValue()
+	if err != nil {
+		return 0, false, err
+	}
+	switch v.Kind() {
+	case 'n':
+		return 0, true, nil
+	case '0':
+		n, err = strconv.ParseInt(string(v), 10, 64)
+		return n, false, err
+	}
+	return 0, false, errNotList
+}
+
+// asciiFold reports whether name equals want (lower-case ASCII) ignoring
+// ASCII case.
+func asciiFold(name []byte, want string) bool {
+	if len(name) != len(want) {
+		return false
+	}
+	for i := range name {
+		c := name[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != want[i] {
+			return false
+		}
+	}
+	return true
+}
+

@@ -1,0 +1,160 @@
+package execd
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// leanFileInfo is FileInfo without created_at, the one member
+// decodeFileInfoList skips: encoding/json into it says what the fast
+// decoder must return.
+type leanFileInfo struct {
+	Path       string    `json:"path"`
+	Type       string    `json:"type,omitempty"`
+	Size       int64     `json:"size"`
+	ModifiedAt time.Time `json:"modified_at"`
+	Owner      string    `json:"owner"`
+	Group      string    `json:"group"`
+	Mode       int       `json:"mode"`
+}
+
+func listResponse(body string) *http.Response {
+	return &http.Response{StatusCode: 200, ContentLength: int64(len(body)), Body: io.NopCloser(strings.NewReader(body))}
+}
+
+// referenceList decodes body the way the gateway did before: encoding/json
+// into []FileInfo, here without created_at.
+func referenceList(body string) ([]FileInfo, error) {
+	var lean []leanFileInfo
+	if err := json.NewDecoder(strings.NewReader(body)).Decode(&lean); err != nil {
+		return nil, err
+	}
+	if lean == nil {
+		return nil, nil
+	}
+	out := make([]FileInfo, len(lean))
+	for i, l := range lean {
+		out[i] = FileInfo{Path: l.Path, Type: l.Type, Size: l.Size, ModifiedAt: l.ModifiedAt, Owner: l.Owner, Group: l.Group, Mode: l.Mode}
+	}
+	return out, nil
+}
+
+// unicodeFolds reports input where encoding/json's Unicode name folding
+// (ſ for s, the Kelvin sign for k) could match a member the ASCII-folding
+// decoder does not.
+func unicodeFolds(body string) bool {
+	low := strings.ToLower(body)
+	return strings.Contains(body, "ſ") || strings.Contains(body, "\u212a") || strings.Contains(low, `\u017f`) || strings.Contains(low, `\u212a`)
+}
+
+// sameAsReference fails unless the fast decoder and encoding/json agree on
+// body: the same list, or both an error.
+func sameAsReference(t *testing.T, body string) {
+	t.Helper()
+	want, werr := referenceList(body)
+	got, gerr := decodeFileInfoList(listResponse(body))
+	if werr != nil || gerr != nil {
+		if (werr == nil) != (gerr == nil) && !unicodeFolds(body) {
+			t.Fatalf("body %q: encoding/json error %v, fast decoder error %v", body, werr, gerr)
+		}
+		if gerr != nil {
+			var e *Error
+			if !errors.As(gerr, &e) || e.Kind != KindUnexpected {
+				t.Fatalf("body %q: error %v is not KindUnexpected", body, gerr)
+			}
+		}
+		return
+	}
+	if !reflect.DeepEqual(got, want) && !unicodeFolds(body) {
+		t.Fatalf("body %q:\nfast      %+v\nreference %+v", body, got, want)
+	}
+}
+
+const execdListing = `[{"path":"/home/user/bench/a.txt","type":"file","size":10,"modified_at":"2026-12-01T06:31:43.123456789Z","created_at":"2026-12-01T06:31:43.123456789Z","owner":"root","group":"root","mode":644},` +
+	`{"path":"/home/user/bench/d","type":"directory","size":4096,"modified_at":"2026-12-01T06:31:43+01:00","created_at":"2026-12-01T06:31:43Z","owner":"1000","group":"1000","mode":755}]`
+
+// TestDecodeFileInfoList: execd's listing and the edge cases decode as
+// encoding/json decodes them; created_at is skipped.
+func TestDecodeFileInfoList(t *testing.T) {
+	for _, body := range []string{
+		execdListing,
+		execdListing + "\n",
+		execdListing + "trailing garbage",
+		`[]`, `null`, ` [ ] `, `[null]`, `[{}]`,
+		`[{"PATH":"/upper","Size":1,"MODE":7}]`,
+		`[{"path":"/a","path":"/b","size":null,"mode":null,"modified_at":null,"type":null}]`,
+		`[{"path":"\u00e9\ud800\"\\<>","owner":"\u0000"}]`,
+		"[{\"path\":\"\xff\xfe\"}]",
+		`[{"unknown":{"deep":[1,2,{"x":null}]},"path":"/x","created_at":"not a time"}]`,
+		// Errors.
+		``, `{}`, `[1]`, `["x"]`, `[{"path":1}]`, `[{"size":"1"}]`, `[{"size":1.5}]`, `[{"size":1e3}]`,
+		`[{"size":99999999999999999999}]`, `[{"mode":-1.0}]`, `[{"modified_at":"yesterday"}]`, `[{"modified_at":5}]`,
+		`[{"path":"/a"`, `[{"path":"/a"},]`, `[{"path" "/a"}]`, `[{"path":"\x"}]`, `[`,
+	} {
+		sameAsReference(t, body)
+	}
+	got, err := decodeFileInfoList(listResponse(execdListing))
+	if err != nil || len(got) != 2 || cap(got) != 2 || got[1].Mode != 755 || got[1].Type != TypeDirectory || !got[0].CreatedAt.IsZero() {
+		t.Fatalf("execd listing = %+v (cap %d), %v", got, cap(got), err)
+	}
+}
+
+// TestDecodeFileInfoListBounded: a body beyond maxJSONBody is cut there
+// and refused, like encoding/json over the same limit.
+func TestDecodeFileInfoListBounded(t *testing.T) {
+	var b bytes.Buffer
+	b.WriteString(`[{"path":"`)
+	b.WriteString(strings.Repeat("a", maxJSONBody))
+	b.WriteString(`"}]`)
+	_, err := decodeFileInfoList(&http.Response{StatusCode: 200, ContentLength: -1, Body: io.NopCloser(&b)})
+	var e *Error
+	if !errors.As(err, &e) || e.Kind != KindUnexpected {
+		t.Fatalf("oversized body: %v", err)
+	}
+}
+
+// FuzzDecodeFileInfoList: for any body the fast decoder agrees with
+// encoding/json (minus created_at).
+func FuzzDecodeFileInfoList(f *testing.F) {
+	f.Add(execdListing)
+	f.Add(`[{"path":"/a","path":null,"SIZE":3,"mode":-0}]`)
+	f.Add(`[null,{"type":"\ud83d\ude00"}]`)
+	f.Fuzz(func(t *testing.T, body string) {
+		sameAsReference(t, body)
+	})
+}
+
+// BenchmarkDecodeFileInfoList compares encoding/json with the fast decoder
+// on a 16-entry execd listing.
+func BenchmarkDecodeFileInfoList(b *testing.B) {
+	var entries []string
+	for i := range 16 {
+		entries = append(entries, fmt.Sprintf(`{"path":"/home/user/bench/file-%02d.txt","type":"file","size":10,"modified_at":"2026-12-01T06:31:43.123456789Z","created_at":"2026-12-01T06:31:43.123456789Z","owner":"root","group":"root","mode":644}`, i))
+	}
+	body := "[" + strings.Join(entries, ",") + "]"
+	b.Run("encoding/json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var list []FileInfo
+			if err := decodeJSON(listResponse(body), &list); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("decodeFileInfoList", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := decodeFileInfoList(listResponse(body)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
