@@ -242,4 +242,3 @@ func asciiFold(name []byte, want string) bool {
 	}
 	return true
 }
-
