@@ -718,8 +718,9 @@ func (c *conn) response(r *proto.Response) {
 }
 
 // retention answers a generation-managing node's retention request:
-// keep the target generation (with its digest) and the serving
-// generation, and nothing else.
+// keep the target generation (with its digest), the serving generation
+// and every generation an allocation is placed on (Config.Placements);
+// authorise dropping the rest.
 func (c *conn) retention(r *proto.Retention) {
 	cfg := c.config()
 	switch {
@@ -742,13 +743,30 @@ func (c *conn) retention(r *proto.Retention) {
 	}
 	c.retentionSeq = r.Sequence
 	ack := &proto.RetentionAck{ID: r.ID, ConnectionID: c.id, Entries: make([]proto.RetentionDecision, len(r.Entries))}
+	d := deploymentFor(cfg, c.node.Pool)
+	var kept, dropped []int64
 	for i, e := range r.Entries {
-		ack.Entries[i] = proto.RetentionDecision{Generation: e.Generation, SpecificationDigest: e.SpecificationDigest,
-			Keep: keep(deploymentFor(cfg, c.node.Pool), e) || (cfg.Placements != nil && cfg.Placements.InUse(c.nodeID, e.Generation))}
+		k := keep(d, e) || (cfg.Placements != nil && cfg.Placements.InUse(c.nodeID, e.Generation))
+		ack.Entries[i] = proto.RetentionDecision{Generation: e.Generation, SpecificationDigest: e.SpecificationDigest, Keep: k}
+		if k {
+			kept = append(kept, e.Generation)
+		} else {
+			dropped = append(dropped, e.Generation)
+		}
 	}
 	c.wmu.Lock()
 	c.write(ack)
 	c.wmu.Unlock()
+	// A drop authorisation is worth an operator's attention; a keep-only
+	// answer (every heartbeat of a node that retains generations) is not.
+	level := zapcore.DebugLevel
+	if len(dropped) > 0 {
+		level = zapcore.InfoLevel
+	}
+	if ce := cfg.Logger.Check(level, "node retention answered"); ce != nil {
+		ce.Write(zap.String("node_id", c.nodeID), zap.String("connection_id", c.id),
+			zap.Int64s("kept", kept), zap.Int64s("dropped", dropped))
+	}
 }
 
 // keep decides one retention entry by the deployment: the target

@@ -1,0 +1,647 @@
+// Package rolling is the rolling upgrade of a node pool, end to end: the
+// built gateway (bin/caddy) and three nodeagent processes (bin/nodeagent)
+// with generation management, on the real Docker engine, with create,
+// command and kill traffic through the internal node API running the whole
+// time. The pool is rolled from generation 1 to generation 2: the target
+// moves to 2 while 1 keeps serving, every node prepares 2 (downloading the
+// release from the gateway's release store), and once all three report it
+// ready the serving generation flips to 2. The test asserts that no
+// operation sent to a ready generation failed, that sandboxes created on
+// generation 1 keep answering commands on it during and after the roll, that
+// new sandboxes run generation 2's release after the flip, and that the
+// nodes are allowed to reclaim generation 1 once nothing is placed on it.
+package rolling
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+	"github.com/google/uuid"
+
+	"github.com/sandgate/sandgate/hack/gatewayproc"
+	"github.com/sandgate/sandgate/node/admin"
+	"github.com/sandgate/sandgate/node/api"
+	"github.com/sandgate/sandgate/node/hub"
+	"github.com/sandgate/sandgate/node/proto"
+)
+
+// wait bounds every wait: a safety net against a hang, not a measurement.
+const wait = 3 * time.Minute
+
+const (
+	testImage  = "sandgate-test/busybox:1" // hack/docker/start.sh imports it
+	labelNode  = "io.sandgate.node_id"     // nodeagent/docker's container label
+	nodes      = 3
+	apiToken   = "rolling-api-token-DO-NOT-LOG-5f1e"
+	hmacSecret = "rolling-test-hmac-secret-0123456789abcdef"
+)
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+func binary(t *testing.T, name string) string {
+	t.Helper()
+	bin := filepath.Join(repoRoot(t), "bin", name)
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("%s is missing: run `make build` first (make test does)", bin)
+	}
+	return bin
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, p, _ := net.SplitHostPort(l.Addr().String())
+	return p
+}
+
+func write(t *testing.T, path, body string) string {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func secret(t *testing.T) string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func sha(s string) string { d := sha256.Sum256([]byte(s)); return hex.EncodeToString(d[:]) }
+
+// lockedBuffer collects a process's output.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// world is the gateway, its release store and the three nodes.
+type world struct {
+	t        *testing.T
+	dir      string
+	caddy    string
+	agent    string
+	docker   *client.Client
+	host     string
+	base     string // the gateway's node listener
+	admin    string
+	gwLog    lockedBuffer
+	digests  map[int64]string
+	nodeIDs  []string
+	agents   []*exec.Cmd
+	agentLog []*lockedBuffer
+}
+
+// publish makes release source from the test image's docker save tarball
+// with a provider spec that sets SPEC_RELEASE=<source>, and publishes it
+// with `bin/caddy sandgate-release`; it returns the specification digest.
+func (w *world) publish(source string, tarball []byte) string {
+	t := w.t
+	dir := filepath.Join(w.dir, "src-"+source)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "image.tar"), tarball, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "provider.json"),
+		fmt.Sprintf(`{"provider":"docker","image_ref":%q,"command":["sleep","3600"],"env":{"SPEC_RELEASE":%q}}`, testImage, source))
+	for _, args := range [][]string{
+		{"sandgate-release", "manifest", "--source", source, "--image", "image.tar", "--provider-spec", "provider.json", dir},
+		{"sandgate-release", "publish", "--store", filepath.Join(w.dir, "releases"), dir},
+	} {
+		if out, err := exec.Command(w.caddy, args...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sha(string(raw))
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	host := os.Getenv("DOCKER_HOST")
+	if host == "" {
+		t.Fatal("DOCKER_HOST is unset: this test runs nodeagent on a real Docker engine; export DOCKER_HOST=$(bash hack/docker/start.sh) (make test does this)")
+	}
+	cli, err := client.NewClientWithOpts(client.WithHost(host), client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	w := &world{t: t, dir: t.TempDir(), caddy: binary(t, "caddy"), agent: binary(t, "nodeagent"), docker: cli, host: host,
+		digests: map[int64]string{}}
+	rc, err := cli.ImageSave(context.Background(), []string{testImage})
+	if err != nil {
+		t.Fatalf("docker save %s: %v (hack/docker/start.sh imports it)", testImage, err)
+	}
+	tarball, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.digests[1] = w.publish("rel-1", tarball)
+	w.digests[2] = w.publish("rel-2", tarball)
+	return w
+}
+
+// removeContainers removes the containers of this test's nodes (and only
+// those: other tests share the engine).
+func (w *world) removeContainers() {
+	for _, id := range w.nodeIDs {
+		list, err := w.docker.ContainerList(context.Background(), container.ListOptions{All: true,
+			Filters: filters.NewArgs(filters.Arg("label", labelNode+"="+id))})
+		if err != nil {
+			continue
+		}
+		for _, c := range list {
+			_ = w.docker.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
+		}
+	}
+}
+
+// start runs the gateway and the nodes.
+func (w *world) start() {
+	t := w.t
+	port, adminPort := freePort(t), freePort(t)
+	w.base, w.admin = "http://127.0.0.1:"+port, "http://127.0.0.1:"+adminPort
+	var nodesYAML strings.Builder
+	nodesYAML.WriteString("nodes:\n")
+	creds := make([]string, nodes)
+	installs := make([]string, nodes)
+	for i := range nodes {
+		id := uuid.NewString()
+		w.nodeIDs = append(w.nodeIDs, id)
+		creds[i], installs[i] = secret(t), uuid.NewString()
+		// The backend fingerprint is checked at hello: the node's own
+		// value, read with --print-identity below.
+	}
+	t.Cleanup(w.removeContainers)
+	// Each node's identity (its backend fingerprint comes from the
+	// engine) as nodeagent reports it.
+	configs := make([]string, nodes)
+	for i, id := range w.nodeIDs {
+		dir := filepath.Join(w.dir, fmt.Sprintf("node%d", i))
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		cred := write(t, filepath.Join(dir, "credential"), creds[i]+"\n")
+		configs[i] = write(t, filepath.Join(dir, "nodeagent.toml"), fmt.Sprintf(`core_origin = %q
+node_id = %q
+installation_id = %q
+credential_file = %q
+state_dir = %q
+docker_endpoint = %q
+disk_path = %q
+deployment_generation = 1
+specification_digest = %q
+generation_management = true
+max_active = 8
+log_level = "debug"
+
+[timers]
+heartbeat = "500ms"
+idle = "10s"
+backoff_min = "100ms"
+backoff_max = "500ms"
+`, w.base, id, installs[i], cred, filepath.Join(dir, "state"), w.host, dir, w.digests[1]))
+		out, err := exec.Command(w.agent, "--config", configs[i], "--print-identity").Output()
+		if err != nil {
+			t.Fatalf("nodeagent --print-identity: %v", err)
+		}
+		var ident struct {
+			BackendFingerprint string `json:"backend_fingerprint"`
+		}
+		if err := json.Unmarshal(out, &ident); err != nil || ident.BackendFingerprint == "" {
+			t.Fatalf("identity %s: %v", out, err)
+		}
+		fmt.Fprintf(&nodesYAML, "  - node_id: %q\n    enabled: true\n    credential_sha256: %q\n    installation_id: %q\n    provider: docker\n    backend_fingerprint: %q\n    deployment_generation: 1\n    specification_digest: %q\n    generation_management: true\n",
+			id, sha(creds[i]), installs[i], ident.BackendFingerprint, w.digests[1])
+	}
+	nodesFile := write(t, filepath.Join(w.dir, "nodes.yaml"), nodesYAML.String())
+	key := write(t, filepath.Join(w.dir, "hmac.key"), hmacSecret)
+	credsFile := write(t, filepath.Join(w.dir, "credentials.yaml"), "credentials:\n  - id: cred-a\n    enabled: true\n    projectNamespace: p\n    clusterId: c\n")
+	caddyfile := fmt.Sprintf(`{
+	debug
+	admin 127.0.0.1:%s
+	auto_https off
+	persist_config off
+	sandgate {
+		token_key k1 HS256 %s
+		credentials file %s
+		nodes {
+			credentials file %s
+			state_dir %s
+			releases %s
+			pool default {
+				generation 1 release rel-1
+				target 1
+			}
+			heartbeat_interval 500ms
+			idle_timeout 10s
+			online_window 5s
+		}
+	}
+}
+
+http://127.0.0.1:%s {
+	sandbox_node_connect
+	sandbox_node_api {
+		token_sha256 %s
+	}
+}
+`, adminPort, key, credsFile, nodesFile, filepath.Join(w.dir, "core-state"), filepath.Join(w.dir, "releases"), port, sha(apiToken))
+	gw, err := gatewayproc.Start(w.caddy, w.dir, caddyfile, &w.gwLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		gw.Stop()
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", tail(w.gwLog.String(), 8000))
+		}
+	})
+	if err := gw.WaitListening("127.0.0.1:" + port); err != nil {
+		t.Fatal(err)
+	}
+	w.until("the sandgate app to start", func() bool {
+		status, _ := w.call(http.MethodGet, w.admin+admin.PoolsPath, "", nil)
+		return status == http.StatusOK
+	})
+	for i := range nodes {
+		var out lockedBuffer
+		cmd := exec.Command(w.agent, "--config", configs[i])
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		w.agents = append(w.agents, cmd)
+		w.agentLog = append(w.agentLog, &out)
+		i := i
+		t.Cleanup(func() {
+			_ = cmd.Process.Signal(os.Interrupt)
+			done := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+			if t.Failed() {
+				t.Logf("node %d log:\n%s", i, tail(out.String(), 6000))
+			}
+		})
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-n:]
+}
+
+func (w *world) until(what string, cond func() bool) {
+	w.t.Helper()
+	deadline := time.Now().Add(wait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			w.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the gateway's state
+	}
+}
+
+// call sends one JSON request; the API token goes to the internal API.
+func (w *world) call(method, url, token string, body any) (int, []byte) {
+	var r io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, url, r)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+func (w *world) status(id string) (hub.NodeStatus, bool) {
+	var s hub.NodeStatus
+	status, b := w.call(http.MethodGet, w.base+api.Prefix+"/"+id, apiToken, nil)
+	if status != http.StatusOK || json.Unmarshal(b, &s) != nil {
+		return s, false
+	}
+	return s, true
+}
+
+// ready reports whether node id is online and reports gen ready.
+func (w *world) ready(id string, gen int64) bool {
+	s, ok := w.status(id)
+	if !ok || !s.Online {
+		return false
+	}
+	for _, g := range s.Generations {
+		if g.Generation == gen && g.State == proto.GenerationReady && g.SpecificationDigest == w.digests[gen] {
+			return true
+		}
+	}
+	return false
+}
+
+// retentionAnswered reports whether the gateway's log shows a retention
+// answer for node id with gen in its kept or dropped list.
+func (w *world) retentionAnswered(id, list string, gen int64) bool {
+	for _, line := range strings.Split(w.gwLog.String(), "\n") {
+		if !strings.Contains(line, `"msg":"node retention answered"`) || !strings.Contains(line, id) {
+			continue
+		}
+		var e map[string]any
+		if json.Unmarshal([]byte(line), &e) != nil {
+			continue
+		}
+		gens, _ := e[list].([]any)
+		for _, g := range gens {
+			if n, ok := g.(float64); ok && int64(n) == gen {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (w *world) setDeployment(body map[string]any) {
+	w.t.Helper()
+	status, b := w.call(http.MethodPut, w.admin+admin.PoolsPath+"/default/deployment", "", body)
+	if status != http.StatusOK {
+		w.t.Fatalf("PUT deployment %v: %d %s", body, status, b)
+	}
+}
+
+// operation sends one operation through the internal API. sent reports
+// whether the hub dispatched it (200); a refusal before sending is not.
+func (w *world) operation(node string, req api.OperationRequest) (res api.OperationResult, sent bool, status int) {
+	code, b := w.call(http.MethodPost, w.base+api.Prefix+"/"+node+"/operations", apiToken, req)
+	if code != http.StatusOK {
+		return res, false, code
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		w.t.Errorf("operation answer %s: %v", b, err)
+	}
+	return res, true, code
+}
+
+// counters of the traffic.
+type counters struct {
+	sent, failed, refused atomic.Int64
+	created               [3]atomic.Int64 // by generation (index 1, 2)
+	mu                    sync.Mutex
+	failures              []string
+}
+
+func (c *counters) fail(format string, args ...any) {
+	c.failed.Add(1)
+	c.mu.Lock()
+	if len(c.failures) < 20 {
+		c.failures = append(c.failures, fmt.Sprintf(format, args...))
+	}
+	c.mu.Unlock()
+}
+
+// sandbox is one allocation the traffic created.
+type sandbox struct {
+	node string
+	gen  int64
+	ref  proto.Reference
+}
+
+func command(gen int64, r proto.Reference, script string) api.OperationRequest {
+	return api.OperationRequest{Operation: proto.OpCommand, DeploymentGeneration: gen, TimeoutMS: 60000, Reference: r,
+		Command: &proto.Command{Argv: []string{"sh", "-c", script}, TimeoutMS: 30000, MaxOutputBytes: 4096}}
+}
+
+// cycle is one allocation's life on node: create on the generation the
+// pool serves (only once the node reports it ready), a command that
+// must print the generation's release, and a kill. Refusals before
+// sending (not ready, offline) are counted apart; every operation that
+// was sent must succeed.
+func (w *world) cycle(c *counters, node string, serving func() int64, keep bool) *sandbox {
+	gen := serving()
+	if !w.ready(node, gen) {
+		return nil
+	}
+	id := strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
+	r := proto.Reference{TenantID: "t-roll", EnvironmentID: "e", AllocationID: "a-" + id}
+	res, sent, status := w.operation(node, api.OperationRequest{Operation: proto.OpCreate, DeploymentGeneration: gen,
+		TimeoutMS: 60000, Reference: r, Bootstrap: &proto.Bootstrap{Image: testImage}})
+	if !sent {
+		c.refused.Add(1)
+		if status != http.StatusConflict && status != http.StatusServiceUnavailable {
+			c.fail("create on %s/%d refused with %d", node, gen, status)
+		}
+		return nil
+	}
+	c.sent.Add(1)
+	if res.Outcome != "success" {
+		c.fail("create on %s/%d: %s %s %s", node, gen, res.Outcome, res.ErrorCode, res.Reason)
+		return nil
+	}
+	c.created[gen].Add(1)
+	sb := &sandbox{node: node, gen: gen, ref: r}
+	if !w.check(c, sb) {
+		return nil
+	}
+	if keep {
+		return sb
+	}
+	w.kill(c, sb)
+	return nil
+}
+
+// check runs a command in sb that must print its generation's release.
+func (w *world) check(c *counters, sb *sandbox) bool {
+	res, sent, _ := w.operation(sb.node, command(sb.gen, sb.ref, `echo "$SPEC_RELEASE"`))
+	if !sent {
+		c.refused.Add(1)
+		return false
+	}
+	c.sent.Add(1)
+	want := fmt.Sprintf("rel-%d\n", sb.gen)
+	if res.Outcome != "success" || res.Response == nil || res.Response.Command == nil || string(res.Response.Command.Stdout) != want {
+		c.fail("command on %s/%d: %s %s %+v", sb.node, sb.gen, res.Outcome, res.ErrorCode, res.Response)
+		return false
+	}
+	return true
+}
+
+func (w *world) kill(c *counters, sb *sandbox) {
+	res, sent, _ := w.operation(sb.node, api.OperationRequest{Operation: proto.OpKill, DeploymentGeneration: sb.gen,
+		TimeoutMS: 60000, Reference: sb.ref})
+	if !sent {
+		c.refused.Add(1)
+		return
+	}
+	c.sent.Add(1)
+	if res.Outcome != "success" {
+		c.fail("kill on %s/%d: %s %s", sb.node, sb.gen, res.Outcome, res.ErrorCode)
+	}
+}
+
+func TestRollingUpgradeUnderTraffic(t *testing.T) {
+	w := newWorld(t)
+	w.start()
+	for _, id := range w.nodeIDs {
+		w.until("node "+id+" to serve generation 1", func() bool { return w.ready(id, 1) })
+	}
+
+	var servingGen atomic.Int64
+	servingGen.Store(1)
+	serving := servingGen.Load
+	c := &counters{}
+
+	// Long-lived sandboxes on generation 1, one per node: they must keep
+	// working through the roll.
+	var old []*sandbox
+	for _, id := range w.nodeIDs {
+		sb := w.cycle(c, id, serving, true)
+		if sb == nil {
+			t.Fatalf("a sandbox on generation 1 of %s: %v", id, c.failures)
+		}
+		old = append(old, sb)
+	}
+
+	// Traffic: one worker per node, cycles back to back until stopped.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, id := range w.nodeIDs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				w.cycle(c, id, serving, false)
+			}
+		}()
+	}
+	waitCreated := func(gen int64, n int64) {
+		w.until(fmt.Sprintf("%d sandboxes created on generation %d", n, gen), func() bool { return c.created[gen].Load() >= n })
+	}
+	waitCreated(1, 6)
+
+	// Roll: target 2, generation 1 keeps serving; every node prepares 2.
+	w.setDeployment(map[string]any{"generation": 2, "release": "rel-2", "serving_generation": 1})
+	for _, id := range w.nodeIDs {
+		w.until("node "+id+" to report generation 2 ready", func() bool { return w.ready(id, 2) })
+	}
+	before := c.created[1].Load()
+	w.until("traffic on generation 1 while 2 was prepared", func() bool { return c.created[1].Load() > before })
+
+	// Flip: new sandboxes go to generation 2.
+	w.setDeployment(map[string]any{"generation": 2, "serving_generation": 2})
+	servingGen.Store(2)
+	waitCreated(2, 6)
+	// Generation 1 is neither target nor serving now, so every node asks
+	// to drop it; Core keeps it because the old sandboxes are placed on
+	// it (the node itself holds no reference to an idle sandbox), and they
+	// keep answering.
+	for _, id := range w.nodeIDs {
+		w.until("Core to keep generation 1 of node "+id, func() bool { return w.retentionAnswered(id, "kept", 1) })
+	}
+	for _, sb := range old {
+		if !w.check(c, sb) {
+			t.Fatalf("a sandbox on generation 1 stopped answering after the flip: %v", c.failures)
+		}
+	}
+	close(stop)
+	wg.Wait()
+
+	// The old sandboxes end; nothing is placed on generation 1 any more,
+	// so Core lets the nodes reclaim it and each node writes its dropped
+	// marker.
+	for _, sb := range old {
+		w.kill(c, sb)
+	}
+	for i, id := range w.nodeIDs {
+		w.until("Core to let node "+id+" drop generation 1", func() bool { return w.retentionAnswered(id, "dropped", 1) })
+		marker := filepath.Join(w.dir, fmt.Sprintf("node%d", i), "state", "node", "generations", "1.dropped")
+		w.until("node "+id+" to reclaim generation 1", func() bool { _, err := os.Stat(marker); return err == nil })
+	}
+	for _, id := range w.nodeIDs {
+		s, _ := w.status(id)
+		for _, g := range s.Generations {
+			if g.Placements != 0 {
+				t.Errorf("node %s generation %d still has %d placements", id, g.Generation, g.Placements)
+			}
+		}
+	}
+
+	t.Logf("operations sent: %d, refused before sending: %d, created on generation 1: %d, on generation 2: %d",
+		c.sent.Load(), c.refused.Load(), c.created[1].Load(), c.created[2].Load())
+	if n := c.failed.Load(); n != 0 {
+		t.Fatalf("%d operations sent to a ready generation failed: %v", n, c.failures)
+	}
+}
