@@ -7,8 +7,9 @@ import (
 )
 
 // FuzzDecode feeds arbitrary bytes to Decode. It must never panic, every
-// refusal must be an *Error, and every accepted frame must re-encode, and
-// decode again to an equal frame with identical bytes.
+// refusal must be an *Error, PeekType must name the type of every accepted
+// frame (and of its encoding's first 40 bytes), and every accepted frame
+// must re-encode, and decode again to an equal frame with identical bytes.
 func FuzzDecode(f *testing.F) {
 	for _, ex := range validExamples() {
 		b, err := Encode(ex.f)
@@ -37,9 +38,15 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
+		if typ, ok := PeekType(data); !ok || typ != got.FrameType() {
+			t.Fatalf("PeekType of an accepted %s frame: %q, %v", got.FrameType(), typ, ok)
+		}
 		b1, err := Encode(got)
 		if err != nil {
 			t.Fatalf("Decode accepted what Encode refuses: %v\n%q", err, data)
+		}
+		if typ, ok := PeekType(b1[:min(len(b1), 40)]); !ok || typ != got.FrameType() {
+			t.Fatalf("PeekType of the first 40 bytes Encode wrote: %q, %v", typ, ok)
 		}
 		again, err := Decode(b1)
 		if err != nil {
