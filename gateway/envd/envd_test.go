@@ -93,3 +93,43 @@ func FuzzDecodeRequests(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeExtended: whatever the message, the decoders of the extended
+// operations either refuse it with ErrBadRequest or return a request that
+// names exactly what the operation needs.
+func FuzzDecodeExtended(f *testing.F) {
+	for _, s := range []string{`{"process":{"pid":1}}`, `{"process":{"tag":"t"},"signal":"SIGNAL_SIGKILL"}`, `{"process":{"pid":"7"},"signal":9}`,
+		`{"source":"/a","destination":"/b"}`, `{"path":"x"}`, `{}`, `[]`, `{"process":{"pid":1,"tag":"x"}}`, `{"signal":"SIGHUP"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		if c, err := DecodeConnectRequest(msg); err != nil {
+			if !errors.Is(err, ErrBadRequest) {
+				t.Fatalf("connect: %v", err)
+			}
+		} else if (c.Process.PID == nil) == (c.Process.Tag == nil) {
+			t.Fatalf("connect selector %+v", c.Process)
+		}
+		if s, err := DecodeSendSignalRequest(msg); err != nil {
+			if !errors.Is(err, ErrBadRequest) {
+				t.Fatalf("signal: %v", err)
+			}
+		} else if (s.Process.PID == nil) == (s.Process.Tag == nil) {
+			t.Fatalf("signal selector %+v", s.Process)
+		}
+		if m, err := DecodeMoveRequest(msg); err != nil {
+			if !errors.Is(err, ErrBadRequest) {
+				t.Fatalf("move: %v", err)
+			}
+		} else if m.Source == "" || m.Destination == "" {
+			t.Fatalf("move %+v", m)
+		}
+		if p, err := DecodePathRequest(msg); err != nil {
+			if !errors.Is(err, ErrBadRequest) {
+				t.Fatalf("path: %v", err)
+			}
+		} else if p.Path == "" {
+			t.Fatalf("path %+v", p)
+		}
+	})
+}
