@@ -12,6 +12,8 @@
 //   GO_FILE           a host path the "stream" scenario creates to let its command continue
 //   E2B_API_KEY       the API key sent to E2B_API_URL (default e2b_sandgate_test)
 //   NETWORK           the "lifecycle" scenario's create-time network object (JSON)
+//   OTHER_API_KEY     the "authz" scenario: another credential's API key (same namespace)
+//   FOREIGN_API_URL   the "authz" scenario: a control-API stub that hands out tokens of another credential
 //   GZIP_BYTES        the size of the "gzipWrite" scenario's large write (zeros)
 import { createHash, randomBytes } from 'node:crypto'
 import { writeFileSync } from 'node:fs'
@@ -311,6 +313,73 @@ const standalone = {
     out.connectAfterKill = await attempt(() => Sandbox.connect(sbx.sandboxId, opts))
     return out
   },
+}
+
+// pollRefused runs a command with sbx (its token as it was) until the
+// gateway refuses it with a SANDBOX_* code, for at most limitMs; it reports
+// how long that took, what the SDK raised, and any other error met on the
+// way (kept, not counted as the refusal).
+async function pollRefused(sbx, limitMs) {
+  const t0 = Date.now()
+  const others = []
+  for (;;) {
+    try {
+      await sbx.commands.run('true', { requestTimeoutMs: 5000 })
+    } catch (err) {
+      const e = describe(err)
+      if (/SANDBOX_[A-Z_]+/.test(e.message)) return { refused: true, ms: Date.now() - t0, error: e, others }
+      others.push(e)
+    }
+    if (Date.now() - t0 > limitMs) return { refused: false, ms: Date.now() - t0, others }
+    await new Promise((r) => setTimeout(r, 100))
+  }
+}
+
+standalone.authz = async function authz() {
+  const opts = {
+    apiKey: process.env.E2B_API_KEY,
+    apiUrl: process.env.E2B_API_URL,
+    sandboxUrl: process.env.E2B_SANDBOX_URL,
+  }
+  const out = {}
+  // kill(), then the token the SDK object still holds.
+  const a = await Sandbox.create('base', { ...opts, metadata: { scenario: 'authz' }, envs: { WHO: 'sdk' } })
+  out.killed = a.sandboxId
+  out.before = await attempt(() => a.commands.run('echo before'))
+  out.metadata = (await a.getInfo()).metadata
+  out.kill = await attempt(() => a.kill())
+  out.afterKill = await pollRefused(a, 10000)
+  // Expiry: a 3 s sandbox; refused once its end has passed.
+  const b = await Sandbox.create('base', { ...opts, timeoutMs: 3000 })
+  out.expiring = b.sandboxId
+  const info = await b.getInfo()
+  out.endAt = info.endAt.toISOString()
+  out.beforeExpiry = await attempt(() => b.commands.run('echo alive'))
+  out.afterExpiry = await pollRefused(b, 20000)
+  out.refusedAt = new Date().toISOString()
+  // Another credential of the same namespace.
+  const c = await Sandbox.create('base', opts)
+  out.owned = c.sandboxId
+  out.connectAsOther = await attempt(async () => (await Sandbox.connect(c.sandboxId, { ...opts, apiKey: process.env.OTHER_API_KEY })).sandboxId)
+  out.infoAsOther = await attempt(() => Sandbox.getInfo(c.sandboxId, { ...opts, apiKey: process.env.OTHER_API_KEY }))
+  out.killAsOther = await attempt(() => Sandbox.kill(c.sandboxId, { ...opts, apiKey: process.env.OTHER_API_KEY }))
+  const foreign = await Sandbox.connect(c.sandboxId, { ...opts, apiUrl: process.env.FOREIGN_API_URL })
+  out.foreignRun = await attempt(() => foreign.commands.run('echo foreign'))
+  out.foreignList = await attempt(() => foreign.files.list('/home/user'))
+  out.foreignRunning = await attempt(() => foreign.isRunning())
+  out.ownerRun = await attempt(() => c.commands.run('echo owner'))
+  out.ownerRunning = await attempt(() => c.isRunning())
+  const t0 = Date.now()
+  out.setTimeout = await attempt(() => c.setTimeout(120000))
+  out.endAfterSetTimeoutMs = (await c.getInfo()).endAt.getTime() - t0
+  out.ownerInfo = await attempt(async () => {
+    const i = await c.getInfo()
+    return { state: i.state, cpuCount: i.cpuCount, memoryMB: i.memoryMB, metadata: i.metadata, lifecycle: i.lifecycle }
+  })
+  out.listAsOwner = (await Sandbox.list(opts).nextItems()).map((s) => s.sandboxId).sort()
+  out.listAsOther = (await Sandbox.list({ ...opts, apiKey: process.env.OTHER_API_KEY }).nextItems()).map((s) => s.sandboxId)
+  out.killOwned = await attempt(() => c.kill())
+  return out
 }
 
 const name = process.argv[2]
