@@ -126,9 +126,11 @@ func TestCaddyfileExampleEnvOverrides(t *testing.T) {
 						Path string `json:"path"`
 					} `json:"credentials"`
 					OwnerEpoch int64 `json:"owner_epoch"`
-					Deployment struct {
-						SpecificationDigest string `json:"specification_digest"`
-					} `json:"deployment"`
+					Pools map[string]struct {
+						Generations []struct {
+							SpecificationDigest string `json:"specification_digest"`
+						} `json:"generations"`
+					} `json:"pools"`
 				} `json:"nodes"`
 			} `json:"sandgate"`
 			HTTP struct {
@@ -170,7 +172,8 @@ func TestCaddyfileExampleEnvOverrides(t *testing.T) {
 		}
 	}
 	n := sg.Nodes
-	if n.Credentials.Path != "/etc/sandgate/nodes.yaml" || n.OwnerEpoch != 42 || n.Deployment.SpecificationDigest != strings.Repeat("ab", 32) {
+	gens := n.Pools["default"].Generations
+	if n.Credentials.Path != "/etc/sandgate/nodes.yaml" || n.OwnerEpoch != 42 || len(gens) != 1 || gens[0].SpecificationDigest != strings.Repeat("ab", 32) {
 		t.Errorf("nodes = %+v, want SANDGATE_NODE_CREDENTIALS, _OWNER_EPOCH and _DEPLOYMENT_DIGEST", n)
 	}
 	var digests []string
