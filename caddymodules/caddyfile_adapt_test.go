@@ -126,7 +126,7 @@ func TestCaddyfileExampleEnvOverrides(t *testing.T) {
 						Path string `json:"path"`
 					} `json:"credentials"`
 					OwnerEpoch int64 `json:"owner_epoch"`
-					Pools map[string]struct {
+					Pools      map[string]struct {
 						Generations []struct {
 							SpecificationDigest string `json:"specification_digest"`
 						} `json:"generations"`
