@@ -145,6 +145,21 @@ func TestErrorCodesEveryRoute(t *testing.T) {
 		_, _ = w.Write([]byte("I'm a teapot"))
 	}))
 	t.Cleanup(garbled.Close)
+	// corectl's sandbox authorizer: refusing, or down, for chosen sandboxes.
+	authz := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Query().Get("sandbox") {
+		case "sbxdeleting":
+			_, _ = w.Write([]byte(`{"allowed":false,"reason":"deleting"}`))
+		case "sbxpast":
+			_, _ = w.Write([]byte(`{"allowed":false,"reason":"expired"}`))
+		case "sbxauthzdown":
+			http.Error(w, "corectl is down", http.StatusInternalServerError)
+		default:
+			_, _ = w.Write([]byte(`{"allowed":true}`))
+		}
+	}))
+	t.Cleanup(authz.Close)
 
 	caddyfile := `{
 	admin {{ADMIN}}
@@ -155,6 +170,7 @@ func TestErrorCodesEveryRoute(t *testing.T) {
 		credentials http ` + portal.URL + `/credentials/{id} {
 			cache_ttl 1ms
 		}
+		authorizer http ` + authz.URL + `
 		cluster cluster-a {{FIXED_ENTRY}}
 		cluster cluster-dead http://` + deadAddr + `
 		cluster cluster-slow ` + slow.URL + `
@@ -167,6 +183,7 @@ http://{{ADDR}} {
 		home_dir /home/user
 		user root 0 0 /root
 		extended_operations
+		max_decompressed_size 16KiB
 		transport http {
 			dial_timeout 2s
 			response_header_timeout 3s
@@ -195,6 +212,9 @@ http://{{ADDR}} {
 		"sbxlocked":     {CredentialID: "cred-a"},
 		"sbxfailing":    {CredentialID: "cred-a"},
 		"sbxgarbled":    {CredentialID: "cred-a"},
+		"sbxdeleting":   {CredentialID: "cred-a"},
+		"sbxpast":       {CredentialID: "cred-a"},
+		"sbxauthzdown":  {CredentialID: "cred-a"},
 	}
 	e := startEnv(t, func(c *harness.Config) {
 		c.Caddyfile = caddyfile
@@ -213,7 +233,7 @@ http://{{ADDR}} {
 	e.Ingress.SetSandbox("sbxfailing", sb(failing.Listener.Addr().String()))
 	e.Ingress.SetSandbox("sbxgarbled", sb(garbled.Listener.Addr().String()))
 	for _, id := range []string{"sbxnotoken", "sbxbadtoken", "sbxexpired", "sbxnocred", "sbxdisabled", "sbxcredbroken",
-		"sbxwrong", "sbxnocluster", "sbxprefix", "sbxdead", "sbxslow"} {
+		"sbxwrong", "sbxnocluster", "sbxprefix", "sbxdead", "sbxslow", "sbxdeleting", "sbxpast", "sbxauthzdown"} {
 		e.Ingress.SetSandbox(id, sb(e.ExecdAddr)) // reachable, were the gateway to let them through
 	}
 	gw, _ := url.Parse(e.Gateway)
@@ -263,6 +283,10 @@ http://{{ADDR}} {
 		pre("SANDBOX_UNREACHABLE", "sbxunreach"),
 		pre("UPSTREAM_TIMEOUT", "sbxslow"),
 		{code: "EXECD_REJECTED", id: sbxOK, routes: []string{"run"}, env: []string{"CWD=" + dir + "/nope"}},
+		pre("SANDBOX_DELETING", "sbxdeleting"),
+		pre("SANDBOX_EXPIRED", "sbxpast"),
+		pre("AUTHORIZER_UNAVAILABLE", "sbxauthzdown"),
+		{code: "WRITE_TOO_LARGE", id: sbxOK, routes: []string{"writeGzip"}},
 		pre("EXECD_UNAUTHORIZED", "sbxlocked"),
 		pre("EXECD_FAILED", "sbxfailing"),
 		pre("EXECD_PROTOCOL", "sbxgarbled"),

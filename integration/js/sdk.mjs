@@ -270,6 +270,7 @@ async function matrixRow(row) {
     rename: async () => (await sbx.files.rename(P, P2, { user })).name,
     read: () => sbx.files.read(P, { user }),
     write: async () => (await sbx.files.write(P, 'x', { user })).name,
+    writeGzip: async () => (await sbx.files.write(P, 'x'.repeat(64 << 10), { user, gzip: true, useOctetStream: true })).name,
     processes: async () => (await sbx.commands.list()).length,
     kill: () => sbx.commands.kill(pid),
     sendStdin: () => sbx.commands.sendStdin(pid, 'x'),
