@@ -23,7 +23,7 @@ const (
 	DecompressionRatioFloor = 16 << 20
 )
 
-// tooLarge is the error a bounded decompression ends with; up.add turns it
+// tooLarge is the error a bounded decompression ends with; uploadBody turns it
 // into WRITE_TOO_LARGE.
 type tooLarge struct{ msg string }
 

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"io"
@@ -184,10 +185,10 @@ func (h *Handler) filesWrite(w http.ResponseWriter, r *http.Request, rq *request
 			return e
 		}
 	}
-	up := h.newUpload(r, rq, user)
-	defer up.abort()
-
-	var written []envd.WriteInfo
+	var (
+		next   nextFile
+		length int64 = -1 // the upstream body's length, when known
+	)
 	switch mediaType(r.Header.Get("Content-Type")) {
 	case "application/octet-stream":
 		if queryTarget == "" {
@@ -196,6 +197,7 @@ func (h *Handler) filesWrite(w http.ResponseWriter, r *http.Request, rq *request
 		body := io.Reader(r.Body)
 		switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
 		case "", "identity":
+			length = r.ContentLength
 		case "gzip":
 			zr, err := gunzipBounded(r.Body, h.cfg.MaxDecompressedBytes, h.cfg.MaxDecompressionRatio)
 			if err != nil {
@@ -206,56 +208,85 @@ func (h *Handler) filesWrite(w http.ResponseWriter, r *http.Request, rq *request
 		default:
 			return fail(CodeBadRequest, "Content-Encoding "+truncate(enc, 32)+" is not supported")
 		}
-		if e := up.add(queryTarget, body); e != nil {
-			return e
+		sent := false
+		next = func() (uploadFile, bool, *Error) {
+			if sent {
+				return uploadFile{}, false, nil
+			}
+			sent = true
+			return uploadFile{target: queryTarget, body: body}, true, nil
 		}
-		written = append(written, writeInfo(queryTarget))
 	case "multipart/form-data":
-		mr, err := r.MultipartReader()
+		mr, err := multipartReader(r)
 		if err != nil {
 			return fail(CodeBadRequest, "the multipart body is not valid")
 		}
 		seen := map[string]bool{}
-		for {
-			part, err := mr.NextRawPart()
-			if errors.Is(err, io.EOF) {
-				break
+		next = func() (uploadFile, bool, *Error) {
+			for {
+				part, err := mr.NextRawPart()
+				if errors.Is(err, io.EOF) {
+					return uploadFile{}, false, nil
+				}
+				if err != nil {
+					return uploadFile{}, false, fail(CodeBadRequest, "the multipart body is not valid")
+				}
+				target, isFile, e := h.partTarget(part, queryTarget, user)
+				if e != nil {
+					return uploadFile{}, false, e
+				}
+				if !isFile {
+					continue
+				}
+				if seen[target] {
+					return uploadFile{}, false, fail(CodeBadRequest, "two parts write the same path '"+target+"'")
+				}
+				if len(seen) == maxUploadParts {
+					return uploadFile{}, false, fail(CodeBadRequest, "too many files in one write")
+				}
+				seen[target] = true
+				return uploadFile{target: target, body: part}, true, nil
 			}
-			if err != nil {
-				return fail(CodeBadRequest, "the multipart body is not valid")
-			}
-			target, isFile, e := h.partTarget(part, queryTarget, user)
-			if e != nil {
-				return e
-			}
-			if !isFile {
-				continue
-			}
-			if seen[target] {
-				return fail(CodeBadRequest, "two parts write the same path '"+target+"'")
-			}
-			if len(seen) == maxUploadParts {
-				return fail(CodeBadRequest, "too many files in one write")
-			}
-			seen[target] = true
-			if e := up.add(target, part); e != nil {
-				return e
-			}
-			written = append(written, writeInfo(target))
-		}
-		if len(written) == 0 {
-			return fail(CodeBadRequest, "the multipart body has no file part")
 		}
 	default:
 		return fail(CodeBadRequest, "writes must be multipart/form-data or application/octet-stream")
 	}
-	if e := up.finish(); e != nil {
+	up := newUploadBody(user, next)
+	if e := up.start(); e != nil {
 		return e
+	}
+	if length >= 0 {
+		length += int64(up.framing.Len()) + up.closingLength()
+	}
+	err := h.deps.Execd.Upload(r.Context(), rq.target, up.contentType(), up, length)
+	clientErr, complete := up.stop()
+	switch {
+	case clientErr != nil:
+		return clientErr
+	case err != nil:
+		return fromExecd(err, "write")
+	case !complete:
+		return fail(CodeExecdProtocol, "write: execd ended the upload early")
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	_ = json.NewEncoder(w).Encode(written)
+	_ = json.NewEncoder(w).Encode(up.written)
 	return nil
+}
+
+// multipartReader is r.MultipartReader over a buffer of uploadChunk bytes:
+// mime/multipart reads through its own 4 KiB buffer unless it is given a
+// larger bufio.Reader, and then the file parts come in small reads.
+func multipartReader(r *http.Request) (*multipart.Reader, error) {
+	d, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || d != "multipart/form-data" {
+		return nil, http.ErrNotMultipart
+	}
+	boundary, ok := params["boundary"]
+	if !ok {
+		return nil, http.ErrMissingBoundary
+	}
+	return multipart.NewReader(bufio.NewReaderSize(r.Body, uploadChunk), boundary), nil
 }
 
 func writeInfo(p string) envd.WriteInfo {

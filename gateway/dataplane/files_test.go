@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"crypto/rand"
 	"encoding/json"
+	"io"
 	"mime/multipart"
 	"net/http"
 	"net/textproto"
@@ -283,5 +284,69 @@ func TestFilesDelete(t *testing.T) {
 	}
 	if _, err := os.Stat(e.hostPath("/home/user/adir")); err != nil {
 		t.Fatal("directory was removed by a file delete")
+	}
+}
+
+// TestFilesWriteUpstreamFraming: an octet-stream write with a
+// Content-Length reaches execd with its exact Content-Length (the
+// multipart framing plus the file); a chunked client body, a gzip body and
+// a multipart write go chunked. Every one writes the file whole, and a
+// large file streams through.
+func TestFilesWriteUpstreamFraming(t *testing.T) {
+	e := newTestEnv(t)
+	big := make([]byte, 3<<20+17)
+	_, _ = rand.Read(big)
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = zw.Write(big)
+	_ = zw.Close()
+	mct, mbody := multipartBody(t, [][2]string{{"/home/user/f/m.bin", string(big)}})
+	for _, tc := range []struct {
+		name, target, ctype string
+		body                []byte
+		hdr                 map[string]string
+		chunkedClient       bool
+		sized               bool
+	}{
+		{"octet-stream with length", "/home/user/f/o.bin", "application/octet-stream", big, nil, false, true},
+		{"octet-stream chunked", "/home/user/f/c.bin", "application/octet-stream", big, nil, true, false},
+		{"octet-stream gzip", "/home/user/f/g.bin", "application/octet-stream", gz.Bytes(), map[string]string{"Content-Encoding": "gzip"}, false, false},
+		{"multipart", "/home/user/f/m.bin", mct, mbody, nil, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := e.ingress.Received()
+			var body io.Reader = bytes.NewReader(tc.body)
+			if tc.chunkedClient {
+				body = io.MultiReader(body) // unknown length: the client sends it chunked
+			}
+			req := e.request(http.MethodPost, "/files?path="+tc.target, body)
+			req.Header.Set("Content-Type", tc.ctype)
+			for k, v := range tc.hdr {
+				req.Header.Set(k, v)
+			}
+			resp, out := e.do(req)
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d body %s", resp.StatusCode, out)
+			}
+			got, err := os.ReadFile(e.hostPath(tc.target))
+			if err != nil || !bytes.Equal(got, big) {
+				t.Fatalf("file written: %d bytes, %v", len(got), err)
+			}
+			var uploads []int64
+			for _, r := range e.ingress.RequestsAfter(before) {
+				if r.UpstreamPath == "/files/upload" {
+					uploads = append(uploads, r.ContentLength)
+				}
+			}
+			if len(uploads) != 1 {
+				t.Fatalf("%d uploads reached execd", len(uploads))
+			}
+			if tc.sized && uploads[0] <= int64(len(big)) {
+				t.Fatalf("upload Content-Length %d, want the file's %d bytes plus the multipart framing", uploads[0], len(big))
+			}
+			if !tc.sized && uploads[0] != -1 {
+				t.Fatalf("upload Content-Length %d, want chunked", uploads[0])
+			}
+		})
 	}
 }

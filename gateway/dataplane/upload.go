@@ -1,32 +1,66 @@
 package dataplane
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
 	"mime/multipart"
-	"net/http"
 	"path"
+	"sync"
+
+	"github.com/sandgate/sandgate/gateway/envd"
 )
 
-// upload streams files into one execd POST /files/upload through a pipe:
-// the multipart body is produced while it is sent, so a 1 GiB file passes
-// through a fixed-size buffer. The upstream request starts with the first
-// file, so a write with no valid file sends nothing.
-type upload struct {
-	h     *Handler
-	r     *http.Request
-	rq    *request
-	user  sdkUser
-	pw    *io.PipeWriter
-	mw    *multipart.Writer
-	done  chan error
-	ended bool
+// uploadChunk is the size of the reads from the client and of the writes
+// to execd while an upload streams (256 KiB).
+const uploadChunk = 256 << 10
+
+// uploadFile is one file of a write: its target path and its content.
+type uploadFile struct {
+	target string
+	body   io.Reader
 }
 
-func (h *Handler) newUpload(r *http.Request, rq *request, user sdkUser) *upload {
-	return &upload{h: h, r: r, rq: rq, user: user}
+// nextFile returns the next file of a write; ok false means there is none
+// left; a non-nil *Error refuses the write.
+type nextFile func() (f uploadFile, ok bool, e *Error)
+
+// uploadBody is the body of execd's POST /files/upload, produced while the
+// transport reads it: for each file a metadata file part (execd reads
+// form.File, so it needs a filename) and a file part with the file's bytes,
+// then the closing boundary (docs/wire-facts.md §X1.5). There is no pipe
+// and no goroutine: the transport's reads pull the bytes from the client's
+// body, so a 1 GiB file passes through one fixed-size buffer. A failure on
+// the client's side (an unreadable body, a refused part, a decompression
+// bound) is kept in err and ends the body with errClientBody, so the
+// transport aborts the request and execd never sees a complete body.
+type uploadBody struct {
+	// mu orders the transport's reads (in its own goroutine, possibly
+	// after RoundTrip returned) with stop.
+	mu      sync.Mutex
+	stopped bool
+	user    sdkUser
+	next    nextFile
+	mw      *multipart.Writer
+	framing bytes.Buffer // multipart headers and boundaries not yet read
+	cur     io.Reader    // the current file's content, nil between files
+	done    bool         // the closing boundary is in framing
+	eof     bool         // everything was read
+	err     *Error       // the client's side failed
+	written []envd.WriteInfo
 }
+
+var errClientBody = errors.New("the write's body failed on the client's side")
+
+func newUploadBody(user sdkUser, next nextFile) *uploadBody {
+	u := &uploadBody{user: user, next: next}
+	u.mw = multipart.NewWriter(&u.framing)
+	return u
+}
+
+// contentType is the multipart/form-data Content-Type with the boundary.
+func (u *uploadBody) contentType() string { return u.mw.FormDataContentType() }
 
 // uploadMetadata is execd's upload metadata (docs/wire-facts.md §X1.5). Mode 644
 // gives the file envd's 0644 (execd would otherwise leave 0755 under umask).
@@ -37,107 +71,123 @@ type uploadMetadata struct {
 	Mode  int    `json:"mode"`
 }
 
-func (u *upload) start() {
-	pr, pw := io.Pipe()
-	u.pw = pw
-	u.mw = multipart.NewWriter(pw)
-	u.done = make(chan error, 1)
-	ct := u.mw.FormDataContentType()
-	go func() {
-		err := u.h.deps.Execd.Upload(u.r.Context(), u.rq.target, ct, pr)
-		// Unblock the writer if execd answered before reading everything.
-		_ = pr.CloseWithError(errUploadEnded)
-		u.done <- err
-	}()
-}
-
-type uploadEnded struct{}
-
-func (uploadEnded) Error() string { return "the upload ended" }
-
-var errUploadEnded error = uploadEnded{}
-
-// add writes one file: a metadata file part (execd reads form.File, so it
-// needs a filename) and a file part copied from body.
-func (u *upload) add(target string, body io.Reader) *Error {
-	if u.pw == nil {
-		u.start()
+// advance moves to the next file: its two part headers go into framing;
+// with no file left, the closing boundary does.
+func (u *uploadBody) advance() *Error {
+	f, ok, e := u.next()
+	if e != nil {
+		return e
 	}
-	meta := uploadMetadata{Path: target, Mode: 644}
+	if !ok {
+		_ = u.mw.Close()
+		u.done = true
+		return nil
+	}
+	meta := uploadMetadata{Path: f.target, Mode: 644}
 	if u.user.set {
 		meta.Owner, meta.Group = u.user.name, u.user.name
 	}
 	mb, _ := json.Marshal(meta)
-	pw, err := u.mw.CreateFormFile("metadata", "metadata")
-	if err == nil {
-		_, err = pw.Write(mb)
-	}
-	if err == nil {
-		pw, err = u.mw.CreateFormFile("file", path.Base(target))
-	}
-	if err != nil {
-		return u.upstreamError()
-	}
-	buf := make([]byte, 256<<10)
-	for {
-		n, rerr := body.Read(buf)
-		if n > 0 {
-			if _, werr := pw.Write(buf[:n]); werr != nil {
-				return u.upstreamError()
-			}
-		}
-		if rerr == io.EOF {
-			return nil
-		}
-		if rerr != nil {
-			var tl *tooLarge
-			if errors.As(rerr, &tl) {
-				return fail(CodeWriteTooLarge, tl.msg)
-			}
-			return fail(CodeBadRequest, "the request body could not be read")
-		}
-	}
+	pw, _ := u.mw.CreateFormFile("metadata", "metadata")
+	_, _ = pw.Write(mb)
+	_, _ = u.mw.CreateFormFile("file", path.Base(f.target))
+	u.cur = f.body
+	u.written = append(u.written, writeInfo(f.target))
+	return nil
 }
 
-// upstreamError waits for execd's answer after a failed pipe write.
-func (u *upload) upstreamError() *Error {
-	_ = u.pw.CloseWithError(errUploadEnded)
-	u.ended = true
-	if err := <-u.done; err != nil {
-		return fromExecd(err, "write")
+// start reads up to the first file, before anything is sent: a write whose
+// first file is refused, or that has none, sends nothing.
+func (u *uploadBody) start() *Error {
+	if e := u.advance(); e != nil {
+		return e
 	}
-	return fail(CodeExecdProtocol, "write: execd ended the upload early")
-}
-
-// finish closes the multipart body and returns execd's answer.
-func (u *upload) finish() *Error {
-	if u.pw == nil {
-		return nil
-	}
-	if err := u.mw.Close(); err != nil {
-		return u.upstreamError()
-	}
-	_ = u.pw.Close()
-	u.ended = true
-	if err := <-u.done; err != nil {
-		return fromExecd(err, "write")
+	if u.done {
+		return fail(CodeBadRequest, "the multipart body has no file part")
 	}
 	return nil
 }
 
-// abort cancels an upload that was not finished, so execd never sees a
-// complete body for a write that failed half-way.
-func (u *upload) abort() {
-	if u.pw == nil || u.ended {
-		return
+// Read produces the next bytes of the body.
+func (u *uploadBody) Read(p []byte) (int, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.stopped {
+		return 0, errClientBody
 	}
-	u.ended = true
-	_ = u.pw.CloseWithError(errUploadAborted)
-	<-u.done
+	for {
+		switch {
+		case u.err != nil:
+			return 0, errClientBody
+		case u.framing.Len() > 0:
+			return u.framing.Read(p)
+		case u.cur != nil:
+			n, err := u.cur.Read(p)
+			if err == io.EOF {
+				u.cur = nil
+				err = nil
+			}
+			if err != nil {
+				var tl *tooLarge
+				if errors.As(err, &tl) {
+					u.err = fail(CodeWriteTooLarge, tl.msg)
+				} else {
+					u.err = fail(CodeBadRequest, "the request body could not be read")
+				}
+				return 0, errClientBody
+			}
+			if n > 0 {
+				return n, nil
+			}
+		case u.done:
+			u.eof = true
+			return 0, io.EOF
+		default:
+			if e := u.advance(); e != nil {
+				u.err = e
+				return 0, errClientBody
+			}
+		}
+	}
 }
 
-type uploadAborted struct{}
+// Close is called by the transport when it is done with the body.
+func (u *uploadBody) Close() error { return nil }
 
-func (uploadAborted) Error() string { return "the write was aborted" }
+// stop ends the body for the transport: a read in progress finishes
+// first, later ones fail. It returns the client's failure, if any, and
+// whether the whole body was read.
+func (u *uploadBody) stop() (*Error, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.stopped = true
+	return u.err, u.eof
+}
 
-var errUploadAborted error = uploadAborted{}
+// WriteTo copies the body to w in writes of up to uploadChunk bytes (Go's
+// transport uses it for a body of unknown length, where each write is one
+// chunk of the chunked encoding, flushed on its own).
+func (u *uploadBody) WriteTo(w io.Writer) (int64, error) {
+	buf := make([]byte, uploadChunk)
+	var total int64
+	for {
+		n, err := io.ReadFull(u, buf)
+		if n > 0 {
+			wn, werr := w.Write(buf[:n])
+			total += int64(wn)
+			if werr != nil {
+				return total, werr
+			}
+		}
+		switch {
+		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+			return total, nil
+		case err != nil:
+			return total, err
+		}
+	}
+}
+
+// closingLength is the length of the closing boundary
+// "\r\n--<boundary>--\r\n" multipart.Writer.Close writes.
+func (u *uploadBody) closingLength() int64 { return int64(len(u.mw.Boundary())) + 8 }

@@ -82,9 +82,19 @@ func (c *Client) transport() http.RoundTripper {
 // whatever its status. Header values in hdr are added. Transport failures
 // are returned as *Error with KindUnreachable, KindTimeout or KindCanceled.
 func (c *Client) Do(ctx context.Context, t Target, method, path string, query url.Values, hdr http.Header, body io.Reader) (*http.Response, error) {
+	return c.do(ctx, t, method, path, query, hdr, body, -1)
+}
+
+// do is Do with the body's length: n >= 0 is sent as Content-Length (the
+// body must then yield exactly n bytes), -1 leaves it to net/http (known
+// for bytes, strings and nil bodies, else chunked).
+func (c *Client) do(ctx context.Context, t Target, method, path string, query url.Values, hdr http.Header, body io.Reader, n int64) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, method, t.URL(path, query).String(), body)
 	if err != nil {
 		return nil, &Error{Kind: KindUnexpected, Message: "building the execd request failed"}
+	}
+	if n >= 0 && body != nil {
+		req.ContentLength = n
 	}
 	for k, vs := range hdr {
 		for _, v := range vs {
@@ -233,9 +243,14 @@ func (c *Client) Download(ctx context.Context, t Target, p string, hdr http.Head
 }
 
 // Upload calls POST /files/upload with a multipart body already framed by
-// the caller (see UploadWriter). It returns nil on execd's empty 200.
-func (c *Client) Upload(ctx context.Context, t Target, contentType string, body io.Reader) error {
-	resp, err := c.doOK(ctx, t, http.MethodPost, "/files/upload", nil, http.Header{"Content-Type": {contentType}}, body)
+// the caller. length is the body's exact length in bytes, sent as
+// Content-Length, or -1 when unknown (the body goes chunked). It returns
+// nil on execd's empty 200.
+func (c *Client) Upload(ctx context.Context, t Target, contentType string, body io.Reader, length int64) error {
+	resp, err := c.do(ctx, t, http.MethodPost, "/files/upload", nil, http.Header{"Content-Type": {contentType}}, body, length)
+	if err == nil {
+		err = CheckResponse(resp)
+	}
 	if err != nil {
 		return err
 	}

@@ -58,7 +58,7 @@ func (c *Client) WriteFiles(ctx context.Context, t Target, files []SmallFile) er
 	if err := mw.Close(); err != nil {
 		return &Error{Kind: KindUnexpected, Message: "building the upload failed"}
 	}
-	return c.Upload(ctx, t, mw.FormDataContentType(), &body)
+	return c.Upload(ctx, t, mw.FormDataContentType(), &body, -1)
 }
 
 // Info calls GET /files/info with every path of ps (one request) and

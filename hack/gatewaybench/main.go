@@ -398,6 +398,11 @@ http://%s {
 		fmt.Printf("%s VmRSS after start: %.1f MiB\n", p.name, float64(rss)/1024)
 	}
 
+	if o.profileDir != "" {
+		if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
+			return err
+		}
+	}
 	if o.only == "" || o.only == "listdir" {
 		if err := w.listDir(); err != nil {
 			return err
@@ -662,9 +667,6 @@ func (w *world) listDir() error {
 	}
 	if w.o.profileDir != "" {
 		fmt.Printf("\nprofiling pass (not in the figures) into %s\n", w.o.profileDir)
-		if err := os.MkdirAll(w.o.profileDir, 0o755); err != nil {
-			return err
-		}
 		for _, c := range w.o.concurrency {
 			for _, p := range paths {
 				p.client = clients[p.name]

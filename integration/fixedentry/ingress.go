@@ -101,6 +101,9 @@ type Request struct {
 	// Header is a copy of the request headers as received, before the
 	// ingress deleted or added any.
 	Header http.Header
+	// ContentLength is the request body's declared length: -1 for a
+	// chunked body, 0 for none.
+	ContentLength int64
 	// SandboxID and Port are the parsed route; zero values when the route
 	// did not parse.
 	SandboxID string
@@ -386,7 +389,7 @@ func (in *Ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if in.recordLimit > 0 {
 		rec = &Request{
 			Seq: in.received, Method: r.Method, RequestURI: r.RequestURI, Path: r.URL.Path, RawPath: r.URL.EscapedPath(),
-			RawQuery: r.URL.RawQuery, Host: r.Host, Header: r.Header.Clone(),
+			RawQuery: r.URL.RawQuery, Host: r.Host, Header: r.Header.Clone(), ContentLength: r.ContentLength,
 		}
 		in.reqs = append(in.reqs, rec)
 		in.trimLocked()
