@@ -97,13 +97,21 @@ type Cluster struct {
 	// DNS selects the cluster DNS pods the platform DNS rule allows
 	// (UDP and TCP 53).
 	DNS DNSSelector `json:"dns"`
-	// CNI is what the cluster runs now.
-	CNI CNIFacts `json:"cni"`
+	// CNI is what the cluster runs now, stated in the configuration; set
+	// exactly one of CNI and CNISource.
+	CNI CNIFacts `json:"cni,omitempty"`
+	// CNISource reads what the cluster runs now from the cluster itself
+	// (see CNISource); set exactly one of CNI and CNISource.
+	CNISource *CNISource `json:"cniSource,omitempty"`
 	// CNIQualification is the qualification record; nil means missing.
 	CNIQualification *CNIQualification `json:"cniQualification,omitempty"`
 	// CNIQualificationRequired turns the gate on; nil means true. Setting
 	// false for a cluster is the explicit exception of spec §5.3.
 	CNIQualificationRequired *bool `json:"cniQualificationRequired,omitempty"`
+
+	// cniObserved holds the readings of CNISource (set by Validate),
+	// shared by copies of the Cluster.
+	cniObserved *cniObservation
 }
 
 // Defaults of ClientLimits. client-go's own defaults (5 requests/s,
@@ -222,27 +230,14 @@ func (c *Cluster) AllocationLabelKey() string {
 
 // CNIGate reports whether new enforced writes may proceed: nil when the
 // gate is off for this cluster or the qualification record exists and is
-// bound to this cluster ID and the current CNI implementation, version and
-// fingerprint; otherwise an error wrapping ErrCNIUnqualified that says
-// which binding failed.
+// bound to this cluster ID and the CNI implementation, version and
+// fingerprint the cluster runs now (CurrentCNI: the static cni facts, or
+// the latest reading of cniSource); otherwise an error wrapping
+// ErrCNIUnqualified that says which binding failed (also when cniSource's
+// facts are unknown: fail closed).
 func (c *Cluster) CNIGate() error {
-	if c.CNIQualificationRequired != nil && !*c.CNIQualificationRequired {
-		return nil
-	}
-	q := c.CNIQualification
-	switch {
-	case q == nil:
-		return fmt.Errorf("%w: cluster %s has no qualification record", ErrCNIUnqualified, c.ID)
-	case q.ClusterID != c.ID:
-		return fmt.Errorf("%w: the record of cluster %s is bound to cluster %s", ErrCNIUnqualified, c.ID, q.ClusterID)
-	case q.Implementation != c.CNI.Implementation:
-		return fmt.Errorf("%w: cluster %s runs CNI %q, the record is for %q", ErrCNIUnqualified, c.ID, c.CNI.Implementation, q.Implementation)
-	case q.Version != c.CNI.Version:
-		return fmt.Errorf("%w: cluster %s runs CNI version %q, the record is for %q", ErrCNIUnqualified, c.ID, c.CNI.Version, q.Version)
-	case q.Fingerprint != c.CNI.Fingerprint:
-		return fmt.Errorf("%w: cluster %s CNI configuration fingerprint changed since qualification", ErrCNIUnqualified, c.ID)
-	}
-	return nil
+	_, err := c.CNIGateReason()
+	return err
 }
 
 // Lookup returns the cluster with the given ID, or an error wrapping
@@ -397,8 +392,18 @@ func (c *Cluster) validate() error {
 			return fmt.Errorf("%s: %s", s.name, err.Error())
 		}
 	}
-	if slices.Contains([]string{c.CNI.Implementation, c.CNI.Version, c.CNI.Fingerprint}, "") {
-		return errors.New("cni.implementation, cni.version and cni.fingerprint are required")
+	if c.CNISource != nil {
+		if c.CNI != (CNIFacts{}) {
+			return errors.New("set exactly one of cni and cniSource")
+		}
+		if err := c.CNISource.validate(); err != nil {
+			return err
+		}
+		if c.cniObserved == nil {
+			c.cniObserved = &cniObservation{}
+		}
+	} else if slices.Contains([]string{c.CNI.Implementation, c.CNI.Version, c.CNI.Fingerprint}, "") {
+		return errors.New("cni.implementation, cni.version and cni.fingerprint are required (or cniSource)")
 	}
 	return c.Client.validate()
 }

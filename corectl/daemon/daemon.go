@@ -25,6 +25,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/apikey"
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/cluster"
+	"github.com/sandgate/sandgate/corectl/cnicheck"
 	"github.com/sandgate/sandgate/corectl/controller"
 	"github.com/sandgate/sandgate/corectl/egress"
 	"github.com/sandgate/sandgate/corectl/httpapi"
@@ -85,6 +86,9 @@ type Options struct {
 	// the lifecycle routes (create/connect/get/delete answer 503
 	// lifecycle_disabled) and the orphan scan.
 	TokenKey *token.SigningKey
+	// CNICheckInterval is how often every replica re-reads the CNI facts
+	// of clusters with a cniSource (package cnicheck; default 1 min).
+	CNICheckInterval time.Duration
 	// InternalToken authenticates the gateway's sandbox authorizer on GET
 	// /internal/v1/authorize (httpapi.Server.InternalToken); empty turns
 	// that route off.
@@ -247,6 +251,16 @@ func New(opts Options) (*Daemon, error) {
 		}
 		if err := opts.Metrics.WatchCNIGate(c.ID, c.CNIGate); err != nil {
 			return nil, fmt.Errorf("cluster %s: %w", c.ID, err)
+		}
+		if c.CNISource != nil {
+			chk := &cnicheck.Checker{Cluster: c, Reader: direct, Client: direct, Events: rec, Namespace: opts.LeaderElectionNamespace,
+				Interval: opts.CNICheckInterval, Metrics: opts.Metrics, Log: opts.Log.WithValues("cluster", c.ID)}
+			if err := mgr.Add(chk.Reporter()); err != nil {
+				return nil, err
+			}
+			if err := mgr.Add(chk.Observer()); err != nil {
+				return nil, err
+			}
 		}
 		cr := &clusterRun{id: c.ID, mgr: mgr}
 		if err := mgr.Add(leaderMark{cr}); err != nil {

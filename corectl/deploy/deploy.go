@@ -22,7 +22,7 @@ import (
 var files embed.FS
 
 // CRDs returns corectl's CustomResourceDefinitions
-// (sandboxingressallowlists and sandboxtemplatenetworks in
+// (sandboxingressallowlists, sandboxtemplatenetworks and cniqualifications in
 // network.sandgate.io). The error reports a manifest that does not decode
 // strictly (a build defect).
 func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {

@@ -18,7 +18,7 @@ func TestManifestsDecode(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
-	if !slices.Equal(names, []string{"sandboxingressallowlists.network.sandgate.io", "sandboxtemplatenetworks.network.sandgate.io"}) {
+	if !slices.Equal(names, []string{"cniqualifications.network.sandgate.io", "sandboxingressallowlists.network.sandgate.io", "sandboxtemplatenetworks.network.sandgate.io"}) {
 		t.Fatalf("CRDs = %v", names)
 	}
 	if _, err := DecodeCRD([]byte("apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nspec: {bogus: 1}\n")); err == nil {
@@ -28,7 +28,7 @@ func TestManifestsDecode(t *testing.T) {
 		t.Fatal("DecodeCRD accepted another kind")
 	}
 	objs, err := RBAC()
-	if err != nil || len(objs) != 5 {
+	if err != nil || len(objs) != 7 {
 		t.Fatalf("RBAC = %d objects, %v", len(objs), err)
 	}
 }

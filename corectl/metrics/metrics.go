@@ -14,6 +14,7 @@
 //	corectl_lifecycle_steps_total{cluster, operation, step, outcome}      counter
 //	corectl_lifecycle_step_duration_seconds{cluster, operation, step}     histogram
 //	corectl_cni_gate_open{cluster}                                 gauge, 1 or 0
+//	corectl_cni_checks_total{cluster, outcome}                     counter (ok, unreadable)
 //
 // route is the API route's method and pattern ("PUT /sandboxes/{sandboxID}/network"),
 // or "unmatched"; code the HTTP status. outcome of a reconcile is the
@@ -63,6 +64,7 @@ type Metrics struct {
 	reconciles   *prometheus.CounterVec
 	steps        *prometheus.CounterVec
 	stepDuration *prometheus.HistogramVec
+	cniChecks    *prometheus.CounterVec
 }
 
 // New returns Metrics with every collector above registered in a new
@@ -92,8 +94,12 @@ func New() *Metrics {
 			Help:    "Duration of create, compensation and delete steps, in seconds.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}, []string{"cluster", "operation", "step"}),
+		cniChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "corectl", Subsystem: "cni", Name: "checks_total",
+			Help: "Readings of a cluster's CNI facts from the cluster (cniSource) by outcome (ok or unreadable).",
+		}, []string{"cluster", "outcome"}),
 	}
-	m.Registry.MustRegister(m.requests, m.duration, m.reconciles, m.steps, m.stepDuration)
+	m.Registry.MustRegister(m.requests, m.duration, m.reconciles, m.steps, m.stepDuration, m.cniChecks)
 	return m
 }
 
@@ -143,6 +149,15 @@ func (m *Metrics) Step(cluster, operation, step string, d time.Duration, err err
 	}
 	m.steps.WithLabelValues(cluster, operation, step, outcome).Inc()
 	m.stepDuration.WithLabelValues(cluster, operation, step).Observe(d.Seconds())
+}
+
+// CNICheck counts one reading of cluster's CNI facts (package cnicheck)
+// with outcome "ok" or "unreadable".
+func (m *Metrics) CNICheck(cluster, outcome string) {
+	if m == nil {
+		return
+	}
+	m.cniChecks.WithLabelValues(cluster, outcome).Inc()
 }
 
 // WatchCNIGate registers corectl_cni_gate_open{cluster}: 1 while gate

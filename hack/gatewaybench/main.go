@@ -42,7 +42,12 @@
 //	go run ./hack/gatewaybench [-caddy bin/caddy] [-rounds 5] [-cell 3s]
 //		[-concurrency 1,8,64] [-files 16] [-transfer-mib 1024]
 //		[-transfer-rounds 3] [-only listdir|transfer] [-profile <dir>]
-//		[-gateway-env GOGC=200,...]
+//		[-gateway-env GOGC=200,...] [-authorizer]
+//
+// With -authorizer the gateway also has a sandbox authorizer (authorizer
+// http, docs/dataplane.md) whose endpoint is a stand-in of corectl's that
+// always allows; compare a run with and one without it for the
+// authorizer's cost.
 //
 // With -profile, one more pass after the measured rounds fetches a CPU
 // profile of each proxy for every cell from Caddy's admin endpoint
@@ -77,6 +82,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/authorizer"
 	"github.com/sandgate/sandgate/gateway/token"
 	"github.com/sandgate/sandgate/integration/execdstub"
 	"github.com/sandgate/sandgate/integration/fixedentry"
@@ -91,6 +97,8 @@ const (
 	transferDst  = "/home/user/bench-upload.bin"
 	execdPort    = 44772
 	envdPort     = "49983"
+	// benchAuthzToken is the -authorizer stand-in's bearer token.
+	benchAuthzToken = "gatewaybench-internal-token-0123456789abcdef"
 )
 
 type options struct {
@@ -105,6 +113,7 @@ type options struct {
 	only           string
 	profileDir     string
 	gatewayEnv     []string
+	authorizer     bool
 }
 
 func main() {
@@ -129,6 +138,7 @@ func main() {
 	flag.StringVar(&o.only, "only", "", "run only listdir or transfer")
 	flag.StringVar(&o.profileDir, "profile", "", "directory for CPU profiles of a separate, unmeasured pass")
 	flag.StringVar(&genv, "gateway-env", "", "comma-separated VAR=value added to both proxies' environment (e.g. GOGC=200)")
+	flag.BoolVar(&o.authorizer, "authorizer", false, "give the gateway a sandbox authorizer (authorizer http) answered by a stand-in of corectl's endpoint")
 	flag.Parse()
 	for _, f := range strings.Split(conc, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -162,6 +172,18 @@ func serve(what string, args []string) error {
 		s := execdstub.New(execdstub.Config{Root: *root, GracefulShutdown: -1})
 		defer s.Close()
 		h = s
+	case "authorizer":
+		// corectl's GET /internal/v1/authorize, always allowed (the
+		// gateway's cost is what is measured, not corectl's).
+		end := time.Now().Add(24 * time.Hour).UTC().Format(time.RFC3339)
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != authorizer.Path || r.Header.Get("Authorization") != "Bearer "+benchAuthzToken {
+				http.Error(w, "no", http.StatusUnauthorized)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"allowed":true,"endAt":"` + end + `"}`))
+		})
 	case "fixedentry":
 		in := fixedentry.New()
 		in.SetRecordLimit(0)
@@ -284,6 +306,7 @@ type world struct {
 	root       string
 	execd      *proc
 	fixedEntry *proc
+	authz      *proc
 	gateway    *proc
 	proxy      *proc
 	gatewayURL string
@@ -294,7 +317,7 @@ type world struct {
 }
 
 func (w *world) stop() {
-	for _, p := range []*proc{w.gateway, w.proxy, w.fixedEntry, w.execd} {
+	for _, p := range []*proc{w.gateway, w.proxy, w.fixedEntry, w.execd, w.authz} {
 		if p != nil {
 			p.stop()
 		}
@@ -328,6 +351,17 @@ func run(o options) error {
 		return err
 	}
 
+	authzConf := ""
+	if o.authorizer {
+		var authzAddr string
+		if w.authz, authzAddr, err = startStandIn("authorizer"); err != nil {
+			return err
+		}
+		authzConf = "\n\t\tauthorizer http http://" + authzAddr + " {\n\t\t\theader Authorization \"Bearer {env.GATEWAYBENCH_AUTHZ_TOKEN}\"\n\t\t}"
+		o.gatewayEnv = append(o.gatewayEnv, "GATEWAYBENCH_AUTHZ_TOKEN="+benchAuthzToken)
+		w.o = o
+	}
+
 	keyFile := filepath.Join(dir, "token.key")
 	secret := make([]byte, 32)
 	_, _ = rand.Read(secret)
@@ -359,7 +393,7 @@ func run(o options) error {
 	sandgate {
 		token_key %s HS256 %s
 		credentials file %s
-		cluster cluster-a http://%s
+		cluster cluster-a http://%s%s
 	}
 }
 
@@ -369,7 +403,7 @@ http://%s {
 		user root 0 0 /root
 	}
 }
-`, w.gwAdmin, keyID, keyFile, credFile, feAddr, addrs[0])
+`, w.gwAdmin, keyID, keyFile, credFile, feAddr, authzConf, addrs[0])
 	rpConf := fmt.Sprintf(`{
 	admin %s
 	auto_https off
@@ -387,7 +421,7 @@ http://%s {
 		return err
 	}
 	load1, _ := os.ReadFile("/proc/loadavg")
-	fmt.Printf("gatewaybench: %s; %d CPUs; load average %s", o.caddy, runtime.NumCPU(), load1)
+	fmt.Printf("gatewaybench: %s; %d CPUs; authorizer %v; load average %s", o.caddy, runtime.NumCPU(), o.authorizer, load1)
 	fmt.Printf("processes: gateway pid %d, reverse_proxy pid %d, fixed entry pid %d, execd pid %d, client pid %d\n",
 		w.gateway.pid(), w.proxy.pid(), w.fixedEntry.pid(), w.execd.pid(), os.Getpid())
 	for _, p := range []*proc{w.gateway, w.proxy} {

@@ -94,6 +94,60 @@ func (in *SandboxTemplateNetworkList) DeepCopyObject() runtime.Object {
 	return out
 }
 
+// DeepCopyInto copies in into out.
+func (in *CNIQualification) DeepCopyInto(out *CNIQualification) {
+	*out = *in
+	out.TypeMeta = in.TypeMeta
+	in.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	if in.Status.Observed != nil {
+		o := *in.Status.Observed
+		out.Status.Observed = &o
+	}
+	if in.Status.Record != nil {
+		r := *in.Status.Record
+		out.Status.Record = &r
+	}
+	if in.Status.CheckedAt != nil {
+		out.Status.CheckedAt = in.Status.CheckedAt.DeepCopy()
+	}
+	if in.Status.Conditions != nil {
+		out.Status.Conditions = make([]metav1.Condition, len(in.Status.Conditions))
+		for i := range in.Status.Conditions {
+			in.Status.Conditions[i].DeepCopyInto(&out.Status.Conditions[i])
+		}
+	}
+}
+
+// DeepCopy returns a deep copy of in.
+func (in *CNIQualification) DeepCopy() *CNIQualification {
+	if in == nil {
+		return nil
+	}
+	out := new(CNIQualification)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyObject implements runtime.Object.
+func (in *CNIQualification) DeepCopyObject() runtime.Object { return in.DeepCopy() }
+
+// DeepCopyObject implements runtime.Object.
+func (in *CNIQualificationList) DeepCopyObject() runtime.Object {
+	if in == nil {
+		return nil
+	}
+	out := new(CNIQualificationList)
+	out.TypeMeta = in.TypeMeta
+	in.ListMeta.DeepCopyInto(&out.ListMeta)
+	if in.Items != nil {
+		out.Items = make([]CNIQualification, len(in.Items))
+		for i := range in.Items {
+			in.Items[i].DeepCopyInto(&out.Items[i])
+		}
+	}
+	return out
+}
+
 // cloneSlice copies a slice of plain values, keeping nil as nil.
 func cloneSlice[T any](s []T) []T {
 	if s == nil {

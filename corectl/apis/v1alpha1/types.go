@@ -8,7 +8,11 @@
 //     status;
 //   - SandboxTemplateNetwork (namespaced, in corectl's template namespace,
 //     named after the template ID): a template's default ingress and egress
-//     allowlists.
+//     allowlists;
+//   - CNIQualification (namespaced, in corectl's own namespace of each
+//     compute cluster, one per cluster): the CNI facts corectl reads from
+//     the cluster, the qualification record they are checked against, and
+//     the Qualified condition (spec §5.3 CNI capability gate).
 //
 // It also names the labels and annotations corectl puts on the objects it
 // manages. The CRD manifests are embedded (see CRDs) and live in crds/.
@@ -231,11 +235,62 @@ type SandboxTemplateNetworkList struct {
 	Items []SandboxTemplateNetwork `json:"items"`
 }
 
+// CNIQualification is the state of one compute cluster's CNI gate (spec
+// §5.3): what CNI the cluster runs now (read from its DaemonSet and
+// configuration object), the qualification record of corectl's
+// configuration, and the condition Qualified. corectl's leader writes it;
+// every replica enforces the gate from its own reading.
+type CNIQualification struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Status is written by corectl's leader.
+	Status CNIQualificationStatus `json:"status,omitempty"`
+}
+
+// CNIFacts identifies a CNI deployment.
+type CNIFacts struct {
+	// Implementation is the CNI, e.g. "calico".
+	Implementation string `json:"implementation,omitempty"`
+	// Version is its version (the DaemonSet container's image tag).
+	Version string `json:"version,omitempty"`
+	// Fingerprint is "sha256:<hex>" of its configuration object.
+	Fingerprint string `json:"fingerprint,omitempty"`
+}
+
+// CNIQualificationStatus is a CNIQualification's state.
+type CNIQualificationStatus struct {
+	// ClusterID is the compute cluster.
+	ClusterID string `json:"clusterId,omitempty"`
+	// Observed is what the cluster runs now (absent when it could not be
+	// read).
+	Observed *CNIFacts `json:"observed,omitempty"`
+	// Record is the qualification record of corectl's configuration
+	// (absent when there is none).
+	Record *CNIFacts `json:"record,omitempty"`
+	// CheckedAt is the last reading of the cluster's CNI.
+	CheckedAt *metav1.Time `json:"checkedAt,omitempty"`
+	// Conditions: "Qualified" (True: new enforced creates and PUTs are
+	// allowed; False with the reason RecordMissing, ClusterMismatch,
+	// ImplementationChanged, VersionChanged, FingerprintChanged or
+	// FactsUnreadable).
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// CNIQualificationList is a list of CNIQualification.
+type CNIQualificationList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the objects.
+	Items []CNIQualification `json:"items"`
+}
+
 // AddToScheme registers the types of this package in a scheme.
 func AddToScheme(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&SandboxIngressAllowlist{}, &SandboxIngressAllowlistList{},
 		&SandboxTemplateNetwork{}, &SandboxTemplateNetworkList{},
+		&CNIQualification{}, &CNIQualificationList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

@@ -33,12 +33,14 @@ import (
 
 	"github.com/sandgate/sandgate/corectl/apikey"
 	"github.com/sandgate/sandgate/corectl/cluster"
+	"github.com/sandgate/sandgate/corectl/cnicheck"
 	"github.com/sandgate/sandgate/corectl/daemon"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/token"
 	"github.com/sandgate/sandgate/internal/version"
 	"go.uber.org/zap"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	crzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
 )
 
@@ -70,6 +72,8 @@ func run(args []string) error {
 	probeListen := fs.String("probe-listen", "", "address serving /healthz, /readyz and /metrics (empty: none; the Kubernetes manifests use :8091)")
 	shutdownGrace := fs.Duration("shutdown-grace", daemon.DefaultShutdownGrace, "on SIGTERM, how long in-flight API requests may finish before they are cut off")
 	showVersion := fs.Bool("version", false, "print the sandgate commit this binary was built from and exit")
+	cniEvery := fs.Duration("cni-check-interval", cnicheck.DefaultInterval, "how often every replica re-reads the CNI facts of clusters with a cniSource")
+	printCNI := fs.Bool("print-cni-facts", false, "read the CNI facts of every cluster with a cniSource, print them as qualification records (YAML) and exit (needs only -config)")
 	if err := fs.Parse(args); err != nil {
 		os.Exit(2)
 	}
@@ -77,12 +81,19 @@ func run(args []string) error {
 		fmt.Println(version.Get())
 		return nil
 	}
+	if *printCNI {
+		if *configPath == "" {
+			fmt.Fprintln(os.Stderr, "corectl: -print-cni-facts needs -config")
+			os.Exit(2)
+		}
+		return printCNIFacts(*configPath, os.Stdout)
+	}
 	if *configPath == "" || *credPath == "" || *keysPath == "" {
 		fmt.Fprintln(os.Stderr, "corectl: -config, -credentials and -api-keys are required")
 		os.Exit(2)
 	}
-	if *maxTimeout <= 0 || *tokenGrace < 0 {
-		fmt.Fprintln(os.Stderr, "corectl: -max-timeout must be positive and -token-grace not negative")
+	if *maxTimeout <= 0 || *tokenGrace < 0 || *cniEvery <= 0 {
+		fmt.Fprintln(os.Stderr, "corectl: -max-timeout must be positive and -token-grace not negative, -cni-check-interval positive")
 		os.Exit(2)
 	}
 	log := crzap.New(crzap.UseDevMode(*dev))
@@ -116,8 +127,8 @@ func run(args []string) error {
 		}
 	}
 	d, err := daemon.New(daemon.Options{
-		InternalToken: internalToken,
-		Config:        cfg, Keys: keys, Credentials: creds, Listen: *listen,
+		InternalToken: internalToken, CNICheckInterval: *cniEvery,
+		Config: cfg, Keys: keys, Credentials: creds, Listen: *listen,
 		LeaderElection: *elect, LeaderElectionNamespace: *leNS, EgressGrace: *grace, Log: log,
 		ProbeSourceDiscovery: true,
 		TokenKey:             signer, MaxTimeout: *maxTimeout, TokenGrace: *tokenGrace, ReadyBudget: *readyBudget, OrphanInterval: *orphanEvery,
@@ -153,4 +164,42 @@ func readInternalToken(path string) (string, error) {
 		return "", fmt.Errorf("%s: the internal token must be at least 32 bytes without spaces or line breaks", path)
 	}
 	return tok, nil
+}
+
+// printCNIFacts reads the current CNI facts of every cluster of the
+// configuration at path that has a cniSource and writes them to w as the
+// cniQualification records an operator adds once the qualification matrix
+// has passed on them (spec §5.3).
+func printCNIFacts(path string, w io.Writer) error {
+	cfg, err := cluster.Load(path)
+	if err != nil {
+		return err
+	}
+	scheme, err := cluster.NewScheme()
+	if err != nil {
+		return err
+	}
+	for i := range cfg.Clusters {
+		c := &cfg.Clusters[i]
+		if c.CNISource == nil {
+			continue
+		}
+		rc, err := c.RESTConfig()
+		if err != nil {
+			return err
+		}
+		cl, err := client.New(rc, client.Options{Scheme: scheme})
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		f, err := cnicheck.Read(ctx, cl, c.CNISource)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("cluster %s: %w", c.ID, err)
+		}
+		fmt.Fprintf(w, "# cluster %s\ncniQualification: {clusterId: %q, implementation: %q, version: %q, fingerprint: %q, qualifiedAt: %q}\n",
+			c.ID, c.ID, f.Implementation, f.Version, f.Fingerprint, time.Now().UTC().Format(time.RFC3339))
+	}
+	return nil
 }
