@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -182,6 +183,52 @@ func TestNewHTTPRejects(t *testing.T) {
 	} {
 		if _, err := NewHTTP(cfg); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%+v: %v", cfg, err)
+		}
+	}
+}
+
+// BenchmarkAuthorizeCached is what the authorizer adds to a data-plane
+// request whose answer is cached (every request but about one per second
+// per credential and sandbox): docs/benchmarks.md "Sandbox authorizer".
+func BenchmarkAuthorizeCached(b *testing.B) {
+	c := &corectl{answer: fixed(200, `{"allowed":true,"endAt":"2099-01-01T00:00:00Z"}`)}
+	srv := httptest.NewServer(c)
+	defer srv.Close()
+	h, err := NewHTTP(HTTPConfig{BaseURL: srv.URL, Header: http.Header{"Authorization": {"Bearer x"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := h.Authorize(ctx, "cred-bench", "sbxbench"); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if d, err := h.Authorize(ctx, "cred-bench", "sbxbench"); err != nil || !d.Allowed {
+				b.Fatal(d, err)
+			}
+		}
+	})
+	b.ReportMetric(float64(c.count()), "corectl-requests")
+}
+
+// BenchmarkAuthorizeMiss is one question to corectl (a stand-in over
+// loopback HTTP), what a request pays once per second per credential and
+// sandbox.
+func BenchmarkAuthorizeMiss(b *testing.B) {
+	c := &corectl{answer: fixed(200, `{"allowed":true,"endAt":"2099-01-01T00:00:00Z"}`)}
+	srv := httptest.NewServer(c)
+	defer srv.Close()
+	h, err := NewHTTP(HTTPConfig{BaseURL: srv.URL, Header: http.Header{"Authorization": {"Bearer x"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := h.Authorize(ctx, "cred-bench", "sbx"+strconv.Itoa(i)); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
