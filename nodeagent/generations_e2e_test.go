@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/image"
 	"github.com/google/uuid"
 
 	"github.com/sandgate/sandgate/node/proto"
@@ -753,5 +754,68 @@ func TestHelperKilledBeforeItAnswers(t *testing.T) {
 	}
 	if resp := a.Do(proto.OpKill, 1, 60000, r, nil); resp == nil || resp.ErrorCode != "" {
 		t.Fatalf("kill: %+v", resp)
+	}
+}
+
+// On a Docker engine of its own (so an image can be removed without
+// touching the shared engine): preparation loads the release's image into
+// an engine that never had it; when the engine loses it, the probe finds
+// it missing, the node reports image_missing and never ready, and the
+// repair loads the retained tarball again — the same image ID, nothing
+// downloaded — even when the preparer or the node is killed right after
+// the import.
+func TestImageMissingIsRepairedOnAPrivateEngine(t *testing.T) {
+	for _, who := range []string{"preparer", "node"} {
+		t.Run(who, func(t *testing.T) {
+			w := newGWorld(t)
+			d1 := w.release(1, "rel-one")
+			engine := dockertest.NewDaemon(t)
+			engine.Start(wait)
+			w.host = engine.Host
+			w.writeConfig(1, d1)
+			env := "SANDGATE_CRASHPOINT=" + preparer.CrashRepairAfterImport
+			if who == "node" {
+				env += "=killparent"
+			}
+			p := w.start(env)
+			a := w.core.Accept().Auto(dep(1, d1, nil), nil)
+			a.WaitObservations(fakecore.State(1, proto.GenerationReady))
+			cli := dockertest.Client(t, engine.Host)
+			cfg, err := w.generations().ReadConfig(1)
+			if err != nil || cfg.ImageID != w.imageID {
+				t.Fatalf("configuration %+v, %v: want the tarball's image ID %s", cfg, err, w.imageID)
+			}
+			// This engine is the test's own: removing its image disturbs no
+			// one (the shared engine is never touched).
+			if _, err := cli.ImageRemove(context.Background(), cfg.ImageID, image.RemoveOptions{Force: true}); err != nil {
+				t.Fatal(err)
+			}
+			obs := a.WaitObservations(func(obs []proto.GenerationObservation) bool {
+				return len(obs) > 0 && obs[0].Diagnostic == proto.DiagImageMissing
+			})
+			if obs[0].State == proto.GenerationReady {
+				t.Fatalf("ready without its image: %+v", obs[0])
+			}
+			if who == "preparer" {
+				w.waitLog(p, `msg="preparer job ended" kind=repair generation=1 ok=false`)
+				w.kill(p)
+			} else {
+				p.exitCode(t)
+			}
+			w.start()
+			a = w.core.Accept().Auto(dep(1, d1, nil), nil)
+			a.WaitObservations(fakecore.State(1, proto.GenerationReady))
+			if _, err := cli.ImageInspect(context.Background(), cfg.ImageID); err != nil {
+				t.Fatalf("the image is not back: %v", err)
+			}
+			w.servedOnce("rel-one")
+			r := ref()
+			if resp := w.create(a, 1, r); resp == nil || resp.ErrorCode != "" || resp.Info.Image != cfg.ImageID {
+				t.Fatalf("create after the repair: %+v", resp)
+			}
+			if resp := a.Do(proto.OpKill, 1, 60000, r, nil); resp == nil || resp.ErrorCode != "" {
+				t.Fatalf("kill: %+v", resp)
+			}
+		})
 	}
 }
