@@ -9,6 +9,9 @@ package nodeagent_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -25,6 +28,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/google/uuid"
 
+	"github.com/sandgate/sandgate/node/machine"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/node/release"
 	"github.com/sandgate/sandgate/nodeagent/docker"
@@ -34,6 +38,7 @@ import (
 	"github.com/sandgate/sandgate/nodeagent/internal/fakecore"
 	"github.com/sandgate/sandgate/nodeagent/lease"
 	"github.com/sandgate/sandgate/nodeagent/preparer"
+	"github.com/sandgate/sandgate/nodeagent/state"
 )
 
 var (
@@ -97,13 +102,44 @@ func newGWorld(t *testing.T) *gworld {
 		t.Fatal(err)
 	}
 	w := &gworld{t: t, dir: t.TempDir(), agent: sharedAgent(t), host: host, image: img, imageID: ins.ID,
-		nodeID: uuid.NewString(), install: uuid.NewString(), credential: randomHex(t, 24)}
+		nodeID: uuid.NewString(), install: uuid.NewString(), credential: newCredential(t)}
 	dockertest.RemoveLabelled(t, cli, docker.LabelNodeID, w.nodeID)
 	w.core = fakecore.New(t, w.credential, false)
 	w.machine = fakecore.NewMachine(t, w.nodeID, w.credential)
 	w.core.Machine = w.machine
 	w.state = filepath.Join(w.dir, "state")
+	// Runs after the node is stopped (clean-ups run last first): helpers
+	// and preparers outlive their node by design; wait for them before
+	// the temporary directory goes.
+	t.Cleanup(func() {
+		deadline := time.Now().Add(wait)
+		for len(w.children()) > 0 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
 	return w
+}
+
+// children returns the helpers and preparers working on this world's
+// state directory.
+func (w *gworld) children() []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		cl := strings.ReplaceAll(string(b), "\x00", " ")
+		if (strings.Contains(cl, " helper ") || strings.Contains(cl, " preparer ")) && strings.Contains(cl, w.state+" ") {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // release publishes a release of the test image whose provider spec sets
@@ -500,7 +536,20 @@ func TestCrashAtEveryStepOfReclamation(t *testing.T) {
 					env += "=killparent"
 				}
 				p, a, _, d2 := w.twoGenerations(env)
-				a.SetKeep(dropOne)
+				if who == "preparer" {
+					// One authorisation only: the node must not go on
+					// after its preparer died until Core says so again.
+					var once sync.Once
+					a.SetKeep(func(e proto.RetentionEntry) bool {
+						drop := false
+						if e.Generation == 1 {
+							once.Do(func() { drop = true })
+						}
+						return !drop
+					})
+				} else {
+					a.SetKeep(dropOne)
+				}
 				if who == "preparer" {
 					w.waitLog(p, `msg="preparer job ended" kind=reclaim generation=1 ok=false`)
 					w.kill(p)
@@ -622,7 +671,7 @@ func (w *gworld) helperPIDs(words ...string) []int {
 			continue
 		}
 		cl := strings.ReplaceAll(string(b), "\x00", " ")
-		if !strings.Contains(cl, " helper ") || !strings.Contains(cl, w.state) {
+		if !strings.Contains(cl, " helper ") || !strings.Contains(cl, w.state+" ") || strings.Contains(cl, "--probe") {
 			continue
 		}
 		ok := true
@@ -671,10 +720,11 @@ func TestHelperOutlivesItsCallerAndTheNode(t *testing.T) {
 	if resp == nil || resp.ErrorCode != proto.ErrCommandUnconfirmed {
 		t.Fatalf("command whose helper outlives the budget: %+v", resp)
 	}
-	pids := w.helperPIDs("--generation 1 ")
-	if len(pids) != 1 {
-		t.Fatalf("helpers of generation 1: %v, want the one held", pids)
-	}
+	var pids []int
+	w.until("one helper of generation 1 is left (the held one)", func() bool {
+		pids = w.helperPIDs("--generation 1 ")
+		return len(pids) == 1
+	})
 	// Its inherited lease descriptor is close-on-exec.
 	info, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/3", pids[0]))
 	if err != nil {
@@ -817,5 +867,293 @@ func TestImageMissingIsRepairedOnAPrivateEngine(t *testing.T) {
 				t.Fatalf("kill: %+v", resp)
 			}
 		})
+	}
+}
+
+// enrolment runs `nodeagent enrol` against the stand-in with the token
+// in a file; it returns the exit status and the output.
+func (w *gworld) enrolment(token, stateDir, credFile, dockerHost string) (int, string) {
+	w.t.Helper()
+	tf := write(w.t, filepath.Join(w.t.TempDir(), "token"), token+"\n")
+	cmd := exec.Command(w.agent, "enrol", "--core", w.core.Origin.String(), "--token-file", tf,
+		"--state-dir", stateDir, "--credential-file", credFile, "--docker-endpoint", dockerHost)
+	out, err := cmd.CombinedOutput()
+	if strings.Contains(string(out), token) {
+		w.t.Fatalf("the enrolment printed its token:\n%s", out)
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode(), string(out)
+	}
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return 0, string(out)
+}
+
+// nothingWritten checks an enrolment left no trace on the node.
+func nothingWritten(t *testing.T, stateDir, credFile string) {
+	t.Helper()
+	for _, p := range []string{stateDir, credFile} {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Fatalf("%s exists after a refused enrolment (%v)", p, err)
+		}
+	}
+}
+
+func TestEnrolInstallsExactlyTheSelectedRuntimeOrRefusesBeforeWriting(t *testing.T) {
+	w := newGWorld(t)
+	d1 := w.release(1, "rel-one")
+	token := randomHex(t, 16)
+	w.machine.Mu.Lock()
+	w.machine.Tokens[token] = true
+	w.machine.Mu.Unlock()
+	fresh := func() (string, string) {
+		d := t.TempDir()
+		return filepath.Join(d, "state"), filepath.Join(d, "node.credential")
+	}
+	requests := func() int {
+		w.machine.Mu.Lock()
+		defer w.machine.Mu.Unlock()
+		n := 0
+		for _, c := range w.machine.Requests {
+			n += c
+		}
+		return n
+	}
+
+	t.Run("docker unreachable: refused before Core is asked", func(t *testing.T) {
+		s, c := fresh()
+		before := requests()
+		code, out := w.enrolment(token, s, c, "unix:///nonexistent/docker.sock")
+		if code != 4 || !strings.Contains(out, "docker_unreachable") {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		nothingWritten(t, s, c)
+		if requests() != before {
+			t.Fatal("Core was asked before the local checks passed")
+		}
+	})
+	t.Run("wrong token", func(t *testing.T) {
+		s, c := fresh()
+		code, out := w.enrolment(randomHex(t, 16), s, c, w.host)
+		if code != 4 {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		nothingWritten(t, s, c)
+	})
+	t.Run("missing retained runtime: refused, token not consumed", func(t *testing.T) {
+		w.machine.Mu.Lock()
+		w.machine.Enrolled = machine.Generation{DeploymentGeneration: 7, SpecificationDigest: d1}
+		w.machine.Mu.Unlock()
+		defer func() {
+			w.machine.Mu.Lock()
+			w.machine.Enrolled = machine.Generation{DeploymentGeneration: 1, SpecificationDigest: d1}
+			w.machine.Mu.Unlock()
+		}()
+		s, c := fresh()
+		code, out := w.enrolment(token, s, c, w.host)
+		if code != 4 || !strings.Contains(out, "missing") {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		nothingWritten(t, s, c)
+		w.machine.Mu.Lock()
+		defer w.machine.Mu.Unlock()
+		if w.machine.Enrolments != 0 || !w.machine.Tokens[token] {
+			t.Fatal("the token was consumed by a refused enrolment")
+		}
+	})
+	t.Run("runtime bytes that fail verification: refused, token not consumed", func(t *testing.T) {
+		w.machine.Mu.Lock()
+		w.machine.Corrupt["provider.json"] = true
+		w.machine.Mu.Unlock()
+		defer func() { w.machine.Mu.Lock(); delete(w.machine.Corrupt, "provider.json"); w.machine.Mu.Unlock() }()
+		s, c := fresh()
+		code, out := w.enrolment(token, s, c, w.host)
+		if code != 4 {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		nothingWritten(t, s, c)
+		if w.machine.Enrolments != 0 {
+			t.Fatal("enrolled with a runtime that failed verification")
+		}
+	})
+
+	// The enrolment itself.
+	stateDir, credFile := fresh()
+	code, out := w.enrolment(token, stateDir, credFile, w.host)
+	if code != 0 {
+		t.Fatalf("enrol: exit %d:\n%s", code, out)
+	}
+	fi, err := os.Stat(credFile)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("credential file: %v, mode %v", err, fi.Mode())
+	}
+	st, _ := state.Open(stateDir)
+	id, err := st.Identity()
+	if err != nil || id.NodeID != w.nodeID || id.DeploymentGeneration != 1 || id.SpecificationDigest != d1 {
+		t.Fatalf("identity %+v, %v", id, err)
+	}
+	gens, _ := genstate.Open(stateDir)
+	if cfg, err := gens.ReadConfig(1); err != nil || cfg.ImageID != w.imageID {
+		t.Fatalf("the enrolled generation is not installed: %+v, %v", cfg, err)
+	}
+
+	t.Run("token reuse", func(t *testing.T) {
+		s, c := fresh()
+		code, out := w.enrolment(token, s, c, w.host)
+		if code != 4 {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		nothingWritten(t, s, c)
+	})
+	t.Run("already enrolled", func(t *testing.T) {
+		w.machine.Mu.Lock()
+		w.machine.Tokens["second-token"] = true
+		w.machine.Mu.Unlock()
+		code, out := w.enrolment("second-token", stateDir, credFile, w.host)
+		if code != 4 || !strings.Contains(out, "enrolled already") {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+	})
+
+	// The service runs from what the enrolment stored.
+	w.state, w.install = stateDir, id.InstallationID
+	w.config = write(t, filepath.Join(w.dir, "enrolled.toml"), fmt.Sprintf(`generation_management = true
+state_dir = %q
+credential_file = %q
+docker_endpoint = %q
+disk_path = %q
+
+[timers]
+heartbeat = "200ms"
+idle = "5s"
+`, stateDir, credFile, w.host, w.dir))
+	w.start()
+	a := w.core.Accept().Auto(dep(1, d1, nil), nil)
+	if h := a.Hello(); h.NodeID != w.nodeID || h.InstallationID != id.InstallationID || h.DeploymentGeneration != 1 || !h.GenerationManagement {
+		t.Fatalf("hello %+v", h)
+	}
+	a.WaitObservations(fakecore.State(1, proto.GenerationReady))
+	r := ref()
+	if resp := w.create(a, 1, r); resp == nil || resp.ErrorCode != "" {
+		t.Fatalf("create: %+v", resp)
+	}
+	if resp := a.Do(proto.OpKill, 1, 60000, r, nil); resp == nil || resp.ErrorCode != "" {
+		t.Fatalf("kill: %+v", resp)
+	}
+	// The image went over the wire once in full; the enrolment's checks
+	// asked only for its first byte.
+	w.machine.Mu.Lock()
+	img := "/api/v1/sandbox-node/releases/rel-one/image.tar"
+	served, reqs := w.machine.Served[img], w.machine.Requests[img]
+	w.machine.Mu.Unlock()
+	rel, _ := w.machine.Store.Release("rel-one")
+	imgArt, _ := rel.Manifest.Of(release.KindImage)
+	if served != imgArt.Size+int64(reqs-1) {
+		t.Fatalf("image.tar: %d bytes in %d requests; want one full transfer and 1-byte checks", served, reqs)
+	}
+	w.kill(w.node)
+
+	// A wrong credential: Core refuses it, the node stops for good.
+	os.WriteFile(credFile, []byte(randomHex(t, 20)+"\n"), 0o600)
+	p := w.start()
+	if code := p.exitCode(t); code != 3 {
+		t.Fatalf("exit %d with a wrong credential, want 3:\n%s", code, p.output())
+	}
+}
+
+// newCredential returns a node credential of the form enrolment issues:
+// 43 characters of unpadded base64url (32 random bytes).
+func newCredential(t *testing.T) string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// Only an acknowledgment that matches the pending retention request
+// exactly authorises a drop: unsolicited, stale, replayed, mixed,
+// incomplete acknowledgments and ones for another connection delete
+// nothing.
+func TestRetentionAcksThatDeleteNothing(t *testing.T) {
+	w := newGWorld(t)
+	_, a, _, _ := w.twoGenerations()
+	a.HoldAcks(true)
+	first := a.NextHeld()
+	for first.Entries[0].Generation != 1 {
+		first = a.NextHeld()
+	}
+	decide := func(r *proto.Retention, keep bool) *proto.RetentionAck {
+		ack := &proto.RetentionAck{ID: r.ID, ConnectionID: r.ConnectionID}
+		for _, e := range r.Entries {
+			ack.Entries = append(ack.Entries, proto.RetentionDecision{Generation: e.Generation, SpecificationDigest: e.SpecificationDigest, Keep: keep})
+		}
+		return ack
+	}
+	beats := func(n int) {
+		seen := 0
+		a.WaitObservations(func([]proto.GenerationObservation) bool { seen++; return seen >= n })
+	}
+	kept := func(what string) {
+		t.Helper()
+		beats(5)
+		for _, r := range []genstate.Record{genstate.RecordJournal, genstate.RecordDropped} {
+			if ok, _ := w.generations().Exists(1, r); ok {
+				t.Fatalf("%s: %s written", what, r)
+			}
+		}
+	}
+
+	// Unsolicited: an id the node never sent.
+	un := decide(first, false)
+	un.ID = uuid.NewString()
+	a.Send(un)
+	kept("unsolicited")
+	// For another connection.
+	other := decide(first, false)
+	other.ConnectionID = uuid.NewString()
+	a.Send(other)
+	kept("another connection")
+	// Mixed: the pending id, an entry with another digest. The exchange is
+	// over; the node asks again.
+	mixed := decide(first, false)
+	mixed.Entries[0].SpecificationDigest = strings.Repeat("e", 64)
+	a.Send(mixed)
+	kept("mixed")
+	second := a.NextHeld()
+	if second.Sequence != first.Sequence+1 || second.ID == first.ID {
+		t.Fatalf("after a mixed ack the next retention has sequence %d (first %d)", second.Sequence, first.Sequence)
+	}
+	// Stale and replayed: the first request's exact answer, now.
+	a.Send(decide(first, false))
+	kept("stale")
+	// Incomplete: one entry too many.
+	inc := decide(second, false)
+	inc.Entries = append(inc.Entries, proto.RetentionDecision{Generation: 99, SpecificationDigest: strings.Repeat("9", 64)})
+	a.Send(inc)
+	kept("incomplete")
+	third := a.NextHeld()
+	// The exact answer drops.
+	a.Send(decide(third, false))
+	w.until("generation 1 is reclaimed", func() bool {
+		_, err := w.generations().ReadDropped(1)
+		return err == nil
+	})
+	w.reclaimed()
+	// Replaying that answer changes nothing more; generation 2, pinned,
+	// is never proposed.
+	a.Send(decide(third, false))
+	beats(5)
+	for _, r := range a.Retentions() {
+		for _, e := range r.Entries {
+			if e.Generation == 2 {
+				t.Fatalf("the target and serving generation was proposed for retention: %+v", r)
+			}
+		}
+	}
+	if _, err := w.generations().ReadConfig(2); err != nil {
+		t.Fatalf("generation 2: %v", err)
 	}
 }

@@ -256,20 +256,39 @@ func Load(args []string, output io.Writer) (*Config, error) {
 		return nil, ErrVersion
 	}
 
+	c, err := fileAndFlags(*path, fs, values)
+	if err != nil {
+		return nil, err
+	}
+	c.PrintIdentity = *printIdentity
+	if c.GenerationManagement && c.identityPending() {
+		// Completed from the enrolled identity by ApplyIdentity, which
+		// validates.
+		return c, nil
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// fileAndFlags builds a configuration from the defaults, the file path
+// (or DefaultPath if it exists, when path is empty) and the flags set in
+// fs (values holds the settings' flag values).
+func fileAndFlags(path string, fs *flag.FlagSet, values map[string]*string) (*Config, error) {
 	c := Defaults()
-	file := *path
-	if file == "" {
+	if path == "" {
 		if _, err := os.Stat(DefaultPath); err == nil {
-			file = DefaultPath
+			path = DefaultPath
 		}
 	}
-	if file != "" {
-		md, err := toml.DecodeFile(file, &c)
+	if path != "" {
+		md, err := toml.DecodeFile(path, &c)
 		if err != nil {
-			return nil, fmt.Errorf("config: %s: %w", file, err)
+			return nil, fmt.Errorf("config: %s: %w", path, err)
 		}
 		if und := md.Undecoded(); len(und) > 0 {
-			return nil, fmt.Errorf("config: %s: unknown setting %q", file, und[0].String())
+			return nil, fmt.Errorf("config: %s: unknown setting %q", path, und[0].String())
 		}
 	}
 	var ferr error
@@ -285,16 +304,104 @@ func Load(args []string, output io.Writer) (*Config, error) {
 	if ferr != nil {
 		return nil, ferr
 	}
-	c.PrintIdentity = *printIdentity
-	if c.GenerationManagement && c.identityPending() {
-		// Completed from the enrolled identity by ApplyIdentity, which
-		// validates.
-		return &c, nil
+	return &c, nil
+}
+
+// DefaultCredentialFile is where `nodeagent enrol` writes the credential
+// when neither the configuration nor --credential-file names a file.
+const DefaultCredentialFile = "/etc/sandgate/node.credential"
+
+// Enrolment is what `nodeagent enrol` is asked to do.
+type Enrolment struct {
+	// Core is Core's origin, http:// or https://.
+	Core string
+	// Token is the one-time enrolment token (from --token or the file
+	// --token-file names). It is never logged or echoed.
+	Token string
+	// Config are the node's settings (state directory, credential file,
+	// Docker, CA, max_active, max_retained).
+	Config *Config
+}
+
+// enrolSettings are the settings `nodeagent enrol` takes as flags.
+var enrolSettings = []string{"state-dir", "credential-file", "ca-file", "docker-endpoint", "docker-network",
+	"disk-path", "max-active", "max-retained", "probe-timeout"}
+
+// LoadEnrolment parses `nodeagent enrol`'s arguments: --core, --token or
+// --token-file, --config and the node settings of enrolSettings. It
+// checks them without touching the disk beyond reading the files named.
+// A configuration that already names a node (node_id) is refused: an
+// enrolment creates the identity.
+func LoadEnrolment(args []string, output io.Writer) (*Enrolment, error) {
+	fs := flag.NewFlagSet("nodeagent enrol", flag.ContinueOnError)
+	fs.SetOutput(output)
+	path := fs.String("config", "", "TOML configuration file for the node's settings (default "+DefaultPath+" if it exists)")
+	core := fs.String("core", "", "Core's origin, https://… (or http:// on a trusted network); required")
+	token := fs.String("token", "", "the one-time enrolment token (visible to other local users in the process list: prefer --token-file)")
+	tokenFile := fs.String("token-file", "", "a file holding the one-time enrolment token")
+	values := map[string]*string{}
+	for _, s := range settings {
+		for _, n := range enrolSettings {
+			if s.name == n {
+				values[s.name] = fs.String(s.name, "", s.help)
+			}
+		}
 	}
-	if err := c.Validate(); err != nil {
+	fs.Usage = func() {
+		fmt.Fprintf(output, "Usage: nodeagent enrol --core https://… (--token T | --token-file F) [--config FILE] [flags]\n\n"+
+			"Enrols this host with Core: checks the host, Docker and the exact runtime Core selects, registers the\n"+
+			"node with the one-time token, then writes the credential (mode 0600) and the node identity and\n"+
+			"installs that runtime. Every refusal happens before anything is written.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	return &c, nil
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("enrol: unexpected argument %q", fs.Arg(0))
+	}
+	c, err := fileAndFlags(*path, fs, values)
+	if err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(*core)
+	switch {
+	case *core == "":
+		return nil, errors.New("enrol: --core is required")
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "":
+		return nil, errors.New("enrol: --core must be https://host[:port][/prefix] (or http://) without credentials, query or fragment")
+	case (*token == "") == (*tokenFile == ""):
+		return nil, errors.New("enrol: give exactly one of --token and --token-file")
+	case c.NodeID != "":
+		return nil, errors.New("enrol: the configuration already names a node (node_id); an enrolment creates a new identity")
+	}
+	tok := *token
+	if *tokenFile != "" {
+		if tok, err = ReadCredential(*tokenFile); err != nil {
+			return nil, fmt.Errorf("enrol: token file: %w", err)
+		}
+	}
+	if len(tok) > 512 {
+		return nil, errors.New("enrol: the enrolment token is longer than 512 bytes")
+	}
+	for i := range len(tok) {
+		if tok[i] < 0x21 || tok[i] > 0x7e {
+			return nil, errors.New("enrol: the enrolment token must be printable ASCII without spaces")
+		}
+	}
+	if c.CredentialFile == "" {
+		c.CredentialFile = DefaultCredentialFile
+	}
+	c.CoreOrigin = *core
+	switch {
+	case c.StateDir == "" || c.DockerEndpoint == "":
+		return nil, errors.New("enrol: state_dir and docker_endpoint must not be empty")
+	case c.MaxActive < 1 || c.MaxActive > proto.MaxActiveOperations:
+		return nil, fmt.Errorf("enrol: max_active must be 1..%d", proto.MaxActiveOperations)
+	case c.MaxRetained < 1 || c.MaxRetained > proto.MaxRetainedGenerations:
+		return nil, fmt.Errorf("enrol: max_retained must be 1..%d", proto.MaxRetainedGenerations)
+	}
+	return &Enrolment{Core: *core, Token: tok, Config: c}, nil
 }
 
 // identityPending reports whether a setting the enrolled identity

@@ -198,6 +198,9 @@ func (p *Provider) info(ctx context.Context, c provider.Call) (proto.Info, error
 // sandbox and the renewal record.
 func (p *Provider) infoOf(c provider.Call, ins container.InspectResponse, created time.Time) proto.Info {
 	renewed := created
+	if p.cfg.State == nil {
+		return proto.Info{Reference: c.Reference, DeploymentGeneration: c.DeploymentGeneration, State: instanceState(ins.State), Image: ins.Config.Image, CreatedAt: created, RenewedAt: created}
+	}
 	if b, err := p.cfg.State.Load(renewalRecord(c.Reference)); err == nil {
 		if t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(string(b))); err == nil && t.After(created) {
 			renewed = t

@@ -14,6 +14,10 @@ import (
 	"github.com/sandgate/sandgate/nodeagent/provider"
 )
 
+// errNoState is the cause of a renew on a provider without a state
+// directory (one made only for probes and imports): outcome unknown.
+var errNoState = errors.New("docker: no state directory for renewals")
+
 // errUndeclared is returned by the methods of undeclared operations, which
 // provider.Execute never calls; it answers unconfirmed.
 var errUndeclared = errors.New("docker: operation not declared")
@@ -109,6 +113,9 @@ func (p *Provider) Renew(ctx context.Context, c provider.Call) (proto.Info, erro
 		return proto.Info{}, err
 	}
 	now := p.cfg.Now().UTC()
+	if p.cfg.State == nil {
+		return proto.Info{}, errNoState
+	}
 	if err := p.cfg.State.Store(renewalRecord(c.Reference), []byte(now.Format(time.RFC3339Nano)+"\n")); err != nil {
 		return proto.Info{}, err
 	}
@@ -129,6 +136,9 @@ func (p *Provider) Kill(ctx context.Context, c provider.Call) error {
 		if err := p.remove(ctx, cc.id); err != nil {
 			return err
 		}
+	}
+	if p.cfg.State == nil {
+		return nil
 	}
 	return p.cfg.State.Remove(renewalRecord(c.Reference))
 }

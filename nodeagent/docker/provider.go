@@ -42,7 +42,8 @@ type Config struct {
 	Endpoint string
 	// NodeID is the node's UUID; every container carries it as a label.
 	NodeID string
-	// State is the node's state directory (renewal records).
+	// State is the node's state directory (renewal records); nil only for
+	// a provider that probes and imports (renew then answers unconfirmed).
 	State *state.Dir
 	// Network is the network mode of sandbox containers; empty means the
 	// daemon's default.
@@ -67,8 +68,8 @@ var _ provider.Provider = (*Provider)(nil)
 // New returns a Provider for cfg and validates its operation declaration.
 // It does not contact the daemon.
 func New(cfg Config) (*Provider, error) {
-	if cfg.Endpoint == "" || cfg.NodeID == "" || cfg.State == nil {
-		return nil, errors.New("docker: Endpoint, NodeID and State are required")
+	if cfg.Endpoint == "" || cfg.NodeID == "" {
+		return nil, errors.New("docker: Endpoint and NodeID are required")
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

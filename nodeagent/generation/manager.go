@@ -140,7 +140,8 @@ type gen struct {
 	// brokenDiag is the diagnostic of a broken generation.
 	brokenDiag string
 
-	refs       int  // queued and running provider calls and probes
+	refs       int  // queued and running provider calls (until their helper exits)
+	probing    int  // running probes (until their helper exits)
 	working    bool // a preparer job runs for it
 	reclaiming bool
 
@@ -432,10 +433,10 @@ func (m *Manager) Observations(ctx context.Context) []proto.GenerationObservatio
 	order := m.reportOrderLocked()
 	var probe []genstate.Binding
 	for _, g := range order {
-		if x := m.gens[g]; x != nil && x.phase == prepared && !x.working && !x.reclaiming {
+		if x := m.gens[g]; x != nil && x.phase == prepared && !x.working && !x.reclaiming && !m.dropQueuedLocked(x.b) {
 			if want, pinned := m.wantLocked(g); !pinned || want.SpecificationDigest == "" || want.SpecificationDigest == x.b.SpecificationDigest {
 				probe = append(probe, x.b)
-				x.refs++
+				x.probing++
 			}
 		}
 	}
@@ -463,7 +464,7 @@ func (m *Manager) probe(ctx context.Context, bs []genstate.Binding) {
 			defer wg.Done()
 			pctx, cancel := context.WithTimeout(ctx, m.cfg.ProbeTimeout)
 			defer cancel()
-			p, err := m.cfg.Runner.Probe(pctx, b, func() { m.release(b.Generation) })
+			p, err := m.cfg.Runner.Probe(pctx, b, func() { m.probed(b.Generation) })
 			m.mu.Lock()
 			defer m.mu.Unlock()
 			x := m.gens[b.Generation]
@@ -490,6 +491,26 @@ func (m *Manager) probe(ctx context.Context, bs []genstate.Binding) {
 		}()
 	}
 	wg.Wait()
+}
+
+// probed ends one probe of generation g.
+func (m *Manager) probed(g int64) {
+	m.mu.Lock()
+	if x := m.gens[g]; x != nil && x.probing > 0 {
+		x.probing--
+	}
+	m.mu.Unlock()
+	m.poke()
+}
+
+// dropQueuedLocked reports whether a drop of b waits in the queue.
+func (m *Manager) dropQueuedLocked(b genstate.Binding) bool {
+	for _, d := range m.drops {
+		if d.b == b {
+			return true
+		}
+	}
+	return false
 }
 
 // release drops one reference of generation g.
@@ -588,6 +609,12 @@ func (m *Manager) Drop(e proto.RetentionEntry, live <-chan struct{}) {
 		m.mu.Unlock()
 		return
 	}
+	for _, d := range m.drops {
+		if d.b == x.b && d.live == live {
+			m.mu.Unlock()
+			return // already queued on this connection
+		}
+	}
 	m.drops = append(m.drops, drop{b: x.b, live: live})
 	m.mu.Unlock()
 	m.poke()
@@ -665,6 +692,12 @@ func (m *Manager) next() (*Job, *lease.Lease, time.Duration) {
 	// 3: authorised reclamations.
 	for len(m.drops) > 0 {
 		dr := m.drops[0]
+		if x := m.gens[dr.b.Generation]; x != nil && x.probing > 0 {
+			// The node's own probe (read-only, bounded by the probe
+			// timeout) holds the lease: wait for it rather than lose Core's
+			// authorisation; no new probe starts while a drop is queued.
+			break
+		}
 		m.drops = m.drops[1:]
 		if j, ls := m.reclaimLocked(dr); j != nil {
 			return j, ls, 0
@@ -698,6 +731,11 @@ func (m *Manager) pinnedJobLocked(x *gen, want genstate.Binding) (JobKind, bool)
 		return JobPrepare, x == nil || !x.refused
 	case x.working || x.reclaiming || x.refused:
 		return "", false
+	case x.phase == broken:
+		// What looked broken may be a snapshot of a preparer that a dead
+		// node left running: the preparer, under the installation lock,
+		// looks again and finishes or refuses for good.
+		return JobPrepare, true
 	case x.known && x.b != want:
 		// A different retained specification for this number: refused.
 		return "", false
@@ -799,7 +837,7 @@ func (m *Manager) run(ctx context.Context, job Job, ls *lease.Lease) {
 		case out.OK:
 			x.failed, x.refused, x.diag, x.needRepair, x.probed = false, false, "", false, false
 			if x.phase == prepared {
-				x.refs++
+				x.probing++
 				probe = append(probe, x.b)
 			}
 		case out.Refused:

@@ -2,6 +2,7 @@ package generation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -114,8 +115,11 @@ func (p *fakePreparer) Run(ctx context.Context, job Job, ls *lease.Lease) Outcom
 		// As the preparer does: the exclusive lease, when there is one.
 		if _, err := os.Lstat(lease.Path(p.dir.Path(), job.Binding.Generation)); err == nil {
 			ls, err := lease.Acquire(p.dir.Path(), job.Binding.Want(), lease.Exclusive)
-			if err != nil {
+			if errors.Is(err, lease.ErrBusy) {
 				return Outcome{Busy: true}
+			}
+			if err != nil {
+				return Outcome{Refused: true, Diagnostic: proto.DiagProviderUnavailable}
 			}
 			defer ls.Close()
 		}
@@ -583,7 +587,21 @@ func TestRestartRecoveryStates(t *testing.T) {
 			c.Release()
 		}
 	}
+	// The broken target and serving generations get one look from the
+	// preparer (a snapshot may have caught a preparer of a dead node
+	// mid-way), which refuses; then nothing more.
+	r.prep.outcome = func(j Job) Outcome {
+		if j.Binding.Generation == 5 {
+			return Outcome{Refused: true, Diagnostic: proto.DiagProviderConfigMissing}
+		}
+		return Outcome{Refused: true, Diagnostic: proto.DiagProviderUnavailable}
+	}
 	r.m.SetDeployment(dep(6, 5))
+	for _, g := range []int64{6, 5} {
+		if j := r.prep.next(t); j.Kind != JobPrepare || j.Binding.Generation != g {
+			t.Fatalf("job %+v, want the preparer's look at %d", j, g)
+		}
+	}
 	r.settle(t)
 	r.prep.none(t) // nothing is taken over, re-prepared or repaired
 	obs := map[int64]proto.GenerationObservation{}

@@ -44,6 +44,12 @@ func (j *Job) prepare(ctx context.Context) error {
 		return nil
 	}
 
+	if l.Lease && l.Plan == nil {
+		// Installed, but neither a configuration nor an exact plan: the
+		// configuration is never rebuilt.
+		return &failure{exit: ExitConfigMissing, err: fmt.Errorf("generation %d has a lease but no provider configuration and no exact plan; preparation refused", g)}
+	}
+
 	// Core's configuration names the exact release of this generation;
 	// the plan records it before anything else is written.
 	rt, err := j.runtime(ctx)

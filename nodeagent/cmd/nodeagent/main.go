@@ -31,6 +31,7 @@ import (
 	"github.com/sandgate/sandgate/nodeagent/agent"
 	"github.com/sandgate/sandgate/nodeagent/config"
 	"github.com/sandgate/sandgate/nodeagent/docker"
+	"github.com/sandgate/sandgate/nodeagent/enrol"
 	"github.com/sandgate/sandgate/nodeagent/generation"
 	"github.com/sandgate/sandgate/nodeagent/genstate"
 	"github.com/sandgate/sandgate/nodeagent/helper"
@@ -44,6 +45,11 @@ const (
 	exitFailure  = 1
 	exitConfig   = 2
 	exitRejected = 3
+	// exitEnrolRefused: `nodeagent enrol` refused; nothing was written.
+	exitEnrolRefused = 4
+	// exitEnrolPrepare: enrolled (credential and identity written), but
+	// the runtime's preparation failed; the service retries it.
+	exitEnrolPrepare = 5
 )
 
 func main() {
@@ -55,6 +61,11 @@ func main() {
 			os.Exit(helper.Main(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 		case preparer.Command:
 			os.Exit(preparer.Main(os.Args[2:], os.Stderr))
+		case "enrol":
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			code := runEnrol(ctx, os.Args[2:], os.Stdout, os.Stderr)
+			stop()
+			os.Exit(code)
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -272,4 +283,34 @@ func generations(cfg *config.Config, installation string, stderr io.Writer, log 
 		return nil, err
 	}
 	return mgr, mgr.Load()
+}
+
+// runEnrol is `nodeagent enrol`; it returns the exit status.
+func runEnrol(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	e, err := config.LoadEnrolment(args, stderr)
+	if errors.Is(err, config.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "nodeagent enrol:", err)
+		return exitConfig
+	}
+	res, err := enrol.Run(ctx, e, stdout)
+	switch {
+	case errors.Is(err, enrol.ErrRefused):
+		fmt.Fprintln(stderr, "nodeagent enrol:", err)
+		return exitEnrolRefused
+	case errors.Is(err, enrol.ErrPreparation):
+		fmt.Fprintln(stderr, "nodeagent enrol:", err)
+		return exitEnrolPrepare
+	case err != nil:
+		fmt.Fprintln(stderr, "nodeagent enrol: failed while writing the node's files:", err)
+		return exitFailure
+	}
+	fmt.Fprintf(stdout, "node %s is enrolled and generation %d is installed.\n"+
+		"Run it with generation_management = true, state_dir = %q and credential_file = %q in its configuration\n"+
+		"(node_id, installation_id, core_origin and the enrolled generation come from the state directory),\n"+
+		"e.g. systemctl enable --now nodeagent.\n", res.Identity.NodeID, res.Identity.DeploymentGeneration,
+		e.Config.StateDir, e.Config.CredentialFile)
+	return exitOK
 }

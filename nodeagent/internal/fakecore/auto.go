@@ -27,7 +27,7 @@ type Auto struct {
 	pending    map[string]chan *proto.Response
 	// holdAcks, when set, holds retention requests unanswered.
 	holdAcks bool
-	held     []*proto.Retention
+	held     chan *proto.Retention
 	done     chan struct{}
 }
 
@@ -37,7 +37,8 @@ type Auto struct {
 func (c *Conn) Auto(d proto.Deployment, keep func(proto.RetentionEntry) bool) *Auto {
 	c.t.Helper()
 	a := &Auto{c: c, deployment: d, keep: keep, observed: make(chan []proto.GenerationObservation, 1024),
-		pending: map[string]chan *proto.Response{}, done: make(chan struct{})}
+		pending: map[string]chan *proto.Response{}, done: make(chan struct{}),
+		held: make(chan *proto.Retention, 1024)}
 	a.hello = c.Hello()
 	a.observed <- a.hello.Generations
 	a.latest = a.hello.Generations
@@ -66,6 +67,26 @@ func (a *Auto) SetKeep(keep func(proto.RetentionEntry) bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.keep = keep
+}
+
+// HoldAcks makes the stand-in leave retention requests unanswered (the
+// test answers them with Send) while hold is true.
+func (a *Auto) HoldAcks(hold bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.holdAcks = hold
+}
+
+// NextHeld returns the next retention request left unanswered.
+func (a *Auto) NextHeld() *proto.Retention {
+	a.c.t.Helper()
+	select {
+	case r := <-a.held:
+		return r
+	case <-time.After(Wait):
+		a.c.t.Fatal("no retention request within the wait")
+	}
+	return nil
 }
 
 // Retentions returns the retention requests received so far.
@@ -104,10 +125,10 @@ func (a *Auto) loop() {
 				ack.Entries = append(ack.Entries, proto.RetentionDecision{Generation: e.Generation, SpecificationDigest: e.SpecificationDigest, Keep: keep})
 			}
 			hold := a.holdAcks
-			if hold {
-				a.held = append(a.held, f)
-			}
 			a.mu.Unlock()
+			if hold {
+				a.held <- f
+			}
 			if !hold {
 				a.send(ack)
 			}
