@@ -501,6 +501,18 @@ func (w *gworld) twoGenerations(env ...string) (*process, *fakecore.Auto, string
 // dropOne is Core's policy that lets generation 1 go.
 func dropOne(e proto.RetentionEntry) bool { return e.Generation != 1 }
 
+// untilReclaimed waits until generation 1's reclamation has finished:
+// its dropped marker written and its journal cleared.
+func (w *gworld) untilReclaimed() {
+	w.t.Helper()
+	gens := w.generations()
+	w.until("generation 1 is reclaimed", func() bool {
+		_, err := gens.ReadDropped(1)
+		j, _ := gens.Exists(1, genstate.RecordJournal)
+		return err == nil && !j
+	})
+}
+
 // reclaimed checks generation 1 is dropped and cleaned: the marker, no
 // journal, no version files, the lease, its identity record and the
 // configuration kept.
@@ -587,11 +599,7 @@ func TestCrashAtEveryStepOfReclamation(t *testing.T) {
 					}
 				}
 				a.SetKeep(dropOne)
-				w.until("generation 1 is reclaimed", func() bool {
-					_, err := gens.ReadDropped(1)
-					j, _ := gens.Exists(1, genstate.RecordJournal)
-					return err == nil && !j
-				})
+				w.untilReclaimed()
 				w.reclaimed()
 				if resp := w.create(a, 1, ref()); resp == nil || resp.ErrorCode != proto.ErrUnconfirmed {
 					t.Fatalf("create on the dropped generation: %+v", resp)
@@ -777,10 +785,7 @@ func TestHelperOutlivesItsCallerAndTheNode(t *testing.T) {
 	}
 	f.Close()
 	w.until("the held helper exits", func() bool { return len(w.helperPIDs("--generation 1 ")) == 0 })
-	w.until("generation 1 is reclaimed", func() bool {
-		_, err := w.generations().ReadDropped(1)
-		return err == nil
-	})
+	w.untilReclaimed()
 	w.reclaimed()
 }
 
@@ -1137,10 +1142,7 @@ func TestRetentionAcksThatDeleteNothing(t *testing.T) {
 	third := a.NextHeld()
 	// The exact answer drops.
 	a.Send(decide(third, false))
-	w.until("generation 1 is reclaimed", func() bool {
-		_, err := w.generations().ReadDropped(1)
-		return err == nil
-	})
+	w.untilReclaimed()
 	w.reclaimed()
 	// Replaying that answer changes nothing more; generation 2, pinned,
 	// is never proposed.

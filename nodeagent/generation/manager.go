@@ -165,7 +165,18 @@ type gen struct {
 type drop struct {
 	b    genstate.Binding
 	live <-chan struct{} // closed when the authorising connection ends
+	// tries counts the attempts that found the lease busy although no
+	// helper of this node holds it (a process in the instant between
+	// fork and exec still holds a copy of the descriptor).
+	tries int
 }
+
+// Busy retries of a drop whose lease no known helper holds: at most
+// dropRetries, dropRetryWait apart, then the authorisation is dropped.
+const (
+	dropRetries   = 10
+	dropRetryWait = 100 * time.Millisecond
+)
 
 // Manager manages the node's generations. Create it with New, call Load,
 // then Run it; the other methods are safe for concurrent use.
@@ -699,8 +710,14 @@ func (m *Manager) next() (*Job, *lease.Lease, time.Duration) {
 			break
 		}
 		m.drops = m.drops[1:]
-		if j, ls := m.reclaimLocked(dr); j != nil {
+		j, ls, retry := m.reclaimLocked(dr)
+		if j != nil {
 			return j, ls, 0
+		}
+		if retry {
+			dr.tries++
+			m.drops = append(m.drops, dr)
+			return nil, nil, dropRetryWait
 		}
 	}
 	// 4: repairs of the other generations, in turn.
@@ -769,36 +786,38 @@ func (m *Manager) takeLocked(g int64, b genstate.Binding, kind JobKind) (*Job, *
 // authorising connection is live, the exclusive lease is free, and —
 // checked while holding it — the generation is not pinned, has no
 // reference and no job.
-func (m *Manager) reclaimLocked(dr drop) (*Job, *lease.Lease) {
+func (m *Manager) reclaimLocked(dr drop) (job *Job, ls *lease.Lease, retry bool) {
 	select {
 	case <-dr.live:
 		m.log.Info("drop authorisation of a closed connection ignored", "generation", dr.b.Generation)
-		return nil, nil
+		return nil, nil, false
 	default:
 	}
 	g := dr.b.Generation
 	x := m.gens[g]
 	if x == nil || x.b != dr.b || (x.phase != planned && x.phase != prepared && x.phase != collecting) || x.working || x.reclaiming {
-		return nil, nil
+		return nil, nil, false
 	}
 	ls, err := lease.Acquire(m.cfg.Generations.Path(), dr.b.Want(), lease.Exclusive)
 	switch {
 	case errors.Is(err, lease.ErrNotFound) && x.phase == planned:
 		// A plan written before its preparation created the lease: no
 		// helper can have run; the installation lock serialises the rest.
+	case errors.Is(err, lease.ErrBusy) && x.refs == 0 && x.probing == 0 && dr.tries < dropRetries:
+		return nil, nil, true
 	case err != nil:
 		m.log.Info("reclamation not started: lease", "generation", g, "error", err)
-		return nil, nil
+		return nil, nil, false
 	}
 	if m.pinnedLocked(g) || x.refs > 0 {
 		if ls != nil {
 			ls.Close()
 		}
 		m.log.Info("reclamation not started: the generation is referenced", "generation", g, "refs", x.refs)
-		return nil, nil
+		return nil, nil, false
 	}
 	x.reclaiming = true
-	return &Job{Kind: JobReclaim, Binding: dr.b}, ls
+	return &Job{Kind: JobReclaim, Binding: dr.b}, ls, false
 }
 
 // run runs one job, then records its outcome and, after a successful

@@ -310,7 +310,7 @@ func (c *Client) Download(ctx context.Context, path string, auth Auth, dst *os.F
 		if _, err := dst.Seek(off, io.SeekStart); err != nil {
 			return err
 		}
-		n, err := io.Copy(dst, io.LimitReader(resp.Body, size-off+1))
+		n, err := io.Copy(dst, io.LimitReader(resp.Body, size-off))
 		if err != nil {
 			var pe *os.PathError
 			if errors.As(err, &pe) {
@@ -320,6 +320,10 @@ func (c *Client) Download(ctx context.Context, path string, auth Auth, dst *os.F
 		}
 		if off+n != size {
 			return fmt.Errorf("%w: got %d bytes, the manifest declares %d", ErrTransfer, off+n, size)
+		}
+		// One byte more than declared is never written, only detected.
+		if _, err := io.ReadFull(resp.Body, make([]byte, 1)); err == nil {
+			return fmt.Errorf("%w: more bytes than the manifest declares", ErrTransfer)
 		}
 	}
 	return dst.Sync()
