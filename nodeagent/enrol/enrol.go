@@ -105,7 +105,7 @@ func Run(ctx context.Context, e *config.Enrolment, out io.Writer) (*Result, erro
 		return nil, refuse("enrolment preview: %v", err)
 	}
 	enrolled := preview.Enrolled
-	rt, err := machineclient.FindRuntime(preview, enrolled.DeploymentGeneration, enrolled.SpecificationDigest)
+	rt, err := machineclient.FindRuntime(preview.Runtimes, enrolled.DeploymentGeneration, enrolled.SpecificationDigest)
 	if err != nil {
 		return nil, refuse("Core does not serve the runtime of the enrolled generation %d (a required retained version is missing; no other runtime is substituted): %v",
 			enrolled.DeploymentGeneration, err)
@@ -134,7 +134,7 @@ func Run(ctx context.Context, e *config.Enrolment, out io.Writer) (*Result, erro
 		return nil, refuse("Core enrolled the node with generation %d, not the previewed %d; nothing installed",
 			nodeCfg.Enrolled.DeploymentGeneration, enrolled.DeploymentGeneration)
 	}
-	if rt2, err := machineclient.FindRuntime(nodeCfg, enrolled.DeploymentGeneration, enrolled.SpecificationDigest); err != nil || rt2 != rt {
+	if rt2, err := machineclient.FindRuntime(nodeCfg.Runtimes, enrolled.DeploymentGeneration, enrolled.SpecificationDigest); err != nil || rt2 != rt {
 		return nil, refuse("the node's configuration names another runtime than the preview")
 	}
 

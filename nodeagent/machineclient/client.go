@@ -21,7 +21,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandgate/sandgate/internal/strictjson"
 	"github.com/sandgate/sandgate/node/machine"
 )
 
@@ -162,12 +161,14 @@ func (c *Client) Runtime(ctx context.Context, auth Auth, g int64, digest string)
 	if err != nil {
 		return machine.Runtime{}, err
 	}
-	return FindRuntime(cfg, g, digest)
+	return FindRuntime(cfg.Runtimes, g, digest)
 }
 
-// FindRuntime returns the runtime of generation g with digest from cfg.
-func FindRuntime(cfg *machine.Config, g int64, digest string) (machine.Runtime, error) {
-	for _, r := range cfg.Runtimes {
+// FindRuntime returns the runtime of generation g with digest from
+// runtimes: ErrGenerationUnknown when none names g, ErrTransfer when the
+// one that does binds another digest.
+func FindRuntime(runtimes []machine.Runtime, g int64, digest string) (machine.Runtime, error) {
+	for _, r := range runtimes {
 		if r.Generation == g {
 			if r.SpecificationDigest != digest {
 				return machine.Runtime{}, fmt.Errorf("%w: Core's configuration binds generation %d to another specification", ErrTransfer, g)
@@ -178,10 +179,9 @@ func FindRuntime(cfg *machine.Config, g int64, digest string) (machine.Runtime, 
 	return machine.Runtime{}, ErrGenerationUnknown
 }
 
-// Preview reads, with an enrolment token and without consuming it, the
-// configuration a node enrolled with that token would get (node_id
-// empty): GET machine.EnrolPath.
-func (c *Client) Preview(ctx context.Context, token string) (*machine.Config, error) {
+// Preview reads, with an enrolment token and without consuming it, what
+// a node enrolled with that token would get: GET machine.EnrolPath.
+func (c *Client) Preview(ctx context.Context, token string) (*machine.EnrolPreview, error) {
 	resp, err := c.do(ctx, http.MethodGet, machine.EnrolPath, nil, Auth{Token: token}, nil, nil)
 	if err != nil {
 		return nil, err
@@ -190,11 +190,11 @@ func (c *Client) Preview(ctx context.Context, token string) (*machine.Config, er
 	if resp.StatusCode != http.StatusOK {
 		return nil, refusal(resp)
 	}
-	cfg, err := decodePreview(resp.Body)
+	p, err := machine.DecodeEnrolPreview(resp.Body)
 	if err != nil {
 		return nil, fmt.Errorf("%w: enrolment preview: %v", ErrTransfer, err)
 	}
-	return cfg, nil
+	return p, nil
 }
 
 // Enrol enrols the node (POST machine.EnrolPath), consuming the token.
@@ -270,7 +270,11 @@ func (c *Client) Size(ctx context.Context, path string, auth Auth) (int64, error
 // are asked for (Range), unless Core answers with the whole file. At
 // most size bytes are accepted; the result must be exactly size bytes
 // long (the caller then verifies its checksum). dst is fsync'd.
-func (c *Client) Download(ctx context.Context, path string, auth Auth, dst *os.File, size int64) error {
+//
+// etag (optional) is the entity tag Core gives the file ("sha256:<hex>"
+// quoted): a resumed request carries it as If-Range, so that bytes of
+// another file are never appended.
+func (c *Client) Download(ctx context.Context, path string, auth Auth, dst *os.File, size int64, etag string) error {
 	fi, err := dst.Stat()
 	if err != nil {
 		return err
@@ -287,6 +291,9 @@ func (c *Client) Download(ctx context.Context, path string, auth Auth, dst *os.F
 		var hdr http.Header
 		if off > 0 {
 			hdr = http.Header{"Range": {"bytes=" + strconv.FormatInt(off, 10) + "-"}}
+			if etag != "" {
+				hdr.Set("If-Range", etag)
+			}
 		}
 		resp, err := c.do(ctx, http.MethodGet, path, nil, auth, nil, hdr)
 		if err != nil {
@@ -349,42 +356,4 @@ func contentRange(s string) (start, total int64, ok bool) {
 		return 0, 0, false
 	}
 	return start, total, true
-}
-
-// previewSchema is the configuration's without node_id.
-var previewSchema = strictjson.Schema{
-	Required: map[string][]string{
-		"":            {"pool", "enrolled", "deployment", "runtimes"},
-		"/enrolled":   {"deployment_generation", "specification_digest"},
-		"/deployment": {"generation", "specification_digest", "serving_generation"},
-		"/runtimes/-": {"generation", "specification_digest", "source", "manifest_url"},
-	},
-	Nullable: map[string]bool{"/deployment/serving_generation": true},
-}
-
-// decodePreview decodes an enrolment preview: the shape of
-// machine.Config without node_id, as strictly, at most machine.MaxBody
-// bytes.
-func decodePreview(r io.Reader) (*machine.Config, error) {
-	b, err := io.ReadAll(io.LimitReader(r, machine.MaxBody+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > machine.MaxBody {
-		return nil, machine.ErrTooLarge
-	}
-	var cfg machine.Config
-	if err := strictjson.Decode(b, &cfg, previewSchema); err != nil {
-		return nil, err
-	}
-	if cfg.NodeID != "" {
-		return nil, errors.New("a preview names no node")
-	}
-	// Validate as a configuration, with a placeholder node ID.
-	cfg.NodeID = "00000000-0000-0000-0000-000000000000"
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	cfg.NodeID = ""
-	return &cfg, nil
 }

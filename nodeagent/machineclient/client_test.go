@@ -53,13 +53,13 @@ func TestConfigSendsTheCredentialAndDecodesStrictly(t *testing.T) {
 		got.Header.Get("Authorization") != "Bearer "+cred {
 		t.Fatalf("request %s %v %v", got.URL, got.URL.Query(), got.Header)
 	}
-	if rt, err := FindRuntime(cfg, 1, digest); err != nil || rt.Source != "rel" {
+	if rt, err := FindRuntime(cfg.Runtimes, 1, digest); err != nil || rt.Source != "rel" {
 		t.Fatalf("FindRuntime = %+v, %v", rt, err)
 	}
-	if _, err := FindRuntime(cfg, 1, strings.Repeat("2", 64)); !errors.Is(err, ErrTransfer) {
+	if _, err := FindRuntime(cfg.Runtimes, 1, strings.Repeat("2", 64)); !errors.Is(err, ErrTransfer) {
 		t.Fatalf("another digest: %v", err)
 	}
-	if _, err := FindRuntime(cfg, 2, digest); !errors.Is(err, ErrGenerationUnknown) {
+	if _, err := FindRuntime(cfg.Runtimes, 2, digest); !errors.Is(err, ErrGenerationUnknown) {
 		t.Fatalf("another generation: %v", err)
 	}
 }
@@ -109,7 +109,7 @@ func TestPreviewDecodesTheConfigurationWithoutANode(t *testing.T) {
 		io.WriteString(w, body)
 	})
 	cfg, err := c.Preview(context.Background(), "tok")
-	if err != nil || cfg.NodeID != "" || cfg.Enrolled.DeploymentGeneration != 1 || len(cfg.Runtimes) != 1 {
+	if err != nil || cfg.Enrolled.DeploymentGeneration != 1 || len(cfg.Runtimes) != 1 {
 		t.Fatalf("Preview = %+v, %v", cfg, err)
 	}
 	if _, err := c.Preview(context.Background(), "other"); !errors.Is(err, ErrRefused) {
@@ -138,7 +138,7 @@ func TestDownloadResumesOnlyTheMissingBytes(t *testing.T) {
 	os.WriteFile(path, content[:4321], 0o600)
 	f, _ := os.OpenFile(path, os.O_RDWR, 0)
 	defer f.Close()
-	if err := c.Download(context.Background(), "/x", auth, f, int64(len(content))); err != nil {
+	if err := c.Download(context.Background(), "/x", auth, f, int64(len(content)), ""); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := os.ReadFile(path); !bytes.Equal(got, content) {
@@ -148,7 +148,7 @@ func TestDownloadResumesOnlyTheMissingBytes(t *testing.T) {
 		t.Fatalf("ranges asked %q, want only the missing bytes", ranges)
 	}
 	// Complete already: nothing is asked.
-	if err := c.Download(context.Background(), "/x", auth, f, int64(len(content))); err != nil || len(ranges) != 1 {
+	if err := c.Download(context.Background(), "/x", auth, f, int64(len(content)), ""); err != nil || len(ranges) != 1 {
 		t.Fatalf("a complete file was fetched again: %v, %q", err, ranges)
 	}
 }
@@ -172,7 +172,7 @@ func TestDownloadRefusesWhatIsNotTheDeclaredFile(t *testing.T) {
 			os.WriteFile(path, tc.existing, 0o600)
 			f, _ := os.OpenFile(path, os.O_RDWR, 0)
 			defer f.Close()
-			err := c.Download(context.Background(), "/x", auth, f, tc.size)
+			err := c.Download(context.Background(), "/x", auth, f, tc.size, "")
 			if !errors.Is(err, tc.err) && !(tc.err == nil && err == nil) {
 				t.Fatalf("error %v, want %v", err, tc.err)
 			}
@@ -193,7 +193,7 @@ func TestDownloadRefusesARangeThatDoesNotContinue(t *testing.T) {
 	os.WriteFile(path, []byte("01234"), 0o600)
 	f, _ := os.OpenFile(path, os.O_RDWR, 0)
 	defer f.Close()
-	if err := c.Download(context.Background(), "/x", auth, f, 10); !errors.Is(err, ErrTransfer) {
+	if err := c.Download(context.Background(), "/x", auth, f, 10, ""); !errors.Is(err, ErrTransfer) {
 		t.Fatalf("error %v, want ErrTransfer", err)
 	}
 }

@@ -253,7 +253,7 @@ func (j *Job) fetch(ctx context.Context, dir, path string, a release.Artifact) e
 	if err != nil {
 		return err
 	}
-	derr := j.Core.Download(ctx, path, j.Auth, f, a.Size)
+	derr := j.Core.Download(ctx, path, j.Auth, f, a.Size, `"sha256:`+a.SHA256+`"`)
 	f.Close()
 	if derr != nil {
 		return derr
