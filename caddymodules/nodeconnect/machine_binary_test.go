@@ -12,8 +12,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gorilla/websocket"
+
 	"github.com/sandgate/sandgate/hack/gatewayproc"
 	"github.com/sandgate/sandgate/node/admin"
+	"github.com/sandgate/sandgate/node/hub"
 	"github.com/sandgate/sandgate/node/machine"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/node/release"
@@ -249,5 +252,22 @@ func TestBinaryEnrolmentAndDeployment(t *testing.T) {
 	status, body = call(t, http.MethodPost, base+machine.EnrolPath, "", "application/json", enrolBody)
 	if status != http.StatusUnauthorized || machine.DecodeError(bytes.NewReader(body)).Error != machine.CodeEnrolmentRefused {
 		t.Fatalf("reused token: %d %s", status, body)
+	}
+
+	// The operator disables the enrolled node: its next heartbeat closes
+	// the connection with 4003, and it can no longer connect.
+	status, body = call(t, http.MethodPost, adminURL+admin.EnrolledPath+"/"+er.NodeID+"/disable", "", "", "")
+	if status != http.StatusOK {
+		t.Fatalf("disable: %d %s", status, body)
+	}
+	_ = n.Heartbeat(t.Context())
+	<-n.Done()
+	if ce, ok := n.Err().(*websocket.CloseError); !ok || ce.Code != hub.CloseCredentialRejected {
+		t.Fatalf("after disabling, the connection ended with %v, want close code 4003", n.Err())
+	}
+	if _, err := sim.Dial(t.Context(), sim.Config{URL: base, Credential: er.Credential, Hello: hello, HeartbeatInterval: -1}); err == nil {
+		t.Fatal("a disabled node connected")
+	} else if de, ok := err.(*sim.DialError); !ok || de.Status != http.StatusUnauthorized {
+		t.Fatalf("a disabled node's connect: %v, want 401", err)
 	}
 }

@@ -58,25 +58,15 @@ func (AdminAPI) Routes() []caddy.AdminRoute {
 		}
 		return adminState{a}
 	}}
-	return []caddy.AdminRoute{{
-		Pattern: admin.PoolsPath,
-		Handler: caddy.AdminHandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
-			h.ServeHTTP(w, r)
-			return nil
-		}),
-	}, {
-		Pattern: admin.TokensPath,
-		Handler: caddy.AdminHandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
-			h.ServeHTTP(w, r)
-			return nil
-		}),
-	}, {
-		Pattern: admin.PoolsPath + "/",
-		Handler: caddy.AdminHandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
-			h.ServeHTTP(w, r)
-			return nil
-		}),
-	}}
+	serve := caddy.AdminHandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		h.ServeHTTP(w, r)
+		return nil
+	})
+	var routes []caddy.AdminRoute
+	for _, p := range []string{admin.PoolsPath, admin.PoolsPath + "/", admin.TokensPath, admin.EnrolledPath, admin.EnrolledPath + "/"} {
+		routes = append(routes, caddy.AdminRoute{Pattern: p, Handler: serve})
+	}
+	return routes
 }
 
 // adminState adapts the app to admin.State.

@@ -9,6 +9,9 @@
 //	GET /sandgate/pools/<name>                   200 pool.Status | 404
 //	PUT /sandgate/pools/<name>/deployment        DeploymentRequest → 200 {"deployment": …} | 4xx
 //	POST /sandgate/enrolment-tokens              TokenRequest → 201 TokenResponse | 4xx
+//	GET  /sandgate/enrolled-nodes                200 {"nodes": [enrolment.Record, …]}
+//	POST /sandgate/enrolled-nodes/<id>/disable   200 enrolment.Record | 404   (…/enable likewise)
+//	DELETE /sandgate/enrolled-nodes/<id>         204 | 404
 //
 // Caddy's admin endpoint is not authenticated by itself; it listens on
 // localhost:2019 unless configured otherwise, like /load and /config/.
@@ -35,6 +38,9 @@ const PoolsPath = "/sandgate/pools"
 
 // TokensPath is the enrolment token route.
 const TokensPath = "/sandgate/enrolment-tokens"
+
+// EnrolledPath is the prefix of the enrolled-node routes.
+const EnrolledPath = "/sandgate/enrolled-nodes"
 
 // MaxBody is the largest request body, in bytes (64 KiB).
 const MaxBody = 64 << 10
@@ -119,7 +125,14 @@ type Error struct {
 
 // Owns reports whether path is one of the handler's.
 func Owns(path string) bool {
-	return path == PoolsPath || strings.HasPrefix(path, PoolsPath+"/") || path == TokensPath
+	return path == PoolsPath || strings.HasPrefix(path, PoolsPath+"/") || path == TokensPath ||
+		path == EnrolledPath || strings.HasPrefix(path, EnrolledPath+"/")
+}
+
+// EnrolledNodes is the body of GET EnrolledPath.
+type EnrolledNodes struct {
+	// Nodes are the enrolled nodes, sorted by node ID.
+	Nodes []enrolment.Record `json:"nodes"`
 }
 
 // ServeHTTP routes one request.
@@ -137,6 +150,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if allow(w, r, http.MethodPost) {
 			h.issueToken(w, r, st)
 		}
+		return
+	}
+	if r.URL.Path == EnrolledPath || strings.HasPrefix(r.URL.Path, EnrolledPath+"/") {
+		h.enrolled(w, r, st)
 		return
 	}
 	rest := strings.TrimPrefix(r.URL.Path, PoolsPath)
@@ -270,6 +287,56 @@ func (h *Handler) issueToken(w http.ResponseWriter, r *http.Request, st State) {
 	default:
 		write(w, http.StatusCreated, TokenResponse{EnrolmentToken: tok, Pool: in.Pool, ExpiresAt: exp})
 	}
+}
+
+// enrolled serves the enrolled-node routes.
+func (h *Handler) enrolled(w http.ResponseWriter, r *http.Request, st State) {
+	store := st.Enrolment()
+	if store == nil {
+		write(w, http.StatusServiceUnavailable, Error{Error: "unavailable", Detail: "enrolment is off: set state_dir in the nodes block"})
+		return
+	}
+	rest := strings.Trim(strings.TrimPrefix(r.URL.Path, EnrolledPath), "/")
+	parts := strings.Split(rest, "/")
+	var (
+		found bool
+		err   error
+	)
+	switch {
+	case rest == "":
+		if allow(w, r, http.MethodGet) {
+			write(w, http.StatusOK, EnrolledNodes{Nodes: store.Records()})
+		}
+		return
+	case len(parts) == 1:
+		if !allow(w, r, http.MethodDelete) {
+			return
+		}
+		if found, err = store.Remove(parts[0]); err == nil && found {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+	case len(parts) == 2 && (parts[1] == "disable" || parts[1] == "enable"):
+		if !allow(w, r, http.MethodPost) {
+			return
+		}
+		if found, err = store.SetEnabled(parts[0], parts[1] == "enable"); err == nil && found {
+			for _, rec := range store.Records() {
+				if rec.NodeID == parts[0] {
+					write(w, http.StatusOK, rec)
+					return
+				}
+			}
+		}
+	default:
+		write(w, http.StatusNotFound, Error{Error: "not_found", Detail: "no such path"})
+		return
+	}
+	if err != nil {
+		write(w, http.StatusInternalServerError, Error{Error: "state_write_failed", Detail: "the enrolment state could not be written; nothing changed"})
+		return
+	}
+	write(w, http.StatusNotFound, Error{Error: "not_found", Detail: "no such enrolled node"})
 }
 
 // readBody reads at most MaxBody bytes; it answers 413 or 400 itself.

@@ -191,3 +191,46 @@ func TestIssueToken(t *testing.T) {
 		}
 	}
 }
+
+func TestEnrolledNodes(t *testing.T) {
+	srv, st, _ := newServer(t)
+	tok, _, _ := st.enrol.Issue("default", time.Hour)
+	e, err := st.enrol.Enrol(tok, enrolment.Request{InstallationID: "11111111-2222-4333-8444-555555555555", Provider: "docker",
+		BackendFingerprint: strings.Repeat("f", 64), MaxActive: 1}, func(string) (enrolment.Generation, error) {
+		return enrolment.Generation{Generation: 7, SpecificationDigest: d7}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := e.Node.NodeID
+	var list EnrolledNodes
+	if status := do(t, http.MethodGet, srv.URL+EnrolledPath, "", &list); status != 200 || len(list.Nodes) != 1 || !list.Nodes[0].Enabled {
+		t.Fatalf("%d %+v", status, list)
+	}
+	var rec enrolment.Record
+	if status := do(t, http.MethodPost, srv.URL+EnrolledPath+"/"+id+"/disable", "", &rec); status != 200 || rec.Enabled {
+		t.Fatalf("%d %+v", status, rec)
+	}
+	if status := do(t, http.MethodPost, srv.URL+EnrolledPath+"/"+id+"/enable", "", &rec); status != 200 || !rec.Enabled {
+		t.Fatalf("%d %+v", status, rec)
+	}
+	req, _ := http.NewRequest(http.MethodDelete, srv.URL+EnrolledPath+"/"+id, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("%v %v", resp, err)
+	}
+	resp.Body.Close()
+	var er Error
+	for _, tc := range []struct{ method, path string }{
+		{http.MethodDelete, EnrolledPath + "/" + id},
+		{http.MethodPost, EnrolledPath + "/" + id + "/disable"},
+		{http.MethodPost, EnrolledPath + "/" + id + "/other"},
+	} {
+		if status := do(t, tc.method, srv.URL+tc.path, "", &er); status != 404 || er.Error != "not_found" {
+			t.Errorf("%s %s: %d %+v", tc.method, tc.path, status, er)
+		}
+	}
+	if status := do(t, http.MethodPut, srv.URL+EnrolledPath, "", &er); status != 405 {
+		t.Errorf("PUT list: %d", status)
+	}
+}

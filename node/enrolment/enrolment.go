@@ -312,12 +312,101 @@ func (s *Store) Enrol(token string, r Request, resolve func(pool string) (Genera
 	if err := s.write(next); err != nil {
 		return nil, err
 	}
-	s.state = next
-	s.nodes = make(map[string]*nodeRecord, len(next.Nodes))
+	s.setState(next)
+	return &Enrolled{Node: rec.node(), Credential: secret}, nil
+}
+
+// Record is an enrolled node as the operator sees it (no digest).
+type Record struct {
+	// NodeID is the node's UUID.
+	NodeID string `json:"node_id"`
+	// Enabled: a disabled node is refused at connect and at its next
+	// heartbeat (close code 4003).
+	Enabled bool `json:"enabled"`
+	// Pool is the node's pool.
+	Pool string `json:"pool"`
+	// InstallationID, Provider and BackendFingerprint are what hello
+	// must state.
+	InstallationID     string `json:"installation_id"`
+	Provider           string `json:"provider"`
+	BackendFingerprint string `json:"backend_fingerprint"`
+	// DeploymentGeneration and SpecificationDigest are the enrolled
+	// generation.
+	DeploymentGeneration int64  `json:"deployment_generation"`
+	SpecificationDigest  string `json:"specification_digest"`
+	// GenerationManagement is hello's generation_management.
+	GenerationManagement bool `json:"generation_management"`
+	// MaxActive and MaxRetained are what the node stated at enrolment.
+	MaxActive   int `json:"max_active"`
+	MaxRetained int `json:"max_retained"`
+	// EnrolledAt is when the node enrolled.
+	EnrolledAt time.Time `json:"enrolled_at"`
+}
+
+// Records returns the enrolled nodes, sorted by node ID.
+func (s *Store) Records() []Record {
+	s.mu.Lock()
+	out := make([]Record, 0, len(s.state.Nodes))
+	for _, r := range s.state.Nodes {
+		out = append(out, Record{NodeID: r.NodeID, Enabled: r.Enabled, Pool: r.Pool, InstallationID: r.InstallationID,
+			Provider: r.Provider, BackendFingerprint: r.BackendFingerprint, DeploymentGeneration: r.DeploymentGeneration,
+			SpecificationDigest: r.SpecificationDigest, GenerationManagement: r.GenerationManagement,
+			MaxActive: r.MaxActive, MaxRetained: r.MaxRetained, EnrolledAt: r.EnrolledAt})
+	}
+	s.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].NodeID < out[j].NodeID })
+	return out
+}
+
+// SetEnabled enables or disables an enrolled node; the change is written
+// before it takes effect. It reports whether the node exists. Errors:
+// ErrState (nothing changed).
+func (s *Store) SetEnabled(nodeID string, enabled bool) (bool, error) {
+	return s.change(nodeID, func(nodes []nodeRecord, i int) []nodeRecord {
+		nodes[i].Enabled = enabled
+		return nodes
+	})
+}
+
+// Remove forgets an enrolled node: its credential no longer
+// authenticates. It reports whether the node existed. Errors: ErrState
+// (nothing changed).
+func (s *Store) Remove(nodeID string) (bool, error) {
+	return s.change(nodeID, func(nodes []nodeRecord, i int) []nodeRecord {
+		return append(nodes[:i], nodes[i+1:]...)
+	})
+}
+
+// change applies f to a copy of the node list at the index of nodeID,
+// writes the result and makes it current.
+func (s *Store) change(nodeID string, f func(nodes []nodeRecord, i int) []nodeRecord) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := -1
+	for j := range s.state.Nodes {
+		if s.state.Nodes[j].NodeID == nodeID {
+			i = j
+			break
+		}
+	}
+	if i < 0 {
+		return false, nil
+	}
+	next := stateFile{Version: 1, Tokens: s.state.Tokens, Nodes: f(append([]nodeRecord(nil), s.state.Nodes...), i)}
+	if err := s.write(next); err != nil {
+		return true, err
+	}
+	s.setState(next)
+	return true, nil
+}
+
+// setState makes f current and indexes its nodes; s.mu is held.
+func (s *Store) setState(f stateFile) {
+	s.state = f
+	s.nodes = make(map[string]*nodeRecord, len(f.Nodes))
 	for j := range s.state.Nodes {
 		s.nodes[s.state.Nodes[j].NodeID] = &s.state.Nodes[j]
 	}
-	return &Enrolled{Node: rec.node(), Credential: secret}, nil
 }
 
 // write replaces the state file with f; s.mu is held.

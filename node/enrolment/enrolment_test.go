@@ -235,3 +235,48 @@ func TestOpenRefusesCorruptFiles(t *testing.T) {
 		}
 	}
 }
+
+func TestDisableEnableRemove(t *testing.T) {
+	s, _, path := open(t)
+	tok, _, _ := s.Issue("default", time.Hour)
+	e, err := s.Enrol(tok, request(), resolve7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, cred := e.Node.NodeID, credential.Sum(e.Credential)
+	if found, err := s.SetEnabled(id, false); !found || err != nil {
+		t.Fatal(found, err)
+	}
+	if _, err := s.Authenticate(id, cred); !errors.Is(err, credential.ErrDisabled) {
+		t.Fatalf("disabled: %v", err)
+	}
+	if rs := s.Records(); len(rs) != 1 || rs[0].Enabled || rs[0].NodeID != id || rs[0].MaxRetained != 2 {
+		t.Fatalf("%+v", rs)
+	}
+	// The change survives a restart.
+	s2, err := Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.Authenticate(id, cred); !errors.Is(err, credential.ErrDisabled) {
+		t.Fatalf("disabled after a restart: %v", err)
+	}
+	if found, _ := s.SetEnabled(id, true); !found {
+		t.Fatal("not found")
+	}
+	if _, err := s.Authenticate(id, cred); err != nil {
+		t.Fatal(err)
+	}
+	if found, err := s.Remove(id); !found || err != nil {
+		t.Fatal(found, err)
+	}
+	if _, err := s.Authenticate(id, cred); !errors.Is(err, credential.ErrUnknownNode) {
+		t.Fatalf("removed: %v", err)
+	}
+	if found, _ := s.Remove(id); found {
+		t.Fatal("removed twice")
+	}
+	if found, _ := s.SetEnabled("0e000000-0000-4000-8000-00000000000e", false); found {
+		t.Fatal("an unknown node was found")
+	}
+}
