@@ -38,7 +38,7 @@ docker_env = docker_host="$$($(PHASE) $(1) "starting the private Docker engine (
 	"first time 1-2 min with apt-get install docker.io busybox-static; then about a second" -- bash hack/docker/start.sh)"; \
 	export DOCKER_HOST="$$docker_host"
 kube_env = kube_assets="$$($(PHASE) $(1) "building kube-apiserver and etcd for envtest (hack/kube/build.sh)" \
-	"first time 8-10 min on 2 idle cores, up to 40 on a loaded machine; then cached" -- bash hack/kube/build.sh)"; \
+	"first time 8-10 min on 2 idle cores, 35 on a loaded machine; then cached" -- bash hack/kube/build.sh)"; \
 	export KUBEBUILDER_ASSETS="$$kube_assets"
 
 .PHONY: all build demo test test-unit test-integration js-deps bench nodeload fuzz vet clean FORCE
@@ -72,8 +72,8 @@ $(JS_DIR)/node_modules/.package-lock.json: $(JS_DIR)/package.json $(JS_DIR)/pack
 js-deps: $(JS_DIR)/node_modules/.package-lock.json
 
 demo:
-	@$(PHASE) 1/3 "building bin/caddy with xcaddy" "first time 3-5 min; then nothing, or about 40 s after a change" -- $(SUBMAKE) bin/caddy
-	@$(PHASE) 2/3 "installing the E2B JS SDKs (npm ci in integration/js)" "first time about 20 s; then nothing" -- $(SUBMAKE) js-deps
+	@$(PHASE) 1/3 "building bin/caddy with xcaddy" "first time 3-5 min on idle cores, 15 loaded; then nothing, or about 40 s after a change" -- $(SUBMAKE) bin/caddy
+	@$(PHASE) 2/3 "installing the E2B JS SDKs (npm ci in integration/js)" "first time 5-30 s; then nothing" -- $(SUBMAKE) js-deps
 	@echo "==> [3/3] running the demo (go run ./integration/cmd/demo, about 20 s)" >&2
 	@$(GO) run ./integration/cmd/demo
 
@@ -89,14 +89,14 @@ test-integration: build js-deps
 
 test:
 	@$(PHASE) 1/8 "downloading Go modules (go mod download)" "first time about 1 min; then nothing" -- $(GO) mod download
-	@$(PHASE) 2/8 "checking gofmt and running go vet ./..." "first time 5-10 min, it compiles every dependency; then about 30 s" -- $(SUBMAKE) vet
-	@$(PHASE) 3/8 "building bin/caddy with xcaddy (hack/buildgateway)" "first time 3-5 min; then nothing, or about 40 s after a change or a new commit" -- $(SUBMAKE) bin/caddy
-	@$(PHASE) 4/8 "building bin/corectl and bin/nodeagent" "first time 1-2 min; then a few seconds" -- $(SUBMAKE) bin/corectl bin/nodeagent
-	@$(PHASE) 5/8 "installing the E2B JS SDKs (npm ci in integration/js)" "first time about 20 s; then nothing" -- $(SUBMAKE) js-deps
+	@$(PHASE) 2/8 "checking gofmt and running go vet ./..." "first time it compiles every dependency: 5-10 min on idle cores, up to an hour on a loaded machine; then 1-2 min" -- $(SUBMAKE) vet
+	@$(PHASE) 3/8 "building bin/caddy with xcaddy (hack/buildgateway)" "first time 3-5 min on idle cores, 15 loaded; then nothing, or about 40 s after a change or a new commit" -- $(SUBMAKE) bin/caddy
+	@$(PHASE) 4/8 "building bin/corectl and bin/nodeagent" "first time 1-2 min; then nothing, or under a minute" -- $(SUBMAKE) bin/corectl bin/nodeagent
+	@$(PHASE) 5/8 "installing the E2B JS SDKs (npm ci in integration/js)" "first time 5-30 s; then nothing" -- $(SUBMAKE) js-deps
 	@set -e; $(call docker_env,6/8); $(call kube_env,7/8); \
 	echo "    DOCKER_HOST=$$DOCKER_HOST KUBEBUILDER_ASSETS=$$KUBEBUILDER_ASSETS" >&2; \
 	$(PHASE) 8/8 "running go test ./... (unit, integration with the SDKs, Docker and kube-apiserver)" \
-		"10-15 min, 15-20 the first time; a line per package as each finishes" -- $(GO) test -count=1 -timeout 45m ./...
+		"about 15-20 min; a line per package as each finishes" -- $(GO) test -count=1 -timeout 45m ./...
 
 bench: build
 	$(GO) run ./hack/gatewaybench -caddy bin/caddy
