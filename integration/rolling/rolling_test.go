@@ -2,7 +2,9 @@
 // built gateway (bin/caddy) and three nodeagent processes (bin/nodeagent)
 // with generation management, on the real Docker engine, with create,
 // command and kill traffic through the internal node API running the whole
-// time. The pool is rolled from generation 1 to generation 2: the target
+// time. The releases are published with `caddy sandgate-release`, and each
+// node enrols with `nodeagent enrol` and a one-time token from the admin
+// API, as a new host would. The pool is rolled from generation 1 to generation 2: the target
 // moves to 2 while 1 keeps serving, every node prepares 2 (downloading the
 // release from the gateway's release store), and once all three report it
 // ready the serving generation flips to 2. The test asserts that no
@@ -15,9 +17,7 @@ package rolling
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -91,14 +91,6 @@ func write(t *testing.T, path, body string) string {
 		t.Fatal(err)
 	}
 	return path
-}
-
-func secret(t *testing.T) string {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return base64.RawURLEncoding.EncodeToString(b)
 }
 
 func sha(s string) string { d := sha256.Sum256([]byte(s)); return hex.EncodeToString(d[:]) }
@@ -209,67 +201,15 @@ func (w *world) removeContainers() {
 	}
 }
 
-// start runs the gateway and the nodes.
+// start runs the gateway, enrols three nodes with `nodeagent enrol` and
+// one-time tokens from the admin API, and runs them.
 func (w *world) start() {
 	t := w.t
 	port, adminPort := freePort(t), freePort(t)
 	w.base, w.admin = "http://127.0.0.1:"+port, "http://127.0.0.1:"+adminPort
-	var nodesYAML strings.Builder
-	nodesYAML.WriteString("nodes:\n")
-	creds := make([]string, nodes)
-	installs := make([]string, nodes)
-	for i := range nodes {
-		id := uuid.NewString()
-		w.nodeIDs = append(w.nodeIDs, id)
-		creds[i], installs[i] = secret(t), uuid.NewString()
-		// The backend fingerprint is checked at hello: the node's own
-		// value, read with --print-identity below.
-	}
-	t.Cleanup(w.removeContainers)
-	// Each node's identity (its backend fingerprint comes from the
-	// engine) as nodeagent reports it.
-	configs := make([]string, nodes)
-	for i, id := range w.nodeIDs {
-		dir := filepath.Join(w.dir, fmt.Sprintf("node%d", i))
-		if err := os.Mkdir(dir, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		cred := write(t, filepath.Join(dir, "credential"), creds[i]+"\n")
-		configs[i] = write(t, filepath.Join(dir, "nodeagent.toml"), fmt.Sprintf(`core_origin = %q
-node_id = %q
-installation_id = %q
-credential_file = %q
-state_dir = %q
-docker_endpoint = %q
-disk_path = %q
-deployment_generation = 1
-specification_digest = %q
-generation_management = true
-max_active = 8
-log_level = "debug"
-
-[timers]
-heartbeat = "500ms"
-idle = "10s"
-backoff_min = "100ms"
-backoff_max = "500ms"
-`, w.base, id, installs[i], cred, filepath.Join(dir, "state"), w.host, dir, w.digests[1]))
-		out, err := exec.Command(w.agent, "--config", configs[i], "--print-identity").Output()
-		if err != nil {
-			t.Fatalf("nodeagent --print-identity: %v", err)
-		}
-		var ident struct {
-			BackendFingerprint string `json:"backend_fingerprint"`
-		}
-		if err := json.Unmarshal(out, &ident); err != nil || ident.BackendFingerprint == "" {
-			t.Fatalf("identity %s: %v", out, err)
-		}
-		fmt.Fprintf(&nodesYAML, "  - node_id: %q\n    enabled: true\n    credential_sha256: %q\n    installation_id: %q\n    provider: docker\n    backend_fingerprint: %q\n    deployment_generation: 1\n    specification_digest: %q\n    generation_management: true\n",
-			id, sha(creds[i]), installs[i], ident.BackendFingerprint, w.digests[1])
-	}
-	nodesFile := write(t, filepath.Join(w.dir, "nodes.yaml"), nodesYAML.String())
 	key := write(t, filepath.Join(w.dir, "hmac.key"), hmacSecret)
 	credsFile := write(t, filepath.Join(w.dir, "credentials.yaml"), "credentials:\n  - id: cred-a\n    enabled: true\n    projectNamespace: p\n    clusterId: c\n")
+	// No node file: every node enrols.
 	caddyfile := fmt.Sprintf(`{
 	debug
 	admin 127.0.0.1:%s
@@ -279,7 +219,6 @@ backoff_max = "500ms"
 		token_key k1 HS256 %s
 		credentials file %s
 		nodes {
-			credentials file %s
 			state_dir %s
 			releases %s
 			pool default {
@@ -299,7 +238,7 @@ http://127.0.0.1:%s {
 		token_sha256 %s
 	}
 }
-`, adminPort, key, credsFile, nodesFile, filepath.Join(w.dir, "core-state"), filepath.Join(w.dir, "releases"), port, sha(apiToken))
+`, adminPort, key, credsFile, filepath.Join(w.dir, "core-state"), filepath.Join(w.dir, "releases"), port, sha(apiToken))
 	gw, err := gatewayproc.Start(w.caddy, w.dir, caddyfile, &w.gwLog)
 	if err != nil {
 		t.Fatal(err)
@@ -309,6 +248,9 @@ http://127.0.0.1:%s {
 		if t.Failed() {
 			t.Logf("gateway log:\n%s", tail(w.gwLog.String(), 8000))
 		}
+		if strings.Contains(w.gwLog.String(), apiToken) {
+			t.Error("the gateway log contains the API token")
+		}
 	})
 	if err := gw.WaitListening("127.0.0.1:" + port); err != nil {
 		t.Fatal(err)
@@ -317,16 +259,57 @@ http://127.0.0.1:%s {
 		status, _ := w.call(http.MethodGet, w.admin+admin.PoolsPath, "", nil)
 		return status == http.StatusOK
 	})
+	t.Cleanup(w.removeContainers)
 	for i := range nodes {
-		var out lockedBuffer
-		cmd := exec.Command(w.agent, "--config", configs[i])
-		cmd.Stdout, cmd.Stderr = &out, &out
+		dir := filepath.Join(w.dir, fmt.Sprintf("node%d", i))
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		status, b := w.call(http.MethodPost, w.admin+admin.TokensPath, "", map[string]string{"pool": "default", "ttl": "10m"})
+		var tok admin.TokenResponse
+		if status != http.StatusCreated || json.Unmarshal(b, &tok) != nil {
+			t.Fatalf("enrolment token: %d %s", status, b)
+		}
+		tokenFile := write(t, filepath.Join(dir, "token"), tok.EnrolmentToken+"\n")
+		stateDir, credFile := filepath.Join(dir, "state"), filepath.Join(dir, "credential")
+		out, err := exec.Command(w.agent, "enrol", "--core", w.base, "--token-file", tokenFile, "--state-dir", stateDir,
+			"--credential-file", credFile, "--docker-endpoint", w.host).CombinedOutput()
+		if err != nil {
+			t.Fatalf("nodeagent enrol: %v\n%s", err, out)
+		}
+		if strings.Contains(string(w.gwLog.String()), tok.EnrolmentToken) || strings.Contains(string(out), tok.EnrolmentToken) {
+			t.Error("the enrolment token was logged")
+		}
+		var ident struct {
+			NodeID string `json:"node_id"`
+		}
+		b, err = os.ReadFile(filepath.Join(stateDir, "node", "identity.json"))
+		if err != nil || json.Unmarshal(b, &ident) != nil || ident.NodeID == "" {
+			t.Fatalf("the enrolled identity: %v %s", err, b)
+		}
+		w.nodeIDs = append(w.nodeIDs, ident.NodeID)
+		config := write(t, filepath.Join(dir, "nodeagent.toml"), fmt.Sprintf(`generation_management = true
+state_dir = %q
+credential_file = %q
+docker_endpoint = %q
+disk_path = %q
+max_active = 8
+log_level = "debug"
+
+[timers]
+heartbeat = "500ms"
+idle = "10s"
+backoff_min = "100ms"
+backoff_max = "500ms"
+`, stateDir, credFile, w.host, dir))
+		var log lockedBuffer
+		cmd := exec.Command(w.agent, "--config", config)
+		cmd.Stdout, cmd.Stderr = &log, &log
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		w.agents = append(w.agents, cmd)
-		w.agentLog = append(w.agentLog, &out)
-		i := i
+		w.agentLog = append(w.agentLog, &log)
 		t.Cleanup(func() {
 			_ = cmd.Process.Signal(os.Interrupt)
 			done := make(chan struct{})
@@ -338,7 +321,7 @@ http://127.0.0.1:%s {
 				<-done
 			}
 			if t.Failed() {
-				t.Logf("node %d log:\n%s", i, tail(out.String(), 6000))
+				t.Logf("node %d log:\n%s", i, tail(log.String(), 6000))
 			}
 		})
 	}
