@@ -117,7 +117,7 @@ func TestGracefulShutdown(t *testing.T) {
 	}{
 		{"sandgate_node_online", nil, 1},
 		{"sandgate_node_connections", []string{"state", "live"}, 1},
-		{"sandgate_node_generation_ready", []string{"generation", "1"}, 1},
+		{"sandgate_node_generation_ready", []string{"pool", "default", "generation", "1"}, 1},
 		{"sandgate_node_dispatch_total", []string{"operation", "info", "outcome", "success"}, 1},
 		{"sandgate_node_dispatch_duration_seconds_count", []string{"operation", "info"}, 1},
 	} {

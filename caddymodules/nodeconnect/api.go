@@ -52,11 +52,15 @@ func (h *API) Provision(ctx caddy.Context) error {
 		}
 		tokens = append(tokens, d)
 	}
-	hub, err := appHub(ctx)
+	app, err := sandgateApp(ctx)
 	if err != nil {
 		return err
 	}
-	h.handler = &api.Handler{Hub: hub, Tokens: tokens, Logger: ctx.Logger()}
+	h.handler = &api.Handler{Hub: app.NodeHub(), Tokens: tokens, Logger: ctx.Logger()}
+	if p := app.NodePresence(); p != nil {
+		h.handler.Peers = p
+		h.handler.PeerToken, h.handler.PeerTokens = p.PeerTokens()
+	}
 	return nil
 }
 

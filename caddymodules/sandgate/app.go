@@ -100,9 +100,10 @@ type App struct {
 	authorizer  authorizer.Authorizer
 	logger      *zap.Logger
 
-	hub       *hub.Hub   // the shared hub, when Nodes is set
-	pooled    *pooledHub // its pool entry
-	hubHeld   bool       // this config holds a reference in hubs
+	hub       *hub.Hub     // the shared hub, when Nodes is set
+	presence  NodePresence // several replicas: Nodes.PresenceRaw
+	pooled    *pooledHub   // its pool entry
+	hubHeld   bool         // this config holds a reference in hubs
 	hubConfig hub.Config
 	hubUndo   func() // puts back the hub settings Start replaced
 
@@ -410,6 +411,10 @@ func (a *App) NodeCredentials() nodecredential.Store { return a.nodeCredentials 
 
 // Releases returns the release store, or nil when none is configured.
 func (a *App) Releases() *release.Store { return a.releases }
+
+// NodePresence returns the shared node presence of several replicas, or
+// nil (one replica).
+func (a *App) NodePresence() NodePresence { return a.presence }
 
 // Interface guards.
 var (

@@ -64,6 +64,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //				target <n>
 //				serving <n>
 //			}
+//			presence <store> ...
 //		}
 //	}
 //
@@ -279,6 +280,16 @@ func parseNodes(d *caddyfile.Dispenser) (*Nodes, error) {
 				n.Pools = map[string]*NodePool{}
 			}
 			n.Pools[name] = p
+		case "presence":
+			if !d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			name := d.Val()
+			mod, err := caddyfile.UnmarshalModule(d, "sandgate.node_presence."+name)
+			if err != nil {
+				return nil, err
+			}
+			n.PresenceRaw = caddyconfig.JSONModuleObject(mod, "store", name, nil)
 		case "owner_epoch":
 			if !d.NextArg() {
 				return nil, d.ArgErr()

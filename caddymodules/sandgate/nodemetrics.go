@@ -18,7 +18,7 @@ import (
 //
 //	sandgate_node_connections{state}                          gauge: connecting, live, closing
 //	sandgate_node_online                                      gauge: online nodes
-//	sandgate_node_generation_ready{generation}                gauge: online nodes reporting the generation ready
+//	sandgate_node_generation_ready{pool, generation}          gauge: online nodes of the pool reporting the generation ready
 //	sandgate_node_dispatch_total{operation, outcome}          counter
 //	sandgate_node_dispatch_duration_seconds{operation, outcome}  histogram
 //	sandgate_node_frames_refused_total{class}                 counter: invalid, binary, too_big, identity, epoch
@@ -109,7 +109,7 @@ func newHubCollector() *hubCollector {
 	return &hubCollector{
 		connections: prometheus.NewDesc("sandgate_node_connections", "Node connections on this gateway, by state (connecting, live, closing).", []string{"state"}, nil),
 		online:      prometheus.NewDesc("sandgate_node_online", "Sandbox nodes online on this gateway.", nil, nil),
-		ready:       prometheus.NewDesc("sandgate_node_generation_ready", "Online nodes on this gateway that report the deployment generation ready.", []string{"generation"}, nil),
+		ready:       prometheus.NewDesc("sandgate_node_generation_ready", "Online nodes on this gateway that report the deployment generation ready, by node pool.", []string{"pool", "generation"}, nil),
 	}
 }
 
@@ -131,8 +131,8 @@ func (c *hubCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.connections, prometheus.GaugeValue, float64(st.Live), hub.StateLive)
 	ch <- prometheus.MustNewConstMetric(c.connections, prometheus.GaugeValue, float64(st.Closing), hub.StateClosing)
 	ch <- prometheus.MustNewConstMetric(c.online, prometheus.GaugeValue, float64(st.Online))
-	for g, n := range st.GenerationsReady {
-		ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, float64(n), strconv.FormatInt(g, 10))
+	for pg, n := range st.GenerationsReady {
+		ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, float64(n), pg.Pool, strconv.FormatInt(pg.Generation, 10))
 	}
 }
 

@@ -2,6 +2,7 @@ package sandgate
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/sandgate/sandgate/node/api"
 	"github.com/sandgate/sandgate/node/credential"
 	"github.com/sandgate/sandgate/node/hub"
 	"github.com/sandgate/sandgate/node/proto"
@@ -55,6 +57,18 @@ func (p *pooledHub) Destruct() error {
 	return p.Hub.Close()
 }
 
+// NodePresence is a sandgate.node_presence module: node presence and owner
+// epochs shared by several gateway replicas (hub.Presence), the other
+// replicas as the internal node API forwards to them (api.Peers), and the
+// peer tokens of those forwarded requests.
+type NodePresence interface {
+	hub.Presence
+	api.Peers
+	// PeerTokens returns the token this replica forwards with and the
+	// SHA-256 digests of the tokens it accepts from the others.
+	PeerTokens() (send string, accept [][sha256.Size]byte)
+}
+
 // DefaultOwnerEpoch is the owner epoch when none is configured.
 const DefaultOwnerEpoch = 1
 
@@ -77,6 +91,13 @@ type Nodes struct {
 	// sandgate.node_credentials namespace chosen by its "source" key
 	// ("file"). Required.
 	CredentialsRaw json.RawMessage `json:"credentials,omitempty" caddy:"namespace=sandgate.node_credentials inline_key=source"`
+
+	// PresenceRaw makes several gateway replicas share node presence and
+	// the owner epoch, a module in the sandgate.node_presence namespace
+	// chosen by its "store" key ("kubernetes": Leases). Absent: this
+	// gateway is the only replica (presence in memory, every welcome
+	// carries owner_epoch).
+	PresenceRaw json.RawMessage `json:"presence,omitempty" caddy:"namespace=sandgate.node_presence inline_key=store"`
 
 	// OwnerEpoch is Core's owner epoch, sent in welcome and checked on
 	// every heartbeat; > 0, default 1. Raising it (with a reload) closes
@@ -269,6 +290,17 @@ func (a *App) provisionNodes(ctx caddy.Context) error {
 		store = stores[0]
 	}
 	a.nodeCredentials = store
+	if n.PresenceRaw != nil {
+		mod, err := ctx.LoadModule(n, "PresenceRaw")
+		if err != nil {
+			return fmt.Errorf("loading the node presence: %w", err)
+		}
+		p, ok := mod.(NodePresence)
+		if !ok {
+			return fmt.Errorf("node presence module %T does not implement NodePresence", mod)
+		}
+		a.presence = p
+	}
 	a.hubConfig = hub.Config{
 		Credentials: store,
 		OwnerEpoch:  epoch,
@@ -281,6 +313,9 @@ func (a *App) provisionNodes(ctx caddy.Context) error {
 			Heartbeat: time.Duration(n.HeartbeatInterval),
 		},
 		Logger: a.logger.Named("nodes"),
+	}
+	if a.presence != nil {
+		a.hubConfig.Presence = a.presence
 	}
 	v, _, err := hubs.LoadOrNew(hubKey, func() (caddy.Destructor, error) { return &pooledHub{Hub: hub.New()}, nil })
 	if err != nil {

@@ -4,18 +4,16 @@
 // create test objects. The binaries are those hack/kube/build.sh builds
 // from the Go module proxy (docs/kube-apiserver.md).
 //
-// Binaries are looked up in $KUBEBUILDER_ASSETS, else in build.sh's default
-// cache directory. When neither has them, Start fails with the command to
-// run; tests never skip.
+// The control plane is package internal/kubeenv's: binaries from
+// $KUBEBUILDER_ASSETS or build.sh's cache; without them Start fails with the
+// command to run; tests never skip.
 package kubetest
 
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -24,6 +22,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/deploy"
 	"github.com/sandgate/sandgate/corectl/sandbox"
+	"github.com/sandgate/sandgate/internal/kubeenv"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -33,46 +32,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-)
-
-// K8sVersion and EtcdVersion are the versions hack/kube/build.sh builds by
-// default; they name its cache directory.
-const (
-	K8sVersion  = "v1.37.2"
-	EtcdVersion = "v3.6.16"
 )
 
 //go:embed batchsandbox-crd.yaml
 var batchSandboxCRD []byte
-
-// ErrNoAssets: kube-apiserver or etcd was not found.
-var ErrNoAssets = errors.New("kubetest: kube-apiserver/etcd not found; run `bash hack/kube/build.sh` (or set KUBEBUILDER_ASSETS)")
-
-// AssetsDir returns the directory holding kube-apiserver and etcd:
-// $KUBEBUILDER_ASSETS when set, else
-// ${XDG_CACHE_HOME:-$HOME/.cache}/sandgate/kube-<K8sVersion>-etcd-<EtcdVersion>.
-// The error wraps ErrNoAssets when a binary is missing.
-func AssetsDir() (string, error) {
-	dir := os.Getenv("KUBEBUILDER_ASSETS")
-	if dir == "" {
-		base := os.Getenv("XDG_CACHE_HOME")
-		if base == "" {
-			home, err := os.UserHomeDir()
-			if err != nil {
-				return "", fmt.Errorf("%w: %s", ErrNoAssets, err.Error())
-			}
-			base = filepath.Join(home, ".cache")
-		}
-		dir = filepath.Join(base, "sandgate", "kube-"+K8sVersion+"-etcd-"+EtcdVersion)
-	}
-	for _, b := range []string{"kube-apiserver", "etcd"} {
-		if fi, err := os.Stat(filepath.Join(dir, b)); err != nil || fi.IsDir() {
-			return "", fmt.Errorf("%w (looked in %s)", ErrNoAssets, dir)
-		}
-	}
-	return dir, nil
-}
 
 // Env is a running control plane.
 type Env struct {
@@ -86,17 +49,13 @@ type Env struct {
 	// a cluster admin.
 	KubeConfig []byte
 
-	env *envtest.Environment
+	env *kubeenv.Env
 	seq atomic.Int64
 }
 
 // Start starts kube-apiserver and etcd on 127.0.0.1 and installs the CRDs.
 // Stop it with Stop.
 func Start() (*Env, error) {
-	dir, err := AssetsDir()
-	if err != nil {
-		return nil, err
-	}
 	crds, err := deploy.CRDs()
 	if err != nil {
 		return nil, err
@@ -109,27 +68,16 @@ func Start() (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	te := &envtest.Environment{
-		BinaryAssetsDirectory:    dir,
-		CRDs:                     append([]*apiextensionsv1.CustomResourceDefinition{bs}, crds...),
-		ErrorIfCRDPathMissing:    true,
-		Scheme:                   scheme,
-		ControlPlaneStartTimeout: time.Minute,
-		ControlPlaneStopTimeout:  time.Minute,
-	}
-	// envtest binds kube-apiserver and etcd to 127.0.0.1 (addr.Suggest's
-	// default host) and enables RBAC, so rbac.yaml can be exercised.
-	cfg, err := te.Start()
+	ke, err := kubeenv.Start(append([]*apiextensionsv1.CustomResourceDefinition{bs}, crds...), scheme)
 	if err != nil {
-		return nil, fmt.Errorf("kubetest: start control plane: %w", err)
-	}
-	cfg.QPS, cfg.Burst = 1000, 2000
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		_ = te.Stop()
 		return nil, err
 	}
-	return &Env{Config: cfg, Scheme: scheme, Client: c, KubeConfig: te.KubeConfig, env: te}, nil
+	c, err := client.New(ke.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		_ = ke.Stop()
+		return nil, err
+	}
+	return &Env{Config: ke.Config, Scheme: scheme, Client: c, KubeConfig: ke.KubeConfig, env: ke}, nil
 }
 
 // Stop stops the control plane.

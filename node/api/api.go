@@ -21,6 +21,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 
@@ -49,6 +50,19 @@ type Handler struct {
 	// Logger receives refused requests; nil means no logging. Tokens are
 	// never logged.
 	Logger *zap.Logger
+
+	// Peers, when set (several gateway replicas), finds the replica that
+	// holds a node not live here: operations and GET <node> are forwarded
+	// to it, and the list merges every replica's nodes.
+	Peers Peers
+	// PeerTokens are the SHA-256 digests of the peer tokens a forwarded
+	// request (ForwardedHeader) must carry instead of an API token.
+	PeerTokens [][sha256.Size]byte
+	// PeerToken is the token this replica forwards with.
+	PeerToken string
+	// Client forwards requests; nil means a client without proxy, with a
+	// 150 s response-header timeout.
+	Client *http.Client
 }
 
 // Owns reports whether path is one of the API's paths (Prefix or below).
@@ -169,6 +183,11 @@ type Released struct {
 type Nodes struct {
 	// Nodes are every enrolled or seen node, sorted by node ID.
 	Nodes []hub.NodeStatus `json:"nodes"`
+	// Partial is true when some replica's nodes are missing (several
+	// replicas; see UnreachableReplicas).
+	Partial bool `json:"partial,omitempty"`
+	// UnreachableReplicas names the replicas that did not answer.
+	UnreachableReplicas []string `json:"unreachable_replicas,omitempty"`
 }
 
 // decodeOptions make the body decoder as strict as the frame codec.
@@ -181,11 +200,15 @@ var decodeOptions = jsonv2.JoinOptions(
 
 // ServeHTTP authenticates and routes one request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !h.authorized(r) {
+	forwarded := r.Header.Get(ForwardedHeader) != ""
+	if (forwarded && !h.peerAuthorized(r)) || (!forwarded && !h.authorized(r)) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sandgate-node-api"`)
 		writeError(w, http.StatusUnauthorized, "unauthorized", "a valid API bearer token is required")
 		return
 	}
+	// Only a request from a client may be forwarded, and only when
+	// several replicas serve.
+	forward := !forwarded && h.Peers != nil
 	rest, ok := strings.CutPrefix(r.URL.Path, Prefix)
 	if !ok || (rest != "" && rest[0] != '/') {
 		writeError(w, http.StatusNotFound, "not_found", "no such API path")
@@ -197,22 +220,42 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !allow(w, r, http.MethodGet) {
 			return
 		}
+		if forward {
+			writeJSON(w, http.StatusOK, h.mergeNodes(r.Context(), h.Hub.Nodes()))
+			return
+		}
 		writeJSON(w, http.StatusOK, Nodes{Nodes: h.Hub.Nodes()})
 	case len(parts) == 1:
 		if !allow(w, r, http.MethodGet) {
 			return
 		}
 		s, found := h.Hub.Node(parts[0])
+		if found && s.State != hub.StateDisconnected {
+			if h.Peers != nil {
+				s.Replica = h.Peers.Self()
+			}
+			writeJSON(w, http.StatusOK, s)
+			return
+		}
+		if found && forward && h.forwardNode(w, r, parts[0]) {
+			return
+		}
 		if !found {
 			writeError(w, http.StatusNotFound, "not_found", "no such node")
 			return
+		}
+		if h.Peers != nil {
+			s.Replica = h.Peers.Self()
+			if forwarded {
+				w.Header().Set(NotHeldHeader, h.Peers.Self())
+			}
 		}
 		writeJSON(w, http.StatusOK, s)
 	case len(parts) == 2 && parts[1] == "operations":
 		if !allow(w, r, http.MethodPost) {
 			return
 		}
-		h.operation(w, r, parts[0])
+		h.operation(w, r, parts[0], forwarded, forward)
 	case len(parts) == 2 && parts[1] == "placements":
 		if !allow(w, r, http.MethodGet) {
 			return
@@ -258,15 +301,22 @@ func allow(w http.ResponseWriter, r *http.Request, method string) bool {
 	return false
 }
 
-func (h *Handler) operation(w http.ResponseWriter, r *http.Request, nodeID string) {
-	body := http.MaxBytesReader(w, r.Body, proto.MaxRequestFrame)
-	var in OperationRequest
-	if err := jsonv2.UnmarshalRead(body, &in, decodeOptions); err != nil {
+// operation serves POST <node>/operations. forwarded: the request came
+// from another replica; forward: a node not online here may be forwarded
+// to the replica holding it.
+func (h *Handler) operation(w http.ResponseWriter, r *http.Request, nodeID string, forwarded, forward bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, proto.MaxRequestFrame))
+	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			writeError(w, http.StatusRequestEntityTooLarge, "request_too_large", "the body is over 72 MiB")
 			return
 		}
+		writeError(w, http.StatusBadRequest, "invalid_request", "the body could not be read")
+		return
+	}
+	var in OperationRequest
+	if err := jsonv2.Unmarshal(body, &in, decodeOptions); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request", bodyProblem(err))
 		return
 	}
@@ -276,6 +326,14 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request, nodeID strin
 		Generation: in.Generation, Snapshot: in.Snapshot, Compute: in.Compute, Suspend: in.Suspend, Resume: in.Resume,
 	}
 	res, err := h.Hub.Dispatch(r.Context(), nodeID, req)
+	if err != nil && errors.Is(err, hub.ErrOffline) {
+		if forward && h.forwardOperation(w, r, nodeID, body) {
+			return
+		}
+		if forwarded && h.Peers != nil {
+			w.Header().Set(NotHeldHeader, h.Peers.Self())
+		}
+	}
 	if err != nil {
 		status, code, msg := refusal(err)
 		if h.Logger != nil {

@@ -51,6 +51,24 @@ type apiEnv struct {
 
 func newAPIEnv(t *testing.T) *apiEnv {
 	t.Helper()
+	creds := testCreds(t)
+	h := hub.New()
+	if err := h.Configure(hub.Config{Credentials: creds, OwnerEpoch: 3,
+		Timers: hub.Timers{ResponseGrace: 50 * time.Millisecond}}); err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(hub.ConnectPath, h)
+	mux.Handle(Prefix, &Handler{Hub: h, Tokens: [][sha256.Size]byte{sha256.Sum256([]byte(apiToken))}})
+	mux.Handle(Prefix+"/", &Handler{Hub: h, Tokens: [][sha256.Size]byte{sha256.Sum256([]byte(apiToken))}})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(func() { _ = h.Close(); srv.Close() })
+	return &apiEnv{t: t, hub: h, srv: srv}
+}
+
+// testCreds is a node credential file enrolling nodes A and B.
+func testCreds(t *testing.T) *credential.File {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "nodes.yaml")
 	var b strings.Builder
 	b.WriteString("nodes:\n")
@@ -66,18 +84,7 @@ func newAPIEnv(t *testing.T) *apiEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = creds.Close() })
-	h := hub.New()
-	if err := h.Configure(hub.Config{Credentials: creds, OwnerEpoch: 3,
-		Timers: hub.Timers{ResponseGrace: 50 * time.Millisecond}}); err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle(hub.ConnectPath, h)
-	mux.Handle(Prefix, &Handler{Hub: h, Tokens: [][sha256.Size]byte{sha256.Sum256([]byte(apiToken))}})
-	mux.Handle(Prefix+"/", &Handler{Hub: h, Tokens: [][sha256.Size]byte{sha256.Sum256([]byte(apiToken))}})
-	srv := httptest.NewServer(mux)
-	t.Cleanup(func() { _ = h.Close(); srv.Close() })
-	return &apiEnv{t: t, hub: h, srv: srv}
+	return creds
 }
 
 // node connects a simulated node with the given answer function.

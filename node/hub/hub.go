@@ -385,6 +385,9 @@ type NodeStatus struct {
 	// Pending is the number of requests waiting for a response on the
 	// current connection.
 	Pending int `json:"pending"`
+	// Replica is the gateway replica this status comes from, set by the
+	// internal node API when several replicas serve (package node/api).
+	Replica string `json:"replica,omitempty"`
 }
 
 // GenerationStatus is one generation of one node as Core knows it.

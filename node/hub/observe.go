@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/sandgate/sandgate/node/pool"
 	"github.com/sandgate/sandgate/node/proto"
 )
 
@@ -95,10 +96,19 @@ type Stats struct {
 	Connecting, Live, Closing int
 	// Online counts online nodes (NodeStatus.Online).
 	Online int
-	// GenerationsReady maps a deployment generation to the number of
-	// online nodes that report it ready (a node without generation
-	// management: its enrolled generation while its provider is ready).
-	GenerationsReady map[int64]int
+	// GenerationsReady maps a node pool and deployment generation to the
+	// number of online nodes of that pool that report the generation
+	// ready (a node without generation management: its enrolled
+	// generation while its provider is ready).
+	GenerationsReady map[PoolGeneration]int
+}
+
+// PoolGeneration is one deployment generation of one node pool.
+type PoolGeneration struct {
+	// Pool is the node pool (pool.Default for nodes enrolled without one).
+	Pool string
+	// Generation is the deployment generation.
+	Generation int64
 }
 
 // Stats returns the current counts. It takes the hub's lock once and
@@ -106,7 +116,7 @@ type Stats struct {
 func (h *Hub) Stats() Stats {
 	cfg := h.config()
 	now := h.now()
-	st := Stats{GenerationsReady: map[int64]int{}}
+	st := Stats{GenerationsReady: map[PoolGeneration]int{}}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, p := range h.nodes {
@@ -125,14 +135,18 @@ func (h *Hub) Stats() Stats {
 			continue
 		}
 		st.Online++
+		poolName := p.conn.node.Pool
+		if poolName == "" {
+			poolName = pool.Default
+		}
 		if p.conn.gm {
 			for g, o := range p.generations {
 				if o.obs.State == proto.GenerationReady {
-					st.GenerationsReady[g]++
+					st.GenerationsReady[PoolGeneration{poolName, g}]++
 				}
 			}
 		} else if p.hello != nil && p.ready(p.hello.DeploymentGeneration, false) {
-			st.GenerationsReady[p.hello.DeploymentGeneration]++
+			st.GenerationsReady[PoolGeneration{poolName, p.hello.DeploymentGeneration}]++
 		}
 	}
 	return st

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/node/pool"
 	"github.com/sandgate/sandgate/node/proto"
 )
 
@@ -247,7 +248,7 @@ func TestObserverAndStats(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 	// A serves its enrolled generation 1; G reports 1 ready and 2 preparing.
-	if st.GenerationsReady[1] != 2 || st.GenerationsReady[2] != 0 {
+	if st.GenerationsReady[PoolGeneration{pool.Default, 1}] != 2 || st.GenerationsReady[PoolGeneration{pool.Default, 2}] != 0 {
 		t.Fatalf("generations ready %v", st.GenerationsReady)
 	}
 

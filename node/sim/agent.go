@@ -25,6 +25,16 @@ type AgentConfig struct {
 	BackoffMin, BackoffMax time.Duration
 }
 
+// Connection is one connection Core welcomed.
+type Connection struct {
+	// URL is the origin the agent dialed.
+	URL string
+	// Welcome is Core's welcome.
+	Welcome proto.Welcome
+	// At is when it arrived.
+	At time.Time
+}
+
 // Received is one request a node received.
 type Received struct {
 	// Request is the request frame.
@@ -45,7 +55,7 @@ type Agent struct {
 
 	mu       sync.Mutex
 	cur      *Node
-	welcomes []proto.Welcome
+	conns    []Connection
 	received []Received
 	refused  map[int]int // dial refusals by HTTP status (0: no answer)
 	lower    int         // welcomes refused for a lower epoch
@@ -104,7 +114,10 @@ func (a *Agent) loop(ctx context.Context) {
 		} else {
 			highest = n.Welcome().OwnerEpoch
 			attempt = 0
-			a.note(func() { a.cur = n; a.welcomes = append(a.welcomes, n.Welcome()) })
+			a.note(func() {
+				a.cur = n
+				a.conns = append(a.conns, Connection{URL: cfg.URL, Welcome: n.Welcome(), At: time.Now()})
+			})
 			select {
 			case <-n.Done():
 			case <-ctx.Done():
@@ -158,7 +171,18 @@ func (a *Agent) Current() *Node {
 func (a *Agent) Welcomes() []proto.Welcome {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return append([]proto.Welcome(nil), a.welcomes...)
+	out := make([]proto.Welcome, len(a.conns))
+	for i, c := range a.conns {
+		out[i] = c.Welcome
+	}
+	return out
+}
+
+// Connections returns every welcomed connection so far, in order.
+func (a *Agent) Connections() []Connection {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]Connection(nil), a.conns...)
 }
 
 // Received returns every request received so far, in order.

@@ -1,4 +1,4 @@
-package kubetest
+package kubeenv
 
 import (
 	"errors"

@@ -1,0 +1,335 @@
+// Package replicas runs several gateway processes (bin/caddy) as replicas
+// of one gateway: they share node presence and the owner epoch through
+// Leases in a kube-apiserver (the "kubernetes" node presence), each
+// serving node connect and the internal node API on its own loopback port.
+// The scale-out test (integration/scaleout) and the load tool
+// (hack/nodeload -replicas) use it.
+package replicas
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sandgate/sandgate/node/api"
+	"github.com/sandgate/sandgate/node/sim"
+)
+
+// Config describes the replicas.
+type Config struct {
+	// Caddy is the gateway binary (bin/caddy). Required.
+	Caddy string
+	// Replicas is how many gateway processes run (at least 1).
+	Replicas int
+	// Nodes are the enrolled nodes.
+	Nodes []sim.Identity
+	// Kubeconfig is the content of a kubeconfig that reaches the
+	// apiserver holding the Leases; Namespace must exist there. Without
+	// it the replicas run without presence (only meaningful with one).
+	Kubeconfig []byte
+	Namespace  string
+	// LeaseDuration is the presence's lease_duration (default 15s).
+	LeaseDuration time.Duration
+	// HeartbeatInterval is the nodes' heartbeat period, the gateway's
+	// heartbeat_interval (default 10s).
+	HeartbeatInterval time.Duration
+	// LogLevel is the gateways' log level (default INFO).
+	LogLevel string
+	// Output, when set, returns the writer of replica i's output (nil:
+	// discarded).
+	Output func(i int) io.Writer
+	// Env is added to every gateway's environment.
+	Env []string
+}
+
+// Replica is one gateway process.
+type Replica struct {
+	// ID is its replica ID (holder identity).
+	ID string
+	// URL is its base URL: node connect and the internal node API.
+	URL string
+	// PID is its process ID.
+	PID int
+
+	cmd    *exec.Cmd
+	exited chan error
+}
+
+// Cluster is the running replicas.
+type Cluster struct {
+	Replicas []*Replica
+	// APIToken is the internal node API's token.
+	APIToken string
+	// Dir holds the generated files.
+	Dir string
+
+	client *http.Client
+	once   sync.Once
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func sum(s string) string {
+	d := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(d[:])
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	_, port, err := net.SplitHostPort(l.Addr().String())
+	return port, err
+}
+
+// Caddyfile returns the configuration of replica id listening on port.
+func (c *Cluster) caddyfile(cfg Config, id, port string) string {
+	presence := ""
+	if cfg.Kubeconfig != nil {
+		presence = fmt.Sprintf(`
+			presence kubernetes {
+				advertise http://127.0.0.1:%s
+				peer_token_file %s
+				namespace %s
+				replica_id %s
+				kubeconfig %s
+				lease_duration %s
+			}`, port, filepath.Join(c.Dir, "peer-token"), cfg.Namespace, id, filepath.Join(c.Dir, "kubeconfig"), cfg.LeaseDuration)
+	}
+	level := cfg.LogLevel
+	if level == "" {
+		level = "INFO"
+	}
+	return fmt.Sprintf(`{
+	admin off
+	auto_https off
+	persist_config off
+	log {
+		level %s
+	}
+	sandgate {
+		token_key k1 HS256 %s
+		credentials file %s
+		nodes {
+			credentials file %s
+			heartbeat_interval %s
+			shutdown_grace 5s%s
+		}
+	}
+}
+
+http://127.0.0.1:%s {
+	sandgate_health
+	metrics /metrics
+	sandbox_node_connect
+	sandbox_node_api {
+		token_sha256 %s
+	}
+}
+`, level, filepath.Join(c.Dir, "hmac.key"), filepath.Join(c.Dir, "credentials.yaml"), filepath.Join(c.Dir, "nodes.yaml"),
+		cfg.HeartbeatInterval, presence, port, sum(c.APIToken))
+}
+
+// Start writes the files and starts the replicas, each once it listens.
+// Errors name the replica that did not start.
+func Start(cfg Config) (_ *Cluster, err error) {
+	if cfg.Replicas < 1 || cfg.Caddy == "" {
+		return nil, errors.New("replicas: Caddy and at least one replica are required")
+	}
+	if cfg.LeaseDuration == 0 {
+		cfg.LeaseDuration = 15 * time.Second
+	}
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = 10 * time.Second
+	}
+	dir, err := os.MkdirTemp("", "sandgate-replicas-")
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{Dir: dir, APIToken: randomHex(24),
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute}}}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+	files := map[string]string{
+		"nodes.yaml":       sim.CredentialsFile(cfg.Nodes),
+		"hmac.key":         randomHex(32),
+		"credentials.yaml": "credentials:\n  - {id: c, enabled: true, projectNamespace: p, clusterId: c}\n",
+		"peer-token":       randomHex(32) + "\n",
+		"kubeconfig":       string(cfg.Kubeconfig),
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			return nil, err
+		}
+	}
+	for i := range cfg.Replicas {
+		id := fmt.Sprintf("replica-%d", i)
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		cf := filepath.Join(dir, id+".Caddyfile")
+		if err := os.WriteFile(cf, []byte(c.caddyfile(cfg, id, port)), 0o600); err != nil {
+			return nil, err
+		}
+		cmd := exec.Command(cfg.Caddy, "run", "--config", cf, "--adapter", "caddyfile")
+		home := filepath.Join(dir, id)
+		cmd.Env = append(append(os.Environ(), "HOME="+home, "XDG_DATA_HOME="+home, "XDG_CONFIG_HOME="+home), cfg.Env...)
+		if cfg.Output != nil {
+			if w := cfg.Output(i); w != nil {
+				cmd.Stdout, cmd.Stderr = w, w
+			}
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, fmt.Errorf("replicas: starting %s: %w", id, err)
+		}
+		r := &Replica{ID: id, URL: "http://127.0.0.1:" + port, PID: cmd.Process.Pid, cmd: cmd, exited: make(chan error, 1)}
+		go func() { r.exited <- cmd.Wait() }()
+		c.Replicas = append(c.Replicas, r)
+		if err := r.waitListening(); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func (r *Replica) waitListening() error {
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		conn, err := net.DialTimeout("tcp", strings.TrimPrefix(r.URL, "http://"), time.Second)
+		if err == nil {
+			conn.Close()
+			return nil
+		}
+		select {
+		case err := <-r.exited:
+			r.exited <- err
+			return fmt.Errorf("replicas: %s exited while starting: %v", r.ID, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("replicas: %s did not listen within 60s", r.ID)
+}
+
+// Kill sends SIGKILL to replica i and waits for it to die.
+func (c *Cluster) Kill(i int) error {
+	r := c.Replicas[i]
+	if err := r.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	err := <-r.exited
+	r.exited <- err
+	return nil
+}
+
+// Close stops every replica (SIGTERM, then SIGKILL after 20 s) and removes
+// the files.
+func (c *Cluster) Close() {
+	c.once.Do(func() {
+		var wg sync.WaitGroup
+		for _, r := range c.Replicas {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_ = r.cmd.Process.Signal(syscall.SIGTERM)
+				select {
+				case err := <-r.exited:
+					r.exited <- err
+				case <-time.After(20 * time.Second):
+					_ = r.cmd.Process.Kill()
+				}
+			}()
+		}
+		wg.Wait()
+		_ = os.RemoveAll(c.Dir)
+	})
+}
+
+// URLs returns the replicas' base URLs.
+func (c *Cluster) URLs() []string {
+	out := make([]string, len(c.Replicas))
+	for i, r := range c.Replicas {
+		out[i] = r.URL
+	}
+	return out
+}
+
+// Answer is the internal node API's answer to one operation: the HTTP
+// status and either the result (200) or the refusal.
+type Answer struct {
+	Status  int
+	Result  api.OperationResult
+	Refusal api.Error
+}
+
+// Dispatch sends one operation (an api.OperationRequest body) for nodeID
+// through replica i's internal node API. Errors are transport errors.
+func (c *Cluster) Dispatch(ctx context.Context, i int, nodeID string, body []byte) (Answer, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.Replicas[i].URL+api.Prefix+"/"+nodeID+"/operations", bytes.NewReader(body))
+	if err != nil {
+		return Answer{}, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.APIToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return Answer{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return Answer{}, err
+	}
+	a := Answer{Status: resp.StatusCode}
+	if resp.StatusCode == http.StatusOK {
+		err = json.Unmarshal(b, &a.Result)
+	} else {
+		err = json.Unmarshal(b, &a.Refusal)
+	}
+	return a, err
+}
+
+// Nodes lists the nodes through replica i's internal node API.
+func (c *Cluster) Nodes(ctx context.Context, i int) (api.Nodes, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Replicas[i].URL+api.Prefix, nil)
+	if err != nil {
+		return api.Nodes{}, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.APIToken)
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return api.Nodes{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return api.Nodes{}, fmt.Errorf("replicas: list on %s: %s", c.Replicas[i].ID, resp.Status)
+	}
+	var n api.Nodes
+	err = json.NewDecoder(io.LimitReader(resp.Body, 256<<20)).Decode(&n)
+	return n, err
+}

@@ -1,0 +1,319 @@
+package presence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/sandgate/sandgate/internal/kubeenv"
+	"github.com/sandgate/sandgate/node/hub"
+)
+
+var (
+	kube *kubernetes.Clientset
+	seq  atomic.Int64
+)
+
+func TestMain(m *testing.M) {
+	env, err := kubeenv.Start(nil, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	kube, err = kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	code := m.Run()
+	_ = env.Stop()
+	os.Exit(code)
+}
+
+// namespace creates a fresh namespace.
+func namespace(t *testing.T) string {
+	t.Helper()
+	ns := fmt.Sprintf("presence-%d", seq.Add(1))
+	if _, err := kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+// clock is a settable clock.
+type clock struct{ off atomic.Int64 }
+
+func (c *clock) now() time.Time          { return time.Now().Add(time.Duration(c.off.Load())) }
+func (c *clock) advance(d time.Duration) { c.off.Add(int64(d)) }
+
+func replica(t *testing.T, ns, id string, c *clock) *Leases {
+	t.Helper()
+	cfg := Config{Leases: kube.CoordinationV1(), Namespace: ns, ReplicaID: id, Address: "http://" + id + ":30086"}
+	if c != nil {
+		cfg.Now = c.now
+	}
+	l, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+var ctx = context.Background()
+
+// TestAcquireRenewRelease: A claims a node (the Lease names A, its address
+// and the epoch); B gets ErrHeld; renewals move renewTime; after A
+// releases, B claims it under a higher epoch and the transition is
+// counted.
+func TestAcquireRenewRelease(t *testing.T) {
+	ns := namespace(t)
+	a, b := replica(t, ns, "replica-a", nil), replica(t, ns, "replica-b", nil)
+	node := uuid.NewString()
+	ca, err := a.Acquire(ctx, node, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := kube.CoordinationV1().Leases(ns).Get(ctx, LeaseName(node), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if holder(lease) != "replica-a" || lease.Annotations[AnnotationAddress] != "http://replica-a:30086" ||
+		lease.Annotations[AnnotationEpoch] != fmt.Sprint(ca.Epoch()) || *lease.Spec.LeaseDurationSeconds != 30 ||
+		lease.Labels[LabelKind] != KindNode || *lease.Spec.LeaseTransitions != 0 {
+		t.Fatalf("Lease after A's claim: %+v %+v", lease.ObjectMeta, lease.Spec)
+	}
+	if _, err := b.Acquire(ctx, node, 1); !errors.Is(err, hub.ErrHeld) {
+		t.Fatalf("B's claim while A holds: %v", err)
+	}
+	if p, ok, err := b.Holder(ctx, node, true); err != nil || !ok || p.ID != "replica-a" || p.URL != "http://replica-a:30086" {
+		t.Fatalf("Holder = %+v %v %v", p, ok, err)
+	}
+	before := lease.Spec.RenewTime.Time
+	time.Sleep(10 * time.Millisecond) // renewTime has microsecond resolution; let the clock move
+	if err := ca.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lease, _ = kube.CoordinationV1().Leases(ns).Get(ctx, LeaseName(node), metav1.GetOptions{})
+	if !lease.Spec.RenewTime.After(before) {
+		t.Fatalf("renewTime %v not after %v", lease.Spec.RenewTime, before)
+	}
+	if err := ca.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := b.Holder(ctx, node, true); ok {
+		t.Fatal("a released Lease still has a holder")
+	}
+	cb, err := b.Acquire(ctx, node, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cb.Epoch() <= ca.Epoch() {
+		t.Fatalf("B's epoch %d is not above A's %d", cb.Epoch(), ca.Epoch())
+	}
+	lease, _ = kube.CoordinationV1().Leases(ns).Get(ctx, LeaseName(node), metav1.GetOptions{})
+	if holder(lease) != "replica-b" || *lease.Spec.LeaseTransitions != 1 {
+		t.Fatalf("Lease after B's claim: %+v", lease.Spec)
+	}
+	// A's old claim is gone: renewing it reports the loss, releasing it
+	// leaves B's claim alone.
+	if err := ca.Renew(ctx); !errors.Is(err, hub.ErrLost) {
+		t.Fatalf("renewing a lost claim: %v", err)
+	}
+	if err := ca.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok, _ := a.Holder(ctx, node, true); !ok || p.ID != "replica-b" {
+		t.Fatalf("after A's late release the holder is %+v %v", p, ok)
+	}
+}
+
+// TestExpiredClaimIsTakenOver: a claim not renewed for the lease duration
+// (its replica died) is taken over; the dead replica's claim then
+// reports ErrLost.
+func TestExpiredClaimIsTakenOver(t *testing.T) {
+	ns := namespace(t)
+	var cb clock
+	a, b := replica(t, ns, "replica-a", nil), replica(t, ns, "replica-b", &cb)
+	node := uuid.NewString()
+	ca, err := a.Acquire(ctx, node, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb.advance(29 * time.Second)
+	if _, err := b.Acquire(ctx, node, 1); !errors.Is(err, hub.ErrHeld) {
+		t.Fatalf("before expiry: %v", err)
+	}
+	cb.advance(2 * time.Second)
+	claimB, err := b.Acquire(ctx, node, 1)
+	if err != nil {
+		t.Fatalf("after expiry: %v", err)
+	}
+	if claimB.Epoch() <= ca.Epoch() {
+		t.Fatalf("epochs %d then %d", ca.Epoch(), claimB.Epoch())
+	}
+	if err := ca.Renew(ctx); !errors.Is(err, hub.ErrLost) {
+		t.Fatalf("the expired claim's renewal: %v", err)
+	}
+}
+
+// TestEpochsAcrossReplicas: three replicas claim 60 nodes each at the same
+// time, then the nodes move around: no epoch is ever handed out by two
+// replicas, every node's epochs increase with each claim, and all are at
+// least the configured floor.
+func TestEpochsAcrossReplicas(t *testing.T) {
+	ns := namespace(t)
+	reps := []*Leases{replica(t, ns, "r0", nil), replica(t, ns, "r1", nil), replica(t, ns, "r2", nil)}
+	nodes := make([]string, 60)
+	for i := range nodes {
+		nodes[i] = uuid.NewString()
+	}
+	var mu sync.Mutex
+	owner := map[int64]string{} // epoch → replica
+	last := map[string]int64{}  // node → its latest epoch
+	for round := range 3 {
+		var wg sync.WaitGroup
+		errs := make(chan error, len(nodes)*len(reps))
+		for ri, r := range reps {
+			for i, n := range nodes {
+				if i%len(reps) != (ri+round)%len(reps) {
+					continue
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c, err := r.Acquire(ctx, n, 5)
+					if err != nil {
+						errs <- err
+						return
+					}
+					mu.Lock()
+					if o, dup := owner[c.Epoch()]; dup && o != r.Self() {
+						errs <- fmt.Errorf("epoch %d handed out by %s and %s", c.Epoch(), o, r.Self())
+					}
+					owner[c.Epoch()] = r.Self()
+					if c.Epoch() <= last[n] || c.Epoch() < 5 {
+						errs <- fmt.Errorf("node %s: epoch %d after %d", n, c.Epoch(), last[n])
+					}
+					last[n] = c.Epoch()
+					mu.Unlock()
+					if err := c.Release(ctx); err != nil {
+						errs <- err
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+	}
+}
+
+// TestCounterRecreatedAboveTheNodes: a deleted counter comes back above
+// the highest epoch on the node Leases; a corrupt counter fails the claim
+// and is left as it is.
+func TestCounterRecreatedAboveTheNodes(t *testing.T) {
+	ns := namespace(t)
+	a := replica(t, ns, "replica-a", nil)
+	n1, n2 := uuid.NewString(), uuid.NewString()
+	c1, err := a.Acquire(ctx, n1, 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c1.Epoch() != 40 {
+		t.Fatalf("first epoch %d, want the floor 40", c1.Epoch())
+	}
+	if err := kube.CoordinationV1().Leases(ns).Delete(ctx, EpochLeaseName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := a.Acquire(ctx, n2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c2.Epoch() != 41 {
+		t.Fatalf("epoch after the counter was deleted: %d, want 41", c2.Epoch())
+	}
+	cnt, err := kube.CoordinationV1().Leases(ns).Get(ctx, EpochLeaseName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cnt.Annotations[AnnotationEpoch] = "forty-two"
+	if _, err := kube.CoordinationV1().Leases(ns).Update(ctx, cnt, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Acquire(ctx, uuid.NewString(), 1); err == nil || errors.Is(err, hub.ErrHeld) {
+		t.Fatalf("claim with a corrupt counter: %v", err)
+	}
+	got, _ := kube.CoordinationV1().Leases(ns).Get(ctx, EpochLeaseName, metav1.GetOptions{})
+	if got.Annotations[AnnotationEpoch] != "forty-two" {
+		t.Fatalf("the corrupt counter was rewritten: %q", got.Annotations[AnnotationEpoch])
+	}
+}
+
+// TestHolderCacheAndReplicas: Holder answers from its cache within the
+// TTL and reads again after it (or when asked for a fresh answer);
+// Replicas lists the replicas holding live claims.
+func TestHolderCacheAndReplicas(t *testing.T) {
+	ns := namespace(t)
+	var cl clock
+	a, b := replica(t, ns, "replica-a", &cl), replica(t, ns, "replica-b", &cl)
+	n1, n2 := uuid.NewString(), uuid.NewString()
+	c1, err := a.Acquire(ctx, n1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Acquire(ctx, n2, 1); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok, _ := b.Holder(ctx, n1, false); !ok || p.ID != "replica-a" {
+		t.Fatalf("Holder(n1) = %+v %v", p, ok)
+	}
+	if err := c1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok, _ := b.Holder(ctx, n1, false); !ok || p.ID != "replica-a" {
+		t.Fatalf("a cached answer within the TTL: %+v %v", p, ok)
+	}
+	if _, ok, _ := b.Holder(ctx, n1, true); ok {
+		t.Fatal("a fresh answer still names a holder")
+	}
+	peers, err := a.Replicas(ctx)
+	if err != nil || len(peers) != 1 || peers[0] != (Peer{ID: "replica-b", URL: "http://replica-b:30086"}) {
+		t.Fatalf("Replicas = %+v %v", peers, err)
+	}
+	cl.advance(time.Minute)
+	if peers, _ := a.Replicas(ctx); len(peers) != 0 {
+		t.Fatalf("Replicas after every claim expired = %+v", peers)
+	}
+}
+
+func TestNewChecksConfig(t *testing.T) {
+	good := Config{Leases: kube.CoordinationV1(), Namespace: "ns", ReplicaID: "r", Address: "http://r:1"}
+	for name, mutate := range map[string]func(*Config){
+		"no client":    func(c *Config) { c.Leases = nil },
+		"no namespace": func(c *Config) { c.Namespace = "" },
+		"no replica":   func(c *Config) { c.ReplicaID = "" },
+		"no address":   func(c *Config) { c.Address = "" },
+		"short lease":  func(c *Config) { c.LeaseDuration = 5 * time.Second },
+	} {
+		c := good
+		mutate(&c)
+		if _, err := New(c); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := New(good); err != nil {
+		t.Fatal(err)
+	}
+}
