@@ -70,43 +70,67 @@ type key struct {
 }
 
 // Memory is a Store in memory only (no state_dir): placements survive a
-// reload of the gateway, not a restart.
+// reload of the gateway, not a restart. Placements are indexed by node, so
+// a node's lookups cost what that node has, not what every node has.
 type Memory struct {
 	mu     sync.Mutex
-	placed map[key]struct{}
-	count  map[string]map[int64]int // node → generation → placements
+	placed int                                               // placements in total
+	byNode map[string]map[int64]map[proto.Reference]struct{} // node → generation → references
 }
 
 // NewMemory returns an empty in-memory store.
 func NewMemory() *Memory {
-	return &Memory{placed: map[key]struct{}{}, count: map[string]map[int64]int{}}
+	return &Memory{byNode: map[string]map[int64]map[proto.Reference]struct{}{}}
 }
 
 func keyOf(p Placement) key { return key{p.NodeID, p.Generation, p.Reference} }
 
-// has reports whether p is recorded; m.mu is held.
-func (m *Memory) has(k key) bool { _, ok := m.placed[k]; return ok }
-
-func (m *Memory) add(k key) {
-	m.placed[k] = struct{}{}
-	g := m.count[k.node]
-	if g == nil {
-		g = map[int64]int{}
-		m.count[k.node] = g
-	}
-	g[k.gen]++
+// has reports whether k is recorded; m.mu is held.
+func (m *Memory) has(k key) bool {
+	_, ok := m.byNode[k.node][k.gen][k.ref]
+	return ok
 }
 
+// add records k, which is not recorded; m.mu is held.
+func (m *Memory) add(k key) {
+	gens := m.byNode[k.node]
+	if gens == nil {
+		gens = map[int64]map[proto.Reference]struct{}{}
+		m.byNode[k.node] = gens
+	}
+	refs := gens[k.gen]
+	if refs == nil {
+		refs = map[proto.Reference]struct{}{}
+		gens[k.gen] = refs
+	}
+	refs[k.ref] = struct{}{}
+	m.placed++
+}
+
+// remove forgets k, which is recorded; m.mu is held.
 func (m *Memory) remove(k key) {
-	delete(m.placed, k)
-	if g := m.count[k.node]; g != nil {
-		if g[k.gen]--; g[k.gen] <= 0 {
-			delete(g, k.gen)
-		}
-		if len(g) == 0 {
-			delete(m.count, k.node)
+	gens := m.byNode[k.node]
+	delete(gens[k.gen], k.ref)
+	if len(gens[k.gen]) == 0 {
+		delete(gens, k.gen)
+	}
+	if len(gens) == 0 {
+		delete(m.byNode, k.node)
+	}
+	m.placed--
+}
+
+// all returns every placement; m.mu is held.
+func (m *Memory) all() []Placement {
+	out := make([]Placement, 0, m.placed)
+	for node, gens := range m.byNode {
+		for gen, refs := range gens {
+			for ref := range refs {
+				out = append(out, Placement{NodeID: node, Generation: gen, Reference: ref})
+			}
 		}
 	}
+	return out
 }
 
 // Place implements Store.
@@ -135,16 +159,16 @@ func (m *Memory) Release(p Placement) (bool, error) {
 func (m *Memory) InUse(nodeID string, gen int64) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.count[nodeID][gen] > 0
+	return len(m.byNode[nodeID][gen]) > 0
 }
 
 // List implements Store.
 func (m *Memory) List(nodeID string) []Placement {
 	m.mu.Lock()
 	var out []Placement
-	for k := range m.placed {
-		if k.node == nodeID {
-			out = append(out, Placement{NodeID: k.node, Generation: k.gen, Reference: k.ref})
+	for gen, refs := range m.byNode[nodeID] {
+		for ref := range refs {
+			out = append(out, Placement{NodeID: nodeID, Generation: gen, Reference: ref})
 		}
 	}
 	m.mu.Unlock()
@@ -301,12 +325,12 @@ func (s *File) sync(n uint64) error {
 // grown past twice their number (and 1024 lines); s.mu is held. A failed
 // compaction keeps the old journal.
 func (s *File) compact() {
-	if s.lines < s.compactAt || s.lines < 2*len(s.placed) {
+	if s.lines < s.compactAt || s.lines < 2*s.placed {
 		return
 	}
 	var buf bytes.Buffer
-	for k := range s.placed {
-		b, _ := json.Marshal(entry{Op: "place", Placement: Placement{NodeID: k.node, Generation: k.gen, Reference: k.ref}})
+	for _, p := range s.all() {
+		b, _ := json.Marshal(entry{Op: "place", Placement: p})
 		buf.Write(append(b, '\n'))
 	}
 	if err := atomicfile.Write(s.path, buf.Bytes(), 0o600); err != nil {
@@ -317,7 +341,7 @@ func (s *File) compact() {
 		return
 	}
 	s.f.Close()
-	s.f, s.lines = f, len(s.placed)
+	s.f, s.lines = f, s.placed
 	// The rewritten journal was fsync'd whole: everything is durable.
 	s.synced = s.written
 }
