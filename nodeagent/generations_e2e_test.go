@@ -123,6 +123,12 @@ func newGWorld(t *testing.T) *gworld {
 // children returns the helpers and preparers working on this world's
 // state directory.
 func (w *gworld) children() []int {
+	return w.processes(func(cl string) bool { return strings.Contains(cl, " helper ") || strings.Contains(cl, " preparer ") })
+}
+
+// processes returns the processes on this world's state directory whose
+// command line (arguments joined by spaces) match accepts.
+func (w *gworld) processes(match func(cmdline string) bool) []int {
 	var out []int
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
@@ -135,7 +141,7 @@ func (w *gworld) children() []int {
 			continue
 		}
 		cl := strings.ReplaceAll(string(b), "\x00", " ")
-		if (strings.Contains(cl, " helper ") || strings.Contains(cl, " preparer ")) && strings.Contains(cl, w.state+" ") {
+		if strings.Contains(cl, w.state+" ") && match(cl) {
 			out = append(out, pid)
 		}
 	}
@@ -664,33 +670,20 @@ func TestCrashDuringRepair(t *testing.T) {
 	}
 }
 
-// helperPIDs returns the running helpers of this node's state directory
-// whose command line contains all of words.
+// helperPIDs returns the running helpers (not probes) of this node's
+// state directory whose command line contains all of words.
 func (w *gworld) helperPIDs(words ...string) []int {
-	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
+	return w.processes(func(cl string) bool {
+		if !strings.Contains(cl, " helper ") || strings.Contains(cl, "--probe") {
+			return false
 		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		cl := strings.ReplaceAll(string(b), "\x00", " ")
-		if !strings.Contains(cl, " helper ") || !strings.Contains(cl, w.state+" ") || strings.Contains(cl, "--probe") {
-			continue
-		}
-		ok := true
 		for _, wd := range words {
-			ok = ok && strings.Contains(cl, wd)
+			if !strings.Contains(cl, wd) {
+				return false
+			}
 		}
-		if ok {
-			out = append(out, pid)
-		}
-	}
-	return out
+		return true
+	})
 }
 
 // retentionsOf counts the retention requests so far that name g.

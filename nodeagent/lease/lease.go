@@ -34,6 +34,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandgate/sandgate/internal/atomicfile"
 	"github.com/sandgate/sandgate/internal/strictjson"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodeagent/internal/crashpoint"
@@ -471,19 +472,19 @@ func ReadPrivate(path string, limit int64) ([]byte, error) {
 }
 
 // WriteAtomic replaces path with data (mode 0600): a temporary file in the
-// same directory, fsync, rename, fsync of the directory.
+// same directory, fsync, rename, fsync of the directory
+// (internal/atomicfile).
 func WriteAtomic(path string, data []byte) error {
-	return write(path, data, false)
+	if err := atomicfile.Write(path, data, 0o600); err != nil {
+		return fmt.Errorf("lease: write %s: %w", filepath.Base(path), err)
+	}
+	return nil
 }
 
 // WriteOnce writes path with data (mode 0600) like WriteAtomic, but never
 // replaces an existing file: the rename is RENAME_NOREPLACE, and an
 // existing path is an error for which errors.Is(err, fs.ErrExist) holds.
 func WriteOnce(path string, data []byte) error {
-	return write(path, data, true)
-}
-
-func write(path string, data []byte, once bool) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {
@@ -498,13 +499,9 @@ func write(path string, data []byte, once bool) error {
 		werr = cerr
 	}
 	if werr == nil {
-		if once {
-			werr = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, path, unix.RENAME_NOREPLACE)
-			if errors.Is(werr, unix.EEXIST) {
-				werr = fs.ErrExist
-			}
-		} else {
-			werr = os.Rename(tmp, path)
+		werr = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, path, unix.RENAME_NOREPLACE)
+		if errors.Is(werr, unix.EEXIST) {
+			werr = fs.ErrExist
 		}
 	}
 	if werr != nil {
@@ -517,12 +514,7 @@ func write(path string, data []byte, once bool) error {
 // SyncDir fsyncs directory dir, so the entries created, renamed or
 // removed in it are durable.
 func SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("lease: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
+	if err := atomicfile.SyncDir(dir); err != nil {
 		return fmt.Errorf("lease: fsync %s: %w", dir, err)
 	}
 	return nil

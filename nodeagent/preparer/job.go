@@ -192,6 +192,18 @@ func droppedBinding(x *genstate.Dropped) *genstate.Binding {
 	return &x.Binding
 }
 
+// unfinished refuses a generation that is dropped or being reclaimed:
+// neither is prepared or repaired.
+func unfinished(l genstate.Local) error {
+	switch {
+	case l.Dropped != nil:
+		return refuse("generation %d was dropped; it is never prepared again", l.Generation)
+	case l.Journal != nil:
+		return refuse("generation %d has an unfinished reclamation", l.Generation)
+	}
+	return nil
+}
+
 // exclusive returns the job's exclusive lease: the inherited one,
 // verified, or (prepare of a generation with a lease the node did not
 // pass) one taken now without blocking.

@@ -21,14 +21,13 @@ import (
 func (j *Job) prepare(ctx context.Context) error {
 	g := j.Binding.Generation
 	l, err := j.local()
+	if err == nil {
+		err = unfinished(l)
+	}
 	if err != nil {
 		return err
 	}
 	switch {
-	case l.Dropped != nil:
-		return refuse("generation %d was dropped; it is never prepared again", g)
-	case l.Journal != nil:
-		return refuse("generation %d has an unfinished reclamation", g)
 	case l.Config != nil:
 		if l.Plan != nil {
 			// Interrupted between publishing and clearing the plan: the

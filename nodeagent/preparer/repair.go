@@ -27,14 +27,13 @@ import (
 func (j *Job) repair(ctx context.Context) error {
 	g := j.Binding.Generation
 	l, err := j.local()
+	if err == nil {
+		err = unfinished(l)
+	}
 	if err != nil {
 		return err
 	}
 	switch {
-	case l.Dropped != nil:
-		return refuse("generation %d was dropped", g)
-	case l.Journal != nil:
-		return refuse("generation %d has an unfinished reclamation", g)
 	case l.Config == nil && l.Plan != nil:
 		return j.prepare(ctx)
 	case l.Config == nil:

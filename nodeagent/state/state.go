@@ -17,6 +17,8 @@ import (
 	"sync"
 
 	"github.com/google/uuid"
+
+	"github.com/sandgate/sandgate/internal/atomicfile"
 )
 
 // Record names used by nodeagent. Each is a file name inside the state
@@ -115,28 +117,8 @@ func (d *Dir) store(name string, data []byte) error {
 	if err := os.MkdirAll(parent, 0o700); err != nil {
 		return fmt.Errorf("state: %w", err)
 	}
-	f, err := os.CreateTemp(parent, ".tmp-*")
-	if err != nil {
-		return fmt.Errorf("state: %w", err)
-	}
-	tmp := f.Name()
-	_, werr := f.Write(data)
-	if werr == nil {
-		werr = f.Sync()
-	}
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(tmp, target)
-	}
-	if werr != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("state: write %s: %w", name, werr)
-	}
-	if dir, err := os.Open(parent); err == nil {
-		dir.Sync()
-		dir.Close()
+	if err := atomicfile.Write(target, data, 0o600); err != nil {
+		return fmt.Errorf("state: write %s: %w", name, err)
 	}
 	return nil
 }
