@@ -133,7 +133,7 @@ func TestBinaryEnrolmentAndDeployment(t *testing.T) {
 	d2 := publishRelease(t, bin, store, "rel-2")
 	adminAddr := "127.0.0.1:" + freePort(t)
 	caddyfile := machineCaddyfile(f, adminAddr, state, store)
-	var logs lockedBuffer
+	var logs gatewayproc.Output
 	start := func() *gatewayproc.Process {
 		p, err := gatewayproc.Start(bin, f.dir, caddyfile, &logs)
 		if err != nil {

@@ -22,7 +22,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -76,12 +75,10 @@ func binary(t *testing.T, name string) string {
 
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := gatewayproc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	_, p, _ := net.SplitHostPort(l.Addr().String())
 	return p
 }
 
@@ -95,24 +92,6 @@ func write(t *testing.T, path, body string) string {
 
 func sha(s string) string { d := sha256.Sum256([]byte(s)); return hex.EncodeToString(d[:]) }
 
-// lockedBuffer collects a process's output.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // world is the gateway, its release store and the three nodes.
 type world struct {
 	t        *testing.T
@@ -123,11 +102,11 @@ type world struct {
 	host     string
 	base     string // the gateway's node listener
 	admin    string
-	gwLog    lockedBuffer
+	gwLog    gatewayproc.Output
 	digests  map[int64]string
 	nodeIDs  []string
 	agents   []*exec.Cmd
-	agentLog []*lockedBuffer
+	agentLog []*gatewayproc.Output
 }
 
 // publish makes release source from the test image's docker save tarball
@@ -302,7 +281,7 @@ idle = "10s"
 backoff_min = "100ms"
 backoff_max = "500ms"
 `, stateDir, credFile, w.host, dir))
-		var log lockedBuffer
+		var log gatewayproc.Output
 		cmd := exec.Command(w.agent, "--config", config)
 		cmd.Stdout, cmd.Stderr = &log, &log
 		if err := cmd.Start(); err != nil {

@@ -69,16 +69,7 @@ func newAPIEnv(t *testing.T) *apiEnv {
 // testCreds is a node credential file enrolling nodes A and B.
 func testCreds(t *testing.T) *credential.File {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "nodes.yaml")
-	var b strings.Builder
-	b.WriteString("nodes:\n")
-	for id, secret := range map[string]string{nodeA: secretA, nodeB: secretB} {
-		fmt.Fprintf(&b, "  - node_id: %s\n    enabled: true\n    credential_sha256: %s\n    installation_id: %s\n    provider: docker\n    backend_fingerprint: %s\n    deployment_generation: 1\n    specification_digest: %s\n",
-			id, hexSum(secret), inst, fingerprint, specDigest)
-	}
-	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := writeNodes(t)
 	creds, err := credential.OpenFile(path, nil)
 	if err != nil {
 		t.Fatal(err)
