@@ -17,10 +17,11 @@ import (
 	"github.com/sandgate/sandgate/nodeagent/lease"
 )
 
-// repair restores a prepared generation's missing bytes: it keeps the
-// configuration and paths, verifies every existing version file, fetches
-// only the missing ones from the same release (whose digest Core's
-// configuration must still state), and loads the image again when the
+// repair restores a prepared generation's missing bytes: it first asks
+// Core's authenticated configuration for exactly this generation (the
+// same digest and release, or a refusal), keeps the configuration and
+// paths, verifies every existing version file, fetches only the missing
+// ones from that release, and loads the image again when the
 // engine lost it — which must give back the recorded image ID. A byte
 // conflict or a different retained specification refuses; a missing
 // configuration is prepared from its exact plan, or refused without one.
@@ -43,6 +44,16 @@ func (j *Job) repair(ctx context.Context) error {
 		return err
 	}
 	cfg := l.Config
+	// Before any recovery, Core's authenticated configuration is asked for
+	// exactly this generation: it must still bind it to this digest and
+	// this release.
+	rt, err := j.runtime(ctx)
+	if err != nil {
+		return err
+	}
+	if rt.Source != cfg.Source {
+		return refuse("Core's configuration names another release for generation %d", g)
+	}
 	dir := j.Generations.FilesPath(g)
 	if err := lease.CheckDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOENT) {
 		return err
@@ -61,13 +72,6 @@ func (j *Job) repair(ctx context.Context) error {
 		}
 	}
 	if len(missing) > 0 {
-		rt, err := j.runtime(ctx)
-		if err != nil {
-			return err
-		}
-		if rt.Source != cfg.Source {
-			return refuse("Core's configuration names another release for generation %d", g)
-		}
 		if _, err := j.filesDir(); err != nil {
 			return err
 		}
