@@ -7,7 +7,6 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/sandgate/sandgate/node/admin"
-	"github.com/sandgate/sandgate/node/enrolment"
 	"github.com/sandgate/sandgate/node/pool"
 	"github.com/sandgate/sandgate/node/release"
 )
@@ -75,7 +74,14 @@ type adminState struct{ a *App }
 func (s adminState) Pools() *pool.Registry    { return s.a.pools }
 func (s adminState) Releases() *release.Store { return s.a.releases }
 
-func (s adminState) Enrolment() *enrolment.Store { return s.a.enrolment }
+// Enrolment returns the app's enrolment store, or a nil interface (not a
+// nil *enrolment.Store) without one.
+func (s adminState) Enrolment() admin.Enrolments {
+	if s.a.enrolment == nil {
+		return nil
+	}
+	return s.a.enrolment
+}
 
 // Interface guard.
 var _ caddy.AdminRouter = AdminAPI{}

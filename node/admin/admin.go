@@ -53,7 +53,21 @@ type State interface {
 	// Releases returns the release store.
 	Releases() *release.Store
 	// Enrolment returns the enrolment store (nil: enrolment is off).
-	Enrolment() *enrolment.Store
+	Enrolment() Enrolments
+}
+
+// Enrolments issues enrolment tokens and manages the enrolled nodes (an
+// *enrolment.Store; a cluster-wide store can take its place).
+type Enrolments interface {
+	// Issue creates a one-time token for pool valid for ttl
+	// (enrolment.Store.Issue).
+	Issue(pool string, ttl time.Duration) (string, time.Time, error)
+	// Records lists the enrolled nodes.
+	Records() []enrolment.Record
+	// SetEnabled enables or disables a node; false when it does not exist.
+	SetEnabled(nodeID string, enabled bool) (bool, error)
+	// Remove forgets a node; false when it does not exist.
+	Remove(nodeID string) (bool, error)
 }
 
 // TokenRequest is the body of POST TokensPath.

@@ -24,7 +24,12 @@ type state struct {
 func (s state) Pools() *pool.Registry    { return s.reg }
 func (s state) Releases() *release.Store { return s.store }
 
-func (s state) Enrolment() *enrolment.Store { return s.enrol }
+func (s state) Enrolment() Enrolments {
+	if s.enrol == nil {
+		return nil
+	}
+	return s.enrol
+}
 
 var d7 = strings.Repeat("7a", 32)
 
@@ -232,5 +237,21 @@ func TestEnrolledNodes(t *testing.T) {
 	}
 	if status := do(t, http.MethodPut, srv.URL+EnrolledPath, "", &er); status != 405 {
 		t.Errorf("PUT list: %d", status)
+	}
+}
+
+// TestEnrolmentOff: without a state_dir (no enrolment store) the token and
+// enrolled-node routes answer 503 unavailable.
+func TestEnrolmentOff(t *testing.T) {
+	_, st, _ := newServer(t)
+	st.enrol = nil
+	srv := httptest.NewServer(&Handler{State: func() State { return st }})
+	defer srv.Close()
+	var e Error
+	if status := do(t, http.MethodPost, srv.URL+TokensPath, `{"pool": "default"}`, &e); status != 503 || e.Error != "unavailable" {
+		t.Fatalf("%d %+v", status, e)
+	}
+	if status := do(t, http.MethodGet, srv.URL+EnrolledPath, "", &e); status != 503 || e.Error != "unavailable" {
+		t.Fatalf("%d %+v", status, e)
 	}
 }
