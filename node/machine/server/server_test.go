@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -370,5 +371,48 @@ func TestEnrolmentOff(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 503 {
 		t.Fatalf("%d", resp.StatusCode)
+	}
+}
+
+// TestExpiredToken: a token past its expiry is refused by the preview,
+// the enrolment and the downloads alike (401 enrolment_refused), and
+// nothing is written.
+func TestExpiredToken(t *testing.T) {
+	w := newWorld(t)
+	now := time.Now()
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	store, err := enrolment.Open(filepath.Join(w.enrolDir, "expiring.json"), clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(&Handler{Credentials: store, Pools: w.pools, Releases: w.store, Enrolment: store})
+	defer srv.Close()
+	w.srv = srv
+	tok, _, err := store.Issue("default", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.secrets = append(w.secrets, tok)
+	if a := w.do(http.MethodGet, machine.EnrolPath, tok, nil, ""); a.status != 200 {
+		t.Fatalf("before expiry: %d", a.status)
+	}
+	mu.Lock()
+	now = now.Add(time.Minute)
+	mu.Unlock()
+	state := filepath.Join(w.enrolDir, "expiring.json")
+	before, _ := os.ReadFile(state)
+	for _, a := range []answer{
+		w.do(http.MethodGet, machine.EnrolPath, tok, nil, ""),
+		w.do(http.MethodPost, machine.EnrolPath, "", jsonCT, enrolBody(tok)),
+		w.do(http.MethodGet, machine.ManifestURL("rel-7"), tok, nil, ""),
+	} {
+		if a.status != 401 || a.errorCode() != machine.CodeEnrolmentRefused {
+			t.Fatalf("expired token: %d %s", a.status, a.body)
+		}
+	}
+	after, _ := os.ReadFile(state)
+	if !bytes.Equal(before, after) || len(store.Records()) != 0 {
+		t.Fatal("a refused enrolment wrote the state")
 	}
 }
