@@ -13,7 +13,7 @@
 //
 //	go run ./hack/nodeload [-caddy bin/caddy] [-nodes 10000] [-heartbeat 10s]
 //		[-settle 20s] [-rate 1000] [-duration 30s] [-dial-concurrency 200]
-//		[-gateway-output <file>] [-tool-gogc 400]
+//		[-gateway-output <file>] [-gateway-env GOGC=400,GOMEMLIMIT=768MiB] [-tool-gogc 400]
 //
 // It raises its RLIMIT_NOFILE (the gateway inherits it) and exits 1 with
 // the reason when the gateway does not start or a node cannot connect. The
@@ -34,6 +34,7 @@ import (
 	"io"
 	"math"
 	mrand "math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -66,6 +67,8 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 30*time.Second, "length of the dispatch phase")
 	flag.IntVar(&o.dialConcurrency, "dial-concurrency", 200, "connections opened at once")
 	flag.IntVar(&o.toolGOGC, "tool-gogc", 400, "GOGC of this load tool (its 10,000 simulated nodes garbage-collect on the same CPUs as the gateway); the gateway keeps its own environment")
+	flag.StringVar(&o.profile, "profile", "", "file for a CPU profile of the gateway during the dispatch phase, with <file>.heap and <file>.goroutine taken after the steady state (Caddy's admin endpoint is then on, on loopback)")
+	flag.StringVar(&o.gatewayEnv, "gateway-env", "", "comma-separated VAR=value added to the gateway's environment only (e.g. GOGC=400,GOMEMLIMIT=768MiB)")
 	flag.StringVar(&o.gatewayOutput, "gateway-output", "", "file for the gateway's standard output and error (e.g. with GODEBUG=gctrace=1); default discarded")
 	flag.Parse()
 	if o.settle == 0 {
@@ -86,6 +89,8 @@ type options struct {
 	duration        time.Duration
 	dialConcurrency int
 	gatewayOutput   string
+	gatewayEnv      string
+	profile         string
 	toolGOGC        int
 }
 
@@ -135,8 +140,16 @@ func run(o options) error {
 			return err
 		}
 	}
+	admin := "off"
+	if o.profile != "" {
+		p, err := gatewayproc.FreePort()
+		if err != nil {
+			return err
+		}
+		admin = "127.0.0.1:" + p
+	}
 	caddyfile := fmt.Sprintf(`{
-	admin off
+	admin %s
 	auto_https off
 	persist_config off
 	log {
@@ -159,7 +172,7 @@ http://127.0.0.1:%s {
 		token_sha256 %s
 	}
 }
-`, filepath.Join(dir, "gateway.log"), filepath.Join(dir, "hmac.key"), filepath.Join(dir, "credentials.yaml"),
+`, admin, filepath.Join(dir, "gateway.log"), filepath.Join(dir, "hmac.key"), filepath.Join(dir, "credentials.yaml"),
 		filepath.Join(dir, "nodes.yaml"), o.heartbeat, port, sum(apiToken))
 	var output io.Writer
 	if o.gatewayOutput != "" {
@@ -170,7 +183,11 @@ http://127.0.0.1:%s {
 		defer out.Close()
 		output = out
 	}
-	gw, err := gatewayproc.Start(o.caddy, dir, caddyfile, output)
+	var genv []string
+	if o.gatewayEnv != "" {
+		genv = strings.Split(o.gatewayEnv, ",")
+	}
+	gw, err := gatewayproc.Start(o.caddy, dir, caddyfile, output, genv...)
 	if err != nil {
 		return err
 	}
@@ -180,15 +197,35 @@ http://127.0.0.1:%s {
 	if err := gw.WaitListening("127.0.0.1:" + port); err != nil {
 		return err
 	}
-	fmt.Printf("nodeload: %s (pid %d) on %s; %d nodes, heartbeat %s; RLIMIT_NOFILE %d; %d CPUs; gateway GOGC=%q, load tool GOGC=%d\n",
-		o.caddy, pid, base, o.nodes, o.heartbeat, limit, runtime.NumCPU(), os.Getenv("GOGC"), o.toolGOGC)
+	// The listener can be up before a large node file is loaded; connect
+	// only once the API lists every node (polling, with a deadline).
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		st, err := apiStatus(base, apiToken)
+		if err == nil && st.total == o.nodes {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the gateway did not list the %d enrolled nodes within 2 minutes (last: %d, %v)", o.nodes, st.total, err)
+		}
+		time.Sleep(100 * time.Millisecond) // polling the API
+	}
+	fmt.Printf("nodeload: %s (pid %d) on %s; %d nodes, heartbeat %s; RLIMIT_NOFILE %d; %d CPUs; gateway environment %q (GOGC=%q), load tool GOGC=%d\n",
+		o.caddy, pid, base, o.nodes, o.heartbeat, limit, runtime.NumCPU(), o.gatewayEnv, os.Getenv("GOGC"), o.toolGOGC)
 	rssIdle, _, err := gw.Memory()
 	if err != nil {
 		return err
 	}
 
 	// Connect.
-	dialer := &websocket.Dialer{HandshakeTimeout: 30 * time.Second, ReadBufferSize: 1024, WriteBufferSize: 1024}
+	// One loopback source address per nodesPerSource connections: a
+	// source address has about 28,000 ephemeral ports towards one port.
+	const nodesPerSource = 20000
+	var dialers []*websocket.Dialer
+	for i := 0; i*nodesPerSource < max(len(nodes), 1); i++ {
+		nd := &net.Dialer{Timeout: 30 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+i))}}
+		dialers = append(dialers, &websocket.Dialer{HandshakeTimeout: 30 * time.Second, ReadBufferSize: 1024, WriteBufferSize: 1024,
+			NetDialContext: nd.DialContext})
+	}
 	sims := make([]*sim.Node, len(nodes))
 	start := time.Now()
 	var (
@@ -212,7 +249,7 @@ http://127.0.0.1:%s {
 				Health: proto.Health{ProviderReady: true, Host: proto.HostMeasurements{CPUCount: 8,
 					CPUPercent: 10, MemoryTotalBytes: 32 << 30, MemoryUsedBytes: 8 << 30, DiskTotalBytes: 1 << 40, DiskUsedBytes: 1 << 38}}}
 			sim, err := sim.Dial(ctx, sim.Config{URL: base, Credential: n.secret, Hello: h,
-				HeartbeatInterval: o.heartbeat, Dialer: dialer})
+				HeartbeatInterval: o.heartbeat, Dialer: dialers[i/nodesPerSource]})
 			if err != nil {
 				err = fmt.Errorf("node %d: %w", i, err)
 				dialErr.CompareAndSwap(nil, &err)
@@ -264,10 +301,27 @@ http://127.0.0.1:%s {
 	} else {
 		return err
 	}
+	if o.profile != "" {
+		if err := fetch("http://"+admin+"/debug/pprof/heap", o.profile+".heap"); err != nil {
+			return err
+		}
+		if err := fetch("http://"+admin+"/debug/pprof/goroutine", o.profile+".goroutine"); err != nil {
+			return err
+		}
+	}
 
 	// Dispatch at a fixed rate.
 	if o.rate > 0 && o.duration > 0 {
-		if err := dispatch(o, base, apiToken, nodes, pid); err != nil {
+		var profiled chan error
+		if o.profile != "" {
+			profiled = make(chan error, 1)
+			go func() { profiled <- fetchProfile("http://"+admin, o.profile, o.duration) }()
+		}
+		err := dispatch(o, base, apiToken, nodes, pid)
+		if profiled != nil {
+			err = errors.Join(err, <-profiled)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -472,4 +526,28 @@ func randomHex(n int) string {
 func sum(s string) string {
 	d := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(d[:])
+}
+
+// fetchProfile saves a CPU profile of the gateway of d (at least one
+// second) from Caddy's admin endpoint into file.
+func fetchProfile(admin, file string, d time.Duration) error {
+	return fetch(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", admin, max(1, int(d.Seconds()))), file)
+}
+
+// fetch saves what url answers into file.
+func fetch(url, file string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile: HTTP %d", resp.StatusCode)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, resp.Body)
+	return errors.Join(err, f.Close())
 }

@@ -381,12 +381,11 @@ func (r *Request) validate() error {
 	}
 	present := r.params()
 	for _, p := range paramOrder {
-		name := "/" + p.name
 		switch {
 		case present&p.bit != 0 && (spec.required|spec.optional)&p.bit == 0:
-			return newError(ErrParameters, name, "the operation takes no such parameter")
+			return newError(ErrParameters, "/"+p.name, "the operation takes no such parameter")
 		case present&p.bit == 0 && spec.required&p.bit != 0:
-			return newError(ErrParameters, name, "the operation requires this parameter")
+			return newError(ErrParameters, "/"+p.name, "the operation requires this parameter")
 		}
 	}
 	if r.Bootstrap != nil {
