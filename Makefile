@@ -7,6 +7,7 @@
 #   make bench  the benchmarks written down in docs/
 #   make nodeload  the node-connect load test (docs/node-connect.md)
 #   make fuzz   every Go fuzz target for FUZZTIME each (default 30s)
+#   make images the container images of the three programs (docs/deploy.md)
 
 GO       ?= go
 NPM      ?= npm
@@ -41,7 +42,7 @@ kube_env = kube_assets="$$($(PHASE) $(1) "building kube-apiserver and etcd for e
 	"first time 8-10 min on 2 idle cores, 35 on a loaded machine; then cached" -- bash hack/kube/build.sh)"; \
 	export KUBEBUILDER_ASSETS="$$kube_assets"
 
-.PHONY: all build demo test test-unit test-integration js-deps bench nodeload fuzz vet clean FORCE
+.PHONY: all build images demo test test-unit test-integration js-deps bench nodeload fuzz vet clean FORCE
 
 all: build
 
@@ -58,12 +59,20 @@ bin/caddy: $(GATEWAY_SOURCES) bin/.version
 		{ tail -n 30 bin/caddy-build.log >&2; echo "bin/caddy: the build failed; the whole log is bin/caddy-build.log" >&2; exit 1; }
 
 bin/corectl: $(shell find corectl gateway/credential gateway/token internal -name '*.go' -not -name '*_test.go') go.mod go.sum bin/.version
-	$(GO) build -ldflags "$$(cat bin/.version)" -o bin/corectl ./corectl/cmd/corectl
+	CGO_ENABLED=0 $(GO) build -ldflags "$$(cat bin/.version)" -o bin/corectl ./corectl/cmd/corectl
 
 bin/nodeagent: $(shell find nodeagent node/proto internal -name '*.go' -not -name '*_test.go') go.mod go.sum bin/.version
-	$(GO) build -ldflags "$$(cat bin/.version)" -o bin/nodeagent ./nodeagent/cmd/nodeagent
+	CGO_ENABLED=0 $(GO) build -ldflags "$$(cat bin/.version)" -o bin/nodeagent ./nodeagent/cmd/nodeagent
 
 build: bin/caddy bin/corectl bin/nodeagent
+
+# The container images of the three programs, sandgate/{gateway,corectl,nodeagent}:$(IMAGE_TAG),
+# built in the Docker engine of DOCKER_HOST (or the default socket) by hack/images.sh: FROM
+# scratch with the static binaries, Debian's CA bundle and the non-root user 65532; no registry
+# is contacted (docs/deploy.md).
+IMAGE_TAG ?= dev
+images: build
+	IMAGE_TAG=$(IMAGE_TAG) bash hack/images.sh
 
 # The pinned E2B JS SDKs the integration tests and the demo drive.
 $(JS_DIR)/node_modules/.package-lock.json: $(JS_DIR)/package.json $(JS_DIR)/package-lock.json
@@ -81,7 +90,7 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt needed'; exit 1; }
 
-test-unit: bin/caddy
+test-unit: build
 	@set -e; $(call docker_env,docker); $(call kube_env,kube); $(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v /integration)
 
 test-integration: build js-deps
