@@ -8,23 +8,44 @@ package nodeagent_test
 // refused before anything is written.
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sandgate/sandgate/node/api"
+	"github.com/sandgate/sandgate/node/machine"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodeagent/docker"
 	"github.com/sandgate/sandgate/nodeagent/internal/dockertest"
 	"github.com/sandgate/sandgate/nodeagent/state"
 )
 
-func TestEnrolThroughTheGateway(t *testing.T) {
+// enrolGateway is the built gateway with releases published into its
+// store, a pool "default" binding them, and its admin endpoint for
+// enrolment tokens and deployments.
+type enrolGateway struct {
+	*world
+	host, image string
+	adminPort   int
+	// core is the gateway's node connect origin (the machine API).
+	core string
+}
+
+// newEnrolGateway publishes one release per name (the test image with a
+// provider spec setting SPEC_RELEASE), binds generation i+1 to the i-th
+// and starts the gateway with pool default targeting generation target.
+func newEnrolGateway(t *testing.T, target int, releases ...string) *enrolGateway {
+	t.Helper()
 	root := repoRoot(t)
 	gw := gatewayBinary(t, root)
 	host := dockertest.Host(t)
@@ -33,20 +54,24 @@ func TestEnrolThroughTheGateway(t *testing.T) {
 	agent := sharedAgent(t)
 	dir := t.TempDir()
 
-	// The release, published into the gateway's store.
-	rel := filepath.Join(dir, "rel-1")
-	os.Mkdir(rel, 0o755)
-	saveImage(t, host, img, filepath.Join(rel, "image.tar"))
-	write(t, filepath.Join(rel, "provider.json"), fmt.Sprintf(`{"provider":"docker","image_ref":%q,"command":["sleep","3600"]}`, img))
-	write(t, filepath.Join(rel, "seccomp.json"), denyMkdir)
+	// The releases, published into the gateway's store.
 	store := filepath.Join(dir, "releases")
-	for _, args := range [][]string{
-		{"sandgate-release", "manifest", "--source", "rel-1", "--image", "image.tar", "--provider-spec", "provider.json", "--seccomp", "seccomp.json", rel},
-		{"sandgate-release", "publish", "--store", store, rel},
-	} {
-		if out, err := exec.Command(gw, args...).CombinedOutput(); err != nil {
-			t.Fatalf("caddy %v: %v\n%s", args, err, out)
+	var bindings strings.Builder
+	for i, name := range releases {
+		rel := filepath.Join(dir, name)
+		os.Mkdir(rel, 0o755)
+		saveImage(t, host, img, filepath.Join(rel, "image.tar"))
+		write(t, filepath.Join(rel, "provider.json"), fmt.Sprintf(`{"provider":"docker","image_ref":%q,"command":["sleep","3600"],"env":{"SPEC_RELEASE":%q}}`, img, name))
+		write(t, filepath.Join(rel, "seccomp.json"), denyMkdir)
+		for _, args := range [][]string{
+			{"sandgate-release", "manifest", "--source", name, "--image", "image.tar", "--provider-spec", "provider.json", "--seccomp", "seccomp.json", rel},
+			{"sandgate-release", "publish", "--store", store, rel},
+		} {
+			if out, err := exec.Command(gw, args...).CombinedOutput(); err != nil {
+				t.Fatalf("caddy %v: %v\n%s", args, err, out)
+			}
 		}
+		fmt.Fprintf(&bindings, "\t\t\t\tgeneration %d release %s\n", i+1, name)
 	}
 
 	// The gateway: node connect with the machine API, the internal API,
@@ -66,8 +91,7 @@ func TestEnrolThroughTheGateway(t *testing.T) {
 			state_dir %s
 			releases %s
 			pool default {
-				generation 1 release rel-1
-				target 1
+%s				target %d
 			}
 			heartbeat_interval 500ms
 		}
@@ -85,40 +109,74 @@ http://127.0.0.1:%d {
 		token_sha256 %s
 	}
 }
-`, adminPort, key, creds, filepath.Join(dir, "core-state"), store, connectPort, apiPort, sha(apiToken)))
+`, adminPort, key, creds, filepath.Join(dir, "core-state"), store, bindings.String(), target, connectPort, apiPort, sha(apiToken)))
 	w := &world{t: t, dir: dir, agent: agent, apiToken: apiToken, apiURL: fmt.Sprintf("http://127.0.0.1:%d%s", apiPort, api.Prefix)}
 	w.gateway = start(t, filepath.Join(dir, "caddy.log"), gw, "run", "--config", caddyfile, "--adapter", "caddyfile")
 	w.until("the gateway's API answers", func() bool {
 		resp, _, err := w.do(http.MethodGet, "", nil)
 		return err == nil && resp.StatusCode == http.StatusOK
 	})
-	newToken := func() string {
-		resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/sandgate/enrolment-tokens", adminPort), "application/json",
-			bytes.NewReader([]byte(`{"pool":"default","ttl":"1h"}`)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var out struct {
-			EnrolmentToken string `json:"enrolment_token"`
-		}
-		if resp.StatusCode != http.StatusCreated || json.NewDecoder(resp.Body).Decode(&out) != nil || out.EnrolmentToken == "" {
-			t.Fatalf("enrolment token: HTTP %d", resp.StatusCode)
-		}
-		return out.EnrolmentToken
+	g := &enrolGateway{world: w, host: host, image: img, adminPort: adminPort, core: fmt.Sprintf("http://127.0.0.1:%d", connectPort)}
+	// The admin routes answer 503 until the sandgate app has started.
+	w.until("the gateway's admin routes answer", func() bool {
+		status, _ := g.admin(http.MethodGet, "/sandgate/pools", "")
+		return status == http.StatusOK
+	})
+	return g
+}
+
+// admin sends a request to the gateway's admin endpoint and returns the
+// status and body.
+func (g *enrolGateway) admin(method, path, body string) (int, []byte) {
+	g.t.Helper()
+	req, _ := http.NewRequest(method, fmt.Sprintf("http://127.0.0.1:%d%s", g.adminPort, path), strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		g.t.Fatal(err)
 	}
-	core := fmt.Sprintf("http://127.0.0.1:%d", connectPort)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// newToken issues a one-time enrolment token for pool default.
+func (g *enrolGateway) newToken() string {
+	g.t.Helper()
+	status, b := g.admin(http.MethodPost, "/sandgate/enrolment-tokens", `{"pool":"default","ttl":"1h"}`)
+	var out struct {
+		EnrolmentToken string `json:"enrolment_token"`
+	}
+	if status != http.StatusCreated || json.Unmarshal(b, &out) != nil || out.EnrolmentToken == "" {
+		g.t.Fatalf("enrolment token: HTTP %d", status)
+	}
+	return out.EnrolmentToken
+}
+
+// enrol runs nodeagent enrol against core and returns its exit status
+// and output.
+func (g *enrolGateway) enrol(core, token, stateDir, credFile string) (int, string) {
+	g.t.Helper()
+	tf := write(g.t, filepath.Join(g.t.TempDir(), "token"), token+"\n")
+	out, err := exec.Command(g.agent, "enrol", "--core", core, "--token-file", tf, "--state-dir", stateDir,
+		"--credential-file", credFile, "--docker-endpoint", g.host).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), string(out)
+	}
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return 0, string(out)
+}
+
+func TestEnrolThroughTheGateway(t *testing.T) {
+	g := newEnrolGateway(t, 1, "rel-1")
+	w, host, img, dir := g.world, g.host, g.image, g.dir
+	cli := dockertest.Client(t, host)
+	agent := g.agent
+	newToken := g.newToken
 	enrol := func(token, stateDir, credFile string) (int, string) {
-		tf := write(t, filepath.Join(t.TempDir(), "token"), token+"\n")
-		out, err := exec.Command(agent, "enrol", "--core", core, "--token-file", tf, "--state-dir", stateDir,
-			"--credential-file", credFile, "--docker-endpoint", host).CombinedOutput()
-		if ee, ok := err.(*exec.ExitError); ok {
-			return ee.ExitCode(), string(out)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return 0, string(out)
+		return g.enrol(g.core, token, stateDir, credFile)
 	}
 
 	token := newToken()
@@ -183,5 +241,55 @@ heartbeat = "500ms"
 	res = w.operation(api.OperationRequest{Operation: proto.OpKill, DeploymentGeneration: 1, TimeoutMS: 60000, Reference: ref})
 	if res.Outcome != "success" {
 		t.Fatalf("kill: %+v", res)
+	}
+}
+
+// TestEnrolWhileTheOperatorFlipsTheDeployment: the operator makes
+// generation 2 the serving generation at the worst moment — after the new
+// node previewed and verified generation 1's runtime, just before it
+// enrols (a proxy in front of the gateway flips the deployment through the
+// admin API when it sees the enrolment). The node must not be registered
+// with a runtime it did not verify, nor leave an enrolled node behind
+// whose credential nobody holds: nodeagent enrol refuses with nothing
+// written, Core lists no enrolled node, the token stays usable, and the
+// next run with the same token enrols the node with generation 2.
+func TestEnrolWhileTheOperatorFlipsTheDeployment(t *testing.T) {
+	g := newEnrolGateway(t, 1, "rel-1", "rel-2")
+	target, _ := url.Parse(g.core)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var flips atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == machine.EnrolPath && flips.Add(1) == 1 {
+			if status, b := g.admin(http.MethodPut, "/sandgate/pools/default/deployment", `{"generation": 2, "serving_generation": 2}`); status != http.StatusOK {
+				t.Errorf("flip: HTTP %d %s", status, b)
+			}
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+
+	token := g.newToken()
+	stateDir, credFile := filepath.Join(g.dir, "node-state"), filepath.Join(g.dir, "node.credential")
+	code, out := g.enrol(srv.URL, token, stateDir, credFile)
+	if code != 4 || flips.Load() != 1 {
+		t.Fatalf("enrol across a deployment flip: exit %d, %d enrolments seen\n%s", code, flips.Load(), out)
+	}
+	nothingWritten(t, stateDir, credFile)
+	status, b := g.admin(http.MethodGet, "/sandgate/enrolled-nodes", "")
+	var nodes struct {
+		Nodes []json.RawMessage `json:"nodes"`
+	}
+	if status != http.StatusOK || json.Unmarshal(b, &nodes) != nil || len(nodes.Nodes) != 0 {
+		t.Fatalf("Core registered a node the enrolment refused: HTTP %d %s", status, b)
+	}
+
+	// The same token enrols the node with what Core serves now.
+	if code, out := g.enrol(g.core, token, stateDir, credFile); code != 0 {
+		t.Fatalf("enrol again with the same token: exit %d\n%s\n%s", code, out, g.gateway.output())
+	}
+	st, _ := state.Open(stateDir)
+	id, err := st.Identity()
+	if err != nil || id.DeploymentGeneration != 2 {
+		t.Fatalf("identity %+v, %v", id, err)
 	}
 }

@@ -3,6 +3,7 @@ package machine
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -11,6 +12,7 @@ import (
 // the token.
 func FuzzDecodeEnrolRequest(f *testing.F) {
 	f.Add([]byte(validEnrol))
+	f.Add([]byte(strings.TrimSuffix(validEnrol, "}") + `, "enrolled": {"deployment_generation": 7, "specification_digest": "` + testDigest + `"}}`))
 	f.Add([]byte(`{"enrolment_token": null}`))
 	f.Add([]byte(`{"enrolment_token": "SECRETSECRET", "installation_id": 1}`))
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -85,6 +85,13 @@ type EnrolRequest struct {
 	// generations (hello's generation_management). Optional; absent means
 	// true (enrolled nodes are generation-managing unless they say not).
 	GenerationManagement *bool `json:"generation_management,omitempty"`
+	// Enrolled is the generation the node previewed and verified
+	// (EnrolPreview.Enrolled). Optional; when given, Core enrols the node
+	// only with exactly this generation and digest and otherwise refuses
+	// (409 enrolment_changed) without using the token: a deployment change
+	// between the preview and the enrolment never registers a node with a
+	// runtime it did not verify.
+	Enrolled *Generation `json:"enrolled,omitempty"`
 }
 
 // EnrolResponse is the 201 answer of an enrolment.
@@ -185,6 +192,10 @@ const (
 	// CodeUnsupportedMediaType (415): an enrolment body that is not
 	// application/json.
 	CodeUnsupportedMediaType = "unsupported_media_type"
+	// CodeEnrolmentChanged (409): the pool's enrolled generation is no
+	// longer the one the enrolment request states (the deployment changed
+	// since the preview); the token was not used.
+	CodeEnrolmentChanged = "enrolment_changed"
 	// CodeDeploymentUnavailable (503): the pool has no deployment, or its
 	// release is not in the store.
 	CodeDeploymentUnavailable = "deployment_unavailable"
@@ -212,6 +223,8 @@ func (r *EnrolRequest) Validate() error {
 		return fmt.Errorf("max_active must be 1..%d", proto.MaxActiveOperations)
 	case r.MaxRetained < 0 || r.MaxRetained > proto.MaxRetainedGenerations:
 		return fmt.Errorf("max_retained must be 0..%d", proto.MaxRetainedGenerations)
+	case r.Enrolled != nil && (r.Enrolled.DeploymentGeneration <= 0 || !proto.IsDigest(r.Enrolled.SpecificationDigest)):
+		return errors.New("enrolled must hold a positive deployment_generation and a lowercase SHA-256 specification_digest")
 	}
 	return nil
 }
@@ -281,7 +294,7 @@ func IsPool(s string) bool { return pool.IsName(s) }
 // Required members of each body, by object pointer (array elements "-").
 var (
 	enrolRequestRequired = map[string][]string{"": {"enrolment_token", "installation_id", "provider",
-		"backend_fingerprint", "max_active", "max_retained"}}
+		"backend_fingerprint", "max_active", "max_retained"}, "/enrolled": {"deployment_generation", "specification_digest"}}
 	enrolResponseRequired = map[string][]string{"": {"node_id", "credential", "pool"}}
 	configRequired        = map[string][]string{
 		"":            {"node_id", "pool", "enrolled", "deployment", "runtimes"},

@@ -115,13 +115,19 @@ func Run(ctx context.Context, e *config.Enrolment, out io.Writer) (*Result, erro
 		return nil, refuse("the runtime of generation %d: %v", rt.Generation, err)
 	}
 
-	// 3. Registration: consumes the token.
+	// 3. Registration: consumes the token, and only for the previewed
+	// generation (Core refuses without using the token when the
+	// deployment changed meanwhile).
 	installation := uuid.NewString()
 	gm := true
 	fmt.Fprintln(out, "enrolling with Core")
 	resp, err := core.Enrol(ctx, &machine.EnrolRequest{EnrolmentToken: e.Token, InstallationID: installation,
 		Provider: proto.ProviderDocker, BackendFingerprint: fingerprint, MaxActive: cfg.MaxActive,
-		MaxRetained: cfg.MaxRetained, GenerationManagement: &gm})
+		MaxRetained: cfg.MaxRetained, GenerationManagement: &gm, Enrolled: &enrolled})
+	if errors.Is(err, machineclient.ErrEnrolmentChanged) {
+		return nil, refuse("Core's deployment changed while this node verified generation %d: run nodeagent enrol again with the same token (it was not used)",
+			enrolled.DeploymentGeneration)
+	}
 	if err != nil {
 		return nil, refuse("enrolment: %v", err)
 	}

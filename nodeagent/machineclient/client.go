@@ -32,6 +32,10 @@ var (
 	// ErrGenerationUnknown: Core has no runtime of that generation for
 	// the node's pool (404 generation_unknown).
 	ErrGenerationUnknown = errors.New("machineclient: Core knows no runtime of that generation")
+	// ErrEnrolmentChanged: Core would enrol the node with another
+	// generation than the one it previewed (409 enrolment_changed; the
+	// deployment changed meanwhile); the token was not used.
+	ErrEnrolmentChanged = errors.New("machineclient: the pool's enrolled generation changed since the preview; the token was not used")
 	// ErrTransfer: the request failed or the answer is not the one the
 	// API promises (a network error, another status, a malformed or
 	// oversized body, a short or long download).
@@ -120,6 +124,8 @@ func refusal(resp *http.Response) error {
 		return ErrRefused
 	case resp.StatusCode == http.StatusNotFound && e.Error == machine.CodeGenerationUnknown:
 		return ErrGenerationUnknown
+	case resp.StatusCode == http.StatusConflict && e.Error == machine.CodeEnrolmentChanged:
+		return ErrEnrolmentChanged
 	}
 	if e.Error != "" {
 		return fmt.Errorf("%w: HTTP %d %s", ErrTransfer, resp.StatusCode, e.Error)

@@ -67,6 +67,10 @@ func Owns(path string) bool {
 // errNoRuntime: the pool cannot say which runtime a node installs.
 var errNoRuntime = errors.New("the pool has no deployment whose runtime comes from a published release")
 
+// errEnrolmentChanged: the pool's enrolled generation is not the one the
+// enrolment request states.
+var errEnrolmentChanged = errors.New("the pool's enrolled generation changed since the preview; the token was not used")
+
 // ServeHTTP routes one machine API request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch p := r.URL.Path; {
@@ -218,12 +222,22 @@ func (h *Handler) enrol(w http.ResponseWriter, r *http.Request) {
 				deployErr = err
 				return enrolment.Generation{}, err
 			}
+			if req.Enrolled != nil && (req.Enrolled.DeploymentGeneration != rt.Generation ||
+				req.Enrolled.SpecificationDigest != rt.SpecificationDigest) {
+				// The node verified another runtime than the one it
+				// would be registered with: refused before the token is
+				// used (spec "Exact-match new installation").
+				return enrolment.Generation{}, errEnrolmentChanged
+			}
 			return enrolment.Generation{Generation: rt.Generation, SpecificationDigest: rt.SpecificationDigest}, nil
 		})
 	switch {
 	case err == nil:
 	case errors.Is(err, enrolment.ErrRefused):
 		h.refuseEnrolment(w, "enrol")
+		return
+	case errors.Is(err, errEnrolmentChanged):
+		writeError(w, http.StatusConflict, machine.CodeEnrolmentChanged, err.Error())
 		return
 	case deployErr != nil:
 		writeError(w, http.StatusServiceUnavailable, machine.CodeDeploymentUnavailable, deployErr.Error())

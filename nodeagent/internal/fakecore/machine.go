@@ -193,6 +193,10 @@ func (m *Machine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, 401, machine.Error{Error: machine.CodeEnrolmentRefused})
 			return
 		}
+		if req.Enrolled != nil && *req.Enrolled != m.Enrolled {
+			writeJSON(w, 409, machine.Error{Error: machine.CodeEnrolmentChanged})
+			return
+		}
 		delete(m.Tokens, req.EnrolmentToken)
 		m.Enrolments++
 		writeJSON(w, 201, machine.EnrolResponse{NodeID: m.NodeID, Credential: m.Credential, Pool: m.Pool})
