@@ -44,7 +44,9 @@ const (
 //   - sandgate: the sandgate app is running (token keys, credential
 //     source, clusters provisioned);
 //   - nodes: with a nodes block, the node hub accepts connections and
-//     dispatches (not draining).
+//     dispatches (not draining);
+//   - presence: with several replicas (presence kubernetes), the watch
+//     of the node Leases has loaded.
 //
 // A method other than GET or HEAD is answered 405. JSON:
 //
@@ -106,6 +108,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		c := check{name: "nodes"}
 		if !hub.Accepting() {
 			c.failure = "the node hub is draining or closed"
+		}
+		checks = append(checks, c)
+	}
+	if p := h.app.NodePresence(); p != nil {
+		c := check{name: "presence"}
+		if !p.Synced() {
+			c.failure = "the node Leases are not loaded yet"
 		}
 		checks = append(checks, c)
 	}

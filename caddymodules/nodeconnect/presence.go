@@ -47,6 +47,7 @@ const maxPeerTokenFile = 64 << 10
 //		replica_id <id>          # default: the host name (the pod name)
 //		kubeconfig <path>        # default: the in-cluster configuration
 //		lease_duration <d>       # default 30s, at least 15s
+//		renew_interval <d>       # default lease_duration/3
 //		qps <n>                  # apiserver requests per second, default 500 (burst twice that)
 //	}
 //
@@ -75,6 +76,11 @@ type KubernetesPresence struct {
 	// LeaseDuration is how long a claim outlives its last renewal.
 	// Default 30s.
 	LeaseDuration caddy.Duration `json:"lease_duration,omitempty"`
+	// RenewInterval is the shortest time between two renewals of a
+	// node's Lease (the hub asks at each heartbeat). Default
+	// lease_duration/3. The apiserver takes nodes/renew_interval writes
+	// per second from all replicas together.
+	RenewInterval caddy.Duration `json:"renew_interval,omitempty"`
 	// QPS limits apiserver requests per second (burst: twice). Default
 	// 500.
 	QPS int `json:"qps,omitempty"`
@@ -91,7 +97,10 @@ func (KubernetesPresence) CaddyModule() caddy.ModuleInfo {
 
 // Provision builds the apiserver client and the presence, and reads the
 // peer tokens. Errors name the setting; token values are never shown.
-func (k *KubernetesPresence) Provision(caddy.Context) error {
+//
+// The Lease watch that answers "which replica holds this node" runs until
+// the config is unloaded.
+func (k *KubernetesPresence) Provision(ctx caddy.Context) error {
 	repl := caddy.NewReplacer()
 	adv := repl.ReplaceAll(k.Advertise, "")
 	u, err := url.Parse(adv)
@@ -139,10 +148,12 @@ func (k *KubernetesPresence) Provision(caddy.Context) error {
 		return fmt.Errorf("presence kubernetes: %w", err)
 	}
 	l, err := presence.New(presence.Config{Leases: cs.CoordinationV1(), Namespace: ns, ReplicaID: id,
-		Address: strings.TrimSuffix(adv, "/"), LeaseDuration: time.Duration(k.LeaseDuration)})
+		Address: strings.TrimSuffix(adv, "/"), LeaseDuration: time.Duration(k.LeaseDuration),
+		RenewInterval: time.Duration(k.RenewInterval)})
 	if err != nil {
 		return err
 	}
+	l.Start(ctx)
 	k.Leases, k.sendToken, k.acceptToken = l, send, accept
 	return nil
 }
@@ -229,6 +240,12 @@ func (k *KubernetesPresence) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("bad lease_duration %q: must be a duration from 15s to 1h", v)
 			}
 			k.LeaseDuration = caddy.Duration(dur)
+		case "renew_interval":
+			dur, err := caddy.ParseDuration(v)
+			if err != nil || dur <= 0 || dur > time.Hour {
+				return d.Errf("bad renew_interval %q: must be a positive duration up to 1h", v)
+			}
+			k.RenewInterval = caddy.Duration(dur)
 		case "qps":
 			n, err := strconv.Atoi(v)
 			if err != nil || n <= 0 {

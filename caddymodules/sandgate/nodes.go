@@ -67,6 +67,9 @@ type NodePresence interface {
 	// PeerTokens returns the token this replica forwards with and the
 	// SHA-256 digests of the tokens it accepts from the others.
 	PeerTokens() (send string, accept [][sha256.Size]byte)
+	// Synced reports whether the presence's view of the other replicas
+	// is loaded (readiness).
+	Synced() bool
 }
 
 // DefaultOwnerEpoch is the owner epoch when none is configured.

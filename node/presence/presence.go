@@ -36,6 +36,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/sandgate/sandgate/node/hub"
 )
@@ -70,9 +71,6 @@ const (
 // periods of the protocol (10 s each).
 const DefaultLeaseDuration = 30 * time.Second
 
-// DefaultHolderTTL is Config.HolderTTL's default.
-const DefaultHolderTTL = 5 * time.Second
-
 // Config configures a Leases.
 type Config struct {
 	// Leases reaches the Portal cluster's Leases (a clientset's
@@ -90,9 +88,12 @@ type Config struct {
 	// renews it with every heartbeat (10 s). Default
 	// DefaultLeaseDuration; at least 15 s.
 	LeaseDuration time.Duration
-	// HolderTTL is how long Holder may answer from its cache before it
-	// reads the Lease again. Default DefaultHolderTTL.
-	HolderTTL time.Duration
+	// RenewInterval is the shortest time between two renewals of a claim:
+	// the hub asks at every heartbeat, and a renewal less than
+	// RenewInterval×4/5 after the last one is skipped. Default
+	// LeaseDuration/3 (every heartbeat with the defaults); the apiserver
+	// then takes nodes/RenewInterval Lease writes per second.
+	RenewInterval time.Duration
 	// Now is the clock (default time.Now). Lease expiry compares the
 	// Lease's renewTime, written by another replica's clock, with this
 	// one: the replicas' clocks must agree to well within LeaseDuration.
@@ -105,19 +106,10 @@ type Leases struct {
 	cfg    Config
 	epochs *counter
 
-	hmu     sync.Mutex
-	holders map[string]holderEntry
+	// informer watches the node Leases once Start ran; Holder and
+	// Replicas read its store when it has synced.
+	informer cache.SharedIndexInformer
 }
-
-// holderEntry is a cached Holder answer.
-type holderEntry struct {
-	peer Peer
-	ok   bool
-	at   time.Time
-}
-
-// maxHolderCache bounds the Holder cache; past it the cache is emptied.
-const maxHolderCache = 100_000
 
 // New checks cfg and returns the replica's presence. Errors name the bad
 // setting.
@@ -138,13 +130,16 @@ func New(cfg Config) (*Leases, error) {
 	if cfg.LeaseDuration < 15*time.Second {
 		return nil, errors.New("presence: the lease duration must be at least 15s (the heartbeat is 10s)")
 	}
-	if cfg.HolderTTL == 0 {
-		cfg.HolderTTL = DefaultHolderTTL
+	if cfg.RenewInterval <= 0 {
+		cfg.RenewInterval = cfg.LeaseDuration / 3
+	}
+	if cfg.RenewInterval >= cfg.LeaseDuration {
+		return nil, errors.New("presence: the renew interval must be shorter than the lease duration")
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	l := &Leases{cfg: cfg, holders: map[string]holderEntry{}}
+	l := &Leases{cfg: cfg}
 	l.epochs = &counter{l: l}
 	return l, nil
 }
@@ -251,8 +246,7 @@ func (l *Leases) Acquire(ctx context.Context, nodeID string, minEpoch int64) (hu
 		}
 		switch {
 		case err == nil:
-			l.remember(nodeID, got)
-			return &claim{l: l, nodeID: nodeID, epoch: epoch, lease: got}, nil
+			return &claim{l: l, nodeID: nodeID, epoch: epoch, lease: got, renewed: l.cfg.Now()}, nil
 		case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
 			continue // someone wrote it meanwhile: read again
 		default:
@@ -268,8 +262,9 @@ type claim struct {
 	nodeID string
 	epoch  int64
 
-	mu    sync.Mutex
-	lease *coordinationv1.Lease // as last written
+	mu      sync.Mutex
+	lease   *coordinationv1.Lease // as last written
+	renewed time.Time             // when it was last written
 }
 
 // Epoch implements hub.Claim.
@@ -289,6 +284,9 @@ func (c *claim) ours(lease *coordinationv1.Lease) bool {
 func (c *claim) Renew(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.l.cfg.Now().Sub(c.renewed) < c.l.cfg.RenewInterval*4/5 {
+		return nil
+	}
 	cl := c.l.client()
 	cur := c.lease
 	for range maxAttempts {
@@ -301,7 +299,7 @@ func (c *claim) Renew(ctx context.Context) error {
 		got, err := cl.Update(ctx, want, metav1.UpdateOptions{})
 		switch {
 		case err == nil:
-			c.lease = got
+			c.lease, c.renewed = got, c.l.cfg.Now()
 			return nil
 		case apierrors.IsConflict(err):
 			cur, err = cl.Get(ctx, want.Name, metav1.GetOptions{})
@@ -329,7 +327,6 @@ func (c *claim) Release(ctx context.Context) error {
 	defer c.mu.Unlock()
 	cl := c.l.client()
 	cur := c.lease
-	defer c.l.forget(c.nodeID)
 	for range maxAttempts {
 		if !c.ours(cur) {
 			return nil

@@ -72,12 +72,13 @@ func replica(t *testing.T, ns, id string, c *clock) *Leases {
 var ctx = context.Background()
 
 // TestAcquireRenewRelease: A claims a node (the Lease names A, its address
-// and the epoch); B gets ErrHeld; renewals move renewTime; after A
-// releases, B claims it under a higher epoch and the transition is
-// counted.
+// and the epoch); B gets ErrHeld; a renewal within the renew interval
+// writes nothing, one after it moves renewTime; after A releases, B
+// claims it under a higher epoch and the transition is counted.
 func TestAcquireRenewRelease(t *testing.T) {
 	ns := namespace(t)
-	a, b := replica(t, ns, "replica-a", nil), replica(t, ns, "replica-b", nil)
+	var ca_ clock
+	a, b := replica(t, ns, "replica-a", &ca_), replica(t, ns, "replica-b", nil)
 	node := uuid.NewString()
 	ca, err := a.Acquire(ctx, node, 1)
 	if err != nil {
@@ -99,7 +100,15 @@ func TestAcquireRenewRelease(t *testing.T) {
 		t.Fatalf("Holder = %+v %v %v", p, ok, err)
 	}
 	before := lease.Spec.RenewTime.Time
-	time.Sleep(10 * time.Millisecond) // renewTime has microsecond resolution; let the clock move
+	rv := lease.ResourceVersion
+	if err := ca.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lease, _ = kube.CoordinationV1().Leases(ns).Get(ctx, LeaseName(node), metav1.GetOptions{})
+	if lease.ResourceVersion != rv {
+		t.Fatalf("a renewal within the renew interval wrote the Lease")
+	}
+	ca_.advance(10 * time.Second)
 	if err := ca.Renew(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -126,6 +135,7 @@ func TestAcquireRenewRelease(t *testing.T) {
 	}
 	// A's old claim is gone: renewing it reports the loss, releasing it
 	// leaves B's claim alone.
+	ca_.advance(10 * time.Second)
 	if err := ca.Renew(ctx); !errors.Is(err, hub.ErrLost) {
 		t.Fatalf("renewing a lost claim: %v", err)
 	}
@@ -142,8 +152,8 @@ func TestAcquireRenewRelease(t *testing.T) {
 // reports ErrLost.
 func TestExpiredClaimIsTakenOver(t *testing.T) {
 	ns := namespace(t)
-	var cb clock
-	a, b := replica(t, ns, "replica-a", nil), replica(t, ns, "replica-b", &cb)
+	var ca_, cb clock
+	a, b := replica(t, ns, "replica-a", &ca_), replica(t, ns, "replica-b", &cb)
 	node := uuid.NewString()
 	ca, err := a.Acquire(ctx, node, 1)
 	if err != nil {
@@ -155,6 +165,8 @@ func TestExpiredClaimIsTakenOver(t *testing.T) {
 	}
 	cb.advance(2 * time.Second)
 	claimB, err := b.Acquire(ctx, node, 1)
+	// A's renewal is due (its own clock says so) and finds the Lease taken.
+	ca_.advance(31 * time.Second)
 	if err != nil {
 		t.Fatalf("after expiry: %v", err)
 	}
@@ -261,13 +273,16 @@ func TestCounterRecreatedAboveTheNodes(t *testing.T) {
 	}
 }
 
-// TestHolderCacheAndReplicas: Holder answers from its cache within the
-// TTL and reads again after it (or when asked for a fresh answer);
-// Replicas lists the replicas holding live claims.
-func TestHolderCacheAndReplicas(t *testing.T) {
+// TestHolderWatchAndReplicas: with Start, Holder answers from the watched
+// Leases and follows a release and a new claim; a fresh answer reads the
+// apiserver; Replicas lists the replicas holding live claims.
+func TestHolderWatchAndReplicas(t *testing.T) {
 	ns := namespace(t)
 	var cl clock
 	a, b := replica(t, ns, "replica-a", &cl), replica(t, ns, "replica-b", &cl)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	b.Start(wctx)
 	n1, n2 := uuid.NewString(), uuid.NewString()
 	c1, err := a.Acquire(ctx, n1, 1)
 	if err != nil {
@@ -276,24 +291,38 @@ func TestHolderCacheAndReplicas(t *testing.T) {
 	if _, err := b.Acquire(ctx, n2, 1); err != nil {
 		t.Fatal(err)
 	}
-	if p, ok, _ := b.Holder(ctx, n1, false); !ok || p.ID != "replica-a" {
-		t.Fatalf("Holder(n1) = %+v %v", p, ok)
+	eventually := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(10 * time.Millisecond) // polling the informer's store
+		}
 	}
+	eventually("the watch to see A's claim", func() bool {
+		p, ok, _ := b.Holder(ctx, n1, false)
+		return b.Synced() && ok && p.ID == "replica-a"
+	})
 	if err := c1.Release(ctx); err != nil {
 		t.Fatal(err)
-	}
-	if p, ok, _ := b.Holder(ctx, n1, false); !ok || p.ID != "replica-a" {
-		t.Fatalf("a cached answer within the TTL: %+v %v", p, ok)
 	}
 	if _, ok, _ := b.Holder(ctx, n1, true); ok {
 		t.Fatal("a fresh answer still names a holder")
 	}
-	peers, err := a.Replicas(ctx)
-	if err != nil || len(peers) != 1 || peers[0] != (Peer{ID: "replica-b", URL: "http://replica-b:30086"}) {
-		t.Fatalf("Replicas = %+v %v", peers, err)
+	eventually("the watch to see the release", func() bool {
+		_, ok, _ := b.Holder(ctx, n1, false)
+		return !ok
+	})
+	for _, r := range []*Leases{a, b} { // a lists, b reads its watch
+		peers, err := r.Replicas(ctx)
+		if err != nil || len(peers) != 1 || peers[0] != (Peer{ID: "replica-b", URL: "http://replica-b:30086"}) {
+			t.Fatalf("Replicas on %s = %+v %v", r.Self(), peers, err)
+		}
 	}
 	cl.advance(time.Minute)
-	if peers, _ := a.Replicas(ctx); len(peers) != 0 {
+	if peers, _ := b.Replicas(ctx); len(peers) != 0 {
 		t.Fatalf("Replicas after every claim expired = %+v", peers)
 	}
 }
@@ -306,6 +335,7 @@ func TestNewChecksConfig(t *testing.T) {
 		"no replica":   func(c *Config) { c.ReplicaID = "" },
 		"no address":   func(c *Config) { c.Address = "" },
 		"short lease":  func(c *Config) { c.LeaseDuration = 5 * time.Second },
+		"long renew":   func(c *Config) { c.RenewInterval = time.Minute },
 	} {
 		c := good
 		mutate(&c)
