@@ -225,7 +225,16 @@ func TestJSONConfigErrors(t *testing.T) {
 	const execdSecret = "execd-secret-DO-NOT-LEAK"
 	t.Setenv("SANDGATE_TEST_EXECD_TOKEN", execdSecret)
 	t.Setenv("SANDGATE_TEST_PORTAL_TOKEN", portalSecret)
-	secrets := []string{hmacSecret, shortSecret, portalSecret, execdSecret}
+	const kubeSecret = "kube-bearer-DO-NOT-LEAK-0123456789"
+	kubeconfig := filepath.Join(f.dir, "kubeconfig")
+	writeFile(t, kubeconfig, "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://127.0.0.1:1'}\n"+
+		"users:\n- name: u\n  user: {token: "+kubeSecret+"}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n")
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	secrets := []string{hmacSecret, shortSecret, portalSecret, execdSecret, kubeSecret}
+	peerTokens := filepath.Join(f.dir, "peer-token")
+	writeFile(t, peerTokens, strings.Repeat("p", 32)+"\n")
+	presenceNodes := obj{"state_dir": filepath.Join(f.dir, "node-state"), "presence": obj{"store": "kubernetes",
+		"advertise": "http://127.0.0.1:30086", "peer_token_file": peerTokens}}
 	portalAuth := obj{"Authorization": []any{"{env.SANDGATE_TEST_PORTAL_TOKEN}"}}
 
 	sg := func(cfg obj) obj { return sub(cfg, "apps", "sandgate") }
@@ -348,6 +357,24 @@ func TestJSONConfigErrors(t *testing.T) {
 			[]string{"e2b_dataplane", "max_message_size", "67108864"}},
 		{"max_message_size negative", func(cfg obj) { handlerOf(cfg)["max_message_size"] = -1 },
 			[]string{"max_message_size"}},
+		{"kubernetes with a missing kubeconfig", func(cfg obj) {
+			sg(cfg)["kubernetes"] = obj{"kubeconfig": filepath.Join(f.dir, "no-kubeconfig"), "replica": "r"}
+		}, []string{"kubernetes: kubeconfig", "no-kubeconfig"}},
+		{"kubernetes with a bad namespace", func(cfg obj) {
+			sg(cfg)["kubernetes"] = obj{"kubeconfig": kubeconfig, "namespace": "Bad_NS", "replica": "r"}
+		}, []string{`kubernetes: portal: namespace "Bad_NS"`}},
+		{"kubernetes with a bad replica", func(cfg obj) {
+			sg(cfg)["kubernetes"] = obj{"kubeconfig": kubeconfig, "namespace": "n", "replica": "{env.SANDGATE_TEST_UNSET}-"}
+		}, []string{`kubernetes: portal: replica "-"`}},
+		{"kubernetes with an unknown context", func(cfg obj) {
+			sg(cfg)["kubernetes"] = obj{"kubeconfig": kubeconfig, "context": "nope", "replica": "r"}
+		}, []string{"kubernetes: portal: kubeconfig", `"nope"`}},
+		{"kubernetes in cluster outside a cluster", func(cfg obj) { sg(cfg)["kubernetes"] = obj{} },
+			[]string{"kubernetes: portal: no kubeconfig is set and the in-cluster configuration is unavailable"}},
+		{"kubernetes with an unknown field", func(cfg obj) { sg(cfg)["kubernetes"] = obj{"server": "https://x"} },
+			[]string{"unknown field", "server"}},
+		{"presence kubernetes without the kubernetes block", func(cfg obj) { sg(cfg)["nodes"] = presenceNodes },
+			[]string{"presence kubernetes needs the Portal cluster connection: add a kubernetes block"}},
 		{"e2b_dataplane without the sandgate app", func(cfg obj) { delete(sub(cfg, "apps"), "sandgate") },
 			[]string{"e2b_dataplane", "sandgate"}},
 	} {

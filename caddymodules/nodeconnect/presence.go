@@ -3,32 +3,27 @@ package nodeconnect
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandgate/sandgate/caddymodules/sandgate"
+	"github.com/sandgate/sandgate/gateway/portal"
 	"github.com/sandgate/sandgate/node/presence"
 )
 
 func init() {
 	caddy.RegisterModule(KubernetesPresence{})
 }
-
-// serviceAccountNamespace is where Kubernetes mounts the pod's namespace.
-const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 // maxPeerTokenFile bounds the peer token file.
 const maxPeerTokenFile = 64 << 10
@@ -38,23 +33,22 @@ const maxPeerTokenFile = 64 << 10
 // presence and the owner epoch through coordination.k8s.io Leases in the
 // Portal cluster (package node/presence), and the internal node API
 // forwards a request about a node held by another replica to it, with a
-// peer token. Caddyfile, inside the sandgate nodes block:
+// peer token. It uses the sandgate app's Portal cluster connection (the
+// kubernetes block: kubeconfig, namespace, replica, rate limits).
+// Caddyfile, inside the sandgate nodes block:
 //
 //	presence kubernetes {
 //		advertise <url>          # required: this replica's internal node API, as the others reach it
 //		peer_token_file <path>   # required: one token a line; the first is sent, all are accepted
-//		namespace <namespace>    # default: the pod's own namespace
-//		replica_id <id>          # default: the host name (the pod name)
-//		kubeconfig <path>        # default: the in-cluster configuration
 //		lease_duration <d>       # default 30s, at least 15s
 //		renew_interval <d>       # default lease_duration/3
-//		qps <n>                  # apiserver requests per second, default 500 (burst twice that)
 //	}
 //
 // JSON: {"store": "kubernetes", "advertise": "http://{env.POD_IP}:30086",
-// "peer_token_file": "/etc/sandgate/peer/token", …}. Placeholders are
-// expanded in every string. The ServiceAccount needs get, list, create
-// and update on leases in that namespace (deploy/portal).
+// "peer_token_file": "/etc/sandgate/peer/token", "lease_duration": "30s"}.
+// Placeholders are expanded in every string. The ServiceAccount needs
+// get, list, watch, create and update on leases in the Portal namespace
+// (docs/scale-out.md).
 type KubernetesPresence struct {
 	// Advertise is the base URL of this replica's internal node API as
 	// the other replicas reach it, e.g. http://{env.POD_IP}:30086.
@@ -66,13 +60,6 @@ type KubernetesPresence struct {
 	// second line, then moves it first, then removes the old one. Each
 	// token is at least 32 bytes. Required.
 	PeerTokenFile string `json:"peer_token_file,omitempty"`
-	// Namespace holds the Leases. Default: the pod's namespace.
-	Namespace string `json:"namespace,omitempty"`
-	// ReplicaID is this replica's holder identity. Default: the host name.
-	ReplicaID string `json:"replica_id,omitempty"`
-	// Kubeconfig is a kubeconfig file. Default: the in-cluster
-	// configuration (the pod's ServiceAccount).
-	Kubeconfig string `json:"kubeconfig,omitempty"`
 	// LeaseDuration is how long a claim outlives its last renewal.
 	// Default 30s.
 	LeaseDuration caddy.Duration `json:"lease_duration,omitempty"`
@@ -81,13 +68,30 @@ type KubernetesPresence struct {
 	// lease_duration/3. The apiserver takes nodes/renew_interval writes
 	// per second from all replicas together.
 	RenewInterval caddy.Duration `json:"renew_interval,omitempty"`
-	// QPS limits apiserver requests per second (burst: twice). Default
-	// 500.
-	QPS int `json:"qps,omitempty"`
 
 	*presence.Leases
+	address     string
 	sendToken   string
 	acceptToken [][sha256.Size]byte
+	leasesKey   string // the Leases' key in leasesPool; "" when not held
+}
+
+// leasesPool shares a replica's presence across config reloads, keyed by
+// the Portal cluster connection and the presence settings: a reload keeps
+// the Lease watch (readiness does not drop) and the epoch counter's group
+// commit.
+var leasesPool = caddy.NewUsagePool()
+
+// pooledLeases stops the Lease watch when the last config releases it.
+type pooledLeases struct {
+	*presence.Leases
+	stop context.CancelFunc
+}
+
+// Destruct implements caddy.Destructor.
+func (p pooledLeases) Destruct() error {
+	p.stop()
+	return nil
 }
 
 // CaddyModule returns the Caddy module information.
@@ -95,12 +99,10 @@ func (KubernetesPresence) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{ID: "sandgate.node_presence.kubernetes", New: func() caddy.Module { return new(KubernetesPresence) }}
 }
 
-// Provision builds the apiserver client and the presence, and reads the
-// peer tokens. Errors name the setting; token values are never shown.
-//
-// The Lease watch that answers "which replica holds this node" runs until
-// the config is unloaded.
-func (k *KubernetesPresence) Provision(ctx caddy.Context) error {
+// Provision checks advertise and reads the peer tokens. Errors name the
+// setting; token values are never shown. Connect then binds the presence
+// to the Portal cluster.
+func (k *KubernetesPresence) Provision(caddy.Context) error {
 	repl := caddy.NewReplacer()
 	adv := repl.ReplaceAll(k.Advertise, "")
 	u, err := url.Parse(adv)
@@ -111,51 +113,46 @@ func (k *KubernetesPresence) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	ns := repl.ReplaceAll(k.Namespace, "")
-	if ns == "" {
-		b, err := os.ReadFile(serviceAccountNamespace)
+	k.address, k.sendToken, k.acceptToken = strings.TrimSuffix(adv, "/"), send, accept
+	return nil
+}
+
+// Connect implements sandgate.NodePresence: the presence's Leases live in
+// the Portal cluster's namespace, held under its replica identity; the
+// watch of the node Leases (which replica holds which node) runs while a
+// config with the same settings does. cluster nil (no kubernetes block)
+// is an error.
+func (k *KubernetesPresence) Connect(cluster *portal.Cluster) error {
+	if cluster == nil {
+		return errors.New("presence kubernetes needs the Portal cluster connection: add a kubernetes block to the sandgate app")
+	}
+	key := fmt.Sprintf("%p|%s|%d|%d", cluster, k.address, k.LeaseDuration, k.RenewInterval)
+	v, _, err := leasesPool.LoadOrNew(key, func() (caddy.Destructor, error) {
+		l, err := presence.New(presence.Config{Leases: cluster.Clientset().CoordinationV1(),
+			Namespace: cluster.Namespace(), ReplicaID: cluster.Replica(), Address: k.address,
+			LeaseDuration: time.Duration(k.LeaseDuration), RenewInterval: time.Duration(k.RenewInterval)})
 		if err != nil {
-			return errors.New("presence kubernetes: namespace is not set and the pod's namespace file cannot be read")
+			return nil, err
 		}
-		ns = strings.TrimSpace(string(b))
-	}
-	id := repl.ReplaceAll(k.ReplicaID, "")
-	if id == "" {
-		if id, err = os.Hostname(); err != nil {
-			return fmt.Errorf("presence kubernetes: replica_id is not set and the host name is unknown: %w", err)
-		}
-	}
-	var cfg *rest.Config
-	if kc := repl.ReplaceAll(k.Kubeconfig, ""); kc != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kc)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return fmt.Errorf("presence kubernetes: the apiserver configuration: %w", err)
-	}
-	qps := k.QPS
-	if qps == 0 {
-		qps = 500
-	}
-	if qps < 0 {
-		return errors.New("presence kubernetes: qps must be positive")
-	}
-	cfg.QPS, cfg.Burst = float32(qps), 2*qps
-	cfg.UserAgent = "sandgate-gateway"
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("presence kubernetes: %w", err)
-	}
-	l, err := presence.New(presence.Config{Leases: cs.CoordinationV1(), Namespace: ns, ReplicaID: id,
-		Address: strings.TrimSuffix(adv, "/"), LeaseDuration: time.Duration(k.LeaseDuration),
-		RenewInterval: time.Duration(k.RenewInterval)})
+		ctx, stop := context.WithCancel(cluster.Context())
+		l.Start(ctx)
+		return pooledLeases{Leases: l, stop: stop}, nil
+	})
 	if err != nil {
 		return err
 	}
-	l.Start(ctx)
-	k.Leases, k.sendToken, k.acceptToken = l, send, accept
+	k.leasesKey, k.Leases = key, v.(pooledLeases).Leases
 	return nil
+}
+
+// Cleanup releases this config's reference to the shared presence.
+func (k *KubernetesPresence) Cleanup() error {
+	if k.leasesKey == "" {
+		return nil
+	}
+	_, err := leasesPool.Delete(k.leasesKey)
+	k.leasesKey = ""
+	return err
 }
 
 // readPeerTokens reads the peer token file: the first token and the
@@ -228,12 +225,6 @@ func (k *KubernetesPresence) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			k.Advertise = v
 		case "peer_token_file":
 			k.PeerTokenFile = v
-		case "namespace":
-			k.Namespace = v
-		case "replica_id":
-			k.ReplicaID = v
-		case "kubeconfig":
-			k.Kubeconfig = v
 		case "lease_duration":
 			dur, err := caddy.ParseDuration(v)
 			if err != nil || dur < 15*time.Second || dur > time.Hour {
@@ -246,12 +237,8 @@ func (k *KubernetesPresence) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("bad renew_interval %q: must be a positive duration up to 1h", v)
 			}
 			k.RenewInterval = caddy.Duration(dur)
-		case "qps":
-			n, err := strconv.Atoi(v)
-			if err != nil || n <= 0 {
-				return d.Errf("bad qps %q: must be a positive integer", v)
-			}
-			k.QPS = n
+		case "namespace", "replica_id", "kubeconfig", "qps":
+			return d.Errf("presence kubernetes: %s moved to the sandgate app's kubernetes block", opt)
 		default:
 			return d.Errf("unrecognized presence kubernetes subdirective %q", opt)
 		}
@@ -265,6 +252,7 @@ func (k *KubernetesPresence) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 // Interface guards.
 var (
 	_ caddy.Provisioner     = (*KubernetesPresence)(nil)
+	_ caddy.CleanerUpper    = (*KubernetesPresence)(nil)
 	_ caddyfile.Unmarshaler = (*KubernetesPresence)(nil)
 	_ sandgate.NodePresence = (*KubernetesPresence)(nil)
 )

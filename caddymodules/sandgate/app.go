@@ -31,6 +31,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/authorizer"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/dataplane"
+	"github.com/sandgate/sandgate/gateway/portal"
 	"github.com/sandgate/sandgate/gateway/token"
 	nodecredential "github.com/sandgate/sandgate/node/credential"
 	"github.com/sandgate/sandgate/node/enrolment"
@@ -62,7 +63,8 @@ const DefaultTokenLeeway = 5 * time.Second
 //	    "owner_epoch": 1,
 //	    "deployment": {"generation": 2, "specification_digest": "<64 hex>", "serving_generation": 1},
 //	    "hello_timeout": "15s", "idle_timeout": "35s", "online_window": "45s"
-//	  }
+//	  },
+//	  "kubernetes": {"namespace": "sandgate", "replica": "{env.POD_NAME}"}
 //	}}
 type App struct {
 	// TokenKeys verify X-Access-Token JWTs, selected by the token's "kid"
@@ -95,10 +97,19 @@ type App struct {
 	// hub, and those handlers refuse to provision.
 	Nodes *Nodes `json:"nodes,omitempty"`
 
+	// Kubernetes is how this replica reaches the Portal cluster, whose
+	// kube-apiserver several gateway replicas share their state through
+	// (see Kubernetes). Absent: no Portal cluster; the gateway is the only
+	// replica.
+	Kubernetes *Kubernetes `json:"kubernetes,omitempty"`
+
 	verifier    *token.Verifier
 	credentials credential.Source
 	authorizer  authorizer.Authorizer
 	logger      *zap.Logger
+
+	portal    *portal.Cluster // the Portal cluster, when Kubernetes is set
+	portalKey string          // its key in portals; "" when not held
 
 	hub       *hub.Hub     // the shared hub, when Nodes is set
 	presence  NodePresence // several replicas: Nodes.PresenceRaw
@@ -215,6 +226,11 @@ func (a *App) Provision(ctx caddy.Context) error {
 		}
 		if err := c.provision(repl); err != nil {
 			return fmt.Errorf("cluster %q: %w", id, err)
+		}
+	}
+	if a.Kubernetes != nil {
+		if err := a.provisionKubernetes(); err != nil {
+			return fmt.Errorf("kubernetes: %w", err)
 		}
 	}
 	if a.Nodes != nil {
@@ -348,8 +364,10 @@ func (a *App) Stop() error {
 	return nil
 }
 
-// Cleanup releases this config's reference to the node hub; the hub, and
-// every node connection, is closed when no config holds it any more.
+// Cleanup releases this config's references to the node hub and the
+// Portal cluster connection; the hub, and every node connection, is
+// closed when no config holds it any more, and so is the connection (its
+// watches end).
 func (a *App) Cleanup() error {
 	var err error
 	if a.poolsKey != "" {
@@ -366,12 +384,18 @@ func (a *App) Cleanup() error {
 		err = errors.Join(err, eerr)
 		a.enrolmentKey = ""
 	}
-	if !a.hubHeld {
-		return err
+	if a.hubHeld {
+		a.hubHeld = false
+		_, herr := hubs.Delete(hubKey)
+		err = errors.Join(err, herr)
 	}
-	a.hubHeld = false
-	_, herr := hubs.Delete(hubKey)
-	return errors.Join(err, herr)
+	// Last: the hub's drain above may still release Leases through it.
+	if a.portalKey != "" {
+		_, perr := portals.Delete(a.portalKey)
+		err = errors.Join(err, perr)
+		a.portalKey = ""
+	}
+	return err
 }
 
 // Tokens returns the token verifier.

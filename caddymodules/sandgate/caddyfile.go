@@ -66,6 +66,14 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //			}
 //			presence <store> ...
 //		}
+//		kubernetes {
+//			kubeconfig <path> | in_cluster
+//			context <name>
+//			namespace <ns>
+//			replica <id>
+//			qps <n>
+//			burst <n>
+//		}
 //	}
 //
 // token_key may repeat (one per kid); cluster may repeat (one per ID).
@@ -78,6 +86,9 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 // namespace, e.g. "credentials file <path>"; every other subdirective is
 // optional and takes the default of the spec. pool may repeat (one per
 // name); inside it generation may repeat (one per generation number).
+// kubernetes (optional; see Kubernetes) is the Portal cluster connection
+// that several replicas share their state through; "kubernetes" alone is
+// the in-cluster default.
 func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // option name
 	if d.NextArg() {
@@ -198,6 +209,15 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			a.Nodes = n
+		case "kubernetes":
+			if a.Kubernetes != nil {
+				return d.Err("kubernetes already specified")
+			}
+			k, err := unmarshalKubernetes(d)
+			if err != nil {
+				return err
+			}
+			a.Kubernetes = k
 		default:
 			return d.Errf("unrecognized sandgate subdirective %q", d.Val())
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/sandgate/sandgate/gateway/portal"
 	"github.com/sandgate/sandgate/node/api"
 	"github.com/sandgate/sandgate/node/credential"
 	"github.com/sandgate/sandgate/node/hub"
@@ -70,6 +71,11 @@ type NodePresence interface {
 	// Synced reports whether the presence's view of the other replicas
 	// is loaded (readiness).
 	Synced() bool
+	// Connect binds the presence to the Portal cluster connection (the
+	// app's kubernetes block; nil when there is none), after the module's
+	// Provision and before the hub uses it. The error says what is
+	// missing.
+	Connect(cluster *portal.Cluster) error
 }
 
 // DefaultOwnerEpoch is the owner epoch when none is configured.
@@ -301,6 +307,9 @@ func (a *App) provisionNodes(ctx caddy.Context) error {
 		p, ok := mod.(NodePresence)
 		if !ok {
 			return fmt.Errorf("node presence module %T does not implement NodePresence", mod)
+		}
+		if err := p.Connect(a.portal); err != nil {
+			return err
 		}
 		a.presence = p
 	}

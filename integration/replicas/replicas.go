@@ -106,17 +106,20 @@ func FreePort() (string, error) {
 
 // Caddyfile returns the configuration of replica id listening on port.
 func (c *Cluster) caddyfile(cfg Config, id, port string) string {
-	presence := ""
+	presence, kube := "", ""
 	if cfg.Kubeconfig != nil {
 		presence = fmt.Sprintf(`
 			presence kubernetes {
 				advertise http://127.0.0.1:%s
 				peer_token_file %s
-				namespace %s
-				replica_id %s
-				kubeconfig %s
 				lease_duration %s
-			}`, port, filepath.Join(c.Dir, "peer-token"), cfg.Namespace, id, filepath.Join(c.Dir, "kubeconfig"), cfg.LeaseDuration)
+			}`, port, filepath.Join(c.Dir, "peer-token"), cfg.LeaseDuration)
+		kube = fmt.Sprintf(`
+		kubernetes {
+			kubeconfig %s
+			namespace %s
+			replica %s
+		}`, filepath.Join(c.Dir, "kubeconfig"), cfg.Namespace, id)
 	}
 	level := cfg.LogLevel
 	if level == "" {
@@ -136,7 +139,7 @@ func (c *Cluster) caddyfile(cfg Config, id, port string) string {
 			credentials file %s
 			heartbeat_interval %s
 			shutdown_grace 5s%s
-		}
+		}%s
 	}
 }
 
@@ -149,7 +152,7 @@ http://127.0.0.1:%s {
 	}
 }
 `, level, filepath.Join(c.Dir, "hmac.key"), filepath.Join(c.Dir, "credentials.yaml"), filepath.Join(c.Dir, "nodes.yaml"),
-		cfg.HeartbeatInterval, presence, port, sum(c.APIToken))
+		cfg.HeartbeatInterval, presence, kube, port, sum(c.APIToken))
 }
 
 // Start writes the files and starts the replicas, each once it listens.
