@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -50,8 +51,46 @@ type procRecord struct {
 	Tag    *string            `json:"tag,omitempty"`
 }
 
-// maxRecordBytes bounds a process record read back (bytes).
-const maxRecordBytes = 64 << 10
+// Bounds of what the gateway reads back from the process directory, which
+// the sandbox can write: each is checked before what it bounds is read.
+const (
+	// maxProcessRecords bounds the records one List (or a selection by
+	// tag) reads: a directory naming more is refused.
+	maxProcessRecords = 1024
+	// maxSearchBytes bounds execd's answer naming the directory's records
+	// (bytes; a record's entry is about 200).
+	maxSearchBytes = 1 << 20
+	// recordOverhead is what a record holds besides the command's config
+	// and tag, with room to spare (bytes): execd's command id, the pid.
+	recordOverhead = 4 << 10
+)
+
+// recordLimit is the largest process record the gateway writes, and so
+// reads back (bytes): the config and tag come from one Start message of
+// at most MaxMessageBytes, encoded again without HTML escaping.
+func (h *Handler) recordLimit() int64 { return int64(h.cfg.MaxMessageBytes) + recordOverhead }
+
+// listBudget bounds the bytes of records one List reads (four records of
+// the largest size; 16 MiB by default).
+func (h *Handler) listBudget() int64 { return 4 * h.recordLimit() }
+
+// encodeRecord encodes a process record as the gateway writes it: JSON
+// without HTML escaping, so a command line's "<", ">" and "&" take one
+// byte, not six. A record over recordLimit (a config whose encoding grew:
+// invalid UTF-8, U+2028) is refused, since it could not be read back.
+func (h *Handler) encodeRecord(rec procRecord) ([]byte, *Error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(rec); err != nil {
+		return nil, fail(CodeBadRequest, "the process config cannot be encoded")
+	}
+	if int64(buf.Len()) > h.recordLimit() {
+		return nil, fail(CodeBadRequest, "the process config is too large to keep in its process record ("+
+			strconv.Itoa(buf.Len())+" bytes encoded, over "+strconv.FormatInt(h.recordLimit(), 10)+")")
+	}
+	return buf.Bytes(), nil
+}
 
 // procFiles are the sandbox paths of one process's record and output.
 type procFiles struct{ rec, out, err string }
@@ -115,6 +154,12 @@ func (h *Handler) startBackground(w http.ResponseWriter, r *http.Request, rq *re
 		return fail(CodeExecdRejected, "working directory path is not a directory: "+sc.cwd)
 	}
 	pid := newPID()
+	// The record must be one the gateway can read back, or the process
+	// would be out of reach once its stream ends: checked before it runs
+	// (the id execd gives it is short).
+	if _, e := h.encodeRecord(procRecord{ID: strings.Repeat("x", 64), PID: pid, Config: *sc.req.Process, Tag: sc.req.Tag}); e != nil {
+		return e
+	}
 	files := h.procFiles(pid)
 	if err := h.deps.Execd.WriteFiles(ctx, rq.target, []execd.SmallFile{
 		{Path: files.out, Permission: execd.Permission{Mode: 666}},
@@ -136,15 +181,19 @@ func (h *Handler) startBackground(w http.ResponseWriter, r *http.Request, rq *re
 		h.removeProcFiles(ctx, rq.target, files)
 		return fromExecd(err, "start process")
 	}
-	cfg := *sc.req.Process
-	rec, _ := json.Marshal(procRecord{ID: id, PID: pid, Config: cfg, Tag: sc.req.Tag})
-	if err := h.deps.Execd.WriteFiles(ctx, rq.target, []execd.SmallFile{{Path: files.rec, Data: rec, Permission: execd.Permission{Mode: 600}}}); err != nil {
+	rec, e := h.encodeRecord(procRecord{ID: id, PID: pid, Config: *sc.req.Process, Tag: sc.req.Tag})
+	if e != nil {
+		e = fail(CodeExecdProtocol, "start process: execd named the command with an id of "+strconv.Itoa(len(id))+" bytes")
+	} else if err := h.deps.Execd.WriteFiles(ctx, rq.target, []execd.SmallFile{{Path: files.rec, Data: rec, Permission: execd.Permission{Mode: 600}}}); err != nil {
+		e = fromExecd(err, "start process")
+	}
+	if e != nil {
 		// Nobody could find the command again: stop it.
 		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		_ = h.deps.Execd.Interrupt(ictx, rq.target, id)
 		h.removeProcFiles(ictx, rq.target, files)
 		cancel()
-		return fromExecd(err, "start process")
+		return e
 	}
 	sw := connect.NewStreamWriter(w)
 	if err := sw.Send(envd.StartResponse{Event: envd.ProcessEvent{Start: &envd.StartEvent{PID: pid}}}); err != nil {
@@ -355,30 +404,32 @@ func endFromStatus(st execd.CommandStatus) *envd.EndEvent {
 	}
 }
 
-// readRecord reads the record of pid. A missing or unreadable record is
+// readRecord reads the record of pid, at most recordLimit bytes of it,
+// and returns it with its size. A missing or unreadable record is
 // PROCESS_NOT_FOUND: the sandbox owns the directory, so a record that is
 // not ours names no process of ours.
-func (h *Handler) readRecord(ctx context.Context, t execd.Target, pid uint32) (procRecord, *Error) {
+func (h *Handler) readRecord(ctx context.Context, t execd.Target, pid uint32) (procRecord, int64, *Error) {
 	notFound := fail(CodeProcessNotFound, "process with pid "+strconv.FormatUint(uint64(pid), 10)+" not found")
-	b, err := h.deps.Execd.ReadAt(ctx, t, h.procFiles(pid).rec, 0, maxRecordBytes+1)
+	b, err := h.deps.Execd.ReadAt(ctx, t, h.procFiles(pid).rec, 0, h.recordLimit()+1)
 	if execd.IsNotFound(err) {
-		return procRecord{}, notFound
+		return procRecord{}, 0, notFound
 	}
 	if err != nil {
-		return procRecord{}, fromExecd(err, "process record")
+		return procRecord{}, 0, fromExecd(err, "process record")
 	}
 	var rec procRecord
-	if len(b) > maxRecordBytes || json.Unmarshal(b, &rec) != nil || rec.PID != pid || rec.ID == "" {
-		return procRecord{}, notFound
+	if int64(len(b)) > h.recordLimit() || json.Unmarshal(b, &rec) != nil || rec.PID != pid || rec.ID == "" {
+		return procRecord{}, int64(len(b)), notFound
 	}
-	return rec, nil
+	return rec, int64(len(b)), nil
 }
 
 // selectProcess finds the record a ProcessSelector names: by pid, or the
 // first running process with the tag.
 func (h *Handler) selectProcess(ctx context.Context, t execd.Target, sel *envd.ProcessSelector) (procRecord, *Error) {
 	if sel.PID != nil {
-		return h.readRecord(ctx, t, uint32(*sel.PID))
+		rec, _, e := h.readRecord(ctx, t, uint32(*sel.PID))
+		return rec, e
 	}
 	procs, e := h.records(ctx, t, false)
 	if e != nil {
@@ -394,22 +445,42 @@ func (h *Handler) selectProcess(ctx context.Context, t execd.Target, sel *envd.P
 
 // records returns the records of the running processes, ordered by pid.
 // Records of commands that have ended (or that execd no longer knows) are
-// removed with their output files when prune is set.
+// removed with their output files when prune is set. What it reads is
+// bounded before it is read (maxSearchBytes, maxProcessRecords,
+// listBudget): a directory beyond a bound is refused with EXECD_FAILED,
+// and nothing is pruned.
 func (h *Handler) records(ctx context.Context, t execd.Target, prune bool) ([]procRecord, *Error) {
-	found, err := h.deps.Execd.Search(ctx, t, h.cfg.ProcessDir, "*.json")
-	if execd.IsNotFound(err) {
-		return nil, nil
+	tooMuch := func(what string) *Error {
+		return fail(CodeExecdFailed, "list processes: the process directory "+h.cfg.ProcessDir+" holds "+what+
+			"; remove the records (<pid>.json) of processes that are no longer needed")
 	}
-	if err != nil {
+	found, err := h.deps.Execd.Search(ctx, t, h.cfg.ProcessDir, "*.json", maxSearchBytes)
+	switch {
+	case execd.IsNotFound(err):
+		return nil, nil
+	case errors.Is(err, execd.ErrTooLarge):
+		return nil, tooMuch("more than " + strconv.Itoa(maxSearchBytes) + " bytes of search results")
+	case err != nil:
 		return nil, fromExecd(err, "list processes")
 	}
-	var out []procRecord
+	var pids []uint32
 	for _, fi := range found {
 		n, err := strconv.ParseUint(strings.TrimSuffix(path.Base(fi.Path), ".json"), 10, 31)
 		if err != nil || path.Dir(fi.Path) != h.cfg.ProcessDir {
 			continue
 		}
-		rec, e := h.readRecord(ctx, t, uint32(n))
+		pids = append(pids, uint32(n))
+	}
+	if len(pids) > maxProcessRecords {
+		return nil, tooMuch("more than " + strconv.Itoa(maxProcessRecords) + " process records")
+	}
+	var out, ended []procRecord
+	var read int64
+	for _, pid := range pids {
+		rec, n, e := h.readRecord(ctx, t, pid)
+		if read += n; read > h.listBudget() {
+			return nil, tooMuch("more than " + strconv.FormatInt(h.listBudget(), 10) + " bytes of process records")
+		}
 		if e != nil {
 			if e.Code == CodeProcessNotFound {
 				continue
@@ -421,11 +492,14 @@ func (h *Handler) records(ctx context.Context, t execd.Target, prune bool) ([]pr
 		case err == nil && st.Running:
 			out = append(out, rec)
 		case err == nil || execd.IsNotFound(err):
-			if prune {
-				h.removeProcFiles(ctx, t, h.procFiles(rec.PID))
-			}
+			ended = append(ended, rec)
 		default:
 			return nil, fromExecd(err, "process status")
+		}
+	}
+	if prune {
+		for _, rec := range ended {
+			h.removeProcFiles(ctx, t, h.procFiles(rec.PID))
 		}
 	}
 	slices.SortFunc(out, func(a, b procRecord) int { return int(a.PID) - int(b.PID) })

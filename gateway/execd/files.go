@@ -125,17 +125,32 @@ func (c *Client) MakeDirs(ctx context.Context, t Target, p string, perm Permissi
 	return nil
 }
 
+// ErrTooLarge is returned by Search for an answer over its byte limit.
+var ErrTooLarge = errors.New("execd: the answer is larger than the caller's limit")
+
 // Search calls GET /files/search?path=dir&pattern=: the regular files
 // (and other non-directories) below dir, recursively, whose base name
-// matches the glob. A missing dir is KindNotFound.
-func (c *Client) Search(ctx context.Context, t Target, dir, pattern string) ([]FileInfo, error) {
+// matches the glob. A missing dir is KindNotFound; an answer of more than
+// maxBytes bytes is ErrTooLarge, found before anything is decoded.
+func (c *Client) Search(ctx context.Context, t Target, dir, pattern string, maxBytes int64) ([]FileInfo, error) {
 	resp, err := c.doOK(ctx, t, http.MethodGet, "/files/search", url.Values{"path": {dir}, "pattern": {pattern}}, nil, nil)
 	if err != nil {
 		return nil, err
 	}
+	defer drain(resp)
+	if resp.ContentLength > maxBytes {
+		return nil, ErrTooLarge
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBytes+1))
+	if err != nil {
+		return nil, transportError(ctx, err)
+	}
+	if int64(len(body)) > maxBytes {
+		return nil, ErrTooLarge
+	}
 	var list []FileInfo
-	if err := decodeJSON(resp, &list); err != nil {
-		return nil, err
+	if err := json.Unmarshal(body, &list); err != nil {
+		return nil, &Error{Kind: KindUnexpected, Status: resp.StatusCode, Message: "execd sent a response that is not the expected JSON"}
 	}
 	return list, nil
 }

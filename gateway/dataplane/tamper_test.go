@@ -1,0 +1,166 @@
+package dataplane
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/gateway/envd"
+	"github.com/sandgate/sandgate/gateway/execd"
+	"github.com/sandgate/sandgate/integration/execdstub"
+)
+
+// TestExtendedLargeCommandStaysReachable: a command whose config is large
+// (an inline script of 100 KiB, as commands.run(script, {background:
+// true}) sends it in args) is listed, and kill reaches it: the record the
+// gateway wrote must be one it reads back.
+func TestExtendedLargeCommandStaysReachable(t *testing.T) {
+	e := newTestEnv(t, extended, func(_ *Config, x *execdstub.Config) { x.KillGrace = 200 * time.Millisecond })
+	script := "sleep 60 # " + strings.Repeat("x", 100<<10)
+	ctx, cancel := context.WithCancel(context.Background())
+	_, r := e.openStream(ctx, "Start", `{"process":{"cmd":"/bin/bash","args":["-c",`+mustJSON(script)+`]}}`, nil)
+	_, start := nextEvent(t, r, "start")
+	pid := uint32(start["pid"].(float64))
+	cancel()
+	e.waitOutcome()
+
+	resp, body := e.processCall("List", `{}`)
+	var list struct{ Processes []struct{ PID uint32 } }
+	if err := json.Unmarshal(body, &list); err != nil || resp.StatusCode != 200 || len(list.Processes) != 1 || list.Processes[0].PID != pid {
+		t.Fatalf("List: %d %.300s (pid %d)", resp.StatusCode, body, pid)
+	}
+	e.waitOutcome()
+	resp, body = e.processCall("SendSignal", fmt.Sprintf(`{"process":{"pid":%d},"signal":"SIGNAL_SIGKILL"}`, pid))
+	if resp.StatusCode != 200 {
+		t.Fatalf("SendSignal: %d %s", resp.StatusCode, body)
+	}
+	e.waitOutcome()
+	if rec, err := waitEnded(e, func(r execdstub.CommandRecord) bool { return r.Background }); err != nil || !rec.Interrupted {
+		t.Fatalf("execd record %+v %v", rec, err)
+	}
+}
+
+// countingTransport counts the requests the gateway sends to the fixed
+// entry and the response bytes it reads.
+type countingTransport struct {
+	requests, bytes atomic.Int64
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.requests.Add(1)
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err == nil {
+		resp.Body = &countingBody{ReadCloser: resp.Body, n: &c.bytes}
+	}
+	return resp, err
+}
+
+func (c *countingTransport) reset() { c.requests.Store(0); c.bytes.Store(0) }
+
+type countingBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
+}
+
+// TestExtendedProcessTableBounded: the process directory is the
+// sandbox's to write, so what List reads back from it is bounded before
+// it is read: the records execd's search names (maxProcessRecords), the
+// search's answer (maxSearchBytes), and the bytes of the records read
+// (listBudget). Each refusal is EXECD_FAILED with a message naming the
+// directory, costs a bounded number of execd requests and bytes, and
+// changes nothing in the sandbox. Records that all name one running
+// command (so none is pruned) with large configs, many small records, and
+// a search answer made large by a subdirectory are tried.
+func TestExtendedProcessTableBounded(t *testing.T) {
+	ct := &countingTransport{}
+	e := newTestEnvDeps(t, func(d *Deps) { d.Execd = &execd.Client{Transport: ct} },
+		extended, func(c *Config, _ *execdstub.Config) { c.MaxMessageBytes = 64 << 10 })
+	ctx, cancel := context.WithCancel(context.Background())
+	_, r := e.openStream(ctx, "Start", startMsg("sleep 60"), nil)
+	_, start := nextEvent(t, r, "start")
+	pid := uint32(start["pid"].(float64))
+	cancel()
+	e.waitOutcome()
+	dir := e.hostPath("/tmp/.sandgate/processes")
+	var rec procRecord
+	if b, err := os.ReadFile(filepath.Join(dir, fmt.Sprint(pid)+".json")); err != nil || json.Unmarshal(b, &rec) != nil {
+		t.Fatalf("the running command's record: %s %v", b, err)
+	}
+	h := &Handler{cfg: Config{MaxMessageBytes: 64 << 10}}
+	h.cfg.defaults()
+	forge := func(n int, cfgBytes int, sub string) {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i := 1; i <= n; i++ {
+			b, _ := json.Marshal(procRecord{ID: rec.ID, PID: uint32(i), Config: envd.ProcessConfig{Cmd: "x",
+				Envs: map[string]string{"PAD": strings.Repeat("p", cfgBytes)}}})
+			if err := os.WriteFile(filepath.Join(dir, sub, fmt.Sprint(i)+".json"), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cases := []struct {
+		name         string
+		n, cfg       int
+		sub, message string
+		maxBytes     int64
+	}{
+		{"many records", maxProcessRecords + 1, 10, "", "more than 1024 process records", maxSearchBytes + 128<<10},
+		{"large records", 100, 60 << 10, "", "more than", h.listBudget() + h.recordLimit() + maxSearchBytes},
+		{"large search", 8000, 10, "junk", "more than", maxSearchBytes + 128<<10},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			forge(c.n, c.cfg, c.sub)
+			t.Cleanup(func() {
+				ents, _ := os.ReadDir(dir)
+				for _, ent := range ents {
+					if ent.Name() != fmt.Sprint(pid)+".json" && !strings.HasPrefix(ent.Name(), fmt.Sprint(pid)+".") {
+						_ = os.RemoveAll(filepath.Join(dir, ent.Name()))
+					}
+				}
+			})
+			before, _ := os.ReadDir(dir)
+			ct.reset()
+			resp, body := e.processCall("List", `{}`)
+			o := e.waitOutcome()
+			var ce struct{ Code, Message string }
+			_ = json.Unmarshal(body, &ce)
+			if resp.StatusCode != 500 || o.Code != CodeExecdFailed || !strings.Contains(ce.Message, c.message) ||
+				!strings.Contains(ce.Message, "/tmp/.sandgate/processes") {
+				t.Fatalf("List: %d %.300s (outcome %s)", resp.StatusCode, body, o.Code)
+			}
+			if got := ct.bytes.Load(); got > c.maxBytes {
+				t.Errorf("List read %d bytes from execd, over the bound %d", got, c.maxBytes)
+			}
+			if got := ct.requests.Load(); got > 300 {
+				t.Errorf("List sent %d requests to execd", got)
+			}
+			if after, _ := os.ReadDir(dir); len(after) != len(before) {
+				t.Errorf("List refused but changed the process directory: %d entries, then %d", len(before), len(after))
+			}
+		})
+	}
+	// The running process itself is still listed once the directory is
+	// back to what the gateway wrote.
+	resp, body := e.processCall("List", `{}`)
+	e.waitOutcome()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), fmt.Sprintf(`"pid":%d`, pid)) {
+		t.Fatalf("List afterwards: %d %.300s", resp.StatusCode, body)
+	}
+}
