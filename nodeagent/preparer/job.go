@@ -17,16 +17,20 @@ import (
 	"github.com/sandgate/sandgate/nodeagent/docker"
 	"github.com/sandgate/sandgate/nodeagent/generation"
 	"github.com/sandgate/sandgate/nodeagent/genstate"
+	"github.com/sandgate/sandgate/nodeagent/internal/crashpoint"
 	"github.com/sandgate/sandgate/nodeagent/lease"
 	"github.com/sandgate/sandgate/nodeagent/machineclient"
+	"golang.org/x/sys/unix"
 )
 
 // Crash points between the durable steps of the jobs (package
 // crashpoint; lease.CrashAfterLease lies between the lease and its
-// identity record).
+// identity record, CrashPrepareManifestWritten between the manifest's
+// durable partial file and its rename into place).
 const (
 	CrashPrepareAfterLease         = "prepare.after-lease"
 	CrashPrepareAfterPlan          = "prepare.after-plan"
+	CrashPrepareManifestWritten    = "prepare.manifest-written"
 	CrashPrepareAfterDownload      = "prepare.after-download"
 	CrashPrepareAfterImportStarted = "prepare.after-import-started"
 	CrashPrepareAfterImport        = "prepare.after-import"
@@ -44,7 +48,7 @@ const (
 // crash point of a job in the order the job passes them.
 var (
 	PrepareCrashPoints = []string{CrashPrepareAfterPlan, lease.CrashAfterLease, CrashPrepareAfterLease,
-		CrashPrepareAfterDownload, CrashPrepareAfterImportStarted, CrashPrepareAfterImport, CrashPrepareAfterConfig}
+		CrashPrepareManifestWritten, CrashPrepareAfterDownload, CrashPrepareAfterImportStarted, CrashPrepareAfterImport, CrashPrepareAfterConfig}
 	RepairCrashPoints  = []string{CrashRepairAfterDownload, CrashRepairAfterImport}
 	ReclaimCrashPoints = []string{CrashReclaimAfterJournal, CrashReclaimAfterNative, CrashReclaimAfterFirstDelete,
 		CrashReclaimAfterDelete, CrashReclaimAfterDropped}
@@ -366,10 +370,45 @@ func (j *Job) manifest(ctx context.Context, dir string, rt machine.Runtime) (*re
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := lease.WriteOnce(path, b); err != nil {
+	if err := writeVersionFile(dir, release.ManifestName, b); err != nil {
 		return nil, nil, err
 	}
 	return m, b, nil
+}
+
+// writeVersionFile writes b as the version file name of dir the way a
+// download does: into name.partial (private, fsync'd), then renamed into
+// place without replacing anything, and the directory fsync'd. A crash
+// in between leaves only the partial file of a known version file, which
+// the next attempt rewrites and a reclamation may delete; never a
+// temporary file of another name, which would block the reclamation.
+func writeVersionFile(dir, name string, b []byte) error {
+	tmp := filepath.Join(dir, name+partial)
+	f, err := openPrivate(tmp)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(0)
+	if err == nil {
+		_, err = f.WriteAt(b, 0)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	crashpoint.Hit(CrashPrepareManifestWritten)
+	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, filepath.Join(dir, name), unix.RENAME_NOREPLACE); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return refuse("version file %s appeared while it was written", name)
+		}
+		return err
+	}
+	return lease.SyncDir(dir)
 }
 
 // artifactPath returns the download path of an artifact of the runtime.

@@ -1,0 +1,43 @@
+package nodeagent_test
+
+// Attacks on generation management that the crash matrices of
+// generations_e2e_test.go do not cover: crashes inside a step, files
+// planted in the state directory, a full disk. Each test documents a
+// boundary that holds (or held after its fix); the built binary, the Core
+// stand-in and the real Docker engine, as there.
+
+import (
+	"testing"
+
+	"github.com/sandgate/sandgate/node/proto"
+	"github.com/sandgate/sandgate/nodeagent/internal/fakecore"
+	"github.com/sandgate/sandgate/nodeagent/preparer"
+)
+
+// A preparer killed after it wrote the manifest's bytes but before it
+// renamed them into place leaves those bytes in the version directory.
+// The preparation resumes after the restart; much later Core lets the
+// generation go, and the reclamation must still finish: what a crash of
+// the node's own writer leaves behind is a known partial file, not an
+// unknown one that blocks the reclamation for ever.
+func TestCrashInsideTheManifestWriteThenReclaim(t *testing.T) {
+	w := newGWorld(t)
+	d1 := w.release(1, "rel-one")
+	d2 := w.release(2, "rel-two")
+	w.writeConfig(1, d1)
+	p := w.start("SANDGATE_CRASHPOINT=" + preparer.CrashPrepareManifestWritten)
+	a := w.core.Accept().Auto(dep(1, d1, nil), func(proto.RetentionEntry) bool { return true })
+	a.WaitObservations(fakecore.State(1, proto.GenerationFailed))
+	w.kill(p)
+
+	// Restart: generation 1 is prepared from its plan, then the operator
+	// rolls to 2 and Core lets 1 go.
+	w.start()
+	a = w.core.Accept().Auto(dep(1, d1, nil), func(proto.RetentionEntry) bool { return true })
+	a.WaitObservations(fakecore.State(1, proto.GenerationReady))
+	a.SetDeployment(dep(2, d2, ptr64(2)))
+	a.WaitObservations(fakecore.State(2, proto.GenerationReady))
+	a.SetKeep(dropOne)
+	w.untilReclaimed()
+	w.reclaimed()
+}
