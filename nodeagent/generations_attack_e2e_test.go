@@ -7,6 +7,9 @@ package nodeagent_test
 // stand-in and the real Docker engine, as there.
 
 import (
+	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/sandgate/sandgate/node/proto"
@@ -40,4 +43,39 @@ func TestCrashInsideTheManifestWriteThenReclaim(t *testing.T) {
 	a.SetKeep(dropOne)
 	w.untilReclaimed()
 	w.reclaimed()
+}
+
+// A named pipe planted in place of a version file (someone with the
+// node's user, or a broken backup restore) must be refused like any other
+// file that is not a private regular file — not opened for reading, which
+// blocks until a writer appears: the serial worker would hang in the
+// repair for the whole 30-minute attempt, holding the installation lock,
+// and again at every retry, so no other generation could be prepared.
+func TestFIFOPlantedInTheVersionDirectoryIsRefused(t *testing.T) {
+	w := newGWorld(t)
+	d1 := w.release(1, "rel-one")
+	w.writeConfig(1, d1)
+	p := w.start()
+	a := w.core.Accept().Auto(dep(1, d1, nil), nil)
+	a.WaitObservations(fakecore.State(1, proto.GenerationReady))
+	fifo := filepath.Join(w.generations().FilesPath(1), "seccomp.json")
+	if err := os.Remove(fifo); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Releases a reader the pipe may have caught.
+		if fd, err := syscall.Open(fifo, syscall.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			syscall.Close(fd)
+		}
+	})
+	// The probe finds the profile missing, the repair looks at the pipe
+	// and refuses at once; the pipe is left for inspection.
+	w.waitLog(p, `msg="preparer job ended" kind=repair generation=1 ok=false busy=false refused=true`)
+	if fi, err := os.Lstat(fifo); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+		t.Fatalf("the planted pipe was changed: %v %v", fi, err)
+	}
+	a.WaitObservations(fakecore.State(1, proto.GenerationFailed))
 }

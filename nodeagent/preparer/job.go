@@ -284,11 +284,19 @@ func (j *Job) fetch(ctx context.Context, dir, path string, a release.Artifact) e
 	return lease.SyncDir(dir)
 }
 
+// openVersionFile opens a file of the version directory without
+// following a symlink and without blocking: a named pipe (or a device)
+// planted there is opened at once and then refused by checkPrivate,
+// instead of blocking the preparer until a writer appears.
+func openVersionFile(path string, flag int, perm os.FileMode) (*os.File, error) {
+	return os.OpenFile(path, flag|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, perm)
+}
+
 // openPrivate opens (creating, mode 0600) a private file for appending
 // download bytes; a symlink or a file with other links or owner is
 // refused.
 func openPrivate(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW, 0o600)
+	f, err := openVersionFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		if errors.Is(err, syscall.ELOOP) {
 			return nil, fmt.Errorf("%w: %s is a symlink", lease.ErrUnsafe, filepath.Base(path))
@@ -326,7 +334,7 @@ func checkPrivate(f *os.File) error {
 // verifyFile checks that path is a private regular file holding exactly
 // a's bytes. A missing file is fs.ErrNotExist.
 func verifyFile(path string, a release.Artifact) error {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := openVersionFile(path, os.O_RDONLY, 0)
 	if err != nil {
 		if errors.Is(err, syscall.ELOOP) {
 			return fmt.Errorf("%w: %s is a symlink", lease.ErrUnsafe, filepath.Base(path))

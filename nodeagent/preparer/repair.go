@@ -204,7 +204,7 @@ func (j *Job) deleteVersionFiles(l genstate.Local) error {
 		case !ok:
 			return refuse("unknown file %s in the version directory; nothing deleted", name)
 		case isPartial:
-			f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+			f, err := openVersionFile(path, os.O_RDONLY, 0)
 			if err != nil {
 				return refuse("version file %s: %v", name, err)
 			}
