@@ -13,9 +13,22 @@ type Merged []Store
 
 var _ Store = Merged(nil)
 
+// Refresher is a Store whose view follows a store shared by several
+// gateway replicas with a delay (a watch). Refresh reads one node from
+// the shared store itself, for a node ID its view does not know: a node
+// enrolled through another replica a moment ago. Merged calls it only
+// when no store knows the node, so known nodes never cost a read;
+// implementations bound how often they read. Errors are Authenticate's.
+type Refresher interface {
+	Store
+	Refresh(nodeID string, digest Digest) (Node, error)
+}
+
 // Authenticate implements Store: the first store that knows nodeID
-// decides; ErrUnknownNode when none does. Every store is asked, so the
-// answer takes the same time whichever store knows the node.
+// decides. Every store is asked, so the answer takes the same time
+// whichever store knows the node. When none does, each Refresher is asked
+// to read the node from its shared store; ErrUnknownNode when none has
+// it.
 func (m Merged) Authenticate(nodeID string, digest Digest) (Node, error) {
 	var (
 		found  bool
@@ -30,6 +43,13 @@ func (m Merged) Authenticate(nodeID string, digest Digest) (Node, error) {
 		found, node, result = true, n, err
 	}
 	if !found {
+		for _, s := range m {
+			if r, ok := s.(Refresher); ok {
+				if n, err := r.Refresh(nodeID, digest); !errors.Is(err, ErrUnknownNode) {
+					return n, err
+				}
+			}
+		}
 		return Node{}, unknown(nodeID)
 	}
 	return node, result

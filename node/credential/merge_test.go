@@ -48,3 +48,35 @@ func TestMerged(t *testing.T) {
 		t.Fatalf("%+v", ns)
 	}
 }
+
+// lagging is a store whose view lacks a node that Refresh finds.
+type lagging struct {
+	fixed
+	shared    fixed
+	refreshes int
+}
+
+func (l *lagging) Refresh(id string, d Digest) (Node, error) {
+	l.refreshes++
+	return l.shared.Authenticate(id, d)
+}
+
+// TestMergedRefresh: a node no store's view knows is read through the
+// Refresher; a node a view knows costs no refresh.
+func TestMergedRefresh(t *testing.T) {
+	file := fixed{nodeA: {Node: Node{NodeID: nodeA, Enabled: true}, digest: Sum(secretA)}}
+	l := &lagging{fixed: fixed{}, shared: fixed{nodeB: {Node: Node{NodeID: nodeB, Enabled: true, Pool: "new"}, digest: Sum(secretB)}}}
+	m := Merged{file, l}
+	if _, err := m.Authenticate(nodeA, Sum(secretA)); err != nil || l.refreshes != 0 {
+		t.Fatalf("known node: %v, %d refreshes", err, l.refreshes)
+	}
+	if n, err := m.Authenticate(nodeB, Sum(secretB)); err != nil || n.Pool != "new" || l.refreshes != 1 {
+		t.Fatalf("node enrolled elsewhere: %+v %v, %d refreshes", n, err, l.refreshes)
+	}
+	if _, err := m.Authenticate(nodeB, Sum(secretA)); !errors.Is(err, ErrMismatch) {
+		t.Fatalf("wrong credential through the refresh: %v", err)
+	}
+	if _, err := m.Authenticate("0e000000-0000-4000-8000-00000000000e", Sum(secretA)); !errors.Is(err, ErrUnknownNode) {
+		t.Fatalf("unknown: %v", err)
+	}
+}

@@ -14,8 +14,9 @@
 //
 // Store implements credential.Store for the enrolled nodes; the gateway
 // merges it with the operator's node credential file (credential.Merged).
-// It is a file today; a cluster-wide store (e.g. Kubernetes) can take its
-// place behind the same methods.
+// Store is the state file of one gateway; several gateway replicas share a
+// cluster-wide store with the same methods instead (package
+// node/kubestore).
 package enrolment
 
 import (
@@ -57,8 +58,8 @@ var (
 	ErrRefused = errors.New("enrolment: token refused")
 	// ErrInvalid: a bad pool name or lifetime, or a malformed request.
 	ErrInvalid = errors.New("enrolment: invalid")
-	// ErrState: the state file cannot be read, parsed or written; nothing
-	// changed.
+	// ErrState: the state file (or the shared store) cannot be read,
+	// parsed or written; nothing changed.
 	ErrState = errors.New("enrolment: state file")
 )
 
@@ -181,10 +182,53 @@ func Open(path string, now func() time.Time) (*Store, error) {
 	return s, nil
 }
 
+// MaxTokenLength is the longest token looked up; a longer one is refused
+// unread.
+const MaxTokenLength = 512
+
 // digestOf returns the lowercase hex SHA-256 of a token.
 func digestOf(token string) string {
 	d := sha256.Sum256([]byte(token))
 	return hex.EncodeToString(d[:])
+}
+
+// TokenDigest returns the lowercase hex SHA-256 a token is stored as, and
+// false for a token that cannot be one (empty, or longer than
+// MaxTokenLength).
+func TokenDigest(token string) (string, bool) {
+	if token == "" || len(token) > MaxTokenLength {
+		return "", false
+	}
+	return digestOf(token), true
+}
+
+// NewSecret returns a new token or node credential: 32 random bytes as
+// unpadded base64url (43 characters).
+func NewSecret() (string, error) { return newSecret() }
+
+// IssueTTL validates Issue's arguments and returns the token's lifetime
+// (ttl, or DefaultTTL for 0). Errors wrap ErrInvalid.
+func IssueTTL(poolName string, ttl time.Duration) (time.Duration, error) {
+	if ttl == 0 {
+		ttl = DefaultTTL
+	}
+	if !pool.IsName(poolName) {
+		return 0, fmt.Errorf("%w: pool must be 1..63 characters of [a-z0-9-]", ErrInvalid)
+	}
+	if ttl < MinTTL || ttl > MaxTTL {
+		return 0, fmt.Errorf("%w: ttl must be between %s and %s", ErrInvalid, MinTTL, MaxTTL)
+	}
+	return ttl, nil
+}
+
+// Validate checks an enrolment request; the error wraps ErrInvalid.
+func (r Request) Validate() error {
+	switch {
+	case !proto.IsUUID(r.InstallationID), !r.Provider.Valid(), !proto.IsDigest(r.BackendFingerprint),
+		r.MaxActive < 1, r.MaxActive > proto.MaxActiveOperations, r.MaxRetained < 0, r.MaxRetained > proto.MaxRetainedGenerations:
+		return fmt.Errorf("%w: malformed enrolment request", ErrInvalid)
+	}
+	return nil
 }
 
 // newSecret returns 32 random bytes as unpadded base64url (43 characters).
@@ -201,14 +245,9 @@ func newSecret() (string, error) {
 // its expiry. The token's SHA-256 is written to the state file before
 // Issue returns. Errors: ErrInvalid, ErrState.
 func (s *Store) Issue(poolName string, ttl time.Duration) (string, time.Time, error) {
-	if ttl == 0 {
-		ttl = DefaultTTL
-	}
-	if !pool.IsName(poolName) {
-		return "", time.Time{}, fmt.Errorf("%w: pool must be 1..63 characters of [a-z0-9-]", ErrInvalid)
-	}
-	if ttl < MinTTL || ttl > MaxTTL {
-		return "", time.Time{}, fmt.Errorf("%w: ttl must be between %s and %s", ErrInvalid, MinTTL, MaxTTL)
+	ttl, err := IssueTTL(poolName, ttl)
+	if err != nil {
+		return "", time.Time{}, err
 	}
 	token, err := newSecret()
 	if err != nil {
@@ -242,10 +281,10 @@ func pruned(tokens []tokenRecord, now time.Time) []tokenRecord {
 // find returns the index of the usable token (known, unused, unexpired),
 // or -1; s.mu is held.
 func (s *Store) find(token string, now time.Time) int {
-	if token == "" || len(token) > 512 {
+	d, ok := TokenDigest(token)
+	if !ok {
 		return -1
 	}
-	d := digestOf(token)
 	for i, t := range s.state.Tokens {
 		if t.TokenSHA256 == d && t.UsedAt == nil && now.Before(t.ExpiresAt) {
 			return i
@@ -276,10 +315,8 @@ func (s *Store) Check(token string) (string, error) {
 // (a malformed request), resolve's error, ErrState; on every error the
 // token stays as it was and no node is added.
 func (s *Store) Enrol(token string, r Request, resolve func(pool string) (Generation, error)) (*Enrolled, error) {
-	switch {
-	case !proto.IsUUID(r.InstallationID), !r.Provider.Valid(), !proto.IsDigest(r.BackendFingerprint),
-		r.MaxActive < 1, r.MaxActive > proto.MaxActiveOperations, r.MaxRetained < 0, r.MaxRetained > proto.MaxRetainedGenerations:
-		return nil, fmt.Errorf("%w: malformed enrolment request", ErrInvalid)
+	if err := r.Validate(); err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -14,13 +14,15 @@
 //
 // The File store appends one JSON line per change to a journal and
 // fsyncs it before Place or Release returns, replays it at start, and
-// compacts it when it has grown to twice the live set. A Store can be
-// replaced by a cluster-wide one behind the same interface.
+// compacts it when it has grown to twice the live set. Several gateway
+// replicas share a cluster-wide Store instead (package node/kubestore),
+// which also implements Syncer.
 package placement
 
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,8 +58,21 @@ type Store interface {
 	List(nodeID string) []Placement
 }
 
-// ErrJournal: the journal cannot be read, parsed or written; on a write
-// error nothing changed.
+// Syncer is a Store that several gateway replicas share, each answering
+// from its own view that follows the others' changes with a delay (a
+// watch). Sync reads one node's placements from the shared store itself,
+// so that the answers that follow include every placement any replica
+// had recorded when Sync was called. The hub syncs a node before its
+// first retention answer on a connection: the replica that held the node
+// before may have placed allocations this one has not seen yet.
+type Syncer interface {
+	// Sync refreshes node's placements; on error the view is unchanged
+	// (the hub then keeps every generation the node asks about).
+	Sync(ctx context.Context, nodeID string) error
+}
+
+// ErrJournal: the journal (or the shared store) cannot be read, parsed or
+// written, or a placement is malformed; on a write error nothing changed.
 var ErrJournal = errors.New("placement: journal")
 
 // MaxLine bounds one journal line, in bytes.
@@ -133,8 +148,11 @@ func (m *Memory) all() []Placement {
 	return out
 }
 
-// Place implements Store.
+// Place implements Store; a malformed placement is refused (ErrJournal).
 func (m *Memory) Place(p Placement) error {
+	if !Valid(p) {
+		return fmt.Errorf("%w: malformed placement", ErrJournal)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if k := keyOf(p); !m.has(k) {
@@ -232,7 +250,7 @@ func Open(path string) (*File, error) {
 		var e entry
 		dec := json.NewDecoder(bytes.NewReader(line))
 		dec.DisallowUnknownFields()
-		if err := dec.Decode(&e); err != nil || !valid(e.Placement) || (e.Op != "place" && e.Op != "release") {
+		if err := dec.Decode(&e); err != nil || !Valid(e.Placement) || (e.Op != "place" && e.Op != "release") {
 			return nil, fmt.Errorf("%w: %s line %d is malformed", ErrJournal, path, n)
 		}
 		k := keyOf(e.Placement)
@@ -265,7 +283,9 @@ func Open(path string) (*File, error) {
 	return s, nil
 }
 
-func valid(p Placement) bool {
+// Valid reports whether p is well formed: a node UUID, a positive
+// generation and a reference of identifiers (proto.IsIdentifier).
+func Valid(p Placement) bool {
 	return proto.IsUUID(p.NodeID) && p.Generation > 0 && proto.IsIdentifier(p.Reference.TenantID) &&
 		proto.IsIdentifier(p.Reference.EnvironmentID) && proto.IsIdentifier(p.Reference.AllocationID)
 }
@@ -351,7 +371,7 @@ func (s *File) compact() {
 // placement whose fsync then fails stays in use in memory: keeping more
 // is safe). Errors wrap ErrJournal.
 func (s *File) Place(p Placement) error {
-	if !valid(p) {
+	if !Valid(p) {
 		return fmt.Errorf("%w: malformed placement", ErrJournal)
 	}
 	s.mu.Lock()
