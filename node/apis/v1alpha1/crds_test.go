@@ -89,13 +89,19 @@ func TestNodePoolRules(t *testing.T) {
 		change func(p *NodePool)
 		msg    string
 	}{
-		"rebinding":        {func(p *NodePool) { p.Spec.Generations["7"] = GenerationBinding{SpecificationDigest: d8, Release: "rel-7"} }, "specification digest never changes"},
-		"other release":    {func(p *NodePool) { p.Spec.Generations["7"] = GenerationBinding{SpecificationDigest: d7, Release: "rel-x"} }, "release never changes"},
-		"release dropped":  {func(p *NodePool) { p.Spec.Generations["7"] = GenerationBinding{SpecificationDigest: d7} }, "release never changes"},
-		"binding removed":  {func(p *NodePool) { p.Spec.Generations = nil; p.Spec.Target = 0 }, "never removed"},
-		"unbound target":   {func(p *NodePool) { p.Spec.Target = 9 }, "must be bound"},
-		"bad key":          {func(p *NodePool) { p.Spec.Generations["07"] = GenerationBinding{SpecificationDigest: d8} }, "positive decimal integer"},
-		"bad digest":       {func(p *NodePool) { p.Spec.Generations["8"] = GenerationBinding{SpecificationDigest: strings.ToUpper(d8)} }, "specificationDigest"},
+		"rebinding": {func(p *NodePool) {
+			p.Spec.Generations["7"] = GenerationBinding{SpecificationDigest: d8, Release: "rel-7"}
+		}, "specification digest never changes"},
+		"other release": {func(p *NodePool) {
+			p.Spec.Generations["7"] = GenerationBinding{SpecificationDigest: d7, Release: "rel-x"}
+		}, "release never changes"},
+		"release dropped": {func(p *NodePool) { p.Spec.Generations["7"] = GenerationBinding{SpecificationDigest: d7} }, "release never changes"},
+		"binding removed": {func(p *NodePool) { p.Spec.Generations = nil; p.Spec.Target = 0 }, "never removed"},
+		"unbound target":  {func(p *NodePool) { p.Spec.Target = 9 }, "must be bound"},
+		"bad key":         {func(p *NodePool) { p.Spec.Generations["07"] = GenerationBinding{SpecificationDigest: d8} }, "positive decimal integer"},
+		"bad digest": {func(p *NodePool) {
+			p.Spec.Generations["8"] = GenerationBinding{SpecificationDigest: strings.ToUpper(d8)}
+		}, "specificationDigest"},
 		"negative serving": {func(p *NodePool) { p.Spec.Serving = -1 }, "serving"},
 	} {
 		c := p.DeepCopy()
