@@ -181,8 +181,9 @@ func TestEnrolThroughTheGateway(t *testing.T) {
 
 	token := newToken()
 	stateDir, credFile := filepath.Join(dir, "node-state"), filepath.Join(dir, "node.credential")
-	if code, out := enrol(token, stateDir, credFile); code != 0 {
-		t.Fatalf("enrol: exit %d\n%s\n%s", code, out, w.gateway.output())
+	code, enrolOut := enrol(token, stateDir, credFile)
+	if code != 0 {
+		t.Fatalf("enrol: exit %d\n%s\n%s", code, enrolOut, w.gateway.output())
 	}
 	st, _ := state.Open(stateDir)
 	id, err := st.Identity()
@@ -241,6 +242,34 @@ heartbeat = "500ms"
 	res = w.operation(api.OperationRequest{Operation: proto.OpKill, DeploymentGeneration: 1, TimeoutMS: 60000, Reference: ref})
 	if res.Outcome != "success" {
 		t.Fatalf("kill: %+v", res)
+	}
+
+	// Neither the enrolment token nor the node credential is in a log, an
+	// output, Caddy's running configuration, an admin answer or any file
+	// but the credential file.
+	cred, err := os.ReadFile(credFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, config := g.admin(http.MethodGet, "/config/", "")
+	_, enrolled := g.admin(http.MethodGet, "/sandgate/enrolled-nodes", "")
+	places := map[string]string{"the gateway's log": w.gateway.output(), "the node's log": node.output(),
+		"nodeagent enrol's output": enrolOut, "GET /config/": string(config), "GET /sandgate/enrolled-nodes": string(enrolled)}
+	for _, root := range []string{dir, stateDir} {
+		filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() && p != credFile && !strings.HasSuffix(p, ".tar") {
+				b, _ := os.ReadFile(p)
+				places[p] = string(b)
+			}
+			return nil
+		})
+	}
+	for where, text := range places {
+		for what, secret := range map[string]string{"enrolment token": token, "node credential": strings.TrimSpace(string(cred))} {
+			if strings.Contains(text, secret) {
+				t.Errorf("the %s appears in %s", what, where)
+			}
+		}
 	}
 }
 
