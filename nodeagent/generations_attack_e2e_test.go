@@ -8,11 +8,14 @@ package nodeagent_test
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 
 	"github.com/sandgate/sandgate/node/proto"
+	"github.com/sandgate/sandgate/nodeagent/genstate"
 	"github.com/sandgate/sandgate/nodeagent/internal/fakecore"
 	"github.com/sandgate/sandgate/nodeagent/preparer"
 )
@@ -78,4 +81,62 @@ func TestFIFOPlantedInTheVersionDirectoryIsRefused(t *testing.T) {
 		t.Fatalf("the planted pipe was changed: %v %v", fi, err)
 	}
 	a.WaitObservations(fakecore.State(1, proto.GenerationFailed))
+}
+
+// A full disk under the node's state directory (a 1 MiB tmpfs, smaller
+// than the image tarball): the preparation fails with storage_full, the
+// generation is reported failed with that diagnostic and nothing is
+// published; once the disk has room again, the restarted node finishes
+// the preparation from what is there, leaving no stray file.
+func TestFullDiskDuringPreparation(t *testing.T) {
+	w := newGWorld(t)
+	d1 := w.release(1, "rel-one")
+	w.writeConfig(1, d1)
+	if err := os.Mkdir(w.state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", w.state).CombinedOutput(); err != nil {
+		t.Fatalf("mount a tmpfs (needs root): %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", w.state).Run() })
+	p := w.start()
+	a := w.core.Accept().Auto(dep(1, d1, nil), nil)
+	obs := a.WaitObservations(fakecore.State(1, proto.GenerationFailed))
+	if obs[0].Diagnostic != proto.DiagStorageFull {
+		t.Fatalf("observation %+v, want failed storage_full", obs[0])
+	}
+	gens := w.generations()
+	if _, err := gens.ReadConfig(1); !os.IsNotExist(err) {
+		t.Fatalf("a configuration was published on a full disk: %v", err)
+	}
+	w.kill(p)
+
+	if out, err := exec.Command("mount", "-o", "remount,size=64m", w.state).CombinedOutput(); err != nil {
+		t.Fatalf("remount: %v %s", err, out)
+	}
+	w.start()
+	a = w.core.Accept().Auto(dep(1, d1, nil), nil)
+	a.WaitObservations(fakecore.State(1, proto.GenerationReady))
+	ents, err := os.ReadDir(gens.FilesPath(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if want := []string{"image.tar", "manifest.json", "provider.json", "seccomp.json"}; !slices.Equal(names, want) {
+		t.Fatalf("version files %v, want %v", names, want)
+	}
+	for _, r := range []genstate.Record{genstate.RecordPlan, genstate.RecordJournal} {
+		if ok, _ := gens.Exists(1, r); ok {
+			t.Fatalf("%s left behind", r)
+		}
+	}
+	gents, _ := os.ReadDir(gens.Path())
+	for _, e := range gents {
+		if e.Name()[0] == '.' {
+			t.Fatalf("a temporary file was left in the generations directory: %s", e.Name())
+		}
+	}
 }
