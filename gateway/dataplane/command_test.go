@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"mime/multipart"
 	"net/textproto"
 	"os/exec"
 	"path"
@@ -115,8 +114,7 @@ func FuzzPartTarget(f *testing.F) {
 		} else {
 			hdr.Set("Content-Disposition", `form-data; name="file"; filename="`+strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(filename)+`"`)
 		}
-		part := &multipart.Part{Header: hdr}
-		target, isFile, e := h.partTarget(part, "", sdkUser{})
+		target, isFile, e := h.partTarget(hdr, "", sdkUser{})
 		if e != nil {
 			if e.Code != CodeBadRequest {
 				t.Fatalf("code %s", e.Code)

@@ -1,19 +1,19 @@
 package dataplane
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"io"
 	"math"
 	"mime"
-	"mime/multipart"
 	"net/http"
+	"net/textproto"
 	"path"
 	"strings"
 
 	"github.com/sandgate/sandgate/gateway/envd"
 	"github.com/sandgate/sandgate/gateway/execd"
+	"github.com/sandgate/sandgate/internal/multipartstream"
 )
 
 // restUser reads the user of a /files call from the username query
@@ -224,14 +224,14 @@ func (h *Handler) filesWrite(w http.ResponseWriter, r *http.Request, rq *request
 		seen := map[string]bool{}
 		next = func() (uploadFile, bool, *Error) {
 			for {
-				part, err := mr.NextRawPart()
+				part, err := mr.NextPart()
 				if errors.Is(err, io.EOF) {
 					return uploadFile{}, false, nil
 				}
 				if err != nil {
 					return uploadFile{}, false, fail(CodeBadRequest, "the multipart body is not valid")
 				}
-				target, isFile, e := h.partTarget(part, queryTarget, user)
+				target, isFile, e := h.partTarget(part.Header, queryTarget, user)
 				if e != nil {
 					return uploadFile{}, false, e
 				}
@@ -274,10 +274,12 @@ func (h *Handler) filesWrite(w http.ResponseWriter, r *http.Request, rq *request
 	return nil
 }
 
-// multipartReader is r.MultipartReader over a buffer of uploadChunk bytes:
-// mime/multipart reads through its own 4 KiB buffer unless it is given a
-// larger bufio.Reader, and then the file parts come in small reads.
-func multipartReader(r *http.Request) (*multipart.Reader, error) {
+// multipartReader reads r's multipart/form-data body as r.MultipartReader
+// would (package multipartstream parses as mime/multipart's NextRawPart),
+// through one buffer of uploadChunk bytes whose file contents are handed
+// to execd in place: mime/multipart reads through its own 4 KiB buffer
+// whatever it is given, and copies every byte twice.
+func multipartReader(r *http.Request) (*multipartstream.Reader, error) {
 	d, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || d != "multipart/form-data" {
 		return nil, http.ErrNotMultipart
@@ -286,19 +288,20 @@ func multipartReader(r *http.Request) (*multipart.Reader, error) {
 	if !ok {
 		return nil, http.ErrMissingBoundary
 	}
-	return multipart.NewReader(bufio.NewReaderSize(r.Body, uploadChunk), boundary), nil
+	return multipartstream.NewReader(r.Body, boundary, uploadChunk), nil
 }
 
 func writeInfo(p string) envd.WriteInfo {
 	return envd.WriteInfo{Name: path.Base(p), Type: "file", Path: p}
 }
 
-// partTarget returns the target path of a multipart part. Only parts named
-// "file" are files. Their filename parameter is the full path as the SDK
-// gave it, read from the raw Content-Disposition because Go's
-// Part.FileName() keeps only the base name (docs/wire-facts.md §E4.1).
-func (h *Handler) partTarget(part *multipart.Part, queryTarget string, user sdkUser) (string, bool, *Error) {
-	disp, params, err := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+// partTarget returns the target path of a multipart part from its header.
+// Only parts named "file" are files. Their filename parameter is the full
+// path as the SDK gave it, read from the raw Content-Disposition (Go's
+// multipart.Part.FileName keeps only the base name; docs/wire-facts.md
+// §E4.1).
+func (h *Handler) partTarget(header textproto.MIMEHeader, queryTarget string, user sdkUser) (string, bool, *Error) {
+	disp, params, err := mime.ParseMediaType(header.Get("Content-Disposition"))
 	if err != nil || disp != "form-data" {
 		return "", false, fail(CodeBadRequest, "a multipart part has no valid form-data Content-Disposition")
 	}

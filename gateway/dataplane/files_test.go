@@ -209,6 +209,13 @@ func TestFilesWrite(t *testing.T) {
 		{"unsupported encoding", "?path=br.bin", "application/octet-stream", []byte("x"), map[string]string{"Content-Encoding": "br"}},
 		{"unsupported content type", "?path=x.json", "application/json", []byte("{}"), nil},
 		{"broken multipart", "", "multipart/form-data; boundary=zzz", []byte("--zzz\r\nnot a part"), nil},
+		// mime/multipart would end the parts there (io.EOF) and write the
+		// first file; multipartstream refuses the body.
+		{"multipart ending inside a part header", "", "multipart/form-data; boundary=zzz",
+			[]byte("--zzz\r\nContent-Disposition: form-data; name=\"file\"; filename=\"/home/user/dup.txt\"\r\n\r\n1\r\n--zzz\r\nContent-Disposition: form-da"), nil},
+		{"multipart part header over 64 KiB", "", "multipart/form-data; boundary=zzz",
+			[]byte("--zzz\r\nContent-Disposition: form-data; name=\"file\"; filename=\"/home/user/dup.txt\"\r\nX-Pad: " +
+				strings.Repeat("p", 64<<10) + "\r\n\r\n1\r\n--zzz--\r\n"), nil},
 	}
 	bad[0].ctype, bad[0].body = multipartBody(t, [][2]string{{"/home/user/dup.txt", "1"}, {"/home/user/dup.txt", "2"}})
 	{
@@ -236,6 +243,40 @@ func TestFilesWrite(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFilesWriteLargeMultipart streams a 24 MiB file part, full of
+// near-boundaries, and a second small file through the gateway's
+// multipart reader (package multipartstream, contents passed on in place):
+// both arrive byte for byte.
+func TestFilesWriteLargeMultipart(t *testing.T) {
+	e := newTestEnv(t)
+	data := make([]byte, 24<<20)
+	_, _ = rand.Read(data)
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	near := []byte("\r\n--" + mw.Boundary())
+	for i := 0; i+len(near) < len(data); i += 100003 {
+		copy(data[i:], near[:len(near)-1-i%len(near)]) // a prefix of the delimiter, never all of it
+	}
+	fw, _ := mw.CreateFormFile("file", "/home/user/big.bin")
+	_, _ = fw.Write(data)
+	fw, _ = mw.CreateFormFile("file", "/home/user/small.txt")
+	_, _ = fw.Write([]byte("small\r\n"))
+	_ = mw.Close()
+	req := e.request(http.MethodPost, "/files", &buf)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	resp, out := e.do(req)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d body %s", resp.StatusCode, out)
+	}
+	got, err := os.ReadFile(e.hostPath("/home/user/big.bin"))
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("big.bin differs (err %v, %d bytes)", err, len(got))
+	}
+	if got, _ := os.ReadFile(e.hostPath("/home/user/small.txt")); string(got) != "small\r\n" {
+		t.Fatalf("small.txt = %q", got)
 	}
 }
 

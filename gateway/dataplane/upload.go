@@ -123,18 +123,8 @@ func (u *uploadBody) Read(p []byte) (int, error) {
 			return u.framing.Read(p)
 		case u.cur != nil:
 			n, err := u.cur.Read(p)
-			if err == io.EOF {
-				u.cur = nil
-				err = nil
-			}
-			if err != nil {
-				var tl *tooLarge
-				if errors.As(err, &tl) {
-					u.err = fail(CodeWriteTooLarge, tl.msg)
-				} else {
-					u.err = fail(CodeBadRequest, "the request body could not be read")
-				}
-				return 0, errClientBody
+			if err = u.fileRead(err); err != nil {
+				return 0, err
 			}
 			if n > 0 {
 				return n, nil
@@ -151,6 +141,49 @@ func (u *uploadBody) Read(p []byte) (int, error) {
 	}
 }
 
+// fileRead handles the error of a read of the current file; u.mu is held.
+// The file's end moves on to the next file (nil is returned); a failure
+// is kept in u.err and gives errClientBody.
+func (u *uploadBody) fileRead(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case err == io.EOF:
+		u.cur = nil
+		return nil
+	}
+	var tl *tooLarge
+	if errors.As(err, &tl) {
+		u.err = fail(CodeWriteTooLarge, tl.msg)
+	} else {
+		u.err = fail(CodeBadRequest, "the request body could not be read")
+	}
+	return errClientBody
+}
+
+// inPlace is a file body that hands out its bytes without copying them
+// (a multipartstream.Part): each slice is valid until the next call.
+type inPlace interface {
+	Next() ([]byte, error)
+}
+
+// chunk returns the next bytes of the current file in place when its body
+// allows it (ok true; b is valid until the next call and may be empty),
+// with the errors of Read.
+func (u *uploadBody) chunk() (b []byte, ok bool, err error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	c, isInPlace := u.cur.(inPlace)
+	if !isInPlace || u.stopped || u.err != nil || u.framing.Len() > 0 {
+		return nil, false, nil
+	}
+	b, err = c.Next()
+	if err = u.fileRead(err); err != nil {
+		return nil, true, err
+	}
+	return b, true, nil
+}
+
 // Close is called by the transport when it is done with the body.
 func (u *uploadBody) Close() error { return nil }
 
@@ -164,18 +197,38 @@ func (u *uploadBody) stop() (*Error, bool) {
 	return u.err, u.eof
 }
 
-// WriteTo copies the body to w in writes of up to uploadChunk bytes (Go's
-// transport uses it for a body of unknown length, where each write is one
-// chunk of the chunked encoding, flushed on its own).
+// WriteTo copies the body to w (Go's transport uses it for a body of
+// unknown length, where each write is one chunk of the chunked encoding,
+// flushed on its own): a multipart file's bytes straight from the buffer
+// they were read into, in writes of up to uploadChunk bytes, everything
+// else through a buffer of that size.
 func (u *uploadBody) WriteTo(w io.Writer) (int64, error) {
-	buf := make([]byte, uploadChunk)
+	var buf []byte
 	var total int64
+	write := func(b []byte) error {
+		wn, err := w.Write(b)
+		total += int64(wn)
+		return err
+	}
 	for {
+		b, ok, err := u.chunk()
+		if ok {
+			if len(b) > 0 {
+				if werr := write(b); werr != nil {
+					return total, werr
+				}
+			}
+			if err != nil {
+				return total, err
+			}
+			continue
+		}
+		if buf == nil {
+			buf = make([]byte, uploadChunk)
+		}
 		n, err := io.ReadFull(u, buf)
 		if n > 0 {
-			wn, werr := w.Write(buf[:n])
-			total += int64(wn)
-			if werr != nil {
+			if werr := write(buf[:n]); werr != nil {
 				return total, werr
 			}
 		}
