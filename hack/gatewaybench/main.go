@@ -27,7 +27,13 @@
 //     /<sandbox>/44772/files/download?path=) and upload (POST /files?path=
 //     as application/octet-stream, and as the SDK's default multipart body,
 //     against execd's multipart POST /<sandbox>/44772/files/upload with the
-//     same bytes); every request carries a Content-Length.
+//     same bytes); every request carries a Content-Length;
+//   - command: the SDK's commands.run of `echo hi` (Connect server stream
+//     POST /process.Process/Start, /bin/bash -l -c "echo hi") through the
+//     gateway against the same command line sent to execd's POST /command
+//     (its event stream) through the reverse proxy, -commands one after
+//     the other per path and round: the time to the first stdout output
+//     and to the end of the command, and the CPU per command.
 //
 // Each of -rounds rounds runs every cell once, the two proxies one after
 // the other in an order that alternates between rounds. The summary gives,
@@ -41,7 +47,7 @@
 //
 //	go run ./hack/gatewaybench [-caddy bin/caddy] [-rounds 5] [-cell 3s]
 //		[-concurrency 1,8,64] [-files 16] [-transfer-mib 1024]
-//		[-transfer-rounds 3] [-only listdir|transfer] [-profile <dir>]
+//		[-transfer-rounds 3] [-commands 100] [-only listdir|transfer|command] [-profile <dir>]
 //		[-gateway-env GOGC=200,...] [-authorizer]
 //
 // With -authorizer the gateway also has a sandbox authorizer (authorizer
@@ -114,6 +120,7 @@ type options struct {
 	profileDir     string
 	gatewayEnv     []string
 	authorizer     bool
+	commands       int
 }
 
 func main() {
@@ -135,7 +142,8 @@ func main() {
 	flag.IntVar(&o.files, "files", 16, "files in the listed directory")
 	flag.Int64Var(&o.transferMiB, "transfer-mib", 1024, "size of each download and upload in MiB")
 	flag.IntVar(&o.transferRounds, "transfer-rounds", 3, "measured rounds of the transfers")
-	flag.StringVar(&o.only, "only", "", "run only listdir or transfer")
+	flag.StringVar(&o.only, "only", "", "run only listdir, transfer or command")
+	flag.IntVar(&o.commands, "commands", 100, "commands per path and round of the command workload")
 	flag.StringVar(&o.profileDir, "profile", "", "directory for CPU profiles of a separate, unmeasured pass")
 	flag.StringVar(&genv, "gateway-env", "", "comma-separated VAR=value added to both proxies' environment (e.g. GOGC=200)")
 	flag.BoolVar(&o.authorizer, "authorizer", false, "give the gateway a sandbox authorizer (authorizer http) answered by a stand-in of corectl's endpoint")
@@ -169,7 +177,9 @@ func serve(what string, args []string) error {
 	var h http.Handler
 	switch what {
 	case "execd":
-		s := execdstub.New(execdstub.Config{Root: *root, GracefulShutdown: -1})
+		// execd's default graceful shutdown (1 s after a command's last
+		// event), which the command workload's clients do not wait for.
+		s := execdstub.New(execdstub.Config{Root: *root})
 		defer s.Close()
 		h = s
 	case "authorizer":
@@ -444,6 +454,11 @@ http://%s {
 	}
 	if o.only == "" || o.only == "transfer" {
 		if err := w.transfers(); err != nil {
+			return err
+		}
+	}
+	if o.only == "" || o.only == "command" {
+		if err := w.commandOutput(); err != nil {
 			return err
 		}
 	}
@@ -1037,4 +1052,198 @@ func freeAddr() (string, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
+}
+
+// benchCommand is the command of the command workload, as the SDKs send
+// commands.run("echo hi"): /bin/bash -l -c <cmd>.
+const benchCommand = "echo hi"
+
+// commandTiming is one command's client-side times from the request.
+type commandTiming struct {
+	first, end time.Duration // first stdout output; the command's end
+}
+
+// errStreamBroken is a command stream cut after it started: the
+// fixed-entry stand-in's proxy closed its upstream connection (see
+// commandOutput).
+var errStreamBroken = errors.New("the command stream was cut after it started")
+
+// runCommand runs benchCommand on path p and times it.
+func (w *world) runCommand(client *http.Client, p string) (commandTiming, error) {
+	var req *http.Request
+	var err error
+	if p == "gateway" {
+		msg := []byte(`{"process":{"cmd":"/bin/bash","args":["-l","-c","` + benchCommand + `"],"envs":{},"cwd":"/home/user"}}`)
+		env := make([]byte, 5, 5+len(msg))
+		env[1], env[2], env[3], env[4] = byte(len(msg)>>24), byte(len(msg)>>16), byte(len(msg)>>8), byte(len(msg))
+		req, err = http.NewRequest(http.MethodPost, w.gatewayURL+"/process.Process/Start", bytes.NewReader(append(env, msg...)))
+		if err == nil {
+			req.Header.Set("Content-Type", "application/connect+json")
+			req.Header.Set("Connect-Protocol-Version", "1")
+			w.gatewayHeaders(req)
+		}
+	} else {
+		// uid and gid as the gateway sends them for its user root.
+		body := `{"command":"/bin/bash -l -c '` + benchCommand + `'","cwd":"/home/user","uid":0,"gid":0}`
+		req, err = http.NewRequest(http.MethodPost, w.proxyURL+"/"+sandboxID+"/44772/command", strings.NewReader(body))
+		if err == nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+	}
+	if err != nil {
+		return commandTiming{}, err
+	}
+	var t commandTiming
+	t0 := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return t, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return t, fmt.Errorf("command via %s: status %d: %s", p, resp.StatusCode, b)
+	}
+	br := bufio.NewReader(resp.Body)
+	var seen []string // the messages so far, for an error
+	for t.end == 0 {
+		var msg []byte
+		if p == "gateway" {
+			// Connect envelopes: flags, 4-byte length, JSON.
+			var hdr [5]byte
+			if _, err := io.ReadFull(br, hdr[:]); err != nil {
+				return t, fmt.Errorf("command via gateway: the stream ended before the end event: %w (after %q)", err, seen)
+			}
+			msg = make([]byte, int(hdr[1])<<24|int(hdr[2])<<16|int(hdr[3])<<8|int(hdr[4]))
+			if _, err := io.ReadFull(br, msg); err != nil {
+				return t, err
+			}
+			if hdr[0]&2 != 0 {
+				if bytes.Contains(msg, []byte("execd closed the command stream before the command ended")) {
+					return t, errStreamBroken
+				}
+				return t, fmt.Errorf("command via gateway: end of stream before the end event: %s (after %q)", msg, seen)
+			}
+			seen = append(seen, string(msg))
+			switch {
+			case t.first == 0 && bytes.Contains(msg, []byte(`"stdout"`)):
+				t.first = time.Since(t0)
+			case bytes.Contains(msg, []byte(`"end"`)):
+				t.end = time.Since(t0)
+			}
+		} else {
+			// execd's events: bare JSON objects, each followed by "\n\n".
+			line, err := br.ReadBytes('\n')
+			if err != nil {
+				if len(seen) > 0 && strings.HasPrefix(seen[len(seen)-1], "net/http: abort Handler") {
+					return t, errStreamBroken
+				}
+				return t, fmt.Errorf("command via reverse_proxy: the stream ended before execution_complete: %w (after %q)", err, seen)
+			}
+			if len(bytes.TrimSpace(line)) > 0 {
+				seen = append(seen, string(line))
+			}
+			switch {
+			case t.first == 0 && bytes.Contains(line, []byte(`"type":"stdout"`)):
+				t.first = time.Since(t0)
+			case bytes.Contains(line, []byte(`"type":"execution_complete"`)):
+				t.end = time.Since(t0)
+			case bytes.Contains(line, []byte(`"type":"error"`)):
+				return t, fmt.Errorf("command via reverse_proxy: %s", line)
+			}
+		}
+	}
+	if t.first == 0 {
+		return t, fmt.Errorf("command via %s: no stdout output", p)
+	}
+	// As the SDKs, stop at the terminal event: execd keeps the stream
+	// open for its graceful shutdown (1 s) after it.
+	return t, nil
+}
+
+// commandOutput runs the command workload: rounds of -commands commands
+// per path, the paths alternating. A stream the fixed entry cuts after
+// it started is counted and left out of the times: the stand-in's
+// httputil.ReverseProxy (as the real ingress's) closes its upstream
+// connection when its transport reads the already-forwarded request body
+// once more after the server closed it, which happens when execd answers
+// before that read (net/http closes an unread request body when the
+// response starts).
+func (w *world) commandOutput() error {
+	n := w.o.commands
+	fmt.Printf("\ncommand output (%q, closed loop, one at a time): %d rounds × %d commands per path\n", benchCommand, w.o.rounds, n)
+	clients := map[string]*http.Client{}
+	for _, p := range paths {
+		clients[p.name] = newClient(2)
+		for range 5 { // warm-up: connections, the first shells
+			if _, err := w.runCommand(clients[p.name], p.name); err != nil {
+				return err
+			}
+		}
+	}
+	type cell struct {
+		first, end []time.Duration
+		broken     int
+		cpu        cpu
+	}
+	results := map[string][]cell{}
+	for r := range w.o.rounds {
+		for _, p := range order(r) {
+			proxy := p.proxy(w)
+			c0, err := w.cpuOf(proxy)
+			if err != nil {
+				return err
+			}
+			var c cell
+			for range n {
+				t, err := w.runCommand(clients[p.name], p.name)
+				if errors.Is(err, errStreamBroken) {
+					c.broken++
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				c.first, c.end = append(c.first, t.first), append(c.end, t.end)
+			}
+			c1, err := w.cpuOf(proxy)
+			if err != nil {
+				return err
+			}
+			c.cpu = c1.sub(c0)
+			slices.Sort(c.first)
+			slices.Sort(c.end)
+			results[p.name] = append(results[p.name], c)
+			fmt.Printf("  round %d %-13s first output p50 %6.2f ms p90 %6.2f ms  end p50 %6.2f ms  CPU µs/command: proxy %6.0f  fixed entry %6.0f  execd %6.0f  cut: %d\n",
+				r+1, p.name, ms(quantile(c.first, 0.5)), ms(quantile(c.first, 0.9)), ms(quantile(c.end, 0.5)),
+				perReq(c.cpu.proxy, n), perReq(c.cpu.fixedEntry, n), perReq(c.cpu.execd, n), c.broken)
+		}
+	}
+	fmt.Printf("\ncommand summary (median over %d rounds of the per-round quantiles)\n\n", w.o.rounds)
+	fmt.Println("| path | first output p50 ms | p90 ms | end p50 ms | proxy CPU µs/command | fixed entry | execd | streams cut (all rounds) |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
+	for _, p := range paths {
+		cs := results[p.name]
+		med := func(f func(cell) float64) float64 { return median(mapf(cs, f)) }
+		broken := 0
+		for _, c := range cs {
+			broken += c.broken
+		}
+		fmt.Printf("| %s | %.2f | %.2f | %.2f | %.0f | %.0f | %.0f | %d of %d |\n", p.name,
+			med(func(c cell) float64 { return ms(quantile(c.first, 0.5)) }),
+			med(func(c cell) float64 { return ms(quantile(c.first, 0.9)) }),
+			med(func(c cell) float64 { return ms(quantile(c.end, 0.5)) }),
+			med(func(c cell) float64 { return perReq(c.cpu.proxy, n) }),
+			med(func(c cell) float64 { return perReq(c.cpu.fixedEntry, n) }),
+			med(func(c cell) float64 { return perReq(c.cpu.execd, n) }), broken, n*len(cs))
+	}
+	var added, addedEnd []float64
+	for i := range results["gateway"] {
+		g, rp := results["gateway"][i], results["reverse_proxy"][i]
+		added = append(added, ms(quantile(g.first, 0.5))-ms(quantile(rp.first, 0.5)))
+		addedEnd = append(addedEnd, ms(quantile(g.end, 0.5))-ms(quantile(rp.end, 0.5)))
+	}
+	fmt.Printf("\ngateway − direct execd stream, p50 per round: first output **%+.2f ms** (%+.2f to %+.2f), end %+.2f ms (%+.2f to %+.2f)\n",
+		median(added), slices.Min(added), slices.Max(added), median(addedEnd), slices.Min(addedEnd), slices.Max(addedEnd))
+	return nil
 }
