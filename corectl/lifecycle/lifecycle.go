@@ -947,6 +947,19 @@ func (o *Orchestrator) describe(u *unstructured.Unstructured) *Info {
 // whose end time has passed is gone for Status (the expiry reconciler is
 // deleting it). Errors: ErrNotFound, ErrUnavailable.
 func (o *Orchestrator) Status(ctx context.Context, ns, id string) (*Info, error) {
+	u, err := o.readLive(ctx, ns, id)
+	if err != nil {
+		return nil, err
+	}
+	info := o.describe(u)
+	info.LifecycleState = o.derive(ctx, u, info)
+	return info, nil
+}
+
+// readLive reads the BatchSandbox of sandbox ns/id (uncached) for a
+// lifecycle route: absent, an invalid ID, or an end time that has passed
+// is ErrNotFound; a read failure ErrUnavailable.
+func (o *Orchestrator) readLive(ctx context.Context, ns, id string) (*unstructured.Unstructured, error) {
 	if sandbox.ValidateID(id) != nil {
 		return nil, ErrNotFound
 	}
@@ -960,9 +973,7 @@ func (o *Orchestrator) Status(ctx context.Context, ns, id string) (*Info, error)
 	if o.expired(u) {
 		return nil, fmt.Errorf("%w: %s/%s has expired", ErrNotFound, ns, id)
 	}
-	info := o.describe(u)
-	info.LifecycleState = o.derive(ctx, u, info)
-	return info, nil
+	return u, nil
 }
 
 // derive computes the lifecycle state (spec §5.3) and fills the network

@@ -189,15 +189,9 @@ func (o *Orchestrator) SetTimeout(ctx context.Context, ns, id string, d time.Dur
 		d = 0
 	}
 	for attempt := 0; ; attempt++ {
-		u := batchSandboxRef(ns, id)
-		if err := o.Client.Get(ctx, client.ObjectKeyFromObject(u), u); err != nil {
-			if apierrors.IsNotFound(err) {
-				return time.Time{}, fmt.Errorf("%w: %s/%s", ErrNotFound, ns, id)
-			}
-			return time.Time{}, fmt.Errorf("%w: %s", ErrUnavailable, err.Error())
-		}
-		if o.expired(u) {
-			return time.Time{}, fmt.Errorf("%w: %s/%s has expired", ErrNotFound, ns, id)
+		u, err := o.readLive(ctx, ns, id)
+		if err != nil {
+			return time.Time{}, err
 		}
 		if st := u.GetAnnotations()[v1alpha1.AnnotationLifecycle]; u.GetDeletionTimestamp() != nil || st == StateDeleting || st == StateCleanupFailed {
 			return time.Time{}, fmt.Errorf("%w: sandbox %s is %s", ErrConflict, id, StateDeleting)
@@ -212,7 +206,7 @@ func (o *Orchestrator) SetTimeout(ctx context.Context, ns, id string, d time.Dur
 			return cur, nil
 		}
 		patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q,"annotations":{%q:%q}}}`, u.GetResourceVersion(), v1alpha1.AnnotationEndAt, formatEndAt(end))
-		err := o.Client.Patch(ctx, u, client.RawPatch("application/merge-patch+json", []byte(patch)))
+		err = o.Client.Patch(ctx, u, client.RawPatch("application/merge-patch+json", []byte(patch)))
 		switch {
 		case err == nil:
 			return end, nil

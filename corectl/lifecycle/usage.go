@@ -2,13 +2,11 @@ package lifecycle
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -49,15 +47,9 @@ var PodMetricsGVK = schema.GroupVersionKind{Group: "metrics.k8s.io", Version: "v
 // or has no sample yet (E2B's SDKs read an empty list as "no metrics").
 // Errors: ErrNotFound (absent or expired), ErrUnavailable.
 func (o *Orchestrator) Usage(ctx context.Context, ns, id string) ([]Metric, error) {
-	u := batchSandboxRef(ns, id)
-	if err := o.Client.Get(ctx, client.ObjectKeyFromObject(u), u); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("%w: %s/%s", ErrNotFound, ns, id)
-		}
-		return nil, fmt.Errorf("%w: %s", ErrUnavailable, err.Error())
-	}
-	if o.expired(u) {
-		return nil, fmt.Errorf("%w: %s/%s has expired", ErrNotFound, ns, id)
+	u, err := o.readLive(ctx, ns, id)
+	if err != nil {
+		return nil, err
 	}
 	out := []Metric{}
 	sb := &sandbox.Sandbox{ID: id, Namespace: ns, UID: u.GetUID()}

@@ -191,13 +191,7 @@ func TestNewHTTPRejects(t *testing.T) {
 // request whose answer is cached (every request but about one per second
 // per credential and sandbox): docs/benchmarks.md "Sandbox authorizer".
 func BenchmarkAuthorizeCached(b *testing.B) {
-	c := &corectl{answer: fixed(200, `{"allowed":true,"endAt":"2099-01-01T00:00:00Z"}`)}
-	srv := httptest.NewServer(c)
-	defer srv.Close()
-	h, err := NewHTTP(HTTPConfig{BaseURL: srv.URL, Header: http.Header{"Authorization": {"Bearer x"}}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	h, c := benchAuthorizer(b)
 	ctx := context.Background()
 	if _, err := h.Authorize(ctx, "cred-bench", "sbxbench"); err != nil {
 		b.Fatal(err)
@@ -217,13 +211,7 @@ func BenchmarkAuthorizeCached(b *testing.B) {
 // loopback HTTP), what a request pays once per second per credential and
 // sandbox.
 func BenchmarkAuthorizeMiss(b *testing.B) {
-	c := &corectl{answer: fixed(200, `{"allowed":true,"endAt":"2099-01-01T00:00:00Z"}`)}
-	srv := httptest.NewServer(c)
-	defer srv.Close()
-	h, err := NewHTTP(HTTPConfig{BaseURL: srv.URL, Header: http.Header{"Authorization": {"Bearer x"}}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	h, _ := benchAuthorizer(b)
 	ctx := context.Background()
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
@@ -231,4 +219,16 @@ func BenchmarkAuthorizeMiss(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// benchAuthorizer is an authorizer against a stand-in that always allows.
+func benchAuthorizer(b *testing.B) (*HTTP, *corectl) {
+	c := &corectl{answer: fixed(200, `{"allowed":true,"endAt":"2099-01-01T00:00:00Z"}`)}
+	srv := httptest.NewServer(c)
+	b.Cleanup(srv.Close)
+	h, err := NewHTTP(HTTPConfig{BaseURL: srv.URL, Header: http.Header{"Authorization": {"Bearer x"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return h, c
 }

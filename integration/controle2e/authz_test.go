@@ -2,7 +2,6 @@ package controle2e_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,25 +29,14 @@ import (
 type corectlProc struct {
 	cmd  *exec.Cmd
 	addr string
-	log  *lockedBuffer
+	log  string // its output, a file
 	done chan error
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+// logText returns the process's output so far.
+func (p *corectlProc) logText() string {
+	b, _ := os.ReadFile(p.log)
+	return string(b)
 }
 
 // startCorectl runs bin/corectl with args and waits for its "corectl
@@ -60,10 +47,15 @@ func startCorectl(t *testing.T, root string, args ...string) *corectlProc {
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("bin/corectl is missing (%v): run make build", err)
 	}
-	p := &corectlProc{cmd: exec.Command(bin, args...), log: &lockedBuffer{}, done: make(chan error, 1)}
+	p := &corectlProc{cmd: exec.Command(bin, args...), log: filepath.Join(t.TempDir(), "corectl.log"), done: make(chan error, 1)}
+	logf, err := os.Create(p.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { logf.Close() })
 	pr, pw := io.Pipe()
-	p.cmd.Stderr = io.MultiWriter(pw, p.log)
-	p.cmd.Stdout = p.log
+	p.cmd.Stderr = io.MultiWriter(pw, logf)
+	p.cmd.Stdout = logf
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +69,7 @@ func startCorectl(t *testing.T, root string, args ...string) *corectlProc {
 			<-p.done
 		}
 		if t.Failed() {
-			t.Logf("corectl log:\n%s", p.log.String())
+			t.Logf("corectl log:\n%s", p.logText())
 		}
 	})
 	addrc := make(chan string, 1)
@@ -96,9 +88,9 @@ func startCorectl(t *testing.T, root string, args ...string) *corectlProc {
 	select {
 	case p.addr = <-addrc:
 	case err := <-p.done:
-		t.Fatalf("bin/corectl exited while starting: %v\n%s", err, p.log.String())
+		t.Fatalf("bin/corectl exited while starting: %v\n%s", err, p.logText())
 	case <-time.After(60 * time.Second):
-		t.Fatalf("bin/corectl did not start within 60s:\n%s", p.log.String())
+		t.Fatalf("bin/corectl did not start within 60s:\n%s", p.logText())
 	}
 	return p
 }
@@ -282,25 +274,9 @@ func TestSDKAuthorizerWithCorectlProcess(t *testing.T) {
 
 	for _, pkg := range sdkPackages {
 		t.Run(pkg, func(t *testing.T) {
-			cctx, ccancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer ccancel()
-			cmd := exec.CommandContext(cctx, "node", "sdk.mjs", "authz")
-			cmd.Dir = filepath.Join(root, "integration/js")
-			cmd.Env = append(os.Environ(), "E2B_PACKAGE="+pkg, "E2B_API_URL="+api, "E2B_SANDBOX_URL="+h.Gateway,
+			var r authzResult
+			runSDK(t, root, pkg, "authz", 3*time.Minute, &r, "E2B_API_URL="+api, "E2B_SANDBOX_URL="+h.Gateway,
 				"E2B_API_KEY=key-a", "OTHER_API_KEY=key-b", "FOREIGN_API_URL="+foreign.URL)
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			if err := cmd.Run(); err != nil {
-				t.Fatalf("node sdk.mjs authz: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
-			}
-			var out struct {
-				Result authzResult `json:"result"`
-			}
-			if err := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &out); err != nil {
-				t.Fatalf("sdk.mjs printed %q: %v", stdout.String(), err)
-			}
-			r := out.Result
-			t.Logf("%s: %s", pkg, stdout.String())
 			refusedAs := func(what string, f refusal) {
 				t.Helper()
 				if len(f.Others) > 0 {

@@ -68,6 +68,29 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
+// runSDK runs `node sdk.mjs <scenario>` with the SDK package pkg and env
+// (within limit), and decodes the result it prints into result.
+func runSDK(t *testing.T, root, pkg, scenario string, limit time.Duration, result any, env ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "sdk.mjs", scenario)
+	cmd.Dir = filepath.Join(root, "integration/js")
+	cmd.Env = append(append(os.Environ(), "E2B_PACKAGE="+pkg), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node sdk.mjs %s: %v\nstdout:\n%s\nstderr:\n%s", scenario, err, stdout.String(), stderr.String())
+	}
+	out := struct {
+		Result any `json:"result"`
+	}{Result: result}
+	if err := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &out); err != nil {
+		t.Fatalf("sdk.mjs printed %q: %v", stdout.String(), err)
+	}
+	t.Logf("%s: %s", pkg, stdout.String())
+}
+
 type sdkAttempt struct {
 	OK    bool            `json:"ok"`
 	Value json.RawMessage `json:"value"`
@@ -168,25 +191,9 @@ func TestSDKCreateConnectKillThroughCorectl(t *testing.T) {
 	for _, pkg := range sdkPackages {
 		t.Run(pkg, func(t *testing.T) {
 			h.Ingress.ResetRequests()
-			cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer ccancel()
-			cmd := exec.CommandContext(cctx, "node", "sdk.mjs", "lifecycle")
-			cmd.Dir = filepath.Join(root, "integration/js")
-			cmd.Env = append(os.Environ(), "E2B_PACKAGE="+pkg, "E2B_API_URL="+api, "E2B_SANDBOX_URL="+h.Gateway,
+			var r lifecycleResult
+			runSDK(t, root, pkg, "lifecycle", 2*time.Minute, &r, "E2B_API_URL="+api, "E2B_SANDBOX_URL="+h.Gateway,
 				"E2B_API_KEY=key-e2e", "SCENARIO_DIR=/home/user/e2e", `NETWORK={"allowOut":["198.51.100.7"]}`)
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			if err := cmd.Run(); err != nil {
-				t.Fatalf("node sdk.mjs lifecycle: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
-			}
-			var out struct {
-				Result lifecycleResult `json:"result"`
-			}
-			if err := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &out); err != nil {
-				t.Fatalf("sdk.mjs printed %q: %v", stdout.String(), err)
-			}
-			r := out.Result
-			t.Logf("%s: %s", pkg, stdout.String())
 			if sandbox.ValidateID(r.SandboxID) != nil || r.ConnectedID != r.SandboxID {
 				t.Fatalf("ids %q %q", r.SandboxID, r.ConnectedID)
 			}
