@@ -2,14 +2,13 @@ package lifecycle
 
 import (
 	"context"
-	"encoding/base64"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/pagetoken"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -62,8 +61,9 @@ type ListQuery struct {
 // its default).
 const MaxListLimit = 100
 
-// ErrBadToken: a NextToken that this corectl did not issue.
-var ErrBadToken = errors.New("lifecycle: invalid nextToken")
+// ErrBadToken: a NextToken that this corectl did not issue (the same
+// error as pagetoken.ErrInvalid).
+var ErrBadToken = pagetoken.ErrInvalid
 
 // ListPage is one page of List.
 type ListPage struct {
@@ -159,24 +159,17 @@ func hasAll(have, want map[string]string) bool {
 	return true
 }
 
-// encodeToken is the cursor after l: its start (Unix seconds) and ID.
-func encodeToken(l Listed) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf("%d/%s", l.start.Unix(), l.SandboxID)))
-}
+// encodeToken is the cursor after l (package pagetoken).
+func encodeToken(l Listed) string { return pagetoken.Encode(l.start, l.SandboxID) }
 
 // decodeToken reads a cursor; nil for "". The error wraps ErrBadToken.
 func decodeToken(tok string) (*Listed, error) {
 	if tok == "" {
 		return nil, nil
 	}
-	b, err := base64.RawURLEncoding.DecodeString(tok)
-	if err != nil || len(tok) > 256 {
-		return nil, fmt.Errorf("%w: not a token this list issued", ErrBadToken)
+	at, id, err := pagetoken.Decode(tok)
+	if err != nil {
+		return nil, err
 	}
-	sec, id, ok := strings.Cut(string(b), "/")
-	var unix int64
-	if _, err := fmt.Sscanf(sec, "%d", &unix); !ok || err != nil || fmt.Sprint(unix) != sec || sandbox.ValidateID(id) != nil {
-		return nil, fmt.Errorf("%w: not a token this list issued", ErrBadToken)
-	}
-	return &Listed{SandboxID: id, start: time.Unix(unix, 0)}, nil
+	return &Listed{SandboxID: id, start: at}, nil
 }
