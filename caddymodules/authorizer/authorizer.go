@@ -81,6 +81,12 @@ func (h *HTTP) Authorize(ctx context.Context, credentialID, sandboxID string) (a
 	return h.a.Authorize(ctx, credentialID, sandboxID)
 }
 
+// Recheck implements authorizer.Rechecker (an answer without the cache,
+// asked when a command stream breaks).
+func (h *HTTP) Recheck(ctx context.Context, credentialID, sandboxID string) (authorizer.Decision, error) {
+	return h.a.Recheck(ctx, credentialID, sandboxID)
+}
+
 // UnmarshalCaddyfile sets up the authorizer. Syntax:
 //
 //	authorizer http <corectl base URL> {
@@ -116,5 +122,5 @@ func (h *HTTP) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 var (
 	_ caddy.Provisioner     = (*HTTP)(nil)
 	_ caddyfile.Unmarshaler = (*HTTP)(nil)
-	_ authorizer.Authorizer = (*HTTP)(nil)
+	_ authorizer.Rechecker  = (*HTTP)(nil)
 )

@@ -79,3 +79,12 @@ var ErrInvalidConfig = errors.New("authorizer: invalid configuration")
 type Authorizer interface {
 	Authorize(ctx context.Context, credentialID, sandboxID string) (Decision, error)
 }
+
+// Rechecker is an Authorizer that can also answer without its cache. The
+// data plane asks it when a command stream breaks, to tell a sandbox that
+// was just deleted (or expired) from a connection that failed: a cached
+// allowed answer may be up to a TTL old. Errors wrap ErrUnavailable.
+type Rechecker interface {
+	Authorizer
+	Recheck(ctx context.Context, credentialID, sandboxID string) (Decision, error)
+}

@@ -103,8 +103,24 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 // corectl. Errors wrap ErrUnavailable (also when ctx ends first) and name
 // no header value.
 func (h *HTTP) Authorize(ctx context.Context, credentialID, sandboxID string) (Decision, error) {
+	return h.answer(ctx, credentialID, sandboxID, h.cache.Get)
+}
+
+var _ Rechecker = (*HTTP)(nil)
+
+// Recheck implements Rechecker: one request to corectl whatever the cache
+// holds (concurrent Rechecks of one pair share it); the answer replaces
+// the cached one, so the pair's next Authorize sees it too. Errors as
+// Authorize.
+func (h *HTTP) Recheck(ctx context.Context, credentialID, sandboxID string) (Decision, error) {
+	return h.answer(ctx, credentialID, sandboxID, h.cache.Refresh)
+}
+
+// answer is Authorize and Recheck, get being the cache's Get or Refresh.
+func (h *HTTP) answer(ctx context.Context, credentialID, sandboxID string,
+	get func(context.Context, string, ttlcache.Load[result]) (result, error)) (Decision, error) {
 	key := credentialID + "\x00" + sandboxID
-	r, err := h.cache.Get(ctx, key, func(ctx context.Context) (result, time.Time) {
+	r, err := get(ctx, key, func(ctx context.Context) (result, time.Time) {
 		d, err := h.ask(ctx, credentialID, sandboxID)
 		if err != nil {
 			return result{err: err}, time.Time{}

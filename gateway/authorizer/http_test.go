@@ -174,6 +174,43 @@ func TestAuthorizeCache(t *testing.T) {
 	}
 }
 
+// TestRecheck: Recheck asks corectl while an allowed answer is cached,
+// the refusal it gets replaces that answer for Authorize, and a failure
+// is ErrUnavailable and leaves nothing cached.
+func TestRecheck(t *testing.T) {
+	var answer atomic.Value
+	answer.Store(`{"allowed":true}`)
+	h, c, _ := start(t, func(*http.Request) (int, string) {
+		b := answer.Load().(string)
+		if b == "down" {
+			return 500, "down"
+		}
+		return 200, b
+	})
+	ctx := context.Background()
+	if d, _ := h.Authorize(ctx, "c", "s"); !d.Allowed {
+		t.Fatal("not allowed")
+	}
+	answer.Store(`{"allowed":false,"reason":"not_found"}`)
+	if d, _ := h.Authorize(ctx, "c", "s"); !d.Allowed || c.count() != 1 {
+		t.Fatalf("cached answer: %+v after %d requests", d, c.count())
+	}
+	if d, err := h.Recheck(ctx, "c", "s"); err != nil || d.Allowed || d.Reason != ReasonNotFound || c.count() != 2 {
+		t.Fatalf("Recheck = %+v %v after %d requests", d, err, c.count())
+	}
+	if d, _ := h.Authorize(ctx, "c", "s"); d.Allowed || d.Reason != ReasonNotFound || c.count() != 2 {
+		t.Fatalf("Authorize after Recheck = %+v after %d requests, want the rechecked refusal", d, c.count())
+	}
+	answer.Store("down")
+	if d, err := h.Recheck(ctx, "c", "s"); !errors.Is(err, ErrUnavailable) || d.Allowed {
+		t.Fatalf("Recheck with corectl down = %+v %v", d, err)
+	}
+	answer.Store(`{"allowed":true}`)
+	if d, _ := h.Authorize(ctx, "c", "s"); !d.Allowed || c.count() != 4 {
+		t.Fatalf("after a failed Recheck: %+v after %d requests, want a new request", d, c.count())
+	}
+}
+
 // TestNewHTTPRejects: bad configurations.
 func TestNewHTTPRejects(t *testing.T) {
 	for _, cfg := range []HTTPConfig{

@@ -527,9 +527,15 @@ func (h *Handler) authorizeSandbox(ctx context.Context, rq *request) *Error {
 		return nil
 	}
 	d, err := h.deps.Authorizer.Authorize(ctx, rq.cred.ID, rq.sandboxID)
-	switch {
-	case err != nil:
+	if err != nil {
 		return fail(CodeAuthorizerUnavailable, "the sandbox authorizer could not answer")
+	}
+	return refusal(d)
+}
+
+// refusal is the error of an authorizer's decision; nil when allowed.
+func refusal(d authorizer.Decision) *Error {
+	switch {
 	case d.Allowed:
 		return nil
 	case d.Reason == authorizer.ReasonDeleting:
@@ -539,6 +545,48 @@ func (h *Handler) authorizeSandbox(ctx context.Context, rq *request) *Error {
 	default:
 		return fail(CodeSandboxNotFound, "the sandbox was not found")
 	}
+}
+
+// goneCheckTimeout bounds sandboxGone's questions.
+const goneCheckTimeout = 2 * time.Second
+
+// sandboxGone is what a command stream that broke with e ends with. A
+// sandbox deleted (or expired) while its command runs takes execd with it,
+// which cuts the stream; that is not execd misbehaving, so when the
+// authorizer (asked afresh: authorizer.Rechecker, else Authorize) refuses
+// the sandbox, or the cluster's fixed entry answers execd's /ping with a
+// sandbox that is missing, not ready or unreachable, the stream ends with
+// that code (SANDBOX_NOT_FOUND, SANDBOX_DELETING, SANDBOX_EXPIRED,
+// SANDBOX_NOT_READY, SANDBOX_UNREACHABLE: unavailable, the SDKs' timeout
+// error) instead of e (EXECD_PROTOCOL, the SDKs' generic error). Otherwise
+// (the sandbox is there, or nobody can say) e is returned unchanged. Only
+// network and execution errors are looked into; e.g. COMMAND_TIMEOUT and
+// CANCELED are returned as they are.
+func (h *Handler) sandboxGone(ctx context.Context, rq *request, e *Error) *Error {
+	switch c := e.Code; {
+	case codes[c].gone, c == CodeCommandTimeout, c.Class() != ClassNetwork && c.Class() != ClassExecution:
+		return e
+	}
+	ctx, cancel := context.WithTimeout(ctx, goneCheckTimeout)
+	defer cancel()
+	gone := func(g *Error) *Error {
+		return fail(g.Code, g.Message+" (the command's stream ended: "+e.Message+")")
+	}
+	if a := h.deps.Authorizer; a != nil {
+		ask := a.Authorize
+		if rc, ok := a.(authorizer.Rechecker); ok {
+			ask = rc.Recheck
+		}
+		if d, err := ask(ctx, rq.cred.ID, rq.sandboxID); err == nil && !d.Allowed {
+			return gone(refusal(d))
+		}
+	}
+	if err := h.deps.Execd.Ping(ctx, rq.target); err != nil {
+		if g := fromExecd(err, "ping"); codes[g.Code].gone {
+			return gone(g)
+		}
+	}
+	return e
 }
 
 // tokenReason names the token failure without echoing the token.

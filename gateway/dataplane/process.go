@@ -235,8 +235,9 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 					e = fromExecd(it.err, "process output")
 				}
 				// The command, if it started, keeps running under its own
-				// timeout: only the stream is lost.
-				return streamErr(e)
+				// timeout: only the stream is lost — unless the sandbox
+				// itself is gone.
+				return streamErr(h.sandboxGone(r.Context(), rq, e))
 			}
 			ev := it.ev
 			switch {

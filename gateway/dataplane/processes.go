@@ -294,6 +294,9 @@ func (h *Handler) follow(r *http.Request, rq *request, sw *connect.StreamWriter,
 		_ = sw.Close(&connect.Error{Code: e.Code.StreamCode(true), Message: e.Error()})
 		return e
 	}
+	// broken ends the stream when execd could not be followed: with the
+	// sandbox's refusal if it is gone (sandboxGone).
+	broken := func(e *Error) *Error { return streamErr(h.sandboxGone(ctx, rq, e)) }
 	var deadlineC <-chan time.Time
 	if !deadline.IsZero() {
 		t := time.NewTimer(time.Until(deadline))
@@ -320,14 +323,14 @@ func (h *Handler) follow(r *http.Request, rq *request, sw *connect.StreamWriter,
 		// The status first: output read after a finished status is all of it.
 		st, err := h.deps.Execd.CommandStatus(ctx, rq.target, f.id)
 		if execd.IsNotFound(err) {
-			return streamErr(fail(CodeProcessNotFound, "execd no longer knows the command (was execd restarted?)"))
+			return broken(fail(CodeProcessNotFound, "execd no longer knows the command (was execd restarted?)"))
 		}
 		if err != nil {
-			return streamErr(fromExecd(err, "process status"))
+			return broken(fromExecd(err, "process status"))
 		}
 		got, e := h.pump(ctx, rq.target, sw, f)
 		if e != nil {
-			return streamErr(e)
+			return broken(e)
 		}
 		if !st.Running {
 			if o.execdDeadline && !deadline.IsZero() && !time.Now().Before(deadline) && st.ExitCode != nil && *st.ExitCode == -1 {

@@ -17,6 +17,10 @@ type Cache[V any] struct {
 	max   int
 	now   func() time.Time
 	group singleflight.Group
+	// fresh coalesces Refresh loads; apart from group, so a Refresh never
+	// joins a Get's load that may have started before what the caller
+	// wants to see.
+	fresh singleflight.Group
 
 	mu sync.Mutex
 	m  map[string]entry[V]
@@ -59,8 +63,22 @@ func (c *Cache[V]) Get(ctx context.Context, key string, load Load[V]) (V, error)
 	if v, ok := c.lookup(key); ok {
 		return v, nil
 	}
+	return c.load(ctx, &c.group, key, load)
+}
+
+// Refresh is Get without the cached value: it always calls load (sharing
+// one call among concurrent Refreshes of key, but never joining a Get's
+// load already in flight) and stores the result as Get does, so later
+// Gets see it. A Get's load that started earlier and ends later may still
+// overwrite it. Errors: ctx's, as Get.
+func (c *Cache[V]) Refresh(ctx context.Context, key string, load Load[V]) (V, error) {
+	return c.load(ctx, &c.fresh, key, load)
+}
+
+// load runs load for key in group g and stores its value.
+func (c *Cache[V]) load(ctx context.Context, g *singleflight.Group, key string, load Load[V]) (V, error) {
 	detached := context.WithoutCancel(ctx)
-	ch := c.group.DoChan(key, func() (any, error) {
+	ch := g.DoChan(key, func() (any, error) {
 		v, until := load(detached)
 		c.store(key, v, until)
 		return v, nil

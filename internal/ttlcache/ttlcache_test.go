@@ -98,3 +98,57 @@ func TestOneLoadInFlight(t *testing.T) {
 		t.Fatalf("%d loads, want 1", n)
 	}
 }
+
+// TestRefresh: Refresh loads even while a value is cached, and what it
+// loads is what the next Get serves.
+func TestRefresh(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := New[string](10)
+	c.SetClock(func() time.Time { return now })
+	ctx := context.Background()
+	val := func(s string) Load[string] {
+		return func(context.Context) (string, time.Time) { return s, now.Add(time.Second) }
+	}
+	c.Get(ctx, "k", val("old"))
+	if v, _ := c.Get(ctx, "k", val("ignored")); v != "old" {
+		t.Fatalf("Get = %q, want the cached old", v)
+	}
+	if v, _ := c.Refresh(ctx, "k", val("new")); v != "new" {
+		t.Fatalf("Refresh = %q, want a new load", v)
+	}
+	if v, _ := c.Get(ctx, "k", val("ignored")); v != "new" {
+		t.Fatalf("Get after Refresh = %q, want new", v)
+	}
+	// An uncacheable refresh drops the cached value.
+	c.Refresh(ctx, "k", func(context.Context) (string, time.Time) { return "err", time.Time{} })
+	if v, _ := c.Get(ctx, "k", val("reloaded")); v != "reloaded" || c.Len() != 1 {
+		t.Fatalf("Get after an uncacheable Refresh = %q (len %d), want a new load", v, c.Len())
+	}
+}
+
+// TestRefreshDoesNotJoinGet: a Refresh while a Get's load is in flight
+// runs its own load (the Get's may predate the change the caller wants).
+func TestRefreshDoesNotJoinGet(t *testing.T) {
+	c := New[int](10)
+	release := make(chan struct{})
+	started := make(chan struct{})
+	done := make(chan int)
+	go func() {
+		v, _ := c.Get(context.Background(), "k", func(context.Context) (int, time.Time) {
+			close(started)
+			<-release
+			return 1, time.Now().Add(time.Minute)
+		})
+		done <- v
+	}()
+	<-started
+	if v, _ := c.Refresh(context.Background(), "k", func(context.Context) (int, time.Time) {
+		return 2, time.Now().Add(time.Minute)
+	}); v != 2 {
+		t.Fatalf("Refresh joined the Get's load: %d", v)
+	}
+	close(release)
+	if v := <-done; v != 1 {
+		t.Fatalf("Get = %d", v)
+	}
+}
