@@ -134,8 +134,9 @@ func TestE2BAPI(t *testing.T) {
 	}
 	_ = other
 
-	// Metrics: the test cluster serves no resource metrics: an empty
-	// list, not a 404.
+	// Metrics: no sample for the sandbox (its cluster serves no resource
+	// metrics, or, once TestMetricsFromPodMetrics ran, none for its pods):
+	// an empty list, not a 404.
 	st, _, body = w.call("GET", "/sandboxes/"+id+"/metrics", "key-a", "")
 	if st != http.StatusOK || strings.TrimSpace(string(body)) != "[]" {
 		t.Fatalf("metrics = %d %s", st, body)

@@ -914,21 +914,7 @@ func TestOrphanScan(t *testing.T) {
 // with deploy/rbac.yaml installed.
 func TestLifecycleAsServiceAccount(t *testing.T) {
 	ctx := context.Background()
-	objs, err := deploy.RBAC()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "corectl-system"}}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	for _, o := range objs {
-		if err := env.Client.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("create %s %s: %v", o.GetKind(), o.GetName(), err)
-		}
-	}
-	sa := rest.CopyConfig(env.Config)
-	sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:corectl-system:corectl"}
-	w := startAs(t, sa)
+	w := startAs(t, serviceAccount(t))
 	sb := w.create(restricted)
 	w.checkToken(sb.EnvdAccessToken, sb.SandboxID)
 	if st, raw := w.do("POST", "/sandboxes/"+sb.SandboxID+"/connect", "key-a", "{}", nil); st != 200 {
@@ -946,6 +932,28 @@ func TestLifecycleAsServiceAccount(t *testing.T) {
 		t.Fatalf("scan as the service account: %+v %v", rep, err)
 	}
 	w.nothingLeft()
+}
+
+// serviceAccount installs corectl's RBAC (package deploy) and returns a
+// configuration that reaches the apiserver as corectl's service account.
+func serviceAccount(t *testing.T) *rest.Config {
+	t.Helper()
+	ctx := context.Background()
+	objs, err := deploy.RBAC()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "corectl-system"}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if err := env.Client.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("create %s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+	sa := rest.CopyConfig(env.Config)
+	sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:corectl-system:corectl"}
+	return sa
 }
 
 // TestProbeSourceDiscovery exercises spec §5.2.2 through the fixed entry's
