@@ -1,8 +1,11 @@
 package execd
 
 import (
+	"context"
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -107,5 +110,53 @@ func TestPerm(t *testing.T) {
 	}
 	if _, err := (FileInfo{Mode: 698}).Perm(); err == nil {
 		t.Fatal("8 accepted as an octal digit")
+	}
+}
+
+// TestSmallBodiesChunked: the request bodies execd answers at once
+// (/command, /files/mv, /directories, the small-file upload) are sent
+// chunked, without a Content-Length, so that the OpenSandbox ingress's
+// reverse proxy has read the end of its inbound body before execd can
+// answer (see unsized; golang/go#40747). Each body arrives whole.
+func TestSmallBodiesChunked(t *testing.T) {
+	type seen struct {
+		path     string
+		length   int64
+		encoding []string
+		body     string
+	}
+	got := make(chan seen, 8)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- seen{strings.TrimPrefix(r.URL.Path, "/sb1/44772"), r.ContentLength, r.TransferEncoding, string(b)}
+		if r.URL.Path == "/sb1/44772/command" {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, `{"type":"init","text":"c1"}`+"\n\n"+`{"type":"execution_complete"}`+"\n\n")
+		}
+	}))
+	defer srv.Close()
+	fe, _ := url.Parse(srv.URL)
+	c, tgt, ctx := &Client{}, Target{FixedEntry: fe, SandboxID: "sb1"}, context.Background()
+	s, err := c.RunCommand(ctx, tgt, CommandRequest{Command: "echo hi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if err := c.Move(ctx, tgt, "/a", "/b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.MakeDirs(ctx, tgt, "/d", Permission{Mode: 755}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteFiles(ctx, tgt, []SmallFile{{Path: "/f", Data: []byte("hello")}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []struct{ path, body string }{
+		{"/command", `"command":"echo hi"`}, {"/files/mv", `"dest":"/b"`}, {"/directories", `"/d"`}, {"/files/upload", "hello"},
+	} {
+		s := <-got
+		if s.path != want.path || s.length != -1 || len(s.encoding) != 1 || s.encoding[0] != "chunked" || !strings.Contains(s.body, want.body) {
+			t.Errorf("%s: arrived as %s with Content-Length %d, Transfer-Encoding %v, body %q", want.path, s.path, s.length, s.encoding, s.body)
+		}
 	}
 }

@@ -58,7 +58,7 @@ func (c *Client) WriteFiles(ctx context.Context, t Target, files []SmallFile) er
 	if err := mw.Close(); err != nil {
 		return &Error{Kind: KindUnexpected, Message: "building the upload failed"}
 	}
-	return c.Upload(ctx, t, mw.FormDataContentType(), &body, -1)
+	return c.Upload(ctx, t, mw.FormDataContentType(), unsized(body.Bytes()), -1)
 }
 
 // Info calls GET /files/info with every path of ps (one request) and
@@ -105,7 +105,7 @@ func (c *Client) ReadAt(ctx context.Context, t Target, p string, off, limit int6
 // source is 404 on HEAD and 500 on v1.0.18.
 func (c *Client) Move(ctx context.Context, t Target, src, dst string) error {
 	body, _ := json.Marshal([]map[string]string{{"src": src, "dest": dst}})
-	resp, err := c.doOK(ctx, t, http.MethodPost, "/files/mv", nil, http.Header{"Content-Type": {"application/json"}}, bytes.NewReader(body))
+	resp, err := c.doOK(ctx, t, http.MethodPost, "/files/mv", nil, http.Header{"Content-Type": {"application/json"}}, unsized(body))
 	if err != nil {
 		return err
 	}
@@ -117,7 +117,7 @@ func (c *Client) Move(ctx context.Context, t Target, src, dst string) error {
 // ownership of p.
 func (c *Client) MakeDirs(ctx context.Context, t Target, p string, perm Permission) error {
 	body, _ := json.Marshal(map[string]Permission{p: perm})
-	resp, err := c.doOK(ctx, t, http.MethodPost, "/directories", nil, http.Header{"Content-Type": {"application/json"}}, bytes.NewReader(body))
+	resp, err := c.doOK(ctx, t, http.MethodPost, "/directories", nil, http.Header{"Content-Type": {"application/json"}}, unsized(body))
 	if err != nil {
 		return err
 	}
