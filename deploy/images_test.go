@@ -143,7 +143,8 @@ func containerName() string {
 // TestImages builds the three images with hack/images.sh in the engine of
 // DOCKER_HOST and checks each: the non-root user, the entrypoint and
 // default arguments, the CA bundle and passwd entry, and the binary inside
-// printing the same version stamp as the one in bin/. The gateway image
+// printing the same version stamp as the one in bin/. The gateway in its
+// image adapts the Caddyfile of the Portal base's ConfigMap. The gateway image
 // then runs its default command (caddy run --config /etc/caddy/Caddyfile)
 // as that user with a mounted Caddyfile until Caddy's admin API stops it,
 // and its autosave shows the home directory is writable.
@@ -199,6 +200,30 @@ func TestImages(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("gateway-adapts-the-deploy-caddyfile", func(t *testing.T) {
+		// The rendered ConfigMap gateway-config mounted where the
+		// Deployment mounts it, the settings as the container's
+		// environment; the caddy in the image adapts it as `caddy run`
+		// will, and gives what bin/caddy gives.
+		r := render(t, "portal")
+		dir := writeConfigMap(t, r.configMap(t, "gateway-config"))
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		args := []string{"run", "--rm", "--network", "none", "-v", dir + ":/etc/caddy:ro"}
+		for _, e := range gatewaySettingsEnv(t, r) {
+			args = append(args, "-e", e)
+		}
+		args = append(args, refs["gateway"], "adapt", "--config", "/etc/caddy/Caddyfile")
+		var got map[string]any
+		if err := json.Unmarshal([]byte(docker(t, args...)), &got); err != nil {
+			t.Fatalf("caddy adapt in the image: %v", err)
+		}
+		if want := adaptGateway(t, r); mustJSON(got) != mustJSON(want) {
+			t.Errorf("the image adapted\n%s\nbin/caddy adapted\n%s", mustJSON(got), mustJSON(want))
+		}
+	})
 
 	t.Run("gateway-runs", func(t *testing.T) {
 		dir := t.TempDir()

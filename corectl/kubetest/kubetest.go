@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/cluster"
-	"github.com/sandgate/sandgate/corectl/deploy"
 	"github.com/sandgate/sandgate/corectl/sandbox"
+	"github.com/sandgate/sandgate/deploy"
 	"github.com/sandgate/sandgate/internal/kubeenv"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"

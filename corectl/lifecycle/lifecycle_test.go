@@ -23,13 +23,13 @@ import (
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/daemon"
-	"github.com/sandgate/sandgate/corectl/deploy"
 	"github.com/sandgate/sandgate/corectl/egress"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/kubetest"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
 	"github.com/sandgate/sandgate/corectl/probesource"
 	"github.com/sandgate/sandgate/corectl/sandbox"
+	"github.com/sandgate/sandgate/deploy"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/token"
 	"github.com/sandgate/sandgate/integration/execdstub"
@@ -911,7 +911,7 @@ func TestOrphanScan(t *testing.T) {
 
 // TestLifecycleAsServiceAccount runs create, connect, a failed create's
 // compensation, delete and the orphan scan as corectl's service account
-// with deploy/rbac.yaml installed.
+// with deploy/compute/rbac.yaml installed.
 func TestLifecycleAsServiceAccount(t *testing.T) {
 	ctx := context.Background()
 	w := startAs(t, serviceAccount(t))

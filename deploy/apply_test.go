@@ -1,0 +1,218 @@
+package deploy
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/sandgate/sandgate/internal/kubeenv"
+	"github.com/sandgate/sandgate/node/presence"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// warnings collects the apiserver's warnings (Pod Security among them).
+type warnings struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (w *warnings) HandleWarningHeader(code int, agent, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.list = append(w.list, text)
+}
+
+func (w *warnings) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l := w.list
+	w.list = nil
+	return l
+}
+
+// TestManifestsApply renders every kustomization under deploy/ with
+// kustomize's Go API and applies every object to a real kube-apiserver
+// (envtest; the binaries hack/kube/build.sh builds): the two bases are
+// created, then the example overlays are applied over them with
+// server-side apply, as an operator moving from the base to an overlay
+// would. Each object must be accepted without a warning: the namespace
+// sandgate warns on pods below the "restricted" Pod Security Standard, so
+// a Deployment that fell short would show here. Then the gateway's node
+// presence (package node/presence) runs as the gateway's ServiceAccount:
+// what its Role grants is what presence needs, and no more.
+func TestManifestsApply(t *testing.T) {
+	env, err := kubeenv.Start(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	w := &warnings{}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WarningHandler = w
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+
+	for _, dir := range []string{"compute", "portal", "overlays/example-compute", "overlays/example"} {
+		r := render(t, dir)
+		base := !strings.HasPrefix(dir, "overlays/")
+		kinds := map[string]int{}
+		// Namespaces and CRDs first: the rest lives in them.
+		for _, first := range []bool{true, false} {
+			for _, o := range r.objs {
+				o := o.DeepCopy()
+				isFirst := o.GetKind() == "Namespace" || o.GetKind() == "CustomResourceDefinition"
+				if isFirst != first {
+					continue
+				}
+				var err error
+				if base {
+					err = c.Create(ctx, o)
+				} else {
+					// kubectl apply --server-side: the overlay over what
+					// the base created.
+					o.SetManagedFields(nil)
+					err = c.Patch(ctx, o, client.Apply, client.FieldOwner("sandgate-deploy-test"), client.ForceOwnership)
+				}
+				if err != nil {
+					t.Errorf("%s: %s %s/%s refused: %v", dir, o.GetKind(), o.GetNamespace(), o.GetName(), err)
+				} else {
+					kinds[o.GetKind()]++
+				}
+				if base && o.GetKind() == "CustomResourceDefinition" {
+					waitEstablished(t, c, o.GetName())
+				}
+				if base && o.GetKind() == "Namespace" && o.GetLabels()["pod-security.kubernetes.io/enforce"] != "" {
+					waitPodSecurity(t, c, o.GetName())
+				}
+			}
+		}
+		if ws := w.take(); len(ws) > 0 {
+			t.Errorf("%s: the apiserver warned:\n%s", dir, strings.Join(ws, "\n"))
+		}
+		t.Logf("%s: %d objects accepted %v", dir, len(r.objs), kinds)
+	}
+	for _, want := range []struct{ kind, ns, name string }{{"Deployment", "sandgate", "gateway"}, {"Deployment", "sandgate", "corectl"},
+		{"ClusterRole", "", "corectl"}, {"Role", "kube-system", "corectl-cni"}, {"Secret", "corectl-system", "corectl-token"}} {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(schema.GroupVersionKind{Group: groupOf(want.kind), Version: "v1", Kind: want.kind})
+		if err := c.Get(ctx, client.ObjectKey{Namespace: want.ns, Name: want.name}, u); err != nil {
+			t.Errorf("%s %s/%s after applying the bases: %v", want.kind, want.ns, want.name, err)
+		}
+	}
+
+	t.Run("gateway-presence-as-its-service-account", func(t *testing.T) {
+		sa := rest.CopyConfig(env.Config)
+		sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:sandgate:gateway"}
+		cs, err := kubernetes.NewForConfig(sa)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := presence.New(presence.Config{Leases: cs.CoordinationV1(), Namespace: "sandgate", ReplicaID: "gateway-0",
+			Address: "http://10.0.0.10:30086"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		node := uuid.NewString()
+		claim, err := l.Acquire(ctx, node, 1)
+		if err != nil {
+			t.Fatalf("Acquire as the gateway: %v", err)
+		}
+		if err := claim.Renew(ctx); err != nil {
+			t.Fatalf("Renew as the gateway: %v", err)
+		}
+		if p, ok, err := l.Holder(ctx, node, true); err != nil || !ok || p.ID != "gateway-0" {
+			t.Fatalf("Holder as the gateway = %+v %v %v", p, ok, err)
+		}
+		if ps, err := l.Replicas(ctx); err != nil || len(ps) != 1 {
+			t.Fatalf("Replicas as the gateway = %+v %v", ps, err)
+		}
+		if err := claim.Release(ctx); err != nil {
+			t.Fatalf("Release as the gateway: %v", err)
+		}
+		// Nothing beyond: no deleting Leases, no Leases elsewhere, no Secrets.
+		if err := cs.CoordinationV1().Leases("sandgate").Delete(ctx, presence.LeaseName(node), metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("deleting a Lease as the gateway = %v, want Forbidden", err)
+		}
+		if _, err := cs.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("listing Leases in another namespace as the gateway = %v, want Forbidden", err)
+		}
+		if _, err := cs.CoreV1().Secrets("sandgate").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("listing Secrets as the gateway = %v, want Forbidden", err)
+		}
+	})
+}
+
+// groupOf is the API group of the kinds TestManifestsApply reads back.
+func groupOf(kind string) string {
+	switch kind {
+	case "Deployment":
+		return "apps"
+	case "ClusterRole", "Role":
+		return "rbac.authorization.k8s.io"
+	}
+	return ""
+}
+
+// waitPodSecurity waits until Pod Security admission enforces the labels
+// of the namespace just created (it reads namespaces from a cache): until
+// a privileged pod is refused there (server-side dry run, nothing is
+// created).
+func waitPodSecurity(t *testing.T, c client.Client, ns string) {
+	t.Helper()
+	yes := true
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pod-security-check"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x", SecurityContext: &corev1.SecurityContext{Privileged: &yes}}}}}
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := c.Create(ctx, pod.DeepCopy(), client.DryRunAll)
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "PodSecurity"), nil
+	})
+	if err != nil {
+		t.Fatalf("namespace %s: a privileged pod is not refused by Pod Security admission: %v", ns, err)
+	}
+}
+
+// waitEstablished waits until the CRD name is Established, so objects of
+// its kind can be created.
+func waitEstablished(t *testing.T, c client.Client, name string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var crd apiextensionsv1.CustomResourceDefinition
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, &crd); err != nil {
+			return false, err
+		}
+		for _, cond := range crd.Status.Conditions {
+			if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatal(fmt.Errorf("CRD %s not established: %w", name, err))
+	}
+}

@@ -1,0 +1,480 @@
+package deploy
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sandgate/sandgate/corectl/cluster"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+)
+
+// The kustomizations under deploy/: the two bases and the example overlays.
+var (
+	portalKustomizations  = []string{"portal", "overlays/example"}
+	computeKustomizations = []string{"compute", "overlays/example-compute"}
+)
+
+// secretNames are the Secrets the Portal Deployments mount, as
+// docs/deploy.md "Secrets" lists them; the example overlay adds
+// gateway-execd-tokens.
+var secretNames = []string{"corectl-api-keys", "corectl-internal-token", "corectl-kubeconfigs", "gateway-nodes",
+	"gateway-peer-token", "sandgate-credentials", "sandgate-token-key"}
+
+// rendered is one kustomization's output.
+type rendered struct {
+	dir  string
+	yaml []byte
+	objs []*unstructured.Unstructured
+}
+
+// render builds the kustomization in dir (relative to deploy/) with
+// kustomize's Go API, as `kubectl kustomize` does (with its default load
+// restrictor: no file outside the kustomization's root), and decodes the
+// objects in order.
+func render(t *testing.T, dir string) *rendered {
+	t.Helper()
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	m, err := k.Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	out, err := m.AsYaml()
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	r := &rendered{dir: dir, yaml: out}
+	yr := utilyaml.NewYAMLReader(bufioReader(out))
+	for {
+		doc, err := yr.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(bytes.TrimSpace(doc)) == 0 {
+			continue
+		}
+		var m map[string]any
+		if err := yaml.Unmarshal(doc, &m); err != nil {
+			t.Fatalf("%s: %v", dir, err)
+		}
+		r.objs = append(r.objs, &unstructured.Unstructured{Object: m})
+	}
+	return r
+}
+
+// find returns the object of kind and name; the name of a generated
+// ConfigMap matches with or without kustomize's hash suffix.
+func (r *rendered) find(t *testing.T, kind, name string) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range r.objs {
+		if o.GetKind() != kind {
+			continue
+		}
+		if o.GetName() == name || kind == "ConfigMap" && strings.HasPrefix(o.GetName(), name+"-") {
+			return o
+		}
+	}
+	t.Fatalf("%s: no %s %s", r.dir, kind, name)
+	return nil
+}
+
+// deployment returns the typed Deployment name.
+func (r *rendered) deployment(t *testing.T, name string) *appsv1.Deployment {
+	t.Helper()
+	var d appsv1.Deployment
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(r.find(t, "Deployment", name).Object, &d, true); err != nil {
+		t.Fatalf("%s: Deployment %s: %v", r.dir, name, err)
+	}
+	return &d
+}
+
+// configMap returns the data of the (generated) ConfigMap name.
+func (r *rendered) configMap(t *testing.T, name string) map[string]string {
+	t.Helper()
+	var cm corev1.ConfigMap
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(r.find(t, "ConfigMap", name).Object, &cm); err != nil {
+		t.Fatal(err)
+	}
+	return cm.Data
+}
+
+// mountsOf returns the container's mount path → the volume's source
+// ("secret:<name>", "configMap:<name>", "emptyDir").
+func mountsOf(d *appsv1.Deployment, c *corev1.Container) map[string]string {
+	src := map[string]string{}
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		switch {
+		case v.Secret != nil:
+			src[v.Name] = "secret:" + v.Secret.SecretName
+		case v.ConfigMap != nil:
+			src[v.Name] = "configMap:" + v.ConfigMap.Name
+		case v.EmptyDir != nil:
+			src[v.Name] = "emptyDir"
+		}
+	}
+	out := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		out[m.MountPath] = src[m.Name]
+	}
+	return out
+}
+
+// mountOf returns the source of the mount that holds file ("" if none).
+func mountOf(mounts map[string]string, file string) string {
+	best := ""
+	for p := range mounts {
+		if strings.HasPrefix(file, p+"/") && len(p) > len(best) {
+			best = p
+		}
+	}
+	return mounts[best]
+}
+
+// writeConfigMap writes a ConfigMap's data into a new directory, one file
+// per key, as Kubernetes mounts it.
+func writeConfigMap(t *testing.T, data map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for k, v := range data {
+		if err := os.WriteFile(filepath.Join(dir, k), []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// gatewaySettingsEnv returns the gateway container's environment from its
+// envFrom ConfigMaps ("NAME=value"), what Caddy expands {$NAME} with.
+func gatewaySettingsEnv(t *testing.T, r *rendered) []string {
+	t.Helper()
+	d := r.deployment(t, "gateway")
+	var env []string
+	for _, ef := range d.Spec.Template.Spec.Containers[0].EnvFrom {
+		if ef.ConfigMapRef == nil {
+			t.Fatalf("%s: gateway envFrom %+v is not a ConfigMap", r.dir, ef)
+		}
+		for k, v := range r.configMap(t, strings.TrimSuffix(ef.ConfigMapRef.Name, "-"+hashSuffix(ef.ConfigMapRef.Name))) {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
+// hashSuffix returns kustomize's hash suffix of a generated name.
+func hashSuffix(name string) string { return name[strings.LastIndex(name, "-")+1:] }
+
+// adaptGateway adapts the Caddyfile of the rendered ConfigMap
+// gateway-config with bin/caddy, with the environment of the gateway
+// container's envFrom ConfigMaps, and returns the JSON.
+func adaptGateway(t *testing.T, r *rendered) map[string]any {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(root, "bin", "caddy")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("the gateway binary %s is missing; run make build", bin)
+	}
+	dir := writeConfigMap(t, r.configMap(t, "gateway-config"))
+	cmd := exec.Command(bin, "adapt", "--config", filepath.Join(dir, "Caddyfile"))
+	// Only the settings: nothing of this process's environment may fill a
+	// {$NAME} the manifests do not set.
+	cmd.Env = append([]string{"HOME=" + dir, "PATH=" + os.Getenv("PATH")}, gatewaySettingsEnv(t, r)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s: caddy adapt of gateway-config's Caddyfile: %v\n%s", r.dir, err, stderr.String())
+	}
+	if strings.Contains(stderr.String(), `"level":"warn"`) || strings.Contains(stderr.String(), "WARN") {
+		t.Errorf("%s: caddy adapt warned:\n%s", r.dir, stderr.String())
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(stdout.Bytes(), &cfg); err != nil {
+		t.Fatalf("%s: caddy adapt printed %q: %v", r.dir, stdout.String(), err)
+	}
+	return cfg
+}
+
+// dig walks a decoded JSON document along keys.
+func dig(v any, keys ...string) any {
+	for _, k := range keys {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[k]
+	}
+	return v
+}
+
+var filePath = regexp.MustCompile(`/etc/sandgate/[A-Za-z0-9._/-]+`)
+
+// TestManifestsDecode checks the embedded copies of compute/ that
+// corectl's tests install.
+func TestManifestsDecode(t *testing.T) {
+	crds, err := CRDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range crds {
+		names = append(names, c.Name)
+		if c.Spec.Group != "network.sandgate.io" || len(c.Spec.Versions) != 1 || c.Spec.Versions[0].Name != "v1alpha1" {
+			t.Errorf("%s: group/version %s/%v", c.Name, c.Spec.Group, c.Spec.Versions)
+		}
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"cniqualifications.network.sandgate.io", "sandboxingressallowlists.network.sandgate.io", "sandboxtemplatenetworks.network.sandgate.io"}) {
+		t.Fatalf("CRDs = %v", names)
+	}
+	if _, err := DecodeCRD([]byte("apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nspec: {bogus: 1}\n")); err == nil {
+		t.Fatal("DecodeCRD accepted an unknown field")
+	}
+	if _, err := DecodeCRD([]byte("apiVersion: v1\nkind: ConfigMap\n")); err == nil {
+		t.Fatal("DecodeCRD accepted another kind")
+	}
+	objs, err := RBAC()
+	if err != nil || len(objs) != 7 {
+		t.Fatalf("RBAC = %d objects, %v", len(objs), err)
+	}
+	// The compute kustomization renders exactly these files: the CRDs and
+	// RBAC the tests install are what operators apply.
+	r := render(t, "compute")
+	for _, c := range crds {
+		if r.find(t, "CustomResourceDefinition", c.Name) == nil {
+			t.Fatalf("compute/ does not render %s", c.Name)
+		}
+	}
+	for _, o := range objs {
+		got := r.find(t, o.GetKind(), o.GetName())
+		if got.GetNamespace() != o.GetNamespace() {
+			t.Errorf("%s %s: rendered in %q, rbac.yaml says %q", o.GetKind(), o.GetName(), got.GetNamespace(), o.GetNamespace())
+		}
+	}
+}
+
+// TestPortalManifests checks what the Portal kustomizations promise, without
+// an apiserver: the gateway's replicas, disruption budget, probes on the
+// health site, resource requests and Services; corectl's flags (each one
+// bin/corectl knows), leader election, probes and files; every file the
+// programs read lies in a mount of the right kind; every Secret mounted is
+// one docs/deploy.md lists.
+func TestPortalManifests(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	usage, _ := exec.Command(filepath.Join(root, "bin", "corectl"), "-h").CombinedOutput()
+	if !strings.Contains(string(usage), "-leader-elect") {
+		t.Fatalf("bin/corectl -h printed no flags (run make build):\n%s", usage)
+	}
+	for _, dir := range portalKustomizations {
+		t.Run(strings.ReplaceAll(dir, "/", "-"), func(t *testing.T) {
+			r := render(t, dir)
+			gw := r.deployment(t, "gateway")
+			if *gw.Spec.Replicas < 2 {
+				t.Errorf("gateway replicas = %d, want at least 2", *gw.Spec.Replicas)
+			}
+			pdb := r.find(t, "PodDisruptionBudget", "gateway")
+			if sel, _, _ := unstructured.NestedStringMap(pdb.Object, "spec", "selector", "matchLabels"); !labelsMatch(sel, gw.Spec.Template.Labels) {
+				t.Errorf("the gateway's PodDisruptionBudget selects %v, the pods are labelled %v", sel, gw.Spec.Template.Labels)
+			}
+			c := &gw.Spec.Template.Spec.Containers[0]
+			ports := map[string]int32{}
+			for _, p := range c.Ports {
+				ports[p.Name] = p.ContainerPort
+			}
+			for probe, want := range map[*corev1.Probe]string{c.ReadinessProbe: "/readyz", c.LivenessProbe: "/healthz"} {
+				if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != want || ports[probe.HTTPGet.Port.StrVal] != 9180 {
+					t.Errorf("gateway probe %+v, want GET %s on the health port 9180", probe, want)
+				}
+			}
+			for _, cont := range append(gw.Spec.Template.Spec.Containers, r.deployment(t, "corectl").Spec.Template.Spec.Containers...) {
+				if cont.Resources.Requests.Cpu().IsZero() || cont.Resources.Requests.Memory().IsZero() {
+					t.Errorf("container %s has no CPU and memory requests", cont.Name)
+				}
+			}
+			for svc, port := range map[string]int32{"gateway": 30083, "gateway-node-connect": 30085, "gateway-internal": 30086} {
+				var s corev1.Service
+				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(r.find(t, "Service", svc).Object, &s); err != nil {
+					t.Fatal(err)
+				}
+				if !labelsMatch(s.Spec.Selector, gw.Spec.Template.Labels) || len(s.Spec.Ports) != 1 || s.Spec.Ports[0].Port != port ||
+					ports[s.Spec.Ports[0].TargetPort.StrVal] != port {
+					t.Errorf("Service %s: %+v, want port %d to the gateway's container port %d", svc, s.Spec, port, port)
+				}
+			}
+			gwMounts := mountsOf(gw, c)
+			checkSecrets(t, gw, dir)
+
+			cd := r.deployment(t, "corectl")
+			cc := &cd.Spec.Template.Spec.Containers[0]
+			checkSecrets(t, cd, dir)
+			cMounts := mountsOf(cd, cc)
+			args := map[string]string{}
+			for _, a := range cc.Args {
+				name, val, ok := strings.Cut(strings.TrimLeft(a, "-"), "=")
+				if !ok || !strings.HasPrefix(a, "-") {
+					t.Fatalf("corectl argument %q is not -name=value", a)
+				}
+				if !strings.Contains(string(usage), "\n  -"+name+" ") && !strings.Contains(string(usage), "\n  -"+name+"\n") {
+					t.Errorf("corectl has no flag -%s", name)
+				}
+				args[name] = val
+			}
+			if args["leader-elect"] != "true" || args["probe-listen"] != ":8091" {
+				t.Errorf("corectl args %v: leader election and -probe-listen :8091 expected", args)
+			}
+			for probe, want := range map[*corev1.Probe]string{cc.ReadinessProbe: "/readyz", cc.LivenessProbe: "/healthz"} {
+				if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != want || probe.HTTPGet.Port.StrVal != "probes" {
+					t.Errorf("corectl probe %+v, want GET %s on the probes port", probe, want)
+				}
+			}
+			for _, f := range []struct{ flag, kind string }{{"config", "configMap:corectl-config"}, {"credentials", "secret:sandgate-credentials"},
+				{"api-keys", "secret:corectl-api-keys"}, {"token-key-file", "secret:sandgate-token-key"}, {"internal-token-file", "secret:corectl-internal-token"}} {
+				if got := mountOf(cMounts, args[f.flag]); strings.TrimSuffix(got, "-"+hashSuffix(got)) != f.kind && got != f.kind {
+					t.Errorf("corectl -%s=%s is in %q, want %s", f.flag, args[f.flag], got, f.kind)
+				}
+			}
+			// The token key and the credentials are the same Secrets for
+			// both programs.
+			for _, p := range []string{"/etc/sandgate/token-key", "/etc/sandgate/credentials", "/etc/sandgate/corectl-internal"} {
+				if gwMounts[p] == "" || gwMounts[p] != cMounts[p] {
+					t.Errorf("%s: the gateway mounts %q, corectl %q", p, gwMounts[p], cMounts[p])
+				}
+			}
+		})
+	}
+}
+
+// checkSecrets fails unless every Secret d mounts is a documented one (or,
+// in the example overlay, gateway-execd-tokens).
+func checkSecrets(t *testing.T, d *appsv1.Deployment, dir string) {
+	t.Helper()
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Secret == nil {
+			continue
+		}
+		if !slices.Contains(secretNames, v.Secret.SecretName) && (dir != "overlays/example" || v.Secret.SecretName != "gateway-execd-tokens") {
+			t.Errorf("%s mounts Secret %s, which docs/deploy.md does not list", d.Name, v.Secret.SecretName)
+		}
+	}
+}
+
+// labelsMatch reports whether the selector sel selects labels.
+func labelsMatch(sel, labels map[string]string) bool {
+	if len(sel) == 0 {
+		return false
+	}
+	for k, v := range sel {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestGatewayCaddyfileAdapts adapts the Caddyfile of the rendered ConfigMap
+// gateway-config with bin/caddy, with only the environment the Deployment
+// gives it, for the base and the example overlay, and checks the result
+// against the Deployment: the sites listen on its container ports, the
+// health site serves the probes, every file the configuration names lies in
+// a mount (secrets in Secrets), and secrets are placeholders, never values.
+func TestGatewayCaddyfileAdapts(t *testing.T) {
+	for _, dir := range portalKustomizations {
+		t.Run(strings.ReplaceAll(dir, "/", "-"), func(t *testing.T) {
+			r := render(t, dir)
+			cfg := adaptGateway(t, r)
+			raw, _ := json.Marshal(cfg)
+			gw := r.deployment(t, "gateway")
+			c := &gw.Spec.Template.Spec.Containers[0]
+
+			var listen []string
+			health := ""
+			servers, _ := dig(cfg, "apps", "http", "servers").(map[string]any)
+			for _, s := range servers {
+				l, _ := dig(s, "listen").([]any)
+				for _, a := range l {
+					listen = append(listen, a.(string))
+				}
+				if strings.Contains(mustJSON(s), `"handler":"sandgate_health"`) && len(l) == 1 {
+					health = l[0].(string)
+				}
+			}
+			var want []string
+			for _, p := range c.Ports {
+				want = append(want, ":"+strconv.Itoa(int(p.ContainerPort)))
+			}
+			slices.Sort(listen)
+			slices.Sort(want)
+			if !slices.Equal(listen, want) {
+				t.Errorf("the Caddyfile's sites listen on %v, the container's ports are %v", listen, want)
+			}
+			if health != ":9180" {
+				t.Errorf("sandgate_health is served on %q, the probes ask :9180", health)
+			}
+
+			mounts := mountsOf(gw, c)
+			if mounts["/etc/caddy"] == "" || !strings.HasPrefix(mounts["/etc/caddy"], "configMap:gateway-config") {
+				t.Errorf("/etc/caddy is mounted from %q, want the ConfigMap gateway-config", mounts["/etc/caddy"])
+			}
+			for _, f := range filePath.FindAllString(string(raw), -1) {
+				if !strings.HasPrefix(mountOf(mounts, f), "secret:") {
+					t.Errorf("the configuration reads %s, which is not in a Secret mounted into the gateway (%v)", f, mounts)
+				}
+			}
+			if !strings.Contains(string(raw), `Bearer {file./etc/sandgate/corectl-internal/token}`) {
+				t.Errorf("the authorizer's bearer token is not the {file.…} placeholder:\n%s", raw)
+			}
+			if dir == "overlays/example" && dig(cfg, "apps", "sandgate", "clusters", "cluster-b", "execd_access_token") != "{file./etc/sandgate/execd/cluster-b}" {
+				t.Errorf("cluster-b's execd_access_token = %v", dig(cfg, "apps", "sandgate", "clusters", "cluster-b"))
+			}
+			if strings.Contains(string(raw), "{$") {
+				t.Errorf("a {$NAME} the settings do not set is left in the configuration:\n%s", raw)
+			}
+			if got := dig(cfg, "apps", "sandgate", "nodes", "presence", "store"); got != "kubernetes" {
+				t.Errorf("nodes presence = %v, want kubernetes (several replicas)", got)
+			}
+
+			// Both programs know the same compute clusters with the same
+			// fixed entries.
+			cc, err := cluster.Parse([]byte(r.configMap(t, "corectl-config")["clusters.yaml"]))
+			if err != nil {
+				t.Fatalf("corectl-config's clusters.yaml: %v", err)
+			}
+			gwClusters, _ := dig(cfg, "apps", "sandgate", "clusters").(map[string]any)
+			if len(gwClusters) != len(cc.Clusters) {
+				t.Errorf("the gateway knows %d clusters, corectl %d", len(gwClusters), len(cc.Clusters))
+			}
+			for _, c := range cc.Clusters {
+				if got := dig(gwClusters, c.ID, "fixed_entry"); got != c.FixedEntry {
+					t.Errorf("cluster %s: the gateway's fixed entry is %v, corectl's %s", c.ID, got, c.FixedEntry)
+				}
+			}
+		})
+	}
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
