@@ -140,3 +140,61 @@ func TestFullDiskDuringPreparation(t *testing.T) {
 		}
 	}
 }
+
+// The retention exchange: while a request is pending the node sends no
+// other, however many heartbeat_acks pass; after a reconnect, the old
+// connection's exact drop answer — with its own connection ID or the new
+// one — deletes nothing; only the new connection's exact answer reclaims.
+func TestRetentionOnePendingAndAcksAfterReconnect(t *testing.T) {
+	w := newGWorld(t)
+	d1 := w.release(1, "rel-one")
+	d2 := w.release(2, "rel-two")
+	w.writeConfig(1, d1)
+	w.start()
+	conn := w.core.Accept()
+	a := conn.Auto(dep(1, d1, nil), nil)
+	a.WaitObservations(fakecore.State(1, proto.GenerationReady))
+	a.HoldAcks(true)
+	a.SetDeployment(dep(2, d2, ptr64(2)))
+	a.WaitObservations(fakecore.State(2, proto.GenerationReady))
+	first := a.NextHeld()
+	for first.Entries[0].Generation != 1 {
+		first = a.NextHeld()
+	}
+	n := len(a.Retentions())
+	seen := 0
+	a.WaitObservations(func([]proto.GenerationObservation) bool { seen++; return seen >= 5 })
+	if got := len(a.Retentions()); got != n {
+		t.Fatalf("%d retention requests while one was pending", got-n)
+	}
+	drop := func(r *proto.Retention, connectionID string) *proto.RetentionAck {
+		ack := &proto.RetentionAck{ID: r.ID, ConnectionID: connectionID}
+		for _, e := range r.Entries {
+			ack.Entries = append(ack.Entries, proto.RetentionDecision{Generation: e.Generation, SpecificationDigest: e.SpecificationDigest, Keep: false})
+		}
+		return ack
+	}
+
+	// Core's connection ends before it answered; the node reconnects.
+	conn.Close()
+	<-a.Done()
+	conn = w.core.Accept()
+	b := conn.Auto(dep(2, d2, ptr64(2)), nil)
+	b.HoldAcks(true)
+	pending := b.NextHeld()
+	b.Send(drop(first, first.ConnectionID))
+	b.Send(drop(first, pending.ConnectionID))
+	seen = 0
+	b.WaitObservations(func([]proto.GenerationObservation) bool { seen++; return seen >= 5 })
+	for _, r := range []genstate.Record{genstate.RecordJournal, genstate.RecordDropped} {
+		if ok, _ := w.generations().Exists(1, r); ok {
+			t.Fatalf("an answer of the old connection wrote %s", r)
+		}
+	}
+	if pending.Entries[0].Generation != 1 {
+		t.Fatalf("the new connection's retention %+v does not ask about generation 1", pending)
+	}
+	b.Send(drop(pending, pending.ConnectionID))
+	w.untilReclaimed()
+	w.reclaimed()
+}
