@@ -101,7 +101,16 @@ func newGWorld(t *testing.T) *gworld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &gworld{t: t, dir: t.TempDir(), agent: sharedAgent(t), host: host, image: img, imageID: ins.ID,
+	// The world's directory is removed by the clean-up below, not by
+	// t.TempDir: a preparer the node forked just as it was stopped still
+	// shows the node's command line until it execs, so one wait for the
+	// children can miss it and it then writes into a directory being
+	// removed.
+	dir, err := os.MkdirTemp("", "gworld-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &gworld{t: t, dir: dir, agent: sharedAgent(t), host: host, image: img, imageID: ins.ID,
 		nodeID: uuid.NewString(), install: uuid.NewString(), credential: newCredential(t)}
 	dockertest.RemoveLabelled(t, cli, docker.LabelNodeID, w.nodeID)
 	w.core = fakecore.New(t, w.credential, false)
@@ -110,11 +119,24 @@ func newGWorld(t *testing.T) *gworld {
 	w.state = filepath.Join(w.dir, "state")
 	// Runs after the node is stopped (clean-ups run last first): helpers
 	// and preparers outlive their node by design; wait for them before
-	// the temporary directory goes.
+	// the directory goes, and again after removing it, until it is gone
+	// with no child left that could still write into it.
 	t.Cleanup(func() {
 		deadline := time.Now().Add(wait)
-		for len(w.children()) > 0 && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
+		for {
+			for len(w.children()) > 0 && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			err := os.RemoveAll(dir)
+			if err == nil && len(w.children()) == 0 {
+				if _, err := os.Lstat(dir); os.IsNotExist(err) {
+					return
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("the world's directory %s could not be removed within %v: %v (children %v)", dir, wait, err, w.children())
+				return
+			}
 		}
 	})
 	return w
