@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/httpapi"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
 	"github.com/sandgate/sandgate/corectl/sandbox"
@@ -48,6 +49,16 @@ var sandboxRoutes = []route{
 // are served. The creating credential is recorded on the BatchSandbox and
 // copied to the carrier, the policy and the allowlist.
 func TestOwnershipAttackTable(t *testing.T) {
+	// The table covers every route of the API on one sandbox.
+	covered := map[string]bool{}
+	for _, r := range sandboxRoutes {
+		covered[r.method+" "+strings.ReplaceAll(r.path, "{id}", "{sandboxID}")] = true
+	}
+	for _, r := range httpapi.Routes {
+		if strings.Contains(r.Pattern, "{sandboxID}") && !covered[r.Method+" "+r.Pattern] {
+			t.Errorf("the attack table misses %s %s", r.Method, r.Pattern)
+		}
+	}
 	w := start(t)
 	id := w.create(restricted).SandboxID
 	u := bs(w.nsA, id)
