@@ -518,10 +518,25 @@ func TestBreakOutputBeforeInit(t *testing.T) {
 // TestBreakBackgroundStartStreamCut: with extended operations, a background
 // start whose event stream is cut after init (a reverse proxy in front of
 // execd does this now and then) is a start when execd's status knows the
-// command: the stream goes on from the command's files and status.
+// command: the stream goes on from the command's files and status. execd
+// sends init before it has started the command and stores the command for
+// its status only once started, in a goroutine, so its status may answer
+// "command not found" for a moment after init, and even after
+// execution_complete: that is not yet a failure.
 func TestBreakBackgroundStartStreamCut(t *testing.T) {
-	for name, known := range map[string]bool{"execd knows the command": true, "execd does not": false} {
-		t.Run(name, func(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		known bool
+		late  int // status answers 404 to this many calls first
+		cut   bool
+	}{
+		{"execd knows the command", true, 0, true},
+		{"execd does not", false, 0, true},
+		{"execd stores the command after the cut", true, 3, true},
+		{"execd stores the command after execution_complete", true, 3, false},
+	} {
+		known, late := c.known, c.late
+		t.Run(c.name, func(t *testing.T) {
 			prefix := "/" + testSandbox + "/44772"
 			var mu sync.Mutex
 			files := map[string][]byte{}
@@ -563,10 +578,18 @@ func TestBreakBackgroundStartStreamCut(t *testing.T) {
 				w.WriteHeader(http.StatusOK)
 				_, _ = io.WriteString(w, `{"type":"init","text":"cmd-1"}`+"\n\n")
 				http.NewResponseController(w).Flush()
-				panic(http.ErrAbortHandler) // the stream is cut after init
+				if c.cut {
+					panic(http.ErrAbortHandler) // the stream is cut after init
+				}
+				_, _ = io.WriteString(w, `{"type":"execution_complete","execution_time":1}`+"\n\n")
 			})
+			statusCalls := 0
 			mux.HandleFunc(prefix+"/command/status/cmd-1", func(w http.ResponseWriter, r *http.Request) {
-				if !known {
+				mu.Lock()
+				statusCalls++
+				n := statusCalls
+				mu.Unlock()
+				if !known || n <= late {
 					w.WriteHeader(http.StatusNotFound)
 					_, _ = io.WriteString(w, `{"code":"INVALID_REQUEST_BODY","message":"command not found: cmd-1"}`)
 					return

@@ -205,7 +205,7 @@ func (h *Handler) startBackground(w http.ResponseWriter, r *http.Request, rq *re
 		deadline = begun.Add(sc.timeout)
 	}
 	return h.follow(r, rq, sw, f, followOpts{deadline: deadline, onDeadline: timeoutError(sc.timeout), execdDeadline: true,
-		keepalive: sc.keepalive, cleanup: true})
+		keepalive: sc.keepalive, cleanup: true, storedBy: begun.Add(registerGrace)})
 }
 
 // runBackground starts an execd background command and returns its id:
@@ -227,7 +227,7 @@ func (h *Handler) runBackground(ctx context.Context, t execd.Target, creq execd.
 		ev, err := stream.Next()
 		switch {
 		case err != nil && id != "" && ctx.Err() == nil:
-			if _, serr := h.deps.Execd.CommandStatus(ctx, t, id); serr == nil {
+			if h.awaitStored(ctx, t, id, time.Now().Add(registerGrace)) == nil {
 				return id, nil
 			}
 			// execd sent init and then no execution_complete, and does not
@@ -242,6 +242,29 @@ func (h *Handler) runBackground(ctx context.Context, t execd.Target, creq execd.
 			return id, nil
 		case ev.Type == execd.EventError:
 			return "", &execd.Error{Kind: execd.KindExecd, Status: http.StatusInternalServerError, Code: "RUNTIME_ERROR", Message: "execd could not start the background command"}
+		}
+	}
+}
+
+// registerGrace is how long after its init event execd's status may still
+// answer "command not found" for a background command: execd sends init
+// before it starts the command, and stores the command for its status only
+// once started, in a goroutine (OpenSandbox execd, runBackgroundCommand),
+// so the status can lag even behind execution_complete.
+const registerGrace = 2 * time.Second
+
+// awaitStored asks execd's status for command id until it knows it, or
+// until deadline (then it returns the not-found error), every 50 ms.
+func (h *Handler) awaitStored(ctx context.Context, t execd.Target, id string, deadline time.Time) error {
+	for {
+		_, err := h.deps.Execd.CommandStatus(ctx, t, id)
+		if err == nil || !execd.IsNotFound(err) || !time.Now().Before(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
@@ -283,6 +306,9 @@ type followOpts struct {
 	// cleanup removes the process's files once its end was delivered (the
 	// Start stream does; a Connect stream leaves them to the others).
 	cleanup bool
+	// storedBy (zero: none): until then execd's status may not know the
+	// command yet (registerGrace), which is not its end.
+	storedBy time.Time
 }
 
 // follow streams f's new output until its command ends, then the end event
@@ -322,6 +348,10 @@ func (h *Handler) follow(r *http.Request, rq *request, sw *connect.StreamWriter,
 		}
 		// The status first: output read after a finished status is all of it.
 		st, err := h.deps.Execd.CommandStatus(ctx, rq.target, f.id)
+		if execd.IsNotFound(err) && time.Now().Before(o.storedBy) {
+			poll.Reset(pollMin)
+			continue
+		}
 		if execd.IsNotFound(err) {
 			return broken(fail(CodeProcessNotFound, "execd no longer knows the command (was execd restarted?)"))
 		}
