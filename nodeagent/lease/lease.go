@@ -150,6 +150,9 @@ const (
 	// CrashAfterLease: the lease file is created and durable, its identity
 	// record is not.
 	CrashAfterLease = "lease.after-create"
+	// CrashBeforeLock: Acquire opened and verified the lease and has not
+	// locked it yet (a test replaces the path there).
+	CrashBeforeLock = "lease.before-lock"
 )
 
 // Create is the installer's first step for a new generation: it creates
@@ -304,6 +307,7 @@ func Acquire(dir string, w Want, mode Mode) (*Lease, error) {
 		f.Close()
 		return nil, err
 	}
+	crashpoint.Hit(CrashBeforeLock)
 	if err := flock(fd, mode); err != nil {
 		f.Close()
 		return nil, err

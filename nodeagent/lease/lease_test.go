@@ -60,6 +60,16 @@ func TestMain(m *testing.M) {
 		bufio.NewReader(os.Stdin).ReadString('\n')
 		l.Close()
 		os.Exit(0)
+	case os.Getenv("LEASE_TEST_ACQUIRE") != "":
+		g, _ := strconv.ParseInt(os.Getenv("LEASE_TEST_GEN"), 10, 64)
+		l, err := Acquire(os.Getenv("LEASE_TEST_DIR"), want(g), Exclusive)
+		if err != nil {
+			os.Stdout.WriteString("error " + err.Error() + "\n")
+			os.Exit(1)
+		}
+		l.Close()
+		os.Stdout.WriteString("ok\n")
+		os.Exit(0)
 	case os.Getenv("LEASE_TEST_CREATE") != "":
 		g, _ := strconv.ParseInt(os.Getenv("LEASE_TEST_GEN"), 10, 64)
 		if _, err := Create(os.Getenv("LEASE_TEST_DIR"), want(g)); err != nil {
@@ -434,4 +444,48 @@ func snapshot(t *testing.T, dir string) string {
 		b.WriteString(e.Name() + " " + fi.Mode().String() + " " + strconv.FormatUint(st.Ino, 10) + " " + strconv.FormatInt(fi.Size(), 10) + "\n")
 	}
 	return b.String()
+}
+
+// TestPathReplacedWhileLockingIsRefused: the lease's path is replaced by
+// another file after Acquire opened and verified it but before the lock
+// was taken (the child process stops there on a named pipe). Acquire
+// must look again while holding the lock and refuse (ErrReplaced): the
+// lock it holds is on a file that is no longer the lease.
+func TestPathReplacedWhileLockingIsRefused(t *testing.T) {
+	dir := privateDir(t)
+	if _, err := Create(dir, want(13)); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(t.TempDir(), "hold")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "LEASE_TEST_ACQUIRE=1", "LEASE_TEST_DIR="+dir, "LEASE_TEST_GEN=13",
+		"SANDGATE_CRASHPOINT="+CrashBeforeLock+"=hold:"+fifo)
+	var out strings.Builder
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Opening the pipe for writing returns once the child holds at the
+	// step.
+	hold, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The locked file moves away (still one link, ours, private, the
+	// recorded inode) and another takes its path.
+	if err := os.Rename(Path(dir, 13), filepath.Join(dir, "moved")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(Path(dir, 13), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hold.Write([]byte{1})
+	hold.Close()
+	cmd.Wait()
+	if !strings.HasPrefix(out.String(), "error "+ErrReplaced.Error()) {
+		t.Fatalf("Acquire across a replaced path: %q, want %v", out.String(), ErrReplaced)
+	}
 }
