@@ -99,6 +99,9 @@ func (f *CredentialFile) Authenticate(nodeID string, digest credential.Digest) (
 // Nodes implements credential.Store.
 func (f *CredentialFile) Nodes() []credential.Node { return f.src.Nodes() }
 
+// Find implements credential.Finder.
+func (f *CredentialFile) Find(nodeID string) (credential.Node, bool) { return f.src.Find(nodeID) }
+
 // Cleanup releases this config's use of the file.
 func (f *CredentialFile) Cleanup() error {
 	if f.key == "" {
@@ -133,4 +136,5 @@ var (
 	_ caddy.CleanerUpper    = (*CredentialFile)(nil)
 	_ caddyfile.Unmarshaler = (*CredentialFile)(nil)
 	_ credential.Store      = (*CredentialFile)(nil)
+	_ credential.Finder     = (*CredentialFile)(nil)
 )

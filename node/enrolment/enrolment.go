@@ -484,4 +484,18 @@ func (s *Store) Nodes() []credential.Node {
 	return out
 }
 
-var _ credential.Store = (*Store)(nil)
+// Find implements credential.Finder.
+func (s *Store) Find(nodeID string) (credential.Node, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.nodes[nodeID]
+	if r == nil {
+		return credential.Node{}, false
+	}
+	return r.node(), true
+}
+
+var (
+	_ credential.Store  = (*Store)(nil)
+	_ credential.Finder = (*Store)(nil)
+)

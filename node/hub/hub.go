@@ -622,11 +622,8 @@ func (h *Hub) Node(nodeID string) (NodeStatus, bool) {
 	h.mu.Unlock()
 	var enrolment *credential.Node
 	if cfg != nil {
-		for _, n := range cfg.Credentials.Nodes() {
-			if n.NodeID == nodeID {
-				enrolment = &n
-				break
-			}
+		if n, ok := credential.Find(cfg.Credentials, nodeID); ok {
+			enrolment = &n
 		}
 	}
 	if !seen {

@@ -142,6 +142,12 @@ func IssueEnrolAuthenticate(t *testing.T, st Store) {
 	if ns := s.Nodes(); len(ns) != 1 || ns[0] != n {
 		t.Fatalf("%+v", ns)
 	}
+	if got, ok := credential.Find(s, n.NodeID); !ok || got != n {
+		t.Fatalf("Find: %+v %v", got, ok)
+	}
+	if _, ok := credential.Find(s, "0e000000-0000-4000-8000-00000000000e"); ok {
+		t.Fatal("Find: an unknown node was found")
+	}
 	rs := s.Records()
 	if len(rs) != 1 || rs[0].NodeID != n.NodeID || rs[0].Pool != "gpu" || rs[0].MaxActive != 4 || rs[0].MaxRetained != 2 ||
 		!rs[0].EnrolledAt.Equal(c.Now()) || !rs[0].Enabled {
