@@ -55,6 +55,9 @@ type Config struct {
 	Output func(i int) io.Writer
 	// Env is added to every gateway's environment.
 	Env []string
+	// Admin turns on each replica's Caddy admin endpoint on a loopback
+	// port (Replica.Admin), for profiles (/debug/pprof/). Default off.
+	Admin bool
 }
 
 // Replica is one gateway process.
@@ -65,6 +68,8 @@ type Replica struct {
 	URL string
 	// PID is its process ID.
 	PID int
+	// Admin is its Caddy admin endpoint (host:port), with Config.Admin.
+	Admin string
 
 	cmd    *exec.Cmd
 	exited chan error
@@ -104,8 +109,9 @@ func FreePort() (string, error) {
 	return port, err
 }
 
-// Caddyfile returns the configuration of replica id listening on port.
-func (c *Cluster) caddyfile(cfg Config, id, port string) string {
+// Caddyfile returns the configuration of replica id listening on port,
+// with its admin endpoint on admin ("off": none).
+func (c *Cluster) caddyfile(cfg Config, id, port, admin string) string {
 	presence, kube := "", ""
 	if cfg.Kubeconfig != nil {
 		presence = fmt.Sprintf(`
@@ -126,7 +132,7 @@ func (c *Cluster) caddyfile(cfg Config, id, port string) string {
 		level = "INFO"
 	}
 	return fmt.Sprintf(`{
-	admin off
+	admin %s
 	auto_https off
 	persist_config off
 	log {
@@ -151,7 +157,7 @@ http://127.0.0.1:%s {
 		token_sha256 %s
 	}
 }
-`, level, filepath.Join(c.Dir, "hmac.key"), filepath.Join(c.Dir, "credentials.yaml"), filepath.Join(c.Dir, "nodes.yaml"),
+`, admin, level, filepath.Join(c.Dir, "hmac.key"), filepath.Join(c.Dir, "credentials.yaml"), filepath.Join(c.Dir, "nodes.yaml"),
 		cfg.HeartbeatInterval, presence, kube, port, sum(c.APIToken))
 }
 
@@ -196,8 +202,16 @@ func Start(cfg Config) (_ *Cluster, err error) {
 		if err != nil {
 			return nil, err
 		}
+		admin := "off"
+		if cfg.Admin {
+			p, err := FreePort()
+			if err != nil {
+				return nil, err
+			}
+			admin = "127.0.0.1:" + p
+		}
 		cf := filepath.Join(dir, id+".Caddyfile")
-		if err := os.WriteFile(cf, []byte(c.caddyfile(cfg, id, port)), 0o600); err != nil {
+		if err := os.WriteFile(cf, []byte(c.caddyfile(cfg, id, port, admin)), 0o600); err != nil {
 			return nil, err
 		}
 		cmd := exec.Command(cfg.Caddy, "run", "--config", cf, "--adapter", "caddyfile")
@@ -212,6 +226,9 @@ func Start(cfg Config) (_ *Cluster, err error) {
 			return nil, fmt.Errorf("replicas: starting %s: %w", id, err)
 		}
 		r := &Replica{ID: id, URL: "http://127.0.0.1:" + port, PID: cmd.Process.Pid, cmd: cmd, exited: make(chan error, 1)}
+		if cfg.Admin {
+			r.Admin = admin
+		}
 		go func() { r.exited <- cmd.Wait() }()
 		c.Replicas = append(c.Replicas, r)
 		if err := r.waitListening(); err != nil {
