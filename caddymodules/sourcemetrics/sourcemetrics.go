@@ -31,6 +31,9 @@ import (
 
 // Source is a watched file whose state is exported.
 type Source interface {
+	// Stats returns the file's current state: the served version, its
+	// entries and load time, whether reloads are failing or the file is
+	// missing.
 	Stats() filewatch.Stats
 }
 

@@ -147,6 +147,8 @@ func ObjectName(clusterID string) string {
 // EventRecorder is the part of k8s.io/client-go/tools/events.EventRecorder
 // the checker uses.
 type EventRecorder interface {
+	// Eventf records a Kubernetes Event (eventtype Normal or Warning)
+	// on regarding; note is a format for args.
 	Eventf(regarding runtime.Object, related runtime.Object, eventtype, reason, action, note string, args ...interface{})
 }
 

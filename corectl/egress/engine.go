@@ -24,6 +24,8 @@ import (
 // EventRecorder is the part of k8s.io/client-go/tools/events.EventRecorder
 // the engine uses; events go on the BatchSandbox.
 type EventRecorder interface {
+	// Eventf records a Kubernetes Event (eventtype Normal or Warning)
+	// on regarding; note is a format for args.
 	Eventf(regarding runtime.Object, related runtime.Object, eventtype, reason, action, note string, args ...interface{})
 }
 

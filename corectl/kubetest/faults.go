@@ -15,9 +15,13 @@ import (
 // them. With Mutate, a "get" is not failed: the object read back is
 // altered by FaultyClient's mutate instead.
 type Fault struct {
-	Verb   string
-	Kind   string
-	N      int
+	// Verb is the call: get, list, create, update, delete or status.
+	Verb string
+	// Kind is the object's kind as FaultyClient's kindOf names it.
+	Kind string
+	// N is which call of Verb on Kind fails, from 1.
+	N int
+	// Mutate alters the object a get reads back instead of failing it.
 	Mutate bool
 }
 

@@ -77,6 +77,8 @@ var ErrInvalidConfig = errors.New("authorizer: invalid configuration")
 // Authorizer decides whether credentialID may reach sandboxID. Errors wrap
 // ErrUnavailable. Implementations are safe for concurrent use.
 type Authorizer interface {
+	// Authorize returns the decision for credentialID and sandboxID,
+	// possibly from a cache.
 	Authorize(ctx context.Context, credentialID, sandboxID string) (Decision, error)
 }
 
@@ -86,5 +88,7 @@ type Authorizer interface {
 // allowed answer may be up to a TTL old. Errors wrap ErrUnavailable.
 type Rechecker interface {
 	Authorizer
+	// Recheck asks afresh, whatever the cache holds; the answer
+	// replaces the cached one.
 	Recheck(ctx context.Context, credentialID, sandboxID string) (Decision, error)
 }

@@ -105,13 +105,16 @@ func (c Code) HTTPStatus() int {
 // Error is the JSON shape of a Connect error, used both as a unary error body
 // and inside an end-stream message.
 type Error struct {
-	Code    Code   `json:"code"`
+	// Code is the Connect code, e.g. "not_found".
+	Code Code `json:"code"`
+	// Message is the human-readable detail; omitted when empty.
 	Message string `json:"message,omitempty"`
 }
 
 // EndStream is the JSON payload of the end-stream envelope. A nil Error means
 // success and is written as {}.
 type EndStream struct {
+	// Error is the stream's failure; nil for success.
 	Error *Error `json:"error,omitempty"`
 }
 

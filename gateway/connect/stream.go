@@ -97,6 +97,8 @@ func WriteUnaryError(w http.ResponseWriter, e Error) {
 // JSONAppender is a message that appends its own JSON encoding to a
 // byte slice, without reflection (envd.ListDirResponse).
 type JSONAppender interface {
+	// AppendJSON appends the message's JSON encoding to b and returns
+	// the extended slice.
 	AppendJSON(b []byte) []byte
 }
 

@@ -134,6 +134,8 @@ func (c Credential) Validate() error {
 // enabled=false; the credential is returned too) or ErrUnavailable (the
 // source cannot answer). Implementations are safe for concurrent use.
 type Source interface {
+	// Lookup returns the credential with this ID (see above for its
+	// errors).
 	Lookup(ctx context.Context, id string) (Credential, error)
 }
 

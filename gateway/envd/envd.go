@@ -28,18 +28,27 @@ const (
 // ProcessConfig is process.ProcessConfig: the command line, environment and
 // working directory of a process.
 type ProcessConfig struct {
-	Cmd  string            `json:"cmd"`
-	Args []string          `json:"args,omitempty"`
+	// Cmd is the program to run; required (the SDKs send "/bin/bash").
+	Cmd string `json:"cmd"`
+	// Args are the program's arguments (the SDKs send -l -c <command>).
+	Args []string `json:"args,omitempty"`
+	// Envs are environment variables added to the process's environment.
 	Envs map[string]string `json:"envs,omitempty"`
-	Cwd  *string           `json:"cwd,omitempty"`
+	// Cwd is the working directory; nil or empty means the user's home.
+	Cwd *string `json:"cwd,omitempty"`
 }
 
 // StartRequest is process.StartRequest, the body of Process/Start.
 type StartRequest struct {
-	Process *ProcessConfig  `json:"process"`
-	PTY     json.RawMessage `json:"pty,omitempty"`
-	Tag     *string         `json:"tag,omitempty"`
-	Stdin   *bool           `json:"stdin,omitempty"`
+	// Process is what to run; required.
+	Process *ProcessConfig `json:"process"`
+	// PTY is the process.PTY message, kept raw: the gateway refuses any
+	// non-null value (execd has no terminals).
+	PTY json.RawMessage `json:"pty,omitempty"`
+	// Tag names the process for Connect, SendSignal and List.
+	Tag *string `json:"tag,omitempty"`
+	// Stdin asks for a writable stdin (the SDKs' stdin option).
+	Stdin *bool `json:"stdin,omitempty"`
 }
 
 // ErrBadRequest wraps every decoding error returned by this package.
@@ -91,7 +100,9 @@ func (u *Uint32) UnmarshalJSON(b []byte) error {
 
 // ListDirRequest is filesystem.ListDirRequest. Depth 0 means 1, as in envd.
 type ListDirRequest struct {
-	Path  string `json:"path"`
+	// Path is the directory to list; required.
+	Path string `json:"path"`
+	// Depth is how many levels to descend; 0 is read as 1.
 	Depth Uint32 `json:"depth"`
 }
 
@@ -113,6 +124,7 @@ func DecodeListDirRequest(payload []byte) (ListDirRequest, error) {
 
 // RemoveRequest is filesystem.RemoveRequest.
 type RemoveRequest struct {
+	// Path is the file or directory to remove; required.
 	Path string `json:"path"`
 }
 
@@ -131,13 +143,16 @@ func DecodeRemoveRequest(payload []byte) (RemoveRequest, error) {
 
 // StartEvent is the first event of a process stream.
 type StartEvent struct {
+	// PID is the process ID the SDK uses to address the process later.
 	PID uint32 `json:"pid"`
 }
 
 // DataEvent carries output bytes; exactly one field is set. []byte is
 // written as standard base64, as protojson writes bytes.
 type DataEvent struct {
+	// Stdout is a chunk of the process's standard output.
 	Stdout []byte `json:"stdout,omitempty"`
+	// Stderr is a chunk of the process's standard error.
 	Stderr []byte `json:"stderr,omitempty"`
 }
 
@@ -145,10 +160,15 @@ type DataEvent struct {
 // ExitCode omitted when 0, Status is Go's ProcessState.String(), Error is
 // the cmd.Wait() error text, absent on success (docs/wire-facts.md §E3.2).
 type EndEvent struct {
-	ExitCode int32  `json:"exitCode,omitempty"`
-	Exited   bool   `json:"exited,omitempty"`
-	Status   string `json:"status,omitempty"`
-	Error    string `json:"error,omitempty"`
+	// ExitCode is the process's exit status; omitted when 0.
+	ExitCode int32 `json:"exitCode,omitempty"`
+	// Exited reports that the process exited (rather than being killed
+	// by a signal).
+	Exited bool `json:"exited,omitempty"`
+	// Status is Go's ProcessState.String(), e.g. "exit status 2".
+	Status string `json:"status,omitempty"`
+	// Error is the cmd.Wait() error text; absent on success.
+	Error string `json:"error,omitempty"`
 }
 
 // KeepAlive is the empty keepalive event.
@@ -156,14 +176,19 @@ type KeepAlive struct{}
 
 // ProcessEvent is process.ProcessEvent; exactly one member is set.
 type ProcessEvent struct {
-	Start     *StartEvent `json:"start,omitempty"`
-	Data      *DataEvent  `json:"data,omitempty"`
-	End       *EndEvent   `json:"end,omitempty"`
-	KeepAlive *KeepAlive  `json:"keepalive,omitempty"`
+	// Start is the stream's first event.
+	Start *StartEvent `json:"start,omitempty"`
+	// Data is a chunk of output.
+	Data *DataEvent `json:"data,omitempty"`
+	// End is the stream's last event.
+	End *EndEvent `json:"end,omitempty"`
+	// KeepAlive is sent while the process is silent.
+	KeepAlive *KeepAlive `json:"keepalive,omitempty"`
 }
 
 // StartResponse is process.StartResponse, one message of the Start stream.
 type StartResponse struct {
+	// Event is the one event this message carries.
 	Event ProcessEvent `json:"event"`
 }
 
@@ -203,16 +228,26 @@ func (t Timestamp) MarshalJSON() ([]byte, error) {
 // Mode holds the permission bits only, Permissions is Go's
 // fs.FileMode.String() of the entry (with the d for directories).
 type EntryInfo struct {
-	Name          string     `json:"name"`
-	Type          FileType   `json:"type"`
-	Path          string     `json:"path"`
-	Size          Int64      `json:"size,omitempty"`
-	Mode          uint32     `json:"mode,omitempty"`
-	Permissions   string     `json:"permissions,omitempty"`
-	Owner         string     `json:"owner,omitempty"`
-	Group         string     `json:"group,omitempty"`
-	ModifiedTime  *Timestamp `json:"modifiedTime,omitempty"`
-	SymlinkTarget *string    `json:"symlinkTarget,omitempty"`
+	// Name is the entry's base name.
+	Name string `json:"name"`
+	// Type is file, directory or unspecified (see FileType).
+	Type FileType `json:"type"`
+	// Path is the entry's absolute path.
+	Path string `json:"path"`
+	// Size is the size in bytes.
+	Size Int64 `json:"size,omitempty"`
+	// Mode is the permission bits only (e.g. 0o644).
+	Mode uint32 `json:"mode,omitempty"`
+	// Permissions is fs.FileMode.String() of the entry, e.g. "drwxr-xr-x".
+	Permissions string `json:"permissions,omitempty"`
+	// Owner is the owner's user name.
+	Owner string `json:"owner,omitempty"`
+	// Group is the group's name.
+	Group string `json:"group,omitempty"`
+	// ModifiedTime is the last modification time.
+	ModifiedTime *Timestamp `json:"modifiedTime,omitempty"`
+	// SymlinkTarget is the link's target, set only for a symbolic link.
+	SymlinkTarget *string `json:"symlinkTarget,omitempty"`
 }
 
 // Permissions returns what envd puts in EntryInfo.permissions for an entry
@@ -228,6 +263,7 @@ func Permissions(perm uint32, dir bool) string {
 
 // ListDirResponse is filesystem.ListDirResponse.
 type ListDirResponse struct {
+	// Entries are the directory's entries, down to the requested depth.
 	Entries []EntryInfo `json:"entries"`
 }
 
@@ -238,14 +274,19 @@ type RemoveResponse struct{}
 // keys name, type and path: Python SDK 2.24 builds WriteInfo(**item) and
 // fails on any other key (docs/wire-facts.md §E4.1).
 type WriteInfo struct {
+	// Name is the written file's base name.
 	Name string `json:"name"`
+	// Type is "file".
 	Type string `json:"type"`
+	// Path is the written file's absolute path.
 	Path string `json:"path"`
 }
 
 // RESTError is the error body of envd's REST routes (/files):
 // {"code":<HTTP status>,"message":"..."} (envd internal/api/error.go).
 type RESTError struct {
-	Code    int    `json:"code"`
+	// Code repeats the HTTP status, e.g. 404.
+	Code int `json:"code"`
+	// Message says what failed, for a person.
 	Message string `json:"message"`
 }

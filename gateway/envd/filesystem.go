@@ -5,6 +5,7 @@ import "fmt"
 // PathRequest is filesystem.StatRequest and filesystem.MakeDirRequest:
 // one path.
 type PathRequest struct {
+	// Path is the entry to stat or the directory to make; required.
 	Path string `json:"path"`
 }
 
@@ -23,7 +24,9 @@ func DecodePathRequest(payload []byte) (PathRequest, error) {
 
 // MoveRequest is filesystem.MoveRequest.
 type MoveRequest struct {
-	Source      string `json:"source"`
+	// Source is the entry to move; required.
+	Source string `json:"source"`
+	// Destination is its new path; required.
 	Destination string `json:"destination"`
 }
 
@@ -43,5 +46,6 @@ func DecodeMoveRequest(payload []byte) (MoveRequest, error) {
 // EntryResponse is filesystem.StatResponse, MakeDirResponse and
 // MoveResponse: {"entry": EntryInfo}.
 type EntryResponse struct {
+	// Entry is the entry stat'ed, made or moved (at its new path).
 	Entry EntryInfo `json:"entry"`
 }

@@ -10,7 +10,9 @@ import (
 // ProcessSelector is process.ProcessSelector: a process by pid or by tag
 // (a oneof; exactly one is set).
 type ProcessSelector struct {
+	// PID selects the process by the pid of its start event.
 	PID *Uint32 `json:"pid,omitempty"`
+	// Tag selects the process by the tag it was started with.
 	Tag *string `json:"tag,omitempty"`
 }
 
@@ -28,6 +30,7 @@ func (s *ProcessSelector) validate() error {
 
 // ConnectRequest is process.ConnectRequest, the body of Process/Connect.
 type ConnectRequest struct {
+	// Process is the process to follow; required.
 	Process *ProcessSelector `json:"process"`
 }
 
@@ -83,8 +86,10 @@ func (s *Signal) UnmarshalJSON(b []byte) error {
 
 // SendSignalRequest is process.SendSignalRequest.
 type SendSignalRequest struct {
+	// Process is the process to signal; required.
 	Process *ProcessSelector `json:"process"`
-	Signal  Signal           `json:"signal"`
+	// Signal is the signal to send.
+	Signal Signal `json:"signal"`
 }
 
 // DecodeSendSignalRequest decodes a Process/SendSignal message; a missing
@@ -100,14 +105,18 @@ func DecodeSendSignalRequest(payload []byte) (SendSignalRequest, error) {
 
 // ProcessInfo is process.ProcessInfo, one entry of Process/List.
 type ProcessInfo struct {
+	// Config is the process's configuration as it was started.
 	Config ProcessConfig `json:"config"`
-	PID    uint32        `json:"pid"`
-	Tag    *string       `json:"tag,omitempty"`
+	// PID is the pid of its start event.
+	PID uint32 `json:"pid"`
+	// Tag is the tag it was started with, if any.
+	Tag *string `json:"tag,omitempty"`
 }
 
 // ListResponse is process.ListResponse; Processes is written as [] when
 // empty.
 type ListResponse struct {
+	// Processes are the running processes.
 	Processes []ProcessInfo `json:"processes"`
 }
 

@@ -57,9 +57,14 @@ func (k Kind) String() string {
 // (INVALID_REQUEST_BODY, RUNTIME_ERROR, FILE_NOT_FOUND, …) when it sent one;
 // Message is safe to show to the SDK user: it never contains tokens.
 type Error struct {
-	Kind    Kind
-	Status  int
-	Code    string
+	// Kind is where the call failed; the data plane maps it to its code.
+	Kind Kind
+	// Status is the HTTP status of execd's (or the ingress's) answer; 0
+	// when there was no response.
+	Status int
+	// Code is execd's error code, when its body had one.
+	Code string
+	// Message is safe to show to the SDK user.
 	Message string
 }
 

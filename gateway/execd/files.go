@@ -18,14 +18,20 @@ import (
 // identity); Mode is an int whose decimal digits are the octal permission
 // (755 means 0o755), 0 meaning "leave as created".
 type Permission struct {
+	// Owner is the owning user's name.
 	Owner string `json:"owner,omitempty"`
+	// Group is the owning group's name.
 	Group string `json:"group,omitempty"`
-	Mode  int    `json:"mode,omitempty"`
+	// Mode is the octal permission written in decimal digits (755 for
+	// 0o755); 0 leaves the mode as created.
+	Mode int `json:"mode,omitempty"`
 }
 
 // SmallFile is one file WriteFiles writes whole from memory.
 type SmallFile struct {
+	// Path is the file's absolute path in the sandbox.
 	Path string
+	// Data is the file's whole content.
 	Data []byte
 	Permission
 }

@@ -23,8 +23,11 @@ const (
 // CommandError is the error member of an "error" event. EValue holds the exit
 // code as a string; -1 means a signal, named by Traceback[0].
 type CommandError struct {
-	EName     string   `json:"ename"`
-	EValue    string   `json:"evalue"`
+	// EName is the error's class, "CommandExecError" for a command.
+	EName string `json:"ename"`
+	// EValue is the exit code as a decimal string; "-1" for a signal.
+	EValue string `json:"evalue"`
+	// Traceback holds the detail lines; for a signal, [0] names it.
 	Traceback []string `json:"traceback"`
 }
 
@@ -32,11 +35,17 @@ type CommandError struct {
 // one output line without its terminator for stdout/stderr (an empty line
 // arrives as "\n"). Timestamp is unix ms; ExecutionTime is ms.
 type Event struct {
-	Type          string        `json:"type"`
-	Text          string        `json:"text,omitempty"`
-	Timestamp     int64         `json:"timestamp,omitempty"`
-	ExecutionTime int64         `json:"execution_time,omitempty"`
-	Error         *CommandError `json:"error,omitempty"`
+	// Type is one of the Event* constants.
+	Type string `json:"type"`
+	// Text is the command ID (init) or one output line (stdout, stderr).
+	Text string `json:"text,omitempty"`
+	// Timestamp is the event's time in Unix milliseconds.
+	Timestamp int64 `json:"timestamp,omitempty"`
+	// ExecutionTime is the command's run time in milliseconds, on
+	// execution_complete.
+	ExecutionTime int64 `json:"execution_time,omitempty"`
+	// Error is set on "error" events.
+	Error *CommandError `json:"error,omitempty"`
 }
 
 // ExitCode returns the exit code of a terminal event: 0 for

@@ -26,7 +26,10 @@ const EnvdVersion = "0.5.7"
 // sandbox ID, or an error that becomes a 404 (SandboxNotFoundError).
 // CreateID is the sandbox ID create() returns.
 type Server struct {
-	Token    func(sandboxID string) (string, error)
+	// Token returns the envdAccessToken for a sandbox ID; an error
+	// becomes a 404.
+	Token func(sandboxID string) (string, error)
+	// CreateID is the sandbox ID create() returns.
 	CreateID string
 }
 

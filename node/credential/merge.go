@@ -21,6 +21,8 @@ var _ Store = Merged(nil)
 // implementations bound how often they read. Errors are Authenticate's.
 type Refresher interface {
 	Store
+	// Refresh reads nodeID from the shared store and authenticates it
+	// with digest, as Authenticate does.
 	Refresh(nodeID string, digest Digest) (Node, error)
 }
 

@@ -144,6 +144,8 @@ type Config struct {
 // Deployments gives the deployment of a node pool (package node/pool's
 // Registry implements it); false when the pool has none.
 type Deployments interface {
+	// Deployment returns pool's current deployment; false when it has
+	// none.
 	Deployment(pool string) (proto.Deployment, bool)
 }
 

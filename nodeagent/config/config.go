@@ -413,9 +413,13 @@ func (c *Config) identityPending() bool {
 // Identity is what `nodeagent enrol` stores about the node (package
 // state, node/identity.json).
 type Identity struct {
+	// CoreOrigin, NodeID and InstallationID are core_origin, node_id
+	// and installation_id of the file.
 	CoreOrigin, NodeID, InstallationID string
-	DeploymentGeneration               int64
-	SpecificationDigest                string
+	// DeploymentGeneration and SpecificationDigest are the generation
+	// the node enrolled with.
+	DeploymentGeneration int64
+	SpecificationDigest  string
 }
 
 // ApplyIdentity fills the settings the enrolled identity supplies and

@@ -75,13 +75,17 @@ type Outcome struct {
 // exited. Preparations and repairs get nil: the preparer takes the
 // lease itself, after the installation lock.
 type Preparer interface {
+	// Run runs job in a preparer process and returns its outcome.
 	Run(ctx context.Context, job Job, ls *lease.Lease) Outcome
 }
 
 // Runner runs provider calls and probes of a generation in native
 // helpers (helper.Launcher). onExit runs once the helper has exited.
 type Runner interface {
+	// Run sends one provider request to a helper of generation b and
+	// returns its response; deadline is the request's.
 	Run(ctx context.Context, b genstate.Binding, req *proto.Request, deadline time.Time, onExit func()) (*proto.Response, error)
+	// Probe runs the provider's health probe of generation b in a helper.
 	Probe(ctx context.Context, b genstate.Binding, onExit func()) (helper.Probe, error)
 }
 

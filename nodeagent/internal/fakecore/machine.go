@@ -31,6 +31,8 @@ type Machine struct {
 	// NodeID and Credential authenticate config and downloads.
 	NodeID, Credential string
 
+	// Mu guards the fields below; a test holds it to change them while
+	// the server runs.
 	Mu sync.Mutex
 	// Pool, Enrolled and Deployment are answered by config and preview.
 	Pool       string
