@@ -6,6 +6,7 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -220,16 +221,40 @@ func Start(cfg Config) (_ *Env, err error) {
 	}
 	e.Control = "http://" + ctlAddr
 
-	// The gateway.
+	// The gateway. Its ports were free a moment before it starts; another
+	// process on the machine may take one in between, so a start that
+	// fails to bind is retried on new ports (a few times).
+	for attempt := 1; ; attempt++ {
+		err := e.startOnFreePorts(cfg, dir)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errBindRace) || attempt == 5 {
+			return nil, err
+		}
+		e.waitErr = make(chan error, 1)
+	}
+	return e, nil
+}
+
+// errBindRace reports a gateway that exited at start because one of the
+// ports picked for it was taken meanwhile.
+var errBindRace = errors.New("a port picked for the gateway was taken before it listened")
+
+// startOnFreePorts picks the gateway's and its admin API's ports, writes
+// the Caddyfile and starts the gateway; errBindRace when a port was taken
+// between the pick and the gateway's listen.
+func (e *Env) startOnFreePorts(cfg Config, dir string) error {
 	gwAddr := cfg.GatewayAddr
+	var err error
 	if gwAddr == "" {
 		if gwAddr, err = freePort(); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	adminAddr, err := freePort()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	e.Gateway, e.Admin = "http://"+gwAddr, adminAddr
 	caddyfile := cfg.Caddyfile
@@ -240,12 +265,9 @@ func Start(cfg Config) (_ *Env, err error) {
 		"{{CREDENTIALS}}", e.CredFile, "{{FIXED_ENTRY}}", e.FixedEntry).Replace(caddyfile)
 	cfPath := filepath.Join(dir, "Caddyfile")
 	if err := os.WriteFile(cfPath, []byte(caddyfile), 0o600); err != nil {
-		return nil, err
+		return err
 	}
-	if err := e.startGateway(cfg, cfPath); err != nil {
-		return nil, err
-	}
-	return e, nil
+	return e.startGateway(cfg, cfPath)
 }
 
 // CaddyBinary returns the path of the built gateway.
@@ -259,8 +281,12 @@ func (e *Env) startGateway(cfg Config, cfPath string) error {
 	e.cmd = exec.Command(bin, "run", "--config", cfPath, "--adapter", "caddyfile")
 	e.cmd.Dir = cfg.RepoRoot
 	e.cmd.Env = append(append(os.Environ(), "HOME="+e.Dir, "XDG_DATA_HOME="+e.Dir, "XDG_CONFIG_HOME="+e.Dir), cfg.Env...)
-	e.cmd.Stdout = cfg.Stderr
-	e.cmd.Stderr = cfg.Stderr
+	bind := &bindWatch{}
+	out := io.Writer(bind)
+	if cfg.Stderr != nil {
+		out = io.MultiWriter(cfg.Stderr, bind)
+	}
+	e.cmd.Stdout, e.cmd.Stderr = out, out
 	if err := e.cmd.Start(); err != nil {
 		return fmt.Errorf("starting the gateway: %w", err)
 	}
@@ -276,6 +302,9 @@ func (e *Env) startGateway(cfg Config, cfPath string) error {
 		select {
 		case err := <-e.waitErr:
 			e.waitErr <- err
+			if bind.inUse() {
+				return fmt.Errorf("%w: the gateway exited while starting: %v", errBindRace, err)
+			}
 			return fmt.Errorf("the gateway exited while starting: %v", err)
 		case <-time.After(50 * time.Millisecond):
 		}
@@ -404,6 +433,37 @@ func firstOr(s []string, def string) string {
 		return s[0]
 	}
 	return def
+}
+
+// bindWatch is a writer that remembers whether the gateway's output said
+// a listen failed with "address already in use"; it keeps only the last
+// few bytes to find the phrase across writes.
+type bindWatch struct {
+	mu   sync.Mutex
+	tail []byte
+	seen bool
+}
+
+const addrInUse = "address already in use"
+
+func (b *bindWatch) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.seen {
+		buf := append(b.tail, p...)
+		b.seen = bytes.Contains(buf, []byte(addrInUse))
+		if n := len(addrInUse) - 1; len(buf) > n {
+			buf = buf[len(buf)-n:]
+		}
+		b.tail = append(b.tail[:0], buf...)
+	}
+	return len(p), nil
+}
+
+func (b *bindWatch) inUse() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.seen
 }
 
 // freePort returns a loopback address with a port that was free a moment

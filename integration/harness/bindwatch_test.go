@@ -1,0 +1,41 @@
+package harness
+
+import "testing"
+
+// TestBindWatch: the phrase is found when the gateway's log line arrives
+// in pieces, and not in output that only resembles it.
+func TestBindWatch(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		writes []string
+		want   bool
+	}{
+		{"one write", []string{`{"msg":"listen tcp 127.0.0.1:1: bind: address already in use"}`}, true},
+		{"split", []string{`bind: address al`, `ready in`, ` use"}`}, true},
+		{"byte by byte", splitBytes("x address already in use y"), true},
+		{"other failure", []string{`bind: permission denied`, `address already`, ` taken`}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &bindWatch{}
+			for _, w := range tc.writes {
+				if n, err := b.Write([]byte(w)); n != len(w) || err != nil {
+					t.Fatalf("Write = %d, %v", n, err)
+				}
+			}
+			if b.inUse() != tc.want {
+				t.Fatalf("inUse = %v, want %v", b.inUse(), tc.want)
+			}
+			if len(b.tail) >= len(addrInUse) {
+				t.Fatalf("kept %d bytes", len(b.tail))
+			}
+		})
+	}
+}
+
+func splitBytes(s string) []string {
+	out := make([]string, len(s))
+	for i := range s {
+		out[i] = s[i : i+1]
+	}
+	return out
+}
