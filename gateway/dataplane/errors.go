@@ -202,7 +202,9 @@ func (c Code) HealthStatus() int {
 // the SDK user as "<code>: <message>"; it never contains tokens or
 // credentials.
 type Error struct {
-	Code    Code
+	// Code is the stable error code (see docs/errors.md).
+	Code Code
+	// Message says what failed, for the SDK user.
 	Message string
 }
 

@@ -177,14 +177,22 @@ func drain(resp *http.Response) {
 // execd v1.0.18. Mode is an int whose decimal digits are the octal
 // permission bits (644 means 0o644).
 type FileInfo struct {
-	Path       string    `json:"path"`
-	Type       string    `json:"type,omitempty"`
-	Size       int64     `json:"size"`
+	// Path is the entry's absolute path.
+	Path string `json:"path"`
+	// Type is one of the Type* constants; empty on execd v1.0.18.
+	Type string `json:"type,omitempty"`
+	// Size is the size in bytes.
+	Size int64 `json:"size"`
+	// ModifiedAt is the last modification time.
 	ModifiedAt time.Time `json:"modified_at"`
-	CreatedAt  time.Time `json:"created_at"`
-	Owner      string    `json:"owner"`
-	Group      string    `json:"group"`
-	Mode       int       `json:"mode"`
+	// CreatedAt is the time execd reports as the creation time.
+	CreatedAt time.Time `json:"created_at"`
+	// Owner is the owning user's name.
+	Owner string `json:"owner"`
+	// Group is the owning group's name.
+	Group string `json:"group"`
+	// Mode is the octal permission written in decimal digits (644).
+	Mode int `json:"mode"`
 }
 
 // File types execd reports in FileInfo.Type (HEAD only).
@@ -317,13 +325,21 @@ func (c *Client) ListDirectory(ctx context.Context, t Target, p string, depth in
 // CommandRequest is execd's RunCommandRequest (docs/wire-facts.md §X1.4).
 // Timeout is in milliseconds; 0 means none. GID needs UID.
 type CommandRequest struct {
-	Command    string            `json:"command"`
-	Cwd        string            `json:"cwd,omitempty"`
-	Background bool              `json:"background,omitempty"`
-	Timeout    int64             `json:"timeout,omitempty"`
-	UID        *uint32           `json:"uid,omitempty"`
-	GID        *uint32           `json:"gid,omitempty"`
-	Envs       map[string]string `json:"envs,omitempty"`
+	// Command is the shell command line; required.
+	Command string `json:"command"`
+	// Cwd is the working directory.
+	Cwd string `json:"cwd,omitempty"`
+	// Background starts the command detached: the stream is init and
+	// then execution_complete at once; GET /command/status follows it.
+	Background bool `json:"background,omitempty"`
+	// Timeout kills the command after this many milliseconds; 0 is none.
+	Timeout int64 `json:"timeout,omitempty"`
+	// UID runs the command as this user ID.
+	UID *uint32 `json:"uid,omitempty"`
+	// GID runs the command with this group ID; it needs UID.
+	GID *uint32 `json:"gid,omitempty"`
+	// Envs are environment variables added to the command's.
+	Envs map[string]string `json:"envs,omitempty"`
 }
 
 // Interrupt calls DELETE /command?id=: execd sends SIGTERM to the command's
@@ -343,12 +359,19 @@ func (c *Client) Interrupt(ctx context.Context, t Target, id string) error {
 // §X1.4). ExitCode is set once the command has finished; it is -1 when a
 // signal killed it, and Error then names the signal ("signal: killed").
 type CommandStatus struct {
-	ID         string     `json:"id"`
-	Content    string     `json:"content,omitempty"`
-	Running    bool       `json:"running"`
-	ExitCode   *int       `json:"exit_code,omitempty"`
-	Error      string     `json:"error,omitempty"`
-	StartedAt  time.Time  `json:"started_at"`
+	// ID is the command ID of its init event.
+	ID string `json:"id"`
+	// Content is the command line it runs.
+	Content string `json:"content,omitempty"`
+	// Running reports that the command has not finished.
+	Running bool `json:"running"`
+	// ExitCode is the exit status once finished; -1 for a signal.
+	ExitCode *int `json:"exit_code,omitempty"`
+	// Error names the failure, e.g. "signal: killed".
+	Error string `json:"error,omitempty"`
+	// StartedAt is when the command started.
+	StartedAt time.Time `json:"started_at"`
+	// FinishedAt is when it finished; nil while it runs.
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
 }
 

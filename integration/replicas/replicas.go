@@ -77,6 +77,7 @@ type Replica struct {
 
 // Cluster is the running replicas.
 type Cluster struct {
+	// Replicas are the running gateway processes, in start order.
 	Replicas []*Replica
 	// APIToken is the internal node API's token.
 	APIToken string
@@ -302,8 +303,11 @@ func (c *Cluster) URLs() []string {
 // Answer is the internal node API's answer to one operation: the HTTP
 // status and either the result (200) or the refusal.
 type Answer struct {
-	Status  int
-	Result  api.OperationResult
+	// Status is the HTTP status.
+	Status int
+	// Result is the operation's result, on 200.
+	Result api.OperationResult
+	// Refusal is the error body, on any other status.
 	Refusal api.Error
 }
 

@@ -134,7 +134,9 @@ type State struct {
 
 // Configured is a config's target and serving (0: none, null).
 type Configured struct {
-	Target  int64
+	// Target is the config's target generation; 0 for none.
+	Target int64
+	// Serving is the config's serving generation; 0 for null.
 	Serving int64
 }
 
