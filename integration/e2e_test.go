@@ -1,8 +1,8 @@
+// Package integration holds the end-to-end tests with real peers: the
+// built gateway (bin/caddy), the official E2B JS SDK from npm driven by
+// integration/js/sdk.mjs (both pinned versions), and the fixed-entry +
+// execd stand-ins of the harness.
 package integration
-
-// End-to-end tests with real peers: the built gateway (bin/caddy), the
-// official E2B JS SDK from npm driven by integration/js/sdk.mjs (both
-// pinned versions), and the fixed-entry + execd stand-ins of the harness.
 
 import (
 	"context"

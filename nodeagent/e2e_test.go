@@ -1,11 +1,10 @@
+// Package nodeagent_test holds nodeagent's end-to-end tests: the nodeagent
+// binary against the built gateway (bin/caddy with Core's
+// sandbox_node_connect handler and the internal node API) and a real
+// Docker engine. Core sends create → command → kill through the internal
+// API; Docker stopping and coming back shows in the node's health; a
+// wrong credential ends the agent with the permanent-rejection status.
 package nodeagent_test
-
-// End to end: the nodeagent binary against the built gateway (bin/caddy
-// with Core's sandbox_node_connect handler and the internal node API) and
-// a real Docker engine. Core sends create → command → kill through the
-// internal API; Docker stopping and coming back shows in the node's
-// health; a wrong credential ends the agent with the permanent-rejection
-// status.
 
 import (
 	"bytes"
