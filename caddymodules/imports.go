@@ -10,6 +10,8 @@ import (
 	_ "github.com/sandgate/sandgate/caddymodules/credentialsource"
 	// The data plane handler: http.handlers.e2b_dataplane.
 	_ "github.com/sandgate/sandgate/caddymodules/e2bdataplane"
+	// The fixed-entry probe relay for corectl: http.handlers.fixed_entry_probe.
+	_ "github.com/sandgate/sandgate/caddymodules/entryprobe"
 	// The node connection service: http.handlers.sandbox_node_connect,
 	// http.handlers.sandbox_node_api, sandgate.node_credentials.file.
 	_ "github.com/sandgate/sandgate/caddymodules/nodeconnect"

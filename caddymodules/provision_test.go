@@ -326,6 +326,9 @@ func TestJSONConfigErrors(t *testing.T) {
 		}, []string{"must not carry user info"}},
 		{"authorizer of unknown source", func(cfg obj) { sg(cfg)["authorizer"] = obj{"source": "grpc"} },
 			[]string{"sandgate.authorizer.grpc"}},
+		{"cluster host not a DNS name", func(cfg obj) {
+			sg(cfg)["clusters"].(obj)["cluster-b"] = obj{"fixed_entry": "http://10.0.0.5", "host": "{env.SANDGATE_TEST_UNSET_HOST}x_y"}
+		}, []string{`cluster "cluster-b"`, `host "x_y" must be a lowercase DNS name`}},
 		{"literal execd_access_token", func(cfg obj) {
 			sg(cfg)["clusters"].(obj)["cluster-b"] = obj{"fixed_entry": "http://10.0.0.5", "execd_access_token": execdSecret}
 		}, []string{`cluster "cluster-b"`, "execd_access_token: a secret must not be written into the configuration"}},

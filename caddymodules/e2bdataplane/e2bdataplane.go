@@ -175,6 +175,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 		cfg.Users[name] = dataplane.User{UID: u.UID, GID: u.GID, Home: u.Home}
 	}
+	// The probe relay (fixed_entry_probe) sends corectl's probes with this
+	// transport, so they leave exactly as the data plane's requests do.
+	app.SetDataPlaneTransport(rt)
 	m := registerMetrics(ctx.GetMetricsRegistry())
 	dp, err := dataplane.New(cfg, dataplane.Deps{
 		Tokens:      app.Tokens(),

@@ -19,18 +19,23 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"sort"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/sandgate/sandgate/caddymodules/secret"
 	"github.com/sandgate/sandgate/gateway/authorizer"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/dataplane"
+	"github.com/sandgate/sandgate/gateway/entryprobe"
 	"github.com/sandgate/sandgate/gateway/portal"
 	"github.com/sandgate/sandgate/gateway/token"
 	nodecredential "github.com/sandgate/sandgate/node/credential"
@@ -57,7 +62,7 @@ const DefaultTokenLeeway = 5 * time.Second
 //	  "token_keys": [{"kid": "k1", "algorithm": "HS256", "file": "/etc/sandgate/k1.key"}],
 //	  "token_leeway": "5s",
 //	  "credentials": {"source": "file", "path": "/etc/sandgate/credentials.yaml"},
-//	  "clusters": {"cluster-a": {"fixed_entry": "http://10.0.0.5:80", "execd_access_token": "{env.EXECD_TOKEN}"}},
+//	  "clusters": {"cluster-a": {"fixed_entry": "http://10.0.0.5:80", "host": "sandbox.example.com", "execd_access_token": "{env.EXECD_TOKEN}"}},
 //	  "nodes": {
 //	    "credentials": {"source": "file", "path": "/etc/sandgate/nodes.yaml"},
 //	    "owner_epoch": 1,
@@ -134,6 +139,11 @@ type App struct {
 	enrolmentKey    string               // its key in enrolments; "" when not held
 	nodeCredentials nodecredential.Store // the operator's file merged with the enrolled nodes
 	stopped         bool                 // Stop has run; guarded by currentMu
+
+	// dataPlaneTransport is the first e2b_dataplane's transport: written
+	// only while the configuration is provisioned (one goroutine), read
+	// once it serves.
+	dataPlaneTransport http.RoundTripper
 }
 
 // TokenKey is one token verification key.
@@ -164,9 +174,19 @@ type Cluster struct {
 	// autosave.json. Default: none (OpenSandbox's Kubernetes deployments run
 	// execd without a token, docs/wire-facts.md §X1.1).
 	ExecdAccessToken string `json:"execd_access_token,omitempty"`
+	// Host is the Host header of every request to the fixed entry: the
+	// data plane's and the probes it relays for corectl
+	// (fixed_entry_probe). It must be the host of the fixed entry's
+	// Ingress rules, corectl's ingress.host for this cluster, which corectl
+	// checks through the relay at start (docs/deploy.md "Restricted
+	// sandboxes"). A DNS name (RFC 1123 subdomain, at most 253
+	// characters), optionally with ":<port>"; placeholders are expanded at
+	// provision. Default: the fixed entry URL's host and port.
+	Host string `json:"host,omitempty"`
 
 	fixedEntry *url.URL
 	token      string
+	host       string
 }
 
 // CaddyModule returns the Caddy module information.
@@ -247,8 +267,30 @@ func (c *Cluster) provision(repl *caddy.Replacer) error {
 		return err
 	}
 	c.fixedEntry = u
+	if c.host, err = hostHeader(repl.ReplaceAll(c.Host, "")); err != nil {
+		return err
+	}
 	c.token, err = secret.Resolve(repl, "execd_access_token", c.ExecdAccessToken)
 	return err
+}
+
+// hostHeader checks a cluster's host setting: "" (the fixed entry's own
+// host), or a DNS-1123 subdomain with an optional port.
+func hostHeader(h string) (string, error) {
+	if h == "" {
+		return "", nil
+	}
+	name, port := h, ""
+	if i := strings.LastIndexByte(h, ':'); i >= 0 {
+		name, port = h[:i], h[i+1:]
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
+			return "", fmt.Errorf("host %q: the port must be 1 to 65535", h)
+		}
+	}
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return "", fmt.Errorf("host %q must be a lowercase DNS name (RFC 1123 subdomain), optionally with :<port>", h)
+	}
+	return h, nil
 }
 
 // fixedEntryURL parses a cluster's fixed entry: an http or https URL with
@@ -414,7 +456,38 @@ func (a *App) Cluster(id string) (dataplane.Cluster, bool) {
 	if !ok || c == nil || c.fixedEntry == nil {
 		return dataplane.Cluster{}, false
 	}
-	return dataplane.Cluster{ID: id, FixedEntry: c.fixedEntry, ExecdAccessToken: c.token}, true
+	return dataplane.Cluster{ID: id, FixedEntry: c.fixedEntry, ExecdAccessToken: c.token, Host: c.host}, true
+}
+
+// FixedEntries returns every provisioned cluster's fixed entry and the
+// Host the data plane sends it (empty: the URL's), by cluster ID, for
+// the probe relay (fixed_entry_probe).
+func (a *App) FixedEntries() map[string]entryprobe.Target {
+	out := make(map[string]entryprobe.Target, len(a.Clusters))
+	for id, c := range a.Clusters {
+		if c != nil && c.fixedEntry != nil {
+			out[id] = entryprobe.Target{FixedEntry: c.fixedEntry, Host: c.host}
+		}
+	}
+	return out
+}
+
+// SetDataPlaneTransport records the transport an e2b_dataplane handler of
+// this configuration sends to the fixed entries with (the first one
+// recorded is kept), so the probe relay sends corectl's probes exactly as
+// the data plane sends its requests. Call it only from a handler's
+// Provision.
+func (a *App) SetDataPlaneTransport(rt http.RoundTripper) {
+	if a.dataPlaneTransport == nil {
+		a.dataPlaneTransport = rt
+	}
+}
+
+// DataPlaneTransport returns the transport SetDataPlaneTransport recorded,
+// nil when this configuration has no e2b_dataplane (yet: handlers are
+// provisioned in configuration order).
+func (a *App) DataPlaneTransport() http.RoundTripper {
+	return a.dataPlaneTransport
 }
 
 // NodeHub returns the node hub, or nil when the config has no nodes block.

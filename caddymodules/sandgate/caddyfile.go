@@ -41,6 +41,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //		authorizer <source> ...
 //		cluster <id> <fixed_entry> {
 //			execd_access_token <{env.NAME} or {file./path}>
+//			host <name[:port]>
 //		}
 //		nodes {
 //			credentials <source> ...
@@ -181,6 +182,22 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					}
 					if err := secret.Check("execd_access_token", c.ExecdAccessToken); err != nil {
 						return d.Err(err.Error())
+					}
+				case "host":
+					if c.Host != "" {
+						return d.Err("host already specified")
+					}
+					if !d.NextArg() {
+						return d.ArgErr()
+					}
+					c.Host = d.Val()
+					if d.NextArg() {
+						return d.ArgErr()
+					}
+					if !strings.Contains(c.Host, "{") {
+						if _, err := hostHeader(c.Host); err != nil {
+							return d.Errf("cluster %q: %v", id, err)
+						}
 					}
 				default:
 					return d.Errf("unrecognized cluster subdirective %q", d.Val())

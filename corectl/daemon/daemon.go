@@ -36,6 +36,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	"github.com/sandgate/sandgate/corectl/template"
 	"github.com/sandgate/sandgate/gateway/credential"
+	"github.com/sandgate/sandgate/gateway/entryprobe"
 	"github.com/sandgate/sandgate/gateway/token"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -113,6 +114,20 @@ type Options struct {
 	// carriers. The command always sets it (zero configuration); test
 	// fixtures whose fixed entry does not echo leave it off.
 	ProbeSourceDiscovery bool
+	// ProbeRelay, when set, sends every cluster's readiness checks and
+	// probe-source discovery dials through the gateway's probe relay
+	// (fixed_entry_probe, package gateway/entryprobe) instead of from
+	// corectl: the discovered probe sources are then the gateway's data
+	// plane's own and a ready sandbox is reachable by the data plane (same
+	// source, same Host), by construction. Run checks first that the
+	// gateway's clusters match this configuration (entryprobe.Client.Check:
+	// fixed entry, and the Host the gateway sends = ingress.host) and
+	// fails naming every mismatch. Nil: corectl probes the fixed entries
+	// itself (one host, or gateway and corectl behind one source NAT).
+	ProbeRelay *entryprobe.Client
+	// ProbeRelayWait bounds Run's wait for the relay to answer that check
+	// (the gateway may start after corectl; default 2 min).
+	ProbeRelayWait time.Duration
 	// Lifecycle, when set, adjusts each cluster's orchestrator after it is
 	// built (tests: fault injection, readiness client).
 	Lifecycle func(*lifecycle.Orchestrator)
@@ -238,9 +253,16 @@ func New(opts Options) (*Daemon, error) {
 		rec := mgr.GetEventRecorder("corectl")
 		eg := &egress.Engine{Client: direct, Cluster: c, Events: rec}
 		in := &ingressallow.Engine{Client: direct, Cluster: c, Events: rec}
+		// The client of the readiness checks and the discovery dials:
+		// through the gateway's relay, or nil (each package's default,
+		// direct).
+		var entryHTTP *http.Client
+		if opts.ProbeRelay != nil {
+			entryHTTP = &http.Client{Transport: opts.ProbeRelay.Transport(c.ID, c.FixedEntry), Timeout: 10 * time.Second}
+		}
 		var probe *probesource.Discoverer
 		if opts.ProbeSourceDiscovery {
-			probe = &probesource.Discoverer{Client: direct, Cluster: c}
+			probe = &probesource.Discoverer{Client: direct, Cluster: c, HTTP: entryHTTP}
 			in.Probe = probe.Sources
 		}
 		if err := (&controller.IngressReconciler{Engine: in, Metrics: opts.Metrics}).SetupWithManager(mgr); err != nil {
@@ -271,7 +293,7 @@ func New(opts Options) (*Daemon, error) {
 		if opts.TokenKey != nil {
 			lc := &lifecycle.Orchestrator{Client: direct, Cluster: c, Egress: eg, Ingress: in, Key: *opts.TokenKey,
 				Template: opts.Config.SandboxTemplate, MaxTimeout: opts.MaxTimeout, TokenGrace: opts.TokenGrace, ReadyBudget: opts.ReadyBudget, OrphanGrace: opts.OrphanGrace, Probe: probe,
-				Metrics: opts.Metrics}
+				Metrics: opts.Metrics, HTTP: entryHTTP}
 			if opts.Lifecycle != nil {
 				opts.Lifecycle(lc)
 			}
@@ -342,6 +364,13 @@ func (d *Daemon) Handler() http.Handler { return d.api.Handler() }
 // (releasing their leases) and the probe listener closes. It returns the
 // first error (nil on a clean stop).
 func (d *Daemon) Run(ctx context.Context) error {
+	if err := d.checkRelay(ctx); err != nil {
+		_ = d.listener.Close()
+		if d.probe != nil {
+			_ = d.probe.Close()
+		}
+		return err
+	}
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
 	// The managers outlive runCtx until the API has drained.
@@ -435,4 +464,27 @@ func (s *orphanScanner) Start(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// checkRelay compares the gateway's probe relay's clusters with this
+// configuration (Options.ProbeRelay): the same fixed entry for every
+// cluster, and the gateway's Host the cluster's ingress.host. The error
+// names every mismatch (entryprobe.ErrMismatch) or says the relay did not
+// answer within ProbeRelayWait.
+func (d *Daemon) checkRelay(ctx context.Context) error {
+	if d.opts.ProbeRelay == nil {
+		return nil
+	}
+	want := make([]entryprobe.Cluster, 0, len(d.opts.Config.Clusters))
+	for _, c := range d.opts.Config.Clusters {
+		want = append(want, entryprobe.Cluster{ID: c.ID, FixedEntry: c.FixedEntry, Host: c.Ingress.Host})
+	}
+	wait := d.opts.ProbeRelayWait
+	if wait <= 0 {
+		wait = 2 * time.Minute
+	}
+	if err := d.opts.ProbeRelay.WaitCheck(ctx, want, wait); err != nil {
+		return fmt.Errorf("the gateway's probe relay: %w", err)
+	}
+	return nil
 }

@@ -291,8 +291,8 @@ func (w *world) natSource(string) string {
 }
 
 // nginxRoute is ingress-nginx's decision for path from the Ingresses in
-// the ingress namespace: the longest Prefix path that matches; its echo
-// snippet or its whitelist-source-range.
+// the ingress namespace (fixedentry.IngressRoute); with noEcho an echo
+// Ingress is not served yet.
 func (w *world) nginxRoute(path string) (fixedentry.NginxRoute, bool) {
 	var list networkingv1.IngressList
 	if err := env.Client.List(context.Background(), &list, client.InNamespace(w.ingNS)); err != nil {
@@ -301,30 +301,11 @@ func (w *world) nginxRoute(path string) (fixedentry.NginxRoute, bool) {
 	w.mu.Lock()
 	noEcho := w.noEcho
 	w.mu.Unlock()
-	var best *networkingv1.Ingress
-	bestLen := -1
-	for i := range list.Items {
-		ing := &list.Items[i]
-		for _, r := range ing.Spec.Rules {
-			if r.HTTP == nil {
-				continue
-			}
-			for _, p := range r.HTTP.Paths {
-				bare := strings.TrimSuffix(p.Path, "/")
-				if (path == bare || strings.HasPrefix(path, bare+"/")) && len(bare) > bestLen {
-					best, bestLen = ing, len(bare)
-				}
-			}
-		}
+	r, ok := fixedentry.IngressRoute(list.Items, "", path)
+	if r.Echo && noEcho {
+		return fixedentry.NginxRoute{}, true
 	}
-	if best == nil {
-		return fixedentry.NginxRoute{}, false
-	}
-	if best.Annotations[probesource.AnnotationSnippet] == probesource.EchoSnippet && !noEcho {
-		return fixedentry.NginxRoute{Echo: true}, true
-	}
-	v, ok := best.Annotations[ingressallow.AnnotationWhitelist]
-	return fixedentry.NginxRoute{Restricted: ok, Whitelist: strings.Split(v, ",")}, true
+	return r, ok
 }
 
 // do sends a request with key and decodes a JSON answer into out.

@@ -169,6 +169,10 @@ type Cluster struct {
 	FixedEntry *url.URL
 	// ExecdAccessToken, if set, is sent to execd as X-EXECD-ACCESS-TOKEN.
 	ExecdAccessToken string
+	// Host, if set, is the Host header of every request to the fixed
+	// entry (the host of the managed Ingresses' rules); empty sends the
+	// fixed entry URL's host.
+	Host string
 }
 
 // Clusters looks up a cluster by ID.
@@ -514,7 +518,7 @@ func (h *Handler) authorize(r *http.Request, rq *request) *Error {
 		return fail(CodeClusterUnknown, "the credential's compute cluster is not configured on this gateway")
 	}
 	rq.cluster = cl
-	rq.target = execd.Target{FixedEntry: cl.FixedEntry, SandboxID: rq.sandboxID, AccessToken: cl.ExecdAccessToken}
+	rq.target = execd.Target{FixedEntry: cl.FixedEntry, SandboxID: rq.sandboxID, AccessToken: cl.ExecdAccessToken, Host: cl.Host}
 	return h.authorizeSandbox(r.Context(), rq)
 }
 

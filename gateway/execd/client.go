@@ -48,6 +48,9 @@ type Target struct {
 	Port int
 	// AccessToken, when not empty, is sent as X-EXECD-ACCESS-TOKEN.
 	AccessToken string
+	// Host, when not empty, is the Host header sent to the fixed entry
+	// (the host of its Ingress rules); empty sends FixedEntry's host.
+	Host string
 }
 
 // URL returns the upstream URL for an execd path such as "/files/info".
@@ -95,6 +98,9 @@ func (c *Client) do(ctx context.Context, t Target, method, path string, query ur
 	}
 	if n >= 0 && body != nil {
 		req.ContentLength = n
+	}
+	if t.Host != "" {
+		req.Host = t.Host
 	}
 	for k, vs := range hdr {
 		for _, v := range vs {

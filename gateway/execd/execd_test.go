@@ -160,3 +160,27 @@ func TestSmallBodiesChunked(t *testing.T) {
 		}
 	}
 }
+
+// TestTargetHost: a Target's Host is the Host header of every request to
+// the fixed entry (the managed Ingresses' host, docs/deploy.md
+// "Restricted sandboxes"); without it the fixed entry URL's host is sent.
+func TestTargetHost(t *testing.T) {
+	hosts := make(chan string, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hosts <- r.Host
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	fe, _ := url.Parse(srv.URL)
+	c := &Client{}
+	for _, tc := range []struct{ host, want string }{{"sandbox.cluster-a.example", "sandbox.cluster-a.example"}, {"", fe.Host}} {
+		resp, err := c.Do(context.Background(), Target{FixedEntry: fe, SandboxID: "sb1", Host: tc.host}, http.MethodGet, "/ping", nil, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := <-hosts; got != tc.want {
+			t.Errorf("Host %q: the fixed entry saw Host %q, want %q", tc.host, got, tc.want)
+		}
+	}
+}

@@ -117,6 +117,22 @@ type lifecycleResult struct {
 	ConnectAfterKill sdkAttempt    `json:"connectAfterKill"`
 }
 
+// checkLifecycle checks the "lifecycle" scenario's session: created,
+// commands and a file through the data plane, connected again, killed once
+// (true, then false), not connectable after.
+func checkLifecycle(t *testing.T, r lifecycleResult) {
+	t.Helper()
+	if sandbox.ValidateID(r.SandboxID) != nil || r.ConnectedID != r.SandboxID {
+		t.Fatalf("ids %q %q", r.SandboxID, r.ConnectedID)
+	}
+	if r.Run.ExitCode != 0 || r.Run.Stdout != "created\n" || r.RunAgain.Stdout != "connected\n" || r.Read != "hello corectl\n" {
+		t.Fatalf("session %+v", r)
+	}
+	if !r.Kill.OK || (len(r.Kill.Value) > 0 && string(r.Kill.Value) != "true") || !r.KillAgain.OK || string(r.KillAgain.Value) != "false" || r.ConnectAfterKill.OK {
+		t.Fatalf("kill %+v / %+v / %+v", r.Kill, r.KillAgain, r.ConnectAfterKill)
+	}
+}
+
 // TestSDKCreateConnectKillThroughCorectl is the closed loop of issue 6
 // with both pinned SDKs.
 func TestSDKCreateConnectKillThroughCorectl(t *testing.T) {
@@ -194,15 +210,7 @@ func TestSDKCreateConnectKillThroughCorectl(t *testing.T) {
 			var r lifecycleResult
 			runSDK(t, root, pkg, "lifecycle", 2*time.Minute, &r, "E2B_API_URL="+api, "E2B_SANDBOX_URL="+h.Gateway,
 				"E2B_API_KEY=key-e2e", "SCENARIO_DIR=/home/user/e2e", `NETWORK={"allowOut":["198.51.100.7"]}`)
-			if sandbox.ValidateID(r.SandboxID) != nil || r.ConnectedID != r.SandboxID {
-				t.Fatalf("ids %q %q", r.SandboxID, r.ConnectedID)
-			}
-			if r.Run.ExitCode != 0 || r.Run.Stdout != "created\n" || r.RunAgain.Stdout != "connected\n" || r.Read != "hello corectl\n" {
-				t.Fatalf("session %+v", r)
-			}
-			if !r.Kill.OK || (len(r.Kill.Value) > 0 && string(r.Kill.Value) != "true") || !r.KillAgain.OK || string(r.KillAgain.Value) != "false" || r.ConnectAfterKill.OK {
-				t.Fatalf("kill %+v / %+v / %+v", r.Kill, r.KillAgain, r.ConnectAfterKill)
-			}
+			checkLifecycle(t, r)
 			// The readiness ping and the SDK's traffic went through the
 			// fixed entry to this sandbox.
 			var ping, data bool

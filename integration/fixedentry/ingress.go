@@ -40,6 +40,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	networkingv1 "k8s.io/api/networking/v1"
 )
 
 // Header names the ingress handles (docs/wire-facts.md §X2.2).
@@ -217,6 +219,58 @@ type Nginx struct {
 	// "403 Forbidden" page). ok false means no Ingress rule: the request
 	// goes on to the OpenSandbox ingress unrestricted.
 	Route func(path string) (r NginxRoute, ok bool)
+	// Host, when set, is the host of the fixed entry's Ingress rules (and
+	// so of every managed Ingress: corectl copies it): nginx matches rules
+	// by Host, so a request whose Host name (port and case aside) is
+	// another matches none of them and gets the default server's 404 page,
+	// restricted or not. "" matches every Host.
+	Host string
+}
+
+// NginxNotFound is the body of nginx's 404 page.
+const NginxNotFound = "<html>\r\n<head><title>404 Not Found</title></head>\r\n<body>\r\n<center><h1>404 Not Found</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n"
+
+// ingress-nginx's annotations the emulation reads from Ingress objects.
+const (
+	// AnnotationWhitelist is the source allowlist of an Ingress.
+	AnnotationWhitelist = "nginx.ingress.kubernetes.io/whitelist-source-range"
+	// AnnotationSnippet is the configuration snippet; EchoSnippet in it
+	// makes the path answer $remote_addr.
+	AnnotationSnippet = "nginx.ingress.kubernetes.io/configuration-snippet"
+	// EchoSnippet is the probe-source echo snippet.
+	EchoSnippet = `return 200 "$remote_addr";`
+)
+
+// IngressRoute is ingress-nginx's decision for a request path from a
+// list of Ingress objects: among the rules for host (a rule without a
+// host matches every host; "" matches every rule), the longest Prefix
+// path that is path or a parent of it; an echo snippet answers, a
+// whitelist-source-range restricts. ok false: no Ingress matched.
+func IngressRoute(ings []networkingv1.Ingress, host, path string) (r NginxRoute, ok bool) {
+	var best *networkingv1.Ingress
+	bestLen := -1
+	for i := range ings {
+		ing := &ings[i]
+		for _, rule := range ing.Spec.Rules {
+			if rule.HTTP == nil || (host != "" && rule.Host != "" && !strings.EqualFold(rule.Host, host)) {
+				continue
+			}
+			for _, p := range rule.HTTP.Paths {
+				bare := strings.TrimSuffix(p.Path, "/")
+				if (path == bare || strings.HasPrefix(path, bare+"/")) && len(bare) > bestLen {
+					best, bestLen = ing, len(bare)
+				}
+			}
+		}
+	}
+	if best == nil {
+		return NginxRoute{}, false
+	}
+	if best.Annotations[AnnotationSnippet] == EchoSnippet {
+		return NginxRoute{Echo: true}, true
+	}
+	v, restricted := best.Annotations[AnnotationWhitelist]
+	return NginxRoute{Restricted: restricted, Whitelist: strings.Split(v, ",")}, true
 }
 
 // NginxRoute is what Nginx.Route returns for one path.
@@ -250,6 +304,18 @@ func (in *Ingress) nginxGate(w http.ResponseWriter, r *http.Request) bool {
 	}
 	if n.Source != nil {
 		src = n.Source(r.RemoteAddr)
+	}
+	if n.Host != "" {
+		h := r.Host
+		if name, _, err := net.SplitHostPort(h); err == nil {
+			h = name
+		}
+		if !strings.EqualFold(strings.TrimSuffix(h, "."), n.Host) {
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = io.WriteString(w, NginxNotFound)
+			return true
+		}
 	}
 	rt, ok := n.Route(r.URL.Path)
 	if !ok {

@@ -36,6 +36,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/cnicheck"
 	"github.com/sandgate/sandgate/corectl/daemon"
 	"github.com/sandgate/sandgate/gateway/credential"
+	"github.com/sandgate/sandgate/gateway/entryprobe"
 	"github.com/sandgate/sandgate/gateway/token"
 	"github.com/sandgate/sandgate/internal/version"
 	"go.uber.org/zap"
@@ -71,6 +72,9 @@ func run(args []string) error {
 	orphanEvery := fs.Duration("orphan-interval", time.Minute, "period of the orphan scan")
 	probeListen := fs.String("probe-listen", "", "address serving /healthz, /readyz and /metrics (empty: none; the Kubernetes manifests use :8091)")
 	shutdownGrace := fs.Duration("shutdown-grace", daemon.DefaultShutdownGrace, "on SIGTERM, how long in-flight API requests may finish before they are cut off")
+	relayURL := fs.String("probe-relay-url", "", "base URL of the gateway's fixed-entry probe relay (fixed_entry_probe on its internal listener, e.g. http://gateway-internal:30086): readiness checks and probe-source discovery then leave from the gateway, so restricted sandboxes admit the data plane's source and Host (empty: corectl probes the fixed entries itself)")
+	relayTokenFile := fs.String("probe-relay-token-file", "", "file holding the bearer token of the probe relay (at least 32 bytes; the gateway's fixed_entry_probe has its SHA-256); required with -probe-relay-url")
+	relayWait := fs.Duration("probe-relay-wait", 2*time.Minute, "how long corectl waits at start for the probe relay to confirm the gateway's clusters match -config")
 	showVersion := fs.Bool("version", false, "print the sandgate commit this binary was built from and exit")
 	cniEvery := fs.Duration("cni-check-interval", cnicheck.DefaultInterval, "how often every replica re-reads the CNI facts of clusters with a cniSource")
 	printCNI := fs.Bool("print-cni-facts", false, "read the CNI facts of every cluster with a cniSource, print them as qualification records (YAML) and exit (needs only -config)")
@@ -126,7 +130,19 @@ func run(args []string) error {
 			return err
 		}
 	}
+	var relay *entryprobe.Client
+	if *relayURL != "" {
+		if *relayTokenFile == "" {
+			return fmt.Errorf("-probe-relay-url needs -probe-relay-token-file")
+		}
+		tok, err := readInternalToken(*relayTokenFile)
+		if err != nil {
+			return fmt.Errorf("-probe-relay-token-file: %w", err)
+		}
+		relay = &entryprobe.Client{URL: *relayURL, Token: tok}
+	}
 	d, err := daemon.New(daemon.Options{
+		ProbeRelay: relay, ProbeRelayWait: *relayWait,
 		InternalToken: internalToken, CNICheckInterval: *cniEvery,
 		Config: cfg, Keys: keys, Credentials: creds, Listen: *listen,
 		LeaderElection: *elect, LeaderElectionNamespace: *leNS, EgressGrace: *grace, Log: log,
