@@ -158,6 +158,8 @@ func (c *Config) defaults() {
 
 // TokenVerifier verifies an X-Access-Token; *token.Verifier implements it.
 type TokenVerifier interface {
+	// Verify checks the token's signature and times and returns its
+	// target; errors are token's (ErrMalformed, ErrExpired, …).
 	Verify(raw string) (token.Target, error)
 }
 
@@ -177,25 +179,33 @@ type Cluster struct {
 
 // Clusters looks up a cluster by ID.
 type Clusters interface {
+	// Cluster returns the cluster with this ID; false when none.
 	Cluster(id string) (Cluster, bool)
 }
 
 // Outcome describes one finished request, for metrics and logs.
 type Outcome struct {
-	Operation    string
+	// Operation names the call, e.g. "filesystem.ListDir".
+	Operation string
+	// SandboxID, CredentialID and ClusterID are what the request
+	// resolved to; empty when it was refused before.
 	SandboxID    string
 	CredentialID string
 	ClusterID    string
 	// Code is empty on success.
-	Code     Code
+	Code Code
+	// Duration is the request's time in the handler.
 	Duration time.Duration
 }
 
 // Deps are the collaborators of a Handler.
 type Deps struct {
-	Tokens      TokenVerifier
+	// Tokens verifies X-Access-Token.
+	Tokens TokenVerifier
+	// Credentials is the resource credential source, read on every call.
 	Credentials credential.Source
-	Clusters    Clusters
+	// Clusters maps a credential's clusterId to its fixed entry.
+	Clusters Clusters
 	// Execd sends the translated calls; its Transport is Caddy's HTTP
 	// transport in the gateway.
 	Execd *execd.Client
