@@ -208,7 +208,8 @@ func (l *Leases) Acquire(ctx context.Context, nodeID string, minEpoch int64) (hu
 		if err != nil {
 			return nil, err
 		}
-		now := metav1.NewMicroTime(l.cfg.Now())
+		written := l.cfg.Now()
+		now := metav1.NewMicroTime(written)
 		secs := int32(l.cfg.LeaseDuration / time.Second)
 		id := l.cfg.ReplicaID
 		var want *coordinationv1.Lease
@@ -246,7 +247,7 @@ func (l *Leases) Acquire(ctx context.Context, nodeID string, minEpoch int64) (hu
 		}
 		switch {
 		case err == nil:
-			return &claim{l: l, nodeID: nodeID, epoch: epoch, lease: got, renewed: l.cfg.Now()}, nil
+			return &claim{l: l, nodeID: nodeID, epoch: epoch, lease: got, renewed: written}, nil
 		case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
 			continue // someone wrote it meanwhile: read again
 		default:
@@ -264,7 +265,7 @@ type claim struct {
 
 	mu      sync.Mutex
 	lease   *coordinationv1.Lease // as last written
-	renewed time.Time             // when it was last written
+	renewed time.Time             // the renewTime last written (not when the write returned)
 }
 
 // Epoch implements hub.Claim.
@@ -294,12 +295,19 @@ func (c *claim) Renew(ctx context.Context) error {
 			return hub.ErrLost
 		}
 		want := cur.DeepCopy()
-		now := metav1.NewMicroTime(c.l.cfg.Now())
+		written := c.l.cfg.Now()
+		now := metav1.NewMicroTime(written)
 		want.Spec.RenewTime = &now
 		got, err := cl.Update(ctx, want, metav1.UpdateOptions{})
 		switch {
 		case err == nil:
-			c.lease, c.renewed = got, c.l.cfg.Now()
+			// The next renewal is due RenewInterval after the renewTime
+			// the Lease now carries: counted from when the write
+			// returned, a slow apiserver (a write taking longer than
+			// heartbeat - RenewInterval×4/5) made every other heartbeat
+			// skip its renewal, so the Lease aged by two heartbeats
+			// between writes and looked expired to the other replicas.
+			c.lease, c.renewed = got, written
 			return nil
 		case apierrors.IsConflict(err):
 			cur, err = cl.Get(ctx, want.Name, metav1.GetOptions{})

@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/sandgate/sandgate/internal/kubeenv"
 	"github.com/sandgate/sandgate/node/hub"
@@ -55,6 +57,9 @@ type clock struct{ off atomic.Int64 }
 
 func (c *clock) now() time.Time          { return time.Now().Add(time.Duration(c.off.Load())) }
 func (c *clock) advance(d time.Duration) { c.off.Add(int64(d)) }
+
+// sinceRenew is how long ago, by c, renewTime t was.
+func (c *clock) sinceRenew(t time.Time) time.Duration { return c.now().Sub(t) }
 
 func replica(t *testing.T, ns, id string, c *clock) *Leases {
 	t.Helper()
@@ -144,6 +149,69 @@ func TestAcquireRenewRelease(t *testing.T) {
 	}
 	if p, ok, _ := a.Holder(ctx, node, true); !ok || p.ID != "replica-b" {
 		t.Fatalf("after A's late release the holder is %+v %v", p, ok)
+	}
+}
+
+// slowLeases is a Leases client whose Update advances a clock by delay
+// (an apiserver that takes that long to write).
+type slowLeases struct {
+	coordinationclient.LeasesGetter
+	clock *clock
+	delay time.Duration
+}
+
+func (s slowLeases) Leases(ns string) coordinationclient.LeaseInterface {
+	return slowLease{s.LeasesGetter.Leases(ns), s}
+}
+
+type slowLease struct {
+	coordinationclient.LeaseInterface
+	s slowLeases
+}
+
+func (l slowLease) Update(ctx context.Context, lease *coordinationv1.Lease, o metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	got, err := l.LeaseInterface.Update(ctx, lease, o)
+	l.s.clock.advance(l.s.delay)
+	return got, err
+}
+
+// TestRenewDueFromRenewTime: with an apiserver that takes 3 s per write,
+// heartbeats every 10 s (the renew interval) still renew at each
+// heartbeat: the next renewal is due from the renewTime written, not from
+// when the write returned (which skipped every other heartbeat's renewal:
+// the Lease aged 20 s between writes).
+func TestRenewDueFromRenewTime(t *testing.T) {
+	ns := namespace(t)
+	var c clock
+	l, err := New(Config{Leases: slowLeases{kube.CoordinationV1(), &c, 3 * time.Second}, Namespace: ns,
+		ReplicaID: "replica-a", Address: "http://replica-a:30086", Now: c.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := uuid.NewString()
+	cl, err := l.Acquire(ctx, node, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := kube.CoordinationV1().Leases(ns).Get(ctx, LeaseName(node), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := lease.Spec.RenewTime.Time
+	for hb := range 4 {
+		// The next heartbeat, 10 s after the previous one began.
+		c.advance(10*time.Second - c.sinceRenew(last))
+		if err := cl.Renew(ctx); err != nil {
+			t.Fatal(err)
+		}
+		lease, err = kube.CoordinationV1().Leases(ns).Get(ctx, LeaseName(node), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := lease.Spec.RenewTime.Sub(last); got < 9*time.Second || got > 11*time.Second {
+			t.Fatalf("heartbeat %d: renewTime moved by %s, want the 10 s between heartbeats", hb+1, got)
+		}
+		last = lease.Spec.RenewTime.Time
 	}
 }
 
