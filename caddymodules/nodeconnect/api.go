@@ -60,6 +60,7 @@ func (h *API) Provision(ctx caddy.Context) error {
 	if p := app.NodePresence(); p != nil {
 		h.handler.Peers = p
 		h.handler.PeerToken, h.handler.PeerTokens = p.PeerTokens()
+		h.handler.Observer = app.NodeForwardObserver()
 	}
 	return nil
 }

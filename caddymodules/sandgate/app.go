@@ -38,6 +38,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/entryprobe"
 	"github.com/sandgate/sandgate/gateway/portal"
 	"github.com/sandgate/sandgate/gateway/token"
+	"github.com/sandgate/sandgate/node/api"
 	nodecredential "github.com/sandgate/sandgate/node/credential"
 	"github.com/sandgate/sandgate/node/enrolment"
 	"github.com/sandgate/sandgate/node/hub"
@@ -512,6 +513,16 @@ func (a *App) Releases() *release.Store { return a.releases }
 // NodePresence returns the shared node presence of several replicas, or
 // nil (one replica).
 func (a *App) NodePresence() NodePresence { return a.presence }
+
+// NodeForwardObserver returns the metrics of the internal node API's
+// forwarding to other replicas (sandgate_node_forwarded_total,
+// sandgate_node_forward_duration_seconds), or nil without a nodes block.
+func (a *App) NodeForwardObserver() api.ForwardObserver {
+	if m, ok := a.hubConfig.Observer.(*nodeMetrics); ok && m != nil {
+		return m
+	}
+	return nil
+}
 
 // Interface guards.
 var (

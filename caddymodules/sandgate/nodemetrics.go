@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sandgate/sandgate/node/api"
 	"github.com/sandgate/sandgate/node/hub"
 	"github.com/sandgate/sandgate/node/proto"
 )
@@ -23,17 +24,24 @@ import (
 //	sandgate_node_dispatch_duration_seconds{operation, outcome}  histogram
 //	sandgate_node_frames_refused_total{class}                 counter: invalid, binary, too_big, identity, epoch
 //	sandgate_node_connects_refused_total{status}              counter: 400, 401, 405, 409, 503
+//	sandgate_node_forwarded_total{route, result}              counter: requests forwarded to another replica
+//	sandgate_node_forward_duration_seconds{route, result}     histogram
 //
 // outcome is success, failed, unsupported or unknown for an operation
 // sent, or the refusal code the internal node API answers with
 // (node_offline, not_found, generation_not_ready, too_many_pending,
-// invalid_request, unavailable). The gauges are read from the hub at each
-// scrape.
+// invalid_request, unavailable). For a forwarded request route is
+// operation, node or list and result answered, not_held, not_sent or
+// no_answer (package node/api's Route* and Forward*); a forwarded
+// operation's own outcome is counted by the replica holding the node. The
+// gauges are read from the hub at each scrape.
 type nodeMetrics struct {
 	dispatches *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
 	frames     *prometheus.CounterVec
 	connects   *prometheus.CounterVec
+	forwarded  *prometheus.CounterVec
+	forwardDur *prometheus.HistogramVec
 	gauges     *hubCollector
 }
 
@@ -65,13 +73,22 @@ func registerNodeMetrics(reg prometheus.Registerer, h *hub.Hub) *nodeMetrics {
 				Namespace: "sandgate", Subsystem: "node", Name: "connects_refused_total",
 				Help: "Node connect requests refused before the upgrade, by HTTP status.",
 			}, []string{"status"}),
+			forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Namespace: "sandgate", Subsystem: "node", Name: "forwarded_total",
+				Help: "Internal node API requests forwarded to the replica holding the node, by route and result.",
+			}, []string{"route", "result"}),
+			forwardDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+				Namespace: "sandgate", Subsystem: "node", Name: "forward_duration_seconds",
+				Help:    "Time from the holder lookup to the forwarded request's answer, in seconds.",
+				Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
+			}, []string{"route", "result"}),
 			gauges: newHubCollector(),
 		}
 	})
 	m := &nodeCollectors
 	m.gauges.hub.Store(h)
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.dispatches, m.duration, m.frames, m.connects, m.gauges} {
+		for _, c := range []prometheus.Collector{m.dispatches, m.duration, m.frames, m.connects, m.forwarded, m.forwardDur, m.gauges} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {
@@ -95,6 +112,12 @@ func (m *nodeMetrics) FrameRefused(class string) { m.frames.WithLabelValues(clas
 // ConnectRefused implements hub.Observer.
 func (m *nodeMetrics) ConnectRefused(status int) {
 	m.connects.WithLabelValues(strconv.Itoa(status)).Inc()
+}
+
+// Forwarded implements api.ForwardObserver.
+func (m *nodeMetrics) Forwarded(route, result string, d time.Duration) {
+	m.forwarded.WithLabelValues(route, result).Inc()
+	m.forwardDur.WithLabelValues(route, result).Observe(d.Seconds())
 }
 
 // hubCollector reports hub.Stats as gauges at each scrape.
@@ -136,5 +159,8 @@ func (c *hubCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Interface guard.
-var _ hub.Observer = (*nodeMetrics)(nil)
+// Interface guards.
+var (
+	_ hub.Observer        = (*nodeMetrics)(nil)
+	_ api.ForwardObserver = (*nodeMetrics)(nil)
+)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/sandgate/sandgate/integration/replicas"
 	"github.com/sandgate/sandgate/internal/kubeenv"
+	"github.com/sandgate/sandgate/internal/scrape"
 	"github.com/sandgate/sandgate/node/presence"
 	"github.com/sandgate/sandgate/node/sim"
 )
@@ -226,6 +227,17 @@ func TestScaleOut(t *testing.T) {
 	wg.Wait()
 	if t.Failed() {
 		return
+	}
+	// Each replica forwarded the operations for the nodes held by the
+	// others, and counted them (sandgate_node_forwarded_total).
+	for r := range 3 {
+		m, err := scrape.Get(nil, urls[r]+"/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := m.Value("sandgate_node_forwarded_total", "route", "operation", "result", "answered"), float64(nodeCount-spread[r]); got != want {
+			t.Errorf("replica-%d: sandgate_node_forwarded_total{operation, answered} = %g, want %g (the nodes held elsewhere)", r, got, want)
+		}
 	}
 
 	// 409 across replicas: a second connection of a live node, on each of

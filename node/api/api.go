@@ -63,6 +63,9 @@ type Handler struct {
 	// Client forwards requests; nil means a client without proxy, with a
 	// 150 s response-header timeout.
 	Client *http.Client
+	// Observer, when set, receives the result of every forwarded request
+	// (metrics).
+	Observer ForwardObserver
 }
 
 // Owns reports whether path is one of the API's paths (Prefix or below).

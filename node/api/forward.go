@@ -43,6 +43,63 @@ type Peers interface {
 	Replicas(ctx context.Context) ([]Peer, error)
 }
 
+// ForwardObserver receives the result of each request a replica forwarded
+// to another one, for metrics (the sandgate app exports them as
+// sandgate_node_forwarded_total and sandgate_node_forward_duration_seconds).
+// Calls come from many goroutines at once.
+type ForwardObserver interface {
+	// Forwarded reports one forwarded request: route is RouteOperation,
+	// RouteNode or RouteList; result one of the Forward* results; d the
+	// time from the holder lookup to the answer (for a list, the time of
+	// the one replica's answer).
+	Forwarded(route, result string, d time.Duration)
+}
+
+// Routes of ForwardObserver.Forwarded.
+const (
+	// RouteOperation is POST <node>/operations.
+	RouteOperation = "operation"
+	// RouteNode is GET <node>.
+	RouteNode = "node"
+	// RouteList is GET of the list: one call per replica asked.
+	RouteList = "list"
+)
+
+// Results of ForwardObserver.Forwarded.
+const (
+	// ForwardAnswered: a replica answered and its answer was used as is.
+	ForwardAnswered = "answered"
+	// ForwardNotHeld: the replica(s) asked did not hold the node; this
+	// replica answered from its own hub.
+	ForwardNotHeld = "not_held"
+	// ForwardNotSent: the replica could not be reached before the request
+	// was written (an operation: 503 node_offline, nothing sent).
+	ForwardNotSent = "not_sent"
+	// ForwardNoAnswer: the request was written and no (usable) answer came
+	// back (an operation: outcome unknown, reason disconnected).
+	ForwardNoAnswer = "no_answer"
+)
+
+// observe reports a forwarded request to h.Observer, if any.
+func (h *Handler) observe(route, result string, since time.Time) {
+	if h.Observer != nil {
+		h.Observer.Forwarded(route, result, time.Since(since))
+	}
+}
+
+// forwardResult classifies forward's outcome.
+func forwardResult(a *answer, err error) string {
+	switch {
+	case errors.Is(err, errNotSent):
+		return ForwardNotSent
+	case err != nil:
+		return ForwardNoAnswer
+	case a.notHeld:
+		return ForwardNotHeld
+	}
+	return ForwardAnswered
+}
+
 // Headers of replica-to-replica requests.
 const (
 	// ForwardedHeader names the replica that forwarded a request; the
@@ -205,7 +262,11 @@ func writeAnswer(w http.ResponseWriter, a *answer) {
 // outcome unknown, reason disconnected (the operation may have been sent;
 // observe it, never replay it).
 func (h *Handler) forwardOperation(w http.ResponseWriter, r *http.Request, nodeID string, body []byte) bool {
+	start := time.Now()
 	a, ok, err := h.forwardToHolder(r.Context(), nodeID, http.MethodPost, r.URL.Path, body)
+	if ok {
+		h.observe(RouteOperation, forwardResult(a, err), start)
+	}
 	switch {
 	case !ok:
 		return false
@@ -227,7 +288,15 @@ func (h *Handler) forwardOperation(w http.ResponseWriter, r *http.Request, nodeI
 // forwardNode answers GET <node> from the replica holding the node; false
 // when none other does or it could not be asked.
 func (h *Handler) forwardNode(w http.ResponseWriter, r *http.Request, nodeID string) bool {
+	start := time.Now()
 	a, ok, err := h.forwardToHolder(r.Context(), nodeID, http.MethodGet, r.URL.Path, nil)
+	if ok {
+		res := forwardResult(a, err)
+		if res == ForwardAnswered && a.status != http.StatusOK {
+			res = ForwardNoAnswer
+		}
+		h.observe(RouteNode, res, start)
+	}
 	if !ok || err != nil || a.notHeld || a.status != http.StatusOK {
 		return false
 	}
@@ -265,7 +334,9 @@ func (h *Handler) mergeNodes(ctx context.Context, local []hub.NodeStatus) Nodes 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			start := time.Now()
 			a, err := h.forward(ctx, p, http.MethodGet, Prefix, nil)
+			res := forwardResult(a, err)
 			if err == nil && a.status != http.StatusOK {
 				err = errors.New("status " + http.StatusText(a.status))
 			}
@@ -273,6 +344,10 @@ func (h *Handler) mergeNodes(ctx context.Context, local []hub.NodeStatus) Nodes 
 			if err == nil {
 				err = json.Unmarshal(a.body, &n)
 			}
+			if err != nil && res == ForwardAnswered {
+				res = ForwardNoAnswer
+			}
+			h.observe(RouteList, res, start)
 			results <- got{p, n.Nodes, err}
 		}()
 	}

@@ -60,7 +60,32 @@ type cluster struct {
 
 type replicaEnv struct {
 	*apiEnv
-	id string
+	id       string
+	forwards *forwardLog
+}
+
+// forwardLog records a replica's ForwardObserver calls as "route/result".
+type forwardLog struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (l *forwardLog) Forwarded(route, result string, d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if d < 0 {
+		result += "(negative duration)"
+	}
+	l.got = append(l.got, route+"/"+result)
+}
+
+// take returns the calls recorded since the last take.
+func (l *forwardLog) take() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := strings.Join(l.got, " ")
+	l.got = nil
+	return out
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -77,14 +102,15 @@ func (c *cluster) replica(id string) *replicaEnv {
 	}
 	api := &Handler{Hub: h, Tokens: [][sha256.Size]byte{sha256.Sum256([]byte(apiToken))},
 		Peers:      fakePeers{self: id, mu: &c.mu, holder: c.holder, cached: c.cached, replicas: &c.replicas},
-		PeerTokens: [][sha256.Size]byte{sha256.Sum256([]byte(peerToken))}, PeerToken: peerToken}
+		PeerTokens: [][sha256.Size]byte{sha256.Sum256([]byte(peerToken))}, PeerToken: peerToken,
+		Observer: &forwardLog{}}
 	mux := http.NewServeMux()
 	mux.Handle(hub.ConnectPath, h)
 	mux.Handle(Prefix, api)
 	mux.Handle(Prefix+"/", api)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(func() { _ = h.Close(); srv.Close() })
-	return &replicaEnv{apiEnv: &apiEnv{t: t, hub: h, srv: srv}, id: id}
+	return &replicaEnv{apiEnv: &apiEnv{t: t, hub: h, srv: srv}, id: id, forwards: api.Observer.(*forwardLog)}
 }
 
 // holds records r as the holder of node (fresh and in every cache).
@@ -131,6 +157,13 @@ func TestForwardOperation(t *testing.T) {
 	if st := b.call(http.MethodGet, Prefix+"/"+nodeA, apiToken, "", &s); st != 200 || s.State != hub.StateLive || s.Replica != "replica-a" || !s.Online {
 		t.Fatalf("GET through B = %d %+v", st, s)
 	}
+	// B's metrics count each forwarded request; A forwarded nothing.
+	if got := b.forwards.take(); got != "operation/answered operation/answered node/answered" {
+		t.Errorf("B's forwards: %q", got)
+	}
+	if got := a.forwards.take(); got != "" {
+		t.Errorf("A's forwards: %q", got)
+	}
 
 	// A peer request for a node its receiver does not hold: node_offline
 	// with the not-held mark, never forwarded on.
@@ -162,6 +195,20 @@ func TestForwardStaleHolder(t *testing.T) {
 	if st := b.call(http.MethodPost, Prefix+"/"+nodeA+"/operations", apiToken, infoBody, &res); st != 200 || res.Outcome != "success" || na.Requests() != 1 {
 		t.Fatalf("through a stale holder = %d %+v (node saw %d)", st, res, na.Requests())
 	}
+	if got := b.forwards.take(); got != "operation/answered" {
+		t.Errorf("B's forwards: %q", got)
+	}
+
+	// The Lease names the stale replica even when read again: it answers
+	// not-held both times, and B answers with its own refusal.
+	c.holds(nodeA, stale)
+	var refused Error
+	if st := b.call(http.MethodPost, Prefix+"/"+nodeA+"/operations", apiToken, infoBody, &refused); st != 503 || refused.Error.Code != "node_offline" || na.Requests() != 1 {
+		t.Fatalf("only a stale holder = %d %+v (node saw %d)", st, refused, na.Requests())
+	}
+	if got := b.forwards.take(); got != "operation/not_held" {
+		t.Errorf("B's forwards: %q", got)
+	}
 }
 
 // TestForwardHolderUnreachable: a holder that cannot be reached gets
@@ -184,6 +231,9 @@ func TestForwardHolderUnreachable(t *testing.T) {
 	if st := b.call(http.MethodPost, Prefix+"/"+nodeA+"/operations", apiToken, infoBody, &refused); st != 503 || refused.Error.Code != "node_offline" {
 		t.Fatalf("unreachable holder = %d %+v", st, refused)
 	}
+	if got := b.forwards.take(); got != "operation/not_sent" {
+		t.Errorf("B's forwards: %q", got)
+	}
 
 	got := make(chan struct{}, 1)
 	dying := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -202,6 +252,9 @@ func TestForwardHolderUnreachable(t *testing.T) {
 		t.Fatalf("holder died mid-request = %d %+v", st, res)
 	}
 	<-got
+	if got := b.forwards.take(); got != "operation/no_answer" {
+		t.Errorf("B's forwards: %q", got)
+	}
 }
 
 // TestForwardAuthentication: a forwarded request needs the peer token (an
@@ -251,6 +304,9 @@ func TestListMergesReplicas(t *testing.T) {
 			t.Errorf("%s: %+v, want live on %s", s.NodeID, s, want)
 		}
 	}
+	if got := b.forwards.take(); got != "list/answered" {
+		t.Errorf("B's forwards: %q", got)
+	}
 	c.mu.Lock()
 	c.replicas = append(c.replicas, Peer{ID: "replica-gone", URL: "http://127.0.0.1:1"})
 	c.mu.Unlock()
@@ -260,5 +316,8 @@ func TestListMergesReplicas(t *testing.T) {
 	}
 	if err := json.Unmarshal(*raw, &list); err != nil || !list.Partial || len(list.UnreachableReplicas) != 1 || list.UnreachableReplicas[0] != "replica-gone" {
 		t.Fatalf("list with a replica gone = %s", *raw)
+	}
+	if got := a.forwards.take(); got != "list/answered list/not_sent" && got != "list/not_sent list/answered" {
+		t.Errorf("A's forwards: %q", got)
 	}
 }
