@@ -5,13 +5,21 @@
 // the replicas, and then sends info operations through the internal node
 // API of a random replica for a fixed time, closed loop with a fixed
 // number of callers (so two thirds of them are forwarded with three
-// replicas). It reports the connect time, the operations per second held,
-// their latency, each replica's RSS and CPU, and the apiserver's CPU.
+// replicas). It reports the connect time; the CPU of each replica and of
+// the apiserver while they only hold the nodes (heartbeats and Lease
+// renewals); the operations per second held, their latency (all, and apart
+// for the operations sent to the node's own replica and those forwarded),
+// each replica's RSS, CPU and CPU per 1000 operations, and the apiserver's
+// CPU.
 //
 // Usage:
 //
-//	go run ./hack/scaleload [-caddy bin/caddy] [-replicas 3] [-nodes 3000]
-//		[-heartbeat 10s] [-callers 64] [-duration 30s] [-logs dir]
+//	go run ./hack/scaleload [-caddy bin/caddy] [-replicas 3] [-presence] [-nodes 3000]
+//		[-heartbeat 10s] [-callers 64] [-duration 30s] [-logs dir] [-profile]
+//
+// -presence runs one replica with node presence in the apiserver as each
+// of several does (more than one replica always has it), so that 1 and 3
+// replicas are compared with the same Lease work per node.
 //
 // The figures of docs/scale-out.md come from it. Everything runs on the
 // same machine: the replicas, kube-apiserver and etcd, the simulated nodes
@@ -49,7 +57,8 @@ import (
 
 func main() {
 	caddy := flag.String("caddy", "bin/caddy", "the gateway binary")
-	n := flag.Int("replicas", 3, "gateway replicas (1: no presence, as a single gateway runs)")
+	n := flag.Int("replicas", 3, "gateway replicas (1: no presence, as a single gateway runs, unless -presence)")
+	withPresence := flag.Bool("presence", false, "with -replicas 1: node presence through Leases in the kube-apiserver, as with several replicas")
 	nodes := flag.Int("nodes", 3000, "simulated nodes")
 	heartbeat := flag.Duration("heartbeat", 10*time.Second, "the nodes' heartbeat period")
 	callers := flag.Int("callers", 64, "concurrent API callers (closed loop)")
@@ -61,7 +70,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "scaleload: -profile needs -logs")
 		os.Exit(2)
 	}
-	if err := run(*caddy, *n, *nodes, *heartbeat, *callers, *duration, *logs, *profile); err != nil {
+	if err := run(*caddy, *n, *n > 1 || *withPresence, *nodes, *heartbeat, *callers, *duration, *logs, *profile); err != nil {
 		fmt.Fprintln(os.Stderr, "scaleload:", err)
 		os.Exit(1)
 	}
@@ -93,7 +102,7 @@ func apiserverPIDs() []int {
 	return pids
 }
 
-func run(caddy string, n, nodeCount int, heartbeat time.Duration, callers int, duration time.Duration, logs string, profile bool) error {
+func run(caddy string, n int, withPresence bool, nodeCount int, heartbeat time.Duration, callers int, duration time.Duration, logs string, profile bool) error {
 	raiseNoFile(uint64(nodeCount*2 + 4096))
 	ctx := context.Background()
 	cfg := replicas.Config{Caddy: caddy, Replicas: n, HeartbeatInterval: heartbeat, LogLevel: "WARN", LeaseDuration: 30 * time.Second, Admin: profile}
@@ -111,13 +120,14 @@ func run(caddy string, n, nodeCount int, heartbeat time.Duration, callers int, d
 		}
 	}
 	var kubePIDs []int
-	if n > 1 {
+	var kube kubernetes.Interface // nil without presence
+	if withPresence {
 		ke, err := kubeenv.Start(nil, nil)
 		if err != nil {
 			return err
 		}
 		defer ke.Stop()
-		kube, err := kubernetes.NewForConfig(ke.Config)
+		kube, err = kubernetes.NewForConfig(ke.Config)
 		if err != nil {
 			return err
 		}
@@ -138,9 +148,8 @@ func run(caddy string, n, nodeCount int, heartbeat time.Duration, callers int, d
 	}
 	defer c.Close()
 	urls := c.URLs()
-	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Printf("scaleload: %d replica(s) of %s, %d nodes (heartbeat %s), %d callers for %s; presence: %v; load average %s\n",
-		n, caddy, nodeCount, heartbeat, callers, duration, n > 1, strings.Join(strings.Fields(string(load))[:3], " "))
+		n, caddy, nodeCount, heartbeat, callers, duration, withPresence, loadAverage())
 
 	start := time.Now()
 	conns := make([]*sim.Node, nodeCount)
@@ -193,16 +202,33 @@ func run(caddy string, n, nodeCount int, heartbeat time.Duration, callers int, d
 		}
 	}()
 	fmt.Printf("  connect %d nodes: %s (attempts refused and retried: %s)\n", nodeCount, time.Since(start).Round(time.Millisecond), classes(&retries))
-	time.Sleep(heartbeat + 2*time.Second) // one heartbeat round (and its renewals) before measuring
+	// One heartbeat round (and its renewals) to settle, then two
+	// more measured: the cost of holding the nodes.
+	time.Sleep(heartbeat + 2*time.Second)
+	pids := append([]int{}, kubePIDs...)
+	for _, r := range c.Replicas {
+		pids = append(pids, r.PID)
+	}
+	ticks, reqs := cpuTicks(pids), leaseRequests(ctx, kube)
+	holdFrom := time.Now()
+	time.Sleep(2 * heartbeat)
+	held, heldReqs := cpuTicks(pids), leaseRequests(ctx, kube)
+	holdFor := time.Since(holdFrom)
+	fmt.Printf("  holding the nodes %s (heartbeats, renewals): CPU", holdFor.Round(time.Millisecond))
+	var holdTicks int64 // of the replicas together
+	for _, pid := range pids {
+		fmt.Printf(" %s %.1f%%", name(c, pid), gatewayproc.CPUPercent(held[pid]-ticks[pid], holdFor))
+		if !slices.Contains(kubePIDs, pid) {
+			holdTicks += held[pid] - ticks[pid]
+		}
+	}
+	fmt.Println()
+	if kube != nil {
+		fmt.Printf("    apiserver Lease requests/s: %s\n", rates(reqs, heldReqs, holdFor))
+	}
 
 	measureFrom := time.Now()
-	ticks := map[int]int64{}
-	for _, r := range c.Replicas {
-		ticks[r.PID], _, _ = gatewayproc.CPUTicks(r.PID)
-	}
-	for _, pid := range kubePIDs {
-		ticks[pid], _, _ = gatewayproc.CPUTicks(pid)
-	}
+	ticks, reqs = cpuTicks(pids), leaseRequests(ctx, kube)
 	profiled := make(chan error, 1)
 	if profile {
 		go func() {
@@ -210,17 +236,20 @@ func run(caddy string, n, nodeCount int, heartbeat time.Duration, callers int, d
 				filepath.Join(logs, "replica-0.cpu"))
 		}()
 	}
-	var lat []time.Duration
+	// Latencies of the operations sent to the replica the node dialled
+	// (served there) and of those sent to another one (forwarded).
+	var local, forwarded []time.Duration
 	var lmu sync.Mutex
 	var ok, errs atomic.Int64
-	var refusals sync.Map // refusal code → count
+	entered := make([]atomic.Int64, n) // successful operations sent through each replica
+	var refusals sync.Map              // refusal code → count
 	deadline := time.Now().Add(duration)
 	var seq atomic.Int64
 	for w := range callers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var mine []time.Duration
+			var myLocal, myForwarded []time.Duration
 			for time.Now().Before(deadline) {
 				i := rand.IntN(nodeCount)
 				via := rand.IntN(n)
@@ -233,7 +262,12 @@ func run(caddy string, n, nodeCount int, heartbeat time.Duration, callers int, d
 					errs.Add(1)
 				case a.Status == 200 && a.Result.Outcome == "success":
 					ok.Add(1)
-					mine = append(mine, d)
+					entered[via].Add(1)
+					if via == i%n {
+						myLocal = append(myLocal, d)
+					} else {
+						myForwarded = append(myForwarded, d)
+					}
 				case a.Status == 200:
 					count(&refusals, a.Result.Outcome+"/"+string(a.Result.ErrorCode))
 				default:
@@ -241,51 +275,145 @@ func run(caddy string, n, nodeCount int, heartbeat time.Duration, callers int, d
 				}
 			}
 			lmu.Lock()
-			lat = append(lat, mine...)
+			local = append(local, myLocal...)
+			forwarded = append(forwarded, myForwarded...)
 			lmu.Unlock()
 		}()
 	}
 	wg.Wait()
 	elapsed := time.Since(measureFrom)
+	opsReqs := leaseRequests(ctx, kube)
 	if profile {
 		if err := errors.Join(<-profiled, fetch("http://"+c.Replicas[0].Admin+"/debug/pprof/goroutine?debug=1",
 			filepath.Join(logs, "replica-0.goroutine"))); err != nil {
 			return fmt.Errorf("profiles: %w", err)
 		}
 	}
-	slices.Sort(lat)
-	pct := func(p float64) time.Duration {
-		if len(lat) == 0 {
+	fmt.Printf("  operations: %d ok (%.0f/s), refused: %s, %d transport errors\n",
+		ok.Load(), float64(ok.Load())/elapsed.Seconds(), classes(&refusals), errs.Load())
+	fmt.Printf("    latency all %s\n", quantiles(append(slices.Clone(local), forwarded...)))
+	if n > 1 {
+		fmt.Printf("    served where sent (%d) %s\n", len(local), quantiles(local))
+		fmt.Printf("    forwarded (%d) %s\n", len(forwarded), quantiles(forwarded))
+	}
+	// CPU time per 1000 successful operations (the heartbeats and
+	// renewals of the period included): of all replicas together, and of
+	// each replica per 1000 of the operations sent through it (it also
+	// serves the ones forwarded to it, about as many as it forwards).
+	perK := func(t, ops int64) float64 {
+		if ops == 0 {
 			return 0
 		}
-		return lat[min(len(lat)-1, int(p*float64(len(lat))))]
+		return float64(t) / gatewayproc.ClockTicks * 1000 / float64(ops) * 1000
 	}
-	fmt.Printf("  operations: %d ok (%.0f/s), refused: %s, %d transport errors; latency p50 %s p90 %s p99 %s max %s\n",
-		ok.Load(), float64(ok.Load())/elapsed.Seconds(), classes(&refusals), errs.Load(),
-		pct(0.5).Round(10*time.Microsecond), pct(0.9).Round(10*time.Microsecond), pct(0.99).Round(10*time.Microsecond), pct(1).Round(10*time.Microsecond))
 	var gwTicks int64
-	for _, r := range c.Replicas {
+	for i, r := range c.Replicas {
 		rss, _, _ := gatewayproc.Memory(r.PID)
 		t, _, _ := gatewayproc.CPUTicks(r.PID)
 		gwTicks += t - ticks[r.PID]
-		fmt.Printf("  %s: RSS %d MiB, CPU %.0f%%\n", r.ID, rss>>10, gatewayproc.CPUPercent(t-ticks[r.PID], elapsed))
+		fmt.Printf("  %s: RSS %d MiB, CPU %.0f%%, %d operations sent through it, CPU per 1000 of them %.0f ms\n",
+			r.ID, rss>>10, gatewayproc.CPUPercent(t-ticks[r.PID], elapsed), entered[i].Load(), perK(t-ticks[r.PID], entered[i].Load()))
 	}
-	if ok.Load() > 0 {
-		// CPU time of all replicas together per 1000 successful
-		// operations (the heartbeats and renewals of the period
-		// included): what a replica costs, whatever else ran beside it.
-		fmt.Printf("  gateway CPU per 1000 operations: %.0f ms\n",
-			float64(gwTicks)/gatewayproc.ClockTicks*1000/float64(ok.Load())*1000)
+	// Less what holding the nodes cost at the rate measured before.
+	net := gwTicks - int64(float64(holdTicks)*elapsed.Seconds()/holdFor.Seconds())
+	fmt.Printf("  gateway CPU per 1000 operations, replicas together: %.0f ms (%.0f ms less the cost of holding the nodes)\n",
+		perK(gwTicks, ok.Load()), perK(net, ok.Load()))
+	if kube != nil {
+		fmt.Printf("  apiserver Lease requests/s: %s\n", rates(reqs, opsReqs, elapsed))
 	}
 	for _, pid := range kubePIDs {
 		t, _, _ := gatewayproc.CPUTicks(pid)
-		comm, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
-		fmt.Printf("  %s: CPU %.0f%%\n", strings.TrimSpace(string(comm)), gatewayproc.CPUPercent(t-ticks[pid], elapsed))
+		fmt.Printf("  %s: CPU %.0f%%\n", name(c, pid), gatewayproc.CPUPercent(t-ticks[pid], elapsed))
 	}
+	fmt.Printf("  load average after: %s\n", loadAverage())
 	if ok.Load() == 0 {
 		return errors.New("no operation succeeded")
 	}
 	return nil
+}
+
+// loadAverage is the machine's 1, 5 and 15 minute load averages.
+func loadAverage() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// leaseRequests reads the apiserver's count of requests on Leases by verb
+// (apiserver_request_total of its /metrics); nil without kube or on an
+// error.
+func leaseRequests(ctx context.Context, kube kubernetes.Interface) map[string]float64 {
+	if kube == nil {
+		return nil
+	}
+	b, err := kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `resource="leases"`) {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, `verb="`)
+		verb, _, _ := strings.Cut(rest, `"`)
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			out[verb] += v
+		}
+	}
+	return out
+}
+
+// rates formats the requests per second by verb between two counts.
+func rates(from, to map[string]float64, d time.Duration) string {
+	var out []string
+	for verb, v := range to {
+		if r := (v - from[verb]) / d.Seconds(); r >= 0.05 {
+			out = append(out, fmt.Sprintf("%s %.1f", verb, r))
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
+}
+
+// cpuTicks reads each process's CPU ticks (0 for one that is gone).
+func cpuTicks(pids []int) map[int]int64 {
+	out := make(map[int]int64, len(pids))
+	for _, pid := range pids {
+		out[pid], _, _ = gatewayproc.CPUTicks(pid)
+	}
+	return out
+}
+
+// name names pid: the replica's ID, else the process's command name.
+func name(c *replicas.Cluster, pid int) string {
+	for _, r := range c.Replicas {
+		if r.PID == pid {
+			return r.ID
+		}
+	}
+	comm, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	return strings.TrimSpace(string(comm))
+}
+
+// quantiles formats p50, p90, p99 and max of lat (sorted in place).
+func quantiles(lat []time.Duration) string {
+	if len(lat) == 0 {
+		return "(none)"
+	}
+	slices.Sort(lat)
+	q := func(p float64) time.Duration {
+		return lat[min(len(lat)-1, int(p*float64(len(lat))))].Round(10 * time.Microsecond)
+	}
+	return fmt.Sprintf("p50 %s p90 %s p99 %s max %s", q(0.5), q(0.9), q(0.99), lat[len(lat)-1].Round(10*time.Microsecond))
 }
 
 // fetch saves url's body in file.

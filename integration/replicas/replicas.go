@@ -3,7 +3,7 @@
 // Leases in a kube-apiserver (the "kubernetes" node presence), each
 // serving node connect and the internal node API on its own loopback port.
 // The scale-out test (integration/scaleout) and the load tool
-// (hack/nodeload -replicas) use it.
+// (hack/scaleload) use it.
 package replicas
 
 import (
