@@ -334,15 +334,19 @@ http://127.0.0.1:%s {
 	}
 
 	dropped := 0
+	var firstDrop error
 	for _, s := range sims {
-		if s.Err() != nil {
+		if err := s.Err(); err != nil {
 			dropped++
+			if firstDrop == nil {
+				firstDrop = err
+			}
 		}
 	}
 	rssEnd, _, _ := gw.Memory()
 	fmt.Printf("end: %d of %d connections dropped; gateway VmRSS %.1f MiB\n", dropped, len(sims), float64(rssEnd)/1024)
 	if dropped > 0 {
-		return fmt.Errorf("%d connections dropped", dropped)
+		return fmt.Errorf("%d connections dropped (the first: %v)", dropped, firstDrop)
 	}
 	return nil
 }
