@@ -34,7 +34,7 @@ var (
 // docs/deploy.md "Secrets" lists them; the example overlay adds
 // gateway-execd-tokens.
 var secretNames = []string{"corectl-api-keys", "corectl-internal-token", "corectl-kubeconfigs", "gateway-nodes",
-	"gateway-peer-token", "sandgate-credentials", "sandgate-token-key"}
+	"gateway-peer-token", "gateway-probe-relay-token", "sandgate-credentials", "sandgate-token-key"}
 
 // rendered is one kustomization's output.
 type rendered struct {
@@ -350,7 +350,8 @@ func TestPortalManifests(t *testing.T) {
 				}
 			}
 			for _, f := range []struct{ flag, kind string }{{"config", "configMap:corectl-config"}, {"credentials", "secret:sandgate-credentials"},
-				{"api-keys", "secret:corectl-api-keys"}, {"token-key-file", "secret:sandgate-token-key"}, {"internal-token-file", "secret:corectl-internal-token"}} {
+				{"api-keys", "secret:corectl-api-keys"}, {"token-key-file", "secret:sandgate-token-key"}, {"internal-token-file", "secret:corectl-internal-token"},
+				{"probe-relay-token-file", "secret:gateway-probe-relay-token"}} {
 				if got := mountOf(cMounts, args[f.flag]); strings.TrimSuffix(got, "-"+hashSuffix(got)) != f.kind && got != f.kind {
 					t.Errorf("corectl -%s=%s is in %q, want %s", f.flag, args[f.flag], got, f.kind)
 				}
