@@ -52,6 +52,7 @@ type ProbeRequest struct {
 
 // Error is the body of every refusal: {"error": {"code", "message"}}.
 type Error struct {
+	// Error is the refusal's code and message.
 	Error ErrorBody `json:"error"`
 }
 
@@ -68,8 +69,11 @@ type ErrorBody struct {
 // Target is what the relay needs of one cluster: its fixed entry and the
 // data plane's Host for it.
 type Target struct {
+	// FixedEntry is the cluster's fixed entry base URL.
 	FixedEntry *url.URL
-	Host       string
+	// Host is the Host header the data plane sends; empty means
+	// FixedEntry's host.
+	Host string
 }
 
 // Handler is the relay: an HTTP handler for the gateway's internal
