@@ -378,6 +378,15 @@ func TestJSONConfigErrors(t *testing.T) {
 			[]string{"unknown field", "server"}},
 		{"presence kubernetes without the kubernetes block", func(cfg obj) { sg(cfg)["nodes"] = presenceNodes },
 			[]string{"presence kubernetes needs the Portal cluster connection: add a kubernetes block"}},
+		{"fixed_entry_probe without token", func(cfg obj) { addRelay(cfg, nil) },
+			[]string{"fixed_entry_probe", "at least one token_sha256 is required"}},
+		{"fixed_entry_probe with a bad digest", func(cfg obj) { addRelay(cfg, []any{strings.Repeat("ab", 32), "not-a-digest-DO-NOT-LEAK"}) },
+			[]string{"fixed_entry_probe", "token_sha256[1]: must be 64 lowercase hexadecimal digits"}},
+		{"fixed_entry_probe without the sandgate app", func(cfg obj) {
+			delete(sub(cfg, "apps"), "sandgate")
+			sub(cfg, "apps", "http", "servers")["dp"].(obj)["routes"] = []any{}
+			addRelay(cfg, []any{strings.Repeat("ab", 32)})
+		}, []string{"fixed_entry_probe", "sandgate"}},
 		{"e2b_dataplane without the sandgate app", func(cfg obj) { delete(sub(cfg, "apps"), "sandgate") },
 			[]string{"e2b_dataplane", "sandgate"}},
 	} {
@@ -407,6 +416,17 @@ func TestJSONConfigErrors(t *testing.T) {
 	if err := validate(t, mustJSON(t, baseConfig(f, "http://127.0.0.1:1"))); err != nil {
 		t.Fatalf("the base config does not provision: %v", err)
 	}
+}
+
+// addRelay adds a server with a fixed_entry_probe handler of the given
+// token_sha256 list (nil: none) to cfg.
+func addRelay(cfg obj, digests []any) {
+	h := obj{"handler": "fixed_entry_probe"}
+	if digests != nil {
+		h["token_sha256"] = digests
+	}
+	sub(cfg, "apps", "http", "servers")["relay"] = obj{"listen": []any{"127.0.0.1:0"}, "automatic_https": obj{"disable": true},
+		"routes": []any{obj{"handle": []any{h}}}}
 }
 
 // validate provisions cfgJSON without starting it and cleans it up.
