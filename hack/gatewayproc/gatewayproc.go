@@ -1,5 +1,5 @@
 // Package gatewayproc runs the built gateway (bin/caddy) as a separate
-// process for the measuring tools under hack/ (nodeload, attack) and
+// process for the measuring tools under hack/ (nodeload, scaleload, attack) and
 // reads its resident memory and CPU time from /proc, so that what they
 // report is the gateway's own use, measured from outside it. Linux only.
 package gatewayproc
@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -187,4 +188,31 @@ func (o *Output) String() string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.b.String()
+}
+
+// Save writes what url answers into file: a profile from Caddy's admin
+// endpoint (/debug/pprof/…), for the tools' -profile options. Errors: the
+// request's, a status other than 200 (named), the file's.
+func Save(url, file string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, resp.Body)
+	return errors.Join(err, f.Close())
+}
+
+// SaveCPUProfile writes a CPU profile of d (at least one second) from the
+// Caddy admin endpoint at admin (a base URL, "http://127.0.0.1:2019") into
+// file; errors as Save's.
+func SaveCPUProfile(admin string, d time.Duration, file string) error {
+	return Save(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", admin, max(1, int(d.Seconds()))), file)
 }

@@ -309,10 +309,10 @@ http://127.0.0.1:%s {
 		return err
 	}
 	if o.profile != "" {
-		if err := fetch("http://"+admin+"/debug/pprof/heap", o.profile+".heap"); err != nil {
+		if err := gatewayproc.Save("http://"+admin+"/debug/pprof/heap", o.profile+".heap"); err != nil {
 			return err
 		}
-		if err := fetch("http://"+admin+"/debug/pprof/goroutine", o.profile+".goroutine"); err != nil {
+		if err := gatewayproc.Save("http://"+admin+"/debug/pprof/goroutine", o.profile+".goroutine"); err != nil {
 			return err
 		}
 	}
@@ -322,7 +322,7 @@ http://127.0.0.1:%s {
 		var profiled chan error
 		if o.profile != "" {
 			profiled = make(chan error, 1)
-			go func() { profiled <- fetchProfile("http://"+admin, o.profile, o.duration) }()
+			go func() { profiled <- gatewayproc.SaveCPUProfile("http://"+admin, o.duration, o.profile) }()
 		}
 		err := dispatch(o, base, apiToken, nodes, pid)
 		if profiled != nil {
@@ -539,28 +539,4 @@ func randomHex(n int) string {
 func sum(s string) string {
 	d := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(d[:])
-}
-
-// fetchProfile saves a CPU profile of the gateway of d (at least one
-// second) from Caddy's admin endpoint into file.
-func fetchProfile(admin, file string, d time.Duration) error {
-	return fetch(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", admin, max(1, int(d.Seconds()))), file)
-}
-
-// fetch saves what url answers into file.
-func fetch(url, file string) error {
-	resp, err := http.Get(url)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("profile: HTTP %d", resp.StatusCode)
-	}
-	f, err := os.Create(file)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(f, resp.Body)
-	return errors.Join(err, f.Close())
 }

@@ -33,7 +33,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -232,8 +231,7 @@ func run(caddy string, n int, withPresence bool, nodeCount int, heartbeat time.D
 	profiled := make(chan error, 1)
 	if profile {
 		go func() {
-			profiled <- fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", c.Replicas[0].Admin, max(1, int(duration.Seconds()))),
-				filepath.Join(logs, "replica-0.cpu"))
+			profiled <- gatewayproc.SaveCPUProfile("http://"+c.Replicas[0].Admin, duration, filepath.Join(logs, "replica-0.cpu"))
 		}()
 	}
 	// Latencies of the operations sent to the replica the node dialled
@@ -284,7 +282,7 @@ func run(caddy string, n int, withPresence bool, nodeCount int, heartbeat time.D
 	elapsed := time.Since(measureFrom)
 	opsReqs := leaseRequests(ctx, kube)
 	if profile {
-		if err := errors.Join(<-profiled, fetch("http://"+c.Replicas[0].Admin+"/debug/pprof/goroutine?debug=1",
+		if err := errors.Join(<-profiled, gatewayproc.Save("http://"+c.Replicas[0].Admin+"/debug/pprof/goroutine?debug=1",
 			filepath.Join(logs, "replica-0.goroutine"))); err != nil {
 			return fmt.Errorf("profiles: %w", err)
 		}
@@ -414,27 +412,6 @@ func quantiles(lat []time.Duration) string {
 		return lat[min(len(lat)-1, int(p*float64(len(lat))))].Round(10 * time.Microsecond)
 	}
 	return fmt.Sprintf("p50 %s p90 %s p99 %s max %s", q(0.5), q(0.9), q(0.99), lat[len(lat)-1].Round(10*time.Microsecond))
-}
-
-// fetch saves url's body in file.
-func fetch(url, file string) error {
-	resp, err := http.Get(url)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	f, err := os.Create(file)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // classes formats a count per class, sorted by class; "none" when empty.
