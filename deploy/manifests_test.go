@@ -457,7 +457,10 @@ func TestGatewayCaddyfileAdapts(t *testing.T) {
 			}
 
 			// Both programs know the same compute clusters with the same
-			// fixed entries.
+			// fixed entries, and the gateway sends each cluster's
+			// ingress.host (what corectl checks at start through the probe
+			// relay), which the relay serves on the internal port for
+			// corectl's -probe-relay-url.
 			cc, err := cluster.Parse([]byte(r.configMap(t, "corectl-config")["clusters.yaml"]))
 			if err != nil {
 				t.Fatalf("corectl-config's clusters.yaml: %v", err)
@@ -470,6 +473,18 @@ func TestGatewayCaddyfileAdapts(t *testing.T) {
 				if got := dig(gwClusters, c.ID, "fixed_entry"); got != c.FixedEntry {
 					t.Errorf("cluster %s: the gateway's fixed entry is %v, corectl's %s", c.ID, got, c.FixedEntry)
 				}
+				if got, _ := dig(gwClusters, c.ID, "host").(string); c.Ingress.Host == "" || got != c.Ingress.Host {
+					t.Errorf("cluster %s: the gateway sends Host %q, corectl's ingress.host is %q (both must be set and equal)", c.ID, got, c.Ingress.Host)
+				}
+			}
+			relay := false
+			for _, srv := range dig(cfg, "apps", "http", "servers").(map[string]any) {
+				if strings.Contains(mustJSON(dig(srv, "listen")), `":30086"`) && strings.Contains(mustJSON(srv), `"handler":"fixed_entry_probe"`) {
+					relay = true
+				}
+			}
+			if !relay {
+				t.Error("no fixed_entry_probe handler on :30086: corectl's -probe-relay-url (Service gateway-probe-relay) has nothing to reach")
 			}
 		})
 	}
