@@ -94,6 +94,29 @@ type Enrolled struct {
 	Credential string
 }
 
+// Enrolments is what an enrolment store offers: credential.Store for the
+// node connection, Check and Enrol for the machine API, Issue, Records,
+// SetEnabled and Remove for the admin API, each as Store documents it.
+// *Store implements it for one gateway; node/kubestore's Enrolment for
+// several replicas.
+type Enrolments interface {
+	credential.Store
+	// Issue creates a one-time token for pool valid for ttl.
+	Issue(pool string, ttl time.Duration) (string, time.Time, error)
+	// Check returns the pool of a usable token without using it.
+	Check(token string) (string, error)
+	// Enrol uses token once and enrols a node.
+	Enrol(token string, r Request, resolve func(pool string) (Generation, error)) (*Enrolled, error)
+	// Records lists the enrolled nodes.
+	Records() []Record
+	// SetEnabled enables or disables a node; false when it does not exist.
+	SetEnabled(nodeID string, enabled bool) (bool, error)
+	// Remove forgets a node; false when it does not exist.
+	Remove(nodeID string) (bool, error)
+}
+
+var _ Enrolments = (*Store)(nil)
+
 // Store holds the tokens and the enrolled nodes. Its methods are safe for
 // concurrent use.
 type Store struct {

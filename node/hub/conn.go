@@ -17,12 +17,18 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/sandgate/sandgate/node/credential"
+	"github.com/sandgate/sandgate/node/placement"
 	"github.com/sandgate/sandgate/node/proto"
 )
 
 // maxCloseReason is the longest close reason a close frame carries (125
 // bytes of payload minus the 2-byte code).
 const maxCloseReason = 123
+
+// placementSyncTimeout bounds the read of a node's placements from a
+// shared store before its first retention answer (it runs on the
+// connection's reader).
+const placementSyncTimeout = 2 * time.Second
 
 // conn is one node connection.
 type conn struct {
@@ -51,6 +57,9 @@ type conn struct {
 
 	// retentionSeq is the last retention sequence; reader goroutine only.
 	retentionSeq uint64
+	// placementsSynced: the node's placements were read from a shared
+	// store (placement.Syncer) on this connection; reader goroutine only.
+	placementsSynced bool
 	// beats and pings are the heartbeat and ping budgets; reader
 	// goroutine only.
 	beats, pings budget
@@ -742,11 +751,28 @@ func (c *conn) retention(r *proto.Retention) {
 		return
 	}
 	c.retentionSeq = r.Sequence
+	// A store shared by several replicas is read once per connection
+	// before the first answer: the replica that held the node before may
+	// have placed allocations this one's view has not received yet. Until
+	// that read succeeds nothing is dropped.
+	keepAll := false
+	if s, ok := cfg.Placements.(placement.Syncer); ok && !c.placementsSynced {
+		ctx, cancel := context.WithTimeout(context.Background(), placementSyncTimeout)
+		err := s.Sync(ctx, c.nodeID)
+		cancel()
+		if err != nil {
+			keepAll = true
+			cfg.Logger.Warn("the node's placements could not be read; its retention request keeps every generation",
+				zap.String("node_id", c.nodeID), zap.Error(err))
+		} else {
+			c.placementsSynced = true
+		}
+	}
 	ack := &proto.RetentionAck{ID: r.ID, ConnectionID: c.id, Entries: make([]proto.RetentionDecision, len(r.Entries))}
 	d := deploymentFor(cfg, c.node.Pool)
 	var kept, dropped []int64
 	for i, e := range r.Entries {
-		k := keep(d, e) || (cfg.Placements != nil && cfg.Placements.InUse(c.nodeID, e.Generation))
+		k := keepAll || keep(d, e) || (cfg.Placements != nil && cfg.Placements.InUse(c.nodeID, e.Generation))
 		ack.Entries[i] = proto.RetentionDecision{Generation: e.Generation, SpecificationDigest: e.SpecificationDigest, Keep: k}
 		if k {
 			kept = append(kept, e.Generation)

@@ -1,7 +1,10 @@
 package hub
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/sandgate/sandgate/node/placement"
@@ -141,5 +144,76 @@ func TestPlacementUnrecordedIsNotSent(t *testing.T) {
 	}
 	if ack := g.beat(health(false, "")); ack == nil {
 		t.Fatal("no heartbeat_ack: something else was written first")
+	}
+}
+
+// syncingStore is a store shared with another replica: the placements
+// that replica made (elsewhere) enter this view at Sync; the first fails
+// Syncs fail.
+type syncingStore struct {
+	*placement.Memory
+	mu        sync.Mutex
+	elsewhere []placement.Placement
+	fail      int
+	syncs     int
+}
+
+func (s *syncingStore) Sync(_ context.Context, node string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.syncs++
+	if s.fail > 0 {
+		s.fail--
+		return errors.New("apiserver unreachable")
+	}
+	for _, p := range s.elsewhere {
+		if p.NodeID == node {
+			_ = s.Memory.Place(p)
+		}
+	}
+	return nil
+}
+
+func (s *syncingStore) count() int { s.mu.Lock(); defer s.mu.Unlock(); return s.syncs }
+
+// TestRetentionSyncsASharedStore: with a store shared by several replicas
+// the node's placements are read once per connection before a retention
+// answer may drop anything: while the read fails every generation is
+// kept; once it succeeds, a placement another replica made is kept and an
+// unplaced generation dropped, and later answers read nothing more.
+func TestRetentionSyncsASharedStore(t *testing.T) {
+	store := &syncingStore{Memory: placement.NewMemory(), fail: 1,
+		elsewhere: []placement.Placement{{NodeID: nodeG, Generation: 3, Reference: ref}}}
+	e := newEnv(t, func(c *Config) { c.Placements = store })
+	g := e.join(nodeG)
+	seq := uint64(0)
+	retain := func(gens ...int64) []bool {
+		t.Helper()
+		seq++
+		r := &proto.Retention{ID: fmt.Sprintf("77777777-2222-4333-8444-5555555555%02d", seq), Sequence: seq,
+			ConnectionID: g.welcome.ConnectionID, OwnerEpoch: 7}
+		for _, gen := range gens {
+			r.Entries = append(r.Entries, proto.RetentionEntry{Generation: gen, SpecificationDigest: spec2Digest})
+		}
+		g.send(r)
+		ack, ok := g.recv().(*proto.RetentionAck)
+		if !ok || !ack.Answers(r) {
+			t.Fatalf("retention_ack %+v", ack)
+		}
+		out := make([]bool, len(ack.Entries))
+		for i, d := range ack.Entries {
+			out[i] = d.Keep
+		}
+		return out
+	}
+	if k := retain(3, 4); !k[0] || !k[1] {
+		t.Fatalf("a drop was authorised while the shared store could not be read: %v", k)
+	}
+	if k := retain(3, 4); !k[0] || k[1] {
+		t.Fatalf("after the read: keep %v, want generation 3 (placed elsewhere) kept and 4 dropped", k)
+	}
+	retain(4)
+	if n := store.count(); n != 2 {
+		t.Fatalf("%d reads of the shared store, want 2 (one failed, one for the connection)", n)
 	}
 }

@@ -455,10 +455,12 @@ func (r *Registry) Check(specs map[string]Spec) error {
 // (refusing a conflict with a generation already bound), applies each
 // pool's target and serving when they differ from those of the last
 // config that applied them, stores the state, and returns undo, which
-// puts back the state Configure replaced provided nothing changed it
-// since (the gateway undoes a config that was stopped before it took
-// over). Pools the config does not name stay stored but have no
-// deployment. Errors wrap ErrInvalid, ErrConflict, ErrUnbound or
+// puts back the targets, servings and configuration records Configure
+// replaced provided nothing changed them since (the gateway undoes a
+// config that was stopped before it took over); the bindings Configure
+// added stay, because once stored a binding may have been advertised and
+// it never changes. Pools the config does not name stay stored but have
+// no deployment. Errors wrap ErrInvalid, ErrConflict, ErrUnbound or
 // ErrState; on error nothing changed.
 func (r *Registry) Configure(specs map[string]Spec) (undo func(), err error) {
 	r.wmu.Lock()
@@ -487,11 +489,15 @@ func (r *Registry) Configure(specs map[string]Spec) (undo func(), err error) {
 		}
 		changes := make([]Change, 0, len(changed))
 		for _, n := range changed {
-			c := Change{Name: n, From: after[n]}
+			// The bindings stay: once stored, a binding may have been
+			// advertised (by this replica's heartbeats or another's),
+			// and it never changes.
+			to := &State{}
 			if b := before[n]; b != nil {
-				c.To = b.Clone()
+				to = b.Clone()
 			}
-			changes = append(changes, c)
+			to.Generations = maps.Clone(after[n].Generations)
+			changes = append(changes, Change{Name: n, From: after[n], To: to})
 		}
 		if r.save(changes) != nil {
 			return

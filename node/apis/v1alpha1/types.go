@@ -1,9 +1,9 @@
 // Package v1alpha1 holds the gateway's own Kubernetes resources, group
 // nodes.sandgate.io, version v1alpha1: Core's durable node state when
 // several gateway replicas share it through the Portal cluster's
-// kube-apiserver (package node/kubestore; docs/node-state.md). All four
-// are namespaced and live in the gateway's namespace, beside the node
-// presence Leases:
+// kube-apiserver (package node/kubestore; docs/scale-out.md "Node
+// state"). All four are namespaced and live in the gateway's namespace,
+// beside the node presence Leases:
 //
 //   - NodePool, named after the pool: its deployment generations, each
 //     bound once and for all to a specification digest, and the pool's

@@ -18,26 +18,8 @@ import (
 	"github.com/sandgate/sandgate/node/proto"
 )
 
-// Enrolments is what an enrolment store implements: credential.Store for
-// the node connection, the machine API's Enroller and the admin API's
-// Enrolments.
-type Enrolments interface {
-	credential.Store
-	// Issue makes a one-time token for pool, valid for ttl, and
-	// returns it with its expiry.
-	Issue(pool string, ttl time.Duration) (string, time.Time, error)
-	// Check returns the pool of an unused, unexpired token.
-	Check(token string) (string, error)
-	// Enrol consumes token and stores the node r describes, at the
-	// generation resolve gives for the token's pool.
-	Enrol(token string, r enrolment.Request, resolve func(pool string) (enrolment.Generation, error)) (*enrolment.Enrolled, error)
-	// Records returns the enrolled nodes.
-	Records() []enrolment.Record
-	// SetEnabled enables or disables a node; false when it is unknown.
-	SetEnabled(nodeID string, enabled bool) (bool, error)
-	// Remove deletes a node; false when it is unknown.
-	Remove(nodeID string) (bool, error)
-}
+// Enrolments is what an enrolment store implements.
+type Enrolments = enrolment.Enrolments
 
 // Store is one empty store under test.
 type Store struct {
