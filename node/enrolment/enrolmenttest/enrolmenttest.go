@@ -173,6 +173,11 @@ func RefusalsStoreNothing(t *testing.T, st Store) {
 	expiring, _, _ := s.Issue("default", time.Minute)
 	fresh, _, _ := s.Issue("default", time.Hour)
 	c.Add(time.Minute)
+	// unknown differs from fresh in its first character only.
+	unknown := "x" + fresh[1:]
+	if fresh[0] == 'x' {
+		unknown = "y" + fresh[1:]
+	}
 	before := st.Snapshot(t)
 	noDeployment := errors.New("no deployment")
 	for name, tc := range map[string]struct {
@@ -183,7 +188,7 @@ func RefusalsStoreNothing(t *testing.T, st Store) {
 	}{
 		"reused":        {used, Request(), Resolve7, enrolment.ErrRefused},
 		"expired":       {expiring, Request(), Resolve7, enrolment.ErrRefused},
-		"unknown":       {"x" + fresh[1:], Request(), Resolve7, enrolment.ErrRefused},
+		"unknown":       {unknown, Request(), Resolve7, enrolment.ErrRefused},
 		"empty":         {"", Request(), Resolve7, enrolment.ErrRefused},
 		"too long":      {strings.Repeat("x", 600), Request(), Resolve7, enrolment.ErrRefused},
 		"resolve fails": {fresh, Request(), func(string) (enrolment.Generation, error) { return enrolment.Generation{}, noDeployment }, noDeployment},
@@ -193,7 +198,7 @@ func RefusalsStoreNothing(t *testing.T, st Store) {
 			t.Errorf("%s: %v, want %v", name, err, tc.want)
 		}
 	}
-	for _, tok := range []string{used, expiring, "x" + fresh[1:], ""} {
+	for _, tok := range []string{used, expiring, unknown, ""} {
 		if _, err := s.Check(tok); !errors.Is(err, enrolment.ErrRefused) {
 			t.Errorf("Check: %v", err)
 		}
