@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -10,7 +11,13 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/sandgate/sandgate/internal/kubeenv"
+	"github.com/sandgate/sandgate/node/credential"
+	"github.com/sandgate/sandgate/node/enrolment/enrolmenttest"
+	"github.com/sandgate/sandgate/node/kubestore"
+	"github.com/sandgate/sandgate/node/placement"
+	"github.com/sandgate/sandgate/node/pool"
 	"github.com/sandgate/sandgate/node/presence"
+	"github.com/sandgate/sandgate/node/proto"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -53,8 +60,9 @@ func (w *warnings) take() []string {
 // would. Each object must be accepted without a warning: the namespace
 // sandgate warns on pods below the "restricted" Pod Security Standard, so
 // a Deployment that fell short would show here. Then the gateway's node
-// presence (package node/presence) runs as the gateway's ServiceAccount:
-// what its Role grants is what presence needs, and no more.
+// presence (package node/presence) and the node stores (package
+// node/kubestore) run as the gateway's ServiceAccount: what its Role
+// grants is what they need, and no more.
 func TestManifestsApply(t *testing.T) {
 	env, err := kubeenv.Start(nil, nil)
 	if err != nil {
@@ -163,6 +171,54 @@ func TestManifestsApply(t *testing.T) {
 		}
 		if _, err := cs.CoreV1().Secrets("sandgate").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 			t.Errorf("listing Secrets as the gateway = %v, want Forbidden", err)
+		}
+	})
+
+	t.Run("gateway-node-stores-as-its-service-account", func(t *testing.T) {
+		sa := rest.CopyConfig(env.Config)
+		sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:sandgate:gateway"}
+		s, err := kubestore.Open(kubestore.Config{REST: sa, Namespace: "sandgate"})
+		if err != nil {
+			t.Fatalf("opening the node stores as the gateway: %v", err)
+		}
+		defer s.Close()
+		pools, err := s.Pools()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := strings.Repeat("7a", 32)
+		if _, err := pools.Configure(map[string]pool.Spec{"default": {Bindings: []pool.Binding{{Generation: 7, SpecificationDigest: d}}, Target: 7}}); err != nil {
+			t.Fatalf("configuring a pool as the gateway: %v", err)
+		}
+		e := s.Enrolment()
+		tok, _, err := e.Issue("default", time.Hour)
+		if err != nil {
+			t.Fatalf("issuing a token as the gateway: %v", err)
+		}
+		enrolled, err := e.Enrol(tok, enrolmenttest.Request(), enrolmenttest.Resolve7)
+		if err != nil {
+			t.Fatalf("enrolling as the gateway: %v", err)
+		}
+		id := enrolled.Node.NodeID
+		if _, err := e.Authenticate(id, credential.Sum(enrolled.Credential)); err != nil {
+			t.Fatal(err)
+		}
+		pl := placement.Placement{NodeID: id, Generation: 7, Reference: proto.Reference{TenantID: "t", EnvironmentID: "e", AllocationID: "a"}}
+		if err := s.Placements().Place(pl); err != nil {
+			t.Fatalf("placing as the gateway: %v", err)
+		}
+		if ok, err := s.Placements().Release(pl); !ok || err != nil {
+			t.Fatalf("releasing as the gateway: %v %v", ok, err)
+		}
+		if ok, err := e.SetEnabled(id, false); !ok || err != nil {
+			t.Fatalf("disabling as the gateway: %v %v", ok, err)
+		}
+		if ok, err := e.Remove(id); !ok || err != nil {
+			t.Fatalf("removing as the gateway: %v %v", ok, err)
+		}
+		// Not in another namespace.
+		if _, err := kubestore.Open(kubestore.Config{REST: sa, Namespace: "default", SyncTimeout: 5 * time.Second}); !errors.Is(err, kubestore.ErrSync) {
+			t.Errorf("opening the node stores in another namespace as the gateway = %v, want ErrSync (forbidden)", err)
 		}
 	})
 }

@@ -7,7 +7,8 @@
 //
 // The manifests under deploy/ are the one source of truth: kubectl and
 // kustomize read them there, and this package embeds the same files for Go
-// code (corectl's tests install the CRDs and the RBAC from here). Its own
+// code (corectl's tests install the CRDs and the RBAC from here, the node
+// stores' tests the gateway's CRDs). Its own
 // tests render the bases and the overlays with kustomize's Go API and apply
 // every object to a real kube-apiserver, adapt the gateway's Caddyfile from
 // the rendered ConfigMap with bin/caddy, and build the images with the
@@ -29,15 +30,30 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-//go:embed compute/crds/*.yaml compute/rbac.yaml
+//go:embed compute/crds/*.yaml compute/rbac.yaml portal/crds/*.yaml
 var files embed.FS
 
 // CRDs returns corectl's CustomResourceDefinitions, the files of
 // compute/crds/ (sandboxingressallowlists, sandboxtemplatenetworks and
-// cniqualifications in network.sandgate.io). The error reports a manifest that does not decode
-// strictly (a build defect).
+// cniqualifications in network.sandgate.io). The error reports a manifest
+// that does not decode strictly (a build defect).
 func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
-	names, err := fs.Glob(files, "compute/crds/*.yaml")
+	return crdsIn("compute/crds", "network.sandgate.io")
+}
+
+// NodeCRDs returns the gateway's CustomResourceDefinitions, the files of
+// portal/crds/ (nodepools, nodeenrolmenttokens, enrollednodes and
+// nodeplacements in nodes.sandgate.io, whose Go types are package
+// node/apis/v1alpha1): the node state that several gateway replicas share
+// (package node/kubestore, docs/scale-out.md "Node state"). The error
+// reports a manifest that does not decode strictly (a build defect).
+func NodeCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	return crdsIn("portal/crds", "nodes.sandgate.io")
+}
+
+// crdsIn decodes the CRD manifests in dir, each of API group group.
+func crdsIn(dir, group string) ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	names, err := fs.Glob(files, dir+"/*.yaml")
 	if err != nil {
 		return nil, err
 	}
@@ -48,6 +64,9 @@ func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 			return nil, err
 		}
 		crd, err := DecodeCRD(data)
+		if err == nil && crd.Spec.Group != group {
+			err = fmt.Errorf("group %q, want %s", crd.Spec.Group, group)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("deploy: %s: %w", path.Base(n), err)
 		}

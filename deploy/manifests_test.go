@@ -16,6 +16,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/cluster"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -229,7 +230,8 @@ func dig(v any, keys ...string) any {
 var filePath = regexp.MustCompile(`/etc/sandgate/[A-Za-z0-9._/-]+`)
 
 // TestManifestsDecode checks the embedded copies of compute/ that
-// corectl's tests install.
+// corectl's tests install, and of portal/crds/ that the node stores'
+// tests install.
 func TestManifestsDecode(t *testing.T) {
 	crds, err := CRDs()
 	if err != nil {
@@ -269,6 +271,28 @@ func TestManifestsDecode(t *testing.T) {
 		if got.GetNamespace() != o.GetNamespace() {
 			t.Errorf("%s %s: rendered in %q, rbac.yaml says %q", o.GetKind(), o.GetName(), got.GetNamespace(), o.GetNamespace())
 		}
+	}
+	// The gateway's CRDs: the four of nodes.sandgate.io, namespaced, which
+	// the portal kustomization renders.
+	nodeCRDs, err := NodeCRDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names = nil
+	portal := render(t, "portal")
+	for _, c := range nodeCRDs {
+		names = append(names, c.Name)
+		if c.Spec.Scope != apiextensionsv1.NamespaceScoped || len(c.Spec.Versions) != 1 || c.Spec.Versions[0].Name != "v1alpha1" {
+			t.Errorf("%s: scope %s, versions %v", c.Name, c.Spec.Scope, c.Spec.Versions)
+		}
+		if portal.find(t, "CustomResourceDefinition", c.Name) == nil {
+			t.Fatalf("portal/ does not render %s", c.Name)
+		}
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"enrollednodes.nodes.sandgate.io", "nodeenrolmenttokens.nodes.sandgate.io",
+		"nodeplacements.nodes.sandgate.io", "nodepools.nodes.sandgate.io"}) {
+		t.Fatalf("NodeCRDs = %v", names)
 	}
 }
 

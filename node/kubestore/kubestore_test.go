@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sandgate/sandgate/deploy"
 	"github.com/sandgate/sandgate/internal/kubeenv"
 	v1 "github.com/sandgate/sandgate/node/apis/v1alpha1"
 	"github.com/sandgate/sandgate/node/kubestore"
@@ -29,7 +30,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	crds, err := v1.CRDs()
+	crds, err := deploy.NodeCRDs()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)

@@ -15,6 +15,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sandgate/sandgate/deploy"
 	"github.com/sandgate/sandgate/internal/kubeenv"
 )
 
@@ -23,7 +24,7 @@ var kube client.Client
 const ns = "sandgate"
 
 func TestMain(m *testing.M) {
-	crds, err := CRDs()
+	crds, err := deploy.NodeCRDs()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -66,7 +67,7 @@ func invalid(t *testing.T, what string, err error, msg string) {
 }
 
 func TestCRDsInstall(t *testing.T) {
-	crds, err := CRDs()
+	crds, err := deploy.NodeCRDs()
 	if err != nil || len(crds) != 4 {
 		t.Fatalf("%d CRDs, %v", len(crds), err)
 	}

@@ -17,10 +17,11 @@
 //   - NodePlacements, named after the node ID: the allocations Core placed
 //     on the node's deployment generations (package node/placement).
 //
-// The CRD manifests are embedded (CRDs) and live in crds/; each carries
-// CEL rules that keep kubectl edits within the rules the gateway keeps
-// (a binding never changes, a token's hash and pool never change, an
-// enrolled node's identity never changes).
+// The CRD manifests live in deploy/portal/crds/ (embedded by package
+// deploy: deploy.NodeCRDs); each carries CEL rules that keep kubectl
+// edits within the rules the gateway keeps (a binding never changes, a
+// token's hash and pool never change, an enrolled node's identity never
+// changes).
 package v1alpha1
 
 import (
