@@ -387,6 +387,20 @@ func TestJSONConfigErrors(t *testing.T) {
 			sub(cfg, "apps", "http", "servers")["dp"].(obj)["routes"] = []any{}
 			addRelay(cfg, []any{strings.Repeat("ab", 32)})
 		}, []string{"fixed_entry_probe", "sandgate"}},
+		{"store kubernetes without the kubernetes block", func(cfg obj) { sg(cfg)["nodes"] = obj{"store": "kubernetes"} },
+			[]string{"store kubernetes needs the sandgate app's kubernetes block"}},
+		{"store kubernetes with state_dir", func(cfg obj) {
+			sg(cfg)["kubernetes"] = obj{"kubeconfig": kubeconfig, "namespace": "n", "replica": "r"}
+			sg(cfg)["nodes"] = obj{"store": "kubernetes", "state_dir": filepath.Join(f.dir, "node-state")}
+		}, []string{"store kubernetes keeps the node state in the Portal cluster: remove state_dir"}},
+		{"unknown store", func(cfg obj) {
+			sg(cfg)["nodes"] = obj{"store": "etcd", "state_dir": filepath.Join(f.dir, "node-state")}
+		},
+			[]string{`store "etcd": must be file or kubernetes`}},
+		{"store kubernetes with an unreachable apiserver", func(cfg obj) {
+			sg(cfg)["kubernetes"] = obj{"kubeconfig": kubeconfig, "namespace": "n", "replica": "r"}
+			sg(cfg)["nodes"] = obj{"store": "kubernetes"}
+		}, []string{"nodes: kubestore: the node state could not be read from the apiserver", "namespace n"}},
 		{"e2b_dataplane without the sandgate app", func(cfg obj) { delete(sub(cfg, "apps"), "sandgate") },
 			[]string{"e2b_dataplane", "sandgate"}},
 	} {

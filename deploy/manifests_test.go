@@ -476,6 +476,9 @@ func TestGatewayCaddyfileAdapts(t *testing.T) {
 			if strings.Contains(string(raw), "{$") {
 				t.Errorf("a {$NAME} the settings do not set is left in the configuration:\n%s", raw)
 			}
+			if got := dig(cfg, "apps", "sandgate", "nodes", "store"); got != "kubernetes" {
+				t.Errorf("nodes store = %v, want kubernetes (several replicas share the node state)", got)
+			}
 			if got := dig(cfg, "apps", "sandgate", "nodes", "presence", "store"); got != "kubernetes" {
 				t.Errorf("nodes presence = %v, want kubernetes (several replicas)", got)
 			}

@@ -308,7 +308,7 @@ func TestCaddyProvisionErrors(t *testing.T) {
 		want   string
 	}{
 		{"handler without a nodes block", func(c obj) { delete(sg(c), "nodes") }, "the sandgate app has no nodes block"},
-		{"nodes without credentials", func(c obj) { delete(nodesOf(c), "credentials") }, "a node credential source (credentials file <path>) or a state_dir for enrolled nodes is required"},
+		{"nodes without credentials", func(c obj) { delete(nodesOf(c), "credentials") }, "a node credential source (credentials file <path>), a state_dir or store kubernetes for enrolled nodes is required"},
 		{"node credentials file missing", func(c obj) {
 			nodesOf(c)["credentials"] = obj{"source": "file", "path": filepath.Join(f.dir, "missing.yaml")}
 		}, "missing.yaml"},

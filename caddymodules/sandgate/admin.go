@@ -74,8 +74,8 @@ type adminState struct{ a *App }
 func (s adminState) Pools() *pool.Registry    { return s.a.pools }
 func (s adminState) Releases() *release.Store { return s.a.releases }
 
-// Enrolment returns the app's enrolment store, or a nil interface (not a
-// nil *enrolment.Store) without one.
+// Enrolment returns the app's enrolment store, or a nil interface without
+// one.
 func (s adminState) Enrolment() admin.Enrolments {
 	if s.a.enrolment == nil {
 		return nil

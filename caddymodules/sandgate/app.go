@@ -136,8 +136,9 @@ type App struct {
 	placements      placement.Store      // shared across reloads
 	placementsKey   string               // its key in placementStores
 	placementsHeld  bool                 // this config holds a reference
-	enrolment       *enrolment.Store     // enrolled nodes and tokens; nil without state_dir
+	enrolment       enrolment.Enrolments // enrolled nodes and tokens; nil without state_dir or store kubernetes
 	enrolmentKey    string               // its key in enrolments; "" when not held
+	kubeStoreKey    string               // store kubernetes: its key in kubeStores; "" when not held
 	nodeCredentials nodecredential.Store // the operator's file merged with the enrolled nodes
 	stopped         bool                 // Stop has run; guarded by currentMu
 
@@ -427,6 +428,11 @@ func (a *App) Cleanup() error {
 		err = errors.Join(err, eerr)
 		a.enrolmentKey = ""
 	}
+	if a.kubeStoreKey != "" {
+		_, kerr := kubeStores.Delete(a.kubeStoreKey)
+		err = errors.Join(err, kerr)
+		a.kubeStoreKey = ""
+	}
 	if a.hubHeld {
 		a.hubHeld = false
 		_, herr := hubs.Delete(hubKey)
@@ -499,8 +505,8 @@ func (a *App) NodeHub() *hub.Hub { return a.hub }
 func (a *App) NodePools() *pool.Registry { return a.pools }
 
 // NodeEnrolment returns the enrolled-node store, or nil without a
-// state_dir.
-func (a *App) NodeEnrolment() *enrolment.Store { return a.enrolment }
+// state_dir or store kubernetes.
+func (a *App) NodeEnrolment() enrolment.Enrolments { return a.enrolment }
 
 // NodeCredentials returns the store that authenticates nodes (the
 // operator's file merged with the enrolled nodes), or nil without a nodes

@@ -58,6 +58,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //			heartbeat_interval <duration>
 //			shutdown_grace <duration>
 //			state_dir <dir>
+//			store file | kubernetes
 //			releases <dir>
 //			pool <name> {
 //				generation <n> release <source>
@@ -87,6 +88,14 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 // namespace, e.g. "credentials file <path>"; every other subdirective is
 // optional and takes the default of the spec. pool may repeat (one per
 // name); inside it generation may repeat (one per generation number).
+// store is where Core's node state (pools and their deployments,
+// placements, enrolment tokens and enrolled nodes) lives: "file" (the
+// default) in state_dir, or in memory without one, for a single gateway;
+// "kubernetes" in the Portal cluster's kube-apiserver (NodePool,
+// NodePlacements, NodeEnrolmentToken, EnrolledNode objects of
+// nodes.sandgate.io in the kubernetes block's namespace), shared by
+// several replicas, which needs the kubernetes block, refuses state_dir
+// and turns enrolment on (docs/scale-out.md "Node state").
 // kubernetes (optional; see Kubernetes) is the Portal cluster connection
 // that several replicas share their state through; "kubernetes" alone is
 // the in-cluster default.
@@ -284,6 +293,18 @@ func parseNodes(d *caddyfile.Dispenser) (*Nodes, error) {
 				return nil, err
 			}
 			n.CredentialsRaw = caddyconfig.JSONModuleObject(mod, "source", name, nil)
+		case "store":
+			if !d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			v := d.Val()
+			if d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			if v != StoreFile && v != StoreKubernetes {
+				return nil, d.Errf("bad store %q: must be file or kubernetes", v)
+			}
+			n.Store = v
 		case "state_dir", "releases":
 			if !d.NextArg() {
 				return nil, d.ArgErr()
@@ -382,8 +403,8 @@ func parseNodes(d *caddyfile.Dispenser) (*Nodes, error) {
 			return nil, d.Errf("unrecognized nodes subdirective %q", opt)
 		}
 	}
-	if n.CredentialsRaw == nil && n.StateDir == "" {
-		return nil, d.Err("nodes: credentials is required (e.g. credentials file <path>), or a state_dir for enrolled nodes")
+	if n.CredentialsRaw == nil && n.StateDir == "" && n.Store != StoreKubernetes {
+		return nil, d.Err("nodes: credentials is required (e.g. credentials file <path>), or a state_dir or store kubernetes for enrolled nodes")
 	}
 	return n, nil
 }

@@ -78,6 +78,12 @@ type NodePresence interface {
 	Connect(cluster *portal.Cluster) error
 }
 
+// Values of Nodes.Store.
+const (
+	StoreFile       = "file"
+	StoreKubernetes = "kubernetes"
+)
+
 // DefaultOwnerEpoch is the owner epoch when none is configured.
 const DefaultOwnerEpoch = 1
 
@@ -151,13 +157,27 @@ type Nodes struct {
 	// connections.)
 	ShutdownGrace caddy.Duration `json:"shutdown_grace,omitempty"`
 
-	// StateDir is the directory of Core's durable node state: the pools'
-	// run-time deployments (pools.json), and, with enrolment, the enrolled
-	// nodes and used enrolment tokens. Created (mode 0700) when missing.
-	// Placeholders such as {env.STATE_DIR} are expanded. Default: none, the
-	// state is kept in memory only (it survives `caddy reload`, not a
-	// restart) and enrolment is off.
+	// StateDir is the directory of Core's durable node state when this
+	// gateway is the only replica: the pools' run-time deployments
+	// (pools.json), the placements (placements.jsonl), and, with
+	// enrolment, the enrolled nodes and used enrolment tokens
+	// (enrolment.json). Created (mode 0700) when missing. Placeholders such
+	// as {env.STATE_DIR} are expanded. Default: none, the state is kept in
+	// memory only (it survives `caddy reload`, not a restart) and
+	// enrolment is off. Not with Store "kubernetes".
 	StateDir string `json:"state_dir,omitempty"`
+
+	// Store is where that durable node state lives: "file" (the default:
+	// state_dir, or memory without one) for one gateway, or "kubernetes"
+	// for several replicas: NodePool, NodePlacements, NodeEnrolmentToken
+	// and EnrolledNode objects (group nodes.sandgate.io) in the namespace
+	// of the sandgate app's kubernetes block, which is required, with
+	// only credential and token SHA-256s stored; the CRDs are
+	// deploy/portal/crds/ (docs/scale-out.md "Node state"). With
+	// "kubernetes" enrolment is on and state_dir is refused. Errors at
+	// provision: without the kubernetes block, with state_dir, an unknown
+	// value, or objects the apiserver does not let the gateway list.
+	Store string `json:"store,omitempty"`
 
 	// Releases is the release store directory (`caddy sandgate-release
 	// publish --store <dir>`), whose releases pools bind generations to and
@@ -269,8 +289,8 @@ func (a *App) provisionNodes(ctx caddy.Context) error {
 	if err := n.check(); err != nil {
 		return err
 	}
-	if n.CredentialsRaw == nil && n.StateDir == "" {
-		return errors.New("a node credential source (credentials file <path>) or a state_dir for enrolled nodes is required")
+	if n.CredentialsRaw == nil && n.StateDir == "" && n.Store != StoreKubernetes {
+		return errors.New("a node credential source (credentials file <path>), a state_dir or store kubernetes for enrolled nodes is required")
 	}
 	var stores credential.Merged
 	if n.CredentialsRaw != nil {
@@ -296,7 +316,11 @@ func (a *App) provisionNodes(ctx caddy.Context) error {
 	}
 	var store credential.Store = stores
 	if len(stores) == 1 {
-		store = stores[0]
+		// A Refresher stays in Merged, which asks it about the node IDs
+		// no view knows.
+		if _, refresher := stores[0].(credential.Refresher); !refresher {
+			store = stores[0]
+		}
 	}
 	a.nodeCredentials = store
 	if n.PresenceRaw != nil {

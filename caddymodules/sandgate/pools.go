@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/sandgate/sandgate/node/enrolment"
+	"github.com/sandgate/sandgate/node/kubestore"
 	"github.com/sandgate/sandgate/node/placement"
 	"github.com/sandgate/sandgate/node/pool"
 	"github.com/sandgate/sandgate/node/proto"
@@ -127,23 +128,61 @@ func (n *Nodes) poolSpecs(store *release.Store) (map[string]pool.Spec, error) {
 	return specs, nil
 }
 
-// provisionPools opens the state directory, the release store and the
-// pool registry, and checks (or, for the first config, applies) this
-// config's pools.
+// provisionPools opens the release store and the node state (the state
+// directory's files, or the Kubernetes store), and checks (or, for the
+// first config, applies) this config's pools.
 func (a *App) provisionPools() error {
 	n := a.Nodes
 	if err := n.checkPools(); err != nil {
 		return err
 	}
 	repl := caddy.NewReplacer()
+	if n.Releases != "" {
+		store, err := release.OpenStore(repl.ReplaceAll(n.Releases, ""))
+		if err != nil {
+			return fmt.Errorf("releases: %w", err)
+		}
+		a.releases = store
+	}
+	specs, err := n.poolSpecs(a.releases)
+	if err != nil {
+		return err
+	}
+	a.poolSpecs = specs
+	var loaded bool
+	switch n.Store {
+	case "", StoreFile:
+		loaded, err = a.provisionFileState(repl)
+	case StoreKubernetes:
+		loaded, err = a.provisionKubeState()
+	default:
+		return fmt.Errorf("store %q: must be file or kubernetes", n.Store)
+	}
+	if err != nil {
+		return err
+	}
+	if !loaded {
+		// The first config applies its pools at once, so that the hub
+		// never serves a generation-managing node without them.
+		_, err := a.pools.Configure(specs)
+		return err
+	}
+	return a.pools.Check(specs)
+}
+
+// provisionFileState opens the state directory's files (or the memory
+// stores without one); loaded reports that the pool registry was already
+// open (a reload).
+func (a *App) provisionFileState(repl *caddy.Replacer) (loaded bool, err error) {
+	n := a.Nodes
 	statePath := ""
 	if n.StateDir != "" {
 		dir, err := filepath.Abs(repl.ReplaceAll(n.StateDir, ""))
 		if err != nil {
-			return fmt.Errorf("state_dir: %w", err)
+			return false, fmt.Errorf("state_dir: %w", err)
 		}
 		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return fmt.Errorf("state_dir: %w", err)
+			return false, fmt.Errorf("state_dir: %w", err)
 		}
 		a.stateDir = dir
 		statePath = filepath.Join(dir, "pools.json")
@@ -156,7 +195,7 @@ func (a *App) provisionPools() error {
 			return pooledEnrolment{s}, nil
 		})
 		if err != nil {
-			return err
+			return false, err
 		}
 		a.enrolmentKey = enrolPath
 		a.enrolment = v.(pooledEnrolment).Store
@@ -176,23 +215,11 @@ func (a *App) provisionPools() error {
 		return pooledPlacements{f}, nil
 	})
 	if err != nil {
-		return err
+		return false, err
 	}
 	a.placementsKey = journal
 	a.placementsHeld = true
 	a.placements = pv.(pooledPlacements).Store
-	if n.Releases != "" {
-		store, err := release.OpenStore(repl.ReplaceAll(n.Releases, ""))
-		if err != nil {
-			return fmt.Errorf("releases: %w", err)
-		}
-		a.releases = store
-	}
-	specs, err := n.poolSpecs(a.releases)
-	if err != nil {
-		return err
-	}
-	a.poolSpecs = specs
 	key := "sandgate.node.pools:" + statePath
 	v, loaded, err := registries.LoadOrNew(key, func() (caddy.Destructor, error) {
 		r, err := pool.Open(statePath)
@@ -202,15 +229,56 @@ func (a *App) provisionPools() error {
 		return pooledRegistry{r}, nil
 	})
 	if err != nil {
-		return err
+		return false, err
 	}
 	a.poolsKey = key
 	a.pools = v.(pooledRegistry).Registry
-	if !loaded {
-		// The first config applies its pools at once, so that the hub
-		// never serves a generation-managing node without them.
-		_, err := a.pools.Configure(specs)
-		return err
+	return loaded, nil
+}
+
+// kubeStores holds the Kubernetes node stores across reloads, keyed by
+// the Portal cluster connection they use.
+var kubeStores = caddy.NewUsagePool()
+
+// pooledKubeStore closes the store's watches when no config holds it.
+type pooledKubeStore struct {
+	*kubestore.Store
+	pools *pool.Registry
+}
+
+// Destruct stops the store's watches.
+func (p pooledKubeStore) Destruct() error { return p.Close() }
+
+// provisionKubeState opens (or, on a reload, shares) the node state kept
+// in the Portal cluster (package node/kubestore); loaded reports that it
+// was already open.
+func (a *App) provisionKubeState() (loaded bool, err error) {
+	if a.portal == nil {
+		return false, errors.New("store kubernetes needs the sandgate app's kubernetes block (the Portal cluster connection)")
 	}
-	return a.pools.Check(specs)
+	if a.Nodes.StateDir != "" {
+		return false, errors.New("store kubernetes keeps the node state in the Portal cluster: remove state_dir")
+	}
+	key := "sandgate.node.kubestore:" + a.portalKey
+	pc := a.portal
+	log := a.logger.Named("nodes.store")
+	v, loaded, err := kubeStores.LoadOrNew(key, func() (caddy.Destructor, error) {
+		s, err := kubestore.Open(kubestore.Config{REST: pc.RESTConfig(), Namespace: pc.Namespace(), Context: pc.Context(), Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		reg, err := s.Pools()
+		if err != nil {
+			_ = s.Close()
+			return nil, err
+		}
+		return pooledKubeStore{Store: s, pools: reg}, nil
+	})
+	if err != nil {
+		return false, err
+	}
+	ks := v.(pooledKubeStore)
+	a.kubeStoreKey = key
+	a.pools, a.placements, a.enrolment = ks.pools, ks.Placements(), ks.Enrolment()
+	return loaded, nil
 }

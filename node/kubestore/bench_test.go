@@ -2,12 +2,16 @@ package kubestore_test
 
 import (
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/sandgate/sandgate/node/placement"
+	"github.com/sandgate/sandgate/node/pool"
+	"github.com/sandgate/sandgate/node/pool/pooltest"
 	"github.com/sandgate/sandgate/node/proto"
 )
 
@@ -72,4 +76,54 @@ func BenchmarkKubePlaceParallelNodes(b *testing.B) {
 
 func ref(i int) proto.Reference {
 	return proto.Reference{TenantID: "tenant", EnvironmentID: "env", AllocationID: fmt.Sprintf("alloc-%d", i)}
+}
+
+// BenchmarkDeploymentPropagation: the time from the start of a deployment
+// change through replica A's registry (Set returns once the NodePool is
+// written) until replica B's registry, fed by its watch, gives the new
+// deployment
+// (docs/scale-out.md "How fast a change reaches the other replicas"):
+// go test -run '^$' -bench BenchmarkDeploymentPropagation -benchtime 200x ./node/kubestore/
+func BenchmarkDeploymentPropagation(b *testing.B) {
+	ns := namespace(&testing.T{})
+	a, err := open(&testing.T{}, ns, nil, nil).Pools()
+	if err != nil {
+		b.Fatal(err)
+	}
+	r, err := open(&testing.T{}, ns, nil, nil).Pools()
+	if err != nil {
+		b.Fatal(err)
+	}
+	spec := pooltest.Spec7()
+	d := spec["default"]
+	d.Bindings = append(d.Bindings, pool.Binding{Generation: 8, SpecificationDigest: pooltest.D8})
+	spec["default"] = d
+	// Both replicas run the same config.
+	for _, x := range []*pool.Registry{a, r} {
+		if _, err := x.Configure(spec); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var total, worst time.Duration
+	for i := 0; b.Loop(); i++ {
+		target := int64(7 + i%2)
+		start := time.Now()
+		if _, err := a.Set("default", target, nil, nil); err != nil {
+			b.Fatal(err)
+		}
+		for {
+			if dep, ok := r.Deployment("default"); ok && dep.Generation == target {
+				break
+			}
+			if time.Since(start) > 30*time.Second {
+				b.Fatal("B did not see the change within 30s")
+			}
+			runtime.Gosched()
+		}
+		took := time.Since(start)
+		total += took
+		worst = max(worst, took)
+	}
+	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "µs-to-B/op")
+	b.ReportMetric(float64(worst.Microseconds()), "µs-to-B-max")
 }
