@@ -89,8 +89,8 @@ func (c *Client) Clusters(ctx context.Context) ([]Cluster, error) {
 
 // Check compares the relay's clusters with want (corectl's: ID, fixed
 // entry, and the managed Ingresses' host, "" for none): every wanted
-// cluster must be on the gateway with the same fixed entry (trailing
-// slashes aside) and, when the wanted host is set, a Host whose name
+// cluster must be on the gateway with the same fixed entry (SameEntry:
+// default ports, host case and trailing slashes aside) and, when the wanted host is set, a Host whose name
 // (HostName) is that host. The error wraps ErrMismatch and names every
 // disagreeing cluster with both values, or wraps ErrRelay.
 func (c *Client) Check(ctx context.Context, want []Cluster) error {
@@ -108,7 +108,7 @@ func (c *Client) Check(ctx context.Context, want []Cluster) error {
 		switch {
 		case !ok:
 			problems = append(problems, fmt.Sprintf("cluster %s: not on the gateway", w.ID))
-		case strings.TrimRight(g.FixedEntry, "/") != strings.TrimRight(w.FixedEntry, "/"):
+		case SameEntry(g.FixedEntry, w.FixedEntry) != nil:
 			problems = append(problems, fmt.Sprintf("cluster %s: the gateway's fixed entry is %s, corectl's %s", w.ID, g.FixedEntry, w.FixedEntry))
 		case w.Host != "" && HostName(g.Host) != HostName(w.Host):
 			problems = append(problems, fmt.Sprintf("cluster %s: the gateway sends Host %s, the managed Ingresses' host is %s (set host %s in the gateway's cluster block)",
@@ -281,4 +281,27 @@ func (t relayTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		Header: http.Header{}, Body: io.NopCloser(strings.NewReader(a.Body)), ContentLength: int64(len(a.Body)),
 		Request: req,
 	}, nil
+}
+
+// SameEntry returns nil when a and b name the same fixed entry: the same
+// scheme, host (case aside) and port (the scheme's default port written
+// or not) and the same path (trailing slashes aside); otherwise an error
+// saying they differ (either may also be unparsable).
+func SameEntry(a, b string) error {
+	ua, errA := url.Parse(a)
+	ub, errB := url.Parse(b)
+	if errA != nil || errB != nil {
+		return fmt.Errorf("%s and %s are not both URLs", a, b)
+	}
+	norm := func(u *url.URL) string {
+		port := u.Port()
+		if (u.Scheme == "http" && port == "80") || (u.Scheme == "https" && port == "443") {
+			port = ""
+		}
+		return strings.ToLower(u.Scheme) + "://" + strings.ToLower(u.Hostname()) + ":" + port + strings.TrimRight(u.EscapedPath(), "/")
+	}
+	if norm(ua) != norm(ub) {
+		return fmt.Errorf("%s is not %s", a, b)
+	}
+	return nil
 }

@@ -234,3 +234,16 @@ func TestTransport(t *testing.T) {
 		t.Fatalf("the fixed entry saw %q, want the echo and the ping of another Host", got)
 	}
 }
+
+func TestSameEntry(t *testing.T) {
+	for _, c := range [][2]string{{"http://h:80", "http://h"}, {"http://H.example/p/", "http://h.example/p"}, {"https://h:443/", "https://h"}} {
+		if err := SameEntry(c[0], c[1]); err != nil {
+			t.Errorf("%s ≠ %s: %v", c[0], c[1], err)
+		}
+	}
+	for _, c := range [][2]string{{"http://h:8080", "http://h"}, {"https://h", "http://h"}, {"http://h/p", "http://h/q"}, {"http://h", "http://g"}, {"http://h:80", "https://h:80"}} {
+		if SameEntry(c[0], c[1]) == nil {
+			t.Errorf("%s = %s", c[0], c[1])
+		}
+	}
+}
