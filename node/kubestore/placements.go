@@ -3,7 +3,7 @@ package kubestore
 import (
 	"context"
 	"fmt"
-	"sort"
+	"slices"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -154,19 +154,7 @@ func (p *Placements) List(nodeID string) []placement.Placement {
 	for k := range n.refs {
 		out = append(out, placement.Placement{NodeID: nodeID, Generation: k.gen, Reference: k.ref})
 	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.Generation != b.Generation {
-			return a.Generation < b.Generation
-		}
-		if a.Reference.TenantID != b.Reference.TenantID {
-			return a.Reference.TenantID < b.Reference.TenantID
-		}
-		if a.Reference.EnvironmentID != b.Reference.EnvironmentID {
-			return a.Reference.EnvironmentID < b.Reference.EnvironmentID
-		}
-		return a.Reference.AllocationID < b.Reference.AllocationID
-	})
+	slices.SortFunc(out, placement.Compare)
 	return out
 }
 
@@ -246,7 +234,7 @@ func (p *Placements) write(node string, batch []*op) {
 			obj.Spec.Placements = append(obj.Spec.Placements, v1.PlacedAllocation{Generation: k.gen,
 				TenantID: k.ref.TenantID, EnvironmentID: k.ref.EnvironmentID, AllocationID: k.ref.AllocationID})
 		}
-		sort.Slice(obj.Spec.Placements, func(i, j int) bool { return less(obj.Spec.Placements[i], obj.Spec.Placements[j]) })
+		slices.SortFunc(obj.Spec.Placements, compareAllocations)
 		var err error
 		switch {
 		case !exists:
@@ -316,17 +304,15 @@ func apply(cur *nodeSet, batch []*op) (*nodeSet, []result, bool) {
 	return next, rs, changed
 }
 
-func less(a, b v1.PlacedAllocation) bool {
-	if a.Generation != b.Generation {
-		return a.Generation < b.Generation
-	}
-	if a.TenantID != b.TenantID {
-		return a.TenantID < b.TenantID
-	}
-	if a.EnvironmentID != b.EnvironmentID {
-		return a.EnvironmentID < b.EnvironmentID
-	}
-	return a.AllocationID < b.AllocationID
+// compareAllocations orders a NodePlacements' list as placement.Compare
+// orders placements.
+func compareAllocations(a, b v1.PlacedAllocation) int {
+	return placement.Compare(placedOf(a), placedOf(b))
+}
+
+func placedOf(a v1.PlacedAllocation) placement.Placement {
+	return placement.Placement{Generation: a.Generation,
+		Reference: proto.Reference{TenantID: a.TenantID, EnvironmentID: a.EnvironmentID, AllocationID: a.AllocationID}}
 }
 
 var (

@@ -22,13 +22,14 @@ package placement
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"sync"
 
 	"github.com/sandgate/sandgate/internal/atomicfile"
@@ -43,6 +44,14 @@ type Placement struct {
 	Generation int64 `json:"generation"`
 	// Reference is the allocation's exact reference.
 	Reference proto.Reference `json:"reference"`
+}
+
+// Compare orders placements of one node as List returns them: by
+// generation, then tenant, environment and allocation ID (cmp.Compare's
+// -1, 0, +1; NodeID is not compared).
+func Compare(a, b Placement) int {
+	return cmp.Or(cmp.Compare(a.Generation, b.Generation), cmp.Compare(a.Reference.TenantID, b.Reference.TenantID),
+		cmp.Compare(a.Reference.EnvironmentID, b.Reference.EnvironmentID), cmp.Compare(a.Reference.AllocationID, b.Reference.AllocationID))
 }
 
 // Store records placements. Implementations are safe for concurrent use.
@@ -190,19 +199,7 @@ func (m *Memory) List(nodeID string) []Placement {
 		}
 	}
 	m.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.Generation != b.Generation {
-			return a.Generation < b.Generation
-		}
-		if a.Reference.TenantID != b.Reference.TenantID {
-			return a.Reference.TenantID < b.Reference.TenantID
-		}
-		if a.Reference.EnvironmentID != b.Reference.EnvironmentID {
-			return a.Reference.EnvironmentID < b.Reference.EnvironmentID
-		}
-		return a.Reference.AllocationID < b.Reference.AllocationID
-	})
+	slices.SortFunc(out, Compare)
 	return out
 }
 
