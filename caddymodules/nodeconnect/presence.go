@@ -15,6 +15,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandgate/sandgate/caddymodules/sandgate"
 	"github.com/sandgate/sandgate/gateway/portal"
@@ -76,6 +77,18 @@ type KubernetesPresence struct {
 	leasesKey   string // the Leases' key in leasesPool; "" when not held
 }
 
+// leaseRenewals counts the node Lease renewals of this process by result
+// (presence.RenewWritten, RenewLost, RenewFailed):
+//
+//	sandgate_node_lease_renewals_total{result}   counter: written, lost, failed
+//
+// With the defaults the replicas together write about nodes/renew_interval
+// a second; failed means the apiserver refused or did not answer.
+var leaseRenewals = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Namespace: "sandgate", Subsystem: "node", Name: "lease_renewals_total",
+	Help: "Node Lease renewals written, lost (another holder: the connection is closed) or failed (apiserver), by result.",
+}, []string{"result"})
+
 // leasesPool shares a replica's presence across config reloads, keyed by
 // the Portal cluster connection and the presence settings: a reload keeps
 // the Lease watch (readiness does not drop) and the epoch counter's group
@@ -99,10 +112,19 @@ func (KubernetesPresence) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{ID: "sandgate.node_presence.kubernetes", New: func() caddy.Module { return new(KubernetesPresence) }}
 }
 
-// Provision checks advertise and reads the peer tokens. Errors name the
-// setting; token values are never shown. Connect then binds the presence
-// to the Portal cluster.
-func (k *KubernetesPresence) Provision(caddy.Context) error {
+// Provision checks advertise, reads the peer tokens and registers
+// sandgate_node_lease_renewals_total in Caddy's metrics registry. Errors
+// name the setting; token values are never shown. Connect then binds the
+// presence to the Portal cluster.
+func (k *KubernetesPresence) Provision(ctx caddy.Context) error {
+	if reg := ctx.GetMetricsRegistry(); reg != nil {
+		if err := reg.Register(leaseRenewals); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return err
+			}
+		}
+	}
 	repl := caddy.NewReplacer()
 	adv := repl.ReplaceAll(k.Advertise, "")
 	u, err := url.Parse(adv)
@@ -130,7 +152,8 @@ func (k *KubernetesPresence) Connect(cluster *portal.Cluster) error {
 	v, _, err := leasesPool.LoadOrNew(key, func() (caddy.Destructor, error) {
 		l, err := presence.New(presence.Config{Leases: cluster.Clientset().CoordinationV1(),
 			Namespace: cluster.Namespace(), ReplicaID: cluster.Replica(), Address: k.address,
-			LeaseDuration: time.Duration(k.LeaseDuration), RenewInterval: time.Duration(k.RenewInterval)})
+			LeaseDuration: time.Duration(k.LeaseDuration), RenewInterval: time.Duration(k.RenewInterval),
+			Renewed: func(result string) { leaseRenewals.WithLabelValues(result).Inc() }})
 		if err != nil {
 			return nil, err
 		}

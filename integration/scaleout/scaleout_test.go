@@ -392,6 +392,18 @@ func TestScaleOut(t *testing.T) {
 	sort.Slice(epochs, func(i, j int) bool { return epochs[i] < epochs[j] })
 	t.Logf("%d distinct owner epochs, %d to %d", len(epochs), epochs[0], epochs[len(epochs)-1])
 
+	// The survivors renewed their nodes' Leases (their nodes heartbeat
+	// every 3 s, renewals are due every 4 s) and counted it.
+	for _, r := range []int{0, 2} {
+		m, err := scrape.Get(nil, urls[r]+"/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.Value("sandgate_node_lease_renewals_total", "result", "written"); got == 0 {
+			t.Errorf("replica-%d: sandgate_node_lease_renewals_total{written} = 0", r)
+		}
+	}
+
 	// The list through a survivor shows every node online, each with the
 	// replica holding it.
 	list, err := c.Nodes(ctx, 0)

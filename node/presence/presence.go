@@ -67,6 +67,18 @@ const (
 	KindEpoch = "owner-epoch"
 )
 
+// Results of Config.Renewed.
+const (
+	// RenewWritten: the Lease's renewTime was written.
+	RenewWritten = "written"
+	// RenewLost: the Lease names another holder or epoch, or is gone
+	// (hub.ErrLost: the connection is closed).
+	RenewLost = "lost"
+	// RenewFailed: the apiserver refused or did not answer; the next
+	// heartbeat tries again.
+	RenewFailed = "failed"
+)
+
 // DefaultLeaseDuration is Config.LeaseDuration's default: three heartbeat
 // periods of the protocol (10 s each).
 const DefaultLeaseDuration = 30 * time.Second
@@ -94,6 +106,11 @@ type Config struct {
 	// LeaseDuration/3 (every heartbeat with the defaults); the apiserver
 	// then takes nodes/RenewInterval Lease writes per second.
 	RenewInterval time.Duration
+	// Renewed, when set, is called after each renewal that wrote or
+	// tried to write a node's Lease (not for one skipped within
+	// RenewInterval), with RenewWritten, RenewLost or RenewFailed: for
+	// metrics (about nodes/RenewInterval writes per second are expected).
+	Renewed func(result string)
 	// Now is the clock (default time.Now). Lease expiry compares the
 	// Lease's renewTime, written by another replica's clock, with this
 	// one: the replicas' clocks must agree to well within LeaseDuration.
@@ -288,6 +305,22 @@ func (c *claim) Renew(ctx context.Context) error {
 	if c.l.cfg.Now().Sub(c.renewed) < c.l.cfg.RenewInterval*4/5 {
 		return nil
 	}
+	err := c.write(ctx)
+	if f := c.l.cfg.Renewed; f != nil {
+		switch {
+		case err == nil:
+			f(RenewWritten)
+		case errors.Is(err, hub.ErrLost):
+			f(RenewLost)
+		default:
+			f(RenewFailed)
+		}
+	}
+	return err
+}
+
+// write renews the Lease (Renew without the interval check; c.mu held).
+func (c *claim) write(ctx context.Context) error {
 	cl := c.l.client()
 	cur := c.lease
 	for range maxAttempts {

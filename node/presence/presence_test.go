@@ -183,8 +183,10 @@ func (l slowLease) Update(ctx context.Context, lease *coordinationv1.Lease, o me
 func TestRenewDueFromRenewTime(t *testing.T) {
 	ns := namespace(t)
 	var c clock
+	var results []string
 	l, err := New(Config{Leases: slowLeases{kube.CoordinationV1(), &c, 3 * time.Second}, Namespace: ns,
-		ReplicaID: "replica-a", Address: "http://replica-a:30086", Now: c.now})
+		ReplicaID: "replica-a", Address: "http://replica-a:30086", Now: c.now,
+		Renewed: func(r string) { results = append(results, r) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,6 +214,25 @@ func TestRenewDueFromRenewTime(t *testing.T) {
 			t.Fatalf("heartbeat %d: renewTime moved by %s, want the 10 s between heartbeats", hb+1, got)
 		}
 		last = lease.Spec.RenewTime.Time
+	}
+	if got := fmt.Sprint(results); got != "[written written written written]" {
+		t.Fatalf("Renewed saw %s, want four writes", got)
+	}
+	// A renewal within the renew interval writes nothing and reports
+	// nothing; once the Lease is gone, the next one reports it lost.
+	results = nil
+	if err := cl.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.CoordinationV1().Leases(ns).Delete(ctx, LeaseName(node), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.advance(10 * time.Second)
+	if err := cl.Renew(ctx); !errors.Is(err, hub.ErrLost) {
+		t.Fatalf("renewing a deleted Lease: %v", err)
+	}
+	if got := fmt.Sprint(results); got != "[lost]" {
+		t.Fatalf("Renewed saw %s, want one loss", got)
 	}
 }
 
