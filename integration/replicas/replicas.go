@@ -55,6 +55,14 @@ type Config struct {
 	Output func(i int) io.Writer
 	// Env is added to every gateway's environment.
 	Env []string
+	// NodeStore "kubernetes" keeps the replicas' node state (pools,
+	// enrolment, placements) in the apiserver of Kubeconfig (`store
+	// kubernetes`; the nodes.sandgate.io CRDs must be installed). Default:
+	// each replica's memory.
+	NodeStore string
+	// NodesExtra is added to every replica's nodes block as is (e.g. pool
+	// blocks). Default none.
+	NodesExtra string
 	// Admin turns on each replica's Caddy admin endpoint on a loopback
 	// port (Replica.Admin), for profiles (/debug/pprof/). Default off.
 	Admin bool
@@ -114,8 +122,14 @@ func FreePort() (string, error) {
 // with its admin endpoint on admin ("off": none).
 func (c *Cluster) caddyfile(cfg Config, id, port, admin string) string {
 	presence, kube := "", ""
+	if cfg.NodeStore != "" {
+		presence = "\n\t\t\tstore " + cfg.NodeStore
+	}
+	if cfg.NodesExtra != "" {
+		presence += "\n" + cfg.NodesExtra
+	}
 	if cfg.Kubeconfig != nil {
-		presence = fmt.Sprintf(`
+		presence += fmt.Sprintf(`
 			presence kubernetes {
 				advertise http://127.0.0.1:%s
 				peer_token_file %s
