@@ -153,11 +153,13 @@ func TestAcquireRenewRelease(t *testing.T) {
 }
 
 // slowLeases is a Leases client whose Update advances a clock by delay
-// (an apiserver that takes that long to write).
+// (an apiserver that takes that long to write), and fails while fail is
+// set.
 type slowLeases struct {
 	coordinationclient.LeasesGetter
 	clock *clock
 	delay time.Duration
+	fail  *atomic.Bool
 }
 
 func (s slowLeases) Leases(ns string) coordinationclient.LeaseInterface {
@@ -170,6 +172,9 @@ type slowLease struct {
 }
 
 func (l slowLease) Update(ctx context.Context, lease *coordinationv1.Lease, o metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	if l.s.fail != nil && l.s.fail.Load() {
+		return nil, errors.New("the apiserver is unavailable")
+	}
 	got, err := l.LeaseInterface.Update(ctx, lease, o)
 	l.s.clock.advance(l.s.delay)
 	return got, err
@@ -184,7 +189,8 @@ func TestRenewDueFromRenewTime(t *testing.T) {
 	ns := namespace(t)
 	var c clock
 	var results []string
-	l, err := New(Config{Leases: slowLeases{kube.CoordinationV1(), &c, 3 * time.Second}, Namespace: ns,
+	var failing atomic.Bool
+	l, err := New(Config{Leases: slowLeases{kube.CoordinationV1(), &c, 3 * time.Second, &failing}, Namespace: ns,
 		ReplicaID: "replica-a", Address: "http://replica-a:30086", Now: c.now,
 		Renewed: func(r string) { results = append(results, r) }})
 	if err != nil {
@@ -233,6 +239,25 @@ func TestRenewDueFromRenewTime(t *testing.T) {
 	}
 	if got := fmt.Sprint(results); got != "[lost]" {
 		t.Fatalf("Renewed saw %s, want one loss", got)
+	}
+	// An apiserver that refuses the write: failed (not lost; the next
+	// heartbeat tries again and succeeds).
+	other, err := l.Acquire(ctx, uuid.NewString(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	results = nil
+	failing.Store(true)
+	c.advance(10 * time.Second)
+	if err := other.Renew(ctx); err == nil || errors.Is(err, hub.ErrLost) {
+		t.Fatalf("renewing while the apiserver refuses: %v", err)
+	}
+	failing.Store(false)
+	if err := other.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(results); got != "[failed written]" {
+		t.Fatalf("Renewed saw %s, want a failure, then a write", got)
 	}
 }
 
