@@ -103,7 +103,10 @@ func TestPresenceAcrossReplicas(t *testing.T) {
 	if b.status(nodeA).State != StateDisconnected {
 		t.Fatalf("replica B keeps a slot after the 409: %+v", b.status(nodeA))
 	}
+	// One renewal runs at a time and a heartbeat that arrives meanwhile
+	// skips its own, so each beat waits for its renewal.
 	n.beat(health(true, ""))
+	waitFor(t, "one renewal", func() bool { return store.get(func(s *fakeStore) int { return s.renews[nodeA] }) == 1 })
 	n.beat(health(true, ""))
 	waitFor(t, "two renewals", func() bool { return store.get(func(s *fakeStore) int { return s.renews[nodeA] }) == 2 })
 	if !a.status(nodeA).Online {

@@ -26,9 +26,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"sort"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/sandgate/sandgate/node/proto"
 )
@@ -169,8 +171,14 @@ type Backend interface {
 }
 
 // maxAttempts bounds how often a change is computed again after a Save
-// found the state changed elsewhere.
-const maxAttempts = 8
+// found the state changed elsewhere. Each such conflict means another
+// replica's change was stored, so the bound is only reached when other
+// replicas store this many changes while this one reloads and recomputes;
+// between attempts the registry waits a random 0..attempt×retryStep.
+const maxAttempts = 32
+
+// retryStep scales the random wait before a change is computed again.
+const retryStep = 5 * time.Millisecond
 
 // Registry holds the pools. Its methods are safe for concurrent use.
 type Registry struct {
@@ -402,6 +410,7 @@ func (r *Registry) change(f func(next map[string]*State) ([]string, error)) (bef
 		if attempt >= maxAttempts {
 			return nil, nil, nil, fmt.Errorf("%w: %d concurrent changes in a row: %v", ErrState, attempt, err)
 		}
+		time.Sleep(rand.N(time.Duration(attempt) * retryStep))
 		fresh, lerr := r.backend.Load()
 		if lerr != nil {
 			return nil, nil, nil, lerr
