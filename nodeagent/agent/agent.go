@@ -63,6 +63,14 @@ type Timers struct {
 	// BackoffMin and BackoffMax bound the reconnect backoff (defaults 1 s
 	// and 60 s).
 	BackoffMin, BackoffMax time.Duration
+	// ShutdownGrace bounds the drain when Run's context ends on a welcomed
+	// connection (default 10 s): requests already queued or running
+	// complete and their responses are sent, new ones are answered
+	// unconfirmed without running, and when none is left or the grace
+	// runs out the node closes with 1001 (going away). Responses of
+	// operations still running when the grace runs out are not sent (Core
+	// treats their outcome as unknown).
+	ShutdownGrace time.Duration
 }
 
 // DefaultTimers returns the spec's timers.
@@ -75,6 +83,8 @@ func DefaultTimers() Timers {
 		Probe:      5 * time.Second,
 		BackoffMin: time.Second,
 		BackoffMax: time.Minute,
+
+		ShutdownGrace: 10 * time.Second,
 	}
 }
 
@@ -189,6 +199,7 @@ func New(cfg Config) (*Agent, error) {
 	}{
 		{&t.Heartbeat, def.Heartbeat}, {&t.Idle, def.Idle}, {&t.Handshake, def.Handshake}, {&t.Write, def.Write},
 		{&t.Probe, def.Probe}, {&t.BackoffMin, def.BackoffMin}, {&t.BackoffMax, def.BackoffMax},
+		{&t.ShutdownGrace, def.ShutdownGrace},
 	} {
 		if *p.v <= 0 {
 			*p.v = p.d
@@ -250,7 +261,8 @@ func (a *Agent) connectURL() string {
 }
 
 // Run connects to Core and serves it until ctx ends (it then returns
-// ctx.Err()) or Core rejects the credential (ErrRejected). Every other
+// ctx.Err(), after draining a welcomed connection for at most
+// Timers.ShutdownGrace: see Timers.ShutdownGrace) or Core rejects the credential (ErrRejected). Every other
 // failure — a refused or dropped connection, any other HTTP status
 // (a proxy's 403 included), a protocol violation by either side — closes
 // the connection and is retried after a jittered, exponentially growing

@@ -33,6 +33,8 @@ type node struct {
 	cfg   agent.Config
 	state *state.Dir
 	errc  chan error
+	// cancel ends Run's context, as SIGTERM does in the binary.
+	cancel context.CancelFunc
 }
 
 // quickTimers reconnect at once and send no heartbeat unless a test asks.
@@ -68,7 +70,7 @@ func startNode(t *testing.T, core *fakecore.Core, p provider.Provider, edit func
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	n := &node{a: a, cfg: cfg, state: st, errc: make(chan error, 1)}
+	n := &node{a: a, cfg: cfg, state: st, errc: make(chan error, 1), cancel: cancel}
 	go func() { n.errc <- a.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()

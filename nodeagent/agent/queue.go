@@ -28,6 +28,9 @@ import (
 //     slots are taken the connection closes — and its budget starts: the
 //     deadline is arrived + timeout_ms on the node's clock, and it runs
 //     while the request waits for one of MaxActive workers.
+//
+// While the session drains (Run's context ended), a request that passes
+// check 1 is answered unconfirmed without running.
 func (s *session) request(r *proto.Request, decodeErr error, arrived time.Time) error {
 	switch {
 	case r.ConnectionID != s.connectionID:
@@ -38,6 +41,17 @@ func (s *session) request(r *proto.Request, decodeErr error, arrived time.Time) 
 		return violation("request sequence is not the previous one plus 1")
 	}
 	s.lastSequence = r.Sequence
+	if !s.admit() {
+		// Draining: the request is not run; its outcome is unknown to
+		// Core, which never replays it.
+		return s.respond(failure(r, proto.ErrUnconfirmed), r.Operation)
+	}
+	admitted := true
+	defer func() {
+		if admitted {
+			s.finished()
+		}
+	}()
 
 	if u, ok := s.a.cfg.Provider.Declaration().Unsupported(r.Operation); ok {
 		return s.respond(&proto.Response{ID: r.ID, ConnectionID: r.ConnectionID, ErrorCode: proto.ErrUnsupported, Unsupported: &u}, r.Operation)
@@ -67,6 +81,7 @@ func (s *session) request(r *proto.Request, decodeErr error, arrived time.Time) 
 		return &protocolError{code: websocket.ClosePolicyViolation, reason: "request queue full"}
 	}
 	deadline := arrived.Add(time.Duration(r.TimeoutMS) * time.Millisecond)
+	admitted = false // run counts it out
 	go s.a.run(s, r, deadline, call)
 	return nil
 }
@@ -85,6 +100,7 @@ func failure(r *proto.Request, code proto.ErrorCode) *proto.Response {
 // while it waits is answered unconfirmed without running.
 func (a *Agent) run(s *session, r *proto.Request, deadline time.Time, call *generation.Call) {
 	defer func() { <-a.slots }()
+	defer s.finished() // after the response was sent, before the slot is freed
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	release := func() {

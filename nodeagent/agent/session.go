@@ -33,10 +33,87 @@ type session struct {
 	done      chan struct{} // closed when the connection is finished
 	closeOnce sync.Once
 	wg        sync.WaitGroup // the heartbeat goroutine
+
+	// drainMu guards inFlight, draining and idle: inFlight counts this
+	// connection's requests that took a queue slot and have not yet been
+	// answered (or dropped); once draining, no request is admitted and
+	// idle is closed when inFlight reaches 0.
+	drainMu  sync.Mutex
+	inFlight int
+	draining bool
+	idle     chan struct{}
+	welcomed bool
 }
 
 func newSession(a *Agent, conn *websocket.Conn) *session {
-	return &session{a: a, conn: conn, done: make(chan struct{})}
+	return &session{a: a, conn: conn, done: make(chan struct{}), idle: make(chan struct{})}
+}
+
+// errGoingAway closes a drained connection (or one whose drain grace ran
+// out) with 1001: the node is shutting down.
+var errGoingAway = &protocolError{code: websocket.CloseGoingAway, reason: "node shutting down"}
+
+// stop is called when Run's context ends: before welcome the connection
+// closes at once; after it, the session drains (see Timers.ShutdownGrace).
+func (s *session) stop(cause error) {
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	s.drainMu.Lock()
+	if !s.welcomed {
+		s.drainMu.Unlock()
+		s.shutdown(cause)
+		return
+	}
+	s.draining = true
+	n := s.inFlight
+	if n == 0 {
+		close(s.idle)
+	}
+	s.drainMu.Unlock()
+	s.a.log.Info("draining", "in_flight", n, "grace", s.a.cfg.Timers.ShutdownGrace)
+	// Not in wg: the goroutine ends with the connection (done).
+	go func() {
+		t := time.NewTimer(s.a.cfg.Timers.ShutdownGrace)
+		defer t.Stop()
+		select {
+		case <-s.idle:
+			s.a.log.Info("drained")
+		case <-t.C:
+			s.drainMu.Lock()
+			n := s.inFlight
+			s.drainMu.Unlock()
+			s.a.log.Info("drain grace expired", "in_flight", n)
+		case <-s.done:
+			return
+		}
+		s.shutdown(errGoingAway)
+	}()
+}
+
+// admit counts a request into the connection's in-flight requests; it
+// returns false, counting nothing, while the session drains.
+func (s *session) admit() bool {
+	s.drainMu.Lock()
+	defer s.drainMu.Unlock()
+	if s.draining {
+		return false
+	}
+	s.inFlight++
+	return true
+}
+
+// finished counts an admitted request out, after its response was sent
+// or dropped.
+func (s *session) finished() {
+	s.drainMu.Lock()
+	defer s.drainMu.Unlock()
+	s.inFlight--
+	if s.draining && s.inFlight == 0 {
+		close(s.idle)
+	}
 }
 
 // protocolError is a reason to close the connection; its text is fixed and
@@ -57,8 +134,8 @@ func violation(reason string) error {
 // connection ends. It reports whether Core welcomed the node.
 func (s *session) serve(ctx context.Context, fingerprint string) (welcomed bool, err error) {
 	defer func() { s.close(err) }()
-	stop := context.AfterFunc(ctx, func() { s.shutdown(ctx.Err()) })
-	defer stop()
+	stopAfter := context.AfterFunc(ctx, func() { s.stop(ctx.Err()) })
+	defer stopAfter()
 
 	s.conn.SetReadLimit(proto.MaxRequestFrame)
 	cfg := &s.a.cfg
@@ -106,6 +183,9 @@ func (s *session) serve(ctx context.Context, fingerprint string) (welcomed bool,
 		return false, violation("owner epoch lower than one already accepted")
 	}
 	s.connectionID, s.ownerEpoch = w.ConnectionID, w.OwnerEpoch
+	s.drainMu.Lock()
+	s.welcomed = true
+	s.drainMu.Unlock()
 	s.a.log.Info("connected", "connection_id", s.connectionID, "owner_epoch", s.ownerEpoch)
 	if w.Deployment != nil {
 		// Only now, with the connection's deployment, may the node
@@ -114,7 +194,8 @@ func (s *session) serve(ctx context.Context, fingerprint string) (welcomed bool,
 	}
 
 	s.wg.Add(1)
-	go s.heartbeats(ctx)
+	// Heartbeats continue while the session drains after ctx ends.
+	go s.heartbeats(context.WithoutCancel(ctx))
 	for {
 		f, arrived, err := s.read()
 		if err != nil {
@@ -302,14 +383,16 @@ func (s *session) close(cause error) {
 }
 
 // shutdown ends the connection once: a protocol error is announced to Core
-// in a close frame with its fixed reason. Queued operations of the
-// connection are dropped; running ones finish and their responses are
-// discarded.
+// in a close frame with its fixed reason (1001 after a drain). Queued
+// operations of the connection are dropped; running ones finish and their
+// responses are discarded.
 func (s *session) shutdown(cause error) {
 	s.closeOnce.Do(func() {
 		var pe *protocolError
 		if errors.As(cause, &pe) {
-			s.a.log.Warn("closing the connection", "reason", pe.reason)
+			if pe != errGoingAway {
+				s.a.log.Warn("closing the connection", "reason", pe.reason)
+			}
 			s.writeMu.Lock()
 			msg := websocket.FormatCloseMessage(pe.code, pe.reason)
 			s.conn.WriteControl(websocket.CloseMessage, msg, time.Now().Add(s.a.cfg.Timers.Write))

@@ -59,6 +59,11 @@ type Timers struct {
 	BackoffMin Duration `toml:"backoff_min"`
 	// BackoffMax is the longest reconnect wait; default 1m.
 	BackoffMax Duration `toml:"backoff_max"`
+	// ShutdownGrace bounds the drain on SIGINT/SIGTERM: operations queued
+	// or running finish and their responses are sent, new requests are
+	// answered unconfirmed, then the node closes with 1001; default 10s.
+	// The systemd unit's TimeoutStopSec must be longer.
+	ShutdownGrace Duration `toml:"shutdown_grace"`
 }
 
 // Config is nodeagent's configuration.
@@ -136,6 +141,8 @@ func Defaults() Config {
 			Probe:      Duration(5 * time.Second),
 			BackoffMin: Duration(time.Second),
 			BackoffMax: Duration(time.Minute),
+
+			ShutdownGrace: Duration(10 * time.Second),
 		},
 	}
 }
@@ -216,6 +223,8 @@ var settings = []setting{
 		dur(func(c *Config) *Duration { return &c.Timers.BackoffMin })},
 	{"backoff-max", "longest reconnect wait (file: timers.backoff_max; default 1m)",
 		dur(func(c *Config) *Duration { return &c.Timers.BackoffMax })},
+	{"shutdown-grace", "on SIGINT/SIGTERM, how long running operations may finish and send their responses before the node closes (file: timers.shutdown_grace; default 10s)",
+		dur(func(c *Config) *Duration { return &c.Timers.ShutdownGrace })},
 }
 
 // ErrHelp is returned by Load when --help was asked for; the usage has
@@ -491,7 +500,8 @@ func (c *Config) Validate() error {
 		name string
 		v    Duration
 	}{{"heartbeat", t.Heartbeat}, {"idle", t.Idle}, {"handshake", t.Handshake}, {"write", t.Write},
-		{"probe", t.Probe}, {"backoff_min", t.BackoffMin}, {"backoff_max", t.BackoffMax}} {
+		{"probe", t.Probe}, {"backoff_min", t.BackoffMin}, {"backoff_max", t.BackoffMax},
+		{"shutdown_grace", t.ShutdownGrace}} {
 		if d.v <= 0 {
 			return fmt.Errorf("config: timers.%s must be positive", d.name)
 		}

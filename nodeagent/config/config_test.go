@@ -31,6 +31,24 @@ deployment_generation = 4
 specification_digest = "` + digest + `"
 `
 
+func TestShutdownGraceFromFileAndFlag(t *testing.T) {
+	path := writeFile(t, minimal+"[timers]\nshutdown_grace = \"25s\"\n")
+	c, err := Load([]string{"--config", path}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Duration(c.Timers.ShutdownGrace) != 25*time.Second {
+		t.Errorf("file timers.shutdown_grace: %v, want 25s", time.Duration(c.Timers.ShutdownGrace))
+	}
+	c, err = Load([]string{"--config", path, "--shutdown-grace", "3s"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Duration(c.Timers.ShutdownGrace) != 3*time.Second {
+		t.Errorf("--shutdown-grace did not override: %v, want 3s", time.Duration(c.Timers.ShutdownGrace))
+	}
+}
+
 func TestFileDefaultsAndFlagOverrides(t *testing.T) {
 	path := writeFile(t, minimal+`max_active = 6
 
@@ -54,6 +72,9 @@ heartbeat = "5s"
 	d := Defaults()
 	if c.StateDir != d.StateDir || c.Timers.Write != d.Timers.Write || c.Timers.BackoffMax != d.Timers.BackoffMax || c.LogLevel != "info" {
 		t.Errorf("defaults lost: %+v", c)
+	}
+	if time.Duration(c.Timers.ShutdownGrace) != 10*time.Second {
+		t.Errorf("default shutdown_grace %v, want 10s", time.Duration(c.Timers.ShutdownGrace))
 	}
 	if time.Duration(d.Timers.Heartbeat) != 10*time.Second || time.Duration(d.Timers.Idle) != 35*time.Second {
 		t.Errorf("spec defaults: %+v", d.Timers)
@@ -89,6 +110,8 @@ func TestRefusals(t *testing.T) {
 		"heartbeat over idle": {minimal, []string{"--heartbeat", "40s"}, "timers.heartbeat"},
 		"negative timer":      {minimal, []string{"--write-timeout", "-1s"}, "timers.write"},
 		"backoff inverted":    {minimal, []string{"--backoff-min", "2m"}, "backoff_max"},
+		"zero shutdown grace": {minimal, []string{"--shutdown-grace", "0s"}, "timers.shutdown_grace must be positive"},
+		"negative grace file": {minimal + "[timers]\nshutdown_grace = \"-1s\"\n", nil, "timers.shutdown_grace must be positive"},
 		"bad duration":        {minimal, []string{"--probe-timeout", "soon"}, "--probe-timeout"},
 		"bad log level":       {minimal, []string{"--log-level", "loud"}, "log_level"},
 		"stray argument":      {minimal, []string{"extra"}, "unexpected argument"},

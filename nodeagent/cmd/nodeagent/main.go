@@ -180,6 +180,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			Probe:      time.Duration(t.Probe),
 			BackoffMin: time.Duration(t.BackoffMin),
 			BackoffMax: time.Duration(t.BackoffMax),
+
+			ShutdownGrace: time.Duration(t.ShutdownGrace),
 		},
 	})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/gorilla/websocket"
 
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodeagent/internal/dockertest"
@@ -80,9 +81,22 @@ func TestSignalStopsWithZero(t *testing.T) {
 		t.Errorf("hello = %+v", h)
 	}
 	conn.Welcome(1)
+	// A round trip proves the welcome was processed: the connection is
+	// then drained on cancellation and closed with 1001.
+	r := conn.NewRequest(proto.OpInfo, 2, 10000, proto.Reference{TenantID: "t1", EnvironmentID: "e1", AllocationID: "a1"})
+	conn.Send(r)
+	if resp := conn.Response(); resp.ID != r.ID {
+		t.Fatalf("response %+v to request %s", resp, r.ID)
+	}
 	cancel()
+	if code := conn.Closed(); code != websocket.CloseGoingAway {
+		t.Fatalf("close code %d after cancellation, want %d (going away)", code, websocket.CloseGoingAway)
+	}
 	if code := <-done; code != exitOK {
 		t.Fatalf("exit status %d after cancellation; stderr:\n%s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), `"draining"`) && !strings.Contains(stderr.String(), "msg=draining") {
+		t.Errorf("no draining log line:\n%s", stderr.String())
 	}
 	if strings.Contains(stderr.String(), "cred\n") || strings.Contains(stderr.String(), "Bearer") {
 		t.Fatalf("the credential appears in the log:\n%s", stderr.String())
@@ -95,7 +109,7 @@ func TestHelpAndConfigErrors(t *testing.T) {
 		t.Fatalf("--help: status %d", code)
 	}
 	for _, flag := range []string{"-core-origin", "-node-id", "-credential-file", "-state-dir", "-docker-endpoint",
-		"-heartbeat", "-idle-timeout", "-backoff-min", "-backoff-max", "-print-identity", "Exit status"} {
+		"-heartbeat", "-idle-timeout", "-backoff-min", "-backoff-max", "-shutdown-grace", "-print-identity", "Exit status"} {
 		if !strings.Contains(out.String(), flag) {
 			t.Errorf("--help does not explain %s", flag)
 		}

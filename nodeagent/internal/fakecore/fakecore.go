@@ -307,5 +307,31 @@ func (c *Conn) Closed() int {
 	}
 }
 
+// Rest waits until the node closes the connection and returns the frames
+// that arrived before the close, in order, and the close code it sent (0
+// when it closed without a close frame).
+func (c *Conn) Rest() ([]proto.Frame, int) {
+	c.t.Helper()
+	var rest []proto.Frame
+	for {
+		select {
+		case f := <-c.frames:
+			rest = append(rest, f)
+		case <-c.closed:
+			for {
+				select {
+				case f := <-c.frames:
+					rest = append(rest, f)
+				default:
+					return rest, c.CloseCode
+				}
+			}
+		case <-time.After(Wait):
+			c.t.Fatalf("the node did not close the connection within %v", Wait)
+			return rest, 0
+		}
+	}
+}
+
 // Close closes the connection from Core's side.
 func (c *Conn) Close() { c.ws.Close() }
