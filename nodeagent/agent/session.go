@@ -34,10 +34,12 @@ type session struct {
 	closeOnce sync.Once
 	wg        sync.WaitGroup // the heartbeat goroutine
 
-	// drainMu guards inFlight, draining and idle: inFlight counts this
-	// connection's requests that took a queue slot and have not yet been
-	// answered (or dropped); once draining, no request is admitted and
-	// idle is closed when inFlight reaches 0.
+	// drainMu guards inFlight, draining, idle and welcomed: inFlight
+	// counts this connection's admitted requests that are being checked,
+	// queued or running and whose response was not yet sent (or dropped);
+	// once draining, no request is admitted and idle is closed when
+	// inFlight reaches 0. welcomed is set once Core's welcome was
+	// accepted: only then does the session drain instead of closing.
 	drainMu  sync.Mutex
 	inFlight int
 	draining bool
