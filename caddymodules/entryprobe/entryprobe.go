@@ -6,8 +6,6 @@
 package entryprobe
 
 import (
-	"crypto/sha256"
-	"errors"
 	"fmt"
 	"net/http"
 
@@ -17,8 +15,8 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/sandgate/sandgate/caddymodules/sandgate"
+	"github.com/sandgate/sandgate/caddymodules/tokendigest"
 	"github.com/sandgate/sandgate/gateway/entryprobe"
-	"github.com/sandgate/sandgate/node/credential"
 )
 
 func init() {
@@ -60,17 +58,9 @@ func (Relay) CaddyModule() caddy.ModuleInfo {
 // app's clusters and data-plane transport. Errors name a bad digest by
 // index, never its value.
 func (h *Relay) Provision(ctx caddy.Context) error {
-	if len(h.TokenSHA256) == 0 {
-		return errors.New("at least one token_sha256 is required")
-	}
-	repl := caddy.NewReplacer()
-	tokens := make([][sha256.Size]byte, 0, len(h.TokenSHA256))
-	for i, s := range h.TokenSHA256 {
-		d, err := credential.ParseDigest(repl.ReplaceAll(s, ""))
-		if err != nil {
-			return fmt.Errorf("token_sha256[%d]: must be 64 lowercase hexadecimal digits", i)
-		}
-		tokens = append(tokens, d)
+	tokens, err := tokendigest.Parse(h.TokenSHA256)
+	if err != nil {
+		return err
 	}
 	a, err := ctx.App(sandgate.AppName)
 	if err != nil {
@@ -107,34 +97,9 @@ func parseRelay(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //
 // token_sha256 is required and may repeat (token rotation).
 func (h *Relay) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // directive name
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	for d.NextBlock(0) {
-		switch d.Val() {
-		case "token_sha256":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			v := d.Val()
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-			for _, old := range h.TokenSHA256 {
-				if old == v {
-					return d.Err("token_sha256 already specified")
-				}
-			}
-			h.TokenSHA256 = append(h.TokenSHA256, v)
-		default:
-			return d.Errf("unrecognized fixed_entry_probe subdirective %q", d.Val())
-		}
-	}
-	if len(h.TokenSHA256) == 0 {
-		return d.Err("fixed_entry_probe needs at least one token_sha256")
-	}
-	return nil
+	tokens, err := tokendigest.UnmarshalBlock(d, "fixed_entry_probe")
+	h.TokenSHA256 = append(h.TokenSHA256, tokens...)
+	return err
 }
 
 // Interface guards.

@@ -1,16 +1,13 @@
 package nodeconnect
 
 import (
-	"crypto/sha256"
-	"errors"
-	"fmt"
 	"net/http"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/sandgate/sandgate/caddymodules/tokendigest"
 	"github.com/sandgate/sandgate/node/api"
-	"github.com/sandgate/sandgate/node/credential"
 )
 
 // API is the "sandbox_node_api" handler: the internal node API (package
@@ -40,17 +37,9 @@ func (API) CaddyModule() caddy.ModuleInfo {
 // Provision parses the token digests and finds the sandgate app's node
 // hub. Errors name the bad digest by index, never its value.
 func (h *API) Provision(ctx caddy.Context) error {
-	if len(h.TokenSHA256) == 0 {
-		return errors.New("at least one token_sha256 is required")
-	}
-	repl := caddy.NewReplacer()
-	tokens := make([][sha256.Size]byte, 0, len(h.TokenSHA256))
-	for i, s := range h.TokenSHA256 {
-		d, err := credential.ParseDigest(repl.ReplaceAll(s, ""))
-		if err != nil {
-			return fmt.Errorf("token_sha256[%d]: must be 64 lowercase hexadecimal digits", i)
-		}
-		tokens = append(tokens, d)
+	tokens, err := tokendigest.Parse(h.TokenSHA256)
+	if err != nil {
+		return err
 	}
 	app, err := sandgateApp(ctx)
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/sandgate/sandgate/caddymodules/tokendigest"
 )
 
 func init() {
@@ -52,34 +54,9 @@ func (h *Connect) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 //
 // token_sha256 is required and may repeat (token rotation).
 func (h *API) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // directive name
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	for d.NextBlock(0) {
-		switch d.Val() {
-		case "token_sha256":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			v := d.Val()
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-			for _, old := range h.TokenSHA256 {
-				if old == v {
-					return d.Err("token_sha256 already specified")
-				}
-			}
-			h.TokenSHA256 = append(h.TokenSHA256, v)
-		default:
-			return d.Errf("unrecognized sandbox_node_api subdirective %q", d.Val())
-		}
-	}
-	if len(h.TokenSHA256) == 0 {
-		return d.Err("sandbox_node_api needs at least one token_sha256")
-	}
-	return nil
+	tokens, err := tokendigest.UnmarshalBlock(d, "sandbox_node_api")
+	h.TokenSHA256 = append(h.TokenSHA256, tokens...)
+	return err
 }
 
 // Interface guards.
