@@ -23,6 +23,16 @@ else
     | grep -v '/node_modules/' | xargs -r -n1 dirname | sort -u)
 fi
 
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+# fuzz_once runs one target for $fuzztime, its output on stdout and in $out.
+fuzz_once() {
+  # shellcheck disable=SC2086 # FUZZFLAGS is a list of flags
+  $GO test -run '^$' -fuzz "^${2}\$" -fuzztime "$fuzztime" ${FUZZFLAGS:-} "$1" 2>&1 | tee "$out"
+  return "${PIPESTATUS[0]}"
+}
+
 failed=()
 count=0
 start=$SECONDS
@@ -31,9 +41,19 @@ for pkg in "${pkgs[@]}"; do
   for target in "${targets[@]}"; do
     count=$((count + 1))
     echo "fuzz: $pkg $target for $fuzztime"
-    # shellcheck disable=SC2086 # FUZZFLAGS is a list of flags
-    if ! $GO test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" ${FUZZFLAGS:-} "$pkg"; then
-      failed+=("$pkg $target")
+    if ! fuzz_once "$pkg" "$target"; then
+      # go test's fuzzing can end with "context deadline exceeded" and no
+      # failing input when -fuzztime runs out while the coordinator still
+      # waits for a worker (golang/go#75804, fixed in Go 1.27; go.mod is on
+      # 1.26).
+      # That is not a finding: run the target once more. A real failure
+      # always writes its input ("Failing input written to …").
+      if grep -q 'context deadline exceeded' "$out" && ! grep -q 'Failing input written' "$out"; then
+        echo "fuzz: $pkg $target: the fuzz time ran out mid-exchange with no failing input; running it once more"
+        fuzz_once "$pkg" "$target" || failed+=("$pkg $target")
+      else
+        failed+=("$pkg $target")
+      fi
     fi
   done
 done
