@@ -4,6 +4,8 @@
 package bearer
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
 	"net/http"
 	"strings"
 )
@@ -23,4 +25,21 @@ func FromRequest(r *http.Request) (credential string, ok bool) {
 		return "", false
 	}
 	return cred, true
+}
+
+// MatchesDigest reports whether r carries a bearer credential (as
+// FromRequest reads it) whose SHA-256 equals one of digests. Every digest
+// is compared, in constant time, so the answer's timing says nothing about
+// which one matched or how close a wrong credential came. No digests: false.
+func MatchesDigest(r *http.Request, digests [][sha256.Size]byte) bool {
+	tok, ok := FromRequest(r)
+	if !ok {
+		return false
+	}
+	d := sha256.Sum256([]byte(tok))
+	match := 0
+	for i := range digests {
+		match |= subtle.ConstantTimeCompare(d[:], digests[i][:])
+	}
+	return match == 1
 }

@@ -1,6 +1,7 @@
 package bearer
 
 import (
+	"crypto/sha256"
 	"net/http"
 	"testing"
 )
@@ -31,6 +32,35 @@ func TestFromRequest(t *testing.T) {
 			got, ok := FromRequest(r)
 			if got != tc.want || ok != tc.ok {
 				t.Fatalf("FromRequest = %q, %v; want %q, %v", got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+// TestMatchesDigest: the credential's SHA-256 must equal one of the
+// digests; a malformed header, another credential or no digests → false.
+func TestMatchesDigest(t *testing.T) {
+	a, b := sha256.Sum256([]byte("token-a")), sha256.Sum256([]byte("token-b"))
+	for _, tc := range []struct {
+		name    string
+		header  string
+		digests [][sha256.Size]byte
+		want    bool
+	}{
+		{"first of two", "Bearer token-a", [][sha256.Size]byte{a, b}, true},
+		{"second of two", "bearer token-b", [][sha256.Size]byte{a, b}, true},
+		{"another credential", "Bearer token-c", [][sha256.Size]byte{a, b}, false},
+		{"no digests", "Bearer token-a", nil, false},
+		{"malformed header", "Basic token-a", [][sha256.Size]byte{a}, false},
+		{"no header", "", [][sha256.Size]byte{a}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, _ := http.NewRequest("GET", "http://127.0.0.1/", nil)
+			if tc.header != "" {
+				r.Header.Set("Authorization", tc.header)
+			}
+			if got := MatchesDigest(r, tc.digests); got != tc.want {
+				t.Fatalf("MatchesDigest = %v, want %v", got, tc.want)
 			}
 		})
 	}

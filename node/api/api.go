@@ -18,7 +18,6 @@ package api
 
 import (
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"io"
@@ -282,18 +281,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (h *Handler) authorized(r *http.Request) bool {
-	tok, ok := bearer.FromRequest(r)
-	if !ok {
-		return false
-	}
-	d := sha256.Sum256([]byte(tok))
-	match := 0
-	for i := range h.Tokens {
-		match |= subtle.ConstantTimeCompare(d[:], h.Tokens[i][:])
-	}
-	return match == 1
-}
+func (h *Handler) authorized(r *http.Request) bool { return bearer.MatchesDigest(r, h.Tokens) }
 
 func allow(w http.ResponseWriter, r *http.Request, method string) bool {
 	if r.Method == method {
