@@ -9,29 +9,45 @@
 // its delay: the load is open loop and nothing late drops out of the
 // quantiles. The sends that left more than 1 ms late are counted.
 //
+// Three processes take part, as in production where the nodes are other
+// hosts: the gateway; a child of this tool that holds the simulated nodes
+// (the same binary run with -role nodes, its GOGC set by -nodes-gogc);
+// and this tool, which only schedules, sends and times the operations. So
+// the nodes' goroutines and garbage collection do not run on the timing
+// process's Go scheduler (they still share the machine's CPUs, and the
+// CPU of each process is reported). The schedule waits in nanosleep on a
+// locked OS thread (Go's own timers fire up to 1 ms late), and the API
+// requests go over connections the tool keeps itself, each written and
+// read on the goroutine that sends it, which costs about a third less
+// CPU than net/http's client.
+//
 // Usage:
 //
 //	go run ./hack/nodeload [-caddy bin/caddy] [-nodes 10000] [-heartbeat 10s]
 //		[-settle 20s] [-rate 1000] [-duration 30s] [-dial-concurrency 200]
-//		[-gateway-output <file>] [-gateway-env GOGC=400,GOMEMLIMIT=768MiB] [-tool-gogc 400]
+//		[-gateway-output <file>] [-gateway-env GOGC=400,GOMEMLIMIT=768MiB]
+//		[-tool-gogc 100] [-nodes-gogc 400]
 //
 // It raises its RLIMIT_NOFILE (the gateway inherits it) to the nodes plus
 // 4,096, or as far as the hard limit allows when it may not raise that
 // (without CAP_SYS_RESOURCE), and refuses to start when the hard limit is
-// below the nodes plus 200: every node is one socket in each process. It
-// exits 1 with the reason when the gateway does not start or a node
-// cannot connect. With -rate 0 it measures the idle nodes only. The
-// nodes answer every request at once (sim.Success), so the round trip
-// is the gateway's own: API request → request frame → response frame →
-// API answer, over loopback. Results are written to standard output; the
+// below the nodes plus 200: every node is one socket in the gateway and
+// one in the nodes' process. It exits 1 with the reason when the gateway
+// does not start, a node cannot connect or the nodes' process fails.
+// With -rate 0 it measures the idle nodes only. The nodes answer every
+// request at once (sim.Success), so the round trip is the gateway's own:
+// API request → request frame → response frame → API answer, over
+// loopback. Results are written to standard output; the
 // figures of docs/node-connect.md come from it.
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -41,6 +57,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -70,13 +87,24 @@ func main() {
 	flag.IntVar(&o.rate, "rate", 1000, "operations per second through the internal API")
 	flag.DurationVar(&o.duration, "duration", 30*time.Second, "length of the dispatch phase")
 	flag.IntVar(&o.dialConcurrency, "dial-concurrency", 200, "connections opened at once")
-	flag.IntVar(&o.toolGOGC, "tool-gogc", 400, "GOGC of this load tool (its 10,000 simulated nodes garbage-collect on the same CPUs as the gateway); the gateway keeps its own environment")
-	flag.StringVar(&o.profile, "profile", "", "file for a CPU profile of the gateway during the dispatch phase, with <file>.heap and <file>.goroutine taken after the steady state (Caddy's admin endpoint is then on, on loopback)")
+	flag.IntVar(&o.toolGOGC, "tool-gogc", 100, "GOGC of this process, which times the operations; the gateway keeps its own environment")
+	flag.IntVar(&o.nodesGOGC, "nodes-gogc", 400, "GOGC of the child process that holds the simulated nodes (-1: off; they garbage-collect on the same CPUs as the gateway)")
+	flag.StringVar(&o.role, "role", "", "internal: \"nodes\" runs the simulated nodes' process (started by the tool itself)")
+	flag.StringVar(&o.nodesFile, "nodes-file", "", "internal: the nodes' process's node list")
+	flag.StringVar(&o.url, "url", "", "internal: the gateway's URL, for the nodes' process")
+	flag.StringVar(&o.profile, "profile", "", "file for a CPU profile of the gateway during the dispatch phase, with <file>.heap and <file>.goroutine taken after the steady state and <file>.heap-after after the dispatch phase (its allocations: go tool pprof -sample_index=alloc_space -base <file>.heap <file>.heap-after; Caddy's admin endpoint is then on, on loopback)")
 	flag.StringVar(&o.gatewayEnv, "gateway-env", "", "comma-separated VAR=value added to the gateway's environment only (e.g. GOGC=400,GOMEMLIMIT=768MiB)")
 	flag.StringVar(&o.gatewayOutput, "gateway-output", "", "file for the gateway's standard output and error (e.g. with GODEBUG=gctrace=1); default discarded")
 	flag.Parse()
 	if o.settle == 0 {
 		o.settle = 2 * o.heartbeat
+	}
+	if o.role == "nodes" {
+		if err := runNodes(o); err != nil {
+			fmt.Fprintln(os.Stderr, "nodeload nodes:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "nodeload:", err)
@@ -96,11 +124,15 @@ type options struct {
 	gatewayEnv      string
 	profile         string
 	toolGOGC        int
+	nodesGOGC       int
+	role, nodesFile string
+	url             string
 }
 
 // simNode is one enrolled simulated node.
 type simNode struct {
-	id, secret string
+	ID     string `json:"id"`
+	Secret string `json:"secret"`
 }
 
 var (
@@ -127,9 +159,9 @@ func run(o options) error {
 	var rec strings.Builder
 	rec.WriteString("nodes:\n")
 	for i := range nodes {
-		nodes[i] = simNode{id: uuid.NewString(), secret: randomHex(24)}
+		nodes[i] = simNode{ID: uuid.NewString(), Secret: randomHex(24)}
 		fmt.Fprintf(&rec, "  - {node_id: %q, enabled: true, credential_sha256: %q, installation_id: %q, provider: docker, backend_fingerprint: %q, deployment_generation: 1, specification_digest: %q}\n",
-			nodes[i].id, sum(nodes[i].secret), installation, fingerprint, specDigest)
+			nodes[i].ID, sum(nodes[i].Secret), installation, fingerprint, specDigest)
 	}
 	apiToken := randomHex(24)
 	port, err := gatewayproc.FreePort()
@@ -222,67 +254,33 @@ http://127.0.0.1:%s {
 		return err
 	}
 
-	// Connect.
-	// One loopback source address per nodesPerSource connections: a
-	// source address has about 28,000 ephemeral ports towards one port.
-	const nodesPerSource = 20000
-	var dialers []*websocket.Dialer
-	for i := 0; i*nodesPerSource < max(len(nodes), 1); i++ {
-		nd := &net.Dialer{Timeout: 30 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+i))}}
-		dialers = append(dialers, &websocket.Dialer{HandshakeTimeout: 30 * time.Second, ReadBufferSize: 1024, WriteBufferSize: 1024,
-			NetDialContext: nd.DialContext})
+	// Connect: the nodes live in a child process (runNodes).
+	nodesFile := filepath.Join(dir, "sims.json")
+	data, err := json.Marshal(nodes)
+	if err != nil {
+		return err
 	}
-	sims := make([]*sim.Node, len(nodes))
-	start := time.Now()
-	var (
-		wg      sync.WaitGroup
-		dialErr atomic.Pointer[error]
-		sem     = make(chan struct{}, o.dialConcurrency)
-	)
-	for i, n := range nodes {
-		if dialErr.Load() != nil {
-			break
-		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			h := proto.Hello{NodeID: n.id, InstallationID: installation, Provider: proto.ProviderDocker,
-				BackendFingerprint: fingerprint, DeploymentGeneration: 1, SpecificationDigest: specDigest, MaxActive: 8,
-				Health: proto.Health{ProviderReady: true, Host: proto.HostMeasurements{CPUCount: 8,
-					CPUPercent: 10, MemoryTotalBytes: 32 << 30, MemoryUsedBytes: 8 << 30, DiskTotalBytes: 1 << 40, DiskUsedBytes: 1 << 38}}}
-			sim, err := sim.Dial(ctx, sim.Config{URL: base, Credential: n.secret, Hello: h,
-				HeartbeatInterval: o.heartbeat, Dialer: dialers[i/nodesPerSource]})
-			if err != nil {
-				err = fmt.Errorf("node %d: %w", i, err)
-				dialErr.CompareAndSwap(nil, &err)
-				return
-			}
-			sims[i] = sim
-		}()
+	if err := os.WriteFile(nodesFile, data, 0o600); err != nil {
+		return err
 	}
-	wg.Wait()
-	if p := dialErr.Load(); p != nil {
-		return *p
+	sims, err := startNodes(o, nodesFile, base)
+	if err != nil {
+		return err
 	}
-	connectTime := time.Since(start)
-	defer func() {
-		for _, s := range sims {
-			if s != nil {
-				_ = s.Close()
-			}
-		}
-	}()
-	fmt.Printf("connected %d nodes in %s (%.0f connections/s)\n", len(sims), connectTime.Round(time.Millisecond),
-		float64(len(sims))/connectTime.Seconds())
+	defer sims.stop()
+	connected, err := sims.call("connect")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("nodes' process (pid %d, GOGC=%d): %s\n", sims.cmd.Process.Pid, o.nodesGOGC, connected)
 
 	// Steady state with heartbeats: after one interval every node has
 	// started its heartbeats, then a window of whole intervals.
 	time.Sleep(o.heartbeat) // warm-up before the measurement window
-	acks0 := totalAcks(sims)
+	acks0, err := sims.acks()
+	if err != nil {
+		return err
+	}
 	cpu0, t0, err := gatewayproc.CPUTicks(pid)
 	if err != nil {
 		return err
@@ -292,7 +290,10 @@ http://127.0.0.1:%s {
 	if err != nil {
 		return err
 	}
-	acks1 := totalAcks(sims)
+	acks1, err := sims.acks()
+	if err != nil {
+		return err
+	}
 	rss, _, err := gw.Memory()
 	if err != nil {
 		return err
@@ -302,7 +303,7 @@ http://127.0.0.1:%s {
 	fmt.Printf("steady state over %s: %.0f heartbeats/s acknowledged, gateway CPU %.1f%% of one core (%.0f µs per heartbeat)\n",
 		o.settle, hbRate, hbCPU, hbCPU/100*1e6/max(hbRate, 1))
 	fmt.Printf("gateway VmRSS: %.1f MiB idle, %.1f MiB with %d nodes: %.1f KiB per connection\n",
-		float64(rssIdle)/1024, float64(rss)/1024, len(sims), float64(rss-rssIdle)/float64(len(sims)))
+		float64(rssIdle)/1024, float64(rss)/1024, o.nodes, float64(rss-rssIdle)/float64(o.nodes))
 	if st, err := apiStatus(base, apiToken); err == nil {
 		fmt.Printf("API list: %d nodes, %d online\n", st.total, st.online)
 	} else {
@@ -324,39 +325,34 @@ http://127.0.0.1:%s {
 			profiled = make(chan error, 1)
 			go func() { profiled <- gatewayproc.SaveCPUProfile("http://"+admin, o.duration, o.profile) }()
 		}
-		err := dispatch(o, base, apiToken, nodes, pid)
+		err := dispatch(o, base, apiToken, nodes, pid, sims.cmd.Process.Pid)
 		if profiled != nil {
-			err = errors.Join(err, <-profiled)
+			err = errors.Join(err, <-profiled,
+				gatewayproc.Save("http://"+admin+"/debug/pprof/heap", o.profile+".heap-after"))
 		}
 		if err != nil {
 			return err
 		}
 	}
 
-	dropped := 0
-	var firstDrop error
-	for _, s := range sims {
-		if err := s.Err(); err != nil {
-			dropped++
-			if firstDrop == nil {
-				firstDrop = err
-			}
-		}
+	dropped, err := sims.call("dropped")
+	if err != nil {
+		return err
 	}
 	rssEnd, _, _ := gw.Memory()
-	fmt.Printf("end: %d of %d connections dropped; gateway VmRSS %.1f MiB\n", dropped, len(sims), float64(rssEnd)/1024)
-	if dropped > 0 {
-		return fmt.Errorf("%d connections dropped (the first: %v)", dropped, firstDrop)
+	fmt.Printf("end: %s; gateway VmRSS %.1f MiB\n", dropped, float64(rssEnd)/1024)
+	if !strings.HasPrefix(dropped, "0 of ") {
+		return errors.New("connections dropped")
 	}
-	return nil
+	return sims.stop()
 }
 
 // dispatch sends operations at o.rate for o.duration, open loop: each
 // operation starts on its schedule on its own goroutine, whatever the
 // previous ones do.
-func dispatch(o options, base, token string, nodes []simNode, pid int) error {
-	transport := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute}
-	client := &http.Client{Transport: transport, Timeout: 30 * time.Second}
+func dispatch(o options, base, token string, nodes []simNode, pid, nodesPid int) error {
+	client := &apiClient{addr: strings.TrimPrefix(base, "http://"), idle: make(chan *apiConn, 1024)}
+	defer client.close()
 	body := func(i int) string {
 		return fmt.Sprintf(`{"operation":"info","deployment_generation":1,"timeout_ms":10000,"reference":{"tenant_id":"t","environment_id":"e","allocation_id":"a%d"}}`, i)
 	}
@@ -365,25 +361,20 @@ func dispatch(o options, base, token string, nodes []simNode, pid int) error {
 	// got to run), and the delay from due to the actual send.
 	one := func(i int, due time.Time) (lat, delay time.Duration, outcome string, err error) {
 		n := nodes[i%len(nodes)]
-		req, err := http.NewRequest(http.MethodPost, base+api.Prefix+"/"+n.id+"/operations", strings.NewReader(body(i)))
+		req, err := http.NewRequest(http.MethodPost, base+api.Prefix+"/"+n.ID+"/operations", strings.NewReader(body(i)))
 		if err != nil {
 			return 0, 0, "", err
 		}
 		req.Header.Set("Authorization", "Bearer "+token)
 		req.Header.Set("Content-Type", "application/json")
 		delay = time.Since(due)
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, delay, "", err
-		}
-		data, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		status, data, err := client.do(req)
 		lat = time.Since(due)
 		if err != nil {
 			return 0, delay, "", err
 		}
-		if resp.StatusCode != http.StatusOK {
-			return lat, delay, "http_" + strconv.Itoa(resp.StatusCode), nil
+		if status != http.StatusOK {
+			return lat, delay, "http_" + strconv.Itoa(status), nil
 		}
 		if !strings.Contains(string(data), `"outcome":"success"`) {
 			return lat, delay, "not_success", nil
@@ -412,11 +403,24 @@ func dispatch(o options, base, token string, nodes []simNode, pid int) error {
 	if err != nil {
 		return err
 	}
+	nodes0, _, err := gatewayproc.CPUTicks(nodesPid)
+	if err != nil {
+		return err
+	}
+	// The schedule runs on its own OS thread, which waits for each due
+	// time in nanosleep: the Go runtime's timers wait in epoll with a
+	// millisecond timeout and so fire up to 1 ms late, which the tool
+	// would count against the gateway.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	start := time.Now()
 	for i := range total {
 		due := start.Add(time.Duration(i) * interval)
 		if d := time.Until(due); d > 0 {
-			time.Sleep(d) // the schedule of an open-loop load generator
+			// the schedule of an open-loop load generator
+			ts := syscall.NsecToTimespec(int64(d))
+			for syscall.Nanosleep(&ts, &ts) == syscall.EINTR {
+			}
 		}
 		wg.Add(1)
 		go func() {
@@ -435,6 +439,10 @@ func dispatch(o options, base, token string, nodes []simNode, pid int) error {
 		return err
 	}
 	self1, _, err := gatewayproc.CPUTicks(os.Getpid())
+	if err != nil {
+		return err
+	}
+	nodes1, _, err := gatewayproc.CPUTicks(nodesPid)
 	if err != nil {
 		return err
 	}
@@ -461,12 +469,85 @@ func dispatch(o options, base, token string, nodes []simNode, pid int) error {
 			pct(ok, 50), pct(ok, 90), pct(ok, 99), pct(ok, 99.9), ok[len(ok)-1].Round(time.Microsecond))
 		fmt.Printf("  (from the actual send, for comparison: p50 %s, p99 %s)\n", pct(fromSend, 50), pct(fromSend, 99))
 	}
-	fmt.Printf("CPU during dispatch: gateway %.1f%%, this load tool (nodes and API client) %.1f%% of one core\n",
-		gatewayproc.CPUPercent(cpu1-cpu0, t1.Sub(t0)), gatewayproc.CPUPercent(self1-self0, t1.Sub(t0)))
+	fmt.Printf("CPU during dispatch: gateway %.1f%%, simulated nodes %.1f%%, this tool (API client) %.1f%% of one core\n",
+		gatewayproc.CPUPercent(cpu1-cpu0, t1.Sub(t0)), gatewayproc.CPUPercent(nodes1-nodes0, t1.Sub(t0)),
+		gatewayproc.CPUPercent(self1-self0, t1.Sub(t0)))
 	if counts["success"] != total {
 		return errors.New("not every operation succeeded")
 	}
 	return nil
+}
+
+// apiClient sends the operations over persistent HTTP/1.1 connections
+// that it keeps itself: each request is written and its answer read on
+// the goroutine that sends it. (net/http's client hands every request to
+// two more goroutines per connection; on 2 shared cores that cost the
+// measurement about a third of a core, taken from the gateway.)
+type apiClient struct {
+	addr string
+	idle chan *apiConn // at most cap(idle) kept; more are closed
+}
+
+type apiConn struct {
+	c  net.Conn
+	br *bufio.Reader
+	bw *bufio.Writer
+}
+
+// do sends req (its body a *strings.Reader, so its length is known) and
+// returns the answer's status and body; a connection is reused unless the
+// answer closes it or an error occurred. Each exchange has 30 s.
+func (a *apiClient) do(req *http.Request) (int, []byte, error) {
+	var c *apiConn
+	select {
+	case c = <-a.idle:
+	default:
+		nc, err := net.DialTimeout("tcp", a.addr, 30*time.Second)
+		if err != nil {
+			return 0, nil, err
+		}
+		c = &apiConn{c: nc, br: bufio.NewReader(nc), bw: bufio.NewWriter(nc)}
+	}
+	status, data, keep, err := c.exchange(req)
+	if err != nil || !keep {
+		_ = c.c.Close()
+		return status, data, err
+	}
+	select {
+	case a.idle <- c:
+	default:
+		_ = c.c.Close()
+	}
+	return status, data, nil
+}
+
+func (c *apiConn) exchange(req *http.Request) (status int, data []byte, keep bool, err error) {
+	_ = c.c.SetDeadline(time.Now().Add(30 * time.Second))
+	if err := req.Write(c.bw); err != nil {
+		return 0, nil, false, err
+	}
+	if err := c.bw.Flush(); err != nil {
+		return 0, nil, false, err
+	}
+	resp, err := http.ReadResponse(c.br, req)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	data, err = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, data, err == nil && !resp.Close, err
+}
+
+// close closes the idle connections.
+func (a *apiClient) close() {
+	for {
+		select {
+		case c := <-a.idle:
+			_ = c.c.Close()
+		default:
+			return
+		}
+	}
 }
 
 func pct(sorted []time.Duration, p float64) time.Duration {
@@ -493,14 +574,6 @@ func apiStatus(base, token string) (listStatus, error) {
 		return listStatus{}, fmt.Errorf("API list: %d", resp.StatusCode)
 	}
 	return listStatus{total: strings.Count(string(data), `"node_id"`), online: strings.Count(string(data), `"online":true`)}, nil
-}
-
-func totalAcks(sims []*sim.Node) uint64 {
-	var n uint64
-	for _, s := range sims {
-		n += s.Acks()
-	}
-	return n
 }
 
 // raiseNoFile raises RLIMIT_NOFILE to want, or as far as the hard limit
@@ -539,4 +612,195 @@ func randomHex(n int) string {
 func sum(s string) string {
 	d := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(d[:])
+}
+
+// nodesProc is the child process holding the simulated nodes. It answers
+// one line per command line on its standard input: "connect" (dial every
+// node; "<n> nodes connected in <duration> (<rate> connections/s)"),
+// "acks" (heartbeat acknowledgements so far), "dropped" ("<k> of <n>
+// connections dropped[ (the first: <error>)]"); a failure is one line
+// "error: <reason>". It closes every node and exits at end of input.
+type nodesProc struct {
+	cmd  *exec.Cmd
+	in   io.WriteCloser
+	out  *bufio.Scanner
+	done bool
+}
+
+// startNodes starts this binary with -role nodes and the nodes' GOGC.
+func startNodes(o options, nodesFile, base string) (*nodesProc, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, "-role", "nodes", "-nodes-file", nodesFile, "-url", base,
+		"-heartbeat", o.heartbeat.String(), "-dial-concurrency", strconv.Itoa(o.dialConcurrency))
+	gogc := strconv.Itoa(o.nodesGOGC)
+	if o.nodesGOGC < 0 {
+		gogc = "off"
+	}
+	cmd.Env = append(os.Environ(), "GOGC="+gogc) // the last GOGC wins
+
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return &nodesProc{cmd: cmd, in: in, out: bufio.NewScanner(out)}, nil
+}
+
+// call sends one command and returns its answer line.
+func (p *nodesProc) call(command string) (string, error) {
+	if _, err := io.WriteString(p.in, command+"\n"); err != nil {
+		return "", fmt.Errorf("nodes' process: %w", err)
+	}
+	if !p.out.Scan() {
+		return "", fmt.Errorf("nodes' process ended (%v)", p.out.Err())
+	}
+	line := p.out.Text()
+	if reason, ok := strings.CutPrefix(line, "error: "); ok {
+		return "", errors.New(reason)
+	}
+	return line, nil
+}
+
+// acks returns the heartbeat acknowledgements the nodes received so far.
+func (p *nodesProc) acks() (uint64, error) {
+	line, err := p.call("acks")
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseUint(line, 10, 64)
+}
+
+// stop ends the nodes' process (closing its input) and waits for it.
+func (p *nodesProc) stop() error {
+	if p.done {
+		return nil
+	}
+	p.done = true
+	_ = p.in.Close()
+	return p.cmd.Wait()
+}
+
+// runNodes is the nodes' process (see nodesProc).
+func runNodes(o options) error {
+	data, err := os.ReadFile(o.nodesFile)
+	if err != nil {
+		return err
+	}
+	var nodes []simNode
+	if err := json.Unmarshal(data, &nodes); err != nil {
+		return err
+	}
+	var sims []*sim.Node
+	defer func() {
+		for _, s := range sims {
+			if s != nil {
+				_ = s.Close()
+			}
+		}
+	}()
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		switch in.Text() {
+		case "connect":
+			start := time.Now()
+			var err error
+			sims, err = connectNodes(o, nodes)
+			if err != nil {
+				fmt.Printf("error: %v\n", err)
+				continue
+			}
+			d := time.Since(start)
+			fmt.Printf("%d nodes connected in %s (%.0f connections/s)\n", len(sims), d.Round(time.Millisecond), float64(len(sims))/d.Seconds())
+		case "acks":
+			var n uint64
+			for _, s := range sims {
+				n += s.Acks()
+			}
+			fmt.Println(n)
+		case "dropped":
+			dropped := 0
+			var first error
+			for _, s := range sims {
+				if err := s.Err(); err != nil {
+					dropped++
+					if first == nil {
+						first = err
+					}
+				}
+			}
+			if first != nil {
+				fmt.Printf("%d of %d connections dropped (the first: %v)\n", dropped, len(sims), first)
+			} else {
+				fmt.Printf("0 of %d connections dropped\n", len(sims))
+			}
+		default:
+			fmt.Printf("error: unknown command %q\n", in.Text())
+		}
+	}
+	return in.Err()
+}
+
+// connectNodes dials every node, o.dialConcurrency at a time, and returns
+// them connected or the first failure (closing those that connected).
+func connectNodes(o options, nodes []simNode) ([]*sim.Node, error) {
+	// One loopback source address per nodesPerSource connections: a
+	// source address has about 28,000 ephemeral ports towards one port.
+	const nodesPerSource = 20000
+	var dialers []*websocket.Dialer
+	for i := 0; i*nodesPerSource < max(len(nodes), 1); i++ {
+		nd := &net.Dialer{Timeout: 30 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+i))}}
+		dialers = append(dialers, &websocket.Dialer{HandshakeTimeout: 30 * time.Second, ReadBufferSize: 1024, WriteBufferSize: 1024,
+			NetDialContext: nd.DialContext})
+	}
+	sims := make([]*sim.Node, len(nodes))
+	var (
+		wg      sync.WaitGroup
+		dialErr atomic.Pointer[error]
+		sem     = make(chan struct{}, o.dialConcurrency)
+	)
+	for i, n := range nodes {
+		if dialErr.Load() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			h := proto.Hello{NodeID: n.ID, InstallationID: installation, Provider: proto.ProviderDocker,
+				BackendFingerprint: fingerprint, DeploymentGeneration: 1, SpecificationDigest: specDigest, MaxActive: 8,
+				Health: proto.Health{ProviderReady: true, Host: proto.HostMeasurements{CPUCount: 8,
+					CPUPercent: 10, MemoryTotalBytes: 32 << 30, MemoryUsedBytes: 8 << 30, DiskTotalBytes: 1 << 40, DiskUsedBytes: 1 << 38}}}
+			s, err := sim.Dial(ctx, sim.Config{URL: o.url, Credential: n.Secret, Hello: h,
+				HeartbeatInterval: o.heartbeat, Dialer: dialers[i/nodesPerSource]})
+			if err != nil {
+				err = fmt.Errorf("node %d: %w", i, err)
+				dialErr.CompareAndSwap(nil, &err)
+				return
+			}
+			sims[i] = s
+		}()
+	}
+	wg.Wait()
+	if p := dialErr.Load(); p != nil {
+		for _, s := range sims {
+			if s != nil {
+				_ = s.Close()
+			}
+		}
+		return nil, *p
+	}
+	return sims, nil
 }
