@@ -48,7 +48,17 @@
 //	go run ./hack/gatewaybench [-caddy bin/caddy] [-rounds 5] [-cell 3s]
 //		[-concurrency 1,8,64] [-files 16] [-transfer-mib 1024]
 //		[-transfer-rounds 3] [-commands 100] [-only listdir|transfer|command] [-profile <dir>]
-//		[-gateway-env GOGC=200,...] [-authorizer]
+//		[-gateway-env GOGC=200,...] [-authorizer] [-memory-limit 64MiB]
+//
+// With -memory-limit each proxy runs in a memory cgroup of its own with
+// that limit (cgroup v2, or v1's memory controller; root only), from a
+// fresh copy of the binary whose page cache was dropped, so that the
+// cgroup is charged for everything the proxy keeps resident, its own
+// binary's pages included. Caddy then sets GOMEMLIMIT to 90 % of the
+// limit. The kernel holds the cgroup to the limit by reclaiming cold
+// binary pages, so VmRSS shows what the proxy needs resident; the
+// transfers end with the cgroup's anonymous memory and the count of OOM
+// kills (a proxy that did not fit would be killed and the run fail).
 //
 // With -authorizer the gateway also has a sandbox authorizer (authorizer
 // http, docs/dataplane.md) whose endpoint is a stand-in of corectl's that
@@ -121,6 +131,7 @@ type options struct {
 	gatewayEnv     []string
 	authorizer     bool
 	commands       int
+	memoryLimit    int64 // bytes; 0: no cgroup
 }
 
 func main() {
@@ -133,7 +144,7 @@ func main() {
 		return
 	}
 	var o options
-	var conc, genv string
+	var conc, genv, memLimit string
 	flag.StringVar(&o.caddy, "caddy", "bin/caddy", "the gateway binary (also the plain reverse proxy)")
 	flag.IntVar(&o.rounds, "rounds", 5, "measured rounds of the ListDir cells")
 	flag.DurationVar(&o.cell, "cell", 3*time.Second, "length of one ListDir measurement")
@@ -146,6 +157,7 @@ func main() {
 	flag.IntVar(&o.commands, "commands", 100, "commands per path and round of the command workload")
 	flag.StringVar(&o.profileDir, "profile", "", "directory for CPU profiles of a separate, unmeasured pass")
 	flag.StringVar(&genv, "gateway-env", "", "comma-separated VAR=value added to both proxies' environment (e.g. GOGC=200)")
+	flag.StringVar(&memLimit, "memory-limit", "", "run each proxy in a memory cgroup with this limit (e.g. 64MiB; root only)")
 	flag.BoolVar(&o.authorizer, "authorizer", false, "give the gateway a sandbox authorizer (authorizer http) answered by a stand-in of corectl's endpoint")
 	flag.Parse()
 	for _, f := range strings.Split(conc, ",") {
@@ -158,6 +170,14 @@ func main() {
 	}
 	if genv != "" {
 		o.gatewayEnv = strings.Split(genv, ",")
+	}
+	if memLimit != "" {
+		n, err := parseSize(memLimit)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "gatewaybench: -memory-limit:", err)
+			os.Exit(2)
+		}
+		o.memoryLimit = n
 	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "gatewaybench:", err)
@@ -222,6 +242,8 @@ type proc struct {
 	stdin  io.WriteCloser
 	exited chan error
 	log    string
+	// cg is the proxy's memory cgroup with -memory-limit, else nil.
+	cg *memoryCgroup
 }
 
 func (p *proc) pid() int { return p.cmd.Process.Pid }
@@ -231,6 +253,11 @@ func (p *proc) stop() {
 		_ = p.stdin.Close()
 	}
 	_ = p.cmd.Process.Signal(os.Interrupt)
+	defer func() {
+		if p.cg != nil {
+			p.cg.remove() // after the process ended
+		}
+	}()
 	select {
 	case <-p.exited:
 	case <-time.After(15 * time.Second):
@@ -282,14 +309,32 @@ func startCaddy(o options, name, dir, caddyfile, addr string) (*proc, error) {
 		return nil, err
 	}
 	cmd := exec.Command(o.caddy, "run", "--config", cf, "--adapter", "caddyfile")
+	var cg *memoryCgroup
+	if o.memoryLimit > 0 {
+		bin := filepath.Join(dir, name+"-caddy")
+		if err := freshCopy(o.caddy, bin); err != nil {
+			logf.Close()
+			return nil, err
+		}
+		if cg, err = newMemoryCgroup(fmt.Sprintf("gatewaybench-%d-%s", os.Getpid(), name), o.memoryLimit); err != nil {
+			logf.Close()
+			return nil, err
+		}
+		// The shell joins the cgroup and execs the proxy (same PID).
+		cmd = exec.Command("/bin/sh", "-c", `echo $$ > "$0" && exec "$@"`, cg.procs(),
+			bin, "run", "--config", cf, "--adapter", "caddyfile")
+	}
 	home := filepath.Join(dir, name+"-home")
 	cmd.Env = append(append(os.Environ(), "HOME="+home, "XDG_DATA_HOME="+home, "XDG_CONFIG_HOME="+home), o.gatewayEnv...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
+		if cg != nil {
+			cg.remove()
+		}
 		return nil, fmt.Errorf("starting %s: %w", o.caddy, err)
 	}
-	p := &proc{name: name, cmd: cmd, exited: make(chan error, 1), log: logPath}
+	p := &proc{name: name, cmd: cmd, exited: make(chan error, 1), log: logPath, cg: cg}
 	go func() { p.exited <- cmd.Wait(); logf.Close() }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -435,11 +480,22 @@ http://%s {
 	fmt.Printf("processes: gateway pid %d, reverse_proxy pid %d, fixed entry pid %d, execd pid %d, client pid %d\n",
 		w.gateway.pid(), w.proxy.pid(), w.fixedEntry.pid(), w.execd.pid(), os.Getpid())
 	for _, p := range []*proc{w.gateway, w.proxy} {
-		rss, err := statusKiB(p.pid(), "VmRSS")
-		if err != nil {
-			return err
+		var kib [3]int64
+		for i, f := range []string{"VmRSS", "RssAnon", "RssFile"} {
+			if kib[i], err = statusKiB(p.pid(), f); err != nil {
+				return err
+			}
 		}
-		fmt.Printf("%s VmRSS after start: %.1f MiB\n", p.name, float64(rss)/1024)
+		fmt.Printf("%s VmRSS after start: %.1f MiB (RssAnon %.1f MiB, private; RssFile %.1f MiB, the binary's pages)",
+			p.name, float64(kib[0])/1024, float64(kib[1])/1024, float64(kib[2])/1024)
+		if p.cg != nil {
+			u, err := p.cg.usage()
+			if err != nil {
+				return err
+			}
+			fmt.Printf("; memory cgroup %.1f MiB of %.0f MiB", float64(u)/(1<<20), float64(o.memoryLimit)/(1<<20))
+		}
+		fmt.Println()
 	}
 
 	if o.profileDir != "" {
@@ -907,6 +963,7 @@ func (w *world) transferOnce(client *http.Client, k transferKind, size int64) (t
 		proxy = w.proxy
 	}
 	rssReset := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", proxy.pid()), []byte("5"), 0) == nil
+
 	req, err := k.newReq(w, size)
 	if err != nil {
 		return transferResult{}, err
@@ -990,9 +1047,10 @@ func (w *world) transfers() error {
 			}
 			results[i] = append(results[i], res)
 			gib := float64(size) / (1 << 30)
-			fmt.Printf("  round %d %-22s %-13s %7.0f MB/s  CPU s/GiB: proxy %5.2f  fixed entry %5.2f  execd %5.2f  client %5.2f  proxy peak RSS %5.1f MiB\n",
+			fmt.Printf("  round %d %-22s %-13s %7.0f MB/s  CPU s/GiB: proxy %5.2f  fixed entry %5.2f  execd %5.2f  client %5.2f  proxy peak RSS %5.1f MiB",
 				r+1, k.name, k.path, float64(size)/1e6/res.wall.Seconds(), res.cpu.proxy.Seconds()/gib, res.cpu.fixedEntry.Seconds()/gib,
 				res.cpu.execd.Seconds()/gib, res.cpu.client.Seconds()/gib, float64(res.peakRSS)/1024)
+			fmt.Println()
 		}
 	}
 	gib := float64(size) / (1 << 30)
@@ -1009,6 +1067,21 @@ func (w *world) transfers() error {
 			med(func(r transferResult) float64 { return r.cpu.execd.Seconds() / gib }),
 			med(func(r transferResult) float64 { return r.cpu.client.Seconds() / gib }),
 			slices.Max(mapf(rs, func(r transferResult) float64 { return float64(r.peakRSS) / 1024 })))
+	}
+	for _, p := range []*proc{w.gateway, w.proxy} {
+		if p.cg == nil {
+			continue
+		}
+		kills, err := p.cg.oomKills()
+		if err != nil {
+			return err
+		}
+		anon, err := p.cg.anon()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("\n%s memory cgroup (limit %.0f MiB): %d OOM kills, anonymous memory now %.1f MiB\n",
+			p.name, float64(w.o.memoryLimit)/(1<<20), kills, float64(anon)/(1<<20))
 	}
 	fmt.Println()
 	fmt.Println("| transfer | gateway ÷ reverse_proxy, proxy CPU per GiB: median (min–max over rounds) |")
