@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -143,8 +144,8 @@ func parseSize(s string) (int64, error) {
 		}
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("bad size %q (want a positive number of bytes, KiB, MiB or GiB)", s)
+	if err != nil || n <= 0 || n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("bad size %q (want a positive number of bytes, KiB, MiB or GiB, below 8 EiB)", s)
 	}
 	return n * mult, nil
 }
