@@ -242,7 +242,15 @@ func TestImages(t *testing.T) {
 			if err == nil {
 				break
 			}
-			if state := strings.TrimSpace(docker(t, "inspect", "-f", "{{.State.Status}}", c)); state != "running" || time.Now().After(deadline) {
+			state := strings.TrimSpace(docker(t, "inspect", "-f", "{{.State.Status}}", c))
+			if state == "exited" && err != nil && strings.Contains(logs(c), `"shutdown complete","exit_code":0`) {
+				// The server stopped as asked and the container ended
+				// before the exec'd caddy stop returned, so Docker killed
+				// it (exit status 137; it failed CI once). The exit code
+				// below still has to be 0.
+				break
+			}
+			if state != "running" || time.Now().After(deadline) {
 				t.Fatalf("caddy stop in the gateway container (%s): %v\n%s\nlog:\n%s", state, err, out, logs(c))
 			}
 			time.Sleep(100 * time.Millisecond) // polling for the admin endpoint

@@ -99,7 +99,7 @@ func baseURL(t *testing.T) string {
 
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(url)
+	resp, err := testClient.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestCaddyConnectAndAPI(t *testing.T) {
 		t.Fatalf("wrong credential: %v", err)
 	}
 	req, _ := http.NewRequest(http.MethodGet, base+hub.ConnectPath+"?node_id="+nodeID, nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,7 +93,7 @@ func TestCaddyNodeStoreKubernetes(t *testing.T) {
 		}
 		req, _ := http.NewRequest(method, "http://"+adminAddr+path, r)
 		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
