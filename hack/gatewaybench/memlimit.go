@@ -61,39 +61,34 @@ func (g *memoryCgroup) procs() string { return filepath.Join(g.dir, "cgroup.proc
 // oomKills returns how many of the cgroup's processes the kernel's OOM
 // killer ended (v1 memory.oom_control, v2 memory.events: oom_kill).
 func (g *memoryCgroup) oomKills() (int64, error) {
-	name := "memory.oom_control"
 	if g.v2 {
-		name = "memory.events"
+		return g.field("memory.events", "oom_kill")
 	}
-	data, err := os.ReadFile(filepath.Join(g.dir, name))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
-			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("%s has no oom_kill line", name)
+	return g.field("memory.oom_control", "oom_kill")
 }
 
 // anon returns the cgroup's anonymous memory in bytes (v1 memory.stat
 // total_rss, v2 anon): the proxies' own memory, without page cache.
 func (g *memoryCgroup) anon() (int64, error) {
-	key := "total_rss "
 	if g.v2 {
-		key = "anon "
+		return g.field("memory.stat", "anon")
 	}
-	data, err := os.ReadFile(filepath.Join(g.dir, "memory.stat"))
+	return g.field("memory.stat", "total_rss")
+}
+
+// field returns the number on the line "<key> <number>" of the cgroup's
+// file name.
+func (g *memoryCgroup) field(name, key string) (int64, error) {
+	data, err := os.ReadFile(filepath.Join(g.dir, name))
 	if err != nil {
 		return 0, err
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, key); ok {
+		if v, ok := strings.CutPrefix(line, key+" "); ok {
 			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		}
 	}
-	return 0, fmt.Errorf("memory.stat has no %q line", strings.TrimSpace(key))
+	return 0, fmt.Errorf("%s has no %s line", name, key)
 }
 
 // usage returns the cgroup's current memory use in bytes.
