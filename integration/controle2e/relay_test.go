@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -82,9 +84,7 @@ func TestSDKRestrictedSandboxThroughProbeRelay(t *testing.T) {
 		"  - {name: r, sha256: "+apikey.Digest("key-r")+", credentialId: cred-r}\n"+
 		"  - {name: admin, sha256: "+apikey.Digest("key-admin")+", templateAdmin: true}\n")
 	kubeconfig := write("kubeconfig", string(env.KubeConfig))
-	feAddr, relayAddr := freeAddr(t), freeAddr(t)
 	c := kubetest.Cluster("cluster-a", ingNS)
-	c.FixedEntry = "http://" + feAddr
 	c.Kubeconfig = kubeconfig
 	host := c.Ingress.Host
 	clusterFile := func(name, ingressHost string) string {
@@ -101,15 +101,34 @@ func TestSDKRestrictedSandboxThroughProbeRelay(t *testing.T) {
 	// The gateway: its cluster's Host is the managed Ingresses' host, its
 	// data plane dials from gatewaySource, and its internal listener
 	// serves the probe relay.
-	caddyfile := strings.NewReplacer(
-		"cluster cluster-a {{FIXED_ENTRY}}", "cluster cluster-a {{FIXED_ENTRY}} {\n\t\t\thost "+host+"\n\t\t}",
-		"dial_timeout 3s", "dial_timeout 3s\n\t\t\tlocal_address "+gatewaySource,
-	).Replace(harness.DefaultCaddyfile) + "\nhttp://" + relayAddr + " {\n\tbind 127.0.0.1\n\tfixed_entry_probe {\n\t\ttoken_sha256 " +
-		hex.EncodeToString(digest[:]) + "\n\t}\n\trespond 404\n}\n"
-	h, err := harness.Start(harness.Config{RepoRoot: root, Caddyfile: caddyfile, CredentialsFile: credFile, KeyFile: keyFile,
-		KeyID: "primary", FixedEntryAddr: feAddr})
-	if err != nil {
-		t.Fatal(err)
+	// The fixed entry's and the relay's addresses are chosen before they
+	// are bound (corectl's cluster file and the Caddyfile name them), so
+	// another process can take one in between: the whole start is tried
+	// again with new addresses, at most twice, when a listen finds its
+	// address in use (it failed CI once).
+	var (
+		h         *harness.Env
+		relayAddr string
+	)
+	for attempt := 1; ; attempt++ {
+		feAddr := freeAddr(t)
+		relayAddr = freeAddr(t)
+		c.FixedEntry = "http://" + feAddr
+		caddyfile := strings.NewReplacer(
+			"cluster cluster-a {{FIXED_ENTRY}}", "cluster cluster-a {{FIXED_ENTRY}} {\n\t\t\thost "+host+"\n\t\t}",
+			"dial_timeout 3s", "dial_timeout 3s\n\t\t\tlocal_address "+gatewaySource,
+		).Replace(harness.DefaultCaddyfile) + "\nhttp://" + relayAddr + " {\n\tbind 127.0.0.1\n\tfixed_entry_probe {\n\t\ttoken_sha256 " +
+			hex.EncodeToString(digest[:]) + "\n\t}\n\trespond 404\n}\n"
+		var err error
+		h, err = harness.Start(harness.Config{RepoRoot: root, Caddyfile: caddyfile, CredentialsFile: credFile, KeyFile: keyFile,
+			KeyID: "primary", FixedEntryAddr: feAddr})
+		if err == nil {
+			break
+		}
+		if attempt == 3 || !(errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, harness.ErrBindRace)) {
+			t.Fatal(err)
+		}
+		t.Logf("start attempt %d: %v; again with new addresses", attempt, err)
 	}
 	t.Cleanup(h.Close)
 	h.Ingress.SetResolver(func(id string) (fixedentry.Sandbox, bool) {

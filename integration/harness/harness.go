@@ -229,7 +229,7 @@ func Start(cfg Config) (_ *Env, err error) {
 		if err == nil {
 			break
 		}
-		if !errors.Is(err, errBindRace) || attempt == 5 {
+		if !errors.Is(err, ErrBindRace) || attempt == 5 {
 			return nil, err
 		}
 		e.waitErr = make(chan error, 1)
@@ -237,12 +237,15 @@ func Start(cfg Config) (_ *Env, err error) {
 	return e, nil
 }
 
-// errBindRace reports a gateway that exited at start because one of the
-// ports picked for it was taken meanwhile.
-var errBindRace = errors.New("a port picked for the gateway was taken before it listened")
+// ErrBindRace reports a gateway that exited at start because one of the
+// ports picked for it was taken meanwhile: its output said "address
+// already in use". Start tries its own picks again; a caller whose
+// Caddyfile names addresses of its own gets it (wrapped) and may pick
+// again.
+var ErrBindRace = errors.New("a port picked for the gateway was taken before it listened")
 
 // startOnFreePorts picks the gateway's and its admin API's ports, writes
-// the Caddyfile and starts the gateway; errBindRace when a port was taken
+// the Caddyfile and starts the gateway; ErrBindRace when a port was taken
 // between the pick and the gateway's listen.
 func (e *Env) startOnFreePorts(cfg Config, dir string) error {
 	gwAddr := cfg.GatewayAddr
@@ -303,7 +306,7 @@ func (e *Env) startGateway(cfg Config, cfPath string) error {
 		case err := <-e.waitErr:
 			e.waitErr <- err
 			if bind.inUse() {
-				return fmt.Errorf("%w: the gateway exited while starting: %v", errBindRace, err)
+				return fmt.Errorf("%w: the gateway exited while starting: %v", ErrBindRace, err)
 			}
 			return fmt.Errorf("the gateway exited while starting: %v", err)
 		case <-time.After(50 * time.Millisecond):
