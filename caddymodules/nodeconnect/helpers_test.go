@@ -4,13 +4,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,9 +23,9 @@ import (
 // testClient sends the tests' HTTP requests, each on a connection of its
 // own. A kept-alive connection of a configuration that caddy.Load replaced
 // is closed by the old server as it shuts down, and a request that races
-// that close reads EOF or a reset (TestCaddyReloadKeepsConnection failed
-// CI so, and 3 of 300 runs here); these tests are about the node
+// that close reads EOF or a reset; these tests are about the node
 // connections and the configuration, not about keep-alive across reloads.
+// (New connections right after a reload are waitReloaded's concern.)
 var testClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 
 // The enrolled test node and the API token.
@@ -177,28 +177,51 @@ func apiOperation(t *testing.T, base string) (int, api.OperationResult) {
 // dialNode connects the simulated test node to base.
 func dialNode(t *testing.T, base string, interval time.Duration) *sim.Node {
 	t.Helper()
-	// A connect that raced the replacement of a configuration is tried
-	// again, at most twice, as a node reconnects: right after a caddy.Load
-	// returns, a connection the kernel queued on the replaced
-	// configuration's listening socket can be reset when that socket
-	// closes (no HTTP answer: status 0), or be answered by the replaced
-	// configuration, which in TestCaddyStopAndNodesRemoved has no connect
-	// handler (a 200); 11 of 300 runs of that test met one of the two.
-	// The node protocol's own refusals (401, 409, 503, …) and a third
-	// failure end the test.
-	var n *sim.Node
-	var err error
-	for attempt := 1; ; attempt++ {
-		n, err = sim.Dial(t.Context(), sim.Config{URL: base, Credential: nodeSecret, Hello: hello(), HeartbeatInterval: interval})
-		var de *sim.DialError
-		if err == nil || attempt == 3 || !errors.As(err, &de) || (de.Status != 0 && de.Status != http.StatusOK) {
-			break
-		}
-		t.Logf("node dial attempt %d raced a reload (%v); dialling again", attempt, err)
-	}
+	n, err := sim.Dial(t.Context(), sim.Config{URL: base, Credential: nodeSecret, Hello: hello(), HeartbeatInterval: interval})
 	if err != nil {
 		t.Fatalf("node dial: %v", err)
 	}
 	t.Cleanup(func() { _ = n.Close() })
 	return n
+}
+
+// waitReloaded waits until the running configuration's listener is the
+// only socket listening on its address, polling the kernel's TCP table
+// (/proc/net/tcp) every 5 ms for up to 10 s. caddy.Load returns once the
+// replaced configuration's servers have begun to shut down, not when
+// they have finished (Caddy's caddyhttp.App.Stop says so), and each
+// configuration listens on a socket of its own (SO_REUSEPORT): until the
+// old socket closes, a new connection can still be answered by the old
+// configuration, or be reset when that socket closes with it queued.
+func waitReloaded(t *testing.T) {
+	t.Helper()
+	host, port, err := net.SplitHostPort(strings.TrimPrefix(baseURL(t), "http://"))
+	if err != nil || host != "127.0.0.1" {
+		t.Fatalf("waitReloaded needs a 127.0.0.1 listener: %s %v", host, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := fmt.Sprintf("0100007F:%04X", p)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		data, err := os.ReadFile("/proc/net/tcp")
+		if err != nil {
+			t.Fatalf("reading the kernel's TCP table: %v", err)
+		}
+		listening := 0
+		for _, line := range strings.Split(string(data), "\n") {
+			if f := strings.Fields(line); len(f) > 3 && f[1] == local && f[3] == "0A" { // 0A: LISTEN
+				listening++
+			}
+		}
+		if listening == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sockets still listen on 127.0.0.1:%d 10 s after the reload", listening, p)
+		}
+		time.Sleep(5 * time.Millisecond) // polling the kernel's socket table
+	}
 }

@@ -80,6 +80,7 @@ func load(t *testing.T, cfg obj) string {
 		t.Fatalf("caddy.Load: %v", err)
 	}
 	t.Cleanup(func() { _ = caddy.Stop() })
+	waitReloaded(t)
 	return baseURL(t)
 }
 
@@ -179,6 +180,7 @@ func TestCaddyReloadKeepsConnection(t *testing.T) {
 	if err := caddy.Load(mustJSON(t, cfg2), true); err != nil {
 		t.Fatalf("reload: %v", err)
 	}
+	waitReloaded(t)
 	if got := baseURL(t); got != base {
 		t.Fatalf("the reload moved the listener from %s to %s", base, got)
 	}
@@ -225,6 +227,7 @@ func TestCaddyReloadEpoch(t *testing.T) {
 	if err := caddy.Load(mustJSON(t, higher), true); err != nil {
 		t.Fatalf("reload with a higher epoch: %v", err)
 	}
+	waitReloaded(t)
 	err := n.Heartbeat(t.Context())
 	var ce *websocket.CloseError
 	if !errors.As(err, &ce) || ce.Code != hub.CloseEpochSuperseded {

@@ -223,6 +223,7 @@ func TestCaddyNodeStoreKubernetes(t *testing.T) {
 	if err := caddy.Load(mustJSON(t, withStore("v2")), true); err != nil {
 		t.Fatalf("reload: %v", err)
 	}
+	waitReloaded(t)
 	if app().NodePools() != before || target("/sandgate/pools/default") != 1 {
 		t.Fatal("a reload did not keep the Kubernetes store and its deployment")
 	}

@@ -108,6 +108,7 @@ func TestCaddyKubernetesPresence(t *testing.T) {
 	if err := caddy.Load(mustJSON(t, withPresence("v2")), true); err != nil {
 		t.Fatalf("reload: %v", err)
 	}
+	waitReloaded(t)
 	if app().PortalCluster() != first || app().NodePresence().(*KubernetesPresence).Leases != leases || !app().NodePresence().Synced() {
 		t.Fatal("a reload with the same settings did not keep the Portal connection and the presence")
 	}
@@ -119,6 +120,7 @@ func TestCaddyKubernetesPresence(t *testing.T) {
 	if err := caddy.Load(mustJSON(t, withPresence("v3")), true); err != nil {
 		t.Fatalf("reload with a changed kubeconfig: %v", err)
 	}
+	waitReloaded(t)
 	if app().PortalCluster() == first {
 		t.Fatal("a changed kubeconfig kept the old connection")
 	}
