@@ -164,6 +164,7 @@ func TestErrorCodesEveryRoute(t *testing.T) {
 	caddyfile := `{
 	admin {{ADMIN}}
 	auto_https off
+	default_bind 127.0.0.1
 	persist_config off
 	sandgate {
 		token_key primary HS256 {{KEY}}

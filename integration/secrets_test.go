@@ -21,6 +21,7 @@ import (
 const secretsCaddyfile = `{
 	admin {{ADMIN}}
 	auto_https off
+	default_bind 127.0.0.1
 	sandgate {
 		token_key primary HS256 {{KEY}}
 		credentials file {{CREDENTIALS}}

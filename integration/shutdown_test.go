@@ -30,6 +30,7 @@ import (
 const shutdownCaddyfile = `{
 	admin {{ADMIN}}
 	auto_https off
+	default_bind 127.0.0.1
 	persist_config off
 	shutdown_delay 2s
 	grace_period 20s

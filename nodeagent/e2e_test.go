@@ -248,6 +248,7 @@ backoff_max = "500ms"
 	caddyfile := write(t, filepath.Join(w.dir, "Caddyfile"), fmt.Sprintf(`{
 	admin off
 	auto_https off
+	default_bind 127.0.0.1
 	persist_config off
 	sandgate {
 		token_key e2e HS256 %s

@@ -83,6 +83,7 @@ func newEnrolGateway(t *testing.T, target int, releases ...string) *enrolGateway
 	caddyfile := write(t, filepath.Join(dir, "Caddyfile"), fmt.Sprintf(`{
 	admin 127.0.0.1:%d
 	auto_https off
+	default_bind 127.0.0.1
 	persist_config off
 	sandgate {
 		token_key e2e HS256 %s

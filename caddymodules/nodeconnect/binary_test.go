@@ -42,6 +42,7 @@ func binaryCaddyfile(f files, admin, body string) string {
 	return fmt.Sprintf(`{
 	admin %s
 	auto_https off
+	default_bind 127.0.0.1
 	persist_config off
 	sandgate {
 		token_key k1 HS256 %s
@@ -156,6 +157,7 @@ func TestBinaryReloadKeepsConnection(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("POST /load: %d", resp.StatusCode)
 	}
+	waitOneListener(t, base)
 	if status, body := get(t, base+"/extra"); body != "v2" {
 		t.Fatalf("after the reload /extra = %d %q, want v2", status, body)
 	}

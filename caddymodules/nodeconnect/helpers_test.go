@@ -186,8 +186,8 @@ func dialNode(t *testing.T, base string, interval time.Duration) *sim.Node {
 }
 
 // waitReloaded waits until the running configuration's listener is the
-// only socket listening on its address, polling the kernel's TCP table
-// (/proc/net/tcp) every 5 ms for up to 10 s. caddy.Load returns once the
+// only socket listening on its port, polling the kernel's TCP tables
+// (/proc/net/tcp and tcp6) every 5 ms for up to 10 s. caddy.Load returns once the
 // replaced configuration's servers have begun to shut down, not when
 // they have finished (Caddy's caddyhttp.App.Stop says so), and each
 // configuration listens on a socket of its own (SO_REUSEPORT): until the
@@ -195,32 +195,42 @@ func dialNode(t *testing.T, base string, interval time.Duration) *sim.Node {
 // configuration, or be reset when that socket closes with it queued.
 func waitReloaded(t *testing.T) {
 	t.Helper()
-	host, port, err := net.SplitHostPort(strings.TrimPrefix(baseURL(t), "http://"))
+	waitOneListener(t, baseURL(t))
+}
+
+// waitOneListener is waitReloaded for the gateway at base
+// ("http://127.0.0.1:<port>"), in this process or another (the kernel's
+// table is the network namespace's).
+func waitOneListener(t *testing.T, base string) {
+	t.Helper()
+	host, port, err := net.SplitHostPort(strings.TrimPrefix(base, "http://"))
 	if err != nil || host != "127.0.0.1" {
-		t.Fatalf("waitReloaded needs a 127.0.0.1 listener: %s %v", host, err)
+		t.Fatalf("waitOneListener needs a 127.0.0.1 listener: %s %v", host, err)
 	}
 	p, err := strconv.Atoi(port)
 	if err != nil {
 		t.Fatal(err)
 	}
-	local := fmt.Sprintf("0100007F:%04X", p)
+	suffix := fmt.Sprintf(":%04X", p) // any local address: a site may listen on [::] or 0.0.0.0
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		data, err := os.ReadFile("/proc/net/tcp")
-		if err != nil {
-			t.Fatalf("reading the kernel's TCP table: %v", err)
-		}
 		listening := 0
-		for _, line := range strings.Split(string(data), "\n") {
-			if f := strings.Fields(line); len(f) > 3 && f[1] == local && f[3] == "0A" { // 0A: LISTEN
-				listening++
+		for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+			data, err := os.ReadFile(table)
+			if err != nil {
+				t.Fatalf("reading the kernel's TCP table: %v", err)
+			}
+			for _, line := range strings.Split(string(data), "\n") {
+				if f := strings.Fields(line); len(f) > 3 && strings.HasSuffix(f[1], suffix) && f[3] == "0A" { // 0A: LISTEN
+					listening++
+				}
 			}
 		}
 		if listening == 1 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d sockets still listen on 127.0.0.1:%d 10 s after the reload", listening, p)
+			t.Fatalf("%d sockets listen on port %d 10 s after the reload, want 1", listening, p)
 		}
 		time.Sleep(5 * time.Millisecond) // polling the kernel's socket table
 	}

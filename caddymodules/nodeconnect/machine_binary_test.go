@@ -66,6 +66,7 @@ func machineCaddyfile(f files, adminAddr, state, store string) string {
 	return fmt.Sprintf(`{
 	admin %s
 	auto_https off
+	default_bind 127.0.0.1
 	persist_config off
 	sandgate {
 		token_key k1 HS256 %s

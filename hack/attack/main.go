@@ -120,6 +120,7 @@ func startWith(o options, dir, level, globals, site string) (*gateway, error) {
 	caddyfile := fmt.Sprintf(`{
 	admin off
 	auto_https off
+	default_bind 127.0.0.1
 	persist_config off
 	log {
 		output file %s/gateway.log

@@ -444,6 +444,7 @@ func run(o options) error {
 	gwConf := fmt.Sprintf(`{
 	admin %s
 	auto_https off
+	default_bind 127.0.0.1
 	persist_config off
 	sandgate {
 		token_key %s HS256 %s
@@ -462,6 +463,7 @@ http://%s {
 	rpConf := fmt.Sprintf(`{
 	admin %s
 	auto_https off
+	default_bind 127.0.0.1
 	persist_config off
 }
 

@@ -189,6 +189,7 @@ func run(o options) error {
 	caddyfile := fmt.Sprintf(`{
 	admin %s
 	auto_https off
+	default_bind 127.0.0.1
 	persist_config off
 	log {
 		output file %s

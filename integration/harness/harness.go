@@ -94,6 +94,7 @@ type Config struct {
 const DefaultCaddyfile = `{
 	admin {{ADMIN}}
 	auto_https off
+	default_bind 127.0.0.1
 	persist_config off
 	sandgate {
 		token_key primary HS256 {{KEY}}

@@ -149,6 +149,7 @@ func (c *Cluster) caddyfile(cfg Config, id, port, admin string) string {
 	return fmt.Sprintf(`{
 	admin %s
 	auto_https off
+	default_bind 127.0.0.1
 	persist_config off
 	log {
 		level %s

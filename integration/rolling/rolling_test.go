@@ -193,6 +193,7 @@ func (w *world) start() {
 	debug
 	admin 127.0.0.1:%s
 	auto_https off
+	default_bind 127.0.0.1
 	persist_config off
 	sandgate {
 		token_key k1 HS256 %s
