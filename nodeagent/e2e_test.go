@@ -16,11 +16,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +28,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/google/uuid"
 
+	"github.com/sandgate/sandgate/internal/freeport"
 	"github.com/sandgate/sandgate/node/api"
 	"github.com/sandgate/sandgate/node/hub"
 	"github.com/sandgate/sandgate/node/operation"
@@ -91,12 +92,15 @@ func buildAgent(t *testing.T, root string) string {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 func randomHex(t *testing.T, n int) string {

@@ -102,6 +102,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/token"
 	"github.com/sandgate/sandgate/integration/execdstub"
 	"github.com/sandgate/sandgate/integration/fixedentry"
+	"github.com/sandgate/sandgate/internal/freeport"
 )
 
 const (
@@ -436,7 +437,7 @@ func run(o options) error {
 	}
 	addrs := make([]string, 4)
 	for i := range addrs {
-		if addrs[i], err = freeAddr(); err != nil {
+		if addrs[i], err = freeport.Addr(); err != nil {
 			return err
 		}
 	}
@@ -1118,15 +1119,6 @@ func (w *world) transfers() error {
 		}
 	}
 	return nil
-}
-
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }
 
 // benchCommand is the command of the command workload, as the SDKs send

@@ -19,6 +19,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/freeport"
 )
 
 // Process is one running gateway.
@@ -158,15 +160,7 @@ func CPUPercent(ticks int64, d time.Duration) float64 {
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	_, port, err := net.SplitHostPort(ln.Addr().String())
-	return port, err
-}
+func FreePort() (string, error) { return freeport.Port() }
 
 // Output collects a process's standard output and error for Start; it is
 // safe for the concurrent writes of the process's two streams and the

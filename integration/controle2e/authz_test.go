@@ -6,14 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	mrand "math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +22,7 @@ import (
 	"github.com/sandgate/sandgate/integration/controlapi"
 	"github.com/sandgate/sandgate/integration/fixedentry"
 	"github.com/sandgate/sandgate/integration/harness"
+	"github.com/sandgate/sandgate/internal/freeport"
 )
 
 // corectlProc is bin/corectl running as its own process.
@@ -97,39 +95,17 @@ func startCorectl(t *testing.T, root string, args ...string) *corectlProc {
 	return p
 }
 
-// freeAddr returns a loopback address with a port no one listens on now.
-// The tests here must name an address in corectl's and the gateway's
-// configuration before it is bound, so the port is picked below the
-// kernel's ephemeral range (net.ipv4.ip_local_port_range): the outgoing
-// connections of every other test on the machine take their local ports
-// from that range, and binding ":0" does too, so none of them can take it
-// in between. Without a readable range, or with one starting at or below
-// 10001, it falls back to a port the kernel picks.
+// freeAddr returns a loopback address with a port no one listens on now,
+// picked below the kernel's ephemeral range (package freeport): the tests
+// here must name it in corectl's and the gateway's configuration before
+// it is bound.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	low := 0
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			low, _ = strconv.Atoi(f[0])
-		}
-	}
-	for range 100 {
-		if low <= 10001 {
-			break
-		}
-		port := 10000 + mrand.IntN(low-10000)
-		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
-			addr := l.Addr().String()
-			l.Close()
-			return addr
-		}
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 type authzResult struct {

@@ -26,6 +26,7 @@ import (
 	"github.com/sandgate/sandgate/integration/controlapi"
 	"github.com/sandgate/sandgate/integration/execdstub"
 	"github.com/sandgate/sandgate/integration/fixedentry"
+	"github.com/sandgate/sandgate/internal/freeport"
 )
 
 // Grant says what token the control API hands out for one sandbox ID.
@@ -472,11 +473,4 @@ func (b *bindWatch) inUse() bool {
 
 // freePort returns a loopback address with a port that was free a moment
 // ago.
-func freePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
+func freePort() (string, error) { return freeport.Addr() }

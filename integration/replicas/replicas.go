@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandgate/sandgate/internal/freeport"
 	"github.com/sandgate/sandgate/node/api"
 	"github.com/sandgate/sandgate/node/sim"
 )
@@ -108,15 +109,7 @@ func sum(s string) string {
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.
-func FreePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	_, port, err := net.SplitHostPort(l.Addr().String())
-	return port, err
-}
+func FreePort() (string, error) { return freeport.Port() }
 
 // Caddyfile returns the configuration of replica id listening on port,
 // with its admin endpoint on admin ("off": none).
