@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/hack/gatewayproc"
+	"github.com/sandgate/sandgate/internal/freeport"
 )
 
 type options struct {
@@ -109,7 +110,7 @@ func start(o options, dir, globals, site string) (*gateway, error) {
 // startWith is start with the log level and the sandgate app's
 // credentials (and other settings) in globals.
 func startWith(o options, dir, level, globals, site string) (*gateway, error) {
-	port, err := gatewayproc.FreePort()
+	port, err := freeport.Port()
 	if err != nil {
 		return nil, err
 	}

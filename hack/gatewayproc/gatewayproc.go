@@ -19,8 +19,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/sandgate/sandgate/internal/freeport"
 )
 
 // Process is one running gateway.
@@ -158,9 +156,6 @@ func CPUTicks(pid int) (int64, time.Time, error) {
 func CPUPercent(ticks int64, d time.Duration) float64 {
 	return float64(ticks) / ClockTicks / d.Seconds() * 100
 }
-
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort() (string, error) { return freeport.Port() }
 
 // Output collects a process's standard output and error for Start; it is
 // safe for the concurrent writes of the process's two streams and the

@@ -73,6 +73,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/sandgate/sandgate/hack/gatewayproc"
+	"github.com/sandgate/sandgate/internal/freeport"
 	"github.com/sandgate/sandgate/node/api"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/node/sim"
@@ -164,7 +165,7 @@ func run(o options) error {
 			nodes[i].ID, sum(nodes[i].Secret), installation, fingerprint, specDigest)
 	}
 	apiToken := randomHex(24)
-	port, err := gatewayproc.FreePort()
+	port, err := freeport.Port()
 	if err != nil {
 		return err
 	}
@@ -180,7 +181,7 @@ func run(o options) error {
 	}
 	admin := "off"
 	if o.profile != "" {
-		p, err := gatewayproc.FreePort()
+		p, err := freeport.Port()
 		if err != nil {
 			return err
 		}

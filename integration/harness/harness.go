@@ -253,11 +253,11 @@ func (e *Env) startOnFreePorts(cfg Config, dir string) error {
 	gwAddr := cfg.GatewayAddr
 	var err error
 	if gwAddr == "" {
-		if gwAddr, err = freePort(); err != nil {
+		if gwAddr, err = freeport.Addr(); err != nil {
 			return err
 		}
 	}
-	adminAddr, err := freePort()
+	adminAddr, err := freeport.Addr()
 	if err != nil {
 		return err
 	}
@@ -470,7 +470,3 @@ func (b *bindWatch) inUse() bool {
 	defer b.mu.Unlock()
 	return b.seen
 }
-
-// freePort returns a loopback address with a port that was free a moment
-// ago.
-func freePort() (string, error) { return freeport.Addr() }

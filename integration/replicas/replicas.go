@@ -108,9 +108,6 @@ func sum(s string) string {
 	return hex.EncodeToString(d[:])
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
-func FreePort() (string, error) { return freeport.Port() }
-
 // Caddyfile returns the configuration of replica id listening on port,
 // with its admin endpoint on admin ("off": none).
 func (c *Cluster) caddyfile(cfg Config, id, port, admin string) string {
@@ -207,13 +204,13 @@ func Start(cfg Config) (_ *Cluster, err error) {
 	}
 	for i := range cfg.Replicas {
 		id := fmt.Sprintf("replica-%d", i)
-		port, err := FreePort()
+		port, err := freeport.Port()
 		if err != nil {
 			return nil, err
 		}
 		admin := "off"
 		if cfg.Admin {
-			p, err := FreePort()
+			p, err := freeport.Port()
 			if err != nil {
 				return nil, err
 			}

@@ -38,6 +38,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sandgate/sandgate/hack/gatewayproc"
+	"github.com/sandgate/sandgate/internal/freeport"
 	"github.com/sandgate/sandgate/node/admin"
 	"github.com/sandgate/sandgate/node/api"
 	"github.com/sandgate/sandgate/node/hub"
@@ -75,7 +76,7 @@ func binary(t *testing.T, name string) string {
 
 func freePort(t *testing.T) string {
 	t.Helper()
-	p, err := gatewayproc.FreePort()
+	p, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,14 +17,7 @@ import (
 // (the test timers' online window and idle timeout are 5 s).
 func BenchmarkDispatch(b *testing.B) {
 	e := newEnv(b)
-	n, err := sim.Dial(b.Context(), sim.Config{URL: e.srv.URL, Credential: secretA, HeartbeatInterval: time.Second,
-		Hello: proto.Hello{NodeID: nodeA, InstallationID: inst, Provider: proto.ProviderDocker,
-			BackendFingerprint: fingerprint, DeploymentGeneration: 1, SpecificationDigest: specDigest, MaxActive: 8,
-			Health: health(true, "")}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer n.Close()
+	dialSimA(b, e, time.Second)
 	req := infoReq()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -47,14 +40,7 @@ func BenchmarkHeartbeat(b *testing.B) {
 		c.Timers.Heartbeat = time.Nanosecond
 		c.Logger = zap.NewNop()
 	})
-	n, err := sim.Dial(b.Context(), sim.Config{URL: e.srv.URL, Credential: secretA, HeartbeatInterval: time.Hour,
-		Hello: proto.Hello{NodeID: nodeA, InstallationID: inst, Provider: proto.ProviderDocker,
-			BackendFingerprint: fingerprint, DeploymentGeneration: 1, SpecificationDigest: specDigest, MaxActive: 8,
-			Health: health(true, "")}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer n.Close()
+	n := dialSimA(b, e, time.Hour)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
@@ -62,4 +48,19 @@ func BenchmarkHeartbeat(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// dialSimA connects node A of e as a simulated node heartbeating every
+// interval, closed when the benchmark ends.
+func dialSimA(b *testing.B, e *env, interval time.Duration) *sim.Node {
+	b.Helper()
+	n, err := sim.Dial(b.Context(), sim.Config{URL: e.srv.URL, Credential: secretA, HeartbeatInterval: interval,
+		Hello: proto.Hello{NodeID: nodeA, InstallationID: inst, Provider: proto.ProviderDocker,
+			BackendFingerprint: fingerprint, DeploymentGeneration: 1, SpecificationDigest: specDigest, MaxActive: 8,
+			Health: health(true, "")}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = n.Close() })
+	return n
 }
