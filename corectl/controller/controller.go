@@ -90,10 +90,12 @@ func (r *IngressReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("sandboxingressallowlist-"+strings.ToLower(clusterID)).
 		WithOptions(options(r.Workers)).
+		// Status-only updates are the cycles' own records (Verifying, the
+		// result): they carry no new desired version, so they wake no cycle.
 		For(&v1alpha1.SandboxIngressAllowlist{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			al, ok := o.(*v1alpha1.SandboxIngressAllowlist)
 			return ok && al.Spec.ClusterID == clusterID
-		}))).
+		}), predicate.GenerationChangedPredicate{})).
 		Watches(&networkingv1.Ingress{}, toAllowlist, builder.WithPredicates(ours)).
 		Complete(r)
 }

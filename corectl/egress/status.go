@@ -67,6 +67,17 @@ func (e *Engine) Get(ctx context.Context, namespace, id string) (*Status, error)
 		}
 		return nil, fmt.Errorf("%w: read policy: %s", ErrUnavailable, err.Error())
 	}
+	return e.StatusOf(ctx, sb, np)
+}
+
+// StatusOf computes the GET view of sandbox sb from np, its policy as
+// just read from the apiserver (the caller already holds both: the create
+// orchestration after its owner back-fill's read-back). It reads the
+// sandbox's pods and the namespace's NetworkPolicies. Errors:
+// ErrUnavailable when the apiserver cannot answer.
+func (e *Engine) StatusOf(ctx context.Context, sb *sandbox.Sandbox, np *networkingv1.NetworkPolicy) (*Status, error) {
+	namespace := sb.Namespace
+	st := &Status{SandboxID: sb.ID, PolicyName: PolicyName(sb.AllocationID)}
 	if !e.ours(np, sb) {
 		st.NotReadyReason = ReasonPolicyNotManaged
 		return st, nil
@@ -110,14 +121,23 @@ func (e *Engine) Get(ctx context.Context, namespace, id string) (*Status, error)
 	if hasLKG && Canonical(&np.Spec) != lkgV {
 		note(ReasonSpecDrift)
 	}
+	// The namespace's policies and the sandbox's pods (read by labelSets)
+	// are independent reads: they go out together.
+	var list *networkingv1.NetworkPolicyList
+	listErr := make(chan error, 1)
+	go func() {
+		var err error
+		list, err = nonPlatformPolicies(ctx, e.Client, namespace)
+		listErr <- err
+	}()
 	sets, f := e.labelSets(ctx, sb, &np.Spec)
+	err := <-listErr
 	if f != nil {
 		if f.code == CodeReadFailed {
 			return nil, fmt.Errorf("%w: %s", ErrUnavailable, f.reason)
 		}
 		note(ReasonSelectorMismatch)
 	} else {
-		list, err := nonPlatformPolicies(ctx, e.Client, namespace)
 		if err != nil {
 			return nil, fmt.Errorf("%w: list NetworkPolicies: %s", ErrUnavailable, err.Error())
 		}

@@ -11,8 +11,10 @@ import (
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/sandbox"
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -149,11 +151,29 @@ func (e *Engine) SetDesired(ctx context.Context, namespace, id string, rules []v
 	if err != nil && !errors.Is(err, sandbox.ErrNoAllocation) {
 		return nil, err
 	}
+	return e.setDesired(ctx, sb, namespace, id, rules, false)
+}
+
+// CreateDesired is SetDesired for a sandbox the caller has just created
+// and read back (sb, with its UID): it writes the SandboxIngressAllowlist
+// without reading the BatchSandbox again, and tries the create first,
+// falling back to SetDesired's read and update when the object exists.
+// Errors as SetDesired.
+func (e *Engine) CreateDesired(ctx context.Context, sb *sandbox.Sandbox, rules []v1alpha1.IngressRule) (*v1alpha1.SandboxIngressAllowlist, error) {
+	return e.setDesired(ctx, sb, sb.Namespace, sb.ID, rules, true)
+}
+
+func (e *Engine) setDesired(ctx context.Context, sb *sandbox.Sandbox, namespace, id string, rules []v1alpha1.IngressRule, createFirst bool) (*v1alpha1.SandboxIngressAllowlist, error) {
 	for attempt := 0; ; attempt++ {
 		al := &v1alpha1.SandboxIngressAllowlist{}
-		err := e.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: id}, al)
+		// createFirst: the first attempt creates without reading.
+		fresh := createFirst && attempt == 0
+		var err error
+		if !fresh {
+			err = e.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: id}, al)
+		}
 		switch {
-		case apierrors.IsNotFound(err):
+		case fresh || apierrors.IsNotFound(err):
 			al = &v1alpha1.SandboxIngressAllowlist{
 				ObjectMeta: metav1.ObjectMeta{
 					Name: id, Namespace: namespace, Labels: sb.IdentityLabels(e.Cluster.ID),
@@ -207,6 +227,14 @@ func transient(code string) bool {
 // error reading the allowlist itself.
 func (e *Engine) Reconcile(ctx context.Context, namespace, id string) (*Result, error) {
 	defer e.Lock(namespace, id)()
+	return e.ReconcileLocked(ctx, namespace, id)
+}
+
+// ReconcileLocked is Reconcile for a caller that holds Lock(namespace, id)
+// (the create orchestration holds it from writing the desired state to
+// the end of the first cycle, so the reconciler's cycle, woken by that
+// write, finds the work done).
+func (e *Engine) ReconcileLocked(ctx context.Context, namespace, id string) (*Result, error) {
 	al := &v1alpha1.SandboxIngressAllowlist{}
 	if err := e.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: id}, al); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -214,11 +242,28 @@ func (e *Engine) Reconcile(ctx context.Context, namespace, id string) (*Result, 
 		}
 		return nil, fmt.Errorf("%w: read SandboxIngressAllowlist: %s", ErrTransient, err.Error())
 	}
+	return e.ReconcileFrom(ctx, al)
+}
+
+// ReconcileFrom is ReconcileLocked for a caller that also holds al as the
+// apiserver just answered it (CreateDesired's result): the cycle starts
+// from al instead of reading it again. Its status writes are conditional
+// on al's resourceVersion, so a newer desired version written meanwhile
+// fails them (ErrTransient) rather than being overwritten.
+func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressAllowlist) (*Result, error) {
+	namespace, id := al.Namespace, al.Name
 	if al.DeletionTimestamp != nil || al.Spec.ClusterID != e.Cluster.ID {
 		return &Result{Outcome: OutcomeNoChange}, nil
 	}
 	st := &al.Status
+	// The sandbox and the carrier are independent reads: they go out
+	// together.
+	key := client.ObjectKey{Namespace: e.Cluster.Ingress.Namespace, Name: IngressName(id)}
+	cur := &networkingv1.Ingress{}
+	curErr := make(chan error, 1)
+	go func() { curErr <- e.Client.Get(ctx, key, cur) }()
 	sb, serr := sandbox.Get(ctx, e.Client, namespace, id, e.Cluster.AllocationLabelKey())
+	cerr := <-curErr
 	if serr != nil && !errors.Is(serr, sandbox.ErrNoAllocation) {
 		if errors.Is(serr, sandbox.ErrUnavailable) {
 			return nil, fmt.Errorf("%w: %s", ErrTransient, serr.Error())
@@ -228,9 +273,7 @@ func (e *Engine) Reconcile(ctx context.Context, namespace, id string) (*Result, 
 		}
 		return e.finish(ctx, al, nil, &Result{Outcome: OutcomeKept, Code: CodeSandboxNotFound, Message: serr.Error()})
 	}
-	key := client.ObjectKey{Namespace: e.Cluster.Ingress.Namespace, Name: IngressName(id)}
-	cur := &networkingv1.Ingress{}
-	if err := e.Client.Get(ctx, key, cur); apierrors.IsNotFound(err) {
+	if err := cerr; apierrors.IsNotFound(err) {
 		cur = nil
 	} else if err != nil {
 		return nil, fmt.Errorf("%w: read Ingress %s: %s", ErrTransient, key, err.Error())
@@ -256,12 +299,6 @@ func (e *Engine) Reconcile(ctx context.Context, namespace, id string) (*Result, 
 			Message: fmt.Sprintf("Ingress %s exists and is not corectl's carrier for this sandbox", key)})
 	}
 
-	// Verifying, then write.
-	st.VerificationState = v1alpha1.StateVerifying
-	st.CarrierRef = Ref(e.Cluster, sb)
-	if err := e.Client.Status().Update(ctx, al); err != nil {
-		return nil, fmt.Errorf("%w: set Verifying: %s", ErrTransient, err.Error())
-	}
 	var probe []string
 	if e.Probe != nil && len(set) > 0 {
 		p, err := e.Probe(ctx)
@@ -271,33 +308,41 @@ func (e *Engine) Reconcile(ctx context.Context, namespace, id string) (*Result, 
 		probe = p
 	}
 	want := CarrierWithProbe(e.Cluster, sb, set, probe)
-	var werr error
-	if cur == nil {
-		werr = e.Client.Create(ctx, want)
-	} else {
-		upd := cur.DeepCopy()
-		upd.Labels = mergeMaps(cur.Labels, want.Labels)
-		upd.Annotations = mergeMaps(cur.Annotations, want.Annotations)
-		if len(want.OwnerReferences) > 0 && !sb.HasOwnerReference(upd.OwnerReferences) {
-			upd.OwnerReferences = append(upd.OwnerReferences, want.OwnerReferences...)
+	rb := cur
+	if cur == nil || !holds(cur, want, sb) {
+		// Verifying, then write, then read back.
+		st.VerificationState = v1alpha1.StateVerifying
+		st.CarrierRef = Ref(e.Cluster, sb)
+		if err := e.Client.Status().Update(ctx, al); err != nil {
+			return nil, fmt.Errorf("%w: set Verifying: %s", ErrTransient, err.Error())
 		}
-		upd.Spec = want.Spec
-		werr = e.Client.Update(ctx, upd)
-		want = upd
-	}
-	if apierrors.IsAlreadyExists(werr) {
-		// Created meanwhile by someone else: never ours to overwrite.
-		if got := (&networkingv1.Ingress{}); e.Client.Get(ctx, key, got) == nil && !isOurs(e.Cluster, sb, got) {
-			return e.finish(ctx, al, sb, &Result{Outcome: OutcomeKept, Code: CodeCarrierForeign,
-				Message: fmt.Sprintf("Ingress %s was created meanwhile and is not corectl's carrier for this sandbox", key)})
+		var werr error
+		if cur == nil {
+			werr = e.Client.Create(ctx, want)
+		} else {
+			upd := cur.DeepCopy()
+			upd.Labels = mergeMaps(cur.Labels, want.Labels)
+			upd.Annotations = mergeMaps(cur.Annotations, want.Annotations)
+			if len(want.OwnerReferences) > 0 && !sb.HasOwnerReference(upd.OwnerReferences) {
+				upd.OwnerReferences = append(upd.OwnerReferences, want.OwnerReferences...)
+			}
+			upd.Spec = want.Spec
+			werr = e.Client.Update(ctx, upd)
 		}
-	}
-	if werr != nil {
-		return e.fail(ctx, al, sb, writeCode(werr), "write the Ingress: "+werr.Error())
-	}
-	rb := &networkingv1.Ingress{}
-	if err := e.Client.Get(ctx, key, rb); err != nil {
-		return e.fail(ctx, al, sb, CodeReadFailed, "read back the Ingress: "+err.Error())
+		if apierrors.IsAlreadyExists(werr) {
+			// Created meanwhile by someone else: never ours to overwrite.
+			if got := (&networkingv1.Ingress{}); e.Client.Get(ctx, key, got) == nil && !isOurs(e.Cluster, sb, got) {
+				return e.finish(ctx, al, sb, &Result{Outcome: OutcomeKept, Code: CodeCarrierForeign,
+					Message: fmt.Sprintf("Ingress %s was created meanwhile and is not corectl's carrier for this sandbox", key)})
+			}
+		}
+		if werr != nil {
+			return e.fail(ctx, al, sb, writeCode(werr), "write the Ingress: "+werr.Error())
+		}
+		rb = &networkingv1.Ingress{}
+		if err := e.Client.Get(ctx, key, rb); err != nil {
+			return e.fail(ctx, al, sb, CodeReadFailed, "read back the Ingress: "+err.Error())
+		}
 	}
 	if code, reason := CheckCarrier(e.Cluster, sb, rb, set); code != "" {
 		return e.fail(ctx, al, sb, code, reason)
@@ -314,6 +359,28 @@ func (e *Engine) Reconcile(ctx context.Context, namespace, id string) (*Result, 
 	return e.finish(ctx, al, sb, &Result{Outcome: OutcomeVerified})
 }
 
+// holds reports whether the live carrier cur already is want: the write
+// Reconcile would make (want's labels and annotations merged over cur's,
+// the owner reference added, want's spec) changes nothing. Reconcile then
+// writes nothing, so no Verifying state marks a write in flight, and cur,
+// read from the apiserver in this cycle, is the read-back.
+func holds(cur, want *networkingv1.Ingress, sb *sandbox.Sandbox) bool {
+	for k, v := range want.Labels {
+		if w, ok := cur.Labels[k]; !ok || w != v {
+			return false
+		}
+	}
+	for k, v := range want.Annotations {
+		if w, ok := cur.Annotations[k]; !ok || w != v {
+			return false
+		}
+	}
+	if len(want.OwnerReferences) > 0 && !sb.HasOwnerReference(cur.OwnerReferences) {
+		return false
+	}
+	return apiequality.Semantic.DeepEqual(cur.Spec, want.Spec)
+}
+
 // candidates lists every Ingress, in all namespaces, that could claim the
 // path of sandbox id: all Ingresses without the platform managed-by label,
 // and managed ones carrying the same sandbox ID (another namespace's
@@ -325,11 +392,14 @@ func (e *Engine) candidates(ctx context.Context, id string) ([]networkingv1.Ingr
 	if err != nil {
 		return nil, err
 	}
+	// The two lists are independent reads: they go out together.
 	var a, b networkingv1.IngressList
-	if err := e.Client.List(ctx, &a, client.MatchingLabelsSelector{Selector: foreign}); err != nil {
-		return nil, err
-	}
-	if err := e.Client.List(ctx, &b, client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelSandboxID: id}); err != nil {
+	var g errgroup.Group
+	g.Go(func() error { return e.Client.List(ctx, &a, client.MatchingLabelsSelector{Selector: foreign}) })
+	g.Go(func() error {
+		return e.Client.List(ctx, &b, client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelSandboxID: id})
+	})
+	if err := g.Wait(); err != nil {
 		return nil, err
 	}
 	return append(a.Items, b.Items...), nil

@@ -321,6 +321,141 @@ func TestDriftIsReportedAndRepaired(t *testing.T) {
 	}
 }
 
+// withWatch is a client of the envtest apiserver for interceptor.
+func withWatch(t *testing.T) client.WithWatch {
+	t.Helper()
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wc
+}
+
+// writes counts a cycle's writes: Ingress creates and updates, and
+// status updates of the allowlist with the verification state each wrote.
+type writes struct {
+	mu       sync.Mutex
+	ingress  int
+	statuses []string
+}
+
+func (w *writes) client(t *testing.T) client.Client {
+	return interceptor.NewClient(withWatch(t), interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*networkingv1.Ingress); ok {
+				w.mu.Lock()
+				w.ingress++
+				w.mu.Unlock()
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if _, ok := obj.(*networkingv1.Ingress); ok {
+				w.mu.Lock()
+				w.ingress++
+				w.mu.Unlock()
+			}
+			return c.Update(ctx, obj, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if al, ok := obj.(*v1alpha1.SandboxIngressAllowlist); ok {
+				w.mu.Lock()
+				w.statuses = append(w.statuses, al.Status.VerificationState)
+				w.mu.Unlock()
+			}
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	})
+}
+
+// TestCycleOverACarrierThatHoldsDesiredWritesNothing: a new desired
+// version whose carrier already holds it (the same rules again, or a
+// carrier the create orchestration wrote) is verified from the carrier as
+// read in the cycle: no Ingress write, no Verifying state, one status
+// write (Verified), and the applied version is the carrier's unchanged
+// resourceVersion. A carrier that differs is written as before.
+func TestCycleOverACarrierThatHoldsDesiredWritesNothing(t *testing.T) {
+	f := newFixture(t)
+	var w writes
+	f.eng.Client = w.client(t)
+	f.set(t, "203.0.113.0/24")
+	if res := f.reconcile(t); res.Outcome != OutcomeVerified {
+		t.Fatalf("first cycle = %+v", res)
+	}
+	if w.ingress != 1 || !slices.Equal(w.statuses, []string{"Verifying", "Verified"}) {
+		t.Fatalf("first cycle wrote the Ingress %d times, statuses %v; want 1 and [Verifying Verified]", w.ingress, w.statuses)
+	}
+	rv := f.carrier(t).ResourceVersion
+
+	w = writes{}
+	al := f.set(t, "203.0.113.0/24")
+	if res := f.reconcile(t); res.Outcome != OutcomeVerified {
+		t.Fatalf("cycle over a carrier that holds desired = %+v", res)
+	}
+	if w.ingress != 0 || !slices.Equal(w.statuses, []string{"Verified"}) {
+		t.Fatalf("cycle over a carrier that holds desired wrote the Ingress %d times, statuses %v; want 0 and [Verified]", w.ingress, w.statuses)
+	}
+	if got := f.carrier(t).ResourceVersion; got != rv {
+		t.Fatalf("carrier resourceVersion %s, was %s: written", got, rv)
+	}
+	st := f.allowlist(t).Status
+	if st.VerificationState != "Verified" || st.ObservedGeneration != al.Generation || st.AppliedVersion != rv ||
+		!slices.Equal(st.Applied, []string{"203.0.113.0/24"}) || !slices.Equal(st.LastVerified, st.Applied) {
+		t.Fatalf("status = %+v", st)
+	}
+	if g := f.get(t); !g.Ready {
+		t.Fatalf("Get = %+v", g)
+	}
+
+	// A carrier whose allowlist was edited does not hold desired: it is
+	// written again.
+	w = writes{}
+	ing := f.carrier(t)
+	ing.Annotations[AnnotationWhitelist] = "203.0.113.7/32"
+	if err := env.Client.Update(ctx, ing); err != nil {
+		t.Fatal(err)
+	}
+	f.set(t, "203.0.113.0/24")
+	if res := f.reconcile(t); res.Outcome != OutcomeVerified {
+		t.Fatalf("cycle over a changed carrier = %+v", res)
+	}
+	if w.ingress != 1 || !slices.Equal(w.statuses, []string{"Verifying", "Verified"}) {
+		t.Fatalf("cycle over a changed carrier wrote the Ingress %d times, statuses %v", w.ingress, w.statuses)
+	}
+}
+
+// TestCreateDesiredCreatesFirstAndFallsBackToUpdate: CreateDesired writes
+// a missing allowlist without reading it first; when it exists, the
+// create's AlreadyExists falls back to SetDesired's read and update (a new
+// revision).
+func TestCreateDesiredCreatesFirstAndFallsBackToUpdate(t *testing.T) {
+	f := newFixture(t)
+	var gets int
+	f.eng.Client = interceptor.NewClient(withWatch(t), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*v1alpha1.SandboxIngressAllowlist); ok {
+				gets++
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	sb, err := sandbox.Get(ctx, env.Client, f.ns, "sbx", f.eng.Cluster.AllocationLabelKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	al, err := f.eng.CreateDesired(ctx, sb, rulesOf("203.0.113.0/24"))
+	if err != nil || gets != 0 || al.Spec.Revision != 1 || al.ResourceVersion == "" {
+		t.Fatalf("CreateDesired on a new sandbox = %+v, %v after %d reads; want revision 1 and no read", al, err, gets)
+	}
+	al, err = f.eng.CreateDesired(ctx, sb, rulesOf("198.51.100.0/24"))
+	if err != nil || gets != 1 || al.Spec.Revision != 2 || !slices.Equal(CIDRs(al.Spec.Desired), []string{"198.51.100.0/24"}) {
+		t.Fatalf("CreateDesired over an existing allowlist = %+v, %v after %d reads; want revision 2 after one read", al, err, gets)
+	}
+	if got := f.allowlist(t); got.Spec.Revision != 2 || len(got.OwnerReferences) != 1 || got.OwnerReferences[0].UID != f.cr.GetUID() {
+		t.Fatalf("stored allowlist = %+v", got)
+	}
+}
+
 func TestForeignIngressIsNeverOverwritten(t *testing.T) {
 	f := newFixture(t)
 	nginx := "nginx"

@@ -2,6 +2,7 @@ package lifecycle_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,7 +18,11 @@ import (
 func TestBreakOrphanScanKeepsTheLivePolicyWithoutOwnerRef(t *testing.T) {
 	w := start(t)
 	ctx := context.Background()
-	live := w.create(restricted)
+	// An hour's timeout: the scan below runs past the orphan grace (5
+	// minutes) but well before the sandbox expires, so the expiry
+	// reconciler, which shares the orchestrator's clock and may wake for
+	// any event on the BatchSandbox, leaves it alone.
+	live := w.create(strings.Replace(restricted, `"timeout":300`, `"timeout":3600`, 1))
 	name := policyOf(t, w.nsA, bs(w.nsA, live.SandboxID))
 	np := &networkingv1.NetworkPolicy{}
 	if err := get(np, w.nsA, name); err != nil {
@@ -27,7 +32,7 @@ func TestBreakOrphanScanKeepsTheLivePolicyWithoutOwnerRef(t *testing.T) {
 	if err := env.Client.Update(ctx, np); err != nil {
 		t.Fatal(err)
 	}
-	w.orch.Now = func() time.Time { return time.Now().Add(time.Hour) }
+	w.orch.Now = func() time.Time { return time.Now().Add(10 * time.Minute) }
 	rep, err := w.orch.Scan(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -36,8 +41,8 @@ func TestBreakOrphanScanKeepsTheLivePolicyWithoutOwnerRef(t *testing.T) {
 		t.Fatalf("the live sandbox's egress policy %s was removed by the scan (%+v): %v", name, rep, err)
 	}
 	var st egress.Status
-	if code, _ := w.do("GET", "/sandboxes/"+live.SandboxID+"/network", "key-a", "", &st); code != 200 || st.ConfiguredEgress == nil {
-		t.Fatalf("GET network after the scan: %d %+v", code, st)
+	if code, body := w.do("GET", "/sandboxes/"+live.SandboxID+"/network", "key-a", "", &st); code != 200 || st.ConfiguredEgress == nil {
+		t.Fatalf("GET network after the scan: %d %s", code, body)
 	}
 }
 

@@ -58,6 +58,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/probesource"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	"github.com/sandgate/sandgate/gateway/token"
+	"golang.org/x/sync/errgroup"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -380,7 +381,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (*Created,
 		return fail(StepOwners, CodeCreateFailed, err)
 	}
 	if len(c.ingressSet) > 0 {
-		if err := step(StepDesired, func() error { return c.persistDesired(ctx, net.Ingress) }); err != nil {
+		if err := step(StepDesired, func() error { return c.persistDesired(ctx, sb, net.Ingress) }); err != nil {
 			return fail(StepDesired, CodeCreateFailed, err)
 		}
 	}
@@ -425,6 +426,12 @@ type creation struct {
 	ingressSet []string
 
 	wroteIngress, wrotePolicy, wroteCR, wroteDesired bool
+
+	// ingress and policy are the objects as last read back from the
+	// apiserver; the owner back-fill writes over them (at their
+	// resourceVersion) instead of reading them again.
+	ingress *networkingv1.Ingress
+	policy  *networkingv1.NetworkPolicy
 }
 
 func (c *creation) ingressKey() client.ObjectKey {
@@ -456,6 +463,7 @@ func (c *creation) createIngress(ctx context.Context, prov *sandbox.Sandbox) err
 	if code, reason := ingressallow.CheckCarrier(c.o.Cluster, prov, rb, c.ingressSet); code != "" {
 		return fmt.Errorf("Ingress %s read back: %s: %s", c.ingressKey(), code, reason)
 	}
+	c.ingress = rb
 	return nil
 }
 
@@ -488,6 +496,7 @@ func (c *creation) createPolicy(ctx context.Context, prov *sandbox.Sandbox, set 
 	if egress.Canonical(&rb.Spec) != lkg || rb.Annotations[egress.AnnotationLastVerifiedSpec] != lkg {
 		return fmt.Errorf("NetworkPolicy %s read back differs from what was written", c.policyKey())
 	}
+	c.policy = rb
 	return nil
 }
 
@@ -528,9 +537,11 @@ func (c *creation) createBatchSandbox(ctx context.Context, req CreateRequest) (*
 		return nil, fmt.Errorf("create BatchSandbox %s/%s: %w", c.ns, c.id, err)
 	}
 	c.wroteCR = true
-	sb, err := sandbox.Get(ctx, c.o.Client, c.ns, c.id, c.o.Cluster.AllocationLabelKey())
+	// The create's answer is the object as stored (after admission): it
+	// carries the UID the owner references need.
+	sb, err := sandbox.From(u, c.o.Cluster.AllocationLabelKey())
 	if err != nil {
-		return nil, fmt.Errorf("read back BatchSandbox: %w", err)
+		return nil, fmt.Errorf("BatchSandbox as created: %w", err)
 	}
 	if sb.AllocationID != c.alloc {
 		return nil, fmt.Errorf("BatchSandbox %s/%s read back with allocation %q", c.ns, c.id, sb.AllocationID)
@@ -541,12 +552,53 @@ func (c *creation) createBatchSandbox(ctx context.Context, req CreateRequest) (*
 // AnnotationTemplateID records the E2B template ID on the BatchSandbox.
 const AnnotationTemplateID = "network.sandgate.io/template-id"
 
+// backfillOwners writes the BatchSandbox's owner reference and owner
+// annotation into the managed Ingress and the NetworkPolicy, each read
+// back and checked, and checks the egress policy's readiness. The two
+// objects are independent, so their back-fills run concurrently; both run
+// to the end, and the first error is returned.
+//
+// The egress readiness check (selector against the pods, conflicting
+// policies) reads the policy as read back at its creation: the back-fill
+// changes only owner fields, which the check does not look at, so it runs
+// beside the back-fills, and the policy read back after the back-fill
+// must still carry the checked spec and verification annotations.
 func (c *creation) backfillOwners(ctx context.Context, sb *sandbox.Sandbox) error {
+	var g errgroup.Group
 	if len(c.ingressSet) > 0 {
-		ing := &networkingv1.Ingress{}
-		if err := c.o.Client.Get(ctx, c.ingressKey(), ing); err != nil {
-			return fmt.Errorf("read Ingress %s: %w", c.ingressKey(), err)
+		g.Go(func() error { return c.backfillIngress(ctx, sb) })
+	}
+	checked := c.policy
+	g.Go(func() error { return c.backfillPolicy(ctx, sb) })
+	g.Go(func() error {
+		st, err := c.o.Egress.StatusOf(ctx, sb, checked)
+		if err != nil {
+			return fmt.Errorf("verify the egress policy: %w", err)
 		}
+		if !st.NetworkReady {
+			return fmt.Errorf("egress policy not ready: %s", st.NotReadyReason)
+		}
+		return nil
+	})
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for _, k := range []string{egress.AnnotationLastVerifiedSpec, egress.AnnotationVerificationState, egress.AnnotationVerificationErrorCode} {
+		if c.policy.Annotations[k] != checked.Annotations[k] {
+			return fmt.Errorf("NetworkPolicy %s changed its %s during the owner back-fill", c.policyKey(), k)
+		}
+	}
+	if egress.Canonical(&c.policy.Spec) != egress.Canonical(&checked.Spec) {
+		return fmt.Errorf("NetworkPolicy %s changed its spec during the owner back-fill", c.policyKey())
+	}
+	return nil
+}
+
+func (c *creation) backfillIngress(ctx context.Context, sb *sandbox.Sandbox) error {
+	{
+		// The Ingress as read back at its creation: a write by anyone
+		// since then makes this update fail on its resourceVersion.
+		ing := c.ingress.DeepCopy()
 		want := ingressallow.Carrier(c.o.Cluster, sb, c.ingressSet)
 		ing.Annotations[v1alpha1.AnnotationOwner] = sb.OwnerAnnotation()
 		if len(want.OwnerReferences) > 0 && !sb.HasOwnerReference(ing.OwnerReferences) {
@@ -562,11 +614,13 @@ func (c *creation) backfillOwners(ctx context.Context, sb *sandbox.Sandbox) erro
 		if code, reason := ingressallow.CheckCarrier(c.o.Cluster, sb, rb, c.ingressSet); code != "" {
 			return fmt.Errorf("Ingress %s after the owner back-fill: %s: %s", c.ingressKey(), code, reason)
 		}
+		c.ingress = rb
 	}
-	np := &networkingv1.NetworkPolicy{}
-	if err := c.o.Client.Get(ctx, c.policyKey(), np); err != nil {
-		return fmt.Errorf("read NetworkPolicy %s: %w", c.policyKey(), err)
-	}
+	return nil
+}
+
+func (c *creation) backfillPolicy(ctx context.Context, sb *sandbox.Sandbox) error {
+	np := c.policy.DeepCopy()
 	np.Annotations[v1alpha1.AnnotationOwner] = sb.OwnerAnnotation()
 	if !sb.HasOwnerReference(np.OwnerReferences) {
 		np.OwnerReferences = append(np.OwnerReferences, sb.OwnerReference())
@@ -581,32 +635,43 @@ func (c *creation) backfillOwners(ctx context.Context, sb *sandbox.Sandbox) erro
 	if !sb.HasOwnerReference(rb.OwnerReferences) || rb.Annotations[v1alpha1.AnnotationOwner] != sb.OwnerAnnotation() {
 		return fmt.Errorf("NetworkPolicy %s lost its owner reference on read-back", c.policyKey())
 	}
-	st, err := c.o.Egress.Get(ctx, c.ns, c.id)
-	if err != nil {
-		return fmt.Errorf("verify the egress policy: %w", err)
-	}
-	if !st.NetworkReady {
-		return fmt.Errorf("egress policy not ready: %s", st.NotReadyReason)
-	}
+	c.policy = rb
 	return nil
 }
 
-func (c *creation) persistDesired(ctx context.Context, rules []v1alpha1.IngressRule) error {
-	if _, err := c.o.Ingress.SetDesired(ctx, c.ns, c.id, rules); err != nil {
+func (c *creation) persistDesired(ctx context.Context, sb *sandbox.Sandbox, rules []v1alpha1.IngressRule) error {
+	unlock := c.o.Ingress.Lock(c.ns, c.id)
+	defer unlock()
+	al, err := c.o.Ingress.CreateDesired(ctx, sb, rules)
+	if err != nil {
 		return fmt.Errorf("persist the ingress desired state: %w", err)
 	}
 	c.wroteDesired = true
-	// The leader's reconciler may run the same cycle concurrently; a
-	// conflict on the allowlist's status is transient, and whichever cycle
-	// finishes decides.
+	// The lock keeps this process's reconciler (woken by the write above)
+	// out until the cycle below is done; a leader in another replica may
+	// still run the same cycle concurrently. A conflict on the allowlist's
+	// status is transient, and whichever cycle finishes decides.
 	var last string
 	for attempt := 0; attempt < 8; attempt++ {
-		if _, err := c.o.Ingress.Reconcile(ctx, c.ns, c.id); err != nil {
+		var res *ingressallow.Result
+		if attempt == 0 {
+			res, err = c.o.Ingress.ReconcileFrom(ctx, al)
+		} else {
+			res, err = c.o.Ingress.ReconcileLocked(ctx, c.ns, c.id)
+		}
+		if err != nil {
 			if !errors.Is(err, ingressallow.ErrTransient) {
 				return fmt.Errorf("apply the ingress allowlist: %w", err)
 			}
 			last = err.Error()
 			continue
+		}
+		if res.Outcome == ingressallow.OutcomeVerified {
+			// This cycle read the carrier back, checked it and the path
+			// claims, and recorded Verified for the desired version just
+			// written (its status write was conditional on the
+			// allowlist's resourceVersion): that is Ready.
+			return nil
 		}
 		st, err := c.o.Ingress.Get(ctx, c.ns, c.id)
 		if err != nil {

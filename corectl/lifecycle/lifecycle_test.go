@@ -128,6 +128,9 @@ type worldOptions struct {
 	// before runs once the namespaces and the cluster ID are chosen,
 	// before corectl starts.
 	before func(w *world)
+	// wrap, when set, wraps corectl's transport to the apiserver (tests
+	// count the requests with it).
+	wrap func(http.RoundTripper) http.RoundTripper
 }
 
 // startWorld starts the world as o says.
@@ -204,8 +207,14 @@ func startWorld(t testing.TB, cfg *rest.Config, o worldOptions) *world {
 		Config: &cluster.Config{Clusters: []cluster.Cluster{*c}, Templates: cluster.TemplateStore{ClusterID: id, Namespace: tplNS},
 			SandboxTemplates: kubetest.SandboxTemplates()},
 		Keys: keys, Credentials: src, Listen: "127.0.0.1:0", IngressWait: 20 * time.Second,
-		RESTConfig: func(*cluster.Cluster) (*rest.Config, error) { return rest.CopyConfig(cfg), nil },
-		TokenKey:   &sk, ReadyBudget: 30 * time.Second, OrphanInterval: time.Hour,
+		RESTConfig: func(*cluster.Cluster) (*rest.Config, error) {
+			rc := rest.CopyConfig(cfg)
+			if o.wrap != nil {
+				rc.Wrap(o.wrap)
+			}
+			return rc, nil
+		},
+		TokenKey: &sk, ReadyBudget: 30 * time.Second, OrphanInterval: time.Hour,
 		ProbeSourceDiscovery: probe, ProbeListen: "127.0.0.1:0", ShutdownGrace: 20 * time.Second,
 		Lifecycle: func(lo *lifecycle.Orchestrator) {
 			lo.Now = func() time.Time { return time.Now().Add(time.Duration(w.skew.Load())) }

@@ -116,6 +116,15 @@ func Get(ctx context.Context, r client.Reader, namespace, id, allocationLabel st
 		}
 		return nil, fmt.Errorf("%w: BatchSandbox %s/%s: %s", ErrUnavailable, namespace, id, err.Error())
 	}
+	return From(u, allocationLabel)
+}
+
+// From extracts the sandbox of a BatchSandbox object u the caller has
+// just received from the apiserver (a read, or a create's answer, which
+// is the object as stored), as Get does. Errors wrap ErrDeleting,
+// ErrNoAllocation or ErrUnavailable (a malformed template).
+func From(u *unstructured.Unstructured, allocationLabel string) (*Sandbox, error) {
+	namespace, id := u.GetNamespace(), u.GetName()
 	if st := u.GetAnnotations()[v1alpha1.AnnotationLifecycle]; u.GetDeletionTimestamp() != nil ||
 		st == v1alpha1.StateDeleting || st == v1alpha1.StateCleanupFailed {
 		return nil, fmt.Errorf("%w: BatchSandbox %s/%s", ErrDeleting, namespace, id)
