@@ -340,21 +340,20 @@ type writes struct {
 }
 
 func (w *writes) client(t *testing.T) client.Client {
+	ingress := func(obj client.Object) {
+		if _, ok := obj.(*networkingv1.Ingress); ok {
+			w.mu.Lock()
+			w.ingress++
+			w.mu.Unlock()
+		}
+	}
 	return interceptor.NewClient(withWatch(t), interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-			if _, ok := obj.(*networkingv1.Ingress); ok {
-				w.mu.Lock()
-				w.ingress++
-				w.mu.Unlock()
-			}
+			ingress(obj)
 			return c.Create(ctx, obj, opts...)
 		},
 		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-			if _, ok := obj.(*networkingv1.Ingress); ok {
-				w.mu.Lock()
-				w.ingress++
-				w.mu.Unlock()
-			}
+			ingress(obj)
 			return c.Update(ctx, obj, opts...)
 		},
 		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
