@@ -94,6 +94,7 @@ func main() {
 	flag.StringVar(&o.nodesFile, "nodes-file", "", "internal: the nodes' process's node list")
 	flag.StringVar(&o.url, "url", "", "internal: the gateway's URL, for the nodes' process")
 	flag.StringVar(&o.profile, "profile", "", "file for a CPU profile of the gateway during the dispatch phase, with <file>.heap and <file>.goroutine taken after the steady state and <file>.heap-after after the dispatch phase (its allocations: go tool pprof -sample_index=alloc_space -base <file>.heap <file>.heap-after; Caddy's admin endpoint is then on, on loopback)")
+	flag.StringVar(&o.trace, "trace", "", "file for a runtime execution trace of the gateway during the dispatch phase (go tool trace <file>; go tool trace -pprof=sched <file> gives where goroutines waited for a CPU; Caddy's admin endpoint is then on, on loopback)")
 	flag.StringVar(&o.gatewayEnv, "gateway-env", "", "comma-separated VAR=value added to the gateway's environment only (e.g. GOGC=400,GOMEMLIMIT=768MiB)")
 	flag.StringVar(&o.gatewayOutput, "gateway-output", "", "file for the gateway's standard output and error (e.g. with GODEBUG=gctrace=1); default discarded")
 	flag.Parse()
@@ -124,6 +125,7 @@ type options struct {
 	gatewayOutput   string
 	gatewayEnv      string
 	profile         string
+	trace           string
 	toolGOGC        int
 	nodesGOGC       int
 	role, nodesFile string
@@ -180,7 +182,7 @@ func run(o options) error {
 		}
 	}
 	admin := "off"
-	if o.profile != "" {
+	if o.profile != "" || o.trace != "" {
 		p, err := freeport.Port()
 		if err != nil {
 			return err
@@ -322,15 +324,24 @@ http://127.0.0.1:%s {
 
 	// Dispatch at a fixed rate.
 	if o.rate > 0 && o.duration > 0 {
-		var profiled chan error
+		var profiled, traced chan error
 		if o.profile != "" {
 			profiled = make(chan error, 1)
 			go func() { profiled <- gatewayproc.SaveCPUProfile("http://"+admin, o.duration, o.profile) }()
+		}
+		if o.trace != "" {
+			traced = make(chan error, 1)
+			go func() {
+				traced <- gatewayproc.Save(fmt.Sprintf("http://%s/debug/pprof/trace?seconds=%d", admin, max(1, int(o.duration.Seconds()))), o.trace)
+			}()
 		}
 		err := dispatch(o, base, apiToken, nodes, pid, sims.cmd.Process.Pid)
 		if profiled != nil {
 			err = errors.Join(err, <-profiled,
 				gatewayproc.Save("http://"+admin+"/debug/pprof/heap", o.profile+".heap-after"))
+		}
+		if traced != nil {
+			err = errors.Join(err, <-traced)
 		}
 		if err != nil {
 			return err
