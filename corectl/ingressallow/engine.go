@@ -299,11 +299,37 @@ func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressA
 			Message: fmt.Sprintf("Ingress %s exists and is not corectl's carrier for this sandbox", key)})
 	}
 
+	// Verifying is the cycle's first write, conditional on al's
+	// resourceVersion: no carrier write (the update, or a rollback's
+	// restore or delete) comes before it, so a cycle whose view of the
+	// allowlist is stale (a newer LKG recorded meanwhile by another
+	// replica's cycle) fails there instead of rolling the carrier back to
+	// its old LKG. A cycle whose carrier already holds desired writes it
+	// only if it must roll back.
+	verifying := false
+	setVerifying := func() error {
+		if verifying {
+			return nil
+		}
+		st.VerificationState = v1alpha1.StateVerifying
+		st.CarrierRef = Ref(e.Cluster, sb)
+		if err := e.Client.Status().Update(ctx, al); err != nil {
+			return fmt.Errorf("%w: set Verifying: %s", ErrTransient, err.Error())
+		}
+		verifying = true
+		return nil
+	}
+	fail := func(code, reason string) (*Result, error) {
+		if err := setVerifying(); err != nil {
+			return nil, err
+		}
+		return e.fail(ctx, al, sb, code, reason)
+	}
 	var probe []string
 	if e.Probe != nil && len(set) > 0 {
 		p, err := e.Probe(ctx)
 		if err != nil {
-			return e.fail(ctx, al, sb, CodeProbeSourceUnknown, "discover the probe source: "+err.Error())
+			return fail(CodeProbeSourceUnknown, "discover the probe source: "+err.Error())
 		}
 		probe = p
 	}
@@ -311,10 +337,8 @@ func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressA
 	rb := cur
 	if cur == nil || !holds(cur, want, sb) {
 		// Verifying, then write, then read back.
-		st.VerificationState = v1alpha1.StateVerifying
-		st.CarrierRef = Ref(e.Cluster, sb)
-		if err := e.Client.Status().Update(ctx, al); err != nil {
-			return nil, fmt.Errorf("%w: set Verifying: %s", ErrTransient, err.Error())
+		if err := setVerifying(); err != nil {
+			return nil, err
 		}
 		var werr error
 		if cur == nil {
@@ -337,22 +361,22 @@ func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressA
 			}
 		}
 		if werr != nil {
-			return e.fail(ctx, al, sb, writeCode(werr), "write the Ingress: "+werr.Error())
+			return fail(writeCode(werr), "write the Ingress: "+werr.Error())
 		}
 		rb = &networkingv1.Ingress{}
 		if err := e.Client.Get(ctx, key, rb); err != nil {
-			return e.fail(ctx, al, sb, CodeReadFailed, "read back the Ingress: "+err.Error())
+			return fail(CodeReadFailed, "read back the Ingress: "+err.Error())
 		}
 	}
 	if code, reason := CheckCarrier(e.Cluster, sb, rb, set); code != "" {
-		return e.fail(ctx, al, sb, code, reason)
+		return fail(code, reason)
 	}
 	list, err := e.candidates(ctx, id)
 	if err != nil {
-		return e.fail(ctx, al, sb, CodeReadFailed, "list Ingresses: "+err.Error())
+		return fail(CodeReadFailed, "list Ingresses: "+err.Error())
 	}
 	if c := Claimants(list, key.String(), e.Cluster.Ingress.Host, e.Cluster.Ingress.ClassName, Path(id)); len(c) > 0 {
-		return e.fail(ctx, al, sb, CodePathClaimed, "other Ingresses claim "+Path(id)+": "+strings.Join(c, ", "))
+		return fail(CodePathClaimed, "other Ingresses claim "+Path(id)+": "+strings.Join(c, ", "))
 	}
 	st.Applied, st.AppliedVersion = set, rb.ResourceVersion
 	st.LastVerified, st.LastVerifiedGeneration = slices.Clone(set), al.Generation

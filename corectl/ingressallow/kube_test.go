@@ -680,3 +680,50 @@ func TestCarrierCreatedMeanwhileBySomeoneElse(t *testing.T) {
 		t.Fatalf("state = %q", al.Status.VerificationState)
 	}
 }
+
+// TestBreakStaleCycleNeverRollsTheCarrierBack: a cycle that starts from an
+// allowlist as answered earlier (ReconcileFrom: the create's first cycle,
+// while the leader in another replica runs its own) and finds the carrier
+// already holding its desired set writes no Verifying state; when its
+// checks then fail (here another Ingress claims the path), its rollback
+// must not write the carrier from its stale view. Meanwhile the leader
+// verified a narrower set: restoring the stale LKG would widen the
+// carrier past what the allowlist records as verified (spec §5.2: never
+// widen). The stale cycle's first write must be conditional on the
+// allowlist's resourceVersion, so it fails (transient) and touches
+// nothing.
+func TestBreakStaleCycleNeverRollsTheCarrierBack(t *testing.T) {
+	f := newFixture(t)
+	f.set(t, "198.51.100.0/24")
+	if res := f.reconcile(t); res.Outcome != OutcomeVerified {
+		t.Fatalf("first cycle = %+v", res)
+	}
+	stale := f.set(t, "198.51.100.7/32").DeepCopy() // as SetDesired answered
+	if res := f.reconcile(t); res.Outcome != OutcomeVerified {
+		t.Fatalf("leader's cycle = %+v", res)
+	}
+	other := env.Namespace(t)
+	nginx := "nginx"
+	intruder := &networkingv1.Ingress{
+		ObjectMeta: metav1.ObjectMeta{Name: "shortcut", Namespace: other},
+		Spec: networkingv1.IngressSpec{IngressClassName: &nginx, Rules: []networkingv1.IngressRule{{Host: f.eng.Cluster.Ingress.Host,
+			IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{Paths: []networkingv1.HTTPIngressPath{{
+				Path: "/sbx/", PathType: ptr(networkingv1.PathTypePrefix),
+				Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: "x", Port: networkingv1.ServiceBackendPort{Number: 1}}},
+			}}}}}}},
+	}
+	if err := env.Client.Create(ctx, intruder); err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.eng.ReconcileFrom(ctx, stale)
+	if !errors.Is(err, ErrTransient) {
+		t.Fatalf("stale cycle = %+v, %v; want a transient failure", res, err)
+	}
+	ing := f.carrier(t)
+	if ing == nil || ing.Annotations[AnnotationWhitelist] != "198.51.100.7/32" {
+		t.Fatalf("carrier after the stale cycle = %+v; want the verified 198.51.100.7/32 untouched", ing)
+	}
+	if st := f.allowlist(t).Status; st.VerificationState != v1alpha1.StateVerified || !slices.Equal(st.LastVerified, []string{"198.51.100.7/32"}) {
+		t.Fatalf("status after the stale cycle = %+v", st)
+	}
+}
