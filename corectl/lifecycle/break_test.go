@@ -32,7 +32,7 @@ func TestBreakOrphanScanKeepsTheLivePolicyWithoutOwnerRef(t *testing.T) {
 	if err := env.Client.Update(ctx, np); err != nil {
 		t.Fatal(err)
 	}
-	w.orch.Now = func() time.Time { return time.Now().Add(10 * time.Minute) }
+	w.skew.Store(int64(10 * time.Minute)) // the orchestrator's clock (lo.Now reads it; the expiry reconciler shares it)
 	rep, err := w.orch.Scan(ctx)
 	if err != nil {
 		t.Fatal(err)

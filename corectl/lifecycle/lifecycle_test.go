@@ -873,7 +873,7 @@ func TestOrphanScan(t *testing.T) {
 		t.Fatalf("young scan %+v", rep)
 	}
 	// Old (past the 5 minute grace): the leftovers go.
-	w.orch.Now = func() time.Time { return time.Now().Add(10 * time.Minute) }
+	w.skew.Store(int64(10 * time.Minute)) // the orchestrator's clock (lo.Now reads it; the expiry reconciler shares it)
 	rep, err = w.orch.Scan(ctx)
 	if err != nil {
 		t.Fatal(err)
