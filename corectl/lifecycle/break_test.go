@@ -2,12 +2,21 @@ package lifecycle_test
 
 import (
 	"context"
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/egress"
+	"github.com/sandgate/sandgate/corectl/kubetest"
+	"github.com/sandgate/sandgate/corectl/lifecycle"
+	"github.com/sandgate/sandgate/corectl/sandbox"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // TestBreakOrphanScanKeepsTheLivePolicyWithoutOwnerRef: the egress policy
@@ -72,5 +81,57 @@ func TestBreakCreateBodyDuplicateKeys(t *testing.T) {
 	if code, raw := w.do("GET", "/sandboxes/"+sb.SandboxID+"/network", "key-a", "", &st); code != 200 || st.ConfiguredEgress == nil ||
 		len(*st.ConfiguredEgress) != 1 || (*st.ConfiguredEgress)[0].CIDR != "198.51.100.7/32" {
 		t.Fatalf("egress after create: %d %s", code, raw)
+	}
+}
+
+// TestBreakCreateDoesNotReviveASandboxBeingDeleted: a DELETE marks the
+// sandbox Deleting while its create is at the token step (the create holds
+// no lock there). The create must not turn it Ready again and answer 201
+// with a token for a sandbox being torn down: its transition is
+// conditional on Creating, so it fails and compensates.
+func TestBreakCreateDoesNotReviveASandboxBeingDeleted(t *testing.T) {
+	w := start(t)
+	ctx := context.Background()
+	release := make(chan struct{})
+	w.mu.Lock()
+	w.blockAt = map[lifecycle.Step]chan struct{}{lifecycle.StepToken: release}
+	w.mu.Unlock()
+	type answer struct {
+		status int
+		body   []byte
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		var out map[string]any
+		st, body := w.do("POST", "/v2/sandboxes", "key-a", restricted, &out)
+		answered <- answer{st, body}
+	}()
+	kubetest.Eventually(t, 30*time.Second, "the create to reach its token step", func() (bool, error) {
+		return w.metrics().Value("corectl_lifecycle_steps_total", "step", "readiness", "outcome", "ok") == 1, nil
+	})
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(sandbox.GVK.GroupVersion().WithKind("BatchSandboxList"))
+	if err := env.Client.List(ctx, list, client.InNamespace(w.nsA)); err != nil || len(list.Items) != 1 {
+		t.Fatalf("BatchSandboxes in %s: %d, %v; want the one being created", w.nsA, len(list.Items), err)
+	}
+	id := list.Items[0].GetName()
+	// What DELETE's first step writes.
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.AnnotationLifecycle, lifecycle.StateDeleting)
+	if err := env.Client.Patch(ctx, bs(w.nsA, id), client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	a := <-answered
+	if a.status == http.StatusCreated {
+		t.Fatalf("the create answered 201 (with a token) for a sandbox marked Deleting")
+	}
+	if a.status != http.StatusInternalServerError || !strings.Contains(string(a.body), `"step":"token"`) {
+		t.Fatalf("create = %d %s, want 500 create_failed at the token step", a.status, a.body)
+	}
+	if strings.Contains(string(a.body), "envdAccessToken") {
+		t.Fatalf("a failed create carries a token: %s", a.body)
+	}
+	if u := bs(w.nsA, id); u != nil && u.GetAnnotations()[v1alpha1.AnnotationLifecycle] == lifecycle.StateReady {
+		t.Fatalf("the sandbox marked Deleting was turned Ready")
 	}
 }

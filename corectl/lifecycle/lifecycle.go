@@ -63,6 +63,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -394,7 +395,10 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (*Created,
 		if err != nil {
 			return err
 		}
-		return c.setLifecycle(ctx, StateReady)
+		// Only a sandbox still Creating becomes Ready: a DELETE that marked
+		// it Deleting meanwhile (the create holds no lock here) wins, and
+		// this create fails and compensates instead of reviving it.
+		return o.transition(ctx, c.ns, c.id, StateCreating, StateReady)
 	}); err != nil {
 		tok = ""
 		return fail(StepToken, CodeCreateFailed, err)
@@ -692,8 +696,35 @@ func (c *creation) persistDesired(ctx context.Context, sb *sandbox.Sandbox, rule
 	return fmt.Errorf("ingress allowlist not verified: %s", last)
 }
 
-func (c *creation) setLifecycle(ctx context.Context, state string) error {
-	return c.o.setLifecycle(ctx, c.ns, c.id, state)
+// errLeftState: a conditional lifecycle transition found the sandbox in
+// another state than the one it moves from.
+var errLeftState = errors.New("the sandbox's lifecycle state changed meanwhile")
+
+// transition moves the lifecycle annotation of BatchSandbox ns/id from
+// state from to state to in one JSON patch whose test operation makes the
+// apiserver refuse it (422) when the annotation is no longer from. Errors:
+// errLeftState wrapped with the states, or the apiserver's error.
+func (o *Orchestrator) transition(ctx context.Context, ns, id, from, to string) error {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(sandbox.GVK)
+	u.SetNamespace(ns)
+	u.SetName(id)
+	path := "/metadata/annotations/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(v1alpha1.AnnotationLifecycle)
+	patch, err := json.Marshal([]map[string]string{
+		{"op": "test", "path": path, "value": from},
+		{"op": "replace", "path": path, "value": to},
+	})
+	if err != nil {
+		return err
+	}
+	if err := o.Client.Patch(ctx, u, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+		var st apierrors.APIStatus
+		if errors.As(err, &st) && st.Status().Code == http.StatusUnprocessableEntity {
+			return fmt.Errorf("set lifecycle %s on BatchSandbox %s/%s: %w (it is no longer %s)", to, ns, id, errLeftState, from)
+		}
+		return fmt.Errorf("set lifecycle %s on BatchSandbox %s/%s: %w", to, ns, id, err)
+	}
+	return nil
 }
 
 // setLifecycle merge-patches the lifecycle annotation of the BatchSandbox.
