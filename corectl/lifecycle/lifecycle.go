@@ -64,6 +64,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -656,7 +657,19 @@ func (c *creation) persistDesired(ctx context.Context, sb *sandbox.Sandbox, rule
 	// still run the same cycle concurrently. A conflict on the allowlist's
 	// status is transient, and whichever cycle finishes decides.
 	var last string
+	// Attempts after the first wait 10 ms, doubling (with jitter), so a
+	// cycle that conflicted with another replica's can let it finish.
+	backoff := wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 8}
 	for attempt := 0; attempt < 8; attempt++ {
+		if attempt > 0 {
+			t := time.NewTimer(backoff.Step())
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return fmt.Errorf("ingress allowlist not verified: %w (last: %s)", ctx.Err(), last)
+			case <-t.C:
+			}
+		}
 		var res *ingressallow.Result
 		if attempt == 0 {
 			res, err = c.o.Ingress.ReconcileFrom(ctx, al)
