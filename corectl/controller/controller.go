@@ -47,6 +47,14 @@ type IngressReconciler struct {
 	// Metrics counts each cycle's outcome (corectl_reconcile_total with
 	// controller "ingress"); nil records nothing.
 	Metrics *metrics.Metrics
+	// Reader, if not nil, is the manager's cache: a request whose
+	// allowlist the cache does not hold ends there (NoChange) without a
+	// request to the apiserver. Managed Ingress events of a create arrive
+	// before its allowlist exists; should the cache lag behind an
+	// allowlist that does exist, that allowlist's own create event
+	// brings the request back. Every cycle still reads the allowlist
+	// from the apiserver (Engine).
+	Reader client.Reader
 }
 
 // Controller names of corectl_reconcile_total.
@@ -63,6 +71,13 @@ const DefaultWorkers = 8
 // Reconcile implements reconcile.Reconciler: one ingressallow cycle;
 // transient failures are returned so the request is retried with backoff.
 func (r *IngressReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if r.Reader != nil {
+		err := r.Reader.Get(ctx, req.NamespacedName, &v1alpha1.SandboxIngressAllowlist{})
+		if apierrors.IsNotFound(err) {
+			r.Metrics.Reconciled(r.Engine.Cluster.ID, ControllerIngress, string(ingressallow.OutcomeNoChange))
+			return reconcile.Result{}, nil
+		}
+	}
 	res, err := r.Engine.Reconcile(ctx, req.Namespace, req.Name)
 	outcome := metrics.OutcomeError
 	if err == nil && res != nil {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
@@ -70,6 +71,63 @@ func TestEgressRecoveryWaitsForTheGracePeriod(t *testing.T) {
 	}
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(np), got); err != nil || got.Annotations[egress.AnnotationVerificationState] != "Verified" {
 		t.Fatalf("after the grace period: %v %v", got.Annotations, err)
+	}
+}
+
+// countingReader counts the reads made through it.
+type countingReader struct {
+	client.Reader
+	reads atomic.Int64
+}
+
+func (c *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	c.reads.Add(1)
+	return c.Reader.Get(ctx, key, obj, opts...)
+}
+
+// TestIngressReconcilerAsksTheCacheFirst: a request for an allowlist the
+// cache does not hold (a managed Ingress's event during a create, before
+// the allowlist exists) ends as NoChange with no request to the
+// apiserver; one the cache holds runs the cycle, which reads the
+// apiserver.
+func TestIngressReconcilerAsksTheCacheFirst(t *testing.T) {
+	ns := env.Namespace(t)
+	env.BatchSandbox(t, ns, "sbx", map[string]string{"allocation-id": "a1"})
+	c := kubetest.Cluster("c1", env.Namespace(t))
+	c.Ingress.Host = ns + ".example.test"
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var live atomic.Int64
+	cache := &countingReader{Reader: env.Client}
+	eng := &ingressallow.Engine{Client: interceptor.NewClient(wc, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			live.Add(1)
+			return c.Get(ctx, key, obj, opts...)
+		},
+	}), Cluster: c}
+	r := &IngressReconciler{Engine: eng, Reader: cache}
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "sbx"}}
+	if res, err := r.Reconcile(ctx, req); err != nil || res != (reconcile.Result{}) {
+		t.Fatalf("Reconcile without an allowlist = %+v, %v", res, err)
+	}
+	if cache.reads.Load() != 1 || live.Load() != 0 {
+		t.Fatalf("without an allowlist: %d cache reads, %d apiserver reads; want 1 and 0", cache.reads.Load(), live.Load())
+	}
+	if _, err := eng.SetDesired(ctx, ns, "sbx", []v1alpha1.IngressRule{{CIDR: "198.51.100.0/24"}}); err != nil {
+		t.Fatal(err)
+	}
+	live.Store(0)
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatalf("Reconcile with an allowlist: %v", err)
+	}
+	if live.Load() == 0 {
+		t.Fatal("the cycle did not read the apiserver")
+	}
+	al := &v1alpha1.SandboxIngressAllowlist{}
+	if err := env.Client.Get(ctx, req.NamespacedName, al); err != nil || al.Status.VerificationState != v1alpha1.StateVerified {
+		t.Fatalf("allowlist after the cycle: %+v, %v", al.Status, err)
 	}
 }
 
