@@ -229,18 +229,24 @@ func TestSameNamespaceCarrierHasOwnerReference(t *testing.T) {
 	}
 }
 
-func TestAnotherIngressClaimingThePathFails(t *testing.T) {
-	f := newFixture(t)
-	other := env.Namespace(t)
+// claimant is a foreign Ingress "shortcut" in namespace ns of class nginx
+// whose one rule claims path on host.
+func claimant(ns, host, path string) *networkingv1.Ingress {
 	nginx := "nginx"
-	intruder := &networkingv1.Ingress{
-		ObjectMeta: metav1.ObjectMeta{Name: "shortcut", Namespace: other},
-		Spec: networkingv1.IngressSpec{IngressClassName: &nginx, Rules: []networkingv1.IngressRule{{Host: f.eng.Cluster.Ingress.Host,
+	return &networkingv1.Ingress{
+		ObjectMeta: metav1.ObjectMeta{Name: "shortcut", Namespace: ns},
+		Spec: networkingv1.IngressSpec{IngressClassName: &nginx, Rules: []networkingv1.IngressRule{{Host: host,
 			IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{Paths: []networkingv1.HTTPIngressPath{{
-				Path: "/sbx/44772", PathType: ptr(networkingv1.PathTypePrefix),
+				Path: path, PathType: ptr(networkingv1.PathTypePrefix),
 				Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: "x", Port: networkingv1.ServiceBackendPort{Number: 1}}},
 			}}}}}}},
 	}
+}
+
+func TestAnotherIngressClaimingThePathFails(t *testing.T) {
+	f := newFixture(t)
+	other := env.Namespace(t)
+	intruder := claimant(other, f.eng.Cluster.Ingress.Host, "/sbx/44772")
 	if err := env.Client.Create(ctx, intruder); err != nil {
 		t.Fatal(err)
 	}
@@ -703,15 +709,7 @@ func TestBreakStaleCycleNeverRollsTheCarrierBack(t *testing.T) {
 		t.Fatalf("leader's cycle = %+v", res)
 	}
 	other := env.Namespace(t)
-	nginx := "nginx"
-	intruder := &networkingv1.Ingress{
-		ObjectMeta: metav1.ObjectMeta{Name: "shortcut", Namespace: other},
-		Spec: networkingv1.IngressSpec{IngressClassName: &nginx, Rules: []networkingv1.IngressRule{{Host: f.eng.Cluster.Ingress.Host,
-			IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{Paths: []networkingv1.HTTPIngressPath{{
-				Path: "/sbx/", PathType: ptr(networkingv1.PathTypePrefix),
-				Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: "x", Port: networkingv1.ServiceBackendPort{Number: 1}}},
-			}}}}}}},
-	}
+	intruder := claimant(other, f.eng.Cluster.Ingress.Host, "/sbx/")
 	if err := env.Client.Create(ctx, intruder); err != nil {
 		t.Fatal(err)
 	}

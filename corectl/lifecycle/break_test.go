@@ -92,10 +92,7 @@ func TestBreakCreateBodyDuplicateKeys(t *testing.T) {
 func TestBreakCreateDoesNotReviveASandboxBeingDeleted(t *testing.T) {
 	w := start(t)
 	ctx := context.Background()
-	release := make(chan struct{})
-	w.mu.Lock()
-	w.blockAt = map[lifecycle.Step]chan struct{}{lifecycle.StepToken: release}
-	w.mu.Unlock()
+	release := w.holdAt(lifecycle.StepToken)
 	type answer struct {
 		status int
 		body   []byte

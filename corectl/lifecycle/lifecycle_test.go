@@ -98,6 +98,16 @@ func (w *world) fail(steps ...lifecycle.Step) {
 	}
 }
 
+// holdAt makes every create wait at step s until the returned channel is
+// closed.
+func (w *world) holdAt(s lifecycle.Step) (release chan struct{}) {
+	release = make(chan struct{})
+	w.mu.Lock()
+	w.blockAt = map[lifecycle.Step]chan struct{}{s: release}
+	w.mu.Unlock()
+	return release
+}
+
 func start(t *testing.T) *world { t.Helper(); return startWith(t, env.Config, false) }
 
 // startAs starts the world with corectl reaching the apiserver with cfg.

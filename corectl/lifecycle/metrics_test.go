@@ -117,10 +117,7 @@ func TestProbesAndMetrics(t *testing.T) {
 // returns.
 func TestGracefulShutdown(t *testing.T) {
 	w := start(t)
-	release := make(chan struct{})
-	w.mu.Lock()
-	w.blockAt = map[lifecycle.Step]chan struct{}{lifecycle.StepToken: release}
-	w.mu.Unlock()
+	release := w.holdAt(lifecycle.StepToken)
 	type answer struct {
 		status int
 		body   string
