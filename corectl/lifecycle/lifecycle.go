@@ -432,9 +432,10 @@ type creation struct {
 
 	wroteIngress, wrotePolicy, wroteCR, wroteDesired bool
 
-	// ingress and policy are the objects as last read back from the
-	// apiserver; the owner back-fill writes over them (at their
-	// resourceVersion) instead of reading them again.
+	// ingress and policy are the objects as read back at their creation
+	// (policy: after the owner back-fill, once that ran); the back-fill
+	// writes over them (at their resourceVersion) instead of reading them
+	// again.
 	ingress *networkingv1.Ingress
 	policy  *networkingv1.NetworkPolicy
 }
@@ -561,7 +562,9 @@ const AnnotationTemplateID = "network.sandgate.io/template-id"
 // annotation into the managed Ingress and the NetworkPolicy, each read
 // back and checked, and checks the egress policy's readiness. The two
 // objects are independent, so their back-fills run concurrently; both run
-// to the end, and the first error is returned.
+// to the end, and the first error is returned. (Interleaved A/B runs of
+// BenchmarkCreate: the owners step 22–25 ms this way, 29–31 ms with the
+// egress check after the back-fills, 32 ms with all three in turn.)
 //
 // The egress readiness check (selector against the pods, conflicting
 // policies) reads the policy as read back at its creation: the back-fill
@@ -599,27 +602,25 @@ func (c *creation) backfillOwners(ctx context.Context, sb *sandbox.Sandbox) erro
 	return nil
 }
 
+// backfillIngress writes over the Ingress as read back at its creation:
+// a write by anyone since then makes this update fail on its
+// resourceVersion.
 func (c *creation) backfillIngress(ctx context.Context, sb *sandbox.Sandbox) error {
-	{
-		// The Ingress as read back at its creation: a write by anyone
-		// since then makes this update fail on its resourceVersion.
-		ing := c.ingress.DeepCopy()
-		want := ingressallow.Carrier(c.o.Cluster, sb, c.ingressSet)
-		ing.Annotations[v1alpha1.AnnotationOwner] = sb.OwnerAnnotation()
-		if len(want.OwnerReferences) > 0 && !sb.HasOwnerReference(ing.OwnerReferences) {
-			ing.OwnerReferences = append(ing.OwnerReferences, want.OwnerReferences...)
-		}
-		if err := c.o.Client.Update(ctx, ing); err != nil {
-			return fmt.Errorf("back-fill the owner of Ingress %s: %w", c.ingressKey(), err)
-		}
-		rb := &networkingv1.Ingress{}
-		if err := c.o.Client.Get(ctx, c.ingressKey(), rb); err != nil {
-			return fmt.Errorf("read back Ingress %s: %w", c.ingressKey(), err)
-		}
-		if code, reason := ingressallow.CheckCarrier(c.o.Cluster, sb, rb, c.ingressSet); code != "" {
-			return fmt.Errorf("Ingress %s after the owner back-fill: %s: %s", c.ingressKey(), code, reason)
-		}
-		c.ingress = rb
+	ing := c.ingress.DeepCopy()
+	want := ingressallow.Carrier(c.o.Cluster, sb, c.ingressSet)
+	ing.Annotations[v1alpha1.AnnotationOwner] = sb.OwnerAnnotation()
+	if len(want.OwnerReferences) > 0 && !sb.HasOwnerReference(ing.OwnerReferences) {
+		ing.OwnerReferences = append(ing.OwnerReferences, want.OwnerReferences...)
+	}
+	if err := c.o.Client.Update(ctx, ing); err != nil {
+		return fmt.Errorf("back-fill the owner of Ingress %s: %w", c.ingressKey(), err)
+	}
+	rb := &networkingv1.Ingress{}
+	if err := c.o.Client.Get(ctx, c.ingressKey(), rb); err != nil {
+		return fmt.Errorf("read back Ingress %s: %w", c.ingressKey(), err)
+	}
+	if code, reason := ingressallow.CheckCarrier(c.o.Cluster, sb, rb, c.ingressSet); code != "" {
+		return fmt.Errorf("Ingress %s after the owner back-fill: %s: %s", c.ingressKey(), code, reason)
 	}
 	return nil
 }
@@ -718,10 +719,6 @@ var errLeftState = errors.New("the sandbox's lifecycle state changed meanwhile")
 // apiserver refuse it (422) when the annotation is no longer from. Errors:
 // errLeftState wrapped with the states, or the apiserver's error.
 func (o *Orchestrator) transition(ctx context.Context, ns, id, from, to string) error {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(sandbox.GVK)
-	u.SetNamespace(ns)
-	u.SetName(id)
 	path := "/metadata/annotations/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(v1alpha1.AnnotationLifecycle)
 	patch, err := json.Marshal([]map[string]string{
 		{"op": "test", "path": path, "value": from},
@@ -730,7 +727,7 @@ func (o *Orchestrator) transition(ctx context.Context, ns, id, from, to string) 
 	if err != nil {
 		return err
 	}
-	if err := o.Client.Patch(ctx, u, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+	if err := o.Client.Patch(ctx, batchSandboxRef(ns, id), client.RawPatch(types.JSONPatchType, patch)); err != nil {
 		var st apierrors.APIStatus
 		if errors.As(err, &st) && st.Status().Code == http.StatusUnprocessableEntity {
 			return fmt.Errorf("set lifecycle %s on BatchSandbox %s/%s: %w (it is no longer %s)", to, ns, id, errLeftState, from)
