@@ -314,6 +314,12 @@ http://127.0.0.1:%s {
 		return err
 	}
 	if o.profile != "" {
+		stack, heap, err := runtimeMemory("http://" + admin)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("gateway runtime: goroutine stacks %.1f MiB (%.1f KiB per connection), heap in use %.1f MiB (/debug/pprof/heap?debug=1)\n",
+			float64(stack)/(1<<20), float64(stack)/1024/float64(o.nodes), float64(heap)/(1<<20))
 		if err := gatewayproc.Save("http://"+admin+"/debug/pprof/heap", o.profile+".heap"); err != nil {
 			return err
 		}
@@ -816,4 +822,37 @@ func connectNodes(o options, nodes []simNode) ([]*sim.Node, error) {
 		return nil, *p
 	}
 	return sims, nil
+}
+
+// runtimeMemory reads the gateway's goroutine stack and in-use heap bytes
+// (runtime.MemStats StackInuse and HeapInuse) from the "# Stack = " and
+// "# HeapInuse = " lines of the Caddy admin endpoint's
+// /debug/pprof/heap?debug=1 at admin (a base URL); the answer is read up
+// to 4 MiB. It fails when the request fails or a line is missing.
+func runtimeMemory(admin string) (stack, heap uint64, err error) {
+	resp, err := http.Get(admin + "/debug/pprof/heap?debug=1")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, 0, fmt.Errorf("heap?debug=1: %s", resp.Status)
+	}
+	var gotStack, gotHeap bool
+	sc := bufio.NewScanner(io.LimitReader(resp.Body, 4<<20))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, "# Stack = "); ok {
+			stack, err = strconv.ParseUint(strings.Fields(v)[0], 10, 64)
+			gotStack = err == nil
+		} else if v, ok := strings.CutPrefix(line, "# HeapInuse = "); ok {
+			heap, err = strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			gotHeap = err == nil
+		}
+	}
+	if !gotStack || !gotHeap {
+		return 0, 0, errors.Join(errors.New("heap?debug=1: no Stack or HeapInuse line"), sc.Err())
+	}
+	return stack, heap, nil
 }
