@@ -129,12 +129,12 @@ func (c *conn) run() {
 	ws.SetReadLimit(proto.MaxRequestFrame + 1<<20)
 	ws.SetPingHandler(c.ping)
 	_ = ws.SetReadDeadline(start.Add(cfg.Timers.Hello))
-	data, ok := c.read()
+	msg, ok := c.read()
 	if !ok {
 		return
 	}
 	if !c.isClosing() {
-		c.hello(data)
+		c.hello(msg)
 	}
 	for {
 		if !c.isClosing() {
@@ -145,55 +145,70 @@ func (c *conn) run() {
 				_ = ws.SetReadDeadline(time.Now().Add(c.config().Timers.CloseGrace))
 			}
 		}
-		data, ok := c.read()
+		msg, ok := c.read()
 		if !ok {
 			return
 		}
 		if c.isClosing() {
 			continue // draining until the node's close frame
 		}
-		c.handle(data)
+		c.handle(msg)
 	}
 }
 
-// read returns the next text message. It returns false when the connection
-// is over: a read error (closing it with the right code where one can
-// still be sent) or the node's close frame.
+// decoded is one message as proto.Decode read it: the frame, or the
+// error (with the frame too for a request whose envelope is valid).
+type decoded struct {
+	f   proto.Frame
+	err error
+}
+
+// read returns the next text message, decoded. It returns false when the
+// connection is over: a read error (closing it with the right code where
+// one can still be sent) or the node's close frame.
+//
+// A message of up to 32 KiB is decoded straight from the pooled buffer
+// it was read into (proto.Decode keeps no reference to its input), so a
+// heartbeat or a small response costs no copy of its bytes.
 //
 // Memory is bounded before anything is parsed: a message is read into
 // memory only up to its limit (readLimit), and a message over it closes
 // the connection with CloseMessageTooBig after at most limit+1 bytes were
 // buffered; the rest is discarded as it arrives. While the connection is
 // closing, messages are discarded unread until the node's close frame.
-func (c *conn) read() ([]byte, bool) {
+func (c *conn) read() (decoded, bool) {
 	typ, r, err := c.ws.NextReader()
 	if err != nil {
 		c.readFailed(err)
-		return nil, false
+		return decoded{}, false
 	}
 	if c.isClosing() {
-		return nil, true // the next NextReader discards the message
+		return decoded{}, true // the next NextReader discards the message
 	}
 	if typ != websocket.TextMessage {
 		c.fail(CloseUnsupportedData, "binary message: frames are JSON text")
-		return nil, true
+		return decoded{}, true
 	}
-	data, err := readMessage(r, c.readLimit())
+	data, buf, err := readMessage(r, c.readLimit())
 	switch {
 	case errors.Is(err, errOverControlLimit):
 		c.fail(CloseMessageTooBig, "message over the 32 KiB control frame limit with no request pending")
-		return nil, true
+		return decoded{}, true
 	case errors.Is(err, errNotResponse):
 		c.fail(CloseMessageTooBig, "message over the 32 KiB control frame limit whose first 32 KiB name no response type")
-		return nil, true
+		return decoded{}, true
 	case errors.Is(err, errOverResponseLimit):
 		c.fail(CloseMessageTooBig, "message over the 72 MiB response frame limit")
-		return nil, true
+		return decoded{}, true
 	case err != nil:
 		c.readFailed(err)
-		return nil, false
+		return decoded{}, false
 	}
-	return data, true
+	f, err := proto.Decode(data)
+	if buf != nil {
+		controlBufs.Put(buf)
+	}
+	return decoded{f, err}, true
 }
 
 var (
@@ -208,30 +223,35 @@ var (
 var controlBufs = sync.Pool{New: func() any { b := make([]byte, proto.MaxControlFrame+1); return &b }}
 
 // readMessage reads one message from r, which ends with io.EOF, and
-// returns a slice of exactly its bytes. limit is proto.MaxControlFrame or
+// returns a slice of exactly its bytes. A message of at most
+// proto.MaxControlFrame bytes is returned in a buffer of controlBufs,
+// also returned as buf, which the caller puts back once it no longer
+// uses data; buf is nil for a longer message and on an error. limit is
+// proto.MaxControlFrame or
 // proto.MaxRequestFrame; a longer message gives errOverControlLimit or
 // errOverResponseLimit after at most limit+1 bytes were read, and one over
 // 32 KiB whose first 32 KiB do not name the response type
 // (proto.PeekType) gives errNotResponse before more is read. A message
 // of n bytes over 32 KiB is gathered in blocks and copied once, so it
 // costs at most 2n while read.
-func readMessage(r io.Reader, limit int) ([]byte, error) {
+func readMessage(r io.Reader, limit int) (data []byte, buf *[]byte, err error) {
 	bp := controlBufs.Get().(*[]byte)
-	defer controlBufs.Put(bp)
 	first := *bp
 	n, err := io.ReadFull(r, first)
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return first[:n], bp, nil
+	}
+	defer controlBufs.Put(bp)
 	switch {
-	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
-		return bytes.Clone(first[:n]), nil
 	case err != nil:
-		return nil, err
+		return nil, nil, err
 	case limit <= proto.MaxControlFrame:
-		return nil, errOverControlLimit
+		return nil, nil, errOverControlLimit
 	}
 	// Only a response may be larger than a control frame, and it must say
 	// so within its first 32 KiB (proto.Encode writes "type" second).
 	if typ, ok := proto.PeekType(first); !ok || typ != proto.TypeResponse {
-		return nil, errNotResponse
+		return nil, nil, errNotResponse
 	}
 	blocks := [][]byte{bytes.Clone(first)}
 	total := len(first)
@@ -245,18 +265,18 @@ func readMessage(r io.Reader, limit int) ([]byte, error) {
 			break
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if total > limit {
-			return nil, errOverResponseLimit
+			return nil, nil, errOverResponseLimit
 		}
 		size = min(2*size, 8<<20)
 	}
-	data := make([]byte, 0, total)
+	data = make([]byte, 0, total)
 	for _, b := range blocks {
 		data = append(data, b...)
 	}
-	return data, nil
+	return data, nil, nil
 }
 
 // readLimit is the size limit of the next message from the node: only a
@@ -393,12 +413,12 @@ func (c *conn) writeBytes(b []byte) bool {
 }
 
 // hello handles the first frame.
-func (c *conn) hello(data []byte) {
-	f, err := proto.Decode(data)
-	if err != nil {
-		c.invalid(err)
+func (c *conn) hello(msg decoded) {
+	if msg.err != nil {
+		c.invalid(msg.err)
 		return
 	}
+	f := msg.f
 	h, ok := f.(*proto.Hello)
 	if !ok {
 		c.fail(CloseProtocolError, "the first frame must be hello, not "+f.FrameType())
@@ -569,13 +589,12 @@ func mergeObservations(p *presence, obs []proto.GenerationObservation, now time.
 }
 
 // handle dispatches one frame after hello.
-func (c *conn) handle(data []byte) {
-	f, err := proto.Decode(data)
-	if err != nil {
-		c.invalid(err)
+func (c *conn) handle(msg decoded) {
+	if msg.err != nil {
+		c.invalid(msg.err)
 		return
 	}
-	switch f := f.(type) {
+	switch f := msg.f.(type) {
 	case *proto.Heartbeat:
 		c.heartbeat(f)
 	case *proto.Response:

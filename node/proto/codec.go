@@ -169,6 +169,10 @@ func (st *decodeState) release() {
 // (spec "Provider requests": a malformed request receives an invalid
 // response). Callers that do not answer requests treat any error as an
 // invalid frame.
+//
+// Neither the frame nor the error keeps a reference to data: the caller
+// may reuse data once Decode returns (the node hub decodes from a pooled
+// read buffer; TestDecodeKeepsNoReferenceToItsInput).
 func Decode(data []byte) (Frame, error) {
 	if len(data) > MaxRequestFrame {
 		return nil, newError(ErrTooLarge, "", "a frame is at most 72 MiB")
