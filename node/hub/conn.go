@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/gorilla/websocket"
@@ -340,9 +341,7 @@ func (c *conn) fail(code int, reason string) {
 			return
 		}
 		cfg := c.config()
-		if len(reason) > maxCloseReason {
-			reason = reason[:maxCloseReason]
-		}
+		reason = cutUTF8(reason, maxCloseReason)
 		_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason),
 			time.Now().Add(cfg.Timers.Write))
 		_ = ws.SetReadDeadline(time.Now().Add(cfg.Timers.CloseGrace))
@@ -384,7 +383,21 @@ func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n] + "…"
+	return cutUTF8(s, n) + "…"
+}
+
+// cutUTF8 returns the longest prefix of s of at most n bytes that does not
+// end inside a multi-byte character: a close frame's reason must be valid
+// UTF-8 (RFC 6455 section 5.5.1), and a member name in a JSON pointer may
+// be any UTF-8.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // write encodes f and writes it as one text message; the caller holds
