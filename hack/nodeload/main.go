@@ -827,8 +827,12 @@ func connectNodes(o options, nodes []simNode) ([]*sim.Node, error) {
 // runtimeMemory reads the gateway's goroutine stack and in-use heap bytes
 // (runtime.MemStats StackInuse and HeapInuse) from the "# Stack = " and
 // "# HeapInuse = " lines of the Caddy admin endpoint's
-// /debug/pprof/heap?debug=1 at admin (a base URL); the answer is read up
-// to 4 MiB. It fails when the request fails or a line is missing.
+// /debug/pprof/heap?debug=1 at admin (a base URL). runtime/pprof writes
+// those lines after the profile's records; the answer is read up to
+// maxHeapDebugAnswer bytes, a line up to 1 MiB. It fails when the request
+// fails, the status is not 200, a line is missing or its value is not a
+// number, or the answer runs over the read limit before both lines; the
+// error says which.
 func runtimeMemory(admin string) (stack, heap uint64, err error) {
 	resp, err := http.Get(admin + "/debug/pprof/heap?debug=1")
 	if err != nil {
@@ -838,21 +842,46 @@ func runtimeMemory(admin string) (stack, heap uint64, err error) {
 	if resp.StatusCode != http.StatusOK {
 		return 0, 0, fmt.Errorf("heap?debug=1: %s", resp.Status)
 	}
+	const stackPrefix, heapPrefix = "# Stack = ", "# HeapInuse = "
 	var gotStack, gotHeap bool
-	sc := bufio.NewScanner(io.LimitReader(resp.Body, 4<<20))
+	body := &io.LimitedReader{R: resp.Body, N: maxHeapDebugAnswer + 1}
+	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
+	for !(gotStack && gotHeap) && sc.Scan() {
 		line := sc.Text()
-		if v, ok := strings.CutPrefix(line, "# Stack = "); ok {
-			stack, err = strconv.ParseUint(strings.Fields(v)[0], 10, 64)
-			gotStack = err == nil
-		} else if v, ok := strings.CutPrefix(line, "# HeapInuse = "); ok {
-			heap, err = strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-			gotHeap = err == nil
+		if v, ok := strings.CutPrefix(line, stackPrefix); ok {
+			// "# Stack = <StackInuse> / <StackSys>"
+			inuse, _, _ := strings.Cut(v, " / ")
+			if stack, err = strconv.ParseUint(inuse, 10, 64); err != nil {
+				return 0, 0, fmt.Errorf("heap?debug=1: malformed %q line: %.80q", stackPrefix, line)
+			}
+			gotStack = true
+		} else if v, ok := strings.CutPrefix(line, heapPrefix); ok {
+			if heap, err = strconv.ParseUint(v, 10, 64); err != nil {
+				return 0, 0, fmt.Errorf("heap?debug=1: malformed %q line: %.80q", heapPrefix, line)
+			}
+			gotHeap = true
 		}
 	}
-	if !gotStack || !gotHeap {
-		return 0, 0, errors.Join(errors.New("heap?debug=1: no Stack or HeapInuse line"), sc.Err())
+	if gotStack && gotHeap {
+		return stack, heap, nil
 	}
-	return stack, heap, nil
+	if err := sc.Err(); err != nil {
+		return 0, 0, fmt.Errorf("heap?debug=1: %w", err)
+	}
+	if body.N <= 0 {
+		return 0, 0, fmt.Errorf("heap?debug=1: the answer is over %d MiB before its runtime.MemStats lines", maxHeapDebugAnswer>>20)
+	}
+	var missing []string
+	if !gotStack {
+		missing = append(missing, fmt.Sprintf("no %q line", stackPrefix))
+	}
+	if !gotHeap {
+		missing = append(missing, fmt.Sprintf("no %q line", heapPrefix))
+	}
+	return 0, 0, errors.New("heap?debug=1: " + strings.Join(missing, ", "))
 }
+
+// maxHeapDebugAnswer is how much of /debug/pprof/heap?debug=1
+// runtimeMemory reads, in bytes.
+const maxHeapDebugAnswer = 4 << 20
