@@ -416,7 +416,10 @@ func mapValues(m map[string]any) []string {
 // over 32 KiB), a message over proto.MaxRequestFrame closes with 1009 and
 // the pending request ends unknown/disconnected.
 func TestReadLimit(t *testing.T) {
-	e := newEnv(t)
+	// The node writes 72 MiB; under -race on a loaded machine that took
+	// longer than the test timers' 5 s idle deadline, which then closed
+	// the connection with a read timeout instead of the limit's code.
+	e := newEnv(t, func(c *Config) { c.Timers.Idle = time.Minute })
 	a := e.join(nodeA)
 	pending := e.dispatchAsync(nodeA, infoReq())
 	a.request()
