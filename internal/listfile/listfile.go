@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
 	yaml3 "go.yaml.in/yaml/v3"
@@ -99,6 +100,9 @@ func Parse(data []byte, f Format, record func(i int, raw []byte) error) error {
 	}
 	items, ok := blockItems(data, f.Key)
 	if !ok {
+		if len(data) > MaxWholeYAML && !utf8.Valid(data) {
+			return fmt.Errorf("%w: not valid JSON or YAML: a YAML file over %d bytes is not valid UTF-8", f.Invalid, MaxWholeYAML)
+		}
 		if len(data) > MaxWholeYAML {
 			return fmt.Errorf("%w: a YAML file over %d bytes must hold only the %s list, in block style (%q, then one \"- \" item per record); or use JSON",
 				f.Invalid, MaxWholeYAML, f.Key, f.Key+":")
@@ -286,9 +290,13 @@ var (
 // its items. It returns false for any other shape, which the caller then
 // parses whole: a flow or empty value, other top-level content before or
 // after the list, a second document, a tab at the start of a line outside
-// an item, a directive.
+// an item, a directive; and for a document that is not valid UTF-8, which
+// the YAML parser refuses (or reads as UTF-16 after a byte order mark)
+// wherever the bad bytes are, while the cut would drop the comment lines
+// before the first item and after the list without parsing them
+// (FuzzParse found "credentials:\n  #0\xe9\n  -" accepted item by item).
 func blockItems(data []byte, key string) ([]item, bool) {
-	if otherLineBreak(data) {
+	if otherLineBreak(data) || !utf8.Valid(data) {
 		return nil, false
 	}
 	lines := bytes.SplitAfter(data, []byte("\n"))
