@@ -404,14 +404,46 @@ func cutUTF8(s string, n int) string {
 // c.wmu. An encoding failure is Core's bug and closes the connection with
 // CloseInternalError; a write failure closes it without a close frame.
 func (c *conn) write(f proto.Frame) bool {
-	b, err := proto.Encode(f)
+	bp, err := encodeFrame(f)
 	if err != nil {
 		c.config().Logger.Error("encoding a frame for a node failed", zap.String("node_id", c.nodeID),
 			zap.String("type", f.FrameType()), zap.Error(err))
 		c.fail(CloseInternalError, "Core could not encode a "+f.FrameType()+" frame")
 		return false
 	}
-	return c.writeBytes(b)
+	defer putFrameBuf(bp)
+	return c.writeBytes(*bp)
+}
+
+// frameBufs hold frames between their encoding and their write (gorilla
+// copies a message out during WriteMessage), so that a request or an ack
+// costs no allocation of its bytes.
+var frameBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// maxPooledFrame is the largest buffer frameBufs keeps, in bytes.
+const maxPooledFrame = 64 << 10
+
+// encodeFrame encodes f (proto.AppendEncode) into a buffer of frameBufs;
+// the caller writes *bp and hands it back with putFrameBuf. On error
+// nothing needs handing back.
+func encodeFrame(f proto.Frame) (*[]byte, error) {
+	bp := frameBufs.Get().(*[]byte)
+	b, err := proto.AppendEncode((*bp)[:0], f)
+	*bp = b
+	if err != nil {
+		putFrameBuf(bp)
+		return nil, err
+	}
+	return bp, nil
+}
+
+// putFrameBuf returns an encodeFrame buffer to the pool unless it grew
+// past maxPooledFrame.
+func putFrameBuf(bp *[]byte) {
+	if cap(*bp) <= maxPooledFrame {
+		*bp = (*bp)[:0]
+		frameBufs.Put(bp)
+	}
 }
 
 // writeBytes writes one text message; the caller holds c.wmu.

@@ -230,7 +230,7 @@ func (c *conn) dispatch(ctx context.Context, cfg *Config, req proto.Request) (*R
 	c.pending[req.ID] = cl
 	c.pmu.Unlock()
 	req.Sequence = c.seq + 1
-	b, err := proto.Encode(&req)
+	bp, err := encodeFrame(&req)
 	if err != nil {
 		c.pmu.Lock()
 		delete(c.pending, req.ID)
@@ -239,8 +239,9 @@ func (c *conn) dispatch(ctx context.Context, cfg *Config, req proto.Request) (*R
 		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
 	c.seq = req.Sequence
-	written := c.writeBytes(b)
+	written := c.writeBytes(*bp)
 	c.wmu.Unlock()
+	putFrameBuf(bp)
 
 	res := &Result{Request: req}
 	if !written {

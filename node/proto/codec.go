@@ -369,22 +369,61 @@ func valueError(err error) error {
 // frame over its size limit is refused with ErrTooLarge; every error is an
 // *Error, and anything Encode returns, Decode accepts.
 func Encode(f Frame) ([]byte, error) {
-	if !setHeader(f) {
-		return nil, newError(ErrType, "", "not a frame, or a nil frame")
-	}
-	if err := validate(f); err != nil {
+	if err := prepareEncode(f); err != nil {
 		return nil, err
 	}
 	b, err := json.Marshal(f, encodeOptions)
+	if err := checkEncoded(f, b, err); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// AppendEncode appends f's encoding, the bytes Encode returns, to dst and
+// returns the extended slice, so that a caller can encode into a buffer
+// it reuses. It writes to f and fails as Encode does; on error it returns
+// dst with its length unchanged (the bytes past it may have been written).
+func AppendEncode(dst []byte, f Frame) ([]byte, error) {
+	if err := prepareEncode(f); err != nil {
+		return dst, err
+	}
+	a := appender{b: dst}
+	err := json.MarshalWrite(&a, f, encodeOptions)
+	if err := checkEncoded(f, a.b[len(dst):], err); err != nil {
+		return dst, err
+	}
+	return a.b, nil
+}
+
+// appender is an io.Writer that appends to b.
+type appender struct{ b []byte }
+
+func (a *appender) Write(p []byte) (int, error) {
+	a.b = append(a.b, p...)
+	return len(p), nil
+}
+
+// prepareEncode sets f's header and checks f with the rules Decode
+// applies (Encode's first two steps).
+func prepareEncode(f Frame) error {
+	if !setHeader(f) {
+		return newError(ErrType, "", "not a frame, or a nil frame")
+	}
+	return validate(f)
+}
+
+// checkEncoded turns the marshaller's error into an *Error and refuses an
+// encoding b over f's size limit.
+func checkEncoded(f Frame, b []byte, err error) error {
 	if err != nil {
 		e := valueError(err).(*Error)
 		e.Rule, e.Detail = ErrField, "the value cannot be encoded as JSON"
-		return nil, e
+		return e
 	}
 	if len(b) > FrameLimit(f.FrameType()) {
-		return nil, newError(ErrTooLarge, "", "the encoded frame is over its size limit")
+		return newError(ErrTooLarge, "", "the encoded frame is over its size limit")
 	}
-	return b, nil
+	return nil
 }
 
 func setHeader(f Frame) bool {

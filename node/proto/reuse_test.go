@@ -42,3 +42,30 @@ func TestDecodeKeepsNoReferenceToItsInput(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendEncodeIsEncode: AppendEncode appends exactly Encode's bytes
+// after what dst held, and fails as Encode does, leaving dst's length.
+func TestAppendEncodeIsEncode(t *testing.T) {
+	prefix := []byte("kept")
+	for _, ex := range validExamples() {
+		want, err := Encode(ex.f)
+		if err != nil {
+			t.Fatalf("%s: %v", ex.name, err)
+		}
+		got, err := AppendEncode(bytes.Clone(prefix), ex.f)
+		if err != nil || !bytes.Equal(got, append(bytes.Clone(prefix), want...)) {
+			t.Fatalf("%s: AppendEncode = %q, %v; want prefix + %q", ex.name, got, err, want)
+		}
+	}
+	big := exResponse(OpCommand)
+	big.Command.Stdout = bytes.Repeat([]byte{'x'}, MaxRequestFrame)
+	invalid := exHeartbeat()
+	invalid.ConnectionID = "not-a-uuid"
+	for name, f := range map[string]Frame{"nil": (*Heartbeat)(nil), "invalid": invalid, "too large": big} {
+		_, wantErr := Encode(f)
+		got, err := AppendEncode(prefix, f)
+		if wantErr == nil || !reflect.DeepEqual(err, wantErr) || len(got) != len(prefix) {
+			t.Fatalf("%s: AppendEncode = %d bytes, %v; Encode's error %v", name, len(got), err, wantErr)
+		}
+	}
+}
