@@ -63,9 +63,9 @@ func FuzzDecode(f *testing.F) {
 }
 
 // FuzzEncodeDecode mutates numeric and string members of valid frames and
-// checks that Encode and Decode agree: what Encode writes, Decode accepts
-// as an equal frame, and what Encode refuses for a field rule, Decode
-// refuses with the same rule and pointer.
+// checks that Encode and Decode agree, and AppendEncode with Encode: what
+// Encode writes, Decode accepts as an equal frame, and what Encode refuses
+// for a field rule, Decode refuses with the same rule and pointer.
 func FuzzEncodeDecode(f *testing.F) {
 	f.Add(uint8(0), int64(1), "x", uint8(0))
 	f.Add(uint8(3), int64(0), "", uint8(5))
@@ -138,6 +138,11 @@ func FuzzEncodeDecode(f *testing.F) {
 			fr = r
 		}
 		b, err := Encode(fr)
+		appended, appendErr := AppendEncode([]byte("prefix"), fr)
+		if (err == nil) != (appendErr == nil) || (err == nil && string(appended) != "prefix"+string(b)) ||
+			(err != nil && (appendErr.Error() != err.Error() || string(appended) != "prefix")) {
+			t.Fatalf("AppendEncode = %q, %v; Encode = %q, %v", appended, appendErr, b, err)
+		}
 		if err != nil {
 			var e *Error
 			if !errors.As(err, &e) {
