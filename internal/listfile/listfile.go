@@ -100,8 +100,8 @@ func Parse(data []byte, f Format, record func(i int, raw []byte) error) error {
 	}
 	items, ok := blockItems(data, f.Key)
 	if !ok {
-		if len(data) > MaxWholeYAML && !utf8.Valid(data) {
-			return fmt.Errorf("%w: not valid JSON or YAML: a YAML file over %d bytes is not valid UTF-8", f.Invalid, MaxWholeYAML)
+		if len(data) > MaxWholeYAML && (!utf8.Valid(data) || !yamlPrintable(data)) {
+			return fmt.Errorf("%w: not valid JSON or YAML: a YAML file over %d bytes is not valid UTF-8 or holds control characters", f.Invalid, MaxWholeYAML)
 		}
 		if len(data) > MaxWholeYAML {
 			return fmt.Errorf("%w: a YAML file over %d bytes must hold only the %s list, in block style (%q, then one \"- \" item per record); or use JSON",
@@ -290,13 +290,16 @@ var (
 // its items. It returns false for any other shape, which the caller then
 // parses whole: a flow or empty value, other top-level content before or
 // after the list, a second document, a tab at the start of a line outside
-// an item, a directive; and for a document that is not valid UTF-8, which
-// the YAML parser refuses (or reads as UTF-16 after a byte order mark)
-// wherever the bad bytes are, while the cut would drop the comment lines
-// before the first item and after the list without parsing them
-// (FuzzParse found "credentials:\n  #0\xe9\n  -" accepted item by item).
+// an item, a directive. The cut drops the blank and comment lines before
+// the first item and after the list without parsing them, so it also
+// returns false for a document the YAML parser would refuse for what
+// those lines hold: bytes that are not valid UTF-8 (which the parser
+// refuses, or reads as UTF-16 after a byte order mark), characters YAML
+// does not allow anywhere (control characters), and a tab before the
+// text of such a line. FuzzParse found the first two ("credentials:\n
+// #0\xe9\n  -", "credentials: #\v\n-" accepted item by item).
 func blockItems(data []byte, key string) ([]item, bool) {
-	if otherLineBreak(data) || !utf8.Valid(data) {
+	if otherLineBreak(data) || !utf8.Valid(data) || !yamlPrintable(data) {
 		return nil, false
 	}
 	lines := bytes.SplitAfter(data, []byte("\n"))
@@ -306,8 +309,10 @@ func blockItems(data []byte, key string) ([]item, bool) {
 	for ; n < len(lines); n++ {
 		l := trimEOL(lines[n])
 		switch {
-		case isBlankOrComment(l):
+		case skippable(l):
 			continue
+		case isBlankOrComment(l):
+			return nil, false
 		case !started && docStart.Match(l):
 			started = true
 			continue
@@ -329,6 +334,8 @@ func blockItems(data []byte, key string) ([]item, bool) {
 		if isBlankOrComment(l) {
 			if len(items) > 0 {
 				items[len(items)-1].text = append(items[len(items)-1].text, lines[n]...)
+			} else if !skippable(l) {
+				return nil, false
 			}
 			continue
 		}
@@ -356,7 +363,7 @@ func blockItems(data []byte, key string) ([]item, bool) {
 			// marker may follow.
 			for ; n < len(lines); n++ {
 				l := trimEOL(lines[n])
-				if !isBlankOrComment(l) && !bytes.Equal(bytes.TrimRight(l, " "), []byte("...")) {
+				if !skippable(l) && !bytes.Equal(bytes.TrimRight(l, " "), []byte("...")) {
 					return nil, false
 				}
 			}
@@ -391,6 +398,30 @@ func trimEOL(l []byte) []byte {
 func isBlankOrComment(l []byte) bool {
 	t := bytes.TrimLeft(l, " \t")
 	return len(t) == 0 || t[0] == '#'
+}
+
+// skippable reports whether l is a blank or comment line that the cut may
+// drop unparsed: one with no tab before its text (the YAML parser refuses
+// a tab at the start of a line outside a flow collection).
+func skippable(l []byte) bool {
+	t := bytes.TrimLeft(l, " ")
+	return len(t) == 0 || t[0] == '#'
+}
+
+// yamlPrintable reports whether the valid UTF-8 text data holds only the
+// characters YAML 1.1 allows in a stream (tab, line feed, carriage return,
+// U+0020-U+007E, U+0085, U+00A0-U+D7FF, U+E000-U+FFFD and above U+FFFF),
+// the check the parser makes on every character.
+func yamlPrintable(data []byte) bool {
+	for _, r := range string(data) {
+		switch {
+		case r == '\t' || r == '\n' || r == '\r' || (r >= 0x20 && r <= 0x7e) || r == 0x85,
+			r >= 0xa0 && r <= 0xd7ff, r >= 0xe000 && r <= 0xfffd, r >= 0x10000:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 func leadingSpaces(l []byte) int {
