@@ -462,15 +462,26 @@ func (c *creation) createIngress(ctx context.Context, prov *sandbox.Sandbox) err
 		return fmt.Errorf("create Ingress %s: %w", c.ingressKey(), err)
 	}
 	c.wroteIngress = true
-	rb := &networkingv1.Ingress{}
-	if err := c.o.Client.Get(ctx, c.ingressKey(), rb); err != nil {
-		return fmt.Errorf("read back Ingress %s: %w", c.ingressKey(), err)
-	}
-	if code, reason := ingressallow.CheckCarrier(c.o.Cluster, prov, rb, c.ingressSet); code != "" {
-		return fmt.Errorf("Ingress %s read back: %s: %s", c.ingressKey(), code, reason)
+	rb, err := c.readBackIngress(ctx, prov, "read back")
+	if err != nil {
+		return err
 	}
 	c.ingress = rb
 	return nil
+}
+
+// readBackIngress reads the managed Ingress back after a write and checks
+// it as sb's carrier of c.ingressSet (ingressallow.CheckCarrier); after
+// names the moment in the error ("read back", "after rediscovery").
+func (c *creation) readBackIngress(ctx context.Context, sb *sandbox.Sandbox, after string) (*networkingv1.Ingress, error) {
+	rb := &networkingv1.Ingress{}
+	if err := c.o.Client.Get(ctx, c.ingressKey(), rb); err != nil {
+		return nil, fmt.Errorf("read back Ingress %s: %w", c.ingressKey(), err)
+	}
+	if code, reason := ingressallow.CheckCarrier(c.o.Cluster, sb, rb, c.ingressSet); code != "" {
+		return nil, fmt.Errorf("Ingress %s %s: %s: %s", c.ingressKey(), after, code, reason)
+	}
+	return rb, nil
 }
 
 func (c *creation) createPolicy(ctx context.Context, prov *sandbox.Sandbox, set []string) error {
@@ -615,14 +626,8 @@ func (c *creation) backfillIngress(ctx context.Context, sb *sandbox.Sandbox) err
 	if err := c.o.Client.Update(ctx, ing); err != nil {
 		return fmt.Errorf("back-fill the owner of Ingress %s: %w", c.ingressKey(), err)
 	}
-	rb := &networkingv1.Ingress{}
-	if err := c.o.Client.Get(ctx, c.ingressKey(), rb); err != nil {
-		return fmt.Errorf("read back Ingress %s: %w", c.ingressKey(), err)
-	}
-	if code, reason := ingressallow.CheckCarrier(c.o.Cluster, sb, rb, c.ingressSet); code != "" {
-		return fmt.Errorf("Ingress %s after the owner back-fill: %s: %s", c.ingressKey(), code, reason)
-	}
-	return nil
+	_, err := c.readBackIngress(ctx, sb, "after the owner back-fill")
+	return err
 }
 
 func (c *creation) backfillPolicy(ctx context.Context, sb *sandbox.Sandbox) error {
@@ -879,14 +884,8 @@ func (c *creation) onForbidden(ctx context.Context) error {
 	if err := c.o.Client.Update(ctx, ing); err != nil {
 		return fmt.Errorf("rewrite Ingress %s: %w", c.ingressKey(), err)
 	}
-	rb := &networkingv1.Ingress{}
-	if err := c.o.Client.Get(ctx, c.ingressKey(), rb); err != nil {
-		return fmt.Errorf("read back Ingress %s: %w", c.ingressKey(), err)
-	}
-	if code, reason := ingressallow.CheckCarrier(c.o.Cluster, sb, rb, c.ingressSet); code != "" {
-		return fmt.Errorf("Ingress %s after rediscovery: %s: %s", c.ingressKey(), code, reason)
-	}
-	return nil
+	_, err = c.readBackIngress(ctx, sb, "after rediscovery")
+	return err
 }
 
 // FirstReadyInterval is the first pause between readiness attempts; the
