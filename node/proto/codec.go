@@ -387,20 +387,13 @@ func AppendEncode(dst []byte, f Frame) ([]byte, error) {
 	if err := prepareEncode(f); err != nil {
 		return dst, err
 	}
-	a := appender{b: dst}
-	err := json.MarshalWrite(&a, f, encodeOptions)
-	if err := checkEncoded(f, a.b[len(dst):], err); err != nil {
+	buf := bytes.NewBuffer(dst) // writes append after dst's bytes
+	err := json.MarshalWrite(buf, f, encodeOptions)
+	b := buf.Bytes()
+	if err := checkEncoded(f, b[len(dst):], err); err != nil {
 		return dst, err
 	}
-	return a.b, nil
-}
-
-// appender is an io.Writer that appends to b.
-type appender struct{ b []byte }
-
-func (a *appender) Write(p []byte) (int, error) {
-	a.b = append(a.b, p...)
-	return len(p), nil
+	return b, nil
 }
 
 // prepareEncode sets f's header and checks f with the rules Decode
