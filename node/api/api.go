@@ -437,9 +437,9 @@ const maxPooledAnswer = 64 << 10
 // writeJSON answers status with v encoded by encoding/json and a newline
 // (the bytes of json.Marshal(v) plus "\n"), or 500 with an "internal"
 // error body when v cannot be encoded. The answer is encoded into a
-// pooled buffer: json.Marshal's result, copied again to append the
-// newline, was about a quarter of the bytes the gateway allocated per
-// dispatched operation (docs/node-connect.md, "Dispatch tail on a quiet machine").
+// pooled buffer instead of json.Marshal's result copied again to append
+// the newline: about 450 fewer bytes allocated per operation answer
+// (BenchmarkWriteJSON; docs/node-connect.md "Fewer bytes per operation").
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	buf := answerBuffers.Get().(*bytes.Buffer)
 	defer func() {

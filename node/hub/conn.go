@@ -228,13 +228,12 @@ var controlBufs = sync.Pool{New: func() any { b := make([]byte, proto.MaxControl
 // proto.MaxControlFrame bytes is returned in a buffer of controlBufs,
 // also returned as buf, which the caller puts back once it no longer
 // uses data; buf is nil for a longer message and on an error. limit is
-// proto.MaxControlFrame or
-// proto.MaxRequestFrame; a longer message gives errOverControlLimit or
-// errOverResponseLimit after at most limit+1 bytes were read, and one over
-// 32 KiB whose first 32 KiB do not name the response type
-// (proto.PeekType) gives errNotResponse before more is read. A message
-// of n bytes over 32 KiB is gathered in blocks and copied once, so it
-// costs at most 2n while read.
+// proto.MaxControlFrame or proto.MaxRequestFrame; a longer message gives
+// errOverControlLimit or errOverResponseLimit after at most limit+1 bytes
+// were read, and one over 32 KiB whose first 32 KiB do not name the
+// response type (proto.PeekType) gives errNotResponse before more is
+// read. A message of n bytes over 32 KiB is gathered in blocks and copied
+// once, so it costs at most 2n while read.
 func readMessage(r io.Reader, limit int) (data []byte, buf *[]byte, err error) {
 	bp := controlBufs.Get().(*[]byte)
 	first := *bp
