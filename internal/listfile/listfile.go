@@ -100,10 +100,10 @@ func Parse(data []byte, f Format, record func(i int, raw []byte) error) error {
 	}
 	items, ok := blockItems(data, f.Key)
 	if !ok {
-		if len(data) > MaxWholeYAML && (!utf8.Valid(data) || !yamlPrintable(data)) {
-			return fmt.Errorf("%w: not valid JSON or YAML: a YAML file over %d bytes is not valid UTF-8 or holds control characters", f.Invalid, MaxWholeYAML)
-		}
 		if len(data) > MaxWholeYAML {
+			if !yamlText(data) {
+				return fmt.Errorf("%w: not valid JSON or YAML: a YAML file over %d bytes is not valid UTF-8 or holds control characters", f.Invalid, MaxWholeYAML)
+			}
 			return fmt.Errorf("%w: a YAML file over %d bytes must hold only the %s list, in block style (%q, then one \"- \" item per record); or use JSON",
 				f.Invalid, MaxWholeYAML, f.Key, f.Key+":")
 		}
@@ -299,7 +299,7 @@ var (
 // text of such a line. FuzzParse found the first two ("credentials:\n
 // #0\xe9\n  -", "credentials: #\v\n-" accepted item by item).
 func blockItems(data []byte, key string) ([]item, bool) {
-	if otherLineBreak(data) || !utf8.Valid(data) || !yamlPrintable(data) {
+	if otherLineBreak(data) || !yamlText(data) {
 		return nil, false
 	}
 	lines := bytes.SplitAfter(data, []byte("\n"))
@@ -408,18 +408,22 @@ func skippable(l []byte) bool {
 	return len(t) == 0 || t[0] == '#'
 }
 
-// yamlPrintable reports whether the valid UTF-8 text data holds only the
+// yamlText reports whether data is valid UTF-8 holding only the
 // characters YAML 1.1 allows in a stream (tab, line feed, carriage return,
 // U+0020-U+007E, U+0085, U+00A0-U+D7FF, U+E000-U+FFFD and above U+FFFF),
 // the check the parser makes on every character.
-func yamlPrintable(data []byte) bool {
-	for _, r := range string(data) {
+func yamlText(data []byte) bool {
+	for len(data) > 0 {
+		r, size := utf8.DecodeRune(data)
 		switch {
+		case r == utf8.RuneError && size == 1:
+			return false
 		case r == '\t' || r == '\n' || r == '\r' || (r >= 0x20 && r <= 0x7e) || r == 0x85,
 			r >= 0xa0 && r <= 0xd7ff, r >= 0xe000 && r <= 0xfffd, r >= 0x10000:
 		default:
 			return false
 		}
+		data = data[size:]
 	}
 	return true
 }
