@@ -83,7 +83,7 @@ func main() {
 	var o options
 	flag.StringVar(&o.caddy, "caddy", "bin/caddy", "the gateway binary")
 	flag.IntVar(&o.nodes, "nodes", 10000, "simulated nodes")
-	flag.DurationVar(&o.heartbeat, "heartbeat", 10*time.Second, "heartbeat interval of each node")
+	flag.DurationVar(&o.heartbeat, "heartbeat", 10*time.Second, "heartbeat interval of each node; the gateway's idle timeout and online window keep their default ratios to it (3.5 and 4.5 intervals)")
 	flag.DurationVar(&o.settle, "settle", 0, "steady-state window, after a warm-up of one heartbeat interval (default two intervals)")
 	flag.IntVar(&o.rate, "rate", 1000, "operations per second through the internal API")
 	flag.DurationVar(&o.duration, "duration", 30*time.Second, "length of the dispatch phase")
@@ -189,6 +189,10 @@ func run(o options) error {
 		}
 		admin = "127.0.0.1:" + p
 	}
+	// The idle timeout and the online window keep the gateway's default
+	// ratios to the heartbeat interval (35 s and 45 s to 10 s), so that a
+	// longer -heartbeat (the gateway refuses an interval not shorter than
+	// its idle timeout) still holds every node online.
 	caddyfile := fmt.Sprintf(`{
 	admin %s
 	auto_https off
@@ -204,6 +208,8 @@ func run(o options) error {
 		nodes {
 			credentials file %s
 			heartbeat_interval %s
+			idle_timeout %s
+			online_window %s
 		}
 	}
 }
@@ -215,7 +221,7 @@ http://127.0.0.1:%s {
 	}
 }
 `, admin, filepath.Join(dir, "gateway.log"), filepath.Join(dir, "hmac.key"), filepath.Join(dir, "credentials.yaml"),
-		filepath.Join(dir, "nodes.yaml"), o.heartbeat, port, sum(apiToken))
+		filepath.Join(dir, "nodes.yaml"), o.heartbeat, o.heartbeat*7/2, o.heartbeat*9/2, port, sum(apiToken))
 	var output io.Writer
 	if o.gatewayOutput != "" {
 		out, err := os.Create(o.gatewayOutput)
