@@ -247,13 +247,13 @@ http://127.0.0.1:%s {
 	}
 	// The listener can be up before a large node file is loaded; connect
 	// only once the API lists every node (polling, with a deadline).
-	for deadline := time.Now().Add(2 * time.Minute); ; {
+	for deadline := time.Now().Add(10 * time.Minute); ; {
 		st, err := apiStatus(base, apiToken)
 		if err == nil && st.total == o.nodes {
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the gateway did not list the %d enrolled nodes within 2 minutes (last: %d, %v)", o.nodes, st.total, err)
+			return fmt.Errorf("the gateway did not list the %d enrolled nodes within 10 minutes (last: %d, %v)", o.nodes, st.total, err)
 		}
 		time.Sleep(100 * time.Millisecond) // polling the API
 	}

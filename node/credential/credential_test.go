@@ -177,7 +177,7 @@ func TestOpenFileRejects(t *testing.T) {
 		{"nodes not a list", "nodes: {}\n", "nodes must be a list"},
 		{"element not an object", "nodes: [1]\n", "nodes[0]: node credential: invalid node credential data: not a JSON object"},
 		{"not YAML", "nodes: [\n", "not valid JSON or YAML"},
-		{"oversize", "nodes: []\n" + strings.Repeat("#", MaxFileSize), "larger than 16777216 bytes"},
+		{"oversize", "nodes: []\n" + strings.Repeat("#", MaxFileSize), "larger than 33554432 bytes"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
