@@ -57,7 +57,14 @@ func Start(caddy, dir, caddyfile string, output io.Writer, env ...string) (*Proc
 // WaitListening waits up to 60 s until addr accepts TCP connections; it
 // fails at once when the gateway exits.
 func (p *Process) WaitListening(addr string) error {
-	deadline := time.Now().Add(60 * time.Second)
+	return p.WaitListeningFor(addr, time.Minute)
+}
+
+// WaitListeningFor is WaitListening with its own limit d (a gateway
+// that provisions a large node credential file on a slow machine takes
+// longer than a minute to listen).
+func (p *Process) WaitListeningFor(addr string, d time.Duration) error {
+	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		select {
 		case err := <-p.exited:
@@ -71,7 +78,7 @@ func (p *Process) WaitListening(addr string) error {
 		}
 		time.Sleep(20 * time.Millisecond) // polling for the listener
 	}
-	return fmt.Errorf("the gateway did not listen on %s within 60 s", addr)
+	return fmt.Errorf("the gateway did not listen on %s within %s", addr, d)
 }
 
 // Stop sends SIGTERM and waits up to 30 s for the gateway to exit, then

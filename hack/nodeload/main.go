@@ -242,7 +242,8 @@ http://127.0.0.1:%s {
 	defer gw.Stop()
 	pid := gw.Pid
 	base := "http://127.0.0.1:" + port
-	if err := gw.WaitListening("127.0.0.1:" + port); err != nil {
+	// Provisioning tens of thousands of enrolled nodes takes seconds.
+	if err := gw.WaitListeningFor("127.0.0.1:"+port, 10*time.Minute); err != nil {
 		return err
 	}
 	// The listener can be up before a large node file is loaded; connect
