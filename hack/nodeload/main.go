@@ -841,7 +841,11 @@ func connectNodes(o options, nodes []simNode) ([]*sim.Node, error) {
 // number, or the answer runs over the read limit before both lines; the
 // error says which.
 func runtimeMemory(admin string) (stack, heap uint64, err error) {
-	resp, err := http.Get(admin + "/debug/pprof/heap?debug=1")
+	// A heap profile of tens of thousands of goroutines takes seconds on
+	// an emulated CPU (hack/vm); the limit only keeps a stuck endpoint
+	// from holding the tool.
+	client := &http.Client{Timeout: 2 * time.Minute}
+	resp, err := client.Get(admin + "/debug/pprof/heap?debug=1")
 	if err != nil {
 		return 0, 0, err
 	}

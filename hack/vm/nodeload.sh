@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Run hack/nodeload inside a QEMU virtual machine, for node counts the host's
+# RLIMIT_NOFILE does not allow (every simulated node is one socket in the gateway
+# and one in the nodes' process; raising the hard limit needs CAP_SYS_RESOURCE,
+# which a container or a CI sandbox often lacks). Inside the machine the script is
+# PID 1 and root, so it raises the limit, widens the ephemeral port range and
+# runs the built gateway and the load tool there, then powers the machine off.
+#
+# Usage:
+#   bash hack/vm/nodeload.sh [nodeload flags…]
+#   e.g. bash hack/vm/nodeload.sh -nodes 50000 -rate 0 -heartbeat 300s -settle 300s -nodes-gogc 100
+#
+# Environment:
+#   VM_MEMORY  the machine's memory (default 14G; 50,000 nodes use about 2 GiB in
+#              the gateway and more in the nodes' process)
+#   VM_CPUS    its CPUs (default: the host's)
+#   VM_ACCEL   tcg (default) or kvm. tcg emulates the CPU, 25-60 times slower than
+#              the host: memory figures hold, CPU figures do not, and the
+#              heartbeat interval must be long enough for the emulated CPUs (300 s
+#              for 50,000 nodes). Use kvm where /dev/kvm runs a stock kernel (a
+#              nested PVM host, kvm_pvm, does not: the guest hangs after
+#              decompressing).
+#
+# What it needs, fetched on first use into ${XDG_CACHE_HOME:-$HOME/.cache}/sandgate/vm:
+# qemu-system-x86 and cpio (apt-get install), Debian's linux-image-amd64 kernel and
+# busybox-static (apt-get download; only the files are unpacked, nothing is
+# installed). It builds bin/caddy (make bin/caddy) and a static nodeload. The tool's
+# output (the figures of docs/benchmarks.md) is the machine's console, printed
+# here; the script exits with nodeload's status.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/sandgate/vm"
+memory="${VM_MEMORY:-14G}"
+cpus="${VM_CPUS:-$(nproc)}"
+accel="${VM_ACCEL:-tcg}"
+
+log() { echo "hack/vm/nodeload.sh: $*" >&2; }
+
+for arg in "$@"; do
+  case "$arg" in
+    *'"'* | *' '*) log "a nodeload argument may not hold a space or a double quote: $arg"; exit 2 ;;
+  esac
+done
+
+need=()
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+command -v cpio >/dev/null || need+=(cpio)
+if ((${#need[@]})); then
+  log "installing ${need[*]} (apt-get)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}" >&2
+fi
+
+mkdir -p "$cache"
+kernel="$cache/vmlinuz"
+busybox="$cache/busybox"
+if [[ ! -s $kernel || ! -s $busybox ]]; then
+  pkg="$(apt-cache depends linux-image-amd64 | sed -n 's/^ *Depends: \(linux-image-[^ ]*\)$/\1/p' | head -n 1)"
+  [[ -n $pkg ]] || { log "apt-cache names no kernel package for linux-image-amd64"; exit 1; }
+  log "fetching $pkg and busybox-static (apt-get download)"
+  tmp="$(mktemp -d)"
+  trap 'rm -rf "$tmp"' EXIT
+  (cd "$tmp" && apt-get download "$pkg" busybox-static) >&2
+  for deb in "$tmp"/*.deb; do dpkg-deb -x "$deb" "$tmp/x"; done
+  cp "$tmp"/x/boot/vmlinuz-* "$kernel"
+  cp "$tmp/x/bin/busybox" "$busybox"
+fi
+
+log "building bin/caddy (make bin/caddy) and a static nodeload"
+make -C "$root" --no-print-directory bin/caddy >&2
+initdir="$cache/initramfs"
+rm -rf "$initdir"
+mkdir -p "$initdir"/{bin,proc,sys,dev,tmp,root}
+(cd "$root" && CGO_ENABLED=0 go build -o "$initdir/nodeload" ./hack/nodeload)
+cp "$root/bin/caddy" "$initdir/caddy"
+cp "$busybox" "$initdir/bin/busybox"
+cat >"$initdir/init" <<'EOF'
+#!/bin/busybox sh
+# PID 1 of the machine: mounts, loopback, limits, then nodeload with the
+# arguments passed on the kernel command line (nodeload_args="…").
+/bin/busybox --install -s /bin
+export PATH=/bin HOME=/root
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mount -t tmpfs tmp /tmp
+ip link set lo up
+echo "1024 65535" >/proc/sys/net/ipv4/ip_local_port_range
+echo 65535 >/proc/sys/net/core/somaxconn
+echo 65535 >/proc/sys/net/ipv4/tcp_max_syn_backlog
+ulimit -n 200000
+args=$(sed -n 's/.*nodeload_args="\([^"]*\)".*/\1/p' /proc/cmdline)
+echo "vm: $(nproc) CPUs, $(sed -n 's/MemTotal: *//p' /proc/meminfo), RLIMIT_NOFILE $(ulimit -n), kernel $(uname -r)"
+echo "vm: nodeload -caddy /caddy $args"
+/nodeload -caddy /caddy $args
+echo "vm: nodeload exit status $?"
+poweroff -f
+EOF
+chmod +x "$initdir/init"
+(cd "$initdir" && find . | cpio -o -H newc 2>/dev/null) >"$cache/initramfs.cpio"
+
+accelflags=(-accel tcg,thread=multi -cpu max)
+if [[ $accel == kvm ]]; then accelflags=(-enable-kvm -cpu host); fi
+log "booting a $accel machine ($cpus CPUs, $memory); nodeload's output follows"
+out="$cache/console.log"
+qemu-system-x86_64 "${accelflags[@]}" -smp "$cpus" -m "$memory" -nographic -no-reboot -nic none \
+  -kernel "$kernel" -initrd "$cache/initramfs.cpio" \
+  -append "console=ttyS0 quiet panic=-1 nodeload_args=\"$*\"" </dev/null | tr -d '\r' | tee "$out" | grep -v $'^\e' || true
+status="$(sed -n 's/^vm: nodeload exit status \([0-9]*\)$/\1/p' "$out")"
+[[ -n $status ]] || { log "the machine stopped before nodeload ended (console: $out)"; exit 1; }
+exit "$status"
