@@ -83,7 +83,7 @@ func main() {
 	var o options
 	flag.StringVar(&o.caddy, "caddy", "bin/caddy", "the gateway binary")
 	flag.IntVar(&o.nodes, "nodes", 10000, "simulated nodes")
-	flag.DurationVar(&o.heartbeat, "heartbeat", 10*time.Second, "heartbeat interval of each node; the gateway's idle timeout and online window keep their default ratios to it (3.5 and 4.5 intervals)")
+	flag.DurationVar(&o.heartbeat, "heartbeat", 10*time.Second, "heartbeat interval of each node; the gateway's idle timeout and online window keep their default ratios to it (3.5 and 4.5 intervals), so at most 13m20s")
 	flag.DurationVar(&o.settle, "settle", 0, "steady-state window, after a warm-up of one heartbeat interval (default two intervals)")
 	flag.IntVar(&o.rate, "rate", 1000, "operations per second through the internal API")
 	flag.DurationVar(&o.duration, "duration", 30*time.Second, "length of the dispatch phase")
@@ -100,6 +100,11 @@ func main() {
 	flag.Parse()
 	if o.settle == 0 {
 		o.settle = 2 * o.heartbeat
+	}
+	// The online window (4.5 intervals) is a gateway duration, at most 1h.
+	if o.heartbeat <= 0 || o.heartbeat*9/2 > time.Hour {
+		fmt.Fprintln(os.Stderr, "nodeload: -heartbeat must be positive and at most 13m20s (the gateway's online window, 4.5 intervals, is at most 1h)")
+		os.Exit(2)
 	}
 	if o.role == "nodes" {
 		if err := runNodes(o); err != nil {
@@ -584,10 +589,14 @@ func pct(sorted []time.Duration, p float64) time.Duration {
 
 type listStatus struct{ total, online int }
 
+// apiClientTimeout bounds each node list request, so that a gateway that
+// accepts but never answers cannot hold the tool past its deadlines.
+var apiClientTimeout = &http.Client{Timeout: 2 * time.Minute}
+
 func apiStatus(base, token string) (listStatus, error) {
 	req, _ := http.NewRequest(http.MethodGet, base+api.Prefix, nil)
 	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := apiClientTimeout.Do(req)
 	if err != nil {
 		return listStatus{}, err
 	}

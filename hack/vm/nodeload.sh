@@ -8,15 +8,21 @@
 #
 # Usage:
 #   bash hack/vm/nodeload.sh [nodeload flags…]
-#   e.g. bash hack/vm/nodeload.sh -nodes 50000 -rate 0 -heartbeat 300s -settle 300s -nodes-gogc 100
+#   e.g. bash hack/vm/nodeload.sh -nodes 50000 -rate 0 -heartbeat 240s -settle 120s -nodes-gogc 100 -dial-concurrency 40
+#
+# The arguments reach the machine on the kernel command line, so they are limited to
+# the characters [A-Za-z0-9._,=:/+-] (no spaces or quotes) and -caddy is the script's.
+# Files nodeload writes (-profile, -trace, -gateway-output) stay in the machine's
+# memory and are lost at power-off; -profile still prints the gateway's goroutine
+# stacks and heap in use to the console.
 #
 # Environment:
-#   VM_MEMORY  the machine's memory (default 14G; 50,000 nodes use about 2 GiB in
-#              the gateway and more in the nodes' process)
+#   VM_MEMORY  the machine's memory (default 14G; 50,000 nodes used about 1 GiB in
+#              the gateway and 2 GiB more in the nodes' process)
 #   VM_CPUS    its CPUs (default: the host's)
 #   VM_ACCEL   tcg (default) or kvm. tcg emulates the CPU, 25-60 times slower than
 #              the host: memory figures hold, CPU figures do not, and the
-#              heartbeat interval must be long enough for the emulated CPUs (300 s
+#              heartbeat interval must be long enough for the emulated CPUs (240 s
 #              for 50,000 nodes). Use kvm where /dev/kvm runs a stock kernel (a
 #              nested PVM host, kvm_pvm, does not: the guest hangs after
 #              decompressing).
@@ -24,7 +30,7 @@
 # What it needs, fetched on first use into ${XDG_CACHE_HOME:-$HOME/.cache}/sandgate/vm:
 # qemu-system-x86 and cpio (apt-get install), Debian's linux-image-amd64 kernel and
 # busybox-static (apt-get download; only the files are unpacked, nothing is
-# installed). It builds bin/caddy (make bin/caddy) and a static nodeload. The tool's
+# installed; fetched again when linux-image-amd64 names another kernel). It builds bin/caddy (make bin/caddy) and a static nodeload. The tool's
 # output (the figures of docs/benchmarks.md) is the machine's console, printed
 # here; the script exits with nodeload's status.
 set -euo pipefail
@@ -38,9 +44,17 @@ accel="${VM_ACCEL:-tcg}"
 
 log() { echo "hack/vm/nodeload.sh: $*" >&2; }
 
+case "$accel" in
+  tcg | kvm) ;;
+  *) log "VM_ACCEL must be tcg or kvm, not $accel"; exit 2 ;;
+esac
 for arg in "$@"; do
+  if [[ ! $arg =~ ^[A-Za-z0-9._,=:/+-]+$ ]]; then
+    log "a nodeload argument may hold only [A-Za-z0-9._,=:/+-]: $arg"
+    exit 2
+  fi
   case "$arg" in
-    *'"'* | *' '*) log "a nodeload argument may not hold a space or a double quote: $arg"; exit 2 ;;
+    -caddy | --caddy | -caddy=* | --caddy=*) log "-caddy is set by the script (the machine's /caddy)"; exit 2 ;;
   esac
 done
 
@@ -55,22 +69,30 @@ fi
 mkdir -p "$cache"
 kernel="$cache/vmlinuz"
 busybox="$cache/busybox"
-if [[ ! -s $kernel || ! -s $busybox ]]; then
-  pkg="$(apt-cache depends linux-image-amd64 | sed -n 's/^ *Depends: \(linux-image-[^ ]*\)$/\1/p' | head -n 1)"
-  [[ -n $pkg ]] || { log "apt-cache names no kernel package for linux-image-amd64"; exit 1; }
+pkg="$(apt-cache depends linux-image-amd64 | sed -n 's/^ *Depends: \(linux-image-[^ ]*\)$/\1/p' | head -n 1)"
+[[ -n $pkg ]] || { log "apt-cache names no kernel package for linux-image-amd64"; exit 1; }
+# The work directory of this run: the downloads, the initramfs and the console log
+# (two runs at once do not share them).
+work="$(mktemp -d "$cache/run.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+if [[ ! -s $kernel || ! -s $busybox || "$(cat "$cache/kernel.pkg" 2>/dev/null)" != "$pkg" ]]; then
   log "fetching $pkg and busybox-static (apt-get download)"
-  tmp="$(mktemp -d)"
-  trap 'rm -rf "$tmp"' EXIT
-  (cd "$tmp" && apt-get download "$pkg" busybox-static) >&2
-  for deb in "$tmp"/*.deb; do dpkg-deb -x "$deb" "$tmp/x"; done
-  cp "$tmp"/x/boot/vmlinuz-* "$kernel"
-  cp "$tmp/x/bin/busybox" "$busybox"
+  (cd "$work" && apt-get download "$pkg" busybox-static) >&2
+  for deb in "$work"/*.deb; do dpkg-deb -x "$deb" "$work/x"; done
+  found_kernel="$(find "$work/x/boot" -name 'vmlinuz-*' -type f | head -n 1)"
+  found_busybox="$(find "$work/x" -path '*bin/busybox' -type f | head -n 1)"
+  [[ -n $found_kernel && -n $found_busybox ]] || { log "the packages hold no vmlinuz or busybox"; exit 1; }
+  # Copied under another name, then renamed: an interrupted copy is never taken
+  # for a good one.
+  cp "$found_kernel" "$kernel.tmp" && mv "$kernel.tmp" "$kernel"
+  cp "$found_busybox" "$busybox.tmp" && mv "$busybox.tmp" "$busybox"
+  echo "$pkg" >"$cache/kernel.pkg"
+  rm -rf "$work/x" "$work"/*.deb
 fi
 
 log "building bin/caddy (make bin/caddy) and a static nodeload"
 make -C "$root" --no-print-directory bin/caddy >&2
-initdir="$cache/initramfs"
-rm -rf "$initdir"
+initdir="$work/initramfs"
 mkdir -p "$initdir"/{bin,proc,sys,dev,tmp,root}
 (cd "$root" && CGO_ENABLED=0 go build -o "$initdir/nodeload" ./hack/nodeload)
 cp "$root/bin/caddy" "$initdir/caddy"
@@ -98,15 +120,20 @@ echo "vm: nodeload exit status $?"
 poweroff -f
 EOF
 chmod +x "$initdir/init"
-(cd "$initdir" && find . | cpio -o -H newc 2>/dev/null) >"$cache/initramfs.cpio"
+(cd "$initdir" && find . | cpio -o -H newc 2>/dev/null) >"$work/initramfs.cpio"
+rm -rf "$initdir"
 
 accelflags=(-accel tcg,thread=multi -cpu max)
 if [[ $accel == kvm ]]; then accelflags=(-enable-kvm -cpu host); fi
 log "booting a $accel machine ($cpus CPUs, $memory); nodeload's output follows"
-out="$cache/console.log"
+out="$work/console.log"
 qemu-system-x86_64 "${accelflags[@]}" -smp "$cpus" -m "$memory" -nographic -no-reboot -nic none \
-  -kernel "$kernel" -initrd "$cache/initramfs.cpio" \
+  -kernel "$kernel" -initrd "$work/initramfs.cpio" \
   -append "console=ttyS0 quiet panic=-1 nodeload_args=\"$*\"" </dev/null | tr -d '\r' | tee "$out" | grep -v $'^\e' || true
 status="$(sed -n 's/^vm: nodeload exit status \([0-9]*\)$/\1/p' "$out")"
-[[ -n $status ]] || { log "the machine stopped before nodeload ended (console: $out)"; exit 1; }
+if [[ -z $status ]]; then
+  cp "$out" "$cache/console.log"
+  log "the machine stopped before nodeload ended (console: $cache/console.log)"
+  exit 1
+fi
 exit "$status"
