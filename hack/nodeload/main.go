@@ -101,8 +101,8 @@ func main() {
 	if o.settle == 0 {
 		o.settle = 2 * o.heartbeat
 	}
-	// The online window (4.5 intervals) is a gateway duration, at most 1h.
-	if o.heartbeat <= 0 || o.heartbeat*9/2 > time.Hour {
+	// The online window is a gateway duration, at most 1h.
+	if _, online := gatewayTimers(o.heartbeat); o.heartbeat <= 0 || online > time.Hour {
 		fmt.Fprintln(os.Stderr, "nodeload: -heartbeat must be positive and at most 13m20s (the gateway's online window, 4.5 intervals, is at most 1h)")
 		os.Exit(2)
 	}
@@ -194,10 +194,7 @@ func run(o options) error {
 		}
 		admin = "127.0.0.1:" + p
 	}
-	// The idle timeout and the online window keep the gateway's default
-	// ratios to the heartbeat interval (35 s and 45 s to 10 s), so that a
-	// longer -heartbeat (the gateway refuses an interval not shorter than
-	// its idle timeout) still holds every node online.
+	idle, online := gatewayTimers(o.heartbeat)
 	caddyfile := fmt.Sprintf(`{
 	admin %s
 	auto_https off
@@ -226,7 +223,7 @@ http://127.0.0.1:%s {
 	}
 }
 `, admin, filepath.Join(dir, "gateway.log"), filepath.Join(dir, "hmac.key"), filepath.Join(dir, "credentials.yaml"),
-		filepath.Join(dir, "nodes.yaml"), o.heartbeat, o.heartbeat*7/2, o.heartbeat*9/2, port, sum(apiToken))
+		filepath.Join(dir, "nodes.yaml"), o.heartbeat, idle, online, port, sum(apiToken))
 	var output io.Writer
 	if o.gatewayOutput != "" {
 		out, err := os.Create(o.gatewayOutput)
@@ -248,18 +245,18 @@ http://127.0.0.1:%s {
 	pid := gw.Pid
 	base := "http://127.0.0.1:" + port
 	// Provisioning tens of thousands of enrolled nodes takes seconds.
-	if err := gw.WaitListeningFor("127.0.0.1:"+port, 10*time.Minute); err != nil {
+	if err := gw.WaitListeningFor("127.0.0.1:"+port, startLimit); err != nil {
 		return err
 	}
 	// The listener can be up before a large node file is loaded; connect
 	// only once the API lists every node (polling, with a deadline).
-	for deadline := time.Now().Add(10 * time.Minute); ; {
+	for deadline := time.Now().Add(startLimit); ; {
 		st, err := apiStatus(base, apiToken)
 		if err == nil && st.total == o.nodes {
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the gateway did not list the %d enrolled nodes within 10 minutes (last: %d, %v)", o.nodes, st.total, err)
+			return fmt.Errorf("the gateway did not list the %d enrolled nodes within %s (last: %d, %v)", o.nodes, startLimit, st.total, err)
 		}
 		time.Sleep(100 * time.Millisecond) // polling the API
 	}
@@ -589,14 +586,31 @@ func pct(sorted []time.Duration, p float64) time.Duration {
 
 type listStatus struct{ total, online int }
 
-// apiClientTimeout bounds each node list request, so that a gateway that
-// accepts but never answers cannot hold the tool past its deadlines.
-var apiClientTimeout = &http.Client{Timeout: 2 * time.Minute}
+// statusClient reads the gateway's node list and the admin endpoint's
+// heap figures. Its limit only keeps an endpoint that accepts but never
+// answers from holding the tool: a heap profile of tens of thousands of
+// goroutines takes seconds on an emulated CPU (hack/vm).
+var statusClient = &http.Client{Timeout: 2 * time.Minute}
+
+// startLimit is how long the tool waits for the gateway to listen, and
+// then to list every enrolled node: parsing tens of thousands of node
+// records takes seconds, minutes on an emulated CPU.
+const startLimit = 10 * time.Minute
+
+// gatewayTimers returns the gateway's idle timeout and online window for
+// nodes that heartbeat every hb: the defaults' ratios to the default
+// interval (hub.DefaultIdleTimeout and hub.DefaultOnlineWindow, 35 s and
+// 45 s to 10 s; TestGatewayTimersKeepTheDefaultRatios), so that a longer
+// -heartbeat, which the gateway refuses unless shorter than its idle
+// timeout, still holds every node online.
+func gatewayTimers(hb time.Duration) (idle, online time.Duration) {
+	return hb * 7 / 2, hb * 9 / 2
+}
 
 func apiStatus(base, token string) (listStatus, error) {
 	req, _ := http.NewRequest(http.MethodGet, base+api.Prefix, nil)
 	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := apiClientTimeout.Do(req)
+	resp, err := statusClient.Do(req)
 	if err != nil {
 		return listStatus{}, err
 	}
@@ -850,11 +864,7 @@ func connectNodes(o options, nodes []simNode) ([]*sim.Node, error) {
 // number, or the answer runs over the read limit before both lines; the
 // error says which.
 func runtimeMemory(admin string) (stack, heap uint64, err error) {
-	// A heap profile of tens of thousands of goroutines takes seconds on
-	// an emulated CPU (hack/vm); the limit only keeps a stuck endpoint
-	// from holding the tool.
-	client := &http.Client{Timeout: 2 * time.Minute}
-	resp, err := client.Get(admin + "/debug/pprof/heap?debug=1")
+	resp, err := statusClient.Get(admin + "/debug/pprof/heap?debug=1")
 	if err != nil {
 		return 0, 0, err
 	}

@@ -5,7 +5,20 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/sandgate/sandgate/node/hub"
 )
+
+// TestGatewayTimersKeepTheDefaultRatios: at the default heartbeat
+// interval gatewayTimers gives the gateway's own defaults, so its fixed
+// ratios are those of node/hub.
+func TestGatewayTimersKeepTheDefaultRatios(t *testing.T) {
+	idle, online := gatewayTimers(hub.DefaultHeartbeatInterval)
+	if idle != hub.DefaultIdleTimeout || online != hub.DefaultOnlineWindow {
+		t.Fatalf("gatewayTimers(%s) = %s, %s; want the defaults %s, %s",
+			hub.DefaultHeartbeatInterval, idle, online, hub.DefaultIdleTimeout, hub.DefaultOnlineWindow)
+	}
+}
 
 // memStatsTail is the end of a /debug/pprof/heap?debug=1 answer as
 // runtime/pprof writes it: the runtime.MemStats lines after the records.
