@@ -27,12 +27,14 @@
 #              nested PVM host, kvm_pvm, does not: the guest hangs after
 #              decompressing).
 #
-# What it needs, fetched on first use into ${XDG_CACHE_HOME:-$HOME/.cache}/sandgate/vm:
-# qemu-system-x86 and cpio (apt-get install), Debian's linux-image-amd64 kernel and
-# busybox-static (apt-get download; only the files are unpacked, nothing is
-# installed; fetched again when linux-image-amd64 names another kernel). It builds bin/caddy (make bin/caddy) and a static nodeload. The tool's
-# output (the figures of docs/benchmarks.md) is the machine's console, printed
-# here; the script exits with nodeload's status.
+# What it needs: qemu-system-x86, cpio and busybox-static (apt-get install when
+# missing; busybox-static is also what hack/docker/start.sh installs), and the kernel
+# of Debian's linux-image-amd64, fetched with apt-get download into
+# ${XDG_CACHE_HOME:-$HOME/.cache}/sandgate/vm (only its vmlinuz is unpacked, nothing
+# is installed; fetched again when linux-image-amd64 names another kernel). It
+# builds bin/caddy (make bin/caddy) and a static nodeload. The tool's output (the
+# figures of docs/benchmarks.md) is the machine's console, printed here; the
+# script exits with nodeload's status.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -61,6 +63,9 @@ done
 need=()
 command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
 command -v cpio >/dev/null || need+=(cpio)
+# The machine's shell and tools: Debian's static busybox, the package
+# hack/docker/start.sh installs for the test image.
+dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'install ok installed' || need+=(busybox-static)
 if ((${#need[@]})); then
   log "installing ${need[*]} (apt-get)"
   DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}" >&2
@@ -68,24 +73,23 @@ fi
 
 mkdir -p "$cache"
 kernel="$cache/vmlinuz"
-busybox="$cache/busybox"
+busybox=/bin/busybox
 pkg="$(apt-cache depends linux-image-amd64 | sed -n 's/^ *Depends: \(linux-image-[^ ]*\)$/\1/p' | head -n 1)"
 [[ -n $pkg ]] || { log "apt-cache names no kernel package for linux-image-amd64"; exit 1; }
 # The work directory of this run: the downloads, the initramfs and the console log
 # (two runs at once do not share them).
 work="$(mktemp -d "$cache/run.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
-if [[ ! -s $kernel || ! -s $busybox || "$(cat "$cache/kernel.pkg" 2>/dev/null)" != "$pkg" ]]; then
-  log "fetching $pkg and busybox-static (apt-get download)"
-  (cd "$work" && apt-get download "$pkg" busybox-static) >&2
-  for deb in "$work"/*.deb; do dpkg-deb -x "$deb" "$work/x"; done
+[[ -x $busybox ]] || { log "busybox-static is installed but $busybox is missing"; exit 1; }
+if [[ ! -s $kernel || "$(cat "$cache/kernel.pkg" 2>/dev/null)" != "$pkg" ]]; then
+  log "fetching $pkg (apt-get download)"
+  (cd "$work" && apt-get download "$pkg") >&2
+  dpkg-deb -x "$work"/*.deb "$work/x"
   found_kernel="$(find "$work/x/boot" -name 'vmlinuz-*' -type f | head -n 1)"
-  found_busybox="$(find "$work/x" -path '*bin/busybox' -type f | head -n 1)"
-  [[ -n $found_kernel && -n $found_busybox ]] || { log "the packages hold no vmlinuz or busybox"; exit 1; }
+  [[ -n $found_kernel ]] || { log "$pkg holds no vmlinuz"; exit 1; }
   # Copied under another name, then renamed: an interrupted copy is never taken
   # for a good one.
   cp "$found_kernel" "$kernel.tmp" && mv "$kernel.tmp" "$kernel"
-  cp "$found_busybox" "$busybox.tmp" && mv "$busybox.tmp" "$busybox"
   echo "$pkg" >"$cache/kernel.pkg"
   rm -rf "$work/x" "$work"/*.deb
 fi
