@@ -11,8 +11,11 @@
 package strictjson
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"sync"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -145,4 +148,107 @@ func Encode(v any) ([]byte, error) {
 		return nil, err
 	}
 	return append(b, '\n'), nil
+}
+
+// ErrNotObject is returned by EachMember when its input is not exactly one
+// well-formed JSON object.
+var ErrNotObject = errors.New("not a JSON object")
+
+// ErrDuplicateMember is returned by EachMember when a member name appears
+// twice in the object.
+var ErrDuplicateMember = errors.New("duplicate member name")
+
+// EachMember reads b, which must be exactly one JSON object (valid UTF-8,
+// member names unique, nothing but white space after it), in one pass of
+// the tokenizer, and calls member with each top-level member's name and
+// raw value in document order. value is only valid during the call; its
+// Kind is 'n' for null, 't' or 'f', '"', '0', '{' or '['.
+//
+// It is the cheap half of a strict decode of many small records (the
+// node and resource credential files, one call per record): the caller
+// refuses unknown names and nulls in the callback, checks which required
+// members it saw, and then decodes b once with jsonv2.Unmarshal and
+// Options, instead of decoding it twice.
+//
+// Errors: member's first error, returned as it is; ErrDuplicateMember
+// (wrapped, with the name) when a name repeats; ErrNotObject when b is
+// not one well-formed JSON object.
+func EachMember(b []byte, member func(name string, value jsontext.Value) error) error {
+	// A bytes.Buffer lets the tokenizer read b in place instead of
+	// copying it; the decoder is reused across calls.
+	p := memberDecoders.Get().(*memberDecoder)
+	defer p.release()
+	p.buf = *bytes.NewBuffer(b)
+	p.dec.Reset(&p.buf, jsontext.AllowDuplicateNames(false), jsontext.AllowInvalidUTF8(false))
+	dec := &p.dec
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return ErrNotObject
+	}
+	for {
+		switch dec.PeekKind() {
+		case '}':
+			if _, err := dec.ReadToken(); err != nil {
+				return ErrNotObject
+			}
+			if _, err := dec.ReadToken(); err != io.EOF {
+				return ErrNotObject
+			}
+			return nil
+		case '"':
+		default:
+			return ErrNotObject
+		}
+		tok, err := dec.ReadToken()
+		if err != nil {
+			var se *jsontext.SyntacticError
+			if errors.As(err, &se) && errors.Is(se.Err, jsontext.ErrDuplicateName) {
+				return fmt.Errorf("%w at %s", ErrDuplicateMember, se.JSONPointer)
+			}
+			return ErrNotObject
+		}
+		name := tok.String() // before the next read voids tok
+		value, err := dec.ReadValue()
+		if err != nil {
+			return ErrNotObject
+		}
+		if err := member(name, value); err != nil {
+			return err
+		}
+	}
+}
+
+// memberDecoder is EachMember's reusable tokenizer and its input.
+type memberDecoder struct {
+	buf bytes.Buffer
+	dec jsontext.Decoder
+}
+
+var memberDecoders = sync.Pool{New: func() any { return new(memberDecoder) }}
+
+// release drops the decoder's references to the caller's bytes and pools it.
+func (p *memberDecoder) release() {
+	p.buf = bytes.Buffer{}
+	p.dec.Reset(&p.buf)
+	memberDecoders.Put(p)
+}
+
+// KindName is the word for a JSON value's kind in error messages:
+// "null", "bool", "string", "number", "object" or "array" (the words
+// encoding/json's UnmarshalTypeError used), never the value itself.
+func KindName(k jsontext.Kind) string {
+	switch k {
+	case 'n':
+		return "null"
+	case 't', 'f':
+		return "bool"
+	case '"':
+		return "string"
+	case '0':
+		return "number"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	}
+	return "value"
 }
