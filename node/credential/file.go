@@ -1,18 +1,19 @@
 package credential
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"sort"
+	"strings"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"go.uber.org/zap"
 
 	"github.com/sandgate/sandgate/internal/filewatch"
 	"github.com/sandgate/sandgate/internal/listfile"
+	"github.com/sandgate/sandgate/internal/strictjson"
 	"github.com/sandgate/sandgate/node/pool"
 	"github.com/sandgate/sandgate/node/proto"
 )
@@ -38,12 +39,17 @@ type fileRecord struct {
 	Pool                 string `json:"pool"`
 }
 
-// members are fileRecord's JSON member names; true marks the required ones.
-var members = map[string]bool{
-	"node_id": true, "enabled": true, "credential_sha256": true, "installation_id": true,
-	"provider": true, "backend_fingerprint": true, "deployment_generation": true,
-	"specification_digest": true, "generation_management": false, "pool": false,
+// memberNames are fileRecord's JSON member names: the required ones first
+// (in name order, the order missing members are reported in), then the
+// optional ones.
+var memberNames = [...]string{
+	"backend_fingerprint", "credential_sha256", "deployment_generation", "enabled", "installation_id",
+	"node_id", "provider", "specification_digest",
+	"generation_management", "pool",
 }
+
+// requiredMembers is how many of memberNames are required.
+const requiredMembers = 8
 
 // File is a Store read from a JSON or YAML file and reloaded when it
 // changes. Authenticate and Nodes are lock-free reads of the immutable
@@ -143,44 +149,45 @@ func parse(data []byte) (map[string]*record, error) {
 	return out, nil
 }
 
+// decodeRecord strictly decodes one node record (a JSON object) in one
+// pass of the tokenizer and one typed decode: unknown and null members are
+// refused in document order, then missing required members in name order,
+// then a value of the wrong JSON kind; the record is then validated.
+// Errors wrap ErrInvalid and name the member, never its value.
 func decodeRecord(raw []byte) (*record, error) {
-	var fields map[string]json.RawMessage
-	if err := strictJSON(raw, &fields); err != nil || fields == nil {
+	var present [len(memberNames)]bool
+	err := strictjson.EachMember(raw, func(name string, v jsontext.Value) error {
+		i := slices.Index(memberNames[:], name)
+		switch {
+		case i < 0:
+			return fmt.Errorf("%w: unknown member %q", ErrInvalid, name)
+		case v.Kind() == 'n':
+			return fmt.Errorf("%w: member %s is null", ErrInvalid, name)
+		case name == "pool" && string(v) == `""`:
+			return fmt.Errorf("%w: pool must be 1..63 characters of [a-z0-9-], present only when not empty", ErrInvalid)
+		}
+		present[i] = true
+		return nil
+	})
+	switch {
+	case errors.Is(err, strictjson.ErrDuplicateMember):
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	case errors.Is(err, strictjson.ErrNotObject):
 		return nil, fmt.Errorf("%w: not a JSON object", ErrInvalid)
+	case err != nil:
+		return nil, err
 	}
-	names := make([]string, 0, len(fields))
-	for k := range fields {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	for _, k := range names {
-		if _, known := members[k]; !known {
-			return nil, fmt.Errorf("%w: unknown member %q", ErrInvalid, k)
-		}
-		if string(bytes.TrimSpace(fields[k])) == "null" {
-			return nil, fmt.Errorf("%w: member %s is null", ErrInvalid, k)
-		}
-		if k == "pool" && string(bytes.TrimSpace(fields[k])) == `""` {
-			return nil, fmt.Errorf("%w: pool must be 1..63 characters of [a-z0-9-], present only when not empty", ErrInvalid)
-		}
-	}
-	required := make([]string, 0, len(members))
-	for k, req := range members {
-		if req {
-			required = append(required, k)
-		}
-	}
-	slices.Sort(required)
-	for _, k := range required {
-		if _, ok := fields[k]; !ok {
-			return nil, fmt.Errorf("%w: missing member %s", ErrInvalid, k)
+	for i, name := range memberNames {
+		if i < requiredMembers && !present[i] {
+			return nil, fmt.Errorf("%w: missing member %s", ErrInvalid, name)
 		}
 	}
 	var fr fileRecord
-	if err := strictJSON(raw, &fr); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return nil, fmt.Errorf("%w: member %s is a JSON %s, want a %s", ErrInvalid, te.Field, te.Value, te.Type.Kind())
+	if err := jsonv2.Unmarshal(raw, &fr, strictjson.Options); err != nil {
+		var se *jsonv2.SemanticError
+		if errors.As(err, &se) && se.GoType != nil && se.JSONPointer != "" {
+			return nil, fmt.Errorf("%w: member %s is a JSON %s, want a %s", ErrInvalid,
+				strings.TrimPrefix(string(se.JSONPointer), "/"), strictjson.KindName(se.JSONKind), se.GoType.Kind())
 		}
 		return nil, fmt.Errorf("%w: undecodable node record", ErrInvalid)
 	}
@@ -226,18 +233,4 @@ func (fr fileRecord) validate() (*record, error) {
 		},
 		digest: d,
 	}, nil
-}
-
-// strictJSON decodes exactly one JSON value from data into v, refusing
-// unknown struct fields and trailing data.
-func strictJSON(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("trailing data after JSON value")
-	}
-	return nil
 }
