@@ -148,6 +148,7 @@ func TestHTTPAnswers(t *testing.T) {
 		{"bad JSON", staticHandler(http.StatusOK, `{"id": "a", `), "a", ErrUnavailable, "bad response", false},
 		{"not an object", staticHandler(http.StatusOK, `["a"]`), "a", ErrUnavailable, "not a JSON object", false},
 		{"unknown field", staticHandler(http.StatusOK, `{"id": "a", "projectNamespace": "p", "clusterId": "c", "extra": 1}`), "a", ErrUnavailable, `unknown field "extra"`, false},
+		{"duplicate field", staticHandler(http.StatusOK, `{"id": "a", "projectNamespace": "p", "clusterId": "c", "clusterId": "d"}`), "a", ErrUnavailable, "duplicate member name at /clusterId", false},
 		{"trailing data", staticHandler(http.StatusOK, string(good)+`{}`), "a", ErrUnavailable, "bad response", false},
 		{"invalid credential", staticHandler(http.StatusOK, `{"id": "a", "projectNamespace": "p"}`), "a", ErrUnavailable, "clusterId is empty", false},
 		{"id mismatch", staticHandler(http.StatusOK, string(good)), "b", ErrUnavailable, "different credential id", false},

@@ -1,14 +1,15 @@
 package credential
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"slices"
+	"strings"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/sandgate/sandgate/internal/listfile"
+	"github.com/sandgate/sandgate/internal/strictjson"
 )
 
 // MaxFileSize is the largest credential file OpenFile and reloads accept,
@@ -52,30 +53,34 @@ func parse(data []byte) (map[string]Credential, error) {
 }
 
 // decodeCredential strictly decodes one JSON object into a Credential and
-// validates it. Used by both the file and the HTTP source.
+// validates it, in one pass of the tokenizer (unknown and null fields
+// refused in document order) and one typed decode. Used by both the file
+// and the HTTP source. Errors wrap ErrInvalid and name the field, never its
+// value.
 func decodeCredential(raw []byte) (Credential, error) {
-	var fields map[string]json.RawMessage
-	if err := strictJSON(raw, &fields); err != nil || fields == nil {
+	err := strictjson.EachMember(raw, func(name string, v jsontext.Value) error {
+		if !fieldNames[name] {
+			return fmt.Errorf("%w: unknown field %q", ErrInvalid, name)
+		}
+		if v.Kind() == 'n' {
+			return fmt.Errorf("%w: field %s is null", ErrInvalid, name)
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, strictjson.ErrDuplicateMember):
+		return Credential{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	case errors.Is(err, strictjson.ErrNotObject):
 		return Credential{}, fmt.Errorf("%w: not a JSON object", ErrInvalid)
-	}
-	names := make([]string, 0, len(fields))
-	for k := range fields {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	for _, k := range names {
-		if !fieldNames[k] {
-			return Credential{}, fmt.Errorf("%w: unknown field %q", ErrInvalid, k)
-		}
-		if string(bytes.TrimSpace(fields[k])) == "null" {
-			return Credential{}, fmt.Errorf("%w: field %s is null", ErrInvalid, k)
-		}
+	case err != nil:
+		return Credential{}, err
 	}
 	var c Credential
-	if err := strictJSON(raw, &c); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return Credential{}, fmt.Errorf("%w: field %s is a JSON %s, want %s", ErrInvalid, te.Field, te.Value, jsonKind(te.Type.Kind().String()))
+	if err := jsonv2.Unmarshal(raw, &c, strictjson.Options); err != nil {
+		var se *jsonv2.SemanticError
+		if errors.As(err, &se) && se.GoType != nil && se.JSONPointer != "" {
+			return Credential{}, fmt.Errorf("%w: field %s is a JSON %s, want %s", ErrInvalid,
+				strings.TrimPrefix(string(se.JSONPointer), "/"), strictjson.KindName(se.JSONKind), jsonKind(se.GoType.Kind().String()))
 		}
 		return Credential{}, fmt.Errorf("%w: undecodable credential object", ErrInvalid)
 	}
@@ -94,18 +99,4 @@ func jsonKind(goKind string) string {
 	default:
 		return goKind
 	}
-}
-
-// strictJSON decodes exactly one JSON value from data into v, refusing
-// unknown struct fields and trailing data.
-func strictJSON(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("trailing data after JSON value")
-	}
-	return nil
 }
