@@ -186,11 +186,20 @@ func (o *Output) String() string {
 	return o.b.String()
 }
 
-// Save writes what url answers into file: a profile from Caddy's admin
-// endpoint (/debug/pprof/…), for the tools' -profile options. Errors: the
-// request's, a status other than 200 (named), the file's.
-func Save(url, file string) error {
-	resp, err := http.Get(url)
+// SaveMargin is how long Save waits for an answer beyond the time the
+// endpoint itself takes: 5 minutes, room for a snapshot of 50,000
+// goroutines on an emulated CPU (hack/vm).
+const SaveMargin = 5 * time.Minute
+
+// Save writes what url answers into file: a profile or trace from Caddy's
+// admin endpoint (/debug/pprof/…), for the tools' -profile and -trace
+// options. lasts is how long the endpoint itself takes to answer (the
+// seconds of a CPU profile or trace; 0 for a heap or goroutine snapshot):
+// the exchange is cut after lasts plus SaveMargin. Errors: the request's
+// (a timeout among them), a status other than 200 (named), the file's.
+func Save(url, file string, lasts time.Duration) error {
+	client := &http.Client{Timeout: lasts + SaveMargin}
+	resp, err := client.Get(url)
 	if err != nil {
 		return err
 	}
@@ -210,5 +219,13 @@ func Save(url, file string) error {
 // Caddy admin endpoint at admin (a base URL, "http://127.0.0.1:2019") into
 // file; errors as Save's.
 func SaveCPUProfile(admin string, d time.Duration, file string) error {
-	return Save(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", admin, max(1, int(d.Seconds()))), file)
+	s := max(1, int(d.Seconds()))
+	return Save(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", admin, s), file, time.Duration(s)*time.Second)
+}
+
+// SaveTrace writes a runtime execution trace of d (at least one second)
+// from the Caddy admin endpoint at admin into file; errors as Save's.
+func SaveTrace(admin string, d time.Duration, file string) error {
+	s := max(1, int(d.Seconds()))
+	return Save(fmt.Sprintf("%s/debug/pprof/trace?seconds=%d", admin, s), file, time.Duration(s)*time.Second)
 }

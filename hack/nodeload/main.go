@@ -329,10 +329,10 @@ http://127.0.0.1:%s {
 		}
 		fmt.Printf("gateway runtime: goroutine stacks %.1f MiB (%.1f KiB per connection), heap in use %.1f MiB (/debug/pprof/heap?debug=1)\n",
 			float64(stack)/(1<<20), float64(stack)/1024/float64(o.nodes), float64(heap)/(1<<20))
-		if err := gatewayproc.Save("http://"+admin+"/debug/pprof/heap", o.profile+".heap"); err != nil {
+		if err := gatewayproc.Save("http://"+admin+"/debug/pprof/heap", o.profile+".heap", 0); err != nil {
 			return err
 		}
-		if err := gatewayproc.Save("http://"+admin+"/debug/pprof/goroutine", o.profile+".goroutine"); err != nil {
+		if err := gatewayproc.Save("http://"+admin+"/debug/pprof/goroutine", o.profile+".goroutine", 0); err != nil {
 			return err
 		}
 	}
@@ -347,13 +347,13 @@ http://127.0.0.1:%s {
 		if o.trace != "" {
 			traced = make(chan error, 1)
 			go func() {
-				traced <- gatewayproc.Save(fmt.Sprintf("http://%s/debug/pprof/trace?seconds=%d", admin, max(1, int(o.duration.Seconds()))), o.trace)
+				traced <- gatewayproc.SaveTrace("http://"+admin, o.duration, o.trace)
 			}()
 		}
 		err := dispatch(o, base, apiToken, nodes, pid, sims.cmd.Process.Pid)
 		if profiled != nil {
 			err = errors.Join(err, <-profiled,
-				gatewayproc.Save("http://"+admin+"/debug/pprof/heap", o.profile+".heap-after"))
+				gatewayproc.Save("http://"+admin+"/debug/pprof/heap", o.profile+".heap-after", 0))
 		}
 		if traced != nil {
 			err = errors.Join(err, <-traced)

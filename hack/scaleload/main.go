@@ -283,7 +283,7 @@ func run(caddy string, n int, withPresence bool, nodeCount int, heartbeat time.D
 	opsReqs := leaseRequests(ctx, kube)
 	if profile {
 		if err := errors.Join(<-profiled, gatewayproc.Save("http://"+c.Replicas[0].Admin+"/debug/pprof/goroutine?debug=1",
-			filepath.Join(logs, "replica-0.goroutine"))); err != nil {
+			filepath.Join(logs, "replica-0.goroutine"), 0)); err != nil {
 			return fmt.Errorf("profiles: %w", err)
 		}
 	}
