@@ -149,6 +149,10 @@ func TestHTTPAnswers(t *testing.T) {
 		{"not an object", staticHandler(http.StatusOK, `["a"]`), "a", ErrUnavailable, "not a JSON object", false},
 		{"unknown field", staticHandler(http.StatusOK, `{"id": "a", "projectNamespace": "p", "clusterId": "c", "extra": 1}`), "a", ErrUnavailable, `unknown field "extra"`, false},
 		{"duplicate field", staticHandler(http.StatusOK, `{"id": "a", "projectNamespace": "p", "clusterId": "c", "clusterId": "d"}`), "a", ErrUnavailable, "duplicate member name at /clusterId", false},
+		// encoding/json, before beaf7f0, took these as U+FFFD (two distinct
+		// ids could read as one); a file element refuses them (listfile).
+		{"invalid UTF-8", staticHandler(http.StatusOK, "{\"id\": \"a\xff\", \"projectNamespace\": \"p\", \"clusterId\": \"c\"}"), "a\ufffd", ErrUnavailable, "not a JSON object", false},
+		{"unpaired surrogate", staticHandler(http.StatusOK, `{"id": "a\ud800", "projectNamespace": "p", "clusterId": "c"}`), "a\ufffd", ErrUnavailable, "not a JSON object", false},
 		{"trailing data", staticHandler(http.StatusOK, string(good)+`{}`), "a", ErrUnavailable, "bad response", false},
 		{"invalid credential", staticHandler(http.StatusOK, `{"id": "a", "projectNamespace": "p"}`), "a", ErrUnavailable, "clusterId is empty", false},
 		{"id mismatch", staticHandler(http.StatusOK, string(good)), "b", ErrUnavailable, "different credential id", false},
