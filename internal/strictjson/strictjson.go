@@ -171,8 +171,12 @@ var ErrDuplicateMember = errors.New("duplicate member name")
 // Options, instead of decoding it twice.
 //
 // Errors: member's first error, returned as it is; ErrDuplicateMember
-// (wrapped, with the name) when a name repeats; ErrNotObject when b is
-// not one well-formed JSON object.
+// (wrapped, with the member's JSON pointer, "/name") when a top-level name
+// repeats; ErrNotObject when b is not one well-formed JSON object, which
+// includes a fault inside a member's value (a repeated name in a nested
+// object, invalid UTF-8, an unpaired surrogate escape such as "\ud800":
+// jsontext's rules, RFC 8259 and RFC 7493), found when that member is
+// read, after the callback has seen the members before it.
 func EachMember(b []byte, member func(name string, value jsontext.Value) error) error {
 	// A bytes.Buffer lets the tokenizer read b in place instead of
 	// copying it; the decoder is reused across calls.

@@ -1,8 +1,11 @@
 package strictjson
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -61,6 +64,9 @@ func TestEachMemberRefuses(t *testing.T) {
 		{"trailing garbage", `{"a": 1}x`, ErrNotObject},
 		{"invalid UTF-8 in a value", "{\"a\": \"\xff\"}", ErrNotObject},
 		{"invalid UTF-8 in a name", "{\"\xff\": 1}", ErrNotObject},
+		{"unpaired surrogate escape", `{"a": "\ud800"}`, ErrNotObject},
+		{"reversed surrogate pair", `{"a": "\udc00\ud800"}`, ErrNotObject},
+		{"duplicate name inside a value", `{"a": {"b": 1, "b": 2}}`, ErrNotObject},
 		{"duplicate name", `{"a": "secret", "a": "secret"}`, ErrDuplicateMember},
 		{"duplicate name by escape", `{"a": 1, "\u0061": 2}`, ErrDuplicateMember},
 	}
@@ -145,4 +151,46 @@ func FuzzEachMember(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestEachMemberPooledDecoder: the pooled decoders are safe to share
+// between goroutines (run with -race), leave the caller's bytes as they
+// were (each input is overwritten after its call, so a decoder that wrote
+// to or read from an earlier caller's bytes would show it), and a callback
+// that panics does not leave a decoder mid-object in the pool.
+func TestEachMemberPooledDecoder(t *testing.T) {
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 500 {
+				in := fmt.Appendf(nil, `{"g": %d, "i": "%d", "n": {"x": [%d]}}`, g, i, i)
+				before := bytes.Clone(in)
+				var got []string
+				err := EachMember(in, func(name string, v jsontext.Value) error {
+					got = append(got, name+"="+string(v))
+					return nil
+				})
+				want := fmt.Sprintf(`[g=%d i="%d" n={"x": [%d]}]`, g, i, i)
+				if err != nil || fmt.Sprint(got) != want || !bytes.Equal(in, before) {
+					t.Errorf("EachMember(%s) = %v, %v (input now %q); want %s", before, got, err, in, want)
+					return
+				}
+				for k := range in {
+					in[k] = 'x'
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	func() {
+		defer func() { _ = recover() }()
+		_ = EachMember([]byte(`{"a": 1, "b": 2}`), func(string, jsontext.Value) error { panic("callback") })
+	}()
+	for range 4 { // sync.Pool may hand back the decoder the panic released
+		got, err := members(t, `{"c": 3}`)
+		if err != nil || len(got) != 1 || got[0] != (member{"c", "3"}) {
+			t.Fatalf("after a panicking callback: %v, %v", got, err)
+		}
+	}
 }
