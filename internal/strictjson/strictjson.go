@@ -5,9 +5,11 @@
 // where allowed, and every required member present. Errors name a JSON
 // pointer and the rule, never a value.
 //
-// It decodes the document twice (once generically to find nulls and
+// Decode decodes the document twice (once generically to find nulls and
 // missing members, once into the target), so it is meant for documents
-// whose size the caller has already bounded.
+// whose size the caller has already bounded. EachMember is the cheaper
+// first half for many small records: one tokenizer pass over an object's
+// top-level members, after which the caller decodes once with Options.
 package strictjson
 
 import (
@@ -238,7 +240,8 @@ func (p *memberDecoder) release() {
 
 // KindName is the word for a JSON value's kind in error messages:
 // "null", "bool", "string", "number", "object" or "array" (the words
-// encoding/json's UnmarshalTypeError used), never the value itself.
+// encoding/json's UnmarshalTypeError used), never the value itself;
+// "value" for any other Kind (the zero Kind a SemanticError may carry).
 func KindName(k jsontext.Kind) string {
 	switch k {
 	case 'n':

@@ -111,6 +111,9 @@ func TestKindName(t *testing.T) {
 			t.Errorf("KindName(%s) = %q, want %q", in, got, want)
 		}
 	}
+	if got := KindName(0); got != "value" {
+		t.Errorf("KindName(0) = %q, want \"value\"", got)
+	}
 }
 
 // FuzzEachMember: EachMember accepts exactly what jsonv2 decodes as one
