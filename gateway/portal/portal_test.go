@@ -18,14 +18,10 @@ import (
 var env *kubeenv.Env
 
 func TestMain(m *testing.M) {
-	var err error
-	if env, err = kubeenv.Start(nil, nil); err != nil {
-		os.Stderr.WriteString(err.Error() + "\n")
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = env.Stop()
-	os.Exit(code)
+	kubeenv.Main(m, nil, nil, func(e *kubeenv.Env) error {
+		env = e
+		return nil
+	})
 }
 
 // kubeconfig writes the test apiserver's kubeconfig with a second context

@@ -1,8 +1,9 @@
 // Package kubeenv starts a real kube-apiserver and etcd on 127.0.0.1 for
 // tests, with controller-runtime's envtest, from the binaries that
 // hack/kube/build.sh builds from the Go module proxy
-// (docs/kube-apiserver.md). corectl's test harness (corectl/kubetest), the
-// node presence tests and the manifest tests use it.
+// (docs/kube-apiserver.md). corectl's test harness (corectl/kubetest) is
+// built on Start; the node and gateway packages whose tests share one
+// control plane call Main from their TestMain.
 //
 // Binaries are looked up in $KUBEBUILDER_ASSETS, else in build.sh's
 // default cache directory. When neither has them, Start fails with the
@@ -14,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"testing"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -96,3 +98,28 @@ func Start(crds []*apiextensionsv1.CustomResourceDefinition, scheme *runtime.Sch
 
 // Stop stops the control plane.
 func (e *Env) Stop() error { return e.env.Stop() }
+
+// Main runs a test binary whose tests share one control plane; call it
+// from TestMain. It starts the control plane as Start does with crds and
+// scheme, calls setup with it (nil: nothing) to build the package's
+// clients, runs the tests, stops the control plane and exits with the
+// tests' status. When the start or setup fails, it prints the error and
+// exits with status 2 before any test runs: tests never skip for want of
+// an apiserver.
+func Main(m *testing.M, crds []*apiextensionsv1.CustomResourceDefinition, scheme *runtime.Scheme, setup func(*Env) error) {
+	env, err := Start(crds, scheme)
+	if err == nil && setup != nil {
+		if err = setup(env); err != nil {
+			_ = env.Stop()
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	code := m.Run()
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "kubeenv: stop:", err)
+	}
+	os.Exit(code)
+}

@@ -35,20 +35,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	env, err = kubeenv.Start(crds, kubestore.Scheme())
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	kube, err = client.New(env.Config, client.Options{Scheme: kubestore.Scheme()})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		_ = env.Stop()
-		os.Exit(2)
-	}
-	code := m.Run()
-	_ = env.Stop()
-	os.Exit(code)
+	kubeenv.Main(m, crds, kubestore.Scheme(), func(e *kubeenv.Env) (err error) {
+		env = e
+		kube, err = client.New(e.Config, client.Options{Scheme: kubestore.Scheme()})
+		return err
+	})
 }
 
 // namespace creates a fresh namespace.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,19 +26,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	env, err := kubeenv.Start(nil, nil)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	kube, err = kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	code := m.Run()
-	_ = env.Stop()
-	os.Exit(code)
+	kubeenv.Main(m, nil, nil, func(env *kubeenv.Env) (err error) {
+		kube, err = kubernetes.NewForConfig(env.Config)
+		return err
+	})
 }
 
 // namespace creates a fresh namespace.

@@ -32,23 +32,12 @@ func TestMain(m *testing.M) {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = AddToScheme(scheme)
-	env, err := kubeenv.Start(crds, scheme)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	kube, err = client.New(env.Config, client.Options{Scheme: scheme})
-	if err == nil {
-		err = kube.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		_ = env.Stop()
-		os.Exit(2)
-	}
-	code := m.Run()
-	_ = env.Stop()
-	os.Exit(code)
+	kubeenv.Main(m, crds, scheme, func(env *kubeenv.Env) (err error) {
+		if kube, err = client.New(env.Config, client.Options{Scheme: scheme}); err != nil {
+			return err
+		}
+		return kube.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	})
 }
 
 var (
