@@ -1,9 +1,12 @@
 // Package kubeenv starts a real kube-apiserver and etcd on 127.0.0.1 for
 // tests, with controller-runtime's envtest, from the binaries that
 // hack/kube/build.sh builds from the Go module proxy
-// (docs/kube-apiserver.md). corectl's test harness (corectl/kubetest) is
-// built on Start; the node and gateway packages whose tests share one
-// control plane call Main from their TestMain.
+// (docs/kube-apiserver.md). corectl's test harness (corectl/kubetest),
+// the tests that start a control plane of their own (deploy's manifest
+// tests, caddymodules/nodeconnect, integration/scaleout) and
+// hack/scaleload call Start; the node and gateway packages whose tests
+// share one control plane (node/presence, node/kubestore,
+// node/apis/v1alpha1, gateway/portal) call Main from their TestMain.
 //
 // Binaries are looked up in $KUBEBUILDER_ASSETS, else in build.sh's
 // default cache directory. When neither has them, Start fails with the
@@ -103,7 +106,9 @@ func (e *Env) Stop() error { return e.env.Stop() }
 // from TestMain. It starts the control plane as Start does with crds and
 // scheme, calls setup with it (nil: nothing) to build the package's
 // clients, runs the tests, stops the control plane and exits with the
-// tests' status. When the start or setup fails, it prints the error and
+// tests' status (a failed stop is printed to standard error and does not
+// change it). It never returns. When the start or setup fails (Start's
+// errors, ErrNoAssets among them, or setup's), it prints the error and
 // exits with status 2 before any test runs: tests never skip for want of
 // an apiserver.
 func Main(m *testing.M, crds []*apiextensionsv1.CustomResourceDefinition, scheme *runtime.Scheme, setup func(*Env) error) {
