@@ -1,9 +1,10 @@
 // Package strictjson decodes small JSON documents (configuration answers,
-// manifests, request bodies of a few KiB) as strictly as the node frame
-// codec: exactly one top-level object, member names exact (no
-// case-insensitive match) and unique, no unknown members, no null except
-// where allowed, and every required member present. Errors name a JSON
-// pointer and the rule, never a value.
+// manifests, request bodies of a few KiB, the credential files' records)
+// as strictly as the node frame codec: exactly one top-level object,
+// member names exact (no case-insensitive match) and unique, no unknown
+// members, no null except where allowed, and every required member
+// present. Errors name the rule and, where there is one, a JSON pointer;
+// never a value.
 //
 // Decode decodes the document twice (once generically to find nulls and
 // missing members, once into the target), so it is meant for documents
@@ -163,8 +164,11 @@ var ErrDuplicateMember = errors.New("duplicate member name")
 // EachMember reads b, which must be exactly one JSON object (valid UTF-8,
 // member names unique, nothing but white space after it), in one pass of
 // the tokenizer, and calls member with each top-level member's name and
-// raw value in document order. value is only valid during the call; its
-// Kind is 'n' for null, 't' or 'f', '"', '0', '{' or '['.
+// raw value in document order. name is unescaped ("c\u0041" is "cA");
+// value is only valid during the call; its Kind is 'n' for null, 't' or
+// 'f', '"', '0', '{' or '['. b is read in place, neither modified nor kept
+// after the call; EachMember is safe for concurrent use (its tokenizers
+// come from a sync.Pool).
 //
 // It is the cheap half of a strict decode of many small records (the
 // node and resource credential files, one call per record): the caller
