@@ -110,7 +110,10 @@ func isOurs(c *cluster.Cluster, sb *sandbox.Sandbox, ing *networkingv1.Ingress) 
 // backend or TLS changes the routing, and a whitelist-source-range that is
 // exactly the canonical form of Effective(set, P_self), P_self being the
 // probe sources the carrier itself records (AnnotationProbeSources), so
-// the comparison needs no in-process state (spec §5.2.2 IV). It returns the failure code
+// the comparison needs no in-process state (spec §5.2.2 IV). Beyond the
+// spec's list, the carrier must carry no ingress-nginx snippet annotation
+// (snippetAnnotation: raw nginx configuration that can get around the
+// whitelist). It returns the failure code
 // (CodeCarrierMismatch or CodeAllowlistMismatch) and reason, or "" when
 // everything holds.
 func CheckCarrier(c *cluster.Cluster, sb *sandbox.Sandbox, ing *networkingv1.Ingress, set []string) (code, reason string) {
@@ -142,6 +145,9 @@ func CheckCarrier(c *cluster.Cluster, sb *sandbox.Sandbox, ing *networkingv1.Ing
 	}
 	if p.Backend.Resource != nil || p.Backend.Service == nil || *p.Backend.Service != *wp.Backend.Service {
 		return CodeCarrierMismatch, "backend differs"
+	}
+	if k := firstSnippet(ing.Annotations); k != "" {
+		return CodeCarrierMismatch, "carries the nginx snippet annotation " + k
 	}
 	got, canonical, err := cidr.ParseAnnotation(ing.Annotations[AnnotationWhitelist])
 	if err != nil {
@@ -231,6 +237,50 @@ func hostMatches(rule, host string) bool {
 		return ok && head != "" && !strings.Contains(head, ".")
 	}
 	return false
+}
+
+// snippetAnnotation reports whether key is an ingress-nginx snippet
+// annotation: nginx.ingress.kubernetes.io/<name>-snippet
+// (configuration-snippet, server-snippet, auth-snippet,
+// modsecurity-snippet, stream-snippet, …). A snippet is raw nginx
+// configuration placed in the carrier's location, or in the server block
+// the fixed entry's host shares with every other sandbox; it can answer,
+// proxy or rewrite a request around the whitelist-source-range check. The
+// shared ingress-nginx must allow snippets when the reachability probe is
+// used (its echo Ingress answers with a configuration-snippet), so a
+// carrier that carries one would be served. corectl never writes one.
+func snippetAnnotation(key string) bool {
+	name, ok := strings.CutPrefix(key, nginxAnnotationPrefix)
+	return ok && strings.HasSuffix(name, "-snippet")
+}
+
+// nginxAnnotationPrefix is ingress-nginx's default annotation prefix, the
+// one AnnotationWhitelist uses.
+const nginxAnnotationPrefix = "nginx.ingress.kubernetes.io/"
+
+// firstSnippet returns the first snippet annotation of annotations in
+// name order, "" when there is none.
+func firstSnippet(annotations map[string]string) string {
+	for _, k := range slices.Sorted(maps.Keys(annotations)) {
+		if snippetAnnotation(k) {
+			return k
+		}
+	}
+	return ""
+}
+
+// carrierAnnotations returns what a write over the live carrier sets as
+// its annotations: the live ones (cur) with corectl's (want) laid over
+// them, less every snippet annotation (snippetAnnotation) want does not
+// hold. Other annotations someone added are kept.
+func carrierAnnotations(cur, want map[string]string) map[string]string {
+	out := mergeMaps(cur, want)
+	for k := range out {
+		if _, own := want[k]; !own && snippetAnnotation(k) {
+			delete(out, k)
+		}
+	}
+	return out
 }
 
 // mergeMaps returns base overlaid with over.

@@ -340,7 +340,7 @@ func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressA
 		} else {
 			upd := cur.DeepCopy()
 			upd.Labels = mergeMaps(cur.Labels, want.Labels)
-			upd.Annotations = mergeMaps(cur.Annotations, want.Annotations)
+			upd.Annotations = carrierAnnotations(cur.Annotations, want.Annotations)
 			if len(want.OwnerReferences) > 0 && !sb.HasOwnerReference(upd.OwnerReferences) {
 				upd.OwnerReferences = append(upd.OwnerReferences, want.OwnerReferences...)
 			}
@@ -379,7 +379,8 @@ func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressA
 
 // holds reports whether the live carrier cur already is want: the write
 // Reconcile would make (want's labels and annotations merged over cur's,
-// the owner reference added, want's spec) changes nothing. Reconcile then
+// snippet annotations dropped, the owner reference added, want's spec)
+// changes nothing. Reconcile then
 // writes nothing, so no Verifying state marks a write in flight, and cur,
 // read from the apiserver in this cycle, is the read-back.
 func holds(cur, want *networkingv1.Ingress, sb *sandbox.Sandbox) bool {
@@ -391,7 +392,7 @@ func holds(cur, want *networkingv1.Ingress, sb *sandbox.Sandbox) bool {
 		}
 		return true
 	}
-	return hasAll(cur.Labels, want.Labels) && hasAll(cur.Annotations, want.Annotations) &&
+	return hasAll(cur.Labels, want.Labels) && hasAll(cur.Annotations, want.Annotations) && firstSnippet(cur.Annotations) == "" &&
 		(len(want.OwnerReferences) == 0 || sb.HasOwnerReference(cur.OwnerReferences)) &&
 		apiequality.Semantic.DeepEqual(cur.Spec, want.Spec)
 }
@@ -465,7 +466,7 @@ func (e *Engine) restore(ctx context.Context, sb *sandbox.Sandbox, key client.Ob
 		return "", errors.New("the Ingress is no longer corectl's carrier")
 	default:
 		cur.Labels = mergeMaps(cur.Labels, want.Labels)
-		cur.Annotations = mergeMaps(cur.Annotations, want.Annotations)
+		cur.Annotations = carrierAnnotations(cur.Annotations, want.Annotations)
 		if len(want.OwnerReferences) > 0 && !sb.HasOwnerReference(cur.OwnerReferences) {
 			cur.OwnerReferences = append(cur.OwnerReferences, want.OwnerReferences...)
 		}

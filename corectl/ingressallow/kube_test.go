@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -324,6 +325,92 @@ func TestDriftIsReportedAndRepaired(t *testing.T) {
 	}
 	if res := f.reconcile(t); res.Outcome != OutcomeVerified || f.carrier(t) == nil {
 		t.Fatalf("Reconcile without carrier = %+v", res)
+	}
+}
+
+// TestSnippetOnACarrierIsDriftAndRemoved: an ingress-nginx snippet
+// annotation added to a verified carrier (raw nginx configuration that
+// could get around the whitelist) makes the read-back fail and Get report
+// drift; the next cycle writes the carrier without any snippet, keeps the
+// other annotations someone added and the whitelist, and verifies it.
+func TestSnippetOnACarrierIsDriftAndRemoved(t *testing.T) {
+	f := newFixture(t)
+	f.set(t, "10.0.0.0/8")
+	if res := f.reconcile(t); res.Outcome != OutcomeVerified {
+		t.Fatalf("first Reconcile = %+v", res)
+	}
+	ing := f.carrier(t)
+	ing.Annotations["nginx.ingress.kubernetes.io/configuration-snippet"] = "allow all;"
+	ing.Annotations["nginx.ingress.kubernetes.io/server-snippet"] = "location / { return 200; }"
+	ing.Annotations["example.com/team"] = "platform"
+	ing.Annotations["nginx.ingress.kubernetes.io/proxy-body-size"] = "64m"
+	if err := env.Client.Update(ctx, ing); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := sandbox.Get(ctx, env.Client, f.ns, "sbx", f.eng.Cluster.AllocationLabelKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, reason := CheckCarrier(f.eng.Cluster, sb, f.carrier(t), []string{"10.0.0.0/8"})
+	if code != CodeCarrierMismatch || !strings.Contains(reason, "nginx.ingress.kubernetes.io/configuration-snippet") ||
+		strings.Contains(reason, "allow all") {
+		t.Fatalf("CheckCarrier with snippets = %q %q; want %s naming the first snippet, not its value", code, reason, CodeCarrierMismatch)
+	}
+	if st := f.get(t); st.Ready || st.NotReadyReason != ReasonCarrierDrift {
+		t.Fatalf("Get with snippets = %+v", st)
+	}
+	if res := f.reconcile(t); res.Outcome != OutcomeVerified {
+		t.Fatalf("Reconcile with snippets = %+v", res)
+	}
+	got := f.carrier(t).Annotations
+	for k := range got {
+		if snippetAnnotation(k) {
+			t.Errorf("the carrier kept %s", k)
+		}
+	}
+	if got["example.com/team"] != "platform" || got["nginx.ingress.kubernetes.io/proxy-body-size"] != "64m" || got[AnnotationWhitelist] != "10.0.0.0/8" {
+		t.Errorf("annotations after the cycle = %v; want the other additions and the whitelist kept", got)
+	}
+	if st := f.get(t); !st.Ready {
+		t.Fatalf("Get after the cycle = %+v", st)
+	}
+}
+
+// TestCarrierAnnotations: a write over a live carrier keeps what others
+// added except snippet annotations, and corectl's own values win.
+func TestCarrierAnnotations(t *testing.T) {
+	cur := map[string]string{
+		"nginx.ingress.kubernetes.io/configuration-snippet": "allow all;",
+		"nginx.ingress.kubernetes.io/auth-snippet":          "x",
+		"nginx.ingress.kubernetes.io/proxy-body-size":       "64m",
+		"example.com/x-snippet":                             "kept: not ingress-nginx's",
+		AnnotationWhitelist:                                 "0.0.0.0/0",
+	}
+	want := map[string]string{AnnotationWhitelist: "10.0.0.0/8", v1alpha1.AnnotationOwner: "o"}
+	got := carrierAnnotations(cur, want)
+	exp := map[string]string{
+		"nginx.ingress.kubernetes.io/proxy-body-size": "64m",
+		"example.com/x-snippet":                       "kept: not ingress-nginx's",
+		AnnotationWhitelist:                           "10.0.0.0/8",
+		v1alpha1.AnnotationOwner:                      "o",
+	}
+	if !maps.Equal(got, exp) {
+		t.Fatalf("carrierAnnotations = %v, want %v", got, exp)
+	}
+	if len(cur) != 5 {
+		t.Errorf("carrierAnnotations changed its input: %v", cur)
+	}
+	for k, want := range map[string]bool{
+		"nginx.ingress.kubernetes.io/configuration-snippet":  true,
+		"nginx.ingress.kubernetes.io/server-snippet":         true,
+		"nginx.ingress.kubernetes.io/stream-snippet":         true,
+		"nginx.ingress.kubernetes.io/whitelist-source-range": false,
+		"nginx.ingress.kubernetes.io/snippet-x":              false,
+		"ingress.kubernetes.io/configuration-snippet":        false,
+	} {
+		if snippetAnnotation(k) != want {
+			t.Errorf("snippetAnnotation(%q) = %v, want %v", k, !want, want)
+		}
 	}
 }
 
