@@ -111,9 +111,9 @@ func isOurs(c *cluster.Cluster, sb *sandbox.Sandbox, ing *networkingv1.Ingress) 
 // exactly the canonical form of Effective(set, P_self), P_self being the
 // probe sources the carrier itself records (AnnotationProbeSources), so
 // the comparison needs no in-process state (spec §5.2.2 IV). Beyond the
-// spec's list, the carrier must carry no ingress-nginx snippet annotation
-// (snippetAnnotation: raw nginx configuration that can get around the
-// whitelist). It returns the failure code
+// spec's list, the carrier must carry no ingress-nginx annotation that can
+// get around the whitelist (refusedAnnotation: a snippet,
+// allowlist-source-range, satisfy). It returns the failure code
 // (CodeCarrierMismatch or CodeAllowlistMismatch) and reason, or "" when
 // everything holds.
 func CheckCarrier(c *cluster.Cluster, sb *sandbox.Sandbox, ing *networkingv1.Ingress, set []string) (code, reason string) {
@@ -146,8 +146,11 @@ func CheckCarrier(c *cluster.Cluster, sb *sandbox.Sandbox, ing *networkingv1.Ing
 	if p.Backend.Resource != nil || p.Backend.Service == nil || *p.Backend.Service != *wp.Backend.Service {
 		return CodeCarrierMismatch, "backend differs"
 	}
-	if k := firstSnippet(ing.Annotations); k != "" {
-		return CodeCarrierMismatch, "carries the nginx snippet annotation " + k
+	if k := firstRefused(ing.Annotations); k != "" {
+		if snippetAnnotation(k) {
+			return CodeCarrierMismatch, "carries the nginx snippet annotation " + k
+		}
+		return CodeCarrierMismatch, "carries the nginx annotation " + k + ", which can get around " + AnnotationWhitelist
 	}
 	got, canonical, err := cidr.ParseAnnotation(ing.Annotations[AnnotationWhitelist])
 	if err != nil {
@@ -254,15 +257,32 @@ func snippetAnnotation(key string) bool {
 	return ok && strings.HasSuffix(name, "-snippet")
 }
 
+// refusedAnnotation reports whether key is an ingress-nginx annotation a
+// carrier may not carry because it can get around AnnotationWhitelist: a
+// snippet (snippetAnnotation); allowlist-source-range, which ingress-nginx
+// reads in place of whitelist-source-range whenever it is non-empty
+// (whitelist-source-range is only its alias: internal/ingress/annotations
+// ipallowlist and parser.checkAnnotation, controller v1.9 and later); and
+// satisfy, whose "any" lets a request that passes an auth check (e.g. an
+// added auth-url) in from outside the allow list (nginx's satisfy
+// directive). corectl writes none of them.
+func refusedAnnotation(key string) bool {
+	if snippetAnnotation(key) {
+		return true
+	}
+	name, ok := strings.CutPrefix(key, nginxAnnotationPrefix)
+	return ok && (name == "allowlist-source-range" || name == "satisfy")
+}
+
 // nginxAnnotationPrefix is ingress-nginx's default annotation prefix, the
 // one AnnotationWhitelist uses.
 const nginxAnnotationPrefix = "nginx.ingress.kubernetes.io/"
 
-// firstSnippet returns the first snippet annotation of annotations in
-// name order, "" when there is none.
-func firstSnippet(annotations map[string]string) string {
+// firstRefused returns the first refused annotation (refusedAnnotation)
+// of annotations in name order, "" when there is none.
+func firstRefused(annotations map[string]string) string {
 	for _, k := range slices.Sorted(maps.Keys(annotations)) {
-		if snippetAnnotation(k) {
+		if refusedAnnotation(k) {
 			return k
 		}
 	}
@@ -271,12 +291,14 @@ func firstSnippet(annotations map[string]string) string {
 
 // carrierAnnotations returns what a write over the live carrier sets as
 // its annotations: the live ones (cur) with corectl's (want) laid over
-// them, less every snippet annotation (snippetAnnotation) want does not
-// hold. Other annotations someone added are kept.
+// them, less every annotation a carrier may not carry (a snippet,
+// allowlist-source-range, satisfy: see CheckCarrier) that want does not
+// hold. Other annotations someone added are kept. Neither map is
+// modified.
 func carrierAnnotations(cur, want map[string]string) map[string]string {
 	out := mergeMaps(cur, want)
 	for k := range out {
-		if _, own := want[k]; !own && snippetAnnotation(k) {
+		if _, own := want[k]; !own && refusedAnnotation(k) {
 			delete(out, k)
 		}
 	}

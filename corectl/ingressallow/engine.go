@@ -379,7 +379,8 @@ func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressA
 
 // holds reports whether the live carrier cur already is want: the write
 // Reconcile would make (want's labels and annotations merged over cur's,
-// snippet annotations dropped, the owner reference added, want's spec)
+// refused annotations (a snippet, allowlist-source-range, satisfy)
+// dropped, the owner reference added, want's spec)
 // changes nothing. Reconcile then
 // writes nothing, so no Verifying state marks a write in flight, and cur,
 // read from the apiserver in this cycle, is the read-back.
@@ -392,7 +393,7 @@ func holds(cur, want *networkingv1.Ingress, sb *sandbox.Sandbox) bool {
 		}
 		return true
 	}
-	return hasAll(cur.Labels, want.Labels) && hasAll(cur.Annotations, want.Annotations) && firstSnippet(cur.Annotations) == "" &&
+	return hasAll(cur.Labels, want.Labels) && hasAll(cur.Annotations, want.Annotations) && firstRefused(cur.Annotations) == "" &&
 		(len(want.OwnerReferences) == 0 || sb.HasOwnerReference(cur.OwnerReferences)) &&
 		apiequality.Semantic.DeepEqual(cur.Spec, want.Spec)
 }

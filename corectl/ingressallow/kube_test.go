@@ -376,6 +376,52 @@ func TestSnippetOnACarrierIsDriftAndRemoved(t *testing.T) {
 	}
 }
 
+// TestBreakWhitelistOverrideOnACarrier: ingress-nginx reads
+// allowlist-source-range first and falls back to whitelist-source-range
+// (its alias) only when allowlist-source-range is empty (parser
+// checkAnnotation, ipallowlist), and `satisfy: any` lets a request that
+// passes an auth check (auth-url) in from outside the allow list. Either
+// added to a verified carrier opens it while whitelist-source-range still
+// reads as desired: the read-back must refuse it (naming the key, not the
+// value), GET must report drift, and the next cycle must drop it.
+func TestBreakWhitelistOverrideOnACarrier(t *testing.T) {
+	for _, add := range []map[string]string{
+		{"nginx.ingress.kubernetes.io/allowlist-source-range": "0.0.0.0/0"},
+		{"nginx.ingress.kubernetes.io/satisfy": "any", "nginx.ingress.kubernetes.io/auth-url": "http://open.example/ok"},
+	} {
+		f := newFixture(t)
+		f.set(t, "10.0.0.0/8")
+		if res := f.reconcile(t); res.Outcome != OutcomeVerified {
+			t.Fatalf("first Reconcile = %+v", res)
+		}
+		ing := f.carrier(t)
+		maps.Copy(ing.Annotations, add)
+		if err := env.Client.Update(ctx, ing); err != nil {
+			t.Fatal(err)
+		}
+		sb, err := sandbox.Get(ctx, env.Client, f.ns, "sbx", f.eng.Cluster.AllocationLabelKey())
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, reason := CheckCarrier(f.eng.Cluster, sb, f.carrier(t), []string{"10.0.0.0/8"})
+		if code != CodeCarrierMismatch || strings.Contains(reason, "0.0.0.0/0") || strings.Contains(reason, "any") {
+			t.Errorf("CheckCarrier with %v = %q %q; want %s naming the key, not the value", add, code, reason, CodeCarrierMismatch)
+		}
+		if st := f.get(t); st.Ready || st.NotReadyReason != ReasonCarrierDrift {
+			t.Errorf("Get with %v = %+v", add, st)
+		}
+		if res := f.reconcile(t); res.Outcome != OutcomeVerified {
+			t.Fatalf("Reconcile with %v = %+v", add, res)
+		}
+		got := f.carrier(t).Annotations
+		for _, k := range []string{"nginx.ingress.kubernetes.io/allowlist-source-range", "nginx.ingress.kubernetes.io/satisfy"} {
+			if _, ok := got[k]; ok {
+				t.Errorf("the carrier kept %s after a cycle: %v", k, got)
+			}
+		}
+	}
+}
+
 // TestCarrierAnnotations: a write over a live carrier keeps what others
 // added except snippet annotations, and corectl's own values win.
 func TestCarrierAnnotations(t *testing.T) {
@@ -411,6 +457,32 @@ func TestCarrierAnnotations(t *testing.T) {
 		if snippetAnnotation(k) != want {
 			t.Errorf("snippetAnnotation(%q) = %v, want %v", k, !want, want)
 		}
+	}
+	for k, want := range map[string]bool{
+		"nginx.ingress.kubernetes.io/configuration-snippet":  true,
+		"nginx.ingress.kubernetes.io/allowlist-source-range": true,
+		"nginx.ingress.kubernetes.io/satisfy":                true,
+		"nginx.ingress.kubernetes.io/whitelist-source-range": false,
+		"nginx.ingress.kubernetes.io/denylist-source-range":  false,
+		"nginx.ingress.kubernetes.io/proxy-body-size":        false,
+		"example.com/allowlist-source-range":                 false,
+	} {
+		if refusedAnnotation(k) != want {
+			t.Errorf("refusedAnnotation(%q) = %v, want %v", k, !want, want)
+		}
+	}
+	got = carrierAnnotations(map[string]string{
+		"nginx.ingress.kubernetes.io/allowlist-source-range": "0.0.0.0/0",
+		"nginx.ingress.kubernetes.io/satisfy":                "any",
+		"nginx.ingress.kubernetes.io/denylist-source-range":  "192.0.2.1",
+	}, want)
+	exp = map[string]string{
+		"nginx.ingress.kubernetes.io/denylist-source-range": "192.0.2.1",
+		AnnotationWhitelist:      "10.0.0.0/8",
+		v1alpha1.AnnotationOwner: "o",
+	}
+	if !maps.Equal(got, exp) {
+		t.Fatalf("carrierAnnotations over an override = %v, want %v", got, exp)
 	}
 }
 
