@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -378,22 +379,14 @@ func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressA
 }
 
 // holds reports whether the live carrier cur already is want: the write
-// Reconcile would make (want's labels and annotations merged over cur's,
-// refused annotations (a snippet, allowlist-source-range, satisfy)
-// dropped, the owner reference added, want's spec)
-// changes nothing. Reconcile then
-// writes nothing, so no Verifying state marks a write in flight, and cur,
-// read from the apiserver in this cycle, is the read-back.
+// Reconcile would make (mergeMaps of the labels, carrierAnnotations of the
+// annotations, the owner reference added, want's spec) changes nothing.
+// Reconcile then writes nothing, so no Verifying state marks a write in
+// flight, and cur, read from the apiserver in this cycle, is the
+// read-back.
 func holds(cur, want *networkingv1.Ingress, sb *sandbox.Sandbox) bool {
-	hasAll := func(have, want map[string]string) bool {
-		for k, v := range want {
-			if got, ok := have[k]; !ok || got != v {
-				return false
-			}
-		}
-		return true
-	}
-	return hasAll(cur.Labels, want.Labels) && hasAll(cur.Annotations, want.Annotations) && firstRefused(cur.Annotations) == "" &&
+	return maps.Equal(mergeMaps(cur.Labels, want.Labels), cur.Labels) &&
+		maps.Equal(carrierAnnotations(cur.Annotations, want.Annotations), cur.Annotations) &&
 		(len(want.OwnerReferences) == 0 || sb.HasOwnerReference(cur.OwnerReferences)) &&
 		apiequality.Semantic.DeepEqual(cur.Spec, want.Spec)
 }

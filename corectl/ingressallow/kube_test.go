@@ -328,22 +328,18 @@ func TestDriftIsReportedAndRepaired(t *testing.T) {
 	}
 }
 
-// TestSnippetOnACarrierIsDriftAndRemoved: an ingress-nginx snippet
-// annotation added to a verified carrier (raw nginx configuration that
-// could get around the whitelist) makes the read-back fail and Get report
-// drift; the next cycle writes the carrier without any snippet, keeps the
-// other annotations someone added and the whitelist, and verifies it.
-func TestSnippetOnACarrierIsDriftAndRemoved(t *testing.T) {
-	f := newFixture(t)
+// verifiedCarrierWith verifies a carrier of 10.0.0.0/8, adds the
+// annotations add to it as someone else would, and returns the fixture
+// and what CheckCarrier then says of the carrier.
+func verifiedCarrierWith(t *testing.T, add map[string]string) (f *fixture, code, reason string) {
+	t.Helper()
+	f = newFixture(t)
 	f.set(t, "10.0.0.0/8")
 	if res := f.reconcile(t); res.Outcome != OutcomeVerified {
 		t.Fatalf("first Reconcile = %+v", res)
 	}
 	ing := f.carrier(t)
-	ing.Annotations["nginx.ingress.kubernetes.io/configuration-snippet"] = "allow all;"
-	ing.Annotations["nginx.ingress.kubernetes.io/server-snippet"] = "location / { return 200; }"
-	ing.Annotations["example.com/team"] = "platform"
-	ing.Annotations["nginx.ingress.kubernetes.io/proxy-body-size"] = "64m"
+	maps.Copy(ing.Annotations, add)
 	if err := env.Client.Update(ctx, ing); err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +347,22 @@ func TestSnippetOnACarrierIsDriftAndRemoved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, reason := CheckCarrier(f.eng.Cluster, sb, f.carrier(t), []string{"10.0.0.0/8"})
+	code, reason = CheckCarrier(f.eng.Cluster, sb, f.carrier(t), []string{"10.0.0.0/8"})
+	return f, code, reason
+}
+
+// TestSnippetOnACarrierIsDriftAndRemoved: an ingress-nginx snippet
+// annotation added to a verified carrier (raw nginx configuration that
+// could get around the whitelist) makes the read-back fail and Get report
+// drift; the next cycle writes the carrier without any snippet, keeps the
+// other annotations someone added and the whitelist, and verifies it.
+func TestSnippetOnACarrierIsDriftAndRemoved(t *testing.T) {
+	f, code, reason := verifiedCarrierWith(t, map[string]string{
+		"nginx.ingress.kubernetes.io/configuration-snippet": "allow all;",
+		"nginx.ingress.kubernetes.io/server-snippet":        "location / { return 200; }",
+		"example.com/team": "platform",
+		"nginx.ingress.kubernetes.io/proxy-body-size": "64m",
+	})
 	if code != CodeCarrierMismatch || !strings.Contains(reason, "nginx.ingress.kubernetes.io/configuration-snippet") ||
 		strings.Contains(reason, "allow all") {
 		t.Fatalf("CheckCarrier with snippets = %q %q; want %s naming the first snippet, not its value", code, reason, CodeCarrierMismatch)
@@ -389,21 +400,7 @@ func TestBreakWhitelistOverrideOnACarrier(t *testing.T) {
 		{"nginx.ingress.kubernetes.io/allowlist-source-range": "0.0.0.0/0"},
 		{"nginx.ingress.kubernetes.io/satisfy": "any", "nginx.ingress.kubernetes.io/auth-url": "http://open.example/ok"},
 	} {
-		f := newFixture(t)
-		f.set(t, "10.0.0.0/8")
-		if res := f.reconcile(t); res.Outcome != OutcomeVerified {
-			t.Fatalf("first Reconcile = %+v", res)
-		}
-		ing := f.carrier(t)
-		maps.Copy(ing.Annotations, add)
-		if err := env.Client.Update(ctx, ing); err != nil {
-			t.Fatal(err)
-		}
-		sb, err := sandbox.Get(ctx, env.Client, f.ns, "sbx", f.eng.Cluster.AllocationLabelKey())
-		if err != nil {
-			t.Fatal(err)
-		}
-		code, reason := CheckCarrier(f.eng.Cluster, sb, f.carrier(t), []string{"10.0.0.0/8"})
+		f, code, reason := verifiedCarrierWith(t, add)
 		if code != CodeCarrierMismatch || strings.Contains(reason, "0.0.0.0/0") || strings.Contains(reason, "any") {
 			t.Errorf("CheckCarrier with %v = %q %q; want %s naming the key, not the value", add, code, reason, CodeCarrierMismatch)
 		}
