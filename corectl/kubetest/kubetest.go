@@ -56,25 +56,45 @@ type Env struct {
 // Start starts kube-apiserver and etcd on 127.0.0.1 and installs the CRDs.
 // Stop it with Stop.
 func Start() (*Env, error) {
-	crds, err := deploy.CRDs()
+	crds, scheme, err := resources()
 	if err != nil {
 		return nil, err
+	}
+	ke, err := kubeenv.Start(crds, scheme)
+	if err != nil {
+		return nil, err
+	}
+	e, err := wrap(ke, scheme)
+	if err != nil {
+		_ = ke.Stop()
+		return nil, err
+	}
+	return e, nil
+}
+
+// resources returns the CRDs (the BatchSandbox's and corectl's) and the
+// scheme every Env has.
+func resources() ([]*apiextensionsv1.CustomResourceDefinition, *runtime.Scheme, error) {
+	crds, err := deploy.CRDs()
+	if err != nil {
+		return nil, nil, err
 	}
 	bs, err := deploy.DecodeCRD(batchSandboxCRD)
 	if err != nil {
-		return nil, fmt.Errorf("kubetest: batchsandbox-crd.yaml: %w", err)
+		return nil, nil, fmt.Errorf("kubetest: batchsandbox-crd.yaml: %w", err)
 	}
 	scheme, err := cluster.NewScheme()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	ke, err := kubeenv.Start(append([]*apiextensionsv1.CustomResourceDefinition{bs}, crds...), scheme)
-	if err != nil {
-		return nil, err
-	}
+	return append([]*apiextensionsv1.CustomResourceDefinition{bs}, crds...), scheme, nil
+}
+
+// wrap returns the Env of the running control plane ke, with an admin
+// client of scheme.
+func wrap(ke *kubeenv.Env, scheme *runtime.Scheme) (*Env, error) {
 	c, err := client.New(ke.Config, client.Options{Scheme: scheme})
 	if err != nil {
-		_ = ke.Stop()
 		return nil, err
 	}
 	return &Env{Config: ke.Config, Scheme: scheme, Client: c, KubeConfig: ke.KubeConfig, env: ke}, nil
@@ -83,22 +103,21 @@ func Start() (*Env, error) {
 // Stop stops the control plane.
 func (e *Env) Stop() error { return e.env.Stop() }
 
-// Main runs a test package against one control plane: it starts it, stores
-// it in *env, runs the tests and stops it. Use from TestMain:
+// Main runs a test package against one control plane (kubeenv.Main): it
+// starts it, stores it in *env, runs the tests and stops it. Use from
+// TestMain:
 //
 //	func TestMain(m *testing.M) { kubetest.Main(m, &env) }
 func Main(m *testing.M, env **Env) {
-	e, err := Start()
+	crds, scheme, err := resources()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	*env = e
-	code := m.Run()
-	if err := e.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "kubetest: stop:", err)
-	}
-	os.Exit(code)
+	kubeenv.Main(m, crds, scheme, func(ke *kubeenv.Env) (err error) {
+		*env, err = wrap(ke, scheme)
+		return err
+	})
 }
 
 // Namespace creates a fresh namespace for t and returns its name.

@@ -1,8 +1,9 @@
 // Package kubeenv starts a real kube-apiserver and etcd on 127.0.0.1 for
 // tests, with controller-runtime's envtest, from the binaries that
 // hack/kube/build.sh builds from the Go module proxy
-// (docs/kube-apiserver.md). corectl's test harness (corectl/kubetest),
-// the tests that start a control plane of their own (deploy's manifest
+// (docs/kube-apiserver.md). corectl's test harness (corectl/kubetest: its
+// Start calls Start, its Main calls Main), the tests that start a control
+// plane of their own (deploy's manifest
 // tests, caddymodules/nodeconnect, integration/scaleout) and
 // hack/scaleload call Start; the node and gateway packages whose tests
 // share one control plane (node/presence, node/kubestore,
