@@ -219,13 +219,18 @@ func Save(url, file string, lasts time.Duration) error {
 // Caddy admin endpoint at admin (a base URL, "http://127.0.0.1:2019") into
 // file; errors as Save's.
 func SaveCPUProfile(admin string, d time.Duration, file string) error {
-	s := max(1, int(d.Seconds()))
-	return Save(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", admin, s), file, time.Duration(s)*time.Second)
+	return saveFor(admin, "profile", d, file)
 }
 
 // SaveTrace writes a runtime execution trace of d (at least one second)
 // from the Caddy admin endpoint at admin into file; errors as Save's.
 func SaveTrace(admin string, d time.Duration, file string) error {
+	return saveFor(admin, "trace", d, file)
+}
+
+// saveFor saves /debug/pprof/<endpoint>?seconds=<d, at least 1> from admin
+// into file, giving the exchange those seconds plus SaveMargin.
+func saveFor(admin, endpoint string, d time.Duration, file string) error {
 	s := max(1, int(d.Seconds()))
-	return Save(fmt.Sprintf("%s/debug/pprof/trace?seconds=%d", admin, s), file, time.Duration(s)*time.Second)
+	return Save(fmt.Sprintf("%s/debug/pprof/%s?seconds=%d", admin, endpoint, s), file, time.Duration(s)*time.Second)
 }
