@@ -3,7 +3,6 @@ package credential
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -77,10 +76,8 @@ func decodeCredential(raw []byte) (Credential, error) {
 	}
 	var c Credential
 	if err := jsonv2.Unmarshal(raw, &c, strictjson.Options); err != nil {
-		var se *jsonv2.SemanticError
-		if errors.As(err, &se) && se.GoType != nil && se.JSONPointer != "" {
-			return Credential{}, fmt.Errorf("%w: field %s is a JSON %s, want %s", ErrInvalid,
-				strings.TrimPrefix(string(se.JSONPointer), "/"), strictjson.KindName(se.JSONKind), jsonKind(se.GoType.Kind().String()))
+		if f, got, want, ok := strictjson.KindMismatch(err); ok {
+			return Credential{}, fmt.Errorf("%w: field %s is a JSON %s, want %s", ErrInvalid, f, got, jsonKind(want.String()))
 		}
 		return Credential{}, fmt.Errorf("%w: undecodable credential object", ErrInvalid)
 	}

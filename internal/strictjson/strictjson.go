@@ -18,6 +18,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
+	"strings"
 	"sync"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -225,6 +227,19 @@ func EachMember(b []byte, member func(name string, value jsontext.Value) error) 
 			return err
 		}
 	}
+}
+
+// KindMismatch reports whether err, from jsonv2.Unmarshal with Options
+// into a flat struct, is a top-level member whose value has the wrong JSON
+// kind, and returns the member's name, the word for the kind it had
+// (KindName) and the Go kind its field wants; never the value. ok is false
+// for any other error.
+func KindMismatch(err error) (member, got string, want reflect.Kind, ok bool) {
+	var se *jsonv2.SemanticError
+	if !errors.As(err, &se) || se.GoType == nil || se.JSONPointer == "" {
+		return "", "", reflect.Invalid, false
+	}
+	return strings.TrimPrefix(string(se.JSONPointer), "/"), KindName(se.JSONKind), se.GoType.Kind(), true
 }
 
 // memberDecoder is EachMember's reusable tokenizer and its input.

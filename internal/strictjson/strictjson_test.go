@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -194,6 +195,24 @@ func TestEachMemberPooledDecoder(t *testing.T) {
 		got, err := members(t, `{"c": 3}`)
 		if err != nil || len(got) != 1 || got[0] != (member{"c", "3"}) {
 			t.Fatalf("after a panicking callback: %v, %v", got, err)
+		}
+	}
+}
+
+// TestKindMismatch: a member of the wrong JSON kind is named with the
+// kind it had and the Go kind wanted, never its value; other errors are
+// not kind mismatches.
+func TestKindMismatch(t *testing.T) {
+	var v struct {
+		G int64 `json:"g"`
+	}
+	err := jsonv2.Unmarshal([]byte(`{"g":"secret"}`), &v, Options)
+	if m, got, want, ok := KindMismatch(err); !ok || m != "g" || got != "string" || want != reflect.Int64 {
+		t.Fatalf("KindMismatch(%v) = %q %q %v %v", err, m, got, want, ok)
+	}
+	for _, err := range []error{nil, errors.New("other"), jsonv2.Unmarshal([]byte(`{"g":`), &v, Options)} {
+		if _, _, _, ok := KindMismatch(err); ok {
+			t.Errorf("KindMismatch(%v) = ok", err)
 		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -39,17 +38,16 @@ type fileRecord struct {
 	Pool                 string `json:"pool"`
 }
 
-// memberNames are fileRecord's JSON member names: the required ones first
-// (in name order, the order missing members are reported in), then the
-// optional ones.
-var memberNames = [...]string{
+// requiredMembers are fileRecord's required JSON member names, in name
+// order (the order missing members are reported in).
+var requiredMembers = []string{
 	"backend_fingerprint", "credential_sha256", "deployment_generation", "enabled", "installation_id",
 	"node_id", "provider", "specification_digest",
-	"generation_management", "pool",
 }
 
-// requiredMembers is how many of memberNames are required.
-const requiredMembers = 8
+// memberNames are all of fileRecord's JSON member names: requiredMembers
+// (at the same indices), then the optional ones.
+var memberNames = append(slices.Clip(requiredMembers), "generation_management", "pool")
 
 // File is a Store read from a JSON or YAML file and reloaded when it
 // changes. Authenticate and Nodes are lock-free reads of the immutable
@@ -155,9 +153,9 @@ func parse(data []byte) (map[string]*record, error) {
 // then a value of the wrong JSON kind; the record is then validated.
 // Errors wrap ErrInvalid and name the member, never its value.
 func decodeRecord(raw []byte) (*record, error) {
-	var present [len(memberNames)]bool
+	var present uint32 // bit i: memberNames[i] seen
 	err := strictjson.EachMember(raw, func(name string, v jsontext.Value) error {
-		i := slices.Index(memberNames[:], name)
+		i := slices.Index(memberNames, name)
 		switch {
 		case i < 0:
 			return fmt.Errorf("%w: unknown member %q", ErrInvalid, name)
@@ -166,7 +164,7 @@ func decodeRecord(raw []byte) (*record, error) {
 		case name == "pool" && string(v) == `""`:
 			return fmt.Errorf("%w: pool must be 1..63 characters of [a-z0-9-], present only when not empty", ErrInvalid)
 		}
-		present[i] = true
+		present |= 1 << i
 		return nil
 	})
 	switch {
@@ -177,17 +175,15 @@ func decodeRecord(raw []byte) (*record, error) {
 	case err != nil:
 		return nil, err
 	}
-	for i, name := range memberNames {
-		if i < requiredMembers && !present[i] {
+	for i, name := range requiredMembers {
+		if present&(1<<i) == 0 {
 			return nil, fmt.Errorf("%w: missing member %s", ErrInvalid, name)
 		}
 	}
 	var fr fileRecord
 	if err := jsonv2.Unmarshal(raw, &fr, strictjson.Options); err != nil {
-		var se *jsonv2.SemanticError
-		if errors.As(err, &se) && se.GoType != nil && se.JSONPointer != "" {
-			return nil, fmt.Errorf("%w: member %s is a JSON %s, want a %s", ErrInvalid,
-				strings.TrimPrefix(string(se.JSONPointer), "/"), strictjson.KindName(se.JSONKind), se.GoType.Kind())
+		if m, got, want, ok := strictjson.KindMismatch(err); ok {
+			return nil, fmt.Errorf("%w: member %s is a JSON %s, want a %s", ErrInvalid, m, got, want)
 		}
 		return nil, fmt.Errorf("%w: undecodable node record", ErrInvalid)
 	}
