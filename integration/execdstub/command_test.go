@@ -95,7 +95,10 @@ func TestStreamErrorExit(t *testing.T) {
 			break
 		}
 		if isTerminal(ev) {
-			terminalAt = time.Now()
+			// The event's own stamp (ms, floored, taken before it was
+			// sent), not its receipt: the grace starts at the send, and
+			// the receipt can come after part of it has passed.
+			terminalAt = time.UnixMilli(ev.Timestamp)
 		}
 		evs, raws = append(evs, ev), append(raws, raw)
 	}
