@@ -151,46 +151,88 @@ func (e *Engine) SetDesired(ctx context.Context, namespace, id string, rules []v
 	if err != nil && !errors.Is(err, sandbox.ErrNoAllocation) {
 		return nil, err
 	}
-	return e.setDesired(ctx, sb, namespace, id, rules, false)
+	return e.setDesired(ctx, sb, namespace, id, rules)
 }
 
-// CreateDesired is SetDesired for a sandbox the caller has just created
-// and read back (sb, with its UID): it writes the SandboxIngressAllowlist
-// without reading the BatchSandbox again, and tries the create first,
-// falling back to SetDesired's read and update when the object exists.
-// Errors as SetDesired.
+// CreateDesired writes the create's initial rules (normalised, non-empty)
+// into the SandboxIngressAllowlist of sandbox sb, which the caller has just
+// created and read back (with its UID), without reading the BatchSandbox
+// or the allowlist first. It only ever creates: when the allowlist already
+// exists, a PUT /network/ingress made it after the BatchSandbox appeared
+// (the PUT is allowed while the sandbox is Creating, spec §5.3). That PUT
+// is the later writer, was answered for its own rules, and its rules
+// stand: CreateDesired writes nothing and returns the allowlist as read
+// (one more request, on that path only).
+//
+// Errors: ErrUnavailable (the write or the read failed);
+// sandbox.ErrDeleting (the existing allowlist is being deleted);
+// ErrClusterMismatch; ErrNotOwned (the existing allowlist belongs to
+// another BatchSandbox of that name: never adopted).
 func (e *Engine) CreateDesired(ctx context.Context, sb *sandbox.Sandbox, rules []v1alpha1.IngressRule) (*v1alpha1.SandboxIngressAllowlist, error) {
-	return e.setDesired(ctx, sb, sb.Namespace, sb.ID, rules, true)
+	al := newAllowlist(e.Cluster.ID, sb, rules)
+	err := e.Client.Create(ctx, al)
+	if err == nil {
+		return al, nil
+	}
+	key := client.ObjectKey{Namespace: sb.Namespace, Name: sb.ID}
+	if !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("%w: write SandboxIngressAllowlist %s: %s", ErrUnavailable, key, err.Error())
+	}
+	al = &v1alpha1.SandboxIngressAllowlist{}
+	if err := e.Client.Get(ctx, key, al); err != nil {
+		return nil, fmt.Errorf("%w: read SandboxIngressAllowlist %s: %s", ErrUnavailable, key, err.Error())
+	}
+	if err := e.writable(al); err != nil {
+		return nil, err
+	}
+	if !sb.HasOwnerReference(al.OwnerReferences) {
+		return nil, fmt.Errorf("%w: SandboxIngressAllowlist %s has no owner reference to BatchSandbox UID %s", ErrNotOwned, key, sb.UID)
+	}
+	return al, nil
 }
 
-func (e *Engine) setDesired(ctx context.Context, sb *sandbox.Sandbox, namespace, id string, rules []v1alpha1.IngressRule, createFirst bool) (*v1alpha1.SandboxIngressAllowlist, error) {
+// writable reports why an existing allowlist al may not be written for
+// this cluster: sandbox.ErrDeleting when it is being deleted,
+// ErrClusterMismatch when it is another cluster's; nil otherwise.
+func (e *Engine) writable(al *v1alpha1.SandboxIngressAllowlist) error {
+	switch {
+	case al.DeletionTimestamp != nil:
+		return fmt.Errorf("%w: SandboxIngressAllowlist %s/%s", sandbox.ErrDeleting, al.Namespace, al.Name)
+	case al.Spec.ClusterID != e.Cluster.ID:
+		return fmt.Errorf("%w: %s/%s is for cluster %q", ErrClusterMismatch, al.Namespace, al.Name, al.Spec.ClusterID)
+	}
+	return nil
+}
+
+// newAllowlist is the SandboxIngressAllowlist of sandbox sb in cluster
+// clusterID holding rules, at revision 1, owned by the BatchSandbox.
+func newAllowlist(clusterID string, sb *sandbox.Sandbox, rules []v1alpha1.IngressRule) *v1alpha1.SandboxIngressAllowlist {
+	al := &v1alpha1.SandboxIngressAllowlist{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: sb.ID, Namespace: sb.Namespace, Labels: sb.IdentityLabels(clusterID),
+			Annotations:     map[string]string{v1alpha1.AnnotationOwner: sb.OwnerAnnotation()},
+			OwnerReferences: []metav1.OwnerReference{sb.OwnerReference()},
+		},
+		Spec: v1alpha1.SandboxIngressAllowlistSpec{ClusterID: clusterID, Desired: slices.Clone(rules), Revision: 1},
+	}
+	sb.MarkOwner(al)
+	return al
+}
+
+func (e *Engine) setDesired(ctx context.Context, sb *sandbox.Sandbox, namespace, id string, rules []v1alpha1.IngressRule) (*v1alpha1.SandboxIngressAllowlist, error) {
 	for attempt := 0; ; attempt++ {
 		al := &v1alpha1.SandboxIngressAllowlist{}
-		// createFirst: the first attempt creates without reading.
-		fresh := createFirst && attempt == 0
-		var err error
-		if !fresh {
-			err = e.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: id}, al)
-		}
+		err := e.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: id}, al)
 		switch {
-		case fresh || apierrors.IsNotFound(err):
-			al = &v1alpha1.SandboxIngressAllowlist{
-				ObjectMeta: metav1.ObjectMeta{
-					Name: id, Namespace: namespace, Labels: sb.IdentityLabels(e.Cluster.ID),
-					Annotations:     map[string]string{v1alpha1.AnnotationOwner: sb.OwnerAnnotation()},
-					OwnerReferences: []metav1.OwnerReference{sb.OwnerReference()},
-				},
-				Spec: v1alpha1.SandboxIngressAllowlistSpec{ClusterID: e.Cluster.ID, Desired: slices.Clone(rules), Revision: 1},
-			}
-			sb.MarkOwner(al)
+		case apierrors.IsNotFound(err):
+			al = newAllowlist(e.Cluster.ID, sb, rules)
 			err = e.Client.Create(ctx, al)
 		case err != nil:
 			return nil, fmt.Errorf("%w: read SandboxIngressAllowlist %s/%s: %s", ErrUnavailable, namespace, id, err.Error())
-		case al.DeletionTimestamp != nil:
-			return nil, fmt.Errorf("%w: SandboxIngressAllowlist %s/%s", sandbox.ErrDeleting, namespace, id)
-		case al.Spec.ClusterID != e.Cluster.ID:
-			return nil, fmt.Errorf("%w: %s/%s is for cluster %q", ErrClusterMismatch, namespace, id, al.Spec.ClusterID)
 		default:
+			if err := e.writable(al); err != nil {
+				return nil, err
+			}
 			al.Spec.Desired = slices.Clone(rules)
 			al.Spec.Revision++
 			err = e.Client.Update(ctx, al)

@@ -74,6 +74,10 @@ var (
 	// ErrClusterMismatch: the SandboxIngressAllowlist belongs to another
 	// cluster ID than the caller's.
 	ErrClusterMismatch = errors.New("ingressallow: allowlist belongs to another cluster")
+	// ErrNotOwned: the SandboxIngressAllowlist of that name is owned by
+	// another BatchSandbox (a leftover of an earlier sandbox of the same
+	// name); CreateDesired never adopts it.
+	ErrNotOwned = errors.New("ingressallow: allowlist belongs to another BatchSandbox")
 )
 
 // MaxRequestSize bounds a PUT body, in bytes (128 KiB).

@@ -585,19 +585,25 @@ func TestCycleOverACarrierThatHoldsDesiredWritesNothing(t *testing.T) {
 	}
 }
 
-// TestCreateDesiredCreatesFirstAndFallsBackToUpdate: CreateDesired writes
-// a missing allowlist without reading it first; when it exists, the
-// create's AlreadyExists falls back to SetDesired's read and update (a new
-// revision).
-func TestCreateDesiredCreatesFirstAndFallsBackToUpdate(t *testing.T) {
+// TestCreateDesiredCreatesAndNeverOverwrites: CreateDesired writes a
+// missing allowlist without reading it first. When it exists (a PUT made
+// it after the BatchSandbox appeared), it writes nothing and returns the
+// existing allowlist as read: the PUT's rules and version stand. An
+// allowlist owned by another BatchSandbox of that name is refused
+// (ErrNotOwned), and one being deleted is sandbox.ErrDeleting.
+func TestCreateDesiredCreatesAndNeverOverwrites(t *testing.T) {
 	f := newFixture(t)
-	var gets int
+	var gets, writes int
 	f.eng.Client = interceptor.NewClient(withWatch(t), interceptor.Funcs{
 		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 			if _, ok := obj.(*v1alpha1.SandboxIngressAllowlist); ok {
 				gets++
 			}
 			return c.Get(ctx, key, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			writes++
+			return c.Update(ctx, obj, opts...)
 		},
 	})
 	sb, err := sandbox.Get(ctx, env.Client, f.ns, "sbx", f.eng.Cluster.AllocationLabelKey())
@@ -608,12 +614,44 @@ func TestCreateDesiredCreatesFirstAndFallsBackToUpdate(t *testing.T) {
 	if err != nil || gets != 0 || al.Spec.Revision != 1 || al.ResourceVersion == "" {
 		t.Fatalf("CreateDesired on a new sandbox = %+v, %v after %d reads; want revision 1 and no read", al, err, gets)
 	}
-	al, err = f.eng.CreateDesired(ctx, sb, rulesOf("198.51.100.0/24"))
-	if err != nil || gets != 1 || al.Spec.Revision != 2 || !slices.Equal(CIDRs(al.Spec.Desired), []string{"198.51.100.0/24"}) {
-		t.Fatalf("CreateDesired over an existing allowlist = %+v, %v after %d reads; want revision 2 after one read", al, err, gets)
+	// What a PUT does meanwhile.
+	put := f.set(t, "198.51.100.0/24")
+	gets, writes = 0, 0
+	al, err = f.eng.CreateDesired(ctx, sb, rulesOf("192.0.2.0/24"))
+	if err != nil || gets != 1 || writes != 0 || al.Generation != put.Generation || al.ResourceVersion != put.ResourceVersion ||
+		!slices.Equal(CIDRs(al.Spec.Desired), []string{"198.51.100.0/24"}) {
+		t.Fatalf("CreateDesired over the PUT's allowlist = %+v, %v after %d reads and %d updates; want the PUT's object after one read, no write", al, err, gets, writes)
 	}
-	if got := f.allowlist(t); got.Spec.Revision != 2 || len(got.OwnerReferences) != 1 || got.OwnerReferences[0].UID != f.cr.GetUID() {
+	if got := f.allowlist(t); got.Spec.Revision != 2 || !slices.Equal(CIDRs(got.Spec.Desired), []string{"198.51.100.0/24"}) ||
+		len(got.OwnerReferences) != 1 || got.OwnerReferences[0].UID != f.cr.GetUID() {
 		t.Fatalf("stored allowlist = %+v", got)
+	}
+
+	// Another BatchSandbox of the same name (another UID) never adopts it.
+	other := *sb
+	other.UID = "00000000-0000-0000-0000-000000000001"
+	if _, err := f.eng.CreateDesired(ctx, &other, rulesOf("192.0.2.0/24")); !errors.Is(err, ErrNotOwned) {
+		t.Fatalf("CreateDesired for another BatchSandbox UID = %v, want ErrNotOwned", err)
+	}
+	// Being deleted (a finalizer holds it).
+	got := f.allowlist(t)
+	got.Finalizers = []string{"example.com/hold"}
+	if err := env.Client.Update(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		got := f.allowlist(t)
+		got.Finalizers = nil
+		_ = env.Client.Update(ctx, got)
+	})
+	if _, err := f.eng.CreateDesired(ctx, sb, rulesOf("192.0.2.0/24")); !errors.Is(err, sandbox.ErrDeleting) {
+		t.Fatalf("CreateDesired over an allowlist being deleted = %v, want sandbox.ErrDeleting", err)
+	}
+	if got := f.allowlist(t); !slices.Equal(CIDRs(got.Spec.Desired), []string{"198.51.100.0/24"}) {
+		t.Fatalf("stored allowlist after the refusals = %+v", got.Spec)
 	}
 }
 

@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/egress"
+	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/kubetest"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
 	"github.com/sandgate/sandgate/corectl/sandbox"
@@ -130,5 +133,66 @@ func TestBreakCreateDoesNotReviveASandboxBeingDeleted(t *testing.T) {
 	}
 	if u := bs(w.nsA, id); u != nil && u.GetAnnotations()[v1alpha1.AnnotationLifecycle] == lifecycle.StateReady {
 		t.Fatalf("the sandbox marked Deleting was turned Ready")
+	}
+}
+
+// TestBreakPutDuringCreateStands: a PUT /network/ingress that lands after
+// the sandbox's BatchSandbox exists (the sandbox is Creating, where the
+// PUT is allowed, spec §5.3) but before the create writes its
+// SandboxIngressAllowlist was answered 200 with its rules verified. The
+// create, finishing afterwards, must not replace them with its initial
+// rules: the PUT is the later writer. The create is held at the start of
+// its desired step (hook), so the order is forced, not timed.
+func TestBreakPutDuringCreateStands(t *testing.T) {
+	w := start(t)
+	release, held := w.hold(lifecycle.StepDesired)
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(open)
+	type answer struct {
+		status int
+		body   []byte
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		var out map[string]any
+		st, body := w.do("POST", "/v2/sandboxes", "key-a", restricted, &out)
+		answered <- answer{st, body}
+	}()
+	var id string
+	select {
+	case id = <-held:
+	case a := <-answered:
+		t.Fatalf("the create answered %d %s before its desired step", a.status, a.body)
+	}
+
+	const put = `{"ingress":[{"cidr":"192.0.2.0/24","description":"after the BatchSandbox"}]}`
+	var ps ingressallow.Status
+	if code, raw := w.do("PUT", "/sandboxes/"+id+"/network/ingress", "key-a", put, &ps); code != http.StatusOK ||
+		ps.Desired == nil || !slices.Equal(ingressallow.CIDRs(*ps.Desired), []string{"192.0.2.0/24"}) || !ps.Ready {
+		t.Fatalf("PUT while the create waits before its desired step = %d %s; want 200 with the PUT's rules verified", code, raw)
+	}
+	open()
+	if a := <-answered; a.status != http.StatusCreated {
+		t.Fatalf("create = %d %s", a.status, a.body)
+	}
+
+	var st ingressallow.Status
+	if code, raw := w.do("GET", "/sandboxes/"+id+"/network/ingress", "key-a", "", &st); code != http.StatusOK ||
+		st.Desired == nil || !slices.Equal(ingressallow.CIDRs(*st.Desired), []string{"192.0.2.0/24"}) ||
+		(*st.Desired)[0].Description != "after the BatchSandbox" || st.DesiredVersion != ps.DesiredVersion ||
+		st.LastVerified == nil || len(*st.LastVerified) != 1 || (*st.LastVerified)[0].CIDR != "192.0.2.0/24" || !st.Ready {
+		t.Fatalf("GET /network/ingress after the create = %d %s; want the PUT's rules (version %d), verified", code, raw, ps.DesiredVersion)
+	}
+	ing := &networkingv1.Ingress{}
+	if err := get(ing, w.ingNS, ingressallow.IngressName(id)); err != nil {
+		t.Fatal(err)
+	}
+	if v := ing.Annotations[ingressallow.AnnotationWhitelist]; v != "192.0.2.0/24" {
+		t.Fatalf("carrier whitelist after the create = %q, want the PUT's 192.0.2.0/24", v)
+	}
+	var info lifecycle.Info
+	if code, raw := w.do("GET", "/sandboxes/"+id, "key-a", "", &info); code != http.StatusOK || info.LifecycleState != lifecycle.StateReady {
+		t.Fatalf("GET /sandboxes/%s = %d %s", id, code, raw)
 	}
 }

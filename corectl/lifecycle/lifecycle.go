@@ -653,6 +653,11 @@ func (c *creation) backfillPolicy(ctx context.Context, sb *sandbox.Sandbox) erro
 func (c *creation) persistDesired(ctx context.Context, sb *sandbox.Sandbox, rules []v1alpha1.IngressRule) error {
 	unlock := c.o.Ingress.Lock(c.ns, c.id)
 	defer unlock()
+	// A PUT /network/ingress made since the BatchSandbox appeared is the
+	// later writer: CreateDesired keeps its allowlist and returns it, and
+	// the cycle below applies and verifies the PUT's rules instead of the
+	// create's. Either way the allowlist is this sandbox's, so a failed
+	// create removes it.
 	al, err := c.o.Ingress.CreateDesired(ctx, sb, rules)
 	if err != nil {
 		return fmt.Errorf("persist the ingress desired state: %w", err)

@@ -83,6 +83,7 @@ type world struct {
 	mu      sync.Mutex
 	failAt  map[lifecycle.Step]bool
 	blockAt map[lifecycle.Step]chan struct{} // a step waits until the channel is closed
+	held    chan string                      // the IDs of the creates that wait at a blockAt step
 	source  string                           // the NAT'd source nginx sees
 	noEcho  bool                             // nginx ignores the echo snippet
 }
@@ -101,11 +102,21 @@ func (w *world) fail(steps ...lifecycle.Step) {
 // holdAt makes every create wait at step s until the returned channel is
 // closed.
 func (w *world) holdAt(s lifecycle.Step) (release chan struct{}) {
+	release, _ = w.hold(s)
+	return release
+}
+
+// hold is holdAt that also tells, on held, the sandbox ID of each create
+// that reaches step s, as it begins to wait (the first 8; later ones are
+// not told).
+func (w *world) hold(s lifecycle.Step) (release chan struct{}, held <-chan string) {
 	release = make(chan struct{})
+	ids := make(chan string, 8)
 	w.mu.Lock()
 	w.blockAt = map[lifecycle.Step]chan struct{}{s: release}
+	w.held = ids
 	w.mu.Unlock()
-	return release
+	return release, ids
 }
 
 func start(t *testing.T) *world { t.Helper(); return startWith(t, env.Config, false) }
@@ -239,9 +250,13 @@ func startWorld(t testing.TB, cfg *rest.Config, o worldOptions) *world {
 					o.onStep(id, s)
 				}
 				w.mu.Lock()
-				block := w.blockAt[s]
+				block, held := w.blockAt[s], w.held
 				w.mu.Unlock()
 				if block != nil {
+					select {
+					case held <- id:
+					default:
+					}
 					<-block
 				}
 				w.mu.Lock()
