@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/cidr"
 	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	corev1 "k8s.io/api/core/v1"
@@ -381,14 +382,7 @@ func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressA
 		if cur == nil {
 			werr = e.Client.Create(ctx, want)
 		} else {
-			upd := cur.DeepCopy()
-			upd.Labels = mergeMaps(cur.Labels, want.Labels)
-			upd.Annotations = carrierAnnotations(cur.Annotations, want.Annotations)
-			if len(want.OwnerReferences) > 0 && !sb.HasOwnerReference(upd.OwnerReferences) {
-				upd.OwnerReferences = append(upd.OwnerReferences, want.OwnerReferences...)
-			}
-			upd.Spec = want.Spec
-			werr = e.Client.Update(ctx, upd)
+			werr = e.Client.Update(ctx, overwrite(cur, want, sb))
 		}
 		if apierrors.IsAlreadyExists(werr) {
 			// Created meanwhile by someone else: never ours to overwrite.
@@ -418,6 +412,72 @@ func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressA
 	st.Applied, st.AppliedVersion = set, rb.ResourceVersion
 	st.LastVerified, st.LastVerifiedGeneration = slices.Clone(set), al.Generation
 	return e.finish(ctx, al, sb, &Result{Outcome: OutcomeVerified})
+}
+
+// overwrite returns the live carrier cur as a write of want (sb's carrier,
+// CarrierWithProbe) over it sets it: the labels merged, the annotations
+// carrierAnnotations makes (corectl's laid over the live ones, every
+// refused annotation dropped), the owner reference to the BatchSandbox
+// added when want has one, and want's spec; cur's resourceVersion, so the
+// update fails on a write made since cur was read. Every write over a live
+// carrier (a cycle's, an LKG restore, RewriteProbeSources) goes through
+// it. cur is not modified.
+func overwrite(cur, want *networkingv1.Ingress, sb *sandbox.Sandbox) *networkingv1.Ingress {
+	upd := cur.DeepCopy()
+	upd.Labels = mergeMaps(cur.Labels, want.Labels)
+	upd.Annotations = carrierAnnotations(cur.Annotations, want.Annotations)
+	if len(want.OwnerReferences) > 0 && !sb.HasOwnerReference(upd.OwnerReferences) {
+		upd.OwnerReferences = append(upd.OwnerReferences, want.OwnerReferences...)
+	}
+	upd.Spec = want.Spec
+	return upd
+}
+
+// RewriteProbeSources writes the managed carrier of sandbox namespace/id
+// again with the probe sources probe (just rediscovered after the fixed
+// entry answered a readiness probe 403: the control-plane source may have
+// moved, spec §5.2.2 IV) merged into the user set it was last verified
+// with (the allowlist's status.lastVerified, so a PUT verified since the
+// create began stands), and reads it back (CheckCarrier against that set).
+// The write is overwrite's, as every cycle's: conditional on the carrier
+// as read, and it drops every annotation a carrier may not carry. It holds
+// Lock(namespace, id), so no cycle of this process runs in between.
+// Errors: the allowlist or the BatchSandbox cannot be read, the allowlist
+// has no verified set, the carrier is missing or not corectl's, the write
+// fails (a conflict included), or the read-back does not verify.
+func (e *Engine) RewriteProbeSources(ctx context.Context, namespace, id string, probe []string) error {
+	defer e.Lock(namespace, id)()
+	al := &v1alpha1.SandboxIngressAllowlist{}
+	if err := e.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: id}, al); err != nil {
+		return fmt.Errorf("read SandboxIngressAllowlist %s/%s: %w", namespace, id, err)
+	}
+	set := al.Status.LastVerified
+	if len(set) == 0 || !cidr.IsNormalized(set) {
+		return fmt.Errorf("SandboxIngressAllowlist %s/%s has no verified allowlist to rewrite", namespace, id)
+	}
+	sb, err := sandbox.Get(ctx, e.Client, namespace, id, e.Cluster.AllocationLabelKey())
+	if err != nil && !errors.Is(err, sandbox.ErrNoAllocation) {
+		return err
+	}
+	key := client.ObjectKey{Namespace: e.Cluster.Ingress.Namespace, Name: IngressName(id)}
+	cur := &networkingv1.Ingress{}
+	if err := e.Client.Get(ctx, key, cur); err != nil {
+		return fmt.Errorf("read Ingress %s: %w", key, err)
+	}
+	if !isOurs(e.Cluster, sb, cur) {
+		return fmt.Errorf("%s: Ingress %s is not corectl's carrier for this sandbox", CodeCarrierForeign, key)
+	}
+	if err := e.Client.Update(ctx, overwrite(cur, CarrierWithProbe(e.Cluster, sb, set, probe), sb)); err != nil {
+		return fmt.Errorf("rewrite Ingress %s: %w", key, err)
+	}
+	rb := &networkingv1.Ingress{}
+	if err := e.Client.Get(ctx, key, rb); err != nil {
+		return fmt.Errorf("read back Ingress %s: %w", key, err)
+	}
+	if code, reason := CheckCarrier(e.Cluster, sb, rb, set); code != "" {
+		return fmt.Errorf("Ingress %s after the rewrite: %s: %s", key, code, reason)
+	}
+	return nil
 }
 
 // holds reports whether the live carrier cur already is want: the write
@@ -501,13 +561,7 @@ func (e *Engine) restore(ctx context.Context, sb *sandbox.Sandbox, key client.Ob
 	case !isOurs(e.Cluster, sb, cur):
 		return "", errors.New("the Ingress is no longer corectl's carrier")
 	default:
-		cur.Labels = mergeMaps(cur.Labels, want.Labels)
-		cur.Annotations = carrierAnnotations(cur.Annotations, want.Annotations)
-		if len(want.OwnerReferences) > 0 && !sb.HasOwnerReference(cur.OwnerReferences) {
-			cur.OwnerReferences = append(cur.OwnerReferences, want.OwnerReferences...)
-		}
-		cur.Spec = want.Spec
-		if err := e.Client.Update(ctx, cur); err != nil {
+		if err := e.Client.Update(ctx, overwrite(cur, want, sb)); err != nil {
 			return "", fmt.Errorf("write: %w", err)
 		}
 	}

@@ -919,3 +919,70 @@ func TestBreakStaleCycleNeverRollsTheCarrierBack(t *testing.T) {
 		t.Fatalf("status after the stale cycle = %+v", st)
 	}
 }
+
+// TestRewriteProbeSources: the readiness 403 path's rewrite of a verified
+// carrier with rediscovered probe sources goes through the same write as
+// a cycle: the refused annotations someone added (a snippet,
+// allowlist-source-range, satisfy) are dropped, the others kept, the
+// whitelist becomes the last verified user set merged with the new
+// sources, which the carrier records, and the read-back verifies. The set
+// is the allowlist's last verified one (a PUT's), whatever the caller
+// created the sandbox with. Without a verified set, or over a carrier that
+// is not corectl's, nothing is written.
+func TestRewriteProbeSources(t *testing.T) {
+	f := newFixture(t)
+	f.eng.Probe = func(context.Context) ([]string, error) { return []string{"10.9.9.9/32"}, nil }
+
+	// No verified set yet: refused, nothing written.
+	f.set(t, "203.0.113.0/24")
+	if err := f.eng.RewriteProbeSources(ctx, f.ns, "sbx", []string{"10.7.7.7/32"}); err == nil || f.carrier(t) != nil {
+		t.Fatalf("RewriteProbeSources before any verified set = %v, carrier %v; want an error and no carrier", err, f.carrier(t))
+	}
+	if res := f.reconcile(t); res.Outcome != OutcomeVerified {
+		t.Fatalf("first cycle = %+v", res)
+	}
+	// A PUT replaces the create's rules and is verified.
+	f.set(t, "198.51.100.0/24")
+	if res := f.reconcile(t); res.Outcome != OutcomeVerified {
+		t.Fatalf("cycle of the PUT = %+v", res)
+	}
+	ing := f.carrier(t)
+	maps.Copy(ing.Annotations, map[string]string{
+		"nginx.ingress.kubernetes.io/configuration-snippet":  "allow all;",
+		"nginx.ingress.kubernetes.io/allowlist-source-range": "0.0.0.0/0",
+		"nginx.ingress.kubernetes.io/satisfy":                "any",
+		"nginx.ingress.kubernetes.io/proxy-body-size":        "64m",
+	})
+	if err := env.Client.Update(ctx, ing); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.eng.RewriteProbeSources(ctx, f.ns, "sbx", []string{"10.7.7.7/32"}); err != nil {
+		t.Fatalf("RewriteProbeSources = %v", err)
+	}
+	got := f.carrier(t).Annotations
+	for _, k := range []string{"nginx.ingress.kubernetes.io/configuration-snippet", "nginx.ingress.kubernetes.io/allowlist-source-range", "nginx.ingress.kubernetes.io/satisfy"} {
+		if _, ok := got[k]; ok {
+			t.Errorf("the rewritten carrier kept %s: %v", k, got)
+		}
+	}
+	if got["nginx.ingress.kubernetes.io/proxy-body-size"] != "64m" || got[AnnotationWhitelist] != "10.7.7.7/32,198.51.100.0/24" ||
+		got[AnnotationProbeSources] != `["10.7.7.7/32"]` {
+		t.Errorf("the rewritten carrier's annotations = %v; want proxy-body-size kept, the PUT's set with the new sources", got)
+	}
+	if st := f.get(t); !slices.Equal(cidrsOf(st.Configured), []string{"198.51.100.0/24"}) {
+		t.Errorf("Get after the rewrite = %+v", st)
+	}
+
+	// A carrier that is not corectl's (owner annotation changed) is not
+	// written.
+	ing = f.carrier(t)
+	ing.Annotations[v1alpha1.AnnotationOwner] = "someone/else/uid"
+	if err := env.Client.Update(ctx, ing); err != nil {
+		t.Fatal(err)
+	}
+	rv := f.carrier(t).ResourceVersion
+	if err := f.eng.RewriteProbeSources(ctx, f.ns, "sbx", []string{"10.8.8.8/32"}); err == nil || !strings.Contains(err.Error(), CodeCarrierForeign) ||
+		f.carrier(t).ResourceVersion != rv {
+		t.Fatalf("RewriteProbeSources over a foreign carrier = %v; want %s and no write", err, CodeCarrierForeign)
+	}
+}

@@ -1,12 +1,15 @@
 package lifecycle_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -194,5 +198,114 @@ func TestBreakPutDuringCreateStands(t *testing.T) {
 	var info lifecycle.Info
 	if code, raw := w.do("GET", "/sandboxes/"+id, "key-a", "", &info); code != http.StatusOK || info.LifecycleState != lifecycle.StateReady {
 		t.Fatalf("GET /sandboxes/%s = %d %s", id, code, raw)
+	}
+}
+
+// carrierWrites records the whitelist of every write corectl sends for
+// one managed Ingress (POST or PUT) while armed.
+type carrierWrites struct {
+	name  atomic.Value // the Ingress name to record (string)
+	mu    sync.Mutex
+	lists []string
+}
+
+func (c *carrierWrites) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		name, _ := c.name.Load().(string)
+		if name != "" && r.Body != nil && (r.Method == http.MethodPut || r.Method == http.MethodPost) && strings.Contains(r.URL.Path, "/ingresses") {
+			b, err := io.ReadAll(r.Body)
+			_ = r.Body.Close()
+			if err != nil {
+				return nil, err
+			}
+			r.Body = io.NopCloser(bytes.NewReader(b))
+			// corectl's client sends built-in types as protobuf.
+			obj, _, err := serializer.NewCodecFactory(env.Scheme).UniversalDeserializer().Decode(b, nil, nil)
+			if ing, ok := obj.(*networkingv1.Ingress); err == nil && ok && ing.Name == name {
+				c.mu.Lock()
+				c.lists = append(c.lists, ing.Annotations[ingressallow.AnnotationWhitelist])
+				c.mu.Unlock()
+			}
+		}
+		return rt.RoundTrip(r)
+	})
+}
+
+// TestBreakPutDuringReadinessStandsAfterA403: a PUT /network/ingress made
+// while the create waits for readiness replaces the create's rules. When
+// the control-plane source then moves (NAT drift), readiness gets 403 and
+// the carrier is rewritten with the rediscovered source: that rewrite must
+// carry the PUT's rules, not the create's, so no write after the PUT's
+// answer ever puts the create's rules back on the carrier. The create is
+// held at the start of its readiness step (hook), and the drift is set
+// before it goes on, so the 403 is certain.
+func TestBreakPutDuringReadinessStandsAfterA403(t *testing.T) {
+	var writes carrierWrites
+	w := startWorld(t, env.Config, worldOptions{probe: true, wrap: writes.wrap})
+	release, held := w.hold(lifecycle.StepReadiness)
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(open)
+	type answer struct {
+		status int
+		body   []byte
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		var out map[string]any
+		st, body := w.do("POST", "/v2/sandboxes", "key-a", restricted, &out)
+		answered <- answer{st, body}
+	}()
+	var id string
+	select {
+	case id = <-held:
+	case a := <-answered:
+		t.Fatalf("the create answered %d %s before its readiness step", a.status, a.body)
+	}
+
+	const put = `{"ingress":[{"cidr":"192.0.2.0/24"}]}`
+	var ps ingressallow.Status
+	if code, raw := w.do("PUT", "/sandboxes/"+id+"/network/ingress", "key-a", put, &ps); code != http.StatusOK || !ps.Ready {
+		t.Fatalf("PUT while the create waits for readiness = %d %s; want 200, verified", code, raw)
+	}
+	writes.name.Store(ingressallow.IngressName(id))
+	w.mu.Lock()
+	w.source = "10.9.9.10"
+	w.mu.Unlock()
+	before := w.entry.Received()
+	open()
+	if a := <-answered; a.status != http.StatusCreated {
+		t.Fatalf("create = %d %s", a.status, a.body)
+	}
+	var forbidden bool
+	for _, r := range w.entry.RequestsAfter(before) {
+		forbidden = forbidden || (r.Path == "/"+id+"/44772/ping" && r.Status == http.StatusForbidden)
+	}
+	if !forbidden {
+		t.Fatal("the moved probe source was never refused")
+	}
+	const want = "10.9.9.10/32,192.0.2.0/24"
+	writes.mu.Lock()
+	lists := slices.Clone(writes.lists)
+	writes.mu.Unlock()
+	if len(lists) == 0 {
+		t.Fatal("the carrier was not rewritten after the 403")
+	}
+	for i, l := range lists {
+		if l != want {
+			t.Fatalf("carrier write %d after the PUT was answered has whitelist %q, want %q (the PUT's rules and the new source); all: %q", i, l, want, lists)
+		}
+	}
+	ing := &networkingv1.Ingress{}
+	if err := get(ing, w.ingNS, ingressallow.IngressName(id)); err != nil {
+		t.Fatal(err)
+	}
+	if v := ing.Annotations[ingressallow.AnnotationWhitelist]; v != want {
+		t.Fatalf("carrier whitelist after the create = %q, want %q", v, want)
+	}
+	var st ingressallow.Status
+	if code, raw := w.do("GET", "/sandboxes/"+id+"/network/ingress", "key-a", "", &st); code != http.StatusOK || !st.Ready ||
+		st.Desired == nil || !slices.Equal(ingressallow.CIDRs(*st.Desired), []string{"192.0.2.0/24"}) {
+		t.Fatalf("GET /network/ingress after the create = %d %s", code, raw)
 	}
 }

@@ -472,7 +472,7 @@ func (c *creation) createIngress(ctx context.Context, prov *sandbox.Sandbox) err
 
 // readBackIngress reads the managed Ingress back after a write and checks
 // it as sb's carrier of c.ingressSet (ingressallow.CheckCarrier); after
-// names the moment in the error ("read back", "after rediscovery").
+// names the moment in the error ("read back", "after the owner back-fill").
 func (c *creation) readBackIngress(ctx context.Context, sb *sandbox.Sandbox, after string) (*networkingv1.Ingress, error) {
 	rb := &networkingv1.Ingress{}
 	if err := c.o.Client.Get(ctx, c.ingressKey(), rb); err != nil {
@@ -864,7 +864,12 @@ func (o *Orchestrator) deleteIngress(ctx context.Context, ns, id string) error {
 // onForbidden handles a 403 from the fixed entry during readiness (spec
 // §5.2.2 IV): the probe source may have moved (NAT pool drift), so the
 // cache is dropped, the sources rediscovered, and the carrier rewritten
-// with them and verified. Without discovery or a carrier it does nothing.
+// with them and verified by the ingress engine (RewriteProbeSources): with
+// the user set the allowlist was last verified with, which is a PUT's
+// when one was made since the BatchSandbox appeared, not necessarily this
+// create's; dropping any annotation a carrier may not carry, as every
+// cycle's write does; under the sandbox's lock. Without discovery or a
+// carrier it does nothing.
 func (c *creation) onForbidden(ctx context.Context) error {
 	if c.o.Probe == nil || len(c.ingressSet) == 0 {
 		return nil
@@ -874,23 +879,7 @@ func (c *creation) onForbidden(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("rediscover the probe source: %w", err)
 	}
-	ing := &networkingv1.Ingress{}
-	if err := c.o.Client.Get(ctx, c.ingressKey(), ing); err != nil {
-		return fmt.Errorf("read Ingress %s: %w", c.ingressKey(), err)
-	}
-	sb, err := sandbox.Get(ctx, c.o.Client, c.ns, c.id, c.o.Cluster.AllocationLabelKey())
-	if err != nil {
-		return err
-	}
-	want := ingressallow.CarrierWithProbe(c.o.Cluster, sb, c.ingressSet, p)
-	for _, k := range []string{ingressallow.AnnotationWhitelist, ingressallow.AnnotationProbeSources} {
-		ing.Annotations[k] = want.Annotations[k]
-	}
-	if err := c.o.Client.Update(ctx, ing); err != nil {
-		return fmt.Errorf("rewrite Ingress %s: %w", c.ingressKey(), err)
-	}
-	_, err = c.readBackIngress(ctx, sb, "after rediscovery")
-	return err
+	return c.o.Ingress.RewriteProbeSources(ctx, c.ns, c.id, p)
 }
 
 // FirstReadyInterval is the first pause between readiness attempts; the
