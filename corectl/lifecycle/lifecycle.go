@@ -26,12 +26,15 @@
 //     owned by the BatchSandbox) persisted and one reconcile cycle run
 //     synchronously; it must end Verified (the desired state needs the
 //     BatchSandbox as owner, so it is written here rather than before the
-//     carrier; until then the carrier itself records U);
+//     carrier; until then the carrier itself records U). It is only ever
+//     created: an allowlist a PUT /network/ingress made since the
+//     BatchSandbox appeared is kept, and the cycle verifies the PUT's
+//     rules (the later writer's) instead of U;
 //  7. StepReadiness: GET <fixedEntry>/<id>/44772/ping answers 200 within
 //     the budget (spec §4.2);
-//  8. StepToken: the envd access token (credential ID, sandbox ID, port
-//  49983. is minted with the gateway's key, and the lifecycle becomes
-//     Ready.
+//  8. StepToken: the envd access token (bound to the credential ID, the
+//     sandbox ID and port 49983) is minted with the gateway's key, and the
+//     lifecycle becomes Ready.
 //
 // No token is minted on any failure path, and a Create error never
 // contains one.
