@@ -140,6 +140,49 @@ func TestBreakCreateDoesNotReviveASandboxBeingDeleted(t *testing.T) {
 	}
 }
 
+// heldCreate is a restricted create (key-a) sent in the background and
+// held at the start of one of its steps.
+type heldCreate struct {
+	// id is the sandbox being created.
+	id       string
+	release  func()
+	answered chan createAnswer
+}
+
+// createAnswer is the status and body of a create's answer.
+type createAnswer struct {
+	status int
+	body   []byte
+}
+
+// createHeldAt sends a restricted create and returns once it waits at the
+// start of step s (the world's Fault hook); the test's cleanup lets it go
+// on if the test did not.
+func (w *world) createHeldAt(s lifecycle.Step) *heldCreate {
+	w.t.Helper()
+	release, held := w.hold(s)
+	var once sync.Once
+	h := &heldCreate{release: func() { once.Do(func() { close(release) }) }, answered: make(chan createAnswer, 1)}
+	w.t.Cleanup(h.release)
+	go func() {
+		var out map[string]any
+		st, body := w.do("POST", "/v2/sandboxes", "key-a", restricted, &out)
+		h.answered <- createAnswer{st, body}
+	}()
+	select {
+	case h.id = <-held:
+	case a := <-h.answered:
+		w.t.Fatalf("the create answered %d %s before its %s step", a.status, a.body, s)
+	}
+	return h
+}
+
+// finish lets the held create go on and returns its answer.
+func (h *heldCreate) finish() createAnswer {
+	h.release()
+	return <-h.answered
+}
+
 // TestBreakPutDuringCreateStands: a PUT /network/ingress that lands after
 // the sandbox's BatchSandbox exists (the sandbox is Creating, where the
 // PUT is allowed, spec §5.3) but before the create writes its
@@ -149,26 +192,8 @@ func TestBreakCreateDoesNotReviveASandboxBeingDeleted(t *testing.T) {
 // its desired step (hook), so the order is forced, not timed.
 func TestBreakPutDuringCreateStands(t *testing.T) {
 	w := start(t)
-	release, held := w.hold(lifecycle.StepDesired)
-	var once sync.Once
-	open := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(open)
-	type answer struct {
-		status int
-		body   []byte
-	}
-	answered := make(chan answer, 1)
-	go func() {
-		var out map[string]any
-		st, body := w.do("POST", "/v2/sandboxes", "key-a", restricted, &out)
-		answered <- answer{st, body}
-	}()
-	var id string
-	select {
-	case id = <-held:
-	case a := <-answered:
-		t.Fatalf("the create answered %d %s before its desired step", a.status, a.body)
-	}
+	h := w.createHeldAt(lifecycle.StepDesired)
+	id := h.id
 
 	const put = `{"ingress":[{"cidr":"192.0.2.0/24","description":"after the BatchSandbox"}]}`
 	var ps ingressallow.Status
@@ -176,8 +201,7 @@ func TestBreakPutDuringCreateStands(t *testing.T) {
 		ps.Desired == nil || !slices.Equal(ingressallow.CIDRs(*ps.Desired), []string{"192.0.2.0/24"}) || !ps.Ready {
 		t.Fatalf("PUT while the create waits before its desired step = %d %s; want 200 with the PUT's rules verified", code, raw)
 	}
-	open()
-	if a := <-answered; a.status != http.StatusCreated {
+	if a := h.finish(); a.status != http.StatusCreated {
 		t.Fatalf("create = %d %s", a.status, a.body)
 	}
 
@@ -242,26 +266,8 @@ func (c *carrierWrites) wrap(rt http.RoundTripper) http.RoundTripper {
 func TestBreakPutDuringReadinessStandsAfterA403(t *testing.T) {
 	var writes carrierWrites
 	w := startWorld(t, env.Config, worldOptions{probe: true, wrap: writes.wrap})
-	release, held := w.hold(lifecycle.StepReadiness)
-	var once sync.Once
-	open := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(open)
-	type answer struct {
-		status int
-		body   []byte
-	}
-	answered := make(chan answer, 1)
-	go func() {
-		var out map[string]any
-		st, body := w.do("POST", "/v2/sandboxes", "key-a", restricted, &out)
-		answered <- answer{st, body}
-	}()
-	var id string
-	select {
-	case id = <-held:
-	case a := <-answered:
-		t.Fatalf("the create answered %d %s before its readiness step", a.status, a.body)
-	}
+	h := w.createHeldAt(lifecycle.StepReadiness)
+	id := h.id
 
 	const put = `{"ingress":[{"cidr":"192.0.2.0/24"}]}`
 	var ps ingressallow.Status
@@ -273,8 +279,7 @@ func TestBreakPutDuringReadinessStandsAfterA403(t *testing.T) {
 	w.source = "10.9.9.10"
 	w.mu.Unlock()
 	before := w.entry.Received()
-	open()
-	if a := <-answered; a.status != http.StatusCreated {
+	if a := h.finish(); a.status != http.StatusCreated {
 		t.Fatalf("create = %d %s", a.status, a.body)
 	}
 	var forbidden bool
