@@ -314,3 +314,59 @@ func TestBreakPutDuringReadinessStandsAfterA403(t *testing.T) {
 		t.Fatalf("GET /network/ingress after the create = %d %s", code, raw)
 	}
 }
+
+// TestBreakPutBetweenDesiredAndItsCycle: a PUT whose new desired version
+// lands after the create wrote the allowlist but before the create's own
+// cycle ran (the create holds the sandbox's lock, so the PUT's write goes
+// through and its cycle waits). The create's cycle started from the older
+// version: its conditional status writes fail, it retries from the PUT's
+// version, and the PUT's rules are what the carrier holds when the create
+// answers 201. The PUT's write is made by a hook on the create's own
+// request (right after the apiserver answered the allowlist's create), so
+// the order is forced.
+func TestBreakPutBetweenDesiredAndItsCycle(t *testing.T) {
+	var (
+		target atomic.Value // the sandbox ID to act on (string)
+		fired  atomic.Bool
+		putErr = make(chan error, 1)
+		w      *world
+	)
+	wrap := func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(r)
+			id, _ := target.Load().(string)
+			if id != "" && err == nil && r.Method == http.MethodPost && resp.StatusCode == http.StatusCreated &&
+				strings.HasSuffix(r.URL.Path, "/namespaces/"+w.nsA+"/sandboxingressallowlists") && fired.CompareAndSwap(false, true) {
+				// What PUT /network/ingress writes (it then waits for the
+				// cycle, which this test reads back below).
+				_, perr := w.orch.Ingress.SetDesired(context.Background(), w.nsA, id, []v1alpha1.IngressRule{{CIDR: "192.0.2.0/24"}})
+				putErr <- perr
+			}
+			return resp, err
+		})
+	}
+	w = startWorld(t, env.Config, worldOptions{wrap: wrap})
+	h := w.createHeldAt(lifecycle.StepDesired)
+	target.Store(h.id)
+	if a := h.finish(); a.status != http.StatusCreated {
+		t.Fatalf("create = %d %s", a.status, a.body)
+	}
+	if !fired.Load() {
+		t.Fatal("the hook never saw the create's write of the allowlist")
+	}
+	if err := <-putErr; err != nil {
+		t.Fatalf("the PUT's write between the create's write and its cycle: %v", err)
+	}
+	var st ingressallow.Status
+	if code, raw := w.do("GET", "/sandboxes/"+h.id+"/network/ingress", "key-a", "", &st); code != http.StatusOK || !st.Ready ||
+		st.DesiredVersion != 2 || st.Desired == nil || !slices.Equal(ingressallow.CIDRs(*st.Desired), []string{"192.0.2.0/24"}) {
+		t.Fatalf("GET /network/ingress after the create = %d %s; want the PUT's rules at version 2, verified", code, raw)
+	}
+	ing := &networkingv1.Ingress{}
+	if err := get(ing, w.ingNS, ingressallow.IngressName(h.id)); err != nil {
+		t.Fatal(err)
+	}
+	if v := ing.Annotations[ingressallow.AnnotationWhitelist]; v != "192.0.2.0/24" {
+		t.Fatalf("carrier whitelist when the create answered = %q, want the PUT's 192.0.2.0/24", v)
+	}
+}
