@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -120,6 +121,13 @@ const (
 	// OutcomeStateUncertain: the rollback could not be written or
 	// confirmed.
 	OutcomeStateUncertain Outcome = "StateUncertain"
+	// OutcomeSuperseded: another writer (in practice another replica's
+	// cycle) changed the carrier after this cycle read or wrote it: this
+	// cycle's write failed on the resourceVersion, or its read-back found
+	// another version. Nothing is rolled back (the version there is not
+	// this cycle's) and the cycle is retried (CodeConcurrentUpdate,
+	// ErrTransient).
+	OutcomeSuperseded Outcome = "Superseded"
 )
 
 // ErrTransient wraps the error Reconcile returns after a failure that a
@@ -266,6 +274,18 @@ func transient(code string) bool {
 // (never widening, never falling back to a template). Events and
 // conditions record the result on the object.
 //
+// Cycles for one sandbox may run at once in several replicas (the lock
+// is per process). Every write is conditional, so their results cannot
+// interleave into a wrong record: status writes on the allowlist's
+// resourceVersion (Verifying first, with a new status.cycle, so it
+// always changes the object), carrier writes on the carrier version the
+// cycle read or wrote (a rollback never lands over another cycle's later
+// write), and a cycle records a carrier version only as read back from
+// its own write, or, writing nothing, only when no other cycle can still
+// write over that version (settledOn). A cycle that finds another
+// writer's version (OutcomeSuperseded) rolls nothing back and is
+// retried.
+//
 // The error wraps ErrTransient when a retry is due, or is an apiserver
 // error reading the allowlist itself.
 func (e *Engine) Reconcile(ctx context.Context, namespace, id string) (*Result, error) {
@@ -342,8 +362,7 @@ func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressA
 	// restore or delete) comes before it, so a cycle whose view of the
 	// allowlist is stale (a newer LKG recorded meanwhile by another
 	// replica's cycle) fails there instead of rolling the carrier back to
-	// its old LKG. A cycle whose carrier already holds desired writes it
-	// only if it must roll back.
+	// its old LKG.
 	verifying := false
 	setVerifying := func() error {
 		if verifying {
@@ -351,38 +370,53 @@ func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressA
 		}
 		st.VerificationState = v1alpha1.StateVerifying
 		st.CarrierRef = Ref(e.Cluster, sb)
+		st.Cycle = string(uuid.NewUUID())
 		if err := e.Client.Status().Update(ctx, al); err != nil {
 			return fmt.Errorf("%w: set Verifying: %s", ErrTransient, err.Error())
 		}
 		verifying = true
 		return nil
 	}
-	fail := func(code, reason string) (*Result, error) {
+	// fail rolls back over base, the carrier version this cycle may
+	// write over (see rollback).
+	fail := func(base *networkingv1.Ingress, code, reason string) (*Result, error) {
 		if err := setVerifying(); err != nil {
 			return nil, err
 		}
-		return e.fail(ctx, al, sb, code, reason)
+		return e.fail(ctx, al, sb, base, code, reason)
+	}
+	superseded := func(reason string) (*Result, error) {
+		return e.finish(ctx, al, sb, &Result{Outcome: OutcomeSuperseded, Code: CodeConcurrentUpdate,
+			Message: "update superseded, not rolled back: " + reason})
 	}
 	var probe []string
 	if e.Probe != nil && len(set) > 0 {
 		p, err := e.Probe(ctx)
 		if err != nil {
-			return fail(CodeProbeSourceUnknown, "discover the probe source: "+err.Error())
+			return fail(cur, CodeProbeSourceUnknown, "discover the probe source: "+err.Error())
 		}
 		probe = p
 	}
 	want := CarrierWithProbe(e.Cluster, sb, set, probe)
 	rb := cur
-	if cur == nil || !holds(cur, want, sb) {
-		// Verifying, then write, then read back.
+	if cur == nil || !holds(cur, want, sb) || !settledOn(st, cur) {
+		// Verifying, then write, then read back. Every write is
+		// conditional: an update on the version read above, a create on
+		// there being none.
 		if err := setVerifying(); err != nil {
 			return nil, err
 		}
+		mark := st.Cycle
+		var written *networkingv1.Ingress
 		var werr error
 		if cur == nil {
-			werr = e.Client.Create(ctx, want)
+			written = want
+			written.Annotations[AnnotationCycle] = mark
+			werr = e.Client.Create(ctx, written)
 		} else {
-			werr = e.Client.Update(ctx, overwrite(cur, want, sb))
+			written = overwrite(cur, want, sb)
+			written.Annotations[AnnotationCycle] = mark
+			werr = e.Client.Update(ctx, written)
 		}
 		if apierrors.IsAlreadyExists(werr) {
 			// Created meanwhile by someone else: never ours to overwrite.
@@ -391,27 +425,102 @@ func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressA
 					Message: fmt.Sprintf("Ingress %s was created meanwhile and is not corectl's carrier for this sandbox", key)})
 			}
 		}
+		if apierrors.IsConflict(werr) || apierrors.IsAlreadyExists(werr) {
+			// Another writer changed the carrier after this cycle read
+			// it: nothing of this cycle's is on it, so there is nothing
+			// to roll back, and the version there is not this cycle's to
+			// overwrite. The next cycle starts from it.
+			return superseded("write the Ingress: " + werr.Error())
+		}
 		if werr != nil {
-			return fail(writeCode(werr), "write the Ingress: "+werr.Error())
+			// The write may or may not have applied (a timeout): roll
+			// back only a carrier that is the version read above or
+			// carries this cycle's mark.
+			now := &networkingv1.Ingress{}
+			if gerr := e.Client.Get(ctx, key, now); apierrors.IsNotFound(gerr) {
+				now = nil
+			} else if gerr != nil {
+				return e.finish(ctx, al, sb, &Result{Outcome: OutcomeStateUncertain, Code: writeCode(werr),
+					Message: "update failed, state uncertain: write the Ingress: " + werr.Error() + "; read it: " + gerr.Error()})
+			}
+			if !sameVersion(now, cur) && (now == nil || now.Annotations[AnnotationCycle] != mark) {
+				return superseded("write the Ingress: " + werr.Error() + "; another writer changed it meanwhile")
+			}
+			return fail(now, writeCode(werr), "write the Ingress: "+werr.Error())
 		}
 		rb = &networkingv1.Ingress{}
 		if err := e.Client.Get(ctx, key, rb); err != nil {
-			return fail(CodeReadFailed, "read back the Ingress: "+err.Error())
+			return fail(written, CodeReadFailed, "read back the Ingress: "+err.Error())
+		}
+		if rb.ResourceVersion != written.ResourceVersion {
+			// Another writer's version: verifying or recording it as
+			// this cycle's would describe someone else's write.
+			return superseded(fmt.Sprintf("the Ingress changed after this cycle's write (version %s, read back %s)",
+				written.ResourceVersion, rb.ResourceVersion))
 		}
 	}
 	if code, reason := CheckCarrier(e.Cluster, sb, rb, set); code != "" {
-		return fail(code, reason)
+		return fail(rb, code, reason)
 	}
 	list, err := e.candidates(ctx, id)
 	if err != nil {
-		return fail(CodeReadFailed, "list Ingresses: "+err.Error())
+		return fail(rb, CodeReadFailed, "list Ingresses: "+err.Error())
 	}
 	if c := Claimants(list, key.String(), e.Cluster.Ingress.Host, e.Cluster.Ingress.ClassName, Path(id)); len(c) > 0 {
-		return fail(CodePathClaimed, "other Ingresses claim "+Path(id)+": "+strings.Join(c, ", "))
+		return fail(rb, CodePathClaimed, "other Ingresses claim "+Path(id)+": "+strings.Join(c, ", "))
 	}
 	st.Applied, st.AppliedVersion = set, rb.ResourceVersion
 	st.LastVerified, st.LastVerifiedGeneration = slices.Clone(set), al.Generation
 	return e.finish(ctx, al, sb, &Result{Outcome: OutcomeVerified})
+}
+
+// AnnotationCycle marks every carrier write of a Reconcile cycle with
+// the cycle's ID (status.cycle, new for every cycle that sets Verifying):
+// "<id>" on the write of the desired set and "<id>-rollback" on the
+// rollback, so the value differs from one write to the next. Each cycle
+// write therefore changes the carrier even when the rules are the same
+// (it moves the resourceVersion any other cycle's conditional write was
+// based on), and the reconciler can tell a cycle's write apart from
+// anyone else's edit (IsCycleWrite).
+const AnnotationCycle = "network.sandgate.io/cycle"
+
+// IsCycleWrite reports whether an update of a managed carrier from old to
+// cur was a Reconcile cycle's write (its AnnotationCycle value changed).
+// The cycle that wrote it records its own result, so the write needs no
+// further cycle: the reconciler ignores these updates, which keeps a
+// carrier that an admission webhook alters on every write from waking a
+// new cycle with each write (the failed cycle is retried with the
+// reconciler's rate-limited backoff instead).
+func IsCycleWrite(old, cur *networkingv1.Ingress) bool {
+	v, ok := cur.Annotations[AnnotationCycle]
+	return ok && v != old.Annotations[AnnotationCycle]
+}
+
+// settledOn reports whether the cycle may take the live carrier cur,
+// which already holds what it would write, as its read-back without
+// writing: only when no other cycle can still write over that version.
+// A cycle writes over the version it read or wrote (its writes are
+// conditional on it); so cur must carry no cycle's mark (the create
+// orchestration or an admin wrote it) or be the applied version a
+// finished cycle recorded, and no cycle may be in flight (Verifying: it
+// may have written cur, or read it, and still roll back over it).
+// Otherwise the cycle writes the carrier (with its own mark), which makes
+// every such write fail on its resourceVersion.
+func settledOn(st *v1alpha1.SandboxIngressAllowlistStatus, cur *networkingv1.Ingress) bool {
+	if st.VerificationState == v1alpha1.StateVerifying {
+		return false
+	}
+	_, marked := cur.Annotations[AnnotationCycle]
+	return !marked || st.AppliedVersion == cur.ResourceVersion
+}
+
+// sameVersion reports whether a and b (nil: no carrier) are the same
+// version of the carrier.
+func sameVersion(a, b *networkingv1.Ingress) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return a.UID == b.UID && a.ResourceVersion == b.ResourceVersion
 }
 
 // overwrite returns the live carrier cur as a write of want (sb's carrier,
@@ -421,7 +530,8 @@ func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressA
 // added when want has one, and want's spec; cur's resourceVersion, so the
 // update fails on a write made since cur was read. Every write over a live
 // carrier (a cycle's, an LKG restore, RewriteProbeSources) goes through
-// it. cur is not modified.
+// it; a cycle's write and its restore then set AnnotationCycle. cur is not
+// modified.
 func overwrite(cur, want *networkingv1.Ingress, sb *sandbox.Sandbox) *networkingv1.Ingress {
 	upd := cur.DeepCopy()
 	upd.Labels = mergeMaps(cur.Labels, want.Labels)
@@ -482,10 +592,10 @@ func (e *Engine) RewriteProbeSources(ctx context.Context, namespace, id string, 
 
 // holds reports whether the live carrier cur already is want: the write
 // Reconcile would make (mergeMaps of the labels, carrierAnnotations of the
-// annotations, the owner reference added, want's spec) changes nothing.
-// Reconcile then writes nothing, so no Verifying state marks a write in
-// flight, and cur, read from the apiserver in this cycle, is the
-// read-back.
+// annotations, the owner reference added, want's spec) changes nothing
+// but the cycle mark. Reconcile then writes nothing when settledOn also
+// holds, so no Verifying state marks a write in flight, and cur, read
+// from the apiserver in this cycle, is the read-back.
 func holds(cur, want *networkingv1.Ingress, sb *sandbox.Sandbox) bool {
 	return maps.Equal(mergeMaps(cur.Labels, want.Labels), cur.Labels) &&
 		maps.Equal(carrierAnnotations(cur.Annotations, want.Annotations), cur.Annotations) &&
@@ -514,20 +624,27 @@ func (e *Engine) candidates(ctx context.Context, id string) ([]networkingv1.Ingr
 	return append(a.Items, b.Items...), nil
 }
 
-// fail rolls the carrier back after a failed write or check.
-func (e *Engine) fail(ctx context.Context, al *v1alpha1.SandboxIngressAllowlist, sb *sandbox.Sandbox, code, reason string) (*Result, error) {
+// fail rolls the carrier back after a failed write or check. base is the
+// carrier version the cycle may write over: the one it read when it
+// wrote nothing, its own write, or (nil) none when there was no carrier.
+// Every rollback write is conditional on base (an update on its
+// resourceVersion, a delete on its UID and resourceVersion, a create on
+// there being none), so a rollback never lands over a write another
+// cycle made after this cycle's last one.
+func (e *Engine) fail(ctx context.Context, al *v1alpha1.SandboxIngressAllowlist, sb *sandbox.Sandbox, base *networkingv1.Ingress, code, reason string) (*Result, error) {
 	st := &al.Status
 	res := &Result{Code: code}
 	key := client.ObjectKey{Namespace: e.Cluster.Ingress.Namespace, Name: IngressName(sb.ID)}
+	mark := st.Cycle + "-rollback"
 	if len(st.LastVerified) > 0 {
-		rv, err := e.restore(ctx, sb, key, st.LastVerified)
+		rv, err := e.restore(ctx, sb, key, base, st.LastVerified, mark)
 		if err != nil {
 			res.Outcome, res.Message = OutcomeStateUncertain, "update failed, state uncertain: "+reason+"; restoring the LKG: "+err.Error()
 		} else {
 			res.Outcome, res.Message = OutcomeLKGRestored, "update failed, LKG restored: "+reason
 			st.Applied, st.AppliedVersion = slices.Clone(st.LastVerified), rv
 		}
-	} else if err := e.deleteCarrier(ctx, sb, key); err != nil {
+	} else if err := e.deleteCarrier(ctx, sb, key, base); err != nil {
 		res.Outcome, res.Message = OutcomeStateUncertain, "update failed, state uncertain: "+reason+"; deleting the new Ingress: "+err.Error()
 	} else {
 		res.Outcome, res.Message = OutcomeCarrierDeleted, "update failed, new Ingress deleted: "+reason
@@ -536,32 +653,33 @@ func (e *Engine) fail(ctx context.Context, al *v1alpha1.SandboxIngressAllowlist,
 	return e.finish(ctx, al, sb, res)
 }
 
-// restore writes the LKG set to the carrier and confirms it by read-back;
-// it returns the carrier's resourceVersion.
-func (e *Engine) restore(ctx context.Context, sb *sandbox.Sandbox, key client.ObjectKey, lkg []string) (string, error) {
-	cur := &networkingv1.Ingress{}
-	err := e.Client.Get(ctx, key, cur)
+// restore writes the LKG set over base (nil: creates it), marked mark,
+// and confirms it by read-back; it returns the carrier's resourceVersion.
+func (e *Engine) restore(ctx context.Context, sb *sandbox.Sandbox, key client.ObjectKey, base *networkingv1.Ingress, lkg []string, mark string) (string, error) {
 	// Keep the probe sources the carrier records (the LKG was verified
 	// with them); else ask for them.
 	var probe []string
-	if err == nil {
-		probe, _ = ProbeSources(cur)
+	if base != nil {
+		probe, _ = ProbeSources(base)
 	}
 	if probe == nil && e.Probe != nil {
 		probe, _ = e.Probe(ctx)
 	}
 	want := CarrierWithProbe(e.Cluster, sb, lkg, probe)
+	var written *networkingv1.Ingress
 	switch {
-	case apierrors.IsNotFound(err):
-		if err := e.Client.Create(ctx, want); err != nil {
+	case base == nil:
+		written = want
+		written.Annotations[AnnotationCycle] = mark
+		if err := e.Client.Create(ctx, written); err != nil {
 			return "", fmt.Errorf("re-create: %w", err)
 		}
-	case err != nil:
-		return "", fmt.Errorf("read: %w", err)
-	case !isOurs(e.Cluster, sb, cur):
+	case !isOurs(e.Cluster, sb, base):
 		return "", errors.New("the Ingress is no longer corectl's carrier")
 	default:
-		if err := e.Client.Update(ctx, overwrite(cur, want, sb)); err != nil {
+		written = overwrite(base, want, sb)
+		written.Annotations[AnnotationCycle] = mark
+		if err := e.Client.Update(ctx, written); err != nil {
 			return "", fmt.Errorf("write: %w", err)
 		}
 	}
@@ -569,30 +687,26 @@ func (e *Engine) restore(ctx context.Context, sb *sandbox.Sandbox, key client.Ob
 	if err := e.Client.Get(ctx, key, rb); err != nil {
 		return "", fmt.Errorf("read back: %w", err)
 	}
+	if rb.ResourceVersion != written.ResourceVersion {
+		return "", fmt.Errorf("read back: the Ingress changed after the restore (version %s, read back %s)", written.ResourceVersion, rb.ResourceVersion)
+	}
 	if code, reason := CheckCarrier(e.Cluster, sb, rb, lkg); code != "" {
 		return "", fmt.Errorf("read back: %s", reason)
 	}
 	return rb.ResourceVersion, nil
 }
 
-// deleteCarrier deletes corectl's carrier for sb, if any, and confirms it
-// is gone. An Ingress of that name that is not corectl's carrier for sb is
-// left alone (it is not the one this cycle wrote).
-func (e *Engine) deleteCarrier(ctx context.Context, sb *sandbox.Sandbox, key client.ObjectKey) error {
-	cur := &networkingv1.Ingress{}
-	if err := e.Client.Get(ctx, key, cur); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("read: %w", err)
-	}
-	if !isOurs(e.Cluster, sb, cur) {
-		// Someone else's object under the name: ours is not there.
+// deleteCarrier deletes base, corectl's carrier for sb as this cycle
+// last saw it (nil: there is none), on its UID and resourceVersion, and
+// confirms it is gone. An Ingress of that name that is not corectl's
+// carrier for sb is left alone (it is not the one this cycle wrote).
+func (e *Engine) deleteCarrier(ctx context.Context, sb *sandbox.Sandbox, key client.ObjectKey, base *networkingv1.Ingress) error {
+	if base == nil || !isOurs(e.Cluster, sb, base) {
 		return nil
 	}
-	uid, rv := cur.UID, cur.ResourceVersion
+	uid, rv := base.UID, base.ResourceVersion
 	pre := metav1.Preconditions{UID: &uid, ResourceVersion: &rv}
-	if err := e.Client.Delete(ctx, cur, &client.DeleteOptions{Preconditions: &pre}); err != nil && !apierrors.IsNotFound(err) {
+	if err := e.Client.Delete(ctx, base.DeepCopy(), &client.DeleteOptions{Preconditions: &pre}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete: %w", err)
 	}
 	err := e.Client.Get(ctx, key, &networkingv1.Ingress{})

@@ -722,7 +722,9 @@ func faulty(faults ...fault) client.Client {
 func TestInjectedFailuresKeepTheLKGAndNeverWiden(t *testing.T) {
 	// Cycle calls over an LKG: get ing#1, status#1 (Verifying), update
 	// ing#1, get ing#2 (read back), list ing#1, status#2 (finish);
-	// rollback: get ing#3, update ing#2, get ing#4.
+	// rollback over the version read back: update ing#2, get ing#3. A
+	// failed write is followed by get ing#2, which finds the version the
+	// cycle read (the write did not apply), the rollback's base.
 	for _, tc := range []struct {
 		name    string
 		faults  []fault
@@ -734,7 +736,7 @@ func TestInjectedFailuresKeepTheLKGAndNeverWiden(t *testing.T) {
 		{"read back differs", []fault{{Verb: "get", Kind: "ing", N: 2, Mutate: true}}, OutcomeLKGRestored, CodeAllowlistMismatch},
 		{"list", []fault{{Verb: "list", Kind: "ing", N: 1}}, OutcomeLKGRestored, CodeReadFailed},
 		{"write and restore", []fault{{Verb: "update", Kind: "ing", N: 1}, {Verb: "update", Kind: "ing", N: 2}}, OutcomeStateUncertain, CodeWriteFailed},
-		{"read back and restore read back", []fault{{Verb: "get", Kind: "ing", N: 2}, {Verb: "get", Kind: "ing", N: 4, Mutate: true}}, OutcomeStateUncertain, CodeReadFailed},
+		{"read back and restore read back", []fault{{Verb: "get", Kind: "ing", N: 2}, {Verb: "get", Kind: "ing", N: 3, Mutate: true}}, OutcomeStateUncertain, CodeReadFailed},
 	} {
 		t.Run("with LKG/"+tc.name, func(t *testing.T) {
 			f := newFixture(t)
@@ -770,7 +772,8 @@ func TestInjectedFailuresKeepTheLKGAndNeverWiden(t *testing.T) {
 		})
 	}
 	// First cycle (no LKG): get ing#1 (not found), status#1, create ing#1,
-	// get ing#2, list, status#2; rollback: get ing#3, delete, get ing#4.
+	// get ing#2, list, status#2; rollback over the version read back:
+	// delete, get ing#3.
 	for _, tc := range []struct {
 		name    string
 		faults  []fault

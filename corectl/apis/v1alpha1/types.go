@@ -189,6 +189,13 @@ type SandboxIngressAllowlistStatus struct {
 	LastVerified []string `json:"lastVerified,omitempty"`
 	// LastVerifiedGeneration is the desired version LastVerified came from.
 	LastVerifiedGeneration int64 `json:"lastVerifiedGeneration,omitempty"`
+	// Cycle is the ID of the reconcile cycle that last set Verifying,
+	// new for every cycle, so setting Verifying always changes the object
+	// (and its resourceVersion) even over a Verifying state left by
+	// another cycle. The managed Ingress's network.sandgate.io/cycle
+	// annotation names the cycle that last wrote it (package
+	// ingressallow, AnnotationCycle).
+	Cycle string `json:"cycle,omitempty"`
 	// CarrierRef names the managed Ingress.
 	CarrierRef *CarrierRef `json:"carrierRef,omitempty"`
 	// Conditions: "Verified" (the carrier equals desired and passed every

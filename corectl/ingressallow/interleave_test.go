@@ -1,0 +1,306 @@
+package ingressallow
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/sandbox"
+	networkingv1 "k8s.io/api/networking/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+)
+
+// The tests in this file run two cycles for one sandbox in two Engines,
+// each with its own apiserver client and its own in-process lock, as two
+// corectl replicas would (the create's cycle on the replica that answers
+// the create, the leader's reconciler on another; or an old leader that
+// has not yet noticed it lost its Lease). A gate holds one cycle at a
+// chosen apiserver call while the other runs, so each dangerous ordering
+// is forced rather than hoped for. What must hold afterwards (spec §5.2):
+// whenever the allowlist records Verified, the live carrier is the
+// verified set (the recorded result describes the carrier, not another
+// cycle's write), and the newest desired version ends applied (no older
+// version's write lands after it for good).
+
+// gate holds a cycle at the first apiserver call that matches.
+type gate struct {
+	match   func(verb string, obj client.Object) bool
+	once    sync.Once
+	reached chan struct{}
+	release chan struct{}
+}
+
+func newGate(match func(verb string, obj client.Object) bool) *gate {
+	return &gate{match: match, reached: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (g *gate) at(verb string, obj client.Object) {
+	if g == nil || !g.match(verb, obj) {
+		return
+	}
+	hit := false
+	g.once.Do(func() { hit = true })
+	if hit {
+		close(g.reached)
+		<-g.release
+	}
+}
+
+// replica is a second Engine for the fixture's cluster with a client of
+// its own; calls pass through the gate g (which may be nil).
+func (f *fixture) replica(t *testing.T, g **gate) *Engine {
+	t.Helper()
+	hook := func(verb string, obj client.Object) { (*g).at(verb, obj) }
+	c := interceptor.NewClient(withWatch(t), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			hook("get", obj)
+			return c.Get(ctx, key, obj, opts...)
+		},
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			hook("create", obj)
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			hook("update", obj)
+			return c.Update(ctx, obj, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			hook("delete", obj)
+			return c.Delete(ctx, obj, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			hook("status", obj)
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	})
+	return &Engine{Client: c, Cluster: f.eng.Cluster, Events: f.rec}
+}
+
+// cycle runs eng's cycle in a goroutine; the returned function waits for
+// it and gives its error.
+func cycle(eng *Engine, ns string) func() error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := eng.Reconcile(ctx, ns, "sbx")
+		done <- err
+	}()
+	return func() error { return <-done }
+}
+
+// isIngress matches an Ingress call.
+func isIngress(obj client.Object) bool { _, ok := obj.(*networkingv1.Ingress); return ok }
+
+// whitelisted matches an Ingress write of the whitelist set.
+func whitelisted(set string) func(string, client.Object) bool {
+	return func(verb string, obj client.Object) bool {
+		ing, ok := obj.(*networkingv1.Ingress)
+		return ok && (verb == "update" || verb == "create") && ing.Annotations[AnnotationWhitelist] == set
+	}
+}
+
+// afterWrite matches the first Ingress read after an Ingress write of set:
+// the cycle's read-back.
+func afterWrite(set string) func(string, client.Object) bool {
+	wrote := false
+	w := whitelisted(set)
+	return func(verb string, obj client.Object) bool {
+		if w(verb, obj) {
+			wrote = true
+		}
+		return wrote && verb == "get" && isIngress(obj)
+	}
+}
+
+// settle runs cycles in eng until one ends without a transient error (at
+// most a few: each retry reads the state again).
+func settle(t *testing.T, eng *Engine, ns string) *Result {
+	t.Helper()
+	for range 5 {
+		res, err := eng.Reconcile(ctx, ns, "sbx")
+		if err == nil {
+			return res
+		}
+		if !errors.Is(err, ErrTransient) {
+			t.Fatalf("Reconcile: %v", err)
+		}
+	}
+	t.Fatal("no cycle settled in 5 attempts")
+	return nil
+}
+
+// consistent fails unless the allowlist's record describes the live
+// carrier: a Verified state names the carrier's set and version, and no
+// Verified state hides a carrier that does not hold its LKG.
+func (f *fixture) consistent(t *testing.T, what string) {
+	t.Helper()
+	al := f.allowlist(t)
+	st := al.Status
+	ing := f.carrier(t)
+	if st.VerificationState != v1alpha1.StateVerified {
+		return
+	}
+	sb, err := sandbox.Get(ctx, env.Client, f.ns, "sbx", f.eng.Cluster.AllocationLabelKey())
+	if err != nil && !errors.Is(err, sandbox.ErrNoAllocation) {
+		t.Fatal(err)
+	}
+	if ing == nil {
+		t.Fatalf("%s: status Verified %v (generation %d) but no carrier", what, st.LastVerified, st.ObservedGeneration)
+	}
+	if code, reason := CheckCarrier(f.eng.Cluster, sb, ing, st.LastVerified); code != "" {
+		t.Fatalf("%s: status Verified %v at carrier version %s, but the carrier (version %s) fails: %s %s",
+			what, st.LastVerified, st.AppliedVersion, ing.ResourceVersion, code, reason)
+	}
+}
+
+// verifiedAt fails unless the allowlist ends Verified for its current
+// desired version with set on the carrier.
+func (f *fixture) verifiedAt(t *testing.T, set string) {
+	t.Helper()
+	al := f.allowlist(t)
+	st := al.Status
+	if st.VerificationState != v1alpha1.StateVerified || st.ObservedGeneration != al.Generation || !slices.Equal(st.LastVerified, []string{set}) {
+		t.Fatalf("status = %s %s (observed %d of %d, LKG %v); want Verified %s for the newest desired version",
+			st.VerificationState, st.LastErrorCode, st.ObservedGeneration, al.Generation, st.LastVerified, set)
+	}
+	if ing := f.carrier(t); ing == nil || ing.Annotations[AnnotationWhitelist] != set {
+		t.Fatalf("carrier = %+v; want %s", ing, set)
+	}
+	f.consistent(t, "end")
+}
+
+const (
+	lkgSet = "198.51.100.0/24"
+	oldSet = "203.0.113.0/24"
+	newSet = "192.0.2.0/24"
+)
+
+// TestInterleavedCyclesStaleReadBack: replica A's cycle for an older
+// desired version wrote the carrier and is held before its read-back;
+// meanwhile a newer version is written and replica B's cycle applies it
+// (B to the end, or B held before its own read-back). A then reads back
+// B's write. A must not take B's write for a failure of its own and roll
+// the carrier back to the old LKG: that would leave the allowlist
+// recording B's Verified over a carrier holding the old LKG, or make B's
+// read-back fail so the newest version is recorded as a settled
+// AllowlistMismatch and never applied (a lost update).
+func TestInterleavedCyclesStaleReadBack(t *testing.T) {
+	for _, holdB := range []bool{false, true} {
+		name := "B finishes first"
+		if holdB {
+			name = "B held before its read-back"
+		}
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			f.set(t, lkgSet)
+			if res := f.reconcile(t); res.Outcome != OutcomeVerified {
+				t.Fatalf("first cycle = %+v", res)
+			}
+			var ga, gb *gate
+			a, b := f.replica(t, &ga), f.replica(t, &gb)
+
+			f.set(t, oldSet)
+			ga = newGate(afterWrite(oldSet))
+			waitA := cycle(a, f.ns)
+			<-ga.reached // A wrote oldSet and is about to read it back
+
+			f.set(t, newSet)
+			if !holdB {
+				if err := cycle(b, f.ns)(); err != nil {
+					t.Fatalf("B: %v", err)
+				}
+				f.consistent(t, "after B")
+				close(ga.release)
+				_ = waitA() // A is stale: a transient failure is right
+				f.consistent(t, "after A")
+			} else {
+				gb = newGate(afterWrite(newSet))
+				waitB := cycle(b, f.ns)
+				<-gb.reached // B wrote newSet and is about to read it back
+				close(ga.release)
+				_ = waitA()
+				f.consistent(t, "after A")
+				close(gb.release)
+				_ = waitB()
+				f.consistent(t, "after B")
+			}
+			settle(t, b, f.ns)
+			f.verifiedAt(t, newSet)
+		})
+	}
+}
+
+// TestInterleavedCyclesStaleWriteAfterNewer: replica A's cycle for an
+// older desired version marked Verifying and is held before its carrier
+// write. A newer desired version with the rules the carrier already holds
+// is written, and replica B's cycle finds the carrier holding it. If B
+// recorded Verified without writing, A's write (conditional only on the
+// carrier version both read) would land after it: the allowlist would say
+// Verified for rules that are not on the carrier, and the older version's
+// write would have won.
+func TestInterleavedCyclesStaleWriteAfterNewer(t *testing.T) {
+	f := newFixture(t)
+	f.set(t, newSet)
+	if res := f.reconcile(t); res.Outcome != OutcomeVerified {
+		t.Fatalf("first cycle = %+v", res)
+	}
+	var ga, gb *gate
+	a, b := f.replica(t, &ga), f.replica(t, &gb)
+
+	f.set(t, oldSet)
+	ga = newGate(whitelisted(oldSet))
+	waitA := cycle(a, f.ns)
+	<-ga.reached // A is Verifying and about to write oldSet
+
+	f.set(t, newSet) // back to the rules the carrier holds
+	resB, errB := b.Reconcile(ctx, f.ns, "sbx")
+	if errB != nil {
+		t.Fatalf("B = %+v, %v", resB, errB)
+	}
+	close(ga.release)
+	_ = waitA()
+	f.consistent(t, "after A's write")
+	settle(t, b, f.ns)
+	f.verifiedAt(t, newSet)
+}
+
+// TestInterleavedCyclesRollbackOverVerified: replica A's cycle wrote the
+// desired set, found the path claimed, and is held before rolling the
+// carrier back to the LKG. The claim goes away and replica B's cycle for
+// the same desired version finds the carrier (A's write) holding desired.
+// If B recorded Verified without writing, A's rollback would then put the
+// LKG over the carrier B recorded as verified.
+func TestInterleavedCyclesRollbackOverVerified(t *testing.T) {
+	f := newFixture(t)
+	f.set(t, lkgSet)
+	if res := f.reconcile(t); res.Outcome != OutcomeVerified {
+		t.Fatalf("first cycle = %+v", res)
+	}
+	intruder := claimant(env.Namespace(t), f.eng.Cluster.Ingress.Host, "/sbx/")
+	if err := env.Client.Create(ctx, intruder); err != nil {
+		t.Fatal(err)
+	}
+	var ga, gb *gate
+	a, b := f.replica(t, &ga), f.replica(t, &gb)
+
+	f.set(t, newSet)
+	ga = newGate(whitelisted(lkgSet))
+	waitA := cycle(a, f.ns)
+	<-ga.reached // A failed on the claim and is about to restore lkgSet
+
+	if err := env.Client.Delete(ctx, intruder); err != nil {
+		t.Fatal(err)
+	}
+	resB, errB := b.Reconcile(ctx, f.ns, "sbx")
+	if errB != nil || resB.Outcome != OutcomeVerified {
+		t.Fatalf("B = %+v, %v", resB, errB)
+	}
+	close(ga.release)
+	_ = waitA()
+	f.consistent(t, "after A's rollback")
+	settle(t, b, f.ns)
+	f.verifiedAt(t, newSet)
+}
