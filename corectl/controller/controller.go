@@ -5,7 +5,8 @@
 //   - IngressReconciler applies each SandboxIngressAllowlist's desired
 //     version to its managed Ingress (ingressallow.Engine.Reconcile), and
 //     repairs a verified carrier that drifted; Ingress events are mapped
-//     back to the allowlist through the identity labels.
+//     back to the allowlist through the identity labels, except the
+//     updates that are a cycle's own writes (ingressallow.IsCycleWrite).
 //   - EgressRecovery finishes egress PUTs interrupted after their write (a
 //     platform NetworkPolicy left in Verifying longer than a grace period)
 //     with egress.Engine.Resume.
@@ -28,10 +29,12 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -55,6 +58,10 @@ type IngressReconciler struct {
 	// brings the request back. Every cycle still reads the allowlist
 	// from the apiserver (Engine).
 	Reader client.Reader
+	// RateLimiter paces the retries of failed cycles; nil is
+	// controller-runtime's default (per allowlist, 5 ms doubling up to
+	// 1000 s, and 10 retries/s with bursts of 100 overall).
+	RateLimiter workqueue.TypedRateLimiter[reconcile.Request]
 }
 
 // Controller names of corectl_reconcile_total.
@@ -104,14 +111,25 @@ func (r *IngressReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("sandboxingressallowlist-"+strings.ToLower(clusterID)).
-		WithOptions(options(r.Workers)).
+		WithOptions(withRateLimiter(options(r.Workers), r.RateLimiter)).
 		// Status-only updates are the cycles' own records (Verifying, the
 		// result): they carry no new desired version, so they wake no cycle.
 		For(&v1alpha1.SandboxIngressAllowlist{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			al, ok := o.(*v1alpha1.SandboxIngressAllowlist)
 			return ok && al.Spec.ClusterID == clusterID
 		}), predicate.GenerationChangedPredicate{})).
-		Watches(&networkingv1.Ingress{}, toAllowlist, builder.WithPredicates(ours)).
+		// A cycle's own carrier writes (IsCycleWrite) wake no cycle: the
+		// cycle that wrote records its result, and a failed one is
+		// retried through the rate limiter. Were they to wake one, a
+		// carrier that an admission webhook alters on every write would
+		// have each failed cycle start the next at once.
+		Watches(&networkingv1.Ingress{}, toAllowlist, builder.WithPredicates(ours, predicate.Funcs{
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				old, ok1 := e.ObjectOld.(*networkingv1.Ingress)
+				cur, ok2 := e.ObjectNew.(*networkingv1.Ingress)
+				return !ok1 || !ok2 || !ingressallow.IsCycleWrite(old, cur)
+			},
+		})).
 		Complete(r)
 }
 
@@ -187,6 +205,14 @@ func (r *EgressRecovery) SetupWithManager(mgr ctrl.Manager) error {
 			return o.GetLabels()[v1alpha1.LabelManagedBy] == v1alpha1.ManagedByValue && o.GetLabels()[v1alpha1.LabelClusterID] == clusterID
 		}))).
 		Complete(r)
+}
+
+// withRateLimiter sets o's rate limiter when rl is not nil.
+func withRateLimiter(o crcontroller.Options, rl workqueue.TypedRateLimiter[reconcile.Request]) crcontroller.Options {
+	if rl != nil {
+		o.RateLimiter = rl
+	}
+	return o
 }
 
 // options sets the worker count (0: DefaultWorkers) and skips the
