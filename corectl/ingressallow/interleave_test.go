@@ -50,11 +50,17 @@ func (g *gate) at(verb string, obj client.Object) {
 	}
 }
 
-// replica is a second Engine for the fixture's cluster with a client of
-// its own; calls pass through the gate g (which may be nil).
-func (f *fixture) replica(t *testing.T, g **gate) *Engine {
+// replica is an Engine for the fixture's cluster with a client of its
+// own, as another corectl replica has; its calls pass through g when set.
+type replica struct {
+	eng *Engine
+	g   *gate
+}
+
+func (f *fixture) replica(t *testing.T) *replica {
 	t.Helper()
-	hook := func(verb string, obj client.Object) { (*g).at(verb, obj) }
+	r := &replica{}
+	hook := func(verb string, obj client.Object) { r.g.at(verb, obj) }
 	c := interceptor.NewClient(withWatch(t), interceptor.Funcs{
 		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 			hook("get", obj)
@@ -77,18 +83,26 @@ func (f *fixture) replica(t *testing.T, g **gate) *Engine {
 			return c.SubResource(sub).Update(ctx, obj, opts...)
 		},
 	})
-	return &Engine{Client: c, Cluster: f.eng.Cluster, Events: f.rec}
+	r.eng = &Engine{Client: c, Cluster: f.eng.Cluster, Events: f.rec}
+	return r
 }
 
-// cycle runs eng's cycle in a goroutine; the returned function waits for
-// it and gives its error.
-func cycle(eng *Engine, ns string) func() error {
+// holdAt starts a cycle of r for the fixture's sandbox in namespace ns
+// and returns once it is held at the first call match matches; the
+// returned function lets it go on and waits for its error.
+func (r *replica) holdAt(ns string, match func(verb string, obj client.Object) bool) (release func() error) {
+	r.g = newGate(match)
 	done := make(chan error, 1)
 	go func() {
-		_, err := eng.Reconcile(ctx, ns, "sbx")
+		_, err := r.eng.Reconcile(ctx, ns, "sbx")
 		done <- err
 	}()
-	return func() error { return <-done }
+	<-r.g.reached
+	g := r.g
+	return func() error {
+		close(g.release)
+		return <-done
+	}
 }
 
 // isIngress matches an Ingress call.
@@ -172,6 +186,16 @@ func (f *fixture) verifiedAt(t *testing.T, set string) {
 	f.consistent(t, "end")
 }
 
+// verifiedFirst sets set as desired and runs a cycle that verifies it:
+// the LKG the tests start from.
+func (f *fixture) verifiedFirst(t *testing.T, set string) {
+	t.Helper()
+	f.set(t, set)
+	if res := f.reconcile(t); res.Outcome != OutcomeVerified {
+		t.Fatalf("first cycle = %+v", res)
+	}
+}
+
 const (
 	lkgSet = "198.51.100.0/24"
 	oldSet = "203.0.113.0/24"
@@ -195,39 +219,26 @@ func TestInterleavedCyclesStaleReadBack(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t)
-			f.set(t, lkgSet)
-			if res := f.reconcile(t); res.Outcome != OutcomeVerified {
-				t.Fatalf("first cycle = %+v", res)
-			}
-			var ga, gb *gate
-			a, b := f.replica(t, &ga), f.replica(t, &gb)
-
+			f.verifiedFirst(t, lkgSet)
+			a, b := f.replica(t), f.replica(t)
 			f.set(t, oldSet)
-			ga = newGate(afterWrite(oldSet))
-			waitA := cycle(a, f.ns)
-			<-ga.reached // A wrote oldSet and is about to read it back
-
+			releaseA := a.holdAt(f.ns, afterWrite(oldSet)) // A wrote oldSet, about to read it back
 			f.set(t, newSet)
 			if !holdB {
-				if err := cycle(b, f.ns)(); err != nil {
+				if _, err := b.eng.Reconcile(ctx, f.ns, "sbx"); err != nil {
 					t.Fatalf("B: %v", err)
 				}
 				f.consistent(t, "after B")
-				close(ga.release)
-				_ = waitA() // A is stale: a transient failure is right
+				_ = releaseA() // A is stale: a transient failure is right
 				f.consistent(t, "after A")
 			} else {
-				gb = newGate(afterWrite(newSet))
-				waitB := cycle(b, f.ns)
-				<-gb.reached // B wrote newSet and is about to read it back
-				close(ga.release)
-				_ = waitA()
+				releaseB := b.holdAt(f.ns, afterWrite(newSet)) // B wrote newSet, about to read it back
+				_ = releaseA()
 				f.consistent(t, "after A")
-				close(gb.release)
-				_ = waitB()
+				_ = releaseB()
 				f.consistent(t, "after B")
 			}
-			settle(t, b, f.ns)
+			settle(t, b.eng, f.ns)
 			f.verifiedAt(t, newSet)
 		})
 	}
@@ -243,27 +254,17 @@ func TestInterleavedCyclesStaleReadBack(t *testing.T) {
 // write would have won.
 func TestInterleavedCyclesStaleWriteAfterNewer(t *testing.T) {
 	f := newFixture(t)
-	f.set(t, newSet)
-	if res := f.reconcile(t); res.Outcome != OutcomeVerified {
-		t.Fatalf("first cycle = %+v", res)
-	}
-	var ga, gb *gate
-	a, b := f.replica(t, &ga), f.replica(t, &gb)
-
+	f.verifiedFirst(t, newSet)
+	a, b := f.replica(t), f.replica(t)
 	f.set(t, oldSet)
-	ga = newGate(whitelisted(oldSet))
-	waitA := cycle(a, f.ns)
-	<-ga.reached // A is Verifying and about to write oldSet
-
-	f.set(t, newSet) // back to the rules the carrier holds
-	resB, errB := b.Reconcile(ctx, f.ns, "sbx")
-	if errB != nil {
-		t.Fatalf("B = %+v, %v", resB, errB)
+	releaseA := a.holdAt(f.ns, whitelisted(oldSet)) // A is Verifying, about to write oldSet
+	f.set(t, newSet)                                // back to the rules the carrier holds
+	if res, err := b.eng.Reconcile(ctx, f.ns, "sbx"); err != nil {
+		t.Fatalf("B = %+v, %v", res, err)
 	}
-	close(ga.release)
-	_ = waitA()
+	_ = releaseA()
 	f.consistent(t, "after A's write")
-	settle(t, b, f.ns)
+	settle(t, b.eng, f.ns)
 	f.verifiedAt(t, newSet)
 }
 
@@ -275,32 +276,22 @@ func TestInterleavedCyclesStaleWriteAfterNewer(t *testing.T) {
 // LKG over the carrier B recorded as verified.
 func TestInterleavedCyclesRollbackOverVerified(t *testing.T) {
 	f := newFixture(t)
-	f.set(t, lkgSet)
-	if res := f.reconcile(t); res.Outcome != OutcomeVerified {
-		t.Fatalf("first cycle = %+v", res)
-	}
+	f.verifiedFirst(t, lkgSet)
 	intruder := claimant(env.Namespace(t), f.eng.Cluster.Ingress.Host, "/sbx/")
 	if err := env.Client.Create(ctx, intruder); err != nil {
 		t.Fatal(err)
 	}
-	var ga, gb *gate
-	a, b := f.replica(t, &ga), f.replica(t, &gb)
-
+	a, b := f.replica(t), f.replica(t)
 	f.set(t, newSet)
-	ga = newGate(whitelisted(lkgSet))
-	waitA := cycle(a, f.ns)
-	<-ga.reached // A failed on the claim and is about to restore lkgSet
-
+	releaseA := a.holdAt(f.ns, whitelisted(lkgSet)) // A failed on the claim, about to restore lkgSet
 	if err := env.Client.Delete(ctx, intruder); err != nil {
 		t.Fatal(err)
 	}
-	resB, errB := b.Reconcile(ctx, f.ns, "sbx")
-	if errB != nil || resB.Outcome != OutcomeVerified {
-		t.Fatalf("B = %+v, %v", resB, errB)
+	if res, err := b.eng.Reconcile(ctx, f.ns, "sbx"); err != nil || res.Outcome != OutcomeVerified {
+		t.Fatalf("B = %+v, %v", res, err)
 	}
-	close(ga.release)
-	_ = waitA()
+	_ = releaseA()
 	f.consistent(t, "after A's rollback")
-	settle(t, b, f.ns)
+	settle(t, b.eng, f.ns)
 	f.verifiedAt(t, newSet)
 }
