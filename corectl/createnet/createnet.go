@@ -27,8 +27,8 @@ import (
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/cidr"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
-	"github.com/sandgate/sandgate/corectl/strictjson"
 	"github.com/sandgate/sandgate/corectl/template"
+	"github.com/sandgate/sandgate/internal/strictjson"
 )
 
 // Error codes of the flat E2B error envelope (spec §3.1.1 II).
@@ -49,10 +49,17 @@ type Error struct {
 	Code string
 	// Message says which field and entry.
 	Message string
+	// Err is the cause when it has a class callers may test for
+	// (strictjson's ErrMalformed, ErrDuplicateMember, ErrTooDeep); nil
+	// otherwise. Message already says what it says.
+	Err error
 }
 
 // Error implements error: "<code>: <message>".
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Unwrap returns Err.
+func (e *Error) Unwrap() error { return e.Err }
 
 // PublicTraffic is the CIDR allowPublicTraffic adds.
 const PublicTraffic = "0.0.0.0/0"
@@ -110,9 +117,11 @@ type Initial struct {
 
 // Decode decodes the network object of a create request. Empty input or
 // JSON null means "not passed" (nil, nil). Unknown fields are ignored;
-// a field of the wrong JSON type, a duplicate key (also two keys equal
-// under case folding) or nesting deeper than
-// strictjson.MaxDepth is an *Error with CodeBadRequest.
+// a field of the wrong JSON type, a value that is not an object, malformed
+// JSON (strictjson.Check's rules: invalid UTF-8 and unpaired surrogate
+// escapes included), a duplicate key (also two keys equal under case
+// folding) or nesting deeper than strictjson.MaxDepth is an *Error with
+// CodeBadRequest; for the last three its Err is strictjson's error.
 func Decode(raw []byte) (*Request, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
@@ -123,12 +132,12 @@ func Decode(raw []byte) (*Request, error) {
 	// keeps the last, so {"egress":[a],"egress":[]} would drop the
 	// caller's list.
 	if err := strictjson.CheckFold(raw); err != nil {
-		return nil, &Error{Code: CodeBadRequest, Message: "network: " + err.Error()}
+		return nil, &Error{Code: CodeBadRequest, Message: "network: " + err.Error(), Err: err}
 	}
 	var r Request
 	if err := json.Unmarshal(raw, &r); err != nil {
 		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
+		if errors.As(err, &te) && te.Field != "" { // "": the network value itself
 			return nil, &Error{Code: CodeBadRequest, Message: fmt.Sprintf("network.%s has the wrong type", te.Field)}
 		}
 		return nil, &Error{Code: CodeBadRequest, Message: "network must be a JSON object"}

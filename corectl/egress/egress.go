@@ -16,7 +16,7 @@ import (
 	"fmt"
 
 	"github.com/sandgate/sandgate/corectl/cidr"
-	"github.com/sandgate/sandgate/corectl/strictjson"
+	"github.com/sandgate/sandgate/internal/strictjson"
 )
 
 // Annotations on the platform NetworkPolicy (spec §5.3, names as written

@@ -10,9 +10,9 @@ import (
 
 	"github.com/sandgate/sandgate/corectl/createnet"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
-	"github.com/sandgate/sandgate/corectl/strictjson"
 	"github.com/sandgate/sandgate/corectl/template"
 	"github.com/sandgate/sandgate/gateway/credential"
+	"github.com/sandgate/sandgate/internal/strictjson"
 )
 
 // Stable error codes of the lifecycle routes, besides lifecycle's Code*
@@ -92,7 +92,7 @@ func decodeCreate(body []byte) (createRequest, error) {
 	}
 	bad := errors.New("the body is not a JSON object of the right shape")
 	if err := strictjson.Check(body); err != nil {
-		return req, fmt.Errorf("%s: %w", bad.Error(), err)
+		return req, fmt.Errorf("the body is %w", err) // "the body is invalid JSON: ..."
 	}
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(body, &top); err != nil {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/lifecycle"
-	"github.com/sandgate/sandgate/corectl/strictjson"
+	"github.com/sandgate/sandgate/internal/strictjson"
 )
 
 // MaxLifetimeRequestSize bounds the timeout, refresh and connect bodies.
@@ -24,7 +24,7 @@ func decodeObject(body []byte) (map[string]json.RawMessage, error) {
 		return map[string]json.RawMessage{}, nil
 	}
 	if err := strictjson.Check(body); err != nil {
-		return nil, fmt.Errorf("the body is not a JSON object: %w", err)
+		return nil, fmt.Errorf("the body is %w", err) // "the body is invalid JSON: ..."
 	}
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(body, &top); err != nil || top == nil {

@@ -20,7 +20,7 @@ import (
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/cidr"
-	"github.com/sandgate/sandgate/corectl/strictjson"
+	"github.com/sandgate/sandgate/internal/strictjson"
 )
 
 // AnnotationWhitelist is the ingress-nginx annotation the allowlist is

@@ -17,7 +17,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/cidr"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
-	"github.com/sandgate/sandgate/corectl/strictjson"
+	"github.com/sandgate/sandgate/internal/strictjson"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -145,15 +146,17 @@ func TestHTTPAnswers(t *testing.T) {
 		{"redirect not followed", func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "/elsewhere", http.StatusFound)
 		}, "a", ErrUnavailable, "unexpected HTTP status 302", false},
-		{"bad JSON", staticHandler(http.StatusOK, `{"id": "a", `), "a", ErrUnavailable, "bad response", false},
-		{"not an object", staticHandler(http.StatusOK, `["a"]`), "a", ErrUnavailable, "not a JSON object", false},
+		{"truncated", staticHandler(http.StatusOK, `{"id": "a", `), "a", ErrUnavailable, "bad response: credential: invalid credential data: malformed JSON at byte 12: unexpected end of input", false},
+		{"syntax error", staticHandler(http.StatusOK, `{"id" "a"}`), "a", ErrUnavailable, "bad response: credential: invalid credential data: malformed JSON at byte 6: syntax error", false},
+		{"empty body", staticHandler(http.StatusOK, ""), "a", ErrUnavailable, "bad response: credential: invalid credential data: malformed JSON at byte 0: empty input", false},
+		{"not an object", staticHandler(http.StatusOK, `["a"]`), "a", ErrUnavailable, "bad response: credential: invalid credential data: not a JSON object: the value is a JSON array", false},
 		{"unknown field", staticHandler(http.StatusOK, `{"id": "a", "projectNamespace": "p", "clusterId": "c", "extra": 1}`), "a", ErrUnavailable, `unknown field "extra"`, false},
 		{"duplicate field", staticHandler(http.StatusOK, `{"id": "a", "projectNamespace": "p", "clusterId": "c", "clusterId": "d"}`), "a", ErrUnavailable, "duplicate member name at /clusterId", false},
 		// encoding/json, before beaf7f0, took these as U+FFFD (two distinct
 		// ids could read as one); a file element refuses them (listfile).
-		{"invalid UTF-8", staticHandler(http.StatusOK, "{\"id\": \"a\xff\", \"projectNamespace\": \"p\", \"clusterId\": \"c\"}"), "a\ufffd", ErrUnavailable, "not a JSON object", false},
-		{"unpaired surrogate", staticHandler(http.StatusOK, `{"id": "a\ud800", "projectNamespace": "p", "clusterId": "c"}`), "a\ufffd", ErrUnavailable, "not a JSON object", false},
-		{"trailing data", staticHandler(http.StatusOK, string(good)+`{}`), "a", ErrUnavailable, "bad response", false},
+		{"invalid UTF-8", staticHandler(http.StatusOK, "{\"id\": \"a\xff\", \"projectNamespace\": \"p\", \"clusterId\": \"c\"}"), "a\ufffd", ErrUnavailable, "malformed JSON at byte 9: invalid UTF-8", false},
+		{"unpaired surrogate", staticHandler(http.StatusOK, `{"id": "a\ud800", "projectNamespace": "p", "clusterId": "c"}`), "a\ufffd", ErrUnavailable, "malformed JSON at byte 9: unpaired surrogate escape", false},
+		{"trailing data", staticHandler(http.StatusOK, string(good)+`{}`), "a", ErrUnavailable, fmt.Sprintf("malformed JSON at byte %d: data after the top-level value", len(good)), false},
 		{"invalid credential", staticHandler(http.StatusOK, `{"id": "a", "projectNamespace": "p"}`), "a", ErrUnavailable, "clusterId is empty", false},
 		{"id mismatch", staticHandler(http.StatusOK, string(good)), "b", ErrUnavailable, "different credential id", false},
 		{"oversize", staticHandler(http.StatusOK, big), "a", ErrUnavailable, "larger than 65536 bytes", false},

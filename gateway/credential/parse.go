@@ -55,7 +55,9 @@ func parse(data []byte) (map[string]Credential, error) {
 // validates it, in one pass of the tokenizer (unknown and null fields
 // refused in document order) and one typed decode. Used by both the file
 // and the HTTP source. Errors wrap ErrInvalid and name the field, never its
-// value.
+// value; a body that is not one well-formed JSON object also wraps
+// strictjson's class (ErrMalformed with the byte offset, ErrNotObject with
+// the kind it is, ErrDuplicateMember with the pointer).
 func decodeCredential(raw []byte) (Credential, error) {
 	err := strictjson.EachMember(raw, func(name string, v jsontext.Value) error {
 		if !fieldNames[name] {
@@ -67,10 +69,8 @@ func decodeCredential(raw []byte) (Credential, error) {
 		return nil
 	})
 	switch {
-	case errors.Is(err, strictjson.ErrDuplicateMember):
-		return Credential{}, fmt.Errorf("%w: %v", ErrInvalid, err)
-	case errors.Is(err, strictjson.ErrNotObject):
-		return Credential{}, fmt.Errorf("%w: not a JSON object", ErrInvalid)
+	case errors.Is(err, strictjson.ErrMalformed), errors.Is(err, strictjson.ErrNotObject), errors.Is(err, strictjson.ErrDuplicateMember):
+		return Credential{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	case err != nil:
 		return Credential{}, err
 	}

@@ -1,23 +1,31 @@
-// Package strictjson decodes small JSON documents (configuration answers,
-// manifests, request bodies of a few KiB, the credential files' records)
-// as strictly as the node frame codec: exactly one top-level object,
-// member names exact (no case-insensitive match) and unique, no unknown
-// members, no null except where allowed, and every required member
-// present. Errors name the rule and, where there is one, a JSON pointer;
+// Package strictjson holds sandgate's rules for strict JSON: exactly one
+// well-formed value (RFC 8259, in UTF-8 with no unpaired surrogate
+// escapes, RFC 7493 §2.1), member names exact (no case-insensitive match)
+// and unique, no unknown members, no null except where allowed, and every
+// required member present; and the one set of error classes for what
+// breaks them (ErrMalformed, ErrNotObject, ErrDuplicateMember,
+// ErrTooDeep). Errors name the rule, the byte offset or a JSON pointer;
 // never a value.
 //
-// Decode decodes the document twice (once generically to find nulls and
-// missing members, once into the target), so it is meant for documents
-// whose size the caller has already bounded. EachMember is the cheaper
-// first half for many small records: one tokenizer pass over an object's
-// top-level members, after which the caller decodes once with Options.
+// Three ways in, by what the caller decodes with:
+//   - Decode, for small documents decoded whole (configuration answers,
+//     manifests): it decodes the document twice (once generically to find
+//     nulls and missing members, once into the target), so it is meant
+//     for documents whose size the caller has already bounded.
+//   - EachMember, the cheaper first half for many small records (the
+//     credential files' records, a credential portal's answer): one
+//     tokenizer pass over an object's top-level members, after which the
+//     caller decodes once with Options.
+//   - Check and CheckFold, for request bodies that are then decoded with
+//     encoding/json (corectl's): they enforce before it what it does not
+//     (one value, no trailing data, no duplicate keys at any depth, valid
+//     UTF-8, bounded nesting).
 package strictjson
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"reflect"
 	"strings"
 	"sync"
@@ -48,13 +56,13 @@ type Schema struct {
 }
 
 // Decode decodes b, one JSON object, into v. The error describes the
-// first problem found: malformed JSON (with its byte offset), a
-// duplicate or unknown member, a null, a missing member or a value of the
-// wrong kind, each with its JSON pointer.
+// first problem found: malformed JSON (wrapping ErrMalformed, with its
+// byte offset), a duplicate or unknown member, a null, a missing member or
+// a value of the wrong kind, each with its JSON pointer.
 func Decode(b []byte, v any, s Schema) error {
 	var generic any
 	if err := jsonv2.Unmarshal(b, &generic, Options); err != nil {
-		return Describe(err)
+		return describe(b, err)
 	}
 	if _, ok := generic.(map[string]any); !ok {
 		return errors.New("the top-level value must be a JSON object")
@@ -63,7 +71,7 @@ func Decode(b []byte, v any, s Schema) error {
 		return err
 	}
 	if err := jsonv2.Unmarshal(b, v, Options); err != nil {
-		return Describe(err)
+		return describe(b, err)
 	}
 	return nil
 }
@@ -125,9 +133,9 @@ func walk(v any, ptr, pattern string, s Schema) error {
 	return nil
 }
 
-// Describe turns a jsonv2 decoding error into one naming the JSON pointer
-// and the rule, never a value.
-func Describe(err error) error {
+// describe turns a jsonv2 error decoding b into one naming the JSON
+// pointer and the rule, never a value; malformed JSON wraps ErrMalformed.
+func describe(b []byte, err error) error {
 	var se *jsonv2.SemanticError
 	if errors.As(err, &se) {
 		if errors.Is(se.Err, jsonv2.ErrUnknownName) {
@@ -136,13 +144,10 @@ func Describe(err error) error {
 		return fmt.Errorf("wrong JSON kind or value at %s", se.JSONPointer)
 	}
 	var te *jsontext.SyntacticError
-	if errors.As(err, &te) {
-		if errors.Is(te.Err, jsontext.ErrDuplicateName) {
-			return fmt.Errorf("duplicate member at %s", te.JSONPointer)
-		}
-		return fmt.Errorf("malformed JSON near byte %d", te.ByteOffset)
+	if errors.As(err, &te) && errors.Is(te.Err, jsontext.ErrDuplicateName) {
+		return fmt.Errorf("duplicate member at %s", te.JSONPointer)
 	}
-	return errors.New("malformed JSON")
+	return malformed(locate(b, err))
 }
 
 // Encode returns v as deterministic JSON (map keys sorted) with a
@@ -154,14 +159,6 @@ func Encode(v any) ([]byte, error) {
 	}
 	return append(b, '\n'), nil
 }
-
-// ErrNotObject is returned by EachMember when its input is not exactly one
-// well-formed JSON object.
-var ErrNotObject = errors.New("not a JSON object")
-
-// ErrDuplicateMember is returned by EachMember when a member name appears
-// twice in the object.
-var ErrDuplicateMember = errors.New("duplicate member name")
 
 // EachMember reads b, which must be exactly one JSON object (valid UTF-8,
 // member names unique, nothing but white space after it), in one pass of
@@ -178,50 +175,66 @@ var ErrDuplicateMember = errors.New("duplicate member name")
 // members it saw, and then decodes b once with jsonv2.Unmarshal and
 // Options, instead of decoding it twice.
 //
-// Errors: member's first error, returned as it is; ErrDuplicateMember
-// (wrapped, with the member's JSON pointer, "/name") when a top-level name
-// repeats; ErrNotObject when b is not one well-formed JSON object, which
-// includes a fault inside a member's value (a repeated name in a nested
-// object, invalid UTF-8, an unpaired surrogate escape such as "\ud800":
-// jsontext's rules, RFC 8259 and RFC 7493), found when that member is
-// read, after the callback has seen the members before it.
+// Errors: member's first error, returned as it is; otherwise one of three
+// classes, never quoting a value:
+//   - ErrMalformed (wrapped, with the byte offset and what is wrong
+//     there) when b is not one well-formed JSON text: empty, a syntax
+//     error, truncated, invalid UTF-8, an unpaired surrogate escape such
+//     as "\ud800" (jsontext's rules, RFC 8259 and RFC 7493), or data
+//     after the value;
+//   - ErrDuplicateMember (wrapped, with the JSON pointer of the second
+//     occurrence: "/name", or "/name/inner" in a nested object) when a
+//     name repeats in one object;
+//   - ErrNotObject (wrapped, with the JSON kind the value has) when b is
+//     one well-formed JSON value that is not an object.
+//
+// A fault inside a member's value is found when that member is read, after
+// the callback has seen the members before it, so a callback's error about
+// an earlier member comes first.
 func EachMember(b []byte, member func(name string, value jsontext.Value) error) error {
-	// A bytes.Buffer lets the tokenizer read b in place instead of
-	// copying it; the decoder is reused across calls.
-	p := memberDecoders.Get().(*memberDecoder)
+	p := newDecoder(b, jsontext.AllowDuplicateNames(false))
 	defer p.release()
-	p.buf = *bytes.NewBuffer(b)
-	p.dec.Reset(&p.buf, jsontext.AllowDuplicateNames(false), jsontext.AllowInvalidUTF8(false))
 	dec := &p.dec
-	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
-		return ErrNotObject
+	switch k := dec.PeekKind(); k {
+	case '{':
+		if _, err := dec.ReadToken(); err != nil {
+			return fault(b, err)
+		}
+	case 0: // PeekKind's answer to an error or the end of input
+		_, err := dec.ReadToken()
+		return fault(b, err)
+	default:
+		if _, err := dec.ReadValue(); err != nil {
+			return fault(b, err)
+		}
+		if off, ok := trailing(dec, b); ok {
+			return malformed(skipSpace(b, off), "data after the top-level value")
+		}
+		return fmt.Errorf("%w: the value is a JSON %s", ErrNotObject, KindName(k))
 	}
 	for {
 		switch dec.PeekKind() {
 		case '}':
 			if _, err := dec.ReadToken(); err != nil {
-				return ErrNotObject
+				return fault(b, err)
 			}
-			if _, err := dec.ReadToken(); err != io.EOF {
-				return ErrNotObject
+			if off, ok := trailing(dec, b); ok {
+				return malformed(skipSpace(b, off), "data after the top-level value")
 			}
 			return nil
 		case '"':
 		default:
-			return ErrNotObject
+			_, err := dec.ReadToken()
+			return fault(b, err)
 		}
 		tok, err := dec.ReadToken()
 		if err != nil {
-			var se *jsontext.SyntacticError
-			if errors.As(err, &se) && errors.Is(se.Err, jsontext.ErrDuplicateName) {
-				return fmt.Errorf("%w at %s", ErrDuplicateMember, se.JSONPointer)
-			}
-			return ErrNotObject
+			return fault(b, err)
 		}
 		name := tok.String() // before the next read voids tok
 		value, err := dec.ReadValue()
 		if err != nil {
-			return ErrNotObject
+			return fault(b, err)
 		}
 		if err := member(name, value); err != nil {
 			return err
@@ -242,19 +255,28 @@ func KindMismatch(err error) (member, got string, want reflect.Kind, ok bool) {
 	return strings.TrimPrefix(string(se.JSONPointer), "/"), KindName(se.JSONKind), se.GoType.Kind(), true
 }
 
-// memberDecoder is EachMember's reusable tokenizer and its input.
-type memberDecoder struct {
+// decoder is a reusable tokenizer and its input, for EachMember and Check.
+type decoder struct {
 	buf bytes.Buffer
 	dec jsontext.Decoder
 }
 
-var memberDecoders = sync.Pool{New: func() any { return new(memberDecoder) }}
+var decoders = sync.Pool{New: func() any { return new(decoder) }}
+
+// newDecoder returns a pooled tokenizer reading b in place (a bytes.Buffer
+// lets it read b without copying), refusing invalid UTF-8, with opts.
+func newDecoder(b []byte, opts ...jsontext.Options) *decoder {
+	p := decoders.Get().(*decoder)
+	p.buf = *bytes.NewBuffer(b)
+	p.dec.Reset(&p.buf, append(opts, jsontext.AllowInvalidUTF8(false))...)
+	return p
+}
 
 // release drops the decoder's references to the caller's bytes and pools it.
-func (p *memberDecoder) release() {
+func (p *decoder) release() {
 	p.buf = bytes.Buffer{}
 	p.dec.Reset(&p.buf)
-	memberDecoders.Put(p)
+	decoders.Put(p)
 }
 
 // KindName is the word for a JSON value's kind in error messages:

@@ -47,44 +47,105 @@ func TestEachMemberInOrder(t *testing.T) {
 }
 
 // TestEachMemberRefuses: anything but one well-formed object with unique
-// names is refused with its class, before or after the callback has seen
-// the members ahead of the problem, and the error quotes no value.
+// names is refused with its class (and the offset, pointer or kind), and
+// the error quotes no value.
 func TestEachMemberRefuses(t *testing.T) {
 	cases := []struct {
 		name, in string
 		want     error
+		text     string
 	}{
-		{"empty", "", ErrNotObject},
-		{"null", "null", ErrNotObject},
-		{"number", "1", ErrNotObject},
-		{"array", `["secret"]`, ErrNotObject},
-		{"string", `"secret"`, ErrNotObject},
-		{"unterminated", `{"a": "secret"`, ErrNotObject},
-		{"missing value", `{"a": }`, ErrNotObject},
-		{"trailing value", `{"a": 1} {}`, ErrNotObject},
-		{"trailing garbage", `{"a": 1}x`, ErrNotObject},
-		{"invalid UTF-8 in a value", "{\"a\": \"\xff\"}", ErrNotObject},
-		{"invalid UTF-8 in a name", "{\"\xff\": 1}", ErrNotObject},
-		{"unpaired surrogate escape", `{"a": "\ud800"}`, ErrNotObject},
-		{"reversed surrogate pair", `{"a": "\udc00\ud800"}`, ErrNotObject},
-		{"duplicate name inside a value", `{"a": {"b": 1, "b": 2}}`, ErrNotObject},
-		{"duplicate name", `{"a": "secret", "a": "secret"}`, ErrDuplicateMember},
-		{"duplicate name by escape", `{"a": 1, "\u0061": 2}`, ErrDuplicateMember},
+		{"empty", "", ErrMalformed, "malformed JSON at byte 0: empty input"},
+		{"white space", " \t\r\n", ErrMalformed, "malformed JSON at byte 0: empty input"},
+		{"unterminated", `{"a": "secret`, ErrMalformed, "malformed JSON at byte 13: unexpected end of input"},
+		{"unterminated object", `{"a": 1`, ErrMalformed, "malformed JSON at byte 7: unexpected end of input"},
+		{"truncated array", `["secret"`, ErrMalformed, "malformed JSON at byte 9: unexpected end of input"},
+		{"missing value", `{"a": }`, ErrMalformed, "malformed JSON at byte 6: syntax error"},
+		{"bare word", `{"a": secret}`, ErrMalformed, "malformed JSON at byte 6: syntax error"},
+		{"number name", `{1: 2}`, ErrMalformed, "malformed JSON at byte 1: syntax error"},
+		{"trailing value", `{"a": 1} {}`, ErrMalformed, "malformed JSON at byte 9: data after the top-level value"},
+		{"trailing garbage", `{"a": 1}x`, ErrMalformed, "malformed JSON at byte 8: data after the top-level value"},
+		{"trailing after a non-object", `[1] x`, ErrMalformed, "malformed JSON at byte 4: data after the top-level value"},
+		{"invalid UTF-8 in a value", "{\"a\": \"se\xffcret\"}", ErrMalformed, "malformed JSON at byte 9: invalid UTF-8"},
+		{"invalid UTF-8 in a name", "{\"\xff\": 1}", ErrMalformed, "malformed JSON at byte 2: invalid UTF-8"},
+		{"truncated UTF-8", "{\"a\": \"\xe2\x82\"}", ErrMalformed, "malformed JSON at byte 7: invalid UTF-8"},
+		{"unpaired surrogate escape", `{"a": "\ud800secret"}`, ErrMalformed, "malformed JSON at byte 7: unpaired surrogate escape"},
+		{"reversed surrogate pair", `{"a": "\udc00\ud800"}`, ErrMalformed, "malformed JSON at byte 7: unpaired surrogate escape"},
+		{"invalid escape", `{"a": "\q"}`, ErrMalformed, "malformed JSON at byte 7: invalid escape sequence"},
+		{"null", "null", ErrNotObject, "not a JSON object: the value is a JSON null"},
+		{"number", " 1 ", ErrNotObject, "not a JSON object: the value is a JSON number"},
+		{"array", `["secret"]`, ErrNotObject, "not a JSON object: the value is a JSON array"},
+		{"string", `"secret"`, ErrNotObject, "not a JSON object: the value is a JSON string"},
+		{"duplicate name", `{"a": "secret", "a": "secret"}`, ErrDuplicateMember, "duplicate member name at /a"},
+		{"duplicate name by escape", `{"a": 1, "\u0061": 2}`, ErrDuplicateMember, "duplicate member name at /a"},
+		{"duplicate name inside a value", `{"a": {"b": 1, "b": 2}}`, ErrDuplicateMember, "duplicate member name at /a/b"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := members(t, tc.in)
-			if !errors.Is(err, tc.want) {
-				t.Fatalf("EachMember(%q) = %v, want %v", tc.in, err, tc.want)
+			if classOf(t, err) != tc.want || err.Error() != tc.text {
+				t.Fatalf("EachMember(%q) = %v, want %q (%v)", tc.in, err, tc.text, tc.want)
 			}
 			if strings.Contains(err.Error(), "secret") {
 				t.Errorf("error %q quotes a value", err)
 			}
 		})
 	}
-	if _, err := members(t, `{"a": 1, "a": 2}`); err == nil || !strings.Contains(err.Error(), "/a") {
-		t.Errorf("duplicate error %v does not name the member", err)
+}
+
+// TestDecodeMalformed: Decode's malformed JSON has EachMember's class and
+// words, never a value.
+func TestDecodeMalformed(t *testing.T) {
+	var v struct {
+		A string `json:"a"`
 	}
+	for in, want := range map[string]string{
+		`{"a": "secret`:           "malformed JSON at byte 13: unexpected end of input",
+		"{\"a\": \"se\xffcret\"}": "malformed JSON at byte 9: invalid UTF-8",
+		`{"a": "\ud800secret"}`:   "malformed JSON at byte 7: unpaired surrogate escape",
+		`{"a": "x"} {}`:           "malformed JSON at byte 11: data after the top-level value",
+		``:                        "malformed JSON at byte 0: empty input",
+	} {
+		err := Decode([]byte(in), &v, Schema{})
+		if !errors.Is(err, ErrMalformed) || err.Error() != want {
+			t.Errorf("Decode(%q) = %v, want %q", in, err, want)
+		}
+	}
+}
+
+// classOf returns the one class err has (nil for nil), failing the test
+// when it has none or more than one.
+func classOf(t *testing.T, err error) error {
+	t.Helper()
+	if err == nil {
+		return nil
+	}
+	var class error
+	for _, c := range []error{ErrMalformed, ErrNotObject, ErrDuplicateMember, ErrTooDeep} {
+		if errors.Is(err, c) {
+			if class != nil {
+				t.Fatalf("error %v is both %v and %v", err, class, c)
+			}
+			class = c
+		}
+	}
+	if class == nil {
+		t.Fatalf("error %v has no class", err)
+	}
+	return class
+}
+
+// jsontextClass is jsontext's judgement of b: ErrMalformed if it is not
+// one well-formed JSON text even with duplicate names allowed,
+// ErrDuplicateMember if it is but has a repeated name, else nil.
+func jsontextClass(b []byte) error {
+	switch {
+	case !jsontext.Value(b).IsValid(jsontext.AllowDuplicateNames(true)):
+		return ErrMalformed
+	case !jsontext.Value(b).IsValid():
+		return ErrDuplicateMember
+	}
+	return nil
 }
 
 // TestEachMemberStopsAtCallbackError: the callback's error comes back as
@@ -118,10 +179,12 @@ func TestKindName(t *testing.T) {
 }
 
 // FuzzEachMember: EachMember accepts exactly what jsonv2 decodes as one
-// object with unique names into a map, with the same members, and never
+// object with unique names into a map, with the same members; refuses
+// everything else with the class jsontext's own judgement gives it (a
+// well-formed value that is not an object: ErrNotObject); and never
 // panics.
 func FuzzEachMember(f *testing.F) {
-	for _, s := range []string{`{"a": 1, "b": [null, {"c": "d"}]}`, `{}`, `{"a": 1, "a": 2}`, `[1]`, `{"a": 1} x`, "{\"\xff\": 1}"} {
+	for _, s := range []string{`{"a": 1, "b": [null, {"c": "d"}]}`, `{}`, `{"a": 1, "a": 2}`, `[1]`, `{"a": 1} x`, "{\"\xff\": 1}", `{"a": "\ud800"}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -132,24 +195,30 @@ func FuzzEachMember(f *testing.F) {
 			got[name] = string(v)
 			return nil
 		})
-		var want map[string]jsontext.Value
-		werr := jsonv2.Unmarshal(b, &want, Options)
-		if werr == nil && want == nil {
+		class := classOf(t, err)
+		want := jsontextClass(b)
+		if want == nil && jsontext.Value(b).Kind() != '{' {
+			want = ErrNotObject
+		}
+		// A repeated name ahead of a later malformation is reported first.
+		if class != want && (class != ErrDuplicateMember || want != ErrMalformed) {
+			t.Fatalf("EachMember(%q) = %v, want class %v", b, err, want)
+		}
+		var wantMembers map[string]jsontext.Value
+		werr := jsonv2.Unmarshal(b, &wantMembers, Options)
+		if werr == nil && wantMembers == nil {
 			werr = errors.New("null") // jsonv2 takes null for an empty map; EachMember wants an object
 		}
 		if (err == nil) != (werr == nil) {
 			t.Fatalf("EachMember = %v, jsonv2 = %v for %q", err, werr, b)
 		}
 		if err != nil {
-			if !errors.Is(err, ErrNotObject) && !errors.Is(err, ErrDuplicateMember) {
-				t.Fatalf("error %v is neither class", err)
-			}
 			return
 		}
-		if n != len(want) || len(got) != len(want) {
-			t.Fatalf("EachMember saw %d members (%d names), jsonv2 %d", n, len(got), len(want))
+		if n != len(wantMembers) || len(got) != len(wantMembers) {
+			t.Fatalf("EachMember saw %d members (%d names), jsonv2 %d", n, len(got), len(wantMembers))
 		}
-		for k, v := range want {
+		for k, v := range wantMembers {
 			if g, ok := got[k]; !ok || !jsontext.Value(g).IsValid() || string(jsontext.Value(g).Clone()) != string(v.Clone()) {
 				t.Fatalf("member %q = %q, jsonv2 %q", k, g, v)
 			}

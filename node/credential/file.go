@@ -151,7 +151,10 @@ func parse(data []byte) (map[string]*record, error) {
 // pass of the tokenizer and one typed decode: unknown and null members are
 // refused in document order, then missing required members in name order,
 // then a value of the wrong JSON kind; the record is then validated.
-// Errors wrap ErrInvalid and name the member, never its value.
+// Errors wrap ErrInvalid and name the member, never its value; a record
+// that is not one well-formed JSON object also wraps strictjson's class
+// (ErrMalformed with the byte offset, ErrNotObject with the kind it is,
+// ErrDuplicateMember with the pointer).
 func decodeRecord(raw []byte) (*record, error) {
 	var present uint32 // bit i: memberNames[i] seen
 	err := strictjson.EachMember(raw, func(name string, v jsontext.Value) error {
@@ -168,10 +171,8 @@ func decodeRecord(raw []byte) (*record, error) {
 		return nil
 	})
 	switch {
-	case errors.Is(err, strictjson.ErrDuplicateMember):
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
-	case errors.Is(err, strictjson.ErrNotObject):
-		return nil, fmt.Errorf("%w: not a JSON object", ErrInvalid)
+	case errors.Is(err, strictjson.ErrMalformed), errors.Is(err, strictjson.ErrNotObject), errors.Is(err, strictjson.ErrDuplicateMember):
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	case err != nil:
 		return nil, err
 	}
