@@ -1,25 +1,58 @@
 package httpapi
 
 import (
+	"errors"
 	"testing"
 
+	"github.com/sandgate/sandgate/corectl/createnet"
+	"github.com/sandgate/sandgate/corectl/egress"
+	"github.com/sandgate/sandgate/corectl/ingressallow"
+	"github.com/sandgate/sandgate/corectl/template"
 	"github.com/sandgate/sandgate/internal/strictjson/strictjsontest"
 )
 
-// TestBodyClasses: a create, timeout, refresh or connect body that is
-// malformed JSON (cut short, a syntax error, invalid UTF-8, an unpaired
-// surrogate escape, trailing data), repeats a key or nests too deep is
-// answered "the body is invalid JSON: ..." (the 400 bad_request message)
-// with strictjson's class and the offset where there is one; a
-// well-formed body that is not an object is answered as not an object;
-// neither quotes a value.
+// TestBodyClasses: every route's request body that is malformed JSON (cut
+// short, a syntax error, invalid UTF-8, an unpaired surrogate escape,
+// trailing data), repeats a key or nests too deep is refused (the 400
+// bad_request message) with "invalid JSON: ..." after the route's prefix,
+// strictjson's class and the offset where there is one; a well-formed body
+// that is not an object gets the route's own "not an object" answer; none
+// quotes the body. One table (strictjsontest's) for the decoder of each
+// route.
 func TestBodyClasses(t *testing.T) {
-	t.Run("create", func(t *testing.T) {
-		strictjsontest.Answers(t, func(body []byte) error { _, err := decodeCreate(body); return err },
-			"the body is ", "the body is not a JSON object of the right shape")
-	})
-	t.Run("timeout, refresh, connect", func(t *testing.T) {
-		strictjsontest.Answers(t, func(body []byte) error { _, err := decodeObject(body); return err },
-			"the body is ", "the body is not a JSON object")
-	})
+	var ce *createnet.Error
+	routes := []struct {
+		name              string
+		decode            func([]byte) error
+		is                func(error) bool // the decoder's own error type
+		prefix, notObject string
+	}{
+		{"create", func(b []byte) error { _, err := decodeCreate(b); return err }, func(error) bool { return true },
+			"the body is ", "the body is not a JSON object of the right shape"},
+		{"timeout, refresh, connect", func(b []byte) error { _, err := decodeObject(b); return err }, func(error) bool { return true },
+			"the body is ", "the body is not a JSON object"},
+		{"create network, resolve", func(b []byte) error { _, err := createnet.Decode(b); return err },
+			func(err error) bool { return errors.As(err, &ce) && ce.Code == createnet.CodeBadRequest },
+			"bad_request: network: ", "bad_request: network must be a JSON object"},
+		{"PUT network", func(b []byte) error { _, err := egress.DecodeRequest(b); return err },
+			func(err error) bool { return errors.Is(err, egress.ErrBadRequest) },
+			"egress: bad request: ", "egress: bad request: body must be a JSON object"},
+		{"PUT network/ingress", func(b []byte) error { _, err := ingressallow.DecodeRequest(b); return err },
+			func(err error) bool { return errors.Is(err, ingressallow.ErrBadRequest) },
+			"ingressallow: bad request: ", "ingressallow: bad request: body must be a JSON object"},
+		{"PUT template network", func(b []byte) error { _, err := template.DecodeRequest(b); return err },
+			func(err error) bool { return errors.Is(err, template.ErrBadRequest) },
+			"template: bad request: ", "template: bad request: body must be a JSON object"},
+	}
+	for _, r := range routes {
+		t.Run(r.name, func(t *testing.T) {
+			strictjsontest.Answers(t, func(body []byte) error {
+				err := r.decode(body)
+				if err == nil || !r.is(err) {
+					t.Errorf("%q: %v is not the decoder's bad-request error", body, err)
+				}
+				return err
+			}, r.prefix, r.notObject)
+		})
+	}
 }
