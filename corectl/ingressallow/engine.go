@@ -550,11 +550,14 @@ func overwrite(cur, want *networkingv1.Ingress, sb *sandbox.Sandbox) *networking
 // with (the allowlist's status.lastVerified, so a PUT verified since the
 // create began stands), and reads it back (CheckCarrier against that set).
 // The write is overwrite's, as every cycle's: conditional on the carrier
-// as read, and it drops every annotation a carrier may not carry. It holds
+// as read, and it drops every annotation a carrier may not carry; before
+// it, a status write conditional on the allowlist as read fences it
+// against another replica's cycle (see Reconcile). It holds
 // Lock(namespace, id), so no cycle of this process runs in between.
 // Errors: the allowlist or the BatchSandbox cannot be read, the allowlist
-// has no verified set, the carrier is missing or not corectl's, the write
-// fails (a conflict included), or the read-back does not verify.
+// has no verified set, the carrier is missing or not corectl's, the
+// allowlist changed since it was read or the write fails (a conflict
+// included), or the read-back does not verify.
 func (e *Engine) RewriteProbeSources(ctx context.Context, namespace, id string, probe []string) error {
 	defer e.Lock(namespace, id)()
 	al := &v1alpha1.SandboxIngressAllowlist{}
@@ -576,6 +579,17 @@ func (e *Engine) RewriteProbeSources(ctx context.Context, namespace, id string, 
 	}
 	if !isOurs(e.Cluster, sb, cur) {
 		return fmt.Errorf("%s: Ingress %s is not corectl's carrier for this sandbox", CodeCarrierForeign, key)
+	}
+	// As a cycle's Verifying does, a status write conditional on the
+	// allowlist as read (a new status.cycle, so it changes the object)
+	// comes after the carrier is read and before it is written: a cycle
+	// in another replica that recorded a result since the allowlist was
+	// read makes it fail, so the set read above is never written under a
+	// newer record; a carrier write since the carrier was read makes the
+	// update below fail.
+	al.Status.Cycle = string(uuid.NewUUID())
+	if err := e.Client.Status().Update(ctx, al); err != nil {
+		return fmt.Errorf("mark SandboxIngressAllowlist %s/%s before the rewrite: %w", namespace, id, err)
 	}
 	if err := e.Client.Update(ctx, overwrite(cur, CarrierWithProbe(e.Cluster, sb, set, probe), sb)); err != nil {
 		return fmt.Errorf("rewrite Ingress %s: %w", key, err)

@@ -91,12 +91,19 @@ func (f *fixture) replica(t *testing.T) *replica {
 // and returns once it is held at the first call match matches; the
 // returned function lets it go on and waits for its error.
 func (r *replica) holdAt(ns string, match func(verb string, obj client.Object) bool) (release func() error) {
+	return r.holdIn(match, func() error {
+		_, err := r.eng.Reconcile(ctx, ns, "sbx")
+		return err
+	})
+}
+
+// holdIn runs op (which calls r.eng) in a goroutine and returns once op is
+// held at the first call match matches; the returned function lets it go
+// on and waits for its error.
+func (r *replica) holdIn(match func(verb string, obj client.Object) bool, op func() error) (release func() error) {
 	r.g = newGate(match)
 	done := make(chan error, 1)
-	go func() {
-		_, err := r.eng.Reconcile(ctx, ns, "sbx")
-		done <- err
-	}()
+	go func() { done <- op() }()
 	<-r.g.reached
 	g := r.g
 	return func() error {
@@ -293,5 +300,29 @@ func TestInterleavedCyclesRollbackOverVerified(t *testing.T) {
 	_ = releaseA()
 	f.consistent(t, "after A's rollback")
 	settle(t, b.eng, f.ns)
+	f.verifiedAt(t, newSet)
+}
+
+// TestInterleavedProbeRewriteUnderANewerRecord: the create's readiness
+// path in replica A rewrites the carrier with new probe sources and the
+// allowlist's last verified set (RewriteProbeSources) and is held after
+// reading the allowlist, before reading the carrier. A newer desired
+// version is written and replica B's cycle applies and verifies it. A
+// must not then write its older verified set over the carrier B recorded
+// as Verified: the allowlist would say Verified for rules that are not on
+// the carrier.
+func TestInterleavedProbeRewriteUnderANewerRecord(t *testing.T) {
+	f := newFixture(t)
+	f.verifiedFirst(t, lkgSet)
+	a, b := f.replica(t), f.replica(t)
+	releaseA := a.holdIn(func(verb string, obj client.Object) bool { return verb == "get" && isIngress(obj) }, func() error {
+		return a.eng.RewriteProbeSources(ctx, f.ns, "sbx", []string{"10.7.7.7/32"})
+	})
+	f.set(t, newSet)
+	if res, err := b.eng.Reconcile(ctx, f.ns, "sbx"); err != nil || res.Outcome != OutcomeVerified {
+		t.Fatalf("B = %+v, %v", res, err)
+	}
+	_ = releaseA() // an error is right: the allowlist changed under it
+	f.consistent(t, "after the rewrite")
 	f.verifiedAt(t, newSet)
 }
