@@ -102,6 +102,23 @@ func isOurs(c *cluster.Cluster, sb *sandbox.Sandbox, ing *networkingv1.Ingress) 
 	return ing.Annotations[v1alpha1.AnnotationOwner] == sb.OwnerAnnotation()
 }
 
+// awaitsBackfill reports whether ing is the carrier sb's create wrote
+// before the BatchSandbox existed and has not back-filled yet (package
+// lifecycle, steps ingress and owners): corectl's identity labels for sb,
+// the owner annotation naming sb's namespace and ID with no UID, and no
+// owner reference. It is neither foreign nor yet sb's (isOurs): the
+// create writes its owner next, conditional on the version it read, so a
+// cycle writes nothing over it and is retried.
+func awaitsBackfill(c *cluster.Cluster, sb *sandbox.Sandbox, ing *networkingv1.Ingress) bool {
+	for k, v := range sb.IdentityLabels(c.ID) {
+		if ing.Labels[k] != v {
+			return false
+		}
+	}
+	pre := sandbox.Sandbox{Namespace: sb.Namespace, ID: sb.ID}
+	return sb.UID != "" && ing.Annotations[v1alpha1.AnnotationOwner] == pre.OwnerAnnotation() && len(ing.OwnerReferences) == 0
+}
+
 // CheckCarrier verifies a read-back managed Ingress against the
 // expectations of spec §5.2 except the path-claim check: owner (annotation,
 // and owner reference when in the sandbox's namespace), management and

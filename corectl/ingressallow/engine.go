@@ -352,6 +352,14 @@ func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressA
 	if err != nil {
 		return e.finish(ctx, al, sb, &Result{Outcome: OutcomeKept, Code: CodeDesiredInvalid, Message: err.Error()})
 	}
+	if cur != nil && !isOurs(e.Cluster, sb, cur) && awaitsBackfill(e.Cluster, sb, cur) {
+		// A PUT made while the create is between its BatchSandbox and its
+		// owner back-fill: the carrier is the create's, not foreign.
+		// Nothing is written or recorded (a settled CarrierForeign would
+		// fail the create's own cycle); the retry after the back-fill, or
+		// the create's cycle, applies the PUT's rules.
+		return nil, fmt.Errorf("%w: Ingress %s awaits its create's owner back-fill", ErrTransient, key)
+	}
 	if cur != nil && !isOurs(e.Cluster, sb, cur) {
 		return e.finish(ctx, al, sb, &Result{Outcome: OutcomeKept, Code: CodeCarrierForeign,
 			Message: fmt.Sprintf("Ingress %s exists and is not corectl's carrier for this sandbox", key)})

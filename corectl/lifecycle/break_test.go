@@ -370,3 +370,51 @@ func TestBreakPutBetweenDesiredAndItsCycle(t *testing.T) {
 		t.Fatalf("carrier whitelist when the create answered = %q, want the PUT's 192.0.2.0/24", v)
 	}
 }
+
+// TestBreakPutBeforeTheOwnerBackfill: a PUT /network/ingress that lands
+// after the BatchSandbox exists but before the create back-filled its
+// UID onto the carrier it wrote first (its owner annotation still names
+// no UID). The leader's cycle for the PUT must not judge that carrier
+// foreign (409 CarrierForeign, a settled failure the create's own cycle
+// then finds and fails on): it is the create's, half-way. The PUT's
+// rules are applied once the back-fill is done, the PUT is answered for
+// them and the create answers 201 with them in force. The create is held
+// at the start of its owners step (hook) until the leader has run a
+// cycle for the PUT's allowlist.
+func TestBreakPutBeforeTheOwnerBackfill(t *testing.T) {
+	w := start(t)
+	h := w.createHeldAt(lifecycle.StepOwners)
+	id := h.id
+
+	put := make(chan createAnswer, 1)
+	var ps ingressallow.Status
+	go func() {
+		code, raw := w.do("PUT", "/sandboxes/"+id+"/network/ingress", "key-a", `{"ingress":[{"cidr":"192.0.2.0/24"}]}`, &ps)
+		put <- createAnswer{code, raw}
+	}()
+	// The carrier's own events wake cycles that find no allowlist
+	// (NoChange); the PUT's is the first that ends otherwise.
+	kubetest.Eventually(t, 30*time.Second, "the leader's cycle for the PUT's allowlist", func() (bool, error) {
+		m := w.metrics()
+		return m.Value("corectl_reconcile_total", "controller", "ingress")-
+			m.Value("corectl_reconcile_total", "controller", "ingress", "outcome", string(ingressallow.OutcomeNoChange)) >= 1, nil
+	})
+	if a := h.finish(); a.status != http.StatusCreated {
+		t.Fatalf("create = %d %s; want 201 (a PUT before the owner back-fill must not fail it)", a.status, a.body)
+	}
+	if a := <-put; a.status != http.StatusOK || ps.Desired == nil || !slices.Equal(ingressallow.CIDRs(*ps.Desired), []string{"192.0.2.0/24"}) || !ps.Ready {
+		t.Fatalf("PUT before the owner back-fill = %d %s; want 200 with its rules verified", a.status, a.body)
+	}
+	var st ingressallow.Status
+	if code, raw := w.do("GET", "/sandboxes/"+id+"/network/ingress", "key-a", "", &st); code != http.StatusOK || !st.Ready ||
+		st.Desired == nil || !slices.Equal(ingressallow.CIDRs(*st.Desired), []string{"192.0.2.0/24"}) {
+		t.Fatalf("GET /network/ingress after the create = %d %s; want the PUT's rules, verified", code, raw)
+	}
+	ing := &networkingv1.Ingress{}
+	if err := get(ing, w.ingNS, ingressallow.IngressName(id)); err != nil {
+		t.Fatal(err)
+	}
+	if v := ing.Annotations[ingressallow.AnnotationWhitelist]; v != "192.0.2.0/24" {
+		t.Fatalf("carrier whitelist after the create = %q, want the PUT's 192.0.2.0/24", v)
+	}
+}
