@@ -20,6 +20,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/lifecycle"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
@@ -160,14 +161,20 @@ type createAnswer struct {
 // on if the test did not.
 func (w *world) createHeldAt(s lifecycle.Step) *heldCreate {
 	w.t.Helper()
+	return w.createHeldWith(s, restricted)
+}
+
+// createHeldWith is createHeldAt for the create request body.
+func (w *world) createHeldWith(s lifecycle.Step, body string) *heldCreate {
+	w.t.Helper()
 	release, held := w.hold(s)
 	var once sync.Once
 	h := &heldCreate{release: func() { once.Do(func() { close(release) }) }, answered: make(chan createAnswer, 1)}
 	w.t.Cleanup(h.release)
 	go func() {
 		var out map[string]any
-		st, body := w.do("POST", "/v2/sandboxes", "key-a", restricted, &out)
-		h.answered <- createAnswer{st, body}
+		st, raw := w.do("POST", "/v2/sandboxes", "key-a", body, &out)
+		h.answered <- createAnswer{st, raw}
 	}()
 	select {
 	case h.id = <-held:
@@ -416,5 +423,53 @@ func TestBreakPutBeforeTheOwnerBackfill(t *testing.T) {
 	}
 	if v := ing.Annotations[ingressallow.AnnotationWhitelist]; v != "192.0.2.0/24" {
 		t.Fatalf("carrier whitelist after the create = %q, want the PUT's 192.0.2.0/24", v)
+	}
+}
+
+// TestBreakPutMakesTheCreateRestrictedThenA403: an unrestricted create
+// (no carrier of its own) whose sandbox a PUT /network/ingress made
+// restricted while it waited for readiness. The control-plane source then
+// moves (NAT drift) and readiness gets 403 from the PUT's carrier: the
+// 403 must rediscover the source and rewrite that carrier with the PUT's
+// rules, as for a restricted create, instead of doing nothing until the
+// readiness budget is spent and the create fails. The create is held at
+// the start of its readiness step (hook) and the drift is set before it
+// goes on, so the 403 is certain.
+func TestBreakPutMakesTheCreateRestrictedThenA403(t *testing.T) {
+	w := startWith(t, env.Config, true)
+	h := w.createHeldWith(lifecycle.StepReadiness, `{"templateID":"base"}`)
+	id := h.id
+	if err := get(&networkingv1.Ingress{}, w.ingNS, ingressallow.IngressName(id)); !apierrors.IsNotFound(err) {
+		t.Fatalf("the unrestricted create wrote a carrier (%v)", err)
+	}
+	var ps ingressallow.Status
+	if code, raw := w.do("PUT", "/sandboxes/"+id+"/network/ingress", "key-a", `{"ingress":[{"cidr":"192.0.2.0/24"}]}`, &ps); code != http.StatusOK || !ps.Ready {
+		t.Fatalf("PUT while the create waits for readiness = %d %s; want 200, verified", code, raw)
+	}
+	w.mu.Lock()
+	w.source = "10.9.9.10"
+	w.mu.Unlock()
+	before := w.entry.Received()
+	if a := h.finish(); a.status != http.StatusCreated {
+		t.Fatalf("create = %d %s; want 201 after the 403 rewrote the PUT's carrier with the moved source", a.status, a.body)
+	}
+	var forbidden bool
+	for _, r := range w.entry.RequestsAfter(before) {
+		forbidden = forbidden || (r.Path == "/"+id+"/44772/ping" && r.Status == http.StatusForbidden)
+	}
+	if !forbidden {
+		t.Fatal("the moved probe source was never refused")
+	}
+	ing := &networkingv1.Ingress{}
+	if err := get(ing, w.ingNS, ingressallow.IngressName(id)); err != nil {
+		t.Fatal(err)
+	}
+	if v, want := ing.Annotations[ingressallow.AnnotationWhitelist], "10.9.9.10/32,192.0.2.0/24"; v != want {
+		t.Fatalf("carrier whitelist after the create = %q, want %q (the PUT's rules and the new source)", v, want)
+	}
+	var st ingressallow.Status
+	if code, raw := w.do("GET", "/sandboxes/"+id+"/network/ingress", "key-a", "", &st); code != http.StatusOK || !st.Ready ||
+		st.Desired == nil || !slices.Equal(ingressallow.CIDRs(*st.Desired), []string{"192.0.2.0/24"}) {
+		t.Fatalf("GET /network/ingress after the create = %d %s", code, raw)
 	}
 }

@@ -871,11 +871,23 @@ func (o *Orchestrator) deleteIngress(ctx context.Context, ns, id string) error {
 // the user set the allowlist was last verified with, which is a PUT's
 // when one was made since the BatchSandbox appeared, not necessarily this
 // create's; dropping any annotation a carrier may not carry, as every
-// cycle's write does; under the sandbox's lock. Without discovery or a
-// carrier it does nothing.
+// cycle's write does; under the sandbox's lock. An unrestricted create
+// (no carrier of its own) does the same when a PUT made the sandbox
+// restricted meanwhile (its allowlist exists: one read, on a 403 only).
+// Without discovery, or unrestricted without an allowlist, it does
+// nothing.
 func (c *creation) onForbidden(ctx context.Context) error {
-	if c.o.Probe == nil || len(c.ingressSet) == 0 {
+	if c.o.Probe == nil {
 		return nil
+	}
+	if len(c.ingressSet) == 0 {
+		err := c.o.Client.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: c.id}, &v1alpha1.SandboxIngressAllowlist{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read SandboxIngressAllowlist %s/%s: %w", c.ns, c.id, err)
+		}
 	}
 	c.o.Probe.Invalidate()
 	p, err := c.o.Probe.Sources(ctx)
