@@ -3,6 +3,8 @@ package lifecycle_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/createnet"
 	"github.com/sandgate/sandgate/corectl/egress"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/kubetest"
@@ -21,6 +24,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
@@ -471,5 +475,83 @@ func TestBreakPutMakesTheCreateRestrictedThenA403(t *testing.T) {
 	if code, raw := w.do("GET", "/sandboxes/"+id+"/network/ingress", "key-a", "", &st); code != http.StatusOK || !st.Ready ||
 		st.Desired == nil || !slices.Equal(ingressallow.CIDRs(*st.Desired), []string{"192.0.2.0/24"}) {
 		t.Fatalf("GET /network/ingress after the create = %d %s", code, raw)
+	}
+}
+
+// TestBreakPutDuringAFailingUnrestrictedCreate: an unrestricted create
+// (no carrier of its own) whose sandbox a PUT /network/ingress made
+// restricted while it ran, and which then fails. Its compensation must
+// revoke the PUT's carrier first and confirm it gone before it deletes
+// the BatchSandbox (the fail-closed order, spec §5.2), and remove the
+// PUT's allowlist, instead of leaving both for the orphan scan and owner
+// GC. The create is held at the start of its readiness step (hook), the
+// PUT is answered, then that step fails.
+func TestBreakPutDuringAFailingUnrestrictedCreate(t *testing.T) {
+	w := start(t)
+	h := w.createHeldWith(lifecycle.StepReadiness, `{"templateID":"base"}`)
+	var ps ingressallow.Status
+	if code, raw := w.do("PUT", "/sandboxes/"+h.id+"/network/ingress", "key-a", `{"ingress":[{"cidr":"192.0.2.0/24"}]}`, &ps); code != http.StatusOK || !ps.Ready {
+		t.Fatalf("PUT while the create waits for readiness = %d %s; want 200, verified", code, raw)
+	}
+	if err := get(&networkingv1.Ingress{}, w.ingNS, ingressallow.IngressName(h.id)); err != nil {
+		t.Fatalf("the PUT's carrier: %v", err)
+	}
+	w.fail(lifecycle.StepReadiness)
+	a := h.finish()
+	var fb struct {
+		Error   string   `json:"error"`
+		Cleanup []string `json:"cleanup"`
+	}
+	if err := json.Unmarshal(a.body, &fb); err != nil || a.status != http.StatusServiceUnavailable || fb.Error != lifecycle.CodeNotReady {
+		t.Fatalf("create = %d %s (%v); want 503 %s", a.status, a.body, err, lifecycle.CodeNotReady)
+	}
+	want := []string{"delete-ingress", "delete-desired", "delete-batchsandbox", "delete-policy"}
+	if !slices.Equal(fb.Cleanup, want) {
+		t.Fatalf("cleanup %v, want %v (the PUT's carrier first)", fb.Cleanup, want)
+	}
+	w.nothingLeft()
+}
+
+// TestBreakStaleAllowlistOfTheSameName: a SandboxIngressAllowlist left by
+// an earlier sandbox of the same ID (owned by another BatchSandbox UID,
+// e.g. before owner GC ran) is never adopted: the create fails at its
+// desired step and says why. Its compensation removes the leftover with
+// the rest (the BatchSandbox of that name is this create's, so nothing
+// else can own it), so the name does not stay unusable: the next create
+// of the same ID succeeds.
+func TestBreakStaleAllowlistOfTheSameName(t *testing.T) {
+	w := start(t)
+	ctx := context.Background()
+	id := lifecycle.NewID("sb")
+	ctrl := true
+	stale := &v1alpha1.SandboxIngressAllowlist{
+		ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: w.nsA,
+			Labels: (&sandbox.Sandbox{ID: id, Namespace: w.nsA}).IdentityLabels(w.clusterID),
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: sandbox.GVK.GroupVersion().String(), Kind: sandbox.GVK.Kind, Name: id,
+				UID: "00000000-0000-0000-0000-0000000000aa", Controller: &ctrl}}},
+		Spec: v1alpha1.SandboxIngressAllowlistSpec{ClusterID: w.clusterID, Desired: []v1alpha1.IngressRule{{CIDR: "0.0.0.0/0"}}, Revision: 1},
+	}
+	if err := env.Client.Create(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	req := lifecycle.CreateRequest{CredentialID: "a", Namespace: w.nsA, TemplateID: "base", SandboxID: id,
+		Network: &createnet.Initial{Ingress: []v1alpha1.IngressRule{{CIDR: "203.0.113.0/24"}}}}
+	_, err := w.orch.Create(ctx, req)
+	var ce *lifecycle.CreateError
+	if !errors.As(err, &ce) || ce.Step != lifecycle.StepDesired || !strings.Contains(ce.Reason, "another BatchSandbox") {
+		t.Fatalf("create over a stale allowlist = %v; want a CreateError at %s naming the other BatchSandbox", err, lifecycle.StepDesired)
+	}
+	if !slices.Equal(ce.Cleanup, []string{"delete-ingress", "delete-desired", "delete-batchsandbox", "delete-policy"}) {
+		t.Fatalf("cleanup %v", ce.Cleanup)
+	}
+	w.nothingLeft()
+	c, err := w.orch.Create(ctx, req)
+	if err != nil {
+		t.Fatalf("the next create of %s = %v; want it to succeed", id, err)
+	}
+	al := &v1alpha1.SandboxIngressAllowlist{}
+	if err := get(al, w.nsA, id); err != nil || !slices.Equal(al.Status.LastVerified, []string{"203.0.113.0/24"}) ||
+		len(al.OwnerReferences) != 1 || al.OwnerReferences[0].UID == stale.OwnerReferences[0].UID {
+		t.Fatalf("allowlist of the next create %s: %+v %v", c.SandboxID, al, err)
 	}
 }

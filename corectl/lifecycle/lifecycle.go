@@ -792,7 +792,14 @@ func (c *creation) compensate(ctx context.Context, ce *CreateError) (ingressPend
 			return f()
 		})
 	}
-	if c.wroteIngress {
+	// Once the BatchSandbox exists, a PUT /network/ingress may have written
+	// a carrier and an allowlist for this sandbox (it is allowed while
+	// Creating, spec §5.3), even when this create wrote neither (an
+	// unrestricted create, or one that failed before its desired step);
+	// an allowlist of that name owned by an earlier BatchSandbox is a
+	// leftover now that this one holds the name. So from then on both are
+	// removed whatever this create wrote itself, the carrier first.
+	if c.wroteIngress || c.wroteCR {
 		err := step(StepDeleteIngress, func() error { return o.deleteIngress(ctx, c.ns, c.id) })
 		if !rec(StepDeleteIngress, err) {
 			if c.wroteCR {
@@ -801,7 +808,7 @@ func (c *creation) compensate(ctx context.Context, ce *CreateError) (ingressPend
 			return true
 		}
 	}
-	if c.wroteDesired {
+	if c.wroteDesired || c.wroteCR {
 		rec(StepDeleteDesired, step(StepDeleteDesired, func() error {
 			return deleteConfirm(ctx, o.Client, &v1alpha1.SandboxIngressAllowlist{ObjectMeta: metav1.ObjectMeta{Namespace: c.ns, Name: c.id}})
 		}))
