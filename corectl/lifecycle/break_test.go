@@ -280,27 +280,12 @@ func TestBreakPutDuringReadinessStandsAfterA403(t *testing.T) {
 	h := w.createHeldAt(lifecycle.StepReadiness)
 	id := h.id
 
-	const put = `{"ingress":[{"cidr":"192.0.2.0/24"}]}`
-	var ps ingressallow.Status
-	if code, raw := w.do("PUT", "/sandboxes/"+id+"/network/ingress", "key-a", put, &ps); code != http.StatusOK || !ps.Ready {
-		t.Fatalf("PUT while the create waits for readiness = %d %s; want 200, verified", code, raw)
-	}
-	writes.name.Store(ingressallow.IngressName(id))
-	w.mu.Lock()
-	w.source = "10.9.9.10"
-	w.mu.Unlock()
-	before := w.entry.Received()
+	before := w.putThenDrift(id, func() { writes.name.Store(ingressallow.IngressName(id)) })
 	if a := h.finish(); a.status != http.StatusCreated {
 		t.Fatalf("create = %d %s", a.status, a.body)
 	}
-	var forbidden bool
-	for _, r := range w.entry.RequestsAfter(before) {
-		forbidden = forbidden || (r.Path == "/"+id+"/44772/ping" && r.Status == http.StatusForbidden)
-	}
-	if !forbidden {
-		t.Fatal("the moved probe source was never refused")
-	}
 	const want = "10.9.9.10/32,192.0.2.0/24"
+	w.putStoodA403(id, before, want)
 	writes.mu.Lock()
 	lists := slices.Clone(writes.lists)
 	writes.mu.Unlock()
@@ -312,17 +297,51 @@ func TestBreakPutDuringReadinessStandsAfterA403(t *testing.T) {
 			t.Fatalf("carrier write %d after the PUT was answered has whitelist %q, want %q (the PUT's rules and the new source); all: %q", i, l, want, lists)
 		}
 	}
+}
+
+// putThenDrift sends PUT /network/ingress 192.0.2.0/24 for sandbox id
+// (held before its readiness step) and checks it is answered 200,
+// verified; then runs answered, moves the NAT'd source nginx sees to
+// 10.9.9.10 (so the next ping is refused) and returns the fixed entry's
+// request number from then on.
+func (w *world) putThenDrift(id string, answered func()) uint64 {
+	w.t.Helper()
+	var ps ingressallow.Status
+	if code, raw := w.do("PUT", "/sandboxes/"+id+"/network/ingress", "key-a", `{"ingress":[{"cidr":"192.0.2.0/24"}]}`, &ps); code != http.StatusOK || !ps.Ready {
+		w.t.Fatalf("PUT while the create waits for readiness = %d %s; want 200, verified", code, raw)
+	}
+	answered()
+	w.mu.Lock()
+	w.source = "10.9.9.10"
+	w.mu.Unlock()
+	return w.entry.Received()
+}
+
+// putStoodA403 checks what a create that met a readiness 403 after a PUT
+// of 192.0.2.0/24 left: the fixed entry refused the ping of sandbox id
+// after its request number before, the carrier's whitelist is want (the
+// PUT's rules and the moved source), and GET shows the PUT's rules,
+// verified.
+func (w *world) putStoodA403(id string, before uint64, want string) {
+	w.t.Helper()
+	var forbidden bool
+	for _, r := range w.entry.RequestsAfter(before) {
+		forbidden = forbidden || (r.Path == "/"+id+"/44772/ping" && r.Status == http.StatusForbidden)
+	}
+	if !forbidden {
+		w.t.Fatal("the moved probe source was never refused")
+	}
 	ing := &networkingv1.Ingress{}
 	if err := get(ing, w.ingNS, ingressallow.IngressName(id)); err != nil {
-		t.Fatal(err)
+		w.t.Fatal(err)
 	}
 	if v := ing.Annotations[ingressallow.AnnotationWhitelist]; v != want {
-		t.Fatalf("carrier whitelist after the create = %q, want %q", v, want)
+		w.t.Fatalf("carrier whitelist after the create = %q, want %q (the PUT's rules and the new source)", v, want)
 	}
 	var st ingressallow.Status
 	if code, raw := w.do("GET", "/sandboxes/"+id+"/network/ingress", "key-a", "", &st); code != http.StatusOK || !st.Ready ||
 		st.Desired == nil || !slices.Equal(ingressallow.CIDRs(*st.Desired), []string{"192.0.2.0/24"}) {
-		t.Fatalf("GET /network/ingress after the create = %d %s", code, raw)
+		w.t.Fatalf("GET /network/ingress after the create = %d %s", code, raw)
 	}
 }
 
@@ -446,36 +465,11 @@ func TestBreakPutMakesTheCreateRestrictedThenA403(t *testing.T) {
 	if err := get(&networkingv1.Ingress{}, w.ingNS, ingressallow.IngressName(id)); !apierrors.IsNotFound(err) {
 		t.Fatalf("the unrestricted create wrote a carrier (%v)", err)
 	}
-	var ps ingressallow.Status
-	if code, raw := w.do("PUT", "/sandboxes/"+id+"/network/ingress", "key-a", `{"ingress":[{"cidr":"192.0.2.0/24"}]}`, &ps); code != http.StatusOK || !ps.Ready {
-		t.Fatalf("PUT while the create waits for readiness = %d %s; want 200, verified", code, raw)
-	}
-	w.mu.Lock()
-	w.source = "10.9.9.10"
-	w.mu.Unlock()
-	before := w.entry.Received()
+	before := w.putThenDrift(id, func() {})
 	if a := h.finish(); a.status != http.StatusCreated {
 		t.Fatalf("create = %d %s; want 201 after the 403 rewrote the PUT's carrier with the moved source", a.status, a.body)
 	}
-	var forbidden bool
-	for _, r := range w.entry.RequestsAfter(before) {
-		forbidden = forbidden || (r.Path == "/"+id+"/44772/ping" && r.Status == http.StatusForbidden)
-	}
-	if !forbidden {
-		t.Fatal("the moved probe source was never refused")
-	}
-	ing := &networkingv1.Ingress{}
-	if err := get(ing, w.ingNS, ingressallow.IngressName(id)); err != nil {
-		t.Fatal(err)
-	}
-	if v, want := ing.Annotations[ingressallow.AnnotationWhitelist], "10.9.9.10/32,192.0.2.0/24"; v != want {
-		t.Fatalf("carrier whitelist after the create = %q, want %q (the PUT's rules and the new source)", v, want)
-	}
-	var st ingressallow.Status
-	if code, raw := w.do("GET", "/sandboxes/"+id+"/network/ingress", "key-a", "", &st); code != http.StatusOK || !st.Ready ||
-		st.Desired == nil || !slices.Equal(ingressallow.CIDRs(*st.Desired), []string{"192.0.2.0/24"}) {
-		t.Fatalf("GET /network/ingress after the create = %d %s", code, raw)
-	}
+	w.putStoodA403(id, before, "10.9.9.10/32,192.0.2.0/24")
 }
 
 // TestBreakPutDuringAFailingUnrestrictedCreate: an unrestricted create
