@@ -37,6 +37,8 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	yaml3 "go.yaml.in/yaml/v3"
 	"sigs.k8s.io/yaml"
+
+	"github.com/sandgate/sandgate/internal/strictjson"
 )
 
 // DefaultMaxRecord is the largest record, in bytes of the file (a YAML
@@ -94,7 +96,8 @@ func Parse(data []byte, f Format, record func(i int, raw []byte) error) error {
 			return parseWholeYAML(data, f, record)
 		}
 		if se != nil {
-			return fmt.Errorf("%w: not valid JSON: %s", f.Invalid, se.Error())
+			// jsontext's own text can quote the bytes after the fault.
+			return fmt.Errorf("%w: not valid JSON: %w%s", f.Invalid, strictjson.Fault(data, se), within(se))
 		}
 		return err
 	}
@@ -245,9 +248,19 @@ func parseWholeYAML(data []byte, f Format, record func(int, []byte) error) error
 	var se *jsontext.SyntacticError
 	if errors.As(err, &se) {
 		// The converter's output is JSON; only a duplicate name can fail.
-		return fmt.Errorf("%w: not valid JSON or YAML: %s", f.Invalid, se.Error())
+		return fmt.Errorf("%w: not valid JSON or YAML: %w", f.Invalid, strictjson.Fault(j, se))
 	}
 	return err
+}
+
+// within names the record a malformation of the JSON file is in: its JSON
+// pointer (" within /nodes/12/node_id"), made of names and indices only;
+// "" at the top level and for a repeated name (its class's text has it).
+func within(se *jsontext.SyntacticError) string {
+	if se.JSONPointer == "" || errors.Is(se.Err, jsontext.ErrDuplicateName) {
+		return ""
+	}
+	return " within " + string(se.JSONPointer)
 }
 
 // oneDocument reports an error unless data is a YAML stream of at most one

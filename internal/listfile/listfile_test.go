@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/sandgate/sandgate/internal/strictjson"
 )
 
 var errInvalid = errors.New("invalid")
@@ -107,6 +109,41 @@ func TestParseRejects(t *testing.T) {
 	err := Parse([]byte("credentials:\n  - id: a\n"), format, func(int, []byte) error { return mine })
 	if err != mine {
 		t.Fatalf("record error %v", err)
+	}
+}
+
+// TestParseLargeJSONFaults: a JSON file over MaxWholeYAML (not retried
+// as YAML) that is malformed is refused with strictjson's class, the byte
+// offset, what is wrong there and the record's pointer, never with the
+// bytes around the fault (jsontext's own text quotes the six after an
+// unpaired surrogate escape).
+func TestParseLargeJSONFaults(t *testing.T) {
+	const secret = "SECRETVALUE"
+	head := `{"credentials": [` + strings.Repeat(`{"id": "a"}, `, MaxWholeYAML/12)
+	n := MaxWholeYAML / 12 // the index of the broken record
+	for name, tc := range map[string]struct {
+		record, at, what string // what is wrong at the first at in record ("": a repeated name)
+	}{
+		"unpaired surrogate": {`{"id": "\ud800` + secret + `"}`, `\`, "unpaired surrogate escape"},
+		"invalid UTF-8":      {`{"id": "` + "\xff" + secret + `"}`, "\xff", "invalid UTF-8"},
+		"invalid escape":     {`{"id": "\q` + secret + `"}`, `\`, "invalid escape sequence"},
+		"bare word":          {`{"id": ` + secret + `}`, secret, "syntax error"},
+		"repeated name":      {`{"id": "a", "id": "` + secret + `"}`, "", ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := collect(Parse, []byte(head+tc.record+`]}`))
+			class, want := strictjson.ErrDuplicateMember, fmt.Sprintf("duplicate member name at /credentials/%d/id", n)
+			if tc.what != "" {
+				off := len(head) + strings.Index(tc.record, tc.at)
+				class, want = strictjson.ErrMalformed, fmt.Sprintf("malformed JSON at byte %d: %s within /credentials/%d/id", off, tc.what, n)
+			}
+			if want = "invalid: not valid JSON: " + want; !errors.Is(err, errInvalid) || !errors.Is(err, class) || err.Error() != want {
+				t.Fatalf("Parse error %v, want %q", err, want)
+			}
+			if strings.Contains(err.Error(), secret[:3]) {
+				t.Errorf("error %q quotes the record", err)
+			}
+		})
 	}
 }
 

@@ -41,10 +41,14 @@ var (
 	ErrTooDeep = errors.New("nested too deeply")
 )
 
-// fault classifies err, an error of a jsontext.Decoder reading b: a
-// repeated name is ErrDuplicateMember at its JSON pointer, anything else
-// ErrMalformed at its byte offset.
-func fault(b []byte, err error) error {
+// Fault classifies err, an error of a jsontext.Decoder (or of
+// jsonv2.Unmarshal) reading all of b from its start, for a caller that
+// tokenizes b itself: a repeated name is ErrDuplicateMember at its JSON
+// pointer ("duplicate member name at /nodes/0/a"), anything else
+// ErrMalformed at its byte offset with locate's words ("malformed JSON at
+// byte 16: unpaired surrogate escape"). Unlike err's own text, the result
+// never quotes b.
+func Fault(b []byte, err error) error {
 	var se *jsontext.SyntacticError
 	if errors.As(err, &se) && errors.Is(se.Err, jsontext.ErrDuplicateName) {
 		return fmt.Errorf("%w at %s", ErrDuplicateMember, se.JSONPointer)

@@ -198,14 +198,14 @@ func EachMember(b []byte, member func(name string, value jsontext.Value) error) 
 	switch k := dec.PeekKind(); k {
 	case '{':
 		if _, err := dec.ReadToken(); err != nil {
-			return fault(b, err)
+			return Fault(b, err)
 		}
 	case 0: // PeekKind's answer to an error or the end of input
 		_, err := dec.ReadToken()
-		return fault(b, err)
+		return Fault(b, err)
 	default:
 		if _, err := dec.ReadValue(); err != nil {
-			return fault(b, err)
+			return Fault(b, err)
 		}
 		if off, ok := trailing(dec, b); ok {
 			return malformed(skipSpace(b, off), "data after the top-level value")
@@ -216,7 +216,7 @@ func EachMember(b []byte, member func(name string, value jsontext.Value) error) 
 		switch dec.PeekKind() {
 		case '}':
 			if _, err := dec.ReadToken(); err != nil {
-				return fault(b, err)
+				return Fault(b, err)
 			}
 			if off, ok := trailing(dec, b); ok {
 				return malformed(skipSpace(b, off), "data after the top-level value")
@@ -225,16 +225,16 @@ func EachMember(b []byte, member func(name string, value jsontext.Value) error) 
 		case '"':
 		default:
 			_, err := dec.ReadToken()
-			return fault(b, err)
+			return Fault(b, err)
 		}
 		tok, err := dec.ReadToken()
 		if err != nil {
-			return fault(b, err)
+			return Fault(b, err)
 		}
 		name := tok.String() // before the next read voids tok
 		value, err := dec.ReadValue()
 		if err != nil {
-			return fault(b, err)
+			return Fault(b, err)
 		}
 		if err := member(name, value); err != nil {
 			return err
