@@ -35,16 +35,6 @@ func Check(data []byte) error { return check(data, false) }
 // of them. The duplicate error names the folded key.
 func CheckFold(data []byte) error { return check(data, true) }
 
-// checkError is an error of Check: the text it has always answered with,
-// and the class it belongs to.
-type checkError struct {
-	text  string
-	class error
-}
-
-func (e *checkError) Error() string { return e.text }
-func (e *checkError) Unwrap() error { return e.class }
-
 func check(data []byte, fold bool) error {
 	// Duplicates are found here rather than by jsontext, which cannot
 	// fold case.
@@ -55,7 +45,7 @@ func check(data []byte, fold bool) error {
 		return err
 	}
 	if off, ok := trailing(c.dec, data); ok {
-		return &checkError{fmt.Sprintf("invalid JSON: trailing data after offset %d", off), ErrMalformed}
+		return &classError{fmt.Sprintf("invalid JSON: trailing data after offset %d", off), ErrMalformed}
 	}
 	return nil
 }
@@ -83,7 +73,7 @@ func (c *checker) value(depth int) error {
 		return nil
 	}
 	if depth >= MaxDepth {
-		return &checkError{fmt.Sprintf("invalid JSON: nested deeper than %d", MaxDepth), ErrTooDeep}
+		return &classError{fmt.Sprintf("invalid JSON: nested deeper than %d", MaxDepth), ErrTooDeep}
 	}
 	var seen map[string]bool
 	if end == '}' {
@@ -110,7 +100,7 @@ func (c *checker) value(depth int) error {
 				k = strings.ToLower(strings.ToUpper(k))
 			}
 			if seen[k] {
-				return &checkError{fmt.Sprintf("invalid JSON: duplicate key %q", k), ErrDuplicateMember}
+				return &classError{fmt.Sprintf("invalid JSON: duplicate key %q", k), ErrDuplicateMember}
 			}
 			seen[k] = true
 		}
@@ -123,5 +113,5 @@ func (c *checker) value(depth int) error {
 // fault is Check's error for a malformation err.
 func (c *checker) fault(err error) error {
 	off, what := locate(c.data, err)
-	return &checkError{fmt.Sprintf("invalid JSON: at offset %d: %s", off, what), ErrMalformed}
+	return &classError{fmt.Sprintf("invalid JSON: at offset %d: %s", off, what), ErrMalformed}
 }

@@ -41,6 +41,16 @@ var (
 	ErrTooDeep = errors.New("nested too deeply")
 )
 
+// classError is an error whose text is its own (the text a caller has
+// always answered with) and whose class is one of the above.
+type classError struct {
+	text  string
+	class error
+}
+
+func (e *classError) Error() string { return e.text }
+func (e *classError) Unwrap() error { return e.class }
+
 // Fault classifies err, an error of a jsontext.Decoder (or of
 // jsonv2.Unmarshal) reading all of b from its start, for a caller that
 // tokenizes b itself: a repeated name is ErrDuplicateMember at its JSON

@@ -57,15 +57,17 @@ type Schema struct {
 
 // Decode decodes b, one JSON object, into v. The error describes the
 // first problem found: malformed JSON (wrapping ErrMalformed, with its
-// byte offset), a duplicate or unknown member, a null, a missing member or
-// a value of the wrong kind, each with its JSON pointer.
+// byte offset), a value that is not an object (wrapping ErrNotObject), a
+// duplicate member (wrapping ErrDuplicateMember), an unknown member, a
+// null, a missing member or a value of the wrong kind, each with its JSON
+// pointer.
 func Decode(b []byte, v any, s Schema) error {
 	var generic any
 	if err := jsonv2.Unmarshal(b, &generic, Options); err != nil {
 		return describe(b, err)
 	}
 	if _, ok := generic.(map[string]any); !ok {
-		return errors.New("the top-level value must be a JSON object")
+		return &classError{"the top-level value must be a JSON object", ErrNotObject}
 	}
 	if err := walk(generic, "", "", s); err != nil {
 		return err
@@ -145,7 +147,7 @@ func describe(b []byte, err error) error {
 	}
 	var te *jsontext.SyntacticError
 	if errors.As(err, &te) && errors.Is(te.Err, jsontext.ErrDuplicateName) {
-		return fmt.Errorf("duplicate member at %s", te.JSONPointer)
+		return &classError{fmt.Sprintf("duplicate member at %s", te.JSONPointer), ErrDuplicateMember}
 	}
 	return malformed(locate(b, err))
 }

@@ -93,9 +93,10 @@ func TestEachMemberRefuses(t *testing.T) {
 	}
 }
 
-// TestDecodeMalformed: Decode's malformed JSON has EachMember's class and
-// words, never a value.
-func TestDecodeMalformed(t *testing.T) {
+// TestDecodeClasses: Decode's malformed JSON has EachMember's class and
+// words, a non-object and a repeated member their classes with Decode's
+// own texts; never a value.
+func TestDecodeClasses(t *testing.T) {
 	var v struct {
 		A string `json:"a"`
 	}
@@ -110,6 +111,12 @@ func TestDecodeMalformed(t *testing.T) {
 		if !errors.Is(err, ErrMalformed) || err.Error() != want {
 			t.Errorf("Decode(%q) = %v, want %q", in, err, want)
 		}
+	}
+	if err := Decode([]byte(`["secret"]`), &v, Schema{}); classOf(t, err) != ErrNotObject || err.Error() != "the top-level value must be a JSON object" {
+		t.Errorf("Decode(an array) = %v", err)
+	}
+	if err := Decode([]byte(`{"a": "x", "a": "secret"}`), &v, Schema{}); classOf(t, err) != ErrDuplicateMember || err.Error() != "duplicate member at /a" {
+		t.Errorf("Decode(a repeated member) = %v", err)
 	}
 }
 
