@@ -38,7 +38,7 @@ func CheckFold(data []byte) error { return check(data, true) }
 func check(data []byte, fold bool) error {
 	// Duplicates are found here rather than by jsontext, which cannot
 	// fold case.
-	p := newDecoder(data, jsontext.AllowDuplicateNames(true))
+	p := newDecoder(data, true)
 	defer p.release()
 	c := checker{dec: &p.dec, data: data, fold: fold}
 	if err := c.value(0); err != nil {

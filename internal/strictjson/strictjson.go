@@ -194,7 +194,7 @@ func Encode(v any) ([]byte, error) {
 // the callback has seen the members before it, so a callback's error about
 // an earlier member comes first.
 func EachMember(b []byte, member func(name string, value jsontext.Value) error) error {
-	p := newDecoder(b, jsontext.AllowDuplicateNames(false))
+	p := newDecoder(b, false)
 	defer p.release()
 	dec := &p.dec
 	switch k := dec.PeekKind(); k {
@@ -266,11 +266,13 @@ type decoder struct {
 var decoders = sync.Pool{New: func() any { return new(decoder) }}
 
 // newDecoder returns a pooled tokenizer reading b in place (a bytes.Buffer
-// lets it read b without copying), refusing invalid UTF-8, with opts.
-func newDecoder(b []byte, opts ...jsontext.Options) *decoder {
+// lets it read b without copying), refusing invalid UTF-8, and repeated
+// names unless allowDuplicates. (No variadic options: appending to them
+// cost an allocation per record.)
+func newDecoder(b []byte, allowDuplicates bool) *decoder {
 	p := decoders.Get().(*decoder)
 	p.buf = *bytes.NewBuffer(b)
-	p.dec.Reset(&p.buf, append(opts, jsontext.AllowInvalidUTF8(false))...)
+	p.dec.Reset(&p.buf, jsontext.AllowDuplicateNames(allowDuplicates), jsontext.AllowInvalidUTF8(false))
 	return p
 }
 
