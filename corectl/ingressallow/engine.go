@@ -556,7 +556,9 @@ func overwrite(cur, want *networkingv1.Ingress, sb *sandbox.Sandbox) *networking
 // entry answered a readiness probe 403: the control-plane source may have
 // moved, spec §5.2.2 IV) merged into the user set it was last verified
 // with (the allowlist's status.lastVerified, so a PUT verified since the
-// create began stands), and reads it back (CheckCarrier against that set).
+// create began stands), reads it back (CheckCarrier against that set) and
+// records the read-back in status (applied: that set, appliedVersion: the
+// carrier's resourceVersion read back, as a verified cycle does).
 // The write is overwrite's, as every cycle's: conditional on the carrier
 // as read, and it drops every annotation a carrier may not carry; before
 // it, a status write conditional on the allowlist as read fences it
@@ -565,7 +567,8 @@ func overwrite(cur, want *networkingv1.Ingress, sb *sandbox.Sandbox) *networking
 // Errors: the allowlist or the BatchSandbox cannot be read, the allowlist
 // has no verified set, the carrier is missing or not corectl's, the
 // allowlist changed since it was read or the write fails (a conflict
-// included), or the read-back does not verify.
+// included), the read-back does not verify, or its record fails (the
+// allowlist changed since the mark).
 func (e *Engine) RewriteProbeSources(ctx context.Context, namespace, id string, probe []string) error {
 	defer e.Lock(namespace, id)()
 	al := &v1alpha1.SandboxIngressAllowlist{}
@@ -608,6 +611,14 @@ func (e *Engine) RewriteProbeSources(ctx context.Context, namespace, id string, 
 	}
 	if code, reason := CheckCarrier(e.Cluster, sb, rb, set); code != "" {
 		return fmt.Errorf("Ingress %s after the rewrite: %s: %s", key, code, reason)
+	}
+	// The read-back verified: it is the carrier's applied version now
+	// (status.appliedVersion is the version of the last successful
+	// read-back, spec §5.2), recorded conditional on the mark above, so a
+	// cycle that ran since keeps its own record.
+	al.Status.Applied, al.Status.AppliedVersion = slices.Clone(set), rb.ResourceVersion
+	if err := e.Client.Status().Update(ctx, al); err != nil {
+		return fmt.Errorf("record the rewritten Ingress %s in SandboxIngressAllowlist %s/%s: %w", key, namespace, id, err)
 	}
 	return nil
 }

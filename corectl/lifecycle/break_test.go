@@ -338,6 +338,16 @@ func (w *world) putStoodA403(id string, before uint64, want string) {
 	if v := ing.Annotations[ingressallow.AnnotationWhitelist]; v != want {
 		w.t.Fatalf("carrier whitelist after the create = %q, want %q (the PUT's rules and the new source)", v, want)
 	}
+	// The rewrite was read back and verified: status.appliedVersion is the
+	// carrier's version it read back (spec §5.2: the object version of the
+	// last successful read-back), not the one before it.
+	al := &v1alpha1.SandboxIngressAllowlist{}
+	if err := get(al, w.nsA, id); err != nil {
+		w.t.Fatal(err)
+	}
+	if al.Status.AppliedVersion != ing.ResourceVersion || !slices.Equal(al.Status.Applied, []string{"192.0.2.0/24"}) {
+		w.t.Fatalf("allowlist status after the rewrite: applied %v at version %q; the carrier is at version %q", al.Status.Applied, al.Status.AppliedVersion, ing.ResourceVersion)
+	}
 	var st ingressallow.Status
 	if code, raw := w.do("GET", "/sandboxes/"+id+"/network/ingress", "key-a", "", &st); code != http.StatusOK || !st.Ready ||
 		st.Desired == nil || !slices.Equal(ingressallow.CIDRs(*st.Desired), []string{"192.0.2.0/24"}) {
