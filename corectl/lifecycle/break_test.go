@@ -559,3 +559,83 @@ func TestBreakStaleAllowlistOfTheSameName(t *testing.T) {
 		t.Fatalf("allowlist of the next create %s: %+v %v", c.SandboxID, al, err)
 	}
 }
+
+// TestBreakPutAndCreateBothCreateTheAllowlist: a PUT /network/ingress
+// that read no allowlist (so it goes on to create one) while the create,
+// at its desired step, creates it first. The PUT's create then meets
+// AlreadyExists: it must read again and write its rules as a new desired
+// version over the create's (not fail, not be dropped), be answered for
+// them, and the create must answer 201 with the PUT's rules in force.
+// Ordered by a hook on corectl's transport: the PUT's read that found
+// nothing is held until the create's own write of the allowlist was
+// answered.
+func TestBreakPutAndCreateBothCreateTheAllowlist(t *testing.T) {
+	var (
+		target      atomic.Value // the sandbox ID (string)
+		sawNone     = make(chan struct{})
+		createWrote = make(chan struct{})
+		once1       sync.Once
+		once2       sync.Once
+		w           *world
+	)
+	wrap := func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			id, _ := target.Load().(string)
+			resp, err := rt.RoundTrip(r)
+			if id == "" || err != nil {
+				return resp, err
+			}
+			coll := "/namespaces/" + w.nsA + "/sandboxingressallowlists"
+			switch {
+			case r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, coll+"/"+id) && resp.StatusCode == http.StatusNotFound:
+				// The PUT's read: it found none. Hold it until the
+				// create's write below was answered.
+				held := false
+				once1.Do(func() { held = true; close(sawNone) })
+				if held {
+					select {
+					case <-createWrote:
+					case <-r.Context().Done():
+					}
+				}
+			case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, coll) && resp.StatusCode == http.StatusCreated:
+				once2.Do(func() { close(createWrote) })
+			}
+			return resp, err
+		})
+	}
+	w = startWorld(t, env.Config, worldOptions{wrap: wrap})
+	h := w.createHeldAt(lifecycle.StepDesired)
+	target.Store(h.id)
+
+	put := make(chan createAnswer, 1)
+	var ps ingressallow.Status
+	go func() {
+		code, raw := w.do("PUT", "/sandboxes/"+h.id+"/network/ingress", "key-a", `{"ingress":[{"cidr":"192.0.2.0/24"}]}`, &ps)
+		put <- createAnswer{code, raw}
+	}()
+	select {
+	case <-sawNone:
+	case a := <-put:
+		t.Fatalf("the PUT answered %d %s before its read of the allowlist was seen", a.status, a.body)
+	}
+	if a := h.finish(); a.status != http.StatusCreated {
+		t.Fatalf("create = %d %s", a.status, a.body)
+	}
+	if a := <-put; a.status != http.StatusOK || ps.DesiredVersion != 2 || ps.Desired == nil ||
+		!slices.Equal(ingressallow.CIDRs(*ps.Desired), []string{"192.0.2.0/24"}) || !ps.Ready {
+		t.Fatalf("PUT = %d %s; want 200 with its rules at version 2 (over the create's), verified", a.status, a.body)
+	}
+	ing := &networkingv1.Ingress{}
+	if err := get(ing, w.ingNS, ingressallow.IngressName(h.id)); err != nil {
+		t.Fatal(err)
+	}
+	if v := ing.Annotations[ingressallow.AnnotationWhitelist]; v != "192.0.2.0/24" {
+		t.Fatalf("carrier whitelist = %q, want the PUT's 192.0.2.0/24", v)
+	}
+	var info lifecycle.Info
+	if code, raw := w.do("GET", "/sandboxes/"+h.id, "key-a", "", &info); code != http.StatusOK || info.LifecycleState != lifecycle.StateReady ||
+		info.Ingress == nil || !info.Ingress.Ready {
+		t.Fatalf("GET /sandboxes/%s = %d %s", h.id, code, raw)
+	}
+}
