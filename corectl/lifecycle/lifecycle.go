@@ -6,8 +6,10 @@
 // orphan scan that converges leftovers.
 //
 // Create runs these steps in order (Step*); any failure before the token
-// compensates, deleting the managed Ingress first and confirming it is
-// gone, then the ingress desired state, the BatchSandbox and the policy:
+// compensates: the BatchSandbox, once written, is marked Deleting (so
+// network PUTs are refused from then on), then the managed Ingress is
+// deleted first and confirmed gone, then the ingress desired state, the
+// BatchSandbox and the policy:
 //
 //  1. StepCNIGate: the cluster's CNI qualification (spec §5.3);
 //  2. StepIngress: when the resolved ingress allowlist U is non-empty, the
@@ -780,6 +782,17 @@ func (c *creation) compensate(ctx context.Context, ce *CreateError) (ingressPend
 		}
 		ce.Cleanup = append(ce.Cleanup, string(s))
 		return true
+	}
+	// The compensation is the sandbox's deletion: as Delete does, the CR
+	// is marked Deleting first, so from here on a PUT /network/ingress or
+	// /network is refused (409, spec §5.3) instead of writing state that
+	// nothing will apply, an ingress cycle (in any replica) writes no
+	// carrier, and GET shows Deleting, not Creating. A failed mark only
+	// loses that fence; the removal goes on.
+	if c.wroteCR {
+		if err := o.setLifecycle(ctx, c.ns, c.id, StateDeleting); err != nil {
+			ce.Reason += "; cleanup: " + err.Error()
+		}
 	}
 	// No ingress cycle may run between removing the carrier and removing
 	// the desired state it would be rewritten from.
