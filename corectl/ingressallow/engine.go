@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -21,7 +22,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/uuid"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -378,7 +378,7 @@ func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressA
 		}
 		st.VerificationState = v1alpha1.StateVerifying
 		st.CarrierRef = Ref(e.Cluster, sb)
-		st.Cycle = string(uuid.NewUUID())
+		st.Cycle++
 		if err := e.Client.Status().Update(ctx, al); err != nil {
 			return fmt.Errorf("%w: set Verifying: %s", ErrTransient, err.Error())
 		}
@@ -414,7 +414,7 @@ func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressA
 		if err := setVerifying(); err != nil {
 			return nil, err
 		}
-		mark := st.Cycle
+		mark := cycleMark(st.Cycle, false)
 		var written *networkingv1.Ingress
 		var werr error
 		if cur == nil {
@@ -483,25 +483,62 @@ func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressA
 }
 
 // AnnotationCycle marks every carrier write of a Reconcile cycle with
-// the cycle's ID (status.cycle, new for every cycle that sets Verifying):
-// "<id>" on the write of the desired set and "<id>-rollback" on the
-// rollback, so the value differs from one write to the next. Each cycle
-// write therefore changes the carrier even when the rules are the same
-// (it moves the resourceVersion any other cycle's conditional write was
-// based on), and the reconciler can tell a cycle's write apart from
-// anyone else's edit (IsCycleWrite).
+// the cycle's number (status.cycle, one more for every cycle that sets
+// Verifying): "<n>" on the write of the desired set and "<n>-rollback"
+// on the rollback, so the value differs from one write to the next. Each
+// cycle write therefore changes the carrier even when the rules are the
+// same (it moves the resourceVersion any other cycle's conditional write
+// was based on), and the reconciler can tell a cycle's write apart from
+// anyone else's edit (IsCycleWrite): since every cycle write is
+// conditional on the carrier version that cycle read or wrote, the marks
+// on one carrier only ever grow.
 const AnnotationCycle = "network.sandgate.io/cycle"
 
+// cycleMark is the AnnotationCycle value of cycle n's write: "<n>", or
+// "<n>-rollback" for its rollback.
+func cycleMark(n int64, rollback bool) string {
+	m := strconv.FormatInt(n, 10)
+	if rollback {
+		m += "-rollback"
+	}
+	return m
+}
+
+// parseCycleMark is cycleMark's inverse, ordered for comparison: the
+// rollback of cycle n is after its write (2n+1 against 2n). ok is false
+// for an absent or malformed mark.
+func parseCycleMark(m string) (order uint64, ok bool) {
+	num, rollback := strings.CutSuffix(m, "-rollback")
+	n, err := strconv.ParseUint(num, 10, 62)
+	if err != nil || num != strconv.FormatUint(n, 10) {
+		return 0, false
+	}
+	order = 2 * n
+	if rollback {
+		order++
+	}
+	return order, true
+}
+
 // IsCycleWrite reports whether an update of a managed carrier from old to
-// cur was a Reconcile cycle's write (its AnnotationCycle value changed).
-// The cycle that wrote it records its own result, so the write needs no
-// further cycle: the reconciler ignores these updates, which keeps a
-// carrier that an admission webhook alters on every write from waking a
-// new cycle with each write (the failed cycle is retried with the
-// reconciler's rate-limited backoff instead).
+// cur was a Reconcile cycle's write: cur carries a well-formed
+// AnnotationCycle mark later than old's (old unmarked, or an earlier
+// cycle's or write's). The cycle that wrote it records its own result, so
+// the write needs no further cycle: the reconciler ignores these updates,
+// which keeps a carrier that an admission webhook alters on every write
+// from waking a new cycle with each write (the failed cycle is retried
+// with the reconciler's rate-limited backoff instead). An edit that puts
+// back an earlier mark (e.g. a kubectl apply of a saved copy of the
+// carrier) or drops the mark is not a cycle's write and wakes a cycle,
+// which repairs the carrier; only an edit that forges a later mark goes
+// unseen until the next cycle of that allowlist.
 func IsCycleWrite(old, cur *networkingv1.Ingress) bool {
-	v, ok := cur.Annotations[AnnotationCycle]
-	return ok && v != old.Annotations[AnnotationCycle]
+	c, ok := parseCycleMark(cur.Annotations[AnnotationCycle])
+	if !ok {
+		return false
+	}
+	o, ok := parseCycleMark(old.Annotations[AnnotationCycle])
+	return !ok || c > o
 }
 
 // settledOn reports whether the cycle may take the live carrier cur,
@@ -598,7 +635,7 @@ func (e *Engine) RewriteProbeSources(ctx context.Context, namespace, id string, 
 	// read makes it fail, so the set read above is never written under a
 	// newer record; a carrier write since the carrier was read makes the
 	// update below fail.
-	al.Status.Cycle = string(uuid.NewUUID())
+	al.Status.Cycle++
 	if err := e.Client.Status().Update(ctx, al); err != nil {
 		return fmt.Errorf("mark SandboxIngressAllowlist %s/%s before the rewrite: %w", namespace, id, err)
 	}
@@ -668,7 +705,7 @@ func (e *Engine) fail(ctx context.Context, al *v1alpha1.SandboxIngressAllowlist,
 	st := &al.Status
 	res := &Result{Code: code}
 	key := client.ObjectKey{Namespace: e.Cluster.Ingress.Namespace, Name: IngressName(sb.ID)}
-	mark := st.Cycle + "-rollback"
+	mark := cycleMark(st.Cycle, true)
 	if len(st.LastVerified) > 0 {
 		rv, err := e.restore(ctx, sb, key, base, st.LastVerified, mark)
 		if err != nil {

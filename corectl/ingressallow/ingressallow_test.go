@@ -81,3 +81,46 @@ func TestClaimants(t *testing.T) {
 		}
 	}
 }
+
+// TestIsCycleWrite: an update is a cycle's own write only when the new
+// network.sandgate.io/cycle mark is well formed and later than the old
+// one; a mark put back (a replayed copy), dropped, unchanged or malformed
+// is someone else's edit.
+func TestIsCycleWrite(t *testing.T) {
+	ing := func(mark string) *networkingv1.Ingress {
+		i := &networkingv1.Ingress{}
+		if mark != "" {
+			i.Annotations = map[string]string{AnnotationCycle: mark}
+		}
+		return i
+	}
+	for _, tc := range []struct {
+		old, cur string
+		want     bool
+	}{
+		{"", "1", true},
+		{"1", "2", true},
+		{"1", "1-rollback", true},
+		{"1-rollback", "2", true},
+		{"9", "10", true},
+		{"garbage", "3", true},
+		{"2", "1", false},
+		{"2", "1-rollback", false},
+		{"2-rollback", "2", false},
+		{"3", "3", false},
+		{"3", "", false},
+		{"3", "4x", false},
+		{"3", "04", false},
+		{"3", "+4", false},
+		{"3", "-4", false},
+		{"3", "4-rollback-rollback", false},
+		{"3", "99999999999999999999", false},
+	} {
+		if got := IsCycleWrite(ing(tc.old), ing(tc.cur)); got != tc.want {
+			t.Errorf("IsCycleWrite(%q → %q) = %v, want %v", tc.old, tc.cur, got, tc.want)
+		}
+	}
+	if cycleMark(7, false) != "7" || cycleMark(7, true) != "7-rollback" {
+		t.Errorf("cycleMark(7) = %q, %q", cycleMark(7, false), cycleMark(7, true))
+	}
+}

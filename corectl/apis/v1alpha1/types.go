@@ -189,13 +189,15 @@ type SandboxIngressAllowlistStatus struct {
 	LastVerified []string `json:"lastVerified,omitempty"`
 	// LastVerifiedGeneration is the desired version LastVerified came from.
 	LastVerifiedGeneration int64 `json:"lastVerifiedGeneration,omitempty"`
-	// Cycle is the ID of the reconcile cycle that last set Verifying,
-	// new for every cycle, so setting Verifying always changes the object
+	// Cycle numbers the reconcile cycle that last set Verifying: each
+	// cycle adds one, in a write conditional on the allowlist's
+	// resourceVersion, so setting Verifying always changes the object
 	// (and its resourceVersion) even over a Verifying state left by
-	// another cycle. The managed Ingress's network.sandgate.io/cycle
-	// annotation names the cycle that last wrote it (package
-	// ingressallow, AnnotationCycle).
-	Cycle string `json:"cycle,omitempty"`
+	// another cycle, and no two cycles of one allowlist share a number.
+	// The managed Ingress's network.sandgate.io/cycle annotation names
+	// the cycle that last wrote it (package ingressallow, AnnotationCycle).
+	// 0: no cycle has set Verifying yet.
+	Cycle int64 `json:"cycle,omitempty"`
 	// CarrierRef names the managed Ingress.
 	CarrierRef *CarrierRef `json:"carrierRef,omitempty"`
 	// Conditions: "Verified" (the carrier equals desired and passed every

@@ -1,0 +1,116 @@
+package controller
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/ingressallow"
+	"github.com/sandgate/sandgate/corectl/kubetest"
+	"github.com/sandgate/sandgate/corectl/sandbox"
+	networkingv1 "k8s.io/api/networking/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+)
+
+// TestReplayedCarrierIsRepaired: an edit that puts a saved copy of a
+// managed carrier back (as `kubectl apply` of an earlier `kubectl get -o
+// yaml` would) carries an earlier cycle's network.sandgate.io/cycle mark
+// and the rules verified then. It is drift, not a cycle's own write, so it
+// must wake a cycle that writes the verified rules again: the reconciler
+// ignores only updates whose mark is later than the one before
+// (ingressallow.IsCycleWrite). With marks that only had to differ, the
+// replayed copy passed for a cycle's write and stayed on the carrier.
+func TestReplayedCarrierIsRepaired(t *testing.T) {
+	ns := env.Namespace(t)
+	ingNS := env.Namespace(t)
+	env.BatchSandbox(t, ns, "sbx", map[string]string{"allocation-id": "a1"})
+	// A cluster ID of its own (the namespace's sequence number too, for
+	// -count > 1): the manager's watches select by it, so it reconciles no
+	// other test's allowlists into its ingress namespace.
+	c := kubetest.Cluster("replay-"+strings.SplitN(ns, "-", 2)[0], ingNS)
+	c.Ingress.Host = ns + ".example.test"
+	eng := &ingressallow.Engine{Client: env.Client, Cluster: c}
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (&IngressReconciler{Engine: eng, Workers: 1}).SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	stopped := make(chan error, 1)
+	go func() { stopped <- mgr.Start(mctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-stopped; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+
+	carrierKey := client.ObjectKey{Namespace: ingNS, Name: ingressallow.IngressName("sbx")}
+	carrier := func() *networkingv1.Ingress {
+		t.Helper()
+		ing := &networkingv1.Ingress{}
+		if err := env.Client.Get(ctx, carrierKey, ing); err != nil {
+			t.Fatal(err)
+		}
+		return ing
+	}
+	verify := func(cidr string) *v1alpha1.SandboxIngressAllowlist {
+		t.Helper()
+		al, err := eng.SetDesired(ctx, ns, "sbx", []v1alpha1.IngressRule{{CIDR: cidr}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kubetest.Eventually(t, 30*time.Second, cidr+" verified", func() (bool, error) {
+			cur := &v1alpha1.SandboxIngressAllowlist{}
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(al), cur); err != nil {
+				return false, err
+			}
+			return cur.Status.VerificationState == v1alpha1.StateVerified && cur.Status.LastVerifiedGeneration == al.Generation, nil
+		})
+		return al
+	}
+
+	verify("198.51.100.0/24")
+	saved := carrier()
+	if saved.Annotations[ingressallow.AnnotationCycle] == "" {
+		t.Fatalf("the cycle's write carries no %s mark: %v", ingressallow.AnnotationCycle, saved.Annotations)
+	}
+	al := verify("192.0.2.0/24")
+	sb, err := sandbox.Get(ctx, env.Client, ns, "sbx", c.AllocationLabelKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	before := &v1alpha1.SandboxIngressAllowlist{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(al), before); err != nil {
+		t.Fatal(err)
+	}
+	// Put the saved copy back over the current carrier.
+	replay := carrier()
+	replay.Annotations = saved.Annotations
+	replay.Spec = saved.Spec
+	if err := env.Client.Update(ctx, replay); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := ingressallow.CheckCarrier(c, sb, carrier(), []string{"198.51.100.0/24"}); code != "" {
+		t.Fatalf("the replayed copy is not on the carrier: %s", code)
+	}
+	cur := &v1alpha1.SandboxIngressAllowlist{}
+	kubetest.Eventually(t, 30*time.Second, "the carrier repaired and the repair recorded", func() (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(al), cur); err != nil {
+			return false, err
+		}
+		code, _ := ingressallow.CheckCarrier(c, sb, carrier(), []string{"192.0.2.0/24"})
+		return code == "" && cur.Status.Cycle > before.Status.Cycle && cur.Status.VerificationState != v1alpha1.StateVerifying, nil
+	})
+	if cur.Status.VerificationState != v1alpha1.StateVerified || !slices.Equal(cur.Status.LastVerified, []string{"192.0.2.0/24"}) {
+		t.Fatalf("status after the repair = %+v", cur.Status)
+	}
+}
