@@ -50,6 +50,7 @@ type api struct {
 	t        *testing.T
 	url      string
 	nsA, nsB string
+	ingNS    string // the cluster's ingress namespace (the carriers')
 	host     string
 	cluster  string
 }
@@ -57,6 +58,13 @@ type api struct {
 var starts atomic.Int64
 
 func start(t *testing.T) *api {
+	t.Helper()
+	return startWrapped(t, nil)
+}
+
+// startWrapped is start with every apiserver request of the daemon sent
+// through wrap (nil: none), e.g. to make a write race another writer.
+func startWrapped(t *testing.T, wrap func(http.RoundTripper) http.RoundTripper) *api {
 	t.Helper()
 	nsA, nsB, ingNS, tplNS := env.Namespace(t), env.Namespace(t), env.Namespace(t), env.Namespace(t)
 	// Every daemon gets its own cluster ID, so it never reconciles
@@ -86,7 +94,11 @@ func start(t *testing.T) *api {
 	}
 	d, err := daemon.New(daemon.Options{
 		Config: cfg, Keys: keys, Credentials: src, Listen: "127.0.0.1:0", IngressWait: 20 * time.Second,
-		RESTConfig: func(*cluster.Cluster) (*rest.Config, error) { return rest.CopyConfig(env.Config), nil },
+		RESTConfig: func(*cluster.Cluster) (*rest.Config, error) {
+			rc := rest.CopyConfig(env.Config)
+			rc.WrapTransport = wrap
+			return rc, nil
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +112,7 @@ func start(t *testing.T) *api {
 			t.Errorf("daemon: %v", err)
 		}
 	})
-	return &api{t: t, url: "http://" + d.Addr(), nsA: nsA, nsB: nsB, host: c.Ingress.Host, cluster: id}
+	return &api{t: t, url: "http://" + d.Addr(), nsA: nsA, nsB: nsB, ingNS: ingNS, host: c.Ingress.Host, cluster: id}
 }
 
 // do sends a request and decodes the JSON answer into out (if not nil).

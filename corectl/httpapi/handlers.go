@@ -170,8 +170,17 @@ type IngressFailure struct {
 }
 
 // waitIngress polls the allowlist until its status has finished version
-// gen (observedGeneration ≥ gen and not Verifying), or the wait bound or
-// ctx ends; it reports whether it finished.
+// gen (observedGeneration ≥ gen, not Verifying, and not superseded), or
+// the wait bound or ctx ends; it reports whether it finished.
+//
+// A cycle superseded by another writer (state UnverifiedSpec, code
+// ConcurrentUpdate: another version of the carrier, e.g. another
+// replica's cycle or an admin's edit, came between the cycle's read and
+// its write or read-back) put nothing of its own on the carrier and
+// rolled nothing back; the reconciler retries it through its rate limiter
+// (5 ms at first). So it is not the PUT's result: the wait goes on for
+// the retry, and a PUT still superseded when the bound ends is answered
+// 202 (not finished) rather than 409.
 func (s *Server) waitIngress(ctx context.Context, ch *ClusterHandle, key client.ObjectKey, gen int64) bool {
 	ctx, cancel := context.WithTimeout(ctx, s.ingressWait())
 	defer cancel()
@@ -179,8 +188,7 @@ func (s *Server) waitIngress(ctx context.Context, ch *ClusterHandle, key client.
 	defer tick.Stop()
 	for {
 		al := &v1alpha1.SandboxIngressAllowlist{}
-		if err := ch.Ingress.Client.Get(ctx, key, al); err == nil &&
-			al.Status.ObservedGeneration >= gen && al.Status.VerificationState != v1alpha1.StateVerifying {
+		if err := ch.Ingress.Client.Get(ctx, key, al); err == nil && finished(&al.Status, gen) {
 			return true
 		}
 		select {
@@ -189,6 +197,13 @@ func (s *Server) waitIngress(ctx context.Context, ch *ClusterHandle, key client.
 		case <-tick.C:
 		}
 	}
+}
+
+// finished reports whether status st records a result for desired
+// version gen that a PUT answers with (waitIngress).
+func finished(st *v1alpha1.SandboxIngressAllowlistStatus, gen int64) bool {
+	superseded := st.VerificationState == v1alpha1.StateUnverifiedSpec && st.LastErrorCode == ingressallow.CodeConcurrentUpdate
+	return st.ObservedGeneration >= gen && st.VerificationState != v1alpha1.StateVerifying && !superseded
 }
 
 func (s *Server) getIngress(w http.ResponseWriter, r *http.Request) {
