@@ -666,3 +666,29 @@ func TestBreakPutDuringCompensation(t *testing.T) {
 	}
 	w.nothingLeft()
 }
+
+// TestBreakDeleteDuringTheHeldCreate: a DELETE while the create waits at
+// the start of its desired step (hook) removes the sandbox (204). The
+// create then goes on: it must not answer 201 for a deleted sandbox, its
+// answer names the step and nothing else (no cleanup noise about the
+// BatchSandbox being gone already), and it leaves nothing behind, not
+// even the allowlist it wrote after the DELETE.
+func TestBreakDeleteDuringTheHeldCreate(t *testing.T) {
+	w := start(t)
+	h := w.createHeldAt(lifecycle.StepDesired)
+	if code, raw := w.do("DELETE", "/sandboxes/"+h.id, "key-a", "", nil); code != http.StatusNoContent {
+		t.Fatalf("DELETE during the create = %d %s", code, raw)
+	}
+	a := h.finish()
+	var fb struct {
+		Error, Message, Step string
+		Cleanup              []string
+	}
+	if err := json.Unmarshal(a.body, &fb); err != nil || a.status != http.StatusInternalServerError || fb.Step != string(lifecycle.StepDesired) {
+		t.Fatalf("create after the DELETE = %d %s (%v); want 500 at step %s", a.status, a.body, err, lifecycle.StepDesired)
+	}
+	if strings.Contains(fb.Message, "cleanup") {
+		t.Fatalf("create's answer reports a cleanup failure: %s", fb.Message)
+	}
+	w.nothingLeft()
+}

@@ -788,9 +788,10 @@ func (c *creation) compensate(ctx context.Context, ce *CreateError) (ingressPend
 	// /network is refused (409, spec §5.3) instead of writing state that
 	// nothing will apply, an ingress cycle (in any replica) writes no
 	// carrier, and GET shows Deleting, not Creating. A failed mark only
-	// loses that fence; the removal goes on.
+	// loses that fence; the removal goes on. A CR already gone (a DELETE
+	// during the create) needs no mark.
 	if c.wroteCR {
-		if err := o.setLifecycle(ctx, c.ns, c.id, StateDeleting); err != nil {
+		if err := o.setLifecycle(ctx, c.ns, c.id, StateDeleting); err != nil && !apierrors.IsNotFound(err) {
 			ce.Reason += "; cleanup: " + err.Error()
 		}
 	}
