@@ -56,3 +56,18 @@ func TestBodyClasses(t *testing.T) {
 		})
 	}
 }
+
+// TestCreateBodyNull: a create body of JSON null is a non-object, refused
+// as the others are (json.Unmarshal takes it into a nil map without an
+// error, which made it an empty create of the default template); an
+// empty body is still an empty create.
+func TestCreateBodyNull(t *testing.T) {
+	for _, body := range []string{"null", " null\n"} {
+		if _, err := decodeCreate([]byte(body)); err == nil || err.Error() != "the body is not a JSON object of the right shape" {
+			t.Errorf("decodeCreate(%q) = %v", body, err)
+		}
+	}
+	if req, err := decodeCreate(nil); err != nil || req.TemplateID != "" {
+		t.Errorf("decodeCreate(empty) = %+v, %v", req, err)
+	}
+}

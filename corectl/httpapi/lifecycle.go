@@ -95,7 +95,10 @@ func decodeCreate(body []byte) (createRequest, error) {
 		return req, fmt.Errorf("the body is %w", err) // "the body is invalid JSON: ..."
 	}
 	var top map[string]json.RawMessage
-	if err := json.Unmarshal(body, &top); err != nil {
+	// null unmarshals into a nil map without an error: a well-formed
+	// non-object, refused like the others (E2B's API validates the body
+	// as an object too).
+	if err := json.Unmarshal(body, &top); err != nil || top == nil {
 		return req, bad
 	}
 	if v, ok := top["templateID"]; ok {
