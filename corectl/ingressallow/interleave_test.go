@@ -326,3 +326,136 @@ func TestInterleavedProbeRewriteUnderANewerRecord(t *testing.T) {
 	f.consistent(t, "after the rewrite")
 	f.verifiedAt(t, newSet)
 }
+
+// createCycleSetup is the state a create leaves for its first cycle: the
+// create step's carrier of set (no cycle mark) with the probe source
+// 10.8.8.8/32, and the allowlist of set at its first version, as
+// CreateDesired returned it. The create's replica b still has that probe
+// source cached; the leader replica a has rediscovered it as 10.9.9.9/32
+// (each replica caches its discovery for 10 minutes), so a's cycle writes
+// while the create's cycle finds the carrier holding its set and would
+// write nothing.
+func (f *fixture) createCycleSetup(t *testing.T, set string) (a, b *replica, al *v1alpha1.SandboxIngressAllowlist) {
+	t.Helper()
+	sb, err := sandbox.Get(ctx, env.Client, f.ns, "sbx", f.eng.Cluster.AllocationLabelKey())
+	if err != nil && !errors.Is(err, sandbox.ErrNoAllocation) {
+		t.Fatal(err)
+	}
+	if err := env.Client.Create(ctx, CarrierWithProbe(f.eng.Cluster, sb, []string{set}, []string{"10.8.8.8/32"})); err != nil {
+		t.Fatal(err)
+	}
+	al, err = f.eng.CreateDesired(ctx, sb, rulesOf(set))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b = f.replica(t), f.replica(t)
+	a.eng.Probe = func(context.Context) ([]string, error) { return []string{"10.9.9.9/32"}, nil }
+	b.eng.Probe = func(context.Context) ([]string, error) { return []string{"10.8.8.8/32"}, nil }
+	return a, b, al
+}
+
+// TestInterleavedCreateCycleUnderLeaderWrite: the create's first cycle
+// (ReconcileFrom the allowlist CreateDesired returned) writes nothing when
+// the create's carrier holds its set. The leader's cycle, woken by the
+// allowlist's creation in another replica, marked Verifying and is held
+// (before its carrier write, or after it and before its read-back). The
+// create's cycle must not record Verified over the leader's write in
+// flight (it fails on the allowlist's version and is retried, as the
+// create does), its retry must verify, and the leader's cycle, released,
+// must end Superseded without touching the record, so the create's
+// desired version ends Verified on the carrier and no cycle is left that
+// nobody retries (the leader's error is transient).
+func TestInterleavedCreateCycleUnderLeaderWrite(t *testing.T) {
+	for _, afterWrite := range []bool{false, true} {
+		name := "leader held before its write"
+		if afterWrite {
+			name = "leader held before its read-back"
+		}
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			a, b, al := f.createCycleSetup(t, newSet)
+			wrote := false
+			releaseA := a.holdAt(f.ns, func(verb string, obj client.Object) bool {
+				if verb == "update" && isIngress(obj) {
+					wrote = true
+					return !afterWrite
+				}
+				return afterWrite && wrote && verb == "get" && isIngress(obj)
+			})
+			if st := f.allowlist(t).Status; st.VerificationState != v1alpha1.StateVerifying || st.Cycle != 1 {
+				t.Fatalf("leader held with status %s cycle %d; want Verifying cycle 1", st.VerificationState, st.Cycle)
+			}
+			res, err := b.eng.ReconcileFrom(ctx, al)
+			if !errors.Is(err, ErrTransient) {
+				t.Fatalf("create's first cycle over the leader's Verifying = %+v, %v; want a transient failure", res, err)
+			}
+			f.consistent(t, "after the create's first cycle")
+			res, err = b.eng.Reconcile(ctx, f.ns, "sbx") // the create's retry
+			if err != nil || res.Outcome != OutcomeVerified {
+				t.Fatalf("create's retry = %+v, %v; want Verified", res, err)
+			}
+			if errA := releaseA(); !errors.Is(errA, ErrTransient) {
+				t.Fatalf("leader's superseded cycle = %v; want a transient error (retried)", errA)
+			}
+			f.consistent(t, "after the leader's cycle")
+			f.verifiedProbed(t, newSet)
+			if res := settle(t, a.eng, f.ns); res.Outcome != OutcomeNoChange {
+				t.Fatalf("leader's retry = %+v; want NoChange over the create's verified carrier", res)
+			}
+			f.verifiedProbed(t, newSet)
+		})
+	}
+}
+
+// TestAllowlistFromBeforeCycleNumbers: an allowlist verified before
+// status.cycle and the carrier's cycle mark existed (no status.cycle, an
+// unmarked carrier at status.appliedVersion) stays settled, and its next
+// desired version is applied by cycle 1, marked "1".
+func TestAllowlistFromBeforeCycleNumbers(t *testing.T) {
+	f := newFixture(t)
+	sb, err := sandbox.Get(ctx, env.Client, f.ns, "sbx", f.eng.Cluster.AllocationLabelKey())
+	if err != nil && !errors.Is(err, sandbox.ErrNoAllocation) {
+		t.Fatal(err)
+	}
+	ing := Carrier(f.eng.Cluster, sb, []string{lkgSet})
+	if err := env.Client.Create(ctx, ing); err != nil {
+		t.Fatal(err)
+	}
+	al := f.set(t, lkgSet)
+	al.Status = v1alpha1.SandboxIngressAllowlistStatus{
+		ObservedGeneration: al.Generation, VerificationState: v1alpha1.StateVerified,
+		Applied: []string{lkgSet}, AppliedVersion: ing.ResourceVersion,
+		LastVerified: []string{lkgSet}, LastVerifiedGeneration: al.Generation,
+	}
+	if err := env.Client.Status().Update(ctx, al); err != nil {
+		t.Fatal(err)
+	}
+	if res := f.reconcile(t); res.Outcome != OutcomeNoChange {
+		t.Fatalf("cycle over the old record = %+v; want NoChange", res)
+	}
+	f.set(t, newSet)
+	if res := f.reconcile(t); res.Outcome != OutcomeVerified {
+		t.Fatalf("cycle for the next version = %+v; want Verified", res)
+	}
+	f.verifiedAt(t, newSet)
+	if got, mark := f.allowlist(t).Status.Cycle, f.carrier(t).Annotations[AnnotationCycle]; got != 1 || mark != "1" {
+		t.Fatalf("status.cycle %d, carrier mark %q; want 1 and \"1\"", got, mark)
+	}
+	if !IsCycleWrite(ing, f.carrier(t)) {
+		t.Fatal("IsCycleWrite(unmarked, \"1\") = false; the first cycle write over an old carrier would wake another cycle")
+	}
+}
+
+// verifiedProbed is verifiedAt for a carrier that also holds probe
+// sources: the allowlist ends Verified for its current desired version
+// with set as its LKG, and the live carrier passes CheckCarrier for it.
+func (f *fixture) verifiedProbed(t *testing.T, set string) {
+	t.Helper()
+	al := f.allowlist(t)
+	st := al.Status
+	if st.VerificationState != v1alpha1.StateVerified || st.ObservedGeneration != al.Generation || !slices.Equal(st.LastVerified, []string{set}) {
+		t.Fatalf("status = %s %s (observed %d of %d, LKG %v); want Verified %s for the newest desired version",
+			st.VerificationState, st.LastErrorCode, st.ObservedGeneration, al.Generation, st.LastVerified, set)
+	}
+	f.consistent(t, "end")
+}
