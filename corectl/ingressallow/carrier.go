@@ -310,12 +310,16 @@ func firstRefused(annotations map[string]string) string {
 // its annotations: the live ones (cur) with corectl's (want) laid over
 // them, less every annotation a carrier may not carry (a snippet,
 // allowlist-source-range, satisfy: see CheckCarrier) that want does not
-// hold. Other annotations someone added are kept. Neither map is
+// hold, and less AnnotationProbeSources when want has none: it records
+// the probe sources merged into the whitelist written with it, so a
+// write without them (probe-source discovery off) must not keep an
+// earlier write's record, which CheckCarrier would then require in the
+// whitelist. Other annotations someone added are kept. Neither map is
 // modified.
 func carrierAnnotations(cur, want map[string]string) map[string]string {
 	out := mergeMaps(cur, want)
 	for k := range out {
-		if _, own := want[k]; !own && refusedAnnotation(k) {
+		if _, own := want[k]; !own && (refusedAnnotation(k) || k == AnnotationProbeSources) {
 			delete(out, k)
 		}
 	}

@@ -989,3 +989,33 @@ func TestRewriteProbeSources(t *testing.T) {
 		t.Fatalf("RewriteProbeSources over a foreign carrier = %v; want %s and no write", err, CodeCarrierForeign)
 	}
 }
+
+// TestProbeDiscoveryTurnedOff: carriers written while probe-source
+// discovery was on record the probe sources (AnnotationProbeSources) and
+// have them in the whitelist. Once discovery is off (-probe-source-
+// discovery dropped, or, during the rolling update that drops it, a cycle
+// in a replica already without it), a cycle writes the user set alone.
+// The probe annotation is corectl's record of what it merged, so that
+// write must drop it too: kept, it makes the cycle's own read-back fail
+// CheckCarrier (AllowlistMismatch, a settled failure: the LKG is
+// restored, and no PUT is ever applied again).
+func TestProbeDiscoveryTurnedOff(t *testing.T) {
+	f := newFixture(t)
+	f.eng.Probe = func(context.Context) ([]string, error) { return []string{"10.9.9.9/32"}, nil }
+	f.set(t, lkgSet)
+	if res := f.reconcile(t); res.Outcome != OutcomeVerified {
+		t.Fatalf("cycle with discovery on = %+v", res)
+	}
+	if got := f.carrier(t).Annotations[AnnotationProbeSources]; got != `["10.9.9.9/32"]` {
+		t.Fatalf("probe sources recorded = %q", got)
+	}
+	f.eng.Probe = nil
+	f.set(t, newSet)
+	if res := f.reconcile(t); res.Outcome != OutcomeVerified {
+		t.Fatalf("cycle with discovery off = %+v; want Verified", res)
+	}
+	f.verifiedAt(t, newSet)
+	if got, ok := f.carrier(t).Annotations[AnnotationProbeSources]; ok {
+		t.Fatalf("the carrier written without probe sources still records %s", got)
+	}
+}
