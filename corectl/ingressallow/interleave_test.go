@@ -181,16 +181,10 @@ func (f *fixture) consistent(t *testing.T, what string) {
 // desired version with set on the carrier.
 func (f *fixture) verifiedAt(t *testing.T, set string) {
 	t.Helper()
-	al := f.allowlist(t)
-	st := al.Status
-	if st.VerificationState != v1alpha1.StateVerified || st.ObservedGeneration != al.Generation || !slices.Equal(st.LastVerified, []string{set}) {
-		t.Fatalf("status = %s %s (observed %d of %d, LKG %v); want Verified %s for the newest desired version",
-			st.VerificationState, st.LastErrorCode, st.ObservedGeneration, al.Generation, st.LastVerified, set)
-	}
+	f.verifiedProbed(t, set)
 	if ing := f.carrier(t); ing == nil || ing.Annotations[AnnotationWhitelist] != set {
 		t.Fatalf("carrier = %+v; want %s", ing, set)
 	}
-	f.consistent(t, "end")
 }
 
 // verifiedFirst sets set as desired and runs a cycle that verifies it:
@@ -366,11 +360,7 @@ func (f *fixture) createCycleSetup(t *testing.T, set string) (a, b *replica, al 
 // desired version ends Verified on the carrier and no cycle is left that
 // nobody retries (the leader's error is transient).
 func TestInterleavedCreateCycleUnderLeaderWrite(t *testing.T) {
-	for _, afterWrite := range []bool{false, true} {
-		name := "leader held before its write"
-		if afterWrite {
-			name = "leader held before its read-back"
-		}
+	for name, afterWrite := range map[string]bool{"leader held before its write": false, "leader held before its read-back": true} {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t)
 			a, b, al := f.createCycleSetup(t, newSet)
