@@ -17,6 +17,27 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
+// runReconciler runs r in a manager of its own until t ends.
+func runReconciler(t *testing.T, r *IngressReconciler) {
+	t.Helper()
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	stopped := make(chan error, 1)
+	go func() { stopped <- mgr.Start(mctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-stopped; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+}
+
 // TestReplayedCarrierIsRepaired: an edit that puts a saved copy of a
 // managed carrier back (as `kubectl apply` of an earlier `kubectl get -o
 // yaml` would) carries an earlier cycle's network.sandgate.io/cycle mark
@@ -35,22 +56,7 @@ func TestReplayedCarrierIsRepaired(t *testing.T) {
 	c := kubetest.Cluster("replay-"+strings.SplitN(ns, "-", 2)[0], ingNS)
 	c.Ingress.Host = ns + ".example.test"
 	eng := &ingressallow.Engine{Client: env.Client, Cluster: c}
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := (&IngressReconciler{Engine: eng, Workers: 1}).SetupWithManager(mgr); err != nil {
-		t.Fatal(err)
-	}
-	mctx, cancel := context.WithCancel(ctx)
-	stopped := make(chan error, 1)
-	go func() { stopped <- mgr.Start(mctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-stopped; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	runReconciler(t, &IngressReconciler{Engine: eng, Workers: 1})
 
 	carrierKey := client.ObjectKey{Namespace: ingNS, Name: ingressallow.IngressName("sbx")}
 	carrier := func() *networkingv1.Ingress {
