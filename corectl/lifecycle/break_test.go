@@ -375,20 +375,17 @@ func TestBreakPutBetweenDesiredAndItsCycle(t *testing.T) {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			resp, err := rt.RoundTrip(r)
 			id, _ := target.Load().(string)
-			if id != "" && err == nil && r.Method == http.MethodPost && resp.StatusCode == http.StatusCreated &&
-				strings.HasSuffix(r.URL.Path, "/namespaces/"+w.nsA+"/sandboxingressallowlists") && fired.CompareAndSwap(false, true) {
+			if id != "" && w.wroteAllowlist(r, resp, err) && fired.CompareAndSwap(false, true) {
 				// What PUT /network/ingress writes (it then waits for the
 				// cycle, which this test reads back below).
-				_, perr := w.orch.Ingress.SetDesired(context.Background(), w.nsA, id, []v1alpha1.IngressRule{{CIDR: "192.0.2.0/24"}})
-				putErr <- perr
+				putErr <- w.putBehindTheCreate(id)
 			}
 			return resp, err
 		})
 	}
 	w = startWorld(t, env.Config, worldOptions{wrap: wrap})
-	h := w.createHeldAt(lifecycle.StepDesired)
-	target.Store(h.id)
-	if a := h.finish(); a.status != http.StatusCreated {
+	h, a := w.createTargeted(&target)
+	if a.status != http.StatusCreated {
 		t.Fatalf("create = %d %s", a.status, a.body)
 	}
 	if !fired.Load() {
@@ -409,6 +406,30 @@ func TestBreakPutBetweenDesiredAndItsCycle(t *testing.T) {
 	if v := ing.Annotations[ingressallow.AnnotationWhitelist]; v != "192.0.2.0/24" {
 		t.Fatalf("carrier whitelist when the create answered = %q, want the PUT's 192.0.2.0/24", v)
 	}
+}
+
+// wroteAllowlist reports whether request r, answered resp or err, was
+// corectl's successful write (POST) of a SandboxIngressAllowlist in the
+// world's namespace A.
+func (w *world) wroteAllowlist(r *http.Request, resp *http.Response, err error) bool {
+	return err == nil && r.Method == http.MethodPost && resp.StatusCode == http.StatusCreated &&
+		strings.HasSuffix(r.URL.Path, "/namespaces/"+w.nsA+"/sandboxingressallowlists")
+}
+
+// createTargeted sends a restricted create, stores its sandbox ID in
+// target (which the world's transport hooks act on) while it waits at the
+// start of its desired step, and returns it with its answer.
+func (w *world) createTargeted(target *atomic.Value) (*heldCreate, createAnswer) {
+	h := w.createHeldAt(lifecycle.StepDesired)
+	target.Store(h.id)
+	return h, h.finish()
+}
+
+// putBehindTheCreate writes what a PUT /network/ingress of 192.0.2.0/24
+// writes for sandbox id in namespace A (the PUT then waits for a cycle).
+func (w *world) putBehindTheCreate(id string) error {
+	_, err := w.orch.Ingress.SetDesired(context.Background(), w.nsA, id, []v1alpha1.IngressRule{{CIDR: "192.0.2.0/24"}})
+	return err
 }
 
 // TestBreakPutBeforeTheOwnerBackfill: a PUT /network/ingress that lands
@@ -691,4 +712,72 @@ func TestBreakDeleteDuringTheHeldCreate(t *testing.T) {
 		t.Fatalf("create's answer reports a cleanup failure: %s", fb.Message)
 	}
 	w.nothingLeft()
+}
+
+// TestBreakCreateCycleSuperseded: the create's own cycle ends Superseded
+// (another writer's version of the carrier came between its read and its
+// write: here an admin's edit, made by the hook just before the cycle's
+// carrier update goes out). Nothing of the cycle's is on the carrier and
+// nothing was rolled back; the create must retry the cycle, not fail on
+// it (a Superseded record is UnverifiedSpec ConcurrentUpdate) and not
+// answer before the retry verified. The cycle writes because a PUT's
+// rules (192.0.2.0/24) replaced the create's right after the create wrote
+// its allowlist (as in TestBreakPutBetweenDesiredAndItsCycle).
+func TestBreakCreateCycleSuperseded(t *testing.T) {
+	var (
+		target  atomic.Value // the sandbox ID to act on (string)
+		put     atomic.Bool
+		edited  atomic.Bool
+		hookErr = make(chan error, 2)
+		w       *world
+	)
+	wrap := func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			id, _ := target.Load().(string)
+			if id != "" && put.Load() && r.Method == http.MethodPut &&
+				strings.HasSuffix(r.URL.Path, "/namespaces/"+w.ingNS+"/ingresses/"+ingressallow.IngressName(id)) && edited.CompareAndSwap(false, true) {
+				ing := &networkingv1.Ingress{}
+				err := get(ing, w.ingNS, ingressallow.IngressName(id))
+				if err == nil {
+					ing.Annotations["example.com/edited-by"] = "admin"
+					err = env.Client.Update(context.Background(), ing)
+				}
+				hookErr <- err
+			}
+			resp, err := rt.RoundTrip(r)
+			if id != "" && w.wroteAllowlist(r, resp, err) && put.CompareAndSwap(false, true) {
+				hookErr <- w.putBehindTheCreate(id)
+			}
+			return resp, err
+		})
+	}
+	w = startWorld(t, env.Config, worldOptions{wrap: wrap})
+	h, a := w.createTargeted(&target)
+	if a.status != http.StatusCreated {
+		t.Fatalf("create whose cycle was superseded once = %d %s; want 201 after the retry", a.status, a.body)
+	}
+	if !put.Load() || !edited.Load() {
+		t.Fatalf("hooks fired: PUT %v, edit before the cycle's carrier update %v", put.Load(), edited.Load())
+	}
+	for range 2 {
+		if err := <-hookErr; err != nil {
+			t.Fatalf("hook: %v", err)
+		}
+	}
+	al := &v1alpha1.SandboxIngressAllowlist{}
+	if err := get(al, w.nsA, h.id); err != nil {
+		t.Fatal(err)
+	}
+	if st := al.Status; st.VerificationState != v1alpha1.StateVerified || st.ObservedGeneration != al.Generation ||
+		!slices.Equal(st.LastVerified, []string{"192.0.2.0/24"}) || st.Cycle != 2 {
+		t.Fatalf("allowlist when the create answered: %s %s (observed %d of %d, LKG %v, cycle %d); want Verified 192.0.2.0/24 by cycle 2 (cycle 1 superseded)",
+			st.VerificationState, st.LastErrorCode, st.ObservedGeneration, al.Generation, st.LastVerified, st.Cycle)
+	}
+	ing := &networkingv1.Ingress{}
+	if err := get(ing, w.ingNS, ingressallow.IngressName(h.id)); err != nil {
+		t.Fatal(err)
+	}
+	if ing.Annotations[ingressallow.AnnotationWhitelist] != "192.0.2.0/24" || ing.Annotations["example.com/edited-by"] != "admin" {
+		t.Fatalf("carrier annotations = %v; want the PUT's set, the admin's annotation kept", ing.Annotations)
+	}
 }
