@@ -531,7 +531,10 @@ func parseCycleMark(m string) (order uint64, ok bool) {
 // back an earlier mark (e.g. a kubectl apply of a saved copy of the
 // carrier) or drops the mark is not a cycle's write and wakes a cycle,
 // which repairs the carrier; only an edit that forges a later mark goes
-// unseen until the next cycle of that allowlist.
+// unseen until the next cycle of that allowlist, and so does an edit the
+// informer only sees folded into one update with a later cycle write
+// (its re-list after a broken watch hands over the versions in between
+// as one update).
 func IsCycleWrite(old, cur *networkingv1.Ingress) bool {
 	c, ok := parseCycleMark(cur.Annotations[AnnotationCycle])
 	if !ok {
