@@ -62,7 +62,24 @@ type IngressReconciler struct {
 	// controller-runtime's default (per allowlist, 5 ms doubling up to
 	// 1000 s, and 10 retries/s with bursts of 100 overall).
 	RateLimiter workqueue.TypedRateLimiter[reconcile.Request]
+	// CycleWriteRecheck is how long after a cycle's own carrier write
+	// (ingressallow.IsCycleWrite) the allowlist is looked at again: such
+	// a write wakes no cycle at once (the cycle that wrote records its
+	// result), but an update the informer only saw folded into one with
+	// a cycle's write (after a broken watch), an edit that forged a later
+	// mark, or a cycle that died after its write would otherwise wait for
+	// the allowlist's next cycle. The recheck of a settled carrier
+	// writes nothing (NoChange). 0 is DefaultCycleWriteRecheck; negative
+	// never rechecks.
+	CycleWriteRecheck time.Duration
 }
+
+// DefaultCycleWriteRecheck is IngressReconciler.CycleWriteRecheck's
+// default: long enough for the cycle that wrote to have recorded its
+// result (a cycle takes well under a second; a create's readiness wait,
+// which follows it, is bounded by 30 s), so the recheck finds it settled
+// instead of superseding it.
+const DefaultCycleWriteRecheck = 30 * time.Second
 
 // Controller names of corectl_reconcile_total.
 const (
@@ -102,13 +119,11 @@ func (r *IngressReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	ours := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.GetLabels()[v1alpha1.LabelManagedBy] == v1alpha1.ManagedByValue && o.GetLabels()[v1alpha1.LabelClusterID] == clusterID
 	})
-	toAllowlist := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		l := o.GetLabels()
-		if l[v1alpha1.LabelSandboxID] == "" || l[v1alpha1.LabelSandboxNamespace] == "" {
-			return nil
-		}
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: l[v1alpha1.LabelSandboxNamespace], Name: l[v1alpha1.LabelSandboxID]}}}
-	})
+	recheck := r.CycleWriteRecheck
+	if recheck == 0 {
+		recheck = DefaultCycleWriteRecheck
+	}
+	toAllowlist := carrierEvents(recheck)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("sandboxingressallowlist-"+strings.ToLower(clusterID)).
 		WithOptions(withRateLimiter(options(r.Workers), r.RateLimiter)).
@@ -118,19 +133,54 @@ func (r *IngressReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			al, ok := o.(*v1alpha1.SandboxIngressAllowlist)
 			return ok && al.Spec.ClusterID == clusterID
 		}), predicate.GenerationChangedPredicate{})).
-		// A cycle's own carrier writes (IsCycleWrite) wake no cycle: the
-		// cycle that wrote records its result, and a failed one is
-		// retried through the rate limiter. Were they to wake one, a
-		// carrier that an admission webhook alters on every write would
-		// have each failed cycle start the next at once.
-		Watches(&networkingv1.Ingress{}, toAllowlist, builder.WithPredicates(ours, predicate.Funcs{
-			UpdateFunc: func(e event.UpdateEvent) bool {
-				old, ok1 := e.ObjectOld.(*networkingv1.Ingress)
-				cur, ok2 := e.ObjectNew.(*networkingv1.Ingress)
-				return !ok1 || !ok2 || !ingressallow.IsCycleWrite(old, cur)
-			},
-		})).
+		Watches(&networkingv1.Ingress{}, toAllowlist, builder.WithPredicates(ours)).
 		Complete(r)
+}
+
+// carrierEvents maps managed Ingress events to their allowlist (by the
+// sandbox ID and namespace labels). A cycle's own carrier write
+// (ingressallow.IsCycleWrite) wakes no cycle at once: the cycle that
+// wrote records its result, and a failed one is retried through the rate
+// limiter; were it to wake one, a carrier that an admission webhook
+// alters on every write would have each failed cycle start the next at
+// once. It is looked at again after recheck (negative: never), which
+// catches what such an update may hide (IngressReconciler.
+// CycleWriteRecheck). Every other event wakes a cycle at once.
+func carrierEvents(recheck time.Duration) handler.TypedEventHandler[client.Object, reconcile.Request] {
+	request := func(o client.Object) (reconcile.Request, bool) {
+		l := o.GetLabels()
+		if l[v1alpha1.LabelSandboxID] == "" || l[v1alpha1.LabelSandboxNamespace] == "" {
+			return reconcile.Request{}, false
+		}
+		return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: l[v1alpha1.LabelSandboxNamespace], Name: l[v1alpha1.LabelSandboxID]}}, true
+	}
+	add := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		if req, ok := request(o); ok {
+			q.Add(req)
+		}
+	}
+	return handler.TypedFuncs[client.Object, reconcile.Request]{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(e.Object, q)
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(e.Object, q)
+		},
+		GenericFunc: func(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(e.Object, q)
+		},
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			old, ok1 := e.ObjectOld.(*networkingv1.Ingress)
+			cur, ok2 := e.ObjectNew.(*networkingv1.Ingress)
+			if !ok1 || !ok2 || !ingressallow.IsCycleWrite(old, cur) {
+				add(e.ObjectNew, q)
+				return
+			}
+			if req, ok := request(e.ObjectNew); ok && recheck >= 0 {
+				q.AddAfter(req, recheck)
+			}
+		},
+	}
 }
 
 // DefaultGrace is how long an egress PUT may stay in Verifying before

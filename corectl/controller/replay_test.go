@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -119,4 +120,62 @@ func TestReplayedCarrierIsRepaired(t *testing.T) {
 	if cur.Status.VerificationState != v1alpha1.StateVerified || !slices.Equal(cur.Status.LastVerified, []string{"192.0.2.0/24"}) {
 		t.Fatalf("status after the repair = %+v", cur.Status)
 	}
+}
+
+// TestEditBehindACycleMarkIsRecheckedLater: one update that carries a
+// later cycle mark and a widened whitelist is what the reconciler's
+// informer sees when, after a broken watch, it re-lists and folds a
+// cycle's write and a later edit into one update (or when an edit forges
+// the mark). ingressallow.IsCycleWrite takes it for a cycle's own write,
+// which wakes no cycle at once; the recheck CycleWriteRecheck later must
+// find the drift and write the verified rules back. Without the recheck
+// the widened whitelist stayed until the allowlist's next cycle.
+func TestEditBehindACycleMarkIsRecheckedLater(t *testing.T) {
+	ns := env.Namespace(t)
+	ingNS := env.Namespace(t)
+	env.BatchSandbox(t, ns, "sbx", map[string]string{"allocation-id": "a1"})
+	c := kubetest.Cluster("recheck-"+strings.SplitN(ns, "-", 2)[0], ingNS)
+	c.Ingress.Host = ns + ".example.test"
+	eng := &ingressallow.Engine{Client: env.Client, Cluster: c}
+	runReconciler(t, &IngressReconciler{Engine: eng, Workers: 1, CycleWriteRecheck: 200 * time.Millisecond})
+
+	al, err := eng.SetDesired(ctx, ns, "sbx", []v1alpha1.IngressRule{{CIDR: "198.51.100.0/24"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubetest.Eventually(t, 30*time.Second, "verified", func() (bool, error) {
+		cur := &v1alpha1.SandboxIngressAllowlist{}
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(al), cur)
+		return err == nil && cur.Status.VerificationState == v1alpha1.StateVerified, err
+	})
+	sb, err := sandbox.Get(ctx, env.Client, ns, "sbx", c.AllocationLabelKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKey{Namespace: ingNS, Name: ingressallow.IngressName("sbx")}
+	before := &networkingv1.Ingress{}
+	if err := env.Client.Get(ctx, key, before); err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(before.Annotations[ingressallow.AnnotationCycle])
+	if err != nil {
+		t.Fatalf("cycle mark %q: %v", before.Annotations[ingressallow.AnnotationCycle], err)
+	}
+	edited := before.DeepCopy()
+	edited.Annotations[ingressallow.AnnotationCycle] = strconv.Itoa(n + 1)
+	edited.Annotations["nginx.ingress.kubernetes.io/whitelist-source-range"] = "0.0.0.0/0"
+	if !ingressallow.IsCycleWrite(before, edited) {
+		t.Fatal("the edit does not look like a cycle's write; the test shows nothing")
+	}
+	if err := env.Client.Update(ctx, edited); err != nil {
+		t.Fatal(err)
+	}
+	kubetest.Eventually(t, 30*time.Second, "the verified rules written back", func() (bool, error) {
+		ing := &networkingv1.Ingress{}
+		if err := env.Client.Get(ctx, key, ing); err != nil {
+			return false, err
+		}
+		code, _ := ingressallow.CheckCarrier(c, sb, ing, []string{"198.51.100.0/24"})
+		return code == "", nil
+	})
 }

@@ -203,7 +203,8 @@ func TestWebhookAddingASnippetBacksOff(t *testing.T) {
 
 	counter := &cycleCounter{target: "sbx", other: "other"}
 	eng := &ingressallow.Engine{Client: counter.client(t), Cluster: c}
-	runReconciler(t, &IngressReconciler{Engine: eng, Workers: 1,
+	// The recheck after a cycle's own write is an hour away too.
+	runReconciler(t, &IngressReconciler{Engine: eng, Workers: 1, CycleWriteRecheck: time.Hour,
 		RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Hour, time.Hour)})
 
 	state := func(id string) *v1alpha1.SandboxIngressAllowlist {

@@ -524,17 +524,17 @@ func parseCycleMark(m string) (order uint64, ok bool) {
 // cur was a Reconcile cycle's write: cur carries a well-formed
 // AnnotationCycle mark later than old's (old unmarked, or an earlier
 // cycle's or write's). The cycle that wrote it records its own result, so
-// the write needs no further cycle: the reconciler ignores these updates,
-// which keeps a carrier that an admission webhook alters on every write
-// from waking a new cycle with each write (the failed cycle is retried
-// with the reconciler's rate-limited backoff instead). An edit that puts
-// back an earlier mark (e.g. a kubectl apply of a saved copy of the
-// carrier) or drops the mark is not a cycle's write and wakes a cycle,
-// which repairs the carrier; only an edit that forges a later mark goes
-// unseen until the next cycle of that allowlist, and so does an edit the
-// informer only sees folded into one update with a later cycle write
-// (its re-list after a broken watch hands over the versions in between
-// as one update).
+// the write needs no further cycle at once: the reconciler only looks at
+// the allowlist again after a while (controller.IngressReconciler.
+// CycleWriteRecheck), which keeps a carrier that an admission webhook
+// alters on every write from waking a new cycle with each write (the
+// failed cycle is retried with the reconciler's rate-limited backoff
+// instead). An edit that puts back an earlier mark (e.g. a kubectl apply
+// of a saved copy of the carrier) or drops the mark is not a cycle's
+// write and wakes a cycle at once, which repairs the carrier; an edit
+// that forges a later mark, or one the informer only sees folded into one
+// update with a later cycle write (its re-list after a broken watch hands
+// over the versions in between as one update), waits for that recheck.
 func IsCycleWrite(old, cur *networkingv1.Ingress) bool {
 	c, ok := parseCycleMark(cur.Annotations[AnnotationCycle])
 	if !ok {
