@@ -355,9 +355,15 @@ func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressA
 	if cur != nil && !isOurs(e.Cluster, sb, cur) && awaitsBackfill(e.Cluster, sb, cur) {
 		// A PUT made while the create is between its BatchSandbox and its
 		// owner back-fill: the carrier is the create's, not foreign.
-		// Nothing is written or recorded (a settled CarrierForeign would
-		// fail the create's own cycle); the retry after the back-fill, or
-		// the create's cycle, applies the PUT's rules.
+		// Nothing is written or recorded in the status (a settled
+		// CarrierForeign would fail the create's own cycle); the retry
+		// after the back-fill, or the create's cycle, applies the PUT's
+		// rules. A Normal Event tells whoever reads `kubectl describe` of
+		// the allowlist meanwhile (it stays Pending) why.
+		if e.Events != nil {
+			e.Events.Eventf(al, nil, corev1.EventTypeNormal, "AwaitingOwnerBackfill", "Reconcile",
+				"managed Ingress %s was written by the sandbox's create, which has not yet recorded the BatchSandbox as its owner; retried after that", key)
+		}
 		return nil, fmt.Errorf("%w: Ingress %s awaits its create's owner back-fill", ErrTransient, key)
 	}
 	if cur != nil && !isOurs(e.Cluster, sb, cur) {

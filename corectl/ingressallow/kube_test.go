@@ -1019,3 +1019,40 @@ func TestProbeDiscoveryTurnedOff(t *testing.T) {
 		t.Fatalf("the carrier written without probe sources still records %s", got)
 	}
 }
+
+// TestCycleAwaitingOwnerBackfill: a carrier the create wrote before its
+// BatchSandbox existed (identity labels, owner annotation without a UID,
+// no owner reference) is the create's, not foreign: a cycle for a PUT
+// made in that window writes nothing, records nothing in the status, and
+// is retried (ErrTransient); a Normal Event says why, for `kubectl
+// describe` of an allowlist that meanwhile stays Pending.
+func TestCycleAwaitingOwnerBackfill(t *testing.T) {
+	f := newFixture(t)
+	pre := &sandbox.Sandbox{Namespace: f.ns, ID: "sbx"}
+	early := Carrier(f.eng.Cluster, pre, []string{"203.0.113.0/24"})
+	if err := env.Client.Create(ctx, early); err != nil {
+		t.Fatal(err)
+	}
+	al := f.set(t, "192.0.2.0/24")
+	res, err := f.eng.Reconcile(ctx, f.ns, "sbx")
+	if !errors.Is(err, ErrTransient) || res != nil {
+		t.Fatalf("Reconcile = %+v, %v; want ErrTransient", res, err)
+	}
+	if ev := f.rec.last(); !strings.HasPrefix(ev, "Normal AwaitingOwnerBackfill managed Ingress "+f.ingNS+"/"+IngressName("sbx")+" was written by the sandbox's create") {
+		t.Fatalf("event = %q", ev)
+	}
+	cur := &v1alpha1.SandboxIngressAllowlist{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(al), cur); err != nil {
+		t.Fatal(err)
+	}
+	if cur.Status.VerificationState != "" || cur.Status.Cycle != 0 {
+		t.Fatalf("status = %+v; want nothing recorded", cur.Status)
+	}
+	ing := &networkingv1.Ingress{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(early), ing); err != nil {
+		t.Fatal(err)
+	}
+	if ing.ResourceVersion != early.ResourceVersion {
+		t.Fatalf("the carrier was written (resourceVersion %s → %s)", early.ResourceVersion, ing.ResourceVersion)
+	}
+}
