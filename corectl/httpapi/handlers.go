@@ -13,6 +13,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	"github.com/sandgate/sandgate/corectl/template"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -133,13 +134,18 @@ func (s *Server) putIngress(w http.ResponseWriter, r *http.Request) {
 		s.sandboxError(w, r, err)
 		return
 	}
-	done := s.waitIngress(ctx, ch, client.ObjectKeyFromObject(al), al.Generation)
+	done, gone := s.waitIngress(ctx, ch, client.ObjectKeyFromObject(al), al.Generation)
 	st, err := ch.Ingress.Get(ctx, ns, id)
 	if err != nil {
 		s.sandboxError(w, r, err)
 		return
 	}
 	switch {
+	case gone:
+		// The allowlist went while the PUT waited (a DELETE of the sandbox
+		// removes it; the view above answered 409 or 404 when the sandbox
+		// says so), so the PUT's version will never be applied.
+		s.fail(w, r, http.StatusConflict, CodeSandboxStateConflict, "the sandbox's ingress allowlist was removed while the PUT waited for its rules to be applied")
 	case !done:
 		writeJSON(w, http.StatusAccepted, st)
 	case st.VerificationState == v1alpha1.StateVerified:
@@ -170,8 +176,9 @@ type IngressFailure struct {
 }
 
 // waitIngress polls the allowlist until its status has finished version
-// gen (observedGeneration ≥ gen, not Verifying, and not superseded), or
-// the wait bound or ctx ends; it reports whether it finished.
+// gen (observedGeneration ≥ gen, not Verifying, and not superseded), the
+// allowlist is gone (gone: a DELETE of the sandbox removed it), or the
+// wait bound or ctx ends; it reports whether it finished.
 //
 // A cycle superseded by another writer (state UnverifiedSpec, code
 // ConcurrentUpdate: another version of the carrier, e.g. another
@@ -181,19 +188,23 @@ type IngressFailure struct {
 // (5 ms at first). So it is not the PUT's result: the wait goes on for
 // the retry, and a PUT still superseded when the bound ends is answered
 // 202 (not finished) rather than 409.
-func (s *Server) waitIngress(ctx context.Context, ch *ClusterHandle, key client.ObjectKey, gen int64) bool {
+func (s *Server) waitIngress(ctx context.Context, ch *ClusterHandle, key client.ObjectKey, gen int64) (done, gone bool) {
 	ctx, cancel := context.WithTimeout(ctx, s.ingressWait())
 	defer cancel()
 	tick := time.NewTicker(25 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		al := &v1alpha1.SandboxIngressAllowlist{}
-		if err := ch.Ingress.Client.Get(ctx, key, al); err == nil && finished(&al.Status, gen) {
-			return true
+		err := ch.Ingress.Client.Get(ctx, key, al)
+		switch {
+		case err == nil && finished(&al.Status, gen):
+			return true, false
+		case apierrors.IsNotFound(err):
+			return true, true
 		}
 		select {
 		case <-ctx.Done():
-			return false
+			return false, false
 		case <-tick.C:
 		}
 	}
