@@ -478,7 +478,7 @@ func (c *conn) hello(msg decoded) {
 		c.fail(CloseNoDeployment, "no deployment to advertise to a generation-managing node")
 		return
 	}
-	now := time.Now()
+	now := c.hub.now() // the presence clock, as for every heartbeat
 	c.id = uuid.NewString()
 	c.epoch = cfg.OwnerEpoch
 	if c.claim != nil {

@@ -316,6 +316,7 @@ func TestIdleTimeout(t *testing.T) {
 // advanced; nothing waits.)
 func TestOnlineWindow(t *testing.T) {
 	e := newEnv(t)
+	e.freeze()
 	a := e.join(nodeA)
 	if !e.status(nodeA).Online {
 		t.Fatal("not online after hello")

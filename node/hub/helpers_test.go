@@ -87,10 +87,18 @@ type env struct {
 	// skew is added to real time on the hub's presence clock; tests
 	// advance it to pass the online window without waiting.
 	skew atomic.Int64
+	// frozen, when not 0, is the Unix nanosecond time the presence clock
+	// stands at instead of real time (skew still added): see freeze.
+	frozen atomic.Int64
 }
 
 // advance moves the hub's presence clock forward by d.
 func (e *env) advance(d time.Duration) { e.skew.Add(int64(d)) }
+
+// freeze stops the hub's presence clock at the current time, so that
+// only advance moves it: a test that steps to within a millisecond of a
+// window's end does not depend on how much real time its own steps take.
+func (e *env) freeze() { e.frozen.Store(time.Now().UnixNano()) }
 
 // testTimers are short timers; each test may change them. The heartbeat
 // interval of 1 ms lets tests send heartbeats back to back; the flood
@@ -127,7 +135,13 @@ func newEnv(t testing.TB, mutate ...func(*Config)) *env {
 		m(&e.cfg)
 	}
 	e.hub = New()
-	e.hub.clock = func() time.Time { return time.Now().Add(time.Duration(e.skew.Load())) }
+	e.hub.clock = func() time.Time {
+		now := time.Now()
+		if f := e.frozen.Load(); f != 0 {
+			now = time.Unix(0, f)
+		}
+		return now.Add(time.Duration(e.skew.Load()))
+	}
 	if err := e.hub.Configure(e.cfg); err != nil {
 		t.Fatal(err)
 	}
