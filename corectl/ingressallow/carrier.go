@@ -110,13 +110,10 @@ func isOurs(c *cluster.Cluster, sb *sandbox.Sandbox, ing *networkingv1.Ingress) 
 // create writes its owner next, conditional on the version it read, so a
 // cycle writes nothing over it and is retried.
 func awaitsBackfill(c *cluster.Cluster, sb *sandbox.Sandbox, ing *networkingv1.Ingress) bool {
-	for k, v := range sb.IdentityLabels(c.ID) {
-		if ing.Labels[k] != v {
-			return false
-		}
-	}
+	// The create's carrier is isOurs for sb as the create knew it before
+	// the BatchSandbox existed: the same identity, no UID.
 	pre := sandbox.Sandbox{Namespace: sb.Namespace, ID: sb.ID}
-	return sb.UID != "" && ing.Annotations[v1alpha1.AnnotationOwner] == pre.OwnerAnnotation() && len(ing.OwnerReferences) == 0
+	return sb.UID != "" && len(ing.OwnerReferences) == 0 && isOurs(c, &pre, ing)
 }
 
 // CheckCarrier verifies a read-back managed Ingress against the

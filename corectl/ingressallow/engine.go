@@ -421,17 +421,7 @@ func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressA
 			return nil, err
 		}
 		mark := cycleMark(st.Cycle, false)
-		var written *networkingv1.Ingress
-		var werr error
-		if cur == nil {
-			written = want
-			written.Annotations[AnnotationCycle] = mark
-			werr = e.Client.Create(ctx, written)
-		} else {
-			written = overwrite(cur, want, sb)
-			written.Annotations[AnnotationCycle] = mark
-			werr = e.Client.Update(ctx, written)
-		}
+		written, werr := e.writeMarked(ctx, sb, cur, want, mark)
 		if apierrors.IsAlreadyExists(werr) {
 			// Created meanwhile by someone else: never ours to overwrite.
 			if got := (&networkingv1.Ingress{}); e.Client.Get(ctx, key, got) == nil && !isOurs(e.Cluster, sb, got) {
@@ -577,6 +567,22 @@ func sameVersion(a, b *networkingv1.Ingress) bool {
 	return a.UID == b.UID && a.ResourceVersion == b.ResourceVersion
 }
 
+// writeMarked writes want, sb's carrier, with the cycle mark mark
+// (AnnotationCycle): over base, the carrier version this cycle read or
+// wrote, as overwrite makes it (an update conditional on base's
+// resourceVersion), or, with base nil, as a create (conditional on there
+// being none). It returns the object as written (its resourceVersion the
+// write's) and the apiserver's error. want may be modified.
+func (e *Engine) writeMarked(ctx context.Context, sb *sandbox.Sandbox, base, want *networkingv1.Ingress, mark string) (*networkingv1.Ingress, error) {
+	if base == nil {
+		want.Annotations[AnnotationCycle] = mark
+		return want, e.Client.Create(ctx, want)
+	}
+	written := overwrite(base, want, sb)
+	written.Annotations[AnnotationCycle] = mark
+	return written, e.Client.Update(ctx, written)
+}
+
 // overwrite returns the live carrier cur as a write of want (sb's carrier,
 // CarrierWithProbe) over it sets it: the labels merged, the annotations
 // carrierAnnotations makes (corectl's laid over the live ones, every
@@ -584,8 +590,8 @@ func sameVersion(a, b *networkingv1.Ingress) bool {
 // added when want has one, and want's spec; cur's resourceVersion, so the
 // update fails on a write made since cur was read. Every write over a live
 // carrier (a cycle's, an LKG restore, RewriteProbeSources) goes through
-// it; a cycle's write and its restore then set AnnotationCycle. cur is not
-// modified.
+// it; a cycle's write and its restore (writeMarked) then set
+// AnnotationCycle. cur is not modified.
 func overwrite(cur, want *networkingv1.Ingress, sb *sandbox.Sandbox) *networkingv1.Ingress {
 	upd := cur.DeepCopy()
 	upd.Labels = mergeMaps(cur.Labels, want.Labels)
@@ -744,23 +750,15 @@ func (e *Engine) restore(ctx context.Context, sb *sandbox.Sandbox, key client.Ob
 	if probe == nil && e.Probe != nil {
 		probe, _ = e.Probe(ctx)
 	}
-	want := CarrierWithProbe(e.Cluster, sb, lkg, probe)
-	var written *networkingv1.Ingress
-	switch {
-	case base == nil:
-		written = want
-		written.Annotations[AnnotationCycle] = mark
-		if err := e.Client.Create(ctx, written); err != nil {
+	if base != nil && !isOurs(e.Cluster, sb, base) {
+		return "", errors.New("the Ingress is no longer corectl's carrier")
+	}
+	written, err := e.writeMarked(ctx, sb, base, CarrierWithProbe(e.Cluster, sb, lkg, probe), mark)
+	if err != nil {
+		if base == nil {
 			return "", fmt.Errorf("re-create: %w", err)
 		}
-	case !isOurs(e.Cluster, sb, base):
-		return "", errors.New("the Ingress is no longer corectl's carrier")
-	default:
-		written = overwrite(base, want, sb)
-		written.Annotations[AnnotationCycle] = mark
-		if err := e.Client.Update(ctx, written); err != nil {
-			return "", fmt.Errorf("write: %w", err)
-		}
+		return "", fmt.Errorf("write: %w", err)
 	}
 	rb := &networkingv1.Ingress{}
 	if err := e.Client.Get(ctx, key, rb); err != nil {

@@ -44,7 +44,7 @@ func check(data []byte, fold bool) error {
 	if err := c.value(0); err != nil {
 		return err
 	}
-	if off, ok := trailing(c.dec, data); ok {
+	if off, ok := trailing(c.dec); ok {
 		return &classError{fmt.Sprintf("invalid JSON: trailing data after offset %d", off), ErrMalformed}
 	}
 	return nil

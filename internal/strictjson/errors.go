@@ -139,10 +139,10 @@ func isSurrogateEscape(b []byte) bool {
 	return utf16.IsSurrogate(r)
 }
 
-// trailing reads past the value dec has just read from b and reports
-// whether anything but white space follows it, and if so the offset right
-// after the value.
-func trailing(dec *jsontext.Decoder, b []byte) (off int64, found bool) {
+// trailing reads past the value dec has just read and reports whether
+// anything but white space follows it, and if so the offset right after
+// the value.
+func trailing(dec *jsontext.Decoder) (off int64, found bool) {
 	off = dec.InputOffset()
 	if _, err := dec.ReadToken(); err == io.EOF {
 		return 0, false

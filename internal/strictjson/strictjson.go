@@ -209,7 +209,7 @@ func EachMember(b []byte, member func(name string, value jsontext.Value) error) 
 		if _, err := dec.ReadValue(); err != nil {
 			return Fault(b, err)
 		}
-		if off, ok := trailing(dec, b); ok {
+		if off, ok := trailing(dec); ok {
 			return malformed(skipSpace(b, off), "data after the top-level value")
 		}
 		return fmt.Errorf("%w: the value is a JSON %s", ErrNotObject, KindName(k))
@@ -220,7 +220,7 @@ func EachMember(b []byte, member func(name string, value jsontext.Value) error) 
 			if _, err := dec.ReadToken(); err != nil {
 				return Fault(b, err)
 			}
-			if off, ok := trailing(dec, b); ok {
+			if off, ok := trailing(dec); ok {
 				return malformed(skipSpace(b, off), "data after the top-level value")
 			}
 			return nil
