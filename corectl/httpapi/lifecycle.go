@@ -12,7 +12,6 @@ import (
 	"github.com/sandgate/sandgate/corectl/lifecycle"
 	"github.com/sandgate/sandgate/corectl/template"
 	"github.com/sandgate/sandgate/gateway/credential"
-	"github.com/sandgate/sandgate/internal/strictjson"
 )
 
 // Stable error codes of the lifecycle routes, besides lifecycle's Code*
@@ -87,19 +86,15 @@ type createRequest struct {
 // unknown field rather than a second value for the same member.
 func decodeCreate(body []byte) (createRequest, error) {
 	var req createRequest
-	if len(body) == 0 {
-		return req, nil
-	}
 	bad := errors.New("the body is not a JSON object of the right shape")
-	if err := strictjson.Check(body); err != nil {
-		return req, fmt.Errorf("the body is %w", err) // "the body is invalid JSON: ..."
-	}
-	var top map[string]json.RawMessage
-	// null unmarshals into a nil map without an error: a well-formed
-	// non-object, refused like the others (E2B's API validates the body
-	// as an object too).
-	if err := json.Unmarshal(body, &top); err != nil || top == nil {
+	// An empty body is an empty create; null and other non-objects are
+	// refused (E2B's API validates the body as an object too).
+	top, err := decodeObject(body)
+	if errors.Is(err, errNotObject) {
 		return req, bad
+	}
+	if err != nil {
+		return req, err
 	}
 	if v, ok := top["templateID"]; ok {
 		if err := json.Unmarshal(v, &req.TemplateID); err != nil {

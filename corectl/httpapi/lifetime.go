@@ -16,9 +16,14 @@ import (
 // MaxLifetimeRequestSize bounds the timeout, refresh and connect bodies.
 const MaxLifetimeRequestSize = 64 << 10
 
+// errNotObject is decodeObject's error for a well-formed body that is not
+// a JSON object (null included: it unmarshals into a nil map without an
+// error).
+var errNotObject = errors.New("the body is not a JSON object")
+
 // decodeObject checks body (strictjson: one value, no duplicate keys) and
 // returns its members; an empty body is an empty object. Anything but a
-// JSON object is an error.
+// JSON object is an error: errNotObject, or strictjson.Check's.
 func decodeObject(body []byte) (map[string]json.RawMessage, error) {
 	if len(body) == 0 {
 		return map[string]json.RawMessage{}, nil
@@ -28,7 +33,7 @@ func decodeObject(body []byte) (map[string]json.RawMessage, error) {
 	}
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(body, &top); err != nil || top == nil {
-		return nil, errors.New("the body is not a JSON object")
+		return nil, errNotObject
 	}
 	return top, nil
 }
