@@ -5,8 +5,9 @@
 //   - IngressReconciler applies each SandboxIngressAllowlist's desired
 //     version to its managed Ingress (ingressallow.Engine.Reconcile), and
 //     repairs a verified carrier that drifted; Ingress events are mapped
-//     back to the allowlist through the identity labels, except the
-//     updates that are a cycle's own writes (ingressallow.IsCycleWrite).
+//     back to the allowlist through the identity labels; the updates that
+//     are a cycle's own writes (ingressallow.IsCycleWrite) wake it only
+//     after CycleWriteRecheck.
 //   - EgressRecovery finishes egress PUTs interrupted after their write (a
 //     platform NetworkPolicy left in Verifying longer than a grace period)
 //     with egress.Engine.Resume.

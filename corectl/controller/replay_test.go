@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/kubetest"
 	"github.com/sandgate/sandgate/corectl/sandbox"
@@ -39,6 +40,69 @@ func runReconciler(t *testing.T, r *IngressReconciler) {
 	})
 }
 
+// leader is a sandbox "sbx" in a namespace of its own, its carrier's
+// ingress namespace, a cluster ID of its own (the namespace's sequence
+// number in it, for -count > 1: the manager's watches select by it, so it
+// reconciles no other test's allowlists into its ingress namespace), and
+// the ingress reconciler running for it.
+type leader struct {
+	t         *testing.T
+	ns, ingNS string
+	c         *cluster.Cluster
+	eng       *ingressallow.Engine
+}
+
+// startLeader starts a leader for cluster ID prefix-<namespace number>
+// whose reconciler rechecks a cycle's own write after recheck (0: the
+// default).
+func startLeader(t *testing.T, prefix string, recheck time.Duration) *leader {
+	ns, ingNS := env.Namespace(t), env.Namespace(t)
+	env.BatchSandbox(t, ns, "sbx", map[string]string{"allocation-id": "a1"})
+	c := kubetest.Cluster(prefix+"-"+strings.SplitN(ns, "-", 2)[0], ingNS)
+	c.Ingress.Host = ns + ".example.test"
+	l := &leader{t: t, ns: ns, ingNS: ingNS, c: c, eng: &ingressallow.Engine{Client: env.Client, Cluster: c}}
+	runReconciler(t, &IngressReconciler{Engine: l.eng, Workers: 1, CycleWriteRecheck: recheck})
+	return l
+}
+
+// carrier reads the sandbox's managed Ingress.
+func (l *leader) carrier() *networkingv1.Ingress {
+	l.t.Helper()
+	ing := &networkingv1.Ingress{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: l.ingNS, Name: ingressallow.IngressName("sbx")}, ing); err != nil {
+		l.t.Fatal(err)
+	}
+	return ing
+}
+
+// verify sets the desired rules to cidr and waits until the reconciler
+// verified that version.
+func (l *leader) verify(cidr string) *v1alpha1.SandboxIngressAllowlist {
+	l.t.Helper()
+	al, err := l.eng.SetDesired(ctx, l.ns, "sbx", []v1alpha1.IngressRule{{CIDR: cidr}})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	kubetest.Eventually(l.t, 30*time.Second, cidr+" verified", func() (bool, error) {
+		cur := &v1alpha1.SandboxIngressAllowlist{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(al), cur); err != nil {
+			return false, err
+		}
+		return cur.Status.VerificationState == v1alpha1.StateVerified && cur.Status.LastVerifiedGeneration == al.Generation, nil
+	})
+	return al
+}
+
+// sandbox reads the BatchSandbox as corectl sees it.
+func (l *leader) sandbox() *sandbox.Sandbox {
+	l.t.Helper()
+	sb, err := sandbox.Get(ctx, env.Client, l.ns, "sbx", l.c.AllocationLabelKey())
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	return sb
+}
+
 // TestReplayedCarrierIsRepaired: an edit that puts a saved copy of a
 // managed carrier back (as `kubectl apply` of an earlier `kubectl get -o
 // yaml` would) carries an earlier cycle's network.sandgate.io/cycle mark
@@ -48,65 +112,27 @@ func runReconciler(t *testing.T, r *IngressReconciler) {
 // (ingressallow.IsCycleWrite). With marks that only had to differ, the
 // replayed copy passed for a cycle's write and stayed on the carrier.
 func TestReplayedCarrierIsRepaired(t *testing.T) {
-	ns := env.Namespace(t)
-	ingNS := env.Namespace(t)
-	env.BatchSandbox(t, ns, "sbx", map[string]string{"allocation-id": "a1"})
-	// A cluster ID of its own (the namespace's sequence number too, for
-	// -count > 1): the manager's watches select by it, so it reconciles no
-	// other test's allowlists into its ingress namespace.
-	c := kubetest.Cluster("replay-"+strings.SplitN(ns, "-", 2)[0], ingNS)
-	c.Ingress.Host = ns + ".example.test"
-	eng := &ingressallow.Engine{Client: env.Client, Cluster: c}
-	runReconciler(t, &IngressReconciler{Engine: eng, Workers: 1})
-
-	carrierKey := client.ObjectKey{Namespace: ingNS, Name: ingressallow.IngressName("sbx")}
-	carrier := func() *networkingv1.Ingress {
-		t.Helper()
-		ing := &networkingv1.Ingress{}
-		if err := env.Client.Get(ctx, carrierKey, ing); err != nil {
-			t.Fatal(err)
-		}
-		return ing
-	}
-	verify := func(cidr string) *v1alpha1.SandboxIngressAllowlist {
-		t.Helper()
-		al, err := eng.SetDesired(ctx, ns, "sbx", []v1alpha1.IngressRule{{CIDR: cidr}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		kubetest.Eventually(t, 30*time.Second, cidr+" verified", func() (bool, error) {
-			cur := &v1alpha1.SandboxIngressAllowlist{}
-			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(al), cur); err != nil {
-				return false, err
-			}
-			return cur.Status.VerificationState == v1alpha1.StateVerified && cur.Status.LastVerifiedGeneration == al.Generation, nil
-		})
-		return al
-	}
-
-	verify("198.51.100.0/24")
-	saved := carrier()
+	l := startLeader(t, "replay", 0)
+	l.verify("198.51.100.0/24")
+	saved := l.carrier()
 	if saved.Annotations[ingressallow.AnnotationCycle] == "" {
 		t.Fatalf("the cycle's write carries no %s mark: %v", ingressallow.AnnotationCycle, saved.Annotations)
 	}
-	al := verify("192.0.2.0/24")
-	sb, err := sandbox.Get(ctx, env.Client, ns, "sbx", c.AllocationLabelKey())
-	if err != nil {
-		t.Fatal(err)
-	}
+	al := l.verify("192.0.2.0/24")
+	sb := l.sandbox()
 
 	before := &v1alpha1.SandboxIngressAllowlist{}
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(al), before); err != nil {
 		t.Fatal(err)
 	}
 	// Put the saved copy back over the current carrier.
-	replay := carrier()
+	replay := l.carrier()
 	replay.Annotations = saved.Annotations
 	replay.Spec = saved.Spec
 	if err := env.Client.Update(ctx, replay); err != nil {
 		t.Fatal(err)
 	}
-	if code, _ := ingressallow.CheckCarrier(c, sb, carrier(), []string{"198.51.100.0/24"}); code != "" {
+	if code, _ := ingressallow.CheckCarrier(l.c, sb, l.carrier(), []string{"198.51.100.0/24"}); code != "" {
 		t.Fatalf("the replayed copy is not on the carrier: %s", code)
 	}
 	cur := &v1alpha1.SandboxIngressAllowlist{}
@@ -114,7 +140,7 @@ func TestReplayedCarrierIsRepaired(t *testing.T) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(al), cur); err != nil {
 			return false, err
 		}
-		code, _ := ingressallow.CheckCarrier(c, sb, carrier(), []string{"192.0.2.0/24"})
+		code, _ := ingressallow.CheckCarrier(l.c, sb, l.carrier(), []string{"192.0.2.0/24"})
 		return code == "" && cur.Status.Cycle > before.Status.Cycle && cur.Status.VerificationState != v1alpha1.StateVerifying, nil
 	})
 	if cur.Status.VerificationState != v1alpha1.StateVerified || !slices.Equal(cur.Status.LastVerified, []string{"192.0.2.0/24"}) {
@@ -131,32 +157,10 @@ func TestReplayedCarrierIsRepaired(t *testing.T) {
 // find the drift and write the verified rules back. Without the recheck
 // the widened whitelist stayed until the allowlist's next cycle.
 func TestEditBehindACycleMarkIsRecheckedLater(t *testing.T) {
-	ns := env.Namespace(t)
-	ingNS := env.Namespace(t)
-	env.BatchSandbox(t, ns, "sbx", map[string]string{"allocation-id": "a1"})
-	c := kubetest.Cluster("recheck-"+strings.SplitN(ns, "-", 2)[0], ingNS)
-	c.Ingress.Host = ns + ".example.test"
-	eng := &ingressallow.Engine{Client: env.Client, Cluster: c}
-	runReconciler(t, &IngressReconciler{Engine: eng, Workers: 1, CycleWriteRecheck: 200 * time.Millisecond})
-
-	al, err := eng.SetDesired(ctx, ns, "sbx", []v1alpha1.IngressRule{{CIDR: "198.51.100.0/24"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubetest.Eventually(t, 30*time.Second, "verified", func() (bool, error) {
-		cur := &v1alpha1.SandboxIngressAllowlist{}
-		err := env.Client.Get(ctx, client.ObjectKeyFromObject(al), cur)
-		return err == nil && cur.Status.VerificationState == v1alpha1.StateVerified, err
-	})
-	sb, err := sandbox.Get(ctx, env.Client, ns, "sbx", c.AllocationLabelKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := client.ObjectKey{Namespace: ingNS, Name: ingressallow.IngressName("sbx")}
-	before := &networkingv1.Ingress{}
-	if err := env.Client.Get(ctx, key, before); err != nil {
-		t.Fatal(err)
-	}
+	l := startLeader(t, "recheck", 200*time.Millisecond)
+	l.verify("198.51.100.0/24")
+	sb := l.sandbox()
+	before := l.carrier()
 	n, err := strconv.Atoi(before.Annotations[ingressallow.AnnotationCycle])
 	if err != nil {
 		t.Fatalf("cycle mark %q: %v", before.Annotations[ingressallow.AnnotationCycle], err)
@@ -171,11 +175,7 @@ func TestEditBehindACycleMarkIsRecheckedLater(t *testing.T) {
 		t.Fatal(err)
 	}
 	kubetest.Eventually(t, 30*time.Second, "the verified rules written back", func() (bool, error) {
-		ing := &networkingv1.Ingress{}
-		if err := env.Client.Get(ctx, key, ing); err != nil {
-			return false, err
-		}
-		code, _ := ingressallow.CheckCarrier(c, sb, ing, []string{"198.51.100.0/24"})
+		code, _ := ingressallow.CheckCarrier(l.c, sb, l.carrier(), []string{"198.51.100.0/24"})
 		return code == "", nil
 	})
 }

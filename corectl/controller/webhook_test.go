@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -196,9 +197,10 @@ func TestWebhookAddingASnippetBacksOff(t *testing.T) {
 	ingNS := env.Namespace(t)
 	env.BatchSandbox(t, ns, "sbx", map[string]string{"allocation-id": "a1"})
 	env.BatchSandbox(t, ns, "other", map[string]string{"allocation-id": "a2"})
-	// A cluster ID of its own: the manager's watches select by it, so
-	// other tests' allowlists (of cluster c1) are not reconciled here.
-	c := kubetest.Cluster("webhook", ingNS)
+	// A cluster ID of its own (with the namespace's sequence number, for
+	// -count > 1): the manager's watches select by it, so other tests'
+	// allowlists are not reconciled here.
+	c := kubetest.Cluster("webhook-"+strings.SplitN(ns, "-", 2)[0], ingNS)
 	c.Ingress.Host = ns + ".example.test"
 
 	counter := &cycleCounter{target: "sbx", other: "other"}
