@@ -11,6 +11,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -197,4 +199,69 @@ func TestRetentionOnePendingAndAcksAfterReconnect(t *testing.T) {
 	b.Send(drop(pending, pending.ConnectionID))
 	w.untilReclaimed()
 	w.reclaimed()
+}
+
+// A preparation that never published its configuration (the preparer
+// died after the download) leaves a plan and its version files; Core
+// rolls to another generation and lets this one go. The reclamation of
+// such a generation knows its files only from the retained manifest, so
+// a reclaimer killed just after it deleted manifest.json must not have
+// left any other version file behind: a fresh authorisation after the
+// restart finishes the reclamation instead of refusing for ever
+// ("unknown file … in the version directory").
+func TestCrashAfterTheManifestDeleteOfAPlannedGeneration(t *testing.T) {
+	w := newGWorld(t)
+	d1 := w.release(1, "rel-one")
+	d2 := w.release(2, "rel-two")
+	w.writeConfig(1, d1)
+	p := w.start("SANDGATE_CRASHPOINT=" + preparer.CrashPrepareAfterDownload)
+	a := w.core.Accept().Auto(dep(1, d1, nil), func(proto.RetentionEntry) bool { return true })
+	a.WaitObservations(fakecore.State(1, proto.GenerationFailed))
+	w.kill(p)
+	gens := w.generations()
+	if _, err := gens.ReadPlan(1); err != nil {
+		t.Fatalf("plan of the interrupted preparation: %v", err)
+	}
+
+	// Restart targeting 2; Core lets the planned generation 1 go once,
+	// and the reclaimer dies right after deleting the manifest.
+	p = w.start("SANDGATE_CRASHPOINT=" + preparer.CrashReclaimAfterManifestGone)
+	var once sync.Once
+	a = w.core.Accept().Auto(dep(2, d2, nil), func(e proto.RetentionEntry) bool {
+		drop := false
+		if e.Generation == 1 {
+			once.Do(func() { drop = true })
+		}
+		return !drop
+	})
+	w.waitLog(p, `msg="preparer job ended" kind=reclaim generation=1 ok=false`)
+	w.kill(p)
+	if _, err := os.Lstat(filepath.Join(gens.FilesPath(1), "manifest.json")); !os.IsNotExist(err) {
+		t.Fatalf("the reclaimer did not get past the manifest: %v", err)
+	}
+	if ok, _ := gens.Exists(1, genstate.RecordJournal); !ok {
+		t.Fatal("no reclamation journal after the interrupted reclamation")
+	}
+
+	// Restart: a fresh authorisation finishes the reclamation.
+	p = w.start()
+	a = w.core.Accept().Auto(dep(2, d2, nil), dropOne)
+	w.waitLog(p, `msg="preparer job ended" kind=reclaim generation=1`)
+	if !strings.Contains(p.output(), `msg="preparer job ended" kind=reclaim generation=1 ok=true`) {
+		t.Fatal("the reclamation of generation 1 did not finish after a fresh authorisation")
+	}
+	if _, err := gens.ReadDropped(1); err != nil {
+		t.Fatalf("dropped marker: %v", err)
+	}
+	for _, r := range []genstate.Record{genstate.RecordJournal, genstate.RecordPlan} {
+		if ok, _ := gens.Exists(1, r); ok {
+			t.Fatalf("%s left behind", r)
+		}
+	}
+	if _, err := os.Lstat(gens.FilesPath(1)); !os.IsNotExist(err) {
+		t.Fatalf("version directory: %v", err)
+	}
+	if resp := w.create(a, 1, ref()); resp == nil || resp.ErrorCode != proto.ErrUnconfirmed {
+		t.Fatalf("create on the dropped generation: %+v", resp)
+	}
 }

@@ -40,6 +40,7 @@ const (
 	CrashReclaimAfterJournal       = "reclaim.after-journal"
 	CrashReclaimAfterNative        = "reclaim.after-native"
 	CrashReclaimAfterFirstDelete   = "reclaim.after-first-delete"
+	CrashReclaimAfterManifestGone  = "reclaim.after-manifest-delete"
 	CrashReclaimAfterDelete        = "reclaim.after-delete"
 	CrashReclaimAfterDropped       = "reclaim.after-dropped"
 )
@@ -51,7 +52,7 @@ var (
 		CrashPrepareManifestWritten, CrashPrepareAfterDownload, CrashPrepareAfterImportStarted, CrashPrepareAfterImport, CrashPrepareAfterConfig}
 	RepairCrashPoints  = []string{CrashRepairAfterDownload, CrashRepairAfterImport}
 	ReclaimCrashPoints = []string{CrashReclaimAfterJournal, CrashReclaimAfterNative, CrashReclaimAfterFirstDelete,
-		CrashReclaimAfterDelete, CrashReclaimAfterDropped}
+		CrashReclaimAfterManifestGone, CrashReclaimAfterDelete, CrashReclaimAfterDropped}
 )
 
 // Job is one preparer run.

@@ -221,8 +221,20 @@ func (j *Job) deleteVersionFiles(l genstate.Local) error {
 		}
 		names = append(names, name)
 	}
+	// manifest.json goes last, after the other deletions are durable: a
+	// generation without a configuration knows its files only from it, so
+	// a retry after a crash must still find it while any other file is
+	// left.
 	slices.Sort(names)
+	if i := slices.Index(names, release.ManifestName); i >= 0 {
+		names = append(slices.Delete(names, i, i+1), release.ManifestName)
+	}
 	for i, name := range names {
+		if name == release.ManifestName {
+			if err := lease.SyncDir(dir); err != nil {
+				return err
+			}
+		}
 		if err := os.Remove(filepath.Join(dir, name)); err != nil {
 			return err
 		}
@@ -231,6 +243,9 @@ func (j *Job) deleteVersionFiles(l genstate.Local) error {
 				return err
 			}
 			crashpoint.Hit(CrashReclaimAfterFirstDelete)
+		}
+		if name == release.ManifestName {
+			crashpoint.Hit(CrashReclaimAfterManifestGone)
 		}
 	}
 	if err := os.Remove(dir); err != nil {
