@@ -19,6 +19,7 @@ import (
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodeagent/genstate"
 	"github.com/sandgate/sandgate/nodeagent/internal/fakecore"
+	"github.com/sandgate/sandgate/nodeagent/lease"
 	"github.com/sandgate/sandgate/nodeagent/preparer"
 )
 
@@ -263,5 +264,65 @@ func TestCrashAfterTheManifestDeleteOfAPlannedGeneration(t *testing.T) {
 	}
 	if resp := w.create(a, 1, ref()); resp == nil || resp.ErrorCode != proto.ErrUnconfirmed {
 		t.Fatalf("create on the dropped generation: %+v", resp)
+	}
+}
+
+// A preparation interrupted right after its plan has no lease: its
+// reclamation runs without one (no helper can have run). When that
+// reclamation is interrupted after its journal, the generation is
+// collecting — still without a lease — and a fresh authorisation after
+// the restart must finish it, not refuse it for ever for the missing
+// lease.
+func TestCrashAfterTheJournalOfALeaselessReclamation(t *testing.T) {
+	w := newGWorld(t)
+	d1 := w.release(1, "rel-one")
+	d2 := w.release(2, "rel-two")
+	w.writeConfig(1, d1)
+	p := w.start("SANDGATE_CRASHPOINT=" + preparer.CrashPrepareAfterPlan)
+	a := w.core.Accept().Auto(dep(1, d1, nil), func(proto.RetentionEntry) bool { return true })
+	a.WaitObservations(fakecore.State(1, proto.GenerationFailed))
+	w.kill(p)
+	gens := w.generations()
+	if _, err := os.Lstat(lease.Path(gens.Path(), 1)); !os.IsNotExist(err) {
+		t.Fatalf("the interrupted preparation has a lease: %v", err)
+	}
+
+	// Restart targeting 2; Core lets 1 go once; the reclaimer dies right
+	// after its journal.
+	p = w.start("SANDGATE_CRASHPOINT=" + preparer.CrashReclaimAfterJournal)
+	var once sync.Once
+	a = w.core.Accept().Auto(dep(2, d2, nil), func(e proto.RetentionEntry) bool {
+		drop := false
+		if e.Generation == 1 {
+			once.Do(func() { drop = true })
+		}
+		return !drop
+	})
+	w.waitLog(p, `msg="preparer job ended" kind=reclaim generation=1 ok=false`)
+	w.kill(p)
+	if ok, _ := gens.Exists(1, genstate.RecordJournal); !ok {
+		t.Fatal("no reclamation journal after the interrupted reclamation")
+	}
+
+	// Restart: a fresh authorisation finishes the reclamation.
+	p = w.start()
+	a = w.core.Accept().Auto(dep(2, d2, nil), dropOne)
+	const ended, notStarted = `msg="preparer job ended" kind=reclaim generation=1`, `msg="reclamation not started: lease" generation=1`
+	w.until("the reclamation of generation 1 ends or is not started", func() bool {
+		return strings.Contains(p.output(), ended) || strings.Contains(p.output(), notStarted)
+	})
+	if !strings.Contains(p.output(), ended+" ok=true") {
+		t.Fatal("the reclamation of generation 1 did not finish after a fresh authorisation")
+	}
+	if _, err := gens.ReadDropped(1); err != nil {
+		t.Fatalf("dropped marker: %v", err)
+	}
+	for _, r := range []genstate.Record{genstate.RecordJournal, genstate.RecordPlan} {
+		if ok, _ := gens.Exists(1, r); ok {
+			t.Fatalf("%s left behind", r)
+		}
+	}
+	if _, err := os.Lstat(lease.Path(gens.Path(), 1)); !os.IsNotExist(err) {
+		t.Fatalf("a lease appeared for the reclaimed generation: %v", err)
 	}
 }

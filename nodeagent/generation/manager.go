@@ -141,6 +141,9 @@ type gen struct {
 	phase phase
 	// withConfig: a plan and the final configuration both exist.
 	withConfig bool
+	// configured: the final configuration exists, so helpers may have
+	// run under the generation's lease.
+	configured bool
 	// brokenDiag is the diagnostic of a broken generation.
 	brokenDiag string
 
@@ -249,7 +252,7 @@ func (m *Manager) inspectLocked(g int64) *gen {
 	if b, ok := l.Binding(); ok {
 		x.b, x.known = b, true
 	}
-	x.withConfig = false
+	x.withConfig, x.configured = false, l.Config != nil
 	x.brokenDiag = ""
 	switch {
 	case l.Dropped != nil && l.DroppedErr == nil && l.Journal == nil:
@@ -804,9 +807,11 @@ func (m *Manager) reclaimLocked(dr drop) (job *Job, ls *lease.Lease, retry bool)
 	}
 	ls, err := lease.Acquire(m.cfg.Generations.Path(), dr.b.Want(), lease.Exclusive)
 	switch {
-	case errors.Is(err, lease.ErrNotFound) && x.phase == planned:
-		// A plan written before its preparation created the lease: no
-		// helper can have run; the installation lock serialises the rest.
+	case errors.Is(err, lease.ErrNotFound) && !x.configured && (x.phase == planned || x.phase == collecting):
+		// A plan written before its preparation created the lease (or the
+		// reclamation of one, interrupted after its journal): never
+		// configured, so no helper can have run; the installation lock
+		// serialises the rest.
 	case errors.Is(err, lease.ErrBusy) && x.refs == 0 && x.probing == 0 && dr.tries < dropRetries:
 		return nil, nil, true
 	case err != nil:
