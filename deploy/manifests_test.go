@@ -337,7 +337,8 @@ func TestPortalManifests(t *testing.T) {
 					t.Errorf("container %s has no CPU and memory requests", cont.Name)
 				}
 			}
-			for svc, port := range map[string]int32{"gateway": 30083, "gateway-node-connect": 30085, "gateway-internal": 30086} {
+			for svc, port := range map[string]int32{"gateway": 30083, "gateway-node-connect": 30085, "gateway-internal": 30086,
+				"gateway-probe-relay": 30086} {
 				var s corev1.Service
 				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(r.find(t, "Service", svc).Object, &s); err != nil {
 					t.Fatal(err)
@@ -345,6 +346,11 @@ func TestPortalManifests(t *testing.T) {
 				if !labelsMatch(s.Spec.Selector, gw.Spec.Template.Labels) || len(s.Spec.Ports) != 1 || s.Spec.Ports[0].Port != port ||
 					ports[s.Spec.Ports[0].TargetPort.StrVal] != port {
 					t.Errorf("Service %s: %+v, want port %d to the gateway's container port %d", svc, s.Spec, port, port)
+				}
+				// corectl's -probe-relay-url resolves the name to every
+				// ready replica, which only a headless Service gives.
+				if headless := s.Spec.ClusterIP == corev1.ClusterIPNone; headless != (svc == "gateway-probe-relay") {
+					t.Errorf("Service %s: clusterIP %q; only gateway-probe-relay is headless", svc, s.Spec.ClusterIP)
 				}
 			}
 			gwMounts := mountsOf(gw, c)
