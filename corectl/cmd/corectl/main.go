@@ -72,7 +72,7 @@ func run(args []string) error {
 	orphanEvery := fs.Duration("orphan-interval", time.Minute, "period of the orphan scan")
 	probeListen := fs.String("probe-listen", "", "address serving /healthz, /readyz and /metrics (empty: none; the Kubernetes manifests use :8091)")
 	shutdownGrace := fs.Duration("shutdown-grace", daemon.DefaultShutdownGrace, "on SIGTERM, how long in-flight API requests may finish before they are cut off")
-	relayURL := fs.String("probe-relay-url", "", "base URL of the gateway's fixed-entry probe relay (fixed_entry_probe on its internal listener, e.g. http://gateway-internal:30086): readiness checks and probe-source discovery then leave from the gateway, so restricted sandboxes admit the data plane's source and Host (empty: corectl probes the fixed entries itself)")
+	relayURL := fs.String("probe-relay-url", "", "base URL of the gateway's fixed-entry probe relay (fixed_entry_probe on its internal listener, e.g. http://gateway-probe-relay:30086, a headless Service, so that discovery reaches every gateway replica): readiness checks and probe-source discovery then leave from the gateway, so restricted sandboxes admit the data plane's source and Host (empty: corectl probes the fixed entries itself)")
 	relayTokenFile := fs.String("probe-relay-token-file", "", "file holding the bearer token of the probe relay (at least 32 bytes; the gateway's fixed_entry_probe has its SHA-256); required with -probe-relay-url")
 	relayWait := fs.Duration("probe-relay-wait", 2*time.Minute, "how long corectl waits at start for the probe relay to confirm the gateway's clusters match -config")
 	showVersion := fs.Bool("version", false, "print the sandgate commit this binary was built from and exit")
