@@ -60,8 +60,8 @@ func (HTTP) CaddyModule() caddy.ModuleInfo {
 func (h *HTTP) Provision(caddy.Context) error {
 	repl := caddy.NewReplacer()
 	raw := repl.ReplaceAll(h.URL, "")
-	if u, err := url.Parse(raw); err == nil && u.User != nil {
-		return errors.New("the authorizer http URL must not carry user info (a secret in the configuration): send it in a header with an {env.NAME} or {file./path} placeholder")
+	if err := checkURLUserInfo(raw); err != nil {
+		return err
 	}
 	hdr, err := h.ResolveHeaders(repl, "authorizer http")
 	if err != nil {
@@ -73,6 +73,17 @@ func (h *HTTP) Provision(caddy.Context) error {
 		return err
 	}
 	h.a = a
+	return nil
+}
+
+// checkURLUserInfo refuses an authorizer URL with user info: its password
+// would be a secret written into the configuration. The Caddyfile is
+// checked while adapting, so the URL never reaches the adapted JSON;
+// Provision checks the JSON config's URL too.
+func checkURLUserInfo(raw string) error {
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		return errors.New("the authorizer http URL must not carry user info (a secret in the configuration): send it in a header with an {env.NAME} or {file./path} placeholder")
+	}
 	return nil
 }
 
@@ -105,6 +116,9 @@ func (h *HTTP) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	h.URL = d.Val()
 	if d.NextArg() {
 		return d.ArgErr()
+	}
+	if err := checkURLUserInfo(h.URL); err != nil {
+		return d.Err(err.Error())
 	}
 	for d.NextBlock(0) {
 		ok, err := h.UnmarshalBlock(d)
