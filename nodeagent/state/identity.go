@@ -3,9 +3,7 @@ package state
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 
 	"github.com/sandgate/sandgate/internal/strictjson"
@@ -46,23 +44,13 @@ var ErrNoIdentity = errors.New("state: the node has no enrolled identity (run no
 // an error naming the rule when it is malformed, larger than 4 KiB, or
 // readable by group or others.
 func (d *Dir) Identity() (*Identity, error) {
-	f, err := os.Open(filepath.Join(d.path, filepath.FromSlash(IdentityRecord)))
+	path := filepath.Join(d.path, filepath.FromSlash(IdentityRecord))
+	b, err := readRecord(path, maxIdentity, 0o077)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, ErrNoIdentity
 	}
 	if err != nil {
-		return nil, fmt.Errorf("state: %w", err)
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("state: %s must be a regular file without group or other permissions", IdentityRecord)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxIdentity+1))
-	if err != nil {
-		return nil, fmt.Errorf("state: %w", err)
-	}
-	if len(b) > maxIdentity {
-		return nil, fmt.Errorf("state: %s is larger than %d bytes", IdentityRecord, maxIdentity)
+		return nil, fmt.Errorf("state: %s must be a regular file of at most %d bytes without group or other permissions: %w", IdentityRecord, maxIdentity, err)
 	}
 	var id Identity
 	if err := strictjson.Decode(b, &id, identitySchema); err != nil {

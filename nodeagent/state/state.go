@@ -9,12 +9,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/google/uuid"
 
@@ -91,13 +93,58 @@ func checkName(name string) error {
 	return nil
 }
 
-// Load returns the record's bytes; a missing record is reported with an
-// error for which errors.Is(err, fs.ErrNotExist) holds.
+// MaxRecord bounds a record read by Load, InstallationID and OwnerEpoch,
+// in bytes.
+const MaxRecord = 4 << 10
+
+// ErrBadRecord: a record is a symlink, not a regular file (a named pipe,
+// a device, a directory) or larger than its bound; it is refused without
+// reading more than the bound.
+var ErrBadRecord = errors.New("state: record is a symlink, not a regular file or too large")
+
+// readRecord reads the record file at path, at most limit bytes, without
+// following a symlink and without blocking on a named pipe. A missing
+// file is an error for which errors.Is(err, fs.ErrNotExist) holds; a
+// symlink, a file that is not regular, one with a permission bit of
+// denied or one over limit is ErrBadRecord.
+func readRecord(path string, limit int64, denied fs.FileMode) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	switch {
+	case errors.Is(err, syscall.ELOOP):
+		return nil, fmt.Errorf("%w: %s is a symlink", ErrBadRecord, filepath.Base(path))
+	case err != nil:
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is not a regular file", ErrBadRecord, filepath.Base(path))
+	}
+	if fi.Mode().Perm()&denied != 0 {
+		return nil, fmt.Errorf("%w: %s has mode %v", ErrBadRecord, filepath.Base(path), fi.Mode().Perm())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrBadRecord, filepath.Base(path), limit)
+	}
+	return b, nil
+}
+
+// Load returns the record's bytes (at most MaxRecord); a missing record
+// is reported with an error for which errors.Is(err, fs.ErrNotExist)
+// holds, a symlink, a file that is not regular or a larger one with
+// ErrBadRecord.
 func (d *Dir) Load(name string) ([]byte, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
-	return os.ReadFile(filepath.Join(d.path, filepath.FromSlash(name)))
+	return readRecord(filepath.Join(d.path, filepath.FromSlash(name)), MaxRecord, 0)
 }
 
 // Store replaces the record atomically with data (mode 0600), creating its
@@ -142,7 +189,7 @@ func (d *Dir) Remove(name string) error {
 func (d *Dir) InstallationID() (string, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	b, err := os.ReadFile(filepath.Join(d.path, InstallationIDRecord))
+	b, err := readRecord(filepath.Join(d.path, InstallationIDRecord), MaxRecord, 0)
 	switch {
 	case err == nil:
 		id := string(bytes.TrimSpace(b))
@@ -168,7 +215,7 @@ func (d *Dir) OwnerEpoch() (int64, error) {
 }
 
 func (d *Dir) ownerEpoch() (int64, error) {
-	b, err := os.ReadFile(filepath.Join(d.path, OwnerEpochRecord))
+	b, err := readRecord(filepath.Join(d.path, OwnerEpochRecord), MaxRecord, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
 	}

@@ -1,10 +1,12 @@
 package state
 
 import (
+	"bytes"
 	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -105,5 +107,85 @@ func TestOpenRefusesUnsafeDirectories(t *testing.T) {
 	}
 	if _, err := Open(""); err == nil {
 		t.Fatal("an empty path was accepted")
+	}
+}
+
+// Every record the node reads at start (installation_id, owner_epoch, a
+// record of Load, node/identity.json) is read without following a
+// symlink, without blocking on a named pipe and only up to its bound:
+// a symlink to a valid record elsewhere, a named pipe and an oversized
+// file are refused with ErrBadRecord, and nothing else is read.
+func TestRecordsAreReadBoundedWithoutFollowingOrBlocking(t *testing.T) {
+	id := &Identity{NodeID: "0b6f2c9e-0d55-4a53-8f0e-5d1c2b3a4f60", InstallationID: "1b6f2c9e-0d55-4a53-8f0e-5d1c2b3a4f60",
+		CoreOrigin: "https://core.example", Pool: "default", DeploymentGeneration: 1,
+		SpecificationDigest: "0000000000000000000000000000000000000000000000000000000000000000"}
+	reads := []struct {
+		name string
+		good []byte // a valid record, for the symlink's target
+		read func(d *Dir) error
+	}{
+		{InstallationIDRecord, []byte("2b6f2c9e-0d55-4a53-8f0e-5d1c2b3a4f60\n"), func(d *Dir) error { _, err := d.InstallationID(); return err }},
+		{OwnerEpochRecord, []byte("7\n"), func(d *Dir) error { _, err := d.OwnerEpoch(); return err }},
+		{FingerprintRecord, []byte("x\n"), func(d *Dir) error { _, err := d.Load(FingerprintRecord); return err }},
+		{IdentityRecord, nil, func(d *Dir) error { _, err := d.Identity(); return err }},
+	}
+	for _, r := range reads {
+		t.Run(r.name, func(t *testing.T) {
+			dir := t.TempDir()
+			d, err := Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			good := r.good
+			if good == nil {
+				if err := d.StoreIdentity(id); err != nil {
+					t.Fatal(err)
+				}
+				p := filepath.Join(dir, filepath.FromSlash(IdentityRecord))
+				if good, err = os.ReadFile(p); err != nil {
+					t.Fatal(err)
+				}
+				os.Remove(p)
+			}
+			path := filepath.Join(dir, filepath.FromSlash(r.name))
+			os.MkdirAll(filepath.Dir(path), 0o700)
+			// The valid record itself is read.
+			if err := os.WriteFile(path, good, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.read(d); err != nil {
+				t.Fatalf("the valid record: %v", err)
+			}
+			os.Remove(path)
+
+			elsewhere := filepath.Join(t.TempDir(), "record")
+			if err := os.WriteFile(elsewhere, good, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(elsewhere, path); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.read(d); !errors.Is(err, ErrBadRecord) {
+				t.Fatalf("a symlinked record: %v, want ErrBadRecord", err)
+			}
+			os.Remove(path)
+
+			big := append(bytes.Repeat([]byte(" "), MaxRecord+1), good...)
+			if err := os.WriteFile(path, big, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.read(d); !errors.Is(err, ErrBadRecord) {
+				t.Fatalf("an oversized record: %v, want ErrBadRecord", err)
+			}
+			os.Remove(path)
+
+			// A named pipe with no writer: opened without blocking, refused.
+			if err := syscall.Mkfifo(path, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.read(d); !errors.Is(err, ErrBadRecord) {
+				t.Fatalf("a named pipe: %v, want ErrBadRecord", err)
+			}
+		})
 	}
 }
