@@ -249,7 +249,8 @@ func Load(args []string, output io.Writer) (*Config, error) {
 		values[s.name] = fs.String(s.name, "", s.help)
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(output, "Usage: nodeagent [--config FILE] [flags]\n\n"+
+		fmt.Fprintf(output, "Usage: nodeagent [--config FILE] [flags]\n"+
+			"       nodeagent enrol --core https://… --token-file F [flags]   (enrols the host: nodeagent enrol --help)\n\n"+
 			"nodeagent is the sandbox node agent: it connects to Core, reports the node's health and runs\n"+
 			"provider operations on the local Docker engine. Exit status: 0 stopped by a signal, 1 runtime\n"+
 			"failure, 2 bad configuration, 3 Core rejected the node credential (HTTP 401; re-enroll).\n\nFlags:\n")
@@ -352,7 +353,12 @@ func LoadEnrolment(args []string, output io.Writer) (*Enrolment, error) {
 	for _, s := range settings {
 		for _, n := range enrolSettings {
 			if s.name == n {
-				values[s.name] = fs.String(s.name, "", s.help)
+				help := s.help
+				if n == "credential-file" {
+					// enrol writes the credential there; it has a default.
+					help = "where the node credential is written, mode 0600; it must not exist yet (file: credential_file; default " + DefaultCredentialFile + ")"
+				}
+				values[s.name] = fs.String(s.name, "", help)
 			}
 		}
 	}
@@ -360,7 +366,9 @@ func LoadEnrolment(args []string, output io.Writer) (*Enrolment, error) {
 		fmt.Fprintf(output, "Usage: nodeagent enrol --core https://… (--token T | --token-file F) [--config FILE] [flags]\n\n"+
 			"Enrols this host with Core: checks the host, Docker and the exact runtime Core selects, registers the\n"+
 			"node with the one-time token, then writes the credential (mode 0600) and the node identity and\n"+
-			"installs that runtime. Every refusal happens before anything is written.\n\nFlags:\n")
+			"installs that runtime. Every refusal happens before anything is written. Exit status: 0 enrolled,\n"+
+			"2 bad arguments, 4 refused (nothing written), 5 enrolled but preparing the runtime failed (the\n"+
+			"service retries it), 1 failure while writing the node's files.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -109,9 +109,23 @@ func TestHelpAndConfigErrors(t *testing.T) {
 		t.Fatalf("--help: status %d", code)
 	}
 	for _, flag := range []string{"-core-origin", "-node-id", "-credential-file", "-state-dir", "-docker-endpoint",
-		"-heartbeat", "-idle-timeout", "-backoff-min", "-backoff-max", "-shutdown-grace", "-print-identity", "Exit status"} {
+		"-heartbeat", "-idle-timeout", "-backoff-min", "-backoff-max", "-shutdown-grace", "-print-identity", "Exit status",
+		"nodeagent enrol --help"} {
 		if !strings.Contains(out.String(), flag) {
 			t.Errorf("--help does not explain %s", flag)
+		}
+	}
+
+	// enrol's own help: the credential file is where enrol writes, with a
+	// default (not a required setting), and its exit statuses.
+	out.Reset()
+	if code := runEnrol(context.Background(), []string{"--help"}, &out, &out); code != exitOK {
+		t.Fatalf("enrol --help: status %d", code)
+	}
+	for _, want := range []string{"-token-file", "where the node credential is written", "default /etc/sandgate/node.credential",
+		"4 refused (nothing written)", "5 enrolled but preparing the runtime failed"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("enrol --help does not say %q:\n%s", want, out.String())
 		}
 	}
 
