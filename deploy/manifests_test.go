@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandgate/sandgate/corectl/cluster"
 	appsv1 "k8s.io/api/apps/v1"
@@ -378,6 +379,27 @@ func TestPortalManifests(t *testing.T) {
 				if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != want || probe.HTTPGet.Port.StrVal != "probes" {
 					t.Errorf("corectl probe %+v, want GET %s on the probes port", probe, want)
 				}
+			}
+			// corectl serves no probe while it waits for the probe relay
+			// (-probe-relay-wait, or its default as -h prints it): the
+			// startup probe must outlast that wait, or the kubelet kills a
+			// corectl that starts before the gateway is ready.
+			relayWait := args["probe-relay-wait"]
+			if relayWait == "" {
+				m := regexp.MustCompile(`\n  -probe-relay-wait duration\n[^\n]*\(default ([0-9a-z.]+)\)`).FindSubmatch(usage)
+				if m == nil {
+					t.Fatalf("bin/corectl -h shows no default of -probe-relay-wait:\n%s", usage)
+				}
+				relayWait = string(m[1])
+			}
+			wait, err := time.ParseDuration(relayWait)
+			if err != nil {
+				t.Fatalf("-probe-relay-wait %q: %v", relayWait, err)
+			}
+			if sp := cc.StartupProbe; sp == nil {
+				t.Error("corectl has no startup probe")
+			} else if allowed := time.Duration(sp.PeriodSeconds*sp.FailureThreshold) * time.Second; allowed <= wait {
+				t.Errorf("corectl's startup probe allows %s (periodSeconds × failureThreshold), not more than -probe-relay-wait %s", allowed, wait)
 			}
 			for _, f := range []struct{ flag, kind string }{{"config", "configMap:corectl-config"}, {"credentials", "secret:sandgate-credentials"},
 				{"api-keys", "secret:corectl-api-keys"}, {"token-key-file", "secret:sandgate-token-key"}, {"internal-token-file", "secret:corectl-internal-token"},
