@@ -91,8 +91,7 @@ js-deps: $(JS_DIR)/node_modules/.package-lock.json
 demo:
 	@$(PHASE) 1/3 "building bin/caddy with xcaddy" "first time 3-5 min on idle cores, 15 loaded; then nothing, or about 40 s after a change" -- $(SUBMAKE) bin/caddy
 	@$(PHASE) 2/3 "installing the E2B JS SDKs (npm ci in integration/js)" "first time 5-30 s; then nothing" -- $(SUBMAKE) js-deps
-	@echo "==> [3/3] running the demo (go run ./integration/cmd/demo, about 20 s)" >&2
-	@$(GO) run ./integration/cmd/demo
+	@$(PHASE) 3/3 "running the demo (go run ./integration/cmd/demo)" "about 20 s" -- $(GO) run ./integration/cmd/demo
 
 vet:
 	$(GO) vet ./...
