@@ -61,9 +61,9 @@ type conn struct {
 	// placementsSynced: the node's placements were read from a shared
 	// store (placement.Syncer) on this connection; reader goroutine only.
 	placementsSynced bool
-	// beats and pings are the heartbeat and ping budgets; reader
-	// goroutine only.
-	beats, pings budget
+	// beats, retentions and pings are the heartbeat, retention and ping
+	// budgets; reader goroutine only.
+	beats, retentions, pings budget
 
 	closeOnce   sync.Once
 	closing     chan struct{} // closed when the connection starts closing
@@ -742,8 +742,12 @@ func (b *budget) take(now time.Time, burst float64, every time.Duration) bool {
 // stall shorter than the idle timeout queued up arrive together within
 // it; a node sending faster than twice the protocol's rate empties it.
 func (c *conn) takeHeartbeat(now time.Time, t Timers) bool {
-	return c.beats.take(now, float64(t.Idle/t.Heartbeat)+2, t.Heartbeat/2)
+	return c.beats.take(now, heartbeatBurst(t), t.Heartbeat/2)
 }
+
+// heartbeatBurst is how many heartbeats (or retention requests) a node
+// may send at once: Idle/Heartbeat + 2.
+func heartbeatBurst(t Timers) float64 { return float64(t.Idle/t.Heartbeat) + 2 }
 
 // Ping limits: Core answers a WebSocket ping with a pong; nodes need not
 // ping at all (nodeagent never does), so PingBurst pings at once and one
@@ -795,6 +799,12 @@ func (c *conn) response(r *proto.Response) {
 // authorise dropping the rest.
 func (c *conn) retention(r *proto.Retention) {
 	cfg := c.config()
+	// A node asks at most once per heartbeat_ack (one exchange pending at
+	// a time, answered at once): the heartbeats' budget, of its own.
+	if !c.retentions.take(time.Now(), heartbeatBurst(cfg.Timers), cfg.Timers.Heartbeat/2) {
+		c.fail(CloseFlood, "retention requests faster than the heartbeat interval")
+		return
+	}
 	switch {
 	case !c.gm:
 		c.fail(CloseProtocolError, "retention from a node without generation management")

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
 
@@ -295,5 +296,50 @@ func TestHeartbeatIntervalUnderIdle(t *testing.T) {
 	cfg.Timers.Heartbeat, cfg.Timers.Idle = 40*time.Second, 0
 	if err := e.hub.CheckConfig(cfg); err == nil || !strings.Contains(err.Error(), "shorter than the idle timeout") {
 		t.Fatalf("CheckConfig: %v", err)
+	}
+}
+
+// TestRetentionFlood: a node asks about retention at most once per
+// heartbeat_ack (one exchange pending at a time, answered at once), so
+// retention requests have the heartbeats' budget: a real gorilla client
+// of a generation-managing node that sends them back to back, each with
+// the next sequence, gets 5 retention_acks (the burst) and then close
+// 4007 — every one of them otherwise costs Core a placement lookup and an
+// answer, with no bound.
+func TestRetentionFlood(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.Timers.Heartbeat, c.Timers.Idle = 10*time.Second, 35*time.Second })
+	g := e.join(nodeG)
+	go func() {
+		for i := range 1000 {
+			b, _ := proto.Encode(&proto.Retention{ID: uuid.NewString(), Sequence: uint64(i + 1),
+				ConnectionID: g.welcome.ConnectionID, OwnerEpoch: g.welcome.OwnerEpoch,
+				Entries: []proto.RetentionEntry{{Generation: 1, SpecificationDigest: specDigest}}})
+			g.wmu.Lock()
+			err := g.ws.WriteMessage(websocket.TextMessage, b)
+			g.wmu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	acks := 0
+	for {
+		f, err := g.next()
+		if err != nil {
+			var ce *websocket.CloseError
+			if !errors.As(err, &ce) || ce.Code != CloseFlood {
+				t.Fatalf("after %d acks: %v", acks, err)
+			}
+			break
+		}
+		if _, ok := f.(*proto.RetentionAck); !ok {
+			t.Fatalf("frame %T", f)
+		}
+		if acks++; acks > 5 {
+			t.Fatalf("%d retention_acks and no close, want 5 (35s/10s + 2) then 4007", acks)
+		}
+	}
+	if acks != 5 {
+		t.Fatalf("%d acks before the close, want 5 (35s/10s + 2)", acks)
 	}
 }
