@@ -406,6 +406,11 @@ func parseNodes(d *caddyfile.Dispenser) (*Nodes, error) {
 	if n.CredentialsRaw == nil && n.StateDir == "" && n.Store != StoreKubernetes {
 		return nil, d.Err("nodes: credentials is required (e.g. credentials file <path>), or a state_dir or store kubernetes for enrolled nodes")
 	}
+	// Provision refuses it too (for JSON configs), but only after it has
+	// connected to the Portal cluster; caddy adapt and validate say it here.
+	if n.Store == StoreKubernetes && n.StateDir != "" {
+		return nil, d.Err("nodes: store kubernetes keeps the node state in the Portal cluster: remove state_dir")
+	}
 	return n, nil
 }
 
