@@ -267,7 +267,7 @@ func (h *Handler) setDeployment(w http.ResponseWriter, r *http.Request, st State
 func (h *Handler) issueToken(w http.ResponseWriter, r *http.Request, st State) {
 	store := st.Enrolment()
 	if store == nil {
-		write(w, http.StatusServiceUnavailable, Error{Error: "unavailable", Detail: "enrolment is off: set state_dir in the nodes block"})
+		write(w, http.StatusServiceUnavailable, Error{Error: "unavailable", Detail: "enrolment is off: set state_dir or store kubernetes in the nodes block"})
 		return
 	}
 	b, ok := readBody(w, r)
@@ -307,7 +307,7 @@ func (h *Handler) issueToken(w http.ResponseWriter, r *http.Request, st State) {
 func (h *Handler) enrolled(w http.ResponseWriter, r *http.Request, st State) {
 	store := st.Enrolment()
 	if store == nil {
-		write(w, http.StatusServiceUnavailable, Error{Error: "unavailable", Detail: "enrolment is off: set state_dir in the nodes block"})
+		write(w, http.StatusServiceUnavailable, Error{Error: "unavailable", Detail: "enrolment is off: set state_dir or store kubernetes in the nodes block"})
 		return
 	}
 	rest := strings.Trim(strings.TrimPrefix(r.URL.Path, EnrolledPath), "/")

@@ -168,7 +168,7 @@ func servingOf(d proto.Deployment) int64 {
 // preview answers GET EnrolPath with an enrolment token.
 func (h *Handler) preview(w http.ResponseWriter, r *http.Request) {
 	if h.Enrolment == nil {
-		writeError(w, http.StatusServiceUnavailable, machine.CodeUnavailable, "enrolment is off (no state_dir)")
+		writeError(w, http.StatusServiceUnavailable, machine.CodeUnavailable, "enrolment is off (no state_dir or store kubernetes)")
 		return
 	}
 	token, _ := bearer.FromRequest(r)
@@ -196,7 +196,7 @@ func (h *Handler) refuseEnrolment(w http.ResponseWriter, what string) {
 // enrol answers POST EnrolPath.
 func (h *Handler) enrol(w http.ResponseWriter, r *http.Request) {
 	if h.Enrolment == nil {
-		writeError(w, http.StatusServiceUnavailable, machine.CodeUnavailable, "enrolment is off (no state_dir)")
+		writeError(w, http.StatusServiceUnavailable, machine.CodeUnavailable, "enrolment is off (no state_dir or store kubernetes)")
 		return
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "application/json" && !strings.HasPrefix(ct, "application/json;") {
