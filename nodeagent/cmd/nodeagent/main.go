@@ -106,7 +106,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			err = cfg.ApplyIdentity(config.Identity{CoreOrigin: id.CoreOrigin, NodeID: id.NodeID, InstallationID: id.InstallationID,
 				DeploymentGeneration: id.DeploymentGeneration, SpecificationDigest: id.SpecificationDigest})
 		case errors.Is(err, state.ErrNoIdentity):
-			err = cfg.Validate()
+			if err = cfg.Validate(); err != nil {
+				// Most likely the unit was started before the host
+				// was enrolled: say so, not only which setting is
+				// missing.
+				err = fmt.Errorf("%w (generation_management is on and the state directory %s holds no enrolled identity: run `nodeagent enrol` first, or give every setting)", err, cfg.StateDir)
+			}
 		}
 		if err != nil {
 			fmt.Fprintln(stderr, "nodeagent:", err)

@@ -116,6 +116,19 @@ func TestHelpAndConfigErrors(t *testing.T) {
 		}
 	}
 
+	// A generation-managing node started before it was enrolled: the
+	// error says to enrol, not only which setting is missing.
+	dir := t.TempDir()
+	gm := filepath.Join(dir, "nodeagent.toml")
+	if err := os.WriteFile(gm, []byte("generation_management = true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"--config", gm, "--state-dir", filepath.Join(dir, "state")}, &out, &out); code != exitConfig ||
+		!strings.Contains(out.String(), "core_origin") || !strings.Contains(out.String(), "run `nodeagent enrol` first") {
+		t.Errorf("unenrolled generation-managing node: status %d, output %s", code, out.String())
+	}
+
 	// enrol's own help: the credential file is where enrol writes, with a
 	// default (not a required setting), and its exit statuses.
 	out.Reset()
