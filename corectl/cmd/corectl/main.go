@@ -60,6 +60,9 @@ func run(args []string) error {
 	listen := fs.String("listen", "127.0.0.1:8090", "API listen address")
 	elect := fs.Bool("leader-elect", true, "use leader election (required when more than one replica runs)")
 	leNS := fs.String("leader-election-namespace", "corectl-system", "namespace of the leader-election Lease in every cluster")
+	leaseDuration := fs.Duration("leader-election-lease-duration", 15*time.Second, "how long a Lease's holder is the leader without renewing it: a standby replica takes the Lease over this long after the leader stopped renewing (died)")
+	renewDeadline := fs.Duration("leader-election-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew its Lease before it stops leading; below -leader-election-lease-duration")
+	retryPeriod := fs.Duration("leader-election-retry-period", 2*time.Second, "how often replicas try to acquire or renew the Lease; below -leader-election-renew-deadline")
 	grace := fs.Duration("egress-grace", 2*time.Minute, "age after which an interrupted egress update is finished by the leader")
 	dev := fs.Bool("dev-log", false, "human-readable logs")
 	keyID := fs.String("token-key-id", "", "kid of the gateway's token signing key (enables create/connect/get/delete)")
@@ -70,6 +73,7 @@ func run(args []string) error {
 	tokenGrace := fs.Duration("token-grace", 30*time.Second, "how long an envd access token outlives the latest end of its sandbox (start + -max-timeout)")
 	readyBudget := fs.Duration("ready-budget", time.Minute, "how long a create waits for execd readiness through the fixed entry")
 	orphanEvery := fs.Duration("orphan-interval", time.Minute, "period of the orphan scan")
+	orphanGrace := fs.Duration("orphan-grace", 5*time.Minute, "age below which the orphan scan leaves an object alone (a create still Creating is taken for abandoned at this age plus -ready-budget)")
 	probeListen := fs.String("probe-listen", "", "address serving /healthz, /readyz and /metrics (empty: none; the Kubernetes manifests use :8091)")
 	shutdownGrace := fs.Duration("shutdown-grace", daemon.DefaultShutdownGrace, "on SIGTERM, how long in-flight API requests may finish before they are cut off")
 	relayURL := fs.String("probe-relay-url", "", "base URL of the gateway's fixed-entry probe relay (fixed_entry_probe on its internal listener, e.g. http://gateway-probe-relay:30086, a headless Service, so that discovery reaches every gateway replica): readiness checks and probe-source discovery then leave from the gateway, so restricted sandboxes admit the data plane's source and Host (empty: corectl probes the fixed entries itself)")
@@ -96,8 +100,12 @@ func run(args []string) error {
 		fmt.Fprintln(os.Stderr, "corectl: -config, -credentials and -api-keys are required")
 		os.Exit(2)
 	}
-	if *maxTimeout <= 0 || *tokenGrace < 0 || *cniEvery <= 0 {
-		fmt.Fprintln(os.Stderr, "corectl: -max-timeout must be positive and -token-grace not negative, -cni-check-interval positive")
+	if *maxTimeout <= 0 || *tokenGrace < 0 || *cniEvery <= 0 || *orphanGrace <= 0 {
+		fmt.Fprintln(os.Stderr, "corectl: -max-timeout must be positive and -token-grace not negative, -cni-check-interval and -orphan-grace positive")
+		os.Exit(2)
+	}
+	if !(*leaseDuration > *renewDeadline && *renewDeadline > *retryPeriod && *retryPeriod > 0) {
+		fmt.Fprintln(os.Stderr, "corectl: -leader-election-lease-duration must be longer than -leader-election-renew-deadline, and that longer than -leader-election-retry-period, which must be positive")
 		os.Exit(2)
 	}
 	log := crzap.New(crzap.UseDevMode(*dev))
@@ -146,6 +154,7 @@ func run(args []string) error {
 		InternalToken: internalToken, CNICheckInterval: *cniEvery,
 		Config: cfg, Keys: keys, Credentials: creds, Listen: *listen,
 		LeaderElection: *elect, LeaderElectionNamespace: *leNS, EgressGrace: *grace, Log: log,
+		LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod, OrphanGrace: *orphanGrace,
 		ProbeSourceDiscovery: true,
 		TokenKey:             signer, MaxTimeout: *maxTimeout, TokenGrace: *tokenGrace, ReadyBudget: *readyBudget, OrphanInterval: *orphanEvery,
 		ProbeListen: *probeListen, ShutdownGrace: *shutdownGrace,
