@@ -922,15 +922,20 @@ func (c *creation) onForbidden(ctx context.Context) error {
 // pauses double from it up to Orchestrator.ReadyInterval.
 const FirstReadyInterval = 10 * time.Millisecond
 
+// readyBudget is ReadyBudget or its default, 60 s.
+func (o *Orchestrator) readyBudget() time.Duration {
+	if o.ReadyBudget > 0 {
+		return o.ReadyBudget
+	}
+	return 60 * time.Second
+}
+
 // readiness polls GET <fixedEntry>/<id>/44772/ping until it answers 200 or
 // the budget is spent (spec §4.2), pausing FirstReadyInterval after the
 // first attempt and twice as long after each next one, up to
 // ReadyInterval.
 func (o *Orchestrator) readiness(ctx context.Context, id string, onForbidden func(context.Context) error) error {
-	budget := o.ReadyBudget
-	if budget <= 0 {
-		budget = 60 * time.Second
-	}
+	budget := o.readyBudget()
 	maxInterval := o.ReadyInterval
 	if maxInterval <= 0 {
 		maxInterval = 200 * time.Millisecond

@@ -414,6 +414,13 @@ func bs(ns, id string) *unstructured.Unstructured {
 	return u
 }
 
+// bsRef is an empty BatchSandbox to read into.
+func bsRef() *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(sandbox.GVK)
+	return u
+}
+
 func policyOf(t *testing.T, ns string, u *unstructured.Unstructured) string {
 	t.Helper()
 	l, _, _ := unstructured.NestedStringMap(u.Object, "spec", "template", "metadata", "labels")
@@ -889,6 +896,16 @@ func TestOrphanScan(t *testing.T) {
 	foreign.Name, foreign.Labels = "foreign", map[string]string{"app": "x"}
 	mk(foreign)
 	mk(&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "foreign", Namespace: w.nsA}, Spec: egress.Compile(w.cluster, "a", "b", nil)})
+	// An abandoned create: its corectl died between the BatchSandbox and
+	// the owner back-fill, leaving the CR Creating (no end time, so the
+	// expiry never takes it), its carrier without the owner's UID and its
+	// policy without the owner reference.
+	abandoned := kubetest.NewBatchSandbox(w.nsA, "abandoned1", map[string]string{"allocation-id": "alabandoned1"})
+	abandoned.SetLabels(map[string]string{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelClusterID: w.cluster.ID})
+	abandoned.SetAnnotations(map[string]string{v1alpha1.AnnotationLifecycle: lifecycle.StateCreating})
+	mk(abandoned)
+	mk(ingressallow.Carrier(w.cluster, &sandbox.Sandbox{ID: "abandoned1", Namespace: w.nsA}, []string{"198.51.100.0/24"}))
+	mk(pol(egress.PolicyName("alabandoned1"), "abandoned1", nil))
 
 	// Young: nothing goes (a create or discovery may be in flight).
 	rep, err := w.orch.Scan(ctx)
@@ -905,10 +922,20 @@ func TestOrphanScan(t *testing.T) {
 		t.Fatal(err)
 	}
 	slices.Sort(rep.Deleted)
-	want := []string{"Ingress " + w.ingNS + "/" + ingressallow.IngressName("gone1"), "Ingress " + w.ingNS + "/sandbox-probe-echo-abc",
+	want := []string{"BatchSandbox " + w.nsA + "/abandoned1", "Ingress " + w.ingNS + "/" + ingressallow.IngressName("gone1"), "Ingress " + w.ingNS + "/sandbox-probe-echo-abc",
 		"NetworkPolicy " + w.nsA + "/sandbox-egress-gone2", "NetworkPolicy " + w.nsA + "/sandbox-egress-stray"}
 	if !slices.Equal(rep.Deleted, want) || len(rep.Failed) != 0 {
 		t.Fatalf("scan %+v, want %v", rep, want)
+	}
+	// The abandoned create went whole, through the fail-closed delete.
+	for _, k := range []struct {
+		obj      client.Object
+		ns, name string
+	}{{&networkingv1.Ingress{}, w.ingNS, ingressallow.IngressName("abandoned1")}, {&networkingv1.NetworkPolicy{}, w.nsA, egress.PolicyName("alabandoned1")},
+		{bsRef(), w.nsA, "abandoned1"}} {
+		if err := get(k.obj, k.ns, k.name); !apierrors.IsNotFound(err) {
+			t.Fatalf("%s/%s of the abandoned create: %v", k.ns, k.name, err)
+		}
 	}
 	for _, k := range []struct {
 		obj      client.Object

@@ -37,7 +37,15 @@ type ScanReport struct {
 //     policy of its current allocation (that one still confines the
 //     sandbox's pods and is kept);
 //   - probe-echo Ingresses (label v1alpha1.LabelProbeEcho);
-//   - CleanupFailed sandboxes: the delete orchestration is run again.
+//   - CleanupFailed sandboxes: the delete orchestration is run again;
+//   - abandoned creates: a BatchSandbox still Creating once older than
+//     OrphanGrace plus the readiness budget (ReadyBudget), longer than
+//     any create runs, so the create that wrote it is gone (its corectl
+//     was killed, or the request was cut off at shutdown): it is deleted
+//     through the same fail-closed delete, which removes its carrier
+//     first (spec §4.1: the resources of a failed create are converged,
+//     the orphan scan being the safeguard; §3.1.1: a policy left by a
+//     failed owner back-fill is converged by the orphan scan).
 //
 // Objects younger than OrphanGrace (default 5 min) are left alone, so a
 // create or a probe-source discovery in flight (on this or another
@@ -61,8 +69,8 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 		rep.Deleted = append(rep.Deleted, name)
 	}
 
-	// CleanupFailed sandboxes first: retrying their delete removes their
-	// Ingress in the fail-closed order.
+	// CleanupFailed sandboxes and abandoned creates first: deleting them
+	// removes their Ingress in the fail-closed order.
 	var bsl unstructured.UnstructuredList
 	bsl.SetGroupVersionKind(sandbox.GVK.GroupVersion().WithKind("BatchSandboxList"))
 	if err := o.Client.List(ctx, &bsl, managed); err != nil {
@@ -70,8 +78,18 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 	}
 	for i := range bsl.Items {
 		u := &bsl.Items[i]
-		if u.GetAnnotations()[v1alpha1.AnnotationLifecycle] == StateCleanupFailed {
+		switch u.GetAnnotations()[v1alpha1.AnnotationLifecycle] {
+		case StateCleanupFailed:
 			note("BatchSandbox", u, o.deleteSandbox(ctx, u))
+		case StateCreating:
+			// A live create holds Creating for its steps and at most
+			// the readiness budget; one that has not finished well
+			// after that never will. Should it still be running, the
+			// Deleting mark makes its last step (Ready only over
+			// Creating) fail and compensate: never a 201 for it.
+			if u.GetDeletionTimestamp() == nil && o.now().Sub(u.GetCreationTimestamp().Time) >= grace+o.readyBudget() {
+				note("BatchSandbox", u, o.deleteSandbox(ctx, u))
+			}
 		}
 	}
 
