@@ -1,0 +1,357 @@
+// Package corectlcrash_test kills corectl replicas (bin/corectl, each its
+// own process, against the real kube-apiserver) with SIGKILL in the middle
+// of their work and checks what an operator relies on (docs/corectl.md
+// "Cycles in several replicas", "Restarts, replicas, admins", "Orphan
+// scan"): the surviving replica brings the sandbox's ingress allowlist to
+// a settled, verified state, or removes what a dead create left behind,
+// and no version of a carrier the test can observe is ever unrestricted or
+// wider than the rules asked for.
+//
+// The replica to be killed reaches the apiserver through a loopback proxy
+// (apiProxy) that holds one chosen request, never forwarded, until the
+// test has killed the process: the kill lands exactly between two of the
+// process's apiserver calls, with no sleeps.
+package corectlcrash_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/egress"
+	"github.com/sandgate/sandgate/corectl/ingressallow"
+	"github.com/sandgate/sandgate/corectl/kubetest"
+	"github.com/sandgate/sandgate/corectl/lifecycle"
+	"github.com/sandgate/sandgate/corectl/sandbox"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// The two desired versions of the leader tests: R1, then R2, which
+// narrows it.
+var (
+	r1 = []string{"10.1.0.0/16", "10.2.0.0/16"}
+	r2 = []string{"10.1.0.0/16"}
+)
+
+func rulesBody(set []string) string {
+	parts := make([]string, len(set))
+	for i, c := range set {
+		parts[i] = `{"cidr":"` + c + `"}`
+	}
+	return `{"ingress":[` + strings.Join(parts, ",") + `]}`
+}
+
+// newID returns a sandbox ID unique across the apiserver's tests (an
+// Ingress of another test with the same ID would claim the path).
+func newID(prefix string) string {
+	b := make([]byte, 10)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// carrierPath is the apiserver path of sandbox id's carrier.
+func (w *world) carrierPath(id string) string {
+	return "/apis/networking.k8s.io/v1/namespaces/" + w.ingNS + "/ingresses/" + ingressallow.IngressName(id)
+}
+
+// leaderScenario starts replica "killed" through a proxy and lets it take
+// the Lease, then the standby "survivor" directly; makes a sandbox and
+// has the leader verify R1 for it (a PUT through the survivor's API).
+func leaderScenario(t *testing.T) (w *world, proxy *apiProxy, killed, survivor *corectlProc, killedID, id string) {
+	w = newWorld(t)
+	proxy = newAPIProxy(t, env.Config)
+	killed = w.start("killed", proxy)
+	killedID = w.awaitLeader("")
+	survivor = w.start("survivor", nil)
+	if h := w.leader(); h != killedID {
+		t.Fatalf("the Lease moved to %q before the kill", h)
+	}
+	id = newID("sb")
+	env.OwnedBatchSandbox(t, w.ns, id, "cred-a", map[string]string{"allocation-id": newID("al")})
+	var st ingressallow.Status
+	code, body, err := do(t, survivor.api, "PUT", "/sandboxes/"+id+"/network/ingress", rulesBody(r1), &st)
+	if err != nil || code != 200 || st.VerificationState != v1alpha1.StateVerified {
+		t.Fatalf("PUT R1 = %d %s %v", code, body, err)
+	}
+	return w, proxy, killed, survivor, killedID, id
+}
+
+// allowlist reads sandbox id's SandboxIngressAllowlist.
+func (w *world) allowlist(id string) *v1alpha1.SandboxIngressAllowlist {
+	w.t.Helper()
+	al := &v1alpha1.SandboxIngressAllowlist{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: w.ns, Name: id}, al); err != nil {
+		w.t.Fatal(err)
+	}
+	return al
+}
+
+// carrier reads sandbox id's carrier.
+func (w *world) carrier(id string) *networkingv1.Ingress {
+	w.t.Helper()
+	ing := &networkingv1.Ingress{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: w.ingNS, Name: ingressallow.IngressName(id)}, ing); err != nil {
+		w.t.Fatal(err)
+	}
+	return ing
+}
+
+// settled checks the end state an operator expects after a takeover: the
+// allowlist Verified for its newest desired version (2: R2), its LKG and
+// applied set R2, its applied version the carrier's; the carrier exactly
+// the verified carrier of R2 with the probe source (CheckCarrier: owner,
+// identity, path, no refused annotation, whitelist R2 ∪ P); the survivor's
+// GET view Ready; and every carrier version the watch saw since before the
+// PUT of R2 within R1 ∪ R2 ∪ P, none deleted.
+func settled(t *testing.T, w *world, survivor *corectlProc, id string, log *carrierLog) {
+	t.Helper()
+	al := w.allowlist(id)
+	st := &al.Status
+	if st.VerificationState != v1alpha1.StateVerified || al.Generation != 2 || st.ObservedGeneration != 2 ||
+		!slices.Equal(st.LastVerified, r2) || !slices.Equal(st.Applied, r2) || st.LastErrorCode != "" {
+		t.Fatalf("allowlist after the takeover: generation %d, status %+v", al.Generation, st)
+	}
+	if !meta.IsStatusConditionTrue(st.Conditions, ingressallow.ConditionReady) {
+		t.Fatalf("allowlist not Ready: %+v", st.Conditions)
+	}
+	ing := w.carrier(id)
+	if st.AppliedVersion != ing.ResourceVersion {
+		t.Fatalf("appliedVersion %s, the carrier is at %s", st.AppliedVersion, ing.ResourceVersion)
+	}
+	sb, err := sandbox.Get(context.Background(), env.Client, w.ns, id, "allocation-id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, reason := ingressallow.CheckCarrier(w.cluster, sb, ing, r2); code != "" {
+		t.Fatalf("carrier after the takeover: %s: %s", code, reason)
+	}
+	if p, err := ingressallow.ProbeSources(ing); err != nil || !slices.Equal(p, []string{probeSource}) {
+		t.Fatalf("carrier's probe sources %v %v", p, err)
+	}
+	var view ingressallow.Status
+	if code, body, err := do(t, survivor.api, "GET", "/sandboxes/"+id+"/network/ingress", "", &view); err != nil || code != 200 ||
+		!view.Ready || view.VerificationState != v1alpha1.StateVerified || view.DesiredVersion != 2 {
+		t.Fatalf("GET through the survivor = %d %s %v", code, body, err)
+	}
+	// The watch has caught up with the carrier read above.
+	kubetest.Eventually(t, 10*time.Second, "the watch to see the carrier's last version", func() (bool, error) {
+		ev := log.seen()
+		return len(ev) > 0 && ev[len(ev)-1].Object.(*networkingv1.Ingress).ResourceVersion == ing.ResourceVersion, nil
+	})
+	events := log.seen()
+	for _, ev := range events {
+		if ev.Type == watch.Deleted {
+			t.Fatalf("the carrier was deleted during the takeover: %s", ev.Object.(*networkingv1.Ingress).ResourceVersion)
+		}
+	}
+	neverWider(t, events, append(slices.Clone(r1), probeSource))
+}
+
+// TestLeaderKilledBeforeItsCarrierWrite kills the leader in the middle of
+// a cycle for a PUT /network/ingress served by the other replica: after
+// the cycle marked the allowlist Verifying, with its carrier update held
+// (never sent). The standby takes the Lease, its reconciler finds the
+// allowlist Verifying for desired version 2 and runs the cycle again; the
+// PUT, still waiting on the survivor, is answered 200 with R2 verified.
+// Then settled: Verified, the carrier exactly R2 ∪ P, never wider.
+func TestLeaderKilledBeforeItsCarrierWrite(t *testing.T) {
+	w, proxy, killed, survivor, killedID, id := leaderScenario(t)
+	log := w.watchCarriers()
+	path := w.carrierPath(id)
+	proxy.setHold(func(r *http.Request) bool { return r.Method == http.MethodPut && r.URL.Path == path })
+
+	type answer struct {
+		code int
+		body string
+		err  error
+		st   ingressallow.Status
+	}
+	put := make(chan answer, 1)
+	go func() {
+		var a answer
+		a.code, a.body, a.err = do(t, survivor.api, "PUT", "/sandboxes/"+id+"/network/ingress", rulesBody(r2), &a.st)
+		put <- a
+	}()
+	select {
+	case <-proxy.held:
+	case a := <-put:
+		t.Fatalf("the PUT was answered before the leader's carrier write: %d %s %v", a.code, a.body, a.err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the leader's cycle never wrote the carrier")
+	}
+	if al := w.allowlist(id); al.Status.VerificationState != v1alpha1.StateVerifying || al.Generation != 2 {
+		t.Fatalf("at the held write the allowlist is %s at generation %d, want Verifying at 2", al.Status.VerificationState, al.Generation)
+	}
+	before := w.carrier(id)
+	killed.kill(t)
+	if h := w.awaitLeader(killedID); h == "" {
+		t.Fatal("no new leader")
+	}
+	a := <-put
+	if a.err != nil || a.code != 200 || a.st.VerificationState != v1alpha1.StateVerified || a.st.DesiredVersion != 2 {
+		t.Fatalf("PUT R2 through the survivor = %d %s %v", a.code, a.body, a.err)
+	}
+	if after := w.carrier(id); after.ResourceVersion == before.ResourceVersion {
+		t.Fatal("the survivor verified without writing over a carrier a dead cycle was about to write")
+	}
+	settled(t, w, survivor, id, log)
+}
+
+// TestLeaderKilledAfterItsCarrierWrite kills the leader that serves the
+// PUT /network/ingress itself (the API replica and the cycle are one
+// process): its carrier update of R2 has landed, its read-back GET is held,
+// so the allowlist is left Verifying with a carrier no cycle recorded. The
+// PUT's caller gets no answer (the connection dies). The standby takes the
+// Lease and settles it: Verified for version 2, the carrier exactly R2 ∪ P
+// and recorded as applied, never wider at any version.
+func TestLeaderKilledAfterItsCarrierWrite(t *testing.T) {
+	w, proxy, killed, survivor, killedID, id := leaderScenario(t)
+	log := w.watchCarriers()
+	path := w.carrierPath(id)
+	wrote := false
+	proxy.setHold(func(r *http.Request) bool {
+		if r.URL.Path != path {
+			return false
+		}
+		if r.Method == http.MethodPut {
+			wrote = true
+			return false
+		}
+		return wrote && r.Method == http.MethodGet
+	})
+	put := make(chan error, 1)
+	go func() {
+		_, _, err := do(t, killed.api, "PUT", "/sandboxes/"+id+"/network/ingress", rulesBody(r2), nil)
+		put <- err
+	}()
+	select {
+	case <-proxy.held:
+	case err := <-put:
+		t.Fatalf("the PUT was answered before the leader's read-back: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the leader's cycle never read its carrier write back")
+	}
+	al := w.allowlist(id)
+	if al.Status.VerificationState != v1alpha1.StateVerifying || al.Generation != 2 {
+		t.Fatalf("at the held read-back the allowlist is %s at generation %d, want Verifying at 2", al.Status.VerificationState, al.Generation)
+	}
+	written := w.carrier(id)
+	if mark := strconv.FormatInt(al.Status.Cycle, 10); written.Annotations[ingressallow.AnnotationCycle] != mark {
+		t.Fatalf("the held cycle's write is not on the carrier: mark %q, the cycle is %s", written.Annotations[ingressallow.AnnotationCycle], mark)
+	}
+	killed.kill(t)
+	if err := <-put; err == nil {
+		t.Fatal("the killed replica answered the PUT")
+	}
+	w.awaitLeader(killedID)
+	kubetest.Eventually(t, 30*time.Second, "the survivor to settle the allowlist", func() (bool, error) {
+		al := w.allowlist(id)
+		return al.Status.VerificationState == v1alpha1.StateVerified && al.Status.ObservedGeneration == 2, nil
+	})
+	if got := w.allowlist(id); got.Status.AppliedVersion == written.ResourceVersion {
+		t.Fatal("the survivor recorded the dead cycle's write, which no read-back of its own confirmed")
+	}
+	settled(t, w, survivor, id, log)
+}
+
+// TestCreateKilledAtTheOwnerBackfill kills the replica serving a create
+// (not the leader) between its BatchSandbox and the owner back-fill: the
+// back-fill's carrier update is held, never sent. Left behind: the
+// BatchSandbox Creating, the carrier of the create's rules U ∪ P with no
+// owner UID, the egress policy. The leader's orphan scan takes the create
+// for abandoned once it is older than -orphan-grace plus -ready-budget and
+// deletes it through the fail-closed delete: carrier, policy and
+// BatchSandbox all gone. Before, nothing removed it until its end time
+// (the create's timeout, 300 s here); the carrier never held more than U ∪
+// P at any version.
+func TestCreateKilledAtTheOwnerBackfill(t *testing.T) {
+	w := newWorld(t)
+	survivor := w.start("survivor", nil, "-orphan-interval", "500ms", "-orphan-grace", "5s", "-ready-budget", "1s")
+	w.awaitLeader("")
+	proxy := newAPIProxy(t, env.Config)
+	killed := w.start("killed", proxy)
+	prefix := "/apis/networking.k8s.io/v1/namespaces/" + w.ingNS + "/ingresses/" + ingressallow.IngressNamePrefix
+	proxy.setHold(func(r *http.Request) bool { return r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, prefix) })
+	log := w.watchCarriers()
+
+	u := []string{"198.51.100.0/24"}
+	created := make(chan error, 1)
+	go func() {
+		_, _, err := do(t, killed.api, "POST", "/sandboxes",
+			`{"templateID":"base","timeout":300,"network":{"ingress":[{"cidr":"198.51.100.0/24"}]}}`, nil)
+		created <- err
+	}()
+	var id string
+	select {
+	case r := <-proxy.held:
+		id = strings.TrimPrefix(r.URL.Path, prefix)
+	case err := <-created:
+		t.Fatalf("the create was answered before its owner back-fill: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the create never reached its owner back-fill")
+	}
+	ctx := context.Background()
+	bs := &unstructured.Unstructured{}
+	bs.SetGroupVersionKind(sandbox.GVK)
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: id}, bs); err != nil {
+		t.Fatalf("the create's BatchSandbox: %v", err)
+	}
+	if st := bs.GetAnnotations()[v1alpha1.AnnotationLifecycle]; st != lifecycle.StateCreating {
+		t.Fatalf("lifecycle %q at the back-fill", st)
+	}
+	labels, _, _ := unstructured.NestedStringMap(bs.Object, "spec", "template", "metadata", "labels")
+	policy := egress.PolicyName(labels["allocation-id"])
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: policy}, &networkingv1.NetworkPolicy{}); err != nil {
+		t.Fatalf("the create's policy: %v", err)
+	}
+	before := w.carrier(id)
+	if !strings.HasSuffix(before.Annotations[v1alpha1.AnnotationOwner], "/") {
+		t.Fatalf("the carrier names an owner UID before the back-fill: %q", before.Annotations[v1alpha1.AnnotationOwner])
+	}
+	killed.kill(t)
+	if err := <-created; err == nil {
+		t.Fatal("the killed replica answered the create")
+	}
+
+	gone := func(obj client.Object, ns, name string) bool {
+		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj))
+	}
+	kubetest.Eventually(t, 30*time.Second, "the leader to remove the abandoned create", func() (bool, error) {
+		return gone(bs.DeepCopy(), w.ns, id), nil
+	})
+	for _, k := range []struct {
+		obj      client.Object
+		ns, name string
+	}{{&networkingv1.Ingress{}, w.ingNS, ingressallow.IngressName(id)}, {&networkingv1.NetworkPolicy{}, w.ns, policy},
+		{&v1alpha1.SandboxIngressAllowlist{}, w.ns, id}} {
+		if !gone(k.obj, k.ns, k.name) {
+			t.Fatalf("%s/%s outlived the abandoned create's BatchSandbox", k.ns, k.name)
+		}
+	}
+	if code, body, err := do(t, survivor.api, "GET", "/sandboxes/"+id, "", nil); err != nil || code != 404 {
+		t.Fatalf("GET the abandoned sandbox = %d %s %v", code, body, err)
+	}
+	kubetest.Eventually(t, 10*time.Second, "the watch to see the carrier's deletion", func() (bool, error) {
+		ev := log.seen()
+		return len(ev) > 0 && ev[len(ev)-1].Type == watch.Deleted, nil
+	})
+	events := log.seen()
+	for i, ev := range events {
+		if ev.Type == watch.Deleted && i != len(events)-1 {
+			t.Fatalf("the carrier came back after its deletion: %v", events[i+1].Type)
+		}
+	}
+	neverWider(t, events, append(slices.Clone(u), probeSource))
+}

@@ -1,0 +1,349 @@
+package corectlcrash_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/sandgate/sandgate/corectl/apikey"
+	"github.com/sandgate/sandgate/corectl/cidr"
+	"github.com/sandgate/sandgate/corectl/cluster"
+	"github.com/sandgate/sandgate/corectl/daemon"
+	"github.com/sandgate/sandgate/corectl/ingressallow"
+	"github.com/sandgate/sandgate/corectl/kubetest"
+	"github.com/sandgate/sandgate/integration/fixedentry"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+var env *kubetest.Env
+
+func TestMain(m *testing.M) {
+	ctrllog.SetLogger(logr.Discard())
+	kubetest.Main(m, &env)
+}
+
+// clusters numbers the tests' compute clusters: each test has its own
+// cluster ID, since a leader reconciles every allowlist of its cluster ID
+// in the apiserver, which all tests here share.
+var clusters atomic.Int64
+
+// world is one test's compute cluster: namespaces, corectl's files, and
+// the fixed entry stand-in with ingress-nginx's emulation (per-path
+// whitelist and the probe-echo snippet, read from the real Ingress
+// objects), so every replica's probe-source discovery works as against a
+// real fixed entry (the sources it finds are 127.0.0.1/32).
+type world struct {
+	t                    *testing.T
+	bin, dir             string
+	clusterID            string
+	ns, ingNS, leNS      string
+	cluster              *cluster.Cluster
+	clusters, creds, key string
+	keys                 string
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &world{t: t, bin: filepath.Join(root, "bin", "corectl"), dir: t.TempDir(),
+		ns: env.Namespace(t), ingNS: env.Namespace(t), leNS: env.Namespace(t), clusterID: fmt.Sprintf("crash%d", clusters.Add(1))}
+	clusterID := w.clusterID
+	if fi, err := os.Stat(w.bin); err != nil || fi.Mode()&0o111 == 0 {
+		t.Fatalf("bin/corectl is missing (%v): run make build", err)
+	}
+	entry := fixedentry.New()
+	entry.SetNginx(&fixedentry.Nginx{Route: func(path string) (fixedentry.NginxRoute, bool) {
+		var list networkingv1.IngressList
+		if err := env.Client.List(context.Background(), &list, client.InNamespace(w.ingNS)); err != nil {
+			return fixedentry.NginxRoute{}, false
+		}
+		return fixedentry.IngressRoute(list.Items, "", path)
+	}})
+	srv := httptest.NewServer(entry)
+	t.Cleanup(srv.Close)
+
+	w.cluster = kubetest.Cluster(clusterID, w.ingNS)
+	w.cluster.FixedEntry = srv.URL
+	w.cluster.Kubeconfig = w.write("kubeconfig", string(env.KubeConfig))
+	tplNS := env.Namespace(t)
+	cfg, err := json.Marshal(cluster.Config{Clusters: []cluster.Cluster{*w.cluster},
+		Templates: cluster.TemplateStore{ClusterID: clusterID, Namespace: tplNS}, SandboxTemplates: kubetest.SandboxTemplates()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.clusters = w.write("clusters.json", string(cfg))
+	w.creds = w.write("credentials.yaml", "credentials:\n  - {id: cred-a, enabled: true, projectNamespace: "+w.ns+", clusterId: "+clusterID+"}\n")
+	w.keys = w.write("keys.yaml", "keys:\n  - {name: a, sha256: "+apikey.Digest("key-a")+", credentialId: cred-a}\n")
+	w.key = w.write("primary.key", "crash-test-hmac-secret-0123456789abcdef0123456789")
+	return w
+}
+
+func (w *world) write(name, content string) string {
+	w.t.Helper()
+	p := filepath.Join(w.dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		w.t.Fatal(err)
+	}
+	return p
+}
+
+// corectlProc is bin/corectl running as its own process.
+type corectlProc struct {
+	name string
+	cmd  *exec.Cmd
+	api  string // http://<API address>
+	log  string // its output, a file
+
+	exited  chan struct{}
+	waitErr error
+}
+
+func (p *corectlProc) logText() string {
+	b, _ := os.ReadFile(p.log)
+	return string(b)
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (p *corectlProc) kill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("kill %s: %v", p.name, err)
+	}
+	<-p.exited
+}
+
+// start runs bin/corectl as replica name, reaching the apiserver through
+// proxy (nil: directly), with leader election on short timings (a 2 s
+// Lease, so a standby takes over 2 s after the leader stopped renewing),
+// the lifecycle on (the token key) and extra flags; it returns once the
+// process logs "corectl serving".
+func (w *world) start(name string, proxy *apiProxy, extra ...string) *corectlProc {
+	t := w.t
+	t.Helper()
+	cfg := w.clusters
+	if proxy != nil {
+		// The same configuration with the proxy's kubeconfig.
+		c := *w.cluster
+		c.Kubeconfig = w.write(name+".kubeconfig", proxy.kubeconfig())
+		b, err := os.ReadFile(w.clusters)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var whole cluster.Config
+		if err := json.Unmarshal(b, &whole); err != nil {
+			t.Fatal(err)
+		}
+		whole.Clusters = []cluster.Cluster{c}
+		out, err := json.Marshal(whole)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg = w.write(name+".clusters.json", string(out))
+	}
+	args := append([]string{"-config", cfg, "-credentials", w.creds, "-api-keys", w.keys, "-listen", "127.0.0.1:0",
+		"-leader-elect=true", "-leader-election-namespace", w.leNS,
+		"-leader-election-lease-duration", "2s", "-leader-election-renew-deadline", "1500ms", "-leader-election-retry-period", "200ms",
+		"-token-key-id", "primary", "-token-key-algorithm", "HS256", "-token-key-file", w.key}, extra...)
+	p := &corectlProc{name: name, cmd: exec.Command(w.bin, args...), log: filepath.Join(w.dir, name+".log"), exited: make(chan struct{})}
+	logf, err := os.Create(p.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, pw := io.Pipe()
+	p.cmd.Stderr = io.MultiWriter(pw, logf)
+	p.cmd.Stdout = logf
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.waitErr = p.cmd.Wait()
+		pw.Close()
+		logf.Close()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			_ = p.cmd.Process.Signal(os.Interrupt)
+			select {
+			case <-p.exited:
+			case <-time.After(20 * time.Second):
+				_ = p.cmd.Process.Kill()
+				<-p.exited
+			}
+		}
+		if t.Failed() {
+			t.Logf("%s's log:\n%s", name, p.logText())
+		}
+	})
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var l struct{ Msg, Addr string }
+			if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == "corectl serving" {
+				addr <- l.Addr
+				break
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	select {
+	case a := <-addr:
+		p.api = "http://" + a
+	case <-p.exited:
+		t.Fatalf("%s exited while starting: %v\n%s", name, p.waitErr, p.logText())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%s did not start within 60s:\n%s", name, p.logText())
+	}
+	return p
+}
+
+// leader returns the holder of the cluster's Lease ("" when none).
+func (w *world) leader() string {
+	l := &coordinationv1.Lease{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: w.leNS, Name: daemon.LeaseName(w.clusterID)}, l); err != nil {
+		return ""
+	}
+	if l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// awaitLeader waits until the Lease is held by someone other than not
+// and returns the holder.
+func (w *world) awaitLeader(not string) string {
+	w.t.Helper()
+	var h string
+	kubetest.Eventually(w.t, 30*time.Second, "a leader other than "+fmt.Sprintf("%q", not), func() (bool, error) {
+		h = w.leader()
+		return h != "" && h != not, nil
+	})
+	return h
+}
+
+// do sends an API request as key-a; the status, and the body decoded into
+// out when out is not nil.
+func do(t *testing.T, base, method, path, body string, out any) (int, string, error) {
+	req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-API-Key", "key-a")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil {
+		_ = json.Unmarshal(b, out)
+	}
+	return resp.StatusCode, string(b), nil
+}
+
+// carrierLog records every version of the managed carriers in the ingress
+// namespace, from a watch started before the scenario: everything the
+// test can observe of what nginx was told.
+type carrierLog struct {
+	mu     sync.Mutex
+	events []watch.Event
+	stop   func()
+}
+
+// watchCarriers starts recording the managed carriers of w.ingNS.
+func (w *world) watchCarriers() *carrierLog {
+	w.t.Helper()
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	wi, err := wc.Watch(context.Background(), &networkingv1.IngressList{}, client.InNamespace(w.ingNS))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	l := &carrierLog{stop: wi.Stop}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range wi.ResultChan() {
+			ing, ok := ev.Object.(*networkingv1.Ingress)
+			if !ok || ing.Namespace != w.ingNS || !strings.HasPrefix(ing.Name, ingressallow.IngressNamePrefix) {
+				continue
+			}
+			l.mu.Lock()
+			l.events = append(l.events, ev)
+			l.mu.Unlock()
+		}
+	}()
+	w.t.Cleanup(func() { wi.Stop(); <-done })
+	return l
+}
+
+// seen returns the events recorded so far.
+func (l *carrierLog) seen() []watch.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]watch.Event(nil), l.events...)
+}
+
+// neverWider checks every carrier version the watch saw: each carries a
+// whitelist-source-range, and every entry of it is one of allowed (the
+// union of the rule sets the test asked for and the probe sources): no
+// version was ever unrestricted or wider. It returns the versions that
+// were not deletions.
+func neverWider(t *testing.T, events []watch.Event, allowed []string) []*networkingv1.Ingress {
+	t.Helper()
+	var versions []*networkingv1.Ingress
+	for _, ev := range events {
+		ing := ev.Object.(*networkingv1.Ingress)
+		if ev.Type == watch.Deleted {
+			continue
+		}
+		v, ok := ing.Annotations[fixedentry.AnnotationWhitelist]
+		if !ok {
+			t.Fatalf("carrier %s version %s (%s) has no whitelist-source-range: unrestricted", ing.Name, ing.ResourceVersion, ev.Type)
+		}
+		got, _, err := cidr.ParseAnnotation(v)
+		if err != nil {
+			t.Fatalf("carrier %s version %s: whitelist %q: %v", ing.Name, ing.ResourceVersion, v, err)
+		}
+		for _, c := range got {
+			if !slices.Contains(allowed, c) {
+				t.Fatalf("carrier %s/%s version %s (%s) allows %s, beyond %v: widened (labels %v)", ing.Namespace, ing.Name, ing.ResourceVersion, ev.Type, c, allowed, ing.Labels)
+			}
+		}
+		versions = append(versions, ing)
+	}
+	return versions
+}
+
+// probeSource is what the fixed entry's nginx sees of every replica's
+// discovery dials: loopback.
+const probeSource = "127.0.0.1/32"
