@@ -34,6 +34,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -671,13 +672,19 @@ func (h *Handler) basicUser(r *http.Request) (sdkUser, *Error) {
 }
 
 // resolvePath makes p absolute against the user's home and cleans it. An
-// empty path or one with a NUL byte is refused.
+// empty path, one over 4,096 bytes, one with a NUL byte and one that is
+// not valid UTF-8 are refused: execd takes paths in JSON (upload metadata,
+// its answers), where invalid UTF-8 becomes U+FFFD, so such a path would
+// name another file (and the SDKs cannot send one).
 func (h *Handler) resolvePath(p string, u sdkUser) (string, *Error) {
 	if p == "" {
 		return "", fail(CodeBadRequest, "path is required")
 	}
 	if strings.ContainsRune(p, 0) || len(p) > 4096 {
 		return "", fail(CodeBadRequest, "path is not valid")
+	}
+	if !utf8.ValidString(p) {
+		return "", fail(CodeBadRequest, "path is not valid UTF-8")
 	}
 	if p == "~" || strings.HasPrefix(p, "~/") {
 		p = h.home(u) + strings.TrimPrefix(p, "~")

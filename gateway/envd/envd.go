@@ -5,7 +5,9 @@
 //
 // Decoding follows protojson as used by envd's connect-go handlers: field
 // names in lowerCamelCase (single-word fields have no other spelling),
-// unknown fields ignored, integers accepted as JSON numbers or strings.
+// matched exactly (a name in another case is an unknown field), unknown
+// fields ignored, integers accepted as JSON numbers or strings; a repeated
+// field, invalid UTF-8 and an unpaired surrogate escape are refused.
 // Encoding follows protojson: int64 as strings, enums as names, timestamps
 // as RFC 3339 in UTC with a Z suffix, and fields at their zero value omitted.
 package envd
@@ -13,10 +15,16 @@ package envd
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"strconv"
 	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/sandgate/sandgate/internal/strictjson"
 )
 
 // Service routes of the Connect services the gateway knows (docs/wire-facts.md §E6.1).
@@ -54,12 +62,32 @@ type StartRequest struct {
 // ErrBadRequest wraps every decoding error returned by this package.
 var ErrBadRequest = fmt.Errorf("envd: malformed request message")
 
+// decodeOptions read a message as protojson does (envd's connect-go
+// handlers, which discard unknown fields): member names matched exactly,
+// unknown members ignored, and a repeated member, invalid UTF-8 and an
+// unpaired surrogate escape refused. encoding/json matched names in any
+// case, kept the last of repeated members and read invalid UTF-8 as
+// U+FFFD, so {"path":"a","PATH":"b"} or "a\xff" made the gateway act on a
+// path envd would not have.
+var decodeOptions = jsonv2.JoinOptions(
+	jsonv2.MatchCaseInsensitiveNames(false),
+	jsontext.AllowDuplicateNames(false),
+	jsontext.AllowInvalidUTF8(false),
+)
+
+// decode decodes payload into v with decodeOptions. Its errors name the
+// JSON pointer or byte offset and the rule, never a value (a message can
+// carry secrets, e.g. in envs, and errors are logged).
 func decode(payload []byte, v any) error {
 	if len(bytes.TrimSpace(payload)) == 0 {
 		return fmt.Errorf("%w: empty message", ErrBadRequest)
 	}
-	if err := json.Unmarshal(payload, v); err != nil {
-		return fmt.Errorf("%w: %v", ErrBadRequest, err)
+	if err := jsonv2.Unmarshal(payload, v, decodeOptions); err != nil {
+		var se *jsonv2.SemanticError
+		if errors.As(err, &se) {
+			return fmt.Errorf("%w: wrong JSON kind or value at %q", ErrBadRequest, se.JSONPointer)
+		}
+		return fmt.Errorf("%w: %w", ErrBadRequest, strictjson.Fault(payload, err))
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package envd
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -39,6 +40,33 @@ func TestDecodeErrors(t *testing.T) {
 	}
 	if _, err := DecodeRemoveRequest([]byte(`{}`)); !errors.Is(err, ErrBadRequest) {
 		t.Fatal("remove without path")
+	}
+}
+
+// TestDecodeAsProtojson: names are matched exactly (an envs map keeps keys
+// that differ in case, a case variant of a field is an unknown field), and
+// a repeated member, invalid UTF-8 and unpaired surrogate escapes are
+// refused at any depth, with an error that quotes no value.
+func TestDecodeAsProtojson(t *testing.T) {
+	r, err := DecodeStartRequest([]byte(`{"process":{"cmd":"a","CMD":"b","envs":{"A":"1","a":"2"}},"Tag":"x"}`))
+	if err != nil || r.Process.Cmd != "a" || r.Process.Envs["A"] != "1" || r.Process.Envs["a"] != "2" || r.Tag != nil {
+		t.Fatalf("%v %+v", err, r)
+	}
+	for _, in := range []string{
+		`{"process":{"cmd":"a","envs":{"K":"secret1","K":"secret2"}}}`,
+		`{"process":{"cmd":"a"},"process":{"cmd":"b"}}`,
+		"{\"process\":{\"cmd\":\"a\",\"args\":[\"secret\xff\"]}}",
+		`{"process":{"cmd":"a","envs":{"K":"secret\udfff"}}}`,
+		`{"process":{"cmd":"a","envs":{"K":"secret\ud800\u0041"}}}`,
+	} {
+		_, err := DecodeStartRequest([]byte(in))
+		if !errors.Is(err, ErrBadRequest) || strings.Contains(err.Error(), "secret") {
+			t.Errorf("start %q: %v", in, err)
+		}
+	}
+	if _, err := DecodeListDirRequest([]byte(`{"path":"/a","depth":"secret"}`)); !errors.Is(err, ErrBadRequest) ||
+		strings.Contains(err.Error(), "secret") {
+		t.Errorf("depth: %v", err)
 	}
 }
 
