@@ -109,18 +109,18 @@ func (w *world) carrier(id string) *networkingv1.Ingress {
 }
 
 // settled checks the end state an operator expects after a takeover: the
-// allowlist Verified for its newest desired version (2: R2), its LKG and
-// applied set R2, its applied version the carrier's; the carrier exactly
-// the verified carrier of R2 with the probe source (CheckCarrier: owner,
-// identity, path, no refused annotation, whitelist R2 ∪ P); the survivor's
-// GET view Ready; and every carrier version the watch saw since before the
-// PUT of R2 within R1 ∪ R2 ∪ P, none deleted.
-func settled(t *testing.T, w *world, survivor *corectlProc, id string, log *carrierLog) {
+// allowlist Verified for its newest desired version gen (rules want), its
+// LKG and applied set want, its applied version the carrier's; the carrier
+// exactly the verified carrier of want with the probe source (CheckCarrier:
+// owner, identity, path, no refused annotation, whitelist want ∪ P); the
+// survivor's GET view Ready; and every carrier version the watch saw
+// within allowed ∪ P, none deleted.
+func settled(t *testing.T, w *world, survivor *corectlProc, id string, want []string, gen int64, allowed []string, log *carrierLog) {
 	t.Helper()
 	al := w.allowlist(id)
 	st := &al.Status
-	if st.VerificationState != v1alpha1.StateVerified || al.Generation != 2 || st.ObservedGeneration != 2 ||
-		!slices.Equal(st.LastVerified, r2) || !slices.Equal(st.Applied, r2) || st.LastErrorCode != "" {
+	if st.VerificationState != v1alpha1.StateVerified || al.Generation != gen || st.ObservedGeneration != gen ||
+		!slices.Equal(st.LastVerified, want) || !slices.Equal(st.Applied, want) || st.LastErrorCode != "" {
 		t.Fatalf("allowlist after the takeover: generation %d, status %+v", al.Generation, st)
 	}
 	if !meta.IsStatusConditionTrue(st.Conditions, ingressallow.ConditionReady) {
@@ -134,7 +134,7 @@ func settled(t *testing.T, w *world, survivor *corectlProc, id string, log *carr
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code, reason := ingressallow.CheckCarrier(w.cluster, sb, ing, r2); code != "" {
+	if code, reason := ingressallow.CheckCarrier(w.cluster, sb, ing, want); code != "" {
 		t.Fatalf("carrier after the takeover: %s: %s", code, reason)
 	}
 	if p, err := ingressallow.ProbeSources(ing); err != nil || !slices.Equal(p, []string{probeSource}) {
@@ -142,7 +142,7 @@ func settled(t *testing.T, w *world, survivor *corectlProc, id string, log *carr
 	}
 	var view ingressallow.Status
 	if code, body, err := do(t, survivor.api, "GET", "/sandboxes/"+id+"/network/ingress", "", &view); err != nil || code != 200 ||
-		!view.Ready || view.VerificationState != v1alpha1.StateVerified || view.DesiredVersion != 2 {
+		!view.Ready || view.VerificationState != v1alpha1.StateVerified || view.DesiredVersion != gen {
 		t.Fatalf("GET through the survivor = %d %s %v", code, body, err)
 	}
 	// The watch has caught up with the carrier read above.
@@ -156,7 +156,7 @@ func settled(t *testing.T, w *world, survivor *corectlProc, id string, log *carr
 			t.Fatalf("the carrier was deleted during the takeover: %s", ev.Object.(*networkingv1.Ingress).ResourceVersion)
 		}
 	}
-	neverWider(t, events, append(slices.Clone(r1), probeSource))
+	neverWider(t, events, append(slices.Clone(allowed), probeSource))
 }
 
 // TestLeaderKilledBeforeItsCarrierWrite kills the leader in the middle of
@@ -206,7 +206,7 @@ func TestLeaderKilledBeforeItsCarrierWrite(t *testing.T) {
 	if after := w.carrier(id); after.ResourceVersion == before.ResourceVersion {
 		t.Fatal("the survivor verified without writing over a carrier a dead cycle was about to write")
 	}
-	settled(t, w, survivor, id, log)
+	settled(t, w, survivor, id, r2, 2, r1, log)
 }
 
 // TestLeaderKilledAfterItsCarrierWrite kills the leader that serves the
@@ -263,7 +263,7 @@ func TestLeaderKilledAfterItsCarrierWrite(t *testing.T) {
 	if got := w.allowlist(id); got.Status.AppliedVersion == written.ResourceVersion {
 		t.Fatal("the survivor recorded the dead cycle's write, which no read-back of its own confirmed")
 	}
-	settled(t, w, survivor, id, log)
+	settled(t, w, survivor, id, r2, 2, r1, log)
 }
 
 // TestCreateKilledAtTheOwnerBackfill kills the replica serving a create
@@ -354,4 +354,131 @@ func TestCreateKilledAtTheOwnerBackfill(t *testing.T) {
 		}
 	}
 	neverWider(t, events, append(slices.Clone(u), probeSource))
+}
+
+// TestCreateCycleKilledAfterItsCarrierWrite kills the replica serving a
+// create (not the leader) in the create's own first ingress cycle, after
+// its carrier write. A PUT /network/ingress of R, served by the leader's
+// replica while the create is held before its desired step, made the
+// allowlist, so the create's cycle applies R over the create's U (spec
+// §5.3: the PUT is the later writer). The leader's own cycle for the PUT
+// is held at its Verifying write; the create's cycle marks Verifying,
+// writes the carrier and is killed at its read-back: the allowlist is left
+// Verifying with a carrier no cycle recorded. Then the leader's held
+// Verifying goes out and fails on the allowlist's resourceVersion (the
+// dead cycle's Verifying came after its read), so nothing stale is
+// recorded; its retry finds the Verifying left behind, writes the carrier
+// itself and verifies it. The PUT is answered 200 with R; the create's
+// caller gets no answer; the allowlist is settled as in the leader tests;
+// the carrier never held more than U ∪ R ∪ P, and was never deleted.
+func TestCreateCycleKilledAfterItsCarrierWrite(t *testing.T) {
+	w := newWorld(t)
+	lproxy := newAPIProxy(t, env.Config)
+	leader := w.start("leader", lproxy)
+	w.awaitLeader("")
+	kproxy := newAPIProxy(t, env.Config)
+	killed := w.start("killed", kproxy)
+	alPath := "/apis/network.sandgate.io/v1alpha1/namespaces/" + w.ns + "/sandboxingressallowlists"
+	kproxy.setHold(func(r *http.Request) bool { return r.Method == http.MethodPost && r.URL.Path == alPath })
+	log := w.watchCarriers()
+
+	u, rr := []string{"198.51.100.0/24"}, []string{"203.0.113.0/24"}
+	created := make(chan error, 1)
+	go func() {
+		_, _, err := do(t, killed.api, "POST", "/sandboxes",
+			`{"templateID":"base","timeout":300,"network":{"ingress":[{"cidr":"198.51.100.0/24"}]}}`, nil)
+		created <- err
+	}()
+	var desired *heldRequest
+	select {
+	case desired = <-kproxy.held:
+	case err := <-created:
+		t.Fatalf("the create was answered before its desired step: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the create never reached its desired step")
+	}
+	var list unstructured.UnstructuredList
+	list.SetGroupVersionKind(sandbox.GVK.GroupVersion().WithKind("BatchSandboxList"))
+	if err := env.Client.List(context.Background(), &list, client.InNamespace(w.ns)); err != nil || len(list.Items) != 1 {
+		t.Fatalf("the create's BatchSandbox: %d %v", len(list.Items), err)
+	}
+	id := list.Items[0].GetName()
+
+	// The PUT, on the leader's replica; the leader's cycle for it is held
+	// at its Verifying.
+	statusPath := alPath + "/" + id + "/status"
+	lproxy.setHold(func(r *http.Request) bool { return r.Method == http.MethodPut && r.URL.Path == statusPath })
+	type answer struct {
+		code int
+		body string
+		err  error
+		st   ingressallow.Status
+	}
+	put := make(chan answer, 1)
+	go func() {
+		var a answer
+		a.code, a.body, a.err = do(t, leader.api, "PUT", "/sandboxes/"+id+"/network/ingress", rulesBody(rr), &a.st)
+		put <- a
+	}()
+	var leaderVerifying *heldRequest
+	select {
+	case leaderVerifying = <-lproxy.held:
+	case a := <-put:
+		t.Fatalf("the PUT was answered before the leader's cycle: %d %s %v", a.code, a.body, a.err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the leader's cycle never marked the allowlist Verifying")
+	}
+	lproxy.setHold(nil)
+
+	// The create's cycle: its Verifying and carrier write go out, its
+	// read-back is held.
+	carrierPath := w.carrierPath(id)
+	wrote := false
+	kproxy.setHold(func(r *http.Request) bool {
+		if r.URL.Path != carrierPath {
+			return false
+		}
+		if r.Method == http.MethodPut {
+			wrote = true
+			return false
+		}
+		return wrote && r.Method == http.MethodGet
+	})
+	desired.release()
+	select {
+	case <-kproxy.held:
+	case err := <-created:
+		t.Fatalf("the create was answered before its cycle's read-back: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the create's cycle never read its carrier write back")
+	}
+	al := w.allowlist(id)
+	if al.Status.VerificationState != v1alpha1.StateVerifying || al.Generation != 1 || !slices.Equal(ingressallow.CIDRs(al.Spec.Desired), rr) {
+		t.Fatalf("at the held read-back the allowlist is %s at generation %d with %v, want Verifying at 1 with the PUT's rules",
+			al.Status.VerificationState, al.Generation, al.Spec.Desired)
+	}
+	written := w.carrier(id)
+	sb, err := sandbox.Get(context.Background(), env.Client, w.ns, id, "allocation-id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mark := strconv.FormatInt(al.Status.Cycle, 10); written.Annotations[ingressallow.AnnotationCycle] != mark {
+		t.Fatalf("the create's cycle's write is not on the carrier: mark %q, the cycle is %s", written.Annotations[ingressallow.AnnotationCycle], mark)
+	}
+	if code, reason := ingressallow.CheckCarrier(w.cluster, sb, written, rr); code != "" {
+		t.Fatalf("the create's cycle wrote %s: %s", code, reason)
+	}
+	killed.kill(t)
+	if err := <-created; err == nil {
+		t.Fatal("the killed replica answered the create")
+	}
+	leaderVerifying.release()
+	a := <-put
+	if a.err != nil || a.code != 200 || a.st.VerificationState != v1alpha1.StateVerified || a.st.DesiredVersion != 1 {
+		t.Fatalf("PUT through the leader = %d %s %v", a.code, a.body, a.err)
+	}
+	if got := w.allowlist(id); got.Status.AppliedVersion == written.ResourceVersion {
+		t.Fatal("the leader recorded the dead cycle's write, which no read-back of its own confirmed")
+	}
+	settled(t, w, leader, id, rr, 1, append(slices.Clone(u), rr...), log)
 }

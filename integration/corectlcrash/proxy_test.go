@@ -1,6 +1,7 @@
 package corectlcrash_test
 
 import (
+	"bytes"
 	"io"
 	"log"
 	"net/http"
@@ -17,17 +18,27 @@ import (
 // one corectl process: the process's kubeconfig names the proxy (plain
 // HTTP, no credentials) and the proxy authenticates upstream as the
 // cluster admin. Every request is offered to hold, in arrival order; a
-// request hold takes is never forwarded: its handler waits until the
-// process that sent it is gone (its connection closes), so the test can
-// kill the process exactly there, without sleeps.
+// request hold takes is not forwarded until the test releases it
+// (heldRequest.release), and never when the process that sent it is gone
+// first (its connection closes): the test can kill the process exactly
+// there, or let it go on, without sleeps.
 type apiProxy struct {
 	srv *httptest.Server
 
 	mu   sync.Mutex
 	hold func(r *http.Request) bool
 	// held receives each request hold took.
-	held chan *http.Request
+	held chan *heldRequest
 }
+
+// heldRequest is a request the proxy holds.
+type heldRequest struct {
+	*http.Request
+	released chan struct{}
+}
+
+// release forwards the request.
+func (h *heldRequest) release() { close(h.released) }
 
 // newAPIProxy starts a proxy to the apiserver of cfg.
 func newAPIProxy(t *testing.T, cfg *rest.Config) *apiProxy {
@@ -46,7 +57,7 @@ func newAPIProxy(t *testing.T, cfg *rest.Config) *apiProxy {
 		FlushInterval: -1, // watches stream
 		ErrorLog:      log.New(io.Discard, "", 0),
 	}
-	p := &apiProxy{held: make(chan *http.Request, 16)}
+	p := &apiProxy{held: make(chan *heldRequest, 16)}
 	closing := make(chan struct{})
 	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.mu.Lock()
@@ -54,14 +65,22 @@ func newAPIProxy(t *testing.T, cfg *rest.Config) *apiProxy {
 		p.mu.Unlock()
 		if take {
 			// The request's context ends when its connection closes only
-			// once the body has been read (net/http's background read).
-			_, _ = io.Copy(io.Discard, r.Body)
-			p.held <- r
+			// once the body has been read (net/http's background read);
+			// a released request is forwarded with the body read here.
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			h := &heldRequest{Request: r, released: make(chan struct{})}
+			p.held <- h
 			select {
 			case <-r.Context().Done():
+				return
 			case <-closing:
+				return
+			case <-h.released:
 			}
-			return
 		}
 		rp.ServeHTTP(w, r)
 	}))
