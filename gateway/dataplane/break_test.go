@@ -632,3 +632,33 @@ func TestBreakBackgroundStartStreamCut(t *testing.T) {
 		})
 	}
 }
+
+// TestBreakInitWithoutID: an init event that names no command is not one
+// execd sends (its text is the 32-hex command id). It ends the stream with
+// EXECD_PROTOCOL before any start event. The gateway took it for the start
+// (a pid derived from ""), went on holding output as if there had been no
+// init, and sent a second start event when a later init named a command.
+func TestBreakInitWithoutID(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/"+testSandbox+"/44772/command", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusOK)
+		for _, ev := range []string{`{"type":"init","text":""}`, `{"type":"stdout","text":"a"}`,
+			`{"type":"init","text":"cmd-1"}`, `{"type":"execution_complete"}`} {
+			_, _ = io.WriteString(w, ev+"\n\n")
+		}
+	})
+	gw, tok := newFakeGateway(t, mux)
+	req := gwRequest(t, gw, tok, http.MethodPost, "/process.Process/Start", bytes.NewReader(envelope(0, []byte(startMsg("x")))))
+	req.Header.Set("Content-Type", "application/connect+json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	frames := readFrames(t, body)
+	if len(frames) != 1 || frames[0].flags != connect.FlagEndStream || !strings.Contains(frames[0].raw, string(CodeExecdProtocol)) {
+		t.Fatalf("frames %+v; want only an end-stream with %s", frames, CodeExecdProtocol)
+	}
+}

@@ -245,6 +245,11 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 				if cmdID != "" {
 					continue
 				}
+				if ev.Text == "" {
+					// execd's init names the command (its 32-hex id); one
+					// that does not is no start.
+					return streamErr(fail(CodeExecdProtocol, "execd's init event names no command"))
+				}
 				cmdID = ev.Text
 				if err := sw.Send(envd.StartResponse{Event: envd.ProcessEvent{Start: &envd.StartEvent{PID: pidOf(cmdID)}}}); err != nil {
 					return fail(CodeCanceled, "the client closed the stream")
