@@ -8,9 +8,9 @@
 // wider than the rules asked for.
 //
 // The replica to be killed reaches the apiserver through a loopback proxy
-// (apiProxy) that holds one chosen request, never forwarded, until the
-// test has killed the process: the kill lands exactly between two of the
-// process's apiserver calls, with no sleeps.
+// (apiProxy) that holds a chosen request until the test has killed the
+// process (it is then never forwarded) or releases it: the kill lands
+// exactly between two of the process's apiserver calls, with no sleeps.
 package corectlcrash_test
 
 import (
