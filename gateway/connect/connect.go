@@ -135,7 +135,8 @@ var (
 )
 
 // ReadEnvelope reads one envelope from r and returns its flags and payload.
-// The payload may be at most limit bytes. It returns io.EOF when r is empty
+// The payload may be at most limit bytes; memory grows with the bytes that
+// arrive, not with the declared length. It returns io.EOF when r is empty
 // at an envelope boundary, ErrTruncated when r ends inside an envelope,
 // ErrTooLarge when the declared length exceeds limit, ErrFlags for a flag
 // bit other than FlagCompressed and FlagEndStream, and ErrCompressed for the
@@ -166,8 +167,11 @@ func readPayload(r io.Reader, hdr [HeaderSize]byte, limit uint32) ([]byte, error
 	if n > limit {
 		return nil, fmt.Errorf("%w: %d bytes > %d", ErrTooLarge, n, limit)
 	}
-	payload := make([]byte, n)
-	if _, err := io.ReadFull(r, payload); err != nil {
+	// The payload grows as its bytes arrive, never to its declared length
+	// before they do: a client that declares the limit and sends a few
+	// bytes costs what it sent, not the limit, per request it keeps open.
+	payload, err := io.ReadAll(io.LimitReader(r, int64(n)))
+	if err != nil || uint32(len(payload)) != n {
 		return nil, ErrTruncated
 	}
 	return payload, nil

@@ -2,11 +2,13 @@ package connect
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"testing"
 )
 
@@ -164,4 +166,41 @@ func FuzzReadEnvelope(f *testing.F) {
 		var v any
 		_ = json.Unmarshal(payload, &v)
 	})
+}
+
+// allocatedBy returns the bytes f allocates on the heap.
+func allocatedBy(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// TestEnvelopeMemoryFollowsTheBytes: a request envelope that declares the
+// largest allowed length but brings 10 bytes costs about what arrived, not
+// the declared length. A client could hold that many bytes allocated per
+// connection for 15 bytes sent: the payload was made at its declared
+// length before anything of it was read (4 MiB here, the default
+// max_message_size).
+func TestEnvelopeMemoryFollowsTheBytes(t *testing.T) {
+	const limit = 4 << 20
+	hdr := []byte{0, 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(hdr[1:], limit)
+	body := append(hdr, `{"process"`...)
+	var err error
+	n := allocatedBy(func() { _, err = ReadSingleEnvelope(bytes.NewReader(body), limit) })
+	if !errors.Is(err, ErrTruncated) {
+		t.Fatalf("a short envelope: %v, want ErrTruncated", err)
+	}
+	if n > 256<<10 {
+		t.Fatalf("reading 15 bytes of an envelope declaring %d allocated %d bytes", limit, n)
+	}
+	// A whole envelope at the limit is still read.
+	full := AppendEnvelope(nil, 0, bytes.Repeat([]byte("a"), limit))
+	p, err := ReadSingleEnvelope(bytes.NewReader(full), limit)
+	if err != nil || len(p) != limit {
+		t.Fatalf("an envelope at the limit: %d bytes, %v", len(p), err)
+	}
 }

@@ -67,8 +67,12 @@ func decodeFileInfoList(resp *http.Response) ([]FileInfo, error) {
 		}
 	}()
 	ld.body.Reset()
-	if n := resp.ContentLength; n > 0 && n <= maxJSONBody {
-		ld.body.Grow(int(n))
+	// Sized from Content-Length up to maxPooledList only: past that the
+	// buffer grows as the bytes arrive, so an answer that declares 64 MiB
+	// and sends little (code in the sandbox can answer for execd) costs
+	// what it sent.
+	if n := resp.ContentLength; n > 0 {
+		ld.body.Grow(int(min(n, maxPooledList)))
 	}
 	if _, err := ld.body.ReadFrom(io.LimitReader(resp.Body, maxJSONBody)); err != nil {
 		return nil, unexpectedJSON(resp)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -157,4 +158,26 @@ func BenchmarkDecodeFileInfoList(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestDecodeFileInfoListMemoryFollowsTheBytes: an answer that declares a
+// large Content-Length and sends a few bytes costs about what arrived.
+// The buffer was grown to the declared length (up to maxJSONBody, 64 MiB)
+// before the body was read, so a sandbox whose port 44772 answers so (code
+// in the sandbox can replace execd) held 64 MiB of the gateway per ListDir
+// for as long as it kept the body open.
+func TestDecodeFileInfoListMemoryFollowsTheBytes(t *testing.T) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := decodeFileInfoList(&http.Response{StatusCode: 200, ContentLength: maxJSONBody,
+		Body: io.NopCloser(strings.NewReader(`[{"path":"/a"`))})
+	runtime.ReadMemStats(&after)
+	var e *Error
+	if !errors.As(err, &e) || e.Kind != KindUnexpected {
+		t.Fatalf("a cut answer: %v", err)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 2<<20 {
+		t.Fatalf("13 bytes of an answer declaring %d bytes allocated %d bytes", maxJSONBody, n)
+	}
 }
