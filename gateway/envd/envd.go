@@ -85,6 +85,9 @@ func decode(payload []byte, v any) error {
 	if err := jsonv2.Unmarshal(payload, v, decodeOptions); err != nil {
 		var se *jsonv2.SemanticError
 		if errors.As(err, &se) {
+			if se.JSONPointer == "" {
+				return fmt.Errorf("%w: the message is not a JSON object", ErrBadRequest)
+			}
 			return fmt.Errorf("%w: wrong JSON kind or value at %q", ErrBadRequest, se.JSONPointer)
 		}
 		return fmt.Errorf("%w: %w", ErrBadRequest, strictjson.Fault(payload, err))

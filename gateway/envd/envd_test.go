@@ -64,6 +64,9 @@ func TestDecodeAsProtojson(t *testing.T) {
 			t.Errorf("start %q: %v", in, err)
 		}
 	}
+	if _, err := DecodeStartRequest([]byte(`["secret"]`)); err == nil || err.Error() != "envd: malformed request message: the message is not a JSON object" {
+		t.Errorf("an array: %v", err)
+	}
 	if _, err := DecodeListDirRequest([]byte(`{"path":"/a","depth":"secret"}`)); !errors.Is(err, ErrBadRequest) ||
 		strings.Contains(err.Error(), "secret") {
 		t.Errorf("depth: %v", err)
