@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -227,14 +226,7 @@ func TestCrashAfterTheManifestDeleteOfAPlannedGeneration(t *testing.T) {
 	// Restart targeting 2; Core lets the planned generation 1 go once,
 	// and the reclaimer dies right after deleting the manifest.
 	p = w.start("SANDGATE_CRASHPOINT=" + preparer.CrashReclaimAfterManifestGone)
-	var once sync.Once
-	a = w.core.Accept().Auto(dep(2, d2, nil), func(e proto.RetentionEntry) bool {
-		drop := false
-		if e.Generation == 1 {
-			once.Do(func() { drop = true })
-		}
-		return !drop
-	})
+	a = w.core.Accept().Auto(dep(2, d2, nil), dropOneOnce())
 	w.waitLog(p, `msg="preparer job ended" kind=reclaim generation=1 ok=false`)
 	w.kill(p)
 	if _, err := os.Lstat(filepath.Join(gens.FilesPath(1), "manifest.json")); !os.IsNotExist(err) {
@@ -290,14 +282,7 @@ func TestCrashAfterTheJournalOfALeaselessReclamation(t *testing.T) {
 	// Restart targeting 2; Core lets 1 go once; the reclaimer dies right
 	// after its journal.
 	p = w.start("SANDGATE_CRASHPOINT=" + preparer.CrashReclaimAfterJournal)
-	var once sync.Once
-	a = w.core.Accept().Auto(dep(2, d2, nil), func(e proto.RetentionEntry) bool {
-		drop := false
-		if e.Generation == 1 {
-			once.Do(func() { drop = true })
-		}
-		return !drop
-	})
+	a = w.core.Accept().Auto(dep(2, d2, nil), dropOneOnce())
 	w.waitLog(p, `msg="preparer job ended" kind=reclaim generation=1 ok=false`)
 	w.kill(p)
 	if ok, _ := gens.Exists(1, genstate.RecordJournal); !ok {

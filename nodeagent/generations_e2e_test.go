@@ -529,6 +529,19 @@ func (w *gworld) twoGenerations(env ...string) (*process, *fakecore.Auto, string
 // dropOne is Core's policy that lets generation 1 go.
 func dropOne(e proto.RetentionEntry) bool { return e.Generation != 1 }
 
+// dropOneOnce is Core's policy that lets generation 1 go in one
+// authorisation only: every later exchange keeps it.
+func dropOneOnce() func(proto.RetentionEntry) bool {
+	var once sync.Once
+	return func(e proto.RetentionEntry) bool {
+		drop := false
+		if e.Generation == 1 {
+			once.Do(func() { drop = true })
+		}
+		return !drop
+	}
+}
+
 // untilReclaimed waits until generation 1's reclamation has finished:
 // its dropped marker written and its journal cleared.
 func (w *gworld) untilReclaimed() {
@@ -579,14 +592,7 @@ func TestCrashAtEveryStepOfReclamation(t *testing.T) {
 				if who == "preparer" {
 					// One authorisation only: the node must not go on
 					// after its preparer died until Core says so again.
-					var once sync.Once
-					a.SetKeep(func(e proto.RetentionEntry) bool {
-						drop := false
-						if e.Generation == 1 {
-							once.Do(func() { drop = true })
-						}
-						return !drop
-					})
+					a.SetKeep(dropOneOnce())
 				} else {
 					a.SetKeep(dropOne)
 				}

@@ -172,18 +172,7 @@ func TestLeaderKilledBeforeItsCarrierWrite(t *testing.T) {
 	path := w.carrierPath(id)
 	proxy.setHold(func(r *http.Request) bool { return r.Method == http.MethodPut && r.URL.Path == path })
 
-	type answer struct {
-		code int
-		body string
-		err  error
-		st   ingressallow.Status
-	}
-	put := make(chan answer, 1)
-	go func() {
-		var a answer
-		a.code, a.body, a.err = do(t, survivor.api, "PUT", "/sandboxes/"+id+"/network/ingress", rulesBody(r2), &a.st)
-		put <- a
-	}()
+	put := putAsync(t, survivor.api, id, r2)
 	select {
 	case <-proxy.held:
 	case a := <-put:
@@ -408,18 +397,7 @@ func TestCreateCycleKilledAfterItsCarrierWrite(t *testing.T) {
 	// at its Verifying.
 	statusPath := alPath + "/" + id + "/status"
 	lproxy.setHold(func(r *http.Request) bool { return r.Method == http.MethodPut && r.URL.Path == statusPath })
-	type answer struct {
-		code int
-		body string
-		err  error
-		st   ingressallow.Status
-	}
-	put := make(chan answer, 1)
-	go func() {
-		var a answer
-		a.code, a.body, a.err = do(t, leader.api, "PUT", "/sandboxes/"+id+"/network/ingress", rulesBody(rr), &a.st)
-		put <- a
-	}()
+	put := putAsync(t, leader.api, id, rr)
 	var leaderVerifying *heldRequest
 	select {
 	case leaderVerifying = <-lproxy.held:

@@ -347,3 +347,25 @@ func neverWider(t *testing.T, events []watch.Event, allowed []string) []*network
 // probeSource is what the fixed entry's nginx sees of every replica's
 // discovery dials: loopback.
 const probeSource = "127.0.0.1/32"
+
+// putAnswer is the answer to a PUT /sandboxes/{id}/network/ingress made
+// by putAsync: status code, body, transport error, decoded status.
+type putAnswer struct {
+	code int
+	body string
+	err  error
+	st   ingressallow.Status
+}
+
+// putAsync sends PUT /sandboxes/{id}/network/ingress with rules to the
+// replica at api on its own goroutine; its answer arrives on the channel
+// (buffered, so nobody has to take it).
+func putAsync(t *testing.T, api, id string, rules []string) <-chan putAnswer {
+	put := make(chan putAnswer, 1)
+	go func() {
+		var a putAnswer
+		a.code, a.body, a.err = do(t, api, "PUT", "/sandboxes/"+id+"/network/ingress", rulesBody(rules), &a.st)
+		put <- a
+	}()
+	return put
+}
