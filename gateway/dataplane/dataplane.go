@@ -459,6 +459,9 @@ func (h *Handler) finish(op string, rq *request, e *Error, d time.Duration) {
 			zap.String("outcome", outcome), zap.Duration("duration", d)}
 		if e != nil {
 			fields = append(fields, zap.String("class", string(e.Code.Class())), zap.String("error", e.Message))
+			if e.cause != "" {
+				fields = append(fields, zap.String("cause", e.cause))
+			}
 		}
 		c.Write(fields...)
 	}
@@ -516,7 +519,7 @@ func (h *Handler) authorize(r *http.Request, rq *request) *Error {
 		rq.cred.ID = tgt.CredentialID
 		return fail(CodeCredentialDisabled, "the token's resource credential is disabled")
 	case err != nil:
-		return fail(CodeCredentialUnavailable, "the resource credential could not be read")
+		return failCause(CodeCredentialUnavailable, "the resource credential could not be read", err)
 	case !cred.Enabled:
 		rq.cred.ID = tgt.CredentialID
 		return fail(CodeCredentialDisabled, "the token's resource credential is disabled")
@@ -543,7 +546,7 @@ func (h *Handler) authorizeSandbox(ctx context.Context, rq *request) *Error {
 	}
 	d, err := h.deps.Authorizer.Authorize(ctx, rq.cred.ID, rq.sandboxID)
 	if err != nil {
-		return fail(CodeAuthorizerUnavailable, "the sandbox authorizer could not answer")
+		return failCause(CodeAuthorizerUnavailable, "the sandbox authorizer could not answer", err)
 	}
 	return refusal(d)
 }

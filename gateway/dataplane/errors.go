@@ -206,12 +206,22 @@ type Error struct {
 	Code Code
 	// Message says what failed, for the SDK user.
 	Message string
+	// cause is why a collaborator could not answer (the credential
+	// source's or the authorizer's own reason, which quotes no body and no
+	// header value): logged with the request, never sent to the SDK, where
+	// it could show internal addresses.
+	cause string
 }
 
 // Error returns "<code>: <message>".
 func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
 
 func fail(code Code, msg string) *Error { return &Error{Code: code, Message: msg} }
+
+// failCause is fail with the collaborator's error err as the logged cause.
+func failCause(code Code, msg string, err error) *Error {
+	return &Error{Code: code, Message: msg, cause: err.Error()}
+}
 
 // ErrorHeader is a response header that carries the stable code of a
 // failed request, for operators and logs.
