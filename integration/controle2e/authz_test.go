@@ -1,7 +1,6 @@
 package controle2e_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -72,19 +71,7 @@ func startCorectl(t *testing.T, root string, args ...string) *corectlProc {
 			t.Logf("corectl log:\n%s", p.logText())
 		}
 	})
-	addrc := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			var l struct{ Msg, Addr string }
-			if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == "corectl serving" {
-				addrc <- l.Addr
-				break
-			}
-		}
-		_, _ = io.Copy(io.Discard, pr)
-	}()
+	addrc := harness.CorectlServingAddr(pr)
 	select {
 	case p.addr = <-addrc:
 	case err := <-p.done:

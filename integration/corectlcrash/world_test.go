@@ -1,7 +1,6 @@
 package corectlcrash_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -27,6 +26,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/kubetest"
 	"github.com/sandgate/sandgate/integration/fixedentry"
+	"github.com/sandgate/sandgate/integration/harness"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -199,19 +199,7 @@ func (w *world) start(name string, proxy *apiProxy, extra ...string) *corectlPro
 			t.Logf("%s's log:\n%s", name, p.logText())
 		}
 	})
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			var l struct{ Msg, Addr string }
-			if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == "corectl serving" {
-				addr <- l.Addr
-				break
-			}
-		}
-		_, _ = io.Copy(io.Discard, pr)
-	}()
+	addr := harness.CorectlServingAddr(pr)
 	select {
 	case a := <-addr:
 		p.api = "http://" + a
