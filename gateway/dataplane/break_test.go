@@ -8,11 +8,13 @@ import (
 	"encoding/json"
 	"io"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/textproto"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -660,5 +662,51 @@ func TestBreakInitWithoutID(t *testing.T) {
 	frames := readFrames(t, body)
 	if len(frames) != 1 || frames[0].flags != connect.FlagEndStream || !strings.Contains(frames[0].raw, string(CodeExecdProtocol)) {
 		t.Fatalf("frames %+v; want only an end-stream with %s", frames, CodeExecdProtocol)
+	}
+}
+
+// TestBreakStreamResetShowsNoAddress: a command stream whose connection to
+// the fixed entry is reset after init ends with EXECD_PROTOCOL and a
+// message that names no address. The read error's own text went to the
+// SDK ("read tcp 10.0.3.4:43210->10.0.9.1:80: read: connection reset by
+// peer"): the gateway's and the fixed entry's internal addresses, where
+// every other failure on the way to the fixed entry is a fixed sentence.
+func TestBreakStreamResetShowsNoAddress(t *testing.T) {
+	started := make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("/"+testSandbox+"/44772/command", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		conn, bw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		ev := `{"type":"init","text":"abc"}` + "\n\n"
+		_, _ = bw.WriteString("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" +
+			strconv.FormatInt(int64(len(ev)), 16) + "\r\n" + ev + "\r\n")
+		_ = bw.Flush()
+		<-started // the gateway has read init: the next read meets the reset
+		_ = conn.(*net.TCPConn).SetLinger(0)
+		_ = conn.Close()
+	})
+	gw, tok := newFakeGateway(t, mux)
+	req := gwRequest(t, gw, tok, http.MethodPost, "/process.Process/Start", bytes.NewReader(envelope(0, []byte(startMsg("x")))))
+	req.Header.Set("Content-Type", "application/connect+json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	first, err := readFrame(t, resp.Body)
+	if err != nil || !strings.Contains(first.raw, `"start"`) {
+		t.Fatalf("first frame %q, %v", first.raw, err)
+	}
+	close(started)
+	last, err := readFrame(t, resp.Body)
+	if err != nil || last.flags != connect.FlagEndStream || !strings.Contains(last.raw, string(CodeExecdProtocol)) {
+		t.Fatalf("last frame %q, %v; want an end-stream with %s", last.raw, err, CodeExecdProtocol)
+	}
+	if strings.Contains(last.raw, "127.0.0.1") || strings.Contains(last.raw, "tcp") {
+		t.Fatalf("the SDK's message names addresses: %s", last.raw)
 	}
 }

@@ -208,8 +208,9 @@ type Error struct {
 	Message string
 	// cause is why a collaborator could not answer (the credential
 	// source's or the authorizer's own reason, which quotes no body and no
-	// header value): logged with the request, never sent to the SDK, where
-	// it could show internal addresses.
+	// header value; a broken execd stream's read error): logged with the
+	// request, never sent to the SDK, where it could show internal
+	// addresses.
 	cause string
 }
 
@@ -268,7 +269,11 @@ func writeError(w http.ResponseWriter, sh shape, e *Error) {
 func fromExecd(err error, what string) *Error {
 	var e *execd.Error
 	if !errors.As(err, &e) {
-		return fail(CodeExecdProtocol, what+": "+err.Error())
+		f := fail(CodeExecdProtocol, what+": "+err.Error())
+		if u := errors.Unwrap(err); u != nil {
+			f.cause = u.Error() // a broken stream's read error, for the log
+		}
+		return f
 	}
 	switch e.Kind {
 	case execd.KindUnreachable:

@@ -100,8 +100,8 @@ func newCommandStream(body io.ReadCloser) *CommandStream {
 func NewCommandStream(body io.ReadCloser) *CommandStream { return newCommandStream(body) }
 
 // Next returns the next event. It returns ErrStreamEnded at EOF, an *Error
-// with KindUnexpected for a line that is not an event, and the read error
-// (wrapped by the caller's context) otherwise.
+// with KindUnexpected for a line that is not an event, and a
+// *StreamBrokenError wrapping the read error otherwise.
 func (s *CommandStream) Next() (Event, error) {
 	for s.sc.Scan() {
 		line := bytes.TrimSpace(s.sc.Bytes())
@@ -119,10 +119,24 @@ func (s *CommandStream) Next() (Event, error) {
 		if errors.Is(err, bufio.ErrTooLong) {
 			return Event{}, &Error{Kind: KindUnexpected, Message: fmt.Sprintf("execd sent an event line over %d bytes", maxEventLine)}
 		}
-		return Event{}, err
+		return Event{}, &StreamBrokenError{err: err}
 	}
 	return Event{}, ErrStreamEnded
 }
+
+// StreamBrokenError is Next's error when reading the stream failed (a
+// connection reset, a timeout). Its text is a fixed sentence: the read
+// error's own text names the gateway's and the fixed entry's addresses
+// ("read tcp 10.0.3.4:43210->10.0.9.1:80: …"), which SDK users are not
+// shown. Unwrap gives the read error (for logs, and errors.As of a
+// net.Error).
+type StreamBrokenError struct{ err error }
+
+// Error returns "execd: the command stream broke off".
+func (e *StreamBrokenError) Error() string { return "execd: the command stream broke off" }
+
+// Unwrap returns the read error.
+func (e *StreamBrokenError) Unwrap() error { return e.err }
 
 // Close closes the stream body. The caller should Close as soon as it has
 // the terminal event: execd keeps the response open for its graceful
