@@ -250,6 +250,11 @@ func writeCredential(path, credential string) error {
 // checkLocal checks, without writing, that the host can be enrolled.
 func checkLocal(cfg *config.Config) error {
 	if _, err := os.Lstat(cfg.CredentialFile); err == nil {
+		if _, err := os.Lstat(filepath.Join(cfg.StateDir, filepath.FromSlash(state.IdentityRecord))); errors.Is(err, fs.ErrNotExist) {
+			// Step 4 writes the credential just before the identity.
+			return refuse("the credential file %s exists but %s holds no node identity: an earlier enrol was cut off after it wrote the credential, and its token is used; remove the credential file and enrol with a new token (the file is never overwritten)",
+				cfg.CredentialFile, cfg.StateDir)
+		}
 		return refuse("the credential file %s exists: this host looks enrolled already (it is never overwritten)", cfg.CredentialFile)
 	}
 	if err := writableDir(filepath.Dir(cfg.CredentialFile)); err != nil {

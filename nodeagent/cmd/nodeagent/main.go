@@ -110,7 +110,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				// Most likely the unit was started before the host
 				// was enrolled: say so, not only which setting is
 				// missing.
-				err = fmt.Errorf("%w (generation_management is on and the state directory %s holds no enrolled identity: run `nodeagent enrol` first, or give every setting)", err, cfg.StateDir)
+				hint := fmt.Sprintf("generation_management is on and the state directory %s holds no enrolled identity: run `nodeagent enrol` first, or give every setting", cfg.StateDir)
+				if _, serr := os.Lstat(cfg.CredentialFile); serr == nil {
+					// enrol writes the credential just before the
+					// identity: a host with the one and not the other
+					// had its enrol cut off in between.
+					hint = fmt.Sprintf("generation_management is on; the credential file %s exists but the state directory %s holds no enrolled identity: an earlier `nodeagent enrol` was cut off after it wrote the credential, and its enrolment token is used; remove the credential file and run `nodeagent enrol` with a new token",
+						cfg.CredentialFile, cfg.StateDir)
+				}
+				err = fmt.Errorf("%w (%s)", err, hint)
 			}
 		}
 		if err != nil {

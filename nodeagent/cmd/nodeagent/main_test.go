@@ -129,6 +129,33 @@ func TestHelpAndConfigErrors(t *testing.T) {
 		t.Errorf("unenrolled generation-managing node: status %d, output %s", code, out.String())
 	}
 
+	// An enrol cut off between the credential and the identity (step 4
+	// writes them in that order): the error says so and what to do, and
+	// enrol itself refuses with the same cause, writing nothing.
+	cred := filepath.Join(dir, "node.credential")
+	if err := os.WriteFile(cred, []byte("secret-credential\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"--config", gm, "--state-dir", filepath.Join(dir, "state"), "--credential-file", cred}, &out, &out); code != exitConfig ||
+		!strings.Contains(out.String(), "was cut off after it wrote the credential") || !strings.Contains(out.String(), "remove the credential file") ||
+		strings.Contains(out.String(), "secret-credential") {
+		t.Errorf("half-enrolled generation-managing node: status %d, output %s", code, out.String())
+	}
+	tok := filepath.Join(dir, "enrol.token")
+	if err := os.WriteFile(tok, []byte("enrolment-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if code := runEnrol(context.Background(), []string{"--core", "http://127.0.0.1:1", "--token-file", tok, "--state-dir", filepath.Join(dir, "state"),
+		"--credential-file", cred}, &out, &out); code != exitEnrolRefused ||
+		!strings.Contains(out.String(), "was cut off after it wrote the credential") || strings.Contains(out.String(), "enrolment-token") {
+		t.Errorf("enrol over a half-enrolled host: status %d, output %s", code, out.String())
+	}
+	if b, err := os.ReadFile(cred); err != nil || string(b) != "secret-credential\n" {
+		t.Errorf("the credential file after the refused enrol: %q, %v", b, err)
+	}
+
 	// enrol's own help: the credential file is where enrol writes, with a
 	// default (not a required setting), and its exit statuses.
 	out.Reset()
