@@ -52,6 +52,10 @@ func TestDecodeAsProtojson(t *testing.T) {
 	if err != nil || r.Process.Cmd != "a" || r.Process.Envs["A"] != "1" || r.Process.Envs["a"] != "2" || r.Tag != nil {
 		t.Fatalf("%v %+v", err, r)
 	}
+	// A surrogate pair is one character (Python's json escapes non-ASCII so).
+	if r, err := DecodeRemoveRequest([]byte(`{"path":"/a\ud83d\ude00\u00e9"}`)); err != nil || r.Path != "/a\U0001F600\u00e9" {
+		t.Fatalf("a surrogate pair: %q %v", r.Path, err)
+	}
 	for _, in := range []string{
 		`{"process":{"cmd":"a","envs":{"K":"secret1","K":"secret2"}}}`,
 		`{"process":{"cmd":"a"},"process":{"cmd":"b"}}`,
