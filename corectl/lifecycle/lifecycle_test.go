@@ -906,6 +906,14 @@ func TestOrphanScan(t *testing.T) {
 	mk(abandoned)
 	mk(ingressallow.Carrier(w.cluster, &sandbox.Sandbox{ID: "abandoned1", Namespace: w.nsA}, []string{"198.51.100.0/24"}))
 	mk(pol(egress.PolicyName("alabandoned1"), "abandoned1", nil))
+	// A delete cut off after its Deleting mark (its corectl died, or its
+	// client went away), before the carrier went.
+	halfDeleted := kubetest.NewBatchSandbox(w.nsA, "halfdeleted1", map[string]string{"allocation-id": "alhalfdeleted1"})
+	halfDeleted.SetLabels(map[string]string{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelClusterID: w.cluster.ID})
+	halfDeleted.SetAnnotations(map[string]string{v1alpha1.AnnotationLifecycle: lifecycle.StateDeleting})
+	mk(halfDeleted)
+	mk(ingressallow.Carrier(w.cluster, &sandbox.Sandbox{ID: "halfdeleted1", Namespace: w.nsA}, []string{"198.51.100.0/24"}))
+	mk(pol(egress.PolicyName("alhalfdeleted1"), "halfdeleted1", nil))
 
 	// Young: nothing goes (a create or discovery may be in flight).
 	rep, err := w.orch.Scan(ctx)
@@ -922,17 +930,19 @@ func TestOrphanScan(t *testing.T) {
 		t.Fatal(err)
 	}
 	slices.Sort(rep.Deleted)
-	want := []string{"BatchSandbox " + w.nsA + "/abandoned1", "Ingress " + w.ingNS + "/" + ingressallow.IngressName("gone1"), "Ingress " + w.ingNS + "/sandbox-probe-echo-abc",
+	want := []string{"BatchSandbox " + w.nsA + "/abandoned1", "BatchSandbox " + w.nsA + "/halfdeleted1", "Ingress " + w.ingNS + "/" + ingressallow.IngressName("gone1"), "Ingress " + w.ingNS + "/sandbox-probe-echo-abc",
 		"NetworkPolicy " + w.nsA + "/sandbox-egress-gone2", "NetworkPolicy " + w.nsA + "/sandbox-egress-stray"}
 	if !slices.Equal(rep.Deleted, want) || len(rep.Failed) != 0 {
 		t.Fatalf("scan %+v, want %v", rep, want)
 	}
-	// The abandoned create went whole, through the fail-closed delete.
+	// The abandoned create and the half-deleted sandbox went whole,
+	// through the fail-closed delete.
 	for _, k := range []struct {
 		obj      client.Object
 		ns, name string
 	}{{&networkingv1.Ingress{}, w.ingNS, ingressallow.IngressName("abandoned1")}, {&networkingv1.NetworkPolicy{}, w.nsA, egress.PolicyName("alabandoned1")},
-		{bsRef(), w.nsA, "abandoned1"}} {
+		{bsRef(), w.nsA, "abandoned1"}, {&networkingv1.Ingress{}, w.ingNS, ingressallow.IngressName("halfdeleted1")},
+		{&networkingv1.NetworkPolicy{}, w.nsA, egress.PolicyName("alhalfdeleted1")}, {bsRef(), w.nsA, "halfdeleted1"}} {
 		if err := get(k.obj, k.ns, k.name); !apierrors.IsNotFound(err) {
 			t.Fatalf("%s/%s of the abandoned create: %v", k.ns, k.name, err)
 		}

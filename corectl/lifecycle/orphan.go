@@ -38,6 +38,14 @@ type ScanReport struct {
 //     sandbox's pods and is kept);
 //   - probe-echo Ingresses (label v1alpha1.LabelProbeEcho);
 //   - CleanupFailed sandboxes: the delete orchestration is run again;
+//   - sandboxes left Deleting once older than OrphanGrace: the delete that
+//     marked them stopped before it finished (its corectl was killed, or
+//     its request ended with its client), and nothing else takes a
+//     Deleting sandbox (the expiry reconciler skips it), so the delete
+//     orchestration is run again (spec §5.2: a sandbox whose delete did
+//     not finish is left to retries and the orphan scan). Should that
+//     delete still be running on another replica, both only delete, in
+//     the same order, each step tolerating the other's;
 //   - abandoned creates: a BatchSandbox still Creating once older than
 //     OrphanGrace plus the readiness budget (ReadyBudget), longer than
 //     any create runs, so the create that wrote it is gone (its corectl
@@ -81,6 +89,10 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 		switch u.GetAnnotations()[v1alpha1.AnnotationLifecycle] {
 		case StateCleanupFailed:
 			note("BatchSandbox", u, o.deleteSandbox(ctx, u))
+		case StateDeleting:
+			if old(u) {
+				note("BatchSandbox", u, o.deleteSandbox(ctx, u))
+			}
 		case StateCreating:
 			// A live create holds Creating for its steps and at most
 			// the readiness budget; one that has not finished well

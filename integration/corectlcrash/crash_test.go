@@ -3,9 +3,9 @@
 // of their work and checks what an operator relies on (docs/corectl.md
 // "Cycles in several replicas", "Restarts, replicas, admins", "Orphan
 // scan"): the surviving replica brings the sandbox's ingress allowlist to
-// a settled, verified state, or removes what a dead create left behind,
-// and no version of a carrier the test can observe is ever unrestricted or
-// wider than the rules asked for.
+// a settled, verified state, or removes what a dead create or a dead
+// delete left behind, and no version of a carrier (or egress policy) the
+// test can observe is ever unrestricted or wider than the rules asked for.
 //
 // The replica to be killed reaches the apiserver through a loopback proxy
 // (apiProxy) that holds a chosen request until the test has killed the
