@@ -1,6 +1,8 @@
 package caddymodules
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -20,6 +22,8 @@ import (
 	"github.com/sandgate/sandgate/caddymodules/sandgate"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/dataplane"
+	"github.com/sandgate/sandgate/gateway/entryprobe"
+	"github.com/sandgate/sandgate/internal/freeport"
 )
 
 // otherTransport is a reverse_proxy transport that is not Caddy's HTTP
@@ -537,5 +541,55 @@ func TestHTTPCredentialSourceProvisions(t *testing.T) {
 		if seen[i] != want[i] {
 			t.Errorf("portal call %d = %+v, want %+v", i, seen[i], want[i])
 		}
+	}
+}
+
+// TestProbeRelayPingCarriesExecdToken: a readiness ping through
+// fixed_entry_probe reaches execd with the cluster's execd_access_token,
+// as the data plane's own requests do, and an echo probe (which reaches
+// corectl's echo Ingress, no execd) without it; neither answer shows it.
+// The relay sent no token at all, so in a cluster whose execd runs with
+// one (docs/deploy.md's cluster-b) every readiness ping corectl sends
+// through the relay was execd's 401 and no sandbox there became ready.
+func TestProbeRelayPingCarriesExecdToken(t *testing.T) {
+	f := newFixtures(t)
+	const execdToken = "execd-token-from-env"
+	t.Setenv("SANDGATE_TEST_EXECD_TOKEN", execdToken)
+	stub := newExecdStub(t, "sbx-1", "/home/user/greeting.txt", "hello from execd")
+	cfg := baseConfig(f, stub.URL)
+	const relayToken = "relay-token-0123456789abcdef0123456789"
+	sum := sha256.Sum256([]byte(relayToken))
+	addRelay(cfg, []any{hex.EncodeToString(sum[:])})
+	addr, err := freeport.Addr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub(cfg, "apps", "http", "servers", "relay")["listen"] = []any{addr} // dp has 127.0.0.1:0
+	loadConfig(t, mustJSON(t, cfg))
+
+	lns := activeApp[*caddyhttp.App](t, "http").Servers["relay"].Listeners()
+	if len(lns) != 1 {
+		t.Fatalf("server relay has %d listeners, want 1", len(lns))
+	}
+	c := &entryprobe.Client{URL: "http://" + lns[0].Addr().String(), Token: relayToken}
+	echo := entryprobe.EchoPathPrefix + strings.Repeat("ab", 16)
+	for _, p := range []string{"/sbx-1/44772/ping", echo} {
+		a, err := c.Probe(t.Context(), "cluster-a", p)
+		if err != nil {
+			t.Fatalf("probe %s: %v", p, err)
+		}
+		if strings.Contains(a.Body, execdToken) {
+			t.Fatalf("probe %s: the answer shows the execd token: %+v", p, a)
+		}
+	}
+	calls := stub.calls()
+	if len(calls) != 2 || calls[0].path != "/sbx-1/44772/ping" || calls[1].path != echo {
+		t.Fatalf("the fixed entry saw %+v", calls)
+	}
+	if calls[0].accessToken != execdToken {
+		t.Errorf("the readiness ping carried X-EXECD-ACCESS-TOKEN %q, want the cluster's token", calls[0].accessToken)
+	}
+	if calls[1].accessToken != "" {
+		t.Errorf("the echo probe carried X-EXECD-ACCESS-TOKEN %q, want none", calls[1].accessToken)
 	}
 }

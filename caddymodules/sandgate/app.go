@@ -466,14 +466,14 @@ func (a *App) Cluster(id string) (dataplane.Cluster, bool) {
 	return dataplane.Cluster{ID: id, FixedEntry: c.fixedEntry, ExecdAccessToken: c.token, Host: c.host}, true
 }
 
-// FixedEntries returns every provisioned cluster's fixed entry and the
-// Host the data plane sends it (empty: the URL's), by cluster ID, for
-// the probe relay (fixed_entry_probe).
+// FixedEntries returns every provisioned cluster's fixed entry, the
+// Host the data plane sends it (empty: the URL's) and its execd access
+// token, by cluster ID, for the probe relay (fixed_entry_probe).
 func (a *App) FixedEntries() map[string]entryprobe.Target {
 	out := make(map[string]entryprobe.Target, len(a.Clusters))
 	for id, c := range a.Clusters {
 		if c != nil && c.fixedEntry != nil {
-			out[id] = entryprobe.Target{FixedEntry: c.fixedEntry, Host: c.host}
+			out[id] = entryprobe.Target{FixedEntry: c.fixedEntry, Host: c.host, ExecdAccessToken: c.token}
 		}
 	}
 	return out

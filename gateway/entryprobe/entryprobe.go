@@ -55,6 +55,10 @@ var (
 	echoPath = regexp.MustCompile(`^/sandbox-probe-echo-[0-9a-f]{32}$`)
 )
 
+// execdAccessTokenHeader carries execd's access token (gateway/execd's
+// AccessTokenHeader; docs/wire-facts.md §X1.2).
+const execdAccessTokenHeader = "X-EXECD-ACCESS-TOKEN"
+
 // ErrPath: a path that is neither a readiness ping nor an echo path.
 var ErrPath = errors.New("entryprobe: only /<sandboxID>/44772/ping and /sandbox-probe-echo-<32 hex> may be probed")
 
@@ -100,6 +104,11 @@ type Direct struct {
 	FixedEntry *url.URL
 	// Host is the Host header; "" sends the URL's host.
 	Host string
+	// ExecdAccessToken, when not empty, is sent as X-EXECD-ACCESS-TOKEN
+	// on readiness pings (/<id>/44772/ping), which reach execd: an execd
+	// started with a token answers a ping without it with 401. Echo
+	// probes reach no execd and never carry it.
+	ExecdAccessToken string
 	// Transport sends the request; nil is http.DefaultTransport. The
 	// gateway's relay gives the data plane's transport.
 	Transport http.RoundTripper
@@ -133,6 +142,9 @@ func (d Direct) Probe(ctx context.Context, path string) (Answer, error) {
 		req.Host = d.Host
 	}
 	req.Header.Set("User-Agent", "sandgate-probe")
+	if d.ExecdAccessToken != "" && pingPath.MatchString(path) {
+		req.Header.Set(execdAccessTokenHeader, d.ExecdAccessToken)
+	}
 	rt := d.Transport
 	if rt == nil {
 		rt = http.DefaultTransport

@@ -73,6 +73,10 @@ type Target struct {
 	// Host is the Host header the data plane sends; empty means
 	// FixedEntry's host.
 	Host string
+	// ExecdAccessToken is the cluster's execd_access_token, sent on
+	// readiness pings as the data plane sends it (see
+	// Direct.ExecdAccessToken); empty sends none. Never listed.
+	ExecdAccessToken string
 }
 
 // Handler is the relay: an HTTP handler for the gateway's internal
@@ -164,7 +168,7 @@ func (h *Handler) probe(w http.ResponseWriter, r *http.Request, id string) {
 		writeError(w, http.StatusServiceUnavailable, "no_data_plane", "this gateway has no e2b_dataplane whose transport probes could use")
 		return
 	}
-	a, err := Direct{FixedEntry: t.FixedEntry, Host: t.Host, Transport: rt}.Probe(r.Context(), req.Path)
+	a, err := Direct{FixedEntry: t.FixedEntry, Host: t.Host, ExecdAccessToken: t.ExecdAccessToken, Transport: rt}.Probe(r.Context(), req.Path)
 	if err != nil {
 		if h.Logger != nil {
 			h.Logger.Debug("fixed entry probe failed", zap.String("cluster", id), zap.Error(err))
