@@ -33,14 +33,14 @@ func egressBody(set []string) string {
 	return `{"defaultAction":"deny","egress":[` + strings.Join(parts, ",") + `]}`
 }
 
-// policyLog records every version of the NetworkPolicies in w.ns, from a
-// watch started before the scenario.
+// policyLog records every version of corectl's NetworkPolicies (label
+// managed-by) in w.ns, from a watch started before the scenario.
 type policyLog struct {
 	mu     sync.Mutex
 	events []watch.Event
 }
 
-// watchPolicies starts recording the NetworkPolicies of w.ns.
+// watchPolicies starts recording corectl's NetworkPolicies in w.ns.
 func (w *world) watchPolicies() *policyLog {
 	w.t.Helper()
 	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
@@ -56,7 +56,8 @@ func (w *world) watchPolicies() *policyLog {
 	go func() {
 		defer close(done)
 		for ev := range wi.ResultChan() {
-			if _, ok := ev.Object.(*networkingv1.NetworkPolicy); !ok {
+			np, ok := ev.Object.(*networkingv1.NetworkPolicy)
+			if !ok || np.Labels[v1alpha1.LabelManagedBy] != v1alpha1.ManagedByValue {
 				continue
 			}
 			l.mu.Lock()
