@@ -2,10 +2,11 @@
 // own process, against the real kube-apiserver) with SIGKILL in the middle
 // of their work and checks what an operator relies on (docs/corectl.md
 // "Cycles in several replicas", "Restarts, replicas, admins", "Orphan
-// scan", "Egress PUT"): the surviving replica brings the sandbox's ingress
-// allowlist or egress policy to a settled state, or removes what a dead
-// create or a dead delete left behind, and no version of a carrier (or egress policy) the
-// test can observe is ever unrestricted or wider than the rules asked for.
+// scan", "Egress PUT", "Probe-source discovery"): the surviving replica
+// brings the sandbox's ingress allowlist or egress policy to a settled
+// state, or removes what a dead create or a dead delete left behind, and
+// no version of a carrier or egress policy the test can observe is ever
+// unrestricted or wider than the rules asked for.
 //
 // The replica to be killed reaches the apiserver through a loopback proxy
 // (apiProxy) that holds a chosen request until the test has killed the

@@ -241,8 +241,9 @@ func TestDeleteKilledBeforeItsCarrierDelete(t *testing.T) {
 // behind are the BatchSandbox Deleting, the allowlist Verified for R1 with
 // no carrier, and the egress policy. The leader's ingress reconciler,
 // woken by the carrier's deletion, sees a verified carrier vanish, but
-// the sandbox is Deleting: it must not write the carrier again (the
-// revoked rule is never reopened); the orphan scan then finishes the
+// the sandbox is Deleting: it records SandboxNotFound (asserted before the
+// kill) and must not write the carrier again (the revoked rule is never
+// reopened); the orphan scan then finishes the
 // delete (deleteKilledAt's checks, with the carrier never back after its
 // deletion).
 func TestDeleteKilledAfterItsCarrierDelete(t *testing.T) {
@@ -253,6 +254,10 @@ func TestDeleteKilledAfterItsCarrierDelete(t *testing.T) {
 		if !apierrors.IsNotFound(err) {
 			t.Fatalf("the carrier at the held allowlist delete: %v, want it gone", err)
 		}
-		w.allowlist(id)
+		// The leader's cycle, woken by the carrier's deletion, found the
+		// sandbox Deleting and kept it so (no carrier written).
+		kubetest.Eventually(t, 10*time.Second, "the leader's cycle for the vanished carrier", func() (bool, error) {
+			return w.allowlist(id).Status.LastErrorCode == ingressallow.CodeSandboxNotFound, nil
+		})
 	})
 }

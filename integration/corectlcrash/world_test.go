@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -59,6 +60,24 @@ type world struct {
 	cluster              *cluster.Cluster
 	clusters, creds, key string
 	keys                 string
+
+	// entry is the fixed entry stand-in.
+	entry *fixedentry.Ingress
+	// nat, when set, is the address the fixed entry's nginx sees as every
+	// request's source (a NAT); unset, the peer's IP (loopback).
+	nat atomic.Pointer[string]
+}
+
+// natSource is the fixed entry's Nginx.Source: w.nat, or the peer's IP.
+func (w *world) natSource(remoteAddr string) string {
+	if s := w.nat.Load(); s != nil {
+		return *s
+	}
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		return remoteAddr
+	}
+	return host
 }
 
 func newWorld(t *testing.T) *world {
@@ -74,7 +93,8 @@ func newWorld(t *testing.T) *world {
 		t.Fatalf("bin/corectl is missing (%v): run make build", err)
 	}
 	entry := fixedentry.New()
-	entry.SetNginx(&fixedentry.Nginx{Route: func(path string) (fixedentry.NginxRoute, bool) {
+	w.entry = entry
+	entry.SetNginx(&fixedentry.Nginx{Source: w.natSource, Route: func(path string) (fixedentry.NginxRoute, bool) {
 		var list networkingv1.IngressList
 		if err := env.Client.List(context.Background(), &list, client.InNamespace(w.ingNS)); err != nil {
 			return fixedentry.NginxRoute{}, false
