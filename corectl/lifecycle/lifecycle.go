@@ -1231,6 +1231,10 @@ func (e *DeleteError) Error() string { return CodeDeletePending + ": " + e.Reaso
 // delete the managed Ingress and confirm it is gone (else CleanupFailed
 // and a *DeleteError; the rule is never reopened), then the ingress
 // desired state, the egress policy and the BatchSandbox, each confirmed.
+// Once the sandbox is found, the delete no longer follows ctx's
+// cancellation: a caller that goes away (the DELETE's client disconnects)
+// does not leave it Deleting half-way, as the create's compensation does
+// not; it is bounded by deleteTimeout instead.
 // Errors: ErrNotFound, ErrUnavailable, *DeleteError.
 func (o *Orchestrator) Delete(ctx context.Context, ns, id string) error {
 	if sandbox.ValidateID(id) != nil {
@@ -1243,8 +1247,14 @@ func (o *Orchestrator) Delete(ctx context.Context, ns, id string) error {
 		}
 		return fmt.Errorf("%w: %s", ErrUnavailable, err.Error())
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deleteTimeout)
+	defer cancel()
 	return o.deleteSandbox(ctx, u)
 }
+
+// deleteTimeout bounds a Delete once it has begun (the control API's own
+// bound on a request, httpapi's requestContext).
+const deleteTimeout = 60 * time.Second
 
 func (o *Orchestrator) deleteSandbox(ctx context.Context, u *unstructured.Unstructured) error {
 	ns, id := u.GetNamespace(), u.GetName()

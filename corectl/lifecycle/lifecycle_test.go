@@ -730,6 +730,32 @@ func TestDeleteFailClosed(t *testing.T) {
 	w.assertGone(id, pol)
 }
 
+// TestDeleteOutlivesItsCaller: a delete whose caller goes away once it
+// has begun (the DELETE's client disconnects, so the request's context is
+// cancelled) still finishes: it is not left Deleting half-way, the pod
+// running and the carrier in place, until the orphan scan's grace.
+func TestDeleteOutlivesItsCaller(t *testing.T) {
+	w := start(t)
+	sb := w.create(restricted)
+	id := sb.SandboxID
+	pol := policyOf(t, w.nsA, bs(w.nsA, id))
+	release, held := w.hold(lifecycle.StepDeleteIngress)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.orch.Delete(ctx, w.nsA, id) }()
+	if got := <-held; got != id {
+		t.Fatalf("held the delete of %s, want %s", got, id)
+	}
+	// The sandbox is marked Deleting; its caller goes away before the
+	// carrier's removal.
+	cancel()
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("Delete after its caller went away: %v", err)
+	}
+	w.assertGone(id, pol)
+}
+
 // TestLifecycleMatrix walks the states of spec §5.3 and checks connect,
 // GET /network and PUT /network in each.
 func TestLifecycleMatrix(t *testing.T) {
