@@ -32,7 +32,6 @@ import (
 	"github.com/sandgate/sandgate/corectl/lifecycle"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	networkingv1 "k8s.io/api/networking/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/watch"
@@ -116,7 +115,7 @@ func (w *world) carrier(id string) *networkingv1.Ingress {
 // owner, identity, path, no refused annotation, whitelist want ∪ P); the
 // survivor's GET view Ready; and every carrier version the watch saw
 // within allowed ∪ P, none deleted.
-func settled(t *testing.T, w *world, survivor *corectlProc, id string, want []string, gen int64, allowed []string, log *carrierLog) {
+func settled(t *testing.T, w *world, survivor *corectlProc, id string, want []string, gen int64, allowed []string, log *eventLog) {
 	t.Helper()
 	al := w.allowlist(id)
 	st := &al.Status
@@ -315,34 +314,9 @@ func TestCreateKilledAtTheOwnerBackfill(t *testing.T) {
 		t.Fatal("the killed replica answered the create")
 	}
 
-	gone := func(obj client.Object, ns, name string) bool {
-		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj))
-	}
-	kubetest.Eventually(t, 30*time.Second, "the leader to remove the abandoned create", func() (bool, error) {
-		return gone(bs.DeepCopy(), w.ns, id), nil
-	})
-	for _, k := range []struct {
-		obj      client.Object
-		ns, name string
-	}{{&networkingv1.Ingress{}, w.ingNS, ingressallow.IngressName(id)}, {&networkingv1.NetworkPolicy{}, w.ns, policy},
-		{&v1alpha1.SandboxIngressAllowlist{}, w.ns, id}} {
-		if !gone(k.obj, k.ns, k.name) {
-			t.Fatalf("%s/%s outlived the abandoned create's BatchSandbox", k.ns, k.name)
-		}
-	}
-	if code, body, err := do(t, survivor.api, "GET", "/sandboxes/"+id, "", nil); err != nil || code != 404 {
-		t.Fatalf("GET the abandoned sandbox = %d %s %v", code, body, err)
-	}
-	kubetest.Eventually(t, 10*time.Second, "the watch to see the carrier's deletion", func() (bool, error) {
-		ev := log.seen()
-		return len(ev) > 0 && ev[len(ev)-1].Type == watch.Deleted, nil
-	})
+	w.removed(t, survivor, bs, id, policy, "the leader to remove the abandoned create")
+	deletedLast(t, log)
 	events := log.seen()
-	for i, ev := range events {
-		if ev.Type == watch.Deleted && i != len(events)-1 {
-			t.Fatalf("the carrier came back after its deletion: %v", events[i+1].Type)
-		}
-	}
 	neverWider(t, events, append(slices.Clone(u), probeSource))
 }
 

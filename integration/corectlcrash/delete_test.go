@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -33,46 +33,13 @@ func egressBody(set []string) string {
 	return `{"defaultAction":"deny","egress":[` + strings.Join(parts, ",") + `]}`
 }
 
-// policyLog records every version of corectl's NetworkPolicies (label
-// managed-by) in w.ns, from a watch started before the scenario.
-type policyLog struct {
-	mu     sync.Mutex
-	events []watch.Event
-}
-
-// watchPolicies starts recording corectl's NetworkPolicies in w.ns.
-func (w *world) watchPolicies() *policyLog {
-	w.t.Helper()
-	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	wi, err := wc.Watch(context.Background(), &networkingv1.NetworkPolicyList{}, client.InNamespace(w.ns))
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	l := &policyLog{}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ev := range wi.ResultChan() {
-			np, ok := ev.Object.(*networkingv1.NetworkPolicy)
-			if !ok || np.Labels[v1alpha1.LabelManagedBy] != v1alpha1.ManagedByValue {
-				continue
-			}
-			l.mu.Lock()
-			l.events = append(l.events, ev)
-			l.mu.Unlock()
-		}
-	}()
-	w.t.Cleanup(func() { wi.Stop(); <-done })
-	return l
-}
-
-func (l *policyLog) seen() []watch.Event {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]watch.Event(nil), l.events...)
+// watchPolicies starts recording corectl's NetworkPolicies (label
+// managed-by) in w.ns.
+func (w *world) watchPolicies() *eventLog {
+	return w.watchObjects(&networkingv1.NetworkPolicyList{}, w.ns, func(o runtime.Object) bool {
+		np, ok := o.(*networkingv1.NetworkPolicy)
+		return ok && np.Labels[v1alpha1.LabelManagedBy] == v1alpha1.ManagedByValue
+	})
 }
 
 // egressNeverWider checks every policy version the watch saw: each is the
@@ -183,35 +150,8 @@ func deleteKilledAt(t *testing.T, method string, path func(w *world, id string) 
 		t.Fatalf("PUT wider ingress rules on the half-deleted sandbox = %d %s %v", code, body, err)
 	}
 
-	gone := func(obj client.Object, ns, name string) bool {
-		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj))
-	}
-	kubetest.Eventually(t, 30*time.Second, "the leader to finish the killed delete", func() (bool, error) {
-		return gone(bs.DeepCopy(), w.ns, id), nil
-	})
-	for _, k := range []struct {
-		obj      client.Object
-		ns, name string
-	}{{&networkingv1.Ingress{}, w.ingNS, ingressallow.IngressName(id)}, {&networkingv1.NetworkPolicy{}, w.ns, policy},
-		{&v1alpha1.SandboxIngressAllowlist{}, w.ns, id}} {
-		if !gone(k.obj, k.ns, k.name) {
-			t.Fatalf("%s/%s outlived the BatchSandbox", k.ns, k.name)
-		}
-	}
-	if code, body, err := do(t, survivor.api, "GET", "/sandboxes/"+id, "", nil); err != nil || code != 404 {
-		t.Fatalf("GET the deleted sandbox = %d %s %v", code, body, err)
-	}
-	kubetest.Eventually(t, 10*time.Second, "the watches to see the carrier's and the policy's deletion", func() (bool, error) {
-		c, p := carriers.seen(), policies.seen()
-		return len(c) > 0 && c[len(c)-1].Type == watch.Deleted && len(p) > 0 && p[len(p)-1].Type == watch.Deleted, nil
-	})
-	for _, events := range [][]watch.Event{carriers.seen(), policies.seen()} {
-		for i, ev := range events {
-			if ev.Type == watch.Deleted && i != len(events)-1 {
-				t.Fatalf("%T came back after its deletion: %v", ev.Object, events[i+1].Type)
-			}
-		}
-	}
+	w.removed(t, survivor, bs, id, policy, "the leader to finish the killed delete")
+	deletedLast(t, carriers, policies)
 	neverWider(t, carriers.seen(), append(slices.Clone(r1), probeSource))
 	egressNeverWider(t, policies.seen(), e1)
 }

@@ -36,7 +36,7 @@ func (w *world) policy(name string) *networkingv1.NetworkPolicy {
 // at runs at that point, before the kill. It returns once the leader's
 // egress recovery has taken the policy out of Verifying, with the policy
 // log watched from before the PUT.
-func egressKilledAtReadBack(t *testing.T, at func(w *world, id, alloc string)) (w *world, survivor *corectlProc, id, policy string, log *policyLog) {
+func egressKilledAtReadBack(t *testing.T, at func(w *world, id, alloc string)) (w *world, survivor *corectlProc, id, policy string, log *eventLog) {
 	w = newWorld(t)
 	survivor = w.start("survivor", nil, "-egress-grace", "1s")
 	w.awaitLeader("")
@@ -107,7 +107,7 @@ func mustDecompile(t *testing.T, spec *networkingv1.NetworkPolicySpec) []string 
 // are state and code, no Verifying mark is left; every version the watch
 // saw (from before the PUT) allowed nothing beyond E1 ∪ E2, and the policy
 // was never deleted (never unrestricted egress).
-func egressSettled(t *testing.T, w *world, policy string, want []string, state, code string, log *policyLog) *networkingv1.NetworkPolicy {
+func egressSettled(t *testing.T, w *world, policy string, want []string, state, code string, log *eventLog) *networkingv1.NetworkPolicy {
 	t.Helper()
 	np := w.policy(policy)
 	if got := mustDecompile(t, &np.Spec); !slices.Equal(got, want) {

@@ -13,15 +13,12 @@ import (
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
-	"github.com/sandgate/sandgate/corectl/kubetest"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	"github.com/sandgate/sandgate/integration/execdstub"
 	"github.com/sandgate/sandgate/integration/fixedentry"
 	networkingv1 "k8s.io/api/networking/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -145,33 +142,9 @@ func rewriteKilledAt(t *testing.T, afterWrite bool, at func(w *world, id string,
 		t.Fatal("the killed replica answered the create")
 	}
 
-	gone := func(obj client.Object, ns, name string) bool {
-		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj))
-	}
-	kubetest.Eventually(t, 30*time.Second, "the leader to remove the abandoned create", func() (bool, error) {
-		return gone(bs.DeepCopy(), w.ns, id), nil
-	})
-	for _, k := range []struct {
-		obj      client.Object
-		ns, name string
-	}{{&networkingv1.Ingress{}, w.ingNS, ingressallow.IngressName(id)}, {&v1alpha1.SandboxIngressAllowlist{}, w.ns, id}} {
-		if !gone(k.obj, k.ns, k.name) {
-			t.Fatalf("%s/%s outlived the abandoned create's BatchSandbox", k.ns, k.name)
-		}
-	}
-	if code, body, err := do(t, survivor.api, "GET", "/sandboxes/"+id, "", nil); err != nil || code != 404 {
-		t.Fatalf("GET the abandoned sandbox = %d %s %v", code, body, err)
-	}
-	kubetest.Eventually(t, 10*time.Second, "the watch to see the carrier's deletion", func() (bool, error) {
-		ev := log.seen()
-		return len(ev) > 0 && ev[len(ev)-1].Type == watch.Deleted, nil
-	})
+	w.removed(t, survivor, bs, id, "", "the leader to remove the abandoned create")
+	deletedLast(t, log)
 	events := log.seen()
-	for i, ev := range events {
-		if ev.Type == watch.Deleted && i != len(events)-1 {
-			t.Fatalf("the carrier came back after its deletion: %v", events[i+1].Type)
-		}
-	}
 	neverWider(t, events, append(slices.Clone(u), probeSource, natMoved+"/32"))
 }
 

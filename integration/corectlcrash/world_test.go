@@ -21,6 +21,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/sandgate/sandgate/corectl/apikey"
+	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/cidr"
 	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/daemon"
@@ -30,6 +31,9 @@ import (
 	"github.com/sandgate/sandgate/integration/harness"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -276,33 +280,32 @@ func do(_ *testing.T, base, method, path, body string, out any) (int, string, er
 	return resp.StatusCode, string(b), nil
 }
 
-// carrierLog records every version of the managed carriers in the ingress
-// namespace, from a watch started before the scenario: everything the
-// test can observe of what nginx was told.
-type carrierLog struct {
+// eventLog records every version of the objects of one kind in one
+// namespace that a watch, started before the scenario, reports and its
+// filter keeps: everything the test can observe of what was written.
+type eventLog struct {
 	mu     sync.Mutex
 	events []watch.Event
-	stop   func()
 }
 
-// watchCarriers starts recording the managed carriers of w.ingNS.
-func (w *world) watchCarriers() *carrierLog {
+// watchObjects starts recording the objects of list's kind in ns that
+// keep accepts; the watch stops when the test ends.
+func (w *world) watchObjects(list client.ObjectList, ns string, keep func(runtime.Object) bool) *eventLog {
 	w.t.Helper()
 	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	wi, err := wc.Watch(context.Background(), &networkingv1.IngressList{}, client.InNamespace(w.ingNS))
+	wi, err := wc.Watch(context.Background(), list, client.InNamespace(ns))
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	l := &carrierLog{stop: wi.Stop}
+	l := &eventLog{}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for ev := range wi.ResultChan() {
-			ing, ok := ev.Object.(*networkingv1.Ingress)
-			if !ok || ing.Namespace != w.ingNS || !strings.HasPrefix(ing.Name, ingressallow.IngressNamePrefix) {
+			if !keep(ev.Object) {
 				continue
 			}
 			l.mu.Lock()
@@ -314,11 +317,74 @@ func (w *world) watchCarriers() *carrierLog {
 	return l
 }
 
+// watchCarriers starts recording the managed carriers of w.ingNS.
+func (w *world) watchCarriers() *eventLog {
+	return w.watchObjects(&networkingv1.IngressList{}, w.ingNS, func(o runtime.Object) bool {
+		ing, ok := o.(*networkingv1.Ingress)
+		return ok && ing.Namespace == w.ingNS && strings.HasPrefix(ing.Name, ingressallow.IngressNamePrefix)
+	})
+}
+
 // seen returns the events recorded so far.
-func (l *carrierLog) seen() []watch.Event {
+func (l *eventLog) seen() []watch.Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]watch.Event(nil), l.events...)
+}
+
+// deletedLast waits (up to 10 s) until every log's last event is a
+// deletion, and fails if any log shows an event after a deletion: the
+// object never came back.
+func deletedLast(t *testing.T, logs ...*eventLog) {
+	t.Helper()
+	kubetest.Eventually(t, 10*time.Second, "the watches to see the deletions", func() (bool, error) {
+		for _, l := range logs {
+			ev := l.seen()
+			if len(ev) == 0 || ev[len(ev)-1].Type != watch.Deleted {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	for _, l := range logs {
+		events := l.seen()
+		for i, ev := range events {
+			if ev.Type == watch.Deleted && i != len(events)-1 {
+				t.Fatalf("%T came back after its deletion: %v", ev.Object, events[i+1].Type)
+			}
+		}
+	}
+}
+
+// removed waits (up to 30 s) until the BatchSandbox bs of sandbox id is
+// gone (wait names the wait), then checks that its carrier, its allowlist
+// and, when policy is not empty, its egress policy are gone too, and that
+// GET on survivor answers 404.
+func (w *world) removed(t *testing.T, survivor *corectlProc, bs *unstructured.Unstructured, id, policy, wait string) {
+	t.Helper()
+	ctx := context.Background()
+	gone := func(obj client.Object, ns, name string) bool {
+		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj))
+	}
+	kubetest.Eventually(t, 30*time.Second, wait, func() (bool, error) {
+		return gone(bs.DeepCopy(), w.ns, id), nil
+	})
+	type ref struct {
+		obj      client.Object
+		ns, name string
+	}
+	left := []ref{{&networkingv1.Ingress{}, w.ingNS, ingressallow.IngressName(id)}, {&v1alpha1.SandboxIngressAllowlist{}, w.ns, id}}
+	if policy != "" {
+		left = append(left, ref{&networkingv1.NetworkPolicy{}, w.ns, policy})
+	}
+	for _, k := range left {
+		if !gone(k.obj, k.ns, k.name) {
+			t.Fatalf("%s/%s outlived the BatchSandbox", k.ns, k.name)
+		}
+	}
+	if code, body, err := do(t, survivor.api, "GET", "/sandboxes/"+id, "", nil); err != nil || code != 404 {
+		t.Fatalf("GET the removed sandbox = %d %s %v", code, body, err)
+	}
 }
 
 // neverWider checks every carrier version the watch saw: each carries a
