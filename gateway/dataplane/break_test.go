@@ -494,22 +494,10 @@ func TestBreakNULInCommand(t *testing.T) {
 // line before init. The line is held and sent after the start event.
 func TestBreakOutputBeforeInit(t *testing.T) {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/"+testSandbox+"/44772/command", func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.WriteHeader(http.StatusOK)
-		for _, ev := range []string{`{"type":"stdout","text":"early"}`, `{"type":"init","text":"cmd-1"}`,
-			`{"type":"ping","text":"pong"}`, `{"type":"stdout","text":"later"}`, `{"type":"execution_complete"}`} {
-			_, _ = io.WriteString(w, ev+"\n\n")
-		}
-	})
+	mux.HandleFunc("/"+testSandbox+"/44772/command", sseEvents(`{"type":"stdout","text":"early"}`, `{"type":"init","text":"cmd-1"}`,
+		`{"type":"ping","text":"pong"}`, `{"type":"stdout","text":"later"}`, `{"type":"execution_complete"}`))
 	gw, tok := newFakeGateway(t, mux)
-	req := gwRequest(t, gw, tok, http.MethodPost, "/process.Process/Start", bytes.NewReader(envelope(0, []byte(startMsg("x")))))
-	req.Header.Set("Content-Type", "application/connect+json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp := postStart(t, gw, tok)
 	body, _ := io.ReadAll(resp.Body)
 	s := collect(t, readFrames(t, body))
 	if s.stdout != "early\nlater\n" || s.end == nil || len(s.eos) != 0 {
@@ -642,22 +630,10 @@ func TestBreakBackgroundStartStreamCut(t *testing.T) {
 // init, and sent a second start event when a later init named a command.
 func TestBreakInitWithoutID(t *testing.T) {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/"+testSandbox+"/44772/command", func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.WriteHeader(http.StatusOK)
-		for _, ev := range []string{`{"type":"init","text":""}`, `{"type":"stdout","text":"a"}`,
-			`{"type":"init","text":"cmd-1"}`, `{"type":"execution_complete"}`} {
-			_, _ = io.WriteString(w, ev+"\n\n")
-		}
-	})
+	mux.HandleFunc("/"+testSandbox+"/44772/command", sseEvents(`{"type":"init","text":""}`, `{"type":"stdout","text":"a"}`,
+		`{"type":"init","text":"cmd-1"}`, `{"type":"execution_complete"}`))
 	gw, tok := newFakeGateway(t, mux)
-	req := gwRequest(t, gw, tok, http.MethodPost, "/process.Process/Start", bytes.NewReader(envelope(0, []byte(startMsg("x")))))
-	req.Header.Set("Content-Type", "application/connect+json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp := postStart(t, gw, tok)
 	body, _ := io.ReadAll(resp.Body)
 	frames := readFrames(t, body)
 	if len(frames) != 1 || frames[0].flags != connect.FlagEndStream || !strings.Contains(frames[0].raw, string(CodeExecdProtocol)) {
@@ -690,13 +666,7 @@ func TestBreakStreamResetShowsNoAddress(t *testing.T) {
 		_ = conn.Close()
 	})
 	gw, tok := newFakeGateway(t, mux)
-	req := gwRequest(t, gw, tok, http.MethodPost, "/process.Process/Start", bytes.NewReader(envelope(0, []byte(startMsg("x")))))
-	req.Header.Set("Content-Type", "application/connect+json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp := postStart(t, gw, tok)
 	first, err := readFrame(t, resp.Body)
 	if err != nil || !strings.Contains(first.raw, `"start"`) {
 		t.Fatalf("first frame %q, %v", first.raw, err)
@@ -708,5 +678,32 @@ func TestBreakStreamResetShowsNoAddress(t *testing.T) {
 	}
 	if strings.Contains(last.raw, "127.0.0.1") || strings.Contains(last.raw, "tcp") {
 		t.Fatalf("the SDK's message names addresses: %s", last.raw)
+	}
+}
+
+// postStart sends process.Process/Start (command "x", Connect JSON) to
+// the gateway with token tok and returns the response; its body is closed
+// when the test ends.
+func postStart(t *testing.T, gw, tok string) *http.Response {
+	t.Helper()
+	req := gwRequest(t, gw, tok, http.MethodPost, "/process.Process/Start", bytes.NewReader(envelope(0, []byte(startMsg("x")))))
+	req.Header.Set("Content-Type", "application/connect+json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+// sseEvents is execd's POST /command answering 200 with events, each a
+// JSON event line followed by a blank line, as execd streams them.
+func sseEvents(events ...string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusOK)
+		for _, ev := range events {
+			_, _ = io.WriteString(w, ev+"\n\n")
+		}
 	}
 }
