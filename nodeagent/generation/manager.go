@@ -139,8 +139,6 @@ type gen struct {
 	b     genstate.Binding
 	known bool // b is known (from disk or from the deployment)
 	phase phase
-	// withConfig: a plan and the final configuration both exist.
-	withConfig bool
 	// configured: the final configuration exists, so helpers may have
 	// run under the generation's lease.
 	configured bool
@@ -252,7 +250,7 @@ func (m *Manager) inspectLocked(g int64) *gen {
 	if b, ok := l.Binding(); ok {
 		x.b, x.known = b, true
 	}
-	x.withConfig, x.configured = false, l.Config != nil
+	x.configured = l.Config != nil
 	x.brokenDiag = ""
 	switch {
 	case l.Dropped != nil && l.DroppedErr == nil && l.Journal == nil:
@@ -269,7 +267,7 @@ func (m *Manager) inspectLocked(g int64) *gen {
 		// finishes it.
 		x.phase = collecting
 	case l.Plan != nil:
-		x.phase, x.withConfig = planned, l.Config != nil
+		x.phase = planned
 	case l.Config != nil:
 		x.phase = prepared
 	case l.Identity != nil:
