@@ -15,14 +15,13 @@ package authorizer
 
 import (
 	"context"
-	"errors"
-	"net/url"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/sandgate/sandgate/caddymodules/endpoint"
+	"github.com/sandgate/sandgate/caddymodules/secret"
 	"github.com/sandgate/sandgate/gateway/authorizer"
 )
 
@@ -60,7 +59,7 @@ func (HTTP) CaddyModule() caddy.ModuleInfo {
 func (h *HTTP) Provision(caddy.Context) error {
 	repl := caddy.NewReplacer()
 	raw := repl.ReplaceAll(h.URL, "")
-	if err := checkURLUserInfo(raw); err != nil {
+	if err := secret.CheckURLUserInfo("authorizer http", raw); err != nil {
 		return err
 	}
 	hdr, err := h.ResolveHeaders(repl, "authorizer http")
@@ -73,17 +72,6 @@ func (h *HTTP) Provision(caddy.Context) error {
 		return err
 	}
 	h.a = a
-	return nil
-}
-
-// checkURLUserInfo refuses an authorizer URL with user info: its password
-// would be a secret written into the configuration. The Caddyfile is
-// checked while adapting, so the URL never reaches the adapted JSON;
-// Provision checks the JSON config's URL too.
-func checkURLUserInfo(raw string) error {
-	if u, err := url.Parse(raw); err == nil && u.User != nil {
-		return errors.New("the authorizer http URL must not carry user info (a secret in the configuration): send it in a header with an {env.NAME} or {file./path} placeholder")
-	}
 	return nil
 }
 
@@ -117,7 +105,7 @@ func (h *HTTP) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	if err := checkURLUserInfo(h.URL); err != nil {
+	if err := secret.CheckURLUserInfo("authorizer http", h.URL); err != nil {
 		return d.Err(err.Error())
 	}
 	for d.NextBlock(0) {

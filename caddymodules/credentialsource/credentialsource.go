@@ -13,10 +13,8 @@ package credentialsource
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"path/filepath"
 	"strings"
 	"time"
@@ -191,7 +189,7 @@ func (h *HTTP) Provision(ctx caddy.Context) error {
 		CacheTTL: time.Duration(h.CacheTTL),
 		Timeout:  time.Duration(h.Timeout),
 	}
-	if err := checkURLUserInfo(cfg.URL); err != nil {
+	if err := secret.CheckURLUserInfo("credentials http", cfg.URL); err != nil {
 		return err
 	}
 	if err := checkURLQuery(h.URL); err != nil {
@@ -230,17 +228,6 @@ func (h *HTTP) Cleanup() error {
 	}
 	_, err := pool.Delete(h.key)
 	return err
-}
-
-// checkURLUserInfo refuses a credentials http URL with user info: its
-// password would be a secret written into the configuration. The
-// Caddyfile is checked while adapting, so the URL never reaches the
-// adapted JSON; Provision checks the JSON config's URL too.
-func checkURLUserInfo(raw string) error {
-	if u, err := url.Parse(raw); err == nil && u.User != nil {
-		return errors.New("the credentials http URL must not carry user info (a secret in the configuration): send it in a header with an {env.NAME} or {file./path} placeholder")
-	}
-	return nil
 }
 
 // checkURLQuery refuses a literal value for a query parameter whose name
@@ -284,7 +271,7 @@ func (h *HTTP) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	if err := checkURLUserInfo(h.URL); err != nil {
+	if err := secret.CheckURLUserInfo("credentials http", h.URL); err != nil {
 		return d.Err(err.Error())
 	}
 	if err := checkURLQuery(h.URL); err != nil {

@@ -12,6 +12,7 @@ package secret
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
@@ -48,6 +49,19 @@ func Resolve(repl *caddy.Replacer, setting, raw string) (string, error) {
 		return "", fmt.Errorf("%s: %w", setting, err)
 	}
 	return v, nil
+}
+
+// CheckURLUserInfo refuses raw, the URL of setting (e.g. "authorizer
+// http"), when it carries user info (https://user:password@host/): its
+// password would be a secret written into the configuration. The error
+// names setting, never the URL; a URL that does not parse is left to the
+// caller. Modules call it while the Caddyfile is adapted, so the URL never
+// reaches the adapted JSON, and in Provision for JSON configurations.
+func CheckURLUserInfo(setting, raw string) error {
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		return fmt.Errorf("the %s URL must not carry user info (a secret in the configuration): send it in a header with an {env.NAME} or {file./path} placeholder", setting)
+	}
+	return nil
 }
 
 // SensitiveHeader reports whether an HTTP header named name carries a
