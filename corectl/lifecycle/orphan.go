@@ -39,8 +39,8 @@ type ScanReport struct {
 //   - probe-echo Ingresses (label v1alpha1.LabelProbeEcho);
 //   - CleanupFailed sandboxes: the delete orchestration is run again;
 //   - sandboxes left Deleting once older than OrphanGrace: the delete that
-//     marked them stopped before it finished (its corectl was killed, or
-//     its request ended with its client), and nothing else takes a
+//     marked them stopped before it finished (its corectl was killed or
+//     cut off at shutdown), and nothing else takes a
 //     Deleting sandbox (the expiry reconciler skips it), so the delete
 //     orchestration is run again (spec §5.2: a sandbox whose delete did
 //     not finish is left to retries and the orphan scan). Should that
@@ -64,9 +64,8 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 	if grace <= 0 {
 		grace = defaultOrphanGrace
 	}
-	old := func(obj client.Object) bool {
-		return o.now().Sub(obj.GetCreationTimestamp().Time) >= grace
-	}
+	age := func(obj client.Object) time.Duration { return o.now().Sub(obj.GetCreationTimestamp().Time) }
+	old := func(obj client.Object) bool { return age(obj) >= grace }
 	managed := client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelClusterID: o.Cluster.ID}
 	note := func(kind string, obj client.Object, err error) {
 		name := fmt.Sprintf("%s %s/%s", kind, obj.GetNamespace(), obj.GetName())
@@ -99,7 +98,7 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 			// after that never will. Should it still be running, the
 			// Deleting mark makes its last step (Ready only over
 			// Creating) fail and compensate: never a 201 for it.
-			if u.GetDeletionTimestamp() == nil && o.now().Sub(u.GetCreationTimestamp().Time) >= grace+o.readyBudget() {
+			if u.GetDeletionTimestamp() == nil && age(u) >= grace+o.readyBudget() {
 				note("BatchSandbox", u, o.deleteSandbox(ctx, u))
 			}
 		}

@@ -249,8 +249,9 @@ func writeCredential(path, credential string) error {
 
 // checkLocal checks, without writing, that the host can be enrolled.
 func checkLocal(cfg *config.Config) error {
+	identity := filepath.Join(cfg.StateDir, filepath.FromSlash(state.IdentityRecord))
 	if _, err := os.Lstat(cfg.CredentialFile); err == nil {
-		if _, err := os.Lstat(filepath.Join(cfg.StateDir, filepath.FromSlash(state.IdentityRecord))); errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Lstat(identity); errors.Is(err, fs.ErrNotExist) {
 			// Step 4 writes the credential just before the identity.
 			return refuse("the credential file %s exists but %s holds no node identity: an earlier enrol was cut off after it wrote the credential, and its token is used; remove the credential file and enrol with a new token (the file is never overwritten)",
 				cfg.CredentialFile, cfg.StateDir)
@@ -276,7 +277,7 @@ func checkLocal(cfg *config.Config) error {
 		if err := unix.Access(cfg.StateDir, unix.W_OK); err != nil {
 			return refuse("state directory %s is not writable", cfg.StateDir)
 		}
-		if _, err := os.Lstat(filepath.Join(cfg.StateDir, filepath.FromSlash(state.IdentityRecord))); err == nil {
+		if _, err := os.Lstat(identity); err == nil {
 			return refuse("%s holds a node identity already: this host is enrolled", cfg.StateDir)
 		}
 		if _, err := os.Lstat(filepath.Join(cfg.StateDir, "node", "generations")); err == nil {
