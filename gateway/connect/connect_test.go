@@ -8,8 +8,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"testing"
+
+	"github.com/sandgate/sandgate/internal/memtest"
 )
 
 func TestEnvelopeRoundTrip(t *testing.T) {
@@ -168,16 +169,6 @@ func FuzzReadEnvelope(f *testing.F) {
 	})
 }
 
-// allocatedBy returns the bytes f allocates on the heap.
-func allocatedBy(f func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	f()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
-}
-
 // TestEnvelopeMemoryFollowsTheBytes: a request envelope that declares the
 // largest allowed length but brings 10 bytes costs about what arrived, not
 // the declared length. A client could hold that many bytes allocated per
@@ -190,7 +181,7 @@ func TestEnvelopeMemoryFollowsTheBytes(t *testing.T) {
 	binary.BigEndian.PutUint32(hdr[1:], limit)
 	body := append(hdr, `{"process"`...)
 	var err error
-	n := allocatedBy(func() { _, err = ReadSingleEnvelope(bytes.NewReader(body), limit) })
+	n := memtest.AllocatedDuring(func() { _, err = ReadSingleEnvelope(bytes.NewReader(body), limit) })
 	if !errors.Is(err, ErrTruncated) {
 		t.Fatalf("a short envelope: %v, want ErrTruncated", err)
 	}

@@ -8,10 +8,11 @@ import (
 	"io"
 	"net/http"
 	"reflect"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/memtest"
 )
 
 // leanFileInfo is FileInfo without created_at, the one member
@@ -167,17 +168,16 @@ func BenchmarkDecodeFileInfoList(b *testing.B) {
 // in the sandbox can replace execd) held 64 MiB of the gateway per ListDir
 // for as long as it kept the body open.
 func TestDecodeFileInfoListMemoryFollowsTheBytes(t *testing.T) {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	_, err := decodeFileInfoList(&http.Response{StatusCode: 200, ContentLength: maxJSONBody,
-		Body: io.NopCloser(strings.NewReader(`[{"path":"/a"`))})
-	runtime.ReadMemStats(&after)
+	var err error
+	n := memtest.AllocatedDuring(func() {
+		_, err = decodeFileInfoList(&http.Response{StatusCode: 200, ContentLength: maxJSONBody,
+			Body: io.NopCloser(strings.NewReader(`[{"path":"/a"`))})
+	})
 	var e *Error
 	if !errors.As(err, &e) || e.Kind != KindUnexpected {
 		t.Fatalf("a cut answer: %v", err)
 	}
-	if n := after.TotalAlloc - before.TotalAlloc; n > 2<<20 {
+	if n > 2<<20 {
 		t.Fatalf("13 bytes of an answer declaring %d bytes allocated %d bytes", maxJSONBody, n)
 	}
 }

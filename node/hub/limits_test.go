@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"os"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,6 +15,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sandgate/sandgate/node/proto"
+
+	"github.com/sandgate/sandgate/internal/memtest"
 )
 
 // sendLarge streams one text message of n bytes (a JSON object of type
@@ -43,16 +44,6 @@ func (n *testNode) sendLarge(size int, typ string) {
 	}()
 }
 
-// allocatedDuring returns the bytes the whole process allocated while f
-// ran.
-func allocatedDuring(f func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	f()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
-}
-
 // TestHelloOverControlLimit: a first message over 32 KiB closes the
 // connection with 1009 after at most 32 KiB + 1 bytes were buffered: a
 // 16 MiB hello makes the hub allocate far less than the message (it used
@@ -63,7 +54,7 @@ func TestHelloOverControlLimit(t *testing.T) {
 	for _, size := range []int{proto.MaxControlFrame + 1, 16 << 20} {
 		a := e.connect(nodeA)
 		var reason string
-		alloc := allocatedDuring(func() {
+		alloc := memtest.AllocatedDuring(func() {
 			a.sendLarge(size, proto.TypeHello)
 			reason = a.expectClose(CloseMessageTooBig)
 		})
@@ -89,7 +80,7 @@ func TestControlLimitWhileNothingPending(t *testing.T) {
 	a := e.join(nodeA)
 	a.beat(health(true, ""))
 	var reason string
-	alloc := allocatedDuring(func() {
+	alloc := memtest.AllocatedDuring(func() {
 		a.sendLarge(16<<20, proto.TypeHeartbeat)
 		reason = a.expectClose(CloseMessageTooBig)
 	})
@@ -133,7 +124,7 @@ func TestLargeResponseWhilePending(t *testing.T) {
 	pending = e.dispatchAsync(nodeA, infoReq())
 	a.request()
 	var reason string
-	alloc := allocatedDuring(func() {
+	alloc := memtest.AllocatedDuring(func() {
 		a.sendLarge(16<<20, proto.TypeHeartbeat)
 		reason = a.expectClose(CloseMessageTooBig)
 	})
