@@ -173,13 +173,7 @@ func TestLeaderKilledBeforeItsCarrierWrite(t *testing.T) {
 	proxy.setHold(func(r *http.Request) bool { return r.Method == http.MethodPut && r.URL.Path == path })
 
 	put := putAsync(t, survivor.api, id, r2)
-	select {
-	case <-proxy.held:
-	case a := <-put:
-		t.Fatalf("the PUT was answered before the leader's carrier write: %d %s %v", a.code, a.body, a.err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the leader's cycle never wrote the carrier")
-	}
+	awaitHeld(t, proxy, put, "the leader's carrier write")
 	if al := w.allowlist(id); al.Status.VerificationState != v1alpha1.StateVerifying || al.Generation != 2 {
 		t.Fatalf("at the held write the allowlist is %s at generation %d, want Verifying at 2", al.Status.VerificationState, al.Generation)
 	}
@@ -209,29 +203,13 @@ func TestLeaderKilledAfterItsCarrierWrite(t *testing.T) {
 	w, proxy, killed, survivor, killedID, id := leaderScenario(t)
 	log := w.watchCarriers()
 	path := w.carrierPath(id)
-	wrote := false
-	proxy.setHold(func(r *http.Request) bool {
-		if r.URL.Path != path {
-			return false
-		}
-		if r.Method == http.MethodPut {
-			wrote = true
-			return false
-		}
-		return wrote && r.Method == http.MethodGet
-	})
+	proxy.setHold(writeThenRead(path))
 	put := make(chan error, 1)
 	go func() {
 		_, _, err := do(t, killed.api, "PUT", "/sandboxes/"+id+"/network/ingress", rulesBody(r2), nil)
 		put <- err
 	}()
-	select {
-	case <-proxy.held:
-	case err := <-put:
-		t.Fatalf("the PUT was answered before the leader's read-back: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the leader's cycle never read its carrier write back")
-	}
+	awaitHeld(t, proxy, put, "the leader's read-back")
 	al := w.allowlist(id)
 	if al.Status.VerificationState != v1alpha1.StateVerifying || al.Generation != 2 {
 		t.Fatalf("at the held read-back the allowlist is %s at generation %d, want Verifying at 2", al.Status.VerificationState, al.Generation)
@@ -267,39 +245,10 @@ func TestLeaderKilledAfterItsCarrierWrite(t *testing.T) {
 // P at any version.
 func TestCreateKilledAtTheOwnerBackfill(t *testing.T) {
 	w := newWorld(t)
-	survivor := w.start("survivor", nil, "-orphan-interval", "500ms", "-orphan-grace", "5s", "-ready-budget", "1s")
-	w.awaitLeader("")
-	proxy := newAPIProxy(t, env.Config)
-	killed := w.start("killed", proxy)
-	prefix := "/apis/networking.k8s.io/v1/namespaces/" + w.ingNS + "/ingresses/" + ingressallow.IngressNamePrefix
-	proxy.setHold(func(r *http.Request) bool { return r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, prefix) })
-	log := w.watchCarriers()
-
-	u := []string{"198.51.100.0/24"}
-	created := make(chan error, 1)
-	go func() {
-		_, _, err := do(t, killed.api, "POST", "/sandboxes",
-			`{"templateID":"base","timeout":300,"network":{"ingress":[{"cidr":"198.51.100.0/24"}]}}`, nil)
-		created <- err
-	}()
-	var id string
-	select {
-	case r := <-proxy.held:
-		id = strings.TrimPrefix(r.URL.Path, prefix)
-	case err := <-created:
-		t.Fatalf("the create was answered before its owner back-fill: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the create never reached its owner back-fill")
-	}
+	sc := createAtBackfill(t, w)
+	survivor, killed, log, created, id, u := sc.survivor, sc.killed, sc.log, sc.created, sc.id, sc.u
 	ctx := context.Background()
-	bs := &unstructured.Unstructured{}
-	bs.SetGroupVersionKind(sandbox.GVK)
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: id}, bs); err != nil {
-		t.Fatalf("the create's BatchSandbox: %v", err)
-	}
-	if st := bs.GetAnnotations()[v1alpha1.AnnotationLifecycle]; st != lifecycle.StateCreating {
-		t.Fatalf("lifecycle %q at the back-fill", st)
-	}
+	bs := w.batchSandbox(t, id, lifecycle.StateCreating, "the back-fill")
 	labels, _, _ := unstructured.NestedStringMap(bs.Object, "spec", "template", "metadata", "labels")
 	policy := egress.PolicyName(labels["allocation-id"])
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: policy}, &networkingv1.NetworkPolicy{}); err != nil {
@@ -353,14 +302,7 @@ func TestCreateCycleKilledAfterItsCarrierWrite(t *testing.T) {
 			`{"templateID":"base","timeout":300,"network":{"ingress":[{"cidr":"198.51.100.0/24"}]}}`, nil)
 		created <- err
 	}()
-	var desired *heldRequest
-	select {
-	case desired = <-kproxy.held:
-	case err := <-created:
-		t.Fatalf("the create was answered before its desired step: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the create never reached its desired step")
-	}
+	desired := awaitHeld(t, kproxy, created, "its desired step")
 	var list unstructured.UnstructuredList
 	list.SetGroupVersionKind(sandbox.GVK.GroupVersion().WithKind("BatchSandboxList"))
 	if err := env.Client.List(context.Background(), &list, client.InNamespace(w.ns)); err != nil || len(list.Items) != 1 {
@@ -373,38 +315,15 @@ func TestCreateCycleKilledAfterItsCarrierWrite(t *testing.T) {
 	statusPath := alPath + "/" + id + "/status"
 	lproxy.setHold(func(r *http.Request) bool { return r.Method == http.MethodPut && r.URL.Path == statusPath })
 	put := putAsync(t, leader.api, id, rr)
-	var leaderVerifying *heldRequest
-	select {
-	case leaderVerifying = <-lproxy.held:
-	case a := <-put:
-		t.Fatalf("the PUT was answered before the leader's cycle: %d %s %v", a.code, a.body, a.err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the leader's cycle never marked the allowlist Verifying")
-	}
+	leaderVerifying := awaitHeld(t, lproxy, put, "the leader's cycle")
 	lproxy.setHold(nil)
 
 	// The create's cycle: its Verifying and carrier write go out, its
 	// read-back is held.
 	carrierPath := w.carrierPath(id)
-	wrote := false
-	kproxy.setHold(func(r *http.Request) bool {
-		if r.URL.Path != carrierPath {
-			return false
-		}
-		if r.Method == http.MethodPut {
-			wrote = true
-			return false
-		}
-		return wrote && r.Method == http.MethodGet
-	})
+	kproxy.setHold(writeThenRead(carrierPath))
 	desired.release()
-	select {
-	case <-kproxy.held:
-	case err := <-created:
-		t.Fatalf("the create was answered before its cycle's read-back: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the create's cycle never read its carrier write back")
-	}
+	awaitHeld(t, kproxy, created, "its cycle's read-back")
 	al := w.allowlist(id)
 	if al.Status.VerificationState != v1alpha1.StateVerifying || al.Generation != 1 || !slices.Equal(ingressallow.CIDRs(al.Spec.Desired), rr) {
 		t.Fatalf("at the held read-back the allowlist is %s at generation %d with %v, want Verifying at 1 with the PUT's rules",

@@ -16,7 +16,6 @@ import (
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -121,22 +120,8 @@ func deleteKilledAt(t *testing.T, method string, path func(w *world, id string) 
 		_, _, err := do(t, killed.api, "DELETE", "/sandboxes/"+id, "", nil)
 		deleted <- err
 	}()
-	select {
-	case <-proxy.held:
-	case err := <-deleted:
-		t.Fatalf("the DELETE was answered before its %s %s: %v", method, held, err)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the DELETE never reached its %s %s", method, held)
-	}
-	ctx := context.Background()
-	bs := &unstructured.Unstructured{}
-	bs.SetGroupVersionKind(sandbox.GVK)
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: id}, bs); err != nil {
-		t.Fatalf("the BatchSandbox at the held step: %v", err)
-	}
-	if st := bs.GetAnnotations()[v1alpha1.AnnotationLifecycle]; st != lifecycle.StateDeleting {
-		t.Fatalf("lifecycle %q at the held step, want %s", st, lifecycle.StateDeleting)
-	}
+	awaitHeld(t, proxy, deleted, "its "+method+" "+held)
+	bs := w.batchSandbox(t, id, lifecycle.StateDeleting, "the held step")
 	at(w, id, policy)
 	killed.kill(t)
 	if err := <-deleted; err == nil {

@@ -2,7 +2,6 @@ package corectlcrash_test
 
 import (
 	"context"
-	"net/http"
 	"slices"
 	"testing"
 	"time"
@@ -46,29 +45,13 @@ func egressKilledAtReadBack(t *testing.T, at func(w *world, id, alloc string)) (
 	policy = egress.PolicyName(alloc)
 	log = w.watchPolicies()
 	path := "/apis/networking.k8s.io/v1/namespaces/" + w.ns + "/networkpolicies/" + policy
-	wrote := false
-	proxy.setHold(func(r *http.Request) bool {
-		if r.URL.Path != path {
-			return false
-		}
-		if r.Method == http.MethodPut {
-			wrote = true
-			return false
-		}
-		return wrote && r.Method == http.MethodGet
-	})
+	proxy.setHold(writeThenRead(path))
 	put := make(chan error, 1)
 	go func() {
 		_, _, err := do(t, killed.api, "PUT", "/sandboxes/"+id+"/network", egressBody(e2), nil)
 		put <- err
 	}()
-	select {
-	case <-proxy.held:
-	case err := <-put:
-		t.Fatalf("the egress PUT was answered before its read-back: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the egress PUT never read its write back")
-	}
+	awaitHeld(t, proxy, put, "its read-back")
 	np := w.policy(policy)
 	set, err := egress.Decompile(&np.Spec)
 	if err != nil || !slices.Equal(set, e2) || np.Annotations[egress.AnnotationVerificationState] != v1alpha1.StateVerifying {

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"sync"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/rest"
 )
@@ -93,6 +94,39 @@ func (p *apiProxy) setHold(hold func(r *http.Request) bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.hold = hold
+}
+
+// awaitHeld waits up to 30 s for the next request p holds and returns
+// it. It fails the test when answered delivers first (the operation the
+// test sent finished without reaching the held request) or the wait
+// ends; what names the held step in the failure.
+func awaitHeld[T any](t *testing.T, p *apiProxy, answered <-chan T, what string) *heldRequest {
+	t.Helper()
+	select {
+	case h := <-p.held:
+		return h
+	case a := <-answered:
+		t.Fatalf("answered before %s: %+v", what, a)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("never reached %s", what)
+	}
+	return nil
+}
+
+// writeThenRead is a hold that takes the read-back of a write: the first
+// GET of path after a PUT of it (the PUT itself goes through).
+func writeThenRead(path string) func(*http.Request) bool {
+	wrote := false // the proxy calls a hold under p.mu, one request at a time
+	return func(r *http.Request) bool {
+		if r.URL.Path != path {
+			return false
+		}
+		if r.Method == http.MethodPut {
+			wrote = true
+			return false
+		}
+		return wrote && r.Method == http.MethodGet
+	}
 }
 
 // kubeconfig is a kubeconfig that reaches the apiserver through p.

@@ -9,17 +9,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
-	"github.com/sandgate/sandgate/corectl/sandbox"
 	"github.com/sandgate/sandgate/integration/execdstub"
 	"github.com/sandgate/sandgate/integration/fixedentry"
 	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // natMoved is the probe source after the NAT moved (the first is
@@ -67,30 +63,8 @@ func (w *world) serveSandboxes() {
 func rewriteKilledAt(t *testing.T, afterWrite bool, at func(w *world, id string, al *v1alpha1.SandboxIngressAllowlist, ing *networkingv1.Ingress)) {
 	w := newWorld(t)
 	w.serveSandboxes()
-	survivor := w.start("survivor", nil, "-orphan-interval", "500ms", "-orphan-grace", "5s", "-ready-budget", "1s")
-	w.awaitLeader("")
-	proxy := newAPIProxy(t, env.Config)
-	killed := w.start("killed", proxy)
-	prefix := "/apis/networking.k8s.io/v1/namespaces/" + w.ingNS + "/ingresses/" + ingressallow.IngressNamePrefix
-	proxy.setHold(func(r *http.Request) bool { return r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, prefix) })
-	log := w.watchCarriers()
-
-	u := []string{"198.51.100.0/24"}
-	created := make(chan error, 1)
-	go func() {
-		_, _, err := do(t, killed.api, "POST", "/sandboxes",
-			`{"templateID":"base","timeout":300,"network":{"ingress":[{"cidr":"198.51.100.0/24"}]}}`, nil)
-		created <- err
-	}()
-	var backfill *heldRequest
-	select {
-	case backfill = <-proxy.held:
-	case err := <-created:
-		t.Fatalf("the create was answered before its owner back-fill: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the create never reached its owner back-fill")
-	}
-	id := strings.TrimPrefix(backfill.URL.Path, prefix)
+	sc := createAtBackfill(t, w)
+	survivor, killed, proxy, log, created, id, u, backfill := sc.survivor, sc.killed, sc.proxy, sc.log, sc.created, sc.id, sc.u, sc.backfill
 	carrierPath := w.carrierPath(id)
 
 	// The NAT moves; the rewrite's carrier update (the first naming the
@@ -120,22 +94,8 @@ func rewriteKilledAt(t *testing.T, afterWrite bool, at func(w *world, id string,
 		return wrote && r.Method == http.MethodGet
 	})
 	backfill.release()
-	select {
-	case <-proxy.held:
-	case err := <-created:
-		t.Fatalf("the create was answered before its readiness rewrite: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the create's readiness never rewrote the carrier")
-	}
-	ctx := context.Background()
-	bs := &unstructured.Unstructured{}
-	bs.SetGroupVersionKind(sandbox.GVK)
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: id}, bs); err != nil {
-		t.Fatal(err)
-	}
-	if st := bs.GetAnnotations()[v1alpha1.AnnotationLifecycle]; st != lifecycle.StateCreating {
-		t.Fatalf("lifecycle %q at the rewrite", st)
-	}
+	awaitHeld(t, proxy, created, "its readiness rewrite")
+	bs := w.batchSandbox(t, id, lifecycle.StateCreating, "the rewrite")
 	at(w, id, w.allowlist(id), w.carrier(id))
 	killed.kill(t)
 	if err := <-created; err == nil {

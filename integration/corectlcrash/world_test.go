@@ -27,6 +27,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/daemon"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/kubetest"
+	"github.com/sandgate/sandgate/corectl/sandbox"
 	"github.com/sandgate/sandgate/integration/fixedentry"
 	"github.com/sandgate/sandgate/integration/harness"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -442,4 +443,63 @@ func putAsync(t *testing.T, api, id string, rules []string) <-chan putAnswer {
 		put <- a
 	}()
 	return put
+}
+
+// backfillScene is a create held at its owner back-fill (createAtBackfill).
+type backfillScene struct {
+	// survivor is the leader, its orphan scan fast (-orphan-grace 5s,
+	// -ready-budget 1s, every 500 ms); killed serves the create, through
+	// proxy.
+	survivor, killed *corectlProc
+	proxy            *apiProxy
+	// log records the carriers from before the create.
+	log *eventLog
+	// created delivers the create's transport error (nil: answered).
+	created <-chan error
+	// backfill is the held owner back-fill (the create's first update of
+	// its carrier), id the sandbox, u the create's ingress rules.
+	backfill *heldRequest
+	id       string
+	u        []string
+}
+
+// createAtBackfill starts the scene of a create killed at or after its
+// owner back-fill: a survivor that leads, a replica behind a proxy, and
+// on that replica a create of 198.51.100.0/24 whose back-fill (the first
+// PUT of a managed carrier) the proxy holds when it returns.
+func createAtBackfill(t *testing.T, w *world) backfillScene {
+	t.Helper()
+	sc := backfillScene{u: []string{"198.51.100.0/24"}}
+	sc.survivor = w.start("survivor", nil, "-orphan-interval", "500ms", "-orphan-grace", "5s", "-ready-budget", "1s")
+	w.awaitLeader("")
+	sc.proxy = newAPIProxy(t, env.Config)
+	sc.killed = w.start("killed", sc.proxy)
+	prefix := "/apis/networking.k8s.io/v1/namespaces/" + w.ingNS + "/ingresses/" + ingressallow.IngressNamePrefix
+	sc.proxy.setHold(func(r *http.Request) bool { return r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, prefix) })
+	sc.log = w.watchCarriers()
+	created := make(chan error, 1)
+	go func() {
+		_, _, err := do(t, sc.killed.api, "POST", "/sandboxes",
+			`{"templateID":"base","timeout":300,"network":{"ingress":[{"cidr":"198.51.100.0/24"}]}}`, nil)
+		created <- err
+	}()
+	sc.created = created
+	sc.backfill = awaitHeld(t, sc.proxy, sc.created, "its owner back-fill")
+	sc.id = strings.TrimPrefix(sc.backfill.URL.Path, prefix)
+	return sc
+}
+
+// batchSandbox reads sandbox id's BatchSandbox and fails the test unless
+// its lifecycle is state; at names the moment in the failure.
+func (w *world) batchSandbox(t *testing.T, id, state, at string) *unstructured.Unstructured {
+	t.Helper()
+	bs := &unstructured.Unstructured{}
+	bs.SetGroupVersionKind(sandbox.GVK)
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: w.ns, Name: id}, bs); err != nil {
+		t.Fatalf("the BatchSandbox at %s: %v", at, err)
+	}
+	if st := bs.GetAnnotations()[v1alpha1.AnnotationLifecycle]; st != state {
+		t.Fatalf("lifecycle %q at %s, want %s", st, at, state)
+	}
+	return bs
 }
