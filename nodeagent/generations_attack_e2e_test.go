@@ -33,15 +33,12 @@ func TestCrashInsideTheManifestWriteThenReclaim(t *testing.T) {
 	d1 := w.release(1, "rel-one")
 	d2 := w.release(2, "rel-two")
 	w.writeConfig(1, d1)
-	p := w.start("SANDGATE_CRASHPOINT=" + preparer.CrashPrepareManifestWritten)
-	a := w.core.Accept().Auto(dep(1, d1, nil), func(proto.RetentionEntry) bool { return true })
-	a.WaitObservations(fakecore.State(1, proto.GenerationFailed))
-	w.kill(p)
+	w.interruptPreparation(preparer.CrashPrepareManifestWritten, d1)
 
 	// Restart: generation 1 is prepared from its plan, then the operator
 	// rolls to 2 and Core lets 1 go.
 	w.start()
-	a = w.core.Accept().Auto(dep(1, d1, nil), func(proto.RetentionEntry) bool { return true })
+	a := w.core.Accept().Auto(dep(1, d1, nil), keepAll)
 	a.WaitObservations(fakecore.State(1, proto.GenerationReady))
 	a.SetDeployment(dep(2, d2, ptr64(2)))
 	a.WaitObservations(fakecore.State(2, proto.GenerationReady))
@@ -214,10 +211,7 @@ func TestCrashAfterTheManifestDeleteOfAPlannedGeneration(t *testing.T) {
 	d1 := w.release(1, "rel-one")
 	d2 := w.release(2, "rel-two")
 	w.writeConfig(1, d1)
-	p := w.start("SANDGATE_CRASHPOINT=" + preparer.CrashPrepareAfterDownload)
-	a := w.core.Accept().Auto(dep(1, d1, nil), func(proto.RetentionEntry) bool { return true })
-	a.WaitObservations(fakecore.State(1, proto.GenerationFailed))
-	w.kill(p)
+	w.interruptPreparation(preparer.CrashPrepareAfterDownload, d1)
 	gens := w.generations()
 	if _, err := gens.ReadPlan(1); err != nil {
 		t.Fatalf("plan of the interrupted preparation: %v", err)
@@ -225,8 +219,8 @@ func TestCrashAfterTheManifestDeleteOfAPlannedGeneration(t *testing.T) {
 
 	// Restart targeting 2; Core lets the planned generation 1 go once,
 	// and the reclaimer dies right after deleting the manifest.
-	p = w.start("SANDGATE_CRASHPOINT=" + preparer.CrashReclaimAfterManifestGone)
-	a = w.core.Accept().Auto(dep(2, d2, nil), dropOneOnce())
+	p := w.start("SANDGATE_CRASHPOINT=" + preparer.CrashReclaimAfterManifestGone)
+	a := w.core.Accept().Auto(dep(2, d2, nil), dropOneOnce())
 	w.waitLog(p, `msg="preparer job ended" kind=reclaim generation=1 ok=false`)
 	w.kill(p)
 	if _, err := os.Lstat(filepath.Join(gens.FilesPath(1), "manifest.json")); !os.IsNotExist(err) {
@@ -270,10 +264,7 @@ func TestCrashAfterTheJournalOfALeaselessReclamation(t *testing.T) {
 	d1 := w.release(1, "rel-one")
 	d2 := w.release(2, "rel-two")
 	w.writeConfig(1, d1)
-	p := w.start("SANDGATE_CRASHPOINT=" + preparer.CrashPrepareAfterPlan)
-	a := w.core.Accept().Auto(dep(1, d1, nil), func(proto.RetentionEntry) bool { return true })
-	a.WaitObservations(fakecore.State(1, proto.GenerationFailed))
-	w.kill(p)
+	w.interruptPreparation(preparer.CrashPrepareAfterPlan, d1)
 	gens := w.generations()
 	if _, err := os.Lstat(lease.Path(gens.Path(), 1)); !os.IsNotExist(err) {
 		t.Fatalf("the interrupted preparation has a lease: %v", err)
@@ -281,8 +272,8 @@ func TestCrashAfterTheJournalOfALeaselessReclamation(t *testing.T) {
 
 	// Restart targeting 2; Core lets 1 go once; the reclaimer dies right
 	// after its journal.
-	p = w.start("SANDGATE_CRASHPOINT=" + preparer.CrashReclaimAfterJournal)
-	a = w.core.Accept().Auto(dep(2, d2, nil), dropOneOnce())
+	p := w.start("SANDGATE_CRASHPOINT=" + preparer.CrashReclaimAfterJournal)
+	w.core.Accept().Auto(dep(2, d2, nil), dropOneOnce())
 	w.waitLog(p, `msg="preparer job ended" kind=reclaim generation=1 ok=false`)
 	w.kill(p)
 	if ok, _ := gens.Exists(1, genstate.RecordJournal); !ok {
@@ -291,7 +282,7 @@ func TestCrashAfterTheJournalOfALeaselessReclamation(t *testing.T) {
 
 	// Restart: a fresh authorisation finishes the reclamation.
 	p = w.start()
-	a = w.core.Accept().Auto(dep(2, d2, nil), dropOne)
+	w.core.Accept().Auto(dep(2, d2, nil), dropOne)
 	const ended, notStarted = `msg="preparer job ended" kind=reclaim generation=1`, `msg="reclamation not started: lease" generation=1`
 	w.until("the reclamation of generation 1 ends or is not started", func() bool {
 		return strings.Contains(p.output(), ended) || strings.Contains(p.output(), notStarted)

@@ -300,7 +300,7 @@ func TestGenerationsPrepareServeRollAndReclaim(t *testing.T) {
 	d1 := w.release(1, "rel-one")
 	w.writeConfig(1, d1)
 	w.start()
-	a := w.core.Accept().Auto(dep(1, d1, nil), func(proto.RetentionEntry) bool { return true })
+	a := w.core.Accept().Auto(dep(1, d1, nil), keepAll)
 	if h := a.Hello(); !h.GenerationManagement || h.MaxRetained != 8 || h.DeploymentGeneration != 1 {
 		t.Fatalf("hello: generation_management %v, max_retained %d, enrolled %d", h.GenerationManagement, h.MaxRetained, h.DeploymentGeneration)
 	}
@@ -519,7 +519,7 @@ func (w *gworld) twoGenerations(env ...string) (*process, *fakecore.Auto, string
 	d2 := w.release(2, "rel-two")
 	w.writeConfig(1, d1)
 	p := w.start(env...)
-	a := w.core.Accept().Auto(dep(1, d1, nil), func(proto.RetentionEntry) bool { return true })
+	a := w.core.Accept().Auto(dep(1, d1, nil), keepAll)
 	a.WaitObservations(fakecore.State(1, proto.GenerationReady))
 	a.SetDeployment(dep(2, d2, ptr64(2)))
 	a.WaitObservations(fakecore.State(2, proto.GenerationReady))
@@ -528,6 +528,21 @@ func (w *gworld) twoGenerations(env ...string) (*process, *fakecore.Auto, string
 
 // dropOne is Core's policy that lets generation 1 go.
 func dropOne(e proto.RetentionEntry) bool { return e.Generation != 1 }
+
+// keepAll is Core's policy that keeps every generation.
+func keepAll(proto.RetentionEntry) bool { return true }
+
+// interruptPreparation starts the node with crash point crash armed,
+// targeting generation 1 (release d1) with every generation kept, waits
+// until generation 1 is reported failed (the preparer died at crash) and
+// kills the node.
+func (w *gworld) interruptPreparation(crash string, d1 string) {
+	w.t.Helper()
+	p := w.start("SANDGATE_CRASHPOINT=" + crash)
+	a := w.core.Accept().Auto(dep(1, d1, nil), keepAll)
+	a.WaitObservations(fakecore.State(1, proto.GenerationFailed))
+	w.kill(p)
+}
 
 // dropOneOnce is Core's policy that lets generation 1 go in one
 // authorisation only: every later exchange keeps it.
@@ -611,7 +626,7 @@ func TestCrashAtEveryStepOfReclamation(t *testing.T) {
 				// reclamation is only a retention candidate: never
 				// advertised, used or prepared.
 				w.start()
-				a = w.core.Accept().Auto(dep(2, d2, ptr64(2)), func(proto.RetentionEntry) bool { return true })
+				a = w.core.Accept().Auto(dep(2, d2, ptr64(2)), keepAll)
 				unfinished := journal || dropped
 				for _, o := range a.Hello().Generations {
 					if o.Generation == 1 && unfinished && who == "preparer" {
