@@ -33,6 +33,8 @@ SUBMAKE := $(MAKE) --no-print-directory -s
 #                         /tmp/sandgate-docker, prints its DOCKER_HOST
 #   hack/kube/build.sh    builds kube-apiserver + etcd from the Go module proxy into
 #                         ~/.cache/sandgate, prints the directory
+#   hack/monitoring/promtool.sh  installs Debian's prometheus (for promtool) if missing, with
+#                         its server kept stopped and disabled, and checks the alert rules
 # $(call docker_env,<phase label>) and $(call kube_env,<phase label>) run them as a phase and
 # export DOCKER_HOST and KUBEBUILDER_ASSETS in the recipe's shell.
 docker_env = docker_host="$$($(PHASE) $(1) "starting the private Docker engine (hack/docker/start.sh)" \
@@ -42,7 +44,7 @@ kube_env = kube_assets="$$($(PHASE) $(1) "building kube-apiserver and etcd for e
 	"first time 8-10 min on 2 idle cores, 35 on a loaded machine; then cached" -- bash hack/kube/build.sh)"; \
 	export KUBEBUILDER_ASSETS="$$kube_assets"
 
-.PHONY: all build images demo test test-unit test-integration js-deps bench nodeload fuzz vet clean FORCE
+.PHONY: all build images demo test test-unit test-integration js-deps bench nodeload fuzz vet rules clean FORCE
 
 all: build
 
@@ -93,6 +95,11 @@ demo:
 	@$(PHASE) 2/3 "installing the E2B JS SDKs (npm ci in integration/js)" "first time 5-30 s; then nothing" -- $(SUBMAKE) js-deps
 	@$(PHASE) 3/3 "running the demo (go run ./integration/cmd/demo)" "about 20 s" -- $(GO) run ./integration/cmd/demo
 
+# The Prometheus alert rules of deploy/monitoring: promtool check rules and promtool test
+# rules (Debian's prometheus package, installed if missing; docs/runbook.md "Alerts").
+rules:
+	bash hack/monitoring/promtool.sh
+
 vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt needed'; exit 1; }
@@ -104,14 +111,15 @@ test-integration: build js-deps
 	@set -e; $(call kube_env,kube); $(GO) test -count=1 -timeout 20m ./integration/...
 
 test:
-	@$(PHASE) 1/8 "downloading Go modules (go mod download)" "first time about 1 min; then nothing" -- $(GO) mod download
-	@$(PHASE) 2/8 "checking gofmt and running go vet ./..." "first time it compiles every dependency: 5-10 min on idle cores, up to an hour on a loaded machine; then 1-2 min" -- $(SUBMAKE) vet
-	@$(PHASE) 3/8 "building bin/caddy with xcaddy (hack/buildgateway)" "first time 3-5 min on idle cores, 15 loaded; then nothing, or about 40 s after a change or a new commit" -- $(SUBMAKE) bin/caddy
-	@$(PHASE) 4/8 "building bin/corectl and bin/nodeagent" "first time 1-2 min; then nothing, or under a minute" -- $(SUBMAKE) bin/corectl bin/nodeagent
-	@$(PHASE) 5/8 "installing the E2B JS SDKs (npm ci in integration/js)" "first time 5-30 s; then nothing" -- $(SUBMAKE) js-deps
-	@set -e; $(call docker_env,6/8); $(call kube_env,7/8); \
+	@$(PHASE) 1/9 "downloading Go modules (go mod download)" "first time about 1 min; then nothing" -- $(GO) mod download
+	@$(PHASE) 2/9 "checking gofmt and running go vet ./..." "first time it compiles every dependency: 5-10 min on idle cores, up to an hour on a loaded machine; then 1-2 min" -- $(SUBMAKE) vet
+	@$(PHASE) 3/9 "building bin/caddy with xcaddy (hack/buildgateway)" "first time 3-5 min on idle cores, 15 loaded; then nothing, or about 40 s after a change or a new commit" -- $(SUBMAKE) bin/caddy
+	@$(PHASE) 4/9 "building bin/corectl and bin/nodeagent" "first time 1-2 min; then nothing, or under a minute" -- $(SUBMAKE) bin/corectl bin/nodeagent
+	@$(PHASE) 5/9 "installing the E2B JS SDKs (npm ci in integration/js)" "first time 5-30 s; then nothing" -- $(SUBMAKE) js-deps
+	@$(PHASE) 6/9 "checking the alert rules with promtool (hack/monitoring/promtool.sh)" "first time about a minute with apt-get install prometheus; then a second" -- bash hack/monitoring/promtool.sh
+	@set -e; $(call docker_env,7/9); $(call kube_env,8/9); \
 	echo "    DOCKER_HOST=$$DOCKER_HOST KUBEBUILDER_ASSETS=$$KUBEBUILDER_ASSETS" >&2; \
-	$(PHASE) 8/8 "running go test ./... (unit, integration with the SDKs, Docker and kube-apiserver)" \
+	$(PHASE) 9/9 "running go test ./... (unit, integration with the SDKs, Docker and kube-apiserver)" \
 		"about 15-20 min; a line per package as each finishes" -- $(GO) test -count=1 -timeout 45m ./...
 
 bench: build
