@@ -298,7 +298,8 @@ func New(opts Options) (*Daemon, error) {
 				opts.Lifecycle(lc)
 			}
 			h.Lifecycle = lc
-			if err := mgr.Add(&orphanScanner{o: lc, every: opts.OrphanInterval, log: opts.Log.WithValues("cluster", c.ID)}); err != nil {
+			if err := mgr.Add(&orphanScanner{o: lc, every: opts.OrphanInterval, log: opts.Log.WithValues("cluster", c.ID),
+				cluster: c.ID, metrics: opts.Metrics}); err != nil {
 				return nil, err
 			}
 			if err := (&controller.Expiry{Orchestrator: lc, Reader: mgr.GetCache(), Log: opts.Log.WithValues("cluster", c.ID),
@@ -432,11 +433,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 }
 
 // orphanScanner runs the orphan scan on the leader: once at start-up, then
-// every interval.
+// every interval, counting each scan's outcome
+// (corectl_orphan_scans_total).
 type orphanScanner struct {
-	o     *lifecycle.Orchestrator
-	every time.Duration
-	log   logr.Logger
+	o       *lifecycle.Orchestrator
+	every   time.Duration
+	log     logr.Logger
+	cluster string
+	metrics *metrics.Metrics
 }
 
 // NeedLeaderElection is true: only the leader scans.
@@ -457,6 +461,16 @@ func (s *orphanScanner) Start(ctx context.Context) error {
 			s.log.Info("orphan scan failed", "error", err.Error())
 		case len(rep.Deleted)+len(rep.Failed) > 0:
 			s.log.Info("orphan scan", "deleted", rep.Deleted, "failed", rep.Failed)
+		}
+		switch {
+		case err != nil && ctx.Err() != nil:
+			// Stopped by the shutdown, not a failure.
+		case err != nil:
+			s.metrics.OrphanScan(s.cluster, metrics.ScanFailed)
+		case len(rep.Failed) > 0:
+			s.metrics.OrphanScan(s.cluster, metrics.ScanIncomplete)
+		default:
+			s.metrics.OrphanScan(s.cluster, metrics.ScanOK)
 		}
 		select {
 		case <-ctx.Done():

@@ -15,12 +15,16 @@
 //	corectl_lifecycle_step_duration_seconds{cluster, operation, step}     histogram
 //	corectl_cni_gate_open{cluster}                                 gauge, 1 or 0
 //	corectl_cni_checks_total{cluster, outcome}                     counter (ok, unreadable)
+//	corectl_orphan_scans_total{cluster, outcome}                   counter (ok, incomplete, failed)
 //
 // route is the API route's method and pattern ("PUT /sandboxes/{sandboxID}/network"),
 // or "unmatched"; code the HTTP status. outcome of a reconcile is the
 // engine's outcome (Verified, LKGRestored, …) or "error" for a cycle that
 // returned an error (retried with backoff); outcome of a lifecycle step is
 // "ok" or "failed". operation is "create", "compensate" or "delete".
+// outcome of an orphan scan (run by the cluster's leader) is "ok",
+// "incomplete" (some leftovers could not be deleted; the next scan retries
+// them) or "failed" (the scan stopped with an error).
 package metrics
 
 import (
@@ -45,6 +49,13 @@ const (
 	StepFailed = "failed"
 )
 
+// Outcomes of an orphan scan.
+const (
+	ScanOK         = "ok"
+	ScanIncomplete = "incomplete"
+	ScanFailed     = "failed"
+)
+
 // OutcomeError is the reconcile outcome of a cycle that returned an error.
 const OutcomeError = "error"
 
@@ -65,6 +76,7 @@ type Metrics struct {
 	steps        *prometheus.CounterVec
 	stepDuration *prometheus.HistogramVec
 	cniChecks    *prometheus.CounterVec
+	orphanScans  *prometheus.CounterVec
 }
 
 // New returns Metrics with every collector above registered in a new
@@ -98,8 +110,12 @@ func New() *Metrics {
 			Namespace: "corectl", Subsystem: "cni", Name: "checks_total",
 			Help: "Readings of a cluster's CNI facts from the cluster (cniSource) by outcome (ok or unreadable).",
 		}, []string{"cluster", "outcome"}),
+		orphanScans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "corectl", Subsystem: "orphan", Name: "scans_total",
+			Help: "Orphan scans by cluster and outcome (ok, incomplete: some deletions failed and are retried, failed: the scan stopped with an error).",
+		}, []string{"cluster", "outcome"}),
 	}
-	m.Registry.MustRegister(m.requests, m.duration, m.reconciles, m.steps, m.stepDuration, m.cniChecks)
+	m.Registry.MustRegister(m.requests, m.duration, m.reconciles, m.steps, m.stepDuration, m.cniChecks, m.orphanScans)
 	return m
 }
 
@@ -158,6 +174,15 @@ func (m *Metrics) CNICheck(cluster, outcome string) {
 		return
 	}
 	m.cniChecks.WithLabelValues(cluster, outcome).Inc()
+}
+
+// OrphanScan counts one orphan scan of cluster with outcome ScanOK,
+// ScanIncomplete or ScanFailed.
+func (m *Metrics) OrphanScan(cluster, outcome string) {
+	if m == nil {
+		return
+	}
+	m.orphanScans.WithLabelValues(cluster, outcome).Inc()
 }
 
 // WatchCNIGate registers corectl_cni_gate_open{cluster}: 1 while gate

@@ -27,6 +27,7 @@ func TestNilRecordsNothing(t *testing.T) {
 	var m *Metrics
 	m.Reconciled("c", "ingress", "Verified")
 	m.Step("c", OperationCreate, "policy", time.Second, nil)
+	m.OrphanScan("c", ScanFailed)
 	if err := m.WatchCNIGate("c", func() error { return nil }); err != nil {
 		t.Fatal(err)
 	}
@@ -46,6 +47,9 @@ func TestCollectors(t *testing.T) {
 	}
 	m.Reconciled("c1", "ingress", "LKGRestored")
 	m.Step("c1", OperationDelete, "delete-ingress", 20*time.Millisecond, errors.New("x"))
+	m.OrphanScan("c1", ScanOK)
+	m.OrphanScan("c1", ScanIncomplete)
+	m.OrphanScan("c1", ScanIncomplete)
 	open := true
 	if err := m.WatchCNIGate("c1", func() error {
 		if open {
@@ -71,6 +75,8 @@ func TestCollectors(t *testing.T) {
 		{"corectl_lifecycle_steps_total", []string{"operation", "delete", "step", "delete-ingress", "outcome", "failed"}, 1},
 		{"corectl_lifecycle_step_duration_seconds_sum", []string{"step", "delete-ingress"}, 0.02},
 		{"corectl_cni_gate_open", []string{"cluster", "c1"}, 1},
+		{"corectl_orphan_scans_total", []string{"cluster", "c1", "outcome", "ok"}, 1},
+		{"corectl_orphan_scans_total", []string{"cluster", "c1", "outcome", "incomplete"}, 2},
 	} {
 		if got := s.Value(c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %g, want %g", c.name, c.labels, got, c.want)
