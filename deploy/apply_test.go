@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -85,7 +86,7 @@ func TestManifestsApply(t *testing.T) {
 	}
 	ctx := context.Background()
 
-	for _, dir := range []string{"compute", "portal", "overlays/example-compute", "overlays/example"} {
+	for _, dir := range []string{"compute", "portal", "portal-flowcontrol", "overlays/example-compute", "overlays/example"} {
 		r := render(t, dir)
 		base := !strings.HasPrefix(dir, "overlays/")
 		kinds := map[string]int{}
@@ -125,7 +126,9 @@ func TestManifestsApply(t *testing.T) {
 		t.Logf("%s: %d objects accepted %v", dir, len(r.objs), kinds)
 	}
 	for _, want := range []struct{ kind, ns, name string }{{"Deployment", "sandgate", "gateway"}, {"Deployment", "sandgate", "corectl"},
-		{"ClusterRole", "", "corectl"}, {"Role", "kube-system", "corectl-cni"}, {"Secret", "corectl-system", "corectl-token"}} {
+		{"ClusterRole", "", "corectl"}, {"Role", "kube-system", "corectl-cni"}, {"Secret", "corectl-system", "corectl-token"},
+		{"FlowSchema", "", "sandgate-node-leases"}, {"PriorityLevelConfiguration", "", "sandgate-node-leases"},
+		{"FlowSchema", "", "corectl-leader-election"}} {
 		u := &unstructured.Unstructured{}
 		u.SetGroupVersionKind(schema.GroupVersionKind{Group: groupOf(want.kind), Version: "v1", Kind: want.kind})
 		if err := c.Get(ctx, client.ObjectKey{Namespace: want.ns, Name: want.name}, u); err != nil {
@@ -133,9 +136,30 @@ func TestManifestsApply(t *testing.T) {
 		}
 	}
 
+	// The FlowSchemas name priority levels that exist: ours, and the
+	// built-in leader-election the apiserver creates (its suggested
+	// configuration).
+	for _, fs := range []string{"sandgate-node-leases", "corectl-leader-election"} {
+		waitFlowSchemaBound(t, c, fs)
+	}
+	plUID := func(name string) string {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(schema.GroupVersionKind{Group: "flowcontrol.apiserver.k8s.io", Version: "v1", Kind: "PriorityLevelConfiguration"})
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, u); err != nil {
+			t.Fatalf("PriorityLevelConfiguration %s: %v", name, err)
+		}
+		return string(u.GetUID())
+	}
+	nodeLeasesLevel := plUID("sandgate-node-leases")
+
 	t.Run("gateway-presence-as-its-service-account", func(t *testing.T) {
 		sa := rest.CopyConfig(env.Config)
 		sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:sandgate:gateway"}
+		// API Priority and Fairness names the priority level that served
+		// each request in a response header: every Lease request of the
+		// gateway must be served at sandgate-node-leases.
+		levels := &priorityLevels{}
+		sa.WrapTransport = levels.wrap
 		cs, err := kubernetes.NewForConfig(sa)
 		if err != nil {
 			t.Fatal(err)
@@ -161,6 +185,16 @@ func TestManifestsApply(t *testing.T) {
 		}
 		if err := claim.Release(ctx); err != nil {
 			t.Fatalf("Release as the gateway: %v", err)
+		}
+		got := levels.of("/leases")
+		if len(got) == 0 {
+			t.Error("no Lease request of the gateway was seen")
+		}
+		for _, l := range got {
+			if l != nodeLeasesLevel {
+				t.Errorf("the gateway's Lease requests were served at priority levels %v, want all at sandgate-node-leases (%s)", got, nodeLeasesLevel)
+				break
+			}
 		}
 		// Nothing beyond: no deleting Leases, no Leases elsewhere, no Secrets.
 		if err := cs.CoordinationV1().Leases("sandgate").Delete(ctx, presence.LeaseName(node), metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
@@ -230,8 +264,73 @@ func groupOf(kind string) string {
 		return "apps"
 	case "ClusterRole", "Role":
 		return "rbac.authorization.k8s.io"
+	case "FlowSchema", "PriorityLevelConfiguration":
+		return "flowcontrol.apiserver.k8s.io"
 	}
 	return ""
+}
+
+// priorityLevels records the API Priority and Fairness priority level
+// (X-Kubernetes-PF-PriorityLevel-UID) of each response, by request path.
+type priorityLevels struct {
+	mu   sync.Mutex
+	seen []struct{ path, level string }
+}
+
+func (p *priorityLevels) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(r)
+		if err == nil {
+			p.mu.Lock()
+			p.seen = append(p.seen, struct{ path, level string }{r.URL.Path, resp.Header.Get("X-Kubernetes-PF-PriorityLevel-UID")})
+			p.mu.Unlock()
+		}
+		return resp, err
+	})
+}
+
+// of returns the levels of the responses to paths containing part.
+func (p *priorityLevels) of(part string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, s := range p.seen {
+		if strings.Contains(s.path, part) {
+			out = append(out, s.level)
+		}
+	}
+	return out
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// waitFlowSchemaBound waits until the apiserver's priority-and-fairness
+// controller reports the FlowSchema name not Dangling: its priority level
+// exists.
+func waitFlowSchemaBound(t *testing.T, c client.Client, name string) {
+	t.Helper()
+	var last any
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(schema.GroupVersionKind{Group: "flowcontrol.apiserver.k8s.io", Version: "v1", Kind: "FlowSchema"})
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, u); err != nil {
+			return false, err
+		}
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		last = conds
+		for _, cond := range conds {
+			m, _ := cond.(map[string]any)
+			if m["type"] == "Dangling" {
+				return m["status"] == "False", nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("FlowSchema %s: not bound to its priority level (conditions %v): %v", name, last, err)
+	}
 }
 
 // waitPodSecurity waits until Pod Security admission enforces the labels
