@@ -60,6 +60,12 @@ func render(t *testing.T, dir string) *rendered {
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
+	return decodeRendered(t, dir, out)
+}
+
+// decodeRendered decodes kustomize's output of the kustomization dir.
+func decodeRendered(t *testing.T, dir string, out []byte) *rendered {
+	t.Helper()
 	r := &rendered{dir: dir, yaml: out}
 	yr := utilyaml.NewYAMLReader(bufioReader(out))
 	for {

@@ -1,0 +1,135 @@
+package deploy
+
+import (
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+)
+
+// secretFiles are the files overlays/example-secrets generates its Secrets
+// from (its secrets/ directory, which git ignores): fake values here.
+var secretFiles = map[string]string{
+	"token-hmac.key":         "0123456789abcdef0123456789abcdef",
+	"corectl-internal.token": "internal-token-internal-token-32b",
+	"peer.token":             "peer-token-peer-token-peer-token",
+	"relay.token":            "relay-token-relay-token-relay-tok",
+	"cluster-a.kubeconfig":   "apiVersion: v1\nkind: Config\n",
+	"cluster-b.kubeconfig":   "apiVersion: v1\nkind: Config\n",
+	"keys.yaml":              "keys: []\n",
+	"cluster-b-execd.token":  "execd-token",
+	"credentials.yaml":       "credentials: []\n",
+	"nodes.yaml":             "nodes: []\n",
+}
+
+// renderWithSecrets renders overlays/example-secrets from an in-memory copy
+// of deploy/ whose secrets/ directory holds files (secretFiles with the
+// changes in change).
+func renderWithSecrets(t *testing.T, change map[string]string) *rendered {
+	t.Helper()
+	mem := filesys.MakeFsInMemory()
+	err := filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasSuffix(p, ".go") {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return mem.WriteFile(path.Join("/deploy", filepath.ToSlash(p)), data)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range secretFiles {
+		if c, ok := change[name]; ok {
+			v = c
+		}
+		if err := mem.WriteFile("/deploy/overlays/example-secrets/secrets/"+name, []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(mem, "/deploy/overlays/example-secrets")
+	if err != nil {
+		t.Fatalf("kustomize build overlays/example-secrets: %v", err)
+	}
+	out, err := m.AsYaml()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decodeRendered(t, "overlays/example-secrets", out)
+}
+
+// TestSecretsRollPods checks overlays/example-secrets, the Secrets that
+// roll the pods (docs/deploy.md): every Secret the Deployments mount is
+// generated in the namespace sandgate and mounted under its generated
+// name; a change of a file read at start (the token key) gives both
+// Deployments a new pod template, so they roll; a change of a file the
+// programs reload (the resource credentials) gives neither a new one.
+func TestSecretsRollPods(t *testing.T) {
+	base := renderWithSecrets(t, nil)
+	generated := map[string]string{} // Secret name without hash → name
+	for _, o := range base.objs {
+		if o.GetKind() != "Secret" {
+			continue
+		}
+		if o.GetNamespace() != "sandgate" {
+			t.Errorf("Secret %s in namespace %q", o.GetName(), o.GetNamespace())
+		}
+		plain := o.GetName()
+		if plain != "sandgate-credentials" && plain != "gateway-nodes" {
+			plain = strings.TrimSuffix(plain, "-"+hashSuffix(plain))
+		}
+		generated[plain] = o.GetName()
+	}
+	for _, name := range append(secretNames, "gateway-execd-tokens") {
+		if generated[name] == "" {
+			t.Errorf("overlays/example-secrets generates no Secret %s", name)
+		}
+	}
+	templates := func(r *rendered) map[string]string {
+		secrets := map[string]bool{}
+		for _, o := range r.objs {
+			if o.GetKind() == "Secret" {
+				secrets[o.GetName()] = true
+			}
+		}
+		out := map[string]string{}
+		for _, d := range []string{"gateway", "corectl"} {
+			dep := r.deployment(t, d)
+			var mounted []string
+			for _, v := range dep.Spec.Template.Spec.Volumes {
+				if v.Secret != nil {
+					mounted = append(mounted, v.Secret.SecretName)
+					if !secrets[v.Secret.SecretName] {
+						t.Errorf("Deployment %s mounts Secret %s, which the overlay does not generate", d, v.Secret.SecretName)
+					}
+				}
+			}
+			out[d] = strings.Join(mounted, ",")
+		}
+		return out
+	}
+	before := templates(base)
+	if strings.Contains(before["gateway"], "sandgate-token-key,") || !strings.Contains(before["gateway"], generated["sandgate-token-key"]) ||
+		generated["sandgate-token-key"] == "sandgate-token-key" {
+		t.Errorf("the gateway mounts %s; want the token key under its hashed name %s", before["gateway"], generated["sandgate-token-key"])
+	}
+	rotated := templates(renderWithSecrets(t, map[string]string{"token-hmac.key": "fedcba9876543210fedcba9876543210"}))
+	for _, d := range []string{"gateway", "corectl"} {
+		if rotated[d] == before[d] {
+			t.Errorf("a new token key leaves the %s pod template as it was (%s): its pods would keep the old key", d, before[d])
+		}
+	}
+	reloaded := templates(renderWithSecrets(t, map[string]string{"credentials.yaml": "credentials: [] # changed\n"}))
+	for _, d := range []string{"gateway", "corectl"} {
+		if reloaded[d] != before[d] {
+			t.Errorf("new resource credentials change the %s pod template (%s → %s); the programs reload them without a roll", d, before[d], reloaded[d])
+		}
+	}
+}
