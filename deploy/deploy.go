@@ -1,9 +1,12 @@
 // Package deploy holds what runs sandgate outside a laptop (docs/deploy.md):
 // the container image build files of the three programs (images/, built by
 // hack/images.sh and `make images`) and the Kubernetes manifests, as
-// kustomize bases: portal/ (the gateway and corectl in the Portal cluster)
-// and compute/ (corectl's CRDs and RBAC in every compute cluster), with an
-// example overlay (overlays/example).
+// kustomize bases: portal/ (the gateway and corectl in the Portal cluster),
+// portal-flowcontrol/ (priority and fairness for the gateway's node Leases)
+// and compute/ (corectl's CRDs and RBAC in every compute cluster), with
+// example overlays (overlays/), the ops pack (monitoring/: alert rules,
+// PodMonitors, a Grafana dashboard) and the Component components/keep-state
+// (uninstalling without the CRDs and namespaces; docs/runbook.md).
 //
 // The manifests under deploy/ are the one source of truth: kubectl and
 // kustomize read them there, and this package embeds the same files for Go
