@@ -75,7 +75,7 @@ func TestFIFOPlantedInTheVersionDirectoryIsRefused(t *testing.T) {
 	})
 	// The probe finds the profile missing, the repair looks at the pipe
 	// and refuses at once; the pipe is left for inspection.
-	w.waitLog(p, `msg="preparer job ended" kind=repair generation=1 ok=false busy=false refused=true`)
+	w.waitLog(p, `"msg":"preparer job ended","kind":"repair","generation":1,"ok":false,"busy":false,"refused":true`)
 	if fi, err := os.Lstat(fifo); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
 		t.Fatalf("the planted pipe was changed: %v %v", fi, err)
 	}
@@ -221,7 +221,7 @@ func TestCrashAfterTheManifestDeleteOfAPlannedGeneration(t *testing.T) {
 	// and the reclaimer dies right after deleting the manifest.
 	p := w.start("SANDGATE_CRASHPOINT=" + preparer.CrashReclaimAfterManifestGone)
 	a := w.core.Accept().Auto(dep(2, d2, nil), dropOneOnce())
-	w.waitLog(p, `msg="preparer job ended" kind=reclaim generation=1 ok=false`)
+	w.waitLog(p, `"msg":"preparer job ended","kind":"reclaim","generation":1,"ok":false`)
 	w.kill(p)
 	if _, err := os.Lstat(filepath.Join(gens.FilesPath(1), "manifest.json")); !os.IsNotExist(err) {
 		t.Fatalf("the reclaimer did not get past the manifest: %v", err)
@@ -233,8 +233,8 @@ func TestCrashAfterTheManifestDeleteOfAPlannedGeneration(t *testing.T) {
 	// Restart: a fresh authorisation finishes the reclamation.
 	p = w.start()
 	a = w.core.Accept().Auto(dep(2, d2, nil), dropOne)
-	w.waitLog(p, `msg="preparer job ended" kind=reclaim generation=1`)
-	if !strings.Contains(p.output(), `msg="preparer job ended" kind=reclaim generation=1 ok=true`) {
+	w.waitLog(p, `"msg":"preparer job ended","kind":"reclaim","generation":1`)
+	if !strings.Contains(p.output(), `"msg":"preparer job ended","kind":"reclaim","generation":1,"ok":true`) {
 		t.Fatal("the reclamation of generation 1 did not finish after a fresh authorisation")
 	}
 	if _, err := gens.ReadDropped(1); err != nil {
@@ -274,7 +274,7 @@ func TestCrashAfterTheJournalOfALeaselessReclamation(t *testing.T) {
 	// after its journal.
 	p := w.start("SANDGATE_CRASHPOINT=" + preparer.CrashReclaimAfterJournal)
 	w.core.Accept().Auto(dep(2, d2, nil), dropOneOnce())
-	w.waitLog(p, `msg="preparer job ended" kind=reclaim generation=1 ok=false`)
+	w.waitLog(p, `"msg":"preparer job ended","kind":"reclaim","generation":1,"ok":false`)
 	w.kill(p)
 	if ok, _ := gens.Exists(1, genstate.RecordJournal); !ok {
 		t.Fatal("no reclamation journal after the interrupted reclamation")
@@ -283,11 +283,11 @@ func TestCrashAfterTheJournalOfALeaselessReclamation(t *testing.T) {
 	// Restart: a fresh authorisation finishes the reclamation.
 	p = w.start()
 	w.core.Accept().Auto(dep(2, d2, nil), dropOne)
-	const ended, notStarted = `msg="preparer job ended" kind=reclaim generation=1`, `msg="reclamation not started: lease" generation=1`
+	const ended, notStarted = `"msg":"preparer job ended","kind":"reclaim","generation":1`, `"msg":"reclamation not started: lease","generation":1`
 	w.until("the reclamation of generation 1 ends or is not started", func() bool {
 		return strings.Contains(p.output(), ended) || strings.Contains(p.output(), notStarted)
 	})
-	if !strings.Contains(p.output(), ended+" ok=true") {
+	if !strings.Contains(p.output(), ended+`,"ok":true`) {
 		t.Fatal("the reclamation of generation 1 did not finish after a fresh authorisation")
 	}
 	if _, err := gens.ReadDropped(1); err != nil {

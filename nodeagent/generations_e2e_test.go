@@ -612,7 +612,7 @@ func TestCrashAtEveryStepOfReclamation(t *testing.T) {
 					a.SetKeep(dropOne)
 				}
 				if who == "preparer" {
-					w.waitLog(p, `msg="preparer job ended" kind=reclaim generation=1 ok=false`)
+					w.waitLog(p, `"msg":"preparer job ended","kind":"reclaim","generation":1,"ok":false`)
 					w.kill(p)
 				} else {
 					p.exitCode(t)
@@ -683,7 +683,7 @@ func TestCrashDuringRepair(t *testing.T) {
 				t.Fatal(err)
 			}
 			if who == "preparer" {
-				w.waitLog(p, `msg="preparer job ended" kind=repair generation=1 ok=false`)
+				w.waitLog(p, `"msg":"preparer job ended","kind":"repair","generation":1,"ok":false`)
 				w.kill(p)
 			} else {
 				p.exitCode(t)
@@ -810,7 +810,7 @@ func TestHelperOutlivesItsCallerAndTheNode(t *testing.T) {
 	p = w.start()
 	a = w.core.Accept().Auto(dep(2, d2, ptr64(2)), dropOne)
 	// The node tries (the exclusive lease, without blocking) and refuses.
-	w.waitLog(p, `reclamation not started: lease" generation=1`)
+	w.waitLog(p, `reclamation not started: lease","generation":1`)
 	notReclaimed(a, 3)
 
 	// The helper finishes: the next authorisation reclaims.
@@ -887,7 +887,7 @@ func TestImageMissingIsRepairedOnAPrivateEngine(t *testing.T) {
 				t.Fatalf("ready without its image: %+v", obs[0])
 			}
 			if who == "preparer" {
-				w.waitLog(p, `msg="preparer job ended" kind=repair generation=1 ok=false`)
+				w.waitLog(p, `"msg":"preparer job ended","kind":"repair","generation":1,"ok":false`)
 				w.kill(p)
 			} else {
 				p.exitCode(t)

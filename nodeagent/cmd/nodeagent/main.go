@@ -23,6 +23,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -74,6 +75,28 @@ func main() {
 	os.Exit(code)
 }
 
+// newLogger returns nodeagent's logger: one JSON object a line on w for
+// each record at level or above, with the keys of the gateway's and
+// corectl's JSON logs (zap's production encoding, so one log pipeline
+// reads all three): "ts" (Unix time in seconds, fractional), "level" (lower
+// case: debug, info, warn, error), "msg", then the record's attributes.
+func newLogger(w io.Writer, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+		if len(groups) > 0 {
+			return a
+		}
+		switch a.Key {
+		case slog.TimeKey:
+			return slog.Float64("ts", float64(a.Value.Time().UnixNano())/1e9)
+		case slog.LevelKey:
+			if l, ok := a.Value.Any().(slog.Level); ok {
+				return slog.String(slog.LevelKey, strings.ToLower(l.String()))
+			}
+		}
+		return a
+	}}))
+}
+
 // run is the whole program; it returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg, err := config.Load(args, stderr)
@@ -90,7 +113,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	var level slog.Level
 	level.UnmarshalText([]byte(cfg.LogLevel))
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := newLogger(stderr, level)
 
 	st, err := state.Open(cfg.StateDir)
 	if err != nil {

@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/gorilla/websocket"
@@ -95,7 +97,7 @@ func TestSignalStopsWithZero(t *testing.T) {
 	if code := <-done; code != exitOK {
 		t.Fatalf("exit status %d after cancellation; stderr:\n%s", code, stderr.String())
 	}
-	if !strings.Contains(stderr.String(), `"draining"`) && !strings.Contains(stderr.String(), "msg=draining") {
+	if !strings.Contains(stderr.String(), `"msg":"draining"`) {
 		t.Errorf("no draining log line:\n%s", stderr.String())
 	}
 	if strings.Contains(stderr.String(), "cred\n") || strings.Contains(stderr.String(), "Bearer") {
@@ -194,5 +196,40 @@ func TestPrintIdentity(t *testing.T) {
 	if id.InstallationID != "0b6f2c9e-0d55-4a53-8f0e-5d1c2b3a4f60" || id.Provider != "docker" || !proto.IsDigest(id.BackendFingerprint) ||
 		id.DeploymentGeneration != 2 || id.SpecificationDigest != digest || !proto.IsUUID(id.NodeID) {
 		t.Fatalf("identity = %+v", id)
+	}
+}
+
+// TestLogsAreJSON checks the log format: one JSON object a line with the
+// keys of the gateway's and corectl's logs (ts in Unix seconds, level in
+// lower case, msg) and the record's attributes; records below the level
+// are left out.
+func TestLogsAreJSON(t *testing.T) {
+	var buf bytes.Buffer
+	log := newLogger(&buf, slog.LevelInfo)
+	before := float64(time.Now().UnixNano()) / 1e9
+	log.Debug("not shown")
+	log.Info("preparer job ended", "kind", "repair", "generation", int64(1), "ok", false)
+	log.Warn("draining", "pending", 2)
+	log.Error("gave up")
+	after := float64(time.Now().UnixNano()) / 1e9
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d lines, want 3:\n%s", len(lines), buf.String())
+	}
+	if !strings.Contains(lines[0], `"msg":"preparer job ended","kind":"repair","generation":1,"ok":false`) {
+		t.Errorf("the attributes do not follow msg in order: %s", lines[0])
+	}
+	for i, want := range []struct{ level, msg string }{{"info", "preparer job ended"}, {"warn", "draining"}, {"error", "gave up"}} {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(lines[i]), &rec); err != nil {
+			t.Fatalf("line %d is not JSON: %v\n%s", i, err, lines[i])
+		}
+		ts, ok := rec["ts"].(float64)
+		if !ok || ts < before || ts > after || rec["level"] != want.level || rec["msg"] != want.msg {
+			t.Errorf("line %d = %v, want ts in [%f, %f], level %q, msg %q", i, rec, before, after, want.level, want.msg)
+		}
+		if _, ok := rec["time"]; ok {
+			t.Errorf("line %d has slog's time key beside ts: %s", i, lines[i])
+		}
 	}
 }
