@@ -179,13 +179,17 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	// transport, so they leave exactly as the data plane's requests do.
 	app.SetDataPlaneTransport(rt)
 	m := registerMetrics(ctx.GetMetricsRegistry())
+	observe := func(o dataplane.Outcome) {
+		m.observe(o)
+		setAccessLogLevel(o)
+	}
 	dp, err := dataplane.New(cfg, dataplane.Deps{
 		Tokens:      app.Tokens(),
 		Credentials: app.Credentials(),
 		Clusters:    app,
 		Execd:       &execd.Client{Transport: rt},
 		Logger:      ctx.Logger(),
-		Observe:     m.observe,
+		Observe:     observe,
 		Authorizer:  app.Authorizer(),
 	})
 	if err != nil {
@@ -193,6 +197,18 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.dp = dp
 	return nil
+}
+
+// setAccessLogLevel logs the access of a request whose sandbox is gone
+// (SANDBOX_NOT_FOUND, SANDBOX_DELETING, SANDBOX_EXPIRED, SANDBOX_NOT_READY,
+// SANDBOX_UNREACHABLE) at info level: an answer about the sandbox, which
+// Caddy's access log would otherwise show at error level for its 5xx
+// status (a Connect unavailable is a 503). The platform's own failures
+// keep Caddy's level.
+func setAccessLogLevel(o dataplane.Outcome) {
+	if o.Context != nil && o.Code.SandboxGone() {
+		caddyhttp.SetVar(o.Context, caddyhttp.LogLevelVar, "info")
+	}
 }
 
 // ServeHTTP serves the data plane; it never calls next.

@@ -197,6 +197,10 @@ type Outcome struct {
 	Code Code
 	// Duration is the request's time in the handler.
 	Duration time.Duration
+	// Context is the request's context, for an adapter that annotates
+	// the request it answers (the Caddy adapter sets the access log's
+	// level from Code).
+	Context context.Context
 }
 
 // Deps are the collaborators of a Handler.
@@ -401,7 +405,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if e != nil && !tw.wrote {
 		writeError(w, sh, e)
 	}
-	h.finish(opName, rq, e, time.Since(start))
+	h.finish(r.Context(), opName, rq, e, time.Since(start))
 	if tw.abort {
 		// The response was cut off after its header: abort it so the client
 		// sees a broken body, never a clean end (with chunked encoding a
@@ -439,8 +443,8 @@ func (t *trackingWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach Flush on the real writer.
 func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
 
-func (h *Handler) finish(op string, rq *request, e *Error, d time.Duration) {
-	out := Outcome{Operation: op, SandboxID: rq.sandboxID, CredentialID: rq.cred.ID, ClusterID: rq.cluster.ID, Duration: d}
+func (h *Handler) finish(ctx context.Context, op string, rq *request, e *Error, d time.Duration) {
+	out := Outcome{Operation: op, SandboxID: rq.sandboxID, CredentialID: rq.cred.ID, ClusterID: rq.cluster.ID, Duration: d, Context: ctx}
 	level := zapcore.DebugLevel
 	if e != nil {
 		out.Code = e.Code

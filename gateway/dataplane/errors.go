@@ -179,6 +179,11 @@ func (c Code) StreamCode(started bool) connect.Code {
 	return cc
 }
 
+// SandboxGone reports whether c says the sandbox is not running (deleted,
+// deleting, expired, not ready, its pod not answering): an answer about
+// the sandbox, not a failure of the gateway or of what it depends on.
+func (c Code) SandboxGone() bool { return codes[c].gone }
+
 // RESTStatus returns the HTTP status c is sent with on the /files routes.
 func (c Code) RESTStatus() int { return codes[c].rest }
 
