@@ -55,10 +55,12 @@ func (w *warnings) take() []string {
 
 // TestManifestsApply renders every kustomization under deploy/ with
 // kustomize's Go API and applies every object to a real kube-apiserver
-// (envtest; the binaries hack/kube/build.sh builds): the two bases are
+// (envtest; the binaries hack/kube/build.sh builds): the bases are
 // created, then the example overlays are applied over them with
 // server-side apply, as an operator moving from the base to an overlay
-// would. Each object must be accepted without a warning: the namespace
+// would (example-secrets with its Secrets generated from fake files).
+// deploy/monitoring is not applied: its kinds need the Prometheus
+// Operator's CRDs (TestMonitoringManifests checks it). Each object must be accepted without a warning: the namespace
 // sandgate warns on pods below the "restricted" Pod Security Standard, so
 // a Deployment that fell short would show here. Then the gateway's node
 // presence (package node/presence) and the node stores (package
@@ -86,8 +88,14 @@ func TestManifestsApply(t *testing.T) {
 	}
 	ctx := context.Background()
 
-	for _, dir := range []string{"compute", "portal", "portal-flowcontrol", "overlays/example-compute", "overlays/example"} {
-		r := render(t, dir)
+	for _, dir := range []string{"compute", "portal", "portal-flowcontrol", "overlays/example-compute", "overlays/example", "overlays/example-secrets"} {
+		var r *rendered
+		if dir == "overlays/example-secrets" {
+			// Its Secrets from fake files (TestSecretsRollPods).
+			r = renderWithSecrets(t, nil)
+		} else {
+			r = render(t, dir)
+		}
 		base := !strings.HasPrefix(dir, "overlays/")
 		kinds := map[string]int{}
 		// Namespaces and CRDs first: the rest lives in them.

@@ -146,6 +146,14 @@ func dashboardExprs(t *testing.T) map[string][]string {
 		t.Fatal("the dashboard has no uid")
 	}
 	out := map[string][]string{}
+	targets := 0
+	defer func() {
+		// hack/monitoring/promtool.sh reads the queries line by line: one
+		// "expr" a line, each a target's.
+		if lines := regexp.MustCompile(`(?m)^ *"expr": "`).FindAll(data, -1); len(lines) != targets {
+			t.Errorf("sandgate-dashboard.json has %d \"expr\" lines for %d queries: keep one query a line", len(lines), targets)
+		}
+	}()
 	for _, p := range d.Panels {
 		if p.Type == "row" {
 			continue
@@ -155,6 +163,7 @@ func dashboardExprs(t *testing.T) map[string][]string {
 		}
 		for _, tg := range p.Targets {
 			out[p.Title] = append(out[p.Title], tg.Expr)
+			targets++
 		}
 	}
 	return out

@@ -13,7 +13,10 @@
 #   2. `promtool check rules` on deploy/monitoring/rules.yaml: the file parses, every
 #      expression is valid PromQL, every alert has the labels and annotations Prometheus needs;
 #   3. `promtool test rules` on deploy/monitoring/rules_test.yaml: each alert fires, and stays
-#      silent, on the series its test case writes.
+#      silent, on the series its test case writes;
+#   4. `promtool check rules` on the Grafana dashboard's queries (the "expr" lines of
+#      deploy/monitoring/sandgate-dashboard.json, written as recording rules to a temporary
+#      file): each is valid PromQL.
 #
 # The system service: on a Debian host with systemd, installing `prometheus` starts and enables
 # prometheus.service (a server on :9090 that scrapes the host from then on and at every boot).
@@ -94,3 +97,29 @@ log "promtool check rules deploy/monitoring/rules.yaml"
 # 3. The rules' unit tests (their paths are relative to the test file).
 log "promtool test rules deploy/monitoring/rules_test.yaml"
 "$promtool" test rules "$tests" >&2 || die "promtool test rules $tests"
+
+# 4. The dashboard's queries parse. The JSON holds one "expr" a line; its escapes are \" and \\.
+dash="$root/deploy/monitoring/sandgate-dashboard.json"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+{
+  echo "groups:"
+  echo "  - name: sandgate-dashboard"
+  echo "    rules:"
+  n=0
+  while IFS= read -r expr; do
+    n=$((n + 1))
+    expr="${expr//\\\"/\"}"
+    expr="${expr//\\\\/\\}"
+    expr="${expr//\'/\'\'}"
+    echo "      - record: sandgate:dashboard_query_$n"
+    echo "        expr: '$expr'"
+  done < <(sed -n 's/^ *"expr": "\(.*\)",\{0,1\}$/\1/p' "$dash")
+} >"$tmp/dashboard-queries.yaml"
+queries="$(grep -c '^      - record:' "$tmp/dashboard-queries.yaml" || true)"
+((queries > 0)) || die "found no \"expr\" line in $dash"
+log "promtool check rules on the $queries queries of deploy/monitoring/sandgate-dashboard.json"
+"$promtool" check rules "$tmp/dashboard-queries.yaml" >&2 || {
+  cat -n "$tmp/dashboard-queries.yaml" >&2
+  die "a query of $dash is not valid PromQL (the queries as rules above)"
+}
