@@ -83,6 +83,36 @@ func expiryReconciles(t *testing.T, m *metrics.Metrics, cluster, outcome string)
 	return all, of
 }
 
+// counter is the sum of m's counter name over the series whose labels
+// include want.
+func counter(t *testing.T, m *metrics.Metrics, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, s := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, p := range s.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			for k, v := range want {
+				if l[k] != v {
+					continue series
+				}
+			}
+			sum += s.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
 // expiring creates a BatchSandbox of cluster s.id that corectl created
 // (managed-by, cluster label, owner) and that ends at end.
 func (s *setup) expiring(t *testing.T, end time.Time) string {
@@ -146,6 +176,14 @@ func TestExpiryLeaderOnly(t *testing.T) {
 	})
 	if all, _ := expiryReconciles(t, mf, s.id, ""); all != 0 || elected(follower, s.id) {
 		t.Fatalf("the follower ran the expiry loop (%g reconciles, elected %v)", all, elected(follower, s.id))
+	}
+	// The orphan scan runs on the leader too, once at its start
+	// (OrphanInterval is an hour), and counts its outcome.
+	kubetest.Eventually(t, 30*time.Second, "the leader's orphan scan to be counted", func() (bool, error) {
+		return counter(t, ml, "corectl_orphan_scans_total", map[string]string{"cluster": s.id, "outcome": metrics.ScanOK}) == 1, nil
+	})
+	if n := counter(t, mf, "corectl_orphan_scans_total", map[string]string{"cluster": s.id}); n != 0 {
+		t.Fatalf("the follower counted %g orphan scans", n)
 	}
 
 	if err := leader.stop(); err != nil {
