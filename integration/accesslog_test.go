@@ -1,0 +1,127 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/integration/harness"
+)
+
+// TestAccessLogLevelOfAGoneSandbox runs the built gateway with Caddy's
+// access log on the data-plane site, as deploy/portal's Caddyfile has it
+// (the access token deleted from it),
+// and reads the level each answer is logged at: a Connect call for a
+// sandbox its cluster's ingress does not know (SANDBOX_NOT_FOUND, 503) is
+// an answer and is logged at info; the same call through a cluster whose
+// fixed entry refuses connections (FIXED_ENTRY_UNREACHABLE, 503) is the
+// platform's failure and keeps Caddy's error level.
+func TestAccessLogLevelOfAGoneSandbox(t *testing.T) {
+	root := repoRoot(t)
+	if fi, err := os.Stat(harness.CaddyBinary(root)); err != nil || fi.Mode()&0o111 == 0 {
+		t.Fatalf("the gateway binary bin/caddy is missing (%v): run make build", err)
+	}
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := closed.Addr().String()
+	closed.Close()
+	caddyfile := `{
+	admin {{ADMIN}}
+	auto_https off
+	default_bind 127.0.0.1
+	persist_config off
+	sandgate {
+		token_key primary HS256 {{KEY}}
+		credentials file {{CREDENTIALS}}
+		cluster cluster-a {{FIXED_ENTRY}}
+		cluster cluster-dead http://` + dead + `
+	}
+}
+
+http://{{ADDR}} {
+	log {
+		format filter {
+			request>headers>X-Access-Token delete
+		}
+	}
+	e2b_dataplane {
+		home_dir /home/user
+		user root 0 0 /root
+	}
+}
+`
+	creds := "credentials:\n"
+	for id, cluster := range map[string]string{"cred-a": "cluster-a", "cred-dead": "cluster-dead"} {
+		creds += "  - id: " + id + "\n    enabled: true\n    resourceSpecId: spec-small\n    resourceGroupId: group-1\n" +
+			"    projectNamespace: team-a\n    clusterId: " + cluster + "\n"
+	}
+	log := newLogBuffer()
+	env, err := harness.Start(harness.Config{RepoRoot: root, Caddyfile: caddyfile, Credentials: creds, Sandboxes: []string{sbxOK}, Stderr: log})
+	if err != nil {
+		t.Fatalf("starting the environment: %v\ngateway log:\n%s", err, log.String())
+	}
+	t.Cleanup(env.Close)
+
+	from := len(log.String())
+	for _, c := range []struct{ sandbox, cred string }{{"sbxgone", "cred-a"}, {"sbxdeadentry", "cred-dead"}} {
+		tok, err := env.Mint(c.sandbox, harness.Grant{CredentialID: c.cred})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest("POST", env.Gateway+"/filesystem.Filesystem/ListDir", strings.NewReader(`{"path":"/home/user"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Connect-Protocol-Version", "1")
+		req.Header.Set("E2b-Sandbox-Id", c.sandbox)
+		req.Header.Set("E2b-Sandbox-Port", "49983")
+		req.Header.Set("X-Access-Token", tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("%s: status %d, want 503", c.sandbox, resp.StatusCode)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, id := range []string{"sbxgone", "sbxdeadentry"} {
+		if err := log.waitFor(ctx, from, `"E2b-Sandbox-Id":["`+id+`"]`); err != nil {
+			t.Fatalf("no access log line for %s: %v\n%s", id, err, log.String()[from:])
+		}
+	}
+	levels := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(log.String()[from:]))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		var line struct {
+			Level   string `json:"level"`
+			Msg     string `json:"msg"`
+			Status  int    `json:"status"`
+			Request struct {
+				Headers map[string][]string `json:"headers"`
+			} `json:"request"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) != nil || line.Msg != "handled request" {
+			continue
+		}
+		if id := line.Request.Headers["E2b-Sandbox-Id"]; len(id) == 1 {
+			levels[id[0]] = line.Level
+		}
+		if _, ok := line.Request.Headers["X-Access-Token"]; ok {
+			t.Errorf("the access log shows the access token")
+		}
+	}
+	if levels["sbxgone"] != "info" || levels["sbxdeadentry"] != "error" {
+		t.Errorf("access log levels %v, want sbxgone (SANDBOX_NOT_FOUND) info and sbxdeadentry (FIXED_ENTRY_UNREACHABLE) error\n%s",
+			levels, log.String()[from:])
+	}
+}
