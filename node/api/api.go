@@ -135,8 +135,10 @@ type OperationResult struct {
 	ConnectionID string `json:"connection_id,omitempty"`
 	// OwnerEpoch is the owner epoch the request carried.
 	OwnerEpoch int64 `json:"owner_epoch,omitempty"`
-	// Unsupported is the evidence of an unsupported outcome: the node's,
-	// or the registered declaration's when sent is false.
+	// Unsupported is the evidence of an unsupported outcome, the
+	// registered declaration's (sent is false); a node's unsupported
+	// answer to a sent operation is unknown/unconfirmed, its evidence
+	// only in response.
 	Unsupported *proto.Unsupported `json:"unsupported,omitempty"`
 	// Response is the node's response frame, absent when none arrived.
 	Response *proto.Response `json:"response,omitempty"`

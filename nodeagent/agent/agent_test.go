@@ -404,7 +404,8 @@ func TestUndeclaredOperationIsUnsupportedBeforeTheProvider(t *testing.T) {
 		*resp.Unsupported != (proto.Unsupported{Operation: proto.OpSuspend, Reason: reason}) {
 		t.Fatalf("response = %+v", resp)
 	}
-	if out, code := proto.Classify(r, resp); out != proto.OutcomeUnsupported || code != proto.ErrUnsupported {
+	declared := proto.Unsupported{Operation: proto.OpSuspend, Reason: reason}
+	if out, code := proto.Classify(r, resp, &declared); out != proto.OutcomeUnsupported || code != proto.ErrUnsupported {
 		t.Fatalf("Core would classify it as %v %q", out, code)
 	}
 	if calls := f.Calls(); len(calls) != 0 {
