@@ -48,7 +48,8 @@ const (
 	// exitEnrolRefused: `nodeagent enrol` refused; nothing was written.
 	exitEnrolRefused = 4
 	// exitEnrolPrepare: enrolled (credential and identity written), but
-	// the runtime's preparation failed; the service retries it.
+	// reading the configuration back or preparing the runtime failed; the
+	// service retries it.
 	exitEnrolPrepare = 5
 )
 

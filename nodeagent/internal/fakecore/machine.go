@@ -46,6 +46,9 @@ type Machine struct {
 	Corrupt map[string]bool
 	// Fail makes every download answer 503 while true.
 	Fail bool
+	// FailConfig is how many of the next authenticated configuration
+	// reads answer 503 (after authentication); each decrements it.
+	FailConfig int
 	// Requests counts the download requests per path, and Served the
 	// bytes served per path.
 	Requests map[string]int
@@ -159,6 +162,11 @@ func (m *Machine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Path == machine.ConfigPath && r.Method == http.MethodGet:
 		if tok != m.Credential || r.URL.Query().Get("node_id") != m.NodeID {
 			writeJSON(w, 401, machine.Error{Error: machine.CodeUnauthorized})
+			return
+		}
+		if m.FailConfig > 0 {
+			m.FailConfig--
+			writeJSON(w, 503, machine.Error{Error: machine.CodeUnavailable})
 			return
 		}
 		var only int64
