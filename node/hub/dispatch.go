@@ -37,7 +37,8 @@ type Result struct {
 	// Outcome is what the response proves (proto.Classify), or
 	// OutcomeUnknown when there is no response. Unknown never proves that
 	// a resource does not exist or that a mutation did not happen; Core
-	// never replays the operation but observes the original one.
+	// never replays the operation but observes the original one
+	// (ObserveOutcome).
 	Outcome proto.Outcome
 	// ErrorCode is the classified code: "" on success, the definite code
 	// of a failure, "unsupported", or "unconfirmed" for unknown.
