@@ -1054,6 +1054,28 @@ func TestEnrolInstallsExactlyTheSelectedRuntimeOrRefusesBeforeWriting(t *testing
 		}
 	})
 
+	// An enrolment whose answer is lost after Core registered the node is
+	// not a refusal: exit 6, nothing written, and the output says Core
+	// may hold the node.
+	t.Run("answer lost after registration: unknown, not refused", func(t *testing.T) {
+		w.machine.Mu.Lock()
+		w.machine.Tokens["lost-answer-token"] = true
+		w.machine.DropEnrolAnswer = true
+		enrolments := w.machine.Enrolments
+		w.machine.Mu.Unlock()
+		s, c := fresh()
+		code, out := w.enrolment("lost-answer-token", s, c, w.host)
+		if code != 6 || strings.Contains(out, "refused") || !strings.Contains(out, "may have registered") {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		nothingWritten(t, s, c)
+		w.machine.Mu.Lock()
+		defer w.machine.Mu.Unlock()
+		if w.machine.Enrolments != enrolments+1 {
+			t.Fatal("the enrolment did not reach Core")
+		}
+	})
+
 	// The enrolment itself.
 	stateDir, credFile := fresh()
 	code, out := w.enrolment(token, stateDir, credFile, w.host)

@@ -61,6 +61,14 @@ var ErrRefused = errors.New("enrol: refused, nothing was written")
 // service retries it.
 var ErrPreparation = errors.New("enrol: the node is enrolled, but preparing its runtime failed; nodeagent retries it when it runs")
 
+// ErrEnrolmentUnknown: the enrolment request was sent but its answer was
+// lost or unreadable, so whether Core registered the node (and used the
+// token) is unknown; nothing was written on this host. The operator
+// checks Core's enrolled nodes for this host's installation and removes a
+// record whose credential nobody holds, then enrols again (with a new
+// token if the old one is used).
+var ErrEnrolmentUnknown = errors.New("enrol: the enrolment's answer was lost: Core may have registered this node and used the token; nothing was written here (check Core's enrolled nodes, remove a record nobody holds the credential of, and enrol again, with a new token if this one is used)")
+
 func refuse(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrRefused}, args...)...)
 }
@@ -73,9 +81,10 @@ type Result struct {
 
 // Run enrols the node; see the package comment. out receives progress
 // lines (never the token or the credential). Errors: ErrRefused-wrapped
-// refusals (all before registration; nothing written), ErrPreparation
-// (enrolled, runtime not yet prepared, the Result is returned), or a
-// failure while writing.
+// refusals (all before registration; nothing written),
+// ErrEnrolmentUnknown (the registration's answer was lost; nothing
+// written), ErrPreparation (enrolled, runtime not yet prepared, the
+// Result is returned), or a failure while writing.
 func Run(ctx context.Context, e *config.Enrolment, out io.Writer) (*Result, error) {
 	cfg := e.Config
 	origin, _ := url.Parse(e.Core) // checked by config.LoadEnrolment
@@ -136,8 +145,15 @@ func Run(ctx context.Context, e *config.Enrolment, out io.Writer) (*Result, erro
 		return nil, refuse("Core's deployment changed while this node verified generation %d: run nodeagent enrol again with the same token (it was not used)",
 			enrolled.DeploymentGeneration)
 	}
-	if err != nil {
+	if errors.Is(err, machineclient.ErrRefused) || errors.Is(err, machineclient.ErrAnswered) {
+		// Core answered with a refusal: it registered nothing.
 		return nil, refuse("enrolment: %v", err)
+	}
+	if err != nil {
+		// No answer, or one that cannot be read: Core may have registered
+		// the node and used the token. Nothing is written here, and this
+		// is not reported as a refusal.
+		return nil, fmt.Errorf("%w: %v", ErrEnrolmentUnknown, err)
 	}
 	auth := machineclient.Auth{NodeID: resp.NodeID, Credential: resp.Credential}
 
