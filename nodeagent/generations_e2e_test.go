@@ -1019,6 +1019,63 @@ func TestEnrolInstallsExactlyTheSelectedRuntimeOrRefusesBeforeWriting(t *testing
 		}
 	})
 
+	// Registration is the last refusal: a configuration read-back that
+	// fails after Core stored the node completes the enrolment (the
+	// credential Core issued and the identity are kept) and reports the
+	// runtime not installed (exit 5), never "refused, nothing written".
+	t.Run("read-back fails after registration: enrolled, credential kept", func(t *testing.T) {
+		w.machine.Mu.Lock()
+		w.machine.Tokens["readback-token"] = true
+		w.machine.FailConfig = 1
+		enrolments := w.machine.Enrolments
+		w.machine.Mu.Unlock()
+		s, c := fresh()
+		code, out := w.enrolment("readback-token", s, c, w.host)
+		if code != 5 || strings.Contains(out, "nothing was written") || !strings.Contains(out, "reading the new node's configuration back") {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		w.machine.Mu.Lock()
+		registered, left := w.machine.Enrolments-enrolments, w.machine.FailConfig
+		w.machine.Mu.Unlock()
+		if registered != 1 || left != 0 {
+			t.Fatalf("%d registrations, %d failing reads left; want 1 and 0", registered, left)
+		}
+		b, err := os.ReadFile(c)
+		if err != nil || strings.TrimSpace(string(b)) != w.credential {
+			t.Fatalf("the issued credential was not kept: %v", err)
+		}
+		st, _ := state.Open(s)
+		if id, err := st.Identity(); err != nil || id.NodeID != w.nodeID || id.DeploymentGeneration != 1 || id.SpecificationDigest != d1 {
+			t.Fatalf("identity %+v, %v", id, err)
+		}
+		gens, _ := genstate.Open(s)
+		if _, err := gens.ReadConfig(1); err == nil {
+			t.Fatal("a runtime was installed from an unverified configuration")
+		}
+	})
+
+	// An enrolment whose answer is lost after Core registered the node is
+	// not a refusal: exit 6, nothing written, and the output says Core
+	// may hold the node.
+	t.Run("answer lost after registration: unknown, not refused", func(t *testing.T) {
+		w.machine.Mu.Lock()
+		w.machine.Tokens["lost-answer-token"] = true
+		w.machine.DropEnrolAnswer = true
+		enrolments := w.machine.Enrolments
+		w.machine.Mu.Unlock()
+		s, c := fresh()
+		code, out := w.enrolment("lost-answer-token", s, c, w.host)
+		if code != 6 || strings.Contains(out, "refused") || !strings.Contains(out, "may have registered") {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		nothingWritten(t, s, c)
+		w.machine.Mu.Lock()
+		defer w.machine.Mu.Unlock()
+		if w.machine.Enrolments != enrolments+1 {
+			t.Fatal("the enrolment did not reach Core")
+		}
+	})
+
 	// The enrolment itself.
 	stateDir, credFile := fresh()
 	code, out := w.enrolment(token, stateDir, credFile, w.host)

@@ -135,14 +135,47 @@ type OperationResult struct {
 	ConnectionID string `json:"connection_id,omitempty"`
 	// OwnerEpoch is the owner epoch the request carried.
 	OwnerEpoch int64 `json:"owner_epoch,omitempty"`
-	// Unsupported is the evidence of an unsupported outcome: the node's,
-	// or the registered declaration's when sent is false.
+	// Unsupported is the evidence of an unsupported outcome, the
+	// registered declaration's (sent is false); a node's unsupported
+	// answer to a sent operation is unknown/unconfirmed, its evidence
+	// only in response.
 	Unsupported *proto.Unsupported `json:"unsupported,omitempty"`
 	// Response is the node's response frame, absent when none arrived.
 	Response *proto.Response `json:"response,omitempty"`
 	// Receipt is the info receipt of a failed create that proves a settled
 	// create attempt.
 	Receipt *proto.Info `json:"receipt,omitempty"`
+	// Observation is present when the outcome is unknown and the request
+	// was sent (and the caller is still there): Core observed the original
+	// operation with the read-only operation of its exact reference
+	// instead of replaying it (hub.ObserveOutcome).
+	Observation *ObservationResult `json:"observation,omitempty"`
+}
+
+// ObservationResult is what observing an operation of unknown outcome
+// found (hub.Observation).
+type ObservationResult struct {
+	// Kind is "present" (the exact reference or compute instance exists;
+	// result.response carries its info or state), "absent" (the node
+	// answered not_found), "unknown" (the observation proves nothing:
+	// observe again later, never replay) or "unobservable" (the operation
+	// has no read-only observation; nothing was sent).
+	Kind string `json:"kind"`
+	// Refusal is the refusal code when the observing operation was refused
+	// before it was sent (node_offline, too_many_pending, …).
+	Refusal string `json:"refusal,omitempty"`
+	// Result is the observing operation's result (info, compute or an
+	// observe-only resume), absent when nothing was sent.
+	Result *OperationResult `json:"result,omitempty"`
+}
+
+// operationResult is the API's form of a Result.
+func operationResult(res *hub.Result) OperationResult {
+	return OperationResult{
+		Outcome: res.Outcome.String(), ErrorCode: res.ErrorCode, Reason: res.Reason, Sent: !res.NotSent,
+		Unsupported: res.Unsupported, RequestID: res.Request.ID, Sequence: res.Request.Sequence, ConnectionID: res.Request.ConnectionID,
+		OwnerEpoch: res.Request.OwnerEpoch, Response: res.Response, Receipt: res.Receipt,
+	}
 }
 
 // Error is the body of every refusal.
@@ -336,11 +369,18 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request, nodeID strin
 		writeError(w, status, code, msg)
 		return
 	}
-	writeJSON(w, http.StatusOK, OperationResult{
-		Outcome: res.Outcome.String(), ErrorCode: res.ErrorCode, Reason: res.Reason, Sent: !res.NotSent,
-		Unsupported: res.Unsupported, RequestID: res.Request.ID, Sequence: res.Request.Sequence, ConnectionID: res.Request.ConnectionID,
-		OwnerEpoch: res.Request.OwnerEpoch, Response: res.Response, Receipt: res.Receipt,
-	})
+	out := operationResult(res)
+	// An unknown outcome is observed, never replayed (spec "Provider
+	// requests"), unless the caller already went away.
+	if res.Outcome == proto.OutcomeUnknown && !res.NotSent && res.Reason != hub.ReasonCancelled && r.Context().Err() == nil {
+		o := h.Hub.ObserveOutcome(r.Context(), nodeID, res.Request)
+		out.Observation = &ObservationResult{Kind: o.Kind, Refusal: o.Refusal}
+		if o.Result != nil {
+			or := operationResult(o.Result)
+			out.Observation.Result = &or
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // release forgets one placement (POST …/<node_id>/placements/release,

@@ -198,8 +198,9 @@ func TestAPIOperation(t *testing.T) {
 	}
 }
 
-// TestAPIOperationOutcomes: failed, unsupported and unknown outcomes are
-// answered with 200 and the classification.
+// TestAPIOperationOutcomes: failed and unknown outcomes are answered with
+// 200 and the classification; a node's unsupported evidence for an
+// operation its registered declaration supports is unknown.
 func TestAPIOperationOutcomes(t *testing.T) {
 	e := newAPIEnv(t)
 	var mode sync.Map
@@ -222,7 +223,9 @@ func TestAPIOperationOutcomes(t *testing.T) {
 	})
 	for _, tc := range []struct{ mode, outcome, code, reason string }{
 		{"failed", "failed", "not_found", ""},
-		{"unsupported", "unsupported", "unsupported", ""},
+		// Docker's registered declaration supports info: the node's
+		// evidence does not match it and proves nothing.
+		{"unsupported", "unknown", "unconfirmed", "unconfirmed"},
 		{"mismatched", "unknown", "unconfirmed", "unconfirmed"},
 		{"silent", "unknown", "unconfirmed", "timeout"},
 	} {
@@ -236,6 +239,78 @@ func TestAPIOperationOutcomes(t *testing.T) {
 		if status != http.StatusOK || res.Outcome != tc.outcome || string(res.ErrorCode) != tc.code || res.Reason != tc.reason {
 			t.Errorf("%s: %d %+v", tc.mode, status, res)
 		}
+	}
+}
+
+// TestAPIUnknownOutcomeIsObserved: a node that drops the response to a
+// create leaves its outcome unknown; Core does not send the create again
+// but observes it with an info of the exact reference and gives the
+// caller the observation: present (with the info) when the node knows the
+// allocation, absent when it answers not_found, unknown when the
+// observation is lost too; a command has no read-only observation and
+// nothing more is sent.
+func TestAPIUnknownOutcomeIsObserved(t *testing.T) {
+	e := newAPIEnv(t)
+	var mode sync.Map
+	seen := make(chan proto.Request, 16)
+	e.node(nodeA, secretA, true, func(r *proto.Request) *proto.Response {
+		seen <- *r
+		m, _ := mode.Load("m")
+		if r.Operation != proto.OpInfo || m == "silent" {
+			return nil // the response is dropped
+		}
+		resp := &proto.Response{ID: r.ID, ConnectionID: r.ConnectionID}
+		if m == "absent" {
+			resp.ErrorCode = proto.ErrNotFound
+			return resp
+		}
+		at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+		resp.Info = &proto.Info{Reference: r.Reference, DeploymentGeneration: r.DeploymentGeneration, State: proto.StateRunning,
+			Image: "busybox:latest", CreatedAt: at, RenewedAt: at}
+		return resp
+	})
+	create := `{"operation":"create","deployment_generation":1,"timeout_ms":50,
+	"reference":{"tenant_id":"t1","environment_id":"e1","allocation_id":"a1"},"bootstrap":{"image":"busybox:latest"}}`
+	want := proto.Reference{TenantID: "t1", EnvironmentID: "e1", AllocationID: "a1"}
+	for _, tc := range []struct{ mode, kind, outcome string }{
+		{"present", hub.ObservedPresent, "success"},
+		{"absent", hub.ObservedAbsent, "failed"},
+		{"silent", hub.ObservedUnknown, "unknown"},
+	} {
+		mode.Store("m", tc.mode)
+		var res OperationResult
+		status := e.call(http.MethodPost, Prefix+"/"+nodeA+"/operations", apiToken, create, &res)
+		if status != http.StatusOK || res.Outcome != "unknown" || res.Reason != "timeout" || res.Observation == nil ||
+			res.Observation.Kind != tc.kind || res.Observation.Result == nil || res.Observation.Result.Outcome != tc.outcome {
+			t.Fatalf("%s: %d %+v observation %+v", tc.mode, status, res, res.Observation)
+		}
+		if tc.kind == hub.ObservedPresent && (res.Observation.Result.Response == nil || res.Observation.Result.Response.Info.Reference != want) {
+			t.Fatalf("%s: the observation carries no info of the reference: %+v", tc.mode, res.Observation.Result)
+		}
+		// On the wire: the create once, then one info of the exact
+		// reference and generation.
+		first, second := <-seen, <-seen
+		if first.Operation != proto.OpCreate || second.Operation != proto.OpInfo || second.Reference != want ||
+			second.DeploymentGeneration != 1 || second.ID == first.ID || second.Bootstrap != nil {
+			t.Fatalf("%s: sent %s then %s %+v", tc.mode, first.Operation, second.Operation, second)
+		}
+		if len(seen) != 0 {
+			t.Fatalf("%s: %d more requests sent", tc.mode, len(seen))
+		}
+	}
+
+	mode.Store("m", "silent")
+	command := `{"operation":"command","deployment_generation":1,"timeout_ms":50,
+	"reference":{"tenant_id":"t1","environment_id":"e1","allocation_id":"a1"},
+	"command":{"argv":["true"],"timeout_ms":10,"max_output_bytes":16}}`
+	var res OperationResult
+	status := e.call(http.MethodPost, Prefix+"/"+nodeA+"/operations", apiToken, command, &res)
+	if status != http.StatusOK || res.Outcome != "unknown" || res.Observation == nil ||
+		res.Observation.Kind != hub.ObservedUnobservable || res.Observation.Result != nil {
+		t.Fatalf("command: %d %+v observation %+v", status, res, res.Observation)
+	}
+	if r := <-seen; r.Operation != proto.OpCommand || len(seen) != 0 {
+		t.Fatalf("command: sent %s and %d more", r.Operation, len(seen))
 	}
 }
 

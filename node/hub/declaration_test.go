@@ -41,7 +41,8 @@ func (e *env) joinMicrosandbox() *testNode {
 // answered OutcomeUnsupported with the registered declaration's evidence
 // and NotSent, before any other check (readiness, request validation):
 // nothing is written and no sequence number is used. A provider without
-// a registered declaration gets the operation sent.
+// a registered declaration gets the operation sent, and its node's
+// unsupported answer is unconfirmed.
 func TestDispatchDeclaredUnsupported(t *testing.T) {
 	e := newEnv(t)
 	a := e.join(nodeA)
@@ -78,7 +79,8 @@ func TestDispatchDeclaredUnsupported(t *testing.T) {
 	}
 
 	// A microsandbox node has no registered declaration: suspend is sent,
-	// and the node's own evidence classifies.
+	// and the node's evidence has no declaration to match, so it proves
+	// nothing.
 	m := e.joinMicrosandbox()
 	req := proto.Request{DeploymentGeneration: 1, Operation: proto.OpSuspend, TimeoutMS: 5000, Reference: ref,
 		Suspend: &proto.Suspend{Snapshot: proto.Snapshot{ID: "snap-1"}}}
@@ -87,7 +89,9 @@ func TestDispatchDeclaredUnsupported(t *testing.T) {
 	evidence := &proto.Unsupported{Operation: proto.OpSuspend, Reason: "not on this host"}
 	m.send(&proto.Response{ID: got.ID, ConnectionID: got.ConnectionID, ErrorCode: proto.ErrUnsupported, Unsupported: evidence})
 	d := e.await(pending)
-	if d.err != nil || d.res.Outcome != proto.OutcomeUnsupported || d.res.NotSent || *d.res.Unsupported != *evidence {
+	if d.err != nil || d.res.Outcome != proto.OutcomeUnknown || d.res.ErrorCode != proto.ErrUnconfirmed ||
+		d.res.Reason != ReasonUnconfirmed || d.res.NotSent || d.res.Unsupported != nil ||
+		d.res.Response == nil || *d.res.Response.Unsupported != *evidence {
 		t.Fatalf("microsandbox suspend: %+v, %v", d.res, d.err)
 	}
 }

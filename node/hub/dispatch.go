@@ -37,7 +37,8 @@ type Result struct {
 	// Outcome is what the response proves (proto.Classify), or
 	// OutcomeUnknown when there is no response. Unknown never proves that
 	// a resource does not exist or that a mutation did not happen; Core
-	// never replays the operation but observes the original one.
+	// never replays the operation but observes the original one
+	// (ObserveOutcome).
 	Outcome proto.Outcome
 	// ErrorCode is the classified code: "" on success, the definite code
 	// of a failure, "unsupported", or "unconfirmed" for unknown.
@@ -53,8 +54,10 @@ type Result struct {
 	// Receipt is the info receipt of a failed create that proves a settled
 	// create attempt (proto.CreateReceipt), nil otherwise.
 	Receipt *proto.Info
-	// Unsupported is the evidence of an OutcomeUnsupported: the node's
-	// response's, or, when NotSent, the registered declaration's.
+	// Unsupported is the evidence of an OutcomeUnsupported: the
+	// registered declaration's, and NotSent is true. A node's unsupported
+	// response to an operation Core sent is checked against the same
+	// declaration, which supports it, so it is OutcomeUnknown.
 	Unsupported *proto.Unsupported
 	// NotSent: Core refused the operation before sending it because the
 	// node's provider declares it unsupported (package node/operation);
@@ -275,10 +278,12 @@ func (c *conn) dispatch(ctx context.Context, cfg *Config, req proto.Request) (*R
 		return res, nil
 	}
 	res.Response = resp
-	res.Outcome, res.ErrorCode = proto.Classify(&req, resp)
-	if res.Outcome == proto.OutcomeUnsupported {
-		res.Unsupported = resp.Unsupported
-	}
+	// Every operation sent is one the registered declaration supports (a
+	// declared-unsupported one is answered before sending) or one of a
+	// provider with no registered declaration: either way there is no
+	// declared evidence, so an unsupported response is mismatched evidence
+	// and unconfirmed (spec "Provider requests"), never a proven refusal.
+	res.Outcome, res.ErrorCode = proto.Classify(&req, resp, nil)
 	if res.Outcome == proto.OutcomeUnknown {
 		res.Reason = ReasonUnconfirmed
 	}

@@ -144,8 +144,10 @@ func TestResponseForNothingPending(t *testing.T) {
 }
 
 // TestDispatchOutcomes: failure codes, unsupported evidence and results
-// are classified: a definite code is failed; unsupported only with the
-// request's exact operation (else unknown/unconfirmed); unconfirmed and
+// are classified: a definite code is failed; unsupported evidence for an
+// operation the Docker declaration supports (a Docker node answering
+// create with unsupported{create,"x"}) or for another operation is
+// unknown/unconfirmed, never a proven refusal; unconfirmed and
 // unknown codes are unknown; a result that does not fit the operation is
 // unknown; an info receipt on a failed create is returned.
 func TestDispatchOutcomes(t *testing.T) {
@@ -163,9 +165,14 @@ func TestDispatchOutcomes(t *testing.T) {
 	}{
 		{"not_found", infoReq(), proto.Response{ErrorCode: proto.ErrNotFound}, proto.OutcomeFailed, proto.ErrNotFound, false},
 		{"ownership", infoReq(), proto.Response{ErrorCode: proto.ErrOwnership}, proto.OutcomeFailed, proto.ErrOwnership, false},
-		{"unsupported, matching", infoReq(), proto.Response{ErrorCode: proto.ErrUnsupported,
+		// Docker's registered declaration supports info and create: the
+		// node's evidence matches the request but not the declaration.
+		{"unsupported, declared supported", infoReq(), proto.Response{ErrorCode: proto.ErrUnsupported,
 			Unsupported: &proto.Unsupported{Operation: proto.OpInfo, Reason: "info is not offered by this provider"}},
-			proto.OutcomeUnsupported, proto.ErrUnsupported, false},
+			proto.OutcomeUnknown, proto.ErrUnconfirmed, false},
+		{"unsupported create", create, proto.Response{ErrorCode: proto.ErrUnsupported,
+			Unsupported: &proto.Unsupported{Operation: proto.OpCreate, Reason: "x"}},
+			proto.OutcomeUnknown, proto.ErrUnconfirmed, false},
 		{"unsupported, other operation", infoReq(), proto.Response{ErrorCode: proto.ErrUnsupported,
 			Unsupported: &proto.Unsupported{Operation: proto.OpKill, Reason: "kill is not offered"}},
 			proto.OutcomeUnknown, proto.ErrUnconfirmed, false},

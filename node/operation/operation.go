@@ -122,8 +122,9 @@ var registry = func() map[proto.Provider]Declaration {
 // Registered: docker (every operation except suspend, resume and
 // delete_snapshot, which Docker cannot carry out as the spec promises).
 // microsandbox has no declaration in this build: there is no microsandbox
-// provider yet, so Core refuses nothing in advance for such a node and
-// relies on the node's own evidence; a microsandbox provider adds its
+// provider yet, so Core refuses nothing in advance for such a node, and an
+// unsupported answer from it has no declaration to match and is
+// unconfirmed (proto.Classify); a microsandbox provider adds its
 // declaration here.
 func For(p proto.Provider) (Declaration, bool) {
 	d, ok := registry[p]

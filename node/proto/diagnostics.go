@@ -42,6 +42,13 @@ const (
 	// DiagProviderConfigMissing: the generation's provider configuration is
 	// missing and there is no exact preparation plan; repair is refused.
 	DiagProviderConfigMissing = "provider_config_missing"
+	// DiagCredentialRejected: Core's machine API rejected the node's
+	// credential (HTTP 401) while a preparation or repair asked for the
+	// generation's runtime.
+	DiagCredentialRejected = "credential_rejected"
+	// DiagGenerationUnknown: Core serves no runtime of the generation to
+	// the node (its pool binds no release to it).
+	DiagGenerationUnknown = "generation_unknown"
 )
 
 // diagnostics maps every known diagnostic code to its cause, as the node
@@ -55,9 +62,11 @@ var diagnostics = map[string]string{
 	DiagDockerDaemonError:           "The Docker daemon answered the probe with a server error (HTTP 5xx).",
 	DiagStorageFull:                 "The filesystem holding the provider's data has no space left.",
 	DiagImageMissing:                "A sandbox image or native artifact of the generation is missing; the node queues a repair and does not report ready.",
-	DiagRuntimeDownloadFailed:       "Downloading the selected Runtime's artifacts failed or their checksums did not match the verified manifest.",
+	DiagRuntimeDownloadFailed:       "Transferring the selected Runtime's artifacts failed, or their checksums or version provenance did not match the verified manifest.",
 	DiagSeccompProfileMissing:       "The generation's seccomp profile bytes are missing, so the provider stays a not-ready placeholder.",
 	DiagProviderConfigMissing:       "The generation's provider configuration is missing and there is no exact preparation plan, so repair is refused.",
+	DiagCredentialRejected:          "Core rejected the node's credential (HTTP 401) when a preparation or repair asked for the generation's runtime: the node is disabled or its credential was replaced.",
+	DiagGenerationUnknown:           "Core serves no runtime of the generation to this node: its pool binds no release to that generation.",
 }
 
 // DiagnosticCause returns the cause of a known diagnostic code, as the

@@ -246,7 +246,7 @@ func TestDocsOutcomeTable(t *testing.T) {
 			resp = exFailure(ErrorCode(r[0]))
 			listed[ErrorCode(r[0])] = true
 		}
-		outcome, _ := Classify(exRequest(op), resp)
+		outcome, _ := Classify(exRequest(op), resp, exDeclared(op))
 		if outcome.String() != r[1] {
 			t.Errorf("docs: %s is %s; Classify says %s", r[0], r[1], outcome)
 		}

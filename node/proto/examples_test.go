@@ -164,8 +164,14 @@ func exFailure(code ErrorCode) *Response {
 
 func exUnsupported(op Operation) *Response {
 	r := exFailure(ErrUnsupported)
-	r.Unsupported = &Unsupported{Operation: op, Reason: "snapshots are not supported by the docker provider"}
+	r.Unsupported = exDeclared(op)
 	return r
+}
+
+// exDeclared is the evidence a registered declaration gives for op when
+// it declares op unsupported (the reason exUnsupported's responses carry).
+func exDeclared(op Operation) *Unsupported {
+	return &Unsupported{Operation: op, Reason: "snapshots are not supported by the docker provider"}
 }
 
 func exReceipt() *Response {

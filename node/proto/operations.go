@@ -176,8 +176,9 @@ const (
 	// runtime_not_running.
 	OutcomeFailed
 	// OutcomeUnsupported: the node declared the request's exact operation
-	// unsupported, with a valid reason. It does not determine ownership
-	// and does not authorize a replay.
+	// unsupported, with a valid reason equal to the registered
+	// declaration's. It does not determine ownership and does not
+	// authorize a replay.
 	OutcomeUnsupported
 )
 
@@ -206,22 +207,29 @@ var definiteCodes = map[ErrorCode]bool{
 }
 
 // Classify reads resp as the answer to req and returns its outcome and
-// code:
+// code. declared is the registered declaration's evidence for
+// req.Operation: the exact operation and authored reason when the node's
+// provider declares it unsupported, nil when the declaration supports it
+// or no declaration is registered for the provider (package
+// node/operation holds the registry; proto cannot import it).
 //
 //   - (OutcomeSuccess, "") for a success whose result fits req.Operation
 //     (an info result must name req.Reference exactly);
 //   - (OutcomeFailed, code) for the seven definite error codes;
-//   - (OutcomeUnsupported, ErrUnsupported) only when unsupported.operation
-//     equals req.Operation and the reason is valid;
+//   - (OutcomeUnsupported, ErrUnsupported) only when the evidence is
+//     valid, its operation equals req.Operation and both its operation and
+//     reason equal declared's (spec "Provider requests": the proxy checks
+//     the evidence against the request and the registered declaration);
 //   - (OutcomeUnknown, ErrUnconfirmed) for everything else: unconfirmed,
-//     any unknown code, missing, malformed or mismatched evidence, a
-//     response whose id or connection_id differs from req's, or one that
-//     fails Response.ValidateFor(req.Operation).
+//     any unknown code, missing, malformed or mismatched evidence (also
+//     evidence for an operation the declaration supports, or with no
+//     declaration at all), a response whose id or connection_id differs
+//     from req's, or one that fails Response.ValidateFor(req.Operation).
 //
 // An info receipt on a failed create does not change the classification
 // and is kept in resp: CreateReceipt returns it when it proves a settled
 // create attempt.
-func Classify(req *Request, resp *Response) (Outcome, ErrorCode) {
+func Classify(req *Request, resp *Response, declared *Unsupported) (Outcome, ErrorCode) {
 	if req == nil || resp == nil || resp.ID != req.ID || resp.ConnectionID != req.ConnectionID {
 		return OutcomeUnknown, ErrUnconfirmed
 	}
@@ -236,7 +244,8 @@ func Classify(req *Request, resp *Response) (Outcome, ErrorCode) {
 		return OutcomeSuccess, ""
 	case definiteCodes[code]:
 		return OutcomeFailed, code
-	case code == ErrUnsupported && resp.Unsupported.Operation == req.Operation:
+	case code == ErrUnsupported && resp.Unsupported.Operation == req.Operation &&
+		declared != nil && *resp.Unsupported == *declared:
 		return OutcomeUnsupported, ErrUnsupported
 	}
 	return OutcomeUnknown, ErrUnconfirmed

@@ -56,54 +56,65 @@ func TestValidateFor(t *testing.T) {
 func TestClassify(t *testing.T) {
 	req := func(op Operation) *Request { return exRequest(op) }
 	cases := []struct {
-		name    string
-		req     *Request
-		resp    *Response
-		outcome Outcome
-		code    ErrorCode
+		name     string
+		req      *Request
+		resp     *Response
+		outcome  Outcome
+		code     ErrorCode
+		declared *Unsupported
 	}{
-		{"success create", req(OpCreate), exResponse(OpCreate), OutcomeSuccess, ""},
-		{"success kill", req(OpKill), exResponse(OpKill), OutcomeSuccess, ""},
-		{"success observe", req(OpObserve), exResponse(OpObserve), OutcomeSuccess, ""},
-		{"success without result", req(OpInfo), exResponse(OpKill), OutcomeUnknown, ErrUnconfirmed},
-		{"success with wrong result", req(OpCommand), exResponse(OpObserve), OutcomeUnknown, ErrUnconfirmed},
+		{"success create", req(OpCreate), exResponse(OpCreate), OutcomeSuccess, "", nil},
+		{"success kill", req(OpKill), exResponse(OpKill), OutcomeSuccess, "", nil},
+		{"success observe", req(OpObserve), exResponse(OpObserve), OutcomeSuccess, "", nil},
+		{"success without result", req(OpInfo), exResponse(OpKill), OutcomeUnknown, ErrUnconfirmed, nil},
+		{"success with wrong result", req(OpCommand), exResponse(OpObserve), OutcomeUnknown, ErrUnconfirmed, nil},
 		{"success info for another allocation", req(OpInfo), func() *Response {
 			r := exResponse(OpInfo)
 			r.Info.Reference.AllocationID = "other"
 			return r
-		}(), OutcomeUnknown, ErrUnconfirmed},
-		{"invalid", req(OpCreate), exFailure(ErrInvalid), OutcomeFailed, ErrInvalid},
-		{"ownership", req(OpKill), exFailure(ErrOwnership), OutcomeFailed, ErrOwnership},
-		{"exists", req(OpCreate), exFailure(ErrExists), OutcomeFailed, ErrExists},
-		{"not_found", req(OpInfo), exFailure(ErrNotFound), OutcomeFailed, ErrNotFound},
-		{"command_unconfirmed", req(OpCommand), exFailure(ErrCommandUnconfirmed), OutcomeFailed, ErrCommandUnconfirmed},
-		{"observation_unavailable", req(OpObserve), exFailure(ErrObservationUnavailable), OutcomeFailed, ErrObservationUnavailable},
-		{"runtime_not_running", req(OpObserve), exFailure(ErrRuntimeNotRunning), OutcomeFailed, ErrRuntimeNotRunning},
-		{"failed create keeps receipt", req(OpCreate), exReceipt(), OutcomeFailed, ErrExists},
-		{"receipt on another operation", req(OpRenew), exReceipt(), OutcomeUnknown, ErrUnconfirmed},
-		{"unconfirmed", req(OpKill), exFailure(ErrUnconfirmed), OutcomeUnknown, ErrUnconfirmed},
-		{"unknown code", req(OpKill), exFailure("disk_on_fire"), OutcomeUnknown, ErrUnconfirmed},
-		{"unsupported", req(OpSuspend), exUnsupported(OpSuspend), OutcomeUnsupported, ErrUnsupported},
-		{"unsupported for another operation", req(OpSuspend), exUnsupported(OpResume), OutcomeUnknown, ErrUnconfirmed},
-		{"unsupported without evidence", req(OpSuspend), exFailure(ErrUnsupported), OutcomeUnknown, ErrUnconfirmed},
+		}(), OutcomeUnknown, ErrUnconfirmed, nil},
+		{"invalid", req(OpCreate), exFailure(ErrInvalid), OutcomeFailed, ErrInvalid, nil},
+		{"ownership", req(OpKill), exFailure(ErrOwnership), OutcomeFailed, ErrOwnership, nil},
+		{"exists", req(OpCreate), exFailure(ErrExists), OutcomeFailed, ErrExists, nil},
+		{"not_found", req(OpInfo), exFailure(ErrNotFound), OutcomeFailed, ErrNotFound, nil},
+		{"command_unconfirmed", req(OpCommand), exFailure(ErrCommandUnconfirmed), OutcomeFailed, ErrCommandUnconfirmed, nil},
+		{"observation_unavailable", req(OpObserve), exFailure(ErrObservationUnavailable), OutcomeFailed, ErrObservationUnavailable, nil},
+		{"runtime_not_running", req(OpObserve), exFailure(ErrRuntimeNotRunning), OutcomeFailed, ErrRuntimeNotRunning, nil},
+		{"failed create keeps receipt", req(OpCreate), exReceipt(), OutcomeFailed, ErrExists, nil},
+		{"receipt on another operation", req(OpRenew), exReceipt(), OutcomeUnknown, ErrUnconfirmed, nil},
+		{"unconfirmed", req(OpKill), exFailure(ErrUnconfirmed), OutcomeUnknown, ErrUnconfirmed, nil},
+		{"unknown code", req(OpKill), exFailure("disk_on_fire"), OutcomeUnknown, ErrUnconfirmed, nil},
+		{"unsupported", req(OpSuspend), exUnsupported(OpSuspend), OutcomeUnsupported, ErrUnsupported, exDeclared(OpSuspend)},
+		{"unsupported for another operation", req(OpSuspend), exUnsupported(OpResume), OutcomeUnknown, ErrUnconfirmed, exDeclared(OpSuspend)},
+		// The evidence is checked against the registered declaration too.
+		{"unsupported, declared supported", req(OpCreate), exUnsupported(OpCreate), OutcomeUnknown, ErrUnconfirmed, nil},
+		{"unsupported, no declaration", req(OpSuspend), exUnsupported(OpSuspend), OutcomeUnknown, ErrUnconfirmed, nil},
+		{"unsupported, other reason than declared", req(OpSuspend), func() *Response {
+			r := exUnsupported(OpSuspend)
+			r.Unsupported.Reason = "x"
+			return r
+		}(), OutcomeUnknown, ErrUnconfirmed, exDeclared(OpSuspend)},
+		{"unsupported, declaration of another operation", req(OpSuspend), exUnsupported(OpSuspend), OutcomeUnknown, ErrUnconfirmed,
+			func() *Unsupported { d := exDeclared(OpSuspend); d.Operation = OpResume; return d }()},
+		{"unsupported without evidence", req(OpSuspend), exFailure(ErrUnsupported), OutcomeUnknown, ErrUnconfirmed, exDeclared(OpSuspend)},
 		{"unsupported with invalid reason", req(OpSuspend), func() *Response {
 			r := exUnsupported(OpSuspend)
 			r.Unsupported.Reason = "line\nbreak"
 			return r
-		}(), OutcomeUnknown, ErrUnconfirmed},
+		}(), OutcomeUnknown, ErrUnconfirmed, exDeclared(OpSuspend)},
 		{"unsupported with empty reason", req(OpSuspend), func() *Response {
 			r := exUnsupported(OpSuspend)
 			r.Unsupported.Reason = ""
 			return r
-		}(), OutcomeUnknown, ErrUnconfirmed},
-		{"other request id", func() *Request { r := req(OpKill); r.ID = exRetentionID; return r }(), exResponse(OpKill), OutcomeUnknown, ErrUnconfirmed},
-		{"other connection", func() *Request { r := req(OpKill); r.ConnectionID = exNodeID; return r }(), exResponse(OpKill), OutcomeUnknown, ErrUnconfirmed},
-		{"nil response", req(OpKill), nil, OutcomeUnknown, ErrUnconfirmed},
-		{"nil request", nil, exResponse(OpKill), OutcomeUnknown, ErrUnconfirmed},
+		}(), OutcomeUnknown, ErrUnconfirmed, exDeclared(OpSuspend)},
+		{"other request id", func() *Request { r := req(OpKill); r.ID = exRetentionID; return r }(), exResponse(OpKill), OutcomeUnknown, ErrUnconfirmed, nil},
+		{"other connection", func() *Request { r := req(OpKill); r.ConnectionID = exNodeID; return r }(), exResponse(OpKill), OutcomeUnknown, ErrUnconfirmed, nil},
+		{"nil response", req(OpKill), nil, OutcomeUnknown, ErrUnconfirmed, nil},
+		{"nil request", nil, exResponse(OpKill), OutcomeUnknown, ErrUnconfirmed, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			outcome, code := Classify(c.req, c.resp)
+			outcome, code := Classify(c.req, c.resp, c.declared)
 			if outcome != c.outcome || code != c.code {
 				t.Fatalf("Classify = (%v, %q), want (%v, %q)", outcome, code, c.outcome, c.code)
 			}

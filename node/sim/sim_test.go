@@ -24,7 +24,7 @@ func TestSuccessFitsEveryOperation(t *testing.T) {
 			t.Errorf("%s: %v", op, err)
 			continue
 		}
-		if out, code := proto.Classify(req, resp); out != proto.OutcomeSuccess {
+		if out, code := proto.Classify(req, resp, nil); out != proto.OutcomeSuccess {
 			t.Errorf("%s: classified %v %q", op, out, code)
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -35,9 +36,13 @@ import (
 // origin (spec "Connection").
 const ConnectPath = "/api/v1/sandbox-node/connect"
 
-// QueueCapacity is how many provider operations may be queued or running
-// on the node at once (spec: Core keeps at most 32 pending requests per
-// connection; a request beyond a full queue closes the connection).
+// QueueCapacity is how many provider operations of one connection may be
+// queued or running at once (spec: Core keeps at most 32 pending requests
+// per connection; a request beyond a full queue closes the connection).
+// The bound is per connection, as Core counts it: operations of an earlier
+// connection that are still running do not take the new connection's
+// slots (Core no longer counts them), and they hold workers (MaxActive),
+// so the node-wide total stays bounded by QueueCapacity + MaxActive.
 const QueueCapacity = proto.MaxPendingRequests
 
 // ErrRejected is returned by Run when Core answered the connect request
@@ -154,11 +159,11 @@ type Agent struct {
 	reporter *health.Reporter
 	dialer   *websocket.Dialer
 
-	// slots holds one token per operation queued or running, node-wide
-	// (cap QueueCapacity); workers one per running operation (cap
-	// MaxActive).
-	slots   chan struct{}
+	// workers holds one token per running operation, node-wide (cap
+	// MaxActive); each session has its own queue slots (QueueCapacity).
+	// active counts the operations queued or running, node-wide.
 	workers chan struct{}
+	active  atomic.Int32
 }
 
 // New validates cfg and returns an Agent.
@@ -221,7 +226,6 @@ func New(cfg Config) (*Agent, error) {
 	a := &Agent{
 		cfg:     cfg,
 		log:     log,
-		slots:   make(chan struct{}, QueueCapacity),
 		workers: make(chan struct{}, cfg.MaxActive),
 		dialer: &websocket.Dialer{
 			Proxy:            http.ProxyFromEnvironment,
@@ -240,10 +244,12 @@ func New(cfg Config) (*Agent, error) {
 }
 
 // Active returns the number of provider operations queued or running on
-// the node, 0..32: the health report's active_operations. Operations
-// still running after their connection closed count until the provider
-// returns.
-func (a *Agent) Active() int { return len(a.slots) }
+// the node, at most proto.MaxActiveOperations (32): the health report's
+// active_operations. Operations still running after their connection
+// closed count until the provider returns; right after a reconnect they
+// and the new connection's queue can together exceed 32, and the report
+// then says 32.
+func (a *Agent) Active() int { return min(int(a.active.Load()), proto.MaxActiveOperations) }
 
 // connectURL returns the WebSocket URL of Core's connect endpoint.
 func (a *Agent) connectURL() string {

@@ -404,7 +404,8 @@ func TestUndeclaredOperationIsUnsupportedBeforeTheProvider(t *testing.T) {
 		*resp.Unsupported != (proto.Unsupported{Operation: proto.OpSuspend, Reason: reason}) {
 		t.Fatalf("response = %+v", resp)
 	}
-	if out, code := proto.Classify(r, resp); out != proto.OutcomeUnsupported || code != proto.ErrUnsupported {
+	declared := proto.Unsupported{Operation: proto.OpSuspend, Reason: reason}
+	if out, code := proto.Classify(r, resp, &declared); out != proto.OutcomeUnsupported || code != proto.ErrUnsupported {
 		t.Fatalf("Core would classify it as %v %q", out, code)
 	}
 	if calls := f.Calls(); len(calls) != 0 {
@@ -476,6 +477,89 @@ func TestFullQueueClosesAndActiveIsTheTrueCount(t *testing.T) {
 	}
 	if calls := f.Calls(); len(calls) != 2 {
 		t.Fatalf("%d operations ran, want the 2 that had started", len(calls))
+	}
+}
+
+// TestReconnectGetsAQueueOfItsOwn: the queue bound is per connection, as
+// Core counts it. 32 long operations of a connection still run after it
+// closed; the next connection may still have 32 requests pending (Core's
+// bound) without being closed "request queue full", and they run once
+// workers free up; the 33rd pending request is still refused.
+func TestReconnectGetsAQueueOfItsOwn(t *testing.T) {
+	core := fakecore.New(t, credential, false)
+	f := newFake(map[proto.Operation]string{proto.OpSuspend: "this fake cannot suspend"})
+	f.gate = make(chan struct{})
+	startNode(t, core, f, func(c *agent.Config) {
+		c.MaxActive = proto.MaxActiveOperations
+		c.Timers.Heartbeat = 10 * time.Millisecond
+	})
+	old := core.Accept()
+	old.Open(1)
+	for range agent.QueueCapacity {
+		old.Send(old.NewRequest(proto.OpKill, generation, 60000, ref))
+	}
+	for range agent.QueueCapacity {
+		<-f.started // every worker runs an operation of the old connection
+	}
+	old.Close()
+
+	next := core.Accept()
+	next.Open(1)
+	ids := map[string]bool{}
+	for range agent.QueueCapacity {
+		r := next.NewRequest(proto.OpRenew, generation, 60000, ref)
+		ids[r.ID] = true
+		next.Send(r)
+	}
+	// A declared-unsupported request is answered by the node's reader at
+	// once, without a queue slot: its answer proves the reader took the
+	// 32 before it, while every worker still runs an old operation,
+	// without closing the connection.
+	probe := next.NewRequest(proto.OpSuspend, generation, 60000, ref)
+	probe.Suspend = &proto.Suspend{Snapshot: proto.Snapshot{ID: "s1"}}
+	next.Send(probe)
+	if resp := next.Response(); resp.ID != probe.ID || resp.ErrorCode != proto.ErrUnsupported {
+		t.Fatalf("response %+v, want the unsupported answer to the probe", resp)
+	}
+	// The old operations finish (their responses are dropped with their
+	// connection), then the new ones run and are answered on the same
+	// connection: it was not closed.
+	for range agent.QueueCapacity {
+		f.gate <- struct{}{}
+	}
+	for range agent.QueueCapacity {
+		if op := <-f.started; op != proto.OpRenew {
+			t.Fatalf("%s started, want the new connection's renews", op)
+		}
+		f.gate <- struct{}{}
+	}
+	for range agent.QueueCapacity {
+		resp := next.Response()
+		if !ids[resp.ID] || resp.ErrorCode != "" {
+			t.Fatalf("response %+v, want a success for one of the new requests", resp)
+		}
+		delete(ids, resp.ID)
+	}
+	if calls := f.Calls(); len(calls) != 2*agent.QueueCapacity {
+		t.Fatalf("%d operations ran, want %d", len(calls), 2*agent.QueueCapacity)
+	}
+
+	// The bound itself holds on the new connection: once its slots are
+	// free, 32 pending are accepted and the 33rd closes it.
+	for hb := next.Heartbeat(); hb.Health.ActiveOperations != 0; hb = next.Heartbeat() {
+	}
+	for range agent.QueueCapacity {
+		next.Send(next.NewRequest(proto.OpKill, generation, 60000, ref))
+	}
+	for range agent.QueueCapacity {
+		<-f.started
+	}
+	next.Send(next.NewRequest(proto.OpKill, generation, 60000, ref))
+	if code := next.Closed(); code != websocket.ClosePolicyViolation {
+		t.Fatalf("close code %d", code)
+	}
+	for range agent.QueueCapacity {
+		f.gate <- struct{}{}
 	}
 }
 

@@ -95,7 +95,7 @@ func TestDrainSendsRunningResponsesThenGoesAway(t *testing.T) {
 	if resp.ID != late.ID || resp.ErrorCode != proto.ErrUnconfirmed {
 		t.Fatalf("request during the drain: %+v, want unconfirmed", resp)
 	}
-	if out, _ := proto.Classify(late, resp); out != proto.OutcomeUnknown {
+	if out, _ := proto.Classify(late, resp, nil); out != proto.OutcomeUnknown {
 		t.Fatalf("Core would classify the drained request as %v, want unknown", out)
 	}
 	// Heartbeats continue while draining.

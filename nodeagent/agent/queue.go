@@ -24,8 +24,9 @@ import (
 //  3. a malformed request (decodeErr set) is answered invalid;
 //  4. a deployment generation other than the enrolled one is answered
 //     invalid (the node does not manage generations);
-//  5. otherwise the request takes a queue slot — when all QueueCapacity
-//     slots are taken the connection closes — and its budget starts: the
+//  5. otherwise the request takes one of its connection's queue slots —
+//     when all QueueCapacity slots of the connection are taken the
+//     connection closes — and its budget starts: the
 //     deadline is arrived + timeout_ms on the node's clock, and it runs
 //     while the request waits for one of MaxActive workers.
 //
@@ -73,7 +74,8 @@ func (s *session) request(r *proto.Request, decodeErr error, arrived time.Time) 
 	}
 
 	select {
-	case s.a.slots <- struct{}{}:
+	case s.slots <- struct{}{}:
+		s.a.active.Add(1)
 	default:
 		if call != nil {
 			call.Release()
@@ -92,14 +94,17 @@ func failure(r *proto.Request, code proto.ErrorCode) *proto.Response {
 }
 
 // run waits for a worker and runs one queued request under its budget,
-// then releases its queue slot. The budget, not the connection, bounds the
+// then releases its connection's queue slot. The budget, not the connection, bounds the
 // operation: once the provider has it, a disconnect does not cancel it
 // (cancelling a mutation halfway would only make its outcome unknown);
 // its response is then discarded. A request still waiting when its
 // connection closes is dropped without running; one whose budget runs out
 // while it waits is answered unconfirmed without running.
 func (a *Agent) run(s *session, r *proto.Request, deadline time.Time, call *generation.Call) {
-	defer func() { <-a.slots }()
+	defer func() {
+		<-s.slots
+		a.active.Add(-1) // after the slot: a count of 0 means every slot is free
+	}()
 	defer s.finished() // after the response was sent, before the slot is freed
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()

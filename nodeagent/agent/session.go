@@ -30,6 +30,12 @@ type session struct {
 	retention    *proto.Retention
 	retentionSeq uint64
 
+	// slots holds one token per request of this connection that is
+	// queued or running (cap QueueCapacity; spec: the bound Core keeps per
+	// connection). A running operation keeps its token after the
+	// connection closed, but a new connection has slots of its own.
+	slots chan struct{}
+
 	done      chan struct{} // closed when the connection is finished
 	closeOnce sync.Once
 	wg        sync.WaitGroup // the heartbeat goroutine
@@ -48,7 +54,7 @@ type session struct {
 }
 
 func newSession(a *Agent, conn *websocket.Conn) *session {
-	return &session{a: a, conn: conn, done: make(chan struct{}), idle: make(chan struct{})}
+	return &session{a: a, conn: conn, slots: make(chan struct{}, QueueCapacity), done: make(chan struct{}), idle: make(chan struct{})}
 }
 
 // errGoingAway closes a drained connection (or one whose drain grace ran

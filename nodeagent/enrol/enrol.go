@@ -12,11 +12,16 @@
 // provider spec parsed, every other artifact present with its declared
 // size). Only then is the token consumed (POST enrol) and the node's
 // authenticated configuration read back; it must name the same enrolled
-// generation. Then, in this order: the state directory and installation
-// ID, the credential file (mode 0600, never overwritten), the node
-// identity, and the preparation of the enrolled generation (download,
-// verification, docker load, final configuration), as the service's
-// preparer would do it.
+// generation. Registration is the last step that refuses: once Core has
+// stored the node, the enrolment is completed here before anything else
+// is checked, so Core never holds an enrolled node whose credential was
+// thrown away. In this order: the state directory and installation ID,
+// the credential file (mode 0600, never overwritten), the node identity;
+// then the node's authenticated configuration is read back with the new
+// credential and must name the same enrolled generation and runtime
+// (otherwise ErrPreparation: enrolled, nothing installed); then the
+// preparation of the enrolled generation (download, verification, docker
+// load, final configuration), as the service's preparer would do it.
 package enrol
 
 import (
@@ -51,8 +56,18 @@ import (
 var ErrRefused = errors.New("enrol: refused, nothing was written")
 
 // ErrPreparation: the node is enrolled (credential and identity written)
-// but preparing its runtime failed; the service retries it.
+// but its runtime is not installed: reading its configuration back failed
+// or did not match the preview, or preparing the runtime failed; the
+// service retries it.
 var ErrPreparation = errors.New("enrol: the node is enrolled, but preparing its runtime failed; nodeagent retries it when it runs")
+
+// ErrEnrolmentUnknown: the enrolment request was sent but its answer was
+// lost or unreadable, so whether Core registered the node (and used the
+// token) is unknown; nothing was written on this host. The operator
+// checks Core's enrolled nodes for this host's installation and removes a
+// record whose credential nobody holds, then enrols again (with a new
+// token if the old one is used).
+var ErrEnrolmentUnknown = errors.New("enrol: the enrolment's answer was lost: Core may have registered this node and used the token; nothing was written here (check Core's enrolled nodes, remove a record nobody holds the credential of, and enrol again, with a new token if this one is used)")
 
 func refuse(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrRefused}, args...)...)
@@ -66,8 +81,10 @@ type Result struct {
 
 // Run enrols the node; see the package comment. out receives progress
 // lines (never the token or the credential). Errors: ErrRefused-wrapped
-// refusals (nothing written), ErrPreparation (enrolled, runtime not yet
-// prepared), or a failure while writing.
+// refusals (all before registration; nothing written),
+// ErrEnrolmentUnknown (the registration's answer was lost; nothing
+// written), ErrPreparation (enrolled, runtime not yet prepared, the
+// Result is returned), or a failure while writing.
 func Run(ctx context.Context, e *config.Enrolment, out io.Writer) (*Result, error) {
 	cfg := e.Config
 	origin, _ := url.Parse(e.Core) // checked by config.LoadEnrolment
@@ -128,23 +145,25 @@ func Run(ctx context.Context, e *config.Enrolment, out io.Writer) (*Result, erro
 		return nil, refuse("Core's deployment changed while this node verified generation %d: run nodeagent enrol again with the same token (it was not used)",
 			enrolled.DeploymentGeneration)
 	}
-	if err != nil {
+	if errors.Is(err, machineclient.ErrRefused) || errors.Is(err, machineclient.ErrAnswered) {
+		// Core answered with a refusal: it registered nothing.
 		return nil, refuse("enrolment: %v", err)
 	}
-	auth := machineclient.Auth{NodeID: resp.NodeID, Credential: resp.Credential}
-	nodeCfg, err := core.Config(ctx, auth, 0)
 	if err != nil {
-		return nil, refuse("reading the new node's configuration: %v", err)
+		// No answer, or one that cannot be read: Core may have registered
+		// the node and used the token. Nothing is written here, and this
+		// is not reported as a refusal.
+		return nil, fmt.Errorf("%w: %v", ErrEnrolmentUnknown, err)
 	}
-	if nodeCfg.Enrolled != enrolled {
-		return nil, refuse("Core enrolled the node with generation %d, not the previewed %d; nothing installed",
-			nodeCfg.Enrolled.DeploymentGeneration, enrolled.DeploymentGeneration)
-	}
-	if rt2, err := machineclient.FindRuntime(nodeCfg.Runtimes, enrolled.DeploymentGeneration, enrolled.SpecificationDigest); err != nil || rt2 != rt {
-		return nil, refuse("the node's configuration names another runtime than the preview")
-	}
+	auth := machineclient.Auth{NodeID: resp.NodeID, Credential: resp.Credential}
 
-	// 4. Writes, in order: state, installation ID, credential, identity.
+	// 4. Core has registered the node and the token is used: from here on
+	// nothing refuses. The enrolment is completed on this host first, so
+	// the credential Core issued is never thrown away (spec: every refusal
+	// happens before registration). Writes, in order: state, installation
+	// ID, credential, identity. The identity names the previewed
+	// generation, the one Core registered (it refuses another with
+	// enrolment_changed).
 	st, err := state.Open(cfg.StateDir)
 	if err != nil {
 		return nil, err
@@ -161,6 +180,23 @@ func Run(ctx context.Context, e *config.Enrolment, out io.Writer) (*Result, erro
 		return nil, err
 	}
 	fmt.Fprintf(out, "enrolled: node %s in pool %s; installing generation %d\n", id.NodeID, id.Pool, id.DeploymentGeneration)
+
+	// The node's authenticated configuration, read back with the new
+	// credential, must name the same enrolled generation and runtime
+	// before anything is installed. A failure here leaves an enrolled node
+	// whose runtime is not prepared: the service reads its configuration
+	// and prepares it when it runs.
+	nodeCfg, err := core.Config(ctx, auth, 0)
+	if err != nil {
+		return &Result{Identity: id}, fmt.Errorf("%w: reading the new node's configuration back: %v", ErrPreparation, err)
+	}
+	if nodeCfg.Enrolled != enrolled {
+		return &Result{Identity: id}, fmt.Errorf("%w: Core's configuration names enrolled generation %d, not the previewed and registered %d; nothing was installed",
+			ErrPreparation, nodeCfg.Enrolled.DeploymentGeneration, enrolled.DeploymentGeneration)
+	}
+	if rt2, err := machineclient.FindRuntime(nodeCfg.Runtimes, enrolled.DeploymentGeneration, enrolled.SpecificationDigest); err != nil || rt2 != rt {
+		return &Result{Identity: id}, fmt.Errorf("%w: the node's configuration names another runtime than the preview; nothing was installed", ErrPreparation)
+	}
 
 	// 5. The enrolled generation, exactly.
 	gens, err := genstate.Open(cfg.StateDir)

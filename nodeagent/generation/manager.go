@@ -831,8 +831,20 @@ func (m *Manager) reclaimLocked(dr drop) (job *Job, ls *lease.Lease, retry bool)
 // preparation or repair, probes the generation at once.
 func (m *Manager) run(ctx context.Context, job Job, ls *lease.Lease) {
 	m.log.Info("preparer job", "kind", job.Kind, "generation", job.Binding.Generation)
+	// The attempt ends at AttemptDeadline on the manager's clock (the
+	// preparer is killed then); the context's own deadline is the same
+	// instant on the system clock, passed on to the preparer process.
 	jctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), AttemptDeadline)
+	expired, finished := m.clock.After(AttemptDeadline), make(chan struct{})
+	go func() {
+		select {
+		case <-expired:
+			cancel()
+		case <-finished:
+		}
+	}()
 	out := m.cfg.Preparer.Run(jctx, job, ls)
+	close(finished)
 	cancel()
 	if ls != nil {
 		ls.Close() // the preparer has exited: it no longer holds it

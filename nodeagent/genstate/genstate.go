@@ -143,6 +143,21 @@ type Config struct {
 	Seccomp string `json:"seccomp,omitempty"`
 	// Files are the generation's version files with their checksums.
 	Files []File `json:"files"`
+	// Lease is the lease the configuration was published under: a second
+	// witness, beside the lease's identity record, of which file the
+	// lease is, so that a lease recreated with a matching record is
+	// refused after a restart too (Inspect). Absent in configurations
+	// published before it was recorded.
+	Lease *LeaseFile `json:"lease,omitempty"`
+}
+
+// LeaseFile names a lease file by its device and inode numbers (stat
+// st_dev, st_ino), as its identity record does.
+type LeaseFile struct {
+	// Device is the lease's device number.
+	Device uint64 `json:"device"`
+	// Inode is the lease's inode number.
+	Inode uint64 `json:"inode"`
 }
 
 // File returns the version file called name and true, or false.
@@ -341,6 +356,12 @@ func (d *Dir) Inspect(g int64) Local {
 	l.JournalErr = absent(l.JournalErr)
 	l.Dropped, l.DroppedErr = d.ReadDropped(g)
 	l.DroppedErr = absent(l.DroppedErr)
+	// The configuration's witness: the identity record (and so the lease)
+	// must name the lease the configuration was published under.
+	if c, id := l.Config, l.Identity; c != nil && c.Lease != nil && id != nil && l.IdentityErr == nil &&
+		(c.Lease.Device != id.Device || c.Lease.Inode != id.Inode) {
+		l.IdentityErr = fmt.Errorf("%w: generation %d's lease is not the one its configuration was published under", lease.ErrReplaced, g)
+	}
 	return l
 }
 
@@ -357,6 +378,7 @@ func (d *Dir) read(g int64, r Record, v interface{ binding() *Binding }, require
 	schema := strictjson.Schema{Required: map[string][]string{
 		"":         append([]string{"schema", "installation_id", "generation", "specification_digest"}, required...),
 		"/files/-": {"name", "kind", "sha256", "size"},
+		"/lease":   {"device", "inode"},
 	}}
 	if err := strictjson.Decode(b, v, schema); err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrInvalid, filepath.Base(path), err)

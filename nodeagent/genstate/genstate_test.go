@@ -213,6 +213,41 @@ func TestGenerationsAndInspect(t *testing.T) {
 	}
 }
 
+// TestConfigurationWitnessesItsLease: a configuration records the lease
+// it was published under; a lease and identity record that agree with
+// each other but not with it (a lease recreated with a matching record)
+// are refused by Inspect, even in a process that never saw the original
+// lease (generation 5 here).
+func TestConfigurationWitnessesItsLease(t *testing.T) {
+	d := open(t)
+	id, err := lease.Create(d.Path(), binding(4).Want())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := config(4)
+	c.Lease = &LeaseFile{Device: id.Device, Inode: id.Inode}
+	if err := d.PublishConfig(c); err != nil {
+		t.Fatal(err)
+	}
+	if l := d.Inspect(4); l.IdentityErr != nil || l.ConfigErr != nil || l.Config.Lease == nil || *l.Config.Lease != *c.Lease {
+		t.Fatalf("Inspect(4) = %+v", l)
+	}
+	// Another generation's configuration, whose recorded lease is not the
+	// one its identity record names.
+	id5, err := lease.Create(d.Path(), binding(5).Want())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = config(5)
+	c.Lease = &LeaseFile{Device: id5.Device, Inode: id5.Inode + 1}
+	if err := d.PublishConfig(c); err != nil {
+		t.Fatal(err)
+	}
+	if l := d.Inspect(5); !errors.Is(l.IdentityErr, lease.ErrReplaced) {
+		t.Fatalf("Inspect(5).IdentityErr = %v, want ErrReplaced", l.IdentityErr)
+	}
+}
+
 func TestOpenRefusesAnUnsafeDirectory(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "state")
 	if _, err := Open(state); err != nil {

@@ -19,6 +19,16 @@
 // device or inode differ from the record (replaced) are all refused, before
 // and after the lock is taken. A lease is never deleted or replaced by this
 // package.
+//
+// The identity record alone cannot tell a lease removed and recreated,
+// with a record rewritten to match, from the original: the process
+// therefore remembers each lease's identity (device and inode included)
+// the first time it creates or verifies it, and refuses with ErrReplaced
+// any later lease or record of that generation that differs, however
+// consistent the two look together. The node is the long-lived process
+// that verifies every lease at start and before each helper or reclaimer
+// it starts, so a takeover while it runs is refused; across a restart the
+// persisted record is the witness.
 package lease
 
 import (
@@ -30,6 +40,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -56,7 +67,9 @@ var (
 	// generation or specification digest than the one asked for.
 	ErrMismatch = errors.New("lease: the identity record binds another installation, generation or specification")
 	// ErrReplaced: the lease's device or inode differ from the identity
-	// record, or the locked path was replaced while it was being locked.
+	// record, the locked path was replaced while it was being locked, or
+	// the lease and its record differ from the ones this process verified
+	// before (a lease removed and recreated with a matching record).
 	ErrReplaced = errors.New("lease: the lease file was replaced; takeover refused")
 	// ErrUnsafe: a symlink, a file with several hard links, a file or
 	// directory owned by another user, or a mode that lets group or others
@@ -135,6 +148,29 @@ var identitySchema = strictjson.Schema{Required: map[string][]string{
 // maxIdentity bounds the identity record, in bytes.
 const maxIdentity = 4 << 10
 
+// remembered holds, per identity record path, the identity this process
+// first created or verified there (see the package comment).
+var remembered = struct {
+	sync.Mutex
+	ids map[string]Identity
+}{ids: map[string]Identity{}}
+
+// remember records id as the lease of its generation in dir, or returns
+// ErrReplaced when this process already knows a different one there.
+func remember(dir string, id Identity) error {
+	key := filepath.Clean(IdentityPath(dir, id.Generation))
+	remembered.Lock()
+	defer remembered.Unlock()
+	if known, ok := remembered.ids[key]; ok {
+		if known != id {
+			return fmt.Errorf("%w: generation %d's lease or identity record differs from the one this process verified before", ErrReplaced, id.Generation)
+		}
+		return nil
+	}
+	remembered.ids[key] = id
+	return nil
+}
+
 // Path returns the lease file of generation g in dir.
 func Path(dir string, g int64) string {
 	return filepath.Join(dir, strconv.FormatInt(g, 10)+".lease")
@@ -190,6 +226,11 @@ func Create(dir string, w Want) (Identity, error) {
 	crashpoint.Hit(CrashAfterLease)
 	id := Identity{InstallationID: w.InstallationID, Generation: w.Generation, SpecificationDigest: w.SpecificationDigest,
 		Device: uint64(st.Dev), Inode: st.Ino}
+	// A generation whose lease this process knew was removed: the new
+	// file gets no identity record (the lease is never replaced).
+	if err := remember(dir, id); err != nil {
+		return Identity{}, err
+	}
 	b, err := strictjson.Encode(id)
 	if err != nil {
 		return Identity{}, err
@@ -242,7 +283,7 @@ func Check(dir string, id Identity) error {
 	if uint64(st.Dev) != id.Device || st.Ino != id.Inode {
 		return ErrReplaced
 	}
-	return nil
+	return remember(dir, id)
 }
 
 // Lease is an open, locked lease. Close releases this copy of the
@@ -386,7 +427,7 @@ func (l *Lease) verify(dir, path string) error {
 	if id != l.identity {
 		return ErrReplaced
 	}
-	return nil
+	return remember(dir, id)
 }
 
 // private checks a stat result: a regular file with one link, owned by

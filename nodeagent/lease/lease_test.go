@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandgate/sandgate/internal/strictjson"
 )
 
 const (
@@ -326,6 +328,72 @@ func TestAcquireRefusals(t *testing.T) {
 				t.Fatalf("a refused Acquire changed the directory:\n%s\n→\n%s", before, after)
 			}
 		})
+	}
+}
+
+// TestLeaseRecreatedWithAMatchingRecordIsRefused: a lease removed from
+// its path and recreated, with an identity record rewritten to match the
+// new file, looks consistent on disk; the process that verified the
+// original refuses it (Acquire in both modes, Check) and Create does not
+// give the generation a second lease.
+func TestLeaseRecreatedWithAMatchingRecordIsRefused(t *testing.T) {
+	dir := privateDir(t)
+	orig := mustCreate(t, dir, 9)
+	l, err := Acquire(dir, want(9), Shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+
+	// The original leaves the path (kept aside, so its inode number is not
+	// reused) and its record is removed.
+	if err := os.Rename(Path(dir, 9), filepath.Join(dir, "aside")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(IdentityPath(dir, 9)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Create(dir, want(9)); !errors.Is(err, ErrReplaced) {
+		t.Fatalf("Create of a generation whose lease was removed = %v, want ErrReplaced", err)
+	}
+	os.Remove(Path(dir, 9)) // what the refused Create left: a lease file without a record
+
+	// Someone recreates the lease and a record that matches it.
+	f, err := os.OpenFile(Path(dir, 9), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	var st unix.Stat_t
+	if err := unix.Stat(Path(dir, 9), &st); err != nil {
+		t.Fatal(err)
+	}
+	forged := orig
+	forged.Device, forged.Inode = uint64(st.Dev), st.Ino
+	if forged == orig {
+		t.Fatal("the new lease has the original's device and inode")
+	}
+	b, err := strictjson.Encode(forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteAtomic(IdentityPath(dir, 9), b); err != nil {
+		t.Fatal(err)
+	}
+	if id, err := ReadIdentity(dir, 9); err != nil || id != forged {
+		t.Fatalf("the rewritten record reads %+v, %v", id, err)
+	}
+
+	for _, mode := range []Mode{Shared, Exclusive} {
+		if l, err := Acquire(dir, want(9), mode); !errors.Is(err, ErrReplaced) {
+			if l != nil {
+				l.Close()
+			}
+			t.Fatalf("Acquire(%v) of the recreated lease = %v, want ErrReplaced", mode, err)
+		}
+	}
+	if err := Check(dir, forged); !errors.Is(err, ErrReplaced) {
+		t.Fatalf("Check of the recreated lease = %v, want ErrReplaced", err)
 	}
 }
 

@@ -40,6 +40,12 @@ var (
 	// API promises (a network error, another status, a malformed or
 	// oversized body, a short or long download).
 	ErrTransfer = errors.New("machineclient: transfer failed")
+	// ErrAnswered is wrapped, with ErrTransfer, by another status Core
+	// answered with its own error code (a machine.Error body): Core
+	// received the request and refused it. A network error, a malformed
+	// answer or a status without Core's error body (a proxy's) does not
+	// wrap it: whether Core acted on the request is then unknown.
+	ErrAnswered = errors.New("machineclient: Core refused the request")
 )
 
 // Auth authenticates a request: a node credential with the node's ID, or
@@ -128,7 +134,7 @@ func refusal(resp *http.Response) error {
 		return ErrEnrolmentChanged
 	}
 	if e.Error != "" {
-		return fmt.Errorf("%w: HTTP %d %s", ErrTransfer, resp.StatusCode, e.Error)
+		return fmt.Errorf("%w: %w: HTTP %d %s", ErrTransfer, ErrAnswered, resp.StatusCode, e.Error)
 	}
 	return fmt.Errorf("%w: HTTP %d", ErrTransfer, resp.StatusCode)
 }

@@ -55,6 +55,14 @@ const (
 	// ExitBusy: the lease or the installation lock is held by another
 	// helper, reclaimer or repair; nothing was done.
 	ExitBusy = 67
+	// ExitCredentialRejected: Core's machine API rejected the node's
+	// credential (HTTP 401) when the job asked for the runtime; not a
+	// transfer failure (credential_rejected).
+	ExitCredentialRejected = 68
+	// ExitGenerationUnknown: Core serves no runtime of the job's
+	// generation to the node (404 generation_unknown); not a transfer
+	// failure (generation_unknown).
+	ExitGenerationUnknown = 69
 	// ExitProvider is the first of the provider fault statuses: 70 +
 	// the index of the diagnostic in providerFaults.
 	ExitProvider = 70
@@ -112,6 +120,10 @@ func outcomeOfStatus(code int) generation.Outcome {
 		return generation.Outcome{Refused: true, Diagnostic: proto.DiagProviderUnavailable}
 	case code == ExitBusy:
 		return generation.Outcome{Busy: true}
+	case code == ExitCredentialRejected:
+		return generation.Outcome{Diagnostic: proto.DiagCredentialRejected}
+	case code == ExitGenerationUnknown:
+		return generation.Outcome{Diagnostic: proto.DiagGenerationUnknown}
 	case code >= ExitProvider && code < ExitProvider+len(providerFaults):
 		return generation.Outcome{Diagnostic: providerFaults[code-ExitProvider]}
 	}

@@ -26,7 +26,10 @@ func TestExitCodesAndOutcomes(t *testing.T) {
 	}{
 		{nil, ExitOK, generation.Outcome{OK: true}},
 		{fmt.Errorf("x: %w", machineclient.ErrTransfer), ExitDownload, generation.Outcome{Diagnostic: proto.DiagRuntimeDownloadFailed}},
-		{machineclient.ErrRefused, ExitDownload, generation.Outcome{Diagnostic: proto.DiagRuntimeDownloadFailed}},
+		// A rejected credential and an unknown generation are not
+		// download failures.
+		{machineclient.ErrRefused, ExitCredentialRejected, generation.Outcome{Diagnostic: proto.DiagCredentialRejected}},
+		{fmt.Errorf("config: %w", machineclient.ErrGenerationUnknown), ExitGenerationUnknown, generation.Outcome{Diagnostic: proto.DiagGenerationUnknown}},
 		{release.ErrDigestMismatch, ExitDownload, generation.Outcome{Diagnostic: proto.DiagRuntimeDownloadFailed}},
 		{fmt.Errorf("artifact a: %w", release.ErrChecksum), ExitDownload, generation.Outcome{Diagnostic: proto.DiagRuntimeDownloadFailed}},
 		{&failure{exit: ExitConfigMissing, err: errors.New("no config")}, ExitConfigMissing, generation.Outcome{Refused: true, Diagnostic: proto.DiagProviderConfigMissing}},

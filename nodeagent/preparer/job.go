@@ -104,8 +104,15 @@ func ExitCode(err error, dk *docker.Provider) int {
 		return f.exit
 	case errors.Is(err, lease.ErrBusy):
 		return ExitBusy
-	case errors.Is(err, machineclient.ErrTransfer), errors.Is(err, machineclient.ErrRefused),
-		errors.Is(err, machineclient.ErrGenerationUnknown), errors.Is(err, release.ErrDigestMismatch),
+	case errors.Is(err, machineclient.ErrRefused):
+		// A rejected credential and an unknown generation are Core's
+		// definite answers, not failed transfers (spec: only transfer,
+		// checksum and version-provenance failures are
+		// runtime_download_failed).
+		return ExitCredentialRejected
+	case errors.Is(err, machineclient.ErrGenerationUnknown):
+		return ExitGenerationUnknown
+	case errors.Is(err, machineclient.ErrTransfer), errors.Is(err, release.ErrDigestMismatch),
 		errors.Is(err, release.ErrChecksum):
 		return ExitDownload
 	case errors.Is(err, lease.ErrIdentityMissing), errors.Is(err, lease.ErrReplaced), errors.Is(err, lease.ErrUnsafe),

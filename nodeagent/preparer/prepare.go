@@ -112,6 +112,10 @@ func (j *Job) prepare(ctx context.Context) error {
 		Provider: spec.Provider, ImageRef: spec.ImageRef, ImageID: imageID, Command: spec.Command, Env: spec.Env,
 		User: spec.User, MemoryBytes: spec.MemoryBytes, NanoCPUs: spec.NanoCPUs, NetworkMode: spec.NetworkMode,
 		Files: files}
+	if j.Lease != nil { // held exclusively since before the download
+		id := j.Lease.Identity()
+		cfg.Lease = &genstate.LeaseFile{Device: id.Device, Inode: id.Inode}
+	}
 	if sc, ok := m.Of(release.KindSeccomp); ok {
 		cfg.Seccomp = sc.Name
 	}

@@ -49,8 +49,12 @@ const (
 	// exitEnrolRefused: `nodeagent enrol` refused; nothing was written.
 	exitEnrolRefused = 4
 	// exitEnrolPrepare: enrolled (credential and identity written), but
-	// the runtime's preparation failed; the service retries it.
+	// reading the configuration back or preparing the runtime failed; the
+	// service retries it.
 	exitEnrolPrepare = 5
+	// exitEnrolUnknown: the enrolment's answer was lost; Core may have
+	// registered the node; nothing was written.
+	exitEnrolUnknown = 6
 )
 
 func main() {
@@ -341,6 +345,9 @@ func runEnrol(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	case errors.Is(err, enrol.ErrPreparation):
 		fmt.Fprintln(stderr, "nodeagent enrol:", err)
 		return exitEnrolPrepare
+	case errors.Is(err, enrol.ErrEnrolmentUnknown):
+		fmt.Fprintln(stderr, "nodeagent enrol:", err)
+		return exitEnrolUnknown
 	case err != nil:
 		fmt.Fprintln(stderr, "nodeagent enrol: failed while writing the node's files:", err)
 		return exitFailure

@@ -46,6 +46,13 @@ type Machine struct {
 	Corrupt map[string]bool
 	// Fail makes every download answer 503 while true.
 	Fail bool
+	// FailConfig is how many of the next authenticated configuration
+	// reads answer 503 (after authentication); each decrements it.
+	FailConfig int
+	// DropEnrolAnswer makes the next successful enrolment register the
+	// node (the token is used) and close the connection instead of
+	// answering; it is cleared then.
+	DropEnrolAnswer bool
 	// Requests counts the download requests per path, and Served the
 	// bytes served per path.
 	Requests map[string]int
@@ -161,6 +168,11 @@ func (m *Machine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, 401, machine.Error{Error: machine.CodeUnauthorized})
 			return
 		}
+		if m.FailConfig > 0 {
+			m.FailConfig--
+			writeJSON(w, 503, machine.Error{Error: machine.CodeUnavailable})
+			return
+		}
 		var only int64
 		if s := r.URL.Query().Get("generation"); s != "" {
 			only, _ = strconv.ParseInt(s, 10, 64)
@@ -201,6 +213,13 @@ func (m *Machine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		delete(m.Tokens, req.EnrolmentToken)
 		m.Enrolments++
+		if m.DropEnrolAnswer {
+			m.DropEnrolAnswer = false
+			if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+				conn.Close()
+			}
+			return
+		}
 		writeJSON(w, 201, machine.EnrolResponse{NodeID: m.NodeID, Credential: m.Credential, Pool: m.Pool})
 	case strings.HasPrefix(r.URL.Path, machine.ReleasesPrefix) && r.Method == http.MethodGet:
 		okCred := tok == m.Credential && r.Header.Get(machine.NodeIDHeader) == m.NodeID
