@@ -308,7 +308,10 @@ type NodePlacementsSpec struct {
 }
 
 // MaxPlacements bounds the placements of one node (one object must stay
-// well under etcd's request size limit).
+// well under etcd's request size limit). The MaxItems marker on
+// NodePlacementsSpec.Placements repeats the number, since a marker cannot
+// name a Go constant; package deploy's TestCRDBoundsMatchGo holds the two
+// equal.
 const MaxPlacements = 2048
 
 // PlacedAllocation is one allocation placed on one generation.
