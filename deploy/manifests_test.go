@@ -348,8 +348,10 @@ func TestCRDBoundsMatchGo(t *testing.T) {
 		switch {
 		case s == nil:
 			t.Errorf("%s: no %s in the schema", want.crd, strings.Join(want.path, "."))
-		case s.MaxItems == nil || *s.MaxItems != int64(want.max):
-			t.Errorf("%s: %s maxItems %v, want %d (the Go constant)", want.crd, strings.Join(want.path, "."), s.MaxItems, want.max)
+		case s.MaxItems == nil:
+			t.Errorf("%s: %s has no maxItems, want %d (the Go constant)", want.crd, strings.Join(want.path, "."), want.max)
+		case *s.MaxItems != int64(want.max):
+			t.Errorf("%s: %s maxItems %d, want %d (the Go constant)", want.crd, strings.Join(want.path, "."), *s.MaxItems, want.max)
 		}
 	}
 }
