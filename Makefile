@@ -8,6 +8,8 @@
 #   make nodeload  the node-connect load test (docs/node-connect.md)
 #   make fuzz   every Go fuzz target for FUZZTIME each (default 30s)
 #   make images the container images of the three programs (docs/deploy.md)
+#   make generate  regenerate the DeepCopy functions and CRD manifests of the API
+#               types with controller-gen (docs/deploy.md "Generated files")
 
 GO       ?= go
 NPM      ?= npm
@@ -44,7 +46,7 @@ kube_env = kube_assets="$$($(PHASE) $(1) "building kube-apiserver and etcd for e
 	"first time 8-10 min on 2 idle cores, 35 on a loaded machine; then cached" -- bash hack/kube/build.sh)"; \
 	export KUBEBUILDER_ASSETS="$$kube_assets"
 
-.PHONY: all build images demo test test-unit test-integration js-deps bench nodeload fuzz vet rules clean FORCE
+.PHONY: all build images demo test test-unit test-integration js-deps bench nodeload fuzz vet rules generate generate-check clean FORCE
 
 all: build
 
@@ -100,7 +102,18 @@ demo:
 rules:
 	bash hack/monitoring/promtool.sh
 
-vet:
+# The generated Kubernetes files: zz_generated.deepcopy.go of corectl/apis/v1alpha1 and
+# node/apis/v1alpha1, and the CRD manifests in deploy/compute/crds/ and deploy/portal/crds/,
+# made by controller-gen (pinned in hack/controllergen/go.mod) from the types' +kubebuilder
+# markers. generate-check (run by vet, so by make test and CI) regenerates them into the
+# tree and fails, showing the difference, when that changed anything: the files were stale.
+generate:
+	GO=$(GO) bash hack/controllergen/generate.sh
+
+generate-check:
+	GO=$(GO) bash hack/controllergen/generate.sh --check
+
+vet: generate-check
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt needed'; exit 1; }
 
@@ -112,7 +125,7 @@ test-integration: build js-deps
 
 test:
 	@$(PHASE) 1/9 "downloading Go modules (go mod download)" "first time about 1 min; then nothing" -- $(GO) mod download
-	@$(PHASE) 2/9 "checking gofmt and running go vet ./..." "first time it compiles every dependency: 5-10 min on idle cores, up to an hour on a loaded machine; then 1-2 min" -- $(SUBMAKE) vet
+	@$(PHASE) 2/9 "checking the generated files (make generate-check), gofmt, and running go vet ./..." "first time it builds controller-gen (about 2 min) and compiles every dependency: 5-10 min on idle cores, up to an hour on a loaded machine; then 1-2 min" -- $(SUBMAKE) vet
 	@$(PHASE) 3/9 "building bin/caddy with xcaddy (hack/buildgateway)" "first time 3-5 min on idle cores, 15 loaded; then nothing, or about 40 s after a change or a new commit" -- $(SUBMAKE) bin/caddy
 	@$(PHASE) 4/9 "building bin/corectl and bin/nodeagent" "first time 1-2 min; then nothing, or under a minute" -- $(SUBMAKE) bin/corectl bin/nodeagent
 	@$(PHASE) 5/9 "installing the E2B JS SDKs (npm ci in integration/js)" "first time 5-30 s; then nothing" -- $(SUBMAKE) js-deps

@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/corectl/cidr"
 	"github.com/sandgate/sandgate/corectl/cluster"
+	nodev1 "github.com/sandgate/sandgate/node/apis/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -300,6 +302,63 @@ func TestManifestsDecode(t *testing.T) {
 	if !slices.Equal(names, []string{"enrollednodes.nodes.sandgate.io", "nodeenrolmenttokens.nodes.sandgate.io",
 		"nodeplacements.nodes.sandgate.io", "nodepools.nodes.sandgate.io"}) {
 		t.Fatalf("NodeCRDs = %v", names)
+	}
+}
+
+// TestCRDBoundsMatchGo: the generated CRDs' array bounds equal the Go
+// constants the programs enforce. controller-gen takes a bound from a
+// +kubebuilder marker, which cannot name a Go constant, so the number is
+// written twice: in the marker and in the constant (cidr.MaxEntries for
+// every CIDR list, v1alpha1.MaxPlacements for a node's placements).
+func TestCRDBoundsMatchGo(t *testing.T) {
+	crds, err := CRDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeCRDs, err := NodeCRDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]*apiextensionsv1.CustomResourceDefinition{}
+	for _, c := range append(crds, nodeCRDs...) {
+		byName[c.Name] = c
+	}
+	for _, want := range []struct {
+		crd  string
+		path []string
+		max  int
+	}{
+		{"sandboxingressallowlists.network.sandgate.io", []string{"spec", "desired"}, cidr.MaxEntries},
+		{"sandboxingressallowlists.network.sandgate.io", []string{"status", "applied"}, cidr.MaxEntries},
+		{"sandboxingressallowlists.network.sandgate.io", []string{"status", "lastVerified"}, cidr.MaxEntries},
+		{"sandboxtemplatenetworks.network.sandgate.io", []string{"spec", "ingress"}, cidr.MaxEntries},
+		{"sandboxtemplatenetworks.network.sandgate.io", []string{"spec", "egress"}, cidr.MaxEntries},
+		{"nodeplacements.nodes.sandgate.io", []string{"spec", "placements"}, nodev1.MaxPlacements},
+	} {
+		c := byName[want.crd]
+		if c == nil {
+			t.Fatalf("no CRD %s", want.crd)
+		}
+		s := c.Spec.Versions[0].Schema.OpenAPIV3Schema
+		for _, p := range want.path {
+			if s == nil {
+				break
+			}
+			next, ok := s.Properties[p]
+			if !ok {
+				s = nil
+				break
+			}
+			s = &next
+		}
+		switch {
+		case s == nil:
+			t.Errorf("%s: no %s in the schema", want.crd, strings.Join(want.path, "."))
+		case s.MaxItems == nil:
+			t.Errorf("%s: %s has no maxItems, want %d (the Go constant)", want.crd, strings.Join(want.path, "."), want.max)
+		case *s.MaxItems != int64(want.max):
+			t.Errorf("%s: %s maxItems %d, want %d (the Go constant)", want.crd, strings.Join(want.path, "."), *s.MaxItems, want.max)
+		}
 	}
 }
 

@@ -157,27 +157,3 @@ func TestNodePlacementsRules(t *testing.T) {
 	invalid(t, "bad reference", kube.Update(ctx, c), "allocationID")
 	invalid(t, "bad name", kube.Create(ctx, &NodePlacements{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: ns}}), "node ID")
 }
-
-func TestDeepCopyIsDeep(t *testing.T) {
-	now := metav1.Now()
-	p := &NodePool{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"a": "b"}}, Spec: NodePoolSpec{Generations: map[string]GenerationBinding{"1": {SpecificationDigest: d7}}},
-		Status: NodePoolStatus{Configured: &ConfiguredDeployment{Target: 1}}}
-	pc := p.DeepCopyObject().(*NodePool)
-	pc.Labels["a"], pc.Spec.Generations["1"], pc.Status.Configured.Target = "z", GenerationBinding{}, 2
-	tok := &NodeEnrolmentToken{Status: NodeEnrolmentTokenStatus{UsedAt: &now}}
-	tc := tok.DeepCopyObject().(*NodeEnrolmentToken)
-	tc.Status.UsedAt.Time = time.Time{}
-	pl := &NodePlacements{Spec: NodePlacementsSpec{Placements: []PlacedAllocation{{Generation: 1}}}}
-	plc := pl.DeepCopyObject().(*NodePlacements)
-	plc.Spec.Placements[0].Generation = 2
-	if p.Labels["a"] != "b" || p.Spec.Generations["1"].SpecificationDigest != d7 || p.Status.Configured.Target != 1 ||
-		tok.Status.UsedAt.IsZero() || pl.Spec.Placements[0].Generation != 1 {
-		t.Fatal("DeepCopy shares memory")
-	}
-	for _, l := range []runtime.Object{&NodePoolList{Items: []NodePool{*p}}, &NodeEnrolmentTokenList{Items: []NodeEnrolmentToken{*tok}},
-		&EnrolledNodeList{Items: []EnrolledNode{{}}}, &NodePlacementsList{Items: []NodePlacements{*pl}}, &EnrolledNode{}} {
-		if l.DeepCopyObject() == l {
-			t.Fatalf("%T: DeepCopyObject returned the receiver", l)
-		}
-	}
-}
