@@ -69,7 +69,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -435,7 +434,11 @@ type creation struct {
 	alloc      string
 	ingressSet []string
 
-	wroteIngress, wrotePolicy, wroteCR, wroteDesired bool
+	// wroteIngress and wrotePolicy: this create wrote the carrier, the
+	// policy. The desired state needs no flag of its own: it is written
+	// after the BatchSandbox, and the compensation removes it whenever
+	// the BatchSandbox was written (wroteCR).
+	wroteIngress, wrotePolicy, wroteCR bool
 
 	// ingress and policy are the objects as read back at their creation
 	// (policy: after the owner back-fill, once that ran); the back-fill
@@ -445,80 +448,27 @@ type creation struct {
 	policy  *networkingv1.NetworkPolicy
 }
 
-func (c *creation) ingressKey() client.ObjectKey {
-	return client.ObjectKey{Namespace: c.o.Cluster.Ingress.Namespace, Name: ingressallow.IngressName(c.id)}
-}
-
-func (c *creation) policyKey() client.ObjectKey {
-	return client.ObjectKey{Namespace: c.ns, Name: egress.PolicyName(c.alloc)}
-}
-
+// createIngress creates the managed Ingress through the ingress engine,
+// which reads it back and checks it.
 func (c *creation) createIngress(ctx context.Context, prov *sandbox.Sandbox) error {
-	var probe []string
-	if c.o.Probe != nil {
-		p, err := c.o.Probe.Sources(ctx)
-		if err != nil {
-			return fmt.Errorf("%s: %w", ingressallow.CodeProbeSourceUnknown, err)
-		}
-		probe = p
-	}
-	want := ingressallow.CarrierWithProbe(c.o.Cluster, prov, c.ingressSet, probe)
-	if err := c.o.Client.Create(ctx, want); err != nil {
-		return fmt.Errorf("create Ingress %s: %w", c.ingressKey(), err)
-	}
-	c.wroteIngress = true
-	rb, err := c.readBackIngress(ctx, prov, "read back")
+	ing, written, err := c.o.Ingress.CreateCarrier(ctx, prov, c.ingressSet)
+	c.wroteIngress = c.wroteIngress || written
 	if err != nil {
 		return err
 	}
-	c.ingress = rb
+	c.ingress = ing
 	return nil
 }
 
-// readBackIngress reads the managed Ingress back after a write and checks
-// it as sb's carrier of c.ingressSet (ingressallow.CheckCarrier); after
-// names the moment in the error ("read back", "after the owner back-fill").
-func (c *creation) readBackIngress(ctx context.Context, sb *sandbox.Sandbox, after string) (*networkingv1.Ingress, error) {
-	rb := &networkingv1.Ingress{}
-	if err := c.o.Client.Get(ctx, c.ingressKey(), rb); err != nil {
-		return nil, fmt.Errorf("read back Ingress %s: %w", c.ingressKey(), err)
-	}
-	if code, reason := ingressallow.CheckCarrier(c.o.Cluster, sb, rb, c.ingressSet); code != "" {
-		return nil, fmt.Errorf("Ingress %s %s: %s: %s", c.ingressKey(), after, code, reason)
-	}
-	return rb, nil
-}
-
+// createPolicy creates the verified egress policy through the egress
+// engine, which reads it back and checks it.
 func (c *creation) createPolicy(ctx context.Context, prov *sandbox.Sandbox, set []string) error {
-	spec := egress.Compile(c.o.Cluster, prov.AllocationLabel, c.alloc, set)
-	lbl := prov.IdentityLabels(c.o.Cluster.ID)
-	lbl[v1alpha1.LabelAllocationID] = c.alloc
-	lkg := egress.Canonical(&spec)
-	np := &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: egress.PolicyName(c.alloc), Namespace: c.ns, Labels: lbl,
-			Annotations: map[string]string{
-				egress.AnnotationLastVerifiedSpec:      lkg,
-				egress.AnnotationVerificationState:     v1alpha1.StateVerified,
-				egress.AnnotationVerificationErrorCode: "",
-				v1alpha1.AnnotationOwner:               prov.OwnerAnnotation(),
-			},
-		},
-		Spec: spec,
+	np, written, err := c.o.Egress.CreateVerified(ctx, prov, set)
+	c.wrotePolicy = c.wrotePolicy || written
+	if err != nil {
+		return err
 	}
-	prov.MarkOwner(np)
-	if err := c.o.Client.Create(ctx, np); err != nil {
-		return fmt.Errorf("create NetworkPolicy %s: %w", c.policyKey(), err)
-	}
-	c.wrotePolicy = true
-	rb := &networkingv1.NetworkPolicy{}
-	if err := c.o.Client.Get(ctx, c.policyKey(), rb); err != nil {
-		return fmt.Errorf("read back NetworkPolicy %s: %w", c.policyKey(), err)
-	}
-	if egress.Canonical(&rb.Spec) != lkg || rb.Annotations[egress.AnnotationLastVerifiedSpec] != lkg {
-		return fmt.Errorf("NetworkPolicy %s read back differs from what was written", c.policyKey())
-	}
-	c.policy = rb
+	c.policy = np
 	return nil
 }
 
@@ -574,26 +524,35 @@ func (c *creation) createBatchSandbox(ctx context.Context, req CreateRequest) (*
 // AnnotationTemplateID records the E2B template ID on the BatchSandbox.
 const AnnotationTemplateID = "network.sandgate.io/template-id"
 
-// backfillOwners writes the BatchSandbox's owner reference and owner
-// annotation into the managed Ingress and the NetworkPolicy, each read
-// back and checked, and checks the egress policy's readiness. The two
-// objects are independent, so their back-fills run concurrently; both run
-// to the end, and the first error is returned. (Interleaved A/B runs of
-// BenchmarkCreate: the owners step 22–25 ms this way, 29–31 ms with the
-// egress check after the back-fills, 32 ms with all three in turn.)
+// backfillOwners makes the BatchSandbox the owner of the managed Ingress
+// and the NetworkPolicy (each engine's AdoptOwner: written over the object
+// as read back at its creation, read back and checked) and checks the
+// egress policy's readiness. The two objects are independent, so their
+// back-fills run concurrently; both run to the end, and the first error
+// is returned. (Interleaved A/B runs of BenchmarkCreate: the owners step
+// 22–25 ms this way, 29–31 ms with the egress check after the back-fills,
+// 32 ms with all three in turn.)
 //
 // The egress readiness check (selector against the pods, conflicting
 // policies) reads the policy as read back at its creation: the back-fill
 // changes only owner fields, which the check does not look at, so it runs
-// beside the back-fills, and the policy read back after the back-fill
-// must still carry the checked spec and verification annotations.
+// beside the back-fills, and egress's AdoptOwner checks that the policy
+// read back after the back-fill still carries the checked spec and
+// verification annotations.
 func (c *creation) backfillOwners(ctx context.Context, sb *sandbox.Sandbox) error {
 	var g errgroup.Group
 	if len(c.ingressSet) > 0 {
-		g.Go(func() error { return c.backfillIngress(ctx, sb) })
+		g.Go(func() error { return c.o.Ingress.AdoptOwner(ctx, sb, c.ingress, c.ingressSet) })
 	}
 	checked := c.policy
-	g.Go(func() error { return c.backfillPolicy(ctx, sb) })
+	g.Go(func() error {
+		np, err := c.o.Egress.AdoptOwner(ctx, sb, checked)
+		if err != nil {
+			return err
+		}
+		c.policy = np
+		return nil
+	})
 	g.Go(func() error {
 		st, err := c.o.Egress.StatusOf(ctx, sb, checked)
 		if err != nil {
@@ -604,125 +563,16 @@ func (c *creation) backfillOwners(ctx context.Context, sb *sandbox.Sandbox) erro
 		}
 		return nil
 	})
-	if err := g.Wait(); err != nil {
-		return err
-	}
-	for _, k := range []string{egress.AnnotationLastVerifiedSpec, egress.AnnotationVerificationState, egress.AnnotationVerificationErrorCode} {
-		if c.policy.Annotations[k] != checked.Annotations[k] {
-			return fmt.Errorf("NetworkPolicy %s changed its %s during the owner back-fill", c.policyKey(), k)
-		}
-	}
-	if egress.Canonical(&c.policy.Spec) != egress.Canonical(&checked.Spec) {
-		return fmt.Errorf("NetworkPolicy %s changed its spec during the owner back-fill", c.policyKey())
-	}
-	return nil
+	return g.Wait()
 }
 
-// backfillIngress writes over the Ingress as read back at its creation:
-// a write by anyone since then makes this update fail on its
-// resourceVersion.
-func (c *creation) backfillIngress(ctx context.Context, sb *sandbox.Sandbox) error {
-	ing := c.ingress.DeepCopy()
-	want := ingressallow.Carrier(c.o.Cluster, sb, c.ingressSet)
-	ing.Annotations[v1alpha1.AnnotationOwner] = sb.OwnerAnnotation()
-	if len(want.OwnerReferences) > 0 && !sb.HasOwnerReference(ing.OwnerReferences) {
-		ing.OwnerReferences = append(ing.OwnerReferences, want.OwnerReferences...)
-	}
-	if err := c.o.Client.Update(ctx, ing); err != nil {
-		return fmt.Errorf("back-fill the owner of Ingress %s: %w", c.ingressKey(), err)
-	}
-	_, err := c.readBackIngress(ctx, sb, "after the owner back-fill")
-	return err
-}
-
-func (c *creation) backfillPolicy(ctx context.Context, sb *sandbox.Sandbox) error {
-	np := c.policy.DeepCopy()
-	np.Annotations[v1alpha1.AnnotationOwner] = sb.OwnerAnnotation()
-	if !sb.HasOwnerReference(np.OwnerReferences) {
-		np.OwnerReferences = append(np.OwnerReferences, sb.OwnerReference())
-	}
-	if err := c.o.Client.Update(ctx, np); err != nil {
-		return fmt.Errorf("back-fill the owner of NetworkPolicy %s: %w", c.policyKey(), err)
-	}
-	rb := &networkingv1.NetworkPolicy{}
-	if err := c.o.Client.Get(ctx, c.policyKey(), rb); err != nil {
-		return fmt.Errorf("read back NetworkPolicy %s: %w", c.policyKey(), err)
-	}
-	if !sb.HasOwnerReference(rb.OwnerReferences) || rb.Annotations[v1alpha1.AnnotationOwner] != sb.OwnerAnnotation() {
-		return fmt.Errorf("NetworkPolicy %s lost its owner reference on read-back", c.policyKey())
-	}
-	c.policy = rb
-	return nil
-}
-
+// persistDesired writes the ingress desired state and settles its first
+// cycle (the ingress engine's Settle). A PUT /network/ingress made since
+// the BatchSandbox appeared is the later writer and its rules stand;
+// either way the allowlist is this sandbox's, so a failed create removes
+// it (the compensation removes it whenever the BatchSandbox was written).
 func (c *creation) persistDesired(ctx context.Context, sb *sandbox.Sandbox, rules []v1alpha1.IngressRule) error {
-	unlock := c.o.Ingress.Lock(c.ns, c.id)
-	defer unlock()
-	// A PUT /network/ingress made since the BatchSandbox appeared is the
-	// later writer: CreateDesired keeps its allowlist and returns it, and
-	// the cycle below applies and verifies the PUT's rules instead of the
-	// create's. Either way the allowlist is this sandbox's, so a failed
-	// create removes it.
-	al, err := c.o.Ingress.CreateDesired(ctx, sb, rules)
-	if err != nil {
-		return fmt.Errorf("persist the ingress desired state: %w", err)
-	}
-	c.wroteDesired = true
-	// The lock keeps this process's reconciler (woken by the write above)
-	// out until the cycle below is done; a leader in another replica may
-	// still run the same cycle concurrently. A conflict on the allowlist's
-	// status is transient, and whichever cycle finishes decides.
-	var last string
-	// Attempts after the first wait 10 ms, doubling (with jitter), so a
-	// cycle that conflicted with another replica's can let it finish.
-	backoff := wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 8}
-	for attempt := 0; attempt < 8; attempt++ {
-		if attempt > 0 {
-			t := time.NewTimer(backoff.Step())
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return fmt.Errorf("ingress allowlist not verified: %w (last: %s)", ctx.Err(), last)
-			case <-t.C:
-			}
-		}
-		var res *ingressallow.Result
-		if attempt == 0 {
-			res, err = c.o.Ingress.ReconcileFrom(ctx, al)
-		} else {
-			res, err = c.o.Ingress.ReconcileLocked(ctx, c.ns, c.id)
-		}
-		if err != nil {
-			if !errors.Is(err, ingressallow.ErrTransient) {
-				return fmt.Errorf("apply the ingress allowlist: %w", err)
-			}
-			last = err.Error()
-			continue
-		}
-		if res.Outcome == ingressallow.OutcomeVerified {
-			// This cycle read the carrier back, checked it and the path
-			// claims, and recorded Verified for the desired version just
-			// written (its status write was conditional on the
-			// allowlist's resourceVersion): that is Ready.
-			return nil
-		}
-		st, err := c.o.Ingress.Get(ctx, c.ns, c.id)
-		if err != nil {
-			return fmt.Errorf("read the ingress state: %w", err)
-		}
-		switch st.VerificationState {
-		case v1alpha1.StateVerified:
-			if st.Ready {
-				return nil
-			}
-			last = "verified but not ready: " + st.NotReadyReason
-		case v1alpha1.StateVerifying, v1alpha1.StatePending:
-			last = st.VerificationState
-		default:
-			return fmt.Errorf("ingress allowlist not verified: %s %s", st.VerificationState, st.LastErrorCode)
-		}
-	}
-	return fmt.Errorf("ingress allowlist not verified: %s", last)
+	return c.o.Ingress.Settle(ctx, sb, rules)
 }
 
 // errLeftState: a conditional lifecycle transition found the sandbox in
@@ -822,7 +672,7 @@ func (c *creation) compensate(ctx context.Context, ce *CreateError) (ingressPend
 			return true
 		}
 	}
-	if c.wroteDesired || c.wroteCR {
+	if c.wroteCR {
 		rec(StepDeleteDesired, step(StepDeleteDesired, func() error {
 			return deleteConfirm(ctx, o.Client, &v1alpha1.SandboxIngressAllowlist{ObjectMeta: metav1.ObjectMeta{Namespace: c.ns, Name: c.id}})
 		}))
