@@ -10,7 +10,6 @@ import (
 
 	"github.com/sandgate/sandgate/corectl/createnet"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
-	"github.com/sandgate/sandgate/corectl/template"
 	"github.com/sandgate/sandgate/gateway/credential"
 )
 
@@ -27,10 +26,6 @@ const (
 
 // MaxCreateRequestSize bounds the create and connect request bodies.
 const MaxCreateRequestSize = 1 << 20
-
-// DefaultTemplateID is the template of a create request without one
-// (E2B's default template).
-const DefaultTemplateID = "base"
 
 // SandboxBody is the E2B Sandbox object the SDKs decode from create
 // (201) and connect (200) (docs/wire-facts.md §E7.1: Python requires templateID,
@@ -168,48 +163,8 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
 	}
-	if req.TemplateID == "" {
-		req.TemplateID = DefaultTemplateID
-	}
-	if err := template.ValidateID(req.TemplateID); err != nil {
-		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
-		return
-	}
-	if !ch.Lifecycle.HasTemplate(req.TemplateID) {
-		s.fail(w, r, http.StatusNotFound, CodeTemplateNotFound, fmt.Sprintf("template '%s' not found", req.TemplateID))
-		return
-	}
-	ctx, cancel := requestContext(r)
-	defer cancel()
-	var tpl template.Network
-	if s.Templates != nil {
-		v, err := s.Templates.Get(ctx, req.TemplateID)
-		switch {
-		case err == nil:
-			tpl = v.Network
-		case errors.Is(err, template.ErrNotFound):
-			// A template without network defaults: nothing to inherit.
-		default:
-			s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
-			return
-		}
-	}
-	nreq, err := createnet.Decode(req.Network)
-	if err == nil {
-		var init *createnet.Initial
-		init, err = createnet.Resolve(tpl, nreq)
-		if err == nil {
-			s.finishCreate(w, r, ch, lifecycle.CreateRequest{CredentialID: cred.ID, Namespace: cred.ProjectNamespace, TemplateID: req.TemplateID,
-				Network: init, Timeout: req.Timeout, Metadata: req.Metadata, EnvVars: req.EnvVars})
-			return
-		}
-	}
-	var ce *createnet.Error
-	if errors.As(err, &ce) {
-		s.fail(w, r, http.StatusBadRequest, ce.Code, ce.Message)
-		return
-	}
-	s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
+	s.finishCreate(w, r, ch, lifecycle.CreateRequest{CredentialID: cred.ID, Namespace: cred.ProjectNamespace, TemplateID: req.TemplateID,
+		Network: req.Network, Timeout: req.Timeout, Metadata: req.Metadata, EnvVars: req.EnvVars})
 }
 
 func (s *Server) finishCreate(w http.ResponseWriter, r *http.Request, ch *ClusterHandle, req lifecycle.CreateRequest) {
@@ -220,6 +175,21 @@ func (s *Server) finishCreate(w http.ResponseWriter, r *http.Request, ch *Cluste
 	res, err := ch.Lifecycle.Create(ctx, req)
 	if err != nil {
 		var ce *lifecycle.CreateError
+		var ne *createnet.Error
+		switch {
+		case errors.Is(err, lifecycle.ErrTemplateInvalid):
+			s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
+			return
+		case errors.Is(err, lifecycle.ErrTemplateNotFound):
+			s.fail(w, r, http.StatusNotFound, CodeTemplateNotFound, err.Error())
+			return
+		case errors.As(err, &ne):
+			s.fail(w, r, http.StatusBadRequest, ne.Code, ne.Message)
+			return
+		case errors.Is(err, lifecycle.ErrUnavailable):
+			s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
+			return
+		}
 		if !errors.As(err, &ce) {
 			s.fail(w, r, http.StatusInternalServerError, lifecycle.CodeCreateFailed, err.Error())
 			return
@@ -235,7 +205,7 @@ func (s *Server) finishCreate(w http.ResponseWriter, r *http.Request, ch *Cluste
 		writeJSON(w, status, CreateFailure{ErrorBody: ErrorBody{Code: status, Error: ce.Code, Message: ce.Error()}, Step: ce.Step, Cleanup: ce.Cleanup})
 		return
 	}
-	writeJSON(w, http.StatusCreated, SandboxBody{TemplateID: req.TemplateID, SandboxID: res.SandboxID, ClientID: clientID,
+	writeJSON(w, http.StatusCreated, SandboxBody{TemplateID: res.TemplateID, SandboxID: res.SandboxID, ClientID: clientID,
 		EnvdVersion: ch.Lifecycle.EnvdVer(), EnvdAccessToken: res.Token})
 }
 

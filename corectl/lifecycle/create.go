@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/metrics"
 	"github.com/sandgate/sandgate/corectl/sandbox"
+	"github.com/sandgate/sandgate/corectl/template"
 	"github.com/sandgate/sandgate/gateway/token"
 	"golang.org/x/sync/errgroup"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -49,10 +51,13 @@ type CreateRequest struct {
 	CredentialID string
 	// Namespace is the credential's project namespace.
 	Namespace string
-	// TemplateID is the E2B template.
+	// TemplateID is the E2B template as the request names it ("":
+	// DefaultTemplateID).
 	TemplateID string
-	// Network is the resolved initial network (package createnet).
-	Network *createnet.Initial
+	// Network is the request's network object as it came (nil, empty or
+	// JSON null: not passed); Create decodes it and resolves it against
+	// the template's network defaults (package createnet).
+	Network json.RawMessage
 	// Metadata is E2B's sandbox metadata, stored on the BatchSandbox
 	// (v1alpha1.AnnotationMetadata) and reported by GET and the lists;
 	// validated by the caller (ValidateMetadata).
@@ -70,6 +75,9 @@ type CreateRequest struct {
 
 // Created is a successful Create.
 type Created struct {
+	// TemplateID is the template it was created from (the default
+	// filled in).
+	TemplateID string
 	// SandboxID is the new sandbox.
 	SandboxID string
 	// AllocationID is its allocation identity.
@@ -86,9 +94,73 @@ func NewID(prefix string) string {
 	return prefix + hex.EncodeToString(b)
 }
 
+// DefaultTemplateID is the template of a create request without one
+// (E2B's default template name).
+const DefaultTemplateID = "base"
+
+// Errors of a create request that Create refuses before writing anything.
+var (
+	// ErrTemplateInvalid: the template ID is not a valid template name
+	// (it wraps template.ErrInvalidID, whose text says why).
+	ErrTemplateInvalid = errors.New("lifecycle: invalid template ID")
+)
+
+// requestError is a refused create request: class (ErrTemplateInvalid,
+// ErrTemplateNotFound, ErrUnavailable) with the text the client sees.
+type requestError struct {
+	class error
+	text  string
+}
+
+func (e *requestError) Error() string        { return e.text }
+func (e *requestError) Is(target error) bool { return target == e.class }
+
+// resolve fills in req's template ID and resolves its network: the
+// template ID must be valid and configured (Template), the template's
+// network defaults are read from Templates (a template without stored
+// defaults inherits nothing), and the network object is decoded and
+// resolved against them (createnet.Decode, createnet.Resolve). Errors:
+// ErrTemplateInvalid (its text template.ValidateID's), ErrTemplateNotFound
+// (its text "template '<id>' not found"), ErrUnavailable (the template
+// store could not be read; its text the store's error), *createnet.Error.
+func (o *Orchestrator) resolve(ctx context.Context, req *CreateRequest) (*createnet.Initial, error) {
+	if req.TemplateID == "" {
+		req.TemplateID = DefaultTemplateID
+	}
+	if err := template.ValidateID(req.TemplateID); err != nil {
+		return nil, &requestError{class: ErrTemplateInvalid, text: err.Error()}
+	}
+	if !o.HasTemplate(req.TemplateID) {
+		return nil, &requestError{class: ErrTemplateNotFound, text: fmt.Sprintf("template '%s' not found", req.TemplateID)}
+	}
+	var tpl template.Network
+	if o.Templates != nil {
+		v, err := o.Templates.Get(ctx, req.TemplateID)
+		switch {
+		case err == nil:
+			tpl = v.Network
+		case errors.Is(err, template.ErrNotFound):
+			// A template without network defaults: nothing to inherit.
+		default:
+			return nil, &requestError{class: ErrUnavailable, text: err.Error()}
+		}
+	}
+	nreq, err := createnet.Decode(req.Network)
+	if err != nil {
+		return nil, err
+	}
+	return createnet.Resolve(tpl, nreq)
+}
+
 // Create runs the create orchestration (see the package documentation).
-// The error is a *CreateError.
+// Before anything is written it resolves the template and the network
+// (errors: ErrTemplateInvalid, ErrTemplateNotFound, ErrUnavailable,
+// *createnet.Error, see resolve); after that the error is a *CreateError.
 func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (*Created, error) {
+	net, err := o.resolve(ctx, &req)
+	if err != nil {
+		return nil, err
+	}
 	id := req.SandboxID
 	if id == "" {
 		id = NewID("sb")
@@ -98,10 +170,6 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (*Created,
 	}
 	alloc := NewID("al")
 	c := &creation{o: o, id: id, ns: req.Namespace, alloc: alloc}
-	net := req.Network
-	if net == nil {
-		net = &createnet.Initial{}
-	}
 	c.ingressSet = ingressallow.CIDRs(net.Ingress)
 	prov := &sandbox.Sandbox{ID: id, Namespace: req.Namespace, AllocationLabel: o.Cluster.AllocationLabelKey(), AllocationID: alloc,
 		TemplateLabels: map[string]string{o.Cluster.AllocationLabelKey(): alloc}, Owner: req.CredentialID}
@@ -166,7 +234,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (*Created,
 		tok = ""
 		return fail(StepToken, CodeCreateFailed, err)
 	}
-	return &Created{SandboxID: id, AllocationID: alloc, Token: tok}, nil
+	return &Created{TemplateID: req.TemplateID, SandboxID: id, AllocationID: alloc, Token: tok}, nil
 }
 
 // mint signs the envd access token for credential and sandbox id, which

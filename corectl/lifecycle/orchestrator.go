@@ -58,6 +58,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/metrics"
 	"github.com/sandgate/sandgate/corectl/probesource"
 	"github.com/sandgate/sandgate/corectl/sandbox"
+	"github.com/sandgate/sandgate/corectl/template"
 	"github.com/sandgate/sandgate/gateway/token"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -206,6 +207,9 @@ type Orchestrator struct {
 	// (cluster.Config.SandboxTemplate); a create naming an ID it does not
 	// know fails before writing anything. nil knows no template.
 	Template func(templateID string) (*cluster.SandboxTemplate, bool)
+	// Templates stores the template network defaults a create inherits
+	// (they may live in another cluster); nil: no template has defaults.
+	Templates *template.Store
 	// OrphanGrace is how old a leftover must be before the orphan scan
 	// removes it (default 5 min), so creates in flight are not touched.
 	OrphanGrace time.Duration
