@@ -82,7 +82,7 @@ type prior struct {
 }
 
 // Put replaces the egress allowlist of sandbox namespace/id with set (a
-// normalised CIDR set, see DecodeRequest) following spec §3.1.1 III:
+// normalised CIDR set, see wire.DecodeEgressPut) following spec §3.1.1 III:
 //
 //  1. read the BatchSandbox (allocation identity, template labels) and the
 //     current policy (the LKG);
