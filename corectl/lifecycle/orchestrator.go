@@ -5,7 +5,11 @@
 // the runtime token, connect, the lifecycle state, deletion, and the
 // orphan scan that converges leftovers.
 //
-// Create runs these steps in order (Step*); any failure before the token
+// Before any step, Create resolves the request's template and network
+// (the template's defaults, the request's network object). Each network
+// object is written, read back and checked by the engine that owns it
+// (egress, ingressallow); this package keeps the order and the
+// compensation. Create runs these steps in order (Step*); any failure before the token
 // compensates: the BatchSandbox, once written, is marked Deleting (so
 // network PUTs are refused from then on), then the managed Ingress is
 // deleted first and confirmed gone, then the ingress desired state, the
@@ -13,20 +17,21 @@
 //
 //  1. StepCNIGate: the cluster's CNI qualification (spec §5.3);
 //  2. StepIngress: when the resolved ingress allowlist U is non-empty, the
-//     managed Ingress sandbox-ingress-<id> is created and read back until it
-//     passes ingressallow.CheckCarrier (an empty U means an unrestricted
-//     sandbox: no carrier, spec §5.2.1);
+//     managed Ingress sandbox-ingress-<id> is created, read back and
+//     checked (ingressallow's CreateCarrier; an empty U means an
+//     unrestricted sandbox: no carrier, spec §5.2.1);
 //  3. StepPolicy: the egress NetworkPolicy sandbox-egress-<allocationID> is
 //     created with the resolved egress set as its verified spec and read
-//     back;
+//     back (egress's CreateVerified);
 //  4. StepBatchSandbox: the BatchSandbox CR with the allocation label in its
 //     pod template and lifecycle Creating;
 //  5. StepOwners: owner references (and the owner annotation) back-filled
-//     on the Ingress and the policy, read back and verified; the egress GET
-//     view must be networkReady (selector and conflict checks);
+//     on the Ingress and the policy, read back and verified (each engine's
+//     AdoptOwner); the egress GET view must be networkReady (selector and
+//     conflict checks);
 //  6. StepDesired: the ingress desired state (SandboxIngressAllowlist,
 //     owned by the BatchSandbox) persisted and one reconcile cycle run
-//     synchronously; it must end Verified (the desired state needs the
+//     synchronously (ingressallow's Settle); it must end Verified (the desired state needs the
 //     BatchSandbox as owner, so it is written here rather than before the
 //     carrier; until then the carrier itself records U). It is only ever
 //     created: an allowlist a PUT /network/ingress made since the
