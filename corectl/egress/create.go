@@ -3,8 +3,10 @@ package egress
 import (
 	"context"
 	"fmt"
+	"net/netip"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/cidr"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,8 +16,8 @@ import (
 // CreateVerified creates the egress policy of a sandbox being created
 // (the create's policy step, spec §3.1.1 II): prov is the sandbox as
 // provisioned (namespace, ID, allocation label and identity, owner; no
-// UID yet, the BatchSandbox is written after the policy) and set the
-// resolved egress set (normalised CIDRs). The policy is written with set
+// UID yet, the BatchSandbox is written after the policy) and prefixes the
+// resolved egress set (normalised, as Put's). The policy is written with set
 // compiled as its spec, already Verified with that spec as its LKG (there
 // is no earlier policy to fall back to: a failed create deletes it), then
 // read back; the spec and the LKG annotation read back must both be the
@@ -23,8 +25,8 @@ import (
 // AdoptOwner writes over, and whether the create was accepted (so the
 // caller knows to remove the policy on failure). Errors: the write or the read-back failed, or
 // the read-back differs.
-func (e *Engine) CreateVerified(ctx context.Context, prov *sandbox.Sandbox, set []string) (np *networkingv1.NetworkPolicy, written bool, err error) {
-	spec := Compile(e.Cluster, prov.AllocationLabel, prov.AllocationID, set)
+func (e *Engine) CreateVerified(ctx context.Context, prov *sandbox.Sandbox, prefixes []netip.Prefix) (np *networkingv1.NetworkPolicy, written bool, err error) {
+	spec := Compile(e.Cluster, prov.AllocationLabel, prov.AllocationID, cidr.Strings(prefixes))
 	lbl := prov.IdentityLabels(e.Cluster.ID)
 	lbl[v1alpha1.LabelAllocationID] = prov.AllocationID
 	lkg := Canonical(&spec)

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/cidr"
 	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/kubetest"
 	"github.com/sandgate/sandgate/corectl/sandbox"
@@ -68,9 +70,19 @@ func (f *fixture) policy(t *testing.T) *networkingv1.NetworkPolicy {
 	return np
 }
 
+// prefixes is set normalised as Put takes it (cidr.NormalizePrefixes).
+func prefixes(t testing.TB, set ...string) []netip.Prefix {
+	t.Helper()
+	ps, err := cidr.NormalizePrefixes(set)
+	if err != nil {
+		t.Fatalf("prefixes(%v): %v", set, err)
+	}
+	return ps
+}
+
 func (f *fixture) put(t *testing.T, set ...string) *Result {
 	t.Helper()
-	res, err := f.eng.Put(ctx, f.ns, "sbx", set)
+	res, err := f.eng.Put(ctx, f.ns, "sbx", prefixes(t, set...))
 	if err != nil {
 		t.Fatalf("Put(%v): %v", set, err)
 	}
@@ -310,7 +322,7 @@ func TestPutRefusesBeforeWriting(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := f.policy(t).ResourceVersion
-	if _, err := f.eng.Put(ctx, f.ns, "sbx", []string{"10.0.0.0/8"}); !errors.Is(err, ErrIndeterminate) {
+	if _, err := f.eng.Put(ctx, f.ns, "sbx", prefixes(t, "10.0.0.0/8")); !errors.Is(err, ErrIndeterminate) {
 		t.Fatalf("foreign policy: %v", err)
 	}
 	if f.policy(t).ResourceVersion != before {
@@ -330,7 +342,7 @@ func TestPutRefusesACorruptLKG(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := f.policy(t)
-	if _, err := f.eng.Put(ctx, f.ns, "sbx", []string{"0.0.0.0/0"}); !errors.Is(err, ErrIndeterminate) {
+	if _, err := f.eng.Put(ctx, f.ns, "sbx", prefixes(t, "0.0.0.0/0")); !errors.Is(err, ErrIndeterminate) {
 		t.Fatalf("Put over a corrupt LKG: %v", err)
 	}
 	if after := f.policy(t); after.ResourceVersion != before.ResourceVersion {
@@ -557,7 +569,7 @@ func TestResumeFinishesAnInterruptedPut(t *testing.T) {
 	if st := f.get(t); st.NetworkReady || st.VerificationState != "Verifying" || st.NotReadyReason != ReasonNoLKG {
 		t.Fatalf("interrupted first PUT: %+v", st)
 	}
-	if _, err := f.eng.Put(ctx, f.ns, "sbx", []string{"1.1.1.1/32"}); !errors.Is(err, ErrIndeterminate) {
+	if _, err := f.eng.Put(ctx, f.ns, "sbx", prefixes(t, "1.1.1.1/32")); !errors.Is(err, ErrIndeterminate) {
 		t.Fatalf("PUT over an interrupted first PUT: %v, want ErrIndeterminate", err)
 	}
 	res, err := f.eng.Resume(ctx, f.ns, "sandbox-egress-a1")

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/cidr"
 	"github.com/sandgate/sandgate/corectl/createnet"
 	"github.com/sandgate/sandgate/corectl/egress"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
@@ -289,7 +290,13 @@ func (c *creation) createIngress(ctx context.Context, prov *sandbox.Sandbox) err
 // createPolicy creates the verified egress policy through the egress
 // engine, which reads it back and checks it.
 func (c *creation) createPolicy(ctx context.Context, prov *sandbox.Sandbox, set []string) error {
-	np, written, err := c.o.Egress.CreateVerified(ctx, prov, set)
+	// set is createnet's resolved (normalised) egress set; as prefixes it
+	// parses again without loss.
+	prefixes, err := cidr.NormalizePrefixes(set)
+	if err != nil {
+		return fmt.Errorf("the resolved egress set: %w", err)
+	}
+	np, written, err := c.o.Egress.CreateVerified(ctx, prov, prefixes)
 	c.wrotePolicy = c.wrotePolicy || written
 	if err != nil {
 		return err

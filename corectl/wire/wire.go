@@ -10,8 +10,8 @@
 // members) and the words of its errors are the shape's, as each route has
 // answered before; the create's network object, whose unknown members are
 // ignored, is decoded into its struct after strictjson.CheckFold. Decoders
-// return typed values: normalised CIDR sets and the API's rule types
-// (v1alpha1), which the engines take as they are.
+// return typed values: normalised prefix sets (netip.Prefix) and the API's
+// rule types (v1alpha1), which the engines take as they are.
 package wire
 
 import (
@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
 	"strconv"
 	"time"
 
@@ -128,8 +129,8 @@ func cidrError(field string, err error) error {
 }
 
 // egressSet decodes v, the value of member field, as egress rules
-// ({cidr} objects) and returns the normalised CIDR set.
-func egressSet(v json.RawMessage, field string) ([]string, error) {
+// ({cidr} objects) and returns the normalised set (cidr.NormalizePrefixes).
+func egressSet(v json.RawMessage, field string) ([]netip.Prefix, error) {
 	rs, err := rules(v, field, false)
 	if err != nil {
 		return nil, err
@@ -138,7 +139,7 @@ func egressSet(v json.RawMessage, field string) ([]string, error) {
 	for i, r := range rs {
 		list[i] = r.CIDR
 	}
-	set, err := cidr.Normalize(list)
+	set, err := cidr.NormalizePrefixes(list)
 	if err != nil {
 		return nil, cidrError(field, err)
 	}
@@ -171,12 +172,13 @@ type EgressPut struct {
 }
 
 // DecodeEgressPut decodes an EgressPut body strictly and returns its
-// normalised CIDR set (package cidr; possibly empty: deny all). Both
+// normalised set (cidr.NormalizePrefixes: masked, sorted, deduplicated;
+// possibly empty: deny all), which egress.Engine.Put takes. Both
 // members are required and neither may be null; any other member, a
 // rule member other than cidr, or a wrong type is refused. Errors wrap
 // ErrEgressBadRequest, and strictjson's class or cidr.ErrInvalid /
 // cidr.ErrTooMany (naming egress[i]) where there is one.
-func DecodeEgressPut(body []byte) ([]string, error) {
+func DecodeEgressPut(body []byte) ([]netip.Prefix, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %w", ErrEgressBadRequest, fmt.Errorf(format, args...))
 	}
@@ -310,8 +312,8 @@ func DecodeTemplateNetwork(body []byte) (TemplateNetwork, error) {
 			if err != nil {
 				return TemplateNetwork{}, bad("%w", err)
 			}
-			for _, c := range set {
-				n.Egress = append(n.Egress, v1alpha1.EgressRule{CIDR: c})
+			for _, p := range set {
+				n.Egress = append(n.Egress, v1alpha1.EgressRule{CIDR: p.String()})
 			}
 		default:
 			return TemplateNetwork{}, bad("unknown field %q (only ingress and egress)", k)

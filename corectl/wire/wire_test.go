@@ -87,7 +87,7 @@ func TestEgressPutAcceptsTheRuleModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"10.0.0.0/8", "203.0.113.10/32"}; !slices.Equal(set, want) {
+	if want := []string{"10.0.0.0/8", "203.0.113.10/32"}; !slices.Equal(cidr.Strings(set), want) {
 		t.Fatalf("set = %v, want %v", set, want)
 	}
 	set, err = wire.DecodeEgressPut([]byte(`{"egress":[],"defaultAction":"deny"}`))
