@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -179,7 +180,7 @@ func BenchmarkReconcileSandboxNetworks(b *testing.B) {
 							return
 						}
 						id := fmt.Sprintf("s%d", i)
-						res, err := eg.Put(ctx, ns, id, []string{"203.0.113.0/24"})
+						res, err := eg.Put(ctx, ns, id, []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")})
 						if err != nil || res.Outcome != egress.OutcomeVerified {
 							failed.Add(1)
 							continue

@@ -18,8 +18,6 @@
 package createnet
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -28,7 +26,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/cidr"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/template"
-	"github.com/sandgate/sandgate/internal/strictjson"
+	"github.com/sandgate/sandgate/corectl/wire"
 )
 
 // Error codes of the flat E2B error envelope (spec §3.1.1 II).
@@ -64,33 +62,8 @@ func (e *Error) Unwrap() error { return e.Err }
 // PublicTraffic is the CIDR allowPublicTraffic adds.
 const PublicTraffic = "0.0.0.0/0"
 
-// Request is the create request's network object. Fields not listed here
-// (denyOut, egressProxy, maskRequestHost, rules, anything else) are
-// ignored, as the JSON binding of the reference implementation drops them.
-type Request struct {
-	// AllowPublicTraffic, when true, adds 0.0.0.0/0 to AllowOut.
-	AllowPublicTraffic *bool `json:"allowPublicTraffic"`
-	// AllowOut is the official SDK's egress allowlist.
-	AllowOut []string `json:"allowOut"`
-	// Ingress is the extension ingress allowlist.
-	Ingress []IngressEntry `json:"ingress"`
-	// Egress is the native egress allowlist; it wins over AllowOut.
-	Egress []EgressEntry `json:"egress"`
-}
-
-// IngressEntry is one ingress entry of the request.
-type IngressEntry struct {
-	// CIDR is an IPv4 address or CIDR.
-	CIDR string `json:"cidr"`
-	// Description is free text (at most 256 bytes).
-	Description string `json:"description"`
-}
-
-// EgressEntry is one native egress entry of the request.
-type EgressEntry struct {
-	// CIDR is an IPv4 address or CIDR.
-	CIDR string `json:"cidr"`
-}
+// Request is the create request's network object (package wire).
+type Request = wire.Network
 
 // Source says where a dimension of the initial network came from.
 type Source string
@@ -115,34 +88,18 @@ type Initial struct {
 	EgressSource Source `json:"egressSource"`
 }
 
-// Decode decodes the network object of a create request. Empty input or
-// JSON null means "not passed" (nil, nil). Unknown fields are ignored;
-// a field of the wrong JSON type, a value that is not an object, malformed
-// JSON (strictjson.Check's rules: invalid UTF-8 and unpaired surrogate
-// escapes included), a duplicate key (also two keys equal under case
-// folding) or nesting deeper than strictjson.MaxDepth is an *Error with
-// CodeBadRequest; for the last three its Err is strictjson's error.
+// Decode decodes the network object of a create request with
+// wire.DecodeNetwork (empty input or JSON null: not passed, nil, nil) and
+// turns its refusal into an *Error with CodeBadRequest and the same
+// message; Err is strictjson's error where the object broke one of its
+// rules.
 func Decode(raw []byte) (*Request, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil, nil
+	r, err := wire.DecodeNetwork(raw)
+	var ne *wire.NetworkError
+	if errors.As(err, &ne) {
+		return nil, &Error{Code: CodeBadRequest, Message: ne.Message, Err: ne.Err}
 	}
-	// Duplicate keys (at any depth, also under case folding, since
-	// encoding/json matches fields case-insensitively) are refused: it
-	// keeps the last, so {"egress":[a],"egress":[]} would drop the
-	// caller's list.
-	if err := strictjson.CheckFold(raw); err != nil {
-		return nil, &Error{Code: CodeBadRequest, Message: "network: " + err.Error(), Err: err}
-	}
-	var r Request
-	if err := json.Unmarshal(raw, &r); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" { // "": the network value itself
-			return nil, &Error{Code: CodeBadRequest, Message: fmt.Sprintf("network.%s has the wrong type", te.Field)}
-		}
-		return nil, &Error{Code: CodeBadRequest, Message: "network must be a JSON object"}
-	}
-	return &r, nil
+	return r, err
 }
 
 // Resolve returns the initial network policy for a sandbox created from a

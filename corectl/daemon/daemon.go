@@ -313,6 +313,13 @@ func New(opts Options) (*Daemon, error) {
 			d.api.Templates = &template.Store{Client: direct, Namespace: opts.Config.Templates.Namespace}
 		}
 	}
+	// A create inherits its template's network defaults from the one
+	// template store, whichever cluster it lives in.
+	for _, h := range d.api.Clusters {
+		if h.Lifecycle != nil {
+			h.Lifecycle.Templates = d.api.Templates
+		}
+	}
 	d.buildProbes()
 	l, err := net.Listen("tcp", opts.Listen)
 	if err != nil {

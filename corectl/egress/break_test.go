@@ -36,7 +36,7 @@ func TestConcurrentPutConflictDoesNotUndoTheOtherWriter(t *testing.T) {
 			return c.Update(ctx, obj, opts...)
 		},
 	}), Cluster: f.eng.Cluster}
-	resB, err := b.Put(ctx, f.ns, "sbx", []string{"192.0.2.0/24"})
+	resB, err := b.Put(ctx, f.ns, "sbx", prefixes(t, "192.0.2.0/24"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestConcurrentPutCommitConflictDoesNotUndoTheOtherWriter(t *testing.T) {
 			return c.Update(ctx, obj, opts...)
 		},
 	}), Cluster: f.eng.Cluster}
-	resA, err := a.Put(ctx, f.ns, "sbx", []string{"192.0.2.0/24"})
+	resA, err := a.Put(ctx, f.ns, "sbx", prefixes(t, "192.0.2.0/24"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,13 +10,7 @@
 package egress
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
-	"fmt"
-
-	"github.com/sandgate/sandgate/corectl/cidr"
-	"github.com/sandgate/sandgate/internal/strictjson"
 )
 
 // Annotations on the platform NetworkPolicy (spec §5.3, names as written
@@ -116,8 +110,6 @@ const (
 // sandbox package's errors (ErrInvalidID, ErrNotFound, ErrDeleting,
 // ErrNoAllocation, ErrUnavailable).
 var (
-	// ErrBadRequest: the PUT body is not the rule model of spec §3.1.1 I.
-	ErrBadRequest = errors.New("egress: bad request")
 	// ErrIndeterminate: the current policy exists but its LKG annotation is
 	// missing or corrupt, or it is not corectl's; a PUT could not roll back
 	// safely, so nothing is written.
@@ -132,88 +124,6 @@ var (
 type Rule struct {
 	// CIDR is a normalised IPv4 CIDR.
 	CIDR string `json:"cidr"`
-}
-
-// Request is the PUT /sandboxes/{id}/network body (spec §3.1.1 I).
-type Request struct {
-	// DefaultAction must be "deny".
-	DefaultAction string `json:"defaultAction"`
-	// Egress is the complete allowlist (full replacement).
-	Egress []Rule `json:"egress"`
-}
-
-// MaxRequestSize bounds a PUT body, in bytes (64 KiB).
-const MaxRequestSize = 64 << 10
-
-// DecodeRequest decodes a PUT body strictly and returns the normalised CIDR
-// set. Rules: a JSON object with exactly the fields defaultAction (the
-// string "deny") and egress (an array, possibly empty, of objects with
-// exactly the field cidr); unknown fields anywhere (protocol and port
-// included), duplicate keys at any depth, null fields, trailing data, and invalid CIDRs are
-// errors wrapping ErrBadRequest (and cidr.ErrInvalid or cidr.ErrTooMany for
-// CIDRs, with the rule index).
-func DecodeRequest(body []byte) ([]string, error) {
-	if len(body) > MaxRequestSize {
-		return nil, fmt.Errorf("%w: body larger than %d bytes", ErrBadRequest, MaxRequestSize)
-	}
-	if err := strictjson.Check(body); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
-	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(body, &raw); err != nil || raw == nil {
-		return nil, fmt.Errorf("%w: body must be a JSON object", ErrBadRequest)
-	}
-	for k, v := range raw {
-		if k != "defaultAction" && k != "egress" {
-			return nil, fmt.Errorf("%w: unknown field %q (only defaultAction and egress[].cidr)", ErrBadRequest, k)
-		}
-		if string(bytes.TrimSpace(v)) == "null" {
-			return nil, fmt.Errorf("%w: field %s is null", ErrBadRequest, k)
-		}
-	}
-	for _, k := range []string{"defaultAction", "egress"} {
-		if _, ok := raw[k]; !ok {
-			return nil, fmt.Errorf("%w: missing field %s", ErrBadRequest, k)
-		}
-	}
-	var action string
-	if err := json.Unmarshal(raw["defaultAction"], &action); err != nil {
-		return nil, fmt.Errorf("%w: defaultAction must be a string", ErrBadRequest)
-	}
-	if action != "deny" {
-		return nil, fmt.Errorf("%w: defaultAction must be \"deny\"", ErrBadRequest)
-	}
-	var rules []map[string]json.RawMessage
-	if err := json.Unmarshal(raw["egress"], &rules); err != nil {
-		return nil, fmt.Errorf("%w: egress must be an array of objects", ErrBadRequest)
-	}
-	list := make([]string, len(rules))
-	for i, r := range rules {
-		if r == nil {
-			return nil, fmt.Errorf("%w: egress[%d] must be an object", ErrBadRequest, i)
-		}
-		for k := range r {
-			if k != "cidr" {
-				return nil, fmt.Errorf("%w: egress[%d]: unknown field %q (rules allow a destination CIDR only)", ErrBadRequest, i, k)
-			}
-		}
-		v, ok := r["cidr"]
-		if !ok {
-			return nil, fmt.Errorf("%w: egress[%d]: missing field cidr", ErrBadRequest, i)
-		}
-		if err := json.Unmarshal(v, &list[i]); err != nil || string(bytes.TrimSpace(v)) == "null" {
-			return nil, fmt.Errorf("%w: egress[%d].cidr must be a string", ErrBadRequest, i)
-		}
-	}
-	set, err := cidr.Normalize(list)
-	if err != nil {
-		var ee *cidr.EntryError
-		if errors.As(err, &ee) {
-			return nil, fmt.Errorf("%w: egress[%d].cidr: %w", ErrBadRequest, ee.Index, err)
-		}
-		return nil, fmt.Errorf("%w: egress: %w", ErrBadRequest, err)
-	}
-	return set, nil
 }
 
 // Rules turns a CIDR set into API rules (never nil).

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"strings"
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/cidr"
 	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	corev1 "k8s.io/api/core/v1"
@@ -81,8 +83,9 @@ type prior struct {
 	lkgV string
 }
 
-// Put replaces the egress allowlist of sandbox namespace/id with set (a
-// normalised CIDR set, see DecodeRequest) following spec §3.1.1 III:
+// Put replaces the egress allowlist of sandbox namespace/id with set
+// (normalised: masked, sorted, deduplicated IPv4 prefixes, as
+// wire.DecodeEgressPut returns them) following spec §3.1.1 III:
 //
 //  1. read the BatchSandbox (allocation identity, template labels) and the
 //     current policy (the LKG);
@@ -107,7 +110,8 @@ type prior struct {
 // not corectl's, or has no decodable LKG (the recovery reconciler or an
 // admin must settle it first); ErrUnavailable when a first read fails.
 // The PUT is allowed whether or not the sandbox has a pod.
-func (e *Engine) Put(ctx context.Context, namespace, id string, set []string) (*Result, error) {
+func (e *Engine) Put(ctx context.Context, namespace, id string, prefixes []netip.Prefix) (*Result, error) {
+	set := cidr.Strings(prefixes)
 	sb, err := sandbox.Get(ctx, e.Client, namespace, id, e.Cluster.AllocationLabelKey())
 	if err != nil {
 		return nil, err

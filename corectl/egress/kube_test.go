@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/cidr"
 	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/kubetest"
 	"github.com/sandgate/sandgate/corectl/sandbox"
@@ -19,7 +20,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 )
@@ -30,44 +30,31 @@ func TestMain(m *testing.M) { kubetest.Main(m, &env) }
 
 var ctx = context.Background()
 
-// fixture is one namespace with one BatchSandbox "sbx" whose pod template
-// has allocation-id=a1 and app=sbx.
+// fixture is kubetest's Sandbox: one namespace with one BatchSandbox
+// "sbx" whose pod template has allocation-id=a1 and app=sbx, and the
+// engine under test.
 type fixture struct {
 	ns  string
 	cr  *unstructured.Unstructured
 	eng *Engine
-	rec *recorder
+	rec *kubetest.Recorder
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	ns := env.Namespace(t)
-	u := env.BatchSandbox(t, ns, "sbx", map[string]string{"allocation-id": "a1", "app": "sbx"})
-	rec := &recorder{}
-	return &fixture{ns: ns, cr: u, rec: rec,
-		eng: &Engine{Client: env.Client, Cluster: kubetest.Cluster("c1", "ingress"), Events: rec}}
+	sb := env.Sandbox(t, map[string]string{"allocation-id": "a1", "app": "sbx"})
+	return &fixture{ns: sb.Namespace, cr: sb.CR, rec: sb.Events,
+		eng: &Engine{Client: env.Client, Cluster: sb.Cluster, Events: sb.Events}}
 }
 
-// recorder collects Events.
-type recorder struct {
-	mu     sync.Mutex
-	events []string
-}
-
-func (r *recorder) Eventf(regarding runtime.Object, _ runtime.Object, typ, reason, _, note string, args ...interface{}) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	ref := regarding.(*corev1.ObjectReference)
-	r.events = append(r.events, fmt.Sprintf("%s %s/%s %s %s", typ, ref.Kind, ref.Name, reason, fmt.Sprintf(note, args...)))
-}
-
-func (r *recorder) last() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.events) == 0 {
+// lastEvent is the last Event as "<type> <kind>/<name> <reason> <note>"
+// ("" when none).
+func (f *fixture) lastEvent() string {
+	ev, ok := f.rec.Last()
+	if !ok {
 		return ""
 	}
-	return r.events[len(r.events)-1]
+	return fmt.Sprintf("%s %s/%s %s %s", ev.Type, ev.Kind, ev.Name, ev.Reason, ev.Note)
 }
 
 func (f *fixture) policy(t *testing.T) *networkingv1.NetworkPolicy {
@@ -83,9 +70,19 @@ func (f *fixture) policy(t *testing.T) *networkingv1.NetworkPolicy {
 	return np
 }
 
+// prefixes is set normalised as Put takes it (cidr.NormalizePrefixes).
+func prefixes(t testing.TB, set ...string) []netip.Prefix {
+	t.Helper()
+	ps, err := cidr.NormalizePrefixes(set)
+	if err != nil {
+		t.Fatalf("prefixes(%v): %v", set, err)
+	}
+	return ps
+}
+
 func (f *fixture) put(t *testing.T, set ...string) *Result {
 	t.Helper()
-	res, err := f.eng.Put(ctx, f.ns, "sbx", set)
+	res, err := f.eng.Put(ctx, f.ns, "sbx", prefixes(t, set...))
 	if err != nil {
 		t.Fatalf("Put(%v): %v", set, err)
 	}
@@ -149,7 +146,7 @@ func TestPutWritesTheSpecPolicyAndGetReportsReady(t *testing.T) {
 		!slices.Equal(rulesOf(st.ConfiguredEgress), []string{"203.0.113.10/32"}) || !slices.Equal(rulesOf(st.LastVerifiedEgress), []string{"203.0.113.10/32"}) {
 		t.Fatalf("Get = %+v", st)
 	}
-	if ev := f.rec.last(); !strings.Contains(ev, "Normal BatchSandbox/sbx EgressVerified") {
+	if ev := f.lastEvent(); !strings.Contains(ev, "Normal BatchSandbox/sbx EgressVerified") {
 		t.Fatalf("event = %q", ev)
 	}
 }
@@ -241,7 +238,7 @@ func TestConflictFromAHandWrittenPolicy(t *testing.T) {
 		!slices.Equal(rulesOf(st.ConfiguredEgress), []string{"10.0.0.0/8"}) {
 		t.Fatalf("Get = %+v", st)
 	}
-	if ev := f.rec.last(); !strings.Contains(ev, "Warning BatchSandbox/sbx EgressUpdateFailed") || !strings.Contains(ev, "LKG restored") {
+	if ev := f.lastEvent(); !strings.Contains(ev, "Warning BatchSandbox/sbx EgressUpdateFailed") || !strings.Contains(ev, "LKG restored") {
 		t.Fatalf("event = %q", ev)
 	}
 
@@ -325,7 +322,7 @@ func TestPutRefusesBeforeWriting(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := f.policy(t).ResourceVersion
-	if _, err := f.eng.Put(ctx, f.ns, "sbx", []string{"10.0.0.0/8"}); !errors.Is(err, ErrIndeterminate) {
+	if _, err := f.eng.Put(ctx, f.ns, "sbx", prefixes(t, "10.0.0.0/8")); !errors.Is(err, ErrIndeterminate) {
 		t.Fatalf("foreign policy: %v", err)
 	}
 	if f.policy(t).ResourceVersion != before {
@@ -345,7 +342,7 @@ func TestPutRefusesACorruptLKG(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := f.policy(t)
-	if _, err := f.eng.Put(ctx, f.ns, "sbx", []string{"0.0.0.0/0"}); !errors.Is(err, ErrIndeterminate) {
+	if _, err := f.eng.Put(ctx, f.ns, "sbx", prefixes(t, "0.0.0.0/0")); !errors.Is(err, ErrIndeterminate) {
 		t.Fatalf("Put over a corrupt LKG: %v", err)
 	}
 	if after := f.policy(t); after.ResourceVersion != before.ResourceVersion {
@@ -572,7 +569,7 @@ func TestResumeFinishesAnInterruptedPut(t *testing.T) {
 	if st := f.get(t); st.NetworkReady || st.VerificationState != "Verifying" || st.NotReadyReason != ReasonNoLKG {
 		t.Fatalf("interrupted first PUT: %+v", st)
 	}
-	if _, err := f.eng.Put(ctx, f.ns, "sbx", []string{"1.1.1.1/32"}); !errors.Is(err, ErrIndeterminate) {
+	if _, err := f.eng.Put(ctx, f.ns, "sbx", prefixes(t, "1.1.1.1/32")); !errors.Is(err, ErrIndeterminate) {
 		t.Fatalf("PUT over an interrupted first PUT: %v, want ErrIndeterminate", err)
 	}
 	res, err := f.eng.Resume(ctx, f.ns, "sandbox-egress-a1")

@@ -13,6 +13,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	"github.com/sandgate/sandgate/corectl/template"
+	"github.com/sandgate/sandgate/corectl/wire"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -68,7 +69,7 @@ func (s *Server) putEgress(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ns := cred.ProjectNamespace
-	set, ok := decodeBody(s, w, r, egress.MaxRequestSize, egress.DecodeRequest)
+	set, ok := decodeBody(s, w, r, wire.MaxEgressPutSize, wire.DecodeEgressPut)
 	if !ok {
 		return
 	}
@@ -123,7 +124,7 @@ func (s *Server) putIngress(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ns := cred.ProjectNamespace
-	rules, ok := decodeBody(s, w, r, ingressallow.MaxRequestSize, ingressallow.DecodeRequest)
+	rules, ok := decodeBody(s, w, r, wire.MaxIngressPutSize, wire.DecodeIngressPut)
 	if !ok {
 		return
 	}
@@ -267,13 +268,13 @@ func (s *Server) putTemplate(w http.ResponseWriter, r *http.Request) {
 		s.templateError(w, r, err)
 		return
 	}
-	n, ok := decodeBody(s, w, r, template.MaxRequestSize, template.DecodeRequest)
+	n, ok := decodeBody(s, w, r, wire.MaxTemplateNetworkSize, wire.DecodeTemplateNetwork)
 	if !ok {
 		return
 	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	v, err := s.Templates.Put(ctx, id, n)
+	v, err := s.Templates.Put(ctx, id, template.Network{Ingress: n.Ingress, Egress: n.Egress})
 	if err != nil {
 		s.templateError(w, r, err)
 		return
@@ -308,7 +309,7 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 		s.templateError(w, r, err)
 		return
 	}
-	body, err := readBody(r, template.MaxRequestSize)
+	body, err := readBody(r, wire.MaxTemplateNetworkSize)
 	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return

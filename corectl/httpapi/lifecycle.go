@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,7 +9,7 @@ import (
 
 	"github.com/sandgate/sandgate/corectl/createnet"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
-	"github.com/sandgate/sandgate/corectl/template"
+	"github.com/sandgate/sandgate/corectl/wire"
 	"github.com/sandgate/sandgate/gateway/credential"
 )
 
@@ -27,10 +26,6 @@ const (
 
 // MaxCreateRequestSize bounds the create and connect request bodies.
 const MaxCreateRequestSize = 1 << 20
-
-// DefaultTemplateID is the template of a create request without one
-// (E2B's default template).
-const DefaultTemplateID = "base"
 
 // SandboxBody is the E2B Sandbox object the SDKs decode from create
 // (201) and connect (200) (docs/wire-facts.md §E7.1: Python requires templateID,
@@ -66,77 +61,24 @@ type CreateFailure struct {
 	Cleanup []string `json:"cleanup"`
 }
 
-// createRequest is the part of E2B's NewSandbox body corectl reads; the
-// rest (secure, autoPause, allow_internet_access, mcp, ...) is ignored.
-type createRequest struct {
-	TemplateID string          `json:"templateID"`
-	Network    json.RawMessage `json:"network"`
-	// Timeout is the time to live (0: not given).
-	Timeout time.Duration
-	// Metadata and EnvVars are E2B's metadata and envVars (nil: not
-	// given).
-	Metadata, EnvVars map[string]string
-}
-
-// decodeCreate reads templateID, network, timeout (seconds, greater than
-// 0), metadata and envVars (objects of strings, within lifecycle's limits)
-// from a create body (empty: none of them). A key given twice is refused (encoding/json would keep the
-// last and drop, say, the caller's network object); the two members are
-// matched exactly, so a case variant such as "Network" is an ignored
-// unknown field rather than a second value for the same member.
-func decodeCreate(body []byte) (createRequest, error) {
-	var req createRequest
-	bad := errors.New("the body is not a JSON object of the right shape")
-	// An empty body is an empty create; null and other non-objects are
-	// refused (E2B's API validates the body as an object too).
-	top, err := decodeObject(body)
-	if errors.Is(err, errNotObject) {
-		return req, bad
-	}
+// decodeCreate decodes a create body (wire.DecodeNewSandbox) and checks
+// its values: a timeout given must be greater than 0, metadata and
+// envVars within lifecycle's limits.
+func decodeCreate(body []byte) (wire.NewSandbox, error) {
+	req, err := wire.DecodeNewSandbox(body)
 	if err != nil {
 		return req, err
 	}
-	if v, ok := top["templateID"]; ok {
-		if err := json.Unmarshal(v, &req.TemplateID); err != nil {
-			return req, bad
-		}
-	}
-	req.Network = top["network"]
-	d, ok, err := seconds(top, "timeout")
-	if err != nil {
-		return req, err
-	}
-	if ok && d == 0 {
+	if req.TimeoutGiven && req.Timeout == 0 {
 		return req, fmt.Errorf("%w: Timeout must be greater than 0", lifecycle.ErrTimeoutInvalid)
 	}
-	req.Timeout = d
-	if req.Metadata, err = stringMap(top, "metadata"); err != nil {
-		return req, err
-	}
 	if err := lifecycle.ValidateMetadata(req.Metadata); err != nil {
-		return req, err
-	}
-	if req.EnvVars, err = stringMap(top, "envVars"); err != nil {
 		return req, err
 	}
 	if err := lifecycle.ValidateEnvVars(req.EnvVars); err != nil {
 		return req, err
 	}
 	return req, nil
-}
-
-// stringMap reads member name of obj as a JSON object of strings (E2B's
-// SandboxMetadata and EnvVars); absent or null is nil.
-func stringMap(obj map[string]json.RawMessage, name string) (map[string]string, error) {
-	raw, ok := obj[name]
-	if !ok || string(raw) == "null" {
-		return nil, nil
-	}
-	var m map[string]string
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, fmt.Errorf("%s must be an object of strings", name)
-	}
-	return m, nil
 }
 
 // lifecycleScope is scopeCredential for the lifecycle routes without a
@@ -168,48 +110,8 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
 	}
-	if req.TemplateID == "" {
-		req.TemplateID = DefaultTemplateID
-	}
-	if err := template.ValidateID(req.TemplateID); err != nil {
-		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
-		return
-	}
-	if !ch.Lifecycle.HasTemplate(req.TemplateID) {
-		s.fail(w, r, http.StatusNotFound, CodeTemplateNotFound, fmt.Sprintf("template '%s' not found", req.TemplateID))
-		return
-	}
-	ctx, cancel := requestContext(r)
-	defer cancel()
-	var tpl template.Network
-	if s.Templates != nil {
-		v, err := s.Templates.Get(ctx, req.TemplateID)
-		switch {
-		case err == nil:
-			tpl = v.Network
-		case errors.Is(err, template.ErrNotFound):
-			// A template without network defaults: nothing to inherit.
-		default:
-			s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
-			return
-		}
-	}
-	nreq, err := createnet.Decode(req.Network)
-	if err == nil {
-		var init *createnet.Initial
-		init, err = createnet.Resolve(tpl, nreq)
-		if err == nil {
-			s.finishCreate(w, r, ch, lifecycle.CreateRequest{CredentialID: cred.ID, Namespace: cred.ProjectNamespace, TemplateID: req.TemplateID,
-				Network: init, Timeout: req.Timeout, Metadata: req.Metadata, EnvVars: req.EnvVars})
-			return
-		}
-	}
-	var ce *createnet.Error
-	if errors.As(err, &ce) {
-		s.fail(w, r, http.StatusBadRequest, ce.Code, ce.Message)
-		return
-	}
-	s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
+	s.finishCreate(w, r, ch, lifecycle.CreateRequest{CredentialID: cred.ID, Namespace: cred.ProjectNamespace, TemplateID: req.TemplateID,
+		Network: req.Network, Timeout: req.Timeout, Metadata: req.Metadata, EnvVars: req.EnvVars})
 }
 
 func (s *Server) finishCreate(w http.ResponseWriter, r *http.Request, ch *ClusterHandle, req lifecycle.CreateRequest) {
@@ -220,6 +122,21 @@ func (s *Server) finishCreate(w http.ResponseWriter, r *http.Request, ch *Cluste
 	res, err := ch.Lifecycle.Create(ctx, req)
 	if err != nil {
 		var ce *lifecycle.CreateError
+		var ne *createnet.Error
+		switch {
+		case errors.Is(err, lifecycle.ErrTemplateInvalid):
+			s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
+			return
+		case errors.Is(err, lifecycle.ErrTemplateNotFound):
+			s.fail(w, r, http.StatusNotFound, CodeTemplateNotFound, err.Error())
+			return
+		case errors.As(err, &ne):
+			s.fail(w, r, http.StatusBadRequest, ne.Code, ne.Message)
+			return
+		case errors.Is(err, lifecycle.ErrUnavailable):
+			s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
+			return
+		}
 		if !errors.As(err, &ce) {
 			s.fail(w, r, http.StatusInternalServerError, lifecycle.CodeCreateFailed, err.Error())
 			return
@@ -235,7 +152,7 @@ func (s *Server) finishCreate(w http.ResponseWriter, r *http.Request, ch *Cluste
 		writeJSON(w, status, CreateFailure{ErrorBody: ErrorBody{Code: status, Error: ce.Code, Message: ce.Error()}, Step: ce.Step, Cleanup: ce.Cleanup})
 		return
 	}
-	writeJSON(w, http.StatusCreated, SandboxBody{TemplateID: req.TemplateID, SandboxID: res.SandboxID, ClientID: clientID,
+	writeJSON(w, http.StatusCreated, SandboxBody{TemplateID: res.TemplateID, SandboxID: res.SandboxID, ClientID: clientID,
 		EnvdVersion: ch.Lifecycle.EnvdVer(), EnvdAccessToken: res.Token})
 }
 
@@ -267,13 +184,9 @@ func (s *Server) connectSandbox(w http.ResponseWriter, r *http.Request) {
 	// E2B's ConnectSandbox: {"timeout": <seconds>}; JS 2.51 sends {}
 	// without timeoutMs. 0 changes nothing; more than the maximum is 400.
 	body, err := readBody(r, MaxLifetimeRequestSize)
-	var obj map[string]json.RawMessage
-	if err == nil {
-		obj, err = decodeObject(body)
-	}
 	var timeout *time.Duration
 	if err == nil {
-		d, ok, derr := seconds(obj, "timeout")
+		d, ok, derr := wire.Seconds(body, "timeout")
 		switch {
 		case derr != nil:
 			err = derr

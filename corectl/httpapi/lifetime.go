@@ -1,57 +1,18 @@
 package httpapi
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/lifecycle"
-	"github.com/sandgate/sandgate/internal/strictjson"
+	"github.com/sandgate/sandgate/corectl/wire"
 )
 
 // MaxLifetimeRequestSize bounds the timeout, refresh and connect bodies.
 const MaxLifetimeRequestSize = 64 << 10
-
-// errNotObject is decodeObject's error for a well-formed body that is not
-// a JSON object (null included: it unmarshals into a nil map without an
-// error).
-var errNotObject = errors.New("the body is not a JSON object")
-
-// decodeObject checks body (strictjson: one value, no duplicate keys) and
-// returns its members; an empty body is an empty object. Anything but a
-// JSON object is an error: errNotObject, or strictjson.Check's.
-func decodeObject(body []byte) (map[string]json.RawMessage, error) {
-	if len(body) == 0 {
-		return map[string]json.RawMessage{}, nil
-	}
-	if err := strictjson.Check(body); err != nil {
-		return nil, fmt.Errorf("the body is %w", err) // "the body is invalid JSON: ..."
-	}
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(body, &top); err != nil || top == nil {
-		return nil, errNotObject
-	}
-	return top, nil
-}
-
-// seconds reads member name of obj as a whole number of seconds in
-// [0, 2^31-1] (E2B's int32 with minimum 0). ok is false when the member is
-// absent; an error when it is null, not an integer, or out of range.
-func seconds(obj map[string]json.RawMessage, name string) (d time.Duration, ok bool, err error) {
-	raw, ok := obj[name]
-	if !ok {
-		return 0, false, nil
-	}
-	n, perr := strconv.ParseInt(string(raw), 10, 64)
-	if perr != nil || n < 0 || n > math.MaxInt32 {
-		return 0, true, fmt.Errorf("%s must be a whole number of seconds from 0 to %d", name, math.MaxInt32)
-	}
-	return time.Duration(n) * time.Second, true, nil
-}
 
 // lifetimeError writes the answer of a lifetime failure: 400 for a
 // timeout out of range or a sandbox at its maximum lifetime (E2B answers
@@ -71,8 +32,7 @@ func (s *Server) lifetimeError(w http.ResponseWriter, r *http.Request, err error
 // capped at its start + the maximum lifetime (as E2B). 0 ends it now: the
 // expiry reconciler deletes it. 204.
 func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
-	s.moveEnd(w, r, func(obj map[string]json.RawMessage) (time.Duration, lifecycle.TimeoutMode, error) {
-		d, ok, err := seconds(obj, "timeout")
+	s.moveEnd(w, r, "timeout", func(d time.Duration, ok bool, err error) (time.Duration, lifecycle.TimeoutMode, error) {
 		if err == nil && !ok {
 			err = errors.New("timeout is required")
 		}
@@ -85,8 +45,7 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 // 15 s counts as 15 s, as E2B); the end time moves to now + duration when
 // that is later. 204.
 func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
-	s.moveEnd(w, r, func(obj map[string]json.RawMessage) (time.Duration, lifecycle.TimeoutMode, error) {
-		d, ok, err := seconds(obj, "duration")
+	s.moveEnd(w, r, "duration", func(d time.Duration, ok bool, err error) (time.Duration, lifecycle.TimeoutMode, error) {
 		switch {
 		case err != nil:
 		case d > lifecycle.MaxRefresh:
@@ -98,21 +57,19 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// moveEnd runs a timeout or refresh route: ownership, body, SetTimeout.
-func (s *Server) moveEnd(w http.ResponseWriter, r *http.Request, parse func(map[string]json.RawMessage) (time.Duration, lifecycle.TimeoutMode, error)) {
+// moveEnd runs a timeout or refresh route: ownership, body (its member
+// name read by wire.Seconds), parse (which gets wire.Seconds' answer),
+// SetTimeout.
+func (s *Server) moveEnd(w http.ResponseWriter, r *http.Request, name string, parse func(d time.Duration, given bool, err error) (time.Duration, lifecycle.TimeoutMode, error)) {
 	ch, cred, id, ok := s.sandboxScope(w, r, true)
 	if !ok {
 		return
 	}
 	body, err := readBody(r, MaxLifetimeRequestSize)
-	var obj map[string]json.RawMessage
-	if err == nil {
-		obj, err = decodeObject(body)
-	}
 	var d time.Duration
 	var mode lifecycle.TimeoutMode
 	if err == nil {
-		d, mode, err = parse(obj)
+		d, mode, err = parse(wire.Seconds(body, name))
 	}
 	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())

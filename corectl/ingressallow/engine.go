@@ -146,7 +146,7 @@ type Result struct {
 }
 
 // SetDesired persists the desired allowlist rules (normalised, non-empty;
-// see DecodeRequest) of sandbox namespace/id in its SandboxIngressAllowlist,
+// see wire.DecodeIngressPut) of sandbox namespace/id in its SandboxIngressAllowlist,
 // creating it (owned by the BatchSandbox) when missing. It is a full
 // replacement, and every call is a new desired version (spec.revision is
 // incremented), so the reconciler runs a cycle for it even when the rules

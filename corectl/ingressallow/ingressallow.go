@@ -12,7 +12,6 @@
 package ingressallow
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -20,7 +19,6 @@ import (
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/cidr"
-	"github.com/sandgate/sandgate/internal/strictjson"
 )
 
 // AnnotationWhitelist is the ingress-nginx annotation the allowlist is
@@ -67,8 +65,6 @@ const (
 
 // Errors.
 var (
-	// ErrBadRequest: the PUT body is not a non-empty ingress allowlist.
-	ErrBadRequest = errors.New("ingressallow: bad request")
 	// ErrUnavailable: the apiserver could not answer.
 	ErrUnavailable = errors.New("ingressallow: apiserver unavailable")
 	// ErrClusterMismatch: the SandboxIngressAllowlist belongs to another
@@ -80,94 +76,8 @@ var (
 	ErrNotOwned = errors.New("ingressallow: allowlist belongs to another BatchSandbox")
 )
 
-// MaxRequestSize bounds a PUT body, in bytes (128 KiB).
-const MaxRequestSize = 128 << 10
-
 // MaxDescription bounds a rule description, in bytes.
 const MaxDescription = 256
-
-// DecodeRequest decodes a PUT /sandboxes/{id}/network/ingress body:
-// {"ingress": [{"cidr": "...", "description": "..."}, ...]}, strictly
-// (unknown or duplicate fields, nulls, wrong types and trailing data are
-// errors). The list must not be empty (spec §5.2.1: an empty PUT would
-// clear the allowlist). CIDRs are normalised; entries that normalise to the
-// same CIDR are merged, keeping the first non-empty description. Errors
-// wrap ErrBadRequest, and cidr.ErrInvalid or cidr.ErrTooMany for CIDRs
-// (naming ingress[i]).
-func DecodeRequest(body []byte) ([]v1alpha1.IngressRule, error) {
-	if len(body) > MaxRequestSize {
-		return nil, fmt.Errorf("%w: body larger than %d bytes", ErrBadRequest, MaxRequestSize)
-	}
-	if err := strictjson.Check(body); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
-	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(body, &raw); err != nil || raw == nil {
-		return nil, fmt.Errorf("%w: body must be a JSON object", ErrBadRequest)
-	}
-	for k := range raw {
-		if k != "ingress" {
-			return nil, fmt.Errorf("%w: unknown field %q (only ingress)", ErrBadRequest, k)
-		}
-	}
-	v, ok := raw["ingress"]
-	if !ok {
-		return nil, fmt.Errorf("%w: missing field ingress", ErrBadRequest)
-	}
-	rules, err := DecodeRules(v, "ingress")
-	if err != nil {
-		return nil, err
-	}
-	if len(rules) == 0 {
-		return nil, fmt.Errorf("%w: ingress must not be empty (an empty list would clear the allowlist)", ErrBadRequest)
-	}
-	return rules, nil
-}
-
-// DecodeRules decodes a JSON array of {cidr, description?} objects named
-// field (for messages), strictly, and returns the normalised rules. null
-// is refused. Errors wrap ErrBadRequest (and cidr errors).
-func DecodeRules(v json.RawMessage, field string) ([]v1alpha1.IngressRule, error) {
-	var items []map[string]json.RawMessage
-	if err := json.Unmarshal(v, &items); err != nil || items == nil {
-		return nil, fmt.Errorf("%w: %s must be an array of objects", ErrBadRequest, field)
-	}
-	in := make([]v1alpha1.IngressRule, len(items))
-	for i, it := range items {
-		if it == nil {
-			return nil, fmt.Errorf("%w: %s[%d] must be an object", ErrBadRequest, field, i)
-		}
-		for k, val := range it {
-			switch k {
-			case "cidr":
-				if err := json.Unmarshal(val, &in[i].CIDR); err != nil || string(val) == "null" {
-					return nil, fmt.Errorf("%w: %s[%d].cidr must be a string", ErrBadRequest, field, i)
-				}
-			case "description":
-				if err := json.Unmarshal(val, &in[i].Description); err != nil || string(val) == "null" {
-					return nil, fmt.Errorf("%w: %s[%d].description must be a string", ErrBadRequest, field, i)
-				}
-				if len(in[i].Description) > MaxDescription {
-					return nil, fmt.Errorf("%w: %s[%d].description is longer than %d bytes", ErrBadRequest, field, i, MaxDescription)
-				}
-			default:
-				return nil, fmt.Errorf("%w: %s[%d]: unknown field %q", ErrBadRequest, field, i, k)
-			}
-		}
-		if _, ok := it["cidr"]; !ok {
-			return nil, fmt.Errorf("%w: %s[%d]: missing field cidr", ErrBadRequest, field, i)
-		}
-	}
-	out, err := NormalizeRules(in)
-	if err != nil {
-		var ee *cidr.EntryError
-		if errors.As(err, &ee) {
-			return nil, fmt.Errorf("%w: %s[%d].cidr: %w", ErrBadRequest, field, ee.Index, err)
-		}
-		return nil, fmt.Errorf("%w: %s: %w", ErrBadRequest, field, err)
-	}
-	return out, nil
-}
 
 // NormalizeRules normalises the CIDRs of rules (package cidr), sorts by
 // CIDR and merges duplicates, keeping the first non-empty description. The

@@ -1,46 +1,11 @@
 package ingressallow
 
 import (
-	"errors"
-	"slices"
 	"testing"
 
-	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
-	"github.com/sandgate/sandgate/corectl/cidr"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
-
-func TestDecodeRequest(t *testing.T) {
-	got, err := DecodeRequest([]byte(`{"ingress":[{"cidr":"203.0.113.9/24","description":"office"},{"cidr":"198.51.100.7"},{"cidr":"203.0.113.0/24","description":"dup"},{"cidr":"198.51.100.7/32","description":"later"}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []v1alpha1.IngressRule{{CIDR: "198.51.100.7/32", Description: "later"}, {CIDR: "203.0.113.0/24", Description: "office"}}
-	if !slices.Equal(got, want) {
-		t.Fatalf("DecodeRequest = %+v, want %+v", got, want)
-	}
-	for _, body := range []string{
-		``, `{}`, `{"ingress":[]}`, `{"ingress":null}`, `{"ingress":[null]}`, `{"ingress":[{}]}`,
-		`{"ingress":[{"cidr":"1.1.1.1"}],"egress":[]}`,
-		`{"ingress":[{"cidr":"1.1.1.1","port":80}]}`,
-		`{"ingress":[{"cidr":"1.1.1.1","description":null}]}`,
-		`{"ingress":[{"cidr":"1.1.1.1","description":7}]}`,
-		`{"ingress":[{"cidr":"1.1.1.1 2.2.2.2"}]}`,
-		`{"ingress":[{"cidr":"1.1.1.1/24/24"}]}`,
-		`{"ingress":[{"cidr":"1.1.1.1,2.2.2.2"}]}`,
-		`{"ingress":[{"cidr":"::1"}]}`,
-		`{"ingress":[{"cidr":"1.1.1.1","cidr":"2.2.2.2"}]}`,
-		`{"ingress":[{"cidr":"1.1.1.1"}]}x`,
-	} {
-		if _, err := DecodeRequest([]byte(body)); !errors.Is(err, ErrBadRequest) {
-			t.Errorf("DecodeRequest(%s) = %v, want ErrBadRequest", body, err)
-		}
-	}
-	if _, err := DecodeRequest([]byte(`{"ingress":[{"cidr":"1.1.1.1"},{"cidr":"1.2.3.4/24/24"}]}`)); !errors.Is(err, cidr.ErrInvalid) {
-		t.Fatalf("double mask: %v, want cidr.ErrInvalid", err)
-	}
-}
 
 func TestClaimants(t *testing.T) {
 	nginx, other := "nginx", "other"

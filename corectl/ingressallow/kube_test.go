@@ -3,7 +3,6 @@ package ingressallow
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -18,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 )
@@ -29,47 +27,30 @@ func TestMain(m *testing.M) { kubetest.Main(m, &env) }
 
 var ctx = context.Background()
 
-type recorder struct {
-	mu     sync.Mutex
-	events []string
-}
-
-func (r *recorder) Eventf(regarding runtime.Object, _ runtime.Object, typ, reason, _, note string, args ...interface{}) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, typ+" "+reason+" "+fmt.Sprintf(note, args...))
-}
-
-func (r *recorder) last() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.events) == 0 {
-		return ""
-	}
-	return r.events[len(r.events)-1]
-}
-
+// fixture is kubetest's Sandbox: a sandbox namespace with BatchSandbox
+// "sbx", a separate ingress namespace for the carrier (as in production)
+// and a host of the test's own, and the engine under test.
 type fixture struct {
 	ns, ingNS string
 	cr        *unstructured.Unstructured
 	eng       *Engine
-	rec       *recorder
+	rec       *kubetest.Recorder
 }
 
-// newFixture: sandbox namespace with BatchSandbox "sbx", and a separate
-// ingress namespace for the carrier (as in production).
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	ns := env.Namespace(t)
-	ingNS := env.Namespace(t)
-	cr := env.BatchSandbox(t, ns, "sbx", map[string]string{"allocation-id": "a1"})
-	rec := &recorder{}
-	c := kubetest.Cluster("c1", ingNS)
-	// Sandbox paths are unique per host and class across the cluster: give
-	// each test its own host so tests do not claim each other's paths.
-	c.Ingress.Host = ns + ".example.test"
-	return &fixture{ns: ns, ingNS: ingNS, cr: cr, rec: rec,
-		eng: &Engine{Client: env.Client, Cluster: c, Events: rec}}
+	sb := env.Sandbox(t, map[string]string{"allocation-id": "a1"})
+	return &fixture{ns: sb.Namespace, ingNS: sb.IngressNamespace, cr: sb.CR, rec: sb.Events,
+		eng: &Engine{Client: env.Client, Cluster: sb.Cluster, Events: sb.Events}}
+}
+
+// lastEvent is the last Event as "<type> <reason> <note>" ("" when none).
+func (f *fixture) lastEvent() string {
+	ev, ok := f.rec.Last()
+	if !ok {
+		return ""
+	}
+	return ev.Type + " " + ev.Reason + " " + ev.Note
 }
 
 func rulesOf(cidrs ...string) []v1alpha1.IngressRule {
@@ -199,7 +180,7 @@ func TestApplyWritesTheManagedIngressAndVerifies(t *testing.T) {
 		!slices.Equal(cidrsOf(got.LastVerified), cidrsOf(got.Applied)) || got.CarrierRef.IngressClass != "nginx" {
 		t.Fatalf("Get = %+v", got)
 	}
-	if ev := f.rec.last(); !strings.HasPrefix(ev, "Normal IngressVerified") {
+	if ev := f.lastEvent(); !strings.HasPrefix(ev, "Normal IngressVerified") {
 		t.Fatalf("event = %q", ev)
 	}
 	if res := f.reconcile(t); res.Outcome != OutcomeNoChange {
@@ -290,7 +271,7 @@ func TestAnotherIngressClaimingThePathFails(t *testing.T) {
 		(*st.Desired)[0].CIDR != "0.0.0.0/0" {
 		t.Fatalf("Get = %+v", st)
 	}
-	if ev := f.rec.last(); !strings.HasPrefix(ev, "Warning IngressUpdateFailed update failed, LKG restored") {
+	if ev := f.lastEvent(); !strings.HasPrefix(ev, "Warning IngressUpdateFailed update failed, LKG restored") {
 		t.Fatalf("event = %q", ev)
 	}
 }
@@ -1038,7 +1019,7 @@ func TestCycleAwaitingOwnerBackfill(t *testing.T) {
 	if !errors.Is(err, ErrTransient) || res != nil {
 		t.Fatalf("Reconcile = %+v, %v; want ErrTransient", res, err)
 	}
-	if ev := f.rec.last(); !strings.HasPrefix(ev, "Normal AwaitingOwnerBackfill managed Ingress "+f.ingNS+"/"+IngressName("sbx")+" was written by the sandbox's create") {
+	if ev := f.lastEvent(); !strings.HasPrefix(ev, "Normal AwaitingOwnerBackfill managed Ingress "+f.ingNS+"/"+IngressName("sbx")+" was written by the sandbox's create") {
 		t.Fatalf("event = %q", ev)
 	}
 	cur := &v1alpha1.SandboxIngressAllowlist{}

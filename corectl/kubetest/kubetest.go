@@ -1,7 +1,8 @@
 // Package kubetest starts a real kube-apiserver and etcd for corectl's
 // tests with controller-runtime's envtest, installs corectl's CRDs and a
 // minimal BatchSandbox CRD (batchsandbox-crd.yaml), and offers helpers to
-// create test objects. The binaries are those hack/kube/build.sh builds
+// create test objects, among them the one fixture the egress and ingress
+// allowlist engines' tests share (Env.Sandbox, with its Event Recorder). The binaries are those hack/kube/build.sh builds
 // from the Go module proxy (docs/kube-apiserver.md).
 //
 // The control plane is package internal/kubeenv's: binaries from

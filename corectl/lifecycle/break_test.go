@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
-	"github.com/sandgate/sandgate/corectl/createnet"
 	"github.com/sandgate/sandgate/corectl/egress"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/kubetest"
@@ -560,7 +559,7 @@ func TestBreakStaleAllowlistOfTheSameName(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := lifecycle.CreateRequest{CredentialID: "a", Namespace: w.nsA, TemplateID: "base", SandboxID: id,
-		Network: &createnet.Initial{Ingress: []v1alpha1.IngressRule{{CIDR: "203.0.113.0/24"}}}}
+		Network: json.RawMessage(`{"ingress":[{"cidr":"203.0.113.0/24"}]}`)}
 	_, err := w.orch.Create(ctx, req)
 	var ce *lifecycle.CreateError
 	if !errors.As(err, &ce) || ce.Step != lifecycle.StepDesired || !strings.Contains(ce.Reason, "another BatchSandbox") {

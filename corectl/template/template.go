@@ -9,15 +9,11 @@ package template
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
-	"github.com/sandgate/sandgate/corectl/cidr"
-	"github.com/sandgate/sandgate/corectl/ingressallow"
-	"github.com/sandgate/sandgate/internal/strictjson"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -30,8 +26,6 @@ var (
 	// a-z, 0-9, '-' and '.', at most 253 bytes), so it cannot name an
 	// object.
 	ErrInvalidID = errors.New("template: invalid template ID")
-	// ErrBadRequest: the PUT body is not a template network object.
-	ErrBadRequest = errors.New("template: bad request")
 	// ErrNotFound: the template has no default network policy.
 	ErrNotFound = errors.New("template: no network defaults for this template")
 	// ErrUnavailable: the apiserver could not answer.
@@ -65,81 +59,6 @@ func ValidateID(id string) error {
 		return fmt.Errorf("%w: %s", ErrInvalidID, strings.Join(errs, "; "))
 	}
 	return nil
-}
-
-// MaxRequestSize bounds a PUT body, in bytes (256 KiB).
-const MaxRequestSize = 256 << 10
-
-// DecodeRequest decodes a PUT /sandbox-templates/{id}/network body,
-// {"ingress": [{"cidr", "description"?}], "egress": [{"cidr"}]}, strictly:
-// unknown or duplicate fields, nulls, wrong types and trailing data are
-// errors; an absent list is empty (full replacement). CIDRs are
-// normalised. Errors wrap ErrBadRequest (and cidr.ErrInvalid /
-// cidr.ErrTooMany naming ingress[i] or egress[i]).
-func DecodeRequest(body []byte) (Network, error) {
-	if len(body) > MaxRequestSize {
-		return Network{}, fmt.Errorf("%w: body larger than %d bytes", ErrBadRequest, MaxRequestSize)
-	}
-	if err := strictjson.Check(body); err != nil {
-		return Network{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
-	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(body, &raw); err != nil || raw == nil {
-		return Network{}, fmt.Errorf("%w: body must be a JSON object", ErrBadRequest)
-	}
-	n := Network{Ingress: []v1alpha1.IngressRule{}, Egress: []v1alpha1.EgressRule{}}
-	for k, v := range raw {
-		switch k {
-		case "ingress":
-			rules, err := ingressallow.DecodeRules(v, "ingress")
-			if err != nil {
-				return Network{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
-			}
-			n.Ingress = rules
-		case "egress":
-			set, err := decodeEgress(v)
-			if err != nil {
-				return Network{}, err
-			}
-			for _, c := range set {
-				n.Egress = append(n.Egress, v1alpha1.EgressRule{CIDR: c})
-			}
-		default:
-			return Network{}, fmt.Errorf("%w: unknown field %q (only ingress and egress)", ErrBadRequest, k)
-		}
-	}
-	return n, nil
-}
-
-func decodeEgress(v json.RawMessage) ([]string, error) {
-	var items []map[string]json.RawMessage
-	if err := json.Unmarshal(v, &items); err != nil || items == nil {
-		return nil, fmt.Errorf("%w: egress must be an array of objects", ErrBadRequest)
-	}
-	list := make([]string, len(items))
-	for i, it := range items {
-		if it == nil {
-			return nil, fmt.Errorf("%w: egress[%d] must be an object", ErrBadRequest, i)
-		}
-		for k := range it {
-			if k != "cidr" {
-				return nil, fmt.Errorf("%w: egress[%d]: unknown field %q", ErrBadRequest, i, k)
-			}
-		}
-		c, ok := it["cidr"]
-		if !ok || string(c) == "null" || json.Unmarshal(c, &list[i]) != nil {
-			return nil, fmt.Errorf("%w: egress[%d].cidr must be a string", ErrBadRequest, i)
-		}
-	}
-	set, err := cidr.Normalize(list)
-	if err != nil {
-		var ee *cidr.EntryError
-		if errors.As(err, &ee) {
-			return nil, fmt.Errorf("%w: egress[%d].cidr: %w", ErrBadRequest, ee.Index, err)
-		}
-		return nil, fmt.Errorf("%w: egress: %w", ErrBadRequest, err)
-	}
-	return set, nil
 }
 
 // EgressCIDRs returns the CIDRs of n.Egress.
@@ -186,7 +105,7 @@ func view(obj *v1alpha1.SandboxTemplateNetwork) *View {
 	return v
 }
 
-// Put replaces the defaults of template id with n (from DecodeRequest),
+// Put replaces the defaults of template id with n (from wire.DecodeTemplateNetwork),
 // creating the object when missing, and returns what was stored (read
 // back). Concurrent writers are retried a few times; the last write wins.
 // Errors: ErrInvalidID, ErrUnavailable.

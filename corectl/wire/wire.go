@@ -1,0 +1,512 @@
+// Package wire holds corectl's request bodies, the E2B shapes (NewSandbox
+// and its network object, the lifetime bodies) and sandgate's own (the
+// egress and ingress allowlist PUTs, a template's network defaults), with
+// one strict decoder per shape. Every decoder follows internal/strictjson's
+// rules for request bodies (strictjson.Check: one well-formed value, valid
+// UTF-8, no duplicate keys, bounded nesting; its errors keep their classes
+// and never quote the body). The object bodies are read through the one
+// walk here (members, and rules for the allowlists' rule arrays); what
+// each shape then refuses (unknown members, nulls, wrong types, missing
+// members) and the words of its errors are the shape's, as each route has
+// answered before; the create's network object, whose unknown members are
+// ignored, is decoded into its struct after strictjson.CheckFold. Decoders
+// return typed values: normalised prefix sets (netip.Prefix) and the API's
+// rule types (v1alpha1), which the engines take as they are.
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/cidr"
+	"github.com/sandgate/sandgate/corectl/ingressallow"
+	"github.com/sandgate/sandgate/internal/strictjson"
+)
+
+// The error classes of the sandgate PUT bodies; each route answers 400
+// bad_request with the error's text, which starts with the class's.
+var (
+	// ErrEgressBadRequest: the PUT /sandboxes/{id}/network body is not the
+	// rule model of spec §3.1.1 I.
+	ErrEgressBadRequest = errors.New("egress: bad request")
+	// ErrIngressBadRequest: the PUT /sandboxes/{id}/network/ingress body is
+	// not a non-empty ingress allowlist.
+	ErrIngressBadRequest = errors.New("ingressallow: bad request")
+	// ErrTemplateBadRequest: the PUT /sandbox-templates/{id}/network body
+	// is not a template network object.
+	ErrTemplateBadRequest = errors.New("template: bad request")
+)
+
+// Size bounds of the sandgate PUT bodies, in bytes: a body over its
+// bound is refused before it is parsed.
+const (
+	// MaxEgressPutSize bounds PUT /sandboxes/{id}/network (64 KiB).
+	MaxEgressPutSize = 64 << 10
+	// MaxIngressPutSize bounds PUT /sandboxes/{id}/network/ingress
+	// (128 KiB).
+	MaxIngressPutSize = 128 << 10
+	// MaxTemplateNetworkSize bounds PUT /sandbox-templates/{id}/network
+	// and the resolve route's body (256 KiB).
+	MaxTemplateNetworkSize = 256 << 10
+)
+
+// errNotObject is members' error for a well-formed value that is not a
+// JSON object (null included).
+var errNotObject = errors.New("not a JSON object")
+
+// members is the one strict walk of a body's top level: data must pass
+// strictjson.Check (its error is returned as is) and be a JSON object
+// (else errNotObject); it returns the object's members, each value as
+// written.
+func members(data []byte) (map[string]json.RawMessage, error) {
+	if err := strictjson.Check(data); err != nil {
+		return nil, err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(data, &m); err != nil || m == nil {
+		return nil, errNotObject
+	}
+	return m, nil
+}
+
+// isNull reports whether a member's value is JSON null.
+func isNull(v json.RawMessage) bool { return string(v) == "null" }
+
+// rules decodes v, the value of member field: a JSON array of objects
+// with the member cidr (a string, required) and, when withDescription,
+// description (a string of at most ingressallow.MaxDescription bytes);
+// null, unknown members and wrong types are refused. The rules are
+// returned as written (not normalised). Error texts name field[i].
+func rules(v json.RawMessage, field string, withDescription bool) ([]v1alpha1.IngressRule, error) {
+	var items []map[string]json.RawMessage
+	if err := json.Unmarshal(v, &items); err != nil || items == nil {
+		return nil, fmt.Errorf("%s must be an array of objects", field)
+	}
+	out := make([]v1alpha1.IngressRule, len(items))
+	for i, it := range items {
+		if it == nil {
+			return nil, fmt.Errorf("%s[%d] must be an object", field, i)
+		}
+		for k, val := range it {
+			switch {
+			case k == "cidr":
+				if isNull(val) || json.Unmarshal(val, &out[i].CIDR) != nil {
+					return nil, fmt.Errorf("%s[%d].cidr must be a string", field, i)
+				}
+			case k == "description" && withDescription:
+				if isNull(val) || json.Unmarshal(val, &out[i].Description) != nil {
+					return nil, fmt.Errorf("%s[%d].description must be a string", field, i)
+				}
+				if len(out[i].Description) > ingressallow.MaxDescription {
+					return nil, fmt.Errorf("%s[%d].description is longer than %d bytes", field, i, ingressallow.MaxDescription)
+				}
+			default:
+				return nil, fmt.Errorf("%s[%d]: unknown field %q", field, i, k)
+			}
+		}
+		if _, ok := it["cidr"]; !ok {
+			return nil, fmt.Errorf("%s[%d]: missing field cidr", field, i)
+		}
+	}
+	return out, nil
+}
+
+// cidrError is a normalisation error of the CIDRs of member field: it
+// names the entry (field[i].cidr) when cidr says which, and wraps err.
+func cidrError(field string, err error) error {
+	var ee *cidr.EntryError
+	if errors.As(err, &ee) {
+		return fmt.Errorf("%s[%d].cidr: %w", field, ee.Index, err)
+	}
+	return fmt.Errorf("%s: %w", field, err)
+}
+
+// egressSet decodes v, the value of member field, as egress rules
+// ({cidr} objects) and returns the normalised set (cidr.NormalizePrefixes).
+func egressSet(v json.RawMessage, field string) ([]netip.Prefix, error) {
+	rs, err := rules(v, field, false)
+	if err != nil {
+		return nil, err
+	}
+	list := make([]string, len(rs))
+	for i, r := range rs {
+		list[i] = r.CIDR
+	}
+	set, err := cidr.NormalizePrefixes(list)
+	if err != nil {
+		return nil, cidrError(field, err)
+	}
+	return set, nil
+}
+
+// ingressRules decodes v, the value of member field, as ingress rules
+// ({cidr, description?} objects) and returns them normalised
+// (ingressallow.NormalizeRules).
+func ingressRules(v json.RawMessage, field string) ([]v1alpha1.IngressRule, error) {
+	rs, err := rules(v, field, true)
+	if err != nil {
+		return nil, err
+	}
+	out, err := ingressallow.NormalizeRules(rs)
+	if err != nil {
+		return nil, cidrError(field, err)
+	}
+	return out, nil
+}
+
+// EgressPut is the PUT /sandboxes/{id}/network body (spec §3.1.1 I):
+// {"defaultAction": "deny", "egress": [{"cidr": "..."}, ...]}, the
+// complete egress allowlist (full replacement).
+type EgressPut struct {
+	// DefaultAction must be "deny".
+	DefaultAction string `json:"defaultAction"`
+	// Egress is the allowlist: destination CIDRs, all protocols and ports.
+	Egress []v1alpha1.EgressRule `json:"egress"`
+}
+
+// DecodeEgressPut decodes an EgressPut body strictly and returns its
+// normalised set (cidr.NormalizePrefixes: masked, sorted, deduplicated;
+// possibly empty: deny all), which egress.Engine.Put takes. Both
+// members are required and neither may be null; any other member, a
+// rule member other than cidr, or a wrong type is refused. Errors wrap
+// ErrEgressBadRequest, and strictjson's class or cidr.ErrInvalid /
+// cidr.ErrTooMany (naming egress[i]) where there is one.
+func DecodeEgressPut(body []byte) ([]netip.Prefix, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %w", ErrEgressBadRequest, fmt.Errorf(format, args...))
+	}
+	if len(body) > MaxEgressPutSize {
+		return nil, bad("body larger than %d bytes", MaxEgressPutSize)
+	}
+	raw, err := members(body)
+	if errors.Is(err, errNotObject) {
+		return nil, bad("body must be a JSON object")
+	}
+	if err != nil {
+		return nil, bad("%w", err)
+	}
+	for k, v := range raw {
+		if k != "defaultAction" && k != "egress" {
+			return nil, bad("unknown field %q (only defaultAction and egress[].cidr)", k)
+		}
+		if isNull(v) {
+			return nil, bad("field %s is null", k)
+		}
+	}
+	for _, k := range []string{"defaultAction", "egress"} {
+		if _, ok := raw[k]; !ok {
+			return nil, bad("missing field %s", k)
+		}
+	}
+	var action string
+	if err := json.Unmarshal(raw["defaultAction"], &action); err != nil {
+		return nil, bad("defaultAction must be a string")
+	}
+	if action != "deny" {
+		return nil, bad("defaultAction must be \"deny\"")
+	}
+	set, err := egressSet(raw["egress"], "egress")
+	if err != nil {
+		return nil, bad("%w", err)
+	}
+	return set, nil
+}
+
+// IngressPut is the PUT /sandboxes/{id}/network/ingress body:
+// {"ingress": [{"cidr": "...", "description": "..."}, ...]}, the complete
+// ingress allowlist (full replacement, never empty).
+type IngressPut struct {
+	// Ingress is the allowlist.
+	Ingress []v1alpha1.IngressRule `json:"ingress"`
+}
+
+// DecodeIngressPut decodes an IngressPut body strictly and returns its
+// rules normalised (ingressallow.NormalizeRules: CIDRs normalised, sorted,
+// entries of one CIDR merged keeping the first non-empty description).
+// ingress is required and must not be empty (spec §5.2.1: an empty PUT
+// would clear the allowlist); unknown members, nulls and wrong types are
+// refused. Errors wrap ErrIngressBadRequest, and strictjson's class or
+// cidr.ErrInvalid / cidr.ErrTooMany (naming ingress[i]) where there is
+// one.
+func DecodeIngressPut(body []byte) ([]v1alpha1.IngressRule, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %w", ErrIngressBadRequest, fmt.Errorf(format, args...))
+	}
+	if len(body) > MaxIngressPutSize {
+		return nil, bad("body larger than %d bytes", MaxIngressPutSize)
+	}
+	raw, err := members(body)
+	if errors.Is(err, errNotObject) {
+		return nil, bad("body must be a JSON object")
+	}
+	if err != nil {
+		return nil, bad("%w", err)
+	}
+	for k := range raw {
+		if k != "ingress" {
+			return nil, bad("unknown field %q (only ingress)", k)
+		}
+	}
+	v, ok := raw["ingress"]
+	if !ok {
+		return nil, bad("missing field ingress")
+	}
+	rs, err := ingressRules(v, "ingress")
+	if err != nil {
+		return nil, bad("%w", err)
+	}
+	if len(rs) == 0 {
+		return nil, bad("ingress must not be empty (an empty list would clear the allowlist)")
+	}
+	return rs, nil
+}
+
+// TemplateNetwork is the PUT /sandbox-templates/{id}/network body:
+// {"ingress": [{"cidr", "description"?}], "egress": [{"cidr"}]}, the
+// template's default allowlists (full replacement; an absent list is
+// empty).
+type TemplateNetwork struct {
+	// Ingress is the default ingress allowlist (normalised, never nil).
+	Ingress []v1alpha1.IngressRule `json:"ingress"`
+	// Egress is the default egress allowlist (normalised, never nil).
+	Egress []v1alpha1.EgressRule `json:"egress"`
+}
+
+// DecodeTemplateNetwork decodes a TemplateNetwork body strictly: unknown
+// members, nulls and wrong types are refused; an absent list is empty.
+// CIDRs are normalised. Errors wrap ErrTemplateBadRequest, and
+// strictjson's class or cidr.ErrInvalid / cidr.ErrTooMany (naming
+// ingress[i] or egress[i]) where there is one.
+func DecodeTemplateNetwork(body []byte) (TemplateNetwork, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %w", ErrTemplateBadRequest, fmt.Errorf(format, args...))
+	}
+	if len(body) > MaxTemplateNetworkSize {
+		return TemplateNetwork{}, bad("body larger than %d bytes", MaxTemplateNetworkSize)
+	}
+	raw, err := members(body)
+	if errors.Is(err, errNotObject) {
+		return TemplateNetwork{}, bad("body must be a JSON object")
+	}
+	if err != nil {
+		return TemplateNetwork{}, bad("%w", err)
+	}
+	n := TemplateNetwork{Ingress: []v1alpha1.IngressRule{}, Egress: []v1alpha1.EgressRule{}}
+	for k, v := range raw {
+		switch k {
+		case "ingress":
+			rs, err := ingressRules(v, "ingress")
+			if err != nil {
+				return TemplateNetwork{}, bad("%w", err)
+			}
+			n.Ingress = rs
+		case "egress":
+			set, err := egressSet(v, "egress")
+			if err != nil {
+				return TemplateNetwork{}, bad("%w", err)
+			}
+			for _, p := range set {
+				n.Egress = append(n.Egress, v1alpha1.EgressRule{CIDR: p.String()})
+			}
+		default:
+			return TemplateNetwork{}, bad("unknown field %q (only ingress and egress)", k)
+		}
+	}
+	return n, nil
+}
+
+// NewSandbox is the part of E2B's NewSandbox body (POST /sandboxes) that
+// corectl reads; the rest (secure, autoPause, allow_internet_access, mcp,
+// ...) is ignored.
+type NewSandbox struct {
+	// TemplateID is the template ("": not given).
+	TemplateID string `json:"templateID"`
+	// Network is the network object as written (nil: not given);
+	// DecodeNetwork decodes it.
+	Network json.RawMessage `json:"network"`
+	// Timeout is the time to live; TimeoutGiven says whether the body
+	// had it (0 given is for the caller to refuse).
+	Timeout      time.Duration `json:"-"`
+	TimeoutGiven bool          `json:"-"`
+	// Metadata and EnvVars are E2B's metadata and envVars (nil: not
+	// given or null).
+	Metadata map[string]string `json:"metadata"`
+	EnvVars  map[string]string `json:"envVars"`
+}
+
+// errNewSandboxShape is DecodeNewSandbox's error for a body that is not
+// an object or has a templateID that is not a string.
+var errNewSandboxShape = errors.New("the body is not a JSON object of the right shape")
+
+// DecodeNewSandbox decodes a create body: an empty body is an empty
+// create; otherwise a JSON object (null refused, as E2B's API validates
+// the body as an object) whose templateID is a string, timeout a whole
+// number of seconds (Seconds' rule), metadata and envVars objects of
+// strings (absent or null: nil). Members are matched exactly, so a case
+// variant such as "Network" is an ignored unknown member, not a second
+// value. Errors: "the body is invalid JSON: ..." (strictjson's class), "the
+// body is not a JSON object of the right shape", the timeout's, "<member>
+// must be an object of strings". The caller checks the values' limits.
+func DecodeNewSandbox(body []byte) (NewSandbox, error) {
+	var req NewSandbox
+	if len(body) == 0 {
+		return req, nil
+	}
+	top, err := members(body)
+	if errors.Is(err, errNotObject) {
+		return req, errNewSandboxShape
+	}
+	if err != nil {
+		return req, fmt.Errorf("the body is %w", err) // "the body is invalid JSON: ..."
+	}
+	if v, ok := top["templateID"]; ok {
+		if err := json.Unmarshal(v, &req.TemplateID); err != nil {
+			return req, errNewSandboxShape
+		}
+	}
+	req.Network = top["network"]
+	if req.Timeout, req.TimeoutGiven, err = seconds(top, "timeout"); err != nil {
+		return req, err
+	}
+	if req.Metadata, err = stringMap(top, "metadata"); err != nil {
+		return req, err
+	}
+	if req.EnvVars, err = stringMap(top, "envVars"); err != nil {
+		return req, err
+	}
+	return req, nil
+}
+
+// stringMap reads member name of obj as a JSON object of strings (E2B's
+// SandboxMetadata and EnvVars); absent or null is nil.
+func stringMap(obj map[string]json.RawMessage, name string) (map[string]string, error) {
+	raw, ok := obj[name]
+	if !ok || isNull(raw) {
+		return nil, nil
+	}
+	var m map[string]string
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("%s must be an object of strings", name)
+	}
+	return m, nil
+}
+
+// errLifetimeShape is Seconds' error for a body that is not an object.
+var errLifetimeShape = errors.New("the body is not a JSON object")
+
+// Seconds decodes the body of a lifetime route, one member name of whole
+// seconds: E2B's SandboxTimeoutRequest ({"timeout": n}), RefreshRequest
+// ({"duration": n}) and ConnectSandbox ({"timeout": n}); other members
+// are ignored. An empty body is an empty object. The value must be an
+// integer in [0, 2^31-1] (E2B's int32 with minimum 0); given is false
+// when the member is absent. Errors: "the body is invalid JSON: ..."
+// (strictjson's class), "the body is not a JSON object", "<name> must be
+// a whole number of seconds from 0 to 2147483647".
+func Seconds(body []byte, name string) (d time.Duration, given bool, err error) {
+	if len(body) == 0 {
+		return 0, false, nil
+	}
+	obj, err := members(body)
+	if errors.Is(err, errNotObject) {
+		return 0, false, errLifetimeShape
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("the body is %w", err)
+	}
+	return seconds(obj, name)
+}
+
+// seconds reads member name of obj as whole seconds (Seconds' rule).
+func seconds(obj map[string]json.RawMessage, name string) (d time.Duration, given bool, err error) {
+	raw, ok := obj[name]
+	if !ok {
+		return 0, false, nil
+	}
+	n, perr := strconv.ParseInt(string(raw), 10, 64)
+	if perr != nil || n < 0 || n > math.MaxInt32 {
+		return 0, true, fmt.Errorf("%s must be a whole number of seconds from 0 to %d", name, math.MaxInt32)
+	}
+	return time.Duration(n) * time.Second, true, nil
+}
+
+// Network is the create request's network object (E2B's SandboxNetwork
+// with sandgate's extensions, spec §3.1.1 II). Members not listed here
+// (denyOut, egressProxy, maskRequestHost, rules, anything else) are
+// ignored, as the JSON binding of the reference implementation drops them.
+type Network struct {
+	// AllowPublicTraffic, when true, adds 0.0.0.0/0 to AllowOut.
+	AllowPublicTraffic *bool `json:"allowPublicTraffic"`
+	// AllowOut is the official SDK's egress allowlist.
+	AllowOut []string `json:"allowOut"`
+	// Ingress is the extension ingress allowlist.
+	Ingress []IngressEntry `json:"ingress"`
+	// Egress is the native egress allowlist; it wins over AllowOut.
+	Egress []EgressEntry `json:"egress"`
+}
+
+// IngressEntry is one ingress entry of a Network.
+type IngressEntry struct {
+	// CIDR is an IPv4 address or CIDR.
+	CIDR string `json:"cidr"`
+	// Description is free text (at most ingressallow.MaxDescription bytes,
+	// checked when the network is resolved).
+	Description string `json:"description"`
+}
+
+// EgressEntry is one native egress entry of a Network.
+type EgressEntry struct {
+	// CIDR is an IPv4 address or CIDR.
+	CIDR string `json:"cidr"`
+}
+
+// NetworkError is DecodeNetwork's refusal: the create answers it with 400
+// bad_request and Message.
+type NetworkError struct {
+	// Message says what is wrong, never quoting a value: "network:
+	// invalid JSON: ...", "network.<member> has the wrong type", "network
+	// must be a JSON object".
+	Message string
+	// Err is strictjson's error when the object broke one of its rules
+	// (its class: ErrMalformed, ErrDuplicateMember, ErrTooDeep); nil
+	// otherwise.
+	Err error
+}
+
+// Error implements error: Message.
+func (e *NetworkError) Error() string { return e.Message }
+
+// Unwrap returns Err.
+func (e *NetworkError) Unwrap() error { return e.Err }
+
+// DecodeNetwork decodes a create request's network object. Empty input or
+// JSON null means "not passed" (nil, nil). Unknown members are ignored;
+// strictjson.CheckFold's rules apply (a duplicate key, also two keys
+// equal under case folding, since encoding/json matches fields
+// case-insensitively and would keep the last), and a member of the wrong
+// JSON type or a value that is not an object is refused. Errors are
+// *NetworkError.
+func DecodeNetwork(raw []byte) (*Network, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || isNull(raw) {
+		return nil, nil
+	}
+	if err := strictjson.CheckFold(raw); err != nil {
+		return nil, &NetworkError{Message: "network: " + err.Error(), Err: err}
+	}
+	var n Network
+	if err := json.Unmarshal(raw, &n); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" { // "": the network value itself
+			return nil, &NetworkError{Message: fmt.Sprintf("network.%s has the wrong type", te.Field)}
+		}
+		return nil, &NetworkError{Message: "network must be a JSON object"}
+	}
+	return &n, nil
+}
