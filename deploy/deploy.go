@@ -44,8 +44,8 @@ func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 // NodeCRDs returns the gateway's CustomResourceDefinitions, the files of
 // portal/crds/ (nodepools, nodeenrolmenttokens, enrollednodes and
 // nodeplacements in nodes.sandgate.io, whose Go types are package
-// node/apis/v1alpha1): the node state that several gateway replicas share
-// (package node/kubestore, docs/scale-out.md "Node state"). The error
+// nodecore/apis/v1alpha1): the node state that several gateway replicas share
+// (package nodecore/kubestore, docs/scale-out.md "Node state"). The error
 // reports a manifest that does not decode strictly (a build defect).
 func NodeCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	return crdsIn("portal/crds", "nodes.sandgate.io")

@@ -6,9 +6,9 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/sandgate/sandgate/node/admin"
-	"github.com/sandgate/sandgate/node/pool"
-	"github.com/sandgate/sandgate/node/release"
+	"github.com/sandgate/sandgate/nodecore/admin"
+	"github.com/sandgate/sandgate/nodecore/pool"
+	"github.com/sandgate/sandgate/nodecore/releasestore"
 )
 
 func init() {
@@ -30,7 +30,7 @@ func runningApp() *App {
 }
 
 // AdminAPI is the admin.api.sandgate module: the operator's routes for
-// sandbox nodes under Caddy's admin endpoint (package node/admin), e.g.
+// sandbox nodes under Caddy's admin endpoint (package nodecore/admin), e.g.
 //
 //	curl localhost:2019/sandgate/pools
 //	curl -X PUT -H 'Content-Type: application/json' localhost:2019/sandgate/pools/default/deployment \
@@ -71,8 +71,8 @@ func (AdminAPI) Routes() []caddy.AdminRoute {
 // adminState adapts the app to admin.State.
 type adminState struct{ a *App }
 
-func (s adminState) Pools() *pool.Registry    { return s.a.pools }
-func (s adminState) Releases() *release.Store { return s.a.releases }
+func (s adminState) Pools() *pool.Registry         { return s.a.pools }
+func (s adminState) Releases() *releasestore.Store { return s.a.releases }
 
 // Enrolment returns the app's enrolment store, or a nil interface without
 // one.

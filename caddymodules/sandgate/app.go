@@ -31,20 +31,20 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/sandgate/sandgate/caddymodules/secret"
+	"github.com/sandgate/sandgate/caddymodules/internal/secret"
 	"github.com/sandgate/sandgate/gateway/authorizer"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/dataplane"
 	"github.com/sandgate/sandgate/gateway/entryprobe"
-	"github.com/sandgate/sandgate/gateway/portal"
 	"github.com/sandgate/sandgate/gateway/token"
-	"github.com/sandgate/sandgate/node/api"
-	nodecredential "github.com/sandgate/sandgate/node/credential"
-	"github.com/sandgate/sandgate/node/enrolment"
-	"github.com/sandgate/sandgate/node/hub"
-	"github.com/sandgate/sandgate/node/placement"
-	"github.com/sandgate/sandgate/node/pool"
-	"github.com/sandgate/sandgate/node/release"
+	"github.com/sandgate/sandgate/nodecore/api"
+	nodecredential "github.com/sandgate/sandgate/nodecore/credential"
+	"github.com/sandgate/sandgate/nodecore/enrolment"
+	"github.com/sandgate/sandgate/nodecore/hub"
+	"github.com/sandgate/sandgate/nodecore/placement"
+	"github.com/sandgate/sandgate/nodecore/pool"
+	"github.com/sandgate/sandgate/nodecore/portal"
+	"github.com/sandgate/sandgate/nodecore/releasestore"
 )
 
 func init() {
@@ -126,7 +126,7 @@ type App struct {
 
 	running   int32                // 1 between Start and Stop (sync/atomic; the App is copied by value in CaddyModule)
 	stateDir  string               // absolute; "" without state_dir
-	releases  *release.Store       // nil without a release store
+	releases  *releasestore.Store  // nil without a release store
 	pools     *pool.Registry       // shared across reloads
 	poolsKey  string               // the registry's key in registries; "" when not held
 	poolSpecs map[string]pool.Spec // this config's pools
@@ -514,7 +514,7 @@ func (a *App) NodeEnrolment() enrolment.Enrolments { return a.enrolment }
 func (a *App) NodeCredentials() nodecredential.Store { return a.nodeCredentials }
 
 // Releases returns the release store, or nil when none is configured.
-func (a *App) Releases() *release.Store { return a.releases }
+func (a *App) Releases() *releasestore.Store { return a.releases }
 
 // NodePresence returns the shared node presence of several replicas, or
 // nil (one replica).

@@ -10,7 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 
-	"github.com/sandgate/sandgate/caddymodules/secret"
+	"github.com/sandgate/sandgate/caddymodules/internal/secret"
 	"github.com/sandgate/sandgate/node/proto"
 )
 

@@ -11,7 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
-	"github.com/sandgate/sandgate/gateway/portal"
+	"github.com/sandgate/sandgate/nodecore/portal"
 )
 
 // portals holds the Portal cluster connections across config reloads,
@@ -20,7 +20,7 @@ import (
 var portals = caddy.NewUsagePool()
 
 // Kubernetes is how this gateway replica reaches the Portal cluster's
-// kube-apiserver (package gateway/portal): the connection that the node
+// kube-apiserver (package nodecore/portal): the connection that the node
 // presence (presence kubernetes) and the cluster-wide node stores share.
 // JSON, under "apps" → "sandgate":
 //

@@ -9,9 +9,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sandgate/sandgate/node/api"
-	"github.com/sandgate/sandgate/node/hub"
 	"github.com/sandgate/sandgate/node/proto"
+	"github.com/sandgate/sandgate/nodecore/api"
+	"github.com/sandgate/sandgate/nodecore/hub"
 )
 
 // nodeMetrics are the node hub's Prometheus collectors, registered in
@@ -32,7 +32,7 @@ import (
 // (node_offline, not_found, generation_not_ready, too_many_pending,
 // invalid_request, unavailable). For a forwarded request route is
 // operation, node or list and result answered, not_held, not_sent or
-// no_answer (package node/api's Route* and Forward*); a forwarded
+// no_answer (package nodecore/api's Route* and Forward*); a forwarded
 // operation's own outcome is counted by the replica holding the node. The
 // gauges are read from the hub at each scrape.
 type nodeMetrics struct {

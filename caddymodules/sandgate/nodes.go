@@ -12,11 +12,11 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
-	"github.com/sandgate/sandgate/gateway/portal"
-	"github.com/sandgate/sandgate/node/api"
-	"github.com/sandgate/sandgate/node/credential"
-	"github.com/sandgate/sandgate/node/hub"
 	"github.com/sandgate/sandgate/node/proto"
+	"github.com/sandgate/sandgate/nodecore/api"
+	"github.com/sandgate/sandgate/nodecore/credential"
+	"github.com/sandgate/sandgate/nodecore/hub"
+	"github.com/sandgate/sandgate/nodecore/portal"
 )
 
 // hubs holds the node hub across config reloads: each config with a nodes

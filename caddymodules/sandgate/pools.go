@@ -9,12 +9,13 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/sandgate/sandgate/node/enrolment"
-	"github.com/sandgate/sandgate/node/kubestore"
-	"github.com/sandgate/sandgate/node/placement"
-	"github.com/sandgate/sandgate/node/pool"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/node/release"
+	"github.com/sandgate/sandgate/nodecore/enrolment"
+	"github.com/sandgate/sandgate/nodecore/kubestore"
+	"github.com/sandgate/sandgate/nodecore/placement"
+	"github.com/sandgate/sandgate/nodecore/pool"
+	"github.com/sandgate/sandgate/nodecore/releasestore"
 )
 
 // registries holds the pool registries across reloads, keyed by their
@@ -99,7 +100,7 @@ func (n *Nodes) checkPools() error {
 
 // poolSpecs resolves the pools into registry specs, reading each bound
 // release's manifest from the store for its specification digest.
-func (n *Nodes) poolSpecs(store *release.Store) (map[string]pool.Spec, error) {
+func (n *Nodes) poolSpecs(store *releasestore.Store) (map[string]pool.Spec, error) {
 	specs := map[string]pool.Spec{}
 	if d := n.Deployment; d != nil {
 		specs[pool.Default] = pool.Spec{
@@ -138,7 +139,7 @@ func (a *App) provisionPools() error {
 	}
 	repl := caddy.NewReplacer()
 	if n.Releases != "" {
-		store, err := release.OpenStore(repl.ReplaceAll(n.Releases, ""))
+		store, err := releasestore.OpenStore(repl.ReplaceAll(n.Releases, ""))
 		if err != nil {
 			return fmt.Errorf("releases: %w", err)
 		}
@@ -250,7 +251,7 @@ type pooledKubeStore struct {
 func (p pooledKubeStore) Destruct() error { return p.Close() }
 
 // provisionKubeState opens (or, on a reload, shares) the node state kept
-// in the Portal cluster (package node/kubestore); loaded reports that it
+// in the Portal cluster (package nodecore/kubestore); loaded reports that it
 // was already open.
 func (a *App) provisionKubeState() (loaded bool, err error) {
 	if a.portal == nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandgate/sandgate/node/release"
+	"github.com/sandgate/sandgate/nodecore/releasestore"
 )
 
 func init() {
@@ -79,7 +80,7 @@ func cmdPublish(out io.Writer, store, dir string) error {
 	if store == "" {
 		return errors.New("--store is required")
 	}
-	s, err := release.OpenStore(store)
+	s, err := releasestore.OpenStore(store)
 	if err != nil {
 		return err
 	}
