@@ -31,6 +31,7 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/sandgate/sandgate/caddymodules/internal/dataplaneapp"
 	"github.com/sandgate/sandgate/caddymodules/internal/secret"
 	"github.com/sandgate/sandgate/gateway/authorizer"
 	"github.com/sandgate/sandgate/gateway/credential"
@@ -52,7 +53,7 @@ func init() {
 }
 
 // AppName is the app's module ID and its key under "apps" in JSON config.
-const AppName = "sandgate"
+const AppName = dataplaneapp.AppName
 
 // DefaultTokenLeeway is the clock-skew allowance for token exp/nbf.
 const DefaultTokenLeeway = 5 * time.Second
@@ -537,4 +538,5 @@ var (
 	_ caddy.Validator    = (*App)(nil)
 	_ caddy.CleanerUpper = (*App)(nil)
 	_ dataplane.Clusters = (*App)(nil)
+	_ dataplaneapp.App   = (*App)(nil)
 )
