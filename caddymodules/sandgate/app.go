@@ -24,6 +24,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -358,6 +359,22 @@ func (a *App) Start() error {
 		zap.Bool("nodes", a.hub != nil))
 	atomic.StoreInt32(&a.running, 1)
 	return nil
+}
+
+// current is the running sandgate app, the one whose Start ran last and
+// was not undone; the admin routes act on it. Guarded by currentMu.
+var (
+	currentMu sync.Mutex
+	current   *App
+)
+
+// Current returns the running sandgate app (the one whose Start ran last
+// and was not undone), nil when none runs; the admin routes
+// (admin.api.sandgate) act on it.
+func Current() *App {
+	currentMu.Lock()
+	defer currentMu.Unlock()
+	return current
 }
 
 // Running reports whether the app has started and not stopped.

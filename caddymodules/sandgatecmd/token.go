@@ -1,4 +1,10 @@
-package sandgate
+// Package sandgatecmd is the gateway binary's own subcommands, registered
+// with Caddy's command line: caddy sandgate-token (mint a data-plane access
+// token), caddy sandgate-release (publish a release into the release store
+// and write manifests) and caddy sandgate-version. Each is a thin adapter
+// over a plain package (gateway/token, nodecore/releasestore, node/release,
+// internal/version).
+package sandgatecmd
 
 import (
 	"errors"

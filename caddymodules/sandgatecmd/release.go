@@ -1,4 +1,4 @@
-package sandgate
+package sandgatecmd
 
 import (
 	"errors"

@@ -1,11 +1,14 @@
-package sandgate
+// Package nodeadmin is the Caddy module admin.api.sandgate: the operator's
+// routes for sandbox nodes under Caddy's admin endpoint, a thin adapter
+// over package nodecore/admin acting on the running sandgate app.
+package nodeadmin
 
 import (
 	"net/http"
-	"sync"
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/sandgate/sandgate/caddymodules/sandgate"
 	"github.com/sandgate/sandgate/nodecore/admin"
 	"github.com/sandgate/sandgate/nodecore/pool"
 	"github.com/sandgate/sandgate/nodecore/releasestore"
@@ -13,20 +16,6 @@ import (
 
 func init() {
 	caddy.RegisterModule(AdminAPI{})
-}
-
-// current is the running sandgate app, the one whose Start ran last and
-// was not undone; the admin routes act on it. Guarded by currentMu.
-var (
-	currentMu sync.Mutex
-	current   *App
-)
-
-// runningApp returns current.
-func runningApp() *App {
-	currentMu.Lock()
-	defer currentMu.Unlock()
-	return current
 }
 
 // AdminAPI is the admin.api.sandgate module: the operator's routes for
@@ -51,7 +40,7 @@ func (AdminAPI) CaddyModule() caddy.ModuleInfo {
 // Routes returns the admin routes.
 func (AdminAPI) Routes() []caddy.AdminRoute {
 	h := &admin.Handler{State: func() admin.State {
-		a := runningApp()
+		a := sandgate.Current()
 		if a == nil {
 			return nil
 		}
@@ -69,18 +58,18 @@ func (AdminAPI) Routes() []caddy.AdminRoute {
 }
 
 // adminState adapts the app to admin.State.
-type adminState struct{ a *App }
+type adminState struct{ a *sandgate.App }
 
-func (s adminState) Pools() *pool.Registry         { return s.a.pools }
-func (s adminState) Releases() *releasestore.Store { return s.a.releases }
+func (s adminState) Pools() *pool.Registry         { return s.a.NodePools() }
+func (s adminState) Releases() *releasestore.Store { return s.a.Releases() }
 
 // Enrolment returns the app's enrolment store, or a nil interface without
 // one.
 func (s adminState) Enrolment() admin.Enrolments {
-	if s.a.enrolment == nil {
-		return nil
+	if e := s.a.NodeEnrolment(); e != nil {
+		return e
 	}
-	return s.a.enrolment
+	return nil
 }
 
 // Interface guard.
