@@ -40,10 +40,10 @@ import (
 	"github.com/sandgate/sandgate/gateway/entryprobe"
 	"github.com/sandgate/sandgate/gateway/token"
 	"github.com/sandgate/sandgate/nodecore/api"
+	"github.com/sandgate/sandgate/nodecore/core"
 	nodecredential "github.com/sandgate/sandgate/nodecore/credential"
 	"github.com/sandgate/sandgate/nodecore/enrolment"
 	"github.com/sandgate/sandgate/nodecore/hub"
-	"github.com/sandgate/sandgate/nodecore/placement"
 	"github.com/sandgate/sandgate/nodecore/pool"
 	"github.com/sandgate/sandgate/nodecore/portal"
 	"github.com/sandgate/sandgate/nodecore/releasestore"
@@ -119,30 +119,11 @@ type App struct {
 	portal    *portal.Cluster // the Portal cluster, when Kubernetes is set
 	portalKey string          // its key in portals; "" when not held
 
-	hub       *hub.Hub     // the shared hub, when Nodes is set
-	presence  NodePresence // several replicas: Nodes.PresenceRaw
-	pooled    *pooledHub   // its pool entry
-	hubHeld   bool         // this config holds a reference in hubs
-	hubConfig hub.Config
-	hubUndo   func() // puts back the hub settings Start replaced
-
-	running   int32                // 1 between Start and Stop (sync/atomic; the App is copied by value in CaddyModule)
-	stateDir  string               // absolute; "" without state_dir
-	releases  *releasestore.Store  // nil without a release store
-	pools     *pool.Registry       // shared across reloads
-	poolsKey  string               // the registry's key in registries; "" when not held
-	poolSpecs map[string]pool.Spec // this config's pools
-	poolsUndo func()               // puts back the pools Start replaced
-	prevApp   *App                 // the running app Start replaced
-
-	placements      placement.Store      // shared across reloads
-	placementsKey   string               // its key in placementStores
-	placementsHeld  bool                 // this config holds a reference
-	enrolment       enrolment.Enrolments // enrolled nodes and tokens; nil without state_dir or store kubernetes
-	enrolmentKey    string               // its key in enrolments; "" when not held
-	kubeStoreKey    string               // store kubernetes: its key in kubeStores; "" when not held
-	nodeCredentials nodecredential.Store // the operator's file merged with the enrolled nodes
-	stopped         bool                 // Stop has run; guarded by currentMu
+	core     *core.Core   // Core's node side, when Nodes is set
+	presence NodePresence // several replicas: Nodes.PresenceRaw
+	prevApp  *App         // the running app Start replaced
+	running  int32        // 1 between Start and Stop (sync/atomic; the App is copied by value in CaddyModule)
+	stopped  bool         // Stop has run; guarded by currentMu
 
 	// dataPlaneTransport is the first e2b_dataplane's transport: written
 	// only while the configuration is provisioned (one goroutine), read
@@ -329,23 +310,10 @@ func (a *App) Validate() error {
 // config takes over the running hub here, its connections untouched) and
 // logs the configured clusters. The app has no goroutines of its own.
 func (a *App) Start() error {
-	if a.pools != nil {
-		undo, err := a.pools.Configure(a.poolSpecs)
-		if err != nil {
+	if a.core != nil {
+		if err := a.core.Start(); err != nil {
 			return fmt.Errorf("nodes: %w", err)
 		}
-		a.poolsUndo = undo
-	}
-	if a.hub != nil {
-		undo, err := a.hub.Apply(a.hubConfig)
-		if err != nil {
-			if a.poolsUndo != nil {
-				a.poolsUndo()
-				a.poolsUndo = nil
-			}
-			return fmt.Errorf("nodes: %w", err)
-		}
-		a.hubUndo = undo
 	}
 	currentMu.Lock()
 	a.prevApp, current = current, a
@@ -356,7 +324,7 @@ func (a *App) Start() error {
 	}
 	sort.Strings(ids)
 	a.logger.Info("sandgate app started", zap.Strings("clusters", ids), zap.Int("token_keys", len(a.TokenKeys)),
-		zap.Bool("nodes", a.hub != nil))
+		zap.Bool("nodes", a.core != nil))
 	atomic.StoreInt32(&a.running, 1)
 	return nil
 }
@@ -405,24 +373,16 @@ func (a *App) Stop() error {
 	}
 	a.prevApp = nil
 	currentMu.Unlock()
-	if a.hubUndo != nil {
-		a.hubUndo()
-		a.hubUndo = nil
-	}
-	if caddy.Exiting() && a.pooled != nil {
+	if a.core != nil {
 		grace := time.Duration(a.Nodes.ShutdownGrace)
 		if grace == 0 {
 			grace = DefaultShutdownGrace
 		}
-		a.logger.Info("draining node connections", zap.Duration("shutdown_grace", grace))
-		a.pooled.drain(grace, a.logger)
+		if caddy.Exiting() {
+			a.logger.Info("draining node connections", zap.Duration("shutdown_grace", grace))
+		}
+		a.core.Stop(caddy.Exiting(), grace)
 	}
-	// A process that exits keeps its pools as they are (the state file
-	// must not go back); only a failed reload is undone.
-	if a.poolsUndo != nil && !caddy.Exiting() {
-		a.poolsUndo()
-	}
-	a.poolsUndo = nil
 	return nil
 }
 
@@ -432,29 +392,8 @@ func (a *App) Stop() error {
 // watches end).
 func (a *App) Cleanup() error {
 	var err error
-	if a.poolsKey != "" {
-		_, err = registries.Delete(a.poolsKey)
-		a.poolsKey = ""
-	}
-	if a.placementsHeld {
-		_, perr := placementStores.Delete(a.placementsKey)
-		err = errors.Join(err, perr)
-		a.placementsHeld = false
-	}
-	if a.enrolmentKey != "" {
-		_, eerr := enrolments.Delete(a.enrolmentKey)
-		err = errors.Join(err, eerr)
-		a.enrolmentKey = ""
-	}
-	if a.kubeStoreKey != "" {
-		_, kerr := kubeStores.Delete(a.kubeStoreKey)
-		err = errors.Join(err, kerr)
-		a.kubeStoreKey = ""
-	}
-	if a.hubHeld {
-		a.hubHeld = false
-		_, herr := hubs.Delete(hubKey)
-		err = errors.Join(err, herr)
+	if a.core != nil {
+		err = a.core.Close() // a second Close releases nothing
 	}
 	// Last: the hub's drain above may still release Leases through it.
 	if a.portalKey != "" {
@@ -515,24 +454,54 @@ func (a *App) DataPlaneTransport() http.RoundTripper {
 	return a.dataPlaneTransport
 }
 
+// NodeCore returns Core's node side (the hub, pools, placements,
+// enrolment, releases and node credentials), or nil when the config has no
+// nodes block.
+func (a *App) NodeCore() *core.Core { return a.core }
+
 // NodeHub returns the node hub, or nil when the config has no nodes block.
-func (a *App) NodeHub() *hub.Hub { return a.hub }
+func (a *App) NodeHub() *hub.Hub {
+	if a.core == nil {
+		return nil
+	}
+	return a.core.Hub()
+}
 
 // NodePools returns the pool registry, or nil when the config has no
 // nodes block.
-func (a *App) NodePools() *pool.Registry { return a.pools }
+func (a *App) NodePools() *pool.Registry {
+	if a.core == nil {
+		return nil
+	}
+	return a.core.Pools()
+}
 
 // NodeEnrolment returns the enrolled-node store, or nil without a
 // state_dir or store kubernetes.
-func (a *App) NodeEnrolment() enrolment.Enrolments { return a.enrolment }
+func (a *App) NodeEnrolment() enrolment.Enrolments {
+	if a.core == nil {
+		return nil
+	}
+	return a.core.Enrolment()
+}
 
 // NodeCredentials returns the store that authenticates nodes (the
 // operator's file merged with the enrolled nodes), or nil without a nodes
 // block.
-func (a *App) NodeCredentials() nodecredential.Store { return a.nodeCredentials }
+func (a *App) NodeCredentials() nodecredential.Store {
+	if a.core == nil {
+		return nil
+	}
+	return a.core.Credentials()
+}
 
 // Releases returns the release store, or nil when none is configured.
-func (a *App) Releases() *releasestore.Store { return a.releases }
+func (a *App) Releases() *releasestore.Store {
+	if a.core == nil {
+		return nil
+	}
+	return a.core.Releases()
+}
 
 // NodePresence returns the shared node presence of several replicas, or
 // nil (one replica).
@@ -542,10 +511,10 @@ func (a *App) NodePresence() NodePresence { return a.presence }
 // forwarding to other replicas (sandgate_node_forwarded_total,
 // sandgate_node_forward_duration_seconds), or nil without a nodes block.
 func (a *App) NodeForwardObserver() api.ForwardObserver {
-	if m, ok := a.hubConfig.Observer.(*nodeMetrics); ok && m != nil {
-		return m
+	if a.core == nil {
+		return nil
 	}
-	return nil
+	return a.core.Metrics()
 }
 
 // Interface guards.

@@ -1,62 +1,20 @@
 package sandgate
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"sync"
+	"io"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"go.uber.org/zap"
 
-	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodecore/api"
+	"github.com/sandgate/sandgate/nodecore/core"
 	"github.com/sandgate/sandgate/nodecore/credential"
 	"github.com/sandgate/sandgate/nodecore/hub"
 	"github.com/sandgate/sandgate/nodecore/portal"
 )
-
-// hubs holds the node hub across config reloads: each config with a nodes
-// block holds one reference under hubKey.
-var hubs = caddy.NewUsagePool()
-
-const hubKey = "sandgate.node.hub"
-
-// pooledHub lets the pool close the hub when the last config releases it.
-type pooledHub struct {
-	*hub.Hub
-	drainOnce sync.Once
-	drained   chan struct{} // closed when a drain began with drain has ended
-}
-
-// drain begins the hub's graceful shutdown (hub.Shutdown with grace) in
-// the background, once.
-func (p *pooledHub) drain(grace time.Duration, log *zap.Logger) {
-	p.drainOnce.Do(func() {
-		p.drained = make(chan struct{})
-		go func() {
-			defer close(p.drained)
-			ctx, cancel := context.WithTimeout(context.Background(), grace)
-			defer cancel()
-			if err := p.Hub.Shutdown(ctx); err != nil {
-				log.Warn("node connections closed before every dispatch under way had its outcome", zap.Duration("shutdown_grace", grace))
-			}
-		}()
-	})
-}
-
-// Destruct waits for a drain that began (the process is exiting) and
-// closes every node connection (close code 1001).
-func (p *pooledHub) Destruct() error {
-	p.drainOnce.Do(func() {}) // no drain may begin from now on
-	if p.drained != nil {
-		<-p.drained
-	}
-	return p.Hub.Close()
-}
 
 // NodePresence is a sandgate.node_presence module: node presence and owner
 // epochs shared by several gateway replicas (hub.Presence), the other
@@ -80,12 +38,12 @@ type NodePresence interface {
 
 // Values of Nodes.Store.
 const (
-	StoreFile       = "file"
-	StoreKubernetes = "kubernetes"
+	StoreFile       = core.StoreFile
+	StoreKubernetes = core.StoreKubernetes
 )
 
 // DefaultOwnerEpoch is the owner epoch when none is configured.
-const DefaultOwnerEpoch = 1
+const DefaultOwnerEpoch = core.DefaultOwnerEpoch
 
 // Nodes is the node connection service's configuration (spec
 // node-protocol.md "Connection"). JSON:
@@ -193,72 +151,36 @@ type Nodes struct {
 	Pools map[string]*NodePool `json:"pools,omitempty"`
 }
 
-// NodePool is one node pool: the generations it knows and its deployment.
-// JSON:
-//
-//	{"generations": [{"generation": 7, "release": "busybox-7"},
-//	                 {"generation": 8, "specification_digest": "<64 hex>"}],
-//	 "target": 8, "serving": 7}
-//
-// The deployment can also be changed at run time (Caddy's admin API, PUT
-// /sandgate/pools/<name>/deployment); a reload keeps such a change unless
-// it changes target or serving itself.
-type NodePool struct {
-	// Generations bind deployment generations to a release of the release
-	// store (the specification digest is then the SHA-256 of the release's
-	// manifest.json, computed by Core) or to an explicit specification
-	// digest. A generation is bound once and for all: binding it to
-	// another digest later is refused.
-	Generations []PoolGeneration `json:"generations,omitempty"`
-	// Target is the target generation, which must be bound. Absent: the
-	// pool has no deployment until one is set at run time.
-	Target int64 `json:"target,omitempty"`
-	// Serving is the serving generation; absent is null.
-	Serving int64 `json:"serving,omitempty"`
-}
+// NodePool is one node pool: the generations it knows and its
+// deployment (core.Pool, whose JSON it is).
+type NodePool = core.Pool
 
-// PoolGeneration binds one generation: exactly one of Release and
-// SpecificationDigest.
-type PoolGeneration struct {
-	// Generation is the deployment generation, > 0.
-	Generation int64 `json:"generation"`
-	// Release is a release source in the release store.
-	Release string `json:"release,omitempty"`
-	// SpecificationDigest is the generation's lowercase hex SHA-256
-	// specification digest.
-	SpecificationDigest string `json:"specification_digest,omitempty"`
-}
+// PoolGeneration binds one generation (core.PoolGeneration).
+type PoolGeneration = core.PoolGeneration
 
 // DefaultShutdownGrace is Nodes.ShutdownGrace's default.
 const DefaultShutdownGrace = 15 * time.Second
 
 // NodeDeployment is the deployment advertised to generation-managing
-// nodes.
-type NodeDeployment struct {
-	// Generation is the target deployment generation, > 0. Required.
-	Generation int64 `json:"generation"`
-	// SpecificationDigest is the target's lowercase hex SHA-256
-	// specification digest. Required.
-	SpecificationDigest string `json:"specification_digest"`
-	// ServingGeneration is the generation nodes keep serving, > 0; absent
-	// (0) is sent as null.
-	ServingGeneration int64 `json:"serving_generation,omitempty"`
-}
+// nodes (core.Deployment).
+type NodeDeployment = core.Deployment
 
-// check validates the static settings; the error names the setting.
-func (n *Nodes) check() error {
-	if n.OwnerEpoch < 0 {
-		return errors.New("owner_epoch must be positive")
+// coreConfig is the nodes block as Core's node side takes it; the error
+// names the setting.
+func (n *Nodes) coreConfig() (core.Config, error) {
+	repl := caddy.NewReplacer()
+	cfg := core.Config{
+		OwnerEpoch: n.OwnerEpoch, Deployment: n.Deployment, Pools: n.Pools,
+		StateDir: repl.ReplaceAll(n.StateDir, ""), Store: n.Store, Releases: repl.ReplaceAll(n.Releases, ""),
+		Timers: hub.Timers{
+			Hello: time.Duration(n.HelloTimeout), Idle: time.Duration(n.IdleTimeout),
+			Online: time.Duration(n.OnlineWindow), Write: time.Duration(n.WriteTimeout),
+			ResponseGrace: time.Duration(n.ResponseGrace), CloseGrace: time.Duration(n.CloseGrace),
+			Heartbeat: time.Duration(n.HeartbeatInterval),
+		},
 	}
-	if d := n.Deployment; d != nil {
-		switch {
-		case d.Generation <= 0:
-			return errors.New("deployment generation must be positive")
-		case !proto.IsDigest(d.SpecificationDigest):
-			return errors.New("deployment specification_digest must be 64 lowercase hexadecimal digits")
-		case d.ServingGeneration < 0:
-			return errors.New("deployment serving_generation must be positive")
-		}
+	if err := cfg.Check(); err != nil {
+		return cfg, err
 	}
 	for _, t := range []struct {
 		name string
@@ -270,29 +192,59 @@ func (n *Nodes) check() error {
 		{"shutdown_grace", n.ShutdownGrace},
 	} {
 		if t.d < 0 {
-			return fmt.Errorf("%s must not be negative", t.name)
+			return cfg, fmt.Errorf("%s must not be negative", t.name)
 		}
 		if time.Duration(t.d) > time.Hour {
-			return fmt.Errorf("%s must be at most 1h", t.name)
+			return cfg, fmt.Errorf("%s must be at most 1h", t.name)
 		}
 	}
-	return nil
+	return cfg, nil
 }
 
-// provisionNodes loads the node credential source, takes a reference to
-// the shared hub and checks that the hub accepts this config's settings
-// (an owner epoch lower than the running one is refused). The settings
-// are applied in Start; the very first config also applies them here, so
-// that a hub is never served unconfigured.
+// shared holds Core's hub and node state stores across config reloads
+// (core.Shared): each config holds one reference per object it uses, so
+// a reload keeps every node connection and only the last config's
+// cleanup closes them.
+var shared = usagePool{caddy.NewUsagePool()}
+
+// usagePool is core.Shared over a caddy.UsagePool.
+type usagePool struct{ p *caddy.UsagePool }
+
+// destructor lets the pool close an object when no config holds it.
+type destructor struct{ io.Closer }
+
+// Destruct implements caddy.Destructor.
+func (d destructor) Destruct() error { return d.Close() }
+
+// Hold implements core.Shared.
+func (u usagePool) Hold(key string, open func() (io.Closer, error)) (io.Closer, bool, error) {
+	v, loaded, err := u.p.LoadOrNew(key, func() (caddy.Destructor, error) {
+		c, err := open()
+		if err != nil {
+			return nil, err
+		}
+		return destructor{c}, nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return v.(destructor).Closer, loaded, nil
+}
+
+// Release implements core.Shared.
+func (u usagePool) Release(key string) error {
+	_, err := u.p.Delete(key)
+	return err
+}
+
+// provisionNodes loads the node credential source and the node presence
+// and opens Core's node side (core.Open) with this config's settings.
 func (a *App) provisionNodes(ctx caddy.Context) error {
 	n := a.Nodes
-	if err := n.check(); err != nil {
+	cfg, err := n.coreConfig()
+	if err != nil {
 		return err
 	}
-	if n.CredentialsRaw == nil && n.StateDir == "" && n.Store != StoreKubernetes {
-		return errors.New("a node credential source (credentials file <path>), a state_dir or store kubernetes for enrolled nodes is required")
-	}
-	var stores credential.Merged
 	if n.CredentialsRaw != nil {
 		mod, err := ctx.LoadModule(n, "CredentialsRaw")
 		if err != nil {
@@ -302,27 +254,8 @@ func (a *App) provisionNodes(ctx caddy.Context) error {
 		if !ok {
 			return fmt.Errorf("node credential source module %T does not implement credential.Store", mod)
 		}
-		stores = append(stores, store)
+		cfg.Credentials = store
 	}
-	epoch := n.OwnerEpoch
-	if epoch == 0 {
-		epoch = DefaultOwnerEpoch
-	}
-	if err := a.provisionPools(); err != nil {
-		return err
-	}
-	if a.enrolment != nil {
-		stores = append(stores, a.enrolment)
-	}
-	var store credential.Store = stores
-	if len(stores) == 1 {
-		// A Refresher stays in Merged, which asks it about the node IDs
-		// no view knows.
-		if _, refresher := stores[0].(credential.Refresher); !refresher {
-			store = stores[0]
-		}
-	}
-	a.nodeCredentials = store
 	if n.PresenceRaw != nil {
 		mod, err := ctx.LoadModule(n, "PresenceRaw")
 		if err != nil {
@@ -335,37 +268,14 @@ func (a *App) provisionNodes(ctx caddy.Context) error {
 		if err := p.Connect(a.portal); err != nil {
 			return err
 		}
-		a.presence = p
+		a.presence, cfg.Presence = p, p
 	}
-	a.hubConfig = hub.Config{
-		Credentials: store,
-		OwnerEpoch:  epoch,
-		Pools:       a.pools,
-		Placements:  a.placements,
-		Timers: hub.Timers{
-			Hello: time.Duration(n.HelloTimeout), Idle: time.Duration(n.IdleTimeout),
-			Online: time.Duration(n.OnlineWindow), Write: time.Duration(n.WriteTimeout),
-			ResponseGrace: time.Duration(n.ResponseGrace), CloseGrace: time.Duration(n.CloseGrace),
-			Heartbeat: time.Duration(n.HeartbeatInterval),
-		},
-		Logger: a.logger.Named("nodes"),
-	}
-	if a.presence != nil {
-		a.hubConfig.Presence = a.presence
-	}
-	v, _, err := hubs.LoadOrNew(hubKey, func() (caddy.Destructor, error) { return &pooledHub{Hub: hub.New()}, nil })
+	cfg.Portal, cfg.PortalKey = a.portal, a.portalKey
+	cfg.Logger, cfg.Metrics, cfg.Shared = a.logger.Named("nodes"), ctx.GetMetricsRegistry(), shared
+	c, err := core.Open(cfg)
 	if err != nil {
 		return err
 	}
-	a.hubHeld = true
-	a.pooled = v.(*pooledHub)
-	a.hub = a.pooled.Hub
-	a.hubConfig.Observer = registerNodeMetrics(ctx.GetMetricsRegistry(), a.hub)
-	if err := a.hub.CheckConfig(a.hubConfig); err != nil {
-		return err
-	}
-	if !a.hub.Configured() {
-		return a.hub.Configure(a.hubConfig)
-	}
+	a.core = c
 	return nil
 }

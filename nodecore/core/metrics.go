@@ -1,4 +1,4 @@
-package sandgate
+package core
 
 import (
 	"errors"
@@ -14,8 +14,9 @@ import (
 	"github.com/sandgate/sandgate/nodecore/hub"
 )
 
-// nodeMetrics are the node hub's Prometheus collectors, registered in
-// Caddy's metrics registry (admin /metrics, or a metrics handler):
+// Metrics are the node hub's Prometheus collectors, registered in
+// the gateway's metrics registry (Caddy's admin /metrics, or a metrics
+// handler):
 //
 //	sandgate_node_connections{state}                          gauge: connecting, live, closing
 //	sandgate_node_online                                      gauge: online nodes
@@ -35,7 +36,7 @@ import (
 // no_answer (package nodecore/api's Route* and Forward*); a forwarded
 // operation's own outcome is counted by the replica holding the node. The
 // gauges are read from the hub at each scrape.
-type nodeMetrics struct {
+type Metrics struct {
 	dispatches *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
 	frames     *prometheus.CounterVec
@@ -47,15 +48,16 @@ type nodeMetrics struct {
 
 var (
 	nodeMetricsOnce sync.Once
-	nodeCollectors  nodeMetrics
+	nodeCollectors  Metrics
 )
 
-// registerNodeMetrics creates the collectors once per process, points the
+// RegisterMetrics creates the collectors once per process, points the
 // gauges at h, and registers them in reg (again on a reload: not an
-// error).
-func registerNodeMetrics(reg prometheus.Registerer, h *hub.Hub) *nodeMetrics {
+// error; nil: not registered). It panics when reg refuses a collector for
+// another reason than that it is registered already.
+func RegisterMetrics(reg prometheus.Registerer, h *hub.Hub) *Metrics {
 	nodeMetricsOnce.Do(func() {
-		nodeCollectors = nodeMetrics{
+		nodeCollectors = Metrics{
 			dispatches: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Namespace: "sandgate", Subsystem: "node", Name: "dispatch_total",
 				Help: "Provider operations sent to sandbox nodes, by operation and outcome (or refusal code).",
@@ -101,21 +103,21 @@ func registerNodeMetrics(reg prometheus.Registerer, h *hub.Hub) *nodeMetrics {
 }
 
 // Dispatched implements hub.Observer.
-func (m *nodeMetrics) Dispatched(op proto.Operation, outcome string, d time.Duration) {
+func (m *Metrics) Dispatched(op proto.Operation, outcome string, d time.Duration) {
 	m.dispatches.WithLabelValues(string(op), outcome).Inc()
 	m.duration.WithLabelValues(string(op), outcome).Observe(d.Seconds())
 }
 
 // FrameRefused implements hub.Observer.
-func (m *nodeMetrics) FrameRefused(class string) { m.frames.WithLabelValues(class).Inc() }
+func (m *Metrics) FrameRefused(class string) { m.frames.WithLabelValues(class).Inc() }
 
 // ConnectRefused implements hub.Observer.
-func (m *nodeMetrics) ConnectRefused(status int) {
+func (m *Metrics) ConnectRefused(status int) {
 	m.connects.WithLabelValues(strconv.Itoa(status)).Inc()
 }
 
 // Forwarded implements api.ForwardObserver.
-func (m *nodeMetrics) Forwarded(route, result string, d time.Duration) {
+func (m *Metrics) Forwarded(route, result string, d time.Duration) {
 	m.forwarded.WithLabelValues(route, result).Inc()
 	m.forwardDur.WithLabelValues(route, result).Observe(d.Seconds())
 }
@@ -161,6 +163,6 @@ func (c *hubCollector) Collect(ch chan<- prometheus.Metric) {
 
 // Interface guards.
 var (
-	_ hub.Observer        = (*nodeMetrics)(nil)
-	_ api.ForwardObserver = (*nodeMetrics)(nil)
+	_ hub.Observer        = (*Metrics)(nil)
+	_ api.ForwardObserver = (*Metrics)(nil)
 )
