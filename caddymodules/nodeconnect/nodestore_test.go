@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	_ "github.com/sandgate/sandgate/caddymodules/nodeadmin" // admin.api.sandgate: the /sandgate/pools routes
 	"github.com/sandgate/sandgate/caddymodules/sandgate"
 	"github.com/sandgate/sandgate/deploy"
 	"github.com/sandgate/sandgate/internal/kubeenv"
