@@ -476,8 +476,8 @@ func ParseNodes(d *caddyfile.Dispenser) (*Nodes, error) {
 	return n, nil
 }
 
-// parsePool parses the block of a pool subdirective (syntax: see
-// App.UnmarshalCaddyfile).
+// parsePool parses the block of a pool subdirective (syntax: see the
+// sandgate app's UnmarshalCaddyfile).
 func parsePool(d *caddyfile.Dispenser) (*core.Pool, error) {
 	p := new(core.Pool)
 	positive := func(what string) (int64, error) {
