@@ -63,12 +63,12 @@ bin/caddy: $(GATEWAY_SOURCES) bin/.version
 		{ tail -n 30 bin/caddy-build.log >&2; echo "bin/caddy: the build failed; the whole log is bin/caddy-build.log" >&2; exit 1; }
 
 # What bin/corectl and bin/nodeagent are built from: every file, tests and testdata aside,
-# of the product's folder and of the wings it may import (gateway/, node/, internal/;
+# of the product's folder and of the wings it may import (gateway/, node/, nodecore/, internal/;
 # a product never imports another product, docs/architecture.md), so that a change in
 # any package the command imports (gateway/authorizer for corectl, node/release for
 # nodeagent) or in an embedded file (corectl's openapi.json) rebuilds it. A change in a
 # wing package the command does not import relinks it needlessly: a few seconds.
-product_files = $(shell find $(1) gateway node internal -type f -not -name '*_test.go' -not -path '*/testdata/*')
+product_files = $(shell find $(1) gateway node nodecore internal -type f -not -name '*_test.go' -not -path '*/testdata/*')
 
 bin/corectl: $(call product_files,corectl) go.mod go.sum bin/.version
 	CGO_ENABLED=0 $(GO) build -ldflags "$$(cat bin/.version)" -o bin/corectl ./corectl/cmd/corectl
@@ -103,7 +103,7 @@ rules:
 	bash hack/monitoring/promtool.sh
 
 # The generated Kubernetes files: zz_generated.deepcopy.go of corectl/apis/v1alpha1 and
-# node/apis/v1alpha1, and the CRD manifests in deploy/compute/crds/ and deploy/portal/crds/,
+# nodecore/apis/v1alpha1, and the CRD manifests in deploy/compute/crds/ and deploy/portal/crds/,
 # made by controller-gen (pinned in hack/controllergen/go.mod) from the types' +kubebuilder
 # markers. generate-check (run by vet, so by make test and CI) regenerates them into the
 # tree and fails, showing the difference, when that changed anything: the files were stale.
@@ -137,7 +137,7 @@ test:
 
 bench: build
 	$(GO) run ./hack/gatewaybench -caddy bin/caddy
-	$(GO) test -run '^$$' -bench . -benchtime 5s ./node/hub/
+	$(GO) test -run '^$$' -bench . -benchtime 5s ./nodecore/hub/
 	@set -e; $(call kube_env,kube); $(GO) test -run '^$$' -bench . -benchtime 1000x -timeout 30m ./corectl/controller/
 
 # Holds 10,000 simulated nodes on the built gateway and dispatches 1,000 ops/s

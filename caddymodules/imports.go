@@ -17,6 +17,10 @@ import (
 	_ "github.com/sandgate/sandgate/caddymodules/nodeconnect"
 	// The gateway's probes: http.handlers.sandgate_health.
 	_ "github.com/sandgate/sandgate/caddymodules/health"
-	// The app, its global option and the sandgate-token command.
+	// The app and its global option.
 	_ "github.com/sandgate/sandgate/caddymodules/sandgate"
+	// The operator's node routes under the admin endpoint: admin.api.sandgate.
+	_ "github.com/sandgate/sandgate/caddymodules/nodeadmin"
+	// The commands caddy sandgate-token, sandgate-release and sandgate-version.
+	_ "github.com/sandgate/sandgate/caddymodules/sandgatecmd"
 )

@@ -12,13 +12,13 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/sandgate/sandgate/internal/kubeenv"
-	"github.com/sandgate/sandgate/node/credential"
-	"github.com/sandgate/sandgate/node/enrolment/enrolmenttest"
-	"github.com/sandgate/sandgate/node/kubestore"
-	"github.com/sandgate/sandgate/node/placement"
-	"github.com/sandgate/sandgate/node/pool"
-	"github.com/sandgate/sandgate/node/presence"
 	"github.com/sandgate/sandgate/node/proto"
+	"github.com/sandgate/sandgate/nodecore/credential"
+	"github.com/sandgate/sandgate/nodecore/enrolment/enrolmenttest"
+	"github.com/sandgate/sandgate/nodecore/kubestore"
+	"github.com/sandgate/sandgate/nodecore/placement"
+	"github.com/sandgate/sandgate/nodecore/pool"
+	"github.com/sandgate/sandgate/nodecore/presence"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -63,8 +63,8 @@ func (w *warnings) take() []string {
 // Operator's CRDs (TestMonitoringManifests checks it). Each object must be accepted without a warning: the namespace
 // sandgate warns on pods below the "restricted" Pod Security Standard, so
 // a Deployment that fell short would show here. Then the gateway's node
-// presence (package node/presence) and the node stores (package
-// node/kubestore) run as the gateway's ServiceAccount: what its Role
+// presence (package nodecore/presence) and the node stores (package
+// nodecore/kubestore) run as the gateway's ServiceAccount: what its Role
 // grants is what they need, and no more.
 func TestManifestsApply(t *testing.T) {
 	env, err := kubeenv.Start(nil, nil)

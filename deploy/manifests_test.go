@@ -16,7 +16,7 @@ import (
 
 	"github.com/sandgate/sandgate/corectl/cidr"
 	"github.com/sandgate/sandgate/corectl/cluster"
-	nodev1 "github.com/sandgate/sandgate/node/apis/v1alpha1"
+	nodev1 "github.com/sandgate/sandgate/nodecore/apis/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"

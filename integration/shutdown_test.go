@@ -19,8 +19,8 @@ import (
 
 	"github.com/sandgate/sandgate/integration/harness"
 	"github.com/sandgate/sandgate/internal/scrape"
-	"github.com/sandgate/sandgate/node/api"
 	"github.com/sandgate/sandgate/node/sim"
+	"github.com/sandgate/sandgate/nodecore/api"
 )
 
 // shutdownCaddyfile is the harness gateway with a node connection service,

@@ -29,12 +29,12 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sandgate/sandgate/internal/freeport"
-	"github.com/sandgate/sandgate/node/api"
-	"github.com/sandgate/sandgate/node/hub"
 	"github.com/sandgate/sandgate/node/operation"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodeagent/docker"
 	"github.com/sandgate/sandgate/nodeagent/internal/dockertest"
+	"github.com/sandgate/sandgate/nodecore/api"
+	"github.com/sandgate/sandgate/nodecore/hub"
 )
 
 // wait bounds every wait on a process: a safety net, not a measurement.

@@ -22,12 +22,12 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/sandgate/sandgate/node/api"
 	"github.com/sandgate/sandgate/node/machine"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodeagent/docker"
 	"github.com/sandgate/sandgate/nodeagent/internal/dockertest"
 	"github.com/sandgate/sandgate/nodeagent/state"
+	"github.com/sandgate/sandgate/nodecore/api"
 )
 
 // enrolGateway is the built gateway with releases published into its

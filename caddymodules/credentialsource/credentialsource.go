@@ -23,9 +23,9 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"go.uber.org/zap"
 
-	"github.com/sandgate/sandgate/caddymodules/endpoint"
-	"github.com/sandgate/sandgate/caddymodules/secret"
-	"github.com/sandgate/sandgate/caddymodules/sourcemetrics"
+	"github.com/sandgate/sandgate/caddymodules/internal/endpoint"
+	"github.com/sandgate/sandgate/caddymodules/internal/secret"
+	"github.com/sandgate/sandgate/caddymodules/internal/sourcemetrics"
 	"github.com/sandgate/sandgate/gateway/credential"
 )
 

@@ -18,7 +18,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
-	"github.com/sandgate/sandgate/caddymodules/sandgate"
+	"github.com/sandgate/sandgate/caddymodules/internal/dataplaneapp"
 	"github.com/sandgate/sandgate/gateway/dataplane"
 	"github.com/sandgate/sandgate/gateway/execd"
 )
@@ -118,11 +118,10 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 // metrics registry. It fails if the app is not configured or the transport
 // is not Caddy's HTTP transport.
 func (h *Handler) Provision(ctx caddy.Context) error {
-	appIface, err := ctx.App(sandgate.AppName)
+	app, err := dataplaneapp.From(ctx)
 	if err != nil {
-		return fmt.Errorf("getting the sandgate app: %w", err)
+		return err
 	}
-	app := appIface.(*sandgate.App)
 	if app.Tokens() == nil || app.Credentials() == nil {
 		return errors.New("e2b_dataplane needs the sandgate global option with token keys and a credential source")
 	}

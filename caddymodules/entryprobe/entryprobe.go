@@ -14,8 +14,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/sandgate/sandgate/caddymodules/internal/tokendigest"
 	"github.com/sandgate/sandgate/caddymodules/sandgate"
-	"github.com/sandgate/sandgate/caddymodules/tokendigest"
 	"github.com/sandgate/sandgate/gateway/entryprobe"
 )
 

@@ -6,12 +6,12 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/sandgate/sandgate/caddymodules/tokendigest"
-	"github.com/sandgate/sandgate/node/api"
+	"github.com/sandgate/sandgate/caddymodules/internal/tokendigest"
+	"github.com/sandgate/sandgate/nodecore/api"
 )
 
 // API is the "sandbox_node_api" handler: the internal node API (package
-// node/api) under /internal/v1/sandbox-nodes, authenticated with its own
+// nodecore/api) under /internal/v1/sandbox-nodes, authenticated with its own
 // bearer token. It lists the nodes with their presence and last health and
 // sends one provider operation to a node and waits for its outcome; every
 // other path goes to the next handler. Serve it on a private listener. JSON:

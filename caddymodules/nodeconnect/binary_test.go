@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandgate/sandgate/node/api"
-	"github.com/sandgate/sandgate/node/hub"
+	"github.com/sandgate/sandgate/nodecore/api"
+	"github.com/sandgate/sandgate/nodecore/hub"
 )
 
 // lockedBuffer collects a process's output.

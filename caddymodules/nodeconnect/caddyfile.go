@@ -5,7 +5,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/sandgate/sandgate/caddymodules/tokendigest"
+	"github.com/sandgate/sandgate/caddymodules/internal/tokendigest"
 )
 
 func init() {

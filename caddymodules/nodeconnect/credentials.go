@@ -7,8 +7,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
-	"github.com/sandgate/sandgate/caddymodules/sourcemetrics"
-	"github.com/sandgate/sandgate/node/credential"
+	"github.com/sandgate/sandgate/caddymodules/internal/sourcemetrics"
+	"github.com/sandgate/sandgate/nodecore/credential"
 )
 
 // pool holds the open node credential files across config reloads, keyed

@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/freeport"
-	"github.com/sandgate/sandgate/node/api"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/node/sim"
+	"github.com/sandgate/sandgate/nodecore/api"
 )
 
 // testClient sends the tests' HTTP requests, each on a connection of its

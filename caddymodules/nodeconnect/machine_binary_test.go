@@ -15,12 +15,12 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/sandgate/sandgate/hack/gatewayproc"
-	"github.com/sandgate/sandgate/node/admin"
-	"github.com/sandgate/sandgate/node/hub"
 	"github.com/sandgate/sandgate/node/machine"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/node/release"
 	"github.com/sandgate/sandgate/node/sim"
+	"github.com/sandgate/sandgate/nodecore/admin"
+	"github.com/sandgate/sandgate/nodecore/hub"
 )
 
 // builtCaddy returns bin/caddy (make build).

@@ -5,11 +5,11 @@
 // (sandgate.node_credentials.file).
 //
 // They are thin adapters. The connections, presence and dispatch live in
-// package node/hub, whose one Hub is held by the "sandgate" app across
+// package nodecore/hub, whose one Hub is held by the "sandgate" app across
 // config reloads: a handler only routes a request to the app's hub, so a
 // reload that replaces the handlers (or any other part of the config)
 // leaves every node connection running. The API's HTTP shape is package
-// node/api; node credentials are package credential.
+// nodecore/api; node credentials are package credential.
 package nodeconnect
 
 import (
@@ -21,8 +21,8 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/sandgate/sandgate/caddymodules/sandgate"
-	"github.com/sandgate/sandgate/node/hub"
-	"github.com/sandgate/sandgate/node/machine/server"
+	"github.com/sandgate/sandgate/nodecore/hub"
+	"github.com/sandgate/sandgate/nodecore/machineserver"
 )
 
 func init() {
@@ -34,7 +34,7 @@ func init() {
 // Connect is the "sandbox_node_connect" handler: Core's end of the
 // sandbox-node WebSocket, GET /api/v1/sandbox-node/connect?node_id=<uuid>
 // with "Authorization: Bearer <node credential>", and the machine API
-// beside it (package node/machine/server: POST and GET
+// beside it (package nodecore/machineserver: POST and GET
 // /api/v1/sandbox-node/enrol, GET /api/v1/sandbox-node/config, GET
 // /api/v1/sandbox-node/releases/…; docs/node-machine-api.md). It passes
 // every other path to the next handler, so it can share a site with other
@@ -45,13 +45,13 @@ func init() {
 // (with WWW-Authenticate), 409 while a connection of the node is
 // connecting, live or closing, 400 for a malformed node_id, 405 for
 // another method and 503 while the service is closing. After the upgrade
-// the connection belongs to the app's hub; see package node/hub for the
+// the connection belongs to the app's hub; see package nodecore/hub for the
 // protocol and close codes. JSON:
 //
 //	{"handler": "sandbox_node_connect"}
 type Connect struct {
 	hub     *hub.Hub
-	machine *server.Handler
+	machine *machineserver.Handler
 }
 
 // CaddyModule returns the Caddy module information.
@@ -67,7 +67,7 @@ func (h *Connect) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.hub = app.NodeHub()
-	m := &server.Handler{Credentials: app.NodeCredentials(), Pools: app.NodePools(), Releases: app.Releases(),
+	m := &machineserver.Handler{Credentials: app.NodeCredentials(), Pools: app.NodePools(), Releases: app.Releases(),
 		Logger: ctx.Logger()}
 	if e := app.NodeEnrolment(); e != nil {
 		m.Enrolment = e
@@ -104,7 +104,7 @@ func appHub(ctx caddy.Context) (*hub.Hub, error) {
 // ServeHTTP serves the connect path and passes other paths on. Refusals
 // before the upgrade are returned as caddyhttp errors with their status.
 func (h *Connect) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	if server.Owns(r.URL.Path) {
+	if machineserver.Owns(r.URL.Path) {
 		h.machine.ServeHTTP(w, r)
 		return nil
 	}

@@ -16,9 +16,9 @@ import (
 
 	_ "github.com/sandgate/sandgate/caddymodules/credentialsource" // the resource credential file of the test configs
 	"github.com/sandgate/sandgate/caddymodules/sandgate"
-	"github.com/sandgate/sandgate/node/api"
-	"github.com/sandgate/sandgate/node/hub"
 	"github.com/sandgate/sandgate/node/sim"
+	"github.com/sandgate/sandgate/nodecore/api"
+	"github.com/sandgate/sandgate/nodecore/hub"
 )
 
 type obj = map[string]any

@@ -17,15 +17,16 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	_ "github.com/sandgate/sandgate/caddymodules/nodeadmin" // admin.api.sandgate: the /sandgate/pools routes
 	"github.com/sandgate/sandgate/caddymodules/sandgate"
 	"github.com/sandgate/sandgate/deploy"
 	"github.com/sandgate/sandgate/internal/kubeenv"
-	v1 "github.com/sandgate/sandgate/node/apis/v1alpha1"
-	"github.com/sandgate/sandgate/node/credential"
-	"github.com/sandgate/sandgate/node/enrolment"
-	"github.com/sandgate/sandgate/node/enrolment/enrolmenttest"
-	"github.com/sandgate/sandgate/node/kubestore"
-	nodepool "github.com/sandgate/sandgate/node/pool"
+	v1 "github.com/sandgate/sandgate/nodecore/apis/v1alpha1"
+	"github.com/sandgate/sandgate/nodecore/credential"
+	"github.com/sandgate/sandgate/nodecore/enrolment"
+	"github.com/sandgate/sandgate/nodecore/enrolment/enrolmenttest"
+	"github.com/sandgate/sandgate/nodecore/kubestore"
+	nodepool "github.com/sandgate/sandgate/nodecore/pool"
 )
 
 // TestCaddyNodeStoreKubernetes runs the gateway with `nodes { store

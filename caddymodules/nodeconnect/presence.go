@@ -18,8 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandgate/sandgate/caddymodules/sandgate"
-	"github.com/sandgate/sandgate/gateway/portal"
-	"github.com/sandgate/sandgate/node/presence"
+	"github.com/sandgate/sandgate/nodecore/portal"
+	"github.com/sandgate/sandgate/nodecore/presence"
 )
 
 func init() {
@@ -32,7 +32,7 @@ const maxPeerTokenFile = 64 << 10
 // KubernetesPresence is the "kubernetes" node presence
 // (sandgate.node_presence.kubernetes): several gateway replicas share node
 // presence and the owner epoch through coordination.k8s.io Leases in the
-// Portal cluster (package node/presence), and the internal node API
+// Portal cluster (package nodecore/presence), and the internal node API
 // forwards a request about a node held by another replica to it, with a
 // peer token. It uses the sandgate app's Portal cluster connection (the
 // kubernetes block: kubeconfig, namespace, replica, rate limits).

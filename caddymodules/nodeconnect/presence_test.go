@@ -14,7 +14,7 @@ import (
 
 	"github.com/sandgate/sandgate/caddymodules/sandgate"
 	"github.com/sandgate/sandgate/internal/kubeenv"
-	"github.com/sandgate/sandgate/node/presence"
+	"github.com/sandgate/sandgate/nodecore/presence"
 )
 
 // TestReadPeerTokens: the first token is sent, every token is accepted;

@@ -9,10 +9,18 @@
 // credential sources keep their state (a file's last good version and its
 // watcher, an HTTP source's cache) in a caddy.UsagePool keyed by their
 // configuration, so a reload hands the same source to the new config and a
-// broken credentials file is never "lost" to a reload. The node hub lives
-// in this package's own UsagePool: every config with a nodes block holds a
-// reference, so a reload keeps every node connection and only the last
-// config's cleanup closes them.
+// broken credentials file is never "lost" to a reload.
+//
+// The app configures; it composes nothing itself. Its data-plane half
+// (dataplane.go) provisions the keys, the credential source, the
+// authorizer and the clusters. Its node half (nodes.go) turns the nodes
+// block into a core.Config and opens Core's node side with package
+// nodecore/core, which composes the hub, the pools, the placements, the
+// enrolment, the releases and the node credentials; the hub and the state
+// stores live in this package's UsagePool (core.Shared), so a reload
+// keeps every node connection and only the last config's cleanup closes
+// them. The nodes and kubernetes blocks' types and Caddyfile syntax are
+// package caddymodules/internal/nodeconfig's.
 package sandgate
 
 import (
@@ -20,31 +28,21 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"sort"
-	"strconv"
-	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
-	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/sandgate/sandgate/caddymodules/secret"
+	"github.com/sandgate/sandgate/caddymodules/internal/dataplaneapp"
 	"github.com/sandgate/sandgate/gateway/authorizer"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/dataplane"
-	"github.com/sandgate/sandgate/gateway/entryprobe"
-	"github.com/sandgate/sandgate/gateway/portal"
 	"github.com/sandgate/sandgate/gateway/token"
-	"github.com/sandgate/sandgate/node/api"
-	nodecredential "github.com/sandgate/sandgate/node/credential"
-	"github.com/sandgate/sandgate/node/enrolment"
-	"github.com/sandgate/sandgate/node/hub"
-	"github.com/sandgate/sandgate/node/placement"
-	"github.com/sandgate/sandgate/node/pool"
-	"github.com/sandgate/sandgate/node/release"
+	"github.com/sandgate/sandgate/nodecore/core"
+	"github.com/sandgate/sandgate/nodecore/portal"
 )
 
 func init() {
@@ -52,7 +50,7 @@ func init() {
 }
 
 // AppName is the app's module ID and its key under "apps" in JSON config.
-const AppName = "sandgate"
+const AppName = dataplaneapp.AppName
 
 // DefaultTokenLeeway is the clock-skew allowance for token exp/nbf.
 const DefaultTokenLeeway = 5 * time.Second
@@ -117,78 +115,16 @@ type App struct {
 	portal    *portal.Cluster // the Portal cluster, when Kubernetes is set
 	portalKey string          // its key in portals; "" when not held
 
-	hub       *hub.Hub     // the shared hub, when Nodes is set
-	presence  NodePresence // several replicas: Nodes.PresenceRaw
-	pooled    *pooledHub   // its pool entry
-	hubHeld   bool         // this config holds a reference in hubs
-	hubConfig hub.Config
-	hubUndo   func() // puts back the hub settings Start replaced
-
-	running   int32                // 1 between Start and Stop (sync/atomic; the App is copied by value in CaddyModule)
-	stateDir  string               // absolute; "" without state_dir
-	releases  *release.Store       // nil without a release store
-	pools     *pool.Registry       // shared across reloads
-	poolsKey  string               // the registry's key in registries; "" when not held
-	poolSpecs map[string]pool.Spec // this config's pools
-	poolsUndo func()               // puts back the pools Start replaced
-	prevApp   *App                 // the running app Start replaced
-
-	placements      placement.Store      // shared across reloads
-	placementsKey   string               // its key in placementStores
-	placementsHeld  bool                 // this config holds a reference
-	enrolment       enrolment.Enrolments // enrolled nodes and tokens; nil without state_dir or store kubernetes
-	enrolmentKey    string               // its key in enrolments; "" when not held
-	kubeStoreKey    string               // store kubernetes: its key in kubeStores; "" when not held
-	nodeCredentials nodecredential.Store // the operator's file merged with the enrolled nodes
-	stopped         bool                 // Stop has run; guarded by currentMu
+	core     *core.Core   // Core's node side, when Nodes is set
+	presence NodePresence // several replicas: Nodes.PresenceRaw
+	prevApp  *App         // the running app Start replaced
+	running  int32        // 1 between Start and Stop (sync/atomic; the App is copied by value in CaddyModule)
+	stopped  bool         // Stop has run; guarded by currentMu
 
 	// dataPlaneTransport is the first e2b_dataplane's transport: written
 	// only while the configuration is provisioned (one goroutine), read
 	// once it serves.
 	dataPlaneTransport http.RoundTripper
-}
-
-// TokenKey is one token verification key.
-type TokenKey struct {
-	// KID is the key ID the token's "kid" header names. Required.
-	KID string `json:"kid"`
-	// Algorithm is the only JWT algorithm accepted with this key: HS256,
-	// HS384, HS512, EdDSA, RS256/384/512, PS256/384/512 or ES256/384/512.
-	// Required; "none" is refused.
-	Algorithm string `json:"algorithm"`
-	// File is the key file: the HMAC secret (at least 32 bytes), or a PEM
-	// public or private key for the asymmetric algorithms. Placeholders such
-	// as {env.KEY_DIR} are expanded. Required.
-	File string `json:"file"`
-}
-
-// Cluster is one compute cluster.
-type Cluster struct {
-	// FixedEntry is the cluster's fixed entry: an http or https URL whose
-	// host leads to the cluster's OpenSandbox Ingress in URI mode. Requests
-	// go to <fixed_entry>/<sandboxID>/44772/<execd path>. Required.
-	FixedEntry string `json:"fixed_entry"`
-	// ExecdAccessToken, when set, is sent to execd as X-EXECD-ACCESS-TOKEN.
-	// It is a secret, so it must be an {env.NAME} or {file./path}
-	// placeholder, resolved at provision time (a placeholder that resolves
-	// to nothing is an error); a literal value is refused (secret.Check),
-	// because the configuration is served by GET /config/ and saved to
-	// autosave.json. Default: none (OpenSandbox's Kubernetes deployments run
-	// execd without a token, docs/wire-facts.md §X1.1).
-	ExecdAccessToken string `json:"execd_access_token,omitempty"`
-	// Host is the Host header of every request to the fixed entry: the
-	// data plane's and the probes it relays for corectl
-	// (fixed_entry_probe). It must be the host of the fixed entry's
-	// Ingress rules, corectl's ingress.host for this cluster, which corectl
-	// checks through the relay at start (docs/deploy.md "Restricted
-	// sandboxes"). A DNS name (RFC 1123 subdomain, at most 253
-	// characters), optionally with ":<port>"; placeholders are expanded at
-	// provision. Default: the fixed entry URL's host and port.
-	Host string `json:"host,omitempty"`
-
-	fixedEntry *url.URL
-	token      string
-	host       string
 }
 
 // CaddyModule returns the Caddy module information.
@@ -263,51 +199,6 @@ func (a *App) Provision(ctx caddy.Context) error {
 	return nil
 }
 
-func (c *Cluster) provision(repl *caddy.Replacer) error {
-	u, err := fixedEntryURL(repl.ReplaceAll(c.FixedEntry, ""))
-	if err != nil {
-		return err
-	}
-	c.fixedEntry = u
-	if c.host, err = hostHeader(repl.ReplaceAll(c.Host, "")); err != nil {
-		return err
-	}
-	c.token, err = secret.Resolve(repl, "execd_access_token", c.ExecdAccessToken)
-	return err
-}
-
-// hostHeader checks a cluster's host setting: "" (the fixed entry's own
-// host), or a DNS-1123 subdomain with an optional port.
-func hostHeader(h string) (string, error) {
-	if h == "" {
-		return "", nil
-	}
-	name, port := h, ""
-	if i := strings.LastIndexByte(h, ':'); i >= 0 {
-		name, port = h[:i], h[i+1:]
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
-			return "", fmt.Errorf("host %q: the port must be 1 to 65535", h)
-		}
-	}
-	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
-		return "", fmt.Errorf("host %q must be a lowercase DNS name (RFC 1123 subdomain), optionally with :<port>", h)
-	}
-	return h, nil
-}
-
-// fixedEntryURL parses a cluster's fixed entry: an http or https URL with
-// a host and no query, fragment or user info.
-func fixedEntryURL(raw string) (*url.URL, error) {
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, errors.New("fixed_entry must be an http:// or https:// URL with a host")
-	}
-	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return nil, errors.New("fixed_entry must not have a query, fragment or user info")
-	}
-	return u, nil
-}
-
 // Validate checks that keys and a credential source are configured (the
 // nodes block is checked by Provision).
 func (a *App) Validate() error {
@@ -327,23 +218,10 @@ func (a *App) Validate() error {
 // config takes over the running hub here, its connections untouched) and
 // logs the configured clusters. The app has no goroutines of its own.
 func (a *App) Start() error {
-	if a.pools != nil {
-		undo, err := a.pools.Configure(a.poolSpecs)
-		if err != nil {
+	if a.core != nil {
+		if err := a.core.Start(); err != nil {
 			return fmt.Errorf("nodes: %w", err)
 		}
-		a.poolsUndo = undo
-	}
-	if a.hub != nil {
-		undo, err := a.hub.Apply(a.hubConfig)
-		if err != nil {
-			if a.poolsUndo != nil {
-				a.poolsUndo()
-				a.poolsUndo = nil
-			}
-			return fmt.Errorf("nodes: %w", err)
-		}
-		a.hubUndo = undo
 	}
 	currentMu.Lock()
 	a.prevApp, current = current, a
@@ -354,9 +232,25 @@ func (a *App) Start() error {
 	}
 	sort.Strings(ids)
 	a.logger.Info("sandgate app started", zap.Strings("clusters", ids), zap.Int("token_keys", len(a.TokenKeys)),
-		zap.Bool("nodes", a.hub != nil))
+		zap.Bool("nodes", a.core != nil))
 	atomic.StoreInt32(&a.running, 1)
 	return nil
+}
+
+// current is the running sandgate app, the one whose Start ran last and
+// was not undone; the admin routes act on it. Guarded by currentMu.
+var (
+	currentMu sync.Mutex
+	current   *App
+)
+
+// Current returns the running sandgate app (the one whose Start ran last
+// and was not undone), nil when none runs; the admin routes
+// (admin.api.sandgate) act on it.
+func Current() *App {
+	currentMu.Lock()
+	defer currentMu.Unlock()
+	return current
 }
 
 // Running reports whether the app has started and not stopped.
@@ -387,24 +281,16 @@ func (a *App) Stop() error {
 	}
 	a.prevApp = nil
 	currentMu.Unlock()
-	if a.hubUndo != nil {
-		a.hubUndo()
-		a.hubUndo = nil
-	}
-	if caddy.Exiting() && a.pooled != nil {
+	if a.core != nil {
 		grace := time.Duration(a.Nodes.ShutdownGrace)
 		if grace == 0 {
 			grace = DefaultShutdownGrace
 		}
-		a.logger.Info("draining node connections", zap.Duration("shutdown_grace", grace))
-		a.pooled.drain(grace, a.logger)
+		if caddy.Exiting() {
+			a.logger.Info("draining node connections", zap.Duration("shutdown_grace", grace))
+		}
+		a.core.Stop(caddy.Exiting(), grace)
 	}
-	// A process that exits keeps its pools as they are (the state file
-	// must not go back); only a failed reload is undone.
-	if a.poolsUndo != nil && !caddy.Exiting() {
-		a.poolsUndo()
-	}
-	a.poolsUndo = nil
 	return nil
 }
 
@@ -414,29 +300,8 @@ func (a *App) Stop() error {
 // watches end).
 func (a *App) Cleanup() error {
 	var err error
-	if a.poolsKey != "" {
-		_, err = registries.Delete(a.poolsKey)
-		a.poolsKey = ""
-	}
-	if a.placementsHeld {
-		_, perr := placementStores.Delete(a.placementsKey)
-		err = errors.Join(err, perr)
-		a.placementsHeld = false
-	}
-	if a.enrolmentKey != "" {
-		_, eerr := enrolments.Delete(a.enrolmentKey)
-		err = errors.Join(err, eerr)
-		a.enrolmentKey = ""
-	}
-	if a.kubeStoreKey != "" {
-		_, kerr := kubeStores.Delete(a.kubeStoreKey)
-		err = errors.Join(err, kerr)
-		a.kubeStoreKey = ""
-	}
-	if a.hubHeld {
-		a.hubHeld = false
-		_, herr := hubs.Delete(hubKey)
-		err = errors.Join(err, herr)
+	if a.core != nil {
+		err = a.core.Close() // a second Close releases nothing
 	}
 	// Last: the hub's drain above may still release Leases through it.
 	if a.portalKey != "" {
@@ -447,89 +312,6 @@ func (a *App) Cleanup() error {
 	return err
 }
 
-// Tokens returns the token verifier.
-func (a *App) Tokens() *token.Verifier { return a.verifier }
-
-// Credentials returns the resource credential source.
-func (a *App) Credentials() credential.Source { return a.credentials }
-
-// Authorizer returns the sandbox authorizer, nil when none is configured.
-func (a *App) Authorizer() authorizer.Authorizer { return a.authorizer }
-
-// Cluster returns the cluster with the given ID; it implements
-// dataplane.Clusters.
-func (a *App) Cluster(id string) (dataplane.Cluster, bool) {
-	c, ok := a.Clusters[id]
-	if !ok || c == nil || c.fixedEntry == nil {
-		return dataplane.Cluster{}, false
-	}
-	return dataplane.Cluster{ID: id, FixedEntry: c.fixedEntry, ExecdAccessToken: c.token, Host: c.host}, true
-}
-
-// FixedEntries returns every provisioned cluster's fixed entry, the
-// Host the data plane sends it (empty: the URL's) and its execd access
-// token, by cluster ID, for the probe relay (fixed_entry_probe).
-func (a *App) FixedEntries() map[string]entryprobe.Target {
-	out := make(map[string]entryprobe.Target, len(a.Clusters))
-	for id, c := range a.Clusters {
-		if c != nil && c.fixedEntry != nil {
-			out[id] = entryprobe.Target{FixedEntry: c.fixedEntry, Host: c.host, ExecdAccessToken: c.token}
-		}
-	}
-	return out
-}
-
-// SetDataPlaneTransport records the transport an e2b_dataplane handler of
-// this configuration sends to the fixed entries with (the first one
-// recorded is kept), so the probe relay sends corectl's probes exactly as
-// the data plane sends its requests. Call it only from a handler's
-// Provision.
-func (a *App) SetDataPlaneTransport(rt http.RoundTripper) {
-	if a.dataPlaneTransport == nil {
-		a.dataPlaneTransport = rt
-	}
-}
-
-// DataPlaneTransport returns the transport SetDataPlaneTransport recorded,
-// nil when this configuration has no e2b_dataplane (yet: handlers are
-// provisioned in configuration order).
-func (a *App) DataPlaneTransport() http.RoundTripper {
-	return a.dataPlaneTransport
-}
-
-// NodeHub returns the node hub, or nil when the config has no nodes block.
-func (a *App) NodeHub() *hub.Hub { return a.hub }
-
-// NodePools returns the pool registry, or nil when the config has no
-// nodes block.
-func (a *App) NodePools() *pool.Registry { return a.pools }
-
-// NodeEnrolment returns the enrolled-node store, or nil without a
-// state_dir or store kubernetes.
-func (a *App) NodeEnrolment() enrolment.Enrolments { return a.enrolment }
-
-// NodeCredentials returns the store that authenticates nodes (the
-// operator's file merged with the enrolled nodes), or nil without a nodes
-// block.
-func (a *App) NodeCredentials() nodecredential.Store { return a.nodeCredentials }
-
-// Releases returns the release store, or nil when none is configured.
-func (a *App) Releases() *release.Store { return a.releases }
-
-// NodePresence returns the shared node presence of several replicas, or
-// nil (one replica).
-func (a *App) NodePresence() NodePresence { return a.presence }
-
-// NodeForwardObserver returns the metrics of the internal node API's
-// forwarding to other replicas (sandgate_node_forwarded_total,
-// sandgate_node_forward_duration_seconds), or nil without a nodes block.
-func (a *App) NodeForwardObserver() api.ForwardObserver {
-	if m, ok := a.hubConfig.Observer.(*nodeMetrics); ok && m != nil {
-		return m
-	}
-	return nil
-}
-
 // Interface guards.
 var (
 	_ caddy.App          = (*App)(nil)
@@ -537,4 +319,5 @@ var (
 	_ caddy.Validator    = (*App)(nil)
 	_ caddy.CleanerUpper = (*App)(nil)
 	_ dataplane.Clusters = (*App)(nil)
+	_ dataplaneapp.App   = (*App)(nil)
 )

@@ -1,17 +1,15 @@
 package sandgate
 
 import (
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 
-	"github.com/sandgate/sandgate/caddymodules/secret"
-	"github.com/sandgate/sandgate/node/proto"
+	"github.com/sandgate/sandgate/caddymodules/internal/nodeconfig"
+	"github.com/sandgate/sandgate/caddymodules/internal/secret"
 )
 
 func init() {
@@ -230,7 +228,7 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if d.NextArg() {
 				return d.ArgErr()
 			}
-			n, err := parseNodes(d)
+			n, err := nodeconfig.ParseNodes(d)
 			if err != nil {
 				return err
 			}
@@ -239,7 +237,7 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if a.Kubernetes != nil {
 				return d.Err("kubernetes already specified")
 			}
-			k, err := unmarshalKubernetes(d)
+			k, err := nodeconfig.ParseKubernetes(d)
 			if err != nil {
 				return err
 			}
@@ -249,238 +247,6 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 	}
 	return nil
-}
-
-// parseNodes parses the block of the nodes subdirective (syntax: see
-// App.UnmarshalCaddyfile).
-func parseNodes(d *caddyfile.Dispenser) (*Nodes, error) {
-	n := new(Nodes)
-	seen := map[string]bool{}
-	durations := map[string]*caddy.Duration{
-		"hello_timeout": &n.HelloTimeout, "idle_timeout": &n.IdleTimeout, "online_window": &n.OnlineWindow,
-		"write_timeout": &n.WriteTimeout, "response_grace": &n.ResponseGrace, "close_grace": &n.CloseGrace,
-		"heartbeat_interval": &n.HeartbeatInterval,
-		"shutdown_grace":     &n.ShutdownGrace,
-	}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		opt := d.Val()
-		if seen[opt] {
-			return nil, d.Errf("%s already specified", opt)
-		}
-		seen[opt] = true
-		if target, ok := durations[opt]; ok {
-			if !d.NextArg() {
-				return nil, d.ArgErr()
-			}
-			dur, err := caddy.ParseDuration(d.Val())
-			if err != nil || dur <= 0 || dur > time.Hour {
-				return nil, d.Errf("bad %s %q: must be a positive duration up to 1h", opt, d.Val())
-			}
-			if d.NextArg() {
-				return nil, d.ArgErr()
-			}
-			*target = caddy.Duration(dur)
-			continue
-		}
-		switch opt {
-		case "credentials":
-			if !d.NextArg() {
-				return nil, d.ArgErr()
-			}
-			name := d.Val()
-			mod, err := caddyfile.UnmarshalModule(d, "sandgate.node_credentials."+name)
-			if err != nil {
-				return nil, err
-			}
-			n.CredentialsRaw = caddyconfig.JSONModuleObject(mod, "source", name, nil)
-		case "store":
-			if !d.NextArg() {
-				return nil, d.ArgErr()
-			}
-			v := d.Val()
-			if d.NextArg() {
-				return nil, d.ArgErr()
-			}
-			if v != StoreFile && v != StoreKubernetes {
-				return nil, d.Errf("bad store %q: must be file or kubernetes", v)
-			}
-			n.Store = v
-		case "state_dir", "releases":
-			if !d.NextArg() {
-				return nil, d.ArgErr()
-			}
-			v := d.Val()
-			if d.NextArg() {
-				return nil, d.ArgErr()
-			}
-			if opt == "state_dir" {
-				n.StateDir = v
-			} else {
-				n.Releases = v
-			}
-		case "pool":
-			if !d.NextArg() {
-				return nil, d.ArgErr()
-			}
-			name := d.Val()
-			if d.NextArg() {
-				return nil, d.ArgErr()
-			}
-			if _, dup := n.Pools[name]; dup {
-				return nil, d.Errf("pool %q already specified", name)
-			}
-			delete(seen, "pool") // one pool line per name, checked above
-			p, err := parsePool(d)
-			if err != nil {
-				return nil, err
-			}
-			if n.Pools == nil {
-				n.Pools = map[string]*NodePool{}
-			}
-			n.Pools[name] = p
-		case "presence":
-			if !d.NextArg() {
-				return nil, d.ArgErr()
-			}
-			name := d.Val()
-			mod, err := caddyfile.UnmarshalModule(d, "sandgate.node_presence."+name)
-			if err != nil {
-				return nil, err
-			}
-			n.PresenceRaw = caddyconfig.JSONModuleObject(mod, "store", name, nil)
-		case "owner_epoch":
-			if !d.NextArg() {
-				return nil, d.ArgErr()
-			}
-			e, err := strconv.ParseInt(d.Val(), 10, 64)
-			if err != nil || e <= 0 {
-				return nil, d.Errf("bad owner_epoch %q: must be a positive integer", d.Val())
-			}
-			if d.NextArg() {
-				return nil, d.ArgErr()
-			}
-			n.OwnerEpoch = e
-		case "deployment":
-			var gen, digest string
-			if !d.Args(&gen, &digest) {
-				return nil, d.ArgErr()
-			}
-			if d.NextArg() {
-				return nil, d.ArgErr()
-			}
-			dep := &NodeDeployment{SpecificationDigest: digest}
-			g, err := strconv.ParseInt(gen, 10, 64)
-			if err != nil || g <= 0 {
-				return nil, d.Errf("bad deployment generation %q: must be a positive integer", gen)
-			}
-			dep.Generation = g
-			if !proto.IsDigest(digest) {
-				return nil, d.Errf("bad deployment specification digest: must be 64 lowercase hexadecimal digits")
-			}
-			for nest := d.Nesting(); d.NextBlock(nest); {
-				switch d.Val() {
-				case "serving_generation":
-					if dep.ServingGeneration != 0 {
-						return nil, d.Err("serving_generation already specified")
-					}
-					if !d.NextArg() {
-						return nil, d.ArgErr()
-					}
-					s, err := strconv.ParseInt(d.Val(), 10, 64)
-					if err != nil || s <= 0 {
-						return nil, d.Errf("bad serving_generation %q: must be a positive integer", d.Val())
-					}
-					if d.NextArg() {
-						return nil, d.ArgErr()
-					}
-					dep.ServingGeneration = s
-				default:
-					return nil, d.Errf("unrecognized deployment subdirective %q", d.Val())
-				}
-			}
-			n.Deployment = dep
-		default:
-			return nil, d.Errf("unrecognized nodes subdirective %q", opt)
-		}
-	}
-	if n.CredentialsRaw == nil && n.StateDir == "" && n.Store != StoreKubernetes {
-		return nil, d.Err("nodes: credentials is required (e.g. credentials file <path>), or a state_dir or store kubernetes for enrolled nodes")
-	}
-	// Provision refuses it too (for JSON configs), but only after it has
-	// connected to the Portal cluster; caddy adapt and validate say it here.
-	if n.Store == StoreKubernetes && n.StateDir != "" {
-		return nil, d.Err("nodes: store kubernetes keeps the node state in the Portal cluster: remove state_dir")
-	}
-	return n, nil
-}
-
-// parsePool parses the block of a pool subdirective (syntax: see
-// App.UnmarshalCaddyfile).
-func parsePool(d *caddyfile.Dispenser) (*NodePool, error) {
-	p := new(NodePool)
-	positive := func(what string) (int64, error) {
-		if !d.NextArg() {
-			return 0, d.ArgErr()
-		}
-		v, err := strconv.ParseInt(d.Val(), 10, 64)
-		if err != nil || v <= 0 {
-			return 0, d.Errf("bad %s %q: must be a positive integer", what, d.Val())
-		}
-		return v, nil
-	}
-	for nest := d.Nesting(); d.NextBlock(nest); {
-		switch opt := d.Val(); opt {
-		case "generation":
-			g, err := positive("generation")
-			if err != nil {
-				return nil, err
-			}
-			var kind, value string
-			if !d.Args(&kind, &value) || d.NextArg() {
-				return nil, d.Err("generation takes: generation <n> release <source> | generation <n> digest <specification_digest>")
-			}
-			pg := PoolGeneration{Generation: g}
-			switch kind {
-			case "release":
-				pg.Release = value
-			case "digest":
-				if !proto.IsDigest(value) {
-					return nil, d.Errf("generation %d: the digest must be 64 lowercase hexadecimal digits", g)
-				}
-				pg.SpecificationDigest = value
-			default:
-				return nil, d.Errf("generation %d: %q is neither release nor digest", g, kind)
-			}
-			for _, old := range p.Generations {
-				if old.Generation == g {
-					return nil, d.Errf("generation %d already specified", g)
-				}
-			}
-			p.Generations = append(p.Generations, pg)
-		case "target", "serving":
-			v, err := positive(opt)
-			if err != nil {
-				return nil, err
-			}
-			if d.NextArg() {
-				return nil, d.ArgErr()
-			}
-			if opt == "target" {
-				if p.Target != 0 {
-					return nil, d.Err("target already specified")
-				}
-				p.Target = v
-			} else {
-				if p.Serving != 0 {
-					return nil, d.Err("serving already specified")
-				}
-				p.Serving = v
-			}
-		default:
-			return nil, d.Errf("unrecognized pool subdirective %q", opt)
-		}
-	}
-	return p, nil
 }
 
 // Interface guard.

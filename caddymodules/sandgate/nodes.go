@@ -1,62 +1,22 @@
 package sandgate
 
 import (
-	"context"
 	"crypto/sha256"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"sync"
-	"time"
+	"io"
 
 	"github.com/caddyserver/caddy/v2"
-	"go.uber.org/zap"
 
-	"github.com/sandgate/sandgate/gateway/portal"
-	"github.com/sandgate/sandgate/node/api"
-	"github.com/sandgate/sandgate/node/credential"
-	"github.com/sandgate/sandgate/node/hub"
-	"github.com/sandgate/sandgate/node/proto"
+	"github.com/sandgate/sandgate/caddymodules/internal/nodeconfig"
+	"github.com/sandgate/sandgate/nodecore/api"
+	"github.com/sandgate/sandgate/nodecore/core"
+	"github.com/sandgate/sandgate/nodecore/credential"
+	"github.com/sandgate/sandgate/nodecore/enrolment"
+	"github.com/sandgate/sandgate/nodecore/hub"
+	"github.com/sandgate/sandgate/nodecore/pool"
+	"github.com/sandgate/sandgate/nodecore/portal"
+	"github.com/sandgate/sandgate/nodecore/releasestore"
 )
-
-// hubs holds the node hub across config reloads: each config with a nodes
-// block holds one reference under hubKey.
-var hubs = caddy.NewUsagePool()
-
-const hubKey = "sandgate.node.hub"
-
-// pooledHub lets the pool close the hub when the last config releases it.
-type pooledHub struct {
-	*hub.Hub
-	drainOnce sync.Once
-	drained   chan struct{} // closed when a drain began with drain has ended
-}
-
-// drain begins the hub's graceful shutdown (hub.Shutdown with grace) in
-// the background, once.
-func (p *pooledHub) drain(grace time.Duration, log *zap.Logger) {
-	p.drainOnce.Do(func() {
-		p.drained = make(chan struct{})
-		go func() {
-			defer close(p.drained)
-			ctx, cancel := context.WithTimeout(context.Background(), grace)
-			defer cancel()
-			if err := p.Hub.Shutdown(ctx); err != nil {
-				log.Warn("node connections closed before every dispatch under way had its outcome", zap.Duration("shutdown_grace", grace))
-			}
-		}()
-	})
-}
-
-// Destruct waits for a drain that began (the process is exiting) and
-// closes every node connection (close code 1001).
-func (p *pooledHub) Destruct() error {
-	p.drainOnce.Do(func() {}) // no drain may begin from now on
-	if p.drained != nil {
-		<-p.drained
-	}
-	return p.Hub.Close()
-}
 
 // NodePresence is a sandgate.node_presence module: node presence and owner
 // epochs shared by several gateway replicas (hub.Presence), the other
@@ -80,219 +40,75 @@ type NodePresence interface {
 
 // Values of Nodes.Store.
 const (
-	StoreFile       = "file"
-	StoreKubernetes = "kubernetes"
+	StoreFile       = core.StoreFile
+	StoreKubernetes = core.StoreKubernetes
 )
 
 // DefaultOwnerEpoch is the owner epoch when none is configured.
-const DefaultOwnerEpoch = 1
+const DefaultOwnerEpoch = core.DefaultOwnerEpoch
 
-// Nodes is the node connection service's configuration (spec
-// node-protocol.md "Connection"). JSON:
-//
-//	"nodes": {
-//	  "credentials": {"source": "file", "path": "/etc/sandgate/nodes.yaml"},
-//	  "owner_epoch": 1,
-//	  "deployment": {"generation": 2, "specification_digest": "<64 hex>", "serving_generation": 1},
-//	  "hello_timeout": "15s", "idle_timeout": "35s", "online_window": "45s",
-//	  "write_timeout": "10s", "response_grace": "2s", "close_grace": "1s",
-//	  "heartbeat_interval": "10s"
-//	}
-//
-// Changing any of these with a reload keeps every node connection: the
-// hub takes the new settings when the new config starts.
-type Nodes struct {
-	// CredentialsRaw is the node credential source, a module in the
-	// sandgate.node_credentials namespace chosen by its "source" key
-	// ("file"). Required.
-	CredentialsRaw json.RawMessage `json:"credentials,omitempty" caddy:"namespace=sandgate.node_credentials inline_key=source"`
-
-	// PresenceRaw makes several gateway replicas share node presence and
-	// the owner epoch, a module in the sandgate.node_presence namespace
-	// chosen by its "store" key ("kubernetes": Leases). Absent: this
-	// gateway is the only replica (presence in memory, every welcome
-	// carries owner_epoch).
-	PresenceRaw json.RawMessage `json:"presence,omitempty" caddy:"namespace=sandgate.node_presence inline_key=store"`
-
-	// OwnerEpoch is Core's owner epoch, sent in welcome and checked on
-	// every heartbeat; > 0, default 1. Raising it (with a reload) closes
-	// each connection at its next heartbeat (close code 4005) so the node
-	// reconnects under the new epoch; it may not decrease while the
-	// gateway runs (the reload is refused).
-	OwnerEpoch int64 `json:"owner_epoch,omitempty"`
-
-	// Deployment is advertised to generation-managing nodes in welcome and
-	// heartbeat_ack: the target generation to prepare and the generation
-	// to keep serving. Without it such nodes are refused (close code 4006).
-	Deployment *NodeDeployment `json:"deployment,omitempty"`
-
-	// HelloTimeout: a node must send hello this soon after the upgrade.
-	// Default 15s.
-	HelloTimeout caddy.Duration `json:"hello_timeout,omitempty"`
-	// IdleTimeout: a connection with no frame for this long is closed.
-	// Default 35s.
-	IdleTimeout caddy.Duration `json:"idle_timeout,omitempty"`
-	// OnlineWindow: a node is online while its last heartbeat is younger.
-	// Default 45s.
-	OnlineWindow caddy.Duration `json:"online_window,omitempty"`
-	// WriteTimeout bounds the write of one frame. Default 10s.
-	WriteTimeout caddy.Duration `json:"write_timeout,omitempty"`
-	// ResponseGrace is how much longer than a request's timeout_ms Core
-	// waits for the response before reporting outcome unknown. Default 2s.
-	ResponseGrace caddy.Duration `json:"response_grace,omitempty"`
-	// CloseGrace is how long Core waits for the node's close frame after
-	// sending its own. Default 1s.
-	CloseGrace caddy.Duration `json:"close_grace,omitempty"`
-	// HeartbeatInterval is the period the nodes send heartbeats with
-	// (nodeagent's timers.heartbeat). Default 10s, the protocol's. A
-	// connection whose heartbeats come faster is closed with close code
-	// 4007: beyond a burst of idle_timeout/heartbeat_interval + 2
-	// heartbeats (5 with the defaults) it may send one per half interval.
-	HeartbeatInterval caddy.Duration `json:"heartbeat_interval,omitempty"`
-	// ShutdownGrace: when the gateway exits (SIGTERM, caddy stop), new
-	// node connects and dispatches are refused at once, the dispatches
-	// under way get up to this long to have their outcome, and then every
-	// node connection is closed with 1001 so that nodes reconnect to
-	// another replica at once. Default 15s. (Reloads keep the
-	// connections.)
-	ShutdownGrace caddy.Duration `json:"shutdown_grace,omitempty"`
-
-	// StateDir is the directory of Core's durable node state when this
-	// gateway is the only replica: the pools' run-time deployments
-	// (pools.json), the placements (placements.jsonl), and, with
-	// enrolment, the enrolled nodes and used enrolment tokens
-	// (enrolment.json). Created (mode 0700) when missing. Placeholders such
-	// as {env.STATE_DIR} are expanded. Default: none, the state is kept in
-	// memory only (it survives `caddy reload`, not a restart) and
-	// enrolment is off. Not with Store "kubernetes".
-	StateDir string `json:"state_dir,omitempty"`
-
-	// Store is where that durable node state lives: "file" (the default:
-	// state_dir, or memory without one) for one gateway, or "kubernetes"
-	// for several replicas: NodePool, NodePlacements, NodeEnrolmentToken
-	// and EnrolledNode objects (group nodes.sandgate.io) in the namespace
-	// of the sandgate app's kubernetes block, which is required, with
-	// only credential and token SHA-256s stored; the CRDs are
-	// deploy/portal/crds/ (docs/scale-out.md "Node state"). With
-	// "kubernetes" enrolment is on and state_dir is refused. Errors at
-	// provision: without the kubernetes block, with state_dir, an unknown
-	// value, or objects the apiserver does not let the gateway list.
-	Store string `json:"store,omitempty"`
-
-	// Releases is the release store directory (`caddy sandgate-release
-	// publish --store <dir>`), whose releases pools bind generations to and
-	// whose manifests and artifacts the machine API serves. Default: none
-	// (no release downloads; pools bind generations by digest only).
-	Releases string `json:"releases,omitempty"`
-
-	// Pools are the node pools by name (1..63 characters of [a-z0-9-]).
-	// A node belongs to the pool of its enrolment (default "default").
-	// Each generation-managing node is told its pool's deployment. Replaces
-	// Deployment, which is the "default" pool's deployment written the old
-	// way (both for "default" is an error).
-	Pools map[string]*NodePool `json:"pools,omitempty"`
-}
-
-// NodePool is one node pool: the generations it knows and its deployment.
-// JSON:
-//
-//	{"generations": [{"generation": 7, "release": "busybox-7"},
-//	                 {"generation": 8, "specification_digest": "<64 hex>"}],
-//	 "target": 8, "serving": 7}
-//
-// The deployment can also be changed at run time (Caddy's admin API, PUT
-// /sandgate/pools/<name>/deployment); a reload keeps such a change unless
-// it changes target or serving itself.
-type NodePool struct {
-	// Generations bind deployment generations to a release of the release
-	// store (the specification digest is then the SHA-256 of the release's
-	// manifest.json, computed by Core) or to an explicit specification
-	// digest. A generation is bound once and for all: binding it to
-	// another digest later is refused.
-	Generations []PoolGeneration `json:"generations,omitempty"`
-	// Target is the target generation, which must be bound. Absent: the
-	// pool has no deployment until one is set at run time.
-	Target int64 `json:"target,omitempty"`
-	// Serving is the serving generation; absent is null.
-	Serving int64 `json:"serving,omitempty"`
-}
-
-// PoolGeneration binds one generation: exactly one of Release and
-// SpecificationDigest.
-type PoolGeneration struct {
-	// Generation is the deployment generation, > 0.
-	Generation int64 `json:"generation"`
-	// Release is a release source in the release store.
-	Release string `json:"release,omitempty"`
-	// SpecificationDigest is the generation's lowercase hex SHA-256
-	// specification digest.
-	SpecificationDigest string `json:"specification_digest,omitempty"`
-}
+// Nodes is the node connection service's configuration (the nodes block;
+// nodeconfig.Nodes, whose JSON it is).
+type Nodes = nodeconfig.Nodes
 
 // DefaultShutdownGrace is Nodes.ShutdownGrace's default.
-const DefaultShutdownGrace = 15 * time.Second
+const DefaultShutdownGrace = nodeconfig.DefaultShutdownGrace
+
+// NodePool is one node pool: the generations it knows and its
+// deployment (core.Pool, whose JSON it is).
+type NodePool = core.Pool
+
+// PoolGeneration binds one generation (core.PoolGeneration).
+type PoolGeneration = core.PoolGeneration
 
 // NodeDeployment is the deployment advertised to generation-managing
-// nodes.
-type NodeDeployment struct {
-	// Generation is the target deployment generation, > 0. Required.
-	Generation int64 `json:"generation"`
-	// SpecificationDigest is the target's lowercase hex SHA-256
-	// specification digest. Required.
-	SpecificationDigest string `json:"specification_digest"`
-	// ServingGeneration is the generation nodes keep serving, > 0; absent
-	// (0) is sent as null.
-	ServingGeneration int64 `json:"serving_generation,omitempty"`
+// nodes (core.Deployment).
+type NodeDeployment = core.Deployment
+
+// shared holds Core's hub and node state stores across config reloads
+// (core.Shared): each config holds one reference per object it uses, so
+// a reload keeps every node connection and only the last config's
+// cleanup closes them.
+var shared = usagePool{caddy.NewUsagePool()}
+
+// usagePool is core.Shared over a caddy.UsagePool.
+type usagePool struct{ p *caddy.UsagePool }
+
+// destructor lets the pool close an object when no config holds it.
+type destructor struct{ io.Closer }
+
+// Destruct implements caddy.Destructor.
+func (d destructor) Destruct() error { return d.Close() }
+
+// Hold implements core.Shared.
+func (u usagePool) Hold(key string, open func() (io.Closer, error)) (io.Closer, bool, error) {
+	v, loaded, err := u.p.LoadOrNew(key, func() (caddy.Destructor, error) {
+		c, err := open()
+		if err != nil {
+			return nil, err
+		}
+		return destructor{c}, nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return v.(destructor).Closer, loaded, nil
 }
 
-// check validates the static settings; the error names the setting.
-func (n *Nodes) check() error {
-	if n.OwnerEpoch < 0 {
-		return errors.New("owner_epoch must be positive")
-	}
-	if d := n.Deployment; d != nil {
-		switch {
-		case d.Generation <= 0:
-			return errors.New("deployment generation must be positive")
-		case !proto.IsDigest(d.SpecificationDigest):
-			return errors.New("deployment specification_digest must be 64 lowercase hexadecimal digits")
-		case d.ServingGeneration < 0:
-			return errors.New("deployment serving_generation must be positive")
-		}
-	}
-	for _, t := range []struct {
-		name string
-		d    caddy.Duration
-	}{
-		{"hello_timeout", n.HelloTimeout}, {"idle_timeout", n.IdleTimeout}, {"online_window", n.OnlineWindow},
-		{"write_timeout", n.WriteTimeout}, {"response_grace", n.ResponseGrace}, {"close_grace", n.CloseGrace},
-		{"heartbeat_interval", n.HeartbeatInterval},
-		{"shutdown_grace", n.ShutdownGrace},
-	} {
-		if t.d < 0 {
-			return fmt.Errorf("%s must not be negative", t.name)
-		}
-		if time.Duration(t.d) > time.Hour {
-			return fmt.Errorf("%s must be at most 1h", t.name)
-		}
-	}
-	return nil
+// Release implements core.Shared.
+func (u usagePool) Release(key string) error {
+	_, err := u.p.Delete(key)
+	return err
 }
 
-// provisionNodes loads the node credential source, takes a reference to
-// the shared hub and checks that the hub accepts this config's settings
-// (an owner epoch lower than the running one is refused). The settings
-// are applied in Start; the very first config also applies them here, so
-// that a hub is never served unconfigured.
+// provisionNodes loads the node credential source and the node presence
+// and opens Core's node side (core.Open) with this config's settings.
 func (a *App) provisionNodes(ctx caddy.Context) error {
 	n := a.Nodes
-	if err := n.check(); err != nil {
+	cfg, err := n.CoreConfig()
+	if err != nil {
 		return err
 	}
-	if n.CredentialsRaw == nil && n.StateDir == "" && n.Store != StoreKubernetes {
-		return errors.New("a node credential source (credentials file <path>), a state_dir or store kubernetes for enrolled nodes is required")
-	}
-	var stores credential.Merged
 	if n.CredentialsRaw != nil {
 		mod, err := ctx.LoadModule(n, "CredentialsRaw")
 		if err != nil {
@@ -302,27 +118,8 @@ func (a *App) provisionNodes(ctx caddy.Context) error {
 		if !ok {
 			return fmt.Errorf("node credential source module %T does not implement credential.Store", mod)
 		}
-		stores = append(stores, store)
+		cfg.Credentials = store
 	}
-	epoch := n.OwnerEpoch
-	if epoch == 0 {
-		epoch = DefaultOwnerEpoch
-	}
-	if err := a.provisionPools(); err != nil {
-		return err
-	}
-	if a.enrolment != nil {
-		stores = append(stores, a.enrolment)
-	}
-	var store credential.Store = stores
-	if len(stores) == 1 {
-		// A Refresher stays in Merged, which asks it about the node IDs
-		// no view knows.
-		if _, refresher := stores[0].(credential.Refresher); !refresher {
-			store = stores[0]
-		}
-	}
-	a.nodeCredentials = store
 	if n.PresenceRaw != nil {
 		mod, err := ctx.LoadModule(n, "PresenceRaw")
 		if err != nil {
@@ -335,37 +132,122 @@ func (a *App) provisionNodes(ctx caddy.Context) error {
 		if err := p.Connect(a.portal); err != nil {
 			return err
 		}
-		a.presence = p
+		a.presence, cfg.Presence = p, p
 	}
-	a.hubConfig = hub.Config{
-		Credentials: store,
-		OwnerEpoch:  epoch,
-		Pools:       a.pools,
-		Placements:  a.placements,
-		Timers: hub.Timers{
-			Hello: time.Duration(n.HelloTimeout), Idle: time.Duration(n.IdleTimeout),
-			Online: time.Duration(n.OnlineWindow), Write: time.Duration(n.WriteTimeout),
-			ResponseGrace: time.Duration(n.ResponseGrace), CloseGrace: time.Duration(n.CloseGrace),
-			Heartbeat: time.Duration(n.HeartbeatInterval),
-		},
-		Logger: a.logger.Named("nodes"),
-	}
-	if a.presence != nil {
-		a.hubConfig.Presence = a.presence
-	}
-	v, _, err := hubs.LoadOrNew(hubKey, func() (caddy.Destructor, error) { return &pooledHub{Hub: hub.New()}, nil })
+	cfg.Portal, cfg.PortalKey = a.portal, a.portalKey
+	cfg.Logger, cfg.Metrics, cfg.Shared = a.logger.Named("nodes"), ctx.GetMetricsRegistry(), shared
+	c, err := core.Open(cfg)
 	if err != nil {
 		return err
 	}
-	a.hubHeld = true
-	a.pooled = v.(*pooledHub)
-	a.hub = a.pooled.Hub
-	a.hubConfig.Observer = registerNodeMetrics(ctx.GetMetricsRegistry(), a.hub)
-	if err := a.hub.CheckConfig(a.hubConfig); err != nil {
-		return err
-	}
-	if !a.hub.Configured() {
-		return a.hub.Configure(a.hubConfig)
-	}
+	a.core = c
 	return nil
 }
+
+// NodeCore returns Core's node side (the hub, pools, placements,
+// enrolment, releases and node credentials), or nil when the config has no
+// nodes block.
+func (a *App) NodeCore() *core.Core { return a.core }
+
+// NodeHub returns the node hub, or nil when the config has no nodes block.
+func (a *App) NodeHub() *hub.Hub {
+	if a.core == nil {
+		return nil
+	}
+	return a.core.Hub()
+}
+
+// NodePools returns the pool registry, or nil when the config has no
+// nodes block.
+func (a *App) NodePools() *pool.Registry {
+	if a.core == nil {
+		return nil
+	}
+	return a.core.Pools()
+}
+
+// NodeEnrolment returns the enrolled-node store, or nil without a
+// state_dir or store kubernetes.
+func (a *App) NodeEnrolment() enrolment.Enrolments {
+	if a.core == nil {
+		return nil
+	}
+	return a.core.Enrolment()
+}
+
+// NodeCredentials returns the store that authenticates nodes (the
+// operator's file merged with the enrolled nodes), or nil without a nodes
+// block.
+func (a *App) NodeCredentials() credential.Store {
+	if a.core == nil {
+		return nil
+	}
+	return a.core.Credentials()
+}
+
+// Releases returns the release store, or nil when none is configured.
+func (a *App) Releases() *releasestore.Store {
+	if a.core == nil {
+		return nil
+	}
+	return a.core.Releases()
+}
+
+// NodePresence returns the shared node presence of several replicas, or
+// nil (one replica).
+func (a *App) NodePresence() NodePresence { return a.presence }
+
+// NodeForwardObserver returns the metrics of the internal node API's
+// forwarding to other replicas (sandgate_node_forwarded_total,
+// sandgate_node_forward_duration_seconds), or nil without a nodes block.
+func (a *App) NodeForwardObserver() api.ForwardObserver {
+	if a.core == nil {
+		return nil
+	}
+	return a.core.Metrics()
+}
+
+// portals holds the Portal cluster connections across config reloads,
+// keyed by their resolved settings: a reload with the same kubernetes
+// block keeps the connection (and the watches that live as long as it).
+var portals = caddy.NewUsagePool()
+
+// Kubernetes is how this gateway replica reaches the Portal cluster's
+// kube-apiserver (the kubernetes block; nodeconfig.Kubernetes, whose JSON
+// it is).
+type Kubernetes = nodeconfig.Kubernetes
+
+// pooledPortal lets the pool close the connection when the last config
+// releases it.
+type pooledPortal struct{ *portal.Cluster }
+
+// Destruct implements caddy.Destructor.
+func (p pooledPortal) Destruct() error { return p.Close() }
+
+// provisionKubernetes connects to the Portal cluster, or takes the
+// connection an earlier config made with the same settings and the same
+// kubeconfig content.
+func (a *App) provisionKubernetes() error {
+	cfg, key, err := a.Kubernetes.PortalConfig()
+	if err != nil {
+		return err
+	}
+	v, _, err := portals.LoadOrNew(key, func() (caddy.Destructor, error) {
+		c, err := portal.Connect(cfg)
+		if err != nil {
+			return nil, err
+		}
+		return pooledPortal{c}, nil
+	})
+	if err != nil {
+		return err
+	}
+	a.portalKey, a.portal = key, v.(pooledPortal).Cluster
+	return nil
+}
+
+// PortalCluster returns the connection to the Portal cluster, or nil
+// without a kubernetes block. It lives while a config that has the same
+// kubernetes block runs, across reloads; watches that serve the whole
+// replica use its Context.
+func (a *App) PortalCluster() *portal.Cluster { return a.portal }

@@ -15,8 +15,8 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/sandgate/sandgate/hack/gatewayproc"
-	"github.com/sandgate/sandgate/node/hub"
 	"github.com/sandgate/sandgate/node/proto"
+	"github.com/sandgate/sandgate/nodecore/hub"
 )
 
 var (

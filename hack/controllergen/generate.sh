@@ -30,7 +30,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # Each API package and the directory of its CRD manifests.
 apis=(
   "corectl/apis/v1alpha1 deploy/compute/crds"
-  "node/apis/v1alpha1 deploy/portal/crds"
+  "nodecore/apis/v1alpha1 deploy/portal/crds"
 )
 
 log() { echo "hack/controllergen/generate.sh: $*" >&2; }

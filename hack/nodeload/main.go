@@ -74,9 +74,9 @@ import (
 
 	"github.com/sandgate/sandgate/hack/gatewayproc"
 	"github.com/sandgate/sandgate/internal/freeport"
-	"github.com/sandgate/sandgate/node/api"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/node/sim"
+	"github.com/sandgate/sandgate/nodecore/api"
 )
 
 func main() {

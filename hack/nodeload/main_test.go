@@ -6,12 +6,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandgate/sandgate/node/hub"
+	"github.com/sandgate/sandgate/nodecore/hub"
 )
 
 // TestGatewayTimersKeepTheDefaultRatios: at the default heartbeat
 // interval gatewayTimers gives the gateway's own defaults, so its fixed
-// ratios are those of node/hub.
+// ratios are those of nodecore/hub.
 func TestGatewayTimersKeepTheDefaultRatios(t *testing.T) {
 	idle, online := gatewayTimers(hub.DefaultHeartbeatInterval)
 	if idle != hub.DefaultIdleTimeout || online != hub.DefaultOnlineWindow {

@@ -27,8 +27,8 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/freeport"
-	"github.com/sandgate/sandgate/node/api"
 	"github.com/sandgate/sandgate/node/sim"
+	"github.com/sandgate/sandgate/nodecore/api"
 )
 
 // Config describes the replicas.

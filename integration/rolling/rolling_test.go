@@ -39,10 +39,10 @@ import (
 
 	"github.com/sandgate/sandgate/hack/gatewayproc"
 	"github.com/sandgate/sandgate/internal/freeport"
-	"github.com/sandgate/sandgate/node/admin"
-	"github.com/sandgate/sandgate/node/api"
-	"github.com/sandgate/sandgate/node/hub"
 	"github.com/sandgate/sandgate/node/proto"
+	"github.com/sandgate/sandgate/nodecore/admin"
+	"github.com/sandgate/sandgate/nodecore/api"
+	"github.com/sandgate/sandgate/nodecore/hub"
 )
 
 // wait bounds every wait: a safety net against a hang, not a measurement.

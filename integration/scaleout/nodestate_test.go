@@ -21,13 +21,13 @@ import (
 	"github.com/sandgate/sandgate/deploy"
 	"github.com/sandgate/sandgate/integration/replicas"
 	"github.com/sandgate/sandgate/internal/kubeenv"
-	v1 "github.com/sandgate/sandgate/node/apis/v1alpha1"
-	"github.com/sandgate/sandgate/node/enrolment"
-	"github.com/sandgate/sandgate/node/enrolment/enrolmenttest"
-	"github.com/sandgate/sandgate/node/kubestore"
 	"github.com/sandgate/sandgate/node/machine"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/node/sim"
+	v1 "github.com/sandgate/sandgate/nodecore/apis/v1alpha1"
+	"github.com/sandgate/sandgate/nodecore/enrolment"
+	"github.com/sandgate/sandgate/nodecore/enrolment/enrolmenttest"
+	"github.com/sandgate/sandgate/nodecore/kubestore"
 )
 
 // TestNodeStateAcrossReplicas runs three bin/caddy replicas with `nodes {

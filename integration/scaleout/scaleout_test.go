@@ -26,8 +26,8 @@ import (
 	"github.com/sandgate/sandgate/integration/replicas"
 	"github.com/sandgate/sandgate/internal/kubeenv"
 	"github.com/sandgate/sandgate/internal/scrape"
-	"github.com/sandgate/sandgate/node/presence"
 	"github.com/sandgate/sandgate/node/sim"
+	"github.com/sandgate/sandgate/nodecore/presence"
 )
 
 const (

@@ -14,7 +14,7 @@
 //
 // What to do with the file is the owner's business: the callback re-reads
 // and parses it and decides whether a broken version replaces the last good
-// one (package credential and package node/credential keep the last good version).
+// one (package credential and package nodecore/credential keep the last good version).
 package filewatch
 
 import (

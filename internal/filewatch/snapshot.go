@@ -53,7 +53,7 @@ type Options[T any] struct {
 // file: once it has been missing for the grace (Options.MissingGrace), the
 // empty version is served, until the file is back. Load is lock-free: it
 // reads an immutable value published through an atomic pointer.
-// Package credential and package node/credential build their file sources
+// Package credential and package nodecore/credential build their file sources
 // on it.
 type Snapshot[T any] struct {
 	path    string

@@ -6,8 +6,8 @@
 // plane of their own (deploy's manifest
 // tests, caddymodules/nodeconnect, integration/scaleout) and
 // hack/scaleload call Start; the node and gateway packages whose tests
-// share one control plane (node/presence, node/kubestore,
-// node/apis/v1alpha1, gateway/portal) call Main from their TestMain.
+// share one control plane (nodecore/presence, nodecore/kubestore,
+// nodecore/apis/v1alpha1, nodecore/portal) call Main from their TestMain.
 //
 // Binaries are looked up in $KUBEBUILDER_ASSETS, else in build.sh's
 // default cache directory. When neither has them, Start fails with the

@@ -31,7 +31,6 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 
 	"github.com/sandgate/sandgate/internal/strictjson"
-	"github.com/sandgate/sandgate/node/pool"
 	"github.com/sandgate/sandgate/node/proto"
 )
 
@@ -287,9 +286,22 @@ func IsCredential(s string) bool {
 	return true
 }
 
-// IsPool reports whether s is a pool name (pool.IsName: 1..63 bytes of
-// [a-z0-9-], starting and ending with a letter or digit).
-func IsPool(s string) bool { return pool.IsName(s) }
+// IsPool reports whether s is a pool name: 1..63 bytes of [a-z0-9-],
+// starting and ending with a letter or digit (a DNS label). It is the one
+// pool-name rule: Core's pool registry (nodecore/pool.IsName) and the
+// node both apply it.
+func IsPool(s string) bool {
+	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := range len(s) {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // Required members of each body, by object pointer (array elements "-").
 var (

@@ -6,7 +6,7 @@
 // Both ends import it. nodeagent validates its provider against the
 // registered declaration at start-up and whenever it loads a generation,
 // and answers an undeclared operation with the declaration's evidence;
-// Core's proxy (package node/hub) looks up the declaration of the
+// Core's proxy (package nodecore/hub) looks up the declaration of the
 // provider a node named in its hello and refuses an unsupported operation
 // before anything is sent ("the Core proxy uses the same registered
 // declaration, so unsupported operations are rejected before node parsing

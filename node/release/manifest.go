@@ -4,10 +4,11 @@
 // tarball, an optional seccomp profile, the provider spec) with their
 // SHA-256 checksums and sizes, the provider spec's format, the
 // specification digest that binds a deployment generation to exactly one
-// release, and the gateway's immutable release store.
+// release.
 //
 // Both ends import it. Core (the gateway) publishes releases into its
-// Store and serves their manifests and artifacts over the machine API;
+// immutable store (package nodecore/releasestore) and serves their
+// manifests and artifacts over the machine API;
 // nodeagent parses a downloaded manifest with VerifyManifest against the
 // specification digest from its authenticated configuration and checks
 // each artifact with Artifact.Verify before it uses a byte of it.
@@ -21,7 +22,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"regexp"
+	"sort"
 
 	jsonv2 "github.com/go-json-experiment/json"
 
@@ -293,4 +297,37 @@ func hashReader(r io.Reader) (string, int64, error) {
 		return "", 0, err
 	}
 	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// Build writes a manifest for the files in dir, named by kind (files
+// without a kind are left out), and returns its bytes; it does not write
+// it. The artifact names are the files' base names. Errors: ErrInvalid for
+// an invalid source or file name, or a manifest that breaks a rule (e.g.
+// no image); the os error.
+func Build(source, dir string, files map[Kind]string) ([]byte, error) {
+	m := &Manifest{Schema: SchemaVersion, Source: source}
+	kinds := make([]Kind, 0, len(files))
+	for k := range files {
+		kinds = append(kinds, k)
+	}
+	sort.Slice(kinds, func(i, j int) bool { return kinds[i] < kinds[j] })
+	for _, k := range kinds {
+		name := files[k]
+		if filepath.Base(name) != name {
+			return nil, fmt.Errorf("%w: artifact %q must be a file name inside %s", ErrInvalid, name, dir)
+		}
+		f, err := os.Open(filepath.Join(dir, name))
+		if err != nil {
+			return nil, err
+		}
+		a := Artifact{Name: name, Kind: k}
+		h, n, err := hashReader(f)
+		f.Close()
+		if err != nil {
+			return nil, err
+		}
+		a.SHA256, a.Size = h, n
+		m.Artifacts = append(m.Artifacts, a)
+	}
+	return m.Encode()
 }

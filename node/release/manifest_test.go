@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -149,5 +151,21 @@ func TestNames(t *testing.T) {
 		if IsArtifactName(s) != want {
 			t.Errorf("IsArtifactName(%q) = %v", s, !want)
 		}
+	}
+}
+
+func TestBuildRefusals(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "image.tar"), []byte("i"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Build("rel", dir, map[Kind]string{KindImage: "image.tar"}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("no provider spec: %v", err)
+	}
+	if _, err := Build("rel", dir, map[Kind]string{KindImage: "../image.tar", KindProviderSpec: "p"}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("path: %v", err)
+	}
+	if _, err := Build("rel", dir, map[Kind]string{KindImage: "image.tar", KindProviderSpec: "missing"}); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
 	}
 }

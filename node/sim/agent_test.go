@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandgate/sandgate/node/credential"
-	"github.com/sandgate/sandgate/node/hub"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/node/sim"
+	"github.com/sandgate/sandgate/nodecore/credential"
+	"github.com/sandgate/sandgate/nodecore/hub"
 )
 
 // core is one gateway replica's hub behind an HTTP server on 127.0.0.1.

@@ -38,7 +38,7 @@ func NewIdentity() Identity {
 }
 
 // Record returns the node's record for a node credentials file (package
-// node/credential), one YAML list item on one line: enabled, docker,
+// nodecore/credential), one YAML list item on one line: enabled, docker,
 // deployment generation 1, no generation management.
 func (id Identity) Record() string {
 	sum := sha256.Sum256([]byte(id.Credential))

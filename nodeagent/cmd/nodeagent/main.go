@@ -246,7 +246,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // identity is what Core's node enrolment records about a node (the members
-// of a node/credential file entry other than enabled and credential_sha256).
+// of a nodecore/credential file entry other than enabled and credential_sha256).
 type identity struct {
 	NodeID               string `json:"node_id"`
 	InstallationID       string `json:"installation_id"`

@@ -17,6 +17,7 @@ import (
 	"github.com/sandgate/sandgate/node/machine"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/node/release"
+	"github.com/sandgate/sandgate/nodecore/releasestore"
 )
 
 // Machine is the stand-in's machine API (package node/machine's routes):
@@ -27,7 +28,7 @@ import (
 // to change fields while it runs.
 type Machine struct {
 	// Store is the release store the downloads come from.
-	Store *release.Store
+	Store *releasestore.Store
 	// NodeID and Credential authenticate config and downloads.
 	NodeID, Credential string
 
@@ -63,7 +64,7 @@ type Machine struct {
 
 // NewMachine returns a Machine over a new store in a temporary directory.
 func NewMachine(t testing.TB, nodeID, credential string) *Machine {
-	st, err := release.OpenStore(filepath.Join(t.TempDir(), "releases"))
+	st, err := releasestore.OpenStore(filepath.Join(t.TempDir(), "releases"))
 	if err != nil {
 		t.Fatal(err)
 	}
