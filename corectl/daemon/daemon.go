@@ -55,8 +55,10 @@ import (
 type Options struct {
 	// Config is the cluster configuration (package cluster).
 	Config *cluster.Config
-	// Keys are the API keys.
-	Keys *apikey.Keys
+	// Keys are the API keys: a *apikey.File (reloaded as the file
+	// changes; its state is exported as corectl_api_key_file_* metrics) or
+	// a fixed *apikey.Keys.
+	Keys apikey.Source
 	// Credentials re-reads resource credentials.
 	Credentials credential.Source
 	// Listen is the API's TCP address (default "127.0.0.1:8090"; port 0
@@ -210,6 +212,11 @@ func New(opts Options) (*Daemon, error) {
 	}
 	if opts.ShutdownGrace <= 0 {
 		opts.ShutdownGrace = DefaultShutdownGrace
+	}
+	if f, ok := opts.Keys.(*apikey.File); ok {
+		if err := opts.Metrics.WatchKeyFile(f.Stats); err != nil {
+			return nil, err
+		}
 	}
 	d := &Daemon{opts: opts, managers: map[string]manager.Manager{}, metrics: opts.Metrics}
 	d.api = &httpapi.Server{Keys: opts.Keys, Credentials: opts.Credentials, Clusters: map[string]*httpapi.ClusterHandle{},

@@ -95,8 +95,9 @@ type ClusterHandle struct {
 
 // Server serves the API.
 type Server struct {
-	// Keys are the API keys.
-	Keys *apikey.Keys
+	// Keys are the API keys (looked up on every request, so a reloaded
+	// key file is in force at once).
+	Keys apikey.Source
 	// Credentials re-reads resource credentials.
 	Credentials credential.Source
 	// Clusters maps cluster IDs to handles.
@@ -255,12 +256,14 @@ func (s *Server) scopeCredential(w http.ResponseWriter, r *http.Request) (*Clust
 		{r.URL.Query().Get(NamespaceHintQuery), c.ProjectNamespace, "namespace"},
 	} {
 		if h.got != "" && h.got != h.want {
+			s.Metrics.Refused(metrics.RefusalHintMismatch)
 			s.fail(w, r, http.StatusForbidden, CodeCredentialMismatch, "the request's "+h.what+" differs from the credential's")
 			return nil, credential.Credential{}, false
 		}
 	}
 	ch, ok := s.Clusters[c.ClusterID]
 	if !ok {
+		s.Metrics.Refused(metrics.RefusalClusterUnknown)
 		s.fail(w, r, http.StatusInternalServerError, CodeClusterUnknown, "the credential's cluster is not configured on corectl")
 		return nil, credential.Credential{}, false
 	}
@@ -274,7 +277,9 @@ func (s *Server) scopeCredential(w http.ResponseWriter, r *http.Request) (*Clust
 // one that does not exist (404 sandbox_not_found, the same body), so
 // another owner's sandbox IDs are not revealed. A sandbox ID that is not a
 // DNS label, or a sandbox that does not exist, is left to the route's own
-// answer. With lifecycle set the route needs the lifecycle orchestrator
+// answer. The check fails closed: a cluster handle without a Reader, or an
+// owner that cannot be read, is 503 unavailable and the route does not
+// run. With lifecycle set the route needs the lifecycle orchestrator
 // (503 lifecycle_disabled without a token signing key).
 func (s *Server) sandboxScope(w http.ResponseWriter, r *http.Request, lifecycle bool) (*ClusterHandle, credential.Credential, string, bool) {
 	ch, c, ok := s.scopeCredential(w, r)
@@ -286,8 +291,13 @@ func (s *Server) sandboxScope(w http.ResponseWriter, r *http.Request, lifecycle 
 		return nil, c, "", false
 	}
 	id := r.PathValue("sandboxID")
-	if sandbox.ValidateID(id) != nil || ch.Reader == nil {
+	if sandbox.ValidateID(id) != nil {
 		return ch, c, id, true
+	}
+	if ch.Reader == nil {
+		s.Metrics.Refused(metrics.RefusalOwnerUnchecked)
+		s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, "corectl cannot check who owns the sandbox: the cluster has no reader")
+		return nil, c, "", false
 	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
@@ -296,9 +306,11 @@ func (s *Server) sandboxScope(w http.ResponseWriter, r *http.Request, lifecycle 
 	case errors.Is(err, sandbox.ErrNotFound):
 		return ch, c, id, true
 	case err != nil:
+		s.Metrics.Refused(metrics.RefusalOwnerUnchecked)
 		s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
 		return nil, c, "", false
 	case !c.Sees(owner, c.ProjectNamespace, c.ClusterID):
+		s.Metrics.Refused(metrics.RefusalNotOwner)
 		s.notFound(w, r)
 		return nil, c, "", false
 	}
@@ -314,9 +326,11 @@ func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
 // authError writes the answer for an authentication error; true when err
 // is nil.
 func (s *Server) authError(w http.ResponseWriter, r *http.Request, err error) bool {
-	switch {
-	case err == nil:
+	if err == nil {
 		return true
+	}
+	s.Metrics.Refused(refusalOf(err))
+	switch {
 	case errors.Is(err, apikey.ErrMissing), errors.Is(err, apikey.ErrUnknown), errors.Is(err, credential.ErrNotFound):
 		s.fail(w, r, http.StatusUnauthorized, CodeUnauthenticated, "missing or unknown API key")
 	case errors.Is(err, apikey.ErrNoCredential):
@@ -327,6 +341,25 @@ func (s *Server) authError(w http.ResponseWriter, r *http.Request, err error) bo
 		s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, "the credential source cannot answer")
 	}
 	return false
+}
+
+// refusalOf is the corectl_api_refusals_total reason of an
+// authentication error.
+func refusalOf(err error) string {
+	switch {
+	case errors.Is(err, apikey.ErrMissing):
+		return metrics.RefusalMissingKey
+	case errors.Is(err, apikey.ErrUnknown):
+		return metrics.RefusalUnknownKey
+	case errors.Is(err, credential.ErrNotFound):
+		return metrics.RefusalUnknownCredential
+	case errors.Is(err, apikey.ErrNoCredential):
+		return metrics.RefusalNoCredential
+	case errors.Is(err, credential.ErrDisabled):
+		return metrics.RefusalCredentialDisabled
+	default:
+		return metrics.RefusalCredentialUnavailable
+	}
 }
 
 func (s *Server) ingressWait() time.Duration {
