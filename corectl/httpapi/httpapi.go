@@ -20,9 +20,15 @@
 //	POST    /sandboxes/{sandboxID}/timeout           set the end time → 204
 //	POST    /sandboxes/{sandboxID}/refreshes         extend the end time → 204
 //	GET     /sandboxes, /v2/sandboxes                list (E2B ListedSandbox)
+//	GET     /sandboxes/metrics                       E2B SandboxesWithMetrics (sandbox_ids)
 //	GET     /sandboxes/{sandboxID}/metrics           E2B SandboxMetric list
 //	POST    /sandboxes/{sandboxID}/pause, /resume    501 not_supported
 //	GET     /internal/v1/authorize                   the gateway's authorizer (internal token)
+//	GET     /health                                  E2B's health check → 204 (no API key)
+//
+// E2B's other routes (UnsupportedRoutes: snapshots, fork, templates,
+// volumes, secrets, teams, API keys, access tokens, nodes, admin) answer
+// 501 not_supported after authentication; anything else is 404.
 //
 // Every error is the flat E2B envelope {"code": <HTTP status>, "error":
 // "<stable code>", "message": "<stable code>: <text>"}.
@@ -151,10 +157,12 @@ var Routes = []Route{
 	{"POST", "/sandboxes/{sandboxID}/refreshes", (*Server).refresh},
 	{"GET", "/sandboxes", (*Server).listSandboxes},
 	{"GET", "/v2/sandboxes", (*Server).listSandboxes},
+	{"GET", "/sandboxes/metrics", (*Server).sandboxesMetrics},
 	{"GET", "/sandboxes/{sandboxID}/metrics", (*Server).sandboxMetrics},
 	{"POST", "/sandboxes/{sandboxID}/pause", (*Server).pauseSandbox},
 	{"POST", "/sandboxes/{sandboxID}/resume", (*Server).resumeSandbox},
 	{"GET", "/internal/v1/authorize", (*Server).authorize},
+	{"GET", "/health", (*Server).health},
 }
 
 // Handler returns the API's http.Handler.
@@ -165,9 +173,27 @@ func (s *Server) Handler() http.Handler {
 		route := r.Method + " " + r.Pattern
 		mux.Handle(route, s.Metrics.Instrument(route, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { h(s, w, req) })))
 	}
-	mux.Handle("/", s.Metrics.Instrument(metrics.RouteUnmatched, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// E2B's routes that sandgate does not serve (501 not_supported; see
+	// Unsupported.match for why they are matched here), then 404.
+	refused := make([]http.Handler, len(UnsupportedRoutes))
+	for i, u := range UnsupportedRoutes {
+		refused[i] = s.Metrics.Instrument(u.Method+" "+u.Pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.refuseUnsupported(w, r, u) }))
+	}
+	unmatched := s.Metrics.Instrument(metrics.RouteUnmatched, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, "not_found", "no such route")
-	})))
+	}))
+	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for i, u := range UnsupportedRoutes {
+			if vals, ok := u.match(r); ok {
+				for k, v := range vals {
+					r.SetPathValue(k, v)
+				}
+				refused[i].ServeHTTP(w, r)
+				return
+			}
+		}
+		unmatched.ServeHTTP(w, r)
+	}))
 	return mux
 }
 

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/cluster"
@@ -45,11 +46,15 @@ var PodMetricsGVK = schema.GroupVersionKind{Group: "metrics.k8s.io", Version: "v
 // PodMetrics, the sandbox container's usage against its limits). It is an
 // empty list, never an error, when the cluster serves no resource metrics
 // or has no sample yet (E2B's SDKs read an empty list as "no metrics").
-// Errors: ErrNotFound (absent or expired), ErrUnavailable.
+// Errors: ErrNotFound (absent, expired, or Gone: being deleted),
+// ErrUnavailable.
 func (o *Orchestrator) Usage(ctx context.Context, ns, id string) ([]Metric, error) {
 	u, err := o.readLive(ctx, ns, id)
 	if err != nil {
 		return nil, err
+	}
+	if goneObject(u) {
+		return nil, fmt.Errorf("%w: %s/%s is being deleted", ErrNotFound, ns, id)
 	}
 	out := []Metric{}
 	sb := &sandbox.Sandbox{ID: id, Namespace: ns, UID: u.GetUID()}
