@@ -8,7 +8,8 @@
 // corectl answers with are included: Sandbox (create, connect),
 // SandboxDetail (GET /sandboxes/{id}), ListedSandbox (the lists),
 // SandboxMetric (metrics), SandboxesWithMetrics (GET /sandboxes/metrics),
-// Error (every error), and the models they
+// SandboxLogs and SandboxLogsV2Response (the log routes), Error (every
+// error), and the models they
 // reference. Unknown properties are allowed, as in E2B's schemas (none sets
 // additionalProperties: false; the generated clients keep unknown keys).
 //
@@ -143,6 +144,29 @@ var models = map[string]map[string]field{
 	// SandboxMetric by sandbox ID.
 	"SandboxesWithMetrics": {
 		"sandboxes": mapOf("SandboxMetric").req(),
+	},
+	// SandboxLog: required timestamp, line.
+	"SandboxLog": {
+		"timestamp": f(dateTime).req(),
+		"line":      f(str).req(),
+	},
+	// SandboxLogEntry: required timestamp, level (LogLevel), message,
+	// fields (an object of strings).
+	"SandboxLogEntry": {
+		"timestamp": f(dateTime).req(),
+		"message":   f(str).req(),
+		"level":     f(str).req().oneOf("debug", "info", "warn", "error"),
+		"fields":    f(stringMap).req(),
+	},
+	// SandboxLogs: required logs ([]SandboxLog), logEntries
+	// ([]SandboxLogEntry).
+	"SandboxLogs": {
+		"logs":       arrayOf("SandboxLog").req(),
+		"logEntries": arrayOf("SandboxLogEntry").req(),
+	},
+	// SandboxLogsV2Response: required logs ([]SandboxLogEntry).
+	"SandboxLogsV2Response": {
+		"logs": arrayOf("SandboxLogEntry").req(),
 	},
 	// Error: required code (int32), message.
 	"Error": {

@@ -22,6 +22,7 @@
 //	GET     /sandboxes, /v2/sandboxes                list (E2B ListedSandbox)
 //	GET     /sandboxes/metrics                       E2B SandboxesWithMetrics (sandbox_ids)
 //	GET     /sandboxes/{sandboxID}/metrics           E2B SandboxMetric list
+//	GET     /sandboxes/{sandboxID}/logs (and /v2)    E2B SandboxLogs (v2: SandboxLogsV2Response)
 //	POST    /sandboxes/{sandboxID}/pause, /resume    501 not_supported
 //	GET     /internal/v1/authorize                   the gateway's authorizer (internal token)
 //	GET     /health                                  E2B's health check → 204 (no API key)
@@ -52,6 +53,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/lifecycle"
 	"github.com/sandgate/sandgate/corectl/metrics"
 	"github.com/sandgate/sandgate/corectl/sandbox"
+	"github.com/sandgate/sandgate/corectl/sandboxlogs"
 	"github.com/sandgate/sandgate/corectl/template"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -93,6 +95,9 @@ type ClusterHandle struct {
 	// sandbox route (a direct, uncached client: a route must never act on
 	// a stale owner).
 	Reader client.Reader
+	// Logs streams the sandbox containers' logs (pods/log) for the log
+	// routes; nil answers them 503.
+	Logs sandboxlogs.Source
 	// Lifecycle runs create/connect/get/delete (spec §3.1, §4.1); nil
 	// when no token signing key is configured (those routes then answer
 	// 503 lifecycle_disabled).
@@ -159,6 +164,8 @@ var Routes = []Route{
 	{"GET", "/v2/sandboxes", (*Server).listSandboxes},
 	{"GET", "/sandboxes/metrics", (*Server).sandboxesMetrics},
 	{"GET", "/sandboxes/{sandboxID}/metrics", (*Server).sandboxMetrics},
+	{"GET", "/sandboxes/{sandboxID}/logs", (*Server).sandboxLogs},
+	{"GET", "/v2/sandboxes/{sandboxID}/logs", (*Server).sandboxLogs},
 	{"POST", "/sandboxes/{sandboxID}/pause", (*Server).pauseSandbox},
 	{"POST", "/sandboxes/{sandboxID}/resume", (*Server).resumeSandbox},
 	{"GET", "/internal/v1/authorize", (*Server).authorize},

@@ -23,7 +23,6 @@ type Unsupported struct {
 
 // Reasons of the 501 answers, by feature: why sandgate has no such thing.
 var unsupportedWhy = map[string]string{
-	"logs":          "corectl does not read sandbox logs; read the sandbox pod's logs through Kubernetes",
 	"fork":          "OpenSandbox sandboxes cannot copy their running state",
 	"snapshots":     "OpenSandbox sandboxes cannot keep their process and filesystem state",
 	"templates":     "templates are set up by the operator in corectl's configuration, not built through the API",
@@ -44,8 +43,6 @@ var UnsupportedRoutes = []Unsupported{
 	{"GET", "/teams", "teams"},
 	{"GET", "/teams/{teamID}/metrics", "teams"},
 	{"GET", "/teams/{teamID}/metrics/max", "teams"},
-	{"GET", "/sandboxes/{sandboxID}/logs", "logs"},
-	{"GET", "/v2/sandboxes/{sandboxID}/logs", "logs"},
 	{"POST", "/sandboxes/{sandboxID}/fork", "fork"},
 	{"POST", "/sandboxes/{sandboxID}/snapshots", "snapshots"},
 	{"GET", "/snapshots", "snapshots"},

@@ -29,6 +29,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/lifecycle"
 	"github.com/sandgate/sandgate/corectl/probesource"
 	"github.com/sandgate/sandgate/corectl/sandbox"
+	"github.com/sandgate/sandgate/corectl/sandboxlogs"
 	"github.com/sandgate/sandgate/deploy"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/token"
@@ -152,6 +153,8 @@ type worldOptions struct {
 	// wrap, when set, wraps corectl's transport to the apiserver (tests
 	// count the requests with it).
 	wrap func(http.RoundTripper) http.RoundTripper
+	// logs, when set, replaces corectl's pods/log reader.
+	logs sandboxlogs.Source
 }
 
 // startWorld starts the world as o says.
@@ -235,7 +238,7 @@ func startWorld(t testing.TB, cfg *rest.Config, o worldOptions) *world {
 			}
 			return rc, nil
 		},
-		TokenKey: &sk, ReadyBudget: 30 * time.Second, OrphanInterval: time.Hour,
+		TokenKey: &sk, ReadyBudget: 30 * time.Second, OrphanInterval: time.Hour, LogSource: o.logs,
 		ProbeSourceDiscovery: probe, ProbeListen: "127.0.0.1:0", ShutdownGrace: 20 * time.Second,
 		Lifecycle: func(lo *lifecycle.Orchestrator) {
 			lo.Now = func() time.Time { return time.Now().Add(time.Duration(w.skew.Load())) }
@@ -681,7 +684,7 @@ func TestCreateIngressPendingCleanup(t *testing.T) {
 
 // goneForE2B checks that sandbox id, in lifecycle state state (Deleting
 // or CleanupFailed), is answered on E2B's read routes as E2B answers a
-// sandbox that is gone: GET, its metrics, pause and fork are 404
+// sandbox that is gone: GET, its metrics and logs, pause and fork are 404
 // sandbox_not_found (GET's message names the state), and the lists and
 // GET /sandboxes/metrics leave it out.
 func (w *world) goneForE2B(id, state string) {
@@ -690,7 +693,8 @@ func (w *world) goneForE2B(id, state string) {
 	if st, raw := w.do("GET", "/sandboxes/"+id, "key-a", "", &e); st != http.StatusNotFound || e.Error != "sandbox_not_found" || !strings.Contains(e.Message, state) {
 		w.t.Fatalf("%s: GET = %d %s", state, st, raw)
 	}
-	for _, r := range [][2]string{{"GET", "/sandboxes/" + id + "/metrics"}, {"POST", "/sandboxes/" + id + "/pause"}, {"POST", "/sandboxes/" + id + "/fork"}} {
+	for _, r := range [][2]string{{"GET", "/sandboxes/" + id + "/metrics"}, {"GET", "/sandboxes/" + id + "/logs"}, {"GET", "/v2/sandboxes/" + id + "/logs"},
+		{"POST", "/sandboxes/" + id + "/pause"}, {"POST", "/sandboxes/" + id + "/fork"}} {
 		if st, raw := w.do(r[0], r[1], "key-a", "", nil); st != http.StatusNotFound || !bytes.Contains(raw, []byte("sandbox_not_found")) {
 			w.t.Fatalf("%s: %s %s = %d %s", state, r[0], r[1], st, raw)
 		}

@@ -88,15 +88,7 @@ func (o *Orchestrator) podUsage(ctx context.Context, p *corev1.Pod, sz cluster.S
 		return Metric{}, false
 	}
 	containers, _, _ := unstructured.NestedSlice(pm.Object, "containers")
-	name := ""
-	if o.Template != nil {
-		if tpl, ok := o.Template(u.GetAnnotations()[AnnotationTemplateID]); ok {
-			name = tpl.Container
-		}
-	}
-	if name == "" && len(p.Spec.Containers) > 0 {
-		name = p.Spec.Containers[0].Name
-	}
+	name := o.sandboxContainer(u, p)
 	for _, c := range containers {
 		cm, ok := c.(map[string]any)
 		if !ok || cm["name"] != name {
