@@ -78,7 +78,7 @@ func TestEveryE2BRouteAnswered(t *testing.T) {
 		}
 	}
 	for _, u := range httpapi.UnsupportedRoutes {
-		if st := routeStatus(u.Method + " " + u.Pattern); st != "501" || !strings.Contains(u.Message(), " is not supported by sandgate: ") ||
+		if st := routeStatus(u.Method + " " + u.Pattern); st != "501" || !strings.Contains(u.Message(), " is not supported by sandgate ("+u.Feature+"): ") ||
 			strings.HasSuffix(u.Message(), ": ") {
 			t.Errorf("refused route %s %s: %q, message %q", u.Method, u.Pattern, st, u.Message())
 		}

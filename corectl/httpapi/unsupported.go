@@ -90,10 +90,10 @@ var UnsupportedRoutes = []Unsupported{
 	{"DELETE", "/secrets/{secretID}", "secrets"},
 }
 
-// Message is the text of the route's 501 answer: "<feature> is not
-// supported: <why>".
+// Message is the text of the route's 501 answer: "<Method> <Pattern> is
+// not supported by sandgate (<feature>): <why>".
 func (u Unsupported) Message() string {
-	return u.Feature + " is not supported by sandgate: " + unsupportedWhy[u.Feature]
+	return u.Method + " " + u.Pattern + " is not supported by sandgate (" + u.Feature + "): " + unsupportedWhy[u.Feature]
 }
 
 // match reports whether r is this route, with the values of its {name}

@@ -309,7 +309,7 @@ func TestUnsupportedE2BRoutes(t *testing.T) {
 		}
 		_ = json.Unmarshal(body, &e)
 		if st != http.StatusNotImplemented || e.Code != 501 || e.Error != httpapi.CodeNotSupported ||
-			!strings.Contains(e.Message, u.Feature+" is not supported") {
+			!strings.Contains(e.Message, "is not supported by sandgate ("+u.Feature+")") {
 			t.Errorf("%s %s = %d %s", u.Method, path, st, body)
 			continue
 		}
