@@ -11,6 +11,10 @@
 //	    sha256: 5e88…               # hex SHA-256 of the key
 //	    credentialId: team-a-cred   # the resource credential it acts as
 //	    templateAdmin: false        # may PUT template defaults
+//
+// Parse and Load read the file once (Keys); OpenFile keeps reading it as it
+// changes (File), so a key removed or changed in the file is refused
+// without a restart. Both are a Source.
 package apikey
 
 import (
@@ -57,6 +61,20 @@ type Entry struct {
 	// TemplateAdmin allows PUT of template defaults.
 	TemplateAdmin bool `json:"templateAdmin,omitempty"`
 }
+
+// Source finds the entry of a presented API key: *Keys (one parsed
+// version of the file) and *File (the file's last good version, reloaded
+// as it changes).
+type Source interface {
+	// Lookup finds the entry of a presented key. Errors: ErrMissing (empty
+	// key), ErrUnknown.
+	Lookup(key string) (Entry, error)
+}
+
+var (
+	_ Source = (*Keys)(nil)
+	_ Source = (*File)(nil)
+)
 
 // Keys is a parsed key file.
 type Keys struct {
@@ -162,7 +180,7 @@ type Principal struct {
 // is set the key must name a credential, which is looked up in src and
 // must be enabled. Errors: ErrMissing, ErrUnknown, ErrNoCredential, or the
 // credential package's ErrNotFound, ErrDisabled, ErrUnavailable.
-func Authenticate(ctx context.Context, k *Keys, src credential.Source, key string, needCredential bool) (Principal, error) {
+func Authenticate(ctx context.Context, k Source, src credential.Source, key string, needCredential bool) (Principal, error) {
 	e, err := k.Lookup(key)
 	if err != nil {
 		return Principal{}, err

@@ -34,6 +34,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/metrics"
 	"github.com/sandgate/sandgate/corectl/probesource"
 	"github.com/sandgate/sandgate/corectl/sandbox"
+	"github.com/sandgate/sandgate/corectl/sandboxlogs"
 	"github.com/sandgate/sandgate/corectl/template"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/entryprobe"
@@ -42,6 +43,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -55,8 +57,10 @@ import (
 type Options struct {
 	// Config is the cluster configuration (package cluster).
 	Config *cluster.Config
-	// Keys are the API keys.
-	Keys *apikey.Keys
+	// Keys are the API keys: a *apikey.File (reloaded as the file
+	// changes; its state is exported as corectl_api_key_file_* metrics) or
+	// a fixed *apikey.Keys.
+	Keys apikey.Source
 	// Credentials re-reads resource credentials.
 	Credentials credential.Source
 	// Listen is the API's TCP address (default "127.0.0.1:8090"; port 0
@@ -131,6 +135,9 @@ type Options struct {
 	// Lifecycle, when set, adjusts each cluster's orchestrator after it is
 	// built (tests: fault injection, readiness client).
 	Lifecycle func(*lifecycle.Orchestrator)
+	// LogSource, when set, replaces every cluster's pods/log reader of the
+	// sandbox log routes (tests: log content without a kubelet).
+	LogSource sandboxlogs.Source
 	// Metrics receives corectl's metrics (package metrics); nil makes a
 	// new registry. Other packages register their collectors on
 	// Metrics.Registry.
@@ -211,6 +218,11 @@ func New(opts Options) (*Daemon, error) {
 	if opts.ShutdownGrace <= 0 {
 		opts.ShutdownGrace = DefaultShutdownGrace
 	}
+	if f, ok := opts.Keys.(*apikey.File); ok {
+		if err := opts.Metrics.WatchKeyFile(f.Stats); err != nil {
+			return nil, err
+		}
+	}
 	d := &Daemon{opts: opts, managers: map[string]manager.Manager{}, metrics: opts.Metrics}
 	d.api = &httpapi.Server{Keys: opts.Keys, Credentials: opts.Credentials, Clusters: map[string]*httpapi.ClusterHandle{},
 		IngressWait: opts.IngressWait, Log: opts.Log.WithName("api"), Metrics: opts.Metrics, InternalToken: opts.InternalToken}
@@ -289,7 +301,15 @@ func New(opts Options) (*Daemon, error) {
 			return nil, err
 		}
 		d.clusters = append(d.clusters, cr)
-		h := &httpapi.ClusterHandle{Cluster: c, Reader: direct, Cache: mgr.GetCache(), Egress: eg, Ingress: in}
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, err
+		}
+		h := &httpapi.ClusterHandle{Cluster: c, Reader: direct, Cache: mgr.GetCache(), Egress: eg, Ingress: in,
+			Logs: sandboxlogs.Kube{Pods: cs.CoreV1()}}
+		if opts.LogSource != nil {
+			h.Logs = opts.LogSource
+		}
 		if opts.TokenKey != nil {
 			lc := &lifecycle.Orchestrator{Client: direct, Cluster: c, Egress: eg, Ingress: in, Key: *opts.TokenKey,
 				Template: opts.Config.SandboxTemplate, MaxTimeout: opts.MaxTimeout, TokenGrace: opts.TokenGrace, ReadyBudget: opts.ReadyBudget, OrphanGrace: opts.OrphanGrace, Probe: probe,

@@ -7,7 +7,9 @@
 // written out here field by field from that document; only the models
 // corectl answers with are included: Sandbox (create, connect),
 // SandboxDetail (GET /sandboxes/{id}), ListedSandbox (the lists),
-// SandboxMetric (metrics), Error (every error), and the models they
+// SandboxMetric (metrics), SandboxesWithMetrics (GET /sandboxes/metrics),
+// SandboxLogs and SandboxLogsV2Response (the log routes), Error (every
+// error), and the models they
 // reference. Unknown properties are allowed, as in E2B's schemas (none sets
 // additionalProperties: false; the generated clients keep unknown keys).
 //
@@ -38,6 +40,7 @@ const (
 	anyObject             // type: object, additionalProperties: {}
 	ref                   // $ref to another model
 	array                 // type: array, items: elem
+	modelMap              // type: object, additionalProperties: $ref
 )
 
 // field is one property of a model.
@@ -57,6 +60,7 @@ func (x field) oneOf(v ...string) field { x.enum = v; return x }
 func (x field) atLeast(v float64) field { x.min = &v; return x }
 func refTo(m string) field              { return field{kind: ref, model: m} }
 func arrayOf(m string) field            { return field{kind: array, model: m} }
+func mapOf(m string) field              { return field{kind: modelMap, model: m} }
 
 // models are the E2B models, by their OpenAPI names.
 var models = map[string]map[string]field{
@@ -135,6 +139,34 @@ var models = map[string]map[string]field{
 		"memCache":      f(int64k).req(),
 		"diskUsed":      f(int64k).req(),
 		"diskTotal":     f(int64k).req(),
+	},
+	// SandboxesWithMetrics: required sandboxes, an object of
+	// SandboxMetric by sandbox ID.
+	"SandboxesWithMetrics": {
+		"sandboxes": mapOf("SandboxMetric").req(),
+	},
+	// SandboxLog: required timestamp, line.
+	"SandboxLog": {
+		"timestamp": f(dateTime).req(),
+		"line":      f(str).req(),
+	},
+	// SandboxLogEntry: required timestamp, level (LogLevel), message,
+	// fields (an object of strings).
+	"SandboxLogEntry": {
+		"timestamp": f(dateTime).req(),
+		"message":   f(str).req(),
+		"level":     f(str).req().oneOf("debug", "info", "warn", "error"),
+		"fields":    f(stringMap).req(),
+	},
+	// SandboxLogs: required logs ([]SandboxLog), logEntries
+	// ([]SandboxLogEntry).
+	"SandboxLogs": {
+		"logs":       arrayOf("SandboxLog").req(),
+		"logEntries": arrayOf("SandboxLogEntry").req(),
+	},
+	// SandboxLogsV2Response: required logs ([]SandboxLogEntry).
+	"SandboxLogsV2Response": {
+		"logs": arrayOf("SandboxLogEntry").req(),
 	},
 	// Error: required code (int32), message.
 	"Error": {
@@ -262,6 +294,21 @@ func checkValue(path string, fd field, v any) error {
 		}
 	case ref:
 		return checkModel(path, fd.model, v)
+	case modelMap:
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return fmt.Errorf("%s: must be an object, not %s", path, typeOf(v))
+		}
+		keys := make([]string, 0, len(obj))
+		for k := range obj {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if err := checkModel(path+"."+k, fd.model, obj[k]); err != nil {
+				return err
+			}
+		}
 	case array:
 		list, ok := v.([]any)
 		if !ok {

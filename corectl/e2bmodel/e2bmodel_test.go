@@ -18,6 +18,9 @@ func TestCheck(t *testing.T) {
 	if err := Check("[]ListedSandbox", []byte(`[]`)); err != nil {
 		t.Fatalf("an empty list: %v", err)
 	}
+	if err := Check("SandboxesWithMetrics", []byte(`{"sandboxes":{}}`)); err != nil {
+		t.Fatalf("no metrics: %v", err)
+	}
 	for _, tc := range []struct{ name, model, body, want string }{
 		{"missing required", "SandboxDetail", strings.Replace(detail, `"cpuCount":2,`, "", 1), `requires "cpuCount"`},
 		{"string for integer", "SandboxDetail", strings.Replace(detail, `"cpuCount":2`, `"cpuCount":"2"`, 1), "$.cpuCount: must be a number"},
@@ -34,6 +37,9 @@ func TestCheck(t *testing.T) {
 		{"not an array", "[]SandboxMetric", `{}`, "must be an array"},
 		{"error code as string", "Error", `{"code":"404","message":"x"}`, "$.code: must be a number"},
 		{"trailing data", "Error", `{"code":404,"message":"x"} {}`, "trailing data"},
+		{"metrics map value", "SandboxesWithMetrics", `{"sandboxes":{"sb1":{}}}`, `$.sandboxes.sb1: SandboxMetric requires`},
+		{"metrics map missing", "SandboxesWithMetrics", `{}`, `requires "sandboxes"`},
+		{"metrics map not an object", "SandboxesWithMetrics", `{"sandboxes":[]}`, "$.sandboxes: must be an object"},
 	} {
 		err := Check(tc.model, []byte(tc.body))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

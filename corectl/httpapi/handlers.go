@@ -11,6 +11,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/createnet"
 	"github.com/sandgate/sandgate/corectl/egress"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
+	"github.com/sandgate/sandgate/corectl/metrics"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	"github.com/sandgate/sandgate/corectl/template"
 	"github.com/sandgate/sandgate/corectl/wire"
@@ -242,6 +243,7 @@ func (s *Server) templateAuth(w http.ResponseWriter, r *http.Request, admin bool
 		return false
 	}
 	if admin && !p.Key.TemplateAdmin {
+		s.Metrics.Refused(metrics.RefusalNotTemplateAdmin)
 		s.fail(w, r, http.StatusForbidden, CodeForbidden, "template defaults are changed by template administrators only")
 		return false
 	}

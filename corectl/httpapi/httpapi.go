@@ -20,9 +20,16 @@
 //	POST    /sandboxes/{sandboxID}/timeout           set the end time → 204
 //	POST    /sandboxes/{sandboxID}/refreshes         extend the end time → 204
 //	GET     /sandboxes, /v2/sandboxes                list (E2B ListedSandbox)
+//	GET     /sandboxes/metrics                       E2B SandboxesWithMetrics (sandbox_ids)
 //	GET     /sandboxes/{sandboxID}/metrics           E2B SandboxMetric list
+//	GET     /sandboxes/{sandboxID}/logs (and /v2)    E2B SandboxLogs (v2: SandboxLogsV2Response)
 //	POST    /sandboxes/{sandboxID}/pause, /resume    501 not_supported
 //	GET     /internal/v1/authorize                   the gateway's authorizer (internal token)
+//	GET     /health                                  E2B's health check → 204 (no API key)
+//
+// E2B's other routes (UnsupportedRoutes: snapshots, fork, templates,
+// volumes, secrets, teams, API keys, access tokens, nodes, admin) answer
+// 501 not_supported after authentication; anything else is 404.
 //
 // Every error is the flat E2B envelope {"code": <HTTP status>, "error":
 // "<stable code>", "message": "<stable code>: <text>"}.
@@ -46,6 +53,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/lifecycle"
 	"github.com/sandgate/sandgate/corectl/metrics"
 	"github.com/sandgate/sandgate/corectl/sandbox"
+	"github.com/sandgate/sandgate/corectl/sandboxlogs"
 	"github.com/sandgate/sandgate/corectl/template"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -87,6 +95,9 @@ type ClusterHandle struct {
 	// sandbox route (a direct, uncached client: a route must never act on
 	// a stale owner).
 	Reader client.Reader
+	// Logs streams the sandbox containers' logs (pods/log) for the log
+	// routes; nil answers them 503.
+	Logs sandboxlogs.Source
 	// Lifecycle runs create/connect/get/delete (spec §3.1, §4.1); nil
 	// when no token signing key is configured (those routes then answer
 	// 503 lifecycle_disabled).
@@ -95,8 +106,9 @@ type ClusterHandle struct {
 
 // Server serves the API.
 type Server struct {
-	// Keys are the API keys.
-	Keys *apikey.Keys
+	// Keys are the API keys (looked up on every request, so a reloaded
+	// key file is in force at once).
+	Keys apikey.Source
 	// Credentials re-reads resource credentials.
 	Credentials credential.Source
 	// Clusters maps cluster IDs to handles.
@@ -150,10 +162,14 @@ var Routes = []Route{
 	{"POST", "/sandboxes/{sandboxID}/refreshes", (*Server).refresh},
 	{"GET", "/sandboxes", (*Server).listSandboxes},
 	{"GET", "/v2/sandboxes", (*Server).listSandboxes},
+	{"GET", "/sandboxes/metrics", (*Server).sandboxesMetrics},
 	{"GET", "/sandboxes/{sandboxID}/metrics", (*Server).sandboxMetrics},
+	{"GET", "/sandboxes/{sandboxID}/logs", (*Server).sandboxLogs},
+	{"GET", "/v2/sandboxes/{sandboxID}/logs", (*Server).sandboxLogs},
 	{"POST", "/sandboxes/{sandboxID}/pause", (*Server).pauseSandbox},
 	{"POST", "/sandboxes/{sandboxID}/resume", (*Server).resumeSandbox},
 	{"GET", "/internal/v1/authorize", (*Server).authorize},
+	{"GET", "/health", (*Server).health},
 }
 
 // Handler returns the API's http.Handler.
@@ -164,9 +180,27 @@ func (s *Server) Handler() http.Handler {
 		route := r.Method + " " + r.Pattern
 		mux.Handle(route, s.Metrics.Instrument(route, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { h(s, w, req) })))
 	}
-	mux.Handle("/", s.Metrics.Instrument(metrics.RouteUnmatched, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// E2B's routes that sandgate does not serve (501 not_supported; see
+	// Unsupported.match for why they are matched here), then 404.
+	refused := make([]http.Handler, len(UnsupportedRoutes))
+	for i, u := range UnsupportedRoutes {
+		refused[i] = s.Metrics.Instrument(u.Method+" "+u.Pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.refuseUnsupported(w, r, u) }))
+	}
+	unmatched := s.Metrics.Instrument(metrics.RouteUnmatched, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, "not_found", "no such route")
-	})))
+	}))
+	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for i, u := range UnsupportedRoutes {
+			if vals, ok := u.match(r); ok {
+				for k, v := range vals {
+					r.SetPathValue(k, v)
+				}
+				refused[i].ServeHTTP(w, r)
+				return
+			}
+		}
+		unmatched.ServeHTTP(w, r)
+	}))
 	return mux
 }
 
@@ -255,12 +289,14 @@ func (s *Server) scopeCredential(w http.ResponseWriter, r *http.Request) (*Clust
 		{r.URL.Query().Get(NamespaceHintQuery), c.ProjectNamespace, "namespace"},
 	} {
 		if h.got != "" && h.got != h.want {
+			s.Metrics.Refused(metrics.RefusalHintMismatch)
 			s.fail(w, r, http.StatusForbidden, CodeCredentialMismatch, "the request's "+h.what+" differs from the credential's")
 			return nil, credential.Credential{}, false
 		}
 	}
 	ch, ok := s.Clusters[c.ClusterID]
 	if !ok {
+		s.Metrics.Refused(metrics.RefusalClusterUnknown)
 		s.fail(w, r, http.StatusInternalServerError, CodeClusterUnknown, "the credential's cluster is not configured on corectl")
 		return nil, credential.Credential{}, false
 	}
@@ -274,7 +310,9 @@ func (s *Server) scopeCredential(w http.ResponseWriter, r *http.Request) (*Clust
 // one that does not exist (404 sandbox_not_found, the same body), so
 // another owner's sandbox IDs are not revealed. A sandbox ID that is not a
 // DNS label, or a sandbox that does not exist, is left to the route's own
-// answer. With lifecycle set the route needs the lifecycle orchestrator
+// answer. The check fails closed: a cluster handle without a Reader, or an
+// owner that cannot be read, is 503 unavailable and the route does not
+// run. With lifecycle set the route needs the lifecycle orchestrator
 // (503 lifecycle_disabled without a token signing key).
 func (s *Server) sandboxScope(w http.ResponseWriter, r *http.Request, lifecycle bool) (*ClusterHandle, credential.Credential, string, bool) {
 	ch, c, ok := s.scopeCredential(w, r)
@@ -286,8 +324,13 @@ func (s *Server) sandboxScope(w http.ResponseWriter, r *http.Request, lifecycle 
 		return nil, c, "", false
 	}
 	id := r.PathValue("sandboxID")
-	if sandbox.ValidateID(id) != nil || ch.Reader == nil {
+	if sandbox.ValidateID(id) != nil {
 		return ch, c, id, true
+	}
+	if ch.Reader == nil {
+		s.Metrics.Refused(metrics.RefusalOwnerUnchecked)
+		s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, "corectl cannot check who owns the sandbox: the cluster has no reader")
+		return nil, c, "", false
 	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
@@ -296,9 +339,11 @@ func (s *Server) sandboxScope(w http.ResponseWriter, r *http.Request, lifecycle 
 	case errors.Is(err, sandbox.ErrNotFound):
 		return ch, c, id, true
 	case err != nil:
+		s.Metrics.Refused(metrics.RefusalOwnerUnchecked)
 		s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
 		return nil, c, "", false
 	case !c.Sees(owner, c.ProjectNamespace, c.ClusterID):
+		s.Metrics.Refused(metrics.RefusalNotOwner)
 		s.notFound(w, r)
 		return nil, c, "", false
 	}
@@ -314,9 +359,11 @@ func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
 // authError writes the answer for an authentication error; true when err
 // is nil.
 func (s *Server) authError(w http.ResponseWriter, r *http.Request, err error) bool {
-	switch {
-	case err == nil:
+	if err == nil {
 		return true
+	}
+	s.Metrics.Refused(refusalOf(err))
+	switch {
 	case errors.Is(err, apikey.ErrMissing), errors.Is(err, apikey.ErrUnknown), errors.Is(err, credential.ErrNotFound):
 		s.fail(w, r, http.StatusUnauthorized, CodeUnauthenticated, "missing or unknown API key")
 	case errors.Is(err, apikey.ErrNoCredential):
@@ -327,6 +374,25 @@ func (s *Server) authError(w http.ResponseWriter, r *http.Request, err error) bo
 		s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, "the credential source cannot answer")
 	}
 	return false
+}
+
+// refusalOf is the corectl_api_refusals_total reason of an
+// authentication error.
+func refusalOf(err error) string {
+	switch {
+	case errors.Is(err, apikey.ErrMissing):
+		return metrics.RefusalMissingKey
+	case errors.Is(err, apikey.ErrUnknown):
+		return metrics.RefusalUnknownKey
+	case errors.Is(err, credential.ErrNotFound):
+		return metrics.RefusalUnknownCredential
+	case errors.Is(err, apikey.ErrNoCredential):
+		return metrics.RefusalNoCredential
+	case errors.Is(err, credential.ErrDisabled):
+		return metrics.RefusalCredentialDisabled
+	default:
+		return metrics.RefusalCredentialUnavailable
+	}
 }
 
 func (s *Server) ingressWait() time.Duration {

@@ -223,7 +223,19 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
 		s.lifecycleError(w, r, err)
 		return
 	}
+	if lifecycle.Gone(info.LifecycleState) {
+		s.goneSandbox(w, r, info.LifecycleState)
+		return
+	}
 	writeJSON(w, http.StatusOK, info)
+}
+
+// goneSandbox answers a sandbox in a lifecycle.Gone state (Deleting,
+// CleanupFailed) on an E2B read route as E2B answers a sandbox that is no
+// longer there: 404 sandbox_not_found (the SDKs raise their not-found
+// error); the message names the state for the operator.
+func (s *Server) goneSandbox(w http.ResponseWriter, r *http.Request, state string) {
+	s.fail(w, r, http.StatusNotFound, CodeSandboxNotFound, "the sandbox is being deleted (lifecycle state "+state+")")
 }
 
 func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {

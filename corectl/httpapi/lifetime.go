@@ -113,7 +113,8 @@ func (s *Server) sandboxMetrics(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, m)
 }
 
-// CodeNotSupported is the error code of pause and resume.
+// CodeNotSupported is the error code of pause, resume and every route of
+// UnsupportedRoutes (501).
 const CodeNotSupported = "not_supported"
 
 // pauseSandbox is POST /sandboxes/{sandboxID}/pause and resumeSandbox
@@ -125,24 +126,34 @@ const CodeNotSupported = "not_supported"
 // SandboxException, both with the message below (not 409, which the JS
 // SDK's pause() reads as "already paused" and answers false).
 func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
-	s.notSupported(w, r, "pause")
+	s.notSupported(w, r, "pause"+noProcessState)
 }
 
 func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) {
-	s.notSupported(w, r, "resume")
+	s.notSupported(w, r, "resume"+noProcessState)
 }
 
-func (s *Server) notSupported(w http.ResponseWriter, r *http.Request, op string) {
+const noProcessState = " is not supported: OpenSandbox sandboxes cannot keep their process state; extend the sandbox's life with setTimeout instead"
+
+// notSupported answers a route on the sandbox {sandboxID} that sandgate
+// does not serve: the ownership check and the sandbox's existence first
+// (404 as on every sandbox route, also for a sandbox being deleted), then
+// 501 not_supported with msg.
+func (s *Server) notSupported(w http.ResponseWriter, r *http.Request, msg string) {
 	ch, cred, id, ok := s.sandboxScope(w, r, true)
 	if !ok {
 		return
 	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	if _, err := ch.Lifecycle.Status(ctx, cred.ProjectNamespace, id); err != nil {
+	info, err := ch.Lifecycle.Status(ctx, cred.ProjectNamespace, id)
+	if err != nil {
 		s.lifecycleError(w, r, err)
 		return
 	}
-	s.fail(w, r, http.StatusNotImplemented, CodeNotSupported, op+" is not supported: OpenSandbox sandboxes cannot keep their process state; "+
-		"extend the sandbox's life with setTimeout instead")
+	if lifecycle.Gone(info.LifecycleState) {
+		s.goneSandbox(w, r, info.LifecycleState)
+		return
+	}
+	s.fail(w, r, http.StatusNotImplemented, CodeNotSupported, msg)
 }

@@ -24,17 +24,11 @@ func listQuery(q url.Values, v2 bool) (lifecycle.ListQuery, error) {
 		}
 	}
 	if m := q.Get("metadata"); m != "" {
-		pairs, err := url.ParseQuery(m)
+		md, err := metadataFilter(m)
 		if err != nil {
-			return lq, errors.New("metadata must be a URL-encoded query such as user=abc&app=prod")
+			return lq, err
 		}
-		lq.Metadata = map[string]string{}
-		for k, vs := range pairs {
-			if len(vs) != 1 {
-				return lq, fmt.Errorf("metadata key %q is repeated", k)
-			}
-			lq.Metadata[k] = vs[0]
-		}
+		lq.Metadata = md
 	}
 	if !v2 {
 		return lq, nil
@@ -71,6 +65,40 @@ func listQuery(q url.Values, v2 bool) (lifecycle.ListQuery, error) {
 	}
 	lq.NextToken = q.Get("nextToken")
 	return lq, nil
+}
+
+// metadataFilter decodes the metadata query parameter (already decoded
+// once from the URL) as E2B's API does: the whole value is URL-unescaped,
+// split into pairs on "&" and each pair on "=", and each key and value
+// unescaped again. That undoes what the SDKs send: JS and Python escape
+// every key and value, join the pairs as a query string (which escapes the
+// escapes) and put that in the URL (a third time), so {"user id": "a b/c"}
+// arrives as user%252520id%3Da%252520b%25252Fc. A plain user=abc&app=prod
+// reads the same. A pair without exactly one "=", an empty key, a key
+// given twice or bad escaping is an error naming the parameter.
+func metadataFilter(m string) (map[string]string, error) {
+	bad := errors.New("metadata must be a URL-encoded query of key=value pairs such as user=abc&app=prod")
+	all, err := url.QueryUnescape(m)
+	if err != nil {
+		return nil, bad
+	}
+	md := map[string]string{}
+	for _, pair := range strings.Split(all, "&") {
+		kv := strings.Split(pair, "=")
+		if len(kv) != 2 {
+			return nil, bad
+		}
+		k, err1 := url.QueryUnescape(kv[0])
+		v, err2 := url.QueryUnescape(kv[1])
+		if err1 != nil || err2 != nil || k == "" {
+			return nil, bad
+		}
+		if _, ok := md[k]; ok {
+			return nil, fmt.Errorf("metadata key %q is repeated", k)
+		}
+		md[k] = v
+	}
+	return md, nil
 }
 
 // listSandboxes is GET /sandboxes (E2B v1, deprecated there: every running

@@ -2,13 +2,17 @@ package lifecycle_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/sandgate/sandgate/corectl/e2bmodel"
+	"github.com/sandgate/sandgate/corectl/httpapi"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -183,5 +187,150 @@ func TestE2BAPI(t *testing.T) {
 	st, _, body = w.call("POST", "/sandboxes/"+id+"/pause", "key-a", "")
 	if !strings.Contains(string(body), "pause is not supported") {
 		t.Errorf("pause answer %d %s", st, body)
+	}
+}
+
+// encodeURIComponent is JavaScript's: every byte but A–Z a–z 0–9 and
+// -_.!~*'() escaped, space as %20.
+func encodeURIComponent(s string) string {
+	return escapeExcept(s, "-_.!~*'()")
+}
+
+// pyQuote is Python's urllib.parse.quote with its default safe "/".
+func pyQuote(s string) string { return escapeExcept(s, "_.-~/") }
+
+func escapeExcept(s, safe string) string {
+	var b strings.Builder
+	for _, c := range []byte(s) {
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte(safe, c) >= 0 {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "%%%02X", c)
+	}
+	return b.String()
+}
+
+// sdkMetadata is the metadata query parameter as the SDKs put it in the
+// URL: each key and value escaped (escape), the pairs joined as a form
+// query (which escapes the escapes), and that escaped once more as the
+// query value (E2B JS 2.x: encodeURIComponent, URLSearchParams,
+// openapi-fetch; Python 2.x: quote, urlencode, httpx).
+func sdkMetadata(md map[string]string, escape func(string) string) string {
+	pairs := url.Values{}
+	for k, v := range md {
+		pairs.Set(escape(k), escape(v))
+	}
+	return url.QueryEscape(pairs.Encode())
+}
+
+// TestListMetadataFilterAsTheSDKsSendIt: the metadata filter is decoded
+// as E2B's API decodes it, so keys and values with a space, @, /, :, +, =,
+// & or non-ASCII find their sandbox whichever SDK escaped them (it used to
+// be read one level short and find nothing).
+func TestListMetadataFilterAsTheSDKsSendIt(t *testing.T) {
+	w := start(t)
+	md := map[string]string{"user id": "a b/c", "email": "ann@example.com", "url": "http://h:8080/p?q=1&r=2", "名前": "値 ü",
+		"a+b": "1=2", "plain": "x"}
+	raw, _ := json.Marshal(map[string]any{"templateID": "base", "metadata": md})
+	id := w.create(string(raw)).SandboxID
+	other := w.create(`{"templateID":"base","metadata":{"plain":"x"}}`).SandboxID
+	ids := func(path string) []string {
+		t.Helper()
+		st, _, body := w.call("GET", path, "key-a", "")
+		if st != http.StatusOK {
+			t.Fatalf("GET %s = %d %s", path, st, body)
+		}
+		var l []lifecycle.Listed
+		_ = json.Unmarshal(body, &l)
+		var out []string
+		for _, s := range l {
+			out = append(out, s.SandboxID)
+		}
+		slices.Sort(out)
+		return out
+	}
+	for name, escape := range map[string]func(string) string{"JS": encodeURIComponent, "Python": pyQuote} {
+		for k, v := range md {
+			q := sdkMetadata(map[string]string{k: v}, escape)
+			want := []string{id}
+			if k == "plain" {
+				want = []string{id, other}
+				slices.Sort(want)
+			}
+			for _, p := range []string{"/sandboxes?metadata=" + q, "/v2/sandboxes?metadata=" + q} {
+				if got := ids(p); !slices.Equal(got, want) {
+					t.Errorf("%s %s (%q=%q) = %v, want %v", name, p, k, v, got, want)
+				}
+			}
+		}
+		if got := ids("/v2/sandboxes?metadata=" + sdkMetadata(md, escape)); !slices.Equal(got, []string{id}) {
+			t.Errorf("%s: every pair = %v", name, got)
+		}
+		if got := ids("/v2/sandboxes?metadata=" + sdkMetadata(map[string]string{"user id": "a b/d"}, escape)); len(got) != 0 {
+			t.Errorf("%s: another value = %v", name, got)
+		}
+	}
+	// The unescaped form still reads the same; a pair without "=", an
+	// empty key or a key given twice is refused.
+	if got := ids("/sandboxes?metadata=" + url.QueryEscape("plain=x&email=ann%40example.com")); !slices.Equal(got, []string{id}) {
+		t.Errorf("plain query = %v", got)
+	}
+	for _, bad := range []string{"plain", "=x", "plain=x&plain=x", "a=b=c", "plain=%zz"} {
+		st, _, body := w.call("GET", "/v2/sandboxes?metadata="+url.QueryEscape(bad), "key-a", "")
+		if st != http.StatusBadRequest || !strings.Contains(string(body), "metadata") {
+			t.Errorf("metadata %q = %d %s, want 400 naming metadata", bad, st, body)
+		}
+	}
+}
+
+// TestUnsupportedE2BRoutes: every route of E2B's API that sandgate does
+// not serve answers 501 not_supported in E2B's Error shape, with a
+// message saying what is not supported, once the API key is accepted
+// (401 before); a route on one sandbox checks ownership and existence
+// first (404 for a missing or another credential's sandbox). Fork and
+// snapshots of a live sandbox are 501, not 404.
+func TestUnsupportedE2BRoutes(t *testing.T) {
+	w := start(t)
+	id := w.create(`{"templateID":"base"}`).SandboxID
+	fill := func(pattern, sandboxID string) string {
+		p := strings.ReplaceAll(pattern, "{sandboxID}", sandboxID)
+		return regexp.MustCompile(`\{[A-Za-z]+\}`).ReplaceAllString(p, "x1")
+	}
+	for _, u := range httpapi.UnsupportedRoutes {
+		path := fill(u.Pattern, id)
+		if st, _, body := w.call(u.Method, path, "", "{}"); st != http.StatusUnauthorized {
+			t.Errorf("%s %s without a key = %d %s", u.Method, path, st, body)
+		}
+		st, _, body := w.call(u.Method, path, "key-a", "{}")
+		var e struct {
+			Code           int
+			Error, Message string
+		}
+		_ = json.Unmarshal(body, &e)
+		if st != http.StatusNotImplemented || e.Code != 501 || e.Error != httpapi.CodeNotSupported ||
+			!strings.Contains(e.Message, "is not supported by sandgate ("+u.Feature+")") {
+			t.Errorf("%s %s = %d %s", u.Method, path, st, body)
+			continue
+		}
+		conform(t, u.Method+" "+path, "Error", body)
+		if strings.Contains(u.Pattern, "{sandboxID}") {
+			for _, key := range []string{"key-a", "key-b"} {
+				sb := "sb00000000000000000000"
+				if key == "key-b" {
+					sb = id // another namespace's credential
+				}
+				if st, _, body := w.call(u.Method, fill(u.Pattern, sb), key, "{}"); st != http.StatusNotFound {
+					t.Errorf("%s %s as %s = %d %s, want 404", u.Method, fill(u.Pattern, sb), key, st, body)
+				}
+			}
+		}
+	}
+	// Not E2B's: still 404.
+	if st, _, body := w.call("GET", "/sandboxes/"+id+"/nothing", "key-a", ""); st != http.StatusNotFound {
+		t.Errorf("an unknown route = %d %s", st, body)
+	}
+	if st, _, body := w.call("GET", "/health", "", ""); st != http.StatusNoContent {
+		t.Errorf("GET /health = %d %s", st, body)
 	}
 }

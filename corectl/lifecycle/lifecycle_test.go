@@ -29,6 +29,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/lifecycle"
 	"github.com/sandgate/sandgate/corectl/probesource"
 	"github.com/sandgate/sandgate/corectl/sandbox"
+	"github.com/sandgate/sandgate/corectl/sandboxlogs"
 	"github.com/sandgate/sandgate/deploy"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/token"
@@ -152,6 +153,8 @@ type worldOptions struct {
 	// wrap, when set, wraps corectl's transport to the apiserver (tests
 	// count the requests with it).
 	wrap func(http.RoundTripper) http.RoundTripper
+	// logs, when set, replaces corectl's pods/log reader.
+	logs sandboxlogs.Source
 }
 
 // startWorld starts the world as o says.
@@ -235,7 +238,7 @@ func startWorld(t testing.TB, cfg *rest.Config, o worldOptions) *world {
 			}
 			return rc, nil
 		},
-		TokenKey: &sk, ReadyBudget: 30 * time.Second, OrphanInterval: time.Hour,
+		TokenKey: &sk, ReadyBudget: 30 * time.Second, OrphanInterval: time.Hour, LogSource: o.logs,
 		ProbeSourceDiscovery: probe, ProbeListen: "127.0.0.1:0", ShutdownGrace: 20 * time.Second,
 		Lifecycle: func(lo *lifecycle.Orchestrator) {
 			lo.Now = func() time.Time { return time.Now().Add(time.Duration(w.skew.Load())) }
@@ -666,10 +669,7 @@ func TestCreateIngressPendingCleanup(t *testing.T) {
 		t.Fatalf("BatchSandboxes %v %v", list.Items, err)
 	}
 	id := list.Items[0].GetName()
-	var info lifecycle.Info
-	if st, _ := w.do("GET", "/sandboxes/"+id, "key-a", "", &info); st != 200 || info.LifecycleState != lifecycle.StateCleanupFailed {
-		t.Fatalf("GET = %d %+v", st, info)
-	}
+	w.goneForE2B(id, lifecycle.StateCleanupFailed)
 	w.refused(id)
 	w.fail()
 	rep, err := w.orch.Scan(context.Background())
@@ -680,6 +680,30 @@ func TestCreateIngressPendingCleanup(t *testing.T) {
 		t.Fatalf("scan %+v", rep)
 	}
 	w.nothingLeft()
+}
+
+// goneForE2B checks that sandbox id, in lifecycle state state (Deleting
+// or CleanupFailed), is answered on E2B's read routes as E2B answers a
+// sandbox that is gone: GET, its metrics and logs, pause and fork are 404
+// sandbox_not_found (GET's message names the state), and the lists and
+// GET /sandboxes/metrics leave it out.
+func (w *world) goneForE2B(id, state string) {
+	w.t.Helper()
+	var e struct{ Error, Message string }
+	if st, raw := w.do("GET", "/sandboxes/"+id, "key-a", "", &e); st != http.StatusNotFound || e.Error != "sandbox_not_found" || !strings.Contains(e.Message, state) {
+		w.t.Fatalf("%s: GET = %d %s", state, st, raw)
+	}
+	for _, r := range [][2]string{{"GET", "/sandboxes/" + id + "/metrics"}, {"GET", "/sandboxes/" + id + "/logs"}, {"GET", "/v2/sandboxes/" + id + "/logs"},
+		{"POST", "/sandboxes/" + id + "/pause"}, {"POST", "/sandboxes/" + id + "/fork"}} {
+		if st, raw := w.do(r[0], r[1], "key-a", "", nil); st != http.StatusNotFound || !bytes.Contains(raw, []byte("sandbox_not_found")) {
+			w.t.Fatalf("%s: %s %s = %d %s", state, r[0], r[1], st, raw)
+		}
+	}
+	for _, p := range []string{"/sandboxes", "/v2/sandboxes", "/sandboxes/metrics?sandbox_ids=" + id} {
+		if st, raw := w.do("GET", p, "key-a", "", nil); st != http.StatusOK || bytes.Contains(raw, []byte(id)) {
+			w.t.Fatalf("%s: GET %s = %d %s", state, p, st, raw)
+		}
+	}
 }
 
 // refused checks that connect and every network route refuse sandbox id
@@ -714,10 +738,7 @@ func TestDeleteFailClosed(t *testing.T) {
 	if st, raw := w.do("DELETE", "/sandboxes/"+id, "key-a", "", &eb); st != 500 || eb.Error != lifecycle.CodeDeletePending {
 		t.Fatalf("DELETE = %d %s", st, raw)
 	}
-	var info lifecycle.Info
-	if st, _ := w.do("GET", "/sandboxes/"+id, "key-a", "", &info); st != 200 || info.LifecycleState != lifecycle.StateCleanupFailed {
-		t.Fatalf("GET = %d %+v", st, info)
-	}
+	w.goneForE2B(id, lifecycle.StateCleanupFailed)
 	w.refused(id)
 	ing := &networkingv1.Ingress{}
 	if err := get(ing, w.ingNS, ingressallow.IngressName(id)); err != nil || ing.Annotations[ingressallow.AnnotationWhitelist] != "203.0.113.0/24" {
@@ -775,9 +796,13 @@ func TestLifecycleMatrix(t *testing.T) {
 	putEgress := `{"defaultAction":"deny","egress":[{"cidr":"198.51.100.7"}]}`
 	check := func(state string, connect, getNet, putNet int) {
 		t.Helper()
-		var info lifecycle.Info
-		if st, raw := w.do("GET", "/sandboxes/"+id, "key-a", "", &info); st != 200 || info.LifecycleState != state {
-			t.Fatalf("%s: GET = %d %s", state, st, raw)
+		if lifecycle.Gone(state) {
+			w.goneForE2B(id, state)
+		} else {
+			var info lifecycle.Info
+			if st, raw := w.do("GET", "/sandboxes/"+id, "key-a", "", &info); st != 200 || info.LifecycleState != state {
+				t.Fatalf("%s: GET = %d %s", state, st, raw)
+			}
 		}
 		var c sandboxBody
 		if st, raw := w.do("POST", "/v2/sandboxes/"+id+"/connect", "key-a", "{}", &c); st != connect || (st != 200 && c.EnvdAccessToken != "") {

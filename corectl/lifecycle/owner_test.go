@@ -38,6 +38,10 @@ var sandboxRoutes = []route{
 	{"GET", "/sandboxes/{id}/metrics", "", http.StatusOK},
 	{"POST", "/sandboxes/{id}/pause", "", http.StatusNotImplemented},
 	{"POST", "/sandboxes/{id}/resume", "", http.StatusNotImplemented},
+	{"GET", "/sandboxes/{id}/logs", "", http.StatusOK},
+	{"GET", "/v2/sandboxes/{id}/logs", "", http.StatusOK},
+	{"POST", "/sandboxes/{id}/fork", `{}`, http.StatusNotImplemented},
+	{"POST", "/sandboxes/{id}/snapshots", `{}`, http.StatusNotImplemented},
 	// DELETE last: the owner's deletes the sandbox.
 	{"DELETE", "/sandboxes/{id}", "", http.StatusNoContent},
 }
@@ -49,7 +53,8 @@ var sandboxRoutes = []route{
 // are served. The creating credential is recorded on the BatchSandbox and
 // copied to the carrier, the policy and the allowlist.
 func TestOwnershipAttackTable(t *testing.T) {
-	// The table covers every route of the API on one sandbox.
+	// The table covers every route of the API on one sandbox, the 501
+	// ones included.
 	covered := map[string]bool{}
 	for _, r := range sandboxRoutes {
 		covered[r.method+" "+strings.ReplaceAll(r.path, "{id}", "{sandboxID}")] = true
@@ -57,6 +62,11 @@ func TestOwnershipAttackTable(t *testing.T) {
 	for _, r := range httpapi.Routes {
 		if strings.Contains(r.Pattern, "{sandboxID}") && !covered[r.Method+" "+r.Pattern] {
 			t.Errorf("the attack table misses %s %s", r.Method, r.Pattern)
+		}
+	}
+	for _, u := range httpapi.UnsupportedRoutes {
+		if strings.Contains(u.Pattern, "{sandboxID}") && !covered[u.Method+" "+u.Pattern] {
+			t.Errorf("the attack table misses %s %s (501)", u.Method, u.Pattern)
 		}
 	}
 	w := start(t)

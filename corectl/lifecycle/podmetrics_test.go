@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,5 +129,34 @@ func TestMetricsFromPodMetrics(t *testing.T) {
 	// Another credential sees no sandbox, whatever the samples say.
 	if st, _, body := w.call("GET", "/sandboxes/"+id+"/metrics", "key-a2", ""); st != http.StatusNotFound {
 		t.Fatalf("metrics as another credential = %d %s", st, body)
+	}
+
+	// GET /sandboxes/metrics: E2B's SandboxesWithMetrics, the latest
+	// sample of each named sandbox in the caller's list; the quiet one
+	// (no readable sample) and a sandbox that does not exist are left
+	// out, and another credential gets nothing.
+	names := id + "," + quiet + ",sb00000000000000000000"
+	st, _, body = w.call("GET", "/sandboxes/metrics?sandbox_ids="+names, "key-a", "")
+	if st != http.StatusOK {
+		t.Fatalf("GET /sandboxes/metrics = %d %s", st, body)
+	}
+	conform(t, "/sandboxes/metrics", "SandboxesWithMetrics", body)
+	var all struct{ Sandboxes map[string]lifecycle.Metric }
+	if err := json.Unmarshal(body, &all); err != nil || len(all.Sandboxes) != 1 || all.Sandboxes[id].TimestampUnix != at.Unix() ||
+		all.Sandboxes[id].MemUsed != 256<<20 {
+		t.Fatalf("GET /sandboxes/metrics = %s (%v)", body, err)
+	}
+	if st, _, body := w.call("GET", "/sandboxes/metrics?sandbox_ids="+names, "key-a2", ""); st != http.StatusOK ||
+		strings.TrimSpace(string(body)) != `{"sandboxes":{}}` {
+		t.Fatalf("GET /sandboxes/metrics as another credential = %d %s", st, body)
+	}
+	many := strings.Repeat(id+",", 100) + id
+	for _, q := range []string{"", "?sandbox_ids=", "?sandbox_ids=" + id + "," + id, "?sandbox_ids=Not_An_ID", "?sandbox_ids=" + id + "&sandbox_ids=" + quiet,
+		"?sandbox_ids=" + many} {
+		if st, _, body := w.call("GET", "/sandboxes/metrics"+q, "key-a", ""); st != http.StatusBadRequest {
+			t.Errorf("GET /sandboxes/metrics%.40s = %d %s, want 400", q, st, body)
+		} else {
+			conform(t, "/sandboxes/metrics"+q, "Error", body)
+		}
 	}
 }

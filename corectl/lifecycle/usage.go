@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/cluster"
@@ -45,11 +46,15 @@ var PodMetricsGVK = schema.GroupVersionKind{Group: "metrics.k8s.io", Version: "v
 // PodMetrics, the sandbox container's usage against its limits). It is an
 // empty list, never an error, when the cluster serves no resource metrics
 // or has no sample yet (E2B's SDKs read an empty list as "no metrics").
-// Errors: ErrNotFound (absent or expired), ErrUnavailable.
+// Errors: ErrNotFound (absent, expired, or Gone: being deleted),
+// ErrUnavailable.
 func (o *Orchestrator) Usage(ctx context.Context, ns, id string) ([]Metric, error) {
 	u, err := o.readLive(ctx, ns, id)
 	if err != nil {
 		return nil, err
+	}
+	if goneObject(u) {
+		return nil, fmt.Errorf("%w: %s/%s is being deleted", ErrNotFound, ns, id)
 	}
 	out := []Metric{}
 	sb := &sandbox.Sandbox{ID: id, Namespace: ns, UID: u.GetUID()}
@@ -83,15 +88,7 @@ func (o *Orchestrator) podUsage(ctx context.Context, p *corev1.Pod, sz cluster.S
 		return Metric{}, false
 	}
 	containers, _, _ := unstructured.NestedSlice(pm.Object, "containers")
-	name := ""
-	if o.Template != nil {
-		if tpl, ok := o.Template(u.GetAnnotations()[AnnotationTemplateID]); ok {
-			name = tpl.Container
-		}
-	}
-	if name == "" && len(p.Spec.Containers) > 0 {
-		name = p.Spec.Containers[0].Name
-	}
+	name := o.sandboxContainer(u, p)
 	for _, c := range containers {
 		cm, ok := c.(map[string]any)
 		if !ok || cm["name"] != name {

@@ -16,6 +16,19 @@
 //	corectl_cni_gate_open{cluster}                                 gauge, 1 or 0
 //	corectl_cni_checks_total{cluster, outcome}                     counter (ok, unreadable)
 //	corectl_orphan_scans_total{cluster, outcome}                   counter (ok, incomplete, failed)
+//	corectl_api_refusals_total{reason}                             counter (Refusal* reasons)
+//	corectl_api_key_file_stale_seconds                             gauge
+//	corectl_api_key_file_entries                                   gauge
+//	corectl_api_key_file_last_load_timestamp_seconds               gauge
+//
+// A refusal is an API request turned away before its route's work began
+// because of who asked (the reason is one of the Refusal* constants).
+// The key file gauges exist when the API keys come from a watched file:
+// stale_seconds is how long its reloads have been failing (missing,
+// unreadable or invalid; the last good version is served meanwhile), 0
+// when the last reload succeeded; an alert such as
+// corectl_api_key_file_stale_seconds > 60 tells the operator a key change
+// is not in force.
 //
 // route is the API route's method and pattern ("PUT /sandboxes/{sandboxID}/network"),
 // or "unmatched"; code the HTTP status. outcome of a reconcile is the
@@ -33,6 +46,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sandgate/sandgate/internal/filewatch"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
@@ -77,7 +91,41 @@ type Metrics struct {
 	stepDuration *prometheus.HistogramVec
 	cniChecks    *prometheus.CounterVec
 	orphanScans  *prometheus.CounterVec
+	refusals     *prometheus.CounterVec
 }
+
+// Reasons of corectl_api_refusals_total.
+const (
+	// RefusalMissingKey: no X-API-Key.
+	RefusalMissingKey = "missing_key"
+	// RefusalUnknownKey: a key the key file does not hold (never held, or
+	// removed or changed since).
+	RefusalUnknownKey = "unknown_key"
+	// RefusalNoCredential: a key without a resource credential on a route
+	// that needs one.
+	RefusalNoCredential = "no_credential"
+	// RefusalUnknownCredential: the key's credential is not in the
+	// credential source.
+	RefusalUnknownCredential = "unknown_credential"
+	// RefusalCredentialDisabled: the key's credential is disabled.
+	RefusalCredentialDisabled = "credential_disabled"
+	// RefusalCredentialUnavailable: the credential source cannot answer.
+	RefusalCredentialUnavailable = "credential_unavailable"
+	// RefusalHintMismatch: a cluster or namespace hint differs from the
+	// credential's.
+	RefusalHintMismatch = "hint_mismatch"
+	// RefusalClusterUnknown: the credential's cluster is not configured.
+	RefusalClusterUnknown = "cluster_unknown"
+	// RefusalNotOwner: the sandbox exists but the caller does not see it
+	// (answered as a missing sandbox).
+	RefusalNotOwner = "not_owner"
+	// RefusalOwnerUnchecked: the sandbox's owner could not be read, or the
+	// cluster has no reader to read it with (fail closed).
+	RefusalOwnerUnchecked = "owner_unchecked"
+	// RefusalNotTemplateAdmin: a template-default change by a key that is
+	// not a template administrator.
+	RefusalNotTemplateAdmin = "not_template_admin"
+)
 
 // New returns Metrics with every collector above registered in a new
 // registry.
@@ -116,6 +164,11 @@ func New() *Metrics {
 		}, []string{"cluster", "outcome"}),
 	}
 	m.Registry.MustRegister(m.requests, m.duration, m.reconciles, m.steps, m.stepDuration, m.cniChecks, m.orphanScans)
+	m.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "corectl", Subsystem: "api", Name: "refusals_total",
+		Help: "API requests refused because of who asked, by reason (missing_key, unknown_key, not_owner, ...).",
+	}, []string{"reason"})
+	m.Registry.MustRegister(m.refusals)
 	return m
 }
 
@@ -202,4 +255,42 @@ func (m *Metrics) WatchCNIGate(cluster string, gate func() error) error {
 		}
 		return 0
 	}))
+}
+
+// Refused counts one API request refused for reason (a Refusal* constant).
+func (m *Metrics) Refused(reason string) {
+	if m == nil {
+		return
+	}
+	m.refusals.WithLabelValues(reason).Inc()
+}
+
+// WatchKeyFile registers the corectl_api_key_file_* gauges, read from
+// stats at every scrape (the key file's filewatch state). Registering
+// twice is an error (prometheus.AlreadyRegisteredError).
+func (m *Metrics) WatchKeyFile(stats func() filewatch.Stats) error {
+	if m == nil {
+		return nil
+	}
+	gauge := func(name, help string, f func(filewatch.Stats) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "corectl", Subsystem: "api_key_file", Name: name, Help: help},
+			func() float64 { return f(stats()) })
+	}
+	for _, c := range []prometheus.Collector{
+		gauge("stale_seconds", "Seconds the API key file's reloads have been failing (missing, unreadable or invalid; the last good version is served meanwhile); 0 when the last reload succeeded.",
+			func(st filewatch.Stats) float64 {
+				if st.FailingSince.IsZero() {
+					return 0
+				}
+				return time.Since(st.FailingSince).Seconds()
+			}),
+		gauge("entries", "API keys in the version of the key file being served.", func(st filewatch.Stats) float64 { return float64(st.Entries) }),
+		gauge("last_load_timestamp_seconds", "Unix time the served version of the API key file was loaded.",
+			func(st filewatch.Stats) float64 { return float64(st.LastLoad.UnixNano()) / 1e9 }),
+	} {
+		if err := m.Registry.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sandgate/sandgate/internal/filewatch"
 	"github.com/sandgate/sandgate/internal/scrape"
 )
 
@@ -85,5 +86,39 @@ func TestCollectors(t *testing.T) {
 	open = false
 	if got := scrapeOf(t, m).Value("corectl_cni_gate_open", "cluster", "c1"); got != 0 {
 		t.Fatalf("closed gate = %g", got)
+	}
+}
+
+// TestRefusalsAndKeyFile: refusals are counted by reason; the key file
+// gauges read the file's state at every scrape (stale while reloads
+// fail, 0 once one succeeds).
+func TestRefusalsAndKeyFile(t *testing.T) {
+	m := New()
+	m.Refused(RefusalUnknownKey)
+	m.Refused(RefusalUnknownKey)
+	m.Refused(RefusalOwnerUnchecked)
+	st := filewatch.Stats{Entries: 3, LastLoad: time.Unix(1700000000, 0), FailingSince: time.Now().Add(-time.Minute)}
+	if err := m.WatchKeyFile(func() filewatch.Stats { return st }); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.WatchKeyFile(func() filewatch.Stats { return st }); err == nil {
+		t.Fatal("a second key file registered")
+	}
+	s := scrapeOf(t, m)
+	if s.Value("corectl_api_refusals_total", "reason", "unknown_key") != 2 || s.Value("corectl_api_refusals_total", "reason", "owner_unchecked") != 1 {
+		t.Fatalf("refusals: %v", s)
+	}
+	if s.Value("corectl_api_key_file_entries") != 3 || s.Value("corectl_api_key_file_last_load_timestamp_seconds") != 1700000000 ||
+		s.Value("corectl_api_key_file_stale_seconds") < 60 {
+		t.Fatalf("key file gauges: %v", s)
+	}
+	st.FailingSince = time.Time{}
+	if got := scrapeOf(t, m).Value("corectl_api_key_file_stale_seconds"); got != 0 {
+		t.Fatalf("stale after a good reload = %g", got)
+	}
+	var nilM *Metrics
+	nilM.Refused(RefusalMissingKey)
+	if err := nilM.WatchKeyFile(func() filewatch.Stats { return st }); err != nil {
+		t.Fatal(err)
 	}
 }

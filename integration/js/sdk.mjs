@@ -15,6 +15,7 @@
 //   OTHER_API_KEY     the "authz" scenario: another credential's API key (same namespace)
 //   FOREIGN_API_URL   the "authz" scenario: a control-API stub that hands out tokens of another credential
 //   GZIP_BYTES        the size of the "gzipWrite" scenario's large write (zeros)
+//   METADATA          the "controlapi" scenario's create metadata (JSON object of strings)
 import { createHash, randomBytes } from 'node:crypto'
 import { writeFileSync } from 'node:fs'
 
@@ -381,6 +382,47 @@ standalone.authz = async function authz() {
   out.listAsOther = (await Sandbox.list({ ...opts, apiKey: process.env.OTHER_API_KEY }).nextItems()).map((s) => s.sandboxId)
   out.killOwned = await attempt(() => c.kill())
   return out
+}
+
+// The control API alone (no data plane): the metadata filter of
+// Sandbox.list with the keys and values of METADATA, and the E2B calls
+// sandgate does not serve, each with the error the SDK raises.
+standalone.controlapi = async function controlapi() {
+  const opts = {
+    apiKey: process.env.E2B_API_KEY,
+    apiUrl: process.env.E2B_API_URL,
+    sandboxUrl: process.env.E2B_SANDBOX_URL,
+  }
+  const md = JSON.parse(process.env.METADATA)
+  const out = {}
+  const sbx = await Sandbox.create('base', { ...opts, metadata: md })
+  const other = await Sandbox.create('base', { ...opts, metadata: { other: 'yes' } })
+  out.sandboxId = sbx.sandboxId
+  out.otherId = other.sandboxId
+  const ids = async (metadata) => (await Sandbox.list({ ...opts, query: { metadata } }).nextItems()).map((s) => s.sandboxId).sort()
+  out.byPair = {}
+  for (const [k, v] of Object.entries(md)) out.byPair[k] = await ids({ [k]: v })
+  out.byAll = await ids(md)
+  out.byOtherValue = await ids({ [Object.keys(md)[0]]: 'another value' })
+  const u = {}
+  u.createSnapshot = await attempt(() => sbx.createSnapshot())
+  u.listSnapshots = await attempt(() => Sandbox.listSnapshots(opts).nextItems())
+  if (typeof sbx.fork === 'function') u.fork = await attempt(() => sbx.fork())
+  if (e2b.Volume) {
+    u.volumeCreate = await attempt(() => e2b.Volume.create('data', opts))
+    u.volumeList = await attempt(() => e2b.Volume.list(opts))
+  }
+  if (e2b.Secret) u.secretList = await attempt(() => e2b.Secret.list(opts).nextItems())
+  if (typeof e2b.Template?.getTags === 'function') u.templateTags = await attempt(() => e2b.Template.getTags('base', opts))
+  out.unsupported = u
+  out.kill = await attempt(() => sbx.kill())
+  out.killOther = await attempt(() => other.kill())
+  return out
+}
+
+// One Sandbox.list, for the API-key checks.
+standalone.list = async function list() {
+  return attempt(async () => (await Sandbox.list({ apiKey: process.env.E2B_API_KEY, apiUrl: process.env.E2B_API_URL }).nextItems()).length)
 }
 
 const name = process.argv[2]

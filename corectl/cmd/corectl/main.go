@@ -56,7 +56,7 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("corectl", flag.ContinueOnError)
 	configPath := fs.String("config", "", "cluster configuration file (YAML or JSON)")
 	credPath := fs.String("credentials", "", "resource credential file (YAML or JSON)")
-	keysPath := fs.String("api-keys", "", "API key file (YAML or JSON)")
+	keysPath := fs.String("api-keys", "", "API key file (YAML or JSON); reloaded when it changes, a version that does not parse keeps the last good one")
 	listen := fs.String("listen", "127.0.0.1:8090", "API listen address")
 	elect := fs.Bool("leader-elect", true, "use leader election (required when more than one replica runs)")
 	leNS := fs.String("leader-election-namespace", "corectl-system", "namespace of the leader-election Lease in every cluster")
@@ -114,11 +114,12 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	keys, err := apikey.Load(*keysPath)
+	zl, _ := zap.NewProduction()
+	keys, err := apikey.OpenFile(*keysPath, zl)
 	if err != nil {
 		return err
 	}
-	zl, _ := zap.NewProduction()
+	defer keys.Close()
 	creds, err := credential.OpenFile(*credPath, zl)
 	if err != nil {
 		return err

@@ -1,0 +1,154 @@
+package apikey
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// waitFor polls cond until it holds or limit passes (then fails the test
+// with what); limit is the bound the behaviour promises, not a guess at
+// how long it takes.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", limit, what)
+		}
+		<-tick.C
+	}
+}
+
+// replace writes content to a temporary file beside path and renames it
+// over path, as editors and the Kubernetes Secret volume do.
+func replace(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(path), ".next")
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func isUnknown(f *File, key string) bool {
+	_, err := f.Lookup(key)
+	return errors.Is(err, ErrUnknown)
+}
+
+// TestFileReloads: a key removed from the file, or whose digest changed,
+// is refused within 2 s without reopening; a new key is accepted; a file
+// that does not parse keeps the last good version, logs why (never a
+// digest) and reports it in LastError and Stats.
+func TestFileReloads(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys.yaml")
+	lineA := "  - {name: a, sha256: " + Digest("secret-a") + ", credentialId: cred-a}"
+	lineB := "  - {name: b, sha256: " + Digest("secret-b") + ", credentialId: cred-b}"
+	if err := os.WriteFile(path, file(lineA, lineB), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zapcore.InfoLevel)
+	f, err := OpenFile(path, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	for _, k := range []string{"secret-a", "secret-b"} {
+		if e, err := f.Lookup(k); err != nil || e.CredentialID != "cred-"+k[len(k)-1:] {
+			t.Fatalf("Lookup(%s) = %+v, %v", k, e, err)
+		}
+	}
+	if _, err := f.Lookup(""); !errors.Is(err, ErrMissing) {
+		t.Fatalf("empty key: %v", err)
+	}
+
+	// b removed, a's key rotated to a new secret.
+	replace(t, path, string(file("  - {name: a, sha256: "+Digest("secret-a2")+", credentialId: cred-a}")))
+	waitFor(t, 2*time.Second, "the removed and the rotated key refused", func() bool {
+		return isUnknown(f, "secret-b") && isUnknown(f, "secret-a")
+	})
+	if e, err := f.Lookup("secret-a2"); err != nil || e.Name != "a" {
+		t.Fatalf("rotated key: %+v, %v", e, err)
+	}
+	served := f.Version()
+
+	// A malformed version (the digest of "secret-b" under a repeated
+	// name) keeps what was served.
+	bad := string(file("  - {name: a, sha256: "+Digest("secret-a2")+", credentialId: cred-a}",
+		"  - {name: a, sha256: "+Digest("secret-b")+", credentialId: cred-b}"))
+	replace(t, path, bad)
+	waitFor(t, 2*time.Second, "the malformed version reported", func() bool { return f.LastError() != nil })
+	if !errors.Is(f.LastError(), ErrInvalid) || f.Version() != served || f.Stats().FailingSince.IsZero() {
+		t.Fatalf("after a malformed version: %v, version %d (served %d), %+v", f.LastError(), f.Version(), served, f.Stats())
+	}
+	if _, err := f.Lookup("secret-a2"); err != nil || !isUnknown(f, "secret-b") {
+		t.Fatalf("the last good version is not served: %v", err)
+	}
+	warned := false
+	for _, e := range logs.All() {
+		line := e.Message
+		for k, v := range e.ContextMap() {
+			line += " " + k + "=" + strings.TrimSpace(toString(v))
+		}
+		if strings.Contains(line, Digest("secret-b")) || strings.Contains(line, Digest("secret-a2")) {
+			t.Fatalf("a log line carries a digest: %s", line)
+		}
+		warned = warned || (e.Level == zapcore.WarnLevel && strings.Contains(line, "name empty or repeated"))
+	}
+	if !warned {
+		t.Fatalf("no warning says why the version was refused: %v", logs.All())
+	}
+
+	// Fixed again: the new key works, the failure is over.
+	replace(t, path, string(file("  - {name: a, sha256: "+Digest("secret-a2")+", credentialId: cred-a}", lineB)))
+	waitFor(t, 2*time.Second, "the fixed file served", func() bool { return !isUnknown(f, "secret-b") })
+	if f.LastError() != nil || !f.Stats().FailingSince.IsZero() {
+		t.Fatalf("after the fix: %v %+v", f.LastError(), f.Stats())
+	}
+}
+
+func toString(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	if e, ok := v.(error); ok {
+		return e.Error()
+	}
+	return ""
+}
+
+// TestOpenFileRefusesBadFile: the first version must exist and parse.
+func TestOpenFileRefusesBadFile(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := OpenFile(filepath.Join(dir, "absent.yaml"), nil); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("absent file: %v", err)
+	}
+	path := filepath.Join(dir, "keys.yaml")
+	if err := os.WriteFile(path, []byte("keys: [\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenFile(path, nil); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("malformed file: %v", err)
+	}
+	big := make([]byte, MaxFileSize+10)
+	for i := range big {
+		big[i] = ' '
+	}
+	if err := os.WriteFile(path, big, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenFile(path, nil); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("oversized file: %v", err)
+	}
+}
