@@ -20,6 +20,16 @@ func TestCheck(t *testing.T) {
 		"Bearer s3cr3t":             false,
 		"{system.hostname}":         false,
 		"{TOKEN}":                   false,
+		"literal{file./x}":          false,
+		"{file./x}literal":          false,
+		"lit{env.TOKEN}eral":        false,
+		"s3cr3t {env.TOKEN}":        false,
+		"Bearer  {env.TOKEN}":       false,
+		"{env.A}{env.B}":            false,
+		"{env.}":                    false,
+		"{file.}":                   false,
+		"token {env.PORTAL}":        true,
+		"Basic {file./run/b64}":     true,
 	} {
 		err := Check("execd_access_token", raw)
 		if (err == nil) != ok {
