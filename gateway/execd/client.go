@@ -54,14 +54,20 @@ type Target struct {
 }
 
 // URL returns the upstream URL for an execd path such as "/files/info".
+// path is in its escaped form: a segment that holds data (a command id)
+// is escaped once by the caller with url.PathEscape, and sent as it is.
 func (t Target) URL(path string, query url.Values) *url.URL {
 	port := t.Port
 	if port == 0 {
 		port = DefaultPort
 	}
 	u := *t.FixedEntry
-	u.Path = strings.TrimRight(u.Path, "/") + "/" + t.SandboxID + "/" + strconv.Itoa(port) + path
-	u.RawPath = ""
+	escaped := strings.TrimRight(u.EscapedPath(), "/") + "/" + t.SandboxID + "/" + strconv.Itoa(port) + path
+	if p, err := url.PathUnescape(escaped); err == nil {
+		u.Path, u.RawPath = p, escaped
+	} else {
+		u.Path, u.RawPath = escaped, ""
+	}
 	u.RawQuery = query.Encode()
 	u.Fragment = ""
 	return &u

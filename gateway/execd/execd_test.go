@@ -184,3 +184,22 @@ func TestTargetHost(t *testing.T) {
 		}
 	}
 }
+
+// TestCommandStatusEscapesIDOnce: execd's status route takes the id as one
+// path segment, escaped once (a "/" as %2F, "%" as %25), never twice.
+func TestCommandStatusEscapesIDOnce(t *testing.T) {
+	got := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.RequestURI
+		_, _ = io.WriteString(w, `{"id":"x","running":true,"started_at":"2026-01-01T00:00:00Z"}`)
+	}))
+	defer srv.Close()
+	fe, _ := url.Parse(srv.URL + "/prefix%20dir")
+	c := &Client{}
+	if _, err := c.CommandStatus(context.Background(), Target{FixedEntry: fe, SandboxID: "sbx1"}, "a/b c%d"); err != nil {
+		t.Fatal(err)
+	}
+	if uri, want := <-got, "/prefix%20dir/sbx1/44772/command/status/a%2Fb%20c%25d"; uri != want {
+		t.Fatalf("request URI %q, want %q", uri, want)
+	}
+}
