@@ -32,8 +32,9 @@ import (
 //   - <ProcessDir>/<pid>.json, the process record: execd's command id, the
 //     pid the SDK got, the command's config and tag;
 //   - <ProcessDir>/<pid>.out and <pid>.err, the command's stdout and stderr,
-//     created empty (mode 0666, so a command running as any user can
-//     append) before it starts.
+//     created empty before it starts, mode 0600 and owned by the user the
+//     command runs as (outputScript), so no other user of the sandbox can
+//     read or append to them.
 //
 // Process/Start runs the command as an execd background command (POST
 // /command with background, docs/wire-facts.md §X1.4), whose wrapper appends its
@@ -161,11 +162,8 @@ func (h *Handler) startBackground(w http.ResponseWriter, r *http.Request, rq *re
 		return e
 	}
 	files := h.procFiles(pid)
-	if err := h.deps.Execd.WriteFiles(ctx, rq.target, []execd.SmallFile{
-		{Path: files.out, Permission: execd.Permission{Mode: 666}},
-		{Path: files.err, Permission: execd.Permission{Mode: 666}},
-	}); err != nil {
-		return fromExecd(err, "start process")
+	if e := h.createOutput(ctx, rq.target, files, sc.user); e != nil {
+		return e
 	}
 	creq := execd.CommandRequest{Command: wrapBackground(sc.line, files, sc.cwd), Cwd: "/", Background: true, Envs: sc.req.Process.Envs}
 	if sc.timeout > 0 {
@@ -206,6 +204,49 @@ func (h *Handler) startBackground(w http.ResponseWriter, r *http.Request, rq *re
 	}
 	return h.follow(r, rq, sw, f, followOpts{deadline: deadline, onDeadline: timeoutError(sc.timeout), execdDeadline: true,
 		keepalive: sc.keepalive, cleanup: true, storedBy: begun.Add(registerGrace)})
+}
+
+// outputScript creates a process's output files, run by execd's own
+// identity (root in OpenSandbox's pods) in "/" with the process directory
+// ($1), the two files ($2, $3) and the owner to give them ($4, "uid:gid";
+// empty leaves them to execd's identity, which the command then runs as),
+// all relative to "/". Under umask 066 the directory and any parent it
+// creates get mode 0711 (others may reach a file they own in it, not list
+// or change it) and the files 0600; the directory is set to 0711 when it
+// already exists. It must be execd's identity's, as its parent must, and
+// not a symlink (exit 3): a directory another user owns lets that user swap
+// the files. noclobber creates each file exclusively (exit 1 if it exists),
+// and it is private from its creation: execd's identity owns it until the
+// chown (-h: a symlink is never followed) gives it to the user.
+const outputScript = `umask 066
+d=$1
+mkdir -p -- "$d" || exit 1
+if [ -L "$d" ] || [ ! -O "$d" ] || [ ! -O "$(dirname -- "$d")" ]; then exit 3; fi
+chmod 711 -- "$d" || exit 1
+set -C
+: > "$2" && : > "$3" || exit 1
+if [ -n "$4" ]; then chown -h -- "$4" "$2" "$3" || exit 1; fi
+`
+
+// createOutput creates the output files of a process started for u with
+// outputScript (one foreground execd command).
+func (h *Handler) createOutput(ctx context.Context, t execd.Target, f procFiles, u sdkUser) *Error {
+	owner := ""
+	if u.set {
+		owner = strconv.FormatUint(uint64(u.user.UID), 10) + ":" + strconv.FormatUint(uint64(u.user.GID), 10)
+	}
+	res, err := h.deps.Execd.Shell(ctx, t, "/", outputScript, relative(h.cfg.ProcessDir), relative(f.out), relative(f.err), owner)
+	switch {
+	case err != nil:
+		return fromExecd(err, "start process")
+	case res.ExitCode == 3:
+		return fail(CodeExecdFailed, "start process: the process directory "+h.cfg.ProcessDir+
+			" (or its parent) is a symlink or belongs to another user than execd's; remove it")
+	case res.ExitCode != 0:
+		return fail(CodeExecdFailed, "start process: creating the output files in "+h.cfg.ProcessDir+
+			" failed with exit status "+strconv.Itoa(res.ExitCode))
+	}
+	return nil
 }
 
 // runBackground starts an execd background command and returns its id:
