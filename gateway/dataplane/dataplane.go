@@ -32,6 +32,7 @@ import (
 	"net/url"
 	"path"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -39,6 +40,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/sandgate/sandgate/gateway/admission"
 	"github.com/sandgate/sandgate/gateway/authorizer"
 	"github.com/sandgate/sandgate/gateway/connect"
 	"github.com/sandgate/sandgate/gateway/credential"
@@ -134,7 +136,35 @@ type Config struct {
 	// (<pid>.json) and its output (<pid>.out, <pid>.err). Default
 	// "/tmp/.sandgate/processes".
 	ProcessDir string
+	// MaxListingBytes bounds execd's answer to one directory listing
+	// (bytes); a larger one is EXECD_PROTOCOL. Default
+	// execd.DefaultMaxListingBytes (16 MiB).
+	MaxListingBytes int64
+	// MaxListingEntries bounds the entries of one listing; more is
+	// EXECD_PROTOCOL. Default execd.DefaultMaxListingEntries (65,536).
+	MaxListingEntries int
+	// MaxUpstreamCalls bounds the unary calls (and the polls of command
+	// streams) that read and decode execd answers at once, over all
+	// sandboxes; one more is GATEWAY_BUSY (a stream's poll waits for its
+	// next turn instead). Default DefaultMaxUpstreamCalls (16).
+	MaxUpstreamCalls int
+	// MaxUpstreamCallsPerSandbox is MaxUpstreamCalls for one sandbox.
+	// Default DefaultMaxUpstreamCallsPerSandbox (4).
+	MaxUpstreamCallsPerSandbox int
+	// MaxProcessCallsPerCredential bounds the extended calls that read the
+	// process records (Process List, and Connect and SendSignal) running at
+	// once for one resource credential; one more is GATEWAY_BUSY. Default
+	// DefaultMaxProcessCallsPerCredential (2).
+	MaxProcessCallsPerCredential int
 }
+
+// Defaults of the concurrency bounds (docs/dataplane.md "Bounded cost per
+// request and per tenant").
+const (
+	DefaultMaxUpstreamCalls             = 16
+	DefaultMaxUpstreamCallsPerSandbox   = 4
+	DefaultMaxProcessCallsPerCredential = 2
+)
 
 func (c *Config) defaults() {
 	if c.HomeDir == "" {
@@ -154,6 +184,21 @@ func (c *Config) defaults() {
 	}
 	if c.MaxDecompressionRatio <= 0 {
 		c.MaxDecompressionRatio = DefaultMaxDecompressionRatio
+	}
+	if c.MaxListingBytes <= 0 {
+		c.MaxListingBytes = execd.DefaultMaxListingBytes
+	}
+	if c.MaxListingEntries <= 0 {
+		c.MaxListingEntries = execd.DefaultMaxListingEntries
+	}
+	if c.MaxUpstreamCalls <= 0 {
+		c.MaxUpstreamCalls = DefaultMaxUpstreamCalls
+	}
+	if c.MaxUpstreamCallsPerSandbox <= 0 {
+		c.MaxUpstreamCallsPerSandbox = DefaultMaxUpstreamCallsPerSandbox
+	}
+	if c.MaxProcessCallsPerCredential <= 0 {
+		c.MaxProcessCallsPerCredential = DefaultMaxProcessCallsPerCredential
 	}
 }
 
@@ -225,6 +270,9 @@ type Deps struct {
 type Handler struct {
 	cfg  Config
 	deps Deps
+	// upstream counts the calls decoding execd answers (per sandbox);
+	// processCalls the calls reading process records (per credential).
+	upstream, processCalls *admission.Limiter
 }
 
 // New returns a Handler. It returns an error if a dependency is missing or
@@ -253,7 +301,39 @@ func New(cfg Config, deps Deps) (*Handler, error) {
 	if deps.Logger == nil {
 		deps.Logger = zap.NewNop()
 	}
-	return &Handler{cfg: cfg, deps: deps}, nil
+	xc := *deps.Execd
+	xc.MaxListingBytes, xc.MaxListingEntries = cfg.MaxListingBytes, cfg.MaxListingEntries
+	deps.Execd = &xc
+	return &Handler{cfg: cfg, deps: deps,
+		upstream:     admission.New(cfg.MaxUpstreamCalls, cfg.MaxUpstreamCallsPerSandbox),
+		processCalls: admission.New(cfg.MaxUpstreamCalls, cfg.MaxProcessCallsPerCredential)}, nil
+}
+
+// admitUpstream takes a slot of the upstream bound for rq's sandbox, or
+// returns GATEWAY_BUSY naming the bound that is full.
+func (h *Handler) admitUpstream(rq *request) (func(), *Error) {
+	release, why := h.upstream.TryAcquire(rq.sandboxID)
+	switch why {
+	case admission.KeyFull:
+		return nil, fail(CodeGatewayBusy, "this sandbox already has "+strconv.Itoa(h.cfg.MaxUpstreamCallsPerSandbox)+
+			" calls in progress at the gateway; retry when one has finished")
+	case admission.GlobalFull:
+		return nil, fail(CodeGatewayBusy, "the gateway has "+strconv.Itoa(h.cfg.MaxUpstreamCalls)+
+			" calls to sandboxes in progress; retry shortly")
+	}
+	return release, nil
+}
+
+// admitProcessCall takes a slot of the process-record bound for rq's
+// credential (held while a call reads every process record: List, a
+// selection by tag), or returns GATEWAY_BUSY.
+func (h *Handler) admitProcessCall(rq *request) (func(), *Error) {
+	release, why := h.processCalls.TryAcquire(rq.cred.ID)
+	if why != admission.Admitted {
+		return nil, fail(CodeGatewayBusy, "this credential already has "+strconv.Itoa(h.cfg.MaxProcessCallsPerCredential)+
+			" process list, connect or signal calls in progress; retry when one has finished")
+	}
+	return release, nil
 }
 
 // operation is one supported envd route.
@@ -394,8 +474,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		opName = op.name
 		sh = op.shape
 		e = h.authorize(r, rq)
+		var release func()
+		if e == nil && op.shape == shapeUnary {
+			// A unary call decodes execd's answers and builds its own whole
+			// (a listing): one slot for the call.
+			release, e = h.admitUpstream(rq)
+		}
 		if e == nil {
 			e = op.serve(h, w, r, rq)
+		}
+		if release != nil {
+			release()
 		}
 	}
 	if e != nil && !tw.wrote {

@@ -71,6 +71,7 @@ const (
 	CodeFixedEntryUnreachable Code = "FIXED_ENTRY_UNREACHABLE"
 	CodeSandboxUnreachable    Code = "SANDBOX_UNREACHABLE"
 	CodeUpstreamTimeout       Code = "UPSTREAM_TIMEOUT"
+	CodeGatewayBusy           Code = "GATEWAY_BUSY"
 
 	CodeExecdRejected     Code = "EXECD_REJECTED"
 	CodeExecdUnauthorized Code = "EXECD_UNAUTHORIZED"
@@ -145,6 +146,10 @@ var codes = map[Code]codeInfo{
 	CodeFixedEntryUnreachable: {ClassNetwork, connect.Unavailable, http.StatusBadGateway, false},
 	CodeSandboxUnreachable:    {ClassNetwork, connect.Unavailable, http.StatusBadGateway, true},
 	CodeUpstreamTimeout:       {ClassNetwork, connect.DeadlineExceeded, http.StatusBadGateway, false},
+	// The gateway's bounds on concurrent upstream work (Config's
+	// MaxUpstreamCalls…): resource_exhausted and 429 are the SDKs'
+	// RateLimitError (JS 2.51, Python; REST 429 in every version).
+	CodeGatewayBusy: {ClassNetwork, connect.ResourceExhausted, http.StatusTooManyRequests, false},
 
 	CodeExecdRejected:     {ClassExecution, connect.InvalidArgument, http.StatusBadRequest, false},
 	CodeExecdUnauthorized: {ClassExecution, connect.Internal, http.StatusInternalServerError, false},

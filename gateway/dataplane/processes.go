@@ -197,7 +197,7 @@ func (h *Handler) startBackground(w http.ResponseWriter, r *http.Request, rq *re
 	if err := sw.Send(envd.StartResponse{Event: envd.ProcessEvent{Start: &envd.StartEvent{PID: pid}}}); err != nil {
 		return fail(CodeCanceled, "the client closed the stream")
 	}
-	f := &follower{id: id, files: files}
+	f := &follower{id: id, files: files, statusMax: execd.StatusLimit(len(creq.Command))}
 	var deadline time.Time
 	if sc.timeout > 0 {
 		deadline = begun.Add(sc.timeout)
@@ -235,7 +235,7 @@ func (h *Handler) createOutput(ctx context.Context, t execd.Target, f procFiles,
 	if u.set {
 		owner = strconv.FormatUint(uint64(u.user.UID), 10) + ":" + strconv.FormatUint(uint64(u.user.GID), 10)
 	}
-	res, err := h.deps.Execd.Shell(ctx, t, "/", outputScript, relative(h.cfg.ProcessDir), relative(f.out), relative(f.err), owner)
+	res, err := h.deps.Execd.Shell(ctx, t, 4<<10, "/", outputScript, relative(h.cfg.ProcessDir), relative(f.out), relative(f.err), owner)
 	switch {
 	case err != nil:
 		return fromExecd(err, "start process")
@@ -268,7 +268,7 @@ func (h *Handler) runBackground(ctx context.Context, t execd.Target, creq execd.
 		ev, err := stream.Next()
 		switch {
 		case err != nil && id != "" && ctx.Err() == nil:
-			if h.awaitStored(ctx, t, id, time.Now().Add(registerGrace)) == nil {
+			if h.awaitStored(ctx, t, id, execd.StatusLimit(len(creq.Command)), time.Now().Add(registerGrace)) == nil {
 				return id, nil
 			}
 			// execd sent init and then no execution_complete, and does not
@@ -295,10 +295,11 @@ func (h *Handler) runBackground(ctx context.Context, t execd.Target, creq execd.
 const registerGrace = 2 * time.Second
 
 // awaitStored asks execd's status for command id until it knows it, or
-// until deadline (then it returns the not-found error), every 50 ms.
-func (h *Handler) awaitStored(ctx context.Context, t execd.Target, id string, deadline time.Time) error {
+// until deadline (then it returns the not-found error), every 50 ms;
+// statusMax bounds each answer (execd.StatusLimit).
+func (h *Handler) awaitStored(ctx context.Context, t execd.Target, id string, statusMax int64, deadline time.Time) error {
 	for {
-		_, err := h.deps.Execd.CommandStatus(ctx, t, id)
+		_, err := h.deps.Execd.CommandStatus(ctx, t, id, statusMax)
 		if err == nil || !execd.IsNotFound(err) || !time.Now().Before(deadline) {
 			return err
 		}
@@ -323,6 +324,18 @@ type follower struct {
 	id             string
 	files          procFiles
 	outOff, errOff int64
+	// statusMax bounds execd's status answers (execd.StatusLimit of the
+	// command the gateway sent).
+	statusMax int64
+}
+
+// recordStatusLimit bounds execd's status answer for the command of rec:
+// the background wrapper around its command line, with room for a working
+// directory of 4,096 bytes quoted (resolvePath's bound; quoting at most
+// quadruples it).
+func (h *Handler) recordStatusLimit(rec procRecord) int64 {
+	line := commandLine(rec.Config.Cmd, rec.Config.Args)
+	return execd.StatusLimit(len(wrapBackground(line, h.procFiles(rec.PID), "/")) + 4*4096 + 2)
 }
 
 // Polling of a followed command's files and status: the period starts at
@@ -361,9 +374,6 @@ func (h *Handler) follow(r *http.Request, rq *request, sw *connect.StreamWriter,
 		_ = sw.Close(&connect.Error{Code: e.Code.StreamCode(true), Message: e.Error()})
 		return e
 	}
-	// broken ends the stream when execd could not be followed: with the
-	// sandbox's refusal if it is gone (sandboxGone).
-	broken := func(e *Error) *Error { return streamErr(h.sandboxGone(ctx, rq, e)) }
 	var deadlineC <-chan time.Time
 	if !deadline.IsZero() {
 		t := time.NewTimer(time.Until(deadline))
@@ -387,41 +397,69 @@ func (h *Handler) follow(r *http.Request, rq *request, sw *connect.StreamWriter,
 			continue
 		case <-poll.C:
 		}
-		// The status first: output read after a finished status is all of it.
-		st, err := h.deps.Execd.CommandStatus(ctx, rq.target, f.id)
-		if execd.IsNotFound(err) && time.Now().Before(o.storedBy) {
-			poll.Reset(pollMin)
+		// A poll decodes execd's answers: it waits for a slot of the
+		// upstream bound (its next turn) rather than failing the stream.
+		release, busy := h.admitUpstream(rq)
+		if busy != nil {
+			poll.Reset(interval)
 			continue
 		}
-		if execd.IsNotFound(err) {
-			return broken(fail(CodeProcessNotFound, "execd no longer knows the command (was execd restarted?)"))
-		}
-		if err != nil {
-			return broken(fromExecd(err, "process status"))
-		}
-		got, e := h.pump(ctx, rq.target, sw, f)
-		if e != nil {
-			return broken(e)
-		}
-		if !st.Running {
-			if o.execdDeadline && !deadline.IsZero() && !time.Now().Before(deadline) && st.ExitCode != nil && *st.ExitCode == -1 {
-				return streamErr(o.onDeadline) // execd's timer, the same deadline
-			}
-			_ = sw.Send(envd.StartResponse{Event: envd.ProcessEvent{End: endFromStatus(st)}})
-			_ = sw.Close(nil)
-			if o.cleanup {
-				h.removeProcFiles(ctx, rq.target, f.files)
-			}
-			return nil
+		done, next, got, e := h.pollOnce(ctx, rq, sw, f, o, deadline, interval)
+		release()
+		if done {
+			return e
 		}
 		if got {
-			interval = pollMin
 			ka.Reset(keepalive)
-		} else {
-			interval = min(interval*3/2, pollMax)
 		}
+		interval = next
 		poll.Reset(interval)
 	}
+}
+
+// pollOnce is one poll of follow: the command's status, then its new
+// output. done reports that the stream has ended (with e, nil on a clean
+// end); next is the period until the following poll given the current
+// one, interval; got that output was sent.
+func (h *Handler) pollOnce(ctx context.Context, rq *request, sw *connect.StreamWriter, f *follower, o followOpts,
+	deadline time.Time, interval time.Duration) (done bool, next time.Duration, got bool, e *Error) {
+	streamErr := func(e *Error) *Error {
+		_ = sw.Close(&connect.Error{Code: e.Code.StreamCode(true), Message: e.Error()})
+		return e
+	}
+	// broken ends the stream when execd could not be followed: with the
+	// sandbox's refusal if it is gone (sandboxGone).
+	broken := func(e *Error) *Error { return streamErr(h.sandboxGone(ctx, rq, e)) }
+	// The status first: output read after a finished status is all of it.
+	st, err := h.deps.Execd.CommandStatus(ctx, rq.target, f.id, f.statusMax)
+	if execd.IsNotFound(err) && time.Now().Before(o.storedBy) {
+		return false, pollMin, false, nil
+	}
+	if execd.IsNotFound(err) {
+		return true, 0, false, broken(fail(CodeProcessNotFound, "execd no longer knows the command (was execd restarted?)"))
+	}
+	if err != nil {
+		return true, 0, false, broken(fromExecd(err, "process status"))
+	}
+	got, e = h.pump(ctx, rq.target, sw, f)
+	if e != nil {
+		return true, 0, got, broken(e)
+	}
+	if !st.Running {
+		if o.execdDeadline && !deadline.IsZero() && !time.Now().Before(deadline) && st.ExitCode != nil && *st.ExitCode == -1 {
+			return true, 0, got, streamErr(o.onDeadline) // execd's timer, the same deadline
+		}
+		_ = sw.Send(envd.StartResponse{Event: envd.ProcessEvent{End: endFromStatus(st)}})
+		_ = sw.Close(nil)
+		if o.cleanup {
+			h.removeProcFiles(ctx, rq.target, f.files)
+		}
+		return true, 0, got, nil
+	}
+	if got {
+		return false, pollMin, true, nil
+	}
+	return false, min(interval*3/2, pollMax), false, nil
 }
 
 // pump sends what the output files gained since the last call. It reports
@@ -500,11 +538,17 @@ func (h *Handler) readRecord(ctx context.Context, t execd.Target, pid uint32) (p
 
 // selectProcess finds the record a ProcessSelector names: by pid, or the
 // first running process with the tag.
-func (h *Handler) selectProcess(ctx context.Context, t execd.Target, sel *envd.ProcessSelector) (procRecord, *Error) {
+func (h *Handler) selectProcess(ctx context.Context, rq *request, sel *envd.ProcessSelector) (procRecord, *Error) {
+	t := rq.target
 	if sel.PID != nil {
 		rec, _, e := h.readRecord(ctx, t, uint32(*sel.PID))
 		return rec, e
 	}
+	release, e := h.admitProcessCall(rq)
+	if e != nil {
+		return procRecord{}, e
+	}
+	defer release()
 	procs, e := h.records(ctx, t, false)
 	if e != nil {
 		return procRecord{}, e
@@ -561,7 +605,7 @@ func (h *Handler) records(ctx context.Context, t execd.Target, prune bool) ([]pr
 			}
 			return nil, e
 		}
-		st, err := h.deps.Execd.CommandStatus(ctx, t, rec.ID)
+		st, err := h.deps.Execd.CommandStatus(ctx, t, rec.ID, h.recordStatusLimit(rec))
 		switch {
 		case err == nil && st.Running:
 			out = append(out, rec)
@@ -594,6 +638,11 @@ func (h *Handler) processList(w http.ResponseWriter, r *http.Request, rq *reques
 	if err := json.Unmarshal(msg, &struct{}{}); err != nil {
 		return fail(CodeBadRequest, "the request message is not a JSON object")
 	}
+	release, e := h.admitProcessCall(rq)
+	if e != nil {
+		return e
+	}
+	defer release()
 	recs, e := h.records(r.Context(), rq.target, true)
 	if e != nil {
 		return e
@@ -626,7 +675,7 @@ func (h *Handler) processSendSignal(w http.ResponseWriter, r *http.Request, rq *
 	if req.Signal != envd.SignalSIGKILL && req.Signal != envd.SignalSIGTERM {
 		return fail(CodeUnsupportedOperation, "invalid signal "+strconv.Itoa(int(req.Signal))+": only SIGTERM and SIGKILL are supported, as in envd")
 	}
-	rec, e := h.selectProcess(r.Context(), rq.target, req.Process)
+	rec, e := h.selectProcess(r.Context(), rq, req.Process)
 	if e != nil {
 		return e
 	}
@@ -660,18 +709,18 @@ func (h *Handler) processConnect(w http.ResponseWriter, r *http.Request, rq *req
 	}
 	ctx := r.Context()
 	begun := time.Now()
-	rec, e := h.selectProcess(ctx, rq.target, req.Process)
+	rec, e := h.selectProcess(ctx, rq, req.Process)
 	if e != nil {
 		return e
 	}
-	st, err := h.deps.Execd.CommandStatus(ctx, rq.target, rec.ID)
+	st, err := h.deps.Execd.CommandStatus(ctx, rq.target, rec.ID, h.recordStatusLimit(rec))
 	if execd.IsNotFound(err) {
 		return fail(CodeProcessNotFound, "process with pid "+strconv.FormatUint(uint64(rec.PID), 10)+" not found")
 	}
 	if err != nil {
 		return fromExecd(err, "process status")
 	}
-	f := &follower{id: rec.ID, files: h.procFiles(rec.PID)}
+	f := &follower{id: rec.ID, files: h.procFiles(rec.PID), statusMax: h.recordStatusLimit(rec)}
 	sizes, err := h.deps.Execd.Info(ctx, rq.target, []string{f.files.out, f.files.err})
 	if err != nil && !execd.IsNotFound(err) {
 		return fromExecd(err, "process output")
