@@ -210,7 +210,7 @@ func testDisconnect(t *testing.T, e *testEnv, pkg string) {
 		t.Fatalf("the command did not outlive its stream: running=%v interrupted=%v err=%q", rec.Running, rec.Interrupted, rec.Err)
 	}
 	fe, _ := url.Parse(e.FixedEntry)
-	st, err := (&execd.Client{}).CommandStatus(ctx, execd.Target{FixedEntry: fe, SandboxID: sbxOK}, rec.ID)
+	st, err := (&execd.Client{}).CommandStatus(ctx, execd.Target{FixedEntry: fe, SandboxID: sbxOK}, rec.ID, execd.StatusLimit(len(rec.Request.Command)))
 	if err != nil || !st.Running {
 		t.Fatalf("execd's status API says %+v (%v), want running", st, err)
 	}

@@ -67,6 +67,29 @@ type Handler struct {
 	// like MaxDecompressedSize. Default 100.
 	MaxDecompressionRatio int64 `json:"max_decompression_ratio,omitempty"`
 
+	// MaxListingSize bounds execd's answer to one directory listing, in
+	// bytes; a larger one is refused with EXECD_PROTOCOL. Code in a
+	// sandbox can answer in execd's place, so every answer is read
+	// against a limit. Default 16777216 (16 MiB).
+	MaxListingSize int64 `json:"max_listing_size,omitempty"`
+
+	// MaxListingEntries bounds the entries of one listing. Default 65536.
+	MaxListingEntries int `json:"max_listing_entries,omitempty"`
+
+	// MaxUpstreamCalls bounds the unary calls (and command-stream polls)
+	// decoding execd answers at once, over all sandboxes; one more is
+	// GATEWAY_BUSY (429, resource_exhausted). Default 16.
+	MaxUpstreamCalls int `json:"max_upstream_calls,omitempty"`
+
+	// MaxUpstreamCallsPerSandbox is MaxUpstreamCalls for one sandbox.
+	// Default 4.
+	MaxUpstreamCallsPerSandbox int `json:"max_upstream_calls_per_sandbox,omitempty"`
+
+	// MaxProcessCallsPerCredential bounds the calls reading every process
+	// record (commands.list, a selection by tag) in progress for one
+	// resource credential. Default 2.
+	MaxProcessCallsPerCredential int `json:"max_process_calls_per_credential,omitempty"`
+
 	// TokenTarget, when true, serves requests that carry neither
 	// E2b-Sandbox-Id nor E2b-Sandbox-Port by taking the sandbox from the
 	// verified token (Python SDK 2.24's Sandbox.connect() sends neither).
@@ -166,6 +189,12 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return errors.New("max_decompression_ratio must be positive")
 	}
 	cfg.MaxDecompressedBytes, cfg.MaxDecompressionRatio = h.MaxDecompressedSize, h.MaxDecompressionRatio
+	if h.MaxListingSize < 0 || h.MaxListingEntries < 0 || h.MaxUpstreamCalls < 0 || h.MaxUpstreamCallsPerSandbox < 0 || h.MaxProcessCallsPerCredential < 0 {
+		return errors.New("max_listing_size, max_listing_entries, max_upstream_calls, max_upstream_calls_per_sandbox and max_process_calls_per_credential must be positive")
+	}
+	cfg.MaxListingBytes, cfg.MaxListingEntries = h.MaxListingSize, h.MaxListingEntries
+	cfg.MaxUpstreamCalls, cfg.MaxUpstreamCallsPerSandbox = h.MaxUpstreamCalls, h.MaxUpstreamCallsPerSandbox
+	cfg.MaxProcessCallsPerCredential = h.MaxProcessCallsPerCredential
 	for name, u := range h.Users {
 		if u == nil {
 			return fmt.Errorf("user %q: empty definition", name)
