@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/sandgate/sandgate/gateway/connect"
 	"github.com/sandgate/sandgate/gateway/envd"
 	"github.com/sandgate/sandgate/gateway/execd"
@@ -57,7 +59,7 @@ type procRecord struct {
 const (
 	// maxProcessRecords bounds the records one List (or a selection by
 	// tag) reads: a directory naming more is refused.
-	maxProcessRecords = 1024
+	maxProcessRecords = 256
 	// maxSearchBytes bounds execd's answer naming the directory's records
 	// (bytes; a record's entry is about 200).
 	maxSearchBytes = 1 << 20
@@ -564,9 +566,18 @@ func (h *Handler) selectProcess(ctx context.Context, rq *request, sel *envd.Proc
 // records returns the records of the running processes, ordered by pid.
 // Records of commands that have ended (or that execd no longer knows) are
 // removed with their output files when prune is set. What it reads is
-// bounded before it is read (maxSearchBytes, maxProcessRecords,
-// listBudget): a directory beyond a bound is refused with EXECD_FAILED,
-// and nothing is pruned.
+// bounded before it is read: execd's search answer (maxSearchBytes), the
+// records it names (maxProcessRecords), each record (recordLimit, by the
+// size the search reported: a larger one is not the gateway's and is left
+// alone), and the bytes of the records read whole (listBudget). A record
+// is first read up to recordHead bytes, which hold the command id and pid
+// the gateway writes first; a record naming a command an earlier record
+// named is not the gateway's either (it writes one record per command) and
+// is not read further, so planted copies of a running command's record
+// cost recordHead bytes each. The upstream requests of one call are at
+// most 1 (search) + 3 per record (head, rest, status) + one delete per
+// pruneBatch ended records. A directory beyond a bound is refused with
+// EXECD_FAILED, and nothing is pruned.
 func (h *Handler) records(ctx context.Context, t execd.Target, prune bool) ([]procRecord, *Error) {
 	tooMuch := func(what string) *Error {
 		return fail(CodeExecdFailed, "list processes: the process directory "+h.cfg.ProcessDir+" holds "+what+
@@ -581,29 +592,48 @@ func (h *Handler) records(ctx context.Context, t execd.Target, prune bool) ([]pr
 	case err != nil:
 		return nil, fromExecd(err, "list processes")
 	}
-	var pids []uint32
+	type candidate struct {
+		pid  uint32
+		size int64
+	}
+	var cands []candidate
 	for _, fi := range found {
 		n, err := strconv.ParseUint(strings.TrimSuffix(path.Base(fi.Path), ".json"), 10, 31)
-		if err != nil || path.Dir(fi.Path) != h.cfg.ProcessDir {
+		if err != nil || path.Dir(fi.Path) != h.cfg.ProcessDir || fi.Size > h.recordLimit() || fi.Size <= 0 {
 			continue
 		}
-		pids = append(pids, uint32(n))
+		cands = append(cands, candidate{uint32(n), fi.Size})
 	}
-	if len(pids) > maxProcessRecords {
+	if len(cands) > maxProcessRecords {
 		return nil, tooMuch("more than " + strconv.Itoa(maxProcessRecords) + " process records")
 	}
 	var out, ended []procRecord
 	var read int64
-	for _, pid := range pids {
-		rec, n, e := h.readRecord(ctx, t, pid)
-		if read += n; read > h.listBudget() {
-			return nil, tooMuch("more than " + strconv.FormatInt(h.listBudget(), 10) + " bytes of process records")
-		}
+	seen := map[string]bool{}
+	for _, c := range cands {
+		id, e := h.recordID(ctx, t, c.pid)
 		if e != nil {
 			if e.Code == CodeProcessNotFound {
 				continue
 			}
 			return nil, e
+		}
+		if seen[id] {
+			continue // a second record of one command: not the gateway's
+		}
+		seen[id] = true
+		if read += c.size; read > h.listBudget() {
+			return nil, tooMuch("more than " + strconv.FormatInt(h.listBudget(), 10) + " bytes of process records")
+		}
+		rec, _, e := h.readRecord(ctx, t, c.pid)
+		if e != nil {
+			if e.Code == CodeProcessNotFound {
+				continue
+			}
+			return nil, e
+		}
+		if rec.ID != id {
+			continue // rewritten between the two reads
 		}
 		st, err := h.deps.Execd.CommandStatus(ctx, t, rec.ID, h.recordStatusLimit(rec))
 		switch {
@@ -616,12 +646,79 @@ func (h *Handler) records(ctx context.Context, t execd.Target, prune bool) ([]pr
 		}
 	}
 	if prune {
-		for _, rec := range ended {
-			h.removeProcFiles(ctx, t, h.procFiles(rec.PID))
+		for len(ended) > 0 {
+			n := min(len(ended), pruneBatch)
+			var paths []string
+			for _, rec := range ended[:n] {
+				f := h.procFiles(rec.PID)
+				paths = append(paths, f.rec, f.out, f.err)
+			}
+			ended = ended[n:]
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = h.deps.Execd.DeleteFiles(dctx, t, paths...)
+			cancel()
 		}
 	}
 	slices.SortFunc(out, func(a, b procRecord) int { return int(a.PID) - int(b.PID) })
 	return out, nil
+}
+
+// recordHead is how much of a record recordID reads (bytes): the gateway
+// writes the command id (execd's ids are 32 hex digits) and the pid before
+// the config.
+const recordHead = 1 << 10
+
+// pruneBatch is how many ended processes one DELETE /files removes (three
+// paths each).
+const pruneBatch = 64
+
+// recordID reads the first recordHead bytes of pid's record and returns
+// the command id it names. A record that does not start as the gateway
+// writes it ({"id":"…","pid":<pid>) is PROCESS_NOT_FOUND.
+func (h *Handler) recordID(ctx context.Context, t execd.Target, pid uint32) (string, *Error) {
+	notFound := fail(CodeProcessNotFound, "process with pid "+strconv.FormatUint(uint64(pid), 10)+" not found")
+	b, err := h.deps.Execd.ReadAt(ctx, t, h.procFiles(pid).rec, 0, recordHead)
+	if execd.IsNotFound(err) {
+		return "", notFound
+	}
+	if err != nil {
+		return "", fromExecd(err, "process record")
+	}
+	id, gotPID, ok := parseRecordHead(b)
+	if !ok || gotPID != pid || id == "" {
+		return "", notFound
+	}
+	return id, nil
+}
+
+// parseRecordHead reads the first two members of a record's JSON prefix
+// b, which must be "id" (a string) and "pid" (an integer below 2^31), as
+// the gateway writes them; the rest of b, cut anywhere, is not read.
+func parseRecordHead(b []byte) (id string, pid uint32, ok bool) {
+	d := jsontext.NewDecoder(bytes.NewReader(b))
+	if tok, err := d.ReadToken(); err != nil || tok.Kind() != '{' {
+		return "", 0, false
+	}
+	if tok, err := d.ReadToken(); err != nil || tok.Kind() != '"' || tok.String() != "id" {
+		return "", 0, false
+	}
+	tok, err := d.ReadToken()
+	if err != nil || tok.Kind() != '"' {
+		return "", 0, false
+	}
+	id = tok.String()
+	if tok, err := d.ReadToken(); err != nil || tok.Kind() != '"' || tok.String() != "pid" {
+		return "", 0, false
+	}
+	tok, err = d.ReadToken()
+	if err != nil || tok.Kind() != '0' {
+		return "", 0, false
+	}
+	n, err := strconv.ParseUint(tok.String(), 10, 31)
+	if err != nil {
+		return "", 0, false
+	}
+	return id, uint32(n), true
 }
 
 // processList serves Process/List: the running processes the gateway
