@@ -50,8 +50,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // user may repeat, once per name. max_message_size takes a size such as
 // 4MiB or 1048576. max_decompressed_size (a size, default 1GiB) and
 // max_decompression_ratio (a positive integer, default 100, checked past
-// 16MiB) bound gzip-encoded writes. max_listing_size (default 16MiB) and
-// max_listing_entries (default 65536) bound execd's answer to a listing;
+// 16MiB) bound gzip-encoded writes. max_listing_size (default 4MiB) and
+// max_listing_entries (default 16384) bound execd's answer to a listing;
 // max_upstream_calls (default 16), max_upstream_calls_per_sandbox
 // (default 4) and max_process_calls_per_credential (default 2) bound the
 // calls in progress (positive integers; docs/dataplane.md "Bounded cost

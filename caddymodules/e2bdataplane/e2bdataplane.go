@@ -70,10 +70,10 @@ type Handler struct {
 	// MaxListingSize bounds execd's answer to one directory listing, in
 	// bytes; a larger one is refused with EXECD_PROTOCOL. Code in a
 	// sandbox can answer in execd's place, so every answer is read
-	// against a limit. Default 16777216 (16 MiB).
+	// against a limit. Default 4194304 (4 MiB).
 	MaxListingSize int64 `json:"max_listing_size,omitempty"`
 
-	// MaxListingEntries bounds the entries of one listing. Default 65536.
+	// MaxListingEntries bounds the entries of one listing. Default 16384.
 	MaxListingEntries int `json:"max_listing_entries,omitempty"`
 
 	// MaxUpstreamCalls bounds the unary calls (and command-stream polls)

@@ -138,10 +138,10 @@ type Config struct {
 	ProcessDir string
 	// MaxListingBytes bounds execd's answer to one directory listing
 	// (bytes); a larger one is EXECD_PROTOCOL. Default
-	// execd.DefaultMaxListingBytes (16 MiB).
+	// execd.DefaultMaxListingBytes (4 MiB).
 	MaxListingBytes int64
 	// MaxListingEntries bounds the entries of one listing; more is
-	// EXECD_PROTOCOL. Default execd.DefaultMaxListingEntries (65,536).
+	// EXECD_PROTOCOL. Default execd.DefaultMaxListingEntries (16,384).
 	MaxListingEntries int
 	// MaxUpstreamCalls bounds the unary calls (and the polls of command
 	// streams) that read and decode execd answers at once, over all

@@ -94,11 +94,11 @@ type Client struct {
 	MaxListingEntries int
 }
 
-// Listing bounds by default: 16 MiB of answer and 65,536 entries (an
+// Listing bounds by default: 4 MiB of answer and 16,384 entries (an
 // execd entry takes about 200 bytes of JSON; a tiny hostile one 13).
 const (
-	DefaultMaxListingBytes   = 16 << 20
-	DefaultMaxListingEntries = 1 << 16
+	DefaultMaxListingBytes   = 4 << 20
+	DefaultMaxListingEntries = 1 << 14
 )
 
 func (c *Client) listingBytes() int64 {
