@@ -204,6 +204,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 		cfg.Users[name] = dataplane.User{UID: u.UID, GID: u.GID, Home: u.Home}
 	}
+	keepTokensOutOfAccessLogs(ctx)
 	// The probe relay (fixed_entry_probe) sends corectl's probes with this
 	// transport, so they leave exactly as the data plane's requests do.
 	app.SetDataPlaneTransport(rt)
@@ -222,6 +223,23 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.dp = dp
 	return nil
+}
+
+// keepTokensOutOfAccessLogs turns off the access log of requests whose
+// Host names no site of the data plane's server, when that server logs
+// requests by host (a site address with a host name) and has no logger
+// for other hosts. Such a request never reaches the data plane (Caddy
+// answers it itself), but Caddy's default access logger, outside the
+// site's "log" block and its X-Access-Token filter, would record its
+// headers, bearer tokens included (issue 29). A server logging every host
+// to one logger (a site address without a host, as Caddyfile.example's
+// ":30083") keeps its behaviour.
+func keepTokensOutOfAccessLogs(ctx caddy.Context) {
+	srv, ok := ctx.Context.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	if !ok || srv == nil || srv.Logs == nil || srv.Logs.DefaultLoggerName != "" || len(srv.Logs.LoggerNames) == 0 {
+		return
+	}
+	srv.Logs.SkipUnmappedHosts = true
 }
 
 // ServeHTTP serves the data plane; it never calls next.
