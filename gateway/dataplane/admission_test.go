@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sandgate/sandgate/gateway/execd"
+	"github.com/sandgate/sandgate/gateway/execdtoken"
 	"github.com/sandgate/sandgate/integration/execdstub"
 	"github.com/sandgate/sandgate/integration/fixedentry"
 )
@@ -57,6 +58,31 @@ func TestUpstreamCallsBounded(t *testing.T) {
 		go func() { <-entered; release <- struct{}{} }()
 		if resp, body := call.send(); resp.StatusCode != http.StatusOK {
 			t.Fatalf("%s after the slot was freed: %d %s", call.name, resp.StatusCode, body)
+		}
+	}
+}
+
+// TestExecdTokenPerSandbox: with a cluster's execd token secret, the
+// gateway sends each sandbox's execd the token derived for that sandbox
+// (execdtoken.Derive), which an execd started with it accepts; an execd
+// holding another sandbox's token refuses it (EXECD_UNAUTHORIZED).
+func TestExecdTokenPerSandbox(t *testing.T) {
+	secret := []byte(strings.Repeat("s", 32))
+	for _, c := range []struct {
+		execdToken string
+		status     int
+	}{
+		{execdtoken.Derive(secret, testSandbox), http.StatusOK},
+		{execdtoken.Derive(secret, "another-sandbox"), http.StatusInternalServerError},
+	} {
+		e := newTestEnvDeps(t, func(d *Deps) {
+			cl := d.Clusters.(fakeClusters)["cluster-a"]
+			cl.ExecdTokenSecret = secret
+			d.Clusters = fakeClusters{"cluster-a": cl}
+		}, func(_ *Config, x *execdstub.Config) { x.AccessToken = c.execdToken })
+		resp, body := e.unary("ListDir", `{"path":"/home/user"}`)
+		if resp.StatusCode != c.status || (c.status != 200 && resp.Header.Get("Sandgate-Error-Code") != string(CodeExecdUnauthorized)) {
+			t.Fatalf("execd holding %.8s…: %d %s", c.execdToken, resp.StatusCode, body)
 		}
 	}
 }

@@ -45,6 +45,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/connect"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/execd"
+	"github.com/sandgate/sandgate/gateway/execdtoken"
 	"github.com/sandgate/sandgate/gateway/token"
 )
 
@@ -215,8 +216,13 @@ type Cluster struct {
 	ID string
 	// FixedEntry is the cluster's fixed entry base URL.
 	FixedEntry *url.URL
-	// ExecdAccessToken, if set, is sent to execd as X-EXECD-ACCESS-TOKEN.
+	// ExecdAccessToken, if set, is sent to execd as X-EXECD-ACCESS-TOKEN:
+	// one token for every sandbox of the cluster, which a sandbox's root
+	// can read (docs/dataplane.md "Threat model").
 	ExecdAccessToken string
+	// ExecdTokenSecret, if set (instead of ExecdAccessToken), derives each
+	// sandbox's own token: execdtoken.Derive(ExecdTokenSecret, sandboxID).
+	ExecdTokenSecret []byte
 	// Host, if set, is the Host header of every request to the fixed
 	// entry (the host of the managed Ingresses' rules); empty sends the
 	// fixed entry URL's host.
@@ -622,6 +628,9 @@ func (h *Handler) authorize(r *http.Request, rq *request) *Error {
 	}
 	rq.cluster = cl
 	rq.target = execd.Target{FixedEntry: cl.FixedEntry, SandboxID: rq.sandboxID, AccessToken: cl.ExecdAccessToken, Host: cl.Host}
+	if len(cl.ExecdTokenSecret) > 0 {
+		rq.target.AccessToken = execdtoken.Derive(cl.ExecdTokenSecret, rq.sandboxID)
+	}
 	return h.authorizeSandbox(r.Context(), rq)
 }
 
