@@ -20,7 +20,7 @@ import (
 // under hostile sandboxes that keep every upstream slot they may hold busy
 // with the largest answers: docs/dataplane.md "Bounded cost per request
 // and per tenant".
-const hostileCeiling = 1 << 20 // KiB
+const hostileCeiling = 512 << 10 // KiB
 
 // TestHostileExecdBoundedMemory: code in sandboxes answering in execd's
 // place (the stand-in's hostile mode: 64 MiB answers to every JSON read, or
