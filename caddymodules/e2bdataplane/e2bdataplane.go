@@ -83,12 +83,19 @@ type Handler struct {
 
 	// MaxUpstreamCallsPerSandbox is MaxUpstreamCalls for one sandbox.
 	// Default 4.
+	//
+	// A call beyond these bounds (or MaxProcessCallsPerCredential) waits
+	// up to UpstreamWait for a slot, then is refused with GATEWAY_BUSY.
 	MaxUpstreamCallsPerSandbox int `json:"max_upstream_calls_per_sandbox,omitempty"`
 
 	// MaxProcessCallsPerCredential bounds the calls reading every process
 	// record (commands.list, a selection by tag) in progress for one
 	// resource credential. Default 2.
 	MaxProcessCallsPerCredential int `json:"max_process_calls_per_credential,omitempty"`
+
+	// UpstreamWait is how long a call waits for a slot of the bounds
+	// above. Default 30s.
+	UpstreamWait caddy.Duration `json:"upstream_wait,omitempty"`
 
 	// TokenTarget, when true, serves requests that carry neither
 	// E2b-Sandbox-Id nor E2b-Sandbox-Port by taking the sandbox from the
@@ -195,6 +202,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	cfg.MaxListingBytes, cfg.MaxListingEntries = h.MaxListingSize, h.MaxListingEntries
 	cfg.MaxUpstreamCalls, cfg.MaxUpstreamCallsPerSandbox = h.MaxUpstreamCalls, h.MaxUpstreamCallsPerSandbox
 	cfg.MaxProcessCallsPerCredential = h.MaxProcessCallsPerCredential
+	if h.UpstreamWait < 0 {
+		return errors.New("upstream_wait must be positive")
+	}
+	cfg.UpstreamWait = time.Duration(h.UpstreamWait)
 	for name, u := range h.Users {
 		if u == nil {
 			return fmt.Errorf("user %q: empty definition", name)

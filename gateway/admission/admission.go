@@ -1,6 +1,6 @@
 // Package admission bounds how much of the gateway's work one tenant can
 // hold at once: concurrent slots counted globally and per key (a sandbox
-// ID, a credential ID), taken without waiting. Code in a sandbox can answer
+// ID, a credential ID), taken at once or after a bounded wait. Code in a sandbox can answer
 // in execd's place with the largest answer each operation accepts, so the
 // data plane's memory under hostile sandboxes is at most the global number
 // of slots times the cost of one answer (docs/dataplane.md "Bounded cost
@@ -8,7 +8,11 @@
 // credential) from taking every global slot.
 package admission
 
-import "sync"
+import (
+	"context"
+	"sync"
+	"time"
+)
 
 // Limiter counts slots: at most Global held at once, and at most PerKey of
 // them under one key. The zero value admits nothing; use New.
@@ -18,12 +22,15 @@ type Limiter struct {
 	mu    sync.Mutex
 	held  int
 	byKey map[string]int // only keys holding a slot: at most Global entries
+	// freed is closed (and replaced) whenever a slot is given back, to
+	// wake the waiters of Acquire.
+	freed chan struct{}
 }
 
 // New returns a Limiter of global slots, at most perKey under one key.
 // A value below 1 is taken as 1.
 func New(global, perKey int) *Limiter {
-	return &Limiter{global: max(global, 1), perKey: max(perKey, 1), byKey: map[string]int{}}
+	return &Limiter{global: max(global, 1), perKey: max(perKey, 1), byKey: map[string]int{}, freed: make(chan struct{})}
 }
 
 // Reason says which bound refused a slot.
@@ -46,6 +53,40 @@ const (
 func (l *Limiter) TryAcquire(key string) (release func(), why Reason) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.tryLocked(key)
+}
+
+// Acquire is TryAcquire that waits, up to wait and while ctx lasts, for a
+// slot under key to be given back when both bounds refuse one. It returns
+// the bound that still refused when the wait ended (or ctx was done).
+// Waiters hold no slot and no memory beyond their goroutine; which waiter
+// gets a freed slot is not ordered.
+func (l *Limiter) Acquire(ctx context.Context, key string, wait time.Duration) (release func(), why Reason) {
+	var timeout <-chan time.Time
+	for {
+		l.mu.Lock()
+		release, why = l.tryLocked(key)
+		freed := l.freed
+		l.mu.Unlock()
+		if why == Admitted || wait <= 0 {
+			return release, why
+		}
+		if timeout == nil {
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-freed:
+		case <-timeout:
+			return nil, why
+		case <-ctx.Done():
+			return nil, why
+		}
+	}
+}
+
+func (l *Limiter) tryLocked(key string) (release func(), why Reason) {
 	switch {
 	case l.byKey[key] >= l.perKey:
 		return nil, KeyFull
@@ -65,6 +106,8 @@ func (l *Limiter) release(key string) {
 	if l.byKey[key]--; l.byKey[key] <= 0 {
 		delete(l.byKey, key)
 	}
+	close(l.freed)
+	l.freed = make(chan struct{})
 }
 
 // Held returns the slots held in all, and under key.

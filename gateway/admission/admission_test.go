@@ -1,8 +1,10 @@
 package admission
 
 import (
+	"context"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestLimiter(t *testing.T) {
@@ -69,5 +71,36 @@ func TestLimiterConcurrent(t *testing.T) {
 	wg.Wait()
 	if all, _ := l.Held(""); all != 0 {
 		t.Fatalf("left %d", all)
+	}
+}
+
+// TestAcquireWaits: Acquire takes a slot given back while it waits, and
+// gives up with the refusing bound when its wait ends or its context is
+// done.
+func TestAcquireWaits(t *testing.T) {
+	l := New(1, 1)
+	rel, _ := l.TryAcquire("a")
+	got := make(chan Reason)
+	go func() {
+		r, why := l.Acquire(context.Background(), "b", time.Hour)
+		if r != nil {
+			defer r()
+		}
+		got <- why
+	}()
+	// The waiter holds nothing while it waits; give the slot back.
+	rel()
+	if why := <-got; why != Admitted {
+		t.Fatalf("the waiter: %v", why)
+	}
+	rel, _ = l.TryAcquire("a")
+	defer rel()
+	if _, why := l.Acquire(context.Background(), "a", time.Millisecond); why != KeyFull {
+		t.Fatalf("a bounded wait: %v", why)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, why := l.Acquire(ctx, "b", time.Hour); why != GlobalFull {
+		t.Fatalf("a done context: %v", why)
 	}
 }

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"net/http"
+	"time"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -13,14 +14,17 @@ import (
 )
 
 // TestUpstreamCallsBounded: while a sandbox has max_upstream_calls_per_sandbox
-// unary calls in progress (its execd holding the answer), one more is
-// refused at once with GATEWAY_BUSY (resource_exhausted, which the Connect
-// protocol sends as 429), and served again once a slot is free. The same
-// holds for the credential's process lists.
+// unary calls in progress (its execd holding the answer), one more waits
+// for a slot: it is refused with GATEWAY_BUSY (resource_exhausted, which
+// the Connect protocol sends as 429) when its wait (here 20 ms) ends
+// first, and served once a slot is free (admission's TestAcquireWaits: a
+// slot freed during the wait is taken). The same holds for the
+// credential's process lists.
 func TestUpstreamCallsBounded(t *testing.T) {
 	e := newTestEnv(t, extended, func(c *Config, _ *execdstub.Config) {
 		c.MaxUpstreamCallsPerSandbox = 1
 		c.MaxProcessCallsPerCredential = 1
+		c.UpstreamWait = 20 * time.Millisecond
 	})
 	entered, release := make(chan struct{}, 8), make(chan struct{})
 	hold := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

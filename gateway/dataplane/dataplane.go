@@ -146,9 +146,14 @@ type Config struct {
 	MaxListingEntries int
 	// MaxUpstreamCalls bounds the unary calls (and the polls of command
 	// streams) that read and decode execd answers at once, over all
-	// sandboxes; one more is GATEWAY_BUSY (a stream's poll waits for its
-	// next turn instead). Default DefaultMaxUpstreamCalls (16).
+	// sandboxes; one more waits up to UpstreamWait for a slot, then is
+	// GATEWAY_BUSY (a stream's poll skips to its next turn instead).
+	// Default DefaultMaxUpstreamCalls (16).
 	MaxUpstreamCalls int
+	// UpstreamWait is how long a call waits for a slot of
+	// MaxUpstreamCalls, MaxUpstreamCallsPerSandbox or
+	// MaxProcessCallsPerCredential. Default DefaultUpstreamWait (30 s).
+	UpstreamWait time.Duration
 	// MaxUpstreamCallsPerSandbox is MaxUpstreamCalls for one sandbox.
 	// Default DefaultMaxUpstreamCallsPerSandbox (4).
 	MaxUpstreamCallsPerSandbox int
@@ -165,6 +170,7 @@ const (
 	DefaultMaxUpstreamCalls             = 16
 	DefaultMaxUpstreamCallsPerSandbox   = 4
 	DefaultMaxProcessCallsPerCredential = 2
+	DefaultUpstreamWait                 = 30 * time.Second
 )
 
 func (c *Config) defaults() {
@@ -197,6 +203,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxUpstreamCallsPerSandbox <= 0 {
 		c.MaxUpstreamCallsPerSandbox = DefaultMaxUpstreamCallsPerSandbox
+	}
+	if c.UpstreamWait <= 0 {
+		c.UpstreamWait = DefaultUpstreamWait
 	}
 	if c.MaxProcessCallsPerCredential <= 0 {
 		c.MaxProcessCallsPerCredential = DefaultMaxProcessCallsPerCredential
@@ -315,17 +324,18 @@ func New(cfg Config, deps Deps) (*Handler, error) {
 		processCalls: admission.New(cfg.MaxUpstreamCalls, cfg.MaxProcessCallsPerCredential)}, nil
 }
 
-// admitUpstream takes a slot of the upstream bound for rq's sandbox, or
-// returns GATEWAY_BUSY naming the bound that is full.
-func (h *Handler) admitUpstream(rq *request) (func(), *Error) {
-	release, why := h.upstream.TryAcquire(rq.sandboxID)
+// admitUpstream takes a slot of the upstream bound for rq's sandbox,
+// waiting up to wait (0: not at all) while ctx lasts, or returns
+// GATEWAY_BUSY naming the bound that stayed full.
+func (h *Handler) admitUpstream(ctx context.Context, rq *request, wait time.Duration) (func(), *Error) {
+	release, why := h.upstream.Acquire(ctx, rq.sandboxID, wait)
 	switch why {
 	case admission.KeyFull:
-		return nil, fail(CodeGatewayBusy, "this sandbox already has "+strconv.Itoa(h.cfg.MaxUpstreamCallsPerSandbox)+
-			" calls in progress at the gateway; retry when one has finished")
+		return nil, fail(CodeGatewayBusy, "this sandbox had "+strconv.Itoa(h.cfg.MaxUpstreamCallsPerSandbox)+
+			" calls in progress at the gateway for "+wait.String()+"; retry when one has finished")
 	case admission.GlobalFull:
-		return nil, fail(CodeGatewayBusy, "the gateway has "+strconv.Itoa(h.cfg.MaxUpstreamCalls)+
-			" calls to sandboxes in progress; retry shortly")
+		return nil, fail(CodeGatewayBusy, "the gateway had "+strconv.Itoa(h.cfg.MaxUpstreamCalls)+
+			" calls to sandboxes in progress for "+wait.String()+"; retry shortly")
 	}
 	return release, nil
 }
@@ -333,11 +343,11 @@ func (h *Handler) admitUpstream(rq *request) (func(), *Error) {
 // admitProcessCall takes a slot of the process-record bound for rq's
 // credential (held while a call reads every process record: List, a
 // selection by tag), or returns GATEWAY_BUSY.
-func (h *Handler) admitProcessCall(rq *request) (func(), *Error) {
-	release, why := h.processCalls.TryAcquire(rq.cred.ID)
+func (h *Handler) admitProcessCall(ctx context.Context, rq *request) (func(), *Error) {
+	release, why := h.processCalls.Acquire(ctx, rq.cred.ID, h.cfg.UpstreamWait)
 	if why != admission.Admitted {
-		return nil, fail(CodeGatewayBusy, "this credential already has "+strconv.Itoa(h.cfg.MaxProcessCallsPerCredential)+
-			" process list, connect or signal calls in progress; retry when one has finished")
+		return nil, fail(CodeGatewayBusy, "this credential had "+strconv.Itoa(h.cfg.MaxProcessCallsPerCredential)+
+			" process lists (or selections by tag) in progress for "+h.cfg.UpstreamWait.String()+"; retry when one has finished")
 	}
 	return release, nil
 }
@@ -484,7 +494,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if e == nil && op.shape == shapeUnary {
 			// A unary call decodes execd's answers and builds its own whole
 			// (a listing): one slot for the call.
-			release, e = h.admitUpstream(rq)
+			release, e = h.admitUpstream(r.Context(), rq, h.cfg.UpstreamWait)
 		}
 		if e == nil {
 			e = op.serve(h, w, r, rq)

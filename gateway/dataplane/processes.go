@@ -401,7 +401,7 @@ func (h *Handler) follow(r *http.Request, rq *request, sw *connect.StreamWriter,
 		}
 		// A poll decodes execd's answers: it waits for a slot of the
 		// upstream bound (its next turn) rather than failing the stream.
-		release, busy := h.admitUpstream(rq)
+		release, busy := h.admitUpstream(ctx, rq, 0)
 		if busy != nil {
 			poll.Reset(interval)
 			continue
@@ -546,7 +546,7 @@ func (h *Handler) selectProcess(ctx context.Context, rq *request, sel *envd.Proc
 		rec, _, e := h.readRecord(ctx, t, uint32(*sel.PID))
 		return rec, e
 	}
-	release, e := h.admitProcessCall(rq)
+	release, e := h.admitProcessCall(ctx, rq)
 	if e != nil {
 		return procRecord{}, e
 	}
@@ -735,7 +735,7 @@ func (h *Handler) processList(w http.ResponseWriter, r *http.Request, rq *reques
 	if err := json.Unmarshal(msg, &struct{}{}); err != nil {
 		return fail(CodeBadRequest, "the request message is not a JSON object")
 	}
-	release, e := h.admitProcessCall(rq)
+	release, e := h.admitProcessCall(r.Context(), rq)
 	if e != nil {
 		return e
 	}
