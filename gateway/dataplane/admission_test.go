@@ -2,10 +2,10 @@ package dataplane
 
 import (
 	"net/http"
-	"time"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandgate/sandgate/gateway/execd"
 	"github.com/sandgate/sandgate/gateway/execdtoken"
