@@ -78,7 +78,7 @@ type Handler struct {
 
 	// MaxUpstreamCalls bounds the unary calls (and command-stream polls)
 	// decoding execd answers at once, over all sandboxes; one more is
-	// GATEWAY_BUSY (429, resource_exhausted). Default 16.
+	// GATEWAY_BUSY (Connect unavailable, REST 502). Default 16.
 	MaxUpstreamCalls int `json:"max_upstream_calls,omitempty"`
 
 	// MaxUpstreamCallsPerSandbox is MaxUpstreamCalls for one sandbox.

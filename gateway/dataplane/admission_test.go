@@ -15,8 +15,8 @@ import (
 
 // TestUpstreamCallsBounded: while a sandbox has max_upstream_calls_per_sandbox
 // unary calls in progress (its execd holding the answer), one more waits
-// for a slot: it is refused with GATEWAY_BUSY (resource_exhausted, which
-// the Connect protocol sends as 429) when its wait (here 20 ms) ends
+// for a slot: it is refused with GATEWAY_BUSY (unavailable, which the
+// Connect protocol sends as 503) when its wait (here 20 ms) ends
 // first, and served once a slot is free (admission's TestAcquireWaits: a
 // slot freed during the wait is taken). The same holds for the
 // credential's process lists.
@@ -51,7 +51,7 @@ func TestUpstreamCallsBounded(t *testing.T) {
 		}()
 		<-entered
 		resp, body := call.send()
-		if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(body), `"code":"resource_exhausted"`) ||
+		if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), `"code":"unavailable"`) ||
 			!strings.Contains(string(body), "GATEWAY_BUSY") || resp.Header.Get("Sandgate-Error-Code") != "GATEWAY_BUSY" {
 			t.Fatalf("%s while one is in progress: %d %s", call.name, resp.StatusCode, body)
 		}

@@ -147,9 +147,11 @@ var codes = map[Code]codeInfo{
 	CodeSandboxUnreachable:    {ClassNetwork, connect.Unavailable, http.StatusBadGateway, true},
 	CodeUpstreamTimeout:       {ClassNetwork, connect.DeadlineExceeded, http.StatusBadGateway, false},
 	// The gateway's bounds on concurrent upstream work (Config's
-	// MaxUpstreamCalls…): resource_exhausted and 429 are the SDKs'
-	// RateLimitError (JS 2.51, Python; REST 429 in every version).
-	CodeGatewayBusy: {ClassNetwork, connect.ResourceExhausted, http.StatusTooManyRequests, false},
+	// MaxUpstreamCalls…), full for the whole wait: unavailable and 502,
+	// the SDKs' TimeoutError in every version ("try again later");
+	// resource_exhausted would be RateLimitError in JS 2.51 but a bare
+	// SandboxError in 2.25.
+	CodeGatewayBusy: {ClassNetwork, connect.Unavailable, http.StatusBadGateway, false},
 
 	CodeExecdRejected:     {ClassExecution, connect.InvalidArgument, http.StatusBadRequest, false},
 	CodeExecdUnauthorized: {ClassExecution, connect.Internal, http.StatusInternalServerError, false},
