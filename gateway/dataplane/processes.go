@@ -625,7 +625,12 @@ func (h *Handler) records(ctx context.Context, t execd.Target, prune bool) ([]pr
 		if read += c.size; read > h.listBudget() {
 			return nil, tooMuch("more than " + strconv.FormatInt(h.listBudget(), 10) + " bytes of process records")
 		}
-		rec, _, e := h.readRecord(ctx, t, c.pid)
+		rec, n, e := h.readRecord(ctx, t, c.pid)
+		// The search's size is execd's word: the budget counts the bytes
+		// that came, when there were more.
+		if read += max(n-c.size, 0); read > h.listBudget() {
+			return nil, tooMuch("more than " + strconv.FormatInt(h.listBudget(), 10) + " bytes of process records")
+		}
 		if e != nil {
 			if e.Code == CodeProcessNotFound {
 				continue

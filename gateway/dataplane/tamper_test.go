@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -17,6 +19,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/envd"
 	"github.com/sandgate/sandgate/gateway/execd"
 	"github.com/sandgate/sandgate/integration/execdstub"
+	"github.com/sandgate/sandgate/integration/fixedentry"
 )
 
 // TestExtendedLargeCommandStaysReachable: a command whose config is large
@@ -230,4 +233,55 @@ func FuzzParseRecordHead(f *testing.F) {
 			t.Fatalf("record %s cut at %d: %q %d %v", b, end, gotID, gotPID, ok)
 		}
 	})
+}
+
+// TestProcessListSizesAreExecdsWord: the sizes execd's search reports are
+// its word only. An execd that reports every record as 10 bytes and serves
+// 60 KiB records naming distinct running commands still gets List refused
+// once the bytes that came pass the budget, having read about that much.
+func TestProcessListSizesAreExecdsWord(t *testing.T) {
+	ct := &countingTransport{}
+	e := newTestEnvDeps(t, func(d *Deps) { d.Execd = &execd.Client{Transport: ct} },
+		extended, func(c *Config, _ *execdstub.Config) { c.MaxMessageBytes = 64 << 10 })
+	h := &Handler{cfg: Config{MaxMessageBytes: 64 << 10}}
+	h.cfg.defaults()
+	record := func(pid int) []byte {
+		b, _ := json.Marshal(procRecord{ID: fmt.Sprintf("%032x", pid), PID: uint32(pid), Config: envd.ProcessConfig{Cmd: "x",
+			Envs: map[string]string{"PAD": strings.Repeat("p", 60<<10)}}})
+		return b
+	}
+	liar := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := strings.TrimPrefix(r.URL.Path, "/"+testSandbox+"/44772")
+		switch {
+		case p == "/files/search":
+			var list []map[string]any
+			for i := 1; i <= 100; i++ {
+				list = append(list, map[string]any{"path": fmt.Sprintf("/tmp/.sandgate/processes/%d.json", i), "size": 10})
+			}
+			_ = json.NewEncoder(w).Encode(list)
+		case p == "/files/download":
+			var pid int
+			fmt.Sscanf(path.Base(r.URL.Query().Get("path")), "%d.json", &pid)
+			b := record(pid)
+			var from, to int
+			fmt.Sscanf(r.Header.Get("Range"), "bytes=%d-%d", &from, &to)
+			w.WriteHeader(http.StatusPartialContent)
+			_, _ = w.Write(b[from:min(to+1, len(b))])
+		case strings.HasPrefix(p, "/command/status/"):
+			_, _ = fmt.Fprintf(w, `{"id":%q,"running":true}`, path.Base(p))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer liar.Close()
+	e.ingress.SetSandbox(testSandbox, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1",
+		Ports: map[int]string{execd.DefaultPort: liar.Listener.Addr().String()}})
+	resp, body := e.processCall("List", `{}`)
+	o := e.waitOutcome()
+	if resp.StatusCode != 500 || o.Code != CodeExecdFailed || !strings.Contains(string(body), "bytes of process records") {
+		t.Fatalf("List: %d %.300s (outcome %s)", resp.StatusCode, body, o.Code)
+	}
+	if got, max := ct.bytes.Load(), h.listBudget()+h.recordLimit()+100*recordHead+64<<10; got > max {
+		t.Errorf("List read %d bytes from execd, over %d", got, max)
+	}
 }
