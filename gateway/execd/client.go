@@ -448,10 +448,10 @@ func (c *Client) Interrupt(ctx context.Context, t Target, id string) error {
 // §X1.4). ExitCode is set once the command has finished; it is -1 when a
 // signal killed it, and Error then names the signal ("signal: killed").
 type CommandStatus struct {
-	// ID is the command ID of its init event.
+	// ID is the command ID of its init event. execd's "content" (the
+	// command text) is not decoded: it is as large as the command and the
+	// gateway has it already.
 	ID string `json:"id"`
-	// Content is the command line it runs.
-	Content string `json:"content,omitempty"`
 	// Running reports that the command has not finished.
 	Running bool `json:"running"`
 	// ExitCode is the exit status once finished; -1 for a signal.
