@@ -27,6 +27,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/execd"
 	"github.com/sandgate/sandgate/integration/execdstub"
 	"github.com/sandgate/sandgate/integration/harness"
+	"github.com/sandgate/sandgate/internal/freeport"
 )
 
 // TestSDKScenarios drives every sdk.mjs scenario through the gateway with
@@ -210,7 +211,7 @@ func testDisconnect(t *testing.T, e *testEnv, pkg string) {
 		t.Fatalf("the command did not outlive its stream: running=%v interrupted=%v err=%q", rec.Running, rec.Interrupted, rec.Err)
 	}
 	fe, _ := url.Parse(e.FixedEntry)
-	st, err := (&execd.Client{}).CommandStatus(ctx, execd.Target{FixedEntry: fe, SandboxID: sbxOK}, rec.ID)
+	st, err := (&execd.Client{}).CommandStatus(ctx, execd.Target{FixedEntry: fe, SandboxID: sbxOK}, rec.ID, execd.StatusLimit(len(rec.Request.Command)))
 	if err != nil || !st.Running {
 		t.Fatalf("execd's status API says %+v (%v), want running", st, err)
 	}
@@ -798,6 +799,68 @@ func TestAccessLogFilterKeepsTokensOut(t *testing.T) {
 	}
 	if err := e.log.waitFor(ctx, 0, `"status":403`); err != nil {
 		t.Fatal(err)
+	}
+	assertNoTokens(t, e, nil)
+}
+
+// TestAccessLogHostNamedSiteKeepsTokensOut: when the data plane's site
+// address names a host, a request with another Host never reaches the data
+// plane; Caddy's default access logger, outside the site's log block and
+// its filter, recorded its headers, bearer tokens included. The data plane
+// turns that logging off, so no log line of the built gateway holds a
+// token, whatever Host a caller sends.
+func TestAccessLogHostNamedSiteKeepsTokensOut(t *testing.T) {
+	port, err := freeport.Port()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const host = "gw.sandgate.test"
+	cf := strings.Replace(harness.DefaultCaddyfile, "http://{{ADDR}} {",
+		"http://"+host+":"+port+" {\n\tlog {\n\t\tformat filter {\n\t\t\trequest>headers>X-Access-Token delete\n"+
+			"\t\t\trequest>headers>E2b-Traffic-Access-Token delete\n\t\t}\n\t}", 1)
+	e := startEnv(t, func(c *harness.Config) { c.Caddyfile = cf; c.GatewayAddr = "127.0.0.1:" + port })
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	send := func(h, id, tok, traffic string) int {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.Gateway+"/filesystem.Filesystem/ListDir",
+			strings.NewReader(`{"path":"/home/user"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = h
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("E2b-Sandbox-Id", id)
+		req.Header.Set("E2b-Sandbox-Port", envdPort)
+		req.Header.Set("X-Access-Token", tok)
+		req.Header.Set("E2b-Traffic-Access-Token", traffic)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	traffic := "traffic-" + strings.Repeat("7f3a", 8)
+	if code := send(host+":"+port, sbxOK, e.mint(sbxOK, harness.Grant{CredentialID: credOK}), traffic); code != http.StatusOK {
+		t.Fatalf("ListDir at the site's host: %d", code)
+	}
+	for _, other := range []string{"127.0.0.1:" + port, "other.example", ""} {
+		send(other, sbxOK, e.mint(sbxOK, harness.Grant{CredentialID: credOK}), traffic)
+	}
+	// A refused request at the site's host (the data plane logs it at
+	// info), then a last one: its line is written after the others' (each
+	// is logged before its response is sent).
+	if code := send(host+":"+port, sbxWrong, e.mint(sbxWrong, harness.Grant{CredentialID: credOK, SandboxID: sbxOK}), traffic); code != http.StatusForbidden {
+		t.Fatalf("ListDir with another sandbox's token: %d", code)
+	}
+	if code := send(host+":"+port, sbxOK, e.mint(sbxOK, harness.Grant{CredentialID: credOK}), traffic); code != http.StatusOK {
+		t.Fatalf("ListDir at the site's host: %d", code)
+	}
+	if err := e.log.waitFor(ctx, 0, `"host":"`+host+":"+port+`"`); err != nil {
+		t.Fatalf("the site's access log recorded nothing: %v", err)
+	}
+	if strings.Contains(e.log.String(), traffic) {
+		t.Error("the traffic access token appears in the gateway log")
 	}
 	assertNoTokens(t, e, nil)
 }

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -145,6 +146,18 @@ func TestErrorCodesEveryRoute(t *testing.T) {
 		_, _ = w.Write([]byte("I'm a teapot"))
 	}))
 	t.Cleanup(garbled.Close)
+	// execd that starts every answer and never ends it: the calls to it
+	// hold their slots of the gateway's per-sandbox bound.
+	busyHeld, busyDone := make(chan struct{}, 16), make(chan struct{})
+	busy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("["))
+		http.NewResponseController(w).Flush()
+		busyHeld <- struct{}{}
+		<-busyDone
+	}))
+	t.Cleanup(func() { close(busyDone); busy.Close() })
 	// corectl's sandbox authorizer: refusing, or down, for chosen sandboxes.
 	authz := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -185,6 +198,7 @@ http://{{ADDR}} {
 		user root 0 0 /root
 		extended_operations
 		max_decompressed_size 16KiB
+		upstream_wait 10s
 		transport http {
 			dial_timeout 2s
 			response_header_timeout 3s
@@ -216,6 +230,7 @@ http://{{ADDR}} {
 		"sbxdeleting":   {CredentialID: "cred-a"},
 		"sbxpast":       {CredentialID: "cred-a"},
 		"sbxauthzdown":  {CredentialID: "cred-a"},
+		"sbxbusy":       {CredentialID: "cred-a"},
 	}
 	e := startEnv(t, func(c *harness.Config) {
 		c.Caddyfile = caddyfile
@@ -233,6 +248,19 @@ http://{{ADDR}} {
 	e.Ingress.SetSandbox("sbxlocked", sb(lockedSrv.Listener.Addr().String()))
 	e.Ingress.SetSandbox("sbxfailing", sb(failing.Listener.Addr().String()))
 	e.Ingress.SetSandbox("sbxgarbled", sb(garbled.Listener.Addr().String()))
+	e.Ingress.SetSandbox("sbxbusy", sb(busy.Listener.Addr().String()))
+	// Four listings of sbxbusy hold its four slots (the default
+	// max_upstream_calls_per_sandbox) for the whole test: its SDK calls wait
+	// upstream_wait and get GATEWAY_BUSY.
+	holdCtx, release := context.WithCancel(context.Background())
+	t.Cleanup(release)
+	busyTok := e.mint("sbxbusy", grants["sbxbusy"])
+	for range 4 {
+		go func() { _, _ = e.listDirAs(holdCtx, "sbxbusy", busyTok) }()
+	}
+	for range 4 {
+		<-busyHeld
+	}
 	for _, id := range []string{"sbxnotoken", "sbxbadtoken", "sbxexpired", "sbxnocred", "sbxdisabled", "sbxcredbroken",
 		"sbxwrong", "sbxnocluster", "sbxprefix", "sbxdead", "sbxslow", "sbxdeleting", "sbxpast", "sbxauthzdown"} {
 		e.Ingress.SetSandbox(id, sb(e.ExecdAddr)) // reachable, were the gateway to let them through
@@ -299,6 +327,10 @@ http://{{ADDR}} {
 		{code: "PROCESS_NOT_FOUND", id: sbxOK, routes: []string{"connect", "kill"}, env: []string{"PID=12345"}},
 		{code: "COMMAND_TIMEOUT", id: sbxOK, routes: []string{"run"}, env: []string{"CMD=sleep 30", "TIMEOUT_MS=1500"}},
 		{code: "COMMAND_TIMEOUT", id: sbxOK, routes: []string{"connect"}, env: []string{"START_BG=sleep 30", "TIMEOUT_MS=1500"}},
+		// The unary routes take a slot; reads, writes, command streams and
+		// the health check do not.
+		{code: "GATEWAY_BUSY", id: "sbxbusy", routes: []string{"list", "remove", "exists", "getInfo", "makeDir", "rename", "processes", "kill"},
+			env: []string{"PID=12345"}},
 	}
 
 	// Every documented code is in the matrix or has no SDK route.

@@ -34,6 +34,12 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		max_message_size <size>
 //		max_decompressed_size <size>
 //		max_decompression_ratio <n>
+//		max_listing_size <size>
+//		max_listing_entries <n>
+//		max_upstream_calls <n>
+//		max_upstream_calls_per_sandbox <n>
+//		max_process_calls_per_credential <n>
+//		upstream_wait <duration>
 //		token_target
 //		extended_operations
 //		process_dir <path>
@@ -45,7 +51,13 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // user may repeat, once per name. max_message_size takes a size such as
 // 4MiB or 1048576. max_decompressed_size (a size, default 1GiB) and
 // max_decompression_ratio (a positive integer, default 100, checked past
-// 16MiB) bound gzip-encoded writes. extended_operations (a flag, off by default) also serves
+// 16MiB) bound gzip-encoded writes. max_listing_size (default 4MiB) and
+// max_listing_entries (default 16384) bound execd's answer to a listing;
+// max_upstream_calls (default 16), max_upstream_calls_per_sandbox
+// (default 4) and max_process_calls_per_credential (default 2) bound the
+// calls in progress (positive integers; docs/dataplane.md "Bounded cost
+// per request and per tenant"); a call beyond them waits up to
+// upstream_wait (default 30s) for a slot. extended_operations (a flag, off by default) also serves
 // envd's Process List/Connect/SendSignal and Filesystem Stat/MakeDir/Move;
 // process_dir is where it keeps process records in the sandbox (default
 // /tmp/.sandgate/processes). The transport block is reverse_proxy's "transport http"
@@ -77,7 +89,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		opt := d.Val()
 		switch opt {
 		case "home_dir", "default_user", "keepalive_interval", "max_message_size", "process_dir",
-			"max_decompressed_size", "max_decompression_ratio":
+			"max_decompressed_size", "max_decompression_ratio", "max_listing_size", "max_listing_entries",
+			"max_upstream_calls", "max_upstream_calls_per_sandbox", "max_process_calls_per_credential", "upstream_wait":
 			if err := once(opt); err != nil {
 				return err
 			}
@@ -98,6 +111,12 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					return d.Errf("bad keepalive_interval %q: must be a positive duration", v)
 				}
 				h.KeepaliveInterval = caddy.Duration(dur)
+			case "upstream_wait":
+				dur, err := caddy.ParseDuration(v)
+				if err != nil || dur <= 0 {
+					return d.Errf("bad upstream_wait %q: must be a positive duration", v)
+				}
+				h.UpstreamWait = caddy.Duration(dur)
 			case "max_message_size":
 				n, err := humanize.ParseBytes(v)
 				if err != nil || n == 0 || n > 64<<20 {
@@ -116,6 +135,27 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					return d.Errf("bad max_decompression_ratio %q: must be a positive integer", v)
 				}
 				h.MaxDecompressionRatio = n
+			case "max_listing_size":
+				n, err := humanize.ParseBytes(v)
+				if err != nil || n == 0 || n > 1<<30 {
+					return d.Errf("bad max_listing_size %q: must be a size from 1 byte to 1GiB", v)
+				}
+				h.MaxListingSize = int64(n)
+			case "max_listing_entries", "max_upstream_calls", "max_upstream_calls_per_sandbox", "max_process_calls_per_credential":
+				n, err := strconv.Atoi(v)
+				if err != nil || n < 1 || n > 1<<24 {
+					return d.Errf("bad %s %q: must be a positive integer", opt, v)
+				}
+				switch opt {
+				case "max_listing_entries":
+					h.MaxListingEntries = n
+				case "max_upstream_calls":
+					h.MaxUpstreamCalls = n
+				case "max_upstream_calls_per_sandbox":
+					h.MaxUpstreamCallsPerSandbox = n
+				default:
+					h.MaxProcessCallsPerCredential = n
+				}
 			}
 		case "user":
 			args := d.RemainingArgs()

@@ -67,6 +67,36 @@ type Handler struct {
 	// like MaxDecompressedSize. Default 100.
 	MaxDecompressionRatio int64 `json:"max_decompression_ratio,omitempty"`
 
+	// MaxListingSize bounds execd's answer to one directory listing, in
+	// bytes; a larger one is refused with EXECD_PROTOCOL. Code in a
+	// sandbox can answer in execd's place, so every answer is read
+	// against a limit. Default 4194304 (4 MiB).
+	MaxListingSize int64 `json:"max_listing_size,omitempty"`
+
+	// MaxListingEntries bounds the entries of one listing. Default 16384.
+	MaxListingEntries int `json:"max_listing_entries,omitempty"`
+
+	// MaxUpstreamCalls bounds the unary calls (and command-stream polls)
+	// decoding execd answers at once, over all sandboxes; one more is
+	// GATEWAY_BUSY (Connect unavailable, REST 502). Default 16.
+	MaxUpstreamCalls int `json:"max_upstream_calls,omitempty"`
+
+	// MaxUpstreamCallsPerSandbox is MaxUpstreamCalls for one sandbox.
+	// Default 4.
+	//
+	// A call beyond these bounds (or MaxProcessCallsPerCredential) waits
+	// up to UpstreamWait for a slot, then is refused with GATEWAY_BUSY.
+	MaxUpstreamCallsPerSandbox int `json:"max_upstream_calls_per_sandbox,omitempty"`
+
+	// MaxProcessCallsPerCredential bounds the calls reading every process
+	// record (commands.list, a selection by tag) in progress for one
+	// resource credential. Default 2.
+	MaxProcessCallsPerCredential int `json:"max_process_calls_per_credential,omitempty"`
+
+	// UpstreamWait is how long a call waits for a slot of the bounds
+	// above. Default 30s.
+	UpstreamWait caddy.Duration `json:"upstream_wait,omitempty"`
+
 	// TokenTarget, when true, serves requests that carry neither
 	// E2b-Sandbox-Id nor E2b-Sandbox-Port by taking the sandbox from the
 	// verified token (Python SDK 2.24's Sandbox.connect() sends neither).
@@ -165,6 +195,16 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return errors.New("max_decompression_ratio must be positive")
 	}
 	cfg.MaxDecompressedBytes, cfg.MaxDecompressionRatio = h.MaxDecompressedSize, h.MaxDecompressionRatio
+	if h.MaxListingSize < 0 || h.MaxListingEntries < 0 || h.MaxUpstreamCalls < 0 || h.MaxUpstreamCallsPerSandbox < 0 || h.MaxProcessCallsPerCredential < 0 {
+		return errors.New("max_listing_size, max_listing_entries, max_upstream_calls, max_upstream_calls_per_sandbox and max_process_calls_per_credential must be positive")
+	}
+	cfg.MaxListingBytes, cfg.MaxListingEntries = h.MaxListingSize, h.MaxListingEntries
+	cfg.MaxUpstreamCalls, cfg.MaxUpstreamCallsPerSandbox = h.MaxUpstreamCalls, h.MaxUpstreamCallsPerSandbox
+	cfg.MaxProcessCallsPerCredential = h.MaxProcessCallsPerCredential
+	if h.UpstreamWait < 0 {
+		return errors.New("upstream_wait must be positive")
+	}
+	cfg.UpstreamWait = time.Duration(h.UpstreamWait)
 	for name, u := range h.Users {
 		if u == nil {
 			return fmt.Errorf("user %q: empty definition", name)
@@ -174,6 +214,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 		cfg.Users[name] = dataplane.User{UID: u.UID, GID: u.GID, Home: u.Home}
 	}
+	keepTokensOutOfAccessLogs(ctx)
 	// The probe relay (fixed_entry_probe) sends corectl's probes with this
 	// transport, so they leave exactly as the data plane's requests do.
 	app.SetDataPlaneTransport(rt)
@@ -208,6 +249,23 @@ func setAccessLogLevel(o dataplane.Outcome) {
 	if o.Context != nil && o.Code.SandboxGone() {
 		caddyhttp.SetVar(o.Context, caddyhttp.LogLevelVar, "info")
 	}
+}
+
+// keepTokensOutOfAccessLogs turns off the access log of requests whose
+// Host names no site of the data plane's server, when that server logs
+// requests by host (a site address with a host name) and has no logger
+// for other hosts. Such a request never reaches the data plane (Caddy
+// answers it itself), but Caddy's default access logger, outside the
+// site's "log" block and its X-Access-Token filter, would record its
+// headers, bearer tokens included (issue 29). A server logging every host
+// to one logger (a site address without a host, as Caddyfile.example's
+// ":30083") keeps its behaviour.
+func keepTokensOutOfAccessLogs(ctx caddy.Context) {
+	srv, ok := ctx.Context.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	if !ok || srv == nil || srv.Logs == nil || srv.Logs.DefaultLoggerName != "" || len(srv.Logs.LoggerNames) == 0 {
+		return
+	}
+	srv.Logs.SkipUnmappedHosts = true
 }
 
 // ServeHTTP serves the data plane; it never calls next.

@@ -39,6 +39,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //		authorizer <source> ...
 //		cluster <id> <fixed_entry> {
 //			execd_access_token <{env.NAME} or {file./path}>
+//			execd_token_secret <{env.NAME} or {file./path}>
 //			host <name[:port]>
 //		}
 //		nodes {
@@ -176,19 +177,27 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			c := &Cluster{FixedEntry: entry}
 			for nesting := d.Nesting(); d.NextBlock(nesting); {
 				switch d.Val() {
-				case "execd_access_token":
-					if c.ExecdAccessToken != "" {
-						return d.Err("execd_access_token already specified")
+				case "execd_access_token", "execd_token_secret":
+					name := d.Val()
+					field := &c.ExecdAccessToken
+					if name == "execd_token_secret" {
+						field = &c.ExecdTokenSecret
+					}
+					if *field != "" {
+						return d.Err(name + " already specified")
 					}
 					if !d.NextArg() {
 						return d.ArgErr()
 					}
-					c.ExecdAccessToken = d.Val()
+					*field = d.Val()
 					if d.NextArg() {
 						return d.ArgErr()
 					}
-					if err := secret.Check("execd_access_token", c.ExecdAccessToken); err != nil {
+					if err := secret.Check(name, *field); err != nil {
 						return d.Err(err.Error())
+					}
+					if c.ExecdAccessToken != "" && c.ExecdTokenSecret != "" {
+						return d.Err("execd_access_token and execd_token_secret exclude each other")
 					}
 				case "host":
 					if c.Host != "" {

@@ -16,6 +16,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/dataplane"
 	"github.com/sandgate/sandgate/gateway/entryprobe"
+	"github.com/sandgate/sandgate/gateway/execdtoken"
 	"github.com/sandgate/sandgate/gateway/token"
 )
 
@@ -50,6 +51,13 @@ type Cluster struct {
 	// autosave.json. Default: none (OpenSandbox's Kubernetes deployments run
 	// execd without a token, docs/wire-facts.md §X1.1).
 	ExecdAccessToken string `json:"execd_access_token,omitempty"`
+	// ExecdTokenSecret, when set (instead of ExecdAccessToken), is the
+	// cluster secret each sandbox's execd token is derived from:
+	// execdtoken.Derive(secret, sandboxID), the value the control plane
+	// gives the sandbox's execd as EXECD_ACCESS_TOKEN, so no two sandboxes
+	// share a token and no sandbox sees the secret. A placeholder like
+	// ExecdAccessToken, resolving to at least 32 bytes. Default: none.
+	ExecdTokenSecret string `json:"execd_token_secret,omitempty"`
 	// Host is the Host header of every request to the fixed entry: the
 	// data plane's and the probes it relays for corectl
 	// (fixed_entry_probe). It must be the host of the fixed entry's
@@ -60,9 +68,10 @@ type Cluster struct {
 	// provision. Default: the fixed entry URL's host and port.
 	Host string `json:"host,omitempty"`
 
-	fixedEntry *url.URL
-	token      string
-	host       string
+	fixedEntry  *url.URL
+	token       string
+	tokenSecret []byte
+	host        string
 }
 
 func (c *Cluster) provision(repl *caddy.Replacer) error {
@@ -74,8 +83,21 @@ func (c *Cluster) provision(repl *caddy.Replacer) error {
 	if c.host, err = hostHeader(repl.ReplaceAll(c.Host, "")); err != nil {
 		return err
 	}
-	c.token, err = secret.Resolve(repl, "execd_access_token", c.ExecdAccessToken)
-	return err
+	if c.token, err = secret.Resolve(repl, "execd_access_token", c.ExecdAccessToken); err != nil {
+		return err
+	}
+	if c.ExecdTokenSecret != "" && c.ExecdAccessToken != "" {
+		return errors.New("execd_access_token and execd_token_secret exclude each other")
+	}
+	s, err := secret.Resolve(repl, "execd_token_secret", c.ExecdTokenSecret)
+	if err != nil || s == "" {
+		return err
+	}
+	if err := execdtoken.Check([]byte(s)); err != nil {
+		return fmt.Errorf("execd_token_secret: %w", err)
+	}
+	c.tokenSecret = []byte(s)
+	return nil
 }
 
 // hostHeader checks a cluster's host setting: "" (the fixed entry's own
@@ -126,7 +148,7 @@ func (a *App) Cluster(id string) (dataplane.Cluster, bool) {
 	if !ok || c == nil || c.fixedEntry == nil {
 		return dataplane.Cluster{}, false
 	}
-	return dataplane.Cluster{ID: id, FixedEntry: c.fixedEntry, ExecdAccessToken: c.token, Host: c.host}, true
+	return dataplane.Cluster{ID: id, FixedEntry: c.fixedEntry, ExecdAccessToken: c.token, ExecdTokenSecret: c.tokenSecret, Host: c.host}, true
 }
 
 // FixedEntries returns every provisioned cluster's fixed entry, the
@@ -136,7 +158,7 @@ func (a *App) FixedEntries() map[string]entryprobe.Target {
 	out := make(map[string]entryprobe.Target, len(a.Clusters))
 	for id, c := range a.Clusters {
 		if c != nil && c.fixedEntry != nil {
-			out[id] = entryprobe.Target{FixedEntry: c.fixedEntry, Host: c.host, ExecdAccessToken: c.token}
+			out[id] = entryprobe.Target{FixedEntry: c.fixedEntry, Host: c.host, ExecdAccessToken: c.token, ExecdTokenSecret: c.tokenSecret}
 		}
 	}
 	return out

@@ -564,8 +564,13 @@ func TestBreakBackgroundStartStreamCut(t *testing.T) {
 				}
 			})
 			mux.HandleFunc(prefix+"/command", func(w http.ResponseWriter, r *http.Request) {
-				_, _ = io.Copy(io.Discard, r.Body)
+				var creq struct{ Background bool }
+				_ = json.NewDecoder(r.Body).Decode(&creq)
 				w.WriteHeader(http.StatusOK)
+				if !creq.Background { // the script creating the output files
+					_, _ = io.WriteString(w, `{"type":"init","text":"prep"}`+"\n\n"+`{"type":"execution_complete","execution_time":1}`+"\n\n")
+					return
+				}
 				_, _ = io.WriteString(w, `{"type":"init","text":"cmd-1"}`+"\n\n")
 				http.NewResponseController(w).Flush()
 				if c.cut {

@@ -32,6 +32,7 @@ import (
 	"net/url"
 	"path"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -39,10 +40,12 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/sandgate/sandgate/gateway/admission"
 	"github.com/sandgate/sandgate/gateway/authorizer"
 	"github.com/sandgate/sandgate/gateway/connect"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/execd"
+	"github.com/sandgate/sandgate/gateway/execdtoken"
 	"github.com/sandgate/sandgate/gateway/token"
 )
 
@@ -134,7 +137,41 @@ type Config struct {
 	// (<pid>.json) and its output (<pid>.out, <pid>.err). Default
 	// "/tmp/.sandgate/processes".
 	ProcessDir string
+	// MaxListingBytes bounds execd's answer to one directory listing
+	// (bytes); a larger one is EXECD_PROTOCOL. Default
+	// execd.DefaultMaxListingBytes (4 MiB).
+	MaxListingBytes int64
+	// MaxListingEntries bounds the entries of one listing; more is
+	// EXECD_PROTOCOL. Default execd.DefaultMaxListingEntries (16,384).
+	MaxListingEntries int
+	// MaxUpstreamCalls bounds the unary calls (and the polls of command
+	// streams) that read and decode execd answers at once, over all
+	// sandboxes; one more waits up to UpstreamWait for a slot, then is
+	// GATEWAY_BUSY (a stream's poll skips to its next turn instead).
+	// Default DefaultMaxUpstreamCalls (16).
+	MaxUpstreamCalls int
+	// UpstreamWait is how long a call waits for a slot of
+	// MaxUpstreamCalls, MaxUpstreamCallsPerSandbox or
+	// MaxProcessCallsPerCredential. Default DefaultUpstreamWait (30 s).
+	UpstreamWait time.Duration
+	// MaxUpstreamCallsPerSandbox is MaxUpstreamCalls for one sandbox.
+	// Default DefaultMaxUpstreamCallsPerSandbox (4).
+	MaxUpstreamCallsPerSandbox int
+	// MaxProcessCallsPerCredential bounds the extended calls that read the
+	// process records (Process List, and Connect and SendSignal) running at
+	// once for one resource credential; one more is GATEWAY_BUSY. Default
+	// DefaultMaxProcessCallsPerCredential (2).
+	MaxProcessCallsPerCredential int
 }
+
+// Defaults of the concurrency bounds (docs/dataplane.md "Bounded cost per
+// request and per tenant").
+const (
+	DefaultMaxUpstreamCalls             = 16
+	DefaultMaxUpstreamCallsPerSandbox   = 4
+	DefaultMaxProcessCallsPerCredential = 2
+	DefaultUpstreamWait                 = 30 * time.Second
+)
 
 func (c *Config) defaults() {
 	if c.HomeDir == "" {
@@ -155,6 +192,24 @@ func (c *Config) defaults() {
 	if c.MaxDecompressionRatio <= 0 {
 		c.MaxDecompressionRatio = DefaultMaxDecompressionRatio
 	}
+	if c.MaxListingBytes <= 0 {
+		c.MaxListingBytes = execd.DefaultMaxListingBytes
+	}
+	if c.MaxListingEntries <= 0 {
+		c.MaxListingEntries = execd.DefaultMaxListingEntries
+	}
+	if c.MaxUpstreamCalls <= 0 {
+		c.MaxUpstreamCalls = DefaultMaxUpstreamCalls
+	}
+	if c.MaxUpstreamCallsPerSandbox <= 0 {
+		c.MaxUpstreamCallsPerSandbox = DefaultMaxUpstreamCallsPerSandbox
+	}
+	if c.UpstreamWait <= 0 {
+		c.UpstreamWait = DefaultUpstreamWait
+	}
+	if c.MaxProcessCallsPerCredential <= 0 {
+		c.MaxProcessCallsPerCredential = DefaultMaxProcessCallsPerCredential
+	}
 }
 
 // TokenVerifier verifies an X-Access-Token; *token.Verifier implements it.
@@ -170,8 +225,13 @@ type Cluster struct {
 	ID string
 	// FixedEntry is the cluster's fixed entry base URL.
 	FixedEntry *url.URL
-	// ExecdAccessToken, if set, is sent to execd as X-EXECD-ACCESS-TOKEN.
+	// ExecdAccessToken, if set, is sent to execd as X-EXECD-ACCESS-TOKEN:
+	// one token for every sandbox of the cluster, which a sandbox's root
+	// can read (docs/dataplane.md "Threat model").
 	ExecdAccessToken string
+	// ExecdTokenSecret, if set (instead of ExecdAccessToken), derives each
+	// sandbox's own token: execdtoken.Derive(ExecdTokenSecret, sandboxID).
+	ExecdTokenSecret []byte
 	// Host, if set, is the Host header of every request to the fixed
 	// entry (the host of the managed Ingresses' rules); empty sends the
 	// fixed entry URL's host.
@@ -229,6 +289,9 @@ type Deps struct {
 type Handler struct {
 	cfg  Config
 	deps Deps
+	// upstream counts the calls decoding execd answers (per sandbox);
+	// processCalls the calls reading process records (per credential).
+	upstream, processCalls *admission.Limiter
 }
 
 // New returns a Handler. It returns an error if a dependency is missing or
@@ -257,7 +320,40 @@ func New(cfg Config, deps Deps) (*Handler, error) {
 	if deps.Logger == nil {
 		deps.Logger = zap.NewNop()
 	}
-	return &Handler{cfg: cfg, deps: deps}, nil
+	xc := *deps.Execd
+	xc.MaxListingBytes, xc.MaxListingEntries = cfg.MaxListingBytes, cfg.MaxListingEntries
+	deps.Execd = &xc
+	return &Handler{cfg: cfg, deps: deps,
+		upstream:     admission.New(cfg.MaxUpstreamCalls, cfg.MaxUpstreamCallsPerSandbox),
+		processCalls: admission.New(cfg.MaxUpstreamCalls, cfg.MaxProcessCallsPerCredential)}, nil
+}
+
+// admitUpstream takes a slot of the upstream bound for rq's sandbox,
+// waiting up to wait (0: not at all) while ctx lasts, or returns
+// GATEWAY_BUSY naming the bound that stayed full.
+func (h *Handler) admitUpstream(ctx context.Context, rq *request, wait time.Duration) (func(), *Error) {
+	release, why := h.upstream.Acquire(ctx, rq.sandboxID, wait)
+	switch why {
+	case admission.KeyFull:
+		return nil, fail(CodeGatewayBusy, "this sandbox had "+strconv.Itoa(h.cfg.MaxUpstreamCallsPerSandbox)+
+			" calls in progress at the gateway for "+wait.String()+"; retry when one has finished")
+	case admission.GlobalFull:
+		return nil, fail(CodeGatewayBusy, "the gateway had "+strconv.Itoa(h.cfg.MaxUpstreamCalls)+
+			" calls to sandboxes in progress for "+wait.String()+"; retry shortly")
+	}
+	return release, nil
+}
+
+// admitProcessCall takes a slot of the process-record bound for rq's
+// credential (held while a call reads every process record: List, a
+// selection by tag), or returns GATEWAY_BUSY.
+func (h *Handler) admitProcessCall(ctx context.Context, rq *request) (func(), *Error) {
+	release, why := h.processCalls.Acquire(ctx, rq.cred.ID, h.cfg.UpstreamWait)
+	if why != admission.Admitted {
+		return nil, fail(CodeGatewayBusy, "this credential had "+strconv.Itoa(h.cfg.MaxProcessCallsPerCredential)+
+			" process lists (or selections by tag) in progress for "+h.cfg.UpstreamWait.String()+"; retry when one has finished")
+	}
+	return release, nil
 }
 
 // operation is one supported envd route.
@@ -398,8 +494,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		opName = op.name
 		sh = op.shape
 		e = h.authorize(r, rq)
+		var release func()
+		if e == nil && op.shape == shapeUnary {
+			// A unary call decodes execd's answers and builds its own whole
+			// (a listing): one slot for the call.
+			release, e = h.admitUpstream(r.Context(), rq, h.cfg.UpstreamWait)
+		}
 		if e == nil {
 			e = op.serve(h, w, r, rq)
+		}
+		if release != nil {
+			release()
 		}
 	}
 	if e != nil && !tw.wrote {
@@ -537,6 +642,9 @@ func (h *Handler) authorize(r *http.Request, rq *request) *Error {
 	}
 	rq.cluster = cl
 	rq.target = execd.Target{FixedEntry: cl.FixedEntry, SandboxID: rq.sandboxID, AccessToken: cl.ExecdAccessToken, Host: cl.Host}
+	if len(cl.ExecdTokenSecret) > 0 {
+		rq.target.AccessToken = execdtoken.Derive(cl.ExecdTokenSecret, rq.sandboxID)
+	}
 	return h.authorizeSandbox(r.Context(), rq)
 }
 

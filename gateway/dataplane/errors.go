@@ -71,6 +71,7 @@ const (
 	CodeFixedEntryUnreachable Code = "FIXED_ENTRY_UNREACHABLE"
 	CodeSandboxUnreachable    Code = "SANDBOX_UNREACHABLE"
 	CodeUpstreamTimeout       Code = "UPSTREAM_TIMEOUT"
+	CodeGatewayBusy           Code = "GATEWAY_BUSY"
 
 	CodeExecdRejected     Code = "EXECD_REJECTED"
 	CodeExecdUnauthorized Code = "EXECD_UNAUTHORIZED"
@@ -145,6 +146,12 @@ var codes = map[Code]codeInfo{
 	CodeFixedEntryUnreachable: {ClassNetwork, connect.Unavailable, http.StatusBadGateway, false},
 	CodeSandboxUnreachable:    {ClassNetwork, connect.Unavailable, http.StatusBadGateway, true},
 	CodeUpstreamTimeout:       {ClassNetwork, connect.DeadlineExceeded, http.StatusBadGateway, false},
+	// The gateway's bounds on concurrent upstream work (Config's
+	// MaxUpstreamCalls…), full for the whole wait: unavailable and 502,
+	// the SDKs' TimeoutError in every version ("try again later");
+	// resource_exhausted would be RateLimitError in JS 2.51 but a bare
+	// SandboxError in 2.25.
+	CodeGatewayBusy: {ClassNetwork, connect.Unavailable, http.StatusBadGateway, false},
 
 	CodeExecdRejected:     {ClassExecution, connect.InvalidArgument, http.StatusBadRequest, false},
 	CodeExecdUnauthorized: {ClassExecution, connect.Internal, http.StatusInternalServerError, false},

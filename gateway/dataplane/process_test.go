@@ -329,7 +329,7 @@ func TestProcessStartOutlivesClient(t *testing.T) {
 	if rec, _ = e.execd.Command(rec.ID); !rec.Running || rec.Interrupted {
 		t.Fatalf("the command did not outlive its stream: %+v", rec)
 	}
-	st, err := newClient().CommandStatus(wctx, execd.Target{FixedEntry: e.fixedEntryURL(), SandboxID: testSandbox}, rec.ID)
+	st, err := newClient().CommandStatus(wctx, execd.Target{FixedEntry: e.fixedEntryURL(), SandboxID: testSandbox}, rec.ID, execd.StatusLimit(len(rec.Request.Command)))
 	if err != nil || !st.Running || st.ExitCode != nil {
 		t.Fatalf("execd status %+v, %v; want running", st, err)
 	}

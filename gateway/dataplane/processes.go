@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/sandgate/sandgate/gateway/connect"
 	"github.com/sandgate/sandgate/gateway/envd"
 	"github.com/sandgate/sandgate/gateway/execd"
@@ -32,8 +34,9 @@ import (
 //   - <ProcessDir>/<pid>.json, the process record: execd's command id, the
 //     pid the SDK got, the command's config and tag;
 //   - <ProcessDir>/<pid>.out and <pid>.err, the command's stdout and stderr,
-//     created empty (mode 0666, so a command running as any user can
-//     append) before it starts.
+//     created empty before it starts, mode 0600 and owned by the user the
+//     command runs as (outputScript), so no other user of the sandbox can
+//     read or append to them.
 //
 // Process/Start runs the command as an execd background command (POST
 // /command with background, docs/wire-facts.md §X1.4), whose wrapper appends its
@@ -56,7 +59,7 @@ type procRecord struct {
 const (
 	// maxProcessRecords bounds the records one List (or a selection by
 	// tag) reads: a directory naming more is refused.
-	maxProcessRecords = 1024
+	maxProcessRecords = 256
 	// maxSearchBytes bounds execd's answer naming the directory's records
 	// (bytes; a record's entry is about 200).
 	maxSearchBytes = 1 << 20
@@ -161,11 +164,8 @@ func (h *Handler) startBackground(w http.ResponseWriter, r *http.Request, rq *re
 		return e
 	}
 	files := h.procFiles(pid)
-	if err := h.deps.Execd.WriteFiles(ctx, rq.target, []execd.SmallFile{
-		{Path: files.out, Permission: execd.Permission{Mode: 666}},
-		{Path: files.err, Permission: execd.Permission{Mode: 666}},
-	}); err != nil {
-		return fromExecd(err, "start process")
+	if e := h.createOutput(ctx, rq.target, files, sc.user); e != nil {
+		return e
 	}
 	creq := execd.CommandRequest{Command: wrapBackground(sc.line, files, sc.cwd), Cwd: "/", Background: true, Envs: sc.req.Process.Envs}
 	if sc.timeout > 0 {
@@ -199,13 +199,56 @@ func (h *Handler) startBackground(w http.ResponseWriter, r *http.Request, rq *re
 	if err := sw.Send(envd.StartResponse{Event: envd.ProcessEvent{Start: &envd.StartEvent{PID: pid}}}); err != nil {
 		return fail(CodeCanceled, "the client closed the stream")
 	}
-	f := &follower{id: id, files: files}
+	f := &follower{id: id, files: files, statusMax: execd.StatusLimit(len(creq.Command))}
 	var deadline time.Time
 	if sc.timeout > 0 {
 		deadline = begun.Add(sc.timeout)
 	}
 	return h.follow(r, rq, sw, f, followOpts{deadline: deadline, onDeadline: timeoutError(sc.timeout), execdDeadline: true,
 		keepalive: sc.keepalive, cleanup: true, storedBy: begun.Add(registerGrace)})
+}
+
+// outputScript creates a process's output files, run by execd's own
+// identity (root in OpenSandbox's pods) in "/" with the process directory
+// ($1), the two files ($2, $3) and the owner to give them ($4, "uid:gid";
+// empty leaves them to execd's identity, which the command then runs as),
+// all relative to "/". Under umask 066 the directory and any parent it
+// creates get mode 0711 (others may reach a file they own in it, not list
+// or change it) and the files 0600; the directory is set to 0711 when it
+// already exists. It must be execd's identity's, as its parent must, and
+// not a symlink (exit 3): a directory another user owns lets that user swap
+// the files. noclobber creates each file exclusively (exit 1 if it exists),
+// and it is private from its creation: execd's identity owns it until the
+// chown (-h: a symlink is never followed) gives it to the user.
+const outputScript = `umask 066
+d=$1
+mkdir -p -- "$d" || exit 1
+if [ -L "$d" ] || [ ! -O "$d" ] || [ ! -O "$(dirname -- "$d")" ]; then exit 3; fi
+chmod 711 -- "$d" || exit 1
+set -C
+: > "$2" && : > "$3" || exit 1
+if [ -n "$4" ]; then chown -h -- "$4" "$2" "$3" || exit 1; fi
+`
+
+// createOutput creates the output files of a process started for u with
+// outputScript (one foreground execd command).
+func (h *Handler) createOutput(ctx context.Context, t execd.Target, f procFiles, u sdkUser) *Error {
+	owner := ""
+	if u.set {
+		owner = strconv.FormatUint(uint64(u.user.UID), 10) + ":" + strconv.FormatUint(uint64(u.user.GID), 10)
+	}
+	res, err := h.deps.Execd.Shell(ctx, t, 4<<10, "/", outputScript, relative(h.cfg.ProcessDir), relative(f.out), relative(f.err), owner)
+	switch {
+	case err != nil:
+		return fromExecd(err, "start process")
+	case res.ExitCode == 3:
+		return fail(CodeExecdFailed, "start process: the process directory "+h.cfg.ProcessDir+
+			" (or its parent) is a symlink or belongs to another user than execd's; remove it")
+	case res.ExitCode != 0:
+		return fail(CodeExecdFailed, "start process: creating the output files in "+h.cfg.ProcessDir+
+			" failed with exit status "+strconv.Itoa(res.ExitCode))
+	}
+	return nil
 }
 
 // runBackground starts an execd background command and returns its id:
@@ -227,7 +270,7 @@ func (h *Handler) runBackground(ctx context.Context, t execd.Target, creq execd.
 		ev, err := stream.Next()
 		switch {
 		case err != nil && id != "" && ctx.Err() == nil:
-			if h.awaitStored(ctx, t, id, time.Now().Add(registerGrace)) == nil {
+			if h.awaitStored(ctx, t, id, execd.StatusLimit(len(creq.Command)), time.Now().Add(registerGrace)) == nil {
 				return id, nil
 			}
 			// execd sent init and then no execution_complete, and does not
@@ -254,10 +297,11 @@ func (h *Handler) runBackground(ctx context.Context, t execd.Target, creq execd.
 const registerGrace = 2 * time.Second
 
 // awaitStored asks execd's status for command id until it knows it, or
-// until deadline (then it returns the not-found error), every 50 ms.
-func (h *Handler) awaitStored(ctx context.Context, t execd.Target, id string, deadline time.Time) error {
+// until deadline (then it returns the not-found error), every 50 ms;
+// statusMax bounds each answer (execd.StatusLimit).
+func (h *Handler) awaitStored(ctx context.Context, t execd.Target, id string, statusMax int64, deadline time.Time) error {
 	for {
-		_, err := h.deps.Execd.CommandStatus(ctx, t, id)
+		_, err := h.deps.Execd.CommandStatus(ctx, t, id, statusMax)
 		if err == nil || !execd.IsNotFound(err) || !time.Now().Before(deadline) {
 			return err
 		}
@@ -282,6 +326,18 @@ type follower struct {
 	id             string
 	files          procFiles
 	outOff, errOff int64
+	// statusMax bounds execd's status answers (execd.StatusLimit of the
+	// command the gateway sent).
+	statusMax int64
+}
+
+// recordStatusLimit bounds execd's status answer for the command of rec:
+// the background wrapper around its command line, with room for a working
+// directory of 4,096 bytes quoted (resolvePath's bound; quoting at most
+// quadruples it).
+func (h *Handler) recordStatusLimit(rec procRecord) int64 {
+	line := commandLine(rec.Config.Cmd, rec.Config.Args)
+	return execd.StatusLimit(len(wrapBackground(line, h.procFiles(rec.PID), "/")) + 4*4096 + 2)
 }
 
 // Polling of a followed command's files and status: the period starts at
@@ -320,9 +376,6 @@ func (h *Handler) follow(r *http.Request, rq *request, sw *connect.StreamWriter,
 		_ = sw.Close(&connect.Error{Code: e.Code.StreamCode(true), Message: e.Error()})
 		return e
 	}
-	// broken ends the stream when execd could not be followed: with the
-	// sandbox's refusal if it is gone (sandboxGone).
-	broken := func(e *Error) *Error { return streamErr(h.sandboxGone(ctx, rq, e)) }
 	var deadlineC <-chan time.Time
 	if !deadline.IsZero() {
 		t := time.NewTimer(time.Until(deadline))
@@ -346,41 +399,69 @@ func (h *Handler) follow(r *http.Request, rq *request, sw *connect.StreamWriter,
 			continue
 		case <-poll.C:
 		}
-		// The status first: output read after a finished status is all of it.
-		st, err := h.deps.Execd.CommandStatus(ctx, rq.target, f.id)
-		if execd.IsNotFound(err) && time.Now().Before(o.storedBy) {
-			poll.Reset(pollMin)
+		// A poll decodes execd's answers: it waits for a slot of the
+		// upstream bound (its next turn) rather than failing the stream.
+		release, busy := h.admitUpstream(ctx, rq, 0)
+		if busy != nil {
+			poll.Reset(interval)
 			continue
 		}
-		if execd.IsNotFound(err) {
-			return broken(fail(CodeProcessNotFound, "execd no longer knows the command (was execd restarted?)"))
-		}
-		if err != nil {
-			return broken(fromExecd(err, "process status"))
-		}
-		got, e := h.pump(ctx, rq.target, sw, f)
-		if e != nil {
-			return broken(e)
-		}
-		if !st.Running {
-			if o.execdDeadline && !deadline.IsZero() && !time.Now().Before(deadline) && st.ExitCode != nil && *st.ExitCode == -1 {
-				return streamErr(o.onDeadline) // execd's timer, the same deadline
-			}
-			_ = sw.Send(envd.StartResponse{Event: envd.ProcessEvent{End: endFromStatus(st)}})
-			_ = sw.Close(nil)
-			if o.cleanup {
-				h.removeProcFiles(ctx, rq.target, f.files)
-			}
-			return nil
+		done, next, got, e := h.pollOnce(ctx, rq, sw, f, o, deadline, interval)
+		release()
+		if done {
+			return e
 		}
 		if got {
-			interval = pollMin
 			ka.Reset(keepalive)
-		} else {
-			interval = min(interval*3/2, pollMax)
 		}
+		interval = next
 		poll.Reset(interval)
 	}
+}
+
+// pollOnce is one poll of follow: the command's status, then its new
+// output. done reports that the stream has ended (with e, nil on a clean
+// end); next is the period until the following poll given the current
+// one, interval; got that output was sent.
+func (h *Handler) pollOnce(ctx context.Context, rq *request, sw *connect.StreamWriter, f *follower, o followOpts,
+	deadline time.Time, interval time.Duration) (done bool, next time.Duration, got bool, e *Error) {
+	streamErr := func(e *Error) *Error {
+		_ = sw.Close(&connect.Error{Code: e.Code.StreamCode(true), Message: e.Error()})
+		return e
+	}
+	// broken ends the stream when execd could not be followed: with the
+	// sandbox's refusal if it is gone (sandboxGone).
+	broken := func(e *Error) *Error { return streamErr(h.sandboxGone(ctx, rq, e)) }
+	// The status first: output read after a finished status is all of it.
+	st, err := h.deps.Execd.CommandStatus(ctx, rq.target, f.id, f.statusMax)
+	if execd.IsNotFound(err) && time.Now().Before(o.storedBy) {
+		return false, pollMin, false, nil
+	}
+	if execd.IsNotFound(err) {
+		return true, 0, false, broken(fail(CodeProcessNotFound, "execd no longer knows the command (was execd restarted?)"))
+	}
+	if err != nil {
+		return true, 0, false, broken(fromExecd(err, "process status"))
+	}
+	got, e = h.pump(ctx, rq.target, sw, f)
+	if e != nil {
+		return true, 0, got, broken(e)
+	}
+	if !st.Running {
+		if o.execdDeadline && !deadline.IsZero() && !time.Now().Before(deadline) && st.ExitCode != nil && *st.ExitCode == -1 {
+			return true, 0, got, streamErr(o.onDeadline) // execd's timer, the same deadline
+		}
+		_ = sw.Send(envd.StartResponse{Event: envd.ProcessEvent{End: endFromStatus(st)}})
+		_ = sw.Close(nil)
+		if o.cleanup {
+			h.removeProcFiles(ctx, rq.target, f.files)
+		}
+		return true, 0, got, nil
+	}
+	if got {
+		return false, pollMin, true, nil
+	}
+	return false, min(interval*3/2, pollMax), false, nil
 }
 
 // pump sends what the output files gained since the last call. It reports
@@ -459,11 +540,17 @@ func (h *Handler) readRecord(ctx context.Context, t execd.Target, pid uint32) (p
 
 // selectProcess finds the record a ProcessSelector names: by pid, or the
 // first running process with the tag.
-func (h *Handler) selectProcess(ctx context.Context, t execd.Target, sel *envd.ProcessSelector) (procRecord, *Error) {
+func (h *Handler) selectProcess(ctx context.Context, rq *request, sel *envd.ProcessSelector) (procRecord, *Error) {
+	t := rq.target
 	if sel.PID != nil {
 		rec, _, e := h.readRecord(ctx, t, uint32(*sel.PID))
 		return rec, e
 	}
+	release, e := h.admitProcessCall(ctx, rq)
+	if e != nil {
+		return procRecord{}, e
+	}
+	defer release()
 	procs, e := h.records(ctx, t, false)
 	if e != nil {
 		return procRecord{}, e
@@ -479,9 +566,18 @@ func (h *Handler) selectProcess(ctx context.Context, t execd.Target, sel *envd.P
 // records returns the records of the running processes, ordered by pid.
 // Records of commands that have ended (or that execd no longer knows) are
 // removed with their output files when prune is set. What it reads is
-// bounded before it is read (maxSearchBytes, maxProcessRecords,
-// listBudget): a directory beyond a bound is refused with EXECD_FAILED,
-// and nothing is pruned.
+// bounded before it is read: execd's search answer (maxSearchBytes), the
+// records it names (maxProcessRecords), each record (recordLimit, by the
+// size the search reported: a larger one is not the gateway's and is left
+// alone), and the bytes of the records read whole (listBudget). A record
+// is first read up to recordHead bytes, which hold the command id and pid
+// the gateway writes first; a record naming a command an earlier record
+// named is not the gateway's either (it writes one record per command) and
+// is not read further, so planted copies of a running command's record
+// cost recordHead bytes each. The upstream requests of one call are at
+// most 1 (search) + 3 per record (head, rest, status) + one delete per
+// pruneBatch ended records. A directory beyond a bound is refused with
+// EXECD_FAILED, and nothing is pruned.
 func (h *Handler) records(ctx context.Context, t execd.Target, prune bool) ([]procRecord, *Error) {
 	tooMuch := func(what string) *Error {
 		return fail(CodeExecdFailed, "list processes: the process directory "+h.cfg.ProcessDir+" holds "+what+
@@ -496,22 +592,43 @@ func (h *Handler) records(ctx context.Context, t execd.Target, prune bool) ([]pr
 	case err != nil:
 		return nil, fromExecd(err, "list processes")
 	}
-	var pids []uint32
+	type candidate struct {
+		pid  uint32
+		size int64
+	}
+	var cands []candidate
 	for _, fi := range found {
 		n, err := strconv.ParseUint(strings.TrimSuffix(path.Base(fi.Path), ".json"), 10, 31)
-		if err != nil || path.Dir(fi.Path) != h.cfg.ProcessDir {
+		if err != nil || path.Dir(fi.Path) != h.cfg.ProcessDir || fi.Size > h.recordLimit() || fi.Size <= 0 {
 			continue
 		}
-		pids = append(pids, uint32(n))
+		cands = append(cands, candidate{uint32(n), fi.Size})
 	}
-	if len(pids) > maxProcessRecords {
+	if len(cands) > maxProcessRecords {
 		return nil, tooMuch("more than " + strconv.Itoa(maxProcessRecords) + " process records")
 	}
 	var out, ended []procRecord
 	var read int64
-	for _, pid := range pids {
-		rec, n, e := h.readRecord(ctx, t, pid)
-		if read += n; read > h.listBudget() {
+	seen := map[string]bool{}
+	for _, c := range cands {
+		id, e := h.recordID(ctx, t, c.pid)
+		if e != nil {
+			if e.Code == CodeProcessNotFound {
+				continue
+			}
+			return nil, e
+		}
+		if seen[id] {
+			continue // a second record of one command: not the gateway's
+		}
+		seen[id] = true
+		if read += c.size; read > h.listBudget() {
+			return nil, tooMuch("more than " + strconv.FormatInt(h.listBudget(), 10) + " bytes of process records")
+		}
+		rec, n, e := h.readRecord(ctx, t, c.pid)
+		// The search's size is execd's word: the budget counts the bytes
+		// that came, when there were more.
+		if read += max(n-c.size, 0); read > h.listBudget() {
 			return nil, tooMuch("more than " + strconv.FormatInt(h.listBudget(), 10) + " bytes of process records")
 		}
 		if e != nil {
@@ -520,7 +637,10 @@ func (h *Handler) records(ctx context.Context, t execd.Target, prune bool) ([]pr
 			}
 			return nil, e
 		}
-		st, err := h.deps.Execd.CommandStatus(ctx, t, rec.ID)
+		if rec.ID != id {
+			continue // rewritten between the two reads
+		}
+		st, err := h.deps.Execd.CommandStatus(ctx, t, rec.ID, h.recordStatusLimit(rec))
 		switch {
 		case err == nil && st.Running:
 			out = append(out, rec)
@@ -531,12 +651,79 @@ func (h *Handler) records(ctx context.Context, t execd.Target, prune bool) ([]pr
 		}
 	}
 	if prune {
-		for _, rec := range ended {
-			h.removeProcFiles(ctx, t, h.procFiles(rec.PID))
+		for len(ended) > 0 {
+			n := min(len(ended), pruneBatch)
+			var paths []string
+			for _, rec := range ended[:n] {
+				f := h.procFiles(rec.PID)
+				paths = append(paths, f.rec, f.out, f.err)
+			}
+			ended = ended[n:]
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = h.deps.Execd.DeleteFiles(dctx, t, paths...)
+			cancel()
 		}
 	}
 	slices.SortFunc(out, func(a, b procRecord) int { return int(a.PID) - int(b.PID) })
 	return out, nil
+}
+
+// recordHead is how much of a record recordID reads (bytes): the gateway
+// writes the command id (execd's ids are 32 hex digits) and the pid before
+// the config.
+const recordHead = 1 << 10
+
+// pruneBatch is how many ended processes one DELETE /files removes (three
+// paths each).
+const pruneBatch = 64
+
+// recordID reads the first recordHead bytes of pid's record and returns
+// the command id it names. A record that does not start as the gateway
+// writes it ({"id":"…","pid":<pid>) is PROCESS_NOT_FOUND.
+func (h *Handler) recordID(ctx context.Context, t execd.Target, pid uint32) (string, *Error) {
+	notFound := fail(CodeProcessNotFound, "process with pid "+strconv.FormatUint(uint64(pid), 10)+" not found")
+	b, err := h.deps.Execd.ReadAt(ctx, t, h.procFiles(pid).rec, 0, recordHead)
+	if execd.IsNotFound(err) {
+		return "", notFound
+	}
+	if err != nil {
+		return "", fromExecd(err, "process record")
+	}
+	id, gotPID, ok := parseRecordHead(b)
+	if !ok || gotPID != pid || id == "" {
+		return "", notFound
+	}
+	return id, nil
+}
+
+// parseRecordHead reads the first two members of a record's JSON prefix
+// b, which must be "id" (a string) and "pid" (an integer below 2^31), as
+// the gateway writes them; the rest of b, cut anywhere, is not read.
+func parseRecordHead(b []byte) (id string, pid uint32, ok bool) {
+	d := jsontext.NewDecoder(bytes.NewReader(b))
+	if tok, err := d.ReadToken(); err != nil || tok.Kind() != '{' {
+		return "", 0, false
+	}
+	if tok, err := d.ReadToken(); err != nil || tok.Kind() != '"' || tok.String() != "id" {
+		return "", 0, false
+	}
+	tok, err := d.ReadToken()
+	if err != nil || tok.Kind() != '"' {
+		return "", 0, false
+	}
+	id = tok.String()
+	if tok, err := d.ReadToken(); err != nil || tok.Kind() != '"' || tok.String() != "pid" {
+		return "", 0, false
+	}
+	tok, err = d.ReadToken()
+	if err != nil || tok.Kind() != '0' {
+		return "", 0, false
+	}
+	n, err := strconv.ParseUint(tok.String(), 10, 31)
+	if err != nil {
+		return "", 0, false
+	}
+	return id, uint32(n), true
 }
 
 // processList serves Process/List: the running processes the gateway
@@ -553,6 +740,11 @@ func (h *Handler) processList(w http.ResponseWriter, r *http.Request, rq *reques
 	if err := json.Unmarshal(msg, &struct{}{}); err != nil {
 		return fail(CodeBadRequest, "the request message is not a JSON object")
 	}
+	release, e := h.admitProcessCall(r.Context(), rq)
+	if e != nil {
+		return e
+	}
+	defer release()
 	recs, e := h.records(r.Context(), rq.target, true)
 	if e != nil {
 		return e
@@ -585,7 +777,7 @@ func (h *Handler) processSendSignal(w http.ResponseWriter, r *http.Request, rq *
 	if req.Signal != envd.SignalSIGKILL && req.Signal != envd.SignalSIGTERM {
 		return fail(CodeUnsupportedOperation, "invalid signal "+strconv.Itoa(int(req.Signal))+": only SIGTERM and SIGKILL are supported, as in envd")
 	}
-	rec, e := h.selectProcess(r.Context(), rq.target, req.Process)
+	rec, e := h.selectProcess(r.Context(), rq, req.Process)
 	if e != nil {
 		return e
 	}
@@ -619,18 +811,18 @@ func (h *Handler) processConnect(w http.ResponseWriter, r *http.Request, rq *req
 	}
 	ctx := r.Context()
 	begun := time.Now()
-	rec, e := h.selectProcess(ctx, rq.target, req.Process)
+	rec, e := h.selectProcess(ctx, rq, req.Process)
 	if e != nil {
 		return e
 	}
-	st, err := h.deps.Execd.CommandStatus(ctx, rq.target, rec.ID)
+	st, err := h.deps.Execd.CommandStatus(ctx, rq.target, rec.ID, h.recordStatusLimit(rec))
 	if execd.IsNotFound(err) {
 		return fail(CodeProcessNotFound, "process with pid "+strconv.FormatUint(uint64(rec.PID), 10)+" not found")
 	}
 	if err != nil {
 		return fromExecd(err, "process status")
 	}
-	f := &follower{id: rec.ID, files: h.procFiles(rec.PID)}
+	f := &follower{id: rec.ID, files: h.procFiles(rec.PID), statusMax: h.recordStatusLimit(rec)}
 	sizes, err := h.deps.Execd.Info(ctx, rq.target, []string{f.files.out, f.files.err})
 	if err != nil && !execd.IsNotFound(err) {
 		return fromExecd(err, "process output")

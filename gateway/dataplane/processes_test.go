@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -121,7 +122,7 @@ func TestExtendedStart(t *testing.T) {
 				}
 			}
 			for _, c := range e.execd.Commands() {
-				if c.Request.Cwd == "/" && !c.Background {
+				if c.Request.Cwd == "/" && !c.Background && !strings.Contains(c.Request.Command, outputScript) {
 					t.Fatalf("a Start ran in the foreground: %+v", c.Request)
 				}
 			}
@@ -236,7 +237,7 @@ func TestExtendedConnectRetainedEnd(t *testing.T) {
 	pid := uint32(start["pid"].(float64))
 	cancel()
 	e.waitOutcome()
-	if _, err := waitEnded(e, func(execdstub.CommandRecord) bool { return true }); err != nil {
+	if _, err := waitEnded(e, func(r execdstub.CommandRecord) bool { return r.Background }); err != nil {
 		t.Fatal(err)
 	}
 	_, cr := e.openStream(context.Background(), "Connect", fmt.Sprintf(`{"process":{"pid":%d}}`, pid), nil)
@@ -401,4 +402,88 @@ func linkSize(version string) string {
 		return "5"
 	}
 	return "6"
+}
+
+// TestExtendedOutputPrivate: a command started for one user has output
+// files that another user of the sandbox can neither read nor append to
+// (mode 0600, owned by the command's user, in a directory others cannot
+// list or write), while the command's own user (and execd, which follows
+// them) can. The stand-in runs commands on this machine as the uids asked
+// for, so the second user is a real one: uid 1001 through setpriv.
+func TestExtendedOutputPrivate(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test runs commands as two users: it needs root (as make test does)")
+	}
+	e := newTestEnv(t, extended, func(c *Config, _ *execdstub.Config) {
+		c.Users["user"] = User{UID: 1000, GID: 1000, Home: "/home/user"}
+	})
+	// The sandbox root is a 0700 temporary directory: let other users reach it.
+	for _, d := range []string{e.root, filepath.Dir(e.root), e.hostPath("/home/user")} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chown(e.hostPath("/home/user"), 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req := e.startRequest(startMsg(`echo secret-of-1000; while [ ! -f gate ]; do sleep 0.05; done`)).WithContext(ctx)
+	req.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("user:")))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	_, start := nextEvent(t, r, "start")
+	pid := uint32(start["pid"].(float64))
+	if _, d := nextEvent(t, r, "data"); b64(t, d["stdout"]) != "secret-of-1000\n" {
+		t.Fatalf("first output %v", d)
+	}
+
+	dir := e.hostPath("/tmp/.sandgate/processes")
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o711 {
+		t.Fatalf("process directory: %v %v, want mode 0711", fi.Mode(), err)
+	}
+	out := filepath.Join(dir, fmt.Sprint(pid)+".out")
+	for _, f := range []string{out, filepath.Join(dir, fmt.Sprint(pid)+".err")} {
+		fi, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if fi.Mode().Perm() != 0o600 || st.Uid != 1000 || st.Gid != 1000 {
+			t.Fatalf("%s: mode %v owner %d:%d, want 0600 1000:1000", f, fi.Mode().Perm(), st.Uid, st.Gid)
+		}
+	}
+	as := func(uid int, script string, args ...string) error {
+		cmd := exec.Command("setpriv", append([]string{"--reuid=" + fmt.Sprint(uid), "--regid=" + fmt.Sprint(uid), "--clear-groups",
+			"--", "sh", "-c", script, "sh"}, args...)...)
+		return cmd.Run()
+	}
+	if err := as(1000, `cat -- "$1" >/dev/null`, out); err != nil {
+		t.Fatalf("the command's own user cannot read its output: %v", err)
+	}
+	if as(1001, `cat -- "$1"`, out) == nil {
+		t.Fatal("another user read the command's output")
+	}
+	if as(1001, `echo forged >> "$1"`, out) == nil {
+		t.Fatal("another user appended to the command's output")
+	}
+	if as(1001, `ls -- "$1"`, dir) == nil || as(1001, `: > "$1"/planted`, dir) == nil {
+		t.Fatal("another user listed or wrote the process directory")
+	}
+	if err := os.WriteFile(e.hostPath("/home/user/gate"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		kind, ev := nextEvent(t, r, "data", "end")
+		if kind == "data" {
+			t.Fatalf("output the command did not print: %v", ev)
+		}
+		if kind == "end" {
+			break
+		}
+	}
 }

@@ -34,6 +34,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/sandgate/sandgate/gateway/execdtoken"
 )
 
 // MaxBody bounds the part of a probed answer's body that is kept, in
@@ -109,6 +111,10 @@ type Direct struct {
 	// started with a token answers a ping without it with 401. Echo
 	// probes reach no execd and never carry it.
 	ExecdAccessToken string
+	// ExecdTokenSecret, when set (instead of ExecdAccessToken), sends each
+	// ping the token of the sandbox it names:
+	// execdtoken.Derive(ExecdTokenSecret, <id>).
+	ExecdTokenSecret []byte
 	// Transport sends the request; nil is http.DefaultTransport. The
 	// gateway's relay gives the data plane's transport.
 	Transport http.RoundTripper
@@ -142,7 +148,11 @@ func (d Direct) Probe(ctx context.Context, path string) (Answer, error) {
 		req.Host = d.Host
 	}
 	req.Header.Set("User-Agent", "sandgate-probe")
-	if d.ExecdAccessToken != "" && pingPath.MatchString(path) {
+	switch {
+	case len(d.ExecdTokenSecret) > 0 && pingPath.MatchString(path):
+		id, _, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+		req.Header.Set(execdAccessTokenHeader, execdtoken.Derive(d.ExecdTokenSecret, id))
+	case d.ExecdAccessToken != "" && pingPath.MatchString(path):
 		req.Header.Set(execdAccessTokenHeader, d.ExecdAccessToken)
 	}
 	rt := d.Transport

@@ -54,14 +54,20 @@ type Target struct {
 }
 
 // URL returns the upstream URL for an execd path such as "/files/info".
+// path is in its escaped form: a segment that holds data (a command id)
+// is escaped once by the caller with url.PathEscape, and sent as it is.
 func (t Target) URL(path string, query url.Values) *url.URL {
 	port := t.Port
 	if port == 0 {
 		port = DefaultPort
 	}
 	u := *t.FixedEntry
-	u.Path = strings.TrimRight(u.Path, "/") + "/" + t.SandboxID + "/" + strconv.Itoa(port) + path
-	u.RawPath = ""
+	escaped := strings.TrimRight(u.EscapedPath(), "/") + "/" + t.SandboxID + "/" + strconv.Itoa(port) + path
+	if p, err := url.PathUnescape(escaped); err == nil {
+		u.Path, u.RawPath = p, escaped
+	} else {
+		u.Path, u.RawPath = escaped, ""
+	}
 	u.RawQuery = query.Encode()
 	u.Fragment = ""
 	return &u
@@ -69,9 +75,44 @@ func (t Target) URL(path string, query url.Values) *url.URL {
 
 // Client sends execd requests over an http.RoundTripper (in the gateway:
 // Caddy's reverse_proxy HTTP transport, for its pooling and timeouts).
+//
+// Code in a sandbox can answer on execd's port, so every answer is read
+// against a limit sized for its operation before it is decoded: file info
+// by the paths asked for (infoLimit), a command's status by the command
+// the caller sent (CommandStatus's maxBytes), a listing by MaxListingBytes
+// and MaxListingEntries, error bodies by 4 KiB. An answer past its limit is
+// an *Error with KindUnexpected that says so; nothing of it is decoded.
 type Client struct {
 	// Transport carries the requests; nil means http.DefaultTransport.
 	Transport http.RoundTripper
+	// MaxListingBytes bounds a directory listing's answer (bytes):
+	// /directories/list's JSON, or the listing script's output on execd
+	// v1.0.18. 0 means DefaultMaxListingBytes.
+	MaxListingBytes int64
+	// MaxListingEntries bounds the entries of one listing. 0 means
+	// DefaultMaxListingEntries.
+	MaxListingEntries int
+}
+
+// Listing bounds by default: 4 MiB of answer and 16,384 entries (an
+// execd entry takes about 200 bytes of JSON; a tiny hostile one 13).
+const (
+	DefaultMaxListingBytes   = 4 << 20
+	DefaultMaxListingEntries = 1 << 14
+)
+
+func (c *Client) listingBytes() int64 {
+	if c.MaxListingBytes <= 0 {
+		return DefaultMaxListingBytes
+	}
+	return c.MaxListingBytes
+}
+
+func (c *Client) listingEntries() int {
+	if c.MaxListingEntries <= 0 {
+		return DefaultMaxListingEntries
+	}
+	return c.MaxListingEntries
 }
 
 func (c *Client) transport() http.RoundTripper {
@@ -219,17 +260,59 @@ func (fi FileInfo) Perm() (uint32, error) {
 	return uint32(n) & 0o7777, nil
 }
 
-// maxJSONBody bounds JSON response bodies that are decoded whole (bytes).
-const maxJSONBody = 64 << 20
-
-func decodeJSON(resp *http.Response, v any) error {
+// readLimited reads resp's body whole when it holds at most limit bytes;
+// a longer body (by Content-Length, or once limit+1 bytes have arrived)
+// is an *Error with KindUnexpected naming what and the limit. The body is
+// drained and closed.
+func readLimited(resp *http.Response, limit int64, what string) ([]byte, error) {
 	defer drain(resp)
-	dec := json.NewDecoder(io.LimitReader(resp.Body, maxJSONBody))
-	if err := dec.Decode(v); err != nil {
+	tooLarge := &Error{Kind: KindUnexpected, Status: resp.StatusCode,
+		Message: "execd's answer to " + what + " is larger than the " + strconv.FormatInt(limit, 10) + " bytes it can need"}
+	if resp.ContentLength > limit {
+		return nil, tooLarge
+	}
+	var buf bytes.Buffer
+	if resp.ContentLength > 0 {
+		buf.Grow(int(resp.ContentLength))
+	}
+	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, limit+1)); err != nil {
+		return nil, &Error{Kind: KindUnexpected, Status: resp.StatusCode, Message: "reading execd's answer to " + what + " failed"}
+	}
+	if int64(buf.Len()) > limit {
+		return nil, tooLarge
+	}
+	return buf.Bytes(), nil
+}
+
+// decodeJSON decodes resp's JSON body into v once readLimited has read it
+// within limit bytes.
+func decodeJSON(resp *http.Response, v any, limit int64, what string) error {
+	b, err := readLimited(resp, limit, what)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
 		return &Error{Kind: KindUnexpected, Status: resp.StatusCode, Message: "execd sent a response that is not the expected JSON"}
 	}
 	return nil
 }
+
+// infoLimit is the most a /files/info answer for paths ps can need
+// (bytes): each path appears twice (key and "path"), JSON-escaped at most
+// six bytes per byte, with 1 KiB per entry for the other members.
+func infoLimit(ps []string) int64 {
+	n := int64(0)
+	for _, p := range ps {
+		n += 1<<10 + 12*int64(len(p))
+	}
+	return n
+}
+
+// StatusLimit is the most a /command/status answer can need for a
+// command whose text (CommandRequest.Command) is n bytes: the text comes
+// back as "content", JSON-escaped at most six bytes per byte, and 4 KiB
+// covers the other members.
+func StatusLimit(n int) int64 { return 4<<10 + 6*int64(n) }
 
 // Stat calls GET /files/info?path=p and returns the entry for p. A missing
 // path is an *Error with KindNotFound; execd v1.0.18 reports it as
@@ -254,7 +337,7 @@ func (c *Client) info(ctx context.Context, t Target, ps []string) (map[string]Fi
 		return nil, err
 	}
 	var m map[string]FileInfo
-	if err := decodeJSON(resp, &m); err != nil {
+	if err := decodeJSON(resp, &m, infoLimit(ps), "a file info request"); err != nil {
 		return nil, err
 	}
 	for _, p := range ps {
@@ -325,7 +408,7 @@ func (c *Client) ListDirectory(ctx context.Context, t Target, p string, depth in
 	if err != nil {
 		return nil, err
 	}
-	return decodeFileInfoList(resp)
+	return c.decodeFileInfoList(resp)
 }
 
 // CommandRequest is execd's RunCommandRequest (docs/wire-facts.md §X1.4).
@@ -365,10 +448,10 @@ func (c *Client) Interrupt(ctx context.Context, t Target, id string) error {
 // §X1.4). ExitCode is set once the command has finished; it is -1 when a
 // signal killed it, and Error then names the signal ("signal: killed").
 type CommandStatus struct {
-	// ID is the command ID of its init event.
+	// ID is the command ID of its init event. execd's "content" (the
+	// command text) is not decoded: it is as large as the command and the
+	// gateway has it already.
 	ID string `json:"id"`
-	// Content is the command line it runs.
-	Content string `json:"content,omitempty"`
 	// Running reports that the command has not finished.
 	Running bool `json:"running"`
 	// ExitCode is the exit status once finished; -1 for a signal.
@@ -384,8 +467,9 @@ type CommandStatus struct {
 // CommandStatus calls GET /command/status/{id}, for foreground and
 // background commands alike. An id execd does not know (execd answers 404
 // INVALID_REQUEST_BODY "command not found: <id>") is an *Error with
-// KindNotFound.
-func (c *Client) CommandStatus(ctx context.Context, t Target, id string) (CommandStatus, error) {
+// KindNotFound. An answer over maxBytes (StatusLimit of the command's text
+// length) is an *Error with KindUnexpected.
+func (c *Client) CommandStatus(ctx context.Context, t Target, id string, maxBytes int64) (CommandStatus, error) {
 	resp, err := c.doOK(ctx, t, http.MethodGet, "/command/status/"+url.PathEscape(id), nil, nil, nil)
 	if err != nil {
 		var e *Error
@@ -395,7 +479,7 @@ func (c *Client) CommandStatus(ctx context.Context, t Target, id string) (Comman
 		return CommandStatus{}, err
 	}
 	var st CommandStatus
-	if err := decodeJSON(resp, &st); err != nil {
+	if err := decodeJSON(resp, &st, maxBytes, "a command status request"); err != nil {
 		return CommandStatus{}, err
 	}
 	return st, nil

@@ -184,3 +184,58 @@ func TestTargetHost(t *testing.T) {
 		}
 	}
 }
+
+// TestCommandStatusEscapesIDOnce: execd's status route takes the id as one
+// path segment, escaped once (a "/" as %2F, "%" as %25), never twice.
+func TestCommandStatusEscapesIDOnce(t *testing.T) {
+	got := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.RequestURI
+		_, _ = io.WriteString(w, `{"id":"x","running":true,"started_at":"2026-01-01T00:00:00Z"}`)
+	}))
+	defer srv.Close()
+	fe, _ := url.Parse(srv.URL + "/prefix%20dir")
+	c := &Client{}
+	if _, err := c.CommandStatus(context.Background(), Target{FixedEntry: fe, SandboxID: "sbx1"}, "a/b c%d", StatusLimit(0)); err != nil {
+		t.Fatal(err)
+	}
+	if uri, want := <-got, "/prefix%20dir/sbx1/44772/command/status/a%2Fb%20c%25d"; uri != want {
+		t.Fatalf("request URI %q, want %q", uri, want)
+	}
+}
+
+// TestAnswersBoundedByOperation: a file info answer larger than the paths
+// asked for can need, and a status larger than the command sent can need,
+// are refused (KindUnexpected, saying so) whether or not they declare their
+// length; an answer within its limit decodes.
+func TestAnswersBoundedByOperation(t *testing.T) {
+	big := `{"/a":{"path":"/a","owner":"` + strings.Repeat("x", 64<<10) + `"}}`
+	for _, declared := range []bool{true, false} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !declared {
+				w.(http.Flusher).Flush() // chunked: no Content-Length
+			}
+			if strings.Contains(r.URL.Path, "/command/status/") {
+				_, _ = io.WriteString(w, `{"id":"x","running":true,"content":"`+strings.Repeat("y", 64<<10)+`"}`)
+				return
+			}
+			_, _ = io.WriteString(w, big)
+		}))
+		fe, _ := url.Parse(srv.URL)
+		tg := Target{FixedEntry: fe, SandboxID: "sbx1"}
+		c := &Client{}
+		_, err := c.Stat(context.Background(), tg, "/a")
+		var e *Error
+		if !errors.As(err, &e) || e.Kind != KindUnexpected || !strings.Contains(e.Message, "larger than") {
+			t.Errorf("declared %v: an oversized info answer: %v", declared, err)
+		}
+		_, err = c.CommandStatus(context.Background(), tg, "x", StatusLimit(100))
+		if !errors.As(err, &e) || e.Kind != KindUnexpected || !strings.Contains(e.Message, "larger than") {
+			t.Errorf("declared %v: an oversized status: %v", declared, err)
+		}
+		if st, err := c.CommandStatus(context.Background(), tg, "x", StatusLimit(64<<10)); err != nil || !st.Running {
+			t.Errorf("declared %v: a status within its limit: %+v %v", declared, st, err)
+		}
+		srv.Close()
+	}
+}

@@ -61,7 +61,7 @@ func (c *Client) listWithShell(ctx context.Context, t Target, dir string, depth 
 	if dir == "/" {
 		parent, base = "/", "."
 	}
-	res, err := c.Shell(ctx, t, parent, listScript, base, strconv.Itoa(depth))
+	res, err := c.Shell(ctx, t, c.listingBytes(), parent, listScript, base, strconv.Itoa(depth))
 	var e *Error
 	if errors.As(err, &e) && e.Kind == KindExecd && e.Status == http.StatusBadRequest {
 		// execd refuses a working directory that does not exist or is not
@@ -82,6 +82,9 @@ func (c *Client) listWithShell(ctx context.Context, t Target, dir string, depth 
 	default:
 		return nil, &Error{Kind: KindExecd, Status: http.StatusInternalServerError, Code: "RUNTIME_ERROR",
 			Message: "listing " + dir + " with a shell script failed with exit status " + strconv.Itoa(res.ExitCode)}
+	}
+	if n := bytes.Count(res.Stdout, []byte{0}); n > c.listingEntries() {
+		return nil, &Error{Kind: KindUnexpected, Message: "the listing script printed more than " + strconv.Itoa(c.listingEntries()) + " entries (the gateway's max_listing_entries)"}
 	}
 	var list []FileInfo
 	var stat []string
@@ -186,7 +189,7 @@ func (c *Client) FollowedType(ctx context.Context, t Target, p string) (string, 
 	if p == "/" {
 		return TypeDirectory, nil
 	}
-	res, err := c.Shell(ctx, t, parent, typeScript, base)
+	res, err := c.Shell(ctx, t, 4<<10, parent, typeScript, base)
 	var e *Error
 	if errors.As(err, &e) && e.Kind == KindExecd && e.Status == http.StatusBadRequest {
 		return "", &Error{Kind: KindNotFound, Status: http.StatusNotFound, Code: "FILE_NOT_FOUND", Message: "file not found: " + p}

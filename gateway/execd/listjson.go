@@ -45,7 +45,9 @@ var listDecoders = sync.Pool{New: func() any { return new(listDecoder) }}
 const maxPooledList = 1 << 20
 
 // decodeFileInfoList decodes execd's JSON array of FileInfo from resp
-// (at most maxJSONBody bytes are read) and closes the body. It reads the
+// (at most MaxListingBytes are read; an answer naming "path" more than
+// MaxListingEntries times is refused before it is decoded) and closes the
+// body. It reads the
 // body once into a pooled buffer, sizes the slice from it and walks the
 // tokens without reflection, reading only the fields the gateway uses:
 // path, type, size, modified_at, owner, group and mode; created_at and
@@ -55,8 +57,14 @@ const maxPooledList = 1 << 20
 // unset, invalid UTF-8 becomes U+FFFD, times are RFC 3339 as
 // time.Time.UnmarshalJSON reads them); anything else is an *Error with
 // KindUnexpected.
-func decodeFileInfoList(resp *http.Response) ([]FileInfo, error) {
+func (c *Client) decodeFileInfoList(resp *http.Response) ([]FileInfo, error) {
 	defer drain(resp)
+	limit := c.listingBytes()
+	tooLarge := &Error{Kind: KindUnexpected, Status: resp.StatusCode,
+		Message: "execd's directory listing is larger than " + strconv.FormatInt(limit, 10) + " bytes (the gateway's max_listing_size)"}
+	if resp.ContentLength > limit {
+		return nil, tooLarge
+	}
 	ld := listDecoders.Get().(*listDecoder)
 	defer func() {
 		if ld.body.Cap() <= maxPooledList {
@@ -74,8 +82,15 @@ func decodeFileInfoList(resp *http.Response) ([]FileInfo, error) {
 	if n := resp.ContentLength; n > 0 {
 		ld.body.Grow(int(min(n, maxPooledList)))
 	}
-	if _, err := ld.body.ReadFrom(io.LimitReader(resp.Body, maxJSONBody)); err != nil {
+	if _, err := ld.body.ReadFrom(io.LimitReader(resp.Body, limit+1)); err != nil {
 		return nil, unexpectedJSON(resp)
+	}
+	if int64(ld.body.Len()) > limit {
+		return nil, tooLarge
+	}
+	if n := bytes.Count(ld.body.Bytes(), quotedPath); n > c.listingEntries() {
+		return nil, &Error{Kind: KindUnexpected, Status: resp.StatusCode,
+			Message: "execd's directory listing names more than " + strconv.Itoa(c.listingEntries()) + " entries (the gateway's max_listing_entries)"}
 	}
 	list, err := ld.decode(ld.body.Bytes())
 	if err != nil {

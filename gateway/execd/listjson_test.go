@@ -62,7 +62,7 @@ func unicodeFolds(body string) bool {
 func sameAsReference(t *testing.T, body string) {
 	t.Helper()
 	want, werr := referenceList(body)
-	got, gerr := decodeFileInfoList(listResponse(body))
+	got, gerr := (&Client{}).decodeFileInfoList(listResponse(body))
 	if werr != nil || gerr != nil {
 		if (werr == nil) != (gerr == nil) && !unicodeFolds(body) {
 			t.Fatalf("body %q: encoding/json error %v, fast decoder error %v", body, werr, gerr)
@@ -103,23 +103,33 @@ func TestDecodeFileInfoList(t *testing.T) {
 	} {
 		sameAsReference(t, body)
 	}
-	got, err := decodeFileInfoList(listResponse(execdListing))
+	got, err := (&Client{}).decodeFileInfoList(listResponse(execdListing))
 	if err != nil || len(got) != 2 || cap(got) != 2 || got[1].Mode != 755 || got[1].Type != TypeDirectory || !got[0].CreatedAt.IsZero() {
 		t.Fatalf("execd listing = %+v (cap %d), %v", got, cap(got), err)
 	}
 }
 
-// TestDecodeFileInfoListBounded: a body beyond maxJSONBody is cut there
-// and refused, like encoding/json over the same limit.
+// TestDecodeFileInfoListBounded: a body beyond MaxListingBytes is cut
+// there and refused, and so is one naming more than MaxListingEntries
+// entries, before anything is decoded.
 func TestDecodeFileInfoListBounded(t *testing.T) {
+	c := &Client{MaxListingBytes: 1 << 10, MaxListingEntries: 3}
 	var b bytes.Buffer
 	b.WriteString(`[{"path":"`)
-	b.WriteString(strings.Repeat("a", maxJSONBody))
+	b.WriteString(strings.Repeat("a", 1<<10))
 	b.WriteString(`"}]`)
-	_, err := decodeFileInfoList(&http.Response{StatusCode: 200, ContentLength: -1, Body: io.NopCloser(&b)})
+	_, err := c.decodeFileInfoList(&http.Response{StatusCode: 200, ContentLength: -1, Body: io.NopCloser(&b)})
 	var e *Error
-	if !errors.As(err, &e) || e.Kind != KindUnexpected {
+	if !errors.As(err, &e) || e.Kind != KindUnexpected || !strings.Contains(e.Message, "larger than 1024 bytes") {
 		t.Fatalf("oversized body: %v", err)
+	}
+	four := `[{"path":"a"},{"path":"b"},{"path":"c"},{"path":"d"}]`
+	_, err = c.decodeFileInfoList(&http.Response{StatusCode: 200, ContentLength: -1, Body: io.NopCloser(strings.NewReader(four))})
+	if !errors.As(err, &e) || e.Kind != KindUnexpected || !strings.Contains(e.Message, "more than 3 entries") {
+		t.Fatalf("too many entries: %v", err)
+	}
+	if list, err := c.decodeFileInfoList(listResponse(strings.Replace(four, `,{"path":"d"}`, "", 1))); err != nil || len(list) != 3 {
+		t.Fatalf("three entries: %v %v", list, err)
 	}
 }
 
@@ -146,7 +156,7 @@ func BenchmarkDecodeFileInfoList(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			var list []FileInfo
-			if err := decodeJSON(listResponse(body), &list); err != nil {
+			if err := decodeJSON(listResponse(body), &list, DefaultMaxListingBytes, "a listing"); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -154,7 +164,7 @@ func BenchmarkDecodeFileInfoList(b *testing.B) {
 	b.Run("decodeFileInfoList", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := decodeFileInfoList(listResponse(body)); err != nil {
+			if _, err := (&Client{}).decodeFileInfoList(listResponse(body)); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -163,14 +173,14 @@ func BenchmarkDecodeFileInfoList(b *testing.B) {
 
 // TestDecodeFileInfoListMemoryFollowsTheBytes: an answer that declares a
 // large Content-Length and sends a few bytes costs about what arrived.
-// The buffer was grown to the declared length (up to maxJSONBody, 64 MiB)
+// The buffer was grown to the declared length (up to 64 MiB then)
 // before the body was read, so a sandbox whose port 44772 answers so (code
 // in the sandbox can replace execd) held 64 MiB of the gateway per ListDir
 // for as long as it kept the body open.
 func TestDecodeFileInfoListMemoryFollowsTheBytes(t *testing.T) {
 	var err error
 	n := memtest.AllocatedDuring(func() {
-		_, err = decodeFileInfoList(&http.Response{StatusCode: 200, ContentLength: maxJSONBody,
+		_, err = (&Client{}).decodeFileInfoList(&http.Response{StatusCode: 200, ContentLength: DefaultMaxListingBytes,
 			Body: io.NopCloser(strings.NewReader(`[{"path":"/a"`))})
 	})
 	var e *Error
@@ -178,6 +188,6 @@ func TestDecodeFileInfoListMemoryFollowsTheBytes(t *testing.T) {
 		t.Fatalf("a cut answer: %v", err)
 	}
 	if n > 2<<20 {
-		t.Fatalf("13 bytes of an answer declaring %d bytes allocated %d bytes", maxJSONBody, n)
+		t.Fatalf("13 bytes of an answer declaring %d bytes allocated %d bytes", DefaultMaxListingBytes, n)
 	}
 }

@@ -29,9 +29,6 @@ type ShellResult struct {
 	ExitCode int
 }
 
-// maxShellOutput bounds the stdout a Shell script may print (bytes).
-const maxShellOutput = 32 << 20
-
 // shellTimeoutMs is the lifetime execd gives a Shell script.
 const shellTimeoutMs = 60_000
 
@@ -39,9 +36,9 @@ const shellTimeoutMs = 60_000
 // execd's own identity, in directory cwd; empty means execd's) with args as
 // its positional parameters, and returns its stdout once it has ended. It
 // serves what execd has no route for (the directory listing of execd
-// v1.0.18). Output over 32 MiB is an *Error with KindUnexpected; execd's
-// refusals (a cwd that does not exist: 400) come back as *Error.
-func (c *Client) Shell(ctx context.Context, t Target, cwd, script string, args ...string) (ShellResult, error) {
+// v1.0.18). Output over maxOutput bytes is an *Error with KindUnexpected;
+// execd's refusals (a cwd that does not exist: 400) come back as *Error.
+func (c *Client) Shell(ctx context.Context, t Target, maxOutput int64, cwd, script string, args ...string) (ShellResult, error) {
 	var cmd strings.Builder
 	if len(args) > 0 {
 		cmd.WriteString("set --")
@@ -76,8 +73,8 @@ func (c *Client) Shell(ctx context.Context, t Target, cwd, script string, args .
 				res.Stdout = append(res.Stdout, ev.Text...)
 			}
 			res.Stdout = append(res.Stdout, '\n')
-			if len(res.Stdout) > maxShellOutput {
-				return ShellResult{}, &Error{Kind: KindUnexpected, Message: "the script printed more than " + strconv.Itoa(maxShellOutput) + " bytes"}
+			if int64(len(res.Stdout)) > maxOutput {
+				return ShellResult{}, &Error{Kind: KindUnexpected, Message: "the script printed more than " + strconv.FormatInt(maxOutput, 10) + " bytes"}
 			}
 		case ev.Terminal():
 			code, ok := ev.ExitCode()

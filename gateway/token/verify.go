@@ -1,12 +1,16 @@
 package token
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/sandgate/sandgate/internal/strictjson"
 )
 
 const (
@@ -145,7 +149,9 @@ func NewVerifier(keys []Key, leeway time.Duration) (*Verifier, error) {
 // missing kid selects the only key when exactly one is configured); the
 // header "alg" must equal the selected key's Algorithm; signature
 // verification with that key; exp (required) and nbf (optional) checked
-// against the clock with the configured leeway; then credential_id,
+// against the clock with the configured leeway; the header and claims
+// re-read with strictjson.Check, so a repeated member (which golang-jwt's
+// encoding/json resolves to the last) is refused; then credential_id,
 // sandbox_id and port are read, and the Target is cached. The returned
 // error matches exactly one of ErrMalformed, ErrUnknownKey, ErrAlgorithm,
 // ErrSignature, ErrExpired, ErrNotYetValid and ErrClaims, and never
@@ -202,6 +208,13 @@ func (v *Verifier) Verify(raw string) (Target, error) {
 		return Target{}, v.mapError(vk, err)
 	}
 
+	// golang-jwt decodes the header and claims with encoding/json, which
+	// keeps the last of a repeated member; a token whose meaning depends
+	// on which reader looks is refused.
+	if err := uniqueMembers(raw); err != nil {
+		return Target{}, err
+	}
+
 	// The sandgate claims.
 	t, err := targetFromClaims(claims)
 	if err != nil {
@@ -215,6 +228,30 @@ func (v *Verifier) Verify(raw string) (Target, error) {
 		v.cache.put(raw, t, until, now)
 	}
 	return t, nil
+}
+
+// uniqueMembers checks the header and claims segments of raw, a token
+// golang-jwt has already parsed, with strictjson.Check: one JSON value each,
+// no member name repeated at any depth, valid UTF-8. A repeated header
+// member is ErrMalformed, a repeated or otherwise non-strict claim
+// ErrClaims. The error names the segment, never its content.
+func uniqueMembers(raw string) error {
+	header, rest, _ := strings.Cut(raw, ".")
+	claims, _, _ := strings.Cut(rest, ".")
+	for _, seg := range []struct {
+		b64   string
+		class error
+		name  string
+	}{{header, ErrMalformed, "header"}, {claims, ErrClaims, "claims"}} {
+		b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(seg.b64, "="))
+		if err != nil {
+			return fmt.Errorf("%w: the %s segment is not base64url", ErrMalformed, seg.name)
+		}
+		if err := strictjson.Check(b); err != nil {
+			return fmt.Errorf("%w: the %s are not strict JSON (a member repeated, invalid UTF-8 or trailing data)", seg.class, seg.name)
+		}
+	}
+	return nil
 }
 
 func (v *Verifier) selectKey(header map[string]any) (*verifierKey, error) {

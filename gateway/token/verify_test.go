@@ -2,11 +2,14 @@ package token
 
 import (
 	"crypto/ed25519"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -178,6 +181,17 @@ func TestVerifyRejects(t *testing.T) {
 		c[name] = v
 		return c
 	}
+	expStr := strconv.FormatInt(t0.Add(time.Hour).Unix(), 10)
+	// hsRaw signs the header and claims exactly as written (HS256 with hs).
+	hsRaw := func(header, claims string) func(*testing.T) string {
+		return func(*testing.T) string {
+			enc := base64.RawURLEncoding
+			in := enc.EncodeToString([]byte(header)) + "." + enc.EncodeToString([]byte(claims))
+			m := hmac.New(sha256.New, hsMat.([]byte))
+			m.Write([]byte(in))
+			return in + "." + enc.EncodeToString(m.Sum(nil))
+		}
+	}
 	hsSign := func(c jwt.MapClaims) func(*testing.T) string {
 		return func(t *testing.T) string { return sign(t, jwt.SigningMethodHS256, hsMat, "hs", c) }
 	}
@@ -328,6 +342,16 @@ func TestVerifyRejects(t *testing.T) {
 		{"claims not an object", single, func(t *testing.T) string {
 			return rawJWS(t, map[string]any{"alg": "HS256"}, []int{1}, []byte("sig"))
 		}, ErrMalformed},
+		// A repeated member: encoding/json (golang-jwt's decoder) keeps the
+		// last one, which another reader of the same token may not.
+		{"repeated sandbox_id claim", single, hsRaw(`{"alg":"HS256","kid":"hs"}`,
+			`{"credential_id":"cred-1","sandbox_id":"other","sandbox_id":"`+target.SandboxID+`","port":49983,"exp":`+expStr+`}`), ErrClaims},
+		{"repeated exp claim", single, hsRaw(`{"alg":"HS256","kid":"hs"}`,
+			`{"credential_id":"`+target.CredentialID+`","sandbox_id":"`+target.SandboxID+`","port":49983,"exp":1,"exp":`+expStr+`}`), ErrClaims},
+		{"repeated member in a nested claim", single, hsRaw(`{"alg":"HS256","kid":"hs"}`,
+			`{"credential_id":"`+target.CredentialID+`","sandbox_id":"`+target.SandboxID+`","port":49983,"exp":`+expStr+`,"x":{"a":1,"a":2}}`), ErrClaims},
+		{"repeated kid header", single, hsRaw(`{"alg":"HS256","kid":"other","kid":"hs"}`,
+			`{"credential_id":"`+target.CredentialID+`","sandbox_id":"`+target.SandboxID+`","port":49983,"exp":`+expStr+`}`), ErrMalformed},
 		{"signature not base64", multi, func(t *testing.T) string {
 			raw := mint(t, hs, target, time.Hour, t0)
 			return raw[:strings.LastIndex(raw, ".")+1] + "***"

@@ -123,6 +123,9 @@ type Config struct {
 	// (execd expands "~" to its user's home), and commands get its host
 	// directory as HOME. Empty selects "/root".
 	Home string
+	// Hostile, when set, makes the Server answer the gateway's JSON reads
+	// as code in the sandbox standing in for execd can (see Hostile).
+	Hostile *Hostile
 }
 
 // Server is the execd stand-in. It is an http.Handler; serve it with
@@ -334,6 +337,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			})
 			return
 		}
+	}
+	if s.serveHostile(w, r) {
+		return
 	}
 	if rt == nil {
 		w.Header()["Content-Type"] = []string{"text/plain"}

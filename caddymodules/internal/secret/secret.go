@@ -23,16 +23,49 @@ import (
 var ErrLiteral = errors.New("a secret must not be written into the configuration")
 
 // Check reports whether raw, the configured value of setting, keeps its
-// secret out of the configuration: it is empty (no secret) or contains an
-// {env.NAME} or {file./path} placeholder. Otherwise it returns an error
-// wrapping ErrLiteral that names setting and says what to write instead;
-// the value is never in the error.
+// secret out of the configuration: it is empty (no secret), or it is
+// exactly one {env.NAME} or {file./path} placeholder, optionally after an
+// HTTP authentication scheme and one space ("Bearer {env.NAME}"; the
+// schemes are those of authSchemes). Any other text beside the placeholder
+// ("literal{file./x}") would land in the configuration as written, so it is
+// refused like a plain literal. Otherwise it returns an error wrapping
+// ErrLiteral that names setting and says what to write instead; the value
+// is never in the error.
 func Check(setting, raw string) error {
-	if raw == "" || strings.Contains(raw, "{env.") || strings.Contains(raw, "{file.") {
+	if raw == "" || onlyPlaceholder(raw) {
 		return nil
 	}
 	return fmt.Errorf("%s: %w (the adapted JSON is served by GET /config/ and saved to autosave.json; a Caddyfile's {$VAR} is expanded into it): give it as {env.NAME} or {file./path/to/secret}, resolved when the gateway starts",
 		setting, ErrLiteral)
+}
+
+// authSchemes are the HTTP authentication schemes (lower case) that may
+// precede a secret's placeholder: the scheme names no secret.
+var authSchemes = map[string]bool{"bearer": true, "basic": true, "token": true, "digest": true}
+
+// onlyPlaceholder reports whether raw is one {env.NAME} or {file./path}
+// placeholder with a non-empty name and no brace inside, optionally after
+// one of authSchemes and a single space.
+func onlyPlaceholder(raw string) bool {
+	if scheme, rest, ok := strings.Cut(raw, " "); ok {
+		if !authSchemes[strings.ToLower(scheme)] {
+			return false
+		}
+		raw = rest
+	}
+	inner, ok := strings.CutPrefix(raw, "{")
+	if !ok {
+		return false
+	}
+	inner, ok = strings.CutSuffix(inner, "}")
+	if !ok || strings.ContainsAny(inner, "{} ") {
+		return false
+	}
+	name, ok := strings.CutPrefix(inner, "env.")
+	if !ok {
+		name, ok = strings.CutPrefix(inner, "file.")
+	}
+	return ok && name != ""
 }
 
 // Resolve checks raw with Check and returns it with its placeholders

@@ -20,6 +20,16 @@ func TestCheck(t *testing.T) {
 		"Bearer s3cr3t":             false,
 		"{system.hostname}":         false,
 		"{TOKEN}":                   false,
+		"literal{file./x}":          false,
+		"{file./x}literal":          false,
+		"lit{env.TOKEN}eral":        false,
+		"s3cr3t {env.TOKEN}":        false,
+		"Bearer  {env.TOKEN}":       false,
+		"{env.A}{env.B}":            false,
+		"{env.}":                    false,
+		"{file.}":                   false,
+		"token {env.PORTAL}":        true,
+		"Basic {file./run/b64}":     true,
 	} {
 		err := Check("execd_access_token", raw)
 		if (err == nil) != ok {
@@ -64,4 +74,29 @@ func TestSensitiveHeader(t *testing.T) {
 			t.Errorf("SensitiveHeader(%q) = %v", name, !want)
 		}
 	}
+}
+
+// FuzzCheck: whatever Check accepts holds no text besides one
+// placeholder and, before it, at most an authentication scheme and a
+// space: nothing literal can reach the configuration beside a secret.
+func FuzzCheck(f *testing.F) {
+	for _, s := range []string{"{env.A}", "Bearer {file./x}", "literal{file./x}", "{env.A}{env.B}", "a {env.A}", "{env.{A}}"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		if raw == "" || Check("s", raw) != nil {
+			return
+		}
+		open, close := strings.IndexByte(raw, '{'), strings.LastIndexByte(raw, '}')
+		if open < 0 || close != len(raw)-1 || strings.Count(raw, "{") != 1 || strings.Count(raw, "}") != 1 {
+			t.Fatalf("accepted %q: not one placeholder at the end", raw)
+		}
+		if before := raw[:open]; before != "" && !authSchemes[strings.ToLower(strings.TrimSuffix(before, " "))] {
+			t.Fatalf("accepted %q: %q before the placeholder", raw, before)
+		}
+		inner := raw[open+1 : close]
+		if !strings.HasPrefix(inner, "env.") && !strings.HasPrefix(inner, "file.") {
+			t.Fatalf("accepted %q: not an env or file placeholder", raw)
+		}
+	})
 }

@@ -1,0 +1,106 @@
+package execdstub
+
+import (
+	"bufio"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// Hostile is what code in a sandbox can do in execd's place on port 44772:
+// answer every JSON read the gateway makes with as many bytes as it is
+// willing to send. With Config.Hostile set, the Server answers
+//
+//   - GET /files/info with one entry per path asked for whose owner is
+//     Bytes long (the entry a gateway needs is a few hundred bytes);
+//   - GET /directories/list with a JSON array of Bytes of tiny entries
+//     ({"path":"/a"}, 13 bytes each: the most entries per byte), or, with
+//     ListingEntries, that many entries padded to fill ListingBytes (the
+//     largest listing a gateway accepts, which it decodes whole);
+//   - GET /command/status/{id} with a status whose content is Bytes long;
+//   - GET /files/search with Bytes of tiny entries;
+//
+// always 200 with no Content-Length (chunked), so the size is known only
+// as it arrives. Every other route behaves as execd's.
+type Hostile struct {
+	// Bytes is how much each hostile answer holds; 0 means 64 MiB, the
+	// most the gateway once read of any answer.
+	Bytes int64
+	// ListingEntries, when positive, makes a listing hold this many
+	// entries whose paths pad it to about ListingBytes.
+	ListingEntries int
+	// ListingBytes is the size of a listing with ListingEntries.
+	ListingBytes int64
+}
+
+func (h *Hostile) bytes() int64 {
+	if h.Bytes <= 0 {
+		return 64 << 20
+	}
+	return h.Bytes
+}
+
+// serveHostile answers r as Hostile says and reports whether it did.
+func (s *Server) serveHostile(w http.ResponseWriter, r *http.Request) bool {
+	h := s.cfg.Hostile
+	if h == nil || r.Method != http.MethodGet {
+		return false
+	}
+	n := h.bytes()
+	bw := bufio.NewWriterSize(w, 64<<10)
+	defer bw.Flush()
+	pad := func(c byte) {
+		chunk := strings.Repeat(string(c), 64<<10)
+		for left := n; left > 0; left -= int64(len(chunk)) {
+			if _, err := bw.WriteString(chunk[:min(int64(len(chunk)), left)]); err != nil {
+				return
+			}
+		}
+	}
+	tiny := func() {
+		_, _ = bw.WriteString("[")
+		for left := n; left > 0; left -= 13 {
+			_, _ = bw.WriteString(`{"path":"/a"},`)
+		}
+		_, _ = bw.WriteString(`{"path":"/a"}]`)
+	}
+	switch p := r.URL.Path; {
+	case p == "/files/info":
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = bw.WriteString("{")
+		for i, q := range r.URL.Query()["path"] {
+			if i > 0 {
+				_, _ = bw.WriteString(",")
+			}
+			k := strconv.Quote(q)
+			_, _ = bw.WriteString(k + `:{"path":` + k + `,"size":1,"mode":644,"owner":"`)
+			pad('o')
+			_, _ = bw.WriteString(`"}`)
+		}
+		_, _ = bw.WriteString("}")
+	case p == "/directories/list" && h.ListingEntries > 0:
+		w.Header().Set("Content-Type", "application/json")
+		per := max(h.ListingBytes/int64(h.ListingEntries)-160, 1)
+		name := strings.Repeat("n", int(per))
+		_, _ = bw.WriteString("[")
+		for i := range h.ListingEntries {
+			if i > 0 {
+				_, _ = bw.WriteString(",")
+			}
+			_, _ = bw.WriteString(`{"path":"/home/user/` + strconv.Itoa(i) + name + `","type":"file","size":1,` +
+				`"modified_at":"2026-12-01T06:31:43Z","owner":"root","group":"root","mode":644}`)
+		}
+		_, _ = bw.WriteString("]")
+	case p == "/directories/list", p == "/files/search":
+		w.Header().Set("Content-Type", "application/json")
+		tiny()
+	case strings.HasPrefix(p, "/command/status/"):
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = bw.WriteString(`{"id":` + strconv.Quote(strings.TrimPrefix(p, "/command/status/")) + `,"running":true,"content":"`)
+		pad('c')
+		_, _ = bw.WriteString(`"}`)
+	default:
+		return false
+	}
+	return true
+}
