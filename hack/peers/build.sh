@@ -108,6 +108,7 @@ for s in node/fast node/heartbeat pod/fast; do
     [[ $(basename "$y") == kustomization.yaml ]] || cp "$y" "$tmp/kwok-stages/${s//\//-}-$(basename "$y")"
   done
 done
+chmod u+w "$tmp/kwok-stages"/* # copies of the module cache's read-only files
 
 mkdir -p "$tmp/crd" "$tmp/python-sdk"
 cp "$work/$main/kubernetes/config/crd/bases"/*.yaml "$tmp/crd/"
