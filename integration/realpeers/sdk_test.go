@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/sandbox"
+	"github.com/sandgate/sandgate/integration/harness"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/watch"
@@ -60,8 +61,9 @@ type peersResult struct {
 }
 
 // TestSDKSuitesAgainstTheRealPeers runs the "peers" scenario of each JS
-// SDK and of the Python SDK through corectl and the gateway, against each
-// execd version: create (the real controller makes the Pod, kwok runs it,
+// SDK and of the Python SDK through corectl and the gateway, in the
+// six-operation mode and with extended_operations, against each execd
+// version: create (the real controller makes the Pod, kwok runs it,
 // the controller marks the BatchSandbox ready with the Pod IP), a command,
 // a file written, read and listed, the sandbox list, setTimeout, connect,
 // kill (the controller's deletion) and a connect after it.
@@ -71,24 +73,33 @@ func TestSDKSuitesAgainstTheRealPeers(t *testing.T) {
 	for _, version := range execdVersions {
 		t.Run("execd-"+version, func(t *testing.T) {
 			w.startExecd(t, version)
-			for _, pkg := range jsPackages {
-				t.Run(pkg, func(t *testing.T) {
-					seen := w.watchSandboxes(t)
-					var r peersResult
-					runScenario(t, "node", []string{"sdk.mjs", "peers"}, filepath.Join(w.root, "integration/js"), &r,
-						"E2B_PACKAGE="+pkg, "SCENARIO_DIR=/home/user/"+pkg)
-					w.checkSession(t, r, "/home/user/"+pkg, seen)
+			for _, mode := range []struct {
+				name    string
+				gateway *harness.Env
+			}{{"six-operation", w.gateway}, {"extended_operations", w.extended}} {
+				t.Run(mode.name, func(t *testing.T) {
+					for _, pkg := range jsPackages {
+						t.Run(pkg, func(t *testing.T) {
+							seen := w.watchSandboxes(t)
+							dir := "/home/user/" + mode.name + "-" + pkg
+							var r peersResult
+							runScenario(t, mode.gateway, "node", []string{"sdk.mjs", "peers"}, filepath.Join(w.root, "integration/js"), &r,
+								"E2B_PACKAGE="+pkg, "SCENARIO_DIR="+dir)
+							w.checkSession(t, r, dir, seen)
+						})
+					}
+					t.Run("python-2.24.0", func(t *testing.T) {
+						seen := w.watchSandboxes(t)
+						dir := "/home/user/" + mode.name + "-python"
+						var r peersResult
+						src := filepath.Join(w.root, "integration/realpeers/python")
+						runScenario(t, mode.gateway, python, []string{"scenario.py", "peers"}, src, &r,
+							"PYTHONPATH="+filepath.Join(w.bin, "python-sdk")+string(os.PathListSeparator)+src,
+							"PYTHONDONTWRITEBYTECODE=1", "SCENARIO_DIR="+dir)
+						w.checkSession(t, r, dir, seen)
+					})
 				})
 			}
-			t.Run("python-2.24.0", func(t *testing.T) {
-				seen := w.watchSandboxes(t)
-				var r peersResult
-				dir := filepath.Join(w.root, "integration/realpeers/python")
-				runScenario(t, python, []string{"scenario.py", "peers"}, dir, &r,
-					"PYTHONPATH="+filepath.Join(w.bin, "python-sdk")+string(os.PathListSeparator)+dir,
-					"PYTHONDONTWRITEBYTECODE=1", "SCENARIO_DIR=/home/user/python")
-				w.checkSession(t, r, "/home/user/python", seen)
-			})
 		})
 	}
 }
@@ -108,14 +119,14 @@ func pythonInterpreter(t *testing.T) string {
 }
 
 // runScenario runs name args in dir with the SDK environment (corectl,
-// the gateway, the API key) and env, and decodes the "result" it prints.
-func runScenario(t *testing.T, name string, args []string, dir string, result any, env ...string) {
+// gateway, the API key) and env, and decodes the "result" it prints.
+func runScenario(t *testing.T, gateway *harness.Env, name string, args []string, dir string, result any, env ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
-	cmd.Env = append(append(os.Environ(), "E2B_API_URL="+w.api, "E2B_SANDBOX_URL="+w.gateway.Gateway, "E2B_API_KEY="+apiKey), env...)
+	cmd.Env = append(append(os.Environ(), "E2B_API_URL="+w.api, "E2B_SANDBOX_URL="+gateway.Gateway, "E2B_API_KEY="+apiKey), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

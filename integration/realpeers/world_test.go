@@ -42,8 +42,11 @@ const (
 	// clusterID is the compute cluster's ID in corectl's configuration,
 	// the credentials and the gateway's Caddyfile.
 	clusterID = "cluster-a"
-	// apiKey is the API key of the credential the SDKs use.
-	apiKey = "key-peers"
+	// apiKey is the API key of the credential the SDKs use;
+	// connectAPIKey the same credential's key that sdk.mjs's connect()
+	// sends (its per-sandbox scenarios).
+	apiKey        = "key-peers"
+	connectAPIKey = "e2b_sandgate_test"
 )
 
 // world is the chain the tests share: a control plane with the real
@@ -63,8 +66,11 @@ type world struct {
 	// ingress is the OpenSandbox Ingress's URL (the fixed entry); api
 	// corectl's; gateway the data plane's.
 	ingress, api string
-	gateway      *harness.Env
-	procs        []*proc
+	// gateway is the data plane in the six-operation mode; extended is
+	// a second one, with extended_operations, on the same key and
+	// credentials.
+	gateway, extended *harness.Env
+	procs             []*proc
 }
 
 // startWorld starts the chain from the programs in bin; on error what was
@@ -275,6 +281,11 @@ func (w *world) startSandgate() (err error) {
 	if w.gateway, err = harness.Start(harness.Config{RepoRoot: w.root, Caddyfile: caddyfile, Credentials: creds}); err != nil {
 		return fmt.Errorf("the gateway: %w", err)
 	}
+	extended := strings.Replace(caddyfile, "\t\ttoken_target\n", "\t\ttoken_target\n\t\textended_operations\n", 1)
+	if w.extended, err = harness.Start(harness.Config{RepoRoot: w.root, Caddyfile: extended, CredentialsFile: w.gateway.CredFile,
+		KeyFile: w.gateway.KeyFile, KeyID: "primary"}); err != nil {
+		return fmt.Errorf("the gateway with extended_operations: %w", err)
+	}
 	c := kubetest.Cluster(clusterID, w.ingressNS)
 	c.Kubeconfig, c.FixedEntry = w.kubeconfig(), w.ingress
 	templates := kubetest.SandboxTemplates()
@@ -288,7 +299,8 @@ func (w *world) startSandgate() (err error) {
 	}
 	files := map[string]string{
 		"clusters.json": string(cfg),
-		"keys.yaml":     "keys:\n  - {name: peers, sha256: " + apikey.Digest(apiKey) + ", credentialId: cred-peers}\n",
+		"keys.yaml": "keys:\n  - {name: peers, sha256: " + apikey.Digest(apiKey) + ", credentialId: cred-peers}\n" +
+			"  - {name: sdk-connect, sha256: " + apikey.Digest(connectAPIKey) + ", credentialId: cred-peers}\n",
 	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(w.dir, name), []byte(content), 0o600); err != nil {
@@ -322,8 +334,10 @@ func (w *world) stop() {
 	for i := len(w.procs) - 1; i >= 0; i-- {
 		w.procs[i].stop()
 	}
-	if w.gateway != nil {
-		w.gateway.Close()
+	for _, g := range []*harness.Env{w.extended, w.gateway} {
+		if g != nil {
+			g.Close()
+		}
 	}
 	if w.kube != nil {
 		if err := w.kube.Stop(); err != nil {
@@ -350,12 +364,23 @@ type proc struct {
 	cmd       *exec.Cmd
 	done      chan struct{}
 	err       error
+	// group: the program runs in a process group of its own, and stop
+	// signals the whole group (unshare --fork ignores SIGTERM and waits
+	// for its child).
+	group bool
 }
 
 // start starts path with args (env added to the test's environment), its
 // output to <dir>/<name>.log, killed if the test process dies.
 func (w *world) start(name, path string, env []string, args ...string) (*proc, error) {
-	p := &proc{name: name, log: filepath.Join(w.dir, name+".log"), cmd: exec.Command(path, args...), done: make(chan struct{})}
+	return w.startProc(&proc{name: name, cmd: exec.Command(path, args...)}, env)
+}
+
+// startProc starts p.cmd as start does, in a process group of its own when
+// p.group.
+func (w *world) startProc(p *proc, env []string) (*proc, error) {
+	p.log, p.done = filepath.Join(w.dir, p.name+".log"), make(chan struct{})
+	name := p.name
 	f, err := os.Create(p.log)
 	if err != nil {
 		return nil, err
@@ -363,7 +388,7 @@ func (w *world) start(name, path string, env []string, args ...string) (*proc, e
 	p.cmd.Stdout, p.cmd.Stderr = f, f
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Dir = w.dir
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: p.group}
 	if err := p.cmd.Start(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
@@ -391,11 +416,15 @@ func (p *proc) stop() {
 		return
 	default:
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	pid := p.cmd.Process.Pid
+	if p.group {
+		pid = -pid
+	}
+	_ = syscall.Kill(pid, syscall.SIGTERM)
 	select {
 	case <-p.done:
 	case <-time.After(15 * time.Second):
-		_ = p.cmd.Process.Kill()
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 		<-p.done
 	}
 }
@@ -476,18 +505,39 @@ func httpOK(url string) error {
 }
 
 // startExecd starts the execd build version ("head" or "v1.0.18") in the
-// network namespace, listening on :44772 (every Pod IP), in a mount
-// namespace of its own with tmpfs on /home (with /home/user) and /tmp; it
+// network namespace, listening on :44772 (every Pod IP), in a mount and
+// PID namespace of its own with tmpfs on /home (with /home/user) and /tmp; it
 // waits until execd answers /ping on a Pod IP and stops it when t ends.
 func (w *world) startExecd(t *testing.T, version string) {
 	t.Helper()
 	script := `set -e; mount -t tmpfs sandgate-home /home; mkdir -p /home/user; mount -t tmpfs sandgate-tmp /tmp; exec "$0" "$@"`
-	p, err := w.start("execd-"+version, "unshare", nil, "--mount", "--propagation", "private", "--", "sh", "-c", script,
-		filepath.Join(w.bin, "execd-"+version), "--port", "44772")
+	// A PID namespace too (execd its first process, under unshare
+	// --fork): when execd ends, so does every command it started; stop
+	// signals execd through the process group, and when unshare dies with
+	// the test, execd gets SIGTERM.
+	p, err := w.startProc(&proc{name: "execd-" + version, group: true, cmd: exec.Command("unshare", "--mount", "--propagation", "private",
+		"--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM", "--", "sh", "-c", script,
+		filepath.Join(w.bin, "execd-"+version), "--port", "44772")}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.stop)
+	t.Cleanup(func() {
+		// stop ends when unshare has, after execd; the next execd needs
+		// the port, which the kernel frees with the last socket.
+		p.stop()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := poll(ctx, "execd "+version+" to release port 44772", func() error {
+			c, err := net.DialTimeout("tcp", probeIP+":44772", time.Second)
+			if err != nil {
+				return nil
+			}
+			c.Close()
+			return errors.New("still accepting")
+		}); err != nil {
+			t.Error(err)
+		}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := poll(ctx, "execd "+version+" to answer on "+probeIP, func() error {
