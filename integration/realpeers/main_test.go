@@ -13,7 +13,9 @@
 // 127.0.0.1 and the whole of kwok's Pod CIDR, so a Pod IP kwok hands out
 // reaches the execd listening in the namespace. No other address is used.
 // execd runs in its own mount namespace with tmpfs on /home and /tmp, so
-// the SDKs' files never land on the host.
+// the SDKs' files never land on the host, and its own PID namespace, so
+// its commands end with it. Two gateways serve the data plane: one in the
+// six-operation mode, one with extended_operations.
 //
 // The programs come from hack/peers/build.sh (SANDGATE_PEERS_BIN, set by
 // `make test` when SANDGATE_PEERS names the upstream archives); without it
