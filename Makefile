@@ -119,15 +119,17 @@ test-integration: build js-deps
 	@set -e; $(call kube_env,kube); $(GO) test -count=1 -timeout 20m ./integration/...
 
 test:
-	@$(PHASE) 1/10 "downloading Go modules (go mod download)" "first time about 1 min; then nothing" -- $(GO) mod download
-	@$(PHASE) 2/10 "checking gofmt and running go vet ./..." "first time it compiles every dependency: 5-10 min on idle cores, up to an hour on a loaded machine; then 1-2 min" -- $(SUBMAKE) vet
-	@$(PHASE) 3/10 "building bin/caddy with xcaddy (hack/buildgateway)" "first time 3-5 min on idle cores, 15 loaded; then nothing, or about 40 s after a change or a new commit" -- $(SUBMAKE) bin/caddy
-	@$(PHASE) 4/10 "building bin/corectl and bin/nodeagent" "first time 1-2 min; then nothing, or under a minute" -- $(SUBMAKE) bin/corectl bin/nodeagent
-	@$(PHASE) 5/10 "installing the E2B JS SDKs (npm ci in integration/js)" "first time 5-30 s; then nothing" -- $(SUBMAKE) js-deps
-	@set -e; $(call docker_env,6/10); $(call kube_env,7/10); $(call peers_env,8/10,9/10); \
+	@$(PHASE) 1/11 "downloading Go modules (go mod download)" "first time about 1 min; then nothing" -- $(GO) mod download
+	@$(PHASE) 2/11 "checking gofmt and running go vet ./..." "first time it compiles every dependency: 5-10 min on idle cores, up to an hour on a loaded machine; then 1-2 min" -- $(SUBMAKE) vet
+	@$(PHASE) 3/11 "building bin/caddy with xcaddy (hack/buildgateway)" "first time 3-5 min on idle cores, 15 loaded; then nothing, or about 40 s after a change or a new commit" -- $(SUBMAKE) bin/caddy
+	@$(PHASE) 4/11 "building bin/corectl and bin/nodeagent" "first time 1-2 min; then nothing, or under a minute" -- $(SUBMAKE) bin/corectl bin/nodeagent
+	@$(PHASE) 5/11 "installing the E2B JS SDKs (npm ci in integration/js)" "first time 5-30 s; then nothing" -- $(SUBMAKE) js-deps
+	@set -e; $(call docker_env,6/11); $(call kube_env,7/11); $(call peers_env,8/11,9/11); \
 	echo "    DOCKER_HOST=$$DOCKER_HOST KUBEBUILDER_ASSETS=$$KUBEBUILDER_ASSETS SANDGATE_PEERS_BIN=$${SANDGATE_PEERS_BIN:-}" >&2; \
-	$(PHASE) 10/10 "running go test ./... (unit, integration with the SDKs, Docker, kube-apiserver and the real peers)" \
-		"about 15-20 min; a line per package as each finishes" -- $(GO) test -count=1 -timeout 45m ./...
+	$(PHASE) 10/11 "running go test ./... (unit, integration with the SDKs, Docker and kube-apiserver)" \
+		"about 15-20 min; a line per package as each finishes" -- $(GO) test -count=1 -timeout 45m $$($(GO) list ./... | grep -v /integration/realpeers); \
+	$(PHASE) 11/11 "running the real-peer tier (hack/peers/test.sh: go test -v ./integration/realpeers)" \
+		"about a minute; a line per test; without SANDGATE_PEERS every test skips, saying so" -- bash hack/peers/test.sh
 
 bench: build
 	$(GO) run ./hack/gatewaybench -caddy bin/caddy
