@@ -24,7 +24,6 @@ import (
 	"github.com/sandgate/sandgate/internal/freeport"
 	"github.com/sandgate/sandgate/internal/kubeenv"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -142,7 +141,7 @@ func (w *world) startControlPlane() error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", f, err)
 		}
-		crds = append(crds, []*apiextensionsv1.CustomResourceDefinition{crd}...)
+		crds = append(crds, crd)
 	}
 	scheme, err := cluster.NewScheme()
 	if err != nil {
