@@ -213,9 +213,38 @@ func (w *world) checkSession(t *testing.T, r peersResult, dir string, seen *sand
 		t.Fatal(w.withLogs(err))
 	}
 	// The watch saw the deletion, so it saw every change before it.
-	if ep := seen.endpoints(r.SandboxID); !strings.HasPrefix(ep, `["10.77.0.`) {
-		t.Fatalf("the controller never set the endpoints annotation of %s to a kwok Pod IP (saw %q)", r.SandboxID, ep)
+	var eps []string
+	if err := json.Unmarshal([]byte(seen.endpoints(r.SandboxID)), &eps); err != nil || len(eps) != 1 || !strings.HasPrefix(eps[0], "10.77.0.") {
+		t.Fatalf("the controller never set the endpoints annotation of %s to a kwok Pod IP (saw %q)", r.SandboxID, seen.endpoints(r.SandboxID))
 	}
+	// corectl's readiness ping and the SDK's calls went through the real
+	// Ingress to that Pod IP.
+	ping, data := w.ingressSaw(t, r.SandboxID, eps[0]+":44772")
+	if !ping || !data {
+		t.Fatalf("the OpenSandbox Ingress's log shows ping=%v data=%v for %s at %s", ping, data, r.SandboxID, eps[0])
+	}
+}
+
+// ingressSaw reads the Ingress's log for the requests it proxied for
+// sandbox id to target: a readiness ping (/<id>/44772/ping) and any other.
+func (w *world) ingressSaw(t *testing.T, id, target string) (ping, data bool) {
+	t.Helper()
+	b, err := os.ReadFile(w.ingressLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := "/" + id + "/44772/"
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, "ingress requested") || !strings.Contains(line, target) || !strings.Contains(line, prefix) {
+			continue
+		}
+		if strings.Contains(line, prefix+"ping") {
+			ping = true
+		} else {
+			data = true
+		}
+	}
+	return ping, data
 }
 
 // sandboxWatch records the endpoints annotation the controller set on

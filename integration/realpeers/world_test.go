@@ -65,6 +65,8 @@ type world struct {
 	// ingress is the OpenSandbox Ingress's URL (the fixed entry); api
 	// corectl's; gateway the data plane's.
 	ingress, api string
+	// ingressLog is the OpenSandbox Ingress's log file.
+	ingressLog string
 	// gateway is the data plane in the six-operation mode; extended is
 	// a second one, with extended_operations, on the same key and
 	// credentials.
@@ -249,7 +251,7 @@ func (w *world) startOpenSandbox() error {
 	if err != nil {
 		return err
 	}
-	w.ingress = "http://127.0.0.1:" + port
+	w.ingress, w.ingressLog = "http://127.0.0.1:"+port, ing.log
 	if err := poll(ctx, "the OpenSandbox Ingress to listen", func() error {
 		if err := ing.exited(); err != nil {
 			return err
