@@ -8,10 +8,15 @@
 //	                               ← kwok (the node, Pod Running, Pod IP 10.77.0.x)
 //	SDK → gateway → OpenSandbox Ingress (URI mode) → execd on the Pod IP
 //
+// The chain has two compute clusters (cluster-a, cluster-b), each with its
+// own kube-apiserver, controller, kwok (Pod networks 10.77.0.0/24 and
+// 10.77.1.0/24) and Ingress (its fixed entry), served by one corectl and
+// one gateway, with a credential bound to each.
+//
 // Everything runs in a network namespace the test creates (ip netns): the
 // test binary runs itself again inside it, where the loopback carries
-// 127.0.0.1 and the whole of kwok's Pod CIDR, so a Pod IP kwok hands out
-// reaches the execd listening in the namespace. No other address is used.
+// 127.0.0.1 and both Pod networks, so a Pod IP kwok hands out reaches the
+// execd listening in the namespace. No other address is used.
 // execd runs in its own mount namespace with tmpfs on /home and /tmp, so
 // the SDKs' files never land on the host, and its own PID namespace, so
 // its commands end with it. Two gateways serve the data plane: one in the

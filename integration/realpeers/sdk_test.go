@@ -80,23 +80,23 @@ func TestSDKSuitesAgainstTheRealPeers(t *testing.T) {
 				t.Run(mode.name, func(t *testing.T) {
 					for _, pkg := range jsPackages {
 						t.Run(pkg, func(t *testing.T) {
-							seen := w.watchSandboxes(t)
+							seen := w.a.watchSandboxes(t)
 							dir := "/home/user/" + mode.name + "-" + pkg
 							var r peersResult
 							runScenario(t, mode.gateway, "node", []string{"sdk.mjs", "peers"}, filepath.Join(w.root, "integration/js"), &r,
 								"E2B_PACKAGE="+pkg, "SCENARIO_DIR="+dir)
-							w.checkSession(t, r, dir, seen)
+							w.a.checkSession(t, r, dir, seen)
 						})
 					}
 					t.Run("python-2.24.0", func(t *testing.T) {
-						seen := w.watchSandboxes(t)
+						seen := w.a.watchSandboxes(t)
 						dir := "/home/user/" + mode.name + "-python"
 						var r peersResult
 						src := filepath.Join(w.root, "integration/realpeers/python")
 						runScenario(t, mode.gateway, python, []string{"scenario.py", "peers"}, src, &r,
 							"PYTHONPATH="+filepath.Join(w.bin, "python-sdk")+string(os.PathListSeparator)+src,
 							"PYTHONDONTWRITEBYTECODE=1", "SCENARIO_DIR="+dir)
-						w.checkSession(t, r, dir, seen)
+						w.a.checkSession(t, r, dir, seen)
 					})
 				})
 			}
@@ -145,7 +145,7 @@ func runScenario(t *testing.T, gateway *harness.Env, name string, args []string,
 // SDK's contract says, the sandbox was a BatchSandbox the real controller
 // made ready with a Pod IP of kwok's network, and kill removed it (and,
 // once its owner was gone, its Pod).
-func (w *world) checkSession(t *testing.T, r peersResult, dir string, seen *sandboxWatch) {
+func (c *compute) checkSession(t *testing.T, r peersResult, dir string, seen *sandboxWatch) {
 	t.Helper()
 	if sandbox.ValidateID(r.SandboxID) != nil || r.ConnectedID != r.SandboxID {
 		t.Fatalf("ids %q %q", r.SandboxID, r.ConnectedID)
@@ -184,13 +184,13 @@ func (w *world) checkSession(t *testing.T, r peersResult, dir string, seen *sand
 	// collector that deletes the Pods whose owner is gone; kwok finishes
 	// their deletion.
 	var pods corev1.PodList
-	if err := w.client.List(ctx, &pods, client.InNamespace(w.namespace)); err != nil {
+	if err := c.client.List(ctx, &pods, client.InNamespace(c.namespace)); err != nil {
 		t.Fatal(err)
 	}
 	for i := range pods.Items {
 		for _, o := range pods.Items[i].OwnerReferences {
 			if o.Kind == sandbox.GVK.Kind && o.Name == r.SandboxID {
-				if err := w.client.Delete(ctx, &pods.Items[i]); client.IgnoreNotFound(err) != nil {
+				if err := c.client.Delete(ctx, &pods.Items[i]); client.IgnoreNotFound(err) != nil {
 					t.Fatal(err)
 				}
 			}
@@ -198,7 +198,7 @@ func (w *world) checkSession(t *testing.T, r peersResult, dir string, seen *sand
 	}
 	if err := poll(ctx, "the Pods of "+r.SandboxID+" to go", func() error {
 		var pods corev1.PodList
-		if err := w.client.List(ctx, &pods, client.InNamespace(w.namespace)); err != nil {
+		if err := c.client.List(ctx, &pods, client.InNamespace(c.namespace)); err != nil {
 			return err
 		}
 		for _, p := range pods.Items {
@@ -214,22 +214,23 @@ func (w *world) checkSession(t *testing.T, r peersResult, dir string, seen *sand
 	}
 	// The watch saw the deletion, so it saw every change before it.
 	var eps []string
-	if err := json.Unmarshal([]byte(seen.endpoints(r.SandboxID)), &eps); err != nil || len(eps) != 1 || !strings.HasPrefix(eps[0], "10.77.0.") {
-		t.Fatalf("the controller never set the endpoints annotation of %s to a kwok Pod IP (saw %q)", r.SandboxID, seen.endpoints(r.SandboxID))
+	if err := json.Unmarshal([]byte(seen.endpoints(r.SandboxID)), &eps); err != nil || len(eps) != 1 || !strings.HasPrefix(eps[0], c.podPrefix) {
+		t.Fatalf("%s's controller never set the endpoints annotation of %s to a Pod IP of its kwok (saw %q)", c.id, r.SandboxID, seen.endpoints(r.SandboxID))
 	}
 	// corectl's readiness ping and the SDK's calls went through the real
 	// Ingress to that Pod IP.
-	ping, data := w.ingressSaw(t, r.SandboxID, eps[0]+":44772")
+	ping, data := c.ingressSaw(t, r.SandboxID, eps[0]+":44772")
 	if !ping || !data {
-		t.Fatalf("the OpenSandbox Ingress's log shows ping=%v data=%v for %s at %s", ping, data, r.SandboxID, eps[0])
+		t.Fatalf("%s's OpenSandbox Ingress's log shows ping=%v data=%v for %s at %s", c.id, ping, data, r.SandboxID, eps[0])
 	}
 }
 
-// ingressSaw reads the Ingress's log for the requests it proxied for
-// sandbox id to target: a readiness ping (/<id>/44772/ping) and any other.
-func (w *world) ingressSaw(t *testing.T, id, target string) (ping, data bool) {
+// ingressSaw reads c's Ingress's log for the requests it proxied for
+// sandbox id to target (any target when empty): a readiness ping
+// (/<id>/44772/ping) and any other.
+func (c *compute) ingressSaw(t *testing.T, id, target string) (ping, data bool) {
 	t.Helper()
-	b, err := os.ReadFile(w.ingressLog)
+	b, err := os.ReadFile(c.ingressLog)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,17 +273,17 @@ func (s *sandboxWatch) endpoints(id string) string {
 // BatchSandbox's Pod IPs (a JSON list).
 const endpointsAnnotation = "sandbox.opensandbox.io/endpoints"
 
-// watchSandboxes watches the project namespace's BatchSandboxes until t
+// watchSandboxes watches c's project namespace's BatchSandboxes until t
 // ends.
-func (w *world) watchSandboxes(t *testing.T) *sandboxWatch {
+func (c *compute) watchSandboxes(t *testing.T) *sandboxWatch {
 	t.Helper()
-	wc, err := client.NewWithWatch(w.kube.Config, client.Options{Scheme: w.client.Scheme()})
+	wc, err := client.NewWithWatch(c.kube.Config, client.Options{Scheme: c.client.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(sandbox.GVK.GroupVersion().WithKind("BatchSandboxList"))
-	wi, err := wc.Watch(context.Background(), list, client.InNamespace(w.namespace))
+	wi, err := wc.Watch(context.Background(), list, client.InNamespace(c.namespace))
 	if err != nil {
 		t.Fatal(err)
 	}

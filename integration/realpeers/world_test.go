@@ -28,45 +28,62 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// The Pod network kwok hands addresses from, and the address of it the
-// namespace's loopback carries (the loopback then answers for all of it).
 const (
-	podCIDR     = "10.77.0.0/24"
-	loopbackPod = "10.77.0.254/24"
-	// probeIP is an address of podCIDR execd's readiness is checked on.
+	// probeIP is an address of cluster-a's Pod network execd's readiness
+	// is checked on (execd answers on every Pod IP of both clusters).
 	probeIP = "10.77.0.254"
-	// kwokNode is the one node kwok plays; the sandbox template's pods
-	// name it (there is no scheduler).
+	// kwokNode is the one node each cluster's kwok plays; the sandbox
+	// template's pods name it (there is no scheduler).
 	kwokNode = "kwok-node-0"
-	// clusterID is the compute cluster's ID in corectl's configuration,
-	// the credentials and the gateway's Caddyfile.
-	clusterID = "cluster-a"
-	// apiKey is the API key of the credential the SDKs use;
+	// apiKey is the API key of the credential the SDKs use (cluster-a);
 	// connectAPIKey the same credential's key that sdk.mjs's connect()
-	// sends (its per-sandbox scenarios).
+	// sends (its per-sandbox scenarios); apiKeyB a credential of
+	// cluster-b.
 	apiKey        = "key-peers"
 	connectAPIKey = "e2b_sandgate_test"
+	apiKeyB       = "key-peers-b"
 )
 
-// world is the chain the tests share: a control plane with the real
-// controller, kwok and the ingress, corectl and the gateway. execd is
-// started per test (one version at a time: it listens on the whole Pod
-// network).
+// compute is one compute cluster of the chain: a control plane with the
+// real controller, kwok and the Ingress.
+type compute struct {
+	// id is the cluster's ID in corectl's configuration, the credentials
+	// and the gateway's Caddyfile; credential the credential bound to it.
+	id, credential string
+	// cidr is kwok's Pod network, podPrefix its addresses' start
+	// ("10.77.0."), loopback the address of it the namespace's loopback
+	// carries (the loopback then answers for all of it).
+	cidr, podPrefix, loopback string
+	kube                      *kubeenv.Env
+	client                    client.Client
+	kubeconfig                string
+	// namespace is the credential's project namespace (the sandboxes'),
+	// ingressNS the managed Ingresses'.
+	namespace, ingressNS string
+	// ingress is the OpenSandbox Ingress's URL (the cluster's fixed
+	// entry), ingressLog its log file.
+	ingress, ingressLog string
+}
+
+// newCompute describes cluster id with Pod network 10.77.<n>.0/24.
+func newCompute(id, credential string, n int) *compute {
+	prefix := fmt.Sprintf("10.77.%d.", n)
+	return &compute{id: id, credential: credential, cidr: prefix + "0/24", podPrefix: prefix, loopback: prefix + "254",
+		namespace: "sandboxes", ingressNS: "sandbox-ingress"}
+}
+
+// world is the chain the tests share: two compute clusters, a and b
+// (each a control plane with the real controller, kwok and the Ingress),
+// and one corectl and the gateways serving both. execd is started per
+// test (one version at a time: it listens on every Pod IP of both).
 type world struct {
 	// bin is hack/peers/build.sh's directory.
 	bin string
 	// root is the repository root; dir a scratch directory.
 	root, dir string
-	kube      *kubeenv.Env
-	client    client.Client
-	// namespace is the credential's project namespace (the sandboxes'),
-	// ingressNS the managed Ingresses'.
-	namespace, ingressNS string
-	// ingress is the OpenSandbox Ingress's URL (the fixed entry); api
-	// corectl's; gateway the data plane's.
-	ingress, api string
-	// ingressLog is the OpenSandbox Ingress's log file.
-	ingressLog string
+	a, b      *compute
+	// api is corectl's URL.
+	api string
 	// gateway is the data plane in the six-operation mode; extended is
 	// a second one, with extended_operations, on the same key and
 	// credentials.
@@ -100,21 +117,24 @@ func startWorld(bin string) (_ *world, err error) {
 	if w.dir, err = os.MkdirTemp("", "sandgate-realpeers-"); err != nil {
 		return nil, err
 	}
-	// The namespace's loopback: 127.0.0.1 and the Pod network. The
+	w.a, w.b = newCompute("cluster-a", "cred-peers", 0), newCompute("cluster-b", "cred-peers-b", 1)
+	// The namespace's loopback: 127.0.0.1 and both Pod networks. The
 	// default route, also to the loopback, is for kube-apiserver, which
 	// refuses to start without one (it picks its advertised address from
 	// it: 10.77.0.254); nothing leaves the namespace by it.
-	for _, args := range [][]string{{"link", "set", "lo", "up"}, {"addr", "add", loopbackPod, "dev", "lo"},
-		{"route", "add", "default", "dev", "lo"}} {
+	for _, args := range [][]string{{"link", "set", "lo", "up"}, {"addr", "add", w.a.loopback + "/24", "dev", "lo"},
+		{"addr", "add", w.b.loopback + "/24", "dev", "lo"}, {"route", "add", "default", "dev", "lo"}} {
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
 		}
 	}
-	if err := w.startControlPlane(); err != nil {
-		return nil, err
-	}
-	if err := w.startOpenSandbox(); err != nil {
-		return nil, err
+	for _, c := range []*compute{w.a, w.b} {
+		if err := w.startControlPlane(c); err != nil {
+			return nil, err
+		}
+		if err := w.startOpenSandbox(c); err != nil {
+			return nil, err
+		}
 	}
 	if err := w.startSandgate(); err != nil {
 		return nil, err
@@ -122,10 +142,10 @@ func startWorld(bin string) (_ *world, err error) {
 	return w, nil
 }
 
-// startControlPlane starts kube-apiserver and etcd with OpenSandbox's CRDs
-// (from the archive) and corectl's, and creates the kwok node and the
+// startControlPlane starts c's kube-apiserver and etcd with OpenSandbox's
+// CRDs (from the archive) and corectl's, and creates the kwok node and the
 // namespaces.
-func (w *world) startControlPlane() error {
+func (w *world) startControlPlane(c *compute) error {
 	crds, err := deploy.CRDs()
 	if err != nil {
 		return err
@@ -149,42 +169,40 @@ func (w *world) startControlPlane() error {
 	if err != nil {
 		return err
 	}
-	if w.kube, err = kubeenv.Start(crds, scheme); err != nil {
+	if c.kube, err = kubeenv.Start(crds, scheme); err != nil {
+		return fmt.Errorf("%s: %w", c.id, err)
+	}
+	c.kubeconfig = filepath.Join(w.dir, c.id+".kubeconfig")
+	if err := os.WriteFile(c.kubeconfig, c.kube.KubeConfig, 0o600); err != nil {
 		return err
 	}
-	if err := os.WriteFile(w.kubeconfig(), w.kube.KubeConfig, 0o600); err != nil {
-		return err
-	}
-	if w.client, err = client.New(w.kube.Config, client.Options{Scheme: scheme}); err != nil {
+	if c.client, err = client.New(c.kube.Config, client.Options{Scheme: scheme}); err != nil {
 		return err
 	}
 	ctx := context.Background()
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: kwokNode,
 		Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
 		Labels:      map[string]string{"kubernetes.io/hostname": kwokNode, "type": "kwok"}}}
-	if err := w.client.Create(ctx, node); err != nil {
+	if err := c.client.Create(ctx, node); err != nil {
 		return fmt.Errorf("create node %s: %w", kwokNode, err)
 	}
-	w.namespace, w.ingressNS = "sandboxes", "sandbox-ingress"
-	for _, ns := range []string{w.namespace, w.ingressNS, "templates"} {
-		if err := w.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+	for _, ns := range []string{c.namespace, c.ingressNS, "templates"} {
+		if err := c.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			return fmt.Errorf("create namespace %s: %w", ns, err)
 		}
 	}
 	// No controller-manager: the ServiceAccount admission needs the
 	// namespace's default account to exist before a Pod is admitted.
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: w.namespace}}
-	if err := w.client.Create(ctx, sa); err != nil {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: c.namespace}}
+	if err := c.client.Create(ctx, sa); err != nil {
 		return fmt.Errorf("create service account: %w", err)
 	}
 	return nil
 }
 
-func (w *world) kubeconfig() string { return filepath.Join(w.dir, "kubeconfig") }
-
-// startOpenSandbox starts kwok, the OpenSandbox controller and the
-// Ingress in URI mode, and waits until each answers.
-func (w *world) startOpenSandbox() error {
+// startOpenSandbox starts c's kwok, OpenSandbox controller and Ingress in
+// URI mode, and waits until each answers.
+func (w *world) startOpenSandbox(c *compute) error {
 	stages, err := filepath.Glob(filepath.Join(w.bin, "kwok-stages", "*.yaml"))
 	if err != nil || len(stages) == 0 {
 		return fmt.Errorf("no kwok stages in %s/kwok-stages (%v)", w.bin, err)
@@ -193,12 +211,12 @@ func (w *world) startOpenSandbox() error {
 	if err != nil {
 		return err
 	}
-	args := []string{"--kubeconfig", w.kubeconfig(), "--manage-all-nodes=true", "--cidr", podCIDR,
-		"--node-ip", probeIP, "--server-address", kwokAddr}
+	args := []string{"--kubeconfig", c.kubeconfig, "--manage-all-nodes=true", "--cidr", c.cidr,
+		"--node-ip", c.loopback, "--server-address", kwokAddr}
 	for _, s := range stages {
 		args = append(args, "-c", s)
 	}
-	kwok, err := w.start("kwok", filepath.Join(w.bin, "kwok"), nil, args...)
+	kwok, err := w.start(c.id+"-kwok", filepath.Join(w.bin, "kwok"), nil, args...)
 	if err != nil {
 		return err
 	}
@@ -210,7 +228,7 @@ func (w *world) startOpenSandbox() error {
 			return err
 		}
 		var n corev1.Node
-		if err := w.client.Get(ctx, client.ObjectKey{Name: kwokNode}, &n); err != nil {
+		if err := c.client.Get(ctx, client.ObjectKey{Name: kwokNode}, &n); err != nil {
 			return err
 		}
 		for _, c := range n.Status.Conditions {
@@ -227,7 +245,7 @@ func (w *world) startOpenSandbox() error {
 	if err != nil {
 		return err
 	}
-	ctl, err := w.start("controller", filepath.Join(w.bin, "opensandbox-controller"), nil, "--kubeconfig", w.kubeconfig(),
+	ctl, err := w.start(c.id+"-controller", filepath.Join(w.bin, "opensandbox-controller"), nil, "--kubeconfig", c.kubeconfig,
 		"--health-probe-bind-address", probe, "--metrics-bind-address", "0", "--leader-elect=false")
 	if err != nil {
 		return err
@@ -246,12 +264,12 @@ func (w *world) startOpenSandbox() error {
 		return err
 	}
 	// The Ingress reads its kubeconfig from $KUBECONFIG (it has no flag).
-	ing, err := w.start("ingress", filepath.Join(w.bin, "opensandbox-ingress"), []string{"KUBECONFIG=" + w.kubeconfig()},
+	ing, err := w.start(c.id+"-ingress", filepath.Join(w.bin, "opensandbox-ingress"), []string{"KUBECONFIG=" + c.kubeconfig},
 		"--mode", "uri", "--port", port)
 	if err != nil {
 		return err
 	}
-	w.ingress, w.ingressLog = "http://127.0.0.1:"+port, ing.log
+	c.ingress, c.ingressLog = "http://127.0.0.1:"+port, ing.log
 	if err := poll(ctx, "the OpenSandbox Ingress to listen", func() error {
 		if err := ing.exited(); err != nil {
 			return err
@@ -267,17 +285,22 @@ func (w *world) startOpenSandbox() error {
 	return nil
 }
 
-// startSandgate starts the gateway (bin/caddy, through the integration
-// harness, its cluster's fixed entry the real Ingress) and bin/corectl.
+// startSandgate starts the gateways (bin/caddy, through the integration
+// harness, each cluster's fixed entry its real Ingress) and bin/corectl,
+// serving both clusters.
 func (w *world) startSandgate() (err error) {
-	creds := fmt.Sprintf("credentials:\n  - {id: cred-peers, enabled: true, projectNamespace: %s, clusterId: %s}\n", w.namespace, clusterID)
+	creds := "credentials:\n"
+	for _, c := range []*compute{w.a, w.b} {
+		creds += fmt.Sprintf("  - {id: %s, enabled: true, projectNamespace: %s, clusterId: %s}\n", c.credential, c.namespace, c.id)
+	}
 	// token_target: the Python SDK 2.24's Sandbox.connect() sends no
 	// routing headers; the target then comes from the verified token
 	// (docs/wire-facts.md §E1.2).
-	caddyfile := strings.NewReplacer("{{FIXED_ENTRY}}", w.ingress,
+	caddyfile := strings.NewReplacer("cluster cluster-a {{FIXED_ENTRY}}\n",
+		"cluster "+w.a.id+" "+w.a.ingress+"\n\t\tcluster "+w.b.id+" "+w.b.ingress+"\n",
 		"e2b_dataplane {\n", "e2b_dataplane {\n\t\ttoken_target\n").Replace(harness.DefaultCaddyfile)
-	if !strings.Contains(caddyfile, "token_target") {
-		return errors.New("the harness's Caddyfile has no e2b_dataplane block to turn token_target on in")
+	if !strings.Contains(caddyfile, "token_target") || !strings.Contains(caddyfile, w.b.ingress) {
+		return errors.New("the harness's Caddyfile has no cluster-a line or e2b_dataplane block to change")
 	}
 	if w.gateway, err = harness.Start(harness.Config{RepoRoot: w.root, Caddyfile: caddyfile, Credentials: creds}); err != nil {
 		return fmt.Errorf("the gateway: %w", err)
@@ -287,21 +310,26 @@ func (w *world) startSandgate() (err error) {
 		KeyFile: w.gateway.KeyFile, KeyID: "primary"}); err != nil {
 		return fmt.Errorf("the gateway with extended_operations: %w", err)
 	}
-	c := kubetest.Cluster(clusterID, w.ingressNS)
-	c.Kubeconfig, c.FixedEntry = w.kubeconfig(), w.ingress
+	var clusters []cluster.Cluster
+	for _, c := range []*compute{w.a, w.b} {
+		cc := kubetest.Cluster(c.id, c.ingressNS)
+		cc.Kubeconfig, cc.FixedEntry = c.kubeconfig, c.ingress
+		clusters = append(clusters, *cc)
+	}
 	templates := kubetest.SandboxTemplates()
 	for i := range templates {
 		templates[i].Pod.NodeName = kwokNode
 	}
-	cfg, err := json.Marshal(cluster.Config{Clusters: []cluster.Cluster{*c},
-		Templates: cluster.TemplateStore{ClusterID: clusterID, Namespace: "templates"}, SandboxTemplates: templates})
+	cfg, err := json.Marshal(cluster.Config{Clusters: clusters,
+		Templates: cluster.TemplateStore{ClusterID: w.a.id, Namespace: "templates"}, SandboxTemplates: templates})
 	if err != nil {
 		return err
 	}
 	files := map[string]string{
 		"clusters.json": string(cfg),
 		"keys.yaml": "keys:\n  - {name: peers, sha256: " + apikey.Digest(apiKey) + ", credentialId: cred-peers}\n" +
-			"  - {name: sdk-connect, sha256: " + apikey.Digest(connectAPIKey) + ", credentialId: cred-peers}\n",
+			"  - {name: sdk-connect, sha256: " + apikey.Digest(connectAPIKey) + ", credentialId: cred-peers}\n" +
+			"  - {name: peers-b, sha256: " + apikey.Digest(apiKeyB) + ", credentialId: " + w.b.credential + "}\n",
 	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(w.dir, name), []byte(content), 0o600); err != nil {
@@ -340,9 +368,11 @@ func (w *world) stop() {
 			g.Close()
 		}
 	}
-	if w.kube != nil {
-		if err := w.kube.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "realpeers: stop the control plane:", err)
+	for _, c := range []*compute{w.b, w.a} {
+		if c != nil && c.kube != nil {
+			if err := c.kube.Stop(); err != nil {
+				fmt.Fprintln(os.Stderr, "realpeers: stop the control plane of", c.id+":", err)
+			}
 		}
 	}
 	if w.dir != "" {
