@@ -90,22 +90,31 @@ func TestExtendedOperationsAgainstTheRealPeers(t *testing.T) {
 }
 
 // createSandbox creates a "base" sandbox through corectl's API (POST
-// /sandboxes) and deletes it when t ends.
+// /sandboxes) with the SDKs' API key and deletes it when t ends.
 func (w *world) createSandbox(t *testing.T) string {
 	t.Helper()
-	resp := apiCall(t, "POST", w.api+"/sandboxes", `{"templateID":"base","timeout":300}`)
+	id, _ := w.createSandboxAs(t, apiKey)
+	return id
+}
+
+// createSandboxAs creates a "base" sandbox with API key key, deletes it
+// when t ends, and returns its ID and envd access token.
+func (w *world) createSandboxAs(t *testing.T, key string) (id, token string) {
+	t.Helper()
+	resp := apiCall(t, key, "POST", w.api+"/sandboxes", `{"templateID":"base","timeout":300}`)
 	var s struct {
-		SandboxID string `json:"sandboxID"`
+		SandboxID       string `json:"sandboxID"`
+		EnvdAccessToken string `json:"envdAccessToken"`
 	}
 	if resp.status != http.StatusCreated || json.Unmarshal(resp.body, &s) != nil || s.SandboxID == "" {
 		t.Fatalf("create: %d %s", resp.status, resp.body)
 	}
 	t.Cleanup(func() {
-		if r := apiCall(t, "DELETE", w.api+"/sandboxes/"+s.SandboxID, ""); r.status != http.StatusNoContent {
+		if r := apiCall(t, key, "DELETE", w.api+"/sandboxes/"+s.SandboxID, ""); r.status != http.StatusNoContent {
 			t.Errorf("delete %s: %d %s", s.SandboxID, r.status, r.body)
 		}
 	})
-	return s.SandboxID
+	return s.SandboxID, s.EnvdAccessToken
 }
 
 type apiAnswer struct {
@@ -113,14 +122,14 @@ type apiAnswer struct {
 	body   []byte
 }
 
-// apiCall sends a control-API request with the SDKs' API key.
-func apiCall(t *testing.T, method, url, body string) apiAnswer {
+// apiCall sends a control-API request with API key key.
+func apiCall(t *testing.T, key, method, url, body string) apiAnswer {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("X-API-Key", apiKey)
+	req.Header.Set("X-API-Key", key)
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
