@@ -129,7 +129,7 @@ test:
 	$(PHASE) 10/11 "running go test ./... (unit, integration with the SDKs, Docker and kube-apiserver)" \
 		"about 15-20 min; a line per package as each finishes" -- $(GO) test -count=1 -timeout 45m $$($(GO) list ./... | grep -v /integration/realpeers); \
 	$(PHASE) 11/11 "running the real-peer tier (hack/peers/test.sh: go test -v ./integration/realpeers)" \
-		"about a minute; a line per test; without SANDGATE_PEERS every test skips, saying so" -- bash hack/peers/test.sh
+		"about 2 min; a line per test; without SANDGATE_PEERS every test skips, saying so" -- bash hack/peers/test.sh
 
 bench: build
 	$(GO) run ./hack/gatewaybench -caddy bin/caddy
