@@ -45,6 +45,21 @@ docker_env = docker_host="$$($(PHASE) $(1) "starting the private Docker engine (
 kube_env = kube_assets="$$($(PHASE) $(1) "building kube-apiserver and etcd for envtest (hack/kube/build.sh)" \
 	"first time 8-10 min on 2 idle cores, 35 on a loaded machine; then cached" -- bash hack/kube/build.sh)"; \
 	export KUBEBUILDER_ASSETS="$$kube_assets"
+# The real-peer tier (README "The real-peer tier", integration/realpeers): when SANDGATE_PEERS
+# names the upstream archives, $(call peers_env,<label>,<label>) builds the real OpenSandbox
+# programs (hack/peers/build.sh) and installs Debian's Python packages for the E2B Python SDK
+# (hack/peers/python.sh), as two phases, and exports SANDGATE_PEERS_BIN and
+# SANDGATE_PEERS_PYTHON; without it, it prints one line saying the tier is off and how to turn
+# it on (the tier's tests then skip).
+peers_off = real-peer tier off: set SANDGATE_PEERS to the directory of the OpenSandbox and E2B Python SDK archives to run it (README \"The real-peer tier\")
+peers_env = if [ -n "$${SANDGATE_PEERS:-}" ]; then \
+	peers_bin="$$($(PHASE) $(1) "building the real OpenSandbox execd, Ingress, controller and kwok (hack/peers/build.sh)" \
+	"first time about 10 min on 2 idle cores, 20-30 loaded; then a second" -- bash hack/peers/build.sh)"; \
+	export SANDGATE_PEERS_BIN="$$peers_bin"; \
+	peers_python="$$($(PHASE) $(2) "installing Debian's Python packages for the E2B Python SDK (hack/peers/python.sh)" \
+	"first time about a minute with apt-get; then nothing" -- bash hack/peers/python.sh)"; \
+	export SANDGATE_PEERS_PYTHON="$$peers_python"; \
+	else echo "==> [$(1)] $(peers_off)" >&2; echo "==> [$(2)] skipped (the real-peer tier is off)" >&2; fi
 
 .PHONY: all build images demo test test-unit test-integration js-deps bench nodeload fuzz vet rules generate generate-check clean FORCE
 
@@ -124,16 +139,18 @@ test-integration: build js-deps
 	@set -e; $(call kube_env,kube); $(GO) test -count=1 -timeout 20m ./integration/...
 
 test:
-	@$(PHASE) 1/9 "downloading Go modules (go mod download)" "first time about 1 min; then nothing" -- $(GO) mod download
-	@$(PHASE) 2/9 "checking the generated files (make generate-check), gofmt, and running go vet ./..." "first time it builds controller-gen (about 2 min) and compiles every dependency: 5-10 min on idle cores, up to an hour on a loaded machine; then 1-2 min" -- $(SUBMAKE) vet
-	@$(PHASE) 3/9 "building bin/caddy with xcaddy (hack/buildgateway)" "first time 3-5 min on idle cores, 15 loaded; then nothing, or about 40 s after a change or a new commit" -- $(SUBMAKE) bin/caddy
-	@$(PHASE) 4/9 "building bin/corectl and bin/nodeagent" "first time 1-2 min; then nothing, or under a minute" -- $(SUBMAKE) bin/corectl bin/nodeagent
-	@$(PHASE) 5/9 "installing the E2B JS SDKs (npm ci in integration/js)" "first time 5-30 s; then nothing" -- $(SUBMAKE) js-deps
-	@$(PHASE) 6/9 "checking the alert rules with promtool (hack/monitoring/promtool.sh)" "first time about a minute with apt-get install prometheus; then a second" -- bash hack/monitoring/promtool.sh
-	@set -e; $(call docker_env,7/9); $(call kube_env,8/9); \
-	echo "    DOCKER_HOST=$$DOCKER_HOST KUBEBUILDER_ASSETS=$$KUBEBUILDER_ASSETS" >&2; \
-	$(PHASE) 9/9 "running go test ./... (unit, integration with the SDKs, Docker and kube-apiserver)" \
-		"about 15-20 min; a line per package as each finishes" -- $(GO) test -count=1 -timeout 45m ./...
+	@$(PHASE) 1/12 "downloading Go modules (go mod download)" "first time about 1 min; then nothing" -- $(GO) mod download
+	@$(PHASE) 2/12 "checking the generated files (make generate-check), gofmt, and running go vet ./..." "first time it builds controller-gen (about 2 min) and compiles every dependency: 5-10 min on idle cores, up to an hour on a loaded machine; then 1-2 min" -- $(SUBMAKE) vet
+	@$(PHASE) 3/12 "building bin/caddy with xcaddy (hack/buildgateway)" "first time 3-5 min on idle cores, 15 loaded; then nothing, or about 40 s after a change or a new commit" -- $(SUBMAKE) bin/caddy
+	@$(PHASE) 4/12 "building bin/corectl and bin/nodeagent" "first time 1-2 min; then nothing, or under a minute" -- $(SUBMAKE) bin/corectl bin/nodeagent
+	@$(PHASE) 5/12 "installing the E2B JS SDKs (npm ci in integration/js)" "first time 5-30 s; then nothing" -- $(SUBMAKE) js-deps
+	@$(PHASE) 6/12 "checking the alert rules with promtool (hack/monitoring/promtool.sh)" "first time about a minute with apt-get install prometheus; then a second" -- bash hack/monitoring/promtool.sh
+	@set -e; $(call docker_env,7/12); $(call kube_env,8/12); $(call peers_env,9/12,10/12); \
+	echo "    DOCKER_HOST=$$DOCKER_HOST KUBEBUILDER_ASSETS=$$KUBEBUILDER_ASSETS SANDGATE_PEERS_BIN=$${SANDGATE_PEERS_BIN:-}" >&2; \
+	$(PHASE) 11/12 "running go test ./... (unit, integration with the SDKs, Docker and kube-apiserver)" \
+		"about 15-20 min; a line per package as each finishes" -- $(GO) test -count=1 -timeout 45m $$($(GO) list ./... | grep -v /integration/realpeers); \
+	$(PHASE) 12/12 "running the real-peer tier (hack/peers/test.sh: go test -v ./integration/realpeers)" \
+		"about 2 min; a line per test; without SANDGATE_PEERS every test skips, saying so" -- bash hack/peers/test.sh
 
 bench: build
 	$(GO) run ./hack/gatewaybench -caddy bin/caddy

@@ -425,6 +425,38 @@ standalone.list = async function list() {
   return attempt(async () => (await Sandbox.list({ apiKey: process.env.E2B_API_KEY, apiUrl: process.env.E2B_API_URL }).nextItems()).length)
 }
 
+// The real-peer tier (integration/realpeers): every operation of a short
+// session against corectl and the gateway in front of the real OpenSandbox
+// controller, ingress and execd. integration/realpeers/python/scenario.py is
+// its Python twin.
+standalone.peers = async function peers() {
+  const opts = {
+    apiKey: process.env.E2B_API_KEY || 'e2b_sandgate_test',
+    apiUrl: process.env.E2B_API_URL,
+    sandboxUrl: process.env.E2B_SANDBOX_URL,
+  }
+  const sbx = await Sandbox.create('base', { ...opts, timeoutMs: 300000 })
+  const out = { sandboxId: sbx.sandboxId }
+  const run = await sbx.commands.run('echo created')
+  out.run = { exitCode: run.exitCode, stdout: run.stdout }
+  out.write = { path: (await sbx.files.write(`${dir}/hello.txt`, 'hello peers\n')).path }
+  out.read = await sbx.files.read(`${dir}/hello.txt`)
+  out.filesList = (await sbx.files.list(dir)).map((e) => e.name).sort()
+  out.sandboxList = (await Sandbox.list(opts).nextItems()).map((s) => s.sandboxId).sort()
+  const t0 = Date.now()
+  await sbx.setTimeout(120000)
+  out.endAfterSetTimeoutMs = (await sbx.getInfo()).endAt.getTime() - t0
+  const again = await Sandbox.connect(sbx.sandboxId, opts)
+  out.connectedId = again.sandboxId
+  const runAgain = await again.commands.run('echo connected')
+  out.runAgain = { exitCode: runAgain.exitCode, stdout: runAgain.stdout }
+  // JS 2.51 resolves kill() to true; 2.25 to undefined.
+  out.kill = await attempt(() => sbx.kill())
+  out.killAgain = await attempt(() => Sandbox.kill(sbx.sandboxId, opts))
+  out.connectAfterKill = await attempt(async () => (await Sandbox.connect(sbx.sandboxId, opts)).sandboxId)
+  return out
+}
+
 const name = process.argv[2]
 if (!scenarios[name] && !standalone[name]) {
   console.error(`unknown scenario ${name}; one of ${[...Object.keys(scenarios), ...Object.keys(standalone)].join(', ')}`)
