@@ -162,7 +162,7 @@ func TestSDKControlAPI(t *testing.T) {
 	// The key file changes: "leaving" is removed. The SDK is refused
 	// within 2 s of the write, with no restart.
 	var before sdkAttempt
-	runSDK(t, root, sdkPackages[0], "list", time.Minute, &before, "E2B_API_URL="+api, "E2B_API_KEY=key-leaving")
+	runSDK(t, root, sdkPackages[0], "sandboxList", time.Minute, &before, "E2B_API_URL="+api, "E2B_API_KEY=key-leaving")
 	if !before.OK {
 		t.Fatalf("list with the key before its removal: %+v", before)
 	}
@@ -192,12 +192,12 @@ func TestSDKControlAPI(t *testing.T) {
 		}
 	}
 	var after sdkAttempt
-	runSDK(t, root, sdkPackages[0], "list", time.Minute, &after, "E2B_API_URL="+api, "E2B_API_KEY=key-leaving")
+	runSDK(t, root, sdkPackages[0], "sandboxList", time.Minute, &after, "E2B_API_URL="+api, "E2B_API_KEY=key-leaving")
 	if after.OK || after.Error == nil || after.Error.Name != "AuthenticationError" {
 		t.Fatalf("list with the removed key: %+v, want AuthenticationError", after)
 	}
 	var kept sdkAttempt
-	runSDK(t, root, sdkPackages[0], "list", time.Minute, &kept, "E2B_API_URL="+api, "E2B_API_KEY=key-e2e")
+	runSDK(t, root, sdkPackages[0], "sandboxList", time.Minute, &kept, "E2B_API_URL="+api, "E2B_API_KEY=key-e2e")
 	if !kept.OK {
 		t.Fatalf("list with the kept key: %+v", kept)
 	}

@@ -421,7 +421,7 @@ standalone.controlapi = async function controlapi() {
 }
 
 // One Sandbox.list, for the API-key checks.
-standalone.list = async function list() {
+standalone.sandboxList = async function sandboxList() {
   return attempt(async () => (await Sandbox.list({ apiKey: process.env.E2B_API_KEY, apiUrl: process.env.E2B_API_URL }).nextItems()).length)
 }
 
@@ -455,6 +455,14 @@ standalone.peers = async function peers() {
   out.killAgain = await attempt(() => Sandbox.kill(sbx.sandboxId, opts))
   out.connectAfterKill = await attempt(async () => (await Sandbox.connect(sbx.sandboxId, opts)).sandboxId)
   return out
+}
+
+// A standalone scenario must not share a name with a scenario: it would
+// hide it, and the tests that ask for the hidden one would run the other.
+const shadowed = Object.keys(standalone).filter((k) => scenarios[k])
+if (shadowed.length > 0) {
+  console.error(`standalone scenarios hide scenarios of the same name: ${shadowed.join(', ')}`)
+  process.exit(2)
 }
 
 const name = process.argv[2]
