@@ -111,7 +111,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.finishCreate(w, r, ch, lifecycle.CreateRequest{CredentialID: cred.ID, Namespace: cred.ProjectNamespace, TemplateID: req.TemplateID,
-		Network: req.Network, Timeout: req.Timeout, Metadata: req.Metadata, EnvVars: req.EnvVars})
+		Network: req.Network, AllowInternetAccess: req.AllowInternetAccess, Timeout: req.Timeout, Metadata: req.Metadata, EnvVars: req.EnvVars})
 }
 
 func (s *Server) finishCreate(w http.ResponseWriter, r *http.Request, ch *ClusterHandle, req lifecycle.CreateRequest) {
