@@ -6,7 +6,9 @@
 //
 // Routes (docs/corectl.md has the request and answer shapes):
 //
-//	PUT|GET /sandboxes/{sandboxID}/network            egress (spec §3.1.1)
+//	PUT|GET /sandboxes/{sandboxID}/network            egress (spec §3.1.1); PUT also takes
+//	                                                  E2B's SandboxNetworkUpdateConfig (→ 204)
+//	PUT|GET /api/v1/sandbox/instances/{sandboxID}/network   egress, sandgate's body only
 //	PUT|GET /sandboxes/{sandboxID}/network/ingress    ingress allowlist (spec §5.2)
 //	PUT|GET /sandbox-templates/{templateId}/network   template defaults (spec §3.2)
 //	PUT|GET /api/v1/sandbox/templates/{templateId}/network   (alias)
@@ -131,6 +133,8 @@ type Route struct {
 var Routes = []Route{
 	{"PUT", "/sandboxes/{sandboxID}/network", (*Server).putEgress},
 	{"GET", "/sandboxes/{sandboxID}/network", (*Server).getEgress},
+	{"PUT", "/api/v1/sandbox/instances/{sandboxID}/network", (*Server).putEgressPlatform},
+	{"GET", "/api/v1/sandbox/instances/{sandboxID}/network", (*Server).getEgress},
 	{"PUT", "/sandboxes/{sandboxID}/network/ingress", (*Server).putIngress},
 	{"GET", "/sandboxes/{sandboxID}/network/ingress", (*Server).getIngress},
 	{"PUT", "/sandbox-templates/{templateId}/network", (*Server).putTemplate},

@@ -114,3 +114,93 @@ func TestCreateRefusesWhatItCannotHonour(t *testing.T) {
 		t.Fatalf("DELETE = %d %s", code, raw)
 	}
 }
+
+// TestUpdateNetworkE2B runs E2B's PUT /sandboxes/{id}/network
+// (SandboxNetworkUpdateConfig) on the real apiserver: each body is
+// resolved against the template's egress defaults, written through the
+// egress engine, answered 204 and read back as the policy shows; refusals
+// write nothing. sandgate's own body (with defaultAction) keeps its 200
+// answer at that path and at /api/v1/sandbox/instances/{id}/network,
+// which takes only sandgate's body.
+func TestUpdateNetworkE2B(t *testing.T) {
+	w := start(t)
+	if _, err := w.orch.Templates.Put(context.Background(), "base", template.Network{Egress: []v1alpha1.EgressRule{{CIDR: "0.0.0.0/0"}}}); err != nil {
+		t.Fatal(err)
+	}
+	id := w.create(`{"templateID":"base"}`).SandboxID
+	policy := func() []egress.Rule {
+		t.Helper()
+		np := &networkingv1.NetworkPolicy{}
+		if err := get(np, w.nsA, policyOf(t, w.nsA, bs(w.nsA, id))); err != nil {
+			t.Fatal(err)
+		}
+		got := []egress.Rule{}
+		for _, r := range np.Spec.Egress[1:] {
+			got = append(got, egress.Rule{CIDR: r.To[0].IPBlock.CIDR, Except: r.To[0].IPBlock.Except})
+		}
+		return got
+	}
+	path := "/sandboxes/" + id + "/network"
+	for _, tc := range []struct {
+		body string
+		want []egress.Rule
+	}{
+		{`{"allowOut":["1.1.1.1","8.8.8.0/24"],"denyOut":["0.0.0.0/0"]}`, []egress.Rule{{CIDR: "1.1.1.1/32"}, {CIDR: "8.8.8.0/24"}}},
+		{`{"denyOut":["10.0.0.0/8"]}`, []egress.Rule{{CIDR: "0.0.0.0/0", Except: []string{"10.0.0.0/8"}}}},
+		{`{"allow_internet_access":false}`, []egress.Rule{}},
+		{`{"allow_internet_access":false,"allowOut":["1.1.1.1"]}`, []egress.Rule{{CIDR: "1.1.1.1/32"}}},
+		{`{}`, []egress.Rule{{CIDR: "0.0.0.0/0"}}},
+	} {
+		if st, raw := w.do("PUT", path, "key-a", tc.body, nil); st != http.StatusNoContent || len(raw) != 0 {
+			t.Fatalf("PUT %s = %d %s", tc.body, st, raw)
+		}
+		if got := policy(); !rulesEqual(got, tc.want) {
+			t.Fatalf("PUT %s: policy %+v, want %+v", tc.body, got, tc.want)
+		}
+		var st egress.Status
+		if code, raw := w.do("GET", path, "key-a", "", &st); code != http.StatusOK || !st.NetworkReady ||
+			st.LastVerifiedEgress == nil || !rulesEqual(*st.LastVerifiedEgress, tc.want) {
+			t.Fatalf("GET after %s = %d %s", tc.body, code, raw)
+		}
+	}
+	// Refusals: nothing written (the policy stays the template's 0.0.0.0/0).
+	for body, msg := range map[string]string{
+		`{"allowOut":["api.example.com"]}`:            "bad_request: network.allowOut[0]: not supported: domain names",
+		`{"rules":{"api.example.com":[]}}`:            "bad_request: network: bad request: rules: not supported",
+		`{"egressProxy":{"address":"p.example:1"}}`:   "bad_request: network: bad request: egressProxy: not supported",
+		`{"allowOut":["1.1.1.1"],"allowPublic":true}`: "bad_request: network: bad request: unknown field \"allowPublic\"",
+		`{"denyOut":["300.0.0.0/8"]}`:                 "network_cidr_invalid: network.denyOut[0]",
+	} {
+		var eb struct {
+			Message string `json:"message"`
+		}
+		if st, raw := w.do("PUT", path, "key-a", body, &eb); st != http.StatusBadRequest || !strings.HasPrefix(eb.Message, msg) {
+			t.Errorf("PUT %s = %d %s, want 400 %q…", body, st, raw, msg)
+		}
+		if got := policy(); !rulesEqual(got, []egress.Rule{{CIDR: "0.0.0.0/0"}}) {
+			t.Fatalf("refused %s wrote %+v", body, got)
+		}
+	}
+	if st, _ := w.do("PUT", "/sandboxes/sbnotthere/network", "key-a", `{"allowOut":["1.1.1.1"]}`, nil); st != http.StatusNotFound {
+		t.Fatalf("PUT on a missing sandbox = %d", st)
+	}
+	if st, _ := w.do("PUT", path, "key-b", `{"allowOut":["1.1.1.1"]}`, nil); st != http.StatusNotFound {
+		t.Fatalf("PUT by another credential = %d", st)
+	}
+	// sandgate's body: 200 with the GET view at both paths; E2B's body is
+	// not taken at the platform path.
+	platform := "/api/v1/sandbox/instances/" + id + "/network"
+	for _, p := range []string{path, platform} {
+		var st egress.Status
+		if code, raw := w.do("PUT", p, "key-a", `{"defaultAction":"deny","egress":[{"cidr":"192.0.2.0/24"}]}`, &st); code != http.StatusOK || !st.NetworkReady ||
+			!rulesEqual(*st.ConfiguredEgress, []egress.Rule{{CIDR: "192.0.2.0/24"}}) {
+			t.Fatalf("sandgate PUT %s = %d %s", p, code, raw)
+		}
+	}
+	if code, raw := w.do("PUT", platform, "key-a", `{"allowOut":["1.1.1.1"]}`, nil); code != http.StatusBadRequest || !strings.Contains(string(raw), `unknown field \"allowOut\"`) {
+		t.Fatalf("E2B body at the platform path = %d %s", code, raw)
+	}
+	if code, raw := w.do("GET", platform, "key-a", "", nil); code != http.StatusOK {
+		t.Fatalf("GET %s = %d %s", platform, code, raw)
+	}
+}

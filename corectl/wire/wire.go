@@ -655,3 +655,115 @@ func DecodeNetwork(raw []byte) (*Network, error) {
 	}
 	return &n, nil
 }
+
+// MaxNetworkUpdateSize bounds E2B's PUT /sandboxes/{id}/network body
+// (64 KiB, as sandgate's egress PUT).
+const MaxNetworkUpdateSize = MaxEgressPutSize
+
+// ErrNetworkUpdateBadRequest: the body is not E2B's
+// SandboxNetworkUpdateConfig.
+var ErrNetworkUpdateBadRequest = errors.New("network: bad request")
+
+// NetworkUpdate is E2B's SandboxNetworkUpdateConfig, the body of PUT
+// /sandboxes/{id}/network as the SDKs' updateNetwork sends it: it replaces
+// the sandbox's egress rules, and a member left out is cleared (E2B:
+// "omitting a field clears it"). corectl resolves it as a create's
+// network is resolved (package createnet): the sandbox template's egress
+// defaults, replaced by AllowOut when non-empty, minus DenyOut and, when
+// AllowInternetAccess is false, minus 0.0.0.0/0; AllowOut is never
+// carved.
+type NetworkUpdate struct {
+	// AllowOut is the allowed CIDRs or IP addresses (as written; a domain
+	// name is refused when resolved).
+	AllowOut []string
+	// DenyOut is the denied CIDRs or IP addresses (as written).
+	DenyOut []string
+	// AllowInternetAccess is E2B's allow_internet_access (nil: absent or
+	// null).
+	AllowInternetAccess *bool
+}
+
+// IsNetworkUpdate reports whether body, which PUT /sandboxes/{id}/network
+// received, is E2B's SandboxNetworkUpdateConfig rather than sandgate's
+// EgressPut: a well-formed JSON object without the member defaultAction
+// (which EgressPut requires and E2B's body does not have). Everything
+// else, malformed bodies included, is EgressPut's to decode and answer,
+// so that route's answers to sandgate's bodies stay as they were.
+func IsNetworkUpdate(body []byte) bool {
+	if len(body) > MaxNetworkUpdateSize {
+		return false
+	}
+	raw, err := members(body)
+	if err != nil {
+		return false
+	}
+	_, sandgate := raw["defaultAction"]
+	return !sandgate
+}
+
+// DecodeNetworkUpdate decodes E2B's SandboxNetworkUpdateConfig strictly:
+// allowOut and denyOut arrays of strings, allow_internet_access a
+// boolean (each may be absent or null); rules and egressProxy are refused
+// with an *UnsupportedError unless empty or null; any other member is
+// refused. Errors wrap ErrNetworkUpdateBadRequest (and strictjson's class
+// or the *UnsupportedError where there is one).
+func DecodeNetworkUpdate(body []byte) (NetworkUpdate, error) {
+	var u NetworkUpdate
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %w", ErrNetworkUpdateBadRequest, fmt.Errorf(format, args...))
+	}
+	if len(body) > MaxNetworkUpdateSize {
+		return u, bad("body larger than %d bytes", MaxNetworkUpdateSize)
+	}
+	raw, err := members(body)
+	if errors.Is(err, errNotObject) {
+		return u, bad("body must be a JSON object")
+	}
+	if err != nil {
+		return u, bad("%w", err)
+	}
+	list := func(k string) ([]string, error) {
+		v, ok := raw[k]
+		if !ok || isNull(v) {
+			return nil, nil
+		}
+		var out []string
+		if json.Unmarshal(v, &out) != nil {
+			return nil, bad("%s must be an array of strings", k)
+		}
+		if len(out) > cidr.MaxEntries {
+			return nil, bad("%s: %w: %d entries, at most %d", k, cidr.ErrTooMany, len(out), cidr.MaxEntries)
+		}
+		return out, nil
+	}
+	for k, v := range raw {
+		switch k {
+		case "allowOut", "denyOut":
+		case "allow_internet_access":
+			if u.AllowInternetAccess, err = optBool(raw, k); err != nil {
+				return u, bad("%w", err)
+			}
+		case "rules":
+			var m map[string]json.RawMessage
+			if json.Unmarshal(v, &m) != nil {
+				return u, bad("rules must be an object")
+			}
+			if len(m) > 0 {
+				return u, bad("%w", &UnsupportedError{Field: "rules", Why: "sandgate has no egress HTTP proxy to apply per-domain transforms"})
+			}
+		case "egressProxy":
+			if !isNull(v) {
+				return u, bad("%w", &UnsupportedError{Field: "egressProxy", Why: "sandgate cannot tunnel egress through a proxy"})
+			}
+		default:
+			return u, bad("unknown field %q (only allowOut, denyOut, allow_internet_access)", k)
+		}
+	}
+	if u.AllowOut, err = list("allowOut"); err != nil {
+		return u, err
+	}
+	if u.DenyOut, err = list("denyOut"); err != nil {
+		return u, err
+	}
+	return u, nil
+}
