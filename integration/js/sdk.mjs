@@ -383,6 +383,43 @@ standalone.authz = async function authz() {
   return out
 }
 
+// E2B's network surface: Sandbox.create({ allowInternetAccess: false,
+// network: { denyOut } }), then sbx.updateNetwork(...) with E2B's bodies;
+// after each step corectl's own GET /sandboxes/{id}/network (the policy as
+// read back from the apiserver) is recorded. Refusals (a domain name) are
+// attempts; the sandbox is killed at the end.
+standalone.network = async function network() {
+  const opts = {
+    apiKey: process.env.E2B_API_KEY,
+    apiUrl: process.env.E2B_API_URL,
+    sandboxUrl: process.env.E2B_SANDBOX_URL,
+  }
+  const view = async (id) => {
+    const res = await fetch(`${opts.apiUrl}/sandboxes/${id}/network`, { headers: { 'X-API-Key': opts.apiKey } })
+    const body = await res.json()
+    return { status: res.status, networkReady: body.networkReady, configuredEgress: body.configuredEgress, lastVerifiedEgress: body.lastVerifiedEgress }
+  }
+  const out = { hasUpdateNetwork: typeof Sandbox.prototype.updateNetwork === 'function' }
+  const closed = await Sandbox.create('base', { ...opts, allowInternetAccess: false })
+  out.closed = await view(closed.sandboxId)
+  await closed.kill()
+  const sbx = await Sandbox.create('base', { ...opts, network: { denyOut: ['10.0.0.0/8'] } })
+  out.created = await view(sbx.sandboxId)
+  out.steps = []
+  for (const upd of [
+    { allowOut: ['1.1.1.1'], denyOut: ['0.0.0.0/0'] },
+    { allowInternetAccess: false },
+    { denyOut: ['169.254.169.254'] },
+    { allowOut: ['api.example.com'] },
+  ]) {
+    const r = await attempt(() => sbx.updateNetwork(upd))
+    out.steps.push({ update: upd, ok: r.ok, error: r.error, view: await view(sbx.sandboxId) })
+  }
+  out.run = await attempt(() => sbx.commands.run('echo after'))
+  out.kill = await attempt(() => sbx.kill())
+  return out
+}
+
 const name = process.argv[2]
 if (!scenarios[name] && !standalone[name]) {
   console.error(`unknown scenario ${name}; one of ${[...Object.keys(scenarios), ...Object.keys(standalone)].join(', ')}`)
