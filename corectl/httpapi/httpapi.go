@@ -47,6 +47,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
 	"github.com/sandgate/sandgate/corectl/metrics"
+	"github.com/sandgate/sandgate/corectl/quota"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	"github.com/sandgate/sandgate/corectl/template"
 	"github.com/sandgate/sandgate/gateway/credential"
@@ -119,6 +120,10 @@ type Server struct {
 	// (corectl_http_requests_total, corectl_http_request_duration_seconds);
 	// nil records nothing.
 	Metrics *metrics.Metrics
+
+	// quota enforces the credentials' create limits (its zero value is
+	// ready).
+	quota quota.Gate
 }
 
 // Route is one route of the API.

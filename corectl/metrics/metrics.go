@@ -77,6 +77,7 @@ type Metrics struct {
 	stepDuration *prometheus.HistogramVec
 	cniChecks    *prometheus.CounterVec
 	orphanScans  *prometheus.CounterVec
+	refusals     *prometheus.CounterVec
 }
 
 // New returns Metrics with every collector above registered in a new
@@ -114,8 +115,12 @@ func New() *Metrics {
 			Namespace: "corectl", Subsystem: "orphan", Name: "scans_total",
 			Help: "Orphan scans by cluster and outcome (ok, incomplete: some deletions failed and are retried, failed: the scan stopped with an error).",
 		}, []string{"cluster", "outcome"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "corectl", Subsystem: "create", Name: "refusals_total",
+			Help: "Creates refused before anything is written, by reason: a credential limit (concurrent_sandboxes, creates_per_minute, max_timeout) or unsupported_field (a NewSandbox field sandgate cannot honour).",
+		}, []string{"reason"}),
 	}
-	m.Registry.MustRegister(m.requests, m.duration, m.reconciles, m.steps, m.stepDuration, m.cniChecks, m.orphanScans)
+	m.Registry.MustRegister(m.requests, m.duration, m.reconciles, m.steps, m.stepDuration, m.cniChecks, m.orphanScans, m.refusals)
 	return m
 }
 
@@ -183,6 +188,22 @@ func (m *Metrics) OrphanScan(cluster, outcome string) {
 		return
 	}
 	m.orphanScans.WithLabelValues(cluster, outcome).Inc()
+}
+
+// Refusal reasons of CreateRefused besides package quota's.
+const (
+	// RefusalUnsupportedField: the create names a field sandgate cannot
+	// honour (wire.UnsupportedError).
+	RefusalUnsupportedField = "unsupported_field"
+)
+
+// CreateRefused counts one create refused before anything was written,
+// with reason (package quota's Reason* or RefusalUnsupportedField).
+func (m *Metrics) CreateRefused(reason string) {
+	if m == nil {
+		return
+	}
+	m.refusals.WithLabelValues(reason).Inc()
 }
 
 // WatchCNIGate registers corectl_cni_gate_open{cluster}: 1 while gate

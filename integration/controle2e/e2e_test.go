@@ -141,13 +141,14 @@ type stack struct {
 }
 
 // startStack starts corectl and the gateway, with the stand-in OpenSandbox
-// controller marking the namespace's BatchSandboxes ready.
-func startStack(t *testing.T) stack {
+// controller marking the namespace's BatchSandboxes ready; extra is added
+// to the credential's YAML mapping (e.g. "    limits: {...}\n").
+func startStack(t *testing.T, extra string) stack {
 	t.Helper()
 	root := repoRoot(t)
 	ns, ingNS, tplNS := env.Namespace(t), env.Namespace(t), env.Namespace(t)
 	creds := fmt.Sprintf("credentials:\n  - id: cred-e2e\n    enabled: true\n    resourceSpecId: spec-small\n"+
-		"    resourceGroupId: group-1\n    projectNamespace: %s\n    clusterId: cluster-a\n", ns)
+		"    resourceGroupId: group-1\n    projectNamespace: %s\n    clusterId: cluster-a\n", ns) + extra
 	h, err := harness.Start(harness.Config{RepoRoot: root, Credentials: creds})
 	if err != nil {
 		t.Fatal(err)
@@ -220,7 +221,7 @@ func (st stack) putTemplate(t *testing.T, body string) {
 // TestSDKCreateConnectKillThroughCorectl is the closed loop of issue 6
 // with both pinned SDKs.
 func TestSDKCreateConnectKillThroughCorectl(t *testing.T) {
-	st := startStack(t)
+	st := startStack(t, "")
 	root, api, ns, ingNS, h := st.root, st.api, st.ns, st.ingNS, st.h
 	// Template defaults carry an ingress allowlist, so create writes the
 	// managed Ingress too; the SDK's network object sets the egress.

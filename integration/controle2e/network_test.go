@@ -58,7 +58,7 @@ func verified(t *testing.T, what string, v networkView, want []egressRule) {
 // is refused (400: the SDKs raise SandboxError with corectl's message) and
 // changes nothing.
 func TestSDKNetwork(t *testing.T) {
-	st := startStack(t)
+	st := startStack(t, "")
 	st.putTemplate(t, `{"egress":[{"cidr":"0.0.0.0/0"}]}`)
 	for _, pkg := range sdkPackages {
 		t.Run(pkg, func(t *testing.T) {
@@ -93,6 +93,37 @@ func TestSDKNetwork(t *testing.T) {
 			if !r.Run.OK || !r.Kill.OK {
 				t.Fatalf("run %+v kill %+v", r.Run, r.Kill)
 			}
+		})
+	}
+}
+
+// TestSDKLimits: a credential's limits (credential record) from both
+// pinned SDKs' point of view: over the concurrent-sandbox and the
+// creates-per-minute limit Sandbox.create raises RateLimitError (429)
+// with corectl's message; over the longest timeout, SandboxError (400).
+func TestSDKLimits(t *testing.T) {
+	for _, pkg := range sdkPackages {
+		t.Run(pkg, func(t *testing.T) {
+			// A stack per SDK: the creates-per-minute count is corectl's.
+			st := startStack(t, "    limits: {concurrentSandboxes: 1, createsPerMinute: 2, maxTimeoutSeconds: 600}\n")
+			var r struct {
+				Second, KillFirst, KillSecond, Third, LongTimeout sdkAttempt
+			}
+			runSDK(t, st.root, pkg, "limits", 2*time.Minute, &r, "E2B_API_URL="+st.api, "E2B_SANDBOX_URL="+st.h.Gateway,
+				"E2B_API_KEY=key-e2e")
+			refused := func(what string, a sdkAttempt, name, msg string) {
+				t.Helper()
+				if a.OK || a.Error == nil || a.Error.Name != name || !strings.Contains(a.Error.Message, msg) {
+					t.Fatalf("%s: %+v, want %s with %q", what, a, name, msg)
+				}
+			}
+			refused("a second live sandbox", r.Second, "RateLimitError",
+				"Rate limit exceeded, please try again later - rate_limited: you have reached the maximum number of concurrent sandboxes (1) for this credential")
+			if !r.KillFirst.OK || !r.KillSecond.OK {
+				t.Fatalf("kills %+v %+v", r.KillFirst, r.KillSecond)
+			}
+			refused("a third create in a minute", r.Third, "RateLimitError", "rate_limited: rate limit exceeded: at most 2 sandbox creates per minute")
+			refused("a timeout over the limit", r.LongTimeout, "SandboxError", "400: bad_request: timeout cannot be greater than 600 seconds")
 		})
 	}
 }

@@ -420,6 +420,26 @@ standalone.network = async function network() {
   return out
 }
 
+// A credential with limits {concurrentSandboxes: 1, createsPerMinute: 2,
+// maxTimeoutSeconds: 600}: the second live sandbox and the third create in
+// a minute are refused (429: RateLimitError), a longer timeout too (400).
+standalone.limits = async function limits() {
+  const opts = {
+    apiKey: process.env.E2B_API_KEY,
+    apiUrl: process.env.E2B_API_URL,
+    sandboxUrl: process.env.E2B_SANDBOX_URL,
+  }
+  const out = {}
+  const a = await Sandbox.create('base', opts)
+  out.second = await attempt(() => Sandbox.create('base', opts))
+  out.killFirst = await attempt(() => a.kill())
+  const c = await Sandbox.create('base', opts)
+  out.killSecond = await attempt(() => c.kill())
+  out.third = await attempt(() => Sandbox.create('base', opts))
+  out.longTimeout = await attempt(() => Sandbox.create('base', { ...opts, timeoutMs: 601000 }))
+  return out
+}
+
 const name = process.argv[2]
 if (!scenarios[name] && !standalone[name]) {
   console.error(`unknown scenario ${name}; one of ${[...Object.keys(scenarios), ...Object.keys(standalone)].join(', ')}`)
