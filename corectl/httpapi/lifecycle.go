@@ -246,6 +246,7 @@ func (s *Server) connectSandbox(w http.ResponseWriter, r *http.Request) {
 		case ok && d > ch.Lifecycle.MaxTimeoutValue():
 			err = ch.Lifecycle.CheckTimeout(d)
 		case ok:
+			err = quota.CheckTimeout(cred.Limits, d)
 			timeout = &d
 		}
 	}

@@ -1,8 +1,9 @@
 // Package quota enforces the per-credential create limits of the
 // credential record (credential.Limits: concurrent sandboxes, creates per
 // minute, longest timeout), as E2B enforces its team limits: a create over
-// a count limit is refused with 429 and E2B's kind of message, a timeout
-// over the limit with 400. One Gate serves one corectl process; its
+// a count limit is refused with 429 and E2B's kind of message, and a
+// timeout over the limit (of a create, setTimeout, connect or refresh:
+// CheckTimeout) with 400. One Gate serves one corectl process; its
 // counts of creates in flight and of recent creates are that process's
 // (a create on another replica is seen once its BatchSandbox exists, so
 // concurrent creates on several replicas may together exceed a limit by
@@ -44,6 +45,21 @@ type Refusal struct {
 // Error implements error: Message.
 func (r *Refusal) Error() string { return r.Message }
 
+// CheckTimeout refuses a timeout (of a create, setTimeout, connect or
+// refresh) longer than lim.MaxTimeoutSeconds with a *Refusal of
+// ReasonTimeout; nil limits or 0 allow any (the caller's own maximum still
+// applies).
+func CheckTimeout(lim *credential.Limits, timeout time.Duration) error {
+	if lim == nil {
+		return nil
+	}
+	if max := time.Duration(lim.MaxTimeoutSeconds) * time.Second; max > 0 && timeout > max {
+		return &Refusal{Reason: ReasonTimeout,
+			Message: fmt.Sprintf("timeout cannot be greater than %d seconds for this credential", lim.MaxTimeoutSeconds)}
+	}
+	return nil
+}
+
 // Window is the span of CreatesPerMinute.
 const Window = time.Minute
 
@@ -70,9 +86,8 @@ func (g *Gate) Admit(id string, lim *credential.Limits, running int, timeout tim
 	if lim == nil {
 		return func() {}, nil
 	}
-	if max := time.Duration(lim.MaxTimeoutSeconds) * time.Second; max > 0 && timeout > max {
-		return nil, &Refusal{Reason: ReasonTimeout,
-			Message: fmt.Sprintf("timeout cannot be greater than %d seconds for this credential", lim.MaxTimeoutSeconds)}
+	if err := CheckTimeout(lim, timeout); err != nil {
+		return nil, err
 	}
 	now := time.Now()
 	if g.Now != nil {

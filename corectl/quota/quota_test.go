@@ -79,3 +79,13 @@ func TestMaxTimeoutAndNoLimits(t *testing.T) {
 		t.Fatalf("inflight %v: a create without limits is not tracked", g.inflight)
 	}
 }
+
+func TestCheckTimeout(t *testing.T) {
+	lim := &credential.Limits{MaxTimeoutSeconds: 60}
+	if CheckTimeout(lim, time.Minute) != nil || CheckTimeout(nil, time.Hour) != nil || CheckTimeout(&credential.Limits{}, time.Hour) != nil {
+		t.Fatal("refused within the limit")
+	}
+	if r := refusal(t, CheckTimeout(lim, time.Minute+time.Second)); r.Reason != ReasonTimeout || r.Message != "timeout cannot be greater than 60 seconds for this credential" {
+		t.Fatalf("refusal %+v", r)
+	}
+}

@@ -100,14 +100,15 @@ func TestSDKNetwork(t *testing.T) {
 // TestSDKLimits: a credential's limits (credential record) from both
 // pinned SDKs' point of view: over the concurrent-sandbox and the
 // creates-per-minute limit Sandbox.create raises RateLimitError (429)
-// with corectl's message; over the longest timeout, SandboxError (400).
+// with corectl's message; over the longest timeout, at create and at
+// setTimeout, SandboxError (400).
 func TestSDKLimits(t *testing.T) {
 	for _, pkg := range sdkPackages {
 		t.Run(pkg, func(t *testing.T) {
 			// A stack per SDK: the creates-per-minute count is corectl's.
 			st := startStack(t, "    limits: {concurrentSandboxes: 1, createsPerMinute: 2, maxTimeoutSeconds: 600}\n")
 			var r struct {
-				Second, KillFirst, KillSecond, Third, LongTimeout sdkAttempt
+				Second, SetTimeoutOver, SetTimeoutWithin, KillFirst, KillSecond, Third, LongTimeout sdkAttempt
 			}
 			runSDK(t, st.root, pkg, "limits", 2*time.Minute, &r, "E2B_API_URL="+st.api, "E2B_SANDBOX_URL="+st.h.Gateway,
 				"E2B_API_KEY=key-e2e")
@@ -119,6 +120,10 @@ func TestSDKLimits(t *testing.T) {
 			}
 			refused("a second live sandbox", r.Second, "RateLimitError",
 				"Rate limit exceeded, please try again later - rate_limited: you have reached the maximum number of concurrent sandboxes (1) for this credential")
+			refused("setTimeout over the limit", r.SetTimeoutOver, "SandboxError", "400: bad_request: timeout cannot be greater than 600 seconds")
+			if !r.SetTimeoutWithin.OK {
+				t.Fatalf("setTimeout within the limit: %+v", r.SetTimeoutWithin)
+			}
 			if !r.KillFirst.OK || !r.KillSecond.OK {
 				t.Fatalf("kills %+v %+v", r.KillFirst, r.KillSecond)
 			}

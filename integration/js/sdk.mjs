@@ -422,7 +422,8 @@ standalone.network = async function network() {
 
 // A credential with limits {concurrentSandboxes: 1, createsPerMinute: 2,
 // maxTimeoutSeconds: 600}: the second live sandbox and the third create in
-// a minute are refused (429: RateLimitError), a longer timeout too (400).
+// a minute are refused (429: RateLimitError), a longer timeout too (400),
+// at create and at setTimeout.
 standalone.limits = async function limits() {
   const opts = {
     apiKey: process.env.E2B_API_KEY,
@@ -432,6 +433,8 @@ standalone.limits = async function limits() {
   const out = {}
   const a = await Sandbox.create('base', opts)
   out.second = await attempt(() => Sandbox.create('base', opts))
+  out.setTimeoutOver = await attempt(() => a.setTimeout(601000))
+  out.setTimeoutWithin = await attempt(() => a.setTimeout(600000))
   out.killFirst = await attempt(() => a.kill())
   const c = await Sandbox.create('base', opts)
   out.killSecond = await attempt(() => c.kill())
