@@ -6,6 +6,9 @@ import (
 
 	"github.com/sandgate/sandgate/corectl/cidr"
 	"github.com/sandgate/sandgate/corectl/kubetest"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 func TestCarve(t *testing.T) {
@@ -80,5 +83,25 @@ func TestSubtract(t *testing.T) {
 	got = cidr.Strings(Subtract(Allowlist{Allow: prefixes(t, "0.0.0.0/0"), Except: prefixes(t, "255.255.255.255")}))
 	if len(got) != 32 || got[len(got)-1] != "255.255.255.254/32" {
 		t.Fatalf("0/0 - 255.255.255.255 = %d CIDRs %v", len(got), got)
+	}
+}
+
+// TestConflictsWithCarveOuts: compared against the allowed ranges minus
+// the carve-outs (Subtract), a foreign policy that re-allows a carved-out
+// range conflicts, one inside what stays allowed does not.
+func TestConflictsWithCarveOuts(t *testing.T) {
+	c := kubetest.Cluster("c1", "ingress")
+	allowed := cidr.Strings(Subtract(Carve(prefixes(t, "0.0.0.0/0"), prefixes(t, "10.0.0.0/8"))))
+	sets := []labels.Set{{"allocation-id": "a1"}}
+	foreign := func(block string) []networkingv1.NetworkPolicy {
+		return []networkingv1.NetworkPolicy{{ObjectMeta: metav1.ObjectMeta{Name: "foreign"}, Spec: networkingv1.NetworkPolicySpec{
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+			Egress:      []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: block}}}}},
+		}}}
+	}
+	for block, want := range map[string]bool{"10.1.0.0/16": true, "0.0.0.0/0": true, "192.0.2.0/24": false} {
+		if got := len(Conflicts(foreign(block), "own", sets, allowed, DNSRule(c))) > 0; got != want {
+			t.Errorf("a foreign policy allowing %s: conflict %v, want %v", block, got, want)
+		}
 	}
 }
