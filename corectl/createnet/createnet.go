@@ -58,8 +58,9 @@ type Error struct {
 	// Message says which field and entry.
 	Message string
 	// Err is the cause when it has a class callers may test for
-	// (strictjson's ErrMalformed, ErrDuplicateMember, ErrTooDeep); nil
-	// otherwise. Message already says what it says.
+	// (strictjson's ErrMalformed, ErrDuplicateMember, ErrTooDeep, or a
+	// *wire.UnsupportedError); nil otherwise. Message already says what it
+	// says.
 	Err error
 }
 
@@ -227,10 +228,11 @@ func refuseDomains(req *Request) error {
 	}{{"allowOut", req.AllowOut}, {"denyOut", req.DenyOut}} {
 		for i, e := range f.entries {
 			if domainName.MatchString(e) && strings.ContainsFunc(e, unicode.IsLetter) {
-				return &Error{Code: CodeBadRequest, Message: (&wire.UnsupportedError{
+				ue := &wire.UnsupportedError{
 					Field: fmt.Sprintf("network.%s[%d]", f.name, i),
 					Why:   "domain names: sandgate enforces egress with a Kubernetes NetworkPolicy, which matches IP ranges only; give CIDRs or IP addresses",
-				}).Error()}
+				}
+				return &Error{Code: CodeBadRequest, Message: ue.Error(), Err: ue}
 			}
 		}
 	}

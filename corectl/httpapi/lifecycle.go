@@ -184,6 +184,9 @@ func (s *Server) finishCreate(w http.ResponseWriter, r *http.Request, ch *Cluste
 			s.fail(w, r, http.StatusNotFound, CodeTemplateNotFound, err.Error())
 			return
 		case errors.As(err, &ne):
+			if ue := (*wire.UnsupportedError)(nil); errors.As(err, &ue) {
+				s.Metrics.CreateRefused(metrics.RefusalUnsupportedField)
+			}
 			s.fail(w, r, http.StatusBadRequest, ne.Code, ne.Message)
 			return
 		case errors.Is(err, lifecycle.ErrUnavailable):

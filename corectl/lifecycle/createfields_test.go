@@ -79,8 +79,8 @@ func rulesEqual(a, b []egress.Rule) bool {
 
 // TestCreateRefusesWhatItCannotHonour: every NewSandbox member sandgate
 // cannot honour is a 400 bad_request whose message names the member and
-// why, and nothing is written; the members that change nothing are
-// accepted.
+// why, is counted in corectl_create_refusals_total, and nothing is
+// written; the members that change nothing are accepted.
 func TestCreateRefusesWhatItCannotHonour(t *testing.T) {
 	w := start(t)
 	for body, field := range map[string]string{
@@ -108,6 +108,10 @@ func TestCreateRefusesWhatItCannotHonour(t *testing.T) {
 		}
 	}
 	w.nothingLeft()
+	// Every refusal but the wrongly typed allow_internet_access is counted.
+	if got := w.metrics().Value("corectl_create_refusals_total", "reason", "unsupported_field"); got != 13 {
+		t.Errorf("corectl_create_refusals_total{reason=unsupported_field} = %g, want 13", got)
+	}
 	// Accepted, changing nothing: the defaults and secure.
 	sb := w.create(`{"templateID":"base","secure":true,"autoPause":false,"autoResume":{"enabled":false},"lifecycle":{"onTimeout":"kill","autoResume":false},"volumeMounts":[],"mcp":null,"allow_internet_access":true,"network":{"allowPublicTraffic":true,"maskRequestHost":"","rules":{},"egressProxy":null}}`)
 	if code, raw := w.do("DELETE", "/sandboxes/"+sb.SandboxID, "key-a", "", nil); code != http.StatusNoContent {
