@@ -26,7 +26,7 @@ func TestBreakDuplicateKeysAreRefused(t *testing.T) {
 			t.Errorf("Decode(%s) = %+v, %v; want %s", body, req, err, CodeBadRequest)
 		}
 	}
-	if _, err := Decode([]byte(`{"egress":[{"cidr":"203.0.113.1"}],"denyOut":["x"],"rules":{"a":{"b":1}}}`)); err != nil {
+	if _, err := Decode([]byte(`{"egress":[{"cidr":"203.0.113.1"}],"denyOut":["x"],"rules":{},"other":{"b":1}}`)); err != nil {
 		t.Errorf("a well-formed object with ignored fields: %v", err)
 	}
 }

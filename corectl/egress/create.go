@@ -3,10 +3,8 @@ package egress
 import (
 	"context"
 	"fmt"
-	"net/netip"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
-	"github.com/sandgate/sandgate/corectl/cidr"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,17 +14,18 @@ import (
 // CreateVerified creates the egress policy of a sandbox being created
 // (the create's policy step, spec §3.1.1 II): prov is the sandbox as
 // provisioned (namespace, ID, allocation label and identity, owner; no
-// UID yet, the BatchSandbox is written after the policy) and prefixes the
-// resolved egress set (normalised, as Put's). The policy is written with set
-// compiled as its spec, already Verified with that spec as its LKG (there
+// UID yet, the BatchSandbox is written after the policy) and list the
+// resolved egress allowlist (in Carve's normal form; its carve-outs are
+// E2B's denyOut and allow_internet_access: false). The policy is written
+// with list compiled (CompileExcept) as its spec, already Verified with that spec as its LKG (there
 // is no earlier policy to fall back to: a failed create deletes it), then
 // read back; the spec and the LKG annotation read back must both be the
 // canonical spec written. It returns the object as read back, which
 // AdoptOwner writes over, and whether the create was accepted (so the
 // caller knows to remove the policy on failure). Errors: the write or the read-back failed, or
 // the read-back differs.
-func (e *Engine) CreateVerified(ctx context.Context, prov *sandbox.Sandbox, prefixes []netip.Prefix) (np *networkingv1.NetworkPolicy, written bool, err error) {
-	spec := Compile(e.Cluster, prov.AllocationLabel, prov.AllocationID, cidr.Strings(prefixes))
+func (e *Engine) CreateVerified(ctx context.Context, prov *sandbox.Sandbox, list Allowlist) (np *networkingv1.NetworkPolicy, written bool, err error) {
+	spec := CompileExcept(e.Cluster, prov.AllocationLabel, prov.AllocationID, list)
 	lbl := prov.IdentityLabels(e.Cluster.ID)
 	lbl[v1alpha1.LabelAllocationID] = prov.AllocationID
 	lkg := Canonical(&spec)

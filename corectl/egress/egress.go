@@ -11,6 +11,9 @@ package egress
 
 import (
 	"errors"
+	"net/netip"
+
+	"github.com/sandgate/sandgate/corectl/cidr"
 )
 
 // Annotations on the platform NetworkPolicy (spec §5.3, names as written
@@ -120,10 +123,32 @@ var (
 )
 
 // Rule is one egress rule of the API: a destination CIDR, all protocols
-// and ports.
+// and ports, minus the CIDRs of Except.
 type Rule struct {
 	// CIDR is a normalised IPv4 CIDR.
 	CIDR string `json:"cidr"`
+	// Except is the carved-out CIDRs strictly inside CIDR (E2B's denyOut,
+	// the policy's ipBlock.except), normalised; absent when none.
+	Except []string `json:"except,omitempty"`
+}
+
+// RulesExcept turns an allowlist as DecompileExcept returns it into API
+// rules (never nil), each with the excepts inside its CIDR.
+func RulesExcept(set, except []string) []Rule {
+	out := Rules(set)
+	if len(except) == 0 {
+		return out
+	}
+	ex, err := cidr.NormalizePrefixes(except)
+	if err != nil {
+		return out
+	}
+	for i := range out {
+		if p, err := netip.ParsePrefix(out[i].CIDR); err == nil {
+			out[i].Except = exceptsInside(p, ex)
+		}
+	}
+	return out
 }
 
 // Rules turns a CIDR set into API rules (never nil).

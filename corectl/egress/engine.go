@@ -111,7 +111,16 @@ type prior struct {
 // admin must settle it first); ErrUnavailable when a first read fails.
 // The PUT is allowed whether or not the sandbox has a pod.
 func (e *Engine) Put(ctx context.Context, namespace, id string, prefixes []netip.Prefix) (*Result, error) {
-	set := cidr.Strings(prefixes)
+	return e.PutAllowlist(ctx, namespace, id, Allowlist{Allow: prefixes})
+}
+
+// PutAllowlist is Put for an allowlist with carve-outs (E2B's PUT
+// /sandboxes/{id}/network body: allowOut, denyOut, allow_internet_access);
+// list must be in Carve's normal form. The flow, the read-back, the LKG
+// and the conflict rules are Put's; a non-platform policy that allows a
+// carved-out range is a conflict (Subtract).
+func (e *Engine) PutAllowlist(ctx context.Context, namespace, id string, list Allowlist) (*Result, error) {
+	set := cidr.Strings(Subtract(list))
 	sb, err := sandbox.Get(ctx, e.Client, namespace, id, e.Cluster.AllocationLabelKey())
 	if err != nil {
 		return nil, err
@@ -121,7 +130,7 @@ func (e *Engine) Put(ctx context.Context, namespace, id string, prefixes []netip
 	if err != nil {
 		return nil, err
 	}
-	desired := Compile(e.Cluster, sb.AllocationLabel, sb.AllocationID, set)
+	desired := CompileExcept(e.Cluster, sb.AllocationLabel, sb.AllocationID, list)
 
 	obj := e.build(sb, name, pr, &desired)
 	var werr error
@@ -153,7 +162,7 @@ func (e *Engine) Put(ctx context.Context, namespace, id string, prefixes []netip
 	if f := e.commit(ctx, rb, &desired, &written); f != nil {
 		return e.rollback(ctx, sb, name, pr, written, *f), nil
 	}
-	e.event(sb, corev1.EventTypeNormal, "EgressVerified", "Put", "egress policy %s verified: %d CIDRs", name, len(set))
+	e.event(sb, corev1.EventTypeNormal, "EgressVerified", "Put", "egress policy %s verified: %d CIDRs, %d excepted", name, len(list.Allow), len(list.Except))
 	return &Result{Outcome: OutcomeVerified, PolicyName: name}, nil
 }
 
@@ -532,11 +541,16 @@ func (e *Engine) Resume(ctx context.Context, namespace, name string) (*Result, e
 		pr = prior{obj: np.DeepCopy(), lkg: lkg, lkgV: v}
 	}
 	written := np.ResourceVersion
-	set, err := Decompile(&np.Spec)
+	allow, except, err := DecompileExcept(&np.Spec)
 	if err != nil {
 		return e.rollback(ctx, sb, name, pr, written, failure{code: CodeReadBackMismatch, reason: "interrupted update: " + err.Error()}), nil
 	}
-	desired := Compile(e.Cluster, sb.AllocationLabel, sb.AllocationID, set)
+	list, err := allowlistOf(allow, except)
+	if err != nil {
+		return e.rollback(ctx, sb, name, pr, written, failure{code: CodeReadBackMismatch, reason: "interrupted update: " + err.Error()}), nil
+	}
+	set := cidr.Strings(Subtract(list))
+	desired := CompileExcept(e.Cluster, sb.AllocationLabel, sb.AllocationID, list)
 	if Canonical(&desired) != Canonical(&np.Spec) {
 		return e.rollback(ctx, sb, name, pr, written, failure{code: CodeReadBackMismatch, reason: "interrupted update: the policy is not what corectl compiles for this sandbox now"}), nil
 	}

@@ -72,7 +72,8 @@ func Canonical(spec *networkingv1.NetworkPolicySpec) string {
 
 // ParseLKG decodes a last-verified-spec annotation value: strict JSON of a
 // NetworkPolicySpec that is canonical (re-encoding gives the same bytes)
-// and decompiles (Decompile). The error says what is wrong.
+// and decompiles (DecompileExcept; set is its allowed CIDRs, the spec
+// holds the excepts). The error says what is wrong.
 func ParseLKG(v string) (*networkingv1.NetworkPolicySpec, []string, error) {
 	if v == "" {
 		return nil, nil, errors.New("empty last-verified-spec")
@@ -84,7 +85,7 @@ func ParseLKG(v string) (*networkingv1.NetworkPolicySpec, []string, error) {
 	if Canonical(&spec) != v {
 		return nil, nil, errors.New("last-verified-spec is not in canonical form")
 	}
-	set, err := Decompile(&spec)
+	set, _, err := DecompileExcept(&spec)
 	if err != nil {
 		return nil, nil, fmt.Errorf("last-verified-spec: %w", err)
 	}

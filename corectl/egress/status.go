@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/cidr"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -95,9 +96,11 @@ func (e *Engine) StatusOf(ctx context.Context, sb *sandbox.Sandbox, np *networki
 	default:
 		note(ReasonAnnotationCorrupt)
 	}
-	if set, err := Decompile(&np.Spec); err == nil {
-		r := Rules(set)
+	var configured Allowlist
+	if set, except, err := DecompileExcept(&np.Spec); err == nil {
+		r := RulesExcept(set, except)
 		st.ConfiguredEgress = &r
+		configured, _ = allowlistOf(set, except) // both normalised: no error
 	} else {
 		note(ReasonSpecUndecodable)
 	}
@@ -108,8 +111,9 @@ func (e *Engine) StatusOf(ctx context.Context, sb *sandbox.Sandbox, np *networki
 	case !hasLKG:
 		note(ReasonAnnotationCorrupt)
 	default:
-		if _, set, err := ParseLKG(lkgV); err == nil {
-			r := Rules(set)
+		if spec, _, err := ParseLKG(lkgV); err == nil {
+			set, except, _ := DecompileExcept(spec) // ParseLKG decompiled it
+			r := RulesExcept(set, except)
 			st.LastVerifiedEgress = &r
 		} else {
 			note(ReasonAnnotationCorrupt)
@@ -142,12 +146,7 @@ func (e *Engine) StatusOf(ctx context.Context, sb *sandbox.Sandbox, np *networki
 		if err != nil {
 			return nil, fmt.Errorf("%w: list NetworkPolicies: %s", ErrUnavailable, err.Error())
 		}
-		allowed := []string{}
-		if st.ConfiguredEgress != nil {
-			for _, r := range *st.ConfiguredEgress {
-				allowed = append(allowed, r.CIDR)
-			}
-		}
+		allowed := cidr.Strings(Subtract(configured))
 		if c := Conflicts(list.Items, st.PolicyName, sets, allowed, DNSRule(e.Cluster)); len(c) > 0 {
 			st.Conflicts = c
 			note(ReasonPolicyConflict)

@@ -327,14 +327,16 @@ func TestTemplateRoutes(t *testing.T) {
 	if code := a.do("POST", "/sandbox-templates/e2b-test/network/resolve", "key-a", ``, &in); code != 200 || in.Egress[0] != "10.0.0.0/8" || in.IngressSource != "template" {
 		t.Fatalf("resolve without network = %d %+v", code, in)
 	}
-	if code := a.do("POST", "/api/v1/sandbox/templates/e2b-test/network/resolve", "key-a", `{"allowOut":["198.51.100.7"],"allowPublicTraffic":true,"denyOut":["x"]}`, &in); code != 200 ||
-		!slices.Equal(in.Egress, []string{"0.0.0.0/0", "198.51.100.7/32"}) || in.EgressSource != "request" || in.IngressSource != "template" {
+	if code := a.do("POST", "/api/v1/sandbox/templates/e2b-test/network/resolve", "key-a", `{"allowOut":["198.51.100.7"],"allowPublicTraffic":true,"denyOut":["0.0.0.0/0"]}`, &in); code != 200 ||
+		!slices.Equal(in.Egress, []string{"198.51.100.7/32"}) || in.EgressSource != "request" || in.IngressSource != "template" {
 		t.Fatalf("resolve with allowOut = %d %+v", code, in)
 	}
 	for _, tc := range []struct{ body, code string }{
 		{`{"allowOut":["1.2.3.4/24/24"]}`, "network_cidr_invalid"},
 		{`{"egress":[{"cidr":"x"}]}`, "network_cidr_invalid"},
 		{`{"ingress":[{"cidr":"1.1.1.1 2.2.2.2"}]}`, "ingress_cidr_invalid"},
+		{`{"denyOut":["x"]}`, "network_cidr_invalid"},
+		{`{"allowOut":["example.com"]}`, "bad_request"},
 	} {
 		if s, code := a.errorCode("POST", "/sandbox-templates/e2b-test/network/resolve", "key-a", tc.body); s != 400 || code != tc.code {
 			t.Errorf("resolve %s = %d %s, want 400 %s", tc.body, s, code, tc.code)

@@ -64,21 +64,65 @@ func egressStatus(code string) int {
 	}
 }
 
+// putEgress is PUT /sandboxes/{sandboxID}/network, E2B's path, which
+// takes two bodies told apart by one member (wire.IsNetworkUpdate): a body
+// with defaultAction is sandgate's full-replacement allowlist (answered as
+// putEgressPlatform answers it), any other JSON object E2B's
+// SandboxNetworkUpdateConfig (answered 204, see updateNetwork).
 func (s *Server) putEgress(w http.ResponseWriter, r *http.Request) {
 	ch, cred, id, ok := s.sandboxScope(w, r, false)
 	if !ok {
 		return
 	}
-	ns := cred.ProjectNamespace
+	body, err := readBody(r, wire.MaxEgressPutSize)
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
+		return
+	}
+	if wire.IsNetworkUpdate(body) {
+		s.updateNetwork(w, r, ch, cred.ProjectNamespace, id, body)
+		return
+	}
+	set, err := wire.DecodeEgressPut(body)
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
+		return
+	}
+	s.writeEgressPut(w, r, ch, cred.ProjectNamespace, id, func(ctx context.Context) (*egress.Result, error) {
+		return ch.Egress.Put(ctx, cred.ProjectNamespace, id, set)
+	}, false)
+}
+
+// putEgressPlatform is PUT /api/v1/sandbox/instances/{sandboxID}/network:
+// sandgate's own body only (wire.DecodeEgressPut), answered 200 with the
+// GET view.
+func (s *Server) putEgressPlatform(w http.ResponseWriter, r *http.Request) {
+	ch, cred, id, ok := s.sandboxScope(w, r, false)
+	if !ok {
+		return
+	}
 	set, ok := decodeBody(s, w, r, wire.MaxEgressPutSize, wire.DecodeEgressPut)
 	if !ok {
 		return
 	}
+	s.writeEgressPut(w, r, ch, cred.ProjectNamespace, id, func(ctx context.Context) (*egress.Result, error) {
+		return ch.Egress.Put(ctx, cred.ProjectNamespace, id, set)
+	}, false)
+}
+
+// writeEgressPut runs put (an egress engine write) and answers it: on
+// Verified 200 with the GET view, or 204 without a body when noContent
+// (E2B's answer); otherwise the EgressFailure of the failure code.
+func (s *Server) writeEgressPut(w http.ResponseWriter, r *http.Request, ch *ClusterHandle, ns, id string, put func(context.Context) (*egress.Result, error), noContent bool) {
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	res, err := ch.Egress.Put(ctx, ns, id, set)
+	res, err := put(ctx)
 	if err != nil {
 		s.sandboxError(w, r, err)
+		return
+	}
+	if res.Outcome == egress.OutcomeVerified && noContent {
+		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	st, gerr := ch.Egress.Get(ctx, ns, id)

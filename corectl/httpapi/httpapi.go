@@ -6,7 +6,9 @@
 //
 // Routes (docs/corectl.md has the request and answer shapes):
 //
-//	PUT|GET /sandboxes/{sandboxID}/network            egress (spec §3.1.1)
+//	PUT|GET /sandboxes/{sandboxID}/network            egress (spec §3.1.1); PUT also takes
+//	                                                  E2B's SandboxNetworkUpdateConfig (→ 204)
+//	PUT|GET /api/v1/sandbox/instances/{sandboxID}/network   egress, sandgate's body only
 //	PUT|GET /sandboxes/{sandboxID}/network/ingress    ingress allowlist (spec §5.2)
 //	PUT|GET /sandbox-templates/{templateId}/network   template defaults (spec §3.2)
 //	PUT|GET /api/v1/sandbox/templates/{templateId}/network   (alias)
@@ -52,6 +54,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
 	"github.com/sandgate/sandgate/corectl/metrics"
+	"github.com/sandgate/sandgate/corectl/quota"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	"github.com/sandgate/sandgate/corectl/sandboxlogs"
 	"github.com/sandgate/sandgate/corectl/template"
@@ -129,6 +132,10 @@ type Server struct {
 	// (corectl_http_requests_total, corectl_http_request_duration_seconds);
 	// nil records nothing.
 	Metrics *metrics.Metrics
+
+	// quota enforces the credentials' create limits (its zero value is
+	// ready).
+	quota quota.Gate
 }
 
 // Route is one route of the API.
@@ -143,6 +150,8 @@ type Route struct {
 var Routes = []Route{
 	{"PUT", "/sandboxes/{sandboxID}/network", (*Server).putEgress},
 	{"GET", "/sandboxes/{sandboxID}/network", (*Server).getEgress},
+	{"PUT", "/api/v1/sandbox/instances/{sandboxID}/network", (*Server).putEgressPlatform},
+	{"GET", "/api/v1/sandbox/instances/{sandboxID}/network", (*Server).getEgress},
 	{"PUT", "/sandboxes/{sandboxID}/network/ingress", (*Server).putIngress},
 	{"GET", "/sandboxes/{sandboxID}/network/ingress", (*Server).getIngress},
 	{"PUT", "/sandbox-templates/{templateId}/network", (*Server).putTemplate},

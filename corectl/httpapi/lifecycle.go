@@ -9,6 +9,8 @@ import (
 
 	"github.com/sandgate/sandgate/corectl/createnet"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
+	"github.com/sandgate/sandgate/corectl/metrics"
+	"github.com/sandgate/sandgate/corectl/quota"
 	"github.com/sandgate/sandgate/corectl/wire"
 	"github.com/sandgate/sandgate/gateway/credential"
 )
@@ -107,11 +109,62 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		err = ch.Lifecycle.CheckTimeout(req.Timeout)
 	}
 	if err != nil {
+		if ue := (*wire.UnsupportedError)(nil); errors.As(err, &ue) {
+			s.Metrics.CreateRefused(metrics.RefusalUnsupportedField)
+		}
 		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
 	}
+	release, ok := s.admit(w, r, ch, cred, req.Timeout)
+	if !ok {
+		return
+	}
+	defer release()
 	s.finishCreate(w, r, ch, lifecycle.CreateRequest{CredentialID: cred.ID, Namespace: cred.ProjectNamespace, TemplateID: req.TemplateID,
-		Network: req.Network, Timeout: req.Timeout, Metadata: req.Metadata, EnvVars: req.EnvVars})
+		Network: req.Network, AllowInternetAccess: req.AllowInternetAccess, Timeout: req.Timeout, Metadata: req.Metadata, EnvVars: req.EnvVars})
+}
+
+// CodeRateLimited is the error code of a create refused by a count limit
+// of its credential (429, which the SDKs raise as RateLimitError).
+const CodeRateLimited = "rate_limited"
+
+// admit checks the caller's credential limits (quota.Gate) for a create
+// with timeout (0: the default): a count limit refused is 429
+// rate_limited, a timeout over the limit 400 bad_request, each counted in
+// corectl_create_refusals_total; no Retry-After is sent (the JS SDK 2.51
+// would retry within its request timeout). On admission the create counts
+// as running until release is called.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, ch *ClusterHandle, cred credential.Credential, timeout time.Duration) (release func(), ok bool) {
+	if cred.Limits == nil {
+		return func() {}, true
+	}
+	if timeout == 0 {
+		timeout = lifecycle.DefaultTimeout
+	}
+	running := 0
+	if cred.Limits.ConcurrentSandboxes > 0 {
+		ctx, cancel := requestContext(r)
+		defer cancel()
+		n, err := ch.Lifecycle.Running(ctx, cred.ID, cred.ProjectNamespace)
+		if err != nil {
+			s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
+			return nil, false
+		}
+		running = n
+	}
+	release, err := s.quota.Admit(cred.ID, cred.Limits, running, timeout)
+	if err != nil {
+		var q *quota.Refusal
+		errors.As(err, &q)
+		s.Metrics.CreateRefused(q.Reason)
+		if q.RateLimited {
+			s.fail(w, r, http.StatusTooManyRequests, CodeRateLimited, q.Message)
+		} else {
+			s.fail(w, r, http.StatusBadRequest, CodeBadRequest, q.Message)
+		}
+		return nil, false
+	}
+	return release, true
 }
 
 func (s *Server) finishCreate(w http.ResponseWriter, r *http.Request, ch *ClusterHandle, req lifecycle.CreateRequest) {
@@ -131,6 +184,9 @@ func (s *Server) finishCreate(w http.ResponseWriter, r *http.Request, ch *Cluste
 			s.fail(w, r, http.StatusNotFound, CodeTemplateNotFound, err.Error())
 			return
 		case errors.As(err, &ne):
+			if ue := (*wire.UnsupportedError)(nil); errors.As(err, &ue) {
+				s.Metrics.CreateRefused(metrics.RefusalUnsupportedField)
+			}
 			s.fail(w, r, http.StatusBadRequest, ne.Code, ne.Message)
 			return
 		case errors.Is(err, lifecycle.ErrUnavailable):
@@ -193,6 +249,7 @@ func (s *Server) connectSandbox(w http.ResponseWriter, r *http.Request) {
 		case ok && d > ch.Lifecycle.MaxTimeoutValue():
 			err = ch.Lifecycle.CheckTimeout(d)
 		case ok:
+			err = quota.CheckTimeout(cred.Limits, d)
 			timeout = &d
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/lifecycle"
+	"github.com/sandgate/sandgate/corectl/quota"
 	"github.com/sandgate/sandgate/corectl/wire"
 )
 
@@ -58,8 +59,8 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
 }
 
 // moveEnd runs a timeout or refresh route: ownership, body (its member
-// name read by wire.Seconds), parse (which gets wire.Seconds' answer),
-// SetTimeout.
+// name read by wire.Seconds), parse (which gets wire.Seconds' answer), the
+// credential's longest timeout (quota.CheckTimeout), SetTimeout.
 func (s *Server) moveEnd(w http.ResponseWriter, r *http.Request, name string, parse func(d time.Duration, given bool, err error) (time.Duration, lifecycle.TimeoutMode, error)) {
 	ch, cred, id, ok := s.sandboxScope(w, r, true)
 	if !ok {
@@ -70,6 +71,9 @@ func (s *Server) moveEnd(w http.ResponseWriter, r *http.Request, name string, pa
 	var mode lifecycle.TimeoutMode
 	if err == nil {
 		d, mode, err = parse(wire.Seconds(body, name))
+	}
+	if err == nil {
+		err = quota.CheckTimeout(cred.Limits, d)
 	}
 	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())

@@ -59,6 +59,10 @@ type CreateRequest struct {
 	// JSON null: not passed); Create decodes it and resolves it against
 	// the template's network defaults (package createnet).
 	Network json.RawMessage
+	// AllowInternetAccess is E2B's allow_internet_access (nil: not
+	// given); false carves 0.0.0.0/0 out of the egress allowlist
+	// (createnet.ResolveCreate).
+	AllowInternetAccess *bool
 	// Metadata is E2B's sandbox metadata, stored on the BatchSandbox
 	// (v1alpha1.AnnotationMetadata) and reported by GET and the lists;
 	// validated by the caller (ValidateMetadata).
@@ -150,7 +154,7 @@ func (o *Orchestrator) resolve(ctx context.Context, req *CreateRequest) (*create
 	if err != nil {
 		return nil, err
 	}
-	return createnet.Resolve(tpl, nreq)
+	return createnet.ResolveCreate(tpl, nreq, req.AllowInternetAccess)
 }
 
 // Create runs the create orchestration (see the package documentation).
@@ -200,7 +204,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (*Created,
 			return fail(StepIngress, CodeCreateFailed, err)
 		}
 	}
-	if err := step(StepPolicy, func() error { return c.createPolicy(ctx, prov, net.Egress) }); err != nil {
+	if err := step(StepPolicy, func() error { return c.createPolicy(ctx, prov, net.Egress, net.EgressExcept) }); err != nil {
 		return fail(StepPolicy, CodeCreateFailed, err)
 	}
 	var sb *sandbox.Sandbox
@@ -289,14 +293,18 @@ func (c *creation) createIngress(ctx context.Context, prov *sandbox.Sandbox) err
 
 // createPolicy creates the verified egress policy through the egress
 // engine, which reads it back and checks it.
-func (c *creation) createPolicy(ctx context.Context, prov *sandbox.Sandbox, set []string) error {
-	// set is createnet's resolved (normalised) egress set; as prefixes it
-	// parses again without loss.
+func (c *creation) createPolicy(ctx context.Context, prov *sandbox.Sandbox, set, except []string) error {
+	// set and except are createnet's resolved (normalised, carved) egress
+	// allowlist; as prefixes they parse again without loss.
 	prefixes, err := cidr.NormalizePrefixes(set)
 	if err != nil {
 		return fmt.Errorf("the resolved egress set: %w", err)
 	}
-	np, written, err := c.o.Egress.CreateVerified(ctx, prov, prefixes)
+	excepted, err := cidr.NormalizePrefixes(except)
+	if err != nil {
+		return fmt.Errorf("the resolved egress carve-outs: %w", err)
+	}
+	np, written, err := c.o.Egress.CreateVerified(ctx, prov, egress.Allowlist{Allow: prefixes, Except: excepted})
 	c.wrotePolicy = c.wrotePolicy || written
 	if err != nil {
 		return err

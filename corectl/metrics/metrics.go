@@ -84,14 +84,15 @@ type Metrics struct {
 	// refused by it as by any registry.
 	Registry *prometheus.Registry
 
-	requests     *prometheus.CounterVec
-	duration     *prometheus.HistogramVec
-	reconciles   *prometheus.CounterVec
-	steps        *prometheus.CounterVec
-	stepDuration *prometheus.HistogramVec
-	cniChecks    *prometheus.CounterVec
-	orphanScans  *prometheus.CounterVec
-	refusals     *prometheus.CounterVec
+	requests       *prometheus.CounterVec
+	duration       *prometheus.HistogramVec
+	reconciles     *prometheus.CounterVec
+	steps          *prometheus.CounterVec
+	stepDuration   *prometheus.HistogramVec
+	cniChecks      *prometheus.CounterVec
+	orphanScans    *prometheus.CounterVec
+	refusals       *prometheus.CounterVec
+	createRefusals *prometheus.CounterVec
 }
 
 // Reasons of corectl_api_refusals_total.
@@ -162,8 +163,12 @@ func New() *Metrics {
 			Namespace: "corectl", Subsystem: "orphan", Name: "scans_total",
 			Help: "Orphan scans by cluster and outcome (ok, incomplete: some deletions failed and are retried, failed: the scan stopped with an error).",
 		}, []string{"cluster", "outcome"}),
+		createRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "corectl", Subsystem: "create", Name: "refusals_total",
+			Help: "Creates refused before anything is written, by reason: a credential limit (concurrent_sandboxes, creates_per_minute, max_timeout) or unsupported_field (a NewSandbox field sandgate cannot honour).",
+		}, []string{"reason"}),
 	}
-	m.Registry.MustRegister(m.requests, m.duration, m.reconciles, m.steps, m.stepDuration, m.cniChecks, m.orphanScans)
+	m.Registry.MustRegister(m.requests, m.duration, m.reconciles, m.steps, m.stepDuration, m.cniChecks, m.orphanScans, m.createRefusals)
 	m.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "corectl", Subsystem: "api", Name: "refusals_total",
 		Help: "API requests refused because of who asked, by reason (missing_key, unknown_key, not_owner, ...).",
@@ -236,6 +241,22 @@ func (m *Metrics) OrphanScan(cluster, outcome string) {
 		return
 	}
 	m.orphanScans.WithLabelValues(cluster, outcome).Inc()
+}
+
+// Refusal reasons of CreateRefused besides package quota's.
+const (
+	// RefusalUnsupportedField: the create names a field sandgate cannot
+	// honour (wire.UnsupportedError).
+	RefusalUnsupportedField = "unsupported_field"
+)
+
+// CreateRefused counts one create refused before anything was written,
+// with reason (package quota's Reason* or RefusalUnsupportedField).
+func (m *Metrics) CreateRefused(reason string) {
+	if m == nil {
+		return
+	}
+	m.createRefusals.WithLabelValues(reason).Inc()
 }
 
 // WatchCNIGate registers corectl_cni_gate_open{cluster}: 1 while gate

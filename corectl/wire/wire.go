@@ -322,9 +322,14 @@ func DecodeTemplateNetwork(body []byte) (TemplateNetwork, error) {
 	return n, nil
 }
 
-// NewSandbox is the part of E2B's NewSandbox body (POST /sandboxes) that
-// corectl reads; the rest (secure, autoPause, allow_internet_access, mcp,
-// ...) is ignored.
+// NewSandbox is E2B's NewSandbox body (POST /sandboxes) as corectl reads
+// it. Every member of E2B's NewSandbox is either honoured (templateID,
+// timeout, metadata, envVars, allow_internet_access, network), accepted
+// because it changes nothing for the user (secure: sandgate always
+// requires the envd access token; autoPause false, autoResume disabled,
+// lifecycle onTimeout "kill", empty volumeMounts, null mcp: the defaults)
+// or refused by DecodeNewSandbox with an *UnsupportedError. Members E2B's
+// NewSandbox does not define are ignored.
 type NewSandbox struct {
 	// TemplateID is the template ("": not given).
 	TemplateID string `json:"templateID"`
@@ -339,7 +344,26 @@ type NewSandbox struct {
 	// given or null).
 	Metadata map[string]string `json:"metadata"`
 	EnvVars  map[string]string `json:"envVars"`
+	// AllowInternetAccess is E2B's allow_internet_access (nil: not given
+	// or null). false behaves as network.denyOut ["0.0.0.0/0"] (E2B's
+	// definition): the sandbox reaches only the platform DNS and what
+	// allowOut allows.
+	AllowInternetAccess *bool `json:"-"`
 }
+
+// UnsupportedError is DecodeNewSandbox's and DecodeNetwork's refusal of a
+// member sandgate cannot honour: the create answers 400 bad_request with
+// its text and writes nothing.
+type UnsupportedError struct {
+	// Field is the member's path as E2B's API spells it ("autoPause",
+	// "network.allowOut[2]").
+	Field string
+	// Why says what sandgate cannot do.
+	Why string
+}
+
+// Error implements error: "<field>: not supported: <why>".
+func (e *UnsupportedError) Error() string { return e.Field + ": not supported: " + e.Why }
 
 // errNewSandboxShape is DecodeNewSandbox's error for a body that is not
 // an object or has a templateID that is not a string.
@@ -349,11 +373,14 @@ var errNewSandboxShape = errors.New("the body is not a JSON object of the right 
 // create; otherwise a JSON object (null refused, as E2B's API validates
 // the body as an object) whose templateID is a string, timeout a whole
 // number of seconds (Seconds' rule), metadata and envVars objects of
-// strings (absent or null: nil). Members are matched exactly, so a case
-// variant such as "Network" is an ignored unknown member, not a second
-// value. Errors: "the body is invalid JSON: ..." (strictjson's class), "the
-// body is not a JSON object of the right shape", the timeout's, "<member>
-// must be an object of strings". The caller checks the values' limits.
+// strings (absent or null: nil), allow_internet_access a boolean. Members
+// are matched exactly, so a case variant such as "Network" is an ignored
+// unknown member, not a second value. Errors: "the body is invalid JSON:
+// ..." (strictjson's class), "the body is not a JSON object of the right
+// shape", the timeout's, "<member> must be an object of strings",
+// "<member> must be a boolean", and *UnsupportedError for a member
+// sandgate cannot honour (see checkUnsupported). The caller checks the
+// values' limits.
 func DecodeNewSandbox(body []byte) (NewSandbox, error) {
 	var req NewSandbox
 	if len(body) == 0 {
@@ -381,7 +408,98 @@ func DecodeNewSandbox(body []byte) (NewSandbox, error) {
 	if req.EnvVars, err = stringMap(top, "envVars"); err != nil {
 		return req, err
 	}
+	if req.AllowInternetAccess, err = optBool(top, "allow_internet_access"); err != nil {
+		return req, err
+	}
+	if err := checkUnsupported(top); err != nil {
+		return req, err
+	}
 	return req, nil
+}
+
+// optBool reads member name of obj as a boolean (absent or null: nil).
+func optBool(obj map[string]json.RawMessage, name string) (*bool, error) {
+	raw, ok := obj[name]
+	if !ok || isNull(raw) {
+		return nil, nil
+	}
+	var b bool
+	if err := json.Unmarshal(raw, &b); err != nil {
+		return nil, fmt.Errorf("%s must be a boolean", name)
+	}
+	return &b, nil
+}
+
+// Why sandgate cannot honour a NewSandbox member (UnsupportedError.Why).
+const (
+	whyPause   = "sandgate cannot pause a sandbox (OpenSandbox keeps no process state); a sandbox ends at its timeout"
+	whyVolumes = "sandgate has no volumes"
+	whyMCP     = "sandgate runs no MCP gateway in the sandbox"
+)
+
+// checkUnsupported refuses the NewSandbox members whose value asks for
+// something sandgate cannot do, in a fixed order so one body always gets
+// the same answer: autoPause true, autoResume.enabled true, lifecycle
+// onTimeout "pause" or autoResume true, a non-empty volumeMounts, a
+// non-null mcp, and allowInternetAccess (camelCase: E2B's member is
+// allow_internet_access, and a misspelt security setting must not pass
+// unnoticed). A member of the wrong type is refused too. The defaults
+// (false, {"enabled": false}, "kill", [], null) and secure (any boolean:
+// sandgate always requires the access token) are accepted.
+func checkUnsupported(top map[string]json.RawMessage) error {
+	if b, err := optBool(top, "autoPause"); err != nil {
+		return err
+	} else if b != nil && *b {
+		return &UnsupportedError{Field: "autoPause", Why: whyPause}
+	}
+	if _, err := optBool(top, "secure"); err != nil {
+		return err
+	}
+	if raw, ok := top["autoResume"]; ok && !isNull(raw) {
+		var ar struct {
+			Enabled *bool `json:"enabled"`
+		}
+		if err := json.Unmarshal(raw, &ar); err != nil {
+			return errors.New("autoResume must be an object {enabled: boolean}")
+		}
+		if ar.Enabled != nil && *ar.Enabled {
+			return &UnsupportedError{Field: "autoResume.enabled", Why: whyPause}
+		}
+	}
+	if raw, ok := top["lifecycle"]; ok && !isNull(raw) {
+		var lc struct {
+			OnTimeout  *string `json:"onTimeout"`
+			AutoResume *bool   `json:"autoResume"`
+		}
+		if err := json.Unmarshal(raw, &lc); err != nil {
+			return errors.New("lifecycle must be an object {onTimeout: string, autoResume: boolean}")
+		}
+		if lc.OnTimeout != nil && *lc.OnTimeout != "kill" {
+			if *lc.OnTimeout == "pause" {
+				return &UnsupportedError{Field: "lifecycle.onTimeout", Why: whyPause}
+			}
+			return errors.New(`lifecycle.onTimeout must be "kill" or "pause"`)
+		}
+		if lc.AutoResume != nil && *lc.AutoResume {
+			return &UnsupportedError{Field: "lifecycle.autoResume", Why: whyPause}
+		}
+	}
+	if raw, ok := top["volumeMounts"]; ok && !isNull(raw) {
+		var vm []json.RawMessage
+		if err := json.Unmarshal(raw, &vm); err != nil {
+			return errors.New("volumeMounts must be an array")
+		}
+		if len(vm) > 0 {
+			return &UnsupportedError{Field: "volumeMounts", Why: whyVolumes}
+		}
+	}
+	if raw, ok := top["mcp"]; ok && !isNull(raw) {
+		return &UnsupportedError{Field: "mcp", Why: whyMCP}
+	}
+	if _, ok := top["allowInternetAccess"]; ok {
+		return &UnsupportedError{Field: "allowInternetAccess", Why: "E2B's NewSandbox member is allow_internet_access"}
+	}
+	return nil
 }
 
 // stringMap reads member name of obj as a JSON object of strings (E2B's
@@ -436,19 +554,34 @@ func seconds(obj map[string]json.RawMessage, name string) (d time.Duration, give
 	return time.Duration(n) * time.Second, true, nil
 }
 
-// Network is the create request's network object (E2B's SandboxNetwork
-// with sandgate's extensions, spec §3.1.1 II). Members not listed here
-// (denyOut, egressProxy, maskRequestHost, rules, anything else) are
-// ignored, as the JSON binding of the reference implementation drops them.
+// Network is the create request's network object (E2B's
+// SandboxNetworkConfig with sandgate's extensions, spec §3.1.1 II).
+// DecodeNetwork refuses what sandgate cannot honour (a non-empty
+// maskRequestHost, rules or egressProxy; allowPublicTraffic false) with an
+// *UnsupportedError; other members not listed here are ignored, as the
+// JSON binding of the reference implementation drops them. Domain names
+// in AllowOut and DenyOut are refused when the network is resolved
+// (package createnet), where the CIDRs are parsed.
 type Network struct {
-	// AllowPublicTraffic, when true, adds 0.0.0.0/0 to AllowOut.
+	// AllowPublicTraffic is accepted when true or absent and changes no
+	// egress: it is about who may reach the sandbox's URLs (E2B's
+	// traffic access token), not about what the sandbox may reach.
 	AllowPublicTraffic *bool `json:"allowPublicTraffic"`
-	// AllowOut is the official SDK's egress allowlist.
+	// AllowOut is the official SDK's egress allowlist; it wins over
+	// DenyOut (E2B: "allowed entries always take precedence").
 	AllowOut []string `json:"allowOut"`
+	// DenyOut is E2B's list of denied CIDRs: carved out of the allowed
+	// set (the policy's ipBlock.except).
+	DenyOut []string `json:"denyOut"`
 	// Ingress is the extension ingress allowlist.
 	Ingress []IngressEntry `json:"ingress"`
 	// Egress is the native egress allowlist; it wins over AllowOut.
 	Egress []EgressEntry `json:"egress"`
+	// MaskRequestHost, Rules and EgressProxy are E2B members sandgate
+	// cannot honour: DecodeNetwork refuses them unless empty or null.
+	MaskRequestHost *string                    `json:"maskRequestHost"`
+	Rules           map[string]json.RawMessage `json:"rules"`
+	EgressProxy     json.RawMessage            `json:"egressProxy"`
 }
 
 // IngressEntry is one ingress entry of a Network.
@@ -486,7 +619,9 @@ func (e *NetworkError) Error() string { return e.Message }
 func (e *NetworkError) Unwrap() error { return e.Err }
 
 // DecodeNetwork decodes a create request's network object. Empty input or
-// JSON null means "not passed" (nil, nil). Unknown members are ignored;
+// JSON null means "not passed" (nil, nil). Unknown members are ignored
+// and the members sandgate cannot honour refused (Network's doc;
+// *UnsupportedError);
 // strictjson.CheckFold's rules apply (a duplicate key, also two keys
 // equal under case folding, since encoding/json matches fields
 // case-insensitively and would keep the last), and a member of the wrong
@@ -508,5 +643,127 @@ func DecodeNetwork(raw []byte) (*Network, error) {
 		}
 		return nil, &NetworkError{Message: "network must be a JSON object"}
 	}
+	switch {
+	case n.AllowPublicTraffic != nil && !*n.AllowPublicTraffic:
+		return nil, &UnsupportedError{Field: "network.allowPublicTraffic", Why: "false (URLs that need a traffic access token) is not supported yet; omit it or send true"}
+	case n.MaskRequestHost != nil && *n.MaskRequestHost != "":
+		return nil, &UnsupportedError{Field: "network.maskRequestHost", Why: "sandgate does not rewrite the Host of requests to the sandbox"}
+	case len(n.Rules) > 0:
+		return nil, &UnsupportedError{Field: "network.rules", Why: "sandgate has no egress HTTP proxy to apply per-domain transforms"}
+	case len(n.EgressProxy) > 0 && !isNull(n.EgressProxy):
+		return nil, &UnsupportedError{Field: "network.egressProxy", Why: "sandgate cannot tunnel egress through a proxy"}
+	}
 	return &n, nil
+}
+
+// MaxNetworkUpdateSize bounds E2B's PUT /sandboxes/{id}/network body
+// (64 KiB, as sandgate's egress PUT).
+const MaxNetworkUpdateSize = MaxEgressPutSize
+
+// ErrNetworkUpdateBadRequest: the body is not E2B's
+// SandboxNetworkUpdateConfig.
+var ErrNetworkUpdateBadRequest = errors.New("network: bad request")
+
+// NetworkUpdate is E2B's SandboxNetworkUpdateConfig, the body of PUT
+// /sandboxes/{id}/network as the SDKs' updateNetwork sends it: it replaces
+// the sandbox's egress rules, and a member left out is cleared (E2B:
+// "omitting a field clears it"). corectl resolves it as a create's
+// network is resolved (package createnet): the sandbox template's egress
+// defaults, replaced by AllowOut when non-empty, minus DenyOut and, when
+// AllowInternetAccess is false, minus 0.0.0.0/0; AllowOut is never
+// carved.
+type NetworkUpdate struct {
+	// AllowOut is the allowed CIDRs or IP addresses (as written; a domain
+	// name is refused when resolved).
+	AllowOut []string
+	// DenyOut is the denied CIDRs or IP addresses (as written).
+	DenyOut []string
+	// AllowInternetAccess is E2B's allow_internet_access (nil: absent or
+	// null).
+	AllowInternetAccess *bool
+}
+
+// IsNetworkUpdate reports whether body, which PUT /sandboxes/{id}/network
+// received, is E2B's SandboxNetworkUpdateConfig rather than sandgate's
+// EgressPut: a well-formed JSON object without the member defaultAction
+// (which EgressPut requires and E2B's body does not have). Everything
+// else, malformed bodies included, is EgressPut's to decode and answer,
+// so that route's answers to sandgate's bodies stay as they were.
+func IsNetworkUpdate(body []byte) bool {
+	if len(body) > MaxNetworkUpdateSize {
+		return false
+	}
+	raw, err := members(body)
+	if err != nil {
+		return false
+	}
+	_, sandgate := raw["defaultAction"]
+	return !sandgate
+}
+
+// DecodeNetworkUpdate decodes E2B's SandboxNetworkUpdateConfig strictly:
+// allowOut and denyOut arrays of strings, allow_internet_access a
+// boolean (each may be absent or null); rules and egressProxy are refused
+// with an *UnsupportedError unless empty or null; any other member is
+// refused. Errors wrap ErrNetworkUpdateBadRequest (and strictjson's class
+// or the *UnsupportedError where there is one).
+func DecodeNetworkUpdate(body []byte) (NetworkUpdate, error) {
+	var u NetworkUpdate
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %w", ErrNetworkUpdateBadRequest, fmt.Errorf(format, args...))
+	}
+	if len(body) > MaxNetworkUpdateSize {
+		return u, bad("body larger than %d bytes", MaxNetworkUpdateSize)
+	}
+	raw, err := members(body)
+	if errors.Is(err, errNotObject) {
+		return u, bad("body must be a JSON object")
+	}
+	if err != nil {
+		return u, bad("%w", err)
+	}
+	list := func(k string) ([]string, error) {
+		v, ok := raw[k]
+		if !ok || isNull(v) {
+			return nil, nil
+		}
+		var out []string
+		if json.Unmarshal(v, &out) != nil {
+			return nil, bad("%s must be an array of strings", k)
+		}
+		if len(out) > cidr.MaxEntries {
+			return nil, bad("%s: %w: %d entries, at most %d", k, cidr.ErrTooMany, len(out), cidr.MaxEntries)
+		}
+		return out, nil
+	}
+	for k, v := range raw {
+		switch k {
+		case "allowOut", "denyOut":
+		case "allow_internet_access":
+			if u.AllowInternetAccess, err = optBool(raw, k); err != nil {
+				return u, bad("%w", err)
+			}
+		case "rules":
+			var m map[string]json.RawMessage
+			if json.Unmarshal(v, &m) != nil {
+				return u, bad("rules must be an object")
+			}
+			if len(m) > 0 {
+				return u, bad("%w", &UnsupportedError{Field: "rules", Why: "sandgate has no egress HTTP proxy to apply per-domain transforms"})
+			}
+		case "egressProxy":
+			if !isNull(v) {
+				return u, bad("%w", &UnsupportedError{Field: "egressProxy", Why: "sandgate cannot tunnel egress through a proxy"})
+			}
+		default:
+			return u, bad("unknown field %q (only allowOut, denyOut, allow_internet_access)", k)
+		}
+	}
+	if u.AllowOut, err = list("allowOut"); err != nil {
+		return u, err
+	}
+	if u.DenyOut, err = list("denyOut"); err != nil {
+		return u, err
+	}
+	return u, nil
 }

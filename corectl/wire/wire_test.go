@@ -47,6 +47,9 @@ func TestBodyClasses(t *testing.T) {
 		{"PUT network", func(b []byte) error { _, err := wire.DecodeEgressPut(b); return err },
 			func(err error) bool { return errors.Is(err, wire.ErrEgressBadRequest) },
 			"egress: bad request: ", "egress: bad request: body must be a JSON object"},
+		{"PUT network, E2B's body", func(b []byte) error { _, err := wire.DecodeNetworkUpdate(b); return err },
+			func(err error) bool { return errors.Is(err, wire.ErrNetworkUpdateBadRequest) },
+			"network: bad request: ", "network: bad request: body must be a JSON object"},
 		{"PUT network/ingress", func(b []byte) error { _, err := wire.DecodeIngressPut(b); return err },
 			func(err error) bool { return errors.Is(err, wire.ErrIngressBadRequest) },
 			"ingressallow: bad request: ", "ingressallow: bad request: body must be a JSON object"},
@@ -186,5 +189,58 @@ func TestTemplateNetwork(t *testing.T) {
 	}
 	if _, err := wire.DecodeTemplateNetwork([]byte(`{"egress":[{"cidr":"1.1.1.1"},{"cidr":"1.1.1.1 2.2.2.2"}]}`)); !errors.Is(err, cidr.ErrInvalid) {
 		t.Fatalf("invalid egress CIDR: %v", err)
+	}
+}
+
+// TestNetworkUpdate: E2B's SandboxNetworkUpdateConfig is told apart from
+// sandgate's body by defaultAction alone, decoded strictly, and refuses
+// what sandgate cannot honour.
+func TestNetworkUpdate(t *testing.T) {
+	for body, want := range map[string]bool{
+		`{}`: true, `{"allowOut":["1.1.1.1"]}`: true, `{"defaultAction":"deny","egress":[]}`: false,
+		`{"defaultAction":1}`: false, `[]`: false, `{`: false, ``: false, `null`: false,
+	} {
+		if got := wire.IsNetworkUpdate([]byte(body)); got != want {
+			t.Errorf("IsNetworkUpdate(%s) = %v", body, got)
+		}
+	}
+	u, err := wire.DecodeNetworkUpdate([]byte(`{"allowOut":["1.1.1.1"],"denyOut":null,"allow_internet_access":false,"rules":{},"egressProxy":null}`))
+	if err != nil || len(u.AllowOut) != 1 || u.DenyOut != nil || u.AllowInternetAccess == nil || *u.AllowInternetAccess {
+		t.Fatalf("DecodeNetworkUpdate = %+v, %v", u, err)
+	}
+	for body, msg := range map[string]string{
+		`{"allowOut":"1.1.1.1"}`:               "network: bad request: allowOut must be an array of strings",
+		`{"allow_internet_access":"no"}`:       "network: bad request: allow_internet_access must be a boolean",
+		`{"allowInternetAccess":false}`:        `network: bad request: unknown field "allowInternetAccess" (only allowOut, denyOut, allow_internet_access)`,
+		`{"rules":{"a.example":[]}}`:           "network: bad request: rules: not supported: sandgate has no egress HTTP proxy to apply per-domain transforms",
+		`{"egressProxy":{"address":"p:1080"}}`: "network: bad request: egressProxy: not supported: sandgate cannot tunnel egress through a proxy",
+	} {
+		if _, err := wire.DecodeNetworkUpdate([]byte(body)); err == nil || err.Error() != msg || !errors.Is(err, wire.ErrNetworkUpdateBadRequest) {
+			t.Errorf("DecodeNetworkUpdate(%s) = %v, want %q", body, err, msg)
+		}
+	}
+}
+
+// TestNewSandboxRefusals: the NewSandbox members sandgate cannot honour
+// are *wire.UnsupportedError naming the member; their defaults pass.
+func TestNewSandboxRefusals(t *testing.T) {
+	for body, field := range map[string]string{
+		`{"autoPause":true}`: "autoPause", `{"autoResume":{"enabled":true}}`: "autoResume.enabled",
+		`{"lifecycle":{"onTimeout":"pause"}}`: "lifecycle.onTimeout", `{"volumeMounts":[{}]}`: "volumeMounts",
+		`{"mcp":{}}`: "mcp", `{"allowInternetAccess":true}`: "allowInternetAccess",
+	} {
+		var ue *wire.UnsupportedError
+		if _, err := wire.DecodeNewSandbox([]byte(body)); !errors.As(err, &ue) || ue.Field != field {
+			t.Errorf("DecodeNewSandbox(%s) = %v, want a refusal of %s", body, err, field)
+		}
+	}
+	req, err := wire.DecodeNewSandbox([]byte(`{"secure":false,"autoPause":false,"autoResume":null,"lifecycle":{"onTimeout":"kill"},"volumeMounts":[],"mcp":null,"allow_internet_access":false}`))
+	if err != nil || req.AllowInternetAccess == nil || *req.AllowInternetAccess {
+		t.Fatalf("defaults: %+v, %v", req, err)
+	}
+	for _, body := range []string{`{"secure":"yes"}`, `{"lifecycle":{"onTimeout":"sleep"}}`, `{"volumeMounts":{}}`} {
+		if _, err := wire.DecodeNewSandbox([]byte(body)); err == nil {
+			t.Errorf("DecodeNewSandbox(%s) accepted", body)
+		}
 	}
 }

@@ -77,6 +77,25 @@ type Credential struct {
 	// docs/corectl.md "Ownership"). Grant it only to operator or project
 	// administrator credentials.
 	ProjectWide bool `json:"projectWide,omitempty"`
+	// Limits are the credential's create limits, which corectl enforces
+	// (package corectl/quota; docs/corectl.md "Per-credential limits");
+	// nil or a zero field: no limit. The gateway does not read them.
+	Limits *Limits `json:"limits,omitempty"`
+}
+
+// Limits are a credential's create limits (E2B's team limits, per
+// credential). Each field is 0 for "no limit" and must not be negative.
+type Limits struct {
+	// ConcurrentSandboxes is the most sandboxes the credential may have
+	// created and not yet ended (being deleted or expired ones do not
+	// count).
+	ConcurrentSandboxes int `json:"concurrentSandboxes,omitempty"`
+	// CreatesPerMinute is the most creates the credential may start in
+	// any 60 seconds (refused creates do not count).
+	CreatesPerMinute int `json:"createsPerMinute,omitempty"`
+	// MaxTimeoutSeconds is the longest timeout a create of the credential
+	// may ask for, in seconds (within corectl's -max-timeout).
+	MaxTimeoutSeconds int `json:"maxTimeoutSeconds,omitempty"`
 }
 
 // Sees reports whether c may see and act on a sandbox whose creating
@@ -95,12 +114,12 @@ func (c Credential) Sees(owner, namespace, cluster string) bool {
 var fieldNames = map[string]bool{
 	"id": true, "enabled": true, "resourceSpecId": true,
 	"resourceGroupId": true, "projectNamespace": true, "clusterId": true,
-	"projectWide": true,
+	"projectWide": true, "limits": true,
 }
 
 // Validate checks c: ID, ProjectNamespace and ClusterID must be non-empty,
-// every ID field at most MaxIDLength bytes, and ID not "." or ".." (they
-// would be path segments in an HTTP source URL). The error wraps ErrInvalid
+// every ID field at most MaxIDLength bytes, ID not "." or ".." (they
+// would be path segments in an HTTP source URL), no limit negative. The error wraps ErrInvalid
 // and names the field, not its value.
 func (c Credential) Validate() error {
 	for _, f := range []struct {
@@ -123,6 +142,16 @@ func (c Credential) Validate() error {
 	}
 	if c.ID == "." || c.ID == ".." {
 		return fmt.Errorf("%w: id may not be %q", ErrInvalid, c.ID)
+	}
+	if l := c.Limits; l != nil {
+		for _, f := range []struct {
+			name string
+			v    int
+		}{{"concurrentSandboxes", l.ConcurrentSandboxes}, {"createsPerMinute", l.CreatesPerMinute}, {"maxTimeoutSeconds", l.MaxTimeoutSeconds}} {
+			if f.v < 0 {
+				return fmt.Errorf("%w: limits.%s is negative", ErrInvalid, f.name)
+			}
+		}
 	}
 	return nil
 }

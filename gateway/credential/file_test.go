@@ -379,3 +379,25 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestParseLimits: the optional limits mapping of a credential is decoded
+// strictly (unknown members, negative values refused).
+func TestParseLimits(t *testing.T) {
+	const head = "credentials:\n  - {id: a, enabled: true, projectNamespace: ns, clusterId: c1, "
+	m, err := parse([]byte(head + "limits: {concurrentSandboxes: 2, createsPerMinute: 10, maxTimeoutSeconds: 600}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := m["a"].Limits; l == nil || *l != (Limits{ConcurrentSandboxes: 2, CreatesPerMinute: 10, MaxTimeoutSeconds: 600}) {
+		t.Fatalf("limits %+v", m["a"].Limits)
+	}
+	for _, bad := range []string{
+		"limits: {concurrentSandboxes: -1}}\n",
+		"limits: {concurrent: 1}}\n",
+		"limits: {createsPerMinute: \"10\"}}\n",
+	} {
+		if _, err := parse([]byte(head + bad)); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", bad, err)
+		}
+	}
+}

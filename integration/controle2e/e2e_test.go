@@ -133,13 +133,22 @@ func checkLifecycle(t *testing.T, r lifecycleResult) {
 	}
 }
 
-// TestSDKCreateConnectKillThroughCorectl is the closed loop of issue 6
-// with both pinned SDKs.
-func TestSDKCreateConnectKillThroughCorectl(t *testing.T) {
+// stack is corectl (on the test apiserver, credential cred-e2e with API
+// key key-e2e, template admin key-admin) and the gateway harness.
+type stack struct {
+	root, api, ns, ingNS string
+	h                    *harness.Env
+}
+
+// startStack starts corectl and the gateway, with the stand-in OpenSandbox
+// controller marking the namespace's BatchSandboxes ready; extra is added
+// to the credential's YAML mapping (e.g. "    limits: {...}\n").
+func startStack(t *testing.T, extra string) stack {
+	t.Helper()
 	root := repoRoot(t)
 	ns, ingNS, tplNS := env.Namespace(t), env.Namespace(t), env.Namespace(t)
 	creds := fmt.Sprintf("credentials:\n  - id: cred-e2e\n    enabled: true\n    resourceSpecId: spec-small\n"+
-		"    resourceGroupId: group-1\n    projectNamespace: %s\n    clusterId: cluster-a\n", ns)
+		"    resourceGroupId: group-1\n    projectNamespace: %s\n    clusterId: cluster-a\n", ns) + extra
 	h, err := harness.Start(harness.Config{RepoRoot: root, Credentials: creds})
 	if err != nil {
 		t.Fatal(err)
@@ -193,16 +202,30 @@ func TestSDKCreateConnectKillThroughCorectl(t *testing.T) {
 	})
 	api := "http://" + d.Addr()
 
-	// Template defaults carry an ingress allowlist, so create writes the
-	// managed Ingress too; the SDK's network object sets the egress.
-	req, _ := http.NewRequest("PUT", api+"/sandbox-templates/base/network",
-		strings.NewReader(`{"ingress":[{"cidr":"203.0.113.0/24"}],"egress":[]}`))
+	return stack{root: root, api: api, ns: ns, ingNS: ingNS, h: h}
+}
+
+// putTemplate sets the base template's network defaults (body: sandgate's
+// template network object).
+func (st stack) putTemplate(t *testing.T, body string) {
+	t.Helper()
+	req, _ := http.NewRequest("PUT", st.api+"/sandbox-templates/base/network", strings.NewReader(body))
 	req.Header.Set("X-API-Key", "key-admin")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("template PUT: %v %v", err, resp)
 	}
 	resp.Body.Close()
+}
+
+// TestSDKCreateConnectKillThroughCorectl is the closed loop of issue 6
+// with both pinned SDKs.
+func TestSDKCreateConnectKillThroughCorectl(t *testing.T) {
+	st := startStack(t, "")
+	root, api, ns, ingNS, h := st.root, st.api, st.ns, st.ingNS, st.h
+	// Template defaults carry an ingress allowlist, so create writes the
+	// managed Ingress too; the SDK's network object sets the egress.
+	st.putTemplate(t, `{"ingress":[{"cidr":"203.0.113.0/24"}],"egress":[]}`)
 
 	for _, pkg := range sdkPackages {
 		t.Run(pkg, func(t *testing.T) {

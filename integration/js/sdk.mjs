@@ -457,6 +457,67 @@ standalone.peers = async function peers() {
   return out
 }
 
+// E2B's network surface: Sandbox.create({ allowInternetAccess: false,
+// network: { denyOut } }), then sbx.updateNetwork(...) with E2B's bodies;
+// after each step corectl's own GET /sandboxes/{id}/network (the policy as
+// read back from the apiserver) is recorded. Refusals (a domain name) are
+// attempts; the sandbox is killed at the end.
+standalone.network = async function network() {
+  const opts = {
+    apiKey: process.env.E2B_API_KEY,
+    apiUrl: process.env.E2B_API_URL,
+    sandboxUrl: process.env.E2B_SANDBOX_URL,
+  }
+  const view = async (id) => {
+    const res = await fetch(`${opts.apiUrl}/sandboxes/${id}/network`, { headers: { 'X-API-Key': opts.apiKey } })
+    const body = await res.json()
+    return { status: res.status, networkReady: body.networkReady, configuredEgress: body.configuredEgress, lastVerifiedEgress: body.lastVerifiedEgress }
+  }
+  const out = { hasUpdateNetwork: typeof Sandbox.prototype.updateNetwork === 'function' }
+  const closed = await Sandbox.create('base', { ...opts, allowInternetAccess: false })
+  out.closed = await view(closed.sandboxId)
+  await closed.kill()
+  const sbx = await Sandbox.create('base', { ...opts, network: { denyOut: ['10.0.0.0/8'] } })
+  out.created = await view(sbx.sandboxId)
+  out.steps = []
+  for (const upd of [
+    { allowOut: ['1.1.1.1'], denyOut: ['0.0.0.0/0'] },
+    { allowInternetAccess: false },
+    { denyOut: ['169.254.169.254'] },
+    { allowOut: ['api.example.com'] },
+  ]) {
+    const r = await attempt(() => sbx.updateNetwork(upd))
+    out.steps.push({ update: upd, ok: r.ok, error: r.error, view: await view(sbx.sandboxId) })
+  }
+  out.run = await attempt(() => sbx.commands.run('echo after'))
+  out.kill = await attempt(() => sbx.kill())
+  return out
+}
+
+// A credential with limits {concurrentSandboxes: 1, createsPerMinute: 2,
+// maxTimeoutSeconds: 600}: the second live sandbox and the third create in
+// a minute are refused (429: RateLimitError), a longer timeout too (400),
+// at create and at setTimeout.
+standalone.limits = async function limits() {
+  const opts = {
+    apiKey: process.env.E2B_API_KEY,
+    apiUrl: process.env.E2B_API_URL,
+    sandboxUrl: process.env.E2B_SANDBOX_URL,
+  }
+  const out = {}
+  const a = await Sandbox.create('base', opts)
+  out.second = await attempt(() => Sandbox.create('base', opts))
+  out.setTimeoutOver = await attempt(() => a.setTimeout(601000))
+  out.setTimeoutWithin = await attempt(() => a.setTimeout(600000))
+  out.killFirst = await attempt(() => a.kill())
+  const c = await Sandbox.create('base', opts)
+  out.killSecond = await attempt(() => c.kill())
+  out.third = await attempt(() => Sandbox.create('base', opts))
+  out.longTimeout = await attempt(() => Sandbox.create('base', { ...opts, timeoutMs: 601000 }))
+  return out
+}
+
+
 // A standalone scenario must not share a name with a scenario: it would
 // hide it, and the tests that ask for the hidden one would run the other.
 const shadowed = Object.keys(standalone).filter((k) => scenarios[k])
