@@ -10,6 +10,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/dustin/go-humanize"
+
+	"github.com/sandgate/sandgate/gateway/sandboxhost"
 )
 
 func init() {
@@ -165,6 +167,9 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			h.Hosts = d.RemainingArgs()
 			if len(h.Hosts) == 0 {
 				return d.ArgErr()
+			}
+			if _, err := sandboxhost.NewTable(h.Hosts); err != nil {
+				return d.Errf("hosts: %v", err)
 			}
 		case "transport":
 			if err := once(opt); err != nil {
