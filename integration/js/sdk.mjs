@@ -293,9 +293,6 @@ const standalone = {
     return Object.fromEntries(plan.map((row, i) => [row.name, rows[i]]))
   },
 
-  // Sandbox.create({ network }) against the control API (corectl), a command
-  // and a file, Sandbox.connect(id) to the same sandbox, then kill(); a
-  // second kill and a connect after it show the sandbox is gone.
   // E2B_DOMAIN and E2B_API_KEY only: create (NETWORK), a command and a
   // file, connect, getHost(PORT) then fetch and a WebSocket round trip
   // (with the traffic token when the sandbox has one, and once without),
@@ -322,6 +319,9 @@ const standalone = {
     return out
   },
 
+  // Sandbox.create({ network }) against the control API (corectl), a command
+  // and a file, Sandbox.connect(id) to the same sandbox, then kill(); a
+  // second kill and a connect after it show the sandbox is gone.
   async lifecycle() {
     const opts = {
       apiKey: process.env.E2B_API_KEY || 'e2b_sandgate_test',
