@@ -13,12 +13,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
+// IndexSandboxName is the field index of the BatchSandbox cache by
+// object name, across namespaces, that the Locate question reads; the
+// daemon registers it on every cluster's cache (ClusterHandle.Cache).
+const IndexSandboxName = "sandgate.name"
+
 // locate answers the authorizer's Locate question for sandbox id (see
-// authorize): the sandbox is looked up by name in every cluster's cache
-// of BatchSandboxes that corectl manages. Sandbox IDs are random
-// (lifecycle.NewID), so two matches mean something is wrong and are
-// answered not_found. The list costs one pass over the cache per
-// question; the gateway caches the answer (about a second).
+// authorize): the sandbox is looked up by name (IndexSandboxName) in every
+// cluster's cache of the BatchSandboxes corectl manages. Sandbox IDs are
+// random (lifecycle.NewID), so two matches mean something is wrong and
+// are answered not_found. The gateway caches the answer (about a second).
 func (s *Server) locate(w http.ResponseWriter, r *http.Request, id string) {
 	refuse := func(reason authorizer.Reason) {
 		writeJSON(w, http.StatusOK, authorizer.Answer{Reason: reason})
@@ -46,7 +50,7 @@ func (s *Server) locate(w http.ResponseWriter, r *http.Request, id string) {
 		}
 		var list unstructured.UnstructuredList
 		list.SetGroupVersionKind(sandbox.GVK.GroupVersion().WithKind("BatchSandboxList"))
-		if err := ch.Cache.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue}); err != nil {
+		if err := ch.Cache.List(ctx, &list, client.MatchingFields{IndexSandboxName: id}); err != nil {
 			s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, "the sandbox cache cannot answer")
 			return
 		}
