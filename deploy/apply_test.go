@@ -88,7 +88,7 @@ func TestManifestsApply(t *testing.T) {
 	}
 	ctx := context.Background()
 
-	for _, dir := range []string{"compute", "portal", "portal-flowcontrol", "overlays/example-compute", "overlays/example", "overlays/example-secrets"} {
+	for _, dir := range []string{"compute", "portal", "portal-flowcontrol", "overlays/example-compute", "overlays/example", "overlays/example-e2b-domain", "overlays/example-secrets"} {
 		var r *rendered
 		if dir == "overlays/example-secrets" {
 			// Its Secrets from fake files (TestSecretsRollPods).

@@ -80,6 +80,12 @@ func (h *HTTP) Authorize(ctx context.Context, credentialID, sandboxID string) (a
 	return h.a.Authorize(ctx, credentialID, sandboxID)
 }
 
+// Locate implements authorizer.Locator (a sandbox by its ID alone, for
+// the host routing's port requests).
+func (h *HTTP) Locate(ctx context.Context, sandboxID string) (authorizer.Decision, error) {
+	return h.a.Locate(ctx, sandboxID)
+}
+
 // Recheck implements authorizer.Rechecker (an answer without the cache,
 // asked when a command stream breaks).
 func (h *HTTP) Recheck(ctx context.Context, credentialID, sandboxID string) (authorizer.Decision, error) {
@@ -125,4 +131,5 @@ var (
 	_ caddy.Provisioner     = (*HTTP)(nil)
 	_ caddyfile.Unmarshaler = (*HTTP)(nil)
 	_ authorizer.Rechecker  = (*HTTP)(nil)
+	_ authorizer.Locator    = (*HTTP)(nil)
 )

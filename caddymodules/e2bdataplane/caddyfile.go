@@ -10,6 +10,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/dustin/go-humanize"
+
+	"github.com/sandgate/sandgate/gateway/sandboxhost"
 )
 
 func init() {
@@ -43,6 +45,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		token_target
 //		extended_operations
 //		process_dir <path>
+//		hosts <domain>...
 //		transport http {
 //			<reverse_proxy http transport options>
 //		}
@@ -60,7 +63,10 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // upstream_wait (default 30s) for a slot. extended_operations (a flag, off by default) also serves
 // envd's Process List/Connect/SendSignal and Filesystem Stat/MakeDir/Move;
 // process_dir is where it keeps process records in the sandbox (default
-// /tmp/.sandgate/processes). The transport block is reverse_proxy's "transport http"
+// /tmp/.sandgate/processes). hosts (once, one or more domains such as
+// sbx.example.com) turns on host routing: <port>-<sandboxID>.<domain> as
+// E2B_DOMAIN's SDKs address it, every other Host refused
+// (docs/dataplane.md "Host routing"). The transport block is reverse_proxy's "transport http"
 // (dial_timeout, response_header_timeout, keepalive, tls, …).
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
@@ -193,6 +199,17 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				h.TokenTarget = true
 			} else {
 				h.ExtendedOperations = true
+			}
+		case "hosts":
+			if err := once(opt); err != nil {
+				return err
+			}
+			h.Hosts = d.RemainingArgs()
+			if len(h.Hosts) == 0 {
+				return d.ArgErr()
+			}
+			if _, err := sandboxhost.NewTable(h.Hosts); err != nil {
+				return d.Errf("hosts: %v", err)
 			}
 		case "transport":
 			if err := once(opt); err != nil {

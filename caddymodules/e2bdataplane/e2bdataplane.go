@@ -126,7 +126,16 @@ type Handler struct {
 	// supported. Default: Caddy's HTTP transport with its defaults.
 	TransportRaw json.RawMessage `json:"transport,omitempty" caddy:"namespace=http.reverse_proxy.transport inline_key=protocol"`
 
-	dp *dataplane.Handler
+	// Hosts, when set, turns on host routing (E2B_DOMAIN): the domains
+	// whose <port>-<sandboxID>.<domain> hosts this handler serves; a
+	// request to any other Host is refused with HOST_NOT_SERVED. Port
+	// 49983 is the envd data plane with the sandbox from the Host; any
+	// other port is forwarded to the sandbox's cluster's fixed entry
+	// (package portroute). Default: none, the fixed-address mode.
+	Hosts []string `json:"hosts,omitempty"`
+
+	dp    *dataplane.Handler
+	hosts *hostRouting
 }
 
 // User is one SDK user's identity inside the sandbox.
@@ -236,7 +245,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.dp = dp
-	return nil
+	return h.provisionHosts(ctx, app, rt)
 }
 
 // setAccessLogLevel logs the access of a request whose sandbox is gone
@@ -269,7 +278,10 @@ func keepTokensOutOfAccessLogs(ctx caddy.Context) {
 }
 
 // ServeHTTP serves the data plane; it never calls next.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if h.hosts != nil {
+		return h.serveHost(w, r, next)
+	}
 	h.dp.ServeHTTP(w, r)
 	return nil
 }

@@ -22,7 +22,7 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "sandgate-token",
-		Usage: "--key <file> --algorithm <alg> --kid <kid> --credential <id> --sandbox <id> [--ttl <duration>] [--port <n>]",
+		Usage: "--key <file> --algorithm <alg> --kid <kid> --credential <id> --sandbox <id> [--ttl <duration>] [--port <n> | --traffic]",
 		Short: "Mints an X-Access-Token for the E2B data plane",
 		Long: `
 Mints a signed envd access token (a JWT) of the kind the e2b_dataplane
@@ -32,7 +32,9 @@ a gateway; a Portal's control API mints the same tokens in production.
 The key file is the HMAC secret or a PEM private key for the algorithm
 (EdDSA, RS*, PS*, ES*). The token carries the claims credential_id,
 sandbox_id, port (the logical envd service, 49983), iat and exp = now + ttl,
-and the header kid.`,
+and the header kid. With --traffic it is the sandbox's traffic access token
+instead (the e2b-traffic-access-token header of E2B_DOMAIN's port requests):
+aud "traffic" and no port.`,
 		CobraFunc: func(cmd *cobra.Command) {
 			cmd.Flags().String("key", "", "key file: HMAC secret or PEM private key (required)")
 			cmd.Flags().String("algorithm", "", "JWT algorithm pinned to the key, e.g. HS256 or EdDSA (required)")
@@ -41,6 +43,7 @@ and the header kid.`,
 			cmd.Flags().String("sandbox", "", "sandbox ID (required)")
 			cmd.Flags().Duration("ttl", time.Hour, "token lifetime")
 			cmd.Flags().Int("port", 49983, "logical envd service port claim")
+			cmd.Flags().Bool("traffic", false, "mint the sandbox's traffic access token (aud traffic, no port) instead")
 			cmd.RunE = caddycmd.WrapCommandFuncForCobra(cmdMintToken)
 		},
 	})
@@ -65,7 +68,11 @@ func cmdMintToken(fl caddycmd.Flags) (int, error) {
 	if err != nil {
 		return caddy.ExitCodeFailedStartup, err
 	}
-	tok, err := key.Mint(token.Target{CredentialID: cred, SandboxID: sbx, Port: fl.Int("port")}, ttl, time.Now())
+	tgt := token.Target{CredentialID: cred, SandboxID: sbx, Port: fl.Int("port")}
+	if fl.Bool("traffic") {
+		tgt = token.Target{CredentialID: cred, SandboxID: sbx, Audience: token.AudienceTraffic}
+	}
+	tok, err := key.Mint(tgt, ttl, time.Now())
 	if err != nil {
 		return caddy.ExitCodeFailedStartup, err
 	}

@@ -161,7 +161,7 @@ func decodeSegment(t *testing.T, seg string) map[string]any {
 
 func TestSandgateTokenCommandFlags(t *testing.T) {
 	cmd := newTokenCommand(t)
-	for _, name := range []string{"key", "algorithm", "kid", "credential", "sandbox", "ttl", "port"} {
+	for _, name := range []string{"key", "algorithm", "kid", "credential", "sandbox", "ttl", "port", "traffic"} {
 		if cmd.Flags().Lookup(name) == nil {
 			t.Errorf("flag --%s is not defined", name)
 		}
@@ -344,5 +344,27 @@ func TestSandgateTokenBadInput(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSandgateTokenTraffic: --traffic prints a traffic access token: aud
+// traffic, no port, verifiable with the same key.
+func TestSandgateTokenTraffic(t *testing.T) {
+	k := newKeyFiles(t)
+	out, err := runCLI(t, "--key", k.hmac, "--algorithm", "HS256", "--kid", "k", "--credential", "cred-a", "--sandbox", "sbx-1", "--traffic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := token.LoadKey("k", "HS256", k.hmac)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := token.NewVerifier([]token.Key{key}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgt, err := v.Verify(strings.TrimSpace(out))
+	if err != nil || tgt != (token.Target{CredentialID: "cred-a", SandboxID: "sbx-1", Audience: token.AudienceTraffic}) {
+		t.Fatalf("Verify = %+v, %v", tgt, err)
 	}
 }

@@ -58,6 +58,11 @@ type Config struct {
 	// name (see SandboxTemplate); IDs are unique. A create naming an ID
 	// that is not here is refused (404 template_not_found).
 	SandboxTemplates []SandboxTemplate `json:"sandboxTemplates,omitempty"`
+	// Domain is the E2B domain of every cluster that names none (its
+	// Domain): the DNS name under which the gateway serves
+	// <port>-<sandboxID>.<domain> (e2b_dataplane hosts). Empty: corectl
+	// answers domain null (the fixed-address mode).
+	Domain string `json:"domain,omitempty"`
 }
 
 // TemplateStore is where SandboxTemplateNetwork objects live: one cluster
@@ -85,6 +90,11 @@ type Cluster struct {
 	// Client is client-go's client-side rate limit for this cluster's
 	// apiserver; zero values take the defaults (ClientLimits).
 	Client ClientLimits `json:"client,omitempty"`
+	// Domain is the E2B domain corectl answers for this cluster's
+	// sandboxes (create, connect, GET): the SDK then reaches envd at
+	// 49983-<sandboxID>.<domain> and a port at <port>-<sandboxID>.<domain>
+	// (getHost). Default Config.Domain; a DNS subdomain.
+	Domain string `json:"domain,omitempty"`
 	// FixedEntry is the cluster's fixed entry URL ("http://host:port"),
 	// informational for corectl (the data plane dials it).
 	FixedEntry string `json:"fixedEntry"`
@@ -315,6 +325,14 @@ func (cfg *Config) Validate() error {
 	seen := map[string]bool{}
 	for i := range cfg.Clusters {
 		c := &cfg.Clusters[i]
+		if c.Domain == "" {
+			c.Domain = cfg.Domain
+		}
+		if c.Domain != "" {
+			if errs := validation.IsDNS1123Subdomain(c.Domain); len(errs) > 0 {
+				return fmt.Errorf("%w: clusters[%d]: domain: %s", ErrInvalidConfig, i, strings.Join(errs, "; "))
+			}
+		}
 		if err := c.validate(); err != nil {
 			return fmt.Errorf("%w: clusters[%d]: %s", ErrInvalidConfig, i, err.Error())
 		}

@@ -78,7 +78,6 @@ func TestResolveErrors(t *testing.T) {
 		{`{"allowOut":["example.com"]}`, CodeBadRequest},
 		{`{"allowOut":["*.example.com"]}`, CodeBadRequest},
 		{`{"denyOut":["evil.example."]}`, CodeBadRequest},
-		{`{"allowPublicTraffic":false}`, CodeBadRequest},
 		{`{"maskRequestHost":"x.example"}`, CodeBadRequest},
 		{`{"rules":{"api.example.com":[]}}`, CodeBadRequest},
 		{`{"egressProxy":{"address":"p:1080"}}`, CodeBadRequest},
@@ -135,7 +134,6 @@ func TestResolveCarvesDenyOut(t *testing.T) {
 	}
 	for body, msg := range map[string]string{
 		`{"allowOut":["1.1.1.1","api.example.com"]}`: "bad_request: network.allowOut[1]: not supported: domain names: sandgate enforces egress with a Kubernetes NetworkPolicy, which matches IP ranges only; give CIDRs or IP addresses",
-		`{"allowPublicTraffic":false}`:               "bad_request: network.allowPublicTraffic: not supported: false (URLs that need a traffic access token) is not supported yet; omit it or send true",
 	} {
 		req, err := Decode([]byte(body))
 		if err == nil {

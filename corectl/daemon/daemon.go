@@ -258,6 +258,12 @@ func New(opts Options) (*Daemon, error) {
 		if err != nil {
 			return nil, fmt.Errorf("cluster %s: %w", c.ID, err)
 		}
+		// The authorizer's Locate question finds a BatchSandbox by name
+		// across namespaces (httpapi.IndexSandboxName).
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), batchSandboxes(), httpapi.IndexSandboxName,
+			func(o client.Object) []string { return []string{o.GetName()} }); err != nil {
+			return nil, fmt.Errorf("cluster %s: the sandbox name index: %w", c.ID, err)
+		}
 		direct, err := client.New(cfg, client.Options{Scheme: scheme})
 		if err != nil {
 			return nil, fmt.Errorf("cluster %s: %w", c.ID, err)

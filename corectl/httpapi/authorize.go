@@ -28,6 +28,13 @@ import (
 // false, "reason"}: not_found (no such sandbox, another credential's, or
 // a credential that does not exist or is disabled), deleting, expired.
 // Without InternalToken the route does not exist (404).
+//
+// Without credential it is the Locate question of the gateway's host
+// routing (a port request that carries no traffic token):
+// GET /internal/v1/authorize?sandbox=<id> answers {"allowed": true,
+// "cluster", "trafficTokenRequired"} for the one live sandbox of that ID
+// in corectl's clusters (looked up in each cluster's cache), not_found
+// when there is none or more than one, deleting or expired as above.
 func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 	if s.InternalToken == "" {
 		s.fail(w, r, http.StatusNotFound, CodeNotFound, "no such route")
@@ -40,6 +47,10 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	credID, id := q.Get("credential"), q.Get("sandbox")
+	if !q.Has("credential") && id != "" && len(q["sandbox"]) == 1 {
+		s.locate(w, r, id)
+		return
+	}
 	if credID == "" || id == "" || len(q["credential"]) != 1 || len(q["sandbox"]) != 1 {
 		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, "credential and sandbox are required, once each")
 		return

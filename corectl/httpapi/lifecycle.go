@@ -32,8 +32,9 @@ const MaxCreateRequestSize = 1 << 20
 // SandboxBody is the E2B Sandbox object the SDKs decode from create
 // (201) and connect (200) (docs/wire-facts.md §E7.1: Python requires templateID,
 // sandboxID, clientID and envdVersion; JS needs envdVersion;
-// envdAccessToken becomes X-Access-Token; domain and trafficAccessToken
-// are null).
+// envdAccessToken becomes X-Access-Token; domain is the cluster's E2B
+// domain or null; trafficAccessToken is set for a sandbox created with
+// network.allowPublicTraffic false, else null).
 type SandboxBody struct {
 	// TemplateID is the template.
 	TemplateID string `json:"templateID"`
@@ -46,9 +47,14 @@ type SandboxBody struct {
 	// EnvdAccessToken is the runtime token (credential, sandbox, port
 	// 49983) signed with the gateway's key.
 	EnvdAccessToken string `json:"envdAccessToken"`
-	// Domain is always null: sandboxUrl is fixed client-side (spec §3.1).
+	// Domain is the cluster's E2B domain (corectl's cluster
+	// configuration, domain); null without one, so the SDK keeps its
+	// sandboxUrl or E2B_DOMAIN.
 	Domain *string `json:"domain"`
-	// TrafficAccessToken is always null.
+	// TrafficAccessToken is the sandbox's traffic access token
+	// (audience "traffic", signed with the gateway's key) when it was
+	// created with network.allowPublicTraffic false, which the SDK user
+	// sends as e2b-traffic-access-token to reach its ports; else null.
 	TrafficAccessToken *string `json:"trafficAccessToken"`
 }
 
@@ -208,8 +214,12 @@ func (s *Server) finishCreate(w http.ResponseWriter, r *http.Request, ch *Cluste
 		writeJSON(w, status, CreateFailure{ErrorBody: ErrorBody{Code: status, Error: ce.Code, Message: ce.Error()}, Step: ce.Step, Cleanup: ce.Cleanup})
 		return
 	}
-	writeJSON(w, http.StatusCreated, SandboxBody{TemplateID: res.TemplateID, SandboxID: res.SandboxID, ClientID: clientID,
-		EnvdVersion: ch.Lifecycle.EnvdVer(), EnvdAccessToken: res.Token})
+	body := SandboxBody{TemplateID: res.TemplateID, SandboxID: res.SandboxID, ClientID: clientID,
+		EnvdVersion: ch.Lifecycle.EnvdVer(), EnvdAccessToken: res.Token, Domain: res.Domain}
+	if res.TrafficToken != "" {
+		body.TrafficAccessToken = &res.TrafficToken
+	}
+	writeJSON(w, http.StatusCreated, body)
 }
 
 const clientID = "sandgate"
@@ -264,8 +274,17 @@ func (s *Server) connectSandbox(w http.ResponseWriter, r *http.Request) {
 		s.lifetimeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, SandboxBody{TemplateID: info.TemplateID, SandboxID: info.SandboxID, ClientID: clientID,
-		EnvdVersion: info.EnvdVersion, EnvdAccessToken: tok})
+	sb := SandboxBody{TemplateID: info.TemplateID, SandboxID: info.SandboxID, ClientID: clientID,
+		EnvdVersion: info.EnvdVersion, EnvdAccessToken: tok, Domain: info.Domain}
+	if info.TrafficTokenRequired {
+		traffic, err := ch.Lifecycle.MintTraffic(cred.ID, info)
+		if err != nil {
+			s.lifetimeError(w, r, err)
+			return
+		}
+		sb.TrafficAccessToken = &traffic
+	}
+	writeJSON(w, http.StatusOK, sb)
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {

@@ -99,7 +99,7 @@ func TestAuthorizeEndpoint(t *testing.T) {
 		st, got := w.authz(internalToken, "a", id)
 		return st == 200 && got == authorizer.Answer{Reason: authorizer.ReasonNotFound}, nil
 	})
-	for _, q := range []string{"credential=a", "sandbox=" + id, "credential=a&credential=b&sandbox=" + id} {
+	for _, q := range []string{"credential=a", "credential=a&credential=b&sandbox=" + id, "sandbox=" + id + "&sandbox=" + id} {
 		req, _ := http.NewRequest("GET", w.url+authorizer.Path+"?"+q, nil)
 		req.Header.Set("Authorization", "Bearer "+internalToken)
 		resp, err := http.DefaultClient.Do(req)

@@ -89,6 +89,46 @@ type Created struct {
 	AllocationID string
 	// Token is the envd access token. Never log it.
 	Token string
+	// TrafficToken is the traffic access token of a sandbox created with
+	// network.allowPublicTraffic false; empty otherwise. Never log it.
+	TrafficToken string
+	// Domain is the cluster's E2B domain; nil without one.
+	Domain *string
+}
+
+// AnnotationTrafficToken, TrafficTokenRequired on a BatchSandbox, records
+// that it was created with network.allowPublicTraffic false: the gateway
+// (through the authorizer's Locate answer) refuses its ports without its
+// traffic access token.
+const AnnotationTrafficToken = "network.sandgate.io/traffic-token"
+
+// TrafficTokenRequired is AnnotationTrafficToken's value.
+const TrafficTokenRequired = "required"
+
+// trafficTokenRequired reports whether a create's network object sets
+// allowPublicTraffic to false (E2B's private sandbox ports). An
+// undecodable object is left to the network resolution, which refuses it.
+func trafficTokenRequired(raw json.RawMessage) bool {
+	n, err := createnet.Decode(raw)
+	return err == nil && n != nil && n.AllowPublicTraffic != nil && !*n.AllowPublicTraffic
+}
+
+// domain is the cluster's E2B domain as the answers carry it: nil
+// without one.
+func (o *Orchestrator) domain() *string {
+	if o.Cluster.Domain == "" {
+		return nil
+	}
+	d := o.Cluster.Domain
+	return &d
+}
+
+// MintTraffic signs the traffic access token of info's sandbox for
+// credentialID: audience "traffic", no port, expiring as the envd token
+// does (tokenExpiry). The gateway verifies it with the same keys as
+// X-Access-Token and refuses it there.
+func (o *Orchestrator) MintTraffic(credentialID string, info *Info) (string, error) {
+	return o.mintAudience(credentialID, info.SandboxID, info.start, token.AudienceTraffic)
 }
 
 // NewID returns a random sandbox or allocation ID: prefix + 20 lowercase
@@ -174,7 +214,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (*Created,
 		return nil, &CreateError{Code: CodeCreateFailed, Step: StepCNIGate, Reason: err.Error()}
 	}
 	alloc := NewID("al")
-	c := &creation{o: o, id: id, ns: req.Namespace, alloc: alloc}
+	c := &creation{o: o, id: id, ns: req.Namespace, alloc: alloc, trafficToken: trafficTokenRequired(req.Network)}
 	c.ingressSet = ingressallow.CIDRs(net.Ingress)
 	prov := &sandbox.Sandbox{ID: id, Namespace: req.Namespace, AllocationLabel: o.Cluster.AllocationLabelKey(), AllocationID: alloc,
 		TemplateLabels: map[string]string{o.Cluster.AllocationLabelKey(): alloc}, Owner: req.CredentialID}
@@ -239,18 +279,34 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (*Created,
 		tok = ""
 		return fail(StepToken, CodeCreateFailed, err)
 	}
-	return &Created{TemplateID: req.TemplateID, SandboxID: id, AllocationID: alloc, Token: tok}, nil
+	created := &Created{TemplateID: req.TemplateID, SandboxID: id, AllocationID: alloc, Token: tok, Domain: o.domain()}
+	if c.trafficToken {
+		if created.TrafficToken, err = o.mintAudience(req.CredentialID, id, sb.Start, token.AudienceTraffic); err != nil {
+			return fail(StepToken, CodeCreateFailed, err)
+		}
+	}
+	return created, nil
 }
 
 // mint signs the envd access token for credential and sandbox id, which
 // started at start; it expires at tokenExpiry(start).
 func (o *Orchestrator) mint(credentialID, id string, start time.Time) (string, error) {
+	return o.mintAudience(credentialID, id, start, "")
+}
+
+// mintAudience is mint for the envd token (audience "") or the traffic
+// token (token.AudienceTraffic, no port).
+func (o *Orchestrator) mintAudience(credentialID, id string, start time.Time, audience string) (string, error) {
 	now := o.now()
 	ttl := o.tokenExpiry(start).Sub(now)
 	if ttl <= 0 {
 		return "", fmt.Errorf("mint the envd access token: sandbox %s started more than %s ago", id, o.maxTimeout())
 	}
-	t, err := o.Key.Mint(token.Target{CredentialID: credentialID, SandboxID: id, Port: EnvdPort}, ttl, now)
+	tgt := token.Target{CredentialID: credentialID, SandboxID: id, Port: EnvdPort}
+	if audience != "" {
+		tgt = token.Target{CredentialID: credentialID, SandboxID: id, Audience: audience}
+	}
+	t, err := o.Key.Mint(tgt, ttl, now)
 	if err != nil {
 		// token errors never contain key material or tokens.
 		return "", fmt.Errorf("mint the envd access token: %w", err)
@@ -264,6 +320,9 @@ type creation struct {
 	id, ns     string
 	alloc      string
 	ingressSet []string
+	// trafficToken: allowPublicTraffic false; the sandbox is annotated
+	// and gets a traffic access token.
+	trafficToken bool
 
 	// wroteIngress and wrotePolicy: this create wrote the carrier, the
 	// policy. The desired state needs no flag of its own: it is written
@@ -337,6 +396,9 @@ func (c *creation) createBatchSandbox(ctx context.Context, req CreateRequest) (*
 	}
 	ann := map[string]string{v1alpha1.AnnotationLifecycle: StateCreating, AnnotationTemplateID: req.TemplateID,
 		v1alpha1.AnnotationEndAt: formatEndAt(c.o.now().Add(timeout))}
+	if c.trafficToken {
+		ann[AnnotationTrafficToken] = TrafficTokenRequired
+	}
 	if len(req.Metadata) > 0 {
 		b, err := json.Marshal(req.Metadata)
 		if err != nil {

@@ -94,7 +94,6 @@ func TestCreateRefusesWhatItCannotHonour(t *testing.T) {
 		`{"templateID":"base","allow_internet_access":"no"}`:                               "allow_internet_access must be a boolean",
 		`{"templateID":"base","network":{"allowOut":["example.com"]}}`:                     "network.allowOut[0]: not supported: domain names",
 		`{"templateID":"base","network":{"denyOut":["1.1.1.1","*.example.com"]}}`:          "network.denyOut[1]: not supported: domain names",
-		`{"templateID":"base","network":{"allowPublicTraffic":false}}`:                     "network.allowPublicTraffic: not supported",
 		`{"templateID":"base","network":{"maskRequestHost":"${PORT}-x.example"}}`:          "network.maskRequestHost: not supported",
 		`{"templateID":"base","network":{"rules":{"api.example.com":[{"transform":{}}]}}}`: "network.rules: not supported",
 		`{"templateID":"base","network":{"egressProxy":{"address":"p.example:1080"}}}`:     "network.egressProxy: not supported",

@@ -53,8 +53,13 @@ type Info struct {
 	// Lifecycle is E2B's SandboxLifecycle: never auto-resumed, killed on
 	// timeout.
 	Lifecycle E2BLifecycle `json:"lifecycle"`
-	// Domain is always null: the data plane is the fixed sandboxUrl.
+	// Domain is the cluster's E2B domain (cluster.Cluster.Domain); null
+	// without one, so the SDK uses its own domain or sandboxUrl.
 	Domain *string `json:"domain"`
+	// TrafficTokenRequired: the sandbox was created with
+	// network.allowPublicTraffic false (AnnotationTrafficToken); its
+	// ports need its traffic access token. Not in E2B's SandboxDetail.
+	TrafficTokenRequired bool `json:"-"`
 
 	// LifecycleState is one of the State* constants (spec §5.3).
 	LifecycleState string `json:"lifecycleState"`
@@ -112,7 +117,8 @@ func (o *Orchestrator) describe(u *unstructured.Unstructured) *Info {
 		StartedAt: start.UTC().Format(time.RFC3339), EndAt: end.UTC().Format(timeMillis),
 		CPUCount: sz.CPUCount, MemoryMB: sz.MemoryMB, DiskSizeMB: sz.DiskSizeMB,
 		EnvdVersion: o.EnvdVer(), Metadata: Metadata(u), State: "running",
-		Lifecycle: E2BLifecycle{AutoResume: false, OnTimeout: "kill"},
+		Lifecycle: E2BLifecycle{AutoResume: false, OnTimeout: "kill"}, Domain: o.domain(),
+		TrafficTokenRequired: u.GetAnnotations()[AnnotationTrafficToken] == TrafficTokenRequired,
 		Endpoints: Endpoints{BaseURL: base, URITemplate: URITemplate,
 			NoVNC: base + "/" + id + "/6080/", CDP: base + "/" + id + "/9222/"},
 		start: start}

@@ -557,15 +557,16 @@ func seconds(obj map[string]json.RawMessage, name string) (d time.Duration, give
 // Network is the create request's network object (E2B's
 // SandboxNetworkConfig with sandgate's extensions, spec §3.1.1 II).
 // DecodeNetwork refuses what sandgate cannot honour (a non-empty
-// maskRequestHost, rules or egressProxy; allowPublicTraffic false) with an
+// maskRequestHost, rules or egressProxy) with an
 // *UnsupportedError; other members not listed here are ignored, as the
 // JSON binding of the reference implementation drops them. Domain names
 // in AllowOut and DenyOut are refused when the network is resolved
 // (package createnet), where the CIDRs are parsed.
 type Network struct {
-	// AllowPublicTraffic is accepted when true or absent and changes no
-	// egress: it is about who may reach the sandbox's URLs (E2B's
-	// traffic access token), not about what the sandbox may reach.
+	// AllowPublicTraffic changes no egress: it is about who may reach the
+	// sandbox's URLs, not about what the sandbox may reach. False makes
+	// the sandbox's ports need its traffic access token (package
+	// lifecycle, AnnotationTrafficToken); true or absent leaves them open.
 	AllowPublicTraffic *bool `json:"allowPublicTraffic"`
 	// AllowOut is the official SDK's egress allowlist; it wins over
 	// DenyOut (E2B: "allowed entries always take precedence").
@@ -644,8 +645,6 @@ func DecodeNetwork(raw []byte) (*Network, error) {
 		return nil, &NetworkError{Message: "network must be a JSON object"}
 	}
 	switch {
-	case n.AllowPublicTraffic != nil && !*n.AllowPublicTraffic:
-		return nil, &UnsupportedError{Field: "network.allowPublicTraffic", Why: "false (URLs that need a traffic access token) is not supported yet; omit it or send true"}
 	case n.MaskRequestHost != nil && *n.MaskRequestHost != "":
 		return nil, &UnsupportedError{Field: "network.maskRequestHost", Why: "sandgate does not rewrite the Host of requests to the sandbox"}
 	case len(n.Rules) > 0:

@@ -17,6 +17,14 @@
 //	→ 200 {"allowed": true, "endAt": "<RFC 3339>"}
 //	→ 200 {"allowed": false, "reason": "not_found" | "deleting" | "expired"}
 //
+// A port request of the host routing (docs/dataplane.md "Host routing")
+// proves no credential when it carries no traffic token; it asks where the
+// sandbox is and whether its ports need one (Locator):
+//
+//	GET <base>/internal/v1/authorize?sandbox=<sandbox ID>
+//	→ 200 {"allowed": true, "cluster": "<cluster ID>", "trafficTokenRequired": true|absent, "endAt": …}
+//	→ 200 {"allowed": false, "reason": …}
+//
 // Any other answer (status, body, transport error, timeout) is
 // ErrUnavailable and the request is refused (fail closed).
 package authorizer
@@ -55,6 +63,13 @@ type Answer struct {
 	// EndAt is the sandbox's end time when Allowed (RFC 3339); absent
 	// when it has none.
 	EndAt string `json:"endAt,omitempty"`
+	// Cluster is the sandbox's cluster ID; set, and only, in an allowed
+	// answer to a Locate question.
+	Cluster string `json:"cluster,omitempty"`
+	// TrafficTokenRequired is true in an allowed answer to a Locate
+	// question when the sandbox was created with
+	// network.allowPublicTraffic false: its ports need a traffic token.
+	TrafficTokenRequired bool `json:"trafficTokenRequired,omitempty"`
 }
 
 // Decision is an Authorizer's verdict.
@@ -65,6 +80,11 @@ type Decision struct {
 	Reason Reason
 	// EndAt is the sandbox's end time (zero when none or refused).
 	EndAt time.Time
+	// ClusterID is the sandbox's cluster, set by Locate when allowed.
+	ClusterID string
+	// TrafficTokenRequired is set by Locate when allowed and the
+	// sandbox's ports need a traffic token.
+	TrafficTokenRequired bool
 }
 
 // ErrUnavailable: the authorizer could not decide (corectl unreachable,
@@ -80,6 +100,16 @@ type Authorizer interface {
 	// Authorize returns the decision for credentialID and sandboxID,
 	// possibly from a cache.
 	Authorize(ctx context.Context, credentialID, sandboxID string) (Decision, error)
+}
+
+// Locator finds a sandbox by its ID alone: whether it may be reached, its
+// cluster and whether its ports need a traffic token. The host routing
+// asks it for a port request that carries no traffic token, so proves no
+// credential (E2B's public sandbox ports). Errors wrap ErrUnavailable.
+type Locator interface {
+	// Locate returns the decision for sandboxID, possibly from a cache;
+	// when Allowed, ClusterID is set.
+	Locate(ctx context.Context, sandboxID string) (Decision, error)
 }
 
 // Rechecker is an Authorizer that can also answer without its cache. The

@@ -106,6 +106,16 @@ func (h *HTTP) Authorize(ctx context.Context, credentialID, sandboxID string) (D
 	return h.answer(ctx, credentialID, sandboxID, h.cache.Get)
 }
 
+var _ Locator = (*HTTP)(nil)
+
+// Locate implements Locator: like Authorize, cached per sandbox, with the
+// question that names no credential. An allowed answer without a
+// cluster is ErrUnavailable.
+func (h *HTTP) Locate(ctx context.Context, sandboxID string) (Decision, error) {
+	// Credential IDs are never empty, so this key is no Authorize key.
+	return h.answer(ctx, "", sandboxID, h.cache.Get)
+}
+
 var _ Rechecker = (*HTTP)(nil)
 
 // Recheck implements Rechecker: one request to corectl whatever the cache
@@ -149,6 +159,9 @@ func (h *HTTP) ask(ctx context.Context, credentialID, sandboxID string) (Decisio
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
 	q := url.Values{"credential": {credentialID}, "sandbox": {sandboxID}}
+	if credentialID == "" {
+		q.Del("credential")
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.endpoint+"?"+q.Encode(), nil)
 	if err != nil {
 		return Decision{}, fmt.Errorf("%w: cannot build the request", ErrUnavailable)
@@ -176,7 +189,16 @@ func (h *HTTP) ask(ctx context.Context, credentialID, sandboxID string) (Decisio
 	if err != nil || len(body) > MaxAnswerSize {
 		return Decision{}, fmt.Errorf("%w: the answer is unreadable or larger than %d bytes", ErrUnavailable, MaxAnswerSize)
 	}
-	return decodeAnswer(body)
+	d, err := decodeAnswer(body)
+	switch {
+	case err != nil:
+		return d, err
+	case credentialID == "" && d.Allowed && d.ClusterID == "":
+		return Decision{}, fmt.Errorf("%w: malformed answer: a located sandbox without its cluster", ErrUnavailable)
+	case credentialID != "" && (d.ClusterID != "" || d.TrafficTokenRequired):
+		return Decision{}, fmt.Errorf("%w: malformed answer: cluster or trafficTokenRequired in a credential's answer", ErrUnavailable)
+	}
+	return d, nil
 }
 
 // decodeAnswer reads an Answer strictly: one JSON object with known
@@ -197,6 +219,9 @@ func decodeAnswer(body []byte) (Decision, error) {
 	if !a.Allowed {
 		switch a.Reason {
 		case ReasonNotFound, ReasonDeleting, ReasonExpired:
+			if a.Cluster != "" || a.TrafficTokenRequired {
+				return bad("refused with a cluster")
+			}
 			return Decision{Reason: a.Reason}, nil
 		}
 		return bad("refused without a known reason")
@@ -204,7 +229,7 @@ func decodeAnswer(body []byte) (Decision, error) {
 	if a.Reason != "" {
 		return bad("allowed with a reason")
 	}
-	d := Decision{Allowed: true}
+	d := Decision{Allowed: true, ClusterID: a.Cluster, TrafficTokenRequired: a.TrafficTokenRequired}
 	if a.EndAt != "" {
 		t, err := time.Parse(time.RFC3339Nano, a.EndAt)
 		if err != nil {

@@ -15,8 +15,12 @@
 //     credential (package credential) to find the compute cluster.
 //   - "sandbox_id" (JSON string, required, 1..253 bytes): the sandbox the
 //     token is good for.
-//   - "port" (JSON number, required, integer 1..65535): the logical in-sandbox
+//   - "port" (JSON number, required but for a traffic token, integer 1..65535): the logical in-sandbox
 //     service port, normally 49983 (envd).
+//   - "aud" (JSON string, optional): "traffic" (AudienceTraffic) marks a
+//     traffic access token, which may omit "port"; the data plane refuses
+//     it as an X-Access-Token, and the host routing accepts nothing else
+//     as e2b-traffic-access-token (docs/dataplane.md "Host routing").
 //   - "exp" (NumericDate, required): expiry, seconds since the Unix epoch
 //     (RFC 7519 section 4.1.4).
 //   - "nbf" (NumericDate, optional): not-before; honoured when present

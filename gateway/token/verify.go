@@ -38,7 +38,18 @@ const (
 	// ClaimPort names the required JSON number claim holding the logical
 	// in-sandbox port (Target.Port, 1..65535; 49983 for envd).
 	ClaimPort = "port"
+	// ClaimAudience names the optional JSON string claim "aud" (RFC 7519
+	// section 4.1.3) holding Target.Audience.
+	ClaimAudience = "aud"
 )
+
+// AudienceTraffic is the audience of a traffic access token: the token
+// corectl hands out as trafficAccessToken for a sandbox created with
+// network.allowPublicTraffic false, which the SDK user sends as the
+// e2b-traffic-access-token header to reach the sandbox's ports. It
+// carries no port (it opens every port of its sandbox) and is never an
+// X-Access-Token: the data plane refuses a token with this audience.
+const AudienceTraffic = "traffic"
 
 // Target is what a verified token authorises: the resource credential to
 // route by (CredentialID, from the "credential_id" claim), the sandbox
@@ -49,8 +60,12 @@ type Target struct {
 	CredentialID string
 	// SandboxID is the sandbox ID (1..MaxIDLength bytes).
 	SandboxID string
-	// Port is the logical in-sandbox port, 1..65535.
+	// Port is the logical in-sandbox port, 1..65535; 0 (no "port" claim)
+	// only when Audience is AudienceTraffic.
 	Port int
+	// Audience is the "aud" claim when it is a JSON string; empty when
+	// absent. An "aud" that is not a string is ErrClaims.
+	Audience string
 }
 
 // validate applies the claim rules of the package documentation.
@@ -64,6 +79,7 @@ func (t Target) validate() error {
 		return fmt.Errorf("%s is empty", ClaimSandboxID)
 	case len(t.SandboxID) > MaxIDLength:
 		return fmt.Errorf("%s is longer than %d bytes", ClaimSandboxID, MaxIDLength)
+	case t.Audience == AudienceTraffic && t.Port == 0:
 	case t.Port < 1 || t.Port > 65535:
 		return fmt.Errorf("%s is outside 1..65535", ClaimPort)
 	}
@@ -315,15 +331,23 @@ func targetFromClaims(c jwt.MapClaims) (Target, error) {
 	if t.SandboxID, ok = c[ClaimSandboxID].(string); !ok {
 		return Target{}, fmt.Errorf("%s is missing or not a string", ClaimSandboxID)
 	}
+	if aud, present := c[ClaimAudience]; present {
+		if t.Audience, ok = aud.(string); !ok {
+			return Target{}, fmt.Errorf("%s is not a string", ClaimAudience)
+		}
+	}
 	n, ok := c[ClaimPort].(json.Number)
-	if !ok {
+	switch {
+	case !ok && c[ClaimPort] == nil && t.Audience == AudienceTraffic:
+	case !ok:
 		return Target{}, fmt.Errorf("%s is missing or not a number", ClaimPort)
+	default:
+		p, err := n.Int64()
+		if err != nil || p < 1 || p > 65535 {
+			return Target{}, fmt.Errorf("%s is not an integer in 1..65535", ClaimPort)
+		}
+		t.Port = int(p)
 	}
-	p, err := n.Int64()
-	if err != nil || p < 1 || p > 65535 {
-		return Target{}, fmt.Errorf("%s is not an integer in 1..65535", ClaimPort)
-	}
-	t.Port = int(p)
 	if err := t.validate(); err != nil {
 		return Target{}, err
 	}

@@ -28,6 +28,12 @@
 //     as application/octet-stream, and as the SDK's default multipart body,
 //     against execd's multipart POST /<sandbox>/44772/files/upload with the
 //     same bytes); every request carries a Content-Length;
+//   - port: a request to a sandbox port as E2B_DOMAIN's SDKs address it
+//     (GET http://3000-<sandbox>.bench.test/hello with the sandbox's
+//     traffic token, e2b_dataplane's hosts routing, docs/dataplane.md
+//     "Host routing") against GET /<sandbox>/3000/hello through the reverse
+//     proxy, both answered by a small HTTP server behind the fixed entry
+//     (64 bytes), in the cells of listdir;
 //   - command: the SDK's commands.run of `echo hi` (Connect server stream
 //     POST /process.Process/Start, /bin/bash -l -c "echo hi") through the
 //     gateway against the same command line sent to execd's POST /command
@@ -47,7 +53,7 @@
 //
 //	go run ./hack/gatewaybench [-caddy bin/caddy] [-rounds 5] [-cell 3s]
 //		[-concurrency 1,8,64] [-files 16] [-transfer-mib 1024]
-//		[-transfer-rounds 3] [-commands 100] [-only listdir|transfer|command] [-profile <dir>]
+//		[-transfer-rounds 3] [-commands 100] [-only listdir|port|transfer|command] [-profile <dir>]
 //		[-gateway-env GOGC=200,...] [-authorizer] [-memory-limit 64MiB]
 //
 // With -memory-limit each proxy runs in a memory cgroup of its own with
@@ -113,7 +119,10 @@ const (
 	transferSrc  = "/home/user/bench-download.bin"
 	transferDst  = "/home/user/bench-upload.bin"
 	execdPort    = 44772
-	envdPort     = "49983"
+	// benchPort is the sandbox port of the port workload.
+	benchPort   = 3000
+	benchDomain = "bench.test"
+	envdPort    = "49983"
 	// benchAuthzToken is the -authorizer stand-in's bearer token.
 	benchAuthzToken = "gatewaybench-internal-token-0123456789abcdef"
 )
@@ -154,7 +163,7 @@ func main() {
 	flag.IntVar(&o.files, "files", 16, "files in the listed directory")
 	flag.Int64Var(&o.transferMiB, "transfer-mib", 1024, "size of each download and upload in MiB")
 	flag.IntVar(&o.transferRounds, "transfer-rounds", 3, "measured rounds of the transfers")
-	flag.StringVar(&o.only, "only", "", "run only listdir, transfer or command")
+	flag.StringVar(&o.only, "only", "", "run only listdir, port, transfer or command")
 	flag.IntVar(&o.commands, "commands", 100, "commands per path and round of the command workload")
 	flag.StringVar(&o.profileDir, "profile", "", "directory for CPU profiles of a separate, unmeasured pass")
 	flag.StringVar(&genv, "gateway-env", "", "comma-separated VAR=value added to both proxies' environment (e.g. GOGC=200)")
@@ -192,6 +201,7 @@ func serve(what string, args []string) error {
 	fs := flag.NewFlagSet(what, flag.ContinueOnError)
 	root := fs.String("root", "", "execd: the sandbox's / on the host")
 	execdAddr := fs.String("execd", "", "fixedentry: the execd stand-in's address")
+	portAddr := fs.String("port-server", "", "fixedentry: the address of the sandbox's server on benchPort")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -203,6 +213,10 @@ func serve(what string, args []string) error {
 		s := execdstub.New(execdstub.Config{Root: *root})
 		defer s.Close()
 		h = s
+	case "portserver":
+		// A user's server in the sandbox: 64 bytes for any request.
+		body := bytes.Repeat([]byte("p"), 64)
+		h = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(body) })
 	case "authorizer":
 		// corectl's GET /internal/v1/authorize, always allowed (the
 		// gateway's cost is what is measured, not corectl's).
@@ -219,7 +233,7 @@ func serve(what string, args []string) error {
 		in := fixedentry.New()
 		in.SetRecordLimit(0)
 		in.SetSandbox(sandboxID, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1", Namespace: "default",
-			Ports: map[int]string{execdPort: *execdAddr}})
+			Ports: map[int]string{execdPort: *execdAddr, benchPort: *portAddr}})
 		h = in
 	default:
 		return fmt.Errorf("unknown stand-in %q", what)
@@ -370,10 +384,12 @@ type world struct {
 	gwAdmin    string
 	rpAdmin    string
 	token      string
+	traffic    string // the sandbox's traffic access token
+	portServer *proc
 }
 
 func (w *world) stop() {
-	for _, p := range []*proc{w.gateway, w.proxy, w.fixedEntry, w.execd, w.authz} {
+	for _, p := range []*proc{w.gateway, w.proxy, w.fixedEntry, w.execd, w.authz, w.portServer} {
 		if p != nil {
 			p.stop()
 		}
@@ -403,7 +419,11 @@ func run(o options) error {
 	if w.execd, execdAddr, err = startStandIn("execd", "-root", w.root); err != nil {
 		return err
 	}
-	if w.fixedEntry, feAddr, err = startStandIn("fixedentry", "-execd", execdAddr); err != nil {
+	var portAddr string
+	if w.portServer, portAddr, err = startStandIn("portserver"); err != nil {
+		return err
+	}
+	if w.fixedEntry, feAddr, err = startStandIn("fixedentry", "-execd", execdAddr, "-port-server", portAddr); err != nil {
 		return err
 	}
 
@@ -429,6 +449,9 @@ func run(o options) error {
 		return err
 	}
 	if w.token, err = key.Mint(token.Target{CredentialID: credentialID, SandboxID: sandboxID, Port: 49983}, 24*time.Hour, time.Now()); err != nil {
+		return err
+	}
+	if w.traffic, err = key.Mint(token.Target{CredentialID: credentialID, SandboxID: sandboxID, Audience: token.AudienceTraffic}, 24*time.Hour, time.Now()); err != nil {
 		return err
 	}
 	credFile := filepath.Join(dir, "credentials.yaml")
@@ -460,7 +483,13 @@ http://%s {
 		user root 0 0 /root
 	}
 }
-`, w.gwAdmin, keyID, keyFile, credFile, feAddr, authzConf, addrs[0])
+
+http://*.%s:%s {
+	e2b_dataplane {
+		hosts %s
+	}
+}
+`, w.gwAdmin, keyID, keyFile, credFile, feAddr, authzConf, addrs[0], benchDomain, portOf(addrs[0]), benchDomain)
 	rpConf := fmt.Sprintf(`{
 	admin %s
 	auto_https off
@@ -507,7 +536,12 @@ http://%s {
 		}
 	}
 	if o.only == "" || o.only == "listdir" {
-		if err := w.listDir(); err != nil {
+		if err := w.unary(fmt.Sprintf("ListDir of %d files", w.o.files), "listdir", w.listDirRequest); err != nil {
+			return err
+		}
+	}
+	if o.only == "" || o.only == "port" {
+		if err := w.unary(fmt.Sprintf("port request (GET /hello on port %d, 64-byte answer)", benchPort), "port", w.portRequest); err != nil {
 			return err
 		}
 	}
@@ -699,8 +733,38 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 	return sorted[max(0, min(i, len(sorted)-1))]
 }
 
-func (w *world) listDirCell(p pathSpec, c int) (cellResult, error) {
-	newReq := w.listDirRequest(p.name)
+// portOf is the port of a host:port.
+func portOf(addr string) string {
+	_, port, _ := net.SplitHostPort(addr)
+	return port
+}
+
+// portRequest builds path p's request to the sandbox's benchPort: by Host
+// name with the traffic token through the gateway, by the fixed entry's
+// URI through the reverse proxy.
+func (w *world) portRequest(p string) func() *http.Request {
+	switch p {
+	case "gateway":
+		host := fmt.Sprintf("%d-%s.%s", benchPort, sandboxID, benchDomain)
+		return func() *http.Request {
+			req, _ := http.NewRequest(http.MethodGet, w.gatewayURL+"/hello", nil)
+			req.Host = host
+			req.Header.Set("E2b-Traffic-Access-Token", w.traffic)
+			return req
+		}
+	default:
+		u := fmt.Sprintf("%s/%s/%d/hello", w.proxyURL, sandboxID, benchPort)
+		return func() *http.Request {
+			req, _ := http.NewRequest(http.MethodGet, u, nil)
+			return req
+		}
+	}
+}
+
+// cell measures one closed-loop cell of path p with c clients, the
+// requests built by requestOf.
+func (w *world) cell(p pathSpec, c int, requestOf func(string) func() *http.Request) (cellResult, error) {
+	newReq := requestOf(p.name)
 	if _, _, err := load(p.client, newReq, c, w.o.warmup); err != nil {
 		return cellResult{}, fmt.Errorf("%s warm-up: %w", p.name, err)
 	}
@@ -724,8 +788,10 @@ func (w *world) listDirCell(p pathSpec, c int) (cellResult, error) {
 
 func perReq(d time.Duration, n int) float64 { return float64(d.Microseconds()) / float64(max(n, 1)) }
 
-func (w *world) listDir() error {
-	fmt.Printf("\nListDir of %d files: %d rounds × %v per cell (after %v warm-up), c = %v\n", w.o.files, w.o.rounds, w.o.cell, w.o.warmup, w.o.concurrency)
+// unary runs the closed-loop cells of one workload (what, its profile
+// files' prefix, its requests) and prints its rows and summary.
+func (w *world) unary(what, prefix string, requestOf func(string) func() *http.Request) error {
+	fmt.Printf("\n%s: %d rounds × %v per cell (after %v warm-up), c = %v\n", what, w.o.rounds, w.o.cell, w.o.warmup, w.o.concurrency)
 	clients := map[string]*http.Client{}
 	for _, p := range paths {
 		clients[p.name] = newClient(slices.Max(w.o.concurrency))
@@ -735,7 +801,7 @@ func (w *world) listDir() error {
 		for _, c := range w.o.concurrency {
 			for _, p := range order(r) {
 				p.client = clients[p.name]
-				res, err := w.listDirCell(p, c)
+				res, err := w.cell(p, c, requestOf)
 				if err != nil {
 					return err
 				}
@@ -746,7 +812,7 @@ func (w *world) listDir() error {
 			}
 		}
 	}
-	fmt.Printf("\nListDir summary (median over %d rounds; CPU per request from /proc/<pid>/stat)\n\n", w.o.rounds)
+	fmt.Printf("\n%s summary (median over %d rounds; CPU per request from /proc/<pid>/stat)\n\n", what, w.o.rounds)
 	fmt.Println("| c | path | req/s | p50 ms | p99 ms | proxy CPU µs/req | fixed entry | execd | client |")
 	fmt.Println("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, c := range w.o.concurrency {
@@ -778,10 +844,10 @@ func (w *world) listDir() error {
 		for _, c := range w.o.concurrency {
 			for _, p := range paths {
 				p.client = clients[p.name]
-				name := fmt.Sprintf("listdir-%s-c%d.pprof", p.name, c)
+				name := fmt.Sprintf("%s-%s-c%d.pprof", prefix, p.name, c)
 				secs := max(1, int(math.Round((w.o.cell + w.o.warmup).Seconds())))
 				if err := w.profiled(p, filepath.Join(w.o.profileDir, name), secs, func() error {
-					_, err := w.listDirCell(p, c)
+					_, err := w.cell(p, c, requestOf)
 					return err
 				}); err != nil {
 					return err

@@ -16,6 +16,8 @@
 //   FOREIGN_API_URL   the "authz" scenario: a control-API stub that hands out tokens of another credential
 //   GZIP_BYTES        the size of the "gzipWrite" scenario's large write (zeros)
 //   METADATA          the "controlapi" scenario's create metadata (JSON object of strings)
+//   E2B_DOMAIN        the "domain" scenario: the only address the SDK is given (with E2B_API_KEY)
+//   PORT              the "domain" scenario: the sandbox port of the user's HTTP and WebSocket server
 import { createHash, randomBytes } from 'node:crypto'
 import { writeFileSync } from 'node:fs'
 
@@ -291,6 +293,32 @@ const standalone = {
     return Object.fromEntries(plan.map((row, i) => [row.name, rows[i]]))
   },
 
+  // E2B_DOMAIN and E2B_API_KEY only: create (NETWORK), a command and a
+  // file, connect, getHost(PORT) then fetch and a WebSocket round trip
+  // (with the traffic token when the sandbox has one, and once without),
+  // kill.
+  async domain() {
+    const sbx = await Sandbox.create('base', { network: process.env.NETWORK ? JSON.parse(process.env.NETWORK) : undefined })
+    const out = { sandboxId: sbx.sandboxId }
+    out.run = await sbx.commands.run('echo created')
+    out.write = await sbx.files.write(`${dir}/hello.txt`, 'hello domain\n')
+    const again = await Sandbox.connect(sbx.sandboxId)
+    out.connectedId = again.sandboxId
+    out.read = await again.files.read(`${dir}/hello.txt`)
+    const host = sbx.getHost(Number(process.env.PORT))
+    out.host = host
+    const token = sbx.trafficAccessToken
+    out.hasTrafficToken = typeof token === 'string' && token !== ''
+    const headers = out.hasTrafficToken ? { 'e2b-traffic-access-token': token } : {}
+    const plain = await fetch(`https://${host}/hello?q=1`)
+    out.fetchWithout = { status: plain.status, code: plain.headers.get('sandgate-error-code'), body: await plain.text() }
+    const res = await fetch(`https://${host}/hello?q=1`, { method: 'POST', headers, body: 'payload' })
+    out.fetch = { status: res.status, body: await res.text() }
+    out.ws = await attempt(() => wsRoundTrip(host, '/ws', headers, 'ping'))
+    out.kill = await attempt(() => sbx.kill())
+    return out
+  },
+
   // Sandbox.create({ network }) against the control API (corectl), a command
   // and a file, Sandbox.connect(id) to the same sandbox, then kill(); a
   // second kill and a connect after it show the sandbox is gone.
@@ -315,6 +343,35 @@ const standalone = {
     out.connectAfterKill = await attempt(() => Sandbox.connect(sbx.sandboxId, opts))
     return out
   },
+}
+
+// wsRoundTrip opens a WebSocket to wss://host+path (Node 20 has no
+// WebSocket client), sends text and returns the first text message back.
+async function wsRoundTrip(host, path, headers, text) {
+  const https = await import('node:https')
+  return new Promise((resolve, reject) => {
+    const req = https.request({ host, port: 443, path, headers: { ...headers, Connection: 'Upgrade', Upgrade: 'websocket',
+      'Sec-WebSocket-Version': '13', 'Sec-WebSocket-Key': randomBytes(16).toString('base64') } })
+    req.on('response', (res) => reject(new Error(`no upgrade: HTTP ${res.statusCode}`)))
+    req.on('error', reject)
+    req.on('upgrade', (res, socket) => {
+      const payload = Buffer.from(text)
+      const mask = randomBytes(4)
+      const frame = Buffer.concat([Buffer.from([0x81, 0x80 | payload.length]), mask,
+        Buffer.from(payload.map((b, i) => b ^ mask[i % 4]))])
+      let buf = Buffer.alloc(0)
+      socket.on('data', (d) => {
+        buf = Buffer.concat([buf, d])
+        if (buf.length >= 2 && buf.length >= 2 + (buf[1] & 0x7f)) {
+          resolve(buf.subarray(2, 2 + (buf[1] & 0x7f)).toString())
+          socket.destroy()
+        }
+      })
+      socket.on('error', reject)
+      socket.write(frame)
+    })
+    req.end()
+  })
 }
 
 // pollRefused runs a command with sbx (its token as it was) until the

@@ -1,0 +1,130 @@
+package e2bdataplane
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+
+	"github.com/sandgate/sandgate/caddymodules/internal/dataplaneapp"
+	"github.com/sandgate/sandgate/gateway/authorizer"
+	"github.com/sandgate/sandgate/gateway/dataplane"
+	"github.com/sandgate/sandgate/gateway/portroute"
+	"github.com/sandgate/sandgate/gateway/sandboxhost"
+)
+
+// hostRouting is the handler's host routing, set up by provisionHosts when
+// Hosts is configured (docs/dataplane.md "Host routing").
+type hostRouting struct {
+	table  *sandboxhost.Table
+	router *portroute.Router
+	proxy  *reverseproxy.Handler
+}
+
+// Placeholder variables the port proxy's upstream is taken from.
+const (
+	varPortDial = "sandgate_port_dial"
+)
+
+// codeHostMismatch: a routing header that disagrees with the Host (400).
+const codeHostMismatch = "HOST_HEADER_MISMATCH"
+
+// provisionHosts builds the host table, the port router and the
+// reverse_proxy that forwards port requests with the data plane's
+// transport rt (its pooling, timeouts and TLS). It dials nothing.
+func (h *Handler) provisionHosts(ctx caddy.Context, app dataplaneapp.App, rt http.RoundTripper) error {
+	if len(h.Hosts) == 0 {
+		return nil
+	}
+	table, err := sandboxhost.NewTable(h.Hosts)
+	if err != nil {
+		return fmt.Errorf("hosts: %w", err)
+	}
+	deps := portroute.Deps{Tokens: app.Tokens(), Credentials: app.Credentials(), Clusters: app}
+	if a := app.Authorizer(); a != nil {
+		deps.Authorizer = a
+		deps.Locator, _ = a.(authorizer.Locator)
+	}
+	router, err := portroute.New(deps)
+	if err != nil {
+		return err
+	}
+	proxy := &reverseproxy.Handler{
+		Transport: rt,
+		Upstreams: reverseproxy.UpstreamPool{{Dial: "{http.vars." + varPortDial + "}"}},
+		// Stream every response as it comes (server-sent events, long
+		// polls); WebSocket upgrades are reverse_proxy's own.
+		FlushInterval: caddy.Duration(-1),
+	}
+	if err := proxy.Provision(ctx); err != nil {
+		return fmt.Errorf("hosts: the port proxy: %w", err)
+	}
+	h.hosts = &hostRouting{table: table, router: router, proxy: proxy}
+	return nil
+}
+
+// serveHost serves a request when host routing is configured: a Host
+// that is not a sandbox host of a served domain is refused; envd's port
+// goes to the data plane with the sandbox from the Host; any other port
+// is forwarded to the sandbox's cluster's fixed entry.
+func (h *Handler) serveHost(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	tgt, err := h.hosts.table.Parse(r.Host)
+	if err != nil {
+		writeRefusal(w, portroute.CodeHostNotServed.Status(), string(portroute.CodeHostNotServed), "this gateway serves no such host")
+		return nil
+	}
+	if tgt.Port == sandboxhost.EnvdPort {
+		if !hostHeader(r.Header, dataplane.HeaderSandboxID, tgt.SandboxID) || !hostHeader(r.Header, dataplane.HeaderSandboxPort, "49983") {
+			writeRefusal(w, http.StatusBadRequest, codeHostMismatch, "the routing headers disagree with the Host")
+			return nil
+		}
+		h.dp.ServeHTTP(w, r)
+		return nil
+	}
+	route, refusal := h.hosts.router.Decide(r.Context(), tgt, r.Header)
+	if refusal != nil {
+		writeRefusal(w, refusal.Code.Status(), string(refusal.Code), refusal.Message)
+		return nil
+	}
+	out := r.Clone(r.Context())
+	// Neither token is for the sandbox.
+	out.Header.Del(portroute.HeaderTrafficToken)
+	out.Header.Del(dataplane.HeaderAccessToken)
+	out.Host = route.Host
+	u := *r.URL
+	u.Path = route.PathPrefix + r.URL.Path
+	if r.URL.RawPath != "" {
+		u.RawPath = route.PathPrefix + r.URL.RawPath
+	}
+	out.URL = &u
+	caddyhttp.SetVar(out.Context(), varPortDial, route.Dial)
+	return h.hosts.proxy.ServeHTTP(w, out, next)
+}
+
+// hostHeader makes header name say want: set when absent; false when it
+// is sent with another value or more than once.
+func hostHeader(hdr http.Header, name, want string) bool {
+	switch v := hdr.Values(name); {
+	case len(v) == 0:
+		hdr.Set(name, want)
+		return true
+	default:
+		return len(v) == 1 && v[0] == want
+	}
+}
+
+// writeRefusal answers {"code": status, "message": msg} with the stable
+// code in the Sandgate-Error-Code header, envd's REST error shape.
+func writeRefusal(w http.ResponseWriter, status int, code, msg string) {
+	body, _ := json.Marshal(struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}{status, msg})
+	w.Header().Set(dataplane.ErrorHeader, code)
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}

@@ -1,0 +1,163 @@
+package portroute
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"testing"
+
+	"github.com/sandgate/sandgate/gateway/authorizer"
+	"github.com/sandgate/sandgate/gateway/credential"
+	"github.com/sandgate/sandgate/gateway/dataplane"
+	"github.com/sandgate/sandgate/gateway/sandboxhost"
+	"github.com/sandgate/sandgate/gateway/token"
+)
+
+// tokens verifies "traffic-<sandbox>" as a traffic token of cred-a,
+// "envd-<sandbox>" as an envd token, and nothing else.
+type tokens struct{}
+
+func (tokens) Verify(raw string) (token.Target, error) {
+	switch {
+	case len(raw) > 8 && raw[:8] == "traffic-":
+		return token.Target{CredentialID: "cred-a", SandboxID: raw[8:], Audience: token.AudienceTraffic}, nil
+	case len(raw) > 5 && raw[:5] == "envd-":
+		return token.Target{CredentialID: "cred-a", SandboxID: raw[5:], Port: 49983}, nil
+	}
+	return token.Target{}, token.ErrSignature
+}
+
+type creds map[string]credential.Credential
+
+func (c creds) Lookup(_ context.Context, id string) (credential.Credential, error) {
+	if cr, ok := c[id]; ok {
+		return cr, nil
+	}
+	return credential.Credential{}, credential.ErrNotFound
+}
+
+type clusters map[string]dataplane.Cluster
+
+func (c clusters) Cluster(id string) (dataplane.Cluster, bool) { cl, ok := c[id]; return cl, ok }
+
+// corectl answers Authorize and Locate from a table of sandboxes.
+type corectl struct {
+	sandboxes map[string]authorizer.Decision // by sandbox ID, as Locate answers
+	owner     map[string]string              // sandbox → credential
+	err       error
+}
+
+func (c corectl) Locate(_ context.Context, id string) (authorizer.Decision, error) {
+	if c.err != nil {
+		return authorizer.Decision{}, c.err
+	}
+	if d, ok := c.sandboxes[id]; ok {
+		return d, nil
+	}
+	return authorizer.Decision{Reason: authorizer.ReasonNotFound}, nil
+}
+
+func (c corectl) Authorize(_ context.Context, cred, id string) (authorizer.Decision, error) {
+	if c.err != nil {
+		return authorizer.Decision{}, c.err
+	}
+	d, ok := c.sandboxes[id]
+	if !ok || c.owner[id] != cred {
+		return authorizer.Decision{Reason: authorizer.ReasonNotFound}, nil
+	}
+	return authorizer.Decision{Allowed: d.Allowed, Reason: d.Reason}, nil
+}
+
+func router(t *testing.T, c corectl, locator bool) *Router {
+	t.Helper()
+	fe, _ := url.Parse("http://10.0.0.1/base/")
+	deps := Deps{Tokens: tokens{}, Clusters: clusters{"c1": {ID: "c1", FixedEntry: fe, Host: "entry.c1"}},
+		Credentials: creds{"cred-a": {ID: "cred-a", Enabled: true, ClusterID: "c1"}, "cred-off": {ID: "cred-off", ClusterID: "c1"}},
+		Authorizer:  c}
+	if locator {
+		deps.Locator = c
+	}
+	r, err := New(deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestDecide(t *testing.T) {
+	c := corectl{
+		sandboxes: map[string]authorizer.Decision{
+			"pub":  {Allowed: true, ClusterID: "c1"},
+			"priv": {Allowed: true, ClusterID: "c1", TrafficTokenRequired: true},
+			"gone": {Reason: authorizer.ReasonDeleting},
+			"far":  {Allowed: true, ClusterID: "c9"},
+		},
+		owner: map[string]string{"pub": "cred-a", "priv": "cred-a", "gone": "cred-a"},
+	}
+	want := Route{ClusterID: "c1", Dial: "10.0.0.1:80", Host: "entry.c1", PathPrefix: "/base/priv/3000"}
+	for _, tc := range []struct {
+		name string
+		id   string
+		port int
+		tok  []string
+		code Code
+	}{
+		{"private with its token", "priv", 3000, []string{"traffic-priv"}, ""},
+		{"private without", "priv", 3000, nil, CodeTrafficTokenRequired},
+		{"private with an envd token", "priv", 3000, []string{"envd-priv"}, CodeTrafficTokenInvalid},
+		{"private with another sandbox's token", "priv", 3000, []string{"traffic-pub"}, CodeTrafficTokenInvalid},
+		{"two tokens", "priv", 3000, []string{"traffic-priv", "traffic-priv"}, CodeTrafficTokenInvalid},
+		{"garbage token", "priv", 3000, []string{"x"}, CodeTrafficTokenInvalid},
+		{"execd port", "pub", 44772, nil, CodePortReserved},
+		{"unknown sandbox", "nope", 3000, nil, CodeSandboxNotFound},
+		{"unknown sandbox with a token for it", "nope", 3000, []string{"traffic-nope"}, CodeSandboxNotFound},
+		{"deleting", "gone", 3000, nil, CodeSandboxGone},
+		{"deleting with its token", "gone", 3000, []string{"traffic-gone"}, CodeSandboxGone},
+		{"cluster not here", "far", 3000, nil, CodeClusterUnknown},
+	} {
+		h := http.Header{}
+		for _, v := range tc.tok {
+			h.Add(HeaderTrafficToken, v)
+		}
+		got, r := router(t, c, true).Decide(context.Background(), sandboxhost.Target{Port: tc.port, SandboxID: tc.id}, h)
+		switch {
+		case tc.code == "" && r != nil:
+			t.Errorf("%s: refused %v", tc.name, r)
+		case tc.code == "":
+			w := want
+			w.CredentialID = "cred-a"
+			if got != w {
+				t.Errorf("%s: %+v, want %+v", tc.name, got, w)
+			}
+		case r == nil || r.Code != tc.code:
+			t.Errorf("%s: %+v %v, want %s", tc.name, got, r, tc.code)
+		}
+	}
+	got, r := router(t, c, true).Decide(context.Background(), sandboxhost.Target{Port: 8080, SandboxID: "pub"}, http.Header{})
+	if r != nil || got.PathPrefix != "/base/pub/8080" || got.CredentialID != "" || got.Dial != "10.0.0.1:80" {
+		t.Fatalf("public port: %+v %v", got, r)
+	}
+	if _, r := router(t, c, false).Decide(context.Background(), sandboxhost.Target{Port: 8080, SandboxID: "pub"}, http.Header{}); r == nil || r.Code != CodeUnavailable {
+		t.Fatalf("no locator: %v", r)
+	}
+	c.err = errors.New("down")
+	if _, r := router(t, c, true).Decide(context.Background(), sandboxhost.Target{Port: 8080, SandboxID: "pub"}, http.Header{}); r == nil || r.Code != CodeUnavailable || r.Code.Status() != 503 {
+		t.Fatalf("authorizer down: %v", r)
+	}
+}
+
+// TestDisabledCredential: a traffic token of a disabled credential is refused.
+func TestDisabledCredential(t *testing.T) {
+	rt := router(t, corectl{}, true)
+	rt.deps.Tokens = offTokens{}
+	if _, r := rt.Decide(context.Background(), sandboxhost.Target{Port: 80, SandboxID: "priv"}, http.Header{HeaderTrafficToken: {"t"}}); r == nil || r.Code != CodeCredentialRefused {
+		t.Fatalf("got %v", r)
+	}
+}
+
+type offTokens struct{}
+
+func (offTokens) Verify(string) (token.Target, error) {
+	return token.Target{CredentialID: "cred-off", SandboxID: "priv", Audience: token.AudienceTraffic}, nil
+}
