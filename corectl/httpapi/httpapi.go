@@ -16,6 +16,7 @@
 //	POST    /sandboxes, /v2/sandboxes                create (spec §4.1) → 201
 //	POST    /sandboxes/{sandboxID}/connect (and /v2) → 200 with a new token
 //	GET     /sandboxes/{sandboxID}                   lifecycle, network, endpoints
+//	GET     /sandboxes/{sandboxID}/endpoints?port=N  one business port's projection (spec §4.4)
 //	DELETE  /sandboxes/{sandboxID}                   fail-closed delete → 204
 //	POST    /sandboxes/{sandboxID}/timeout           set the end time → 204
 //	POST    /sandboxes/{sandboxID}/refreshes         extend the end time → 204
@@ -157,6 +158,7 @@ var Routes = []Route{
 	{"POST", "/sandboxes/{sandboxID}/connect", (*Server).connectSandbox},
 	{"POST", "/v2/sandboxes/{sandboxID}/connect", (*Server).connectSandbox},
 	{"GET", "/sandboxes/{sandboxID}", (*Server).getSandbox},
+	{"GET", "/sandboxes/{sandboxID}/endpoints", (*Server).getEndpoint},
 	{"DELETE", "/sandboxes/{sandboxID}", (*Server).deleteSandbox},
 	{"POST", "/sandboxes/{sandboxID}/timeout", (*Server).setTimeout},
 	{"POST", "/sandboxes/{sandboxID}/refreshes", (*Server).refresh},

@@ -87,6 +87,7 @@ type world struct {
 	held    chan string                      // the IDs of the creates that wait at a blockAt step
 	source  string                           // the NAT'd source nginx sees
 	noEcho  bool                             // nginx ignores the echo snippet
+	ports   map[int]string                   // business ports of every sandbox → the address dialled
 }
 
 // fail makes every create or compensation step in steps fail until
@@ -316,8 +317,13 @@ func (w *world) markReady(ctx context.Context, ns, id string, ready int) {
 // id in any namespace, its status.ready and endpoints annotation.
 func (w *world) resolve(id string) (fixedentry.Sandbox, bool) {
 	r, ok := env.Resolve(context.Background(), id)
-	return fixedentry.Sandbox{Ready: r.Ready, Endpoint: r.Endpoint, Namespace: r.Namespace,
-		Ports: map[int]string{lifecycle.ExecdPort: w.execd}}, ok
+	ports := map[int]string{lifecycle.ExecdPort: w.execd}
+	w.mu.Lock()
+	for p, a := range w.ports {
+		ports[p] = a
+	}
+	w.mu.Unlock()
+	return fixedentry.Sandbox{Ready: r.Ready, Endpoint: r.Endpoint, Namespace: r.Namespace, Ports: ports}, ok
 }
 
 // natSource is the address nginx sees.
