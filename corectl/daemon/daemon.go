@@ -24,6 +24,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/sandgate/sandgate/corectl/apikey"
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/browser"
 	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/cnicheck"
 	"github.com/sandgate/sandgate/corectl/controller"
@@ -306,7 +307,7 @@ func New(opts Options) (*Daemon, error) {
 			return nil, err
 		}
 		h := &httpapi.ClusterHandle{Cluster: c, Reader: direct, Cache: mgr.GetCache(), Egress: eg, Ingress: in,
-			Logs: sandboxlogs.Kube{Pods: cs.CoreV1()}}
+			Logs: sandboxlogs.Kube{Pods: cs.CoreV1()}, Browser: &browser.Binder{Client: direct, Cluster: c}}
 		if opts.LogSource != nil {
 			h.Logs = opts.LogSource
 		}

@@ -17,6 +17,7 @@
 //	POST    /sandboxes/{sandboxID}/connect (and /v2) → 200 with a new token
 //	GET     /sandboxes/{sandboxID}                   lifecycle, network, endpoints
 //	GET     /sandboxes/{sandboxID}/endpoints?port=N  one business port's projection (spec §4.4)
+//	GET     /api/v1/sandbox/instances/{sandboxID}/endpoint?port=6080   the Native Browser (spec §4.4)
 //	DELETE  /sandboxes/{sandboxID}                   fail-closed delete → 204
 //	POST    /sandboxes/{sandboxID}/timeout           set the end time → 204
 //	POST    /sandboxes/{sandboxID}/refreshes         extend the end time → 204
@@ -48,6 +49,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/sandgate/sandgate/corectl/apikey"
+	"github.com/sandgate/sandgate/corectl/browser"
 	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/egress"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
@@ -103,6 +105,10 @@ type ClusterHandle struct {
 	// when no token signing key is configured (those routes then answer
 	// 503 lifecycle_disabled).
 	Lifecycle *lifecycle.Orchestrator
+	// Browser binds the Native Browser carrier (GET
+	// /api/v1/sandbox/instances/{id}/endpoint); nil answers that route
+	// 503 unavailable.
+	Browser *browser.Binder
 }
 
 // Server serves the API.
@@ -159,6 +165,7 @@ var Routes = []Route{
 	{"POST", "/v2/sandboxes/{sandboxID}/connect", (*Server).connectSandbox},
 	{"GET", "/sandboxes/{sandboxID}", (*Server).getSandbox},
 	{"GET", "/sandboxes/{sandboxID}/endpoints", (*Server).getEndpoint},
+	{"GET", "/api/v1/sandbox/instances/{sandboxID}/endpoint", (*Server).nativeEndpoint},
 	{"DELETE", "/sandboxes/{sandboxID}", (*Server).deleteSandbox},
 	{"POST", "/sandboxes/{sandboxID}/timeout", (*Server).setTimeout},
 	{"POST", "/sandboxes/{sandboxID}/refreshes", (*Server).refresh},
