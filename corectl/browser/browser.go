@@ -8,7 +8,7 @@
 //   - an Ingress with the Prefix path /sandbox/<id>/ on the fixed entry's
 //     class and host, with the annotations noVNC needs from ingress-nginx
 //     (long proxy timeouts for the WebSocket, no request or response
-//     buffering, the prefix rewritten away so the pod sees /vnc.html);
+//     buffering; no rewrite, see ingressAnnotations);
 //   - a Service without a selector, port 6080;
 //   - an EndpointSlice (discovery.k8s.io/v1) for that Service with the
 //     browser pod's IP and port 6080. An EndpointSlice rather than
@@ -80,15 +80,19 @@ const (
 
 // ingress-nginx annotations of the sb-* Ingress, for noVNC's page and its
 // long-lived WebSocket (ingress-nginx proxies WebSocket upgrades itself;
-// its default 60 s read timeout would cut an idle VNC session).
+// its default 60 s read timeout would cut an idle VNC session). There is
+// deliberately no rewrite-target or use-regex: ingress-nginx turns every
+// path of the host into a case-insensitive regular expression as soon as
+// one Ingress of that host uses either, which would change how the shared
+// fixed entry matches every sandbox's managed Ingress and its allowlist.
+// So the pod sees the path as sent, /sandbox/<id>/…, and the browser pod
+// serves noVNC under that prefix.
 var ingressAnnotations = map[string]string{
 	"nginx.ingress.kubernetes.io/proxy-read-timeout":      "3600",
 	"nginx.ingress.kubernetes.io/proxy-send-timeout":      "3600",
 	"nginx.ingress.kubernetes.io/proxy-buffering":         "off",
 	"nginx.ingress.kubernetes.io/proxy-request-buffering": "off",
 	"nginx.ingress.kubernetes.io/proxy-http-version":      "1.1",
-	"nginx.ingress.kubernetes.io/use-regex":               "true",
-	"nginx.ingress.kubernetes.io/rewrite-target":          "/$1",
 }
 
 // Refusal codes (Error.Code), each a stable error code of the route.
@@ -145,10 +149,10 @@ func CodeOf(err error) string {
 // Name is the name of the three carrier objects of sandbox id.
 func Name(id string) string { return "sb-" + id }
 
-// Path is the sb-* Ingress path of sandbox id: the regular expression
-// ingress-nginx matches /sandbox/<id>/<rest> with, <rest> captured for
-// the rewrite to /<rest>.
-func Path(id string) string { return "/sandbox/" + id + "/(.*)" }
+// Path is the sb-* Ingress path of sandbox id (a Prefix path). It cannot
+// shadow a managed Ingress's /<id>/: corectl's sandbox IDs are "sb" and
+// 20 hex digits, never "sandbox".
+func Path(id string) string { return "/sandbox/" + id + "/" }
 
 // Binding is what Bind answers.
 type Binding struct {
@@ -318,7 +322,7 @@ func (b *Binder) objects(r *read) (*networkingv1.Ingress, *corev1.Service, *disc
 		return m
 	}
 	class := c.Ingress.ClassName
-	pt := networkingv1.PathTypeImplementationSpecific
+	pt := networkingv1.PathTypePrefix
 	ing := &networkingv1.Ingress{ObjectMeta: meta(), Spec: networkingv1.IngressSpec{
 		IngressClassName: &class,
 		Rules: []networkingv1.IngressRule{{Host: c.Ingress.Host, IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{

@@ -109,10 +109,10 @@ func TestNativeBrowser(t *testing.T) {
 	rule := ing.Spec.Rules[0]
 	path := rule.HTTP.Paths[0]
 	if *ing.Spec.IngressClassName != w.cluster.Ingress.ClassName || rule.Host != w.cluster.Ingress.Host ||
-		path.Path != "/sandbox/"+id+"/(.*)" || path.Backend.Service.Name != "sb-"+id || path.Backend.Service.Port.Number != 6080 ||
+		path.Path != "/sandbox/"+id+"/" || *path.PathType != networkingv1.PathTypePrefix || path.Backend.Service.Name != "sb-"+id || path.Backend.Service.Port.Number != 6080 ||
 		ing.Annotations["nginx.ingress.kubernetes.io/proxy-read-timeout"] != "3600" ||
 		ing.Annotations["nginx.ingress.kubernetes.io/proxy-buffering"] != "off" ||
-		ing.Annotations["nginx.ingress.kubernetes.io/rewrite-target"] != "/$1" {
+		ing.Annotations["nginx.ingress.kubernetes.io/use-regex"] != "" || ing.Annotations["nginx.ingress.kubernetes.io/rewrite-target"] != "" {
 		t.Fatalf("Ingress %+v %v", ing.Spec, ing.Annotations)
 	}
 	if _, restricted := ing.Annotations["nginx.ingress.kubernetes.io/whitelist-source-range"]; restricted {
