@@ -87,17 +87,16 @@ func (s *Server) nativeEndpoint(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	b, err := ch.Browser.Bind(ctx, cred.ProjectNamespace, id)
 	if err != nil {
-		code := browser.CodeOf(err)
-		switch code {
-		case browser.CodeNotFound:
+		var be *browser.Error
+		switch {
+		case !errors.As(err, &be):
+			s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
+		case be.Code == browser.CodeNotFound:
 			s.notFound(w, r)
-		case browser.CodePodUnavailable, browser.CodeUnavailable, "":
-			if code == "" {
-				code = CodeUnavailable
-			}
-			s.fail(w, r, http.StatusServiceUnavailable, code, err.Error())
+		case be.Code == browser.CodePodUnavailable || be.Code == browser.CodeUnavailable:
+			s.fail(w, r, http.StatusServiceUnavailable, be.Code, be.Reason)
 		default:
-			s.fail(w, r, http.StatusConflict, code, err.Error())
+			s.fail(w, r, http.StatusConflict, be.Code, be.Reason)
 		}
 		return
 	}
