@@ -110,6 +110,9 @@ type Options struct {
 	// OrphanInterval is the period of the orphan scan, which also runs at
 	// start-up on the leader (default 1 min).
 	OrphanInterval time.Duration
+	// NativeResync is the period of the Native Browser carriers' resync
+	// on the leader (browser.Keeper; 0 means browser.DefaultResync).
+	NativeResync time.Duration
 	// OrphanGrace is the age below which the orphan scan leaves objects
 	// alone (default 5 min).
 	OrphanGrace time.Duration
@@ -327,6 +330,9 @@ func New(opts Options) (*Daemon, error) {
 				Metrics: opts.Metrics}).SetupWithManager(mgr); err != nil {
 				return nil, err
 			}
+		}
+		if err := mgr.Add(&browser.Keeper{Binder: h.Browser, Every: opts.NativeResync, Log: opts.Log.WithValues("cluster", c.ID)}); err != nil {
+			return nil, err
 		}
 		d.managers[c.ID] = mgr
 		d.api.Clusters[c.ID] = h

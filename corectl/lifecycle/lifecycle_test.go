@@ -239,7 +239,7 @@ func startWorld(t testing.TB, cfg *rest.Config, o worldOptions) *world {
 			}
 			return rc, nil
 		},
-		TokenKey: &sk, ReadyBudget: 30 * time.Second, OrphanInterval: time.Hour, LogSource: o.logs,
+		TokenKey: &sk, ReadyBudget: 30 * time.Second, OrphanInterval: time.Hour, NativeResync: time.Hour, LogSource: o.logs,
 		ProbeSourceDiscovery: probe, ProbeListen: "127.0.0.1:0", ShutdownGrace: 20 * time.Second,
 		Lifecycle: func(lo *lifecycle.Orchestrator) {
 			lo.Now = func() time.Time { return time.Now().Add(time.Duration(w.skew.Load())) }

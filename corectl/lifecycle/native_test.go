@@ -341,3 +341,86 @@ func TestNativeBinderRefusals(t *testing.T) {
 		t.Fatalf("over a foreign Service: %v", err)
 	}
 }
+
+// TestNativeBrowserResync: between requests the binder's resync
+// (browser.Keeper's pass, run here directly) re-binds a carrier to its
+// sandbox's new pod, empties it when the pod is gone, and removes it when
+// the sandbox becomes restricted or its BatchSandbox disappears.
+func TestNativeBrowserResync(t *testing.T) {
+	ctx := context.Background()
+	w := start(t)
+	keeper := &browser.Binder{Client: env.Client, Cluster: w.cluster}
+	bound := func(id string) string {
+		t.Helper()
+		_, _, eps := carrier(t, w.ingNS, id)
+		if eps == nil {
+			return "no carrier"
+		}
+		if len(eps.Endpoints) == 0 {
+			return ""
+		}
+		return eps.Endpoints[0].Addresses[0]
+	}
+	sync := func() {
+		t.Helper()
+		if n, err := keeper.SyncAll(ctx); err != nil || n == 0 {
+			t.Fatalf("SyncAll = %d, %v", n, err)
+		}
+	}
+	id := w.create(`{"templateID":"base"}`).SandboxID
+	u, alloc := allocationOf(t, w.nsA, id)
+	p1 := runningPod(t, u, id+"-a", alloc, "10.244.2.1")
+	if code, raw := w.do("GET", "/api/v1/sandbox/instances/"+id+"/endpoint?port=6080", "key-a", "", nil); code != 200 {
+		t.Fatalf("native = %d %s", code, raw)
+	}
+	sync()
+	if got := bound(id); got != "10.244.2.1" {
+		t.Fatalf("bound to %q", got)
+	}
+	// A new pod with a new IP, no request: re-bound.
+	if err := env.Client.Delete(ctx, p1); err != nil {
+		t.Fatal(err)
+	}
+	p2 := runningPod(t, u, id+"-b", alloc, "10.244.2.2")
+	sync()
+	if got := bound(id); got != "10.244.2.2" {
+		t.Fatalf("after the pod's replacement bound to %q", got)
+	}
+	// The pod gone: emptied.
+	if err := env.Client.Delete(ctx, p2); err != nil {
+		t.Fatal(err)
+	}
+	sync()
+	if got := bound(id); got != "" {
+		t.Fatalf("without a pod bound to %q", got)
+	}
+	// The sandbox is restricted after its carrier was made: removed.
+	runningPod(t, u, id+"-c", alloc, "10.244.2.3")
+	sync()
+	if got := bound(id); got != "10.244.2.3" {
+		t.Fatalf("with the pod back bound to %q", got)
+	}
+	var st map[string]any
+	if code, raw := w.do("PUT", "/sandboxes/"+id+"/network/ingress", "key-a", `{"ingress":[{"cidr":"203.0.113.0/24"}]}`, &st); code != 200 {
+		t.Fatalf("PUT ingress = %d %s", code, raw)
+	}
+	sync()
+	if ing, svc, eps := carrier(t, w.ingNS, id); ing != nil || svc != nil || eps != nil {
+		t.Fatal("a sandbox restricted after its carrier was made kept it")
+	}
+
+	// A BatchSandbox that disappears without corectl's delete: removed.
+	oid := w.create(`{"templateID":"base"}`).SandboxID
+	ou, oalloc := allocationOf(t, w.nsA, oid)
+	runningPod(t, ou, oid+"-a", oalloc, "10.244.2.4")
+	if code, raw := w.do("GET", "/api/v1/sandbox/instances/"+oid+"/endpoint?port=6080", "key-a", "", nil); code != 200 {
+		t.Fatalf("native = %d %s", code, raw)
+	}
+	if err := env.Client.Delete(ctx, ou); err != nil {
+		t.Fatal(err)
+	}
+	sync()
+	if ing, svc, eps := carrier(t, w.ingNS, oid); ing != nil || svc != nil || eps != nil {
+		t.Fatal("a carrier outlived its BatchSandbox")
+	}
+}
