@@ -131,6 +131,7 @@ type Error struct {
 	Reason string
 }
 
+// Error returns "<code>: <reason>".
 func (e *Error) Error() string { return e.Code + ": " + e.Reason }
 
 func refuse(code, format string, a ...any) *Error {
@@ -192,6 +193,7 @@ type read struct {
 	pod        *corev1.Pod // nil: none running with an IP
 }
 
+// binding is the AnnotationBinding value of r.
 func (r *read) binding() string {
 	return string(r.sb.UID) + "/" + strconv.FormatInt(r.generation, 10) + "/" + string(r.pod.UID) + "/" + r.pod.Status.PodIP
 }
@@ -371,6 +373,8 @@ func (b *Binder) write(ctx context.Context, r *read) error {
 	return nil
 }
 
+// put creates want, or updates cur (read into) to want when it is
+// corectl's carrier of sb and holds another binding or owner.
 func (b *Binder) put(ctx context.Context, sb *sandbox.Sandbox, want, cur client.Object) error {
 	err := b.Client.Get(ctx, client.ObjectKeyFromObject(want), cur)
 	switch {
