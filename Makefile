@@ -35,13 +35,19 @@ SUBMAKE := $(MAKE) --no-print-directory -s
 #                         /tmp/sandgate-docker, prints its DOCKER_HOST
 #   hack/kube/build.sh    builds kube-apiserver + etcd from the Go module proxy into
 #                         ~/.cache/sandgate, prints the directory
+#   hack/browser/chromium.sh  installs Debian's chromium if missing (apt's output in
+#                         /tmp/sandgate-chromium/apt-get.log), prints its path
 #   hack/monitoring/promtool.sh  installs Debian's prometheus (for promtool) if missing, with
 #                         its server kept stopped and disabled, and checks the alert rules
 # $(call docker_env,<phase label>) and $(call kube_env,<phase label>) run them as a phase and
-# export DOCKER_HOST and KUBEBUILDER_ASSETS in the recipe's shell.
+# export DOCKER_HOST and KUBEBUILDER_ASSETS in the recipe's shell; $(call chromium_env,…)
+# exports SANDGATE_CHROMIUM.
 docker_env = docker_host="$$($(PHASE) $(1) "starting the private Docker engine (hack/docker/start.sh)" \
 	"first time 1-2 min with apt-get install docker.io busybox-static; then about a second" -- bash hack/docker/start.sh)"; \
 	export DOCKER_HOST="$$docker_host"
+chromium_env = chromium="$$($(PHASE) $(1) "finding Chromium for the browser test (hack/browser/chromium.sh)" \
+	"first time about a minute with apt-get install chromium; then nothing" -- bash hack/browser/chromium.sh)"; \
+	export SANDGATE_CHROMIUM="$$chromium"
 kube_env = kube_assets="$$($(PHASE) $(1) "building kube-apiserver and etcd for envtest (hack/kube/build.sh)" \
 	"first time 8-10 min on 2 idle cores, 35 on a loaded machine; then cached" -- bash hack/kube/build.sh)"; \
 	export KUBEBUILDER_ASSETS="$$kube_assets"
@@ -133,23 +139,23 @@ vet: generate-check
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt needed'; exit 1; }
 
 test-unit: build
-	@set -e; $(call docker_env,docker); $(call kube_env,kube); $(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v /integration)
+	@set -e; $(call chromium_env,chromium); $(call docker_env,docker); $(call kube_env,kube); $(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v /integration)
 
 test-integration: build js-deps
 	@set -e; $(call kube_env,kube); $(GO) test -count=1 -timeout 20m ./integration/...
 
 test:
-	@$(PHASE) 1/12 "downloading Go modules (go mod download)" "first time about 1 min; then nothing" -- $(GO) mod download
-	@$(PHASE) 2/12 "checking the generated files (make generate-check), gofmt, and running go vet ./..." "first time it builds controller-gen (about 2 min) and compiles every dependency: 5-10 min on idle cores, up to an hour on a loaded machine; then 1-2 min" -- $(SUBMAKE) vet
-	@$(PHASE) 3/12 "building bin/caddy with xcaddy (hack/buildgateway)" "first time 3-5 min on idle cores, 15 loaded; then nothing, or about 40 s after a change or a new commit" -- $(SUBMAKE) bin/caddy
-	@$(PHASE) 4/12 "building bin/corectl and bin/nodeagent" "first time 1-2 min; then nothing, or under a minute" -- $(SUBMAKE) bin/corectl bin/nodeagent
-	@$(PHASE) 5/12 "installing the E2B JS SDKs (npm ci in integration/js)" "first time 5-30 s; then nothing" -- $(SUBMAKE) js-deps
-	@$(PHASE) 6/12 "checking the alert rules with promtool (hack/monitoring/promtool.sh)" "first time about a minute with apt-get install prometheus; then a second" -- bash hack/monitoring/promtool.sh
-	@set -e; $(call docker_env,7/12); $(call kube_env,8/12); $(call peers_env,9/12,10/12); \
+	@$(PHASE) 1/13 "downloading Go modules (go mod download)" "first time about 1 min; then nothing" -- $(GO) mod download
+	@$(PHASE) 2/13 "checking the generated files (make generate-check), gofmt, and running go vet ./..." "first time it builds controller-gen (about 2 min) and compiles every dependency: 5-10 min on idle cores, up to an hour on a loaded machine; then 1-2 min" -- $(SUBMAKE) vet
+	@$(PHASE) 3/13 "building bin/caddy with xcaddy (hack/buildgateway)" "first time 3-5 min on idle cores, 15 loaded; then nothing, or about 40 s after a change or a new commit" -- $(SUBMAKE) bin/caddy
+	@$(PHASE) 4/13 "building bin/corectl and bin/nodeagent" "first time 1-2 min; then nothing, or under a minute" -- $(SUBMAKE) bin/corectl bin/nodeagent
+	@$(PHASE) 5/13 "installing the E2B JS SDKs (npm ci in integration/js)" "first time 5-30 s; then nothing" -- $(SUBMAKE) js-deps
+	@$(PHASE) 6/13 "checking the alert rules with promtool (hack/monitoring/promtool.sh)" "first time about a minute with apt-get install prometheus; then a second" -- bash hack/monitoring/promtool.sh
+	@set -e; $(call chromium_env,7/13); $(call docker_env,8/13); $(call kube_env,9/13); $(call peers_env,10/13,11/13); \
 	echo "    DOCKER_HOST=$$DOCKER_HOST KUBEBUILDER_ASSETS=$$KUBEBUILDER_ASSETS SANDGATE_PEERS_BIN=$${SANDGATE_PEERS_BIN:-}" >&2; \
-	$(PHASE) 11/12 "running go test ./... (unit, integration with the SDKs, Docker and kube-apiserver)" \
+	$(PHASE) 12/13 "running go test ./... (unit, integration with the SDKs, Docker and kube-apiserver)" \
 		"about 15-20 min; a line per package as each finishes" -- $(GO) test -count=1 -timeout 45m $$($(GO) list ./... | grep -v /integration/realpeers); \
-	$(PHASE) 12/12 "running the real-peer tier (hack/peers/test.sh: go test -v ./integration/realpeers)" \
+	$(PHASE) 13/13 "running the real-peer tier (hack/peers/test.sh: go test -v ./integration/realpeers)" \
 		"about 2 min; a line per test; without SANDGATE_PEERS every test skips, saying so" -- bash hack/peers/test.sh
 
 bench: build

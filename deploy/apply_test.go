@@ -263,6 +263,8 @@ func TestManifestsApply(t *testing.T) {
 			t.Errorf("opening the node stores in another namespace as the gateway = %v, want ErrSync (forbidden)", err)
 		}
 	})
+
+	t.Run("corectl-native-browser-rights", func(t *testing.T) { checkNativeBrowserRights(t, env.Config) })
 }
 
 // groupOf is the API group of the kinds TestManifestsApply reads back.

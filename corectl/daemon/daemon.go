@@ -24,6 +24,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/sandgate/sandgate/corectl/apikey"
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/browser"
 	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/cnicheck"
 	"github.com/sandgate/sandgate/corectl/controller"
@@ -109,6 +110,9 @@ type Options struct {
 	// OrphanInterval is the period of the orphan scan, which also runs at
 	// start-up on the leader (default 1 min).
 	OrphanInterval time.Duration
+	// NativeResync is the period of the Native Browser carriers' resync
+	// on the leader (browser.Keeper; 0 means browser.DefaultResync).
+	NativeResync time.Duration
 	// OrphanGrace is the age below which the orphan scan leaves objects
 	// alone (default 5 min).
 	OrphanGrace time.Duration
@@ -312,7 +316,7 @@ func New(opts Options) (*Daemon, error) {
 			return nil, err
 		}
 		h := &httpapi.ClusterHandle{Cluster: c, Reader: direct, Cache: mgr.GetCache(), Egress: eg, Ingress: in,
-			Logs: sandboxlogs.Kube{Pods: cs.CoreV1()}}
+			Logs: sandboxlogs.Kube{Pods: cs.CoreV1()}, Browser: &browser.Binder{Client: direct, Cluster: c}}
 		if opts.LogSource != nil {
 			h.Logs = opts.LogSource
 		}
@@ -332,6 +336,9 @@ func New(opts Options) (*Daemon, error) {
 				Metrics: opts.Metrics}).SetupWithManager(mgr); err != nil {
 				return nil, err
 			}
+		}
+		if err := mgr.Add(&browser.Keeper{Binder: h.Browser, Every: opts.NativeResync, Log: opts.Log.WithValues("cluster", c.ID)}); err != nil {
+			return nil, err
 		}
 		d.managers[c.ID] = mgr
 		d.api.Clusters[c.ID] = h

@@ -18,6 +18,8 @@
 //	POST    /sandboxes, /v2/sandboxes                create (spec §4.1) → 201
 //	POST    /sandboxes/{sandboxID}/connect (and /v2) → 200 with a new token
 //	GET     /sandboxes/{sandboxID}                   lifecycle, network, endpoints
+//	GET     /sandboxes/{sandboxID}/endpoints?port=N  one business port's projection (spec §4.4)
+//	GET     /api/v1/sandbox/instances/{sandboxID}/endpoint?port=6080   the Native Browser (spec §4.4)
 //	DELETE  /sandboxes/{sandboxID}                   fail-closed delete → 204
 //	POST    /sandboxes/{sandboxID}/timeout           set the end time → 204
 //	POST    /sandboxes/{sandboxID}/refreshes         extend the end time → 204
@@ -49,6 +51,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/sandgate/sandgate/corectl/apikey"
+	"github.com/sandgate/sandgate/corectl/browser"
 	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/egress"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
@@ -105,6 +108,10 @@ type ClusterHandle struct {
 	// when no token signing key is configured (those routes then answer
 	// 503 lifecycle_disabled).
 	Lifecycle *lifecycle.Orchestrator
+	// Browser binds the Native Browser carrier (GET
+	// /api/v1/sandbox/instances/{id}/endpoint); nil answers that route
+	// 503 unavailable.
+	Browser *browser.Binder
 }
 
 // Server serves the API.
@@ -166,6 +173,8 @@ var Routes = []Route{
 	{"POST", "/sandboxes/{sandboxID}/connect", (*Server).connectSandbox},
 	{"POST", "/v2/sandboxes/{sandboxID}/connect", (*Server).connectSandbox},
 	{"GET", "/sandboxes/{sandboxID}", (*Server).getSandbox},
+	{"GET", "/sandboxes/{sandboxID}/endpoints", (*Server).getEndpoint},
+	{"GET", "/api/v1/sandbox/instances/{sandboxID}/endpoint", (*Server).nativeEndpoint},
 	{"DELETE", "/sandboxes/{sandboxID}", (*Server).deleteSandbox},
 	{"POST", "/sandboxes/{sandboxID}/timeout", (*Server).setTimeout},
 	{"POST", "/sandboxes/{sandboxID}/refreshes", (*Server).refresh},

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/browser"
 	"github.com/sandgate/sandgate/corectl/egress"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/metrics"
@@ -117,6 +118,13 @@ func (o *Orchestrator) deleteSandbox(ctx context.Context, u *unstructured.Unstru
 		unlock()
 		_ = o.setLifecycle(ctx, ns, id, StateCleanupFailed)
 		return &DeleteError{Reason: err.Error()}
+	}
+	// The Native Browser carrier (package browser) is another way in:
+	// removed right after the managed Ingress, fail-closed like it.
+	if err := browser.Remove(ctx, o.Client, o.Cluster, ns, id); err != nil {
+		unlock()
+		_ = o.setLifecycle(ctx, ns, id, StateCleanupFailed)
+		return &DeleteError{Reason: "native browser carrier: " + err.Error()}
 	}
 	var errs []error
 	if err := o.timed(metrics.OperationDelete, StepDeleteDesired, func() error {

@@ -87,6 +87,7 @@ type world struct {
 	held    chan string                      // the IDs of the creates that wait at a blockAt step
 	source  string                           // the NAT'd source nginx sees
 	noEcho  bool                             // nginx ignores the echo snippet
+	ports   map[int]string                   // business ports of every sandbox → the address dialled
 }
 
 // fail makes every create or compensation step in steps fail until
@@ -238,7 +239,7 @@ func startWorld(t testing.TB, cfg *rest.Config, o worldOptions) *world {
 			}
 			return rc, nil
 		},
-		TokenKey: &sk, ReadyBudget: 30 * time.Second, OrphanInterval: time.Hour, LogSource: o.logs,
+		TokenKey: &sk, ReadyBudget: 30 * time.Second, OrphanInterval: time.Hour, NativeResync: time.Hour, LogSource: o.logs,
 		ProbeSourceDiscovery: probe, ProbeListen: "127.0.0.1:0", ShutdownGrace: 20 * time.Second,
 		Lifecycle: func(lo *lifecycle.Orchestrator) {
 			lo.Now = func() time.Time { return time.Now().Add(time.Duration(w.skew.Load())) }
@@ -316,8 +317,13 @@ func (w *world) markReady(ctx context.Context, ns, id string, ready int) {
 // id in any namespace, its status.ready and endpoints annotation.
 func (w *world) resolve(id string) (fixedentry.Sandbox, bool) {
 	r, ok := env.Resolve(context.Background(), id)
-	return fixedentry.Sandbox{Ready: r.Ready, Endpoint: r.Endpoint, Namespace: r.Namespace,
-		Ports: map[int]string{lifecycle.ExecdPort: w.execd}}, ok
+	ports := map[int]string{lifecycle.ExecdPort: w.execd}
+	w.mu.Lock()
+	for p, a := range w.ports {
+		ports[p] = a
+	}
+	w.mu.Unlock()
+	return fixedentry.Sandbox{Ready: r.Ready, Endpoint: r.Endpoint, Namespace: r.Namespace, Ports: ports}, ok
 }
 
 // natSource is the address nginx sees.

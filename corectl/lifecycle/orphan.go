@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/browser"
 	"github.com/sandgate/sandgate/corectl/egress"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -37,6 +38,8 @@ type ScanReport struct {
 //     policy of its current allocation (that one still confines the
 //     sandbox's pods and is kept);
 //   - probe-echo Ingresses (label v1alpha1.LabelProbeEcho);
+//   - a Native Browser carrier (package browser) whose BatchSandbox does
+//     not exist: its sb-<id> Ingress, Service and EndpointSlice;
 //   - CleanupFailed sandboxes: the delete orchestration is run again;
 //   - sandboxes left Deleting once older than OrphanGrace: the delete that
 //     marked them stopped before it finished (its corectl was killed or
@@ -123,6 +126,12 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 		exists, err := o.crExists(ctx, ns, id)
 		if err != nil {
 			rep.Failed = append(rep.Failed, err.Error())
+			continue
+		}
+		if !exists && ing.Labels[browser.LabelNative] == "true" {
+			// A Native Browser carrier: its Service and EndpointSlice go
+			// with it.
+			note("Native Browser carrier", ing, browser.Remove(ctx, o.Client, o.Cluster, ns, id))
 			continue
 		}
 		if !exists {

@@ -27,6 +27,10 @@ type route struct {
 // sandboxRoutes lists every route on one sandbox.
 var sandboxRoutes = []route{
 	{"GET", "/sandboxes/{id}", "", http.StatusOK},
+	{"GET", "/sandboxes/{id}/endpoints?port=6080", "", http.StatusOK},
+	// The sandbox is restricted: the owner is told the Native Browser is
+	// refused for it (409 native_restricted).
+	{"GET", "/api/v1/sandbox/instances/{id}/endpoint?port=6080", "", http.StatusConflict},
 	{"POST", "/sandboxes/{id}/connect", `{"timeout":300}`, http.StatusOK},
 	{"POST", "/v2/sandboxes/{id}/connect", `{}`, http.StatusOK},
 	{"GET", "/sandboxes/{id}/network", "", http.StatusOK},
@@ -60,7 +64,8 @@ func TestOwnershipAttackTable(t *testing.T) {
 	// ones included.
 	covered := map[string]bool{}
 	for _, r := range sandboxRoutes {
-		covered[r.method+" "+strings.ReplaceAll(r.path, "{id}", "{sandboxID}")] = true
+		p, _, _ := strings.Cut(r.path, "?")
+		covered[r.method+" "+strings.ReplaceAll(p, "{id}", "{sandboxID}")] = true
 	}
 	for _, r := range httpapi.Routes {
 		if strings.Contains(r.Pattern, "{sandboxID}") && !covered[r.Method+" "+r.Pattern] {

@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
@@ -84,24 +83,6 @@ type E2BLifecycle struct {
 // timeMillis is RFC 3339 with milliseconds, the form of E2B's endAt.
 const timeMillis = "2006-01-02T15:04:05.000Z07:00"
 
-// Endpoints is the business-port entry projection (spec §4.4 "Generic
-// E2B endpoint projection"): requests go to BaseURL + URITemplate with
-// {sandboxID}, {port} and {upstreamPath} filled in, straight to the
-// cluster's fixed entry (not through the gateway).
-type Endpoints struct {
-	// BaseURL is the cluster's fixed entry, e.g. "http://10.0.0.1:80".
-	BaseURL string `json:"baseURL"`
-	// URITemplate is "/{sandboxID}/{port}/{upstreamPath}" (literal).
-	URITemplate string `json:"uriTemplate"`
-	// NoVNC is this sandbox's port 6080 through the fixed entry.
-	NoVNC string `json:"noVNC"`
-	// CDP is this sandbox's port 9222 through the fixed entry.
-	CDP string `json:"cdp"`
-}
-
-// URITemplate is Endpoints.URITemplate (spec §4.4).
-const URITemplate = "/{sandboxID}/{port}/{upstreamPath}"
-
 // describe fills what a BatchSandbox itself says (no network reads): the
 // E2B fields and the endpoints.
 func (o *Orchestrator) describe(u *unstructured.Unstructured) *Info {
@@ -112,16 +93,14 @@ func (o *Orchestrator) describe(u *unstructured.Unstructured) *Info {
 		end = start.Add(o.maxTimeout())
 	}
 	sz := o.SizesOf(u)
-	base := strings.TrimRight(o.Cluster.FixedEntry, "/")
 	return &Info{SandboxID: id, TemplateID: u.GetAnnotations()[AnnotationTemplateID], ClientID: "sandgate",
 		StartedAt: start.UTC().Format(time.RFC3339), EndAt: end.UTC().Format(timeMillis),
 		CPUCount: sz.CPUCount, MemoryMB: sz.MemoryMB, DiskSizeMB: sz.DiskSizeMB,
 		EnvdVersion: o.EnvdVer(), Metadata: Metadata(u), State: "running",
 		Lifecycle: E2BLifecycle{AutoResume: false, OnTimeout: "kill"}, Domain: o.domain(),
 		TrafficTokenRequired: u.GetAnnotations()[AnnotationTrafficToken] == TrafficTokenRequired,
-		Endpoints: Endpoints{BaseURL: base, URITemplate: URITemplate,
-			NoVNC: base + "/" + id + "/6080/", CDP: base + "/" + id + "/9222/"},
-		start: start}
+		Endpoints:            o.endpoints(id),
+		start:                start}
 }
 
 // Status reads sandbox ns/id and derives its lifecycle state. A sandbox

@@ -208,7 +208,7 @@ func (in *Ingress) SetResolver(r func(id string) (Sandbox, bool)) {
 // the OpenSandbox ingress (spec §5.2, §5.2.2): the source address nginx
 // sees, per-path source allowlists (whitelist-source-range) and the
 // `return 200 "$remote_addr";` configuration snippet of probe-echo
-// Ingresses.
+// Ingresses, and (Upstream) rules whose Service nginx proxies to itself.
 type Nginx struct {
 	// Source maps the TCP peer address ("ip:port") to the address nginx
 	// sees as $remote_addr (a NAT); nil means the peer's IP.
@@ -219,6 +219,12 @@ type Nginx struct {
 	// "403 Forbidden" page). ok false means no Ingress rule: the request
 	// goes on to the OpenSandbox ingress unrestricted.
 	Route func(path string) (r NginxRoute, ok bool)
+	// Upstream, when set, is asked for every request a rule matched and
+	// allowed: an ok answer is the "host:port" nginx proxies the request
+	// to itself, path and Host unchanged, as ingress-nginx proxies to the
+	// endpoints of the rule's Service (the Native Browser's sb-* carrier);
+	// otherwise the request goes on to the OpenSandbox ingress.
+	Upstream func(r NginxRoute) (dial string, ok bool)
 	// Host, when set, is the host of the fixed entry's Ingress rules (and
 	// so of every managed Ingress: corectl copies it): nginx matches rules
 	// by Host, so a request whose Host name (port and case aside) is
@@ -245,9 +251,11 @@ const (
 // list of Ingress objects: among the rules for host (a rule without a
 // host matches every host; "" matches every rule), the longest Prefix
 // path that is path or a parent of it; an echo snippet answers, a
-// whitelist-source-range restricts. ok false: no Ingress matched.
+// whitelist-source-range restricts; the route names the path's Service
+// backend. ok false: no Ingress matched.
 func IngressRoute(ings []networkingv1.Ingress, host, path string) (r NginxRoute, ok bool) {
 	var best *networkingv1.Ingress
+	var bestPath *networkingv1.HTTPIngressPath
 	bestLen := -1
 	for i := range ings {
 		ing := &ings[i]
@@ -255,10 +263,10 @@ func IngressRoute(ings []networkingv1.Ingress, host, path string) (r NginxRoute,
 			if rule.HTTP == nil || (host != "" && rule.Host != "" && !strings.EqualFold(rule.Host, host)) {
 				continue
 			}
-			for _, p := range rule.HTTP.Paths {
+			for i2, p := range rule.HTTP.Paths {
 				bare := strings.TrimSuffix(p.Path, "/")
 				if (path == bare || strings.HasPrefix(path, bare+"/")) && len(bare) > bestLen {
-					best, bestLen = ing, len(bare)
+					best, bestLen, bestPath = ing, len(bare), &rule.HTTP.Paths[i2]
 				}
 			}
 		}
@@ -270,7 +278,11 @@ func IngressRoute(ings []networkingv1.Ingress, host, path string) (r NginxRoute,
 		return NginxRoute{Echo: true}, true
 	}
 	v, restricted := best.Annotations[AnnotationWhitelist]
-	return NginxRoute{Restricted: restricted, Whitelist: strings.Split(v, ",")}, true
+	r = NginxRoute{Restricted: restricted, Whitelist: strings.Split(v, ","), Namespace: best.Namespace}
+	if b := bestPath.Backend.Service; b != nil {
+		r.Service, r.ServicePort = b.Name, b.Port.Number
+	}
+	return r, true
 }
 
 // NginxRoute is what Nginx.Route returns for one path.
@@ -281,6 +293,12 @@ type NginxRoute struct {
 	Restricted bool
 	// Whitelist is the allowed sources (CIDRs or IPs).
 	Whitelist []string
+	// Namespace, Service and ServicePort are the matched Ingress's
+	// namespace and the Service backend of the matched path (ServicePort
+	// 0 for a named port).
+	Namespace, Service string
+	// ServicePort is the backend Service's port number.
+	ServicePort int32
 }
 
 // SetNginx installs (or, with nil, removes) the ingress-nginx emulation.
@@ -328,21 +346,40 @@ func (in *Ingress) nginxGate(w http.ResponseWriter, r *http.Request) bool {
 		return true
 	}
 	if !rt.Restricted {
-		return false
+		return in.nginxUpstream(w, r, n, rt)
 	}
 	ip, err := netip.ParseAddr(src)
 	if err == nil {
 		for _, c := range rt.Whitelist {
 			if p, perr := netip.ParsePrefix(c); perr == nil && p.Contains(ip) {
-				return false
+				return in.nginxUpstream(w, r, n, rt)
 			} else if a, aerr := netip.ParseAddr(c); aerr == nil && a == ip {
-				return false
+				return in.nginxUpstream(w, r, n, rt)
 			}
 		}
 	}
 	w.Header().Set("Content-Type", "text/html")
 	w.WriteHeader(http.StatusForbidden)
 	_, _ = io.WriteString(w, "<html>\r\n<head><title>403 Forbidden</title></head>\r\n<body>\r\n<center><h1>403 Forbidden</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n")
+	return true
+}
+
+// nginxUpstream proxies a request nginx let through to n.Upstream's
+// answer for rt, if any (true: answered).
+func (in *Ingress) nginxUpstream(w http.ResponseWriter, r *http.Request, n *Nginx, rt NginxRoute) bool {
+	if n.Upstream == nil {
+		return false
+	}
+	dial, ok := n.Upstream(rt)
+	if !ok {
+		return false
+	}
+	p := &httputil.ReverseProxy{
+		Director:  func(req *http.Request) { req.URL.Scheme, req.URL.Host = "http", dial },
+		Transport: in.transport,
+		ErrorLog:  log.New(io.Discard, "", 0),
+	}
+	p.ServeHTTP(w, r)
 	return true
 }
 
