@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandgate/sandgate/caddymodules/internal/nodeconfig"
 	"github.com/sandgate/sandgate/caddymodules/internal/secret"
+	"github.com/sandgate/sandgate/gateway/dataplane"
 )
 
 func init() {
@@ -211,7 +212,7 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 						return d.ArgErr()
 					}
 					if !strings.Contains(c.Host, "{") {
-						if _, err := hostHeader(c.Host); err != nil {
+						if _, err := dataplane.CheckHost(c.Host); err != nil {
 							return d.Errf("cluster %q: %v", id, err)
 						}
 					}
@@ -222,7 +223,7 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			// A fixed entry given as a runtime placeholder ({env.X}) is
 			// checked at provision time instead.
 			if !strings.Contains(entry, "{") {
-				if _, err := fixedEntryURL(entry); err != nil {
+				if _, err := dataplane.ParseFixedEntry(entry); err != nil {
 					return d.Errf("cluster %q: %v", id, err)
 				}
 			}

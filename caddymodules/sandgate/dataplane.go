@@ -5,11 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
-	"strings"
 
 	"github.com/caddyserver/caddy/v2"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/sandgate/sandgate/caddymodules/internal/secret"
 	"github.com/sandgate/sandgate/gateway/authorizer"
@@ -75,12 +72,12 @@ type Cluster struct {
 }
 
 func (c *Cluster) provision(repl *caddy.Replacer) error {
-	u, err := fixedEntryURL(repl.ReplaceAll(c.FixedEntry, ""))
+	u, err := dataplane.ParseFixedEntry(repl.ReplaceAll(c.FixedEntry, ""))
 	if err != nil {
 		return err
 	}
 	c.fixedEntry = u
-	if c.host, err = hostHeader(repl.ReplaceAll(c.Host, "")); err != nil {
+	if c.host, err = dataplane.CheckHost(repl.ReplaceAll(c.Host, "")); err != nil {
 		return err
 	}
 	if c.token, err = secret.Resolve(repl, "execd_access_token", c.ExecdAccessToken); err != nil {
@@ -98,38 +95,6 @@ func (c *Cluster) provision(repl *caddy.Replacer) error {
 	}
 	c.tokenSecret = []byte(s)
 	return nil
-}
-
-// hostHeader checks a cluster's host setting: "" (the fixed entry's own
-// host), or a DNS-1123 subdomain with an optional port.
-func hostHeader(h string) (string, error) {
-	if h == "" {
-		return "", nil
-	}
-	name, port := h, ""
-	if i := strings.LastIndexByte(h, ':'); i >= 0 {
-		name, port = h[:i], h[i+1:]
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
-			return "", fmt.Errorf("host %q: the port must be 1 to 65535", h)
-		}
-	}
-	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
-		return "", fmt.Errorf("host %q must be a lowercase DNS name (RFC 1123 subdomain), optionally with :<port>", h)
-	}
-	return h, nil
-}
-
-// fixedEntryURL parses a cluster's fixed entry: an http or https URL with
-// a host and no query, fragment or user info.
-func fixedEntryURL(raw string) (*url.URL, error) {
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, errors.New("fixed_entry must be an http:// or https:// URL with a host")
-	}
-	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return nil, errors.New("fixed_entry must not have a query, fragment or user info")
-	}
-	return u, nil
 }
 
 // Tokens returns the token verifier.
