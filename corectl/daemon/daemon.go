@@ -466,8 +466,8 @@ func (s *orphanScanner) Start(ctx context.Context) error {
 		switch {
 		case err != nil:
 			s.log.Info("orphan scan failed", "error", err.Error())
-		case len(rep.Deleted)+len(rep.Failed) > 0:
-			s.log.Info("orphan scan", "deleted", rep.Deleted, "failed", rep.Failed)
+		case len(rep.Deleted)+len(rep.Failed)+len(rep.Kept) > 0:
+			s.log.Info("orphan scan", "deleted", rep.Deleted, "failed", rep.Failed, "kept", rep.Kept)
 		}
 		switch {
 		case err != nil && ctx.Err() != nil:
