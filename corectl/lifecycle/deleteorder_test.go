@@ -13,6 +13,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/egress"
 	"github.com/sandgate/sandgate/corectl/kubetest"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
+	"github.com/sandgate/sandgate/corectl/probesource"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -223,5 +224,43 @@ func TestOrphanScanKeepsThePolicyWhileItsPodRuns(t *testing.T) {
 	}
 	if err := get(&networkingv1.NetworkPolicy{}, w.nsA, np.Name); !apierrors.IsNotFound(err) {
 		t.Fatalf("policy after the second scan: %v", err)
+	}
+}
+
+// TestOrphanScanRemovesAnExpiredProbeEcho: an echo Ingress left by a
+// discovery that died is removed by the first scan after the lifetime it
+// records (45 s with the default budget), the start-up scan included,
+// without waiting the 5-minute grace (issue 30 item 13); one still within
+// its lifetime (a discovery in flight on some replica), and one without
+// the annotation, wait the grace as before.
+func TestOrphanScanRemovesAnExpiredProbeEcho(t *testing.T) {
+	w := start(t)
+	ctx := context.Background()
+	echo := func(path, lifetime string) *networkingv1.Ingress {
+		ing := probesource.EchoIngress(w.cluster, probesource.EchoPathPrefix+path)
+		if lifetime != "" {
+			ing.Annotations[probesource.AnnotationEchoLifetime] = lifetime
+		}
+		if err := env.Client.Create(ctx, ing); err != nil {
+			t.Fatal(err)
+		}
+		return ing
+	}
+	dead := echo("dead", "45s")
+	inFlight := echo("inflight", "10m")
+	unannotated := echo("old", "")
+
+	w.skew.Store(int64(time.Minute))
+	rep, err := w.orch.Scan(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"Ingress " + w.ingNS + "/" + dead.Name}; !slices.Equal(rep.Deleted, want) || len(rep.Failed) != 0 {
+		t.Fatalf("scan a minute on = %+v, want %v deleted", rep, want)
+	}
+	for _, ing := range []*networkingv1.Ingress{inFlight, unannotated} {
+		if err := get(&networkingv1.Ingress{}, w.ingNS, ing.Name); err != nil {
+			t.Fatalf("%s removed within its lifetime or grace: %v", ing.Name, err)
+		}
 	}
 }

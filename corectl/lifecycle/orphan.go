@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/egress"
+	"github.com/sandgate/sandgate/corectl/probesource"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -43,7 +44,9 @@ type ScanReport struct {
 //     and is not the policy of its current allocation (that one still
 //     confines the sandbox's pods and is kept), once no pod its
 //     podSelector selects exists (else it is listed in Kept);
-//   - probe-echo Ingresses (label v1alpha1.LabelProbeEcho);
+//   - probe-echo Ingresses (label v1alpha1.LabelProbeEcho), once older
+//     than the grace or past the lifetime they record
+//     (probesource.EchoExpired), whichever comes first;
 //   - CleanupFailed sandboxes: the delete orchestration is run again;
 //   - sandboxes left Deleting once older than OrphanGrace: the delete that
 //     marked them stopped before it finished (its corectl was killed or
@@ -118,7 +121,11 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 	for i := range ings.Items {
 		ing := &ings.Items[i]
 		if _, echo := ing.Labels[v1alpha1.LabelProbeEcho]; echo {
-			if old(ing) {
+			// A discovery uses its echo Ingress for at most the lifetime
+			// it records: past that it is a dead discovery's leftover,
+			// removed at once (the start-up scan included) rather than
+			// after the grace.
+			if old(ing) || probesource.EchoExpired(ing, o.now()) {
 				note("Ingress", ing, deleteConfirm(ctx, o.Client, ing))
 			}
 			continue
