@@ -196,7 +196,7 @@ func (e *Engine) build(sb *sandbox.Sandbox, name string, pr prior, desired *netw
 	ann := map[string]string{
 		AnnotationVerificationState:       v1alpha1.StateVerifying,
 		AnnotationVerificationErrorCode:   "",
-		v1alpha1.AnnotationVerifyingSince: e.now().UTC().Format(time.RFC3339),
+		v1alpha1.AnnotationVerifyingSince: e.now().UTC().Format(time.RFC3339Nano),
 		v1alpha1.AnnotationOwner:          sb.OwnerAnnotation(),
 	}
 	if pr.lkgV != "" {
