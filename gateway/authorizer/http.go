@@ -196,7 +196,7 @@ func decodeAnswer(body []byte) (Decision, error) {
 	}
 	if !a.Allowed {
 		switch a.Reason {
-		case ReasonNotFound, ReasonDeleting, ReasonExpired:
+		case ReasonNotFound, ReasonDeleting, ReasonExpired, ReasonNotReady:
 			return Decision{Reason: a.Reason}, nil
 		}
 		return bad("refused without a known reason")
