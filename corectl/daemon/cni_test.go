@@ -138,6 +138,13 @@ func TestCNIGateFollowsTheCluster(t *testing.T) {
 	}
 
 	expect("the gate open on the qualified facts", true, cluster.ReasonQualified)
+	obj := &v1alpha1.CNIQualification{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: s.leaseNS, Name: cnicheck.ObjectName(s.id)}, obj); err != nil {
+		t.Fatal(err)
+	}
+	if w := meta.FindStatusCondition(obj.Status.Conditions, cnicheck.ConditionWatching); w == nil || w.Status != metav1.ConditionTrue || w.Reason != cnicheck.ReasonReadFromCluster {
+		t.Fatalf("Watching condition with a cniSource = %+v", w)
+	}
 	if events(cnicheck.EventQualified) < 1 {
 		t.Fatal("no Normal Event for the qualified gate")
 	}
