@@ -109,6 +109,29 @@ func Parse(s string) (netip.Prefix, error) {
 	return p.Masked(), nil
 }
 
+// ErrNotNormalized: an entry with a mask whose host bits are set
+// ("10.1.2.3/16"); it wraps ErrInvalid. See CheckNormalized.
+var ErrNotNormalized = fmt.Errorf("%w: host bits set", ErrInvalid)
+
+// CheckNormalized refuses an entry that Parse would have to rewrite into
+// another network: a CIDR whose host bits are set, such as "10.1.2.3/16"
+// (Parse makes it "10.1.0.0/16"; the caller may have meant 10.1.2.3/32).
+// It accepts an entry Parse takes as spelled: "a.b.c.d/n" with host bits
+// clear, and a bare address "a.b.c.d", which denotes exactly its /32 (the
+// way E2B's SDKs and this API's examples name one host). Errors: Parse's,
+// or one wrapping ErrNotNormalized that names the network the entry's
+// mask gives.
+func CheckNormalized(s string) error {
+	p, err := Parse(s)
+	if err != nil {
+		return err
+	}
+	if strings.Contains(s, "/") && p.String() != s {
+		return fmt.Errorf("%w: %q is not a normalised CIDR (its network is %s)", ErrNotNormalized, clip(s), p)
+	}
+	return nil
+}
+
 // clip shortens s for error messages.
 func clip(s string) string {
 	if len(s) > 40 {

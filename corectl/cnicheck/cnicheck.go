@@ -41,6 +41,36 @@ const DefaultInterval = time.Minute
 // ConditionQualified is the CNIQualification condition type.
 const ConditionQualified = "Qualified"
 
+// ConditionWatching is the CNIQualification condition that says whether
+// the gate follows the cluster: True (reason ReasonReadFromCluster) when
+// the facts are read from the cluster (cniSource) and re-read every
+// interval; False (reason ReasonStaticFacts) when they are written in the
+// configuration (cni:), which nothing compares with what the cluster runs,
+// so a CNI upgrade or configuration change never closes the gate (spec
+// §5.3 wants the gate closed on drift).
+const ConditionWatching = "Watching"
+
+// Reasons of ConditionWatching.
+const (
+	// ReasonReadFromCluster: cniSource, re-read every interval.
+	ReasonReadFromCluster = "ReadFromCluster"
+	// ReasonStaticFacts: cni: in the configuration, never re-read.
+	ReasonStaticFacts = "StaticFacts"
+)
+
+// StaticFactsWarning is the warning logged at start, per cluster, and
+// written as ConditionWatching's message when the facts are static.
+const StaticFactsWarning = "the CNI gate is not watching the cluster: its facts are written in the configuration (cni:), so a CNI upgrade or configuration change will not close it; use cniSource to read them from the cluster"
+
+// WatchingCondition returns the ConditionWatching condition for c.
+func WatchingCondition(c *cluster.Cluster) metav1.Condition {
+	if c.CNISource != nil {
+		return metav1.Condition{Type: ConditionWatching, Status: metav1.ConditionTrue, Reason: ReasonReadFromCluster,
+			Message: "the CNI facts are read from the cluster every interval"}
+	}
+	return metav1.Condition{Type: ConditionWatching, Status: metav1.ConditionFalse, Reason: ReasonStaticFacts, Message: StaticFactsWarning}
+}
+
 // Event reasons on the CNIQualification object.
 const (
 	// EventUnqualified: the gate closed (Warning).
@@ -152,11 +182,13 @@ type EventRecorder interface {
 	Eventf(regarding runtime.Object, related runtime.Object, eventtype, reason, action, note string, args ...interface{})
 }
 
-// Checker observes one cluster's CNI facts (Observer, on every replica)
-// and reports the gate (Reporter, on the leader).
+// Checker observes one cluster's CNI facts (Observer, on every replica,
+// only with a cniSource) and reports the gate (Reporter, on the leader;
+// with static facts too, so the CNIQualification object says that the
+// gate is not watching).
 type Checker struct {
-	// Cluster is the cluster; its CNISource must be set and the
-	// configuration validated.
+	// Cluster is the cluster, its configuration validated; its CNISource
+	// must be set for Observe (the Reporter also serves static facts).
 	Cluster *cluster.Cluster
 	// Reader reads the DaemonSet and ConfigMap (uncached).
 	Reader client.Reader
@@ -300,6 +332,7 @@ func (k *Checker) Report(ctx context.Context) error {
 	now := metav1.Now()
 	st.CheckedAt = &now
 	meta.SetStatusCondition(&st.Conditions, cond)
+	meta.SetStatusCondition(&st.Conditions, WatchingCondition(c))
 	if create {
 		err = k.Client.Create(ctx, obj)
 	} else {

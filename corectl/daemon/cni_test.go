@@ -3,9 +3,13 @@ package daemon_test
 import (
 	"context"
 	"net/http"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/cnicheck"
@@ -134,6 +138,13 @@ func TestCNIGateFollowsTheCluster(t *testing.T) {
 	}
 
 	expect("the gate open on the qualified facts", true, cluster.ReasonQualified)
+	obj := &v1alpha1.CNIQualification{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: s.leaseNS, Name: cnicheck.ObjectName(s.id)}, obj); err != nil {
+		t.Fatal(err)
+	}
+	if w := meta.FindStatusCondition(obj.Status.Conditions, cnicheck.ConditionWatching); w == nil || w.Status != metav1.ConditionTrue || w.Reason != cnicheck.ReasonReadFromCluster {
+		t.Fatalf("Watching condition with a cniSource = %+v", w)
+	}
 	if events(cnicheck.EventQualified) < 1 {
 		t.Fatal("no Normal Event for the qualified gate")
 	}
@@ -197,4 +208,56 @@ func TestImageVersionAndFingerprint(t *testing.T) {
 	if _, err := cnicheck.Fingerprint(cm, []string{"missing"}); err == nil {
 		t.Fatal("a missing key gave a fingerprint")
 	}
+}
+
+// TestCNIGateStaticFactsAreNotWatched: with the CNI facts written in the
+// configuration (cni:), corectl warns at start and the leader writes the
+// CNIQualification object with the Watching condition False
+// (StaticFacts), beside Qualified (issue 30 item 10). Before, a static
+// cluster got no object at all and no warning: the gate could never
+// drift and nothing said so.
+func TestCNIGateStaticFactsAreNotWatched(t *testing.T) {
+	s := newSetup(t, "c-static")
+	var mu sync.Mutex
+	var lines []string
+	log := funcr.New(func(prefix, args string) {
+		mu.Lock()
+		lines = append(lines, prefix+" "+args)
+		mu.Unlock()
+	}, funcr.Options{})
+	d, err := daemon.New(daemon.Options{
+		Config: s.cfg, Keys: s.keys, Credentials: s.src, Listen: "127.0.0.1:0",
+		LeaderElection: true, LeaderElectionNamespace: s.leaseNS, CNICheckInterval: 100 * time.Millisecond, Log: log,
+		RESTConfig: func(*cluster.Cluster) (*rest.Config, error) { return rest.CopyConfig(env.Config), nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(rctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+	})
+	mu.Lock()
+	warned := slices.ContainsFunc(lines, func(l string) bool {
+		return strings.Contains(l, cnicheck.StaticFactsWarning) && strings.Contains(l, s.id)
+	})
+	mu.Unlock()
+	if !warned {
+		t.Fatalf("no start-up warning for the static CNI facts in %q", lines)
+	}
+	kubetest.Eventually(t, 30*time.Second, "the CNIQualification object says the gate is not watching", func() (bool, error) {
+		obj := &v1alpha1.CNIQualification{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: s.leaseNS, Name: cnicheck.ObjectName(s.id)}, obj); err != nil {
+			return false, nil
+		}
+		w := meta.FindStatusCondition(obj.Status.Conditions, cnicheck.ConditionWatching)
+		q := meta.FindStatusCondition(obj.Status.Conditions, cnicheck.ConditionQualified)
+		return w != nil && w.Status == metav1.ConditionFalse && w.Reason == cnicheck.ReasonStaticFacts && w.Message == cnicheck.StaticFactsWarning &&
+			q != nil && q.Status == metav1.ConditionTrue && obj.Status.Observed != nil, nil
+	})
 }

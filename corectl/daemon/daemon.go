@@ -296,15 +296,20 @@ func New(opts Options) (*Daemon, error) {
 		if err := opts.Metrics.WatchCNIGate(c.ID, c.CNIGate); err != nil {
 			return nil, fmt.Errorf("cluster %s: %w", c.ID, err)
 		}
+		chk := &cnicheck.Checker{Cluster: c, Reader: direct, Client: direct, Events: rec, Namespace: opts.LeaderElectionNamespace,
+			Interval: opts.CNICheckInterval, Metrics: opts.Metrics, Log: opts.Log.WithValues("cluster", c.ID)}
+		if err := mgr.Add(chk.Reporter()); err != nil {
+			return nil, err
+		}
 		if c.CNISource != nil {
-			chk := &cnicheck.Checker{Cluster: c, Reader: direct, Client: direct, Events: rec, Namespace: opts.LeaderElectionNamespace,
-				Interval: opts.CNICheckInterval, Metrics: opts.Metrics, Log: opts.Log.WithValues("cluster", c.ID)}
-			if err := mgr.Add(chk.Reporter()); err != nil {
-				return nil, err
-			}
 			if err := mgr.Add(chk.Observer()); err != nil {
 				return nil, err
 			}
+		} else if c.CNIQualificationRequired == nil || *c.CNIQualificationRequired {
+			// Static facts: the gate is evaluated but never follows the
+			// cluster (issue 30 item 10). Said at start and in the
+			// CNIQualification object's Watching condition.
+			opts.Log.Info("warning: "+cnicheck.StaticFactsWarning, "cluster", c.ID)
 		}
 		cr := &clusterRun{id: c.ID, mgr: mgr}
 		if err := mgr.Add(leaderMark{cr}); err != nil {
@@ -499,8 +504,8 @@ func (s *orphanScanner) Start(ctx context.Context) error {
 		switch {
 		case err != nil:
 			s.log.Info("orphan scan failed", "error", err.Error())
-		case len(rep.Deleted)+len(rep.Failed) > 0:
-			s.log.Info("orphan scan", "deleted", rep.Deleted, "failed", rep.Failed)
+		case len(rep.Deleted)+len(rep.Failed)+len(rep.Kept) > 0:
+			s.log.Info("orphan scan", "deleted", rep.Deleted, "failed", rep.Failed, "kept", rep.Kept)
 		}
 		switch {
 		case err != nil && ctx.Err() != nil:

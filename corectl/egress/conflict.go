@@ -4,7 +4,6 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/cidr"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,10 +22,15 @@ import (
 // ports), or the platform DNS peer with ports among UDP/TCP 53. A rule
 // with no peers (all destinations), a pod or namespace selector, an IPv6
 // or unparsable block, or a policy whose selector cannot be evaluated
-// counts as widening. Policies carrying the platform managed-by label are
-// the platform's own and are not counted; neither is the policy named own.
-// Egress-only deny policies (Egress type, no rules) and ingress-only
-// policies never widen egress.
+// counts as widening. Only the policy named own (the reserved name
+// sandbox-egress-<allocationID> that the caller wrote and read back as
+// its own) is skipped. Labels are not trusted: anyone who may create
+// NetworkPolicies in the namespace can set app.kubernetes.io/managed-by,
+// so a policy carrying it is judged like any other (issue 29 item 8).
+// Another sandbox's platform policy selects only that sandbox's
+// allocation label, so it never matches this sandbox's label sets and is
+// no conflict on its own merits. Egress-only deny policies (Egress type,
+// no rules) and ingress-only policies never widen egress.
 func Conflicts(policies []networkingv1.NetworkPolicy, own string, labelSets []labels.Set, allowed []string, dns networkingv1.NetworkPolicyEgressRule) []string {
 	prefixes := make([]netip.Prefix, 0, len(allowed))
 	for _, s := range allowed {
@@ -37,7 +41,7 @@ func Conflicts(policies []networkingv1.NetworkPolicy, own string, labelSets []la
 	var out []string
 	for i := range policies {
 		np := &policies[i]
-		if np.Name == own || np.Labels[v1alpha1.LabelManagedBy] == v1alpha1.ManagedByValue {
+		if np.Name == own {
 			continue
 		}
 		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)

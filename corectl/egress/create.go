@@ -3,11 +3,14 @@ package egress
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -91,4 +94,42 @@ func (e *Engine) AdoptOwner(ctx context.Context, sb *sandbox.Sandbox, created *n
 		return nil, fmt.Errorf("NetworkPolicy %s changed its spec during the owner back-fill", key)
 	}
 	return rb, nil
+}
+
+// ReleaseOwner removes the owner reference to the BatchSandbox of UID uid
+// from the egress policy namespace/name, before a delete removes that
+// BatchSandbox: otherwise the garbage collector deletes the policy as soon
+// as the BatchSandbox is gone, in parallel with the sandbox's pods, and a
+// pod may run on without its egress policy (spec §5.3: the policy goes
+// after the sandbox and its pods; issue 29 item 7). The update is
+// conditional on the resourceVersion read and is read back. A policy that
+// is absent, or carries no such reference, needs nothing. The owner
+// annotation stays (it names the sandbox for people and for the orphan
+// scan's logs). Errors: the read, the write or the read-back failed, or the
+// reference is still there.
+func (e *Engine) ReleaseOwner(ctx context.Context, namespace, name string, uid types.UID) error {
+	key := client.ObjectKey{Namespace: namespace, Name: name}
+	np := &networkingv1.NetworkPolicy{}
+	if err := e.Client.Get(ctx, key, np); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("read NetworkPolicy %s: %w", key, err)
+	}
+	keep := slices.DeleteFunc(slices.Clone(np.OwnerReferences), func(r metav1.OwnerReference) bool { return r.UID == uid })
+	if len(keep) == len(np.OwnerReferences) {
+		return nil
+	}
+	np.OwnerReferences = keep
+	if err := e.Client.Update(ctx, np); err != nil {
+		return fmt.Errorf("release the owner of NetworkPolicy %s: %w", key, err)
+	}
+	rb := &networkingv1.NetworkPolicy{}
+	if err := e.Client.Get(ctx, key, rb); err != nil {
+		return fmt.Errorf("read back NetworkPolicy %s: %w", key, err)
+	}
+	if slices.ContainsFunc(rb.OwnerReferences, func(r metav1.OwnerReference) bool { return r.UID == uid }) {
+		return fmt.Errorf("NetworkPolicy %s still names BatchSandbox %s as its owner", key, uid)
+	}
+	return nil
 }

@@ -59,6 +59,8 @@ func TestConflictsTable(t *testing.T) {
 	}
 	platform := np("platform", nil, egressType, ipRule("0.0.0.0/0"))
 	platform.Labels = map[string]string{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue}
+	platformOther := np("sandbox-egress-a2", map[string]string{"allocation-id": "a2"}, egressType, ipRule("0.0.0.0/0"))
+	platformOther.Labels = platform.Labels
 	bad := np("bad-selector", nil, egressType, ipRule("0.0.0.0/0"))
 	bad.Spec.PodSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "x", Operator: "Bogus"}}
 	for _, tc := range []struct {
@@ -78,7 +80,8 @@ func TestConflictsTable(t *testing.T) {
 		{"ingress only", np("p", map[string]string{"app": "sbx"}, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}), false},
 		{"no policyTypes with egress rules", np("p", map[string]string{"app": "sbx"}, nil, ipRule("8.8.8.8/32")), true},
 		{"other labels", np("p", map[string]string{"app": "other"}, egressType, ipRule("0.0.0.0/0")), false},
-		{"platform policy", platform, false},
+		{"managed-by label set by a tenant", platform, true},
+		{"another sandbox's platform policy", platformOther, false},
 		{"own policy", np("own", nil, egressType, ipRule("0.0.0.0/0")), false},
 		{"unevaluable selector", bad, true},
 	} {

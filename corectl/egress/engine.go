@@ -205,7 +205,7 @@ func (e *Engine) build(sb *sandbox.Sandbox, name string, pr prior, desired *netw
 	ann := map[string]string{
 		AnnotationVerificationState:       v1alpha1.StateVerifying,
 		AnnotationVerificationErrorCode:   "",
-		v1alpha1.AnnotationVerifyingSince: e.now().UTC().Format(time.RFC3339),
+		v1alpha1.AnnotationVerifyingSince: e.now().UTC().Format(time.RFC3339Nano),
 		v1alpha1.AnnotationOwner:          sb.OwnerAnnotation(),
 	}
 	if pr.lkgV != "" {
@@ -248,7 +248,7 @@ func (e *Engine) verify(ctx context.Context, sb *sandbox.Sandbox, name string, d
 	if f != nil {
 		return nil, f
 	}
-	list, err := nonPlatformPolicies(ctx, e.Client, sb.Namespace)
+	list, err := namespacePolicies(ctx, e.Client, sb.Namespace)
 	if err != nil {
 		return nil, &failure{code: CodeReadFailed, reason: "list NetworkPolicies: " + err.Error()}
 	}
@@ -261,17 +261,13 @@ func (e *Engine) verify(ctx context.Context, sb *sandbox.Sandbox, name string, d
 	return rb, nil
 }
 
-// nonPlatformPolicies lists the namespace's NetworkPolicies without the
-// platform managed-by label (Conflicts ignores platform policies; the
-// label selector keeps the list small when a namespace holds many
-// sandboxes).
-func nonPlatformPolicies(ctx context.Context, r client.Reader, namespace string) (*networkingv1.NetworkPolicyList, error) {
-	sel, err := labels.Parse(v1alpha1.LabelManagedBy + " notin (" + v1alpha1.ManagedByValue + ")")
-	if err != nil {
-		return nil, err
-	}
+// namespacePolicies lists every NetworkPolicy of the namespace, the
+// platform-labelled ones included: the managed-by label is no proof of
+// origin (a tenant can set it), so Conflicts judges every policy but the
+// sandbox's own by its selector and rules.
+func namespacePolicies(ctx context.Context, r client.Reader, namespace string) (*networkingv1.NetworkPolicyList, error) {
 	var list networkingv1.NetworkPolicyList
-	if err := r.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+	if err := r.List(ctx, &list, client.InNamespace(namespace)); err != nil {
 		return nil, err
 	}
 	return &list, nil

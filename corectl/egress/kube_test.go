@@ -257,6 +257,52 @@ func TestConflictFromAHandWrittenPolicy(t *testing.T) {
 	}
 }
 
+// TestConflictFromAPolicyWithAForgedPlatformLabel: a tenant's policy that
+// carries app.kubernetes.io/managed-by=corectl (anyone who may create
+// NetworkPolicies can set it) and widens the sandbox's egress is a
+// conflict, for the PUT and for GET (issue 29 item 8; before, the label
+// alone exempted it and the PUT answered Verified).
+func TestConflictFromAPolicyWithAForgedPlatformLabel(t *testing.T) {
+	f := newFixture(t)
+	if res := f.put(t, "10.0.0.0/8"); res.Outcome != OutcomeVerified {
+		t.Fatalf("first Put = %+v", res)
+	}
+	forged := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "looks-like-the-platform", Namespace: f.ns,
+			Labels: map[string]string{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelSandboxID: "sbx"}},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"allocation-id": "a1"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+			Egress:      []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}}}}},
+		},
+	}
+	if err := env.Client.Create(ctx, forged); err != nil {
+		t.Fatal(err)
+	}
+	st := f.get(t)
+	if st.NetworkReady || !slices.Equal(st.Conflicts, []string{"looks-like-the-platform"}) {
+		t.Fatalf("Get with the forged policy = %+v", st)
+	}
+	res := f.put(t, "10.0.0.0/8", "192.0.2.0/24")
+	if res.Outcome != OutcomeLKGRestored || res.Code != CodePolicyConflict || !slices.Equal(res.Conflicts, []string{"looks-like-the-platform"}) {
+		t.Fatalf("Put with the forged policy = %+v", res)
+	}
+	// Another sandbox's real policy in the namespace is no conflict: it
+	// selects only its own allocation.
+	if err := env.Client.Delete(ctx, forged); err != nil {
+		t.Fatal(err)
+	}
+	other := forged.DeepCopy()
+	other.ResourceVersion, other.Name = "", "sandbox-egress-a2"
+	other.Spec.PodSelector.MatchLabels = map[string]string{"allocation-id": "a2"}
+	if err := env.Client.Create(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if res := f.put(t, "10.0.0.0/8"); res.Outcome != OutcomeVerified {
+		t.Fatalf("Put beside another sandbox's policy = %+v", res)
+	}
+}
+
 func TestCNIGate(t *testing.T) {
 	no := false
 	for _, tc := range []struct {

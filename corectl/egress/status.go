@@ -132,7 +132,7 @@ func (e *Engine) StatusOf(ctx context.Context, sb *sandbox.Sandbox, np *networki
 	listErr := make(chan error, 1)
 	go func() {
 		var err error
-		list, err = nonPlatformPolicies(ctx, e.Client, namespace)
+		list, err = namespacePolicies(ctx, e.Client, namespace)
 		listErr <- err
 	}()
 	sets, f := e.labelSets(ctx, sb, &np.Spec)

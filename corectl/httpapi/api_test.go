@@ -287,6 +287,32 @@ func TestIngressRoutes(t *testing.T) {
 	}
 }
 
+// TestIngressPlatformPath: the platform-side path of spec §5.2.1,
+// /api/v1/sandbox/instances/{id}/network/ingress, is the same route as
+// /sandboxes/{id}/network/ingress (issue 30 item 11; 404 no such route
+// before).
+func TestIngressPlatformPath(t *testing.T) {
+	a := start(t)
+	env.OwnedBatchSandbox(t, a.nsA, "sbx", "a", map[string]string{"allocation-id": "a1"})
+	const p = "/api/v1/sandbox/instances/sbx/network/ingress"
+	var st ingressallow.Status
+	if code := a.do("PUT", p, "key-a", `{"ingress":[{"cidr":"203.0.113.0/24","description":"office"}]}`, &st); code != 200 ||
+		!st.Ready || st.DesiredVersion != 1 {
+		t.Fatalf("PUT %s = %d %+v", p, code, st)
+	}
+	var viaE2B ingressallow.Status
+	if code := a.do("GET", "/sandboxes/sbx/network/ingress", "key-a", "", &viaE2B); code != 200 || !viaE2B.Ready ||
+		(*viaE2B.Desired)[0].Description != "office" {
+		t.Fatalf("GET after the platform PUT = %d %+v", code, viaE2B)
+	}
+	if code := a.do("GET", p, "key-a", "", &st); code != 200 || st.AppliedVersion != viaE2B.AppliedVersion {
+		t.Fatalf("GET %s = %d %+v", p, code, st)
+	}
+	if s, code := a.errorCode("PUT", p, "key-a", `{"ingress":[]}`); s != 400 || code != "bad_request" {
+		t.Fatalf("PUT %s with an empty list = %d %s", p, s, code)
+	}
+}
+
 func TestTemplateRoutes(t *testing.T) {
 	a := start(t)
 	body := `{"ingress":[{"cidr":"172.28.0.0/16","description":"office"}],"egress":[{"cidr":"10.1.2.3/8"}]}`

@@ -24,9 +24,11 @@ import (
 // cache of BatchSandboxes (ClusterHandle.Cache), so it costs no apiserver
 // round trip: 200 {"allowed": true, "endAt"} when the credential is
 // enabled and sees the sandbox (credential.Credential.Sees) and the
-// sandbox is neither being deleted nor expired; else 200 {"allowed":
-// false, "reason"}: not_found (no such sandbox, another credential's, or
-// a credential that does not exist or is disabled), deleting, expired.
+// sandbox is neither being deleted nor expired and is serving (its
+// lifecycle is not Creating, and lifecycle.PodServing); else 200
+// {"allowed": false, "reason"}: not_found (no such sandbox, another
+// credential's, or a credential that does not exist or is disabled),
+// deleting, expired, not_ready.
 // Without InternalToken the route does not exist (404).
 //
 // Without credential it is the Locate question of the gateway's host
@@ -93,6 +95,11 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 		refuse(authorizer.ReasonDeleting)
 	case hasEnd && !time.Now().Before(end):
 		refuse(authorizer.ReasonExpired)
+	case st == lifecycle.StateCreating || !lifecycle.PodServing(u):
+		// Not serving (spec §3.3 "running", §5.3 Creating and
+		// PodUnavailable): the data plane answers SANDBOX_NOT_READY, as
+		// the fixed entry's ingress would.
+		refuse(authorizer.ReasonNotReady)
 	default:
 		a := authorizer.Answer{Allowed: true}
 		if hasEnd {

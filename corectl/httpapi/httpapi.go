@@ -161,6 +161,8 @@ var Routes = []Route{
 	{"GET", "/api/v1/sandbox/instances/{sandboxID}/network", (*Server).getEgress},
 	{"PUT", "/sandboxes/{sandboxID}/network/ingress", (*Server).putIngress},
 	{"GET", "/sandboxes/{sandboxID}/network/ingress", (*Server).getIngress},
+	{"PUT", "/api/v1/sandbox/instances/{sandboxID}/network/ingress", (*Server).putIngress}, // spec §5.2.1's platform-side path
+	{"GET", "/api/v1/sandbox/instances/{sandboxID}/network/ingress", (*Server).getIngress},
 	{"PUT", "/sandbox-templates/{templateId}/network", (*Server).putTemplate},
 	{"GET", "/sandbox-templates/{templateId}/network", (*Server).getTemplate},
 	{"POST", "/sandbox-templates/{templateId}/network/resolve", (*Server).resolve},

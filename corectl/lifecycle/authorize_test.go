@@ -91,6 +91,26 @@ func TestAuthorizeEndpoint(t *testing.T) {
 		})
 	}
 
+	// Not serving (issue 30 item 9): a create not finished, and a
+	// created sandbox whose pod is not ready, are not_ready (the data
+	// plane's SANDBOX_NOT_READY); the pod ready again is allowed again.
+	creating := lifecycle.NewID("sb")
+	mk(creating, lifecycle.StateCreating, time.Now().Add(time.Hour))
+	kubetest.Eventually(t, 10*time.Second, "a Creating sandbox is not_ready", func() (bool, error) {
+		st, got := w.authz(internalToken, "a", creating)
+		return st == 200 && got == authorizer.Answer{Reason: authorizer.ReasonNotReady}, nil
+	})
+	w.markReady(context.Background(), w.nsA, id, 0)
+	kubetest.Eventually(t, 10*time.Second, "a sandbox whose pod is not ready is not_ready", func() (bool, error) {
+		st, got := w.authz(internalToken, "a", id)
+		return st == 200 && got == authorizer.Answer{Reason: authorizer.ReasonNotReady}, nil
+	})
+	w.markReady(context.Background(), w.nsA, id, 1)
+	kubetest.Eventually(t, 10*time.Second, "the pod ready again is allowed", func() (bool, error) {
+		st, got := w.authz(internalToken, "a", id)
+		return st == 200 && got.Allowed, nil
+	})
+
 	// Deleted: not found once the informer has seen it.
 	if st, raw := w.do("DELETE", "/sandboxes/"+id, "key-a", "", nil); st != http.StatusNoContent {
 		t.Fatalf("DELETE = %d %s", st, raw)

@@ -26,6 +26,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // CreateError is a failed Create.
@@ -336,6 +337,10 @@ type creation struct {
 	// again.
 	ingress *networkingv1.Ingress
 	policy  *networkingv1.NetworkPolicy
+
+	// uid is the BatchSandbox's UID once written (the owner references
+	// the compensation releases from the policy).
+	uid types.UID
 }
 
 // createIngress creates the managed Ingress through the ingress engine,
@@ -412,6 +417,7 @@ func (c *creation) createBatchSandbox(ctx context.Context, req CreateRequest) (*
 		return nil, fmt.Errorf("create BatchSandbox %s/%s: %w", c.ns, c.id, err)
 	}
 	c.wroteCR = true
+	c.uid = u.GetUID()
 	// The create's answer is the object as stored (after admission): it
 	// carries the UID the owner references need.
 	sb, err := sandbox.From(u, c.o.Cluster.AllocationLabelKey())
@@ -540,13 +546,31 @@ func (c *creation) compensate(ctx context.Context, ce *CreateError) (ingressPend
 			return deleteConfirm(ctx, o.Client, &v1alpha1.SandboxIngressAllowlist{ObjectMeta: metav1.ObjectMeta{Namespace: c.ns, Name: c.id}})
 		}))
 	}
+	// The BatchSandbox goes before the policy, and the policy only once
+	// no pod it selects is left (spec §5.3): the owner reference the
+	// owners step wrote is released first, so the garbage collector does
+	// not take the policy with the BatchSandbox.
+	bsGone := true
 	if c.wroteCR {
-		rec(StepDeleteBatchSandbox, step(StepDeleteBatchSandbox, func() error {
+		bsGone = rec(StepDeleteBatchSandbox, step(StepDeleteBatchSandbox, func() error {
+			if c.wrotePolicy && c.uid != "" {
+				if err := o.Egress.ReleaseOwner(ctx, c.ns, egress.PolicyName(c.alloc), c.uid); err != nil {
+					return err
+				}
+			}
 			return deleteConfirm(ctx, o.Client, batchSandboxRef(c.ns, c.id))
 		}))
 	}
 	if c.wrotePolicy {
 		rec(StepDeletePolicy, step(StepDeletePolicy, func() error {
+			if !bsGone {
+				return errors.New("kept: the BatchSandbox is not confirmed gone, its pods may run")
+			}
+			if c.wroteCR {
+				if err := o.podsGone(ctx, c.ns, c.alloc, o.podGoneWait()); err != nil {
+					return err
+				}
+			}
 			return deleteConfirm(ctx, o.Client, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: c.ns, Name: egress.PolicyName(c.alloc)}})
 		}))
 	}

@@ -68,11 +68,15 @@ type DeleteError struct {
 // Error implements error.
 func (e *DeleteError) Error() string { return CodeDeletePending + ": " + e.Reason }
 
-// Delete deletes sandbox ns/id in the fail-closed order (spec §5.2): mark
-// it Deleting (every network route and connect refuse it from then on),
-// delete the managed Ingress and confirm it is gone (else CleanupFailed
-// and a *DeleteError; the rule is never reopened), then the ingress
-// desired state, the egress policy and the BatchSandbox, each confirmed.
+// Delete deletes sandbox ns/id in the fail-closed order (spec §5.2, §5.3):
+// mark it Deleting (every network route and connect refuse it from then
+// on), delete the managed Ingress and confirm it is gone (else
+// CleanupFailed and a *DeleteError; the rule is never reopened), then the
+// ingress desired state and the BatchSandbox, each confirmed, and last the
+// egress policy, once no pod it selects is left (podsGone, up to
+// PodGoneWait): the pod never runs without its egress policy. When the
+// pods outlast the wait, the policy is kept, still confining them, and the
+// delete succeeds; the orphan scan removes the policy once they are gone.
 // Once the sandbox is found, the delete no longer follows ctx's
 // cancellation: a caller that goes away (the DELETE's client disconnects)
 // does not leave it Deleting half-way, as the create's compensation does
@@ -91,14 +95,16 @@ func (o *Orchestrator) Delete(ctx context.Context, ns, id string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deleteTimeout)
 	defer cancel()
-	return o.deleteSandbox(ctx, u)
+	return o.deleteSandbox(ctx, u, o.podGoneWait())
 }
 
 // deleteTimeout bounds a Delete once it has begun (the control API's own
 // bound on a request, httpapi's requestContext).
 const deleteTimeout = 60 * time.Second
 
-func (o *Orchestrator) deleteSandbox(ctx context.Context, u *unstructured.Unstructured) error {
+// deleteSandbox runs the delete of BatchSandbox u; podWait bounds the wait
+// for the policy's pods (0: one look, the orphan scan's).
+func (o *Orchestrator) deleteSandbox(ctx context.Context, u *unstructured.Unstructured, podWait time.Duration) error {
 	ns, id := u.GetNamespace(), u.GetName()
 	if u.GetDeletionTimestamp() == nil {
 		if err := o.setLifecycle(ctx, ns, id, StateDeleting); err != nil {
@@ -134,23 +140,44 @@ func (o *Orchestrator) deleteSandbox(ctx context.Context, u *unstructured.Unstru
 	}
 	unlock()
 	labels, _, _ := unstructured.NestedStringMap(u.Object, "spec", "template", "metadata", "labels")
-	if alloc := labels[o.Cluster.AllocationLabelKey()]; alloc != "" && sandbox.ValidateID(alloc) == nil {
+	alloc := labels[o.Cluster.AllocationLabelKey()]
+	if alloc != "" && sandbox.ValidateID(alloc) != nil {
+		alloc = ""
+	}
+	bsErr := o.timed(metrics.OperationDelete, StepDeleteBatchSandbox, func() error {
+		// The policy must not go with the BatchSandbox (garbage
+		// collection), only after its pods.
+		if alloc != "" {
+			if err := o.Egress.ReleaseOwner(ctx, ns, egress.PolicyName(alloc), u.GetUID()); err != nil {
+				return err
+			}
+		}
+		return deleteConfirm(ctx, o.Client, batchSandboxRef(ns, id))
+	})
+	if bsErr != nil {
+		// Its pods may run on: the policy stays until the BatchSandbox
+		// is gone (a later delete or the orphan scan).
+		errs = append(errs, bsErr)
+	}
+	if bsErr == nil && alloc != "" {
 		np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: egress.PolicyName(alloc)}}
 		if err := o.Client.Get(ctx, client.ObjectKeyFromObject(np), np); err == nil && np.Labels[v1alpha1.LabelSandboxID] == id &&
 			np.Labels[v1alpha1.LabelManagedBy] == v1alpha1.ManagedByValue {
-			if err := o.timed(metrics.OperationDelete, StepDeletePolicy, func() error { return deleteConfirm(ctx, o.Client, np) }); err != nil {
+			err := o.timed(metrics.OperationDelete, StepDeletePolicy, func() error {
+				if err := o.podsGone(ctx, ns, alloc, podWait); err != nil {
+					return err
+				}
+				return deleteConfirm(ctx, o.Client, np)
+			})
+			if err != nil && !errors.Is(err, errPodsRemain) {
 				errs = append(errs, err)
 			}
 		}
 	}
-	if err := o.timed(metrics.OperationDelete, StepDeleteBatchSandbox, func() error {
-		return deleteConfirm(ctx, o.Client, batchSandboxRef(ns, id))
-	}); err != nil {
-		errs = append(errs, err)
-	}
 	if len(errs) > 0 {
 		// The Ingress is gone; what is left is converged by the orphan
-		// scan and ownerReference GC.
+		// scan (and ownerReference GC for all but the policy, which is
+		// removed only once no pod it selects is left).
 		return fmt.Errorf("%w: %s", ErrUnavailable, errors.Join(errs...).Error())
 	}
 	return nil

@@ -159,7 +159,7 @@ func (o *Orchestrator) Expire(ctx context.Context, ns, id string) (bool, error) 
 	if due, _ := o.ExpiryDue(u); !due {
 		return false, nil
 	}
-	if err := o.deleteSandbox(ctx, u); err != nil {
+	if err := o.deleteSandbox(ctx, u, o.podGoneWait()); err != nil {
 		return false, err
 	}
 	return true, nil

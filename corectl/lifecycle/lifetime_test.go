@@ -12,6 +12,8 @@ import (
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/kubetest"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 // endAt reads the end time of sandbox id as GET reports it.
@@ -190,6 +192,11 @@ func TestExpiry(t *testing.T) {
 			}
 		}
 	}
+	// The policy goes after the BatchSandbox (once no pod it selects is
+	// left), so it may outlive it by a moment.
+	kubetest.Eventually(t, 30*time.Second, "the expired sandbox's policy removed", func() (bool, error) {
+		return apierrors.IsNotFound(get(&networkingv1.NetworkPolicy{}, w.nsA, policy)), nil
+	})
 	w.assertGone(u1.SandboxID, policy)
 }
 

@@ -13,7 +13,8 @@
 // compensates: the BatchSandbox, once written, is marked Deleting (so
 // network PUTs are refused from then on), then the managed Ingress is
 // deleted first and confirmed gone, then the ingress desired state, the
-// BatchSandbox and the policy:
+// BatchSandbox and, once the BatchSandbox is confirmed gone and no pod the
+// policy selects is left (PodGoneWait), the policy:
 //
 //  1. StepCNIGate: the cluster's CNI qualification (spec §5.3);
 //  2. StepIngress: when the resolved ingress allowlist U is non-empty, the
@@ -138,7 +139,9 @@ const (
 	StepDeleteDesired Step = "delete-desired"
 	// StepDeleteBatchSandbox deletes the BatchSandbox.
 	StepDeleteBatchSandbox Step = "delete-batchsandbox"
-	// StepDeletePolicy deletes the egress NetworkPolicy.
+	// StepDeletePolicy waits for the pods the egress NetworkPolicy selects
+	// to be gone (after the BatchSandbox's deletion was confirmed), then
+	// deletes the policy.
 	StepDeletePolicy Step = "delete-policy"
 )
 
@@ -218,6 +221,12 @@ type Orchestrator struct {
 	// OrphanGrace is how old a leftover must be before the orphan scan
 	// removes it (default 5 min), so creates in flight are not touched.
 	OrphanGrace time.Duration
+	// PodGoneWait bounds how long a delete (and a create's compensation)
+	// waits, after the BatchSandbox is gone, for the pods its egress
+	// policy selects to be gone before it deletes the policy (default
+	// DefaultPodGoneWait). Past it the policy is kept, still confining
+	// whatever runs, and the orphan scan removes it once no pod is left.
+	PodGoneWait time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Probe, when set, discovers the control-plane probe sources merged

@@ -9,9 +9,12 @@ import (
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/browser"
 	"github.com/sandgate/sandgate/corectl/egress"
+	"github.com/sandgate/sandgate/corectl/probesource"
 	"github.com/sandgate/sandgate/corectl/sandbox"
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -26,6 +29,10 @@ type ScanReport struct {
 	Deleted []string
 	// Failed lists leftovers whose deletion failed, with the reason.
 	Failed []string
+	// Kept lists leftover NetworkPolicies not deleted yet because a pod
+	// they select still exists (or the pods could not be listed), with the
+	// reason: a later scan removes them once the pods are gone.
+	Kept []string
 }
 
 // Scan converges leftovers of this cluster (spec §4.1, §5.2, §5.2.2, §5.3),
@@ -33,11 +40,14 @@ type ScanReport struct {
 //
 //   - a managed Ingress whose BatchSandbox does not exist, or does exist
 //     with lifecycle CleanupFailed (the sandbox's delete is then retried);
-//   - a managed NetworkPolicy whose BatchSandbox never appeared, or that
-//     has no owner reference to the current BatchSandbox and is not the
-//     policy of its current allocation (that one still confines the
-//     sandbox's pods and is kept);
-//   - probe-echo Ingresses (label v1alpha1.LabelProbeEcho);
+//   - a managed NetworkPolicy whose BatchSandbox never appeared (or is
+//     gone), or that has no owner reference to the current BatchSandbox
+//     and is not the policy of its current allocation (that one still
+//     confines the sandbox's pods and is kept), once no pod its
+//     podSelector selects exists (else it is listed in Kept);
+//   - probe-echo Ingresses (label v1alpha1.LabelProbeEcho), once older
+//     than the grace or past the lifetime they record
+//     (probesource.EchoExpired), whichever comes first;
 //   - a Native Browser carrier (package browser) whose BatchSandbox does
 //     not exist: its sb-<id> Ingress, Service and EndpointSlice;
 //   - CleanupFailed sandboxes: the delete orchestration is run again;
@@ -90,10 +100,10 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 		u := &bsl.Items[i]
 		switch u.GetAnnotations()[v1alpha1.AnnotationLifecycle] {
 		case StateCleanupFailed:
-			note("BatchSandbox", u, o.deleteSandbox(ctx, u))
+			note("BatchSandbox", u, o.deleteSandbox(ctx, u, 0))
 		case StateDeleting:
 			if old(u) {
-				note("BatchSandbox", u, o.deleteSandbox(ctx, u))
+				note("BatchSandbox", u, o.deleteSandbox(ctx, u, 0))
 			}
 		case StateCreating:
 			// A live create holds Creating for its steps and at most
@@ -102,7 +112,7 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 			// Deleting mark makes its last step (Ready only over
 			// Creating) fail and compensate: never a 201 for it.
 			if u.GetDeletionTimestamp() == nil && age(u) >= grace+o.readyBudget() {
-				note("BatchSandbox", u, o.deleteSandbox(ctx, u))
+				note("BatchSandbox", u, o.deleteSandbox(ctx, u, 0))
 			}
 		}
 	}
@@ -114,7 +124,11 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 	for i := range ings.Items {
 		ing := &ings.Items[i]
 		if _, echo := ing.Labels[v1alpha1.LabelProbeEcho]; echo {
-			if old(ing) {
+			// A discovery uses its echo Ingress for at most the lifetime
+			// it records: past that it is a dead discovery's leftover,
+			// removed at once (the start-up scan included) rather than
+			// after the grace.
+			if old(ing) || probesource.EchoExpired(ing, o.now()) {
 				note("Ingress", ing, deleteConfirm(ctx, o.Client, ing))
 			}
 			continue
@@ -166,9 +180,32 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 			// the sandbox's egress unrestricted. Keep it.
 			continue
 		}
+		// A policy goes only after the pods it confines (spec §5.3):
+		// one that still selects a pod is kept for a later scan.
+		if n, err := o.podsSelected(ctx, np); err != nil || n > 0 {
+			if err == nil {
+				err = fmt.Errorf("%w (%d)", errPodsRemain, n)
+			}
+			rep.Kept = append(rep.Kept, fmt.Sprintf("NetworkPolicy %s/%s: %s", np.Namespace, np.Name, err.Error()))
+			continue
+		}
 		note("NetworkPolicy", np, deleteConfirm(ctx, o.Client, np))
 	}
 	return rep, nil
+}
+
+// podsSelected counts the pods of np's namespace that np's podSelector
+// selects (an unevaluable selector is an error: the policy is kept).
+func (o *Orchestrator) podsSelected(ctx context.Context, np *networkingv1.NetworkPolicy) (int, error) {
+	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+	if err != nil {
+		return 0, fmt.Errorf("podSelector: %w", err)
+	}
+	var pods corev1.PodList
+	if err := o.Client.List(ctx, &pods, client.InNamespace(np.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return 0, fmt.Errorf("list the pods the policy selects: %w", err)
+	}
+	return len(pods.Items), nil
 }
 
 func (o *Orchestrator) crExists(ctx context.Context, ns, id string) (bool, error) {

@@ -40,6 +40,8 @@ var sandboxRoutes = []route{
 	{"PUT", "/api/v1/sandbox/instances/{id}/network", `{"defaultAction":"deny","egress":[{"cidr":"198.51.100.9"}]}`, http.StatusOK},
 	{"GET", "/sandboxes/{id}/network/ingress", "", http.StatusOK},
 	{"PUT", "/sandboxes/{id}/network/ingress", `{"ingress":[{"cidr":"203.0.113.0/24"}]}`, http.StatusOK},
+	{"GET", "/api/v1/sandbox/instances/{id}/network/ingress", "", http.StatusOK},
+	{"PUT", "/api/v1/sandbox/instances/{id}/network/ingress", `{"ingress":[{"cidr":"203.0.113.0/24"}]}`, http.StatusOK},
 	{"POST", "/sandboxes/{id}/timeout", `{"timeout":600}`, http.StatusNoContent},
 	{"POST", "/sandboxes/{id}/refreshes", `{"duration":60}`, http.StatusNoContent},
 	{"GET", "/sandboxes/{id}/metrics", "", http.StatusOK},

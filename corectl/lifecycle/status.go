@@ -159,12 +159,7 @@ func (o *Orchestrator) derive(ctx context.Context, u *unstructured.Unstructured,
 	if recorded == StateCreating || recorded == "" {
 		return StateCreating
 	}
-	ready, _, _ := unstructured.NestedInt64(u.Object, "status", "ready")
-	var eps []string
-	if v := u.GetAnnotations()[EndpointsAnnotation]; v != "" {
-		_ = json.Unmarshal([]byte(v), &eps)
-	}
-	if ready < 1 || len(eps) == 0 {
+	if !PodServing(u) {
 		return StatePodUnavailable
 	}
 	for _, s := range []string{stateOfIngress(info.Ingress), stateOfEgress(info.Egress)} {
@@ -173,6 +168,19 @@ func (o *Orchestrator) derive(ctx context.Context, u *unstructured.Unstructured,
 		}
 	}
 	return StateReady
+}
+
+// PodServing reports whether BatchSandbox u reports its pod serving, as
+// OpenSandbox's ingress needs it to route there (docs/wire-facts.md
+// §X2.4): status.ready at least 1 and an endpoints annotation with at
+// least one address. Otherwise a created sandbox is PodUnavailable.
+func PodServing(u *unstructured.Unstructured) bool {
+	ready, _, _ := unstructured.NestedInt64(u.Object, "status", "ready")
+	var eps []string
+	if v := u.GetAnnotations()[EndpointsAnnotation]; v != "" {
+		_ = json.Unmarshal([]byte(v), &eps)
+	}
+	return ready >= 1 && len(eps) > 0
 }
 
 // EndpointsAnnotation is the BatchSandbox annotation OpenSandbox's

@@ -13,7 +13,8 @@
 // dials it Dials times, collects the distinct addresses as /32s, and
 // deletes the Ingress and confirms it is gone. The result is cached with a
 // TTL; Invalidate drops it (a 403 during readiness). Leftover echo
-// Ingresses are removed by the orphan scan (package lifecycle).
+// Ingresses are removed by the orphan scan (package lifecycle) as soon as
+// the lifetime they record is over (AnnotationEchoLifetime).
 package probesource
 
 import (
@@ -44,6 +45,34 @@ const AnnotationSnippet = "nginx.ingress.kubernetes.io/configuration-snippet"
 
 // EchoSnippet makes nginx answer 200 with the source address it sees.
 const EchoSnippet = `return 200 "$remote_addr";`
+
+// AnnotationEchoLifetime records on an echo Ingress how long the discovery
+// that created it can use it (a Go duration: the discovery's budget plus
+// the time its deletion may take, plus a margin). Past its
+// creationTimestamp plus that, the Ingress is a leftover of a discovery
+// that died (its corectl was killed), and the orphan scan removes it
+// without waiting its usual grace (EchoExpired).
+const AnnotationEchoLifetime = "network.sandgate.io/probe-echo-lifetime"
+
+// echoDeleteTimeout bounds the deletion of an echo Ingress after its
+// discovery.
+const echoDeleteTimeout = 10 * time.Second
+
+// echoMargin is added to an echo Ingress's recorded lifetime, for the time
+// between its creation and the start of its budget.
+const echoMargin = 5 * time.Second
+
+// EchoExpired reports whether ing, an echo Ingress, has outlived the
+// lifetime it records (AnnotationEchoLifetime) at now. An Ingress without
+// a readable lifetime (written before the annotation existed) never
+// expires this way.
+func EchoExpired(ing *networkingv1.Ingress, now time.Time) bool {
+	d, err := time.ParseDuration(ing.Annotations[AnnotationEchoLifetime])
+	if err != nil || d <= 0 {
+		return false
+	}
+	return !now.Before(ing.CreationTimestamp.Add(d))
+}
 
 // EchoPathPrefix prefixes the random path of an echo Ingress.
 const EchoPathPrefix = "/sandbox-probe-echo-"
@@ -167,12 +196,13 @@ func (d *Discoverer) discover(ctx context.Context) ([]string, error) {
 	_, _ = rand.Read(rnd)
 	path := EchoPathPrefix + hex.EncodeToString(rnd)
 	ing := EchoIngress(d.Cluster, path)
+	ing.Annotations[AnnotationEchoLifetime] = (budget + echoDeleteTimeout + echoMargin).String()
 	if err := d.Client.Create(ctx, ing); err != nil {
 		return nil, fmt.Errorf("%w: create echo Ingress: %s", ErrDiscovery, err.Error())
 	}
 	// Always delete it, even when ctx ended.
 	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), echoDeleteTimeout)
 		defer cancel()
 		_ = deleteConfirm(dctx, d.Client, ing)
 	}()

@@ -175,9 +175,11 @@ type EgressPut struct {
 // normalised set (cidr.NormalizePrefixes: masked, sorted, deduplicated;
 // possibly empty: deny all), which egress.Engine.Put takes. Both
 // members are required and neither may be null; any other member, a
-// rule member other than cidr, or a wrong type is refused. Errors wrap
-// ErrEgressBadRequest, and strictjson's class or cidr.ErrInvalid /
-// cidr.ErrTooMany (naming egress[i]) where there is one.
+// rule member other than cidr, a wrong type, or a CIDR with host bits set
+// (cidr.CheckNormalized: refused, not rewritten) is refused. Errors wrap
+// ErrEgressBadRequest, and strictjson's class or cidr.ErrInvalid (with
+// cidr.ErrNotNormalized for host bits) / cidr.ErrTooMany (naming
+// egress[i]) where there is one.
 func DecodeEgressPut(body []byte) ([]netip.Prefix, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %w", ErrEgressBadRequest, fmt.Errorf(format, args...))
@@ -211,6 +213,17 @@ func DecodeEgressPut(body []byte) ([]netip.Prefix, error) {
 	}
 	if action != "deny" {
 		return nil, bad("defaultAction must be \"deny\"")
+	}
+	rs, err := rules(raw["egress"], "egress", false)
+	if err != nil {
+		return nil, bad("%w", err)
+	}
+	// The PUT takes normalised CIDRs only (spec §3.1.1 I): an entry whose
+	// host bits are set is refused, not rewritten into another network.
+	for i, r := range rs {
+		if err := cidr.CheckNormalized(r.CIDR); err != nil {
+			return nil, bad("egress[%d].cidr: %w", i, err)
+		}
 	}
 	set, err := egressSet(raw["egress"], "egress")
 	if err != nil {

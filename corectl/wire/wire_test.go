@@ -86,7 +86,7 @@ func TestCreateBodyNull(t *testing.T) {
 }
 
 func TestEgressPutAcceptsTheRuleModel(t *testing.T) {
-	set, err := wire.DecodeEgressPut([]byte(`{"defaultAction":"deny","egress":[{"cidr":"203.0.113.10"},{"cidr":"10.1.2.3/8"},{"cidr":"203.0.113.10/32"}]}`))
+	set, err := wire.DecodeEgressPut([]byte(`{"defaultAction":"deny","egress":[{"cidr":"203.0.113.10"},{"cidr":"10.0.0.0/8"},{"cidr":"203.0.113.10/32"}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,17 @@ func TestEgressPutRefusesEverythingElse(t *testing.T) {
 			t.Errorf("wire.DecodeEgressPut(%s) = %v, want the route's bad-request class", body, err)
 		}
 	}
-	_, err := wire.DecodeEgressPut([]byte(`{"defaultAction":"deny","egress":[{"cidr":"1.1.1.1"},{"cidr":"x"}]}`))
+	// A CIDR with host bits set is refused, not rewritten into its
+	// network (issue 30 item 13); a bare address is its /32.
+	_, err := wire.DecodeEgressPut([]byte(`{"defaultAction":"deny","egress":[{"cidr":"1.1.1.1"},{"cidr":"10.1.2.3/16"}]}`))
+	if !errors.Is(err, wire.ErrEgressBadRequest) || !errors.Is(err, cidr.ErrNotNormalized) || !strings.Contains(err.Error(), "egress[1].cidr") ||
+		!strings.Contains(err.Error(), "10.1.0.0/16") {
+		t.Fatalf("host bits set: %v; want cidr.ErrNotNormalized naming egress[1] and the network", err)
+	}
+	if set, err := wire.DecodeEgressPut([]byte(`{"defaultAction":"deny","egress":[{"cidr":"1.1.1.1"},{"cidr":"10.1.0.0/16"}]}`)); err != nil || len(set) != 2 {
+		t.Fatalf("normalised entries and a bare address: %v, %v", set, err)
+	}
+	_, err = wire.DecodeEgressPut([]byte(`{"defaultAction":"deny","egress":[{"cidr":"1.1.1.1"},{"cidr":"x"}]}`))
 	if !errors.Is(err, cidr.ErrInvalid) || !strings.Contains(err.Error(), "egress[1]") {
 		t.Fatalf("invalid second CIDR: %v; want cidr.ErrInvalid naming egress[1]", err)
 	}

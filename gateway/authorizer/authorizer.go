@@ -3,8 +3,9 @@
 // results"): before a data-plane request is served, it asks whether the
 // token's resource credential may still reach the token's sandbox — the
 // sandbox exists, its creating credential is the token's (or the token's
-// credential is project-wide), it is not being deleted and its end time
-// has not passed. corectl answers (its internal endpoint, Path) from its
+// credential is project-wide), it is not being deleted, its end time has
+// not passed, and it is serving (its create finished and its pod is ready
+// with an endpoint: the lifecycle state of spec §5.3, "running"). corectl answers (its internal endpoint, Path) from its
 // informer cache of BatchSandboxes, and HTTP caches each answer for at
 // most a second, so a deleted, expired or foreign sandbox is refused
 // within about a second of the change without an apiserver round trip per
@@ -15,7 +16,7 @@
 //	GET <base>/internal/v1/authorize?credential=<credential ID>&sandbox=<sandbox ID>
 //	Authorization: Bearer <corectl's internal token>
 //	→ 200 {"allowed": true, "endAt": "<RFC 3339>"}
-//	→ 200 {"allowed": false, "reason": "not_found" | "deleting" | "expired"}
+//	→ 200 {"allowed": false, "reason": "not_found" | "deleting" | "expired" | "not_ready"}
 //
 // A port request of the host routing (docs/dataplane.md "Host routing")
 // proves no credential when it carries no traffic token; it asks where the
@@ -52,6 +53,14 @@ const (
 	// ReasonExpired: the sandbox's end time has passed (its deletion is
 	// under way).
 	ReasonExpired Reason = "expired"
+	// ReasonNotReady: the sandbox exists and the credential sees it, but
+	// it is not serving: its create has not finished, or its pod is not
+	// ready or has no endpoint (lifecycle Creating or PodUnavailable, spec
+	// §3.3 "running" and §5.3). The data plane answers it as the fixed
+	// entry's ingress answers such a sandbox (SANDBOX_NOT_READY). A gateway
+	// older than this reason reads it as a malformed answer and refuses
+	// the request (fail closed).
+	ReasonNotReady Reason = "not_ready"
 )
 
 // Answer is the endpoint's JSON answer.

@@ -218,7 +218,7 @@ func decodeAnswer(body []byte) (Decision, error) {
 	}
 	if !a.Allowed {
 		switch a.Reason {
-		case ReasonNotFound, ReasonDeleting, ReasonExpired:
+		case ReasonNotFound, ReasonDeleting, ReasonExpired, ReasonNotReady:
 			if a.Cluster != "" || a.TrafficTokenRequired {
 				return bad("refused with a cluster")
 			}

@@ -70,6 +70,7 @@ func TestAuthorizeAnswers(t *testing.T) {
 		{`{"allowed":false,"reason":"not_found"}`, Decision{Reason: ReasonNotFound}},
 		{`{"allowed":false,"reason":"deleting"}`, Decision{Reason: ReasonDeleting}},
 		{`{"allowed":false,"reason":"expired"}`, Decision{Reason: ReasonExpired}},
+		{`{"allowed":false,"reason":"not_ready"}`, Decision{Reason: ReasonNotReady}},
 	} {
 		h, c, _ := start(t, fixed(200, tc.body))
 		d, err := h.Authorize(context.Background(), "cred/a b", "sb1")

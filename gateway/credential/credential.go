@@ -60,9 +60,13 @@ type Credential struct {
 	// Enabled reports whether the credential may be used; disabled
 	// credentials are refused with ErrDisabled.
 	Enabled bool `json:"enabled"`
-	// ResourceSpecID is the resource spec the credential is bound to.
+	// ResourceSpecID is the resource spec the credential is bound to
+	// (optional). Carried, not read: a sandbox's size is its template's
+	// (docs/credentials.md "resourceSpecId and resourceGroupId").
 	ResourceSpecID string `json:"resourceSpecId"`
-	// ResourceGroupID is the resource group the credential is bound to.
+	// ResourceGroupID is the resource group the credential is bound to
+	// (optional). Carried, not read; a group's ceiling is the project
+	// namespace's ResourceQuota (docs/credentials.md).
 	ResourceGroupID string `json:"resourceGroupId"`
 	// ProjectNamespace is the Kubernetes namespace of the project.
 	ProjectNamespace string `json:"projectNamespace"`

@@ -52,6 +52,7 @@ func TestAuthorizerCheck(t *testing.T) {
 		{"not found (missing or another credential's)", authorizer.Decision{Reason: authorizer.ReasonNotFound}, nil, CodeSandboxNotFound},
 		{"deleting", authorizer.Decision{Reason: authorizer.ReasonDeleting}, nil, CodeSandboxDeleting},
 		{"expired", authorizer.Decision{Reason: authorizer.ReasonExpired}, nil, CodeSandboxExpired},
+		{"not ready (Creating or PodUnavailable)", authorizer.Decision{Reason: authorizer.ReasonNotReady}, nil, CodeSandboxNotReady},
 		{"unavailable", authorizer.Decision{}, errors.New("corectl down"), CodeAuthorizerUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

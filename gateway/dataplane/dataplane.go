@@ -672,6 +672,10 @@ func refusal(d authorizer.Decision) *Error {
 		return fail(CodeSandboxDeleting, "the sandbox is being deleted")
 	case d.Reason == authorizer.ReasonExpired:
 		return fail(CodeSandboxExpired, "the sandbox has reached its timeout")
+	case d.Reason == authorizer.ReasonNotReady:
+		// The code the fixed entry's ingress gives a sandbox whose pod
+		// is not ready (spec §3.3: the authorizer checks "running").
+		return fail(CodeSandboxNotReady, "the sandbox is not ready")
 	default:
 		return fail(CodeSandboxNotFound, "the sandbox was not found")
 	}

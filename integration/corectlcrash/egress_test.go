@@ -32,10 +32,15 @@ func (w *world) policy(name string) *networkingv1.NetworkPolicy {
 // verify R1 and E1 for a sandbox, then sends PUT /network with E2 to
 // replica "killed" and kills it after its policy write, with its read-back
 // held (never sent): the policy is left Verifying with E2 and the LKG E1.
-// at runs at that point, before the kill. It returns once the leader's
-// egress recovery has taken the policy out of Verifying, with the policy
-// log watched from before the PUT.
-func egressKilledAtReadBack(t *testing.T, at func(w *world, id, alloc string)) (w *world, survivor *corectlProc, id, policy string, log *eventLog) {
+// before runs after E1 is verified and before the PUT is sent: the
+// leader's recovery may take the policy left Verifying as soon as the
+// Verifying mark is written (the grace is short), so whatever the
+// recovery must find has to exist by then; a hook between the held
+// read-back and the kill raced with it (the recovery could commit before
+// the hook's object existed). It returns once the leader's egress
+// recovery has taken the policy out of Verifying, with the policy log
+// watched from before the PUT.
+func egressKilledAtReadBack(t *testing.T, before func(w *world, id, alloc string)) (w *world, survivor *corectlProc, id, policy string, log *eventLog) {
 	w = newWorld(t)
 	survivor = w.start("survivor", nil, "-egress-grace", "1s")
 	w.awaitLeader("")
@@ -43,6 +48,7 @@ func egressKilledAtReadBack(t *testing.T, at func(w *world, id, alloc string)) (
 	killed := w.start("killed", proxy)
 	id, alloc := w.managedSandbox(survivor)
 	policy = egress.PolicyName(alloc)
+	before(w, id, alloc)
 	log = w.watchPolicies()
 	path := "/apis/networking.k8s.io/v1/namespaces/" + w.ns + "/networkpolicies/" + policy
 	proxy.setHold(writeThenRead(path))
@@ -65,7 +71,6 @@ func egressKilledAtReadBack(t *testing.T, at func(w *world, id, alloc string)) (
 	if code, body, err := do(t, survivor.api, "GET", "/sandboxes/"+id+"/network", "", &view); err != nil || code != 200 || view.NetworkReady {
 		t.Fatalf("GET /network of the policy left Verifying = %d %s %v: ready", code, body, err)
 	}
-	at(w, id, alloc)
 	killed.kill(t)
 	if err := <-put; err == nil {
 		t.Fatal("the killed replica answered the egress PUT")
@@ -135,10 +140,13 @@ func TestEgressPutKilledBeforeItsReadBack(t *testing.T) {
 }
 
 // TestEgressPutKilledBeforeItsChecks is TestEgressPutKilledBeforeItsReadBack
-// with a check that fails: while the killed PUT is held, a user's
-// NetworkPolicy appears that selects the sandbox and allows egress to a
-// CIDR of E1 that E2 drops, so E2 would be widened (PolicyConflict, as the
-// PUT itself would have found). The leader's recovery must not commit E2:
+// with a check that fails: a user's NetworkPolicy selects the sandbox and
+// allows egress to a CIDR of E1 that E2 drops, so E2 would be widened
+// (PolicyConflict, as the PUT itself would have found; under E1 it is
+// covered, no conflict). It is created before the killed PUT is sent: the
+// recovery can start as soon as the Verifying mark is written, and when
+// the policy appeared only while the PUT was held, the recovery sometimes
+// committed E2 first (once in three runs). The leader's recovery must not commit E2:
 // it restores the LKG E1 (state and code PolicyConflict, as the PUT's own
 // rollback records, and it stays so until a PUT verifies again), and
 // GET /network is not ready (NotVerified, lastErrorCode PolicyConflict);

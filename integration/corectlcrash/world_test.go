@@ -357,10 +357,12 @@ func deletedLast(t *testing.T, logs ...*eventLog) {
 	}
 }
 
-// removed waits (up to 30 s) until the BatchSandbox bs of sandbox id is
-// gone (wait names the wait), then checks that its carrier, its allowlist
-// and, when policy is not empty, its egress policy are gone too, and that
-// GET on survivor answers 404.
+// removed waits (up to 30 s) until the BatchSandbox bs of sandbox id and,
+// when policy is not empty, its egress policy are gone (wait names the
+// wait; the policy goes after the BatchSandbox, once no pod it selects is
+// left, spec §5.3), then checks that its carrier and its allowlist, which
+// go before the BatchSandbox, are gone too, and that GET on survivor
+// answers 404.
 func (w *world) removed(t *testing.T, survivor *corectlProc, bs *unstructured.Unstructured, id, policy, wait string) {
 	t.Helper()
 	ctx := context.Background()
@@ -368,17 +370,13 @@ func (w *world) removed(t *testing.T, survivor *corectlProc, bs *unstructured.Un
 		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj))
 	}
 	kubetest.Eventually(t, 30*time.Second, wait, func() (bool, error) {
-		return gone(bs.DeepCopy(), w.ns, id), nil
+		return gone(bs.DeepCopy(), w.ns, id) && (policy == "" || gone(&networkingv1.NetworkPolicy{}, w.ns, policy)), nil
 	})
 	type ref struct {
 		obj      client.Object
 		ns, name string
 	}
-	left := []ref{{&networkingv1.Ingress{}, w.ingNS, ingressallow.IngressName(id)}, {&v1alpha1.SandboxIngressAllowlist{}, w.ns, id}}
-	if policy != "" {
-		left = append(left, ref{&networkingv1.NetworkPolicy{}, w.ns, policy})
-	}
-	for _, k := range left {
+	for _, k := range []ref{{&networkingv1.Ingress{}, w.ingNS, ingressallow.IngressName(id)}, {&v1alpha1.SandboxIngressAllowlist{}, w.ns, id}} {
 		if !gone(k.obj, k.ns, k.name) {
 			t.Fatalf("%s/%s outlived the BatchSandbox", k.ns, k.name)
 		}

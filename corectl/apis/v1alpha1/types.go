@@ -65,7 +65,9 @@ const (
 	// including those in another namespace, where an ownerReference is not
 	// possible.
 	AnnotationOwner = "network.sandgate.io/owner"
-	// AnnotationVerifyingSince is the RFC 3339 time a NetworkPolicy entered
+	// AnnotationVerifyingSince is the RFC 3339 time (with nanoseconds, so the
+	// grace is measured from the write and not from its second; a value
+	// without a fraction still parses) a NetworkPolicy entered
 	// the Verifying state; the recovery reconciler finishes cycles older
 	// than its grace period (an interrupted corectl).
 	AnnotationVerifyingSince = "network.sandgate.io/verifying-since"
