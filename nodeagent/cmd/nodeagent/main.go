@@ -301,14 +301,33 @@ func fingerprint(prov *docker.Provider, st *state.Dir, timeout time.Duration, lo
 	}
 }
 
+// selfImage is the kernel's name for the executable file of the calling
+// process.
+const selfImage = "/proc/self/exe"
+
+// selfExecutable names the program the node's helpers and preparers run:
+// /proc/self/exe, which the kernel resolves to the very file this process
+// was started from, even after the installed path was replaced by an
+// upgrade (a new file renamed over the old name, as install(1) and package
+// managers do). A helper or preparer thus always runs the build of the
+// agent that launched it, never a newer one installed meanwhile; the new
+// build runs only after the agent restarts (nodeagent/README.md,
+// "Upgrading the agent"). The error says /proc is not mounted.
+func selfExecutable() (string, error) {
+	if _, err := os.Stat(selfImage); err != nil {
+		return "", fmt.Errorf("cannot find the nodeagent executable for its helpers (%s; is /proc mounted?): %w", selfImage, err)
+	}
+	return selfImage, nil
+}
+
 // generations builds the generation manager of a generation-managing
 // node: helpers and preparers are this very executable, and the manager
 // has read what the generations directory holds (restart recovery; it
 // acts only once a connection supplies the deployment).
 func generations(cfg *config.Config, installation string, stderr io.Writer, log *slog.Logger) (*generation.Manager, error) {
-	exe, err := os.Executable()
+	exe, err := selfExecutable()
 	if err != nil {
-		return nil, fmt.Errorf("cannot find the nodeagent executable for its helpers: %w", err)
+		return nil, err
 	}
 	gens, err := genstate.Open(cfg.StateDir)
 	if err != nil {
