@@ -9,7 +9,7 @@ import (
 
 	"github.com/sandgate/sandgate/integration/harness"
 	"github.com/sandgate/sandgate/internal/filewatch"
-	"github.com/sandgate/sandgate/internal/scrape"
+	"github.com/sandgate/sandgate/internal/scrapetest"
 )
 
 // TestCredentialFileDeleted: deleting the resource credential file of the
@@ -24,8 +24,8 @@ func TestCredentialFileDeleted(t *testing.T) {
 	if r, err := e.listDir(ctx, tok); err != nil || r.status != http.StatusOK {
 		t.Fatalf("baseline ListDir: %v status %d %s", err, r.status, r.body)
 	}
-	metrics := func() scrape.Samples {
-		s, err := scrape.Get(http.DefaultClient, "http://"+e.Admin+"/metrics")
+	metrics := func() scrapetest.Samples {
+		s, err := scrapetest.Get(http.DefaultClient, "http://"+e.Admin+"/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}

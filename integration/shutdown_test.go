@@ -18,7 +18,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/sandgate/sandgate/integration/harness"
-	"github.com/sandgate/sandgate/internal/scrape"
+	"github.com/sandgate/sandgate/internal/scrapetest"
 	"github.com/sandgate/sandgate/node/sim"
 	"github.com/sandgate/sandgate/nodecore/api"
 )
@@ -107,7 +107,7 @@ func TestGracefulShutdown(t *testing.T) {
 	if op.Outcome != "success" {
 		t.Fatalf("operation: %d %+v", resp.StatusCode, op)
 	}
-	m, err := scrape.Get(nil, e.Gateway+"/metrics")
+	m, err := scrapetest.Get(nil, e.Gateway+"/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

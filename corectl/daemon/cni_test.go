@@ -16,7 +16,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/daemon"
 	"github.com/sandgate/sandgate/corectl/egress"
 	"github.com/sandgate/sandgate/corectl/kubetest"
-	"github.com/sandgate/sandgate/internal/scrape"
+	"github.com/sandgate/sandgate/internal/scrapetest"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -90,7 +90,7 @@ func TestCNIGateFollowsTheCluster(t *testing.T) {
 	r := &replica{d: d}
 
 	gateOpen := func() float64 {
-		samples, err := scrape.Get(http.DefaultClient, "http://"+d.ProbeAddr()+"/metrics")
+		samples, err := scrapetest.Get(http.DefaultClient, "http://"+d.ProbeAddr()+"/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,12 +15,12 @@ import (
 	"github.com/sandgate/sandgate/corectl/httpapi"
 	"github.com/sandgate/sandgate/corectl/metrics"
 	"github.com/sandgate/sandgate/gateway/credential"
-	"github.com/sandgate/sandgate/internal/scrape"
+	"github.com/sandgate/sandgate/internal/scrapetest"
 )
 
 // e2bRoutes is every route of E2B's control API: the paths and methods of
 // e2b-dev/infra spec/openapi.yml at 54693ff35 (the document corectl's
-// E2B models come from, package e2bmodel), in its order.
+// E2B models come from, package e2bmodeltest), in its order.
 var e2bRoutes = []string{
 	"GET /health", "GET /teams", "GET /teams/{teamID}/metrics", "GET /teams/{teamID}/metrics/max",
 	"GET /sandboxes", "POST /sandboxes", "GET /v2/sandboxes", "GET /sandboxes/metrics",
@@ -140,7 +140,7 @@ func TestOwnershipFailsClosed(t *testing.T) {
 	}
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	samples, err := scrape.Parse(rec.Body)
+	samples, err := scrapetest.Parse(rec.Body)
 	if err != nil {
 		t.Fatal(err)
 	}

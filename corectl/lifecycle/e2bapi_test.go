@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandgate/sandgate/corectl/e2bmodel"
+	"github.com/sandgate/sandgate/corectl/e2bmodeltest"
 	"github.com/sandgate/sandgate/corectl/httpapi"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
 	corev1 "k8s.io/api/core/v1"
@@ -39,7 +39,7 @@ func (w *world) call(method, path, key, body string) (int, http.Header, []byte) 
 // conform fails t unless body is the E2B model.
 func conform(t *testing.T, what, model string, body []byte) {
 	t.Helper()
-	if err := e2bmodel.Check(model, body); err != nil {
+	if err := e2bmodeltest.Check(model, body); err != nil {
 		t.Errorf("%s is not E2B's %s: %v\n%s", what, model, err, body)
 	}
 }

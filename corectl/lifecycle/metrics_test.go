@@ -9,7 +9,7 @@ import (
 
 	"github.com/sandgate/sandgate/corectl/kubetest"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
-	"github.com/sandgate/sandgate/internal/scrape"
+	"github.com/sandgate/sandgate/internal/scrapetest"
 )
 
 // probe GETs path on the daemon's probe listener.
@@ -24,9 +24,9 @@ func (w *world) probe(path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func (w *world) metrics() scrape.Samples {
+func (w *world) metrics() scrapetest.Samples {
 	w.t.Helper()
-	s, err := scrape.Get(nil, "http://"+w.d.ProbeAddr()+"/metrics")
+	s, err := scrapetest.Get(nil, "http://"+w.d.ProbeAddr()+"/metrics")
 	if err != nil {
 		w.t.Fatal(err)
 	}

@@ -10,14 +10,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandgate/sandgate/internal/filewatch"
-	"github.com/sandgate/sandgate/internal/scrape"
+	"github.com/sandgate/sandgate/internal/scrapetest"
 )
 
-func scrapeOf(t *testing.T, m *Metrics) scrape.Samples {
+func scrapeOf(t *testing.T, m *Metrics) scrapetest.Samples {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	s, err := scrape.Parse(rec.Body)
+	s, err := scrapetest.Parse(rec.Body)
 	if err != nil {
 		t.Fatal(err)
 	}

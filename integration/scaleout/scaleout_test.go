@@ -25,7 +25,7 @@ import (
 
 	"github.com/sandgate/sandgate/integration/replicas"
 	"github.com/sandgate/sandgate/internal/kubeenv"
-	"github.com/sandgate/sandgate/internal/scrape"
+	"github.com/sandgate/sandgate/internal/scrapetest"
 	"github.com/sandgate/sandgate/node/sim"
 	"github.com/sandgate/sandgate/nodecore/presence"
 )
@@ -231,7 +231,7 @@ func TestScaleOut(t *testing.T) {
 	// Each replica forwarded the operations for the nodes held by the
 	// others, and counted them (sandgate_node_forwarded_total).
 	for r := range 3 {
-		m, err := scrape.Get(nil, urls[r]+"/metrics")
+		m, err := scrapetest.Get(nil, urls[r]+"/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -395,7 +395,7 @@ func TestScaleOut(t *testing.T) {
 	// The survivors renewed their nodes' Leases (their nodes heartbeat
 	// every 3 s, renewals are due every 4 s) and counted it.
 	for _, r := range []int{0, 2} {
-		m, err := scrape.Get(nil, urls[r]+"/metrics")
+		m, err := scrapetest.Get(nil, urls[r]+"/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}

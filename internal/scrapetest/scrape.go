@@ -1,8 +1,8 @@
-// Package scrape reads a Prometheus text exposition (what a /metrics
-// endpoint answers) into samples that tests and load tools can look up by
+// Package scrapetest reads a Prometheus text exposition (what a /metrics
+// endpoint answers) into samples that tests can look up by
 // name and labels. It uses the Prometheus text parser; histograms and
 // summaries appear as their _count and _sum samples.
-package scrape
+package scrapetest
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package e2bmodel
+package e2bmodeltest
 
 import (
 	"strings"

@@ -1,4 +1,4 @@
-// Package e2bmodel checks JSON bodies against the models of E2B's control
+// Package e2bmodeltest checks JSON bodies against the models of E2B's control
 // API as its OpenAPI document defines them: the required fields, their
 // types and formats, enums and nullability (e2b-dev/infra
 // spec/openapi.yml at commit 54693ff35, "components.schemas"; both E2B
@@ -14,7 +14,7 @@
 // additionalProperties: false; the generated clients keep unknown keys).
 //
 // corectl's tests run every response body through Check.
-package e2bmodel
+package e2bmodeltest
 
 import (
 	"encoding/json"
