@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -41,19 +42,23 @@ type surfaceTable struct {
 // fragment>" (the call rejects with an error of exactly that class whose
 // message contains the fragment). Note says why a
 // refusal is deliberate; Gap, when set, marks a known gap (a failure that
-// is not a deliberate refusal) and says why it fails.
+// is not a deliberate refusal) and says why it fails. Value, when set, is
+// the JSON value a call that works resolves to (the scenario reports
+// booleans, numbers and strings), in every SDK version that has it.
 type surfaceRow struct {
 	Method   string            `json:"method"`
 	Outcomes map[string]string `json:"outcomes"`
+	Value    json.RawMessage   `json:"value,omitempty"`
 	Note     string            `json:"note,omitempty"`
 	Gap      string            `json:"gap,omitempty"`
 }
 
 // surfaceCall is one call of the "surface" scenario.
 type surfaceCall struct {
-	Absent      bool `json:"absent"`
-	Unreachable bool `json:"unreachable"`
-	OK          bool `json:"ok"`
+	Absent      bool            `json:"absent"`
+	Unreachable bool            `json:"unreachable"`
+	OK          bool            `json:"ok"`
+	Value       json.RawMessage `json:"value"`
 	Error       *struct {
 		Name    string `json:"name"`
 		Message string `json:"message"`
@@ -96,9 +101,10 @@ func readSurfaceTable(t *testing.T) surfaceTable {
 	return tab
 }
 
-// checkOutcome reports how call differs from the table's outcome want
-// ("" when it matches).
-func checkOutcome(want string, call surfaceCall, called bool) string {
+// checkOutcome reports how call differs from the table's outcome want and,
+// for a call that works, from its value when wantValue is set ("" when it
+// matches).
+func checkOutcome(want string, wantValue json.RawMessage, call surfaceCall, called bool) string {
 	switch {
 	case !called:
 		return "not called by the scenario"
@@ -116,7 +122,10 @@ func checkOutcome(want string, call surfaceCall, called bool) string {
 		return "was not reached"
 	case want == "works":
 		if !call.OK {
-			return fmt.Sprintf("failed: %+v", *call.Error)
+			return fmt.Sprintf("failed: %+v", call.Error)
+		}
+		if wantValue != nil && !jsonEqual(wantValue, call.Value) {
+			return fmt.Sprintf("resolved to %s, not %s", call.Value, wantValue)
 		}
 	default:
 		name, fragment, _ := strings.Cut(want, ": ")
@@ -145,12 +154,12 @@ func TestSDKSurface(t *testing.T) {
 		t.Run(pkg, func(t *testing.T) {
 			var r surfaceResult
 			runSDK(t, st.root, pkg, "surface", 3*time.Minute, &r, "E2B_API_URL="+st.api, "E2B_SANDBOX_URL="+st.h.Gateway,
-				"E2B_API_KEY=key-e2e", "SCENARIO_DIR=/home/user")
+				"E2B_API_KEY=key-e2e", "SCENARIO_DIR=/home/user/surface-"+pkg)
 			rows := map[string]surfaceRow{}
 			for _, row := range tab.Rows {
 				rows[row.Method] = row
 				call, called := r.Calls[row.Method]
-				if diff := checkOutcome(row.Outcomes[pkg], call, called); diff != "" {
+				if diff := checkOutcome(row.Outcomes[pkg], row.Value, call, called); diff != "" {
 					t.Errorf("%s: the table says %q, but it %s", row.Method, row.Outcomes[pkg], diff)
 				}
 			}
@@ -169,6 +178,12 @@ func TestSDKSurface(t *testing.T) {
 			}
 		})
 	}
+}
+
+// jsonEqual reports whether a and b are the same JSON value.
+func jsonEqual(a, b json.RawMessage) bool {
+	var x, y any
+	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
 }
 
 // extendedCaddyfile is the harness's gateway with extended_operations.
@@ -242,5 +257,46 @@ func TestSDKSurfaceDoc(t *testing.T) {
 	}
 	if got, _, _ := strings.Cut(rest, surfaceEnd); got != want {
 		t.Errorf("%s's SDK-surface section is not %s rendered; run go test -run TestSDKSurfaceDoc ./integration/controle2e/ -update", docPath, surfaceTablePath)
+	}
+}
+
+// TestCheckOutcome pins how a call is held against its row.
+func TestCheckOutcome(t *testing.T) {
+	refused := surfaceCall{Error: &struct {
+		Name    string `json:"name"`
+		Message string `json:"message"`
+	}{Name: "SandboxError", Message: "501: not_supported: pause is not supported: why"}}
+	cases := []struct {
+		want   string
+		value  string
+		call   surfaceCall
+		called bool
+		ok     bool
+	}{
+		{"works", "", surfaceCall{OK: true}, true, true},
+		{"works", "true", surfaceCall{OK: true, Value: json.RawMessage("true")}, true, true},
+		{"works", "true", surfaceCall{OK: true, Value: json.RawMessage("false")}, true, false},
+		{"works", "true", surfaceCall{OK: true}, true, false},
+		{"works", "", refused, true, false},
+		{"works", "", surfaceCall{OK: true}, false, false},
+		{"works", "", surfaceCall{Absent: true}, true, false},
+		{"absent", "", surfaceCall{Absent: true}, true, true},
+		{"absent", "", surfaceCall{OK: true}, true, false},
+		{"unreachable", "", surfaceCall{Unreachable: true}, true, true},
+		{"unreachable", "", surfaceCall{OK: true}, true, false},
+		{"works", "", surfaceCall{Unreachable: true}, true, false},
+		{"SandboxError: 501: not_supported: pause", "", refused, true, true},
+		{"SandboxError: not_supported: fork", "", refused, true, false},
+		{"Error: 501: not_supported: pause", "", refused, true, false},
+		{"SandboxError: 501", "", surfaceCall{OK: true}, true, false},
+	}
+	for _, c := range cases {
+		var v json.RawMessage
+		if c.value != "" {
+			v = json.RawMessage(c.value)
+		}
+		if diff := checkOutcome(c.want, v, c.call, c.called); (diff == "") != c.ok {
+			t.Errorf("%q %s against %+v (called %v): %q", c.want, c.value, c.call, c.called, diff)
+		}
 	}
 }

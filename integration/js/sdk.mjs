@@ -632,6 +632,7 @@ standalone.surface = async function surface() {
     }
     const r = await attempt(fn)
     calls[name] = { ok: r.ok, error: r.error }
+    if (r.ok && ['boolean', 'number', 'string'].includes(typeof r.value)) calls[name].value = r.value
     return r.ok ? r.value : undefined
   }
   // Using a URL the SDK made: an error unless the answer is 2xx.
