@@ -40,11 +40,11 @@ type surfaceTable struct {
 // "unreachable" (a method of an object the SDK hands out only from a call
 // that is refused, e.g. a watch handle) or "<ErrorName>: <message
 // fragment>" (the call rejects with an error of exactly that class whose
-// message contains the fragment). Note says why a
-// refusal is deliberate; Gap, when set, marks a known gap (a failure that
-// is not a deliberate refusal) and says why it fails. Value, when set, is
-// the JSON value a call that works resolves to (the scenario reports
-// booleans, numbers and strings), in every SDK version that has it.
+// message contains the fragment). Note says why a refusal is deliberate;
+// Gap, when set, marks a known gap (a failure that is not a deliberate
+// refusal) and says why it fails. Value, when set, is the JSON value a
+// call that works resolves to (the scenario reports booleans, numbers and
+// strings), in every SDK version that has it.
 type surfaceRow struct {
 	Method   string            `json:"method"`
 	Outcomes map[string]string `json:"outcomes"`
