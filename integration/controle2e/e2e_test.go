@@ -145,11 +145,18 @@ type stack struct {
 // to the credential's YAML mapping (e.g. "    limits: {...}\n").
 func startStack(t *testing.T, extra string) stack {
 	t.Helper()
+	return startStackCaddyfile(t, extra, "")
+}
+
+// startStackCaddyfile is startStack with the gateway's Caddyfile (the
+// harness's placeholders; "" is harness.DefaultCaddyfile).
+func startStackCaddyfile(t *testing.T, extra, caddyfile string) stack {
+	t.Helper()
 	root := repoRoot(t)
 	ns, ingNS, tplNS := env.Namespace(t), env.Namespace(t), env.Namespace(t)
 	creds := fmt.Sprintf("credentials:\n  - id: cred-e2e\n    enabled: true\n    resourceSpecId: spec-small\n"+
 		"    resourceGroupId: group-1\n    projectNamespace: %s\n    clusterId: cluster-a\n", ns) + extra
-	h, err := harness.Start(harness.Config{RepoRoot: root, Credentials: creds})
+	h, err := harness.Start(harness.Config{RepoRoot: root, Credentials: creds, Caddyfile: caddyfile})
 	if err != nil {
 		t.Fatal(err)
 	}

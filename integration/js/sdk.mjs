@@ -575,6 +575,168 @@ standalone.limits = async function limits() {
 }
 
 
+// publicSurface reads the SDK's own type declarations (dist/index.d.ts of
+// E2B_PACKAGE) and returns the public methods of Sandbox (static and
+// instance, SandboxApi's included) and of the objects it hands out
+// (sbx.commands, sbx.files, sbx.pty, a command handle, a watch handle),
+// each named as the "surface" scenario names its calls. Members declared
+// private or protected, getters, fields and constructors are left out.
+async function publicSurface() {
+  const { readFile } = await import('node:fs/promises')
+  const { createRequire } = await import('node:module')
+  const entry = createRequire(import.meta.url).resolve(pkg)
+  const dts = await readFile(entry.replace(/index\.js$/, 'index.d.ts'), 'utf8')
+  const prefixes = {
+    Sandbox: ['Sandbox.', 'sbx.'], SandboxApi: ['Sandbox.', 'sbx.'], Commands: [null, 'sbx.commands.'],
+    Filesystem: [null, 'sbx.files.'], Pty: [null, 'sbx.pty.'], CommandHandle: [null, 'handle.'], WatchHandle: [null, 'watchHandle.'],
+  }
+  const names = new Set()
+  for (const [cls, [staticPrefix, instancePrefix]] of Object.entries(prefixes)) {
+    const start = dts.search(new RegExp(`^declare (abstract )?class ${cls}\\b[^\\n]*\\{$`, 'm'))
+    if (start < 0) throw new Error(`${pkg}: no class ${cls} in index.d.ts`)
+    const body = dts.slice(start, dts.indexOf('\n}', start)).split('\n').slice(1)
+    const indent = Math.min(...body.filter((l) => /^\s+\S/.test(l) && !/^\s*(\/\*\*|\*)/.test(l)).map((l) => l.match(/^\s*/)[0].length))
+    for (const line of body) {
+      if (line.match(/^\s*/)[0].length !== indent) continue
+      const m = line.trim().match(/^(static\s+)?(?:async\s+)?([A-Za-z_$][\w$]*)\s*[<(]/)
+      if (!m || m[2] === 'constructor') continue
+      const prefix = m[1] ? staticPrefix : instancePrefix
+      if (prefix) names.add(prefix + m[2])
+    }
+  }
+  return [...names].sort()
+}
+
+// The SDK surface as a table (docs/corectl.md "The SDK surface"): every
+// public method publicSurface finds, called once against corectl and the
+// gateway (extended_operations on), each result an attempt; a method this
+// SDK version does not have is {absent: true}, a method of an object the
+// scenario could not get (the call that makes it was refused) is
+// {unreachable: true}. Uses E2B_API_KEY,
+// E2B_API_URL, E2B_SANDBOX_URL and SCENARIO_DIR.
+standalone.surface = async function surface() {
+  const opts = {
+    apiKey: process.env.E2B_API_KEY,
+    apiUrl: process.env.E2B_API_URL,
+    sandboxUrl: process.env.E2B_SANDBOX_URL,
+  }
+  const calls = {}
+  const call = async (name, target, fn) => {
+    if (target === unreachable) {
+      calls[name] = { unreachable: true }
+      return undefined
+    }
+    if (typeof target !== 'function') {
+      calls[name] = { absent: true }
+      return undefined
+    }
+    const r = await attempt(fn)
+    calls[name] = { ok: r.ok, error: r.error }
+    if (r.ok && ['boolean', 'number', 'string'].includes(typeof r.value)) calls[name].value = r.value
+    return r.ok ? r.value : undefined
+  }
+  // Using a URL the SDK made: an error unless the answer is 2xx.
+  const use = async (url, init) => {
+    const res = await fetch(url, init)
+    const body = await res.text()
+    if (!res.ok) throw new Error(`HTTP ${res.status} ${res.headers.get('sandgate-error-code') ?? ''}: ${body.slice(0, 200)}`)
+    return body
+  }
+  const network = { allowOut: ['198.51.100.7'] }
+  const unreachable = Symbol('unreachable')
+
+  const sbx = await call('Sandbox.create', Sandbox.create, () => Sandbox.create('base', { ...opts, timeoutMs: 300000 }))
+  if (!sbx) return { calls, surface: await publicSurface() }
+  const other = await Sandbox.create('base', opts)
+  const id = sbx.sandboxId
+
+  // The class's calls on a sandbox ID.
+  await call('Sandbox.connect', Sandbox.connect, async () => (await Sandbox.connect(id, opts)).sandboxId)
+  await call('Sandbox.list', Sandbox.list, async () => (await Sandbox.list(opts).nextItems()).length)
+  await call('Sandbox.getInfo', Sandbox.getInfo, async () => (await Sandbox.getInfo(id, opts)).sandboxId)
+  await call('Sandbox.getFullInfo', Sandbox.getFullInfo, async () => (await Sandbox.getFullInfo(id, opts)).sandboxId)
+  await call('Sandbox.getMetrics', Sandbox.getMetrics, () => Sandbox.getMetrics(id, opts))
+  await call('Sandbox.setTimeout', Sandbox.setTimeout, () => Sandbox.setTimeout(id, 240000, opts))
+  await call('Sandbox.updateNetwork', Sandbox.updateNetwork, () => Sandbox.updateNetwork(id, network, opts))
+  await call('Sandbox.pause', Sandbox.pause, () => Sandbox.pause(id, opts))
+  await call('Sandbox.betaPause', Sandbox.betaPause, () => Sandbox.betaPause(id, opts))
+  await call('Sandbox.createSnapshot', Sandbox.createSnapshot, () => Sandbox.createSnapshot(id, opts))
+  await call('Sandbox.listSnapshots', Sandbox.listSnapshots, () => Sandbox.listSnapshots(opts).nextItems())
+  await call('Sandbox.deleteSnapshot', Sandbox.deleteSnapshot, () => Sandbox.deleteSnapshot('snapshot-1', opts))
+  await call('Sandbox.fork', Sandbox.fork, () => Sandbox.fork(id, opts))
+
+  // The instance's control-API calls.
+  await call('sbx.connect', sbx.connect, async () => (await sbx.connect(opts)).sandboxId)
+  await call('sbx.getHost', sbx.getHost, () => sbx.getHost(8080))
+  await call('sbx.isRunning', sbx.isRunning, () => sbx.isRunning())
+  await call('sbx.getInfo', sbx.getInfo, async () => (await sbx.getInfo()).sandboxId)
+  await call('sbx.getMetrics', sbx.getMetrics, () => sbx.getMetrics())
+  await call('sbx.setTimeout', sbx.setTimeout, () => sbx.setTimeout(300000))
+  await call('sbx.updateNetwork', sbx.updateNetwork, () => sbx.updateNetwork(network))
+  await call('sbx.pause', sbx.pause, () => sbx.pause())
+  await call('sbx.betaPause', sbx.betaPause, () => sbx.betaPause())
+  await call('sbx.createSnapshot', sbx.createSnapshot, () => sbx.createSnapshot())
+  await call('sbx.listSnapshots', sbx.listSnapshots, () => sbx.listSnapshots().nextItems())
+  await call('sbx.fork', sbx.fork, () => sbx.fork())
+  await call('sbx.getMcpUrl', sbx.getMcpUrl, () => sbx.getMcpUrl())
+  await call('sbx.getMcpToken', sbx.getMcpToken, () => sbx.getMcpToken())
+
+  // Files.
+  const f = sbx.files
+  await call('sbx.files.makeDir', f.makeDir, () => f.makeDir(`${dir}/sub`))
+  await call('sbx.files.write', f.write, async () => (await f.write(`${dir}/a.txt`, 'surface\n')).path)
+  await call('sbx.files.writeFiles', f.writeFiles, async () => (await f.writeFiles([{ path: `${dir}/b.txt`, data: 'b' }])).length)
+  await call('sbx.files.read', f.read, () => f.read(`${dir}/a.txt`))
+  await call('sbx.files.list', f.list, async () => (await f.list(dir)).map((e) => e.name).sort())
+  await call('sbx.files.exists', f.exists, () => f.exists(`${dir}/a.txt`))
+  await call('sbx.files.getInfo', f.getInfo, async () => (await f.getInfo(`${dir}/a.txt`)).size)
+  await call('sbx.files.rename', f.rename, async () => (await f.rename(`${dir}/b.txt`, `${dir}/sub/b.txt`)).path)
+  await call('sbx.files.remove', f.remove, () => f.remove(`${dir}/sub/b.txt`))
+  const watch = await call('sbx.files.watchDir', f.watchDir, () => f.watchDir(dir, () => {}))
+  await call('watchHandle.stop', watch ? watch.stop : unreachable, () => watch.stop())
+  await call('sbx.downloadUrl', sbx.downloadUrl, async () => use(await sbx.downloadUrl(`${dir}/a.txt`)))
+  await call('sbx.uploadUrl', sbx.uploadUrl, async () => {
+    const form = new FormData()
+    form.append('file', new Blob(['uploaded\n']), 'c.txt')
+    return use(await sbx.uploadUrl(`${dir}/c.txt`), { method: 'POST', body: form })
+  })
+
+  // Commands and their handles.
+  const c = sbx.commands
+  await call('sbx.commands.run', c.run, async () => (await c.run('echo hi')).stdout)
+  const bg = await c.run('while true; do sleep 1; done', { background: true })
+  await call('sbx.commands.list', c.list, async () => (await c.list()).some((p) => p.pid === bg.pid))
+  const conn = await call('sbx.commands.connect', c.connect, () => c.connect(bg.pid))
+  await call('sbx.commands.sendStdin', c.sendStdin, () => c.sendStdin(bg.pid, 'x'))
+  await call('sbx.commands.closeStdin', c.closeStdin, () => c.closeStdin(bg.pid))
+  await call('handle.sendStdin', bg.sendStdin, () => bg.sendStdin('x'))
+  await call('handle.closeStdin', bg.closeStdin, () => bg.closeStdin())
+  await call('handle.disconnect', bg.disconnect, () => bg.disconnect())
+  await call('sbx.commands.kill', c.kill, () => c.kill(bg.pid))
+  if (conn) await attempt(() => conn.wait())
+  const short = await c.run('echo done', { background: true })
+  await call('handle.wait', short.wait, async () => (await short.wait()).stdout)
+  const long = await c.run('while true; do sleep 1; done', { background: true })
+  await call('handle.kill', long.kill, () => long.kill())
+  await attempt(() => long.wait())
+
+  // The PTY; without one (pty.create refused) the other calls name a
+  // plain background command, as a user holding a pid could.
+  const p = sbx.pty
+  const pty = await call('sbx.pty.create', p.create, () => p.create({ cols: 80, rows: 24, onData: () => {} }))
+  const ptyPid = pty?.pid ?? (await c.run('while true; do sleep 1; done', { background: true })).pid
+  await call('sbx.pty.connect', p.connect, () => p.connect(ptyPid, { onData: () => {} }))
+  await call('sbx.pty.sendInput', p.sendInput, () => p.sendInput(ptyPid, new TextEncoder().encode('x')))
+  await call('sbx.pty.resize', p.resize, () => p.resize(ptyPid, { cols: 100, rows: 30 }))
+  await call('sbx.pty.kill', p.kill, () => p.kill(ptyPid))
+
+  // The end of both sandboxes.
+  await call('sbx.kill', sbx.kill, () => sbx.kill())
+  await call('Sandbox.kill', Sandbox.kill, () => Sandbox.kill(other.sandboxId, opts))
+  return { calls, surface: await publicSurface() }
+}
+
+
 // A standalone scenario must not share a name with a scenario: it would
 // hide it, and the tests that ask for the hidden one would run the other.
 const shadowed = Object.keys(standalone).filter((k) => scenarios[k])
