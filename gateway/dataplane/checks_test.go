@@ -43,6 +43,11 @@ func TestOrderOfChecks(t *testing.T) {
 			r.Header.Set("Content-Type", "application/json")
 			return r
 		}(), 501, CodeUnsupportedOperation, "unimplemented", false},
+		{"a signed file URL (downloadUrl) without the token", func() *http.Request {
+			r := httptest.NewRequest(http.MethodGet, e.gateway.URL+"/files?path=%2Fa&username=user&signature=v1_abc&signature_expiration=1", nil)
+			r.RequestURI = ""
+			return r
+		}(), 501, CodeUnsupportedOperation, "", true},
 		{"wrong method on a connect route", listDir(func(r *http.Request) { r.Method = http.MethodGet }), 405, CodeMethodNotAllowed, "", true},
 		{"missing sandbox id", listDir(func(r *http.Request) { r.Header.Del(HeaderSandboxID) }), 400, CodeSandboxHeaderMissing, "invalid_argument", false},
 		{"missing sandbox port", listDir(func(r *http.Request) { r.Header.Del(HeaderSandboxPort) }), 400, CodeSandboxHeaderMissing, "invalid_argument", false},

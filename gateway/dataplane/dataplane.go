@@ -578,6 +578,13 @@ func (h *Handler) finish(ctx context.Context, op string, rq *request, e *Error, 
 
 // authorize runs checks 2 to 6 and fills rq.
 func (h *Handler) authorize(r *http.Request, rq *request) *Error {
+	if r.URL.Query().Has("signature") && len(r.Header.Values(HeaderAccessToken)) == 0 {
+		// A signed file URL (the SDKs' downloadUrl/uploadUrl): envd's own
+		// signature over its access token, which the gateway never sees,
+		// so it cannot be checked; refused as a whole rather than as a
+		// request that forgot its headers (docs/errors.md).
+		return fail(CodeUnsupportedOperation, "signed file URLs (downloadUrl, uploadUrl) are not supported: use files.read and files.write, which send "+HeaderAccessToken)
+	}
 	idHdr, portHdr := r.Header.Values(HeaderSandboxID), r.Header.Values(HeaderSandboxPort)
 	fromToken := false
 	switch {
