@@ -60,6 +60,9 @@ const (
 var w *world
 
 func TestMain(m *testing.M) {
+	if ports := os.Getenv(envPortServer); ports != "" {
+		os.Exit(servePorts(ports))
+	}
 	ctrl.SetLogger(logr.Discard())
 	bin := os.Getenv(envPeersBin)
 	if bin == "" {
