@@ -92,9 +92,11 @@ type domainResult struct {
 }
 
 // TestSDKWithE2BDomainOnlyAgainstTheRealPeers is the E2B_DOMAIN contract
-// (docs/dataplane.md "Host routing") on the real chain: both JS SDKs with
-// only E2B_DOMAIN and E2B_API_KEY (the test's CA trusted, *.sbx.test
-// resolved to the gateway by integration/js/resolve-domain.mjs) create a
+// (docs/dataplane.md "Host routing") on the real chain: both JS SDKs and
+// the Python SDK 2.24.0 with only E2B_DOMAIN and E2B_API_KEY (the test's
+// CA trusted, *.sbx.test resolved to the gateway in the SDK's process:
+// integration/js/resolve-domain.mjs, python/scenario.py's
+// resolve_test_domain) create a
 // sandbox through https://api.sbx.test (corectl, answering domain),
 // run a command and a file through https://49983-<id>.sbx.test (the
 // gateway's host routing, the real Ingress, the real execd), connect,
@@ -134,16 +136,28 @@ func TestSDKWithE2BDomainOnlyAgainstTheRealPeers(t *testing.T) {
 	hook := filepath.Join(w.root, "integration/js/resolve-domain.mjs")
 	port := fmt.Sprint(businessPorts[2])
 
-	for _, pkg := range jsPackages {
+	python := pythonInterpreter(t)
+	pySrc := filepath.Join(w.root, "integration/realpeers/python")
+	for _, pkg := range append(append([]string{}, jsPackages...), "python-2.24.0") {
 		for _, private := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/allowPublicTraffic=%v", pkg, !private), func(t *testing.T) {
 				dir := fmt.Sprintf("/home/user/domain-%s-%v", pkg, private)
 				execdMkdir(t, dir)
 				var r domainResult
-				runScenario(t, w.gateway, "node", []string{"sdk.mjs", "domain"}, filepath.Join(w.root, "integration/js"), &r,
-					"E2B_PACKAGE="+pkg, "E2B_DOMAIN="+testDomain, "E2B_API_URL=", "E2B_SANDBOX_URL=",
-					"NODE_EXTRA_CA_CERTS="+rootCA, "NODE_OPTIONS=--import="+hook, "TEST_DOMAIN="+testDomain, "TEST_DOMAIN_IP="+domainIP,
-					"PORT="+port, "SCENARIO_DIR="+dir, fmt.Sprintf(`NETWORK={"allowPublicTraffic":%v}`, !private))
+				// Only E2B_DOMAIN and E2B_API_KEY name sandgate; the rest
+				// is the test's DNS and CA.
+				env := []string{"E2B_DOMAIN=" + testDomain, "E2B_API_URL=", "E2B_SANDBOX_URL=", "TEST_DOMAIN=" + testDomain,
+					"TEST_DOMAIN_IP=" + domainIP, "PORT=" + port, "SCENARIO_DIR=" + dir}
+				if pkg == "python-2.24.0" {
+					runScenario(t, w.gateway, python, []string{"scenario.py", "domain"}, pySrc, &r, append(env,
+						"PYTHONPATH="+filepath.Join(w.bin, "python-sdk")+string(os.PathListSeparator)+pySrc,
+						"PYTHONDONTWRITEBYTECODE=1", "SSL_CERT_FILE="+rootCA,
+						fmt.Sprintf(`NETWORK={"allow_public_traffic":%v}`, !private))...)
+				} else {
+					runScenario(t, w.gateway, "node", []string{"sdk.mjs", "domain"}, filepath.Join(w.root, "integration/js"), &r, append(env,
+						"E2B_PACKAGE="+pkg, "NODE_EXTRA_CA_CERTS="+rootCA, "NODE_OPTIONS=--import="+hook,
+						fmt.Sprintf(`NETWORK={"allowPublicTraffic":%v}`, !private))...)
+				}
 				if r.ConnectedID != r.SandboxID || r.Run != (commandResult{0, "created\n"}) || r.Read != "hello domain\n" {
 					t.Fatalf("envd through 49983-<id>.%s: %+v", testDomain, r)
 				}
