@@ -18,8 +18,9 @@ import (
 
 // envPortServer, when set, makes the test binary the sandbox's business
 // port helper instead of running tests: it serves the comma-separated
-// ports it names on every address of the network namespace (so on every
-// Pod IP), as a user's program in the sandbox would.
+// ports it names on every address of the test's network namespace, whose
+// only interface is its loopback (so on every Pod IP and nowhere
+// outside), as a user's program in the sandbox would.
 const envPortServer = "SANDGATE_REALPEERS_PORTS"
 
 // echoed is what the port helper answers a plain HTTP request with
