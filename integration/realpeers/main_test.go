@@ -20,7 +20,11 @@
 // execd runs in its own mount namespace with tmpfs on /home and /tmp, so
 // the SDKs' files never land on the host, and its own PID namespace, so
 // its commands end with it. Two gateways serve the data plane: one in the
-// six-operation mode, one with extended_operations.
+// six-operation mode, one with extended_operations; a third, started by
+// the E2B_DOMAIN test, routes by Host (*.sbx.test over TLS). corectl
+// answers domain sbx.test for cluster-a, so the fixed-address sessions
+// also show that a sandbox URL the user gives wins over it. The test
+// binary run with envPortServer is the sandbox's business-port helper.
 //
 // The programs come from hack/peers/build.sh (SANDGATE_PEERS_BIN, set by
 // `make test` when SANDGATE_PEERS names the upstream archives); without it
@@ -60,6 +64,9 @@ const (
 var w *world
 
 func TestMain(m *testing.M) {
+	if ports := os.Getenv(envPortServer); ports != "" {
+		os.Exit(servePorts(ports))
+	}
 	ctrl.SetLogger(logr.Discard())
 	bin := os.Getenv(envPeersBin)
 	if bin == "" {

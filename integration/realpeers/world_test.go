@@ -2,6 +2,7 @@ package realpeers_test
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,8 +83,10 @@ type world struct {
 	// root is the repository root; dir a scratch directory.
 	root, dir string
 	a, b      *compute
-	// api is corectl's URL.
-	api string
+	// api is corectl's URL; internalFile the file holding the bearer
+	// token of its /internal/v1/authorize route (the sandbox authorizer of
+	// the E2B_DOMAIN gateway).
+	api, internalFile string
 	// gateway is the data plane in the six-operation mode; extended is
 	// a second one, with extended_operations, on the same key and
 	// credentials.
@@ -314,6 +317,12 @@ func (w *world) startSandgate() (err error) {
 	for _, c := range []*compute{w.a, w.b} {
 		cc := kubetest.Cluster(c.id, c.ingressNS)
 		cc.Kubeconfig, cc.FixedEntry = c.kubeconfig, c.ingress
+		if c == w.a {
+			// corectl answers domain for cluster-a's sandboxes: getHost
+			// names <port>-<id>.sbx.test. The SDKs given a sandbox URL
+			// keep using it for envd.
+			cc.Domain = testDomain
+		}
 		clusters = append(clusters, *cc)
 	}
 	templates := kubetest.SandboxTemplates()
@@ -331,6 +340,8 @@ func (w *world) startSandgate() (err error) {
 			"  - {name: sdk-connect, sha256: " + apikey.Digest(connectAPIKey) + ", credentialId: cred-peers}\n" +
 			"  - {name: peers-b, sha256: " + apikey.Digest(apiKeyB) + ", credentialId: " + w.b.credential + "}\n",
 	}
+	w.internalFile = filepath.Join(w.dir, "corectl-internal")
+	files["corectl-internal"] = "internal-" + rand.Text()
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(w.dir, name), []byte(content), 0o600); err != nil {
 			return err
@@ -339,7 +350,8 @@ func (w *world) startSandgate() (err error) {
 	p, err := w.start("corectl", filepath.Join(w.root, "bin", "corectl"), nil,
 		"-config", filepath.Join(w.dir, "clusters.json"), "-credentials", w.gateway.CredFile,
 		"-api-keys", filepath.Join(w.dir, "keys.yaml"), "-listen", "127.0.0.1:0", "-leader-elect=false",
-		"-token-key-id", "primary", "-token-key-algorithm", "HS256", "-token-key-file", w.gateway.KeyFile, "-ready-budget", "60s")
+		"-token-key-id", "primary", "-token-key-algorithm", "HS256", "-token-key-file", w.gateway.KeyFile, "-ready-budget", "60s",
+		"-internal-token-file", w.internalFile)
 	if err != nil {
 		return err
 	}
@@ -579,4 +591,11 @@ func (w *world) startExecd(t *testing.T, version string) {
 	}); err != nil {
 		t.Fatal(w.withLogs(err))
 	}
+}
+
+// pollFor is poll with a timeout of d.
+func pollFor(d time.Duration, what string, cond func() error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return poll(ctx, what, cond)
 }

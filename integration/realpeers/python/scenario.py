@@ -3,15 +3,24 @@ gateway, the Python twin of integration/js/sdk.mjs's "peers" scenario, and
 prints one JSON object with what happened.
 
     python3 scenario.py peers
+    python3 scenario.py domain
 
 Environment: E2B_API_URL (corectl), E2B_SANDBOX_URL (the gateway),
 E2B_API_KEY, SCENARIO_DIR (a sandbox directory the scenario may use).
+The "domain" scenario, the twin of sdk.mjs's: E2B_DOMAIN and E2B_API_KEY
+only, NETWORK (the create's network options, JSON), PORT (the sandbox
+port of an HTTP and WebSocket server), TEST_DOMAIN and TEST_DOMAIN_IP
+(every name under TEST_DOMAIN resolves to TEST_DOMAIN_IP in this process,
+as a wildcard DNS record would) and SSL_CERT_FILE (the CA httpx trusts).
 PYTHONPATH must hold the SDK's source (e2b, e2b_connect) and this
 directory.
 """
 
+import base64
 import json
 import os
+import socket
+import ssl
 import sys
 import time
 
@@ -51,10 +60,81 @@ def peers():
     return out
 
 
+def resolve_test_domain():
+    """Resolves every name under TEST_DOMAIN to TEST_DOMAIN_IP for this
+    process (socket.getaddrinfo, which httpx dials through)."""
+    domain = os.environ.get("TEST_DOMAIN", "").lower()
+    ip = os.environ.get("TEST_DOMAIN_IP", "127.0.0.1")
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        h = host.decode() if isinstance(host, bytes) else str(host)
+        h = h.lower().rstrip(".")
+        if domain and (h == domain or h.endswith("." + domain)):
+            return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (ip, int(port or 0)))]
+        return real(host, port, *args, **kwargs)
+
+    socket.getaddrinfo = getaddrinfo
+
+
+def ws_round_trip(host, path, headers, message):
+    """One WebSocket text message to wss://host/path and the answer
+    (RFC 6455 by hand: Debian's Python has no WebSocket client)."""
+    ctx = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
+    with socket.create_connection((host, 443), timeout=30) as raw, ctx.wrap_socket(raw, server_hostname=host) as s:
+        key = base64.b64encode(os.urandom(16)).decode()
+        extra = "".join("%s: %s\r\n" % kv for kv in headers.items())
+        s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                   "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n%s\r\n" % (path, host, key, extra)).encode())
+        f = s.makefile("rb")
+        status = f.readline().decode()
+        if " 101 " not in status:
+            raise RuntimeError("handshake answered %r" % status.strip())
+        while f.readline() not in (b"\r\n", b""):
+            pass
+        payload, mask = message.encode(), os.urandom(4)
+        s.sendall(bytes([0x81, 0x80 | len(payload)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+        head = f.read(2)
+        n = head[1] & 0x7F
+        if n == 126:
+            n = int.from_bytes(f.read(2), "big")
+        return f.read(n).decode()
+
+
+def domain():
+    import httpx
+
+    resolve_test_domain()
+    d = os.environ.get("SCENARIO_DIR", "/home/user/scenario")
+    network = json.loads(os.environ["NETWORK"]) if os.environ.get("NETWORK") else None
+    sbx = Sandbox.create("base", timeout=300, network=network)
+    out = {"sandboxId": sbx.sandbox_id}
+    r = sbx.commands.run("echo created")
+    out["run"] = {"exitCode": r.exit_code, "stdout": r.stdout}
+    sbx.files.write(d + "/hello.txt", "hello domain\n")
+    again = Sandbox.connect(sbx.sandbox_id)
+    out["connectedId"] = again.sandbox_id
+    out["read"] = again.files.read(d + "/hello.txt")
+    host = sbx.get_host(int(os.environ["PORT"]))
+    out["host"] = host
+    token = sbx.traffic_access_token
+    out["hasTrafficToken"] = isinstance(token, str) and token != ""
+    headers = {"e2b-traffic-access-token": token} if out["hasTrafficToken"] else {}
+    with httpx.Client(timeout=30) as c:
+        plain = c.get("https://%s/hello?q=1" % host)
+        out["fetchWithout"] = {"status": plain.status_code, "code": plain.headers.get("sandgate-error-code")}
+        res = c.post("https://%s/hello?q=1" % host, headers=headers, content=b"payload")
+        out["fetch"] = {"status": res.status_code, "body": res.text}
+    out["ws"] = attempt(lambda: ws_round_trip(host, "/ws", headers, "ping"))
+    out["kill"] = attempt(lambda: sbx.kill())
+    return out
+
+
 if __name__ == "__main__":
     name = sys.argv[1] if len(sys.argv) > 1 else ""
-    if name != "peers":
-        print("unknown scenario %r; one of: peers" % name, file=sys.stderr)
+    scenarios = {"peers": peers, "domain": domain}
+    if name not in scenarios:
+        print("unknown scenario %r; one of: peers, domain" % name, file=sys.stderr)
         sys.exit(2)
     print(json.dumps({"package": "e2b-python-" + e2b.__dict__.get("__version__", bridges.E2B_VERSION), "scenario": name,
-                      "result": peers()}))
+                      "result": scenarios[name]()}))
