@@ -108,8 +108,8 @@ func TestCreateRefusesWhatItCannotHonour(t *testing.T) {
 	}
 	w.nothingLeft()
 	// Every refusal but the wrongly typed allow_internet_access is counted.
-	if got := w.metrics().Value("corectl_create_refusals_total", "reason", "unsupported_field"); got != 13 {
-		t.Errorf("corectl_create_refusals_total{reason=unsupported_field} = %g, want 13", got)
+	if got := w.metrics().Value("corectl_create_refusals_total", "reason", "unsupported_field"); got != 12 {
+		t.Errorf("corectl_create_refusals_total{reason=unsupported_field} = %g, want 12", got)
 	}
 	// Accepted, changing nothing: the defaults and secure.
 	sb := w.create(`{"templateID":"base","secure":true,"autoPause":false,"autoResume":{"enabled":false},"lifecycle":{"onTimeout":"kill","autoResume":false},"volumeMounts":[],"mcp":null,"allow_internet_access":true,"network":{"allowPublicTraffic":true,"maskRequestHost":"","rules":{},"egressProxy":null}}`)
