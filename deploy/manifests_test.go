@@ -562,8 +562,11 @@ func TestGatewayCaddyfileAdapts(t *testing.T) {
 					t.Errorf("the configuration reads %s, which is not in a Secret mounted into the gateway (%v)", f, mounts)
 				}
 			}
-			if !strings.Contains(string(raw), `Bearer {file./etc/sandgate/corectl-internal/token}`) {
-				t.Errorf("the authorizer's bearer token is not the {file.…} placeholder:\n%s", raw)
+			if got := dig(cfg, "apps", "sandgate", "authorizer", "bearer_token_file"); got != "/etc/sandgate/corectl-internal/token" {
+				t.Errorf("the authorizer's bearer_token_file = %v, want corectl's internal token file", got)
+			}
+			if keys, _ := dig(cfg, "apps", "sandgate", "token_keys").([]any); len(keys) != 2 {
+				t.Errorf("token_keys = %v, want the current key and the rotation slot", keys)
 			}
 			if dir == "overlays/example" && dig(cfg, "apps", "sandgate", "clusters", "cluster-b", "execd_access_token") != "{file./etc/sandgate/execd/cluster-b}" {
 				t.Errorf("cluster-b's execd_access_token = %v", dig(cfg, "apps", "sandgate", "clusters", "cluster-b"))
