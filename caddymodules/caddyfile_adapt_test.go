@@ -17,6 +17,8 @@ import (
 // exampleEnv are the {$VAR:default} placeholders of Caddyfile.example.
 var exampleEnv = []string{
 	"SANDGATE_TOKEN_KEY",
+	"SANDGATE_TOKEN_SLOT_KID",
+	"SANDGATE_TOKEN_SLOT_KEY",
 	"SANDGATE_CREDENTIALS",
 	"SANDGATE_DEMO_FIXED_ENTRY",
 	"SANDGATE_BIND",
@@ -25,6 +27,7 @@ var exampleEnv = []string{
 	"SANDGATE_NODE_DEPLOYMENT_DIGEST",
 	"SANDGATE_NODE_API_BIND",
 	"SANDGATE_NODE_API_TOKEN_SHA256",
+	"SANDGATE_NODE_API_TOKEN_SLOT_SHA256",
 }
 
 // unsetExampleEnv removes the Caddyfile.example variables from the
@@ -94,6 +97,8 @@ func TestCaddyfileExampleAdapts(t *testing.T) {
 func TestCaddyfileExampleEnvOverrides(t *testing.T) {
 	unsetExampleEnv(t)
 	t.Setenv("SANDGATE_TOKEN_KEY", "/etc/sandgate/prod.key")
+	t.Setenv("SANDGATE_TOKEN_SLOT_KID", "next")
+	t.Setenv("SANDGATE_TOKEN_SLOT_KEY", "/etc/sandgate/next.key")
 	t.Setenv("SANDGATE_CREDENTIALS", "/etc/sandgate/credentials.json")
 	t.Setenv("SANDGATE_DEMO_FIXED_ENTRY", "https://entry.cluster.example:8443")
 	t.Setenv("SANDGATE_BIND", "10.0.0.8")
@@ -102,6 +107,7 @@ func TestCaddyfileExampleEnvOverrides(t *testing.T) {
 	t.Setenv("SANDGATE_NODE_DEPLOYMENT_DIGEST", strings.Repeat("ab", 32))
 	t.Setenv("SANDGATE_NODE_API_BIND", "10.0.0.9")
 	t.Setenv("SANDGATE_NODE_API_TOKEN_SHA256", strings.Repeat("cd", 32))
+	t.Setenv("SANDGATE_NODE_API_TOKEN_SLOT_SHA256", strings.Repeat("ef", 32))
 	example, err := os.ReadFile(filepath.Join("..", "Caddyfile.example"))
 	if err != nil {
 		t.Fatal(err)
@@ -112,6 +118,7 @@ func TestCaddyfileExampleEnvOverrides(t *testing.T) {
 		Apps struct {
 			Sandgate struct {
 				TokenKeys []struct {
+					KID  string `json:"kid"`
 					File string `json:"file"`
 				} `json:"token_keys"`
 				Credentials struct {
@@ -149,8 +156,8 @@ func TestCaddyfileExampleEnvOverrides(t *testing.T) {
 		t.Fatal(err)
 	}
 	sg := got.Apps.Sandgate
-	if len(sg.TokenKeys) != 1 || sg.TokenKeys[0].File != "/etc/sandgate/prod.key" {
-		t.Errorf("token_keys = %+v, want the file from SANDGATE_TOKEN_KEY", sg.TokenKeys)
+	if len(sg.TokenKeys) != 2 || sg.TokenKeys[0].File != "/etc/sandgate/prod.key" || sg.TokenKeys[1].KID != "next" || sg.TokenKeys[1].File != "/etc/sandgate/next.key" {
+		t.Errorf("token_keys = %+v, want the file from SANDGATE_TOKEN_KEY and the slot from SANDGATE_TOKEN_SLOT_KID/_KEY", sg.TokenKeys)
 	}
 	if sg.Credentials.Path != "/etc/sandgate/credentials.json" {
 		t.Errorf("credentials path = %q, want SANDGATE_CREDENTIALS", sg.Credentials.Path)
@@ -184,8 +191,8 @@ func TestCaddyfileExampleEnvOverrides(t *testing.T) {
 			}
 		}
 	}
-	if len(digests) != 1 || digests[0] != strings.Repeat("cd", 32) {
-		t.Errorf("node API token digests = %v, want the one from SANDGATE_NODE_API_TOKEN_SHA256", digests)
+	if len(digests) != 2 || digests[0] != strings.Repeat("cd", 32) || digests[1] != strings.Repeat("ef", 32) {
+		t.Errorf("node API token digests = %v, want SANDGATE_NODE_API_TOKEN_SHA256 and _SLOT_SHA256", digests)
 	}
 }
 

@@ -265,6 +265,7 @@ func TestManifestsApply(t *testing.T) {
 	})
 
 	t.Run("corectl-native-browser-rights", func(t *testing.T) { checkNativeBrowserRights(t, env.Config) })
+	t.Run("corectl-leader-election-verbs-needed", func(t *testing.T) { checkLeaderElectionVerbsNeeded(t, env.Config) })
 }
 
 // groupOf is the API group of the kinds TestManifestsApply reads back.

@@ -38,7 +38,7 @@ var (
 // docs/deploy.md "Secrets" lists them; the example overlay adds
 // gateway-execd-tokens.
 var secretNames = []string{"corectl-api-keys", "corectl-internal-token", "corectl-kubeconfigs", "gateway-nodes",
-	"gateway-peer-token", "gateway-probe-relay-token", "sandgate-credentials", "sandgate-token-key"}
+	"gateway-peer-token", "gateway-probe-relay-token", "sandgate-credentials", "sandgate-token-key", "corectl-token-signing-key"}
 
 // rendered is one kustomization's output.
 type rendered struct {
@@ -467,18 +467,32 @@ func TestPortalManifests(t *testing.T) {
 				t.Errorf("corectl's startup probe allows %s (periodSeconds × failureThreshold), not more than -probe-relay-wait %s", allowed, wait)
 			}
 			for _, f := range []struct{ flag, kind string }{{"config", "configMap:corectl-config"}, {"credentials", "secret:sandgate-credentials"},
-				{"api-keys", "secret:corectl-api-keys"}, {"token-key-file", "secret:sandgate-token-key"}, {"internal-token-file", "secret:corectl-internal-token"},
+				{"api-keys", "secret:corectl-api-keys"}, {"token-key-file", "secret:corectl-token-signing-key"}, {"internal-token-file", "secret:corectl-internal-token"},
 				{"probe-relay-token-file", "secret:gateway-probe-relay-token"}} {
 				if got := mountOf(cMounts, args[f.flag]); strings.TrimSuffix(got, "-"+hashSuffix(got)) != f.kind && got != f.kind {
 					t.Errorf("corectl -%s=%s is in %q, want %s", f.flag, args[f.flag], got, f.kind)
 				}
 			}
-			// The token key and the credentials are the same Secrets for
-			// both programs.
-			for _, p := range []string{"/etc/sandgate/token-key", "/etc/sandgate/credentials", "/etc/sandgate/corectl-internal"} {
+			// The credentials and the internal token are the same Secrets
+			// for both programs.
+			for _, p := range []string{"/etc/sandgate/credentials", "/etc/sandgate/corectl-internal"} {
 				if gwMounts[p] == "" || gwMounts[p] != cMounts[p] {
 					t.Errorf("%s: the gateway mounts %q, corectl %q", p, gwMounts[p], cMounts[p])
 				}
+			}
+			// Least privilege: the signing key is corectl's alone, and the
+			// default algorithm is asymmetric (the gateway's Secret holds
+			// only the public key).
+			for p, src := range gwMounts {
+				if strings.HasPrefix(src, "secret:corectl-token-signing-key") {
+					t.Errorf("the gateway mounts the signing key Secret at %s", p)
+				}
+			}
+			if !strings.HasPrefix(gwMounts["/etc/sandgate/token-key"], "secret:sandgate-token-key") {
+				t.Errorf("the gateway's token keys come from %q, want Secret sandgate-token-key", gwMounts["/etc/sandgate/token-key"])
+			}
+			if alg := r.configMap(t, "sandgate-settings")["SANDGATE_TOKEN_ALGORITHM"]; alg != "EdDSA" {
+				t.Errorf("SANDGATE_TOKEN_ALGORITHM = %q, want EdDSA (asymmetric by default)", alg)
 			}
 		})
 	}
@@ -562,8 +576,11 @@ func TestGatewayCaddyfileAdapts(t *testing.T) {
 					t.Errorf("the configuration reads %s, which is not in a Secret mounted into the gateway (%v)", f, mounts)
 				}
 			}
-			if !strings.Contains(string(raw), `Bearer {file./etc/sandgate/corectl-internal/token}`) {
-				t.Errorf("the authorizer's bearer token is not the {file.…} placeholder:\n%s", raw)
+			if got := dig(cfg, "apps", "sandgate", "authorizer", "bearer_token_file"); got != "/etc/sandgate/corectl-internal/token" {
+				t.Errorf("the authorizer's bearer_token_file = %v, want corectl's internal token file", got)
+			}
+			if keys, _ := dig(cfg, "apps", "sandgate", "token_keys").([]any); len(keys) != 2 {
+				t.Errorf("token_keys = %v, want the current key and the rotation slot", keys)
 			}
 			if dir == "overlays/example" && dig(cfg, "apps", "sandgate", "clusters", "cluster-b", "execd_access_token") != "{file./etc/sandgate/execd/cluster-b}" {
 				t.Errorf("cluster-b's execd_access_token = %v", dig(cfg, "apps", "sandgate", "clusters", "cluster-b"))

@@ -15,7 +15,8 @@ import (
 // secretFiles are the files overlays/example-secrets generates its Secrets
 // from (its secrets/ directory, which git ignores): fake values here.
 var secretFiles = map[string]string{
-	"token-hmac.key":         "0123456789abcdef0123456789abcdef",
+	"token-verify.pub":       "-----BEGIN PUBLIC KEY-----\nfake\n-----END PUBLIC KEY-----\n",
+	"token-signing.key":      "-----BEGIN PRIVATE KEY-----\nfake\n-----END PRIVATE KEY-----\n",
 	"corectl-internal.token": "internal-token-internal-token-32b",
 	"peer.token":             "peer-token-peer-token-peer-token",
 	"relay.token":            "relay-token-relay-token-relay-tok",
@@ -120,10 +121,10 @@ func TestSecretsRollPods(t *testing.T) {
 		generated["sandgate-token-key"] == "sandgate-token-key" {
 		t.Errorf("the gateway mounts %s; want the token key under its hashed name %s", before["gateway"], generated["sandgate-token-key"])
 	}
-	rotated := templates(renderWithSecrets(t, map[string]string{"token-hmac.key": "fedcba9876543210fedcba9876543210"}))
-	for _, d := range []string{"gateway", "corectl"} {
+	for file, d := range map[string]string{"token-verify.pub": "gateway", "token-signing.key": "corectl"} {
+		rotated := templates(renderWithSecrets(t, map[string]string{file: "-----BEGIN KEY-----\nrotated\n-----END KEY-----\n"}))
 		if rotated[d] == before[d] {
-			t.Errorf("a new token key leaves the %s pod template as it was (%s): its pods would keep the old key", d, before[d])
+			t.Errorf("a new %s leaves the %s pod template as it was (%s): its pods would keep the old key", file, d, before[d])
 		}
 	}
 	reloaded := templates(renderWithSecrets(t, map[string]string{"credentials.yaml": "credentials: [] # changed\n"}))

@@ -15,6 +15,10 @@ package authorizer
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -45,6 +49,13 @@ type HTTP struct {
 	// "{file./path}" holding corectl's -internal-token-file secret),
 	// cache_ttl (default and maximum 1s) and timeout (default 2s).
 	endpoint.Settings
+	// BearerTokenFile names a file of corectl's internal tokens, one a
+	// line (corectl's -internal-token-file format); the first is sent as
+	// Authorization: Bearer. corectl accepts every line, so one file
+	// (one Secret) serves a rotation: "old, new" then "new, old" then
+	// "new" (docs/runbook.md). Read when the gateway provisions; excludes
+	// an Authorization header.
+	BearerTokenFile string `json:"bearer_token_file,omitempty"`
 
 	a *authorizer.HTTP
 }
@@ -66,6 +77,16 @@ func (h *HTTP) Provision(caddy.Context) error {
 	if err != nil {
 		return err
 	}
+	if h.BearerTokenFile != "" {
+		if hdr.Get("Authorization") != "" {
+			return fmt.Errorf("authorizer http: bearer_token_file and an Authorization header exclude each other")
+		}
+		tok, err := firstToken(repl.ReplaceAll(h.BearerTokenFile, ""))
+		if err != nil {
+			return fmt.Errorf("authorizer http: bearer_token_file: %w", err)
+		}
+		hdr.Set("Authorization", "Bearer "+tok)
+	}
 	a, err := authorizer.NewHTTP(authorizer.HTTPConfig{BaseURL: raw, Header: hdr,
 		CacheTTL: time.Duration(h.CacheTTL), Timeout: time.Duration(h.Timeout)})
 	if err != nil {
@@ -73,6 +94,39 @@ func (h *HTTP) Provision(caddy.Context) error {
 	}
 	h.a = a
 	return nil
+}
+
+// MaxTokenFileSize bounds the bearer_token_file, in bytes (4 KiB, as
+// corectl's -internal-token-file).
+const MaxTokenFileSize = 4 << 10
+
+// firstToken reads the token file at path (at most MaxTokenFileSize) and
+// returns its first non-blank line without a trailing CR: at least 32
+// bytes, no spaces. Errors never contain the file's content.
+func firstToken(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxTokenFileSize+1))
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(b) > MaxTokenFileSize {
+		return "", fmt.Errorf("%s is larger than %d bytes", path, MaxTokenFileSize)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		tok := strings.TrimSuffix(line, "\r")
+		if tok == "" {
+			continue
+		}
+		if len(tok) < 32 || strings.ContainsAny(tok, " \t\r") {
+			return "", fmt.Errorf("%s: the first token must be at least 32 bytes without spaces", path)
+		}
+		return tok, nil
+	}
+	return "", fmt.Errorf("%s holds no token", path)
 }
 
 // Authorize implements authorizer.Authorizer.
@@ -96,6 +150,7 @@ func (h *HTTP) Recheck(ctx context.Context, credentialID, sandboxID string) (aut
 //
 //	authorizer http <corectl base URL> {
 //		header <name> <value>
+//		bearer_token_file <path>
 //		cache_ttl <duration>
 //		timeout <duration>
 //	}
@@ -115,6 +170,19 @@ func (h *HTTP) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		return d.Err(err.Error())
 	}
 	for d.NextBlock(0) {
+		if d.Val() == "bearer_token_file" {
+			if h.BearerTokenFile != "" {
+				return d.Err("bearer_token_file already specified")
+			}
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			h.BearerTokenFile = d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			continue
+		}
 		ok, err := h.UnmarshalBlock(d)
 		if err != nil {
 			return err

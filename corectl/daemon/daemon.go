@@ -97,8 +97,12 @@ type Options struct {
 	CNICheckInterval time.Duration
 	// InternalToken authenticates the gateway's sandbox authorizer on GET
 	// /internal/v1/authorize (httpapi.Server.InternalToken); empty turns
-	// that route off.
+	// that route off unless InternalTokens has one.
 	InternalToken string
+	// InternalTokens are further accepted internal tokens
+	// (httpapi.Server.InternalTokens): during a rotation the old and the
+	// new one.
+	InternalTokens []string
 	// MaxTimeout is the longest sandbox timeout and lifetime
 	// (lifecycle.Orchestrator.MaxTimeout; default 1 h).
 	MaxTimeout time.Duration
@@ -229,7 +233,7 @@ func New(opts Options) (*Daemon, error) {
 	}
 	d := &Daemon{opts: opts, managers: map[string]manager.Manager{}, metrics: opts.Metrics}
 	d.api = &httpapi.Server{Keys: opts.Keys, Credentials: opts.Credentials, Clusters: map[string]*httpapi.ClusterHandle{},
-		IngressWait: opts.IngressWait, Log: opts.Log.WithName("api"), Metrics: opts.Metrics, InternalToken: opts.InternalToken}
+		IngressWait: opts.IngressWait, Log: opts.Log.WithName("api"), Metrics: opts.Metrics, InternalToken: opts.InternalToken, InternalTokens: opts.InternalTokens}
 	managed := labels.SelectorFromSet(labels.Set{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue})
 	for i := range opts.Config.Clusters {
 		c := &opts.Config.Clusters[i]

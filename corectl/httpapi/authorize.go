@@ -29,7 +29,8 @@ import (
 // {"allowed": false, "reason"}: not_found (no such sandbox, another
 // credential's, or a credential that does not exist or is disabled),
 // deleting, expired, not_ready.
-// Without InternalToken the route does not exist (404).
+// Any of InternalToken and InternalTokens is accepted; without any the
+// route does not exist (404).
 //
 // Without credential it is the Locate question of the gateway's host
 // routing (a port request that carries no traffic token):
@@ -38,12 +39,13 @@ import (
 // in corectl's clusters (looked up in each cluster's cache), not_found
 // when there is none or more than one, deleting or expired as above.
 func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
-	if s.InternalToken == "" {
+	accepted := s.internalTokens()
+	if len(accepted) == 0 {
 		s.fail(w, r, http.StatusNotFound, CodeNotFound, "no such route")
 		return
 	}
 	tok, ok := bearer.FromRequest(r)
-	if !ok || subtle.ConstantTimeCompare([]byte(tok), []byte(s.InternalToken)) != 1 {
+	if !ok || !oneOf(tok, accepted) {
 		s.fail(w, r, http.StatusUnauthorized, CodeUnauthenticated, "the internal token is missing or wrong")
 		return
 	}
@@ -107,4 +109,25 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, http.StatusOK, a)
 	}
+}
+
+// internalTokens is InternalToken and InternalTokens without empty ones.
+func (s *Server) internalTokens() []string {
+	out := make([]string, 0, 1+len(s.InternalTokens))
+	for _, t := range append([]string{s.InternalToken}, s.InternalTokens...) {
+		if t != "" {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// oneOf reports whether tok is one of accepted, comparing each in
+// constant time.
+func oneOf(tok string, accepted []string) bool {
+	match := 0
+	for _, a := range accepted {
+		match |= subtle.ConstantTimeCompare([]byte(tok), []byte(a))
+	}
+	return match == 1
 }

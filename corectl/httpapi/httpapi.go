@@ -131,8 +131,13 @@ type Server struct {
 	IngressWait time.Duration
 	// InternalToken authenticates the gateway's authorizer on GET
 	// /internal/v1/authorize (Authorization: Bearer); empty: that route
-	// answers 404. Never logged.
+	// answers 404 unless InternalTokens has one. Never logged.
 	InternalToken string
+	// InternalTokens are further accepted internal tokens, beside
+	// InternalToken: several are accepted at once so the token can be
+	// rotated without refusing the gateway (docs/runbook.md "Rotating
+	// secrets"). Empty strings are ignored. Never logged.
+	InternalTokens []string
 	// Log receives one line per failed request (zero value: discard).
 	Log logr.Logger
 	// Metrics counts and times every request by route

@@ -68,7 +68,7 @@ func run(args []string) error {
 	keyID := fs.String("token-key-id", "", "kid of the gateway's token signing key (enables create/connect/get/delete)")
 	keyAlg := fs.String("token-key-algorithm", "HS256", "algorithm of the token signing key")
 	keyFile := fs.String("token-key-file", "", "file of the token signing key (the gateway's token_key)")
-	internalTokenFile := fs.String("internal-token-file", "", "file holding the bearer token the gateway's sandbox authorizer presents on GET /internal/v1/authorize (at least 32 bytes; empty: that route is off)")
+	internalTokenFile := fs.String("internal-token-file", "", "file holding the bearer tokens the gateway's sandbox authorizer may present on GET /internal/v1/authorize, one per line, each at least 32 bytes (several during a rotation: any is accepted; a file of one token is the usual case; empty: that route is off)")
 	maxTimeout := fs.Duration("max-timeout", time.Hour, "longest sandbox timeout a create, connect or setTimeout may ask for, and the longest a sandbox lives from its start")
 	tokenGrace := fs.Duration("token-grace", 30*time.Second, "how long an envd access token outlives the latest end of its sandbox (start + -max-timeout)")
 	readyBudget := fs.Duration("ready-budget", time.Minute, "how long a create waits for execd readiness through the fixed entry")
@@ -133,9 +133,9 @@ func run(args []string) error {
 		}
 		signer = &k
 	}
-	var internalToken string
+	var internalTokens []string
 	if *internalTokenFile != "" {
-		if internalToken, err = readInternalToken(*internalTokenFile); err != nil {
+		if internalTokens, err = readInternalTokens(*internalTokenFile); err != nil {
 			return err
 		}
 	}
@@ -152,7 +152,7 @@ func run(args []string) error {
 	}
 	d, err := daemon.New(daemon.Options{
 		ProbeRelay: relay, ProbeRelayWait: *relayWait,
-		InternalToken: internalToken, CNICheckInterval: *cniEvery,
+		InternalTokens: internalTokens, CNICheckInterval: *cniEvery,
 		Config: cfg, Keys: keys, Credentials: creds, Listen: *listen,
 		LeaderElection: *elect, LeaderElectionNamespace: *leNS, EgressGrace: *grace, Log: log,
 		LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod, OrphanGrace: *orphanGrace,
@@ -190,6 +190,51 @@ func readInternalToken(path string) (string, error) {
 		return "", fmt.Errorf("%s: the internal token must be at least 32 bytes without spaces or line breaks", path)
 	}
 	return tok, nil
+}
+
+// MaxInternalTokens bounds the tokens of the -internal-token-file: the
+// current one and a few being rotated in or out.
+const MaxInternalTokens = 4
+
+// readInternalTokens reads the -internal-token-file: at most 4 KiB, one
+// token a line (CRLF accepted, blank lines skipped), 1 to
+// MaxInternalTokens tokens, each at least 32 bytes without spaces, none
+// twice. A file of one token without a newline, the format before
+// rotation was supported, is one token. The error never contains the
+// file's content.
+func readInternalTokens(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 4097))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(b) > 4096 {
+		return nil, fmt.Errorf("%s: the internal token file is larger than 4 KiB", path)
+	}
+	var toks []string
+	for i, line := range strings.Split(string(b), "\n") {
+		tok := strings.TrimSuffix(line, "\r")
+		if tok == "" {
+			continue
+		}
+		if len(tok) < 32 || strings.ContainsAny(tok, " \t\r") {
+			return nil, fmt.Errorf("%s: line %d: an internal token must be at least 32 bytes without spaces", path, i+1)
+		}
+		for _, old := range toks {
+			if old == tok {
+				return nil, fmt.Errorf("%s: line %d repeats an earlier token", path, i+1)
+			}
+		}
+		toks = append(toks, tok)
+	}
+	if len(toks) == 0 || len(toks) > MaxInternalTokens {
+		return nil, fmt.Errorf("%s: the internal token file must hold 1 to %d tokens, one a line; it holds %d", path, MaxInternalTokens, len(toks))
+	}
+	return toks, nil
 }
 
 // printCNIFacts reads the current CNI facts of every cluster of the
