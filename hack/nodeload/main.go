@@ -253,18 +253,6 @@ http://127.0.0.1:%s {
 	}
 	defer gw.Stop()
 	pid := gw.Pid
-	if o.pinGateway >= 0 {
-		threads, err := pinProcess(pid, o.pinGateway)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("gateway pinned to CPU %d (%d threads)\n", o.pinGateway, threads)
-	}
-	toolCPUs, err := cpusOf(0)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("this tool and the simulated nodes run on CPUs %s\n", toolCPUs)
 	base := "http://127.0.0.1:" + port
 	// Provisioning tens of thousands of enrolled nodes takes seconds.
 	if err := gw.WaitListeningFor("127.0.0.1:"+port, startLimit); err != nil {
@@ -282,6 +270,20 @@ http://127.0.0.1:%s {
 		}
 		time.Sleep(100 * time.Millisecond) // polling the API
 	}
+	// Pinned once the gateway has loaded its nodes, when its runtime has
+	// started the threads it keeps; later ones inherit the affinity.
+	if o.pinGateway >= 0 {
+		threads, err := pinProcess(pid, o.pinGateway)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("gateway pinned to CPU %d (%d threads)\n", o.pinGateway, threads)
+	}
+	toolCPUs, err := cpusOf(0)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("this tool and the simulated nodes run on CPUs %s\n", toolCPUs)
 	fmt.Printf("nodeload: %s (pid %d) on %s; %d nodes, heartbeat %s; RLIMIT_NOFILE %d; %d CPUs; gateway environment %q (GOGC=%q), load tool GOGC=%d\n",
 		o.caddy, pid, base, o.nodes, o.heartbeat, limit, runtime.NumCPU(), o.gatewayEnv, os.Getenv("GOGC"), o.toolGOGC)
 	rssIdle, _, err := gw.Memory()
