@@ -5,7 +5,8 @@
 #               short E2B JS SDK session through it
 #   make test   install what the tests need, build, and run every test
 #   make bench  the benchmarks written down in docs/
-#   make nodeload  the node-connect load test (docs/node-connect.md)
+#   make nodeload  the node-connect load test, pinned: gateway on CPU 0, the rest on 1
+#               (docs/node-connect.md)
 #   make fuzz   every Go fuzz target for FUZZTIME each (default 30s)
 #   make images the container images of the three programs (docs/deploy.md)
 #   make generate  regenerate the DeepCopy functions and CRD manifests of the API
@@ -164,9 +165,14 @@ bench: build
 	@set -e; $(call kube_env,kube); $(GO) test -run '^$$' -bench . -benchtime 1000x -timeout 30m ./corectl/controller/
 
 # Holds 10,000 simulated nodes on the built gateway and dispatches 1,000 ops/s
-# (docs/node-connect.md).
+# (docs/node-connect.md "Figures"), pinned: the tool runs under taskset -c 1 (the
+# simulated nodes' process inherits it) and re-pins the gateway's threads to CPU 0,
+# so the gateway has a core of its own. It prints the hub's own time (p99, p99.9)
+# beside the round trips. NODELOAD_FLAGS changes the load (e.g. -rate 5000).
+NODELOAD_FLAGS ?= -nodes 10000 -rate 1000 -duration 30s
 nodeload: bin/caddy
-	$(GO) run ./hack/nodeload -caddy bin/caddy -nodes 10000 -rate 1000 -duration 30s
+	$(GO) build -o bin/nodeload ./hack/nodeload
+	taskset -c 1 bin/nodeload -caddy bin/caddy -pin-gateway 0 $(NODELOAD_FLAGS)
 
 # Every fuzz target of the module, FUZZTIME each; hack/fuzz/run.sh finds them
 # (`go test -list '^Fuzz'`), so a new target is included without a change here.

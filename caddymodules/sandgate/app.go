@@ -41,6 +41,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/dataplane"
 	"github.com/sandgate/sandgate/gateway/token"
+	"github.com/sandgate/sandgate/internal/memlimit"
 	"github.com/sandgate/sandgate/nodecore/core"
 	"github.com/sandgate/sandgate/nodecore/portal"
 )
@@ -218,6 +219,10 @@ func (a *App) Validate() error {
 // config takes over the running hub here, its connections untouched) and
 // logs the configured clusters. The app has no goroutines of its own.
 func (a *App) Start() error {
+	gcPolicy.Do(func() { // once per process: the soft memory limit of package internal/memlimit
+		d, err := memlimit.Apply()
+		a.logger.Info("garbage-collection policy", zap.Stringer("memory_limit", d), zap.Error(err))
+	})
 	if a.core != nil {
 		if err := a.core.Start(); err != nil {
 			return fmt.Errorf("nodes: %w", err)
@@ -236,6 +241,8 @@ func (a *App) Start() error {
 	atomic.StoreInt32(&a.running, 1)
 	return nil
 }
+
+var gcPolicy sync.Once
 
 // current is the running sandgate app, the one whose Start ran last and
 // was not undone; the admin routes act on it. Guarded by currentMu.

@@ -7,7 +7,16 @@
 // round trip is timed from the operation's scheduled send time, so a send
 // that leaves late (the tool's own goroutine or the CPU was busy) counts
 // its delay: the load is open loop and nothing late drops out of the
-// quantiles. The sends that left more than 1 ms late are counted.
+// quantiles. The sends that left more than 1 ms late are counted. Beside
+// them it reports the hub's own time over the same phase, the quantiles
+// of the gateway's histogram sandgate_node_hub_duration_seconds read from
+// Caddy's admin /metrics (on loopback) before and after it.
+//
+// With -pin-gateway <cpu> the gateway's threads are pinned to that CPU
+// once it started; `make nodeload` runs the tool under taskset -c 1 and
+// pins the gateway to CPU 0, so the gateway has a core of its own and the
+// tool and the simulated nodes (which inherit the tool's affinity) share
+// the other.
 //
 // Three processes take part, as in production where the nodes are other
 // hosts: the gateway; a child of this tool that holds the simulated nodes
@@ -26,7 +35,7 @@
 //	go run ./hack/nodeload [-caddy bin/caddy] [-nodes 10000] [-heartbeat 10s]
 //		[-settle 20s] [-rate 1000] [-duration 30s] [-dial-concurrency 200]
 //		[-gateway-output <file>] [-gateway-env GOGC=400,GOMEMLIMIT=768MiB]
-//		[-tool-gogc 100] [-nodes-gogc 400]
+//		[-tool-gogc 100] [-nodes-gogc 400] [-pin-gateway <cpu>]
 //
 // It raises its RLIMIT_NOFILE (the gateway inherits it) to the nodes plus
 // 4,096, or as far as the hard limit allows when it may not raise that
@@ -93,9 +102,10 @@ func main() {
 	flag.StringVar(&o.role, "role", "", "internal: \"nodes\" runs the simulated nodes' process (started by the tool itself)")
 	flag.StringVar(&o.nodesFile, "nodes-file", "", "internal: the nodes' process's node list")
 	flag.StringVar(&o.url, "url", "", "internal: the gateway's URL, for the nodes' process")
-	flag.StringVar(&o.profile, "profile", "", "file for a CPU profile of the gateway during the dispatch phase, with <file>.heap and <file>.goroutine taken after the steady state and <file>.heap-after after the dispatch phase (its allocations: go tool pprof -sample_index=alloc_space -base <file>.heap <file>.heap-after; Caddy's admin endpoint is then on, on loopback)")
-	flag.StringVar(&o.trace, "trace", "", "file for a runtime execution trace of the gateway during the dispatch phase (go tool trace <file>; go tool trace -pprof=sched <file> gives where goroutines waited for a CPU; Caddy's admin endpoint is then on, on loopback)")
+	flag.StringVar(&o.profile, "profile", "", "file for a CPU profile of the gateway during the dispatch phase, with <file>.heap and <file>.goroutine taken after the steady state and <file>.heap-after after the dispatch phase (its allocations: go tool pprof -sample_index=alloc_space -base <file>.heap <file>.heap-after; from Caddy's admin endpoint, on loopback)")
+	flag.StringVar(&o.trace, "trace", "", "file for a runtime execution trace of the gateway during the dispatch phase (go tool trace <file>; go tool trace -pprof=sched <file> gives where goroutines waited for a CPU; from Caddy's admin endpoint, on loopback)")
 	flag.StringVar(&o.gatewayEnv, "gateway-env", "", "comma-separated VAR=value added to the gateway's environment only (e.g. GOGC=400,GOMEMLIMIT=768MiB)")
+	flag.IntVar(&o.pinGateway, "pin-gateway", -1, "CPU to pin every thread of the gateway to once it started (as taskset -a -p -c <cpu> <pid>); -1: not pinned. `make nodeload` runs the tool under taskset -c 1 with -pin-gateway 0, so the gateway has a core of its own")
 	flag.StringVar(&o.gatewayOutput, "gateway-output", "", "file for the gateway's standard output and error (e.g. with GODEBUG=gctrace=1); default discarded")
 	flag.Parse()
 	if o.settle == 0 {
@@ -129,6 +139,7 @@ type options struct {
 	dialConcurrency int
 	gatewayOutput   string
 	gatewayEnv      string
+	pinGateway      int
 	profile         string
 	trace           string
 	toolGOGC        int
@@ -186,14 +197,13 @@ func run(o options) error {
 			return err
 		}
 	}
-	admin := "off"
-	if o.profile != "" || o.trace != "" {
-		p, err := freeport.Port()
-		if err != nil {
-			return err
-		}
-		admin = "127.0.0.1:" + p
+	// Caddy's admin endpoint, on loopback: its /metrics gives the hub's
+	// own time (hubMetric), the profiles and the trace.
+	adminPort, err := freeport.Port()
+	if err != nil {
+		return err
 	}
+	admin := "127.0.0.1:" + adminPort
 	idle, online := gatewayTimers(o.heartbeat)
 	caddyfile := fmt.Sprintf(`{
 	admin %s
@@ -260,6 +270,20 @@ http://127.0.0.1:%s {
 		}
 		time.Sleep(100 * time.Millisecond) // polling the API
 	}
+	// Pinned once the gateway has loaded its nodes, when its runtime has
+	// started the threads it keeps; later ones inherit the affinity.
+	if o.pinGateway >= 0 {
+		threads, err := pinProcess(pid, o.pinGateway)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("gateway pinned to CPU %d (%d threads)\n", o.pinGateway, threads)
+	}
+	toolCPUs, err := cpusOf(0)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("this tool and the simulated nodes run on CPUs %s\n", toolCPUs)
 	fmt.Printf("nodeload: %s (pid %d) on %s; %d nodes, heartbeat %s; RLIMIT_NOFILE %d; %d CPUs; gateway environment %q (GOGC=%q), load tool GOGC=%d\n",
 		o.caddy, pid, base, o.nodes, o.heartbeat, limit, runtime.NumCPU(), o.gatewayEnv, os.Getenv("GOGC"), o.toolGOGC)
 	rssIdle, _, err := gw.Memory()
@@ -350,7 +374,7 @@ http://127.0.0.1:%s {
 				traced <- gatewayproc.SaveTrace("http://"+admin, o.duration, o.trace)
 			}()
 		}
-		err := dispatch(o, base, apiToken, nodes, pid, sims.cmd.Process.Pid)
+		err := dispatch(o, base, "http://"+admin, apiToken, nodes, pid, sims.cmd.Process.Pid)
 		if profiled != nil {
 			err = errors.Join(err, <-profiled,
 				gatewayproc.Save("http://"+admin+"/debug/pprof/heap", o.profile+".heap-after", 0))
@@ -378,7 +402,7 @@ http://127.0.0.1:%s {
 // dispatch sends operations at o.rate for o.duration, open loop: each
 // operation starts on its schedule on its own goroutine, whatever the
 // previous ones do.
-func dispatch(o options, base, token string, nodes []simNode, pid, nodesPid int) error {
+func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesPid int) error {
 	client := &apiClient{addr: strings.TrimPrefix(base, "http://"), idle: make(chan *apiConn, 1024)}
 	defer client.close()
 	body := func(i int) string {
@@ -414,6 +438,11 @@ func dispatch(o options, base, token string, nodes []simNode, pid, nodesPid int)
 		if _, _, _, err := one(i, time.Now()); err != nil {
 			return err
 		}
+	}
+
+	hub0, err := scrapeHub(admin)
+	if err != nil {
+		return err
 	}
 
 	total := o.rate * int(o.duration/time.Second)
@@ -474,6 +503,14 @@ func dispatch(o options, base, token string, nodes []simNode, pid, nodesPid int)
 	if err != nil {
 		return err
 	}
+	hub1, err := scrapeHub(admin)
+	if err != nil {
+		return err
+	}
+	hubTime, err := hub1.since(hub0)
+	if err != nil {
+		return err
+	}
 	counts := map[string]int{}
 	var ok, fromSend []time.Duration
 	late := 0
@@ -497,6 +534,8 @@ func dispatch(o options, base, token string, nodes []simNode, pid, nodesPid int)
 			pct(ok, 50), pct(ok, 90), pct(ok, 99), pct(ok, 99.9), ok[len(ok)-1].Round(time.Microsecond))
 		fmt.Printf("  (from the actual send, for comparison: p50 %s, p99 %s)\n", pct(fromSend, 50), pct(fromSend, 99))
 	}
+	fmt.Printf("hub's own time (%s over the dispatch phase, %.0f operations, within its buckets): p50 %s, p99 %s, p99.9 %s\n",
+		hubMetric, hubTime.count(), hubTime.describe(0.5), hubTime.describe(0.99), hubTime.describe(0.999))
 	fmt.Printf("CPU during dispatch: gateway %.1f%%, simulated nodes %.1f%%, this tool (API client) %.1f%% of one core\n",
 		gatewayproc.CPUPercent(cpu1-cpu0, t1.Sub(t0)), gatewayproc.CPUPercent(nodes1-nodes0, t1.Sub(t0)),
 		gatewayproc.CPUPercent(self1-self0, t1.Sub(t0)))

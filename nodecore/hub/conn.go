@@ -80,6 +80,9 @@ type conn struct {
 type call struct {
 	req  *proto.Request
 	done chan *proto.Response // buffered: the reader never blocks
+	// read is when the response's frame began to arrive (the reader's
+	// NextReader returned); set before the send on done.
+	read time.Time
 }
 
 func newConn(h *Hub, nodeID string, digest credential.Digest, node credential.Node) *conn {
@@ -162,6 +165,9 @@ func (c *conn) run() {
 type decoded struct {
 	f   proto.Frame
 	err error
+	// at is when the message began to arrive (NextReader returned): the
+	// start of the hub's own part of a response (Observer.HubTime).
+	at time.Time
 }
 
 // read returns the next text message, decoded. It returns false when the
@@ -183,6 +189,7 @@ func (c *conn) read() (decoded, bool) {
 		c.readFailed(err)
 		return decoded{}, false
 	}
+	at := time.Now()
 	if c.isClosing() {
 		return decoded{}, true // the next NextReader discards the message
 	}
@@ -209,7 +216,7 @@ func (c *conn) read() (decoded, bool) {
 	if buf != nil {
 		controlBufs.Put(buf)
 	}
-	return decoded{f, err}, true
+	return decoded{f, err, at}, true
 }
 
 var (
@@ -642,7 +649,7 @@ func (c *conn) handle(msg decoded) {
 	case *proto.Heartbeat:
 		c.heartbeat(f)
 	case *proto.Response:
-		c.response(f)
+		c.response(f, msg.at)
 	case *proto.Retention:
 		c.retention(f)
 	default:
@@ -776,8 +783,9 @@ func (c *conn) ping(data string) error {
 	return err
 }
 
-// response matches a response to its pending request.
-func (c *conn) response(r *proto.Response) {
+// response matches a response to its pending request; at is when its
+// frame began to arrive.
+func (c *conn) response(r *proto.Response, at time.Time) {
 	if r.ConnectionID != c.id {
 		c.fail(CloseProtocolError, "response for another connection")
 		return
@@ -790,6 +798,7 @@ func (c *conn) response(r *proto.Response) {
 		c.fail(CloseProtocolError, "response for no pending request")
 		return
 	}
+	cl.read = at
 	cl.done <- r
 }
 

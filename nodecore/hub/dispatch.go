@@ -63,6 +63,11 @@ type Result struct {
 	// node's provider declares it unsupported (package node/operation);
 	// Request then has no id, sequence or connection.
 	NotSent bool
+
+	// sent is when the request frame's write returned and read when the
+	// response frame began to arrive (zero without a response): the
+	// node's turn, which Observer.HubTime leaves out.
+	sent, read time.Time
 }
 
 // needsReady reports whether req may only go to a generation the node
@@ -133,7 +138,12 @@ func (h *Hub) Dispatch(ctx context.Context, nodeID string, req proto.Request) (*
 	} else {
 		outcome = res.Outcome.String()
 	}
-	observerOf(h.config()).Dispatched(req.Operation, outcome, time.Since(start))
+	end := time.Now()
+	obs := observerOf(h.config())
+	obs.Dispatched(req.Operation, outcome, end.Sub(start))
+	if err == nil && !res.read.IsZero() {
+		obs.HubTime(req.Operation, res.sent.Sub(start)+end.Sub(res.read))
+	}
 	return res, err
 }
 
@@ -246,7 +256,7 @@ func (c *conn) dispatch(ctx context.Context, cfg *Config, req proto.Request) (*R
 	c.wmu.Unlock()
 	putFrameBuf(bp)
 
-	res := &Result{Request: req}
+	res := &Result{Request: req, sent: time.Now()}
 	if !written {
 		res.Outcome, res.ErrorCode, res.Reason = proto.OutcomeUnknown, proto.ErrUnconfirmed, ReasonWriteFailed
 		c.logDispatch(cfg, res)
@@ -277,7 +287,7 @@ func (c *conn) dispatch(ctx context.Context, cfg *Config, req proto.Request) (*R
 		c.logDispatch(cfg, res)
 		return res, nil
 	}
-	res.Response = resp
+	res.Response, res.read = resp, cl.read
 	// Every operation sent is one the registered declaration supports (a
 	// declared-unsupported one is answered before sending) or one of a
 	// provider with no registered declaration: either way there is no

@@ -16,6 +16,14 @@ type Observer interface {
 	// Result's outcome, "success", "failed", "unsupported" or "unknown",
 	// or the RefusalCode of a refusal) and how long it took.
 	Dispatched(op proto.Operation, outcome string, d time.Duration)
+	// HubTime reports the hub's own part of one Dispatch that got the
+	// node's response: from Dispatch's start to the request frame
+	// written, plus from the response frame's first byte read to
+	// Dispatch's return (decoding, matching, waking the caller,
+	// classifying). The node's turn and the wire in between are left
+	// out. Operations without a response (refused, unsupported, timed
+	// out, disconnected) are not reported.
+	HubTime(op proto.Operation, d time.Duration)
 	// FrameRefused reports a connection Core closed because of a frame
 	// the node sent, by class (Refused* constants).
 	FrameRefused(class string)
@@ -163,5 +171,6 @@ func observerOf(cfg *Config) Observer {
 type nopObserver struct{}
 
 func (nopObserver) Dispatched(proto.Operation, string, time.Duration) {}
+func (nopObserver) HubTime(proto.Operation, time.Duration)            {}
 func (nopObserver) FrameRefused(string)                               {}
 func (nopObserver) ConnectRefused(int)                                {}

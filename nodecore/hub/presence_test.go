@@ -195,12 +195,23 @@ type recorder struct {
 	dispatched []string
 	refused    []string
 	connects   []int
+	durations  []time.Duration // of Dispatched, in its order
+	hubTimes   []string        // operation of each HubTime
+	hubTime    []time.Duration
 }
 
 func (r *recorder) Dispatched(op proto.Operation, outcome string, d time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.dispatched = append(r.dispatched, string(op)+":"+outcome)
+	r.durations = append(r.durations, d)
+}
+
+func (r *recorder) HubTime(op proto.Operation, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.hubTimes = append(r.hubTimes, string(op))
+	r.hubTime = append(r.hubTime, d)
 }
 
 func (r *recorder) FrameRefused(class string) {
@@ -261,6 +272,14 @@ func TestObserverAndStats(t *testing.T) {
 	d, f, c := rec.snapshot()
 	if len(d) != 2 || d[0] != "info:success" || d[1] != "info:node_offline" {
 		t.Fatalf("dispatched %v", d)
+	}
+	// One hub time, for the operation that got a response; it is part of
+	// that dispatch's duration (the node's turn left out).
+	rec.mu.Lock()
+	hubOps, hubTime, durations := rec.hubTimes, rec.hubTime, rec.durations
+	rec.mu.Unlock()
+	if len(hubOps) != 1 || hubOps[0] != "info" || hubTime[0] < 0 || hubTime[0] > durations[0] {
+		t.Fatalf("hub times %v %v (dispatch durations %v)", hubOps, hubTime, durations)
 	}
 	if len(f) != 1 || f[0] != RefusedInvalid {
 		t.Fatalf("frames refused %v", f)
