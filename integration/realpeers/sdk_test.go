@@ -180,9 +180,9 @@ func (c *compute) checkSession(t *testing.T, r peersResult, dir string, seen *sa
 	}); err != nil {
 		t.Fatal(w.withLogs(err))
 	}
-	// There is no kube-controller-manager: the test is the garbage
-	// collector that deletes the Pods whose owner is gone; kwok finishes
-	// their deletion.
+	// There is no kube-controller-manager: collectGarbage deletes the
+	// Pods whose owner is gone, as its garbage collector would; this
+	// deletes any it has not reached yet, and kwok finishes their deletion.
 	var pods corev1.PodList
 	if err := c.client.List(ctx, &pods, client.InNamespace(c.namespace)); err != nil {
 		t.Fatal(err)

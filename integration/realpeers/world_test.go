@@ -92,6 +92,12 @@ type world struct {
 	// credentials.
 	gateway, extended *harness.Env
 	procs             []*proc
+	// stopGC ends the garbage collectors (collectGarbage) of both
+	// clusters; gcDone holds one channel per collector, closed when it
+	// has ended.
+	gcCtx  context.Context
+	stopGC context.CancelFunc
+	gcDone []chan struct{}
 }
 
 // startWorld starts the chain from the programs in bin; on error what was
@@ -248,6 +254,15 @@ func (w *world) startOpenSandbox(c *compute) error {
 	if err != nil {
 		return err
 	}
+	if w.stopGC == nil {
+		var gcCtx context.Context
+		gcCtx, w.stopGC = context.WithCancel(context.Background())
+		w.gcCtx = gcCtx
+	}
+	done := make(chan struct{})
+	w.gcDone = append(w.gcDone, done)
+	go collectGarbage(w.gcCtx, c, done)
+
 	ctl, err := w.start(c.id+"-controller", filepath.Join(w.bin, "opensandbox-controller"), nil, "--kubeconfig", c.kubeconfig,
 		"--health-probe-bind-address", probe, "--metrics-bind-address", "0", "--leader-elect=false")
 	if err != nil {
@@ -372,6 +387,12 @@ func (w *world) startSandgate() (err error) {
 
 // stop stops everything startWorld started, in reverse order.
 func (w *world) stop() {
+	if w.stopGC != nil {
+		w.stopGC()
+		for _, d := range w.gcDone {
+			<-d
+		}
+	}
 	for i := len(w.procs) - 1; i >= 0; i-- {
 		w.procs[i].stop()
 	}
