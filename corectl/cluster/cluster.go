@@ -121,9 +121,10 @@ type Cluster struct {
 	// ExecdTokenSecretFile, when set, is the path of the cluster secret
 	// each sandbox's execd access token is derived from
 	// (execdtoken.Derive(secret, sandboxID)): the same file the gateway's
-	// execd_token_secret reads for this cluster. Validate reads it (at
-	// most MaxExecdTokenSecretBytes, one trailing newline dropped, at
-	// least 32 bytes left); a create then sets the derived token as
+	// execd_token_secret reads for this cluster. Validate (and corectl's
+	// daemon at start) reads it (LoadExecdTokenSecret: at most
+	// MaxExecdTokenSecretBytes, one trailing newline dropped, at least 32
+	// bytes left); a create then sets the derived token as
 	// EXECD_ACCESS_TOKEN on the execd container and readiness pings send
 	// it. The secret is never logged, put in an error or in a sandbox.
 	// Empty: no token is set (execd runs without one unless the template
@@ -463,7 +464,7 @@ func (c *Cluster) validate() error {
 			return fmt.Errorf("execdContainer: %s", strings.Join(errs, "; "))
 		}
 	}
-	if err := c.loadExecdSecret(); err != nil {
+	if err := c.LoadExecdTokenSecret(); err != nil {
 		return err
 	}
 	return c.Client.validate()

@@ -27,14 +27,15 @@ const ExecdAccessTokenEnv = "EXECD_ACCESS_TOKEN"
 // that printing a Cluster (%+v) shows an address, never the bytes.
 type execdSecret struct{ b []byte }
 
-// loadExecdSecret reads the execdTokenSecretFile as the gateway's
-// {file./path} placeholder does (one trailing "\n", then one trailing
-// "\r", dropped), so both sides derive from the same bytes, and checks
-// it (execdtoken.Check: at least 32 bytes). Errors name the file, never
-// its content.
-func (c *Cluster) loadExecdSecret() error {
-	if c.ExecdTokenSecretFile == "" {
-		c.execdSecret = nil
+// LoadExecdTokenSecret reads the ExecdTokenSecretFile as the gateway's
+// {file./path} placeholder does (at most MaxExecdTokenSecretBytes; one
+// trailing "\n", then one trailing "\r", dropped), so both sides derive
+// from the same bytes, and checks it (execdtoken.Check: at least 32
+// bytes). Validate calls it, and corectl's daemon at start for a cluster
+// not yet loaded; once loaded it does nothing. Without the setting it
+// does nothing. Errors name the file, never its content.
+func (c *Cluster) LoadExecdTokenSecret() error {
+	if c.ExecdTokenSecretFile == "" || c.execdSecret != nil {
 		return nil
 	}
 	f, err := os.Open(c.ExecdTokenSecretFile)
@@ -57,15 +58,24 @@ func (c *Cluster) loadExecdSecret() error {
 	return nil
 }
 
+// ErrExecdSecretNotLoaded: the cluster names an execdTokenSecretFile
+// that LoadExecdTokenSecret has not read; a create refuses rather than
+// start an execd without its token.
+var ErrExecdSecretNotLoaded = errors.New("cluster: execdTokenSecretFile is set but was not loaded")
+
 // ExecdToken returns the execd access token of sandbox sandboxID in this
-// cluster, execdtoken.Derive(secret, sandboxID), and true; "" and false
-// when the cluster has no execdTokenSecretFile. The secret itself never
-// leaves this package.
-func (c *Cluster) ExecdToken(sandboxID string) (string, bool) {
-	if c.execdSecret == nil {
-		return "", false
+// cluster, execdtoken.Derive(secret, sandboxID); "" and nil when the
+// cluster has no execdTokenSecretFile; ErrExecdSecretNotLoaded when it
+// has one that was not loaded. The secret itself never leaves this
+// package.
+func (c *Cluster) ExecdToken(sandboxID string) (string, error) {
+	switch {
+	case c.execdSecret != nil:
+		return execdtoken.Derive(c.execdSecret.b, sandboxID), nil
+	case c.ExecdTokenSecretFile != "":
+		return "", fmt.Errorf("%w (cluster %s)", ErrExecdSecretNotLoaded, c.ID)
 	}
-	return execdtoken.Derive(c.execdSecret.b, sandboxID), true
+	return "", nil
 }
 
 // ErrNoExecdContainer: a pod template has no container named

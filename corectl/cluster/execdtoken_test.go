@@ -35,9 +35,9 @@ func TestExecdTokenSecretFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &cfg.Clusters[0]
-	tok, ok := c.ExecdToken("sbx-1")
-	if !ok || tok != "3ad745d60eead599d6da23fedf3d36faacd60ccb6eda25cf26de45ec865acf21" {
-		t.Fatalf("ExecdToken = %q, %v", tok, ok)
+	tok, err := c.ExecdToken("sbx-1")
+	if err != nil || tok != "3ad745d60eead599d6da23fedf3d36faacd60ccb6eda25cf26de45ec865acf21" {
+		t.Fatalf("ExecdToken = %q, %v", tok, err)
 	}
 	if s := fmt.Sprintf("%+v %#v", *c, *c); strings.Contains(s, strings.Repeat("k", 32)) {
 		t.Fatal("printing the cluster shows the secret")
@@ -46,8 +46,20 @@ func TestExecdTokenSecretFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tok, ok := cfg.Clusters[0].ExecdToken("sbx-1"); ok || tok != "" {
-		t.Fatalf("without the setting: ExecdToken = %q, %v", tok, ok)
+	if tok, err := cfg.Clusters[0].ExecdToken("sbx-1"); err != nil || tok != "" {
+		t.Fatalf("without the setting: ExecdToken = %q, %v", tok, err)
+	}
+	// Set but never loaded (a Config built without Validate): refused,
+	// not silently without a token.
+	unloaded := Cluster{ID: "c1", ExecdTokenSecretFile: p}
+	if _, err := unloaded.ExecdToken("sbx-1"); !errors.Is(err, ErrExecdSecretNotLoaded) {
+		t.Fatalf("unloaded: %v", err)
+	}
+	if err := unloaded.LoadExecdTokenSecret(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := unloaded.ExecdToken("sbx-1"); err != nil || got != tok {
+		t.Fatalf("loaded: %q %v", got, err)
 	}
 }
 

@@ -237,6 +237,11 @@ func New(opts Options) (*Daemon, error) {
 	managed := labels.SelectorFromSet(labels.Set{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue})
 	for i := range opts.Config.Clusters {
 		c := &opts.Config.Clusters[i]
+		// The execd token secret is read at start (a configuration
+		// Validate did not see is read here); a bad file stops corectl.
+		if err := c.LoadExecdTokenSecret(); err != nil {
+			return nil, fmt.Errorf("cluster %s: %w", c.ID, err)
+		}
 		cfg, err := opts.RESTConfig(c)
 		if err != nil {
 			return nil, err

@@ -94,7 +94,7 @@ func (o *Orchestrator) readiness(ctx context.Context, id string, onForbidden fun
 		if h := o.Cluster.Ingress.Host; h != "" {
 			req.Host = h // the managed Ingress rules match this host
 		}
-		if tok, ok := o.Cluster.ExecdToken(id); ok {
+		if tok, _ := o.Cluster.ExecdToken(id); tok != "" {
 			// execd checks its token on /ping too. Through the gateway's
 			// relay the header is not forwarded; the gateway derives the
 			// same value from the same secret.

@@ -97,7 +97,8 @@ func truncate(s string, n int) string {
 // an execdTokenSecretFile, EXECD_ACCESS_TOKEN set to sandbox sandboxID's
 // derived execd token on the execd container (cluster.SetExecdToken,
 // replacing a template's or a create's entry). Errors wrap
-// ErrTemplateNotFound or cluster.ErrNoExecdContainer.
+// ErrTemplateNotFound, cluster.ErrNoExecdContainer or
+// cluster.ErrExecdSecretNotLoaded.
 func (o *Orchestrator) podSpec(req CreateRequest, sandboxID string) (map[string]any, error) {
 	if o.Template == nil {
 		return nil, fmt.Errorf("%w: %q", ErrTemplateNotFound, req.TemplateID)
@@ -126,7 +127,11 @@ func (o *Orchestrator) podSpec(req CreateRequest, sandboxID string) (map[string]
 	// The sandbox's own execd access token, never the cluster secret
 	// (issue 29 finding 4); set after the envVars, so a create cannot
 	// override it.
-	if tok, ok := o.Cluster.ExecdToken(sandboxID); ok {
+	tok, err := o.Cluster.ExecdToken(sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	if tok != "" {
 		if err := o.Cluster.SetExecdToken(spec, i, tok); err != nil {
 			return nil, err
 		}
