@@ -3,7 +3,9 @@
 // entry and its ingress class/host/OpenSandbox backend (the managed
 // Ingress copies them, spec §5.2), the DNS selectors of the platform DNS
 // rule (spec §5.3), the allocation label, and the CNI qualification record
-// (spec §5.3) with the gate that uses it. It also builds the clients.
+// (spec §5.3) with the gate that uses it, and the secret each sandbox's
+// execd access token is derived from (execdtoken.go). It also builds the
+// clients.
 //
 // The configuration is a YAML or JSON file, decoded strictly (see Parse);
 // docs/corectl.md shows a complete example.
