@@ -202,7 +202,9 @@ func LeaseName(clusterID string) string {
 
 // New builds the managers, engines and API server and binds the listener;
 // nothing runs until Run. Errors: a cluster's REST configuration or client
-// cannot be built, or the address cannot be bound.
+// cannot be built, a cluster's execdTokenSecretFile cannot be read or is
+// too short (cluster.Cluster.LoadExecdTokenSecret), or the address cannot
+// be bound.
 func New(opts Options) (*Daemon, error) {
 	if opts.Config == nil || opts.Keys == nil || opts.Credentials == nil {
 		return nil, errors.New("daemon: Config, Keys and Credentials are required")
