@@ -3,7 +3,9 @@
 // entry and its ingress class/host/OpenSandbox backend (the managed
 // Ingress copies them, spec §5.2), the DNS selectors of the platform DNS
 // rule (spec §5.3), the allocation label, and the CNI qualification record
-// (spec §5.3) with the gate that uses it. It also builds the clients.
+// (spec §5.3) with the gate that uses it, and the secret each sandbox's
+// execd access token is derived from (execdtoken.go). It also builds the
+// clients.
 //
 // The configuration is a YAML or JSON file, decoded strictly (see Parse);
 // docs/corectl.md shows a complete example.
@@ -118,10 +120,30 @@ type Cluster struct {
 	// CNIQualificationRequired turns the gate on; nil means true. Setting
 	// false for a cluster is the explicit exception of spec §5.3.
 	CNIQualificationRequired *bool `json:"cniQualificationRequired,omitempty"`
+	// ExecdTokenSecretFile, when set, is the path of the cluster secret
+	// each sandbox's execd access token is derived from
+	// (execdtoken.Derive(secret, sandboxID)): the same file the gateway's
+	// execd_token_secret reads for this cluster. Validate (and corectl's
+	// daemon at start) reads it (LoadExecdTokenSecret: at most
+	// MaxExecdTokenSecretBytes, one trailing newline dropped, at least 32
+	// bytes left); a create then sets the derived token as
+	// EXECD_ACCESS_TOKEN on the execd container and readiness pings send
+	// it. The secret is never logged, put in an error or in a sandbox.
+	// Empty: no token is set (execd runs without one unless the template
+	// sets it).
+	ExecdTokenSecretFile string `json:"execdTokenSecretFile,omitempty"`
+	// ExecdContainer names the container of every sandbox template's pod
+	// that runs execd and gets EXECD_ACCESS_TOKEN; empty: each template's
+	// sandbox container (SandboxTemplate.Container, default the first),
+	// where OpenSandbox's bootstrap starts execd. Only with
+	// ExecdTokenSecretFile; every template's pod must have it.
+	ExecdContainer string `json:"execdContainer,omitempty"`
 
 	// cniObserved holds the readings of CNISource (set by Validate),
 	// shared by copies of the Cluster.
 	cniObserved *cniObservation
+	// execdSecret is ExecdTokenSecretFile's content (set by Validate).
+	execdSecret *execdSecret
 }
 
 // Defaults of ClientLimits. client-go's own defaults (5 requests/s,
@@ -316,8 +338,10 @@ func Parse(data []byte) (*Config, error) {
 // allow port 53 to every pod); templates.clusterId one of the clusters and
 // templates.namespace a valid namespace; sandboxTemplates with unique,
 // valid IDs and a sandbox container with an image and cpu and memory
-// limits (see SandboxTemplate). Errors wrap ErrInvalidConfig and name the
-// field.
+// limits (see SandboxTemplate); execdTokenSecretFile readable, at most
+// MaxExecdTokenSecretBytes and at least 32 bytes of secret (it is read
+// here); execdContainer a container of every sandbox template. Errors wrap
+// ErrInvalidConfig and name the field, never the secret.
 func (cfg *Config) Validate() error {
 	if len(cfg.Clusters) == 0 {
 		return fmt.Errorf("%w: clusters is empty", ErrInvalidConfig)
@@ -357,6 +381,17 @@ func (cfg *Config) Validate() error {
 			return fmt.Errorf("%w: sandboxTemplates[%d]: duplicate id %q", ErrInvalidConfig, i, t.ID)
 		}
 		ids[t.ID] = true
+	}
+	for i := range cfg.Clusters {
+		c := &cfg.Clusters[i]
+		if c.ExecdContainer == "" {
+			continue
+		}
+		for j := range cfg.SandboxTemplates {
+			if _, err := SandboxContainer(&cfg.SandboxTemplates[j].Pod, c.ExecdContainer); err != nil {
+				return fmt.Errorf("%w: clusters[%d]: execdContainer %q: sandboxTemplates[%d] has no container of that name", ErrInvalidConfig, i, c.ExecdContainer, j)
+			}
+		}
 	}
 	return nil
 }
@@ -422,6 +457,17 @@ func (c *Cluster) validate() error {
 		}
 	} else if slices.Contains([]string{c.CNI.Implementation, c.CNI.Version, c.CNI.Fingerprint}, "") {
 		return errors.New("cni.implementation, cni.version and cni.fingerprint are required (or cniSource)")
+	}
+	if c.ExecdContainer != "" {
+		if c.ExecdTokenSecretFile == "" {
+			return errors.New("execdContainer needs execdTokenSecretFile")
+		}
+		if errs := validation.IsDNS1123Label(c.ExecdContainer); len(errs) > 0 {
+			return fmt.Errorf("execdContainer: %s", strings.Join(errs, "; "))
+		}
+	}
+	if err := c.LoadExecdTokenSecret(); err != nil {
+		return err
 	}
 	return c.Client.validate()
 }

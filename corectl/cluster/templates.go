@@ -35,7 +35,8 @@ type SandboxTemplate struct {
 	// container).
 	Container string `json:"container,omitempty"`
 	// Pod is the pod specification; corectl adds nothing to it but the
-	// create's envVars.
+	// create's envVars and, with the cluster's ExecdTokenSecretFile, the
+	// sandbox's EXECD_ACCESS_TOKEN (Cluster.SetExecdToken).
 	Pod corev1.PodSpec `json:"pod"`
 }
 

@@ -202,7 +202,9 @@ func LeaseName(clusterID string) string {
 
 // New builds the managers, engines and API server and binds the listener;
 // nothing runs until Run. Errors: a cluster's REST configuration or client
-// cannot be built, or the address cannot be bound.
+// cannot be built, a cluster's execdTokenSecretFile cannot be read or is
+// too short (cluster.Cluster.LoadExecdTokenSecret), or the address cannot
+// be bound.
 func New(opts Options) (*Daemon, error) {
 	if opts.Config == nil || opts.Keys == nil || opts.Credentials == nil {
 		return nil, errors.New("daemon: Config, Keys and Credentials are required")
@@ -237,6 +239,11 @@ func New(opts Options) (*Daemon, error) {
 	managed := labels.SelectorFromSet(labels.Set{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue})
 	for i := range opts.Config.Clusters {
 		c := &opts.Config.Clusters[i]
+		// The execd token secret is read at start (a configuration
+		// Validate did not see is read here); a bad file stops corectl.
+		if err := c.LoadExecdTokenSecret(); err != nil {
+			return nil, fmt.Errorf("cluster %s: %w", c.ID, err)
+		}
 		cfg, err := opts.RESTConfig(c)
 		if err != nil {
 			return nil, err

@@ -378,7 +378,7 @@ func (c *creation) createPolicy(ctx context.Context, prov *sandbox.Sandbox, set,
 }
 
 func (c *creation) createBatchSandbox(ctx context.Context, req CreateRequest) (*sandbox.Sandbox, error) {
-	pod, err := c.o.podSpec(req)
+	pod, err := c.o.podSpec(req, c.id)
 	if err != nil {
 		return nil, err
 	}

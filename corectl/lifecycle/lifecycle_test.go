@@ -156,6 +156,12 @@ type worldOptions struct {
 	wrap func(http.RoundTripper) http.RoundTripper
 	// logs, when set, replaces corectl's pods/log reader.
 	logs sandboxlogs.Source
+	// execdTokenSecretFile, when set, is the cluster's
+	// execdTokenSecretFile (read by the daemon at start).
+	execdTokenSecretFile string
+	// execdWrap, when set, wraps the execd stand-in's handler (tests see
+	// the requests that reach execd with it).
+	execdWrap func(http.Handler) http.Handler
 }
 
 // startWorld starts the world as o says.
@@ -168,7 +174,11 @@ func startWorld(t testing.TB, cfg *rest.Config, o worldOptions) *world {
 
 	// execd behind the fixed entry.
 	ex := execdstub.New(execdstub.Config{Root: t.TempDir()})
-	exSrv := httptest.NewServer(ex)
+	var exH http.Handler = ex
+	if o.execdWrap != nil {
+		exH = o.execdWrap(ex)
+	}
+	exSrv := httptest.NewServer(exH)
 	t.Cleanup(func() { exSrv.Close(); ex.Close() })
 	w.execd = strings.TrimPrefix(exSrv.URL, "http://")
 
@@ -188,6 +198,7 @@ func startWorld(t testing.TB, cfg *rest.Config, o worldOptions) *world {
 	c.FixedEntry = w.entryURL
 	c.Ingress.Host = w.nsA + ".example.test"
 	c.Client = o.limits
+	c.ExecdTokenSecretFile = o.execdTokenSecretFile
 	w.cluster = c
 
 	// The gateway's HS256 key.

@@ -61,7 +61,13 @@ func (o *Orchestrator) readyBudget() time.Duration {
 	return 60 * time.Second
 }
 
-// readiness polls GET <fixedEntry>/<id>/44772/ping until it answers 200 or
+// ExecdAccessTokenHeader carries execd's access token on a readiness ping
+// (docs/wire-facts.md §X1.2).
+const ExecdAccessTokenHeader = "X-EXECD-ACCESS-TOKEN"
+
+// readiness polls GET <fixedEntry>/<id>/44772/ping (with the sandbox's
+// execd token in ExecdAccessTokenHeader when the cluster derives one,
+// cluster.Cluster.ExecdToken) until it answers 200 or
 // the budget is spent (spec §4.2), pausing FirstReadyInterval after the
 // first attempt and twice as long after each next one, up to
 // ReadyInterval.
@@ -87,6 +93,12 @@ func (o *Orchestrator) readiness(ctx context.Context, id string, onForbidden fun
 		}
 		if h := o.Cluster.Ingress.Host; h != "" {
 			req.Host = h // the managed Ingress rules match this host
+		}
+		if tok, _ := o.Cluster.ExecdToken(id); tok != "" {
+			// execd checks its token on /ping too. Through the gateway's
+			// relay the header is not forwarded; the gateway derives the
+			// same value from the same secret.
+			req.Header.Set(ExecdAccessTokenHeader, tok)
 		}
 		resp, err := hc.Do(req)
 		if err == nil {

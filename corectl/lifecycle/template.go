@@ -93,9 +93,13 @@ func truncate(s string, n int) string {
 
 // podSpec builds the BatchSandbox pod spec of a create: the template's pod
 // with req.EnvVars set in the sandbox container's env (sorted by name; a
-// template entry of the same name is replaced). Errors wrap
-// ErrTemplateNotFound.
-func (o *Orchestrator) podSpec(req CreateRequest) (map[string]any, error) {
+// template entry of the same name is replaced) and, when the cluster has
+// an execdTokenSecretFile, EXECD_ACCESS_TOKEN set to sandbox sandboxID's
+// derived execd token on the execd container (cluster.SetExecdToken,
+// replacing a template's or a create's entry). Errors wrap
+// ErrTemplateNotFound, cluster.ErrNoExecdContainer or
+// cluster.ErrExecdSecretNotLoaded.
+func (o *Orchestrator) podSpec(req CreateRequest, sandboxID string) (map[string]any, error) {
 	if o.Template == nil {
 		return nil, fmt.Errorf("%w: %q", ErrTemplateNotFound, req.TemplateID)
 	}
@@ -118,6 +122,18 @@ func (o *Orchestrator) podSpec(req CreateRequest) (map[string]any, error) {
 		slices.Sort(names)
 		for _, k := range names {
 			c.Env = append(c.Env, corev1.EnvVar{Name: k, Value: req.EnvVars[k]})
+		}
+	}
+	// The sandbox's own execd access token, never the cluster secret
+	// (issue 29 finding 4); set after the envVars, so a create cannot
+	// override it.
+	tok, err := o.Cluster.ExecdToken(sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	if tok != "" {
+		if err := o.Cluster.SetExecdToken(spec, i, tok); err != nil {
+			return nil, err
 		}
 	}
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(spec)

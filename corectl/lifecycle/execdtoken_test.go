@@ -1,0 +1,127 @@
+package lifecycle_test
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/sandgate/sandgate/corectl/cluster"
+	"github.com/sandgate/sandgate/gateway/execdtoken"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// podEnv is the env of container name in a BatchSandbox's pod template.
+func podEnv(t *testing.T, u *unstructured.Unstructured, name string) []corev1.EnvVar {
+	t.Helper()
+	m, ok, err := unstructured.NestedMap(u.Object, "spec", "template", "spec")
+	if !ok || err != nil {
+		t.Fatalf("no pod template: %v", err)
+	}
+	var spec corev1.PodSpec
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &spec); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range spec.Containers {
+		if c.Name == name {
+			return c.Env
+		}
+	}
+	t.Fatalf("no container %q", name)
+	return nil
+}
+
+// envValues returns the values of the entries named name.
+func envValues(env []corev1.EnvVar, name string) []string {
+	var out []string
+	for _, e := range env {
+		if e.Name == name {
+			out = append(out, e.Value)
+		}
+	}
+	return out
+}
+
+// TestCreateSetsExecdToken runs on the real apiserver (issue 29 finding
+// 4): with an execdTokenSecretFile, a created BatchSandbox's pod template
+// carries EXECD_ACCESS_TOKEN = execdtoken.Derive(secret, its ID) — one
+// entry, replacing one a create's envVars tried to set — and nowhere the
+// secret; two sandboxes get different tokens; the readiness ping reached
+// execd with the sandbox's token. Without the setting nothing is added.
+func TestCreateSetsExecdToken(t *testing.T) {
+	secret := "execd-token-secret-for-tests-0123456789abcdef"
+	file := filepath.Join(t.TempDir(), "execd-secret")
+	if err := os.WriteFile(file, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var pinged []string // X-EXECD-ACCESS-TOKEN of each /ping execd saw
+	w := startWorld(t, env.Config, worldOptions{execdTokenSecretFile: file, execdWrap: func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/ping" {
+				mu.Lock()
+				pinged = append(pinged, r.Header.Get("X-EXECD-ACCESS-TOKEN"))
+				mu.Unlock()
+			}
+			h.ServeHTTP(rw, r)
+		})
+	}})
+	var tokens []string
+	for range 2 {
+		sb := w.create(`{"templateID":"base","envVars":{"EXECD_ACCESS_TOKEN":"chosen-by-the-caller","USER_ENV":"x"}}`)
+		u := bs(w.nsA, sb.SandboxID)
+		if u == nil {
+			t.Fatalf("BatchSandbox %s not found", sb.SandboxID)
+		}
+		want := execdtoken.Derive([]byte(secret), sb.SandboxID)
+		e := podEnv(t, u, "sandbox")
+		if got := envValues(e, cluster.ExecdAccessTokenEnv); !slices.Equal(got, []string{want}) {
+			t.Fatalf("%s: EXECD_ACCESS_TOKEN entries %q, want [%s]", sb.SandboxID, got, want)
+		}
+		if got := envValues(e, "USER_ENV"); !slices.Equal(got, []string{"x"}) {
+			t.Fatalf("%s: the create's other envVars: %q", sb.SandboxID, got)
+		}
+		raw, err := u.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(raw), secret) {
+			t.Fatalf("%s: the BatchSandbox carries the cluster secret", sb.SandboxID)
+		}
+		mu.Lock()
+		seen := slices.Contains(pinged, want)
+		mu.Unlock()
+		if !seen {
+			t.Fatalf("%s: no readiness ping reached execd with the sandbox's token", sb.SandboxID)
+		}
+		tokens = append(tokens, want)
+		if code, raw := w.do("DELETE", "/sandboxes/"+sb.SandboxID, "key-a", "", nil); code != http.StatusNoContent {
+			t.Fatalf("DELETE = %d %s", code, raw)
+		}
+	}
+	if tokens[0] == tokens[1] {
+		t.Fatal("two sandboxes got the same execd token")
+	}
+	w.nothingLeft()
+
+	// Without the setting: the template's env and the create's, nothing
+	// added.
+	w2 := start(t)
+	sb := w2.create(`{"templateID":"base"}`)
+	e := podEnv(t, bs(w2.nsA, sb.SandboxID), "sandbox")
+	if got := envValues(e, cluster.ExecdAccessTokenEnv); len(got) != 0 {
+		t.Fatalf("without execdTokenSecretFile: EXECD_ACCESS_TOKEN %q", got)
+	}
+	if len(e) != 1 || e[0].Name != "TEMPLATE_ENV" {
+		t.Fatalf("without execdTokenSecretFile: env %v", e)
+	}
+	if code, raw := w2.do("DELETE", "/sandboxes/"+sb.SandboxID, "key-a", "", nil); code != http.StatusNoContent {
+		t.Fatalf("DELETE = %d %s", code, raw)
+	}
+	w2.nothingLeft()
+}
