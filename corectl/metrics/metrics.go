@@ -167,13 +167,12 @@ func New() *Metrics {
 			Namespace: "corectl", Subsystem: "create", Name: "refusals_total",
 			Help: "Creates refused before anything is written, by reason: a credential limit (concurrent_sandboxes, creates_per_minute, max_timeout) or unsupported_field (a NewSandbox field sandgate cannot honour).",
 		}, []string{"reason"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "corectl", Subsystem: "api", Name: "refusals_total",
+			Help: "API requests refused because of who asked, by reason (missing_key, unknown_key, not_owner, ...).",
+		}, []string{"reason"}),
 	}
-	m.Registry.MustRegister(m.requests, m.duration, m.reconciles, m.steps, m.stepDuration, m.cniChecks, m.orphanScans, m.createRefusals)
-	m.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "corectl", Subsystem: "api", Name: "refusals_total",
-		Help: "API requests refused because of who asked, by reason (missing_key, unknown_key, not_owner, ...).",
-	}, []string{"reason"})
-	m.Registry.MustRegister(m.refusals)
+	m.Registry.MustRegister(m.requests, m.duration, m.reconciles, m.steps, m.stepDuration, m.cniChecks, m.orphanScans, m.createRefusals, m.refusals)
 	return m
 }
 
