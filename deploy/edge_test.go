@@ -397,3 +397,60 @@ func checkCaddyTLS(t *testing.T, r *rendered) {
 		t.Errorf("Service gateway-corectl-api ports %v, want the gateway's corectl-api port", ports)
 	}
 }
+
+// TestDeployWalkthroughOverlays runs step 3 of docs/deploy.md "From an empty
+// cluster to an SDK call over TLS" as written (its sh block, in a copy of
+// deploy/) and renders the overlay it makes: the operator's two overlay
+// copies render what the example edge overlay renders, with no file of the
+// bases or components touched.
+func TestDeployWalkthroughOverlays(t *testing.T) {
+	doc, err := os.ReadFile("../docs/deploy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(doc), "3. **Your overlays.**")
+	if !ok {
+		t.Fatal(`docs/deploy.md has no step "3. **Your overlays.**"`)
+	}
+	_, block, ok := strings.Cut(after, "```sh\n")
+	block, _, ok2 := strings.Cut(block, "```")
+	if !ok || !ok2 {
+		t.Fatal("step 3 of docs/deploy.md has no sh block")
+	}
+	root := t.TempDir()
+	if err := os.CopyFS(filepath.Join(root, "deploy"), os.DirFS(".")); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", "-euo", "pipefail", "-c", block)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("step 3's commands:\n%s\n%v\n%s", block, err, out)
+	}
+	// The edge overlay's copy builds on the example's copy.
+	k, err := os.ReadFile(filepath.Join(root, "deploy/overlays/prod-edge/kustomization.yaml"))
+	if err != nil || !strings.Contains(string(k), "\n  - ../prod\n") || strings.Contains(string(k), "../example\n") {
+		t.Fatalf("after step 3 prod-edge's kustomization.yaml (%v) does not name ../prod alone:\n%s", err, k)
+	}
+	got := render(t, filepath.Join(root, "deploy/overlays/prod-edge"))
+	want := render(t, "overlays/example-edge-ingress")
+	if !bytes.Equal(got.yaml, want.yaml) {
+		t.Errorf("the walkthrough's overlay renders differently from overlays/example-edge-ingress:\n%s", got.yaml)
+	}
+	// Nothing outside the two new overlays changed.
+	for _, dir := range []string{"portal", "components", "overlays/example", "overlays/example-edge-ingress"} {
+		err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			a, _ := os.ReadFile(p)
+			b, err := os.ReadFile(filepath.Join(root, "deploy", p))
+			if err != nil || !bytes.Equal(a, b) {
+				t.Errorf("step 3 changed or removed deploy/%s", p)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
