@@ -36,6 +36,18 @@
 //		[-settle 20s] [-rate 1000] [-duration 30s] [-dial-concurrency 200]
 //		[-gateway-output <file>] [-gateway-env GOGC=400,GOMEMLIMIT=768MiB]
 //		[-tool-gogc 100] [-nodes-gogc 400] [-pin-gateway <cpu>]
+//		[-rounds N] [-variant name:binary[:VAR=value,…] …]
+//
+// With -variant (repeated) or -rounds above 1 it runs an A/B series: each
+// run is this tool again with the same flags and the variant's binary and
+// gateway environment, every variant once per round, the order rotating
+// each round (A B, B A, …); it prints each run's output as it goes, then
+// per variant the median and range over the rounds of the round trip's
+// p50/p99/p99.9, the hub's own p99/p99.9, the send delay, the gateway's
+// CPU and the achieved rate, with the load average before and after each
+// run and the commit. Every run ends its dispatch phase with one
+// "result:" line of its figures (milliseconds, percent of a core), which
+// the series reads.
 //
 // It raises its RLIMIT_NOFILE (the gateway inherits it) to the nodes plus
 // 4,096, or as far as the hard limit allows when it may not raise that
@@ -107,7 +119,24 @@ func main() {
 	flag.StringVar(&o.gatewayEnv, "gateway-env", "", "comma-separated VAR=value added to the gateway's environment only (e.g. GOGC=400,GOMEMLIMIT=768MiB)")
 	flag.IntVar(&o.pinGateway, "pin-gateway", -1, "CPU to pin every thread of the gateway to once it started (as taskset -a -p -c <cpu> <pid>); -1: not pinned. `make nodeload` runs the tool under taskset -c 1 with -pin-gateway 0, so the gateway has a core of its own")
 	flag.StringVar(&o.gatewayOutput, "gateway-output", "", "file for the gateway's standard output and error (e.g. with GODEBUG=gctrace=1); default discarded")
+	var vs variants
+	flag.Var(&vs, "variant", "name:binary[:VAR=value,…]: one gateway set-up of an A/B series (repeat the flag; with none, -rounds runs -caddy and -gateway-env alone); each run is this tool with the other flags, the variant's binary as -caddy and its environment as -gateway-env")
+	rounds := flag.Int("rounds", 1, "rounds of an A/B series: every variant once per round, the order rotating each round; then the median and range of each variant's figures")
 	flag.Parse()
+	if o.role == "" && (len(vs) > 0 || *rounds > 1) {
+		if len(vs) == 0 {
+			vs = variants{{name: "gateway", caddy: o.caddy, env: o.gatewayEnv}}
+		}
+		if *rounds < 1 {
+			fmt.Fprintln(os.Stderr, "nodeload: -rounds must be at least 1")
+			os.Exit(2)
+		}
+		if err := runAB(vs, *rounds, abArgs(os.Args[1:]), os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "nodeload:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if o.settle == 0 {
 		o.settle = 2 * o.heartbeat
 	}
@@ -284,8 +313,8 @@ http://127.0.0.1:%s {
 		return err
 	}
 	fmt.Printf("this tool and the simulated nodes run on CPUs %s\n", toolCPUs)
-	fmt.Printf("nodeload: %s (pid %d) on %s; %d nodes, heartbeat %s; RLIMIT_NOFILE %d; %d CPUs; gateway environment %q (GOGC=%q), load tool GOGC=%d\n",
-		o.caddy, pid, base, o.nodes, o.heartbeat, limit, runtime.NumCPU(), o.gatewayEnv, os.Getenv("GOGC"), o.toolGOGC)
+	fmt.Printf("nodeload: %s (pid %d) on %s; %d nodes, heartbeat %s; RLIMIT_NOFILE %d; %d CPUs; gateway environment %q (GOGC=%q), load tool GOGC=%d; load average %s\n",
+		o.caddy, pid, base, o.nodes, o.heartbeat, limit, runtime.NumCPU(), o.gatewayEnv, os.Getenv("GOGC"), o.toolGOGC, loadAverage())
 	rssIdle, _, err := gw.Memory()
 	if err != nil {
 		return err
@@ -392,7 +421,7 @@ http://127.0.0.1:%s {
 		return err
 	}
 	rssEnd, _, _ := gw.Memory()
-	fmt.Printf("end: %s; gateway VmRSS %.1f MiB\n", dropped, float64(rssEnd)/1024)
+	fmt.Printf("end: %s; gateway VmRSS %.1f MiB; load average %s\n", dropped, float64(rssEnd)/1024, loadAverage())
 	if !strings.HasPrefix(dropped, "0 of ") {
 		return errors.New("connections dropped")
 	}
@@ -536,9 +565,21 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 	}
 	fmt.Printf("hub's own time (%s over the dispatch phase, %.0f operations, within its buckets): p50 %s, p99 %s, p99.9 %s\n",
 		hubMetric, hubTime.count(), hubTime.describe(0.5), hubTime.describe(0.99), hubTime.describe(0.999))
-	fmt.Printf("CPU during dispatch: gateway %.1f%%, simulated nodes %.1f%%, this tool (API client) %.1f%% of one core\n",
-		gatewayproc.CPUPercent(cpu1-cpu0, t1.Sub(t0)), gatewayproc.CPUPercent(nodes1-nodes0, t1.Sub(t0)),
-		gatewayproc.CPUPercent(self1-self0, t1.Sub(t0)))
+	gwCPU, nodesCPU, toolCPU := gatewayproc.CPUPercent(cpu1-cpu0, t1.Sub(t0)), gatewayproc.CPUPercent(nodes1-nodes0, t1.Sub(t0)),
+		gatewayproc.CPUPercent(self1-self0, t1.Sub(t0))
+	fmt.Printf("CPU during dispatch: gateway %.1f%%, simulated nodes %.1f%%, this tool (API client) %.1f%% of one core; load average %s\n",
+		gwCPU, nodesCPU, toolCPU, loadAverage())
+	r := result{"ops_per_s": float64(total) / elapsed.Seconds(), "ok": float64(len(ok)), "total": float64(total),
+		"send_delay_p99_ms": ms(pct(sendDelay, 99)), "hub_p50_ms": hubMS(hubTime, 0.5), "hub_p99_ms": hubMS(hubTime, 0.99),
+		"hub_p999_ms": hubMS(hubTime, 0.999), "gateway_cpu": gwCPU, "nodes_cpu": nodesCPU, "tool_cpu": toolCPU}
+	for _, k := range []string{"rtt_p50_ms", "rtt_p90_ms", "rtt_p99_ms", "rtt_p999_ms", "rtt_max_ms"} {
+		r[k] = math.NaN()
+	}
+	if len(ok) > 0 {
+		r["rtt_p50_ms"], r["rtt_p90_ms"], r["rtt_p99_ms"] = ms(pct(ok, 50)), ms(pct(ok, 90)), ms(pct(ok, 99))
+		r["rtt_p999_ms"], r["rtt_max_ms"] = ms(pct(ok, 99.9)), ms(ok[len(ok)-1])
+	}
+	printResult(os.Stdout, r)
 	if counts["success"] != total {
 		return errors.New("not every operation succeeded")
 	}
@@ -682,7 +723,7 @@ func raiseNoFile(need, want int) (uint64, error) {
 		return next.Cur, nil
 	}
 	if lim.Max < uint64(need) {
-		return 0, fmt.Errorf("RLIMIT_NOFILE hard limit %d is below the %d needed (one socket per node in each process), and raising it was not permitted", lim.Max, need)
+		return 0, fmt.Errorf("RLIMIT_NOFILE hard limit %d is below the %d needed (one socket per node in each process), and raising it was not permitted: run with fewer -nodes, or where the hard limit is at least %d (as root with CAP_SYS_RESOURCE `ulimit -Hn %d`, or a container started with --ulimit nofile=%d:%d)", lim.Max, need, need, roundUp4096(need), roundUp4096(need), roundUp4096(need))
 	}
 	next = syscall.Rlimit{Cur: min(uint64(want), lim.Max), Max: lim.Max}
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &next); err != nil {
@@ -690,6 +731,10 @@ func raiseNoFile(need, want int) (uint64, error) {
 	}
 	return next.Cur, nil
 }
+
+// roundUp4096 is need rounded up to a multiple of 4,096, for the advice of
+// raiseNoFile's error.
+func roundUp4096(need int) int { return (need + 4095) / 4096 * 4096 }
 
 func randomHex(n int) string {
 	b := make([]byte, n)
