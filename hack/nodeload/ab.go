@@ -58,7 +58,7 @@ type result map[string]float64
 
 // resultKeys are the figures of a run, in the order printed.
 var resultKeys = []string{"ops_per_s", "ok", "total", "rtt_p50_ms", "rtt_p90_ms", "rtt_p99_ms", "rtt_p999_ms",
-	"rtt_max_ms", "send_delay_p99_ms", "hub_p50_ms", "hub_p99_ms", "hub_p999_ms", "gateway_cpu", "nodes_cpu", "tool_cpu"}
+	"rtt_max_ms", "send_delay_p99_ms", "hub_p50_ms", "hub_p99_ms", "hub_p999_ms", "gateway_gcs", "gateway_cpu", "nodes_cpu", "tool_cpu"}
 
 // printResult writes r as one line "result: key=value …" in resultKeys'
 // order.
@@ -205,7 +205,7 @@ func runVerdict(r abRun) string {
 var summaryKeys = []struct{ key, head string }{
 	{"rtt_p50_ms", "RTT p50"}, {"rtt_p99_ms", "RTT p99"}, {"rtt_p999_ms", "RTT p99.9"},
 	{"hub_p99_ms", "hub p99"}, {"hub_p999_ms", "hub p99.9"}, {"send_delay_p99_ms", "send delay p99"},
-	{"gateway_cpu", "gateway CPU %"}, {"ops_per_s", "ops/s"},
+	{"gateway_gcs", "gateway GCs"}, {"gateway_cpu", "gateway CPU %"}, {"ops_per_s", "ops/s"},
 }
 
 // printSummary prints, per variant, each figure's median and range over

@@ -563,15 +563,15 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 			pct(ok, 50), pct(ok, 90), pct(ok, 99), pct(ok, 99.9), ok[len(ok)-1].Round(time.Microsecond))
 		fmt.Printf("  (from the actual send, for comparison: p50 %s, p99 %s)\n", pct(fromSend, 50), pct(fromSend, 99))
 	}
-	fmt.Printf("hub's own time (%s over the dispatch phase, %.0f operations, within its buckets): p50 %s, p99 %s, p99.9 %s\n",
-		hubMetric, hubTime.count(), hubTime.describe(0.5), hubTime.describe(0.99), hubTime.describe(0.999))
+	fmt.Printf("hub's own time (%s over the dispatch phase, %.0f operations, within its buckets): p50 %s, p99 %s, p99.9 %s; the gateway's garbage collections in the phase: %.0f\n",
+		hubMetric, hubTime.count(), hubTime.describe(0.5), hubTime.describe(0.99), hubTime.describe(0.999), hubTime.gcs)
 	gwCPU, nodesCPU, toolCPU := gatewayproc.CPUPercent(cpu1-cpu0, t1.Sub(t0)), gatewayproc.CPUPercent(nodes1-nodes0, t1.Sub(t0)),
 		gatewayproc.CPUPercent(self1-self0, t1.Sub(t0))
 	fmt.Printf("CPU during dispatch: gateway %.1f%%, simulated nodes %.1f%%, this tool (API client) %.1f%% of one core; load average %s\n",
 		gwCPU, nodesCPU, toolCPU, loadAverage())
 	r := result{"ops_per_s": float64(total) / elapsed.Seconds(), "ok": float64(len(ok)), "total": float64(total),
 		"send_delay_p99_ms": ms(pct(sendDelay, 99)), "hub_p50_ms": hubMS(hubTime, 0.5), "hub_p99_ms": hubMS(hubTime, 0.99),
-		"hub_p999_ms": hubMS(hubTime, 0.999), "gateway_cpu": gwCPU, "nodes_cpu": nodesCPU, "tool_cpu": toolCPU}
+		"hub_p999_ms": hubMS(hubTime, 0.999), "gateway_gcs": hubTime.gcs, "gateway_cpu": gwCPU, "nodes_cpu": nodesCPU, "tool_cpu": toolCPU}
 	for _, k := range []string{"rtt_p50_ms", "rtt_p90_ms", "rtt_p99_ms", "rtt_p999_ms", "rtt_max_ms"} {
 		r[k] = math.NaN()
 	}
