@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -161,6 +162,18 @@ func runAB(vs variants, rounds int, args []string, out io.Writer) error {
 			}
 			fmt.Fprintf(out, "== round %d, %s (load average %s)\n", run.round, v.name, run.before)
 			start := time.Now()
+			// Registered before the start: while an interrupt is handled
+			// onSignal blocks, so no further run starts.
+			exited := make(chan struct{})
+			onSignal(func() { // the run undoes its own gateway and nodes
+				if cmd.Process != nil {
+					_ = cmd.Process.Signal(syscall.SIGTERM)
+					select {
+					case <-exited:
+					case <-time.After(30 * time.Second):
+					}
+				}
+			})
 			if err := cmd.Start(); err != nil {
 				return err
 			}
@@ -176,6 +189,7 @@ func runAB(vs variants, rounds int, args []string, out io.Writer) error {
 			if err := cmd.Wait(); err != nil {
 				run.err = errors.Join(run.err, err)
 			}
+			close(exited)
 			run.wall, run.after = time.Since(start), loadAverage()
 			fmt.Fprintf(out, "== round %d, %s: %s in %s (load average after %s)\n", run.round, v.name,
 				runVerdict(run), run.wall.Round(time.Second), run.after)

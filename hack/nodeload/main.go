@@ -123,6 +123,9 @@ func main() {
 	flag.Var(&vs, "variant", "name:binary[:VAR=value,…]: one gateway set-up of an A/B series (repeat the flag; with none, -rounds runs -caddy and -gateway-env alone); each run is this tool with the other flags, the variant's binary as -caddy and its environment as -gateway-env")
 	rounds := flag.Int("rounds", 1, "rounds of an A/B series: every variant once per round, the order rotating each round; then the median and range of each variant's figures")
 	flag.Parse()
+	if o.role == "" {
+		handleSignals()
+	}
 	if o.role == "" && (len(vs) > 0 || *rounds > 1) {
 		if len(vs) == 0 {
 			vs = variants{{name: "gateway", caddy: o.caddy, env: o.gatewayEnv}}
@@ -202,6 +205,7 @@ func run(o options) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	onSignal(func() { _ = os.RemoveAll(dir) })
 
 	nodes := make([]simNode, o.nodes)
 	var rec strings.Builder
@@ -281,6 +285,7 @@ http://127.0.0.1:%s {
 		return err
 	}
 	defer gw.Stop()
+	onSignal(gw.Stop)
 	pid := gw.Pid
 	base := "http://127.0.0.1:" + port
 	// Provisioning tens of thousands of enrolled nodes takes seconds.
@@ -334,6 +339,7 @@ http://127.0.0.1:%s {
 		return err
 	}
 	defer sims.stop()
+	onSignal(func() { _ = sims.cmd.Process.Kill() })
 	connected, err := sims.call("connect")
 	if err != nil {
 		return err
