@@ -223,7 +223,9 @@ var summaryKeys = []struct{ key, head string }{
 }
 
 // printSummary prints, per variant, each figure's median and range over
-// the runs that gave a result, and the load averages seen.
+// the runs that gave a result (a failed run, one that missed the rate or
+// an operation, still gives one and is counted as failed), and the load
+// averages seen.
 func printSummary(out io.Writer, vs variants, runs []abRun) {
 	fmt.Fprintln(out, "summary (median [min–max] over the rounds; times in ms):")
 	head := []string{"variant", "runs"}
@@ -236,6 +238,7 @@ func printSummary(out io.Writer, vs variants, runs []abRun) {
 	for _, v := range vs {
 		var got []result
 		var loads []string
+		failed := 0
 		for _, r := range runs {
 			if r.variant != v.name {
 				continue
@@ -244,8 +247,15 @@ func printSummary(out io.Writer, vs variants, runs []abRun) {
 			if r.res != nil {
 				got = append(got, r.res)
 			}
+			if r.err != nil {
+				failed++
+			}
 		}
-		row := []string{v.name, strconv.Itoa(len(got))}
+		n := strconv.Itoa(len(got))
+		if failed > 0 {
+			n += fmt.Sprintf(" (%d failed)", failed)
+		}
+		row := []string{v.name, n}
 		for _, k := range summaryKeys {
 			var xs []float64
 			for _, r := range got {
@@ -285,14 +295,21 @@ func medianRange(xs []float64) string {
 	return fmt.Sprintf("%s [%s–%s]", num(med), num(s[0]), num(s[len(s)-1]))
 }
 
-// num formats a figure with three significant digits ("over 50" for a
-// hub quantile past the histogram's last finite bucket).
+// num formats a figure: whole numbers from 100, one decimal from 10,
+// else three significant digits ("over 50" for a hub quantile past the
+// histogram's last finite bucket).
 func num(x float64) string {
 	switch {
 	case math.IsInf(x, 1):
 		return "over 50"
 	case math.IsNaN(x):
 		return "none"
+	}
+	switch a := math.Abs(x); {
+	case a >= 100:
+		return strconv.FormatFloat(x, 'f', 0, 64)
+	case a >= 10:
+		return strconv.FormatFloat(x, 'f', 1, 64)
 	}
 	return strconv.FormatFloat(x, 'g', 3, 64)
 }

@@ -64,6 +64,7 @@ func TestMedianRange(t *testing.T) {
 		{[]float64{3, 1, 2}, "2 [1–3]"},
 		{[]float64{4, 1, 2, 3}, "2.5 [1–4]"},
 		{[]float64{1, math.Inf(1), 2}, "2 [1–over 50]"},
+		{[]float64{13500, 14, 27100}, "13500 [14.0–27100]"},
 	} {
 		if got := medianRange(c.xs); got != c.want {
 			t.Errorf("medianRange(%v) = %q, want %q", c.xs, got, c.want)
