@@ -149,6 +149,7 @@ func runAB(vs variants, rounds int, args []string, out io.Writer) error {
 		fmt.Fprintf(out, "  %s: %s %s, environment %q\n", v.name, v.caddy, binaryVersion(v.caddy), v.env)
 	}
 	var runs []abRun
+	began := time.Now()
 	for r := range rounds {
 		for i := range vs {
 			v := vs[(i+r)%len(vs)]
@@ -197,6 +198,7 @@ func runAB(vs variants, rounds int, args []string, out io.Writer) error {
 		}
 	}
 	printSummary(out, vs, runs)
+	fmt.Fprintf(out, "series: %d runs in %s; load average now %s\n", len(runs), time.Since(began).Round(time.Second), loadAverage())
 	for _, r := range runs {
 		if r.err != nil || r.res == nil {
 			return errors.New("not every run succeeded")
