@@ -54,20 +54,25 @@ const resultPrefix = "result:"
 
 // result is one run's figures, as printResult writes them: milliseconds
 // for times (+Inf for a hub quantile beyond the last finite bucket, NaN
-// when there is none), percent of one core for CPU.
+// when there is none), percent of one core for CPU, MiB for the gateway's
+// VmRSS with the nodes connected and at the end.
 type result map[string]float64
 
 // resultKeys are the figures of a run, in the order printed.
 var resultKeys = []string{"ops_per_s", "ok", "total", "rtt_p50_ms", "rtt_p90_ms", "rtt_p99_ms", "rtt_p999_ms",
-	"rtt_max_ms", "send_delay_p99_ms", "hub_p50_ms", "hub_p99_ms", "hub_p999_ms", "gateway_gcs", "gateway_cpu", "nodes_cpu", "tool_cpu"}
+	"rtt_max_ms", "send_delay_p99_ms", "hub_p50_ms", "hub_p99_ms", "hub_p999_ms", "gateway_gcs", "gateway_cpu", "nodes_cpu", "tool_cpu", "rss_nodes_mib", "rss_end_mib"}
 
 // printResult writes r as one line "result: key=value …" in resultKeys'
-// order.
+// order, NaN for a figure the run did not reach.
 func printResult(w io.Writer, r result) {
 	var b strings.Builder
 	b.WriteString(resultPrefix)
 	for _, k := range resultKeys {
-		fmt.Fprintf(&b, " %s=%s", k, strconv.FormatFloat(r[k], 'g', 6, 64))
+		v, ok := r[k]
+		if !ok {
+			v = math.NaN()
+		}
+		fmt.Fprintf(&b, " %s=%s", k, strconv.FormatFloat(v, 'g', 6, 64))
 	}
 	fmt.Fprintln(w, b.String())
 }
@@ -222,6 +227,7 @@ var summaryKeys = []struct{ key, head string }{
 	{"rtt_p50_ms", "RTT p50"}, {"rtt_p99_ms", "RTT p99"}, {"rtt_p999_ms", "RTT p99.9"},
 	{"hub_p99_ms", "hub p99"}, {"hub_p999_ms", "hub p99.9"}, {"send_delay_p99_ms", "send delay p99"},
 	{"gateway_gcs", "gateway GCs"}, {"gateway_cpu", "gateway CPU %"}, {"ops_per_s", "ops/s"},
+	{"rss_end_mib", "gateway VmRSS at the end, MiB"},
 }
 
 // printSummary prints, per variant, each figure's median and range over

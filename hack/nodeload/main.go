@@ -73,6 +73,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	mrand "math/rand/v2"
 	"net"
@@ -409,7 +410,14 @@ http://127.0.0.1:%s {
 				traced <- gatewayproc.SaveTrace("http://"+admin, o.duration, o.trace)
 			}()
 		}
-		err := dispatch(o, base, "http://"+admin, apiToken, nodes, pid, sims.cmd.Process.Pid)
+		// The run's figures, one result: line at its end, even when it
+		// fails (the A/B series reads it).
+		res := result{"rss_nodes_mib": float64(rss) / 1024}
+		defer printResult(os.Stdout, res)
+		err := dispatch(o, base, "http://"+admin, apiToken, nodes, pid, sims.cmd.Process.Pid, res)
+		if rssEnd, _, merr := gw.Memory(); merr == nil {
+			res["rss_end_mib"] = float64(rssEnd) / 1024
+		}
 		if profiled != nil {
 			err = errors.Join(err, <-profiled,
 				gatewayproc.Save("http://"+admin+"/debug/pprof/heap", o.profile+".heap-after", 0))
@@ -437,7 +445,7 @@ http://127.0.0.1:%s {
 // dispatch sends operations at o.rate for o.duration, open loop: each
 // operation starts on its schedule on its own goroutine, whatever the
 // previous ones do.
-func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesPid int) error {
+func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesPid int, r result) error {
 	client := &apiClient{addr: strings.TrimPrefix(base, "http://"), idle: make(chan *apiConn, 1024)}
 	defer client.close()
 	body := func(i int) string {
@@ -578,17 +586,13 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 		gatewayproc.CPUPercent(self1-self0, t1.Sub(t0))
 	fmt.Printf("CPU during dispatch: gateway %.1f%%, simulated nodes %.1f%%, this tool (API client) %.1f%% of one core; load average %s\n",
 		gwCPU, nodesCPU, toolCPU, loadAverage())
-	r := result{"ops_per_s": float64(total) / elapsed.Seconds(), "ok": float64(len(ok)), "total": float64(total),
+	maps.Copy(r, result{"ops_per_s": float64(total) / elapsed.Seconds(), "ok": float64(len(ok)), "total": float64(total),
 		"send_delay_p99_ms": ms(pct(sendDelay, 99)), "hub_p50_ms": hubMS(hubTime, 0.5), "hub_p99_ms": hubMS(hubTime, 0.99),
-		"hub_p999_ms": hubMS(hubTime, 0.999), "gateway_gcs": hubTime.gcs, "gateway_cpu": gwCPU, "nodes_cpu": nodesCPU, "tool_cpu": toolCPU}
-	for _, k := range []string{"rtt_p50_ms", "rtt_p90_ms", "rtt_p99_ms", "rtt_p999_ms", "rtt_max_ms"} {
-		r[k] = math.NaN()
-	}
+		"hub_p999_ms": hubMS(hubTime, 0.999), "gateway_gcs": hubTime.gcs, "gateway_cpu": gwCPU, "nodes_cpu": nodesCPU, "tool_cpu": toolCPU})
 	if len(ok) > 0 {
 		r["rtt_p50_ms"], r["rtt_p90_ms"], r["rtt_p99_ms"] = ms(pct(ok, 50)), ms(pct(ok, 90)), ms(pct(ok, 99))
 		r["rtt_p999_ms"], r["rtt_max_ms"] = ms(pct(ok, 99.9)), ms(ok[len(ok)-1])
 	}
-	printResult(os.Stdout, r)
 	if counts["success"] != total {
 		return errors.New("not every operation succeeded")
 	}
