@@ -1,5 +1,5 @@
 // Package gcpolicy is the gateway's garbage-collection policy: GOGC 400
-// (GOGC, the constant) unless the operator set the GOGC environment
+// (the constant GOGC) unless the operator set the GOGC environment
 // variable, under the soft memory limit that Caddy itself sets when it
 // starts (`caddy run` applies github.com/KimMachineGun/automemlimit: 90 %
 // of the container's cgroup memory limit, or of the machine's memory
@@ -12,7 +12,7 @@
 // behind it; GOGC 400 makes collections about four times rarer, while the
 // soft limit still bounds the heap by the container's memory (the
 // collector runs more often as the heap nears it). docs/node-connect.md
-// ("GC policy") has the runs that decided it.
+// ("On a core of its own") has the runs that decided it.
 package gcpolicy
 
 import (
