@@ -612,7 +612,6 @@ type apiClient struct {
 type apiConn struct {
 	c  net.Conn
 	br *bufio.Reader
-	bw *bufio.Writer
 }
 
 // do sends req, one whole HTTP/1.1 request with a Content-Length, and
@@ -627,7 +626,7 @@ func (a *apiClient) do(req []byte) (int, []byte, error) {
 		if err != nil {
 			return 0, nil, err
 		}
-		c = &apiConn{c: nc, br: bufio.NewReader(nc), bw: bufio.NewWriter(nc)}
+		c = &apiConn{c: nc, br: bufio.NewReader(nc)}
 	}
 	status, data, keep, err := c.exchange(req)
 	if err != nil || !keep {
@@ -644,19 +643,10 @@ func (a *apiClient) do(req []byte) (int, []byte, error) {
 
 func (c *apiConn) exchange(req []byte) (status int, data []byte, keep bool, err error) {
 	_ = c.c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := c.bw.Write(req); err != nil {
+	if _, err := c.c.Write(req); err != nil {
 		return 0, nil, false, err
 	}
-	if err := c.bw.Flush(); err != nil {
-		return 0, nil, false, err
-	}
-	resp, err := http.ReadResponse(c.br, nil) // nil: not a HEAD request
-	if err != nil {
-		return 0, nil, false, err
-	}
-	data, err = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode, data, err == nil && !resp.Close, err
+	return readAnswer(c.br)
 }
 
 // close closes the idle connections.
