@@ -41,7 +41,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/dataplane"
 	"github.com/sandgate/sandgate/gateway/token"
-	"github.com/sandgate/sandgate/internal/memlimit"
+	"github.com/sandgate/sandgate/internal/gcpolicy"
 	"github.com/sandgate/sandgate/nodecore/core"
 	"github.com/sandgate/sandgate/nodecore/portal"
 )
@@ -219,9 +219,8 @@ func (a *App) Validate() error {
 // config takes over the running hub here, its connections untouched) and
 // logs the configured clusters. The app has no goroutines of its own.
 func (a *App) Start() error {
-	gcPolicy.Do(func() { // once per process: the soft memory limit of package internal/memlimit
-		d, err := memlimit.Apply()
-		a.logger.Info("garbage-collection policy", zap.Stringer("memory_limit", d), zap.Error(err))
+	gcPolicy.Do(func() { // once per process: package internal/gcpolicy (GOGC under Caddy's memory limit)
+		a.logger.Info("garbage-collection policy", zap.Stringer("gc", gcpolicy.Apply()))
 	})
 	if a.core != nil {
 		if err := a.core.Start(); err != nil {
