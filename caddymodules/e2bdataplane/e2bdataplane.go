@@ -17,9 +17,11 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"go.uber.org/zap"
 
 	"github.com/sandgate/sandgate/caddymodules/internal/dataplaneapp"
 	"github.com/sandgate/sandgate/gateway/dataplane"
+	"github.com/sandgate/sandgate/gateway/drain"
 	"github.com/sandgate/sandgate/gateway/execd"
 )
 
@@ -134,8 +136,18 @@ type Handler struct {
 	// (package portroute). Default: none, the fixed-address mode.
 	Hosts []string `json:"hosts,omitempty"`
 
+	// DrainGrace is how long the command streams and file transfers in
+	// flight may run on once the server begins to shut down (a rollout's
+	// SIGTERM, after Caddy's shutdown_delay; a configuration reload); those
+	// still running then end with GATEWAY_DRAINING (package drain,
+	// docs/runbook.md "Rollouts and draining"). Keep it below Caddy's
+	// grace_period, which closes the connections when it runs out.
+	// Default 25s.
+	DrainGrace caddy.Duration `json:"drain_grace,omitempty"`
+
 	dp    *dataplane.Handler
 	hosts *hostRouting
+	drain *drain.Drainer
 }
 
 // User is one SDK user's identity inside the sandbox.
@@ -228,6 +240,19 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	// transport, so they leave exactly as the data plane's requests do.
 	app.SetDataPlaneTransport(rt)
 	m := registerMetrics(ctx.GetMetricsRegistry())
+	if h.DrainGrace < 0 {
+		return errors.New("drain_grace must be positive")
+	}
+	h.drain = drain.New(time.Duration(h.DrainGrace), m.inFlight)
+	if srv, ok := ctx.Context.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok && srv != nil {
+		log, d := ctx.Logger(), h.drain
+		srv.RegisterOnShutdown(func() {
+			log.Info("server shutting down: draining command streams and file transfers",
+				zap.Duration("drain_grace", d.Grace()), zap.Int("commands", d.InFlight(drain.KindCommand)),
+				zap.Int("transfers", d.InFlight(drain.KindTransfer)))
+			d.Begin()
+		})
+	}
 	observe := func(o dataplane.Outcome) {
 		m.observe(o)
 		setAccessLogLevel(o)
@@ -240,6 +265,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		Logger:      ctx.Logger(),
 		Observe:     observe,
 		Authorizer:  app.Authorizer(),
+		Drain:       h.drain,
 	})
 	if err != nil {
 		return err
@@ -286,8 +312,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	return nil
 }
 
+// Cleanup ends the drain: the server no longer waits for this handler's
+// requests, so any still running end now with GATEWAY_DRAINING.
+func (h *Handler) Cleanup() error {
+	if h.drain != nil {
+		h.drain.Close()
+	}
+	return nil
+}
+
 // Interface guards.
 var (
 	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )
