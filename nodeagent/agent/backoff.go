@@ -2,6 +2,9 @@ package agent
 
 import (
 	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -26,3 +29,44 @@ func (b *backoff) next() time.Duration {
 
 // reset starts the sequence again from Min.
 func (b *backoff) reset() { b.attempt = 0 }
+
+// maxRetryAfter bounds the Retry-After the agent honours, in seconds; a
+// larger value (or an HTTP date) is ignored and the backoff applies.
+const maxRetryAfter = 3600
+
+// retryAfter reads a 409 answer's Retry-After in delay-seconds (RFC 9110
+// §10.2.3): 1 to maxRetryAfter digits' worth of seconds. Any other status
+// or form gives false.
+func retryAfter(resp *http.Response) (time.Duration, bool) {
+	if resp.StatusCode != http.StatusConflict {
+		return 0, false
+	}
+	v := strings.TrimSpace(resp.Header.Get("Retry-After"))
+	if v == "" || len(v) > 4 || strings.Trim(v, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > maxRetryAfter {
+		return 0, false
+	}
+	return time.Duration(n) * time.Second, true
+}
+
+// retryAfterError is a refused connect whose answer said when to try
+// again.
+type retryAfterError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *retryAfterError) Error() string {
+	return e.err.Error() + " (retry after " + e.after.String() + ")"
+}
+
+func (e *retryAfterError) Unwrap() error { return e.err }
+
+// wait is the Retry-After plus a random jitter of up to a quarter of it
+// (nodes of one dead replica do not all come back at once), at most limit.
+func (e *retryAfterError) wait(limit time.Duration) time.Duration {
+	return min(e.after+rand.N(e.after/4+1), limit)
+}
