@@ -278,7 +278,11 @@ func (a *Agent) connectURL() string {
 // which lapses then: the replica died) is retried when it says, plus up to
 // a quarter of it as jitter, at most Timers.BackoffMax, so a node is back
 // soon after the dead replica's claim lapses rather than at the end of a
-// backoff grown during the refusals.
+// backoff grown during the refusals. After Core closed a welcomed
+// connection with 1001 (going away: the replica shuts down and has
+// released the node's claim) the agent reconnects at once, after a jitter
+// of at most goingAwayJitter (or Timers.BackoffMin if smaller), so another
+// replica takes the node without the backoff.
 func (a *Agent) Run(ctx context.Context) error {
 	b := backoff{min: a.cfg.Timers.BackoffMin, max: a.cfg.Timers.BackoffMax}
 	for {
@@ -295,6 +299,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		var wait time.Duration
 		if ra := (*retryAfterError)(nil); errors.As(err, &ra) {
 			wait = ra.wait(a.cfg.Timers.BackoffMax)
+		} else if welcomed && goingAway(err) {
+			wait = goingAwayWait(a.cfg.Timers.BackoffMin)
 		} else {
 			wait = b.next()
 		}

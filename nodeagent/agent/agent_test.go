@@ -179,6 +179,20 @@ func TestReconnectsAfterCoreCloses(t *testing.T) {
 	core.Accept().Open(1)
 }
 
+// TestGoingAwayReconnectsAtOnce: Core's 1001 (a gateway replica shutting
+// down, its node claims released) is followed by a reconnect at once, not
+// after the backoff, here an hour: the node connects within fakecore.Wait.
+func TestGoingAwayReconnectsAtOnce(t *testing.T) {
+	core := fakecore.New(t, credential, false)
+	startNode(t, core, newFake(nil), func(c *agent.Config) {
+		c.Timers.BackoffMin, c.Timers.BackoffMax = time.Hour, time.Hour
+	})
+	first := core.Accept()
+	first.Open(1)
+	first.CloseWith(websocket.CloseGoingAway, "gateway shutting down")
+	core.Accept().Open(1)
+}
+
 func TestOwnerEpochIsKeptAndLowerRefused(t *testing.T) {
 	core := fakecore.New(t, credential, false)
 	n := startNode(t, core, newFake(nil), nil)

@@ -1,11 +1,14 @@
 package agent
 
 import (
+	"errors"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gorilla/websocket"
 )
 
 // backoff is a bounded, jittered exponential backoff: attempt n (from 0)
@@ -29,6 +32,24 @@ func (b *backoff) next() time.Duration {
 
 // reset starts the sequence again from Min.
 func (b *backoff) reset() { b.attempt = 0 }
+
+// goingAwayJitter bounds the random wait before reconnecting after Core
+// closed the connection with 1001 (going away), which spreads the nodes of
+// a replica that shuts down over half a second rather than having them
+// all dial the other replicas in the same instant.
+const goingAwayJitter = 500 * time.Millisecond
+
+// goingAway reports whether err is Core's close frame 1001.
+func goingAway(err error) bool {
+	var ce *websocket.CloseError
+	return errors.As(err, &ce) && ce.Code == websocket.CloseGoingAway
+}
+
+// goingAwayWait is the wait after Core's 1001: random in [0, j], j the
+// smaller of goingAwayJitter and backoffMin.
+func goingAwayWait(backoffMin time.Duration) time.Duration {
+	return rand.N(min(goingAwayJitter, backoffMin) + 1)
+}
 
 // maxRetryAfter bounds the Retry-After the agent honours, in seconds; a
 // larger value (or an HTTP date) is ignored and the backoff applies.

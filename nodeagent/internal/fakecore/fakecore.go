@@ -354,3 +354,10 @@ func (c *Conn) Rest() ([]proto.Frame, int) {
 
 // Close closes the connection from Core's side.
 func (c *Conn) Close() { c.ws.Close() }
+
+// CloseWith sends a close frame with code and reason, as Core does (1001
+// when a gateway replica shuts down), then closes the connection.
+func (c *Conn) CloseWith(code int, reason string) {
+	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(Wait))
+	c.ws.Close()
+}
