@@ -40,14 +40,18 @@ http://{{ADDR}} {
 `
 
 // TestDrainEndsLongStreams runs both JS SDKs against the built gateway,
-// each with two commands streaming, and sends SIGTERM: the command that
-// ends within the drain grace (its gate opens once the drain has begun)
-// finishes with all its output; the one still running when the grace is
-// over ends with the documented GATEWAY_DRAINING, which each SDK raises as
-// TimeoutError (docs/errors.md), while the command keeps running in
-// execd. The gateway then exits 0.
+// each with two commands streaming, the first SDK's on a configuration
+// that a reload then replaces, the second's on the new one, and sends
+// SIGTERM: the reload drains nothing; at the exit the command that ends
+// within the drain grace (its gate opens once the drain has begun)
+// finishes with all its output, and the one still running when the grace
+// is over ends with the documented GATEWAY_DRAINING, which each SDK
+// raises as TimeoutError (docs/errors.md), while the command keeps running
+// in execd. The gateway then exits 0.
 func TestDrainEndsLongStreams(t *testing.T) {
 	e := startEnv(t, func(c *harness.Config) { c.Caddyfile = drainCaddyfile })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*waitLimit)
+	defer cancel()
 	type run struct {
 		pkg                 string
 		goFile, stop, ready string
@@ -55,7 +59,13 @@ func TestDrainEndsLongStreams(t *testing.T) {
 		err                 chan error
 	}
 	var runs []*run
-	for _, pkg := range sdkPackages {
+	for i, pkg := range sdkPackages {
+		if i == 1 {
+			// The first SDK's streams stay on the replaced configuration.
+			if err := e.Reload(ctx, e.expand(strings.Replace(drainCaddyfile, "drain_grace 10s", "drain_grace 11s", 1))); err != nil {
+				t.Fatal(err)
+			}
+		}
 		r := &run{pkg: pkg, goFile: filepath.Join(e.Dir, "drain-go-"+pkg), stop: filepath.Join(e.Dir, "drain-stop-"+pkg),
 			ready: filepath.Join(e.Dir, "drain-ready-"+pkg), res: make(chan json.RawMessage, 1), err: make(chan error, 1)}
 		runs = append(runs, r)
@@ -64,8 +74,6 @@ func TestDrainEndsLongStreams(t *testing.T) {
 			r.res <- res
 			r.err <- err
 		}()
-	}
-	for _, r := range runs {
 		ok, why := waitUntil(time.Now().Add(waitLimit), func(context.Context) (bool, string) {
 			_, err := os.Stat(r.ready)
 			return err == nil, "no READY_FILE from " + r.pkg
@@ -78,9 +86,7 @@ func TestDrainEndsLongStreams(t *testing.T) {
 	if err := e.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	if err := e.log.waitFor(ctx, 0, `draining command streams and file transfers`); err != nil {
+	if err := e.log.waitFor(ctx, 0, `"reloaded_configurations":1`); err != nil {
 		t.Fatalf("the gateway never began to drain: %v\n%s", err, e.log.String())
 	}
 	for _, r := range runs {

@@ -7,6 +7,7 @@
 package e2bdataplane
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -137,11 +138,13 @@ type Handler struct {
 	Hosts []string `json:"hosts,omitempty"`
 
 	// DrainGrace is how long the command streams and file transfers in
-	// flight may run on once the server begins to shut down (a rollout's
-	// SIGTERM, after Caddy's shutdown_delay; a configuration reload); those
-	// still running then end with GATEWAY_DRAINING (package drain,
-	// docs/runbook.md "Rollouts and draining"). Keep it below Caddy's
-	// grace_period, which closes the connections when it runs out.
+	// flight may run on once the server begins to shut down for the
+	// process exit (a rollout's SIGTERM, after Caddy's shutdown_delay);
+	// those still running then end with GATEWAY_DRAINING (package drain,
+	// docs/runbook.md "Rollouts and draining"), those of configurations a
+	// reload replaced included. A reload alone drains nothing: the old
+	// configuration's streams run on, as Caddy lets them. Keep it below
+	// Caddy's grace_period, which closes the connections when it runs out.
 	// Default 25s.
 	DrainGrace caddy.Duration `json:"drain_grace,omitempty"`
 
@@ -247,10 +250,25 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if srv, ok := ctx.Context.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok && srv != nil {
 		log, d := ctx.Logger(), h.drain
 		srv.RegisterOnShutdown(func() {
+			if !caddy.Exiting() {
+				// A reload: the requests of this configuration run on
+				// (Caddy's behaviour); the process exit drains them.
+				drains.Retire(d)
+				return
+			}
 			log.Info("server shutting down: draining command streams and file transfers",
 				zap.Duration("drain_grace", d.Grace()), zap.Int("commands", d.InFlight(drain.KindCommand)),
-				zap.Int("transfers", d.InFlight(drain.KindTransfer)))
-			d.Begin()
+				zap.Int("transfers", d.InFlight(drain.KindTransfer)), zap.Int("reloaded_configurations", drains.Retired()))
+			drains.BeginAll(d)
+		})
+		// At the exit Caddy waits for this server's requests, not for
+		// those of servers a reload replaced: wait for them here (within
+		// grace_period).
+		srv.RegisterOnStop(func(stop context.Context) error {
+			if !caddy.Exiting() {
+				return nil
+			}
+			return drains.Wait(stop)
 		})
 	}
 	observe := func(o dataplane.Outcome) {
@@ -273,6 +291,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.dp = dp
 	return h.provisionHosts(ctx, app, rt)
 }
+
+// drains holds the drainers of configurations a reload replaced while
+// streams still ran on them: the process exit drains them too.
+var drains drain.Group
 
 // setAccessLogLevel logs the access of a request whose sandbox is gone
 // (SANDBOX_NOT_FOUND, SANDBOX_DELETING, SANDBOX_EXPIRED, SANDBOX_NOT_READY,
@@ -312,18 +334,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	return nil
 }
 
-// Cleanup ends the drain: the server no longer waits for this handler's
-// requests, so any still running end now with GATEWAY_DRAINING.
-func (h *Handler) Cleanup() error {
-	if h.drain != nil {
-		h.drain.Close()
-	}
-	return nil
-}
-
 // Interface guards.
 var (
 	_ caddy.Provisioner           = (*Handler)(nil)
-	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )

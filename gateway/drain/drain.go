@@ -190,3 +190,80 @@ func (d *Drainer) Wait(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
+
+// Idle reports whether nothing is in flight.
+func (d *Drainer) Idle() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, n := range d.inFlight {
+		if n > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Group is a process's drainers besides the current configuration's: those
+// of configurations a reload replaced while requests still ran on them. A
+// reload does not drain (the process stays, so those requests may run to
+// their end, as Caddy lets them); the process exit drains them with the
+// current one. The zero value is ready; it is safe for concurrent use.
+type Group struct {
+	mu      sync.Mutex
+	retired map[*Drainer]struct{}
+}
+
+// Retire records d, whose configuration a reload replaced, until it is
+// idle; it forgets the retired drainers that are idle now, so the group
+// holds only those with requests in flight at the last reload.
+func (g *Group) Retire(d *Drainer) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.retired == nil {
+		g.retired = map[*Drainer]struct{}{}
+	}
+	for r := range g.retired {
+		if r.Idle() {
+			delete(g.retired, r)
+		}
+	}
+	if !d.Idle() {
+		g.retired[d] = struct{}{}
+	}
+}
+
+// BeginAll begins the drain of current and of every retired drainer (the
+// process is exiting).
+func (g *Group) BeginAll(current *Drainer) {
+	current.Begin()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for r := range g.retired {
+		r.Begin()
+	}
+}
+
+// Wait blocks until every retired drainer has begun and is idle, or ctx
+// ends (returning its error): the process exit waits for the streams of
+// replaced configurations, whose servers no longer wait for them.
+func (g *Group) Wait(ctx context.Context) error {
+	g.mu.Lock()
+	retired := make([]*Drainer, 0, len(g.retired))
+	for r := range g.retired {
+		retired = append(retired, r)
+	}
+	g.mu.Unlock()
+	for _, r := range retired {
+		if err := r.Wait(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Retired returns how many retired drainers the group holds.
+func (g *Group) Retired() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.retired)
+}

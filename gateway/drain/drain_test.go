@@ -85,3 +85,38 @@ func TestClose(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A drainer retired by a reload is not drained then; the process exit
+// (BeginAll) drains it with the current one. Idle retired drainers are
+// forgotten at the next Retire.
+func TestGroup(t *testing.T) {
+	var g Group
+	old := New(time.Nanosecond, nil)
+	ending, done, err := old.Track(KindCommand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle := New(time.Nanosecond, nil)
+	g.Retire(old)
+	g.Retire(idle)
+	if g.Retired() != 1 || old.Draining() {
+		t.Fatalf("retired %d, old draining %v; want 1 and false", g.Retired(), old.Draining())
+	}
+	current := New(time.Hour, nil)
+	g.BeginAll(current)
+	if !current.Draining() {
+		t.Fatal("BeginAll did not begin the current drainer")
+	}
+	<-ending // the retired drainer's grace (1ns) ends its stream
+	waited := make(chan error, 1)
+	go func() { waited <- g.Wait(context.Background()) }()
+	done()
+	if err := <-waited; err != nil {
+		t.Fatal(err)
+	}
+	g.Retire(New(time.Nanosecond, nil))
+	if g.Retired() != 0 {
+		t.Fatalf("retired %d after the old drainer went idle, want 0", g.Retired())
+	}
+	current.Close()
+}
