@@ -63,7 +63,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // per request and per tenant"); a call beyond them waits up to
 // upstream_wait (default 30s) for a slot. drain_grace (default 25s) is
 // how long command streams and file transfers run on once the server
-// shuts down, before they end with GATEWAY_DRAINING (keep it below
+// shuts down for the process exit (a reload drains nothing), before they
+// end with GATEWAY_DRAINING (keep it below
 // grace_period). extended_operations (a flag, off by default) also serves
 // envd's Process List/Connect/SendSignal and Filesystem Stat/MakeDir/Move;
 // process_dir is where it keeps process records in the sandbox (default

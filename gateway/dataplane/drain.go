@@ -41,7 +41,7 @@ func drainEnded(ctx context.Context) bool {
 // drainingError is GATEWAY_DRAINING for an operation the drain ended; the
 // SDK's retry reaches another replica.
 func drainingError(what string) *Error {
-	return fail(CodeGatewayDraining, "this gateway replica is shutting down (a rollout or a reload) and "+what+
+	return fail(CodeGatewayDraining, "this gateway replica is shutting down and "+what+
 		"; retry: a new call reaches another replica")
 }
 

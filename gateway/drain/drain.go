@@ -1,6 +1,6 @@
 // Package drain ends the data plane's long requests in an orderly way when
-// the gateway stops (a rollout's SIGTERM, a configuration reload): once the
-// server begins to shut down, no new stream is admitted, the streams in
+// the gateway process stops (a rollout's SIGTERM): once the server begins
+// to shut down, no new stream is admitted, the streams in
 // flight run on for a grace period, and those still running when it ends
 // are told to finish with a typed error of their own (the data plane's
 // GATEWAY_DRAINING, docs/errors.md) rather than being cut by the process
@@ -8,8 +8,9 @@
 //
 // A Drainer knows nothing of HTTP: the data plane tracks each stream with
 // Track and selects on the channel it returns; the Caddy adapter calls
-// Begin from the server's shutdown hook and Close from the handler's
-// Cleanup.
+// Begin from the server's shutdown hook when the process exits. A reload
+// drains nothing: the replaced configuration's drainer is kept in a Group
+// while its streams run on, and the exit drains it with the current one.
 package drain
 
 import (
