@@ -269,14 +269,14 @@ var externalMetrics = map[string]string{
 	"leader_election_master_status": "sigs.k8s.io/controller-runtime",
 	// Caddy's HTTP metrics (the metrics global option of the shipped
 	// Caddyfile), defined as namespace, subsystem and name (below).
-	"caddy_http_requests_total": "github.com/caddyserver/caddy/v2",
+	"caddy_http_request_duration_seconds_count": "github.com/caddyserver/caddy/v2",
 }
 
 // externalMentions are what a module's source must contain for a metric
 // of externalMetrics it does not spell whole: Caddy builds its HTTP
 // metrics' names from the constants ns and sub.
 var externalMentions = map[string][]string{
-	"caddy_http_requests_total": {`ns, sub = "caddy", "http"`, `Name:      "requests_total"`},
+	"caddy_http_request_duration_seconds_count": {`ns, sub = "caddy", "http"`, `Name:      "request_duration_seconds"`},
 }
 
 // exportedMetrics returns the names of the metrics the code exports: the
