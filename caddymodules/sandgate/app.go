@@ -41,6 +41,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/dataplane"
 	"github.com/sandgate/sandgate/gateway/token"
+	"github.com/sandgate/sandgate/internal/buildinfo"
 	"github.com/sandgate/sandgate/internal/gcpolicy"
 	"github.com/sandgate/sandgate/nodecore/core"
 	"github.com/sandgate/sandgate/nodecore/portal"
@@ -137,6 +138,9 @@ func (App) CaddyModule() caddy.ModuleInfo {
 // It returns an error naming the key, source or cluster that is invalid.
 func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
+	if err := buildinfo.Register(ctx.GetMetricsRegistry(), "gateway"); err != nil {
+		return err
+	}
 	repl := caddy.NewReplacer()
 	leeway := time.Duration(a.TokenLeeway)
 	if a.TokenLeeway == 0 {
