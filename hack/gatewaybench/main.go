@@ -53,8 +53,16 @@
 //
 //	go run ./hack/gatewaybench [-caddy bin/caddy] [-rounds 5] [-cell 3s]
 //		[-concurrency 1,8,64] [-files 16] [-transfer-mib 1024]
-//		[-transfer-rounds 3] [-commands 100] [-only listdir|port|transfer|command] [-profile <dir>]
-//		[-gateway-env GOGC=200,...] [-authorizer] [-memory-limit 64MiB]
+//		[-transfer-rounds 3] [-commands 100] [-only listdir|port|transfer|download|command] [-profile <dir>]
+//		[-gateway-env GOGC=200,...] [-gateway-only-env GOGC=400,...] [-authorizer]
+//		[-memory-limit 64MiB] [-execd-bin $SANDGATE_PEERS_BIN/execd-head]
+//
+// The baselines are the same binary with a plain reverse_proxy site and
+// nginx (Debian's, installed with apt-get when missing) with proxy_pass,
+// both in front of the same fixed entry; every ratio is gateway ÷ each of
+// them, per round, as median and range. -execd-bin runs the real
+// OpenSandbox execd (docs/real-peers.md builds it) instead of the
+// stand-in, serving a temporary directory of the host.
 //
 // With -memory-limit each proxy runs in a memory cgroup of its own with
 // that limit (cgroup v2, or v1's memory controller; root only), from a
@@ -143,6 +151,7 @@ type options struct {
 	commands       int
 	memoryLimit    int64 // bytes; 0: no cgroup
 	execdBin       string
+	gatewayOnlyEnv []string
 }
 
 func main() {
@@ -155,7 +164,7 @@ func main() {
 		return
 	}
 	var o options
-	var conc, genv, memLimit string
+	var conc, genv, gonly, memLimit string
 	flag.StringVar(&o.caddy, "caddy", "bin/caddy", "the gateway binary (also the plain reverse proxy)")
 	flag.IntVar(&o.rounds, "rounds", 5, "measured rounds of the ListDir cells")
 	flag.DurationVar(&o.cell, "cell", 3*time.Second, "length of one ListDir measurement")
@@ -164,10 +173,11 @@ func main() {
 	flag.IntVar(&o.files, "files", 16, "files in the listed directory")
 	flag.Int64Var(&o.transferMiB, "transfer-mib", 1024, "size of each download and upload in MiB")
 	flag.IntVar(&o.transferRounds, "transfer-rounds", 3, "measured rounds of the transfers")
-	flag.StringVar(&o.only, "only", "", "run only listdir, port, transfer or command")
+	flag.StringVar(&o.only, "only", "", "run only listdir, port, transfer, download (the transfers' downloads) or command")
 	flag.IntVar(&o.commands, "commands", 100, "commands per path and round of the command workload")
 	flag.StringVar(&o.profileDir, "profile", "", "directory for CPU profiles of a separate, unmeasured pass")
 	flag.StringVar(&genv, "gateway-env", "", "comma-separated VAR=value added to both proxies' environment (e.g. GOGC=200)")
+	flag.StringVar(&gonly, "gateway-only-env", "", "comma-separated VAR=value added to the gateway's environment only (e.g. GOGC=400: the gateway's GC policy against the baselines' defaults)")
 	flag.StringVar(&memLimit, "memory-limit", "", "run each proxy in a memory cgroup with this limit (e.g. 64MiB; root only)")
 	flag.StringVar(&o.execdBin, "execd-bin", "", "run this OpenSandbox execd binary (e.g. $SANDGATE_PEERS_BIN/execd-head) instead of the stand-in")
 	flag.BoolVar(&o.authorizer, "authorizer", false, "give the gateway a sandbox authorizer (authorizer http) answered by a stand-in of corectl's endpoint")
@@ -182,6 +192,9 @@ func main() {
 	}
 	if genv != "" {
 		o.gatewayEnv = strings.Split(genv, ",")
+	}
+	if gonly != "" {
+		o.gatewayOnlyEnv = strings.Split(gonly, ",")
 	}
 	if memLimit != "" {
 		n, err := parseSize(memLimit)
@@ -343,6 +356,9 @@ func startCaddy(o options, name, dir, caddyfile, addr string) (*proc, error) {
 	}
 	home := filepath.Join(dir, name+"-home")
 	cmd.Env = append(append(os.Environ(), "HOME="+home, "XDG_DATA_HOME="+home, "XDG_CONFIG_HOME="+home), o.gatewayEnv...)
+	if name == "gateway" {
+		cmd.Env = append(cmd.Env, o.gatewayOnlyEnv...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
@@ -576,7 +592,7 @@ http://%s {
 			return err
 		}
 	}
-	if o.only == "" || o.only == "transfer" {
+	if o.only == "" || o.only == "transfer" || o.only == "download" {
 		if err := w.transfers(); err != nil {
 			return err
 		}
@@ -1212,6 +1228,9 @@ func (w *world) transfers() error {
 		}
 		for _, i := range idx {
 			k := transferKinds[i]
+			if w.o.only == "download" && k.upload {
+				continue
+			}
 			res, err := w.transferOnce(client, k, size)
 			if err != nil {
 				return err
@@ -1230,6 +1249,9 @@ func (w *world) transfers() error {
 	fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|")
 	for i, k := range transferKinds {
 		rs := results[i]
+		if len(rs) == 0 {
+			continue
+		}
 		med := func(f func(transferResult) float64) float64 { return median(mapf(rs, f)) }
 		fmt.Printf("| %s | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.1f |\n", k.name, k.path,
 			med(func(r transferResult) float64 { return float64(size) / 1e6 / r.wall.Seconds() }),
@@ -1276,7 +1298,7 @@ func (w *world) transfers() error {
 		fmt.Printf("\nprofiling pass (not in the figures) into %s\n", w.o.profileDir)
 		for i, k := range transferKinds {
 			p := pathSpecOf(k.path)
-			if p.admin == nil {
+			if p.admin == nil || len(results[i]) == 0 {
 				continue
 			}
 			name := "transfer-" + strings.NewReplacer(" ", "-", "(", "", ")", "").Replace(k.name) + "-" + k.path + ".pprof"
