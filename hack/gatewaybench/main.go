@@ -55,7 +55,7 @@
 //		[-concurrency 1,8,64] [-files 16] [-transfer-mib 1024]
 //		[-transfer-rounds 3] [-commands 100] [-only listdir|port|transfer|download|command] [-profile <dir>]
 //		[-gateway-env GOGC=200,...] [-gateway-only-env GOGC=400,...] [-authorizer]
-//		[-memory-limit 64MiB] [-execd-bin $SANDGATE_PEERS_BIN/execd-head]
+//		[-memory-limit 64MiB] [-execd-bin $SANDGATE_PEERS_BIN/execd-head] [-dataplane "directive; …"]
 //
 // The baselines are the same binary with a plain reverse_proxy site and
 // nginx (Debian's, installed with apt-get when missing) with proxy_pass,
@@ -152,6 +152,21 @@ type options struct {
 	memoryLimit    int64 // bytes; 0: no cgroup
 	execdBin       string
 	gatewayOnlyEnv []string
+	// dataplaneDirectives are added to the gateway's e2b_dataplane
+	// block, ';' between them.
+	dataplaneDirectives string
+}
+
+// dataplaneExtra is directives (';' between them) as lines of the
+// e2b_dataplane block.
+func dataplaneExtra(directives string) string {
+	var b strings.Builder
+	for _, d := range strings.Split(directives, ";") {
+		if d = strings.TrimSpace(d); d != "" {
+			b.WriteString("\n\t\t" + d)
+		}
+	}
+	return b.String()
 }
 
 func main() {
@@ -180,6 +195,7 @@ func main() {
 	flag.StringVar(&gonly, "gateway-only-env", "", "comma-separated VAR=value added to the gateway's environment only (e.g. GOGC=400: the gateway's GC policy against the baselines' defaults)")
 	flag.StringVar(&memLimit, "memory-limit", "", "run each proxy in a memory cgroup with this limit (e.g. 64MiB; root only)")
 	flag.StringVar(&o.execdBin, "execd-bin", "", "run this OpenSandbox execd binary (e.g. $SANDGATE_PEERS_BIN/execd-head) instead of the stand-in")
+	flag.StringVar(&o.dataplaneDirectives, "dataplane", "", "Caddyfile directives added to the gateway's e2b_dataplane block, ';' between them (e.g. \"max_upstream_calls_per_sandbox 64\")")
 	flag.BoolVar(&o.authorizer, "authorizer", false, "give the gateway a sandbox authorizer (authorizer http) answered by a stand-in of corectl's endpoint")
 	flag.Parse()
 	for _, f := range strings.Split(conc, ",") {
@@ -523,7 +539,7 @@ func run(o options) error {
 http://%s {
 	e2b_dataplane {
 		home_dir %s
-		user root 0 0 /root
+		user root 0 0 /root%s
 	}
 }
 
@@ -532,7 +548,7 @@ http://*.%s:%s {
 		hosts %s
 	}
 }
-`, w.gwAdmin, keyID, keyFile, credFile, feAddr, authzConf, addrs[0], w.sbx("/home/user"), benchDomain, portOf(addrs[0]), benchDomain)
+`, w.gwAdmin, keyID, keyFile, credFile, feAddr, authzConf, addrs[0], w.sbx("/home/user"), dataplaneExtra(o.dataplaneDirectives), benchDomain, portOf(addrs[0]), benchDomain)
 	rpConf := fmt.Sprintf(`{
 	admin %s
 	auto_https off
