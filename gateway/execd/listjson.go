@@ -88,11 +88,12 @@ func (c *Client) decodeFileInfoList(resp *http.Response) ([]FileInfo, error) {
 	if int64(ld.body.Len()) > limit {
 		return nil, tooLarge
 	}
-	if n := bytes.Count(ld.body.Bytes(), quotedPath); n > c.listingEntries() {
+	entries := bytes.Count(ld.body.Bytes(), quotedPath)
+	if entries > c.listingEntries() {
 		return nil, &Error{Kind: KindUnexpected, Status: resp.StatusCode,
 			Message: "execd's directory listing names more than " + strconv.Itoa(c.listingEntries()) + " entries (the gateway's max_listing_entries)"}
 	}
-	list, err := ld.decode(ld.body.Bytes())
+	list, err := ld.decode(ld.body.Bytes(), entries)
 	if err != nil {
 		return nil, unexpectedJSON(resp)
 	}
@@ -110,8 +111,9 @@ var errNotList = &Error{Kind: KindUnexpected, Message: "not a FileInfo list"}
 var quotedPath = []byte(`"path"`)
 
 // decode parses data (one JSON value, as encoding/json's Decoder reads the
-// first value and ignores what follows).
-func (ld *listDecoder) decode(data []byte) ([]FileInfo, error) {
+// first value and ignores what follows); entries, the count of quotedPath
+// in data, sizes the list (the caller counted it for its bound already).
+func (ld *listDecoder) decode(data []byte, entries int) ([]FileInfo, error) {
 	if ld.seen == nil {
 		ld.seen = make(map[string]string)
 	}
@@ -130,7 +132,7 @@ func (ld *listDecoder) decode(data []byte) ([]FileInfo, error) {
 	if _, err := d.ReadToken(); err != nil {
 		return nil, err
 	}
-	list := make([]FileInfo, 0, bytes.Count(data, quotedPath))
+	list := make([]FileInfo, 0, entries)
 	for d.PeekKind() != ']' {
 		var fi FileInfo
 		switch d.PeekKind() {
