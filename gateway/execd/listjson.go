@@ -166,29 +166,29 @@ func (ld *listDecoder) object(fi *FileInfo) error {
 		if err != nil {
 			return err
 		}
-		ld.name = unquote(ld.name[:0], raw)
+		ld.name = asciiLower(unquote(ld.name[:0], raw))
 		var s *string
-		switch {
-		case asciiFold(ld.name, "path"):
+		switch string(ld.name) { // no allocation: a switch on the bytes
+		case "path":
 			s = &fi.Path
-		case asciiFold(ld.name, "type"):
+		case "type":
 			s = &fi.Type
-		case asciiFold(ld.name, "owner"):
+		case "owner":
 			s = &fi.Owner
-		case asciiFold(ld.name, "group"):
+		case "group":
 			s = &fi.Group
-		case asciiFold(ld.name, "size"), asciiFold(ld.name, "mode"):
+		case "size", "mode":
 			x, null, err := readInt(d)
 			if err != nil {
 				return err
 			}
-			if !null && ld.name[0]|0x20 == 's' {
+			if !null && ld.name[0] == 's' {
 				fi.Size = x
 			} else if !null {
 				fi.Mode = int(x)
 			}
 			continue
-		case asciiFold(ld.name, "modified_at"):
+		case "modified_at":
 			v, err := d.ReadValue()
 			if err != nil {
 				return err
@@ -246,20 +246,14 @@ func readInt(d *jsontext.Decoder) (n int64, null bool, err error) {
 	return 0, false, errNotList
 }
 
-// asciiFold reports whether name equals want (lower-case ASCII) ignoring
-// ASCII case.
-func asciiFold(name []byte, want string) bool {
-	if len(name) != len(want) {
-		return false
-	}
-	for i := range name {
-		c := name[i]
+// asciiLower maps name's ASCII upper-case letters to lower case in place
+// (only those: a member name matches a field ignoring ASCII case, as
+// encoding/json matches it for these names) and returns it.
+func asciiLower(name []byte) []byte {
+	for i, c := range name {
 		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != want[i] {
-			return false
+			name[i] = c + 'a' - 'A'
 		}
 	}
-	return true
+	return name
 }
