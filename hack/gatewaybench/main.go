@@ -571,7 +571,12 @@ http://%s {
 		return err
 	}
 	load1, _ := os.ReadFile("/proc/loadavg")
-	fmt.Printf("gatewaybench: %s; %d CPUs; authorizer %v; load average %s", o.caddy, runtime.NumCPU(), o.authorizer, load1)
+	// The commit the binary was built from (internal/version's stamp).
+	stamp, err := exec.Command(o.caddy, "sandgate-version").Output()
+	if err != nil {
+		stamp = []byte("unknown (" + err.Error() + ")")
+	}
+	fmt.Printf("gatewaybench: %s (%s); %d CPUs; authorizer %v; load average %s", o.caddy, strings.TrimSpace(string(stamp)), runtime.NumCPU(), o.authorizer, load1)
 	fmt.Printf("processes: gateway pid %d, reverse_proxy pid %d, nginx pid %d, fixed entry pid %d, execd pid %d (%s), client pid %d\n",
 		w.gateway.pid(), w.proxy.pid(), w.nginx.pid(), w.fixedEntry.pid(), w.execd.pid(), w.execdKind(), os.Getpid())
 	for _, p := range []*proc{w.gateway, w.proxy} {
