@@ -699,11 +699,16 @@ func (e *Engine) candidates(ctx context.Context, id string) ([]networkingv1.Ingr
 	if err != nil {
 		return nil, err
 	}
+	// The two lists are independent consistent reads, each waiting for
+	// the apiserver's watch cache to catch up: sent together, the create's
+	// desired step waits for one such read instead of two.
 	var a, b networkingv1.IngressList
-	if err := e.Client.List(ctx, &a, client.MatchingLabelsSelector{Selector: foreign}); err != nil {
-		return nil, err
-	}
-	if err := e.Client.List(ctx, &b, client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelSandboxID: id}); err != nil {
+	errB := make(chan error, 1)
+	go func() {
+		errB <- e.Client.List(ctx, &b, client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelSandboxID: id})
+	}()
+	errA := e.Client.List(ctx, &a, client.MatchingLabelsSelector{Selector: foreign})
+	if err := errors.Join(errA, <-errB); err != nil {
 		return nil, err
 	}
 	return append(a.Items, b.Items...), nil
