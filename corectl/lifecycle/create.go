@@ -486,7 +486,7 @@ const AnnotationTemplateID = "network.sandgate.io/template-id"
 func (c *creation) backfillOwners(ctx context.Context, sb *sandbox.Sandbox, check *errgroup.Group) error {
 	checked := c.policy
 	check.Go(func() error {
-		st, err := c.o.Egress.StatusOf(ctx, sb, checked)
+		st, err := c.o.Egress.CreatedStatus(ctx, sb, checked)
 		if err != nil {
 			return fmt.Errorf("verify the egress policy: %w", err)
 		}
