@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/cidr"
@@ -95,11 +96,20 @@ func (e *Engine) StatusOf(ctx context.Context, sb *sandbox.Sandbox, np *networki
 // stands (resourceVersion 0): the only pods sb can have are the ones its
 // controller made from the template since sb was written, whose labels
 // the static check of the template labels covers; a pod seen later is
-// checked by every later view. Errors: as StatusOf's.
+// checked by every later view. A read the apiserver refused as "too large
+// resource version" (its watch cache not there within its wait) is retried
+// once as StatusOf reads. Errors: as StatusOf's.
 func (e *Engine) CreatedStatus(ctx context.Context, sb *sandbox.Sandbox, np *networkingv1.NetworkPolicy) (*Status, error) {
 	policies := &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: np.ResourceVersion, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}}
 	pods := &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}}
-	return e.statusOf(ctx, sb, np, policies, pods)
+	st, err := e.statusOf(ctx, sb, np, policies, pods)
+	if err != nil && strings.Contains(err.Error(), "Too large resource version") {
+		// The watch cache did not reach the policy's version in time (the
+		// apiserver answers "too large resource version" after a few
+		// seconds): read consistently instead.
+		return e.StatusOf(ctx, sb, np)
+	}
+	return st, err
 }
 
 // statusOf is StatusOf with further options of the policies list and

@@ -698,8 +698,10 @@ func holds(cur, want *networkingv1.Ingress, sb *sandbox.Sandbox) bool {
 // notOlderThan, when set, is the resourceVersion of the carrier the
 // caller verified (a cycle's read-back): the lists are then served by the
 // apiserver's watch cache once it holds that version (resourceVersionMatch
-// NotOlderThan), so they show every Ingress written before the carrier.
-// Without it ("": the GET view) they are consistent reads, which wait for
+// NotOlderThan), so they show every Ingress written before the carrier;
+// should they fail (the cache not there within the apiserver's few
+// seconds: "too large resource version"), they are read again as
+// consistent reads. Without it ("": the GET view) they are consistent reads, which wait for
 // the watch cache to reach the store's current revision: when nothing of
 // the kind was written since, that is the cache's next progress
 // notification, requested at most every 100 ms (kube-apiserver's
@@ -721,10 +723,24 @@ func (e *Engine) candidates(ctx context.Context, id, notOlderThan string) ([]net
 		errB <- e.Client.List(ctx, &b, client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelSandboxID: id}, at)
 	}()
 	errA := e.Client.List(ctx, &a, client.MatchingLabelsSelector{Selector: foreign}, at)
-	if err := errors.Join(errA, <-errB); err != nil {
+	errBv := <-errB
+	if err := errors.Join(errA, errBv); err != nil {
+		if notOlderThan != "" && (tooLarge(errA) || tooLarge(errBv)) {
+			// The watch cache did not reach the carrier's version in
+			// time (the apiserver answers "too large resource version"
+			// after a few seconds): read consistently instead.
+			return e.candidates(ctx, id, "")
+		}
 		return nil, err
 	}
 	return append(a.Items, b.Items...), nil
+}
+
+// tooLarge reports whether err is the apiserver's "too large resource
+// version": its watch cache did not reach a NotOlderThan read's version
+// within its wait.
+func tooLarge(err error) bool {
+	return err != nil && apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge)
 }
 
 // fail rolls the carrier back after a failed write or check. base is the
