@@ -475,8 +475,8 @@ const AnnotationTemplateID = "network.sandgate.io/template-id"
 // first error is returned.
 //
 // The egress readiness check (selector against the pods, conflicting
-// policies: two lists, each a consistent read that waits for the
-// apiserver's watch cache) reads the policy as returned at its creation:
+// policies: two lists served by the apiserver's watch cache, see
+// egress.Engine.CreatedStatus) reads the policy as returned at its creation:
 // the back-fill changes only owner fields, which the check does not look
 // at, so it runs beside the back-fills and on beside the desired step
 // (Create waits for it before the readiness step), and egress's
