@@ -9,8 +9,10 @@
 // create benchmark's body), round robin over the clusters; then, in the
 // N-cluster run, the last cluster's kube-apiserver is stopped (SIGSTOP)
 // while callers keep sending creates to it, the creates on the other
-// clusters are measured again, corectl's process must still run, and the
-// apiserver is resumed (SIGCONT).
+// clusters are measured again, corectl's process must still run, the
+// apiserver is resumed (SIGCONT), the stopped cluster must create again,
+// and the other clusters are measured once more (so the stopped phase is
+// compared with a phase before and one after it).
 //
 // Usage:
 //
@@ -167,11 +169,12 @@ func run(bin string, n, seed, creates int, hang time.Duration, logs string) erro
 	fmt.Printf("| 1 cluster | %.1f | %d | %.1f (%s) |\n", one.rss, one.goroutines, one.p50, one.halves)
 	fmt.Printf("| %d clusters | %.1f | %d | %.1f (%s) |\n", n, all.rss, all.goroutines, all.p50, all.halves)
 	fmt.Printf("| %d clusters, cluster %s stopped | %.1f | %d | %.1f (%s) |\n", n, all.hungID, all.hungRSS, all.hungGoroutines, all.hungP50, all.hungHalves)
+	fmt.Printf("| %d clusters, cluster %s resumed | | | %.1f (%s) |\n", n, all.hungID, all.afterP50, all.afterHalves)
 	fmt.Printf("\n%d clusters ÷ 1: RSS %s (%.1f MiB per added cluster), goroutines %s (%.0f per added cluster), create p50 %s\n",
 		n, ratio(all.rss, one.rss), (all.rss-one.rss)/float64(n-1), ratio(float64(all.goroutines), float64(one.goroutines)),
 		float64(all.goroutines-one.goroutines)/float64(n-1), ratio(all.p50, one.p50))
-	fmt.Printf("one apiserver stopped ÷ all running: create p50 on the others %s; creates sent to the stopped cluster meanwhile: %d answered (%s), %d still waiting at the end; corectl %s\n",
-		ratio(all.hungP50, all.p50), all.hungAnswered, all.hungCodes, all.hungWaiting, all.survived)
+	fmt.Printf("one apiserver stopped ÷ all running: create p50 on the others %s before, %s after (the same clusters, resumed); creates sent to the stopped cluster meanwhile: %d answered (%s), %d still waiting at the end; corectl %s\n",
+		ratio(all.hungP50, all.p50), ratio(all.hungP50, all.afterP50), all.hungAnswered, all.hungCodes, all.hungWaiting, all.survived)
 	fmt.Printf("after SIGCONT: cluster %s created again within %s (manager replaced %s time(s))\n", all.hungID, all.recovered.Round(100*time.Millisecond), all.restarts)
 	fmt.Printf("load average %s\n", loadavg())
 	return nil
@@ -317,6 +320,8 @@ type result struct {
 	survived       string
 	recovered      time.Duration // from SIGCONT to the stopped cluster's first 201
 	restarts       string        // corectl_cluster_manager_restarts_total of the stopped cluster
+	afterP50       float64       // ms, the other clusters again once resumed
+	afterHalves    string
 }
 
 // measure runs corectl with the first k clusters, waits for /readyz,
@@ -514,6 +519,15 @@ func (w *world) measure(bin string, k, creates int, hang time.Duration, logs str
 	}
 	res.recovered = time.Since(resumedAt)
 	res.restarts = metric(probe, `corectl_cluster_manager_restarts_total{cluster="`+hung.id+`"}`)
+	// The same clusters once more with every apiserver running: the
+	// stopped phase is compared with the phases before and after it, so a
+	// change of the machine's load in between shows.
+	after, err := series(hc, api, others, len(hlat))
+	if err != nil {
+		return nil, fmt.Errorf("after SIGCONT: %w", err)
+	}
+	res.afterP50, res.afterHalves = summarise(after)
+	fmt.Printf("  after: create p50 on the same clusters %.1f ms (halves %s), load average %s\n", res.afterP50, res.afterHalves, loadavg())
 	fmt.Printf("  resumed: a create on %s answered 201 after %s; its manager was replaced %s time(s)\n", hung.id, res.recovered.Round(100*time.Millisecond), res.restarts)
 	return res, nil
 }
