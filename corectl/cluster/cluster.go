@@ -21,6 +21,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -174,6 +175,23 @@ type ClientLimits struct {
 	// means DefaultClientBurst when QPS is 0, else twice QPS rounded up.
 	// It must be 0 when QPS is -1.
 	Burst int `json:"burst,omitempty"`
+	// RequestTimeout bounds each request of corectl's uncached client of
+	// the cluster (the API's, the engines' and the create's reads and
+	// writes; not the informers' watches), e.g. "30s"; 0 means
+	// DefaultRequestTimeout. A hung apiserver then fails its own
+	// cluster's requests after this long instead of holding them.
+	RequestTimeout metav1.Duration `json:"requestTimeout,omitzero"`
+}
+
+// DefaultRequestTimeout is ClientLimits.RequestTimeout's default.
+const DefaultRequestTimeout = 30 * time.Second
+
+// EffectiveTimeout returns RequestTimeout with its default filled in.
+func (l ClientLimits) EffectiveTimeout() time.Duration {
+	if l.RequestTimeout.Duration > 0 {
+		return l.RequestTimeout.Duration
+	}
+	return DefaultRequestTimeout
 }
 
 // Effective returns the QPS and burst client-go is given: the defaults
@@ -202,6 +220,8 @@ func (l ClientLimits) validate() error {
 		return fmt.Errorf("client.burst %d is negative", l.Burst)
 	case l.QPS == -1 && l.Burst != 0:
 		return errors.New("client.burst must be absent when client.qps is -1")
+	case l.RequestTimeout.Duration < 0:
+		return fmt.Errorf("client.requestTimeout %s is negative", l.RequestTimeout.Duration)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
@@ -62,6 +63,8 @@ func TestParseRefusesInvalidConfig(t *testing.T) {
 		{"negative client burst", "    fixedEntry:", "    client: {burst: -1}\n    fixedEntry:"},
 		{"burst with limiting off", "    fixedEntry:", "    client: {qps: -1, burst: 5}\n    fixedEntry:"},
 		{"client qps as a string", "    fixedEntry:", "    client: {qps: \"fast\"}\n    fixedEntry:"},
+		{"negative request timeout", "    fixedEntry:", "    client: {requestTimeout: -1s}\n    fixedEntry:"},
+		{"request timeout without a unit", "    fixedEntry:", "    client: {requestTimeout: 30}\n    fixedEntry:"},
 		{"unknown client field", "    fixedEntry:", "    client: {rate: 5}\n    fixedEntry:"},
 	} {
 		data := strings.Replace(good, tc.from, tc.to, 1)
@@ -104,6 +107,27 @@ func TestClientLimits(t *testing.T) {
 		c.ApplyClientLimits(rc)
 		if rc.QPS != tc.qps || rc.Burst != tc.burst || rc.RateLimiter != nil {
 			t.Errorf("%s: QPS %v burst %d limiter %v, want %v %d nil", tc.name, rc.QPS, rc.Burst, rc.RateLimiter, tc.qps, tc.burst)
+		}
+	}
+}
+
+// TestRequestTimeout: client.requestTimeout bounds the uncached client's
+// requests; absent, it is DefaultRequestTimeout.
+func TestRequestTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name, block string
+		want        time.Duration
+	}{
+		{"absent", "", DefaultRequestTimeout},
+		{"set", "    client: {requestTimeout: 5s}\n", 5 * time.Second},
+		{"beside the limits", "    client: {qps: 50, requestTimeout: 2m}\n", 2 * time.Minute},
+	} {
+		cfg, err := Parse([]byte(strings.Replace(good, "    fixedEntry:", tc.block+"    fixedEntry:", 1)))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := cfg.Clusters[0].Client.EffectiveTimeout(); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
 		}
 	}
 }

@@ -43,6 +43,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -168,7 +169,6 @@ const DefaultShutdownGrace = 30 * time.Second
 // Daemon is a configured corectl.
 type Daemon struct {
 	opts     Options
-	managers map[string]manager.Manager
 	api      *httpapi.Server
 	listener net.Listener
 	metrics  *metrics.Metrics
@@ -233,10 +233,9 @@ func New(opts Options) (*Daemon, error) {
 			return nil, err
 		}
 	}
-	d := &Daemon{opts: opts, managers: map[string]manager.Manager{}, metrics: opts.Metrics}
+	d := &Daemon{opts: opts, metrics: opts.Metrics}
 	d.api = &httpapi.Server{Keys: opts.Keys, Credentials: opts.Credentials, Clusters: map[string]*httpapi.ClusterHandle{},
 		IngressWait: opts.IngressWait, Log: opts.Log.WithName("api"), Metrics: opts.Metrics, InternalToken: opts.InternalToken, InternalTokens: opts.InternalTokens}
-	managed := labels.SelectorFromSet(labels.Set{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue})
 	for i := range opts.Config.Clusters {
 		c := &opts.Config.Clusters[i]
 		// The execd token secret is read at start (a configuration
@@ -249,43 +248,21 @@ func New(opts Options) (*Daemon, error) {
 			return nil, err
 		}
 		c.ApplyClientLimits(cfg)
-		mopts := ctrl.Options{
-			Scheme:                        scheme,
-			Logger:                        opts.Log.WithValues("cluster", c.ID),
-			Metrics:                       metricsserver.Options{BindAddress: "0"},
-			HealthProbeBindAddress:        "0",
-			LeaderElection:                opts.LeaderElection,
-			LeaderElectionID:              LeaseName(c.ID),
-			LeaderElectionNamespace:       opts.LeaderElectionNamespace,
-			LeaderElectionReleaseOnCancel: true,
-			Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-				&networkingv1.NetworkPolicy{}: {Label: managed},
-				&networkingv1.Ingress{}:       {Label: managed},
-				batchSandboxes():              {Label: managed},
-			}},
-		}
-		if opts.LeaseDuration > 0 {
-			mopts.LeaseDuration, mopts.RenewDeadline, mopts.RetryPeriod = &opts.LeaseDuration, &opts.RenewDeadline, &opts.RetryPeriod
-		}
-		// The leader-election identity is "<hostname>_<uuid>", unique per
-		// replica (controller-runtime).
-		mgr, err := ctrl.NewManager(cfg, mopts)
+		// The uncached client of the engines, the orchestration and the
+		// API: every request bounded by the cluster's request timeout, so
+		// a hung apiserver holds its callers (this cluster's) that long
+		// at most. The manager's client is not: its watches are long.
+		dcfg := rest.CopyConfig(cfg)
+		dcfg.Timeout = c.Client.EffectiveTimeout()
+		direct, err := client.New(dcfg, client.Options{Scheme: scheme})
 		if err != nil {
 			return nil, fmt.Errorf("cluster %s: %w", c.ID, err)
 		}
-		// The authorizer's Locate question finds a BatchSandbox by name
-		// across namespaces (httpapi.IndexSandboxName).
-		if err := mgr.GetFieldIndexer().IndexField(context.Background(), batchSandboxes(), httpapi.IndexSandboxName,
-			func(o client.Object) []string { return []string{o.GetName()} }); err != nil {
-			return nil, fmt.Errorf("cluster %s: the sandbox name index: %w", c.ID, err)
-		}
-		direct, err := client.New(cfg, client.Options{Scheme: scheme})
-		if err != nil {
-			return nil, fmt.Errorf("cluster %s: %w", c.ID, err)
-		}
-		rec := mgr.GetEventRecorder("corectl")
+		p := &clusterParts{c: c, cfg: cfg, scheme: scheme, direct: direct, events: &swapRecorder{}, cache: &swapReader{}}
+		rec := p.events
 		eg := &egress.Engine{Client: direct, Cluster: c, Events: rec}
 		in := &ingressallow.Engine{Client: direct, Cluster: c, Events: rec}
+		p.egress, p.ingress = eg, in
 		// The client of the readiness checks and the discovery dials:
 		// through the gateway's relay, or nil (each package's default,
 		// direct).
@@ -298,44 +275,27 @@ func New(opts Options) (*Daemon, error) {
 			probe = &probesource.Discoverer{Client: direct, Cluster: c, HTTP: entryHTTP}
 			in.Probe = probe.Sources
 		}
-		if err := (&controller.IngressReconciler{Engine: in, Metrics: opts.Metrics, Reader: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
-			return nil, err
-		}
-		if err := (&controller.EgressRecovery{Engine: eg, Reader: mgr.GetClient(), Grace: opts.EgressGrace, Metrics: opts.Metrics}).SetupWithManager(mgr); err != nil {
-			return nil, err
-		}
 		if err := opts.Metrics.WatchCNIGate(c.ID, c.CNIGate); err != nil {
 			return nil, fmt.Errorf("cluster %s: %w", c.ID, err)
 		}
-		chk := &cnicheck.Checker{Cluster: c, Reader: direct, Client: direct, Events: rec, Namespace: opts.LeaderElectionNamespace,
+		p.cni = &cnicheck.Checker{Cluster: c, Reader: direct, Client: direct, Events: rec, Namespace: opts.LeaderElectionNamespace,
 			Interval: opts.CNICheckInterval, Metrics: opts.Metrics, Log: opts.Log.WithValues("cluster", c.ID)}
-		if err := mgr.Add(chk.Reporter()); err != nil {
-			return nil, err
-		}
-		if c.CNISource != nil {
-			if err := mgr.Add(chk.Observer()); err != nil {
-				return nil, err
-			}
-		} else if c.CNIQualificationRequired == nil || *c.CNIQualificationRequired {
+		if c.CNISource == nil && (c.CNIQualificationRequired == nil || *c.CNIQualificationRequired) {
 			// Static facts: the gate is evaluated but never follows the
 			// cluster (issue 30 item 10). Said at start and in the
 			// CNIQualification object's Watching condition.
 			opts.Log.Info("warning: "+cnicheck.StaticFactsWarning, "cluster", c.ID)
 		}
-		cr := &clusterRun{id: c.ID, mgr: mgr}
-		if err := mgr.Add(leaderMark{cr}); err != nil {
-			return nil, err
-		}
-		d.clusters = append(d.clusters, cr)
 		cs, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
 			return nil, err
 		}
-		h := &httpapi.ClusterHandle{Cluster: c, Reader: direct, Cache: mgr.GetCache(), Egress: eg, Ingress: in,
+		h := &httpapi.ClusterHandle{Cluster: c, Reader: direct, Cache: p.cache, Egress: eg, Ingress: in,
 			Logs: sandboxlogs.Kube{Pods: cs.CoreV1()}, Browser: &browser.Binder{Client: direct, Cluster: c}}
 		if opts.LogSource != nil {
 			h.Logs = opts.LogSource
 		}
+		p.handle = h
 		if opts.TokenKey != nil {
 			lc := &lifecycle.Orchestrator{Client: direct, Cluster: c, Egress: eg, Ingress: in, Key: *opts.TokenKey,
 				Template: opts.Config.SandboxTemplate, MaxTimeout: opts.MaxTimeout, TokenGrace: opts.TokenGrace, ReadyBudget: opts.ReadyBudget, OrphanGrace: opts.OrphanGrace, Probe: probe,
@@ -344,19 +304,15 @@ func New(opts Options) (*Daemon, error) {
 				opts.Lifecycle(lc)
 			}
 			h.Lifecycle = lc
-			if err := mgr.Add(&orphanScanner{o: lc, every: opts.OrphanInterval, log: opts.Log.WithValues("cluster", c.ID),
-				cluster: c.ID, metrics: opts.Metrics}); err != nil {
-				return nil, err
-			}
-			if err := (&controller.Expiry{Orchestrator: lc, Reader: mgr.GetCache(), Log: opts.Log.WithValues("cluster", c.ID),
-				Metrics: opts.Metrics}).SetupWithManager(mgr); err != nil {
-				return nil, err
-			}
 		}
-		if err := mgr.Add(&browser.Keeper{Binder: h.Browser, Every: opts.NativeResync, Log: opts.Log.WithValues("cluster", c.ID)}); err != nil {
+		cr := &clusterRun{id: c.ID, parts: p}
+		mgr, err := d.newManager(cr, false)
+		if err != nil {
 			return nil, err
 		}
-		d.managers[c.ID] = mgr
+		cr.setManager(mgr)
+		p.cache.set(mgr.GetCache())
+		d.clusters = append(d.clusters, cr)
 		d.api.Clusters[c.ID] = h
 		if c.ID == opts.Config.Templates.ClusterID {
 			d.api.Templates = &template.Store{Client: direct, Namespace: opts.Config.Templates.Namespace}
@@ -386,6 +342,100 @@ func New(opts Options) (*Daemon, error) {
 	return d, nil
 }
 
+// clusterParts are what one cluster's manager is built on and what
+// outlives it: the REST configuration, the uncached client, the engines,
+// the CNI checker, the API's handle with its orchestrator, and the two
+// indirections (Events, the informer cache) that newManager points at
+// each new manager's.
+type clusterParts struct {
+	c       *cluster.Cluster
+	cfg     *rest.Config
+	scheme  *runtime.Scheme
+	direct  client.Client
+	egress  *egress.Engine
+	ingress *ingressallow.Engine
+	cni     *cnicheck.Checker
+	handle  *httpapi.ClusterHandle
+	events  *swapRecorder
+	cache   *swapReader
+}
+
+// newManager builds cluster cr's controller-runtime manager (leader
+// election in that cluster; informers of the managed objects) with its
+// reconcilers and loops over cr's parts, and points the parts' Events at
+// it (the caller points the API's cache view at it). restart is true when it replaces a manager that stopped
+// (controller-runtime then allows the controllers' names again).
+func (d *Daemon) newManager(cr *clusterRun, restart bool) (manager.Manager, error) {
+	opts, p, c := d.opts, cr.parts, cr.parts.c
+	managed := labels.SelectorFromSet(labels.Set{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue})
+	mopts := ctrl.Options{
+		Scheme:                        p.scheme,
+		Logger:                        opts.Log.WithValues("cluster", c.ID),
+		Metrics:                       metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:        "0",
+		LeaderElection:                opts.LeaderElection,
+		LeaderElectionID:              LeaseName(c.ID),
+		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&networkingv1.NetworkPolicy{}: {Label: managed},
+			&networkingv1.Ingress{}:       {Label: managed},
+			batchSandboxes():              {Label: managed},
+		}},
+	}
+	if restart {
+		skip := true
+		mopts.Controller.SkipNameValidation = &skip
+	}
+	if opts.LeaseDuration > 0 {
+		mopts.LeaseDuration, mopts.RenewDeadline, mopts.RetryPeriod = &opts.LeaseDuration, &opts.RenewDeadline, &opts.RetryPeriod
+	}
+	// The leader-election identity is "<hostname>_<uuid>", unique per
+	// replica (controller-runtime).
+	mgr, err := ctrl.NewManager(p.cfg, mopts)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", c.ID, err)
+	}
+	// The authorizer's Locate question finds a BatchSandbox by name
+	// across namespaces (httpapi.IndexSandboxName).
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), batchSandboxes(), httpapi.IndexSandboxName,
+		func(o client.Object) []string { return []string{o.GetName()} }); err != nil {
+		return nil, fmt.Errorf("cluster %s: the sandbox name index: %w", c.ID, err)
+	}
+	p.events.set(mgr.GetEventRecorder("corectl"))
+	if err := (&controller.IngressReconciler{Engine: p.ingress, Metrics: opts.Metrics, Reader: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := (&controller.EgressRecovery{Engine: p.egress, Reader: mgr.GetClient(), Grace: opts.EgressGrace, Metrics: opts.Metrics}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(p.cni.Reporter()); err != nil {
+		return nil, err
+	}
+	if c.CNISource != nil {
+		if err := mgr.Add(p.cni.Observer()); err != nil {
+			return nil, err
+		}
+	}
+	if err := mgr.Add(leaderMark{cr}); err != nil {
+		return nil, err
+	}
+	if lc := p.handle.Lifecycle; lc != nil {
+		if err := mgr.Add(&orphanScanner{o: lc, every: opts.OrphanInterval, log: opts.Log.WithValues("cluster", c.ID),
+			cluster: c.ID, metrics: opts.Metrics}); err != nil {
+			return nil, err
+		}
+		if err := (&controller.Expiry{Orchestrator: lc, Reader: mgr.GetCache(), Log: opts.Log.WithValues("cluster", c.ID),
+			Metrics: opts.Metrics}).SetupWithManager(mgr); err != nil {
+			return nil, err
+		}
+	}
+	if err := mgr.Add(&browser.Keeper{Binder: p.handle.Browser, Every: opts.NativeResync, Log: opts.Log.WithValues("cluster", c.ID)}); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
 // Addr is the API's bound address.
 func (d *Daemon) Addr() string { return d.listener.Addr().String() }
 
@@ -403,18 +453,21 @@ func (d *Daemon) Metrics() *metrics.Metrics { return d.metrics }
 // Elected returns a channel closed when this replica leads cluster id (at
 // once without leader election); nil for an unknown cluster.
 func (d *Daemon) Elected(id string) <-chan struct{} {
-	m, ok := d.managers[id]
-	if !ok {
-		return nil
+	for _, c := range d.clusters {
+		if c.id == id {
+			return c.manager().Elected()
+		}
 	}
-	return m.Elected()
+	return nil
 }
 
 // Handler returns the API handler (for tests and embedding).
 func (d *Daemon) Handler() http.Handler { return d.api.Handler() }
 
 // Run serves the API and the probes and runs every cluster's manager
-// until ctx ends or one of them fails. Then it shuts down gracefully:
+// until ctx ends or the API or probe listener fails; a cluster's manager
+// that stops on its own is replaced (runCluster), the other clusters
+// untouched. Then it shuts down gracefully:
 // /readyz fails at once, the API stops accepting connections and waits up
 // to ShutdownGrace for the requests in flight (a create's readiness wait
 // included) while the managers keep running, then the managers stop
@@ -443,10 +496,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			defer c.running.Store(false)
-			if err := c.mgr.Start(mctx); err != nil {
-				errc <- fmt.Errorf("cluster %s: %w", c.id, err)
-				cancelRun()
-			}
+			d.runCluster(mctx, c)
 		}()
 	}
 	wg.Add(1)
@@ -486,6 +536,77 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	close(errc)
 	return <-errc
+}
+
+// Restart pauses of a cluster's manager that stopped on its own: from
+// RestartBackoff doubling to MaxRestartBackoff.
+const (
+	RestartBackoff    = time.Second
+	MaxRestartBackoff = 30 * time.Second
+)
+
+// runCluster runs cluster c's manager until ctx ends. A manager that
+// stops on its own (its leader election lost because the cluster's
+// apiserver did not answer within the renew deadline, or a cache or
+// runnable failed) concerns that cluster alone: it is logged and counted
+// (corectl_cluster_manager_restarts_total), and a new manager for the
+// same cluster is built and started after a pause (RestartBackoff
+// doubling to MaxRestartBackoff, reset once a manager ran for
+// MaxRestartBackoff), while every other cluster and the API go on. The
+// new manager campaigns for the cluster's Lease again; its leader loops
+// start only once it holds it, as at start-up. The API reads the stopped
+// manager's cache until the new one has synced.
+func (d *Daemon) runCluster(ctx context.Context, c *clusterRun) {
+	pause := RestartBackoff
+	stopWaiting := func() {} // ends the wait for a new manager's cache sync
+	defer func() { stopWaiting() }()
+	for {
+		started := time.Now()
+		err := c.manager().Start(ctx)
+		stopWaiting()
+		if ctx.Err() != nil {
+			if err != nil {
+				d.opts.Log.Info("cluster manager stopped with an error at shutdown", "cluster", c.id, "error", err.Error())
+			}
+			return
+		}
+		if time.Since(started) >= MaxRestartBackoff {
+			pause = RestartBackoff
+		}
+		msg := "stopped"
+		if err != nil {
+			msg = err.Error()
+		}
+		c.restarts.Add(1)
+		d.metrics.ClusterRestart(c.id)
+		d.opts.Log.Info("cluster manager stopped; restarting it, the other clusters are not affected", "cluster", c.id, "error", msg, "after", pause.String())
+		for {
+			t := time.NewTimer(pause)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			pause = min(2*pause, MaxRestartBackoff)
+			mgr, err := d.newManager(c, true)
+			if err == nil {
+				c.setManager(mgr)
+				// The API reads the stopped manager's cache (its last
+				// state: the data plane's authorizer questions still find
+				// the cluster's sandboxes) until the new one has synced.
+				wctx, cancel := context.WithCancel(ctx)
+				stopWaiting = cancel
+				go func() {
+					if mgr.GetCache().WaitForCacheSync(wctx) {
+						c.parts.cache.set(mgr.GetCache())
+					}
+				}()
+				break
+			}
+			d.opts.Log.Info("cluster manager could not be rebuilt; retrying", "cluster", c.id, "error", err.Error(), "after", pause.String())
+		}
+	}
 }
 
 // orphanScanner runs the orphan scan on the leader: once at start-up, then

@@ -4,19 +4,41 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sandgate/sandgate/corectl/egress"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
 
-// clusterRun is the run state of one cluster's manager, for /readyz.
+// clusterRun is the run state of one cluster's manager, for /readyz, and
+// what a new manager of the cluster is built from.
 type clusterRun struct {
-	id      string
-	mgr     manager.Manager
-	running atomic.Bool // Start was called and has not returned
-	leading atomic.Bool // the leader-only runnables have been started
+	id       string
+	parts    *clusterParts
+	mu       sync.Mutex
+	mgr      manager.Manager // the current manager (runCluster replaces a stopped one)
+	running  atomic.Bool     // runCluster runs
+	leading  atomic.Bool     // the leader-only runnables have been started
+	restarts atomic.Int64    // managers that stopped on their own and were replaced
+}
+
+// manager returns the cluster's current manager.
+func (c *clusterRun) manager() manager.Manager {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mgr
+}
+
+// setManager makes m the cluster's current manager.
+func (c *clusterRun) setManager(m manager.Manager) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mgr = m
 }
 
 // leaderMark is a leader-only runnable that records that the manager
@@ -40,18 +62,33 @@ const cacheSyncWait = 200 * time.Millisecond
 
 // ready reports why the cluster's manager is not ready (nil: ready): its
 // manager must run and its caches be synced, and once this replica is the
-// cluster's leader, its leader loops must have started.
+// cluster's leader, its leader loops must have started. Once a manager of
+// the cluster was replaced (runCluster: its apiserver stopped answering),
+// the cluster no longer decides the replica's readiness: every replica
+// sees the same apiserver, so failing /readyz would take every replica,
+// and with them the API of every other cluster, out of the Service; the
+// restarts are counted in corectl_cluster_manager_restarts_total and the
+// cluster's own requests fail on its request timeout instead.
 func (c *clusterRun) ready(r *http.Request) error {
+	err := c.readyErr(r)
+	if err != nil && c.restarts.Load() > 0 {
+		return nil
+	}
+	return err
+}
+
+func (c *clusterRun) readyErr(r *http.Request) error {
 	if !c.running.Load() {
 		return errors.New("the manager is not running")
 	}
+	mgr := c.manager()
 	ctx, cancel := context.WithTimeout(r.Context(), cacheSyncWait)
 	defer cancel()
-	if !c.mgr.GetCache().WaitForCacheSync(ctx) {
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
 		return errors.New("caches not synced")
 	}
 	select {
-	case <-c.mgr.Elected():
+	case <-mgr.Elected():
 		if !c.leading.Load() {
 			return errors.New("elected leader, but the reconcilers have not started")
 		}
@@ -92,3 +129,40 @@ func (d *Daemon) buildProbes() {
 // ProbeHandler returns the handler of the probe listener: /healthz,
 // /readyz and /metrics.
 func (d *Daemon) ProbeHandler() http.Handler { return d.probeHandler }
+
+// swapRecorder is the Events recorder of a cluster's engines and CNI
+// checker: it records through the current manager's recorder (newManager
+// sets it), so the engines outlive a manager that is replaced.
+type swapRecorder struct {
+	cur atomic.Pointer[egress.EventRecorder]
+}
+
+func (s *swapRecorder) set(r egress.EventRecorder) { s.cur.Store(&r) }
+
+// Eventf records through the current manager's recorder (nothing before
+// the first).
+func (s *swapRecorder) Eventf(regarding runtime.Object, related runtime.Object, eventtype, reason, action, note string, args ...interface{}) {
+	if r := s.cur.Load(); r != nil {
+		(*r).Eventf(regarding, related, eventtype, reason, action, note, args...)
+	}
+}
+
+// swapReader is the API's view of a cluster's informer cache
+// (httpapi.ClusterHandle.Cache): it reads the current manager's cache.
+type swapReader struct {
+	cur atomic.Pointer[client.Reader]
+}
+
+func (s *swapReader) set(r client.Reader) { s.cur.Store(&r) }
+
+func (s *swapReader) reader() client.Reader { return *s.cur.Load() }
+
+// Get reads from the current manager's cache.
+func (s *swapReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	return s.reader().Get(ctx, key, obj, opts...)
+}
+
+// List lists from the current manager's cache.
+func (s *swapReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return s.reader().List(ctx, list, opts...)
+}

@@ -23,10 +23,13 @@ import (
 // with list compiled (CompileExcept) as its spec, already Verified with that spec as its LKG (there
 // is no earlier policy to fall back to: a failed create deletes it), then
 // read back; the spec and the LKG annotation read back must both be the
-// canonical spec written. It returns the object as read back, which
-// AdoptOwner writes over, and whether the create was accepted (so the
-// caller knows to remove the policy on failure). Errors: the write or the read-back failed, or
-// the read-back differs.
+// canonical spec written. The read-back is the create's answer (the
+// object as the apiserver stored it, after admission; a GET right after
+// would return the same unless someone wrote in between, which
+// AdoptOwner's conditional update then fails on). It returns that object,
+// which AdoptOwner writes over, and whether the create was accepted (so
+// the caller knows to remove the policy on failure). Errors: the write
+// failed, or its answer differs.
 func (e *Engine) CreateVerified(ctx context.Context, prov *sandbox.Sandbox, list Allowlist) (np *networkingv1.NetworkPolicy, written bool, err error) {
 	spec := CompileExcept(e.Cluster, prov.AllocationLabel, prov.AllocationID, list)
 	lbl := prov.IdentityLabels(e.Cluster.ID)
@@ -49,25 +52,23 @@ func (e *Engine) CreateVerified(ctx context.Context, prov *sandbox.Sandbox, list
 	if err := e.Client.Create(ctx, np); err != nil {
 		return nil, false, fmt.Errorf("create NetworkPolicy %s: %w", key, err)
 	}
-	rb := &networkingv1.NetworkPolicy{}
-	if err := e.Client.Get(ctx, key, rb); err != nil {
-		return nil, true, fmt.Errorf("read back NetworkPolicy %s: %w", key, err)
+	// np is now the create's answer: the policy as the apiserver stored
+	// it (after admission), its read-back.
+	if Canonical(&np.Spec) != lkg || np.Annotations[AnnotationLastVerifiedSpec] != lkg {
+		return nil, true, fmt.Errorf("NetworkPolicy %s as created differs from what was written", key)
 	}
-	if Canonical(&rb.Spec) != lkg || rb.Annotations[AnnotationLastVerifiedSpec] != lkg {
-		return nil, true, fmt.Errorf("NetworkPolicy %s read back differs from what was written", key)
-	}
-	return rb, true, nil
+	return np, true, nil
 }
 
 // AdoptOwner makes the BatchSandbox sb (as created, with its UID) the
-// owner of created, the policy as CreateVerified read it back: it adds
+// owner of created, the policy as CreateVerified returned it: it adds
 // sb's owner reference and owner annotation, writes over created at its
 // resourceVersion (so a write by anyone since then fails this update),
-// reads the policy back and checks that it carries the owner and still
-// the spec and verification annotations (LKG, state, error code) of
-// created. It returns the object as read back. Errors: the write or the
-// read-back failed, the owner is missing on read-back, or the spec or a
-// verification annotation changed.
+// and checks that the update's answer (its read-back, as in
+// CreateVerified) carries the owner and still the spec and verification
+// annotations (LKG, state, error code) of created. It returns that
+// answer. Errors: the write failed, the owner is missing from its answer,
+// or the spec or a verification annotation changed.
 func (e *Engine) AdoptOwner(ctx context.Context, sb *sandbox.Sandbox, created *networkingv1.NetworkPolicy) (*networkingv1.NetworkPolicy, error) {
 	key := client.ObjectKeyFromObject(created)
 	np := created.DeepCopy()
@@ -78,12 +79,9 @@ func (e *Engine) AdoptOwner(ctx context.Context, sb *sandbox.Sandbox, created *n
 	if err := e.Client.Update(ctx, np); err != nil {
 		return nil, fmt.Errorf("back-fill the owner of NetworkPolicy %s: %w", key, err)
 	}
-	rb := &networkingv1.NetworkPolicy{}
-	if err := e.Client.Get(ctx, key, rb); err != nil {
-		return nil, fmt.Errorf("read back NetworkPolicy %s: %w", key, err)
-	}
+	rb := np // the update's answer
 	if !sb.HasOwnerReference(rb.OwnerReferences) || rb.Annotations[v1alpha1.AnnotationOwner] != sb.OwnerAnnotation() {
-		return nil, fmt.Errorf("NetworkPolicy %s lost its owner reference on read-back", key)
+		return nil, fmt.Errorf("NetworkPolicy %s lost its owner reference in the update's answer", key)
 	}
 	for _, k := range []string{AnnotationLastVerifiedSpec, AnnotationVerificationState, AnnotationVerificationErrorCode} {
 		if rb.Annotations[k] != created.Annotations[k] {

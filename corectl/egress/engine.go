@@ -265,9 +265,9 @@ func (e *Engine) verify(ctx context.Context, sb *sandbox.Sandbox, name string, d
 // platform-labelled ones included: the managed-by label is no proof of
 // origin (a tenant can set it), so Conflicts judges every policy but the
 // sandbox's own by its selector and rules.
-func namespacePolicies(ctx context.Context, r client.Reader, namespace string) (*networkingv1.NetworkPolicyList, error) {
+func namespacePolicies(ctx context.Context, r client.Reader, namespace string, opts ...client.ListOption) (*networkingv1.NetworkPolicyList, error) {
 	var list networkingv1.NetworkPolicyList
-	if err := r.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+	if err := r.List(ctx, &list, append([]client.ListOption{client.InNamespace(namespace)}, opts...)...); err != nil {
 		return nil, err
 	}
 	return &list, nil
@@ -276,7 +276,8 @@ func namespacePolicies(ctx context.Context, r client.Reader, namespace string) (
 // labelSets checks the selector statically against the template labels
 // and against every current pod (step 4), and returns the label sets the
 // conflict enumeration must consider: the template's and each pod's.
-func (e *Engine) labelSets(ctx context.Context, sb *sandbox.Sandbox, spec *networkingv1.NetworkPolicySpec) ([]labels.Set, *failure) {
+// podOpts are further options of the pods list (sandbox.Pods).
+func (e *Engine) labelSets(ctx context.Context, sb *sandbox.Sandbox, spec *networkingv1.NetworkPolicySpec, podOpts ...client.ListOption) ([]labels.Set, *failure) {
 	if !selectorIsAllocation(spec.PodSelector, sb.AllocationLabel, sb.AllocationID) {
 		return nil, &failure{code: CodeSelectorMismatch, reason: "podSelector is not the allocation label"}
 	}
@@ -287,7 +288,7 @@ func (e *Engine) labelSets(ctx context.Context, sb *sandbox.Sandbox, spec *netwo
 	if !sel.Matches(labels.Set(sb.TemplateLabels)) {
 		return nil, &failure{code: CodeSelectorMismatch, reason: "podSelector does not select the BatchSandbox template labels"}
 	}
-	pods, err := sb.Pods(ctx, e.Client)
+	pods, err := sb.Pods(ctx, e.Client, podOpts...)
 	if err != nil {
 		return nil, &failure{code: CodeReadFailed, reason: err.Error()}
 	}

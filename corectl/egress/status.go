@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/cidr"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -77,6 +79,49 @@ func (e *Engine) Get(ctx context.Context, namespace, id string) (*Status, error)
 // sandbox's pods and the namespace's NetworkPolicies. Errors:
 // ErrUnavailable when the apiserver cannot answer.
 func (e *Engine) StatusOf(ctx context.Context, sb *sandbox.Sandbox, np *networkingv1.NetworkPolicy) (*Status, error) {
+	return e.statusOf(ctx, sb, np, nil, nil)
+}
+
+// CreatedStatus is StatusOf for the create orchestration, whose np it
+// has just written (the policy as the apiserver answered its write) for
+// sb, the BatchSandbox it has just created. Its reads are served by the
+// apiserver's watch cache without waiting for the store's current
+// revision, which a consistent read does: when nothing of the kind was
+// written since, that wait is the cache's next progress notification,
+// requested at most every 100 ms (kube-apiserver's
+// progressRequestPeriod), the largest single wait of a create. The
+// namespace's policies are listed not older than np (resourceVersionMatch
+// NotOlderThan: every policy written before it is seen, as a consistent
+// read issued at its write would). The pods are read from the cache as it
+// stands (resourceVersion 0): the only pods sb can have are the ones its
+// controller made from the template since sb was written, whose labels
+// the static check of the template labels covers; a pod seen later is
+// checked by every later view. A read the apiserver refused as "too large
+// resource version" (its watch cache not there within its wait) is retried
+// once as StatusOf reads. Errors: as StatusOf's.
+func (e *Engine) CreatedStatus(ctx context.Context, sb *sandbox.Sandbox, np *networkingv1.NetworkPolicy) (*Status, error) {
+	policies := &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: np.ResourceVersion, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}}
+	pods := &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}}
+	st, err := e.statusOf(ctx, sb, np, policies, pods)
+	if err != nil && strings.Contains(err.Error(), "Too large resource version") {
+		// The watch cache did not reach the policy's version in time (the
+		// apiserver answers "too large resource version" after a few
+		// seconds): read consistently instead.
+		return e.StatusOf(ctx, sb, np)
+	}
+	return st, err
+}
+
+// statusOf is StatusOf with further options of the policies list and
+// the pods list (nil: consistent reads).
+func (e *Engine) statusOf(ctx context.Context, sb *sandbox.Sandbox, np *networkingv1.NetworkPolicy, policiesAt, podsAt *client.ListOptions) (*Status, error) {
+	var policyOpts, podOpts []client.ListOption
+	if policiesAt != nil {
+		policyOpts = append(policyOpts, policiesAt)
+	}
+	if podsAt != nil {
+		podOpts = append(podOpts, podsAt)
+	}
 	namespace := sb.Namespace
 	st := &Status{SandboxID: sb.ID, PolicyName: PolicyName(sb.AllocationID)}
 	if !e.ours(np, sb) {
@@ -132,10 +177,10 @@ func (e *Engine) StatusOf(ctx context.Context, sb *sandbox.Sandbox, np *networki
 	listErr := make(chan error, 1)
 	go func() {
 		var err error
-		list, err = namespacePolicies(ctx, e.Client, namespace)
+		list, err = namespacePolicies(ctx, e.Client, namespace, policyOpts...)
 		listErr <- err
 	}()
-	sets, f := e.labelSets(ctx, sb, &np.Spec)
+	sets, f := e.labelSets(ctx, sb, &np.Spec, podOpts...)
 	err := <-listErr
 	if f != nil {
 		if f.code == CodeReadFailed {

@@ -17,8 +17,13 @@ import (
 // (spec §5.2.1): CreateCarrier before the BatchSandbox exists (the carrier
 // itself records the create's set U until then), AdoptOwner once it
 // exists, and Settle, which writes the desired state (it needs the
-// BatchSandbox as owner) and runs the first cycle. Each write is read
-// back and checked here, as every cycle's is.
+// BatchSandbox as owner) and runs the first cycle. Each write's answer is
+// its read-back: the apiserver answers a create or an update with the
+// object as it stored it (after admission), which is what a GET right
+// after would return unless someone wrote in between, and a write in
+// between is what the next conditional write (at this answer's
+// resourceVersion) fails on. So the answer is checked here, as every
+// cycle's read-back is, without a second round trip.
 
 // carrierKey is the managed Ingress of sandbox id.
 func (e *Engine) carrierKey(id string) client.ObjectKey {
@@ -30,8 +35,8 @@ func (e *Engine) carrierKey(id string) client.ObjectKey {
 // is written after the carrier), set the resolved ingress allowlist U
 // (normalised, non-empty). The carrier carries U merged with the probe
 // sources (Engine.Probe, when set; its failure fails closed with
-// CodeProbeSourceUnknown and writes nothing). It is read back and must
-// pass CheckCarrier for U. It returns the object as read back, which
+// CodeProbeSourceUnknown and writes nothing). The create's answer is its
+// read-back and must pass CheckCarrier for U. It returns that object, which
 // AdoptOwner writes over, and whether the create was written (so the
 // caller knows to remove it on failure). Errors: probe discovery, the
 // write, the read-back, or CheckCarrier's code and reason.
@@ -48,36 +53,32 @@ func (e *Engine) CreateCarrier(ctx context.Context, prov *sandbox.Sandbox, set [
 	if err := e.Client.Create(ctx, want); err != nil {
 		return nil, false, fmt.Errorf("create Ingress %s: %w", e.carrierKey(prov.ID), err)
 	}
-	rb, err := e.readBackCarrier(ctx, prov, set, "read back")
-	if err != nil {
+	if err := e.checkAnswer(prov, want, set, "as created"); err != nil {
 		return nil, true, err
 	}
-	return rb, true, nil
+	return want, true, nil
 }
 
-// readBackCarrier reads the managed Ingress of sb back after a write and
-// checks it as sb's carrier of set (CheckCarrier); after names the moment
-// in the error ("read back", "after the owner back-fill").
-func (e *Engine) readBackCarrier(ctx context.Context, sb *sandbox.Sandbox, set []string, after string) (*networkingv1.Ingress, error) {
-	key := e.carrierKey(sb.ID)
-	rb := &networkingv1.Ingress{}
-	if err := e.Client.Get(ctx, key, rb); err != nil {
-		return nil, fmt.Errorf("read back Ingress %s: %w", key, err)
-	}
+// checkAnswer checks rb, the managed Ingress of sb as the apiserver
+// answered a write of it, as sb's carrier of set (CheckCarrier); after
+// names the moment in the error ("as created", "after the owner
+// back-fill").
+func (e *Engine) checkAnswer(sb *sandbox.Sandbox, rb *networkingv1.Ingress, set []string, after string) error {
 	if code, reason := CheckCarrier(e.Cluster, sb, rb, set); code != "" {
-		return nil, fmt.Errorf("Ingress %s %s: %s: %s", key, after, code, reason)
+		return fmt.Errorf("Ingress %s %s: %s: %s", e.carrierKey(sb.ID), after, code, reason)
 	}
-	return rb, nil
+	return nil
 }
 
 // AdoptOwner makes the BatchSandbox sb (as created, with its UID) the
 // owner of created, the carrier of set as CreateCarrier read it back: it
 // sets the owner annotation and adds the owner reference, writes over
 // created at its resourceVersion (a write by anyone since then makes the
-// update fail), and reads the carrier back, which must pass CheckCarrier
-// for set as sb's. Errors: the write, the read-back, or CheckCarrier's
-// code and reason.
-func (e *Engine) AdoptOwner(ctx context.Context, sb *sandbox.Sandbox, created *networkingv1.Ingress, set []string) error {
+// update fail); the update's answer, the carrier as stored, must pass
+// CheckCarrier for set as sb's. It returns that answer (the version a
+// cycle that follows may start from). Errors: the write, or
+// CheckCarrier's code and reason.
+func (e *Engine) AdoptOwner(ctx context.Context, sb *sandbox.Sandbox, created *networkingv1.Ingress, set []string) (*networkingv1.Ingress, error) {
 	ing := created.DeepCopy()
 	want := Carrier(e.Cluster, sb, set)
 	ing.Annotations[v1alpha1.AnnotationOwner] = sb.OwnerAnnotation()
@@ -85,10 +86,12 @@ func (e *Engine) AdoptOwner(ctx context.Context, sb *sandbox.Sandbox, created *n
 		ing.OwnerReferences = append(ing.OwnerReferences, want.OwnerReferences...)
 	}
 	if err := e.Client.Update(ctx, ing); err != nil {
-		return fmt.Errorf("back-fill the owner of Ingress %s: %w", e.carrierKey(sb.ID), err)
+		return nil, fmt.Errorf("back-fill the owner of Ingress %s: %w", e.carrierKey(sb.ID), err)
 	}
-	_, err := e.readBackCarrier(ctx, sb, set, "after the owner back-fill")
-	return err
+	if err := e.checkAnswer(sb, ing, set, "after the owner back-fill"); err != nil {
+		return nil, err
+	}
+	return ing, nil
 }
 
 // settleAttempts bounds Settle's cycles.

@@ -466,7 +466,7 @@ func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressA
 	if code, reason := CheckCarrier(e.Cluster, sb, rb, set); code != "" {
 		return fail(rb, code, reason)
 	}
-	list, err := e.candidates(ctx, id)
+	list, err := e.candidates(ctx, id, rb.ResourceVersion)
 	if err != nil {
 		return fail(rb, CodeReadFailed, "list Ingresses: "+err.Error())
 	}
@@ -694,19 +694,53 @@ func holds(cur, want *networkingv1.Ingress, sb *sandbox.Sandbox) bool {
 // sandbox of the same ID). Managed carriers of other sandbox IDs own
 // /<otherID>/ and cannot claim /<id>/, so they are not listed (this keeps
 // the lists small when a cluster holds many sandboxes).
-func (e *Engine) candidates(ctx context.Context, id string) ([]networkingv1.Ingress, error) {
+//
+// notOlderThan, when set, is the resourceVersion of the carrier the
+// caller verified (a cycle's read-back): the lists are then served by the
+// apiserver's watch cache once it holds that version (resourceVersionMatch
+// NotOlderThan), so they show every Ingress written before the carrier;
+// should they fail (the cache not there within the apiserver's few
+// seconds: "too large resource version"), they are read again as
+// consistent reads. Without it ("": the GET view) they are consistent reads, which wait for
+// the watch cache to reach the store's current revision: when nothing of
+// the kind was written since, that is the cache's next progress
+// notification, requested at most every 100 ms (kube-apiserver's
+// progressRequestPeriod), the largest single wait of a create.
+func (e *Engine) candidates(ctx context.Context, id, notOlderThan string) ([]networkingv1.Ingress, error) {
 	foreign, err := labels.Parse(v1alpha1.LabelManagedBy + " notin (" + v1alpha1.ManagedByValue + ")")
 	if err != nil {
 		return nil, err
 	}
-	var a, b networkingv1.IngressList
-	if err := e.Client.List(ctx, &a, client.MatchingLabelsSelector{Selector: foreign}); err != nil {
-		return nil, err
+	at := &client.ListOptions{}
+	if notOlderThan != "" {
+		at.Raw = &metav1.ListOptions{ResourceVersion: notOlderThan, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}
 	}
-	if err := e.Client.List(ctx, &b, client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelSandboxID: id}); err != nil {
+	// The two lists are independent reads: sent together, a cycle waits
+	// for one of them instead of both in turn.
+	var a, b networkingv1.IngressList
+	errB := make(chan error, 1)
+	go func() {
+		errB <- e.Client.List(ctx, &b, client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelSandboxID: id}, at)
+	}()
+	errA := e.Client.List(ctx, &a, client.MatchingLabelsSelector{Selector: foreign}, at)
+	errBv := <-errB
+	if err := errors.Join(errA, errBv); err != nil {
+		if notOlderThan != "" && (tooLarge(errA) || tooLarge(errBv)) {
+			// The watch cache did not reach the carrier's version in
+			// time (the apiserver answers "too large resource version"
+			// after a few seconds): read consistently instead.
+			return e.candidates(ctx, id, "")
+		}
 		return nil, err
 	}
 	return append(a.Items, b.Items...), nil
+}
+
+// tooLarge reports whether err is the apiserver's "too large resource
+// version": its watch cache did not reach a NotOlderThan read's version
+// within its wait.
+func tooLarge(err error) bool {
+	return err != nil && apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge)
 }
 
 // fail rolls the carrier back after a failed write or check. base is the

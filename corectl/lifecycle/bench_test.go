@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -88,6 +89,7 @@ func BenchmarkCreate(b *testing.B) {
 					b.Fatal(err)
 				}
 				steps.reset()
+				load0 := loadAverage()
 				b.ResetTimer()
 				start := time.Now()
 				for range clients {
@@ -140,6 +142,7 @@ func BenchmarkCreate(b *testing.B) {
 				q := func(p float64) float64 { return quantile(lat, p) }
 				used := cpu1.Sub(cpu0)
 				per := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(b.N) }
+				b.Logf("load average %s before, %s after", load0, loadAverage())
 				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "creates/s")
 				b.ReportMetric(q(0.5), "p50-ms")
 				b.ReportMetric(q(0.99), "p99-ms")
@@ -158,6 +161,17 @@ func BenchmarkCreate(b *testing.B) {
 			})
 		}
 	}
+}
+
+// loadAverage is /proc/loadavg's one-, five- and fifteen-minute load
+// averages ("?" when unreadable): the benchmark prints it beside its
+// figures (the machine is shared; docs/benchmarks.md).
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "?"
 }
 
 // stepClock records when each create step of each sandbox began, and

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
@@ -240,13 +241,25 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (*Created,
 	if err := step(StepCNIGate, o.Cluster.CNIGate); err != nil {
 		return fail(StepCNIGate, CodeCNIUnqualified, err)
 	}
+	// The carrier and the policy are independent objects, and both exist
+	// before the BatchSandbox (so no pod of the sandbox runs without
+	// either): they are written side by side, each to its end, and the
+	// create fails at the first in step order that failed (the
+	// compensation removes whichever was written).
+	var ingErr, polErr error
+	var pre sync.WaitGroup
 	if len(c.ingressSet) > 0 {
-		if err := step(StepIngress, func() error { return c.createIngress(ctx, prov) }); err != nil {
-			return fail(StepIngress, CodeCreateFailed, err)
-		}
+		pre.Go(func() { ingErr = step(StepIngress, func() error { return c.createIngress(ctx, prov) }) })
 	}
-	if err := step(StepPolicy, func() error { return c.createPolicy(ctx, prov, net.Egress, net.EgressExcept) }); err != nil {
-		return fail(StepPolicy, CodeCreateFailed, err)
+	pre.Go(func() {
+		polErr = step(StepPolicy, func() error { return c.createPolicy(ctx, prov, net.Egress, net.EgressExcept) })
+	})
+	pre.Wait()
+	if ingErr != nil {
+		return fail(StepIngress, CodeCreateFailed, ingErr)
+	}
+	if polErr != nil {
+		return fail(StepPolicy, CodeCreateFailed, polErr)
 	}
 	var sb *sandbox.Sandbox
 	if err := step(StepBatchSandbox, func() (err error) {
@@ -255,13 +268,34 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (*Created,
 	}); err != nil {
 		return fail(StepBatchSandbox, CodeCreateFailed, err)
 	}
-	if err := step(StepOwners, func() error { return c.backfillOwners(ctx, sb) }); err != nil {
-		return fail(StepOwners, CodeCreateFailed, err)
+	// The egress readiness check (reads only) starts with the owners step
+	// and runs on beside the desired step; its failure is the owners
+	// step's. Every path below waits for it before it returns.
+	var egressCheck errgroup.Group
+	egressChecked := false
+	waitEgress := func() error {
+		if egressChecked {
+			return nil
+		}
+		egressChecked = true
+		return egressCheck.Wait()
+	}
+	failAfter := func(s Step, code string, err error) (*Created, error) {
+		if eerr := waitEgress(); eerr != nil && s == StepDesired {
+			err = fmt.Errorf("%w; and at step %s: %w", err, StepOwners, eerr)
+		}
+		return fail(s, code, err)
+	}
+	if err := step(StepOwners, func() error { return c.backfillOwners(ctx, sb, &egressCheck) }); err != nil {
+		return failAfter(StepOwners, CodeCreateFailed, err)
 	}
 	if len(c.ingressSet) > 0 {
 		if err := step(StepDesired, func() error { return c.persistDesired(ctx, sb, net.Ingress) }); err != nil {
-			return fail(StepDesired, CodeCreateFailed, err)
+			return failAfter(StepDesired, CodeCreateFailed, err)
 		}
+	}
+	if err := waitEgress(); err != nil {
+		return fail(StepOwners, CodeCreateFailed, err)
 	}
 	if err := step(StepReadiness, func() error { return o.readiness(ctx, id, c.onForbidden) }); err != nil {
 		return fail(StepReadiness, CodeNotReady, err)
@@ -331,10 +365,10 @@ type creation struct {
 	// the BatchSandbox was written (wroteCR).
 	wroteIngress, wrotePolicy, wroteCR bool
 
-	// ingress and policy are the objects as read back at their creation
-	// (policy: after the owner back-fill, once that ran); the back-fill
-	// writes over them (at their resourceVersion) instead of reading them
-	// again.
+	// ingress and policy are the objects as the apiserver answered their
+	// creation (after the owner back-fill, once that ran: its answer); the
+	// back-fill writes over them (at their resourceVersion) instead of
+	// reading them again.
 	ingress *networkingv1.Ingress
 	policy  *networkingv1.NetworkPolicy
 
@@ -435,41 +469,49 @@ const AnnotationTemplateID = "network.sandgate.io/template-id"
 
 // backfillOwners makes the BatchSandbox the owner of the managed Ingress
 // and the NetworkPolicy (each engine's AdoptOwner: written over the object
-// as read back at its creation, read back and checked) and checks the
-// egress policy's readiness. The two objects are independent, so their
-// back-fills run concurrently; both run to the end, and the first error
-// is returned. (Interleaved A/B runs of BenchmarkCreate: the owners step
-// 22–25 ms this way, 29–31 ms with the egress check after the back-fills,
-// 32 ms with all three in turn.)
+// as returned at its creation, the update's answer checked) and starts
+// the egress policy's readiness check in check. The two back-fills are
+// independent, so they run concurrently; both run to the end, and the
+// first error is returned.
 //
 // The egress readiness check (selector against the pods, conflicting
-// policies) reads the policy as read back at its creation: the back-fill
-// changes only owner fields, which the check does not look at, so it runs
-// beside the back-fills, and egress's AdoptOwner checks that the policy
-// read back after the back-fill still carries the checked spec and
-// verification annotations.
-func (c *creation) backfillOwners(ctx context.Context, sb *sandbox.Sandbox) error {
-	var g errgroup.Group
-	if len(c.ingressSet) > 0 {
-		g.Go(func() error { return c.o.Ingress.AdoptOwner(ctx, sb, c.ingress, c.ingressSet) })
-	}
+// policies: two lists served by the apiserver's watch cache, see
+// egress.Engine.CreatedStatus) reads the policy as returned at its creation:
+// the back-fill changes only owner fields, which the check does not look
+// at, so it runs beside the back-fills and on beside the desired step
+// (Create waits for it before the readiness step), and egress's
+// AdoptOwner checks that the policy after the back-fill still carries the
+// checked spec and verification annotations. It only reads, so a
+// failure of it found late has written nothing.
+func (c *creation) backfillOwners(ctx context.Context, sb *sandbox.Sandbox, check *errgroup.Group) error {
 	checked := c.policy
-	g.Go(func() error {
-		np, err := c.o.Egress.AdoptOwner(ctx, sb, checked)
-		if err != nil {
-			return err
-		}
-		c.policy = np
-		return nil
-	})
-	g.Go(func() error {
-		st, err := c.o.Egress.StatusOf(ctx, sb, checked)
+	check.Go(func() error {
+		st, err := c.o.Egress.CreatedStatus(ctx, sb, checked)
 		if err != nil {
 			return fmt.Errorf("verify the egress policy: %w", err)
 		}
 		if !st.NetworkReady {
 			return fmt.Errorf("egress policy not ready: %s", st.NotReadyReason)
 		}
+		return nil
+	})
+	var g errgroup.Group
+	if len(c.ingressSet) > 0 {
+		g.Go(func() error {
+			ing, err := c.o.Ingress.AdoptOwner(ctx, sb, c.ingress, c.ingressSet)
+			if err != nil {
+				return err
+			}
+			c.ingress = ing
+			return nil
+		})
+	}
+	g.Go(func() error {
+		np, err := c.o.Egress.AdoptOwner(ctx, sb, checked)
+		if err != nil {
+			return err
+		}
+		c.policy = np
 		return nil
 	})
 	return g.Wait()

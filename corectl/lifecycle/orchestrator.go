@@ -18,18 +18,23 @@
 //
 //  1. StepCNIGate: the cluster's CNI qualification (spec §5.3);
 //  2. StepIngress: when the resolved ingress allowlist U is non-empty, the
-//     managed Ingress sandbox-ingress-<id> is created, read back and
-//     checked (ingressallow's CreateCarrier; an empty U means an
-//     unrestricted sandbox: no carrier, spec §5.2.1);
+//     managed Ingress sandbox-ingress-<id> is created and its create's
+//     answer (the object as stored) checked (ingressallow's CreateCarrier;
+//     an empty U means an unrestricted sandbox: no carrier, spec §5.2.1);
 //  3. StepPolicy: the egress NetworkPolicy sandbox-egress-<allocationID> is
-//     created with the resolved egress set as its verified spec and read
-//     back (egress's CreateVerified);
+//     created with the resolved egress set as its verified spec and its
+//     answer checked (egress's CreateVerified). Steps 2 and 3 run side by
+//     side, each to its end (neither object selects or admits anything
+//     before the BatchSandbox exists); a failure of either fails the
+//     create at the first of them in this order, and the compensation
+//     removes whichever was written;
 //  4. StepBatchSandbox: the BatchSandbox CR with the allocation label in its
 //     pod template and lifecycle Creating;
 //  5. StepOwners: owner references (and the owner annotation) back-filled
-//     on the Ingress and the policy, read back and verified (each engine's
-//     AdoptOwner); the egress GET view must be networkReady (selector and
-//     conflict checks);
+//     on the Ingress and the policy side by side, each update's answer
+//     verified (each engine's AdoptOwner); the egress GET view must be
+//     networkReady (selector and conflict checks: reads only, started
+//     here and awaited after step 6, its failure this step's);
 //  6. StepDesired: the ingress desired state (SandboxIngressAllowlist,
 //     owned by the BatchSandbox) persisted and one reconcile cycle run
 //     synchronously (ingressallow's Settle); it must end Verified (the desired state needs the

@@ -93,6 +93,7 @@ type Metrics struct {
 	stepDuration   *prometheus.HistogramVec
 	cniChecks      *prometheus.CounterVec
 	orphanScans    *prometheus.CounterVec
+	restarts       *prometheus.CounterVec
 	refusals       *prometheus.CounterVec
 	createRefusals *prometheus.CounterVec
 }
@@ -165,6 +166,10 @@ func New() *Metrics {
 			Namespace: "corectl", Subsystem: "orphan", Name: "scans_total",
 			Help: "Orphan scans by cluster and outcome (ok, incomplete: some deletions failed and are retried, failed: the scan stopped with an error).",
 		}, []string{"cluster", "outcome"}),
+		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "corectl", Subsystem: "cluster", Name: "manager_restarts_total",
+			Help: "Managers of a cluster that stopped on their own (leader election lost: the cluster's apiserver did not answer within the renew deadline) and were replaced, by cluster.",
+		}, []string{"cluster"}),
 		createRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "corectl", Subsystem: "create", Name: "refusals_total",
 			Help: "Creates refused before anything is written, by reason: a credential limit (concurrent_sandboxes, creates_per_minute, max_timeout) or unsupported_field (a NewSandbox field sandgate cannot honour).",
@@ -174,7 +179,7 @@ func New() *Metrics {
 			Help: "API requests refused because of who asked, by reason (missing_key, unknown_key, not_owner, ...).",
 		}, []string{"reason"}),
 	}
-	m.Registry.MustRegister(m.requests, m.duration, m.reconciles, m.steps, m.stepDuration, m.cniChecks, m.orphanScans, m.createRefusals, m.refusals,
+	m.Registry.MustRegister(m.requests, m.duration, m.reconciles, m.steps, m.stepDuration, m.cniChecks, m.orphanScans, m.restarts, m.createRefusals, m.refusals,
 		buildinfo.Collector("corectl"))
 	return m
 }
@@ -243,6 +248,15 @@ func (m *Metrics) OrphanScan(cluster, outcome string) {
 		return
 	}
 	m.orphanScans.WithLabelValues(cluster, outcome).Inc()
+}
+
+// ClusterRestart counts one replaced manager of cluster
+// (corectl_cluster_manager_restarts_total).
+func (m *Metrics) ClusterRestart(cluster string) {
+	if m == nil {
+		return
+	}
+	m.restarts.WithLabelValues(cluster).Inc()
 }
 
 // Refusal reasons of CreateRefused besides package quota's.

@@ -200,11 +200,12 @@ func (s *Sandbox) HasOwnerReference(refs []metav1.OwnerReference) bool {
 }
 
 // Pods lists the sandbox's current pods: pods in its namespace whose
-// controller owner reference is the BatchSandbox (by UID). None is not an
-// error. The error wraps ErrUnavailable.
-func (s *Sandbox) Pods(ctx context.Context, r client.Reader) ([]corev1.Pod, error) {
+// controller owner reference is the BatchSandbox (by UID). opts are
+// further list options (e.g. the resourceVersion the list may be served
+// at). None is not an error. The error wraps ErrUnavailable.
+func (s *Sandbox) Pods(ctx context.Context, r client.Reader, opts ...client.ListOption) ([]corev1.Pod, error) {
 	var list corev1.PodList
-	if err := r.List(ctx, &list, client.InNamespace(s.Namespace)); err != nil {
+	if err := r.List(ctx, &list, append([]client.ListOption{client.InNamespace(s.Namespace)}, opts...)...); err != nil {
 		return nil, fmt.Errorf("%w: list pods in %s: %s", ErrUnavailable, s.Namespace, err.Error())
 	}
 	var out []corev1.Pod

@@ -1,0 +1,689 @@
+// Command clusterload measures corectl serving many compute clusters: it
+// starts N kube-apiservers (with etcd, envtest, package corectl/kubetest),
+// seeds each with sandboxes as corectl writes them (a BatchSandbox, its
+// egress NetworkPolicy and its managed Ingress, so corectl's informers hold
+// them), and runs bin/corectl twice: once with cluster 1 alone configured
+// and once with all N. Each run reports corectl's RSS and goroutines once
+// its caches have synced, and the p50 of creates sent one after the other
+// (POST /v2/sandboxes with an ingress allowlist and an egress list, the
+// create benchmark's body), round robin over the clusters; then, in the
+// N-cluster run, the last cluster's kube-apiserver is stopped (SIGSTOP)
+// while callers keep sending creates to it, the creates on the other
+// clusters are measured again, corectl's process must still run, the
+// apiserver is resumed (SIGCONT), the stopped cluster must create again,
+// and the other clusters are measured once more (so the stopped phase is
+// compared with a phase before and one after it).
+//
+// Usage:
+//
+//	go run ./hack/clusterload [-corectl bin/corectl] [-clusters 10] [-sandboxes 300]
+//		[-creates 30] [-hang 30s] [-logs dir]
+//
+// The fixed entry is a stand-in that answers every readiness ping 200 (and
+// the probe-source discovery's echo path with the caller's address), so
+// a create's latency is corectl's orchestration and its apiserver round
+// trips (the readiness step is one ping). Everything runs on the same
+// machine: corectl, the apiservers and etcds share its CPUs, so the load
+// average (printed before and after) decides the absolute figures; the
+// ratios between runs are what the goal compares (docs/benchmarks.md,
+// "Many clusters").
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/sandgate/sandgate/corectl/apikey"
+	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/cluster"
+	"github.com/sandgate/sandgate/corectl/egress"
+	"github.com/sandgate/sandgate/corectl/ingressallow"
+	"github.com/sandgate/sandgate/corectl/kubetest"
+	"github.com/sandgate/sandgate/corectl/probesource"
+	"github.com/sandgate/sandgate/corectl/sandbox"
+	"github.com/sandgate/sandgate/internal/freeport"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	crlog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/yaml"
+)
+
+// body is the create each measured request sends (the create benchmark's
+// restricted sandbox: a carrier, a policy, a desired state).
+const body = `{"templateID":"base","timeout":3600,"network":{"ingress":[{"cidr":"203.0.113.0/24"}],"allowOut":["198.51.100.7"]}}`
+
+func main() {
+	bin := flag.String("corectl", "bin/corectl", "the corectl binary")
+	n := flag.Int("clusters", 10, "compute clusters (kube-apiservers)")
+	seed := flag.Int("sandboxes", 300, "sandboxes seeded in each cluster")
+	creates := flag.Int("creates", 30, "measured creates per phase (one at a time, round robin over the clusters)")
+	hang := flag.Duration("hang", 30*time.Second, "how long the last cluster's apiserver stays stopped (at least corectl's lease renew deadline, 10 s, so its leader election for that cluster is lost)")
+	logs := flag.String("logs", "", "a directory for corectl's output of each run (default: discarded)")
+	flag.Parse()
+	crlog.SetLogger(logr.Discard()) // envtest's own logs
+	if *n < 2 {
+		fmt.Fprintln(os.Stderr, "clusterload: -clusters must be at least 2")
+		os.Exit(2)
+	}
+	if err := run(*bin, *n, *seed, *creates, *hang, *logs); err != nil {
+		fmt.Fprintln(os.Stderr, "clusterload:", err)
+		os.Exit(1)
+	}
+}
+
+// world is the clusters and the files corectl reads.
+type world struct {
+	dir      string
+	clusters []*kcluster
+	entry    *httptest.Server
+}
+
+// kcluster is one compute cluster.
+type kcluster struct {
+	id         string
+	env        *kubetest.Env
+	kubeconfig string
+	projectNS  string
+	ingressNS  string
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
+
+func run(bin string, n, seed, creates int, hang time.Duration, logs string) error {
+	if _, err := os.Stat(bin); err != nil {
+		return fmt.Errorf("%w (build it with `make bin/corectl`)", err)
+	}
+	fmt.Printf("clusterload: %d clusters, %d sandboxes seeded in each, %d creates per phase; commit %s; load average %s\n",
+		n, seed, creates, commit(), loadavg())
+	dir, err := os.MkdirTemp("", "clusterload-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	w := &world{dir: dir}
+	// The fixed entry: every readiness ping is answered 200, and a
+	// probe-source echo path with the caller's address (as the echo
+	// Ingress's nginx snippet does).
+	w.entry = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, probesource.EchoPathPrefix) {
+			host, _, _ := net.SplitHostPort(r.RemoteAddr)
+			_, _ = io.WriteString(rw, host)
+			return
+		}
+		rw.WriteHeader(http.StatusOK)
+	}))
+	defer w.entry.Close()
+	defer func() {
+		for _, c := range w.clusters {
+			if c.env != nil {
+				_ = c.env.Stop()
+			}
+		}
+	}()
+	start := time.Now()
+	if err := w.startClusters(n); err != nil {
+		return err
+	}
+	fmt.Printf("started %d apiservers in %s\n", n, time.Since(start).Round(time.Second))
+	start = time.Now()
+	if err := w.seed(seed); err != nil {
+		return err
+	}
+	fmt.Printf("seeded %d sandboxes in each cluster in %s\n", seed, time.Since(start).Round(time.Second))
+
+	one, err := w.measure(bin, 1, creates, 0, logs)
+	if err != nil {
+		return fmt.Errorf("one cluster: %w", err)
+	}
+	all, err := w.measure(bin, n, creates, hang, logs)
+	if err != nil {
+		return fmt.Errorf("%d clusters: %w", n, err)
+	}
+	ratio := func(a, b float64) string { return fmt.Sprintf("%.2f×", a/b) }
+	fmt.Printf("\n| run | RSS MiB | goroutines | create p50 ms (range of halves) |\n|---|---:|---:|---|\n")
+	fmt.Printf("| 1 cluster | %.1f | %d | %.1f (%s) |\n", one.rss, one.goroutines, one.p50, one.halves)
+	fmt.Printf("| %d clusters | %.1f | %d | %.1f (%s) |\n", n, all.rss, all.goroutines, all.p50, all.halves)
+	fmt.Printf("| %d clusters, cluster %s stopped | %.1f | %d | %.1f (%s) |\n", n, all.hungID, all.hungRSS, all.hungGoroutines, all.hungP50, all.hungHalves)
+	fmt.Printf("| %d clusters, cluster %s resumed | | | %.1f (%s) |\n", n, all.hungID, all.afterP50, all.afterHalves)
+	fmt.Printf("\n%d clusters ÷ 1: RSS %s (%.1f MiB per added cluster), goroutines %s (%.0f per added cluster), create p50 %s\n",
+		n, ratio(all.rss, one.rss), (all.rss-one.rss)/float64(n-1), ratio(float64(all.goroutines), float64(one.goroutines)),
+		float64(all.goroutines-one.goroutines)/float64(n-1), ratio(all.p50, one.p50))
+	fmt.Printf("one apiserver stopped ÷ all running: create p50 on the others %s before, %s after (the same clusters, resumed); creates sent to the stopped cluster meanwhile: %d answered (%s), %d still waiting at the end; corectl %s\n",
+		ratio(all.hungP50, all.p50), ratio(all.hungP50, all.afterP50), all.hungAnswered, all.hungCodes, all.hungWaiting, all.survived)
+	fmt.Printf("after SIGCONT: cluster %s created again within %s (manager replaced %s time(s))\n", all.hungID, all.recovered.Round(100*time.Millisecond), all.restarts)
+	fmt.Printf("load average %s\n", loadavg())
+	return nil
+}
+
+// commit is the checked-out commit (empty outside a git work tree).
+func commit() string {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "?"
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// startClusters starts n control planes, three at a time.
+func (w *world) startClusters(n int) error {
+	w.clusters = make([]*kcluster, n)
+	sem := make(chan struct{}, 3)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		w.clusters[i] = &kcluster{id: fmt.Sprintf("c%02d", i+1), projectNS: "project", ingressNS: "ingress"}
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			c := w.clusters[i]
+			env, err := kubetest.Start()
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			c.env = env
+			c.kubeconfig = filepath.Join(w.dir, c.id+".kubeconfig")
+			if err := os.WriteFile(c.kubeconfig, env.KubeConfig, 0o600); err != nil {
+				errs[i] = err
+				return
+			}
+			for _, ns := range []string{c.projectNS, c.ingressNS, "corectl-system", "templates"} {
+				if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// seed writes count sandboxes into every cluster as corectl's create
+// leaves them (Ready, with their carrier and policy), eight writers per
+// cluster, the clusters side by side.
+func (w *world) seed(count int) error {
+	errs := make([]error, len(w.clusters))
+	var wg sync.WaitGroup
+	for i, c := range w.clusters {
+		wg.Go(func() { errs[i] = c.seed(count) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (c *kcluster) seed(count int) error {
+	cc := kubetest.Cluster(c.id, c.ingressNS)
+	next := make(chan int)
+	go func() {
+		for i := range count {
+			next <- i
+		}
+		close(next)
+	}()
+	var mu sync.Mutex
+	var first error
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range next {
+				if err := c.seedOne(cc); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+func randomID(prefix string) string {
+	b := make([]byte, 10)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+func (c *kcluster) seedOne(cc *cluster.Cluster) error {
+	ctx := context.Background()
+	id, alloc := randomID("sb"), randomID("al")
+	u := kubetest.NewBatchSandbox(c.projectNS, id, map[string]string{cc.AllocationLabelKey(): alloc})
+	lbl := u.GetLabels()
+	if lbl == nil {
+		lbl = map[string]string{}
+	}
+	lbl[v1alpha1.LabelManagedBy], lbl[v1alpha1.LabelClusterID] = v1alpha1.ManagedByValue, c.id
+	u.SetLabels(lbl)
+	u.SetAnnotations(map[string]string{v1alpha1.AnnotationLifecycle: "Ready",
+		v1alpha1.AnnotationEndAt: time.Now().Add(24 * time.Hour).UTC().Format(time.RFC3339)})
+	owner := &sandbox.Sandbox{ID: id, Namespace: c.projectNS, AllocationLabel: cc.AllocationLabelKey(), AllocationID: alloc,
+		TemplateLabels: map[string]string{cc.AllocationLabelKey(): alloc}, Owner: "load"}
+	owner.MarkOwner(u)
+	if err := c.env.Client.Create(ctx, u); err != nil {
+		return fmt.Errorf("cluster %s: seed BatchSandbox: %w", c.id, err)
+	}
+	owner.UID = u.GetUID()
+	np, _, err := (&egress.Engine{Client: c.env.Client, Cluster: cc}).CreateVerified(ctx, owner, egress.Allowlist{})
+	if err != nil {
+		return fmt.Errorf("cluster %s: seed NetworkPolicy: %w", c.id, err)
+	}
+	_ = np
+	ing := ingressallow.Carrier(cc, owner, []string{"203.0.113.0/24"})
+	if err := c.env.Client.Create(ctx, ing); err != nil {
+		return fmt.Errorf("cluster %s: seed Ingress: %w", c.id, err)
+	}
+	return nil
+}
+
+// result is one corectl run's figures.
+type result struct {
+	rss            float64 // MiB, after the caches synced and the creates
+	goroutines     int
+	p50            float64 // ms
+	halves         string
+	hungID         string
+	hungRSS        float64
+	hungGoroutines int
+	hungP50        float64
+	hungHalves     string
+	hungAnswered   int
+	hungCodes      string
+	hungWaiting    int
+	survived       string
+	recovered      time.Duration // from SIGCONT to the stopped cluster's first 201
+	restarts       string        // corectl_cluster_manager_restarts_total of the stopped cluster
+	afterP50       float64       // ms, the other clusters again once resumed
+	afterHalves    string
+}
+
+// measure runs corectl with the first k clusters, waits for /readyz,
+// sends creates and, with hang > 0, stops the last cluster's apiserver and
+// measures again.
+func (w *world) measure(bin string, k, creates int, hang time.Duration, logs string) (*result, error) {
+	cfg := cluster.Config{Templates: cluster.TemplateStore{ClusterID: w.clusters[0].id, Namespace: "templates"},
+		SandboxTemplates: kubetest.SandboxTemplates()}
+	var creds []map[string]any
+	keys := "keys:\n"
+	for _, c := range w.clusters[:k] {
+		cc := kubetest.Cluster(c.id, c.ingressNS)
+		cc.Kubeconfig = c.kubeconfig
+		cc.FixedEntry = w.entry.URL
+		cfg.Clusters = append(cfg.Clusters, *cc)
+		creds = append(creds, map[string]any{"id": "cred-" + c.id, "enabled": true, "projectNamespace": c.projectNS, "clusterId": c.id})
+		keys += fmt.Sprintf("  - {name: key-%s, sha256: %s, credentialId: cred-%s}\n", c.id, apikey.Digest("key-"+c.id), c.id)
+	}
+	cfgYAML, err := yaml.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	credYAML, err := yaml.Marshal(map[string]any{"credentials": creds})
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{"config.yaml": cfgYAML, "credentials.yaml": credYAML, "keys.yaml": []byte(keys),
+		"token.key": []byte("0123456789abcdef0123456789abcdef-clusterload")}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(w.dir, name), b, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	apiAddr, err := freeport.Addr()
+	if err != nil {
+		return nil, err
+	}
+	probeAddr, err := freeport.Addr()
+	if err != nil {
+		return nil, err
+	}
+	api, probe := "http://"+apiAddr, "http://"+probeAddr
+	cmd := exec.Command(bin, "-config", filepath.Join(w.dir, "config.yaml"), "-credentials", filepath.Join(w.dir, "credentials.yaml"),
+		"-api-keys", filepath.Join(w.dir, "keys.yaml"), "-listen", apiAddr,
+		"-probe-listen", probeAddr, "-token-key-id", "k1", "-token-key-file", filepath.Join(w.dir, "token.key"),
+		"-orphan-interval", "1h")
+	var out io.Writer = io.Discard
+	if logs != "" {
+		if err := os.MkdirAll(logs, 0o755); err != nil {
+			return nil, err
+		}
+		f, err := os.Create(filepath.Join(logs, fmt.Sprintf("corectl-%d.log", k)))
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		out = f
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(40 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}()
+	fmt.Printf("\ncorectl with %d cluster(s), pid %d, load average %s\n", k, cmd.Process.Pid, loadavg())
+	if err := waitReady(probe, exited, 2*time.Minute); err != nil {
+		return nil, err
+	}
+	hc := &http.Client{Timeout: 2 * time.Minute}
+	ids := make([]string, k)
+	for i, c := range w.clusters[:k] {
+		ids[i] = c.id
+	}
+	// Warm every cluster's connections and discovery outside the
+	// measurement.
+	for _, id := range ids {
+		if _, _, err := create(hc, api, id); err != nil {
+			return nil, fmt.Errorf("warm-up create on %s: %w", id, err)
+		}
+	}
+	res := &result{}
+	lat, err := series(hc, api, ids, creates)
+	if err != nil {
+		return nil, err
+	}
+	res.p50, res.halves = summarise(lat)
+	if res.rss, res.goroutines, err = figures(probe, cmd.Process.Pid); err != nil {
+		return nil, err
+	}
+	fmt.Printf("  RSS %.1f MiB, %d goroutines, create p50 %.1f ms (halves %s), load average %s\n", res.rss, res.goroutines, res.p50, res.halves, loadavg())
+	if hang <= 0 {
+		return res, nil
+	}
+	hung := w.clusters[k-1]
+	res.hungID = hung.id
+	pid, err := apiserverPID(hung.env)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return nil, fmt.Errorf("stop apiserver %d: %w", pid, err)
+	}
+	stopped := time.Now()
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	defer resume()
+	fmt.Printf("  stopped cluster %s's kube-apiserver (pid %d)\n", hung.id, pid)
+	// Callers keep sending creates to the stopped cluster, four at a
+	// time, as its users would.
+	hctx, hcancel := context.WithCancel(context.Background())
+	var hmu sync.Mutex
+	codes := map[string]int{}
+	waiting := 0
+	var hwg sync.WaitGroup
+	for range 4 {
+		hwg.Go(func() {
+			for hctx.Err() == nil {
+				hmu.Lock()
+				waiting++
+				hmu.Unlock()
+				code, _, err := createCtx(hctx, hc, api, hung.id)
+				hmu.Lock()
+				waiting--
+				if err == nil || code != 0 {
+					res.hungAnswered++
+					codes[strconv.Itoa(code)]++
+				}
+				hmu.Unlock()
+				if err != nil && code == 0 {
+					return
+				}
+			}
+		})
+	}
+	others := ids[:k-1]
+	var hlat []time.Duration
+	for time.Since(stopped) < hang || len(hlat) < creates {
+		l, err := series(hc, api, others, 1)
+		if err != nil {
+			hcancel()
+			return nil, fmt.Errorf("while cluster %s is stopped: %w", hung.id, err)
+		}
+		hlat = append(hlat, l...)
+		select {
+		case err := <-exited:
+			hcancel()
+			return nil, fmt.Errorf("corectl exited while cluster %s was stopped: %v", hung.id, err)
+		default:
+		}
+	}
+	res.hungP50, res.hungHalves = summarise(hlat)
+	if res.hungRSS, res.hungGoroutines, err = figures(probe, cmd.Process.Pid); err != nil {
+		hcancel()
+		return nil, err
+	}
+	hmu.Lock()
+	res.hungWaiting = waiting
+	var cs []string
+	for c, v := range codes {
+		cs = append(cs, fmt.Sprintf("%s×%d", c, v))
+	}
+	slices.Sort(cs)
+	res.hungCodes = strings.Join(cs, ", ")
+	hmu.Unlock()
+	res.survived = fmt.Sprintf("kept running %s with the apiserver stopped", time.Since(stopped).Round(time.Second))
+	fmt.Printf("  while stopped (%d creates on the other clusters): RSS %.1f MiB, %d goroutines, create p50 %.1f ms (halves %s), load average %s\n",
+		len(hlat), res.hungRSS, res.hungGoroutines, res.hungP50, res.hungHalves, loadavg())
+	resume()
+	hcancel()
+	hwg.Wait()
+	// Once resumed, the cluster serves creates again (its manager was
+	// replaced if the stop outlasted the lease's renew deadline).
+	resumedAt := time.Now()
+	for {
+		if _, _, err := create(hc, api, hung.id); err == nil {
+			break
+		} else if time.Since(resumedAt) > 2*time.Minute {
+			return nil, fmt.Errorf("cluster %s after SIGCONT: %w", hung.id, err)
+		}
+		time.Sleep(time.Second) // polling the resumed cluster
+	}
+	res.recovered = time.Since(resumedAt)
+	res.restarts = metric(probe, `corectl_cluster_manager_restarts_total{cluster="`+hung.id+`"}`)
+	// The same clusters once more with every apiserver running: the
+	// stopped phase is compared with the phases before and after it, so a
+	// change of the machine's load in between shows.
+	after, err := series(hc, api, others, len(hlat))
+	if err != nil {
+		return nil, fmt.Errorf("after SIGCONT: %w", err)
+	}
+	res.afterP50, res.afterHalves = summarise(after)
+	fmt.Printf("  after: create p50 on the same clusters %.1f ms (halves %s), load average %s\n", res.afterP50, res.afterHalves, loadavg())
+	fmt.Printf("  resumed: a create on %s answered 201 after %s; its manager was replaced %s time(s)\n", hung.id, res.recovered.Round(100*time.Millisecond), res.restarts)
+	return res, nil
+}
+
+// metric returns the value of the sample line name (with its labels) on
+// corectl's /metrics, "0" when absent.
+func metric(probe, name string) string {
+	resp, err := http.Get(probe + "/metrics")
+	if err != nil {
+		return "?"
+	}
+	defer resp.Body.Close()
+	m, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	for _, line := range strings.Split(string(m), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "0"
+}
+
+// waitReady polls /readyz until it answers 200.
+func waitReady(probe string, exited <-chan error, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	var last string
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			return fmt.Errorf("corectl exited: %v", err)
+		default:
+		}
+		resp, err := http.Get(probe + "/readyz?verbose")
+		if err == nil {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = string(b)
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(100 * time.Millisecond) // polling a process's readiness
+	}
+	return fmt.Errorf("corectl not ready within %s: %s", limit, last)
+}
+
+func create(hc *http.Client, api, clusterID string) (int, time.Duration, error) {
+	return createCtx(context.Background(), hc, api, clusterID)
+}
+
+// createCtx sends one create with cluster clusterID's key and returns the
+// status (0: no answer), the latency and an error unless it was 201.
+func createCtx(ctx context.Context, hc *http.Client, api, clusterID string) (int, time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, api+"/v2/sandboxes", strings.NewReader(body))
+	if err != nil {
+		return 0, 0, err
+	}
+	req.Header.Set("X-API-Key", "key-"+clusterID)
+	req.Header.Set("Content-Type", "application/json")
+	t0 := time.Now()
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+	d := time.Since(t0)
+	if resp.StatusCode != http.StatusCreated {
+		return resp.StatusCode, d, fmt.Errorf("create on %s: HTTP %d %s", clusterID, resp.StatusCode, bytes.TrimSpace(b))
+	}
+	return resp.StatusCode, d, nil
+}
+
+// series sends creates one at a time, round robin over ids.
+func series(hc *http.Client, api string, ids []string, count int) ([]time.Duration, error) {
+	lat := make([]time.Duration, 0, count)
+	for i := range count {
+		_, d, err := create(hc, api, ids[i%len(ids)])
+		if err != nil {
+			return nil, err
+		}
+		lat = append(lat, d)
+	}
+	return lat, nil
+}
+
+// summarise returns the p50 in ms and the p50s of the first and second
+// half, "a–b".
+func summarise(lat []time.Duration) (float64, string) {
+	p50 := func(d []time.Duration) float64 {
+		s := slices.Clone(d)
+		slices.Sort(s)
+		return float64(s[(len(s)-1)/2].Microseconds()) / 1000
+	}
+	h := len(lat) / 2
+	a, b := p50(lat[:max(h, 1)]), p50(lat[h:])
+	return p50(lat), fmt.Sprintf("%.1f–%.1f", min(a, b), max(a, b))
+}
+
+// figures reads corectl's RSS (from /proc) and goroutines (go_goroutines
+// on its /metrics).
+func figures(probe string, pid int) (float64, int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	var rss float64
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			rss = kb / 1024
+		}
+	}
+	resp, err := http.Get(probe + "/metrics")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	m, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(m), "\n") {
+		if v, ok := strings.CutPrefix(line, "go_goroutines "); ok {
+			g, err := strconv.Atoi(strings.TrimSpace(v))
+			return rss, g, err
+		}
+	}
+	return 0, 0, errors.New("no go_goroutines on /metrics")
+}
+
+// apiserverPID finds the kube-apiserver process serving env (its
+// --secure-port is the port of env's URL).
+func apiserverPID(env *kubetest.Env) (int, error) {
+	host := strings.TrimPrefix(strings.TrimPrefix(env.Config.Host, "https://"), "http://")
+	_, port, err := net.SplitHostPort(strings.TrimSuffix(host, "/"))
+	if err != nil {
+		return 0, err
+	}
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		return 0, err
+	}
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) == 0 || filepath.Base(args[0]) != "kube-apiserver" {
+			continue
+		}
+		if slices.Contains(args, "--secure-port="+port) {
+			return strconv.Atoi(strings.Split(p, "/")[2])
+		}
+	}
+	return 0, fmt.Errorf("no kube-apiserver with --secure-port=%s", port)
+}
