@@ -45,7 +45,8 @@ var chartSkippedKinds = []string{"PodMonitor", "PrometheusRule"}
 // Before that, on the cluster with only the namespace sandgate, the real
 // helm (hack/helm) installs the chart with the Portal and compute sides and
 // uninstalls it: the CRDs and corectl's namespace are kept
-// (helm.sh/resource-policy: keep), the rest is gone. The dry runs then
+// (helm.sh/resource-policy: keep), the rest is gone, and a reinstall under
+// the same release name takes the kept objects back. The dry runs then
 // meet those kept objects as an operator's reinstall would.
 func TestChartApply(t *testing.T) {
 	env, err := kubeenv.Start(nil, nil)
@@ -187,7 +188,7 @@ func checkChartMonitoring(t *testing.T, o *unstructured.Unstructured, monitoring
 // sandgate-both in the namespace sandgate) with the pinned helm, checks
 // that its objects exist, uninstalls it and checks that the CRDs and the
 // Namespace corectl-system stay while the Deployments and the ClusterRole
-// go.
+// go; then installs and uninstalls it again, over the kept objects.
 func checkHelmInstallUninstall(t *testing.T, env *kubeenv.Env, c client.Client) {
 	kc := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(kc, env.KubeConfig, 0o600); err != nil {
@@ -235,4 +236,10 @@ func checkHelmInstallUninstall(t *testing.T, env *kubeenv.Env, c client.Client) 
 			t.Errorf("after helm uninstall: %s %s/%s: %v, want NotFound", o.kind, o.ns, o.name, err)
 		}
 	}
+	// A reinstall under the same release name takes the kept objects back.
+	helm("install", "sandgate-both", chartDir, "--set", "compute.enabled=true")
+	if err := get("apps", "Deployment", "sandgate", "gateway"); err != nil {
+		t.Errorf("after reinstalling: Deployment gateway: %v", err)
+	}
+	helm("uninstall", "sandgate-both")
 }
