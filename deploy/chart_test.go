@@ -402,3 +402,26 @@ func sameFile(t *testing.T, a, b string) {
 		t.Errorf("%s differs from %s: run make chart-sync", b, a)
 	}
 }
+
+// TestChartValuesRefused: values the chart cannot render correctly fail
+// `helm template` with a message naming the value (values.schema.json and
+// the templates' own checks), rather than rendering a broken installation.
+func TestChartValuesRefused(t *testing.T) {
+	for _, tc := range []struct{ set, want string }{
+		{"tokenKey.algorithm=RS1", "/tokenKey/algorithm"},
+		{"tokenKey.slot.algorithm=none", "/tokenKey/slot/algorithm"},
+		{"settings.nodeApiTokenSha256=abc", "/settings/nodeApiTokenSha256"},
+		{"settings.probeRelayTokenSha256=" + strings.Repeat("A", 64), "/settings/probeRelayTokenSha256"},
+		{"gateway.replicaz=3", "replicaz"},
+		{"gateway.image.digest=sha256:xyz", "/gateway/image/digest"},
+		{"gateway.service.type=External", "/gateway/service/type"},
+		{"gatewayAPI.enabled=true", "gatewayAPI.parentRefs"},
+		{"certManager.enabled=true", "certManager.issuerRef.name"},
+	} {
+		cmd := exec.Command(helmBinary(t), "template", "sandgate", chartDir, "--namespace", "sandgate", "--set", tc.set)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("--set %s: %v, output does not name %s:\n%s", tc.set, err, tc.want, out)
+		}
+	}
+}
