@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 
@@ -22,25 +21,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// chartSkippedKinds are the kinds of the all-on rendering that the dry run
-// does not send, with the reason: the Prometheus Operator's CRDs
-// (monitoring.coreos.com) are not to be had here (its root module, which
-// holds them, is not served by the module proxy; hack/helm/crds.sh).
-// TestChartApply compares these objects with deploy/monitoring's instead.
-var chartSkippedKinds = []string{"PodMonitor", "PrometheusRule"}
-
 // TestChartApply dry-runs the chart's rendering on a real kube-apiserver
 // with restricted Pod Security, as TestManifestsApply does the bases': the
 // namespace sandgate is created as docs/deploy.md "Helm" says (the base's
 // Namespace, with its Pod Security labels), the CRDs of cert-manager's
-// Certificate and Gateway API's HTTPRoute are installed from their pinned
-// modules (hack/helm/crds.sh), then each rendering (default values, and
+// Certificate, Gateway API's HTTPRoute and the Prometheus Operator's
+// PodMonitor and PrometheusRule are installed from their pinned modules
+// (hack/helm/crds.sh), then each rendering (default values, and
 // ci/all-on-values.yaml with every toggle on) is sent: its Namespaces and
 // CRDs created, every other object with a server-side apply in dry-run
 // mode. Each object must be accepted without a warning. The all-on
-// rendering's PodMonitors and PrometheusRule (chartSkippedKinds) are not
-// sent; they must be deploy/monitoring's objects, with the release's
-// namespace and the labels of the values.
+// rendering's PodMonitors and PrometheusRule must also be deploy/monitoring's
+// objects, with the release's namespace and the labels of the values.
 //
 // Before that, on the cluster with only the namespace sandgate, the real
 // helm (hack/helm) installs the chart with the Portal and compute sides and
@@ -116,7 +108,6 @@ func TestChartApply(t *testing.T) {
 	}{{"defaults", nil}, {"all-on", []string{"-f", chartAllOn}}} {
 		r := renderChart(t, tc.args...)
 		kinds := map[string]int{}
-		var skipped []string
 		for _, first := range []bool{true, false} {
 			for _, o := range r.objs {
 				o := o.DeepCopy()
@@ -124,10 +115,8 @@ func TestChartApply(t *testing.T) {
 				if isFirst != first {
 					continue
 				}
-				if slices.Contains(chartSkippedKinds, o.GetKind()) {
-					skipped = append(skipped, o.GetKind())
+				if o.GetKind() == "PodMonitor" || o.GetKind() == "PrometheusRule" {
 					checkChartMonitoring(t, o, monitoring)
-					continue
 				}
 				var err error
 				if first {
@@ -152,22 +141,17 @@ func TestChartApply(t *testing.T) {
 		if ws := w.take(); len(ws) > 0 {
 			t.Errorf("%s: the apiserver warned:\n%s", tc.name, strings.Join(ws, "\n"))
 		}
-		t.Logf("%s: %d objects accepted %v; not sent (no monitoring.coreos.com CRDs here): %v", tc.name, len(r.objs)-len(skipped), kinds, skipped)
+		t.Logf("%s: %d objects accepted %v", tc.name, len(r.objs), kinds)
+		want := []string{"ConfigMap", "CustomResourceDefinition", "Deployment", "NetworkPolicy", "FlowSchema", "Service"}
 		if tc.name == "all-on" {
-			slices.Sort(skipped)
-			if want := []string{"PodMonitor", "PodMonitor", "PrometheusRule"}; !slices.Equal(skipped, want) {
-				t.Errorf("all-on: not sent %v, want %v", skipped, want)
+			want = append(want, "Certificate", "HTTPRoute", "Ingress", "HorizontalPodAutoscaler", "Namespace", "PodMonitor", "PrometheusRule", "ClusterRole")
+		}
+		for _, k := range want {
+			if kinds[k] == 0 {
+				t.Errorf("%s: no %s accepted", tc.name, k)
 			}
-			for _, k := range []string{"Certificate", "HTTPRoute", "Ingress", "HorizontalPodAutoscaler", "NetworkPolicy", "Namespace", "CustomResourceDefinition"} {
-				if kinds[k] == 0 {
-					t.Errorf("all-on: no %s accepted", k)
-				}
-			}
-		} else if len(skipped) > 0 {
-			t.Errorf("defaults: rendered %v", skipped)
 		}
 	}
-
 }
 
 // checkChartMonitoring requires a PodMonitor or PrometheusRule of the chart
