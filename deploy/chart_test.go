@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
 )
 
 // chartDir is the Helm chart, relative to deploy/.
@@ -424,4 +425,75 @@ func TestChartValuesRefused(t *testing.T) {
 			t.Errorf("--set %s: %v, output does not name %s:\n%s", tc.set, err, tc.want, out)
 		}
 	}
+}
+
+// TestChartValuesDocumented: every value of the chart's values.yaml (each
+// leaf, or a free-form map such as gateway.configFiles) is named in
+// docs/deploy.md's "Helm" section, in full (`gateway.replicas`), as a
+// sibling of the row's first name (`.minReplicas`), as a wildcard of its
+// parent (`corectl.image.*`), or with <listener> for the three listeners.
+func TestChartValuesDocumented(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(raw, &values); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("../docs/deploy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, helm, ok := strings.Cut(string(doc), "\n## Helm\n")
+	if !ok {
+		t.Fatal(`docs/deploy.md has no "## Helm" section`)
+	}
+	free := map[string]bool{"gateway.configFiles": true, "gateway.resources": true, "corectl.resources": true, "gateway.podLabels": true,
+		"gateway.podAnnotations": true, "gateway.nodeSelector": true, "gateway.affinity": true, "corectl.podLabels": true,
+		"corectl.podAnnotations": true, "corectl.nodeSelector": true, "corectl.affinity": true, "ingress.annotations": true,
+		"monitoring.podMonitors.labels": true, "monitoring.prometheusRule.labels": true, "certManager.issuerRef": true}
+	var leaves []string
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		m, isMap := v.(map[string]any)
+		if !isMap || free[prefix] {
+			leaves = append(leaves, prefix)
+			return
+		}
+		for k, sub := range m {
+			p := k
+			if prefix != "" {
+				p = prefix + "." + k
+			}
+			walk(p, sub)
+		}
+	}
+	walk("", values)
+	sort.Strings(leaves)
+	named := func(s string) bool { return strings.Contains(helm, "`"+s+"`") }
+	for _, leaf := range leaves {
+		forms := []string{leaf}
+		for _, l := range []string{".dataplane.", ".nodeConnect.", ".api."} {
+			if strings.Contains(leaf, l) {
+				forms = append(forms, strings.Replace(leaf, l, ".<listener>.", 1))
+			}
+		}
+		ok := false
+		for _, f := range forms {
+			parts := strings.Split(f, ".")
+			ok = ok || named(f)
+			for i := 1; i < len(parts); i++ {
+				// `.pdb.maxUnavailable`, `corectl.image.*`, `.autoscaling.*`
+				ok = ok || named("."+strings.Join(parts[i:], ".")) || named(strings.Join(parts[:i], ".")+".*")
+				for j := 1; j < i; j++ {
+					ok = ok || named("."+strings.Join(parts[j:i], ".")+".*")
+				}
+			}
+		}
+		if !ok {
+			t.Errorf("the value %s is not named in docs/deploy.md \"Helm\"", leaf)
+		}
+	}
+	t.Logf("%d values checked", len(leaves))
 }
