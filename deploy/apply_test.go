@@ -58,7 +58,8 @@ func (w *warnings) take() []string {
 // (envtest; the binaries hack/kube/build.sh builds): the bases are
 // created, then the example overlays are applied over them with
 // server-side apply, as an operator moving from the base to an overlay
-// would (example-secrets with its Secrets generated from fake files).
+// would (example-secrets with its Secrets generated from fake files; the
+// edge overlays after the CRDs of Gateway API and cert-manager).
 // deploy/monitoring is not applied: its kinds need the Prometheus
 // Operator's CRDs (TestMonitoringManifests checks it). Each object must be accepted without a warning: the namespace
 // sandgate warns on pods below the "restricted" Pod Security Standard, so
@@ -88,7 +89,18 @@ func TestManifestsApply(t *testing.T) {
 	}
 	ctx := context.Background()
 
-	for _, dir := range []string{"compute", "portal", "portal-flowcontrol", "overlays/example-compute", "overlays/example", "overlays/example-e2b-domain", "overlays/example-secrets"} {
+	// The edge components' kinds (Gateway API, cert-manager) come from
+	// CRDs an operator installs with those projects: installed here before
+	// the overlays that use them.
+	for _, crd := range edgeCRDs(t) {
+		if err := c.Create(ctx, crd); err != nil {
+			t.Fatalf("CRD %s: %v", crd.GetName(), err)
+		}
+		waitEstablished(t, c, crd.GetName())
+	}
+	dirs := append([]string{"compute", "portal", "portal-flowcontrol", "overlays/example-compute", "overlays/example", "overlays/example-e2b-domain", "overlays/example-secrets"},
+		edgeOverlays...)
+	for _, dir := range dirs {
 		var r *rendered
 		if dir == "overlays/example-secrets" {
 			// Its Secrets from fake files (TestSecretsRollPods).

@@ -5,10 +5,12 @@
 // portal-flowcontrol/ (priority and fairness for the gateway's node Leases)
 // and compute/ (corectl's CRDs and RBAC in every compute cluster), with
 // example overlays (overlays/), the ops pack (monitoring/: alert rules,
-// PodMonitors, a Grafana dashboard) and the Component components/keep-state
-// (uninstalling without the CRDs and namespaces; docs/runbook.md), and the
-// Helm chart chart/sandgate, whose tests show it renders the bases' objects
-// (docs/deploy.md "Helm").
+// PodMonitors, a Grafana dashboard), the Component components/keep-state
+// (uninstalling without the CRDs and namespaces; docs/runbook.md), the
+// edge Components (components/tls-cert-manager, tls-caddy, ingress-nginx,
+// gateway-api: TLS and routes for the public listeners; docs/deploy.md "TLS
+// at the edge") and the Helm chart chart/sandgate, whose tests show it
+// renders the bases' objects (docs/deploy.md "Helm").
 //
 // The manifests under deploy/ are the one copy: kubectl and kustomize read
 // them there, and this package embeds the same files for Go code (corectl's

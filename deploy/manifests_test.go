@@ -30,7 +30,8 @@ import (
 
 // The kustomizations under deploy/: the two bases and the example overlays.
 var (
-	portalKustomizations  = []string{"portal", "overlays/example", "overlays/example-e2b-domain"}
+	portalKustomizations = []string{"portal", "overlays/example", "overlays/example-e2b-domain", "overlays/example-edge-ingress",
+		"overlays/example-edge-gateway-api", "overlays/example-edge-tls-caddy"}
 	computeKustomizations = []string{"compute", "overlays/example-compute"}
 )
 
@@ -507,7 +508,8 @@ func checkSecrets(t *testing.T, d *appsv1.Deployment, dir string) {
 			continue
 		}
 		overlay := (strings.HasPrefix(dir, "overlays/example") && v.Secret.SecretName == "gateway-execd-tokens") ||
-			(dir == "overlays/example-e2b-domain" && v.Secret.SecretName == "gateway-tls")
+			(dir == "overlays/example-e2b-domain" && v.Secret.SecretName == "gateway-tls") ||
+			(dir == "overlays/example-edge-tls-caddy" && v.Secret.SecretName == "sandgate-edge-tls")
 		if !slices.Contains(secretNames, v.Secret.SecretName) && !overlay {
 			t.Errorf("%s mounts Secret %s, which docs/deploy.md does not list", d.Name, v.Secret.SecretName)
 		}

@@ -112,7 +112,8 @@ func TestNetworkPolicies(t *testing.T) {
 			}
 
 			want := map[string]map[string]string{
-				"gateway": {"dataplane": "public", "node-connect": "public", "node-api": "internal", "health": "metrics", "e2b-domain": "public"},
+				"gateway": {"dataplane": "public", "node-connect": "public", "node-api": "internal", "health": "metrics", "e2b-domain": "public",
+					"corectl-api": "public"},
 				"corectl": {"api": "public", "probes": "metrics"},
 			}
 			named := map[string]bool{}

@@ -152,11 +152,23 @@ func startStack(t *testing.T, extra string) stack {
 // harness's placeholders; "" is harness.DefaultCaddyfile).
 func startStackCaddyfile(t *testing.T, extra, caddyfile string) stack {
 	t.Helper()
+	return startStackWith(t, extra, caddyfile, nil, nil)
+}
+
+// startStackWith is startStackCaddyfile with the gateway harness's and
+// corectl's options changed by gateway and corectl (nil: none) before each
+// starts.
+func startStackWith(t *testing.T, extra, caddyfile string, gateway func(*harness.Config), corectl func(*daemon.Options)) stack {
+	t.Helper()
 	root := repoRoot(t)
 	ns, ingNS, tplNS := env.Namespace(t), env.Namespace(t), env.Namespace(t)
 	creds := fmt.Sprintf("credentials:\n  - id: cred-e2e\n    enabled: true\n    resourceSpecId: spec-small\n"+
 		"    resourceGroupId: group-1\n    projectNamespace: %s\n    clusterId: cluster-a\n", ns) + extra
-	h, err := harness.Start(harness.Config{RepoRoot: root, Credentials: creds, Caddyfile: caddyfile})
+	hc := harness.Config{RepoRoot: root, Credentials: creds, Caddyfile: caddyfile}
+	if gateway != nil {
+		gateway(&hc)
+	}
+	h, err := harness.Start(hc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,12 +199,16 @@ func startStackCaddyfile(t *testing.T, extra, caddyfile string) stack {
 	}
 	c := kubetest.Cluster("cluster-a", ingNS)
 	c.FixedEntry = h.FixedEntry
-	d, err := daemon.New(daemon.Options{
+	o := daemon.Options{
 		Config: &cluster.Config{Clusters: []cluster.Cluster{*c}, Templates: cluster.TemplateStore{ClusterID: "cluster-a", Namespace: tplNS},
 			SandboxTemplates: kubetest.SandboxTemplates()},
 		Keys: keys, Credentials: src, Listen: "127.0.0.1:0", TokenKey: &h.Key, ReadyBudget: 30 * time.Second,
 		RESTConfig: func(*cluster.Cluster) (*rest.Config, error) { return rest.CopyConfig(env.Config), nil },
-	})
+	}
+	if corectl != nil {
+		corectl(&o)
+	}
+	d, err := daemon.New(o)
 	if err != nil {
 		cancel()
 		t.Fatal(err)

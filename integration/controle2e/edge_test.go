@@ -1,0 +1,286 @@
+package controle2e_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/sandgate/sandgate/corectl/daemon"
+	"github.com/sandgate/sandgate/integration/harness"
+	"github.com/sandgate/sandgate/internal/freeport"
+	"github.com/sandgate/sandgate/node/sim"
+)
+
+// edgeCA writes a CA and a server certificate it signs for localhost and
+// 127.0.0.1 into dir, as the Secret sandgate-edge-tls holds them (tls.crt,
+// tls.key) plus the CA (ca.crt), and returns the CA's pool.
+func edgeCA(t *testing.T, dir string) *x509.CertPool {
+	t.Helper()
+	now := time.Now()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sandgate edge test CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "localhost"},
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, block := range map[string]*pem.Block{"ca.crt": {Type: "CERTIFICATE", Bytes: caDER},
+		"tls.crt": {Type: "CERTIFICATE", Bytes: der}, "tls.key": {Type: "EC PRIVATE KEY", Bytes: keyDER}} {
+		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(block), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	return pool
+}
+
+// edgeCaddyfile is the gateway of TestSDKOverTLSThroughTheEdge: the
+// component's tls.caddyfile (imported, as the base Caddyfile imports it)
+// and the base's public listeners in their shape, each importing
+// listener_tls; loopback only. {{ADDR}} is the harness's plain readiness
+// site.
+const edgeCaddyfile = `{
+	admin {{ADMIN}}
+	persist_config off
+	auto_https off
+	sandgate {
+		token_key primary HS256 {{KEY}}
+		credentials file {{CREDENTIALS}}
+		cluster cluster-a {{FIXED_ENTRY}}
+		nodes {
+			credentials file {{NODES}}
+		}
+	}
+}
+
+import {{TLS_CADDYFILE}}
+
+:{{DATAPLANE_PORT}} {
+	bind 127.0.0.1
+	import listener_tls
+
+	e2b_dataplane {
+		home_dir /home/user
+		user root 0 0 /root
+		user user 1000 1000 /home/user
+	}
+}
+
+:{{NODE_CONNECT_PORT}} {
+	bind 127.0.0.1
+	import listener_tls
+
+	sandbox_node_connect
+}
+
+http://{{ADDR}} {
+	bind 127.0.0.1
+	e2b_dataplane
+}
+`
+
+// TestSDKOverTLSThroughTheEdge runs the built gateway with the TLS of
+// deploy/components/tls-caddy: its tls.caddyfile as shipped, with only the
+// certificate directory (the Secret's mount), corectl's address and the API
+// site's port rewritten to this test's, and a certificate from a CA made
+// here. Both pinned JS SDKs, trusting that CA (NODE_EXTRA_CA_CERTS), create
+// a sandbox through corectl's API at https://localhost:<port> (the
+// component's site, forwarding to corectl's plain HTTP), run commands and
+// write and read a file through the data plane at https://localhost:<port>,
+// connect again and kill. A simulated node connects over wss to node
+// connect's TLS listener. A client without the CA is refused the
+// handshake, plain HTTP gets no answer of the API, and corectl's internal
+// authorizer, which answers corectl's internal token directly, is 404
+// through the TLS site with that token.
+func TestSDKOverTLSThroughTheEdge(t *testing.T) {
+	root := repoRoot(t)
+	dir := t.TempDir()
+	pool := edgeCA(t, dir)
+
+	ports := map[string]string{}
+	for _, name := range []string{"api", "dataplane", "node-connect", "corectl"} {
+		p, err := freeport.Port()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[name] = p
+	}
+	corectlAddr := "127.0.0.1:" + ports["corectl"]
+
+	shipped, err := os.ReadFile(filepath.Join(root, "deploy/components/tls-caddy/tls.caddyfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsFile := string(shipped)
+	for _, want := range []string{"/etc/sandgate/edge-tls/", "corectl:8090", "\n:30084 {\n"} {
+		if strings.Count(tlsFile, want) == 0 {
+			t.Fatalf("the component's tls.caddyfile no longer holds %q; this test rewrites it", want)
+		}
+	}
+	tlsFile = strings.NewReplacer("/etc/sandgate/edge-tls/", dir+"/", "corectl:8090", corectlAddr,
+		"\n:30084 {\n", "\n:"+ports["api"]+" {\n\tbind 127.0.0.1\n").Replace(tlsFile)
+	tlsPath := filepath.Join(dir, "tls.caddyfile")
+	if err := os.WriteFile(tlsPath, []byte(tlsFile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id := sim.NewIdentity()
+	nodes := filepath.Join(dir, "nodes.yaml")
+	if err := os.WriteFile(nodes, []byte(sim.CredentialsFile([]sim.Identity{id})), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cf := strings.NewReplacer("{{TLS_CADDYFILE}}", tlsPath, "{{DATAPLANE_PORT}}", ports["dataplane"],
+		"{{NODE_CONNECT_PORT}}", ports["node-connect"], "{{NODES}}", nodes).Replace(edgeCaddyfile)
+
+	internal := "internal-" + rand.Text()
+	gwLog := &lockedBuffer{}
+	startStackWith(t, "", cf, func(c *harness.Config) { c.Stderr = gwLog }, func(o *daemon.Options) {
+		o.Listen = corectlAddr
+		o.InternalToken = internal
+	})
+	api := "https://localhost:" + ports["api"]
+	dataplane := "https://localhost:" + ports["dataplane"]
+
+	for _, pkg := range sdkPackages {
+		t.Run(pkg, func(t *testing.T) {
+			var r lifecycleResult
+			runSDK(t, root, pkg, "lifecycle", 2*time.Minute, &r, "E2B_API_URL="+api, "E2B_SANDBOX_URL="+dataplane,
+				"E2B_API_KEY=key-e2e", "SCENARIO_DIR=/home/user/e2e", "NODE_EXTRA_CA_CERTS="+filepath.Join(dir, "ca.crt"))
+			checkLifecycle(t, r)
+		})
+	}
+
+	t.Run("node-connect-over-wss", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		node, err := sim.Dial(ctx, sim.Config{URL: "https://localhost:" + ports["node-connect"], Credential: id.Credential,
+			Hello: id.Hello(), HeartbeatInterval: -1,
+			Dialer: &websocket.Dialer{HandshakeTimeout: 10 * time.Second, TLSClientConfig: &tls.Config{RootCAs: pool}}})
+		if err != nil {
+			t.Fatalf("a node over wss: %v", err)
+		}
+		defer node.Close()
+		if err := node.Heartbeat(ctx); err != nil {
+			t.Fatalf("a heartbeat over wss: %v", err)
+		}
+	})
+
+	t.Run("refusals", func(t *testing.T) {
+		trusting := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+		// Without the CA: the handshake fails (the certificate is
+		// verified, not merely present).
+		_, err := http.Get(api + "/health")
+		var unknown x509.UnknownAuthorityError
+		if !errors.As(err, &unknown) {
+			t.Errorf("GET %s/health without the CA = %v, want an unknown-authority error", api, err)
+		}
+		// Plain HTTP on the TLS port: Caddy answers 400, never the API.
+		if resp, err := http.Get("http://localhost:" + ports["api"] + "/health"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "HTTPS") {
+				t.Errorf("plain HTTP to the TLS API port = %d %q, want 400", resp.StatusCode, b)
+			}
+		}
+		// corectl's internal authorizer: answered directly with the
+		// internal token (it is served), 404 through the TLS site.
+		ask := func(base string, c *http.Client) int {
+			req, _ := http.NewRequest("GET", base+"/internal/v1/authorize?credential=cred-none&sandbox=x", nil)
+			req.Header.Set("Authorization", "Bearer "+internal)
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatalf("GET %s/internal/v1/authorize: %v", base, err)
+			}
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		if code := ask("http://"+corectlAddr, http.DefaultClient); code == http.StatusNotFound || code == http.StatusUnauthorized {
+			t.Fatalf("corectl's own /internal/v1/authorize with its token = %d: the route is not served, the check below proves nothing", code)
+		}
+		if code := ask(api, trusting); code != http.StatusNotFound {
+			t.Errorf("/internal/v1/authorize through the TLS site = %d, want 404", code)
+		}
+		// The API itself answers through the site.
+		resp, err := trusting.Get(api + "/health")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			t.Errorf("GET /health through the TLS site = %d, want corectl's 204", resp.StatusCode)
+		}
+	})
+
+	// The API site's access log has the SDKs' requests but neither the API
+	// key nor a sandbox token.
+	logged := gwLog.String()
+	if !strings.Contains(logged, `"uri":"/sandboxes`) && !strings.Contains(logged, `"uri":"/v2/sandboxes`) {
+		t.Errorf("the gateway logged no API request through the TLS site:\n%.3000s", logged)
+	}
+	for _, leak := range []string{"key-e2e", internal, "eyJ"} {
+		if strings.Contains(logged, leak) {
+			t.Errorf("the gateway's log holds %q", leak)
+		}
+	}
+}
+
+// lockedBuffer is an io.Writer for a process's output that the test reads
+// while the process may still write.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
