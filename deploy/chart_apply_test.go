@@ -27,7 +27,7 @@ import (
 // Namespace, with its Pod Security labels), the CRDs of cert-manager's
 // Certificate, Gateway API's HTTPRoute and the Prometheus Operator's
 // PodMonitor and PrometheusRule are installed from their pinned modules
-// (hack/helm/crds.sh), then each rendering (default values, and
+// (edgeCRDs; hack/helm/crds.sh generates the last two), then each rendering (default values, and
 // ci/all-on-values.yaml with every toggle on) is sent: its Namespaces and
 // CRDs created, every other object with a server-side apply in dry-run
 // mode. Each object must be accepted without a warning. The all-on
@@ -72,7 +72,10 @@ func TestChartApply(t *testing.T) {
 	// First, on the empty cluster: helm install and uninstall.
 	t.Run("helm-install-uninstall-keeps-crds", func(t *testing.T) { checkHelmInstallUninstall(t, env, c) })
 
-	// Third-party CRDs of the toggles' kinds.
+	// Third-party CRDs of the toggles' kinds: Gateway API's and
+	// cert-manager's from their modules (as TestManifestsApply installs
+	// them), the Prometheus Operator's generated from its API types module.
+	crds := edgeCRDs(t)
 	var stderr bytes.Buffer
 	cmd := exec.Command("bash", "../hack/helm/crds.sh")
 	cmd.Stderr = &stderr
@@ -89,15 +92,16 @@ func TestChartApply(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
-		for _, o := range objs {
-			if o.GetKind() != "CustomResourceDefinition" {
-				t.Fatalf("%s: %s %s, want only CRDs", f, o.GetKind(), o.GetName())
-			}
-			if err := c.Create(ctx, o); err != nil {
-				t.Fatalf("%s: CRD %s: %v", f, o.GetName(), err)
-			}
-			waitEstablished(t, c, o.GetName())
+		crds = append(crds, objs...)
+	}
+	for _, o := range crds {
+		if o.GetKind() != "CustomResourceDefinition" {
+			t.Fatalf("%s %s, want only CRDs", o.GetKind(), o.GetName())
 		}
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatalf("CRD %s: %v", o.GetName(), err)
+		}
+		waitEstablished(t, c, o.GetName())
 	}
 	w.take()
 
