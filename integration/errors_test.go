@@ -89,6 +89,7 @@ var noSDKRoute = map[string]string{
 	"RESERVED_ROUTE":     "envd's orchestrator routes: TestRawHTTPCheckOrder",
 	"METHOD_NOT_ALLOWED": "a wrong method: TestRawHTTPCheckOrder",
 	"CANCELED":           "the client is gone and sees nothing: TestProcessStartOutlivesClient, testDisconnect",
+	"GATEWAY_DRAINING":   "a replica shutting down: TestDrainEndsLongStreams",
 }
 
 // TestErrorCodesEveryRoute: every code of docs/errors.md, on every route

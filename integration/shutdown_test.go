@@ -34,6 +34,7 @@ const shutdownCaddyfile = `{
 	persist_config off
 	shutdown_delay 2s
 	grace_period 20s
+	metrics
 	sandgate {
 		token_key primary HS256 {{KEY}}
 		credentials file {{CREDENTIALS}}
@@ -60,7 +61,8 @@ http://{{ADDR}} {
 `
 
 // TestGracefulShutdown runs the built gateway with a node connected and an
-// SDK command streaming, then sends SIGTERM: /readyz answers 503 at once
+// SDK command streaming (counted in sandgate_dataplane_streams_in_flight),
+// then sends SIGTERM: /readyz answers 503 at once
 // while /healthz and the stream go on (shutdown_delay), the stream
 // finishes with all its output within the grace period, the node is
 // closed with 1001 (going away, reconnect elsewhere), and the process
@@ -147,6 +149,29 @@ func TestGracefulShutdown(t *testing.T) {
 			t.Fatal("the SDK's command never started streaming")
 		}
 		time.Sleep(20 * time.Millisecond) // polling a file the SDK script creates
+	}
+	// The stream is in flight (it waits for the file the SDK created), and
+	// the build and Caddy's HTTP metrics (the metrics global option) are
+	// exported beside the data plane's.
+	m, err = scrapetest.Get(nil, e.Gateway+"/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"sandgate_dataplane_streams_in_flight", []string{"kind", "command"}, 1},
+		{"sandgate_dataplane_streams_in_flight", []string{"kind", "transfer"}, 0},
+		{"sandgate_build_info", []string{"program", "gateway"}, 1},
+	} {
+		if got, ok := m.Sum(c.name, c.labels...); !ok || got != c.want {
+			t.Errorf("%s%v = %g (found %v), want %g", c.name, c.labels, got, ok, c.want)
+		}
+	}
+	if _, ok := m.Sum("caddy_http_request_duration_seconds_count", "code", "200", "method", "POST"); !ok {
+		t.Errorf("no caddy_http_request_duration_seconds_count for the POSTs answered 200:\n%s", m)
 	}
 
 	if err := e.Signal(syscall.SIGTERM); err != nil {

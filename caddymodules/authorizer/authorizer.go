@@ -67,7 +67,7 @@ func (HTTP) CaddyModule() caddy.ModuleInfo {
 
 // Provision builds the authorizer. It fails on a bad URL, a literal
 // secret header, or a cache_ttl or timeout out of range.
-func (h *HTTP) Provision(caddy.Context) error {
+func (h *HTTP) Provision(ctx caddy.Context) error {
 	repl := caddy.NewReplacer()
 	raw := repl.ReplaceAll(h.URL, "")
 	if err := secret.CheckURLUserInfo("authorizer http", raw); err != nil {
@@ -88,7 +88,8 @@ func (h *HTTP) Provision(caddy.Context) error {
 		hdr.Set("Authorization", "Bearer "+tok)
 	}
 	a, err := authorizer.NewHTTP(authorizer.HTTPConfig{BaseURL: raw, Header: hdr,
-		CacheTTL: time.Duration(h.CacheTTL), Timeout: time.Duration(h.Timeout)})
+		CacheTTL: time.Duration(h.CacheTTL), Timeout: time.Duration(h.Timeout),
+		Observe: registerMetrics(ctx.GetMetricsRegistry()).observe})
 	if err != nil {
 		return err
 	}

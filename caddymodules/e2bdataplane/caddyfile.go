@@ -42,6 +42,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		max_upstream_calls_per_sandbox <n>
 //		max_process_calls_per_credential <n>
 //		upstream_wait <duration>
+//		drain_grace <duration>
 //		token_target
 //		extended_operations
 //		process_dir <path>
@@ -60,7 +61,11 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // (default 4) and max_process_calls_per_credential (default 2) bound the
 // calls in progress (positive integers; docs/dataplane.md "Bounded cost
 // per request and per tenant"); a call beyond them waits up to
-// upstream_wait (default 30s) for a slot. extended_operations (a flag, off by default) also serves
+// upstream_wait (default 30s) for a slot. drain_grace (default 25s) is
+// how long command streams and file transfers run on once the server
+// shuts down for the process exit (a reload drains nothing), before they
+// end with GATEWAY_DRAINING (keep it below
+// grace_period). extended_operations (a flag, off by default) also serves
 // envd's Process List/Connect/SendSignal and Filesystem Stat/MakeDir/Move;
 // process_dir is where it keeps process records in the sandbox (default
 // /tmp/.sandgate/processes). hosts (once, one or more domains such as
@@ -96,7 +101,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		switch opt {
 		case "home_dir", "default_user", "keepalive_interval", "max_message_size", "process_dir",
 			"max_decompressed_size", "max_decompression_ratio", "max_listing_size", "max_listing_entries",
-			"max_upstream_calls", "max_upstream_calls_per_sandbox", "max_process_calls_per_credential", "upstream_wait":
+			"max_upstream_calls", "max_upstream_calls_per_sandbox", "max_process_calls_per_credential", "upstream_wait", "drain_grace":
 			if err := once(opt); err != nil {
 				return err
 			}
@@ -117,12 +122,16 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					return d.Errf("bad keepalive_interval %q: must be a positive duration", v)
 				}
 				h.KeepaliveInterval = caddy.Duration(dur)
-			case "upstream_wait":
+			case "upstream_wait", "drain_grace":
 				dur, err := caddy.ParseDuration(v)
 				if err != nil || dur <= 0 {
-					return d.Errf("bad upstream_wait %q: must be a positive duration", v)
+					return d.Errf("bad %s %q: must be a positive duration", opt, v)
 				}
-				h.UpstreamWait = caddy.Duration(dur)
+				if opt == "drain_grace" {
+					h.DrainGrace = caddy.Duration(dur)
+				} else {
+					h.UpstreamWait = caddy.Duration(dur)
+				}
 			case "max_message_size":
 				n, err := humanize.ParseBytes(v)
 				if err != nil || n == 0 || n > 64<<20 {

@@ -7,6 +7,7 @@
 package e2bdataplane
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,9 +18,11 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"go.uber.org/zap"
 
 	"github.com/sandgate/sandgate/caddymodules/internal/dataplaneapp"
 	"github.com/sandgate/sandgate/gateway/dataplane"
+	"github.com/sandgate/sandgate/gateway/drain"
 	"github.com/sandgate/sandgate/gateway/execd"
 )
 
@@ -134,8 +137,20 @@ type Handler struct {
 	// (package portroute). Default: none, the fixed-address mode.
 	Hosts []string `json:"hosts,omitempty"`
 
+	// DrainGrace is how long the command streams and file transfers in
+	// flight may run on once the server begins to shut down for the
+	// process exit (a rollout's SIGTERM, after Caddy's shutdown_delay);
+	// those still running then end with GATEWAY_DRAINING (package drain,
+	// docs/runbook.md "Rollouts and draining"), those of configurations a
+	// reload replaced included. A reload alone drains nothing: the old
+	// configuration's streams run on, as Caddy lets them. Keep it below
+	// Caddy's grace_period, which closes the connections when it runs out.
+	// Default 25s.
+	DrainGrace caddy.Duration `json:"drain_grace,omitempty"`
+
 	dp    *dataplane.Handler
 	hosts *hostRouting
+	drain *drain.Drainer
 }
 
 // User is one SDK user's identity inside the sandbox.
@@ -228,6 +243,34 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	// transport, so they leave exactly as the data plane's requests do.
 	app.SetDataPlaneTransport(rt)
 	m := registerMetrics(ctx.GetMetricsRegistry())
+	if h.DrainGrace < 0 {
+		return errors.New("drain_grace must be positive")
+	}
+	h.drain = drain.New(time.Duration(h.DrainGrace), m.inFlight)
+	if srv, ok := ctx.Context.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok && srv != nil {
+		log, d := ctx.Logger(), h.drain
+		srv.RegisterOnShutdown(func() {
+			if !caddy.Exiting() {
+				// A reload: the requests of this configuration run on
+				// (Caddy's behaviour); the process exit drains them.
+				drains.Retire(d)
+				return
+			}
+			log.Info("server shutting down: draining command streams and file transfers",
+				zap.Duration("drain_grace", d.Grace()), zap.Int("commands", d.InFlight(drain.KindCommand)),
+				zap.Int("transfers", d.InFlight(drain.KindTransfer)), zap.Int("reloaded_configurations", drains.Retired()))
+			drains.BeginAll(d)
+		})
+		// At the exit Caddy waits for this server's requests, not for
+		// those of servers a reload replaced: wait for them here (within
+		// grace_period).
+		srv.RegisterOnStop(func(stop context.Context) error {
+			if !caddy.Exiting() {
+				return nil
+			}
+			return drains.Wait(stop)
+		})
+	}
 	observe := func(o dataplane.Outcome) {
 		m.observe(o)
 		setAccessLogLevel(o)
@@ -240,6 +283,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		Logger:      ctx.Logger(),
 		Observe:     observe,
 		Authorizer:  app.Authorizer(),
+		Drain:       h.drain,
 	})
 	if err != nil {
 		return err
@@ -247,6 +291,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.dp = dp
 	return h.provisionHosts(ctx, app, rt)
 }
+
+// drains holds the drainers of configurations a reload replaced while
+// streams still ran on them: the process exit drains them too.
+var drains drain.Group
 
 // setAccessLogLevel logs the access of a request whose sandbox is gone
 // (SANDBOX_NOT_FOUND, SANDBOX_DELETING, SANDBOX_EXPIRED, SANDBOX_NOT_READY,

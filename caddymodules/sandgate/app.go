@@ -41,7 +41,8 @@ import (
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/dataplane"
 	"github.com/sandgate/sandgate/gateway/token"
-	"github.com/sandgate/sandgate/internal/memlimit"
+	"github.com/sandgate/sandgate/internal/buildinfo"
+	"github.com/sandgate/sandgate/internal/gcpolicy"
 	"github.com/sandgate/sandgate/nodecore/core"
 	"github.com/sandgate/sandgate/nodecore/portal"
 )
@@ -137,6 +138,9 @@ func (App) CaddyModule() caddy.ModuleInfo {
 // It returns an error naming the key, source or cluster that is invalid.
 func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
+	if err := buildinfo.Register(ctx.GetMetricsRegistry(), "gateway"); err != nil {
+		return err
+	}
 	repl := caddy.NewReplacer()
 	leeway := time.Duration(a.TokenLeeway)
 	if a.TokenLeeway == 0 {
@@ -219,9 +223,8 @@ func (a *App) Validate() error {
 // config takes over the running hub here, its connections untouched) and
 // logs the configured clusters. The app has no goroutines of its own.
 func (a *App) Start() error {
-	gcPolicy.Do(func() { // once per process: the soft memory limit of package internal/memlimit
-		d, err := memlimit.Apply()
-		a.logger.Info("garbage-collection policy", zap.Stringer("memory_limit", d), zap.Error(err))
+	gcPolicy.Do(func() { // once per process: package internal/gcpolicy (GOGC under Caddy's memory limit)
+		a.logger.Info("garbage-collection policy", zap.Stringer("gc", gcpolicy.Apply()))
 	})
 	if a.core != nil {
 		if err := a.core.Start(); err != nil {

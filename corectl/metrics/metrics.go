@@ -20,6 +20,7 @@
 //	corectl_api_key_file_stale_seconds                             gauge
 //	corectl_api_key_file_entries                                   gauge
 //	corectl_api_key_file_last_load_timestamp_seconds               gauge
+//	sandgate_build_info{program="corectl", version, …}             gauge, 1 (package internal/buildinfo)
 //
 // A refusal is an API request turned away before its route's work began
 // because of who asked (the reason is one of the Refusal* constants).
@@ -46,6 +47,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sandgate/sandgate/internal/buildinfo"
 	"github.com/sandgate/sandgate/internal/filewatch"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
@@ -172,7 +174,8 @@ func New() *Metrics {
 			Help: "API requests refused because of who asked, by reason (missing_key, unknown_key, not_owner, ...).",
 		}, []string{"reason"}),
 	}
-	m.Registry.MustRegister(m.requests, m.duration, m.reconciles, m.steps, m.stepDuration, m.cniChecks, m.orphanScans, m.createRefusals, m.refusals)
+	m.Registry.MustRegister(m.requests, m.duration, m.reconciles, m.steps, m.stepDuration, m.cniChecks, m.orphanScans, m.createRefusals, m.refusals,
+		buildinfo.Collector("corectl"))
 	return m
 }
 

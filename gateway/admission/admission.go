@@ -9,6 +9,7 @@
 package admission
 
 import (
+	"container/list"
 	"context"
 	"sync"
 	"time"
@@ -22,15 +23,25 @@ type Limiter struct {
 	mu    sync.Mutex
 	held  int
 	byKey map[string]int // only keys holding a slot: at most Global entries
-	// freed is closed (and replaced) whenever a slot is given back, to
-	// wake the waiters of Acquire.
-	freed chan struct{}
+	// waiting are the callers of Acquire waiting for a slot, first come
+	// first; a slot given back goes straight to the first of them its
+	// bounds allow, so a release wakes one waiter, not all of them.
+	waiting list.List // of *waiter
+}
+
+// waiter is one Acquire waiting for a slot under key. granted is closed
+// when the slot is given to it (release then set), with the Limiter's mu
+// held.
+type waiter struct {
+	key     string
+	granted chan struct{}
+	release func()
 }
 
 // New returns a Limiter of global slots, at most perKey under one key.
 // A value below 1 is taken as 1.
 func New(global, perKey int) *Limiter {
-	return &Limiter{global: max(global, 1), perKey: max(perKey, 1), byKey: map[string]int{}, freed: make(chan struct{})}
+	return &Limiter{global: max(global, 1), perKey: max(perKey, 1), byKey: map[string]int{}}
 }
 
 // Reason says which bound refused a slot.
@@ -58,32 +69,43 @@ func (l *Limiter) TryAcquire(key string) (release func(), why Reason) {
 
 // Acquire is TryAcquire that waits, up to wait and while ctx lasts, for a
 // slot under key to be given back when both bounds refuse one. It returns
-// the bound that still refused when the wait ended (or ctx was done).
-// Waiters hold no slot and no memory beyond their goroutine; which waiter
-// gets a freed slot is not ordered.
+// the bound that refused when the wait ended (or ctx was done).
+// Waiters hold no slot and no memory beyond their goroutine and a list
+// entry; a slot given back goes to the longest waiting caller whose
+// bounds allow it (first come, first served within what the bounds
+// allow).
 func (l *Limiter) Acquire(ctx context.Context, key string, wait time.Duration) (release func(), why Reason) {
-	var timeout <-chan time.Time
-	for {
-		l.mu.Lock()
-		release, why = l.tryLocked(key)
-		freed := l.freed
+	l.mu.Lock()
+	release, why = l.tryLocked(key)
+	if why == Admitted || wait <= 0 {
 		l.mu.Unlock()
-		if why == Admitted || wait <= 0 {
-			return release, why
-		}
-		if timeout == nil {
-			t := time.NewTimer(wait)
-			defer t.Stop()
-			timeout = t.C
-		}
-		select {
-		case <-freed:
-		case <-timeout:
-			return nil, why
-		case <-ctx.Done():
-			return nil, why
-		}
+		return release, why
 	}
+	w := &waiter{key: key, granted: make(chan struct{})}
+	e := l.waiting.PushBack(w)
+	l.mu.Unlock()
+
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-w.granted:
+		return w.release, Admitted
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	l.mu.Lock()
+	select {
+	case <-w.granted:
+		// Given a slot as the wait ended: give it back, so the next
+		// waiter gets it.
+		l.mu.Unlock()
+		w.release()
+		return nil, why
+	default:
+	}
+	l.waiting.Remove(e)
+	l.mu.Unlock()
+	return nil, why
 }
 
 func (l *Limiter) tryLocked(key string) (release func(), why Reason) {
@@ -93,10 +115,16 @@ func (l *Limiter) tryLocked(key string) (release func(), why Reason) {
 	case l.held >= l.global:
 		return nil, GlobalFull
 	}
+	return l.takeLocked(key), Admitted
+}
+
+// takeLocked takes a slot under key, which the bounds allow, and returns
+// the function that gives it back.
+func (l *Limiter) takeLocked(key string) func() {
 	l.held++
 	l.byKey[key]++
 	var once sync.Once
-	return func() { once.Do(func() { l.release(key) }) }, Admitted
+	return func() { once.Do(func() { l.release(key) }) }
 }
 
 func (l *Limiter) release(key string) {
@@ -106,8 +134,21 @@ func (l *Limiter) release(key string) {
 	if l.byKey[key]--; l.byKey[key] <= 0 {
 		delete(l.byKey, key)
 	}
-	close(l.freed)
-	l.freed = make(chan struct{})
+	// One slot was given back: at most one waiter can take it, the first
+	// whose key is under its bound.
+	if l.held >= l.global {
+		return
+	}
+	for e := l.waiting.Front(); e != nil; e = e.Next() {
+		w := e.Value.(*waiter)
+		if l.byKey[w.key] >= l.perKey {
+			continue
+		}
+		l.waiting.Remove(e)
+		w.release = l.takeLocked(w.key)
+		close(w.granted)
+		return
+	}
 }
 
 // Held returns the slots held in all, and under key.

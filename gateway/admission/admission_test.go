@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -103,4 +104,108 @@ func TestAcquireWaits(t *testing.T) {
 	if _, why := l.Acquire(ctx, "b", time.Hour); why != GlobalFull {
 		t.Fatalf("a done context: %v", why)
 	}
+}
+
+// waitersQueued returns when n callers of Acquire wait in l. It polls the
+// queue's length (no timing): the test's own timeout bounds it.
+func waitersQueued(l *Limiter, n int) {
+	for {
+		l.mu.Lock()
+		got := l.waiting.Len()
+		l.mu.Unlock()
+		if got == n {
+			return
+		}
+		runtime.Gosched()
+	}
+}
+
+// acquireAsync starts Acquire(key) in a goroutine; its result arrives on
+// the channel.
+func acquireAsync(l *Limiter, key string) chan func() {
+	got := make(chan func(), 1)
+	go func() {
+		r, why := l.Acquire(context.Background(), key, time.Hour)
+		if why != Admitted {
+			r = nil
+		}
+		got <- r
+	}()
+	return got
+}
+
+// TestAcquireFirstComeOneWoken: a slot given back goes to the longest
+// waiting caller, and only to it; the others keep waiting.
+func TestAcquireFirstComeOneWoken(t *testing.T) {
+	l := New(1, 1)
+	rel, _ := l.TryAcquire("a")
+	first := acquireAsync(l, "a")
+	waitersQueued(l, 1)
+	second := acquireAsync(l, "a")
+	waitersQueued(l, 2)
+	rel()
+	r1 := <-first
+	if r1 == nil {
+		t.Fatal("the first waiter was not admitted")
+	}
+	if all, under := l.Held("a"); all != 1 || under != 1 {
+		t.Fatalf("held %d, %d under the key; want 1, 1", all, under)
+	}
+	waitersQueued(l, 1) // the second still waits
+	r1()
+	r2 := <-second
+	if r2 == nil {
+		t.Fatal("the second waiter was not admitted")
+	}
+	r2()
+	if all, _ := l.Held("a"); all != 0 {
+		t.Fatalf("held %d after both gave back", all)
+	}
+}
+
+// TestAcquireSkipsAFullKey: a freed global slot goes to the first waiter
+// whose own key has room, past one whose key is full.
+func TestAcquireSkipsAFullKey(t *testing.T) {
+	l := New(2, 1)
+	relA, _ := l.TryAcquire("a")
+	relB, _ := l.TryAcquire("b")
+	onA := acquireAsync(l, "a") // its key is full
+	waitersQueued(l, 1)
+	onC := acquireAsync(l, "c") // the global bound is full
+	waitersQueued(l, 2)
+	relB()
+	rc := <-onC
+	if rc == nil {
+		t.Fatal("the waiter on c was not admitted")
+	}
+	waitersQueued(l, 1) // the waiter on a still waits
+	relA()
+	ra := <-onA
+	if ra == nil {
+		t.Fatal("the waiter on a was not admitted")
+	}
+	ra()
+	rc()
+	if all, _ := l.Held("a"); all != 0 {
+		t.Fatalf("held %d at the end", all)
+	}
+}
+
+// BenchmarkAcquireContended: 64 callers on one key of 4 slots, each
+// holding its slot briefly, as 64 concurrent SDK calls to one sandbox
+// meet max_upstream_calls_per_sandbox.
+func BenchmarkAcquireContended(b *testing.B) {
+	l := New(16, 4)
+	b.SetParallelism(32) // 64 goroutines on 2 CPUs
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			r, why := l.Acquire(context.Background(), "sbx", time.Minute)
+			if why != Admitted {
+				b.Error(why)
+				return
+			}
+			runtime.Gosched()
+			r()
+		}
+	})
 }

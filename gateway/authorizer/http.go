@@ -48,6 +48,12 @@ type HTTPConfig struct {
 	Timeout time.Duration
 	// Client is the HTTP client; nil means one that follows no redirects.
 	Client *http.Client
+	// Observe, if set, is called once per request sent to corectl (a
+	// cached answer sends none) with its outcome, "allowed", the refusal
+	// Reason ("not_found", "deleting", "expired", "not_ready") or
+	// "unavailable" (no valid answer: an error, a timeout, a bad status or
+	// body), and its duration (metrics).
+	Observe func(outcome string, d time.Duration)
 }
 
 // HTTP asks corectl's endpoint and caches the answers (see the package
@@ -61,6 +67,7 @@ type HTTP struct {
 	client   *http.Client
 	cache    *ttlcache.Cache[result]
 	now      func() time.Time
+	observe  func(string, time.Duration)
 }
 
 type result struct {
@@ -95,7 +102,7 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 		client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	return &HTTP{endpoint: strings.TrimRight(cfg.BaseURL, "/") + Path, header: cfg.Header.Clone(), ttl: ttl, timeout: timeout,
-		client: client, cache: ttlcache.New[result](MaxCacheEntries), now: time.Now}, nil
+		client: client, cache: ttlcache.New[result](MaxCacheEntries), now: time.Now, observe: cfg.Observe}, nil
 }
 
 // Authorize implements Authorizer: a cached answer younger than the TTL
@@ -154,8 +161,25 @@ func (h *HTTP) answer(ctx context.Context, credentialID, sandboxID string,
 	return r.d, nil
 }
 
-// ask sends one request and reads the answer strictly.
+// ask sends one request, reads the answer strictly and observes it.
 func (h *HTTP) ask(ctx context.Context, credentialID, sandboxID string) (Decision, error) {
+	start := time.Now()
+	d, err := h.askOnce(ctx, credentialID, sandboxID)
+	if h.observe != nil {
+		outcome := "allowed"
+		switch {
+		case err != nil:
+			outcome = "unavailable"
+		case !d.Allowed:
+			outcome = string(d.Reason)
+		}
+		h.observe(outcome, time.Since(start))
+	}
+	return d, err
+}
+
+// askOnce sends one request and reads the answer strictly.
+func (h *HTTP) askOnce(ctx context.Context, credentialID, sandboxID string) (Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
 	q := url.Values{"credential": {credentialID}, "sandbox": {sandboxID}}

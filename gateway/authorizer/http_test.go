@@ -270,3 +270,28 @@ func benchAuthorizer(b *testing.B) (*HTTP, *corectl) {
 	}
 	return h, c
 }
+
+// TestObserve: each request sent to corectl is observed once with its
+// outcome; a cached answer sends none and is not observed.
+func TestObserve(t *testing.T) {
+	var got []string
+	answers := map[string]string{"a": `{"allowed":true}`, "b": `{"allowed":false,"reason":"deleting"}`, "c": `oops`}
+	c := &corectl{answer: func(r *http.Request) (int, string) { return 200, answers[r.URL.Query().Get("sandbox")] }}
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+	h, err := NewHTTP(HTTPConfig{BaseURL: srv.URL, Observe: func(outcome string, d time.Duration) {
+		if d < 0 {
+			t.Errorf("negative duration %v", d)
+		}
+		got = append(got, outcome)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sbx := range []string{"a", "a", "b", "c"} {
+		_, _ = h.Authorize(context.Background(), "cred", sbx)
+	}
+	if strings.Join(got, ",") != "allowed,deleting,unavailable" || c.count() != 3 {
+		t.Fatalf("observed %v for %d requests", got, c.count())
+	}
+}

@@ -129,7 +129,7 @@ func TestErrorClasses(t *testing.T) {
 		ClassCredential: {CodeTokenMissing, CodeTokenInvalid, CodeTokenExpired, CodeCredentialNotFound, CodeCredentialDisabled, CodeCredentialUnavailable},
 		ClassTarget:     {CodeTargetMismatch, CodeSandboxDeleting, CodeSandboxExpired, CodeAuthorizerUnavailable},
 		ClassRouting:    {CodeClusterUnknown, CodeSandboxNotFound, CodeSandboxNotReady, CodeIngressRouteRejected},
-		ClassNetwork:    {CodeFixedEntryUnreachable, CodeSandboxUnreachable, CodeUpstreamTimeout, CodeGatewayBusy},
+		ClassNetwork:    {CodeFixedEntryUnreachable, CodeSandboxUnreachable, CodeUpstreamTimeout, CodeGatewayBusy, CodeGatewayDraining},
 		ClassExecution:  {CodeExecdRejected, CodeExecdUnauthorized, CodeExecdFailed, CodeExecdProtocol, CodeFileNotFound, CodeIsADirectory, CodeNotADirectory, CodeCommandTimeout, CodeProcessNotFound, CodeFileExists},
 	}
 	n := 0

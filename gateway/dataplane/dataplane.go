@@ -44,6 +44,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/authorizer"
 	"github.com/sandgate/sandgate/gateway/connect"
 	"github.com/sandgate/sandgate/gateway/credential"
+	"github.com/sandgate/sandgate/gateway/drain"
 	"github.com/sandgate/sandgate/gateway/execd"
 	"github.com/sandgate/sandgate/gateway/execdtoken"
 	"github.com/sandgate/sandgate/gateway/token"
@@ -283,6 +284,11 @@ type Deps struct {
 	// credential may still reach the sandbox (spec §3.3
 	// ProviderAuthorizer; package authorizer). nil skips the check.
 	Authorizer authorizer.Authorizer
+	// Drain, if set, tracks the command streams and file transfers so a
+	// shutdown can drain them (package drain): once it has begun they are
+	// refused with GATEWAY_DRAINING, and those still running when its
+	// grace is over end with GATEWAY_DRAINING. nil: no draining.
+	Drain *drain.Drainer
 }
 
 // Handler serves the data plane. Create it with New.
@@ -494,6 +500,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		opName = op.name
 		sh = op.shape
 		e = h.authorize(r, rq)
+		untrack := func() {}
+		if e == nil {
+			r, untrack, e = h.track(r, op)
+		}
 		var release func()
 		if e == nil && op.shape == shapeUnary {
 			// A unary call decodes execd's answers and builds its own whole
@@ -506,6 +516,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if release != nil {
 			release()
 		}
+		if e != nil && e.Code != CodeGatewayDraining && drainEnded(r.Context()) {
+			// A transfer whose context the drain cancelled fails with
+			// the copy's error; say why it was cut.
+			e = drainingError("ended the " + opName + " still running at the end of its drain grace")
+		}
+		untrack()
 	}
 	if e != nil && !tw.wrote {
 		writeError(w, sh, e)

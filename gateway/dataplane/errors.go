@@ -72,6 +72,7 @@ const (
 	CodeSandboxUnreachable    Code = "SANDBOX_UNREACHABLE"
 	CodeUpstreamTimeout       Code = "UPSTREAM_TIMEOUT"
 	CodeGatewayBusy           Code = "GATEWAY_BUSY"
+	CodeGatewayDraining       Code = "GATEWAY_DRAINING"
 
 	CodeExecdRejected     Code = "EXECD_REJECTED"
 	CodeExecdUnauthorized Code = "EXECD_UNAUTHORIZED"
@@ -152,6 +153,12 @@ var codes = map[Code]codeInfo{
 	// resource_exhausted would be RateLimitError in JS 2.51 but a bare
 	// SandboxError in 2.25.
 	CodeGatewayBusy: {ClassNetwork, connect.Unavailable, http.StatusBadGateway, false},
+	// The gateway replica is shutting down (package drain): a stream or
+	// transfer still running when its drain grace ran out, or one that
+	// arrived after the shutdown began. unavailable and 502 like
+	// GATEWAY_BUSY: the SDKs' TimeoutError, "retry", which a new call
+	// does on another replica.
+	CodeGatewayDraining: {ClassNetwork, connect.Unavailable, http.StatusBadGateway, false},
 
 	CodeExecdRejected:     {ClassExecution, connect.InvalidArgument, http.StatusBadRequest, false},
 	CodeExecdUnauthorized: {ClassExecution, connect.Internal, http.StatusInternalServerError, false},

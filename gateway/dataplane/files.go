@@ -111,7 +111,7 @@ func (h *Handler) filesRead(w http.ResponseWriter, r *http.Request, rq *request)
 		}
 	}
 	w.WriteHeader(resp.StatusCode)
-	buf := make([]byte, 256<<10)
+	buf := make([]byte, downloadBuffer)
 	if _, err := io.CopyBuffer(w, resp.Body, buf); err != nil {
 		// The status is sent; a broken copy can only end the response early,
 		// and it must end as broken. The code only says, for metrics and
@@ -124,6 +124,10 @@ func (h *Handler) filesRead(w http.ResponseWriter, r *http.Request, rq *request)
 	}
 	return nil
 }
+
+// downloadBuffer is the size of the reads from execd and the writes to
+// the client while a download streams (bytes).
+const downloadBuffer = 32 << 10
 
 func queryPath(p string) map[string][]string { return map[string][]string{"path": {p}} }
 

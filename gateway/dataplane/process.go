@@ -218,6 +218,8 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 			return fail(CodeCanceled, "the client closed the stream")
 		case <-deadline:
 			return streamErr(timeoutError(timeout))
+		case <-ending(r.Context()):
+			return streamErr(drainingError("ended this stream at the end of its drain grace; the command keeps running in the sandbox"))
 		case <-ka.C:
 			if cmdID != "" {
 				_ = sw.Send(envd.StartResponse{Event: envd.ProcessEvent{KeepAlive: &envd.KeepAlive{}}})

@@ -393,6 +393,8 @@ func (h *Handler) follow(r *http.Request, rq *request, sw *connect.StreamWriter,
 			return fail(CodeCanceled, "the client closed the stream")
 		case <-deadlineC:
 			return streamErr(o.onDeadline)
+		case <-ending(ctx):
+			return streamErr(drainingError("ended this stream at the end of its drain grace; the process keeps running and can be connected to again"))
 		case <-ka.C:
 			_ = sw.Send(envd.StartResponse{Event: envd.ProcessEvent{KeepAlive: &envd.KeepAlive{}}})
 			ka.Reset(keepalive)

@@ -88,11 +88,12 @@ func (c *Client) decodeFileInfoList(resp *http.Response) ([]FileInfo, error) {
 	if int64(ld.body.Len()) > limit {
 		return nil, tooLarge
 	}
-	if n := bytes.Count(ld.body.Bytes(), quotedPath); n > c.listingEntries() {
+	entries := bytes.Count(ld.body.Bytes(), quotedPath)
+	if entries > c.listingEntries() {
 		return nil, &Error{Kind: KindUnexpected, Status: resp.StatusCode,
 			Message: "execd's directory listing names more than " + strconv.Itoa(c.listingEntries()) + " entries (the gateway's max_listing_entries)"}
 	}
-	list, err := ld.decode(ld.body.Bytes())
+	list, err := ld.decode(ld.body.Bytes(), entries)
 	if err != nil {
 		return nil, unexpectedJSON(resp)
 	}
@@ -110,8 +111,9 @@ var errNotList = &Error{Kind: KindUnexpected, Message: "not a FileInfo list"}
 var quotedPath = []byte(`"path"`)
 
 // decode parses data (one JSON value, as encoding/json's Decoder reads the
-// first value and ignores what follows).
-func (ld *listDecoder) decode(data []byte) ([]FileInfo, error) {
+// first value and ignores what follows); entries, the count of quotedPath
+// in data, sizes the list (the caller counted it for its bound already).
+func (ld *listDecoder) decode(data []byte, entries int) ([]FileInfo, error) {
 	if ld.seen == nil {
 		ld.seen = make(map[string]string)
 	}
@@ -130,7 +132,7 @@ func (ld *listDecoder) decode(data []byte) ([]FileInfo, error) {
 	if _, err := d.ReadToken(); err != nil {
 		return nil, err
 	}
-	list := make([]FileInfo, 0, bytes.Count(data, quotedPath))
+	list := make([]FileInfo, 0, entries)
 	for d.PeekKind() != ']' {
 		var fi FileInfo
 		switch d.PeekKind() {
@@ -164,29 +166,29 @@ func (ld *listDecoder) object(fi *FileInfo) error {
 		if err != nil {
 			return err
 		}
-		ld.name = unquote(ld.name[:0], raw)
+		ld.name = asciiLower(unquote(ld.name[:0], raw))
 		var s *string
-		switch {
-		case asciiFold(ld.name, "path"):
+		switch string(ld.name) { // no allocation: a switch on the bytes
+		case "path":
 			s = &fi.Path
-		case asciiFold(ld.name, "type"):
+		case "type":
 			s = &fi.Type
-		case asciiFold(ld.name, "owner"):
+		case "owner":
 			s = &fi.Owner
-		case asciiFold(ld.name, "group"):
+		case "group":
 			s = &fi.Group
-		case asciiFold(ld.name, "size"), asciiFold(ld.name, "mode"):
+		case "size", "mode":
 			x, null, err := readInt(d)
 			if err != nil {
 				return err
 			}
-			if !null && ld.name[0]|0x20 == 's' {
+			if !null && ld.name[0] == 's' {
 				fi.Size = x
 			} else if !null {
 				fi.Mode = int(x)
 			}
 			continue
-		case asciiFold(ld.name, "modified_at"):
+		case "modified_at":
 			v, err := d.ReadValue()
 			if err != nil {
 				return err
@@ -244,20 +246,14 @@ func readInt(d *jsontext.Decoder) (n int64, null bool, err error) {
 	return 0, false, errNotList
 }
 
-// asciiFold reports whether name equals want (lower-case ASCII) ignoring
-// ASCII case.
-func asciiFold(name []byte, want string) bool {
-	if len(name) != len(want) {
-		return false
-	}
-	for i := range name {
-		c := name[i]
+// asciiLower maps name's ASCII upper-case letters to lower case in place
+// (only those: a member name matches a field ignoring ASCII case, as
+// encoding/json matches it for these names) and returns it.
+func asciiLower(name []byte) []byte {
+	for i, c := range name {
 		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != want[i] {
-			return false
+			name[i] = c + 'a' - 'A'
 		}
 	}
-	return true
+	return name
 }

@@ -53,8 +53,16 @@
 //
 //	go run ./hack/gatewaybench [-caddy bin/caddy] [-rounds 5] [-cell 3s]
 //		[-concurrency 1,8,64] [-files 16] [-transfer-mib 1024]
-//		[-transfer-rounds 3] [-commands 100] [-only listdir|port|transfer|command] [-profile <dir>]
-//		[-gateway-env GOGC=200,...] [-authorizer] [-memory-limit 64MiB]
+//		[-transfer-rounds 3] [-commands 100] [-only listdir|port|transfer|download|command] [-profile <dir>]
+//		[-gateway-env GOGC=200,...] [-gateway-only-env GOGC=400,...] [-authorizer]
+//		[-memory-limit 64MiB] [-execd-bin $SANDGATE_PEERS_BIN/execd-head] [-dataplane "directive; …"]
+//
+// The baselines are the same binary with a plain reverse_proxy site and
+// nginx (Debian's, installed with apt-get when missing) with proxy_pass,
+// both in front of the same fixed entry; every ratio is gateway ÷ each of
+// them, per round, as median and range. -execd-bin runs the real
+// OpenSandbox execd (docs/real-peers.md builds it) instead of the
+// stand-in, serving a temporary directory of the host.
 //
 // With -memory-limit each proxy runs in a memory cgroup of its own with
 // that limit (cgroup v2, or v1's memory controller; root only), from a
@@ -142,6 +150,23 @@ type options struct {
 	authorizer     bool
 	commands       int
 	memoryLimit    int64 // bytes; 0: no cgroup
+	execdBin       string
+	gatewayOnlyEnv []string
+	// dataplaneDirectives are added to the gateway's e2b_dataplane
+	// block, ';' between them.
+	dataplaneDirectives string
+}
+
+// dataplaneExtra is directives (';' between them) as lines of the
+// e2b_dataplane block.
+func dataplaneExtra(directives string) string {
+	var b strings.Builder
+	for _, d := range strings.Split(directives, ";") {
+		if d = strings.TrimSpace(d); d != "" {
+			b.WriteString("\n\t\t" + d)
+		}
+	}
+	return b.String()
 }
 
 func main() {
@@ -154,7 +179,7 @@ func main() {
 		return
 	}
 	var o options
-	var conc, genv, memLimit string
+	var conc, genv, gonly, memLimit string
 	flag.StringVar(&o.caddy, "caddy", "bin/caddy", "the gateway binary (also the plain reverse proxy)")
 	flag.IntVar(&o.rounds, "rounds", 5, "measured rounds of the ListDir cells")
 	flag.DurationVar(&o.cell, "cell", 3*time.Second, "length of one ListDir measurement")
@@ -163,11 +188,14 @@ func main() {
 	flag.IntVar(&o.files, "files", 16, "files in the listed directory")
 	flag.Int64Var(&o.transferMiB, "transfer-mib", 1024, "size of each download and upload in MiB")
 	flag.IntVar(&o.transferRounds, "transfer-rounds", 3, "measured rounds of the transfers")
-	flag.StringVar(&o.only, "only", "", "run only listdir, port, transfer or command")
+	flag.StringVar(&o.only, "only", "", "run only listdir, port, transfer, download (the transfers' downloads) or command")
 	flag.IntVar(&o.commands, "commands", 100, "commands per path and round of the command workload")
 	flag.StringVar(&o.profileDir, "profile", "", "directory for CPU profiles of a separate, unmeasured pass")
 	flag.StringVar(&genv, "gateway-env", "", "comma-separated VAR=value added to both proxies' environment (e.g. GOGC=200)")
+	flag.StringVar(&gonly, "gateway-only-env", "", "comma-separated VAR=value added to the gateway's environment only (e.g. GOGC=400: the gateway's GC policy against the baselines' defaults)")
 	flag.StringVar(&memLimit, "memory-limit", "", "run each proxy in a memory cgroup with this limit (e.g. 64MiB; root only)")
+	flag.StringVar(&o.execdBin, "execd-bin", "", "run this OpenSandbox execd binary (e.g. $SANDGATE_PEERS_BIN/execd-head) instead of the stand-in")
+	flag.StringVar(&o.dataplaneDirectives, "dataplane", "", "Caddyfile directives added to the gateway's e2b_dataplane block, ';' between them (e.g. \"max_upstream_calls_per_sandbox 64\")")
 	flag.BoolVar(&o.authorizer, "authorizer", false, "give the gateway a sandbox authorizer (authorizer http) answered by a stand-in of corectl's endpoint")
 	flag.Parse()
 	for _, f := range strings.Split(conc, ",") {
@@ -180,6 +208,9 @@ func main() {
 	}
 	if genv != "" {
 		o.gatewayEnv = strings.Split(genv, ",")
+	}
+	if gonly != "" {
+		o.gatewayOnlyEnv = strings.Split(gonly, ",")
 	}
 	if memLimit != "" {
 		n, err := parseSize(memLimit)
@@ -341,6 +372,9 @@ func startCaddy(o options, name, dir, caddyfile, addr string) (*proc, error) {
 	}
 	home := filepath.Join(dir, name+"-home")
 	cmd.Env = append(append(os.Environ(), "HOME="+home, "XDG_DATA_HOME="+home, "XDG_CONFIG_HOME="+home), o.gatewayEnv...)
+	if name == "gateway" {
+		cmd.Env = append(cmd.Env, o.gatewayOnlyEnv...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
@@ -379,17 +413,34 @@ type world struct {
 	authz      *proc
 	gateway    *proc
 	proxy      *proc
+	nginx      *proc
 	gatewayURL string
 	proxyURL   string
+	nginxURL   string
 	gwAdmin    string
 	rpAdmin    string
 	token      string
 	traffic    string // the sandbox's traffic access token
 	portServer *proc
+	// prefix is where the sandbox's / is in the paths execd is asked
+	// for: "" for the stand-in (it serves root as /), root for the real
+	// execd (it serves the host's file system).
+	prefix string
+}
+
+// sbx is the path execd is asked for for the sandbox's path p.
+func (w *world) sbx(p string) string { return w.prefix + p }
+
+// execdKind names the execd of the run.
+func (w *world) execdKind() string {
+	if w.o.execdBin != "" {
+		return "real execd " + w.o.execdBin
+	}
+	return "stand-in"
 }
 
 func (w *world) stop() {
-	for _, p := range []*proc{w.gateway, w.proxy, w.fixedEntry, w.execd, w.authz, w.portServer} {
+	for _, p := range []*proc{w.gateway, w.proxy, w.nginx, w.fixedEntry, w.execd, w.authz, w.portServer} {
 		if p != nil {
 			p.stop()
 		}
@@ -416,7 +467,15 @@ func run(o options) error {
 	}
 
 	var execdAddr, feAddr string
-	if w.execd, execdAddr, err = startStandIn("execd", "-root", w.root); err != nil {
+	if o.execdBin != "" {
+		// The real execd serves the host's file system: the sandbox's
+		// paths are w.root's.
+		w.prefix = w.root
+		w.execd, execdAddr, err = startExecd(o.execdBin, filepath.Join(dir, "execd.log"))
+	} else {
+		w.execd, execdAddr, err = startStandIn("execd", "-root", w.root)
+	}
+	if err != nil {
 		return err
 	}
 	var portAddr string
@@ -458,7 +517,7 @@ func run(o options) error {
 	if err := os.WriteFile(credFile, []byte("credentials:\n  - {id: "+credentialID+", enabled: true, projectNamespace: bench, clusterId: cluster-a}\n"), 0o600); err != nil {
 		return err
 	}
-	addrs := make([]string, 4)
+	addrs := make([]string, 5)
 	for i := range addrs {
 		if addrs[i], err = freeport.Addr(); err != nil {
 			return err
@@ -479,8 +538,8 @@ func run(o options) error {
 
 http://%s {
 	e2b_dataplane {
-		home_dir /home/user
-		user root 0 0 /root
+		home_dir %s
+		user root 0 0 /root%s
 	}
 }
 
@@ -489,7 +548,7 @@ http://*.%s:%s {
 		hosts %s
 	}
 }
-`, w.gwAdmin, keyID, keyFile, credFile, feAddr, authzConf, addrs[0], benchDomain, portOf(addrs[0]), benchDomain)
+`, w.gwAdmin, keyID, keyFile, credFile, feAddr, authzConf, addrs[0], w.sbx("/home/user"), dataplaneExtra(o.dataplaneDirectives), benchDomain, portOf(addrs[0]), benchDomain)
 	rpConf := fmt.Sprintf(`{
 	admin %s
 	auto_https off
@@ -507,10 +566,19 @@ http://%s {
 	if w.proxy, err = startCaddy(o, "reverse_proxy", dir, rpConf, addrs[2]); err != nil {
 		return err
 	}
+	w.nginxURL = "http://" + addrs[4]
+	if w.nginx, err = startNginx(dir, addrs[4], feAddr); err != nil {
+		return err
+	}
 	load1, _ := os.ReadFile("/proc/loadavg")
-	fmt.Printf("gatewaybench: %s; %d CPUs; authorizer %v; load average %s", o.caddy, runtime.NumCPU(), o.authorizer, load1)
-	fmt.Printf("processes: gateway pid %d, reverse_proxy pid %d, fixed entry pid %d, execd pid %d, client pid %d\n",
-		w.gateway.pid(), w.proxy.pid(), w.fixedEntry.pid(), w.execd.pid(), os.Getpid())
+	// The commit the binary was built from (internal/version's stamp).
+	stamp, err := exec.Command(o.caddy, "sandgate-version").Output()
+	if err != nil {
+		stamp = []byte("unknown (" + err.Error() + ")")
+	}
+	fmt.Printf("gatewaybench: %s (%s); %d CPUs; authorizer %v; load average %s", o.caddy, strings.TrimSpace(string(stamp)), runtime.NumCPU(), o.authorizer, load1)
+	fmt.Printf("processes: gateway pid %d, reverse_proxy pid %d, nginx pid %d, fixed entry pid %d, execd pid %d (%s), client pid %d\n",
+		w.gateway.pid(), w.proxy.pid(), w.nginx.pid(), w.fixedEntry.pid(), w.execd.pid(), w.execdKind(), os.Getpid())
 	for _, p := range []*proc{w.gateway, w.proxy} {
 		var kib [3]int64
 		for i, f := range []string{"VmRSS", "RssAnon", "RssFile"} {
@@ -545,7 +613,7 @@ http://%s {
 			return err
 		}
 	}
-	if o.only == "" || o.only == "transfer" {
+	if o.only == "" || o.only == "transfer" || o.only == "download" {
 		if err := w.transfers(); err != nil {
 			return err
 		}
@@ -630,18 +698,47 @@ type pathSpec struct {
 	client *http.Client
 }
 
+// paths are the compared proxies; nginx has no profiling endpoint (admin
+// nil).
 var paths = []pathSpec{
 	{name: "gateway", proxy: func(w *world) *proc { return w.gateway }, admin: func(w *world) string { return w.gwAdmin }},
 	{name: "reverse_proxy", proxy: func(w *world) *proc { return w.proxy }, admin: func(w *world) string { return w.rpAdmin }},
+	{name: "nginx", proxy: func(w *world) *proc { return w.nginx }},
 }
 
-// order returns the paths in round r's order: alternating, so neither
-// always runs first.
+// baselines are the paths the gateway is divided by.
+var baselines = []string{"reverse_proxy", "nginx"}
+
+// order returns the paths in round r's order: rotating, so none always
+// runs first or after the same one.
 func order(r int) []pathSpec {
-	if r%2 == 0 {
-		return []pathSpec{paths[0], paths[1]}
+	out := make([]pathSpec, 0, len(paths))
+	for i := range paths {
+		out = append(out, paths[(i+r)%len(paths)])
 	}
-	return []pathSpec{paths[1], paths[0]}
+	if (r/len(paths))%2 == 1 {
+		slices.Reverse(out)
+	}
+	return out
+}
+
+// pathSpecOf is the path named name.
+func pathSpecOf(name string) pathSpec {
+	for _, p := range paths {
+		if p.name == name {
+			return p
+		}
+	}
+	panic("gatewaybench: no path " + name)
+}
+
+// directURL is the base URL of a plain proxy path (reverse_proxy or
+// nginx), asked for execd's own URIs.
+func (w *world) directURL(p string) string {
+	if p == "nginx" {
+		return w.nginxURL
+	}
+	return w.proxyURL
 }
 
 func newClient(conns int) *http.Client {
@@ -653,7 +750,7 @@ func newClient(conns int) *http.Client {
 func (w *world) listDirRequest(p string) func() *http.Request {
 	switch p {
 	case "gateway":
-		body := []byte(`{"path":"` + benchDir + `","depth":1}`)
+		body := []byte(`{"path":"` + w.sbx(benchDir) + `","depth":1}`)
 		u := w.gatewayURL + "/filesystem.Filesystem/ListDir"
 		return func() *http.Request {
 			req, _ := http.NewRequest(http.MethodPost, u, bytes.NewReader(body))
@@ -665,7 +762,7 @@ func (w *world) listDirRequest(p string) func() *http.Request {
 			return req
 		}
 	default:
-		u := w.proxyURL + "/" + sandboxID + "/44772/directories/list?path=" + url.QueryEscape(benchDir) + "&depth=1"
+		u := w.directURL(p) + "/" + sandboxID + "/44772/directories/list?path=" + url.QueryEscape(w.sbx(benchDir)) + "&depth=1"
 		return func() *http.Request {
 			req, _ := http.NewRequest(http.MethodGet, u, nil)
 			return req
@@ -753,7 +850,7 @@ func (w *world) portRequest(p string) func() *http.Request {
 			return req
 		}
 	default:
-		u := fmt.Sprintf("%s/%s/%d/hello", w.proxyURL, sandboxID, benchPort)
+		u := fmt.Sprintf("%s/%s/%d/hello", w.directURL(p), sandboxID, benchPort)
 		return func() *http.Request {
 			req, _ := http.NewRequest(http.MethodGet, u, nil)
 			return req
@@ -791,12 +888,16 @@ func perReq(d time.Duration, n int) float64 { return float64(d.Microseconds()) /
 // unary runs the closed-loop cells of one workload (what, its profile
 // files' prefix, its requests) and prints its rows and summary.
 func (w *world) unary(what, prefix string, requestOf func(string) func() *http.Request) error {
-	fmt.Printf("\n%s: %d rounds × %v per cell (after %v warm-up), c = %v\n", what, w.o.rounds, w.o.cell, w.o.warmup, w.o.concurrency)
+	load0 := loadAvg()
+	fmt.Printf("\n%s: %d rounds × %v per cell (after %v warm-up), c = %v; load average %s\n", what, w.o.rounds, w.o.cell, w.o.warmup, w.o.concurrency, load0)
 	clients := map[string]*http.Client{}
 	for _, p := range paths {
 		clients[p.name] = newClient(slices.Max(w.o.concurrency))
 	}
-	results := map[string]map[int][]cellResult{"gateway": {}, "reverse_proxy": {}}
+	results := map[string]map[int][]cellResult{}
+	for _, p := range paths {
+		results[p.name] = map[int][]cellResult{}
+	}
 	for r := range w.o.rounds {
 		for _, c := range w.o.concurrency {
 			for _, p := range order(r) {
@@ -829,20 +930,28 @@ func (w *world) unary(what, prefix string, requestOf func(string) func() *http.R
 		}
 	}
 	fmt.Println()
-	fmt.Println("| c | gateway ÷ reverse_proxy, proxy CPU per request: median (min–max over rounds) |")
-	fmt.Println("|---:|---|")
+	fmt.Println("| c | gateway ÷ reverse_proxy, proxy CPU per request: median (min–max over rounds) | gateway ÷ nginx |")
+	fmt.Println("|---:|---|---|")
 	for _, c := range w.o.concurrency {
-		var ratios []float64
-		for i := range results["gateway"][c] {
-			g, rp := results["gateway"][c][i], results["reverse_proxy"][c][i]
-			ratios = append(ratios, perReq(g.cpu.proxy, g.requests)/perReq(rp.cpu.proxy, rp.requests))
+		fmt.Printf("| %d |", c)
+		for _, b := range baselines {
+			var ratios []float64
+			for i := range results["gateway"][c] {
+				g, rp := results["gateway"][c][i], results[b][c][i]
+				ratios = append(ratios, perReq(g.cpu.proxy, g.requests)/perReq(rp.cpu.proxy, rp.requests))
+			}
+			fmt.Printf(" %s |", ratioFigure(ratios))
 		}
-		fmt.Printf("| %d | **%.2f** (%.2f–%.2f) |\n", c, median(ratios), slices.Min(ratios), slices.Max(ratios))
+		fmt.Println()
 	}
+	fmt.Printf("load average: %s before, %s after\n", load0, loadAvg())
 	if w.o.profileDir != "" {
 		fmt.Printf("\nprofiling pass (not in the figures) into %s\n", w.o.profileDir)
 		for _, c := range w.o.concurrency {
 			for _, p := range paths {
+				if p.admin == nil {
+					continue
+				}
 				p.client = clients[p.name]
 				name := fmt.Sprintf("%s-%s-c%d.pprof", prefix, p.name, c)
 				secs := max(1, int(math.Round((w.o.cell + w.o.warmup).Seconds())))
@@ -882,6 +991,26 @@ func (w *world) profiled(p pathSpec, file string, secs int, f func() error) erro
 	}()
 	err := f()
 	return errors.Join(err, <-done)
+}
+
+// ratioFigure is a ratio's median over the rounds with its range, as
+// the tables give it: **median** (min–max).
+func ratioFigure(ratios []float64) string {
+	if len(ratios) == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("**%.2f** (%.2f–%.2f)", median(ratios), slices.Min(ratios), slices.Max(ratios))
+}
+
+// loadAvg is the first three fields of /proc/loadavg (1, 5 and 15
+// minutes).
+func loadAvg() string {
+	data, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -938,7 +1067,7 @@ type transferResult struct {
 // transferKind is one transfer workload on one path.
 type transferKind struct {
 	name   string
-	path   string // "gateway" or "reverse_proxy"
+	path   string // "gateway", "reverse_proxy" or "nginx"
 	newReq func(w *world, size int64) (*http.Request, error)
 	// wantBody is the expected response body length; -1: any.
 	wantBody func(size int64) int64
@@ -994,17 +1123,15 @@ func (w *world) gatewayHeaders(req *http.Request) {
 
 var transferKinds = []transferKind{
 	{name: "download", path: "gateway", wantBody: func(s int64) int64 { return s }, newReq: func(w *world, _ int64) (*http.Request, error) {
-		req, err := http.NewRequest(http.MethodGet, w.gatewayURL+"/files?path="+url.QueryEscape(transferSrc), nil)
+		req, err := http.NewRequest(http.MethodGet, w.gatewayURL+"/files?path="+url.QueryEscape(w.sbx(transferSrc)), nil)
 		if err == nil {
 			w.gatewayHeaders(req)
 		}
 		return req, err
 	}},
-	{name: "download", path: "reverse_proxy", wantBody: func(s int64) int64 { return s }, newReq: func(w *world, _ int64) (*http.Request, error) {
-		return http.NewRequest(http.MethodGet, w.proxyURL+"/"+sandboxID+"/44772/files/download?path="+url.QueryEscape(transferSrc), nil)
-	}},
+	{name: "download", path: "reverse_proxy", wantBody: func(s int64) int64 { return s }, newReq: directDownload("reverse_proxy")},
 	{name: "upload", path: "gateway", upload: true, wantBody: func(int64) int64 { return -1 }, newReq: func(w *world, size int64) (*http.Request, error) {
-		req, err := http.NewRequest(http.MethodPost, w.gatewayURL+"/files?path="+url.QueryEscape(transferDst), io.LimitReader(&pattern{}, size))
+		req, err := http.NewRequest(http.MethodPost, w.gatewayURL+"/files?path="+url.QueryEscape(w.sbx(transferDst)), io.LimitReader(&pattern{}, size))
 		if err == nil {
 			req.ContentLength = size
 			req.Header.Set("Content-Type", "application/octet-stream")
@@ -1013,24 +1140,35 @@ var transferKinds = []transferKind{
 		return req, err
 	}},
 	{name: "upload (SDK multipart)", path: "gateway", upload: true, wantBody: func(int64) int64 { return -1 }, newReq: func(w *world, size int64) (*http.Request, error) {
-		prefix, suffix, ct := sdkMultipart(transferDst)
-		req, err := framed(w.gatewayURL+"/files?path="+url.QueryEscape(transferDst), ct, prefix, suffix, size)
+		prefix, suffix, ct := sdkMultipart(w.sbx(transferDst))
+		req, err := framed(w.gatewayURL+"/files?path="+url.QueryEscape(w.sbx(transferDst)), ct, prefix, suffix, size)
 		if err == nil {
 			w.gatewayHeaders(req)
 		}
 		return req, err
 	}},
-	{name: "upload", path: "reverse_proxy", upload: true, wantBody: func(int64) int64 { return -1 }, newReq: func(w *world, size int64) (*http.Request, error) {
-		prefix, suffix, ct := execdMultipart(transferDst)
-		return framed(w.proxyURL+"/"+sandboxID+"/44772/files/upload", ct, prefix, suffix, size)
-	}},
+	{name: "upload", path: "reverse_proxy", upload: true, wantBody: func(int64) int64 { return -1 }, newReq: directUpload("reverse_proxy")},
+	{name: "download", path: "nginx", wantBody: func(s int64) int64 { return s }, newReq: directDownload("nginx")},
+	{name: "upload", path: "nginx", upload: true, wantBody: func(int64) int64 { return -1 }, newReq: directUpload("nginx")},
+}
+
+// directDownload is execd's own download through the plain proxy p.
+func directDownload(p string) func(w *world, _ int64) (*http.Request, error) {
+	return func(w *world, _ int64) (*http.Request, error) {
+		return http.NewRequest(http.MethodGet, w.directURL(p)+"/"+sandboxID+"/44772/files/download?path="+url.QueryEscape(w.sbx(transferSrc)), nil)
+	}
+}
+
+// directUpload is execd's own multipart upload through the plain proxy p.
+func directUpload(p string) func(w *world, size int64) (*http.Request, error) {
+	return func(w *world, size int64) (*http.Request, error) {
+		prefix, suffix, ct := execdMultipart(w.sbx(transferDst))
+		return framed(w.directURL(p)+"/"+sandboxID+"/44772/files/upload", ct, prefix, suffix, size)
+	}
 }
 
 func (w *world) transferOnce(client *http.Client, k transferKind, size int64) (transferResult, error) {
-	proxy := w.gateway
-	if k.path == "reverse_proxy" {
-		proxy = w.proxy
-	}
+	proxy := pathSpecOf(k.path).proxy(w)
 	rssReset := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", proxy.pid()), []byte("5"), 0) == nil
 
 	req, err := k.newReq(w, size)
@@ -1097,7 +1235,8 @@ func (w *world) transfers() error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	fmt.Printf("\ntransfers of %d MiB: %d rounds\n", w.o.transferMiB, w.o.transferRounds)
+	load0 := loadAvg()
+	fmt.Printf("\ntransfers of %d MiB: %d rounds; load average %s\n", w.o.transferMiB, w.o.transferRounds, load0)
 	client := newClient(4)
 	results := make([][]transferResult, len(transferKinds))
 	for r := range w.o.transferRounds {
@@ -1110,6 +1249,9 @@ func (w *world) transfers() error {
 		}
 		for _, i := range idx {
 			k := transferKinds[i]
+			if w.o.only == "download" && k.upload {
+				continue
+			}
 			res, err := w.transferOnce(client, k, size)
 			if err != nil {
 				return err
@@ -1128,6 +1270,9 @@ func (w *world) transfers() error {
 	fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|")
 	for i, k := range transferKinds {
 		rs := results[i]
+		if len(rs) == 0 {
+			continue
+		}
 		med := func(f func(transferResult) float64) float64 { return median(mapf(rs, f)) }
 		fmt.Printf("| %s | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.1f |\n", k.name, k.path,
 			med(func(r transferResult) float64 { return float64(size) / 1e6 / r.wall.Seconds() }),
@@ -1137,7 +1282,7 @@ func (w *world) transfers() error {
 			med(func(r transferResult) float64 { return r.cpu.client.Seconds() / gib }),
 			slices.Max(mapf(rs, func(r transferResult) float64 { return float64(r.peakRSS) / 1024 })))
 	}
-	for _, p := range []*proc{w.gateway, w.proxy} {
+	for _, p := range []*proc{w.gateway, w.proxy, w.nginx} {
 		if p.cg == nil {
 			continue
 		}
@@ -1153,24 +1298,29 @@ func (w *world) transfers() error {
 			p.name, float64(w.o.memoryLimit)/(1<<20), kills, float64(anon)/(1<<20))
 	}
 	fmt.Println()
-	fmt.Println("| transfer | gateway ÷ reverse_proxy, proxy CPU per GiB: median (min–max over rounds) |")
-	fmt.Println("|---|---|")
-	ratio := func(gi, ri int, label string) {
-		var ratios []float64
-		for r := range results[gi] {
-			ratios = append(ratios, results[gi][r].cpu.proxy.Seconds()/results[ri][r].cpu.proxy.Seconds())
+	fmt.Println("| transfer | gateway ÷ reverse_proxy, proxy CPU per GiB: median (min–max over rounds) | gateway ÷ nginx |")
+	fmt.Println("|---|---|---|")
+	ratio := func(gi int, bi [2]int, label string) {
+		fmt.Printf("| %s |", label)
+		for _, ri := range bi {
+			var ratios []float64
+			for r := range results[gi] {
+				ratios = append(ratios, results[gi][r].cpu.proxy.Seconds()/results[ri][r].cpu.proxy.Seconds())
+			}
+			fmt.Printf(" %s |", ratioFigure(ratios))
 		}
-		fmt.Printf("| %s | **%.2f** (%.2f–%.2f) |\n", label, median(ratios), slices.Min(ratios), slices.Max(ratios))
+		fmt.Println()
 	}
-	ratio(0, 1, "download")
-	ratio(2, 4, "upload (octet-stream)")
-	ratio(3, 4, "upload (SDK multipart)")
+	ratio(0, [2]int{1, 5}, "download")
+	ratio(2, [2]int{4, 6}, "upload (octet-stream)")
+	ratio(3, [2]int{4, 6}, "upload (SDK multipart)")
+	fmt.Printf("load average: %s before, %s after\n", load0, loadAvg())
 	if w.o.profileDir != "" {
 		fmt.Printf("\nprofiling pass (not in the figures) into %s\n", w.o.profileDir)
 		for i, k := range transferKinds {
-			p := paths[0]
-			if k.path == "reverse_proxy" {
-				p = paths[1]
+			p := pathSpecOf(k.path)
+			if p.admin == nil || len(results[i]) == 0 {
+				continue
 			}
 			name := "transfer-" + strings.NewReplacer(" ", "-", "(", "", ")", "").Replace(k.name) + "-" + k.path + ".pprof"
 			// The profile covers about the transfer's median length.
@@ -1206,7 +1356,7 @@ func (w *world) runCommand(client *http.Client, p string) (commandTiming, error)
 	var req *http.Request
 	var err error
 	if p == "gateway" {
-		msg := []byte(`{"process":{"cmd":"/bin/bash","args":["-l","-c","` + benchCommand + `"],"envs":{},"cwd":"/home/user"}}`)
+		msg := []byte(`{"process":{"cmd":"/bin/bash","args":["-l","-c","` + benchCommand + `"],"envs":{},"cwd":"` + w.sbx("/home/user") + `"}}`)
 		env := make([]byte, 5, 5+len(msg))
 		env[1], env[2], env[3], env[4] = byte(len(msg)>>24), byte(len(msg)>>16), byte(len(msg)>>8), byte(len(msg))
 		req, err = http.NewRequest(http.MethodPost, w.gatewayURL+"/process.Process/Start", bytes.NewReader(append(env, msg...)))
@@ -1217,8 +1367,8 @@ func (w *world) runCommand(client *http.Client, p string) (commandTiming, error)
 		}
 	} else {
 		// uid and gid as the gateway sends them for its user root.
-		body := `{"command":"/bin/bash -l -c '` + benchCommand + `'","cwd":"/home/user","uid":0,"gid":0}`
-		req, err = http.NewRequest(http.MethodPost, w.proxyURL+"/"+sandboxID+"/44772/command", strings.NewReader(body))
+		body := `{"command":"/bin/bash -l -c '` + benchCommand + `'","cwd":"` + w.sbx("/home/user") + `","uid":0,"gid":0}`
+		req, err = http.NewRequest(http.MethodPost, w.directURL(p)+"/"+sandboxID+"/44772/command", strings.NewReader(body))
 		if err == nil {
 			req.Header.Set("Content-Type", "application/json")
 		}
@@ -1268,7 +1418,9 @@ func (w *world) runCommand(client *http.Client, p string) (commandTiming, error)
 			// execd's events: bare JSON objects, each followed by "\n\n".
 			line, err := br.ReadBytes('\n')
 			if err != nil {
-				if len(seen) > 0 && strings.HasPrefix(seen[len(seen)-1], "net/http: abort Handler") {
+				// Caddy relays the cut as the stand-in's last words;
+				// nginx ends its chunked answer early.
+				if len(seen) > 0 && (strings.HasPrefix(seen[len(seen)-1], "net/http: abort Handler") || p == "nginx") {
 					return t, errStreamBroken
 				}
 				return t, fmt.Errorf("command via reverse_proxy: the stream ended before execution_complete: %w (after %q)", err, seen)
@@ -1309,7 +1461,7 @@ func (w *world) commandOutput() error {
 	for _, p := range paths {
 		clients[p.name] = newClient(2)
 		for range 5 { // warm-up: connections, the first shells
-			if _, err := w.runCommand(clients[p.name], p.name); err != nil {
+			if _, err := w.runCommand(clients[p.name], p.name); err != nil && !errors.Is(err, errStreamBroken) {
 				return err
 			}
 		}

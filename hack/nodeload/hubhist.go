@@ -24,7 +24,14 @@ const maxMetricsAnswer = 16 << 20
 type hubHistogram struct {
 	upper []float64 // bucket upper bounds in seconds, ascending, +Inf last
 	cum   []float64 // cumulative counts, one per bound
+	// gcs is the gateway's completed garbage collections (gcMetric's
+	// count), NaN when /metrics has none.
+	gcs float64
 }
+
+// gcMetric is the Go collector's summary of collection pauses, which
+// Caddy's registry exports; its count is the collections so far.
+const gcMetric = "go_gc_duration_seconds"
 
 // scrapeHub reads hubMetric from the gateway's admin endpoint (a base
 // URL).
@@ -57,7 +64,10 @@ func parseHub(r io.Reader) (hubHistogram, error) {
 		return hubHistogram{}, errors.New("/metrics: no " + hubMetric + " histogram (a gateway built before it?)")
 	}
 	hist := mf.GetMetric()[0].GetHistogram()
-	var h hubHistogram
+	h := hubHistogram{gcs: math.NaN()}
+	if gc, ok := families[gcMetric]; ok && len(gc.GetMetric()) == 1 && gc.GetMetric()[0].GetSummary() != nil {
+		h.gcs = float64(gc.GetMetric()[0].GetSummary().GetSampleCount())
+	}
 	for _, b := range hist.GetBucket() {
 		h.upper = append(h.upper, b.GetUpperBound())
 		h.cum = append(h.cum, float64(b.GetCumulativeCount()))
@@ -77,7 +87,7 @@ func (h hubHistogram) since(before hubHistogram) (hubHistogram, error) {
 	if len(before.upper) != len(h.upper) {
 		return hubHistogram{}, errors.New(hubMetric + ": the buckets changed between two scrapes")
 	}
-	d := hubHistogram{upper: h.upper, cum: make([]float64, len(h.cum))}
+	d := hubHistogram{upper: h.upper, cum: make([]float64, len(h.cum)), gcs: h.gcs - before.gcs}
 	for i := range h.cum {
 		d.cum[i] = h.cum[i] - before.cum[i]
 	}

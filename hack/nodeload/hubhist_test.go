@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -71,5 +72,31 @@ func TestHubMissing(t *testing.T) {
 	_, err := parseHub(strings.NewReader("# TYPE sandgate_node_online gauge\nsandgate_node_online 3\n"))
 	if err == nil || !strings.Contains(err.Error(), "no sandgate_node_hub_duration_seconds") {
 		t.Fatalf("err %v", err)
+	}
+}
+
+// TestGatewayCollections: the Go collector's go_gc_duration_seconds count
+// is the collections; the difference of two scrapes is those between
+// them, and a /metrics without it gives NaN.
+func TestGatewayCollections(t *testing.T) {
+	gc := func(n int) string {
+		return exposition + "# TYPE go_gc_duration_seconds summary\ngo_gc_duration_seconds{quantile=\"0.5\"} 0.0001\n" +
+			"go_gc_duration_seconds_sum 0.01\ngo_gc_duration_seconds_count " + strconv.Itoa(n) + "\n"
+	}
+	before, err := parseHub(strings.NewReader(gc(7)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := parseHub(strings.NewReader(gc(12)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := after.since(before)
+	if err != nil || d.gcs != 5 {
+		t.Fatalf("collections between the scrapes = %v, %v", d.gcs, err)
+	}
+	h, err := parseHub(strings.NewReader(exposition))
+	if err != nil || !math.IsNaN(h.gcs) {
+		t.Fatalf("without the Go collector: %v, %v", h.gcs, err)
 	}
 }

@@ -36,6 +36,18 @@
 //		[-settle 20s] [-rate 1000] [-duration 30s] [-dial-concurrency 200]
 //		[-gateway-output <file>] [-gateway-env GOGC=400,GOMEMLIMIT=768MiB]
 //		[-tool-gogc 100] [-nodes-gogc 400] [-pin-gateway <cpu>]
+//		[-rounds N] [-variant name:binary[:VAR=value,…] …]
+//
+// With -variant (repeated) or -rounds above 1 it runs an A/B series: each
+// run is this tool again with the same flags and the variant's binary and
+// gateway environment, every variant once per round, the order rotating
+// each round (A B, B A, …); it prints each run's output as it goes, then
+// per variant the median and range over the rounds of the round trip's
+// p50/p99/p99.9, the hub's own p99/p99.9, the send delay, the gateway's
+// CPU and the achieved rate, with the load average before and after each
+// run and the commit. Every run ends its dispatch phase with one
+// "result:" line of its figures (milliseconds, percent of a core), which
+// the series reads.
 //
 // It raises its RLIMIT_NOFILE (the gateway inherits it) to the nodes plus
 // 4,096, or as far as the hard limit allows when it may not raise that
@@ -61,6 +73,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	mrand "math/rand/v2"
 	"net"
@@ -107,7 +120,27 @@ func main() {
 	flag.StringVar(&o.gatewayEnv, "gateway-env", "", "comma-separated VAR=value added to the gateway's environment only (e.g. GOGC=400,GOMEMLIMIT=768MiB)")
 	flag.IntVar(&o.pinGateway, "pin-gateway", -1, "CPU to pin every thread of the gateway to once it started (as taskset -a -p -c <cpu> <pid>); -1: not pinned. `make nodeload` runs the tool under taskset -c 1 with -pin-gateway 0, so the gateway has a core of its own")
 	flag.StringVar(&o.gatewayOutput, "gateway-output", "", "file for the gateway's standard output and error (e.g. with GODEBUG=gctrace=1); default discarded")
+	var vs variants
+	flag.Var(&vs, "variant", "name:binary[:VAR=value,…]: one gateway set-up of an A/B series (repeat the flag; with none, -rounds runs -caddy and -gateway-env alone); each run is this tool with the other flags, the variant's binary as -caddy and its environment as -gateway-env")
+	rounds := flag.Int("rounds", 1, "rounds of an A/B series: every variant once per round, the order rotating each round; then the median and range of each variant's figures")
 	flag.Parse()
+	if o.role == "" {
+		handleSignals()
+	}
+	if o.role == "" && (len(vs) > 0 || *rounds > 1) {
+		if len(vs) == 0 {
+			vs = variants{{name: "gateway", caddy: o.caddy, env: o.gatewayEnv}}
+		}
+		if *rounds < 1 {
+			fmt.Fprintln(os.Stderr, "nodeload: -rounds must be at least 1")
+			os.Exit(2)
+		}
+		if err := runAB(vs, *rounds, abArgs(os.Args[1:]), os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "nodeload:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if o.settle == 0 {
 		o.settle = 2 * o.heartbeat
 	}
@@ -173,6 +206,7 @@ func run(o options) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	onSignal(func() { _ = os.RemoveAll(dir) })
 
 	nodes := make([]simNode, o.nodes)
 	var rec strings.Builder
@@ -252,6 +286,7 @@ http://127.0.0.1:%s {
 		return err
 	}
 	defer gw.Stop()
+	onSignal(gw.Stop)
 	pid := gw.Pid
 	base := "http://127.0.0.1:" + port
 	// Provisioning tens of thousands of enrolled nodes takes seconds.
@@ -284,8 +319,8 @@ http://127.0.0.1:%s {
 		return err
 	}
 	fmt.Printf("this tool and the simulated nodes run on CPUs %s\n", toolCPUs)
-	fmt.Printf("nodeload: %s (pid %d) on %s; %d nodes, heartbeat %s; RLIMIT_NOFILE %d; %d CPUs; gateway environment %q (GOGC=%q), load tool GOGC=%d\n",
-		o.caddy, pid, base, o.nodes, o.heartbeat, limit, runtime.NumCPU(), o.gatewayEnv, os.Getenv("GOGC"), o.toolGOGC)
+	fmt.Printf("nodeload: %s (pid %d) on %s; %d nodes, heartbeat %s; RLIMIT_NOFILE %d; %d CPUs; gateway environment %q (GOGC=%q), load tool GOGC=%d; load average %s\n",
+		o.caddy, pid, base, o.nodes, o.heartbeat, limit, runtime.NumCPU(), o.gatewayEnv, os.Getenv("GOGC"), o.toolGOGC, loadAverage())
 	rssIdle, _, err := gw.Memory()
 	if err != nil {
 		return err
@@ -305,6 +340,7 @@ http://127.0.0.1:%s {
 		return err
 	}
 	defer sims.stop()
+	onSignal(func() { _ = sims.cmd.Process.Kill() })
 	connected, err := sims.call("connect")
 	if err != nil {
 		return err
@@ -374,7 +410,14 @@ http://127.0.0.1:%s {
 				traced <- gatewayproc.SaveTrace("http://"+admin, o.duration, o.trace)
 			}()
 		}
-		err := dispatch(o, base, "http://"+admin, apiToken, nodes, pid, sims.cmd.Process.Pid)
+		// The run's figures, one result: line at its end, even when it
+		// fails (the A/B series reads it).
+		res := result{"rss_nodes_mib": float64(rss) / 1024}
+		defer printResult(os.Stdout, res)
+		err := dispatch(o, base, "http://"+admin, apiToken, nodes, pid, sims.cmd.Process.Pid, res)
+		if rssEnd, _, merr := gw.Memory(); merr == nil {
+			res["rss_end_mib"] = float64(rssEnd) / 1024
+		}
 		if profiled != nil {
 			err = errors.Join(err, <-profiled,
 				gatewayproc.Save("http://"+admin+"/debug/pprof/heap", o.profile+".heap-after", 0))
@@ -392,7 +435,7 @@ http://127.0.0.1:%s {
 		return err
 	}
 	rssEnd, _, _ := gw.Memory()
-	fmt.Printf("end: %s; gateway VmRSS %.1f MiB\n", dropped, float64(rssEnd)/1024)
+	fmt.Printf("end: %s; gateway VmRSS %.1f MiB; load average %s\n", dropped, float64(rssEnd)/1024, loadAverage())
 	if !strings.HasPrefix(dropped, "0 of ") {
 		return errors.New("connections dropped")
 	}
@@ -402,25 +445,28 @@ http://127.0.0.1:%s {
 // dispatch sends operations at o.rate for o.duration, open loop: each
 // operation starts on its schedule on its own goroutine, whatever the
 // previous ones do.
-func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesPid int) error {
+func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesPid int, r result) error {
 	client := &apiClient{addr: strings.TrimPrefix(base, "http://"), idle: make(chan *apiConn, 1024)}
 	defer client.close()
 	body := func(i int) string {
 		return fmt.Sprintf(`{"operation":"info","deployment_generation":1,"timeout_ms":10000,"reference":{"tenant_id":"t","environment_id":"e","allocation_id":"a%d"}}`, i)
 	}
+	// Every node's request, written out once before the phase (the
+	// allocation id is the node's index), so that a send costs the tool
+	// one write and the answer's parse, not building a request.
+	host := strings.TrimPrefix(base, "http://")
+	raw := make([][]byte, len(nodes))
+	for i, n := range nodes {
+		b := body(i)
+		raw[i] = fmt.Appendf(nil, "POST %s/%s/operations HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+			api.Prefix, n.ID, host, token, len(b), b)
+	}
 	// one sends operation i and returns its latency measured from due,
 	// the time the schedule meant it to be sent (not when its goroutine
 	// got to run), and the delay from due to the actual send.
 	one := func(i int, due time.Time) (lat, delay time.Duration, outcome string, err error) {
-		n := nodes[i%len(nodes)]
-		req, err := http.NewRequest(http.MethodPost, base+api.Prefix+"/"+n.ID+"/operations", strings.NewReader(body(i)))
-		if err != nil {
-			return 0, 0, "", err
-		}
-		req.Header.Set("Authorization", "Bearer "+token)
-		req.Header.Set("Content-Type", "application/json")
 		delay = time.Since(due)
-		status, data, err := client.do(req)
+		status, data, err := client.do(raw[i%len(raw)])
 		lat = time.Since(due)
 		if err != nil {
 			return 0, delay, "", err
@@ -534,11 +580,19 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 			pct(ok, 50), pct(ok, 90), pct(ok, 99), pct(ok, 99.9), ok[len(ok)-1].Round(time.Microsecond))
 		fmt.Printf("  (from the actual send, for comparison: p50 %s, p99 %s)\n", pct(fromSend, 50), pct(fromSend, 99))
 	}
-	fmt.Printf("hub's own time (%s over the dispatch phase, %.0f operations, within its buckets): p50 %s, p99 %s, p99.9 %s\n",
-		hubMetric, hubTime.count(), hubTime.describe(0.5), hubTime.describe(0.99), hubTime.describe(0.999))
-	fmt.Printf("CPU during dispatch: gateway %.1f%%, simulated nodes %.1f%%, this tool (API client) %.1f%% of one core\n",
-		gatewayproc.CPUPercent(cpu1-cpu0, t1.Sub(t0)), gatewayproc.CPUPercent(nodes1-nodes0, t1.Sub(t0)),
-		gatewayproc.CPUPercent(self1-self0, t1.Sub(t0)))
+	fmt.Printf("hub's own time (%s over the dispatch phase, %.0f operations, within its buckets): p50 %s, p99 %s, p99.9 %s; the gateway's garbage collections in the phase: %.0f\n",
+		hubMetric, hubTime.count(), hubTime.describe(0.5), hubTime.describe(0.99), hubTime.describe(0.999), hubTime.gcs)
+	gwCPU, nodesCPU, toolCPU := gatewayproc.CPUPercent(cpu1-cpu0, t1.Sub(t0)), gatewayproc.CPUPercent(nodes1-nodes0, t1.Sub(t0)),
+		gatewayproc.CPUPercent(self1-self0, t1.Sub(t0))
+	fmt.Printf("CPU during dispatch: gateway %.1f%%, simulated nodes %.1f%%, this tool (API client) %.1f%% of one core; load average %s\n",
+		gwCPU, nodesCPU, toolCPU, loadAverage())
+	maps.Copy(r, result{"ops_per_s": float64(total) / elapsed.Seconds(), "ok": float64(len(ok)), "total": float64(total),
+		"send_delay_p99_ms": ms(pct(sendDelay, 99)), "hub_p50_ms": hubMS(hubTime, 0.5), "hub_p99_ms": hubMS(hubTime, 0.99),
+		"hub_p999_ms": hubMS(hubTime, 0.999), "gateway_gcs": hubTime.gcs, "gateway_cpu": gwCPU, "nodes_cpu": nodesCPU, "tool_cpu": toolCPU})
+	if len(ok) > 0 {
+		r["rtt_p50_ms"], r["rtt_p90_ms"], r["rtt_p99_ms"] = ms(pct(ok, 50)), ms(pct(ok, 90)), ms(pct(ok, 99))
+		r["rtt_p999_ms"], r["rtt_max_ms"] = ms(pct(ok, 99.9)), ms(ok[len(ok)-1])
+	}
 	if counts["success"] != total {
 		return errors.New("not every operation succeeded")
 	}
@@ -558,13 +612,12 @@ type apiClient struct {
 type apiConn struct {
 	c  net.Conn
 	br *bufio.Reader
-	bw *bufio.Writer
 }
 
-// do sends req (its body a *strings.Reader, so its length is known) and
+// do sends req, one whole HTTP/1.1 request with a Content-Length, and
 // returns the answer's status and body; a connection is reused unless the
 // answer closes it or an error occurred. Each exchange has 30 s.
-func (a *apiClient) do(req *http.Request) (int, []byte, error) {
+func (a *apiClient) do(req []byte) (int, []byte, error) {
 	var c *apiConn
 	select {
 	case c = <-a.idle:
@@ -573,7 +626,7 @@ func (a *apiClient) do(req *http.Request) (int, []byte, error) {
 		if err != nil {
 			return 0, nil, err
 		}
-		c = &apiConn{c: nc, br: bufio.NewReader(nc), bw: bufio.NewWriter(nc)}
+		c = &apiConn{c: nc, br: bufio.NewReader(nc)}
 	}
 	status, data, keep, err := c.exchange(req)
 	if err != nil || !keep {
@@ -588,21 +641,12 @@ func (a *apiClient) do(req *http.Request) (int, []byte, error) {
 	return status, data, nil
 }
 
-func (c *apiConn) exchange(req *http.Request) (status int, data []byte, keep bool, err error) {
+func (c *apiConn) exchange(req []byte) (status int, data []byte, keep bool, err error) {
 	_ = c.c.SetDeadline(time.Now().Add(30 * time.Second))
-	if err := req.Write(c.bw); err != nil {
+	if _, err := c.c.Write(req); err != nil {
 		return 0, nil, false, err
 	}
-	if err := c.bw.Flush(); err != nil {
-		return 0, nil, false, err
-	}
-	resp, err := http.ReadResponse(c.br, req)
-	if err != nil {
-		return 0, nil, false, err
-	}
-	data, err = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode, data, err == nil && !resp.Close, err
+	return readAnswer(c.br)
 }
 
 // close closes the idle connections.
@@ -682,7 +726,7 @@ func raiseNoFile(need, want int) (uint64, error) {
 		return next.Cur, nil
 	}
 	if lim.Max < uint64(need) {
-		return 0, fmt.Errorf("RLIMIT_NOFILE hard limit %d is below the %d needed (one socket per node in each process), and raising it was not permitted", lim.Max, need)
+		return 0, fmt.Errorf("RLIMIT_NOFILE hard limit %d is below the %d needed (one socket per node in each process), and raising it was not permitted: run with fewer -nodes, or where the hard limit is at least %d (as root with CAP_SYS_RESOURCE `ulimit -Hn %d`, or a container started with --ulimit nofile=%d:%d)", lim.Max, need, need, roundUp4096(need), roundUp4096(need), roundUp4096(need))
 	}
 	next = syscall.Rlimit{Cur: min(uint64(want), lim.Max), Max: lim.Max}
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &next); err != nil {
@@ -690,6 +734,10 @@ func raiseNoFile(need, want int) (uint64, error) {
 	}
 	return next.Cur, nil
 }
+
+// roundUp4096 is need rounded up to a multiple of 4,096, for the advice of
+// raiseNoFile's error.
+func roundUp4096(need int) int { return (need + 4095) / 4096 * 4096 }
 
 func randomHex(n int) string {
 	b := make([]byte, n)

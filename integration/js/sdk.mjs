@@ -10,6 +10,8 @@
 //   SANDBOX_ID        the sandbox to connect to
 //   SCENARIO_DIR      a directory (sandbox path) the scenario may use
 //   GO_FILE           a host path the "stream" scenario creates to let its command continue
+//   READY_FILE        the "drain" scenario: a host path it creates once both commands stream
+//   STOP_FILE         the "drain" scenario: the host path that ends its long command
 //   E2B_API_KEY       the API key sent to E2B_API_URL (default e2b_sandgate_test)
 //   NETWORK           the "lifecycle" scenario's create-time network object (JSON)
 //   OTHER_API_KEY     the "authz" scenario: another credential's API key (same namespace)
@@ -88,6 +90,24 @@ const scenarios = {
       }),
     )
     return { result, chunks: seen }
+  },
+
+  // Two commands across a gateway shutdown (TestDrainEndsLongStreams):
+  // "short" ends once GO_FILE exists, which the test creates after the
+  // drain began; "long" runs until STOP_FILE exists, past the drain's
+  // grace, which ends its stream. READY_FILE tells the test both stream.
+  async drain(sbx) {
+    const seen = { short: '', long: '' }
+    const saw = (k) => (d) => {
+      seen[k] += d
+      if (seen.short.includes('first') && seen.long.includes('first')) writeFileSync(process.env.READY_FILE, 'ready')
+    }
+    const until = (f, rest) => `echo first; while [ ! -f '${f}' ]; do sleep 0.05; done${rest}`
+    const [short, long] = await Promise.all([
+      attempt(() => sbx.commands.run(until(process.env.GO_FILE, '; echo finished'), { timeoutMs: 0, onStdout: saw('short') })),
+      attempt(() => sbx.commands.run(until(process.env.STOP_FILE, ''), { timeoutMs: 0, onStdout: saw('long') })),
+    ])
+    return { short, long, seen }
   },
 
   // Start a background command, disconnect from it, and exit; the Go test

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	"github.com/sandgate/sandgate/node/proto"
 )
 
@@ -45,7 +47,8 @@ type Received struct {
 
 // Agent is a simulated node that behaves like nodeagent's connection
 // loop: it dials, and whenever the dial is refused or the connection ends
-// it waits its backoff and dials again. Like nodeagent it keeps the
+// it waits its backoff and dials again (the Retry-After of a 409, or
+// half a second at most after Core's 1001, as nodeagent). Like nodeagent it keeps the
 // highest owner epoch a welcome carried and closes a connection welcomed
 // under a lower one. It records every welcome and every request.
 type Agent struct {
@@ -102,11 +105,13 @@ func (a *Agent) loop(ctx context.Context) {
 			err = errors.New("sim: welcome with a lower owner epoch")
 			n = nil
 		}
+		var retryAfter time.Duration
+		goingAway := false
 		if err != nil {
 			var de *DialError
 			status := -1
 			if errors.As(err, &de) {
-				status = de.Status
+				status, retryAfter = de.Status, de.RetryAfter
 			}
 			if status >= 0 {
 				a.note(func() { a.refused[status]++ })
@@ -120,6 +125,8 @@ func (a *Agent) loop(ctx context.Context) {
 			})
 			select {
 			case <-n.Done():
+				var ce *websocket.CloseError
+				goingAway = errors.As(n.Err(), &ce) && ce.Code == websocket.CloseGoingAway
 			case <-ctx.Done():
 				_ = n.Close()
 			}
@@ -128,15 +135,28 @@ func (a *Agent) loop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		d := a.cfg.BackoffMin
-		for j := 0; j < attempt && d < a.cfg.BackoffMax; j++ {
-			d *= 2
+		var wait time.Duration
+		switch {
+		case retryAfter > 0:
+			// As nodeagent: the refusal's Retry-After, plus up to a
+			// quarter of it, at most BackoffMax.
+			wait = min(retryAfter+rand.N(retryAfter/4+1), a.cfg.BackoffMax)
+		case goingAway:
+			// As nodeagent: Core's 1001, reconnect at once (a jitter of
+			// at most half a second).
+			wait = rand.N(min(500*time.Millisecond, a.cfg.BackoffMin) + 1)
+		default:
+			d := a.cfg.BackoffMin
+			for j := 0; j < attempt && d < a.cfg.BackoffMax; j++ {
+				d *= 2
+			}
+			d = min(d, a.cfg.BackoffMax)
+			attempt++
+			half := d / 2
+			wait = half + rand.N(d-half+1)
 		}
-		d = min(d, a.cfg.BackoffMax)
-		attempt++
-		half := d / 2
 		select {
-		case <-time.After(half + rand.N(d-half+1)):
+		case <-time.After(wait):
 		case <-ctx.Done():
 			return
 		}

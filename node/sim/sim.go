@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -78,6 +79,9 @@ type Node struct {
 type DialError struct {
 	// Status is the HTTP status (401, 409, …), 0 when there was no answer.
 	Status int
+	// RetryAfter is a 409's Retry-After in seconds (another replica's
+	// claim on the node lasts that long), 0 when it had none.
+	RetryAfter time.Duration
 	// Err is the dialer's error.
 	Err error
 }
@@ -119,12 +123,15 @@ func Dial(ctx context.Context, cfg Config) (*Node, error) {
 	h.Set("Authorization", "Bearer "+cfg.Credential)
 	ws, resp, err := d.DialContext(ctx, ConnectURL(cfg.URL, cfg.Hello.NodeID), h)
 	if err != nil {
-		status := 0
+		de := &DialError{Err: err}
 		if resp != nil {
-			status = resp.StatusCode
+			de.Status = resp.StatusCode
+			if n, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && resp.StatusCode == http.StatusConflict && n > 0 && n <= 3600 {
+				de.RetryAfter = time.Duration(n) * time.Second
+			}
 			_ = resp.Body.Close()
 		}
-		return nil, &DialError{Status: status, Err: err}
+		return nil, de
 	}
 	n := &Node{cfg: cfg, ws: ws, done: make(chan struct{}), generations: cfg.Hello.Generations,
 		retAnswers: make(chan *proto.RetentionAck, 1)}

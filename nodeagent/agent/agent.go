@@ -273,7 +273,16 @@ func (a *Agent) connectURL() string {
 // (a proxy's 403 included), a protocol violation by either side — closes
 // the connection and is retried after a jittered, exponentially growing
 // wait between Timers.BackoffMin and Timers.BackoffMax; the wait starts
-// again from the minimum after a connection that Core welcomed.
+// again from the minimum after a connection that Core welcomed. A 409
+// with Retry-After (another gateway replica still holds the node's claim,
+// which lapses then: the replica died) is retried when it says, plus up to
+// a quarter of it as jitter, at most Timers.BackoffMax, so a node is back
+// soon after the dead replica's claim lapses rather than at the end of a
+// backoff grown during the refusals. After Core closed a welcomed
+// connection with 1001 (going away: the replica shuts down and has
+// released the node's claim) the agent reconnects at once, after a jitter
+// of at most goingAwayJitter (or Timers.BackoffMin if smaller), so another
+// replica takes the node without the backoff.
 func (a *Agent) Run(ctx context.Context) error {
 	b := backoff{min: a.cfg.Timers.BackoffMin, max: a.cfg.Timers.BackoffMax}
 	for {
@@ -287,7 +296,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		if welcomed {
 			b.reset()
 		}
-		wait := b.next()
+		var wait time.Duration
+		if ra := (*retryAfterError)(nil); errors.As(err, &ra) {
+			wait = ra.wait(a.cfg.Timers.BackoffMax)
+		} else if welcomed && goingAway(err) {
+			wait = goingAwayWait(a.cfg.Timers.BackoffMin)
+		} else {
+			wait = b.next()
+		}
 		a.log.Info("connection ended; reconnecting", "error", err, "wait", wait)
 		t := time.NewTimer(wait)
 		select {
@@ -320,7 +336,11 @@ func (a *Agent) connect(ctx context.Context) (bool, error) {
 			return false, ErrRejected
 		}
 		if resp != nil {
-			return false, fmt.Errorf("agent: connect refused with HTTP %d", resp.StatusCode)
+			err := fmt.Errorf("agent: connect refused with HTTP %d", resp.StatusCode)
+			if d, ok := retryAfter(resp); ok {
+				return false, &retryAfterError{err: err, after: d}
+			}
+			return false, err
 		}
 		return false, fmt.Errorf("agent: connect: %w", err)
 	}

@@ -155,12 +155,41 @@ func TestOtherFailuresAreRetried(t *testing.T) {
 	}
 }
 
+// TestRetryAfterReplacesTheBackoff: a 409 with Retry-After (another
+// replica's claim on the node lapses then) is retried when it says, not
+// after the backoff, here an hour: the node connects within fakecore.Wait.
+func TestRetryAfterReplacesTheBackoff(t *testing.T) {
+	core := fakecore.New(t, credential, false)
+	core.RefuseRetryAfter(http.StatusConflict, "1")
+	startNode(t, core, newFake(nil), func(c *agent.Config) {
+		c.Timers.BackoffMin, c.Timers.BackoffMax = time.Hour, time.Hour
+	})
+	core.Accept().Open(1)
+	if n := core.Attempts(); n != 2 {
+		t.Fatalf("%d attempts, want 2 (refused, then accepted)", n)
+	}
+}
+
 func TestReconnectsAfterCoreCloses(t *testing.T) {
 	core := fakecore.New(t, credential, false)
 	startNode(t, core, newFake(nil), nil)
 	first := core.Accept()
 	first.Open(1)
 	first.Close()
+	core.Accept().Open(1)
+}
+
+// TestGoingAwayReconnectsAtOnce: Core's 1001 (a gateway replica shutting
+// down, its node claims released) is followed by a reconnect at once, not
+// after the backoff, here an hour: the node connects within fakecore.Wait.
+func TestGoingAwayReconnectsAtOnce(t *testing.T) {
+	core := fakecore.New(t, credential, false)
+	startNode(t, core, newFake(nil), func(c *agent.Config) {
+		c.Timers.BackoffMin, c.Timers.BackoffMax = time.Hour, time.Hour
+	})
+	first := core.Accept()
+	first.Open(1)
+	first.CloseWith(websocket.CloseGoingAway, "gateway shutting down")
 	core.Accept().Open(1)
 }
 

@@ -78,11 +78,35 @@ type conn struct {
 
 // call is one request waiting for its response.
 type call struct {
-	req  *proto.Request
 	done chan *proto.Response // buffered: the reader never blocks
 	// read is when the response's frame began to arrive (the reader's
 	// NextReader returned); set before the send on done.
 	read time.Time
+	// timer bounds the wait (timeout_ms plus the response grace); nil
+	// until the call's first use, then reset on each reuse.
+	timer *time.Timer
+}
+
+// calls holds calls for reuse, so that a dispatch costs no channel and
+// no timer of its own. A call goes back only once its response was
+// received from done: the reader removed it from the connection's
+// pending requests before sending, so nothing else holds it. A call
+// whose wait ended otherwise (timeout, cancel, disconnect) stays pending,
+// since a late response may still be sent on its channel, and is left to
+// the collector.
+var calls = sync.Pool{New: func() any { return &call{done: make(chan *proto.Response, 1)} }}
+
+// wait starts the call's timer for d (reusing it when the call has
+// one) and returns its channel; the caller stops it when the wait ends.
+func (cl *call) wait(d time.Duration) <-chan time.Time {
+	if cl.timer == nil {
+		cl.timer = time.NewTimer(d)
+	} else {
+		// Since Go 1.23 a stopped or fired timer's channel holds no
+		// stale value after Reset.
+		cl.timer.Reset(d)
+	}
+	return cl.timer.C
 }
 
 func newConn(h *Hub, nodeID string, digest credential.Digest, node credential.Node) *conn {

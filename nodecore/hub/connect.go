@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -78,6 +79,10 @@ func (h *Hub) connect(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			h.unreserve(c)
 			if errors.Is(err, ErrHeld) {
+				var held *HeldError
+				if errors.As(err, &held) && held.Remaining > 0 {
+					w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(held.Remaining)))
+				}
 				return httpErr(http.StatusConflict, ErrBusy)
 			}
 			cfg.Logger.Warn("node connect: claiming the node failed", zap.String("node_id", nodeID), zap.Error(err))
@@ -177,4 +182,10 @@ func (h *Hub) release(c *conn, now time.Time) {
 	c.state = StateDisconnected
 	h.mu.Unlock()
 	h.conns.Done()
+}
+
+// retryAfterSeconds is d in whole seconds for Retry-After, rounded up so
+// that a node never comes back before the claim has lapsed, at least 1.
+func retryAfterSeconds(d time.Duration) int {
+	return max(1, int((d+time.Second-1)/time.Second))
 }

@@ -422,10 +422,12 @@ func TestReadLimit(t *testing.T) {
 	// the connection with a read timeout instead of the limit's code.
 	e := newEnv(t, func(c *Config) { c.Timers.Idle = time.Minute })
 	a := e.join(nodeA)
-	pending := e.dispatchAsync(nodeA, infoReq())
+	req := infoReq()
+	req.TimeoutMS = 120000 // the close, not the request's timeout, ends the wait
+	pending := e.dispatchAsync(nodeA, req)
 	a.request()
 	a.sendLarge(proto.MaxRequestFrame, proto.TypeResponse)
-	if reason := a.expectClose(CloseMessageTooBig); !strings.Contains(reason, "72 MiB") {
+	if reason := a.expectCloseWithin(CloseMessageTooBig, 2*time.Minute); !strings.Contains(reason, "72 MiB") {
 		t.Fatalf("reason %q", reason)
 	}
 	if d := e.await(pending); d.err != nil || d.res.Reason != ReasonDisconnected {

@@ -224,14 +224,19 @@ func (c *conn) dispatch(ctx context.Context, cfg *Config, req proto.Request) (*R
 	if c.pendingCount() >= proto.MaxPendingRequests {
 		return nil, fmt.Errorf("%w: node %s", ErrTooManyPending, c.nodeID)
 	}
-	req.ID = uuid.NewString()
-	req.ConnectionID = c.id
-	req.OwnerEpoch = c.epoch
-	cl := &call{req: &req, done: make(chan *proto.Response, 1)}
+	// The request lives in its Result from here on: one allocation for
+	// both, and the frame is encoded from it.
+	res := &Result{Request: req}
+	r := &res.Request
+	r.ID = uuid.NewString()
+	r.ConnectionID = c.id
+	r.OwnerEpoch = c.epoch
+	cl := calls.Get().(*call)
 
 	c.wmu.Lock()
 	if c.isClosing() {
 		c.wmu.Unlock()
+		calls.Put(cl)
 		return nil, fmt.Errorf("%w: %s", ErrOffline, c.nodeID)
 	}
 	// A caller that is already gone (e.g. the API client hung up while the
@@ -239,44 +244,48 @@ func (c *conn) dispatch(ctx context.Context, cfg *Config, req proto.Request) (*R
 	// operation nobody waits for.
 	if err := ctx.Err(); err != nil {
 		c.wmu.Unlock()
+		calls.Put(cl)
 		return nil, fmt.Errorf("hub: the caller went away before the request was sent: %w", err)
 	}
 	c.pmu.Lock()
 	if len(c.pending) >= proto.MaxPendingRequests {
 		c.pmu.Unlock()
 		c.wmu.Unlock()
+		calls.Put(cl)
 		return nil, fmt.Errorf("%w: node %s", ErrTooManyPending, c.nodeID)
 	}
-	c.pending[req.ID] = cl
+	c.pending[r.ID] = cl
 	c.pmu.Unlock()
-	req.Sequence = c.seq + 1
-	bp, err := encodeFrame(&req)
+	r.Sequence = c.seq + 1
+	bp, err := encodeFrame(r)
 	if err != nil {
 		c.pmu.Lock()
-		delete(c.pending, req.ID)
+		delete(c.pending, r.ID)
 		c.pmu.Unlock()
 		c.wmu.Unlock()
+		calls.Put(cl)
 		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
-	c.seq = req.Sequence
+	c.seq = r.Sequence
 	written := c.writeBytes(*bp)
 	c.wmu.Unlock()
 	putFrameBuf(bp)
 
-	res := &Result{Request: req, sent: time.Now()}
+	res.sent = time.Now()
 	if !written {
+		// The call stays pending: a response may still arrive for the
+		// part of the request that reached the node.
 		res.Outcome, res.ErrorCode, res.Reason = proto.OutcomeUnknown, proto.ErrUnconfirmed, ReasonWriteFailed
 		c.logDispatch(cfg, res)
 		return res, nil
 	}
-	timer := time.NewTimer(time.Duration(req.TimeoutMS)*time.Millisecond + cfg.Timers.ResponseGrace)
-	defer timer.Stop()
+	timeout := cl.wait(time.Duration(r.TimeoutMS)*time.Millisecond + cfg.Timers.ResponseGrace)
 	var resp *proto.Response
 	select {
 	case resp = <-cl.done:
 	case <-c.closing:
 		res.Reason = ReasonDisconnected
-	case <-timer.C:
+	case <-timeout:
 		res.Reason = ReasonTimeout
 	case <-ctx.Done():
 		res.Reason = ReasonCancelled
@@ -289,22 +298,24 @@ func (c *conn) dispatch(ctx context.Context, cfg *Config, req proto.Request) (*R
 		default:
 		}
 	}
+	cl.timer.Stop()
 	if resp == nil {
 		res.Outcome, res.ErrorCode = proto.OutcomeUnknown, proto.ErrUnconfirmed
 		c.logDispatch(cfg, res)
 		return res, nil
 	}
 	res.Response, res.read = resp, cl.read
+	calls.Put(cl) // its response was received: nothing else holds it
 	// Every operation sent is one the registered declaration supports (a
 	// declared-unsupported one is answered before sending) or one of a
 	// provider with no registered declaration: either way there is no
 	// declared evidence, so an unsupported response is mismatched evidence
 	// and unconfirmed (spec "Provider requests"), never a proven refusal.
-	res.Outcome, res.ErrorCode = proto.Classify(&req, resp, nil)
+	res.Outcome, res.ErrorCode = proto.Classify(r, resp, nil)
 	if res.Outcome == proto.OutcomeUnknown {
 		res.Reason = ReasonUnconfirmed
 	}
-	if info, ok := proto.CreateReceipt(&req, resp); ok {
+	if info, ok := proto.CreateReceipt(r, resp); ok {
 		res.Receipt = info
 	}
 	c.logDispatch(cfg, res)

@@ -228,6 +228,48 @@ func TestDispatchTimeout(t *testing.T) {
 	}
 }
 
+// TestDispatchReusesCallsSafely: a dispatch's waiting state (its channel
+// and timer) is reused once its response was received (package var
+// calls): a reused timer still times out, and a late response to a
+// timed-out request, whose state is never reused, does not reach the
+// next dispatch.
+func TestDispatchReusesCallsSafely(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.Timers.ResponseGrace = 10 * time.Millisecond })
+	a := e.join(nodeA)
+	answer := func(timeoutMS int) (*proto.Request, dispatched) {
+		req := infoReq()
+		req.TimeoutMS = timeoutMS
+		pending := e.dispatchAsync(nodeA, req)
+		got := a.request()
+		a.send(&proto.Response{ID: got.ID, ConnectionID: got.ConnectionID, Info: info()})
+		return got, e.await(pending)
+	}
+	if _, d := answer(10000); d.err != nil || d.res.Outcome != proto.OutcomeSuccess {
+		t.Fatalf("first = %+v, %v", d.res, d.err)
+	}
+	req := infoReq()
+	req.TimeoutMS = 20
+	pending := e.dispatchAsync(nodeA, req)
+	late := a.request()
+	if d := e.await(pending); d.err != nil || d.res.Reason != ReasonTimeout {
+		t.Fatalf("second = %+v, %v", d.res, d.err)
+	}
+	req = infoReq()
+	req.TimeoutMS = 10000
+	pending = e.dispatchAsync(nodeA, req)
+	got := a.request()
+	a.send(&proto.Response{ID: late.ID, ConnectionID: late.ConnectionID, Info: info()})
+	a.send(&proto.Response{ID: got.ID, ConnectionID: got.ConnectionID, Info: info()})
+	if d := e.await(pending); d.err != nil || d.res.Outcome != proto.OutcomeSuccess || d.res.Request.ID != got.ID {
+		t.Fatalf("third = %+v, %v", d.res, d.err)
+	}
+	for range 20 {
+		if got, d := answer(10000); d.err != nil || d.res.Outcome != proto.OutcomeSuccess || d.res.Request.ID != got.ID {
+			t.Fatalf("later = %+v, %v", d.res, d.err)
+		}
+	}
+}
+
 // TestDispatchCancelled: the caller's context ending gives OutcomeUnknown
 // (cancelled).
 func TestDispatchCancelled(t *testing.T) {

@@ -298,8 +298,11 @@ func (n *testNode) recv() proto.Frame {
 	return f
 }
 
-func (n *testNode) next() (proto.Frame, error) {
-	_ = n.ws.SetReadDeadline(time.Now().Add(timeout))
+func (n *testNode) next() (proto.Frame, error) { return n.nextWithin(timeout) }
+
+// nextWithin is next with a safety net of wait instead of timeout.
+func (n *testNode) nextWithin(wait time.Duration) (proto.Frame, error) {
+	_ = n.ws.SetReadDeadline(time.Now().Add(wait))
 	typ, data, err := n.ws.ReadMessage()
 	if err != nil {
 		return nil, err
@@ -314,7 +317,15 @@ func (n *testNode) next() (proto.Frame, error) {
 // returns the reason. Frames before the close fail the test.
 func (n *testNode) expectClose(code int) string {
 	n.t.Helper()
-	f, err := n.next()
+	return n.expectCloseWithin(code, timeout)
+}
+
+// expectCloseWithin is expectClose with a safety net of wait: for a close
+// that comes only after Core has read a message of tens of MiB, which
+// under -race on a loaded machine takes longer than timeout.
+func (n *testNode) expectCloseWithin(code int, wait time.Duration) string {
+	n.t.Helper()
+	f, err := n.nextWithin(wait)
 	var ce *websocket.CloseError
 	if !errors.As(err, &ce) {
 		n.t.Fatalf("node %s: want close %d, got frame %v, error %v", n.id, code, f, err)

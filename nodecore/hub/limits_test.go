@@ -22,11 +22,13 @@ import (
 // sendLarge streams one text message of n bytes (a JSON object of type
 // typ padded with spaces) from a goroutine; the write fails once Core has
 // closed, which is expected. It allocates one 1 MiB chunk whatever n is.
+// Its write deadline is a safety net of two minutes: 72 MiB under -race
+// on a loaded machine takes longer than timeout.
 func (n *testNode) sendLarge(size int, typ string) {
 	go func() {
 		n.wmu.Lock()
 		defer n.wmu.Unlock()
-		_ = n.ws.SetWriteDeadline(time.Now().Add(timeout))
+		_ = n.ws.SetWriteDeadline(time.Now().Add(2 * time.Minute))
 		w, err := n.ws.NextWriter(websocket.TextMessage)
 		if err != nil {
 			return

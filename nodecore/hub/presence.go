@@ -20,7 +20,9 @@ type Presence interface {
 	// its welcome carries: greater than every epoch handed out before, by
 	// any replica, and at least minEpoch (the configured owner epoch).
 	// Errors: ErrHeld when another replica's claim is live (the connect is
-	// answered 409); any other error makes the connect fail with 503.
+	// answered 409), as a *HeldError when the claim's remaining time is
+	// known (the 409 then carries Retry-After); any other error makes the
+	// connect fail with 503.
 	Acquire(ctx context.Context, nodeID string, minEpoch int64) (Claim, error)
 }
 
@@ -47,6 +49,24 @@ var (
 	// ErrLost: the claim was taken over by another replica.
 	ErrLost = errors.New("hub: the node's claim was taken over by another gateway replica")
 )
+
+// HeldError is ErrHeld with the time the other replica's claim has left
+// unless it is renewed: a connect refused with it is answered 409 with
+// Retry-After, so that a node whose replica died tries again when the
+// dead replica's claim lapses rather than at the end of an exponential
+// backoff that may be much later. errors.Is(err, ErrHeld) holds.
+type HeldError struct {
+	// Remaining is how long the claim lasts without a renewal, > 0.
+	Remaining time.Duration
+}
+
+// Error says the node is held and for how long.
+func (e *HeldError) Error() string {
+	return ErrHeld.Error() + " (for " + e.Remaining.Round(time.Second).String() + " unless renewed)"
+}
+
+// Unwrap returns ErrHeld.
+func (e *HeldError) Unwrap() error { return ErrHeld }
 
 // presenceTimeout bounds one Presence call made by the hub.
 const presenceTimeout = 10 * time.Second

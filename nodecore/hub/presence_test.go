@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodecore/pool"
 )
@@ -21,6 +23,7 @@ type fakeStore struct {
 	claimEpoch  map[string]int64  // node → epoch of the live claim
 	epoch       int64
 	failAcquire error
+	heldFor     time.Duration // > 0: a held node's Acquire is a *HeldError with it
 	renews      map[string]int
 	releases    map[string]int
 }
@@ -48,6 +51,9 @@ func (p fakePresence) Acquire(_ context.Context, node string, minEpoch int64) (C
 		return nil, s.failAcquire
 	}
 	if h := s.holder[node]; h != "" && h != p.replica {
+		if s.heldFor > 0 {
+			return nil, &HeldError{Remaining: s.heldFor}
+		}
 		return nil, ErrHeld
 	}
 	s.epoch = max(s.epoch+1, minEpoch)
@@ -334,4 +340,35 @@ func TestShutdownDrains(t *testing.T) {
 		t.Fatalf("the dispatch cut off: %+v", d)
 	}
 	b.expectClose(CloseGoingAway)
+}
+
+// TestHeldRetryAfter: a connect refused because another replica holds the
+// node's claim carries Retry-After: the claim's remaining time in whole
+// seconds, rounded up; a plain ErrHeld (the time unknown) carries none.
+func TestHeldRetryAfter(t *testing.T) {
+	store := newFakeStore()
+	a := newEnv(t, func(c *Config) { c.Presence = fakePresence{store, "replica-a"} })
+	b := newEnv(t, func(c *Config) { c.Presence = fakePresence{store, "replica-b"} })
+	a.join(nodeA)
+	retryAfter := func() (int, string) {
+		d := websocket.Dialer{HandshakeTimeout: timeout}
+		_, resp, err := d.Dial(b.url(nodeA), http.Header{"Authorization": {"Bearer " + secretA}})
+		if err == nil || resp == nil {
+			t.Fatalf("connect on replica B while live on A: %v", err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get("Retry-After")
+	}
+	if st, ra := retryAfter(); st != http.StatusConflict || ra != "" {
+		t.Fatalf("plain ErrHeld: %d Retry-After %q, want 409 without", st, ra)
+	}
+	store.mu.Lock()
+	store.heldFor = 2500 * time.Millisecond
+	store.mu.Unlock()
+	if st, ra := retryAfter(); st != http.StatusConflict || ra != "3" {
+		t.Fatalf("HeldError 2.5s: %d Retry-After %q, want 409 with 3", st, ra)
+	}
+	if !errors.Is(&HeldError{Remaining: time.Second}, ErrHeld) {
+		t.Fatal("a HeldError is not ErrHeld")
+	}
 }

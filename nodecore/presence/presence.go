@@ -180,6 +180,15 @@ func (l *Leases) expired(lease *coordinationv1.Lease, now time.Time) bool {
 	return !now.Before(lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second))
 }
 
+// remaining is how long a live lease lasts from now without a renewal
+// (its renew time plus its duration); 0 for an expired one.
+func (l *Leases) remaining(lease *coordinationv1.Lease, now time.Time) time.Duration {
+	if l.expired(lease, now) {
+		return 0
+	}
+	return lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second).Sub(now)
+}
+
 func holder(lease *coordinationv1.Lease) string {
 	if lease.Spec.HolderIdentity == nil {
 		return ""
@@ -206,8 +215,9 @@ const maxAttempts = 5
 // Acquire implements hub.Presence: it claims nodeID's Lease for this
 // replica when the Lease is absent, released, expired or already this
 // replica's, with an owner epoch from the cluster-wide counter (at least
-// minEpoch). It returns hub.ErrHeld while another replica's claim is
-// live (or when other replicas keep winning the race for it); other errors
+// minEpoch). It returns a *hub.HeldError (hub.ErrHeld with the claim's
+// remaining time) while another replica's claim is live, hub.ErrHeld
+// when other replicas keep winning the race for it; other errors
 // are the apiserver's.
 func (l *Leases) Acquire(ctx context.Context, nodeID string, minEpoch int64) (hub.Claim, error) {
 	c := l.client()
@@ -219,7 +229,7 @@ func (l *Leases) Acquire(ctx context.Context, nodeID string, minEpoch int64) (hu
 		}
 		exists := err == nil
 		if exists && holder(cur) != l.cfg.ReplicaID && !l.expired(cur, l.cfg.Now()) {
-			return nil, hub.ErrHeld
+			return nil, &hub.HeldError{Remaining: l.remaining(cur, l.cfg.Now())}
 		}
 		epoch, err := l.epochs.next(ctx, minEpoch)
 		if err != nil {

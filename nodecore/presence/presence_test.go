@@ -88,8 +88,10 @@ func TestAcquireRenewRelease(t *testing.T) {
 		lease.Labels[LabelKind] != KindNode || *lease.Spec.LeaseTransitions != 0 {
 		t.Fatalf("Lease after A's claim: %+v %+v", lease.ObjectMeta, lease.Spec)
 	}
-	if _, err := b.Acquire(ctx, node, 1); !errors.Is(err, hub.ErrHeld) {
-		t.Fatalf("B's claim while A holds: %v", err)
+	_, err = b.Acquire(ctx, node, 1)
+	var held *hub.HeldError
+	if !errors.Is(err, hub.ErrHeld) || !errors.As(err, &held) || held.Remaining <= 0 || held.Remaining > 30*time.Second {
+		t.Fatalf("B's claim while A holds: %v, want a HeldError with the Lease's remaining time (0, 30s]", err)
 	}
 	if p, ok, err := b.Holder(ctx, node, true); err != nil || !ok || p.ID != "replica-a" || p.URL != "http://replica-a:30086" {
 		t.Fatalf("Holder = %+v %v %v", p, ok, err)

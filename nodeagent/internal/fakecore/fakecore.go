@@ -40,9 +40,11 @@ type Core struct {
 
 	mu       sync.Mutex
 	statuses []int
-	attempts int
-	conns    chan *Conn
-	stop     chan struct{} // closed at clean-up: unaccepted connections are dropped
+	// retryAfter is the Retry-After of the refusals in statuses ("": none).
+	retryAfter []string
+	attempts   int
+	conns      chan *Conn
+	stop       chan struct{} // closed at clean-up: unaccepted connections are dropped
 }
 
 // New starts a stand-in on 127.0.0.1, over TLS when tls is true.
@@ -78,6 +80,18 @@ func (c *Core) Refuse(statuses ...int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.statuses = append(c.statuses, statuses...)
+	c.retryAfter = append(c.retryAfter, make([]string, len(statuses))...)
+}
+
+// RefuseRetryAfter makes the next connect attempt fail with status and
+// the Retry-After header retryAfter, as a gateway replica answers while
+// another replica's claim on the node lasts (409, the claim's remaining
+// seconds).
+func (c *Core) RefuseRetryAfter(status int, retryAfter string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.statuses = append(c.statuses, status)
+	c.retryAfter = append(c.retryAfter, retryAfter)
 }
 
 // Attempts returns how many connect requests arrived.
@@ -93,8 +107,10 @@ func (c *Core) serve(w http.ResponseWriter, r *http.Request) {
 	c.mu.Lock()
 	c.attempts++
 	var status int
+	var retryAfter string
 	if len(c.statuses) > 0 {
 		status, c.statuses = c.statuses[0], c.statuses[1:]
+		retryAfter, c.retryAfter = c.retryAfter[0], c.retryAfter[1:]
 	}
 	c.mu.Unlock()
 	if r.URL.Path != "/api/v1/sandbox-node/connect" {
@@ -110,6 +126,9 @@ func (c *Core) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if status != 0 {
+		if retryAfter != "" {
+			w.Header().Set("Retry-After", retryAfter)
+		}
 		http.Error(w, http.StatusText(status), status)
 		return
 	}
@@ -335,3 +354,10 @@ func (c *Conn) Rest() ([]proto.Frame, int) {
 
 // Close closes the connection from Core's side.
 func (c *Conn) Close() { c.ws.Close() }
+
+// CloseWith sends a close frame with code and reason, as Core does (1001
+// when a gateway replica shuts down), then closes the connection.
+func (c *Conn) CloseWith(code int, reason string) {
+	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(Wait))
+	c.ws.Close()
+}

@@ -1,0 +1,76 @@
+package dataplane
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/sandgate/sandgate/gateway/drain"
+)
+
+// drainKinds are the operations a shutdown drains (Deps.Drain): the
+// command streams and the file transfers, which may run for minutes.
+// Everything else is a short call that Caddy's grace_period covers.
+var drainKinds = map[*operation]drain.Kind{
+	opStart: drain.KindCommand, opConnect: drain.KindCommand,
+	opRead: drain.KindTransfer, opWrite: drain.KindTransfer,
+}
+
+// endingKey carries, in a tracked request's context, the channel that is
+// closed when its drain grace is over.
+type endingKey struct{}
+
+// ending returns the channel that is closed when the request of ctx must
+// end because the gateway shuts down; nil (never ready in a select) when
+// the request is not tracked.
+func ending(ctx context.Context) <-chan struct{} {
+	ch, _ := ctx.Value(endingKey{}).(<-chan struct{})
+	return ch
+}
+
+// drainEnded reports whether the request of ctx was told to end by the
+// drain.
+func drainEnded(ctx context.Context) bool {
+	select {
+	case <-ending(ctx):
+		return true
+	default:
+		return false
+	}
+}
+
+// drainingError is GATEWAY_DRAINING for an operation the drain ended; the
+// SDK's retry reaches another replica.
+func drainingError(what string) *Error {
+	return fail(CodeGatewayDraining, "this gateway replica is shutting down and "+what+
+		"; retry: a new call reaches another replica")
+}
+
+// track admits a long operation (drainKinds) to Deps.Drain. Once the
+// gateway shuts down it is refused with GATEWAY_DRAINING; otherwise the
+// returned request's context carries the drain's ending channel, which
+// the command streams select on, and a transfer's context is cancelled
+// when it closes, which stops the copy. done must be called when the
+// operation has ended.
+func (h *Handler) track(r *http.Request, op *operation) (_ *http.Request, done func(), _ *Error) {
+	kind, ok := drainKinds[op]
+	if !ok || h.deps.Drain == nil {
+		return r, func() {}, nil
+	}
+	end, untrack, err := h.deps.Drain.Track(kind)
+	if err != nil {
+		return r, func() {}, drainingError("takes no new " + string(kind) + "s")
+	}
+	ctx := context.WithValue(r.Context(), endingKey{}, end)
+	if kind != drain.KindTransfer {
+		return r.WithContext(ctx), untrack, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-end:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return r.WithContext(ctx), func() { cancel(); untrack() }, nil
+}

@@ -1,0 +1,146 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/integration/execdstub"
+	"github.com/sandgate/sandgate/integration/harness"
+)
+
+// drainCaddyfile is the harness gateway with a drain grace well below
+// Caddy's grace_period, so the drain ends the long stream before the
+// connections are closed.
+const drainCaddyfile = `{
+	admin {{ADMIN}}
+	auto_https off
+	default_bind 127.0.0.1
+	persist_config off
+	grace_period 50s
+	sandgate {
+		token_key primary HS256 {{KEY}}
+		credentials file {{CREDENTIALS}}
+		cluster cluster-a {{FIXED_ENTRY}}
+	}
+}
+
+http://{{ADDR}} {
+	e2b_dataplane {
+		home_dir /home/user
+		user root 0 0 /root
+		drain_grace 10s
+	}
+}
+`
+
+// TestDrainEndsLongStreams runs both JS SDKs against the built gateway,
+// each with two commands streaming, the first SDK's on a configuration
+// that a reload then replaces, the second's on the new one, and sends
+// SIGTERM: the reload drains nothing; at the exit the command that ends
+// within the drain grace (its gate opens once the drain has begun)
+// finishes with all its output, and the one still running when the grace
+// is over ends with the documented GATEWAY_DRAINING, which each SDK
+// raises as TimeoutError (docs/errors.md), while the command keeps running
+// in execd. The gateway then exits 0.
+func TestDrainEndsLongStreams(t *testing.T) {
+	e := startEnv(t, func(c *harness.Config) { c.Caddyfile = drainCaddyfile })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*waitLimit)
+	defer cancel()
+	type run struct {
+		pkg                 string
+		goFile, stop, ready string
+		res                 chan json.RawMessage
+		err                 chan error
+	}
+	var runs []*run
+	for i, pkg := range sdkPackages {
+		if i == 1 {
+			// The first SDK's streams stay on the replaced configuration.
+			if err := e.Reload(ctx, e.expand(strings.Replace(drainCaddyfile, "drain_grace 10s", "drain_grace 11s", 1))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := &run{pkg: pkg, goFile: filepath.Join(e.Dir, "drain-go-"+pkg), stop: filepath.Join(e.Dir, "drain-stop-"+pkg),
+			ready: filepath.Join(e.Dir, "drain-ready-"+pkg), res: make(chan json.RawMessage, 1), err: make(chan error, 1)}
+		runs = append(runs, r)
+		go func() {
+			res, err := e.sdk(r.pkg, "drain", sbxOK, "GO_FILE="+r.goFile, "STOP_FILE="+r.stop, "READY_FILE="+r.ready)
+			r.res <- res
+			r.err <- err
+		}()
+		ok, why := waitUntil(time.Now().Add(waitLimit), func(context.Context) (bool, string) {
+			_, err := os.Stat(r.ready)
+			return err == nil, "no READY_FILE from " + r.pkg
+		})
+		if !ok {
+			t.Fatal(why)
+		}
+	}
+
+	if err := e.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.log.waitFor(ctx, 0, `"reloaded_configurations":1`); err != nil {
+		t.Fatalf("the gateway never began to drain: %v\n%s", err, e.log.String())
+	}
+	for _, r := range runs {
+		if err := os.WriteFile(r.goFile, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for _, r := range runs {
+		res, err := <-r.res, <-r.err
+		if err != nil {
+			t.Fatalf("%s: %v", r.pkg, err)
+		}
+		var got struct {
+			Short attempt           `json:"short"`
+			Long  attempt           `json:"long"`
+			Seen  map[string]string `json:"seen"`
+		}
+		if err := json.Unmarshal(res, &got); err != nil {
+			t.Fatal(err)
+		}
+		wantCommand(t, r.pkg+" short stream across the drain", got.Short, commandResult{Stdout: "first\nfinished\n"})
+		if got.Long.OK || got.Long.Error == nil {
+			t.Fatalf("%s: the long stream ended without an error: %s", r.pkg, got.Long.Value)
+		}
+		if got.Long.Error.Name != "TimeoutError" || !strings.Contains(got.Long.Error.Message, "GATEWAY_DRAINING: ") {
+			t.Errorf("%s: the long stream ended with %s %q, want TimeoutError with GATEWAY_DRAINING", r.pkg, got.Long.Error.Name, got.Long.Error.Message)
+		}
+		if got.Seen["long"] != "first\n" {
+			t.Errorf("%s: the long stream's output before the drain = %q, want first", r.pkg, got.Seen["long"])
+		}
+	}
+
+	// The drained commands run on in the sandbox until their own end.
+	for _, r := range runs {
+		rec, err := e.Execd.WaitCommand(ctx, func(c execdstub.CommandRecord) bool { return strings.Contains(c.Request.Command, r.stop) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec, _ = e.Execd.Command(rec.ID); !rec.Running || rec.Interrupted {
+			t.Fatalf("%s: the drained command did not run on: running=%v interrupted=%v", r.pkg, rec.Running, rec.Interrupted)
+		}
+		if err := os.WriteFile(r.stop, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Execd.WaitCommand(ctx, func(c execdstub.CommandRecord) bool { return c.ID == rec.ID && !c.Running }); err != nil {
+			t.Fatalf("%s: the drained command did not end after STOP_FILE: %v", r.pkg, err)
+		}
+	}
+	exitErr, exited := e.WaitExit(waitLimit)
+	if !exited {
+		t.Fatal("the gateway did not exit")
+	}
+	if exitErr != nil {
+		t.Fatalf("the gateway exited with %v\n%s", exitErr, e.log.String())
+	}
+}
