@@ -11,6 +11,7 @@
 #   make images the container images of the three programs (docs/deploy.md)
 #   make generate  regenerate the DeepCopy functions and CRD manifests of the API
 #               types with controller-gen (docs/deploy.md "Generated files")
+#   make chart  package the Helm chart with the version stamp (docs/deploy.md "Helm")
 
 GO       ?= go
 NPM      ?= npm
@@ -68,7 +69,7 @@ peers_env = if [ -n "$${SANDGATE_PEERS:-}" ]; then \
 	export SANDGATE_PEERS_PYTHON="$$peers_python"; \
 	else echo "==> [$(1)] $(peers_off)" >&2; echo "==> [$(2)] skipped (the real-peer tier is off)" >&2; fi
 
-.PHONY: all build images demo test test-unit test-integration js-deps bench nodeload fuzz vet rules generate generate-check clean FORCE
+.PHONY: all build images demo test test-unit test-integration js-deps bench nodeload fuzz vet rules generate generate-check chart chart-sync helm-check clean FORCE
 
 all: build
 
@@ -103,10 +104,29 @@ build: bin/caddy bin/corectl bin/nodeagent
 # The container images of the three programs, sandgate/{gateway,corectl,nodeagent}:$(IMAGE_TAG),
 # built in the Docker engine of DOCKER_HOST (or the default socket) by hack/images.sh: FROM
 # scratch with the static binaries, Debian's CA bundle and the non-root user 65532; no registry
-# is contacted (docs/deploy.md).
+# is contacted (docs/deploy.md). Each is also tagged with the build's version stamp
+# (bash hack/version.sh --tag), the appVersion `make chart` gives the Helm chart.
 IMAGE_TAG ?= dev
 images: build
-	IMAGE_TAG=$(IMAGE_TAG) bash hack/images.sh
+	IMAGE_TAG=$(IMAGE_TAG) IMAGE_VERSION_TAG=1 bash hack/images.sh
+
+# The Helm chart deploy/chart/sandgate (docs/deploy.md "Helm"), with helm pinned in
+# hack/helm/go.mod and built once into ~/.cache/sandgate (hack/helm/build.sh):
+#   chart        package it into bin/chart/ with appVersion = the version stamp
+#                (bash hack/version.sh --tag), the images' tag from `make images`
+#   chart-sync   copy the files it shares with deploy/ into it (CRDs, the gateway's
+#                Caddyfile set, corectl's clusters.yaml, deploy/monitoring's objects)
+#   helm-check   (run by vet) the copies are current, helm lint --strict and helm template
+#                with the default values and with ci/all-on-values.yaml
+chart:
+	@mkdir -p bin/chart
+	"$$(bash hack/helm/build.sh)" package deploy/chart/sandgate --app-version "$$(bash hack/version.sh --tag)" --destination bin/chart
+
+chart-sync:
+	bash hack/helm/sync.sh
+
+helm-check:
+	GO=$(GO) bash hack/helm/check.sh
 
 # The pinned E2B JS SDKs the integration tests and the demo drive.
 $(JS_DIR)/node_modules/.package-lock.json: $(JS_DIR)/package.json $(JS_DIR)/package-lock.json
@@ -131,11 +151,12 @@ rules:
 # tree and fails, showing the difference, when that changed anything: the files were stale.
 generate:
 	GO=$(GO) bash hack/controllergen/generate.sh
+	bash hack/helm/sync.sh
 
 generate-check:
 	GO=$(GO) bash hack/controllergen/generate.sh --check
 
-vet: generate-check
+vet: generate-check helm-check
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt needed'; exit 1; }
 
@@ -147,7 +168,7 @@ test-integration: build js-deps
 
 test:
 	@$(PHASE) 1/13 "downloading Go modules (go mod download)" "first time about 1 min; then nothing" -- $(GO) mod download
-	@$(PHASE) 2/13 "checking the generated files (make generate-check), gofmt, and running go vet ./..." "first time it builds controller-gen (about 2 min) and compiles every dependency: 5-10 min on idle cores, up to an hour on a loaded machine; then 1-2 min" -- $(SUBMAKE) vet
+	@$(PHASE) 2/13 "checking the generated files (make generate-check), the Helm chart (make helm-check), gofmt, and running go vet ./..." "first time it builds controller-gen (about 2 min) and helm (about 3 min), and compiles every dependency: 5-10 min on idle cores, up to an hour on a loaded machine; then 1-2 min" -- $(SUBMAKE) vet
 	@$(PHASE) 3/13 "building bin/caddy with xcaddy (hack/buildgateway)" "first time 3-5 min on idle cores, 15 loaded; then nothing, or about 40 s after a change or a new commit" -- $(SUBMAKE) bin/caddy
 	@$(PHASE) 4/13 "building bin/corectl and bin/nodeagent" "first time 1-2 min; then nothing, or under a minute" -- $(SUBMAKE) bin/corectl bin/nodeagent
 	@$(PHASE) 5/13 "installing the E2B JS SDKs (npm ci in integration/js)" "first time 5-30 s; then nothing" -- $(SUBMAKE) js-deps

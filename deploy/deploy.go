@@ -6,10 +6,11 @@
 // and compute/ (corectl's CRDs and RBAC in every compute cluster), with
 // example overlays (overlays/), the ops pack (monitoring/: alert rules,
 // PodMonitors, a Grafana dashboard), the Component components/keep-state
-// (uninstalling without the CRDs and namespaces; docs/runbook.md) and the
+// (uninstalling without the CRDs and namespaces; docs/runbook.md), the
 // edge Components (components/tls-cert-manager, tls-caddy, ingress-nginx,
 // gateway-api: TLS and routes for the public listeners; docs/deploy.md "TLS
-// at the edge").
+// at the edge") and the Helm chart chart/sandgate, whose tests show it
+// renders the bases' objects (docs/deploy.md "Helm").
 //
 // The manifests under deploy/ are the one copy: kubectl and kustomize read
 // them there, and this package embeds the same files for Go code (corectl's

@@ -142,7 +142,7 @@ func containerName() string {
 
 // TestImages builds the three images with hack/images.sh in the engine of
 // DOCKER_HOST and checks each: the non-root user, the entrypoint and
-// default arguments, the CA bundle and passwd entry, and the binary inside
+// default arguments, the OCI labels of the version stamp, the CA bundle and passwd entry, and the binary inside
 // printing the same version stamp as the one in bin/. The gateway in its
 // image adapts the Caddyfile of the Portal base's ConfigMap. The gateway image
 // then runs its default command (caddy run --config /etc/caddy/Caddyfile)
@@ -164,6 +164,7 @@ func TestImages(t *testing.T) {
 					User       string
 					Entrypoint []string
 					Cmd        []string
+					Labels     map[string]string
 				}
 			}
 			if err := json.Unmarshal([]byte(docker(t, "image", "inspect", ref)), &inspect); err != nil || len(inspect) != 1 {
@@ -178,6 +179,20 @@ func TestImages(t *testing.T) {
 			}
 			if !slices.Equal(cfg.Cmd, im.cmd) {
 				t.Errorf("Cmd = %q, want %q", cfg.Cmd, im.cmd)
+			}
+			// The OCI labels of the build's version stamp (hack/version.sh --labels).
+			stamp, err := exec.Command("bash", filepath.Join(root, "hack", "version.sh"), "--labels").Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range strings.Fields(string(stamp)) {
+				k, v, _ := strings.Cut(l, "=")
+				if cfg.Labels[k] != v {
+					t.Errorf("label %s = %q, want %q", k, cfg.Labels[k], v)
+				}
+			}
+			if cfg.Labels["org.opencontainers.image.revision"] == "" || cfg.Labels["org.opencontainers.image.title"] != "sandgate "+im.name {
+				t.Errorf("labels %v: no revision, or title not %q", cfg.Labels, "sandgate "+im.name)
 			}
 
 			want, err := exec.Command(filepath.Join(root, "bin", im.bin), im.version...).Output()

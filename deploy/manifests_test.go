@@ -531,14 +531,27 @@ func labelsMatch(sel, labels map[string]string) bool {
 
 // TestGatewayCaddyfileAdapts adapts the Caddyfile of the rendered ConfigMap
 // gateway-config with bin/caddy, with only the environment the Deployment
-// gives it, for the base and the example overlay, and checks the result
+// gives it, for the base, the example overlays and the Helm chart (its
+// defaults, and every toggle on), and checks the result
 // against the Deployment: the sites listen on its container ports, the
 // health site serves the probes, every file the configuration names lies in
 // a mount (secrets in Secrets), and secrets are placeholders, never values.
 func TestGatewayCaddyfileAdapts(t *testing.T) {
-	for _, dir := range portalKustomizations {
+	// The Helm chart's too, with its defaults and with every toggle on
+	// (the example overlay's clusters and pools, and E2B_DOMAIN's site).
+	for _, dir := range append(slices.Clone(portalKustomizations), "chart", "chart-all-on") {
 		t.Run(strings.ReplaceAll(dir, "/", "-"), func(t *testing.T) {
-			r := render(t, dir)
+			var r *rendered
+			switch dir {
+			case "chart":
+				r = renderChart(t)
+			case "chart-all-on":
+				r = renderChart(t, "-f", chartAllOn, "--set-file", `gateway.configFiles.clusters\.caddyfile=overlays/example/clusters.caddyfile`,
+					"--set-file", `gateway.configFiles.pools\.caddyfile=overlays/example/pools.caddyfile`,
+					"--set-file", "corectl.clustersYaml=overlays/example-e2b-domain/clusters.yaml")
+			default:
+				r = render(t, dir)
+			}
 			cfg := adaptGateway(t, r)
 			raw, _ := json.Marshal(cfg)
 			gw := r.deployment(t, "gateway")
@@ -584,7 +597,7 @@ func TestGatewayCaddyfileAdapts(t *testing.T) {
 			if keys, _ := dig(cfg, "apps", "sandgate", "token_keys").([]any); len(keys) != 2 {
 				t.Errorf("token_keys = %v, want the current key and the rotation slot", keys)
 			}
-			if dir == "overlays/example" && dig(cfg, "apps", "sandgate", "clusters", "cluster-b", "execd_access_token") != "{file./etc/sandgate/execd/cluster-b}" {
+			if (dir == "overlays/example" || dir == "chart-all-on") && dig(cfg, "apps", "sandgate", "clusters", "cluster-b", "execd_access_token") != "{file./etc/sandgate/execd/cluster-b}" {
 				t.Errorf("cluster-b's execd_access_token = %v", dig(cfg, "apps", "sandgate", "clusters", "cluster-b"))
 			}
 			if strings.Contains(string(raw), "{$") {

@@ -11,6 +11,14 @@
 # (`make build` does). Tags sandgate/<name>:$IMAGE_TAG (default "dev") and
 # prints one line per image: "<tag> <image ID> <size in bytes>".
 #
+# Each image carries the OCI labels of the build's version stamp
+# (bash hack/version.sh --labels: org.opencontainers.image.revision, created,
+# version) and a title. With IMAGE_VERSION_TAG=1 (`make images` sets it) each
+# is also tagged sandgate/<name>:<stamp> (bash hack/version.sh --tag: the
+# commit's first 12 hex digits, "-modified" for a tree with changes), the tag
+# `make chart` writes as the chart's appVersion; a rebuild of the same stamp
+# moves that tag too.
+#
 # The classic builder is used (DOCKER_BUILDKIT=0): it needs no BuildKit and
 # caches layers by content, so a rebuild with unchanged binaries reuses the
 # image (a few seconds). When a rebuild moves the tag to a new image, the
@@ -21,6 +29,11 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 tag="${IMAGE_TAG:-dev}"
 names=("$@")
+version_tag="$(bash hack/version.sh --tag)"
+labels=()
+while IFS= read -r l; do
+  [[ -z "$l" ]] || labels+=(--label "$l")
+done < <(bash hack/version.sh --labels)
 [[ ${#names[@]} -gt 0 ]] || names=(gateway corectl nodeagent)
 ca=/etc/ssl/certs/ca-certificates.crt
 if [[ ! -s "$ca" ]]; then
@@ -49,7 +62,10 @@ for name in "${names[@]}"; do
   cp "deploy/images/Dockerfile.$name" "$ctx/Dockerfile"
   ref="sandgate/$name:$tag"
   old="$(docker image inspect -f '{{.Id}}' "$ref" 2>/dev/null || true)"
-  if ! out="$(DOCKER_BUILDKIT=0 docker build -t "$ref" "$ctx" 2>&1)"; then
+  tags=(-t "$ref")
+  [[ "${IMAGE_VERSION_TAG:-0}" != 1 || "$version_tag" == "$tag" ]] || tags+=(-t "sandgate/$name:$version_tag")
+  if ! out="$(DOCKER_BUILDKIT=0 docker build "${tags[@]}" "${labels[@]}" \
+    --label "org.opencontainers.image.title=sandgate $name" "$ctx" 2>&1)"; then
     printf '%s\n' "$out" >&2
     echo "hack/images.sh: building $ref failed" >&2
     exit 1
@@ -58,5 +74,6 @@ for name in "${names[@]}"; do
   if [[ -n "$old" && "$old" != "$id" ]] && [[ "$(docker image inspect -f '{{len .RepoTags}}' "$old" 2>/dev/null)" == 0 ]]; then
     docker image rm "$old" >/dev/null 2>&1 || true
   fi
+  if [[ ${#tags[@]} == 4 ]]; then echo "hack/images.sh: $ref also tagged ${tags[3]}" >&2; fi
   echo "$ref $id $(docker image inspect -f '{{.Size}}' "$ref")"
 done
