@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -207,28 +208,57 @@ func (s *service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rp.ServeHTTP(w, r)
 }
 
-// TestInternalTokenRotationWithProcesses follows docs/runbook.md "Internal
-// token" with two bin/corectl replicas and bin/caddy's authorizer under
-// continuous data-plane traffic: step 1 (token = old, new), step 2 (new,
-// old), step 3 (new), each a roll of both programs. No data-plane request
-// and no authorize request is refused; after each roll every new replica
-// has answered the gateway. At the end the old token is refused, so the
-// rotation did happen.
-func TestInternalTokenRotationWithProcesses(t *testing.T) {
-	root := repoRoot(t)
-	dir := t.TempDir()
-	ns, ingNS, tplNS, leNS := env.Namespace(t), env.Namespace(t), env.Namespace(t), env.Namespace(t)
-	file := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		writeFile(t, p, content)
-		return p
-	}
-	const oldTok, newTok = "internal-token-old-0123456789abcdef0123456789", "internal-token-new-0123456789abcdef0123456789"
-	keyFile := file("primary.key", "rotation-hmac-secret-0123456789abcdef0123456789")
-	internal := file("internal.token", oldTok+"\n")
-	credFile := file("credentials.yaml", fmt.Sprintf("credentials:\n  - {id: cred-a, enabled: true, projectNamespace: %s, clusterId: cluster-a}\n", ns))
-	keys := file("keys.yaml", "keys:\n  - {name: a, sha256: "+apikey.Digest("key-a")+", credentialId: cred-a}\n")
-	kubeconfig := file("kubeconfig", string(env.KubeConfig))
+// rig is the rotation's world: the real kube-apiserver with a stand-in
+// OpenSandbox controller, corectl replicas (bin/corectl) behind svc, the
+// gateway (bin/caddy, with the harness's fixed entry and execd stand-ins)
+// and the data-plane traffic.
+type rig struct {
+	t        *testing.T
+	root     string
+	dir      string
+	internal string // corectl's -internal-token-file, the gateway's bearer_token_file
+	// args are corectl's flags; extra, read at each replica's start, adds
+	// the token key's.
+	args  []string
+	extra func(r *rig) []string
+	leNS  string
+	svc   *service
+	front string // corectl's Service
+	live  []*corectlProc
+	gen   int
+	h     *harness.Env
+	// caddyfile is the gateway's configuration at a step (harness
+	// placeholders allowed).
+	caddyfile func(r *rig, step int) string
+
+	phase          atomic.Value // what the test is doing, for the reports
+	sent, refused  atomic.Int64
+	dropped        atomic.Int64
+	refusals       sync.Map
+	drops          sync.Map
+	stopTraffic    context.CancelFunc
+	trafficStopped sync.WaitGroup
+}
+
+// file writes name in the rig's directory and returns its path.
+func (r *rig) file(name, content string) string {
+	p := filepath.Join(r.dir, name)
+	writeFile(r.t, p, content)
+	return p
+}
+
+// newRig starts corectl (two replicas) and the gateway. extra adds
+// corectl flags at each replica's start; caddyfile is the gateway's
+// configuration at a step (0 at start; r.front is corectl's Service).
+func newRig(t *testing.T, extra func(r *rig) []string, caddyfile func(r *rig, step int) string) *rig {
+	r := &rig{t: t, root: repoRoot(t), dir: t.TempDir(), extra: extra, caddyfile: caddyfile}
+	r.phase.Store("start")
+	ns, ingNS, tplNS := env.Namespace(t), env.Namespace(t), env.Namespace(t)
+	r.leNS = env.Namespace(t)
+	r.internal = r.file("internal.token", "internal-token-old-0123456789abcdef0123456789\n")
+	credFile := r.file("credentials.yaml", fmt.Sprintf("credentials:\n  - {id: cred-a, enabled: true, projectNamespace: %s, clusterId: cluster-a}\n", ns))
+	keys := r.file("keys.yaml", "keys:\n  - {name: a, sha256: "+apikey.Digest("key-a")+", credentialId: cred-a}\n")
+	kubeconfig := r.file("kubeconfig", string(env.KubeConfig))
 	feAddr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +271,7 @@ func TestInternalTokenRotationWithProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clusters := file("clusters.json", string(cfgJSON))
+	clusters := r.file("clusters.json", string(cfgJSON))
 	ctx, cancel := context.WithCancel(context.Background())
 	waitCtl, err := env.RunSandboxController(ctx, "127.0.0.1", func(err error) { t.Errorf("controller: %v", err) }, ns)
 	if err != nil {
@@ -249,201 +279,259 @@ func TestInternalTokenRotationWithProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cancel(); waitCtl() })
-
-	generation := 0
-	// replica starts a corectl replica and waits until its readiness probe
-	// passes (/readyz: its caches synced), as the kubelet does before the
-	// Service sends it anything.
-	replica := func() *corectlProc {
-		generation++
-		probe, err := freeport.Addr()
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := startCorectl(t, root, fmt.Sprintf("corectl-%d", generation), "-config", clusters, "-credentials", credFile,
-			"-api-keys", keys, "-listen", "127.0.0.1:0", "-probe-listen", probe, "-leader-election-namespace", leNS,
-			"-token-key-id", "primary", "-token-key-algorithm", "HS256", "-token-key-file", keyFile,
-			"-internal-token-file", internal, "-ready-budget", "30s", "-shutdown-grace", "5s")
-		err = kwait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, wait, true, func(ctx context.Context) (bool, error) {
-			resp, err := http.Get("http://" + probe + "/readyz")
-			if err != nil {
-				return false, nil
-			}
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK, nil
-		})
-		if err != nil {
-			t.Fatalf("%s never became ready: %v", p.name, err)
-		}
-		return p
-	}
-	svc := &service{served: map[string]int{}, changed: make(chan struct{})}
-	live := []*corectlProc{replica(), replica()}
-	svc.set(live...)
-	front := serve(t, svc)
-
-	// The gateway's configuration: the shipped authorizer block
-	// (bearer_token_file), answers not reused (every request asks
-	// corectl), and a step number that makes each reload a new
-	// configuration.
-	caddyfile := func(step int) string {
-		return strings.Replace(harness.DefaultCaddyfile, "cluster cluster-a {{FIXED_ENTRY}}",
-			fmt.Sprintf("cluster cluster-a {{FIXED_ENTRY}}\n\t\tauthorizer http %s {\n\t\t\tbearer_token_file %s\n\t\t\tcache_ttl 1ns\n\t\t\theader X-Rotation-Step %d\n\t\t}", front, internal, step), 1)
-	}
-	h, err := harness.Start(harness.Config{RepoRoot: root, Caddyfile: caddyfile(0), CredentialsFile: credFile, KeyFile: keyFile,
-		KeyID: "primary", FixedEntryAddr: feAddr})
+	r.args = []string{"-config", clusters, "-credentials", credFile, "-api-keys", keys, "-listen", "127.0.0.1:0",
+		"-leader-election-namespace", r.leNS, "-internal-token-file", r.internal, "-ready-budget", "30s", "-shutdown-grace", "5s"}
+	r.svc = &service{served: map[string]int{}, changed: make(chan struct{})}
+	r.live = []*corectlProc{r.replica(), r.replica()}
+	r.svc.set(r.live...)
+	r.front = serve(t, r.svc)
+	// The harness's own control API stand-in is not used; it wants an
+	// HS256 key.
+	hk := r.file("harness-hs256.key", "harness-hmac-secret-0123456789abcdef0123456789")
+	r.h, err = harness.Start(harness.Config{RepoRoot: r.root, Caddyfile: r.caddyfile(r, 0), CredentialsFile: credFile, KeyFile: hk,
+		KeyID: "harness", FixedEntryAddr: feAddr})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(h.Close)
-	h.Ingress.SetResolver(func(id string) (fixedentry.Sandbox, bool) {
-		r, ok := env.Resolve(context.Background(), id)
-		return fixedentry.Sandbox{Ready: r.Ready, Endpoint: r.Endpoint, Namespace: r.Namespace,
-			Ports: map[int]string{44772: h.ExecdAddr}}, ok
+	t.Cleanup(r.h.Close)
+	r.h.Ingress.SetResolver(func(id string) (fixedentry.Sandbox, bool) {
+		rs, ok := env.Resolve(context.Background(), id)
+		return fixedentry.Sandbox{Ready: rs.Ready, Endpoint: rs.Endpoint, Namespace: rs.Namespace,
+			Ports: map[int]string{44772: r.h.ExecdAddr}}, ok
 	})
-	rendered := func(step int) string {
-		return strings.NewReplacer("{{ADDR}}", strings.TrimPrefix(h.Gateway, "http://"), "{{ADMIN}}", h.Admin, "{{KEY}}", h.KeyFile,
-			"{{CREDENTIALS}}", h.CredFile, "{{FIXED_ENTRY}}", h.FixedEntry).Replace(caddyfile(step))
-	}
+	return r
+}
 
-	// A sandbox, created through corectl's API, and its token.
-	req, _ := http.NewRequest("POST", front+"/v2/sandboxes", strings.NewReader(`{"templateID":"base"}`))
+// replica starts a corectl replica and waits until its readiness probe
+// passes (/readyz: its caches synced), as the kubelet does before the
+// Service sends it anything.
+func (r *rig) replica() *corectlProc {
+	t := r.t
+	r.gen++
+	probe, err := freeport.Addr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append(append(slices.Clone(r.args), "-probe-listen", probe), r.extra(r)...)
+	p := startCorectl(t, r.root, fmt.Sprintf("corectl-%d", r.gen), args...)
+	err = kwait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, wait, true, func(ctx context.Context) (bool, error) {
+		resp, err := http.Get("http://" + probe + "/readyz")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		t.Fatalf("%s never became ready: %v", p.name, err)
+	}
+	return p
+}
+
+// api calls corectl's API through its Service with key-a.
+func (r *rig) api(method, path, body string, out any) int {
+	r.t.Helper()
+	req, _ := http.NewRequest(method, r.front+path, strings.NewReader(body))
 	req.Header.Set("X-API-Key", "key-a")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		r.t.Fatal(err)
 	}
-	var created struct{ SandboxID, EnvdAccessToken string }
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err := json.Unmarshal(body, &created); resp.StatusCode != http.StatusCreated || err != nil {
-		t.Fatalf("create = %d %s", resp.StatusCode, body)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil && resp.StatusCode < 300 {
+		if err := json.Unmarshal(b, out); err != nil {
+			r.t.Fatalf("%s %s: %v in %s", method, path, err, b)
+		}
 	}
+	return resp.StatusCode
+}
 
-	// Traffic: data-plane requests with the sandbox's token, until the end.
-	// One connection per request: a reload closes the gateway's idle
-	// keep-alive connections (as a pod's shutdown does), and a POST sent
-	// on one as it closes fails before the gateway reads it. Even so a
-	// connection accepted as caddy swaps its servers may close without an
-	// answer (the reload's stand-in for a pod roll, not the rotation):
-	// such requests are counted apart, and the test needs answered
-	// requests in every phase.
-	dataPlane := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	var sent, refused, dropped atomic.Int64
-	var drops sync.Map
-	var phase atomic.Value // what the test is doing, for the refusals' report
-	phase.Store("start")
-	var refusals sync.Map
-	trafficCtx, stopTraffic := context.WithCancel(context.Background())
-	var traffic sync.WaitGroup
+// sandbox is a sandbox and an envd access token for it.
+type sandbox struct{ id, token string }
+
+// create creates a sandbox through corectl's API (timeout in seconds).
+func (r *rig) create(timeout int) sandbox {
+	r.t.Helper()
+	var created struct{ SandboxID, EnvdAccessToken string }
+	if st := r.api("POST", "/v2/sandboxes", fmt.Sprintf(`{"templateID":"base","timeout":%d}`, timeout), &created); st != http.StatusCreated {
+		r.t.Fatalf("create = %d", st)
+	}
+	return sandbox{created.SandboxID, created.EnvdAccessToken}
+}
+
+// dataPlane sends one data-plane request for sb with its token.
+// One connection per request: a reload closes the gateway's idle
+// keep-alive connections (as a pod's shutdown does), and a POST sent on
+// one as it closes fails before the gateway reads it.
+func (r *rig) dataPlane(ctx context.Context, sb sandbox) (int, string, error) {
+	req, _ := http.NewRequestWithContext(ctx, "POST", r.h.Gateway+"/filesystem.Filesystem/ListDir", strings.NewReader(`{"path":"/home/user"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("E2b-Sandbox-Id", sb.id)
+	req.Header.Set("E2b-Sandbox-Port", "49983")
+	req.Header.Set("X-Access-Token", sb.token)
+	resp, err := dataPlaneClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.StatusCode, string(b), nil
+}
+
+var dataPlaneClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
+// startTraffic sends data-plane requests from 4 goroutines until
+// stopTraffic, each with a sandbox pick returns. Any answer but 200 is a
+// refusal. A connection closed without an answer while the gateway
+// reloads (a connection accepted as caddy swaps its servers: the reload's
+// stand-in for a pod roll, not the rotation) is counted apart; elsewhere
+// it is a refusal too.
+func (r *rig) startTraffic(pick func() sandbox) {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.stopTraffic = cancel
 	for range 4 {
-		traffic.Add(1)
+		r.trafficStopped.Add(1)
 		go func() {
-			defer traffic.Done()
-			for trafficCtx.Err() == nil {
-				req, _ := http.NewRequestWithContext(trafficCtx, "POST", h.Gateway+"/filesystem.Filesystem/ListDir", strings.NewReader(`{"path":"/home/user"}`))
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("E2b-Sandbox-Id", created.SandboxID)
-				req.Header.Set("E2b-Sandbox-Port", "49983")
-				req.Header.Set("X-Access-Token", created.EnvdAccessToken)
-				resp, err := dataPlane.Do(req)
-				if trafficCtx.Err() != nil {
+			defer r.trafficStopped.Done()
+			for ctx.Err() == nil {
+				phase := r.phase.Load().(string)
+				code, body, err := r.dataPlane(ctx, pick())
+				if ctx.Err() != nil {
 					return
 				}
-				sent.Add(1)
-				if err != nil {
-					// No answer: the connection closed under a reload
-					// (below). Not a refusal; counted apart, and only
-					// while the gateway reloads.
-					if !strings.Contains(phase.Load().(string), "gateway roll") {
-						refused.Add(1)
-						refusals.Store(phase.Load().(string)+": "+err.Error(), true)
-						continue
-					}
-					dropped.Add(1)
-					drops.Store(phase.Load().(string)+": "+err.Error(), true)
-					continue
-				}
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					refused.Add(1)
-					refusals.Store(fmt.Sprintf("%s: %d %.200s", phase.Load().(string), resp.StatusCode, b), true)
+				r.sent.Add(1)
+				switch {
+				case err != nil && strings.Contains(phase, "gateway roll"):
+					r.dropped.Add(1)
+					r.drops.Store(phase+": "+err.Error(), true)
+				case err != nil:
+					r.refused.Add(1)
+					r.refusals.Store(phase+": "+err.Error(), true)
+				case code != http.StatusOK:
+					r.refused.Add(1)
+					r.refusals.Store(fmt.Sprintf("%s: %d %.200s", phase, code, body), true)
 				}
 			}
 		}()
 	}
-	defer func() { stopTraffic(); traffic.Wait() }()
+	r.t.Cleanup(r.endTraffic)
+}
 
-	// answered waits until each replica has served n more authorize
-	// requests than it had when the wait began.
-	answered := func(what string, n int, ps ...*corectlProc) {
-		t.Helper()
-		base := map[string]int{}
-		for _, p := range ps {
-			base[p.name] = svc.servedBy(p.name)
-		}
-		deadline := time.After(wait)
-		for _, p := range ps {
-			if !svc.waitServed(p.name, base[p.name]+n, deadline) {
-				t.Fatalf("%s: %s served %d authorize requests", what, p.name, svc.servedBy(p.name)-base[p.name])
-			}
-		}
+// endTraffic stops the traffic and reports: no request refused.
+func (r *rig) endTraffic() {
+	if r.stopTraffic == nil {
+		return
 	}
-	answered("before the rotation", 20, live...)
-
-	// rollCorectl replaces each replica in turn: the new process joins
-	// the Service and answers before the old one leaves and stops.
-	rollCorectl := func(step int) {
-		phase.Store(fmt.Sprintf("step %d corectl roll", step))
-		for i, old := range live {
-			p := replica()
-			svc.set(append(append([]*corectlProc{}, live...), p)...)
-			answered(fmt.Sprintf("step %d: new replica %s", step, p.name), 20, p)
-			live[i] = p
-			svc.set(live...)
-			old.stop(t)
-		}
-		answered(fmt.Sprintf("step %d: after the corectl roll", step), 20, live...)
-	}
-	rollGateway := func(step int) {
-		phase.Store(fmt.Sprintf("step %d gateway roll", step))
-		if err := h.Reload(context.Background(), rendered(step)); err != nil {
-			t.Fatalf("step %d: gateway reload: %v", step, err)
-		}
-		answered(fmt.Sprintf("step %d: after the gateway roll", step), 20, live...)
-	}
-
-	// The runbook's steps, literally. In a cluster both Deployments roll
-	// at once; here step 1 and 3 roll corectl first, step 2 the gateway
-	// first (each order is safe by the runbook's argument).
-	writeFile(t, internal, oldTok+"\n"+newTok+"\n") // 1. token = old, new
-	rollCorectl(1)
-	rollGateway(1)
-	writeFile(t, internal, newTok+"\n"+oldTok+"\n") // 2. token = new, old
-	rollGateway(2)
-	rollCorectl(2)
-	writeFile(t, internal, newTok+"\n") // 3. token = new
-	rollCorectl(3)
-	rollGateway(3)
-
-	stopTraffic()
-	traffic.Wait()
-	if n := refused.Load(); n != 0 {
+	r.stopTraffic()
+	r.stopTraffic = nil
+	r.trafficStopped.Wait()
+	t := r.t
+	if n := r.refused.Load(); n != 0 {
 		var kinds []string
-		refusals.Range(func(k, _ any) bool { kinds = append(kinds, k.(string)); return true })
-		t.Errorf("%d of %d data-plane requests refused during the rotation: %v", n, sent.Load(), kinds)
+		r.refusals.Range(func(k, _ any) bool { kinds = append(kinds, k.(string)); return true })
+		t.Errorf("%d of %d data-plane requests refused during the rotation: %v", n, r.sent.Load(), kinds)
 	}
-	svc.proxyErrors.Range(func(k, _ any) bool { t.Errorf("corectl's Service could not reach a replica: %s", k); return true })
-	if n := svc.refused.Load(); n != 0 {
+	r.svc.proxyErrors.Range(func(k, _ any) bool { t.Errorf("corectl's Service could not reach a replica: %s", k); return true })
+	if n := r.svc.refused.Load(); n != 0 {
 		t.Errorf("corectl refused %d authorize requests during the rotation", n)
 	}
-	drops.Range(func(k, _ any) bool { t.Logf("closed without an answer: %s", k); return true })
-	t.Logf("%d data-plane requests, none refused; %d closed without an answer by a reload", sent.Load(), dropped.Load())
+	r.drops.Range(func(k, _ any) bool { t.Logf("closed without an answer: %s", k); return true })
+	t.Logf("%d data-plane requests, %d refused; %d closed without an answer by a reload", r.sent.Load(), r.refused.Load(), r.dropped.Load())
+}
+
+// answered waits until each replica has served n more authorize requests
+// than it had when the wait began.
+func (r *rig) answered(what string, n int, ps ...*corectlProc) {
+	r.t.Helper()
+	base := map[string]int{}
+	for _, p := range ps {
+		base[p.name] = r.svc.servedBy(p.name)
+	}
+	deadline := time.After(wait)
+	for _, p := range ps {
+		if !r.svc.waitServed(p.name, base[p.name]+n, deadline) {
+			r.t.Fatalf("%s: %s served %d authorize requests", what, p.name, r.svc.servedBy(p.name)-base[p.name])
+		}
+	}
+}
+
+// rollCorectl replaces each replica in turn: the new process joins the
+// Service once ready and answers before the old one leaves and stops.
+func (r *rig) rollCorectl(step string) {
+	r.phase.Store(step + " corectl roll")
+	for i, old := range r.live {
+		p := r.replica()
+		r.svc.set(append(slices.Clone(r.live), p)...)
+		r.answered(step+": new replica "+p.name, 20, p)
+		r.live[i] = p
+		r.svc.set(r.live...)
+		old.stop(r.t)
+	}
+	r.answered(step+": after the corectl roll", 20, r.live...)
+	r.phase.Store(step + " done")
+}
+
+// rollGateway re-reads the gateway's configuration at step n.
+func (r *rig) rollGateway(step string, n int) {
+	r.phase.Store(step + " gateway roll")
+	h := r.h
+	cf := strings.NewReplacer("{{ADDR}}", strings.TrimPrefix(h.Gateway, "http://"), "{{ADMIN}}", h.Admin, "{{KEY}}", h.KeyFile,
+		"{{CREDENTIALS}}", h.CredFile, "{{FIXED_ENTRY}}", h.FixedEntry).Replace(r.caddyfile(r, n))
+	if err := h.Reload(context.Background(), cf); err != nil {
+		r.t.Fatalf("%s: gateway reload: %v", step, err)
+	}
+	r.answered(step+": after the gateway roll", 20, r.live...)
+	r.phase.Store(step + " done")
+}
+
+// authorizerBlock is the shipped authorizer block (bearer_token_file) for
+// the Service at front, its answers not reused (every data-plane request
+// asks corectl), with a step number that makes each reload a new
+// configuration.
+func authorizerBlock(front, tokenFile string, step int) string {
+	return fmt.Sprintf("authorizer http %s {\n\t\t\tbearer_token_file %s\n\t\t\tcache_ttl 1ns\n\t\t\theader X-Rotation-Step %d\n\t\t}", front, tokenFile, step)
+}
+
+// TestInternalTokenRotationWithProcesses follows docs/runbook.md "Internal
+// token" with two bin/corectl replicas and bin/caddy's authorizer under
+// continuous data-plane traffic: step 1 (token = old, new), step 2 (new,
+// old), step 3 (new), each a roll of both programs. No data-plane request
+// and no authorize request is refused; after each roll every new replica
+// has answered the gateway. At the end the old token is refused, so the
+// rotation did happen.
+func TestInternalTokenRotationWithProcesses(t *testing.T) {
+	const oldTok, newTok = "internal-token-old-0123456789abcdef0123456789", "internal-token-new-0123456789abcdef0123456789"
+	keyFile := filepath.Join(t.TempDir(), "primary.key")
+	writeFile(t, keyFile, "rotation-hmac-secret-0123456789abcdef0123456789")
+	r := newRig(t, func(*rig) []string {
+		return []string{"-token-key-id", "primary", "-token-key-algorithm", "HS256", "-token-key-file", keyFile}
+	}, func(r *rig, step int) string {
+		return strings.Replace(strings.Replace(harness.DefaultCaddyfile, "token_key primary HS256 {{KEY}}", "token_key primary HS256 "+keyFile, 1),
+			"cluster cluster-a {{FIXED_ENTRY}}", "cluster cluster-a {{FIXED_ENTRY}}\n\t\t"+authorizerBlock(r.front, r.internal, step), 1)
+	})
+	writeFile(t, r.internal, oldTok+"\n")
+	sb := r.create(600)
+	r.startTraffic(func() sandbox { return sb })
+	r.answered("before the rotation", 20, r.live...)
+
+	// The runbook's steps, literally. In a cluster both Deployments roll
+	// at once; here steps 1 and 3 roll corectl first, step 2 the gateway
+	// first (each order is safe by the runbook's argument).
+	writeFile(t, r.internal, oldTok+"\n"+newTok+"\n") // 1. token = old, new
+	r.rollCorectl("step 1")
+	r.rollGateway("step 1", 1)
+	writeFile(t, r.internal, newTok+"\n"+oldTok+"\n") // 2. token = new, old
+	r.rollGateway("step 2", 2)
+	r.rollCorectl("step 2")
+	writeFile(t, r.internal, newTok+"\n") // 3. token = new
+	r.rollCorectl("step 3")
+	r.rollGateway("step 3", 3)
+	r.endTraffic()
 
 	// The old token is retired: corectl refuses it now.
 	for _, tok := range []string{oldTok, newTok} {
-		req, _ := http.NewRequest("GET", "http://"+live[0].addr+"/internal/v1/authorize?credential=cred-a&sandbox="+created.SandboxID, nil)
+		req, _ := http.NewRequest("GET", "http://"+r.live[0].addr+"/internal/v1/authorize?credential=cred-a&sandbox="+sb.id, nil)
 		req.Header.Set("Authorization", "Bearer "+tok)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
