@@ -1,14 +1,16 @@
 // Package rotation rotates sandgate's shared secrets under traffic with the
-// built programs, as docs/runbook.md "Rotating secrets" says, step by step:
-// bin/corectl replicas (their own processes, against a real kube-apiserver)
-// behind a "Service" (a round-robin proxy in the test), and bin/caddy as the
-// data plane asking corectl's authorizer on every request. A step of the
-// runbook is an edit of the Secret's file followed by a roll of both
+// built programs, as docs/runbook.md "Rotating secrets" says, step by step.
+// The internal token and the token key: bin/corectl replicas (their own
+// processes, against a real kube-apiserver) behind a "Service" (a
+// round-robin proxy in the test) and bin/caddy as the data plane asking
+// corectl's authorizer on every request. A step of the runbook is an edit
+// of the Secret's file (or the settings) followed by a roll of both
 // programs: each corectl replica is replaced by a new process reading the
-// file (the new one serves before the old one stops, maxUnavailable 0), and
-// the gateway re-reads its configuration (caddy reload, which provisions its
-// modules afresh, as a new pod would). Data-plane requests run the whole
-// time; none may be refused.
+// file (the new one joins once ready and serves before the old one stops,
+// maxUnavailable 0), and the gateway re-reads its configuration (caddy
+// reload, which provisions its modules afresh, as a new pod would). The
+// internal node API token: bin/caddy replicas, each roll a new process.
+// Requests run the whole time; none may be refused.
 package rotation
 
 import (
