@@ -16,6 +16,7 @@ import (
 
 	"github.com/sandgate/sandgate/corectl/cidr"
 	"github.com/sandgate/sandgate/corectl/cluster"
+	"github.com/sandgate/sandgate/corectl/nsrights"
 	nodev1 "github.com/sandgate/sandgate/nodecore/apis/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -265,8 +266,23 @@ func TestManifestsDecode(t *testing.T) {
 		t.Fatal("DecodeCRD accepted another kind")
 	}
 	objs, err := RBAC()
-	if err != nil || len(objs) != 7 {
+	if err != nil || len(objs) != 9 {
 		t.Fatalf("RBAC = %d objects, %v", len(objs), err)
+	}
+	// The namespaced writes are ClusterRoles that `corectl rbac` binds per
+	// namespace (package corectl/nsrights names them); nothing here binds
+	// them cluster-wide.
+	for _, name := range []string{nsrights.IngressRole, nsrights.ProjectRole} {
+		found := false
+		for _, o := range objs {
+			found = found || (o.GetKind() == "ClusterRole" && o.GetName() == name)
+			if ref, _, _ := unstructured.NestedString(o.Object, "roleRef", "name"); o.GetKind() == "ClusterRoleBinding" && ref == name {
+				t.Errorf("ClusterRoleBinding %s binds %s cluster-wide", o.GetName(), name)
+			}
+		}
+		if !found {
+			t.Errorf("rbac.yaml has no ClusterRole %s", name)
+		}
 	}
 	// The compute kustomization renders exactly these files: the CRDs and
 	// RBAC the tests install are what operators apply.

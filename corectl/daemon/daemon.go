@@ -33,6 +33,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
 	"github.com/sandgate/sandgate/corectl/metrics"
+	"github.com/sandgate/sandgate/corectl/nsrights"
 	"github.com/sandgate/sandgate/corectl/probesource"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	"github.com/sandgate/sandgate/corectl/sandboxlogs"
@@ -96,6 +97,12 @@ type Options struct {
 	// CNICheckInterval is how often every replica re-reads the CNI facts
 	// of clusters with a cniSource (package cnicheck; default 1 min).
 	CNICheckInterval time.Duration
+	// NamespaceRightsInterval is how often every replica checks that it
+	// may write in each namespace a cluster serves (package nsrights:
+	// the ingress namespace and the credentials' project namespaces); 0
+	// means nsrights.DefaultInterval. The check runs only when Credentials
+	// can be listed (a *credential.File or credential.Static).
+	NamespaceRightsInterval time.Duration
 	// InternalToken authenticates the gateway's sandbox authorizer on GET
 	// /internal/v1/authorize (httpapi.Server.InternalToken); empty turns
 	// that route off unless InternalTokens has one.
@@ -290,6 +297,12 @@ func New(opts Options) (*Daemon, error) {
 		if err != nil {
 			return nil, err
 		}
+		if all := listCredentials(opts.Credentials); all != nil {
+			id := c.ID
+			p.rights = &nsrights.Checker{Cluster: c, Credentials: all, Reviewer: cs.AuthorizationV1().SelfSubjectAccessReviews(),
+				Interval: opts.NamespaceRightsInterval, Log: opts.Log.WithValues("cluster", c.ID),
+				Report: func(held map[[2]string]bool) { opts.Metrics.NamespaceRights(id, held) }}
+		}
 		h := &httpapi.ClusterHandle{Cluster: c, Reader: direct, Cache: p.cache, Egress: eg, Ingress: in,
 			Logs: sandboxlogs.Kube{Pods: cs.CoreV1()}, Browser: &browser.Binder{Client: direct, Cluster: c}}
 		if opts.LogSource != nil {
@@ -358,6 +371,10 @@ type clusterParts struct {
 	handle  *httpapi.ClusterHandle
 	events  *swapRecorder
 	cache   *swapReader
+	// rights checks corectl's write rights in the namespaces the cluster
+	// serves (package nsrights); nil when the credential source cannot
+	// list its credentials.
+	rights *nsrights.Checker
 }
 
 // newManager builds cluster cr's controller-runtime manager (leader
@@ -417,6 +434,11 @@ func (d *Daemon) newManager(cr *clusterRun, restart bool) (manager.Manager, erro
 			return nil, err
 		}
 	}
+	if p.rights != nil {
+		if err := mgr.Add(p.rights); err != nil {
+			return nil, err
+		}
+	}
 	if err := mgr.Add(leaderMark{cr}); err != nil {
 		return nil, err
 	}
@@ -434,6 +456,18 @@ func (d *Daemon) newManager(cr *clusterRun, restart bool) (manager.Manager, erro
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// listCredentials returns a function listing src's credentials, or nil when
+// src cannot list them (an HTTP source answers one ID at a time).
+func listCredentials(src credential.Source) func() map[string]credential.Credential {
+	switch s := src.(type) {
+	case *credential.File:
+		return s.Load
+	case credential.Static:
+		return func() map[string]credential.Credential { return s }
+	}
+	return nil
 }
 
 // Addr is the API's bound address.

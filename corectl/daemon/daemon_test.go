@@ -19,6 +19,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/egress"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/kubetest"
+	"github.com/sandgate/sandgate/corectl/nsrights"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	"github.com/sandgate/sandgate/deploy"
 	"github.com/sandgate/sandgate/gateway/credential"
@@ -243,10 +244,35 @@ func TestRestartPicksUpStateFromObjects(t *testing.T) {
 	})
 }
 
+// rightsMissing is r's corectl_namespace_rights_missing by "namespace role".
+func rightsMissing(t *testing.T, r *replica) map[string]float64 {
+	t.Helper()
+	mfs, err := r.d.Metrics().Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "corectl_namespace_rights_missing" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			out[l["namespace"]+" "+l["role"]] = m.GetGauge().GetValue()
+		}
+	}
+	return out
+}
+
 // TestRBACManifestIsSufficient installs rbac.yaml, runs corectl as its
 // service account (impersonation), and drives egress, ingress and template
 // writes through the API; then checks a verb the manifest does not grant
-// is refused.
+// is refused. The RoleBindings are those `corectl rbac` prints; a
+// credential whose namespace has none is reported by the rights check
+// (corectl_namespace_rights_missing).
 func TestRBACManifestIsSufficient(t *testing.T) {
 	s := newSetup(t, "c-rbac")
 	objs, err := deploy.RBAC()
@@ -269,12 +295,29 @@ func TestRBACManifestIsSufficient(t *testing.T) {
 			t.Fatalf("rbac.yaml has no %s", k)
 		}
 	}
+	// corectl's writes in the ingress and project namespaces: the
+	// RoleBindings `corectl rbac` prints.
+	for _, b := range nsrights.Bindings(nsrights.Needed(&s.cfg.Clusters[0], s.src), nsrights.DefaultServiceAccount) {
+		if err := env.Client.Create(ctx, &b); err != nil {
+			t.Fatalf("RoleBinding %s/%s: %v", b.Namespace, b.Name, err)
+		}
+	}
+	// A credential for a namespace nobody bound: the rights check reports
+	// it (and only it) missing.
+	unbound := "unbound-" + s.id
+	s.src["unbound"] = credential.Credential{ID: "unbound", Enabled: true, ClusterID: s.id, ProjectNamespace: unbound}
 	// The leader-election Role lives in corectl-system.
 	s.leaseNS = saNS
 	sa := rest.CopyConfig(env.Config)
 	sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:corectl-system:corectl"}
 	r := s.start(t, sa, 0)
 	kubetest.Eventually(t, 30*time.Second, "leadership as the service account", func() (bool, error) { return elected(r, s.id), nil })
+	ingNS := s.cfg.Clusters[0].Ingress.Namespace
+	kubetest.Eventually(t, 30*time.Second, "corectl_namespace_rights_missing", func() (bool, error) {
+		g := rightsMissing(t, r)
+		return len(g) == 3 && g[s.ns+" corectl-project-namespace"] == 0 && g[ingNS+" corectl-ingress-namespace"] == 0 &&
+			g[unbound+" corectl-project-namespace"] == 1, nil
+	})
 
 	var eg egress.Status
 	if code := put(t, r, "/sandboxes/sbx/network", `{"defaultAction":"deny","egress":[{"cidr":"10.0.0.0/8"}]}`, &eg); code != 200 || !eg.NetworkReady {

@@ -27,6 +27,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/kubetest"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
+	"github.com/sandgate/sandgate/corectl/nsrights"
 	"github.com/sandgate/sandgate/corectl/probesource"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	"github.com/sandgate/sandgate/corectl/sandboxlogs"
@@ -222,7 +223,8 @@ func startWorld(t testing.TB, cfg *rest.Config, o worldOptions) *world {
 		"  - {name: key-a, sha256: " + apikey.Digest("key-a") + ", credentialId: a}\n" +
 		"  - {name: key-b, sha256: " + apikey.Digest("key-b") + ", credentialId: b}\n" +
 		"  - {name: key-a2, sha256: " + apikey.Digest("key-a2") + ", credentialId: a2}\n" +
-		"  - {name: key-wide, sha256: " + apikey.Digest("key-wide") + ", credentialId: wide}\n"))
+		"  - {name: key-wide, sha256: " + apikey.Digest("key-wide") + ", credentialId: wide}\n" +
+		"  - {name: key-admin, sha256: " + apikey.Digest("key-admin") + ", credentialId: a, templateAdmin: true}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,6 +237,10 @@ func startWorld(t testing.TB, cfg *rest.Config, o worldOptions) *world {
 		"wide": {ID: "wide", Enabled: true, ProjectNamespace: w.nsA, ClusterID: id, ProjectWide: true},
 	}
 	tplNS := env.Namespace(t)
+	// corectl's writes in the ingress and project namespaces: the
+	// RoleBindings `corectl rbac` prints (a world run as the admin does
+	// not need them; they do no harm).
+	grantNamespaces(t, nsrights.Needed(c, src)...)
 	if o.before != nil {
 		o.before(w)
 	}
@@ -1057,6 +1063,17 @@ func TestLifecycleAsServiceAccount(t *testing.T) {
 		t.Fatalf("scan as the service account: %+v %v", rep, err)
 	}
 	w.nothingLeft()
+}
+
+// grantNamespaces creates the RoleBindings of grants (package nsrights)
+// for corectl's service account, as `corectl rbac | kubectl apply -f -`.
+func grantNamespaces(t testing.TB, grants ...nsrights.Grant) {
+	t.Helper()
+	for _, b := range nsrights.Bindings(grants, nsrights.DefaultServiceAccount) {
+		if err := env.Client.Create(context.Background(), &b); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("RoleBinding %s/%s: %v", b.Namespace, b.Name, err)
+		}
+	}
 }
 
 // serviceAccount installs corectl's RBAC (package deploy) and returns a

@@ -11,6 +11,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/browser"
 	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/kubetest"
+	"github.com/sandgate/sandgate/corectl/nsrights"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -235,6 +236,7 @@ func TestNativeBinderRefusals(t *testing.T) {
 	}
 	ns, ingNS := env.Namespace(t), env.Namespace(t)
 	c := kubetest.Cluster("native", ingNS)
+	grantNamespaces(t, nsrights.Grant{Namespace: ingNS, Role: nsrights.IngressRole})
 	recreate := func(u *unstructured.Unstructured) {
 		if err := env.Client.Delete(ctx, u); err != nil {
 			t.Error(err)

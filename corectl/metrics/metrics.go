@@ -96,6 +96,7 @@ type Metrics struct {
 	restarts       *prometheus.CounterVec
 	refusals       *prometheus.CounterVec
 	createRefusals *prometheus.CounterVec
+	nsRights       *prometheus.GaugeVec
 }
 
 // Reasons of corectl_api_refusals_total.
@@ -178,8 +179,12 @@ func New() *Metrics {
 			Namespace: "corectl", Subsystem: "api", Name: "refusals_total",
 			Help: "API requests refused because of who asked, by reason (missing_key, unknown_key, not_owner, ...).",
 		}, []string{"reason"}),
+		nsRights: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "corectl", Subsystem: "namespace", Name: "rights_missing",
+			Help: "1 when corectl may not write in a namespace the cluster serves (no RoleBinding to the ClusterRole role there: run corectl rbac), 0 when it may; one series per ingress and project namespace of the cluster's credentials (package nsrights).",
+		}, []string{"cluster", "namespace", "role"}),
 	}
-	m.Registry.MustRegister(m.requests, m.duration, m.reconciles, m.steps, m.stepDuration, m.cniChecks, m.orphanScans, m.restarts, m.createRefusals, m.refusals,
+	m.Registry.MustRegister(m.requests, m.duration, m.reconciles, m.steps, m.stepDuration, m.cniChecks, m.orphanScans, m.restarts, m.createRefusals, m.refusals, m.nsRights,
 		buildinfo.Collector("corectl"))
 	return m
 }
@@ -292,6 +297,23 @@ func (m *Metrics) WatchCNIGate(cluster string, gate func() error) error {
 		}
 		return 0
 	}))
+}
+
+// NamespaceRights replaces cluster's corectl_namespace_rights_missing
+// series: one per entry of held (keyed by namespace and ClusterRole), 0 when
+// held, 1 when missing. Series of namespaces no longer served are removed.
+func (m *Metrics) NamespaceRights(cluster string, held map[[2]string]bool) {
+	if m == nil {
+		return
+	}
+	m.nsRights.DeletePartialMatch(prometheus.Labels{"cluster": cluster})
+	for k, ok := range held {
+		v := 1.0
+		if ok {
+			v = 0
+		}
+		m.nsRights.WithLabelValues(cluster, k[0], k[1]).Set(v)
+	}
 }
 
 // Refused counts one API request refused for reason (a Refusal* constant).

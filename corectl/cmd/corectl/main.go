@@ -8,6 +8,7 @@
 //	        [-listen 127.0.0.1:8090] [-leader-elect=true] [-leader-election-namespace corectl-system]
 //	        [-probe-listen :8091] [-shutdown-grace 30s]
 //	corectl -version
+//	corectl rbac -config clusters.yaml -credentials credentials.yaml [-cluster ID] [-service-account corectl-system/corectl]
 //
 // -config is the cluster configuration (package cluster), -credentials the
 // resource credential file shared with the gateway (package credential,
@@ -17,7 +18,9 @@
 // finish for up to -shutdown-grace, and releases its leases. It exits 1 with
 // the reason when a file is invalid or a cluster is unreachable, and 2 on
 // bad flags. -version prints the sandgate commit it was built from
-// (package internal/version) and exits 0.
+// (package internal/version) and exits 0. `corectl rbac` prints the
+// RoleBindings corectl needs in one compute cluster's namespaces (package
+// nsrights, docs/deploy.md "Compute clusters") and exits.
 package main
 
 import (
@@ -53,6 +56,9 @@ func main() {
 }
 
 func run(args []string) error {
+	if len(args) > 0 && args[0] == "rbac" {
+		return runRBAC(args[1:], os.Stdout)
+	}
 	fs := flag.NewFlagSet("corectl", flag.ContinueOnError)
 	configPath := fs.String("config", "", "cluster configuration file (YAML or JSON)")
 	credPath := fs.String("credentials", "", "resource credential file (YAML or JSON)")
