@@ -156,7 +156,9 @@ func (st *decodeState) release() {
 //
 //  1. len(data) ≤ MaxRequestFrame, else ErrTooLarge;
 //  2. a streaming tokenizer finds the top-level "type" and "version"
-//     without decoding the rest (ErrSyntax, ErrNotObject, ErrType);
+//     without decoding the rest (ErrSyntax, ErrNotObject, ErrType); a
+//     frame that starts with the header Encode writes skips this scan,
+//     which would find the same type and no error;
 //  3. a control frame longer than MaxControlFrame is refused (ErrTooLarge);
 //  4. "version" must be the literal ProtocolVersion (ErrVersion);
 //  5. a walk over the whole frame refuses duplicate, unknown (including
@@ -164,7 +166,8 @@ func (st *decodeState) release() {
 //     required and empty optional members, and data after the object
 //     (ErrDuplicateMember, ErrUnknownMember, ErrNull, ErrMissingMember,
 //     ErrEmpty, ErrSyntax);
-//  6. the v2 decoder fills the concrete struct (ErrKind);
+//  6. the v2 decoder fills the concrete struct on the same pooled
+//     tokenizer, without checking names and UTF-8 again (ErrKind);
 //  7. the field rules of docs/node-protocol.md are checked (ErrField,
 //     ErrParameters, ErrResult).
 //
