@@ -110,6 +110,14 @@ var (
 		jsontext.AllowDuplicateNames(false),
 		jsontext.AllowInvalidUTF8(false),
 	)
+	// fillOptions fill a frame the walk has already checked (see Decode):
+	// names are neither tracked for duplicates nor UTF-8 checked again.
+	fillOptions = json.JoinOptions(
+		json.RejectUnknownMembers(true),
+		json.MatchCaseInsensitiveNames(false),
+		jsontext.AllowDuplicateNames(true),
+		jsontext.AllowInvalidUTF8(true),
+	)
 	encodeOptions = json.JoinOptions(
 		json.Deterministic(true),
 		jsontext.AllowDuplicateNames(false),
@@ -148,7 +156,9 @@ func (st *decodeState) release() {
 //
 //  1. len(data) ≤ MaxRequestFrame, else ErrTooLarge;
 //  2. a streaming tokenizer finds the top-level "type" and "version"
-//     without decoding the rest (ErrSyntax, ErrNotObject, ErrType);
+//     without decoding the rest (ErrSyntax, ErrNotObject, ErrType); a
+//     frame that starts with the header Encode writes skips this scan,
+//     which would find the same type and no error;
 //  3. a control frame longer than MaxControlFrame is refused (ErrTooLarge);
 //  4. "version" must be the literal ProtocolVersion (ErrVersion);
 //  5. a walk over the whole frame refuses duplicate, unknown (including
@@ -156,7 +166,8 @@ func (st *decodeState) release() {
 //     required and empty optional members, and data after the object
 //     (ErrDuplicateMember, ErrUnknownMember, ErrNull, ErrMissingMember,
 //     ErrEmpty, ErrSyntax);
-//  6. the v2 decoder fills the concrete struct (ErrKind);
+//  6. the v2 decoder fills the concrete struct on the same pooled
+//     tokenizer, without checking names and UTF-8 again (ErrKind);
 //  7. the field rules of docs/node-protocol.md are checked (ErrField,
 //     ErrParameters, ErrResult).
 //
@@ -180,9 +191,12 @@ func Decode(data []byte) (Frame, error) {
 	st := decodeStates.Get().(*decodeState)
 	defer st.release()
 
-	typ, err := scanHeader(st.reset(data), len(data))
-	if err != nil {
-		return nil, err
+	typ, ok := canonicalHeader(data)
+	if !ok {
+		var err error
+		if typ, err = scanHeader(st.reset(data), len(data)); err != nil {
+			return nil, err
+		}
 	}
 
 	st.w.d = st.reset(data)
@@ -194,8 +208,13 @@ func Decode(data []byte) (Frame, error) {
 		return nil, newError(ErrSyntax, "", "data after the top-level object")
 	}
 
+	// The walk above has checked the syntax, the UTF-8, unique and known
+	// member names: the fill runs on the same pooled decoder without
+	// tracking names again.
 	f := newFrame(typ)
-	if err := json.Unmarshal(data, f, decodeOptions); err != nil {
+	st.buf = *bytes.NewBuffer(data)
+	st.dec.Reset(&st.buf, fillOptions)
+	if err := json.UnmarshalDecode(&st.dec, f, fillOptions); err != nil {
 		return nil, valueError(err)
 	}
 	if err := validate(f); err != nil {
@@ -236,6 +255,45 @@ func PeekType(prefix []byte) (string, bool) {
 		}
 		typ := knownType([]byte(v.String()))
 		return typ, typ != ""
+	}
+	return "", false
+}
+
+// canonicalHeaders are the first bytes Encode writes for each frame type,
+// `{"version":1,"type":"<type>",`, with the type they name.
+var canonicalHeaders = func() map[string]string {
+	m := map[string]string{}
+	for _, typ := range [...]string{TypeHello, TypeWelcome, TypeHeartbeat, TypeHeartbeatAck,
+		TypeRequest, TypeResponse, TypeRetention, TypeRetentionAck} {
+		m[`{"version":`+strconv.Itoa(ProtocolVersion)+`,"type":"`+typ+`",`] = typ
+	}
+	return m
+}()
+
+// canonicalHeader returns the type of a frame that starts with the header
+// Encode writes and is within its type's size limit, and true; then
+// scanHeader would find that type and no error, and the frame is read
+// once less. Otherwise it returns "" and false, and scanHeader decides.
+func canonicalHeader(data []byte) (string, bool) {
+	const prefix = `{"version":`
+	if len(data) < len(prefix) || string(data[:len(prefix)]) != prefix {
+		return "", false
+	}
+	i := len(prefix) + len(`1,"type":"`)
+	if i > len(data) {
+		return "", false
+	}
+	for j := i; j < len(data) && j < i+16; j++ {
+		if data[j] == '"' {
+			if j+1 >= len(data) || data[j+1] != ',' {
+				return "", false
+			}
+			typ, ok := canonicalHeaders[string(data[:j+2])]
+			if !ok || (IsControlType(typ) && len(data) > MaxControlFrame) {
+				return "", false
+			}
+			return typ, true
+		}
 	}
 	return "", false
 }

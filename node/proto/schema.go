@@ -121,6 +121,21 @@ func structSchema(t reflect.Type) *schema {
 	return s
 }
 
+// field returns the index of the member called name, and true; a short
+// struct is searched in order, which is cheaper than hashing the name.
+func (s *schema) field(name []byte) (int, bool) {
+	if len(s.fields) > 12 {
+		i, ok := s.byName[string(name)]
+		return i, ok
+	}
+	for i := range s.fields {
+		if s.fields[i].name == string(name) {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
 // frameSchemas are the schemas of the eight frames by type name.
 var frameSchemas = map[string]*schema{
 	TypeHello:        schemaOf(reflect.TypeFor[Hello]()),
@@ -238,7 +253,7 @@ func (w *walker) object(s *schema, f *schemaField) error {
 		if err != nil {
 			return err
 		}
-		i, ok := s.byName[string(name)]
+		i, ok := s.field(name)
 		w.ptr = appendPointerToken(w.ptr[:base], name)
 		if !ok {
 			for _, sf := range s.fields {

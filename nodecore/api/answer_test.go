@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -84,3 +85,24 @@ type discardWriter struct{ h http.Header }
 func (w *discardWriter) Header() http.Header         { return w.h }
 func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
 func (w *discardWriter) WriteHeader(int)             {}
+
+// TestSplitPath: splitPath finds the segments strings.Split(strings.Trim(
+// rest, "/"), "/") finds for every path the API routes, and as many
+// (maxPathParts) for a longer one.
+func TestSplitPath(t *testing.T) {
+	for _, rest := range []string{"", "/", "//", "/a", "/a/", "a", "/a/operations", "/a//operations",
+		"/a/placements/release", "/a/placements/release/", "/a/placements/release/x", "/a/b/c/d/e", "///a///"} {
+		want := strings.Split(strings.Trim(rest, "/"), "/")
+		var buf [maxPathParts]string
+		got := splitPath(buf[:0], rest)
+		if len(want) > maxPathParts {
+			if len(got) != maxPathParts || !slices.Equal(got[:maxPathParts-1], want[:maxPathParts-1]) {
+				t.Errorf("%q: %q, want the first %d of %q", rest, got, maxPathParts-1, want)
+			}
+			continue
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%q: %q, want %q", rest, got, want)
+		}
+	}
+}

@@ -21,7 +21,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -251,7 +250,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "no such API path")
 		return
 	}
-	parts := strings.Split(strings.Trim(rest, "/"), "/")
+	var parts []string
+	var partsBuf [maxPathParts]string
+	parts = splitPath(partsBuf[:0], rest)
 	switch {
 	case rest == "" || rest == "/":
 		if !allow(w, r, http.MethodGet) {
@@ -316,6 +317,28 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// maxPathParts is one more than the most segments an API path below
+// Prefix has (<node_id>/placements/release), so that a longer path is
+// seen as longer.
+const maxPathParts = 4
+
+// splitPath appends to dst the segments of rest with its leading and
+// trailing slashes trimmed, as strings.Split(strings.Trim(rest, "/"), "/")
+// would return them, but at most maxPathParts of them (the last one then
+// holds the remainder), without allocating when dst has room.
+func splitPath(dst []string, rest string) []string {
+	rest = strings.Trim(rest, "/")
+	for len(dst) < maxPathParts-1 {
+		seg, more, found := strings.Cut(rest, "/")
+		dst = append(dst, seg)
+		if !found {
+			return dst
+		}
+		rest = more
+	}
+	return append(dst, rest)
+}
+
 func (h *Handler) authorized(r *http.Request) bool { return bearer.MatchesDigest(r, h.Tokens) }
 
 func allow(w http.ResponseWriter, r *http.Request, method string) bool {
@@ -331,7 +354,16 @@ func allow(w http.ResponseWriter, r *http.Request, method string) bool {
 // from another replica; forward: a node not online here may be forwarded
 // to the replica holding it.
 func (h *Handler) operation(w http.ResponseWriter, r *http.Request, nodeID string, forwarded, forward bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, proto.MaxRequestFrame))
+	buf := bodyBuffers.Get().(*bytes.Buffer)
+	buf.Reset()
+	pooled := true // false once body may outlive this call
+	defer func() {
+		if pooled && buf.Cap() <= maxPooledBody {
+			bodyBuffers.Put(buf)
+		}
+	}()
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, proto.MaxRequestFrame))
+	body := buf.Bytes()
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -353,6 +385,9 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request, nodeID strin
 	}
 	res, err := h.Hub.Dispatch(r.Context(), nodeID, req)
 	if err != nil && errors.Is(err, hub.ErrOffline) {
+		// A forwarded body goes to another replica's client, which may
+		// still read it after the answer: it is not pooled again.
+		pooled = pooled && !forward
 		if forward && h.forwardOperation(w, r, nodeID, body) {
 			return
 		}
@@ -466,6 +501,14 @@ func refusal(err error) (int, string, string) {
 func writeError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, Error{Error: ErrorBody{Code: code, Message: msg}})
 }
+
+// bodyBuffers hold operation bodies while they are decoded and
+// dispatched (the decoded request copies what it keeps); a buffer that
+// grew past maxPooledBody is dropped.
+var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledBody is the largest buffer bodyBuffers keeps, in bytes.
+const maxPooledBody = 64 << 10
 
 // answerBuffers hold answers between their encoding and their write;
 // a buffer that grew past maxPooledAnswer (a long node list) is dropped.

@@ -44,12 +44,12 @@ func hexSum(s string) string {
 }
 
 type apiEnv struct {
-	t   *testing.T
+	t   testing.TB
 	hub *hub.Hub
 	srv *httptest.Server
 }
 
-func newAPIEnv(t *testing.T) *apiEnv {
+func newAPIEnv(t testing.TB) *apiEnv {
 	t.Helper()
 	creds := testCreds(t)
 	h := hub.New()
@@ -67,7 +67,7 @@ func newAPIEnv(t *testing.T) *apiEnv {
 }
 
 // testCreds is a node credential file enrolling nodes A and B.
-func testCreds(t *testing.T) *credential.File {
+func testCreds(t testing.TB) *credential.File {
 	t.Helper()
 	path := writeNodes(t)
 	creds, err := credential.OpenFile(path, nil)
@@ -514,7 +514,7 @@ func TestAPIPlacements(t *testing.T) {
 }
 
 // writeNodes writes the two test nodes' credential file.
-func writeNodes(t *testing.T) string {
+func writeNodes(t testing.TB) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "nodes.yaml")
 	var b strings.Builder

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,12 +25,14 @@ func BenchmarkDispatch(b *testing.B) {
 	req := infoReq()
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := processCPU(b)
 	for b.Loop() {
 		res, err := e.hub.Dispatch(b.Context(), nodeA, req)
 		if err != nil || res.Outcome != proto.OutcomeSuccess {
 			b.Fatalf("%+v %v", res, err)
 		}
 	}
+	reportCPU(b, cpu)
 }
 
 // BenchmarkHeartbeat measures one heartbeat through the hub: a simulated
@@ -66,4 +69,21 @@ func dialSimA(b *testing.B, e *env, interval time.Duration) *sim.Node {
 	}
 	b.Cleanup(func() { _ = n.Close() })
 	return n
+}
+
+// processCPU is this process's user and system CPU time so far; a
+// benchmark reports its growth per operation as cpu-ns/op, which counts
+// every goroutine's work for the operation (the simulated node's too) and
+// is less disturbed by other processes on a loaded machine than ns/op.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the CPU time since start per operation, cpu-ns/op.
+func reportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64(processCPU(b)-start)/float64(b.N), "cpu-ns/op")
 }
