@@ -189,6 +189,26 @@ func batchSandboxes() client.Object {
 	return u
 }
 
+// cacheOptions is the informer cache of one cluster's manager: only the
+// NetworkPolicies, Ingresses and BatchSandboxes corectl manages (label
+// selector managed), no object's managed fields (they are most of a small
+// object's size and nothing reads them), BatchSandboxes trimmed to what
+// the cached readers use (sandbox.TrimCached) and handed out without a
+// deep copy: the authorizer, the Locate question, the list routes and the
+// expiry reconciler only read them, and a copy per question was most of
+// the authorizer's allocation at 10,000 sandboxes (hack/corectlload).
+func cacheOptions(managed labels.Selector) cache.Options {
+	noCopy := true
+	return cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&networkingv1.NetworkPolicy{}: {Label: managed},
+			&networkingv1.Ingress{}:       {Label: managed},
+			batchSandboxes():              {Label: managed, Transform: sandbox.TrimCached, UnsafeDisableDeepCopy: &noCopy},
+		},
+	}
+}
+
 // LeaseName returns the leader-election Lease name for a cluster ID:
 // "corectl-<id>" when that is a valid name, else "corectl-<hash>".
 func LeaseName(clusterID string) string {
@@ -258,11 +278,7 @@ func New(opts Options) (*Daemon, error) {
 			LeaderElectionID:              LeaseName(c.ID),
 			LeaderElectionNamespace:       opts.LeaderElectionNamespace,
 			LeaderElectionReleaseOnCancel: true,
-			Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-				&networkingv1.NetworkPolicy{}: {Label: managed},
-				&networkingv1.Ingress{}:       {Label: managed},
-				batchSandboxes():              {Label: managed},
-			}},
+			Cache:                         cacheOptions(managed),
 		}
 		if opts.LeaseDuration > 0 {
 			mopts.LeaseDuration, mopts.RenewDeadline, mopts.RetryPeriod = &opts.LeaseDuration, &opts.RenewDeadline, &opts.RetryPeriod
@@ -278,6 +294,12 @@ func New(opts Options) (*Daemon, error) {
 		if err := mgr.GetFieldIndexer().IndexField(context.Background(), batchSandboxes(), httpapi.IndexSandboxName,
 			func(o client.Object) []string { return []string{o.GetName()} }); err != nil {
 			return nil, fmt.Errorf("cluster %s: the sandbox name index: %w", c.ID, err)
+		}
+		// The list routes find a credential's sandboxes in the cache by
+		// namespace and credential (sandbox.IndexCredential).
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), batchSandboxes(), sandbox.IndexCredential,
+			sandbox.CredentialIndex); err != nil {
+			return nil, fmt.Errorf("cluster %s: the sandbox credential index: %w", c.ID, err)
 		}
 		direct, err := client.New(cfg, client.Options{Scheme: scheme})
 		if err != nil {
@@ -337,7 +359,7 @@ func New(opts Options) (*Daemon, error) {
 			h.Logs = opts.LogSource
 		}
 		if opts.TokenKey != nil {
-			lc := &lifecycle.Orchestrator{Client: direct, Cluster: c, Egress: eg, Ingress: in, Key: *opts.TokenKey,
+			lc := &lifecycle.Orchestrator{Client: direct, Cache: mgr.GetCache(), Cluster: c, Egress: eg, Ingress: in, Key: *opts.TokenKey,
 				Template: opts.Config.SandboxTemplate, MaxTimeout: opts.MaxTimeout, TokenGrace: opts.TokenGrace, ReadyBudget: opts.ReadyBudget, OrphanGrace: opts.OrphanGrace, Probe: probe,
 				Metrics: opts.Metrics, HTTP: entryHTTP}
 			if opts.Lifecycle != nil {
