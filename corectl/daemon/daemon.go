@@ -320,7 +320,7 @@ func New(opts Options) (*Daemon, error) {
 			probe = &probesource.Discoverer{Client: direct, Cluster: c, HTTP: entryHTTP}
 			in.Probe = probe.Sources
 		}
-		if err := (&controller.IngressReconciler{Engine: in, Metrics: opts.Metrics, Reader: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		if err := (&controller.IngressReconciler{Engine: in, Metrics: opts.Metrics, Reader: mgr.GetCache()}).SetupWithManager(mgr); err != nil {
 			return nil, err
 		}
 		if err := (&controller.EgressRecovery{Engine: eg, Reader: mgr.GetClient(), Grace: opts.EgressGrace, Metrics: opts.Metrics}).SetupWithManager(mgr); err != nil {
