@@ -74,7 +74,9 @@ type Options struct {
 	// "corectl-system").
 	LeaderElectionNamespace string
 	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election
-	// (zero: controller-runtime's 15 s, 10 s, 2 s).
+	// (zero: controller-runtime's 15 s, 10 s, 2 s; the corectl command's
+	// flags default to DefaultLeaseDuration, DefaultRenewDeadline and
+	// DefaultRetryPeriod).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// EgressGrace is EgressRecovery's grace (default
 	// controller.DefaultGrace).
@@ -161,6 +163,21 @@ type Options struct {
 	// the orphan scan.
 	ShutdownGrace time.Duration
 }
+
+// The corectl command's leader-election defaults. A kill -9'd leader is
+// replaced within DefaultLeaseDuration + DefaultRetryPeriod (11 s; with
+// controller-runtime's 15 s and 2 s it was up to 17 s, and the leader-only
+// cycles resumed after 17–18 s in hack/corectlload, too close to the 20 s
+// goal of issue 33). The leader renews every DefaultRetryPeriod (one Lease
+// update a second per cluster) and steps down when it could not renew for
+// DefaultRenewDeadline (7 s: seven attempts; the FlowSchema
+// corectl-leader-election keeps them from queueing behind other
+// workloads, docs/runbook.md).
+const (
+	DefaultLeaseDuration = 10 * time.Second
+	DefaultRenewDeadline = 7 * time.Second
+	DefaultRetryPeriod   = 1 * time.Second
+)
 
 // DefaultShutdownGrace is Options.ShutdownGrace's default.
 const DefaultShutdownGrace = 30 * time.Second

@@ -60,6 +60,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -120,6 +121,38 @@ type config struct {
 	logs           string
 	corectlArgs    []string
 	settleDeadline time.Duration
+	compare        string
+}
+
+// figures are one binary's per-round results.
+type figures struct {
+	startCPU, listP50, listP99, authzP50, authzP99, authzP999 []time.Duration
+	rss, hwm, rssAfter                                        []float64
+}
+
+func (f *figures) print(bin string) {
+	fmt.Printf("summary for %s:\n", bin)
+	if len(f.rss) > 0 {
+		fsummary("VmRSS after the start-up replay, MiB (goal <= 256)", f.rss)
+		fsummary("VmHWM, MiB", f.hwm)
+		fsummary("VmRSS after list and authz, MiB", f.rssAfter)
+		summary("corectl CPU per sandbox in the start-up replay (one ingress + one expiry cycle)", f.startCPU)
+	}
+	if len(f.listP99) > 0 {
+		summary("list page p50", f.listP50)
+		summary("list page p99 (goal <= 50 ms)", f.listP99)
+	}
+	if len(f.authzP99) > 0 {
+		summary("authorizer p50", f.authzP50)
+		summary("authorizer p99 (goal <= 1 ms)", f.authzP99)
+		summary("authorizer p99.9", f.authzP999)
+	}
+}
+
+func fsummary(name string, v []float64) {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	fmt.Printf("  %s: median %.1f, range %.1f–%.1f over %d rounds\n", name, s[len(s)/2], s[0], s[len(s)-1], len(s))
 }
 
 func main() {
@@ -138,6 +171,7 @@ func main() {
 	flag.StringVar(&lease, "lease", "", "leader election lease duration, renew deadline, retry period (e.g. 15s,10s,2s; empty: corectl's defaults)")
 	flag.StringVar(&c.logs, "logs", "", "directory for corectl's logs (default a temporary one)")
 	flag.StringVar(&extra, "corectl-args", "", "extra corectl flags, space-separated")
+	flag.StringVar(&c.compare, "compare", "", "a second corectl binary, run interleaved with -corectl (order rotating) for the rss, list and authz goals")
 	flag.DurationVar(&c.settleDeadline, "settle", 4*time.Minute, "longest wait for the leader's start-up cycles")
 	flag.Parse()
 	c.goals = map[string]bool{}
@@ -204,6 +238,15 @@ func run(c config) error {
 		return err
 	}
 	defer env.Stop()
+	// Interrupted, the control plane is stopped too (corectl's processes
+	// die with this one: Pdeathsig).
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		_ = env.Stop()
+		os.Exit(130)
+	}()
 	fmt.Printf("control plane up in %s\n", time.Since(t0).Round(time.Millisecond))
 	w := &world{c: c, env: env, files: map[string]string{}}
 	if w.dir = c.logs; w.dir == "" {
@@ -220,31 +263,55 @@ func run(c config) error {
 	if err := w.seed(); err != nil {
 		return err
 	}
-	a, err := w.start("a")
-	if err != nil {
-		return err
+	bins := []string{c.corectl}
+	if c.compare != "" {
+		bins = append(bins, c.compare)
 	}
-	defer a.stop()
-	if err := w.settle(a); err != nil {
-		return err
+	res := make([]*figures, len(bins))
+	for i := range res {
+		res[i] = &figures{}
 	}
-	if c.goals["list"] {
-		w.listGoal(a)
-	}
-	if c.goals["authz"] {
-		w.authzGoal(a)
-	}
-	if c.goals["rss"] {
-		a.printRSS("after the list and authz goals")
-	}
-	if c.goals["expiry"] {
-		if err := w.expiryGoal(a); err != nil {
-			return err
+	if c.goals["rss"] || c.goals["list"] || c.goals["authz"] {
+		for r := range c.rounds {
+			for j := range bins {
+				k := (r + j) % len(bins)
+				fmt.Printf("round %d: %s\n", r+1, bins[k])
+				p, err := w.start(fmt.Sprintf("r%d-%d", r+1, k), bins[k])
+				if err != nil {
+					return err
+				}
+				w.settle(p, res[k])
+				if c.goals["list"] {
+					w.listRound(p, res[k])
+				}
+				if c.goals["authz"] {
+					w.authzRound(p, res[k])
+				}
+				rss, _ := p.status()
+				res[k].rssAfter = append(res[k].rssAfter, rss)
+				p.stop()
+			}
+		}
+		for k, b := range bins {
+			res[k].print(b)
 		}
 	}
-	if c.goals["failover"] {
-		if err := w.failoverGoal(a); err != nil {
+	if c.goals["expiry"] || c.goals["failover"] {
+		a, err := w.start("a", c.corectl)
+		if err != nil {
 			return err
+		}
+		defer a.stop()
+		w.settle(a, &figures{})
+		if c.goals["expiry"] {
+			if err := w.expiryGoal(a); err != nil {
+				return err
+			}
+		}
+		if c.goals["failover"] {
+			if err := w.failoverGoal(a); err != nil {
+				return err
+			}
 		}
 	}
 	fmt.Printf("done in %s, load average %s\n", time.Since(t0).Round(time.Second), loadavg())
@@ -318,7 +385,7 @@ func (w *world) setup() error {
 // Ingress exists; every other request (the readiness ping of a pod that
 // runs) answers 200.
 func fixedEntry() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", freeAddr())
 	if err != nil {
 		return "", err
 	}
@@ -531,9 +598,9 @@ func (p *proc) stop() {
 }
 
 // start runs bin/corectl as replica name and waits until it serves.
-func (w *world) start(name string) (*proc, error) {
+func (w *world) start(name, bin string) (*proc, error) {
 	args := []string{"-config", w.files["clusters.json"], "-credentials", w.files["credentials.yaml"], "-api-keys", w.files["keys.yaml"],
-		"-listen", "127.0.0.1:0", "-probe-listen", "127.0.0.1:0",
+		"-listen", freeAddr(), "-probe-listen", freeAddr(),
 		"-leader-elect=true", "-leader-election-namespace", electionNS,
 		"-token-key-id", "primary", "-token-key-algorithm", "HS256", "-token-key-file", w.files["primary.key"],
 		"-internal-token-file", w.files["internal-token"]}
@@ -542,7 +609,8 @@ func (w *world) start(name string) (*proc, error) {
 			"-leader-election-retry-period", w.c.lease[2])
 	}
 	args = append(args, w.c.corectlArgs...)
-	p := &proc{name: name, cmd: exec.Command(w.c.corectl, args...), exited: make(chan struct{})}
+	p := &proc{name: name, cmd: exec.Command(bin, args...), exited: make(chan struct{})}
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	logf, err := os.Create(filepath.Join(w.dir, "corectl-"+name+".log"))
 	if err != nil {
 		return nil, err
@@ -568,6 +636,19 @@ func (w *world) start(name string) (*proc, error) {
 		return nil, fmt.Errorf("corectl %s did not serve within 2 min", name)
 	}
 	return p, nil
+}
+
+// freeAddr returns a loopback address with a free port below the
+// ephemeral range (on a machine with tens of thousands of connections
+// open, binding port 0 can fail).
+func freeAddr() string {
+	for {
+		a := "127.0.0.1:" + strconv.Itoa(20000+rand.IntN(12000))
+		if l, err := net.Listen("tcp", a); err == nil {
+			l.Close()
+			return a
+		}
+	}
 }
 
 // servingAddrs reads corectl's JSON log from r and sends, once, the API
@@ -669,7 +750,7 @@ func (p *proc) metric(name string, match ...string) (float64, error) {
 
 // settle waits until replica p leads and its start-up ingress and expiry
 // cycles have run over every sandbox, and prints the start-up figures.
-func (w *world) settle(p *proc) error {
+func (w *world) settle(p *proc, f *figures) {
 	t0 := time.Now()
 	cpu0 := p.cpu()
 	n := float64(w.c.sandboxes)
@@ -698,7 +779,9 @@ func (w *world) settle(p *proc) error {
 		fmt.Printf("  ingress cycles with outcome %s: %.0f\n", o, v)
 	}
 	p.printRSS("after the start-up replay")
-	return nil
+	rss, hwm := p.status()
+	f.rss, f.hwm = append(f.rss, rss), append(f.hwm, hwm)
+	f.startCPU = append(f.startCPU, time.Duration(float64(used)/max(ing, 1)))
 }
 
 // quantiles returns p50, p99 and p99.9 of d (sorted in place).
@@ -722,11 +805,10 @@ func summary(name string, v []time.Duration) {
 
 var httpc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 0}, Timeout: 30 * time.Second}
 
-// listGoal pages through the owner's sandboxes -rounds times.
-func (w *world) listGoal(p *proc) {
-	fmt.Printf("list goal: GET /v2/sandboxes?limit=100 paged through %d sandboxes of one credential, load average %s\n", len(w.own), loadavg())
-	var p50s, p99s []time.Duration
-	for r := range w.c.rounds {
+// listRound pages through the owner's sandboxes five times.
+func (w *world) listRound(p *proc, f *figures) {
+	fmt.Printf("  list: GET /v2/sandboxes?limit=100 paged through %d sandboxes of one credential, 5 passes, load average %s\n", len(w.own), loadavg())
+	{
 		var lat []time.Duration
 		seen := 0
 		for pass := 0; pass < 5; pass++ {
@@ -762,19 +844,15 @@ func (w *world) listGoal(p *proc) {
 			}
 		}
 		p50, p99, _ := quantiles(lat)
-		p50s, p99s = append(p50s, p50), append(p99s, p99)
-		fmt.Printf("  round %d: %d pages, %d sandboxes listed per pass, p50 %s, p99 %s\n", r+1, len(lat), seen, ms(p50), ms(p99))
+		f.listP50, f.listP99 = append(f.listP50, p50), append(f.listP99, p99)
+		fmt.Printf("  list: %d pages, %d sandboxes listed per pass, p50 %s, p99 %s, load average %s\n", len(lat), seen, ms(p50), ms(p99), loadavg())
 	}
-	summary("p50", p50s)
-	summary("p99 (goal <= 50 ms)", p99s)
-	fmt.Printf("  load average after %s\n", loadavg())
 }
 
-// authzGoal asks the authorizer at a fixed rate, open loop.
-func (w *world) authzGoal(p *proc) {
-	fmt.Printf("authz goal: %d questions/s for %s per round, load average %s\n", w.c.authzRate, w.c.authzDuration, loadavg())
-	var p50s, p99s, p999s []time.Duration
-	for r := range w.c.rounds {
+// authzRound asks the authorizer at a fixed rate, open loop.
+func (w *world) authzRound(p *proc, f *figures) {
+	fmt.Printf("  authz: %d questions/s for %s, load average %s\n", w.c.authzRate, w.c.authzDuration, loadavg())
+	{
 		n := int(float64(w.c.authzRate) * w.c.authzDuration.Seconds())
 		lat := make([]time.Duration, n)
 		var bad atomic.Int64
@@ -811,13 +889,9 @@ func (w *world) authzGoal(p *proc) {
 		}
 		wg.Wait()
 		p50, p99, p999 := quantiles(lat)
-		p50s, p99s, p999s = append(p50s, p50), append(p99s, p99), append(p999s, p999)
-		fmt.Printf("  round %d: %d questions, %d failed, p50 %s, p99 %s, p99.9 %s (from the scheduled send)\n", r+1, n, bad.Load(), ms(p50), ms(p99), ms(p999))
+		f.authzP50, f.authzP99, f.authzP999 = append(f.authzP50, p50), append(f.authzP99, p99), append(f.authzP999, p999)
+		fmt.Printf("  authz: %d questions, %d failed, p50 %s, p99 %s, p99.9 %s (from the scheduled send), load average %s\n", n, bad.Load(), ms(p50), ms(p99), ms(p999), loadavg())
 	}
-	summary("p50", p50s)
-	summary("p99 (goal <= 1 ms)", p99s)
-	summary("p99.9", p999s)
-	fmt.Printf("  load average after %s\n", loadavg())
 }
 
 // setEndAt writes the end-time annotation of sandbox id (what setTimeout
@@ -927,7 +1001,7 @@ func (w *world) leader(ctx context.Context) string {
 // take-over of each leader-only cycle.
 func (w *world) failoverGoal(a *proc) error {
 	ctx := context.Background()
-	b, err := w.start("b")
+	b, err := w.start("b", w.c.corectl)
 	if err != nil {
 		return err
 	}
