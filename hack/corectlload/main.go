@@ -44,7 +44,14 @@
 // Usage:
 //
 //	go run ./hack/corectlload [-corectl bin/corectl] [-sandboxes 10000] [-owned 1000]
-//		[-goals rss,list,authz,expiry,failover] [-rounds 3] [-lease 15s,10s,2s] [-logs dir]
+//		[-goals rss,list,authz,expiry,failover] [-rounds 3] [-compare other/corectl]
+//		[-corectl-cpus 0] [-lease 10s,7s,1s] [-logs dir]
+//
+// -compare runs a second binary (e.g. one built from the commit before a
+// change) interleaved with -corectl, order rotating per round, on the
+// same seeded sandboxes, for the rss, list and authz goals. Under
+// `taskset -c 1` with -corectl-cpus 0, corectl has a core of its own and
+// the tool (with kube-apiserver and etcd, which it starts) the other.
 package main
 
 import (
@@ -122,6 +129,7 @@ type config struct {
 	corectlArgs    []string
 	settleDeadline time.Duration
 	compare        string
+	corectlCPUs    string
 }
 
 // figures are one binary's per-round results.
@@ -172,6 +180,7 @@ func main() {
 	flag.StringVar(&c.logs, "logs", "", "directory for corectl's logs (default a temporary one)")
 	flag.StringVar(&extra, "corectl-args", "", "extra corectl flags, space-separated")
 	flag.StringVar(&c.compare, "compare", "", "a second corectl binary, run interleaved with -corectl (order rotating) for the rss, list and authz goals")
+	flag.StringVar(&c.corectlCPUs, "corectl-cpus", "", "run corectl under taskset -c with this CPU list (run the tool itself under taskset on the others)")
 	flag.DurationVar(&c.settleDeadline, "settle", 4*time.Minute, "longest wait for the leader's start-up cycles")
 	flag.Parse()
 	c.goals = map[string]bool{}
@@ -609,7 +618,12 @@ func (w *world) start(name, bin string) (*proc, error) {
 			"-leader-election-retry-period", w.c.lease[2])
 	}
 	args = append(args, w.c.corectlArgs...)
-	p := &proc{name: name, cmd: exec.Command(bin, args...), exited: make(chan struct{})}
+	cmd := exec.Command(bin, args...)
+	if w.c.corectlCPUs != "" {
+		// taskset execs corectl in its own process: the PID stays.
+		cmd = exec.Command("taskset", append([]string{"-c", w.c.corectlCPUs, bin}, args...)...)
+	}
+	p := &proc{name: name, cmd: cmd, exited: make(chan struct{})}
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	logf, err := os.Create(filepath.Join(w.dir, "corectl-"+name+".log"))
 	if err != nil {
