@@ -130,6 +130,8 @@ type config struct {
 	settleDeadline time.Duration
 	compare        string
 	corectlCPUs    string
+	corectlEnv     []string
+	compareEnv     []string
 }
 
 // figures are one binary's per-round results.
@@ -181,6 +183,9 @@ func main() {
 	flag.StringVar(&extra, "corectl-args", "", "extra corectl flags, space-separated")
 	flag.StringVar(&c.compare, "compare", "", "a second corectl binary, run interleaved with -corectl (order rotating) for the rss, list and authz goals")
 	flag.StringVar(&c.corectlCPUs, "corectl-cpus", "", "run corectl under taskset -c with this CPU list (run the tool itself under taskset on the others)")
+	var cenv, cmpEnv string
+	flag.StringVar(&cenv, "corectl-env", "", "extra environment of -corectl, comma-separated K=V (e.g. GOMEMLIMIT=192MiB,GODEBUG=gctrace=1)")
+	flag.StringVar(&cmpEnv, "compare-env", "", "extra environment of -compare, as -corectl-env")
 	flag.DurationVar(&c.settleDeadline, "settle", 4*time.Minute, "longest wait for the leader's start-up cycles")
 	flag.Parse()
 	c.goals = map[string]bool{}
@@ -195,6 +200,12 @@ func main() {
 	}
 	if extra != "" {
 		c.corectlArgs = strings.Fields(extra)
+	}
+	if cenv != "" {
+		c.corectlEnv = strings.Split(cenv, ",")
+	}
+	if cmpEnv != "" {
+		c.compareEnv = strings.Split(cmpEnv, ",")
 	}
 	if err := run(c); err != nil {
 		fail(err)
@@ -272,9 +283,9 @@ func run(c config) error {
 	if err := w.seed(); err != nil {
 		return err
 	}
-	bins := []string{c.corectl}
+	bins, envs := []string{c.corectl}, [][]string{c.corectlEnv}
 	if c.compare != "" {
-		bins = append(bins, c.compare)
+		bins, envs = append(bins, c.compare), append(envs, c.compareEnv)
 	}
 	res := make([]*figures, len(bins))
 	for i := range res {
@@ -285,7 +296,7 @@ func run(c config) error {
 			for j := range bins {
 				k := (r + j) % len(bins)
 				fmt.Printf("round %d: %s\n", r+1, bins[k])
-				p, err := w.start(fmt.Sprintf("r%d-%d", r+1, k), bins[k])
+				p, err := w.start(fmt.Sprintf("r%d-%d", r+1, k), bins[k], envs[k])
 				if err != nil {
 					return err
 				}
@@ -302,11 +313,11 @@ func run(c config) error {
 			}
 		}
 		for k, b := range bins {
-			res[k].print(b)
+			res[k].print(b + " " + strings.Join(envs[k], ","))
 		}
 	}
 	if c.goals["expiry"] || c.goals["failover"] {
-		a, err := w.start("a", c.corectl)
+		a, err := w.start("a", c.corectl, c.corectlEnv)
 		if err != nil {
 			return err
 		}
@@ -607,7 +618,7 @@ func (p *proc) stop() {
 }
 
 // start runs bin/corectl as replica name and waits until it serves.
-func (w *world) start(name, bin string) (*proc, error) {
+func (w *world) start(name, bin string, env []string) (*proc, error) {
 	args := []string{"-config", w.files["clusters.json"], "-credentials", w.files["credentials.yaml"], "-api-keys", w.files["keys.yaml"],
 		"-listen", freeAddr(), "-probe-listen", freeAddr(),
 		"-leader-elect=true", "-leader-election-namespace", electionNS,
@@ -623,6 +634,7 @@ func (w *world) start(name, bin string) (*proc, error) {
 		// taskset execs corectl in its own process: the PID stays.
 		cmd = exec.Command("taskset", append([]string{"-c", w.c.corectlCPUs, bin}, args...)...)
 	}
+	cmd.Env = append(os.Environ(), env...)
 	p := &proc{name: name, cmd: cmd, exited: make(chan struct{})}
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	logf, err := os.Create(filepath.Join(w.dir, "corectl-"+name+".log"))
@@ -1031,7 +1043,7 @@ func (w *world) leader(ctx context.Context) string {
 // take-over of each leader-only cycle.
 func (w *world) failoverGoal(a *proc) error {
 	ctx := context.Background()
-	b, err := w.start("b", w.c.corectl)
+	b, err := w.start("b", w.c.corectl, w.c.corectlEnv)
 	if err != nil {
 		return err
 	}
