@@ -974,6 +974,7 @@ func (w *world) expiryGoal(p *proc) error {
 	}
 	cpu0 := p.cpu()
 	var early, rewatched int
+	var lastRV string
 	var firstMark time.Time
 	gone := 0
 	var last time.Time
@@ -985,6 +986,13 @@ func (w *world) expiryGoal(p *proc) error {
 				// The apiserver ended the watch (it does under load):
 				// watch again, then read each sandbox not yet seen gone
 				// (counted gone now, an upper bound).
+				if lastRV != "" {
+					wi, err = wc.Watch(ctx, list, client.InNamespace(projectNS), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: lastRV}})
+					if err == nil {
+						rewatched++
+						continue
+					}
+				}
 				if wi, err = wc.Watch(ctx, list, client.InNamespace(projectNS)); err != nil {
 					return err
 				}
@@ -1000,7 +1008,16 @@ func (w *world) expiryGoal(p *proc) error {
 				rewatched++
 				continue
 			}
+			if ev.Type == watch.Error {
+				// Resuming from lastRV failed (e.g. 410 Gone): the next
+				// watch starts afresh and reads what it missed.
+				lastRV = ""
+				continue
+			}
 			u, isU := ev.Object.(*unstructured.Unstructured)
+			if isU && u.GetResourceVersion() != "" {
+				lastRV = u.GetResourceVersion()
+			}
 			if !isU || !want[u.GetName()] {
 				continue
 			}
@@ -1048,8 +1065,22 @@ func (w *world) failoverGoal(a *proc) error {
 		return err
 	}
 	defer b.stop()
+	// A standby is warm: its caches are synced (its /readyz answers 200)
+	// before the leader is killed.
+	for t0 := time.Now(); ; time.Sleep(200 * time.Millisecond) {
+		resp, err := http.Get(b.probe + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				fmt.Printf("  replica b ready (caches synced) %s after it served\n", time.Since(t0).Round(10*time.Millisecond))
+				break
+			}
+		}
+		if time.Since(t0) > 3*time.Minute {
+			return errors.New("failover: replica b not ready within 3 min")
+		}
+	}
 	old := w.leader(ctx)
-	// The standby's caches: its authorizer answers from them.
 	fmt.Printf("failover goal: replica b serving; leader %q; load average %s\n", old, loadavg())
 	canaryExp, canaryIng := w.rest[0], w.rest[1]
 	t0 := time.Now()
