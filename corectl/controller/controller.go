@@ -27,6 +27,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/egress"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/metrics"
+	"github.com/sandgate/sandgate/corectl/sandbox"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -51,8 +52,10 @@ type IngressReconciler struct {
 	// Metrics counts each cycle's outcome (corectl_reconcile_total with
 	// controller "ingress"); nil records nothing.
 	Metrics *metrics.Metrics
-	// Reader, if not nil, is the manager's cache: a request whose
-	// allowlist the cache does not hold ends there (NoChange) without a
+	// Reader, if not nil, is the manager's cache (of allowlists, managed
+	// Ingresses and BatchSandboxes): a request whose allowlist the cache
+	// does not hold, or whose allowlist, sandbox and carrier the cache
+	// shows settled (settledInCache), ends there (NoChange) without a
 	// request to the apiserver. Managed Ingress events of a create arrive
 	// before its allowlist exists; should the cache lag behind an
 	// allowlist that does exist, that allowlist's own create event
@@ -97,8 +100,9 @@ const DefaultWorkers = 8
 // transient failures are returned so the request is retried with backoff.
 func (r *IngressReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	if r.Reader != nil {
-		err := r.Reader.Get(ctx, req.NamespacedName, &v1alpha1.SandboxIngressAllowlist{})
-		if apierrors.IsNotFound(err) {
+		al := &v1alpha1.SandboxIngressAllowlist{}
+		err := r.Reader.Get(ctx, req.NamespacedName, al)
+		if apierrors.IsNotFound(err) || err == nil && r.settledInCache(ctx, al) {
 			r.Metrics.Reconciled(r.Engine.Cluster.ID, ControllerIngress, string(ingressallow.OutcomeNoChange))
 			return reconcile.Result{}, nil
 		}
@@ -110,6 +114,33 @@ func (r *IngressReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	}
 	r.Metrics.Reconciled(r.Engine.Cluster.ID, ControllerIngress, outcome)
 	return reconcile.Result{}, err
+}
+
+// settledInCache reports whether the cache's allowlist al, its
+// BatchSandbox and its carrier say that a cycle would find nothing to do
+// (ingressallow.Settled); any of them missing from the cache, or al being
+// deleted or of another cluster, is left to the cycle. The cache may lag
+// behind the apiserver, but every change that could unsettle it (a new
+// desired version, a carrier written or removed) reaches the cache before
+// the event that requests the next cycle, and a cycle's own status
+// records are looked at again after CycleWriteRecheck; so the answer is
+// never the last word on a change. This spares a leader's start-up replay
+// (one request per allowlist) its three apiserver reads per settled
+// allowlist.
+func (r *IngressReconciler) settledInCache(ctx context.Context, al *v1alpha1.SandboxIngressAllowlist) bool {
+	c := r.Engine.Cluster
+	if al.DeletionTimestamp != nil || al.Spec.ClusterID != c.ID {
+		return false
+	}
+	sb, err := sandbox.Get(ctx, r.Reader, al.Namespace, al.Name, c.AllocationLabelKey())
+	if err != nil {
+		return false
+	}
+	cur := &networkingv1.Ingress{}
+	if err := r.Reader.Get(ctx, client.ObjectKey{Namespace: c.Ingress.Namespace, Name: ingressallow.IngressName(al.Name)}, cur); err != nil {
+		return false
+	}
+	return ingressallow.Settled(c, al, sb, cur)
 }
 
 // SetupWithManager registers the reconciler: for SandboxIngressAllowlists

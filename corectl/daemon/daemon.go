@@ -76,7 +76,9 @@ type Options struct {
 	// "corectl-system").
 	LeaderElectionNamespace string
 	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election
-	// (zero: controller-runtime's 15 s, 10 s, 2 s).
+	// (zero: controller-runtime's 15 s, 10 s, 2 s; the corectl command's
+	// flags default to DefaultLeaseDuration, DefaultRenewDeadline and
+	// DefaultRetryPeriod).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// EgressGrace is EgressRecovery's grace (default
 	// controller.DefaultGrace).
@@ -170,6 +172,21 @@ type Options struct {
 	ShutdownGrace time.Duration
 }
 
+// The corectl command's leader-election defaults. A kill -9'd leader is
+// replaced within DefaultLeaseDuration + DefaultRetryPeriod (11 s; with
+// controller-runtime's 15 s and 2 s it was up to 17 s, and the leader-only
+// cycles resumed after 17–18 s in hack/corectlload, too close to the 20 s
+// goal of issue 33). The leader renews every DefaultRetryPeriod (one Lease
+// update a second per cluster) and steps down when it could not renew for
+// DefaultRenewDeadline (7 s: seven attempts; the FlowSchema
+// corectl-leader-election keeps them from queueing behind other
+// workloads, docs/runbook.md).
+const (
+	DefaultLeaseDuration = 10 * time.Second
+	DefaultRenewDeadline = 7 * time.Second
+	DefaultRetryPeriod   = 1 * time.Second
+)
+
 // DefaultShutdownGrace is Options.ShutdownGrace's default.
 const DefaultShutdownGrace = 30 * time.Second
 
@@ -194,6 +211,26 @@ func batchSandboxes() client.Object {
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(sandbox.GVK)
 	return u
+}
+
+// cacheOptions is the informer cache of one cluster's manager: only the
+// NetworkPolicies, Ingresses and BatchSandboxes corectl manages (label
+// selector managed), no object's managed fields (they are most of a small
+// object's size and nothing reads them), BatchSandboxes trimmed to what
+// the cached readers use (sandbox.TrimCached) and handed out without a
+// deep copy: the authorizer, the Locate question, the list routes and the
+// expiry reconciler only read them, and a copy per question was most of
+// the authorizer's allocation at 10,000 sandboxes (hack/corectlload).
+func cacheOptions(managed labels.Selector) cache.Options {
+	noCopy := true
+	return cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&networkingv1.NetworkPolicy{}: {Label: managed},
+			&networkingv1.Ingress{}:       {Label: managed},
+			batchSandboxes():              {Label: managed, Transform: sandbox.TrimCached, UnsafeDisableDeepCopy: &noCopy},
+		},
+	}
 }
 
 // LeaseName returns the leader-election Lease name for a cluster ID:
@@ -310,7 +347,7 @@ func New(opts Options) (*Daemon, error) {
 		}
 		p.handle = h
 		if opts.TokenKey != nil {
-			lc := &lifecycle.Orchestrator{Client: direct, Cluster: c, Egress: eg, Ingress: in, Key: *opts.TokenKey,
+			lc := &lifecycle.Orchestrator{Client: direct, Cache: p.cache, Cluster: c, Egress: eg, Ingress: in, Key: *opts.TokenKey,
 				Template: opts.Config.SandboxTemplate, MaxTimeout: opts.MaxTimeout, TokenGrace: opts.TokenGrace, ReadyBudget: opts.ReadyBudget, OrphanGrace: opts.OrphanGrace, Probe: probe,
 				Metrics: opts.Metrics, HTTP: entryHTTP}
 			if opts.Lifecycle != nil {
@@ -394,11 +431,7 @@ func (d *Daemon) newManager(cr *clusterRun, restart bool) (manager.Manager, erro
 		LeaderElectionID:              LeaseName(c.ID),
 		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&networkingv1.NetworkPolicy{}: {Label: managed},
-			&networkingv1.Ingress{}:       {Label: managed},
-			batchSandboxes():              {Label: managed},
-		}},
+		Cache:                         cacheOptions(managed),
 	}
 	if restart {
 		skip := true
@@ -419,8 +452,14 @@ func (d *Daemon) newManager(cr *clusterRun, restart bool) (manager.Manager, erro
 		func(o client.Object) []string { return []string{o.GetName()} }); err != nil {
 		return nil, fmt.Errorf("cluster %s: the sandbox name index: %w", c.ID, err)
 	}
+	// The list routes find a credential's sandboxes in the cache by
+	// namespace and credential (sandbox.IndexCredential).
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), batchSandboxes(), sandbox.IndexCredential,
+		sandbox.CredentialIndex); err != nil {
+		return nil, fmt.Errorf("cluster %s: the sandbox credential index: %w", c.ID, err)
+	}
 	p.events.set(mgr.GetEventRecorder("corectl"))
-	if err := (&controller.IngressReconciler{Engine: p.ingress, Metrics: opts.Metrics, Reader: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+	if err := (&controller.IngressReconciler{Engine: p.ingress, Metrics: opts.Metrics, Reader: mgr.GetCache()}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	if err := (&controller.EgressRecovery{Engine: p.egress, Reader: mgr.GetClient(), Grace: opts.EgressGrace, Metrics: opts.Metrics}).SetupWithManager(mgr); err != nil {

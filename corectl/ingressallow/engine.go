@@ -261,6 +261,30 @@ func transient(code string) bool {
 	return code == CodeWriteFailed || code == CodeReadFailed || code == CodeConcurrentUpdate
 }
 
+// Settled reports whether a cycle finds nothing to do for allowlist al of
+// a sandbox sb that exists, whose managed carrier is cur (nil: none): the
+// desired version was observed, no cycle is in flight (Verifying), the
+// state is not Indeterminate and the last failure was not transient; and
+// either the state is a settled failure (not Verified), or it is Verified
+// and the carrier still passes CheckCarrier with the verified set. A cycle
+// ends with OutcomeNoChange exactly then (ReconcileFrom); the reconciler
+// asks it of its informer cache first (controller.IngressReconciler).
+func Settled(c *cluster.Cluster, al *v1alpha1.SandboxIngressAllowlist, sb *sandbox.Sandbox, cur *networkingv1.Ingress) bool {
+	st := &al.Status
+	if st.ObservedGeneration != al.Generation || st.VerificationState == v1alpha1.StateVerifying ||
+		st.VerificationState == v1alpha1.StateIndeterminate || transient(st.LastErrorCode) {
+		return false
+	}
+	if st.VerificationState != v1alpha1.StateVerified {
+		return true
+	}
+	if cur == nil {
+		return false
+	}
+	code, _ := CheckCarrier(c, sb, cur, st.LastVerified)
+	return code == ""
+}
+
 // Reconcile runs one cycle for the SandboxIngressAllowlist namespace/id
 // (spec §5.2): when the desired version is new, an earlier cycle was
 // interrupted (Verifying), the last failure was transient or left the
@@ -336,18 +360,12 @@ func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressA
 	} else if err != nil {
 		return nil, fmt.Errorf("%w: read Ingress %s: %s", ErrTransient, key, err.Error())
 	}
-	if st.ObservedGeneration == al.Generation && st.VerificationState != v1alpha1.StateVerifying &&
-		st.VerificationState != v1alpha1.StateIndeterminate && !transient(st.LastErrorCode) {
-		if st.VerificationState != v1alpha1.StateVerified {
-			return &Result{Outcome: OutcomeNoChange}, nil
-		}
-		if cur != nil {
-			if code, _ := CheckCarrier(e.Cluster, sb, cur, st.LastVerified); code == "" {
-				return &Result{Outcome: OutcomeNoChange}, nil
-			}
-		}
-		// The verified carrier drifted or vanished: apply desired again.
+	if Settled(e.Cluster, al, sb, cur) {
+		return &Result{Outcome: OutcomeNoChange}, nil
 	}
+	// Otherwise a new desired version, an interrupted or transiently
+	// failed cycle, or a verified carrier that drifted or vanished: apply
+	// desired again.
 	set, err := desiredSet(al)
 	if err != nil {
 		return e.finish(ctx, al, sb, &Result{Outcome: OutcomeKept, Code: CodeDesiredInvalid, Message: err.Error()})

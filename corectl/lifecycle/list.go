@@ -79,58 +79,63 @@ type ListPage struct {
 // (credential.Credential.Sees), that are not expired or being deleted,
 // filtered and paged by q. A credential that is not project-wide lists
 // by its owner label (v1alpha1.LabelCredential) and every entry's owner
-// annotation is checked again. Errors: ErrBadToken, ErrUnavailable.
+// annotation is checked again. With Cache set, the BatchSandboxes are read
+// from it (by sandbox.IndexCredential, without copies), else from the
+// apiserver. Only the page's entries are described (their sizes parsed
+// from the pod template); the filters and the order read the object's
+// metadata. Errors: ErrBadToken, ErrUnavailable.
 func (o *Orchestrator) List(ctx context.Context, cred credential.Credential, ns string, q ListQuery) (*ListPage, error) {
 	after, err := decodeToken(q.NextToken)
 	if err != nil {
 		return nil, err
 	}
-	sel := client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelClusterID: o.Cluster.ID}
-	if !cred.ProjectWide {
-		sel[v1alpha1.LabelCredential] = sandbox.CredentialLabelValue(cred.ID)
-	}
-	var list unstructured.UnstructuredList
-	list.SetGroupVersionKind(sandbox.GVK.GroupVersion().WithKind("BatchSandboxList"))
-	if err := o.Client.List(ctx, &list, client.InNamespace(ns), sel); err != nil {
+	objs, err := o.listSandboxes(ctx, cred, ns)
+	if err != nil {
 		return nil, fmt.Errorf("%w: list BatchSandboxes: %s", ErrUnavailable, err.Error())
 	}
 	running := len(q.States) == 0 || slices.Contains(q.States, "running")
-	var items []Listed
-	for i := range list.Items {
-		u := &list.Items[i]
-		st := u.GetAnnotations()[v1alpha1.AnnotationLifecycle]
+	type entry struct {
+		u     *unstructured.Unstructured
+		id    string
+		start time.Time
+	}
+	var items []entry
+	for _, u := range objs {
+		if u.GetLabels()[v1alpha1.LabelClusterID] != o.Cluster.ID {
+			continue
+		}
+		ann := u.GetAnnotations()
+		st := ann[v1alpha1.AnnotationLifecycle]
 		if !running || !cred.Sees(sandbox.OwnerOf(u), ns, o.Cluster.ID) || o.expired(u) ||
 			u.GetDeletionTimestamp() != nil || st == StateDeleting || st == StateCleanupFailed {
 			continue
 		}
-		d := o.describe(u)
-		if q.Template != "" && d.TemplateID != q.Template || !q.StartedAfter.IsZero() && d.start.Before(q.StartedAfter.Truncate(time.Second)) {
+		start := u.GetCreationTimestamp().Time
+		if q.Template != "" && ann[AnnotationTemplateID] != q.Template || !q.StartedAfter.IsZero() && start.Before(q.StartedAfter.Truncate(time.Second)) {
 			continue
 		}
-		if !hasAll(d.Metadata, q.Metadata) {
+		if len(q.Metadata) > 0 && !hasAll(Metadata(u), q.Metadata) {
 			continue
 		}
-		items = append(items, Listed{TemplateID: d.TemplateID, SandboxID: d.SandboxID, ClientID: d.ClientID, StartedAt: d.StartedAt,
-			EndAt: d.EndAt, CPUCount: d.CPUCount, MemoryMB: d.MemoryMB, DiskSizeMB: d.DiskSizeMB, Metadata: d.Metadata,
-			State: d.State, EnvdVersion: d.EnvdVersion, start: d.start})
+		items = append(items, entry{u: u, id: u.GetName(), start: start})
 	}
 	// By start time, then sandbox ID (starts have whole seconds), both in
 	// the requested direction.
-	less := func(a, b *Listed) int {
-		c := a.start.Compare(b.start)
+	less := func(aStart time.Time, aID string, bStart time.Time, bID string) int {
+		c := aStart.Compare(bStart)
 		if c == 0 {
-			c = strings.Compare(a.SandboxID, b.SandboxID)
+			c = strings.Compare(aID, bID)
 		}
 		if q.Ascending {
 			return c
 		}
 		return -c
 	}
-	slices.SortFunc(items, func(a, b Listed) int { return less(&a, &b) })
+	slices.SortFunc(items, func(a, b entry) int { return less(a.start, a.id, b.start, b.id) })
 	page := &ListPage{Total: len(items)}
 	if after != nil {
-		i, _ := slices.BinarySearchFunc(items, *after, func(a, cur Listed) int { return less(&a, &cur) })
-		if i < len(items) && items[i].SandboxID == after.SandboxID {
+		i, _ := slices.BinarySearchFunc(items, *after, func(a entry, cur Listed) int { return less(a.start, a.id, cur.start, cur.SandboxID) })
+		if i < len(items) && items[i].id == after.SandboxID {
 			i++
 		}
 		items = items[i:]
@@ -139,15 +144,52 @@ func (o *Orchestrator) List(ctx context.Context, cred credential.Credential, ns 
 	if limit <= 0 || limit > MaxListLimit {
 		limit = MaxListLimit
 	}
-	if len(items) > limit {
+	more := len(items) > limit
+	if more {
 		items = items[:limit]
-		page.NextToken = encodeToken(items[limit-1])
 	}
-	page.Items = items
-	if page.Items == nil {
-		page.Items = []Listed{}
+	page.Items = make([]Listed, 0, len(items))
+	for _, e := range items {
+		d := o.describe(e.u)
+		page.Items = append(page.Items, Listed{TemplateID: d.TemplateID, SandboxID: d.SandboxID, ClientID: d.ClientID, StartedAt: d.StartedAt,
+			EndAt: d.EndAt, CPUCount: d.CPUCount, MemoryMB: d.MemoryMB, DiskSizeMB: d.DiskSizeMB, Metadata: d.Metadata,
+			State: d.State, EnvdVersion: d.EnvdVersion, start: d.start})
+	}
+	if more {
+		page.NextToken = encodeToken(page.Items[limit-1])
 	}
 	return page, nil
+}
+
+// listSandboxes reads the managed BatchSandboxes of namespace ns that
+// cred may see: all of the namespace for a project-wide credential, else
+// those labelled with its credential label. From Cache when set (the
+// objects are the cache's own: read only), else from the apiserver.
+func (o *Orchestrator) listSandboxes(ctx context.Context, cred credential.Credential, ns string) ([]*unstructured.Unstructured, error) {
+	var list unstructured.UnstructuredList
+	list.SetGroupVersionKind(sandbox.GVK.GroupVersion().WithKind("BatchSandboxList"))
+	sel := client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelClusterID: o.Cluster.ID}
+	var err error
+	switch {
+	case o.Cache != nil && !cred.ProjectWide:
+		err = o.Cache.List(ctx, &list, client.UnsafeDisableDeepCopy,
+			client.MatchingFields{sandbox.IndexCredential: sandbox.CredentialIndexKey(ns, sandbox.CredentialLabelValue(cred.ID))})
+	case o.Cache != nil:
+		err = o.Cache.List(ctx, &list, client.UnsafeDisableDeepCopy, client.InNamespace(ns), sel)
+	default:
+		if !cred.ProjectWide {
+			sel[v1alpha1.LabelCredential] = sandbox.CredentialLabelValue(cred.ID)
+		}
+		err = o.Client.List(ctx, &list, client.InNamespace(ns), sel)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*unstructured.Unstructured, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, &list.Items[i])
+	}
+	return out, nil
 }
 
 func hasAll(have, want map[string]string) bool {

@@ -186,6 +186,11 @@ var (
 type Orchestrator struct {
 	// Client reaches the cluster's apiserver (uncached).
 	Client client.Client
+	// Cache, when set, is the manager's informer cache of the managed
+	// BatchSandboxes, with the sandbox.IndexCredential index; the list
+	// routes read it (List) instead of the apiserver. nil: List asks the
+	// apiserver.
+	Cache client.Reader
 	// Cluster is the cluster's configuration.
 	Cluster *cluster.Cluster
 	// Egress is the cluster's egress engine (its GET view verifies the

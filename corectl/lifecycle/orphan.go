@@ -91,107 +91,148 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 
 	// CleanupFailed sandboxes and abandoned creates first: deleting them
 	// removes their Ingress in the fail-closed order.
+	// live holds the listed sandboxes that are neither being deleted nor
+	// without an allocation: an Ingress or policy of one of them is kept
+	// without a read of its own (the outcome that read would give). Every
+	// deletion below is still decided on a read of its own.
+	live := map[string]*sandbox.Sandbox{}
 	var bsl unstructured.UnstructuredList
 	bsl.SetGroupVersionKind(sandbox.GVK.GroupVersion().WithKind("BatchSandboxList"))
-	if err := o.Client.List(ctx, &bsl, managed); err != nil {
-		return rep, fmt.Errorf("%w: list BatchSandboxes: %s", ErrUnavailable, err.Error())
-	}
-	for i := range bsl.Items {
-		u := &bsl.Items[i]
-		switch u.GetAnnotations()[v1alpha1.AnnotationLifecycle] {
-		case StateCleanupFailed:
-			note("BatchSandbox", u, o.deleteSandbox(ctx, u, 0))
-		case StateDeleting:
-			if old(u) {
-				note("BatchSandbox", u, o.deleteSandbox(ctx, u, 0))
+	err := o.scanPages(ctx, &bsl, func() {
+		for i := range bsl.Items {
+			u := &bsl.Items[i]
+			if sb, err := sandbox.From(u, o.Cluster.AllocationLabelKey()); err == nil {
+				live[u.GetNamespace()+"/"+u.GetName()] = sb
 			}
-		case StateCreating:
-			// A live create holds Creating for its steps and at most
-			// the readiness budget; one that has not finished well
-			// after that never will. Should it still be running, the
-			// Deleting mark makes its last step (Ready only over
-			// Creating) fail and compensate: never a 201 for it.
-			if u.GetDeletionTimestamp() == nil && age(u) >= grace+o.readyBudget() {
+			switch u.GetAnnotations()[v1alpha1.AnnotationLifecycle] {
+			case StateCleanupFailed:
 				note("BatchSandbox", u, o.deleteSandbox(ctx, u, 0))
+			case StateDeleting:
+				if old(u) {
+					note("BatchSandbox", u, o.deleteSandbox(ctx, u, 0))
+				}
+			case StateCreating:
+				// A live create holds Creating for its steps and at most
+				// the readiness budget; one that has not finished well
+				// after that never will. Should it still be running, the
+				// Deleting mark makes its last step (Ready only over
+				// Creating) fail and compensate: never a 201 for it.
+				if u.GetDeletionTimestamp() == nil && age(u) >= grace+o.readyBudget() {
+					note("BatchSandbox", u, o.deleteSandbox(ctx, u, 0))
+				}
 			}
 		}
+	}, managed)
+	if err != nil {
+		return rep, fmt.Errorf("%w: list BatchSandboxes: %s", ErrUnavailable, err.Error())
 	}
 
 	var ings networkingv1.IngressList
-	if err := o.Client.List(ctx, &ings, client.InNamespace(o.Cluster.Ingress.Namespace), managed); err != nil {
-		return rep, fmt.Errorf("%w: list Ingresses: %s", ErrUnavailable, err.Error())
-	}
-	for i := range ings.Items {
-		ing := &ings.Items[i]
-		if _, echo := ing.Labels[v1alpha1.LabelProbeEcho]; echo {
-			// A discovery uses its echo Ingress for at most the lifetime
-			// it records: past that it is a dead discovery's leftover,
-			// removed at once (the start-up scan included) rather than
-			// after the grace.
-			if old(ing) || probesource.EchoExpired(ing, o.now()) {
+	err = o.scanPages(ctx, &ings, func() {
+		for i := range ings.Items {
+			ing := &ings.Items[i]
+			if _, echo := ing.Labels[v1alpha1.LabelProbeEcho]; echo {
+				// A discovery uses its echo Ingress for at most the lifetime
+				// it records: past that it is a dead discovery's leftover,
+				// removed at once (the start-up scan included) rather than
+				// after the grace.
+				if old(ing) || probesource.EchoExpired(ing, o.now()) {
+					note("Ingress", ing, deleteConfirm(ctx, o.Client, ing))
+				}
+				continue
+			}
+			if !old(ing) {
+				continue
+			}
+			ns, id := ing.Labels[v1alpha1.LabelSandboxNamespace], ing.Labels[v1alpha1.LabelSandboxID]
+			if _, ok := live[ns+"/"+id]; ok {
+				continue
+			}
+			exists, err := o.crExists(ctx, ns, id)
+			if err != nil {
+				rep.Failed = append(rep.Failed, err.Error())
+				continue
+			}
+			if !exists && ing.Labels[browser.LabelNative] == "true" {
+				// A Native Browser carrier: its Service and EndpointSlice go
+				// with it.
+				note("Native Browser carrier", ing, browser.Remove(ctx, o.Client, o.Cluster, ns, id))
+				continue
+			}
+			if !exists {
 				note("Ingress", ing, deleteConfirm(ctx, o.Client, ing))
 			}
-			continue
 		}
-		if !old(ing) {
-			continue
-		}
-		ns, id := ing.Labels[v1alpha1.LabelSandboxNamespace], ing.Labels[v1alpha1.LabelSandboxID]
-		exists, err := o.crExists(ctx, ns, id)
-		if err != nil {
-			rep.Failed = append(rep.Failed, err.Error())
-			continue
-		}
-		if !exists && ing.Labels[browser.LabelNative] == "true" {
-			// A Native Browser carrier: its Service and EndpointSlice go
-			// with it.
-			note("Native Browser carrier", ing, browser.Remove(ctx, o.Client, o.Cluster, ns, id))
-			continue
-		}
-		if !exists {
-			note("Ingress", ing, deleteConfirm(ctx, o.Client, ing))
-		}
+	}, client.InNamespace(o.Cluster.Ingress.Namespace), managed)
+	if err != nil {
+		return rep, fmt.Errorf("%w: list Ingresses: %s", ErrUnavailable, err.Error())
 	}
 
 	var nps networkingv1.NetworkPolicyList
-	if err := o.Client.List(ctx, &nps, managed); err != nil {
+	err = o.scanPages(ctx, &nps, func() {
+		for i := range nps.Items {
+			np := &nps.Items[i]
+			if !old(np) {
+				continue
+			}
+			ns, id := np.Namespace, np.Labels[v1alpha1.LabelSandboxID]
+			if sb, ok := live[ns+"/"+id]; ok && (sb.HasOwnerReference(np.OwnerReferences) || np.Name == egress.PolicyName(sb.AllocationID)) {
+				// Kept, as the read below would decide for this sandbox.
+				continue
+			}
+			sb, err := sandbox.Get(ctx, o.Client, ns, id, o.Cluster.AllocationLabelKey())
+			switch {
+			case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, sandbox.ErrInvalidID):
+				// The BatchSandbox never appeared (or is gone).
+			case errors.Is(err, sandbox.ErrDeleting):
+				continue // its delete removes the policy
+			case err != nil && !errors.Is(err, sandbox.ErrNoAllocation):
+				rep.Failed = append(rep.Failed, err.Error())
+				continue
+			case sb.HasOwnerReference(np.OwnerReferences):
+				continue
+			case err == nil && np.Name == egress.PolicyName(sb.AllocationID):
+				// The live sandbox's current policy that lost its owner
+				// reference still selects its pods: deleting it would leave
+				// the sandbox's egress unrestricted. Keep it.
+				continue
+			}
+			// A policy goes only after the pods it confines (spec §5.3):
+			// one that still selects a pod is kept for a later scan.
+			if n, err := o.podsSelected(ctx, np); err != nil || n > 0 {
+				if err == nil {
+					err = fmt.Errorf("%w (%d)", errPodsRemain, n)
+				}
+				rep.Kept = append(rep.Kept, fmt.Sprintf("NetworkPolicy %s/%s: %s", np.Namespace, np.Name, err.Error()))
+				continue
+			}
+			note("NetworkPolicy", np, deleteConfirm(ctx, o.Client, np))
+		}
+	}, managed)
+	if err != nil {
 		return rep, fmt.Errorf("%w: list NetworkPolicies: %s", ErrUnavailable, err.Error())
 	}
-	for i := range nps.Items {
-		np := &nps.Items[i]
-		if !old(np) {
-			continue
-		}
-		ns, id := np.Namespace, np.Labels[v1alpha1.LabelSandboxID]
-		sb, err := sandbox.Get(ctx, o.Client, ns, id, o.Cluster.AllocationLabelKey())
-		switch {
-		case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, sandbox.ErrInvalidID):
-			// The BatchSandbox never appeared (or is gone).
-		case errors.Is(err, sandbox.ErrDeleting):
-			continue // its delete removes the policy
-		case err != nil && !errors.Is(err, sandbox.ErrNoAllocation):
-			rep.Failed = append(rep.Failed, err.Error())
-			continue
-		case sb.HasOwnerReference(np.OwnerReferences):
-			continue
-		case err == nil && np.Name == egress.PolicyName(sb.AllocationID):
-			// The live sandbox's current policy that lost its owner
-			// reference still selects its pods: deleting it would leave
-			// the sandbox's egress unrestricted. Keep it.
-			continue
-		}
-		// A policy goes only after the pods it confines (spec §5.3):
-		// one that still selects a pod is kept for a later scan.
-		if n, err := o.podsSelected(ctx, np); err != nil || n > 0 {
-			if err == nil {
-				err = fmt.Errorf("%w (%d)", errPodsRemain, n)
-			}
-			rep.Kept = append(rep.Kept, fmt.Sprintf("NetworkPolicy %s/%s: %s", np.Namespace, np.Name, err.Error()))
-			continue
-		}
-		note("NetworkPolicy", np, deleteConfirm(ctx, o.Client, np))
-	}
 	return rep, nil
+}
+
+// scanPage is how many objects one list request of the scan returns: the
+// scan holds one page at a time, not every managed object of the cluster
+// (10,000 sandboxes are 30,000 objects).
+const scanPage = 500
+
+// scanPages lists list's kind with opts page by page, calling each after
+// every page (list then holds that page).
+func (o *Orchestrator) scanPages(ctx context.Context, list client.ObjectList, each func(), opts ...client.ListOption) error {
+	cont := ""
+	for {
+		if err := o.Client.List(ctx, list, append(opts, client.Limit(scanPage), client.Continue(cont))...); err != nil {
+			return err
+		}
+		each()
+		if cont = list.GetContinue(); cont == "" {
+			return nil
+		}
+	}
 }
 
 // podsSelected counts the pods of np's namespace that np's podSelector
