@@ -19,6 +19,28 @@ func TestTargetURL(t *testing.T) {
 	}
 }
 
+// TestListDirectoryRequest: the listing's request is what url.Values
+// encodes and the URL built from the Target, sent to the fixed entry with
+// the Target's Host, token and the default User-Agent.
+func TestListDirectoryRequest(t *testing.T) {
+	var got *http.Request
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r
+		_, _ = io.WriteString(w, "[]")
+	}))
+	defer srv.Close()
+	fe, _ := url.Parse(srv.URL + "/prefix/")
+	p := "/home/user/a b?c&d=é%"
+	tg := Target{FixedEntry: fe, SandboxID: "sbx1", Host: "entry.example", AccessToken: "tok"}
+	if _, err := (&Client{}).ListDirectory(context.Background(), tg, p, 2); err != nil {
+		t.Fatal(err)
+	}
+	want := "/prefix/sbx1/44772/directories/list?" + url.Values{"path": {p}, "depth": {"2"}}.Encode()
+	if got.RequestURI != want || got.Host != "entry.example" || got.Header.Get(AccessTokenHeader) != "tok" || got.UserAgent() != "sandgate" {
+		t.Fatalf("request %s host %s token %q agent %q, want %s", got.RequestURI, got.Host, got.Header.Get(AccessTokenHeader), got.UserAgent(), want)
+	}
+}
+
 // TestClassify pins how each documented answer of the ingress and of execd
 // is recognised (docs/wire-facts.md §X1.2, §X1.3, §X2.6).
 func TestClassify(t *testing.T) {
