@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -265,9 +266,19 @@ const (
 
 // Perm converts Mode to permission bits: 644 → 0o644. A value with a digit
 // above 7 gives an error.
+// It reads the decimal digits as octal ones without formatting them (as
+// strconv.ParseUint(strconv.Itoa(Mode), 8, 32) would, with its errors:
+// a negative Mode, or digits whose octal value passes 32 bits).
 func (fi FileInfo) Perm() (uint32, error) {
-	n, err := strconv.ParseUint(strconv.Itoa(fi.Mode), 8, 32)
-	if err != nil || fi.Mode < 0 {
+	var n uint64
+	for m, shift := fi.Mode, 0; m > 0; m, shift = m/10, shift+3 {
+		d := m % 10
+		if d > 7 {
+			return 0, fmt.Errorf("execd: mode %d is not octal digits", fi.Mode)
+		}
+		n |= uint64(d) << shift // at most 19 digits: 57 bits
+	}
+	if fi.Mode < 0 || n > math.MaxUint32 {
 		return 0, fmt.Errorf("execd: mode %d is not octal digits", fi.Mode)
 	}
 	return uint32(n) & 0o7777, nil

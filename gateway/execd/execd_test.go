@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -132,6 +133,27 @@ func TestPerm(t *testing.T) {
 	}
 	if _, err := (FileInfo{Mode: 698}).Perm(); err == nil {
 		t.Fatal("8 accepted as an octal digit")
+	}
+	// The same answers as reading the decimal string as octal, at the
+	// edges too: negative, 0, past 32 bits, the largest ints.
+	ref := func(mode int) (uint32, bool) {
+		n, err := strconv.ParseUint(strconv.Itoa(mode), 8, 32)
+		if err != nil || mode < 0 {
+			return 0, false
+		}
+		return uint32(n) & 0o7777, true
+	}
+	modes := []int{0, 7, 8, 10, 644, 755, 777, 1777, 4755, 7777, 17777, -1, -644, 37777777777, 40000000000,
+		77777777777, 1<<63 - 1, -1 << 63, 777777777777777777, 7777777777777777777}
+	for i := range 100000 {
+		modes = append(modes, i)
+	}
+	for _, m := range modes {
+		want, wantOK := ref(m)
+		got, err := (FileInfo{Mode: m}).Perm()
+		if got != want || (err == nil) != wantOK {
+			t.Fatalf("mode %d: %o, %v; want %o, %v", m, got, err, want, wantOK)
+		}
 	}
 }
 
