@@ -50,8 +50,10 @@ func (h *Handler) listDir(w http.ResponseWriter, r *http.Request, rq *request) *
 		return e
 	}
 	resp := envd.ListDirResponse{Entries: make([]envd.EntryInfo, 0, len(list))}
-	for _, fi := range list {
-		ent, err := entryInfo(fi)
+	// The entries' times in one allocation, not one per entry.
+	times := make([]envd.Timestamp, len(list))
+	for i, fi := range list {
+		ent, err := entryInfo(fi, &times[i])
 		if err != nil {
 			return fail(CodeExecdProtocol, "list "+dir+": "+err.Error())
 		}
@@ -66,7 +68,9 @@ func (h *Handler) listDir(w http.ResponseWriter, r *http.Request, rq *request) *
 // bits, permissions Go's FileMode string. execd lists symlinks unresolved;
 // envd would report the target's type, which execd cannot tell, so they
 // and "other" entries are FILE_TYPE_UNSPECIFIED, which the SDKs leave out.
-func entryInfo(fi execd.FileInfo) (envd.EntryInfo, error) {
+// The modification time is written to *ts, which ModifiedTime then points
+// to (when execd sent one).
+func entryInfo(fi execd.FileInfo, ts *envd.Timestamp) (envd.EntryInfo, error) {
 	perm, err := fi.Perm()
 	if err != nil {
 		return envd.EntryInfo{}, err
@@ -89,8 +93,8 @@ func entryInfo(fi execd.FileInfo) (envd.EntryInfo, error) {
 		Group:       fi.Group,
 	}
 	if !fi.ModifiedAt.IsZero() {
-		ts := envd.Timestamp(fi.ModifiedAt)
-		ent.ModifiedTime = &ts
+		*ts = envd.Timestamp(fi.ModifiedAt)
+		ent.ModifiedTime = ts
 	}
 	return ent, nil
 }

@@ -32,7 +32,7 @@ func (h *Handler) statEntry(ctx context.Context, t execd.Target, p, what string)
 
 // writeEntry answers {"entry": EntryInfo} for fi.
 func writeEntry(w http.ResponseWriter, fi execd.FileInfo, what string) *Error {
-	ent, err := entryInfo(fi)
+	ent, err := entryInfo(fi, new(envd.Timestamp))
 	if err != nil {
 		return fail(CodeExecdProtocol, what+": "+err.Error())
 	}

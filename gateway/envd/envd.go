@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strconv"
+	"sync"
 	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -283,14 +284,29 @@ type EntryInfo struct {
 
 // Permissions returns what envd puts in EntryInfo.permissions for an entry
 // with permission bits perm: fs.FileMode.String(), with the directory bit
-// for directories.
+// for directories. The 1,024 possible strings are made once, so a listing
+// allocates none.
 func Permissions(perm uint32, dir bool) string {
-	m := fs.FileMode(perm) & fs.ModePerm
+	i := perm & uint32(fs.ModePerm)
 	if dir {
-		m |= fs.ModeDir
+		i |= 1 << 9
 	}
-	return m.String()
+	return permissionStrings()[i]
 }
+
+// permissionStrings holds fs.FileMode.String() of every permission value
+// (index bits 0–8) without and with the directory bit (index bit 9).
+var permissionStrings = sync.OnceValue(func() *[1024]string {
+	var t [1024]string
+	for i := range t {
+		m := fs.FileMode(i) & fs.ModePerm
+		if i&(1<<9) != 0 {
+			m |= fs.ModeDir
+		}
+		t[i] = m.String()
+	}
+	return &t
+})
 
 // ListDirResponse is filesystem.ListDirResponse.
 type ListDirResponse struct {

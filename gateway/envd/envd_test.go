@@ -3,6 +3,7 @@ package envd
 import (
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"strings"
 	"testing"
 	"time"
@@ -167,4 +168,21 @@ func FuzzDecodeExtended(f *testing.F) {
 			t.Fatalf("path %+v", p)
 		}
 	})
+}
+
+// TestPermissionsTable: the table behind Permissions holds fs.FileMode's
+// String of every permission value, with and without the directory bit,
+// and bits above the permission bits are left out as before.
+func TestPermissionsTable(t *testing.T) {
+	for perm := uint32(0); perm < 1<<12; perm++ {
+		for _, dir := range []bool{false, true} {
+			m := fs.FileMode(perm) & fs.ModePerm
+			if dir {
+				m |= fs.ModeDir
+			}
+			if got := Permissions(perm, dir); got != m.String() {
+				t.Fatalf("Permissions(%o, %v) = %q, want %q", perm, dir, got, m.String())
+			}
+		}
+	}
 }

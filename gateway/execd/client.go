@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -57,6 +58,11 @@ type Target struct {
 // path is in its escaped form: a segment that holds data (a command id)
 // is escaped once by the caller with url.PathEscape, and sent as it is.
 func (t Target) URL(path string, query url.Values) *url.URL {
+	return t.url(path, query.Encode())
+}
+
+// url is URL with the query already encoded.
+func (t Target) url(path, rawQuery string) *url.URL {
 	port := t.Port
 	if port == 0 {
 		port = DefaultPort
@@ -68,7 +74,7 @@ func (t Target) URL(path string, query url.Values) *url.URL {
 	} else {
 		u.Path, u.RawPath = escaped, ""
 	}
-	u.RawQuery = query.Encode()
+	u.RawQuery = rawQuery
 	u.Fragment = ""
 	return &u
 }
@@ -126,17 +132,25 @@ func (c *Client) transport() http.RoundTripper {
 // whatever its status. Header values in hdr are added. Transport failures
 // are returned as *Error with KindUnreachable, KindTimeout or KindCanceled.
 func (c *Client) Do(ctx context.Context, t Target, method, path string, query url.Values, hdr http.Header, body io.Reader) (*http.Response, error) {
-	return c.do(ctx, t, method, path, query, hdr, body, -1)
+	return c.do(ctx, t, method, path, query.Encode(), hdr, body, -1)
 }
 
-// do is Do with the body's length: n >= 0 is sent as Content-Length (the
-// body must then yield exactly n bytes), -1 leaves it to net/http (known
-// for bytes, strings and nil bodies, else chunked).
-func (c *Client) do(ctx context.Context, t Target, method, path string, query url.Values, hdr http.Header, body io.Reader, n int64) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, t.URL(path, query).String(), body)
+// userAgent is the User-Agent sent upstream when the caller sets none;
+// one slice for every request (net/http only reads it).
+var userAgent = []string{"sandgate"}
+
+// do is Do with the query encoded (rawQuery, "" for none) and the body's
+// length: n >= 0 is sent as Content-Length (the body must then yield
+// exactly n bytes), -1 leaves it to net/http (known for bytes, strings and
+// nil bodies, else chunked). The request takes the URL built from t as it
+// is, not through its string form and a second parse.
+func (c *Client) do(ctx context.Context, t Target, method, path, rawQuery string, hdr http.Header, body io.Reader, n int64) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "", body)
 	if err != nil {
 		return nil, &Error{Kind: KindUnexpected, Message: "building the execd request failed"}
 	}
+	req.URL = t.url(path, rawQuery)
+	req.Host = strings.TrimSuffix(req.URL.Host, ":") // as NewRequest sets it
 	if n >= 0 && body != nil {
 		req.ContentLength = n
 	}
@@ -152,7 +166,7 @@ func (c *Client) do(ctx context.Context, t Target, method, path string, query ur
 		req.Header.Set(AccessTokenHeader, t.AccessToken)
 	}
 	if req.Header.Get("User-Agent") == "" {
-		req.Header.Set("User-Agent", "sandgate")
+		req.Header["User-Agent"] = userAgent
 	}
 	resp, err := c.transport().RoundTrip(req)
 	if err != nil {
@@ -162,8 +176,8 @@ func (c *Client) do(ctx context.Context, t Target, method, path string, query ur
 }
 
 // doOK is Do followed by CheckResponse; the caller owns the body on success.
-func (c *Client) doOK(ctx context.Context, t Target, method, path string, query url.Values, hdr http.Header, body io.Reader) (*http.Response, error) {
-	resp, err := c.Do(ctx, t, method, path, query, hdr, body)
+func (c *Client) doOK(ctx context.Context, t Target, method, path, rawQuery string, hdr http.Header, body io.Reader) (*http.Response, error) {
+	resp, err := c.do(ctx, t, method, path, rawQuery, hdr, body, -1)
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +203,7 @@ func transportError(ctx context.Context, err error) error {
 
 // Ping calls GET /ping; nil means execd answered 200 (spec §4.2 readiness).
 func (c *Client) Ping(ctx context.Context, t Target) error {
-	resp, err := c.doOK(ctx, t, http.MethodGet, "/ping", nil, nil, nil)
+	resp, err := c.doOK(ctx, t, http.MethodGet, "/ping", "", nil, nil)
 	if err != nil {
 		return err
 	}
@@ -252,9 +266,19 @@ const (
 
 // Perm converts Mode to permission bits: 644 → 0o644. A value with a digit
 // above 7 gives an error.
+// It reads the decimal digits as octal ones without formatting them (as
+// strconv.ParseUint(strconv.Itoa(Mode), 8, 32) would, with its errors:
+// a negative Mode, or digits whose octal value passes 32 bits).
 func (fi FileInfo) Perm() (uint32, error) {
-	n, err := strconv.ParseUint(strconv.Itoa(fi.Mode), 8, 32)
-	if err != nil || fi.Mode < 0 {
+	var n uint64
+	for m, shift := fi.Mode, 0; m > 0; m, shift = m/10, shift+3 {
+		d := m % 10
+		if d > 7 {
+			return 0, fmt.Errorf("execd: mode %d is not octal digits", fi.Mode)
+		}
+		n |= uint64(d) << shift // at most 19 digits: 57 bits
+	}
+	if fi.Mode < 0 || n > math.MaxUint32 {
 		return 0, fmt.Errorf("execd: mode %d is not octal digits", fi.Mode)
 	}
 	return uint32(n) & 0o7777, nil
@@ -328,7 +352,7 @@ func (c *Client) Stat(ctx context.Context, t Target, p string) (FileInfo, error)
 // info calls GET /files/info with every path of ps and returns execd's map,
 // which must name each of them.
 func (c *Client) info(ctx context.Context, t Target, ps []string) (map[string]FileInfo, error) {
-	resp, err := c.doOK(ctx, t, http.MethodGet, "/files/info", url.Values{"path": ps}, nil, nil)
+	resp, err := c.doOK(ctx, t, http.MethodGet, "/files/info", url.Values{"path": ps}.Encode(), nil, nil)
 	if err != nil {
 		var e *Error
 		if errors.As(err, &e) && e.Kind == KindExecd && e.Code == "RUNTIME_ERROR" && strings.Contains(e.Message, "file not found") {
@@ -352,7 +376,7 @@ func (c *Client) info(ctx context.Context, t Target, ps []string) (map[string]Fi
 // conditional headers found in hdr. On 200 or 206 the caller owns the
 // response body; other statuses are returned as *Error.
 func (c *Client) Download(ctx context.Context, t Target, p string, hdr http.Header) (*http.Response, error) {
-	return c.doOK(ctx, t, http.MethodGet, "/files/download", url.Values{"path": {p}}, hdr, nil)
+	return c.doOK(ctx, t, http.MethodGet, "/files/download", url.Values{"path": {p}}.Encode(), hdr, nil)
 }
 
 // Upload calls POST /files/upload with a multipart body already framed by
@@ -360,7 +384,7 @@ func (c *Client) Download(ctx context.Context, t Target, p string, hdr http.Head
 // Content-Length, or -1 when unknown (the body goes chunked). It returns
 // nil on execd's empty 200.
 func (c *Client) Upload(ctx context.Context, t Target, contentType string, body io.Reader, length int64) error {
-	resp, err := c.do(ctx, t, http.MethodPost, "/files/upload", nil, http.Header{"Content-Type": {contentType}}, body, length)
+	resp, err := c.do(ctx, t, http.MethodPost, "/files/upload", "", http.Header{"Content-Type": {contentType}}, body, length)
 	if err == nil {
 		err = CheckResponse(resp)
 	}
@@ -374,7 +398,7 @@ func (c *Client) Upload(ctx context.Context, t Target, contentType string, body 
 // DeleteFile calls DELETE /files?path=p. execd ignores a missing file and
 // answers 500 RUNTIME_ERROR for a directory (docs/wire-facts.md §X1.3).
 func (c *Client) DeleteFile(ctx context.Context, t Target, p string) error {
-	resp, err := c.doOK(ctx, t, http.MethodDelete, "/files", url.Values{"path": {p}}, nil, nil)
+	resp, err := c.doOK(ctx, t, http.MethodDelete, "/files", url.Values{"path": {p}}.Encode(), nil, nil)
 	if err != nil {
 		return err
 	}
@@ -385,7 +409,7 @@ func (c *Client) DeleteFile(ctx context.Context, t Target, p string) error {
 // DeleteDirectory calls DELETE /directories?path=p (recursive; a missing
 // path succeeds).
 func (c *Client) DeleteDirectory(ctx context.Context, t Target, p string) error {
-	resp, err := c.doOK(ctx, t, http.MethodDelete, "/directories", url.Values{"path": {p}}, nil, nil)
+	resp, err := c.doOK(ctx, t, http.MethodDelete, "/directories", url.Values{"path": {p}}.Encode(), nil, nil)
 	if err != nil {
 		return err
 	}
@@ -399,7 +423,8 @@ func (c *Client) DeleteDirectory(ctx context.Context, t Target, p string) error 
 // missing path is KindNotFound, a path that is not a directory (or is a
 // symlink) KindExecd with status 400.
 func (c *Client) ListDirectory(ctx context.Context, t Target, p string, depth int) ([]FileInfo, error) {
-	q := url.Values{"path": {p}, "depth": {strconv.Itoa(depth)}}
+	// url.Values{"path": {p}, "depth": {…}}.Encode(), without the map.
+	q := "depth=" + strconv.Itoa(depth) + "&path=" + url.QueryEscape(p)
 	resp, err := c.doOK(ctx, t, http.MethodGet, "/directories/list", q, nil, nil)
 	var e *Error
 	if errors.As(err, &e) && e.Kind == KindNoRoute {
@@ -436,7 +461,7 @@ type CommandRequest struct {
 // stop a foreground command (docs/wire-facts.md §X1.4); nor does the gateway,
 // whose commands live as long as envd's processes do.
 func (c *Client) Interrupt(ctx context.Context, t Target, id string) error {
-	resp, err := c.doOK(ctx, t, http.MethodDelete, "/command", url.Values{"id": {id}}, nil, nil)
+	resp, err := c.doOK(ctx, t, http.MethodDelete, "/command", url.Values{"id": {id}}.Encode(), nil, nil)
 	if err != nil {
 		return err
 	}
@@ -470,7 +495,7 @@ type CommandStatus struct {
 // KindNotFound. An answer over maxBytes (StatusLimit of the command's text
 // length) is an *Error with KindUnexpected.
 func (c *Client) CommandStatus(ctx context.Context, t Target, id string, maxBytes int64) (CommandStatus, error) {
-	resp, err := c.doOK(ctx, t, http.MethodGet, "/command/status/"+url.PathEscape(id), nil, nil, nil)
+	resp, err := c.doOK(ctx, t, http.MethodGet, "/command/status/"+url.PathEscape(id), "", nil, nil)
 	if err != nil {
 		var e *Error
 		if errors.As(err, &e) && e.Kind == KindExecd && e.Status == http.StatusNotFound {
@@ -493,7 +518,7 @@ func (c *Client) RunCommand(ctx context.Context, t Target, req CommandRequest) (
 	if err != nil {
 		return nil, &Error{Kind: KindUnexpected, Message: "encoding the execd command failed"}
 	}
-	resp, err := c.doOK(ctx, t, http.MethodPost, "/command", nil, http.Header{"Content-Type": {"application/json"}}, unsized(body))
+	resp, err := c.doOK(ctx, t, http.MethodPost, "/command", "", http.Header{"Content-Type": {"application/json"}}, unsized(body))
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -16,6 +17,28 @@ func TestTargetURL(t *testing.T) {
 	u := Target{FixedEntry: fe, SandboxID: "sbx1"}.URL("/files/info", url.Values{"path": {"/home/user/a b?c"}})
 	if u.String() != "http://10.0.0.5:8080/prefix/sbx1/44772/files/info?path=%2Fhome%2Fuser%2Fa+b%3Fc" {
 		t.Fatal(u)
+	}
+}
+
+// TestListDirectoryRequest: the listing's request is what url.Values
+// encodes and the URL built from the Target, sent to the fixed entry with
+// the Target's Host, token and the default User-Agent.
+func TestListDirectoryRequest(t *testing.T) {
+	var got *http.Request
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r
+		_, _ = io.WriteString(w, "[]")
+	}))
+	defer srv.Close()
+	fe, _ := url.Parse(srv.URL + "/prefix/")
+	p := "/home/user/a b?c&d=é%"
+	tg := Target{FixedEntry: fe, SandboxID: "sbx1", Host: "entry.example", AccessToken: "tok"}
+	if _, err := (&Client{}).ListDirectory(context.Background(), tg, p, 2); err != nil {
+		t.Fatal(err)
+	}
+	want := "/prefix/sbx1/44772/directories/list?" + url.Values{"path": {p}, "depth": {"2"}}.Encode()
+	if got.RequestURI != want || got.Host != "entry.example" || got.Header.Get(AccessTokenHeader) != "tok" || got.UserAgent() != "sandgate" {
+		t.Fatalf("request %s host %s token %q agent %q, want %s", got.RequestURI, got.Host, got.Header.Get(AccessTokenHeader), got.UserAgent(), want)
 	}
 }
 
@@ -110,6 +133,27 @@ func TestPerm(t *testing.T) {
 	}
 	if _, err := (FileInfo{Mode: 698}).Perm(); err == nil {
 		t.Fatal("8 accepted as an octal digit")
+	}
+	// The same answers as reading the decimal string as octal, at the
+	// edges too: negative, 0, past 32 bits, the largest ints.
+	ref := func(mode int) (uint32, bool) {
+		n, err := strconv.ParseUint(strconv.Itoa(mode), 8, 32)
+		if err != nil || mode < 0 {
+			return 0, false
+		}
+		return uint32(n) & 0o7777, true
+	}
+	modes := []int{0, 7, 8, 10, 644, 755, 777, 1777, 4755, 7777, 17777, -1, -644, 37777777777, 40000000000,
+		77777777777, 1<<63 - 1, -1 << 63, 777777777777777777, 7777777777777777777}
+	for i := range 100000 {
+		modes = append(modes, i)
+	}
+	for _, m := range modes {
+		want, wantOK := ref(m)
+		got, err := (FileInfo{Mode: m}).Perm()
+		if got != want || (err == nil) != wantOK {
+			t.Fatalf("mode %d: %o, %v; want %o, %v", m, got, err, want, wantOK)
+		}
 	}
 }
 

@@ -111,7 +111,7 @@ func (c *Client) ReadAt(ctx context.Context, t Target, p string, off, limit int6
 // source is 404 on HEAD and 500 on v1.0.18.
 func (c *Client) Move(ctx context.Context, t Target, src, dst string) error {
 	body, _ := json.Marshal([]map[string]string{{"src": src, "dest": dst}})
-	resp, err := c.doOK(ctx, t, http.MethodPost, "/files/mv", nil, http.Header{"Content-Type": {"application/json"}}, unsized(body))
+	resp, err := c.doOK(ctx, t, http.MethodPost, "/files/mv", "", http.Header{"Content-Type": {"application/json"}}, unsized(body))
 	if err != nil {
 		return err
 	}
@@ -123,7 +123,7 @@ func (c *Client) Move(ctx context.Context, t Target, src, dst string) error {
 // ownership of p.
 func (c *Client) MakeDirs(ctx context.Context, t Target, p string, perm Permission) error {
 	body, _ := json.Marshal(map[string]Permission{p: perm})
-	resp, err := c.doOK(ctx, t, http.MethodPost, "/directories", nil, http.Header{"Content-Type": {"application/json"}}, unsized(body))
+	resp, err := c.doOK(ctx, t, http.MethodPost, "/directories", "", http.Header{"Content-Type": {"application/json"}}, unsized(body))
 	if err != nil {
 		return err
 	}
@@ -139,7 +139,7 @@ var ErrTooLarge = errors.New("execd: the answer is larger than the caller's limi
 // matches the glob. A missing dir is KindNotFound; an answer of more than
 // maxBytes bytes is ErrTooLarge, found before anything is decoded.
 func (c *Client) Search(ctx context.Context, t Target, dir, pattern string, maxBytes int64) ([]FileInfo, error) {
-	resp, err := c.doOK(ctx, t, http.MethodGet, "/files/search", url.Values{"path": {dir}, "pattern": {pattern}}, nil, nil)
+	resp, err := c.doOK(ctx, t, http.MethodGet, "/files/search", url.Values{"path": {dir}, "pattern": {pattern}}.Encode(), nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +164,7 @@ func (c *Client) Search(ctx context.Context, t Target, dir, pattern string, maxB
 // DeleteFiles calls DELETE /files with every path of ps; missing files are
 // ignored.
 func (c *Client) DeleteFiles(ctx context.Context, t Target, ps ...string) error {
-	resp, err := c.doOK(ctx, t, http.MethodDelete, "/files", url.Values{"path": ps}, nil, nil)
+	resp, err := c.doOK(ctx, t, http.MethodDelete, "/files", url.Values{"path": ps}.Encode(), nil, nil)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,12 @@ type listDecoder struct {
 	dec  jsontext.Decoder
 	name []byte
 	str  []byte
+	// paths holds every entry's unquoted path, one after the other, and
+	// spans where each entry's is in it ({-1, -1}: none): the paths
+	// become one string and the entries' Path slices of it, one
+	// allocation per listing instead of one per entry.
+	paths []byte
+	spans []pathSpan
 	// seen holds the strings of this body that repeat across entries
 	// (types, owners, groups), so each is allocated once.
 	seen map[string]string
@@ -38,6 +44,9 @@ func (ld *listDecoder) intern(b []byte) string {
 	}
 	return s
 }
+
+// pathSpan is where one entry's path lies in listDecoder.paths.
+type pathSpan struct{ start, end int }
 
 var listDecoders = sync.Pool{New: func() any { return new(listDecoder) }}
 
@@ -67,7 +76,7 @@ func (c *Client) decodeFileInfoList(resp *http.Response) ([]FileInfo, error) {
 	}
 	ld := listDecoders.Get().(*listDecoder)
 	defer func() {
-		if ld.body.Cap() <= maxPooledList {
+		if ld.body.Cap() <= maxPooledList && cap(ld.paths) <= maxPooledList {
 			ld.body.Reset()
 			ld.rd.Reset(nil)
 			ld.dec.Reset(&ld.rd)
@@ -133,15 +142,17 @@ func (ld *listDecoder) decode(data []byte, entries int) ([]FileInfo, error) {
 		return nil, err
 	}
 	list := make([]FileInfo, 0, entries)
+	ld.paths, ld.spans = ld.paths[:0], ld.spans[:0]
 	for d.PeekKind() != ']' {
 		var fi FileInfo
+		ld.spans = append(ld.spans, pathSpan{-1, -1})
 		switch d.PeekKind() {
 		case 'n':
 			if _, err := d.ReadToken(); err != nil {
 				return nil, err
 			}
 		case '{':
-			if err := ld.object(&fi); err != nil {
+			if err := ld.object(&fi, &ld.spans[len(ld.spans)-1]); err != nil {
 				return nil, err
 			}
 		default:
@@ -152,11 +163,20 @@ func (ld *listDecoder) decode(data []byte, entries int) ([]FileInfo, error) {
 	if _, err := d.ReadToken(); err != nil {
 		return nil, err
 	}
+	if len(ld.paths) > 0 {
+		all := string(ld.paths)
+		for i, sp := range ld.spans {
+			if sp.start >= 0 {
+				list[i].Path = all[sp.start:sp.end]
+			}
+		}
+	}
 	return list, nil
 }
 
-// object reads one FileInfo object into fi.
-func (ld *listDecoder) object(fi *FileInfo) error {
+// object reads one FileInfo object into fi, all but its path, whose
+// unquoted bytes it appends to ld.paths and records in *span.
+func (ld *listDecoder) object(fi *FileInfo, span *pathSpan) error {
 	d := &ld.dec
 	if _, err := d.ReadToken(); err != nil {
 		return err
@@ -170,7 +190,20 @@ func (ld *listDecoder) object(fi *FileInfo) error {
 		var s *string
 		switch string(ld.name) { // no allocation: a switch on the bytes
 		case "path":
-			s = &fi.Path
+			v, err := d.ReadValue()
+			if err != nil {
+				return err
+			}
+			switch v.Kind() {
+			case 'n': // leaves an earlier path, as encoding/json does
+			case '"':
+				start := len(ld.paths)
+				ld.paths = unquote(ld.paths, v)
+				*span = pathSpan{start, len(ld.paths)}
+			default:
+				return errNotList
+			}
+			continue
 		case "type":
 			s = &fi.Type
 		case "owner":
