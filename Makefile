@@ -115,9 +115,10 @@ images: build
 #   chart        package it into bin/chart/ with appVersion = the version stamp
 #                (bash hack/version.sh --tag), the images' tag from `make images`
 #   chart-sync   copy the files it shares with deploy/ into it (CRDs, the gateway's
-#                Caddyfile set, corectl's clusters.yaml, deploy/monitoring's objects)
+#                Caddyfile set, corectl's clusters.yaml, deploy/monitoring's objects,
+#                tls-caddy's tls.caddyfile)
 #   helm-check   (run by vet) the copies are current, helm lint --strict and helm template
-#                with the default values and with ci/all-on-values.yaml
+#                with the default values, ci/all-on-values.yaml and ci/tls-caddy-values.yaml
 chart:
 	@mkdir -p bin/chart
 	"$$(bash hack/helm/build.sh)" package deploy/chart/sandgate --app-version "$$(bash hack/version.sh --tag)" --destination bin/chart

@@ -27,8 +27,9 @@ import (
 // Namespace, with its Pod Security labels), the CRDs of cert-manager's
 // Certificate, Gateway API's HTTPRoute and the Prometheus Operator's
 // PodMonitor and PrometheusRule are installed from their pinned modules
-// (edgeCRDs; hack/helm/crds.sh generates the last two), then each rendering (default values, and
-// ci/all-on-values.yaml with every toggle on) is sent: its Namespaces and
+// (edgeCRDs; hack/helm/crds.sh generates the last two), then each rendering (default values,
+// ci/all-on-values.yaml with every toggle on, and tlsCaddy on, which
+// excludes the Ingress and HTTPRoute toggles) is sent: its Namespaces and
 // CRDs created, every other object with a server-side apply in dry-run
 // mode. Each object must be accepted without a warning. The all-on
 // rendering's PodMonitors and PrometheusRule must also be deploy/monitoring's
@@ -109,7 +110,7 @@ func TestChartApply(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		args []string
-	}{{"defaults", nil}, {"all-on", []string{"-f", chartAllOn}}} {
+	}{{"defaults", nil}, {"all-on", []string{"-f", chartAllOn}}, {"tls-caddy", []string{"--set", "tlsCaddy.enabled=true"}}} {
 		r := renderChart(t, tc.args...)
 		kinds := map[string]int{}
 		for _, first := range []bool{true, false} {

@@ -19,7 +19,10 @@ import (
 // routes refused at the edge while its other routes reach it. The
 // HTTPRoutes are checked attached to the Gateway of the
 // example-edge-gateway-api overlay (the chart renders routes, not a
-// Gateway).
+// Gateway). With tlsCaddy on instead, Caddy's own TLS is checked as the
+// tls-caddy component's (checkCaddyTLS), and the tls.caddyfile, Service
+// and NetworkPolicy of corectl's API site are the example-edge-tls-caddy
+// overlay's.
 func TestChartEdge(t *testing.T) {
 	var internal, public []string
 	for _, rt := range httpapi.Routes {
@@ -49,5 +52,20 @@ func TestChartEdge(t *testing.T) {
 		gw := render(t, "overlays/example-edge-gateway-api").find(t, "Gateway", "sandgate")
 		withGateway := &rendered{dir: r.dir, objs: append(slices.Clone(r.objs), gw)}
 		checkGatewayAPI(t, withGateway, func(string) {}, internal, public)
+	})
+	t.Run("tls-caddy", func(t *testing.T) {
+		chart := renderChart(t, "--set", "tlsCaddy.enabled=true")
+		checkCaddyTLS(t, chart)
+		overlay := render(t, "overlays/example-edge-tls-caddy")
+		got, want := chart.configMap(t, "gateway-config")["tls.caddyfile"], overlay.configMap(t, "gateway-config")["tls.caddyfile"]
+		if got != want {
+			t.Errorf("the chart's tls.caddyfile\n%s\nthe component's\n%s", got, want)
+		}
+		for _, k := range [][2]string{{"Service", "gateway-corectl-api"}, {"NetworkPolicy", "gateway-corectl-api"}} {
+			c, o := chart.find(t, k[0], k[1]), overlay.find(t, k[0], k[1])
+			if d := diffValues("", c.Object["spec"], o.Object["spec"]); len(d) > 0 {
+				t.Errorf("%s %s: %s", k[0], k[1], strings.Join(d, "; "))
+			}
+		}
 	})
 }

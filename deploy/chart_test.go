@@ -385,6 +385,7 @@ func TestChartCopiesCurrent(t *testing.T) {
 	for _, f := range []string{"podmonitors.yaml", "prometheusrule.yaml", "sandgate-dashboard.json"} {
 		sameFile(t, filepath.Join("monitoring", f), filepath.Join(chartDir, "files", "monitoring", f))
 	}
+	sameFile(t, "components/tls-caddy/tls.caddyfile", filepath.Join(chartDir, "files", "tls-caddy", "tls.caddyfile"))
 }
 
 // sameFile fails the test when the two files' bytes differ.
@@ -418,6 +419,9 @@ func TestChartValuesRefused(t *testing.T) {
 		{"gateway.service.type=External", "/gateway/service/type"},
 		{"gatewayAPI.enabled=true", "gatewayAPI.parentRefs"},
 		{"certManager.enabled=true", "certManager.issuerRef.name"},
+		{"tlsCaddy.enabled=true,ingress.enabled=true", "tlsCaddy.enabled"},
+		{"tlsCaddy.enabled=true,gatewayAPI.enabled=true,gatewayAPI.parentRefs[0].name=gw", "tlsCaddy.enabled"},
+		{"tlsCaddy.service.type=External", "/tlsCaddy/service/type"},
 	} {
 		cmd := exec.Command(helmBinary(t), "template", "sandgate", chartDir, "--namespace", "sandgate", "--set", tc.set)
 		out, err := cmd.CombinedOutput()

@@ -553,14 +553,17 @@ func labelsMatch(sel, labels map[string]string) bool {
 // health site serves the probes, every file the configuration names lies in
 // a mount (secrets in Secrets), and secrets are placeholders, never values.
 func TestGatewayCaddyfileAdapts(t *testing.T) {
-	// The Helm chart's too, with its defaults and with every toggle on
-	// (the example overlay's clusters and pools, and E2B_DOMAIN's site).
-	for _, dir := range append(slices.Clone(portalKustomizations), "chart", "chart-all-on") {
+	// The Helm chart's too, with its defaults, with every toggle on (the
+	// example overlay's clusters and pools, and E2B_DOMAIN's site) and with
+	// Caddy's own TLS (tlsCaddy, which excludes the Ingress toggle).
+	for _, dir := range append(slices.Clone(portalKustomizations), "chart", "chart-all-on", "chart-tls-caddy") {
 		t.Run(strings.ReplaceAll(dir, "/", "-"), func(t *testing.T) {
 			var r *rendered
 			switch dir {
 			case "chart":
 				r = renderChart(t)
+			case "chart-tls-caddy":
+				r = renderChart(t, "--set", "tlsCaddy.enabled=true")
 			case "chart-all-on":
 				r = renderChart(t, "-f", chartAllOn, "--set-file", `gateway.configFiles.clusters\.caddyfile=overlays/example/clusters.caddyfile`,
 					"--set-file", `gateway.configFiles.pools\.caddyfile=overlays/example/pools.caddyfile`,

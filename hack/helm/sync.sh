@@ -9,6 +9,7 @@
 #   deploy/portal/gateway/*            -> files/gateway/          (the Caddyfile and what it imports)
 #   deploy/portal/corectl/clusters.yaml -> files/corectl/
 #   deploy/monitoring/{podmonitors,prometheusrule}.yaml, sandgate-dashboard.json -> files/monitoring/
+#   deploy/components/tls-caddy/tls.caddyfile -> files/tls-caddy/   (the tlsCaddy toggle)
 #
 # Usage:
 #   bash hack/helm/sync.sh           # copy (make chart-sync; make generate runs it too)
@@ -23,6 +24,7 @@ pairs=(
   "deploy/portal/corectl $chart/corectl"
 )
 monitoring=(podmonitors.yaml prometheusrule.yaml sandgate-dashboard.json)
+tlscaddy=deploy/components/tls-caddy/tls.caddyfile
 check=0
 case "${1:-}" in
   --check) check=1 ;;
@@ -38,6 +40,7 @@ if [[ $check == 1 ]]; then
   for f in "${monitoring[@]}"; do
     cmp "deploy/monitoring/$f" "$chart/monitoring/$f" >&2 || bad=1
   done
+  cmp "$tlscaddy" "$chart/tls-caddy/tls.caddyfile" >&2 || bad=1
   if [[ $bad == 1 ]]; then
     echo "hack/helm/sync.sh: the chart's copies differ from deploy/ (above): run make chart-sync and commit" >&2
     exit 1
@@ -54,3 +57,5 @@ mkdir -p "$chart/monitoring"
 for f in "${monitoring[@]}"; do
   cp "deploy/monitoring/$f" "$chart/monitoring/$f"
 done
+mkdir -p "$chart/tls-caddy"
+cp "$tlscaddy" "$chart/tls-caddy/tls.caddyfile"

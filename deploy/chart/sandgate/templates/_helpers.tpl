@@ -69,6 +69,9 @@ securityContext:
 {{- if .Values.e2bDomain.enabled -}}
 {{- $_ := set $files "e2b-domain.caddyfile" (include "sandgate.e2bDomainCaddyfile" .) -}}
 {{- end -}}
+{{- if .Values.tlsCaddy.enabled -}}
+{{- $_ := set $files "tls.caddyfile" (.Files.Get "files/tls-caddy/tls.caddyfile") -}}
+{{- end -}}
 {{- range $name, $content := .Values.gateway.configFiles -}}
 {{- $_ := set $files $name $content -}}
 {{- end -}}
