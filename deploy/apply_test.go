@@ -34,6 +34,34 @@ import (
 )
 
 // warnings collects the apiserver's warnings (Pod Security among them).
+// startApplyEnv starts a real kube-apiserver for the apply tests (stopped
+// at the test's end) and returns it with a client of the core and
+// apiextensions kinds whose warnings (Pod Security among them) are
+// collected in w.
+func startApplyEnv(t *testing.T) (*kubeenv.Env, client.Client, *warnings) {
+	t.Helper()
+	env, err := kubeenv.Start(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	w := &warnings{}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WarningHandler = w
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env, c, w
+}
+
 type warnings struct {
 	mu   sync.Mutex
 	list []string
@@ -68,25 +96,7 @@ func (w *warnings) take() []string {
 // nodecore/kubestore) run as the gateway's ServiceAccount: what its Role
 // grants is what they need, and no more.
 func TestManifestsApply(t *testing.T) {
-	env, err := kubeenv.Start(nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	w := &warnings{}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.WarningHandler = w
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, c, w := startApplyEnv(t)
 	ctx := context.Background()
 
 	// The edge components' kinds (Gateway API, cert-manager) come from

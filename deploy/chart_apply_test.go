@@ -11,13 +11,9 @@ import (
 	"testing"
 
 	"github.com/sandgate/sandgate/internal/kubeenv"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -42,25 +38,7 @@ import (
 // the same release name takes the kept objects back. The dry runs then
 // meet those kept objects as an operator's reinstall would.
 func TestChartApply(t *testing.T) {
-	env, err := kubeenv.Start(nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	w := &warnings{}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.WarningHandler = w
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, c, w := startApplyEnv(t)
 	ctx := context.Background()
 
 	// The release's namespace, with the base's Pod Security labels.
