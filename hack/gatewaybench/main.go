@@ -385,23 +385,13 @@ func startCaddy(o options, name, dir, caddyfile, addr string) (*proc, error) {
 	}
 	p := &proc{name: name, cmd: cmd, exited: make(chan error, 1), log: logPath, cg: cg}
 	go func() { p.exited <- cmd.Wait(); logf.Close() }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+	return p.awaitReady(func() bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
 			c.Close()
-			return p, nil
 		}
-		select {
-		case err := <-p.exited:
-			logText, _ := os.ReadFile(logPath)
-			return nil, fmt.Errorf("%s exited while starting: %v\n%s", name, err, logText)
-		case <-time.After(50 * time.Millisecond): // polling for the listener
-		}
-		if time.Now().After(deadline) {
-			p.stop()
-			return nil, fmt.Errorf("%s did not listen within 30 s", name)
-		}
-	}
+		return err == nil
+	}, "listen")
 }
 
 // world is the running set of processes.

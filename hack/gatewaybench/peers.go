@@ -134,21 +134,33 @@ func startWaiting(name string, cmd *exec.Cmd, logPath, probe string) (*proc, err
 	p := &proc{name: name, cmd: cmd, exited: make(chan error, 1), log: logPath}
 	go func() { p.exited <- cmd.Wait(); logf.Close() }()
 	client := &http.Client{Timeout: time.Second}
+	return p.awaitReady(func() bool {
+		resp, err := client.Get(probe)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	}, "answer "+probe)
+}
+
+// awaitReady polls ready every 50 ms until it is true (p returned), p's
+// process exits (an error with its log) or 30 s pass (p stopped; an error
+// saying it did not <what> within 30 s).
+func (p *proc) awaitReady(ready func() bool, what string) (*proc, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if resp, err := client.Get(probe); err == nil {
-			resp.Body.Close()
+		if ready() {
 			return p, nil
 		}
 		select {
 		case err := <-p.exited:
-			logText, _ := os.ReadFile(logPath)
-			return nil, fmt.Errorf("%s exited while starting: %v\n%s", name, err, logText)
+			logText, _ := os.ReadFile(p.log)
+			return nil, fmt.Errorf("%s exited while starting: %v\n%s", p.name, err, logText)
 		case <-time.After(50 * time.Millisecond): // polling for the listener
 		}
 		if time.Now().After(deadline) {
 			p.stop()
-			return nil, fmt.Errorf("%s did not answer %s within 30 s", name, probe)
+			return nil, fmt.Errorf("%s did not %s within 30 s", p.name, what)
 		}
 	}
 }
