@@ -642,7 +642,7 @@ func TestTokenKeyRotationWithProcesses(t *testing.T) {
 	writeFile(t, signing, priv1)
 	r := newRig(t, func(*rig) []string {
 		k, _, _ := settings()
-		return []string{"-token-key-id", k, "-token-key-algorithm", "EdDSA", "-token-key-file", signing, "-max-timeout", "60s", "-token-grace", "1s"}
+		return []string{"-token-key-id", k, "-token-key-algorithm", "EdDSA", "-token-key-file", signing, "-max-timeout", "180s", "-token-grace", "1s"}
 	}, func(r *rig, step int) string {
 		k, sk, sf := settings()
 		return strings.Replace(strings.Replace(harness.DefaultCaddyfile, "token_key primary HS256 {{KEY}}",
@@ -704,6 +704,9 @@ func TestTokenKeyRotationWithProcesses(t *testing.T) {
 	// From here new sandboxes and tokens are of k2. A token of the old
 	// key for the new sandbox (as a replica not yet rolled would sign)
 	// is still accepted.
+	// Its end may move to 180 s after its start (-max-timeout), far
+	// beyond step 3, which begins about 60 s from here, however long the
+	// rolls take; with a cap of 60 s it could end during step 3's rolls.
 	second := r.create(60)
 	// The fixed entry stand-in learns the new sandbox from its own watch.
 	if err := kwait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, wait, true, func(ctx context.Context) (bool, error) {
