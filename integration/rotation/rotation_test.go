@@ -10,6 +10,8 @@
 // maxUnavailable 0), and the gateway re-reads its configuration (caddy
 // reload, which provisions its modules afresh, as a new pod would). The
 // internal node API token: bin/caddy replicas, each roll a new process.
+// The probe relay token: the same rig, bin/caddy also serving the probe
+// relay (fixed_entry_probe) that the corectl replicas use.
 // Requests run the whole time; none may be refused.
 package rotation
 
@@ -236,8 +238,11 @@ type rig struct {
 	svc   *service
 	front string // corectl's Service
 	live  []*corectlProc
+	all   []*corectlProc // every replica started, live or stopped
 	gen   int
 	h     *harness.Env
+	// gatewayLog is the file bin/caddy logs to.
+	gatewayLog string
 	// caddyfile is the gateway's configuration at a step (harness
 	// placeholders allowed).
 	caddyfile func(r *rig, step int) string
@@ -258,7 +263,7 @@ func (r *rig) file(name, content string) string {
 	return p
 }
 
-// newRig starts corectl (two replicas) and the gateway. extra adds
+// newRig starts the gateway and corectl (two replicas). extra adds
 // corectl flags at each replica's start; caddyfile is the gateway's
 // configuration at a step (0 at start; r.front is corectl's Service).
 func newRig(t *testing.T, extra func(r *rig) []string, caddyfile func(r *rig, step int) string) *rig {
@@ -292,17 +297,25 @@ func newRig(t *testing.T, extra func(r *rig) []string, caddyfile func(r *rig, st
 	t.Cleanup(func() { cancel(); waitCtl() })
 	r.args = []string{"-config", clusters, "-credentials", credFile, "-api-keys", keys, "-listen", "127.0.0.1:0",
 		"-leader-election-namespace", r.leNS, "-internal-token-file", r.internal, "-ready-budget", "30s", "-shutdown-grace", "5s"}
+	// The Service first (the gateway's configuration names it), then the
+	// gateway, then the replicas: a corectl using the gateway's probe
+	// relay checks it before it is ready.
 	r.svc = &service{served: map[string]int{}, changed: make(chan struct{})}
-	r.live = []*corectlProc{r.replica(), r.replica()}
-	r.svc.set(r.live...)
 	r.front = serve(t, r.svc)
 	// The harness's own control API stand-in is not used; it wants an
 	// HS256 key.
 	hk := r.file("harness-hs256.key", "harness-hmac-secret-0123456789abcdef0123456789")
-	r.h, err = harness.Start(harness.Config{RepoRoot: r.root, Caddyfile: r.caddyfile(r, 0), CredentialsFile: credFile, KeyFile: hk,
-		KeyID: "harness", FixedEntryAddr: feAddr})
+	r.gatewayLog = filepath.Join(r.dir, "gateway.log")
+	gwLog, err := os.Create(r.gatewayLog)
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(func() { gwLog.Close() })
+	r.h, err = harness.Start(harness.Config{RepoRoot: r.root, Caddyfile: r.caddyfile(r, 0), CredentialsFile: credFile, KeyFile: hk,
+		KeyID: "harness", FixedEntryAddr: feAddr, Stderr: gwLog})
+	if err != nil {
+		b, _ := os.ReadFile(r.gatewayLog)
+		t.Fatalf("%v\n%s", err, b)
 	}
 	t.Cleanup(r.h.Close)
 	r.h.Ingress.SetResolver(func(id string) (fixedentry.Sandbox, bool) {
@@ -310,6 +323,8 @@ func newRig(t *testing.T, extra func(r *rig) []string, caddyfile func(r *rig, st
 		return fixedentry.Sandbox{Ready: rs.Ready, Endpoint: rs.Endpoint, Namespace: rs.Namespace,
 			Ports: map[int]string{44772: r.h.ExecdAddr}}, ok
 	})
+	r.live = []*corectlProc{r.replica(), r.replica()}
+	r.svc.set(r.live...)
 	return r
 }
 
@@ -325,6 +340,7 @@ func (r *rig) replica() *corectlProc {
 	}
 	args := append(append(slices.Clone(r.args), "-probe-listen", probe), r.extra(r)...)
 	p := startCorectl(t, r.root, fmt.Sprintf("corectl-%d", r.gen), args...)
+	r.all = append(r.all, p)
 	err = kwait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, wait, true, func(ctx context.Context) (bool, error) {
 		resp, err := http.Get("http://" + probe + "/readyz")
 		if err != nil {
@@ -394,10 +410,10 @@ var dataPlaneClient = &http.Client{Transport: &http.Transport{DisableKeepAlives:
 
 // startTraffic sends data-plane requests from 4 goroutines until
 // stopTraffic, each with a sandbox pick returns. Any answer but 200 is a
-// refusal. A connection closed without an answer while the gateway
-// reloads (a connection accepted as caddy swaps its servers: the reload's
-// stand-in for a pod roll, not the rotation) is counted apart; elsewhere
-// it is a refusal too.
+// refusal. A connection closed without an answer by a request that
+// overlapped a gateway reload (it began or failed during one: a connection
+// accepted as caddy swaps its servers, the reload's stand-in for a pod
+// roll, not the rotation) is counted apart; elsewhere it is a refusal too.
 func (r *rig) startTraffic(pick func() sandbox) {
 	ctx, cancel := context.WithCancel(context.Background())
 	r.stopTraffic = cancel
@@ -413,7 +429,7 @@ func (r *rig) startTraffic(pick func() sandbox) {
 				}
 				r.sent.Add(1)
 				switch {
-				case err != nil && strings.Contains(phase, "gateway roll"):
+				case err != nil && (strings.Contains(phase, "gateway roll") || strings.Contains(r.phase.Load().(string), "gateway roll")):
 					r.dropped.Add(1)
 					r.drops.Store(phase+": "+err.Error(), true)
 				case err != nil:
