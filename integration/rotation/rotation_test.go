@@ -215,6 +215,12 @@ func (s *service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return nil
 	}
 	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+		if r.Context().Err() != nil {
+			// The caller went away first (a gateway reload cancels the
+			// old configuration's authorize calls): no replica failed.
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
 		s.proxyErrors.Store(fmt.Sprintf("%s: %v", p.name, err), true)
 		w.WriteHeader(http.StatusBadGateway)
 	}
