@@ -42,34 +42,7 @@ const domainCaddyfile = `{
 	}
 }
 
-https://*.sbx.test:443 {
-	bind {{IP}}
-	tls internal
-	log {
-		output file {{ACCESS_LOG}}
-		format filter {
-			request>headers>X-Access-Token delete
-			request>headers>E2b-Traffic-Access-Token delete
-		}
-	}
-	@api host api.sbx.test
-	handle @api {
-		reverse_proxy {{CORECTL}}
-	}
-	handle {
-		e2b_dataplane {
-			hosts sbx.test
-			home_dir /home/user
-			user root 0 0 /root
-		}
-	}
-}
-
-http://{{ADDR}} {
-	bind 127.0.0.1
-	e2b_dataplane
-}
-`
+` + harness.DomainSites
 
 // domainResult is what sdk.mjs's "domain" scenario prints.
 type domainResult struct {
