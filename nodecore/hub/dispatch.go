@@ -253,7 +253,7 @@ func (h *Hub) dispatchConn(ctx context.Context, cfg *Config, nodeID string, req 
 				Unsupported: &u, NotSent: true}, nil
 		}
 	}
-	if !p.online(now, cfg) || p.conn.retiring.Load() {
+	if !p.online(now, cfg) {
 		aw := p.awaited(now)
 		wake, until := h.welcomed, p.handoverUntil
 		h.mu.Unlock()

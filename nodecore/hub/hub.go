@@ -556,10 +556,11 @@ func (p *presence) status(now time.Time, cfg *Config) NodeStatus {
 // online reports whether p counts as online; h.mu is held. The
 // connection's epoch must not be superseded: without a Presence it equals
 // the configured owner epoch; with one, each claim's epoch is at least
-// the configured one at the time it was allocated.
+// the configured one at the time it was allocated. A connection retired
+// for a replaced credential is not online.
 func (p *presence) online(now time.Time, cfg *Config) bool {
 	return cfg != nil && p.conn != nil && p.conn.state == StateLive && p.epoch >= cfg.OwnerEpoch &&
-		now.Sub(p.lastHeartbeat) < cfg.Timers.Online
+		now.Sub(p.lastHeartbeat) < cfg.Timers.Online && !p.conn.retiring.Load()
 }
 
 // Nodes returns every node the credential store enrols or the hub has
