@@ -301,6 +301,7 @@ func TestParseDigest(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(twoNodes()))
 	f.Add([]byte("nodes: []\n"))
+	f.Add([]byte("nodes:\n" + recordYAML(nodeA, secretA, true) + "    next_credential_sha256: " + hexSum(secretB) + "\n"))
 	f.Add([]byte(`{"nodes": [null]}`))
 	f.Add([]byte("\xff"))
 	f.Fuzz(func(t *testing.T, data []byte) {
