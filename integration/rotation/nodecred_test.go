@@ -488,7 +488,8 @@ http://127.0.0.1:%s {
 		}
 	}
 	if len(refused) > 0 {
-		t.Errorf("%d of %d operations refused or not successful during the rotation:\n%s", len(refused), len(ops), strings.Join(refused, "\n"))
+		t.Errorf("%d of %d operations refused or not successful during the rotation; the first:\n%s", len(refused), len(ops),
+			strings.Join(refused[:min(len(refused), 10)], "\n"))
 	}
 	if waitedAcross == 0 {
 		t.Errorf("no operation to the rotated node was sent before its new connection and answered on it: the reconnect wait was not exercised")
