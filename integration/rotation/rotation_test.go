@@ -11,7 +11,10 @@
 // reload, which provisions its modules afresh, as a new pod would). The
 // internal node API token: bin/caddy replicas, each roll a new process.
 // The probe relay token: the same rig, bin/caddy also serving the probe
-// relay (fixed_entry_probe) that the corectl replicas use.
+// relay (fixed_entry_probe) that the corectl replicas use. A node
+// credential: bin/caddy and three bin/nodeagent processes on the real
+// Docker engine (DOCKER_HOST), the node's record and credential file
+// edited in the runbook's steps.
 // Requests run the whole time; none may be refused.
 package rotation
 
