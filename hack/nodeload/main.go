@@ -12,6 +12,17 @@
 // of the gateway's histogram sandgate_node_hub_duration_seconds read from
 // Caddy's admin /metrics (on loopback) before and after it.
 //
+// It also breaks each round trip down (phaseReport): the nodes' process
+// records when each node had read a request and built its answer
+// (answerLog), and the tool, sharing the machine's wall clock, splits the
+// round trip into the send delay, "out" (its write, the gateway's HTTP
+// server, API handler and hub, the WebSocket write, the node's read),
+// the node's own time and "back" (the node's write, the gateway's read
+// and HTTP answer, the tool's read), with each segment's medians over the
+// slowest 1 %. With -gctrace the gateway and the nodes' process run with
+// GODEBUG=gctrace=1 and it counts how many of the slowest 1 % overlapped
+// one of their collections.
+//
 // With -pin-gateway <cpu> the gateway's threads are pinned to that CPU
 // once it started; `make nodeload` runs the tool under taskset -c 1 and
 // pins the gateway to CPU 0, so the gateway has a core of its own and the
@@ -36,7 +47,7 @@
 //		[-settle 20s] [-rate 1000] [-duration 30s] [-dial-concurrency 200]
 //		[-gateway-output <file>] [-gateway-env GOGC=400,GOMEMLIMIT=768MiB]
 //		[-tool-gogc 100] [-nodes-gogc 400] [-pin-gateway <cpu>]
-//		[-rounds N] [-variant name:binary[:VAR=value,…] …]
+//		[-rounds N] [-variant name:binary[:VAR=value,…] …] [-gctrace]
 //
 // With -variant (repeated) or -rounds above 1 it runs an A/B series: each
 // run is this tool again with the same flags and the variant's binary and
@@ -119,6 +130,7 @@ func main() {
 	flag.StringVar(&o.trace, "trace", "", "file for a runtime execution trace of the gateway during the dispatch phase (go tool trace <file>; go tool trace -pprof=sched <file> gives where goroutines waited for a CPU; from Caddy's admin endpoint, on loopback)")
 	flag.StringVar(&o.gatewayEnv, "gateway-env", "", "comma-separated VAR=value added to the gateway's environment only (e.g. GOGC=400,GOMEMLIMIT=768MiB)")
 	flag.IntVar(&o.pinGateway, "pin-gateway", -1, "CPU to pin every thread of the gateway to once it started (as taskset -a -p -c <cpu> <pid>); -1: not pinned. `make nodeload` runs the tool under taskset -c 1 with -pin-gateway 0, so the gateway has a core of its own")
+	flag.BoolVar(&o.gctrace, "gctrace", false, "run the gateway and the nodes' process with GODEBUG=gctrace=1 and report how many of the slowest 1% of operations overlapped one of their collections")
 	flag.StringVar(&o.gatewayOutput, "gateway-output", "", "file for the gateway's standard output and error (e.g. with GODEBUG=gctrace=1); default discarded")
 	var vs variants
 	flag.Var(&vs, "variant", "name:binary[:VAR=value,…]: one gateway set-up of an A/B series (repeat the flag; with none, -rounds runs -caddy and -gateway-env alone); each run is this tool with the other flags, the variant's binary as -caddy and its environment as -gateway-env")
@@ -171,6 +183,7 @@ type options struct {
 	duration        time.Duration
 	dialConcurrency int
 	gatewayOutput   string
+	gctrace         bool
 	gatewayEnv      string
 	pinGateway      int
 	profile         string
@@ -281,6 +294,13 @@ http://127.0.0.1:%s {
 	if o.gatewayEnv != "" {
 		genv = strings.Split(o.gatewayEnv, ",")
 	}
+	var gwGC, nodesGC *gcWatch
+	if o.gctrace {
+		genv = append(genv, "GODEBUG=gctrace=1") // the last GODEBUG wins
+		gwGC = &gcWatch{next: output, keepGC: true}
+		output = gwGC
+		nodesGC = &gcWatch{next: os.Stderr}
+	}
 	gw, err := gatewayproc.Start(o.caddy, dir, caddyfile, output, genv...)
 	if err != nil {
 		return err
@@ -335,7 +355,7 @@ http://127.0.0.1:%s {
 	if err := os.WriteFile(nodesFile, data, 0o600); err != nil {
 		return err
 	}
-	sims, err := startNodes(o, nodesFile, base)
+	sims, err := startNodes(o, nodesFile, base, nodesGC)
 	if err != nil {
 		return err
 	}
@@ -414,7 +434,19 @@ http://127.0.0.1:%s {
 		// fails (the A/B series reads it).
 		res := result{"rss_nodes_mib": float64(rss) / 1024}
 		defer printResult(os.Stdout, res)
-		err := dispatch(o, base, "http://"+admin, apiToken, nodes, pid, sims.cmd.Process.Pid, res)
+		timings := func() (phases, error) {
+			path := filepath.Join(dir, "answers.json")
+			if _, err := sims.call("timings " + path); err != nil {
+				return phases{}, err
+			}
+			times, err := loadAnswerLog(path)
+			p := phases{answers: times}
+			if gwGC != nil {
+				p.gateway, p.nodes = gwGC.snapshot(), nodesGC.snapshot()
+			}
+			return p, err
+		}
+		err := dispatch(o, base, "http://"+admin, apiToken, nodes, pid, sims.cmd.Process.Pid, res, timings)
 		if rssEnd, _, merr := gw.Memory(); merr == nil {
 			res["rss_end_mib"] = float64(rssEnd) / 1024
 		}
@@ -445,7 +477,7 @@ http://127.0.0.1:%s {
 // dispatch sends operations at o.rate for o.duration, open loop: each
 // operation starts on its schedule on its own goroutine, whatever the
 // previous ones do.
-func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesPid int, r result) error {
+func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesPid int, r result, timings func() (phases, error)) error {
 	client := &apiClient{addr: strings.TrimPrefix(base, "http://"), idle: make(chan *apiConn, 1024)}
 	defer client.close()
 	body := func(i int) string {
@@ -464,10 +496,15 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 	// one sends operation i and returns its latency measured from due,
 	// the time the schedule meant it to be sent (not when its goroutine
 	// got to run), and the delay from due to the actual send.
-	one := func(i int, due time.Time) (lat, delay time.Duration, outcome string, err error) {
-		delay = time.Since(due)
+	one := func(i int, due time.Time, tl *opTiming) (lat, delay time.Duration, outcome string, err error) {
+		sent := time.Now()
+		delay = sent.Sub(due)
 		status, data, err := client.do(raw[i%len(raw)])
-		lat = time.Since(due)
+		done := time.Now()
+		lat = done.Sub(due)
+		if tl != nil {
+			tl.due, tl.sent, tl.done = due.UnixNano(), sent.UnixNano(), done.UnixNano()
+		}
 		if err != nil {
 			return 0, delay, "", err
 		}
@@ -479,9 +516,11 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 		}
 		return lat, delay, "success", nil
 	}
-	// Warm the client's connection pool.
-	for i := range 50 {
-		if _, _, _, err := one(i, time.Now()); err != nil {
+	// Warm the client's connection pool: one operation to each of the
+	// first nodes.
+	const warmup = 50
+	for i := range warmup {
+		if _, _, _, err := one(i, time.Now(), nil); err != nil {
 			return err
 		}
 	}
@@ -495,6 +534,7 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 	lat := make([]time.Duration, total)
 	sendDelay := make([]time.Duration, total)
 	outcome := make([]string, total)
+	timeline := make([]opTiming, total)
 	var wg sync.WaitGroup
 	interval := time.Second / time.Duration(o.rate)
 	perm := mrand.New(mrand.NewPCG(3, 4)).Perm(len(nodes))
@@ -528,7 +568,7 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d, delay, out, err := one(perm[i%len(perm)], due)
+			d, delay, out, err := one(perm[i%len(perm)], due, &timeline[i])
 			if err != nil {
 				out = "error"
 			}
@@ -596,6 +636,27 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 	if counts["success"] != total {
 		return errors.New("not every operation succeeded")
 	}
+	// Where the time went: the nodes' records matched to the operations
+	// (answerLog), after the warm-up's one operation to each of the
+	// first nodes.
+	ph, err := timings()
+	if err != nil {
+		return err
+	}
+	if len(ph.answers) != len(nodes) {
+		return fmt.Errorf("the nodes' process recorded %d nodes, not %d", len(ph.answers), len(nodes))
+	}
+	for i := range timeline {
+		n := perm[i%len(perm)]
+		j := i / len(perm)
+		if n < warmup {
+			j++
+		}
+		if recs := ph.answers[n]; j < len(recs) {
+			timeline[i].received, timeline[i].answered = recs[j][0], recs[j][1]
+		}
+	}
+	maps.Copy(r, phaseReport(os.Stdout, timeline, ph.gateway, ph.nodes))
 	return nil
 }
 
@@ -754,7 +815,8 @@ func sum(s string) string {
 // one line per command line on its standard input: "connect" (dial every
 // node; "<n> nodes connected in <duration> (<rate> connections/s)"),
 // "acks" (heartbeat acknowledgements so far), "dropped" ("<k> of <n>
-// connections dropped[ (the first: <error>)]"); a failure is one line
+// connections dropped[ (the first: <error>)]"), "timings <file>" (writes
+// the answerLog to file; "saved"); a failure is one line
 // "error: <reason>". It closes every node and exits at end of input.
 type nodesProc struct {
 	cmd  *exec.Cmd
@@ -763,8 +825,10 @@ type nodesProc struct {
 	done bool
 }
 
-// startNodes starts this binary with -role nodes and the nodes' GOGC.
-func startNodes(o options, nodesFile, base string) (*nodesProc, error) {
+// startNodes starts this binary with -role nodes and the nodes' GOGC;
+// with gc (-gctrace) also with GODEBUG=gctrace=1, its standard error
+// read through gc.
+func startNodes(o options, nodesFile, base string, gc *gcWatch) (*nodesProc, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -776,8 +840,11 @@ func startNodes(o options, nodesFile, base string) (*nodesProc, error) {
 		gogc = "off"
 	}
 	cmd.Env = append(os.Environ(), "GOGC="+gogc) // the last GOGC wins
-
 	cmd.Stderr = os.Stderr
+	if gc != nil {
+		cmd.Env = append(cmd.Env, "GODEBUG=gctrace=1")
+		cmd.Stderr = gc
+	}
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -837,6 +904,7 @@ func runNodes(o options) error {
 		return err
 	}
 	var sims []*sim.Node
+	answers := newAnswerLog(len(nodes))
 	defer func() {
 		for _, s := range sims {
 			if s != nil {
@@ -850,7 +918,7 @@ func runNodes(o options) error {
 		case "connect":
 			start := time.Now()
 			var err error
-			sims, err = connectNodes(o, nodes)
+			sims, err = connectNodes(o, nodes, answers)
 			if err != nil {
 				fmt.Printf("error: %v\n", err)
 				continue
@@ -880,6 +948,14 @@ func runNodes(o options) error {
 				fmt.Printf("0 of %d connections dropped\n", len(sims))
 			}
 		default:
+			if path, ok := strings.CutPrefix(in.Text(), "timings "); ok {
+				if err := answers.save(path); err != nil {
+					fmt.Printf("error: %v\n", err)
+				} else {
+					fmt.Println("saved")
+				}
+				continue
+			}
 			fmt.Printf("error: unknown command %q\n", in.Text())
 		}
 	}
@@ -888,7 +964,9 @@ func runNodes(o options) error {
 
 // connectNodes dials every node, o.dialConcurrency at a time, and returns
 // them connected or the first failure (closing those that connected).
-func connectNodes(o options, nodes []simNode) ([]*sim.Node, error) {
+// Each node answers every request with sim.Success and records it in
+// answers.
+func connectNodes(o options, nodes []simNode, answers *answerLog) ([]*sim.Node, error) {
 	// One loopback source address per nodesPerSource connections: a
 	// source address has about 28,000 ephemeral ports towards one port.
 	const nodesPerSource = 20000
@@ -920,7 +998,13 @@ func connectNodes(o options, nodes []simNode) ([]*sim.Node, error) {
 				Health: proto.Health{ProviderReady: true, Host: proto.HostMeasurements{CPUCount: 8,
 					CPUPercent: 10, MemoryTotalBytes: 32 << 30, MemoryUsedBytes: 8 << 30, DiskTotalBytes: 1 << 40, DiskUsedBytes: 1 << 38}}}
 			s, err := sim.Dial(ctx, sim.Config{URL: o.url, Credential: n.Secret, Hello: h,
-				HeartbeatInterval: o.heartbeat, Dialer: dialers[i/nodesPerSource]})
+				HeartbeatInterval: o.heartbeat, Dialer: dialers[i/nodesPerSource],
+				Answer: func(req *proto.Request) *proto.Response {
+					received := time.Now().UnixNano()
+					resp := sim.Success(req)
+					answers.add(i, received, time.Now().UnixNano())
+					return resp
+				}})
 			if err != nil {
 				err = fmt.Errorf("node %d: %w", i, err)
 				dialErr.CompareAndSwap(nil, &err)
