@@ -130,6 +130,7 @@ func main() {
 	flag.StringVar(&o.trace, "trace", "", "file for a runtime execution trace of the gateway during the dispatch phase (go tool trace <file>; go tool trace -pprof=sched <file> gives where goroutines waited for a CPU; from Caddy's admin endpoint, on loopback)")
 	flag.StringVar(&o.gatewayEnv, "gateway-env", "", "comma-separated VAR=value added to the gateway's environment only (e.g. GOGC=400,GOMEMLIMIT=768MiB)")
 	flag.IntVar(&o.pinGateway, "pin-gateway", -1, "CPU to pin every thread of the gateway to once it started (as taskset -a -p -c <cpu> <pid>); -1: not pinned. `make nodeload` runs the tool under taskset -c 1 with -pin-gateway 0, so the gateway has a core of its own")
+	flag.BoolVar(&o.perNodeHeartbeats, "per-node-heartbeats", false, "the simulated nodes' process as before 2026-12-05: a heartbeat goroutine and ticker and a 1 KiB write buffer per node (default: one goroutine sends every node's heartbeats, write buffers pooled)")
 	flag.BoolVar(&o.gctrace, "gctrace", false, "run the gateway and the nodes' process with GODEBUG=gctrace=1 and report how many of the slowest 1% of operations overlapped one of their collections")
 	flag.StringVar(&o.gatewayOutput, "gateway-output", "", "file for the gateway's standard output and error (e.g. with GODEBUG=gctrace=1); default discarded")
 	var vs variants
@@ -184,14 +185,16 @@ type options struct {
 	dialConcurrency int
 	gatewayOutput   string
 	gctrace         bool
-	gatewayEnv      string
-	pinGateway      int
-	profile         string
-	trace           string
-	toolGOGC        int
-	nodesGOGC       int
-	role, nodesFile string
-	url             string
+	// perNodeHeartbeats: sim's own heartbeat goroutine per node.
+	perNodeHeartbeats bool
+	gatewayEnv        string
+	pinGateway        int
+	profile           string
+	trace             string
+	toolGOGC          int
+	nodesGOGC         int
+	role, nodesFile   string
+	url               string
 }
 
 // simNode is one enrolled simulated node.
@@ -397,6 +400,11 @@ http://127.0.0.1:%s {
 		o.settle, hbRate, hbCPU, hbCPU/100*1e6/max(hbRate, 1))
 	fmt.Printf("gateway VmRSS: %.1f MiB idle, %.1f MiB with %d nodes: %.1f KiB per connection\n",
 		float64(rssIdle)/1024, float64(rss)/1024, o.nodes, float64(rss-rssIdle)/float64(o.nodes))
+	nodesRSS, _, err := gatewayproc.Memory(sims.cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("simulated nodes' process VmRSS: %.1f MiB (%.1f KiB per node)\n", float64(nodesRSS)/1024, float64(nodesRSS)/float64(o.nodes))
 	if st, err := apiStatus(base, apiToken); err == nil {
 		fmt.Printf("API list: %d nodes, %d online\n", st.total, st.online)
 	} else {
@@ -432,7 +440,7 @@ http://127.0.0.1:%s {
 		}
 		// The run's figures, one result: line at its end, even when it
 		// fails (the A/B series reads it).
-		res := result{"rss_nodes_mib": float64(rss) / 1024}
+		res := result{"rss_nodes_mib": float64(rss) / 1024, "nodes_rss_mib": float64(nodesRSS) / 1024}
 		defer printResult(os.Stdout, res)
 		timings := func() (phases, error) {
 			path := filepath.Join(dir, "answers.json")
@@ -626,9 +634,19 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 		gatewayproc.CPUPercent(self1-self0, t1.Sub(t0))
 	fmt.Printf("CPU during dispatch: gateway %.1f%%, simulated nodes %.1f%%, this tool (API client) %.1f%% of one core; load average %s\n",
 		gwCPU, nodesCPU, toolCPU, loadAverage())
+	// CPU per message: the operations and the heartbeats the nodes sent in
+	// the phase (o.nodes per interval), a figure the machine's load
+	// disturbs less than times do (a phase that took longer has more
+	// heartbeats, so this is not per operation).
+	window := t1.Sub(t0).Seconds()
+	messages := float64(total) + window*float64(o.nodes)/o.heartbeat.Seconds()
+	perMsg := func(pct float64) float64 { return pct / 100 * window / messages * 1e6 }
+	fmt.Printf("CPU per message (%.0f operations and heartbeats): gateway %.1f µs, simulated nodes %.1f µs, this tool %.1f µs\n",
+		messages, perMsg(gwCPU), perMsg(nodesCPU), perMsg(toolCPU))
 	maps.Copy(r, result{"ops_per_s": float64(total) / elapsed.Seconds(), "ok": float64(len(ok)), "total": float64(total),
 		"send_delay_p99_ms": ms(pct(sendDelay, 99)), "hub_p50_ms": hubMS(hubTime, 0.5), "hub_p99_ms": hubMS(hubTime, 0.99),
-		"hub_p999_ms": hubMS(hubTime, 0.999), "gateway_gcs": hubTime.gcs, "gateway_cpu": gwCPU, "nodes_cpu": nodesCPU, "tool_cpu": toolCPU})
+		"hub_p999_ms": hubMS(hubTime, 0.999), "gateway_gcs": hubTime.gcs, "gateway_cpu": gwCPU, "nodes_cpu": nodesCPU, "tool_cpu": toolCPU,
+		"gateway_us_per_msg": perMsg(gwCPU), "nodes_us_per_msg": perMsg(nodesCPU), "tool_us_per_msg": perMsg(toolCPU)})
 	if len(ok) > 0 {
 		r["rtt_p50_ms"], r["rtt_p90_ms"], r["rtt_p99_ms"] = ms(pct(ok, 50)), ms(pct(ok, 90)), ms(pct(ok, 99))
 		r["rtt_p999_ms"], r["rtt_max_ms"] = ms(pct(ok, 99.9)), ms(ok[len(ok)-1])
@@ -834,7 +852,8 @@ func startNodes(o options, nodesFile, base string, gc *gcWatch) (*nodesProc, err
 		return nil, err
 	}
 	cmd := exec.Command(self, "-role", "nodes", "-nodes-file", nodesFile, "-url", base,
-		"-heartbeat", o.heartbeat.String(), "-dial-concurrency", strconv.Itoa(o.dialConcurrency))
+		"-heartbeat", o.heartbeat.String(), "-dial-concurrency", strconv.Itoa(o.dialConcurrency),
+		"-per-node-heartbeats="+strconv.FormatBool(o.perNodeHeartbeats))
 	gogc := strconv.Itoa(o.nodesGOGC)
 	if o.nodesGOGC < 0 {
 		gogc = "off"
@@ -923,6 +942,11 @@ func runNodes(o options) error {
 				fmt.Printf("error: %v\n", err)
 				continue
 			}
+			if !o.perNodeHeartbeats {
+				stopBeats := make(chan struct{})
+				defer close(stopBeats)
+				go heartbeatAll(sims, o.heartbeat, stopBeats)
+			}
 			d := time.Since(start)
 			fmt.Printf("%d nodes connected in %s (%.0f connections/s)\n", len(sims), d.Round(time.Millisecond), float64(len(sims))/d.Seconds())
 		case "acks":
@@ -971,10 +995,18 @@ func connectNodes(o options, nodes []simNode, answers *answerLog) ([]*sim.Node, 
 	// source address has about 28,000 ephemeral ports towards one port.
 	const nodesPerSource = 20000
 	var dialers []*websocket.Dialer
+	pool, interval := nodeWriteBuffers, time.Duration(-1) // heartbeatAll sends them
+	if o.perNodeHeartbeats {
+		pool, interval = nil, o.heartbeat
+	}
 	for i := 0; i*nodesPerSource < max(len(nodes), 1); i++ {
 		nd := &net.Dialer{Timeout: 30 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+i))}}
-		dialers = append(dialers, &websocket.Dialer{HandshakeTimeout: 30 * time.Second, ReadBufferSize: 1024, WriteBufferSize: 1024,
-			NetDialContext: nd.DialContext})
+		d := &websocket.Dialer{HandshakeTimeout: 30 * time.Second, ReadBufferSize: 1024, WriteBufferSize: 1024,
+			NetDialContext: nd.DialContext}
+		if pool != nil {
+			d.WriteBufferPool = pool
+		}
+		dialers = append(dialers, d)
 	}
 	sims := make([]*sim.Node, len(nodes))
 	var (
@@ -998,7 +1030,7 @@ func connectNodes(o options, nodes []simNode, answers *answerLog) ([]*sim.Node, 
 				Health: proto.Health{ProviderReady: true, Host: proto.HostMeasurements{CPUCount: 8,
 					CPUPercent: 10, MemoryTotalBytes: 32 << 30, MemoryUsedBytes: 8 << 30, DiskTotalBytes: 1 << 40, DiskUsedBytes: 1 << 38}}}
 			s, err := sim.Dial(ctx, sim.Config{URL: o.url, Credential: n.Secret, Hello: h,
-				HeartbeatInterval: o.heartbeat, Dialer: dialers[i/nodesPerSource],
+				HeartbeatInterval: interval, Dialer: dialers[i/nodesPerSource],
 				Answer: func(req *proto.Request) *proto.Response {
 					received := time.Now().UnixNano()
 					resp := sim.Success(req)
@@ -1086,3 +1118,43 @@ func runtimeMemory(admin string) (stack, heap uint64, err error) {
 // maxHeapDebugAnswer is how much of /debug/pprof/heap?debug=1
 // runtimeMemory reads, in bytes.
 const maxHeapDebugAnswer = 4 << 20
+
+// nodeWriteBuffers are the simulated nodes' WebSocket write buffers, taken
+// only while a frame is written (as the gateway does), instead of 1 KiB
+// held by each of the nodes.
+var nodeWriteBuffers = &sync.Pool{}
+
+// heartbeatTick is how often heartbeatAll sends the heartbeats that fell
+// due.
+const heartbeatTick = 10 * time.Millisecond
+
+// heartbeatAll sends every node's heartbeat once per interval every, the
+// nodes' slots spread evenly over the interval (node i at i·every/n),
+// from this one goroutine until stop is closed: the simulated nodes'
+// process then holds one goroutine per node (sim's reader) instead of
+// two, and no timer per node. A node whose write failed has ended (sim
+// ends the connection) and is skipped; the "dropped" command reports it.
+// A write waits at most sim's 10 s write deadline, holding up the
+// heartbeats behind it.
+func heartbeatAll(sims []*sim.Node, every time.Duration, stop <-chan struct{}) {
+	if len(sims) == 0 {
+		return
+	}
+	t := time.NewTicker(heartbeatTick)
+	defer t.Stop()
+	start := time.Now()
+	sent := 0
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			due := int(int64(now.Sub(start)) * int64(len(sims)) / int64(every))
+			for ; sent < due; sent++ {
+				if s := sims[sent%len(sims)]; s.Err() == nil {
+					_ = s.SendHeartbeat() // a failure ended the node's connection
+				}
+			}
+		}
+	}
+}
