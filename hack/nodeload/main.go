@@ -32,7 +32,10 @@
 // Three processes take part, as in production where the nodes are other
 // hosts: the gateway; a child of this tool that holds the simulated nodes
 // (the same binary run with -role nodes, its GOGC set by -nodes-gogc);
-// and this tool, which only schedules, sends and times the operations. So
+// and this tool, which only schedules, sends and times the operations.
+// The nodes' process sends every node's heartbeats from one goroutine
+// (heartbeatAll), so it holds one goroutine per node, sim's reader
+// (-per-node-heartbeats: sim's own heartbeat goroutine per node). So
 // the nodes' goroutines and garbage collection do not run on the timing
 // process's Go scheduler (they still share the machine's CPUs, and the
 // CPU of each process is reported). The schedule waits in nanosleep on a
@@ -48,6 +51,7 @@
 //		[-gateway-output <file>] [-gateway-env GOGC=400,GOMEMLIMIT=768MiB]
 //		[-tool-gogc 100] [-nodes-gogc 400] [-pin-gateway <cpu>]
 //		[-rounds N] [-variant name:binary[:VAR=value,…] …] [-gctrace]
+//		[-per-node-heartbeats]
 //
 // With -variant (repeated) or -rounds above 1 it runs an A/B series: each
 // run is this tool again with the same flags and the variant's binary and
