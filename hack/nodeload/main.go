@@ -562,6 +562,10 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 	if err != nil {
 		return err
 	}
+	waits0, err := runDelays(pid, os.Getpid(), nodesPid)
+	if err != nil {
+		return err
+	}
 	// The schedule runs on its own OS thread, which waits for each due
 	// time in nanosleep: the Go runtime's timers wait in epoll with a
 	// millisecond timeout and so fire up to 1 ms late, which the tool
@@ -598,6 +602,10 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 		return err
 	}
 	nodes1, _, err := gatewayproc.CPUTicks(nodesPid)
+	if err != nil {
+		return err
+	}
+	waits1, err := runDelays(pid, os.Getpid(), nodesPid)
 	if err != nil {
 		return err
 	}
@@ -645,11 +653,15 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 	window := t1.Sub(t0).Seconds()
 	messages := float64(total) + window*float64(o.nodes)/o.heartbeat.Seconds()
 	perMsg := func(pct float64) float64 { return pct / 100 * window / messages * 1e6 }
+	gwWait, toolWait, nodesWait := waits1[0]-waits0[0], waits1[1]-waits0[1], waits1[2]-waits0[2]
+	fmt.Printf("waiting for a CPU while runnable during dispatch (schedstat run-queue time, all threads): gateway %s (%.0f µs per operation), simulated nodes %s, this tool %s\n",
+		gwWait.Round(time.Millisecond), float64(gwWait.Microseconds())/float64(total), nodesWait.Round(time.Millisecond), toolWait.Round(time.Millisecond))
 	fmt.Printf("CPU per message (%.0f operations and heartbeats): gateway %.1f µs, simulated nodes %.1f µs, this tool %.1f µs\n",
 		messages, perMsg(gwCPU), perMsg(nodesCPU), perMsg(toolCPU))
 	maps.Copy(r, result{"ops_per_s": float64(total) / elapsed.Seconds(), "ok": float64(len(ok)), "total": float64(total),
 		"send_delay_p99_ms": ms(pct(sendDelay, 99)), "hub_p50_ms": hubMS(hubTime, 0.5), "hub_p99_ms": hubMS(hubTime, 0.99),
 		"hub_p999_ms": hubMS(hubTime, 0.999), "gateway_gcs": hubTime.gcs, "gateway_cpu": gwCPU, "nodes_cpu": nodesCPU, "tool_cpu": toolCPU,
+		"gateway_wait_ms": ms(gwWait), "nodes_wait_ms": ms(nodesWait), "tool_wait_ms": ms(toolWait),
 		"gateway_us_per_msg": perMsg(gwCPU), "nodes_us_per_msg": perMsg(nodesCPU), "tool_us_per_msg": perMsg(toolCPU)})
 	if len(ok) > 0 {
 		r["rtt_p50_ms"], r["rtt_p90_ms"], r["rtt_p99_ms"] = ms(pct(ok, 50)), ms(pct(ok, 90)), ms(pct(ok, 99))
@@ -1161,4 +1173,17 @@ func heartbeatAll(sims []*sim.Node, every time.Duration, stop <-chan struct{}) {
 			}
 		}
 	}
+}
+
+// runDelays is runDelay of each process, in order.
+func runDelays(pids ...int) ([]time.Duration, error) {
+	out := make([]time.Duration, len(pids))
+	for i, p := range pids {
+		d, err := runDelay(p)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = d
+	}
+	return out, nil
 }

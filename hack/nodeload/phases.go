@@ -240,3 +240,38 @@ type phases struct {
 	answers        [][][2]int64
 	gateway, nodes []gcWindow
 }
+
+// runDelay is the time the threads of process pid have spent runnable
+// but waiting for a CPU, summed over its threads now alive: the second
+// field of each /proc/<pid>/task/<tid>/schedstat (nanoseconds; the
+// kernel's scheduler statistics). A thread that ended in between takes
+// its share with it, so over a phase the difference is a lower bound.
+func runDelay(pid int) (time.Duration, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, t := range tasks {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if err != nil {
+			continue // the thread ended
+		}
+		v, err := parseSchedstat(string(data))
+		if err != nil {
+			return 0, err
+		}
+		total += v
+	}
+	return time.Duration(total), nil
+}
+
+// parseSchedstat returns the run-queue wait, the second of the three
+// numbers of a schedstat file ("<on cpu ns> <waiting ns> <timeslices>").
+func parseSchedstat(s string) (int64, error) {
+	f := strings.Fields(s)
+	if len(f) != 3 {
+		return 0, fmt.Errorf("schedstat %q: want three fields", s)
+	}
+	return strconv.ParseInt(f[1], 10, 64)
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -98,5 +99,21 @@ func TestPhaseReportNamesTheSlowSegment(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "(3.0% of all operations do)") {
 		t.Errorf("report does not give the share of all operations overlapping:\n%s", out.String())
+	}
+}
+
+// TestRunDelay: the schedstat line's second field is the wait; a line of
+// another shape is an error; this process's own threads give a figure.
+func TestRunDelay(t *testing.T) {
+	if v, err := parseSchedstat("169531844 57402846 419\n"); err != nil || v != 57402846 {
+		t.Fatalf("parseSchedstat = %d, %v; want 57402846", v, err)
+	}
+	for _, bad := range []string{"", "1 2", "1 x 3", "1 2 3 4"} {
+		if _, err := parseSchedstat(bad); err == nil {
+			t.Errorf("parseSchedstat(%q) took it", bad)
+		}
+	}
+	if _, err := runDelay(os.Getpid()); err != nil {
+		t.Fatalf("runDelay(self): %v", err)
 	}
 }
