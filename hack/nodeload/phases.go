@@ -225,9 +225,24 @@ func phaseReport(w io.Writer, ops []opTiming, gw, nodes []gcWindow) result {
 	if gw != nil || nodes != nil {
 		tg, tn := count(tail, gw), count(tail, nodes)
 		ag, an := count(full, gw), count(full, nodes)
-		fmt.Fprintf(w, "  collections (gctrace): gateway %d, nodes' process %d in the run; of the slowest 1%%, %.0f%% overlap a gateway collection (%.1f%% of all operations do), %.0f%% a collection of the nodes' process (%.1f%% of all)\n",
-			len(gw), len(nodes), 100*float64(tg)/float64(len(tail)), 100*float64(ag)/float64(len(full)),
+		// The phase: from the first scheduled send to the last answer.
+		from, to := full[0].due, full[0].done
+		for _, o := range full {
+			from, to = min(from, o.due), max(to, o.done)
+		}
+		inPhase := func(ws []gcWindow) int {
+			n := 0
+			for _, w := range ws {
+				if w.start <= to && from <= w.end {
+					n++
+				}
+			}
+			return n
+		}
+		fmt.Fprintf(w, "  collections (gctrace): gateway %d in the run, %d in the dispatch phase; nodes' process %d, %d; of the slowest 1%%, %.0f%% overlap a gateway collection (%.1f%% of all operations do), %.0f%% a collection of the nodes' process (%.1f%% of all)\n",
+			len(gw), inPhase(gw), len(nodes), inPhase(nodes), 100*float64(tg)/float64(len(tail)), 100*float64(ag)/float64(len(full)),
 			100*float64(tn)/float64(len(tail)), 100*float64(an)/float64(len(full)))
+		r["phase_gw_gcs"], r["phase_nodes_gcs"] = float64(inPhase(gw)), float64(inPhase(nodes))
 		r["tail_gw_gc_pct"], r["tail_nodes_gc_pct"] = 100*float64(tg)/float64(len(tail)), 100*float64(tn)/float64(len(tail))
 	}
 	return r

@@ -97,6 +97,9 @@ func TestPhaseReportNamesTheSlowSegment(t *testing.T) {
 	if r["tail_gw_gc_pct"] != 100 || r["tail_nodes_gc_pct"] != 0 {
 		t.Errorf("tail overlapping collections %v; want 100%% gateway, 0%% nodes\n%s", r, out.String())
 	}
+	if r["phase_gw_gcs"] != 10 || r["phase_nodes_gcs"] != 0 {
+		t.Errorf("collections in the phase: gateway %v, nodes %v; want 10, 0", r["phase_gw_gcs"], r["phase_nodes_gcs"])
+	}
 	if !strings.Contains(out.String(), "(3.0% of all operations do)") {
 		t.Errorf("report does not give the share of all operations overlapping:\n%s", out.String())
 	}
