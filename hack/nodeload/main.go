@@ -667,12 +667,11 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 		r["rtt_p50_ms"], r["rtt_p90_ms"], r["rtt_p99_ms"] = ms(pct(ok, 50)), ms(pct(ok, 90)), ms(pct(ok, 99))
 		r["rtt_p999_ms"], r["rtt_max_ms"] = ms(pct(ok, 99.9)), ms(ok[len(ok)-1])
 	}
-	if counts["success"] != total {
-		return errors.New("not every operation succeeded")
-	}
 	// Where the time went: the nodes' records matched to the operations
 	// (answerLog), after the warm-up's one operation to each of the
-	// first nodes.
+	// first nodes. A failed operation may have no record and shift the
+	// pairing of its node's later ones; the report comes before the
+	// run's failure all the same.
 	ph, err := timings()
 	if err != nil {
 		return err
@@ -686,11 +685,14 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 		if n < warmup {
 			j++
 		}
-		if recs := ph.answers[n]; j < len(recs) {
+		if recs := ph.answers[n]; j < len(recs) && outcome[i] == "success" {
 			timeline[i].received, timeline[i].answered = recs[j][0], recs[j][1]
 		}
 	}
 	maps.Copy(r, phaseReport(os.Stdout, timeline, ph.gateway, ph.nodes))
+	if counts["success"] != total {
+		return errors.New("not every operation succeeded")
+	}
 	return nil
 }
 
