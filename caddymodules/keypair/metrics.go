@@ -18,10 +18,9 @@ import (
 //
 // not_after is the served certificate's expiry (Unix time); stale_seconds
 // is 0 while the files on disk are the served pair, else how long they
-// have been failing to load (the previous pair is served meanwhile).
-// Example alerts: sandgate_tls_certificate_not_after_timestamp_seconds -
-// time() < 7*86400 (a renewal has not reached the gateway),
-// sandgate_tls_certificate_stale_seconds > 300.
+// have been failing to load (the previous pair is served meanwhile). The
+// alerts SandgateTLSCertificateStale and SandgateTLSCertificateExpiring of
+// deploy/monitoring/rules.yaml fire on them.
 var (
 	labels    = []string{"cert_file"}
 	notAfterD = prometheus.NewDesc("sandgate_tls_certificate_not_after_timestamp_seconds",
