@@ -362,3 +362,60 @@ func TestEdgeCertificateRenewal(t *testing.T) {
 		counts[first.Serial.String()], counts[renewed.Serial.String()], counts[last.Serial.String()])
 	request() // and the connection from before the renewal still serves
 }
+
+// BenchmarkEdgeHandshake measures full TLS handshakes with the built
+// gateway (a new connection each, no session resumption; TLS 1.3, a P-256
+// certificate; one client per GOMAXPROCS, in this process) when the
+// certificate is loaded once by Caddy's `tls <cert> <key>` (load_files)
+// and when it is served by the key_pair_files certificate manager, which
+// Caddy asks during each handshake. docs/benchmarks.md "Edge TLS
+// handshakes" has the figures and the command.
+func BenchmarkEdgeHandshake(b *testing.B) {
+	root := repoRoot(b)
+	ca, err := keypairtest.NewCA()
+	if err != nil {
+		b.Fatal(err)
+	}
+	secret := &keypairtest.SecretDir{Dir: b.TempDir()}
+	leaf, err := ca.Issue(time.Now().Add(24 * time.Hour))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := secret.UpdateLeaf(leaf); err != nil {
+		b.Fatal(err)
+	}
+	cert, key := filepath.Join(secret.Dir, "tls.crt"), filepath.Join(secret.Dir, "tls.key")
+	for _, c := range []struct{ name, tls string }{
+		{"load_files", "tls " + cert + " " + key + " {\n\t\tprotocols tls1.2\n\t}"},
+		{"key_pair_files", "tls {\n\t\tget_certificate key_pair_files " + cert + " " + key + "\n\t\tprotocols tls1.2\n\t}"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			port, err := freeport.Port()
+			if err != nil {
+				b.Fatal(err)
+			}
+			cf := "{\n\tadmin {{ADMIN}}\n\tpersist_config off\n\tauto_https off\n}\n\n:" + port + " {\n\tbind 127.0.0.1\n\t" + c.tls +
+				"\n\trespond ok\n}\n\nhttp://{{ADDR}} {\n\tbind 127.0.0.1\n\trespond ok\n}\n"
+			env, err := harness.Start(harness.Config{RepoRoot: root, Caddyfile: cf})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer env.Close()
+			addr := "127.0.0.1:" + port
+			if _, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool, ServerName: "localhost"}); err != nil {
+				b.Fatalf("a first handshake: %v", err)
+			}
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool, ServerName: "localhost"})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					conn.Close()
+				}
+			})
+		})
+	}
+}
