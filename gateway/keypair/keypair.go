@@ -55,9 +55,9 @@ const (
 	MaxFileSize = 1 << 20
 	// DefaultCheckInterval is how often the files are checked for a
 	// change when Options.CheckInterval is 0. Kubernetes itself updates a
-	// mounted Secret up to about a minute after the Secret changed (the
-	// kubelet's sync period), so a second adds little to that, and costs
-	// two stat calls.
+	// mounted Secret a minute or two after the Secret changed (the
+	// kubelet's sync period and cache), so a second adds little to that,
+	// and costs two stat calls.
 	DefaultCheckInterval = time.Second
 	// MinCheckInterval and MaxCheckInterval bound Options.CheckInterval.
 	MinCheckInterval = 100 * time.Millisecond
