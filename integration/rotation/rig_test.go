@@ -238,6 +238,11 @@ type rig struct {
 	all   []*corectlProc // every replica started, live or stopped
 	gen   int
 	h     *harness.Env
+	// keys is corectl's Secret corectl-api-keys (keys.yaml), mounted as
+	// the kubelet mounts it; apiKey is the key the rig's calls present
+	// (oldAPIKey at start).
+	keys   *secretVolume
+	apiKey atomic.Value
 	// gatewayLog is the file bin/caddy logs to.
 	gatewayLog string
 	// caddyfile is the gateway's configuration at a step (harness
@@ -251,6 +256,80 @@ type rig struct {
 	drops          sync.Map
 	stopTraffic    context.CancelFunc
 	trafficStopped sync.WaitGroup
+}
+
+// key returns the API key the rig's calls present.
+func (r *rig) key() string { return r.apiKey.Load().(string) }
+
+// oldAPIKey is the rig's API key at start, for credential cred-a.
+const oldAPIKey = "e2b_rotation_key_old_0123456789abcdef0123456789"
+
+// keysFile is a keys.yaml (corectl's -api-keys) with an entry for each
+// key, all for credential cred-a.
+func keysFile(keys ...string) string {
+	var b strings.Builder
+	b.WriteString("keys:\n")
+	for i, k := range keys {
+		fmt.Fprintf(&b, "  - {name: key-%d, sha256: %s, credentialId: cred-a}\n", i, apikey.Digest(k))
+	}
+	return b.String()
+}
+
+// secretVolume is a directory laid out as the kubelet mounts a Secret:
+// each file a symlink to ..data/<name>, ..data a symlink to a directory of
+// the current version, and an update swaps ..data at once (a new
+// directory, a new link renamed over ..data, the old directory removed).
+type secretVolume struct {
+	t   *testing.T
+	dir string
+	gen int
+}
+
+// newSecretVolume creates the volume in dir with files (name → content).
+func newSecretVolume(t *testing.T, dir string, files map[string]string) *secretVolume {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	v := &secretVolume{t: t, dir: dir}
+	v.update(files)
+	for name := range files {
+		if err := os.Symlink(filepath.Join("..data", name), v.path(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return v
+}
+
+// path is the path of file name in the volume.
+func (v *secretVolume) path(name string) string { return filepath.Join(v.dir, name) }
+
+// update replaces the volume's content with files (the same names).
+func (v *secretVolume) update(files map[string]string) {
+	t := v.t
+	t.Helper()
+	v.gen++
+	version := fmt.Sprintf("..%d", v.gen)
+	if err := os.Mkdir(filepath.Join(v.dir, version), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(v.dir, version, name), []byte(content), 0o400); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tmp := filepath.Join(v.dir, "..data_tmp")
+	if err := os.Symlink(version, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(v.dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if v.gen > 1 {
+		if err := os.RemoveAll(filepath.Join(v.dir, fmt.Sprintf("..%d", v.gen-1))); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // file writes name in the rig's directory and returns its path.
@@ -270,7 +349,9 @@ func newRig(t *testing.T, extra func(r *rig) []string, caddyfile func(r *rig, st
 	r.leNS = env.Namespace(t)
 	r.internal = r.file("internal.token", "internal-token-old-0123456789abcdef0123456789\n")
 	credFile := r.file("credentials.yaml", fmt.Sprintf("credentials:\n  - {id: cred-a, enabled: true, projectNamespace: %s, clusterId: cluster-a}\n", ns))
-	keys := r.file("keys.yaml", "keys:\n  - {name: a, sha256: "+apikey.Digest("key-a")+", credentialId: cred-a}\n")
+	r.apiKey.Store(oldAPIKey)
+	r.keys = newSecretVolume(t, filepath.Join(r.dir, "corectl-api-keys"), map[string]string{"keys.yaml": keysFile(oldAPIKey)})
+	keys := r.keys.path("keys.yaml")
 	kubeconfig := r.file("kubeconfig", string(env.KubeConfig))
 	feAddr, err := freeport.Addr()
 	if err != nil {
@@ -352,11 +433,11 @@ func (r *rig) replica() *corectlProc {
 	return p
 }
 
-// api calls corectl's API through its Service with key-a.
+// api calls corectl's API through its Service with the rig's API key.
 func (r *rig) api(method, path, body string, out any) int {
 	r.t.Helper()
 	req, _ := http.NewRequest(method, r.front+path, strings.NewReader(body))
-	req.Header.Set("X-API-Key", "key-a")
+	req.Header.Set("X-API-Key", r.key())
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		r.t.Fatal(err)

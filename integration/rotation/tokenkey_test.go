@@ -122,7 +122,7 @@ func TestTokenKeyRotationWithProcesses(t *testing.T) {
 			id := current.Load().(string)
 			var got struct{ EnvdAccessToken string }
 			req, _ := http.NewRequestWithContext(connecting, "POST", r.front+"/sandboxes/"+id+"/connect", strings.NewReader(`{"timeout":60}`))
-			req.Header.Set("X-API-Key", "key-a")
+			req.Header.Set("X-API-Key", r.key())
 			resp, err := http.DefaultClient.Do(req)
 			if connecting.Err() != nil {
 				return
