@@ -11,8 +11,13 @@
 // reload, which provisions its modules afresh, as a new pod would). The
 // internal node API token: bin/caddy replicas, each roll a new process.
 // The probe relay token: the same rig, bin/caddy also serving the probe
-// relay (fixed_entry_probe) that the corectl replicas use.
-// Requests run the whole time; none may be refused.
+// relay (fixed_entry_probe) that the corectl replicas use. The API keys:
+// the same rig, keys.yaml in a Secret-volume layout, control-API clients
+// (and the E2B JS SDK) through corectl's Service. The peer token: bin/caddy
+// replicas sharing node presence through Leases (package
+// integration/replicas), simulated nodes, forwarded node API calls.
+// Requests run the whole time; none may be refused. One file per secret;
+// this one holds the shared rig.
 package rotation
 
 import (
