@@ -269,9 +269,11 @@ func TestPeerTokenRotationWithProcesses(t *testing.T) {
 			select {
 			case <-ch:
 			case <-deadline:
+				var kinds []string
+				refusals.Range(func(k, _ any) bool { kinds = append(kinds, k.(string)); return true })
 				mu.Lock()
 				defer mu.Unlock()
-				t.Fatalf("%s: not within %s (answered: %v)", what, wait, served)
+				t.Fatalf("%s: not within %s (answered: %v; %d refused: %.2000s)", what, wait, served, refused.Load(), kinds)
 			}
 		}
 	}
