@@ -46,7 +46,7 @@ func (c *apiClients) call(ctx context.Context, method, path, body string) (int, 
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := dataPlaneClient.Do(req)
+	resp, err := keepAliveClient.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}

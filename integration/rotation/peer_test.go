@@ -27,13 +27,14 @@ import (
 
 // nodeService is the gateway's Service as the nodes reach it: a reverse
 // proxy (WebSocket upgrades included) over the live replicas in turn. It
-// notes the replica each node's latest accepted connection reached: the
-// node's holder.
+// notes the replica each node's latest accepted connection (101) reached,
+// and when.
 type nodeService struct {
-	mu     sync.Mutex
-	live   []*replicas.Replica
-	next   int
-	holder map[string]*replicas.Replica
+	mu       sync.Mutex
+	live     []*replicas.Replica
+	next     int
+	holder   map[string]*replicas.Replica
+	holderAt map[string]time.Time
 	// connected is closed and replaced at each accepted connection.
 	connected chan struct{}
 }
@@ -52,12 +53,22 @@ func (s *nodeService) nextConnection() <-chan struct{} {
 	return s.connected
 }
 
-// holderOf returns the replica node's latest connection reached (nil:
-// none yet).
-func (s *nodeService) holderOf(node string) *replicas.Replica {
+// holderOf returns the replica node's latest accepted connection reached
+// (nil: none yet), once the node is welcomed on it: the agent is
+// connected and its latest welcome came after that connection's 101.
+// Between the two the node's Lease names the replica already but the
+// connection is not live there: a call for the node is answered
+// node_offline, by the holder or through a forward, as a call made on the
+// holder would be.
+func (s *nodeService) holderOf(node string, a *sim.Agent) *replicas.Replica {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.holder[node]
+	h, at := s.holder[node], s.holderAt[node]
+	s.mu.Unlock()
+	conns := a.Connections()
+	if h == nil || a.Current() == nil || len(conns) == 0 || !conns[len(conns)-1].At.After(at) {
+		return nil
+	}
+	return h
 }
 
 func (s *nodeService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -76,7 +87,7 @@ func (s *nodeService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rp.ModifyResponse = func(resp *http.Response) error {
 		if resp.StatusCode == http.StatusSwitchingProtocols {
 			s.mu.Lock()
-			s.holder[node] = rep
+			s.holder[node], s.holderAt[node] = rep, time.Now()
 			close(s.connected)
 			s.connected = make(chan struct{})
 			s.mu.Unlock()
@@ -139,7 +150,7 @@ func TestPeerTokenRotationWithProcesses(t *testing.T) {
 		index[r] = i
 	}
 
-	svc := &nodeService{holder: map[string]*replicas.Replica{}, connected: make(chan struct{})}
+	svc := &nodeService{holder: map[string]*replicas.Replica{}, holderAt: map[string]time.Time{}, connected: make(chan struct{})}
 	live := slices.Clone(c.Replicas)
 	svc.set(live)
 	svcURL := serve(t, svc)
@@ -169,7 +180,7 @@ func TestPeerTokenRotationWithProcesses(t *testing.T) {
 	var sent, refused, moved atomic.Int64
 	var refusals, moves sync.Map
 	var seq atomic.Int64
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	client := keepAliveClient
 	operation := func(ctx context.Context, via *replicas.Replica, node, auth, forwardedBy string) (int, []byte, error) {
 		body := fmt.Sprintf(`{"operation":"info","deployment_generation":1,"timeout_ms":5000,"reference":{"tenant_id":"t","environment_id":"e","allocation_id":"op-%d"}}`, seq.Add(1))
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, via.URL+api.Prefix+"/"+node+"/operations", strings.NewReader(body))
@@ -193,9 +204,9 @@ func TestPeerTokenRotationWithProcesses(t *testing.T) {
 		go func() {
 			defer clients.Done()
 			for n := w; ctx.Err() == nil; n++ {
-				node := ids[n%nodes].NodeID
-				next := svc.nextConnection()
-				holder := svc.holderOf(node)
+				node, agent := ids[n%nodes].NodeID, agents[n%nodes]
+				next, welcomed := svc.nextConnection(), agent.Changed()
+				holder := svc.holderOf(node, agent)
 				mu.Lock()
 				var via *replicas.Replica
 				for k := range live {
@@ -206,10 +217,11 @@ func TestPeerTokenRotationWithProcesses(t *testing.T) {
 				}
 				ph := phase
 				if holder == nil || via == nil {
-					// Not connected yet: wait for a connection.
+					// Not connected yet: wait for a connection or a welcome.
 					mu.Unlock()
 					select {
 					case <-next:
+					case <-welcomed:
 					case <-ctx.Done():
 					}
 					continue
@@ -307,7 +319,7 @@ func TestPeerTokenRotationWithProcesses(t *testing.T) {
 			mu.Unlock()
 			all := true
 			for i, a := range agents {
-				if a.Current() == nil || !slices.Contains(rs, svc.holderOf(ids[i].NodeID)) {
+				if h := svc.holderOf(ids[i].NodeID, a); h == nil || !slices.Contains(rs, h) {
 					all = false
 				}
 			}
@@ -411,11 +423,14 @@ func TestPeerTokenRotationWithProcesses(t *testing.T) {
 	mu.Unlock()
 	var node string
 	var holder *replicas.Replica
-	for _, id := range ids {
-		if h := svc.holderOf(id.NodeID); h != nil {
+	for i, id := range ids {
+		if h := svc.holderOf(id.NodeID, agents[i]); h != nil {
 			node, holder = id.NodeID, h
 			break
 		}
+	}
+	if holder == nil {
+		t.Fatal("after the rotation no node is connected")
 	}
 	other := final[0]
 	if other == holder {

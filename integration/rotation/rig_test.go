@@ -149,6 +149,10 @@ type service struct {
 	next     int
 	served   map[string]int
 	changed  chan struct{} // closed and replaced at each served request
+	// inFlight counts each replica's requests from its choice to its
+	// answer; finished is closed and replaced at each answer.
+	inFlight map[string]int
+	finished chan struct{}
 	refused  atomic.Int64
 	// proxyErrors are the replicas' transport errors ("name: error").
 	proxyErrors sync.Map
@@ -162,6 +166,25 @@ func (s *service) waitServed(name string, n int, deadline <-chan time.Time) bool
 		got, ch := s.served[name], s.changed
 		s.mu.Unlock()
 		if got >= n {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			return false
+		}
+	}
+}
+
+// drained waits until replica name has no request in flight (after set
+// left it out: the Service stops sending to a pod before the kubelet
+// signals it); false when deadline passed first.
+func (s *service) drained(name string, deadline <-chan time.Time) bool {
+	for {
+		s.mu.Lock()
+		n, ch := s.inFlight[name], s.finished
+		s.mu.Unlock()
+		if n == 0 {
 			return true
 		}
 		select {
@@ -194,9 +217,18 @@ func (s *service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p := s.replicas[s.next%len(s.replicas)]
 	s.next++
+	s.inFlight[p.name]++
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.inFlight[p.name]--
+		close(s.finished)
+		s.finished = make(chan struct{})
+		s.mu.Unlock()
+	}()
 	u, _ := url.Parse("http://" + p.addr)
 	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.Transport = replicaTransport
 	rp.ModifyResponse = func(resp *http.Response) error {
 		if strings.HasPrefix(r.URL.Path, "/internal/") {
 			s.mu.Lock()
@@ -383,7 +415,7 @@ func newRig(t *testing.T, extra func(r *rig) []string, caddyfile func(r *rig, st
 	// The Service first (the gateway's configuration names it), then the
 	// gateway, then the replicas: a corectl using the gateway's probe
 	// relay checks it before it is ready.
-	r.svc = &service{served: map[string]int{}, changed: make(chan struct{})}
+	r.svc = &service{served: map[string]int{}, changed: make(chan struct{}), inFlight: map[string]int{}, finished: make(chan struct{})}
 	r.front = serve(t, r.svc)
 	// The harness's own control API stand-in is not used; it wants an
 	// HS256 key.
@@ -491,6 +523,18 @@ func (r *rig) dataPlane(ctx context.Context, sb sandbox) (int, string, error) {
 
 var dataPlaneClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 
+// replicaTransport carries the Service's requests to the corectl
+// replicas: kept-alive connections, enough for every client at once (a
+// new connection per request would use up the machine's ephemeral ports
+// in a long run). A replica leaves the Service before it stops, so no
+// request is sent on its connections as they close.
+var replicaTransport = &http.Transport{MaxIdleConnsPerHost: 32, IdleConnTimeout: time.Minute}
+
+// keepAliveClient is for the test's own calls to servers that do not
+// restart under them (corectl's Service, a replica still in the clients'
+// set): kept-alive connections, as replicaTransport.
+var keepAliveClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32, IdleConnTimeout: time.Minute}}
+
 // startTraffic sends data-plane requests from 4 goroutines until
 // stopTraffic, each with a sandbox pick returns. Any answer but 200 is a
 // refusal. A connection closed without an answer by a request that
@@ -567,7 +611,8 @@ func (r *rig) answered(what string, n int, ps ...*corectlProc) {
 }
 
 // rollCorectl replaces each replica in turn: the new process joins the
-// Service once ready and answers before the old one leaves and stops.
+// Service once ready and answers before the old one leaves, and the old
+// one stops once the requests the Service sent it are answered.
 func (r *rig) rollCorectl(step string) {
 	r.phase.Store(step + " corectl roll")
 	for i, old := range r.live {
@@ -576,6 +621,9 @@ func (r *rig) rollCorectl(step string) {
 		r.answered(step+": new replica "+p.name, 20, p)
 		r.live[i] = p
 		r.svc.set(r.live...)
+		if !r.svc.drained(old.name, time.After(wait)) {
+			r.t.Fatalf("%s: requests to %s still in flight after %s", step, old.name, wait)
+		}
 		old.stop(r.t)
 	}
 	r.answered(step+": after the corectl roll", 20, r.live...)
