@@ -107,15 +107,16 @@ type peerPair struct{ via, holder string }
 // peer_token_file), 8 simulated nodes connected through a Service in front
 // of the replicas (they reconnect like nodeagent), and clients calling the
 // internal node API the whole time, each call sent to a replica that does
-// not hold the node, so that it is forwarded to the holder with the peer
-// token. Each step edits the peer token file and rolls the two replicas
+// not hold the node (the replica its latest connection reached, once the
+// node is welcomed there), so that it is forwarded to the holder with the
+// peer token. Each step edits the peer token file and rolls the two replicas
 // one at a time: the new process takes forwarded traffic (sent by it, and
 // once the old one's nodes moved, received by it) before the next one is
 // replaced. Step 1 (old, new), step 2 (new, old), step 3 (new). No
 // forwarded request is refused; a node's operation answered node_offline
-// or with an unknown outcome while the old replica holding it stops (the
-// nodes move, a rolling update's effect, not the token's) is counted
-// apart. At the end a forwarded request with the old token is refused
+// or with an unknown outcome by a call that began or ended while an old
+// replica stopped (its nodes move: a rolling update's effect, not the
+// token's) is counted apart. At the end a forwarded request with the old token is refused
 // (401) and one with the new token answered, and no token is in a log.
 func TestPeerTokenRotationWithProcesses(t *testing.T) {
 	root := repoRoot(t)
