@@ -2,8 +2,9 @@
 // of one gateway: they share node presence and the owner epoch through
 // Leases in a kube-apiserver (the "kubernetes" node presence), each
 // serving node connect and the internal node API on its own loopback port.
-// The scale-out test (integration/scaleout) and the load tool
-// (hack/scaleload) use it.
+// The scale-out test (integration/scaleout), the peer token rotation
+// (integration/rotation: replicas added and stopped one at a time) and the
+// load tool (hack/scaleload) use it.
 package replicas
 
 import (
@@ -223,7 +224,8 @@ func Start(cfg Config) (_ *Cluster, err error) {
 // Add starts one more replica, replica-<n> with n its index in Replicas
 // (a new pod of a rolling update: its own ID, port and files, the
 // cluster's configuration and the peer token file as it is now), and
-// returns it once it listens. Errors name the replica.
+// returns it once it listens. Errors name the replica. It appends to
+// Replicas: not to be called while Dispatch or Nodes run.
 func (c *Cluster) Add() (*Replica, error) {
 	cfg := c.cfg
 	i := len(c.Replicas)
