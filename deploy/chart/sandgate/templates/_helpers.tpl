@@ -83,7 +83,9 @@ securityContext:
 # E2B_DOMAIN={{ .Values.e2bDomain.domain }} (docs/dataplane.md "Host routing"), from the chart's
 # e2bDomain values. The certificate is the Secret {{ .Values.e2bDomain.tlsSecretName }}, a wildcard for *.{{ .Values.e2bDomain.domain }}.
 https://*.{{ .Values.e2bDomain.domain }}:8443 {
-	tls /etc/sandgate/tls/tls.crt /etc/sandgate/tls/tls.key
+	tls {
+		get_certificate key_pair_files /etc/sandgate/tls/tls.crt /etc/sandgate/tls/tls.key
+	}
 	log {
 		format filter {
 			request>headers>X-Access-Token delete
