@@ -11,7 +11,12 @@
 // reload, which provisions its modules afresh, as a new pod would). The
 // internal node API token: bin/caddy replicas, each roll a new process.
 // The probe relay token: the same rig, bin/caddy also serving the probe
-// relay (fixed_entry_probe) that the corectl replicas use.
+// relay (fixed_entry_probe) that the corectl replicas use. The execd
+// token secret: the same rig with an execd per sandbox started with the
+// token corectl gave it (the real OpenSandbox execd when
+// hack/peers/build.sh's cache has it). The kubeconfigs: the corectl
+// replicas reach the real apiserver with ServiceAccount tokens, rolled
+// from one to another and the old one revoked.
 // Requests run the whole time; none may be refused.
 package rotation
 
@@ -260,6 +265,19 @@ type rig struct {
 	drops          sync.Map
 	stopTraffic    context.CancelFunc
 	trafficStopped sync.WaitGroup
+	// inFlight counts the data-plane requests under way, by sandbox ID
+	// (*atomic.Int64); a pick and its count are made under picking.
+	inFlight sync.Map
+	picking  sync.Mutex
+}
+
+// flying returns how many data-plane requests for sandbox id are under
+// way, counting every pick made before the call.
+func (r *rig) flying(id string) int64 {
+	r.picking.Lock()
+	defer r.picking.Unlock()
+	n, _ := r.inFlight.LoadOrStore(id, new(atomic.Int64))
+	return n.(*atomic.Int64).Load()
 }
 
 // file writes name in the rig's directory and returns its path.
@@ -271,8 +289,9 @@ func (r *rig) file(name, content string) string {
 
 // newRig starts the gateway and corectl (two replicas). extra adds
 // corectl flags at each replica's start; caddyfile is the gateway's
-// configuration at a step (0 at start; r.front is corectl's Service).
-func newRig(t *testing.T, extra func(r *rig) []string, caddyfile func(r *rig, step int) string) *rig {
+// configuration at a step (0 at start; r.front is corectl's Service);
+// each of edit changes corectl's cluster-a before it is written.
+func newRig(t *testing.T, extra func(r *rig) []string, caddyfile func(r *rig, step int) string, edit ...func(r *rig, c *cluster.Cluster)) *rig {
 	r := &rig{t: t, root: repoRoot(t), dir: t.TempDir(), extra: extra, caddyfile: caddyfile}
 	r.phase.Store("start")
 	ns, ingNS, tplNS := env.Namespace(t), env.Namespace(t), env.Namespace(t)
@@ -288,6 +307,9 @@ func newRig(t *testing.T, extra func(r *rig) []string, caddyfile func(r *rig, st
 	c := kubetest.Cluster("cluster-a", ingNS)
 	c.FixedEntry = "http://" + feAddr
 	c.Kubeconfig = kubeconfig
+	for _, e := range edit {
+		e(r, c)
+	}
 	cfgJSON, err := json.Marshal(cluster.Config{Clusters: []cluster.Cluster{*c},
 		Templates: cluster.TemplateStore{ClusterID: "cluster-a", Namespace: tplNS}, SandboxTemplates: kubetest.SandboxTemplates()})
 	if err != nil {
@@ -429,7 +451,13 @@ func (r *rig) startTraffic(pick func() sandbox) {
 			defer r.trafficStopped.Done()
 			for ctx.Err() == nil {
 				phase := r.phase.Load().(string)
-				code, body, err := r.dataPlane(ctx, pick())
+				r.picking.Lock()
+				sb := pick()
+				n, _ := r.inFlight.LoadOrStore(sb.id, new(atomic.Int64))
+				n.(*atomic.Int64).Add(1)
+				r.picking.Unlock()
+				code, body, err := r.dataPlane(ctx, sb)
+				n.(*atomic.Int64).Add(-1)
 				if ctx.Err() != nil {
 					return
 				}
