@@ -82,8 +82,21 @@ type sandboxExecds struct {
 	t    *testing.T
 	peer string // the real execd, or "" for the stand-in
 	mu   sync.Mutex
-	// addr and token by sandbox ID.
-	addr, token map[string]string
+	by   map[string]*sandboxExecd
+}
+
+// sandboxExecd is one sandbox's execd, started once.
+type sandboxExecd struct {
+	once        sync.Once
+	addr, token string
+	err         error
+}
+
+// get returns sandbox id's execd, nil when it has none yet.
+func (x *sandboxExecds) get(id string) *sandboxExecd {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.by[id]
 }
 
 // resolve is the fixed entry's resolver.
@@ -93,21 +106,24 @@ func (x *sandboxExecds) resolve(id string) (fixedentry.Sandbox, bool) {
 		return fixedentry.Sandbox{}, false
 	}
 	x.mu.Lock()
-	defer x.mu.Unlock()
-	addr, ok := x.addr[id]
-	if !ok {
-		tok, err := podExecdToken(rs.Namespace, id)
-		if err != nil {
-			x.t.Errorf("sandbox %s: %v", id, err)
-			return fixedentry.Sandbox{}, false
-		}
-		if addr, err = x.start(tok); err != nil {
-			x.t.Errorf("sandbox %s: starting its execd: %v", id, err)
-			return fixedentry.Sandbox{}, false
-		}
-		x.addr[id], x.token[id] = addr, tok
+	e := x.by[id]
+	if e == nil {
+		e = &sandboxExecd{}
+		x.by[id] = e
 	}
-	return fixedentry.Sandbox{Ready: rs.Ready, Endpoint: rs.Endpoint, Namespace: rs.Namespace, Ports: map[int]string{44772: addr}}, true
+	x.mu.Unlock()
+	e.once.Do(func() {
+		if e.token, e.err = podExecdToken(rs.Namespace, id); e.err == nil {
+			e.addr, e.err = x.start(e.token)
+		}
+		if e.err != nil {
+			x.t.Errorf("sandbox %s: its execd: %v", id, e.err)
+		}
+	})
+	if e.err != nil {
+		return fixedentry.Sandbox{}, false
+	}
+	return fixedentry.Sandbox{Ready: rs.Ready, Endpoint: rs.Endpoint, Namespace: rs.Namespace, Ports: map[int]string{44772: e.addr}}, true
 }
 
 // podExecdToken reads EXECD_ACCESS_TOKEN from the pod template of
@@ -165,6 +181,9 @@ func (x *sandboxExecds) start(token string) (string, error) {
 		hs := &http.Server{Handler: srv}
 		go func() { _ = hs.Serve(ln) }()
 		t.Cleanup(func() { _ = hs.Close(); srv.Close() })
+		if st, err := pingExecd(context.Background(), addr, ""); err != nil || st != http.StatusUnauthorized {
+			return "", fmt.Errorf("the execd stand-in answered a ping without its token %d (%v), want 401", st, err)
+		}
 		return addr, nil
 	}
 	_, port, _ := net.SplitHostPort(addr)
@@ -203,7 +222,14 @@ func (x *sandboxExecds) start(token string) (string, error) {
 		st, err := pingExecd(ctx, addr, token)
 		return err == nil && st == http.StatusOK, nil
 	})
-	return addr, err
+	if err != nil {
+		return "", err
+	}
+	// The execd checks its token: without it, a ping is refused.
+	if st, err := pingExecd(context.Background(), addr, ""); err != nil || st != http.StatusUnauthorized {
+		return "", fmt.Errorf("execd answered a ping without its token %d (%v), want 401", st, err)
+	}
+	return addr, nil
 }
 
 // pingExecd sends GET /ping to the execd at addr with token.
@@ -279,16 +305,14 @@ func TestExecdTokenSecretRotationUnderTraffic(t *testing.T) {
 		return strings.Replace(strings.Replace(harness.DefaultCaddyfile, "token_key primary HS256 {{KEY}}", "token_key primary HS256 "+keyFile, 1),
 			"cluster cluster-a {{FIXED_ENTRY}}", block, 1)
 	}, func(_ *rig, c *cluster.Cluster) { c.ExecdTokenSecretFile = corectlSecret })
-	x := &sandboxExecds{t: t, peer: peer, addr: map[string]string{}, token: map[string]string{}}
+	x := &sandboxExecds{t: t, peer: peer, by: map[string]*sandboxExecd{}}
 	r.h.Ingress.SetResolver(x.resolve)
 
 	// created checks that corectl gave sb's execd secret's token.
 	created := func(sb sandbox, secret, which string) {
 		t.Helper()
-		x.mu.Lock()
-		got := x.token[sb.id]
-		x.mu.Unlock()
-		if got != execdtoken.Derive([]byte(secret), sb.id) {
+		e := x.get(sb.id)
+		if e == nil || e.token != execdtoken.Derive([]byte(secret), sb.id) {
 			t.Fatalf("sandbox %s was created with an execd token not derived from the %s secret", sb.id, which)
 		}
 	}
@@ -331,12 +355,10 @@ func TestExecdTokenSecretRotationUnderTraffic(t *testing.T) {
 	for _, p := range r.all {
 		logs = append(logs, p.log)
 	}
-	x.mu.Lock()
 	secretsAndTokens := []string{oldSecret, newSecret}
-	for _, tok := range x.token {
-		secretsAndTokens = append(secretsAndTokens, tok)
+	for _, sb := range []sandbox{old, oldKept, nw} {
+		secretsAndTokens = append(secretsAndTokens, x.get(sb.id).token)
 	}
-	x.mu.Unlock()
 	for _, l := range logs {
 		b, err := os.ReadFile(l)
 		if err != nil {
