@@ -172,6 +172,10 @@ func (c *controlTraffic) start() {
 // cycles waits until n more create–get–delete cycles have ended.
 func (c *controlTraffic) cycles(what string, n int) {
 	c.r.t.Helper()
+	select {
+	case <-c.progress: // one that ended before the call
+	default:
+	}
 	deadline := time.After(wait)
 	for range n {
 		select {
@@ -227,6 +231,7 @@ func TestKubeconfigRotationUnderTraffic(t *testing.T) {
 			"cluster cluster-a {{FIXED_ENTRY}}", "cluster cluster-a {{FIXED_ENTRY}}\n\t\t"+authorizerBlock(r.front, r.internal, step), 1)
 	}, func(_ *rig, c *cluster.Cluster) { c.Kubeconfig = kcFile })
 	sb := r.create(600)
+	r.servable(sb)
 	r.startTraffic(func() sandbox { return sb })
 	ct := &controlTraffic{r: r, standing: sb}
 	ct.start()
@@ -266,6 +271,7 @@ func TestKubeconfigRotationUnderTraffic(t *testing.T) {
 	}
 	// corectl still works on the new credential.
 	after := r.create(600)
+	r.servable(after)
 	var got struct{ SandboxID string }
 	if st := r.api("GET", "/sandboxes/"+after.id, "", &got); st != http.StatusOK || got.SandboxID != after.id {
 		t.Errorf("GET a sandbox created after the revocation = %d %+v", st, got)
