@@ -231,7 +231,6 @@ func TestKubeconfigRotationUnderTraffic(t *testing.T) {
 			"cluster cluster-a {{FIXED_ENTRY}}", "cluster cluster-a {{FIXED_ENTRY}}\n\t\t"+authorizerBlock(r.front, r.internal, step), 1)
 	}, func(_ *rig, c *cluster.Cluster) { c.Kubeconfig = kcFile })
 	sb := r.create(600)
-	r.servable(sb)
 	r.startTraffic(func() sandbox { return sb })
 	ct := &controlTraffic{r: r, standing: sb}
 	ct.start()
@@ -271,7 +270,6 @@ func TestKubeconfigRotationUnderTraffic(t *testing.T) {
 	}
 	// corectl still works on the new credential.
 	after := r.create(600)
-	r.servable(after)
 	var got struct{ SandboxID string }
 	if st := r.api("GET", "/sandboxes/"+after.id, "", &got); st != http.StatusOK || got.SandboxID != after.id {
 		t.Errorf("GET a sandbox created after the revocation = %d %+v", st, got)

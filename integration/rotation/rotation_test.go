@@ -157,8 +157,11 @@ type service struct {
 	replicas []*corectlProc
 	next     int
 	served   map[string]int
-	changed  chan struct{} // closed and replaced at each served request
-	refused  atomic.Int64
+	// flying counts the requests each replica was given and has not
+	// answered yet.
+	flying  map[string]int
+	changed chan struct{} // closed and replaced at each served request and answer
+	refused atomic.Int64
 	// proxyErrors are the replicas' transport errors ("name: error").
 	proxyErrors sync.Map
 }
@@ -171,6 +174,26 @@ func (s *service) waitServed(name string, n int, deadline <-chan time.Time) bool
 		got, ch := s.served[name], s.changed
 		s.mu.Unlock()
 		if got >= n {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			return false
+		}
+	}
+}
+
+// waitIdle waits until replica name has answered every request it was
+// given (taken out of the Service, it gets no new ones); false when
+// deadline passed first. A pod's endpoint leaves the Service before the
+// kubelet's SIGTERM reaches it in the same way (the preStop pause).
+func (s *service) waitIdle(name string, deadline <-chan time.Time) bool {
+	for {
+		s.mu.Lock()
+		n, ch := s.flying[name], s.changed
+		s.mu.Unlock()
+		if n == 0 {
 			return true
 		}
 		select {
@@ -203,7 +226,15 @@ func (s *service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p := s.replicas[s.next%len(s.replicas)]
 	s.next++
+	s.flying[p.name]++
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.flying[p.name]--
+		close(s.changed)
+		s.changed = make(chan struct{})
+		s.mu.Unlock()
+	}()
 	u, _ := url.Parse("http://" + p.addr)
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.ModifyResponse = func(resp *http.Response) error {
@@ -328,7 +359,7 @@ func newRig(t *testing.T, extra func(r *rig) []string, caddyfile func(r *rig, st
 	// The Service first (the gateway's configuration names it), then the
 	// gateway, then the replicas: a corectl using the gateway's probe
 	// relay checks it before it is ready.
-	r.svc = &service{served: map[string]int{}, changed: make(chan struct{})}
+	r.svc = &service{served: map[string]int{}, flying: map[string]int{}, changed: make(chan struct{})}
 	r.front = serve(t, r.svc)
 	// The harness's own control API stand-in is not used; it wants an
 	// HS256 key.
@@ -405,14 +436,43 @@ func (r *rig) api(method, path, body string, out any) int {
 // sandbox is a sandbox and an envd access token for it.
 type sandbox struct{ id, token string }
 
-// create creates a sandbox through corectl's API (timeout in seconds).
+// create creates a sandbox through corectl's API (timeout in seconds)
+// and waits until it is servable.
 func (r *rig) create(timeout int) sandbox {
 	r.t.Helper()
 	var created struct{ SandboxID, EnvdAccessToken string }
 	if st := r.api("POST", "/v2/sandboxes", fmt.Sprintf(`{"templateID":"base","timeout":%d}`, timeout), &created); st != http.StatusCreated {
 		r.t.Fatalf("create = %d", st)
 	}
-	return sandbox{created.SandboxID, created.EnvdAccessToken}
+	sb := sandbox{created.SandboxID, created.EnvdAccessToken}
+	r.servable(sb)
+	return sb
+}
+
+// servable waits until the data plane has served sb four times in a
+// row: every corectl replica's cache has seen the sandbox ready (a create
+// returns once the replica that made it saw it so; the others' watches
+// may be a moment behind, and their authorizer answers "not ready" until
+// then, which is not the rotation's doing). Any other answer is a
+// refusal and fails the test.
+func (r *rig) servable(sb sandbox) {
+	r.t.Helper()
+	ok := 0
+	err := kwait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, wait, true, func(ctx context.Context) (bool, error) {
+		code, body, err := r.dataPlane(ctx, sb)
+		switch {
+		case err == nil && code == http.StatusOK:
+			ok++
+		case err == nil && code == http.StatusServiceUnavailable && strings.Contains(body, "SANDBOX_NOT_READY"):
+			ok = 0
+		default:
+			return false, fmt.Errorf("refused: %d %.200s %v", code, body, err)
+		}
+		return ok >= 4, nil
+	})
+	if err != nil {
+		r.t.Fatalf("sandbox %s never served four times in a row: %v", sb.id, err)
+	}
 }
 
 // dataPlane sends one data-plane request for sb with its token.
@@ -527,6 +587,9 @@ func (r *rig) rollCorectl(step string) {
 		r.answered(step+": new replica "+p.name, 20, p)
 		r.live[i] = p
 		r.svc.set(r.live...)
+		if !r.svc.waitIdle(old.name, time.After(wait)) {
+			r.t.Fatalf("%s: %s never finished its requests", step, old.name)
+		}
 		old.stop(r.t)
 	}
 	r.answered(step+": after the corectl roll", 20, r.live...)
