@@ -8,6 +8,8 @@ package rotation
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/http"
@@ -268,7 +270,9 @@ func (r *rig) errorCode(sb sandbox) (int, string) {
 // execd_token_secret lines), two bin/corectl replicas (execdTokenSecretFile,
 // which sets each created sandbox's EXECD_ACCESS_TOKEN) and an execd per
 // sandbox started with the token corectl gave it: the real OpenSandbox
-// execd when hack/peers/build.sh's cache has it, else the stand-in. Step 1
+// execd when hack/peers/build.sh's cache has it, else the stand-in.
+// corectl's readiness pings go through bin/caddy's probe relay, which adds
+// the execd token from the same secrets as the data plane. Step 1
 // adds the new secret to the gateway (a second line, a gateway roll); step
 // 2 gives corectl the new secret (a corectl roll), and a sandbox created
 // then gets the new secret's token; step 3, once the old sandbox is
@@ -294,16 +298,30 @@ func TestExecdTokenSecretRotationUnderTraffic(t *testing.T) {
 	keyFile := filepath.Join(dir, "primary.key")
 	writeFile(t, keyFile, "rotation-hmac-secret-0123456789abcdef0123456789")
 	secrets := map[int][]string{0: {gwOld}, 1: {gwOld, gwNew}, 3: {gwNew}}
+	// corectl's readiness pings go through the gateway's probe relay,
+	// which adds the execd token as the data plane does.
+	const relayToken = "probe-relay-token-0123456789abcdef0123456789"
+	relayTokenFile := filepath.Join(dir, "relay.token")
+	writeFile(t, relayTokenFile, relayToken+"\n")
+	relaySum := sha256.Sum256([]byte(relayToken))
+	relayAddr, err := freeport.Addr()
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := newRig(t, func(*rig) []string {
-		return []string{"-token-key-id", "primary", "-token-key-algorithm", "HS256", "-token-key-file", keyFile}
+		return []string{"-token-key-id", "primary", "-token-key-algorithm", "HS256", "-token-key-file", keyFile,
+			"-probe-relay-url", "http://" + relayAddr, "-probe-relay-token-file", relayTokenFile, "-probe-relay-wait", "30s"}
 	}, func(r *rig, step int) string {
-		block := "cluster cluster-a {{FIXED_ENTRY}} {\n"
+		// The cluster's host is the managed Ingresses' host, which corectl
+		// checks through the relay at start.
+		block := "cluster cluster-a {{FIXED_ENTRY}} {\n\t\t\thost sandbox.example.test\n"
 		for _, f := range secrets[step] {
 			block += "\t\t\texecd_token_secret {file." + f + "}\n"
 		}
 		block += "\t\t}\n\t\t" + authorizerBlock(r.front, r.internal, step)
 		return strings.Replace(strings.Replace(harness.DefaultCaddyfile, "token_key primary HS256 {{KEY}}", "token_key primary HS256 "+keyFile, 1),
-			"cluster cluster-a {{FIXED_ENTRY}}", block, 1)
+			"cluster cluster-a {{FIXED_ENTRY}}", block, 1) +
+			"\nhttp://" + relayAddr + " {\n\tbind 127.0.0.1\n\tfixed_entry_probe {\n\t\ttoken_sha256 " + hex.EncodeToString(relaySum[:]) + "\n\t}\n\trespond 404\n}\n"
 	}, func(_ *rig, c *cluster.Cluster) { c.ExecdTokenSecretFile = corectlSecret })
 	x := &sandboxExecds{t: t, peer: peer, by: map[string]*sandboxExecd{}}
 	r.h.Ingress.SetResolver(x.resolve)
