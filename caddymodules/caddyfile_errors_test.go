@@ -73,6 +73,11 @@ func dataplaneSite(lines string) string {
 	return sandgateOpt("") + "\n:30083 {\n\te2b_dataplane {\n" + lines + "\n\t}\n}\n"
 }
 
+// tlsSite puts tls subdirectives in a site on :30083.
+func tlsSite(lines string) string {
+	return ":30083 {\n\ttls {\n" + lines + "\n\t}\n\trespond ok\n}\n"
+}
+
 // TestCaddyfileErrors adapts Caddyfiles that must be refused and checks that
 // the error names the file and line of the problem (what d.Errf produces:
 // "…, at Caddyfile:<line>"), no other line, and a message naming the
@@ -548,6 +553,26 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"duplicate process_dir",
 			dataplaneSite("\t\tprocess_dir /a\n\t\tprocess_dir /b #ERR"),
 			[]string{"process_dir already specified"}},
+
+		// The key_pair_files certificate manager (tls get_certificate).
+		{"key_pair_files without a key file",
+			tlsSite("\t\tget_certificate key_pair_files /c.pem #ERR"),
+			[]string{"key_pair_files: want <cert_file> <key_file>"}},
+		{"key_pair_files with a third file",
+			tlsSite("\t\tget_certificate key_pair_files /c.pem /k.pem /x.pem #ERR"),
+			[]string{"key_pair_files: want <cert_file> <key_file>"}},
+		{"key_pair_files bad check_interval",
+			tlsSite("\t\tget_certificate key_pair_files /c.pem /k.pem {\n\t\t\tcheck_interval often #ERR\n\t\t}"),
+			[]string{`check_interval "often"`}},
+		{"key_pair_files check_interval too short",
+			tlsSite("\t\tget_certificate key_pair_files /c.pem /k.pem {\n\t\t\tcheck_interval 1ms #ERR\n\t\t}"),
+			[]string{"check_interval 1ms is out of range [100ms, 1h0m0s]"}},
+		{"key_pair_files check_interval twice on a line",
+			tlsSite("\t\tget_certificate key_pair_files /c.pem /k.pem {\n\t\t\tcheck_interval 1s 2s #ERR\n\t\t}"),
+			[]string{"wrong argument count", "'2s'"}},
+		{"key_pair_files unknown subdirective",
+			tlsSite("\t\tget_certificate key_pair_files /c.pem /k.pem {\n\t\t\treload 1s #ERR\n\t\t}"),
+			[]string{`key_pair_files: unknown subdirective "reload"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			line := markedLine(t, tc.body)

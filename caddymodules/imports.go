@@ -8,6 +8,9 @@ import (
 	_ "github.com/sandgate/sandgate/caddymodules/authorizer"
 	// The credential sources: sandgate.credentials.file and .http.
 	_ "github.com/sandgate/sandgate/caddymodules/credentialsource"
+	// The edge certificate served from files and re-read when they change:
+	// tls.get_certificate.key_pair_files.
+	_ "github.com/sandgate/sandgate/caddymodules/keypair"
 	// The data plane handler: http.handlers.e2b_dataplane.
 	_ "github.com/sandgate/sandgate/caddymodules/e2bdataplane"
 	// The fixed-entry probe relay for corectl: http.handlers.fixed_entry_probe.

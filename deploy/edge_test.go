@@ -354,9 +354,25 @@ func checkGatewayAPI(t *testing.T, r *rendered, covered func(string), internal, 
 // gateway's adapted configuration.
 func checkCaddyTLS(t *testing.T, r *rendered) {
 	cfg := adaptGateway(t, r)
-	files, _ := dig(cfg, "apps", "tls", "certificates", "load_files").([]any)
-	if len(files) != 1 || dig(files[0], "certificate") != "/etc/sandgate/edge-tls/tls.crt" || dig(files[0], "key") != "/etc/sandgate/edge-tls/tls.key" {
-		t.Fatalf("the gateway loads certificates %v, want the Secret %s's tls.crt and tls.key", files, edgeSecret)
+	// The Secret's files through the key_pair_files certificate manager
+	// (re-read when the kubelet updates them), not Caddy's load_files
+	// (read once).
+	if files := dig(cfg, "apps", "tls", "certificates"); files != nil {
+		t.Errorf("the gateway loads certificates once from files %v; want them through key_pair_files only", files)
+	}
+	policies, _ := dig(cfg, "apps", "tls", "automation", "policies").([]any)
+	var managers []any
+	for _, p := range policies {
+		m, _ := dig(p, "get_certificate").([]any)
+		managers = append(managers, m...)
+	}
+	if len(policies) != 1 || len(managers) == 0 {
+		t.Fatalf("automation policies %v, want one with the key_pair_files certificate manager", policies)
+	}
+	for _, m := range managers {
+		if dig(m, "via") != "key_pair_files" || dig(m, "certificate") != "/etc/sandgate/edge-tls/tls.crt" || dig(m, "key") != "/etc/sandgate/edge-tls/tls.key" {
+			t.Errorf("certificate manager %v, want key_pair_files of the Secret %s's tls.crt and tls.key", m, edgeSecret)
+		}
 	}
 	gw := r.deployment(t, "gateway")
 	if src := mountOf(mountsOf(gw, &gw.Spec.Template.Spec.Containers[0]), "/etc/sandgate/edge-tls/tls.crt"); src != "secret:"+edgeSecret {

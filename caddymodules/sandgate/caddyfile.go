@@ -57,6 +57,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //			response_grace <duration>
 //			close_grace <duration>
 //			heartbeat_interval <duration>
+//			reconnect_wait <duration>
 //			shutdown_grace <duration>
 //			state_dir <dir>
 //			store file | kubernetes

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 
@@ -8,6 +9,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Conflicts returns the names, sorted, of the non-platform policies among
@@ -39,17 +42,18 @@ func Conflicts(policies []networkingv1.NetworkPolicy, own string, labelSets []la
 		}
 	}
 	var out []string
+	keys := map[string]bool{}
 	for i := range policies {
 		np := &policies[i]
 		if np.Name == own {
 			continue
 		}
-		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		selects, err := selectsAny(&np.Spec.PodSelector, labelSets, keys)
 		if err != nil {
 			out = append(out, np.Name)
 			continue
 		}
-		if !slices.ContainsFunc(labelSets, func(s labels.Set) bool { return sel.Matches(s) }) {
+		if !selects {
 			continue
 		}
 		if !affectsEgress(&np.Spec) {
@@ -64,6 +68,50 @@ func Conflicts(policies []networkingv1.NetworkPolicy, own string, labelSets []la
 	}
 	slices.Sort(out)
 	return out
+}
+
+// selectsAny reports whether sel selects any of sets, with the answer
+// and the error of metav1.LabelSelectorAsSelector and Selector.Matches.
+// A selector of matchLabels only (every platform policy's, one per
+// sandbox of the namespace) is judged without building the Selector: its
+// keys are validated once per Conflicts call (keys memoises them: one
+// allocation label for all the sandboxes), its values as NewRequirement
+// validates them, and a set matches when it has every key with its value
+// (the Equals requirement). Building a Selector for each policy was most
+// of Conflicts' time (the key's regular expression, per policy).
+func selectsAny(sel *metav1.LabelSelector, sets []labels.Set, keys map[string]bool) (bool, error) {
+	if len(sel.MatchExpressions) != 0 || len(sel.MatchLabels) == 0 {
+		s, err := metav1.LabelSelectorAsSelector(sel)
+		if err != nil {
+			return false, err
+		}
+		return slices.ContainsFunc(sets, func(set labels.Set) bool { return s.Matches(set) }), nil
+	}
+	for k, v := range sel.MatchLabels {
+		ok, seen := keys[k]
+		if !seen {
+			// Exists takes no values: the error, if any, is the key's.
+			_, err := labels.NewRequirement(k, selection.Exists, nil)
+			ok = err == nil
+			keys[k] = ok
+		}
+		if !ok || len(validation.IsValidLabelValue(v)) != 0 {
+			// The error LabelSelectorAsSelector would return.
+			_, err := labels.NewRequirement(k, selection.Equals, []string{v})
+			if err == nil {
+				err = fmt.Errorf("invalid label selector %s=%s", k, v)
+			}
+			return false, err
+		}
+	}
+	return slices.ContainsFunc(sets, func(set labels.Set) bool {
+		for k, v := range sel.MatchLabels {
+			if got, ok := set[k]; !ok || got != v {
+				return false
+			}
+		}
+		return true
+	}), nil
 }
 
 // affectsEgress applies the API's defaulting rule: policyTypes, when

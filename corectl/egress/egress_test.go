@@ -2,6 +2,8 @@ package egress
 
 import (
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
@@ -94,5 +96,69 @@ func TestConflictsTable(t *testing.T) {
 	podOnly := np("p", map[string]string{"pod-template-hash": "x"}, egressType, ipRule("0.0.0.0/0"))
 	if got := Conflicts([]networkingv1.NetworkPolicy{podOnly}, "own", []labels.Set{tmpl, {"allocation-id": "a1", "pod-template-hash": "x"}}, nil, dns); len(got) != 1 {
 		t.Errorf("pod-label conflict = %v, want [p]", got)
+	}
+}
+
+// TestSelectsAnyAgreesWithLabelSelectorAsSelector: Conflicts' shortcut
+// for matchLabels selectors gives the answer, and fails where,
+// metav1.LabelSelectorAsSelector and Selector.Matches do, invalid keys
+// and values included, and the memo of keys carries no answer from one
+// selector to the next.
+func TestSelectsAnyAgreesWithLabelSelectorAsSelector(t *testing.T) {
+	sets := []labels.Set{{"allocation-id": "a1", "app": "sbx"}, {"allocation-id": "a1", "pod-template-hash": "x"}}
+	long := strings.Repeat("v", 64)
+	sels := []metav1.LabelSelector{
+		{},
+		{MatchLabels: map[string]string{"allocation-id": "a1"}},
+		{MatchLabels: map[string]string{"allocation-id": "a2"}},
+		{MatchLabels: map[string]string{"allocation-id": "a1", "app": "sbx"}},
+		{MatchLabels: map[string]string{"allocation-id": "a1", "app": "other"}},
+		{MatchLabels: map[string]string{"pod-template-hash": "x"}},
+		{MatchLabels: map[string]string{"app": ""}},
+		{MatchLabels: map[string]string{"missing": ""}},
+		{MatchLabels: map[string]string{"allocation-id": long}},
+		{MatchLabels: map[string]string{"allocation-id": "not valid"}},
+		{MatchLabels: map[string]string{"bad key!": "a1"}},
+		{MatchLabels: map[string]string{"bad key!": "a1"}}, // the memoised invalid key
+		{MatchLabels: map[string]string{"example.com/app": "sbx"}},
+		{MatchLabels: map[string]string{"-example.com/app": "sbx"}},
+		{MatchLabels: map[string]string{"allocation-id": "a1"}, MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: metav1.LabelSelectorOpExists}}},
+		{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "x", Operator: "Bogus"}}},
+	}
+	keys := map[string]bool{}
+	for _, sel := range sels {
+		want, wantErr := false, error(nil)
+		s, err := metav1.LabelSelectorAsSelector(&sel)
+		if err != nil {
+			wantErr = err
+		} else {
+			want = slices.ContainsFunc(sets, func(set labels.Set) bool { return s.Matches(set) })
+		}
+		got, gotErr := selectsAny(&sel, sets, keys)
+		if got != want || (gotErr == nil) != (wantErr == nil) {
+			t.Errorf("selectsAny(%v) = %v, %v; LabelSelectorAsSelector: %v, %v", sel, got, gotErr, want, wantErr)
+		}
+	}
+}
+
+// BenchmarkConflicts judges a namespace of 300 sandboxes' platform
+// policies for one of them, as every egress PUT's conflict step does
+// (go test -run '^$' -bench Conflicts -benchmem ./corectl/egress/).
+func BenchmarkConflicts(b *testing.B) {
+	c := kubetest.Cluster("c1", "ingress")
+	set := []string{"203.0.113.0/24"}
+	var policies []networkingv1.NetworkPolicy
+	for i := range 300 {
+		id := "a" + strconv.Itoa(i)
+		policies = append(policies, networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: PolicyName(id)},
+			Spec: Compile(c, "allocation-id", id, set)})
+	}
+	sets := []labels.Set{{"allocation-id": "a5", "app": "sbx"}}
+	dns := DNSRule(c)
+	b.ReportAllocs()
+	for b.Loop() {
+		if got := Conflicts(policies, PolicyName("a5"), sets, set, dns); len(got) != 0 {
+			b.Fatalf("Conflicts = %v", got)
+		}
 	}
 }

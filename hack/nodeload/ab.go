@@ -60,7 +60,11 @@ type result map[string]float64
 
 // resultKeys are the figures of a run, in the order printed.
 var resultKeys = []string{"ops_per_s", "ok", "total", "rtt_p50_ms", "rtt_p90_ms", "rtt_p99_ms", "rtt_p999_ms",
-	"rtt_max_ms", "send_delay_p99_ms", "hub_p50_ms", "hub_p99_ms", "hub_p999_ms", "gateway_gcs", "gateway_cpu", "nodes_cpu", "tool_cpu", "rss_nodes_mib", "rss_end_mib"}
+	"rtt_max_ms", "send_delay_p99_ms", "hub_p50_ms", "hub_p99_ms", "hub_p999_ms", "gateway_gcs", "gateway_cpu", "nodes_cpu", "tool_cpu", "rss_nodes_mib", "rss_end_mib",
+	"phase_delay_p99_ms", "phase_out_p99_ms", "phase_node_p99_ms", "phase_back_p99_ms",
+	"tail_delay_ms", "tail_out_ms", "tail_node_ms", "tail_back_ms", "tail_gw_gc_pct", "tail_nodes_gc_pct",
+	"nodes_rss_mib", "gateway_us_per_msg", "nodes_us_per_msg", "tool_us_per_msg",
+	"gateway_wait_ms", "nodes_wait_ms", "tool_wait_ms", "phase_gw_gcs", "phase_nodes_gcs"}
 
 // printResult writes r as one line "result: key=value …" in resultKeys'
 // order, NaN for a figure the run did not reach.
@@ -228,6 +232,8 @@ var summaryKeys = []struct{ key, head string }{
 	{"hub_p99_ms", "hub p99"}, {"hub_p999_ms", "hub p99.9"}, {"send_delay_p99_ms", "send delay p99"},
 	{"gateway_gcs", "gateway GCs"}, {"gateway_cpu", "gateway CPU %"}, {"ops_per_s", "ops/s"},
 	{"rss_end_mib", "gateway VmRSS at the end, MiB"},
+	{"tail_out_ms", "slowest 1%: out"}, {"tail_back_ms", "slowest 1%: back"},
+	{"gateway_wait_ms", "gateway waited for a CPU, ms"},
 }
 
 // printSummary prints, per variant, each figure's median and range over

@@ -12,6 +12,17 @@
 // of the gateway's histogram sandgate_node_hub_duration_seconds read from
 // Caddy's admin /metrics (on loopback) before and after it.
 //
+// It also breaks each round trip down (phaseReport): the nodes' process
+// records when each node had read a request and built its answer
+// (answerLog), and the tool, sharing the machine's wall clock, splits the
+// round trip into the send delay, "out" (its write, the gateway's HTTP
+// server, API handler and hub, the WebSocket write, the node's read),
+// the node's own time and "back" (the node's write, the gateway's read
+// and HTTP answer, the tool's read), with each segment's medians over the
+// slowest 1 %. With -gctrace the gateway and the nodes' process run with
+// GODEBUG=gctrace=1 and it counts how many of the slowest 1 % overlapped
+// one of their collections.
+//
 // With -pin-gateway <cpu> the gateway's threads are pinned to that CPU
 // once it started; `make nodeload` runs the tool under taskset -c 1 and
 // pins the gateway to CPU 0, so the gateway has a core of its own and the
@@ -21,7 +32,10 @@
 // Three processes take part, as in production where the nodes are other
 // hosts: the gateway; a child of this tool that holds the simulated nodes
 // (the same binary run with -role nodes, its GOGC set by -nodes-gogc);
-// and this tool, which only schedules, sends and times the operations. So
+// and this tool, which only schedules, sends and times the operations.
+// The nodes' process sends every node's heartbeats from one goroutine
+// (heartbeatAll), so it holds one goroutine per node, sim's reader
+// (-per-node-heartbeats: sim's own heartbeat goroutine per node). So
 // the nodes' goroutines and garbage collection do not run on the timing
 // process's Go scheduler (they still share the machine's CPUs, and the
 // CPU of each process is reported). The schedule waits in nanosleep on a
@@ -36,7 +50,8 @@
 //		[-settle 20s] [-rate 1000] [-duration 30s] [-dial-concurrency 200]
 //		[-gateway-output <file>] [-gateway-env GOGC=400,GOMEMLIMIT=768MiB]
 //		[-tool-gogc 100] [-nodes-gogc 400] [-pin-gateway <cpu>]
-//		[-rounds N] [-variant name:binary[:VAR=value,…] …]
+//		[-rounds N] [-variant name:binary[:VAR=value,…] …] [-gctrace]
+//		[-per-node-heartbeats]
 //
 // With -variant (repeated) or -rounds above 1 it runs an A/B series: each
 // run is this tool again with the same flags and the variant's binary and
@@ -119,6 +134,8 @@ func main() {
 	flag.StringVar(&o.trace, "trace", "", "file for a runtime execution trace of the gateway during the dispatch phase (go tool trace <file>; go tool trace -pprof=sched <file> gives where goroutines waited for a CPU; from Caddy's admin endpoint, on loopback)")
 	flag.StringVar(&o.gatewayEnv, "gateway-env", "", "comma-separated VAR=value added to the gateway's environment only (e.g. GOGC=400,GOMEMLIMIT=768MiB)")
 	flag.IntVar(&o.pinGateway, "pin-gateway", -1, "CPU to pin every thread of the gateway to once it started (as taskset -a -p -c <cpu> <pid>); -1: not pinned. `make nodeload` runs the tool under taskset -c 1 with -pin-gateway 0, so the gateway has a core of its own")
+	flag.BoolVar(&o.perNodeHeartbeats, "per-node-heartbeats", false, "the simulated nodes' process as before 2026-12-05: a heartbeat goroutine and ticker and a 1 KiB write buffer per node (default: one goroutine sends every node's heartbeats, write buffers pooled)")
+	flag.BoolVar(&o.gctrace, "gctrace", false, "run the gateway and the nodes' process with GODEBUG=gctrace=1 and report how many of the slowest 1% of operations overlapped one of their collections")
 	flag.StringVar(&o.gatewayOutput, "gateway-output", "", "file for the gateway's standard output and error (e.g. with GODEBUG=gctrace=1); default discarded")
 	var vs variants
 	flag.Var(&vs, "variant", "name:binary[:VAR=value,…]: one gateway set-up of an A/B series (repeat the flag; with none, -rounds runs -caddy and -gateway-env alone); each run is this tool with the other flags, the variant's binary as -caddy and its environment as -gateway-env")
@@ -171,14 +188,17 @@ type options struct {
 	duration        time.Duration
 	dialConcurrency int
 	gatewayOutput   string
-	gatewayEnv      string
-	pinGateway      int
-	profile         string
-	trace           string
-	toolGOGC        int
-	nodesGOGC       int
-	role, nodesFile string
-	url             string
+	gctrace         bool
+	// perNodeHeartbeats: sim's own heartbeat goroutine per node.
+	perNodeHeartbeats bool
+	gatewayEnv        string
+	pinGateway        int
+	profile           string
+	trace             string
+	toolGOGC          int
+	nodesGOGC         int
+	role, nodesFile   string
+	url               string
 }
 
 // simNode is one enrolled simulated node.
@@ -281,6 +301,13 @@ http://127.0.0.1:%s {
 	if o.gatewayEnv != "" {
 		genv = strings.Split(o.gatewayEnv, ",")
 	}
+	var gwGC, nodesGC *gcWatch
+	if o.gctrace {
+		genv = append(genv, "GODEBUG=gctrace=1") // the last GODEBUG wins
+		gwGC = &gcWatch{next: output, keepGC: true}
+		output = gwGC
+		nodesGC = &gcWatch{next: os.Stderr}
+	}
 	gw, err := gatewayproc.Start(o.caddy, dir, caddyfile, output, genv...)
 	if err != nil {
 		return err
@@ -335,7 +362,7 @@ http://127.0.0.1:%s {
 	if err := os.WriteFile(nodesFile, data, 0o600); err != nil {
 		return err
 	}
-	sims, err := startNodes(o, nodesFile, base)
+	sims, err := startNodes(o, nodesFile, base, nodesGC)
 	if err != nil {
 		return err
 	}
@@ -377,6 +404,11 @@ http://127.0.0.1:%s {
 		o.settle, hbRate, hbCPU, hbCPU/100*1e6/max(hbRate, 1))
 	fmt.Printf("gateway VmRSS: %.1f MiB idle, %.1f MiB with %d nodes: %.1f KiB per connection\n",
 		float64(rssIdle)/1024, float64(rss)/1024, o.nodes, float64(rss-rssIdle)/float64(o.nodes))
+	nodesRSS, _, err := gatewayproc.Memory(sims.cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("simulated nodes' process VmRSS: %.1f MiB (%.1f KiB per node)\n", float64(nodesRSS)/1024, float64(nodesRSS)/float64(o.nodes))
 	if st, err := apiStatus(base, apiToken); err == nil {
 		fmt.Printf("API list: %d nodes, %d online\n", st.total, st.online)
 	} else {
@@ -412,9 +444,21 @@ http://127.0.0.1:%s {
 		}
 		// The run's figures, one result: line at its end, even when it
 		// fails (the A/B series reads it).
-		res := result{"rss_nodes_mib": float64(rss) / 1024}
+		res := result{"rss_nodes_mib": float64(rss) / 1024, "nodes_rss_mib": float64(nodesRSS) / 1024}
 		defer printResult(os.Stdout, res)
-		err := dispatch(o, base, "http://"+admin, apiToken, nodes, pid, sims.cmd.Process.Pid, res)
+		timings := func() (phases, error) {
+			path := filepath.Join(dir, "answers.json")
+			if _, err := sims.call("timings " + path); err != nil {
+				return phases{}, err
+			}
+			times, err := loadAnswerLog(path)
+			p := phases{answers: times}
+			if gwGC != nil {
+				p.gateway, p.nodes = gwGC.snapshot(), nodesGC.snapshot()
+			}
+			return p, err
+		}
+		err := dispatch(o, base, "http://"+admin, apiToken, nodes, pid, sims.cmd.Process.Pid, res, timings)
 		if rssEnd, _, merr := gw.Memory(); merr == nil {
 			res["rss_end_mib"] = float64(rssEnd) / 1024
 		}
@@ -445,7 +489,7 @@ http://127.0.0.1:%s {
 // dispatch sends operations at o.rate for o.duration, open loop: each
 // operation starts on its schedule on its own goroutine, whatever the
 // previous ones do.
-func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesPid int, r result) error {
+func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesPid int, r result, timings func() (phases, error)) error {
 	client := &apiClient{addr: strings.TrimPrefix(base, "http://"), idle: make(chan *apiConn, 1024)}
 	defer client.close()
 	body := func(i int) string {
@@ -464,10 +508,15 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 	// one sends operation i and returns its latency measured from due,
 	// the time the schedule meant it to be sent (not when its goroutine
 	// got to run), and the delay from due to the actual send.
-	one := func(i int, due time.Time) (lat, delay time.Duration, outcome string, err error) {
-		delay = time.Since(due)
+	one := func(i int, due time.Time, tl *opTiming) (lat, delay time.Duration, outcome string, err error) {
+		sent := time.Now()
+		delay = sent.Sub(due)
 		status, data, err := client.do(raw[i%len(raw)])
-		lat = time.Since(due)
+		done := time.Now()
+		lat = done.Sub(due)
+		if tl != nil {
+			tl.due, tl.sent, tl.done = due.UnixNano(), sent.UnixNano(), done.UnixNano()
+		}
 		if err != nil {
 			return 0, delay, "", err
 		}
@@ -479,9 +528,11 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 		}
 		return lat, delay, "success", nil
 	}
-	// Warm the client's connection pool.
-	for i := range 50 {
-		if _, _, _, err := one(i, time.Now()); err != nil {
+	// Warm the client's connection pool: one operation to each of the
+	// first nodes.
+	const warmup = 50
+	for i := range warmup {
+		if _, _, _, err := one(i, time.Now(), nil); err != nil {
 			return err
 		}
 	}
@@ -495,6 +546,7 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 	lat := make([]time.Duration, total)
 	sendDelay := make([]time.Duration, total)
 	outcome := make([]string, total)
+	timeline := make([]opTiming, total)
 	var wg sync.WaitGroup
 	interval := time.Second / time.Duration(o.rate)
 	perm := mrand.New(mrand.NewPCG(3, 4)).Perm(len(nodes))
@@ -507,6 +559,10 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 		return err
 	}
 	nodes0, _, err := gatewayproc.CPUTicks(nodesPid)
+	if err != nil {
+		return err
+	}
+	waits0, err := runDelays(pid, os.Getpid(), nodesPid)
 	if err != nil {
 		return err
 	}
@@ -528,7 +584,7 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d, delay, out, err := one(perm[i%len(perm)], due)
+			d, delay, out, err := one(perm[i%len(perm)], due, &timeline[i])
 			if err != nil {
 				out = "error"
 			}
@@ -546,6 +602,10 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 		return err
 	}
 	nodes1, _, err := gatewayproc.CPUTicks(nodesPid)
+	if err != nil {
+		return err
+	}
+	waits1, err := runDelays(pid, os.Getpid(), nodesPid)
 	if err != nil {
 		return err
 	}
@@ -586,13 +646,50 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 		gatewayproc.CPUPercent(self1-self0, t1.Sub(t0))
 	fmt.Printf("CPU during dispatch: gateway %.1f%%, simulated nodes %.1f%%, this tool (API client) %.1f%% of one core; load average %s\n",
 		gwCPU, nodesCPU, toolCPU, loadAverage())
+	// CPU per message: the operations and the heartbeats the nodes sent in
+	// the phase (o.nodes per interval), a figure the machine's load
+	// disturbs less than times do (a phase that took longer has more
+	// heartbeats, so this is not per operation).
+	window := t1.Sub(t0).Seconds()
+	messages := float64(total) + window*float64(o.nodes)/o.heartbeat.Seconds()
+	perMsg := func(pct float64) float64 { return pct / 100 * window / messages * 1e6 }
+	gwWait, toolWait, nodesWait := waits1[0]-waits0[0], waits1[1]-waits0[1], waits1[2]-waits0[2]
+	fmt.Printf("waiting for a CPU while runnable during dispatch (schedstat run-queue time, all threads): gateway %s (%.0f µs per operation), simulated nodes %s, this tool %s\n",
+		gwWait.Round(time.Millisecond), float64(gwWait.Microseconds())/float64(total), nodesWait.Round(time.Millisecond), toolWait.Round(time.Millisecond))
+	fmt.Printf("CPU per message (%.0f operations and heartbeats): gateway %.1f µs, simulated nodes %.1f µs, this tool %.1f µs\n",
+		messages, perMsg(gwCPU), perMsg(nodesCPU), perMsg(toolCPU))
 	maps.Copy(r, result{"ops_per_s": float64(total) / elapsed.Seconds(), "ok": float64(len(ok)), "total": float64(total),
 		"send_delay_p99_ms": ms(pct(sendDelay, 99)), "hub_p50_ms": hubMS(hubTime, 0.5), "hub_p99_ms": hubMS(hubTime, 0.99),
-		"hub_p999_ms": hubMS(hubTime, 0.999), "gateway_gcs": hubTime.gcs, "gateway_cpu": gwCPU, "nodes_cpu": nodesCPU, "tool_cpu": toolCPU})
+		"hub_p999_ms": hubMS(hubTime, 0.999), "gateway_gcs": hubTime.gcs, "gateway_cpu": gwCPU, "nodes_cpu": nodesCPU, "tool_cpu": toolCPU,
+		"gateway_wait_ms": ms(gwWait), "nodes_wait_ms": ms(nodesWait), "tool_wait_ms": ms(toolWait),
+		"gateway_us_per_msg": perMsg(gwCPU), "nodes_us_per_msg": perMsg(nodesCPU), "tool_us_per_msg": perMsg(toolCPU)})
 	if len(ok) > 0 {
 		r["rtt_p50_ms"], r["rtt_p90_ms"], r["rtt_p99_ms"] = ms(pct(ok, 50)), ms(pct(ok, 90)), ms(pct(ok, 99))
 		r["rtt_p999_ms"], r["rtt_max_ms"] = ms(pct(ok, 99.9)), ms(ok[len(ok)-1])
 	}
+	// Where the time went: the nodes' records matched to the operations
+	// (answerLog), after the warm-up's one operation to each of the
+	// first nodes. A failed operation may have no record and shift the
+	// pairing of its node's later ones; the report comes before the
+	// run's failure all the same.
+	ph, err := timings()
+	if err != nil {
+		return err
+	}
+	if len(ph.answers) != len(nodes) {
+		return fmt.Errorf("the nodes' process recorded %d nodes, not %d", len(ph.answers), len(nodes))
+	}
+	for i := range timeline {
+		n := perm[i%len(perm)]
+		j := i / len(perm)
+		if n < warmup {
+			j++
+		}
+		if recs := ph.answers[n]; j < len(recs) && outcome[i] == "success" {
+			timeline[i].received, timeline[i].answered = recs[j][0], recs[j][1]
+		}
+	}
+	maps.Copy(r, phaseReport(os.Stdout, timeline, ph.gateway, ph.nodes))
 	if counts["success"] != total {
 		return errors.New("not every operation succeeded")
 	}
@@ -754,7 +851,8 @@ func sum(s string) string {
 // one line per command line on its standard input: "connect" (dial every
 // node; "<n> nodes connected in <duration> (<rate> connections/s)"),
 // "acks" (heartbeat acknowledgements so far), "dropped" ("<k> of <n>
-// connections dropped[ (the first: <error>)]"); a failure is one line
+// connections dropped[ (the first: <error>)]"), "timings <file>" (writes
+// the answerLog to file; "saved"); a failure is one line
 // "error: <reason>". It closes every node and exits at end of input.
 type nodesProc struct {
 	cmd  *exec.Cmd
@@ -763,21 +861,27 @@ type nodesProc struct {
 	done bool
 }
 
-// startNodes starts this binary with -role nodes and the nodes' GOGC.
-func startNodes(o options, nodesFile, base string) (*nodesProc, error) {
+// startNodes starts this binary with -role nodes and the nodes' GOGC;
+// with gc (-gctrace) also with GODEBUG=gctrace=1, its standard error
+// read through gc.
+func startNodes(o options, nodesFile, base string, gc *gcWatch) (*nodesProc, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(self, "-role", "nodes", "-nodes-file", nodesFile, "-url", base,
-		"-heartbeat", o.heartbeat.String(), "-dial-concurrency", strconv.Itoa(o.dialConcurrency))
+		"-heartbeat", o.heartbeat.String(), "-dial-concurrency", strconv.Itoa(o.dialConcurrency),
+		"-per-node-heartbeats="+strconv.FormatBool(o.perNodeHeartbeats))
 	gogc := strconv.Itoa(o.nodesGOGC)
 	if o.nodesGOGC < 0 {
 		gogc = "off"
 	}
 	cmd.Env = append(os.Environ(), "GOGC="+gogc) // the last GOGC wins
-
 	cmd.Stderr = os.Stderr
+	if gc != nil {
+		cmd.Env = append(cmd.Env, "GODEBUG=gctrace=1")
+		cmd.Stderr = gc
+	}
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -837,6 +941,7 @@ func runNodes(o options) error {
 		return err
 	}
 	var sims []*sim.Node
+	answers := newAnswerLog(len(nodes))
 	defer func() {
 		for _, s := range sims {
 			if s != nil {
@@ -850,10 +955,15 @@ func runNodes(o options) error {
 		case "connect":
 			start := time.Now()
 			var err error
-			sims, err = connectNodes(o, nodes)
+			sims, err = connectNodes(o, nodes, answers)
 			if err != nil {
 				fmt.Printf("error: %v\n", err)
 				continue
+			}
+			if !o.perNodeHeartbeats {
+				stopBeats := make(chan struct{})
+				defer close(stopBeats)
+				go heartbeatAll(sims, o.heartbeat, stopBeats)
 			}
 			d := time.Since(start)
 			fmt.Printf("%d nodes connected in %s (%.0f connections/s)\n", len(sims), d.Round(time.Millisecond), float64(len(sims))/d.Seconds())
@@ -880,6 +990,14 @@ func runNodes(o options) error {
 				fmt.Printf("0 of %d connections dropped\n", len(sims))
 			}
 		default:
+			if path, ok := strings.CutPrefix(in.Text(), "timings "); ok {
+				if err := answers.save(path); err != nil {
+					fmt.Printf("error: %v\n", err)
+				} else {
+					fmt.Println("saved")
+				}
+				continue
+			}
 			fmt.Printf("error: unknown command %q\n", in.Text())
 		}
 	}
@@ -888,15 +1006,25 @@ func runNodes(o options) error {
 
 // connectNodes dials every node, o.dialConcurrency at a time, and returns
 // them connected or the first failure (closing those that connected).
-func connectNodes(o options, nodes []simNode) ([]*sim.Node, error) {
+// Each node answers every request with sim.Success and records it in
+// answers.
+func connectNodes(o options, nodes []simNode, answers *answerLog) ([]*sim.Node, error) {
 	// One loopback source address per nodesPerSource connections: a
 	// source address has about 28,000 ephemeral ports towards one port.
 	const nodesPerSource = 20000
 	var dialers []*websocket.Dialer
+	pool, interval := nodeWriteBuffers, time.Duration(-1) // heartbeatAll sends them
+	if o.perNodeHeartbeats {
+		pool, interval = nil, o.heartbeat
+	}
 	for i := 0; i*nodesPerSource < max(len(nodes), 1); i++ {
 		nd := &net.Dialer{Timeout: 30 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+i))}}
-		dialers = append(dialers, &websocket.Dialer{HandshakeTimeout: 30 * time.Second, ReadBufferSize: 1024, WriteBufferSize: 1024,
-			NetDialContext: nd.DialContext})
+		d := &websocket.Dialer{HandshakeTimeout: 30 * time.Second, ReadBufferSize: 1024, WriteBufferSize: 1024,
+			NetDialContext: nd.DialContext}
+		if pool != nil {
+			d.WriteBufferPool = pool
+		}
+		dialers = append(dialers, d)
 	}
 	sims := make([]*sim.Node, len(nodes))
 	var (
@@ -920,7 +1048,13 @@ func connectNodes(o options, nodes []simNode) ([]*sim.Node, error) {
 				Health: proto.Health{ProviderReady: true, Host: proto.HostMeasurements{CPUCount: 8,
 					CPUPercent: 10, MemoryTotalBytes: 32 << 30, MemoryUsedBytes: 8 << 30, DiskTotalBytes: 1 << 40, DiskUsedBytes: 1 << 38}}}
 			s, err := sim.Dial(ctx, sim.Config{URL: o.url, Credential: n.Secret, Hello: h,
-				HeartbeatInterval: o.heartbeat, Dialer: dialers[i/nodesPerSource]})
+				HeartbeatInterval: interval, Dialer: dialers[i/nodesPerSource],
+				Answer: func(req *proto.Request) *proto.Response {
+					received := time.Now().UnixNano()
+					resp := sim.Success(req)
+					answers.add(i, received, time.Now().UnixNano())
+					return resp
+				}})
 			if err != nil {
 				err = fmt.Errorf("node %d: %w", i, err)
 				dialErr.CompareAndSwap(nil, &err)
@@ -1002,3 +1136,56 @@ func runtimeMemory(admin string) (stack, heap uint64, err error) {
 // maxHeapDebugAnswer is how much of /debug/pprof/heap?debug=1
 // runtimeMemory reads, in bytes.
 const maxHeapDebugAnswer = 4 << 20
+
+// nodeWriteBuffers are the simulated nodes' WebSocket write buffers, taken
+// only while a frame is written (as the gateway does), instead of 1 KiB
+// held by each of the nodes.
+var nodeWriteBuffers = &sync.Pool{}
+
+// heartbeatTick is how often heartbeatAll sends the heartbeats that fell
+// due.
+const heartbeatTick = 10 * time.Millisecond
+
+// heartbeatAll sends every node's heartbeat once per interval every, the
+// nodes' slots spread evenly over the interval (node i at i·every/n),
+// from this one goroutine until stop is closed: the simulated nodes'
+// process then holds one goroutine per node (sim's reader) instead of
+// two, and no timer per node. A node whose write failed has ended (sim
+// ends the connection) and is skipped; the "dropped" command reports it.
+// A write waits at most sim's 10 s write deadline, holding up the
+// heartbeats behind it.
+func heartbeatAll(sims []*sim.Node, every time.Duration, stop <-chan struct{}) {
+	if len(sims) == 0 {
+		return
+	}
+	t := time.NewTicker(heartbeatTick)
+	defer t.Stop()
+	start := time.Now()
+	sent := 0
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			due := int(int64(now.Sub(start)) * int64(len(sims)) / int64(every))
+			for ; sent < due; sent++ {
+				if s := sims[sent%len(sims)]; s.Err() == nil {
+					_ = s.SendHeartbeat() // a failure ended the node's connection
+				}
+			}
+		}
+	}
+}
+
+// runDelays is runDelay of each process, in order.
+func runDelays(pids ...int) ([]time.Duration, error) {
+	out := make([]time.Duration, len(pids))
+	for i, p := range pids {
+		d, err := runDelay(p)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = d
+	}
+	return out, nil
+}

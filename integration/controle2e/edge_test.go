@@ -3,13 +3,9 @@ package controle2e_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"io"
 	"math/big"
@@ -24,57 +20,50 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/sandgate/sandgate/corectl/daemon"
+	"github.com/sandgate/sandgate/gateway/keypair/keypairtest"
 	"github.com/sandgate/sandgate/integration/harness"
 	"github.com/sandgate/sandgate/internal/freeport"
 	"github.com/sandgate/sandgate/node/sim"
 )
 
-// edgeCA writes a CA and a server certificate it signs for localhost and
-// 127.0.0.1 into dir, as the Secret sandgate-edge-tls holds them (tls.crt,
-// tls.key) plus the CA (ca.crt), and returns the CA's pool.
-func edgeCA(t *testing.T, dir string) *x509.CertPool {
+// edgeCA makes a CA, writes its certificate to dir/ca.crt and a server
+// certificate it signs for localhost and 127.0.0.1 into dir/edge-tls, laid
+// out as the kubelet lays out the Secret sandgate-edge-tls (tls.crt and
+// tls.key through "..data"). It returns the CA, the Secret's directory and
+// the certificate.
+func edgeCA(t *testing.T, dir string) (*keypairtest.CA, *keypairtest.SecretDir, keypairtest.Leaf) {
 	t.Helper()
-	now := time.Now()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := keypairtest.NewCA()
 	if err != nil {
 		t.Fatal(err)
 	}
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sandgate edge test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	leaf, err := ca.Issue(time.Now().Add(24 * time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
+	secret := &keypairtest.SecretDir{Dir: filepath.Join(dir, "edge-tls")}
+	if err := os.Mkdir(secret.Dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
+	if err := secret.UpdateLeaf(leaf); err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "localhost"},
-		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), ca.PEM, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
+	return ca, secret, leaf
+}
+
+// servedSerial is the serial number of the certificate a new TLS
+// connection to addr gets, trusting pool.
+func servedSerial(addr string, pool *x509.CertPool) (*big.Int, error) {
+	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 5 * time.Second}, Config: &tls.Config{RootCAs: pool, ServerName: "localhost"}}
+	c, err := d.Dial("tcp", addr)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	for name, block := range map[string]*pem.Block{"ca.crt": {Type: "CERTIFICATE", Bytes: caDER},
-		"tls.crt": {Type: "CERTIFICATE", Bytes: der}, "tls.key": {Type: "EC PRIVATE KEY", Bytes: keyDER}} {
-		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(block), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
-	return pool
+	defer c.Close()
+	return c.(*tls.Conn).ConnectionState().PeerCertificates[0].SerialNumber, nil
 }
 
 // edgeCaddyfile is the gateway of TestSDKOverTLSThroughTheEdge: the
@@ -126,9 +115,12 @@ http://{{ADDR}} {
 // deploy/components/tls-caddy: its tls.caddyfile as shipped, with only the
 // certificate directory (the Secret's mount), corectl's address and the API
 // site's port rewritten to this test's, and a certificate from a CA made
-// here. Both pinned JS SDKs, trusting that CA (NODE_EXTRA_CA_CERTS), create
-// a sandbox through corectl's API at https://localhost:<port> (the
-// component's site, forwarding to corectl's plain HTTP), run commands and
+// here, laid out as the kubelet lays out the Secret. The Secret is then
+// renewed the kubelet's way and the three listeners serve the renewed
+// certificate without a restart; then both pinned JS SDKs, trusting that
+// CA (NODE_EXTRA_CA_CERTS), create a sandbox through corectl's API at
+// https://localhost:<port> (the component's site, forwarding to corectl's
+// plain HTTP), run commands and
 // write and read a file through the data plane at https://localhost:<port>,
 // connect again and kill. A simulated node connects over wss to node
 // connect's TLS listener. A client without the CA is refused the
@@ -138,7 +130,8 @@ http://{{ADDR}} {
 func TestSDKOverTLSThroughTheEdge(t *testing.T) {
 	root := repoRoot(t)
 	dir := t.TempDir()
-	pool := edgeCA(t, dir)
+	ca, secret, first := edgeCA(t, dir)
+	pool := ca.Pool
 
 	ports := map[string]string{}
 	for _, name := range []string{"api", "dataplane", "node-connect", "corectl"} {
@@ -160,7 +153,7 @@ func TestSDKOverTLSThroughTheEdge(t *testing.T) {
 			t.Fatalf("the component's tls.caddyfile no longer holds %q; this test rewrites it", want)
 		}
 	}
-	tlsFile = strings.NewReplacer("/etc/sandgate/edge-tls/", dir+"/", "corectl:8090", corectlAddr,
+	tlsFile = strings.NewReplacer("/etc/sandgate/edge-tls/", secret.Dir+"/", "corectl:8090", corectlAddr,
 		"\n:30084 {\n", "\n:"+ports["api"]+" {\n\tbind 127.0.0.1\n").Replace(tlsFile)
 	tlsPath := filepath.Join(dir, "tls.caddyfile")
 	if err := os.WriteFile(tlsPath, []byte(tlsFile), 0o644); err != nil {
@@ -182,6 +175,38 @@ func TestSDKOverTLSThroughTheEdge(t *testing.T) {
 	})
 	api := "https://localhost:" + ports["api"]
 	dataplane := "https://localhost:" + ports["dataplane"]
+
+	// The Secret is renewed (the kubelet's update) before the SDKs run:
+	// they and the node work against the renewed certificate, which the
+	// gateway serves without a restart.
+	renewed, err := ca.Issue(time.Now().Add(48 * time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, port := range []string{ports["api"], ports["dataplane"], ports["node-connect"]} {
+		if got, err := servedSerial("127.0.0.1:"+port, pool); err != nil || got.Cmp(first.Serial) != 0 {
+			t.Fatalf("before the renewal :%s serves serial %v (%v), want %v", port, got, err, first.Serial)
+		}
+	}
+	if err := secret.UpdateLeaf(renewed); err != nil {
+		t.Fatal(err)
+	}
+	for _, port := range []string{ports["api"], ports["dataplane"], ports["node-connect"]} {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			got, err := servedSerial("127.0.0.1:"+port, pool)
+			if err != nil {
+				t.Fatalf("a handshake with :%s during the renewal: %v", port, err)
+			}
+			if got.Cmp(renewed.Serial) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf(":%s still serves serial %v 30 s after the renewal", port, got)
+			}
+			time.Sleep(20 * time.Millisecond) // polling the served certificate
+		}
+	}
 
 	for _, pkg := range sdkPackages {
 		t.Run(pkg, func(t *testing.T) {

@@ -10,8 +10,10 @@
 //   SANDBOX_ID        the sandbox to connect to
 //   SCENARIO_DIR      a directory (sandbox path) the scenario may use
 //   GO_FILE           a host path the "stream" scenario creates to let its command continue
-//   READY_FILE        the "drain" scenario: a host path it creates once both commands stream
-//   STOP_FILE         the "drain" scenario: the host path that ends its long command
+//   READY_FILE        the "drain" scenario: a host path it creates once both commands stream;
+//                     the "apiKeyTraffic" scenario: once its first round is done
+//   STOP_FILE         the "drain" scenario: the host path that ends its long command;
+//                     the "apiKeyTraffic" scenario: the host path that ends its rounds
 //   E2B_API_KEY       the API key sent to E2B_API_URL (default e2b_sandgate_test)
 //   NETWORK           the "lifecycle" scenario's create-time network object (JSON)
 //   OTHER_API_KEY     the "authz" scenario: another credential's API key (same namespace)
@@ -21,7 +23,7 @@
 //   E2B_DOMAIN        the "domain" scenario: the only address the SDK is given (with E2B_API_KEY)
 //   PORT              the "domain" scenario: the sandbox port of the user's HTTP and WebSocket server
 import { createHash, randomBytes } from 'node:crypto'
-import { writeFileSync } from 'node:fs'
+import { existsSync, writeFileSync } from 'node:fs'
 
 const pkg = process.env.E2B_PACKAGE || 'e2b-2.51.0'
 const e2b = await import(pkg)
@@ -500,6 +502,39 @@ standalone.controlapi = async function controlapi() {
 // One Sandbox.list, for the API-key checks.
 standalone.sandboxList = async function sandboxList() {
   return attempt(async () => (await Sandbox.list({ apiKey: process.env.E2B_API_KEY, apiUrl: process.env.E2B_API_URL }).nextItems()).length)
+}
+
+// The control API under a key rotation (integration/rotation): Sandbox.list,
+// Sandbox.getInfo, and every fourth round Sandbox.create and Sandbox.kill,
+// with E2B_API_KEY, round after round until STOP_FILE exists; READY_FILE is
+// created after the first round. Every call's failure is kept.
+standalone.apiKeyTraffic = async function apiKeyTraffic() {
+  const opts = {
+    apiKey: process.env.E2B_API_KEY,
+    apiUrl: process.env.E2B_API_URL,
+    sandboxUrl: process.env.E2B_SANDBOX_URL,
+  }
+  const out = { calls: 0, rounds: 0, errors: [] }
+  const call = async (what, fn) => {
+    out.calls++
+    const r = await attempt(fn)
+    if (!r.ok) out.errors.push({ call: what, error: r.error })
+    return r
+  }
+  const sbx = await call('Sandbox.create', () => Sandbox.create('base', opts))
+  if (!sbx.ok) return out
+  const id = sbx.value.sandboxId
+  while (!existsSync(process.env.STOP_FILE)) {
+    await call('Sandbox.list', () => Sandbox.list(opts).nextItems())
+    await call('Sandbox.getInfo', () => Sandbox.getInfo(id, opts))
+    if (out.rounds % 4 === 3) {
+      const c = await call('Sandbox.create', () => Sandbox.create('base', opts))
+      if (c.ok) await call('Sandbox.kill', () => Sandbox.kill(c.value.sandboxId, opts))
+    }
+    if (out.rounds++ === 0) writeFileSync(process.env.READY_FILE, '')
+  }
+  await call('Sandbox.kill', () => Sandbox.kill(id, opts))
+  return out
 }
 
 // The real-peer tier (integration/realpeers): every operation of a short

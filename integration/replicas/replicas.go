@@ -2,8 +2,9 @@
 // of one gateway: they share node presence and the owner epoch through
 // Leases in a kube-apiserver (the "kubernetes" node presence), each
 // serving node connect and the internal node API on its own loopback port.
-// The scale-out test (integration/scaleout) and the load tool
-// (hack/scaleload) use it.
+// The scale-out test (integration/scaleout), the peer token rotation
+// (integration/rotation: replicas added and stopped one at a time) and the
+// load tool (hack/scaleload) use it.
 package replicas
 
 import (
@@ -67,6 +68,11 @@ type Config struct {
 	// Admin turns on each replica's Caddy admin endpoint on a loopback
 	// port (Replica.Admin), for profiles (/debug/pprof/). Default off.
 	Admin bool
+	// PeerToken is the content of the replicas' peer token file
+	// (Cluster.PeerTokenFile: one token a line, the first sent, all
+	// accepted; each replica reads it when it starts). Default: one
+	// random token.
+	PeerToken string
 }
 
 // Replica is one gateway process.
@@ -86,13 +92,15 @@ type Replica struct {
 
 // Cluster is the running replicas.
 type Cluster struct {
-	// Replicas are the running gateway processes, in start order.
+	// Replicas are the gateway processes started, in start order (a
+	// stopped one stays at its index).
 	Replicas []*Replica
 	// APIToken is the internal node API's token.
 	APIToken string
 	// Dir holds the generated files.
 	Dir string
 
+	cfg    Config
 	client *http.Client
 	once   sync.Once
 }
@@ -183,7 +191,10 @@ func Start(cfg Config) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Dir: dir, APIToken: randomHex(24),
+	if cfg.PeerToken == "" {
+		cfg.PeerToken = randomHex(32) + "\n"
+	}
+	c := &Cluster{Dir: dir, APIToken: randomHex(24), cfg: cfg,
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute}}}
 	defer func() {
 		if err != nil {
@@ -194,7 +205,7 @@ func Start(cfg Config) (_ *Cluster, err error) {
 		"nodes.yaml":       sim.CredentialsFile(cfg.Nodes),
 		"hmac.key":         randomHex(32),
 		"credentials.yaml": "credentials:\n  - {id: c, enabled: true, projectNamespace: p, clusterId: c}\n",
-		"peer-token":       randomHex(32) + "\n",
+		"peer-token":       cfg.PeerToken,
 		"kubeconfig":       string(cfg.Kubeconfig),
 	}
 	for name, content := range files {
@@ -202,47 +213,66 @@ func Start(cfg Config) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
-	for i := range cfg.Replicas {
-		id := fmt.Sprintf("replica-%d", i)
-		port, err := freeport.Port()
-		if err != nil {
-			return nil, err
-		}
-		admin := "off"
-		if cfg.Admin {
-			p, err := freeport.Port()
-			if err != nil {
-				return nil, err
-			}
-			admin = "127.0.0.1:" + p
-		}
-		cf := filepath.Join(dir, id+".Caddyfile")
-		if err := os.WriteFile(cf, []byte(c.caddyfile(cfg, id, port, admin)), 0o600); err != nil {
-			return nil, err
-		}
-		cmd := exec.Command(cfg.Caddy, "run", "--config", cf, "--adapter", "caddyfile")
-		home := filepath.Join(dir, id)
-		cmd.Env = append(append(os.Environ(), "HOME="+home, "XDG_DATA_HOME="+home, "XDG_CONFIG_HOME="+home), cfg.Env...)
-		if cfg.Output != nil {
-			if w := cfg.Output(i); w != nil {
-				cmd.Stdout, cmd.Stderr = w, w
-			}
-		}
-		if err := cmd.Start(); err != nil {
-			return nil, fmt.Errorf("replicas: starting %s: %w", id, err)
-		}
-		r := &Replica{ID: id, URL: "http://127.0.0.1:" + port, PID: cmd.Process.Pid, cmd: cmd, exited: make(chan error, 1)}
-		if cfg.Admin {
-			r.Admin = admin
-		}
-		go func() { r.exited <- cmd.Wait() }()
-		c.Replicas = append(c.Replicas, r)
-		if err := r.waitListening(); err != nil {
+	for range cfg.Replicas {
+		if _, err := c.Add(); err != nil {
 			return nil, err
 		}
 	}
 	return c, nil
 }
+
+// Add starts one more replica, replica-<n> with n its index in Replicas
+// (a new pod of a rolling update: its own ID, port and files, the
+// cluster's configuration and the peer token file as it is now), and
+// returns it once it listens. Errors name the replica. It appends to
+// Replicas: not to be called while Dispatch or Nodes run.
+func (c *Cluster) Add() (*Replica, error) {
+	cfg := c.cfg
+	i := len(c.Replicas)
+	id := fmt.Sprintf("replica-%d", i)
+	port, err := freeport.Port()
+	if err != nil {
+		return nil, err
+	}
+	admin := "off"
+	if cfg.Admin {
+		p, err := freeport.Port()
+		if err != nil {
+			return nil, err
+		}
+		admin = "127.0.0.1:" + p
+	}
+	cf := filepath.Join(c.Dir, id+".Caddyfile")
+	if err := os.WriteFile(cf, []byte(c.caddyfile(cfg, id, port, admin)), 0o600); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(cfg.Caddy, "run", "--config", cf, "--adapter", "caddyfile")
+	home := filepath.Join(c.Dir, id)
+	cmd.Env = append(append(os.Environ(), "HOME="+home, "XDG_DATA_HOME="+home, "XDG_CONFIG_HOME="+home), cfg.Env...)
+	if cfg.Output != nil {
+		if w := cfg.Output(i); w != nil {
+			cmd.Stdout, cmd.Stderr = w, w
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("replicas: starting %s: %w", id, err)
+	}
+	r := &Replica{ID: id, URL: "http://127.0.0.1:" + port, PID: cmd.Process.Pid, cmd: cmd, exited: make(chan error, 1)}
+	if cfg.Admin {
+		r.Admin = admin
+	}
+	go func() { r.exited <- cmd.Wait() }()
+	c.Replicas = append(c.Replicas, r)
+	if err := r.waitListening(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// PeerTokenFile is the path of the replicas' peer token file; a replica
+// reads it when it starts (Add), so an edit reaches the replicas started
+// after it, as a Secret edit reaches the pods of a rolling update.
+func (c *Cluster) PeerTokenFile() string { return filepath.Join(c.Dir, "peer-token") }
 
 func (r *Replica) waitListening() error {
 	deadline := time.Now().Add(60 * time.Second)
@@ -271,6 +301,22 @@ func (c *Cluster) Kill(i int) error {
 	err := <-r.exited
 	r.exited <- err
 	return nil
+}
+
+// Stop ends replica i as the kubelet ends a pod: SIGTERM (the gateway
+// drains, closing its node connections with 1001 and releasing their
+// Leases), then SIGKILL after 30 s; it returns once the process exited.
+func (c *Cluster) Stop(i int) {
+	r := c.Replicas[i]
+	_ = r.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-r.exited:
+		r.exited <- err
+	case <-time.After(30 * time.Second):
+		_ = r.cmd.Process.Kill()
+		err := <-r.exited
+		r.exited <- err
+	}
 }
 
 // Close stops every replica (SIGTERM, then SIGKILL after 20 s) and removes

@@ -110,12 +110,12 @@ type controlTraffic struct {
 // answers want; it returns the answer's body and whether it was want.
 func (c *controlTraffic) call(ctx context.Context, method, path, body string, want int) (string, bool) {
 	req, _ := http.NewRequestWithContext(ctx, method, c.r.front+path, strings.NewReader(body))
-	req.Header.Set("X-API-Key", "key-a")
+	req.Header.Set("X-API-Key", c.r.key())
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	phase := c.r.phase.Load().(string)
-	resp, err := dataPlaneClient.Do(req)
+	resp, err := keepAliveClient.Do(req)
 	if ctx.Err() != nil {
 		return "", false
 	}

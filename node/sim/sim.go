@@ -275,6 +275,20 @@ func (n *Node) sendHeartbeat() error {
 		Health: n.health(), Generations: obs})
 }
 
+// SendHeartbeat sends one heartbeat with a fresh health report and
+// returns without waiting for its heartbeat_ack (Acks counts it when it
+// arrives): for a caller that schedules the heartbeats of many nodes
+// itself (HeartbeatInterval negative) rather than a goroutine and a
+// ticker per node. A failed write ends the connection, as it does for the
+// automatic heartbeats, and is returned.
+func (n *Node) SendHeartbeat() error {
+	if err := n.sendHeartbeat(); err != nil {
+		n.finish(err)
+		return err
+	}
+	return nil
+}
+
 // SetGenerations replaces the generation observations the following
 // heartbeats carry (a generation-managing node; at most 8, target and
 // serving first).

@@ -99,10 +99,16 @@ type Store interface {
 	Nodes() []Node
 }
 
-// record is a Node with its credential digest.
+// record is a Node with its credential digest and, during a rotation, the
+// digest of the credential that replaces it.
 type record struct {
 	Node
 	digest Digest
+	// next is the digest of the node's next credential when hasNext: it
+	// authenticates the node as digest does (OpenFile's
+	// next_credential_sha256).
+	next    Digest
+	hasNext bool
 }
 
 // Check authenticates a presented digest against one record: n is the
@@ -123,13 +129,19 @@ func Check(nodeID string, n *Node, want Digest, digest Digest) (Node, error) {
 var dummy Digest
 
 // authenticate checks digest against r (nil: no such node) in constant
-// time.
+// time: both the record's digest and its next one are compared whether or
+// not the record exists or has a next digest.
 func authenticate(nodeID string, r *record, digest Digest) (Node, error) {
-	want := dummy
+	want, next, hasNext := dummy, dummy, 0
 	if r != nil {
 		want = r.digest
+		if r.hasNext {
+			next, hasNext = r.next, 1
+		}
 	}
-	match := subtle.ConstantTimeCompare(want[:], digest[:]) == 1
+	m1 := subtle.ConstantTimeCompare(want[:], digest[:])
+	m2 := subtle.ConstantTimeCompare(next[:], digest[:]) & hasNext
+	match := m1|m2 == 1
 	switch {
 	case r == nil:
 		return Node{}, fmt.Errorf("%w: %q", ErrUnknownNode, nodeID)

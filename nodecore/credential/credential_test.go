@@ -133,6 +133,47 @@ func TestAuthenticate(t *testing.T) {
 	}
 }
 
+// TestNextCredential: a record's next_credential_sha256 authenticates the
+// node as credential_sha256 does, in both formats; once the file holds
+// only the new digest the old credential is refused (docs/runbook.md
+// "Node credentials", the rotation slot); a disabled record with a next
+// digest is refused for both.
+func TestNextCredential(t *testing.T) {
+	const next = "node-a-next-credential-DO-NOT-LOG-2e4d"
+	withNext := func(enabled bool) string {
+		return "nodes:\n" + recordYAML(nodeA, secretA, enabled) + "    next_credential_sha256: " + hexSum(next) + "\n"
+	}
+	f, path := open(t, withNext(true), nil)
+	ok := func(secret string) error { _, err := f.Authenticate(nodeA, Sum(secret)); return err }
+	for _, secret := range []string{secretA, next} {
+		if err := ok(secret); err != nil {
+			t.Errorf("during the rotation a credential is refused: %v", err)
+		}
+	}
+	if err := ok(secretB); !errors.Is(err, ErrMismatch) {
+		t.Errorf("another credential: %v, want ErrMismatch", err)
+	}
+	j := fmt.Sprintf(`{"nodes": [{"node_id": %q, "enabled": true, "credential_sha256": %q, "next_credential_sha256": %q,
+		"installation_id": %q, "provider": "docker", "backend_fingerprint": %q,
+		"deployment_generation": 3, "specification_digest": %q}]}`, nodeA, hexSum(secretA), hexSum(next), instA, fp, spec)
+	fj, _ := open(t, j, nil)
+	if _, err := fj.Authenticate(nodeA, Sum(next)); err != nil {
+		t.Errorf("JSON: the next credential is refused: %v", err)
+	}
+
+	writeAtomic(t, path, withNext(false))
+	waitFor(t, time.Second, "the node to be disabled", func() bool { return errors.Is(ok(next), ErrDisabled) })
+	if err := ok(secretA); !errors.Is(err, ErrDisabled) {
+		t.Errorf("disabled, the current credential: %v, want ErrDisabled", err)
+	}
+
+	writeAtomic(t, path, "nodes:\n"+recordYAML(nodeA, next, true))
+	waitFor(t, time.Second, "the rotation's end", func() bool { return ok(next) == nil })
+	if err := ok(secretA); !errors.Is(err, ErrMismatch) {
+		t.Errorf("after the rotation, the old credential: %v, want ErrMismatch", err)
+	}
+}
+
 // TestFileFormats: JSON works like YAML and generation_management is read.
 func TestFileFormats(t *testing.T) {
 	j := fmt.Sprintf(`{"nodes": [{"node_id": %q, "enabled": true, "credential_sha256": %q,
@@ -170,6 +211,9 @@ func TestOpenFileRejects(t *testing.T) {
 		{"bad credential digest", replace(hexSum(secretA), "not-a-digest"), "credential_sha256: node credential: invalid node credential data: a SHA-256 digest is 64 lowercase hexadecimal digits"},
 		{"bad pool", "nodes:\n" + good + "    pool: GPU\n", "pool must be 1..63 characters"},
 		{"empty pool", "nodes:\n" + good + "    pool: \"\"\n", "pool must be"},
+		{"bad next credential digest", "nodes:\n" + good + "    next_credential_sha256: " + strings.ToUpper(hexSum(secretB)) + "\n", "next_credential_sha256: node credential: invalid node credential data: a SHA-256 digest is 64 lowercase hexadecimal digits"},
+		{"empty next credential digest", "nodes:\n" + good + "    next_credential_sha256: \"\"\n", "next_credential_sha256 must be 64 lowercase hexadecimal digits, present only during a rotation"},
+		{"null next credential digest", "nodes:\n" + good + "    next_credential_sha256: null\n", "member next_credential_sha256 is null"},
 		{"enabled as string", replace("enabled: true", `enabled: "yes"`), "member enabled is a JSON string"},
 		{"repeated node", "nodes:\n" + good + good, "nodes[1] repeats the node_id of nodes[0]"},
 		{"unknown top-level", "nodes: []\nversion: 2\n", `unknown top-level member "version"`},
@@ -257,6 +301,7 @@ func TestParseDigest(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(twoNodes()))
 	f.Add([]byte("nodes: []\n"))
+	f.Add([]byte("nodes:\n" + recordYAML(nodeA, secretA, true) + "    next_credential_sha256: " + hexSum(secretB) + "\n"))
 	f.Add([]byte(`{"nodes": [null]}`))
 	f.Add([]byte("\xff"))
 	f.Fuzz(func(t *testing.T, data []byte) {

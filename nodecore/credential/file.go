@@ -29,6 +29,7 @@ type fileRecord struct {
 	NodeID               string `json:"node_id"`
 	Enabled              bool   `json:"enabled"`
 	CredentialSHA256     string `json:"credential_sha256"`
+	NextCredentialSHA256 string `json:"next_credential_sha256"`
 	InstallationID       string `json:"installation_id"`
 	Provider             string `json:"provider"`
 	BackendFingerprint   string `json:"backend_fingerprint"`
@@ -47,7 +48,7 @@ var requiredMembers = []string{
 
 // memberNames are all of fileRecord's JSON member names: requiredMembers
 // (at the same indices), then the optional ones.
-var memberNames = append(slices.Clip(requiredMembers), "generation_management", "pool")
+var memberNames = append(slices.Clip(requiredMembers), "generation_management", "pool", "next_credential_sha256")
 
 // File is a Store read from a JSON or YAML file and reloaded when it
 // changes. Authenticate and Nodes are lock-free reads of the immutable
@@ -67,6 +68,7 @@ var _ Store = (*File)(nil)
 //	  - node_id: 7c0e5f0a-4c1e-4e55-9a7e-2f1f6d1b9a01      # UUID, lowercase
 //	    enabled: true
 //	    credential_sha256: <64 lowercase hex digits>      # SHA-256 of the credential
+//	    next_credential_sha256: <64 lowercase hex digits> # optional: a second credential, during a rotation
 //	    installation_id: 0b6f2c9e-0d55-4a53-8f0e-5d1c2b3a4f60
 //	    provider: docker                                  # or microsandbox
 //	    backend_fingerprint: <64 lowercase hex digits>
@@ -77,8 +79,14 @@ var _ Store = (*File)(nil)
 //
 // Decoding is strict: exactly the top-level key "nodes" holding a list;
 // member names exact (case-sensitive), no unknown, null or duplicate
-// members, every member but generation_management and pool required, values of the
-// right type and form, node IDs unique; at most MaxFileSize bytes.
+// members, every member but generation_management, pool and
+// next_credential_sha256 required, values of the right type and form, node
+// IDs unique; at most MaxFileSize bytes.
+//
+// next_credential_sha256 authenticates the node as credential_sha256 does:
+// it is the rotation slot of docs/runbook.md "Node credentials" (the node's
+// new credential is accepted before the node sends it, so the node can
+// switch at any reconnect; the old one is then removed).
 //
 // The file is watched (package filewatch: in-place writes, rename-over and
 // Kubernetes "..data" swaps) and re-read within a second of a change. A
@@ -166,6 +174,8 @@ func decodeRecord(raw []byte) (*record, error) {
 			return fmt.Errorf("%w: member %s is null", ErrInvalid, name)
 		case name == "pool" && string(v) == `""`:
 			return fmt.Errorf("%w: pool must be 1..63 characters of [a-z0-9-], present only when not empty", ErrInvalid)
+		case name == "next_credential_sha256" && string(v) == `""`:
+			return fmt.Errorf("%w: next_credential_sha256 must be 64 lowercase hexadecimal digits, present only during a rotation", ErrInvalid)
 		}
 		present |= 1 << i
 		return nil
@@ -216,6 +226,12 @@ func (fr fileRecord) validate() (*record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("credential_sha256: %w", err)
 	}
+	var next Digest
+	if fr.NextCredentialSHA256 != "" {
+		if next, err = ParseDigest(fr.NextCredentialSHA256); err != nil {
+			return nil, fmt.Errorf("next_credential_sha256: %w", err)
+		}
+	}
 	return &record{
 		Node: Node{
 			NodeID:               fr.NodeID,
@@ -228,6 +244,8 @@ func (fr fileRecord) validate() (*record, error) {
 			GenerationManagement: fr.GenerationManagement,
 			Pool:                 poolName,
 		},
-		digest: d,
+		digest:  d,
+		next:    next,
+		hasNext: fr.NextCredentialSHA256 != "",
 	}, nil
 }

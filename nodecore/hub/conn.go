@@ -74,6 +74,13 @@ type conn struct {
 	// one; set before the upgrade. renewing is set while a Renew runs.
 	claim    Claim
 	renewing atomic.Bool
+
+	// retiring: the node's credential was replaced (re-authentication at a
+	// heartbeat failed with credential.ErrMismatch). No request is written
+	// on the connection any more (set and checked under wmu); it is closed
+	// with CloseCredentialRejected once no request is pending on it, at
+	// the latest at the node's next heartbeat.
+	retiring atomic.Bool
 }
 
 // call is one request waiting for its response.
@@ -525,6 +532,7 @@ func (c *conn) hello(msg decoded) {
 	hub := c.hub
 	hub.mu.Lock()
 	p := hub.nodes[c.nodeID]
+	p.handoverUntil = time.Time{}
 	p.connectionID, p.epoch = c.id, c.epoch
 	p.connectedAt, p.lastHeartbeat = now, now
 	p.disconnected, p.closeCode, p.closeReason = time.Time{}, 0, ""
@@ -544,6 +552,7 @@ func (c *conn) hello(msg decoded) {
 	hub.mu.Lock()
 	if c.state == StateConnecting {
 		c.state = StateLive
+		hub.wakeLocked() // operations waiting for this node take the writer after the welcome
 	}
 	hub.mu.Unlock()
 	ok = c.write(w)
@@ -700,7 +709,23 @@ func (c *conn) heartbeat(hb *proto.Heartbeat) {
 		c.fail(CloseProtocolError, "generation observations from a node without generation management")
 		return
 	}
+	if c.retiring.Load() {
+		// Retired at an earlier heartbeat: whatever is still pending ends
+		// with the connection (outcome unknown, disconnected).
+		c.fail(CloseCredentialRejected, "node credential replaced")
+		return
+	}
 	node, err := cfg.Credentials.Authenticate(c.nodeID, c.digest)
+	if errors.Is(err, credential.ErrMismatch) {
+		// The node's credential was replaced (a rotation, docs/runbook.md
+		// "Node credentials"): retire the connection; the node reconnects
+		// with its new credential and the operations sent meanwhile wait
+		// for it (Timers.Reconnect).
+		cfg.Logger.Info("node credential replaced; retiring the connection", zap.String("node_id", c.nodeID),
+			zap.String("connection_id", c.id), zap.Int("pending", c.pendingCount()))
+		c.retire()
+		return
+	}
 	if err != nil {
 		cfg.Logger.Info("node credential rejected at heartbeat", zap.String("node_id", c.nodeID), zap.Error(err))
 		c.fail(CloseCredentialRejected, "node credential rejected")
@@ -807,6 +832,18 @@ func (c *conn) ping(data string) error {
 	return err
 }
 
+// retire stops writing requests on the connection and closes it with
+// CloseCredentialRejected once no request is pending (here, or when the
+// last pending response arrives, or at the next heartbeat).
+func (c *conn) retire() {
+	c.wmu.Lock()
+	c.retiring.Store(true)
+	c.wmu.Unlock()
+	if c.pendingCount() == 0 {
+		c.fail(CloseCredentialRejected, "node credential replaced")
+	}
+}
+
 // response matches a response to its pending request; at is when its
 // frame began to arrive.
 func (c *conn) response(r *proto.Response, at time.Time) {
@@ -817,6 +854,7 @@ func (c *conn) response(r *proto.Response, at time.Time) {
 	c.pmu.Lock()
 	cl := c.pending[r.ID]
 	delete(c.pending, r.ID)
+	drained := len(c.pending) == 0
 	c.pmu.Unlock()
 	if cl == nil {
 		c.fail(CloseProtocolError, "response for no pending request")
@@ -824,6 +862,10 @@ func (c *conn) response(r *proto.Response, at time.Time) {
 	}
 	cl.read = at
 	cl.done <- r
+	if drained && c.retiring.Load() {
+		// The caller takes a response that raced with the close.
+		c.fail(CloseCredentialRejected, "node credential replaced")
+	}
 }
 
 // retention answers a generation-managing node's retention request:

@@ -178,6 +178,11 @@ func (h *Hub) release(c *conn, now time.Time) {
 		p.conn = nil
 		p.disconnected = now
 		p.closeCode, p.closeReason = c.closeCode, c.closeReason
+		if c.retiring.Load() {
+			if cfg := h.config(); cfg != nil {
+				p.handoverUntil = now.Add(cfg.Timers.Reconnect)
+			}
+		}
 	}
 	c.state = StateDisconnected
 	h.mu.Unlock()

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -159,14 +160,79 @@ func (h *Hub) dispatch(ctx context.Context, nodeID string, req proto.Request) (*
 	if cfg == nil {
 		return nil, ErrClosed
 	}
-	now := h.now()
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
 		return nil, ErrClosed
 	}
 	h.inflight.Add(1)
+	h.mu.Unlock()
 	defer h.inflight.Done()
+	// An operation for a node whose connection is being retired for a
+	// replaced credential waits for the node's new connection, at most
+	// Timers.Reconnect from here (real time, like the sockets' deadlines).
+	deadline := time.Now().Add(cfg.Timers.Reconnect)
+	for {
+		res, err := h.dispatchOnce(ctx, cfg, nodeID, req)
+		var aw *awaitNode
+		if !errors.As(err, &aw) {
+			return res, err
+		}
+		wait := time.Until(deadline)
+		if !aw.until.IsZero() {
+			wait = min(wait, aw.until.Sub(h.now()))
+		}
+		if wait <= 0 {
+			return nil, fmt.Errorf("%w: %s", ErrOffline, nodeID)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-aw.wake:
+			t.Stop()
+		case <-t.C:
+			return nil, fmt.Errorf("%w: %s (its new connection did not come within the reconnect wait)", ErrOffline, nodeID)
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("hub: the caller went away before the request was sent: %w", ctx.Err())
+		}
+	}
+}
+
+// awaitNode is dispatchOnce's answer for a node whose connection is being
+// retired or was retired a moment ago: wait on wake (Hub.welcomed, taken
+// under Hub.mu with the node's state) and try again, until at most until
+// (presence clock; zero: only the dispatch's own deadline applies).
+type awaitNode struct {
+	wake  <-chan struct{}
+	until time.Time
+}
+
+func (*awaitNode) Error() string { return "hub: waiting for the node's new connection" }
+
+// errRetiring: the connection was retired between the presence check and
+// the write; dispatchOnce looks again.
+var errRetiring = errors.New("hub: the connection is retiring")
+
+// dispatchOnce is one attempt of dispatch: the checks, then the write and
+// the wait on the node's current connection. It answers *awaitNode when
+// the node's connection is being retired or was retired within
+// Timers.Reconnect.
+func (h *Hub) dispatchOnce(ctx context.Context, cfg *Config, nodeID string, req proto.Request) (*Result, error) {
+	for {
+		res, err := h.dispatchConn(ctx, cfg, nodeID, req)
+		if !errors.Is(err, errRetiring) {
+			return res, err
+		}
+	}
+}
+
+func (h *Hub) dispatchConn(ctx context.Context, cfg *Config, nodeID string, req proto.Request) (*Result, error) {
+	now := h.now()
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, ErrClosed
+	}
 	p := h.nodes[nodeID]
 	if p == nil {
 		h.mu.Unlock()
@@ -188,7 +254,12 @@ func (h *Hub) dispatch(ctx context.Context, nodeID string, req proto.Request) (*
 		}
 	}
 	if !p.online(now, cfg) {
+		aw := p.awaited(now)
+		wake, until := h.welcomed, p.handoverUntil
 		h.mu.Unlock()
+		if aw {
+			return nil, &awaitNode{wake: wake, until: until}
+		}
 		return nil, fmt.Errorf("%w: %s", ErrOffline, nodeID)
 	}
 	c := p.conn
@@ -234,6 +305,11 @@ func (c *conn) dispatch(ctx context.Context, cfg *Config, req proto.Request) (*R
 	cl := calls.Get().(*call)
 
 	c.wmu.Lock()
+	if c.retiring.Load() {
+		c.wmu.Unlock()
+		calls.Put(cl)
+		return nil, errRetiring
+	}
 	if c.isClosing() {
 		c.wmu.Unlock()
 		calls.Put(cl)

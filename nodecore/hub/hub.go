@@ -57,6 +57,11 @@ const (
 	// DefaultHeartbeatInterval is the heartbeat period of the protocol
 	// (spec "Connection": "The node sends a heartbeat every 10 seconds").
 	DefaultHeartbeatInterval = 10 * time.Second
+	// DefaultReconnectWait is how long an operation for a node whose
+	// connection Core retired for a replaced credential waits for the
+	// node's new connection (not from the spec: a node reconnects within
+	// its backoff minimum, 1 s for nodeagent, plus Core's close grace).
+	DefaultReconnectWait = 10 * time.Second
 )
 
 // Timers are the hub's timeouts. A zero field takes its default.
@@ -81,6 +86,14 @@ type Timers struct {
 	// network stall shorter than the idle timeout can queue up), then one
 	// per half period on average (see heartbeatBudget).
 	Heartbeat time.Duration
+	// Reconnect is how long an operation waits for a node whose connection
+	// Core retired because the node's credential was replaced (a rotation:
+	// the heartbeat's re-authentication failed with
+	// credential.ErrMismatch), counted from the operation's start; and how
+	// long after the retired connection ended such waits are still begun.
+	// An operation for a node that is offline for any other reason is
+	// refused at once (ErrOffline), as before.
+	Reconnect time.Duration
 }
 
 // withDefaults returns t with zero fields set to their defaults.
@@ -97,6 +110,7 @@ func (t Timers) withDefaults() Timers {
 	set(&t.ResponseGrace, DefaultResponseGrace)
 	set(&t.CloseGrace, DefaultCloseGrace)
 	set(&t.Heartbeat, DefaultHeartbeatInterval)
+	set(&t.Reconnect, DefaultReconnectWait)
 	return t
 }
 
@@ -177,6 +191,10 @@ type Hub struct {
 	conns     sync.WaitGroup
 	inflight  sync.WaitGroup // Dispatch calls under way; Add only while !closed
 	closeOnce sync.Once
+	// welcomed is closed (and replaced) whenever a connection turns live
+	// and when the hub closes, waking the operations that wait for a
+	// retired node's new connection; guarded by mu.
+	welcomed chan struct{}
 
 	// clock is the presence clock (heartbeat times, the online window);
 	// tests replace it. Deadlines on the sockets use real time.
@@ -188,7 +206,7 @@ func (h *Hub) now() time.Time { return h.clock() }
 // New returns a hub with no configuration; connections are refused (503)
 // until Configure is called.
 func New() *Hub {
-	return &Hub{nodes: map[string]*presence{}, clock: time.Now}
+	return &Hub{nodes: map[string]*presence{}, clock: time.Now, welcomed: make(chan struct{})}
 }
 
 // CheckConfig reports whether Configure would accept cfg: a credential
@@ -297,6 +315,7 @@ func (h *Hub) config() *Config { return h.cfg.Load() }
 func (h *Hub) Shutdown(ctx context.Context) error {
 	h.mu.Lock()
 	h.closed = true
+	h.wakeLocked()
 	h.mu.Unlock()
 	drained := make(chan struct{})
 	go func() {
@@ -321,6 +340,7 @@ func (h *Hub) Close() error {
 	h.closeOnce.Do(func() {
 		h.mu.Lock()
 		h.closed = true
+		h.wakeLocked()
 		var live []*conn
 		for _, p := range h.nodes {
 			if p.conn != nil {
@@ -465,6 +485,28 @@ type presence struct {
 	hello         *HelloSummary
 	health        *proto.Health
 	generations   map[int64]observed
+	// handoverUntil: the node's last connection was retired for a
+	// replaced credential and ended; operations wait for its new
+	// connection until then (Timers.Reconnect). Zero once it is welcomed.
+	handoverUntil time.Time
+}
+
+// awaited reports whether an operation for p, which is not online, should
+// wait for the node's next connection: its connection is being retired for
+// a replaced credential, or ended so less than Timers.Reconnect ago; h.mu
+// is held.
+func (p *presence) awaited(now time.Time) bool {
+	if p.conn != nil && p.conn.retiring.Load() {
+		return true
+	}
+	return now.Before(p.handoverUntil)
+}
+
+// wakeLocked wakes every operation waiting for a node's connection;
+// h.mu is held.
+func (h *Hub) wakeLocked() {
+	close(h.welcomed)
+	h.welcomed = make(chan struct{})
 }
 
 // observed is the latest observation of one generation.
@@ -514,10 +556,11 @@ func (p *presence) status(now time.Time, cfg *Config) NodeStatus {
 // online reports whether p counts as online; h.mu is held. The
 // connection's epoch must not be superseded: without a Presence it equals
 // the configured owner epoch; with one, each claim's epoch is at least
-// the configured one at the time it was allocated.
+// the configured one at the time it was allocated. A connection retired
+// for a replaced credential is not online.
 func (p *presence) online(now time.Time, cfg *Config) bool {
 	return cfg != nil && p.conn != nil && p.conn.state == StateLive && p.epoch >= cfg.OwnerEpoch &&
-		now.Sub(p.lastHeartbeat) < cfg.Timers.Online
+		now.Sub(p.lastHeartbeat) < cfg.Timers.Online && !p.conn.retiring.Load()
 }
 
 // Nodes returns every node the credential store enrols or the hub has

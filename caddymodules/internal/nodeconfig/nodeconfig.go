@@ -34,7 +34,7 @@ import (
 //	  "deployment": {"generation": 2, "specification_digest": "<64 hex>", "serving_generation": 1},
 //	  "hello_timeout": "15s", "idle_timeout": "35s", "online_window": "45s",
 //	  "write_timeout": "10s", "response_grace": "2s", "close_grace": "1s",
-//	  "heartbeat_interval": "10s"
+//	  "heartbeat_interval": "10s", "reconnect_wait": "10s"
 //	}
 //
 // Changing any of these with a reload keeps every node connection: the
@@ -87,6 +87,14 @@ type Nodes struct {
 	// 4007: beyond a burst of idle_timeout/heartbeat_interval + 2
 	// heartbeats (5 with the defaults) it may send one per half interval.
 	HeartbeatInterval caddy.Duration `json:"heartbeat_interval,omitempty"`
+	// ReconnectWait: when a node's credential is replaced (its record's
+	// digest changed), Core retires the node's connection at its next
+	// heartbeat (no new operation is written on it; closed with 4003 once
+	// the pending ones are answered) and an operation for the node waits
+	// up to this long for the node's new connection instead of being
+	// refused with node_offline (docs/runbook.md "Node credentials").
+	// Default 10s.
+	ReconnectWait caddy.Duration `json:"reconnect_wait,omitempty"`
 	// ShutdownGrace: when the gateway exits (SIGTERM, caddy stop), new
 	// node connects and dispatches are refused at once, the dispatches
 	// under way get up to this long to have their outcome, and then every
@@ -147,7 +155,7 @@ func (n *Nodes) CoreConfig() (core.Config, error) {
 			Hello: time.Duration(n.HelloTimeout), Idle: time.Duration(n.IdleTimeout),
 			Online: time.Duration(n.OnlineWindow), Write: time.Duration(n.WriteTimeout),
 			ResponseGrace: time.Duration(n.ResponseGrace), CloseGrace: time.Duration(n.CloseGrace),
-			Heartbeat: time.Duration(n.HeartbeatInterval),
+			Heartbeat: time.Duration(n.HeartbeatInterval), Reconnect: time.Duration(n.ReconnectWait),
 		},
 	}
 	if err := cfg.Check(); err != nil {
@@ -159,7 +167,7 @@ func (n *Nodes) CoreConfig() (core.Config, error) {
 	}{
 		{"hello_timeout", n.HelloTimeout}, {"idle_timeout", n.IdleTimeout}, {"online_window", n.OnlineWindow},
 		{"write_timeout", n.WriteTimeout}, {"response_grace", n.ResponseGrace}, {"close_grace", n.CloseGrace},
-		{"heartbeat_interval", n.HeartbeatInterval},
+		{"heartbeat_interval", n.HeartbeatInterval}, {"reconnect_wait", n.ReconnectWait},
 		{"shutdown_grace", n.ShutdownGrace},
 	} {
 		if t.d < 0 {
@@ -321,8 +329,8 @@ func ParseNodes(d *caddyfile.Dispenser) (*Nodes, error) {
 	durations := map[string]*caddy.Duration{
 		"hello_timeout": &n.HelloTimeout, "idle_timeout": &n.IdleTimeout, "online_window": &n.OnlineWindow,
 		"write_timeout": &n.WriteTimeout, "response_grace": &n.ResponseGrace, "close_grace": &n.CloseGrace,
-		"heartbeat_interval": &n.HeartbeatInterval,
-		"shutdown_grace":     &n.ShutdownGrace,
+		"heartbeat_interval": &n.HeartbeatInterval, "reconnect_wait": &n.ReconnectWait,
+		"shutdown_grace": &n.ShutdownGrace,
 	}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		opt := d.Val()

@@ -11,25 +11,26 @@
 // reload, which provisions its modules afresh, as a new pod would). The
 // internal node API token: bin/caddy replicas, each roll a new process.
 // The probe relay token: the same rig, bin/caddy also serving the probe
-// relay (fixed_entry_probe) that the corectl replicas use. The execd
-// token secret: the same rig with an execd per sandbox started with the
-// token corectl gave it (the real OpenSandbox execd when
+// relay (fixed_entry_probe) that the corectl replicas use. The API keys:
+// the same rig, keys.yaml in a Secret-volume layout, control-API clients
+// (and the E2B JS SDK) through corectl's Service. The peer token: bin/caddy
+// replicas sharing node presence through Leases (package
+// integration/replicas), simulated nodes, forwarded node API calls. A node
+// credential: bin/caddy and three bin/nodeagent processes on the real
+// Docker engine (DOCKER_HOST), the node's record and credential file
+// edited in the runbook's steps.
+// The execd token secret: the same rig with an execd per sandbox started
+// with the token corectl gave it (the real OpenSandbox execd when
 // hack/peers/build.sh's cache has it). The kubeconfigs: the corectl
 // replicas reach the real apiserver with ServiceAccount tokens, rolled
 // from one to another and the old one revoked.
-// Requests run the whole time; none may be refused.
+// Requests run the whole time; none may be refused. One file per secret;
+// this one holds the shared rig.
 package rotation
 
 import (
-	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/x509"
-	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
@@ -53,8 +54,6 @@ import (
 	"github.com/sandgate/sandgate/corectl/apikey"
 	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/kubetest"
-	"github.com/sandgate/sandgate/gateway/token"
-	"github.com/sandgate/sandgate/hack/gatewayproc"
 	"github.com/sandgate/sandgate/integration/fixedentry"
 	"github.com/sandgate/sandgate/integration/harness"
 	"github.com/sandgate/sandgate/internal/freeport"
@@ -157,11 +156,12 @@ type service struct {
 	replicas []*corectlProc
 	next     int
 	served   map[string]int
-	// flying counts the requests each replica was given and has not
-	// answered yet.
-	flying  map[string]int
-	changed chan struct{} // closed and replaced at each served request and answer
-	refused atomic.Int64
+	changed  chan struct{} // closed and replaced at each served request
+	// inFlight counts each replica's requests from its choice to its
+	// answer; finished is closed and replaced at each answer.
+	inFlight map[string]int
+	finished chan struct{}
+	refused  atomic.Int64
 	// proxyErrors are the replicas' transport errors ("name: error").
 	proxyErrors sync.Map
 }
@@ -184,14 +184,13 @@ func (s *service) waitServed(name string, n int, deadline <-chan time.Time) bool
 	}
 }
 
-// waitIdle waits until replica name has answered every request it was
-// given (taken out of the Service, it gets no new ones); false when
-// deadline passed first. A pod's endpoint leaves the Service before the
-// kubelet's SIGTERM reaches it in the same way (the preStop pause).
-func (s *service) waitIdle(name string, deadline <-chan time.Time) bool {
+// drained waits until replica name has no request in flight (after set
+// left it out: the Service stops sending to a pod before the kubelet
+// signals it); false when deadline passed first.
+func (s *service) drained(name string, deadline <-chan time.Time) bool {
 	for {
 		s.mu.Lock()
-		n, ch := s.flying[name], s.changed
+		n, ch := s.inFlight[name], s.finished
 		s.mu.Unlock()
 		if n == 0 {
 			return true
@@ -226,17 +225,18 @@ func (s *service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p := s.replicas[s.next%len(s.replicas)]
 	s.next++
-	s.flying[p.name]++
+	s.inFlight[p.name]++
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
-		s.flying[p.name]--
-		close(s.changed)
-		s.changed = make(chan struct{})
+		s.inFlight[p.name]--
+		close(s.finished)
+		s.finished = make(chan struct{})
 		s.mu.Unlock()
 	}()
 	u, _ := url.Parse("http://" + p.addr)
 	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.Transport = replicaTransport
 	rp.ModifyResponse = func(resp *http.Response) error {
 		if strings.HasPrefix(r.URL.Path, "/internal/") {
 			s.mu.Lock()
@@ -283,6 +283,11 @@ type rig struct {
 	all   []*corectlProc // every replica started, live or stopped
 	gen   int
 	h     *harness.Env
+	// keys is corectl's Secret corectl-api-keys (keys.yaml), mounted as
+	// the kubelet mounts it; apiKey is the key the rig's calls present
+	// (oldAPIKey at start).
+	keys   *secretVolume
+	apiKey atomic.Value
 	// gatewayLog is the file bin/caddy logs to.
 	gatewayLog string
 	// caddyfile is the gateway's configuration at a step (harness
@@ -311,6 +316,80 @@ func (r *rig) flying(id string) int64 {
 	return n.(*atomic.Int64).Load()
 }
 
+// key returns the API key the rig's calls present.
+func (r *rig) key() string { return r.apiKey.Load().(string) }
+
+// oldAPIKey is the rig's API key at start, for credential cred-a.
+const oldAPIKey = "e2b_rotation_key_old_0123456789abcdef0123456789"
+
+// keysFile is a keys.yaml (corectl's -api-keys) with an entry for each
+// key, all for credential cred-a.
+func keysFile(keys ...string) string {
+	var b strings.Builder
+	b.WriteString("keys:\n")
+	for i, k := range keys {
+		fmt.Fprintf(&b, "  - {name: key-%d, sha256: %s, credentialId: cred-a}\n", i, apikey.Digest(k))
+	}
+	return b.String()
+}
+
+// secretVolume is a directory laid out as the kubelet mounts a Secret:
+// each file a symlink to ..data/<name>, ..data a symlink to a directory of
+// the current version, and an update swaps ..data at once (a new
+// directory, a new link renamed over ..data, the old directory removed).
+type secretVolume struct {
+	t   *testing.T
+	dir string
+	gen int
+}
+
+// newSecretVolume creates the volume in dir with files (name → content).
+func newSecretVolume(t *testing.T, dir string, files map[string]string) *secretVolume {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	v := &secretVolume{t: t, dir: dir}
+	v.update(files)
+	for name := range files {
+		if err := os.Symlink(filepath.Join("..data", name), v.path(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return v
+}
+
+// path is the path of file name in the volume.
+func (v *secretVolume) path(name string) string { return filepath.Join(v.dir, name) }
+
+// update replaces the volume's content with files (the same names).
+func (v *secretVolume) update(files map[string]string) {
+	t := v.t
+	t.Helper()
+	v.gen++
+	version := fmt.Sprintf("..%d", v.gen)
+	if err := os.Mkdir(filepath.Join(v.dir, version), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(v.dir, version, name), []byte(content), 0o400); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tmp := filepath.Join(v.dir, "..data_tmp")
+	if err := os.Symlink(version, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(v.dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if v.gen > 1 {
+		if err := os.RemoveAll(filepath.Join(v.dir, fmt.Sprintf("..%d", v.gen-1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // file writes name in the rig's directory and returns its path.
 func (r *rig) file(name, content string) string {
 	p := filepath.Join(r.dir, name)
@@ -329,7 +408,9 @@ func newRig(t *testing.T, extra func(r *rig) []string, caddyfile func(r *rig, st
 	r.leNS = env.Namespace(t)
 	r.internal = r.file("internal.token", "internal-token-old-0123456789abcdef0123456789\n")
 	credFile := r.file("credentials.yaml", fmt.Sprintf("credentials:\n  - {id: cred-a, enabled: true, projectNamespace: %s, clusterId: cluster-a}\n", ns))
-	keys := r.file("keys.yaml", "keys:\n  - {name: a, sha256: "+apikey.Digest("key-a")+", credentialId: cred-a}\n")
+	r.apiKey.Store(oldAPIKey)
+	r.keys = newSecretVolume(t, filepath.Join(r.dir, "corectl-api-keys"), map[string]string{"keys.yaml": keysFile(oldAPIKey)})
+	keys := r.keys.path("keys.yaml")
 	kubeconfig := r.file("kubeconfig", string(env.KubeConfig))
 	feAddr, err := freeport.Addr()
 	if err != nil {
@@ -359,7 +440,7 @@ func newRig(t *testing.T, extra func(r *rig) []string, caddyfile func(r *rig, st
 	// The Service first (the gateway's configuration names it), then the
 	// gateway, then the replicas: a corectl using the gateway's probe
 	// relay checks it before it is ready.
-	r.svc = &service{served: map[string]int{}, flying: map[string]int{}, changed: make(chan struct{})}
+	r.svc = &service{served: map[string]int{}, changed: make(chan struct{}), inFlight: map[string]int{}, finished: make(chan struct{})}
 	r.front = serve(t, r.svc)
 	// The harness's own control API stand-in is not used; it wants an
 	// HS256 key.
@@ -414,11 +495,11 @@ func (r *rig) replica() *corectlProc {
 	return p
 }
 
-// api calls corectl's API through its Service with key-a.
+// api calls corectl's API through its Service with the rig's API key.
 func (r *rig) api(method, path, body string, out any) int {
 	r.t.Helper()
 	req, _ := http.NewRequest(method, r.front+path, strings.NewReader(body))
-	req.Header.Set("X-API-Key", "key-a")
+	req.Header.Set("X-API-Key", r.key())
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		r.t.Fatal(err)
@@ -495,6 +576,18 @@ func (r *rig) dataPlane(ctx context.Context, sb sandbox) (int, string, error) {
 }
 
 var dataPlaneClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
+// replicaTransport carries the Service's requests to the corectl
+// replicas: kept-alive connections, enough for every client at once (a
+// new connection per request would use up the machine's ephemeral ports
+// in a long run). A replica leaves the Service before it stops, so no
+// request is sent on its connections as they close.
+var replicaTransport = &http.Transport{MaxIdleConnsPerHost: 32, IdleConnTimeout: time.Minute}
+
+// keepAliveClient is for the test's own calls to servers that do not
+// restart under them (corectl's Service, a replica still in the clients'
+// set): kept-alive connections, as replicaTransport.
+var keepAliveClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32, IdleConnTimeout: time.Minute}}
 
 // startTraffic sends data-plane requests from 4 goroutines until
 // stopTraffic, each with a sandbox pick returns. Any answer but 200 is a
@@ -578,7 +671,8 @@ func (r *rig) answered(what string, n int, ps ...*corectlProc) {
 }
 
 // rollCorectl replaces each replica in turn: the new process joins the
-// Service once ready and answers before the old one leaves and stops.
+// Service once ready and answers before the old one leaves, and the old
+// one stops once the requests the Service sent it are answered.
 func (r *rig) rollCorectl(step string) {
 	r.phase.Store(step + " corectl roll")
 	for i, old := range r.live {
@@ -587,8 +681,8 @@ func (r *rig) rollCorectl(step string) {
 		r.answered(step+": new replica "+p.name, 20, p)
 		r.live[i] = p
 		r.svc.set(r.live...)
-		if !r.svc.waitIdle(old.name, time.After(wait)) {
-			r.t.Fatalf("%s: %s never finished its requests", step, old.name)
+		if !r.svc.drained(old.name, time.After(wait)) {
+			r.t.Fatalf("%s: requests to %s still in flight after %s", step, old.name, wait)
 		}
 		old.stop(r.t)
 	}
@@ -617,57 +711,6 @@ func authorizerBlock(front, tokenFile string, step int) string {
 	return fmt.Sprintf("authorizer http %s {\n\t\t\tbearer_token_file %s\n\t\t\tcache_ttl 1ns\n\t\t\theader X-Rotation-Step %d\n\t\t}", front, tokenFile, step)
 }
 
-// TestInternalTokenRotationWithProcesses follows docs/runbook.md "Internal
-// token" with two bin/corectl replicas and bin/caddy's authorizer under
-// continuous data-plane traffic: step 1 (token = old, new), step 2 (new,
-// old), step 3 (new), each a roll of both programs. No data-plane request
-// and no authorize request is refused; after each roll every new replica
-// has answered the gateway. At the end the old token is refused, so the
-// rotation did happen.
-func TestInternalTokenRotationWithProcesses(t *testing.T) {
-	const oldTok, newTok = "internal-token-old-0123456789abcdef0123456789", "internal-token-new-0123456789abcdef0123456789"
-	keyFile := filepath.Join(t.TempDir(), "primary.key")
-	writeFile(t, keyFile, "rotation-hmac-secret-0123456789abcdef0123456789")
-	r := newRig(t, func(*rig) []string {
-		return []string{"-token-key-id", "primary", "-token-key-algorithm", "HS256", "-token-key-file", keyFile}
-	}, func(r *rig, step int) string {
-		return strings.Replace(strings.Replace(harness.DefaultCaddyfile, "token_key primary HS256 {{KEY}}", "token_key primary HS256 "+keyFile, 1),
-			"cluster cluster-a {{FIXED_ENTRY}}", "cluster cluster-a {{FIXED_ENTRY}}\n\t\t"+authorizerBlock(r.front, r.internal, step), 1)
-	})
-	writeFile(t, r.internal, oldTok+"\n")
-	sb := r.create(600)
-	r.startTraffic(func() sandbox { return sb })
-	r.answered("before the rotation", 20, r.live...)
-
-	// The runbook's steps, literally. In a cluster both Deployments roll
-	// at once; here steps 1 and 3 roll corectl first, step 2 the gateway
-	// first (each order is safe by the runbook's argument).
-	writeFile(t, r.internal, oldTok+"\n"+newTok+"\n") // 1. token = old, new
-	r.rollCorectl("step 1")
-	r.rollGateway("step 1", 1)
-	writeFile(t, r.internal, newTok+"\n"+oldTok+"\n") // 2. token = new, old
-	r.rollGateway("step 2", 2)
-	r.rollCorectl("step 2")
-	writeFile(t, r.internal, newTok+"\n") // 3. token = new
-	r.rollCorectl("step 3")
-	r.rollGateway("step 3", 3)
-	r.endTraffic()
-
-	// The old token is retired: corectl refuses it now.
-	for _, tok := range []string{oldTok, newTok} {
-		req, _ := http.NewRequest("GET", "http://"+r.live[0].addr+"/internal/v1/authorize?credential=cred-a&sandbox="+sb.id, nil)
-		req.Header.Set("Authorization", "Bearer "+tok)
-		resp, err := dataPlaneClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if want := tok == newTok; (resp.StatusCode != http.StatusUnauthorized) != want {
-			t.Errorf("authorize with the %s token after the rotation = %d", map[bool]string{true: "new", false: "old"}[want], resp.StatusCode)
-		}
-	}
-}
-
 // serve runs h on a loopback port until the test ends and returns its URL.
 func serve(t *testing.T, h http.Handler) string {
 	t.Helper()
@@ -679,404 +722,4 @@ func serve(t *testing.T, h http.Handler) string {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return "http://" + ln.Addr().String()
-}
-
-// ed25519Pair writes a new Ed25519 key pair as openssl writes it (PKCS #8
-// private key, SPKI public key) and returns the two files' contents.
-func ed25519Pair(t *testing.T) (private, public string) {
-	t.Helper()
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p8, err := x509.MarshalPKCS8PrivateKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spki, err := x509.MarshalPKIXPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: p8})), string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: spki}))
-}
-
-// tokenPool is the envd access tokens the traffic uses: the sandbox's and
-// those corectl's connect handed out since, the last 32 of them.
-type tokenPool struct {
-	mu     sync.Mutex
-	tokens []sandbox
-	next   int
-}
-
-func (p *tokenPool) add(sb sandbox) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.tokens = append(p.tokens, sb)
-	if len(p.tokens) > 32 {
-		p.tokens = p.tokens[1:]
-	}
-}
-
-func (p *tokenPool) reset(sb sandbox) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.tokens = []sandbox{sb}
-}
-
-func (p *tokenPool) pick() sandbox {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.next++
-	return p.tokens[p.next%len(p.tokens)]
-}
-
-// TestTokenKeyRotationWithProcesses follows docs/runbook.md "Token key"
-// with an EdDSA pair, the gateway's two token_key lines (the current key
-// and the rotation slot, as in deploy/portal/gateway/Caddyfile), two
-// bin/corectl replicas signing, and data-plane traffic with the tokens
-// corectl hands out (create, and connect calls throughout): step 1 adds
-// the new public key to the slot, step 2 switches the gateway's key, the
-// slot and corectl's signing key in one apply, step 3, once every token of
-// the old key has expired, empties the slot. Every step rolls both
-// programs. No request is refused; a token of the old key is accepted
-// until step 3 and refused after it.
-func TestTokenKeyRotationWithProcesses(t *testing.T) {
-	keys := t.TempDir()
-	gwKey, gwNext, signing := filepath.Join(keys, "key"), filepath.Join(keys, "next"), filepath.Join(keys, "signing.key")
-	priv1, pub1 := ed25519Pair(t)
-	priv2, pub2 := ed25519Pair(t)
-	// The settings (sandgate-settings): SANDGATE_TOKEN_KID, _SLOT_KID,
-	// _SLOT_FILE; out of a rotation the slot repeats "key".
-	var mu sync.Mutex
-	kid, slotKID, slotFile := "k1", "unused-slot", "key"
-	settings := func() (string, string, string) { mu.Lock(); defer mu.Unlock(); return kid, slotKID, slotFile }
-	set := func(k, sk, sf string) { mu.Lock(); defer mu.Unlock(); kid, slotKID, slotFile = k, sk, sf }
-	writeFile(t, gwKey, pub1)
-	writeFile(t, signing, priv1)
-	r := newRig(t, func(*rig) []string {
-		k, _, _ := settings()
-		return []string{"-token-key-id", k, "-token-key-algorithm", "EdDSA", "-token-key-file", signing, "-max-timeout", "180s", "-token-grace", "1s"}
-	}, func(r *rig, step int) string {
-		k, sk, sf := settings()
-		return strings.Replace(strings.Replace(harness.DefaultCaddyfile, "token_key primary HS256 {{KEY}}",
-			fmt.Sprintf("token_key %s EdDSA %s\n\t\ttoken_key %s EdDSA %s", k, gwKey, sk, filepath.Join(keys, sf)), 1),
-			"cluster cluster-a {{FIXED_ENTRY}}", "cluster cluster-a {{FIXED_ENTRY}}\n\t\t"+authorizerBlock(r.front, r.internal, step), 1)
-	})
-	// Traffic: the first sandbox's token, and the tokens connect hands
-	// out, minted by whichever replica answers.
-	first := r.create(60)
-	pool := &tokenPool{}
-	pool.add(first)
-	r.startTraffic(pool.pick)
-	connecting, stopConnect := context.WithCancel(context.Background())
-	var connects sync.WaitGroup
-	var current atomic.Value
-	current.Store(first.id)
-	connects.Add(1)
-	go func() {
-		defer connects.Done()
-		for connecting.Err() == nil {
-			id := current.Load().(string)
-			var got struct{ EnvdAccessToken string }
-			req, _ := http.NewRequestWithContext(connecting, "POST", r.front+"/sandboxes/"+id+"/connect", strings.NewReader(`{"timeout":60}`))
-			req.Header.Set("X-API-Key", "key-a")
-			resp, err := http.DefaultClient.Do(req)
-			if connecting.Err() != nil {
-				return
-			}
-			if err != nil {
-				t.Errorf("connect: %v", err)
-				return
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &got) != nil {
-				t.Errorf("connect = %d %s", resp.StatusCode, b)
-				return
-			}
-			pool.add(sandbox{id, got.EnvdAccessToken})
-		}
-	}()
-	t.Cleanup(func() { stopConnect(); connects.Wait() })
-	r.answered("before the rotation", 20, r.live...)
-
-	// 1. The new public key as the file next, in the slot.
-	writeFile(t, gwNext, pub2)
-	set("k1", "k2", "next")
-	r.rollGateway("step 1", 1)
-	r.rollCorectl("step 1")
-	// 2. In one apply: key = new public key, next = old; corectl signs
-	// with the new private key under k2; the slot holds k1.
-	writeFile(t, gwKey, pub2)
-	writeFile(t, gwNext, pub1)
-	writeFile(t, signing, priv2)
-	set("k2", "k1", "next")
-	r.rollCorectl("step 2")
-	r.rollGateway("step 2", 2)
-
-	// From here new sandboxes and tokens are of k2. A token of the old
-	// key for the new sandbox (as a replica not yet rolled would sign)
-	// is still accepted.
-	// Its end may move to 180 s after its start (-max-timeout), far
-	// beyond step 3, which begins about 60 s from here, however long the
-	// rolls take; with a cap of 60 s it could end during step 3's rolls.
-	second := r.create(60)
-	// The fixed entry stand-in learns the new sandbox from its own watch.
-	if err := kwait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, wait, true, func(ctx context.Context) (bool, error) {
-		code, _, err := r.dataPlane(ctx, second)
-		return err == nil && code == http.StatusOK, nil
-	}); err != nil {
-		t.Fatalf("the second sandbox never answered: %v", err)
-	}
-	current.Store(second.id)
-	oldKeyFile := filepath.Join(t.TempDir(), "old-signing.key")
-	writeFile(t, oldKeyFile, priv1)
-	old, err := token.LoadSigningKey("k1", "EdDSA", oldKeyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	oldTok, err := old.Mint(token.Target{CredentialID: "cred-a", SandboxID: second.id, Port: 49983}, 10*time.Minute, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if code, body, err := r.dataPlane(context.Background(), sandbox{second.id, oldTok}); err != nil || code != http.StatusOK {
-		t.Fatalf("a token of the old key before step 3: %d %s %v", code, body, err)
-	}
-
-	// 3. Wait until every token of the old key has expired (the first
-	// sandbox's: its end, at most -max-timeout after its start, plus
-	// -token-grace): the traffic moves to the new sandbox, as clients of
-	// an ended sandbox do, and the test waits for that time.
-	pool.reset(second)
-	var info struct{ EndAt time.Time }
-	if st := r.api("GET", "/sandboxes/"+first.id, "", &info); st != http.StatusOK {
-		t.Fatalf("GET the first sandbox = %d", st)
-	}
-	<-time.After(time.Until(info.EndAt.Add(time.Second)))
-	set("k2", "unused-slot", "key")
-	if err := os.Remove(gwNext); err != nil {
-		t.Fatal(err)
-	}
-	r.rollGateway("step 3", 3)
-	r.rollCorectl("step 3")
-	stopConnect()
-	connects.Wait()
-	r.endTraffic()
-
-	if code, _, err := r.dataPlane(context.Background(), sandbox{second.id, oldTok}); err != nil || code == http.StatusOK {
-		t.Errorf("a token of the old key after step 3: %d %v, want refused", code, err)
-	}
-}
-
-// nodeAPIGateway is one gateway replica serving the internal node API.
-type nodeAPIGateway struct {
-	proc *gatewayproc.Process
-	stop func() // proc.Stop, once (a second Stop would wait for ever)
-	url  string
-	log  *bytes.Buffer
-	// inUse is read-held by each client request to this gateway, from
-	// its choice to its answer: the roll takes it before stopping the
-	// gateway, as the Service stops sending to a pod before the kubelet
-	// signals it.
-	inUse sync.RWMutex
-}
-
-// TestNodeAPITokenRotationWithProcesses follows docs/runbook.md "Internal
-// node API token" with bin/caddy replicas (each roll starts a new process
-// with the new settings, moves the clients' traffic to it once it listens
-// and stops the old one) and clients calling the internal node API
-// (GET /internal/v1/sandbox-nodes) the whole time: step 1 puts the new
-// token's digest in the slot, step 2 switches every client to the new
-// token, step 3 moves the new digest to the current one and resets the
-// slot to 64 f's. No request is refused; the old token is refused at the
-// end, and neither token appears in a gateway's log.
-func TestNodeAPITokenRotationWithProcesses(t *testing.T) {
-	root := repoRoot(t)
-	caddy := filepath.Join(root, "bin", "caddy")
-	dir := t.TempDir()
-	const oldTok, newTok = "node-api-token-old-0123456789abcdef0123456789", "node-api-token-new-0123456789abcdef0123456789"
-	digest := func(s string) string { sum := sha256.Sum256([]byte(s)); return hex.EncodeToString(sum[:]) }
-	none := strings.Repeat("f", 64)
-	key := filepath.Join(dir, "k1.key")
-	writeFile(t, key, "node-api-rotation-hmac-secret-0123456789abcdef")
-	creds := filepath.Join(dir, "credentials.yaml")
-	writeFile(t, creds, "credentials: []\n")
-	var gens int
-	var all []*nodeAPIGateway
-	start := func(current, slot string) *nodeAPIGateway {
-		gens++
-		gdir := filepath.Join(dir, fmt.Sprintf("gateway-%d", gens))
-		if err := os.MkdirAll(gdir, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		admin, err := freeport.Port()
-		if err != nil {
-			t.Fatal(err)
-		}
-		port, err := freeport.Port()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cf := fmt.Sprintf(`{
-	admin 127.0.0.1:%s
-	auto_https off
-	default_bind 127.0.0.1
-	persist_config off
-	sandgate {
-		token_key k1 HS256 %s
-		credentials file %s
-		nodes {
-			state_dir %s
-		}
-	}
-}
-
-http://127.0.0.1:%s {
-	sandbox_node_api {
-		token_sha256 %s
-		token_sha256 %s
-	}
-}
-`, admin, key, creds, filepath.Join(gdir, "state"), port, current, slot)
-		g := &nodeAPIGateway{url: "http://127.0.0.1:" + port, log: &bytes.Buffer{}}
-		g.proc, err = gatewayproc.Start(caddy, gdir, cf, g.log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g.stop = sync.OnceFunc(g.proc.Stop)
-		t.Cleanup(g.stop)
-		if err := g.proc.WaitListening("127.0.0.1:" + port); err != nil {
-			t.Fatalf("gateway %d: %v\n%s", gens, err, g.log)
-		}
-		all = append(all, g)
-		return g
-	}
-
-	// The clients: GET the node list from the live gateways in turn, with
-	// the token they hold.
-	var mu sync.Mutex
-	live := []*nodeAPIGateway{start(digest(oldTok), none)}
-	clientToken := oldTok
-	phase := "start"
-	var next int
-	var sent, refused atomic.Int64
-	var refusals sync.Map
-	ask := func(ctx context.Context, g *nodeAPIGateway, tok string) (int, error) {
-		req, _ := http.NewRequestWithContext(ctx, "GET", g.url+"/internal/v1/sandbox-nodes", nil)
-		req.Header.Set("Authorization", "Bearer "+tok)
-		resp, err := dataPlaneClient.Do(req)
-		if err != nil {
-			return 0, err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode, nil
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	var clients sync.WaitGroup
-	// served counts the answers of each gateway, to wait for traffic.
-	served := map[*nodeAPIGateway]int{}
-	changed := make(chan struct{})
-	for range 4 {
-		clients.Add(1)
-		go func() {
-			defer clients.Done()
-			for ctx.Err() == nil {
-				mu.Lock()
-				g, tok, ph := live[next%len(live)], clientToken, phase
-				next++
-				g.inUse.RLock()
-				mu.Unlock()
-				code, err := ask(ctx, g, tok)
-				g.inUse.RUnlock()
-				if ctx.Err() != nil {
-					return
-				}
-				sent.Add(1)
-				if err != nil || code != http.StatusOK {
-					refused.Add(1)
-					refusals.Store(fmt.Sprintf("%s: %d %v", ph, code, err), true)
-					continue
-				}
-				mu.Lock()
-				served[g]++
-				close(changed)
-				changed = make(chan struct{})
-				mu.Unlock()
-			}
-		}()
-	}
-	defer func() { stop(); clients.Wait() }()
-	// answered waits until g has answered n more requests.
-	answered := func(g *nodeAPIGateway, n int) {
-		t.Helper()
-		mu.Lock()
-		want := served[g] + n
-		mu.Unlock()
-		deadline := time.After(wait)
-		for {
-			mu.Lock()
-			got, ch := served[g], changed
-			mu.Unlock()
-			if got >= want {
-				return
-			}
-			select {
-			case <-ch:
-			case <-deadline:
-				t.Fatalf("the gateway answered %d requests", got-want+n)
-			}
-		}
-	}
-	// roll replaces the gateway with one of the new settings: it joins
-	// once it listens and has answered, then the old one stops.
-	roll := func(step, current, slot string) {
-		mu.Lock()
-		phase = step + " gateway roll"
-		old := live[0]
-		mu.Unlock()
-		g := start(current, slot)
-		mu.Lock()
-		live = []*nodeAPIGateway{old, g}
-		mu.Unlock()
-		answered(g, 20)
-		mu.Lock()
-		live = []*nodeAPIGateway{g}
-		mu.Unlock()
-		old.inUse.Lock() // no request to it is left
-		old.stop()
-		answered(g, 20)
-		mu.Lock()
-		phase = step + " done"
-		mu.Unlock()
-	}
-	answered(live[0], 20)
-
-	roll("step 1", digest(oldTok), digest(newTok)) // 1. the slot: the new digest
-	mu.Lock()                                      // 2. every client switches to the new token
-	clientToken, phase = newTok, "step 2"
-	g := live[0]
-	mu.Unlock()
-	answered(g, 20)
-	roll("step 3", digest(newTok), none) // 3. the new digest current, the slot 64 f's
-
-	stop()
-	clients.Wait()
-	if n := refused.Load(); n != 0 {
-		var kinds []string
-		refusals.Range(func(k, _ any) bool { kinds = append(kinds, k.(string)); return true })
-		t.Errorf("%d of %d node API requests refused during the rotation: %v", n, sent.Load(), kinds)
-	}
-	t.Logf("%d node API requests, none refused", sent.Load())
-	mu.Lock()
-	g = live[0]
-	mu.Unlock()
-	if code, err := ask(context.Background(), g, oldTok); err != nil || code != http.StatusUnauthorized {
-		t.Errorf("the old token after the rotation: %d %v, want 401", code, err)
-	}
-	for i, g := range all {
-		if s := g.log.String(); strings.Contains(s, oldTok) || strings.Contains(s, newTok) {
-			t.Errorf("gateway %d's log contains a node API token", i+1)
-		}
-	}
 }

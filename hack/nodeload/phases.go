@@ -1,0 +1,292 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// answerLog is the nodes' process's record of when each node got its
+// requests: per node (by index in the node list), in arrival order, the
+// wall-clock times (Unix nanoseconds) at which the request had been read
+// and decoded (sim.Config.Answer was called) and at which its response
+// was built, just before the node writes it. The tool matches the j-th
+// record of node n with the j-th operation it sent to n: operations to
+// one node are len(nodes)/rate seconds apart, so they arrive in order.
+type answerLog struct {
+	mu    sync.Mutex
+	times [][][2]int64
+}
+
+func newAnswerLog(nodes int) *answerLog { return &answerLog{times: make([][][2]int64, nodes)} }
+
+// add records one request of node i.
+func (l *answerLog) add(i int, received, answered int64) {
+	l.mu.Lock()
+	l.times[i] = append(l.times[i], [2]int64{received, answered})
+	l.mu.Unlock()
+}
+
+// save writes the records as JSON to path.
+func (l *answerLog) save(path string) error {
+	l.mu.Lock()
+	data, err := json.Marshal(l.times)
+	l.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o600)
+}
+
+// loadAnswerLog reads a file answerLog.save wrote.
+func loadAnswerLog(path string) ([][][2]int64, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var times [][][2]int64
+	if err := json.Unmarshal(data, &times); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return times, nil
+}
+
+// opTiming is one operation's timeline in wall-clock Unix nanoseconds,
+// all from the same clock (the tool and the nodes' process run on the
+// same machine): due (the schedule's time), sent (the tool began writing
+// the request), received and answered (the node's answerLog record; 0
+// when there is none), done (the tool had read the whole answer).
+type opTiming struct {
+	due, sent, received, answered, done int64
+}
+
+// gcWindow is one garbage collection of a process as its
+// GODEBUG=gctrace=1 line reported it: from start to end, wall clock.
+type gcWindow struct{ start, end int64 }
+
+// gcWatch reads a process's output line by line and keeps, for every
+// gctrace line ("gc N @Xs P%: a+b+c ms clock, …"), the window from the
+// line's arrival less the collection's wall-clock time to its arrival.
+// The runtime prints the line when the collection ends, so the window is
+// late by the pipe's delay, well under a millisecond on an idle CPU. Other
+// lines are passed on to next (nil: dropped).
+type gcWatch struct {
+	next io.Writer
+	// keepGC passes the gctrace lines on to next too.
+	keepGC  bool
+	mu      sync.Mutex
+	partial []byte
+	windows []gcWindow
+}
+
+func (w *gcWatch) Write(p []byte) (int, error) {
+	now := time.Now().UnixNano()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.partial = append(w.partial, p...)
+	for {
+		i := bytes.IndexByte(w.partial, '\n')
+		if i < 0 {
+			break
+		}
+		line := w.partial[:i+1]
+		w.partial = w.partial[i+1:]
+		d, gc := gctraceClock(string(line[:i]))
+		if gc {
+			w.windows = append(w.windows, gcWindow{start: now - int64(d), end: now})
+		}
+		if w.next != nil && (!gc || w.keepGC) {
+			_, _ = w.next.Write(line) // a side channel: a failed write loses the line only
+		}
+	}
+	return len(p), nil
+}
+
+// snapshot returns the windows so far.
+func (w *gcWatch) snapshot() []gcWindow {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.windows)
+}
+
+// gctraceClock returns the wall-clock length of the collection a
+// GODEBUG=gctrace=1 line reports: the sum of its "a+b+c ms clock" phases
+// (sweep termination, concurrent mark, mark termination).
+func gctraceClock(line string) (time.Duration, bool) {
+	if !strings.HasPrefix(line, "gc ") {
+		return 0, false
+	}
+	_, rest, ok := strings.Cut(line, "%: ")
+	if !ok {
+		return 0, false
+	}
+	clock, _, ok := strings.Cut(rest, " ms clock")
+	if !ok {
+		return 0, false
+	}
+	var total float64
+	for _, f := range strings.Split(clock, "+") {
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			return 0, false
+		}
+		total += v
+	}
+	return time.Duration(total * float64(time.Millisecond)), true
+}
+
+// overlaps reports whether [from, to] meets one of the windows.
+func overlaps(ws []gcWindow, from, to int64) bool {
+	for _, w := range ws {
+		if w.start <= to && from <= w.end {
+			return true
+		}
+	}
+	return false
+}
+
+// phaseReport prints where the operations' time went: the quantiles of
+// each segment of the timeline (send delay: due → sent; out: sent → the
+// node had read the request, i.e. the tool's write, the gateway's HTTP
+// server, API handler and hub, its WebSocket write and the nodes'
+// process's read and decode; node: building the response; back: the
+// node's write, the gateway's read, decode and HTTP answer, the tool's
+// read), then for the operations at or over the round trip's p99 the
+// median of each segment and how many of them overlapped a collection of
+// the gateway or of the nodes' process (with the share of all operations
+// that did, for comparison). It returns the result-line figures.
+func phaseReport(w io.Writer, ops []opTiming, gw, nodes []gcWindow) result {
+	r := result{}
+	var full []opTiming
+	for _, o := range ops {
+		if o.received != 0 && o.done != 0 {
+			full = append(full, o)
+		}
+	}
+	if len(full) == 0 {
+		fmt.Fprintln(w, "phases: no operation has a node record")
+		return r
+	}
+	type seg struct {
+		name string
+		of   func(opTiming) int64
+	}
+	segs := []seg{
+		{"send delay", func(o opTiming) int64 { return o.sent - o.due }},
+		{"out (tool write → gateway → node read)", func(o opTiming) int64 { return o.received - o.sent }},
+		{"node", func(o opTiming) int64 { return o.answered - o.received }},
+		{"back (node write → gateway → tool read)", func(o opTiming) int64 { return o.done - o.answered }},
+	}
+	q := func(v []int64, p float64) time.Duration {
+		i := min(len(v)-1, max(0, int(float64(len(v))*p/100+0.5)-1))
+		return time.Duration(v[i]).Round(time.Microsecond)
+	}
+	fmt.Fprintf(w, "phases of %d operations (wall clock shared by the processes):\n", len(full))
+	keys := []string{"delay", "out", "node", "back"}
+	for k, s := range segs {
+		v := make([]int64, len(full))
+		for i, o := range full {
+			v[i] = s.of(o)
+		}
+		slices.Sort(v)
+		fmt.Fprintf(w, "  %-42s p50 %s, p99 %s, p99.9 %s, max %s\n", s.name, q(v, 50), q(v, 99), q(v, 99.9), time.Duration(v[len(v)-1]))
+		r["phase_"+keys[k]+"_p99_ms"] = ms(q(v, 99))
+	}
+	// The slowest 1 %: their segments and the collections they met.
+	slices.SortFunc(full, func(a, b opTiming) int { return int((a.done - a.due) - (b.done - b.due)) })
+	tail := full[len(full)-max(1, len(full)/100):]
+	count := func(set []opTiming, ws []gcWindow) int {
+		n := 0
+		for _, o := range set {
+			if overlaps(ws, o.due, o.done) {
+				n++
+			}
+		}
+		return n
+	}
+	fmt.Fprintf(w, "  the slowest 1%% (%d operations, round trip ≥ %s):", len(tail), time.Duration(tail[0].done-tail[0].due).Round(time.Microsecond))
+	for k, s := range segs {
+		v := make([]int64, len(tail))
+		for i, o := range tail {
+			v[i] = s.of(o)
+		}
+		slices.Sort(v)
+		fmt.Fprintf(w, " %s median %s;", keys[k], q(v, 50))
+		r["tail_"+keys[k]+"_ms"] = ms(q(v, 50))
+	}
+	fmt.Fprintln(w)
+	if gw != nil || nodes != nil {
+		tg, tn := count(tail, gw), count(tail, nodes)
+		ag, an := count(full, gw), count(full, nodes)
+		// The phase: from the first scheduled send to the last answer.
+		from, to := full[0].due, full[0].done
+		for _, o := range full {
+			from, to = min(from, o.due), max(to, o.done)
+		}
+		inPhase := func(ws []gcWindow) int {
+			n := 0
+			for _, w := range ws {
+				if w.start <= to && from <= w.end {
+					n++
+				}
+			}
+			return n
+		}
+		fmt.Fprintf(w, "  collections (gctrace): gateway %d in the run, %d in the dispatch phase; nodes' process %d, %d; of the slowest 1%%, %.0f%% overlap a gateway collection (%.1f%% of all operations do), %.0f%% a collection of the nodes' process (%.1f%% of all)\n",
+			len(gw), inPhase(gw), len(nodes), inPhase(nodes), 100*float64(tg)/float64(len(tail)), 100*float64(ag)/float64(len(full)),
+			100*float64(tn)/float64(len(tail)), 100*float64(an)/float64(len(full)))
+		r["phase_gw_gcs"], r["phase_nodes_gcs"] = float64(inPhase(gw)), float64(inPhase(nodes))
+		r["tail_gw_gc_pct"], r["tail_nodes_gc_pct"] = 100*float64(tg)/float64(len(tail)), 100*float64(tn)/float64(len(tail))
+	}
+	return r
+}
+
+// phases is what the tool gathers after a dispatch phase to break the
+// round trip down: the nodes' answerLog and, with -gctrace, the
+// collections of the gateway and of the nodes' process.
+type phases struct {
+	answers        [][][2]int64
+	gateway, nodes []gcWindow
+}
+
+// runDelay is the time the threads of process pid have spent runnable
+// but waiting for a CPU, summed over its threads now alive: the second
+// field of each /proc/<pid>/task/<tid>/schedstat (nanoseconds; the
+// kernel's scheduler statistics). A thread that ended in between takes
+// its share with it, so over a phase the difference is a lower bound.
+func runDelay(pid int) (time.Duration, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, t := range tasks {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if err != nil {
+			continue // the thread ended
+		}
+		v, err := parseSchedstat(string(data))
+		if err != nil {
+			return 0, err
+		}
+		total += v
+	}
+	return time.Duration(total), nil
+}
+
+// parseSchedstat returns the run-queue wait, the second of the three
+// numbers of a schedstat file ("<on cpu ns> <waiting ns> <timeslices>").
+func parseSchedstat(s string) (int64, error) {
+	f := strings.Fields(s)
+	if len(f) != 3 {
+		return 0, fmt.Errorf("schedstat %q: want three fields", s)
+	}
+	return strconv.ParseInt(f[1], 10, 64)
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestGctraceClock: the wall-clock length of a collection is the sum of
+// the three "ms clock" phases of a Go 1.26 gctrace line; other lines are
+// not collections.
+func TestGctraceClock(t *testing.T) {
+	d, ok := gctraceClock("gc 12 @34.567s 2%: 0.11+45+0.020 ms clock, 0.22+1.0/40/0+0.04 ms cpu, 300->310->70 MB, 350 MB goal, 0 MB stacks, 0 MB globals, 1 P")
+	if !ok || d != 45130*time.Microsecond {
+		t.Fatalf("gctraceClock = %s, %v; want 45.13ms, true", d, ok)
+	}
+	for _, line := range []string{"", "gc", "gcx 1 @0.1s 0%: 1+1+1 ms clock", "gc 1 @0.1s 0%: 1+x+1 ms clock", `{"level":"warn"}`} {
+		if _, ok := gctraceClock(line); ok {
+			t.Errorf("gctraceClock(%q) took it for a collection", line)
+		}
+	}
+}
+
+// TestGCWatchKeepsWindowsAndPassesOtherLines: a gctrace line split over
+// writes gives one window ending when its last byte arrived; other lines
+// go on to next, and the gctrace lines too only with keepGC.
+func TestGCWatchKeepsWindowsAndPassesOtherLines(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		var out bytes.Buffer
+		w := &gcWatch{next: &out, keepGC: keep}
+		before := time.Now().UnixNano()
+		for _, p := range []string{"hello\ngc 1 @0.5s 1%: 1+", "2+3 ms clock, 1 P\nbye", "\n"} {
+			if n, err := w.Write([]byte(p)); n != len(p) || err != nil {
+				t.Fatalf("Write = %d, %v", n, err)
+			}
+		}
+		ws := w.snapshot()
+		if len(ws) != 1 || ws[0].end-ws[0].start != int64(6*time.Millisecond) || ws[0].end < before {
+			t.Fatalf("windows %v; want one of 6 ms ending after %d", ws, before)
+		}
+		want := "hello\nbye\n"
+		if keep {
+			want = "hello\ngc 1 @0.5s 1%: 1+2+3 ms clock, 1 P\nbye\n"
+		}
+		if out.String() != want {
+			t.Errorf("keepGC %v: passed on %q, want %q", keep, out.String(), want)
+		}
+	}
+}
+
+// TestAnswerLogRoundTrip: what the nodes' process saves the tool loads,
+// per node in arrival order.
+func TestAnswerLogRoundTrip(t *testing.T) {
+	l := newAnswerLog(3)
+	l.add(2, 10, 11)
+	l.add(0, 20, 21)
+	l.add(2, 30, 32)
+	path := filepath.Join(t.TempDir(), "answers.json")
+	if err := l.save(path); err != nil {
+		t.Fatal(err)
+	}
+	got, err := loadAnswerLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || len(got[0]) != 1 || len(got[1]) != 0 || len(got[2]) != 2 || got[2][1] != [2]int64{30, 32} || got[0][0] != [2]int64{20, 21} {
+		t.Fatalf("loaded %v", got)
+	}
+}
+
+// TestPhaseReportNamesTheSlowSegment: with one operation in a hundred
+// slow on its way back during a gateway collection, the tail's median
+// "back" is that delay, the other segments stay the fast ones, every
+// slow operation overlapped the collection, and so did the two sent in
+// the 20 ms after each slow one (3 % of all).
+func TestPhaseReportNamesTheSlowSegment(t *testing.T) {
+	ms := int64(time.Millisecond)
+	var ops []opTiming
+	var gc []gcWindow
+	for i := range 1000 {
+		due := int64(i) * 10 * ms
+		o := opTiming{due: due, sent: due + ms/10, received: due + ms/2, answered: due + ms/2 + ms/100, done: due + ms}
+		if i%100 == 0 {
+			o.done += 20 * ms
+			gc = append(gc, gcWindow{start: o.answered, end: o.done})
+		}
+		ops = append(ops, o)
+	}
+	var out bytes.Buffer
+	r := phaseReport(&out, ops, gc, nil)
+	if r["tail_back_ms"] != 20.49 || r["tail_out_ms"] != 0.4 || r["tail_delay_ms"] != 0.1 {
+		t.Errorf("tail medians %v; want back 20.49, out 0.4, delay 0.1 ms\n%s", r, out.String())
+	}
+	if r["tail_gw_gc_pct"] != 100 || r["tail_nodes_gc_pct"] != 0 {
+		t.Errorf("tail overlapping collections %v; want 100%% gateway, 0%% nodes\n%s", r, out.String())
+	}
+	if r["phase_gw_gcs"] != 10 || r["phase_nodes_gcs"] != 0 {
+		t.Errorf("collections in the phase: gateway %v, nodes %v; want 10, 0", r["phase_gw_gcs"], r["phase_nodes_gcs"])
+	}
+	if !strings.Contains(out.String(), "(3.0% of all operations do)") {
+		t.Errorf("report does not give the share of all operations overlapping:\n%s", out.String())
+	}
+}
+
+// TestRunDelay: the schedstat line's second field is the wait; a line of
+// another shape is an error; this process's own threads give a figure.
+func TestRunDelay(t *testing.T) {
+	if v, err := parseSchedstat("169531844 57402846 419\n"); err != nil || v != 57402846 {
+		t.Fatalf("parseSchedstat = %d, %v; want 57402846", v, err)
+	}
+	for _, bad := range []string{"", "1 2", "1 x 3", "1 2 3 4"} {
+		if _, err := parseSchedstat(bad); err == nil {
+			t.Errorf("parseSchedstat(%q) took it", bad)
+		}
+	}
+	if _, err := runDelay(os.Getpid()); err != nil {
+		t.Fatalf("runDelay(self): %v", err)
+	}
+}

@@ -1,0 +1,234 @@
+package rotation
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/hack/gatewayproc"
+	"github.com/sandgate/sandgate/internal/freeport"
+)
+
+// nodeAPIGateway is one gateway replica serving the internal node API.
+type nodeAPIGateway struct {
+	proc *gatewayproc.Process
+	stop func() // proc.Stop, once (a second Stop would wait for ever)
+	url  string
+	log  *bytes.Buffer
+	// inUse is read-held by each client request to this gateway, from
+	// its choice to its answer: the roll takes it before stopping the
+	// gateway, as the Service stops sending to a pod before the kubelet
+	// signals it.
+	inUse sync.RWMutex
+}
+
+// TestNodeAPITokenRotationWithProcesses follows docs/runbook.md "Internal
+// node API token" with bin/caddy replicas (each roll starts a new process
+// with the new settings, moves the clients' traffic to it once it listens
+// and stops the old one) and clients calling the internal node API
+// (GET /internal/v1/sandbox-nodes) the whole time: step 1 puts the new
+// token's digest in the slot, step 2 switches every client to the new
+// token, step 3 moves the new digest to the current one and resets the
+// slot to 64 f's. No request is refused; the old token is refused at the
+// end, and neither token appears in a gateway's log.
+func TestNodeAPITokenRotationWithProcesses(t *testing.T) {
+	root := repoRoot(t)
+	caddy := filepath.Join(root, "bin", "caddy")
+	dir := t.TempDir()
+	const oldTok, newTok = "node-api-token-old-0123456789abcdef0123456789", "node-api-token-new-0123456789abcdef0123456789"
+	digest := func(s string) string { sum := sha256.Sum256([]byte(s)); return hex.EncodeToString(sum[:]) }
+	none := strings.Repeat("f", 64)
+	key := filepath.Join(dir, "k1.key")
+	writeFile(t, key, "node-api-rotation-hmac-secret-0123456789abcdef")
+	creds := filepath.Join(dir, "credentials.yaml")
+	writeFile(t, creds, "credentials: []\n")
+	var gens int
+	var all []*nodeAPIGateway
+	start := func(current, slot string) *nodeAPIGateway {
+		gens++
+		gdir := filepath.Join(dir, fmt.Sprintf("gateway-%d", gens))
+		if err := os.MkdirAll(gdir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		admin, err := freeport.Port()
+		if err != nil {
+			t.Fatal(err)
+		}
+		port, err := freeport.Port()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cf := fmt.Sprintf(`{
+	admin 127.0.0.1:%s
+	auto_https off
+	default_bind 127.0.0.1
+	persist_config off
+	sandgate {
+		token_key k1 HS256 %s
+		credentials file %s
+		nodes {
+			state_dir %s
+		}
+	}
+}
+
+http://127.0.0.1:%s {
+	sandbox_node_api {
+		token_sha256 %s
+		token_sha256 %s
+	}
+}
+`, admin, key, creds, filepath.Join(gdir, "state"), port, current, slot)
+		g := &nodeAPIGateway{url: "http://127.0.0.1:" + port, log: &bytes.Buffer{}}
+		g.proc, err = gatewayproc.Start(caddy, gdir, cf, g.log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.stop = sync.OnceFunc(g.proc.Stop)
+		t.Cleanup(g.stop)
+		if err := g.proc.WaitListening("127.0.0.1:" + port); err != nil {
+			t.Fatalf("gateway %d: %v\n%s", gens, err, g.log)
+		}
+		all = append(all, g)
+		return g
+	}
+
+	// The clients: GET the node list from the live gateways in turn, with
+	// the token they hold.
+	var mu sync.Mutex
+	live := []*nodeAPIGateway{start(digest(oldTok), none)}
+	clientToken := oldTok
+	phase := "start"
+	var next int
+	var sent, refused atomic.Int64
+	var refusals sync.Map
+	ask := func(ctx context.Context, g *nodeAPIGateway, tok string) (int, error) {
+		req, _ := http.NewRequestWithContext(ctx, "GET", g.url+"/internal/v1/sandbox-nodes", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := dataPlaneClient.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	var clients sync.WaitGroup
+	// served counts the answers of each gateway, to wait for traffic.
+	served := map[*nodeAPIGateway]int{}
+	changed := make(chan struct{})
+	for range 4 {
+		clients.Add(1)
+		go func() {
+			defer clients.Done()
+			for ctx.Err() == nil {
+				mu.Lock()
+				g, tok, ph := live[next%len(live)], clientToken, phase
+				next++
+				g.inUse.RLock()
+				mu.Unlock()
+				code, err := ask(ctx, g, tok)
+				g.inUse.RUnlock()
+				if ctx.Err() != nil {
+					return
+				}
+				sent.Add(1)
+				if err != nil || code != http.StatusOK {
+					refused.Add(1)
+					refusals.Store(fmt.Sprintf("%s: %d %v", ph, code, err), true)
+					continue
+				}
+				mu.Lock()
+				served[g]++
+				close(changed)
+				changed = make(chan struct{})
+				mu.Unlock()
+			}
+		}()
+	}
+	defer func() { stop(); clients.Wait() }()
+	// answered waits until g has answered n more requests.
+	answered := func(g *nodeAPIGateway, n int) {
+		t.Helper()
+		mu.Lock()
+		want := served[g] + n
+		mu.Unlock()
+		deadline := time.After(wait)
+		for {
+			mu.Lock()
+			got, ch := served[g], changed
+			mu.Unlock()
+			if got >= want {
+				return
+			}
+			select {
+			case <-ch:
+			case <-deadline:
+				t.Fatalf("the gateway answered %d requests", got-want+n)
+			}
+		}
+	}
+	// roll replaces the gateway with one of the new settings: it joins
+	// once it listens and has answered, then the old one stops.
+	roll := func(step, current, slot string) {
+		mu.Lock()
+		phase = step + " gateway roll"
+		old := live[0]
+		mu.Unlock()
+		g := start(current, slot)
+		mu.Lock()
+		live = []*nodeAPIGateway{old, g}
+		mu.Unlock()
+		answered(g, 20)
+		mu.Lock()
+		live = []*nodeAPIGateway{g}
+		mu.Unlock()
+		old.inUse.Lock() // no request to it is left
+		old.stop()
+		answered(g, 20)
+		mu.Lock()
+		phase = step + " done"
+		mu.Unlock()
+	}
+	answered(live[0], 20)
+
+	roll("step 1", digest(oldTok), digest(newTok)) // 1. the slot: the new digest
+	mu.Lock()                                      // 2. every client switches to the new token
+	clientToken, phase = newTok, "step 2"
+	g := live[0]
+	mu.Unlock()
+	answered(g, 20)
+	roll("step 3", digest(newTok), none) // 3. the new digest current, the slot 64 f's
+
+	stop()
+	clients.Wait()
+	if n := refused.Load(); n != 0 {
+		var kinds []string
+		refusals.Range(func(k, _ any) bool { kinds = append(kinds, k.(string)); return true })
+		t.Errorf("%d of %d node API requests refused during the rotation: %v", n, sent.Load(), kinds)
+	}
+	t.Logf("%d node API requests, none refused", sent.Load())
+	mu.Lock()
+	g = live[0]
+	mu.Unlock()
+	if code, err := ask(context.Background(), g, oldTok); err != nil || code != http.StatusUnauthorized {
+		t.Errorf("the old token after the rotation: %d %v, want 401", code, err)
+	}
+	for i, g := range all {
+		if s := g.log.String(); strings.Contains(s, oldTok) || strings.Contains(s, newTok) {
+			t.Errorf("gateway %d's log contains a node API token", i+1)
+		}
+	}
+}
