@@ -340,6 +340,21 @@ func TestJSONConfigErrors(t *testing.T) {
 			sg(cfg)["clusters"].(obj)["cluster-b"] = obj{"fixed_entry": "http://10.0.0.5",
 				"execd_access_token": "{file." + filepath.Join(f.dir, "no-such-token") + "}"}
 		}, []string{`cluster "cluster-b"`, "execd_access_token", "no-such-token", "is empty"}},
+		{"extra_execd_token_secrets without execd_token_secret", func(cfg obj) {
+			sg(cfg)["clusters"].(obj)["cluster-b"] = obj{"fixed_entry": "http://10.0.0.5",
+				"extra_execd_token_secrets": []any{"{env.SANDGATE_TEST_UNSET_SECRET}"}}
+		}, []string{`cluster "cluster-b"`, "extra_execd_token_secrets needs execd_token_secret"}},
+		{"a short extra execd token secret", func(cfg obj) {
+			long, short := filepath.Join(f.dir, "execd-secret-long"), filepath.Join(f.dir, "execd-secret-short")
+			writeFile(t, long, strings.Repeat("l", 32))
+			writeFile(t, short, "short")
+			sg(cfg)["clusters"].(obj)["cluster-b"] = obj{"fixed_entry": "http://10.0.0.5", "execd_token_secret": "{file." + long + "}",
+				"extra_execd_token_secrets": []any{"{file." + short + "}"}}
+		}, []string{`cluster "cluster-b"`, "extra_execd_token_secrets[0]", "at least 32 bytes"}},
+		{"five execd token secrets", func(cfg obj) {
+			sg(cfg)["clusters"].(obj)["cluster-b"] = obj{"fixed_entry": "http://10.0.0.5", "execd_token_secret": "{env.A}",
+				"extra_execd_token_secrets": []any{"{env.B}", "{env.C}", "{env.D}", "{env.E}"}}
+		}, []string{`cluster "cluster-b"`, "at most 4 execd token secrets per cluster"}},
 		{"e2b_dataplane transport of another protocol", func(cfg obj) {
 			handlerOf(cfg)["transport"] = obj{"protocol": "sandgate_test_other"}
 		}, []string{"e2b_dataplane", "not supported", "use transport http"}},

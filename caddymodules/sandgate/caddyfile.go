@@ -11,6 +11,7 @@ import (
 	"github.com/sandgate/sandgate/caddymodules/internal/nodeconfig"
 	"github.com/sandgate/sandgate/caddymodules/internal/secret"
 	"github.com/sandgate/sandgate/gateway/dataplane"
+	"github.com/sandgate/sandgate/gateway/execdtoken"
 )
 
 func init() {
@@ -40,7 +41,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //		authorizer <source> ...
 //		cluster <id> <fixed_entry> {
 //			execd_access_token <{env.NAME} or {file./path}>
-//			execd_token_secret <{env.NAME} or {file./path}>
+//			execd_token_secret <{env.NAME} or {file./path}>   # may repeat (rotation)
 //			host <name[:port]>
 //		}
 //		nodes {
@@ -181,22 +182,27 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				switch d.Val() {
 				case "execd_access_token", "execd_token_secret":
 					name := d.Val()
-					field := &c.ExecdAccessToken
-					if name == "execd_token_secret" {
-						field = &c.ExecdTokenSecret
-					}
-					if *field != "" {
-						return d.Err(name + " already specified")
-					}
 					if !d.NextArg() {
 						return d.ArgErr()
 					}
-					*field = d.Val()
+					v := d.Val()
 					if d.NextArg() {
 						return d.ArgErr()
 					}
-					if err := secret.Check(name, *field); err != nil {
+					if err := secret.Check(name, v); err != nil {
 						return d.Err(err.Error())
+					}
+					switch {
+					case name == "execd_access_token" && c.ExecdAccessToken != "":
+						return d.Err(name + " already specified")
+					case name == "execd_access_token":
+						c.ExecdAccessToken = v
+					case c.ExecdTokenSecret == "":
+						c.ExecdTokenSecret = v
+					case 1+len(c.ExtraExecdTokenSecrets) >= execdtoken.MaxSecrets:
+						return d.Errf("at most %d execd_token_secret lines per cluster", execdtoken.MaxSecrets)
+					default:
+						c.ExtraExecdTokenSecrets = append(c.ExtraExecdTokenSecrets, v)
 					}
 					if c.ExecdAccessToken != "" && c.ExecdTokenSecret != "" {
 						return d.Err("execd_access_token and execd_token_secret exclude each other")

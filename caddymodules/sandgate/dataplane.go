@@ -55,6 +55,15 @@ type Cluster struct {
 	// share a token and no sandbox sees the secret. A placeholder like
 	// ExecdAccessToken, resolving to at least 32 bytes. Default: none.
 	ExecdTokenSecret string `json:"execd_token_secret,omitempty"`
+	// ExtraExecdTokenSecrets are further secrets like ExecdTokenSecret,
+	// held during a rotation (docs/runbook.md "Execd token secret"): the
+	// sandboxes created under the old secret and those created under the
+	// new one run at once, and each sandbox is sent the token its execd
+	// accepts (execdtoken.Chooser; ExecdTokenSecret's is tried first). In
+	// the Caddyfile, the second and later execd_token_secret lines. At
+	// most execdtoken.MaxSecrets-1; each a placeholder of at least 32
+	// bytes. Default: none.
+	ExtraExecdTokenSecrets []string `json:"extra_execd_token_secrets,omitempty"`
 	// Host is the Host header of every request to the fixed entry: the
 	// data plane's and the probes it relays for corectl
 	// (fixed_entry_probe). It must be the host of the fixed entry's
@@ -65,10 +74,10 @@ type Cluster struct {
 	// provision. Default: the fixed entry URL's host and port.
 	Host string `json:"host,omitempty"`
 
-	fixedEntry  *url.URL
-	token       string
-	tokenSecret []byte
-	host        string
+	fixedEntry   *url.URL
+	token        string
+	tokenSecrets [][]byte
+	host         string
 }
 
 func (c *Cluster) provision(repl *caddy.Replacer) error {
@@ -86,14 +95,27 @@ func (c *Cluster) provision(repl *caddy.Replacer) error {
 	if c.ExecdTokenSecret != "" && c.ExecdAccessToken != "" {
 		return errors.New("execd_access_token and execd_token_secret exclude each other")
 	}
-	s, err := secret.Resolve(repl, "execd_token_secret", c.ExecdTokenSecret)
-	if err != nil || s == "" {
-		return err
+	if len(c.ExtraExecdTokenSecrets) > 0 && c.ExecdTokenSecret == "" {
+		return errors.New("extra_execd_token_secrets needs execd_token_secret")
 	}
-	if err := execdtoken.Check([]byte(s)); err != nil {
-		return fmt.Errorf("execd_token_secret: %w", err)
+	if 1+len(c.ExtraExecdTokenSecrets) > execdtoken.MaxSecrets {
+		return fmt.Errorf("at most %d execd token secrets per cluster", execdtoken.MaxSecrets)
 	}
-	c.tokenSecret = []byte(s)
+	c.tokenSecrets = nil
+	for i, v := range append([]string{c.ExecdTokenSecret}, c.ExtraExecdTokenSecrets...) {
+		name := "execd_token_secret"
+		if i > 0 {
+			name = fmt.Sprintf("extra_execd_token_secrets[%d]", i-1)
+		}
+		s, err := secret.Resolve(repl, name, v)
+		if err != nil || s == "" {
+			return err
+		}
+		if err := execdtoken.Check([]byte(s)); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		c.tokenSecrets = append(c.tokenSecrets, []byte(s))
+	}
 	return nil
 }
 
@@ -113,7 +135,7 @@ func (a *App) Cluster(id string) (dataplane.Cluster, bool) {
 	if !ok || c == nil || c.fixedEntry == nil {
 		return dataplane.Cluster{}, false
 	}
-	return dataplane.Cluster{ID: id, FixedEntry: c.fixedEntry, ExecdAccessToken: c.token, ExecdTokenSecret: c.tokenSecret, Host: c.host}, true
+	return dataplane.Cluster{ID: id, FixedEntry: c.fixedEntry, ExecdAccessToken: c.token, ExecdTokenSecrets: c.tokenSecrets, Host: c.host}, true
 }
 
 // FixedEntries returns every provisioned cluster's fixed entry, the
@@ -123,7 +145,7 @@ func (a *App) FixedEntries() map[string]entryprobe.Target {
 	out := make(map[string]entryprobe.Target, len(a.Clusters))
 	for id, c := range a.Clusters {
 		if c != nil && c.fixedEntry != nil {
-			out[id] = entryprobe.Target{FixedEntry: c.fixedEntry, Host: c.host, ExecdAccessToken: c.token, ExecdTokenSecret: c.tokenSecret}
+			out[id] = entryprobe.Target{FixedEntry: c.fixedEntry, Host: c.host, ExecdAccessToken: c.token, ExecdTokenSecrets: c.tokenSecrets}
 		}
 	}
 	return out

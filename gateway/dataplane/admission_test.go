@@ -81,12 +81,41 @@ func TestExecdTokenPerSandbox(t *testing.T) {
 	} {
 		e := newTestEnvDeps(t, func(d *Deps) {
 			cl := d.Clusters.(fakeClusters)["cluster-a"]
-			cl.ExecdTokenSecret = secret
+			cl.ExecdTokenSecrets = [][]byte{secret}
 			d.Clusters = fakeClusters{"cluster-a": cl}
 		}, func(_ *Config, x *execdstub.Config) { x.AccessToken = c.execdToken })
 		resp, body := e.unary("ListDir", `{"path":"/home/user"}`)
 		if resp.StatusCode != c.status || (c.status != 200 && resp.Header.Get("Sandgate-Error-Code") != string(CodeExecdUnauthorized)) {
 			t.Fatalf("execd holding %.8s…: %d %s", c.execdToken, resp.StatusCode, body)
+		}
+	}
+}
+
+// TestExecdTokenSecretsDuringRotation: with two secrets (a rotation),
+// a sandbox whose execd was started with either secret's token is served,
+// each request sending the token its execd accepts; a sandbox whose execd
+// holds neither is refused EXECD_UNAUTHORIZED, as with one secret.
+func TestExecdTokenSecretsDuringRotation(t *testing.T) {
+	oldSecret, newSecret := []byte(strings.Repeat("o", 32)), []byte(strings.Repeat("n", 32))
+	for _, c := range []struct {
+		name       string
+		execdToken string
+		status     int
+	}{
+		{"old", execdtoken.Derive(oldSecret, testSandbox), http.StatusOK},
+		{"new", execdtoken.Derive(newSecret, testSandbox), http.StatusOK},
+		{"neither", execdtoken.Derive(newSecret, "another-sandbox"), http.StatusInternalServerError},
+	} {
+		e := newTestEnvDeps(t, func(d *Deps) {
+			cl := d.Clusters.(fakeClusters)["cluster-a"]
+			cl.ExecdTokenSecrets = [][]byte{oldSecret, newSecret}
+			d.Clusters = fakeClusters{"cluster-a": cl}
+		}, func(_ *Config, x *execdstub.Config) { x.AccessToken = c.execdToken })
+		for range 3 {
+			resp, body := e.unary("ListDir", `{"path":"/home/user"}`)
+			if resp.StatusCode != c.status || (c.status != 200 && resp.Header.Get("Sandgate-Error-Code") != string(CodeExecdUnauthorized)) {
+				t.Fatalf("execd started with the %s secret's token: %d %s", c.name, resp.StatusCode, body)
+			}
 		}
 	}
 }

@@ -230,9 +230,13 @@ type Cluster struct {
 	// one token for every sandbox of the cluster, which a sandbox's root
 	// can read (docs/dataplane.md "Threat model").
 	ExecdAccessToken string
-	// ExecdTokenSecret, if set (instead of ExecdAccessToken), derives each
-	// sandbox's own token: execdtoken.Derive(ExecdTokenSecret, sandboxID).
-	ExecdTokenSecret []byte
+	// ExecdTokenSecrets, if set (instead of ExecdAccessToken), derive each
+	// sandbox's own token: execdtoken.Derive(secret, sandboxID). With one
+	// secret it is that secret's; with several (a rotation, at most
+	// execdtoken.MaxSecrets) it is the one the sandbox's execd accepts,
+	// found with execd's /ping after the request's checks passed and
+	// remembered per sandbox (execdtoken.Chooser).
+	ExecdTokenSecrets [][]byte
 	// Host, if set, is the Host header of every request to the fixed
 	// entry (the host of the managed Ingresses' rules); empty sends the
 	// fixed entry URL's host.
@@ -298,6 +302,9 @@ type Handler struct {
 	// upstream counts the calls decoding execd answers (per sandbox);
 	// processCalls the calls reading process records (per credential).
 	upstream, processCalls *admission.Limiter
+	// execdTokens remembers which of a cluster's execd token secrets each
+	// sandbox's execd accepts, when a cluster has several.
+	execdTokens *execdtoken.Chooser
 }
 
 // New returns a Handler. It returns an error if a dependency is missing or
@@ -329,7 +336,7 @@ func New(cfg Config, deps Deps) (*Handler, error) {
 	xc := *deps.Execd
 	xc.MaxListingBytes, xc.MaxListingEntries = cfg.MaxListingBytes, cfg.MaxListingEntries
 	deps.Execd = &xc
-	return &Handler{cfg: cfg, deps: deps,
+	return &Handler{cfg: cfg, deps: deps, execdTokens: &execdtoken.Chooser{},
 		upstream:     admission.New(cfg.MaxUpstreamCalls, cfg.MaxUpstreamCallsPerSandbox),
 		processCalls: admission.New(cfg.MaxUpstreamCalls, cfg.MaxProcessCallsPerCredential)}, nil
 }
@@ -570,6 +577,10 @@ func (h *Handler) finish(ctx context.Context, op string, rq *request, e *Error, 
 	if e != nil {
 		out.Code = e.Code
 		level = zapcore.InfoLevel
+		if e.Code == CodeExecdUnauthorized && len(rq.cluster.ExecdTokenSecrets) > 1 {
+			// The next request asks execd again which secret is its.
+			h.execdTokens.Forget(rq.cluster.ID, rq.sandboxID)
+		}
 	}
 	if h.deps.Observe != nil {
 		h.deps.Observe(out)
@@ -665,10 +676,29 @@ func (h *Handler) authorize(r *http.Request, rq *request) *Error {
 	}
 	rq.cluster = cl
 	rq.target = execd.Target{FixedEntry: cl.FixedEntry, SandboxID: rq.sandboxID, AccessToken: cl.ExecdAccessToken, Host: cl.Host}
-	if len(cl.ExecdTokenSecret) > 0 {
-		rq.target.AccessToken = execdtoken.Derive(cl.ExecdTokenSecret, rq.sandboxID)
+	if len(cl.ExecdTokenSecrets) == 1 {
+		rq.target.AccessToken = execdtoken.Derive(cl.ExecdTokenSecrets[0], rq.sandboxID)
 	}
-	return h.authorizeSandbox(r.Context(), rq)
+	if e := h.authorizeSandbox(r.Context(), rq); e != nil {
+		return e
+	}
+	if len(cl.ExecdTokenSecrets) > 1 {
+		// Only a request that passed every check pings execd.
+		rq.target.AccessToken = h.execdTokens.Token(r.Context(), cl.ID, rq.sandboxID, cl.ExecdTokenSecrets, func(ctx context.Context, tok string) (bool, error) {
+			t := rq.target
+			t.AccessToken = tok
+			err := h.deps.Execd.Ping(ctx, t)
+			var xe *execd.Error
+			switch {
+			case err == nil:
+				return true, nil
+			case errors.As(err, &xe) && xe.Kind == execd.KindUnauthorized:
+				return false, nil
+			}
+			return false, err
+		})
+	}
+	return nil
 }
 
 // authorizeSandbox is check 7: the sandbox authorizer, when configured.

@@ -111,10 +111,14 @@ type Direct struct {
 	// started with a token answers a ping without it with 401. Echo
 	// probes reach no execd and never carry it.
 	ExecdAccessToken string
-	// ExecdTokenSecret, when set (instead of ExecdAccessToken), sends each
-	// ping the token of the sandbox it names:
-	// execdtoken.Derive(ExecdTokenSecret, <id>).
-	ExecdTokenSecret []byte
+	// ExecdTokenSecrets, when set (instead of ExecdAccessToken), send each
+	// ping the token of the sandbox it names,
+	// execdtoken.Derive(secret, <id>). With several (a rotation, at most
+	// execdtoken.MaxSecrets) the ping is sent with each secret's token in
+	// order until execd answers other than 401; that answer, or the last
+	// 401, is the probe's. A ping changes nothing, so sending it again is
+	// harmless.
+	ExecdTokenSecrets [][]byte
 	// Transport sends the request; nil is http.DefaultTransport. The
 	// gateway's relay gives the data plane's transport.
 	Transport http.RoundTripper
@@ -140,6 +144,31 @@ func (d Direct) Probe(ctx context.Context, path string) (Answer, error) {
 	u := *d.FixedEntry
 	u.Path = strings.TrimRight(u.Path, "/") + path
 	u.RawPath, u.RawQuery, u.Fragment = "", "", ""
+	tokens := []string{""}
+	if pingPath.MatchString(path) {
+		switch {
+		case len(d.ExecdTokenSecrets) > 0:
+			id, _, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+			tokens = tokens[:0]
+			for _, s := range d.ExecdTokenSecrets {
+				tokens = append(tokens, execdtoken.Derive(s, id))
+			}
+		case d.ExecdAccessToken != "":
+			tokens[0] = d.ExecdAccessToken
+		}
+	}
+	var a Answer
+	var err error
+	for _, tok := range tokens {
+		if a, err = d.once(ctx, &u, tok); err != nil || a.Status != http.StatusUnauthorized {
+			break
+		}
+	}
+	return a, err
+}
+
+// once sends one GET to u with the execd token tok ("" for none).
+func (d Direct) once(ctx context.Context, u *url.URL, tok string) (Answer, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return Answer{}, fmt.Errorf("%w: %s", ErrUnreachable, err.Error())
@@ -148,12 +177,8 @@ func (d Direct) Probe(ctx context.Context, path string) (Answer, error) {
 		req.Host = d.Host
 	}
 	req.Header.Set("User-Agent", "sandgate-probe")
-	switch {
-	case len(d.ExecdTokenSecret) > 0 && pingPath.MatchString(path):
-		id, _, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
-		req.Header.Set(execdAccessTokenHeader, execdtoken.Derive(d.ExecdTokenSecret, id))
-	case d.ExecdAccessToken != "" && pingPath.MatchString(path):
-		req.Header.Set(execdAccessTokenHeader, d.ExecdAccessToken)
+	if tok != "" {
+		req.Header.Set(execdAccessTokenHeader, tok)
 	}
 	rt := d.Transport
 	if rt == nil {

@@ -77,9 +77,9 @@ type Target struct {
 	// readiness pings as the data plane sends it (see
 	// Direct.ExecdAccessToken); empty sends none. Never listed.
 	ExecdAccessToken string
-	// ExecdTokenSecret is the cluster's execd_token_secret (see
-	// Direct.ExecdTokenSecret); empty derives none. Never listed.
-	ExecdTokenSecret []byte
+	// ExecdTokenSecrets are the cluster's execd_token_secret values (see
+	// Direct.ExecdTokenSecrets); none derives no token. Never listed.
+	ExecdTokenSecrets [][]byte
 }
 
 // Handler is the relay: an HTTP handler for the gateway's internal
@@ -171,7 +171,7 @@ func (h *Handler) probe(w http.ResponseWriter, r *http.Request, id string) {
 		writeError(w, http.StatusServiceUnavailable, "no_data_plane", "this gateway has no e2b_dataplane whose transport probes could use")
 		return
 	}
-	a, err := Direct{FixedEntry: t.FixedEntry, Host: t.Host, ExecdAccessToken: t.ExecdAccessToken, ExecdTokenSecret: t.ExecdTokenSecret, Transport: rt}.Probe(r.Context(), req.Path)
+	a, err := Direct{FixedEntry: t.FixedEntry, Host: t.Host, ExecdAccessToken: t.ExecdAccessToken, ExecdTokenSecrets: t.ExecdTokenSecrets, Transport: rt}.Probe(r.Context(), req.Path)
 	if err != nil {
 		if h.Logger != nil {
 			h.Logger.Debug("fixed entry probe failed", zap.String("cluster", id), zap.Error(err))

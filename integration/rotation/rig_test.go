@@ -19,6 +19,11 @@
 // credential: bin/caddy and three bin/nodeagent processes on the real
 // Docker engine (DOCKER_HOST), the node's record and credential file
 // edited in the runbook's steps.
+// The execd token secret: the same rig with an execd per sandbox started
+// with the token corectl gave it (the real OpenSandbox execd when
+// hack/peers/build.sh's cache has it). The kubeconfigs: the corectl
+// replicas reach the real apiserver with ServiceAccount tokens, rolled
+// from one to another and the old one revoked.
 // Requests run the whole time; none may be refused. One file per secret;
 // this one holds the shared rig.
 package rotation
@@ -296,6 +301,19 @@ type rig struct {
 	drops          sync.Map
 	stopTraffic    context.CancelFunc
 	trafficStopped sync.WaitGroup
+	// inFlight counts the data-plane requests under way, by sandbox ID
+	// (*atomic.Int64); a pick and its count are made under picking.
+	inFlight sync.Map
+	picking  sync.Mutex
+}
+
+// flying returns how many data-plane requests for sandbox id are under
+// way, counting every pick made before the call.
+func (r *rig) flying(id string) int64 {
+	r.picking.Lock()
+	defer r.picking.Unlock()
+	n, _ := r.inFlight.LoadOrStore(id, new(atomic.Int64))
+	return n.(*atomic.Int64).Load()
 }
 
 // key returns the API key the rig's calls present.
@@ -381,8 +399,9 @@ func (r *rig) file(name, content string) string {
 
 // newRig starts the gateway and corectl (two replicas). extra adds
 // corectl flags at each replica's start; caddyfile is the gateway's
-// configuration at a step (0 at start; r.front is corectl's Service).
-func newRig(t *testing.T, extra func(r *rig) []string, caddyfile func(r *rig, step int) string) *rig {
+// configuration at a step (0 at start; r.front is corectl's Service);
+// each of edit changes corectl's cluster-a before it is written.
+func newRig(t *testing.T, extra func(r *rig) []string, caddyfile func(r *rig, step int) string, edit ...func(r *rig, c *cluster.Cluster)) *rig {
 	r := &rig{t: t, root: repoRoot(t), dir: t.TempDir(), extra: extra, caddyfile: caddyfile}
 	r.phase.Store("start")
 	ns, ingNS, tplNS := env.Namespace(t), env.Namespace(t), env.Namespace(t)
@@ -400,6 +419,9 @@ func newRig(t *testing.T, extra func(r *rig) []string, caddyfile func(r *rig, st
 	c := kubetest.Cluster("cluster-a", ingNS)
 	c.FixedEntry = "http://" + feAddr
 	c.Kubeconfig = kubeconfig
+	for _, e := range edit {
+		e(r, c)
+	}
 	cfgJSON, err := json.Marshal(cluster.Config{Clusters: []cluster.Cluster{*c},
 		Templates: cluster.TemplateStore{ClusterID: "cluster-a", Namespace: tplNS}, SandboxTemplates: kubetest.SandboxTemplates()})
 	if err != nil {
@@ -495,14 +517,43 @@ func (r *rig) api(method, path, body string, out any) int {
 // sandbox is a sandbox and an envd access token for it.
 type sandbox struct{ id, token string }
 
-// create creates a sandbox through corectl's API (timeout in seconds).
+// create creates a sandbox through corectl's API (timeout in seconds)
+// and waits until it is servable.
 func (r *rig) create(timeout int) sandbox {
 	r.t.Helper()
 	var created struct{ SandboxID, EnvdAccessToken string }
 	if st := r.api("POST", "/v2/sandboxes", fmt.Sprintf(`{"templateID":"base","timeout":%d}`, timeout), &created); st != http.StatusCreated {
 		r.t.Fatalf("create = %d", st)
 	}
-	return sandbox{created.SandboxID, created.EnvdAccessToken}
+	sb := sandbox{created.SandboxID, created.EnvdAccessToken}
+	r.servable(sb)
+	return sb
+}
+
+// servable waits until the data plane has served sb four times in a
+// row: every corectl replica's cache has seen the sandbox ready (a create
+// returns once the replica that made it saw it so; the others' watches
+// may be a moment behind, and their authorizer answers "not ready" until
+// then, which is not the rotation's doing). Any other answer is a
+// refusal and fails the test.
+func (r *rig) servable(sb sandbox) {
+	r.t.Helper()
+	ok := 0
+	err := kwait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, wait, true, func(ctx context.Context) (bool, error) {
+		code, body, err := r.dataPlane(ctx, sb)
+		switch {
+		case err == nil && code == http.StatusOK:
+			ok++
+		case err == nil && code == http.StatusServiceUnavailable && strings.Contains(body, "SANDBOX_NOT_READY"):
+			ok = 0
+		default:
+			return false, fmt.Errorf("refused: %d %.200s %v", code, body, err)
+		}
+		return ok >= 4, nil
+	})
+	if err != nil {
+		r.t.Fatalf("sandbox %s never served four times in a row: %v", sb.id, err)
+	}
 }
 
 // dataPlane sends one data-plane request for sb with its token.
@@ -553,7 +604,13 @@ func (r *rig) startTraffic(pick func() sandbox) {
 			defer r.trafficStopped.Done()
 			for ctx.Err() == nil {
 				phase := r.phase.Load().(string)
-				code, body, err := r.dataPlane(ctx, pick())
+				r.picking.Lock()
+				sb := pick()
+				n, _ := r.inFlight.LoadOrStore(sb.id, new(atomic.Int64))
+				n.(*atomic.Int64).Add(1)
+				r.picking.Unlock()
+				code, body, err := r.dataPlane(ctx, sb)
+				n.(*atomic.Int64).Add(-1)
 				if ctx.Err() != nil {
 					return
 				}
