@@ -75,6 +75,43 @@ func execdPeer(t *testing.T) string {
 	return ""
 }
 
+// envExecdNetns names the network namespace a test runs in when
+// runInNetns started it; set, the test runs itself.
+const envExecdNetns = "SANDGATE_ROTATION_NETNS"
+
+// runInNetns runs this test binary again for the tests matching run inside
+// a new network namespace sandgate-rotation-<pid> with its loopback up
+// (the inner run starts its own kube-apiserver there), logs the inner run's
+// output and fails t when it fails. The namespace is deleted afterwards;
+// the inner run dies with this process (parent-death signal). It needs root
+// (ip netns), as the real execd's mount and PID namespaces already do.
+func runInNetns(t *testing.T, run string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("the real execd binds every interface, so this test runs it in a network namespace: that needs root (ip netns)")
+	}
+	name := fmt.Sprintf("sandgate-rotation-%d", os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("ip", "netns", "delete", name).CombinedOutput(); err != nil {
+			t.Errorf("ip netns delete %s: %v: %s", name, err, out)
+		}
+	})
+	if out, err := exec.Command("ip", "netns", "exec", name, "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
+		t.Fatalf("ip link set lo up in %s: %v: %s", name, err, out)
+	}
+	cmd := exec.Command("ip", "netns", "exec", name, os.Args[0], "-test.run", run, "-test.count", "1", "-test.v")
+	cmd.Env = append(os.Environ(), envExecdNetns+"="+name)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.CombinedOutput()
+	t.Logf("the run in network namespace %s:\n%s", name, out)
+	if err != nil {
+		t.Fatalf("the run in network namespace %s failed: %v", name, err)
+	}
+}
+
 // sandboxExecds plays the kubelet and OpenSandbox's bootstrap for the
 // rig's sandboxes: the first time the fixed entry resolves a sandbox it
 // starts an execd for it with the EXECD_ACCESS_TOKEN corectl put in the
@@ -287,6 +324,13 @@ func TestExecdTokenSecretRotationUnderTraffic(t *testing.T) {
 		t.Log("execd: the integration/execdstub stand-in (no hack/peers/build.sh cache)")
 	} else {
 		t.Logf("execd: the real OpenSandbox execd %s", peer)
+		// The real execd has no listen-address flag: it binds every
+		// interface. The test therefore runs in a network namespace of
+		// its own, where the only interface is its loopback.
+		if os.Getenv(envExecdNetns) == "" {
+			runInNetns(t, "^TestExecdTokenSecretRotationUnderTraffic$")
+			return
+		}
 	}
 	dir := t.TempDir()
 	oldSecret, newSecret := "execd-secret-old-0123456789abcdef0123456789", "execd-secret-new-0123456789abcdef0123456789"
