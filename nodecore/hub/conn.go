@@ -684,6 +684,13 @@ func (c *conn) handle(msg decoded) {
 	case *proto.Response:
 		c.response(f, msg.at)
 	case *proto.Retention:
+		if c.retiring.Load() {
+			// A retired connection's credential is no longer valid: it
+			// authorises no drop (only the responses of requests already
+			// pending on it are taken).
+			c.fail(CloseCredentialRejected, "node credential replaced")
+			return
+		}
 		c.retention(f)
 	default:
 		c.fail(CloseProtocolError, "unexpected "+f.FrameType()+" frame from a node")

@@ -159,3 +159,32 @@ func TestRetiredNodeReconnectWait(t *testing.T) {
 		t.Fatalf("a disabled node: %v, want ErrOffline at once", err)
 	}
 }
+
+// TestRetiredConnectionAuthorisesNoRetention: a generation-managing node
+// whose connection was retired (its credential replaced) while a request
+// is pending on it cannot use that connection for a retention request:
+// no retention_ack (no drop authorised with a credential that is no
+// longer valid), the connection is closed with 4003 instead, and the
+// retention frames cannot keep the retired connection open past its
+// heartbeat.
+func TestRetiredConnectionAuthorisesNoRetention(t *testing.T) {
+	e := newEnv(t)
+	g := e.join(nodeG)
+	pending := e.dispatchAsync(nodeG, infoReq())
+	g.request()
+	v := e.creds.Version()
+	writeFile(t, e.credPath, "nodes:\n"+nodeRecord(nodeG, "node-g-rotated-credential-DO-NOT-LOG-71aa", true, true))
+	waitFor(t, "the credential file to be reloaded", func() bool { return e.creds.Version() > v })
+	g.send(g.heartbeat(health(true, "")))
+	waitFor(t, "G's connection to be retired", func() bool { return !e.status(nodeG).Online })
+
+	g.send(&proto.Retention{ID: "99999999-2222-4333-8444-55555555555a", Sequence: 1, ConnectionID: g.welcome.ConnectionID,
+		OwnerEpoch: 7, Entries: []proto.RetentionEntry{{Generation: 1, SpecificationDigest: specDigest}}})
+	if reason := g.expectClose(CloseCredentialRejected); reason != "node credential replaced" {
+		t.Fatalf("close reason %q", reason)
+	}
+	_ = g.ws.Close()
+	if d := e.await(pending); d.err == nil && d.res.Outcome == proto.OutcomeSuccess {
+		t.Fatalf("the request pending on the closed connection succeeded: %+v", d.res)
+	}
+}
