@@ -188,3 +188,43 @@ func TestRetiredConnectionAuthorisesNoRetention(t *testing.T) {
 		t.Fatalf("the request pending on the closed connection succeeded: %+v", d.res)
 	}
 }
+
+// TestReconnectWaitersAreBounded: at most maxWaiters operations wait for
+// retired connections' successors at once (MaxReconnectWaiters, lowered
+// to 1 here); the next is refused at once with ErrOffline naming the
+// bound, and the one that waited is served on the node's new connection,
+// after which a slot is free again.
+func TestReconnectWaitersAreBounded(t *testing.T) {
+	e := newEnv(t)
+	e.hub.maxWaiters = 1
+	a := e.join(nodeA)
+	first := e.dispatchAsync(nodeA, infoReq())
+	r1 := a.request()
+	const newSecret = "node-a-rotated-credential-DO-NOT-LOG-5d2b"
+	v := e.creds.Version()
+	writeFile(t, e.credPath, rotatedNodes(newSecret))
+	waitFor(t, "the credential file to be reloaded", func() bool { return e.creds.Version() > v })
+	a.send(a.heartbeat(health(true, "")))
+	waitFor(t, "A's connection to be retired", func() bool { return !e.status(nodeA).Online })
+
+	waiting := e.dispatchAsync(nodeA, infoReq())
+	waitFor(t, "an operation to wait", func() bool { return e.hub.waiters.Load() == 1 })
+	_, err := e.hub.Dispatch(t.Context(), nodeA, infoReq())
+	if !errors.Is(err, ErrOffline) || !strings.Contains(err.Error(), "already wait") {
+		t.Fatalf("an operation over the bound: %v, want ErrOffline at once", err)
+	}
+
+	a.send(&proto.Response{ID: r1.ID, ConnectionID: r1.ConnectionID, Info: info()})
+	e.await(first)
+	a.expectClose(CloseCredentialRejected)
+	_ = a.ws.Close()
+	a2 := e.rejoin(nodeA, newSecret)
+	r2 := a2.request()
+	a2.send(&proto.Response{ID: r2.ID, ConnectionID: r2.ConnectionID, Info: info()})
+	if d := e.await(waiting); d.err != nil || d.res.Outcome != proto.OutcomeSuccess {
+		t.Fatalf("the operation that waited: %+v, %v", d.res, d.err)
+	}
+	if n := e.hub.waiters.Load(); n != 0 {
+		t.Fatalf("%d waiters after the wait ended, want 0", n)
+	}
+}
