@@ -218,6 +218,7 @@ func TestReconnectWaitersAreBounded(t *testing.T) {
 	e.await(first)
 	a.expectClose(CloseCredentialRejected)
 	_ = a.ws.Close()
+	waitFor(t, "A to disconnect", func() bool { return e.status(nodeA).State == StateDisconnected })
 	a2 := e.rejoin(nodeA, newSecret)
 	r2 := a2.request()
 	a2.send(&proto.Response{ID: r2.ID, ConnectionID: r2.ConnectionID, Info: info()})
@@ -226,5 +227,34 @@ func TestReconnectWaitersAreBounded(t *testing.T) {
 	}
 	if n := e.hub.waiters.Load(); n != 0 {
 		t.Fatalf("%d waiters after the wait ended, want 0", n)
+	}
+}
+
+// TestDisabledAndRotatedIsNotRetired: a node whose record is disabled and
+// holds a new digest in the same change (a credential compromise
+// answered by both) is closed at its heartbeat at once, with a request
+// still pending (which ends not successful), not retired; an operation
+// for it is refused at once rather than waiting for a connection that
+// cannot come (docs/node-connect.md "Rotation": only an enrolled, enabled
+// node is retired).
+func TestDisabledAndRotatedIsNotRetired(t *testing.T) {
+	e := newEnv(t)
+	a := e.join(nodeA)
+	pending := e.dispatchAsync(nodeA, infoReq())
+	a.request()
+	v := e.creds.Version()
+	writeFile(t, e.credPath, "nodes:\n"+nodeRecord(nodeA, "node-a-replacement-DO-NOT-LOG-0b7e", false, false))
+	waitFor(t, "the credential file to be reloaded", func() bool { return e.creds.Version() > v })
+	a.send(a.heartbeat(health(true, "")))
+	if reason := a.expectClose(CloseCredentialRejected); reason != "node credential rejected" {
+		t.Fatalf("close reason %q, want the rejection (not the retirement)", reason)
+	}
+	_ = a.ws.Close()
+	if d := e.await(pending); d.err == nil && d.res.Outcome == proto.OutcomeSuccess {
+		t.Fatalf("the request pending on the closed connection succeeded: %+v", d.res)
+	}
+	waitFor(t, "A to disconnect", func() bool { return e.status(nodeA).State == StateDisconnected })
+	if _, err := e.hub.Dispatch(t.Context(), nodeA, infoReq()); !errors.Is(err, ErrOffline) || strings.Contains(err.Error(), "reconnect wait") {
+		t.Fatalf("a disabled node: %v, want ErrOffline at once", err)
 	}
 }
