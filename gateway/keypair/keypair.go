@@ -18,7 +18,8 @@
 //     modification time).
 //
 // A pair that cannot be read or parsed (a missing file, a file over
-// MaxFileSize, PEM that is not a certificate, a key that does not match the
+// MaxFileSize, a path that is not a regular file such as a FIFO or a
+// directory, PEM that is not a certificate, a key that does not match the
 // certificate) keeps the last good pair served: the failure is logged once
 // per version of the files, with the paths and the reason but never the
 // files' contents, and Stats reports since when reloads have been failing.
@@ -123,7 +124,7 @@ type Pair struct {
 }
 
 // Open reads the pair (an error if it is not good: a missing or unreadable
-// file, a file over MaxFileSize, no certificate or key, a key that does not
+// file, a file over MaxFileSize, a path that is not a regular file, no certificate or key, a key that does not
 // match the certificate; the error names the paths, never the contents)
 // and then checks the files every o.CheckInterval until Close. Errors also
 // for a missing path or a CheckInterval out of range.
@@ -338,13 +339,21 @@ func (p *Pair) read() (cert *tls.Certificate, digest [sha256.Size]byte, after id
 }
 
 // readFile reads at most MaxFileSize bytes of path; a larger file is an
-// error naming the limit.
+// error naming the limit. path must name (through symbolic links) a
+// regular file: it is opened non-blocking and checked before it is read,
+// so a FIFO, device or directory put in its place is an error rather
+// than a check that blocks for ever or reads without end.
 func readFile(path, what string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("keypair: %s: %w", what, err)
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return nil, fmt.Errorf("keypair: %s %s: %w", what, path, err)
+	} else if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("keypair: %s %s is not a regular file (%v)", what, path, fi.Mode().Type())
+	}
 	var buf bytes.Buffer
 	n, err := io.Copy(&buf, io.LimitReader(f, MaxFileSize+1))
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -345,3 +346,45 @@ func TestOpenRefusesABadPair(t *testing.T) {
 }
 
 func netPipe() (a, b net.Conn) { return net.Pipe() }
+
+// A FIFO, a directory or a device in place of a file is refused at once
+// (opened non-blocking, its type checked before a byte is read): Open
+// fails naming it, and a check that finds one keeps serving the last
+// good pair rather than blocking the checks for ever.
+func TestSpecialFilesAreRefused(t *testing.T) {
+	f, first := open(t)
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := filepath.Join(f.secret.Dir, "tls.crt"), filepath.Join(f.secret.Dir, "tls.key")
+	for _, c := range []struct{ name, cert, key string }{
+		{"FIFO key", certFile, fifo},
+		{"FIFO certificate", fifo, keyFile},
+		{"directory key", certFile, dir},
+		{"device certificate", "/dev/zero", keyFile},
+	} {
+		p, err := keypair.Open(keypair.Options{CertFile: c.cert, KeyFile: c.key})
+		if err == nil {
+			p.Close()
+			t.Errorf("%s: Open succeeded", c.name)
+			continue
+		}
+		if !strings.Contains(err.Error(), "is not a regular file") {
+			t.Errorf("%s: Open = %v, want a not-a-regular-file error", c.name, err)
+		}
+	}
+
+	if err := os.Remove(keyFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(keyFile, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.pair.Check()
+	serving(t, f.pair, first)
+	if st := f.pair.Stats(); st.LastError == nil || !strings.Contains(st.LastError.Error(), "is not a regular file") {
+		t.Errorf("Stats() = %+v, want a not-a-regular-file error", st)
+	}
+}

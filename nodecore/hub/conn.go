@@ -684,6 +684,13 @@ func (c *conn) handle(msg decoded) {
 	case *proto.Response:
 		c.response(f, msg.at)
 	case *proto.Retention:
+		if c.retiring.Load() {
+			// A retired connection's credential is no longer valid: it
+			// authorises no drop (only the responses of requests already
+			// pending on it are taken).
+			c.fail(CloseCredentialRejected, "node credential replaced")
+			return
+		}
 		c.retention(f)
 	default:
 		c.fail(CloseProtocolError, "unexpected "+f.FrameType()+" frame from a node")
@@ -716,7 +723,7 @@ func (c *conn) heartbeat(hb *proto.Heartbeat) {
 		return
 	}
 	node, err := cfg.Credentials.Authenticate(c.nodeID, c.digest)
-	if errors.Is(err, credential.ErrMismatch) {
+	if errors.Is(err, credential.ErrMismatch) && enrolledEnabled(cfg.Credentials, c.nodeID) {
 		// The node's credential was replaced (a rotation, docs/runbook.md
 		// "Node credentials"): retire the connection; the node reconnects
 		// with its new credential and the operations sent meanwhile wait
@@ -830,6 +837,21 @@ func (c *conn) ping(data string) error {
 		return nil // as gorilla's default ping handler
 	}
 	return err
+}
+
+// enrolledEnabled reports whether store enrols nodeID and enables it: a
+// heartbeat whose credential no longer matches retires the connection
+// only then (a rotation); a node disabled in the same change is closed at
+// once (credential.Authenticate reports the mismatch before the disabled
+// state, so that it tells nothing about a node to a wrong credential).
+// It scans store.Nodes: it runs only on a mismatch.
+func enrolledEnabled(store credential.Store, nodeID string) bool {
+	for _, n := range store.Nodes() {
+		if n.NodeID == nodeID {
+			return n.Enabled
+		}
+	}
+	return false
 }
 
 // retire stops writing requests on the connection and closes it with

@@ -172,11 +172,26 @@ func (h *Hub) dispatch(ctx context.Context, nodeID string, req proto.Request) (*
 	// replaced credential waits for the node's new connection, at most
 	// Timers.Reconnect from here (real time, like the sockets' deadlines).
 	deadline := time.Now().Add(cfg.Timers.Reconnect)
+	waiting := false
+	defer func() {
+		if waiting {
+			h.waiters.Add(-1)
+		}
+	}()
 	for {
 		res, err := h.dispatchOnce(ctx, cfg, nodeID, req)
 		var aw *awaitNode
 		if !errors.As(err, &aw) {
 			return res, err
+		}
+		if !waiting {
+			// Bounded: at most maxWaiters operations wait at once, over
+			// all nodes; the next is refused at once.
+			if h.waiters.Add(1) > h.maxWaiters {
+				h.waiters.Add(-1)
+				return nil, fmt.Errorf("%w: %s (%d operations already wait for retired connections' successors)", ErrOffline, nodeID, h.maxWaiters)
+			}
+			waiting = true
 		}
 		wait := time.Until(deadline)
 		if !aw.until.IsZero() {

@@ -62,6 +62,13 @@ const (
 	// node's new connection (not from the spec: a node reconnects within
 	// its backoff minimum, 1 s for nodeagent, plus Core's close grace).
 	DefaultReconnectWait = 10 * time.Second
+	// MaxReconnectWaiters is how many operations may wait at once, over
+	// all nodes of a hub, for the new connection of a node whose
+	// connection was retired (Timers.Reconnect); a further operation is
+	// refused at once with ErrOffline. It bounds the goroutines and
+	// timers a burst of operations can hold during rotations (not from
+	// the spec: sandgate's choice).
+	MaxReconnectWaiters = 4096
 )
 
 // Timers are the hub's timeouts. A zero field takes its default.
@@ -92,7 +99,8 @@ type Timers struct {
 	// credential.ErrMismatch), counted from the operation's start; and how
 	// long after the retired connection ended such waits are still begun.
 	// An operation for a node that is offline for any other reason is
-	// refused at once (ErrOffline), as before.
+	// refused at once (ErrOffline), as before; so is one that would be
+	// the MaxReconnectWaiters+1st to wait.
 	Reconnect time.Duration
 }
 
@@ -195,6 +203,10 @@ type Hub struct {
 	// and when the hub closes, waking the operations that wait for a
 	// retired node's new connection; guarded by mu.
 	welcomed chan struct{}
+	// waiters counts the operations waiting for a retired node's new
+	// connection; at most maxWaiters (MaxReconnectWaiters; tests lower it).
+	waiters    atomic.Int64
+	maxWaiters int64
 
 	// clock is the presence clock (heartbeat times, the online window);
 	// tests replace it. Deadlines on the sockets use real time.
@@ -206,7 +218,8 @@ func (h *Hub) now() time.Time { return h.clock() }
 // New returns a hub with no configuration; connections are refused (503)
 // until Configure is called.
 func New() *Hub {
-	return &Hub{nodes: map[string]*presence{}, clock: time.Now, welcomed: make(chan struct{})}
+	return &Hub{nodes: map[string]*presence{}, clock: time.Now, welcomed: make(chan struct{}),
+		maxWaiters: MaxReconnectWaiters}
 }
 
 // CheckConfig reports whether Configure would accept cfg: a credential

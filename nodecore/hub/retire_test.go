@@ -159,3 +159,102 @@ func TestRetiredNodeReconnectWait(t *testing.T) {
 		t.Fatalf("a disabled node: %v, want ErrOffline at once", err)
 	}
 }
+
+// TestRetiredConnectionAuthorisesNoRetention: a generation-managing node
+// whose connection was retired (its credential replaced) while a request
+// is pending on it cannot use that connection for a retention request:
+// no retention_ack (no drop authorised with a credential that is no
+// longer valid), the connection is closed with 4003 instead, and the
+// retention frames cannot keep the retired connection open past its
+// heartbeat.
+func TestRetiredConnectionAuthorisesNoRetention(t *testing.T) {
+	e := newEnv(t)
+	g := e.join(nodeG)
+	pending := e.dispatchAsync(nodeG, infoReq())
+	g.request()
+	v := e.creds.Version()
+	writeFile(t, e.credPath, "nodes:\n"+nodeRecord(nodeG, "node-g-rotated-credential-DO-NOT-LOG-71aa", true, true))
+	waitFor(t, "the credential file to be reloaded", func() bool { return e.creds.Version() > v })
+	g.send(g.heartbeat(health(true, "")))
+	waitFor(t, "G's connection to be retired", func() bool { return !e.status(nodeG).Online })
+
+	g.send(&proto.Retention{ID: "99999999-2222-4333-8444-55555555555a", Sequence: 1, ConnectionID: g.welcome.ConnectionID,
+		OwnerEpoch: 7, Entries: []proto.RetentionEntry{{Generation: 1, SpecificationDigest: specDigest}}})
+	if reason := g.expectClose(CloseCredentialRejected); reason != "node credential replaced" {
+		t.Fatalf("close reason %q", reason)
+	}
+	_ = g.ws.Close()
+	if d := e.await(pending); d.err == nil && d.res.Outcome == proto.OutcomeSuccess {
+		t.Fatalf("the request pending on the closed connection succeeded: %+v", d.res)
+	}
+}
+
+// TestReconnectWaitersAreBounded: at most maxWaiters operations wait for
+// retired connections' successors at once (MaxReconnectWaiters, lowered
+// to 1 here); the next is refused at once with ErrOffline naming the
+// bound, and the one that waited is served on the node's new connection,
+// after which a slot is free again.
+func TestReconnectWaitersAreBounded(t *testing.T) {
+	e := newEnv(t)
+	e.hub.maxWaiters = 1
+	a := e.join(nodeA)
+	first := e.dispatchAsync(nodeA, infoReq())
+	r1 := a.request()
+	const newSecret = "node-a-rotated-credential-DO-NOT-LOG-5d2b"
+	v := e.creds.Version()
+	writeFile(t, e.credPath, rotatedNodes(newSecret))
+	waitFor(t, "the credential file to be reloaded", func() bool { return e.creds.Version() > v })
+	a.send(a.heartbeat(health(true, "")))
+	waitFor(t, "A's connection to be retired", func() bool { return !e.status(nodeA).Online })
+
+	waiting := e.dispatchAsync(nodeA, infoReq())
+	waitFor(t, "an operation to wait", func() bool { return e.hub.waiters.Load() == 1 })
+	_, err := e.hub.Dispatch(t.Context(), nodeA, infoReq())
+	if !errors.Is(err, ErrOffline) || !strings.Contains(err.Error(), "already wait") {
+		t.Fatalf("an operation over the bound: %v, want ErrOffline at once", err)
+	}
+
+	a.send(&proto.Response{ID: r1.ID, ConnectionID: r1.ConnectionID, Info: info()})
+	e.await(first)
+	a.expectClose(CloseCredentialRejected)
+	_ = a.ws.Close()
+	waitFor(t, "A to disconnect", func() bool { return e.status(nodeA).State == StateDisconnected })
+	a2 := e.rejoin(nodeA, newSecret)
+	r2 := a2.request()
+	a2.send(&proto.Response{ID: r2.ID, ConnectionID: r2.ConnectionID, Info: info()})
+	if d := e.await(waiting); d.err != nil || d.res.Outcome != proto.OutcomeSuccess {
+		t.Fatalf("the operation that waited: %+v, %v", d.res, d.err)
+	}
+	if n := e.hub.waiters.Load(); n != 0 {
+		t.Fatalf("%d waiters after the wait ended, want 0", n)
+	}
+}
+
+// TestDisabledAndRotatedIsNotRetired: a node whose record is disabled and
+// holds a new digest in the same change (a credential compromise
+// answered by both) is closed at its heartbeat at once, with a request
+// still pending (which ends not successful), not retired; an operation
+// for it is refused at once rather than waiting for a connection that
+// cannot come (docs/node-connect.md "Rotation": only an enrolled, enabled
+// node is retired).
+func TestDisabledAndRotatedIsNotRetired(t *testing.T) {
+	e := newEnv(t)
+	a := e.join(nodeA)
+	pending := e.dispatchAsync(nodeA, infoReq())
+	a.request()
+	v := e.creds.Version()
+	writeFile(t, e.credPath, "nodes:\n"+nodeRecord(nodeA, "node-a-replacement-DO-NOT-LOG-0b7e", false, false))
+	waitFor(t, "the credential file to be reloaded", func() bool { return e.creds.Version() > v })
+	a.send(a.heartbeat(health(true, "")))
+	if reason := a.expectClose(CloseCredentialRejected); reason != "node credential rejected" {
+		t.Fatalf("close reason %q, want the rejection (not the retirement)", reason)
+	}
+	_ = a.ws.Close()
+	if d := e.await(pending); d.err == nil && d.res.Outcome == proto.OutcomeSuccess {
+		t.Fatalf("the request pending on the closed connection succeeded: %+v", d.res)
+	}
+	waitFor(t, "A to disconnect", func() bool { return e.status(nodeA).State == StateDisconnected })
+	if _, err := e.hub.Dispatch(t.Context(), nodeA, infoReq()); !errors.Is(err, ErrOffline) || strings.Contains(err.Error(), "reconnect wait") {
+		t.Fatalf("a disabled node: %v, want ErrOffline at once", err)
+	}
+}
