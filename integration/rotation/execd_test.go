@@ -81,6 +81,7 @@ const envExecdNetns = "SANDGATE_ROTATION_NETNS"
 
 // runInNetns runs this test binary again for the tests matching run inside
 // a new network namespace sandgate-rotation-<pid> with its loopback up
+// (and the default route through it, for kube-apiserver)
 // (the inner run starts its own kube-apiserver there), logs the inner run's
 // output and fails t when it fails. The namespace is deleted afterwards;
 // the inner run dies with this process (parent-death signal). It needs root
@@ -99,8 +100,14 @@ func runInNetns(t *testing.T, run string) {
 			t.Errorf("ip netns delete %s: %v: %s", name, err, out)
 		}
 	})
-	if out, err := exec.Command("ip", "netns", "exec", name, "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
-		t.Fatalf("ip link set lo up in %s: %v: %s", name, err, out)
+	// The loopback up, with a second address and the default route through
+	// it: kube-apiserver refuses to start without a default route and
+	// advertises its source address (10.78.0.254). Nothing leaves the
+	// namespace by it.
+	for _, args := range [][]string{{"link", "set", "lo", "up"}, {"addr", "add", "10.78.0.254/24", "dev", "lo"}, {"route", "add", "default", "dev", "lo"}} {
+		if out, err := exec.Command("ip", append([]string{"netns", "exec", name, "ip"}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v in %s: %v: %s", args, name, err, out)
+		}
 	}
 	cmd := exec.Command("ip", "netns", "exec", name, os.Args[0], "-test.run", run, "-test.count", "1", "-test.v")
 	cmd.Env = append(os.Environ(), envExecdNetns+"="+name)
