@@ -165,6 +165,13 @@ type Options struct {
 	// Default "": no listener (ProbeHandler still serves them); port 0
 	// picks one (see ProbeAddr).
 	ProbeListen string
+	// Profiling adds Go's runtime profiles (net/http/pprof: heap,
+	// allocs, goroutine, profile, trace …) under /debug/pprof/ to the
+	// probe handler (ProbeHandler, ProbeListen). Default false: they are
+	// for measuring (hack/corectlload -heap-profile), and a CPU profile or
+	// trace costs the process while it runs, so the listener must not be
+	// reachable by others when it is on.
+	Profiling bool
 	// ShutdownGrace bounds how long Run waits for in-flight API requests
 	// once its context ends (default 30 s); requests still running then
 	// are cut off, and what a cut-off create leaves behind is removed by
