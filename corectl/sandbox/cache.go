@@ -36,7 +36,9 @@ func CredentialIndex(o client.Object) []string {
 // TrimCached is the cache transform of BatchSandboxes: it drops the
 // managed fields and, of spec, keeps replicas, the pod template's metadata
 // and each container's name and resources (what Orchestrator.SizesOf and
-// From read); metadata, annotations and status stay whole. Anything other
+// From read), and of status only ready (what lifecycle.PodServing reads;
+// OpenSandbox's controller records more there); metadata and annotations
+// stay whole. Anything other
 // than an *unstructured.Unstructured is returned as it is. A trimmed object
 // is for reading only: it must never be written back (every write of
 // corectl goes through its uncached client on an object it read there).
@@ -46,6 +48,13 @@ func TrimCached(obj any) (any, error) {
 		return obj, nil
 	}
 	u.SetManagedFields(nil)
+	if st, ok := u.Object["status"].(map[string]any); ok {
+		kept := map[string]any{}
+		if r, ok := st["ready"]; ok {
+			kept["ready"] = r
+		}
+		u.Object["status"] = kept
+	}
 	spec, ok := u.Object["spec"].(map[string]any)
 	if !ok {
 		return u, nil
