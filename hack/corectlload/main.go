@@ -187,7 +187,7 @@ func main() {
 	var cenv, cmpEnv string
 	flag.StringVar(&cenv, "corectl-env", "", "extra environment of -corectl, comma-separated K=V (e.g. GOMEMLIMIT=192MiB,GODEBUG=gctrace=1)")
 	flag.StringVar(&cmpEnv, "compare-env", "", "extra environment of -compare, as -corectl-env")
-	flag.StringVar(&c.heapProfile, "heap-profile", "", "directory for heap profiles of -corectl (which is then started with -probe-pprof) taken after each start-up replay, heap-r<round>.pb.gz (read with go tool pprof -sample_index=inuse_space)")
+	flag.StringVar(&c.heapProfile, "heap-profile", "", "directory for heap profiles taken after each start-up replay, heap-r<round>-<0 for -corectl, 1 for -compare>.pb.gz (read with go tool pprof -sample_index=inuse_space); corectl is then started with -probe-pprof, so every binary run must have that flag")
 	flag.DurationVar(&c.settleDeadline, "settle", 4*time.Minute, "longest wait for the leader's start-up cycles")
 	flag.Parse()
 	c.goals = map[string]bool{}
@@ -303,8 +303,8 @@ func run(c config) error {
 					return err
 				}
 				w.settle(p, res[k])
-				if c.heapProfile != "" && bins[k] == c.corectl {
-					w.heapProfile(p, fmt.Sprintf("heap-r%d.pb.gz", r+1))
+				if c.heapProfile != "" {
+					w.heapProfile(p, bins[k], fmt.Sprintf("heap-r%d-%d.pb.gz", r+1, k))
 				}
 				if c.goals["list"] {
 					w.listRound(p, res[k])
@@ -634,7 +634,7 @@ func (w *world) start(name, bin string, env []string) (*proc, error) {
 			"-leader-election-retry-period", w.c.lease[2])
 	}
 	args = append(args, w.c.corectlArgs...)
-	if w.c.heapProfile != "" && bin == w.c.corectl {
+	if w.c.heapProfile != "" {
 		args = append(args, "-probe-pprof")
 	}
 	cmd := exec.Command(bin, args...)
@@ -726,9 +726,10 @@ func (p *proc) cpu() time.Duration {
 	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
-// heapProfile saves replica p's heap profile (after a collection:
-// /debug/pprof/heap?gc=1) as file name in -heap-profile and prints where.
-func (w *world) heapProfile(p *proc, name string) {
+// heapProfile saves replica p's (of binary bin) heap profile, after a
+// collection (/debug/pprof/heap?gc=1), as file name in -heap-profile and
+// prints where.
+func (w *world) heapProfile(p *proc, bin, name string) {
 	if err := os.MkdirAll(w.c.heapProfile, 0o755); err != nil {
 		fmt.Printf("heap profile: %v\n", err)
 		return
@@ -740,7 +741,7 @@ func (w *world) heapProfile(p *proc, name string) {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		fmt.Printf("heap profile: %s (is -corectl built with -probe-pprof?)\n", resp.Status)
+		fmt.Printf("heap profile: %s (was %s built with -probe-pprof?)\n", resp.Status, bin)
 		return
 	}
 	path := filepath.Join(w.c.heapProfile, name)
@@ -755,7 +756,7 @@ func (w *world) heapProfile(p *proc, name string) {
 		fmt.Printf("heap profile: %v\n", err)
 		return
 	}
-	fmt.Printf("heap profile after the start-up replay: %s (go tool pprof -sample_index=inuse_space -top %s %s)\n", path, w.c.corectl, path)
+	fmt.Printf("heap profile after the start-up replay: %s (go tool pprof -sample_index=inuse_space -top %s %s)\n", path, bin, path)
 }
 
 // status returns VmRSS and VmHWM in MiB.
