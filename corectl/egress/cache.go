@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"github.com/sandgate/sandgate/corectl/intern"
 	networkingv1 "k8s.io/api/networking/v1"
 )
 
@@ -11,8 +12,8 @@ import (
 // annotations (VerifyingSince); the engine itself reads every policy from
 // the apiserver. So the cached policy keeps its metadata without managed
 // fields and without AnnotationLastVerifiedSpec (the LKG: a JSON copy of
-// a spec), and its spec is dropped: at 10,000 sandboxes the spec and its
-// LKG copy were most of the policy cache. A trimmed policy is for reading
+// a spec), and its spec is dropped (no cached reader looks at them). Label and annotation keys and
+// label values are shared with the other cached objects (package intern). A trimmed policy is for reading
 // only: it must never be written back. Anything other than a
 // *networkingv1.NetworkPolicy is returned as it is.
 func TrimCached(obj any) (any, error) {
@@ -31,5 +32,6 @@ func TrimCached(obj any) (any, error) {
 		np.Annotations = ann
 	}
 	np.Spec = networkingv1.NetworkPolicySpec{}
+	intern.Meta(np)
 	return np, nil
 }

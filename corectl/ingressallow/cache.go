@@ -2,6 +2,7 @@ package ingressallow
 
 import (
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/intern"
 	networkingv1 "k8s.io/api/networking/v1"
 )
 
@@ -14,9 +15,10 @@ import (
 // So the cached allowlist keeps its metadata without managed fields, of
 // its spec the cluster ID, and of its status those four fields: the
 // desired rules, the applied set, the error message, the carrier
-// reference and the conditions are dropped (at 10,000 sandboxes they were
-// most of the allowlist cache). A trimmed allowlist is for reading only:
-// it must never be written back. Anything other than a
+// reference and the conditions are dropped (no cached reader looks at
+// them). Label and annotation keys and label values are shared with the
+// other cached objects (package intern). A trimmed allowlist is for
+// reading only: it must never be written back. Anything other than a
 // *v1alpha1.SandboxIngressAllowlist is returned as it is.
 func TrimCached(obj any) (any, error) {
 	al, ok := obj.(*v1alpha1.SandboxIngressAllowlist)
@@ -31,6 +33,7 @@ func TrimCached(obj any) (any, error) {
 		LastErrorCode:      al.Status.LastErrorCode,
 		LastVerified:       al.Status.LastVerified,
 	}
+	intern.Meta(al)
 	return al, nil
 }
 
@@ -38,7 +41,8 @@ func TrimCached(obj any) (any, error) {
 // Ingresses: their metadata without managed fields and their spec, which
 // the settled test reads whole (CheckCarrier), without their status (the
 // ingress controller's load-balancer addresses, which nothing of corectl
-// reads). For reading only, like TrimCached. Anything other than a
+// reads); its label and annotation keys and label values shared (package
+// intern). For reading only, like TrimCached. Anything other than a
 // *networkingv1.Ingress is returned as it is.
 func TrimCachedCarrier(obj any) (any, error) {
 	ing, ok := obj.(*networkingv1.Ingress)
@@ -47,5 +51,6 @@ func TrimCachedCarrier(obj any) (any, error) {
 	}
 	ing.ManagedFields = nil
 	ing.Status = networkingv1.IngressStatus{}
+	intern.Meta(ing)
 	return ing, nil
 }

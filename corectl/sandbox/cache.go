@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/intern"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -38,7 +39,8 @@ func CredentialIndex(o client.Object) []string {
 // and each container's name and resources (what Orchestrator.SizesOf and
 // From read), and of status only ready (what lifecycle.PodServing reads;
 // OpenSandbox's controller records more there); metadata and annotations
-// stay whole. Anything other
+// stay whole. Its map keys and label values are shared with the other
+// cached objects (package intern). Anything other
 // than an *unstructured.Unstructured is returned as it is. A trimmed object
 // is for reading only: it must never be written back (every write of
 // corectl goes through its uncached client on an object it read there).
@@ -88,5 +90,6 @@ func TrimCached(obj any) (any, error) {
 		kept["template"] = t
 	}
 	u.Object["spec"] = kept
+	u.Object = intern.Unstructured(u.Object)
 	return u, nil
 }
