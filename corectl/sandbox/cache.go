@@ -36,8 +36,8 @@ func CredentialIndex(o client.Object) []string {
 
 // TrimCached is the cache transform of BatchSandboxes: it drops the
 // managed fields and, of spec, keeps replicas, the pod template's metadata
-// and each container's name and resources (what Orchestrator.SizesOf and
-// From read), and of status only ready (what lifecycle.PodServing reads;
+// and each container's name and resource limits (what Orchestrator.SizesOf
+// and From read; cluster.SizesOf reads the limits only), and of status only ready (what lifecycle.PodServing reads;
 // OpenSandbox's controller records more there); metadata and annotations
 // stay whole. Its map keys and label values are shared with the other
 // cached objects (package intern). Anything other
@@ -79,8 +79,10 @@ func TrimCached(obj any) (any, error) {
 						continue
 					}
 					keep := map[string]any{"name": cm["name"]}
-					if r, ok := cm["resources"]; ok {
-						keep["resources"] = r
+					if r, ok := cm["resources"].(map[string]any); ok {
+						if l, ok := r["limits"]; ok {
+							keep["resources"] = map[string]any{"limits": l}
+						}
 					}
 					out = append(out, keep)
 				}

@@ -11,7 +11,7 @@ import (
 
 // TestTrimCachedKeepsWhatReadersUse: the trimmed object keeps metadata
 // (without managed fields), status.ready, replicas, the template's labels
-// and each container's name and resources, and nothing else of spec or
+// and each container's name and resource limits, and nothing else of spec or
 // status; From reads the same sandbox from it.
 func TestTrimCachedKeepsWhatReadersUse(t *testing.T) {
 	u := &unstructured.Unstructured{Object: map[string]any{
@@ -25,7 +25,7 @@ func TestTrimCachedKeepsWhatReadersUse(t *testing.T) {
 				"metadata": map[string]any{"labels": map[string]any{"alloc": "al1"}},
 				"spec": map[string]any{
 					"containers": []any{map[string]any{"name": "sandbox", "image": "img", "env": []any{map[string]any{"name": "X", "value": "secret"}},
-						"resources": map[string]any{"limits": map[string]any{"cpu": "2"}}}},
+						"resources": map[string]any{"limits": map[string]any{"cpu": "2"}, "requests": map[string]any{"cpu": "1"}}}},
 					"volumes": []any{map[string]any{"name": "v"}},
 				},
 			},
