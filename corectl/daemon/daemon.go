@@ -165,6 +165,13 @@ type Options struct {
 	// Default "": no listener (ProbeHandler still serves them); port 0
 	// picks one (see ProbeAddr).
 	ProbeListen string
+	// Profiling adds Go's runtime profiles (net/http/pprof: heap,
+	// allocs, goroutine, profile, trace …) under /debug/pprof/ to the
+	// probe handler (ProbeHandler, ProbeListen). Default false: they are
+	// for measuring (hack/corectlload -heap-profile), and a CPU profile or
+	// trace costs the process while it runs, so the listener must not be
+	// reachable by others when it is on.
+	Profiling bool
 	// ShutdownGrace bounds how long Run waits for in-flight API requests
 	// once its context ends (default 30 s); requests still running then
 	// are cut off, and what a cut-off create leaves behind is removed by
@@ -216,19 +223,27 @@ func batchSandboxes() client.Object {
 // cacheOptions is the informer cache of one cluster's manager: only the
 // NetworkPolicies, Ingresses and BatchSandboxes corectl manages (label
 // selector managed), no object's managed fields (they are most of a small
-// object's size and nothing reads them), BatchSandboxes trimmed to what
-// the cached readers use (sandbox.TrimCached) and handed out without a
-// deep copy: the authorizer, the Locate question, the list routes and the
-// expiry reconciler only read them, and a copy per question was most of
-// the authorizer's allocation at 10,000 sandboxes (hack/corectlload).
+// object's size and nothing reads them), and every kind trimmed to what
+// its cached readers use: BatchSandboxes by sandbox.TrimCached (the
+// authorizer, the Locate question, the list routes, the expiry reconciler
+// and the ingress reconciler's settled test), NetworkPolicies by
+// egress.TrimCached (metadata only, for EgressRecovery), allowlists by
+// ingressallow.TrimCached and managed Ingresses by
+// ingressallow.TrimCachedCarrier (the ingress reconciler's filters and
+// settled test). No reader writes a cached object back: every write goes
+// through the uncached client on an object read there. BatchSandboxes are
+// handed out without a deep copy: their readers only read them, and a
+// copy per question was most of the authorizer's allocation at 10,000
+// sandboxes (hack/corectlload).
 func cacheOptions(managed labels.Selector) cache.Options {
 	noCopy := true
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&networkingv1.NetworkPolicy{}: {Label: managed},
-			&networkingv1.Ingress{}:       {Label: managed},
-			batchSandboxes():              {Label: managed, Transform: sandbox.TrimCached, UnsafeDisableDeepCopy: &noCopy},
+			&networkingv1.NetworkPolicy{}:       {Label: managed, Transform: egress.TrimCached},
+			&networkingv1.Ingress{}:             {Label: managed, Transform: ingressallow.TrimCachedCarrier},
+			&v1alpha1.SandboxIngressAllowlist{}: {Transform: ingressallow.TrimCached},
+			batchSandboxes():                    {Label: managed, Transform: sandbox.TrimCached, UnsafeDisableDeepCopy: &noCopy},
 		},
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -98,8 +99,8 @@ func (c *clusterRun) readyErr(r *http.Request) error {
 }
 
 // buildProbes builds the probe handler: /healthz (the process serves),
-// /readyz (every cluster ready, the API serving and not shutting down) and
-// /metrics.
+// /readyz (every cluster ready, the API serving and not shutting down),
+// /metrics and, with Options.Profiling, /debug/pprof/.
 func (d *Daemon) buildProbes() {
 	d.healthHandler = &healthz.Handler{Checks: map[string]healthz.Checker{"ping": healthz.Ping}}
 	checks := map[string]healthz.Checker{
@@ -123,11 +124,18 @@ func (d *Daemon) buildProbes() {
 	mux.Handle("/readyz", http.StripPrefix("/readyz", d.readyHandler))
 	mux.Handle("/readyz/", http.StripPrefix("/readyz", d.readyHandler))
 	mux.Handle("GET /metrics", d.metrics.Handler())
+	if d.opts.Profiling {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	d.probeHandler = mux
 }
 
 // ProbeHandler returns the handler of the probe listener: /healthz,
-// /readyz and /metrics.
+// /readyz, /metrics and, with Options.Profiling, /debug/pprof/.
 func (d *Daemon) ProbeHandler() http.Handler { return d.probeHandler }
 
 // swapRecorder is the Events recorder of a cluster's engines and CNI

@@ -13,7 +13,6 @@ import (
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/internal/bearer"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -76,8 +75,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 		refuse(authorizer.ReasonNotFound)
 		return
 	}
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(sandbox.GVK)
+	u := sandbox.NewObject()
 	ctx, cancel := requestContext(r)
 	defer cancel()
 	if err := ch.Cache.Get(ctx, client.ObjectKey{Namespace: cred.ProjectNamespace, Name: id}, u); err != nil {
@@ -88,7 +86,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, "the sandbox cache cannot answer")
 		return
 	}
-	st := u.GetAnnotations()[v1alpha1.AnnotationLifecycle]
+	st, _ := sandbox.Annotation(u, v1alpha1.AnnotationLifecycle)
 	end, hasEnd := lifecycle.EndAt(u)
 	switch {
 	case !cred.Sees(sandbox.OwnerOf(u), cred.ProjectNamespace, cred.ClusterID):

@@ -65,7 +65,7 @@ func (s *Server) locate(w http.ResponseWriter, r *http.Request, id string) {
 		refuse(authorizer.ReasonNotFound)
 		return
 	}
-	st := found.GetAnnotations()[v1alpha1.AnnotationLifecycle]
+	st, _ := sandbox.Annotation(found, v1alpha1.AnnotationLifecycle)
 	end, hasEnd := lifecycle.EndAt(found)
 	switch {
 	case found.GetDeletionTimestamp() != nil || st == v1alpha1.StateDeleting || st == v1alpha1.StateCleanupFailed:
@@ -74,10 +74,16 @@ func (s *Server) locate(w http.ResponseWriter, r *http.Request, id string) {
 		refuse(authorizer.ReasonExpired)
 	default:
 		a := authorizer.Answer{Allowed: true, Cluster: cluster,
-			TrafficTokenRequired: found.GetAnnotations()[lifecycle.AnnotationTrafficToken] == lifecycle.TrafficTokenRequired}
+			TrafficTokenRequired: trafficToken(found) == lifecycle.TrafficTokenRequired}
 		if hasEnd {
 			a.EndAt = end.UTC().Format(time.RFC3339Nano)
 		}
 		writeJSON(w, http.StatusOK, a)
 	}
+}
+
+// trafficToken is found's lifecycle.AnnotationTrafficToken.
+func trafficToken(found *unstructured.Unstructured) string {
+	v, _ := sandbox.Annotation(found, lifecycle.AnnotationTrafficToken)
+	return v
 }

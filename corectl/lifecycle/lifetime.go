@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/sandbox"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -93,7 +94,7 @@ func (o *Orchestrator) tokenExpiry(start time.Time) time.Time {
 // none (not created by corectl, or created before lifetimes were recorded:
 // such a sandbox never expires) or it does not parse.
 func EndAt(u *unstructured.Unstructured) (time.Time, bool) {
-	v, ok := u.GetAnnotations()[v1alpha1.AnnotationEndAt]
+	v, ok := sandbox.Annotation(u, v1alpha1.AnnotationEndAt)
 	if !ok {
 		return time.Time{}, false
 	}
@@ -121,7 +122,7 @@ func (o *Orchestrator) expired(u *unstructured.Unstructured) bool {
 // deleted).
 func (o *Orchestrator) ExpiryDue(u *unstructured.Unstructured) (due bool, wait time.Duration) {
 	end, ok := EndAt(u)
-	st := u.GetAnnotations()[v1alpha1.AnnotationLifecycle]
+	st, _ := sandbox.Annotation(u, v1alpha1.AnnotationLifecycle)
 	if !ok || u.GetDeletionTimestamp() != nil || st == StateDeleting || st == StateCleanupFailed {
 		return false, 0
 	}

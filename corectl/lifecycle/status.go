@@ -177,7 +177,7 @@ func (o *Orchestrator) derive(ctx context.Context, u *unstructured.Unstructured,
 func PodServing(u *unstructured.Unstructured) bool {
 	ready, _, _ := unstructured.NestedInt64(u.Object, "status", "ready")
 	var eps []string
-	if v := u.GetAnnotations()[EndpointsAnnotation]; v != "" {
+	if v, _ := sandbox.Annotation(u, EndpointsAnnotation); v != "" {
 		_ = json.Unmarshal([]byte(v), &eps)
 	}
 	return ready >= 1 && len(eps) > 0

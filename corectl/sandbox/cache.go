@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/intern"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -35,8 +36,11 @@ func CredentialIndex(o client.Object) []string {
 
 // TrimCached is the cache transform of BatchSandboxes: it drops the
 // managed fields and, of spec, keeps replicas, the pod template's metadata
-// and each container's name and resources (what Orchestrator.SizesOf and
-// From read); metadata, annotations and status stay whole. Anything other
+// and each container's name and resource limits (what Orchestrator.SizesOf
+// and From read; cluster.SizesOf reads the limits only), and of status only ready (what lifecycle.PodServing reads;
+// OpenSandbox's controller records more there); metadata and annotations
+// stay whole. Its map keys and label values are shared with the other
+// cached objects (package intern). Anything other
 // than an *unstructured.Unstructured is returned as it is. A trimmed object
 // is for reading only: it must never be written back (every write of
 // corectl goes through its uncached client on an object it read there).
@@ -46,6 +50,13 @@ func TrimCached(obj any) (any, error) {
 		return obj, nil
 	}
 	u.SetManagedFields(nil)
+	if st, ok := u.Object["status"].(map[string]any); ok {
+		kept := map[string]any{}
+		if r, ok := st["ready"]; ok {
+			kept["ready"] = r
+		}
+		u.Object["status"] = kept
+	}
 	spec, ok := u.Object["spec"].(map[string]any)
 	if !ok {
 		return u, nil
@@ -68,8 +79,10 @@ func TrimCached(obj any) (any, error) {
 						continue
 					}
 					keep := map[string]any{"name": cm["name"]}
-					if r, ok := cm["resources"]; ok {
-						keep["resources"] = r
+					if r, ok := cm["resources"].(map[string]any); ok {
+						if l, ok := r["limits"]; ok {
+							keep["resources"] = map[string]any{"limits": l}
+						}
 					}
 					out = append(out, keep)
 				}
@@ -79,5 +92,6 @@ func TrimCached(obj any) (any, error) {
 		kept["template"] = t
 	}
 	u.Object["spec"] = kept
+	u.Object = intern.Unstructured(u.Object)
 	return u, nil
 }

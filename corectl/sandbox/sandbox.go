@@ -89,8 +89,39 @@ func CredentialLabelValue(credentialID string) string {
 // OwnerOf returns the creating credential recorded on a BatchSandbox (or
 // on any object corectl copied it to); "" when none.
 func OwnerOf(obj metav1.Object) string {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		v, _ := Annotation(u, v1alpha1.AnnotationCredential)
+		return v
+	}
 	return obj.GetAnnotations()[v1alpha1.AnnotationCredential]
 }
+
+// Annotation returns annotation key of u and whether u has it as a
+// string, reading u's map in place: u.GetAnnotations copies every
+// annotation into a new map on each call, which the cached readers (the
+// authorizer answers each question from several annotations) cannot
+// afford per read. A value that is not a string counts as absent (the
+// apiserver stores only strings).
+func Annotation(u *unstructured.Unstructured, key string) (string, bool) {
+	md, ok := u.Object["metadata"].(map[string]any)
+	if !ok {
+		return "", false
+	}
+	ann, ok := md["annotations"].(map[string]any)
+	if !ok {
+		return "", false
+	}
+	v, ok := ann[key].(string)
+	return v, ok
+}
+
+// NewObject returns an empty BatchSandbox of kind GVK, to read one into.
+func NewObject() *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": apiVersion, "kind": GVK.Kind}}
+}
+
+// apiVersion is GVK's apiVersion, "sandbox.opensandbox.io/v1alpha1".
+var apiVersion = GVK.GroupVersion().String()
 
 // ValidateID checks that id is a DNS-1123 label; the error wraps
 // ErrInvalidID.

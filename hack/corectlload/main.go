@@ -45,7 +45,7 @@
 //
 //	go run ./hack/corectlload [-corectl bin/corectl] [-sandboxes 10000] [-owned 1000]
 //		[-goals rss,list,authz,expiry,failover] [-rounds 3] [-compare other/corectl]
-//		[-corectl-cpus 0] [-lease 10s,7s,1s] [-logs dir]
+//		[-corectl-cpus 0] [-lease 10s,7s,1s] [-logs dir] [-heap-profile dir]
 //
 // -compare runs a second binary (e.g. one built from the commit before a
 // change) interleaved with -corectl, order rotating per round, on the
@@ -132,6 +132,7 @@ type config struct {
 	corectlCPUs    string
 	corectlEnv     []string
 	compareEnv     []string
+	heapProfile    string
 }
 
 // figures are one binary's per-round results.
@@ -186,6 +187,7 @@ func main() {
 	var cenv, cmpEnv string
 	flag.StringVar(&cenv, "corectl-env", "", "extra environment of -corectl, comma-separated K=V (e.g. GOMEMLIMIT=192MiB,GODEBUG=gctrace=1)")
 	flag.StringVar(&cmpEnv, "compare-env", "", "extra environment of -compare, as -corectl-env")
+	flag.StringVar(&c.heapProfile, "heap-profile", "", "directory for heap profiles taken after each start-up replay, heap-r<round>-<0 for -corectl, 1 for -compare>.pb.gz (read with go tool pprof -sample_index=inuse_space); corectl is then started with -probe-pprof, so every binary run must have that flag")
 	flag.DurationVar(&c.settleDeadline, "settle", 4*time.Minute, "longest wait for the leader's start-up cycles")
 	flag.Parse()
 	c.goals = map[string]bool{}
@@ -301,6 +303,9 @@ func run(c config) error {
 					return err
 				}
 				w.settle(p, res[k])
+				if c.heapProfile != "" {
+					w.heapProfile(p, bins[k], fmt.Sprintf("heap-r%d-%d.pb.gz", r+1, k))
+				}
 				if c.goals["list"] {
 					w.listRound(p, res[k])
 				}
@@ -629,6 +634,9 @@ func (w *world) start(name, bin string, env []string) (*proc, error) {
 			"-leader-election-retry-period", w.c.lease[2])
 	}
 	args = append(args, w.c.corectlArgs...)
+	if w.c.heapProfile != "" {
+		args = append(args, "-probe-pprof")
+	}
 	cmd := exec.Command(bin, args...)
 	if w.c.corectlCPUs != "" {
 		// taskset execs corectl in its own process: the PID stays.
@@ -716,6 +724,39 @@ func (p *proc) cpu() time.Duration {
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// heapProfile saves replica p's (of binary bin) heap profile, after a
+// collection (/debug/pprof/heap?gc=1), as file name in -heap-profile and
+// prints where.
+func (w *world) heapProfile(p *proc, bin, name string) {
+	if err := os.MkdirAll(w.c.heapProfile, 0o755); err != nil {
+		fmt.Printf("heap profile: %v\n", err)
+		return
+	}
+	resp, err := http.Get(p.probe + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		fmt.Printf("heap profile: %v\n", err)
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		fmt.Printf("heap profile: %s (was %s built with -probe-pprof?)\n", resp.Status, bin)
+		return
+	}
+	path := filepath.Join(w.c.heapProfile, name)
+	f, err := os.Create(path)
+	if err == nil {
+		_, err = io.Copy(f, resp.Body)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Printf("heap profile: %v\n", err)
+		return
+	}
+	fmt.Printf("heap profile after the start-up replay: %s (go tool pprof -sample_index=inuse_space -top %s %s)\n", path, bin, path)
 }
 
 // status returns VmRSS and VmHWM in MiB.

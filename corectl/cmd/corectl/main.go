@@ -6,14 +6,15 @@
 //
 //	corectl -config clusters.yaml -credentials credentials.yaml -api-keys keys.yaml \
 //	        [-listen 127.0.0.1:8090] [-leader-elect=true] [-leader-election-namespace corectl-system]
-//	        [-probe-listen :8091] [-shutdown-grace 30s]
+//	        [-probe-listen :8091] [-probe-pprof] [-shutdown-grace 30s]
 //	corectl -version
 //	corectl rbac -config clusters.yaml -credentials credentials.yaml [-cluster ID] [-service-account corectl-system/corectl]
 //
 // -config is the cluster configuration (package cluster), -credentials the
 // resource credential file shared with the gateway (package credential,
 // reloaded on change), -api-keys the API key file (package apikey);
-// -probe-listen serves /healthz, /readyz and /metrics. It runs until
+// -probe-listen serves /healthz, /readyz and /metrics (and, with
+// -probe-pprof, Go's runtime profiles under /debug/pprof/). It runs until
 // SIGINT or SIGTERM, then fails /readyz, lets in-flight API requests
 // finish for up to -shutdown-grace, and releases its leases. It exits 1 with
 // the reason when a file is invalid or a cluster is unreachable, and 2 on
@@ -81,6 +82,7 @@ func run(args []string) error {
 	orphanEvery := fs.Duration("orphan-interval", time.Minute, "period of the orphan scan")
 	orphanGrace := fs.Duration("orphan-grace", 5*time.Minute, "age below which the orphan scan leaves an object alone (a create still Creating is taken for abandoned at this age plus -ready-budget)")
 	probeListen := fs.String("probe-listen", "", "address serving /healthz, /readyz and /metrics (empty: none; the Kubernetes manifests use :8091)")
+	probePprof := fs.Bool("probe-pprof", false, "also serve Go's runtime profiles (net/http/pprof) under /debug/pprof/ on -probe-listen, for measuring (hack/corectlload -heap-profile); keep that listener private when on")
 	shutdownGrace := fs.Duration("shutdown-grace", daemon.DefaultShutdownGrace, "on SIGTERM, how long in-flight API requests may finish before they are cut off")
 	relayURL := fs.String("probe-relay-url", "", "base URL of the gateway's fixed-entry probe relay (fixed_entry_probe on its internal listener, e.g. http://gateway-probe-relay:30086, a headless Service, so that discovery reaches every gateway replica): readiness checks and probe-source discovery then leave from the gateway, so restricted sandboxes admit the data plane's source and Host (empty: corectl probes the fixed entries itself)")
 	relayTokenFile := fs.String("probe-relay-token-file", "", "file holding the bearer token of the probe relay (at least 32 bytes; the gateway's fixed_entry_probe has its SHA-256); required with -probe-relay-url")
@@ -164,7 +166,7 @@ func run(args []string) error {
 		LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod, OrphanGrace: *orphanGrace,
 		ProbeSourceDiscovery: true,
 		TokenKey:             signer, MaxTimeout: *maxTimeout, TokenGrace: *tokenGrace, ReadyBudget: *readyBudget, OrphanInterval: *orphanEvery,
-		ProbeListen: *probeListen, ShutdownGrace: *shutdownGrace,
+		ProbeListen: *probeListen, Profiling: *probePprof, ShutdownGrace: *shutdownGrace,
 	})
 	if err != nil {
 		return err
