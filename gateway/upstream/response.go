@@ -116,9 +116,12 @@ func readOneHead(br *bufio.Reader, maxHeaderBytes int) (*head, error) {
 		return nil, framingError("bad status code")
 	}
 	h.status = int(code[0]-'0')*100 + int(code[1]-'0')*10 + int(code[2]-'0')
-	if len(line) > 13 {
+	switch {
+	case string(line[9:]) == "200 OK":
+		h.statusText = "200 OK" // the usual answer, without an allocation
+	case len(line) > 13:
 		h.statusText = string(line[9:])
-	} else {
+	default:
 		h.statusText = strconv.Itoa(h.status)
 	}
 	h.header = make(http.Header, 8)

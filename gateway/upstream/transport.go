@@ -216,7 +216,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return t.cfg.Fallback.RoundTrip(req)
 		}
 	}
-	if err := checkRequest(req); err != nil {
+	uri := req.URL.RequestURI()
+	if err := checkRequest(req, uri); err != nil {
 		return nil, err
 	}
 	addr := req.URL.Host
@@ -229,7 +230,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return nil, err
 		}
-		resp, err := t.send(ctx, c, req)
+		resp, err := t.send(ctx, c, req, uri)
 		if err == nil {
 			return resp, nil
 		}
@@ -268,7 +269,7 @@ func (headerTimeoutError) Timeout() bool   { return true }
 func (headerTimeoutError) Temporary() bool { return true }
 
 // send writes req on c and reads the response head. On error c is closed.
-func (t *Transport) send(ctx context.Context, c *conn, req *http.Request) (*http.Response, error) {
+func (t *Transport) send(ctx context.Context, c *conn, req *http.Request, uri string) (*http.Response, error) {
 	var stop func() bool
 	if ctx.Done() != nil {
 		nc := c.nc
@@ -281,7 +282,7 @@ func (t *Transport) send(ctx context.Context, c *conn, req *http.Request) (*http
 		c.close()
 		return nil, err
 	}
-	if err := t.writeRequest(c.bw, req); err != nil {
+	if err := t.writeRequest(c.bw, req, uri); err != nil {
 		return fail(err)
 	}
 	if t.cfg.ResponseHeaderTimeout > 0 {
@@ -337,11 +338,11 @@ func (t *Transport) send(ctx context.Context, c *conn, req *http.Request) (*http
 	return resp, nil
 }
 
-// checkRequest refuses a request whose head could not be written as one
+// checkRequest, given req's request target uri, refuses a request whose head could not be written as one
 // request: a method that is not a token, a request target or Host with
 // whitespace or controls, a header field name or value with CR, LF or NUL.
 // It runs before any connection is taken.
-func checkRequest(req *http.Request) error {
+func checkRequest(req *http.Request, uri string) error {
 	if req.Method != "" && !validName([]byte(req.Method)) {
 		return errors.New("upstream: invalid method")
 	}
@@ -352,7 +353,6 @@ func checkRequest(req *http.Request) error {
 	if !httpguts.ValidHostHeader(host) {
 		return errors.New("upstream: invalid Host header")
 	}
-	uri := req.URL.RequestURI()
 	for i := 0; i < len(uri); i++ {
 		if uri[i] <= ' ' || uri[i] == 0x7f {
 			return errors.New("upstream: invalid request target")
@@ -381,15 +381,15 @@ func skipHeader(k string) bool {
 	return false
 }
 
-// writeRequest writes req's head (checkRequest passed): request line,
+// writeRequest writes req's head (checkRequest passed) with uri as the
+// request target: request line,
 // Host, req's header fields and "Connection: close" when no connection is
 // kept.
-func (t *Transport) writeRequest(w *bufio.Writer, req *http.Request) error {
+func (t *Transport) writeRequest(w *bufio.Writer, req *http.Request, uri string) error {
 	method := req.Method
 	if method == "" {
 		method = http.MethodGet
 	}
-	uri := req.URL.RequestURI()
 	host := req.Host
 	if host == "" {
 		host = req.URL.Host
