@@ -5,10 +5,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -447,4 +450,66 @@ func must(r *http.Request, err error) *http.Request {
 		panic(err)
 	}
 	return r
+}
+
+// TestConcurrentAgainstNetHTTPServer sends many requests at once to a
+// net/http server answering with Content-Length or chunked bodies: every
+// body arrives whole and in order, and the pool never holds more idle
+// connections than its bound.
+func TestConcurrentAgainstNetHTTPServer(t *testing.T) {
+	var opened atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body := strings.Repeat(r.URL.Query().Get("v"), 1000)
+		if r.URL.Path == "/chunked" {
+			_, _ = io.WriteString(w, body[:500])
+			w.(http.Flusher).Flush()
+			_, _ = io.WriteString(w, body[500:])
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		_, _ = io.WriteString(w, body)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	tr := newTransport(t, Config{MaxIdleConnsPerHost: 4})
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 100 {
+				path := "/length"
+				if i%2 == 0 {
+					path = "/chunked"
+				}
+				v := string(rune('a' + (g+i)%26))
+				u, _ := url.Parse(srv.URL + path + "?v=" + v)
+				_, b, err := get(t, tr, u)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if string(b) != strings.Repeat(v, 1000) {
+					errs <- fmt.Errorf("%s: %d bytes, not 1000 of %q", path, len(b), v)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	tr.mu.Lock()
+	idle := tr.nidle
+	tr.mu.Unlock()
+	if idle > 4 {
+		t.Fatalf("%d idle connections, bound 4", idle)
+	}
+	t.Logf("800 requests over %d connections", opened.Load())
 }
