@@ -93,8 +93,9 @@ type Config struct {
 	// IdleConnTimeout closes a connection idle for longer; 0 means never.
 	IdleConnTimeout time.Duration
 	// MaxConnsPerHost bounds the connections open to one host, idle and
-	// busy; a request waits for one to close or come back idle. 0 means
-	// no limit.
+	// busy; a request waits for one to close (a connection that ends its
+	// answer while all are open is closed, not kept idle). 0 means no
+	// limit.
 	MaxConnsPerHost int
 }
 
@@ -521,8 +522,10 @@ func (t *Transport) put(c *conn) {
 		}
 	}
 	// Bytes past the answer's end would be read as the next answer: such a
-	// connection is closed, never reused.
-	if t.closed || c.br.Buffered() > 0 || len(cs) >= t.maxIdleHost || t.cfg.MaxIdleConns > 0 && t.nidle >= t.cfg.MaxIdleConns {
+	// connection is closed, never reused. Under MaxConnsPerHost, a
+	// connection coming back while every slot of its host is taken is
+	// closed too, so a request waiting for a slot gets one (it dials).
+	if t.closed || c.br.Buffered() > 0 || c.slot != nil && len(c.slot) == cap(c.slot) || len(cs) >= t.maxIdleHost || t.cfg.MaxIdleConns > 0 && t.nidle >= t.cfg.MaxIdleConns {
 		stale = append(stale, c)
 	} else {
 		c.idleSince = now

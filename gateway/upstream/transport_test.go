@@ -513,3 +513,43 @@ func TestConcurrentAgainstNetHTTPServer(t *testing.T) {
 	}
 	t.Logf("800 requests over %d connections", opened.Load())
 }
+
+// TestMaxConnsPerHostWaiter: with one connection allowed, a second
+// request waits while the first answer's body is unread, and proceeds
+// once it is read.
+func TestMaxConnsPerHostWaiter(t *testing.T) {
+	s := newRawServer(t, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	tr := newTransport(t, Config{MaxConnsPerHost: 1})
+	req, _ := http.NewRequest(http.MethodGet, s.url("/").String(), nil)
+	first, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, b, err := get(t, tr, s.url("/"))
+		if err == nil && string(b) != "ok" {
+			err = fmt.Errorf("body %q", b)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("the second request did not wait for the only connection: %v", err)
+	default:
+	}
+	if _, err := io.ReadAll(first.Body); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second request still waits after the first answer was read")
+	}
+	if n := s.accepted.Load(); n > 2 {
+		t.Fatalf("%d connections, want at most 2 (one at a time)", n)
+	}
+}
