@@ -361,6 +361,12 @@ func TestJSONConfigErrors(t *testing.T) {
 		{"e2b_dataplane transport of an unknown protocol", func(cfg obj) {
 			handlerOf(cfg)["transport"] = obj{"protocol": "carrier_pigeon"}
 		}, []string{"http.reverse_proxy.transport.carrier_pigeon"}},
+		{"e2b_dataplane unary_client unknown", func(cfg obj) { handlerOf(cfg)["unary_client"] = "fasthttp" },
+			[]string{"e2b_dataplane", `unary_client "fasthttp": must be builtin or transport`}},
+		{"e2b_dataplane unary_client builtin over a transport without HTTP/1.1", func(cfg obj) {
+			handlerOf(cfg)["unary_client"] = "builtin"
+			handlerOf(cfg)["transport"] = obj{"protocol": "http", "versions": []any{"h2c"}}
+		}, []string{"e2b_dataplane", "unary_client builtin needs a transport with HTTP/1.1"}},
 		{"default_user not among users", func(cfg obj) { handlerOf(cfg)["default_user"] = "ghost" },
 			[]string{"e2b_dataplane", "default user ghost is not among the users"}},
 		{"user home relative", func(cfg obj) {

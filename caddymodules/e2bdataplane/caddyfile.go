@@ -47,6 +47,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		extended_operations
 //		process_dir <path>
 //		hosts <domain>...
+//		unary_client builtin|transport
 //		transport http {
 //			<reverse_proxy http transport options>
 //		}
@@ -73,6 +74,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // E2B_DOMAIN's SDKs address it, every other Host refused
 // (docs/dataplane.md "Host routing"). The transport block is reverse_proxy's "transport http"
 // (dial_timeout, response_header_timeout, keepalive, tls, …).
+// unary_client (default transport) chooses
+// what sends the bodyless execd calls read whole: the data plane's own
+// HTTP/1.1 client or that transport (docs/dataplane.md "The unary client").
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
 	if d.NextArg() {
@@ -220,6 +224,18 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if _, err := sandboxhost.NewTable(h.Hosts); err != nil {
 				return d.Errf("hosts: %v", err)
 			}
+		case "unary_client":
+			if err := once(opt); err != nil {
+				return err
+			}
+			v, err := oneArg()
+			if err != nil {
+				return err
+			}
+			if v != "builtin" && v != "transport" {
+				return d.Errf("unary_client %q: must be builtin or transport", v)
+			}
+			h.UnaryClient = v
 		case "transport":
 			if err := once(opt); err != nil {
 				return err

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/http"
 	"path"
+	"slices"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -24,6 +25,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/dataplane"
 	"github.com/sandgate/sandgate/gateway/drain"
 	"github.com/sandgate/sandgate/gateway/execd"
+	"github.com/sandgate/sandgate/gateway/upstream"
 )
 
 func init() {
@@ -129,6 +131,20 @@ type Handler struct {
 	// supported. Default: Caddy's HTTP transport with its defaults.
 	TransportRaw json.RawMessage `json:"transport,omitempty" caddy:"namespace=http.reverse_proxy.transport inline_key=protocol"`
 
+	// UnaryClient chooses what sends the bodyless execd calls whose answers
+	// are read whole (listings, file info, deletes, command status):
+	// "builtin" is the data plane's own HTTP/1.1 client (package
+	// gateway/upstream) with the transport block's dialer, timeouts and
+	// limits; "transport" is the transport block itself, as every other
+	// call. Default "transport": "builtin" costs less CPU per call but,
+	// under the gateway's GOGC 400, let the hostile-sandbox memory test's
+	// peak pass its ceiling in 3 of 10 runs (docs/benchmarks.md "Issue
+	// 33: an upstream client of the data plane's own"). "builtin" needs a
+	// transport with HTTP/1.1 among its versions and without HTTP/3; with
+	// another it is a configuration error. docs/dataplane.md "The unary
+	// client".
+	UnaryClient string `json:"unary_client,omitempty"`
+
 	// Hosts, when set, turns on host routing (E2B_DOMAIN): the domains
 	// whose <port>-<sandboxID>.<domain> hosts this handler serves; a
 	// request to any other Host is refused with HOST_NOT_SERVED. Port
@@ -151,6 +167,7 @@ type Handler struct {
 	dp    *dataplane.Handler
 	hosts *hostRouting
 	drain *drain.Drainer
+	unary *upstream.Transport
 }
 
 // User is one SDK user's identity inside the sandbox.
@@ -180,7 +197,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return errors.New("e2b_dataplane needs the sandgate global option with token keys and a credential source")
 	}
 
-	var rt http.RoundTripper
+	var rt *reverseproxy.HTTPTransport
 	if h.TransportRaw != nil {
 		mod, err := ctx.LoadModule(h, "TransportRaw")
 		if err != nil {
@@ -197,6 +214,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			return fmt.Errorf("provisioning the default transport: %w", err)
 		}
 		rt = t
+	}
+	unary, err := h.unaryClient(rt)
+	if err != nil {
+		return err
 	}
 
 	cfg := dataplane.Config{
@@ -279,7 +300,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		Tokens:      app.Tokens(),
 		Credentials: app.Credentials(),
 		Clusters:    app,
-		Execd:       &execd.Client{Transport: rt},
+		Execd:       &execd.Client{Transport: rt, Unary: unary},
 		Logger:      ctx.Logger(),
 		Observe:     observe,
 		Authorizer:  app.Authorizer(),
@@ -290,6 +311,36 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.dp = dp
 	return h.provisionHosts(ctx, app, rt)
+}
+
+// unaryClient returns the RoundTripper of the unary execd calls as
+// UnaryClient says, built on rt.
+func (h *Handler) unaryClient(rt *reverseproxy.HTTPTransport) (http.RoundTripper, error) {
+	switch h.UnaryClient {
+	case "", "transport":
+		return rt, nil
+	case "builtin":
+		if rt.Transport == nil || !slices.Contains(rt.Versions, "1.1") || slices.Contains(rt.Versions, "3") {
+			return nil, errors.New("unary_client builtin needs a transport with HTTP/1.1 among its versions and without HTTP/3")
+		}
+		t, err := upstream.New(upstream.FromHTTPTransport(rt.Transport, rt))
+		if err != nil {
+			return nil, err
+		}
+		h.unary = t
+		return t, nil
+	default:
+		return nil, fmt.Errorf("unary_client %q: must be builtin or transport", h.UnaryClient)
+	}
+}
+
+// Cleanup closes the unary client's idle connections when a reload
+// replaces this configuration (Caddy's transport closes its own).
+func (h *Handler) Cleanup() error {
+	if h.unary != nil {
+		h.unary.CloseIdleConnections()
+	}
+	return nil
 }
 
 // drains holds the drainers of configurations a reload replaced while
@@ -337,5 +388,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // Interface guards.
 var (
 	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )

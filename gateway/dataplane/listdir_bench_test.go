@@ -22,6 +22,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/execd"
 	"github.com/sandgate/sandgate/gateway/token"
+	"github.com/sandgate/sandgate/gateway/upstream"
 )
 
 // cannedUpstream is a loopback HTTP/1.1 server that answers every request
@@ -65,11 +66,18 @@ func cannedUpstream(b *testing.B, body string) *url.URL {
 }
 
 // BenchmarkListDir serves one ListDir through the Handler (called
-// directly, no inbound server) over a net/http transport to a canned
-// upstream answering a 16-entry execd listing: the data plane's own cost
-// per unary call, with -benchmem its allocations (docs/benchmarks.md
-// "Issue 33").
+// directly, no inbound server) to a canned upstream answering a 16-entry
+// execd listing: the data plane's own cost per unary call, with -benchmem
+// its allocations (docs/benchmarks.md "Issue 33"). client=net_http sends
+// it over a net/http transport, client=builtin over the data plane's own
+// HTTP/1.1 client (gateway/upstream, unary_client builtin).
 func BenchmarkListDir(b *testing.B) {
+	for _, client := range []string{"net_http", "builtin"} {
+		b.Run("client="+client, func(b *testing.B) { benchmarkListDir(b, client == "builtin") })
+	}
+}
+
+func benchmarkListDir(b *testing.B, builtin bool) {
 	var entries []string
 	for i := range 16 {
 		entries = append(entries, fmt.Sprintf(`{"path":"/home/user/bench/file-%02d.txt","type":"file","size":10,"modified_at":"2026-12-01T06:31:43.123456789Z","created_at":"2026-12-01T06:31:43.123456789Z","owner":"root","group":"root","mode":644}`, i))
@@ -95,12 +103,21 @@ func BenchmarkListDir(b *testing.B) {
 	}
 	tr := &http.Transport{MaxIdleConnsPerHost: 8}
 	b.Cleanup(tr.CloseIdleConnections)
+	client := &execd.Client{Transport: tr}
+	if builtin {
+		u, err := upstream.New(upstream.FromHTTPTransport(tr, tr))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(u.CloseIdleConnections)
+		client.Unary = u
+	}
 	h, err := New(Config{}, Deps{
 		Tokens: verifier,
 		Credentials: &fakeCredentials{creds: map[string]credential.Credential{
 			"cred-a": {ID: "cred-a", Enabled: true, ProjectNamespace: "ns", ClusterID: "cluster-a"}}},
 		Clusters: fakeClusters{"cluster-a": {ID: "cluster-a", FixedEntry: fe}},
-		Execd:    &execd.Client{Transport: tr},
+		Execd:    client,
 		Logger:   zap.NewNop(),
 	})
 	if err != nil {

@@ -91,6 +91,12 @@ func (t Target) url(path, rawQuery string) *url.URL {
 type Client struct {
 	// Transport carries the requests; nil means http.DefaultTransport.
 	Transport http.RoundTripper
+	// Unary, when set, carries the bodyless requests whose answers are
+	// read whole before they are decoded: ping, file info, listings,
+	// search, deletes, interrupts, command status (in the gateway the
+	// data plane's own HTTP/1.1 client, package gateway/upstream). nil
+	// means Transport.
+	Unary http.RoundTripper
 	// MaxListingBytes bounds a directory listing's answer (bytes):
 	// /directories/list's JSON, or the listing script's output on execd
 	// v1.0.18. 0 means DefaultMaxListingBytes.
@@ -128,11 +134,18 @@ func (c *Client) transport() http.RoundTripper {
 	return c.Transport
 }
 
+func (c *Client) unary() http.RoundTripper {
+	if c.Unary == nil {
+		return c.transport()
+	}
+	return c.Unary
+}
+
 // Do sends one request to the execd path of t and returns the response,
 // whatever its status. Header values in hdr are added. Transport failures
 // are returned as *Error with KindUnreachable, KindTimeout or KindCanceled.
 func (c *Client) Do(ctx context.Context, t Target, method, path string, query url.Values, hdr http.Header, body io.Reader) (*http.Response, error) {
-	return c.do(ctx, t, method, path, query.Encode(), hdr, body, -1)
+	return c.do(ctx, c.transport(), t, method, path, query.Encode(), hdr, body, -1)
 }
 
 // userAgent is the User-Agent sent upstream when the caller sets none;
@@ -144,7 +157,7 @@ var userAgent = []string{"sandgate"}
 // exactly n bytes), -1 leaves it to net/http (known for bytes, strings and
 // nil bodies, else chunked). The request takes the URL built from t as it
 // is, not through its string form and a second parse.
-func (c *Client) do(ctx context.Context, t Target, method, path, rawQuery string, hdr http.Header, body io.Reader, n int64) (*http.Response, error) {
+func (c *Client) do(ctx context.Context, rt http.RoundTripper, t Target, method, path, rawQuery string, hdr http.Header, body io.Reader, n int64) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, method, "", body)
 	if err != nil {
 		return nil, &Error{Kind: KindUnexpected, Message: "building the execd request failed"}
@@ -168,7 +181,7 @@ func (c *Client) do(ctx context.Context, t Target, method, path, rawQuery string
 	if req.Header.Get("User-Agent") == "" {
 		req.Header["User-Agent"] = userAgent
 	}
-	resp, err := c.transport().RoundTrip(req)
+	resp, err := rt.RoundTrip(req)
 	if err != nil {
 		return nil, transportError(ctx, err)
 	}
@@ -177,7 +190,17 @@ func (c *Client) do(ctx context.Context, t Target, method, path, rawQuery string
 
 // doOK is Do followed by CheckResponse; the caller owns the body on success.
 func (c *Client) doOK(ctx context.Context, t Target, method, path, rawQuery string, hdr http.Header, body io.Reader) (*http.Response, error) {
-	resp, err := c.do(ctx, t, method, path, rawQuery, hdr, body, -1)
+	return c.checked(c.do(ctx, c.transport(), t, method, path, rawQuery, hdr, body, -1))
+}
+
+// unaryOK is doOK for a bodyless request whose answer is read whole,
+// sent with Unary.
+func (c *Client) unaryOK(ctx context.Context, t Target, method, path, rawQuery string) (*http.Response, error) {
+	return c.checked(c.do(ctx, c.unary(), t, method, path, rawQuery, nil, nil, -1))
+}
+
+// checked is CheckResponse on a do's answer.
+func (c *Client) checked(resp *http.Response, err error) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -203,7 +226,7 @@ func transportError(ctx context.Context, err error) error {
 
 // Ping calls GET /ping; nil means execd answered 200 (spec §4.2 readiness).
 func (c *Client) Ping(ctx context.Context, t Target) error {
-	resp, err := c.doOK(ctx, t, http.MethodGet, "/ping", "", nil, nil)
+	resp, err := c.unaryOK(ctx, t, http.MethodGet, "/ping", "")
 	if err != nil {
 		return err
 	}
@@ -352,7 +375,7 @@ func (c *Client) Stat(ctx context.Context, t Target, p string) (FileInfo, error)
 // info calls GET /files/info with every path of ps and returns execd's map,
 // which must name each of them.
 func (c *Client) info(ctx context.Context, t Target, ps []string) (map[string]FileInfo, error) {
-	resp, err := c.doOK(ctx, t, http.MethodGet, "/files/info", url.Values{"path": ps}.Encode(), nil, nil)
+	resp, err := c.unaryOK(ctx, t, http.MethodGet, "/files/info", url.Values{"path": ps}.Encode())
 	if err != nil {
 		var e *Error
 		if errors.As(err, &e) && e.Kind == KindExecd && e.Code == "RUNTIME_ERROR" && strings.Contains(e.Message, "file not found") {
@@ -384,7 +407,7 @@ func (c *Client) Download(ctx context.Context, t Target, p string, hdr http.Head
 // Content-Length, or -1 when unknown (the body goes chunked). It returns
 // nil on execd's empty 200.
 func (c *Client) Upload(ctx context.Context, t Target, contentType string, body io.Reader, length int64) error {
-	resp, err := c.do(ctx, t, http.MethodPost, "/files/upload", "", http.Header{"Content-Type": {contentType}}, body, length)
+	resp, err := c.do(ctx, c.transport(), t, http.MethodPost, "/files/upload", "", http.Header{"Content-Type": {contentType}}, body, length)
 	if err == nil {
 		err = CheckResponse(resp)
 	}
@@ -398,7 +421,7 @@ func (c *Client) Upload(ctx context.Context, t Target, contentType string, body 
 // DeleteFile calls DELETE /files?path=p. execd ignores a missing file and
 // answers 500 RUNTIME_ERROR for a directory (docs/wire-facts.md §X1.3).
 func (c *Client) DeleteFile(ctx context.Context, t Target, p string) error {
-	resp, err := c.doOK(ctx, t, http.MethodDelete, "/files", url.Values{"path": {p}}.Encode(), nil, nil)
+	resp, err := c.unaryOK(ctx, t, http.MethodDelete, "/files", url.Values{"path": {p}}.Encode())
 	if err != nil {
 		return err
 	}
@@ -409,7 +432,7 @@ func (c *Client) DeleteFile(ctx context.Context, t Target, p string) error {
 // DeleteDirectory calls DELETE /directories?path=p (recursive; a missing
 // path succeeds).
 func (c *Client) DeleteDirectory(ctx context.Context, t Target, p string) error {
-	resp, err := c.doOK(ctx, t, http.MethodDelete, "/directories", url.Values{"path": {p}}.Encode(), nil, nil)
+	resp, err := c.unaryOK(ctx, t, http.MethodDelete, "/directories", url.Values{"path": {p}}.Encode())
 	if err != nil {
 		return err
 	}
@@ -425,7 +448,7 @@ func (c *Client) DeleteDirectory(ctx context.Context, t Target, p string) error 
 func (c *Client) ListDirectory(ctx context.Context, t Target, p string, depth int) ([]FileInfo, error) {
 	// url.Values{"path": {p}, "depth": {…}}.Encode(), without the map.
 	q := "depth=" + strconv.Itoa(depth) + "&path=" + url.QueryEscape(p)
-	resp, err := c.doOK(ctx, t, http.MethodGet, "/directories/list", q, nil, nil)
+	resp, err := c.unaryOK(ctx, t, http.MethodGet, "/directories/list", q)
 	var e *Error
 	if errors.As(err, &e) && e.Kind == KindNoRoute {
 		return c.listWithShell(ctx, t, p, depth)
@@ -461,7 +484,7 @@ type CommandRequest struct {
 // stop a foreground command (docs/wire-facts.md §X1.4); nor does the gateway,
 // whose commands live as long as envd's processes do.
 func (c *Client) Interrupt(ctx context.Context, t Target, id string) error {
-	resp, err := c.doOK(ctx, t, http.MethodDelete, "/command", url.Values{"id": {id}}.Encode(), nil, nil)
+	resp, err := c.unaryOK(ctx, t, http.MethodDelete, "/command", url.Values{"id": {id}}.Encode())
 	if err != nil {
 		return err
 	}
@@ -495,7 +518,7 @@ type CommandStatus struct {
 // KindNotFound. An answer over maxBytes (StatusLimit of the command's text
 // length) is an *Error with KindUnexpected.
 func (c *Client) CommandStatus(ctx context.Context, t Target, id string, maxBytes int64) (CommandStatus, error) {
-	resp, err := c.doOK(ctx, t, http.MethodGet, "/command/status/"+url.PathEscape(id), "", nil, nil)
+	resp, err := c.unaryOK(ctx, t, http.MethodGet, "/command/status/"+url.PathEscape(id), "")
 	if err != nil {
 		var e *Error
 		if errors.As(err, &e) && e.Kind == KindExecd && e.Status == http.StatusNotFound {

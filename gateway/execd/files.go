@@ -139,7 +139,7 @@ var ErrTooLarge = errors.New("execd: the answer is larger than the caller's limi
 // matches the glob. A missing dir is KindNotFound; an answer of more than
 // maxBytes bytes is ErrTooLarge, found before anything is decoded.
 func (c *Client) Search(ctx context.Context, t Target, dir, pattern string, maxBytes int64) ([]FileInfo, error) {
-	resp, err := c.doOK(ctx, t, http.MethodGet, "/files/search", url.Values{"path": {dir}, "pattern": {pattern}}.Encode(), nil, nil)
+	resp, err := c.unaryOK(ctx, t, http.MethodGet, "/files/search", url.Values{"path": {dir}, "pattern": {pattern}}.Encode())
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +164,7 @@ func (c *Client) Search(ctx context.Context, t Target, dir, pattern string, maxB
 // DeleteFiles calls DELETE /files with every path of ps; missing files are
 // ignored.
 func (c *Client) DeleteFiles(ctx context.Context, t Target, ps ...string) error {
-	resp, err := c.doOK(ctx, t, http.MethodDelete, "/files", url.Values{"path": ps}.Encode(), nil, nil)
+	resp, err := c.unaryOK(ctx, t, http.MethodDelete, "/files", url.Values{"path": ps}.Encode())
 	if err != nil {
 		return err
 	}
