@@ -17,8 +17,9 @@ import (
 // body has no known length, so Go's transport sends each write as one
 // chunk of the chunked encoding in three write system calls (the chunk
 // header with the first bytes that fill its 4 KiB buffer, the rest, the
-// closing CRLF): larger writes mean fewer of them (docs/benchmarks.md
-// "Issue 33: transfers").
+// closing CRLF): larger writes mean fewer of them (the sweep of 128 KiB
+// to 1 MiB is in docs/benchmarks.md, "Issue 33: nginx beside
+// reverse_proxy…").
 const uploadChunk = 1 << 20
 
 // uploadFramingBuffer is the buffer of the framing a multipart write's
