@@ -13,8 +13,18 @@ import (
 )
 
 // uploadChunk is the size of the reads from the client and of the writes
-// to execd while an upload streams (256 KiB).
-const uploadChunk = 256 << 10
+// to execd while an upload streams (1 MiB). A multipart write's upstream
+// body has no known length, so Go's transport sends each write as one
+// chunk of the chunked encoding in three write system calls (the chunk
+// header with the first bytes that fill its 4 KiB buffer, the rest, the
+// closing CRLF): larger writes mean fewer of them (the sweep of 128 KiB
+// to 1 MiB is in docs/benchmarks.md, "Issue 33: nginx beside
+// reverse_proxy…").
+const uploadChunk = 1 << 20
+
+// uploadFramingBuffer is the buffer of the framing a multipart write's
+// upstream body produces between its files (bytes).
+const uploadFramingBuffer = 4 << 10
 
 // uploadFile is one file of a write: its target path and its content.
 type uploadFile struct {
@@ -184,6 +194,16 @@ func (u *uploadBody) chunk() (b []byte, ok bool, err error) {
 	return b, true, nil
 }
 
+// framingOnly reports whether the next bytes of Read are multipart
+// framing (part headers, boundaries) followed by a file handed out in
+// place, or the closing boundary: no file content needs the large buffer.
+func (u *uploadBody) framingOnly() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	_, isInPlace := u.cur.(inPlace)
+	return u.cur == nil || isInPlace
+}
+
 // Close is called by the transport when it is done with the body.
 func (u *uploadBody) Close() error { return nil }
 
@@ -200,10 +220,11 @@ func (u *uploadBody) stop() (*Error, bool) {
 // WriteTo copies the body to w (Go's transport uses it for a body of
 // unknown length, where each write is one chunk of the chunked encoding,
 // flushed on its own): a multipart file's bytes straight from the buffer
-// they were read into, in writes of up to uploadChunk bytes, everything
-// else through a buffer of that size.
+// they were read into, in writes of up to uploadChunk bytes, the framing
+// between them through a buffer of uploadFramingBuffer bytes, and any
+// other file through a buffer of uploadChunk bytes.
 func (u *uploadBody) WriteTo(w io.Writer) (int64, error) {
-	var buf []byte
+	var small, large []byte
 	var total int64
 	write := func(b []byte) error {
 		wn, err := w.Write(b)
@@ -223,8 +244,18 @@ func (u *uploadBody) WriteTo(w io.Writer) (int64, error) {
 			}
 			continue
 		}
-		if buf == nil {
-			buf = make([]byte, uploadChunk)
+		// Between the files of a multipart write only framing is read
+		// here (and at most a small buffer's worth of the next file,
+		// before chunk takes over): a small buffer saves the large one.
+		buf := large
+		if u.framingOnly() {
+			if small == nil {
+				small = make([]byte, uploadFramingBuffer)
+			}
+			buf = small
+		} else if large == nil {
+			large = make([]byte, uploadChunk)
+			buf = large
 		}
 		n, err := io.ReadFull(u, buf)
 		if n > 0 {

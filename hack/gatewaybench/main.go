@@ -46,8 +46,10 @@
 // per cell, the median over rounds of requests per second, latency and
 // CPU per request of each process, and the ratio gateway ÷ reverse_proxy
 // of the proxy process's CPU per request (median, min and max over the
-// rounds). For transfers it adds MB/s and the proxy's peak RSS (VmHWM,
-// reset through /proc/<pid>/clear_refs before each transfer).
+// rounds). For transfers it adds MB/s, the proxy's peak RSS (VmHWM,
+// reset through /proc/<pid>/clear_refs before each transfer) and the
+// proxy's read and write system calls per MiB (syscr and syscw of
+// /proc/<pid>/io), a count that the machine's load barely moves.
 //
 // Usage (from the repository root, after make build):
 //
@@ -1052,6 +1054,10 @@ type transferResult struct {
 	wall    time.Duration
 	cpu     cpu
 	peakRSS int64 // KiB; -1 when VmHWM could not be reset
+	// syscr and syscw are the proxy's read and write system calls during
+	// the transfer (/proc/<pid>/io): a count the machine's load barely
+	// moves, unlike CPU seconds; -1 when /proc/<pid>/io is unreadable.
+	syscr, syscw int64
 }
 
 // transferKind is one transfer workload on one path.
@@ -1169,6 +1175,7 @@ func (w *world) transferOnce(client *http.Client, k transferKind, size int64) (t
 	if err != nil {
 		return transferResult{}, err
 	}
+	r0, w0, ioErr0 := syscalls(proxy.pid())
 	t0 := time.Now()
 	resp, err := client.Do(req)
 	if err != nil {
@@ -1184,7 +1191,10 @@ func (w *world) transferOnce(client *http.Client, k transferKind, size int64) (t
 	if err != nil {
 		return transferResult{}, err
 	}
-	res := transferResult{wall: wall, cpu: c1.sub(c0), peakRSS: -1}
+	res := transferResult{wall: wall, cpu: c1.sub(c0), peakRSS: -1, syscr: -1, syscw: -1}
+	if r1, w1, ioErr1 := syscalls(proxy.pid()); ioErr0 == nil && ioErr1 == nil {
+		res.syscr, res.syscw = r1-r0, w1-w0
+	}
 	if rssReset {
 		if res.peakRSS, err = statusKiB(proxy.pid(), "VmHWM"); err != nil {
 			return res, err
@@ -1201,6 +1211,32 @@ func (w *world) transferOnce(client *http.Client, k transferKind, size int64) (t
 		}
 	}
 	return res, nil
+}
+
+// syscalls returns the read and write system calls pid made so far (the
+// syscr and syscw lines of /proc/<pid>/io, all its threads).
+func syscalls(pid int) (r, w int64, err error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	r, w = -1, -1
+	for line := range strings.Lines(string(data)) {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ": ")
+		switch k {
+		case "syscr":
+			r, err = strconv.ParseInt(v, 10, 64)
+		case "syscw":
+			w, err = strconv.ParseInt(v, 10, 64)
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+	}
+	if r < 0 || w < 0 {
+		return 0, 0, fmt.Errorf("/proc/%d/io: no syscr or syscw", pid)
+	}
+	return r, w, nil
 }
 
 func sizeOf(fi os.FileInfo) int64 {
@@ -1248,29 +1284,32 @@ func (w *world) transfers() error {
 			}
 			results[i] = append(results[i], res)
 			gib := float64(size) / (1 << 30)
-			fmt.Printf("  round %d %-22s %-13s %7.0f MB/s  CPU s/GiB: proxy %5.2f  fixed entry %5.2f  execd %5.2f  client %5.2f  proxy peak RSS %5.1f MiB",
+			fmt.Printf("  round %d %-22s %-13s %7.0f MB/s  CPU s/GiB: proxy %5.2f  fixed entry %5.2f  execd %5.2f  client %5.2f  proxy peak RSS %5.1f MiB  proxy syscalls per MiB: read %6.1f write %6.1f",
 				r+1, k.name, k.path, float64(size)/1e6/res.wall.Seconds(), res.cpu.proxy.Seconds()/gib, res.cpu.fixedEntry.Seconds()/gib,
-				res.cpu.execd.Seconds()/gib, res.cpu.client.Seconds()/gib, float64(res.peakRSS)/1024)
+				res.cpu.execd.Seconds()/gib, res.cpu.client.Seconds()/gib, float64(res.peakRSS)/1024,
+				float64(res.syscr)/float64(w.o.transferMiB), float64(res.syscw)/float64(w.o.transferMiB))
 			fmt.Println()
 		}
 	}
 	gib := float64(size) / (1 << 30)
 	fmt.Printf("\ntransfer summary (median over %d rounds)\n\n", w.o.transferRounds)
-	fmt.Println("| transfer | path | MB/s | proxy CPU s/GiB | fixed entry | execd | client | proxy peak RSS MiB (max) |")
-	fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| transfer | path | MB/s | proxy CPU s/GiB | fixed entry | execd | client | proxy peak RSS MiB (max) | proxy syscalls per MiB: read / write |")
+	fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|---:|")
 	for i, k := range transferKinds {
 		rs := results[i]
 		if len(rs) == 0 {
 			continue
 		}
 		med := func(f func(transferResult) float64) float64 { return median(mapf(rs, f)) }
-		fmt.Printf("| %s | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.1f |\n", k.name, k.path,
+		fmt.Printf("| %s | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.1f | %.1f / %.1f |\n", k.name, k.path,
 			med(func(r transferResult) float64 { return float64(size) / 1e6 / r.wall.Seconds() }),
 			med(func(r transferResult) float64 { return r.cpu.proxy.Seconds() / gib }),
 			med(func(r transferResult) float64 { return r.cpu.fixedEntry.Seconds() / gib }),
 			med(func(r transferResult) float64 { return r.cpu.execd.Seconds() / gib }),
 			med(func(r transferResult) float64 { return r.cpu.client.Seconds() / gib }),
-			slices.Max(mapf(rs, func(r transferResult) float64 { return float64(r.peakRSS) / 1024 })))
+			slices.Max(mapf(rs, func(r transferResult) float64 { return float64(r.peakRSS) / 1024 })),
+			med(func(r transferResult) float64 { return float64(r.syscr) / float64(w.o.transferMiB) }),
+			med(func(r transferResult) float64 { return float64(r.syscw) / float64(w.o.transferMiB) }))
 	}
 	for _, p := range []*proc{w.gateway, w.proxy, w.nginx} {
 		if p.cg == nil {
