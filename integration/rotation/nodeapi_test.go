@@ -3,8 +3,6 @@ package rotation
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -47,7 +45,6 @@ func TestNodeAPITokenRotationWithProcesses(t *testing.T) {
 	caddy := filepath.Join(root, "bin", "caddy")
 	dir := t.TempDir()
 	const oldTok, newTok = "node-api-token-old-0123456789abcdef0123456789", "node-api-token-new-0123456789abcdef0123456789"
-	digest := func(s string) string { sum := sha256.Sum256([]byte(s)); return hex.EncodeToString(sum[:]) }
 	none := strings.Repeat("f", 64)
 	key := filepath.Join(dir, "k1.key")
 	writeFile(t, key, "node-api-rotation-hmac-secret-0123456789abcdef")
@@ -107,7 +104,7 @@ http://127.0.0.1:%s {
 	// The clients: GET the node list from the live gateways in turn, with
 	// the token they hold.
 	var mu sync.Mutex
-	live := []*nodeAPIGateway{start(digest(oldTok), none)}
+	live := []*nodeAPIGateway{start(sha256Hex(oldTok), none)}
 	clientToken := oldTok
 	phase := "start"
 	var next int
@@ -204,13 +201,13 @@ http://127.0.0.1:%s {
 	}
 	answered(live[0], 20)
 
-	roll("step 1", digest(oldTok), digest(newTok)) // 1. the slot: the new digest
-	mu.Lock()                                      // 2. every client switches to the new token
+	roll("step 1", sha256Hex(oldTok), sha256Hex(newTok)) // 1. the slot: the new digest
+	mu.Lock()                                            // 2. every client switches to the new token
 	clientToken, phase = newTok, "step 2"
 	g := live[0]
 	mu.Unlock()
 	answered(g, 20)
-	roll("step 3", digest(newTok), none) // 3. the new digest current, the slot 64 f's
+	roll("step 3", sha256Hex(newTok), none) // 3. the new digest current, the slot 64 f's
 
 	stop()
 	clients.Wait()

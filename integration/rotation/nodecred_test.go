@@ -3,9 +3,6 @@ package rotation
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -60,19 +57,6 @@ type nodeOp struct {
 	outcome      string
 	connectionID string
 	err          string
-}
-
-func randomToken(t *testing.T) string {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
-}
-
-func sha256Hex(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:])
 }
 
 // TestNodeCredentialRotationUnderTraffic follows docs/runbook.md "Node

@@ -2,8 +2,6 @@ package rotation
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -88,18 +86,17 @@ func (p *relayProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // and accepts the new one, and neither token is in a log.
 func TestProbeRelayTokenRotationUnderTraffic(t *testing.T) {
 	const oldTok, newTok = "probe-relay-token-old-0123456789abcdef0123456789", "probe-relay-token-new-0123456789abcdef0123456789"
-	digest := func(s string) string { sum := sha256.Sum256([]byte(s)); return hex.EncodeToString(sum[:]) }
 	none := strings.Repeat("f", 64)
 	// current and slot are the relay's digests at each step of the rig's
 	// caddyfile: 0 before the rotation, 1 and 2 during it, 3 after.
 	digests := func(step int) (current, slot string) {
 		switch step {
 		case 0:
-			return digest(oldTok), none
+			return sha256Hex(oldTok), none
 		case 1, 2:
-			return digest(oldTok), digest(newTok)
+			return sha256Hex(oldTok), sha256Hex(newTok)
 		default:
-			return digest(newTok), none
+			return sha256Hex(newTok), none
 		}
 	}
 	dir := t.TempDir()

@@ -30,6 +30,9 @@ package rotation
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -722,4 +725,21 @@ func serve(t *testing.T, h http.Handler) string {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return "http://" + ln.Addr().String()
+}
+
+// randomToken returns 32 random bytes in hex, a token as docs/runbook.md
+// tells an operator to make one (openssl rand -hex 32).
+func randomToken(t *testing.T) string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// sha256Hex is a token's digest as the Caddyfile and the records name it
+// (printf %s "$TOKEN" | sha256sum).
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
 }
