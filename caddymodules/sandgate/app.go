@@ -187,7 +187,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		if c == nil {
 			return fmt.Errorf("cluster %q: empty definition", id)
 		}
-		if err := c.provision(repl); err != nil {
+		if err := c.Provision(repl); err != nil {
 			return fmt.Errorf("cluster %q: %w", id, err)
 		}
 	}

@@ -1,17 +1,13 @@
 package sandgate
 
 import (
-	"strings"
-
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 
+	"github.com/sandgate/sandgate/caddymodules/internal/clusterconfig"
 	"github.com/sandgate/sandgate/caddymodules/internal/nodeconfig"
-	"github.com/sandgate/sandgate/caddymodules/internal/secret"
-	"github.com/sandgate/sandgate/gateway/dataplane"
-	"github.com/sandgate/sandgate/gateway/execdtoken"
 )
 
 func init() {
@@ -167,72 +163,12 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			a.AuthorizerRaw = caddyconfig.JSONModuleObject(mod, "source", name, nil)
 		case "cluster":
-			var id, entry string
-			if !d.Args(&id, &entry) {
-				return d.ArgErr()
-			}
-			if d.NextArg() {
-				return d.ArgErr()
+			id, c, err := clusterconfig.Parse(d)
+			if err != nil {
+				return err
 			}
 			if _, dup := a.Clusters[id]; dup {
 				return d.Errf("cluster %q already specified", id)
-			}
-			c := &Cluster{FixedEntry: entry}
-			for nesting := d.Nesting(); d.NextBlock(nesting); {
-				switch d.Val() {
-				case "execd_access_token", "execd_token_secret":
-					name := d.Val()
-					if !d.NextArg() {
-						return d.ArgErr()
-					}
-					v := d.Val()
-					if d.NextArg() {
-						return d.ArgErr()
-					}
-					if err := secret.Check(name, v); err != nil {
-						return d.Err(err.Error())
-					}
-					switch {
-					case name == "execd_access_token" && c.ExecdAccessToken != "":
-						return d.Err(name + " already specified")
-					case name == "execd_access_token":
-						c.ExecdAccessToken = v
-					case c.ExecdTokenSecret == "":
-						c.ExecdTokenSecret = v
-					case 1+len(c.ExtraExecdTokenSecrets) >= execdtoken.MaxSecrets:
-						return d.Errf("at most %d execd_token_secret lines per cluster", execdtoken.MaxSecrets)
-					default:
-						c.ExtraExecdTokenSecrets = append(c.ExtraExecdTokenSecrets, v)
-					}
-					if c.ExecdAccessToken != "" && c.ExecdTokenSecret != "" {
-						return d.Err("execd_access_token and execd_token_secret exclude each other")
-					}
-				case "host":
-					if c.Host != "" {
-						return d.Err("host already specified")
-					}
-					if !d.NextArg() {
-						return d.ArgErr()
-					}
-					c.Host = d.Val()
-					if d.NextArg() {
-						return d.ArgErr()
-					}
-					if !strings.Contains(c.Host, "{") {
-						if _, err := dataplane.CheckHost(c.Host); err != nil {
-							return d.Errf("cluster %q: %v", id, err)
-						}
-					}
-				default:
-					return d.Errf("unrecognized cluster subdirective %q", d.Val())
-				}
-			}
-			// A fixed entry given as a runtime placeholder ({env.X}) is
-			// checked at provision time instead.
-			if !strings.Contains(entry, "{") {
-				if _, err := dataplane.ParseFixedEntry(entry); err != nil {
-					return d.Errf("cluster %q: %v", id, err)
-				}
 			}
 			if a.Clusters == nil {
 				a.Clusters = map[string]*Cluster{}

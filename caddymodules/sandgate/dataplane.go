@@ -1,19 +1,13 @@
 package sandgate
 
 import (
-	"errors"
-	"fmt"
 	"net/http"
-	"net/url"
 
-	"github.com/caddyserver/caddy/v2"
-
-	"github.com/sandgate/sandgate/caddymodules/internal/secret"
+	"github.com/sandgate/sandgate/caddymodules/internal/clusterconfig"
 	"github.com/sandgate/sandgate/gateway/authorizer"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/dataplane"
 	"github.com/sandgate/sandgate/gateway/entryprobe"
-	"github.com/sandgate/sandgate/gateway/execdtoken"
 	"github.com/sandgate/sandgate/gateway/token"
 )
 
@@ -34,90 +28,8 @@ type TokenKey struct {
 	File string `json:"file"`
 }
 
-// Cluster is one compute cluster.
-type Cluster struct {
-	// FixedEntry is the cluster's fixed entry: an http or https URL whose
-	// host leads to the cluster's OpenSandbox Ingress in URI mode. Requests
-	// go to <fixed_entry>/<sandboxID>/44772/<execd path>. Required.
-	FixedEntry string `json:"fixed_entry"`
-	// ExecdAccessToken, when set, is sent to execd as X-EXECD-ACCESS-TOKEN.
-	// It is a secret, so it must be an {env.NAME} or {file./path}
-	// placeholder, resolved at provision time (a placeholder that resolves
-	// to nothing is an error); a literal value is refused (secret.Check),
-	// because the configuration is served by GET /config/ and saved to
-	// autosave.json. Default: none (OpenSandbox's Kubernetes deployments run
-	// execd without a token, docs/wire-facts.md §X1.1).
-	ExecdAccessToken string `json:"execd_access_token,omitempty"`
-	// ExecdTokenSecret, when set (instead of ExecdAccessToken), is the
-	// cluster secret each sandbox's execd token is derived from:
-	// execdtoken.Derive(secret, sandboxID), the value the control plane
-	// gives the sandbox's execd as EXECD_ACCESS_TOKEN, so no two sandboxes
-	// share a token and no sandbox sees the secret. A placeholder like
-	// ExecdAccessToken, resolving to at least 32 bytes. Default: none.
-	ExecdTokenSecret string `json:"execd_token_secret,omitempty"`
-	// ExtraExecdTokenSecrets are further secrets like ExecdTokenSecret,
-	// held during a rotation (docs/runbook.md "Execd token secret"): the
-	// sandboxes created under the old secret and those created under the
-	// new one run at once, and each sandbox is sent the token its execd
-	// accepts (execdtoken.Chooser; ExecdTokenSecret's is tried first). In
-	// the Caddyfile, the second and later execd_token_secret lines. At
-	// most execdtoken.MaxSecrets-1; each a placeholder of at least 32
-	// bytes. Default: none.
-	ExtraExecdTokenSecrets []string `json:"extra_execd_token_secrets,omitempty"`
-	// Host is the Host header of every request to the fixed entry: the
-	// data plane's and the probes it relays for corectl
-	// (fixed_entry_probe). It must be the host of the fixed entry's
-	// Ingress rules, corectl's ingress.host for this cluster, which corectl
-	// checks through the relay at start (docs/deploy.md "Restricted
-	// sandboxes"). A DNS name (RFC 1123 subdomain, at most 253
-	// characters), optionally with ":<port>"; placeholders are expanded at
-	// provision. Default: the fixed entry URL's host and port.
-	Host string `json:"host,omitempty"`
-
-	fixedEntry   *url.URL
-	token        string
-	tokenSecrets [][]byte
-	host         string
-}
-
-func (c *Cluster) provision(repl *caddy.Replacer) error {
-	u, err := dataplane.ParseFixedEntry(repl.ReplaceAll(c.FixedEntry, ""))
-	if err != nil {
-		return err
-	}
-	c.fixedEntry = u
-	if c.host, err = dataplane.CheckHost(repl.ReplaceAll(c.Host, "")); err != nil {
-		return err
-	}
-	if c.token, err = secret.Resolve(repl, "execd_access_token", c.ExecdAccessToken); err != nil {
-		return err
-	}
-	if c.ExecdTokenSecret != "" && c.ExecdAccessToken != "" {
-		return errors.New("execd_access_token and execd_token_secret exclude each other")
-	}
-	if len(c.ExtraExecdTokenSecrets) > 0 && c.ExecdTokenSecret == "" {
-		return errors.New("extra_execd_token_secrets needs execd_token_secret")
-	}
-	if 1+len(c.ExtraExecdTokenSecrets) > execdtoken.MaxSecrets {
-		return fmt.Errorf("at most %d execd token secrets per cluster", execdtoken.MaxSecrets)
-	}
-	c.tokenSecrets = nil
-	for i, v := range append([]string{c.ExecdTokenSecret}, c.ExtraExecdTokenSecrets...) {
-		name := "execd_token_secret"
-		if i > 0 {
-			name = fmt.Sprintf("extra_execd_token_secrets[%d]", i-1)
-		}
-		s, err := secret.Resolve(repl, name, v)
-		if err != nil || s == "" {
-			return err
-		}
-		if err := execdtoken.Check([]byte(s)); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		c.tokenSecrets = append(c.tokenSecrets, []byte(s))
-	}
-	return nil
-}
+// Cluster is one compute cluster (caddymodules/internal/clusterconfig).
+type Cluster = clusterconfig.Cluster
 
 // Tokens returns the token verifier.
 func (a *App) Tokens() *token.Verifier { return a.verifier }
@@ -132,10 +44,10 @@ func (a *App) Authorizer() authorizer.Authorizer { return a.authorizer }
 // dataplane.Clusters.
 func (a *App) Cluster(id string) (dataplane.Cluster, bool) {
 	c, ok := a.Clusters[id]
-	if !ok || c == nil || c.fixedEntry == nil {
+	if !ok || c == nil || !c.Provisioned() {
 		return dataplane.Cluster{}, false
 	}
-	return dataplane.Cluster{ID: id, FixedEntry: c.fixedEntry, ExecdAccessToken: c.token, ExecdTokenSecrets: c.tokenSecrets, Host: c.host}, true
+	return c.Dataplane(id), true
 }
 
 // FixedEntries returns every provisioned cluster's fixed entry, the
@@ -144,8 +56,8 @@ func (a *App) Cluster(id string) (dataplane.Cluster, bool) {
 func (a *App) FixedEntries() map[string]entryprobe.Target {
 	out := make(map[string]entryprobe.Target, len(a.Clusters))
 	for id, c := range a.Clusters {
-		if c != nil && c.fixedEntry != nil {
-			out[id] = entryprobe.Target{FixedEntry: c.fixedEntry, Host: c.host, ExecdAccessToken: c.token, ExecdTokenSecrets: c.tokenSecrets}
+		if c != nil && c.Provisioned() {
+			out[id] = c.Target()
 		}
 	}
 	return out
