@@ -85,14 +85,26 @@ func (f Format) tooLarge(i int) error {
 // f.Invalid that says what is wrong with the document (not valid JSON or
 // YAML, the top level not a mapping, an unknown top-level key, a missing
 // key, the value not a list, a record over f.MaxRecord bytes), never
-// quoting a value.
+// quoting a value. A document whose first character is '{' is read as
+// JSON; one that is not JSON before its first record is read again as
+// YAML (a flow mapping, up to MaxWholeYAML bytes), while a JSON fault
+// after a record is refused as not valid JSON, so record never sees an
+// index twice.
 func Parse(data []byte, f Format, record func(i int, raw []byte) error) error {
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // a UTF-8 byte order mark
 	if first := bytes.TrimLeft(data, " \t\r\n"); len(first) > 0 && first[0] == '{' {
-		err := parseJSON(data, f, record)
+		delivered := 0
+		err := parseJSON(data, f, func(i int, raw []byte) error {
+			delivered++
+			return record(i, raw)
+		})
 		var se *jsontext.SyntacticError
-		if errors.As(err, &se) && len(data) <= MaxWholeYAML {
-			// A YAML flow mapping ({credentials: [...]}) is not JSON.
+		if errors.As(err, &se) && len(data) <= MaxWholeYAML && delivered == 0 {
+			// A YAML flow mapping ({credentials: [...]}) is not JSON. Only
+			// before the first record: record has already seen the records
+			// before the fault, and must not see them again from the YAML
+			// reading (where they may read differently: "[000]" is the
+			// number 0 to YAML, a record 0 and then a fault to JSON).
 			return parseWholeYAML(data, f, record)
 		}
 		if se != nil {

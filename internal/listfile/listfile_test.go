@@ -186,3 +186,31 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestJSONFaultAfterARecord: a document read as JSON that breaks after its
+// first record is refused as not valid JSON (the format's class), and the
+// record seen once: it is not read again as YAML, which would hand the
+// same index to record a second time (found by FuzzParse: "[000]").
+func TestJSONFaultAfterARecord(t *testing.T) {
+	for _, data := range []string{`{"credentials":[000]}`, `{"credentials":[{"id":"a"}, {id: b}]}`} {
+		calls := 0
+		err := Parse([]byte(data), format, func(i int, raw []byte) error {
+			calls++
+			if i != calls-1 {
+				t.Fatalf("%s: record %d as call %d", data, i, calls)
+			}
+			return nil
+		})
+		if !errors.Is(err, errInvalid) || !strings.Contains(err.Error(), "not valid JSON") {
+			t.Errorf("%s: error %v, want the format's class, not valid JSON", data, err)
+		}
+		if calls != 1 {
+			t.Errorf("%s: record called %d times, want 1", data, calls)
+		}
+	}
+	// Not JSON before the first record: read as YAML, as before.
+	got, err := collect(Parse, []byte(`{credentials: [{id: a}, {id: b}]}`))
+	if err != nil || len(got) != 2 {
+		t.Errorf("a YAML flow mapping: %q, %v", got, err)
+	}
+}
