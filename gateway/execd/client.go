@@ -318,17 +318,18 @@ func readLimited(resp *http.Response, limit int64, what string) ([]byte, error) 
 	if resp.ContentLength > limit {
 		return nil, tooLarge
 	}
-	var buf bytes.Buffer
+	var buf []byte
 	if resp.ContentLength > 0 {
-		buf.Grow(int(resp.ContentLength))
+		buf = make([]byte, 0, resp.ContentLength+1) // +1: the read that sees the end
 	}
-	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, limit+1)); err != nil {
+	buf, err := appendBody(buf, resp.Body, limit+1)
+	if err != nil {
 		return nil, &Error{Kind: KindUnexpected, Status: resp.StatusCode, Message: "reading execd's answer to " + what + " failed"}
 	}
-	if int64(buf.Len()) > limit {
+	if int64(len(buf)) > limit {
 		return nil, tooLarge
 	}
-	return buf.Bytes(), nil
+	return buf, nil
 }
 
 // decodeJSON decodes resp's JSON body into v once readLimited has read it

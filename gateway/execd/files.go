@@ -99,7 +99,7 @@ func (c *Client) ReadAt(ctx context.Context, t Target, p string, off, limit int6
 	default:
 		return nil, CheckResponse(resp)
 	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, limit))
+	b, err := appendBody(nil, resp.Body, limit) // one buffer of the bytes' size
 	if err != nil {
 		return nil, transportError(ctx, err)
 	}

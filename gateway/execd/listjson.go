@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"unsafe"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -13,7 +14,7 @@ import (
 // listDecoder is the reusable state of decodeFileInfoList: the body buffer
 // and a jsontext decoder over it.
 type listDecoder struct {
-	body bytes.Buffer
+	body []byte
 	rd   bytes.Reader
 	dec  jsontext.Decoder
 	name []byte
@@ -76,37 +77,105 @@ func (c *Client) decodeFileInfoList(resp *http.Response) ([]FileInfo, error) {
 	}
 	ld := listDecoders.Get().(*listDecoder)
 	defer func() {
-		if ld.body.Cap() <= maxPooledList && cap(ld.paths) <= maxPooledList {
-			ld.body.Reset()
+		if cap(ld.body) > maxPooledList {
+			ld.body = nil // a large answer's buffer, not kept
+		}
+		if cap(ld.paths) <= maxPooledList {
+			ld.body = ld.body[:0]
 			ld.rd.Reset(nil)
 			ld.dec.Reset(&ld.rd)
 			listDecoders.Put(ld)
 		}
 	}()
-	ld.body.Reset()
 	// Sized from Content-Length up to maxPooledList only: past that the
-	// buffer grows as the bytes arrive, so an answer that declares 64 MiB
-	// and sends little (code in the sandbox can answer for execd) costs
-	// what it sent.
-	if n := resp.ContentLength; n > 0 {
-		ld.body.Grow(int(min(n, maxPooledList)))
+	// bytes are gathered as they arrive (appendBody), so an answer that
+	// declares the limit and sends little (code in the sandbox can answer
+	// for execd) costs what it sent.
+	buf := ld.body[:0]
+	if n := resp.ContentLength; n > 0 && int64(cap(buf)) <= n && cap(buf) < maxPooledList {
+		buf = make([]byte, 0, min(n+1, maxPooledList))
 	}
-	if _, err := ld.body.ReadFrom(io.LimitReader(resp.Body, limit+1)); err != nil {
+	body, err := appendBody(buf, resp.Body, limit+1)
+	if err != nil {
 		return nil, unexpectedJSON(resp)
 	}
-	if int64(ld.body.Len()) > limit {
+	ld.body = body
+	if int64(len(body)) > limit {
 		return nil, tooLarge
 	}
-	entries := bytes.Count(ld.body.Bytes(), quotedPath)
+	entries := bytes.Count(body, quotedPath)
 	if entries > c.listingEntries() {
 		return nil, &Error{Kind: KindUnexpected, Status: resp.StatusCode,
 			Message: "execd's directory listing names more than " + strconv.Itoa(c.listingEntries()) + " entries (the gateway's max_listing_entries)"}
 	}
-	list, err := ld.decode(ld.body.Bytes(), entries)
+	list, err := ld.decode(body, entries)
 	if err != nil {
 		return nil, unexpectedJSON(resp)
 	}
 	return list, nil
+}
+
+// bodyBlockSize is the size of the pooled blocks appendBody gathers an
+// answer in once it outgrows the buffer it was given (bytes).
+const bodyBlockSize = 64 << 10
+
+var bodyBlocks = sync.Pool{New: func() any { return new([bodyBlockSize]byte) }}
+
+// appendBody appends what r sends to buf until io.EOF or until it holds
+// most bytes (a longer answer then reads as most bytes: the caller refuses
+// it by its length). What does not fit buf's capacity is gathered in
+// pooled blocks as it arrives, then copied once into a buffer of the
+// answer's exact size: the memory held follows the bytes received, and an
+// answer of any length leaves one buffer of its size, where growing one
+// buffer by doubling (bytes.Buffer.ReadFrom) allocates about twice that
+// and ends up to twice the size.
+func appendBody(buf []byte, r io.Reader, most int64) ([]byte, error) {
+	for len(buf) < cap(buf) && int64(len(buf)) < most {
+		m, err := r.Read(buf[len(buf):int(min(int64(cap(buf)), most))])
+		buf = buf[:len(buf)+m]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+	var blocks []*[bodyBlockSize]byte
+	defer func() {
+		for _, b := range blocks {
+			bodyBlocks.Put(b)
+		}
+	}()
+	total, last := int64(len(buf)), bodyBlockSize // bytes in the last block
+	var err error
+	for total < most {
+		if last == bodyBlockSize {
+			blocks, last = append(blocks, bodyBlocks.Get().(*[bodyBlockSize]byte)), 0
+		}
+		var m int
+		m, err = r.Read(blocks[len(blocks)-1][last:int(min(bodyBlockSize, int64(last)+most-total))])
+		last += m
+		total += int64(m)
+		if err != nil {
+			break
+		}
+	}
+	if err == io.EOF {
+		err = nil
+	}
+	if len(blocks) == 0 {
+		return buf, err
+	}
+	out := make([]byte, total)
+	n := copy(out, buf)
+	for i, b := range blocks {
+		if i == len(blocks)-1 {
+			copy(out[n:], b[:last])
+		} else {
+			n += copy(out[n:], b[:])
+		}
+	}
+	return out, err
 }
 
 func unexpectedJSON(resp *http.Response) *Error {
@@ -143,6 +212,12 @@ func (ld *listDecoder) decode(data []byte, entries int) ([]FileInfo, error) {
 	}
 	list := make([]FileInfo, 0, entries)
 	ld.paths, ld.spans = ld.paths[:0], ld.spans[:0]
+	if len(data) > maxPooledList && cap(ld.paths) < len(data) {
+		// A large listing's paths fit the body's length (unquoting
+		// shortens; only invalid UTF-8, each byte becoming U+FFFD, can
+		// grow them): one buffer, handed to the entries below.
+		ld.paths = make([]byte, 0, len(data))
+	}
 	for d.PeekKind() != ']' {
 		var fi FileInfo
 		ld.spans = append(ld.spans, pathSpan{-1, -1})
@@ -164,7 +239,15 @@ func (ld *listDecoder) decode(data []byte, entries int) ([]FileInfo, error) {
 		return nil, err
 	}
 	if len(ld.paths) > 0 {
-		all := string(ld.paths)
+		var all string
+		if cap(ld.paths) > maxPooledList {
+			// Not kept for reuse (see decodeFileInfoList): the string is
+			// the buffer itself, which nothing writes again.
+			all = unsafe.String(unsafe.SliceData(ld.paths), len(ld.paths))
+			ld.paths = nil
+		} else {
+			all = string(ld.paths)
+		}
 		for i, sp := range ld.spans {
 			if sp.start >= 0 {
 				list[i].Path = all[sp.start:sp.end]

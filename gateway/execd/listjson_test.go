@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"reflect"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/sandgate/sandgate/internal/memtest"
@@ -190,4 +192,59 @@ func TestDecodeFileInfoListMemoryFollowsTheBytes(t *testing.T) {
 	if n > 2<<20 {
 		t.Fatalf("13 bytes of an answer declaring %d bytes allocated %d bytes", DefaultMaxListingBytes, n)
 	}
+}
+
+// TestAppendBodyReadsWhatLimitReaderReads: for answers around the pooled
+// blocks' size and the limit, sent in reads of any size, into buffers of
+// any capacity, appendBody returns buf's bytes followed by what
+// io.LimitReader(r, most) gives, and an answer gathered in blocks ends in
+// a buffer of exactly its length.
+func TestAppendBodyReadsWhatLimitReaderReads(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		size := rnd.IntN(4*bodyBlockSize + 10)
+		if rnd.IntN(4) == 0 {
+			size = bodyBlockSize*rnd.IntN(4) + rnd.IntN(3) - 1
+		}
+		data := make([]byte, max(size, 0))
+		for i := range data {
+			data[i] = byte(rnd.Uint32())
+		}
+		most := int64(rnd.IntN(5*bodyBlockSize) + 1)
+		prefix := []byte("pre")[:rnd.IntN(4)]
+		buf := append(make([]byte, 0, len(prefix)+rnd.IntN(2*bodyBlockSize)), prefix...)
+		want := append(append([]byte(nil), prefix...), data[:min(int64(len(data)), max(most-int64(len(prefix)), 0))]...)
+		if int64(len(prefix)) >= most {
+			want = prefix
+		}
+		got, err := appendBody(buf, &choppyReader{data: data, rnd: rnd}, most)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("size %d, most %d, cap %d: %d bytes, %v; want %d bytes", size, most, cap(buf), len(got), err, len(want))
+		}
+		if cap(got) > cap(buf) && cap(got) != len(got) {
+			t.Fatalf("size %d, most %d: gathered into a buffer of %d for %d bytes", size, most, cap(got), len(got))
+		}
+	}
+	if _, err := appendBody(nil, iotest.ErrReader(io.ErrUnexpectedEOF), 10); err != io.ErrUnexpectedEOF {
+		t.Fatalf("a failing reader: %v", err)
+	}
+}
+
+// choppyReader returns data in reads of random sizes, sometimes with
+// io.EOF beside the last bytes.
+type choppyReader struct {
+	data []byte
+	rnd  *rand.Rand
+}
+
+func (r *choppyReader) Read(p []byte) (int, error) {
+	if len(r.data) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p[:min(len(p), 1+r.rnd.IntN(3*bodyBlockSize/2))], r.data)
+	r.data = r.data[n:]
+	if len(r.data) == 0 && r.rnd.IntN(2) == 0 {
+		return n, io.EOF
+	}
+	return n, nil
 }
