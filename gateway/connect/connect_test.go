@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/sandgate/sandgate/internal/memtest"
@@ -143,6 +145,76 @@ func TestUnaryWriters(t *testing.T) {
 	_ = WriteUnary(rec, struct{}{})
 	if rec.Code != http.StatusOK || rec.Body.String() != `{}` {
 		t.Fatalf("%d %q", rec.Code, rec.Body)
+	}
+}
+
+// partsMessage is a JSONPartAppender of n parts: a JSON array of n
+// strings of 100 bytes each.
+type partsMessage struct{ n int }
+
+func (m partsMessage) part(b []byte, i int) []byte {
+	if i > 0 {
+		b = append(b, ',')
+	}
+	return append(append(append(b, '"'), strings.Repeat(strconv.Itoa(i%10), 100)...), '"')
+}
+
+func (m partsMessage) AppendJSON(b []byte) []byte {
+	b = append(b, '[')
+	for i := range m.n {
+		b = m.part(b, i)
+	}
+	return append(b, ']')
+}
+
+func (m partsMessage) SizeHint() int { return 102*m.n + 2 }
+
+func (m partsMessage) AppendJSONPart(b []byte, i int) ([]byte, bool) {
+	if i == 0 {
+		b = append(b, '[')
+	}
+	if i < m.n {
+		b = m.part(b, i)
+	}
+	if i+1 >= m.n {
+		return append(b, ']'), false
+	}
+	return b, true
+}
+
+// writeCounter records the size of every Write.
+type writeCounter struct {
+	*httptest.ResponseRecorder
+	writes []int
+}
+
+func (w *writeCounter) Write(p []byte) (int, error) {
+	w.writes = append(w.writes, len(p))
+	return w.ResponseRecorder.Write(p)
+}
+
+// TestWriteUnaryParts: a JSONPartAppender over maxPooledUnary is written
+// with the exact Content-Length and AppendJSON's bytes in writes of at most
+// half of maxPooledUnary and one part; a small one in one write.
+func TestWriteUnaryParts(t *testing.T) {
+	for _, n := range []int{0, 1, 10, maxPooledUnary / 102, maxPooledUnary/102 + 1, 5000} {
+		m := partsMessage{n}
+		w := &writeCounter{ResponseRecorder: httptest.NewRecorder()}
+		if err := WriteUnary(w, m); err != nil {
+			t.Fatal(err)
+		}
+		want := m.AppendJSON(nil)
+		if w.Code != http.StatusOK || w.Body.String() != string(want) || w.Header().Get("Content-Length") != strconv.Itoa(len(want)) {
+			t.Fatalf("%d parts: %d, Content-Length %s, %d bytes, want %d", n, w.Code, w.Header().Get("Content-Length"), w.Body.Len(), len(want))
+		}
+		if m.SizeHint() <= maxPooledUnary && len(w.writes) != 1 {
+			t.Fatalf("%d parts (%d bytes) in %d writes", n, len(want), len(w.writes))
+		}
+		for _, size := range w.writes {
+			if m.SizeHint() > maxPooledUnary && size > maxPooledUnary/2+103 {
+				t.Fatalf("%d parts: a write of %d bytes", n, size)
+			}
+		}
 	}
 }
 

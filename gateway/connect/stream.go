@@ -102,6 +102,19 @@ type JSONAppender interface {
 	AppendJSON(b []byte) []byte
 }
 
+// JSONPartAppender is a JSONAppender that can also append its encoding in
+// parts (envd.ListDirResponse: one part per entry), so that WriteUnary
+// need not hold a large message's whole encoding at once.
+type JSONPartAppender interface {
+	JSONAppender
+	// SizeHint is about the encoding's length (bytes).
+	SizeHint() int
+	// AppendJSONPart appends part i (from 0) of the encoding to b and
+	// reports whether parts follow; parts 0, 1, … up to the one that
+	// reports none, concatenated, are AppendJSON's bytes.
+	AppendJSONPart(b []byte, i int) ([]byte, bool)
+}
+
 // unaryBuffers holds the buffers WriteUnary encodes JSONAppender messages
 // into; buffers that grew past maxPooledUnary are not kept.
 var unaryBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
@@ -113,7 +126,18 @@ const maxPooledUnary = 64 << 10
 // AppendJSON when msg is a JSONAppender (into a pooled buffer), else
 // encoding/json. The SDKs require exactly 200 and a JSON body of at least
 // {} (docs/wire-facts.md §E2.1).
+//
+// A JSONPartAppender whose SizeHint is over maxPooledUnary is encoded twice
+// in parts through one pooled buffer: once to count its length, once to
+// write it, about half of maxPooledUnary bytes a write. The gateway then holds that
+// buffer instead of the whole encoding (a listing of 16,384 entries: about
+// 5 MiB, for as long as the client takes to read it), for the CPU of
+// encoding it twice (docs/dataplane.md "Bounded cost per request and per
+// tenant").
 func WriteUnary(w http.ResponseWriter, msg any) error {
+	if p, ok := msg.(JSONPartAppender); ok && p.SizeHint() > maxPooledUnary {
+		return writeUnaryParts(w, p)
+	}
 	if a, ok := msg.(JSONAppender); ok {
 		bp := unaryBuffers.Get().(*[]byte)
 		body := a.AppendJSON((*bp)[:0])
@@ -129,6 +153,40 @@ func WriteUnary(w http.ResponseWriter, msg any) error {
 		return err
 	}
 	return writeUnaryBody(w, body)
+}
+
+// writeUnaryParts writes p as WriteUnary says: its length counted part by
+// part, then its parts gathered up to maxPooledUnary bytes a write.
+func writeUnaryParts(w http.ResponseWriter, p JSONPartAppender) error {
+	bp := unaryBuffers.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) <= maxPooledUnary {
+			unaryBuffers.Put(bp)
+		}
+	}()
+	n := 0
+	for i, more := 0, true; more; i++ {
+		var part []byte
+		part, more = p.AppendJSONPart((*bp)[:0], i)
+		n += len(part)
+		*bp = part[:0]
+	}
+	h := w.Header()
+	h.Set("Content-Type", ContentTypeUnaryJSON)
+	h.Set("Content-Length", strconv.Itoa(n))
+	w.WriteHeader(http.StatusOK)
+	b := (*bp)[:0]
+	for i, more := 0, true; more; i++ {
+		b, more = p.AppendJSONPart(b, i)
+		if len(b) >= maxPooledUnary/2 || !more {
+			if _, err := w.Write(b); err != nil {
+				return err
+			}
+			b = b[:0]
+		}
+	}
+	*bp = b
+	return nil
 }
 
 func writeUnaryBody(w http.ResponseWriter, body []byte) error {

@@ -18,6 +18,16 @@ func marshalSame(t *testing.T, r ListDirResponse) {
 	if !bytes.Equal(got[len("prefix"):], want) {
 		t.Fatalf("AppendJSON =\n%s\njson.Marshal =\n%s", got[len("prefix"):], want)
 	}
+	var parts []byte
+	for i, more := 0, true; more; i++ {
+		if i > len(r.Entries)+1 {
+			t.Fatalf("AppendJSONPart goes on past %d entries", len(r.Entries))
+		}
+		parts, more = r.AppendJSONPart(parts, i)
+	}
+	if !bytes.Equal(parts, want) {
+		t.Fatalf("AppendJSONPart's parts =\n%s\njson.Marshal =\n%s", parts, want)
+	}
 }
 
 // TestAppendJSONMatchesMarshal: the hand-written encoding is byte for byte
@@ -37,6 +47,31 @@ func TestAppendJSONMatchesMarshal(t *testing.T) {
 	for _, ns := range []int{0, 1, 1000, 123_456_000, 999_999_999, 5_000_000} {
 		ts := Timestamp(time.Date(1999, 1, 2, 3, 4, 5, ns, time.UTC))
 		marshalSame(t, ListDirResponse{Entries: []EntryInfo{{Name: "t", ModifiedTime: &ts}}})
+	}
+}
+
+// TestSizeHintCoversUnescapedListing: for entries whose strings need no
+// escaping and whose members are all present at their longest (the
+// smallest int64 size, the largest mode, a time with nine fractional
+// digits), sizeHint is at least the encoding's length, so AppendJSON
+// allocates its buffer once.
+func TestSizeHintCoversUnescapedListing(t *testing.T) {
+	ts := Timestamp(time.Date(9999, 12, 31, 23, 59, 59, 123_456_789, time.UTC))
+	link := "/home/user/target"
+	e := EntryInfo{Name: "file.txt", Type: FileTypeDirectory, Path: "/home/user/file.txt", Size: -1 << 63, Mode: 1<<32 - 1,
+		Permissions: "drwxrwxrwx", Owner: "owner", Group: "group", ModifiedTime: &ts, SymlinkTarget: &link}
+	for _, n := range []int{0, 1, 100} {
+		r := ListDirResponse{Entries: make([]EntryInfo, n)}
+		for i := range r.Entries {
+			r.Entries[i] = e
+		}
+		got := r.AppendJSON(nil)
+		if hint := r.sizeHint(); len(got) > hint {
+			t.Fatalf("%d entries: encoding %d bytes, sizeHint %d", n, len(got), hint)
+		}
+		if cap(got) > 2*len(got)+64 {
+			t.Fatalf("%d entries: encoding %d bytes in a buffer of %d", n, len(got), cap(got))
+		}
 	}
 }
 
