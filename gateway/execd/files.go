@@ -147,7 +147,7 @@ func (c *Client) Search(ctx context.Context, t Target, dir, pattern string, maxB
 	if resp.ContentLength > maxBytes {
 		return nil, ErrTooLarge
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBytes+1))
+	body, err := appendBody(nil, resp.Body, maxBytes+1)
 	if err != nil {
 		return nil, transportError(ctx, err)
 	}
