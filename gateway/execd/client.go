@@ -313,10 +313,12 @@ func (fi FileInfo) Perm() (uint32, error) {
 // drained and closed.
 func readLimited(resp *http.Response, limit int64, what string) ([]byte, error) {
 	defer drain(resp)
-	tooLarge := &Error{Kind: KindUnexpected, Status: resp.StatusCode,
-		Message: "execd's answer to " + what + " is larger than the " + strconv.FormatInt(limit, 10) + " bytes it can need"}
+	tooLarge := func() error { // built only when needed: three allocations
+		return &Error{Kind: KindUnexpected, Status: resp.StatusCode,
+			Message: "execd's answer to " + what + " is larger than the " + strconv.FormatInt(limit, 10) + " bytes it can need"}
+	}
 	if resp.ContentLength > limit {
-		return nil, tooLarge
+		return nil, tooLarge()
 	}
 	var buf []byte
 	if resp.ContentLength > 0 {
@@ -327,7 +329,7 @@ func readLimited(resp *http.Response, limit int64, what string) ([]byte, error) 
 		return nil, &Error{Kind: KindUnexpected, Status: resp.StatusCode, Message: "reading execd's answer to " + what + " failed"}
 	}
 	if int64(len(buf)) > limit {
-		return nil, tooLarge
+		return nil, tooLarge()
 	}
 	return buf, nil
 }

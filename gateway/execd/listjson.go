@@ -70,10 +70,12 @@ const maxPooledList = 1 << 20
 func (c *Client) decodeFileInfoList(resp *http.Response) ([]FileInfo, error) {
 	defer drain(resp)
 	limit := c.listingBytes()
-	tooLarge := &Error{Kind: KindUnexpected, Status: resp.StatusCode,
-		Message: "execd's directory listing is larger than " + strconv.FormatInt(limit, 10) + " bytes (the gateway's max_listing_size)"}
+	tooLarge := func() error { // built only when needed: three allocations
+		return &Error{Kind: KindUnexpected, Status: resp.StatusCode,
+			Message: "execd's directory listing is larger than " + strconv.FormatInt(limit, 10) + " bytes (the gateway's max_listing_size)"}
+	}
 	if resp.ContentLength > limit {
-		return nil, tooLarge
+		return nil, tooLarge()
 	}
 	ld := listDecoders.Get().(*listDecoder)
 	defer func() {
@@ -101,7 +103,7 @@ func (c *Client) decodeFileInfoList(resp *http.Response) ([]FileInfo, error) {
 	}
 	ld.body = body
 	if int64(len(body)) > limit {
-		return nil, tooLarge
+		return nil, tooLarge()
 	}
 	entries := bytes.Count(body, quotedPath)
 	if entries > c.listingEntries() {
