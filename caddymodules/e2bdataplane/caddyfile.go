@@ -74,9 +74,10 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // E2B_DOMAIN's SDKs address it, every other Host refused
 // (docs/dataplane.md "Host routing"). The transport block is reverse_proxy's "transport http"
 // (dial_timeout, response_header_timeout, keepalive, tls, …).
-// unary_client (default transport) chooses
-// what sends the bodyless execd calls read whole: the data plane's own
-// HTTP/1.1 client or that transport (docs/dataplane.md "The unary client").
+// unary_client (default builtin, or transport when the transport block
+// lacks HTTP/1.1 or has HTTP/3) chooses what sends the bodyless execd
+// calls read whole: the data plane's own HTTP/1.1 client or that transport
+// (docs/dataplane.md "The unary client").
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
 	if d.NextArg() {

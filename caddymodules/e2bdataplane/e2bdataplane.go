@@ -136,13 +136,12 @@ type Handler struct {
 	// "builtin" is the data plane's own HTTP/1.1 client (package
 	// gateway/upstream) with the transport block's dialer, timeouts and
 	// limits; "transport" is the transport block itself, as every other
-	// call. Default "transport": "builtin" costs less CPU per call but,
-	// under the gateway's GOGC 400, let the hostile-sandbox memory test's
-	// peak pass its ceiling in 3 of 10 runs (docs/benchmarks.md "Issue
-	// 33: an upstream client of the data plane's own"). "builtin" needs a
-	// transport with HTTP/1.1 among its versions and without HTTP/3; with
-	// another it is a configuration error. docs/dataplane.md "The unary
-	// client".
+	// call. Default "builtin" (it costs less CPU per call; docs/benchmarks.md
+	// "Issue 33: an upstream client of the data plane's own"), or
+	// "transport" when the transport block cannot have it beside it: one
+	// without HTTP/1.1 among its versions, or with HTTP/3. "builtin" named
+	// with such a transport is a configuration error. docs/dataplane.md
+	// "The unary client".
 	UnaryClient string `json:"unary_client,omitempty"`
 
 	// Hosts, when set, turns on host routing (E2B_DOMAIN): the domains
@@ -317,10 +316,13 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 // UnaryClient says, built on rt.
 func (h *Handler) unaryClient(rt *reverseproxy.HTTPTransport) (http.RoundTripper, error) {
 	switch h.UnaryClient {
-	case "", "transport":
+	case "transport":
 		return rt, nil
-	case "builtin":
+	case "", "builtin":
 		if rt.Transport == nil || !slices.Contains(rt.Versions, "1.1") || slices.Contains(rt.Versions, "3") {
+			if h.UnaryClient == "" {
+				return rt, nil // the default yields to a transport it cannot stand beside
+			}
 			return nil, errors.New("unary_client builtin needs a transport with HTTP/1.1 among its versions and without HTTP/3")
 		}
 		t, err := upstream.New(upstream.FromHTTPTransport(rt.Transport, rt))

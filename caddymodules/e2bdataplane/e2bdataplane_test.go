@@ -2,11 +2,14 @@ package e2bdataplane
 
 import (
 	"context"
+	"net/http"
 	"testing"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
 	"github.com/sandgate/sandgate/gateway/dataplane"
+	"github.com/sandgate/sandgate/gateway/upstream"
 )
 
 // TestAccessLogLevel checks the access log's level of each outcome: a
@@ -38,4 +41,46 @@ func TestAccessLogLevel(t *testing.T) {
 	// changes nothing and does not panic.
 	setAccessLogLevel(dataplane.Outcome{Code: dataplane.CodeSandboxNotFound})
 	setAccessLogLevel(dataplane.Outcome{Code: dataplane.CodeSandboxNotFound, Context: context.Background()})
+}
+
+// TestUnaryClientChoice: without unary_client the unary calls go through
+// the data plane's own client when the transport block speaks HTTP/1.1
+// without HTTP/3, else through the transport; "transport" always takes
+// the transport; "builtin" over a transport it cannot stand beside is
+// refused.
+func TestUnaryClientChoice(t *testing.T) {
+	rt := func(versions ...string) *reverseproxy.HTTPTransport {
+		return &reverseproxy.HTTPTransport{Transport: &http.Transport{}, Versions: versions}
+	}
+	for _, c := range []struct {
+		choice string
+		rt     *reverseproxy.HTTPTransport
+		want   string // "builtin", "transport" or "error"
+	}{
+		{"", rt("1.1", "2"), "builtin"},
+		{"", rt("1.1"), "builtin"},
+		{"", rt("h2c"), "transport"},
+		{"", rt("1.1", "2", "3"), "transport"},
+		{"builtin", rt("1.1", "2"), "builtin"},
+		{"builtin", rt("h2c"), "error"},
+		{"builtin", rt("1.1", "3"), "error"},
+		{"transport", rt("1.1", "2"), "transport"},
+	} {
+		h := &Handler{UnaryClient: c.choice}
+		got, err := h.unaryClient(c.rt)
+		var is string
+		switch {
+		case err != nil:
+			is = "error"
+		case got == http.RoundTripper(c.rt):
+			is = "transport"
+		default:
+			if _, ok := got.(*upstream.Transport); ok && h.unary == got {
+				is = "builtin"
+			}
+		}
+		if is != c.want {
+			t.Errorf("unary_client %q over versions %v: %s (%T, %v), want %s", c.choice, c.rt.Versions, is, got, err, c.want)
+		}
+	}
 }
