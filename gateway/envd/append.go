@@ -124,7 +124,15 @@ func (e *EntryInfo) AppendJSON(b []byte) []byte {
 func (t Timestamp) appendJSON(b []byte) []byte {
 	tt := time.Time(t).UTC()
 	b = append(b, '"')
-	b = tt.AppendFormat(b, "2006-01-02T15:04:05")
+	if y, mo, d := tt.Date(); y >= 0 && y <= 9999 {
+		// AppendFormat's layout walk, written out for the usual years.
+		h, mi, s := tt.Clock()
+		b = append(b, byte('0'+y/1000), byte('0'+y/100%10), byte('0'+y/10%10), byte('0'+y%10), '-',
+			byte('0'+mo/10), byte('0'+mo%10), '-', byte('0'+d/10), byte('0'+d%10), 'T',
+			byte('0'+h/10), byte('0'+h%10), ':', byte('0'+mi/10), byte('0'+mi%10), ':', byte('0'+s/10), byte('0'+s%10))
+	} else {
+		b = tt.AppendFormat(b, "2006-01-02T15:04:05")
+	}
 	ns := tt.Nanosecond()
 	switch {
 	case ns == 0:

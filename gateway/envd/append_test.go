@@ -3,6 +3,8 @@ package envd
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -114,4 +116,35 @@ func BenchmarkListDirEncode(b *testing.B) {
 			buf = r.AppendJSON(buf[:0])
 		}
 	})
+}
+
+// TestTimestampMatchesAppendFormat: the timestamp's digits written out
+// equal time.Time.AppendFormat's RFC 3339 layout for random times, the
+// edges of years 0 and 9999, and years outside them (which take
+// AppendFormat itself).
+func TestTimestampMatchesAppendFormat(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(3, 4))
+	times := []time.Time{time.Time{}, time.Unix(0, 0), time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(-1, 12, 31, 23, 59, 59, 999_999_999, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 999_999_999, time.UTC), time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}
+	for range 100_000 {
+		times = append(times, time.Unix(rnd.Int64N(400_000_000_000)-100_000_000_000, rnd.Int64N(1e9)).In(time.FixedZone("z", rnd.IntN(50_000)-25_000)))
+	}
+	for _, tm := range times {
+		got := Timestamp(tm).appendJSON(nil)
+		u := tm.UTC()
+		want := `"` + u.Format("2006-01-02T15:04:05")
+		switch ns := u.Nanosecond(); { // protojson: 0, 3, 6 or 9 digits
+		case ns == 0:
+		case ns%1e6 == 0:
+			want += fmt.Sprintf(".%03d", ns/1e6)
+		case ns%1e3 == 0:
+			want += fmt.Sprintf(".%06d", ns/1e3)
+		default:
+			want += fmt.Sprintf(".%09d", ns)
+		}
+		want += `Z"`
+		if string(got) != want {
+			t.Fatalf("%v: %s, want %s", tm, got, want)
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -342,6 +343,21 @@ func (ld *listDecoder) object(fi *FileInfo, span *pathSpan) error {
 // already checked: the only error AppendUnquote can report then is
 // invalid UTF-8, which it has replaced with U+FFFD, as encoding/json does.
 func unquote(dst []byte, v jsontext.Value) []byte {
+	// The usual string (ASCII without escapes, as the decoder already
+	// checked it) is its bytes between the quotes: copied without
+	// AppendUnquote's per-byte decoding.
+	if len(v) >= 2 && v[0] == '"' {
+		plain := true
+		for _, c := range v[1 : len(v)-1] {
+			if c == '\\' || c >= utf8.RuneSelf {
+				plain = false
+				break
+			}
+		}
+		if plain {
+			return append(dst, v[1:len(v)-1]...)
+		}
+	}
 	dst, _ = jsontext.AppendUnquote(dst, v)
 	return dst
 }
