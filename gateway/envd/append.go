@@ -162,6 +162,15 @@ func appendFraction(b []byte, v, digits int) []byte {
 
 const hexDigits = "0123456789abcdef"
 
+// plainASCII holds the bytes appendString copies as they are: printable
+// ASCII but the quote, the backslash and encoding/json's HTML escapes.
+var plainASCII = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
+
 // appendString appends s as a JSON string the way encoding/json does with
 // HTML escaping on (its default): <, > and & as \u003c, \u003e, \u0026,
 // control characters as \b, \f, \n, \r, \t or \u00XX, invalid UTF-8 as
@@ -170,11 +179,13 @@ func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		for i < len(s) && plainASCII[s[i]] { // one table lookup a byte
+			i++
+		}
+		if i == len(s) {
+			break
+		}
 		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
 			b = append(b, s[start:i]...)
 			switch c {
 			case '\\', '"':
