@@ -106,8 +106,14 @@ func (c *Client) decodeFileInfoList(resp *http.Response) ([]FileInfo, error) {
 	if int64(len(body)) > limit {
 		return nil, tooLarge()
 	}
-	entries := bytes.Count(body, quotedPath)
-	if entries > c.listingEntries() {
+	var entries int
+	if maxEntries := c.listingEntries(); len(body) < len(quotedPath)*(maxEntries+1) {
+		// Too short to name quotedPath more than maxEntries times: the
+		// bound holds without the count (a multi-byte search, about a
+		// sixteenth of a small ListDir's instructions); the objects'
+		// opening braces, counted by a vector byte count, size the list.
+		entries = min(bytes.Count(body, openBrace), maxEntries)
+	} else if entries = bytes.Count(body, quotedPath); entries > maxEntries {
 		return nil, &Error{Kind: KindUnexpected, Status: resp.StatusCode,
 			Message: "execd's directory listing names more than " + strconv.Itoa(c.listingEntries()) + " entries (the gateway's max_listing_entries)"}
 	}
@@ -190,6 +196,10 @@ var errNotList = &Error{Kind: KindUnexpected, Message: "not a FileInfo list"}
 // quotedPath is how each execd FileInfo names its first member; counting
 // it sizes the slice.
 var quotedPath = []byte(`"path"`)
+
+// openBrace sizes the list of a listing too short to need quotedPath's
+// count.
+var openBrace = []byte{'{'}
 
 // decode parses data (one JSON value, as encoding/json's Decoder reads the
 // first value and ignores what follows); entries, the count of quotedPath
