@@ -483,15 +483,39 @@ func putFrameBuf(bp *[]byte) {
 	}
 }
 
-// writeBytes writes one text message; the caller holds c.wmu.
+// writeBytes writes one text message within Timers.Write, then disarms
+// the socket's write deadline (disarmWriteDeadline); the caller holds
+// c.wmu.
 func (c *conn) writeBytes(b []byte) bool {
-	_ = c.ws.SetWriteDeadline(time.Now().Add(c.config().Timers.Write))
+	write := c.config().Timers.Write
+	_ = c.ws.SetWriteDeadline(time.Now().Add(write))
 	if err := c.ws.WriteMessage(websocket.TextMessage, b); err != nil {
 		c.fail(0, "write failed")
 		_ = c.ws.Close()
 		return false
 	}
+	disarmWriteDeadline(c.ws.NetConn(), c.isClosing, write)
 	return true
+}
+
+// disarmWriteDeadline takes the write deadline off a socket whose write
+// has completed. A deadline left in place keeps a runtime timer armed
+// that fires Timers.Write later and does nothing but mark the deadline
+// passed (the next write sets a new one): one timer firing per frame
+// written, which on an idle gateway is a wake-up of its thread from the
+// network poller — as many as the frames it writes (docs/node-connect.md
+// "Wake-ups per message"). Cleared, the timer is removed and never fires.
+//
+// Only the writer holding the connection's write lock clears it, after its
+// write; the one write outside that lock is the close frame (conn.fail),
+// which marks the connection closing before it sets its own deadline, so
+// when closing reports true the deadline is set again (write from now)
+// rather than cleared: a close frame always writes under a deadline.
+func disarmWriteDeadline(nc interface{ SetWriteDeadline(time.Time) error }, closing func() bool, write time.Duration) {
+	_ = nc.SetWriteDeadline(time.Time{})
+	if closing() {
+		_ = nc.SetWriteDeadline(time.Now().Add(write))
+	}
 }
 
 // hello handles the first frame.
@@ -831,7 +855,11 @@ func (c *conn) ping(data string) error {
 	if !c.pings.take(time.Now(), PingBurst, pingEvery) {
 		return errPingFlood
 	}
+	// Under the write lock, as every write that disarmWriteDeadline
+	// follows, so that no data frame's disarming clears the pong's deadline.
+	c.wmu.Lock()
 	err := c.ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(c.config().Timers.Write))
+	c.wmu.Unlock()
 	var ne net.Error
 	if errors.Is(err, websocket.ErrCloseSent) || errors.As(err, &ne) {
 		return nil // as gorilla's default ping handler
