@@ -163,6 +163,7 @@ func (c *conn) run() {
 	// refuses a frame header declaring far more at once.
 	ws.SetReadLimit(proto.MaxRequestFrame + 1<<20)
 	ws.SetPingHandler(c.ping)
+	ws.SetCloseHandler(c.closeReply)
 	_ = ws.SetReadDeadline(start.Add(cfg.Timers.Hello))
 	msg, ok := c.read()
 	if !ok {
@@ -507,7 +508,8 @@ func (c *conn) writeBytes(b []byte) bool {
 // "Wake-ups per message"). Cleared, the timer is removed and never fires.
 //
 // Only the writer holding the connection's write lock clears it, after its
-// write; the one write outside that lock is the close frame (conn.fail),
+// write (pongs and the reply to a node's close frame take that lock too);
+// the one write outside it is Core's own close frame (conn.fail),
 // which marks the connection closing before it sets its own deadline, so
 // when closing reports true the deadline is set again (write from now)
 // rather than cleared: a close frame always writes under a deadline.
@@ -865,6 +867,21 @@ func (c *conn) ping(data string) error {
 		return nil // as gorilla's default ping handler
 	}
 	return err
+}
+
+// closeReplyWait bounds the write of the close frame that answers a
+// node's, as gorilla's default close handler does.
+const closeReplyWait = time.Second
+
+// closeReply answers a node's close frame as gorilla's default close
+// handler does (the node's code echoed, within closeReplyWait), but under
+// the write lock, as every write that disarmWriteDeadline follows, so
+// that no data frame's disarming clears this frame's deadline.
+func (c *conn) closeReply(code int, _ string) error {
+	c.wmu.Lock()
+	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, ""), time.Now().Add(closeReplyWait))
+	c.wmu.Unlock()
+	return nil
 }
 
 // enrolledEnabled reports whether store enrols nodeID and enables it: a
