@@ -1,8 +1,11 @@
 package hub
 
 import (
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/gorilla/websocket"
 )
 
 // deadlineLog is a socket's SetWriteDeadline, recorded.
@@ -32,5 +35,33 @@ func TestDisarmWriteDeadline(t *testing.T) {
 	}
 	if last := closing.set[1]; last.Before(before.Add(time.Second)) || last.After(time.Now().Add(time.Second)) {
 		t.Fatalf("closing connection: deadline set again to %v; want Timers.Write (1s) from the call", last)
+	}
+}
+
+// TestCloseReply: a node that closes its connection gets Core's close
+// frame back with the node's code, as gorilla's default close handler
+// sends it (now written under the connection's write lock).
+func TestCloseReply(t *testing.T) {
+	e := newEnv(t)
+	ws, _, err := e.dial(nodeA, secretA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	if err := ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, "bye"),
+		time.Now().Add(timeout)); err != nil {
+		t.Fatal(err)
+	}
+	_ = ws.SetReadDeadline(time.Now().Add(timeout))
+	for {
+		_, _, err := ws.ReadMessage()
+		if err == nil {
+			continue // frames Core sent before it read the close
+		}
+		var ce *websocket.CloseError
+		if !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway {
+			t.Fatalf("read after closing: %v; want Core's close frame with code %d", err, websocket.CloseGoingAway)
+		}
+		return
 	}
 }
