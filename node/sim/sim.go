@@ -251,7 +251,7 @@ func (n *Node) send(f proto.Frame) error {
 		return err
 	}
 	// Disarm the deadline, as the gateway's hub does: left in place, its
-	// timer fires 10 s later for nothing, one wake-up per frame written
+	// timer fires 10 s after the node's last write for nothing, a wake-up
 	// for a process that holds thousands of nodes. Every write of the
 	// node's data frames and its Close hold n.wmu (gorilla's default
 	// replies to a ping or a close frame from Core do not; Core sends no

@@ -500,12 +500,13 @@ func (c *conn) writeBytes(b []byte) bool {
 }
 
 // disarmWriteDeadline takes the write deadline off a socket whose write
-// has completed. A deadline left in place keeps a runtime timer armed
-// that fires Timers.Write later and does nothing but mark the deadline
-// passed (the next write sets a new one): one timer firing per frame
-// written, which on an idle gateway is a wake-up of its thread from the
-// network poller — as many as the frames it writes (docs/node-connect.md
-// "Wake-ups per message"). Cleared, the timer is removed and never fires.
+// has completed. A deadline left in place keeps the connection's runtime
+// timer armed: unless another write moves it first, it fires Timers.Write
+// after the last write and does nothing but mark the deadline passed (the
+// next write sets a new one), and on an idle gateway that firing is a
+// wake-up of its thread from the network poller for nothing
+// (docs/node-connect.md "Wake-ups per message"). Cleared, the timer is
+// removed and never fires.
 //
 // Only the writer holding the connection's write lock clears it, after its
 // write (pongs and the reply to a node's close frame take that lock too);
