@@ -64,7 +64,8 @@ var resultKeys = []string{"ops_per_s", "ok", "total", "rtt_p50_ms", "rtt_p90_ms"
 	"phase_delay_p99_ms", "phase_out_p99_ms", "phase_node_p99_ms", "phase_back_p99_ms",
 	"tail_delay_ms", "tail_out_ms", "tail_node_ms", "tail_back_ms", "tail_gw_gc_pct", "tail_nodes_gc_pct",
 	"nodes_rss_mib", "gateway_us_per_msg", "nodes_us_per_msg", "tool_us_per_msg",
-	"gateway_wait_ms", "nodes_wait_ms", "tool_wait_ms", "phase_gw_gcs", "phase_nodes_gcs"}
+	"gateway_wait_ms", "nodes_wait_ms", "tool_wait_ms", "phase_gw_gcs", "phase_nodes_gcs",
+	"gateway_sysmon_pct", "gateway_wakeups_per_s"}
 
 // printResult writes r as one line "result: key=value …" in resultKeys'
 // order, NaN for a figure the run did not reach.
@@ -233,7 +234,8 @@ var summaryKeys = []struct{ key, head string }{
 	{"gateway_gcs", "gateway GCs"}, {"gateway_cpu", "gateway CPU %"}, {"ops_per_s", "ops/s"},
 	{"rss_end_mib", "gateway VmRSS at the end, MiB"},
 	{"tail_out_ms", "slowest 1%: out"}, {"tail_back_ms", "slowest 1%: back"},
-	{"gateway_wait_ms", "gateway waited for a CPU, ms"},
+	{"gateway_wait_ms", "gateway waited for a CPU, ms"}, {"gateway_us_per_msg", "gateway CPU per message, µs"},
+	{"gateway_sysmon_pct", "sysmon % of the gateway's CPU"}, {"gateway_wakeups_per_s", "gateway wake-ups/s"},
 }
 
 // printSummary prints, per variant, each figure's median and range over

@@ -134,6 +134,7 @@ func main() {
 	flag.StringVar(&o.trace, "trace", "", "file for a runtime execution trace of the gateway during the dispatch phase (go tool trace <file>; go tool trace -pprof=sched <file> gives where goroutines waited for a CPU; from Caddy's admin endpoint, on loopback)")
 	flag.StringVar(&o.gatewayEnv, "gateway-env", "", "comma-separated VAR=value added to the gateway's environment only (e.g. GOGC=400,GOMEMLIMIT=768MiB)")
 	flag.IntVar(&o.pinGateway, "pin-gateway", -1, "CPU to pin every thread of the gateway to once it started (as taskset -a -p -c <cpu> <pid>); -1: not pinned. `make nodeload` runs the tool under taskset -c 1 with -pin-gateway 0, so the gateway has a core of its own")
+	flag.DurationVar(&o.schedSlice, "sched-slice", 0, "EEVDF time slice (sched_setattr, Linux 6.12 and newer; 100µs to 100ms) set on every thread of the gateway, the simulated nodes' process and this tool at the start of the dispatch phase, so that a woken thread preempts a running one sooner; part of the measurement, not a setting the gateway needs (0: the kernel's default slice)")
 	flag.BoolVar(&o.perNodeHeartbeats, "per-node-heartbeats", false, "the simulated nodes' process as before 2026-12-05: a heartbeat goroutine and ticker and a 1 KiB write buffer per node (default: one goroutine sends every node's heartbeats, write buffers pooled)")
 	flag.BoolVar(&o.gctrace, "gctrace", false, "run the gateway and the nodes' process with GODEBUG=gctrace=1 and report how many of the slowest 1% of operations overlapped one of their collections")
 	flag.StringVar(&o.gatewayOutput, "gateway-output", "", "file for the gateway's standard output and error (e.g. with GODEBUG=gctrace=1); default discarded")
@@ -193,6 +194,7 @@ type options struct {
 	perNodeHeartbeats bool
 	gatewayEnv        string
 	pinGateway        int
+	schedSlice        time.Duration
 	profile           string
 	trace             string
 	toolGOGC          int
@@ -562,7 +564,25 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 	if err != nil {
 		return err
 	}
+	if o.schedSlice > 0 {
+		var set []string
+		for _, p := range []struct {
+			name string
+			pid  int
+		}{{"gateway", pid}, {"simulated nodes", nodesPid}, {"this tool", os.Getpid()}} {
+			n, err := sliceProcess(p.pid, o.schedSlice)
+			if err != nil {
+				return err
+			}
+			set = append(set, fmt.Sprintf("%s %d threads", p.name, n))
+		}
+		fmt.Printf("EEVDF time slice %s set for the dispatch phase: %s\n", o.schedSlice, strings.Join(set, ", "))
+	}
 	waits0, err := runDelays(pid, os.Getpid(), nodesPid)
+	if err != nil {
+		return err
+	}
+	threads0, err := threadStats(pid)
 	if err != nil {
 		return err
 	}
@@ -606,6 +626,10 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 		return err
 	}
 	waits1, err := runDelays(pid, os.Getpid(), nodesPid)
+	if err != nil {
+		return err
+	}
+	threads1, err := threadStats(pid)
 	if err != nil {
 		return err
 	}
@@ -658,6 +682,10 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 		gwWait.Round(time.Millisecond), float64(gwWait.Microseconds())/float64(total), nodesWait.Round(time.Millisecond), toolWait.Round(time.Millisecond))
 	fmt.Printf("CPU per message (%.0f operations and heartbeats): gateway %.1f µs, simulated nodes %.1f µs, this tool %.1f µs\n",
 		messages, perMsg(gwCPU), perMsg(nodesCPU), perMsg(toolCPU))
+	threads, sysmonShare := threadReport(pid, threads0, threads1, t1.Sub(t0))
+	fmt.Printf("the gateway's threads during dispatch (schedstat): %s; sysmon %.1f%% of the gateway's CPU\n", threads, sysmonShare)
+	r["gateway_sysmon_pct"] = sysmonShare
+	r["gateway_wakeups_per_s"] = float64(sumSlices(threads1)-sumSlices(threads0)) / t1.Sub(t0).Seconds()
 	maps.Copy(r, result{"ops_per_s": float64(total) / elapsed.Seconds(), "ok": float64(len(ok)), "total": float64(total),
 		"send_delay_p99_ms": ms(pct(sendDelay, 99)), "hub_p50_ms": hubMS(hubTime, 0.5), "hub_p99_ms": hubMS(hubTime, 0.99),
 		"hub_p999_ms": hubMS(hubTime, 0.999), "gateway_gcs": hubTime.gcs, "gateway_cpu": gwCPU, "nodes_cpu": nodesCPU, "tool_cpu": toolCPU,
@@ -1175,6 +1203,15 @@ func heartbeatAll(sims []*sim.Node, every time.Duration, stop <-chan struct{}) {
 			}
 		}
 	}
+}
+
+// sumSlices is the timeslices of every thread of a threadStats snapshot.
+func sumSlices(m map[int]schedstat) int64 {
+	var n int64
+	for _, st := range m {
+		n += st.slices
+	}
+	return n
 }
 
 // runDelays is runDelay of each process, in order.

@@ -284,9 +284,105 @@ func runDelay(pid int) (time.Duration, error) {
 // parseSchedstat returns the run-queue wait, the second of the three
 // numbers of a schedstat file ("<on cpu ns> <waiting ns> <timeslices>").
 func parseSchedstat(s string) (int64, error) {
+	st, err := parseSchedstatAll(s)
+	return st.wait, err
+}
+
+// schedstat is one thread's line of /proc/<pid>/task/<tid>/schedstat:
+// time on a CPU and time runnable but waiting for one (nanoseconds), and
+// the timeslices it ran (each wake-up or preemption starts one).
+type schedstat struct {
+	run, wait, slices int64
+}
+
+// parseSchedstatAll parses the three numbers of a schedstat file.
+func parseSchedstatAll(s string) (schedstat, error) {
 	f := strings.Fields(s)
 	if len(f) != 3 {
-		return 0, fmt.Errorf("schedstat %q: want three fields", s)
+		return schedstat{}, fmt.Errorf("schedstat %q: want three fields", s)
 	}
-	return strconv.ParseInt(f[1], 10, 64)
+	var v [3]int64
+	for i := range v {
+		n, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return schedstat{}, fmt.Errorf("schedstat %q: %w", s, err)
+		}
+		v[i] = n
+	}
+	return schedstat{run: v[0], wait: v[1], slices: v[2]}, nil
+}
+
+// threadStats is the schedstat line of every thread of process pid now
+// alive, by thread ID.
+func threadStats(pid int) (map[int]schedstat, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]schedstat, len(tasks))
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/schedstat", pid, tid))
+		if err != nil {
+			continue // the thread ended
+		}
+		st, err := parseSchedstatAll(string(data))
+		if err != nil {
+			return nil, err
+		}
+		out[tid] = st
+	}
+	return out, nil
+}
+
+// threadReport describes where a Go process's threads ran and waited
+// between two threadStats snapshots: the runtime's sysmon thread (the
+// second thread of a Go process, which the runtime starts before any
+// other: the lowest thread ID after the process's own), the busiest
+// other thread, and the rest together, each with its CPU time, its
+// run-queue wait and its timeslices (wake-ups) per second of the window.
+// It also returns sysmon's share of the process's CPU, in percent.
+func threadReport(pid int, before, after map[int]schedstat, window time.Duration) (string, float64) {
+	sysmon := 0
+	for tid := range after {
+		if tid != pid && (sysmon == 0 || tid < sysmon) {
+			sysmon = tid
+		}
+	}
+	delta := func(tid int) schedstat {
+		a, b := after[tid], before[tid]
+		return schedstat{run: a.run - b.run, wait: a.wait - b.wait, slices: a.slices - b.slices}
+	}
+	busiest, rest, total := 0, schedstat{}, int64(0)
+	for tid := range after {
+		d := delta(tid)
+		total += d.run
+		if tid != sysmon && (busiest == 0 || d.run > delta(busiest).run) {
+			busiest = tid
+		}
+	}
+	n := 0
+	for tid := range after {
+		if tid != sysmon && tid != busiest {
+			d := delta(tid)
+			rest.run, rest.wait, rest.slices = rest.run+d.run, rest.wait+d.wait, rest.slices+d.slices
+			n++
+		}
+	}
+	secs := window.Seconds()
+	line := func(name string, d schedstat) string {
+		return fmt.Sprintf("%s ran %s, waited %s, %.0f wake-ups/s", name, time.Duration(d.run).Round(time.Millisecond),
+			time.Duration(d.wait).Round(time.Millisecond), float64(d.slices)/secs)
+	}
+	s := line(fmt.Sprintf("sysmon (thread %d)", sysmon), delta(sysmon)) + "; " +
+		line(fmt.Sprintf("busiest thread (%d)", busiest), delta(busiest)) + "; " +
+		line(fmt.Sprintf("%d others", n), rest)
+	share := 0.0
+	if total > 0 {
+		share = 100 * float64(delta(sysmon).run) / float64(total)
+	}
+	return s, share
 }

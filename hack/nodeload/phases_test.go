@@ -120,3 +120,34 @@ func TestRunDelay(t *testing.T) {
 		t.Fatalf("runDelay(self): %v", err)
 	}
 }
+
+// TestThreadReport: sysmon is the lowest thread ID after the process's
+// own; the busiest of the others is named; the rest are summed; sysmon's
+// share is of the CPU of every thread in the window.
+func TestThreadReport(t *testing.T) {
+	ms := int64(time.Millisecond)
+	before := map[int]schedstat{100: {run: 5 * ms}, 101: {run: 1 * ms, wait: 1 * ms, slices: 10}, 105: {}, 106: {}}
+	after := map[int]schedstat{
+		100: {run: 6 * ms, wait: 1 * ms, slices: 2},
+		101: {run: 11 * ms, wait: 21 * ms, slices: 210},
+		105: {run: 70 * ms, wait: 8 * ms, slices: 400},
+		106: {run: 19 * ms, wait: 2 * ms, slices: 100},
+		107: {run: 0, wait: 0, slices: 0},
+	}
+	s, share := threadReport(100, before, after, 2*time.Second)
+	for _, want := range []string{
+		"sysmon (thread 101) ran 10ms, waited 20ms, 100 wake-ups/s",
+		"busiest thread (105) ran 70ms, waited 8ms, 200 wake-ups/s",
+		"3 others ran 20ms, waited 3ms, 51 wake-ups/s",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("report %q lacks %q", s, want)
+		}
+	}
+	if share != 10 {
+		t.Errorf("sysmon's share %v%%; want 10%% (10 of 100 ms)", share)
+	}
+	if got, err := parseSchedstatAll("1 2 3\n"); err != nil || got != (schedstat{run: 1, wait: 2, slices: 3}) {
+		t.Errorf("parseSchedstatAll = %+v, %v", got, err)
+	}
+}

@@ -247,7 +247,17 @@ func (n *Node) send(f proto.Frame) error {
 	n.wmu.Lock()
 	defer n.wmu.Unlock()
 	_ = n.ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	return n.ws.WriteMessage(websocket.TextMessage, b)
+	if err := n.ws.WriteMessage(websocket.TextMessage, b); err != nil {
+		return err
+	}
+	// Disarm the deadline, as the gateway's hub does: left in place, its
+	// timer fires 10 s after the node's last write for nothing, a wake-up
+	// for a process that holds thousands of nodes. Every write of the
+	// node's data frames and its Close hold n.wmu (gorilla's default
+	// replies to a ping or a close frame from Core do not; Core sends no
+	// pings, and a close reply is the connection's last write).
+	_ = n.ws.NetConn().SetWriteDeadline(time.Time{})
+	return nil
 }
 
 func (n *Node) read() (proto.Frame, error) {

@@ -87,3 +87,43 @@ func processCPU(b *testing.B) time.Duration {
 func reportCPU(b *testing.B, start time.Duration) {
 	b.ReportMetric(float64(processCPU(b)-start)/float64(b.N), "cpu-ns/op")
 }
+
+// BenchmarkWakeupsPerHeartbeat counts the wake-ups of the whole process
+// per heartbeat on an otherwise idle connection: a simulated node sends a
+// heartbeat and waits for its ack, then the process idles for longer than
+// the ack's write deadline (Timers.Write, 20 ms here). It reports the
+// process's voluntary context switches per heartbeat (wakeups/op,
+// getrusage's ru_nvcsw: a thread that slept and was woken, every thread
+// of both ends and the benchmark's own sleep), a count the machine's load
+// hardly changes. A write deadline left in place after its write is a
+// runtime timer that fires during the idle time, a wake-up for nothing;
+// disarmed after the write (disarmWriteDeadline), it does not fire. The
+// simulated node disarms its own deadlines the same way. -benchtime 200x
+// takes about 6 s.
+func BenchmarkWakeupsPerHeartbeat(b *testing.B) {
+	const write = 20 * time.Millisecond
+	e := newEnv(b, func(c *Config) {
+		c.Timers.Heartbeat = time.Nanosecond
+		c.Timers.Write = write
+		c.Logger = zap.NewNop()
+	})
+	n := dialSimA(b, e, time.Hour)
+	b.ResetTimer()
+	before := switches(b)
+	for b.Loop() {
+		if err := n.Heartbeat(b.Context()); err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(write + 10*time.Millisecond) // idle past the ack's write deadline
+	}
+	b.ReportMetric(float64(switches(b)-before)/float64(b.N), "wakeups/op")
+}
+
+// switches is this process's voluntary context switches so far.
+func switches(b *testing.B) int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return ru.Nvcsw
+}
