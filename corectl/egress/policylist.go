@@ -140,7 +140,7 @@ var errProtobuf = errors.New("the NetworkPolicy list answer is not a protobuf Ne
 // 1; NetworkPolicySpec podSelector 1).
 func conflictsInProtobuf(unknown []byte, j *judge) ([]string, error) {
 	var raw []byte
-	err := fields(unknown, func(num protowire.Number, v []byte) error {
+	err := fields(unknown, 4, func(num protowire.Number, v []byte) error {
 		switch num {
 		case 2:
 			raw = v
@@ -151,11 +151,42 @@ func conflictsInProtobuf(unknown []byte, j *judge) ([]string, error) {
 		}
 		return nil
 	})
+	if errors.Is(err, errUnusual) {
+		var unk runtime.Unknown
+		if err := unk.Unmarshal(unknown); err != nil {
+			return nil, fmt.Errorf("%w: %s", errProtobuf, err.Error())
+		}
+		raw, err = unk.Raw, nil
+		if unk.ContentEncoding != "" {
+			err = fmt.Errorf("%w: content encoding %q", errProtobuf, unk.ContentEncoding)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
+	out, err := conflictsInItems(raw, j)
+	if errors.Is(err, errUnusual) {
+		// Decoded in full, as the typed client would.
+		var list networkingv1.NetworkPolicyList
+		if err := list.Unmarshal(raw); err != nil {
+			return nil, fmt.Errorf("%w: %s", errProtobuf, err.Error())
+		}
+		out = nil
+		for i := range list.Items {
+			if j.conflicts(&list.Items[i]) {
+				out = append(out, list.Items[i].Name)
+			}
+		}
+		slices.Sort(out)
+		return out, nil
+	}
+	return out, err
+}
+
+// conflictsInItems is conflictsInProtobuf on raw, the NetworkPolicyList.
+func conflictsInItems(raw []byte, j *judge) ([]string, error) {
 	var out []string
-	err = fields(raw, func(num protowire.Number, item []byte) error {
+	err := fields(raw, 2, func(num protowire.Number, item []byte) error {
 		if num != 2 {
 			return nil
 		}
@@ -182,7 +213,7 @@ func conflictsInProtobuf(unknown []byte, j *judge) ([]string, error) {
 func judgeItem(item []byte, j *judge) (bool, string, error) {
 	var meta, spec []byte
 	var metas, specs int
-	err := fields(item, func(num protowire.Number, v []byte) error {
+	err := fields(item, 2, func(num protowire.Number, v []byte) error {
 		switch num {
 		case 1:
 			meta, metas = v, metas+1
@@ -196,7 +227,7 @@ func judgeItem(item []byte, j *judge) (bool, string, error) {
 	}
 	var name, sel []byte
 	var names, sels int
-	if err := fields(meta, func(num protowire.Number, v []byte) error {
+	if err := fields(meta, 1, func(num protowire.Number, v []byte) error {
 		if num == 1 {
 			name, names = v, names+1
 		}
@@ -204,7 +235,7 @@ func judgeItem(item []byte, j *judge) (bool, string, error) {
 	}); err != nil {
 		return false, "", err
 	}
-	if err := fields(spec, func(num protowire.Number, v []byte) error {
+	if err := fields(spec, 1, func(num protowire.Number, v []byte) error {
 		if num == 1 {
 			sel, sels = v, sels+1
 		}
@@ -220,6 +251,9 @@ func judgeItem(item []byte, j *judge) (bool, string, error) {
 		return j.conflicts(&np), np.Name, nil
 	}
 	if string(name) == j.own {
+		return false, "", nil
+	}
+	if j.selectsNoneFast(sel) {
 		return false, "", nil
 	}
 	var ls metav1.LabelSelector
@@ -240,27 +274,102 @@ func judgeItem(item []byte, j *judge) (bool, string, error) {
 	return j.widens(&full), string(name), nil
 }
 
+// selectsNoneFast reports, without decoding sel (a LabelSelector's
+// encoding) into maps and strings, that it is one selectsAny answers
+// "selects none, no error" for: matchLabels of one entry and no
+// matchExpressions (every sandbox's platform policy), its key one
+// selectsAny has already found valid in this judge, its value a valid
+// label value, and no label set with that value under that key. false
+// means "decode and ask selectsAny", never "selects".
+func (j *judge) selectsNoneFast(sel []byte) bool {
+	var entry []byte
+	entries := 0
+	if fields(sel, 2, func(num protowire.Number, v []byte) error {
+		switch num {
+		case 1:
+			entry, entries = v, entries+1
+		case 2:
+			entries = -1 << 30 // matchExpressions
+		}
+		return nil
+	}) != nil || entries != 1 {
+		return false
+	}
+	var key, value []byte
+	keys, values := 0, 0
+	if fields(entry, 2, func(num protowire.Number, v []byte) error {
+		switch num {
+		case 1:
+			key, keys = v, keys+1
+		case 2:
+			value, values = v, values+1
+		}
+		return nil
+	}) != nil || keys != 1 || values != 1 {
+		return false
+	}
+	if !j.keys[string(key)] || !validLabelValue(value) {
+		return false
+	}
+	for _, set := range j.sets {
+		if got, ok := set[string(key)]; ok && got == string(value) {
+			return false
+		}
+	}
+	return true
+}
+
+// validLabelValue is validation.IsValidLabelValue's rule (at most 63
+// characters; empty, or alphanumerics at both ends and [-_.A-Za-z0-9]
+// between) on bytes, without allocating.
+func validLabelValue(v []byte) bool {
+	if len(v) > 63 {
+		return false
+	}
+	alnum := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' }
+	for i, c := range v {
+		if !alnum(c) && (i == 0 || i == len(v)-1 || c != '-' && c != '_' && c != '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// errUnusual: fields met an encoding protowire refuses or reads
+// differently from generated Unmarshal (a group, whose end generated
+// code does not match with its start; a field number beyond protobuf's
+// range, which generated code truncates; a field read here with another
+// wire type; a malformed tag or length). No apiserver writes one; the
+// caller decodes such an answer with generated Unmarshal instead, so the
+// answer stays that of the fully decoded list.
+var errUnusual = errors.New("an unusual protobuf encoding")
+
 // fields calls f with the number and contents of every length-delimited
-// field of the protobuf message b, in order; fields of other wire types
-// are skipped. Errors: b is not a well-formed message, or f's.
-func fields(b []byte, f func(num protowire.Number, v []byte) error) error {
+// field of the protobuf message b, in order; varint and fixed-size fields
+// are skipped, except that fields numbered 1 to bytesUpTo must be
+// length-delimited (the fields read here). Errors: errUnusual (see
+// there), or f's.
+func fields(b []byte, bytesUpTo protowire.Number, f func(num protowire.Number, v []byte) error) error {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("%w: %s", errProtobuf, protowire.ParseError(n).Error())
+		if n < 0 || typ == protowire.StartGroupType || typ == protowire.EndGroupType {
+			return errUnusual
 		}
 		b = b[n:]
 		if typ != protowire.BytesType {
+			if num <= bytesUpTo {
+				return errUnusual
+			}
 			n = protowire.ConsumeFieldValue(num, typ, b)
 			if n < 0 {
-				return fmt.Errorf("%w: %s", errProtobuf, protowire.ParseError(n).Error())
+				return errUnusual
 			}
 			b = b[n:]
 			continue
 		}
 		v, n := protowire.ConsumeBytes(b)
 		if n < 0 {
-			return fmt.Errorf("%w: %s", errProtobuf, protowire.ParseError(n).Error())
+			return errUnusual
 		}
 		b = b[n:]
 		if err := f(num, v); err != nil {
