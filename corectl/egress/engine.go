@@ -296,7 +296,8 @@ func (e *Engine) policies(ctx context.Context, namespace string, opts *metav1.Li
 // labelSets checks the selector statically against the template labels
 // and against every current pod (step 4), and returns the label sets the
 // conflict enumeration must consider: the template's and each pod's.
-// podOpts are further options of the pods list (sandbox.Pods).
+// podOpts are further options of the pods list (sandbox.PodsMetadata:
+// the pods' metadata only, all the check reads).
 func (e *Engine) labelSets(ctx context.Context, sb *sandbox.Sandbox, spec *networkingv1.NetworkPolicySpec, podOpts ...client.ListOption) ([]labels.Set, *failure) {
 	if !selectorIsAllocation(spec.PodSelector, sb.AllocationLabel, sb.AllocationID) {
 		return nil, &failure{code: CodeSelectorMismatch, reason: "podSelector is not the allocation label"}
@@ -308,7 +309,7 @@ func (e *Engine) labelSets(ctx context.Context, sb *sandbox.Sandbox, spec *netwo
 	if !sel.Matches(labels.Set(sb.TemplateLabels)) {
 		return nil, &failure{code: CodeSelectorMismatch, reason: "podSelector does not select the BatchSandbox template labels"}
 	}
-	pods, err := sb.Pods(ctx, e.Client, podOpts...)
+	pods, err := sb.PodsMetadata(ctx, e.Client, podOpts...)
 	if err != nil {
 		return nil, &failure{code: CodeReadFailed, reason: err.Error()}
 	}

@@ -481,11 +481,15 @@ type step = kubetest.Fault
 // faulty wraps the envtest client and fails (or alters) the steps given.
 func faulty(steps ...step) client.Client {
 	kindOf := func(obj any) string {
-		switch obj.(type) {
+		switch o := obj.(type) {
 		case *networkingv1.NetworkPolicy, *networkingv1.NetworkPolicyList:
 			return "np"
 		case *corev1.PodList:
 			return "pod"
+		case *metav1.PartialObjectMetadataList:
+			if o.Kind == "PodList" {
+				return "pod"
+			}
 		}
 		return ""
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sandgate/sandgate/corectl/kubetest"
+	"github.com/sandgate/sandgate/corectl/sandbox"
 	"google.golang.org/protobuf/encoding/protowire"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -277,4 +278,36 @@ func BenchmarkConflictsInProtobuf(b *testing.B) {
 			b.Fatalf("conflictsInProtobuf = %v, %v", got, err)
 		}
 	}
+}
+
+// BenchmarkPodCheckList is the selector check's list of a namespace of
+// 300 pods (kubetest's minimal pods: one container, no status), decoded
+// in full (sandbox.Pods, before) and as metadata (sandbox.PodsMetadata,
+// what labelSets reads) (go test -run '^$' -bench PodCheckList -benchmem
+// ./corectl/egress/).
+func BenchmarkPodCheckList(b *testing.B) {
+	sb := env.Sandbox(b, map[string]string{"allocation-id": "a1"})
+	s, err := sandbox.Get(ctx, env.Client, sb.Namespace, "sbx", "allocation-id")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range 300 {
+		env.Pod(b, sb.CR, "sbx-"+strconv.Itoa(i), map[string]string{"allocation-id": "a1"})
+	}
+	b.Run("full", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if pods, err := s.Pods(ctx, env.Client); err != nil || len(pods) != 300 {
+				b.Fatalf("Pods: %d, %v", len(pods), err)
+			}
+		}
+	})
+	b.Run("metadata", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if pods, err := s.PodsMetadata(ctx, env.Client); err != nil || len(pods) != 300 {
+				b.Fatalf("PodsMetadata: %d, %v", len(pods), err)
+			}
+		}
+	})
 }
