@@ -22,15 +22,18 @@ import (
 // without decoding every policy in full: of each policy it decodes the
 // name and the podSelector, and the rest of the spec only when that
 // selector selects one of the sandbox's label sets (or cannot be
-// evaluated). Metadata other than the name (labels, annotations with the
-// LKG copy of a spec, managed fields, owner references) is skipped. The
+// evaluated); a one-label matchLabels selector that selects none of them
+// (every other sandbox's policy) is judged on its encoding without being
+// decoded. Metadata other than the name (labels, annotations with the LKG
+// copy of a spec, managed fields, owner references) is skipped. The
 // answer is Conflicts' on the fully decoded list, the same policies
 // judged by the same rules: the list is the same request (every policy of
 // the namespace, at the same resourceVersion options), only its decoding
-// differs (TestPolicyListerAgreesWithConflicts). With a namespace of
-// sandboxes, where every other sandbox's policy selects only its own
-// allocation label, that is a name and a one-label selector per policy
-// instead of the whole object.
+// differs (TestPolicyListerAgreesWithTheTypedList,
+// TestConflictsInProtobufAgreesWithConflicts, FuzzConflictsInProtobuf).
+// An encoding read differently by protowire and generated Unmarshal
+// (errUnusual) is decoded in full with the latter; an answer that is not
+// protobuf is decoded as JSON, in full.
 //
 // The lister has its own REST client for networking.k8s.io/v1 from the
 // configuration it was made with (NewPolicyLister): the same apiserver,
