@@ -134,7 +134,9 @@ func TestIngressReconcilerAsksTheCacheFirst(t *testing.T) {
 
 // BenchmarkReconcileSandboxNetworks measures sandbox networks reconciled
 // against the real apiserver: per sandbox, an egress PUT (write, read
-// back, selector and conflict checks, CNI gate, LKG write, read back) and
+// back, selector and conflict checks, CNI gate, LKG write, read back; the
+// conflict check's list through an egress.PolicyLister, as corectl wires
+// it) and
 // an ingress cycle (persist desired, Verifying, write the managed
 // Ingress, read back, path-claim enumeration, status). The engines use a
 // client with the cluster's default client limits
@@ -156,7 +158,11 @@ func BenchmarkReconcileSandboxNetworks(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			eg := &egress.Engine{Client: cl, Cluster: c}
+			policies, err := egress.NewPolicyLister(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			eg := &egress.Engine{Client: cl, Cluster: c, Policies: policies}
 			in := &ingressallow.Engine{Client: cl, Cluster: c}
 			ir := &IngressReconciler{Engine: in}
 			for i := 0; i < b.N; i++ {

@@ -319,7 +319,11 @@ func New(opts Options) (*Daemon, error) {
 		}
 		p := &clusterParts{c: c, cfg: cfg, scheme: scheme, direct: direct, events: &swapRecorder{}, cache: &swapReader{}}
 		rec := p.events
-		eg := &egress.Engine{Client: direct, Cluster: c, Events: rec}
+		policies, err := egress.NewPolicyLister(dcfg)
+		if err != nil {
+			return nil, fmt.Errorf("cluster %s: %w", c.ID, err)
+		}
+		eg := &egress.Engine{Client: direct, Cluster: c, Events: rec, Policies: policies}
 		in := &ingressallow.Engine{Client: direct, Cluster: c, Events: rec}
 		p.egress, p.ingress = eg, in
 		// The client of the readiness checks and the discovery dials:

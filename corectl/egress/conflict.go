@@ -35,39 +35,61 @@ import (
 // no conflict on its own merits. Egress-only deny policies (Egress type,
 // no rules) and ingress-only policies never widen egress.
 func Conflicts(policies []networkingv1.NetworkPolicy, own string, labelSets []labels.Set, allowed []string, dns networkingv1.NetworkPolicyEgressRule) []string {
+	j := newJudge(own, labelSets, allowed, dns)
+	var out []string
+	for i := range policies {
+		if j.conflicts(&policies[i]) {
+			out = append(out, policies[i].Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// judge holds what one Conflicts call compares every policy with: the
+// allowed prefixes parsed once and the label keys validated so far.
+type judge struct {
+	own      string
+	sets     []labels.Set
+	prefixes []netip.Prefix
+	dns      networkingv1.NetworkPolicyEgressRule
+	keys     map[string]bool
+}
+
+func newJudge(own string, labelSets []labels.Set, allowed []string, dns networkingv1.NetworkPolicyEgressRule) *judge {
 	prefixes := make([]netip.Prefix, 0, len(allowed))
 	for _, s := range allowed {
 		if p, err := cidr.Parse(s); err == nil {
 			prefixes = append(prefixes, p)
 		}
 	}
-	var out []string
-	keys := map[string]bool{}
-	for i := range policies {
-		np := &policies[i]
-		if np.Name == own {
-			continue
-		}
-		selects, err := selectsAny(&np.Spec.PodSelector, labelSets, keys)
-		if err != nil {
-			out = append(out, np.Name)
-			continue
-		}
-		if !selects {
-			continue
-		}
-		if !affectsEgress(&np.Spec) {
-			continue
-		}
-		for _, r := range np.Spec.Egress {
-			if !covered(r, prefixes, dns) {
-				out = append(out, np.Name)
-				break
-			}
-		}
+	return &judge{own: own, sets: labelSets, prefixes: prefixes, dns: dns, keys: map[string]bool{}}
+}
+
+// conflicts judges np, fully decoded: it is not the sandbox's own policy,
+// and its selector cannot be evaluated or selects the sandbox and widens.
+func (j *judge) conflicts(np *networkingv1.NetworkPolicy) bool {
+	if np.Name == j.own {
+		return false
 	}
-	slices.Sort(out)
-	return out
+	selects, err := j.selects(&np.Spec.PodSelector)
+	return err != nil || selects && j.widens(&np.Spec)
+}
+
+// selects is selectsAny for the judge's label sets; an error counts as a
+// conflict.
+func (j *judge) selects(sel *metav1.LabelSelector) (bool, error) {
+	return selectsAny(sel, j.sets, j.keys)
+}
+
+// widens reports whether a policy that selects the sandbox, of spec spec,
+// widens its egress: it affects egress and one of its rules is not
+// covered.
+func (j *judge) widens(spec *networkingv1.NetworkPolicySpec) bool {
+	if !affectsEgress(spec) {
+		return false
+	}
+	return slices.ContainsFunc(spec.Egress, func(r networkingv1.NetworkPolicyEgressRule) bool { return !covered(r, j.prefixes, j.dns) })
 }
 
 // selectsAny reports whether sel selects any of sets, with the answer

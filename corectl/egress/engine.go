@@ -44,6 +44,11 @@ type Engine struct {
 	Events EventRecorder
 	// Now returns the current time (nil: time.Now).
 	Now func() time.Time
+	// Policies, if not nil, lists the namespace's NetworkPolicies for
+	// the conflict checks (the PUT's and the GET view's) and decodes of
+	// each only what Conflicts judges (PolicyLister). nil: Client lists
+	// them, every policy decoded in full. The answer is the same.
+	Policies *PolicyLister
 }
 
 // Result is the answer of Put when the flow reached the write step.
@@ -248,11 +253,16 @@ func (e *Engine) verify(ctx context.Context, sb *sandbox.Sandbox, name string, d
 	if f != nil {
 		return nil, f
 	}
-	list, err := namespacePolicies(ctx, e.Client, sb.Namespace)
+	list, err := e.policies(ctx, sb.Namespace, nil)
 	if err != nil {
 		return nil, &failure{code: CodeReadFailed, reason: "list NetworkPolicies: " + err.Error()}
 	}
-	if c := Conflicts(list.Items, name, sets, set, DNSRule(e.Cluster)); len(c) > 0 {
+	c, err := list.conflicts(name, sets, set, DNSRule(e.Cluster))
+	list.release()
+	if err != nil {
+		return nil, &failure{code: CodeReadFailed, reason: "list NetworkPolicies: " + err.Error()}
+	}
+	if len(c) > 0 {
 		return nil, &failure{code: CodePolicyConflict, reason: "non-platform NetworkPolicies widen the sandbox's egress: " + strings.Join(c, ", "), conflicts: c}
 	}
 	if err := e.Cluster.CNIGate(); err != nil {
@@ -261,22 +271,33 @@ func (e *Engine) verify(ctx context.Context, sb *sandbox.Sandbox, name string, d
 	return rb, nil
 }
 
-// namespacePolicies lists every NetworkPolicy of the namespace, the
+// policies lists every NetworkPolicy of the namespace, the
 // platform-labelled ones included: the managed-by label is no proof of
 // origin (a tenant can set it), so Conflicts judges every policy but the
-// sandbox's own by its selector and rules.
-func namespacePolicies(ctx context.Context, r client.Reader, namespace string, opts ...client.ListOption) (*networkingv1.NetworkPolicyList, error) {
+// sandbox's own by its selector and rules. opts, when not nil, are the
+// list's resourceVersion options (nil: a consistent read). Through
+// e.Policies when set, else through e.Client. The caller releases the
+// set.
+func (e *Engine) policies(ctx context.Context, namespace string, opts *metav1.ListOptions) (*policySet, error) {
+	if e.Policies != nil {
+		return e.Policies.list(ctx, namespace, opts)
+	}
 	var list networkingv1.NetworkPolicyList
-	if err := r.List(ctx, &list, append([]client.ListOption{client.InNamespace(namespace)}, opts...)...); err != nil {
+	lo := []client.ListOption{client.InNamespace(namespace)}
+	if opts != nil {
+		lo = append(lo, &client.ListOptions{Raw: opts})
+	}
+	if err := e.Client.List(ctx, &list, lo...); err != nil {
 		return nil, err
 	}
-	return &list, nil
+	return &policySet{items: list.Items}, nil
 }
 
 // labelSets checks the selector statically against the template labels
 // and against every current pod (step 4), and returns the label sets the
 // conflict enumeration must consider: the template's and each pod's.
-// podOpts are further options of the pods list (sandbox.Pods).
+// podOpts are further options of the pods list (sandbox.PodsMetadata:
+// the pods' metadata only, all the check reads).
 func (e *Engine) labelSets(ctx context.Context, sb *sandbox.Sandbox, spec *networkingv1.NetworkPolicySpec, podOpts ...client.ListOption) ([]labels.Set, *failure) {
 	if !selectorIsAllocation(spec.PodSelector, sb.AllocationLabel, sb.AllocationID) {
 		return nil, &failure{code: CodeSelectorMismatch, reason: "podSelector is not the allocation label"}
@@ -288,7 +309,7 @@ func (e *Engine) labelSets(ctx context.Context, sb *sandbox.Sandbox, spec *netwo
 	if !sel.Matches(labels.Set(sb.TemplateLabels)) {
 		return nil, &failure{code: CodeSelectorMismatch, reason: "podSelector does not select the BatchSandbox template labels"}
 	}
-	pods, err := sb.Pods(ctx, e.Client, podOpts...)
+	pods, err := sb.PodsMetadata(ctx, e.Client, podOpts...)
 	if err != nil {
 		return nil, &failure{code: CodeReadFailed, reason: err.Error()}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -26,13 +27,21 @@ import (
 
 var env *kubetest.Env
 
-func TestMain(m *testing.M) { kubetest.Main(m, &env) }
+func TestMain(m *testing.M) {
+	// A fuzzing worker runs FuzzConflictsInProtobuf only, which needs no
+	// apiserver (and a worker is restarted often while it minimises).
+	if slices.ContainsFunc(os.Args, func(a string) bool { return strings.HasPrefix(a, "-test.fuzzworker") }) {
+		os.Exit(m.Run())
+	}
+	kubetest.Main(m, &env)
+}
 
 var ctx = context.Background()
 
 // fixture is kubetest's Sandbox: one namespace with one BatchSandbox
 // "sbx" whose pod template has allocation-id=a1 and app=sbx, and the
-// engine under test.
+// engine under test, wired as corectl wires it (its conflict lists
+// through a PolicyLister).
 type fixture struct {
 	ns  string
 	cr  *unstructured.Unstructured
@@ -43,8 +52,12 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	sb := env.Sandbox(t, map[string]string{"allocation-id": "a1", "app": "sbx"})
+	policies, err := NewPolicyLister(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return &fixture{ns: sb.Namespace, cr: sb.CR, rec: sb.Events,
-		eng: &Engine{Client: env.Client, Cluster: sb.Cluster, Events: sb.Events}}
+		eng: &Engine{Client: env.Client, Cluster: sb.Cluster, Events: sb.Events, Policies: policies}}
 }
 
 // lastEvent is the last Event as "<type> <kind>/<name> <reason> <note>"
@@ -468,11 +481,15 @@ type step = kubetest.Fault
 // faulty wraps the envtest client and fails (or alters) the steps given.
 func faulty(steps ...step) client.Client {
 	kindOf := func(obj any) string {
-		switch obj.(type) {
+		switch o := obj.(type) {
 		case *networkingv1.NetworkPolicy, *networkingv1.NetworkPolicyList:
 			return "np"
 		case *corev1.PodList:
 			return "pod"
+		case *metav1.PartialObjectMetadataList:
+			if o.Kind == "PodList" {
+				return "pod"
+			}
 		}
 		return ""
 	}
@@ -516,7 +533,9 @@ func TestInjectedFailuresRollBackAndNeverWiden(t *testing.T) {
 			f := newFixture(t)
 			f.put(t, "10.0.0.0/8")
 			before := f.policy(t)
-			f.eng.Client = faulty(tc.steps...)
+			// The faults are the client's: the policy list goes through
+			// it too (the lister's failure: TestPolicyListerAgreesWithTheTypedList).
+			f.eng.Client, f.eng.Policies = faulty(tc.steps...), nil
 			res := f.put(t, "0.0.0.0/0")
 			if res.Outcome != tc.outcome || res.Code != tc.code {
 				t.Fatalf("Put = %+v, want %s/%s", res, tc.outcome, tc.code)
@@ -562,7 +581,9 @@ func TestInjectedFailuresRollBackAndNeverWiden(t *testing.T) {
 	for _, tc := range first {
 		t.Run("first/"+tc.name, func(t *testing.T) {
 			f := newFixture(t)
-			f.eng.Client = faulty(tc.steps...)
+			// The faults are the client's: the policy list goes through
+			// it too (the lister's failure: TestPolicyListerAgreesWithTheTypedList).
+			f.eng.Client, f.eng.Policies = faulty(tc.steps...), nil
 			res := f.put(t, "0.0.0.0/0")
 			if res.Outcome != tc.outcome || res.Code != tc.code {
 				t.Fatalf("Put = %+v, want %s/%s", res, tc.outcome, tc.code)

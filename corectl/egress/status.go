@@ -100,7 +100,7 @@ func (e *Engine) StatusOf(ctx context.Context, sb *sandbox.Sandbox, np *networki
 // resource version" (its watch cache not there within its wait) is retried
 // once as StatusOf reads. Errors: as StatusOf's.
 func (e *Engine) CreatedStatus(ctx context.Context, sb *sandbox.Sandbox, np *networkingv1.NetworkPolicy) (*Status, error) {
-	policies := &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: np.ResourceVersion, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}}
+	policies := &metav1.ListOptions{ResourceVersion: np.ResourceVersion, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}
 	pods := &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}}
 	st, err := e.statusOf(ctx, sb, np, policies, pods)
 	if err != nil && strings.Contains(err.Error(), "Too large resource version") {
@@ -114,11 +114,8 @@ func (e *Engine) CreatedStatus(ctx context.Context, sb *sandbox.Sandbox, np *net
 
 // statusOf is StatusOf with further options of the policies list and
 // the pods list (nil: consistent reads).
-func (e *Engine) statusOf(ctx context.Context, sb *sandbox.Sandbox, np *networkingv1.NetworkPolicy, policiesAt, podsAt *client.ListOptions) (*Status, error) {
-	var policyOpts, podOpts []client.ListOption
-	if policiesAt != nil {
-		policyOpts = append(policyOpts, policiesAt)
-	}
+func (e *Engine) statusOf(ctx context.Context, sb *sandbox.Sandbox, np *networkingv1.NetworkPolicy, policiesAt *metav1.ListOptions, podsAt *client.ListOptions) (*Status, error) {
+	var podOpts []client.ListOption
 	if podsAt != nil {
 		podOpts = append(podOpts, podsAt)
 	}
@@ -173,15 +170,18 @@ func (e *Engine) statusOf(ctx context.Context, sb *sandbox.Sandbox, np *networki
 	// The namespace's policies and the sandbox's pods (read by labelSets)
 	// are independent reads: they go out together (measured on the
 	// create's owners step, interleaved A/B: 21–24 ms against 23–27 ms).
-	var list *networkingv1.NetworkPolicyList
+	var list *policySet
 	listErr := make(chan error, 1)
 	go func() {
 		var err error
-		list, err = namespacePolicies(ctx, e.Client, namespace, policyOpts...)
+		list, err = e.policies(ctx, namespace, policiesAt)
 		listErr <- err
 	}()
 	sets, f := e.labelSets(ctx, sb, &np.Spec, podOpts...)
 	err := <-listErr
+	if list != nil {
+		defer list.release()
+	}
 	if f != nil {
 		if f.code == CodeReadFailed {
 			return nil, fmt.Errorf("%w: %s", ErrUnavailable, f.reason)
@@ -192,7 +192,11 @@ func (e *Engine) statusOf(ctx context.Context, sb *sandbox.Sandbox, np *networki
 			return nil, fmt.Errorf("%w: list NetworkPolicies: %s", ErrUnavailable, err.Error())
 		}
 		allowed := cidr.Strings(Subtract(configured))
-		if c := Conflicts(list.Items, st.PolicyName, sets, allowed, DNSRule(e.Cluster)); len(c) > 0 {
+		c, err := list.conflicts(st.PolicyName, sets, allowed, DNSRule(e.Cluster))
+		if err != nil {
+			return nil, fmt.Errorf("%w: list NetworkPolicies: %s", ErrUnavailable, err.Error())
+		}
+		if len(c) > 0 {
 			st.Conflicts = c
 			note(ReasonPolicyConflict)
 		}

@@ -248,6 +248,26 @@ func (s *Sandbox) Pods(ctx context.Context, r client.Reader, opts ...client.List
 	return out, nil
 }
 
+// PodsMetadata is Pods reading only the pods' metadata (a
+// PartialObjectMetadataList, which client-go asks for in protobuf): names,
+// labels and owner references, what the egress selector check reads,
+// without decoding the pods' specs and statuses. opts as Pods'. None is
+// not an error. The error wraps ErrUnavailable.
+func (s *Sandbox) PodsMetadata(ctx context.Context, r client.Reader, opts ...client.ListOption) ([]metav1.PartialObjectMetadata, error) {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+	if err := r.List(ctx, list, append([]client.ListOption{client.InNamespace(s.Namespace)}, opts...)...); err != nil {
+		return nil, fmt.Errorf("%w: list pods in %s: %s", ErrUnavailable, s.Namespace, err.Error())
+	}
+	var out []metav1.PartialObjectMetadata
+	for _, p := range list.Items {
+		if c := metav1.GetControllerOfNoCopy(&p); c != nil && c.UID == s.UID {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
 // IdentityLabels are the labels every object corectl manages for s
 // carries: managed-by, cluster ID, sandbox ID and sandbox namespace. They
 // identify the object as corectl's for s; the owner marks (MarkOwner) are
