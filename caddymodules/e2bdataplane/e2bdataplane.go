@@ -167,7 +167,7 @@ type Handler struct {
 	dp    *dataplane.Handler
 	hosts *hostRouting
 	drain *drain.Drainer
-	unary *upstream.Transport
+	unary *upstream.Transport // the own client, of unary calls and downloads
 }
 
 // User is one SDK user's identity inside the sandbox.
@@ -215,7 +215,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 		rt = t
 	}
-	unary, err := h.unaryClient(rt)
+	unary, stream, err := h.clients(rt)
 	if err != nil {
 		return err
 	}
@@ -297,14 +297,15 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		setAccessLogLevel(o)
 	}
 	dp, err := dataplane.New(cfg, dataplane.Deps{
-		Tokens:      app.Tokens(),
-		Credentials: app.Credentials(),
-		Clusters:    app,
-		Execd:       &execd.Client{Transport: rt, Unary: unary},
-		Logger:      ctx.Logger(),
-		Observe:     observe,
-		Authorizer:  app.Authorizer(),
-		Drain:       h.drain,
+		Tokens:         app.Tokens(),
+		Credentials:    app.Credentials(),
+		Clusters:       app,
+		Execd:          &execd.Client{Transport: rt, Unary: unary, Stream: stream},
+		Logger:         ctx.Logger(),
+		Observe:        observe,
+		Authorizer:     app.Authorizer(),
+		Drain:          h.drain,
+		DownloadWriter: downloadWriter,
 	})
 	if err != nil {
 		return err
@@ -313,29 +314,42 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	return h.provisionHosts(ctx, app, rt)
 }
 
-// unaryClient returns the RoundTripper of the unary execd calls as
-// UnaryClient says, built on rt.
-func (h *Handler) unaryClient(rt *reverseproxy.HTTPTransport) (http.RoundTripper, error) {
+// clients returns, built on rt, the RoundTripper of the unary execd calls
+// as UnaryClient says, and that of the downloads: the data plane's own
+// HTTP/1.1 client (package gateway/upstream, whose bodies splice) when rt
+// speaks HTTP/1.1 and neither h2c nor HTTP/3, else rt. Both use one
+// client, so one pool of connections.
+func (h *Handler) clients(rt *reverseproxy.HTTPTransport) (unary, stream http.RoundTripper, err error) {
 	switch h.UnaryClient {
-	case "", "transport":
-		return rt, nil
-	case "builtin":
-		if rt.Transport == nil || !slices.Contains(rt.Versions, "1.1") || slices.Contains(rt.Versions, "3") {
-			return nil, errors.New("unary_client builtin needs a transport with HTTP/1.1 among its versions and without HTTP/3")
-		}
-		t, err := upstream.New(upstream.FromHTTPTransport(rt.Transport, rt))
-		if err != nil {
-			return nil, err
-		}
-		h.unary = t
-		return t, nil
+	case "", "transport", "builtin":
 	default:
-		return nil, fmt.Errorf("unary_client %q: must be builtin or transport", h.UnaryClient)
+		return nil, nil, fmt.Errorf("unary_client %q: must be builtin or transport", h.UnaryClient)
 	}
+	speaks11 := rt.Transport != nil && slices.Contains(rt.Versions, "1.1") && !slices.Contains(rt.Versions, "3")
+	if h.UnaryClient == "builtin" && !speaks11 {
+		return nil, nil, errors.New("unary_client builtin needs a transport with HTTP/1.1 among its versions and without HTTP/3")
+	}
+	if !speaks11 || slices.Contains(rt.Versions, "h2c") && h.UnaryClient != "builtin" {
+		return rt, rt, nil
+	}
+	t, err := upstream.New(upstream.FromHTTPTransport(rt.Transport, rt))
+	if err != nil {
+		return nil, nil, err
+	}
+	h.unary = t
+	unary, stream = rt, t
+	if h.UnaryClient == "builtin" {
+		unary = t
+	}
+	if slices.Contains(rt.Versions, "h2c") {
+		stream = rt
+	}
+	return unary, stream, nil
 }
 
-// Cleanup closes the unary client's idle connections when a reload
-// replaces this configuration (Caddy's transport closes its own).
+// Cleanup closes the own client's idle connections (unary calls and
+// downloads) when a reload replaces this configuration (Caddy's transport
+// closes its own).
 func (h *Handler) Cleanup() error {
 	if h.unary != nil {
 		h.unary.CloseIdleConnections()
