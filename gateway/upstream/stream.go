@@ -16,7 +16,9 @@ import (
 // itself as an *io.LimitedReader of exactly the bytes still due: a
 // net/http server's ResponseWriter over a TCP connection then moves them
 // with splice(2), through a kernel pipe, never through this process's
-// memory, and reads no byte past the body. A body that ends before its
+// memory, and reads no byte past the body; until its last 256 KiB the
+// socket's receive low-water mark makes each wake-up move at least that
+// much (Linux). A body that ends before its
 // length is io.ErrUnexpectedEOF. The request context's cancellation
 // still reaches the connection (its deadline is set to the past), so a
 // ReadFrom blocked on a silent host returns. A chunked body, one ended by
@@ -40,6 +42,28 @@ func (b *body) WriteTo(w io.Writer) (int64, error) {
 			return n, err
 		}
 	}
+	// While more than twice lowWater is due, the socket wakes the reader
+	// only once lowWater bytes are queued (SO_RCVLOWAT): a fixed entry
+	// writing 32 KiB at a time would otherwise cost a wake-up and two
+	// splices per 32 KiB. The last lowWater bytes go with the mark back
+	// at 1, so no wait is for more bytes than are still due.
+	if b.left > 2*lowWater && setRcvLowat(tc, lowWater) == nil {
+		part := b.left - lowWater
+		lr := &io.LimitedReader{R: tc, N: part}
+		m, err := rf.ReadFrom(lr)
+		n += m
+		b.left -= part - lr.N
+		if rerr := setRcvLowat(tc, 1); err == nil && rerr != nil {
+			err = rerr
+		}
+		if err == nil && lr.N > 0 {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			b.finish(false, err)
+			return n, err
+		}
+	}
 	if b.left > 0 {
 		lr := &io.LimitedReader{R: tc, N: b.left}
 		m, err := rf.ReadFrom(lr)
@@ -56,6 +80,10 @@ func (b *body) WriteTo(w io.Writer) (int64, error) {
 	b.finish(b.keep, io.EOF)
 	return n, nil
 }
+
+// lowWater is the receive low-water mark (bytes) set on the connection
+// while the bulk of a body is handed over: 256 KiB.
+const lowWater = 256 << 10
 
 // readOnly hides a body's WriteTo from io.Copy.
 type readOnly struct{ r io.Reader }

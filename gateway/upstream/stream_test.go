@@ -59,8 +59,11 @@ func roundTrip(t *testing.T, tr *Transport, ctx context.Context, u string) *http
 
 func TestWriteToHandsTheConnectionLimitedToTheBody(t *testing.T) {
 	body := strings.Repeat("0123456789abcdef", 64<<10) // 1 MiB: more than one read buffer
-	s := newRawServer(t, "HTTP/1.1 200 OK\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
-	tr := newTransport(t, Config{})
+	big := "HTTP/1.1 200 OK\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	// The small answer last: had the low-water mark stayed up, its head
+	// would never wake the reader (ResponseHeaderTimeout ends the wait).
+	s := newRawServer(t, big, big, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+	tr := newTransport(t, Config{ResponseHeaderTimeout: 10 * time.Second})
 	for i := range 2 {
 		resp := roundTrip(t, tr, context.Background(), s.url("/").String())
 		var w probeWriter
@@ -69,16 +72,20 @@ func TestWriteToHandsTheConnectionLimitedToTheBody(t *testing.T) {
 			t.Fatalf("request %d: copied %d, %v; body equal: %v", i, n, err, w.buf.String() == body)
 		}
 		// What the head's read left in the buffer went with Write; the
-		// rest, exactly, as the connection limited to it.
-		if len(w.limited) != 1 || w.other != 0 || w.limited[0] <= 0 || w.limited[0] >= int64(len(body)) {
+		// rest, exactly, as the connection limited to it: the bulk under
+		// the low-water mark, then its last lowWater bytes.
+		if len(w.limited) != 2 || w.other != 0 || w.limited[1] != lowWater || w.limited[0]+w.limited[1] >= int64(len(body)) {
 			t.Fatalf("request %d: ReadFrom sources %v (other %d)", i, w.limited, w.other)
 		}
 		if err := resp.Body.Close(); err != nil {
 			t.Fatal(err)
 		}
 	}
+	if _, b, err := get(t, tr, s.url("/")); err != nil || string(b) != "hello" {
+		t.Fatalf("a small answer after spliced bodies: %v %q", err, b)
+	}
 	if n := s.accepted.Load(); n != 1 {
-		t.Fatalf("2 bodies copied whole used %d connections, want 1", n)
+		t.Fatalf("3 answers read whole used %d connections, want 1", n)
 	}
 }
 
