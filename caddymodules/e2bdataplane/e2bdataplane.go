@@ -142,7 +142,9 @@ type Handler struct {
 	// 33: an upstream client of the data plane's own"). "builtin" needs a
 	// transport with HTTP/1.1 among its versions and without HTTP/3; with
 	// another it is a configuration error. docs/dataplane.md "The unary
-	// client".
+	// client". Downloads use the builtin client whatever this says when the
+	// transport speaks HTTP/1.1 without h2c or HTTP/3 (docs/dataplane.md
+	// "Downloads: splice").
 	UnaryClient string `json:"unary_client,omitempty"`
 
 	// Hosts, when set, turns on host routing (E2B_DOMAIN): the domains

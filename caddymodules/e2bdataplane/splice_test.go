@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"go.uber.org/zap"
 
 	"github.com/sandgate/sandgate/gateway/upstream"
@@ -205,4 +206,51 @@ func TestIdleSplicerClientStopsReading(t *testing.T) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// TestClientsChoice: downloads take the own client whenever the transport
+// speaks HTTP/1.1 without h2c or HTTP/3, whatever unary_client says; the
+// unary calls take it only with unary_client builtin.
+func TestClientsChoice(t *testing.T) {
+	rt := func(versions ...string) *reverseproxy.HTTPTransport {
+		return &reverseproxy.HTTPTransport{Versions: versions, Transport: &http.Transport{}}
+	}
+	for _, tc := range []struct {
+		unary    string
+		versions []string
+		ownUnary bool
+		ownDown  bool
+		fails    bool
+	}{
+		{"", []string{"1.1", "2"}, false, true, false},
+		{"transport", []string{"1.1", "2"}, false, true, false},
+		{"builtin", []string{"1.1", "2"}, true, true, false},
+		{"", []string{"1.1", "h2c"}, false, false, false},
+		{"builtin", []string{"1.1", "h2c"}, true, false, false},
+		{"", []string{"h2c"}, false, false, false},
+		{"builtin", []string{"h2c"}, false, false, true},
+		{"", []string{"1.1", "3"}, false, false, false},
+		{"nope", []string{"1.1"}, false, false, true},
+	} {
+		h := &Handler{UnaryClient: tc.unary}
+		tr := rt(tc.versions...)
+		unary, stream, err := h.clients(tr)
+		if tc.fails {
+			if err == nil {
+				t.Errorf("%q %v: no error", tc.unary, tc.versions)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%q %v: %v", tc.unary, tc.versions, err)
+		}
+		_, ownU := unary.(*upstream.Transport)
+		_, ownD := stream.(*upstream.Transport)
+		if ownU != tc.ownUnary || ownD != tc.ownDown {
+			t.Errorf("%q %v: own client for unary %v, downloads %v; want %v, %v", tc.unary, tc.versions, ownU, ownD, tc.ownUnary, tc.ownDown)
+		}
+		if (ownU || ownD) != (h.unary != nil) {
+			t.Errorf("%q %v: the own client is not kept for Cleanup", tc.unary, tc.versions)
+		}
+	}
 }
