@@ -58,6 +58,7 @@
 //		[-transfer-rounds 3] [-commands 100] [-only listdir|port|transfer|download|command] [-profile <dir>]
 //		[-gateway-env GOGC=200,...] [-gateway-only-env GOGC=400,...] [-authorizer]
 //		[-memory-limit 64MiB] [-execd-bin $SANDGATE_PEERS_BIN/execd-head] [-dataplane "directive; …"]
+//		[-servers "timeouts {;write_max_chunk 1MiB;}"]
 //
 // The baselines are the same binary with a plain reverse_proxy site and
 // nginx (Debian's, installed with apt-get when missing) with proxy_pass,
