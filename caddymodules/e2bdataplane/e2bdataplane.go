@@ -142,9 +142,7 @@ type Handler struct {
 	// 33: an upstream client of the data plane's own"). "builtin" needs a
 	// transport with HTTP/1.1 among its versions and without HTTP/3; with
 	// another it is a configuration error. docs/dataplane.md "The unary
-	// client". Downloads use the builtin client whatever this says when the
-	// transport speaks HTTP/1.1 without h2c or HTTP/3 (docs/dataplane.md
-	// "Downloads: splice").
+	// client".
 	UnaryClient string `json:"unary_client,omitempty"`
 
 	// Hosts, when set, turns on host routing (E2B_DOMAIN): the domains
@@ -169,7 +167,7 @@ type Handler struct {
 	dp    *dataplane.Handler
 	hosts *hostRouting
 	drain *drain.Drainer
-	unary *upstream.Transport // the own client, of unary calls and downloads
+	unary *upstream.Transport
 }
 
 // User is one SDK user's identity inside the sandbox.
@@ -217,7 +215,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 		rt = t
 	}
-	unary, stream, err := h.clients(rt)
+	unary, err := h.unaryClient(rt)
 	if err != nil {
 		return err
 	}
@@ -299,15 +297,14 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		setAccessLogLevel(o)
 	}
 	dp, err := dataplane.New(cfg, dataplane.Deps{
-		Tokens:         app.Tokens(),
-		Credentials:    app.Credentials(),
-		Clusters:       app,
-		Execd:          &execd.Client{Transport: rt, Unary: unary, Stream: stream},
-		Logger:         ctx.Logger(),
-		Observe:        observe,
-		Authorizer:     app.Authorizer(),
-		Drain:          h.drain,
-		DownloadWriter: downloadWriter,
+		Tokens:      app.Tokens(),
+		Credentials: app.Credentials(),
+		Clusters:    app,
+		Execd:       &execd.Client{Transport: rt, Unary: unary},
+		Logger:      ctx.Logger(),
+		Observe:     observe,
+		Authorizer:  app.Authorizer(),
+		Drain:       h.drain,
 	})
 	if err != nil {
 		return err
@@ -316,42 +313,29 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	return h.provisionHosts(ctx, app, rt)
 }
 
-// clients returns, built on rt, the RoundTripper of the unary execd calls
-// as UnaryClient says, and that of the downloads: the data plane's own
-// HTTP/1.1 client (package gateway/upstream, whose bodies splice) when rt
-// speaks HTTP/1.1 and neither h2c nor HTTP/3, else rt. Both use one
-// client, so one pool of connections.
-func (h *Handler) clients(rt *reverseproxy.HTTPTransport) (unary, stream http.RoundTripper, err error) {
+// unaryClient returns the RoundTripper of the unary execd calls as
+// UnaryClient says, built on rt.
+func (h *Handler) unaryClient(rt *reverseproxy.HTTPTransport) (http.RoundTripper, error) {
 	switch h.UnaryClient {
-	case "", "transport", "builtin":
+	case "", "transport":
+		return rt, nil
+	case "builtin":
+		if rt.Transport == nil || !slices.Contains(rt.Versions, "1.1") || slices.Contains(rt.Versions, "3") {
+			return nil, errors.New("unary_client builtin needs a transport with HTTP/1.1 among its versions and without HTTP/3")
+		}
+		t, err := upstream.New(upstream.FromHTTPTransport(rt.Transport, rt))
+		if err != nil {
+			return nil, err
+		}
+		h.unary = t
+		return t, nil
 	default:
-		return nil, nil, fmt.Errorf("unary_client %q: must be builtin or transport", h.UnaryClient)
+		return nil, fmt.Errorf("unary_client %q: must be builtin or transport", h.UnaryClient)
 	}
-	speaks11 := rt.Transport != nil && slices.Contains(rt.Versions, "1.1") && !slices.Contains(rt.Versions, "3")
-	if h.UnaryClient == "builtin" && !speaks11 {
-		return nil, nil, errors.New("unary_client builtin needs a transport with HTTP/1.1 among its versions and without HTTP/3")
-	}
-	if !speaks11 || slices.Contains(rt.Versions, "h2c") && h.UnaryClient != "builtin" {
-		return rt, rt, nil
-	}
-	t, err := upstream.New(upstream.FromHTTPTransport(rt.Transport, rt))
-	if err != nil {
-		return nil, nil, err
-	}
-	h.unary = t
-	unary, stream = rt, t
-	if h.UnaryClient == "builtin" {
-		unary = t
-	}
-	if slices.Contains(rt.Versions, "h2c") {
-		stream = rt
-	}
-	return unary, stream, nil
 }
 
-// Cleanup closes the own client's idle connections (unary calls and
-// downloads) when a reload replaces this configuration (Caddy's transport
-// closes its own).
+// Cleanup closes the unary client's idle connections when a reload
+// replaces this configuration (Caddy's transport closes its own).
 func (h *Handler) Cleanup() error {
 	if h.unary != nil {
 		h.unary.CloseIdleConnections()

@@ -43,13 +43,6 @@ func newFakeGateway(t *testing.T, upstream http.Handler) (string, string) {
 
 func newFakeGatewayOutcomes(t *testing.T, upstream http.Handler) (string, string, chan Outcome) {
 	t.Helper()
-	return newFakeGatewayOutcomesDeps(t, upstream, nil)
-}
-
-// newFakeGatewayOutcomesDeps is newFakeGatewayOutcomes with deps adjusting
-// the handler's Deps (nil: none).
-func newFakeGatewayOutcomesDeps(t *testing.T, upstream http.Handler, deps func(*Deps)) (string, string, chan Outcome) {
-	t.Helper()
 	up := httptest.NewServer(upstream)
 	t.Cleanup(up.Close)
 	fe, _ := url.Parse(up.URL)
@@ -59,16 +52,12 @@ func newFakeGatewayOutcomesDeps(t *testing.T, upstream http.Handler, deps func(*
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := Deps{
+	h, err := New(Config{}, Deps{
 		Tokens: verifier, Credentials: e.creds,
 		Clusters: fakeClusters{"cluster-a": {ID: "cluster-a", FixedEntry: fe}},
 		Execd:    &execd.Client{},
 		Observe:  func(o Outcome) { outcomes <- o },
-	}
-	if deps != nil {
-		deps(&d)
-	}
-	h, err := New(Config{}, d)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -293,13 +293,6 @@ type Deps struct {
 	// refused with GATEWAY_DRAINING, and those still running when its
 	// grace is over end with GATEWAY_DRAINING. nil: no draining.
 	Drain *drain.Drainer
-	// DownloadWriter, if set, gives the writer a download's body is
-	// relayed to, from the request's ResponseWriter w (its header already
-	// written): in the gateway, a writer beneath Caddy's write idle
-	// timeout whose ReadFrom splices, or one that only writes when
-	// splicing would bypass Caddy's accounting (caddymodules/e2bdataplane).
-	// nil: w itself, whose ReadFrom net/http splices.
-	DownloadWriter func(w http.ResponseWriter, r *http.Request) io.Writer
 }
 
 // Handler serves the data plane. Create it with New.
@@ -573,16 +566,6 @@ func (t *trackingWriter) WriteHeader(code int) {
 func (t *trackingWriter) Write(b []byte) (int, error) {
 	t.wrote = true
 	return t.ResponseWriter.Write(b)
-}
-
-// ReadFrom passes a source to the real writer's ReadFrom (net/http's
-// splices a TCP connection to the client's), or copies it.
-func (t *trackingWriter) ReadFrom(r io.Reader) (int64, error) {
-	t.wrote = true
-	if rf, ok := t.ResponseWriter.(io.ReaderFrom); ok {
-		return rf.ReadFrom(r)
-	}
-	return io.Copy(struct{ io.Writer }{t.ResponseWriter}, r)
 }
 
 // Unwrap lets http.ResponseController reach Flush on the real writer.

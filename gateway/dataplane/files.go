@@ -85,7 +85,7 @@ func (h *Handler) filesRead(w http.ResponseWriter, r *http.Request, rq *request)
 			hdr[k] = v
 		}
 	}
-	resp, err := h.deps.Execd.Fetch(r.Context(), rq.target, "/files/download", queryPath(p), hdr)
+	resp, err := h.deps.Execd.Do(r.Context(), rq.target, http.MethodGet, "/files/download", queryPath(p), hdr, nil)
 	if err != nil {
 		return fromExecd(err, "read "+p)
 	}
@@ -111,7 +111,8 @@ func (h *Handler) filesRead(w http.ResponseWriter, r *http.Request, rq *request)
 		}
 	}
 	w.WriteHeader(resp.StatusCode)
-	if _, err := h.relay(w, r, resp.Body); err != nil {
+	buf := make([]byte, downloadBuffer)
+	if _, err := io.CopyBuffer(w, resp.Body, buf); err != nil {
 		// The status is sent; a broken copy can only end the response early,
 		// and it must end as broken. The code only says, for metrics and
 		// logs, which side broke it.
@@ -125,29 +126,8 @@ func (h *Handler) filesRead(w http.ResponseWriter, r *http.Request, rq *request)
 }
 
 // downloadBuffer is the size of the reads from execd and the writes to
-// the client while a download is copied (bytes).
+// the client while a download streams (bytes).
 const downloadBuffer = 32 << 10
-
-// relay copies a download's body to the client. A body that can write
-// itself (the data plane's own client's, package gateway/upstream) is
-// handed the writer Deps.DownloadWriter gives, or w: with a Content-Length
-// over plain TCP it passes the connection to that writer's ReadFrom,
-// which splices it to the client's connection. Any other body is copied
-// through a downloadBuffer.
-func (h *Handler) relay(w http.ResponseWriter, r *http.Request, body io.Reader) (int64, error) {
-	if wt, ok := body.(io.WriterTo); ok {
-		var dst io.Writer = w
-		if h.deps.DownloadWriter != nil {
-			inner := w
-			if t, ok := w.(*trackingWriter); ok {
-				inner = t.ResponseWriter
-			}
-			dst = h.deps.DownloadWriter(inner, r)
-		}
-		return wt.WriteTo(dst)
-	}
-	return io.CopyBuffer(w, body, make([]byte, downloadBuffer))
-}
 
 func queryPath(p string) map[string][]string { return map[string][]string{"path": {p}} }
 

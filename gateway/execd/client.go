@@ -97,12 +97,6 @@ type Client struct {
 	// data plane's own HTTP/1.1 client, package gateway/upstream). nil
 	// means Transport.
 	Unary http.RoundTripper
-	// Stream, when set, carries the downloads the data plane relays to
-	// its client as they come (Fetch): in the gateway the data plane's
-	// own HTTP/1.1 client, whose bodies hand a ResponseWriter the
-	// connection itself for splice(2) (package gateway/upstream). nil
-	// means Transport.
-	Stream http.RoundTripper
 	// MaxListingBytes bounds a directory listing's answer (bytes):
 	// /directories/list's JSON, or the listing script's output on execd
 	// v1.0.18. 0 means DefaultMaxListingBytes.
@@ -152,17 +146,6 @@ func (c *Client) unary() http.RoundTripper {
 // are returned as *Error with KindUnreachable, KindTimeout or KindCanceled.
 func (c *Client) Do(ctx context.Context, t Target, method, path string, query url.Values, hdr http.Header, body io.Reader) (*http.Response, error) {
 	return c.do(ctx, c.transport(), t, method, path, query.Encode(), hdr, body, -1)
-}
-
-// Fetch sends a bodyless GET of the execd path of t with Stream and
-// returns the response, whatever its status, for the caller to relay
-// (a download: GET /files/download). Errors are Do's.
-func (c *Client) Fetch(ctx context.Context, t Target, path string, query url.Values, hdr http.Header) (*http.Response, error) {
-	rt := c.Stream
-	if rt == nil {
-		rt = c.transport()
-	}
-	return c.do(ctx, rt, t, http.MethodGet, path, query.Encode(), hdr, nil, -1)
 }
 
 // userAgent is the User-Agent sent upstream when the caller sets none;

@@ -93,30 +93,3 @@ func TestUnaryCallsUseUnary(t *testing.T) {
 		t.Errorf("through Transport: %s, want %s", got, want)
 	}
 }
-
-// TestFetchUsesStream: Fetch goes through Client.Stream when it is set,
-// and through Transport when it is not; the answer comes back whatever
-// its status.
-func TestFetchUsesStream(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusRequestedRangeNotSatisfiable)
-	}))
-	defer srv.Close()
-	plain := &countingTransport{rt: http.DefaultTransport}
-	stream := &countingTransport{rt: http.DefaultTransport}
-	fe, _ := url.Parse(srv.URL)
-	tg := Target{FixedEntry: fe, SandboxID: "sbx1"}
-	for _, c := range []*Client{{Transport: plain, Stream: stream}, {Transport: plain}} {
-		resp, err := c.Fetch(context.Background(), tg, "/files/download", url.Values{"path": {"/a"}}, http.Header{"Range": {"bytes=9-"}})
-		if err != nil || resp.StatusCode != http.StatusRequestedRangeNotSatisfiable {
-			t.Fatalf("Fetch = %v, %v", resp, err)
-		}
-		_ = resp.Body.Close()
-	}
-	if got := strings.Join(stream.got(), ","); got != "GET /files/download" {
-		t.Errorf("through Stream: %s", got)
-	}
-	if got := strings.Join(plain.got(), ","); got != "GET /files/download" {
-		t.Errorf("through Transport: %s", got)
-	}
-}

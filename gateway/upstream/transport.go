@@ -1,8 +1,6 @@
 // Package upstream is an HTTP/1.1 client for the data plane's unary calls
 // to a cluster's fixed entry: a bodyless request whose answer is read
-// whole (execd's file info, listings, deletes, command status), and for
-// its downloads, whose Content-Length bodies a ResponseWriter can splice
-// (body.WriteTo, stream.go).
+// whole (execd's file info, listings, deletes, command status).
 //
 // It exists for CPU: net/http's Transport runs a read goroutine and a write
 // goroutine per connection and hands every request and response between
