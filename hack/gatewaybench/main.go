@@ -58,6 +58,7 @@
 //		[-transfer-rounds 3] [-commands 100] [-only listdir|port|transfer|download|command] [-profile <dir>]
 //		[-gateway-env GOGC=200,...] [-gateway-only-env GOGC=400,...] [-authorizer]
 //		[-memory-limit 64MiB] [-execd-bin $SANDGATE_PEERS_BIN/execd-head] [-dataplane "directive; …"]
+//		[-servers "timeouts {;write_max_chunk 1MiB;}"]
 //
 // The baselines are the same binary with a plain reverse_proxy site and
 // nginx (Debian's, installed with apt-get when missing) with proxy_pass,
@@ -157,6 +158,9 @@ type options struct {
 	// dataplaneDirectives are added to the gateway's e2b_dataplane
 	// block, ';' between them.
 	dataplaneDirectives string
+	// servers is the body of a Caddyfile global "servers" block given to
+	// both proxies ("" for none).
+	servers string
 }
 
 // dataplaneExtra is directives (';' between them) as lines of the
@@ -197,6 +201,7 @@ func main() {
 	flag.StringVar(&gonly, "gateway-only-env", "", "comma-separated VAR=value added to the gateway's environment only (e.g. GOGC=400: the gateway's GC policy against the baselines' defaults)")
 	flag.StringVar(&memLimit, "memory-limit", "", "run each proxy in a memory cgroup with this limit (e.g. 64MiB; root only)")
 	flag.StringVar(&o.execdBin, "execd-bin", "", "run this OpenSandbox execd binary (e.g. $SANDGATE_PEERS_BIN/execd-head) instead of the stand-in")
+	flag.StringVar(&o.servers, "servers", "", "the body of a Caddyfile global servers block given to both proxies, ';' between lines (e.g. \"timeouts {;write_max_chunk 1MiB;}\")")
 	flag.StringVar(&o.dataplaneDirectives, "dataplane", "", "Caddyfile directives added to the gateway's e2b_dataplane block, ';' between them (e.g. \"max_upstream_calls_per_sandbox 64\")")
 	flag.BoolVar(&o.authorizer, "authorizer", false, "give the gateway a sandbox authorizer (authorizer http) answered by a stand-in of corectl's endpoint")
 	flag.Parse()
@@ -520,7 +525,7 @@ func run(o options) error {
 	admin %s
 	auto_https off
 	default_bind 127.0.0.1
-	persist_config off
+	persist_config off`+serversBlock(o.servers)+`
 	sandgate {
 		token_key %s HS256 %s
 		credentials file %s
@@ -545,7 +550,7 @@ http://*.%s:%s {
 	admin %s
 	auto_https off
 	default_bind 127.0.0.1
-	persist_config off
+	persist_config off`+serversBlock(o.servers)+`
 }
 
 http://%s {
@@ -722,6 +727,15 @@ func pathSpecOf(name string) pathSpec {
 		}
 	}
 	panic("gatewaybench: no path " + name)
+}
+
+// serversBlock is a global "servers" block with body's lines (';'
+// between them), or "" when body is empty.
+func serversBlock(body string) string {
+	if strings.TrimSpace(body) == "" {
+		return ""
+	}
+	return "\n\tservers {\n\t\t" + strings.ReplaceAll(body, ";", "\n\t\t") + "\n\t}"
 }
 
 // directURL is the base URL of a plain proxy path (reverse_proxy or
