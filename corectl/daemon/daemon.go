@@ -42,7 +42,6 @@ import (
 	"github.com/sandgate/sandgate/gateway/entryprobe"
 	"github.com/sandgate/sandgate/gateway/token"
 	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -213,12 +212,11 @@ type Daemon struct {
 	readyHandler  *healthz.Handler
 }
 
-// batchSandboxes is the BatchSandbox kind as the cache keys it.
-func batchSandboxes() client.Object {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(sandbox.GVK)
-	return u
-}
+// batchSandboxes is the BatchSandbox kind as the cache keys it: the
+// cache holds BatchSandboxes as *sandbox.Cached, and every cached reader
+// asks with that type (asked with *unstructured.Unstructured, the cache
+// would start a second informer of whole objects).
+func batchSandboxes() client.Object { return sandbox.NewCached() }
 
 // cacheOptions is the informer cache of one cluster's manager: only the
 // NetworkPolicies, Ingresses and BatchSandboxes corectl manages (label

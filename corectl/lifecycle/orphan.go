@@ -15,7 +15,6 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -96,15 +95,16 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 	// without a read of its own (the outcome that read would give). Every
 	// deletion below is still decided on a read of its own.
 	live := map[string]*sandbox.Sandbox{}
-	var bsl unstructured.UnstructuredList
-	bsl.SetGroupVersionKind(sandbox.GVK.GroupVersion().WithKind("BatchSandboxList"))
+	// The pages decode into sandbox.Cached: the fields read here and by
+	// deleteSandbox, without each object's pod template.
+	var bsl sandbox.CachedList
 	err := o.scanPages(ctx, &bsl, scanSandboxPage, func() {
-		for i := range bsl.Items {
-			u := &bsl.Items[i]
+		for _, u := range bsl.Items {
 			if sb, err := sandbox.From(u, o.Cluster.AllocationLabelKey()); err == nil {
 				live[u.GetNamespace()+"/"+u.GetName()] = sb
 			}
-			switch u.GetAnnotations()[v1alpha1.AnnotationLifecycle] {
+			st, _ := sandbox.Annotation(u, v1alpha1.AnnotationLifecycle)
+			switch st {
 			case StateCleanupFailed:
 				note("BatchSandbox", u, o.deleteSandbox(ctx, u, 0))
 			case StateDeleting:
@@ -122,6 +122,9 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 				}
 			}
 		}
+		// The next page decodes into fresh objects: JSON decoded into
+		// this page's would keep the keys of their maps.
+		bsl.Items = nil
 	}, managed)
 	if err != nil {
 		return rep, fmt.Errorf("%w: list BatchSandboxes: %s", ErrUnavailable, err.Error())
@@ -220,12 +223,13 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 // (10,000 sandboxes are 30,000 objects).
 const scanPage = 500
 
-// scanSandboxPage is scanPage for BatchSandboxes: they are read whole and
-// unstructured (pod template and managed fields included), so a page of
-// 500 was about 24 MB of corectl's heap while the scan ran, a sixth of
-// the live heap at 10,000 sandboxes (hack/corectlload -heap-profile); a
-// page of 100 holds a fifth of that for 80 more list requests per scan
-// at 10,000 sandboxes.
+// scanSandboxPage is scanPage for BatchSandboxes. Read whole and
+// unstructured (pod template and managed fields included), a page of 500
+// was about 24 MB of corectl's heap while the scan ran, a sixth of the
+// live heap at 10,000 sandboxes (hack/corectlload -heap-profile), and a
+// page of 100 a fifth of that; they are now decoded into sandbox.Cached
+// (the pod template and managed fields are skipped as the JSON is read),
+// and 100 a page stays.
 const scanSandboxPage = 100
 
 // scanPages lists list's kind with opts, limit objects a page, calling

@@ -85,7 +85,7 @@ const timeMillis = "2006-01-02T15:04:05.000Z07:00"
 
 // describe fills what a BatchSandbox itself says (no network reads): the
 // E2B fields and the endpoints.
-func (o *Orchestrator) describe(u *unstructured.Unstructured) *Info {
+func (o *Orchestrator) describe(u client.Object) *Info {
 	id := u.GetName()
 	start := u.GetCreationTimestamp().Time
 	end, ok := EndAt(u)
@@ -174,8 +174,8 @@ func (o *Orchestrator) derive(ctx context.Context, u *unstructured.Unstructured,
 // OpenSandbox's ingress needs it to route there (docs/wire-facts.md
 // §X2.4): status.ready at least 1 and an endpoints annotation with at
 // least one address. Otherwise a created sandbox is PodUnavailable.
-func PodServing(u *unstructured.Unstructured) bool {
-	ready, _, _ := unstructured.NestedInt64(u.Object, "status", "ready")
+func PodServing(u client.Object) bool {
+	ready := sandbox.Ready(u)
 	var eps []string
 	if v, _ := sandbox.Annotation(u, EndpointsAnnotation); v != "" {
 		_ = json.Unmarshal([]byte(v), &eps)

@@ -1,0 +1,220 @@
+package sandbox
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Cached is a BatchSandbox as corectl's informer cache and its orphan scan
+// hold it: the object's metadata and, of the rest, only the fields
+// corectl's readers of those copies interpret (the template's labels for
+// From, each container's name and resource limits for the sizes the list
+// reports, status.ready for PodServing). Decoding a BatchSandbox into it
+// drops every other field (pod template, volumes, probes, OpenSandbox's
+// other status fields) as the JSON is read, so the cache never holds
+// them; at 10,000 sandboxes that is about a third of the memory of the
+// same facts as unstructured maps (docs/benchmarks.md "The heap by
+// kind"). AddToScheme registers it for the BatchSandbox kind.
+//
+// A Cached object is for reading only: written back, it would replace the
+// object's spec with this subset. Every write of corectl goes through its
+// uncached client on an *unstructured.Unstructured it read there.
+type Cached struct {
+	metav1.TypeMeta `json:",inline"`
+	// ObjectMeta is the object's metadata (managed fields dropped by
+	// TrimCached).
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// Spec is the part of spec that is read.
+	Spec CachedSpec `json:"spec,omitempty"`
+	// Status is the part of status that is read.
+	Status CachedStatus `json:"status,omitempty"`
+}
+
+// CachedSpec is the part of a BatchSandbox's spec that Cached keeps.
+type CachedSpec struct {
+	// Template is spec.template.
+	Template CachedTemplate `json:"template,omitempty"`
+}
+
+// CachedTemplate is the part of spec.template that Cached keeps.
+type CachedTemplate struct {
+	// Metadata is spec.template.metadata (its labels).
+	Metadata CachedTemplateMeta `json:"metadata,omitempty"`
+	// Spec is spec.template.spec (its containers).
+	Spec CachedPodSpec `json:"spec,omitempty"`
+}
+
+// CachedTemplateMeta is spec.template.metadata's labels, which hold the
+// allocation label (From).
+type CachedTemplateMeta struct {
+	// Labels is spec.template.metadata.labels.
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// CachedPodSpec is spec.template.spec's containers.
+type CachedPodSpec struct {
+	// Containers are the pod's containers, name and limits only.
+	Containers []CachedContainer `json:"containers,omitempty"`
+}
+
+// CachedContainer is one container's name and resources.limits.
+type CachedContainer struct {
+	// Name is the container's name.
+	Name string `json:"name"`
+	// Resources is the container's resources (its limits).
+	Resources CachedResources `json:"resources,omitempty"`
+}
+
+// CachedResources is a container's resources.limits (cluster.SizesOf
+// reads no requests).
+type CachedResources struct {
+	// Limits is resources.limits.
+	Limits corev1.ResourceList `json:"limits,omitempty"`
+}
+
+// CachedStatus is the part of a BatchSandbox's status that Cached keeps.
+type CachedStatus struct {
+	// Ready is status.ready, the number of ready pods OpenSandbox's
+	// controller reports (0 when absent).
+	Ready int64 `json:"ready,omitempty"`
+}
+
+// CachedList is a list of Cached, the BatchSandboxList kind as the cache
+// and the orphan scan read it.
+type CachedList struct {
+	metav1.TypeMeta `json:",inline"`
+	// ListMeta is the list's metadata (resourceVersion, continue).
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the BatchSandboxes. Pointers, so that a list from the
+	// cache without deep copies (client.UnsafeDisableDeepCopy) hands out
+	// the cache's objects without copying each.
+	Items []*Cached `json:"items"`
+}
+
+// AddToScheme registers Cached and CachedList as the BatchSandbox and
+// BatchSandboxList kinds (GVK's group and version), with the group's
+// list and watch options, so that a client or cache built on the scheme
+// decodes BatchSandboxes into them when asked with them. Readers that ask
+// with *unstructured.Unstructured still get the whole object.
+func AddToScheme(s *runtime.Scheme) error {
+	gv := GVK.GroupVersion()
+	s.AddKnownTypeWithName(GVK, &Cached{})
+	s.AddKnownTypeWithName(gv.WithKind(GVK.Kind+"List"), &CachedList{})
+	metav1.AddToGroupVersion(s, gv)
+	return nil
+}
+
+// NewCached returns an empty Cached to read a BatchSandbox into.
+func NewCached() *Cached { return &Cached{} }
+
+// DeepCopyInto copies c into out, sharing nothing.
+func (c *Cached) DeepCopyInto(out *Cached) {
+	*out = *c
+	out.TypeMeta = c.TypeMeta
+	c.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	if c.Spec.Template.Metadata.Labels != nil {
+		out.Spec.Template.Metadata.Labels = make(map[string]string, len(c.Spec.Template.Metadata.Labels))
+		for k, v := range c.Spec.Template.Metadata.Labels {
+			out.Spec.Template.Metadata.Labels[k] = v
+		}
+	}
+	if c.Spec.Template.Spec.Containers != nil {
+		out.Spec.Template.Spec.Containers = make([]CachedContainer, len(c.Spec.Template.Spec.Containers))
+		for i, ct := range c.Spec.Template.Spec.Containers {
+			out.Spec.Template.Spec.Containers[i] = CachedContainer{Name: ct.Name,
+				Resources: CachedResources{Limits: ct.Resources.Limits.DeepCopy()}}
+		}
+	}
+}
+
+// DeepCopyObject implements runtime.Object.
+func (c *Cached) DeepCopyObject() runtime.Object {
+	if c == nil {
+		return nil
+	}
+	out := new(Cached)
+	c.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyObject implements runtime.Object.
+func (l *CachedList) DeepCopyObject() runtime.Object {
+	if l == nil {
+		return nil
+	}
+	out := &CachedList{TypeMeta: l.TypeMeta}
+	l.ListMeta.DeepCopyInto(&out.ListMeta)
+	if l.Items != nil {
+		out.Items = make([]*Cached, len(l.Items))
+		for i, c := range l.Items {
+			if c != nil {
+				out.Items[i] = c.DeepCopyObject().(*Cached)
+			}
+		}
+	}
+	return out
+}
+
+// PodSpec is the template's pod spec as far as Cached holds it: the
+// containers' names and limits.
+func (c *Cached) PodSpec() *corev1.PodSpec {
+	spec := &corev1.PodSpec{Containers: make([]corev1.Container, len(c.Spec.Template.Spec.Containers))}
+	for i, ct := range c.Spec.Template.Spec.Containers {
+		spec.Containers[i] = corev1.Container{Name: ct.Name, Resources: corev1.ResourceRequirements{Limits: ct.Resources.Limits}}
+	}
+	return spec
+}
+
+// Ready is status.ready of a BatchSandbox read as *unstructured.Unstructured
+// or *Cached (0 when absent, not an integer, or another type).
+func Ready(obj client.Object) int64 {
+	switch o := obj.(type) {
+	case *Cached:
+		return o.Status.Ready
+	case *unstructured.Unstructured:
+		r, _, _ := unstructured.NestedInt64(o.Object, "status", "ready")
+		return r
+	}
+	return 0
+}
+
+// PodSpecOf is the template's pod spec of a BatchSandbox read as
+// *unstructured.Unstructured (the whole spec) or *Cached (Cached.PodSpec);
+// false when it has none or it does not parse.
+func PodSpecOf(obj client.Object) (*corev1.PodSpec, bool) {
+	switch o := obj.(type) {
+	case *Cached:
+		return o.PodSpec(), true
+	case *unstructured.Unstructured:
+		m, ok, _ := unstructured.NestedMap(o.Object, "spec", "template", "spec")
+		if !ok {
+			return nil, false
+		}
+		var spec corev1.PodSpec
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &spec); err != nil {
+			return nil, false
+		}
+		return &spec, true
+	}
+	return nil, false
+}
+
+// TemplateLabels is spec.template.metadata.labels of a BatchSandbox read
+// as *unstructured.Unstructured or *Cached (nil when absent; the map may
+// be the object's own: read only); the error names labels that are not
+// strings, or an object of another type.
+func TemplateLabels(obj client.Object) (map[string]string, error) {
+	switch o := obj.(type) {
+	case *Cached:
+		return o.Spec.Template.Metadata.Labels, nil
+	case *unstructured.Unstructured:
+		labels, _, err := unstructured.NestedStringMap(o.Object, "spec", "template", "metadata", "labels")
+		return labels, err
+	}
+	return nil, fmt.Errorf("a %T is not a BatchSandbox", obj)
+}
