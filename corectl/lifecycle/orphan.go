@@ -98,7 +98,7 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 	// The pages decode into sandbox.Cached: the fields read here and by
 	// deleteSandbox, without each object's pod template.
 	var bsl sandbox.CachedList
-	err := o.scanPages(ctx, &bsl, scanSandboxPage, func() {
+	err := o.scanPages(ctx, &bsl, scanPage, func() {
 		for _, u := range bsl.Items {
 			if sb, err := sandbox.From(u, o.Cluster.AllocationLabelKey()); err == nil {
 				live[u.GetNamespace()+"/"+u.GetName()] = sb
@@ -220,17 +220,13 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 
 // scanPage is how many objects one list request of the scan returns: the
 // scan holds one page at a time, not every managed object of the cluster
-// (10,000 sandboxes are 30,000 objects).
-const scanPage = 500
-
-// scanSandboxPage is scanPage for BatchSandboxes. Read whole and
-// unstructured (pod template and managed fields included), a page of 500
-// was about 24 MB of corectl's heap while the scan ran, a sixth of the
-// live heap at 10,000 sandboxes (hack/corectlload -heap-profile), and a
-// page of 100 a fifth of that; they are now decoded into sandbox.Cached
-// (the pod template and managed fields are skipped as the JSON is read),
-// and 100 a page stays.
-const scanSandboxPage = 100
+// (10,000 sandboxes are 30,000 objects, 300 list requests a scan). The
+// Ingresses and NetworkPolicies of a page are whole objects, 500 a page
+// were 9 MB of a 103 MB live heap while the scan ran at 10,000 sandboxes
+// (hack/corectlload -heap-profile); BatchSandboxes are decoded into
+// sandbox.Cached (pod template and managed fields skipped as the JSON is
+// read; whole and unstructured, 500 a page were 24 MB).
+const scanPage = 100
 
 // scanPages lists list's kind with opts, limit objects a page, calling
 // each after every page (list then holds that page).
