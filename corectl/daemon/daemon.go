@@ -222,9 +222,10 @@ func batchSandboxes() client.Object { return sandbox.NewCached() }
 // NetworkPolicies, Ingresses and BatchSandboxes corectl manages (label
 // selector managed), no object's managed fields (they are most of a small
 // object's size and nothing reads them), and every kind trimmed to what
-// its cached readers use: BatchSandboxes by sandbox.TrimCached (the
-// authorizer, the Locate question, the list routes, the expiry reconciler
-// and the ingress reconciler's settled test), NetworkPolicies by
+// its cached readers use: BatchSandboxes decoded into sandbox.Cached and
+// trimmed by sandbox.TrimCached (the authorizer, the Locate question, the
+// list routes, the expiry reconciler and the ingress reconciler's settled
+// test), NetworkPolicies by
 // egress.TrimCached (metadata only, for EgressRecovery), allowlists by
 // ingressallow.TrimCached and managed Ingresses by
 // ingressallow.TrimCachedCarrier (the ingress reconciler's filters and

@@ -11,7 +11,8 @@ import (
 // Locate question, the list routes and the expiry reconciler. With 10,000
 // sandboxes an object's pod template (image, env, volumes, probes) and its
 // managed fields are most of the cache's memory and of every read's copy,
-// so TrimCached keeps only what those readers look at.
+// so the cache decodes BatchSandboxes into Cached, which holds only what
+// those readers look at, and TrimCached drops the managed fields.
 
 // IndexCredential is the field index of the BatchSandbox cache by
 // namespace and creating credential (CredentialIndexKey), which the list

@@ -120,14 +120,6 @@ func Annotation(obj metav1.Object, key string) (string, bool) {
 	return v, ok
 }
 
-// NewObject returns an empty BatchSandbox of kind GVK, to read one into.
-func NewObject() *unstructured.Unstructured {
-	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": apiVersion, "kind": GVK.Kind}}
-}
-
-// apiVersion is GVK's apiVersion, "sandbox.opensandbox.io/v1alpha1".
-var apiVersion = GVK.GroupVersion().String()
-
 // ValidateID checks that id is a DNS-1123 label; the error wraps
 // ErrInvalidID.
 func ValidateID(id string) error {
@@ -188,9 +180,12 @@ func From(obj client.Object, allocationLabel string) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: BatchSandbox %s/%s spec.template.metadata.labels: %s", ErrUnavailable, namespace, id, err.Error())
 	}
-	labels := make(map[string]string, len(tl))
-	for k, v := range tl {
-		labels[k] = v
+	labels := tl
+	if _, shared := obj.(*Cached); shared || labels == nil {
+		labels = make(map[string]string, len(tl))
+		for k, v := range tl {
+			labels[k] = v
+		}
 	}
 	s := &Sandbox{ID: id, Namespace: namespace, UID: obj.GetUID(), TemplateLabels: labels, AllocationLabel: allocationLabel, Owner: OwnerOf(obj),
 		Start: obj.GetCreationTimestamp().Time}
