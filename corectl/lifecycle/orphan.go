@@ -101,7 +101,9 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 	err := o.scanPages(ctx, &bsl, scanPage, func() {
 		for _, u := range bsl.Items {
 			if sb, err := sandbox.From(u, o.Cluster.AllocationLabelKey()); err == nil {
-				live[u.GetNamespace()+"/"+u.GetName()] = sb
+				// What the checks below read, without the template labels
+				// (10,000 maps while the scan runs).
+				live[u.GetNamespace()+"/"+u.GetName()] = &sandbox.Sandbox{ID: sb.ID, Namespace: sb.Namespace, UID: sb.UID, AllocationID: sb.AllocationID}
 			}
 			st, _ := sandbox.Annotation(u, v1alpha1.AnnotationLifecycle)
 			switch st {
