@@ -25,7 +25,7 @@ const batchSandboxJSON = `{"apiVersion":"sandbox.opensandbox.io/v1alpha1","kind"
 "spec":{"replicas":1,"expireTime":"x","template":{
  "metadata":{"labels":{"alloc":"al1"},"annotations":{"t":"u"}},
  "spec":{"containers":[{"name":"sandbox","image":"img","env":[{"name":"X","value":"secret"}],
-   "resources":{"limits":{"cpu":"2","memory":"1Gi"},"requests":{"cpu":"1"}}}],
+   "resources":{"limits":{"cpu":"2","memory":"1Gi","ephemeral-storage":"10Gi"},"requests":{"cpu":"1"}}},{"name":"side"}],
   "volumes":[{"name":"vol"}]}}},
 "status":{"ready":1,"replicas":1,"taskPending":0,"allocated":1}}`
 
@@ -79,8 +79,8 @@ func TestCachedKeepsWhatReadersUse(t *testing.T) {
 	}
 	ps, ok := PodSpecOf(c)
 	wps, wok := PodSpecOf(u)
-	if !ok || !wok || len(ps.Containers) != 1 || ps.Containers[0].Name != "sandbox" ||
-		!reflect.DeepEqual(ps.Containers[0].Resources.Limits, wps.Containers[0].Resources.Limits) {
+	if !ok || !wok || len(ps.Containers) != 2 || ps.Containers[0].Name != "sandbox" || len(ps.Containers[0].Resources.Limits) != 3 ||
+		!reflect.DeepEqual(ps.Containers[0].Resources.Limits, wps.Containers[0].Resources.Limits) || ps.Containers[1].Resources.Limits != nil {
 		t.Fatalf("PodSpecOf(cached) = %+v, whole %+v", ps, wps)
 	}
 	for _, k := range []string{"a", "missing", v1alpha1.AnnotationCredential} {
@@ -102,8 +102,8 @@ func TestCachedKeepsWhatReadersUse(t *testing.T) {
 	}
 	cp := c.DeepCopyObject().(*Cached)
 	cp.Annotations["a"], cp.Spec.Template.Metadata.Labels["alloc"] = "x", "y"
-	cp.Spec.Template.Spec.Containers[0].Resources.Limits["cpu"] = resource.MustParse("9")
-	if q := c.Spec.Template.Spec.Containers[0].Resources.Limits["cpu"]; c.Annotations["a"] != "b" || c.Spec.Template.Metadata.Labels["alloc"] != "al1" || q.String() != "2" {
+	*cp.Spec.Template.Spec.Containers[0].Resources.Limits.CPU = resource.MustParse("9")
+	if q := c.Spec.Template.Spec.Containers[0].Resources.Limits.CPU; c.Annotations["a"] != "b" || c.Spec.Template.Metadata.Labels["alloc"] != "al1" || q.String() != "2" {
 		t.Fatal("DeepCopyObject shares the original's maps")
 	}
 	if other, _ := TrimCached("tombstone"); other != "tombstone" {
