@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
@@ -175,12 +176,21 @@ func (o *Orchestrator) derive(ctx context.Context, u *unstructured.Unstructured,
 // §X2.4): status.ready at least 1 and an endpoints annotation with at
 // least one address. Otherwise a created sandbox is PodUnavailable.
 func PodServing(u client.Object) bool {
-	ready := sandbox.Ready(u)
-	var eps []string
-	if v, _ := sandbox.Annotation(u, EndpointsAnnotation); v != "" {
-		_ = json.Unmarshal([]byte(v), &eps)
+	v, _ := sandbox.Annotation(u, EndpointsAnnotation)
+	return sandbox.Ready(u) >= 1 && endpointsListed(v)
+}
+
+// endpointsListed reports whether v is valid JSON and an array of at
+// least one element: exactly when json.Unmarshal of v into a []string
+// leaves it non-empty (an element of another type decodes as ""), without
+// decoding it (the authorizer asks this per question).
+func endpointsListed(v string) bool {
+	if !json.Valid([]byte(v)) {
+		return false
 	}
-	return ready >= 1 && len(eps) > 0
+	const space = " \t\r\n"
+	rest, ok := strings.CutPrefix(strings.TrimLeft(v, space), "[")
+	return ok && !strings.HasPrefix(strings.TrimLeft(rest, space), "]")
 }
 
 // EndpointsAnnotation is the BatchSandbox annotation OpenSandbox's
