@@ -111,6 +111,53 @@ func TestCachedKeepsWhatReadersUse(t *testing.T) {
 	}
 }
 
+// TestCachedDecodesMalformedSandboxes: a list whose BatchSandboxes have
+// template labels that are not strings, containers that do not decode, a
+// limit that is not a quantity or a status.ready that is not an integer
+// still decodes (one such object must not stop the cache); each object
+// then answers as the whole object read unstructured does: From fails
+// for its labels, PodSpecOf gives no containers (so no sizes), Ready is 0; the well-formed
+// object beside them is read as usual.
+func TestCachedDecodesMalformedSandboxes(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	items := []string{
+		`{"metadata":{"name":"labels"},"spec":{"template":{"metadata":{"labels":{"alloc":1}}}},"status":{"ready":1}}`,
+		`{"metadata":{"name":"containers"},"spec":{"template":{"metadata":{"labels":{"alloc":"a2"}},"spec":{"containers":[{"name":7}]}}}}`,
+		`{"metadata":{"name":"limit"},"spec":{"template":{"metadata":{"labels":{"alloc":"a3"}},"spec":{"containers":[{"name":"c","resources":{"limits":{"cpu":"lots"}}}]}}}}`,
+		`{"metadata":{"name":"status"},"spec":{"template":{"metadata":{"labels":{"alloc":"a4"}}}},"status":{"ready":"1"}}`,
+		`{"metadata":{"name":"fine"},"spec":{"template":{"metadata":{"labels":{"alloc":"a5"}},"spec":{"containers":[{"name":"c","resources":{"limits":{"cpu":2,"memory":"1Gi"}}}]}}},"status":{"ready":1}}`,
+	}
+	var l CachedList
+	body := `{"apiVersion":"sandbox.opensandbox.io/v1alpha1","kind":"BatchSandboxList","metadata":{},"items":[` + strings.Join(items, ",") + `]}`
+	if _, _, err := serializer.NewCodecFactory(s).UniversalDeserializer().Decode([]byte(body), nil, &l); err != nil || len(l.Items) != len(items) {
+		t.Fatalf("decode: %v, %d items", err, len(l.Items))
+	}
+	for i, c := range l.Items {
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON([]byte(`{"apiVersion":"sandbox.opensandbox.io/v1alpha1","kind":"BatchSandbox",` + items[i][1:])); err != nil {
+			t.Fatal(err)
+		}
+		_, err := From(c, "alloc")
+		_, werr := From(u, "alloc")
+		if (err == nil) != (werr == nil) {
+			t.Errorf("%s: From %v, whole %v", c.Name, err, werr)
+		}
+		ps, ok := PodSpecOf(c)
+		wps, wok := PodSpecOf(u)
+		has, whas := ok && len(ps.Containers) > 0, wok && len(wps.Containers) > 0
+		if has != whas || Ready(c) != Ready(u) {
+			t.Errorf("%s: containers from PodSpecOf %v, whole %v; Ready %d, whole %d", c.Name, has, whas, Ready(c), Ready(u))
+		}
+	}
+	ps, ok := PodSpecOf(l.Items[4])
+	if !ok || len(ps.Containers) != 1 || ps.Containers[0].Resources.Limits.Cpu().String() != "2" || Ready(l.Items[4]) != 1 {
+		t.Fatalf("the well-formed object: %+v %v, ready %d", ps, ok, Ready(l.Items[4]))
+	}
+}
+
 // TestCachedListDecodesFreshPerPage: a CachedList decoded a second time
 // (the orphan scan's next page) after its items were reset holds only the
 // second answer's objects and annotations.

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -9,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	kjson "sigs.k8s.io/json"
 )
 
 // Cached is a BatchSandbox as corectl's informer cache and its orphan scan
@@ -55,12 +57,46 @@ type CachedTemplate struct {
 type CachedTemplateMeta struct {
 	// Labels is spec.template.metadata.labels.
 	Labels map[string]string `json:"labels,omitempty"`
+	// Malformed is set when the apiserver's metadata did not decode
+	// (labels that are not strings: the BatchSandbox's schema need not
+	// say); TemplateLabels then fails, as it does for the whole object.
+	Malformed bool `json:"-"`
+}
+
+// UnmarshalJSON decodes data, or records it as Malformed: one malformed
+// BatchSandbox must not fail the decoding of the cache's whole list.
+func (m *CachedTemplateMeta) UnmarshalJSON(data []byte) error {
+	type plain CachedTemplateMeta
+	var p plain
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(data, &p); err != nil {
+		*m = CachedTemplateMeta{Malformed: true}
+		return nil
+	}
+	*m = CachedTemplateMeta(p)
+	return nil
 }
 
 // CachedPodSpec is spec.template.spec's containers.
 type CachedPodSpec struct {
 	// Containers are the pod's containers, name and limits only.
 	Containers []CachedContainer `json:"containers,omitempty"`
+	// Malformed is set when the containers did not decode (a name that is
+	// not a string, a limit that is not a quantity); PodSpecOf then has
+	// no spec, as for the whole object.
+	Malformed bool `json:"-"`
+}
+
+// UnmarshalJSON decodes data, or records it as Malformed (as
+// CachedTemplateMeta's).
+func (p *CachedPodSpec) UnmarshalJSON(data []byte) error {
+	type plain CachedPodSpec
+	var v plain
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(data, &v); err != nil {
+		*p = CachedPodSpec{Malformed: true}
+		return nil
+	}
+	*p = CachedPodSpec(v)
+	return nil
 }
 
 // CachedContainer is one container's name and resources.limits.
@@ -124,8 +160,22 @@ func (l CachedLimits) deepCopy() CachedLimits {
 // CachedStatus is the part of a BatchSandbox's status that Cached keeps.
 type CachedStatus struct {
 	// Ready is status.ready, the number of ready pods OpenSandbox's
-	// controller reports (0 when absent).
+	// controller reports (0 when absent or not an integer, as
+	// unstructured.NestedInt64 reads it).
 	Ready int64 `json:"ready,omitempty"`
+}
+
+// UnmarshalJSON decodes data; a status that does not decode is a zero
+// one (as CachedTemplateMeta's).
+func (st *CachedStatus) UnmarshalJSON(data []byte) error {
+	type plain CachedStatus
+	var v plain
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(data, &v); err != nil {
+		*st = CachedStatus{}
+		return nil
+	}
+	*st = CachedStatus(v)
+	return nil
 }
 
 // CachedList is a list of Cached, the BatchSandboxList kind as the cache
@@ -233,6 +283,9 @@ func Ready(obj client.Object) int64 {
 func PodSpecOf(obj client.Object) (*corev1.PodSpec, bool) {
 	switch o := obj.(type) {
 	case *Cached:
+		if o.Spec.Template.Spec.Malformed {
+			return nil, false
+		}
 		return o.PodSpec(), true
 	case *unstructured.Unstructured:
 		m, ok, _ := unstructured.NestedMap(o.Object, "spec", "template", "spec")
@@ -255,6 +308,9 @@ func PodSpecOf(obj client.Object) (*corev1.PodSpec, bool) {
 func TemplateLabels(obj client.Object) (map[string]string, error) {
 	switch o := obj.(type) {
 	case *Cached:
+		if o.Spec.Template.Metadata.Malformed {
+			return nil, errors.New("the labels are not a map of strings")
+		}
 		return o.Spec.Template.Metadata.Labels, nil
 	case *unstructured.Unstructured:
 		labels, _, err := unstructured.NestedStringMap(o.Object, "spec", "template", "metadata", "labels")
