@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/sandbox"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -11,14 +12,20 @@ import (
 )
 
 // NewScheme returns a scheme with client-go's built-in types and corectl's
-// v1alpha1 types. BatchSandbox is handled as unstructured (package
-// sandbox) and needs no registration.
+// v1alpha1 types, and BatchSandbox as sandbox.Cached (sandbox.AddToScheme;
+// corectl writes and reads BatchSandboxes whole as unstructured, which
+// needs no registration).
 func NewScheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
 		return nil, err
 	}
 	if err := v1alpha1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	// BatchSandboxes asked for as *sandbox.Cached decode into that small
+	// type (the informer cache, the orphan scan); as unstructured, whole.
+	if err := sandbox.AddToScheme(s); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -132,7 +132,7 @@ func (r *IngressReconciler) settledInCache(ctx context.Context, al *v1alpha1.San
 	if al.DeletionTimestamp != nil || al.Spec.ClusterID != c.ID {
 		return false
 	}
-	sb, err := sandbox.Get(ctx, r.Reader, al.Namespace, al.Name, c.AllocationLabelKey())
+	sb, err := sandbox.GetCached(ctx, r.Reader, al.Namespace, al.Name, c.AllocationLabelKey())
 	if err != nil {
 		return false
 	}

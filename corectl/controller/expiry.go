@@ -10,7 +10,6 @@ import (
 	"github.com/sandgate/sandgate/corectl/lifecycle"
 	"github.com/sandgate/sandgate/corectl/metrics"
 	"github.com/sandgate/sandgate/corectl/sandbox"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,7 +28,8 @@ type Expiry struct {
 	// Orchestrator decides (ExpiryDue) and deletes (Expire); its Client
 	// must be uncached.
 	Orchestrator *lifecycle.Orchestrator
-	// Reader reads BatchSandboxes (the manager's cache).
+	// Reader reads BatchSandboxes (the manager's cache) as
+	// *sandbox.Cached.
 	Reader client.Reader
 	// Log receives one line per expired sandbox.
 	Log logr.Logger
@@ -51,8 +51,7 @@ const DefaultExpiryWorkers = 16
 
 // Reconcile implements reconcile.Reconciler.
 func (r *Expiry) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(sandbox.GVK)
+	u := sandbox.NewCached()
 	if err := r.Reader.Get(ctx, req.NamespacedName, u); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -81,12 +80,10 @@ func (r *Expiry) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 // BatchSandboxes (managed-by corectl and this cluster's label).
 func (r *Expiry) SetupWithManager(mgr ctrl.Manager) error {
 	clusterID := r.Orchestrator.Cluster.ID
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(sandbox.GVK)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("expiry-"+strings.ToLower(clusterID)).
 		WithOptions(options(cmp.Or(r.Workers, DefaultExpiryWorkers))).
-		For(u, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+		For(sandbox.NewCached(), builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return o.GetLabels()[v1alpha1.LabelManagedBy] == v1alpha1.ManagedByValue && o.GetLabels()[v1alpha1.LabelClusterID] == clusterID
 		}))).
 		Complete(r)

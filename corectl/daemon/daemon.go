@@ -42,7 +42,6 @@ import (
 	"github.com/sandgate/sandgate/gateway/entryprobe"
 	"github.com/sandgate/sandgate/gateway/token"
 	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -213,20 +212,20 @@ type Daemon struct {
 	readyHandler  *healthz.Handler
 }
 
-// batchSandboxes is the BatchSandbox kind as the cache keys it.
-func batchSandboxes() client.Object {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(sandbox.GVK)
-	return u
-}
+// batchSandboxes is the BatchSandbox kind as the cache keys it: the
+// cache holds BatchSandboxes as *sandbox.Cached, and every cached reader
+// asks with that type (asked with *unstructured.Unstructured, the cache
+// would start a second informer of whole objects).
+func batchSandboxes() client.Object { return sandbox.NewCached() }
 
 // cacheOptions is the informer cache of one cluster's manager: only the
 // NetworkPolicies, Ingresses and BatchSandboxes corectl manages (label
 // selector managed), no object's managed fields (they are most of a small
 // object's size and nothing reads them), and every kind trimmed to what
-// its cached readers use: BatchSandboxes by sandbox.TrimCached (the
-// authorizer, the Locate question, the list routes, the expiry reconciler
-// and the ingress reconciler's settled test), NetworkPolicies by
+// its cached readers use: BatchSandboxes decoded into sandbox.Cached and
+// trimmed by sandbox.TrimCached (the authorizer, the Locate question, the
+// list routes, the expiry reconciler and the ingress reconciler's settled
+// test), NetworkPolicies by
 // egress.TrimCached (metadata only, for EgressRecovery), allowlists by
 // ingressallow.TrimCached and managed Ingresses by
 // ingressallow.TrimCachedCarrier (the ingress reconciler's filters and

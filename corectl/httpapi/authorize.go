@@ -75,7 +75,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 		refuse(authorizer.ReasonNotFound)
 		return
 	}
-	u := sandbox.NewObject()
+	u := sandbox.NewCached()
 	ctx, cancel := requestContext(r)
 	defer cancel()
 	if err := ch.Cache.Get(ctx, client.ObjectKey{Namespace: cred.ProjectNamespace, Name: id}, u); err != nil {

@@ -15,22 +15,22 @@ import (
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	"github.com/sandgate/sandgate/gateway/credential"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // sharedCache is a client.Reader over fixed BatchSandboxes that hands out
 // the stored object's maps without a copy, as the daemon's informer cache
-// of BatchSandboxes does (UnsafeDisableDeepCopy).
-type sharedCache map[client.ObjectKey]*unstructured.Unstructured
+// of BatchSandboxes does (UnsafeDisableDeepCopy, *sandbox.Cached).
+type sharedCache map[client.ObjectKey]*sandbox.Cached
 
 func (c sharedCache) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
 	u, ok := c[key]
 	if !ok {
 		return apierrors.NewNotFound(schema.GroupResource{Group: sandbox.GVK.Group, Resource: "batchsandboxes"}, key.Name)
 	}
-	*obj.(*unstructured.Unstructured) = *u
+	*obj.(*sandbox.Cached) = *u
 	return nil
 }
 
@@ -47,17 +47,16 @@ func BenchmarkAuthorize(b *testing.B) {
 	const tok = "bench-internal-token-0123456789abcdef"
 	creds := credential.Static{"own": {ID: "own", Enabled: true, ProjectNamespace: "project", ClusterID: "c1"}}
 	end := time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano)
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "sandbox.opensandbox.io/v1alpha1", "kind": "BatchSandbox",
-		"metadata": map[string]any{"name": "sb-0123456789abcdef", "namespace": "project", "uid": "8d3c9a60-4a1e-4b6b-9a36-0f5d1f0f1a2b",
-			"labels": map[string]any{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelClusterID: "c1", v1alpha1.LabelCredential: "own"},
-			"annotations": map[string]any{
+	u := &sandbox.Cached{
+		ObjectMeta: metav1.ObjectMeta{Name: "sb-0123456789abcdef", Namespace: "project", UID: "8d3c9a60-4a1e-4b6b-9a36-0f5d1f0f1a2b",
+			Labels: map[string]string{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelClusterID: "c1", v1alpha1.LabelCredential: "own"},
+			Annotations: map[string]string{
 				v1alpha1.AnnotationLifecycle: lifecycle.StateReady, v1alpha1.AnnotationCredential: "own", v1alpha1.AnnotationEndAt: end,
 				v1alpha1.AnnotationMetadata: `{"team":"a"}`, lifecycle.EndpointsAnnotation: `["10.0.0.7"]`,
 				lifecycle.AnnotationTemplateID: "base", lifecycle.AnnotationTrafficToken: "",
 			}},
-		"status": map[string]any{"ready": int64(1)},
-	}}
+		Status: sandbox.CachedStatus{Ready: 1},
+	}
 	cache := sharedCache{{Namespace: "project", Name: "sb-0123456789abcdef"}: u}
 	srv := &httpapi.Server{Credentials: creds, InternalToken: tok,
 		Clusters: map[string]*httpapi.ClusterHandle{"c1": {Cluster: &cluster.Cluster{ID: "c1"}, Cache: cache}}}

@@ -9,7 +9,6 @@ import (
 	"github.com/sandgate/sandgate/corectl/lifecycle"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	"github.com/sandgate/sandgate/gateway/authorizer"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -34,7 +33,7 @@ func (s *Server) locate(w http.ResponseWriter, r *http.Request, id string) {
 	ctx, cancel := requestContext(r)
 	defer cancel()
 	var (
-		found   *unstructured.Unstructured
+		found   *sandbox.Cached
 		cluster string
 		matches int
 	)
@@ -48,16 +47,15 @@ func (s *Server) locate(w http.ResponseWriter, r *http.Request, id string) {
 		if ch.Cache == nil {
 			continue
 		}
-		var list unstructured.UnstructuredList
-		list.SetGroupVersionKind(sandbox.GVK.GroupVersion().WithKind("BatchSandboxList"))
-		if err := ch.Cache.List(ctx, &list, client.MatchingFields{IndexSandboxName: id}); err != nil {
+		var list sandbox.CachedList
+		if err := ch.Cache.List(ctx, &list, client.UnsafeDisableDeepCopy, client.MatchingFields{IndexSandboxName: id}); err != nil {
 			s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, "the sandbox cache cannot answer")
 			return
 		}
 		for i := range list.Items {
 			if list.Items[i].GetName() == id {
 				matches++
-				found, cluster = &list.Items[i], cid
+				found, cluster = list.Items[i], cid
 			}
 		}
 	}
@@ -83,7 +81,7 @@ func (s *Server) locate(w http.ResponseWriter, r *http.Request, id string) {
 }
 
 // trafficToken is found's lifecycle.AnnotationTrafficToken.
-func trafficToken(found *unstructured.Unstructured) string {
+func trafficToken(found *sandbox.Cached) string {
 	v, _ := sandbox.Annotation(found, lifecycle.AnnotationTrafficToken)
 	return v
 }

@@ -5,7 +5,7 @@
 // cached objects each, those copies are a measurable part of the cache
 // (docs/benchmarks.md "corectl at 10,000 sandboxes"). The cache transforms
 // (sandbox.TrimCached, egress.TrimCached, ingressallow.TrimCached) pass
-// their objects through here so that each such string is held once
+// their objects' metadata through here so that each such string is held once
 // (package unique; a string no cached object holds any more is released).
 // Values that differ per object (names, UIDs, timestamps, annotation
 // values) are left alone: interning them would only add a table entry.
@@ -47,42 +47,4 @@ func Meta(obj metav1.Object) {
 		}
 		obj.SetOwnerReferences(refs)
 	}
-}
-
-// Unstructured returns a copy of the object tree m (an
-// unstructured.Unstructured's Object) with every map key shared, and the
-// string values of every map under a "labels" key and of the apiVersion
-// and kind fields; lists are rewritten in place, other values kept as
-// they are.
-func Unstructured(m map[string]any) map[string]any {
-	return object(m, false)
-}
-
-func object(m map[string]any, labels bool) map[string]any {
-	if m == nil {
-		return nil
-	}
-	out := make(map[string]any, len(m))
-	for k, v := range m {
-		out[String(k)] = value(v, labels || k == "apiVersion" || k == "kind", k == "labels")
-	}
-	return out
-}
-
-// value rewrites v: shared when it is a string and share is true; a map's
-// keys always (its string values when labels is true).
-func value(v any, share, labels bool) any {
-	switch t := v.(type) {
-	case string:
-		if share {
-			return String(t)
-		}
-	case map[string]any:
-		return object(t, labels)
-	case []any:
-		for i := range t {
-			t[i] = value(t[i], false, false)
-		}
-	}
-	return v
 }

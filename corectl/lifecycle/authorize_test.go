@@ -132,3 +132,27 @@ func TestAuthorizeEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// TestPodServingReadsTheEndpointsAsUnmarshalWould: PodServing (ready 1)
+// answers true exactly when json.Unmarshal of the endpoints annotation
+// into a []string leaves it non-empty (the rule it had when it decoded the
+// annotation per question), for well-formed, empty, malformed and
+// mistyped values; ready 0 is never serving.
+func TestPodServingReadsTheEndpointsAsUnmarshalWould(t *testing.T) {
+	for _, v := range []string{
+		`["10.0.0.7"]`, ` [ "10.0.0.7" , "10.0.0.8" ] `, `[]`, ` [ ] `, `[""]`, `[1]`, `[null]`, `[{"a":1}]`, `null`,
+		`"10.0.0.7"`, `{"ip":"10.0.0.7"}`, `["10.0.0.7"`, `[`, `]`, `["a"]x`, `x`, ``, " \t\n[\n\"a\"]", `[,]`, `[] []`,
+	} {
+		var eps []string
+		_ = json.Unmarshal([]byte(v), &eps)
+		u := &sandbox.Cached{Status: sandbox.CachedStatus{Ready: 1}}
+		u.Annotations = map[string]string{lifecycle.EndpointsAnnotation: v}
+		if got, want := lifecycle.PodServing(u), len(eps) > 0; got != want {
+			t.Errorf("endpoints %q: PodServing %v, json.Unmarshal gives %d addresses", v, got, len(eps))
+		}
+		u.Status.Ready = 0
+		if lifecycle.PodServing(u) {
+			t.Errorf("endpoints %q: serving with ready 0", v)
+		}
+	}
+}

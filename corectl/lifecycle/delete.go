@@ -17,7 +17,6 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -104,7 +103,7 @@ const deleteTimeout = 60 * time.Second
 
 // deleteSandbox runs the delete of BatchSandbox u; podWait bounds the wait
 // for the policy's pods (0: one look, the orphan scan's).
-func (o *Orchestrator) deleteSandbox(ctx context.Context, u *unstructured.Unstructured, podWait time.Duration) error {
+func (o *Orchestrator) deleteSandbox(ctx context.Context, u client.Object, podWait time.Duration) error {
 	ns, id := u.GetNamespace(), u.GetName()
 	if u.GetDeletionTimestamp() == nil {
 		if err := o.setLifecycle(ctx, ns, id, StateDeleting); err != nil {
@@ -139,7 +138,7 @@ func (o *Orchestrator) deleteSandbox(ctx context.Context, u *unstructured.Unstru
 		errs = append(errs, err)
 	}
 	unlock()
-	labels, _, _ := unstructured.NestedStringMap(u.Object, "spec", "template", "metadata", "labels")
+	labels, _ := sandbox.TemplateLabels(u)
 	alloc := labels[o.Cluster.AllocationLabelKey()]
 	if alloc != "" && sandbox.ValidateID(alloc) != nil {
 		alloc = ""

@@ -9,7 +9,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -93,7 +93,7 @@ func (o *Orchestrator) tokenExpiry(start time.Time) time.Time {
 // EndAt returns the end time recorded on a BatchSandbox; false when it has
 // none (not created by corectl, or created before lifetimes were recorded:
 // such a sandbox never expires) or it does not parse.
-func EndAt(u *unstructured.Unstructured) (time.Time, bool) {
+func EndAt(u metav1.Object) (time.Time, bool) {
 	v, ok := sandbox.Annotation(u, v1alpha1.AnnotationEndAt)
 	if !ok {
 		return time.Time{}, false
@@ -109,7 +109,7 @@ func EndAt(u *unstructured.Unstructured) (time.Time, bool) {
 func formatEndAt(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // expired reports whether u's end time has passed.
-func (o *Orchestrator) expired(u *unstructured.Unstructured) bool {
+func (o *Orchestrator) expired(u metav1.Object) bool {
 	end, ok := EndAt(u)
 	return ok && !o.now().Before(end)
 }
@@ -120,7 +120,7 @@ func (o *Orchestrator) expired(u *unstructured.Unstructured) bool {
 // create, which finishes or compensates); otherwise wait is how long until
 // it should look again (0: never, the sandbox has no end time or is being
 // deleted).
-func (o *Orchestrator) ExpiryDue(u *unstructured.Unstructured) (due bool, wait time.Duration) {
+func (o *Orchestrator) ExpiryDue(u metav1.Object) (due bool, wait time.Duration) {
 	end, ok := EndAt(u)
 	st, _ := sandbox.Annotation(u, v1alpha1.AnnotationLifecycle)
 	if !ok || u.GetDeletionTimestamp() != nil || st == StateDeleting || st == StateCleanupFailed {

@@ -95,7 +95,7 @@ func (o *Orchestrator) List(ctx context.Context, cred credential.Credential, ns 
 	}
 	running := len(q.States) == 0 || slices.Contains(q.States, "running")
 	type entry struct {
-		u     *unstructured.Unstructured
+		u     client.Object
 		id    string
 		start time.Time
 	}
@@ -163,29 +163,38 @@ func (o *Orchestrator) List(ctx context.Context, cred credential.Credential, ns 
 
 // listSandboxes reads the managed BatchSandboxes of namespace ns that
 // cred may see: all of the namespace for a project-wide credential, else
-// those labelled with its credential label. From Cache when set (the
-// objects are the cache's own: read only), else from the apiserver.
-func (o *Orchestrator) listSandboxes(ctx context.Context, cred credential.Credential, ns string) ([]*unstructured.Unstructured, error) {
+// those labelled with its credential label. From Cache when set, as
+// *sandbox.Cached (the objects are the cache's own: read only), else from
+// the apiserver, whole.
+func (o *Orchestrator) listSandboxes(ctx context.Context, cred credential.Credential, ns string) ([]client.Object, error) {
+	sel := client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelClusterID: o.Cluster.ID}
+	if o.Cache != nil {
+		var list sandbox.CachedList
+		var err error
+		if !cred.ProjectWide {
+			err = o.Cache.List(ctx, &list, client.UnsafeDisableDeepCopy,
+				client.MatchingFields{sandbox.IndexCredential: sandbox.CredentialIndexKey(ns, sandbox.CredentialLabelValue(cred.ID))})
+		} else {
+			err = o.Cache.List(ctx, &list, client.UnsafeDisableDeepCopy, client.InNamespace(ns), sel)
+		}
+		if err != nil {
+			return nil, err
+		}
+		out := make([]client.Object, 0, len(list.Items))
+		for _, c := range list.Items {
+			out = append(out, c)
+		}
+		return out, nil
+	}
 	var list unstructured.UnstructuredList
 	list.SetGroupVersionKind(sandbox.GVK.GroupVersion().WithKind("BatchSandboxList"))
-	sel := client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelClusterID: o.Cluster.ID}
-	var err error
-	switch {
-	case o.Cache != nil && !cred.ProjectWide:
-		err = o.Cache.List(ctx, &list, client.UnsafeDisableDeepCopy,
-			client.MatchingFields{sandbox.IndexCredential: sandbox.CredentialIndexKey(ns, sandbox.CredentialLabelValue(cred.ID))})
-	case o.Cache != nil:
-		err = o.Cache.List(ctx, &list, client.UnsafeDisableDeepCopy, client.InNamespace(ns), sel)
-	default:
-		if !cred.ProjectWide {
-			sel[v1alpha1.LabelCredential] = sandbox.CredentialLabelValue(cred.ID)
-		}
-		err = o.Client.List(ctx, &list, client.InNamespace(ns), sel)
+	if !cred.ProjectWide {
+		sel[v1alpha1.LabelCredential] = sandbox.CredentialLabelValue(cred.ID)
 	}
-	if err != nil {
+	if err := o.Client.List(ctx, &list, client.InNamespace(ns), sel); err != nil {
 		return nil, err
 	}
-	out := make([]*unstructured.Unstructured, 0, len(list.Items))
+	out := make([]client.Object, 0, len(list.Items))
 	for i := range list.Items {
 		out = append(out, &list.Items[i])
 	}

@@ -15,7 +15,6 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -96,15 +95,18 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 	// without a read of its own (the outcome that read would give). Every
 	// deletion below is still decided on a read of its own.
 	live := map[string]*sandbox.Sandbox{}
-	var bsl unstructured.UnstructuredList
-	bsl.SetGroupVersionKind(sandbox.GVK.GroupVersion().WithKind("BatchSandboxList"))
-	err := o.scanPages(ctx, &bsl, scanSandboxPage, func() {
-		for i := range bsl.Items {
-			u := &bsl.Items[i]
+	// The pages decode into sandbox.Cached: the fields read here and by
+	// deleteSandbox, without each object's pod template.
+	var bsl sandbox.CachedList
+	err := o.scanPages(ctx, &bsl, scanPage, func() {
+		for _, u := range bsl.Items {
 			if sb, err := sandbox.From(u, o.Cluster.AllocationLabelKey()); err == nil {
-				live[u.GetNamespace()+"/"+u.GetName()] = sb
+				// What the checks below read, without the template labels
+				// (10,000 maps while the scan runs).
+				live[u.GetNamespace()+"/"+u.GetName()] = &sandbox.Sandbox{ID: sb.ID, Namespace: sb.Namespace, UID: sb.UID, AllocationID: sb.AllocationID}
 			}
-			switch u.GetAnnotations()[v1alpha1.AnnotationLifecycle] {
+			st, _ := sandbox.Annotation(u, v1alpha1.AnnotationLifecycle)
+			switch st {
 			case StateCleanupFailed:
 				note("BatchSandbox", u, o.deleteSandbox(ctx, u, 0))
 			case StateDeleting:
@@ -122,6 +124,9 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 				}
 			}
 		}
+		// The next page decodes into fresh objects: JSON decoded into
+		// this page's would keep the keys of their maps.
+		bsl.Items = nil
 	}, managed)
 	if err != nil {
 		return rep, fmt.Errorf("%w: list BatchSandboxes: %s", ErrUnavailable, err.Error())
@@ -217,16 +222,13 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 
 // scanPage is how many objects one list request of the scan returns: the
 // scan holds one page at a time, not every managed object of the cluster
-// (10,000 sandboxes are 30,000 objects).
-const scanPage = 500
-
-// scanSandboxPage is scanPage for BatchSandboxes: they are read whole and
-// unstructured (pod template and managed fields included), so a page of
-// 500 was about 24 MB of corectl's heap while the scan ran, a sixth of
-// the live heap at 10,000 sandboxes (hack/corectlload -heap-profile); a
-// page of 100 holds a fifth of that for 80 more list requests per scan
-// at 10,000 sandboxes.
-const scanSandboxPage = 100
+// (10,000 sandboxes are 30,000 objects, 300 list requests a scan). The
+// Ingresses and NetworkPolicies of a page are whole objects, 500 a page
+// were 9 MB of a 103 MB live heap while the scan ran at 10,000 sandboxes
+// (hack/corectlload -heap-profile); BatchSandboxes are decoded into
+// sandbox.Cached (pod template and managed fields skipped as the JSON is
+// read; whole and unstructured, 500 a page were 24 MB).
+const scanPage = 100
 
 // scanPages lists list's kind with opts, limit objects a page, calling
 // each after every page (list then holds that page).

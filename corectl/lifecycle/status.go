@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
@@ -85,7 +86,7 @@ const timeMillis = "2006-01-02T15:04:05.000Z07:00"
 
 // describe fills what a BatchSandbox itself says (no network reads): the
 // E2B fields and the endpoints.
-func (o *Orchestrator) describe(u *unstructured.Unstructured) *Info {
+func (o *Orchestrator) describe(u client.Object) *Info {
 	id := u.GetName()
 	start := u.GetCreationTimestamp().Time
 	end, ok := EndAt(u)
@@ -174,13 +175,22 @@ func (o *Orchestrator) derive(ctx context.Context, u *unstructured.Unstructured,
 // OpenSandbox's ingress needs it to route there (docs/wire-facts.md
 // §X2.4): status.ready at least 1 and an endpoints annotation with at
 // least one address. Otherwise a created sandbox is PodUnavailable.
-func PodServing(u *unstructured.Unstructured) bool {
-	ready, _, _ := unstructured.NestedInt64(u.Object, "status", "ready")
-	var eps []string
-	if v, _ := sandbox.Annotation(u, EndpointsAnnotation); v != "" {
-		_ = json.Unmarshal([]byte(v), &eps)
+func PodServing(u client.Object) bool {
+	v, _ := sandbox.Annotation(u, EndpointsAnnotation)
+	return sandbox.Ready(u) >= 1 && endpointsListed(v)
+}
+
+// endpointsListed reports whether v is valid JSON and an array of at
+// least one element: exactly when json.Unmarshal of v into a []string
+// leaves it non-empty (an element of another type decodes as ""), without
+// decoding it (the authorizer asks this per question).
+func endpointsListed(v string) bool {
+	if !json.Valid([]byte(v)) {
+		return false
 	}
-	return ready >= 1 && len(eps) > 0
+	const space = " \t\r\n"
+	rest, ok := strings.CutPrefix(strings.TrimLeft(v, space), "[")
+	return ok && !strings.HasPrefix(strings.TrimLeft(rest, space), "]")
 }
 
 // EndpointsAnnotation is the BatchSandbox annotation OpenSandbox's

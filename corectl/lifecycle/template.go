@@ -9,10 +9,12 @@ import (
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/cluster"
+	"github.com/sandgate/sandgate/corectl/sandbox"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // ErrTemplateNotFound: no sandbox template is configured for the create's
@@ -145,7 +147,7 @@ func (o *Orchestrator) podSpec(req CreateRequest, sandboxID string) (map[string]
 
 // Metadata returns the metadata recorded on a BatchSandbox (never nil; an
 // unreadable annotation reads as none).
-func Metadata(u *unstructured.Unstructured) map[string]string {
+func Metadata(u metav1.Object) map[string]string {
 	m := map[string]string{}
 	if v := u.GetAnnotations()[v1alpha1.AnnotationMetadata]; v != "" {
 		if err := json.Unmarshal([]byte(v), &m); err != nil {
@@ -158,22 +160,19 @@ func Metadata(u *unstructured.Unstructured) map[string]string {
 // SizesOf reads a BatchSandbox's resources from its own pod template (the
 // object, not today's configuration): the sandbox container is the one
 // its template names, or the first. Zero Sizes when they cannot be read.
-func (o *Orchestrator) SizesOf(u *unstructured.Unstructured) cluster.Sizes {
-	m, ok, _ := unstructured.NestedMap(u.Object, "spec", "template", "spec")
+func (o *Orchestrator) SizesOf(u client.Object) cluster.Sizes {
+	spec, ok := sandbox.PodSpecOf(u)
 	if !ok {
-		return cluster.Sizes{}
-	}
-	var spec corev1.PodSpec
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &spec); err != nil {
 		return cluster.Sizes{}
 	}
 	name := ""
 	if o.Template != nil {
-		if tpl, ok := o.Template(u.GetAnnotations()[AnnotationTemplateID]); ok {
+		tid, _ := sandbox.Annotation(u, AnnotationTemplateID)
+		if tpl, ok := o.Template(tid); ok {
 			name = tpl.Container
 		}
 	}
-	i, err := cluster.SandboxContainer(&spec, name)
+	i, err := cluster.SandboxContainer(spec, name)
 	if err != nil {
 		i = 0
 		if len(spec.Containers) == 0 {

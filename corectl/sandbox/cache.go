@@ -3,7 +3,6 @@ package sandbox
 import (
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/intern"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -12,7 +11,8 @@ import (
 // Locate question, the list routes and the expiry reconciler. With 10,000
 // sandboxes an object's pod template (image, env, volumes, probes) and its
 // managed fields are most of the cache's memory and of every read's copy,
-// so TrimCached keeps only what those readers look at.
+// so the cache decodes BatchSandboxes into Cached, which holds only what
+// those readers look at, and TrimCached drops the managed fields.
 
 // IndexCredential is the field index of the BatchSandbox cache by
 // namespace and creating credential (CredentialIndexKey), which the list
@@ -34,64 +34,26 @@ func CredentialIndex(o client.Object) []string {
 	return []string{CredentialIndexKey(o.GetNamespace(), l)}
 }
 
-// TrimCached is the cache transform of BatchSandboxes: it drops the
-// managed fields and, of spec, keeps replicas, the pod template's metadata
-// and each container's name and resource limits (what Orchestrator.SizesOf
-// and From read; cluster.SizesOf reads the limits only), and of status only ready (what lifecycle.PodServing reads;
-// OpenSandbox's controller records more there); metadata and annotations
-// stay whole. Its map keys and label values are shared with the other
-// cached objects (package intern). Anything other
-// than an *unstructured.Unstructured is returned as it is. A trimmed object
-// is for reading only: it must never be written back (every write of
-// corectl goes through its uncached client on an object it read there).
+// TrimCached is the cache transform of BatchSandboxes, which the cache
+// decodes into *Cached (AddToScheme; the fields no cached reader
+// interprets are already gone): it drops the managed fields and shares
+// the label keys and values, the annotation keys, the owner references'
+// API version and kind and the template's label keys and values with the
+// other cached objects (package intern). Anything other than a *Cached is
+// returned as it is. A cached object is for reading only: it must never
+// be written back (every write of corectl goes through its uncached
+// client on an object it read there).
 func TrimCached(obj any) (any, error) {
-	u, ok := obj.(*unstructured.Unstructured)
+	c, ok := obj.(*Cached)
 	if !ok {
 		return obj, nil
 	}
-	u.SetManagedFields(nil)
-	if st, ok := u.Object["status"].(map[string]any); ok {
-		kept := map[string]any{}
-		if r, ok := st["ready"]; ok {
-			kept["ready"] = r
-		}
-		u.Object["status"] = kept
+	c.ManagedFields = nil
+	intern.Meta(c)
+	c.Spec.Template.Metadata.Labels = intern.StringMap(c.Spec.Template.Metadata.Labels, true)
+	for i := range c.Spec.Template.Spec.Containers {
+		ct := &c.Spec.Template.Spec.Containers[i]
+		ct.Name = intern.String(ct.Name)
 	}
-	spec, ok := u.Object["spec"].(map[string]any)
-	if !ok {
-		return u, nil
-	}
-	kept := map[string]any{}
-	if r, ok := spec["replicas"]; ok {
-		kept["replicas"] = r
-	}
-	if tpl, ok := spec["template"].(map[string]any); ok {
-		t := map[string]any{}
-		if md, ok := tpl["metadata"]; ok {
-			t["metadata"] = md
-		}
-		if ps, ok := tpl["spec"].(map[string]any); ok {
-			if cs, ok := ps["containers"].([]any); ok {
-				out := make([]any, 0, len(cs))
-				for _, c := range cs {
-					cm, ok := c.(map[string]any)
-					if !ok {
-						continue
-					}
-					keep := map[string]any{"name": cm["name"]}
-					if r, ok := cm["resources"].(map[string]any); ok {
-						if l, ok := r["limits"]; ok {
-							keep["resources"] = map[string]any{"limits": l}
-						}
-					}
-					out = append(out, keep)
-				}
-				t["spec"] = map[string]any{"containers": out}
-			}
-		}
-		kept["template"] = t
-	}
-	u.Object["spec"] = kept
-	u.Object = intern.Unstructured(u.Object)
-	return u, nil
+	return c, nil
 }

@@ -5,8 +5,10 @@
 // the allocation label of spec.template.metadata.labels (spec §1.5
 // "allocation identity", §3.1.1 III).
 //
-// BatchSandbox is read as unstructured data, so corectl does not depend on
-// OpenSandbox's Go types; only the fields named here are interpreted.
+// BatchSandbox is read as unstructured data, or as the small Cached type
+// that holds only what corectl's cached readers interpret, so corectl
+// does not depend on OpenSandbox's Go types; only the fields named here
+// are interpreted.
 package sandbox
 
 import (
@@ -89,20 +91,23 @@ func CredentialLabelValue(credentialID string) string {
 // OwnerOf returns the creating credential recorded on a BatchSandbox (or
 // on any object corectl copied it to); "" when none.
 func OwnerOf(obj metav1.Object) string {
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		v, _ := Annotation(u, v1alpha1.AnnotationCredential)
-		return v
-	}
-	return obj.GetAnnotations()[v1alpha1.AnnotationCredential]
+	v, _ := Annotation(obj, v1alpha1.AnnotationCredential)
+	return v
 }
 
-// Annotation returns annotation key of u and whether u has it as a
-// string, reading u's map in place: u.GetAnnotations copies every
-// annotation into a new map on each call, which the cached readers (the
-// authorizer answers each question from several annotations) cannot
-// afford per read. A value that is not a string counts as absent (the
-// apiserver stores only strings).
-func Annotation(u *unstructured.Unstructured, key string) (string, bool) {
+// Annotation returns annotation key of obj and whether obj has it as a
+// string. An *unstructured.Unstructured's map is read in place:
+// u.GetAnnotations copies every annotation into a new map on each call,
+// which the cached readers (the authorizer answers each question from
+// several annotations) cannot afford per read; a typed object (a *Cached)
+// hands out its map without a copy. A value that is not a string counts
+// as absent (the apiserver stores only strings).
+func Annotation(obj metav1.Object, key string) (string, bool) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		v, ok := obj.GetAnnotations()[key]
+		return v, ok
+	}
 	md, ok := u.Object["metadata"].(map[string]any)
 	if !ok {
 		return "", false
@@ -114,14 +119,6 @@ func Annotation(u *unstructured.Unstructured, key string) (string, bool) {
 	v, ok := ann[key].(string)
 	return v, ok
 }
-
-// NewObject returns an empty BatchSandbox of kind GVK, to read one into.
-func NewObject() *unstructured.Unstructured {
-	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": apiVersion, "kind": GVK.Kind}}
-}
-
-// apiVersion is GVK's apiVersion, "sandbox.opensandbox.io/v1alpha1".
-var apiVersion = GVK.GroupVersion().String()
 
 // ValidateID checks that id is a DNS-1123 label; the error wraps
 // ErrInvalidID.
@@ -150,25 +147,48 @@ func Get(ctx context.Context, r client.Reader, namespace, id, allocationLabel st
 	return From(u, allocationLabel)
 }
 
-// From extracts the sandbox of a BatchSandbox object u the caller has
-// just received from the apiserver (a read, or a create's answer, which
-// is the object as stored), as Get does. Errors wrap ErrDeleting,
-// ErrNoAllocation or ErrUnavailable (a malformed template).
-func From(u *unstructured.Unstructured, allocationLabel string) (*Sandbox, error) {
-	namespace, id := u.GetNamespace(), u.GetName()
-	if st := u.GetAnnotations()[v1alpha1.AnnotationLifecycle]; u.GetDeletionTimestamp() != nil ||
+// GetCached reads the BatchSandbox namespace/id as a *Cached with r
+// (the informer cache, which holds BatchSandboxes as Cached) and extracts
+// its allocation identity, as Get does. Errors as Get's.
+func GetCached(ctx context.Context, r client.Reader, namespace, id, allocationLabel string) (*Sandbox, error) {
+	if err := ValidateID(id); err != nil {
+		return nil, err
+	}
+	c := NewCached()
+	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: id}, c); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("%w: BatchSandbox %s/%s", ErrNotFound, namespace, id)
+		}
+		return nil, fmt.Errorf("%w: BatchSandbox %s/%s: %s", ErrUnavailable, namespace, id, err.Error())
+	}
+	return From(c, allocationLabel)
+}
+
+// From extracts the sandbox of a BatchSandbox object obj, read whole as
+// an *unstructured.Unstructured (a read, or a create's answer, which is
+// the object as stored) or as a *Cached, as Get does. The Sandbox's
+// TemplateLabels is a map of its own. Errors wrap ErrDeleting,
+// ErrNoAllocation or ErrUnavailable (a malformed template, or an object
+// of another type).
+func From(obj client.Object, allocationLabel string) (*Sandbox, error) {
+	namespace, id := obj.GetNamespace(), obj.GetName()
+	if st, _ := Annotation(obj, v1alpha1.AnnotationLifecycle); obj.GetDeletionTimestamp() != nil ||
 		st == v1alpha1.StateDeleting || st == v1alpha1.StateCleanupFailed {
 		return nil, fmt.Errorf("%w: BatchSandbox %s/%s", ErrDeleting, namespace, id)
 	}
-	labels, _, err := unstructured.NestedStringMap(u.Object, "spec", "template", "metadata", "labels")
+	tl, err := TemplateLabels(obj)
 	if err != nil {
 		return nil, fmt.Errorf("%w: BatchSandbox %s/%s spec.template.metadata.labels: %s", ErrUnavailable, namespace, id, err.Error())
 	}
-	if labels == nil {
-		labels = map[string]string{}
+	labels := tl
+	if _, shared := obj.(*Cached); shared || labels == nil {
+		labels = make(map[string]string, len(tl))
+		for k, v := range tl {
+			labels[k] = v
+		}
 	}
-	s := &Sandbox{ID: id, Namespace: namespace, UID: u.GetUID(), TemplateLabels: labels, AllocationLabel: allocationLabel, Owner: OwnerOf(u),
-		Start: u.GetCreationTimestamp().Time}
+	s := &Sandbox{ID: id, Namespace: namespace, UID: obj.GetUID(), TemplateLabels: labels, AllocationLabel: allocationLabel, Owner: OwnerOf(obj),
+		Start: obj.GetCreationTimestamp().Time}
 	alloc, ok := labels[allocationLabel]
 	if !ok || alloc == "" {
 		return s, fmt.Errorf("%w: BatchSandbox %s/%s has no %q template label", ErrNoAllocation, namespace, id, allocationLabel)
