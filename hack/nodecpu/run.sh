@@ -2,8 +2,9 @@
 # hack/nodecpu/run.sh BASE [ROUNDS]: the node operation path's CPU per
 # operation, this work tree against the commit BASE, interleaved.
 #
-# Builds the test binaries of node/proto (BenchmarkDecode*), nodecore/hub
-# (BenchmarkDispatch) and nodecore/api (BenchmarkOperation) twice: from the
+# Builds the test binaries of node/proto (BenchmarkDecode*, BenchmarkEncode*),
+# nodecore/hub (BenchmarkDispatch, BenchmarkHeartbeat) and nodecore/api
+# (BenchmarkOperation) twice: from the
 # work tree ("new") and from BASE's tree with the work tree's benchmark
 # files copied in ("old"; same benchmarks, old code). Then ROUNDS rounds
 # (default 6), each running every binary once, old and new in an order that
@@ -34,7 +35,7 @@ done
 run() { # run VARIANT
 	for p in "${pkgs[@]}"; do
 		n=${p##*/}
-		(cd "$root/$p" && "$tmp/$n.$1" -test.run '^$' -test.bench 'Decode|Dispatch$|Operation$' \
+		(cd "$root/$p" && "$tmp/$n.$1" -test.run '^$' -test.bench 'Decode|Encode|Dispatch$|^BenchmarkHeartbeat$|Operation$' \
 			-test.benchmem -test.benchtime 1s -test.count 1) | grep '^Benchmark' >>"$tmp/$1.txt"
 	done
 }

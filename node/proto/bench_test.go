@@ -42,6 +42,20 @@ func BenchmarkEncodeHeartbeat(b *testing.B) {
 	}
 }
 
+func BenchmarkEncodeHeartbeatAck(b *testing.B) {
+	f := &HeartbeatAck{ConnectionID: exConnection, OwnerEpoch: 7}
+	buf := make([]byte, 0, 256)
+	b.ReportAllocs()
+	cpu := processCPU(b)
+	for b.Loop() {
+		var err error
+		if buf, err = AppendEncode(buf[:0], f); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportCPU(b, cpu)
+}
+
 // processCPU is this process's user and system CPU time so far; a
 // benchmark reports its growth per operation as cpu-ns/op, which counts
 // every goroutine's work for the operation (the simulated node's too) and

@@ -184,6 +184,33 @@ func TestRetentionAckAnswers(t *testing.T) {
 	}
 }
 
+// TestUUIDAndDigestEveryByte checks IsUUID and IsDigest against their
+// definition with every byte value at every position of a valid value.
+func TestUUIDAndDigestEveryByte(t *testing.T) {
+	for _, c := range []struct {
+		valid string
+		check func(string) bool
+		dash  func(i int) bool
+	}{
+		{exNodeID, IsUUID, func(i int) bool { return i == 8 || i == 13 || i == 18 || i == 23 }},
+		{exDigest, IsDigest, func(int) bool { return false }},
+	} {
+		for i := range len(c.valid) {
+			for b := range 256 {
+				s := []byte(c.valid)
+				s[i] = byte(b)
+				want := byte(b) == '-'
+				if !c.dash(i) {
+					want = '0' <= b && b <= '9' || 'a' <= b && b <= 'f'
+				}
+				if got := c.check(string(s)); got != want {
+					t.Fatalf("%q: %v, want %v", s, got, want)
+				}
+			}
+		}
+	}
+}
+
 func TestIdentifierChecks(t *testing.T) {
 	for s, want := range map[string]bool{
 		exNodeID: true, "6F1C2D3E-4A5B-4C6D-8E7F-0123456789AB": false, "6f1c2d3e4a5b4c6d8e7f0123456789ab": false,

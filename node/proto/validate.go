@@ -38,23 +38,18 @@ func validate(f Frame) error {
 // hexadecimal form (the form of node_id, installation_id, connection_id
 // and request and retention ids).
 func IsUUID(s string) bool {
-	if len(s) != 36 {
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
 		return false
 	}
-	for i := range len(s) {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !isLowerHex(c) {
-				return false
-			}
+	// Every id of every frame is checked when encoded and when decoded:
+	// one table lookup per character and no branch (notHex['-'] is 1).
+	var bad byte
+	for _, r := range [...][2]int{{0, 8}, {9, 13}, {14, 18}, {19, 23}, {24, 36}} {
+		for i := r[0]; i < r[1]; i++ {
+			bad |= notHex[s[i]]
 		}
 	}
-	return true
+	return bad == 0
 }
 
 // IsDigest reports whether s is a SHA-256 digest in lowercase hexadecimal
@@ -63,13 +58,22 @@ func IsDigest(s string) bool {
 	if len(s) != 64 {
 		return false
 	}
+	var bad byte
 	for i := range len(s) {
-		if !isLowerHex(s[i]) {
-			return false
+		bad |= notHex[s[i]]
+	}
+	return bad == 0
+}
+
+// notHex is 0 for the bytes 0-9 and a-f and 1 for every other byte.
+var notHex = func() (t [256]byte) {
+	for c := range 256 {
+		if !isLowerHex(byte(c)) {
+			t[c] = 1
 		}
 	}
-	return true
-}
+	return t
+}()
 
 func isLowerHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' }
 

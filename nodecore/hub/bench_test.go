@@ -49,11 +49,13 @@ func BenchmarkHeartbeat(b *testing.B) {
 	n := dialSimA(b, e, time.Hour)
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := processCPU(b)
 	for b.Loop() {
 		if err := n.Heartbeat(b.Context()); err != nil {
 			b.Fatal(err)
 		}
 	}
+	reportCPU(b, cpu)
 }
 
 // dialSimA connects node A of e as a simulated node heartbeating every
