@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -313,14 +314,15 @@ func (ld *listDecoder) object(s *listScanner, fi *FileInfo, span *pathSpan) erro
 	}
 	for {
 		s.space()
-		raw, plain, ok := s.str()
-		if !ok {
-			return errNotList
-		}
-		name := raw[1 : len(raw)-1]
-		if !plain || hasUpper(name) {
+		name := s.knownName()
+		if name == "" {
+			raw, plain, ok := s.str()
+			if !ok {
+				return errNotList
+			}
 			ld.name = asciiLower(unquote(ld.name[:0], raw, plain))
-			name = ld.name
+			// Read before the next member's name overwrites ld.name.
+			name = unsafe.String(unsafe.SliceData(ld.name), len(ld.name))
 		}
 		s.space()
 		if s.peek() != ':' {
@@ -329,7 +331,7 @@ func (ld *listDecoder) object(s *listScanner, fi *FileInfo, span *pathSpan) erro
 		s.i++
 		s.space()
 		var dst *string
-		switch string(name) { // no allocation: a switch on the bytes
+		switch name {
 		case "path":
 			switch s.peek() {
 			case 'n':
@@ -374,7 +376,9 @@ func (ld *listDecoder) object(s *listScanner, fi *FileInfo, span *pathSpan) erro
 				if !ok {
 					return errNotList
 				}
-				if err := fi.ModifiedAt.UnmarshalJSON(v); err != nil {
+				if t, ok := utcTime(v); ok {
+					fi.ModifiedAt = t
+				} else if err := fi.ModifiedAt.UnmarshalJSON(v); err != nil {
 					return err
 				}
 			default:
@@ -449,6 +453,103 @@ func (s *listScanner) literal(lit string) bool {
 	}
 	s.i += len(lit)
 	return true
+}
+
+// utcTime reads the quoted time v if it is written as execd writes a UTC
+// time, "2006-01-02T15:04:05Z" with up to nine digits of fraction, and
+// valid (month 1-12, a day of that month, hour 0-23, minute and second
+// 0-59): the time time.Time.UnmarshalJSON gives for it, without its
+// general parse. Anything else reports false, for UnmarshalJSON.
+func utcTime(v []byte) (time.Time, bool) {
+	if len(v) < len(`"2006-01-02T15:04:05Z"`) || len(v) > len(`"2006-01-02T15:04:05.999999999Z"`) ||
+		v[len(v)-2] != 'Z' || v[5] != '-' || v[8] != '-' || v[11] != 'T' || v[14] != ':' || v[17] != ':' {
+		return time.Time{}, false
+	}
+	num := func(b []byte) (int, bool) {
+		n := 0
+		for _, c := range b {
+			if c < '0' || c > '9' {
+				return 0, false
+			}
+			n = n*10 + int(c-'0')
+		}
+		return n, true
+	}
+	year, ok1 := num(v[1:5])
+	month, ok2 := num(v[6:8])
+	day, ok3 := num(v[9:11])
+	hour, ok4 := num(v[12:14])
+	minute, ok5 := num(v[15:17])
+	sec, ok6 := num(v[18:20])
+	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) || month < 1 || month > 12 || day < 1 ||
+		day > daysIn(month, year) || hour > 23 || minute > 59 || sec > 59 {
+		return time.Time{}, false
+	}
+	nsec := 0
+	if frac := v[20 : len(v)-2]; len(frac) > 0 {
+		if len(frac) < 2 || frac[0] != '.' {
+			return time.Time{}, false
+		}
+		n, ok := num(frac[1:])
+		if !ok {
+			return time.Time{}, false
+		}
+		for range 10 - len(frac) {
+			n *= 10
+		}
+		nsec = n
+	}
+	return time.Date(year, time.Month(month), day, hour, minute, sec, nsec, time.UTC), true
+}
+
+// daysIn returns the days of month in year (Gregorian).
+func daysIn(month, year int) int {
+	switch month {
+	case 2:
+		if year%4 == 0 && (year%100 != 0 || year%400 == 0) {
+			return 29
+		}
+		return 28
+	case 4, 6, 9, 11:
+		return 30
+	}
+	return 31
+}
+
+// knownName consumes a member name written as execd writes the ones
+// FileInfo has ("path", "type", "size", "modified_at", "owner", "group",
+// "mode": lower case, without escapes) and returns it unquoted, without
+// scanning it byte by byte; anything else it leaves for str and returns "".
+func (s *listScanner) knownName() string {
+	rest := s.data[s.i:]
+	if len(rest) < 6 || rest[0] != '"' {
+		return ""
+	}
+	var k string
+	switch rest[1] {
+	case 'p':
+		k = `"path"`
+	case 't':
+		k = `"type"`
+	case 's':
+		k = `"size"`
+	case 'm':
+		k = `"mode"`
+		if rest[2] != 'o' {
+			k = `"modified_at"`
+		}
+	case 'o':
+		k = `"owner"`
+	case 'g':
+		k = `"group"`
+	default:
+		return ""
+	}
+	if len(rest) < len(k) || string(rest[:len(k)]) != k {
+		return ""
+	}
+	s.i += len(k)
+	return k[1 : len(k)-1]
 }
 
 // str consumes a string literal and returns it with its quotes: no byte
@@ -657,16 +758,6 @@ func unquote(dst []byte, v []byte, plain bool) []byte {
 	}
 	dst, _ = jsontext.AppendUnquote(dst, v)
 	return dst
-}
-
-// hasUpper reports whether name holds an ASCII upper-case letter.
-func hasUpper(name []byte) bool {
-	for _, c := range name {
-		if 'A' <= c && c <= 'Z' {
-			return true
-		}
-	}
-	return false
 }
 
 // asciiLower maps name's ASCII upper-case letters to lower case in place

@@ -283,3 +283,46 @@ func (r *choppyReader) Read(p []byte) (int, error) {
 	}
 	return n, nil
 }
+
+// TestUTCTime: where utcTime reads a time, time.Time.UnmarshalJSON reads the
+// same one (the same instant and location); execd's usual forms take it.
+func TestUTCTime(t *testing.T) {
+	check := func(s string) bool {
+		t.Helper()
+		got, ok := utcTime([]byte(s))
+		if !ok {
+			return false
+		}
+		var want time.Time
+		if err := want.UnmarshalJSON([]byte(s)); err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: utcTime %v, UnmarshalJSON %v, %v", s, got, want, err)
+		}
+		return true
+	}
+	for _, s := range []string{`"2026-12-01T06:31:43Z"`, `"2026-12-01T06:31:43.123456789Z"`, `"2026-12-01T06:31:43.1Z"`,
+		`"2024-02-29T23:59:59.000000001Z"`, `"2000-02-29T00:00:00Z"`, `"0000-01-01T00:00:00Z"`, `"9999-12-31T23:59:59.999999999Z"`} {
+		if !check(s) {
+			t.Fatalf("%s: not read by utcTime", s)
+		}
+	}
+	for _, s := range []string{`"2023-02-29T00:00:00Z"`, `"1900-02-29T00:00:00Z"`, `"2026-04-31T00:00:00Z"`, `"2026-00-01T00:00:00Z"`,
+		`"2026-13-01T00:00:00Z"`, `"2026-12-00T00:00:00Z"`, `"2026-12-32T00:00:00Z"`, `"2026-12-01T24:00:00Z"`, `"2026-12-01T23:60:00Z"`,
+		`"2026-12-01T23:59:60Z"`, `"2026-12-01t06:31:43Z"`, `"2026-12-01T06:31:43z"`, `"2026-12-01T06:31:43.Z"`, `"2026-12-01T06:31:43,5Z"`,
+		`"2026-12-01T06:31:43.1234567890Z"`, `"+026-12-01T06:31:43Z"`, `"2026-1-01T06:31:43Z"`, `"2026-12-01T06:31:43+00:00"`,
+		`"2026-12-01T06:31:4 Z"`, `"2026-12-01T06:31:43.12a4Z"`, `2026-12-01T06:31:43Z`} {
+		if check(s) {
+			t.Fatalf("%s: read by utcTime", s)
+		}
+	}
+	rnd := rand.New(rand.NewPCG(5, 6))
+	for range 200_000 {
+		tm := time.Unix(rnd.Int64N(253402300800), rnd.Int64N(1e9)).UTC()
+		s := `"` + tm.Format("2006-01-02T15:04:05"+[]string{"", ".0", ".000", ".000000", ".000000000", ".999999999"}[rnd.IntN(6)]) + `Z"`
+		if !check(s) {
+			t.Fatalf("%s: not read by utcTime", s)
+		}
+		b := []byte(s) // one byte changed: utcTime reads it as UnmarshalJSON does, or leaves it
+		b[1+rnd.IntN(len(b)-2)] = "0123456789:-.TZ+ 9"[rnd.IntN(18)]
+		check(string(b))
+	}
+}
