@@ -517,8 +517,9 @@ func daysIn(month, year int) int {
 }
 
 // knownName consumes a member name written as execd writes the ones
-// FileInfo has ("path", "type", "size", "modified_at", "owner", "group",
-// "mode": lower case, without escapes) and returns it unquoted, without
+// FileInfo has ("path", "type", "size", "modified_at", "created_at",
+// "owner", "group", "mode": lower case, without escapes) and returns it
+// unquoted, without
 // scanning it byte by byte; anything else it leaves for str and returns "".
 func (s *listScanner) knownName() string {
 	rest := s.data[s.i:]
@@ -538,6 +539,8 @@ func (s *listScanner) knownName() string {
 		if rest[2] != 'o' {
 			k = `"modified_at"`
 		}
+	case 'c':
+		k = `"created_at"` // skipped, as any member FileInfo does not read
 	case 'o':
 		k = `"owner"`
 	case 'g':
