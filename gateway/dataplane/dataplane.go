@@ -490,9 +490,22 @@ func (h *Handler) route(r *http.Request) (*operation, shape, *Error) {
 	return nil, shapeREST, fail(CodeUnknownRoute, "no such route")
 }
 
-// sandboxIDPattern is a DNS-1123 label: an OpenSandbox sandbox ID is a
-// BatchSandbox name (docs/wire-facts.md §X2.4), and E2B IDs ([a-z0-9]+) fit it.
-var sandboxIDPattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+// validSandboxID reports whether id is a DNS-1123 label, what the regular
+// expression ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ matches: an OpenSandbox
+// sandbox ID is a BatchSandbox name (docs/wire-facts.md §X2.4), and E2B IDs
+// ([a-z0-9]+) fit it. Checked by hand, once per request, without the
+// regular expression's matcher (TestValidSandboxID compares the two).
+func validSandboxID(id string) bool {
+	if len(id) == 0 || len(id) > 63 || id[0] == '-' || id[len(id)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // ServeHTTP runs the checks and the operation and always writes a response.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -621,7 +634,7 @@ func (h *Handler) authorize(r *http.Request, rq *request) *Error {
 		return fail(CodeSandboxHeaderMissing, "the "+HeaderSandboxID+" header is required")
 	case len(portHdr) == 0:
 		return fail(CodeSandboxHeaderMissing, "the "+HeaderSandboxPort+" header is required")
-	case len(idHdr) > 1 || !sandboxIDPattern.MatchString(idHdr[0]):
+	case len(idHdr) > 1 || !validSandboxID(idHdr[0]):
 		return fail(CodeSandboxIDInvalid, "the "+HeaderSandboxID+" header is not a valid sandbox ID")
 	case len(portHdr) > 1 || portHdr[0] != "49983":
 		return fail(CodeSandboxPortInvalid, "the "+HeaderSandboxPort+" header must be 49983, the envd service")
@@ -645,7 +658,7 @@ func (h *Handler) authorize(r *http.Request, rq *request) *Error {
 	}
 	rq.tokenTgt = tgt
 	if fromToken {
-		if !sandboxIDPattern.MatchString(tgt.SandboxID) {
+		if !validSandboxID(tgt.SandboxID) {
 			return fail(CodeTokenInvalid, "the access token names an invalid sandbox ID")
 		}
 		rq.sandboxID = tgt.SandboxID

@@ -6,18 +6,16 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"unicode/utf8"
+	"time"
 	"unsafe"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
 
 // listDecoder is the reusable state of decodeFileInfoList: the body buffer
-// and a jsontext decoder over it.
+// and the unquoted bytes of the member being read.
 type listDecoder struct {
 	body []byte
-	rd   bytes.Reader
-	dec  jsontext.Decoder
 	name []byte
 	str  []byte
 	// paths holds every entry's unquoted path, one after the other, and
@@ -57,12 +55,14 @@ const maxPooledList = 1 << 20
 
 // decodeFileInfoList decodes execd's JSON array of FileInfo from resp
 // (at most MaxListingBytes are read; an answer naming "path" more than
-// MaxListingEntries times is refused before it is decoded) and closes the
-// body. It reads the
-// body once into a pooled buffer, sizes the slice from it and walks the
-// tokens without reflection, reading only the fields the gateway uses:
-// path, type, size, modified_at, owner, group and mode; created_at and
-// unknown members are skipped without being decoded. For what execd sends
+// MaxListingEntries times is refused before it is decoded, a list of more
+// elements than that as the next one starts) and closes the body. It
+// reads the body once into a pooled buffer, sizes the slice from it and
+// walks the bytes with a scanner of its own (listDecoder.decode), reading
+// only the fields the gateway uses: path, type, size, modified_at, owner,
+// group and mode; created_at and unknown members are checked and skipped
+// without being decoded. For what execd sends, and for any list of at
+// most MaxListingEntries elements,
 // the result equals encoding/json's Unmarshal into []FileInfo (names match
 // ASCII case-insensitively, a later duplicate wins, null leaves a field
 // unset, invalid UTF-8 becomes U+FFFD, times are RFC 3339 as
@@ -75,6 +75,10 @@ func (c *Client) decodeFileInfoList(resp *http.Response) ([]FileInfo, error) {
 		return &Error{Kind: KindUnexpected, Status: resp.StatusCode,
 			Message: "execd's directory listing is larger than " + strconv.FormatInt(limit, 10) + " bytes (the gateway's max_listing_size)"}
 	}
+	tooMany := func() error {
+		return &Error{Kind: KindUnexpected, Status: resp.StatusCode,
+			Message: "execd's directory listing names more than " + strconv.Itoa(c.listingEntries()) + " entries (the gateway's max_listing_entries)"}
+	}
 	if resp.ContentLength > limit {
 		return nil, tooLarge()
 	}
@@ -85,8 +89,6 @@ func (c *Client) decodeFileInfoList(resp *http.Response) ([]FileInfo, error) {
 		}
 		if cap(ld.paths) <= maxPooledList {
 			ld.body = ld.body[:0]
-			ld.rd.Reset(nil)
-			ld.dec.Reset(&ld.rd)
 			listDecoders.Put(ld)
 		}
 	}()
@@ -114,10 +116,12 @@ func (c *Client) decodeFileInfoList(resp *http.Response) ([]FileInfo, error) {
 		// opening braces, counted by a vector byte count, size the list.
 		entries = min(bytes.Count(body, openBrace), maxEntries)
 	} else if entries = bytes.Count(body, quotedPath); entries > maxEntries {
-		return nil, &Error{Kind: KindUnexpected, Status: resp.StatusCode,
-			Message: "execd's directory listing names more than " + strconv.Itoa(c.listingEntries()) + " entries (the gateway's max_listing_entries)"}
+		return nil, tooMany()
 	}
-	list, err := ld.decode(body, entries)
+	list, err := ld.decode(body, entries, c.listingEntries())
+	if err == errTooManyEntries {
+		return nil, tooMany()
+	}
 	if err != nil {
 		return nil, unexpectedJSON(resp)
 	}
@@ -193,6 +197,10 @@ func unexpectedJSON(resp *http.Response) *Error {
 
 var errNotList = &Error{Kind: KindUnexpected, Message: "not a FileInfo list"}
 
+// errTooManyEntries is decode's refusal of a list of more elements than
+// max_listing_entries.
+var errTooManyEntries = &Error{Kind: KindUnexpected, Message: "too many entries"}
+
 // quotedPath is how each execd FileInfo names its first member; counting
 // it sizes the slice.
 var quotedPath = []byte(`"path"`)
@@ -201,27 +209,35 @@ var quotedPath = []byte(`"path"`)
 // count.
 var openBrace = []byte{'{'}
 
+// maxListDepth is how deeply the containers of a listing may nest, the
+// top-level array counting as 1: encoding/json's limit (its scanner's
+// maxNestingDepth), past which it refuses a value.
+const maxListDepth = 10000
+
 // decode parses data (one JSON value, as encoding/json's Decoder reads the
-// first value and ignores what follows); entries, the count of quotedPath
-// in data, sizes the list (the caller counted it for its bound already).
-func (ld *listDecoder) decode(data []byte, entries int) ([]FileInfo, error) {
+// first value and ignores what follows) with a scanner of its own, written
+// for execd's listing: it walks the bytes once, checking the JSON syntax
+// as encoding/json does (a value it refuses is refused here), and keeps
+// only the members FileInfo needs. entries sizes the list; a list of more
+// than maxEntries elements (objects or nulls, with or without a path) is
+// refused with errTooManyEntries as soon as the next one starts.
+func (ld *listDecoder) decode(data []byte, entries, maxEntries int) ([]FileInfo, error) {
 	if ld.seen == nil {
 		ld.seen = make(map[string]string)
 	}
 	clear(ld.seen)
-	ld.rd.Reset(data)
-	ld.dec.Reset(&ld.rd, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
-	d := &ld.dec
-	switch d.PeekKind() {
+	s := listScanner{data: data}
+	s.space()
+	switch s.peek() {
 	case 'n':
-		_, err := d.ReadToken()
-		return nil, err
+		if !s.literal("null") {
+			return nil, errNotList
+		}
+		return nil, nil
 	case '[':
+		s.i++
 	default:
 		return nil, errNotList
-	}
-	if _, err := d.ReadToken(); err != nil {
-		return nil, err
 	}
 	list := make([]FileInfo, 0, entries)
 	ld.paths, ld.spans = ld.paths[:0], ld.spans[:0]
@@ -231,25 +247,39 @@ func (ld *listDecoder) decode(data []byte, entries int) ([]FileInfo, error) {
 		// grow them): one buffer, handed to the entries below.
 		ld.paths = make([]byte, 0, len(data))
 	}
-	for d.PeekKind() != ']' {
-		var fi FileInfo
-		ld.spans = append(ld.spans, pathSpan{-1, -1})
-		switch d.PeekKind() {
-		case 'n':
-			if _, err := d.ReadToken(); err != nil {
-				return nil, err
+	s.space()
+	if s.peek() == ']' {
+		s.i++
+	} else {
+		for {
+			if len(list) == maxEntries {
+				return nil, errTooManyEntries
 			}
-		case '{':
-			if err := ld.object(&fi, &ld.spans[len(ld.spans)-1]); err != nil {
-				return nil, err
+			s.space()
+			list = append(list, FileInfo{})
+			ld.spans = append(ld.spans, pathSpan{-1, -1})
+			switch s.peek() {
+			case 'n':
+				if !s.literal("null") {
+					return nil, errNotList
+				}
+			case '{':
+				if err := ld.object(&s, &list[len(list)-1], &ld.spans[len(ld.spans)-1]); err != nil {
+					return nil, err
+				}
+			default:
+				return nil, errNotList
 			}
-		default:
+			s.space()
+			if c := s.peek(); c == ',' {
+				s.i++
+				continue
+			} else if c == ']' {
+				s.i++
+				break
+			}
 			return nil, errNotList
 		}
-		list = append(list, fi)
-	}
-	if _, err := d.ReadToken(); err != nil {
-		return nil, err
 	}
 	if len(ld.paths) > 0 {
 		var all string
@@ -270,124 +300,467 @@ func (ld *listDecoder) decode(data []byte, entries int) ([]FileInfo, error) {
 	return list, nil
 }
 
-// object reads one FileInfo object into fi, all but its path, whose
-// unquoted bytes it appends to ld.paths and records in *span.
-func (ld *listDecoder) object(fi *FileInfo, span *pathSpan) error {
-	d := &ld.dec
-	if _, err := d.ReadToken(); err != nil {
-		return err
+// object reads one FileInfo object, its opening brace next in s, into fi:
+// all but its path, whose unquoted bytes it appends to ld.paths and
+// records in *span. Member names match ASCII case-insensitively, a later
+// duplicate wins, null leaves a member unset, as encoding/json decodes
+// them.
+func (ld *listDecoder) object(s *listScanner, fi *FileInfo, span *pathSpan) error {
+	s.i++ // '{'
+	s.space()
+	if s.peek() == '}' {
+		s.i++
+		return nil
 	}
-	for d.PeekKind() != '}' {
-		raw, err := d.ReadValue()
-		if err != nil {
-			return err
-		}
-		ld.name = asciiLower(unquote(ld.name[:0], raw))
-		var s *string
-		switch string(ld.name) { // no allocation: a switch on the bytes
-		case "path":
-			v, err := d.ReadValue()
-			if err != nil {
-				return err
+	for {
+		s.space()
+		name := s.knownName()
+		if name == "" {
+			raw, plain, ok := s.str()
+			if !ok {
+				return errNotList
 			}
-			switch v.Kind() {
-			case 'n': // leaves an earlier path, as encoding/json does
+			ld.name = asciiLower(unquote(ld.name[:0], raw, plain))
+			// Read before the next member's name overwrites ld.name.
+			name = unsafe.String(unsafe.SliceData(ld.name), len(ld.name))
+		}
+		s.space()
+		if s.peek() != ':' {
+			return errNotList
+		}
+		s.i++
+		s.space()
+		var dst *string
+		switch name {
+		case "path":
+			switch s.peek() {
+			case 'n':
+				if !s.literal("null") { // leaves an earlier path, as encoding/json does
+					return errNotList
+				}
 			case '"':
+				v, plain, ok := s.str()
+				if !ok {
+					return errNotList
+				}
 				start := len(ld.paths)
-				ld.paths = unquote(ld.paths, v)
+				ld.paths = unquote(ld.paths, v, plain)
 				*span = pathSpan{start, len(ld.paths)}
 			default:
 				return errNotList
 			}
-			continue
 		case "type":
-			s = &fi.Type
+			dst = &fi.Type
 		case "owner":
-			s = &fi.Owner
+			dst = &fi.Owner
 		case "group":
-			s = &fi.Group
+			dst = &fi.Group
 		case "size", "mode":
-			x, null, err := readInt(d)
-			if err != nil {
-				return err
+			x, null, ok := s.integer()
+			if !ok {
+				return errNotList
 			}
-			if !null && ld.name[0] == 's' {
+			if !null && name[0] == 's' {
 				fi.Size = x
 			} else if !null {
 				fi.Mode = int(x)
 			}
-			continue
 		case "modified_at":
-			v, err := d.ReadValue()
-			if err != nil {
-				return err
+			switch s.peek() {
+			case 'n':
+				if !s.literal("null") {
+					return errNotList
+				}
+			case '"':
+				v, _, ok := s.str()
+				if !ok {
+					return errNotList
+				}
+				if t, ok := utcTime(v); ok {
+					fi.ModifiedAt = t
+				} else if err := fi.ModifiedAt.UnmarshalJSON(v); err != nil {
+					return err
+				}
+			default:
+				return errNotList
 			}
-			if err := fi.ModifiedAt.UnmarshalJSON(v); err != nil {
-				return err
-			}
-			continue
 		default:
-			if err := d.SkipValue(); err != nil {
-				return err
+			if !s.skip(2) { // inside the list and this object
+				return errNotList
 			}
+		}
+		if dst != nil {
+			switch s.peek() {
+			case 'n':
+				if !s.literal("null") {
+					return errNotList
+				}
+			case '"':
+				v, plain, ok := s.str()
+				if !ok {
+					return errNotList
+				}
+				ld.str = unquote(ld.str[:0], v, plain)
+				*dst = ld.intern(ld.str)
+			default:
+				return errNotList
+			}
+		}
+		s.space()
+		if c := s.peek(); c == ',' {
+			s.i++
 			continue
+		} else if c == '}' {
+			s.i++
+			return nil
 		}
-		v, err := d.ReadValue()
-		if err != nil {
-			return err
-		}
-		switch v.Kind() {
-		case 'n':
-		case '"':
-			ld.str = unquote(ld.str[:0], v)
-			*s = ld.intern(ld.str)
-		default:
-			return errNotList
-		}
+		return errNotList
 	}
-	_, err := d.ReadToken()
-	return err
 }
 
-// unquote appends the unquoted string literal v, which the decoder has
-// already checked: the only error AppendUnquote can report then is
-// invalid UTF-8, which it has replaced with U+FFFD, as encoding/json does.
-func unquote(dst []byte, v jsontext.Value) []byte {
-	// The usual string (ASCII without escapes, as the decoder already
-	// checked it) is its bytes between the quotes: copied without
-	// AppendUnquote's per-byte decoding.
-	if len(v) >= 2 && v[0] == '"' {
-		plain := true
-		for _, c := range v[1 : len(v)-1] {
-			if c == '\\' || c >= utf8.RuneSelf {
-				plain = false
-				break
+// listScanner walks a listing's bytes: data, read from i on. Its methods
+// check the JSON syntax of RFC 8259 as encoding/json's scanner does and
+// report false (or errNotList) where it would refuse.
+type listScanner struct {
+	data []byte
+	i    int
+}
+
+// peek returns the next byte, 0 at the end.
+func (s *listScanner) peek() byte {
+	if s.i < len(s.data) {
+		return s.data[s.i]
+	}
+	return 0
+}
+
+// space skips JSON whitespace (space, tab, LF, CR).
+func (s *listScanner) space() {
+	for s.i < len(s.data) {
+		switch s.data[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// literal consumes lit (null, true or false) if the bytes are it.
+func (s *listScanner) literal(lit string) bool {
+	if len(s.data)-s.i < len(lit) || string(s.data[s.i:s.i+len(lit)]) != lit {
+		return false
+	}
+	s.i += len(lit)
+	return true
+}
+
+// utcTime reads the quoted time v if it is written as execd writes a UTC
+// time, "2006-01-02T15:04:05Z" with up to nine digits of fraction, and
+// valid (month 1-12, a day of that month, hour 0-23, minute and second
+// 0-59): the time time.Time.UnmarshalJSON gives for it, without its
+// general parse. Anything else reports false, for UnmarshalJSON.
+func utcTime(v []byte) (time.Time, bool) {
+	if len(v) < len(`"2006-01-02T15:04:05Z"`) || len(v) > len(`"2006-01-02T15:04:05.999999999Z"`) ||
+		v[len(v)-2] != 'Z' || v[5] != '-' || v[8] != '-' || v[11] != 'T' || v[14] != ':' || v[17] != ':' {
+		return time.Time{}, false
+	}
+	num := func(b []byte) (int, bool) {
+		n := 0
+		for _, c := range b {
+			if c < '0' || c > '9' {
+				return 0, false
+			}
+			n = n*10 + int(c-'0')
+		}
+		return n, true
+	}
+	year, ok1 := num(v[1:5])
+	month, ok2 := num(v[6:8])
+	day, ok3 := num(v[9:11])
+	hour, ok4 := num(v[12:14])
+	minute, ok5 := num(v[15:17])
+	sec, ok6 := num(v[18:20])
+	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) || month < 1 || month > 12 || day < 1 ||
+		day > daysIn(month, year) || hour > 23 || minute > 59 || sec > 59 {
+		return time.Time{}, false
+	}
+	nsec := 0
+	if frac := v[20 : len(v)-2]; len(frac) > 0 {
+		if len(frac) < 2 || frac[0] != '.' {
+			return time.Time{}, false
+		}
+		n, ok := num(frac[1:])
+		if !ok {
+			return time.Time{}, false
+		}
+		for range 10 - len(frac) {
+			n *= 10
+		}
+		nsec = n
+	}
+	return time.Date(year, time.Month(month), day, hour, minute, sec, nsec, time.UTC), true
+}
+
+// daysIn returns the days of month in year (Gregorian).
+func daysIn(month, year int) int {
+	switch month {
+	case 2:
+		if year%4 == 0 && (year%100 != 0 || year%400 == 0) {
+			return 29
+		}
+		return 28
+	case 4, 6, 9, 11:
+		return 30
+	}
+	return 31
+}
+
+// knownName consumes a member name written as execd writes the ones
+// FileInfo has ("path", "type", "size", "modified_at", "created_at",
+// "owner", "group", "mode": lower case, without escapes) and returns it
+// unquoted, without
+// scanning it byte by byte; anything else it leaves for str and returns "".
+func (s *listScanner) knownName() string {
+	rest := s.data[s.i:]
+	if len(rest) < 6 || rest[0] != '"' {
+		return ""
+	}
+	var k string
+	switch rest[1] {
+	case 'p':
+		k = `"path"`
+	case 't':
+		k = `"type"`
+	case 's':
+		k = `"size"`
+	case 'm':
+		k = `"mode"`
+		if rest[2] != 'o' {
+			k = `"modified_at"`
+		}
+	case 'c':
+		k = `"created_at"` // skipped, as any member FileInfo does not read
+	case 'o':
+		k = `"owner"`
+	case 'g':
+		k = `"group"`
+	default:
+		return ""
+	}
+	if len(rest) < len(k) || string(rest[:len(k)]) != k {
+		return ""
+	}
+	s.i += len(k)
+	return k[1 : len(k)-1]
+}
+
+// str consumes a string literal and returns it with its quotes: no byte
+// below 0x20, escapes only \" \\ \/ \b \f \n \r \t and \u with four hex
+// digits; invalid UTF-8 is accepted (decoding makes it U+FFFD). plain
+// reports ASCII without escapes: the bytes between the quotes are the
+// string.
+func (s *listScanner) str() (v []byte, plain, ok bool) {
+	start := s.i
+	if s.peek() != '"' {
+		return nil, false, false
+	}
+	plain = true
+	for i := s.i + 1; i < len(s.data); i++ {
+		// Plain ASCII, the usual byte, through one table lookup.
+		for i < len(s.data) && plainByte[s.data[i]] {
+			i++
+		}
+		if i == len(s.data) {
+			break
+		}
+		switch c := s.data[i]; {
+		case c == '"':
+			s.i = i + 1
+			return s.data[start:s.i], plain, true
+		case c == '\\':
+			plain = false
+			if i+1 >= len(s.data) {
+				return nil, false, false
+			}
+			switch s.data[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i++
+			case 'u':
+				if i+5 >= len(s.data) {
+					return nil, false, false
+				}
+				for _, h := range s.data[i+2 : i+6] {
+					if !isHex(h) {
+						return nil, false, false
+					}
+				}
+				i += 5
+			default:
+				return nil, false, false
+			}
+		case c < 0x20:
+			return nil, false, false
+		default: // c >= 0x80
+			plain = false
+		}
+	}
+	return nil, false, false
+}
+
+// plainByte is true for the bytes a string holds as they are: ASCII from
+// 0x20 on but the quote and the backslash.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// number consumes a JSON number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?.
+// integral reports that it has no fraction and no exponent.
+func (s *listScanner) number() (num []byte, integral, ok bool) {
+	start := s.i
+	if s.peek() == '-' {
+		s.i++
+	}
+	switch c := s.peek(); {
+	case c == '0':
+		s.i++
+	case '1' <= c && c <= '9':
+		s.digits()
+	default:
+		return nil, false, false
+	}
+	integral = true
+	if s.peek() == '.' {
+		s.i++
+		if !s.digits() {
+			return nil, false, false
+		}
+		integral = false
+	}
+	if c := s.peek(); c == 'e' || c == 'E' {
+		s.i++
+		if c := s.peek(); c == '+' || c == '-' {
+			s.i++
+		}
+		if !s.digits() {
+			return nil, false, false
+		}
+		integral = false
+	}
+	return s.data[start:s.i], integral, true
+}
+
+// digits consumes [0-9]* and reports whether there was one.
+func (s *listScanner) digits() bool {
+	start := s.i
+	for s.i < len(s.data) && '0' <= s.data[s.i] && s.data[s.i] <= '9' {
+		s.i++
+	}
+	return s.i > start
+}
+
+// integer consumes an integer member's value: a JSON number that
+// strconv.ParseInt takes (fractions, exponents and numbers beyond int64
+// are refused, as encoding/json refuses them for an integer field), or
+// null.
+func (s *listScanner) integer() (n int64, null, ok bool) {
+	if s.peek() == 'n' {
+		return 0, true, s.literal("null")
+	}
+	num, integral, ok := s.number()
+	if !ok || !integral {
+		return 0, false, false
+	}
+	// The usual value, a few digits, without ParseInt.
+	if len(num) <= 18 && num[0] != '-' {
+		for _, c := range num {
+			n = n*10 + int64(c-'0')
+		}
+		return n, false, true
+	}
+	n, err := strconv.ParseInt(string(num), 10, 64)
+	return n, false, err == nil
+}
+
+// skip consumes one JSON value of any kind, checking its syntax; depth is
+// how many containers hold it (a container deeper than maxListDepth is
+// refused).
+func (s *listScanner) skip(depth int) bool {
+	switch c := s.peek(); {
+	case c == '"':
+		_, _, ok := s.str()
+		return ok
+	case c == '-' || '0' <= c && c <= '9':
+		_, _, ok := s.number()
+		return ok
+	case c == 'n':
+		return s.literal("null")
+	case c == 't':
+		return s.literal("true")
+	case c == 'f':
+		return s.literal("false")
+	case c == '[' || c == '{':
+		if depth+1 > maxListDepth {
+			return false
+		}
+		s.i++
+		end := byte(']')
+		if c == '{' {
+			end = '}'
+		}
+		s.space()
+		if s.peek() == end {
+			s.i++
+			return true
+		}
+		for {
+			s.space()
+			if c == '{' {
+				if _, _, ok := s.str(); !ok {
+					return false
+				}
+				s.space()
+				if s.peek() != ':' {
+					return false
+				}
+				s.i++
+				s.space()
+			}
+			if !s.skip(depth + 1) {
+				return false
+			}
+			s.space()
+			switch s.peek() {
+			case ',':
+				s.i++
+			case end:
+				s.i++
+				return true
+			default:
+				return false
 			}
 		}
-		if plain {
-			return append(dst, v[1:len(v)-1]...)
-		}
+	}
+	return false
+}
+
+// unquote appends the unquoted string literal v, which the scanner has
+// already checked (plain as str reported it): the only error
+// AppendUnquote can report then is invalid UTF-8, which it has replaced
+// with U+FFFD, as encoding/json does.
+func unquote(dst []byte, v []byte, plain bool) []byte {
+	if plain {
+		return append(dst, v[1:len(v)-1]...)
 	}
 	dst, _ = jsontext.AppendUnquote(dst, v)
 	return dst
-}
-
-// readInt reads an integer JSON number; null reports null. Fractions,
-// exponents and numbers beyond int64 are errors, as encoding/json makes
-// them for integer fields.
-func readInt(d *jsontext.Decoder) (n int64, null bool, err error) {
-	v, err := d.ReadValue()
-	if err != nil {
-		return 0, false, err
-	}
-	switch v.Kind() {
-	case 'n':
-		return 0, true, nil
-	case '0':
-		n, err = strconv.ParseInt(string(v), 10, 64)
-		return n, false, err
-	}
-	return 0, false, errNotList
 }
 
 // asciiLower maps name's ASCII upper-case letters to lower case in place

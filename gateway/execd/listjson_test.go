@@ -60,10 +60,15 @@ func unicodeFolds(body string) bool {
 }
 
 // sameAsReference fails unless the fast decoder and encoding/json agree on
-// body: the same list, or both an error.
+// body: the same list, or both an error; a list of more than
+// DefaultMaxListingEntries elements, which encoding/json takes, the
+// decoder must refuse.
 func sameAsReference(t *testing.T, body string) {
 	t.Helper()
 	want, werr := referenceList(body)
+	if werr == nil && len(want) > DefaultMaxListingEntries {
+		want, werr = nil, errTooManyEntries
+	}
 	got, gerr := (&Client{}).decodeFileInfoList(listResponse(body))
 	if werr != nil || gerr != nil {
 		if (werr == nil) != (gerr == nil) && !unicodeFolds(body) {
@@ -102,6 +107,19 @@ func TestDecodeFileInfoList(t *testing.T) {
 		``, `{}`, `[1]`, `["x"]`, `[{"path":1}]`, `[{"size":"1"}]`, `[{"size":1.5}]`, `[{"size":1e3}]`,
 		`[{"size":99999999999999999999}]`, `[{"mode":-1.0}]`, `[{"modified_at":"yesterday"}]`, `[{"modified_at":5}]`,
 		`[{"path":"/a"`, `[{"path":"/a"},]`, `[{"path" "/a"}]`, `[{"path":"\x"}]`, `[`,
+		// The scanner's syntax: numbers, literals, escapes, nesting.
+		`[{"x":-0.5e+7,"y":[true,false,null,{"a":[]}],"z":"\/\b\f\n\r\t\u00AF","size":-0,"mode":0}]`,
+		`[{"size":-9223372036854775808,"mode":9223372036854775807}]`, `[{"size":9223372036854775808}]`,
+		`[{"size":01}]`, `[{"size":-}]`, `[{"size":1.}]`, `[{"size":.5}]`, `[{"x":1e}]`, `[{"x":+1}]`, `[{"x":tru}]`,
+		`[{"x":nul}]`, `[nul]`, `nul`, `nullx`, `[{"x":"\u12G4"}]`, "[{\"x\":\"\t\"}]", "[{\"x\":\"a\x01\"}]",
+		`[{"x":[1,]}]`, `[{"x":{"a"}}]`, `[{"x":{"a":1,}}]`, `[{"x":{1:2}}]`, `[{,}]`, `[,]`, `[{}{}]`, `[{}`, `[{"a":1}`,
+		`[{"p\u0061th":"/escaped name","OWNER":"\u00e9","grOUP":"g","type":"\"q\""}]`,
+		`[{"type":1}]`, `[{"owner":{}}]`, `[{"group":[]}]`, `[{"modified_at":"2026-12-01T06:31:43\u002b01:00"}]`,
+		`[{"modified_at":"2026-12-01T06:31:43.5-07:30"}]`, "\t\r\n [ \n{ \"path\" : \"/ws\" } , null ]",
+		`[{"x":` + strings.Repeat("[", maxListDepth-2) + strings.Repeat("]", maxListDepth-2) + `}]`,
+		`[{"x":` + strings.Repeat("[", maxListDepth-1) + strings.Repeat("]", maxListDepth-1) + `}]`,
+		`[{"x":` + strings.Repeat(`{"a":`, maxListDepth-2) + `1` + strings.Repeat("}", maxListDepth-2) + `}]`,
+		`[{"x":` + strings.Repeat(`{"a":`, maxListDepth-1) + `1` + strings.Repeat("}", maxListDepth-1) + `}]`,
 	} {
 		sameAsReference(t, body)
 	}
@@ -133,6 +151,22 @@ func TestDecodeFileInfoListBounded(t *testing.T) {
 	if list, err := c.decodeFileInfoList(listResponse(strings.Replace(four, `,{"path":"d"}`, "", 1))); err != nil || len(list) != 3 {
 		t.Fatalf("three entries: %v %v", list, err)
 	}
+	// Elements without a path count too: each costs the gateway an entry
+	// (a 4 MiB answer of "{}," would be 1.4 million of them).
+	for _, body := range []string{`[{},{},{},{}]`, `[null,null,null,null]`, `[{"path":"a"},{},null,{"size":1}]`} {
+		_, err = c.decodeFileInfoList(listResponse(body))
+		if !errors.As(err, &e) || e.Kind != KindUnexpected || !strings.Contains(e.Message, "more than 3 entries") {
+			t.Fatalf("%s: %v", body, err)
+		}
+		if list, err := c.decodeFileInfoList(listResponse(body[:strings.LastIndexByte(body, ',')] + "]")); err != nil || len(list) != 3 {
+			t.Fatalf("three of %s: %v %v", body, list, err)
+		}
+	}
+	many := "[" + strings.Repeat("{},", DefaultMaxListingEntries) + "{}]"
+	if _, err := (&Client{}).decodeFileInfoList(listResponse(many)); !errors.As(err, &e) || !strings.Contains(e.Message, "more than 16384 entries") {
+		t.Fatalf("%d pathless entries: %v", DefaultMaxListingEntries+1, err)
+	}
+	sameAsReference(t, many)
 }
 
 // FuzzDecodeFileInfoList: for any body the fast decoder agrees with
@@ -141,6 +175,7 @@ func FuzzDecodeFileInfoList(f *testing.F) {
 	f.Add(execdListing)
 	f.Add(`[{"path":"/a","path":null,"SIZE":3,"mode":-0}]`)
 	f.Add(`[null,{"type":"\ud83d\ude00"}]`)
+	f.Add(`[{"x":[-1.5E-3,true,{"y":"\u00e9"}],"mode":755,"modified_at":"2026-12-01T06:31:43+01:00"}]`)
 	f.Fuzz(func(t *testing.T, body string) {
 		sameAsReference(t, body)
 	})
@@ -247,4 +282,47 @@ func (r *choppyReader) Read(p []byte) (int, error) {
 		return n, io.EOF
 	}
 	return n, nil
+}
+
+// TestUTCTime: where utcTime reads a time, time.Time.UnmarshalJSON reads the
+// same one (the same instant and location); execd's usual forms take it.
+func TestUTCTime(t *testing.T) {
+	check := func(s string) bool {
+		t.Helper()
+		got, ok := utcTime([]byte(s))
+		if !ok {
+			return false
+		}
+		var want time.Time
+		if err := want.UnmarshalJSON([]byte(s)); err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: utcTime %v, UnmarshalJSON %v, %v", s, got, want, err)
+		}
+		return true
+	}
+	for _, s := range []string{`"2026-12-01T06:31:43Z"`, `"2026-12-01T06:31:43.123456789Z"`, `"2026-12-01T06:31:43.1Z"`,
+		`"2024-02-29T23:59:59.000000001Z"`, `"2000-02-29T00:00:00Z"`, `"0000-01-01T00:00:00Z"`, `"9999-12-31T23:59:59.999999999Z"`} {
+		if !check(s) {
+			t.Fatalf("%s: not read by utcTime", s)
+		}
+	}
+	for _, s := range []string{`"2023-02-29T00:00:00Z"`, `"1900-02-29T00:00:00Z"`, `"2026-04-31T00:00:00Z"`, `"2026-00-01T00:00:00Z"`,
+		`"2026-13-01T00:00:00Z"`, `"2026-12-00T00:00:00Z"`, `"2026-12-32T00:00:00Z"`, `"2026-12-01T24:00:00Z"`, `"2026-12-01T23:60:00Z"`,
+		`"2026-12-01T23:59:60Z"`, `"2026-12-01t06:31:43Z"`, `"2026-12-01T06:31:43z"`, `"2026-12-01T06:31:43.Z"`, `"2026-12-01T06:31:43,5Z"`,
+		`"2026-12-01T06:31:43.1234567890Z"`, `"+026-12-01T06:31:43Z"`, `"2026-1-01T06:31:43Z"`, `"2026-12-01T06:31:43+00:00"`,
+		`"2026-12-01T06:31:4 Z"`, `"2026-12-01T06:31:43.12a4Z"`, `2026-12-01T06:31:43Z`} {
+		if check(s) {
+			t.Fatalf("%s: read by utcTime", s)
+		}
+	}
+	rnd := rand.New(rand.NewPCG(5, 6))
+	for range 200_000 {
+		tm := time.Unix(rnd.Int64N(253402300800), rnd.Int64N(1e9)).UTC()
+		s := `"` + tm.Format("2006-01-02T15:04:05"+[]string{"", ".0", ".000", ".000000", ".000000000", ".999999999"}[rnd.IntN(6)]) + `Z"`
+		if !check(s) {
+			t.Fatalf("%s: not read by utcTime", s)
+		}
+		b := []byte(s) // one byte changed: utcTime reads it as UnmarshalJSON does, or leaves it
+		b[1+rnd.IntN(len(b)-2)] = "0123456789:-.TZ+ 9"[rnd.IntN(18)]
+		check(string(b))
+	}
 }
