@@ -2,6 +2,7 @@ package execd
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -57,7 +58,9 @@ const maxPooledList = 1 << 20
 
 // decodeFileInfoList decodes execd's JSON array of FileInfo from resp
 // (at most MaxListingBytes are read; an answer naming "path" more than
-// MaxListingEntries times is refused before it is decoded) and closes the
+// MaxListingEntries times is refused before it is decoded, and one of more
+// elements, nulls and objects without a path included, as it is decoded)
+// and closes the
 // body. It reads the
 // body once into a pooled buffer, sizes the slice from it and walks the
 // tokens without reflection, reading only the fields the gateway uses:
@@ -106,18 +109,27 @@ func (c *Client) decodeFileInfoList(resp *http.Response) ([]FileInfo, error) {
 	if int64(len(body)) > limit {
 		return nil, tooLarge()
 	}
+	maxEntries := c.listingEntries()
+	tooMany := func() error {
+		return &Error{Kind: KindUnexpected, Status: resp.StatusCode,
+			Message: "execd's directory listing names more than " + strconv.Itoa(maxEntries) + " entries (the gateway's max_listing_entries)"}
+	}
 	var entries int
-	if maxEntries := c.listingEntries(); len(body) < len(quotedPath)*(maxEntries+1) {
+	if len(body) < len(quotedPath)*(maxEntries+1) {
 		// Too short to name quotedPath more than maxEntries times: the
 		// bound holds without the count (a multi-byte search, about a
 		// sixteenth of a small ListDir's instructions); the objects'
 		// opening braces, counted by a vector byte count, size the list.
 		entries = min(bytes.Count(body, openBrace), maxEntries)
 	} else if entries = bytes.Count(body, quotedPath); entries > maxEntries {
-		return nil, &Error{Kind: KindUnexpected, Status: resp.StatusCode,
-			Message: "execd's directory listing names more than " + strconv.Itoa(c.listingEntries()) + " entries (the gateway's max_listing_entries)"}
+		return nil, tooMany()
 	}
-	list, err := ld.decode(body, entries)
+	// The count bounds the entries that name "path"; decode bounds them
+	// all (nulls and objects without a path are entries too).
+	list, err := ld.decode(body, entries, maxEntries)
+	if err == errTooManyEntries {
+		return nil, tooMany()
+	}
 	if err != nil {
 		return nil, unexpectedJSON(resp)
 	}
@@ -201,10 +213,15 @@ var quotedPath = []byte(`"path"`)
 // count.
 var openBrace = []byte{'{'}
 
+// errTooManyEntries: the list has more than decode's maxEntries elements.
+var errTooManyEntries = errors.New("execd: more entries than max_listing_entries")
+
 // decode parses data (one JSON value, as encoding/json's Decoder reads the
 // first value and ignores what follows); entries, the count of quotedPath
-// in data, sizes the list (the caller counted it for its bound already).
-func (ld *listDecoder) decode(data []byte, entries int) ([]FileInfo, error) {
+// in data, sizes the list (the caller counted it for its bound already). A
+// list of more than maxEntries elements (whether or not they name a path)
+// is errTooManyEntries.
+func (ld *listDecoder) decode(data []byte, entries, maxEntries int) ([]FileInfo, error) {
 	if ld.seen == nil {
 		ld.seen = make(map[string]string)
 	}
@@ -232,6 +249,9 @@ func (ld *listDecoder) decode(data []byte, entries int) ([]FileInfo, error) {
 		ld.paths = make([]byte, 0, len(data))
 	}
 	for d.PeekKind() != ']' {
+		if len(list) == maxEntries {
+			return nil, errTooManyEntries
+		}
 		var fi FileInfo
 		ld.spans = append(ld.spans, pathSpan{-1, -1})
 		switch d.PeekKind() {
