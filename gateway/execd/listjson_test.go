@@ -326,3 +326,28 @@ func TestUTCTime(t *testing.T) {
 		check(string(b))
 	}
 }
+
+// TestDecodeFileInfoListEntriesWithoutPathBounded: max_listing_entries
+// bounds the entries, not the entries that name "path": a listing of
+// empty objects or nulls (3 to 5 bytes each, about 1.4 million in the
+// default 4 MiB, each a FileInfo and then an entry of the Connect answer)
+// is refused past the bound as one naming its paths is.
+func TestDecodeFileInfoListEntriesWithoutPathBounded(t *testing.T) {
+	c := &Client{MaxListingBytes: 1 << 10, MaxListingEntries: 3}
+	for _, body := range []string{`[{},{},{},{}]`, `[null,null,null,null]`, `[{"type":"file"},{},null,{"path":"d"}]`} {
+		list, err := c.decodeFileInfoList(listResponse(body))
+		var e *Error
+		if !errors.As(err, &e) || e.Kind != KindUnexpected || !strings.Contains(e.Message, "more than 3 entries") {
+			t.Fatalf("%s: %d entries, %v; want the max_listing_entries error", body, len(list), err)
+		}
+	}
+	// Long enough to be counted by "path" rather than by braces.
+	long := "[" + strings.Repeat(`{"type":"file","owner":"root"},`, 20) + `{}]`
+	c = &Client{MaxListingBytes: 1 << 12, MaxListingEntries: 3}
+	if list, err := c.decodeFileInfoList(listResponse(long)); err == nil {
+		t.Fatalf("21 entries without paths: %d entries decoded; want the max_listing_entries error", len(list))
+	}
+	if list, err := c.decodeFileInfoList(listResponse(`[{},null,{"path":"c"}]`)); err != nil || len(list) != 3 {
+		t.Fatalf("three entries: %v %v", list, err)
+	}
+}

@@ -99,7 +99,7 @@ func reportCPU(b *testing.B, start time.Duration) {
 // of both ends and the benchmark's own sleep), a count the machine's load
 // hardly changes. A write deadline left in place after its write is a
 // runtime timer that fires during the idle time, a wake-up for nothing;
-// disarmed after the write (disarmWriteDeadline), it does not fire. The
+// disarmed after the write (deadlineConn.disarm), it does not fire. The
 // simulated node disarms its own deadlines the same way. -benchtime 200x
 // takes about 6 s.
 func BenchmarkWakeupsPerHeartbeat(b *testing.B) {

@@ -42,6 +42,8 @@ type conn struct {
 	// read-only.
 	ws    *websocket.Conn
 	state string
+	// wconn is ws's socket (nil: its write deadline is never disarmed).
+	wconn *deadlineConn
 
 	// Set before the welcome is written, read-only afterwards.
 	id    string
@@ -485,40 +487,21 @@ func putFrameBuf(bp *[]byte) {
 }
 
 // writeBytes writes one text message within Timers.Write, then disarms
-// the socket's write deadline (disarmWriteDeadline); the caller holds
+// the socket's write deadline (deadlineConn.disarm); the caller holds
 // c.wmu.
 func (c *conn) writeBytes(b []byte) bool {
-	write := c.config().Timers.Write
-	_ = c.ws.SetWriteDeadline(time.Now().Add(write))
+	deadline := time.Now().Add(c.config().Timers.Write)
+	_ = c.ws.SetWriteDeadline(deadline)
 	if err := c.ws.WriteMessage(websocket.TextMessage, b); err != nil {
 		c.fail(0, "write failed")
 		_ = c.ws.Close()
 		return false
 	}
-	disarmWriteDeadline(c.ws.NetConn(), c.isClosing, write)
-	return true
-}
-
-// disarmWriteDeadline takes the write deadline off a socket whose write
-// has completed. A deadline left in place keeps the connection's runtime
-// timer armed: unless another write moves it first, it fires Timers.Write
-// after the last write and does nothing but mark the deadline passed (the
-// next write sets a new one), and on an idle gateway that firing is a
-// wake-up of its thread from the network poller for nothing
-// (docs/node-connect.md "Wake-ups per message"). Cleared, the timer is
-// removed and never fires.
-//
-// Only the writer holding the connection's write lock clears it, after its
-// write (pongs and the reply to a node's close frame take that lock too);
-// the one write outside it is Core's own close frame (conn.fail),
-// which marks the connection closing before it sets its own deadline, so
-// when closing reports true the deadline is set again (write from now)
-// rather than cleared: a close frame always writes under a deadline.
-func disarmWriteDeadline(nc interface{ SetWriteDeadline(time.Time) error }, closing func() bool, write time.Duration) {
-	_ = nc.SetWriteDeadline(time.Time{})
-	if closing() {
-		_ = nc.SetWriteDeadline(time.Now().Add(write))
+	if c.wconn != nil {
+		// gorilla sets exactly this deadline on the socket for the frame.
+		c.wconn.disarm(deadline)
 	}
+	return true
 }
 
 // hello handles the first frame.
@@ -858,8 +841,8 @@ func (c *conn) ping(data string) error {
 	if !c.pings.take(time.Now(), PingBurst, pingEvery) {
 		return errPingFlood
 	}
-	// Under the write lock, as every write that disarmWriteDeadline
-	// follows, so that no data frame's disarming clears the pong's deadline.
+	// Under the write lock, as every data frame's write and disarming
+	// (deadlineConn.disarm).
 	c.wmu.Lock()
 	err := c.ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(c.config().Timers.Write))
 	c.wmu.Unlock()
@@ -876,8 +859,8 @@ const closeReplyWait = time.Second
 
 // closeReply answers a node's close frame as gorilla's default close
 // handler does (the node's code echoed, within closeReplyWait), but under
-// the write lock, as every write that disarmWriteDeadline follows, so
-// that no data frame's disarming clears this frame's deadline.
+// the write lock, as every data frame's write and disarming
+// (deadlineConn.disarm).
 func (c *conn) closeReply(code int, _ string) error {
 	c.wmu.Lock()
 	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, ""), time.Now().Add(closeReplyWait))

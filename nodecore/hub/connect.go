@@ -108,14 +108,15 @@ func (h *Hub) connect(w http.ResponseWriter, r *http.Request) error {
 			http.Error(w, http.StatusText(status), status)
 		},
 	}
-	ws, err := up.Upgrade(w, r, nil)
+	hj := &deadlineHijacker{ResponseWriter: w}
+	ws, err := up.Upgrade(hj, r, nil)
 	if err != nil {
 		c.releaseClaim()
 		h.release(c, h.now())
 		return nil
 	}
 	h.mu.Lock()
-	c.ws = ws
+	c.ws, c.wconn = ws, hj.conn
 	h.mu.Unlock()
 	go c.run()
 	return nil
