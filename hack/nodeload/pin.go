@@ -19,6 +19,21 @@ import (
 func pinProcess(pid, cpu int) (int, error) {
 	var set unix.CPUSet
 	set.Set(cpu)
+	return eachThread(pid, func(tid int) error {
+		err := unix.SchedSetaffinity(tid, &set)
+		if err != nil && err != unix.ESRCH {
+			return fmt.Errorf("pinning thread %d of process %d to CPU %d: %w", tid, pid, cpu, err)
+		}
+		return err
+	})
+}
+
+// eachThread calls set once for every thread of process pid and returns
+// how many it set. The thread list is walked until a walk finds no
+// thread not yet set, so one created during a walk is not missed; a
+// thread for which set returns unix.ESRCH ended and is not counted.
+// Errors: reading /proc/<pid>/task, or set's other errors.
+func eachThread(pid int, set func(tid int) error) (int, error) {
 	done := map[int]bool{}
 	for {
 		entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
@@ -31,11 +46,10 @@ func pinProcess(pid, cpu int) (int, error) {
 			if err != nil || done[tid] {
 				continue
 			}
-			if err := unix.SchedSetaffinity(tid, &set); err != nil {
-				if err == unix.ESRCH {
-					continue // the thread ended
-				}
-				return len(done), fmt.Errorf("pinning thread %d of process %d to CPU %d: %w", tid, pid, cpu, err)
+			if err := set(tid); err == unix.ESRCH {
+				continue // the thread ended
+			} else if err != nil {
+				return len(done), err
 			}
 			done[tid] = true
 			fresh++
@@ -73,39 +87,20 @@ func cpusOf(pid int) (string, error) {
 // thread it has not set, as pinProcess does; threads created afterwards
 // are not set.
 func sliceProcess(pid int, slice time.Duration) (int, error) {
-	done := map[int]bool{}
-	for {
-		entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-		if err != nil {
-			return len(done), err
+	return eachThread(pid, func(tid int) error {
+		attr, err := unix.SchedGetAttr(tid, 0)
+		if err == nil {
+			attr.Size = unix.SizeofSchedAttr
+			attr.Policy = unix.SCHED_NORMAL
+			attr.Flags = 0
+			attr.Runtime = uint64(slice.Nanoseconds())
+			err = unix.SchedSetAttr(tid, attr, 0)
 		}
-		fresh := 0
-		for _, e := range entries {
-			tid, err := strconv.Atoi(e.Name())
-			if err != nil || done[tid] {
-				continue
-			}
-			attr, err := unix.SchedGetAttr(tid, 0)
-			if err == nil {
-				attr.Size = unix.SizeofSchedAttr
-				attr.Policy = unix.SCHED_NORMAL
-				attr.Flags = 0
-				attr.Runtime = uint64(slice.Nanoseconds())
-				err = unix.SchedSetAttr(tid, attr, 0)
-			}
-			if err == unix.ESRCH {
-				continue // the thread ended
-			}
-			if err != nil {
-				return len(done), fmt.Errorf("setting the time slice of thread %d of process %d to %s: %w", tid, pid, slice, err)
-			}
-			done[tid] = true
-			fresh++
+		if err != nil && err != unix.ESRCH {
+			return fmt.Errorf("setting the time slice of thread %d of process %d to %s: %w", tid, pid, slice, err)
 		}
-		if fresh == 0 {
-			return len(done), nil
-		}
-	}
+		return err
+	})
 }
 
 // sliceOf is the EEVDF time slice thread tid runs with (sched_getattr's
