@@ -501,7 +501,7 @@ func (d *Daemon) newManager(cr *clusterRun, restart bool) (manager.Manager, erro
 	}
 	if lc := p.handle.Lifecycle; lc != nil {
 		if err := mgr.Add(&orphanScanner{o: lc, every: opts.OrphanInterval, log: opts.Log.WithValues("cluster", c.ID),
-			cluster: c.ID, metrics: opts.Metrics}); err != nil {
+			cluster: c.ID, metrics: opts.Metrics, after: replayOver(mgr, c.ID)}); err != nil {
 			return nil, err
 		}
 		if err := (&controller.Expiry{Orchestrator: lc, Reader: mgr.GetCache(), Log: opts.Log.WithValues("cluster", c.ID),
@@ -700,15 +700,18 @@ func (d *Daemon) runCluster(ctx context.Context, c *clusterRun) {
 	}
 }
 
-// orphanScanner runs the orphan scan on the leader: once at start-up, then
-// every interval, counting each scan's outcome
-// (corectl_orphan_scans_total).
+// orphanScanner runs the orphan scan on the leader: once at start-up (once
+// after returns: the informers' replay is over), then every interval,
+// counting each scan's outcome (corectl_orphan_scans_total).
 type orphanScanner struct {
 	o       *lifecycle.Orchestrator
 	every   time.Duration
 	log     logr.Logger
 	cluster string
 	metrics *metrics.Metrics
+	// after, when set, is waited on before the first scan; false: ctx
+	// ended (no scan).
+	after func(ctx context.Context) bool
 }
 
 // NeedLeaderElection is true: only the leader scans.
@@ -719,6 +722,9 @@ func (s *orphanScanner) Start(ctx context.Context) error {
 	every := s.every
 	if every <= 0 {
 		every = time.Minute
+	}
+	if s.after != nil && !s.after(ctx) {
+		return nil
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()

@@ -1,0 +1,91 @@
+package daemon
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// maxReplayWait bounds how long the first orphan scan waits for the
+// start-up replay (replayOver): past it the scan runs anyway, so a cluster
+// whose controllers never drain their queues (steady load) is still
+// scanned at start-up.
+const maxReplayWait = 3 * time.Minute
+
+// replayPoll is how often replayOver reads the controllers' queue depths.
+const replayPoll = 250 * time.Millisecond
+
+// replayOver returns the wait of cluster clusterID's first orphan scan: it
+// returns once mgr's informers of every kind its controllers watch
+// (BatchSandboxes, Ingresses, NetworkPolicies, SandboxIngressAllowlists)
+// have synced and the work queues of the cluster's controllers (names
+// ending "-<cluster id>", controller-runtime's workqueue_depth gauge) are
+// empty, or after maxReplayWait. It is false when ctx ended first.
+//
+// At 10,000 sandboxes the replay (the informers' lists and the
+// controllers' start-up reconciles) is corectl's heap peak; a scan running
+// beside it held its list pages on top (docs/benchmarks.md, issue 33).
+func replayOver(mgr manager.Manager, clusterID string) func(ctx context.Context) bool {
+	suffix := "-" + strings.ToLower(clusterID)
+	return func(ctx context.Context) bool {
+		ctx, cancel := context.WithTimeout(ctx, maxReplayWait)
+		defer cancel()
+		// The informers the controllers use (the same objects, so the
+		// same informers): requested here in case a controller has not
+		// started its sources yet.
+		for _, obj := range []client.Object{batchSandboxes(), &networkingv1.Ingress{}, &networkingv1.NetworkPolicy{}, &v1alpha1.SandboxIngressAllowlist{}} {
+			if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
+				return ctxAlive(ctx)
+			}
+		}
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return ctxAlive(ctx)
+		}
+		t := time.NewTicker(replayPoll)
+		defer t.Stop()
+		for queued(suffix) {
+			select {
+			case <-ctx.Done():
+				return ctxAlive(ctx)
+			case <-t.C:
+			}
+		}
+		return true
+	}
+}
+
+// ctxAlive is what replayOver returns once its own context ended: true
+// when only maxReplayWait passed (the scan runs), false when the caller's
+// context ended.
+func ctxAlive(ctx context.Context) bool {
+	return context.Cause(ctx) == context.DeadlineExceeded
+}
+
+// queued reports whether a controller whose name ends with suffix has items
+// in its work queue (workqueue_depth > 0), or whether the depths could not
+// be read (then the caller keeps waiting, up to its bound).
+func queued(suffix string) bool {
+	fams, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		return true
+	}
+	for _, f := range fams {
+		if f.GetName() != "workqueue_depth" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && strings.HasSuffix(l.GetValue(), suffix) && m.GetGauge().GetValue() > 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
