@@ -67,9 +67,10 @@ func ctxAlive(ctx context.Context) bool {
 	return context.Cause(ctx) == context.DeadlineExceeded
 }
 
-// queued reports whether a controller whose name ends with suffix has items
-// in its work queue (workqueue_depth > 0), or whether the depths could not
-// be read (then the caller keeps waiting, up to its bound).
+// queued reports whether a controller named "<kind>-<cluster id>" (suffix
+// "-<cluster id>", the kind without a dash: corectl/controller's names)
+// has items in its work queue (workqueue_depth > 0), or whether the depths
+// could not be read (then the caller keeps waiting, up to its bound).
 func queued(suffix string) bool {
 	fams, err := ctrlmetrics.Registry.Gather()
 	if err != nil {
@@ -81,7 +82,8 @@ func queued(suffix string) bool {
 		}
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && strings.HasSuffix(l.GetValue(), suffix) && m.GetGauge().GetValue() > 0 {
+				kind, ok := strings.CutSuffix(l.GetValue(), suffix)
+				if l.GetName() == "controller" && ok && !strings.Contains(kind, "-") && m.GetGauge().GetValue() > 0 {
 					return true
 				}
 			}
