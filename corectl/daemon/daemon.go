@@ -199,6 +199,7 @@ const DefaultShutdownGrace = 30 * time.Second
 // Daemon is a configured corectl.
 type Daemon struct {
 	opts     Options
+	gc       atomic.Pointer[startupGC] // set by Run: GOGC lowered for the start-up replay
 	api      *httpapi.Server
 	listener net.Listener
 	metrics  *metrics.Metrics
@@ -501,7 +502,7 @@ func (d *Daemon) newManager(cr *clusterRun, restart bool) (manager.Manager, erro
 	}
 	if lc := p.handle.Lifecycle; lc != nil {
 		if err := mgr.Add(&orphanScanner{o: lc, every: opts.OrphanInterval, log: opts.Log.WithValues("cluster", c.ID),
-			cluster: c.ID, metrics: opts.Metrics, after: replayOver(mgr, c.ID)}); err != nil {
+			cluster: c.ID, metrics: opts.Metrics, after: d.afterReplay(mgr, c.ID)}); err != nil {
 			return nil, err
 		}
 		if err := (&controller.Expiry{Orchestrator: lc, Reader: mgr.GetCache(), Log: opts.Log.WithValues("cluster", c.ID),
@@ -572,6 +573,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	var withScan []string
+	for _, c := range d.clusters {
+		if c.parts.handle.Lifecycle != nil {
+			withScan = append(withScan, c.id)
+		}
+	}
+	d.gc.Store(lowerGC(withScan))
+	defer d.gc.Load().restore()
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
 	// The managers outlive runCtx until the API has drained.
@@ -751,6 +760,19 @@ func (s *orphanScanner) Start(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
+	}
+}
+
+// afterReplay is the wait of cluster id's first orphan scan on mgr
+// (replayOver), recording its end for the start-up GOGC (startupGC).
+func (d *Daemon) afterReplay(mgr manager.Manager, id string) func(ctx context.Context) bool {
+	wait := replayOver(mgr, id)
+	return func(ctx context.Context) bool {
+		ok := wait(ctx)
+		if g := d.gc.Load(); g != nil {
+			g.replayed(id)
+		}
+		return ok
 	}
 }
 

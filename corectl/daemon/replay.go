@@ -2,7 +2,10 @@ package daemon
 
 import (
 	"context"
+	"os"
+	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
@@ -90,4 +93,64 @@ func queued(suffix string) bool {
 		}
 	}
 	return false
+}
+
+// startupGCPercent is the collector's GOGC while the start-up replay runs
+// (startupGC): the heap then grows to 1.5 times the live heap before a
+// collection, instead of twice.
+const startupGCPercent = 50
+
+// startupGC lowers the collector's target (GOGC) while the process's
+// start-up replay runs and restores it once every cluster's leader replay
+// is over (replayed for each cluster, the orphan scanners' wait) or after
+// maxReplayWait (a standby never replays as leader), whichever comes
+// first. At 10,000 sandboxes the live heap is highest during the replay
+// (the informers' first lists, the controllers' queued start-up
+// requests: 119 against 88 MB after it, GODEBUG=gctrace=1), and with
+// GOGC 100 the heap reached twice that, the process's RSS peak
+// (docs/benchmarks.md, issue 33). An operator's GOGC (the environment
+// variable) is left alone.
+type startupGC struct {
+	mu      sync.Mutex
+	pending map[string]bool // cluster IDs whose leader replay is not over
+	prev    int             // the GOGC to restore; -2: nothing lowered
+}
+
+// lowerGC lowers GOGC to startupGCPercent for the replays of clusters
+// (unless the environment sets GOGC) and restores it after maxReplayWait
+// at the latest.
+func lowerGC(clusters []string) *startupGC {
+	g := &startupGC{pending: map[string]bool{}, prev: -2}
+	if os.Getenv("GOGC") != "" || len(clusters) == 0 {
+		return g
+	}
+	for _, id := range clusters {
+		g.pending[id] = true
+	}
+	g.prev = debug.SetGCPercent(startupGCPercent)
+	time.AfterFunc(maxReplayWait, g.restore)
+	return g
+}
+
+// replayed records that cluster id's leader replay is over, restoring
+// GOGC once every cluster's is.
+func (g *startupGC) replayed(id string) {
+	g.mu.Lock()
+	delete(g.pending, id)
+	last := len(g.pending) == 0
+	g.mu.Unlock()
+	if last {
+		g.restore()
+	}
+}
+
+// restore sets GOGC back (once).
+func (g *startupGC) restore() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.prev != -2 {
+		debug.SetGCPercent(g.prev)
+		g.prev = -2
+	}
+	clear(g.pending)
 }
