@@ -1,0 +1,67 @@
+package daemon
+
+import (
+	"runtime/debug"
+	"testing"
+)
+
+// gcPercent reads GOGC without changing it.
+func gcPercent() int {
+	p := debug.SetGCPercent(100)
+	debug.SetGCPercent(p)
+	return p
+}
+
+func TestStartupGCLowersGOGCUntilEveryClusterReplayed(t *testing.T) {
+	t.Setenv("GOGC", "")
+	before := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(before) })
+
+	g := lowerGC([]string{"a", "b"})
+	if p := gcPercent(); p != startupGCPercent {
+		t.Fatalf("GOGC during the replay = %d, want %d", p, startupGCPercent)
+	}
+	g.replayed("a")
+	if p := gcPercent(); p != startupGCPercent {
+		t.Fatalf("GOGC after one of two clusters replayed = %d, want %d", p, startupGCPercent)
+	}
+	g.replayed("b")
+	if p := gcPercent(); p != 100 {
+		t.Fatalf("GOGC after every cluster replayed = %d, want 100 (restored)", p)
+	}
+	// A later manager's replay (a restart) and the shutdown's restore
+	// change nothing.
+	debug.SetGCPercent(80)
+	g.replayed("a")
+	g.restore()
+	if p := gcPercent(); p != 80 {
+		t.Fatalf("GOGC changed after it was restored: %d, want 80", p)
+	}
+}
+
+func TestStartupGCLeavesTheOperatorsGOGC(t *testing.T) {
+	t.Setenv("GOGC", "200")
+	before := debug.SetGCPercent(200)
+	t.Cleanup(func() { debug.SetGCPercent(before) })
+
+	g := lowerGC([]string{"a"})
+	if p := gcPercent(); p != 200 {
+		t.Fatalf("GOGC with the environment's GOGC=200 = %d, want 200", p)
+	}
+	g.replayed("a")
+	if p := gcPercent(); p != 200 {
+		t.Fatalf("GOGC after the replay = %d, want 200", p)
+	}
+}
+
+func TestStartupGCWithoutOrphanScansLowersNothing(t *testing.T) {
+	t.Setenv("GOGC", "")
+	before := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(before) })
+
+	g := lowerGC(nil)
+	if p := gcPercent(); p != 100 {
+		t.Fatalf("GOGC without a cluster that replays as leader = %d, want 100", p)
+	}
+	g.restore()
+}
