@@ -199,7 +199,7 @@ const DefaultShutdownGrace = 30 * time.Second
 // Daemon is a configured corectl.
 type Daemon struct {
 	opts     Options
-	gc       atomic.Pointer[startupGC] // set by Run: GOGC lowered for the start-up replay
+	gc       atomic.Pointer[startupGC] // set by Run: GOGC lowered while a replay runs
 	api      *httpapi.Server
 	listener net.Listener
 	metrics  *metrics.Metrics
@@ -573,14 +573,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	var withScan []string
+	gc := newStartupGC()
 	for _, c := range d.clusters {
 		if c.parts.handle.Lifecycle != nil {
-			withScan = append(withScan, c.id)
+			gc.lower(c.id)
 		}
 	}
-	d.gc.Store(lowerGC(withScan))
-	defer d.gc.Load().restore()
+	d.gc.Store(gc)
+	defer gc.restore()
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
 	// The managers outlive runCtx until the API has drained.
@@ -764,12 +764,18 @@ func (s *orphanScanner) Start(ctx context.Context) error {
 }
 
 // afterReplay is the wait of cluster id's first orphan scan on mgr
-// (replayOver), recording its end for the start-up GOGC (startupGC).
+// (replayOver), with GOGC lowered while it lasts (startupGC).
 func (d *Daemon) afterReplay(mgr manager.Manager, id string) func(ctx context.Context) bool {
 	wait := replayOver(mgr, id)
 	return func(ctx context.Context) bool {
+		g := d.gc.Load()
+		if g != nil {
+			// This replica just became the leader: its controllers'
+			// informers and start-up requests replay now.
+			g.lower(id)
+		}
 		ok := wait(ctx)
-		if g := d.gc.Load(); g != nil {
+		if g != nil {
 			g.replayed(id)
 		}
 		return ok

@@ -95,62 +95,77 @@ func queued(suffix string) bool {
 	return false
 }
 
-// startupGCPercent is the collector's GOGC while the start-up replay runs
+// startupGCPercent is the collector's GOGC while a replay runs
 // (startupGC): the heap then grows to 1.5 times the live heap before a
 // collection, instead of twice.
 const startupGCPercent = 50
 
-// startupGC lowers the collector's target (GOGC) while the process's
-// start-up replay runs and restores it once every cluster's leader replay
-// is over (replayed for each cluster, the orphan scanners' wait) or after
-// maxReplayWait (a standby never replays as leader), whichever comes
-// first. At 10,000 sandboxes the live heap is highest during the replay
-// (the informers' first lists, the controllers' queued start-up
-// requests: 119 against 88 MB after it, GODEBUG=gctrace=1), and with
-// GOGC 100 the heap reached twice that, the process's RSS peak
-// (docs/benchmarks.md, issue 33). An operator's GOGC (the environment
-// variable) is left alone.
+// startupGC lowers the collector's target (GOGC) while a replay runs: at
+// the process's start (every cluster's informers list their objects) and
+// whenever a replica becomes a cluster's leader (its controllers' informers
+// and start-up requests). It restores the target once no cluster's replay
+// is pending: a cluster's replay is over when its orphan scanner's wait
+// (replayOver) returns, or maxReplayWait after it began (a standby never
+// replays as leader until elected). At 10,000 sandboxes the live heap is
+// highest during the replay (119 against 88 MB after it, with
+// GODEBUG=gctrace=1), and with GOGC 100 the heap reached twice that, the
+// process's RSS peak (docs/benchmarks.md, issue 33). An operator's GOGC
+// (the environment variable) is never changed.
 type startupGC struct {
 	mu      sync.Mutex
-	pending map[string]bool // cluster IDs whose leader replay is not over
-	prev    int             // the GOGC to restore; -2: nothing lowered
+	env     bool              // GOGC set in the environment: nothing is lowered
+	pending map[string]uint64 // cluster ID -> generation of its pending replay
+	gen     uint64
+	prev    int // the GOGC to restore; -2: nothing lowered
 }
 
-// lowerGC lowers GOGC to startupGCPercent for the replays of clusters
-// (unless the environment sets GOGC) and restores it after maxReplayWait
-// at the latest.
-func lowerGC(clusters []string) *startupGC {
-	g := &startupGC{pending: map[string]bool{}, prev: -2}
-	if os.Getenv("GOGC") != "" || len(clusters) == 0 {
-		return g
-	}
-	for _, id := range clusters {
-		g.pending[id] = true
-	}
-	g.prev = debug.SetGCPercent(startupGCPercent)
-	time.AfterFunc(maxReplayWait, g.restore)
-	return g
+// newStartupGC returns a startupGC that has lowered nothing.
+func newStartupGC() *startupGC {
+	return &startupGC{env: os.Getenv("GOGC") != "", pending: map[string]uint64{}, prev: -2}
 }
 
-// replayed records that cluster id's leader replay is over, restoring
-// GOGC once every cluster's is.
-func (g *startupGC) replayed(id string) {
+// lower lowers GOGC to startupGCPercent for a replay of cluster id, until
+// replayed(id) or maxReplayWait.
+func (g *startupGC) lower(id string) {
 	g.mu.Lock()
-	delete(g.pending, id)
-	last := len(g.pending) == 0
-	g.mu.Unlock()
-	if last {
-		g.restore()
+	defer g.mu.Unlock()
+	if g.env {
+		return
+	}
+	g.gen++
+	gen := g.gen
+	g.pending[id] = gen
+	if g.prev == -2 {
+		g.prev = debug.SetGCPercent(startupGCPercent)
+	}
+	time.AfterFunc(maxReplayWait, func() { g.end(id, gen) })
+}
+
+// replayed records that cluster id's replay is over, restoring GOGC once
+// no cluster's is pending.
+func (g *startupGC) replayed(id string) { g.end(id, 0) }
+
+// end ends cluster id's pending replay (only generation gen's, unless gen
+// is 0), restoring GOGC once none is pending.
+func (g *startupGC) end(id string, gen uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if cur, ok := g.pending[id]; ok && (gen == 0 || cur == gen) {
+		delete(g.pending, id)
+	}
+	if len(g.pending) == 0 && g.prev != -2 {
+		debug.SetGCPercent(g.prev)
+		g.prev = -2
 	}
 }
 
-// restore sets GOGC back (once).
+// restore sets GOGC back and forgets every pending replay.
 func (g *startupGC) restore() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	clear(g.pending)
 	if g.prev != -2 {
 		debug.SetGCPercent(g.prev)
 		g.prev = -2
 	}
-	clear(g.pending)
 }

@@ -17,7 +17,9 @@ func TestStartupGCLowersGOGCUntilEveryClusterReplayed(t *testing.T) {
 	before := debug.SetGCPercent(100)
 	t.Cleanup(func() { debug.SetGCPercent(before) })
 
-	g := lowerGC([]string{"a", "b"})
+	g := newStartupGC()
+	g.lower("a")
+	g.lower("b")
 	if p := gcPercent(); p != startupGCPercent {
 		t.Fatalf("GOGC during the replay = %d, want %d", p, startupGCPercent)
 	}
@@ -29,8 +31,8 @@ func TestStartupGCLowersGOGCUntilEveryClusterReplayed(t *testing.T) {
 	if p := gcPercent(); p != 100 {
 		t.Fatalf("GOGC after every cluster replayed = %d, want 100 (restored)", p)
 	}
-	// A later manager's replay (a restart) and the shutdown's restore
-	// change nothing.
+	// A replay ending again (its timer) and the shutdown's restore
+	// change nothing once restored.
 	debug.SetGCPercent(80)
 	g.replayed("a")
 	g.restore()
@@ -39,12 +41,36 @@ func TestStartupGCLowersGOGCUntilEveryClusterReplayed(t *testing.T) {
 	}
 }
 
+func TestStartupGCLowersAgainForANewLeadersReplay(t *testing.T) {
+	t.Setenv("GOGC", "")
+	before := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(before) })
+
+	g := newStartupGC()
+	g.lower("a")
+	g.replayed("a")
+	g.lower("a") // elected later: the controllers' replay
+	if p := gcPercent(); p != startupGCPercent {
+		t.Fatalf("GOGC during a new leader's replay = %d, want %d", p, startupGCPercent)
+	}
+	// The first lowering's bound ending does not end the second's.
+	g.end("a", 1)
+	if p := gcPercent(); p != startupGCPercent {
+		t.Fatalf("GOGC after an earlier replay's bound = %d, want %d", p, startupGCPercent)
+	}
+	g.end("a", 2)
+	if p := gcPercent(); p != 100 {
+		t.Fatalf("GOGC after the replay's own bound = %d, want 100", p)
+	}
+}
+
 func TestStartupGCLeavesTheOperatorsGOGC(t *testing.T) {
 	t.Setenv("GOGC", "200")
 	before := debug.SetGCPercent(200)
 	t.Cleanup(func() { debug.SetGCPercent(before) })
 
-	g := lowerGC([]string{"a"})
+	g := newStartupGC()
+	g.lower("a")
 	if p := gcPercent(); p != 200 {
 		t.Fatalf("GOGC with the environment's GOGC=200 = %d, want 200", p)
 	}
@@ -52,16 +78,4 @@ func TestStartupGCLeavesTheOperatorsGOGC(t *testing.T) {
 	if p := gcPercent(); p != 200 {
 		t.Fatalf("GOGC after the replay = %d, want 200", p)
 	}
-}
-
-func TestStartupGCWithoutOrphanScansLowersNothing(t *testing.T) {
-	t.Setenv("GOGC", "")
-	before := debug.SetGCPercent(100)
-	t.Cleanup(func() { debug.SetGCPercent(before) })
-
-	g := lowerGC(nil)
-	if p := gcPercent(); p != 100 {
-		t.Fatalf("GOGC without a cluster that replays as leader = %d, want 100", p)
-	}
-	g.restore()
 }
