@@ -199,6 +199,7 @@ const DefaultShutdownGrace = 30 * time.Second
 // Daemon is a configured corectl.
 type Daemon struct {
 	opts     Options
+	gc       atomic.Pointer[startupGC] // set by Run: GOGC lowered while a replay runs
 	api      *httpapi.Server
 	listener net.Listener
 	metrics  *metrics.Metrics
@@ -501,7 +502,7 @@ func (d *Daemon) newManager(cr *clusterRun, restart bool) (manager.Manager, erro
 	}
 	if lc := p.handle.Lifecycle; lc != nil {
 		if err := mgr.Add(&orphanScanner{o: lc, every: opts.OrphanInterval, log: opts.Log.WithValues("cluster", c.ID),
-			cluster: c.ID, metrics: opts.Metrics}); err != nil {
+			cluster: c.ID, metrics: opts.Metrics, after: d.afterReplay(mgr, c.ID)}); err != nil {
 			return nil, err
 		}
 		if err := (&controller.Expiry{Orchestrator: lc, Reader: mgr.GetCache(), Log: opts.Log.WithValues("cluster", c.ID),
@@ -572,6 +573,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	gc := newStartupGC()
+	for _, c := range d.clusters {
+		if c.parts.handle.Lifecycle != nil {
+			gc.lower(c.id)
+		}
+	}
+	d.gc.Store(gc)
+	defer gc.restore()
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
 	// The managers outlive runCtx until the API has drained.
@@ -700,15 +709,18 @@ func (d *Daemon) runCluster(ctx context.Context, c *clusterRun) {
 	}
 }
 
-// orphanScanner runs the orphan scan on the leader: once at start-up, then
-// every interval, counting each scan's outcome
-// (corectl_orphan_scans_total).
+// orphanScanner runs the orphan scan on the leader: once at start-up (once
+// after returns: the informers' replay is over), then every interval,
+// counting each scan's outcome (corectl_orphan_scans_total).
 type orphanScanner struct {
 	o       *lifecycle.Orchestrator
 	every   time.Duration
 	log     logr.Logger
 	cluster string
 	metrics *metrics.Metrics
+	// after, when set, is waited on before the first scan; false: ctx
+	// ended (no scan).
+	after func(ctx context.Context) bool
 }
 
 // NeedLeaderElection is true: only the leader scans.
@@ -719,6 +731,9 @@ func (s *orphanScanner) Start(ctx context.Context) error {
 	every := s.every
 	if every <= 0 {
 		every = time.Minute
+	}
+	if s.after != nil && !s.after(ctx) {
+		return nil
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -745,6 +760,25 @@ func (s *orphanScanner) Start(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
+	}
+}
+
+// afterReplay is the wait of cluster id's first orphan scan on mgr
+// (replayOver), with GOGC lowered while it lasts (startupGC).
+func (d *Daemon) afterReplay(mgr manager.Manager, id string) func(ctx context.Context) bool {
+	wait := replayOver(mgr, id)
+	return func(ctx context.Context) bool {
+		g := d.gc.Load()
+		if g != nil {
+			// This replica just became the leader: its controllers'
+			// informers and start-up requests replay now.
+			g.lower(id)
+		}
+		ok := wait(ctx)
+		if g != nil {
+			g.replayed(id)
+		}
+		return ok
 	}
 }
 
