@@ -13,6 +13,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/internal/bearer"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -27,7 +28,9 @@ import (
 // lifecycle is not Creating, and lifecycle.PodServing); else 200
 // {"allowed": false, "reason"}: not_found (no such sandbox, another
 // credential's, or a credential that does not exist or is disabled),
-// deleting, expired, not_ready.
+// deleting, expired, not_ready. A not_ready answer is read again from
+// the apiserver (ClusterHandle.Reader) first: the cache may not yet hold
+// the create's last write when the SDK's first call follows the 201.
 // Any of InternalToken and InternalTokens is accepted; without any the
 // route does not exist (404).
 //
@@ -86,27 +89,50 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, "the sandbox cache cannot answer")
 		return
 	}
+	a := s.answer(cred, u)
+	if a.Reason == authorizer.ReasonNotReady && ch.Reader != nil {
+		// The cache may not yet hold the create's last write (lifecycle
+		// Ready) when the SDK's first call follows its 201 at once, or
+		// when this replica's cache lags the one that answered the
+		// create: a not-ready answer is read again from the apiserver.
+		// The gateway keeps each answer for at most a second, so this
+		// read happens at most about once a second per sandbox and
+		// gateway replica, and only for a sandbox the credential owns.
+		live := &unstructured.Unstructured{}
+		live.SetGroupVersionKind(sandbox.GVK)
+		if err := ch.Reader.Get(ctx, client.ObjectKey{Namespace: cred.ProjectNamespace, Name: id}, live); err == nil {
+			a = s.answer(cred, live)
+		} else if apierrors.IsNotFound(err) {
+			a = authorizer.Answer{Reason: authorizer.ReasonNotFound}
+		}
+	}
+	writeJSON(w, http.StatusOK, a)
+}
+
+// answer is the authorizer's answer for credential cred about
+// BatchSandbox u (the cache's or the apiserver's copy): not_found for
+// another credential's, deleting, expired, not_ready while it is Creating
+// or its pod does not serve (spec §3.3 "running", §5.3 Creating and
+// PodUnavailable: the data plane answers SANDBOX_NOT_READY, as the fixed
+// entry's ingress would), else allowed with its end time.
+func (s *Server) answer(cred credential.Credential, u client.Object) authorizer.Answer {
 	st, _ := sandbox.Annotation(u, v1alpha1.AnnotationLifecycle)
 	end, hasEnd := lifecycle.EndAt(u)
 	switch {
 	case !cred.Sees(sandbox.OwnerOf(u), cred.ProjectNamespace, cred.ClusterID):
-		refuse(authorizer.ReasonNotFound)
+		return authorizer.Answer{Reason: authorizer.ReasonNotFound}
 	case u.GetDeletionTimestamp() != nil || st == v1alpha1.StateDeleting || st == v1alpha1.StateCleanupFailed:
-		refuse(authorizer.ReasonDeleting)
+		return authorizer.Answer{Reason: authorizer.ReasonDeleting}
 	case hasEnd && !time.Now().Before(end):
-		refuse(authorizer.ReasonExpired)
+		return authorizer.Answer{Reason: authorizer.ReasonExpired}
 	case st == lifecycle.StateCreating || !lifecycle.PodServing(u):
-		// Not serving (spec §3.3 "running", §5.3 Creating and
-		// PodUnavailable): the data plane answers SANDBOX_NOT_READY, as
-		// the fixed entry's ingress would.
-		refuse(authorizer.ReasonNotReady)
-	default:
-		a := authorizer.Answer{Allowed: true}
-		if hasEnd {
-			a.EndAt = end.UTC().Format(time.RFC3339Nano)
-		}
-		writeJSON(w, http.StatusOK, a)
+		return authorizer.Answer{Reason: authorizer.ReasonNotReady}
 	}
+	a := authorizer.Answer{Allowed: true}
+	if hasEnd {
+		a.EndAt = end.UTC().Format(time.RFC3339Nano)
+	}
+	return a
 }
 
 // internalTokens is InternalToken and InternalTokens without empty ones.

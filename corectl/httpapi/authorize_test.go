@@ -1,0 +1,105 @@
+package httpapi_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/cluster"
+	"github.com/sandgate/sandgate/corectl/httpapi"
+	"github.com/sandgate/sandgate/corectl/lifecycle"
+	"github.com/sandgate/sandgate/corectl/sandbox"
+	"github.com/sandgate/sandgate/gateway/credential"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// liveReader is the apiserver's copy of one BatchSandbox (nil: not found),
+// counting the reads.
+type liveReader struct {
+	obj   *unstructured.Unstructured
+	reads int
+}
+
+func (l *liveReader) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	l.reads++
+	if l.obj == nil {
+		return apierrors.NewNotFound(schema.GroupResource{Group: sandbox.GVK.Group, Resource: "batchsandboxes"}, key.Name)
+	}
+	l.obj.DeepCopyInto(obj.(*unstructured.Unstructured))
+	return nil
+}
+
+func (l *liveReader) List(context.Context, client.ObjectList, ...client.ListOption) error { return nil }
+
+// TestAuthorizeNotReadyReadAgain: a sandbox the cache shows Creating (its
+// create's last write not yet seen, as when the SDK's first call follows
+// the 201 at once) is read again from the apiserver before the answer
+// is not_ready; a cached answer other than not_ready never reads it.
+func TestAuthorizeNotReadyReadAgain(t *testing.T) {
+	const tok = "test-internal-token-0123456789abcdef"
+	const id = "sb-0123456789abcdef"
+	creds := credential.Static{"own": {ID: "own", Enabled: true, ProjectNamespace: "project", ClusterID: "c1"},
+		"other": {ID: "other", Enabled: true, ProjectNamespace: "project", ClusterID: "c1"}}
+	end := time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano)
+	cached := func(state string) *sandbox.Cached {
+		return &sandbox.Cached{
+			ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: "project", Annotations: map[string]string{
+				v1alpha1.AnnotationLifecycle: state, v1alpha1.AnnotationCredential: "own", v1alpha1.AnnotationEndAt: end,
+				lifecycle.EndpointsAnnotation: `["10.0.0.7"]`}},
+			Status: sandbox.CachedStatus{Ready: 1},
+		}
+	}
+	live := func(state string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(sandbox.GVK)
+		u.SetName(id)
+		u.SetNamespace("project")
+		u.SetAnnotations(map[string]string{v1alpha1.AnnotationLifecycle: state, v1alpha1.AnnotationCredential: "own",
+			v1alpha1.AnnotationEndAt: end, lifecycle.EndpointsAnnotation: `["10.0.0.7"]`})
+		_ = unstructured.SetNestedField(u.Object, int64(1), "status", "ready")
+		return u
+	}
+	for _, tc := range []struct {
+		name      string
+		cred      string
+		cache     string
+		live      *unstructured.Unstructured
+		noReader  bool
+		want      string
+		wantReads int
+	}{
+		{name: "cache behind the create", cred: "own", cache: lifecycle.StateCreating, live: live(lifecycle.StateReady), want: `"allowed":true`, wantReads: 1},
+		{name: "still creating", cred: "own", cache: lifecycle.StateCreating, live: live(lifecycle.StateCreating), want: `"reason":"not_ready"`, wantReads: 1},
+		{name: "deleted meanwhile", cred: "own", cache: lifecycle.StateCreating, live: nil, want: `"reason":"not_found"`, wantReads: 1},
+		{name: "no reader", cred: "own", cache: lifecycle.StateCreating, noReader: true, want: `"reason":"not_ready"`},
+		{name: "ready in the cache", cred: "own", cache: lifecycle.StateReady, live: live(lifecycle.StateCreating), want: `"allowed":true`},
+		{name: "another credential's", cred: "other", cache: lifecycle.StateCreating, live: live(lifecycle.StateReady), want: `"reason":"not_found"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lr := &liveReader{obj: tc.live}
+			ch := &httpapi.ClusterHandle{Cluster: &cluster.Cluster{ID: "c1"},
+				Cache: sharedCache{{Namespace: "project", Name: id}: cached(tc.cache)}, Reader: lr}
+			if tc.noReader {
+				ch.Reader = nil
+			}
+			srv := &httpapi.Server{Credentials: creds, InternalToken: tok, Clusters: map[string]*httpapi.ClusterHandle{"c1": ch}}
+			req := httptest.NewRequest(http.MethodGet, "/internal/v1/authorize?credential="+tc.cred+"&sandbox="+id, nil)
+			req.Header.Set("Authorization", "Bearer "+tok)
+			rec := httptest.NewRecorder()
+			srv.Handler().ServeHTTP(rec, req)
+			if rec.Code != http.StatusOK || !bytesContain(rec.Body.Bytes(), tc.want) {
+				t.Fatalf("answer %d %s; want %s", rec.Code, rec.Body.String(), tc.want)
+			}
+			if lr.reads != tc.wantReads {
+				t.Fatalf("%d reads from the apiserver; want %d", lr.reads, tc.wantReads)
+			}
+		})
+	}
+}
