@@ -32,12 +32,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 	"github.com/google/uuid"
 
 	"github.com/sandgate/sandgate/hack/gatewayproc"
+	"github.com/sandgate/sandgate/integration/harness"
 	"github.com/sandgate/sandgate/internal/freeport"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodecore/admin"
@@ -50,7 +49,6 @@ const wait = 3 * time.Minute
 
 const (
 	testImage  = "sandgate-test/busybox:1" // hack/docker/start.sh imports it
-	labelNode  = "io.sandgate.node_id"     // nodeagent/docker's container label
 	nodes      = 3
 	apiToken   = "rolling-api-token-DO-NOT-LOG-5f1e"
 	hmacSecret = "rolling-test-hmac-secret-0123456789abcdef"
@@ -141,15 +139,7 @@ func (w *world) publish(source string, tarball []byte) string {
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	host := os.Getenv("DOCKER_HOST")
-	if host == "" {
-		t.Fatal("DOCKER_HOST is unset: this test runs nodeagent on a real Docker engine; export DOCKER_HOST=$(bash hack/docker/start.sh) (make test does this)")
-	}
-	cli, err := client.NewClientWithOpts(client.WithHost(host), client.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
+	cli, host := harness.DockerClient(t)
 	w := &world{t: t, dir: t.TempDir(), caddy: binary(t, "caddy"), agent: binary(t, "nodeagent"), docker: cli, host: host,
 		digests: map[int64]string{}}
 	rc, err := cli.ImageSave(context.Background(), []string{testImage})
@@ -170,14 +160,7 @@ func newWorld(t *testing.T) *world {
 // those: other tests share the engine).
 func (w *world) removeContainers() {
 	for _, id := range w.nodeIDs {
-		list, err := w.docker.ContainerList(context.Background(), container.ListOptions{All: true,
-			Filters: filters.NewArgs(filters.Arg("label", labelNode+"="+id))})
-		if err != nil {
-			continue
-		}
-		for _, c := range list {
-			_ = w.docker.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
-		}
+		harness.RemoveNodeContainers(w.docker, id)
 	}
 }
 

@@ -16,16 +16,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/client"
 	"github.com/google/uuid"
 	"github.com/gorilla/websocket"
 
 	"github.com/sandgate/sandgate/hack/gatewayproc"
+	"github.com/sandgate/sandgate/integration/harness"
 	"github.com/sandgate/sandgate/internal/freeport"
 	"github.com/sandgate/sandgate/node/proto"
-	"github.com/sandgate/sandgate/nodeagent/docker"
 	"github.com/sandgate/sandgate/nodecore/api"
 	"github.com/sandgate/sandgate/nodecore/hub"
 )
@@ -89,15 +86,7 @@ func TestNodeCredentialRotationUnderTraffic(t *testing.T) {
 		return p
 	}
 	caddy, agent := bin("caddy"), bin("nodeagent")
-	host := os.Getenv("DOCKER_HOST")
-	if host == "" {
-		t.Fatal("DOCKER_HOST is unset: this test runs nodeagent on a real Docker engine; export DOCKER_HOST=$(bash hack/docker/start.sh) (make test does this)")
-	}
-	cli, err := client.NewClientWithOpts(client.WithHost(host), client.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
+	cli, host := harness.DockerClient(t)
 	if _, err := cli.ImageInspect(context.Background(), nodeTestImage); err != nil {
 		t.Fatalf("the test image %s is missing (%v): hack/docker/start.sh imports it", nodeTestImage, err)
 	}
@@ -152,7 +141,7 @@ heartbeat = %q
 		n.ref = proto.Reference{TenantID: "tenant-rotation", EnvironmentID: "env-rotation", AllocationID: "alloc-" + n.id[:8]}
 		nodes[i] = n
 		id := n.id
-		t.Cleanup(func() { removeNodeContainers(cli, id) })
+		t.Cleanup(func() { harness.RemoveNodeContainers(cli, id) })
 	}
 	var recordsMu sync.Mutex
 	nodesFile := filepath.Join(dir, "nodes.json")
@@ -540,20 +529,5 @@ http://127.0.0.1:%s {
 	}
 	if !strings.Contains(gwLog.String(), "node credential replaced; retiring the connection") {
 		t.Errorf("the gateway did not log the retirement of the rotated node's connection")
-	}
-}
-
-// removeNodeContainers removes the containers of node id (other tests
-// share the engine).
-func removeNodeContainers(cli *client.Client, id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	list, err := cli.ContainerList(ctx, container.ListOptions{All: true,
-		Filters: filters.NewArgs(filters.Arg("label", docker.LabelNodeID+"="+id))})
-	if err != nil {
-		return
-	}
-	for _, c := range list {
-		_ = cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
 	}
 }
