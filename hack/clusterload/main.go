@@ -14,10 +14,22 @@
 // and the other clusters are measured once more (so the stopped phase is
 // compared with a phase before and one after it).
 //
+// "The one-cluster figures" have two readings, and both are measured: cluster
+// 1 alone with its own sandboxes (the same cluster, a tenth of the objects),
+// and, once the N-cluster run is over, cluster 1 seeded up to N × sandboxes
+// and run alone again (the same objects as the N-cluster run, in one
+// cluster), so the per-cluster cost and the per-sandbox cost show apart.
+// -total=false skips the second baseline (and its seeding).
+//
+// With -profiles dir, corectl runs with -probe-pprof and each run leaves in
+// dir its goroutine dump grouped by creator (goroutine?debug=1) and a heap
+// profile (heap?gc=1: the live heap by allocation site, for go tool pprof
+// -sample_index=inuse_space), taken with the RSS.
+//
 // Usage:
 //
 //	go run ./hack/clusterload [-corectl bin/corectl] [-clusters 10] [-sandboxes 300]
-//		[-creates 30] [-hang 30s] [-logs dir]
+//		[-creates 30] [-hang 30s] [-total=true] [-logs dir] [-profiles dir]
 //
 // The fixed entry is a stand-in that answers every readiness ping 200 (and
 // the probe-source discovery's echo path with the caller's address), so
@@ -78,13 +90,15 @@ func main() {
 	creates := flag.Int("creates", 30, "measured creates per phase (one at a time, round robin over the clusters)")
 	hang := flag.Duration("hang", 30*time.Second, "how long the last cluster's apiserver stays stopped (at least corectl's lease renew deadline, 10 s, so its leader election for that cluster is lost)")
 	logs := flag.String("logs", "", "a directory for corectl's output of each run (default: discarded)")
+	total := flag.Bool("total", true, "also run one cluster holding clusters × sandboxes (cluster 1 seeded up to that after the N-cluster run)")
+	profiles := flag.String("profiles", "", "a directory for each run's goroutine dump and heap profile (corectl runs with -probe-pprof; default: none)")
 	flag.Parse()
 	crlog.SetLogger(logr.Discard()) // envtest's own logs
 	if *n < 2 {
 		fmt.Fprintln(os.Stderr, "clusterload: -clusters must be at least 2")
 		os.Exit(2)
 	}
-	if err := run(*bin, *n, *seed, *creates, *hang, *logs); err != nil {
+	if err := run(*bin, *n, *seed, *creates, *hang, *total, *logs, *profiles); err != nil {
 		fmt.Fprintln(os.Stderr, "clusterload:", err)
 		os.Exit(1)
 	}
@@ -114,7 +128,7 @@ func loadavg() string {
 	return strings.Join(strings.Fields(string(b))[:3], " ")
 }
 
-func run(bin string, n, seed, creates int, hang time.Duration, logs string) error {
+func run(bin string, n, seed, creates int, hang time.Duration, total bool, logs, profiles string) error {
 	if _, err := os.Stat(bin); err != nil {
 		return fmt.Errorf("%w (build it with `make bin/corectl`)", err)
 	}
@@ -156,26 +170,54 @@ func run(bin string, n, seed, creates int, hang time.Duration, logs string) erro
 	}
 	fmt.Printf("seeded %d sandboxes in each cluster in %s\n", seed, time.Since(start).Round(time.Second))
 
-	one, err := w.measure(bin, 1, creates, 0, logs)
+	if profiles != "" {
+		if err := os.MkdirAll(profiles, 0o755); err != nil {
+			return err
+		}
+	}
+	one, err := w.measure(bin, 1, creates, 0, logs, profiles, "1")
 	if err != nil {
 		return fmt.Errorf("one cluster: %w", err)
 	}
-	all, err := w.measure(bin, n, creates, hang, logs)
+	all, err := w.measure(bin, n, creates, hang, logs, profiles, strconv.Itoa(n))
 	if err != nil {
 		return fmt.Errorf("%d clusters: %w", n, err)
 	}
+	var big *result
+	if total && n*seed > seed {
+		start = time.Now()
+		if err := w.clusters[0].seedParallel(n*seed-seed, 8*n); err != nil {
+			return err
+		}
+		fmt.Printf("\nseeded cluster %s up to %d sandboxes in %s\n", w.clusters[0].id, n*seed, time.Since(start).Round(time.Second))
+		if big, err = w.measure(bin, 1, creates, 0, logs, profiles, "1-total"); err != nil {
+			return fmt.Errorf("one cluster with %d sandboxes: %w", n*seed, err)
+		}
+	}
 	ratio := func(a, b float64) string { return fmt.Sprintf("%.2f×", a/b) }
 	fmt.Printf("\n| run | RSS MiB | goroutines | create p50 ms (range of halves) |\n|---|---:|---:|---|\n")
-	fmt.Printf("| 1 cluster | %.1f | %d | %.1f (%s) |\n", one.rss, one.goroutines, one.p50, one.halves)
-	fmt.Printf("| %d clusters | %.1f | %d | %.1f (%s) |\n", n, all.rss, all.goroutines, all.p50, all.halves)
-	fmt.Printf("| %d clusters, cluster %s stopped | %.1f | %d | %.1f (%s) |\n", n, all.hungID, all.hungRSS, all.hungGoroutines, all.hungP50, all.hungHalves)
-	fmt.Printf("| %d clusters, cluster %s resumed | | | %.1f (%s) |\n", n, all.hungID, all.afterP50, all.afterHalves)
+	fmt.Printf("| 1 cluster, %d sandboxes | %.1f | %d | %.1f (%s) |\n", seed, one.rss, one.goroutines, one.p50, one.halves)
+	if big != nil {
+		fmt.Printf("| 1 cluster, %d sandboxes | %.1f | %d | %.1f (%s) |\n", n*seed, big.rss, big.goroutines, big.p50, big.halves)
+	}
+	fmt.Printf("| %d clusters, %d sandboxes each | %.1f | %d | %.1f (%s) |\n", n, seed, all.rss, all.goroutines, all.p50, all.halves)
+	if hang > 0 {
+		fmt.Printf("| %d clusters, cluster %s stopped | %.1f | %d | %.1f (%s) |\n", n, all.hungID, all.hungRSS, all.hungGoroutines, all.hungP50, all.hungHalves)
+		fmt.Printf("| %d clusters, cluster %s resumed | | | %.1f (%s) |\n", n, all.hungID, all.afterP50, all.afterHalves)
+	}
 	fmt.Printf("\n%d clusters ÷ 1: RSS %s (%.1f MiB per added cluster), goroutines %s (%.0f per added cluster), create p50 %s\n",
 		n, ratio(all.rss, one.rss), (all.rss-one.rss)/float64(n-1), ratio(float64(all.goroutines), float64(one.goroutines)),
 		float64(all.goroutines-one.goroutines)/float64(n-1), ratio(all.p50, one.p50))
-	fmt.Printf("one apiserver stopped ÷ all running: create p50 on the others %s before, %s after (the same clusters, resumed); creates sent to the stopped cluster meanwhile: %d answered (%s), %d still waiting at the end; corectl %s\n",
-		ratio(all.hungP50, all.p50), ratio(all.hungP50, all.afterP50), all.hungAnswered, all.hungCodes, all.hungWaiting, all.survived)
-	fmt.Printf("after SIGCONT: cluster %s created again within %s (manager replaced %s time(s))\n", all.hungID, all.recovered.Round(100*time.Millisecond), all.restarts)
+	if big != nil {
+		fmt.Printf("%d clusters ÷ 1 cluster holding the same %d sandboxes: RSS %s (%.1f MiB per added cluster), goroutines %s (%.0f per added cluster), create p50 %s\n",
+			n, n*seed, ratio(all.rss, big.rss), (all.rss-big.rss)/float64(n-1), ratio(float64(all.goroutines), float64(big.goroutines)),
+			float64(all.goroutines-big.goroutines)/float64(n-1), ratio(all.p50, big.p50))
+	}
+	if hang > 0 {
+		fmt.Printf("one apiserver stopped ÷ all running: create p50 on the others %s before, %s after (the same clusters, resumed); creates sent to the stopped cluster meanwhile: %d answered (%s), %d still waiting at the end; corectl %s\n",
+			ratio(all.hungP50, all.p50), ratio(all.hungP50, all.afterP50), all.hungAnswered, all.hungCodes, all.hungWaiting, all.survived)
+		fmt.Printf("after SIGCONT: cluster %s created again within %s (manager replaced %s time(s))\n", all.hungID, all.recovered.Round(100*time.Millisecond), all.restarts)
+	}
 	fmt.Printf("load average %s\n", loadavg())
 	return nil
 }
@@ -237,7 +279,10 @@ func (w *world) seed(count int) error {
 	return errors.Join(errs...)
 }
 
-func (c *kcluster) seed(count int) error {
+func (c *kcluster) seed(count int) error { return c.seedParallel(count, 8) }
+
+// seedParallel writes count sandboxes into c with writers writers.
+func (c *kcluster) seedParallel(count, writers int) error {
 	cc := kubetest.Cluster(c.id, c.ingressNS)
 	next := make(chan int)
 	go func() {
@@ -249,7 +294,7 @@ func (c *kcluster) seed(count int) error {
 	var mu sync.Mutex
 	var first error
 	var wg sync.WaitGroup
-	for range 8 {
+	for range writers {
 		wg.Go(func() {
 			for range next {
 				if err := c.seedOne(cc); err != nil {
@@ -326,8 +371,8 @@ type result struct {
 
 // measure runs corectl with the first k clusters, waits for /readyz,
 // sends creates and, with hang > 0, stops the last cluster's apiserver and
-// measures again.
-func (w *world) measure(bin string, k, creates int, hang time.Duration, logs string) (*result, error) {
+// measures again. name names the run's files in logs and profiles.
+func (w *world) measure(bin string, k, creates int, hang time.Duration, logs, profiles, name string) (*result, error) {
 	cfg := cluster.Config{Templates: cluster.TemplateStore{ClusterID: w.clusters[0].id, Namespace: "templates"},
 		SandboxTemplates: kubetest.SandboxTemplates()}
 	var creds []map[string]any
@@ -368,12 +413,15 @@ func (w *world) measure(bin string, k, creates int, hang time.Duration, logs str
 		"-api-keys", filepath.Join(w.dir, "keys.yaml"), "-listen", apiAddr,
 		"-probe-listen", probeAddr, "-token-key-id", "k1", "-token-key-file", filepath.Join(w.dir, "token.key"),
 		"-orphan-interval", "1h")
+	if profiles != "" {
+		cmd.Args = append(cmd.Args, "-probe-pprof")
+	}
 	var out io.Writer = io.Discard
 	if logs != "" {
 		if err := os.MkdirAll(logs, 0o755); err != nil {
 			return nil, err
 		}
-		f, err := os.Create(filepath.Join(logs, fmt.Sprintf("corectl-%d.log", k)))
+		f, err := os.Create(filepath.Join(logs, "corectl-"+name+".log"))
 		if err != nil {
 			return nil, err
 		}
@@ -421,6 +469,11 @@ func (w *world) measure(bin string, k, creates int, hang time.Duration, logs str
 		return nil, err
 	}
 	fmt.Printf("  RSS %.1f MiB, %d goroutines, create p50 %.1f ms (halves %s), load average %s\n", res.rss, res.goroutines, res.p50, res.halves, loadavg())
+	if profiles != "" {
+		if err := saveProfiles(probe, profiles, name); err != nil {
+			return nil, err
+		}
+	}
 	if hang <= 0 {
 		return res, nil
 	}
@@ -530,6 +583,31 @@ func (w *world) measure(bin string, k, creates int, hang time.Duration, logs str
 	fmt.Printf("  after: create p50 on the same clusters %.1f ms (halves %s), load average %s\n", res.afterP50, res.afterHalves, loadavg())
 	fmt.Printf("  resumed: a create on %s answered 201 after %s; its manager was replaced %s time(s)\n", hung.id, res.recovered.Round(100*time.Millisecond), res.restarts)
 	return res, nil
+}
+
+// saveProfiles writes corectl's goroutine dump grouped by creator
+// (goroutines-<name>.txt) and its live heap after a collection
+// (heap-<name>.pb.gz) into dir.
+func saveProfiles(probe, dir, name string) error {
+	for file, path := range map[string]string{"goroutines-" + name + ".txt": "/debug/pprof/goroutine?debug=1",
+		"heap-" + name + ".pb.gz": "/debug/pprof/heap?gc=1"} {
+		resp, err := http.Get(probe + path)
+		if err != nil {
+			return err
+		}
+		b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: HTTP %d", path, resp.StatusCode)
+		}
+		if err := os.WriteFile(filepath.Join(dir, file), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // metric returns the value of the sample line name (with its labels) on
