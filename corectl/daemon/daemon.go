@@ -51,6 +51,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/leaderelection"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
@@ -456,8 +457,21 @@ func (d *Daemon) newManager(cr *clusterRun, restart bool) (manager.Manager, erro
 		skip := true
 		mopts.Controller.SkipNameValidation = &skip
 	}
+	renew := 10 * time.Second // controller-runtime's default
 	if opts.LeaseDuration > 0 {
 		mopts.LeaseDuration, mopts.RenewDeadline, mopts.RetryPeriod = &opts.LeaseDuration, &opts.RenewDeadline, &opts.RetryPeriod
+		renew = opts.RenewDeadline
+	}
+	if opts.LeaderElection {
+		// The Lease lock as controller-runtime builds it (identity, client
+		// timeout), its Events recorded through the cluster's one recorder
+		// (leaderEvents) rather than a broadcaster of their own.
+		lock, err := leaderelection.NewResourceLock(p.cfg, leaderEvents{p.events}, leaderelection.Options{LeaderElection: true,
+			LeaderElectionID: LeaseName(c.ID), LeaderElectionNamespace: opts.LeaderElectionNamespace, RenewDeadline: renew})
+		if err != nil {
+			return nil, fmt.Errorf("cluster %s: %w", c.ID, err)
+		}
+		mopts.LeaderElectionResourceLockInterface = lock
 	}
 	// The leader-election identity is "<hostname>_<uuid>", unique per
 	// replica (controller-runtime).

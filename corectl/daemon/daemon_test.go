@@ -188,6 +188,36 @@ func TestTwoReplicasOneLeader(t *testing.T) {
 	}
 }
 
+// leaseEvent waits for the events.k8s.io Event a replica's leader election
+// records on cluster id's Lease ("<identity> became leader"), through the
+// cluster's recorder "corectl" (the manager starts no broadcaster of its
+// own for it).
+func leaseEvent(t *testing.T, s *setup, id string) {
+	t.Helper()
+	kubetest.Eventually(t, 30*time.Second, "the Lease's LeaderElection Event", func() (bool, error) {
+		var evs eventsv1.EventList
+		if err := env.Client.List(ctx, &evs, client.InNamespace(s.leaseNS)); err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if e.Regarding.Kind == "Lease" && e.Regarding.Name == daemon.LeaseName(id) && e.Reason == "LeaderElection" &&
+				e.ReportingController == "corectl" && strings.HasSuffix(e.Note, "became leader") {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+// TestLeaderElectionEventOnTheLease: the Lease's "became leader" Event is
+// recorded (events.k8s.io, reason LeaderElection, controller corectl).
+func TestLeaderElectionEventOnTheLease(t *testing.T) {
+	s := newSetup(t, "c-lease-event")
+	r := s.start(t, env.Config, 0)
+	kubetest.Eventually(t, 30*time.Second, "leadership", func() (bool, error) { return elected(r, s.id), nil })
+	leaseEvent(t, s, s.id)
+}
+
 // TestRestartPicksUpStateFromObjects leaves work behind as a stopped
 // corectl would — an ingress desired version never applied and an egress
 // policy written but never verified — then starts a replica and waits for
@@ -312,6 +342,7 @@ func TestRBACManifestIsSufficient(t *testing.T) {
 	sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:corectl-system:corectl"}
 	r := s.start(t, sa, 0)
 	kubetest.Eventually(t, 30*time.Second, "leadership as the service account", func() (bool, error) { return elected(r, s.id), nil })
+	leaseEvent(t, s, s.id)
 	ingNS := s.cfg.Clusters[0].Ingress.Namespace
 	kubetest.Eventually(t, 30*time.Second, "corectl_namespace_rights_missing", func() (bool, error) {
 		g := rightsMissing(t, r)
