@@ -22,7 +22,8 @@
 // -total=false skips the second baseline (and its seeding).
 //
 // With -profiles dir, corectl runs with -probe-pprof and each run leaves in
-// dir its goroutine dump grouped by creator (goroutine?debug=1) and a heap
+// dir its goroutine dump grouped by stack (goroutine?debug=1), each with
+// its creator (debug=2), and a heap
 // profile (heap?gc=1: the live heap by allocation site, for go tool pprof
 // -sample_index=inuse_space), taken with the RSS.
 //
@@ -447,11 +448,18 @@ func (w *world) measure(bin string, k, creates int, hang time.Duration, logs, pr
 	if err := waitReady(probe, exited, 2*time.Minute); err != nil {
 		return nil, err
 	}
-	hc := &http.Client{Timeout: 2 * time.Minute}
 	ids := make([]string, k)
 	for i, c := range w.clusters[:k] {
 		ids[i] = c.id
 	}
+	// The leader's start-up orphan scan (after the informers' replay)
+	// reads every sandbox of its cluster: the creates are measured once
+	// every cluster's first scan is over, so they measure the steady
+	// state in every run alike.
+	if err := waitScans(probe, ids, exited, 2*time.Minute); err != nil {
+		return nil, err
+	}
+	hc := &http.Client{Timeout: 2 * time.Minute}
 	// Warm every cluster's connections and discovery outside the
 	// measurement.
 	for _, id := range ids {
@@ -585,12 +593,14 @@ func (w *world) measure(bin string, k, creates int, hang time.Duration, logs, pr
 	return res, nil
 }
 
-// saveProfiles writes corectl's goroutine dump grouped by creator
-// (goroutines-<name>.txt) and its live heap after a collection
+// saveProfiles writes corectl's goroutine dump grouped by stack
+// (goroutines-<name>.txt), each goroutine with its creator
+// (goroutines-<name>-creators.txt) and its live heap after a collection
 // (heap-<name>.pb.gz) into dir.
 func saveProfiles(probe, dir, name string) error {
 	for file, path := range map[string]string{"goroutines-" + name + ".txt": "/debug/pprof/goroutine?debug=1",
-		"heap-" + name + ".pb.gz": "/debug/pprof/heap?gc=1"} {
+		"goroutines-" + name + "-creators.txt": "/debug/pprof/goroutine?debug=2",
+		"heap-" + name + ".pb.gz":              "/debug/pprof/heap?gc=1"} {
 		resp, err := http.Get(probe + path)
 		if err != nil {
 			return err
@@ -625,6 +635,41 @@ func metric(probe, name string) string {
 		}
 	}
 	return "0"
+}
+
+// waitScans polls /metrics until every cluster of ids has counted an
+// orphan scan (corectl_orphan_scans_total, any outcome).
+func waitScans(probe string, ids []string, exited <-chan error, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		select {
+		case err := <-exited:
+			return fmt.Errorf("corectl exited: %v", err)
+		default:
+		}
+		var missing []string
+		resp, err := http.Get(probe + "/metrics")
+		if err != nil {
+			return err
+		}
+		m, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if !bytes.Contains(m, []byte(`corectl_orphan_scans_total{cluster="`+id+`"`)) {
+				missing = append(missing, id)
+			}
+		}
+		if len(missing) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no orphan scan within %s in %s", limit, strings.Join(missing, ", "))
+		}
+		time.Sleep(250 * time.Millisecond) // polling a counter
+	}
 }
 
 // waitReady polls /readyz until it answers 200.
@@ -707,8 +752,42 @@ func summarise(lat []time.Duration) (float64, string) {
 }
 
 // figures reads corectl's RSS (from /proc) and goroutines (go_goroutines
-// on its /metrics).
+// on its /metrics). A single reading of go_goroutines counts the requests
+// in flight at that instant (a Lease renewal, an Event's POST: a few per
+// cluster under load), and a controller's workers start only once its
+// sources synced, which can follow /readyz; so the goroutines are read
+// every 250 ms in windows of one second until a window's least reading is
+// no higher than the one before (the workers have started), and that
+// least reading is the figure. The RSS is read after it.
 func figures(probe string, pid int) (float64, int, error) {
+	window := func() (int, error) {
+		least := -1
+		for range 4 {
+			g, err := goroutines(probe)
+			if err != nil {
+				return 0, err
+			}
+			if least < 0 || g < least {
+				least = g
+			}
+			time.Sleep(250 * time.Millisecond) // sampling a gauge
+		}
+		return least, nil
+	}
+	prev, err := window()
+	if err != nil {
+		return 0, 0, err
+	}
+	g := prev
+	for range 30 {
+		if g, err = window(); err != nil {
+			return 0, 0, err
+		}
+		if g <= prev {
+			break
+		}
+		prev = g
+	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, 0, err
@@ -720,22 +799,26 @@ func figures(probe string, pid int) (float64, int, error) {
 			rss = kb / 1024
 		}
 	}
+	return rss, g, nil
+}
+
+// goroutines reads go_goroutines on corectl's /metrics.
+func goroutines(probe string) (int, error) {
 	resp, err := http.Get(probe + "/metrics")
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	defer resp.Body.Close()
 	m, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	for _, line := range strings.Split(string(m), "\n") {
 		if v, ok := strings.CutPrefix(line, "go_goroutines "); ok {
-			g, err := strconv.Atoi(strings.TrimSpace(v))
-			return rss, g, err
+			return strconv.Atoi(strings.TrimSpace(v))
 		}
 	}
-	return 0, 0, errors.New("no go_goroutines on /metrics")
+	return 0, errors.New("no go_goroutines on /metrics")
 }
 
 // apiserverPID finds the kube-apiserver process serving env (its
