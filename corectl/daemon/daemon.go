@@ -465,8 +465,10 @@ func (d *Daemon) newManager(cr *clusterRun, restart bool) (manager.Manager, erro
 	if opts.LeaderElection {
 		// The Lease lock as controller-runtime builds it (identity, client
 		// timeout), its Events recorded through the cluster's one recorder
-		// (leaderEvents) rather than a broadcaster of their own.
-		lock, err := leaderelection.NewResourceLock(p.cfg, leaderEvents{p.events}, leaderelection.Options{LeaderElection: true,
+		// (leaderEvents) rather than a broadcaster of their own. It sets
+		// its user agent and client timeout on the configuration it is
+		// given: a copy, as the manager's own would be.
+		lock, err := leaderelection.NewResourceLock(rest.CopyConfig(p.cfg), leaderEvents{p.events}, leaderelection.Options{LeaderElection: true,
 			LeaderElectionID: LeaseName(c.ID), LeaderElectionNamespace: opts.LeaderElectionNamespace, RenewDeadline: renew})
 		if err != nil {
 			return nil, fmt.Errorf("cluster %s: %w", c.ID, err)

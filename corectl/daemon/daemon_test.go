@@ -210,10 +210,40 @@ func leaseEvent(t *testing.T, s *setup, id string) {
 }
 
 // TestLeaderElectionEventOnTheLease: the Lease's "became leader" Event is
-// recorded (events.k8s.io, reason LeaderElection, controller corectl).
+// recorded (events.k8s.io, reason LeaderElection, controller corectl), and
+// building the Lease lock left the cluster's REST configuration, the
+// informers' watches' and the reconcilers', as it was (controller-runtime's
+// NewResourceLock sets a client timeout of half the renew deadline and its
+// user agent on the configuration it is given: on the cluster's own, every
+// watch would be cut after that timeout).
 func TestLeaderElectionEventOnTheLease(t *testing.T) {
 	s := newSetup(t, "c-lease-event")
-	r := s.start(t, env.Config, 0)
+	var given *rest.Config
+	d, err := daemon.New(daemon.Options{
+		Config: s.cfg, Keys: s.keys, Credentials: s.src, Listen: "127.0.0.1:0",
+		LeaderElection: true, LeaderElectionNamespace: s.leaseNS,
+		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 250 * time.Millisecond,
+		RESTConfig: func(*cluster.Cluster) (*rest.Config, error) {
+			given = rest.CopyConfig(env.Config)
+			return given, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if given.Timeout != 0 || given.UserAgent != env.Config.UserAgent {
+		t.Fatalf("the cluster's REST configuration after New: timeout %s, user agent %q; want 0 and %q", given.Timeout, given.UserAgent, env.Config.UserAgent)
+	}
+	c, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(c) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	r := &replica{d: d}
 	kubetest.Eventually(t, 30*time.Second, "leadership", func() (bool, error) { return elected(r, s.id), nil })
 	leaseEvent(t, s, s.id)
 }
