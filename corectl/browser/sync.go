@@ -96,22 +96,32 @@ type Keeper struct {
 // requests.
 func (k *Keeper) NeedLeaderElection() bool { return true }
 
-// Start runs until ctx ends (controller-runtime's Runnable).
+// Start runs until ctx ends (controller-runtime's Runnable): SyncOnce
+// every Interval.
 func (k *Keeper) Start(ctx context.Context) error {
-	every := k.Every
-	if every <= 0 {
-		every = DefaultResync
-	}
-	t := time.NewTicker(every)
+	t := time.NewTicker(k.Interval())
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			if n, err := k.Binder.SyncAll(ctx); err != nil {
-				k.Log.Info("native browser carriers not all in step", "carriers", n, "error", err.Error())
-			}
+			k.SyncOnce(ctx)
 		}
+	}
+}
+
+// Interval is Every, or DefaultResync when it is 0.
+func (k *Keeper) Interval() time.Duration {
+	if k.Every <= 0 {
+		return DefaultResync
+	}
+	return k.Every
+}
+
+// SyncOnce runs SyncAll once, logging what was not in step.
+func (k *Keeper) SyncOnce(ctx context.Context) {
+	if n, err := k.Binder.SyncAll(ctx); err != nil {
+		k.Log.Info("native browser carriers not all in step", "carriers", n, "error", err.Error())
 	}
 }

@@ -279,20 +279,35 @@ type Reporter struct{ k *Checker }
 // NeedLeaderElection is true: one writer.
 func (r *Reporter) NeedLeaderElection() bool { return true }
 
-// Start reports until ctx ends.
+// Start reports until ctx ends: ReportOnce at start, then every Every
+// and whenever Wake fires.
 func (r *Reporter) Start(ctx context.Context) error {
-	t := time.NewTicker(r.k.interval())
+	t := time.NewTicker(r.Every())
 	defer t.Stop()
 	for {
-		if err := r.k.Report(ctx); err != nil {
-			r.k.Log.Info("CNI gate report failed", "cluster", r.k.Cluster.ID, "error", err.Error())
-		}
+		r.ReportOnce(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		case <-r.k.observed:
 		}
+	}
+}
+
+// Every is the reporter's period: the checker's Interval (default
+// DefaultInterval).
+func (r *Reporter) Every() time.Duration { return r.k.interval() }
+
+// Wake fires after each reading (Observe), when the report should be
+// written again at once.
+func (r *Reporter) Wake() <-chan struct{} { return r.k.observed }
+
+// ReportOnce writes the report once (Report), logging a failure; the next
+// run retries.
+func (r *Reporter) ReportOnce(ctx context.Context) {
+	if err := r.k.Report(ctx); err != nil {
+		r.k.Log.Info("CNI gate report failed", "cluster", r.k.Cluster.ID, "error", err.Error())
 	}
 }
 

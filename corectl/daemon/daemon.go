@@ -500,9 +500,6 @@ func (d *Daemon) newManager(cr *clusterRun, restart bool) (manager.Manager, erro
 	if err := (&controller.EgressRecovery{Engine: p.egress, Reader: mgr.GetClient(), Grace: opts.EgressGrace, Metrics: opts.Metrics}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
-	if err := mgr.Add(p.cni.Reporter()); err != nil {
-		return nil, err
-	}
 	if c.CNISource != nil {
 		if err := mgr.Add(p.cni.Observer()); err != nil {
 			return nil, err
@@ -513,20 +510,24 @@ func (d *Daemon) newManager(cr *clusterRun, restart bool) (manager.Manager, erro
 			return nil, err
 		}
 	}
-	if err := mgr.Add(leaderMark{cr}); err != nil {
-		return nil, err
-	}
+	// The leader's periodic work (the CNI gate's report, the orphan scan,
+	// the Native Browser carriers' resync) and its mark run in one
+	// runnable, one goroutine while idle (leaderLoops).
+	rep, keeper := p.cni.Reporter(), &browser.Keeper{Binder: p.handle.Browser, Every: opts.NativeResync, Log: opts.Log.WithValues("cluster", c.ID)}
+	loops := &leaderLoops{c: cr, loops: []periodic{
+		{every: rep.Every(), wake: rep.Wake(), now: true, run: rep.ReportOnce},
+		{every: keeper.Interval(), run: keeper.SyncOnce},
+	}}
 	if lc := p.handle.Lifecycle; lc != nil {
-		if err := mgr.Add(&orphanScanner{o: lc, every: opts.OrphanInterval, log: opts.Log.WithValues("cluster", c.ID),
-			cluster: c.ID, metrics: opts.Metrics, after: d.afterReplay(mgr, c.ID)}); err != nil {
-			return nil, err
-		}
+		scan := &orphanScanner{o: lc, every: opts.OrphanInterval, log: opts.Log.WithValues("cluster", c.ID),
+			cluster: c.ID, metrics: opts.Metrics}
+		loops.loops = append(loops.loops, periodic{every: scan.interval(), now: true, first: d.afterReplay(mgr, c.ID), run: scan.scanOnce})
 		if err := (&controller.Expiry{Orchestrator: lc, Reader: mgr.GetCache(), Log: opts.Log.WithValues("cluster", c.ID),
 			Metrics: opts.Metrics}).SetupWithManager(mgr); err != nil {
 			return nil, err
 		}
 	}
-	if err := mgr.Add(&browser.Keeper{Binder: p.handle.Browser, Every: opts.NativeResync, Log: opts.Log.WithValues("cluster", c.ID)}); err != nil {
+	if err := mgr.Add(loops); err != nil {
 		return nil, err
 	}
 	return mgr, nil
@@ -725,57 +726,44 @@ func (d *Daemon) runCluster(ctx context.Context, c *clusterRun) {
 	}
 }
 
-// orphanScanner runs the orphan scan on the leader: once at start-up (once
-// after returns: the informers' replay is over), then every interval,
-// counting each scan's outcome (corectl_orphan_scans_total).
+// orphanScanner is the orphan scan of a cluster's leader: run by its
+// leaderLoops once at start-up, after the informers' replay (afterReplay),
+// then every interval, counting each scan's outcome
+// (corectl_orphan_scans_total).
 type orphanScanner struct {
 	o       *lifecycle.Orchestrator
 	every   time.Duration
 	log     logr.Logger
 	cluster string
 	metrics *metrics.Metrics
-	// after, when set, is waited on before the first scan; false: ctx
-	// ended (no scan).
-	after func(ctx context.Context) bool
 }
 
-// NeedLeaderElection is true: only the leader scans.
-func (s *orphanScanner) NeedLeaderElection() bool { return true }
+// interval is every, or 1 min when it is 0.
+func (s *orphanScanner) interval() time.Duration {
+	if s.every <= 0 {
+		return time.Minute
+	}
+	return s.every
+}
 
-// Start scans until ctx ends.
-func (s *orphanScanner) Start(ctx context.Context) error {
-	every := s.every
-	if every <= 0 {
-		every = time.Minute
+// scanOnce scans once, logging and counting the outcome.
+func (s *orphanScanner) scanOnce(ctx context.Context) {
+	rep, err := s.o.Scan(ctx)
+	switch {
+	case err != nil:
+		s.log.Info("orphan scan failed", "error", err.Error())
+	case len(rep.Deleted)+len(rep.Failed)+len(rep.Kept) > 0:
+		s.log.Info("orphan scan", "deleted", rep.Deleted, "failed", rep.Failed, "kept", rep.Kept)
 	}
-	if s.after != nil && !s.after(ctx) {
-		return nil
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		rep, err := s.o.Scan(ctx)
-		switch {
-		case err != nil:
-			s.log.Info("orphan scan failed", "error", err.Error())
-		case len(rep.Deleted)+len(rep.Failed)+len(rep.Kept) > 0:
-			s.log.Info("orphan scan", "deleted", rep.Deleted, "failed", rep.Failed, "kept", rep.Kept)
-		}
-		switch {
-		case err != nil && ctx.Err() != nil:
-			// Stopped by the shutdown, not a failure.
-		case err != nil:
-			s.metrics.OrphanScan(s.cluster, metrics.ScanFailed)
-		case len(rep.Failed) > 0:
-			s.metrics.OrphanScan(s.cluster, metrics.ScanIncomplete)
-		default:
-			s.metrics.OrphanScan(s.cluster, metrics.ScanOK)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+	switch {
+	case err != nil && ctx.Err() != nil:
+		// Stopped by the shutdown, not a failure.
+	case err != nil:
+		s.metrics.OrphanScan(s.cluster, metrics.ScanFailed)
+	case len(rep.Failed) > 0:
+		s.metrics.OrphanScan(s.cluster, metrics.ScanIncomplete)
+	default:
+		s.metrics.OrphanScan(s.cluster, metrics.ScanOK)
 	}
 }
 

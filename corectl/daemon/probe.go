@@ -42,22 +42,6 @@ func (c *clusterRun) setManager(m manager.Manager) {
 	c.mgr = m
 }
 
-// leaderMark is a leader-only runnable that records that the manager
-// started its leader runnables (the reconcilers and the orphan scan start
-// in the same group).
-type leaderMark struct{ c *clusterRun }
-
-// NeedLeaderElection is true: it starts with the leader's loops.
-func (m leaderMark) NeedLeaderElection() bool { return true }
-
-// Start marks the loops running until ctx ends.
-func (m leaderMark) Start(ctx context.Context) error {
-	m.c.leading.Store(true)
-	<-ctx.Done()
-	m.c.leading.Store(false)
-	return nil
-}
-
 // cacheSyncWait bounds one readiness check's wait for a cache sync.
 const cacheSyncWait = 200 * time.Millisecond
 

@@ -1,0 +1,89 @@
+package daemon
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestLeaderLoops: a job with now runs at once and the others not before
+// their period; a wake during a run gives exactly one more run, right
+// after it, never two at once; a job whose first wait fails never runs;
+// Start marks the leader's loops started, and on the end of its context
+// waits for the run in progress.
+func TestLeaderLoops(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wake := make(chan struct{}, 1)
+	entered := make(chan int, 10)
+	release := make(chan struct{})
+	var inRun, overlap, runs, later, never atomic.Int32
+	hour := time.Hour
+	cr := &clusterRun{}
+	l := &leaderLoops{c: cr, loops: []periodic{
+		{every: hour, now: true, wake: wake, run: func(ctx context.Context) {
+			if inRun.Add(1) > 1 {
+				overlap.Add(1)
+			}
+			n := runs.Add(1)
+			entered <- int(n)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			inRun.Add(-1)
+		}},
+		{every: hour, run: func(context.Context) { later.Add(1) }},
+		{every: hour, now: true, first: func(context.Context) bool { return false }, run: func(context.Context) { never.Add(1) }},
+	}}
+	stopped := make(chan error, 1)
+	go func() { stopped <- l.Start(ctx) }()
+	if n := <-entered; n != 1 {
+		t.Fatalf("first run = %d", n)
+	}
+	if !cr.leading.Load() {
+		t.Fatal("the leader's loops are not marked started")
+	}
+	// Two wakes taken during the run: exactly one more run, after it.
+	taken := func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for len(wake) > 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the wake was not taken")
+			}
+			time.Sleep(time.Millisecond) // polling the channel's length
+		}
+	}
+	wake <- struct{}{}
+	taken()
+	wake <- struct{}{}
+	taken()
+	release <- struct{}{}
+	if n := <-entered; n != 2 {
+		t.Fatalf("run after the wakes = %d", n)
+	}
+	release <- struct{}{}
+	cancel()
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if inRun.Load() != 0 {
+		t.Fatal("Start returned with a run in progress")
+	}
+	if n := runs.Load(); n != 2 {
+		t.Fatalf("runs = %d, want 2 (the first, one for both wakes)", n)
+	}
+	if overlap.Load() != 0 {
+		t.Fatal("two runs of one job at once")
+	}
+	if later.Load() != 0 {
+		t.Fatal("a job without now ran before its period")
+	}
+	if never.Load() != 0 {
+		t.Fatal("a job whose first wait failed ran")
+	}
+	if cr.leading.Load() {
+		t.Fatal("the leader's loops still marked started after Start returned")
+	}
+}
