@@ -47,6 +47,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -318,7 +319,18 @@ func New(opts Options) (*Daemon, error) {
 		if err != nil {
 			return nil, fmt.Errorf("cluster %s: %w", c.ID, err)
 		}
-		p := &clusterParts{c: c, cfg: cfg, scheme: scheme, direct: direct, events: &swapRecorder{}, cache: &swapReader{}}
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, err
+		}
+		// The cluster's Events (engines, CNI gate, leader election) go
+		// through one events.k8s.io broadcaster that outlives its
+		// managers, started and stopped by Run: not the manager's, which
+		// starts a second, core/v1 broadcaster beside it that corectl
+		// never uses.
+		p := &clusterParts{c: c, cfg: cfg, scheme: scheme, direct: direct, cache: &swapReader{},
+			broadcaster: events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})}
+		p.events = p.broadcaster.NewRecorder(scheme, "corectl")
 		rec := p.events
 		policies, err := egress.NewPolicyLister(dcfg)
 		if err != nil {
@@ -349,10 +361,6 @@ func New(opts Options) (*Daemon, error) {
 			// cluster (issue 30 item 10). Said at start and in the
 			// CNIQualification object's Watching condition.
 			opts.Log.Info("warning: "+cnicheck.StaticFactsWarning, "cluster", c.ID)
-		}
-		cs, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return nil, err
 		}
 		if all := listCredentials(opts.Credentials); all != nil {
 			id := c.ID
@@ -414,9 +422,9 @@ func New(opts Options) (*Daemon, error) {
 
 // clusterParts are what one cluster's manager is built on and what
 // outlives it: the REST configuration, the uncached client, the engines,
-// the CNI checker, the API's handle with its orchestrator, and the two
-// indirections (Events, the informer cache) that newManager points at
-// each new manager's.
+// the CNI checker, the API's handle with its orchestrator, the Events
+// recorder, and the API's view of the informer cache, which the caller of
+// newManager points at each new manager's.
 type clusterParts struct {
 	c       *cluster.Cluster
 	cfg     *rest.Config
@@ -426,8 +434,11 @@ type clusterParts struct {
 	ingress *ingressallow.Engine
 	cni     *cnicheck.Checker
 	handle  *httpapi.ClusterHandle
-	events  *swapRecorder
-	cache   *swapReader
+	// events records the cluster's Events through broadcaster, which
+	// sends them to its apiserver.
+	events      events.EventRecorder
+	broadcaster events.EventBroadcaster
+	cache       *swapReader
 	// rights checks corectl's write rights in the namespaces the cluster
 	// serves (package nsrights); nil when the credential source cannot
 	// list its credentials.
@@ -436,8 +447,8 @@ type clusterParts struct {
 
 // newManager builds cluster cr's controller-runtime manager (leader
 // election in that cluster; informers of the managed objects) with its
-// reconcilers and loops over cr's parts, and points the parts' Events at
-// it (the caller points the API's cache view at it). restart is true when it replaces a manager that stopped
+// reconcilers and loops over cr's parts (the caller points the API's cache
+// view at it). restart is true when it replaces a manager that stopped
 // (controller-runtime then allows the controllers' names again).
 func (d *Daemon) newManager(cr *clusterRun, restart bool) (manager.Manager, error) {
 	opts, p, c := d.opts, cr.parts, cr.parts.c
@@ -493,7 +504,6 @@ func (d *Daemon) newManager(cr *clusterRun, restart bool) (manager.Manager, erro
 		sandbox.CredentialIndex); err != nil {
 		return nil, fmt.Errorf("cluster %s: the sandbox credential index: %w", c.ID, err)
 	}
-	p.events.set(mgr.GetEventRecorder("corectl"))
 	if err := (&controller.IngressReconciler{Engine: p.ingress, Metrics: opts.Metrics, Reader: mgr.GetCache()}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
@@ -589,6 +599,20 @@ func (d *Daemon) Run(ctx context.Context) error {
 			_ = d.probe.Close()
 		}
 		return err
+	}
+	// Each cluster's Events broadcaster runs until Run returns, after its
+	// managers (which record Events until they stop).
+	ectx, cancelEvents := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelEvents()
+	for _, c := range d.clusters {
+		if err := c.parts.broadcaster.StartRecordingToSinkWithContext(ectx); err != nil {
+			_ = d.listener.Close()
+			if d.probe != nil {
+				_ = d.probe.Close()
+			}
+			return fmt.Errorf("cluster %s: the Events broadcaster: %w", c.id, err)
+		}
+		defer c.parts.broadcaster.Shutdown()
 	}
 	gc := newStartupGC()
 	for _, c := range d.clusters {

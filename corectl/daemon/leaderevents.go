@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 )
@@ -11,12 +12,11 @@ import (
 // leaderEvents is the Events recorder provider of a cluster's leader
 // election (controller-runtime's leaderelection.NewResourceLock): the
 // Lease's events ("<identity> became leader", "stopped leading") go
-// through the cluster's one recorder (swapRecorder, the manager's
-// events.k8s.io recorder "corectl"), reason LeaderElection, instead of a
-// second broadcaster the manager would otherwise start for them alone
-// (seven goroutines and two event queues per cluster; docs/benchmarks.md
-// "Many clusters").
-type leaderEvents struct{ rec *swapRecorder }
+// through the cluster's one events.k8s.io recorder "corectl"
+// (clusterParts.events), reason LeaderElection, instead of a broadcaster
+// the manager would otherwise start for them alone (seven goroutines and
+// their event queues per cluster; docs/benchmarks.md "Many clusters").
+type leaderEvents struct{ rec events.EventRecorder }
 
 // GetEventRecorderFor returns the adapter of the old events API that the
 // resource lock records with.
@@ -29,7 +29,7 @@ func (l leaderEvents) GetEventRecorder(string) recorder.EventRecorder { return n
 
 // leaderRecorder records the old API's calls as events.k8s.io Events with
 // the reason as their action.
-type leaderRecorder struct{ rec *swapRecorder }
+type leaderRecorder struct{ rec events.EventRecorder }
 
 // Event records message.
 func (l leaderRecorder) Event(obj runtime.Object, eventtype, reason, message string) {

@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sandgate/sandgate/corectl/egress"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -121,23 +119,6 @@ func (d *Daemon) buildProbes() {
 // ProbeHandler returns the handler of the probe listener: /healthz,
 // /readyz, /metrics and, with Options.Profiling, /debug/pprof/.
 func (d *Daemon) ProbeHandler() http.Handler { return d.probeHandler }
-
-// swapRecorder is the Events recorder of a cluster's engines and CNI
-// checker: it records through the current manager's recorder (newManager
-// sets it), so the engines outlive a manager that is replaced.
-type swapRecorder struct {
-	cur atomic.Pointer[egress.EventRecorder]
-}
-
-func (s *swapRecorder) set(r egress.EventRecorder) { s.cur.Store(&r) }
-
-// Eventf records through the current manager's recorder (nothing before
-// the first).
-func (s *swapRecorder) Eventf(regarding runtime.Object, related runtime.Object, eventtype, reason, action, note string, args ...interface{}) {
-	if r := s.cur.Load(); r != nil {
-		(*r).Eventf(regarding, related, eventtype, reason, action, note, args...)
-	}
-}
 
 // swapReader is the API's view of a cluster's informer cache
 // (httpapi.ClusterHandle.Cache): it reads the current manager's cache.
