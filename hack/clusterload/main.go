@@ -2,9 +2,10 @@
 // starts N kube-apiservers (with etcd, envtest, package corectl/kubetest),
 // seeds each with sandboxes as corectl writes them (a BatchSandbox, its
 // egress NetworkPolicy and its managed Ingress, so corectl's informers hold
-// them), and runs bin/corectl twice: once with cluster 1 alone configured
-// and once with all N. Each run reports corectl's RSS and goroutines once
-// its caches have synced, and the p50 of creates sent one after the other
+// them), and runs bin/corectl: once with cluster 1 alone configured
+// and once with all N. Each run waits for /readyz and every cluster's
+// start-up orphan scan, and reports corectl's RSS and goroutines (see
+// figures) and the p50 of creates sent one after the other
 // (POST /v2/sandboxes with an ingress allowlist and an egress list, the
 // create benchmark's body), round robin over the clusters; then, in the
 // N-cluster run, the last cluster's kube-apiserver is stopped (SIGSTOP)
