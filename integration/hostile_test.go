@@ -1,8 +1,11 @@
 package integration
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -114,5 +117,116 @@ func TestHostileExecdBoundedMemory(t *testing.T) {
 		before>>10, peak>>10, honest, outcomes)
 	if peak > hostileCeiling {
 		t.Fatalf("the gateway's peak memory reached %d MiB, over the documented ceiling of %d MiB", peak>>10, hostileCeiling>>10)
+	}
+}
+
+// TestHostileExecdCommandLinesBoundedMemory: code in a sandbox answering
+// execd's /command with output lines of nearly 16 MiB (the longest line the
+// gateway relays) cannot take the built gateway's peak memory past the
+// documented ceiling, however many commands its tenant starts at once: the
+// foreground command streams take no upstream slot, so before their large
+// lines were bounded 40 such streams held 40 line buffers of 16 MiB (which
+// a stream kept for its whole life) and their relayed copies. Every stream
+// must deliver its line to the client; the peak is read once each has.
+func TestHostileExecdCommandLinesBoundedMemory(t *testing.T) {
+	const (
+		id      = "sbxevil3"
+		streams = 40
+		line    = 16<<20 - 4<<10 // under the gateway's 16 MiB line bound
+	)
+	e := startEnv(t, func(c *harness.Config) {
+		c.Grants[id] = harness.Grant{CredentialID: credOK}
+	})
+	hostile := &execdstub.Hostile{CommandLineBytes: line}
+	x := execdstub.New(execdstub.Config{Root: t.TempDir(), GracefulShutdown: -1, Hostile: hostile})
+	srv := httptest.NewServer(x)
+	t.Cleanup(func() { srv.Close(); x.Close() })
+	e.Ingress.SetSandbox(id, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1", Namespace: "default",
+		Ports: map[int]string{44772: srv.Listener.Addr().String()}})
+	tok := e.mint(id, harness.Grant{CredentialID: credOK})
+
+	_, before, err := gatewayproc.Memory(e.PID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	body := envelope(0, `{"process":{"cmd":"/bin/bash","args":["-l","-c","cat big"]},"stdin":false}`)
+	outcomes := make(chan string, streams)
+	var wg sync.WaitGroup
+	for range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			startAndReadOneLine(ctx, e.Gateway, id, tok, body, line, outcomes)
+		}()
+	}
+	counts := map[string]int{}
+	for range streams {
+		counts[<-outcomes]++
+	}
+	_, peak, err := gatewayproc.Memory(e.PID())
+	cancel()
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("gateway VmHWM %d MiB before, %d MiB once every stream had its line; outcomes %v; lines execd wrote %d",
+		before>>10, peak>>10, counts, hostile.LinesWritten())
+	if counts["line"] != streams {
+		t.Fatalf("%d of %d streams delivered their line: %v", counts["line"], streams, counts)
+	}
+	if peak > hostileCeiling {
+		t.Fatalf("the gateway's peak memory reached %d MiB, over the documented ceiling of %d MiB", peak>>10, hostileCeiling>>10)
+	}
+}
+
+// startAndReadOneLine starts a command on sandbox id through the gateway
+// and reads its Connect stream until a data frame of at least minData bytes
+// arrived; it then sends "line" to outcome and holds the stream open until
+// ctx ends, so the gateway keeps it. Any other end is described in the
+// outcome sent.
+func startAndReadOneLine(ctx context.Context, gateway, id, tok string, body []byte, minData int, outcome chan<- string) {
+	if s := readOneLine(ctx, gateway, id, tok, body, minData, outcome); s != "" {
+		outcome <- s
+	}
+}
+
+func readOneLine(ctx context.Context, gateway, id, tok string, body []byte, minData int, outcome chan<- string) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, gateway+"/process.Process/Start", bytes.NewReader(body))
+	if err != nil {
+		return "request: " + err.Error()
+	}
+	req.Header.Set("Content-Type", "application/connect+json")
+	req.Header.Set("Connect-Protocol-Version", "1")
+	req.Header.Set("E2b-Sandbox-Id", id)
+	req.Header.Set("E2b-Sandbox-Port", envdPort)
+	req.Header.Set("X-Access-Token", tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "do: " + err.Error()
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Sprint("status ", resp.StatusCode, " ", resp.Header.Get("Sandgate-Error-Code"))
+	}
+	var hdr [5]byte
+	for {
+		if _, err := io.ReadFull(resp.Body, hdr[:]); err != nil {
+			return "read: " + err.Error()
+		}
+		n := int64(binary.BigEndian.Uint32(hdr[1:]))
+		if hdr[0]&2 != 0 {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, min(n, 4<<10)))
+			return "end " + string(b)
+		}
+		if _, err := io.CopyN(io.Discard, resp.Body, n); err != nil {
+			return "read: " + err.Error()
+		}
+		if n >= int64(minData) {
+			outcome <- "line"
+			<-ctx.Done()
+			return ""
+		}
 	}
 }

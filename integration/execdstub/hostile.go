@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // Hostile is what code in a sandbox can do in execd's place on port 44772:
@@ -21,7 +22,13 @@ import (
 //   - GET /files/search with Bytes of tiny entries;
 //
 // always 200 with no Content-Length (chunked), so the size is known only
-// as it arrives. Every other route behaves as execd's.
+// as it arrives; with CommandLineBytes, also
+//
+//   - POST /command with execd's init event and one stdout event whose
+//     text is CommandLineBytes long, then nothing more (no terminal event)
+//     until the request goes away.
+//
+// Every other route behaves as execd's.
 type Hostile struct {
 	// Bytes is how much each hostile answer holds; 0 means 64 MiB, the
 	// most the gateway once read of any answer.
@@ -31,6 +38,45 @@ type Hostile struct {
 	ListingEntries int
 	// ListingBytes is the size of a listing with ListingEntries.
 	ListingBytes int64
+	// CommandLineBytes, when positive, makes POST /command answer with one
+	// stdout event of this many bytes of text and then hold the stream.
+	CommandLineBytes int64
+
+	linesWritten atomic.Int64
+}
+
+// LinesWritten returns how many of CommandLineBytes' events were written
+// in full (accepted by the connection: read by its peer or buffered in
+// the kernel).
+func (h *Hostile) LinesWritten() int64 { return h.linesWritten.Load() }
+
+// serveCommandLine answers POST /command with the init event and a stdout
+// event of CommandLineBytes, then waits for the request to go away.
+func (h *Hostile) serveCommandLine(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	if _, err := w.Write([]byte(`{"type":"init","text":"0123456789abcdef0123456789abcdef","timestamp":1}` + "\n\n")); err != nil {
+		return
+	}
+	_ = rc.Flush()
+	if _, err := w.Write([]byte(`{"type":"stdout","text":"`)); err != nil {
+		return
+	}
+	chunk := []byte(strings.Repeat("x", 64<<10))
+	for left := h.CommandLineBytes; left > 0; left -= int64(len(chunk)) {
+		if _, err := w.Write(chunk[:min(int64(len(chunk)), left)]); err != nil {
+			return
+		}
+	}
+	if _, err := w.Write([]byte(`"}` + "\n\n")); err != nil {
+		return
+	}
+	if err := rc.Flush(); err != nil {
+		return
+	}
+	h.linesWritten.Add(1)
+	<-r.Context().Done()
 }
 
 func (h *Hostile) bytes() int64 {
@@ -43,6 +89,10 @@ func (h *Hostile) bytes() int64 {
 // serveHostile answers r as Hostile says and reports whether it did.
 func (s *Server) serveHostile(w http.ResponseWriter, r *http.Request) bool {
 	h := s.cfg.Hostile
+	if h != nil && h.CommandLineBytes > 0 && r.Method == http.MethodPost && r.URL.Path == "/command" {
+		h.serveCommandLine(w, r)
+		return true
+	}
 	if h == nil || r.Method != http.MethodGet {
 		return false
 	}
