@@ -125,16 +125,19 @@ func TestHostileExecdBoundedMemory(t *testing.T) {
 // gateway relays) cannot take the built gateway's peak memory past the
 // documented ceiling, however many commands its tenant starts at once: the
 // foreground command streams take no upstream slot, so before their large
-// lines were bounded 40 such streams held 40 line buffers of 16 MiB (which
-// a stream kept for its whole life) and their relayed copies. Every stream
-// must deliver its line to the client; the peak is read once each has.
+// lines were bounded 40 such streams took the gateway to 3,242 MiB, 16 to
+// over 1 GiB (each line's buffer, text, bytes and Connect message, and
+// the message's buffer, which a stream kept for its whole life). Every
+// stream must deliver its line to the client (upstream_wait is long enough
+// for them to pass one at a time); the peak is read once each has.
 func TestHostileExecdCommandLinesBoundedMemory(t *testing.T) {
 	const (
 		id      = "sbxevil3"
-		streams = 40
+		streams = 16
 		line    = 16<<20 - 4<<10 // under the gateway's 16 MiB line bound
 	)
 	e := startEnv(t, func(c *harness.Config) {
+		c.Caddyfile = strings.Replace(harness.DefaultCaddyfile, "user root 0 0 /root", "user root 0 0 /root\n\t\tupstream_wait 5m", 1)
 		c.Grants[id] = harness.Grant{CredentialID: credOK}
 	})
 	hostile := &execdstub.Hostile{CommandLineBytes: line}
