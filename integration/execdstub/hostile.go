@@ -26,9 +26,12 @@ import (
 //
 //   - POST /command with execd's init event and one stdout event whose
 //     text is CommandLineBytes long, then nothing more (no terminal event)
-//     until the request goes away.
+//     until the request goes away;
 //
-// Every other route behaves as execd's.
+// and with DownloadBytes, GET /files/download with that many bytes
+// whatever the file holds (and every other GET, file info included,
+// answered as execd's, so that the download is reached). Every other route
+// behaves as execd's.
 type Hostile struct {
 	// Bytes is how much each hostile answer holds; 0 means 64 MiB, the
 	// most the gateway once read of any answer.
@@ -41,6 +44,12 @@ type Hostile struct {
 	// CommandLineBytes, when positive, makes POST /command answer with one
 	// stdout event of this many bytes of text and then hold the stream.
 	CommandLineBytes int64
+	// DownloadBytes, when positive, makes every download answer 200 with
+	// this many bytes, chunked unless DownloadDeclared is set.
+	DownloadBytes int64
+	// DownloadDeclared, when positive, is the Content-Length a download
+	// declares, whatever it sends (more than it sends: the body ends early).
+	DownloadDeclared int64
 
 	linesWritten atomic.Int64
 }
@@ -49,6 +58,22 @@ type Hostile struct {
 // in full (accepted by the connection: read by its peer or buffered in
 // the kernel).
 func (h *Hostile) LinesWritten() int64 { return h.linesWritten.Load() }
+
+// serveDownload answers a download with DownloadBytes, declaring
+// DownloadDeclared.
+func (h *Hostile) serveDownload(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/octet-stream")
+	if h.DownloadDeclared > 0 {
+		w.Header().Set("Content-Length", strconv.FormatInt(h.DownloadDeclared, 10))
+	}
+	w.WriteHeader(http.StatusOK)
+	chunk := []byte(strings.Repeat("d", 64<<10))
+	for left := h.DownloadBytes; left > 0; left -= int64(len(chunk)) {
+		if _, err := w.Write(chunk[:min(int64(len(chunk)), left)]); err != nil {
+			return
+		}
+	}
+}
 
 // serveCommandLine answers POST /command with the init event and a stdout
 // event of CommandLineBytes, then waits for the request to go away.
@@ -95,6 +120,13 @@ func (s *Server) serveHostile(w http.ResponseWriter, r *http.Request) bool {
 	}
 	if h == nil || r.Method != http.MethodGet {
 		return false
+	}
+	if h.DownloadBytes > 0 {
+		if r.URL.Path != "/files/download" {
+			return false
+		}
+		h.serveDownload(w)
+		return true
 	}
 	n := h.bytes()
 	bw := bufio.NewWriterSize(w, 64<<10)
