@@ -107,9 +107,9 @@ func TestAuthorizeNotReadyReadAgain(t *testing.T) {
 // TestAuthorizeNotReadyRereadsBounded: a credential whose sandboxes stay
 // not ready (Creating, or a pod that does not serve: its tenant can make
 // it so) cannot make corectl read the apiserver once per question without
-// bound. The re-reads share the cluster's direct client and its rate limit
-// with every create, connect and policy write, and the gateway asks each
-// of its replicas' questions about each sandbox once a second: 1,000
+// bound. The re-reads share the cluster's direct client's BatchSandbox rate
+// limit with every ownership check, create and delete, and the gateway
+// asks each of its replicas' questions about each sandbox once a second: 1,000
 // questions in a row read the apiserver 1,000 times before the re-reads
 // were bounded (per cluster: a burst of 100, then 50 a second). Over the
 // bound the cache's not_ready answer stands.
