@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sandgate/sandgate/gateway/execd"
 	"github.com/sandgate/sandgate/hack/gatewayproc"
@@ -348,4 +349,83 @@ func download(ctx context.Context, gateway, id, tok, p string) string {
 		return fmt.Sprintf("%d broken %d", resp.StatusCode, n)
 	}
 	return fmt.Sprintf("%d whole %d", resp.StatusCode, n)
+}
+
+// TestHostileExecdEarlyOutputBoundedMemory: code in a sandbox answering
+// execd's /command with nearly 4 MiB of output and never the command's
+// init event (the gateway holds output that comes before init, up to
+// max_message_size, to send after it) in many streams at once cannot take
+// the built gateway past the documented ceiling. The gateway's memory is
+// read until every stream but one (the one a sandbox may have hold its
+// early output at a time) has been ended by the gateway.
+func TestHostileExecdEarlyOutputBoundedMemory(t *testing.T) {
+	const (
+		id      = "sbxevil7"
+		streams = 300
+		early   = 4<<20 - 64<<10 // under the 4 MiB max_message_size
+	)
+	e := startEnv(t, func(c *harness.Config) {
+		c.Caddyfile = strings.Replace(harness.DefaultCaddyfile, "user root 0 0 /root", "user root 0 0 /root\n\t\tupstream_wait 3s", 1)
+		c.Grants[id] = harness.Grant{CredentialID: credOK}
+	})
+	hostile := &execdstub.Hostile{EarlyOutputBytes: early}
+	x := execdstub.New(execdstub.Config{Root: t.TempDir(), GracefulShutdown: -1, Hostile: hostile})
+	srv := httptest.NewServer(x)
+	t.Cleanup(func() { srv.Close(); x.Close() })
+	e.Ingress.SetSandbox(id, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1", Namespace: "default",
+		Ports: map[int]string{44772: srv.Listener.Addr().String()}})
+	tok := e.mint(id, harness.Grant{CredentialID: credOK})
+
+	_, before, err := gatewayproc.Memory(e.PID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	body := envelope(0, `{"process":{"cmd":"/bin/bash","args":["-l","-c","cat big"]},"stdin":false}`)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	endings := map[string]int{}
+	ended := 0
+	for range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Only the gateway ends such a stream (execd never sends
+			// init), or the cancel below.
+			s := readOneLine(ctx, e.Gateway, id, tok, body, 1<<30, nil)
+			if ctx.Err() == nil {
+				mu.Lock()
+				endings[s]++
+				ended++
+				mu.Unlock()
+			}
+		}()
+	}
+	deadline := time.Now().Add(4 * time.Minute)
+	poll := time.NewTicker(20 * time.Millisecond) // a poll period
+	defer poll.Stop()
+	var peak int64
+	for {
+		if _, peak, err = gatewayproc.Memory(e.PID()); err != nil {
+			t.Fatal(err)
+		}
+		if peak > hostileCeiling {
+			t.Fatalf("the gateway's peak memory reached %d MiB (from %d), over the documented ceiling of %d MiB; execd wrote %d streams' output",
+				peak>>10, before>>10, hostileCeiling>>10, hostile.LinesWritten())
+		}
+		mu.Lock()
+		n := ended
+		mu.Unlock()
+		if n >= streams-1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 4 minutes %d of %d streams had ended; VmHWM %d MiB", n, streams, peak>>10)
+		}
+		<-poll.C
+	}
+	cancel()
+	wg.Wait()
+	t.Logf("gateway VmHWM %d MiB before, %d MiB once %d streams were ended by the gateway: %v", before>>10, peak>>10, ended, endings)
 }

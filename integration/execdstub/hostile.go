@@ -44,6 +44,11 @@ type Hostile struct {
 	// CommandLineBytes, when positive, makes POST /command answer with one
 	// stdout event of this many bytes of text and then hold the stream.
 	CommandLineBytes int64
+	// EarlyOutputBytes, when positive, makes POST /command answer with
+	// about this many bytes of stdout events of 32 KiB each before any
+	// init event, and then hold the stream (execd reports output before
+	// init when a poll of its output files comes first).
+	EarlyOutputBytes int64
 	// DownloadBytes, when positive, makes every download answer 200 with
 	// this many bytes, chunked unless DownloadDeclared is set.
 	DownloadBytes int64
@@ -73,6 +78,25 @@ func (h *Hostile) serveDownload(w http.ResponseWriter) {
 			return
 		}
 	}
+}
+
+// serveEarlyOutput answers POST /command with EarlyOutputBytes of stdout
+// events and no init, then waits for the request to go away; LinesWritten
+// counts the answers written in full.
+func (h *Hostile) serveEarlyOutput(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	ev := []byte(`{"type":"stdout","text":"` + strings.Repeat("e", 32<<10) + `","timestamp":1}` + "\n\n")
+	for left := h.EarlyOutputBytes; left > 0; left -= 32 << 10 {
+		if _, err := w.Write(ev); err != nil {
+			return
+		}
+	}
+	if err := http.NewResponseController(w).Flush(); err != nil {
+		return
+	}
+	h.linesWritten.Add(1)
+	<-r.Context().Done()
 }
 
 // serveCommandLine answers POST /command with the init event and a stdout
@@ -114,6 +138,10 @@ func (h *Hostile) bytes() int64 {
 // serveHostile answers r as Hostile says and reports whether it did.
 func (s *Server) serveHostile(w http.ResponseWriter, r *http.Request) bool {
 	h := s.cfg.Hostile
+	if h != nil && h.EarlyOutputBytes > 0 && r.Method == http.MethodPost && r.URL.Path == "/command" {
+		h.serveEarlyOutput(w, r)
+		return true
+	}
 	if h != nil && h.CommandLineBytes > 0 && r.Method == http.MethodPost && r.URL.Path == "/command" {
 		h.serveCommandLine(w, r)
 		return true
