@@ -373,18 +373,20 @@ const (
 )
 
 // admitLargeLine takes a large-line slot for rq's sandbox, waiting up to
-// upstream_wait while ctx lasts, or returns GATEWAY_BUSY.
+// upstream_wait while ctx lasts, or returns GATEWAY_BUSY. It is held while
+// an output line over 64 KiB is read and relayed, and while more than 64
+// KiB of output that came before a command's init event waits for it.
 func (h *Handler) admitLargeLine(ctx context.Context, rq *request) (func(), error) {
 	release, why := h.largeLines.Acquire(ctx, rq.sandboxID, h.cfg.UpstreamWait)
 	switch why {
 	case admission.Admitted:
 		return release, nil
 	case admission.KeyFull:
-		return nil, fail(CodeGatewayBusy, "this sandbox's commands had an output line over 64 KiB in progress at the gateway for "+
+		return nil, fail(CodeGatewayBusy, "this sandbox's commands had output over 64 KiB (one line, or output before a command's start) in progress at the gateway for "+
 			h.cfg.UpstreamWait.String()+"; retry when it has been relayed")
 	}
 	return nil, fail(CodeGatewayBusy, "the gateway had "+strconv.Itoa(maxLargeLines)+
-		" output lines over 64 KiB in progress for "+h.cfg.UpstreamWait.String()+"; retry shortly")
+		" commands' output over 64 KiB (one line, or output before a command's start) in progress for "+h.cfg.UpstreamWait.String()+"; retry shortly")
 }
 
 // admitProcessCall takes a slot of the process-record bound for rq's

@@ -224,6 +224,14 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 	var cmdID string
 	var early []execd.Event // output events execd sent before init
 	earlyBytes := 0
+	// Early output past largeData is held only with a large-line slot,
+	// from then until it was sent after init (or the stream ended).
+	var releaseEarly func()
+	defer func() {
+		if releaseEarly != nil {
+			releaseEarly()
+		}
+	}()
 	out := map[string]*outputStream{execd.EventStdout: {marker: marker}, execd.EventStderr: {marker: marker}}
 	streamErr := func(e *Error) *Error {
 		_ = sw.Close(&connect.Error{Code: e.Code.StreamCode(cmdID != ""), Message: e.Error()})
@@ -283,6 +291,10 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 					h.sendLine(sw, p.Type, out[p.Type], p.Text)
 				}
 				early = nil
+				if releaseEarly != nil {
+					releaseEarly()
+					releaseEarly = nil
+				}
 				ka.Reset(keepalive)
 			case cmdID == "" && (ev.Type == execd.EventStdout || ev.Type == execd.EventStderr):
 				// execd starts its output tailers before the process and
@@ -291,6 +303,13 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 				earlyBytes += len(ev.Text)
 				if earlyBytes > int(h.cfg.MaxMessageBytes) {
 					return streamErr(fail(CodeExecdProtocol, "execd sent too much output before the command's init event"))
+				}
+				if earlyBytes > largeData && releaseEarly == nil {
+					release, err := h.admitLargeLine(r.Context(), rq)
+					if err != nil {
+						return streamErr(err.(*Error))
+					}
+					releaseEarly = release
 				}
 				early = append(early, ev)
 			case cmdID == "" && ev.Type != execd.EventPing:
