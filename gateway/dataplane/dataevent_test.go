@@ -2,15 +2,22 @@ package dataplane
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandgate/sandgate/gateway/connect"
 	"github.com/sandgate/sandgate/gateway/envd"
 	"github.com/sandgate/sandgate/gateway/execd"
+	"github.com/sandgate/sandgate/integration/execdstub"
+	"github.com/sandgate/sandgate/integration/fixedentry"
 )
 
 // TestDataEventJSONMatchesMarshal: a large data event's own encoding is
@@ -90,4 +97,65 @@ func TestSendLineLarge(t *testing.T) {
 			t.Fatalf("%v: the relayed line is not the expected %d bytes", err, len(tc.want))
 		}
 	}
+}
+
+// TestProcessStartLargeOutputBeforeInit: more than 64 KiB of output
+// before the command's init event, a line over 64 KiB among it, is all
+// relayed after the start event and the stream ends cleanly: the early
+// output's large-line slot covers the large line (one slot per sandbox;
+// asking for a second one for the line waited for the first, held by the
+// same stream, until upstream_wait).
+func TestProcessStartLargeOutputBeforeInit(t *testing.T) {
+	e := newTestEnv(t, func(c *Config, _ *execdstub.Config) { c.UpstreamWait = 5 * time.Second })
+	small, line := strings.Repeat("s", 40<<10), strings.Repeat("L", 200<<10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/command" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, ev := range []string{
+			`{"type":"stdout","text":"` + small + `"}`, `{"type":"stdout","text":"` + small + `"}`,
+			`{"type":"stdout","text":"` + line + `"}`, `{"type":"init","text":"0123456789abcdef0123456789abcdef"}`,
+			`{"type":"stdout","text":"after"}`, `{"type":"execution_complete","execution_time":1}`,
+		} {
+			_, _ = io.WriteString(w, ev+"\n\n")
+		}
+	}))
+	t.Cleanup(srv.Close)
+	e.ingress.SetSandbox(testSandbox, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1",
+		Ports: map[int]string{execd.DefaultPort: srv.Listener.Addr().String()}})
+	resp, err := http.DefaultClient.Do(e.startRequest(startMsg("x")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out strings.Builder
+	var end frame
+	for f := range slices.Values(readFrames(t, mustReadAll(t, resp.Body))) {
+		if f.flags == connect.FlagEndStream {
+			end = f
+			break
+		}
+		ev, _ := f.json["event"].(map[string]any)
+		if d, _ := ev["data"].(map[string]any); d != nil {
+			b, _ := base64.StdEncoding.DecodeString(d["stdout"].(string))
+			out.WriteString(string(b))
+		}
+	}
+	if want := small + "\n" + small + "\n" + line + "\nafter\n"; out.String() != want {
+		t.Fatalf("%d bytes of stdout relayed, want %d", out.Len(), len(want))
+	}
+	if end.json["error"] != nil {
+		t.Fatalf("the stream ended with %v", end.json["error"])
+	}
+}
+
+func mustReadAll(t *testing.T, r io.Reader) []byte {
+	t.Helper()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
