@@ -176,8 +176,9 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 	defer cancelUp()
 	begun := time.Now()
 	items := make(chan streamItem)
-	// relayed is signalled once an event from a large line was handled: the
-	// reader holds that line's slot, and reads on, only until then.
+	// relayed is signalled once an event the reader marked large was
+	// handled: the reader holds a large-line slot for it, and reads on,
+	// only until then.
 	relayed := make(chan struct{}, 1)
 	go func() {
 		send := func(it streamItem) bool {
@@ -194,10 +195,40 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 			return
 		}
 		defer stream.Close()
-		stream.SetLargeLineGate(func() (func(), error) { return h.admitLargeLine(upCtx, rq) })
+		// Output before init is held by the loop below until init; past
+		// largeData it takes a large-line slot (releaseEarly), which also
+		// covers the large lines read meanwhile, until the event after
+		// which the loop has sent it (init) was handled.
+		var releaseEarly func()
+		defer func() {
+			if releaseEarly != nil {
+				releaseEarly()
+			}
+		}()
+		stream.SetLargeLineGate(func() (func(), error) {
+			if releaseEarly != nil {
+				return func() {}, nil
+			}
+			return h.admitLargeLine(upCtx, rq)
+		})
+		inited, earlyBytes := false, 0
 		for {
 			ev, err := stream.Next()
 			large := stream.HoldsLargeLine()
+			if err == nil && !inited {
+				switch {
+				case ev.Type == execd.EventInit && ev.Text != "":
+					inited = true
+					large = large || releaseEarly != nil
+				case ev.Type == execd.EventStdout || ev.Type == execd.EventStderr:
+					earlyBytes += len(ev.Text)
+					if earlyBytes > largeData && releaseEarly == nil {
+						if releaseEarly, err = h.admitLargeLine(upCtx, rq); err != nil {
+							releaseEarly = nil
+						}
+					}
+				}
+			}
 			if !send(streamItem{ev: ev, err: err, large: large}) || err != nil || ev.Terminal() {
 				return
 			}
@@ -207,6 +238,10 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 				case <-upCtx.Done():
 					return
 				}
+			}
+			if inited && releaseEarly != nil {
+				releaseEarly()
+				releaseEarly = nil
 			}
 		}
 	}()
@@ -224,14 +259,6 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 	var cmdID string
 	var early []execd.Event // output events execd sent before init
 	earlyBytes := 0
-	// Early output past largeData is held only with a large-line slot,
-	// from then until it was sent after init (or the stream ended).
-	var releaseEarly func()
-	defer func() {
-		if releaseEarly != nil {
-			releaseEarly()
-		}
-	}()
 	out := map[string]*outputStream{execd.EventStdout: {marker: marker}, execd.EventStderr: {marker: marker}}
 	streamErr := func(e *Error) *Error {
 		_ = sw.Close(&connect.Error{Code: e.Code.StreamCode(cmdID != ""), Message: e.Error()})
@@ -291,10 +318,6 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 					h.sendLine(sw, p.Type, out[p.Type], p.Text)
 				}
 				early = nil
-				if releaseEarly != nil {
-					releaseEarly()
-					releaseEarly = nil
-				}
 				ka.Reset(keepalive)
 			case cmdID == "" && (ev.Type == execd.EventStdout || ev.Type == execd.EventStderr):
 				// execd starts its output tailers before the process and
@@ -303,13 +326,6 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 				earlyBytes += len(ev.Text)
 				if earlyBytes > int(h.cfg.MaxMessageBytes) {
 					return streamErr(fail(CodeExecdProtocol, "execd sent too much output before the command's init event"))
-				}
-				if earlyBytes > largeData && releaseEarly == nil {
-					release, err := h.admitLargeLine(r.Context(), rq)
-					if err != nil {
-						return streamErr(err.(*Error))
-					}
-					releaseEarly = release
 				}
 				early = append(early, ev)
 			case cmdID == "" && ev.Type != execd.EventPing:
