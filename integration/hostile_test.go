@@ -1,13 +1,19 @@
 package integration
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sandgate/sandgate/gateway/execd"
 	"github.com/sandgate/sandgate/hack/gatewayproc"
@@ -115,4 +121,311 @@ func TestHostileExecdBoundedMemory(t *testing.T) {
 	if peak > hostileCeiling {
 		t.Fatalf("the gateway's peak memory reached %d MiB, over the documented ceiling of %d MiB", peak>>10, hostileCeiling>>10)
 	}
+}
+
+// TestHostileExecdCommandLinesBoundedMemory: code in a sandbox answering
+// execd's /command with output lines of nearly 16 MiB (the longest line the
+// gateway relays) cannot take the built gateway's peak memory past the
+// documented ceiling, however many commands its tenant starts at once: the
+// foreground command streams take no upstream slot, so before their large
+// lines were bounded 40 such streams took the gateway to 3,242 MiB (each
+// line's buffer, text, bytes and Connect message, and the message's
+// buffer, which a stream kept for its whole life). Two sandboxes start 8
+// each. Every stream must deliver its line to the client (upstream_wait is
+// long enough for them to pass a few at a time); the peak is read once each
+// has.
+func TestHostileExecdCommandLinesBoundedMemory(t *testing.T) {
+	const (
+		perSandbox = 8
+		line       = 16<<20 - 4<<10 // under the gateway's 16 MiB line bound
+	)
+	ids := []string{"sbxevil3", "sbxevil4"} // two sandboxes: the gateway-wide bound is reached too
+	streams := perSandbox * len(ids)
+	e := startEnv(t, func(c *harness.Config) {
+		c.Caddyfile = strings.Replace(harness.DefaultCaddyfile, "user root 0 0 /root", "user root 0 0 /root\n\t\tupstream_wait 5m", 1)
+		for _, id := range ids {
+			c.Grants[id] = harness.Grant{CredentialID: credOK}
+		}
+	})
+	hostile := &execdstub.Hostile{CommandLineBytes: line}
+	x := execdstub.New(execdstub.Config{Root: t.TempDir(), GracefulShutdown: -1, Hostile: hostile})
+	srv := httptest.NewServer(x)
+	t.Cleanup(func() { srv.Close(); x.Close() })
+	for _, id := range ids {
+		e.Ingress.SetSandbox(id, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1", Namespace: "default",
+			Ports: map[int]string{44772: srv.Listener.Addr().String()}})
+	}
+
+	_, before, err := gatewayproc.Memory(e.PID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	body := envelope(0, `{"process":{"cmd":"/bin/bash","args":["-l","-c","cat big"]},"stdin":false}`)
+	outcomes := make(chan string, streams)
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		tok := e.mint(id, harness.Grant{CredentialID: credOK})
+		for range perSandbox {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				startAndReadOneLine(ctx, e.Gateway, id, tok, body, line, outcomes)
+			}()
+		}
+	}
+	counts := map[string]int{}
+	for range streams {
+		counts[<-outcomes]++
+	}
+	_, peak, err := gatewayproc.Memory(e.PID())
+	cancel()
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("gateway VmHWM %d MiB before, %d MiB once every stream had its line; outcomes %v; lines execd wrote %d",
+		before>>10, peak>>10, counts, hostile.LinesWritten())
+	if counts["line"] != streams {
+		t.Fatalf("%d of %d streams delivered their line: %v", counts["line"], streams, counts)
+	}
+	if peak > hostileCeiling {
+		t.Fatalf("the gateway's peak memory reached %d MiB, over the documented ceiling of %d MiB", peak>>10, hostileCeiling>>10)
+	}
+}
+
+// startAndReadOneLine starts a command on sandbox id through the gateway
+// and reads its Connect stream until a data frame of at least minData bytes
+// arrived; it then sends "line" to outcome and holds the stream open until
+// ctx ends, so the gateway keeps it. Any other end is described in the
+// outcome sent.
+func startAndReadOneLine(ctx context.Context, gateway, id, tok string, body []byte, minData int, outcome chan<- string) {
+	if s := readOneLine(ctx, gateway, id, tok, body, minData, outcome); s != "" {
+		outcome <- s
+	}
+}
+
+func readOneLine(ctx context.Context, gateway, id, tok string, body []byte, minData int, outcome chan<- string) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, gateway+"/process.Process/Start", bytes.NewReader(body))
+	if err != nil {
+		return "request: " + err.Error()
+	}
+	req.Header.Set("Content-Type", "application/connect+json")
+	req.Header.Set("Connect-Protocol-Version", "1")
+	req.Header.Set("E2b-Sandbox-Id", id)
+	req.Header.Set("E2b-Sandbox-Port", envdPort)
+	req.Header.Set("X-Access-Token", tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "do: " + err.Error()
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Sprint("status ", resp.StatusCode, " ", resp.Header.Get("Sandgate-Error-Code"))
+	}
+	var hdr [5]byte
+	for {
+		if _, err := io.ReadFull(resp.Body, hdr[:]); err != nil {
+			return "read: " + err.Error()
+		}
+		n := int64(binary.BigEndian.Uint32(hdr[1:]))
+		if hdr[0]&2 != 0 {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, min(n, 4<<10)))
+			return "end " + string(b)
+		}
+		if _, err := io.CopyN(io.Discard, resp.Body, n); err != nil {
+			return "read: " + err.Error()
+		}
+		if n >= int64(minData) {
+			outcome <- "line"
+			<-ctx.Done()
+			return ""
+		}
+	}
+}
+
+// TestHostileExecdDownloadsBoundedMemory: code in sandboxes answering
+// execd's downloads with large bodies, or with a Content-Length larger
+// than what it sends, costs the built gateway a bounded amount of memory
+// however many downloads its tenant runs at once (downloads take no slot
+// and are streamed, never held), every large body arrives whole, and every
+// short one arrives broken, never as a clean end.
+func TestHostileExecdDownloadsBoundedMemory(t *testing.T) {
+	const (
+		perSandbox = 16
+		size       = 64 << 20
+		sent       = 1 << 20
+	)
+	huge, short := "sbxevil5", "sbxevil6"
+	e := startEnv(t, func(c *harness.Config) {
+		for _, id := range []string{huge, short} {
+			c.Grants[id] = harness.Grant{CredentialID: credOK}
+		}
+	})
+	serve := func(h *execdstub.Hostile) string {
+		root := t.TempDir()
+		if err := os.MkdirAll(filepath.Join(root, "home/user"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, "home/user/big"), []byte("small"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		x := execdstub.New(execdstub.Config{Root: root, GracefulShutdown: -1, Hostile: h})
+		srv := httptest.NewServer(x)
+		t.Cleanup(func() { srv.Close(); x.Close() })
+		return srv.Listener.Addr().String()
+	}
+	for id, h := range map[string]*execdstub.Hostile{
+		huge:  {DownloadBytes: size},
+		short: {DownloadBytes: sent, DownloadDeclared: size},
+	} {
+		e.Ingress.SetSandbox(id, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1", Namespace: "default",
+			Ports: map[int]string{44772: serve(h)}})
+	}
+
+	_, before, err := gatewayproc.Memory(e.PID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	outcomes := map[string]int{}
+	for _, id := range []string{huge, short} {
+		tok := e.mint(id, harness.Grant{CredentialID: credOK})
+		for range perSandbox {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got := download(ctx, e.Gateway, id, tok, "/home/user/big")
+				mu.Lock()
+				outcomes[id+" "+got]++
+				mu.Unlock()
+			}()
+		}
+	}
+	wg.Wait()
+	_, peak, err := gatewayproc.Memory(e.PID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("gateway VmHWM %d MiB before, %d MiB after %d downloads; outcomes %v", before>>10, peak>>10, 2*perSandbox, outcomes)
+	wantWhole := fmt.Sprintf("%s 200 whole %d", huge, size)
+	if outcomes[wantWhole] != perSandbox {
+		t.Fatalf("%d of %d large downloads arrived whole: %v", outcomes[wantWhole], perSandbox, outcomes)
+	}
+	broken := 0
+	for k, n := range outcomes {
+		if strings.HasPrefix(k, short+" 200 broken ") {
+			broken += n
+		}
+	}
+	if broken != perSandbox {
+		t.Fatalf("%d of %d short downloads arrived broken: %v", broken, perSandbox, outcomes)
+	}
+	if peak > before+128<<10 {
+		t.Fatalf("the gateway's peak memory grew from %d to %d MiB over %d streamed downloads", before>>10, peak>>10, 2*perSandbox)
+	}
+}
+
+// download reads GET /files?path=p of sandbox id through the gateway and
+// describes it: the status, "whole" or "broken" and the bytes read.
+func download(ctx context.Context, gateway, id, tok, p string) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, gateway+"/files?path="+p, nil)
+	if err != nil {
+		return "request: " + err.Error()
+	}
+	req.Header.Set("E2b-Sandbox-Id", id)
+	req.Header.Set("E2b-Sandbox-Port", envdPort)
+	req.Header.Set("X-Access-Token", tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "do: " + err.Error()
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err != nil {
+		return fmt.Sprintf("%d broken %d", resp.StatusCode, n)
+	}
+	return fmt.Sprintf("%d whole %d", resp.StatusCode, n)
+}
+
+// TestHostileExecdEarlyOutputBoundedMemory: code in a sandbox answering
+// execd's /command with nearly 4 MiB of output and never the command's
+// init event (the gateway holds output that comes before init, up to
+// max_message_size, to send after it) in many streams at once cannot take
+// the built gateway past the documented ceiling. The gateway's memory is
+// read until every stream but one (the one a sandbox may have hold its
+// early output at a time) has been ended by the gateway.
+func TestHostileExecdEarlyOutputBoundedMemory(t *testing.T) {
+	const (
+		id      = "sbxevil7"
+		streams = 300
+		early   = 4<<20 - 64<<10 // under the 4 MiB max_message_size
+	)
+	e := startEnv(t, func(c *harness.Config) {
+		c.Caddyfile = strings.Replace(harness.DefaultCaddyfile, "user root 0 0 /root", "user root 0 0 /root\n\t\tupstream_wait 3s", 1)
+		c.Grants[id] = harness.Grant{CredentialID: credOK}
+	})
+	hostile := &execdstub.Hostile{EarlyOutputBytes: early}
+	x := execdstub.New(execdstub.Config{Root: t.TempDir(), GracefulShutdown: -1, Hostile: hostile})
+	srv := httptest.NewServer(x)
+	t.Cleanup(func() { srv.Close(); x.Close() })
+	e.Ingress.SetSandbox(id, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1", Namespace: "default",
+		Ports: map[int]string{44772: srv.Listener.Addr().String()}})
+	tok := e.mint(id, harness.Grant{CredentialID: credOK})
+
+	_, before, err := gatewayproc.Memory(e.PID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	body := envelope(0, `{"process":{"cmd":"/bin/bash","args":["-l","-c","cat big"]},"stdin":false}`)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	endings := map[string]int{}
+	ended := 0
+	for range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Only the gateway ends such a stream (execd never sends
+			// init), or the cancel below.
+			s := readOneLine(ctx, e.Gateway, id, tok, body, 1<<30, nil)
+			if ctx.Err() == nil {
+				mu.Lock()
+				endings[s]++
+				ended++
+				mu.Unlock()
+			}
+		}()
+	}
+	deadline := time.Now().Add(4 * time.Minute)
+	poll := time.NewTicker(20 * time.Millisecond) // a poll period
+	defer poll.Stop()
+	var peak int64
+	for {
+		if _, peak, err = gatewayproc.Memory(e.PID()); err != nil {
+			t.Fatal(err)
+		}
+		if peak > hostileCeiling {
+			t.Fatalf("the gateway's peak memory reached %d MiB (from %d), over the documented ceiling of %d MiB; execd wrote %d streams' output",
+				peak>>10, before>>10, hostileCeiling>>10, hostile.LinesWritten())
+		}
+		mu.Lock()
+		n := ended
+		mu.Unlock()
+		if n >= streams-1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 4 minutes %d of %d streams had ended; VmHWM %d MiB", n, streams, peak>>10)
+		}
+		<-poll.C
+	}
+	cancel()
+	wg.Wait()
+	t.Logf("gateway VmHWM %d MiB before, %d MiB once %d streams were ended by the gateway: %v", before>>10, peak>>10, ended, endings)
 }

@@ -103,3 +103,52 @@ func TestAuthorizeNotReadyReadAgain(t *testing.T) {
 		})
 	}
 }
+
+// TestAuthorizeNotReadyRereadsBounded: a credential whose sandboxes stay
+// not ready (Creating, or a pod that does not serve: its tenant can make
+// it so) cannot make corectl read the apiserver once per question without
+// bound. The re-reads share the cluster's direct client's BatchSandbox rate
+// limit with every ownership check, create and delete, and the gateway
+// asks each of its replicas' questions about each sandbox once a second: 1,000
+// questions in a row read the apiserver 1,000 times before the re-reads
+// were bounded (per cluster: a burst of 100, then 50 a second). Over the
+// bound the cache's not_ready answer stands.
+func TestAuthorizeNotReadyRereadsBounded(t *testing.T) {
+	const tok = "test-internal-token-0123456789abcdef"
+	const id = "sb-0123456789abcdef"
+	creds := credential.Static{"own": {ID: "own", Enabled: true, ProjectNamespace: "project", ClusterID: "c1"}}
+	end := time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano)
+	cached := &sandbox.Cached{
+		ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: "project", Annotations: map[string]string{
+			v1alpha1.AnnotationLifecycle: lifecycle.StateCreating, v1alpha1.AnnotationCredential: "own", v1alpha1.AnnotationEndAt: end}},
+	}
+	live := &unstructured.Unstructured{}
+	live.SetGroupVersionKind(sandbox.GVK)
+	live.SetName(id)
+	live.SetNamespace("project")
+	live.SetAnnotations(map[string]string{v1alpha1.AnnotationLifecycle: lifecycle.StateCreating,
+		v1alpha1.AnnotationCredential: "own", v1alpha1.AnnotationEndAt: end})
+	lr := &liveReader{obj: live}
+	ch := &httpapi.ClusterHandle{Cluster: &cluster.Cluster{ID: "c1"},
+		Cache: sharedCache{{Namespace: "project", Name: id}: cached}, Reader: lr}
+	srv := &httpapi.Server{Credentials: creds, InternalToken: tok, Clusters: map[string]*httpapi.ClusterHandle{"c1": ch}}
+	h := srv.Handler()
+	const questions = 1000
+	start := time.Now()
+	for range questions {
+		req := httptest.NewRequest(http.MethodGet, "/internal/v1/authorize?credential=own&sandbox="+id, nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK || !bytesContain(rec.Body.Bytes(), `"reason":"not_ready"`) {
+			t.Fatalf("answer %d %s; want not_ready", rec.Code, rec.Body.String())
+		}
+	}
+	elapsed := time.Since(start)
+	// The bucket's burst, and what its rate refilled while the questions
+	// ran (computed from the time they took, not a speed goal).
+	most := 100 + int(50*elapsed.Seconds()) + 1
+	if lr.reads > most {
+		t.Fatalf("%d questions read the apiserver %d times in %v; want at most %d", questions, lr.reads, elapsed, most)
+	}
+}

@@ -47,6 +47,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -62,6 +63,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/sandboxlogs"
 	"github.com/sandgate/sandgate/corectl/template"
 	"github.com/sandgate/sandgate/gateway/credential"
+	"golang.org/x/time/rate"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -112,6 +114,35 @@ type ClusterHandle struct {
 	// /api/v1/sandbox/instances/{id}/endpoint); nil answers that route
 	// 503 unavailable.
 	Browser *browser.Binder
+	// NotReadyRereads bounds the authorizer's re-reads from Reader of a
+	// sandbox the cache shows not ready (authorize.go): a token bucket
+	// shared by every question about the cluster's sandboxes. nil means a
+	// bucket of DefaultNotReadyRereadBurst refilled at
+	// DefaultNotReadyRereadRate a second, made on first use.
+	NotReadyRereads *rate.Limiter
+
+	rereadsOnce sync.Once
+}
+
+// The authorizer's re-reads of not-ready sandboxes per cluster by default:
+// a burst of 100, then 50 a second, a sixth of the direct client's default
+// rate limit per resource type (cluster.DefaultClientQPS, 300), which for
+// BatchSandboxes they share with every route's ownership check and every
+// create and delete of the cluster. Past it the cache's not_ready answer
+// stands (the gateway asks again within a second).
+const (
+	DefaultNotReadyRereadRate  = 50
+	DefaultNotReadyRereadBurst = 100
+)
+
+// notReadyRereads returns NotReadyRereads, made on first use when nil.
+func (ch *ClusterHandle) notReadyRereads() *rate.Limiter {
+	ch.rereadsOnce.Do(func() {
+		if ch.NotReadyRereads == nil {
+			ch.NotReadyRereads = rate.NewLimiter(DefaultNotReadyRereadRate, DefaultNotReadyRereadBurst)
+		}
+	})
+	return ch.NotReadyRereads
 }
 
 // Server serves the API.

@@ -267,3 +267,29 @@ func TestEnvelopeMemoryFollowsTheBytes(t *testing.T) {
 		t.Fatalf("an envelope at the limit: %d bytes, %v", len(p), err)
 	}
 }
+
+// TestStreamWriterKeepsNoLargeBuffer: a stream that sent one large message
+// (a command's 16 MiB output line is about 21 MiB of JSON) keeps no buffer
+// of its size for the rest of its life, and the message arrives whole.
+func TestStreamWriterKeepsNoLargeBuffer(t *testing.T) {
+	rec := httptest.NewRecorder()
+	sw := NewStreamWriter(rec)
+	big := strings.Repeat("x", 1<<20)
+	if err := sw.Send(big); err != nil {
+		t.Fatal(err)
+	}
+	if c := cap(sw.buf); c > keptBuffer {
+		t.Fatalf("the stream keeps a %d-byte buffer after a large message, want at most %d", c, keptBuffer)
+	}
+	if err := sw.Send("small"); err != nil {
+		t.Fatal(err)
+	}
+	r := bytes.NewReader(rec.Body.Bytes())
+	_, p, err := ReadEnvelope(r, 2<<20)
+	if err != nil || string(p) != `"`+big+`"` {
+		t.Fatalf("the large message: %v, %d bytes", err, len(p))
+	}
+	if _, p, err = ReadEnvelope(r, 1<<10); err != nil || string(p) != `"small"` || r.Len() != 0 {
+		t.Fatalf("the next message: %v %q, %d bytes left", err, p, r.Len())
+	}
+}

@@ -1,6 +1,7 @@
 package connect
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -56,6 +57,10 @@ func (s *StreamWriter) Send(msg any) error {
 	return s.write(0, payload)
 }
 
+// SendJSON writes payload, a message's JSON encoding made by the caller, as
+// one message envelope, then flushes; as Send after json.Marshal.
+func (s *StreamWriter) SendJSON(payload []byte) error { return s.write(0, payload) }
+
 // Close writes the end-stream envelope: {} when e is nil, otherwise
 // {"error":e}. Later calls do nothing.
 func (s *StreamWriter) Close(e *Error) error {
@@ -76,12 +81,30 @@ func (s *StreamWriter) write(flags byte, payload []byte) error {
 		s.closed = true
 	}
 	s.start()
+	if len(payload) > keptBuffer-HeaderSize {
+		// Not copied into s.buf, which would keep its size for the
+		// stream's life: the header, then the payload itself.
+		var hdr [HeaderSize]byte
+		hdr[0] = flags
+		binary.BigEndian.PutUint32(hdr[1:], uint32(len(payload)))
+		if _, err := s.w.Write(hdr[:]); err != nil {
+			return err
+		}
+		if _, err := s.w.Write(payload); err != nil {
+			return err
+		}
+		return s.rc.Flush()
+	}
 	s.buf = AppendEnvelope(s.buf[:0], flags, payload)
 	if _, err := s.w.Write(s.buf); err != nil {
 		return err
 	}
 	return s.rc.Flush()
 }
+
+// keptBuffer bounds the buffer a StreamWriter keeps between messages
+// (bytes): a larger message is written without it.
+const keptBuffer = 64 << 10
 
 // WriteUnaryError writes a unary Connect error: the HTTP status of e.Code,
 // Content-Type application/json and the JSON body {"code","message"}.

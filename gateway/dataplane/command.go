@@ -86,5 +86,8 @@ func (o *outputStream) line(text string) (out []byte, end bool) {
 	if text == "\n" {
 		return []byte{'\n'}, false
 	}
-	return append([]byte(text), '\n'), false
+	b := make([]byte, len(text)+1)
+	copy(b, text)
+	b[len(text)] = '\n'
+	return b, false
 }

@@ -300,8 +300,10 @@ type Handler struct {
 	cfg  Config
 	deps Deps
 	// upstream counts the calls decoding execd answers (per sandbox);
-	// processCalls the calls reading process records (per credential).
-	upstream, processCalls *admission.Limiter
+	// processCalls the calls reading process records (per credential);
+	// largeLines the command output lines over execd.LargeLineBytes being
+	// read and relayed (per sandbox).
+	upstream, processCalls, largeLines *admission.Limiter
 	// execdTokens remembers which of a cluster's execd token secrets each
 	// sandbox's execd accepts, when a cluster has several.
 	execdTokens *execdtoken.Chooser
@@ -338,7 +340,8 @@ func New(cfg Config, deps Deps) (*Handler, error) {
 	deps.Execd = &xc
 	return &Handler{cfg: cfg, deps: deps, execdTokens: &execdtoken.Chooser{},
 		upstream:     admission.New(cfg.MaxUpstreamCalls, cfg.MaxUpstreamCallsPerSandbox),
-		processCalls: admission.New(cfg.MaxUpstreamCalls, cfg.MaxProcessCallsPerCredential)}, nil
+		processCalls: admission.New(cfg.MaxUpstreamCalls, cfg.MaxProcessCallsPerCredential),
+		largeLines:   admission.New(maxLargeLines, maxLargeLinesPerSandbox)}, nil
 }
 
 // admitUpstream takes a slot of the upstream bound for rq's sandbox,
@@ -355,6 +358,35 @@ func (h *Handler) admitUpstream(ctx context.Context, rq *request, wait time.Dura
 			" calls to sandboxes in progress for "+wait.String()+"; retry shortly")
 	}
 	return release, nil
+}
+
+// Bounds of the command output lines over execd.LargeLineBytes (64 KiB)
+// read and relayed at once: over the gateway and per sandbox. Such a line
+// costs up to about 80 MiB while it is read, decoded and relayed (a 16 MiB
+// line, its text, its bytes and their base64 in the Connect message; peak
+// resident memory, TestHostileExecdCommandLinesBoundedMemory), and the
+// foreground command streams that carry them take no upstream slot: without
+// these bounds one sandbox's 40 streams took the gateway to 3.2 GiB.
+const (
+	maxLargeLines           = 2
+	maxLargeLinesPerSandbox = 1
+)
+
+// admitLargeLine takes a large-line slot for rq's sandbox, waiting up to
+// upstream_wait while ctx lasts, or returns GATEWAY_BUSY. It is held while
+// an output line over 64 KiB is read and relayed, and while more than 64
+// KiB of output that came before a command's init event waits for it.
+func (h *Handler) admitLargeLine(ctx context.Context, rq *request) (func(), error) {
+	release, why := h.largeLines.Acquire(ctx, rq.sandboxID, h.cfg.UpstreamWait)
+	switch why {
+	case admission.Admitted:
+		return release, nil
+	case admission.KeyFull:
+		return nil, fail(CodeGatewayBusy, "this sandbox's commands had output over 64 KiB (one line, or output before a command's start) in progress at the gateway for "+
+			h.cfg.UpstreamWait.String()+"; retry when it has been relayed")
+	}
+	return nil, fail(CodeGatewayBusy, "the gateway had "+strconv.Itoa(maxLargeLines)+
+		" commands' output over 64 KiB (one line, or output before a command's start) in progress for "+h.cfg.UpstreamWait.String()+"; retry shortly")
 }
 
 // admitProcessCall takes a slot of the process-record bound for rq's

@@ -286,6 +286,10 @@ func writeError(w http.ResponseWriter, sh shape, e *Error) {
 // fromExecd maps an execd client error to a stable code. what names the
 // operation for the message ("list /home/user").
 func fromExecd(err error, what string) *Error {
+	var own *Error
+	if errors.As(err, &own) { // the data plane's own refusal (a large line's gate)
+		return own
+	}
 	var e *execd.Error
 	if !errors.As(err, &e) {
 		f := fail(CodeExecdProtocol, what+": "+err.Error())

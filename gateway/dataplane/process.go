@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"hash/fnv"
 	"mime"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/sandgate/sandgate/gateway/connect"
 	"github.com/sandgate/sandgate/gateway/envd"
@@ -69,6 +71,9 @@ func pidOf(id string) uint32 {
 type streamItem struct {
 	ev  execd.Event
 	err error
+	// large: ev came from a line over execd.LargeLineBytes, whose slot the
+	// reader holds until the event was handled.
+	large bool
 }
 
 // streamCall is what every server-stream call carries besides its
@@ -171,6 +176,10 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 	defer cancelUp()
 	begun := time.Now()
 	items := make(chan streamItem)
+	// relayed is signalled once an event the reader marked large was
+	// handled: the reader holds a large-line slot for it, and reads on,
+	// only until then.
+	relayed := make(chan struct{}, 1)
 	go func() {
 		send := func(it streamItem) bool {
 			select {
@@ -186,10 +195,53 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 			return
 		}
 		defer stream.Close()
+		// Output before init is held by the loop below until init; past
+		// largeData it takes a large-line slot (releaseEarly), which also
+		// covers the large lines read meanwhile, until the event after
+		// which the loop has sent it (init) was handled.
+		var releaseEarly func()
+		defer func() {
+			if releaseEarly != nil {
+				releaseEarly()
+			}
+		}()
+		stream.SetLargeLineGate(func() (func(), error) {
+			if releaseEarly != nil {
+				return func() {}, nil
+			}
+			return h.admitLargeLine(upCtx, rq)
+		})
+		inited, earlyBytes := false, 0
 		for {
 			ev, err := stream.Next()
-			if !send(streamItem{ev: ev, err: err}) || err != nil || ev.Terminal() {
+			large := stream.HoldsLargeLine()
+			if err == nil && !inited {
+				switch {
+				case ev.Type == execd.EventInit && ev.Text != "":
+					inited = true
+					large = large || releaseEarly != nil
+				case ev.Type == execd.EventStdout || ev.Type == execd.EventStderr:
+					earlyBytes += len(ev.Text)
+					if earlyBytes > largeData && releaseEarly == nil {
+						if releaseEarly, err = h.admitLargeLine(upCtx, rq); err != nil {
+							releaseEarly = nil
+						}
+					}
+				}
+			}
+			if !send(streamItem{ev: ev, err: err, large: large}) || err != nil || ev.Terminal() {
 				return
+			}
+			if large {
+				select {
+				case <-relayed:
+				case <-upCtx.Done():
+					return
+				}
+			}
+			if inited && releaseEarly != nil {
+				releaseEarly()
+				releaseEarly = nil
 			}
 		}
 	}()
@@ -212,7 +264,12 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 		_ = sw.Close(&connect.Error{Code: e.Code.StreamCode(cmdID != ""), Message: e.Error()})
 		return e
 	}
+	large := false // the last event came from a large line
 	for {
+		if large {
+			relayed <- struct{}{}
+			large = false
+		}
 		select {
 		case <-r.Context().Done():
 			return fail(CodeCanceled, "the client closed the stream")
@@ -226,6 +283,7 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 			}
 			ka.Reset(keepalive)
 		case it := <-items:
+			large = it.large
 			if it.err != nil {
 				var e *Error
 				switch {
@@ -257,9 +315,7 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 					return fail(CodeCanceled, "the client closed the stream")
 				}
 				for _, p := range early {
-					if b, _ := out[p.Type].line(p.Text); len(b) > 0 {
-						h.sendData(sw, p.Type, b)
-					}
+					h.sendLine(sw, p.Type, out[p.Type], p.Text)
 				}
 				early = nil
 				ka.Reset(keepalive)
@@ -275,9 +331,7 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 			case cmdID == "" && ev.Type != execd.EventPing:
 				return streamErr(fail(CodeExecdProtocol, "execd did not start the command with an init event"))
 			case ev.Type == execd.EventStdout || ev.Type == execd.EventStderr:
-				b, _ := out[ev.Type].line(ev.Text)
-				if len(b) > 0 {
-					h.sendData(sw, ev.Type, b)
+				if h.sendLine(sw, ev.Type, out[ev.Type], ev.Text) {
 					ka.Reset(keepalive)
 				}
 			case ev.Terminal():
@@ -323,6 +377,10 @@ func hasNUL(cmd string, args []string, envs map[string]string) bool {
 }
 
 func (h *Handler) sendData(sw *connect.StreamWriter, stream string, b []byte) {
+	if len(b) > largeData {
+		_ = sw.SendJSON(dataEventJSON(stream, b, false))
+		return
+	}
 	d := &envd.DataEvent{}
 	if stream == execd.EventStdout {
 		d.Stdout = b
@@ -330,6 +388,64 @@ func (h *Handler) sendData(sw *connect.StreamWriter, stream string, b []byte) {
 		d.Stderr = b
 	}
 	_ = sw.Send(envd.StartResponse{Event: envd.ProcessEvent{Data: d}})
+}
+
+// largeData is the length (bytes) past which a data event is encoded by
+// dataEventJSON instead of json.Marshal.
+const largeData = 64 << 10
+
+// sendLine relays one execd output line of stream as outputStream.line
+// says (the line and its newline, or what precedes the marker), reporting
+// whether anything was sent. A large line is encoded straight from its
+// text, without the copy line makes.
+func (h *Handler) sendLine(sw *connect.StreamWriter, stream string, o *outputStream, text string) bool {
+	if len(text) > largeData && !o.done {
+		content, isMarker := strings.CutSuffix(text, o.marker)
+		o.done = isMarker
+		if content == "" {
+			return false
+		}
+		// Read only: base64 reads the text's bytes in place.
+		_ = sw.SendJSON(dataEventJSON(stream, unsafe.Slice(unsafe.StringData(content), len(content)), !isMarker))
+		return true
+	}
+	b, _ := o.line(text)
+	if len(b) == 0 {
+		return false
+	}
+	h.sendData(sw, stream, b)
+	return true
+}
+
+// dataEventJSON returns json.Marshal's encoding of the start response
+// carrying b, followed by a newline when nl is set, as stream's data
+// ({"event":{"data":{"stdout":"<base64>"}}}), in one buffer of its exact
+// size: json.Marshal grows its buffer by doubling and then copies it,
+// about three times the encoding's size for a 16 MiB output line.
+func dataEventJSON(stream string, b []byte, nl bool) []byte {
+	const head, tail = `{"event":{"data":{"`, `":"`
+	size := len(b)
+	if nl {
+		size++
+	}
+	n := base64.StdEncoding.EncodedLen(size)
+	out := make([]byte, 0, len(head)+len(stream)+len(tail)+n+len(`"}}}`))
+	out = append(append(append(out, head...), stream...), tail...)
+	dst := out[len(out) : len(out)+n]
+	out = out[:len(out)+n]
+	if nl {
+		// The whole groups of three bytes in place, then the rest (at
+		// most two bytes) with the newline.
+		k := len(b) - len(b)%3
+		base64.StdEncoding.Encode(dst, b[:k])
+		var last [3]byte
+		m := copy(last[:], b[k:])
+		last[m] = '\n'
+		base64.StdEncoding.Encode(dst[k/3*4:], last[:m+1])
+	} else {
+		base64.StdEncoding.Encode(dst, b)
+	}
+	return append(out, `"}}}`...)
 }
 
 // endEvent builds envd's end event from execd's terminal event, as envd's

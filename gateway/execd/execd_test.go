@@ -283,3 +283,82 @@ func TestAnswersBoundedByOperation(t *testing.T) {
 		srv.Close()
 	}
 }
+
+// TestCommandStreamLargeLineGate: a line past LargeLineBytes is read only
+// after the gate let it, the gate is held until the next Next (or Close),
+// short lines never ask it, the last line needs no newline, and the
+// gate's refusal ends the stream with the gate's own error.
+func TestCommandStreamLargeLineGate(t *testing.T) {
+	big := strings.Repeat("b", 3*LargeLineBytes)
+	body := `{"type":"init","text":"abc"}` + "\n\n" + `{"type":"stdout","text":"` + big + `"}` + "\n\n" +
+		`{"type":"stdout","text":"small"}` + "\n" + `{"type":"execution_complete"}`
+	s := NewCommandStream(io.NopCloser(strings.NewReader(body)))
+	asked, held := 0, 0
+	s.SetLargeLineGate(func() (func(), error) {
+		asked++
+		held++
+		return func() { held-- }, nil
+	})
+	var got []string
+	for {
+		ev, err := s.Next()
+		if errors.Is(err, ErrStreamEnded) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.HoldsLargeLine() != (held == 1) || held > 1 {
+			t.Fatalf("after %s: HoldsLargeLine %v with %d held", ev.Type, s.HoldsLargeLine(), held)
+		}
+		if ev.Type == EventStdout && ev.Text == big {
+			if held != 1 {
+				t.Fatalf("the large line's event came with %d gates held, want 1", held)
+			}
+			got = append(got, "stdout:big")
+			continue
+		}
+		got = append(got, ev.Type+":"+ev.Text)
+	}
+	if strings.Join(got, ",") != "init:abc,stdout:big,stdout:small,execution_complete:" || asked != 1 || held != 0 {
+		t.Fatalf("events %q, gate asked %d times, %d held at the end", got, asked, held)
+	}
+
+	refused := errors.New("no room for a large line")
+	s = NewCommandStream(io.NopCloser(strings.NewReader(`{"type":"stdout","text":"` + big + `"}` + "\n")))
+	s.SetLargeLineGate(func() (func(), error) { return nil, refused })
+	for range 2 {
+		if _, err := s.Next(); err != refused {
+			t.Fatalf("Next after the gate refused: %v, want the gate's error", err)
+		}
+	}
+
+	s = NewCommandStream(io.NopCloser(strings.NewReader(`{"type":"stdout","text":"` + big + `"}` + "\n")))
+	s.SetLargeLineGate(func() (func(), error) { held++; return func() { held-- }, nil })
+	if _, err := s.Next(); err != nil || held != 1 {
+		t.Fatalf("%v, %d held", err, held)
+	}
+	_ = s.Close()
+	if held != 0 {
+		t.Fatalf("Close left %d gates held", held)
+	}
+}
+
+// BenchmarkCommandStreamNext reads a stream of 1,000 short stdout events
+// (one op is the whole stream).
+func BenchmarkCommandStreamNext(b *testing.B) {
+	var sb strings.Builder
+	for range 1000 {
+		sb.WriteString(`{"type":"stdout","text":"a line of a command's output, about sixty bytes","timestamp":1}` + "\n\n")
+	}
+	body := sb.String()
+	b.ReportAllocs()
+	for b.Loop() {
+		s := NewCommandStream(io.NopCloser(strings.NewReader(body)))
+		for {
+			if _, err := s.Next(); err != nil {
+				break
+			}
+		}
+	}
+}

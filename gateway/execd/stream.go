@@ -77,51 +77,150 @@ func (ev Event) Terminal() bool {
 // output line, so this is also the longest output line the gateway relays.
 const maxEventLine = 16 << 20
 
+// LargeLineBytes is the length (bytes) past which an event line is large:
+// a stream reads such a line further only once its large-line gate, if
+// one is set (SetLargeLineGate), let it. Shorter lines are read within
+// the stream's own buffer of this size.
+const LargeLineBytes = 64 << 10
+
 // ErrStreamEnded is returned by Next when the stream closed before a
 // terminal event.
 var ErrStreamEnded = errors.New("execd: the command stream ended without a terminal event")
+
+// gateError carries the large-line gate's error out of readLine.
+type gateError struct{ err error }
+
+func (e gateError) Error() string { return e.err.Error() }
+
+// errLineTooLong is a line over maxEventLine.
+var errLineTooLong = errors.New("execd: event line too long")
 
 // CommandStream reads the /command event stream: bare JSON objects
 // separated by blank lines, no "data:" prefix (docs/wire-facts.md §X1.4). A
 // "data:" prefix is tolerated in case a later execd adds SSE framing.
 type CommandStream struct {
 	body io.ReadCloser
-	sc   *bufio.Scanner
+	br   *bufio.Reader
+	err  error // the read error that ended the stream, returned again
+	// gate and release: SetLargeLineGate's function, and what it gave
+	// for the current line.
+	gate    func() (release func(), err error)
+	release func()
 }
 
 func newCommandStream(body io.ReadCloser) *CommandStream {
-	sc := bufio.NewScanner(body)
-	sc.Buffer(make([]byte, 0, 64<<10), maxEventLine)
-	return &CommandStream{body: body, sc: sc}
+	return &CommandStream{body: body, br: bufio.NewReaderSize(body, LargeLineBytes)}
 }
 
 // NewCommandStream wraps an event-stream body; used by tests and by callers
 // that made the request themselves.
 func NewCommandStream(body io.ReadCloser) *CommandStream { return newCommandStream(body) }
 
+// SetLargeLineGate makes the stream call gate before it reads a line past
+// LargeLineBytes, and hold the release function gate returns until the
+// next call of Next or Close: the caller's bound on what large lines cost
+// (such a line's buffer, up to 16 MiB, and whatever the caller makes of
+// its event before it asks for the next one). An error from gate ends the
+// stream: Next returns it as it is, and again on later calls. A line's
+// buffer past LargeLineBytes is dropped once its event is decoded.
+func (s *CommandStream) SetLargeLineGate(gate func() (release func(), err error)) { s.gate = gate }
+
+// HoldsLargeLine reports whether the event Next last returned came from a
+// large line whose gate is still held (released by the next Next or Close).
+func (s *CommandStream) HoldsLargeLine() bool { return s.release != nil }
+
+func (s *CommandStream) releaseLarge() {
+	if s.release != nil {
+		s.release()
+		s.release = nil
+	}
+}
+
+// readLine returns the next line, its newline included; at the stream's
+// end a last line without one (as bufio.ScanLines does). A line over
+// LargeLineBytes is copied out of the reader's buffer once the gate let
+// it grow, within maxEventLine.
+func (s *CommandStream) readLine() ([]byte, error) {
+	b, err := s.br.ReadSlice('\n')
+	switch {
+	case err == nil:
+		return b, nil
+	case errors.Is(err, io.EOF) && len(b) > 0:
+		return b, nil
+	case !errors.Is(err, bufio.ErrBufferFull):
+		return nil, err
+	}
+	if s.gate != nil {
+		release, err := s.gate()
+		if err != nil {
+			return nil, gateError{err}
+		}
+		s.release = release
+	}
+	line := append(make([]byte, 0, 4*len(b)), b...)
+	for {
+		b, err = s.br.ReadSlice('\n')
+		if len(line)+len(b) > maxEventLine {
+			return nil, errLineTooLong
+		}
+		if len(line)+len(b) > cap(line) {
+			// Doubled (append grows a large slice by a quarter, which
+			// allocates about five times the line's length on its way).
+			grown := make([]byte, len(line), min(2*cap(line), maxEventLine))
+			copy(grown, line)
+			line = grown
+		}
+		line = append(line, b...)
+		switch {
+		case err == nil:
+			return line, nil
+		case errors.Is(err, io.EOF):
+			return line, nil
+		case !errors.Is(err, bufio.ErrBufferFull):
+			return nil, err
+		}
+	}
+}
+
 // Next returns the next event. It returns ErrStreamEnded at EOF, an *Error
-// with KindUnexpected for a line that is not an event, and a
-// *StreamBrokenError wrapping the read error otherwise.
+// with KindUnexpected for a line that is not an event or is over 16 MiB,
+// the large-line gate's error as it is, and a *StreamBrokenError wrapping
+// the read error otherwise. It first releases the previous event's large
+// line, if it held one.
 func (s *CommandStream) Next() (Event, error) {
-	for s.sc.Scan() {
-		line := bytes.TrimSpace(s.sc.Bytes())
+	s.releaseLarge()
+	if s.err != nil {
+		return Event{}, s.err
+	}
+	for {
+		raw, err := s.readLine()
+		if err != nil {
+			s.releaseLarge()
+			switch {
+			case errors.Is(err, io.EOF):
+				s.err = ErrStreamEnded
+			case errors.Is(err, errLineTooLong):
+				s.err = &Error{Kind: KindUnexpected, Message: fmt.Sprintf("execd sent an event line over %d bytes", maxEventLine)}
+			case errors.As(err, new(gateError)):
+				s.err = err.(gateError).err
+			default:
+				s.err = &StreamBrokenError{err: err}
+			}
+			return Event{}, s.err
+		}
+		line := bytes.TrimSpace(raw)
 		line = bytes.TrimSpace(bytes.TrimPrefix(line, []byte("data:")))
 		if len(line) == 0 || line[0] != '{' {
+			s.releaseLarge()
 			continue
 		}
 		var ev Event
 		if err := json.Unmarshal(line, &ev); err != nil || ev.Type == "" {
+			s.releaseLarge()
 			return Event{}, &Error{Kind: KindUnexpected, Message: "execd sent an event that is not JSON"}
 		}
 		return ev, nil
 	}
-	if err := s.sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return Event{}, &Error{Kind: KindUnexpected, Message: fmt.Sprintf("execd sent an event line over %d bytes", maxEventLine)}
-		}
-		return Event{}, &StreamBrokenError{err: err}
-	}
-	return Event{}, ErrStreamEnded
 }
 
 // StreamBrokenError is Next's error when reading the stream failed (a
@@ -141,4 +240,7 @@ func (e *StreamBrokenError) Unwrap() error { return e.err }
 // Close closes the stream body. The caller should Close as soon as it has
 // the terminal event: execd keeps the response open for its graceful
 // shutdown delay (1 s by default) after the last event.
-func (s *CommandStream) Close() error { return s.body.Close() }
+func (s *CommandStream) Close() error {
+	s.releaseLarge()
+	return s.body.Close()
+}

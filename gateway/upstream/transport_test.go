@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -551,5 +552,121 @@ func TestMaxConnsPerHostWaiter(t *testing.T) {
 	}
 	if n := s.accepted.Load(); n > 2 {
 		t.Fatalf("%d connections, want at most 2 (one at a time)", n)
+	}
+}
+
+// TestLateBytesOnAnIdleConnectionAreNotReadAsTheNextAnswer: an answer
+// whose server sends a forged second answer after the first was read
+// whole (the connection already idle in the pool) never becomes the next
+// request's answer: the idle connection is dropped and the request gets
+// its own answer on a new one.
+func TestLateBytesOnAnIdleConnectionAreNotReadAsTheNextAnswer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	forge := make(chan struct{})
+	var accepted atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n := accepted.Add(1)
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					line, err := br.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if line != "\r\n" {
+						continue
+					}
+					if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+						return
+					}
+					if n == 1 {
+						<-forge
+						_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nevil")
+					}
+				}
+			}()
+		}
+	}()
+	tr := newTransport(t, Config{})
+	u := &url.URL{Scheme: "http", Host: ln.Addr().String(), Path: "/"}
+	if _, b, err := get(t, tr, u); err != nil || string(b) != "ok" {
+		t.Fatalf("first: %v %q", err, b)
+	}
+	tr.mu.Lock()
+	idle := tr.idle[u.Host]
+	tr.mu.Unlock()
+	if len(idle) != 1 {
+		t.Fatalf("%d idle connections after the first answer, want 1", len(idle))
+	}
+	close(forge)
+	// Wait until the forged answer reached the idle connection's socket.
+	deadline := time.Now().Add(10 * time.Second)
+	for alive(idle[0].nc) {
+		if time.Now().After(deadline) {
+			t.Fatal("the forged answer never reached the idle connection")
+		}
+		runtime.Gosched()
+	}
+	if _, b, err := get(t, tr, u); err != nil || string(b) != "ok" {
+		t.Fatalf("second: %v %q", err, b)
+	}
+	if n := accepted.Load(); n != 2 {
+		t.Fatalf("%d connections, want 2 (the one with unasked bytes dropped)", n)
+	}
+}
+
+// TestNoBodyAnswerFollowedByABody: a 204 (or an answer to HEAD) that a
+// server follows with a chunked body anyway: the body's bytes are not
+// read as the next answer.
+func TestNoBodyAnswerFollowedByABody(t *testing.T) {
+	for name, method := range map[string]string{"204": http.MethodGet, "HEAD": http.MethodHead} {
+		t.Run(name, func(t *testing.T) {
+			first := "HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n"
+			if method == http.MethodHead {
+				first = "HTTP/1.1 200 OK\r\nContent-Length: 24\r\n\r\n"
+			}
+			s := newRawServer(t, first+"18\r\nHTTP/1.1 200 OK\r\n\r\nevil\r\n0\r\n\r\n", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			tr := newTransport(t, Config{})
+			req, _ := http.NewRequest(method, s.url("/").String(), nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b, err := io.ReadAll(resp.Body); err != nil || len(b) != 0 {
+				t.Fatalf("the bodyless answer: %v %q", err, b)
+			}
+			_ = resp.Body.Close()
+			if _, b, err := get(t, tr, s.url("/")); err != nil || string(b) != "ok" {
+				t.Fatalf("the next answer: %v %q", err, b)
+			}
+			if n := s.accepted.Load(); n != 2 {
+				t.Fatalf("%d connections, want 2", n)
+			}
+		})
+	}
+}
+
+// TestContinueThenAnswerThenReuse: 100 Continue and 103 before an answer
+// are skipped, and the connection then carries the next request.
+func TestContinueThenAnswerThenReuse(t *testing.T) {
+	s := newRawServer(t, "HTTP/1.1 100 Continue\r\nContent-Length: 10\r\n\r\nHTTP/1.1 103 Early Hints\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	tr := newTransport(t, Config{})
+	for i := range 3 {
+		if _, b, err := get(t, tr, s.url("/")); err != nil || string(b) != "ok" {
+			t.Fatalf("request %d: %v %q", i, err, b)
+		}
+	}
+	if n := s.accepted.Load(); n != 1 {
+		t.Fatalf("%d connections, want 1", n)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // Hostile is what code in a sandbox can do in execd's place on port 44772:
@@ -21,7 +22,16 @@ import (
 //   - GET /files/search with Bytes of tiny entries;
 //
 // always 200 with no Content-Length (chunked), so the size is known only
-// as it arrives. Every other route behaves as execd's.
+// as it arrives; with CommandLineBytes, also
+//
+//   - POST /command with execd's init event and one stdout event whose
+//     text is CommandLineBytes long, then nothing more (no terminal event)
+//     until the request goes away;
+//
+// and with DownloadBytes, GET /files/download with that many bytes
+// whatever the file holds (and every other GET, file info included,
+// answered as execd's, so that the download is reached). Every other route
+// behaves as execd's.
 type Hostile struct {
 	// Bytes is how much each hostile answer holds; 0 means 64 MiB, the
 	// most the gateway once read of any answer.
@@ -31,6 +41,91 @@ type Hostile struct {
 	ListingEntries int
 	// ListingBytes is the size of a listing with ListingEntries.
 	ListingBytes int64
+	// CommandLineBytes, when positive, makes POST /command answer with one
+	// stdout event of this many bytes of text and then hold the stream.
+	CommandLineBytes int64
+	// EarlyOutputBytes, when positive, makes POST /command answer with
+	// about this many bytes of stdout events of 32 KiB each before any
+	// init event, and then hold the stream (execd reports output before
+	// init when a poll of its output files comes first).
+	EarlyOutputBytes int64
+	// DownloadBytes, when positive, makes every download answer 200 with
+	// this many bytes, chunked unless DownloadDeclared is set.
+	DownloadBytes int64
+	// DownloadDeclared, when positive, is the Content-Length a download
+	// declares, whatever it sends (more than it sends: the body ends early).
+	DownloadDeclared int64
+
+	linesWritten atomic.Int64
+}
+
+// LinesWritten returns how many of CommandLineBytes' events were written
+// in full (accepted by the connection: read by its peer or buffered in
+// the kernel).
+func (h *Hostile) LinesWritten() int64 { return h.linesWritten.Load() }
+
+// serveDownload answers a download with DownloadBytes, declaring
+// DownloadDeclared.
+func (h *Hostile) serveDownload(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/octet-stream")
+	if h.DownloadDeclared > 0 {
+		w.Header().Set("Content-Length", strconv.FormatInt(h.DownloadDeclared, 10))
+	}
+	w.WriteHeader(http.StatusOK)
+	chunk := []byte(strings.Repeat("d", 64<<10))
+	for left := h.DownloadBytes; left > 0; left -= int64(len(chunk)) {
+		if _, err := w.Write(chunk[:min(int64(len(chunk)), left)]); err != nil {
+			return
+		}
+	}
+}
+
+// serveEarlyOutput answers POST /command with EarlyOutputBytes of stdout
+// events and no init, then waits for the request to go away; LinesWritten
+// counts the answers written in full.
+func (h *Hostile) serveEarlyOutput(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	ev := []byte(`{"type":"stdout","text":"` + strings.Repeat("e", 32<<10) + `","timestamp":1}` + "\n\n")
+	for left := h.EarlyOutputBytes; left > 0; left -= 32 << 10 {
+		if _, err := w.Write(ev); err != nil {
+			return
+		}
+	}
+	if err := http.NewResponseController(w).Flush(); err != nil {
+		return
+	}
+	h.linesWritten.Add(1)
+	<-r.Context().Done()
+}
+
+// serveCommandLine answers POST /command with the init event and a stdout
+// event of CommandLineBytes, then waits for the request to go away.
+func (h *Hostile) serveCommandLine(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	if _, err := w.Write([]byte(`{"type":"init","text":"0123456789abcdef0123456789abcdef","timestamp":1}` + "\n\n")); err != nil {
+		return
+	}
+	_ = rc.Flush()
+	if _, err := w.Write([]byte(`{"type":"stdout","text":"`)); err != nil {
+		return
+	}
+	chunk := []byte(strings.Repeat("x", 64<<10))
+	for left := h.CommandLineBytes; left > 0; left -= int64(len(chunk)) {
+		if _, err := w.Write(chunk[:min(int64(len(chunk)), left)]); err != nil {
+			return
+		}
+	}
+	if _, err := w.Write([]byte(`"}` + "\n\n")); err != nil {
+		return
+	}
+	if err := rc.Flush(); err != nil {
+		return
+	}
+	h.linesWritten.Add(1)
+	<-r.Context().Done()
 }
 
 func (h *Hostile) bytes() int64 {
@@ -43,8 +138,23 @@ func (h *Hostile) bytes() int64 {
 // serveHostile answers r as Hostile says and reports whether it did.
 func (s *Server) serveHostile(w http.ResponseWriter, r *http.Request) bool {
 	h := s.cfg.Hostile
+	if h != nil && h.EarlyOutputBytes > 0 && r.Method == http.MethodPost && r.URL.Path == "/command" {
+		h.serveEarlyOutput(w, r)
+		return true
+	}
+	if h != nil && h.CommandLineBytes > 0 && r.Method == http.MethodPost && r.URL.Path == "/command" {
+		h.serveCommandLine(w, r)
+		return true
+	}
 	if h == nil || r.Method != http.MethodGet {
 		return false
+	}
+	if h.DownloadBytes > 0 {
+		if r.URL.Path != "/files/download" {
+			return false
+		}
+		h.serveDownload(w)
+		return true
 	}
 	n := h.bytes()
 	bw := bufio.NewWriterSize(w, 64<<10)
