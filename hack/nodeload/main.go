@@ -98,6 +98,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -132,6 +133,7 @@ func main() {
 	flag.StringVar(&o.url, "url", "", "internal: the gateway's URL, for the nodes' process")
 	flag.StringVar(&o.profile, "profile", "", "file for a CPU profile of the gateway during the dispatch phase, with <file>.heap and <file>.goroutine taken after the steady state and <file>.heap-after after the dispatch phase (its allocations: go tool pprof -sample_index=alloc_space -base <file>.heap <file>.heap-after; from Caddy's admin endpoint, on loopback)")
 	flag.StringVar(&o.trace, "trace", "", "file for a runtime execution trace of the gateway during the dispatch phase (go tool trace <file>; go tool trace -pprof=sched <file> gives where goroutines waited for a CPU; from Caddy's admin endpoint, on loopback)")
+	flag.StringVar(&o.loadTrace, "load-trace", "", "file prefix for runtime execution traces of the load side during the dispatch phase: <prefix>.nodes (the simulated nodes' process) and <prefix>.tool (this tool); go tool trace <file>")
 	flag.StringVar(&o.gatewayEnv, "gateway-env", "", "comma-separated VAR=value added to the gateway's environment only (e.g. GOGC=400,GOMEMLIMIT=768MiB)")
 	flag.IntVar(&o.pinGateway, "pin-gateway", -1, "CPU to pin every thread of the gateway to once it started (as taskset -a -p -c <cpu> <pid>); -1: not pinned. `make nodeload` runs the tool under taskset -c 1 with -pin-gateway 0, so the gateway has a core of its own")
 	flag.DurationVar(&o.schedSlice, "sched-slice", 0, "EEVDF time slice (sched_setattr, Linux 6.12 and newer; 100µs to 100ms) set on every thread of the gateway, the simulated nodes' process and this tool at the start of the dispatch phase, so that a woken thread preempts a running one sooner; part of the measurement, not a setting the gateway needs (0: the kernel's default slice)")
@@ -197,6 +199,7 @@ type options struct {
 	schedSlice        time.Duration
 	profile           string
 	trace             string
+	loadTrace         string
 	toolGOGC          int
 	nodesGOGC         int
 	role, nodesFile   string
@@ -460,7 +463,7 @@ http://127.0.0.1:%s {
 			}
 			return p, err
 		}
-		err := dispatch(o, base, "http://"+admin, apiToken, nodes, pid, sims.cmd.Process.Pid, res, timings)
+		err := dispatch(o, base, "http://"+admin, apiToken, nodes, pid, sims, res, timings)
 		if rssEnd, _, merr := gw.Memory(); merr == nil {
 			res["rss_end_mib"] = float64(rssEnd) / 1024
 		}
@@ -491,7 +494,8 @@ http://127.0.0.1:%s {
 // dispatch sends operations at o.rate for o.duration, open loop: each
 // operation starts on its schedule on its own goroutine, whatever the
 // previous ones do.
-func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesPid int, r result, timings func() (phases, error)) error {
+func dispatch(o options, base, admin, token string, nodes []simNode, pid int, sims *nodesProc, r result, timings func() (phases, error)) error {
+	nodesPid := sims.cmd.Process.Pid
 	client := &apiClient{addr: strings.TrimPrefix(base, "http://"), idle: make(chan *apiConn, 1024)}
 	defer client.close()
 	body := func(i int) string {
@@ -510,14 +514,17 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 	// one sends operation i and returns its latency measured from due,
 	// the time the schedule meant it to be sent (not when its goroutine
 	// got to run), and the delay from due to the actual send.
-	one := func(i int, due time.Time, tl *opTiming) (lat, delay time.Duration, outcome string, err error) {
+	one := func(op, i int, due time.Time, tl *opTiming) (lat, delay time.Duration, outcome string, err error) {
 		sent := time.Now()
 		delay = sent.Sub(due)
-		status, data, err := client.do(raw[i%len(raw)])
+		status, data, stamp, err := client.do(raw[i%len(raw)])
 		done := time.Now()
+		if op >= 0 {
+			logOp(func() string { return strconv.Itoa(op) })
+		}
 		lat = done.Sub(due)
 		if tl != nil {
-			tl.due, tl.sent, tl.done = due.UnixNano(), sent.UnixNano(), done.UnixNano()
+			tl.due, tl.sent, tl.done, tl.answerIn = due.UnixNano(), sent.UnixNano(), done.UnixNano(), stamp
 		}
 		if err != nil {
 			return 0, delay, "", err
@@ -534,7 +541,7 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 	// first nodes.
 	const warmup = 50
 	for i := range warmup {
-		if _, _, _, err := one(i, time.Now(), nil); err != nil {
+		if _, _, _, err := one(-1, i, time.Now(), nil); err != nil {
 			return err
 		}
 	}
@@ -586,6 +593,12 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 	if err != nil {
 		return err
 	}
+	stopTraces := func() error { return nil }
+	if o.loadTrace != "" {
+		if stopTraces, err = startLoadTraces(sims, o.loadTrace); err != nil {
+			return err
+		}
+	}
 	// The schedule runs on its own OS thread, which waits for each due
 	// time in nanosleep: the Go runtime's timers wait in epoll with a
 	// millisecond timeout and so fire up to 1 ms late, which the tool
@@ -604,7 +617,7 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d, delay, out, err := one(perm[i%len(perm)], due, &timeline[i])
+			d, delay, out, err := one(i, perm[i%len(perm)], due, &timeline[i])
 			if err != nil {
 				out = "error"
 			}
@@ -613,6 +626,9 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	if err := stopTraces(); err != nil {
+		return fmt.Errorf("load-side traces: %w", err)
+	}
 	cpu1, t1, err := gatewayproc.CPUTicks(pid)
 	if err != nil {
 		return err
@@ -707,17 +723,29 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 	if len(ph.answers) != len(nodes) {
 		return fmt.Errorf("the nodes' process recorded %d nodes, not %d", len(ph.answers), len(nodes))
 	}
-	for i := range timeline {
-		n := perm[i%len(perm)]
-		j := i / len(perm)
+	// Operation i went to node n as that node's j-th request (the
+	// warm-up sent one to each of the first nodes).
+	nodeOf := func(i int) (n, j int) {
+		n, j = perm[i%len(perm)], i/len(perm)
 		if n < warmup {
 			j++
 		}
+		return n, j
+	}
+	for i := range timeline {
+		n, j := nodeOf(i)
 		if recs := ph.answers[n]; j < len(recs) && outcome[i] == "success" {
-			timeline[i].received, timeline[i].answered = recs[j][0], recs[j][1]
+			timeline[i].frameIn, timeline[i].received, timeline[i].answered = recs[j][0], recs[j][1], recs[j][2]
 		}
 	}
 	maps.Copy(r, phaseReport(os.Stdout, timeline, ph.gateway, ph.nodes))
+	if o.loadTrace != "" {
+		wn, wt, an, at, err := loadWakeups(o.loadTrace)
+		if err != nil {
+			return err
+		}
+		maps.Copy(r, wakeupReport(os.Stdout, timeline, nodeOf, wn, wt, an, at))
+	}
 	if counts["success"] != total {
 		return errors.New("not every operation succeeded")
 	}
@@ -735,35 +763,43 @@ type apiClient struct {
 }
 
 type apiConn struct {
-	c  net.Conn
+	c  *stampConn
 	br *bufio.Reader
 }
 
 // do sends req, one whole HTTP/1.1 request with a Content-Length, and
-// returns the answer's status and body; a connection is reused unless the
-// answer closes it or an error occurred. Each exchange has 30 s.
-func (a *apiClient) do(req []byte) (int, []byte, error) {
+// returns the answer's status and body and the kernel's receive stamp of
+// the answer's last bytes (Unix nanoseconds: when the gateway wrote
+// them; stampConn); a connection is reused unless the answer closes it or
+// an error occurred. Each exchange has 30 s.
+func (a *apiClient) do(req []byte) (int, []byte, int64, error) {
 	var c *apiConn
 	select {
 	case c = <-a.idle:
 	default:
 		nc, err := net.DialTimeout("tcp", a.addr, 30*time.Second)
 		if err != nil {
-			return 0, nil, err
+			return 0, nil, 0, err
 		}
-		c = &apiConn{c: nc, br: bufio.NewReader(nc)}
+		sc, err := newStampConn(nc)
+		if err != nil {
+			_ = nc.Close()
+			return 0, nil, 0, err
+		}
+		c = &apiConn{c: sc, br: bufio.NewReader(sc)}
 	}
 	status, data, keep, err := c.exchange(req)
+	stamp := c.c.Stamp()
 	if err != nil || !keep {
 		_ = c.c.Close()
-		return status, data, err
+		return status, data, stamp, err
 	}
 	select {
 	case a.idle <- c:
 	default:
 		_ = c.c.Close()
 	}
-	return status, data, nil
+	return status, data, stamp, nil
 }
 
 func (c *apiConn) exchange(req []byte) (status int, data []byte, keep bool, err error) {
@@ -880,7 +916,9 @@ func sum(s string) string {
 // node; "<n> nodes connected in <duration> (<rate> connections/s)"),
 // "acks" (heartbeat acknowledgements so far), "dropped" ("<k> of <n>
 // connections dropped[ (the first: <error>)]"), "timings <file>" (writes
-// the answerLog to file; "saved"); a failure is one line
+// the answerLog to file; "saved"), "trace-start <file>" and "trace-stop"
+// (a runtime execution trace of the process, -load-trace; "tracing",
+// "stopped"); a failure is one line
 // "error: <reason>". It closes every node and exits at end of input.
 type nodesProc struct {
 	cmd  *exec.Cmd
@@ -977,6 +1015,7 @@ func runNodes(o options) error {
 			}
 		}
 	}()
+	var traceFile *os.File
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		switch in.Text() {
@@ -1017,7 +1056,29 @@ func runNodes(o options) error {
 			} else {
 				fmt.Printf("0 of %d connections dropped\n", len(sims))
 			}
+		case "trace-stop":
+			trace.Stop()
+			if traceFile == nil {
+				fmt.Println("error: no trace running")
+				continue
+			}
+			if err := traceFile.Close(); err != nil {
+				fmt.Printf("error: %v\n", err)
+				continue
+			}
+			traceFile = nil
+			fmt.Println("stopped")
 		default:
+			if path, ok := strings.CutPrefix(in.Text(), "trace-start "); ok {
+				f, err := startTrace(path)
+				if err != nil {
+					fmt.Printf("error: %v\n", err)
+					continue
+				}
+				traceFile = f
+				fmt.Println("tracing")
+				continue
+			}
 			if path, ok := strings.CutPrefix(in.Text(), "timings "); ok {
 				if err := answers.save(path); err != nil {
 					fmt.Printf("error: %v\n", err)
@@ -1040,19 +1101,38 @@ func connectNodes(o options, nodes []simNode, answers *answerLog) ([]*sim.Node, 
 	// One loopback source address per nodesPerSource connections: a
 	// source address has about 28,000 ephemeral ports towards one port.
 	const nodesPerSource = 20000
-	var dialers []*websocket.Dialer
 	pool, interval := nodeWriteBuffers, time.Duration(-1) // heartbeatAll sends them
 	if o.perNodeHeartbeats {
 		pool, interval = nil, o.heartbeat
 	}
+	var netDialers []*net.Dialer
 	for i := 0; i*nodesPerSource < max(len(nodes), 1); i++ {
-		nd := &net.Dialer{Timeout: 30 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+i))}}
+		netDialers = append(netDialers, &net.Dialer{Timeout: 30 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+i))}})
+	}
+	// Each node's connection takes the kernel's receive stamps
+	// (stampConn), so its answerLog record says when the gateway wrote
+	// the request frame as well as when the node had read it.
+	conns := make([]*stampConn, len(nodes))
+	dialer := func(i int) *websocket.Dialer {
+		nd := netDialers[i/nodesPerSource]
 		d := &websocket.Dialer{HandshakeTimeout: 30 * time.Second, ReadBufferSize: 1024, WriteBufferSize: 1024,
-			NetDialContext: nd.DialContext}
+			NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				c, err := nd.DialContext(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				sc, err := newStampConn(c)
+				if err != nil {
+					_ = c.Close()
+					return nil, err
+				}
+				conns[i] = sc
+				return sc, nil
+			}}
 		if pool != nil {
 			d.WriteBufferPool = pool
 		}
-		dialers = append(dialers, d)
+		return d
 	}
 	sims := make([]*sim.Node, len(nodes))
 	var (
@@ -1076,11 +1156,12 @@ func connectNodes(o options, nodes []simNode, answers *answerLog) ([]*sim.Node, 
 				Health: proto.Health{ProviderReady: true, Host: proto.HostMeasurements{CPUCount: 8,
 					CPUPercent: 10, MemoryTotalBytes: 32 << 30, MemoryUsedBytes: 8 << 30, DiskTotalBytes: 1 << 40, DiskUsedBytes: 1 << 38}}}
 			s, err := sim.Dial(ctx, sim.Config{URL: o.url, Credential: n.Secret, Hello: h,
-				HeartbeatInterval: interval, Dialer: dialers[i/nodesPerSource],
+				HeartbeatInterval: interval, Dialer: dialer(i),
 				Answer: func(req *proto.Request) *proto.Response {
 					received := time.Now().UnixNano()
 					resp := sim.Success(req)
-					answers.add(i, received, time.Now().UnixNano())
+					j := answers.add(i, conns[i].Stamp(), received, time.Now().UnixNano())
+					logOp(func() string { return strconv.Itoa(i) + " " + strconv.Itoa(j) })
 					return resp
 				}})
 			if err != nil {
@@ -1225,4 +1306,37 @@ func runDelays(pids ...int) ([]time.Duration, error) {
 		out[i] = d
 	}
 	return out, nil
+}
+
+// startTrace starts a runtime execution trace of this process into a new
+// file at path.
+func startTrace(path string) (*os.File, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := trace.Start(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// startLoadTraces starts the runtime execution traces of the load side
+// (-load-trace): the simulated nodes' process into prefix.nodes, this
+// tool into prefix.tool. The function it returns stops both.
+func startLoadTraces(sims *nodesProc, prefix string) (func() error, error) {
+	if _, err := sims.call("trace-start " + prefix + ".nodes"); err != nil {
+		return nil, err
+	}
+	f, err := startTrace(prefix + ".tool")
+	if err != nil {
+		_, _ = sims.call("trace-stop")
+		return nil, err
+	}
+	return func() error {
+		trace.Stop()
+		_, err := sims.call("trace-stop")
+		return errors.Join(err, f.Close())
+	}, nil
 }

@@ -15,23 +15,28 @@ import (
 
 // answerLog is the nodes' process's record of when each node got its
 // requests: per node (by index in the node list), in arrival order, the
-// wall-clock times (Unix nanoseconds) at which the request had been read
-// and decoded (sim.Config.Answer was called) and at which its response
-// was built, just before the node writes it. The tool matches the j-th
+// wall-clock times (Unix nanoseconds) at which the request frame was
+// queued on the node's socket (the kernel's receive stamp of the last
+// read before it, stampConn: on loopback, when the gateway wrote it), at
+// which the request had been read and decoded (sim.Config.Answer was
+// called) and at which its response was built, just before the node
+// writes it. The tool matches the j-th
 // record of node n with the j-th operation it sent to n: operations to
 // one node are len(nodes)/rate seconds apart, so they arrive in order.
 type answerLog struct {
 	mu    sync.Mutex
-	times [][][2]int64
+	times [][][3]int64
 }
 
-func newAnswerLog(nodes int) *answerLog { return &answerLog{times: make([][][2]int64, nodes)} }
+func newAnswerLog(nodes int) *answerLog { return &answerLog{times: make([][][3]int64, nodes)} }
 
-// add records one request of node i.
-func (l *answerLog) add(i int, received, answered int64) {
+// add records one request of node i and returns its index among node
+// i's records.
+func (l *answerLog) add(i int, frameIn, received, answered int64) int {
 	l.mu.Lock()
-	l.times[i] = append(l.times[i], [2]int64{received, answered})
-	l.mu.Unlock()
+	defer l.mu.Unlock()
+	l.times[i] = append(l.times[i], [3]int64{frameIn, received, answered})
+	return len(l.times[i]) - 1
 }
 
 // save writes the records as JSON to path.
@@ -46,12 +51,12 @@ func (l *answerLog) save(path string) error {
 }
 
 // loadAnswerLog reads a file answerLog.save wrote.
-func loadAnswerLog(path string) ([][][2]int64, error) {
+func loadAnswerLog(path string) ([][][3]int64, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	var times [][][2]int64
+	var times [][][3]int64
 	if err := json.Unmarshal(data, &times); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -61,10 +66,13 @@ func loadAnswerLog(path string) ([][][2]int64, error) {
 // opTiming is one operation's timeline in wall-clock Unix nanoseconds,
 // all from the same clock (the tool and the nodes' process run on the
 // same machine): due (the schedule's time), sent (the tool began writing
-// the request), received and answered (the node's answerLog record; 0
-// when there is none), done (the tool had read the whole answer).
+// the request), frameIn (the request frame was queued on the node's
+// socket: the kernel's receive stamp, stampConn), received and answered
+// (the node's answerLog record), answerIn (the gateway's answer was
+// queued on the tool's socket, its receive stamp), done (the tool had
+// read the whole answer). A time the tool has no record of is 0.
 type opTiming struct {
-	due, sent, received, answered, done int64
+	due, sent, frameIn, received, answered, answerIn, done int64
 }
 
 // gcWindow is one garbage collection of a process as its
@@ -158,16 +166,22 @@ func overlaps(ws []gcWindow, from, to int64) bool {
 // server, API handler and hub, its WebSocket write and the nodes'
 // process's read and decode; node: building the response; back: the
 // node's write, the gateway's read, decode and HTTP answer, the tool's
-// read), then for the operations at or over the round trip's p99 the
-// median of each segment and how many of them overlapped a collection of
-// the gateway or of the nodes' process (with the share of all operations
-// that did, for comparison). It returns the result-line figures.
+// read), with "out" and "back" each cut where the kernel queued the bytes
+// on the reader's socket (opTiming's frameIn and answerIn: what is before
+// the cut is the writer's and the gateway's, what is after it is the
+// reading process's wake-up), then for the operations at or over the
+// round trip's p99 and p99.9 the median of each segment, and how many of
+// the slowest 1 % overlapped a collection of the gateway or of the nodes'
+// process (with the share of all operations that did, for comparison).
+// It returns the result-line figures.
 func phaseReport(w io.Writer, ops []opTiming, gw, nodes []gcWindow) result {
 	r := result{}
 	var full []opTiming
+	stamped := true
 	for _, o := range ops {
 		if o.received != 0 && o.done != 0 {
 			full = append(full, o)
+			stamped = stamped && o.frameIn != 0 && o.answerIn != 0
 		}
 	}
 	if len(full) == 0 {
@@ -175,33 +189,60 @@ func phaseReport(w io.Writer, ops []opTiming, gw, nodes []gcWindow) result {
 		return r
 	}
 	type seg struct {
-		name string
-		of   func(opTiming) int64
+		key, name string
+		of        func(opTiming) int64
 	}
 	segs := []seg{
-		{"send delay", func(o opTiming) int64 { return o.sent - o.due }},
-		{"out (tool write → gateway → node read)", func(o opTiming) int64 { return o.received - o.sent }},
-		{"node", func(o opTiming) int64 { return o.answered - o.received }},
-		{"back (node write → gateway → tool read)", func(o opTiming) int64 { return o.done - o.answered }},
+		{"delay", "send delay", func(o opTiming) int64 { return o.sent - o.due }},
+		{"out", "out (tool write → gateway → node read)", func(o opTiming) int64 { return o.received - o.sent }},
+	}
+	if stamped {
+		segs = append(segs,
+			seg{"gwout", "  … tool write → frame on the node's socket", func(o opTiming) int64 { return o.frameIn - o.sent }},
+			seg{"nodewake", "  … on the node's socket → read, decoded", func(o opTiming) int64 { return o.received - o.frameIn }})
+	}
+	segs = append(segs,
+		seg{"node", "node", func(o opTiming) int64 { return o.answered - o.received }},
+		seg{"back", "back (node write → gateway → tool read)", func(o opTiming) int64 { return o.done - o.answered }})
+	if stamped {
+		segs = append(segs,
+			seg{"gwback", "  … node write → answer on the tool's socket", func(o opTiming) int64 { return o.answerIn - o.answered }},
+			seg{"toolwake", "  … on the tool's socket → read", func(o opTiming) int64 { return o.done - o.answerIn }})
 	}
 	q := func(v []int64, p float64) time.Duration {
 		i := min(len(v)-1, max(0, int(float64(len(v))*p/100+0.5)-1))
 		return time.Duration(v[i]).Round(time.Microsecond)
 	}
-	fmt.Fprintf(w, "phases of %d operations (wall clock shared by the processes):\n", len(full))
-	keys := []string{"delay", "out", "node", "back"}
-	for k, s := range segs {
+	fmt.Fprintf(w, "phases of %d operations (wall clock shared by the processes; \"on the … socket\": the kernel's receive stamp):\n", len(full))
+	for _, s := range segs {
 		v := make([]int64, len(full))
 		for i, o := range full {
 			v[i] = s.of(o)
 		}
 		slices.Sort(v)
-		fmt.Fprintf(w, "  %-42s p50 %s, p99 %s, p99.9 %s, max %s\n", s.name, q(v, 50), q(v, 99), q(v, 99.9), time.Duration(v[len(v)-1]))
-		r["phase_"+keys[k]+"_p99_ms"] = ms(q(v, 99))
+		fmt.Fprintf(w, "  %-46s p50 %s, p99 %s, p99.9 %s, max %s\n", s.name, q(v, 50), q(v, 99), q(v, 99.9), time.Duration(v[len(v)-1]))
+		r["phase_"+s.key+"_p99_ms"] = ms(q(v, 99))
 	}
-	// The slowest 1 %: their segments and the collections they met.
+	// The slowest 1 % and 0.1 %: their segments, and the collections the
+	// slowest 1 % met.
 	slices.SortFunc(full, func(a, b opTiming) int { return int((a.done - a.due) - (b.done - b.due)) })
-	tail := full[len(full)-max(1, len(full)/100):]
+	slowest := func(label, prefix string, n int) []opTiming {
+		tail := full[len(full)-max(1, n):]
+		fmt.Fprintf(w, "  the slowest %s (%d operations, round trip ≥ %s):", label, len(tail), time.Duration(tail[0].done-tail[0].due).Round(time.Microsecond))
+		for _, s := range segs {
+			v := make([]int64, len(tail))
+			for i, o := range tail {
+				v[i] = s.of(o)
+			}
+			slices.Sort(v)
+			fmt.Fprintf(w, " %s median %s;", s.key, q(v, 50))
+			r[prefix+s.key+"_ms"] = ms(q(v, 50))
+		}
+		fmt.Fprintln(w)
+		return tail
+	}
+	tail := slowest("1%", "tail_", len(full)/100)
+	slowest("0.1%", "tail999_", len(full)/1000)
 	count := func(set []opTiming, ws []gcWindow) int {
 		n := 0
 		for _, o := range set {
@@ -211,17 +252,6 @@ func phaseReport(w io.Writer, ops []opTiming, gw, nodes []gcWindow) result {
 		}
 		return n
 	}
-	fmt.Fprintf(w, "  the slowest 1%% (%d operations, round trip ≥ %s):", len(tail), time.Duration(tail[0].done-tail[0].due).Round(time.Microsecond))
-	for k, s := range segs {
-		v := make([]int64, len(tail))
-		for i, o := range tail {
-			v[i] = s.of(o)
-		}
-		slices.Sort(v)
-		fmt.Fprintf(w, " %s median %s;", keys[k], q(v, 50))
-		r["tail_"+keys[k]+"_ms"] = ms(q(v, 50))
-	}
-	fmt.Fprintln(w)
 	if gw != nil || nodes != nil {
 		tg, tn := count(tail, gw), count(tail, nodes)
 		ag, an := count(full, gw), count(full, nodes)
@@ -252,7 +282,7 @@ func phaseReport(w io.Writer, ops []opTiming, gw, nodes []gcWindow) result {
 // round trip down: the nodes' answerLog and, with -gctrace, the
 // collections of the gateway and of the nodes' process.
 type phases struct {
-	answers        [][][2]int64
+	answers        [][][3]int64
 	gateway, nodes []gcWindow
 }
 
