@@ -49,6 +49,9 @@ type wakeup struct {
 // phases.
 type activity struct {
 	busy, mark [][2]int64
+	// first and last are the times of the trace's first and last events
+	// after its first clock snapshot.
+	first, last int64
 }
 
 // within is how much of [from, to] the intervals ivs (in order,
@@ -111,6 +114,13 @@ func readWakeups(r io.Reader) (map[string]wakeup, activity, error) {
 		if err != nil {
 			return nil, act, err
 		}
+		if haveSnap {
+			t := wall(ev.Time())
+			if act.first == 0 {
+				act.first = t
+			}
+			act.last = max(act.last, t)
+		}
 		switch ev.Kind() {
 		case xtrace.EventRangeBegin, xtrace.EventRangeActive:
 			if strings.HasPrefix(ev.Range().Name, "GC concurrent mark") && haveSnap && markSince < 0 {
@@ -146,8 +156,8 @@ func readWakeups(r io.Reader) (map[string]wakeup, activity, error) {
 				}
 			}
 			switch {
-			case to == xtrace.GoWaiting && from == xtrace.GoUndetermined:
-				// a goroutine's state at a generation's start: no reason
+			case to == xtrace.GoWaiting && (from == xtrace.GoUndetermined || from == xtrace.GoWaiting):
+				// a goroutine's state restated at a generation's start: no reason
 			case to == xtrace.GoWaiting:
 				blocked[g] = st.Reason
 			case from == xtrace.GoWaiting && to == xtrace.GoRunnable:
@@ -295,4 +305,60 @@ func loadWakeups(prefix string) (nodes, tool map[string]wakeup, nodesAct, toolAc
 	}
 	tool, toolAct, err = read(prefix + ".tool")
 	return
+}
+
+// gatewayActivityReport reads the gateway's runtime execution trace
+// (-trace) and prints, for the operations the trace covers at or over
+// the round trip's p99 and p99.9, how much of their time in the gateway
+// its P spent running goroutines and in a collection's mark phase: on
+// the way out from the tool's write to the frame on the node's socket
+// (the request waits on the gateway's socket from the tool's write, on
+// loopback), and on the way back from the node's write to the answer on
+// the tool's socket. A P that ran goroutines through most of that time
+// was working on other messages (or collecting); one that was idle
+// through it had nothing to run, so the time went to the gateway's
+// thread waiting for its CPU or to the kernel.
+func gatewayActivityReport(w io.Writer, path string, ops []opTiming, r result) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, act, err := readWakeups(f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	var cov []opTiming
+	for _, o := range ops {
+		if o.frameIn != 0 && o.answerIn != 0 && o.received != 0 && o.sent >= act.first && o.done <= act.last {
+			cov = append(cov, o)
+		}
+	}
+	if len(cov) == 0 {
+		fmt.Fprintln(w, "the gateway's trace covers no operation with receive stamps")
+		return nil
+	}
+	slices.SortFunc(cov, func(a, b opTiming) int { return int((a.done - a.due) - (b.done - b.due)) })
+	fmt.Fprintf(w, "the gateway's P from its trace (-trace; %d operations covered):\n", len(cov))
+	for _, t := range []struct {
+		label, key string
+		n          int
+	}{{"all", "all", len(cov)}, {"the slowest 1%", "tail", len(cov) / 100}, {"the slowest 0.1%", "tail999", len(cov) / 1000}} {
+		set := cov[len(cov)-max(1, t.n):]
+		var out, outBusy, outMark, back, backBusy, backMark int64
+		for _, o := range set {
+			out += max(0, o.frameIn-o.sent)
+			outBusy += within(act.busy, o.sent, o.frameIn)
+			outMark += within(act.mark, o.sent, o.frameIn)
+			back += max(0, o.answerIn-o.answered)
+			backBusy += within(act.busy, o.answered, o.answerIn)
+			backMark += within(act.mark, o.answered, o.answerIn)
+		}
+		share := func(part, whole int64) float64 { return 100 * float64(part) / float64(max(whole, 1)) }
+		fmt.Fprintf(w, "  %s (%d operations): out (tool write → frame on the node's socket) %s in all, the P running goroutines %.0f%% of it, in a mark phase %.0f%%; back (node write → answer on the tool's socket) %s, busy %.0f%%, mark %.0f%%\n",
+			t.label, len(set), time.Duration(out).Round(time.Microsecond), share(outBusy, out), share(outMark, out),
+			time.Duration(back).Round(time.Microsecond), share(backBusy, back), share(backMark, back))
+		r[t.key+"_gw_out_busy_pct"], r[t.key+"_gw_back_busy_pct"] = share(outBusy, out), share(backBusy, back)
+	}
+	return nil
 }

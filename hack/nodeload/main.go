@@ -127,6 +127,7 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 30*time.Second, "length of the dispatch phase")
 	flag.IntVar(&o.dialConcurrency, "dial-concurrency", 200, "connections opened at once")
 	flag.IntVar(&o.toolGOGC, "tool-gogc", 100, "GOGC of this process, which times the operations; the gateway keeps its own environment")
+	flag.IntVar(&o.loadProcs, "load-procs", 0, "GOMAXPROCS of this tool and of the simulated nodes' process (0: Go's own, 1 under `make nodeload`'s taskset -c 1); with 2 on one CPU each keeps a P idle in the network poller while the other runs, so a socket that became readable is taken up at once instead of when the busy P next looks for work")
 	flag.IntVar(&o.nodesGOGC, "nodes-gogc", 400, "GOGC of the child process that holds the simulated nodes (-1: off; they garbage-collect on the same CPUs as the gateway)")
 	flag.StringVar(&o.role, "role", "", "internal: \"nodes\" runs the simulated nodes' process (started by the tool itself)")
 	flag.StringVar(&o.nodesFile, "nodes-file", "", "internal: the nodes' process's node list")
@@ -201,6 +202,7 @@ type options struct {
 	trace             string
 	loadTrace         string
 	toolGOGC          int
+	loadProcs         int
 	nodesGOGC         int
 	role, nodesFile   string
 	url               string
@@ -220,6 +222,9 @@ var (
 
 func run(o options) error {
 	debug.SetGCPercent(o.toolGOGC)
+	if o.loadProcs > 0 {
+		runtime.GOMAXPROCS(o.loadProcs)
+	}
 	// One socket per node in each process, plus the API client and the
 	// rest: up to 4,096 more when the hard limit allows, at least 200.
 	limit, err := raiseNoFile(o.nodes+200, o.nodes+4096)
@@ -377,7 +382,7 @@ http://127.0.0.1:%s {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("nodes' process (pid %d, GOGC=%d): %s\n", sims.cmd.Process.Pid, o.nodesGOGC, connected)
+	fmt.Printf("nodes' process (pid %d, GOGC=%d): %s; GOMAXPROCS of this tool %d\n", sims.cmd.Process.Pid, o.nodesGOGC, connected, runtime.GOMAXPROCS(0))
 
 	// Steady state with heartbeats: after one interval every node has
 	// started its heartbeats, then a window of whole intervals.
@@ -444,7 +449,7 @@ http://127.0.0.1:%s {
 		if o.trace != "" {
 			traced = make(chan error, 1)
 			go func() {
-				traced <- gatewayproc.SaveTrace("http://"+admin, o.duration, o.trace)
+				traced <- gatewayproc.SaveTrace("http://"+admin, o.duration+2*time.Second, o.trace) // past the phase's last answers
 			}()
 		}
 		// The run's figures, one result: line at its end, even when it
@@ -463,7 +468,7 @@ http://127.0.0.1:%s {
 			}
 			return p, err
 		}
-		err := dispatch(o, base, "http://"+admin, apiToken, nodes, pid, sims, res, timings)
+		timeline, err := dispatch(o, base, "http://"+admin, apiToken, nodes, pid, sims, res, timings)
 		if rssEnd, _, merr := gw.Memory(); merr == nil {
 			res["rss_end_mib"] = float64(rssEnd) / 1024
 		}
@@ -472,7 +477,11 @@ http://127.0.0.1:%s {
 				gatewayproc.Save("http://"+admin+"/debug/pprof/heap", o.profile+".heap-after", 0))
 		}
 		if traced != nil {
-			err = errors.Join(err, <-traced)
+			terr := <-traced
+			if terr == nil && timeline != nil {
+				terr = gatewayActivityReport(os.Stdout, o.trace, timeline, res)
+			}
+			err = errors.Join(err, terr)
 		}
 		if err != nil {
 			return err
@@ -494,7 +503,10 @@ http://127.0.0.1:%s {
 // dispatch sends operations at o.rate for o.duration, open loop: each
 // operation starts on its schedule on its own goroutine, whatever the
 // previous ones do.
-func dispatch(o options, base, admin, token string, nodes []simNode, pid int, sims *nodesProc, r result, timings func() (phases, error)) error {
+//
+// It returns every operation's timeline once the operations ran (nil
+// before), also with an error about the run.
+func dispatch(o options, base, admin, token string, nodes []simNode, pid int, sims *nodesProc, r result, timings func() (phases, error)) (_ []opTiming, err error) {
 	nodesPid := sims.cmd.Process.Pid
 	client := &apiClient{addr: strings.TrimPrefix(base, "http://"), idle: make(chan *apiConn, 1024)}
 	defer client.close()
@@ -542,13 +554,13 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid int, si
 	const warmup = 50
 	for i := range warmup {
 		if _, _, _, err := one(-1, i, time.Now(), nil); err != nil {
-			return err
+			return nil, err
 		}
 	}
 
 	hub0, err := scrapeHub(admin)
 	if err != nil {
-		return err
+		return nil, err
 	}
 
 	total := o.rate * int(o.duration/time.Second)
@@ -561,15 +573,15 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid int, si
 	perm := mrand.New(mrand.NewPCG(3, 4)).Perm(len(nodes))
 	cpu0, t0, err := gatewayproc.CPUTicks(pid)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	self0, _, err := gatewayproc.CPUTicks(os.Getpid())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	nodes0, _, err := gatewayproc.CPUTicks(nodesPid)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if o.schedSlice > 0 {
 		var set []string
@@ -579,7 +591,7 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid int, si
 		}{{"gateway", pid}, {"simulated nodes", nodesPid}, {"this tool", os.Getpid()}} {
 			n, err := sliceProcess(p.pid, o.schedSlice)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			set = append(set, fmt.Sprintf("%s %d threads", p.name, n))
 		}
@@ -587,16 +599,16 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid int, si
 	}
 	waits0, err := runDelays(pid, os.Getpid(), nodesPid)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	threads0, err := threadStats(pid)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	stopTraces := func() error { return nil }
 	if o.loadTrace != "" {
 		if stopTraces, err = startLoadTraces(sims, o.loadTrace); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	// The schedule runs on its own OS thread, which waits for each due
@@ -627,35 +639,35 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid int, si
 	wg.Wait()
 	elapsed := time.Since(start)
 	if err := stopTraces(); err != nil {
-		return fmt.Errorf("load-side traces: %w", err)
+		return nil, fmt.Errorf("load-side traces: %w", err)
 	}
 	cpu1, t1, err := gatewayproc.CPUTicks(pid)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	self1, _, err := gatewayproc.CPUTicks(os.Getpid())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	nodes1, _, err := gatewayproc.CPUTicks(nodesPid)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	waits1, err := runDelays(pid, os.Getpid(), nodesPid)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	threads1, err := threadStats(pid)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	hub1, err := scrapeHub(admin)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	hubTime, err := hub1.since(hub0)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	counts := map[string]int{}
 	var ok, fromSend []time.Duration
@@ -718,10 +730,10 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid int, si
 	// run's failure all the same.
 	ph, err := timings()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(ph.answers) != len(nodes) {
-		return fmt.Errorf("the nodes' process recorded %d nodes, not %d", len(ph.answers), len(nodes))
+		return timeline, fmt.Errorf("the nodes' process recorded %d nodes, not %d", len(ph.answers), len(nodes))
 	}
 	// Operation i went to node n as that node's j-th request (the
 	// warm-up sent one to each of the first nodes).
@@ -742,14 +754,14 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid int, si
 	if o.loadTrace != "" {
 		wn, wt, an, at, err := loadWakeups(o.loadTrace)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		maps.Copy(r, wakeupReport(os.Stdout, timeline, nodeOf, wn, wt, an, at))
 	}
 	if counts["success"] != total {
-		return errors.New("not every operation succeeded")
+		return timeline, errors.New("not every operation succeeded")
 	}
-	return nil
+	return timeline, nil
 }
 
 // apiClient sends the operations over persistent HTTP/1.1 connections
@@ -943,6 +955,9 @@ func startNodes(o options, nodesFile, base string, gc *gcWatch) (*nodesProc, err
 		gogc = "off"
 	}
 	cmd.Env = append(os.Environ(), "GOGC="+gogc) // the last GOGC wins
+	if o.loadProcs > 0 {
+		cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(o.loadProcs))
+	}
 	cmd.Stderr = os.Stderr
 	if gc != nil {
 		cmd.Env = append(cmd.Env, "GODEBUG=gctrace=1")
