@@ -182,6 +182,13 @@ func readWakeups(r io.Reader) (map[string]wakeup, activity, error) {
 			out[l.Message] = wakeup{unblocked: s.unblocked, running: s.running, logged: wall(ev.Time()), noP: s.noP, reason: s.reason}
 		}
 	}
+	// What still ran, or marked, when the trace ended.
+	if running > 0 {
+		act.busy = append(act.busy, [2]int64{busySince, act.last})
+	}
+	if markSince >= 0 {
+		act.mark = append(act.mark, [2]int64{markSince, act.last})
+	}
 	return out, act, nil
 }
 

@@ -242,7 +242,7 @@ func phaseReport(w io.Writer, ops []opTiming, gw, nodes []gcWindow) result {
 		return tail
 	}
 	tail := slowest("1%", "tail_", len(full)/100)
-	slowest("0.1%", "tail999_", len(full)/1000)
+	tail999 := slowest("0.1%", "tail999_", len(full)/1000)
 	count := func(set []opTiming, ws []gcWindow) int {
 		n := 0
 		for _, o := range set {
@@ -269,9 +269,10 @@ func phaseReport(w io.Writer, ops []opTiming, gw, nodes []gcWindow) result {
 			}
 			return n
 		}
-		fmt.Fprintf(w, "  collections (gctrace): gateway %d in the run, %d in the dispatch phase; nodes' process %d, %d; of the slowest 1%%, %.0f%% overlap a gateway collection (%.1f%% of all operations do), %.0f%% a collection of the nodes' process (%.1f%% of all)\n",
+		fmt.Fprintf(w, "  collections (gctrace): gateway %d in the run, %d in the dispatch phase; nodes' process %d, %d; of the slowest 1%%, %.0f%% overlap a gateway collection (%.1f%% of all operations do), %.0f%% a collection of the nodes' process (%.1f%% of all); of the slowest 0.1%%, %d of %d and %d of %d\n",
 			len(gw), inPhase(gw), len(nodes), inPhase(nodes), 100*float64(tg)/float64(len(tail)), 100*float64(ag)/float64(len(full)),
-			100*float64(tn)/float64(len(tail)), 100*float64(an)/float64(len(full)))
+			100*float64(tn)/float64(len(tail)), 100*float64(an)/float64(len(full)),
+			count(tail999, gw), len(tail999), count(tail999, nodes), len(tail999))
 		r["phase_gw_gcs"], r["phase_nodes_gcs"] = float64(inPhase(gw)), float64(inPhase(nodes))
 		r["tail_gw_gc_pct"], r["tail_nodes_gc_pct"] = 100*float64(tg)/float64(len(tail)), 100*float64(tn)/float64(len(tail))
 	}
