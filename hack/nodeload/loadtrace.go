@@ -318,9 +318,9 @@ func loadWakeups(prefix string) (nodes, tool map[string]wakeup, nodesAct, toolAc
 // (-trace) and prints, for the operations the trace covers at or over
 // the round trip's p99 and p99.9, how much of their time in the gateway
 // its P spent running goroutines and in a collection's mark phase: on
-// the way out from the tool's write to the frame on the node's socket
-// (the request waits on the gateway's socket from the tool's write, on
-// loopback), and on the way back from the node's write to the answer on
+// the way out from the tool's write's return to the frame on the node's
+// socket (on loopback the request is on the gateway's socket once the
+// write returned), and on the way back from the node's write to the answer on
 // the tool's socket. A P that ran goroutines through most of that time
 // was working on other messages (or collecting); one that was idle
 // through it had nothing to run, so the time went to the gateway's
@@ -337,7 +337,7 @@ func gatewayActivityReport(w io.Writer, path string, ops []opTiming, r result) e
 	}
 	var cov []opTiming
 	for _, o := range ops {
-		if o.frameIn != 0 && o.answerIn != 0 && o.received != 0 && o.sent >= act.first && o.done <= act.last {
+		if o.written != 0 && o.frameIn != 0 && o.answerIn != 0 && o.received != 0 && o.sent >= act.first && o.done <= act.last {
 			cov = append(cov, o)
 		}
 	}
@@ -354,15 +354,15 @@ func gatewayActivityReport(w io.Writer, path string, ops []opTiming, r result) e
 		set := cov[len(cov)-max(1, t.n):]
 		var out, outBusy, outMark, back, backBusy, backMark int64
 		for _, o := range set {
-			out += max(0, o.frameIn-o.sent)
-			outBusy += within(act.busy, o.sent, o.frameIn)
-			outMark += within(act.mark, o.sent, o.frameIn)
+			out += max(0, o.frameIn-o.written)
+			outBusy += within(act.busy, o.written, o.frameIn)
+			outMark += within(act.mark, o.written, o.frameIn)
 			back += max(0, o.answerIn-o.answered)
 			backBusy += within(act.busy, o.answered, o.answerIn)
 			backMark += within(act.mark, o.answered, o.answerIn)
 		}
 		share := func(part, whole int64) float64 { return 100 * float64(part) / float64(max(whole, 1)) }
-		fmt.Fprintf(w, "  %s (%d operations): out (tool write → frame on the node's socket) %s in all, the P running goroutines %.0f%% of it, in a mark phase %.0f%%; back (node write → answer on the tool's socket) %s, busy %.0f%%, mark %.0f%%\n",
+		fmt.Fprintf(w, "  %s (%d operations): out (request written → frame on the node's socket) %s in all, the P running goroutines %.0f%% of it, in a mark phase %.0f%%; back (node write → answer on the tool's socket) %s, busy %.0f%%, mark %.0f%%\n",
 			t.label, len(set), time.Duration(out).Round(time.Microsecond), share(outBusy, out), share(outMark, out),
 			time.Duration(back).Round(time.Microsecond), share(backBusy, back), share(backMark, back))
 		r[t.key+"_gw_out_busy_pct"], r[t.key+"_gw_back_busy_pct"] = share(outBusy, out), share(backBusy, back)

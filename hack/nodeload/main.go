@@ -529,14 +529,15 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid int, si
 	one := func(op, i int, due time.Time, tl *opTiming) (lat, delay time.Duration, outcome string, err error) {
 		sent := time.Now()
 		delay = sent.Sub(due)
-		status, data, stamp, err := client.do(raw[i%len(raw)])
+		status, data, ex, err := client.do(raw[i%len(raw)])
 		done := time.Now()
 		if op >= 0 {
 			logOp(func() string { return strconv.Itoa(op) })
 		}
 		lat = done.Sub(due)
 		if tl != nil {
-			tl.due, tl.sent, tl.done, tl.answerIn = due.UnixNano(), sent.UnixNano(), done.UnixNano(), stamp
+			tl.due, tl.sent, tl.done = due.UnixNano(), sent.UnixNano(), done.UnixNano()
+			tl.written, tl.answerIn = ex.written, ex.answerIn
 		}
 		if err != nil {
 			return 0, delay, "", err
@@ -779,47 +780,57 @@ type apiConn struct {
 	br *bufio.Reader
 }
 
+// exchangeTimes are the times of one exchange that the tool cannot take
+// around it, in Unix nanoseconds: when the request's write returned (on
+// loopback the bytes are on the gateway's socket by then) and the kernel's
+// receive stamp of the answer's last bytes (when the gateway wrote them;
+// stampConn).
+type exchangeTimes struct{ written, answerIn int64 }
+
 // do sends req, one whole HTTP/1.1 request with a Content-Length, and
-// returns the answer's status and body and the kernel's receive stamp of
-// the answer's last bytes (Unix nanoseconds: when the gateway wrote
-// them; stampConn); a connection is reused unless the answer closes it or
-// an error occurred. Each exchange has 30 s.
-func (a *apiClient) do(req []byte) (int, []byte, int64, error) {
+// returns the answer's status and body and the exchange's times; a
+// connection is reused unless the answer closes it or an error occurred.
+// Each exchange has 30 s.
+func (a *apiClient) do(req []byte) (int, []byte, exchangeTimes, error) {
 	var c *apiConn
 	select {
 	case c = <-a.idle:
 	default:
 		nc, err := net.DialTimeout("tcp", a.addr, 30*time.Second)
 		if err != nil {
-			return 0, nil, 0, err
+			return 0, nil, exchangeTimes{}, err
 		}
 		sc, err := newStampConn(nc)
 		if err != nil {
 			_ = nc.Close()
-			return 0, nil, 0, err
+			return 0, nil, exchangeTimes{}, err
 		}
 		c = &apiConn{c: sc, br: bufio.NewReader(sc)}
 	}
-	status, data, keep, err := c.exchange(req)
-	stamp := c.c.Stamp()
+	status, data, written, keep, err := c.exchange(req)
+	ex := exchangeTimes{written: written, answerIn: c.c.Stamp()}
 	if err != nil || !keep {
 		_ = c.c.Close()
-		return status, data, stamp, err
+		return status, data, ex, err
 	}
 	select {
 	case a.idle <- c:
 	default:
 		_ = c.c.Close()
 	}
-	return status, data, stamp, nil
+	return status, data, ex, nil
 }
 
-func (c *apiConn) exchange(req []byte) (status int, data []byte, keep bool, err error) {
+// exchange writes req and reads its answer; written is when the write
+// returned, Unix nanoseconds.
+func (c *apiConn) exchange(req []byte) (status int, data []byte, written int64, keep bool, err error) {
 	_ = c.c.SetDeadline(time.Now().Add(30 * time.Second))
 	if _, err := c.c.Write(req); err != nil {
-		return 0, nil, false, err
+		return 0, nil, 0, false, err
 	}
-	return readAnswer(c.br)
+	written = time.Now().UnixNano()
+	status, data, keep, err = readAnswer(c.br)
+	return status, data, written, keep, err
 }
 
 // close closes the idle connections.

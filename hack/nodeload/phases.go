@@ -66,13 +66,14 @@ func loadAnswerLog(path string) ([][][3]int64, error) {
 // opTiming is one operation's timeline in wall-clock Unix nanoseconds,
 // all from the same clock (the tool and the nodes' process run on the
 // same machine): due (the schedule's time), sent (the tool began writing
-// the request), frameIn (the request frame was queued on the node's
+// the request), written (the tool's write returned: on loopback the
+// request is on the gateway's socket), frameIn (the request frame was queued on the node's
 // socket: the kernel's receive stamp, stampConn), received and answered
 // (the node's answerLog record), answerIn (the gateway's answer was
 // queued on the tool's socket, its receive stamp), done (the tool had
 // read the whole answer). A time the tool has no record of is 0.
 type opTiming struct {
-	due, sent, frameIn, received, answered, answerIn, done int64
+	due, sent, written, frameIn, received, answered, answerIn, done int64
 }
 
 // gcWindow is one garbage collection of a process as its
@@ -181,7 +182,7 @@ func phaseReport(w io.Writer, ops []opTiming, gw, nodes []gcWindow) result {
 	for _, o := range ops {
 		if o.received != 0 && o.done != 0 {
 			full = append(full, o)
-			stamped = stamped && o.frameIn != 0 && o.answerIn != 0
+			stamped = stamped && o.written != 0 && o.frameIn != 0 && o.answerIn != 0
 		}
 	}
 	if len(full) == 0 {
@@ -198,7 +199,8 @@ func phaseReport(w io.Writer, ops []opTiming, gw, nodes []gcWindow) result {
 	}
 	if stamped {
 		segs = append(segs,
-			seg{"gwout", "  … tool write → frame on the node's socket", func(o opTiming) int64 { return o.frameIn - o.sent }},
+			seg{"write", "  … the tool's write", func(o opTiming) int64 { return o.written - o.sent }},
+			seg{"gwout", "  … written → frame on the node's socket", func(o opTiming) int64 { return o.frameIn - o.written }},
 			seg{"nodewake", "  … on the node's socket → read, decoded", func(o opTiming) int64 { return o.received - o.frameIn }})
 	}
 	segs = append(segs,

@@ -82,7 +82,7 @@ func TestPhaseReportNamesTheSlowSegment(t *testing.T) {
 	var gc []gcWindow
 	for i := range 1000 {
 		due := int64(i) * 10 * ms
-		o := opTiming{due: due, sent: due + ms/10, frameIn: due + ms/5, received: due + ms/2, answered: due + ms/2 + ms/100,
+		o := opTiming{due: due, sent: due + ms/10, written: due + ms/10, frameIn: due + ms/5, received: due + ms/2, answered: due + ms/2 + ms/100,
 			answerIn: due + ms*9/10, done: due + ms}
 		if i%100 == 0 {
 			o.done += 20 * ms
@@ -119,7 +119,7 @@ func TestPhaseReportNamesTheSlowSegment(t *testing.T) {
 func TestPhaseReportWithoutStamps(t *testing.T) {
 	ms := int64(time.Millisecond)
 	ops := []opTiming{
-		{due: 0, sent: ms / 10, frameIn: ms / 5, received: ms / 2, answered: ms, answerIn: 2 * ms, done: 3 * ms},
+		{due: 0, sent: ms / 10, written: ms / 10, frameIn: ms / 5, received: ms / 2, answered: ms, answerIn: 2 * ms, done: 3 * ms},
 		{due: 10 * ms, sent: 11 * ms, received: 12 * ms, answered: 13 * ms, done: 14 * ms},
 	}
 	var out bytes.Buffer
