@@ -19,9 +19,23 @@
 // server, API handler and hub, the WebSocket write, the node's read),
 // the node's own time and "back" (the node's write, the gateway's read
 // and HTTP answer, the tool's read), with each segment's medians over the
-// slowest 1 %. With -gctrace the gateway and the nodes' process run with
-// GODEBUG=gctrace=1 and it counts how many of the slowest 1 % overlapped
-// one of their collections.
+// slowest 1 % and 0.1 %. With -gctrace the gateway and the nodes' process
+// run with GODEBUG=gctrace=1 and it counts how many of the slowest 1 %
+// and 0.1 % overlapped one of their collections. The nodes' and the
+// tool's sockets take the kernel's receive stamps (stampConn), which cut
+// "out" and "back" where the bytes reached the reader's socket: before
+// it is the writer's and the gateway's part, after it the reading
+// process's wake-up. With -load-trace the nodes' process and the tool
+// write runtime execution traces of the phase and the tool says how
+// their readers got to run (wakeupReport); with -trace, how busy the
+// gateway's P was in the slowest operations' time in it
+// (gatewayActivityReport).
+//
+// The simulated nodes' process and the tool collect garbage just before
+// the dispatch phase and not again until it ends (-load-gc-in-phase lets
+// them): one process holding 10,000 simulated hosts stalls all of them
+// for its mark phase, and the tool beside it on the same CPU, which no
+// real node's collection does to the others.
 //
 // With -pin-gateway <cpu> the gateway's threads are pinned to that CPU
 // once it started; `make nodeload` runs the tool under taskset -c 1 and
@@ -51,7 +65,8 @@
 //		[-gateway-output <file>] [-gateway-env GOGC=400,GOMEMLIMIT=768MiB]
 //		[-tool-gogc 100] [-nodes-gogc 400] [-pin-gateway <cpu>]
 //		[-rounds N] [-variant name:binary[:VAR=value,…] …] [-gctrace]
-//		[-per-node-heartbeats]
+//		[-per-node-heartbeats] [-load-gc-in-phase] [-trace <file>]
+//		[-load-trace <prefix>] [-sched-slice <d>] [-profile <file>]
 //
 // With -variant (repeated) or -rounds above 1 it runs an A/B series: each
 // run is this tool again with the same flags and the variant's binary and
@@ -127,7 +142,7 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 30*time.Second, "length of the dispatch phase")
 	flag.IntVar(&o.dialConcurrency, "dial-concurrency", 200, "connections opened at once")
 	flag.IntVar(&o.toolGOGC, "tool-gogc", 100, "GOGC of this process, which times the operations; the gateway keeps its own environment")
-	flag.IntVar(&o.loadProcs, "load-procs", 0, "GOMAXPROCS of this tool and of the simulated nodes' process (0: Go's own, 1 under `make nodeload`'s taskset -c 1); with 2 on one CPU each keeps a P idle in the network poller while the other runs, so a socket that became readable is taken up at once instead of when the busy P next looks for work")
+	flag.BoolVar(&o.loadGCInPhase, "load-gc-in-phase", false, "let the simulated nodes' process and this tool collect garbage during the dispatch phase, as before 2026-12-06 (default: each collects once just before the phase and not again until it ends: one process holding 10,000 simulated hosts would otherwise stall all of them, and the tool beside them on the same CPU, for the length of its mark phase, a stall no real node's collection causes the others)")
 	flag.IntVar(&o.nodesGOGC, "nodes-gogc", 400, "GOGC of the child process that holds the simulated nodes (-1: off; they garbage-collect on the same CPUs as the gateway)")
 	flag.StringVar(&o.role, "role", "", "internal: \"nodes\" runs the simulated nodes' process (started by the tool itself)")
 	flag.StringVar(&o.nodesFile, "nodes-file", "", "internal: the nodes' process's node list")
@@ -202,7 +217,7 @@ type options struct {
 	trace             string
 	loadTrace         string
 	toolGOGC          int
-	loadProcs         int
+	loadGCInPhase     bool
 	nodesGOGC         int
 	role, nodesFile   string
 	url               string
@@ -222,9 +237,7 @@ var (
 
 func run(o options) error {
 	debug.SetGCPercent(o.toolGOGC)
-	if o.loadProcs > 0 {
-		runtime.GOMAXPROCS(o.loadProcs)
-	}
+
 	// One socket per node in each process, plus the API client and the
 	// rest: up to 4,096 more when the hard limit allows, at least 200.
 	limit, err := raiseNoFile(o.nodes+200, o.nodes+4096)
@@ -382,7 +395,7 @@ http://127.0.0.1:%s {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("nodes' process (pid %d, GOGC=%d): %s; GOMAXPROCS of this tool %d\n", sims.cmd.Process.Pid, o.nodesGOGC, connected, runtime.GOMAXPROCS(0))
+	fmt.Printf("nodes' process (pid %d, GOGC=%d): %s\n", sims.cmd.Process.Pid, o.nodesGOGC, connected)
 
 	// Steady state with heartbeats: after one interval every node has
 	// started its heartbeats, then a window of whole intervals.
@@ -493,7 +506,8 @@ http://127.0.0.1:%s {
 		return err
 	}
 	rssEnd, _, _ := gw.Memory()
-	fmt.Printf("end: %s; gateway VmRSS %.1f MiB; load average %s\n", dropped, float64(rssEnd)/1024, loadAverage())
+	nodesEnd, _, _ := gatewayproc.Memory(sims.cmd.Process.Pid)
+	fmt.Printf("end: %s; gateway VmRSS %.1f MiB, simulated nodes' process %.1f MiB; load average %s\n", dropped, float64(rssEnd)/1024, float64(nodesEnd)/1024, loadAverage())
 	if !strings.HasPrefix(dropped, "0 of ") {
 		return errors.New("connections dropped")
 	}
@@ -565,6 +579,23 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid int, si
 	}
 
 	total := o.rate * int(o.duration/time.Second)
+	// The load side's collections held off for the phase (see
+	// -load-gc-in-phase): each process collects now, then not until the
+	// phase has ended.
+	if !o.loadGCInPhase {
+		if _, err := sims.call("gc-hold"); err != nil {
+			return nil, err
+		}
+		runtime.GC()
+		toolGC := debug.SetGCPercent(-1)
+		defer func() {
+			debug.SetGCPercent(toolGC)
+			if _, rerr := sims.call("gc-release"); rerr != nil && err == nil {
+				err = rerr
+			}
+		}()
+		fmt.Println("the simulated nodes' process and this tool collected just before the dispatch phase and hold their collections until it ends (-load-gc-in-phase to let them run)")
+	}
 	lat := make([]time.Duration, total)
 	sendDelay := make([]time.Duration, total)
 	outcome := make([]string, total)
@@ -941,7 +972,9 @@ func sum(s string) string {
 // connections dropped[ (the first: <error>)]"), "timings <file>" (writes
 // the answerLog to file; "saved"), "trace-start <file>" and "trace-stop"
 // (a runtime execution trace of the process, -load-trace; "tracing",
-// "stopped"); a failure is one line
+// "stopped"), "gc-hold" (collect now, then not until "gc-release":
+// "held") and "gc-release" (GOGC as before; "released"); a failure is
+// one line
 // "error: <reason>". It closes every node and exits at end of input.
 type nodesProc struct {
 	cmd  *exec.Cmd
@@ -966,9 +999,7 @@ func startNodes(o options, nodesFile, base string, gc *gcWatch) (*nodesProc, err
 		gogc = "off"
 	}
 	cmd.Env = append(os.Environ(), "GOGC="+gogc) // the last GOGC wins
-	if o.loadProcs > 0 {
-		cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(o.loadProcs))
-	}
+
 	cmd.Stderr = os.Stderr
 	if gc != nil {
 		cmd.Env = append(cmd.Env, "GODEBUG=gctrace=1")
@@ -1042,6 +1073,7 @@ func runNodes(o options) error {
 		}
 	}()
 	var traceFile *os.File
+	heldGOGC := o.nodesGOGC
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		switch in.Text() {
@@ -1082,6 +1114,13 @@ func runNodes(o options) error {
 			} else {
 				fmt.Printf("0 of %d connections dropped\n", len(sims))
 			}
+		case "gc-hold":
+			runtime.GC()
+			heldGOGC = debug.SetGCPercent(-1)
+			fmt.Println("held")
+		case "gc-release":
+			debug.SetGCPercent(heldGOGC)
+			fmt.Println("released")
 		case "trace-stop":
 			trace.Stop()
 			if traceFile == nil {
