@@ -277,6 +277,8 @@ func phaseReport(w io.Writer, ops []opTiming, gw, nodes []gcWindow) result {
 			count(tail999, gw), len(tail999), count(tail999, nodes), len(tail999))
 		r["phase_gw_gcs"], r["phase_nodes_gcs"] = float64(inPhase(gw)), float64(inPhase(nodes))
 		r["tail_gw_gc_pct"], r["tail_nodes_gc_pct"] = 100*float64(tg)/float64(len(tail)), 100*float64(tn)/float64(len(tail))
+		r["tail999_gw_gc_pct"] = 100 * float64(count(tail999, gw)) / float64(len(tail999))
+		r["tail999_nodes_gc_pct"] = 100 * float64(count(tail999, nodes)) / float64(len(tail999))
 	}
 	return r
 }

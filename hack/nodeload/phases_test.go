@@ -103,6 +103,9 @@ func TestPhaseReportNamesTheSlowSegment(t *testing.T) {
 	if r["tail999_toolwake_ms"] != 20.1 {
 		t.Errorf("slowest 0.1%%'s tool wake-up %v ms; want 20.1\n%s", r["tail999_toolwake_ms"], out.String())
 	}
+	if r["tail999_gw_gc_pct"] != 100 || r["tail999_nodes_gc_pct"] != 0 {
+		t.Errorf("slowest 0.1%% overlapping collections: gateway %v%%, nodes %v%%; want 100, 0", r["tail999_gw_gc_pct"], r["tail999_nodes_gc_pct"])
+	}
 	if r["tail_gw_gc_pct"] != 100 || r["tail_nodes_gc_pct"] != 0 {
 		t.Errorf("tail overlapping collections %v; want 100%% gateway, 0%% nodes\n%s", r, out.String())
 	}
