@@ -68,7 +68,7 @@ var resultKeys = []string{"ops_per_s", "ok", "total", "rtt_p50_ms", "rtt_p90_ms"
 	"gateway_sysmon_pct", "gateway_wakeups_per_s",
 	"tail_write_ms", "tail_gwout_ms", "tail_nodewake_ms", "tail_gwback_ms", "tail_toolwake_ms",
 	"tail999_delay_ms", "tail999_out_ms", "tail999_write_ms", "tail999_gwout_ms", "tail999_nodewake_ms", "tail999_node_ms",
-	"tail999_back_ms", "tail999_gwback_ms", "tail999_toolwake_ms", "tail999_gw_gc_pct", "tail999_nodes_gc_pct"}
+	"tail999_back_ms", "tail999_gwback_ms", "tail999_toolwake_ms", "tail999_gw_gc_pct", "tail999_nodes_gc_pct", "gateway_major_faults"}
 
 // printResult writes r as one line "result: key=value …" in resultKeys'
 // order, NaN for a figure the run did not reach.

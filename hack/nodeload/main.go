@@ -633,6 +633,12 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid int, si
 	if err != nil {
 		return nil, err
 	}
+	var faults0 [3][2]int64
+	for k, p := range []int{pid, nodesPid, os.Getpid()} {
+		if faults0[k][0], faults0[k][1], err = pageFaults(p); err != nil {
+			return nil, err
+		}
+	}
 	threads0, err := threadStats(pid)
 	if err != nil {
 		return nil, err
@@ -689,6 +695,14 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid int, si
 	if err != nil {
 		return nil, err
 	}
+	var faults [3][2]int64
+	for k, p := range []int{pid, nodesPid, os.Getpid()} {
+		minor, major, err := pageFaults(p)
+		if err != nil {
+			return nil, err
+		}
+		faults[k] = [2]int64{minor - faults0[k][0], major - faults0[k][1]}
+	}
 	threads1, err := threadStats(pid)
 	if err != nil {
 		return nil, err
@@ -742,6 +756,9 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid int, si
 		gwWait.Round(time.Millisecond), float64(gwWait.Microseconds())/float64(total), nodesWait.Round(time.Millisecond), toolWait.Round(time.Millisecond))
 	fmt.Printf("CPU per message (%.0f operations and heartbeats): gateway %.1f µs, simulated nodes %.1f µs, this tool %.1f µs\n",
 		messages, perMsg(gwCPU), perMsg(nodesCPU), perMsg(toolCPU))
+	fmt.Printf("page faults during dispatch (a major one waits for the disk): gateway %d major, %d minor; simulated nodes %d major, %d minor; this tool %d major, %d minor\n",
+		faults[0][1], faults[0][0], faults[1][1], faults[1][0], faults[2][1], faults[2][0])
+	r["gateway_major_faults"] = float64(faults[0][1])
 	threads, sysmonShare := threadReport(pid, threads0, threads1, t1.Sub(t0))
 	fmt.Printf("the gateway's threads during dispatch (schedstat): %s; sysmon %.1f%% of the gateway's CPU\n", threads, sysmonShare)
 	r["gateway_sysmon_pct"] = sysmonShare

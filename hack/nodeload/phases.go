@@ -421,3 +421,36 @@ func threadReport(pid int, before, after map[int]schedstat, window time.Duration
 	}
 	return s, share
 }
+
+// pageFaults returns process pid's minor and major page faults so far
+// (fields 10 and 12 of /proc/<pid>/stat, after the command name in
+// parentheses). A major fault waits for a read from disk: a thread that
+// takes one in the dispatch phase stalls for it, whatever its scheduler.
+func pageFaults(pid int) (minor, major int64, err error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	return parseFaults(string(data))
+}
+
+// parseFaults reads the minor and major fault counts of a
+// /proc/<pid>/stat line.
+func parseFaults(stat string) (minor, major int64, err error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, 0, fmt.Errorf("stat %.60q: no command name", stat)
+	}
+	f := strings.Fields(stat[i+1:])
+	// f[0] is field 3 (state), so field n is f[n-3].
+	if len(f) < 10 {
+		return 0, 0, fmt.Errorf("stat %.60q: too few fields", stat)
+	}
+	if minor, err = strconv.ParseInt(f[7], 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("stat minflt: %w", err)
+	}
+	if major, err = strconv.ParseInt(f[9], 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("stat majflt: %w", err)
+	}
+	return minor, major, nil
+}

@@ -181,3 +181,22 @@ func TestThreadReport(t *testing.T) {
 		t.Errorf("parseSchedstatAll = %+v, %v", got, err)
 	}
 }
+
+// TestParseFaults: minflt and majflt are fields 10 and 12 of a stat line,
+// counted after the command name, which may hold spaces and parentheses;
+// this process's own line parses.
+func TestParseFaults(t *testing.T) {
+	line := "1234 (a (b) c) S 1 1234 1234 0 -1 4194560 5120 0 7 0 10 3 0 0 20 0 1 0 100 1000 200"
+	minor, major, err := parseFaults(line)
+	if err != nil || minor != 5120 || major != 7 {
+		t.Fatalf("parseFaults = %d, %d, %v; want 5120, 7", minor, major, err)
+	}
+	for _, bad := range []string{"", "1 (x S 1", "1 (x) S 1 2 3", "1 (x) S 1 1 1 0 -1 0 x 0 7 0"} {
+		if _, _, err := parseFaults(bad); err == nil {
+			t.Errorf("parseFaults(%q) took it", bad)
+		}
+	}
+	if _, _, err := pageFaults(os.Getpid()); err != nil {
+		t.Fatalf("pageFaults(self): %v", err)
+	}
+}
