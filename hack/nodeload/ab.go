@@ -65,7 +65,10 @@ var resultKeys = []string{"ops_per_s", "ok", "total", "rtt_p50_ms", "rtt_p90_ms"
 	"tail_delay_ms", "tail_out_ms", "tail_node_ms", "tail_back_ms", "tail_gw_gc_pct", "tail_nodes_gc_pct",
 	"nodes_rss_mib", "gateway_us_per_msg", "nodes_us_per_msg", "tool_us_per_msg",
 	"gateway_wait_ms", "nodes_wait_ms", "tool_wait_ms", "phase_gw_gcs", "phase_nodes_gcs",
-	"gateway_sysmon_pct", "gateway_wakeups_per_s"}
+	"gateway_sysmon_pct", "gateway_wakeups_per_s",
+	"tail_write_ms", "tail_gwout_ms", "tail_nodewake_ms", "tail_gwback_ms", "tail_toolwake_ms",
+	"tail999_delay_ms", "tail999_out_ms", "tail999_write_ms", "tail999_gwout_ms", "tail999_nodewake_ms", "tail999_node_ms",
+	"tail999_back_ms", "tail999_gwback_ms", "tail999_toolwake_ms", "tail999_gw_gc_pct", "tail999_nodes_gc_pct", "gateway_major_faults"}
 
 // printResult writes r as one line "result: key=value …" in resultKeys'
 // order, NaN for a figure the run did not reach.
@@ -236,6 +239,10 @@ var summaryKeys = []struct{ key, head string }{
 	{"tail_out_ms", "slowest 1%: out"}, {"tail_back_ms", "slowest 1%: back"},
 	{"gateway_wait_ms", "gateway waited for a CPU, ms"}, {"gateway_us_per_msg", "gateway CPU per message, µs"},
 	{"gateway_sysmon_pct", "sysmon % of the gateway's CPU"}, {"gateway_wakeups_per_s", "gateway wake-ups/s"},
+	{"tail999_delay_ms", "slowest 0.1%: send delay"}, {"tail999_gwout_ms", "slowest 0.1%: gateway, out"},
+	{"tail999_nodewake_ms", "slowest 0.1%: node's wake-up"}, {"tail999_gwback_ms", "slowest 0.1%: gateway, back"},
+	{"tail999_toolwake_ms", "slowest 0.1%: tool's wake-up"}, {"tail999_gw_gc_pct", "slowest 0.1% in a gateway GC, %"},
+	{"tail999_nodes_gc_pct", "slowest 0.1% in a nodes' GC, %"},
 }
 
 // printSummary prints, per variant, each figure's median and range over

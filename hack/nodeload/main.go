@@ -19,9 +19,23 @@
 // server, API handler and hub, the WebSocket write, the node's read),
 // the node's own time and "back" (the node's write, the gateway's read
 // and HTTP answer, the tool's read), with each segment's medians over the
-// slowest 1 %. With -gctrace the gateway and the nodes' process run with
-// GODEBUG=gctrace=1 and it counts how many of the slowest 1 % overlapped
-// one of their collections.
+// slowest 1 % and 0.1 %. With -gctrace the gateway and the nodes' process
+// run with GODEBUG=gctrace=1 and it counts how many of the slowest 1 %
+// and 0.1 % overlapped one of their collections. The nodes' and the
+// tool's sockets take the kernel's receive stamps (stampConn), which cut
+// "out" and "back" where the bytes reached the reader's socket: before
+// it is the writer's and the gateway's part, after it the reading
+// process's wake-up. With -load-trace the nodes' process and the tool
+// write runtime execution traces of the phase and the tool says how
+// their readers got to run (wakeupReport); with -trace, how busy the
+// gateway's P was in the slowest operations' time in it
+// (gatewayActivityReport).
+//
+// The simulated nodes' process and the tool collect garbage just before
+// the dispatch phase and not again until it ends (-load-gc-in-phase lets
+// them): one process holding 10,000 simulated hosts stalls all of them
+// for its mark phase, and the tool beside it on the same CPU, which no
+// real node's collection does to the others.
 //
 // With -pin-gateway <cpu> the gateway's threads are pinned to that CPU
 // once it started; `make nodeload` runs the tool under taskset -c 1 and
@@ -51,7 +65,8 @@
 //		[-gateway-output <file>] [-gateway-env GOGC=400,GOMEMLIMIT=768MiB]
 //		[-tool-gogc 100] [-nodes-gogc 400] [-pin-gateway <cpu>]
 //		[-rounds N] [-variant name:binary[:VAR=value,…] …] [-gctrace]
-//		[-per-node-heartbeats]
+//		[-per-node-heartbeats] [-load-gc-in-phase] [-trace <file>]
+//		[-load-trace <prefix>] [-sched-slice <d>] [-profile <file>]
 //
 // With -variant (repeated) or -rounds above 1 it runs an A/B series: each
 // run is this tool again with the same flags and the variant's binary and
@@ -98,6 +113,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -126,12 +142,14 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 30*time.Second, "length of the dispatch phase")
 	flag.IntVar(&o.dialConcurrency, "dial-concurrency", 200, "connections opened at once")
 	flag.IntVar(&o.toolGOGC, "tool-gogc", 100, "GOGC of this process, which times the operations; the gateway keeps its own environment")
+	flag.BoolVar(&o.loadGCInPhase, "load-gc-in-phase", false, "let the simulated nodes' process and this tool collect garbage during the dispatch phase, as before 2026-12-06 (default: each collects once just before the phase and not again until it ends: one process holding 10,000 simulated hosts would otherwise stall all of them, and the tool beside them on the same CPU, for the length of its mark phase, a stall no real node's collection causes the others)")
 	flag.IntVar(&o.nodesGOGC, "nodes-gogc", 400, "GOGC of the child process that holds the simulated nodes (-1: off; they garbage-collect on the same CPUs as the gateway)")
 	flag.StringVar(&o.role, "role", "", "internal: \"nodes\" runs the simulated nodes' process (started by the tool itself)")
 	flag.StringVar(&o.nodesFile, "nodes-file", "", "internal: the nodes' process's node list")
 	flag.StringVar(&o.url, "url", "", "internal: the gateway's URL, for the nodes' process")
 	flag.StringVar(&o.profile, "profile", "", "file for a CPU profile of the gateway during the dispatch phase, with <file>.heap and <file>.goroutine taken after the steady state and <file>.heap-after after the dispatch phase (its allocations: go tool pprof -sample_index=alloc_space -base <file>.heap <file>.heap-after; from Caddy's admin endpoint, on loopback)")
 	flag.StringVar(&o.trace, "trace", "", "file for a runtime execution trace of the gateway during the dispatch phase (go tool trace <file>; go tool trace -pprof=sched <file> gives where goroutines waited for a CPU; from Caddy's admin endpoint, on loopback)")
+	flag.StringVar(&o.loadTrace, "load-trace", "", "file prefix for runtime execution traces of the load side during the dispatch phase: <prefix>.nodes (the simulated nodes' process) and <prefix>.tool (this tool); go tool trace <file>")
 	flag.StringVar(&o.gatewayEnv, "gateway-env", "", "comma-separated VAR=value added to the gateway's environment only (e.g. GOGC=400,GOMEMLIMIT=768MiB)")
 	flag.IntVar(&o.pinGateway, "pin-gateway", -1, "CPU to pin every thread of the gateway to once it started (as taskset -a -p -c <cpu> <pid>); -1: not pinned. `make nodeload` runs the tool under taskset -c 1 with -pin-gateway 0, so the gateway has a core of its own")
 	flag.DurationVar(&o.schedSlice, "sched-slice", 0, "EEVDF time slice (sched_setattr, Linux 6.12 and newer; 100µs to 100ms) set on every thread of the gateway, the simulated nodes' process and this tool at the start of the dispatch phase, so that a woken thread preempts a running one sooner; part of the measurement, not a setting the gateway needs (0: the kernel's default slice)")
@@ -197,7 +215,9 @@ type options struct {
 	schedSlice        time.Duration
 	profile           string
 	trace             string
+	loadTrace         string
 	toolGOGC          int
+	loadGCInPhase     bool
 	nodesGOGC         int
 	role, nodesFile   string
 	url               string
@@ -217,6 +237,7 @@ var (
 
 func run(o options) error {
 	debug.SetGCPercent(o.toolGOGC)
+
 	// One socket per node in each process, plus the API client and the
 	// rest: up to 4,096 more when the hard limit allows, at least 200.
 	limit, err := raiseNoFile(o.nodes+200, o.nodes+4096)
@@ -441,7 +462,7 @@ http://127.0.0.1:%s {
 		if o.trace != "" {
 			traced = make(chan error, 1)
 			go func() {
-				traced <- gatewayproc.SaveTrace("http://"+admin, o.duration, o.trace)
+				traced <- gatewayproc.SaveTrace("http://"+admin, o.duration+2*time.Second, o.trace) // past the phase's last answers
 			}()
 		}
 		// The run's figures, one result: line at its end, even when it
@@ -460,7 +481,7 @@ http://127.0.0.1:%s {
 			}
 			return p, err
 		}
-		err := dispatch(o, base, "http://"+admin, apiToken, nodes, pid, sims.cmd.Process.Pid, res, timings)
+		timeline, err := dispatch(o, base, "http://"+admin, apiToken, nodes, pid, sims, res, timings)
 		if rssEnd, _, merr := gw.Memory(); merr == nil {
 			res["rss_end_mib"] = float64(rssEnd) / 1024
 		}
@@ -469,7 +490,11 @@ http://127.0.0.1:%s {
 				gatewayproc.Save("http://"+admin+"/debug/pprof/heap", o.profile+".heap-after", 0))
 		}
 		if traced != nil {
-			err = errors.Join(err, <-traced)
+			terr := <-traced
+			if terr == nil && timeline != nil {
+				terr = gatewayActivityReport(os.Stdout, o.trace, timeline, res)
+			}
+			err = errors.Join(err, terr)
 		}
 		if err != nil {
 			return err
@@ -481,7 +506,8 @@ http://127.0.0.1:%s {
 		return err
 	}
 	rssEnd, _, _ := gw.Memory()
-	fmt.Printf("end: %s; gateway VmRSS %.1f MiB; load average %s\n", dropped, float64(rssEnd)/1024, loadAverage())
+	nodesEnd, _, _ := gatewayproc.Memory(sims.cmd.Process.Pid)
+	fmt.Printf("end: %s; gateway VmRSS %.1f MiB, simulated nodes' process %.1f MiB; load average %s\n", dropped, float64(rssEnd)/1024, float64(nodesEnd)/1024, loadAverage())
 	if !strings.HasPrefix(dropped, "0 of ") {
 		return errors.New("connections dropped")
 	}
@@ -491,7 +517,11 @@ http://127.0.0.1:%s {
 // dispatch sends operations at o.rate for o.duration, open loop: each
 // operation starts on its schedule on its own goroutine, whatever the
 // previous ones do.
-func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesPid int, r result, timings func() (phases, error)) error {
+//
+// It returns every operation's timeline once the operations ran (nil
+// before), also with an error about the run.
+func dispatch(o options, base, admin, token string, nodes []simNode, pid int, sims *nodesProc, r result, timings func() (phases, error)) (_ []opTiming, err error) {
+	nodesPid := sims.cmd.Process.Pid
 	client := &apiClient{addr: strings.TrimPrefix(base, "http://"), idle: make(chan *apiConn, 1024)}
 	defer client.close()
 	body := func(i int) string {
@@ -510,14 +540,18 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 	// one sends operation i and returns its latency measured from due,
 	// the time the schedule meant it to be sent (not when its goroutine
 	// got to run), and the delay from due to the actual send.
-	one := func(i int, due time.Time, tl *opTiming) (lat, delay time.Duration, outcome string, err error) {
+	one := func(op, i int, due time.Time, tl *opTiming) (lat, delay time.Duration, outcome string, err error) {
 		sent := time.Now()
 		delay = sent.Sub(due)
-		status, data, err := client.do(raw[i%len(raw)])
+		status, data, ex, err := client.do(raw[i%len(raw)])
 		done := time.Now()
+		if op >= 0 {
+			logOp(func() string { return strconv.Itoa(op) })
+		}
 		lat = done.Sub(due)
 		if tl != nil {
 			tl.due, tl.sent, tl.done = due.UnixNano(), sent.UnixNano(), done.UnixNano()
+			tl.written, tl.answerIn = ex.written, ex.answerIn
 		}
 		if err != nil {
 			return 0, delay, "", err
@@ -534,17 +568,34 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 	// first nodes.
 	const warmup = 50
 	for i := range warmup {
-		if _, _, _, err := one(i, time.Now(), nil); err != nil {
-			return err
+		if _, _, _, err := one(-1, i, time.Now(), nil); err != nil {
+			return nil, err
 		}
 	}
 
 	hub0, err := scrapeHub(admin)
 	if err != nil {
-		return err
+		return nil, err
 	}
 
 	total := o.rate * int(o.duration/time.Second)
+	// The load side's collections held off for the phase (see
+	// -load-gc-in-phase): each process collects now, then not until the
+	// phase has ended.
+	if !o.loadGCInPhase {
+		if _, err := sims.call("gc-hold"); err != nil {
+			return nil, err
+		}
+		runtime.GC()
+		toolGC := debug.SetGCPercent(-1)
+		defer func() {
+			debug.SetGCPercent(toolGC)
+			if _, rerr := sims.call("gc-release"); rerr != nil && err == nil {
+				err = rerr
+			}
+		}()
+		fmt.Println("the simulated nodes' process and this tool collected just before the dispatch phase and hold their collections until it ends (-load-gc-in-phase to let them run)")
+	}
 	lat := make([]time.Duration, total)
 	sendDelay := make([]time.Duration, total)
 	outcome := make([]string, total)
@@ -554,15 +605,15 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 	perm := mrand.New(mrand.NewPCG(3, 4)).Perm(len(nodes))
 	cpu0, t0, err := gatewayproc.CPUTicks(pid)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	self0, _, err := gatewayproc.CPUTicks(os.Getpid())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	nodes0, _, err := gatewayproc.CPUTicks(nodesPid)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if o.schedSlice > 0 {
 		var set []string
@@ -572,7 +623,7 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 		}{{"gateway", pid}, {"simulated nodes", nodesPid}, {"this tool", os.Getpid()}} {
 			n, err := sliceProcess(p.pid, o.schedSlice)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			set = append(set, fmt.Sprintf("%s %d threads", p.name, n))
 		}
@@ -580,11 +631,23 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 	}
 	waits0, err := runDelays(pid, os.Getpid(), nodesPid)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	var faults0 [3][2]int64
+	for k, p := range []int{pid, nodesPid, os.Getpid()} {
+		if faults0[k][0], faults0[k][1], err = pageFaults(p); err != nil {
+			return nil, err
+		}
 	}
 	threads0, err := threadStats(pid)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	stopTraces := func() error { return nil }
+	if o.loadTrace != "" {
+		if stopTraces, err = startLoadTraces(sims, o.loadTrace); err != nil {
+			return nil, err
+		}
 	}
 	// The schedule runs on its own OS thread, which waits for each due
 	// time in nanosleep: the Go runtime's timers wait in epoll with a
@@ -604,7 +667,7 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d, delay, out, err := one(perm[i%len(perm)], due, &timeline[i])
+			d, delay, out, err := one(i, perm[i%len(perm)], due, &timeline[i])
 			if err != nil {
 				out = "error"
 			}
@@ -613,33 +676,44 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	if err := stopTraces(); err != nil {
+		return nil, fmt.Errorf("load-side traces: %w", err)
+	}
 	cpu1, t1, err := gatewayproc.CPUTicks(pid)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	self1, _, err := gatewayproc.CPUTicks(os.Getpid())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	nodes1, _, err := gatewayproc.CPUTicks(nodesPid)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	waits1, err := runDelays(pid, os.Getpid(), nodesPid)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	var faults [3][2]int64
+	for k, p := range []int{pid, nodesPid, os.Getpid()} {
+		minor, major, err := pageFaults(p)
+		if err != nil {
+			return nil, err
+		}
+		faults[k] = [2]int64{minor - faults0[k][0], major - faults0[k][1]}
 	}
 	threads1, err := threadStats(pid)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	hub1, err := scrapeHub(admin)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	hubTime, err := hub1.since(hub0)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	counts := map[string]int{}
 	var ok, fromSend []time.Duration
@@ -682,6 +756,9 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 		gwWait.Round(time.Millisecond), float64(gwWait.Microseconds())/float64(total), nodesWait.Round(time.Millisecond), toolWait.Round(time.Millisecond))
 	fmt.Printf("CPU per message (%.0f operations and heartbeats): gateway %.1f µs, simulated nodes %.1f µs, this tool %.1f µs\n",
 		messages, perMsg(gwCPU), perMsg(nodesCPU), perMsg(toolCPU))
+	fmt.Printf("page faults during dispatch (a major one waits for the disk): gateway %d major, %d minor; simulated nodes %d major, %d minor; this tool %d major, %d minor\n",
+		faults[0][1], faults[0][0], faults[1][1], faults[1][0], faults[2][1], faults[2][0])
+	r["gateway_major_faults"] = float64(faults[0][1])
 	threads, sysmonShare := threadReport(pid, threads0, threads1, t1.Sub(t0))
 	fmt.Printf("the gateway's threads during dispatch (schedstat): %s; sysmon %.1f%% of the gateway's CPU\n", threads, sysmonShare)
 	r["gateway_sysmon_pct"] = sysmonShare
@@ -702,26 +779,38 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid, nodesP
 	// run's failure all the same.
 	ph, err := timings()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(ph.answers) != len(nodes) {
-		return fmt.Errorf("the nodes' process recorded %d nodes, not %d", len(ph.answers), len(nodes))
+		return timeline, fmt.Errorf("the nodes' process recorded %d nodes, not %d", len(ph.answers), len(nodes))
 	}
-	for i := range timeline {
-		n := perm[i%len(perm)]
-		j := i / len(perm)
+	// Operation i went to node n as that node's j-th request (the
+	// warm-up sent one to each of the first nodes).
+	nodeOf := func(i int) (n, j int) {
+		n, j = perm[i%len(perm)], i/len(perm)
 		if n < warmup {
 			j++
 		}
+		return n, j
+	}
+	for i := range timeline {
+		n, j := nodeOf(i)
 		if recs := ph.answers[n]; j < len(recs) && outcome[i] == "success" {
-			timeline[i].received, timeline[i].answered = recs[j][0], recs[j][1]
+			timeline[i].frameIn, timeline[i].received, timeline[i].answered = recs[j][0], recs[j][1], recs[j][2]
 		}
 	}
 	maps.Copy(r, phaseReport(os.Stdout, timeline, ph.gateway, ph.nodes))
-	if counts["success"] != total {
-		return errors.New("not every operation succeeded")
+	if o.loadTrace != "" {
+		wn, wt, an, at, err := loadWakeups(o.loadTrace)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(r, wakeupReport(os.Stdout, timeline, nodeOf, wn, wt, an, at))
 	}
-	return nil
+	if counts["success"] != total {
+		return timeline, errors.New("not every operation succeeded")
+	}
+	return timeline, nil
 }
 
 // apiClient sends the operations over persistent HTTP/1.1 connections
@@ -735,43 +824,61 @@ type apiClient struct {
 }
 
 type apiConn struct {
-	c  net.Conn
+	c  *stampConn
 	br *bufio.Reader
 }
 
+// exchangeTimes are the times of one exchange that the tool cannot take
+// around it, in Unix nanoseconds: when the request's write returned (on
+// loopback the bytes are on the gateway's socket by then) and the kernel's
+// receive stamp of the answer's last bytes (when the gateway wrote them;
+// stampConn).
+type exchangeTimes struct{ written, answerIn int64 }
+
 // do sends req, one whole HTTP/1.1 request with a Content-Length, and
-// returns the answer's status and body; a connection is reused unless the
-// answer closes it or an error occurred. Each exchange has 30 s.
-func (a *apiClient) do(req []byte) (int, []byte, error) {
+// returns the answer's status and body and the exchange's times; a
+// connection is reused unless the answer closes it or an error occurred.
+// Each exchange has 30 s.
+func (a *apiClient) do(req []byte) (int, []byte, exchangeTimes, error) {
 	var c *apiConn
 	select {
 	case c = <-a.idle:
 	default:
 		nc, err := net.DialTimeout("tcp", a.addr, 30*time.Second)
 		if err != nil {
-			return 0, nil, err
+			return 0, nil, exchangeTimes{}, err
 		}
-		c = &apiConn{c: nc, br: bufio.NewReader(nc)}
+		sc, err := newStampConn(nc)
+		if err != nil {
+			_ = nc.Close()
+			return 0, nil, exchangeTimes{}, err
+		}
+		c = &apiConn{c: sc, br: bufio.NewReader(sc)}
 	}
-	status, data, keep, err := c.exchange(req)
+	status, data, written, keep, err := c.exchange(req)
+	ex := exchangeTimes{written: written, answerIn: c.c.Stamp()}
 	if err != nil || !keep {
 		_ = c.c.Close()
-		return status, data, err
+		return status, data, ex, err
 	}
 	select {
 	case a.idle <- c:
 	default:
 		_ = c.c.Close()
 	}
-	return status, data, nil
+	return status, data, ex, nil
 }
 
-func (c *apiConn) exchange(req []byte) (status int, data []byte, keep bool, err error) {
+// exchange writes req and reads its answer; written is when the write
+// returned, Unix nanoseconds.
+func (c *apiConn) exchange(req []byte) (status int, data []byte, written int64, keep bool, err error) {
 	_ = c.c.SetDeadline(time.Now().Add(30 * time.Second))
 	if _, err := c.c.Write(req); err != nil {
-		return 0, nil, false, err
+		return 0, nil, 0, false, err
 	}
-	return readAnswer(c.br)
+	written = time.Now().UnixNano()
+	status, data, keep, err = readAnswer(c.br)
+	return status, data, written, keep, err
 }
 
 // close closes the idle connections.
@@ -880,7 +987,11 @@ func sum(s string) string {
 // node; "<n> nodes connected in <duration> (<rate> connections/s)"),
 // "acks" (heartbeat acknowledgements so far), "dropped" ("<k> of <n>
 // connections dropped[ (the first: <error>)]"), "timings <file>" (writes
-// the answerLog to file; "saved"); a failure is one line
+// the answerLog to file; "saved"), "trace-start <file>" and "trace-stop"
+// (a runtime execution trace of the process, -load-trace; "tracing",
+// "stopped"), "gc-hold" (collect now, then not until "gc-release":
+// "held") and "gc-release" (GOGC as before; "released"); a failure is
+// one line
 // "error: <reason>". It closes every node and exits at end of input.
 type nodesProc struct {
 	cmd  *exec.Cmd
@@ -905,6 +1016,7 @@ func startNodes(o options, nodesFile, base string, gc *gcWatch) (*nodesProc, err
 		gogc = "off"
 	}
 	cmd.Env = append(os.Environ(), "GOGC="+gogc) // the last GOGC wins
+
 	cmd.Stderr = os.Stderr
 	if gc != nil {
 		cmd.Env = append(cmd.Env, "GODEBUG=gctrace=1")
@@ -977,6 +1089,8 @@ func runNodes(o options) error {
 			}
 		}
 	}()
+	var traceFile *os.File
+	heldGOGC := o.nodesGOGC
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		switch in.Text() {
@@ -1017,7 +1131,36 @@ func runNodes(o options) error {
 			} else {
 				fmt.Printf("0 of %d connections dropped\n", len(sims))
 			}
+		case "gc-hold":
+			runtime.GC()
+			heldGOGC = debug.SetGCPercent(-1)
+			fmt.Println("held")
+		case "gc-release":
+			debug.SetGCPercent(heldGOGC)
+			fmt.Println("released")
+		case "trace-stop":
+			trace.Stop()
+			if traceFile == nil {
+				fmt.Println("error: no trace running")
+				continue
+			}
+			if err := traceFile.Close(); err != nil {
+				fmt.Printf("error: %v\n", err)
+				continue
+			}
+			traceFile = nil
+			fmt.Println("stopped")
 		default:
+			if path, ok := strings.CutPrefix(in.Text(), "trace-start "); ok {
+				f, err := startTrace(path)
+				if err != nil {
+					fmt.Printf("error: %v\n", err)
+					continue
+				}
+				traceFile = f
+				fmt.Println("tracing")
+				continue
+			}
 			if path, ok := strings.CutPrefix(in.Text(), "timings "); ok {
 				if err := answers.save(path); err != nil {
 					fmt.Printf("error: %v\n", err)
@@ -1040,19 +1183,38 @@ func connectNodes(o options, nodes []simNode, answers *answerLog) ([]*sim.Node, 
 	// One loopback source address per nodesPerSource connections: a
 	// source address has about 28,000 ephemeral ports towards one port.
 	const nodesPerSource = 20000
-	var dialers []*websocket.Dialer
 	pool, interval := nodeWriteBuffers, time.Duration(-1) // heartbeatAll sends them
 	if o.perNodeHeartbeats {
 		pool, interval = nil, o.heartbeat
 	}
+	var netDialers []*net.Dialer
 	for i := 0; i*nodesPerSource < max(len(nodes), 1); i++ {
-		nd := &net.Dialer{Timeout: 30 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+i))}}
+		netDialers = append(netDialers, &net.Dialer{Timeout: 30 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+i))}})
+	}
+	// Each node's connection takes the kernel's receive stamps
+	// (stampConn), so its answerLog record says when the gateway wrote
+	// the request frame as well as when the node had read it.
+	conns := make([]*stampConn, len(nodes))
+	dialer := func(i int) *websocket.Dialer {
+		nd := netDialers[i/nodesPerSource]
 		d := &websocket.Dialer{HandshakeTimeout: 30 * time.Second, ReadBufferSize: 1024, WriteBufferSize: 1024,
-			NetDialContext: nd.DialContext}
+			NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				c, err := nd.DialContext(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				sc, err := newStampConn(c)
+				if err != nil {
+					_ = c.Close()
+					return nil, err
+				}
+				conns[i] = sc
+				return sc, nil
+			}}
 		if pool != nil {
 			d.WriteBufferPool = pool
 		}
-		dialers = append(dialers, d)
+		return d
 	}
 	sims := make([]*sim.Node, len(nodes))
 	var (
@@ -1076,11 +1238,12 @@ func connectNodes(o options, nodes []simNode, answers *answerLog) ([]*sim.Node, 
 				Health: proto.Health{ProviderReady: true, Host: proto.HostMeasurements{CPUCount: 8,
 					CPUPercent: 10, MemoryTotalBytes: 32 << 30, MemoryUsedBytes: 8 << 30, DiskTotalBytes: 1 << 40, DiskUsedBytes: 1 << 38}}}
 			s, err := sim.Dial(ctx, sim.Config{URL: o.url, Credential: n.Secret, Hello: h,
-				HeartbeatInterval: interval, Dialer: dialers[i/nodesPerSource],
+				HeartbeatInterval: interval, Dialer: dialer(i),
 				Answer: func(req *proto.Request) *proto.Response {
 					received := time.Now().UnixNano()
 					resp := sim.Success(req)
-					answers.add(i, received, time.Now().UnixNano())
+					j := answers.add(i, conns[i].Stamp(), received, time.Now().UnixNano())
+					logOp(func() string { return strconv.Itoa(i) + " " + strconv.Itoa(j) })
 					return resp
 				}})
 			if err != nil {
@@ -1225,4 +1388,37 @@ func runDelays(pids ...int) ([]time.Duration, error) {
 		out[i] = d
 	}
 	return out, nil
+}
+
+// startTrace starts a runtime execution trace of this process into a new
+// file at path.
+func startTrace(path string) (*os.File, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := trace.Start(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// startLoadTraces starts the runtime execution traces of the load side
+// (-load-trace): the simulated nodes' process into prefix.nodes, this
+// tool into prefix.tool. The function it returns stops both.
+func startLoadTraces(sims *nodesProc, prefix string) (func() error, error) {
+	if _, err := sims.call("trace-start " + prefix + ".nodes"); err != nil {
+		return nil, err
+	}
+	f, err := startTrace(prefix + ".tool")
+	if err != nil {
+		_, _ = sims.call("trace-stop")
+		return nil, err
+	}
+	return func() error {
+		trace.Stop()
+		_, err := sims.call("trace-stop")
+		return errors.Join(err, f.Close())
+	}, nil
 }

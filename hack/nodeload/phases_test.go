@@ -55,9 +55,9 @@ func TestGCWatchKeepsWindowsAndPassesOtherLines(t *testing.T) {
 // per node in arrival order.
 func TestAnswerLogRoundTrip(t *testing.T) {
 	l := newAnswerLog(3)
-	l.add(2, 10, 11)
-	l.add(0, 20, 21)
-	l.add(2, 30, 32)
+	l.add(2, 9, 10, 11)
+	l.add(0, 19, 20, 21)
+	l.add(2, 29, 30, 32)
 	path := filepath.Join(t.TempDir(), "answers.json")
 	if err := l.save(path); err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func TestAnswerLogRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 3 || len(got[0]) != 1 || len(got[1]) != 0 || len(got[2]) != 2 || got[2][1] != [2]int64{30, 32} || got[0][0] != [2]int64{20, 21} {
+	if len(got) != 3 || len(got[0]) != 1 || len(got[1]) != 0 || len(got[2]) != 2 || got[2][1] != [3]int64{29, 30, 32} || got[0][0] != [3]int64{19, 20, 21} {
 		t.Fatalf("loaded %v", got)
 	}
 }
@@ -82,7 +82,8 @@ func TestPhaseReportNamesTheSlowSegment(t *testing.T) {
 	var gc []gcWindow
 	for i := range 1000 {
 		due := int64(i) * 10 * ms
-		o := opTiming{due: due, sent: due + ms/10, received: due + ms/2, answered: due + ms/2 + ms/100, done: due + ms}
+		o := opTiming{due: due, sent: due + ms/10, written: due + ms/10, frameIn: due + ms/5, received: due + ms/2, answered: due + ms/2 + ms/100,
+			answerIn: due + ms*9/10, done: due + ms}
 		if i%100 == 0 {
 			o.done += 20 * ms
 			gc = append(gc, gcWindow{start: o.answered, end: o.done})
@@ -94,6 +95,17 @@ func TestPhaseReportNamesTheSlowSegment(t *testing.T) {
 	if r["tail_back_ms"] != 20.49 || r["tail_out_ms"] != 0.4 || r["tail_delay_ms"] != 0.1 {
 		t.Errorf("tail medians %v; want back 20.49, out 0.4, delay 0.1 ms\n%s", r, out.String())
 	}
+	// The slow part of "back" is after the answer reached the tool's
+	// socket: the tool's wake-up, not the gateway.
+	if r["tail_gwback_ms"] != 0.39 || r["tail_toolwake_ms"] != 20.1 || r["tail_gwout_ms"] != 0.1 || r["tail_nodewake_ms"] != 0.3 {
+		t.Errorf("tail medians of the cut segments %v; want gwback 0.39, toolwake 20.1, gwout 0.1, nodewake 0.3 ms\n%s", r, out.String())
+	}
+	if r["tail999_toolwake_ms"] != 20.1 {
+		t.Errorf("slowest 0.1%%'s tool wake-up %v ms; want 20.1\n%s", r["tail999_toolwake_ms"], out.String())
+	}
+	if r["tail999_gw_gc_pct"] != 100 || r["tail999_nodes_gc_pct"] != 0 {
+		t.Errorf("slowest 0.1%% overlapping collections: gateway %v%%, nodes %v%%; want 100, 0", r["tail999_gw_gc_pct"], r["tail999_nodes_gc_pct"])
+	}
 	if r["tail_gw_gc_pct"] != 100 || r["tail_nodes_gc_pct"] != 0 {
 		t.Errorf("tail overlapping collections %v; want 100%% gateway, 0%% nodes\n%s", r, out.String())
 	}
@@ -102,6 +114,24 @@ func TestPhaseReportNamesTheSlowSegment(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "(3.0% of all operations do)") {
 		t.Errorf("report does not give the share of all operations overlapping:\n%s", out.String())
+	}
+}
+
+// TestPhaseReportWithoutStamps: when an operation has no receive stamp
+// the report leaves the cut segments out instead of printing nonsense.
+func TestPhaseReportWithoutStamps(t *testing.T) {
+	ms := int64(time.Millisecond)
+	ops := []opTiming{
+		{due: 0, sent: ms / 10, written: ms / 10, frameIn: ms / 5, received: ms / 2, answered: ms, answerIn: 2 * ms, done: 3 * ms},
+		{due: 10 * ms, sent: 11 * ms, received: 12 * ms, answered: 13 * ms, done: 14 * ms},
+	}
+	var out bytes.Buffer
+	r := phaseReport(&out, ops, nil, nil)
+	if _, ok := r["tail_gwout_ms"]; ok || strings.Contains(out.String(), "socket →") {
+		t.Errorf("cut segments reported without stamps: %v\n%s", r, out.String())
+	}
+	if r["tail_out_ms"] != 1 {
+		t.Errorf("tail out %v ms; want 1\n%s", r["tail_out_ms"], out.String())
 	}
 }
 
@@ -149,5 +179,24 @@ func TestThreadReport(t *testing.T) {
 	}
 	if got, err := parseSchedstatAll("1 2 3\n"); err != nil || got != (schedstat{run: 1, wait: 2, slices: 3}) {
 		t.Errorf("parseSchedstatAll = %+v, %v", got, err)
+	}
+}
+
+// TestParseFaults: minflt and majflt are fields 10 and 12 of a stat line,
+// counted after the command name, which may hold spaces and parentheses;
+// this process's own line parses.
+func TestParseFaults(t *testing.T) {
+	line := "1234 (a (b) c) S 1 1234 1234 0 -1 4194560 5120 0 7 0 10 3 0 0 20 0 1 0 100 1000 200"
+	minor, major, err := parseFaults(line)
+	if err != nil || minor != 5120 || major != 7 {
+		t.Fatalf("parseFaults = %d, %d, %v; want 5120, 7", minor, major, err)
+	}
+	for _, bad := range []string{"", "1 (x S 1", "1 (x) S 1 2 3", "1 (x) S 1 1 1 0 -1 0 x 0 7 0"} {
+		if _, _, err := parseFaults(bad); err == nil {
+			t.Errorf("parseFaults(%q) took it", bad)
+		}
+	}
+	if _, _, err := pageFaults(os.Getpid()); err != nil {
+		t.Fatalf("pageFaults(self): %v", err)
 	}
 }
