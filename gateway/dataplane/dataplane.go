@@ -524,17 +524,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if e == nil {
 			r, untrack, e = h.track(r, op)
 		}
-		var release func()
+		var slot *answerSlot
 		if e == nil && op.shape == shapeUnary {
 			// A unary call decodes execd's answers and builds its own whole
-			// (a listing): one slot for the call.
-			release, e = h.admitUpstream(r.Context(), rq, h.cfg.UpstreamWait)
+			// (a listing): one slot for the call, from its first answer
+			// on (answerSlot).
+			slot = &answerSlot{h: h, rq: rq, ctx: r.Context()}
+			e = slot.admitLazily(r)
 		}
 		if e == nil {
 			e = op.serve(h, w, r, rq)
 		}
-		if release != nil {
-			release()
+		if slot != nil {
+			if busy := slot.end(); busy != nil && !tw.wrote {
+				e = busy
+			}
 		}
 		if e != nil && e.Code != CodeGatewayDraining && drainEnded(r.Context()) {
 			// A transfer whose context the drain cancelled fails with

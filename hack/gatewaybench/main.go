@@ -673,6 +673,32 @@ func cpuTime(pid int) (time.Duration, error) {
 	return time.Duration(ut+st) * time.Second / userHZ, nil
 }
 
+// contextSwitches returns the sum of voluntary_ctxt_switches and
+// nonvoluntary_ctxt_switches over the threads of pid now alive
+// (/proc/<pid>/task/*/status): how often its threads slept and were woken
+// or were preempted. A thread that exited takes its count with it (Go's
+// threads seldom exit); 0 when nothing can be read.
+func contextSwitches(pid int) int64 {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	var n int64
+	for _, t := range tasks {
+		data, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(data)) {
+			if f, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
+				v, _ := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+				n += v
+			} else if f, ok := strings.CutPrefix(line, "nonvoluntary_ctxt_switches:"); ok {
+				v, _ := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+				n += v
+			}
+		}
+	}
+	return n
+}
+
 // statusKiB returns a "Vm…:" field of /proc/<pid>/status in KiB.
 func statusKiB(pid int, field string) (int64, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
@@ -782,6 +808,9 @@ type cellResult struct {
 	wall     time.Duration
 	cpu      cpu
 	p50, p99 time.Duration
+	// switches are the proxy's context switches (voluntary and
+	// involuntary, all its threads) during the cell.
+	switches int64
 }
 
 // load runs c closed-loop clients for d and returns the request count and
@@ -872,6 +901,7 @@ func (w *world) cell(p pathSpec, c int, requestOf func(string) func() *http.Requ
 		return cellResult{}, fmt.Errorf("%s warm-up: %w", p.name, err)
 	}
 	proxy := p.proxy(w)
+	s0 := contextSwitches(proxy.pid())
 	c0, err := w.cpuOf(proxy)
 	if err != nil {
 		return cellResult{}, err
@@ -886,7 +916,8 @@ func (w *world) cell(p pathSpec, c int, requestOf func(string) func() *http.Requ
 	if err != nil {
 		return cellResult{}, err
 	}
-	return cellResult{requests: n, wall: wall, cpu: c1.sub(c0), p50: quantile(lat, 0.5), p99: quantile(lat, 0.99)}, nil
+	return cellResult{requests: n, wall: wall, cpu: c1.sub(c0), p50: quantile(lat, 0.5), p99: quantile(lat, 0.99),
+		switches: contextSwitches(proxy.pid()) - s0}, nil
 }
 
 func perReq(d time.Duration, n int) float64 { return float64(d.Microseconds()) / float64(max(n, 1)) }
@@ -913,26 +944,28 @@ func (w *world) unary(what, prefix string, requestOf func(string) func() *http.R
 					return err
 				}
 				results[p.name][c] = append(results[p.name][c], res)
-				fmt.Printf("  round %d c=%-3d %-13s %6d req %7.0f req/s  p50 %6.2f ms  p99 %6.2f ms  CPU µs/req: proxy %6.1f  fixed entry %6.1f  execd %6.1f  client %6.1f\n",
+				fmt.Printf("  round %d c=%-3d %-13s %6d req %7.0f req/s  p50 %6.2f ms  p99 %6.2f ms  CPU µs/req: proxy %6.1f  fixed entry %6.1f  execd %6.1f  client %6.1f  proxy switches/req %4.2f\n",
 					r+1, c, p.name, res.requests, float64(res.requests)/res.wall.Seconds(), ms(res.p50), ms(res.p99),
-					perReq(res.cpu.proxy, res.requests), perReq(res.cpu.fixedEntry, res.requests), perReq(res.cpu.execd, res.requests), perReq(res.cpu.client, res.requests))
+					perReq(res.cpu.proxy, res.requests), perReq(res.cpu.fixedEntry, res.requests), perReq(res.cpu.execd, res.requests), perReq(res.cpu.client, res.requests),
+					float64(res.switches)/float64(max(res.requests, 1)))
 			}
 		}
 	}
 	fmt.Printf("\n%s summary (median over %d rounds; CPU per request from /proc/<pid>/stat)\n\n", what, w.o.rounds)
-	fmt.Println("| c | path | req/s | p50 ms | p99 ms | proxy CPU µs/req | fixed entry | execd | client |")
-	fmt.Println("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| c | path | req/s | p50 ms | p99 ms | proxy CPU µs/req | fixed entry | execd | client | proxy switches/req |")
+	fmt.Println("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, c := range w.o.concurrency {
 		for _, p := range paths {
 			rs := results[p.name][c]
 			med := func(f func(cellResult) float64) float64 { return median(mapf(rs, f)) }
-			fmt.Printf("| %d | %s | %.0f | %.2f | %.2f | %.0f | %.0f | %.0f | %.0f |\n", c, p.name,
+			fmt.Printf("| %d | %s | %.0f | %.2f | %.2f | %.0f | %.0f | %.0f | %.0f | %.2f |\n", c, p.name,
 				med(func(r cellResult) float64 { return float64(r.requests) / r.wall.Seconds() }),
 				med(func(r cellResult) float64 { return ms(r.p50) }), med(func(r cellResult) float64 { return ms(r.p99) }),
 				med(func(r cellResult) float64 { return perReq(r.cpu.proxy, r.requests) }),
 				med(func(r cellResult) float64 { return perReq(r.cpu.fixedEntry, r.requests) }),
 				med(func(r cellResult) float64 { return perReq(r.cpu.execd, r.requests) }),
-				med(func(r cellResult) float64 { return perReq(r.cpu.client, r.requests) }))
+				med(func(r cellResult) float64 { return perReq(r.cpu.client, r.requests) }),
+				med(func(r cellResult) float64 { return float64(r.switches) / float64(max(r.requests, 1)) }))
 		}
 	}
 	fmt.Println()
