@@ -20,8 +20,9 @@ import (
 // with GATEWAY_BUSY (unavailable, which the Connect protocol sends as 503)
 // when its wait (here 20 ms) ends first, and served once a slot is free
 // (admission's TestAcquireWaits: a slot freed during the wait is taken).
-// The credential's process lists are bounded likewise (taken before any
-// execd call).
+// A call whose request message is over 64 KiB waits, and is refused,
+// before its message is read; the credential's process lists are bounded
+// likewise (their bound taken before any execd call).
 func TestUpstreamCallsBounded(t *testing.T) {
 	e := newTestEnv(t, extended, func(c *Config, _ *execdstub.Config) {
 		c.MaxUpstreamCallsPerSandbox = 1
@@ -58,6 +59,10 @@ func TestUpstreamCallsBounded(t *testing.T) {
 		refusedAtExecd bool
 	}{
 		{"ListDir", func() (*http.Response, []byte) { return e.unary("ListDir", `{"path":"/home/user"}`) }, true},
+		// A message over 64 KiB takes the slot before it is read.
+		{"ListDir of a large message", func() (*http.Response, []byte) {
+			return e.unary("ListDir", `{"path":"/home/user"`+strings.Repeat(" ", smallMessage)+`}`)
+		}, false},
 		{"Process/List", func() (*http.Response, []byte) { return e.processCall("List", `{}`) }, false},
 	} {
 		first := make(chan int, 1)
@@ -73,6 +78,8 @@ func TestUpstreamCallsBounded(t *testing.T) {
 		}
 		if call.refusedAtExecd {
 			<-entered
+		} else if len(entered) != 0 {
+			t.Fatalf("%s: the refused call reached execd", call.name)
 		}
 		mu.Lock()
 		close(release) // every held answer, the refused call's too
