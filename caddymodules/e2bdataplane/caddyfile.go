@@ -60,8 +60,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // max_listing_entries (default 16384) bound execd's answer to a listing;
 // max_upstream_calls (default 16), max_upstream_calls_per_sandbox
 // (default 4) and max_process_calls_per_credential (default 2) bound the
-// calls in progress (positive integers; docs/dataplane.md "Bounded cost
-// per request and per tenant"); a call beyond them waits up to
+// calls in progress (positive integers; a unary call counts from execd's
+// first answer on, not while it waits for execd: docs/dataplane.md
+// "Bounded cost per request and per tenant"); a call beyond them waits up to
 // upstream_wait (default 30s) for a slot. drain_grace (default 25s) is
 // how long command streams and file transfers run on once the server
 // shuts down for the process exit (a reload drains nothing), before they

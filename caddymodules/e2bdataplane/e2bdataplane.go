@@ -82,8 +82,10 @@ type Handler struct {
 	MaxListingEntries int `json:"max_listing_entries,omitempty"`
 
 	// MaxUpstreamCalls bounds the unary calls (and command-stream polls)
-	// decoding execd answers at once, over all sandboxes; one more is
-	// GATEWAY_BUSY (Connect unavailable, REST 502). Default 16.
+	// decoding execd answers at once, over all sandboxes (a unary call
+	// counts from execd's first answer to it on, not while it waits for
+	// execd); one more is GATEWAY_BUSY (Connect unavailable, REST 502).
+	// Default 16.
 	MaxUpstreamCalls int `json:"max_upstream_calls,omitempty"`
 
 	// MaxUpstreamCallsPerSandbox is MaxUpstreamCalls for one sandbox.

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,24 +15,36 @@ import (
 )
 
 // TestUpstreamCallsBounded: while a sandbox has max_upstream_calls_per_sandbox
-// unary calls in progress (its execd holding the answer), one more waits
-// for a slot: it is refused with GATEWAY_BUSY (unavailable, which the
-// Connect protocol sends as 503) when its wait (here 20 ms) ends
-// first, and served once a slot is free (admission's TestAcquireWaits: a
-// slot freed during the wait is taken). The same holds for the
-// credential's process lists.
+// unary calls reading execd's answer (its execd holding the rest of the
+// body), one more whose answer has arrived waits for a slot: it is refused
+// with GATEWAY_BUSY (unavailable, which the Connect protocol sends as 503)
+// when its wait (here 20 ms) ends first, and served once a slot is free
+// (admission's TestAcquireWaits: a slot freed during the wait is taken).
+// A call whose request message is over 64 KiB waits, and is refused,
+// before its message is read; the credential's process lists are bounded
+// likewise (their bound taken before any execd call).
 func TestUpstreamCallsBounded(t *testing.T) {
 	e := newTestEnv(t, extended, func(c *Config, _ *execdstub.Config) {
 		c.MaxUpstreamCallsPerSandbox = 1
 		c.MaxProcessCallsPerCredential = 1
 		c.UpstreamWait = 20 * time.Millisecond
 	})
-	entered, release := make(chan struct{}, 8), make(chan struct{})
+	var mu sync.Mutex
+	release := make(chan struct{})
+	entered := make(chan struct{}, 8)
 	hold := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		entered <- struct{}{}
-		<-release
+		mu.Lock()
+		rel := release
+		mu.Unlock()
+		// The head and the first byte of an empty listing (or of no
+		// process records), the rest held back. Chunked, so the fixed
+		// entry's ReverseProxy passes each part on at once.
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`[]`)) // an empty listing, or no process records
+		_, _ = w.Write([]byte(`[`))
+		w.(http.Flusher).Flush()
+		entered <- struct{}{}
+		<-rel
+		_, _ = w.Write([]byte(`]`))
 	}))
 	defer hold.Close()
 	e.ingress.SetSandbox(testSandbox, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1",
@@ -40,9 +53,17 @@ func TestUpstreamCallsBounded(t *testing.T) {
 	for _, call := range []struct {
 		name string
 		send func() (*http.Response, []byte)
+		// refusedAtExecd: the refused call reached execd (its slot is
+		// taken when its answer arrives), not the process-list bound's
+		// (taken before).
+		refusedAtExecd bool
 	}{
-		{"ListDir", func() (*http.Response, []byte) { return e.unary("ListDir", `{"path":"/home/user"}`) }},
-		{"Process/List", func() (*http.Response, []byte) { return e.processCall("List", `{}`) }},
+		{"ListDir", func() (*http.Response, []byte) { return e.unary("ListDir", `{"path":"/home/user"}`) }, true},
+		// A message over 64 KiB takes the slot before it is read.
+		{"ListDir of a large message", func() (*http.Response, []byte) {
+			return e.unary("ListDir", `{"path":"/home/user"`+strings.Repeat(" ", smallMessage)+`}`)
+		}, false},
+		{"Process/List", func() (*http.Response, []byte) { return e.processCall("List", `{}`) }, false},
 	} {
 		first := make(chan int, 1)
 		go func() {
@@ -55,13 +76,68 @@ func TestUpstreamCallsBounded(t *testing.T) {
 			!strings.Contains(string(body), "GATEWAY_BUSY") || resp.Header.Get("Sandgate-Error-Code") != "GATEWAY_BUSY" {
 			t.Fatalf("%s while one is in progress: %d %s", call.name, resp.StatusCode, body)
 		}
-		release <- struct{}{}
+		if call.refusedAtExecd {
+			<-entered
+		} else if len(entered) != 0 {
+			t.Fatalf("%s: the refused call reached execd", call.name)
+		}
+		mu.Lock()
+		close(release) // every held answer, the refused call's too
+		release = make(chan struct{})
+		mu.Unlock()
 		if code := <-first; code != http.StatusOK {
 			t.Fatalf("%s: the call holding the slot answered %d", call.name, code)
 		}
-		go func() { <-entered; release <- struct{}{} }()
+		go func() {
+			<-entered
+			mu.Lock()
+			close(release)
+			release = make(chan struct{})
+			mu.Unlock()
+		}()
 		if resp, body := call.send(); resp.StatusCode != http.StatusOK {
 			t.Fatalf("%s after the slot was freed: %d %s", call.name, resp.StatusCode, body)
+		}
+	}
+}
+
+// TestWaitingForExecdHoldsNoSlot: a unary call whose execd has not
+// answered yet holds no slot of max_upstream_calls_per_sandbox, so with a
+// bound of 1 two calls to one sandbox are at execd at once (each execd
+// handler waits for the other to arrive), and both are served.
+func TestWaitingForExecdHoldsNoSlot(t *testing.T) {
+	e := newTestEnv(t, func(c *Config, _ *execdstub.Config) {
+		c.MaxUpstreamCallsPerSandbox = 1
+		c.UpstreamWait = time.Hour
+	})
+	var arrived sync.WaitGroup
+	arrived.Add(2)
+	both := make(chan struct{})
+	go func() { arrived.Wait(); close(both) }()
+	hold := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived.Done()
+		select {
+		case <-both:
+		case <-time.After(10 * time.Second): // a bound on the test, not a measure
+			http.Error(w, "the other call never reached execd", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`[]`))
+	}))
+	defer hold.Close()
+	e.ingress.SetSandbox(testSandbox, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1",
+		Ports: map[int]string{execd.DefaultPort: hold.Listener.Addr().String()}})
+	codes := make(chan int, 2)
+	for range 2 {
+		go func() {
+			resp, _ := e.unary("ListDir", `{"path":"/home/user"}`)
+			codes <- resp.StatusCode
+		}()
+	}
+	for range 2 {
+		if code := <-codes; code != http.StatusOK {
+			t.Fatalf("a ListDir answered %d", code)
 		}
 	}
 }

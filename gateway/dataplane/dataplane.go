@@ -148,8 +148,11 @@ type Config struct {
 	// MaxUpstreamCalls bounds the unary calls (and the polls of command
 	// streams) that read and decode execd answers at once, over all
 	// sandboxes; one more waits up to UpstreamWait for a slot, then is
-	// GATEWAY_BUSY (a stream's poll skips to its next turn instead).
-	// Default DefaultMaxUpstreamCalls (16).
+	// GATEWAY_BUSY (a stream's poll skips to its next turn instead). A
+	// unary call takes its slot when execd's first answer to it arrives
+	// (or before reading a request message over 64 KiB) and holds it to
+	// its end; waiting for execd takes none. Default
+	// DefaultMaxUpstreamCalls (16).
 	MaxUpstreamCalls int
 	// UpstreamWait is how long a call waits for a slot of
 	// MaxUpstreamCalls, MaxUpstreamCallsPerSandbox or
@@ -352,10 +355,10 @@ func (h *Handler) admitUpstream(ctx context.Context, rq *request, wait time.Dura
 	switch why {
 	case admission.KeyFull:
 		return nil, fail(CodeGatewayBusy, "this sandbox had "+strconv.Itoa(h.cfg.MaxUpstreamCallsPerSandbox)+
-			" calls in progress at the gateway for "+wait.String()+"; retry when one has finished")
+			" calls reading execd's answers at the gateway for "+wait.String()+"; retry when one has finished")
 	case admission.GlobalFull:
 		return nil, fail(CodeGatewayBusy, "the gateway had "+strconv.Itoa(h.cfg.MaxUpstreamCalls)+
-			" calls to sandboxes in progress for "+wait.String()+"; retry shortly")
+			" calls reading sandboxes' answers for "+wait.String()+"; retry shortly")
 	}
 	return release, nil
 }
@@ -556,17 +559,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if e == nil {
 			r, untrack, e = h.track(r, op)
 		}
-		var release func()
+		var slot *answerSlot
 		if e == nil && op.shape == shapeUnary {
 			// A unary call decodes execd's answers and builds its own whole
-			// (a listing): one slot for the call.
-			release, e = h.admitUpstream(r.Context(), rq, h.cfg.UpstreamWait)
+			// (a listing): one slot for the call, from its first answer
+			// on (answerSlot).
+			slot = &answerSlot{h: h, rq: rq, ctx: r.Context()}
+			e = slot.admitLazily(r)
 		}
 		if e == nil {
 			e = op.serve(h, w, r, rq)
 		}
-		if release != nil {
-			release()
+		if slot != nil {
+			if busy := slot.end(); busy != nil && !tw.wrote {
+				e = busy
+			}
 		}
 		if e != nil && e.Code != CodeGatewayDraining && drainEnded(r.Context()) {
 			// A transfer whose context the drain cancelled fails with

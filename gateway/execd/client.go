@@ -52,6 +52,14 @@ type Target struct {
 	// Host, when not empty, is the Host header sent to the fixed entry
 	// (the host of its Ingress rules); empty sends FixedEntry's host.
 	Host string
+	// Admit, when not nil, is called by every call that reads an answer
+	// (all but Do and the upload) once the answer's head has arrived and
+	// before any byte of its body is read, error bodies included: the
+	// data plane takes its slot for reading and decoding answers there
+	// (docs/dataplane.md "Bounded cost per request and per tenant"), so a
+	// call waiting for execd holds none. An error from Admit is the
+	// call's error, the answer closed unread.
+	Admit func() error
 }
 
 // URL returns the upstream URL for an execd path such as "/files/info".
@@ -190,19 +198,25 @@ func (c *Client) do(ctx context.Context, rt http.RoundTripper, t Target, method,
 
 // doOK is Do followed by CheckResponse; the caller owns the body on success.
 func (c *Client) doOK(ctx context.Context, t Target, method, path, rawQuery string, hdr http.Header, body io.Reader) (*http.Response, error) {
-	return c.checked(c.do(ctx, c.transport(), t, method, path, rawQuery, hdr, body, -1))
+	return t.checked(c.do(ctx, c.transport(), t, method, path, rawQuery, hdr, body, -1))
 }
 
 // unaryOK is doOK for a bodyless request whose answer is read whole,
 // sent with Unary.
 func (c *Client) unaryOK(ctx context.Context, t Target, method, path, rawQuery string) (*http.Response, error) {
-	return c.checked(c.do(ctx, c.unary(), t, method, path, rawQuery, nil, nil, -1))
+	return t.checked(c.do(ctx, c.unary(), t, method, path, rawQuery, nil, nil, -1))
 }
 
-// checked is CheckResponse on a do's answer.
-func (c *Client) checked(resp *http.Response, err error) (*http.Response, error) {
+// checked is t.Admit, then CheckResponse, on a do's answer.
+func (t Target) checked(resp *http.Response, err error) (*http.Response, error) {
 	if err != nil {
 		return nil, err
+	}
+	if t.Admit != nil {
+		if err := t.Admit(); err != nil {
+			_ = resp.Body.Close()
+			return nil, err
+		}
 	}
 	if err := CheckResponse(resp); err != nil {
 		return nil, err

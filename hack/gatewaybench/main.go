@@ -510,7 +510,15 @@ func run(o options) error {
 	if w.traffic, err = key.Mint(token.Target{CredentialID: credentialID, SandboxID: sandboxID, Audience: token.AudienceTraffic}, 24*time.Hour, time.Now()); err != nil {
 		return err
 	}
-	credFile := filepath.Join(dir, "credentials.yaml")
+	// The credentials file in a directory of its own, as a mounted
+	// Secret is: the gateway watches the file's directory, and the logs
+	// written beside it (execd's, a line per request) would wake it on
+	// every request, a cost no deployment has.
+	credDir := filepath.Join(dir, "credentials")
+	if err := os.Mkdir(credDir, 0o700); err != nil {
+		return err
+	}
+	credFile := filepath.Join(credDir, "credentials.yaml")
 	if err := os.WriteFile(credFile, []byte("credentials:\n  - {id: "+credentialID+", enabled: true, projectNamespace: bench, clusterId: cluster-a}\n"), 0o600); err != nil {
 		return err
 	}
@@ -673,6 +681,31 @@ func cpuTime(pid int) (time.Duration, error) {
 	return time.Duration(ut+st) * time.Second / userHZ, nil
 }
 
+// contextSwitches returns the sums of voluntary_ctxt_switches and of
+// nonvoluntary_ctxt_switches over the threads of pid now alive
+// (/proc/<pid>/task/*/status): how often its threads slept (to be woken
+// again) and how often they were preempted. A thread that exited takes its
+// counts with it (Go's threads seldom exit); 0 when nothing can be read.
+func contextSwitches(pid int) (voluntary, nonvoluntary int64) {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	for _, t := range tasks {
+		data, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(data)) {
+			if f, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
+				v, _ := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+				voluntary += v
+			} else if f, ok := strings.CutPrefix(line, "nonvoluntary_ctxt_switches:"); ok {
+				v, _ := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+				nonvoluntary += v
+			}
+		}
+	}
+	return voluntary, nonvoluntary
+}
+
 // statusKiB returns a "Vm…:" field of /proc/<pid>/status in KiB.
 func statusKiB(pid int, field string) (int64, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
@@ -782,6 +815,14 @@ type cellResult struct {
 	wall     time.Duration
 	cpu      cpu
 	p50, p99 time.Duration
+	// sleeps and preempts are the proxy's voluntary and involuntary
+	// context switches (all its threads) during the cell: how often a
+	// thread slept (to be woken again), and how often one was preempted.
+	sleeps, preempts int64
+	// reads and writes are the proxy's read and write system calls
+	// (syscr, syscw of /proc/<pid>/io: recv and send calls included)
+	// during the cell.
+	reads, writes int64
 }
 
 // load runs c closed-loop clients for d and returns the request count and
@@ -872,6 +913,8 @@ func (w *world) cell(p pathSpec, c int, requestOf func(string) func() *http.Requ
 		return cellResult{}, fmt.Errorf("%s warm-up: %w", p.name, err)
 	}
 	proxy := p.proxy(w)
+	v0, i0 := contextSwitches(proxy.pid())
+	r0, w0, _ := syscalls(proxy.pid())
 	c0, err := w.cpuOf(proxy)
 	if err != nil {
 		return cellResult{}, err
@@ -886,8 +929,14 @@ func (w *world) cell(p pathSpec, c int, requestOf func(string) func() *http.Requ
 	if err != nil {
 		return cellResult{}, err
 	}
-	return cellResult{requests: n, wall: wall, cpu: c1.sub(c0), p50: quantile(lat, 0.5), p99: quantile(lat, 0.99)}, nil
+	r1, w1, _ := syscalls(proxy.pid())
+	v1, i1 := contextSwitches(proxy.pid())
+	return cellResult{requests: n, wall: wall, cpu: c1.sub(c0), p50: quantile(lat, 0.5), p99: quantile(lat, 0.99),
+		sleeps: v1 - v0, preempts: i1 - i0, reads: r1 - r0, writes: w1 - w0}, nil
 }
+
+// per is n per request.
+func per(n int64, requests int) float64 { return float64(n) / float64(max(requests, 1)) }
 
 func perReq(d time.Duration, n int) float64 { return float64(d.Microseconds()) / float64(max(n, 1)) }
 
@@ -913,26 +962,30 @@ func (w *world) unary(what, prefix string, requestOf func(string) func() *http.R
 					return err
 				}
 				results[p.name][c] = append(results[p.name][c], res)
-				fmt.Printf("  round %d c=%-3d %-13s %6d req %7.0f req/s  p50 %6.2f ms  p99 %6.2f ms  CPU µs/req: proxy %6.1f  fixed entry %6.1f  execd %6.1f  client %6.1f\n",
+				fmt.Printf("  round %d c=%-3d %-13s %6d req %7.0f req/s  p50 %6.2f ms  p99 %6.2f ms  CPU µs/req: proxy %6.1f  fixed entry %6.1f  execd %6.1f  client %6.1f  proxy per req: sleeps %4.2f, preempted %4.2f, reads %4.2f, writes %4.2f\n",
 					r+1, c, p.name, res.requests, float64(res.requests)/res.wall.Seconds(), ms(res.p50), ms(res.p99),
-					perReq(res.cpu.proxy, res.requests), perReq(res.cpu.fixedEntry, res.requests), perReq(res.cpu.execd, res.requests), perReq(res.cpu.client, res.requests))
+					perReq(res.cpu.proxy, res.requests), perReq(res.cpu.fixedEntry, res.requests), perReq(res.cpu.execd, res.requests), perReq(res.cpu.client, res.requests),
+					per(res.sleeps, res.requests), per(res.preempts, res.requests), per(res.reads, res.requests), per(res.writes, res.requests))
 			}
 		}
 	}
 	fmt.Printf("\n%s summary (median over %d rounds; CPU per request from /proc/<pid>/stat)\n\n", what, w.o.rounds)
-	fmt.Println("| c | path | req/s | p50 ms | p99 ms | proxy CPU µs/req | fixed entry | execd | client |")
-	fmt.Println("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| c | path | req/s | p50 ms | p99 ms | proxy CPU µs/req | fixed entry | execd | client | proxy sleeps/req | reads/req | writes/req |")
+	fmt.Println("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, c := range w.o.concurrency {
 		for _, p := range paths {
 			rs := results[p.name][c]
 			med := func(f func(cellResult) float64) float64 { return median(mapf(rs, f)) }
-			fmt.Printf("| %d | %s | %.0f | %.2f | %.2f | %.0f | %.0f | %.0f | %.0f |\n", c, p.name,
+			fmt.Printf("| %d | %s | %.0f | %.2f | %.2f | %.0f | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f |\n", c, p.name,
 				med(func(r cellResult) float64 { return float64(r.requests) / r.wall.Seconds() }),
 				med(func(r cellResult) float64 { return ms(r.p50) }), med(func(r cellResult) float64 { return ms(r.p99) }),
 				med(func(r cellResult) float64 { return perReq(r.cpu.proxy, r.requests) }),
 				med(func(r cellResult) float64 { return perReq(r.cpu.fixedEntry, r.requests) }),
 				med(func(r cellResult) float64 { return perReq(r.cpu.execd, r.requests) }),
-				med(func(r cellResult) float64 { return perReq(r.cpu.client, r.requests) }))
+				med(func(r cellResult) float64 { return perReq(r.cpu.client, r.requests) }),
+				med(func(r cellResult) float64 { return per(r.sleeps, r.requests) }),
+				med(func(r cellResult) float64 { return per(r.reads, r.requests) }),
+				med(func(r cellResult) float64 { return per(r.writes, r.requests) }))
 		}
 	}
 	fmt.Println()
