@@ -32,7 +32,8 @@ import (
 // the apiserver (ClusterHandle.Reader) first: the cache may not yet hold
 // the create's last write when the SDK's first call follows the 201.
 // Any of InternalToken and InternalTokens is accepted; without any the
-// route does not exist (404).
+// route does not exist (404). Every question's handling time is
+// recorded in corectl_authorize_duration_seconds (Server.Metrics).
 //
 // Without credential it is the Locate question of the gateway's host
 // routing (a port request that carries no traffic token):
@@ -41,6 +42,8 @@ import (
 // in corectl's clusters (looked up in each cluster's cache), not_found
 // when there is none or more than one, deleting or expired as above.
 func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	defer func() { s.Metrics.Authorized(time.Since(start)) }()
 	accepted := s.internalTokens()
 	if len(accepted) == 0 {
 		s.fail(w, r, http.StatusNotFound, CodeNotFound, "no such route")

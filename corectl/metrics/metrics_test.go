@@ -29,6 +29,7 @@ func TestNilRecordsNothing(t *testing.T) {
 	m.Reconciled("c", "ingress", "Verified")
 	m.Step("c", OperationCreate, "policy", time.Second, nil)
 	m.OrphanScan("c", ScanFailed)
+	m.Authorized(time.Millisecond)
 	if err := m.WatchCNIGate("c", func() error { return nil }); err != nil {
 		t.Fatal(err)
 	}
@@ -51,6 +52,8 @@ func TestCollectors(t *testing.T) {
 	m.OrphanScan("c1", ScanOK)
 	m.OrphanScan("c1", ScanIncomplete)
 	m.OrphanScan("c1", ScanIncomplete)
+	m.Authorized(40 * time.Microsecond)
+	m.Authorized(3 * time.Millisecond)
 	open := true
 	if err := m.WatchCNIGate("c1", func() error {
 		if open {
@@ -78,6 +81,8 @@ func TestCollectors(t *testing.T) {
 		{"corectl_cni_gate_open", []string{"cluster", "c1"}, 1},
 		{"corectl_orphan_scans_total", []string{"cluster", "c1", "outcome", "ok"}, 1},
 		{"corectl_orphan_scans_total", []string{"cluster", "c1", "outcome", "incomplete"}, 2},
+		{"corectl_authorize_duration_seconds_count", nil, 2},
+		{"corectl_authorize_duration_seconds_sum", nil, 0.00304},
 	} {
 		if got := s.Value(c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %g, want %g", c.name, c.labels, got, c.want)

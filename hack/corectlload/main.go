@@ -133,12 +133,18 @@ type config struct {
 	corectlEnv     []string
 	compareEnv     []string
 	heapProfile    string
+	authzClient    string
+	authzConns     int
 }
 
 // figures are one binary's per-round results.
 type figures struct {
 	startCPU, listP50, listP99, authzP50, authzP99, authzP999 []time.Duration
-	rss, hwm, rssAfter                                        []float64
+	// authzDelayP99 is the tool's send delay p99, authzSentP99 the p99
+	// from the actual send, authzWait corectl's run-queue wait during the
+	// phase.
+	authzDelayP99, authzSentP99, authzWait []time.Duration
+	rss, hwm, rssAfter                     []float64
 }
 
 func (f *figures) print(bin string) {
@@ -157,6 +163,9 @@ func (f *figures) print(bin string) {
 		summary("authorizer p50", f.authzP50)
 		summary("authorizer p99 (goal <= 1 ms)", f.authzP99)
 		summary("authorizer p99.9", f.authzP999)
+		summary("the tool's send delay p99", f.authzDelayP99)
+		summary("authorizer p99 from the actual send", f.authzSentP99)
+		summary("corectl's run-queue wait during the phase", f.authzWait)
 	}
 }
 
@@ -178,6 +187,8 @@ func main() {
 	flag.IntVar(&c.rounds, "rounds", 3, "rounds of the list and authz goals")
 	flag.IntVar(&c.authzRate, "authz-rate", 2000, "authorizer questions per second")
 	flag.DurationVar(&c.authzDuration, "authz-duration", 10*time.Second, "length of one authz round")
+	flag.StringVar(&c.authzClient, "authz-client", "raw", "the authz goal's client: raw (workers on kept-alive connections, request bytes built before the phase, no garbage per question) or nethttp (a goroutine per question through net/http, the tool before the raw client)")
+	flag.IntVar(&c.authzConns, "authz-conns", 16, "connections (and workers) of the raw authz client")
 	flag.IntVar(&c.expire, "expire", 1000, "sandboxes of the expiry goal")
 	flag.StringVar(&lease, "lease", "", "leader election lease duration, renew deadline, retry period (e.g. 15s,10s,2s; empty: corectl's defaults)")
 	flag.StringVar(&c.logs, "logs", "", "directory for corectl's logs (default a temporary one)")
@@ -250,6 +261,9 @@ type world struct {
 	ingEng *ingressallow.Engine
 	own    []string // sandbox IDs of credOwn
 	rest   []string // sandbox IDs of credRest
+	// reqOwn and reqRest are the authz goal's request bytes for each of
+	// own and rest (authzRequests).
+	reqOwn, reqRest [][]byte
 }
 
 func run(c config) error {
@@ -489,6 +503,7 @@ func (w *world) seed() error {
 		return firstErr
 	}
 	w.own, w.rest = ids[:w.c.owned], ids[w.c.owned:]
+	w.reqOwn, w.reqRest = w.authzRequests()
 	el := time.Since(start)
 	fmt.Printf("seeded %d sandboxes (BatchSandbox, Ingress, NetworkPolicy, SandboxIngressAllowlist each) in %s (%.0f/s), load average %s -> %s\n",
 		n, el.Round(time.Second), float64(n)/el.Seconds(), la, loadavg())
@@ -605,6 +620,9 @@ type proc struct {
 	api    string
 	probe  string
 	exited chan struct{}
+	// gc has the collections corectl's GODEBUG=gctrace=1 lines report
+	// (none without it).
+	gc *gcWatch
 }
 
 func (p *proc) stop() {
@@ -650,7 +668,8 @@ func (w *world) start(name, bin string, env []string) (*proc, error) {
 		return nil, err
 	}
 	pr, pw := io.Pipe()
-	p.cmd.Stderr = io.MultiWriter(pw, logf)
+	p.gc = &gcWatch{next: io.MultiWriter(pw, logf)}
+	p.cmd.Stderr = p.gc
 	p.cmd.Stdout = logf
 	if err := p.cmd.Start(); err != nil {
 		return nil, err
@@ -913,51 +932,6 @@ func (w *world) listRound(p *proc, f *figures) {
 		p50, p99, _ := quantiles(lat)
 		f.listP50, f.listP99 = append(f.listP50, p50), append(f.listP99, p99)
 		fmt.Printf("  list: %d pages, %d sandboxes listed per pass, p50 %s, p99 %s, load average %s\n", len(lat), seen, ms(p50), ms(p99), loadavg())
-	}
-}
-
-// authzRound asks the authorizer at a fixed rate, open loop.
-func (w *world) authzRound(p *proc, f *figures) {
-	fmt.Printf("  authz: %d questions/s for %s, load average %s\n", w.c.authzRate, w.c.authzDuration, loadavg())
-	{
-		n := int(float64(w.c.authzRate) * w.c.authzDuration.Seconds())
-		lat := make([]time.Duration, n)
-		var bad atomic.Int64
-		var wg sync.WaitGroup
-		start := time.Now().Add(50 * time.Millisecond)
-		interval := time.Second / time.Duration(w.c.authzRate)
-		sem := make(chan struct{}, 256)
-		for i := range n {
-			at := start.Add(time.Duration(i) * interval)
-			time.Sleep(time.Until(at))
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				id := w.own[rand.IntN(len(w.own))]
-				if i%2 == 1 {
-					id = w.rest[rand.IntN(len(w.rest))]
-				}
-				req, _ := http.NewRequest(http.MethodGet, p.api+"/internal/v1/authorize?credential="+credOwn+"&sandbox="+id, nil)
-				req.Header.Set("Authorization", "Bearer "+internalToken)
-				resp, err := httpc.Do(req)
-				if err != nil {
-					bad.Add(1)
-					lat[i] = time.Since(at)
-					return
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				lat[i] = time.Since(at)
-				if resp.StatusCode != 200 {
-					bad.Add(1)
-				}
-			}()
-		}
-		wg.Wait()
-		p50, p99, p999 := quantiles(lat)
-		f.authzP50, f.authzP99, f.authzP999 = append(f.authzP50, p50), append(f.authzP99, p99), append(f.authzP999, p999)
-		fmt.Printf("  authz: %d questions, %d failed, p50 %s, p99 %s, p99.9 %s (from the scheduled send), load average %s\n", n, bad.Load(), ms(p50), ms(p99), ms(p999), loadavg())
 	}
 }
 
