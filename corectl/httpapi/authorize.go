@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
@@ -54,18 +55,18 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusUnauthorized, CodeUnauthenticated, "the internal token is missing or wrong")
 		return
 	}
-	q := r.URL.Query()
-	credID, id := q.Get("credential"), q.Get("sandbox")
-	if !q.Has("credential") && id != "" && len(q["sandbox"]) == 1 {
+	q := parseAuthorizeQuery(r.URL.RawQuery)
+	credID, id := q.credential, q.sandbox
+	if q.credentials == 0 && id != "" && q.sandboxs == 1 {
 		s.locate(w, r, id)
 		return
 	}
-	if credID == "" || id == "" || len(q["credential"]) != 1 || len(q["sandbox"]) != 1 {
+	if credID == "" || id == "" || q.credentials != 1 || q.sandboxs != 1 {
 		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, "credential and sandbox are required, once each")
 		return
 	}
 	refuse := func(reason authorizer.Reason) {
-		writeJSON(w, http.StatusOK, authorizer.Answer{Reason: reason})
+		writeAnswer(w, authorizer.Answer{Reason: reason}, time.Time{}, false)
 	}
 	cred, err := s.Credentials.Lookup(r.Context(), credID)
 	switch {
@@ -81,7 +82,11 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 		refuse(authorizer.ReasonNotFound)
 		return
 	}
-	u := sandbox.NewCached()
+	u := cachedPool.Get().(*sandbox.Cached)
+	defer func() {
+		*u = sandbox.Cached{}
+		cachedPool.Put(u)
+	}()
 	ctx, cancel := requestContext(r)
 	defer cancel()
 	if err := ch.Cache.Get(ctx, client.ObjectKey{Namespace: cred.ProjectNamespace, Name: id}, u); err != nil {
@@ -92,7 +97,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, "the sandbox cache cannot answer")
 		return
 	}
-	a := s.answer(cred, u)
+	a, end, hasEnd := s.answer(cred, u)
 	if a.Reason == authorizer.ReasonNotReady && ch.Reader != nil {
 		// The cache may not yet hold the create's last write (lifecycle
 		// Ready) when the SDK's first call follows its 201 at once, or
@@ -104,38 +109,40 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 		live := &unstructured.Unstructured{}
 		live.SetGroupVersionKind(sandbox.GVK)
 		if err := ch.Reader.Get(ctx, client.ObjectKey{Namespace: cred.ProjectNamespace, Name: id}, live); err == nil {
-			a = s.answer(cred, live)
+			a, end, hasEnd = s.answer(cred, live)
 		} else if apierrors.IsNotFound(err) {
 			a = authorizer.Answer{Reason: authorizer.ReasonNotFound}
 		}
 	}
-	writeJSON(w, http.StatusOK, a)
+	writeAnswer(w, a, end, hasEnd)
 }
+
+// cachedPool holds the authorizer's read targets: the cache copies a
+// BatchSandbox's fields into one (sharing its maps, which nothing here
+// writes), and it is cleared before it is put back.
+var cachedPool = sync.Pool{New: func() any { return sandbox.NewCached() }}
 
 // answer is the authorizer's answer for credential cred about
 // BatchSandbox u (the cache's or the apiserver's copy): not_found for
 // another credential's, deleting, expired, not_ready while it is Creating
 // or its pod does not serve (spec §3.3 "running", §5.3 Creating and
 // PodUnavailable: the data plane answers SANDBOX_NOT_READY, as the fixed
-// entry's ingress would), else allowed with its end time.
-func (s *Server) answer(cred credential.Credential, u client.Object) authorizer.Answer {
+// entry's ingress would), else allowed; end and hasEnd are the sandbox's
+// end time (writeAnswer writes it as the allowed answer's endAt).
+func (s *Server) answer(cred credential.Credential, u client.Object) (a authorizer.Answer, end time.Time, hasEnd bool) {
 	st, _ := sandbox.Annotation(u, v1alpha1.AnnotationLifecycle)
-	end, hasEnd := lifecycle.EndAt(u)
+	end, hasEnd = lifecycle.EndAt(u)
 	switch {
 	case !cred.Sees(sandbox.OwnerOf(u), cred.ProjectNamespace, cred.ClusterID):
-		return authorizer.Answer{Reason: authorizer.ReasonNotFound}
+		return authorizer.Answer{Reason: authorizer.ReasonNotFound}, end, hasEnd
 	case u.GetDeletionTimestamp() != nil || st == v1alpha1.StateDeleting || st == v1alpha1.StateCleanupFailed:
-		return authorizer.Answer{Reason: authorizer.ReasonDeleting}
+		return authorizer.Answer{Reason: authorizer.ReasonDeleting}, end, hasEnd
 	case hasEnd && !time.Now().Before(end):
-		return authorizer.Answer{Reason: authorizer.ReasonExpired}
+		return authorizer.Answer{Reason: authorizer.ReasonExpired}, end, hasEnd
 	case st == lifecycle.StateCreating || !lifecycle.PodServing(u):
-		return authorizer.Answer{Reason: authorizer.ReasonNotReady}
+		return authorizer.Answer{Reason: authorizer.ReasonNotReady}, end, hasEnd
 	}
-	a := authorizer.Answer{Allowed: true}
-	if hasEnd {
-		a.EndAt = end.UTC().Format(time.RFC3339Nano)
-	}
-	return a
+	return authorizer.Answer{Allowed: true}, end, hasEnd
 }
 
 // internalTokens is InternalToken and InternalTokens without empty ones.

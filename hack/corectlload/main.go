@@ -62,6 +62,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -133,18 +134,34 @@ type config struct {
 	corectlEnv     []string
 	compareEnv     []string
 	heapProfile    string
-	authzClient    string
+	authzClients   []string
 	authzConns     int
 }
 
 // figures are one binary's per-round results.
 type figures struct {
-	startCPU, listP50, listP99, authzP50, authzP99, authzP999 []time.Duration
-	// authzDelayP99 is the tool's send delay p99, authzSentP99 the p99
-	// from the actual send, authzWait corectl's run-queue wait during the
-	// phase.
-	authzDelayP99, authzSentP99, authzWait []time.Duration
-	rss, hwm, rssAfter                     []float64
+	startCPU, listP50, listP99 []time.Duration
+	rss, hwm, rssAfter         []float64
+	// authz is the authz goal's figures by client (-authz-client).
+	authz map[string]*authzFigures
+}
+
+// authzFigures are one client's authz rounds against one binary.
+type authzFigures struct {
+	p50, p99, p999 []time.Duration
+	// delayP99 is the tool's send delay p99, sentP99 the p99 from the
+	// actual send, wait corectl's run-queue wait during the phase.
+	delayP99, sentP99, wait []time.Duration
+}
+
+func (f *figures) authzOf(client string) *authzFigures {
+	if f.authz == nil {
+		f.authz = map[string]*authzFigures{}
+	}
+	if f.authz[client] == nil {
+		f.authz[client] = &authzFigures{}
+	}
+	return f.authz[client]
 }
 
 func (f *figures) print(bin string) {
@@ -159,13 +176,15 @@ func (f *figures) print(bin string) {
 		summary("list page p50", f.listP50)
 		summary("list page p99 (goal <= 50 ms)", f.listP99)
 	}
-	if len(f.authzP99) > 0 {
-		summary("authorizer p50", f.authzP50)
-		summary("authorizer p99 (goal <= 1 ms)", f.authzP99)
-		summary("authorizer p99.9", f.authzP999)
-		summary("the tool's send delay p99", f.authzDelayP99)
-		summary("authorizer p99 from the actual send", f.authzSentP99)
-		summary("corectl's run-queue wait during the phase", f.authzWait)
+	for _, c := range slices.Sorted(maps.Keys(f.authz)) {
+		a := f.authz[c]
+		fmt.Printf("  authz with the %s client:\n", c)
+		summary("authorizer p50", a.p50)
+		summary("authorizer p99 (goal <= 1 ms)", a.p99)
+		summary("authorizer p99.9", a.p999)
+		summary("the tool's send delay p99", a.delayP99)
+		summary("authorizer p99 from the actual send", a.sentP99)
+		summary("corectl's run-queue wait during the phase", a.wait)
 	}
 }
 
@@ -187,7 +206,8 @@ func main() {
 	flag.IntVar(&c.rounds, "rounds", 3, "rounds of the list and authz goals")
 	flag.IntVar(&c.authzRate, "authz-rate", 2000, "authorizer questions per second")
 	flag.DurationVar(&c.authzDuration, "authz-duration", 10*time.Second, "length of one authz round")
-	flag.StringVar(&c.authzClient, "authz-client", "raw", "the authz goal's client: raw (workers on kept-alive connections, request bytes built before the phase, no garbage per question) or nethttp (a goroutine per question through net/http, the tool before the raw client)")
+	var clients string
+	flag.StringVar(&clients, "authz-client", "raw", "the authz goal's client: raw (workers on kept-alive connections, request bytes built before the phase, no garbage per question) or nethttp (a goroutine per question through net/http, the tool before the raw client); raw,nethttp asks with each in turn per round, order rotating")
 	flag.IntVar(&c.authzConns, "authz-conns", 16, "connections (and workers) of the raw authz client")
 	flag.IntVar(&c.expire, "expire", 1000, "sandboxes of the expiry goal")
 	flag.StringVar(&lease, "lease", "", "leader election lease duration, renew deadline, retry period (e.g. 15s,10s,2s; empty: corectl's defaults)")
@@ -213,6 +233,12 @@ func main() {
 	}
 	if extra != "" {
 		c.corectlArgs = strings.Fields(extra)
+	}
+	c.authzClients = strings.Split(clients, ",")
+	for _, cl := range c.authzClients {
+		if cl != "raw" && cl != "nethttp" {
+			fail(fmt.Errorf("-authz-client %q: raw or nethttp", cl))
+		}
 	}
 	if cenv != "" {
 		c.corectlEnv = strings.Split(cenv, ",")
@@ -324,7 +350,10 @@ func run(c config) error {
 					w.listRound(p, res[k])
 				}
 				if c.goals["authz"] {
-					w.authzRound(p, res[k])
+					for m := range c.authzClients {
+						cl := c.authzClients[(r+m)%len(c.authzClients)]
+						w.authzRound(p, cl, res[k].authzOf(cl))
+					}
 				}
 				rss, _ := p.status()
 				res[k].rssAfter = append(res[k].rssAfter, rss)
