@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -295,6 +296,7 @@ func (w *world) authzRound(p *proc, client string, f *authzFigures) {
 	gc0, _ := p.metric("go_gc_duration_seconds_count")
 	api0, _ := p.metric("rest_client_requests_total")
 	alloc0, _ := p.metric("go_memstats_alloc_bytes_total")
+	scans0, _ := p.metric("corectl_orphan_scans_total")
 	// The tool's own garbage from before the phase is collected now, not
 	// during it.
 	runtime.GC()
@@ -318,6 +320,7 @@ func (w *world) authzRound(p *proc, client string, f *authzFigures) {
 	gc1, _ := p.metric("go_gc_duration_seconds_count")
 	api1, _ := p.metric("rest_client_requests_total")
 	alloc1, _ := p.metric("go_memstats_alloc_bytes_total")
+	scans1, _ := p.metric("corectl_orphan_scans_total")
 
 	total := make([]time.Duration, n)
 	delay := make([]time.Duration, n)
@@ -388,8 +391,21 @@ func (w *world) authzRound(p *proc, client string, f *authzFigures) {
 	} else {
 		fmt.Printf("    corectl's own handling: no %s (a corectl built before it)\n", authorizeMetric)
 	}
-	fmt.Printf("    during the phase (%s): corectl CPU %s (%.0f µs per question), %.0f B allocated per question, %.0f collections, %.0f apiserver requests; its threads %s\n",
-		phase.Round(time.Millisecond), cpu.Round(time.Millisecond), float64(cpu.Microseconds())/float64(n), (alloc1-alloc0)/float64(n), gc1-gc0, api1-api0, cs)
+	fmt.Printf("    during the phase (%s): corectl CPU %s (%.0f µs per question), %.0f B allocated per question, %.0f collections, %.0f apiserver requests, %.0f orphan scans ended; its threads %s\n",
+		phase.Round(time.Millisecond), cpu.Round(time.Millisecond), float64(cpu.Microseconds())/float64(n), (alloc1-alloc0)/float64(n), gc1-gc0, api1-api0, scans1-scans0, cs)
+	// Where in the phase the slow questions were: those over 1 ms, by
+	// second of their scheduled send.
+	slow := map[int]int{}
+	for _, q := range qs {
+		if q.done-q.due > int64(time.Millisecond) {
+			slow[int((q.due-qs[0].due)/int64(time.Second))]++
+		}
+	}
+	var secs []string
+	for _, sec := range slices.Sorted(maps.Keys(slow)) {
+		secs = append(secs, fmt.Sprintf("%d:%d", sec, slow[sec]))
+	}
+	fmt.Printf("    questions over 1 ms by second of the phase (second:count, %d a second asked): %s\n", w.c.authzRate, strings.Join(secs, " "))
 	fmt.Printf("    this tool: %d collections, %.1f MB allocated (%.0f B per question), heap %.1f MB; its threads %s\n",
 		ms1.NumGC-ms0.NumGC, float64(ms1.TotalAlloc-ms0.TotalAlloc)/1e6, float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(n), float64(ms1.HeapAlloc)/1e6, ts)
 	f.wait = append(f.wait, time.Duration(cs.wait))

@@ -897,6 +897,19 @@ func (w *world) settle(p *proc, f *figures) {
 	rss, hwm := p.status()
 	f.rss, f.hwm = append(f.rss, rss), append(f.hwm, hwm)
 	f.startCPU = append(f.startCPU, time.Duration(float64(used)/max(ing, 1)))
+	// The leader's first orphan scan starts once the replay is over; the
+	// goals after this one measure the steady state, so it is waited for
+	// (the scan then runs every -orphan-interval, 1 min by default).
+	for t1 := time.Now(); ; time.Sleep(200 * time.Millisecond) {
+		if v, err := p.metric("corectl_orphan_scans_total"); err == nil && v > 0 {
+			fmt.Printf("first orphan scan over %s after the replay\n", time.Since(t1).Round(time.Millisecond))
+			break
+		}
+		if time.Since(t1) > w.c.settleDeadline {
+			fmt.Printf("first orphan scan not over after %s\n", w.c.settleDeadline)
+			break
+		}
+	}
 }
 
 // quantiles returns p50, p99 and p99.9 of d (sorted in place).
