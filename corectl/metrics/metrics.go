@@ -52,6 +52,8 @@ package metrics
 
 import (
 	"net/http"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -220,14 +222,93 @@ func (m *Metrics) Handler() http.Handler {
 		promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
-// Instrument wraps h to count and time its requests under route.
+// Instrument wraps h to count and time its requests under route: after
+// h returns, corectl_http_requests_total{route, code} is counted (code is
+// the status h wrote, 200 when it wrote none) and the time since the
+// request reached the wrapper observed in
+// corectl_http_request_duration_seconds{route}, the series promhttp's
+// InstrumentHandlerCounter and InstrumentHandlerDuration give, without
+// their allocations per request (a label map and a response writer
+// each): the gateway's authorizer asks thousands of times a second. h
+// gets a ResponseWriter that records the status; it offers the
+// original's other interfaces (http.Flusher, …) only through Unwrap
+// (http.ResponseController), and is reused once h has returned, so h
+// must not keep it.
 func (m *Metrics) Instrument(route string, h http.Handler) http.Handler {
 	if m == nil {
 		return h
 	}
-	counter := m.requests.MustCurryWith(prometheus.Labels{"route": route})
-	hist := m.duration.MustCurryWith(prometheus.Labels{"route": route})
-	return promhttp.InstrumentHandlerDuration(hist, promhttp.InstrumentHandlerCounter(counter, h))
+	byCode := &routeCounter{vec: m.requests.MustCurryWith(prometheus.Labels{"route": route}), codes: map[int]prometheus.Counter{}}
+	observer := m.duration.WithLabelValues(route)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := statusWriters.Get().(*statusWriter)
+		sw.ResponseWriter, sw.status = w, 0
+		h.ServeHTTP(sw, r)
+		status := sw.status
+		*sw = statusWriter{}
+		statusWriters.Put(sw)
+		byCode.of(status).Inc()
+		observer.Observe(time.Since(start).Seconds())
+	})
+}
+
+// statusWriter is the ResponseWriter Instrument hands its handler: it
+// records the first status written.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+var statusWriters = sync.Pool{New: func() any { return new(statusWriter) }}
+
+// WriteHeader records code (the first time) and writes it.
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Write records 200 when no status was written, then writes b.
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap returns the original ResponseWriter (for
+// http.ResponseController).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// routeCounter is one route's corectl_http_requests_total by status code,
+// each code's counter looked up in the vector once.
+type routeCounter struct {
+	vec   *prometheus.CounterVec
+	mu    sync.RWMutex
+	codes map[int]prometheus.Counter
+}
+
+// of returns the counter of status code (0, nothing written, counts as
+// 200, as promhttp counts it).
+func (c *routeCounter) of(code int) prometheus.Counter {
+	if code == 0 {
+		code = http.StatusOK
+	}
+	c.mu.RLock()
+	ctr, ok := c.codes[code]
+	c.mu.RUnlock()
+	if ok {
+		return ctr
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ctr, ok = c.codes[code]; !ok {
+		ctr = c.vec.WithLabelValues(strconv.Itoa(code))
+		c.codes[code] = ctr
+	}
+	return ctr
 }
 
 // AuthorizeBuckets are the upper bounds, in seconds, of
