@@ -30,7 +30,13 @@
 //	         sandboxes, every page timed (p50, p99)
 //	authz    GET /internal/v1/authorize at -authz-rate questions/s, open
 //	         loop from the scheduled send, for -authz-duration (p50, p99,
-//	         p99.9); half asked for an owned sandbox, half for another's
+//	         p99.9); half asked for an owned sandbox, half for another's;
+//	         each question's time split into the tool's send delay and the
+//	         time from the actual send, with corectl's own handling time
+//	         (corectl_authorize_duration_seconds), its collections
+//	         overlapping the slowest 1 % (with -corectl-env
+//	         GODEBUG=gctrace=1), its run-queue wait, CPU, allocation and
+//	         apiserver requests during the phase (authz.go)
 //	expiry   -expire sandboxes given the same end second T (the
 //	         annotation setTimeout writes); every BatchSandbox's deletion
 //	         is watched: time from T to the last one gone, and whether any
@@ -46,12 +52,16 @@
 //	go run ./hack/corectlload [-corectl bin/corectl] [-sandboxes 10000] [-owned 1000]
 //		[-goals rss,list,authz,expiry,failover] [-rounds 3] [-compare other/corectl]
 //		[-corectl-cpus 0] [-lease 10s,7s,1s] [-logs dir] [-heap-profile dir]
+//		[-authz-duration 60s] [-authz-client raw|nethttp|raw,nethttp] [-authz-conns 16]
 //
 // -compare runs a second binary (e.g. one built from the commit before a
 // change) interleaved with -corectl, order rotating per round, on the
 // same seeded sandboxes, for the rss, list and authz goals. Under
 // `taskset -c 1` with -corectl-cpus 0, corectl has a core of its own and
 // the tool (with kube-apiserver and etcd, which it starts) the other.
+// After each start-up replay the goals wait for the leader's first
+// orphan scan to end: the steady state, in which the scan runs every
+// -orphan-interval (1 min by default).
 package main
 
 import (
