@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/httpapi/authzwire"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	"github.com/sandgate/sandgate/gateway/authorizer"
@@ -55,18 +56,18 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusUnauthorized, CodeUnauthenticated, "the internal token is missing or wrong")
 		return
 	}
-	q := parseAuthorizeQuery(r.URL.RawQuery)
-	credID, id := q.credential, q.sandbox
-	if q.credentials == 0 && id != "" && q.sandboxs == 1 {
+	q := authzwire.ParseQuery(r.URL.RawQuery)
+	credID, id := q.Credential, q.Sandbox
+	if q.Credentials == 0 && id != "" && q.Sandboxes == 1 {
 		s.locate(w, r, id)
 		return
 	}
-	if credID == "" || id == "" || q.credentials != 1 || q.sandboxs != 1 {
+	if credID == "" || id == "" || q.Credentials != 1 || q.Sandboxes != 1 {
 		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, "credential and sandbox are required, once each")
 		return
 	}
 	refuse := func(reason authorizer.Reason) {
-		writeAnswer(w, authorizer.Answer{Reason: reason}, time.Time{}, false)
+		authzwire.WriteAnswer(w, authorizer.Answer{Reason: reason}, time.Time{}, false)
 	}
 	cred, err := s.Credentials.Lookup(r.Context(), credID)
 	switch {
@@ -114,7 +115,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 			a = authorizer.Answer{Reason: authorizer.ReasonNotFound}
 		}
 	}
-	writeAnswer(w, a, end, hasEnd)
+	authzwire.WriteAnswer(w, a, end, hasEnd)
 }
 
 // cachedPool holds the authorizer's read targets: the cache copies a
@@ -128,7 +129,7 @@ var cachedPool = sync.Pool{New: func() any { return sandbox.NewCached() }}
 // or its pod does not serve (spec §3.3 "running", §5.3 Creating and
 // PodUnavailable: the data plane answers SANDBOX_NOT_READY, as the fixed
 // entry's ingress would), else allowed; end and hasEnd are the sandbox's
-// end time (writeAnswer writes it as the allowed answer's endAt).
+// end time (authzwire.WriteAnswer writes it as the allowed answer's endAt).
 func (s *Server) answer(cred credential.Credential, u client.Object) (a authorizer.Answer, end time.Time, hasEnd bool) {
 	st, _ := sandbox.Annotation(u, v1alpha1.AnnotationLifecycle)
 	end, hasEnd = lifecycle.EndAt(u)

@@ -1,6 +1,8 @@
-package httpapi
+package authzwire
 
 import (
+	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
@@ -10,31 +12,38 @@ import (
 	"github.com/sandgate/sandgate/gateway/authorizer"
 )
 
-// asParseQuery is what the authorizer read of raw before
-// parseAuthorizeQuery: r.URL.Query(), which ignores url.ParseQuery's
-// error.
-func asParseQuery(raw string) authorizeQuery {
+// asParseQuery is what the authorizer read of raw before ParseQuery:
+// r.URL.Query(), which ignores url.ParseQuery's error.
+func asParseQuery(raw string) Query {
 	v, _ := url.ParseQuery(raw)
-	return authorizeQuery{credential: v.Get("credential"), sandbox: v.Get("sandbox"),
-		credentials: len(v["credential"]), sandboxs: len(v["sandbox"])}
+	return Query{Credential: v.Get("credential"), Sandbox: v.Get("sandbox"),
+		Credentials: len(v["credential"]), Sandboxes: len(v["sandbox"])}
 }
 
-// TestParseAuthorizeQueryAsParseQuery: the authorizer's query reader
-// reads every query as url.ParseQuery does (the first value and the count
-// of each parameter), escapes, semicolons, repeats, empty pairs and the
+// writeJSON is how corectl's handlers write a JSON answer
+// (httpapi.writeJSON), the reference WriteAnswer is held to.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// TestParseQueryAsURLParseQuery: the authorizer's query reader reads
+// every query as url.ParseQuery does (the first value and the count of
+// each parameter), escapes, semicolons, repeats, empty pairs and the
 // parameter limit included.
-func TestParseAuthorizeQueryAsParseQuery(t *testing.T) {
+func TestParseQueryAsURLParseQuery(t *testing.T) {
 	for _, raw := range []string{
 		"", "credential=own&sandbox=sb-1", "sandbox=sb-1", "credential=&sandbox=", "credential&sandbox",
 		"credential=a&credential=b&sandbox=s", "sandbox=s&sandbox=t&credential=c", "&&credential=c&&sandbox=s&",
 		"credential=c;x&sandbox=s", "credential=c&sandbox=s;", "cred%65ntial=c&sandbox=s%2D1", "credential=a+b&sandbox=%41",
 		"credential=%zz&sandbox=s", "credential=c&sandbox=%", "credential=c&%zz=1&sandbox=s", "credential=c&sandbox=s=t",
 		"credential=c&other=1&sandbox=s", "sandbox=&sandbox=s", "=c&sandbox=s",
-		"credential=c&sandbox=s" + strings.Repeat("&x=1", maxAuthorizeQueryParams-2),
-		"credential=c&sandbox=s" + strings.Repeat("&x=1", maxAuthorizeQueryParams-1),
-		"credential=c&sandbox=s" + strings.Repeat("&", maxAuthorizeQueryParams),
+		"credential=c&sandbox=s" + strings.Repeat("&x=1", MaxQueryParams-2),
+		"credential=c&sandbox=s" + strings.Repeat("&x=1", MaxQueryParams-1),
+		"credential=c&sandbox=s" + strings.Repeat("&", MaxQueryParams),
 	} {
-		if got, want := parseAuthorizeQuery(raw), asParseQuery(raw); got != want {
+		if got, want := ParseQuery(raw), asParseQuery(raw); got != want {
 			name := raw
 			if len(name) > 80 {
 				name = name[:80] + "…"
@@ -44,22 +53,23 @@ func TestParseAuthorizeQueryAsParseQuery(t *testing.T) {
 	}
 }
 
-func FuzzParseAuthorizeQuery(f *testing.F) {
+// FuzzParseQuery: ParseQuery reads any query as url.ParseQuery does.
+func FuzzParseQuery(f *testing.F) {
 	for _, s := range []string{"credential=own&sandbox=sb-1", "credential=a&credential=b", "sandbox=%41;", "credential=a+b&sandbox=%zz"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
-		if got, want := parseAuthorizeQuery(raw), asParseQuery(raw); got != want {
+		if got, want := ParseQuery(raw), asParseQuery(raw); got != want {
 			t.Fatalf("%q: %+v, url.ParseQuery %+v", raw, got, want)
 		}
 	})
 }
 
-// TestWriteAnswerAsWriteJSON: writeAnswer writes the bytes, status and
+// TestWriteAnswerAsWriteJSON: WriteAnswer writes the bytes, status and
 // Content-Type writeJSON writes for the same answer (its endAt formatted
-// as answer formatted it, RFC 3339 with nanoseconds in UTC), for every
-// reason, with and without an end time, and for strings that need
-// escaping (written by writeJSON itself).
+// as the authorizer formatted it, RFC 3339 with nanoseconds in UTC), for
+// every reason, with and without an end time, and for strings that need
+// escaping (written by the Encoder itself).
 func TestWriteAnswerAsWriteJSON(t *testing.T) {
 	zone := time.FixedZone("x", 5*3600+1800)
 	ends := []time.Time{
@@ -96,7 +106,7 @@ func TestWriteAnswerAsWriteJSON(t *testing.T) {
 		exp := httptest.NewRecorder()
 		writeJSON(exp, 200, want)
 		got := httptest.NewRecorder()
-		writeAnswer(got, c.a, c.end, c.hasEnd)
+		WriteAnswer(got, c.a, c.end, c.hasEnd)
 		if got.Code != exp.Code || got.Body.String() != exp.Body.String() || got.Header().Get("Content-Type") != exp.Header().Get("Content-Type") ||
 			len(got.Header()) != len(exp.Header()) {
 			t.Errorf("%+v end %v: %d %q %v, writeJSON %d %q %v", c.a, c.end, got.Code, got.Body.String(), got.Header(),
