@@ -4,9 +4,11 @@ import (
 	"crypto/subtle"
 	"errors"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/httpapi/authzwire"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	"github.com/sandgate/sandgate/gateway/authorizer"
@@ -33,7 +35,8 @@ import (
 // ClusterHandle.NotReadyRereads: the cache may not yet hold the create's
 // last write when the SDK's first call follows the 201.
 // Any of InternalToken and InternalTokens is accepted; without any the
-// route does not exist (404).
+// route does not exist (404). Every question's handling time is
+// recorded in corectl_authorize_duration_seconds (Server.Metrics).
 //
 // Without credential it is the Locate question of the gateway's host
 // routing (a port request that carries no traffic token):
@@ -42,6 +45,8 @@ import (
 // in corectl's clusters (looked up in each cluster's cache), not_found
 // when there is none or more than one, deleting or expired as above.
 func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	defer func() { s.Metrics.Authorized(time.Since(start)) }()
 	accepted := s.internalTokens()
 	if len(accepted) == 0 {
 		s.fail(w, r, http.StatusNotFound, CodeNotFound, "no such route")
@@ -52,18 +57,18 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusUnauthorized, CodeUnauthenticated, "the internal token is missing or wrong")
 		return
 	}
-	q := r.URL.Query()
-	credID, id := q.Get("credential"), q.Get("sandbox")
-	if !q.Has("credential") && id != "" && len(q["sandbox"]) == 1 {
+	q := authzwire.ParseQuery(r.URL.RawQuery)
+	credID, id := q.Credential, q.Sandbox
+	if q.Credentials == 0 && id != "" && q.Sandboxes == 1 {
 		s.locate(w, r, id)
 		return
 	}
-	if credID == "" || id == "" || len(q["credential"]) != 1 || len(q["sandbox"]) != 1 {
+	if credID == "" || id == "" || q.Credentials != 1 || q.Sandboxes != 1 {
 		s.fail(w, r, http.StatusBadRequest, CodeBadRequest, "credential and sandbox are required, once each")
 		return
 	}
 	refuse := func(reason authorizer.Reason) {
-		writeJSON(w, http.StatusOK, authorizer.Answer{Reason: reason})
+		authzwire.WriteAnswer(w, authorizer.Answer{Reason: reason}, time.Time{}, false)
 	}
 	cred, err := s.Credentials.Lookup(r.Context(), credID)
 	switch {
@@ -79,7 +84,11 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 		refuse(authorizer.ReasonNotFound)
 		return
 	}
-	u := sandbox.NewCached()
+	u := cachedPool.Get().(*sandbox.Cached)
+	defer func() {
+		*u = sandbox.Cached{}
+		cachedPool.Put(u)
+	}()
 	ctx, cancel := requestContext(r)
 	defer cancel()
 	if err := ch.Cache.Get(ctx, client.ObjectKey{Namespace: cred.ProjectNamespace, Name: id}, u); err != nil {
@@ -90,7 +99,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, "the sandbox cache cannot answer")
 		return
 	}
-	a := s.answer(cred, u)
+	a, end, hasEnd := s.answer(cred, u)
 	if a.Reason == authorizer.ReasonNotReady && ch.Reader != nil && ch.notReadyRereads().Allow() {
 		// The cache may not yet hold the create's last write (lifecycle
 		// Ready) when the SDK's first call follows its 201 at once, or
@@ -105,38 +114,40 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 		live := &unstructured.Unstructured{}
 		live.SetGroupVersionKind(sandbox.GVK)
 		if err := ch.Reader.Get(ctx, client.ObjectKey{Namespace: cred.ProjectNamespace, Name: id}, live); err == nil {
-			a = s.answer(cred, live)
+			a, end, hasEnd = s.answer(cred, live)
 		} else if apierrors.IsNotFound(err) {
 			a = authorizer.Answer{Reason: authorizer.ReasonNotFound}
 		}
 	}
-	writeJSON(w, http.StatusOK, a)
+	authzwire.WriteAnswer(w, a, end, hasEnd)
 }
+
+// cachedPool holds the authorizer's read targets: the cache copies a
+// BatchSandbox's fields into one (sharing its maps, which nothing here
+// writes), and it is cleared before it is put back.
+var cachedPool = sync.Pool{New: func() any { return sandbox.NewCached() }}
 
 // answer is the authorizer's answer for credential cred about
 // BatchSandbox u (the cache's or the apiserver's copy): not_found for
 // another credential's, deleting, expired, not_ready while it is Creating
 // or its pod does not serve (spec §3.3 "running", §5.3 Creating and
 // PodUnavailable: the data plane answers SANDBOX_NOT_READY, as the fixed
-// entry's ingress would), else allowed with its end time.
-func (s *Server) answer(cred credential.Credential, u client.Object) authorizer.Answer {
+// entry's ingress would), else allowed; end and hasEnd are the sandbox's
+// end time (authzwire.WriteAnswer writes it as the allowed answer's endAt).
+func (s *Server) answer(cred credential.Credential, u client.Object) (a authorizer.Answer, end time.Time, hasEnd bool) {
 	st, _ := sandbox.Annotation(u, v1alpha1.AnnotationLifecycle)
-	end, hasEnd := lifecycle.EndAt(u)
+	end, hasEnd = lifecycle.EndAt(u)
 	switch {
 	case !cred.Sees(sandbox.OwnerOf(u), cred.ProjectNamespace, cred.ClusterID):
-		return authorizer.Answer{Reason: authorizer.ReasonNotFound}
+		return authorizer.Answer{Reason: authorizer.ReasonNotFound}, end, hasEnd
 	case u.GetDeletionTimestamp() != nil || st == v1alpha1.StateDeleting || st == v1alpha1.StateCleanupFailed:
-		return authorizer.Answer{Reason: authorizer.ReasonDeleting}
+		return authorizer.Answer{Reason: authorizer.ReasonDeleting}, end, hasEnd
 	case hasEnd && !time.Now().Before(end):
-		return authorizer.Answer{Reason: authorizer.ReasonExpired}
+		return authorizer.Answer{Reason: authorizer.ReasonExpired}, end, hasEnd
 	case st == lifecycle.StateCreating || !lifecycle.PodServing(u):
-		return authorizer.Answer{Reason: authorizer.ReasonNotReady}
+		return authorizer.Answer{Reason: authorizer.ReasonNotReady}, end, hasEnd
 	}
-	a := authorizer.Answer{Allowed: true}
-	if hasEnd {
-		a.EndAt = end.UTC().Format(time.RFC3339Nano)
-	}
-	return a
+	return authorizer.Answer{Allowed: true}, end, hasEnd
 }
 
 // internalTokens is InternalToken and InternalTokens without empty ones.

@@ -29,6 +29,7 @@ func TestNilRecordsNothing(t *testing.T) {
 	m.Reconciled("c", "ingress", "Verified")
 	m.Step("c", OperationCreate, "policy", time.Second, nil)
 	m.OrphanScan("c", ScanFailed)
+	m.Authorized(time.Millisecond)
 	if err := m.WatchCNIGate("c", func() error { return nil }); err != nil {
 		t.Fatal(err)
 	}
@@ -51,6 +52,8 @@ func TestCollectors(t *testing.T) {
 	m.OrphanScan("c1", ScanOK)
 	m.OrphanScan("c1", ScanIncomplete)
 	m.OrphanScan("c1", ScanIncomplete)
+	m.Authorized(40 * time.Microsecond)
+	m.Authorized(3 * time.Millisecond)
 	open := true
 	if err := m.WatchCNIGate("c1", func() error {
 		if open {
@@ -78,6 +81,8 @@ func TestCollectors(t *testing.T) {
 		{"corectl_cni_gate_open", []string{"cluster", "c1"}, 1},
 		{"corectl_orphan_scans_total", []string{"cluster", "c1", "outcome", "ok"}, 1},
 		{"corectl_orphan_scans_total", []string{"cluster", "c1", "outcome", "incomplete"}, 2},
+		{"corectl_authorize_duration_seconds_count", nil, 2},
+		{"corectl_authorize_duration_seconds_sum", nil, 0.00304},
 	} {
 		if got := s.Value(c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %g, want %g", c.name, c.labels, got, c.want)
@@ -120,5 +125,41 @@ func TestRefusalsAndKeyFile(t *testing.T) {
 	nilM.Refused(RefusalMissingKey)
 	if err := nilM.WatchKeyFile(func() filewatch.Stats { return st }); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestInstrumentCountsStatuses: a request is counted under the status its
+// handler wrote first (200 when it only wrote a body or wrote nothing, as
+// promhttp counted it), every request is timed, and the handler's
+// ResponseWriter unwraps to the server's (http.ResponseController).
+func TestInstrumentCountsStatuses(t *testing.T) {
+	m := New()
+	var unwrapped bool
+	h := m.Instrument("GET /s", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Query().Get("do") {
+		case "404":
+			w.WriteHeader(404)
+			w.WriteHeader(500) // a second status is the handler's bug: not counted
+			_, _ = w.Write([]byte("x"))
+		case "body":
+			_, _ = w.Write([]byte("x"))
+		case "flush":
+			unwrapped = http.NewResponseController(w).Flush() == nil
+		}
+	}))
+	for _, do := range []string{"404", "body", "nothing", "404", "flush"} {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/s?do="+do, nil))
+	}
+	s := scrapeOf(t, m)
+	for code, want := range map[string]float64{"404": 2, "200": 3, "500": 0} {
+		if got := s.Value("corectl_http_requests_total", "route", "GET /s", "code", code); got != want {
+			t.Errorf("code %s: %g, want %g", code, got, want)
+		}
+	}
+	if got := s.Value("corectl_http_request_duration_seconds_count", "route", "GET /s"); got != 5 {
+		t.Errorf("timed %g requests, want 5", got)
+	}
+	if !unwrapped {
+		t.Error("the handler's ResponseWriter does not reach the recorder's Flush")
 	}
 }

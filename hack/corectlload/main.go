@@ -30,7 +30,13 @@
 //	         sandboxes, every page timed (p50, p99)
 //	authz    GET /internal/v1/authorize at -authz-rate questions/s, open
 //	         loop from the scheduled send, for -authz-duration (p50, p99,
-//	         p99.9); half asked for an owned sandbox, half for another's
+//	         p99.9); half asked for an owned sandbox, half for another's;
+//	         each question's time split into the tool's send delay and the
+//	         time from the actual send, with corectl's own handling time
+//	         (corectl_authorize_duration_seconds), its collections
+//	         overlapping the slowest 1 % (with -corectl-env
+//	         GODEBUG=gctrace=1), its run-queue wait, CPU, allocation and
+//	         apiserver requests during the phase (authz.go)
 //	expiry   -expire sandboxes given the same end second T (the
 //	         annotation setTimeout writes); every BatchSandbox's deletion
 //	         is watched: time from T to the last one gone, and whether any
@@ -46,12 +52,16 @@
 //	go run ./hack/corectlload [-corectl bin/corectl] [-sandboxes 10000] [-owned 1000]
 //		[-goals rss,list,authz,expiry,failover] [-rounds 3] [-compare other/corectl]
 //		[-corectl-cpus 0] [-lease 10s,7s,1s] [-logs dir] [-heap-profile dir]
+//		[-authz-duration 60s] [-authz-client raw|nethttp|raw,nethttp] [-authz-conns 16]
 //
 // -compare runs a second binary (e.g. one built from the commit before a
 // change) interleaved with -corectl, order rotating per round, on the
 // same seeded sandboxes, for the rss, list and authz goals. Under
 // `taskset -c 1` with -corectl-cpus 0, corectl has a core of its own and
 // the tool (with kube-apiserver and etcd, which it starts) the other.
+// After each start-up replay the goals wait for the leader's first
+// orphan scan to end: the steady state, in which the scan runs every
+// -orphan-interval (1 min by default).
 package main
 
 import (
@@ -62,6 +72,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -133,12 +144,34 @@ type config struct {
 	corectlEnv     []string
 	compareEnv     []string
 	heapProfile    string
+	authzClients   []string
+	authzConns     int
 }
 
 // figures are one binary's per-round results.
 type figures struct {
-	startCPU, listP50, listP99, authzP50, authzP99, authzP999 []time.Duration
-	rss, hwm, rssAfter                                        []float64
+	startCPU, listP50, listP99 []time.Duration
+	rss, hwm, rssAfter         []float64
+	// authz is the authz goal's figures by client (-authz-client).
+	authz map[string]*authzFigures
+}
+
+// authzFigures are one client's authz rounds against one binary.
+type authzFigures struct {
+	p50, p99, p999 []time.Duration
+	// delayP99 is the tool's send delay p99, sentP99 the p99 from the
+	// actual send, wait corectl's run-queue wait during the phase.
+	delayP99, sentP99, wait []time.Duration
+}
+
+func (f *figures) authzOf(client string) *authzFigures {
+	if f.authz == nil {
+		f.authz = map[string]*authzFigures{}
+	}
+	if f.authz[client] == nil {
+		f.authz[client] = &authzFigures{}
+	}
+	return f.authz[client]
 }
 
 func (f *figures) print(bin string) {
@@ -153,10 +186,15 @@ func (f *figures) print(bin string) {
 		summary("list page p50", f.listP50)
 		summary("list page p99 (goal <= 50 ms)", f.listP99)
 	}
-	if len(f.authzP99) > 0 {
-		summary("authorizer p50", f.authzP50)
-		summary("authorizer p99 (goal <= 1 ms)", f.authzP99)
-		summary("authorizer p99.9", f.authzP999)
+	for _, c := range slices.Sorted(maps.Keys(f.authz)) {
+		a := f.authz[c]
+		fmt.Printf("  authz with the %s client:\n", c)
+		summary("authorizer p50", a.p50)
+		summary("authorizer p99 (goal <= 1 ms)", a.p99)
+		summary("authorizer p99.9", a.p999)
+		summary("the tool's send delay p99", a.delayP99)
+		summary("authorizer p99 from the actual send", a.sentP99)
+		summary("corectl's run-queue wait during the phase", a.wait)
 	}
 }
 
@@ -178,6 +216,9 @@ func main() {
 	flag.IntVar(&c.rounds, "rounds", 3, "rounds of the list and authz goals")
 	flag.IntVar(&c.authzRate, "authz-rate", 2000, "authorizer questions per second")
 	flag.DurationVar(&c.authzDuration, "authz-duration", 10*time.Second, "length of one authz round")
+	var clients string
+	flag.StringVar(&clients, "authz-client", "raw", "the authz goal's client: raw (workers on kept-alive connections, request bytes built before the phase, no garbage per question) or nethttp (a goroutine per question through net/http, the tool before the raw client); raw,nethttp asks with each in turn per round, order rotating")
+	flag.IntVar(&c.authzConns, "authz-conns", 16, "connections (and workers) of the raw authz client")
 	flag.IntVar(&c.expire, "expire", 1000, "sandboxes of the expiry goal")
 	flag.StringVar(&lease, "lease", "", "leader election lease duration, renew deadline, retry period (e.g. 15s,10s,2s; empty: corectl's defaults)")
 	flag.StringVar(&c.logs, "logs", "", "directory for corectl's logs (default a temporary one)")
@@ -202,6 +243,12 @@ func main() {
 	}
 	if extra != "" {
 		c.corectlArgs = strings.Fields(extra)
+	}
+	c.authzClients = strings.Split(clients, ",")
+	for _, cl := range c.authzClients {
+		if cl != "raw" && cl != "nethttp" {
+			fail(fmt.Errorf("-authz-client %q: raw or nethttp", cl))
+		}
 	}
 	if cenv != "" {
 		c.corectlEnv = strings.Split(cenv, ",")
@@ -250,6 +297,9 @@ type world struct {
 	ingEng *ingressallow.Engine
 	own    []string // sandbox IDs of credOwn
 	rest   []string // sandbox IDs of credRest
+	// reqOwn and reqRest are the authz goal's request bytes for each of
+	// own and rest (authzRequests).
+	reqOwn, reqRest [][]byte
 }
 
 func run(c config) error {
@@ -310,7 +360,10 @@ func run(c config) error {
 					w.listRound(p, res[k])
 				}
 				if c.goals["authz"] {
-					w.authzRound(p, res[k])
+					for m := range c.authzClients {
+						cl := c.authzClients[(r+m)%len(c.authzClients)]
+						w.authzRound(p, cl, res[k].authzOf(cl))
+					}
 				}
 				rss, _ := p.status()
 				res[k].rssAfter = append(res[k].rssAfter, rss)
@@ -489,6 +542,7 @@ func (w *world) seed() error {
 		return firstErr
 	}
 	w.own, w.rest = ids[:w.c.owned], ids[w.c.owned:]
+	w.reqOwn, w.reqRest = w.authzRequests()
 	el := time.Since(start)
 	fmt.Printf("seeded %d sandboxes (BatchSandbox, Ingress, NetworkPolicy, SandboxIngressAllowlist each) in %s (%.0f/s), load average %s -> %s\n",
 		n, el.Round(time.Second), float64(n)/el.Seconds(), la, loadavg())
@@ -605,6 +659,9 @@ type proc struct {
 	api    string
 	probe  string
 	exited chan struct{}
+	// gc has the collections corectl's GODEBUG=gctrace=1 lines report
+	// (none without it).
+	gc *gcWatch
 }
 
 func (p *proc) stop() {
@@ -650,7 +707,8 @@ func (w *world) start(name, bin string, env []string) (*proc, error) {
 		return nil, err
 	}
 	pr, pw := io.Pipe()
-	p.cmd.Stderr = io.MultiWriter(pw, logf)
+	p.gc = &gcWatch{next: io.MultiWriter(pw, logf)}
+	p.cmd.Stderr = p.gc
 	p.cmd.Stdout = logf
 	if err := p.cmd.Start(); err != nil {
 		return nil, err
@@ -849,6 +907,19 @@ func (w *world) settle(p *proc, f *figures) {
 	rss, hwm := p.status()
 	f.rss, f.hwm = append(f.rss, rss), append(f.hwm, hwm)
 	f.startCPU = append(f.startCPU, time.Duration(float64(used)/max(ing, 1)))
+	// The leader's first orphan scan starts once the replay is over; the
+	// goals after this one measure the steady state, so it is waited for
+	// (the scan then runs every -orphan-interval, 1 min by default).
+	for t1 := time.Now(); ; time.Sleep(200 * time.Millisecond) {
+		if v, err := p.metric("corectl_orphan_scans_total"); err == nil && v > 0 {
+			fmt.Printf("first orphan scan over %s after the replay\n", time.Since(t1).Round(time.Millisecond))
+			break
+		}
+		if time.Since(t1) > w.c.settleDeadline {
+			fmt.Printf("first orphan scan not over after %s\n", w.c.settleDeadline)
+			break
+		}
+	}
 }
 
 // quantiles returns p50, p99 and p99.9 of d (sorted in place).
@@ -913,51 +984,6 @@ func (w *world) listRound(p *proc, f *figures) {
 		p50, p99, _ := quantiles(lat)
 		f.listP50, f.listP99 = append(f.listP50, p50), append(f.listP99, p99)
 		fmt.Printf("  list: %d pages, %d sandboxes listed per pass, p50 %s, p99 %s, load average %s\n", len(lat), seen, ms(p50), ms(p99), loadavg())
-	}
-}
-
-// authzRound asks the authorizer at a fixed rate, open loop.
-func (w *world) authzRound(p *proc, f *figures) {
-	fmt.Printf("  authz: %d questions/s for %s, load average %s\n", w.c.authzRate, w.c.authzDuration, loadavg())
-	{
-		n := int(float64(w.c.authzRate) * w.c.authzDuration.Seconds())
-		lat := make([]time.Duration, n)
-		var bad atomic.Int64
-		var wg sync.WaitGroup
-		start := time.Now().Add(50 * time.Millisecond)
-		interval := time.Second / time.Duration(w.c.authzRate)
-		sem := make(chan struct{}, 256)
-		for i := range n {
-			at := start.Add(time.Duration(i) * interval)
-			time.Sleep(time.Until(at))
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				id := w.own[rand.IntN(len(w.own))]
-				if i%2 == 1 {
-					id = w.rest[rand.IntN(len(w.rest))]
-				}
-				req, _ := http.NewRequest(http.MethodGet, p.api+"/internal/v1/authorize?credential="+credOwn+"&sandbox="+id, nil)
-				req.Header.Set("Authorization", "Bearer "+internalToken)
-				resp, err := httpc.Do(req)
-				if err != nil {
-					bad.Add(1)
-					lat[i] = time.Since(at)
-					return
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				lat[i] = time.Since(at)
-				if resp.StatusCode != 200 {
-					bad.Add(1)
-				}
-			}()
-		}
-		wg.Wait()
-		p50, p99, p999 := quantiles(lat)
-		f.authzP50, f.authzP99, f.authzP999 = append(f.authzP50, p50), append(f.authzP99, p99), append(f.authzP999, p999)
-		fmt.Printf("  authz: %d questions, %d failed, p50 %s, p99 %s, p99.9 %s (from the scheduled send), load average %s\n", n, bad.Load(), ms(p50), ms(p99), ms(p999), loadavg())
 	}
 }
 
