@@ -87,3 +87,39 @@ func TestLeaderLoops(t *testing.T) {
 		t.Fatal("the leader's loops still marked started after Start returned")
 	}
 }
+
+// TestLeaderLoopsPanic: a run that panics ends that run only: the other
+// jobs go on, the job runs again its period after the panic, and Start
+// still returns at the end of its context.
+func TestLeaderLoopsPanic(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	panics := make(chan struct{}, 10)
+	others := make(chan struct{}, 10)
+	l := &leaderLoops{c: &clusterRun{}, loops: []periodic{
+		{every: time.Millisecond, now: true, run: func(context.Context) {
+			panics <- struct{}{}
+			panic("a job's bug")
+		}},
+		{every: time.Millisecond, now: true, run: func(context.Context) { others <- struct{}{} }},
+	}}
+	stopped := make(chan error, 1)
+	go func() { stopped <- l.Start(ctx) }()
+	deadline := time.After(30 * time.Second)
+	for range 3 {
+		select {
+		case <-panics:
+		case <-deadline:
+			t.Fatal("the panicking job did not run again")
+		}
+		select {
+		case <-others:
+		case <-deadline:
+			t.Fatal("the other job stopped after a panic")
+		}
+	}
+	cancel()
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+}
