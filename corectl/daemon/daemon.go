@@ -524,14 +524,14 @@ func (d *Daemon) newManager(cr *clusterRun, restart bool) (manager.Manager, erro
 	// the Native Browser carriers' resync) and its mark run in one
 	// runnable, one goroutine while idle (leaderLoops).
 	rep, keeper := p.cni.Reporter(), &browser.Keeper{Binder: p.handle.Browser, Every: opts.NativeResync, Log: opts.Log.WithValues("cluster", c.ID)}
-	loops := &leaderLoops{c: cr, loops: []periodic{
-		{every: rep.Every(), wake: rep.Wake(), now: true, run: rep.ReportOnce},
-		{every: keeper.Interval(), run: keeper.SyncOnce},
+	loops := &leaderLoops{c: cr, log: opts.Log.WithValues("cluster", c.ID), loops: []periodic{
+		{name: "cni-gate-report", every: rep.Every(), wake: rep.Wake(), now: true, run: rep.ReportOnce},
+		{name: "native-browser-resync", every: keeper.Interval(), run: keeper.SyncOnce},
 	}}
 	if lc := p.handle.Lifecycle; lc != nil {
 		scan := &orphanScanner{o: lc, every: opts.OrphanInterval, log: opts.Log.WithValues("cluster", c.ID),
 			cluster: c.ID, metrics: opts.Metrics}
-		loops.loops = append(loops.loops, periodic{every: scan.interval(), now: true, first: d.afterReplay(mgr, c.ID), run: scan.scanOnce})
+		loops.loops = append(loops.loops, periodic{name: "orphan-scan", every: scan.interval(), now: true, first: d.afterReplay(mgr, c.ID), run: scan.scanOnce})
 		if err := (&controller.Expiry{Orchestrator: lc, Reader: mgr.GetCache(), Log: opts.Log.WithValues("cluster", c.ID),
 			Metrics: opts.Metrics}).SetupWithManager(mgr); err != nil {
 			return nil, err
