@@ -196,7 +196,7 @@ func TestAuthorizeNotReadyRereadsShared(t *testing.T) {
 		return u
 	}
 	ch := &httpapi.ClusterHandle{Cluster: &cluster.Cluster{ID: "c1"},
-		Cache: sharedCache{{Namespace: "project", Name: noisyID}: cached(noisyID, "noisy"), {Namespace: "project", Name: quietID}: cached(quietID, "quiet")},
+		Cache:  sharedCache{{Namespace: "project", Name: noisyID}: cached(noisyID, "noisy"), {Namespace: "project", Name: quietID}: cached(quietID, "quiet")},
 		Reader: keyedReader{noisyID: live(noisyID, "noisy", lifecycle.StateCreating), quietID: live(quietID, "quiet", lifecycle.StateReady)}}
 	srv := &httpapi.Server{Credentials: creds, InternalToken: tok, Clusters: map[string]*httpapi.ClusterHandle{"c1": ch}}
 	h := srv.Handler()
