@@ -328,9 +328,10 @@ func New(opts Options) (*Daemon, error) {
 		// managers, started and stopped by Run: not the manager's, which
 		// starts a second, core/v1 broadcaster beside it that corectl
 		// never uses.
+		sink := &flushSink{EventSink: &events.EventSinkImpl{Interface: cs.EventsV1()}}
 		p := &clusterParts{c: c, cfg: cfg, scheme: scheme, direct: direct, cache: &swapReader{},
-			broadcaster: events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})}
-		p.events = p.broadcaster.NewRecorder(scheme, "corectl")
+			sink: sink, broadcaster: events.NewBroadcaster(sink)}
+		p.events = notingRecorder{rec: p.broadcaster.NewRecorder(scheme, "corectl"), sink: sink}
 		rec := p.events
 		policies, err := egress.NewPolicyLister(dcfg)
 		if err != nil {
@@ -438,6 +439,7 @@ type clusterParts struct {
 	// sends them to its apiserver.
 	events      events.EventRecorder
 	broadcaster events.EventBroadcaster
+	sink        *flushSink
 	cache       *swapReader
 	// rights checks corectl's write rights in the namespaces the cluster
 	// serves (package nsrights); nil when the credential source cannot
@@ -601,9 +603,24 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	// Each cluster's Events broadcaster runs until Run returns, after its
-	// managers (which record Events until they stop).
+	// managers (which record Events until they stop): then the Events on
+	// their way (the Lease's "stopped leading") are let through, within
+	// EventsFlushWait, before their context ends.
 	ectx, cancelEvents := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelEvents()
+	var recording []*clusterRun
+	defer func() {
+		var fw sync.WaitGroup
+		for _, c := range recording {
+			fw.Go(func() {
+				if !c.parts.sink.flush(EventsFlushWait) {
+					d.opts.Log.Info("Events still being written at shutdown were dropped", "cluster", c.id, "waited", EventsFlushWait.String())
+				}
+				c.parts.broadcaster.Shutdown()
+			})
+		}
+		fw.Wait()
+		cancelEvents()
+	}()
 	for _, c := range d.clusters {
 		if err := c.parts.broadcaster.StartRecordingToSinkWithContext(ectx); err != nil {
 			_ = d.listener.Close()
@@ -612,7 +629,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 			return fmt.Errorf("cluster %s: the Events broadcaster: %w", c.id, err)
 		}
-		defer c.parts.broadcaster.Shutdown()
+		recording = append(recording, c)
 	}
 	gc := newStartupGC()
 	for _, c := range d.clusters {
