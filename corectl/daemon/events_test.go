@@ -13,6 +13,8 @@ import (
 	"github.com/sandgate/sandgate/corectl/daemon"
 	"github.com/sandgate/sandgate/corectl/kubetest"
 	"github.com/sandgate/sandgate/deploy"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,7 +24,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// TestEventsAtShutdown: a replica that shuts down releases the cluster's
+// TestEventsAtShutdown: the Lease's "became leader" Event is what kubectl
+// describe lease lists (its core/v1 view names the Lease by kind, name and
+// UID); a replica that shuts down releases the cluster's
 // Lease, and the "stopped leading" Event its leader election records on
 // the way out reaches the apiserver (the Events broadcaster outlives the
 // managers and is flushed before Run returns, not cut off with the
@@ -46,6 +50,27 @@ func TestEventsAtShutdown(t *testing.T) {
 	r := &replica{d: d}
 	kubetest.Eventually(t, 30*time.Second, "leadership", func() (bool, error) { return elected(r, s.id), nil })
 	leaseEvent(t, s, s.id)
+	// What kubectl describe lease lists: the core/v1 view of the Events
+	// whose involved object is the Lease, by name, kind and UID.
+	lease := &coordinationv1.Lease{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: s.leaseNS, Name: daemon.LeaseName(s.id)}, lease); err != nil {
+		t.Fatal(err)
+	}
+	var core corev1.EventList
+	if err := env.Client.List(ctx, &core, client.InNamespace(s.leaseNS)); err != nil {
+		t.Fatal(err)
+	}
+	described := false
+	for _, e := range core.Items {
+		o := e.InvolvedObject
+		if o.Kind == "Lease" && o.Name == lease.Name && o.UID == lease.UID && e.Reason == "LeaderElection" && e.Type == corev1.EventTypeNormal &&
+			strings.HasSuffix(e.Message, "became leader") {
+			described = true
+		}
+	}
+	if !described {
+		t.Errorf("no core/v1 Event of the Lease (UID %s) with reason LeaderElection and \"became leader\": %+v", lease.UID, core.Items)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
