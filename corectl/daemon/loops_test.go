@@ -123,3 +123,43 @@ func TestLeaderLoopsPanic(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLeaderLoopsHungJob: a run that does not end (a call waiting on a
+// hung apiserver until its context ends) holds its own job only: the
+// other jobs run again and again meanwhile, and the end of the context
+// ends it and Start.
+func TestLeaderLoopsHungJob(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hung := make(chan struct{}, 1)
+	others := make(chan struct{}, 10)
+	l := &leaderLoops{c: &clusterRun{}, loops: []periodic{
+		{every: time.Millisecond, now: true, run: func(ctx context.Context) {
+			hung <- struct{}{}
+			<-ctx.Done()
+		}},
+		{every: time.Millisecond, now: true, run: func(context.Context) { others <- struct{}{} }},
+	}}
+	stopped := make(chan error, 1)
+	go func() { stopped <- l.Start(ctx) }()
+	deadline := time.After(30 * time.Second)
+	select {
+	case <-hung:
+	case <-deadline:
+		t.Fatal("the hanging job did not start")
+	}
+	for range 5 {
+		select {
+		case <-others:
+		case <-deadline:
+			t.Fatal("the other job stopped while one run hangs")
+		}
+	}
+	cancel()
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if len(hung) != 0 {
+		t.Fatal("the hanging job ran twice at once")
+	}
+}
