@@ -2,9 +2,14 @@ package daemon
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/corectl/metrics"
 )
 
 // TestLeaderLoops: a job with now runs at once and the others not before
@@ -161,5 +166,24 @@ func TestLeaderLoopsHungJob(t *testing.T) {
 	}
 	if len(hung) != 0 {
 		t.Fatal("the hanging job ran twice at once")
+	}
+}
+
+// TestOrphanScanPanicCounted: an orphan scan that panics (here on an
+// orchestrator that is not there) is counted as failed
+// (corectl_orphan_scans_total, which CorectlOrphanScanFailing watches)
+// before the leader's loops recover the panic: recovered and uncounted,
+// a scan failing every time would be seen in the log only.
+func TestOrphanScanPanicCounted(t *testing.T) {
+	m := metrics.New()
+	s := &orphanScanner{cluster: "c-panic", metrics: m}
+	func() {
+		defer func() { _ = recover() }()
+		s.scanOnce(context.Background())
+	}()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if want := `corectl_orphan_scans_total{cluster="c-panic",outcome="failed"} 1`; !strings.Contains(rec.Body.String(), want) {
+		t.Fatalf("metrics lack %s", want)
 	}
 }
