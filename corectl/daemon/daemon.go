@@ -787,8 +787,15 @@ func (s *orphanScanner) interval() time.Duration {
 	return s.every
 }
 
-// scanOnce scans once, logging and counting the outcome.
+// scanOnce scans once, logging and counting the outcome; a scan that
+// panics is counted as failed, and the panic goes on (to leaderLoops).
 func (s *orphanScanner) scanOnce(ctx context.Context) {
+	defer func() {
+		if v := recover(); v != nil {
+			s.metrics.OrphanScan(s.cluster, metrics.ScanFailed)
+			panic(v)
+		}
+	}()
 	rep, err := s.o.Scan(ctx)
 	switch {
 	case err != nil:
