@@ -328,9 +328,10 @@ func New(opts Options) (*Daemon, error) {
 		// managers, started and stopped by Run: not the manager's, which
 		// starts a second, core/v1 broadcaster beside it that corectl
 		// never uses.
+		sink := &flushSink{EventSink: &events.EventSinkImpl{Interface: cs.EventsV1()}}
 		p := &clusterParts{c: c, cfg: cfg, scheme: scheme, direct: direct, cache: &swapReader{},
-			broadcaster: events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})}
-		p.events = p.broadcaster.NewRecorder(scheme, "corectl")
+			sink: sink, broadcaster: events.NewBroadcaster(sink)}
+		p.events = notingRecorder{rec: p.broadcaster.NewRecorder(scheme, "corectl"), sink: sink}
 		rec := p.events
 		policies, err := egress.NewPolicyLister(dcfg)
 		if err != nil {
@@ -438,6 +439,7 @@ type clusterParts struct {
 	// sends them to its apiserver.
 	events      events.EventRecorder
 	broadcaster events.EventBroadcaster
+	sink        *flushSink
 	cache       *swapReader
 	// rights checks corectl's write rights in the namespaces the cluster
 	// serves (package nsrights); nil when the credential source cannot
@@ -524,14 +526,14 @@ func (d *Daemon) newManager(cr *clusterRun, restart bool) (manager.Manager, erro
 	// the Native Browser carriers' resync) and its mark run in one
 	// runnable, one goroutine while idle (leaderLoops).
 	rep, keeper := p.cni.Reporter(), &browser.Keeper{Binder: p.handle.Browser, Every: opts.NativeResync, Log: opts.Log.WithValues("cluster", c.ID)}
-	loops := &leaderLoops{c: cr, loops: []periodic{
-		{every: rep.Every(), wake: rep.Wake(), now: true, run: rep.ReportOnce},
-		{every: keeper.Interval(), run: keeper.SyncOnce},
+	loops := &leaderLoops{c: cr, log: opts.Log.WithValues("cluster", c.ID), loops: []periodic{
+		{name: "cni-gate-report", every: rep.Every(), wake: rep.Wake(), now: true, run: rep.ReportOnce},
+		{name: "native-browser-resync", every: keeper.Interval(), run: keeper.SyncOnce},
 	}}
 	if lc := p.handle.Lifecycle; lc != nil {
 		scan := &orphanScanner{o: lc, every: opts.OrphanInterval, log: opts.Log.WithValues("cluster", c.ID),
 			cluster: c.ID, metrics: opts.Metrics}
-		loops.loops = append(loops.loops, periodic{every: scan.interval(), now: true, first: d.afterReplay(mgr, c.ID), run: scan.scanOnce})
+		loops.loops = append(loops.loops, periodic{name: "orphan-scan", every: scan.interval(), now: true, first: d.afterReplay(mgr, c.ID), run: scan.scanOnce})
 		if err := (&controller.Expiry{Orchestrator: lc, Reader: mgr.GetCache(), Log: opts.Log.WithValues("cluster", c.ID),
 			Metrics: opts.Metrics}).SetupWithManager(mgr); err != nil {
 			return nil, err
@@ -601,9 +603,24 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	// Each cluster's Events broadcaster runs until Run returns, after its
-	// managers (which record Events until they stop).
+	// managers (which record Events until they stop): then the Events on
+	// their way (the Lease's "stopped leading") are let through, within
+	// EventsFlushWait, before their context ends.
 	ectx, cancelEvents := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelEvents()
+	var recording []*clusterRun
+	defer func() {
+		var fw sync.WaitGroup
+		for _, c := range recording {
+			fw.Go(func() {
+				if !c.parts.sink.flush(EventsFlushWait) {
+					d.opts.Log.Info("Events still being written at shutdown were dropped", "cluster", c.id, "waited", EventsFlushWait.String())
+				}
+				c.parts.broadcaster.Shutdown()
+			})
+		}
+		fw.Wait()
+		cancelEvents()
+	}()
 	for _, c := range d.clusters {
 		if err := c.parts.broadcaster.StartRecordingToSinkWithContext(ectx); err != nil {
 			_ = d.listener.Close()
@@ -612,7 +629,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 			return fmt.Errorf("cluster %s: the Events broadcaster: %w", c.id, err)
 		}
-		defer c.parts.broadcaster.Shutdown()
+		recording = append(recording, c)
 	}
 	gc := newStartupGC()
 	for _, c := range d.clusters {
@@ -770,8 +787,15 @@ func (s *orphanScanner) interval() time.Duration {
 	return s.every
 }
 
-// scanOnce scans once, logging and counting the outcome.
+// scanOnce scans once, logging and counting the outcome; a scan that
+// panics is counted as failed, and the panic goes on (to leaderLoops).
 func (s *orphanScanner) scanOnce(ctx context.Context) {
+	defer func() {
+		if v := recover(); v != nil {
+			s.metrics.OrphanScan(s.cluster, metrics.ScanFailed)
+			panic(v)
+		}
+	}()
 	rep, err := s.o.Scan(ctx)
 	switch {
 	case err != nil:

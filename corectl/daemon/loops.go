@@ -2,13 +2,19 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"reflect"
+	"runtime/debug"
 	"sync"
 	"time"
+
+	"github.com/go-logr/logr"
 )
 
 // periodic is one job of a cluster leader's loops.
 type periodic struct {
+	// name names the job in the log.
+	name string
 	// every is the pause between the end of a run and the next.
 	every time.Duration
 	// now runs the job at once when the loops start (else after every).
@@ -29,9 +35,14 @@ type periodic struct {
 // goroutine for all of them instead of one each, and a long run of one
 // job (an orphan scan of many sandboxes) delays no other. While it runs,
 // the cluster's leader loops count as started (clusterRun.leading, for
-// /readyz; the reconcilers start in the same group).
+// /readyz; the reconcilers start in the same group). A run that panics
+// ends that run alone: the panic is logged with its stack and the job
+// runs again its period later, as controller-runtime recovers a
+// reconciler's panic, instead of the panic ending the process with every
+// cluster's work and the API.
 type leaderLoops struct {
 	c     *clusterRun
+	log   logr.Logger
 	loops []periodic
 }
 
@@ -59,6 +70,11 @@ func (l *leaderLoops) Start(ctx context.Context) error {
 		p := l.loops[i]
 		wg.Go(func() {
 			defer func() { done <- i }()
+			defer func() {
+				if v := recover(); v != nil {
+					l.log.Error(fmt.Errorf("panic: %v", v), "leader job panicked; it runs again after its period", "job", p.name, "stack", string(debug.Stack()))
+				}
+			}()
 			if first && !p.first(ctx) {
 				return
 			}

@@ -31,7 +31,8 @@ import (
 // {"allowed": false, "reason"}: not_found (no such sandbox, another
 // credential's, or a credential that does not exist or is disabled),
 // deleting, expired, not_ready. A not_ready answer is read again from
-// the apiserver (ClusterHandle.Reader) first, within the cluster's
+// the apiserver (ClusterHandle.Reader) first, within the credential's
+// share (NotReadyRereadCredentialRate) of the cluster's
 // ClusterHandle.NotReadyRereads: the cache may not yet hold the create's
 // last write when the SDK's first call follows the 201.
 // Any of InternalToken and InternalTokens is accepted; without any the
@@ -100,7 +101,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a, end, hasEnd := s.answer(cred, u)
-	if a.Reason == authorizer.ReasonNotReady && ch.Reader != nil && ch.notReadyRereads().Allow() {
+	if a.Reason == authorizer.ReasonNotReady && ch.Reader != nil && ch.allowReread(cred.ID) {
 		// The cache may not yet hold the create's last write (lifecycle
 		// Ready) when the SDK's first call follows its 201 at once, or
 		// when this replica's cache lags the one that answered the
@@ -109,8 +110,9 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 		// read happens at most about once a second per sandbox and
 		// gateway replica, and only for a sandbox the credential owns;
 		// the cluster's re-reads together are bounded by
-		// NotReadyRereads (a tenant can keep many sandboxes not ready),
-		// past which the cache's answer stands.
+		// NotReadyRereads (a tenant can keep many sandboxes not ready)
+		// and each credential's by its share of them, past which the
+		// cache's answer stands.
 		live := &unstructured.Unstructured{}
 		live.SetGroupVersionKind(sandbox.GVK)
 		if err := ch.Reader.Get(ctx, client.ObjectKey{Namespace: cred.ProjectNamespace, Name: id}, live); err == nil {

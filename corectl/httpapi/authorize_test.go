@@ -152,3 +152,70 @@ func TestAuthorizeNotReadyRereadsBounded(t *testing.T) {
 		t.Fatalf("%d questions read the apiserver %d times in %v; want at most %d", questions, lr.reads, elapsed, most)
 	}
 }
+
+// keyedReader is the apiserver's copies of BatchSandboxes by name.
+type keyedReader map[string]*unstructured.Unstructured
+
+func (k keyedReader) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	u, ok := k[key.Name]
+	if !ok {
+		return apierrors.NewNotFound(schema.GroupResource{Group: sandbox.GVK.Group, Resource: "batchsandboxes"}, key.Name)
+	}
+	u.DeepCopyInto(obj.(*unstructured.Unstructured))
+	return nil
+}
+
+func (k keyedReader) List(context.Context, client.ObjectList, ...client.ListOption) error { return nil }
+
+// TestAuthorizeNotReadyRereadsShared: one credential keeping a sandbox not
+// ready and asking about it without pause does not take the cluster's
+// re-reads from another credential: the other's first question after its
+// create, while the cache still shows Creating, is read again and
+// allowed.
+func TestAuthorizeNotReadyRereadsShared(t *testing.T) {
+	const tok = "test-internal-token-0123456789abcdef"
+	const noisyID, quietID = "sb-noisy0123456789ab", "sb-quiet0123456789ab"
+	creds := credential.Static{"noisy": {ID: "noisy", Enabled: true, ProjectNamespace: "project", ClusterID: "c1"},
+		"quiet": {ID: "quiet", Enabled: true, ProjectNamespace: "project", ClusterID: "c1"}}
+	end := time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano)
+	ann := func(state, cred string) map[string]string {
+		return map[string]string{v1alpha1.AnnotationLifecycle: state, v1alpha1.AnnotationCredential: cred,
+			v1alpha1.AnnotationEndAt: end, lifecycle.EndpointsAnnotation: `["10.0.0.7"]`}
+	}
+	cached := func(id, cred string) *sandbox.Cached {
+		return &sandbox.Cached{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: "project", Annotations: ann(lifecycle.StateCreating, cred)},
+			Status: sandbox.CachedStatus{Ready: 1}}
+	}
+	live := func(id, cred, state string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(sandbox.GVK)
+		u.SetName(id)
+		u.SetNamespace("project")
+		u.SetAnnotations(ann(state, cred))
+		_ = unstructured.SetNestedField(u.Object, int64(1), "status", "ready")
+		return u
+	}
+	ch := &httpapi.ClusterHandle{Cluster: &cluster.Cluster{ID: "c1"},
+		Cache:  sharedCache{{Namespace: "project", Name: noisyID}: cached(noisyID, "noisy"), {Namespace: "project", Name: quietID}: cached(quietID, "quiet")},
+		Reader: keyedReader{noisyID: live(noisyID, "noisy", lifecycle.StateCreating), quietID: live(quietID, "quiet", lifecycle.StateReady)}}
+	srv := &httpapi.Server{Credentials: creds, InternalToken: tok, Clusters: map[string]*httpapi.ClusterHandle{"c1": ch}}
+	h := srv.Handler()
+	ask := func(cred, id string) string {
+		req := httptest.NewRequest(http.MethodGet, "/internal/v1/authorize?credential="+cred+"&sandbox="+id, nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			t.Fatalf("answer %d %s", rec.Code, rec.Body.String())
+		}
+		return rec.Body.String()
+	}
+	for range 1000 {
+		if a := ask("noisy", noisyID); !bytesContain([]byte(a), `"reason":"not_ready"`) {
+			t.Fatalf("noisy answer %s; want not_ready", a)
+		}
+	}
+	if a := ask("quiet", quietID); !bytesContain([]byte(a), `"allowed":true`) {
+		t.Fatalf("the other credential's first question after its create: %s; want allowed (read again)", a)
+	}
+}

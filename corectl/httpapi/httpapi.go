@@ -122,6 +122,10 @@ type ClusterHandle struct {
 	NotReadyRereads *rate.Limiter
 
 	rereadsOnce sync.Once
+	// credRereads are each credential's shares of NotReadyRereads
+	// (allowReread).
+	credMu      sync.Mutex
+	credRereads map[string]*rate.Limiter
 }
 
 // The authorizer's re-reads of not-ready sandboxes per cluster by default:
@@ -134,6 +138,48 @@ const (
 	DefaultNotReadyRereadRate  = 50
 	DefaultNotReadyRereadBurst = 100
 )
+
+// Each credential's share of its cluster's re-reads: a burst of 20, then
+// 10 a second, a fifth of the cluster's, so a tenant keeping its
+// sandboxes not ready and asking about them without pause leaves the
+// others at least 40 re-reads a second (and the burst's rest); it takes
+// five such tenants to empty the cluster's bucket.
+const (
+	NotReadyRereadCredentialRate  = 10
+	NotReadyRereadCredentialBurst = 20
+)
+
+// maxCredRereads is the number of credentials' shares past which the idle
+// ones (bucket full again) are dropped when another is added: the map
+// holds at most the credentials that asked within the last 2 s, plus
+// this many.
+const maxCredRereads = 1024
+
+// allowReread reports whether credential cred may read a not-ready
+// sandbox again now: within its own share (NotReadyRereadCredentialRate,
+// NotReadyRereadCredentialBurst) and then within the cluster's
+// NotReadyRereads. A refusal by the share takes nothing from the
+// cluster's bucket.
+func (ch *ClusterHandle) allowReread(cred string) bool {
+	ch.credMu.Lock()
+	l, ok := ch.credRereads[cred]
+	if !ok {
+		if ch.credRereads == nil {
+			ch.credRereads = map[string]*rate.Limiter{}
+		}
+		if len(ch.credRereads) >= maxCredRereads {
+			for k, v := range ch.credRereads {
+				if v.Tokens() >= NotReadyRereadCredentialBurst {
+					delete(ch.credRereads, k)
+				}
+			}
+		}
+		l = rate.NewLimiter(NotReadyRereadCredentialRate, NotReadyRereadCredentialBurst)
+		ch.credRereads[cred] = l
+	}
+	ch.credMu.Unlock()
+	return l.Allow() && ch.notReadyRereads().Allow()
+}
 
 // notReadyRereads returns NotReadyRereads, made on first use when nil.
 func (ch *ClusterHandle) notReadyRereads() *rate.Limiter {
