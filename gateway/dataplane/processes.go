@@ -176,7 +176,7 @@ func (h *Handler) startBackground(w http.ResponseWriter, r *http.Request, rq *re
 		creq.UID, creq.GID = &uid, &gid
 	}
 	begun := time.Now()
-	id, err := h.runBackground(ctx, rq.target, creq)
+	id, err := h.runBackground(ctx, rq, creq)
 	if err != nil {
 		h.removeProcFiles(ctx, rq.target, files)
 		return fromExecd(err, "start process")
@@ -259,12 +259,19 @@ func (h *Handler) createOutput(ctx context.Context, t execd.Target, f procFiles,
 // Ingress is) cuts about one such stream in a hundred right after init (see
 // docs/dataplane.md). execd's status then says whether it started; only if
 // execd does not know the id is the start a failure.
-func (h *Handler) runBackground(ctx context.Context, t execd.Target, creq execd.CommandRequest) (string, error) {
+//
+// execd sends no output on this stream, but what answers for it may: a
+// line over 64 KiB is read only with a large-line slot of rq's sandbox, as
+// in a foreground stream (admitLargeLine), and GATEWAY_BUSY past
+// upstream_wait.
+func (h *Handler) runBackground(ctx context.Context, rq *request, creq execd.CommandRequest) (string, error) {
+	t := rq.target
 	stream, err := h.deps.Execd.RunCommand(ctx, t, creq)
 	if err != nil {
 		return "", err
 	}
 	defer stream.Close()
+	stream.SetLargeLineGate(func() (func(), error) { return h.admitLargeLine(ctx, rq) })
 	id := ""
 	for {
 		ev, err := stream.Next()
@@ -272,6 +279,9 @@ func (h *Handler) runBackground(ctx context.Context, t execd.Target, creq execd.
 		case err != nil && id != "" && ctx.Err() == nil:
 			if h.awaitStored(ctx, t, id, execd.StatusLimit(len(creq.Command)), time.Now().Add(registerGrace)) == nil {
 				return id, nil
+			}
+			if own := (*Error)(nil); errors.As(err, &own) {
+				return "", own // the large line's gate
 			}
 			// execd sent init and then no execution_complete, and does not
 			// know the command: it could not start it (execd then appends a
