@@ -531,7 +531,8 @@ func endFromStatus(st execd.CommandStatus) *envd.EndEvent {
 }
 
 // readRecord reads the record of pid, at most recordLimit bytes of it,
-// and returns it with its size. A missing or unreadable record is
+// and returns it with its size. A missing or unreadable record, or one
+// whose id is not a command id execd gives (execd.ValidCommandID), is
 // PROCESS_NOT_FOUND: the sandbox owns the directory, so a record that is
 // not ours names no process of ours.
 func (h *Handler) readRecord(ctx context.Context, t execd.Target, pid uint32) (procRecord, int64, *Error) {
@@ -544,7 +545,7 @@ func (h *Handler) readRecord(ctx context.Context, t execd.Target, pid uint32) (p
 		return procRecord{}, 0, fromExecd(err, "process record")
 	}
 	var rec procRecord
-	if int64(len(b)) > h.recordLimit() || json.Unmarshal(b, &rec) != nil || rec.PID != pid || rec.ID == "" {
+	if int64(len(b)) > h.recordLimit() || json.Unmarshal(b, &rec) != nil || rec.PID != pid || !execd.ValidCommandID(rec.ID) {
 		return procRecord{}, int64(len(b)), notFound
 	}
 	return rec, int64(len(b)), nil
@@ -691,7 +692,8 @@ const pruneBatch = 64
 
 // recordID reads the first recordHead bytes of pid's record and returns
 // the command id it names. A record that does not start as the gateway
-// writes it ({"id":"…","pid":<pid>) is PROCESS_NOT_FOUND.
+// writes it ({"id":"…","pid":<pid>, the id one execd.ValidCommandID
+// accepts) is PROCESS_NOT_FOUND.
 func (h *Handler) recordID(ctx context.Context, t execd.Target, pid uint32) (string, *Error) {
 	notFound := fail(CodeProcessNotFound, "process with pid "+strconv.FormatUint(uint64(pid), 10)+" not found")
 	b, err := h.deps.Execd.ReadAt(ctx, t, h.procFiles(pid).rec, 0, recordHead)
@@ -702,7 +704,7 @@ func (h *Handler) recordID(ctx context.Context, t execd.Target, pid uint32) (str
 		return "", fromExecd(err, "process record")
 	}
 	id, gotPID, ok := parseRecordHead(b)
-	if !ok || gotPID != pid || id == "" {
+	if !ok || gotPID != pid || !execd.ValidCommandID(id) {
 		return "", notFound
 	}
 	return id, nil

@@ -73,7 +73,7 @@ func TestClassify(t *testing.T) {
 }
 
 func TestCommandStream(t *testing.T) {
-	body := `{"type":"init","text":"abc","timestamp":1}
+	body := `{"type":"init","text":"9f1c2e4b7a6d4e0f8b3c5d2a1e0f7c6b","timestamp":1}
 
 {"type":"ping","text":"pong"}
 
@@ -101,7 +101,7 @@ data: {"type":"stdout","text":"hi"}
 			}
 		}
 	}
-	if strings.Join(types, ",") != "init:abc,ping:pong,stdout:hi,stderr:\n,error:" {
+	if strings.Join(types, ",") != "init:9f1c2e4b7a6d4e0f8b3c5d2a1e0f7c6b,ping:pong,stdout:hi,stderr:\n,error:" {
 		t.Fatalf("%q", types)
 	}
 	bad := NewCommandStream(io.NopCloser(strings.NewReader("{not json}\n\n")))
@@ -175,7 +175,7 @@ func TestSmallBodiesChunked(t *testing.T) {
 		got <- seen{strings.TrimPrefix(r.URL.Path, "/sb1/44772"), r.ContentLength, r.TransferEncoding, string(b)}
 		if r.URL.Path == "/sb1/44772/command" {
 			w.Header().Set("Content-Type", "text/event-stream")
-			_, _ = io.WriteString(w, `{"type":"init","text":"c1"}`+"\n\n"+`{"type":"execution_complete"}`+"\n\n")
+			_, _ = io.WriteString(w, `{"type":"init","text":"9f1c2e4b7a6d4e0f8b3c5d2a1e0f7c6b"}`+"\n\n"+`{"type":"execution_complete"}`+"\n\n")
 		}
 	}))
 	defer srv.Close()
@@ -290,7 +290,7 @@ func TestAnswersBoundedByOperation(t *testing.T) {
 // gate's refusal ends the stream with the gate's own error.
 func TestCommandStreamLargeLineGate(t *testing.T) {
 	big := strings.Repeat("b", 3*LargeLineBytes)
-	body := `{"type":"init","text":"abc"}` + "\n\n" + `{"type":"stdout","text":"` + big + `"}` + "\n\n" +
+	body := `{"type":"init","text":"9f1c2e4b7a6d4e0f8b3c5d2a1e0f7c6b"}` + "\n\n" + `{"type":"stdout","text":"` + big + `"}` + "\n\n" +
 		`{"type":"stdout","text":"small"}` + "\n" + `{"type":"execution_complete"}`
 	s := NewCommandStream(io.NopCloser(strings.NewReader(body)))
 	asked, held := 0, 0
@@ -320,7 +320,7 @@ func TestCommandStreamLargeLineGate(t *testing.T) {
 		}
 		got = append(got, ev.Type+":"+ev.Text)
 	}
-	if strings.Join(got, ",") != "init:abc,stdout:big,stdout:small,execution_complete:" || asked != 1 || held != 0 {
+	if strings.Join(got, ",") != "init:9f1c2e4b7a6d4e0f8b3c5d2a1e0f7c6b,stdout:big,stdout:small,execution_complete:" || asked != 1 || held != 0 {
 		t.Fatalf("events %q, gate asked %d times, %d held at the end", got, asked, held)
 	}
 
@@ -359,6 +359,66 @@ func BenchmarkCommandStreamNext(b *testing.B) {
 			if _, err := s.Next(); err != nil {
 				break
 			}
+		}
+	}
+}
+
+// TestCommandStreamInitID: an init event whose text is not a command id
+// as execd gives it (32 lowercase hex digits) ends the stream with
+// KindUnexpected, whatever the shape: its text names no command the
+// gateway could record, select, interrupt or ask about. The error does not
+// echo the text. Before, any non-empty text (up to 16 MiB) was the id.
+func TestCommandStreamInitID(t *testing.T) {
+	const good = "9f1c2e4b7a6d4e0f8b3c5d2a1e0f7c6b"
+	for name, text := range map[string]string{
+		"empty":                  ``,
+		"31 digits":              good[:31],
+		"33 digits":              good + "0",
+		"65 digits":              strings.Repeat("a", 65),
+		"1 MiB":                  strings.Repeat("a", 1<<20),
+		"a UUID with its dashes": "9f1c2e4b-7a6d-4e0f-8b3c-5d2a1e0f7c6b",
+		"uppercase":              strings.ToUpper(good),
+		"not hex":                "g" + good[1:],
+		"a path":                 "../../files/download?path=%2Fx" + good[:2],
+		"a space":                " " + good[1:],
+		"a NUL":                  `\u0000` + good[1:],
+		"a newline":              `\n` + good[1:],
+		"not ASCII":              "é" + good[2:],
+	} {
+		t.Run(name, func(t *testing.T) {
+			body := `{"type":"init","text":"` + text + `"}` + "\n\n" + `{"type":"execution_complete"}` + "\n\n"
+			s := NewCommandStream(io.NopCloser(strings.NewReader(body)))
+			defer s.Close()
+			_, err := s.Next()
+			var e *Error
+			if !errors.As(err, &e) || e.Kind != KindUnexpected || !strings.Contains(e.Message, "not a command id") {
+				t.Fatalf("Next: %v; want KindUnexpected naming no command id", err)
+			}
+			if len(text) > 8 && strings.Contains(e.Message, text[1:]) {
+				t.Fatalf("the error echoes execd's text: %s", e.Message)
+			}
+			if _, again := s.Next(); again != err {
+				t.Fatalf("the next Next: %v; want the same error (the stream ended)", again)
+			}
+		})
+	}
+	s := NewCommandStream(io.NopCloser(strings.NewReader(`{"type":"init","text":"` + good + `"}` + "\n\n")))
+	if ev, err := s.Next(); err != nil || ev.Text != good {
+		t.Fatalf("execd's own id: %+v, %v", ev, err)
+	}
+}
+
+func TestValidCommandID(t *testing.T) {
+	for id, want := range map[string]bool{
+		"9f1c2e4b7a6d4e0f8b3c5d2a1e0f7c6b": true,
+		"00000000000000000000000000000000": true,
+		"9F1C2E4B7A6D4E0F8B3C5D2A1E0F7C6B": false,
+		"9f1c2e4b7a6d4e0f8b3c5d2a1e0f7c6":  false,
+		"":                                 false,
+		"9f1c2e4b7a6d4e0f8b3c5d2a1e0f7c6z": false,
+	} {
+		if got := ValidCommandID(id); got != want {
+			t.Errorf("ValidCommandID(%q) = %v, want %v", id, got, want)
 		}
 	}
 }
