@@ -422,3 +422,50 @@ func TestValidCommandID(t *testing.T) {
 		}
 	}
 }
+
+// TestShellLargeLineRefused: a Shell of a few KiB answered with an output
+// line of 16 MiB (what answers for execd in a hostile sandbox) is refused
+// with the script's too-much error as soon as the event line passes 64
+// KiB; execd's writer sees the gateway stop reading well before the line's
+// end. Before, the line was read and decoded whole (about 48 MiB) before
+// its length was checked, in every Process/Start with extended operations
+// (its output files' script), which takes no upstream slot. A Shell whose
+// bound allows large lines still reads them (a listing's).
+func TestShellLargeLineRefused(t *testing.T) {
+	const line = 16<<20 - 4<<10 // under the 16 MiB event line bound
+	written := make(chan int64, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		n, _ := io.WriteString(w, `{"type":"init","text":"9f1c2e4b7a6d4e0f8b3c5d2a1e0f7c6b"}`+"\n\n"+`{"type":"stdout","text":"`)
+		total := int64(n)
+		chunk := strings.Repeat("x", 64<<10)
+		for left := line; left > 0; left -= len(chunk) {
+			n, err := io.WriteString(w, chunk[:min(len(chunk), left)])
+			total += int64(n)
+			if err != nil {
+				break
+			}
+		}
+		if total >= line+int64(len(`{"type":"init","text":"9f1c2e4b7a6d4e0f8b3c5d2a1e0f7c6b"}`+"\n\n"+`{"type":"stdout","text":"`)) {
+			_, _ = io.WriteString(w, `"}`+"\n\n"+`{"type":"execution_complete"}`+"\n\n")
+		}
+		written <- total
+	}))
+	defer srv.Close()
+	fe, _ := url.Parse(srv.URL)
+	c, tgt := &Client{}, Target{FixedEntry: fe, SandboxID: "sb1"}
+	_, err := c.Shell(context.Background(), tgt, 4<<10, "/", "true")
+	var e *Error
+	if !errors.As(err, &e) || e.Kind != KindUnexpected || !strings.Contains(e.Message, "printed more than 4096 bytes") {
+		t.Fatalf("Shell: %v; want the too-much error", err)
+	}
+	if n := <-written; n >= line/2 {
+		t.Fatalf("execd's writer wrote the whole line (%d bytes): the gateway read it", n)
+	}
+	res, err := c.Shell(context.Background(), tgt, 32<<20, "/", "true")
+	if err != nil || len(res.Stdout) != line+1 {
+		t.Fatalf("a Shell whose bound allows the line: %d bytes, %v", len(res.Stdout), err)
+	}
+	<-written
+}
