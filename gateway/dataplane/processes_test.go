@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -538,6 +539,47 @@ func TestExtendedStartInitID(t *testing.T) {
 			left, _ := filepath.Glob(e.hostPath("/tmp/.sandgate/processes/*"))
 			if len(left) != 0 {
 				t.Fatalf("process files left by a refused start: %v", left)
+			}
+		})
+	}
+}
+
+// TestExtendedRecordIDNotCommandID: a process record (the sandbox can
+// write its directory) whose id is not a command id execd gives names no
+// process: selected by pid (SendSignal) or by tag, it is PROCESS_NOT_FOUND,
+// and nothing of it reaches execd's interrupt or status routes. Before, a
+// record whose pid matched had its id put in DELETE /command?id=.
+func TestExtendedRecordIDNotCommandID(t *testing.T) {
+	for name, id := range malformedInitIDs {
+		if len(id) > 4096 {
+			continue // the record's own bound refuses it already
+		}
+		t.Run(name, func(t *testing.T) {
+			e := newTestEnv(t, extended)
+			var asked []string
+			var mu sync.Mutex
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if strings.HasPrefix(r.URL.Path, "/command") {
+					mu.Lock()
+					asked = append(asked, r.Method+" "+r.URL.String())
+					mu.Unlock()
+				}
+				e.execd.ServeHTTP(w, r)
+			}))
+			t.Cleanup(srv.Close)
+			e.ingress.SetSandbox(testSandbox, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1",
+				Ports: map[int]string{execd.DefaultPort: srv.Listener.Addr().String()}})
+			e.writeFile("/tmp/.sandgate/processes/77.json", `{"id":`+mustJSON(id)+`,"pid":77,"config":{"cmd":"sleep"},"tag":"t"}`)
+			for _, msg := range []string{`{"process":{"pid":77},"signal":9}`, `{"process":{"tag":"t"},"signal":9}`} {
+				resp, body := e.processCall("SendSignal", msg)
+				if resp.StatusCode != 404 || !strings.Contains(string(body), string(CodeProcessNotFound)) {
+					t.Fatalf("%s: %d %s; want 404 %s", msg, resp.StatusCode, body, CodeProcessNotFound)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(asked) != 0 {
+				t.Fatalf("execd was asked about the record's id: %q", asked)
 			}
 		})
 	}
