@@ -429,3 +429,82 @@ func TestHostileExecdEarlyOutputBoundedMemory(t *testing.T) {
 	wg.Wait()
 	t.Logf("gateway VmHWM %d MiB before, %d MiB once %d streams were ended by the gateway: %v", before>>10, peak>>10, ended, endings)
 }
+
+// TestHostileExecdBackgroundLinesBoundedMemory: code in a sandbox answering
+// execd's /command for a background start (extended_operations: the
+// gateway reads that stream itself for the command's id) with an output
+// line of nearly 16 MiB cannot take the built gateway's peak memory past
+// the documented ceiling, however many processes its tenant starts at
+// once: Process/Start takes no upstream slot, and the line is read only
+// with a large-line slot, as a foreground stream's is. Two sandboxes start
+// 20 each; execd's stream then ends without execution_complete and execd
+// does not know the command, so every start must end with the gateway's
+// refusal once execd's line was read (upstream_wait is long enough for the
+// lines to pass a few at a time).
+func TestHostileExecdBackgroundLinesBoundedMemory(t *testing.T) {
+	const (
+		perSandbox = 20
+		line       = 16<<20 - 4<<10 // under the gateway's 16 MiB line bound
+	)
+	ids := []string{"sbxevil8", "sbxevil9"}
+	streams := perSandbox * len(ids)
+	e := startEnv(t, func(c *harness.Config) {
+		c.Caddyfile = strings.Replace(harness.DefaultCaddyfile, "user root 0 0 /root",
+			"user root 0 0 /root\n\t\textended_operations\n\t\tupstream_wait 5m", 1)
+		for _, id := range ids {
+			c.Grants[id] = harness.Grant{CredentialID: credOK}
+		}
+	})
+	hostile := &execdstub.Hostile{BackgroundLineBytes: line}
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "home", "user"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	x := execdstub.New(execdstub.Config{Root: root, GracefulShutdown: -1, Hostile: hostile})
+	srv := httptest.NewServer(x)
+	t.Cleanup(func() { srv.Close(); x.Close() })
+	for _, id := range ids {
+		e.Ingress.SetSandbox(id, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1", Namespace: "default",
+			Ports: map[int]string{44772: srv.Listener.Addr().String()}})
+	}
+
+	_, before, err := gatewayproc.Memory(e.PID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	body := envelope(0, `{"process":{"cmd":"/bin/bash","args":["-l","-c","sleep 1"]},"stdin":false}`)
+	outcomes := make(chan string, streams)
+	for _, id := range ids {
+		tok := e.mint(id, harness.Grant{CredentialID: credOK})
+		for range perSandbox {
+			go func() {
+				// Never a start event (a data frame of any size would
+				// be "line"): the start is refused.
+				outcomes <- readOneLine(ctx, e.Gateway, id, tok, body, 0, nil)
+			}()
+		}
+	}
+	counts := map[string]int{}
+	for range streams {
+		counts[<-outcomes]++
+	}
+	_, peak, err := gatewayproc.Memory(e.PID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("gateway VmHWM %d MiB before, %d MiB once every start had ended; outcomes %v; lines execd wrote %d",
+		before>>10, peak>>10, counts, hostile.LinesWritten())
+	if peak > hostileCeiling {
+		t.Fatalf("the gateway's peak memory reached %d MiB, over the documented ceiling of %d MiB", peak>>10, hostileCeiling>>10)
+	}
+	if n := hostile.LinesWritten(); n != int64(streams) {
+		t.Fatalf("execd's line was written in full to %d of %d starts", n, streams)
+	}
+	for s, n := range counts {
+		if !strings.Contains(s, "EXECD_FAILED") && !strings.Contains(s, "could not start the background command") {
+			t.Fatalf("%d starts ended with %q, not execd's refusal to start the command: %v", n, s, counts)
+		}
+	}
+}

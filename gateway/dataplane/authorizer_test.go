@@ -136,7 +136,7 @@ func cutCommandUpstream(t *testing.T) (addr string, cut chan bool) {
 	mux.HandleFunc("/command", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "text/event-stream")
-		_, _ = io.WriteString(w, `{"type":"init","text":"cmd-1"}`+"\n\n"+`{"type":"stdout","text":"working"}`+"\n\n")
+		_, _ = io.WriteString(w, `{"type":"init","text":"0c1d0c1d0c1d4c1d8c1d0c1d0c1d0c1d"}`+"\n\n"+`{"type":"stdout","text":"working"}`+"\n\n")
 		http.NewResponseController(w).Flush()
 		select {
 		case abort := <-cut:

@@ -122,7 +122,7 @@ func commandUpstream(t *testing.T, afterInit string) (http.Handler, chan string)
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
-		_, _ = io.WriteString(w, "data: {\"type\":\"init\",\"text\":\"cmd-1\"}\n\n")
+		_, _ = io.WriteString(w, "data: {\"type\":\"init\",\"text\":\"0c1d0c1d0c1d4c1d8c1d0c1d0c1d0c1d\"}\n\n")
 		_, _ = io.WriteString(w, "data: {\"type\":\"stdout\",\"text\":\"hello\"}\n\n")
 		_, _ = io.WriteString(w, afterInit)
 		http.NewResponseController(w).Flush()
@@ -355,7 +355,7 @@ func phasedUpstream(started, release chan struct{}, end bool) (http.Handler, cha
 		http.NewResponseController(w).Flush()
 		close(started)
 		<-release
-		_, _ = io.WriteString(w, "data: {\"type\":\"init\",\"text\":\"cmd-1\"}\n\n")
+		_, _ = io.WriteString(w, "data: {\"type\":\"init\",\"text\":\"0c1d0c1d0c1d4c1d8c1d0c1d0c1d0c1d\"}\n\n")
 		_, _ = io.WriteString(w, "data: {\"type\":\"stdout\",\"text\":\"one\"}\n\n")
 		if end {
 			_, _ = io.WriteString(w, "data: {\"type\":\"execution_complete\"}\n\n")
@@ -494,7 +494,7 @@ func TestBreakNULInCommand(t *testing.T) {
 // line before init. The line is held and sent after the start event.
 func TestBreakOutputBeforeInit(t *testing.T) {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/"+testSandbox+"/44772/command", sseEvents(`{"type":"stdout","text":"early"}`, `{"type":"init","text":"cmd-1"}`,
+	mux.HandleFunc("/"+testSandbox+"/44772/command", sseEvents(`{"type":"stdout","text":"early"}`, `{"type":"init","text":"0c1d0c1d0c1d4c1d8c1d0c1d0c1d0c1d"}`,
 		`{"type":"ping","text":"pong"}`, `{"type":"stdout","text":"later"}`, `{"type":"execution_complete"}`))
 	gw, tok := newFakeGateway(t, mux)
 	resp := postStart(t, gw, tok)
@@ -568,10 +568,10 @@ func TestBreakBackgroundStartStreamCut(t *testing.T) {
 				_ = json.NewDecoder(r.Body).Decode(&creq)
 				w.WriteHeader(http.StatusOK)
 				if !creq.Background { // the script creating the output files
-					_, _ = io.WriteString(w, `{"type":"init","text":"prep"}`+"\n\n"+`{"type":"execution_complete","execution_time":1}`+"\n\n")
+					_, _ = io.WriteString(w, `{"type":"init","text":"0e0e0e0e0e0e4e0e8e0e0e0e0e0e0e0e"}`+"\n\n"+`{"type":"execution_complete","execution_time":1}`+"\n\n")
 					return
 				}
-				_, _ = io.WriteString(w, `{"type":"init","text":"cmd-1"}`+"\n\n")
+				_, _ = io.WriteString(w, `{"type":"init","text":"0c1d0c1d0c1d4c1d8c1d0c1d0c1d0c1d"}`+"\n\n")
 				http.NewResponseController(w).Flush()
 				if c.cut {
 					panic(http.ErrAbortHandler) // the stream is cut after init
@@ -579,17 +579,17 @@ func TestBreakBackgroundStartStreamCut(t *testing.T) {
 				_, _ = io.WriteString(w, `{"type":"execution_complete","execution_time":1}`+"\n\n")
 			})
 			statusCalls := 0
-			mux.HandleFunc(prefix+"/command/status/cmd-1", func(w http.ResponseWriter, r *http.Request) {
+			mux.HandleFunc(prefix+"/command/status/0c1d0c1d0c1d4c1d8c1d0c1d0c1d0c1d", func(w http.ResponseWriter, r *http.Request) {
 				mu.Lock()
 				statusCalls++
 				n := statusCalls
 				mu.Unlock()
 				if !known || n <= late {
 					w.WriteHeader(http.StatusNotFound)
-					_, _ = io.WriteString(w, `{"code":"INVALID_REQUEST_BODY","message":"command not found: cmd-1"}`)
+					_, _ = io.WriteString(w, `{"code":"INVALID_REQUEST_BODY","message":"command not found: 0c1d0c1d0c1d4c1d8c1d0c1d0c1d0c1d"}`)
 					return
 				}
-				_, _ = io.WriteString(w, `{"id":"cmd-1","running":false,"exit_code":0}`)
+				_, _ = io.WriteString(w, `{"id":"0c1d0c1d0c1d4c1d8c1d0c1d0c1d0c1d","running":false,"exit_code":0}`)
 			})
 			mux.HandleFunc(prefix+"/files", func(w http.ResponseWriter, r *http.Request) {})
 			up := httptest.NewServer(mux)
@@ -636,7 +636,7 @@ func TestBreakBackgroundStartStreamCut(t *testing.T) {
 func TestBreakInitWithoutID(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/"+testSandbox+"/44772/command", sseEvents(`{"type":"init","text":""}`, `{"type":"stdout","text":"a"}`,
-		`{"type":"init","text":"cmd-1"}`, `{"type":"execution_complete"}`))
+		`{"type":"init","text":"0c1d0c1d0c1d4c1d8c1d0c1d0c1d0c1d"}`, `{"type":"execution_complete"}`))
 	gw, tok := newFakeGateway(t, mux)
 	resp := postStart(t, gw, tok)
 	body, _ := io.ReadAll(resp.Body)
@@ -662,7 +662,7 @@ func TestBreakStreamResetShowsNoAddress(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		ev := `{"type":"init","text":"abc"}` + "\n\n"
+		ev := `{"type":"init","text":"9f1c2e4b7a6d4e0f8b3c5d2a1e0f7c6b"}` + "\n\n"
 		_, _ = bw.WriteString("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" +
 			strconv.FormatInt(int64(len(ev)), 16) + "\r\n" + ev + "\r\n")
 		_ = bw.Flush()
@@ -710,5 +710,28 @@ func sseEvents(events ...string) http.HandlerFunc {
 		for _, ev := range events {
 			_, _ = io.WriteString(w, ev+"\n\n")
 		}
+	}
+}
+
+// TestBreakInitNotCommandID: a foreground command stream whose init names
+// the command with what is not a command id (each shape of
+// malformedInitIDs) ends with EXECD_PROTOCOL before any start event. Before,
+// any non-empty text was the id: the pid came from it, and the stream held
+// it (up to 16 MiB, read with a large-line slot released once init was
+// handled) for its whole life.
+func TestBreakInitNotCommandID(t *testing.T) {
+	for name, text := range malformedInitIDs {
+		t.Run(name, func(t *testing.T) {
+			mux := http.NewServeMux()
+			mux.HandleFunc("/"+testSandbox+"/44772/command", sseEvents(`{"type":"init","text":"`+text+`"}`,
+				`{"type":"stdout","text":"a"}`, `{"type":"execution_complete"}`))
+			gw, tok := newFakeGateway(t, mux)
+			body, _ := io.ReadAll(postStart(t, gw, tok).Body)
+			frames := readFrames(t, body)
+			if len(frames) != 1 || frames[0].flags != connect.FlagEndStream || !strings.Contains(frames[0].raw, string(CodeExecdProtocol)) ||
+				!strings.Contains(frames[0].raw, "not a command id") {
+				t.Fatalf("frames %+v; want only an end-stream with %s naming no command id", frames, CodeExecdProtocol)
+			}
+		})
 	}
 }

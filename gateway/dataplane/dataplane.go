@@ -377,8 +377,10 @@ const (
 
 // admitLargeLine takes a large-line slot for rq's sandbox, waiting up to
 // upstream_wait while ctx lasts, or returns GATEWAY_BUSY. It is held while
-// an output line over 64 KiB is read and relayed, and while more than 64
-// KiB of output that came before a command's init event waits for it.
+// an output line over 64 KiB is read and relayed, while more than 64 KiB
+// of output that came before a command's init event waits for it, and
+// while a line over 64 KiB of a background start's stream (runBackground)
+// is read.
 func (h *Handler) admitLargeLine(ctx context.Context, rq *request) (func(), error) {
 	release, why := h.largeLines.Acquire(ctx, rq.sandboxID, h.cfg.UpstreamWait)
 	switch why {

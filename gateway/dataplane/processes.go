@@ -176,7 +176,7 @@ func (h *Handler) startBackground(w http.ResponseWriter, r *http.Request, rq *re
 		creq.UID, creq.GID = &uid, &gid
 	}
 	begun := time.Now()
-	id, err := h.runBackground(ctx, rq.target, creq)
+	id, err := h.runBackground(ctx, rq, creq)
 	if err != nil {
 		h.removeProcFiles(ctx, rq.target, files)
 		return fromExecd(err, "start process")
@@ -259,12 +259,19 @@ func (h *Handler) createOutput(ctx context.Context, t execd.Target, f procFiles,
 // Ingress is) cuts about one such stream in a hundred right after init (see
 // docs/dataplane.md). execd's status then says whether it started; only if
 // execd does not know the id is the start a failure.
-func (h *Handler) runBackground(ctx context.Context, t execd.Target, creq execd.CommandRequest) (string, error) {
+//
+// execd sends no output on this stream, but what answers for it may: a
+// line over 64 KiB is read only with a large-line slot of rq's sandbox, as
+// in a foreground stream (admitLargeLine), and GATEWAY_BUSY past
+// upstream_wait.
+func (h *Handler) runBackground(ctx context.Context, rq *request, creq execd.CommandRequest) (string, error) {
+	t := rq.target
 	stream, err := h.deps.Execd.RunCommand(ctx, t, creq)
 	if err != nil {
 		return "", err
 	}
 	defer stream.Close()
+	stream.SetLargeLineGate(func() (func(), error) { return h.admitLargeLine(ctx, rq) })
 	id := ""
 	for {
 		ev, err := stream.Next()
@@ -272,6 +279,9 @@ func (h *Handler) runBackground(ctx context.Context, t execd.Target, creq execd.
 		case err != nil && id != "" && ctx.Err() == nil:
 			if h.awaitStored(ctx, t, id, execd.StatusLimit(len(creq.Command)), time.Now().Add(registerGrace)) == nil {
 				return id, nil
+			}
+			if own := (*Error)(nil); errors.As(err, &own) {
+				return "", own // the large line's gate
 			}
 			// execd sent init and then no execution_complete, and does not
 			// know the command: it could not start it (execd then appends a
@@ -521,7 +531,8 @@ func endFromStatus(st execd.CommandStatus) *envd.EndEvent {
 }
 
 // readRecord reads the record of pid, at most recordLimit bytes of it,
-// and returns it with its size. A missing or unreadable record is
+// and returns it with its size. A missing or unreadable record, or one
+// whose id is not a command id execd gives (execd.ValidCommandID), is
 // PROCESS_NOT_FOUND: the sandbox owns the directory, so a record that is
 // not ours names no process of ours.
 func (h *Handler) readRecord(ctx context.Context, t execd.Target, pid uint32) (procRecord, int64, *Error) {
@@ -534,7 +545,7 @@ func (h *Handler) readRecord(ctx context.Context, t execd.Target, pid uint32) (p
 		return procRecord{}, 0, fromExecd(err, "process record")
 	}
 	var rec procRecord
-	if int64(len(b)) > h.recordLimit() || json.Unmarshal(b, &rec) != nil || rec.PID != pid || rec.ID == "" {
+	if int64(len(b)) > h.recordLimit() || json.Unmarshal(b, &rec) != nil || rec.PID != pid || !execd.ValidCommandID(rec.ID) {
 		return procRecord{}, int64(len(b)), notFound
 	}
 	return rec, int64(len(b)), nil
@@ -681,7 +692,8 @@ const pruneBatch = 64
 
 // recordID reads the first recordHead bytes of pid's record and returns
 // the command id it names. A record that does not start as the gateway
-// writes it ({"id":"…","pid":<pid>) is PROCESS_NOT_FOUND.
+// writes it ({"id":"…","pid":<pid>, the id one execd.ValidCommandID
+// accepts) is PROCESS_NOT_FOUND.
 func (h *Handler) recordID(ctx context.Context, t execd.Target, pid uint32) (string, *Error) {
 	notFound := fail(CodeProcessNotFound, "process with pid "+strconv.FormatUint(uint64(pid), 10)+" not found")
 	b, err := h.deps.Execd.ReadAt(ctx, t, h.procFiles(pid).rec, 0, recordHead)
@@ -692,7 +704,7 @@ func (h *Handler) recordID(ctx context.Context, t execd.Target, pid uint32) (str
 		return "", fromExecd(err, "process record")
 	}
 	id, gotPID, ok := parseRecordHead(b)
-	if !ok || gotPID != pid || id == "" {
+	if !ok || gotPID != pid || !execd.ValidCommandID(id) {
 		return "", notFound
 	}
 	return id, nil

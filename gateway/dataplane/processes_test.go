@@ -8,17 +8,22 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/connect"
+	"github.com/sandgate/sandgate/gateway/execd"
 	"github.com/sandgate/sandgate/integration/execdstub"
+	"github.com/sandgate/sandgate/integration/fixedentry"
 )
 
 func extended(c *Config, _ *execdstub.Config) { c.ExtendedOperations = true }
@@ -485,5 +490,97 @@ func TestExtendedOutputPrivate(t *testing.T) {
 		if kind == "end" {
 			break
 		}
+	}
+}
+
+// malformedInitIDs are init texts real execd never sends (its ids are 32
+// lowercase hex digits), by shape.
+var malformedInitIDs = map[string]string{
+	"empty":                  ``,
+	"31 digits":              "9f1c2e4b7a6d4e0f8b3c5d2a1e0f7c6",
+	"65 bytes":               strings.Repeat("a", 65),
+	"1 MiB":                  strings.Repeat("a", 1<<20),
+	"a UUID with its dashes": "9f1c2e4b-7a6d-4e0f-8b3c-5d2a1e0f7c6b",
+	"uppercase":              "9F1C2E4B7A6D4E0F8B3C5D2A1E0F7C6B",
+	"a path":                 "../../files/download?path=%2Fetc",
+	"a NUL":                  `\u00009f1c2e4b7a6d4e0f8b3c5d2a1e0f7c`,
+}
+
+// TestExtendedStartInitID: a background start whose execd stream names
+// the command with what is not a command id (each shape of
+// malformedInitIDs) is refused with EXECD_PROTOCOL before any start event,
+// and leaves no process record or output files. Before, any non-empty text
+// became the command's id: written into its record, and put in execd's
+// status and interrupt URLs.
+func TestExtendedStartInitID(t *testing.T) {
+	for name, text := range malformedInitIDs {
+		t.Run(name, func(t *testing.T) {
+			e := newTestEnv(t, extended)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodPost && r.URL.Path == "/command" {
+					b, _ := io.ReadAll(r.Body)
+					if bytes.Contains(b, []byte(`"background":true`)) {
+						_, _ = io.WriteString(w, `{"type":"init","text":"`+text+`"}`+"\n\n"+`{"type":"execution_complete"}`+"\n\n")
+						return
+					}
+					r.Body = io.NopCloser(bytes.NewReader(b))
+				}
+				e.execd.ServeHTTP(w, r)
+			}))
+			t.Cleanup(srv.Close)
+			e.ingress.SetSandbox(testSandbox, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1",
+				Ports: map[int]string{execd.DefaultPort: srv.Listener.Addr().String()}})
+			_, body := e.do(e.startRequest(startMsg("sleep 1")))
+			fr := readFrames(t, body)
+			if len(fr) != 1 || fr[0].flags != connect.FlagEndStream || !strings.Contains(fr[0].raw, string(CodeExecdProtocol)) ||
+				!strings.Contains(fr[0].raw, "not a command id") {
+				t.Fatalf("frames %q; want only an end-stream with %s naming no command id", body, CodeExecdProtocol)
+			}
+			left, _ := filepath.Glob(e.hostPath("/tmp/.sandgate/processes/*"))
+			if len(left) != 0 {
+				t.Fatalf("process files left by a refused start: %v", left)
+			}
+		})
+	}
+}
+
+// TestExtendedRecordIDNotCommandID: a process record (the sandbox can
+// write its directory) whose id is not a command id execd gives names no
+// process: selected by pid (SendSignal) or by tag, it is PROCESS_NOT_FOUND,
+// and nothing of it reaches execd's interrupt or status routes. Before, a
+// record whose pid matched had its id put in DELETE /command?id=.
+func TestExtendedRecordIDNotCommandID(t *testing.T) {
+	for name, id := range malformedInitIDs {
+		if len(id) > 4096 {
+			continue // the record's own bound refuses it already
+		}
+		t.Run(name, func(t *testing.T) {
+			e := newTestEnv(t, extended)
+			var asked []string
+			var mu sync.Mutex
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if strings.HasPrefix(r.URL.Path, "/command") {
+					mu.Lock()
+					asked = append(asked, r.Method+" "+r.URL.String())
+					mu.Unlock()
+				}
+				e.execd.ServeHTTP(w, r)
+			}))
+			t.Cleanup(srv.Close)
+			e.ingress.SetSandbox(testSandbox, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1",
+				Ports: map[int]string{execd.DefaultPort: srv.Listener.Addr().String()}})
+			e.writeFile("/tmp/.sandgate/processes/77.json", `{"id":`+mustJSON(id)+`,"pid":77,"config":{"cmd":"sleep"},"tag":"t"}`)
+			for _, msg := range []string{`{"process":{"pid":77},"signal":9}`, `{"process":{"tag":"t"},"signal":9}`} {
+				resp, body := e.processCall("SendSignal", msg)
+				if resp.StatusCode != 404 || !strings.Contains(string(body), string(CodeProcessNotFound)) {
+					t.Fatalf("%s: %d %s; want 404 %s", msg, resp.StatusCode, body, CodeProcessNotFound)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(asked) != 0 {
+				t.Fatalf("execd was asked about the record's id: %q", asked)
+			}
+		})
 	}
 }

@@ -73,7 +73,7 @@ func TestClassify(t *testing.T) {
 }
 
 func TestCommandStream(t *testing.T) {
-	body := `{"type":"init","text":"abc","timestamp":1}
+	body := `{"type":"init","text":"9f1c2e4b7a6d4e0f8b3c5d2a1e0f7c6b","timestamp":1}
 
 {"type":"ping","text":"pong"}
 
@@ -101,7 +101,7 @@ data: {"type":"stdout","text":"hi"}
 			}
 		}
 	}
-	if strings.Join(types, ",") != "init:abc,ping:pong,stdout:hi,stderr:\n,error:" {
+	if strings.Join(types, ",") != "init:9f1c2e4b7a6d4e0f8b3c5d2a1e0f7c6b,ping:pong,stdout:hi,stderr:\n,error:" {
 		t.Fatalf("%q", types)
 	}
 	bad := NewCommandStream(io.NopCloser(strings.NewReader("{not json}\n\n")))
@@ -175,7 +175,7 @@ func TestSmallBodiesChunked(t *testing.T) {
 		got <- seen{strings.TrimPrefix(r.URL.Path, "/sb1/44772"), r.ContentLength, r.TransferEncoding, string(b)}
 		if r.URL.Path == "/sb1/44772/command" {
 			w.Header().Set("Content-Type", "text/event-stream")
-			_, _ = io.WriteString(w, `{"type":"init","text":"c1"}`+"\n\n"+`{"type":"execution_complete"}`+"\n\n")
+			_, _ = io.WriteString(w, `{"type":"init","text":"9f1c2e4b7a6d4e0f8b3c5d2a1e0f7c6b"}`+"\n\n"+`{"type":"execution_complete"}`+"\n\n")
 		}
 	}))
 	defer srv.Close()
@@ -290,7 +290,7 @@ func TestAnswersBoundedByOperation(t *testing.T) {
 // gate's refusal ends the stream with the gate's own error.
 func TestCommandStreamLargeLineGate(t *testing.T) {
 	big := strings.Repeat("b", 3*LargeLineBytes)
-	body := `{"type":"init","text":"abc"}` + "\n\n" + `{"type":"stdout","text":"` + big + `"}` + "\n\n" +
+	body := `{"type":"init","text":"9f1c2e4b7a6d4e0f8b3c5d2a1e0f7c6b"}` + "\n\n" + `{"type":"stdout","text":"` + big + `"}` + "\n\n" +
 		`{"type":"stdout","text":"small"}` + "\n" + `{"type":"execution_complete"}`
 	s := NewCommandStream(io.NopCloser(strings.NewReader(body)))
 	asked, held := 0, 0
@@ -320,7 +320,7 @@ func TestCommandStreamLargeLineGate(t *testing.T) {
 		}
 		got = append(got, ev.Type+":"+ev.Text)
 	}
-	if strings.Join(got, ",") != "init:abc,stdout:big,stdout:small,execution_complete:" || asked != 1 || held != 0 {
+	if strings.Join(got, ",") != "init:9f1c2e4b7a6d4e0f8b3c5d2a1e0f7c6b,stdout:big,stdout:small,execution_complete:" || asked != 1 || held != 0 {
 		t.Fatalf("events %q, gate asked %d times, %d held at the end", got, asked, held)
 	}
 
@@ -361,4 +361,111 @@ func BenchmarkCommandStreamNext(b *testing.B) {
 			}
 		}
 	}
+}
+
+// TestCommandStreamInitID: an init event whose text is not a command id
+// as execd gives it (32 lowercase hex digits) ends the stream with
+// KindUnexpected, whatever the shape: its text names no command the
+// gateway could record, select, interrupt or ask about. The error does not
+// echo the text. Before, any non-empty text (up to 16 MiB) was the id.
+func TestCommandStreamInitID(t *testing.T) {
+	const good = "9f1c2e4b7a6d4e0f8b3c5d2a1e0f7c6b"
+	for name, text := range map[string]string{
+		"empty":                  ``,
+		"31 digits":              good[:31],
+		"33 digits":              good + "0",
+		"65 digits":              strings.Repeat("a", 65),
+		"1 MiB":                  strings.Repeat("a", 1<<20),
+		"a UUID with its dashes": "9f1c2e4b-7a6d-4e0f-8b3c-5d2a1e0f7c6b",
+		"uppercase":              strings.ToUpper(good),
+		"not hex":                "g" + good[1:],
+		"a path":                 "../../files/download?path=%2Fx" + good[:2],
+		"a space":                " " + good[1:],
+		"a NUL":                  `\u0000` + good[1:],
+		"a newline":              `\n` + good[1:],
+		"not ASCII":              "é" + good[2:],
+	} {
+		t.Run(name, func(t *testing.T) {
+			body := `{"type":"init","text":"` + text + `"}` + "\n\n" + `{"type":"execution_complete"}` + "\n\n"
+			s := NewCommandStream(io.NopCloser(strings.NewReader(body)))
+			defer s.Close()
+			_, err := s.Next()
+			var e *Error
+			if !errors.As(err, &e) || e.Kind != KindUnexpected || !strings.Contains(e.Message, "not a command id") {
+				t.Fatalf("Next: %v; want KindUnexpected naming no command id", err)
+			}
+			if len(text) > 8 && strings.Contains(e.Message, text[1:]) {
+				t.Fatalf("the error echoes execd's text: %s", e.Message)
+			}
+			if _, again := s.Next(); again != err {
+				t.Fatalf("the next Next: %v; want the same error (the stream ended)", again)
+			}
+		})
+	}
+	s := NewCommandStream(io.NopCloser(strings.NewReader(`{"type":"init","text":"` + good + `"}` + "\n\n")))
+	if ev, err := s.Next(); err != nil || ev.Text != good {
+		t.Fatalf("execd's own id: %+v, %v", ev, err)
+	}
+}
+
+func TestValidCommandID(t *testing.T) {
+	for id, want := range map[string]bool{
+		"9f1c2e4b7a6d4e0f8b3c5d2a1e0f7c6b": true,
+		"00000000000000000000000000000000": true,
+		"9F1C2E4B7A6D4E0F8B3C5D2A1E0F7C6B": false,
+		"9f1c2e4b7a6d4e0f8b3c5d2a1e0f7c6":  false,
+		"":                                 false,
+		"9f1c2e4b7a6d4e0f8b3c5d2a1e0f7c6z": false,
+	} {
+		if got := ValidCommandID(id); got != want {
+			t.Errorf("ValidCommandID(%q) = %v, want %v", id, got, want)
+		}
+	}
+}
+
+// TestShellLargeLineRefused: a Shell of a few KiB answered with an output
+// line of 16 MiB (what answers for execd in a hostile sandbox) is refused
+// with the script's too-much error as soon as the event line passes 64
+// KiB; execd's writer sees the gateway stop reading well before the line's
+// end. Before, the line was read and decoded whole (about 48 MiB) before
+// its length was checked, in every Process/Start with extended operations
+// (its output files' script), which takes no upstream slot. A Shell whose
+// bound allows large lines still reads them (a listing's).
+func TestShellLargeLineRefused(t *testing.T) {
+	const line = 16<<20 - 4<<10 // under the 16 MiB event line bound
+	written := make(chan int64, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		n, _ := io.WriteString(w, `{"type":"init","text":"9f1c2e4b7a6d4e0f8b3c5d2a1e0f7c6b"}`+"\n\n"+`{"type":"stdout","text":"`)
+		total := int64(n)
+		chunk := strings.Repeat("x", 64<<10)
+		for left := line; left > 0; left -= len(chunk) {
+			n, err := io.WriteString(w, chunk[:min(len(chunk), left)])
+			total += int64(n)
+			if err != nil {
+				break
+			}
+		}
+		if total >= line+int64(len(`{"type":"init","text":"9f1c2e4b7a6d4e0f8b3c5d2a1e0f7c6b"}`+"\n\n"+`{"type":"stdout","text":"`)) {
+			_, _ = io.WriteString(w, `"}`+"\n\n"+`{"type":"execution_complete"}`+"\n\n")
+		}
+		written <- total
+	}))
+	defer srv.Close()
+	fe, _ := url.Parse(srv.URL)
+	c, tgt := &Client{}, Target{FixedEntry: fe, SandboxID: "sb1"}
+	_, err := c.Shell(context.Background(), tgt, 4<<10, "/", "true")
+	var e *Error
+	if !errors.As(err, &e) || e.Kind != KindUnexpected || !strings.Contains(e.Message, "printed more than 4096 bytes") {
+		t.Fatalf("Shell: %v; want the too-much error", err)
+	}
+	if n := <-written; n >= line/2 {
+		t.Fatalf("execd's writer wrote the whole line (%d bytes): the gateway read it", n)
+	}
+	res, err := c.Shell(context.Background(), tgt, 32<<20, "/", "true")
+	if err != nil || len(res.Stdout) != line+1 {
+		t.Fatalf("a Shell whose bound allows the line: %d bytes, %v", len(res.Stdout), err)
+	}
+	<-written
 }

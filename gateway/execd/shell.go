@@ -29,6 +29,11 @@ type ShellResult struct {
 	ExitCode int
 }
 
+// shellEventBytes bounds what an output event line of execd holds besides
+// its text (bytes): {"type":"stdout","text":"…","timestamp":<ms>} and the
+// blank line after it.
+const shellEventBytes = 256
+
 // shellTimeoutMs is the lifetime execd gives a Shell script.
 const shellTimeoutMs = 60_000
 
@@ -38,6 +43,10 @@ const shellTimeoutMs = 60_000
 // serves what execd has no route for (the directory listing of execd
 // v1.0.18). Output over maxOutput bytes is an *Error with KindUnexpected;
 // execd's refusals (a cwd that does not exist: 400) come back as *Error.
+// When no line within maxOutput can make an event line over
+// LargeLineBytes (its text JSON-escaped, up to 6 bytes a byte), such an
+// event line is refused as it reaches that length, unread: what answers
+// for execd cannot make a Shell of a few KiB read a 16 MiB line.
 func (c *Client) Shell(ctx context.Context, t Target, maxOutput int64, cwd, script string, args ...string) (ShellResult, error) {
 	var cmd strings.Builder
 	if len(args) > 0 {
@@ -54,6 +63,10 @@ func (c *Client) Shell(ctx context.Context, t Target, maxOutput int64, cwd, scri
 		return ShellResult{}, err
 	}
 	defer stream.Close()
+	tooMuch := &Error{Kind: KindUnexpected, Message: "the script printed more than " + strconv.FormatInt(maxOutput, 10) + " bytes"}
+	if 6*maxOutput+shellEventBytes <= LargeLineBytes {
+		stream.SetLargeLineGate(func() (func(), error) { return nil, tooMuch })
+	}
 	var res ShellResult
 	for {
 		ev, err := stream.Next()
@@ -74,7 +87,7 @@ func (c *Client) Shell(ctx context.Context, t Target, maxOutput int64, cwd, scri
 			}
 			res.Stdout = append(res.Stdout, '\n')
 			if int64(len(res.Stdout)) > maxOutput {
-				return ShellResult{}, &Error{Kind: KindUnexpected, Message: "the script printed more than " + strconv.FormatInt(maxOutput, 10) + " bytes"}
+				return ShellResult{}, tooMuch
 			}
 		case ev.Terminal():
 			code, ok := ev.ExitCode()

@@ -73,6 +73,28 @@ func (ev Event) Terminal() bool {
 	return ev.Type == EventExecutionComplete || ev.Type == EventError
 }
 
+// commandIDLen is the length of execd's command ids (bytes).
+const commandIDLen = 32
+
+// ValidCommandID reports whether id has the shape of the command ids execd
+// gives: exactly 32 lowercase hexadecimal digits, a random UUID without its
+// dashes (OpenSandbox execd names each command with github.com/google/uuid;
+// docs/wire-facts.md §X1.4). The gateway derives pids from such an id,
+// writes it into process records, and puts it in execd's URLs
+// (/command/status/{id}, DELETE /command?id=); anything else is not an id
+// execd gave.
+func ValidCommandID(id string) bool {
+	if len(id) != commandIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // maxEventLine bounds one event line (bytes). execd emits one event per
 // output line, so this is also the longest output line the gateway relays.
 const maxEventLine = 16 << 20
@@ -184,8 +206,10 @@ func (s *CommandStream) readLine() ([]byte, error) {
 
 // Next returns the next event. It returns ErrStreamEnded at EOF, an *Error
 // with KindUnexpected for a line that is not an event or is over 16 MiB,
-// the large-line gate's error as it is, and a *StreamBrokenError wrapping
-// the read error otherwise. It first releases the previous event's large
+// and for an init event whose text is not a command id (ValidCommandID;
+// the stream then ends: Next returns that error again), the large-line
+// gate's error as it is, and a *StreamBrokenError wrapping the read error
+// otherwise. It first releases the previous event's large
 // line, if it held one.
 func (s *CommandStream) Next() (Event, error) {
 	s.releaseLarge()
@@ -218,6 +242,13 @@ func (s *CommandStream) Next() (Event, error) {
 		if err := json.Unmarshal(line, &ev); err != nil || ev.Type == "" {
 			s.releaseLarge()
 			return Event{}, &Error{Kind: KindUnexpected, Message: "execd sent an event that is not JSON"}
+		}
+		if ev.Type == EventInit && !ValidCommandID(ev.Text) {
+			// Its text is not echoed: it is the sandbox's, up to 16 MiB.
+			s.releaseLarge()
+			s.err = &Error{Kind: KindUnexpected, Message: "execd's init event named the command with " + strconv.Itoa(len(ev.Text)) +
+				" bytes that are not a command id (32 lowercase hex digits)"}
+			return Event{}, s.err
 		}
 		return ev, nil
 	}

@@ -2,6 +2,9 @@ package execdstub
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -28,6 +31,13 @@ import (
 //     text is CommandLineBytes long, then nothing more (no terminal event)
 //     until the request goes away;
 //
+// with BackgroundLineBytes, also
+//
+//   - POST /command of a background command (background: true) with
+//     execd's init event and one stdout event whose text is
+//     BackgroundLineBytes long, then the end of the stream (no terminal
+//     event; every other POST /command is execd's);
+//
 // and with DownloadBytes, GET /files/download with that many bytes
 // whatever the file holds (and every other GET, file info included,
 // answered as execd's, so that the download is reached). Every other route
@@ -49,6 +59,11 @@ type Hostile struct {
 	// init event, and then hold the stream (execd reports output before
 	// init when a poll of its output files comes first).
 	EarlyOutputBytes int64
+	// BackgroundLineBytes, when positive, makes POST /command of a
+	// background command answer with init and one stdout event of this
+	// many bytes of text, and then end the stream (execd's own background
+	// stream is init, then execution_complete, and never any output).
+	BackgroundLineBytes int64
 	// DownloadBytes, when positive, makes every download answer 200 with
 	// this many bytes, chunked unless DownloadDeclared is set.
 	DownloadBytes int64
@@ -102,30 +117,54 @@ func (h *Hostile) serveEarlyOutput(w http.ResponseWriter, r *http.Request) {
 // serveCommandLine answers POST /command with the init event and a stdout
 // event of CommandLineBytes, then waits for the request to go away.
 func (h *Hostile) serveCommandLine(w http.ResponseWriter, r *http.Request) {
+	if h.writeLine(w, h.CommandLineBytes) {
+		<-r.Context().Done()
+	}
+}
+
+// isBackground reports whether r, a POST /command, starts a background
+// command, reading up to 1 MiB of its body and leaving all of it for the
+// handler.
+func isBackground(r *http.Request) bool {
+	b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(b), r.Body), r.Body}
+	var req struct {
+		Background bool `json:"background"`
+	}
+	return err == nil && json.Unmarshal(b, &req) == nil && req.Background
+}
+
+// writeLine writes the init event and a stdout event of n bytes of text,
+// and reports whether they were all written and flushed (LinesWritten
+// then counts it).
+func (h *Hostile) writeLine(w http.ResponseWriter, n int64) bool {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	if _, err := w.Write([]byte(`{"type":"init","text":"0123456789abcdef0123456789abcdef","timestamp":1}` + "\n\n")); err != nil {
-		return
+		return false
 	}
 	_ = rc.Flush()
 	if _, err := w.Write([]byte(`{"type":"stdout","text":"`)); err != nil {
-		return
+		return false
 	}
 	chunk := []byte(strings.Repeat("x", 64<<10))
-	for left := h.CommandLineBytes; left > 0; left -= int64(len(chunk)) {
+	for left := n; left > 0; left -= int64(len(chunk)) {
 		if _, err := w.Write(chunk[:min(int64(len(chunk)), left)]); err != nil {
-			return
+			return false
 		}
 	}
 	if _, err := w.Write([]byte(`"}` + "\n\n")); err != nil {
-		return
+		return false
 	}
 	if err := rc.Flush(); err != nil {
-		return
+		return false
 	}
 	h.linesWritten.Add(1)
-	<-r.Context().Done()
+	return true
 }
 
 func (h *Hostile) bytes() int64 {
@@ -146,7 +185,11 @@ func (s *Server) serveHostile(w http.ResponseWriter, r *http.Request) bool {
 		h.serveCommandLine(w, r)
 		return true
 	}
-	if h == nil || r.Method != http.MethodGet {
+	if h != nil && h.BackgroundLineBytes > 0 && r.Method == http.MethodPost && r.URL.Path == "/command" && isBackground(r) {
+		h.writeLine(w, h.BackgroundLineBytes)
+		return true
+	}
+	if h == nil || r.Method != http.MethodGet || h.BackgroundLineBytes > 0 {
 		return false
 	}
 	if h.DownloadBytes > 0 {
