@@ -53,7 +53,7 @@ type Target struct {
 	// (the host of its Ingress rules); empty sends FixedEntry's host.
 	Host string
 	// Admit, when not nil, is called by every call that reads an answer
-	// (all but Do and the upload) once the answer's head has arrived and
+	// (all but Do and the upload; ReadAt, which reads through Do, too) once the answer's head has arrived and
 	// before any byte of its body is read, error bodies included: the
 	// data plane takes its slot for reading and decoding answers there
 	// (docs/dataplane.md "Bounded cost per request and per tenant"), so a
@@ -207,8 +207,9 @@ func (c *Client) unaryOK(ctx context.Context, t Target, method, path, rawQuery s
 	return t.checked(c.do(ctx, c.unary(), t, method, path, rawQuery, nil, nil, -1))
 }
 
-// checked is t.Admit, then CheckResponse, on a do's answer.
-func (t Target) checked(resp *http.Response, err error) (*http.Response, error) {
+// admitted is t.Admit on a do's answer: the answer closed unread and
+// Admit's error returned when it refuses.
+func (t Target) admitted(resp *http.Response, err error) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -217,6 +218,15 @@ func (t Target) checked(resp *http.Response, err error) (*http.Response, error) 
 			_ = resp.Body.Close()
 			return nil, err
 		}
+	}
+	return resp, nil
+}
+
+// checked is t.Admit, then CheckResponse, on a do's answer.
+func (t Target) checked(resp *http.Response, err error) (*http.Response, error) {
+	resp, err = t.admitted(resp, err)
+	if err != nil {
+		return nil, err
 	}
 	if err := CheckResponse(resp); err != nil {
 		return nil, err

@@ -82,7 +82,7 @@ func (c *Client) ReadAt(ctx context.Context, t Target, p string, off, limit int6
 		return nil, nil
 	}
 	hdr := http.Header{"Range": {"bytes=" + strconv.FormatInt(off, 10) + "-" + strconv.FormatInt(off+limit-1, 10)}}
-	resp, err := c.Do(ctx, t, http.MethodGet, "/files/download", url.Values{"path": {p}}, hdr, nil)
+	resp, err := t.admitted(c.Do(ctx, t, http.MethodGet, "/files/download", url.Values{"path": {p}}, hdr, nil))
 	if err != nil {
 		return nil, err
 	}
