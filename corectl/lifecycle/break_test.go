@@ -37,6 +37,7 @@ import (
 // must leave it (it is not a leftover: its sandbox and allocation exist).
 func TestBreakOrphanScanKeepsTheLivePolicyWithoutOwnerRef(t *testing.T) {
 	w := start(t)
+	w.waitStartupScan(t)
 	ctx := context.Background()
 	// An hour's timeout: the scan below runs past the orphan grace (5
 	// minutes) but well before the sandbox expires, so the expiry

@@ -183,6 +183,7 @@ func TestDeleteRemovesThePolicyAfterThePod(t *testing.T) {
 // gone removes it.
 func TestOrphanScanKeepsThePolicyWhileItsPodRuns(t *testing.T) {
 	w := start(t)
+	w.waitStartupScan(t)
 	ctx := context.Background()
 	half := kubetest.NewBatchSandbox(w.nsA, "halfdeleted2", map[string]string{"allocation-id": "alhalfdeleted2"})
 	half.SetLabels(map[string]string{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelClusterID: w.cluster.ID})
@@ -235,6 +236,7 @@ func TestOrphanScanKeepsThePolicyWhileItsPodRuns(t *testing.T) {
 // the annotation, wait the grace as before.
 func TestOrphanScanRemovesAnExpiredProbeEcho(t *testing.T) {
 	w := start(t)
+	w.waitStartupScan(t)
 	ctx := context.Background()
 	echo := func(path, lifetime string) *networkingv1.Ingress {
 		ing := probesource.EchoIngress(w.cluster, probesource.EchoPathPrefix+path)

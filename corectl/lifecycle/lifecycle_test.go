@@ -680,6 +680,7 @@ func TestCreateFaultAtEveryStep(t *testing.T) {
 // the orphan scan converges it.
 func TestCreateIngressPendingCleanup(t *testing.T) {
 	w := start(t)
+	w.waitStartupScan(t)
 	w.fail(lifecycle.StepReadiness, lifecycle.StepDeleteIngress)
 	var fb struct {
 		Error   string   `json:"error"`
@@ -936,6 +937,7 @@ func TestCreateBadNetwork(t *testing.T) {
 // older than the grace.
 func TestOrphanScan(t *testing.T) {
 	w := start(t)
+	w.waitStartupScan(t)
 	ctx := context.Background()
 	// The live sandbox outlives the scan's clock (10 minutes ahead).
 	live := w.create(strings.Replace(restricted, `"timeout":300`, `"timeout":3000`, 1))
@@ -1046,6 +1048,7 @@ func TestOrphanScan(t *testing.T) {
 func TestLifecycleAsServiceAccount(t *testing.T) {
 	ctx := context.Background()
 	w := startAs(t, serviceAccount(t))
+	w.waitStartupScan(t)
 	sb := w.create(restricted)
 	w.checkToken(sb.EnvdAccessToken, sb.SandboxID)
 	if st, raw := w.do("POST", "/sandboxes/"+sb.SandboxID+"/connect", "key-a", "{}", nil); st != 200 {
@@ -1209,4 +1212,31 @@ func TestProbeSourceDiscovery(t *testing.T) {
 	}
 	noEchoLeft()
 	w.create(`{"templateID":"base"}`)
+}
+
+// waitStartupScan waits until the daemon's start-up orphan scan has ended
+// (corectl_orphan_scans_total counts it, whatever its outcome). A test
+// that runs scans of its own (w.orch.Scan) calls it before it creates the
+// objects those scans judge: the start-up scan waits for the replay, so
+// it can otherwise run in the middle of the test and delete (or keep) an
+// object before the test's own scan looks at it.
+func (w *world) waitStartupScan(t *testing.T) {
+	t.Helper()
+	kubetest.Eventually(t, 4*time.Minute, "the daemon's start-up orphan scan to end", func() (bool, error) {
+		mfs, err := w.d.Metrics().Registry.Gather()
+		if err != nil {
+			return false, err
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "corectl_orphan_scans_total" {
+				continue
+			}
+			for _, s := range mf.GetMetric() {
+				if s.GetCounter().GetValue() > 0 {
+					return true, nil
+				}
+			}
+		}
+		return false, nil
+	})
 }

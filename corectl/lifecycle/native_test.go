@@ -79,6 +79,7 @@ func carrier(t *testing.T, ns, id string) (*networkingv1.Ingress, *corev1.Servic
 func TestNativeBrowser(t *testing.T) {
 	ctx := context.Background()
 	w := startAs(t, serviceAccount(t))
+	w.waitStartupScan(t)
 	id := w.create(`{"templateID":"base"}`).SandboxID
 	u, alloc := allocationOf(t, w.nsA, id)
 	native := func(key, query string) (int, string, browser.Binding) {
