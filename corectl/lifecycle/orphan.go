@@ -15,6 +15,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -132,8 +133,15 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 		return rep, fmt.Errorf("%w: list BatchSandboxes: %s", ErrUnavailable, err.Error())
 	}
 
-	var ings networkingv1.IngressList
-	err = o.scanPages(ctx, &ings, scanPage, func() {
+	// The Ingresses' and NetworkPolicies' pages are their metadata only
+	// (PartialObjectMetadataList, protobuf): every decision below reads
+	// names, labels, annotations, owner references and the creation time,
+	// and a policy's podSelector is read with the policy itself, whole,
+	// only once it is about to be deleted. Still a consistent list from
+	// the apiserver, not the informers' cache: a stale cache could make a
+	// new sandbox's objects look orphaned.
+	ings := metadataList(networkingv1.SchemeGroupVersion.WithKind("IngressList"))
+	err = o.scanPages(ctx, ings, scanPage, func() {
 		for i := range ings.Items {
 			ing := &ings.Items[i]
 			if _, echo := ing.Labels[v1alpha1.LabelProbeEcho]; echo {
@@ -141,8 +149,8 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 				// it records: past that it is a dead discovery's leftover,
 				// removed at once (the start-up scan included) rather than
 				// after the grace.
-				if old(ing) || probesource.EchoExpired(ing, o.now()) {
-					note("Ingress", ing, deleteConfirm(ctx, o.Client, ing))
+				if old(ing) || probesource.EchoExpired(&networkingv1.Ingress{ObjectMeta: ing.ObjectMeta}, o.now()) {
+					note("Ingress", ing, deleteConfirm(ctx, o.Client, ingressRef(ing)))
 				}
 				continue
 			}
@@ -165,7 +173,7 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 				continue
 			}
 			if !exists {
-				note("Ingress", ing, deleteConfirm(ctx, o.Client, ing))
+				note("Ingress", ing, deleteConfirm(ctx, o.Client, ingressRef(ing)))
 			}
 		}
 	}, client.InNamespace(o.Cluster.Ingress.Namespace), managed)
@@ -173,8 +181,8 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 		return rep, fmt.Errorf("%w: list Ingresses: %s", ErrUnavailable, err.Error())
 	}
 
-	var nps networkingv1.NetworkPolicyList
-	err = o.scanPages(ctx, &nps, scanPage, func() {
+	nps := metadataList(networkingv1.SchemeGroupVersion.WithKind("NetworkPolicyList"))
+	err = o.scanPages(ctx, nps, scanPage, func() {
 		for i := range nps.Items {
 			np := &nps.Items[i]
 			if !old(np) {
@@ -203,15 +211,23 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 				continue
 			}
 			// A policy goes only after the pods it confines (spec §5.3):
-			// one that still selects a pod is kept for a later scan.
-			if n, err := o.podsSelected(ctx, np); err != nil || n > 0 {
+			// one that still selects a pod is kept for a later scan. Its
+			// podSelector is read with the whole policy, now.
+			pol := &networkingv1.NetworkPolicy{}
+			if err := o.Client.Get(ctx, client.ObjectKeyFromObject(np), pol); err != nil {
+				if !apierrors.IsNotFound(err) { // gone: nothing to delete
+					rep.Kept = append(rep.Kept, fmt.Sprintf("NetworkPolicy %s/%s: read the policy: %s", np.Namespace, np.Name, err.Error()))
+				}
+				continue
+			}
+			if n, err := o.podsSelected(ctx, pol); err != nil || n > 0 {
 				if err == nil {
 					err = fmt.Errorf("%w (%d)", errPodsRemain, n)
 				}
 				rep.Kept = append(rep.Kept, fmt.Sprintf("NetworkPolicy %s/%s: %s", np.Namespace, np.Name, err.Error()))
 				continue
 			}
-			note("NetworkPolicy", np, deleteConfirm(ctx, o.Client, np))
+			note("NetworkPolicy", np, deleteConfirm(ctx, o.Client, pol))
 		}
 	}, managed)
 	if err != nil {
@@ -229,6 +245,20 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 // sandbox.Cached (pod template and managed fields skipped as the JSON is
 // read; whole and unstructured, 500 a page were 24 MB).
 const scanPage = 100
+
+// metadataList returns an empty metadata-only list of kind gvk (a
+// PartialObjectMetadataList: controller-runtime's client reads it through
+// client-go's metadata client, which asks for protobuf).
+func metadataList(gvk schema.GroupVersionKind) *metav1.PartialObjectMetadataList {
+	l := &metav1.PartialObjectMetadataList{}
+	l.SetGroupVersionKind(gvk)
+	return l
+}
+
+// ingressRef is the Ingress m names, to delete it by name.
+func ingressRef(m *metav1.PartialObjectMetadata) *networkingv1.Ingress {
+	return &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name}}
+}
 
 // scanPages lists list's kind with opts, limit objects a page, calling
 // each after every page (list then holds that page).
