@@ -15,7 +15,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -140,10 +140,9 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 	// only once it is about to be deleted. Still a consistent list from
 	// the apiserver, not the informers' cache: a stale cache could make a
 	// new sandbox's objects look orphaned.
-	ings := metadataList(networkingv1.SchemeGroupVersion.WithKind("IngressList"))
-	err = o.scanPages(ctx, ings, scanPage, func() {
-		for i := range ings.Items {
-			ing := &ings.Items[i]
+	err = o.scanMetadata(ctx, "ingresses", "IngressList", o.Cluster.Ingress.Namespace, managed, func(ings []metav1.PartialObjectMetadata) {
+		for i := range ings {
+			ing := &ings[i]
 			if _, echo := ing.Labels[v1alpha1.LabelProbeEcho]; echo {
 				// A discovery uses its echo Ingress for at most the lifetime
 				// it records: past that it is a dead discovery's leftover,
@@ -176,15 +175,14 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 				note("Ingress", ing, deleteConfirm(ctx, o.Client, ingressRef(ing)))
 			}
 		}
-	}, client.InNamespace(o.Cluster.Ingress.Namespace), managed)
+	})
 	if err != nil {
 		return rep, fmt.Errorf("%w: list Ingresses: %s", ErrUnavailable, err.Error())
 	}
 
-	nps := metadataList(networkingv1.SchemeGroupVersion.WithKind("NetworkPolicyList"))
-	err = o.scanPages(ctx, nps, scanPage, func() {
-		for i := range nps.Items {
-			np := &nps.Items[i]
+	err = o.scanMetadata(ctx, "networkpolicies", "NetworkPolicyList", "", managed, func(nps []metav1.PartialObjectMetadata) {
+		for i := range nps {
+			np := &nps[i]
 			if !old(np) {
 				continue
 			}
@@ -229,7 +227,7 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 			}
 			note("NetworkPolicy", np, deleteConfirm(ctx, o.Client, pol))
 		}
-	}, managed)
+	})
 	if err != nil {
 		return rep, fmt.Errorf("%w: list NetworkPolicies: %s", ErrUnavailable, err.Error())
 	}
@@ -246,13 +244,31 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 // read; whole and unstructured, 500 a page were 24 MB).
 const scanPage = 100
 
-// metadataList returns an empty metadata-only list of kind gvk (a
-// PartialObjectMetadataList: controller-runtime's client reads it through
-// client-go's metadata client, which asks for protobuf).
-func metadataList(gvk schema.GroupVersionKind) *metav1.PartialObjectMetadataList {
-	l := &metav1.PartialObjectMetadataList{}
-	l.SetGroupVersionKind(gvk)
-	return l
+// scanMetadata lists the metadata of resource (ingresses or
+// networkpolicies, list kind listKind) in namespace ("": every namespace)
+// labelled sel, scanPage objects a page, calling each with every page's
+// items as scanmeta.Project gives them: through o.Metadata, or without it as
+// a PartialObjectMetadataList of controller-runtime's client (client-go's
+// metadata client, which asks for protobuf and decodes the metadata
+// whole).
+func (o *Orchestrator) scanMetadata(ctx context.Context, resource, listKind, namespace string, sel client.MatchingLabels, each func([]metav1.PartialObjectMetadata)) error {
+	if o.Metadata == nil {
+		l := &metav1.PartialObjectMetadataList{}
+		l.SetGroupVersionKind(networkingv1.SchemeGroupVersion.WithKind(listKind))
+		return o.scanPages(ctx, l, scanPage, func() { each(l.Items) }, client.InNamespace(namespace), sel)
+	}
+	opts := &metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set(sel)).String(), Limit: scanPage}
+	for {
+		items, cont, err := o.Metadata.Page(ctx, resource, namespace, opts)
+		if err != nil {
+			return err
+		}
+		each(items)
+		if cont == "" {
+			return nil
+		}
+		opts.Continue = cont
+	}
 }
 
 // ingressRef is the Ingress m names, to delete it by name.

@@ -18,8 +18,10 @@ import (
 	"github.com/sandgate/sandgate/corectl/lifecycle"
 	"github.com/sandgate/sandgate/corectl/probesource"
 	"github.com/sandgate/sandgate/corectl/sandbox"
+	"github.com/sandgate/sandgate/corectl/scanmeta"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -95,29 +97,38 @@ func seedSandbox(ctx context.Context, c *cluster.Cluster, ns, id string) error {
 // minute (docs/benchmarks.md "Issue 33: the orphan scan's allocation");
 // B/sandbox is that divided by the sandboxes.
 func BenchmarkOrphanScan(b *testing.B) {
+	meta, err := scanmeta.New(env.Config)
+	if err != nil {
+		b.Fatal(err)
+	}
 	for _, n := range []int{1000} {
-		b.Run(fmt.Sprintf("sandboxes=%d", n), func(b *testing.B) {
-			c := seedSandboxes(b, n)
-			o := &lifecycle.Orchestrator{Client: env.Client, Cluster: c,
-				Now: func() time.Time { return time.Now().Add(time.Hour) }}
-			ctx := context.Background()
-			scan := func() {
-				rep, err := o.Scan(ctx)
-				if err != nil {
-					b.Fatal(err)
+		c := seedSandboxes(b, n)
+		for _, lister := range []struct {
+			name string
+			meta *scanmeta.Lister
+		}{{"metadata-client", nil}, {"scanmeta", meta}} {
+			b.Run(fmt.Sprintf("sandboxes=%d/list=%s", n, lister.name), func(b *testing.B) {
+				o := &lifecycle.Orchestrator{Client: env.Client, Metadata: lister.meta, Cluster: c,
+					Now: func() time.Time { return time.Now().Add(time.Hour) }}
+				ctx := context.Background()
+				scan := func() {
+					rep, err := o.Scan(ctx)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if len(rep.Deleted)+len(rep.Failed)+len(rep.Kept) > 0 {
+						b.Fatalf("the scan touched live sandboxes: %+v", rep)
+					}
 				}
-				if len(rep.Deleted)+len(rep.Failed)+len(rep.Kept) > 0 {
-					b.Fatalf("the scan touched live sandboxes: %+v", rep)
+				scan() // warms the clients' connections and discovery
+				b.ReportAllocs()
+				b.ResetTimer()
+				for b.Loop() {
+					scan()
 				}
-			}
-			scan() // warms the clients' connections and discovery
-			b.ReportAllocs()
-			b.ResetTimer()
-			for b.Loop() {
-				scan()
-			}
-			b.StopTimer()
-		})
+				b.StopTimer()
+			})
+		}
 	}
 }
 
@@ -191,6 +202,10 @@ func TestOrphanScanMetadataAgreesWithTheTypedList(t *testing.T) {
 		}
 	})
 	managed := client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelClusterID: c.ID}
+	lister, err := scanmeta.New(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, k := range []struct {
 		kind  string
 		typed client.ObjectList
@@ -221,6 +236,19 @@ func TestOrphanScanMetadataAgreesWithTheTypedList(t *testing.T) {
 		want := k.metas(k.typed)
 		if len(want) != 9 { // every object but the other cluster's
 			t.Fatalf("%s: typed list has %d objects, want 9", k.kind, len(want))
+		}
+		// scanmeta's pages hold scanmeta.Project of the same objects.
+		var wantProjected []metav1.PartialObjectMetadata
+		for i := range want {
+			wantProjected = append(wantProjected, scanmeta.Project(&want[i]))
+		}
+		items, cont, err := lister.Page(ctx, map[string]string{"Ingress": "ingresses", "NetworkPolicy": "networkpolicies"}[k.kind], k.ns, &metav1.ListOptions{
+			LabelSelector: labels.SelectorFromSet(labels.Set(managed)).String(), Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cont != "" || !reflect.DeepEqual(items, wantProjected) {
+			t.Errorf("%s: scanmeta's page differs from the typed list's projection:\n got %q %+v\nwant %+v", k.kind, cont, items, wantProjected)
 		}
 		var got []metav1.ObjectMeta
 		for _, m := range meta.Items {
