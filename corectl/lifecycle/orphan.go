@@ -213,7 +213,13 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 			// podSelector is read with the whole policy, now.
 			pol := &networkingv1.NetworkPolicy{}
 			if err := o.Client.Get(ctx, client.ObjectKeyFromObject(np), pol); err != nil {
-				if !apierrors.IsNotFound(err) { // gone: nothing to delete
+				if apierrors.IsNotFound(err) {
+					// Gone since the list (another scan or delete took
+					// it): reported as deleteConfirm reports a policy
+					// already gone, as the scan did when it read the
+					// podSelector from the list.
+					note("NetworkPolicy", np, nil)
+				} else {
 					rep.Kept = append(rep.Kept, fmt.Sprintf("NetworkPolicy %s/%s: read the policy: %s", np.Namespace, np.Name, err.Error()))
 				}
 				continue
