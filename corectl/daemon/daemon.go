@@ -37,6 +37,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/probesource"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	"github.com/sandgate/sandgate/corectl/sandboxlogs"
+	"github.com/sandgate/sandgate/corectl/scanmeta"
 	"github.com/sandgate/sandgate/corectl/template"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/entryprobe"
@@ -337,6 +338,10 @@ func New(opts Options) (*Daemon, error) {
 		if err != nil {
 			return nil, fmt.Errorf("cluster %s: %w", c.ID, err)
 		}
+		scanMeta, err := scanmeta.New(dcfg)
+		if err != nil {
+			return nil, fmt.Errorf("cluster %s: %w", c.ID, err)
+		}
 		eg := &egress.Engine{Client: direct, Cluster: c, Events: rec, Policies: policies}
 		in := &ingressallow.Engine{Client: direct, Cluster: c, Events: rec}
 		p.egress, p.ingress = eg, in
@@ -376,7 +381,7 @@ func New(opts Options) (*Daemon, error) {
 		}
 		p.handle = h
 		if opts.TokenKey != nil {
-			lc := &lifecycle.Orchestrator{Client: direct, Cache: p.cache, Cluster: c, Egress: eg, Ingress: in, Key: *opts.TokenKey,
+			lc := &lifecycle.Orchestrator{Client: direct, Metadata: scanMeta, Cache: p.cache, Cluster: c, Egress: eg, Ingress: in, Key: *opts.TokenKey,
 				Template: opts.Config.SandboxTemplate, MaxTimeout: opts.MaxTimeout, TokenGrace: opts.TokenGrace, ReadyBudget: opts.ReadyBudget, OrphanGrace: opts.OrphanGrace, Probe: probe,
 				Metrics: opts.Metrics, HTTP: entryHTTP}
 			if opts.Lifecycle != nil {

@@ -69,6 +69,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/metrics"
 	"github.com/sandgate/sandgate/corectl/probesource"
 	"github.com/sandgate/sandgate/corectl/sandbox"
+	"github.com/sandgate/sandgate/corectl/scanmeta"
 	"github.com/sandgate/sandgate/corectl/template"
 	"github.com/sandgate/sandgate/gateway/token"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -237,6 +238,11 @@ type Orchestrator struct {
 	// DefaultPodGoneWait). Past it the policy is kept, still confining
 	// whatever runs, and the orphan scan removes it once no pod is left.
 	PodGoneWait time.Duration
+	// Metadata lists the orphan scan's Ingresses and NetworkPolicies,
+	// decoding only what the scan decides on (scanmeta.New on the
+	// cluster's configuration). nil: controller-runtime's metadata client
+	// through Client, which decodes each object's metadata whole.
+	Metadata *scanmeta.Lister
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Probe, when set, discovers the control-plane probe sources merged

@@ -15,6 +15,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -132,17 +133,23 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 		return rep, fmt.Errorf("%w: list BatchSandboxes: %s", ErrUnavailable, err.Error())
 	}
 
-	var ings networkingv1.IngressList
-	err = o.scanPages(ctx, &ings, scanPage, func() {
-		for i := range ings.Items {
-			ing := &ings.Items[i]
+	// The Ingresses' and NetworkPolicies' pages are their metadata only
+	// (PartialObjectMetadataList, protobuf): every decision below reads
+	// names, labels, annotations, owner references and the creation time,
+	// and a policy's podSelector is read with the policy itself, whole,
+	// only once it is about to be deleted. Still a consistent list from
+	// the apiserver, not the informers' cache: a stale cache could make a
+	// new sandbox's objects look orphaned.
+	err = o.scanMetadata(ctx, "ingresses", "IngressList", o.Cluster.Ingress.Namespace, managed, func(ings []metav1.PartialObjectMetadata) {
+		for i := range ings {
+			ing := &ings[i]
 			if _, echo := ing.Labels[v1alpha1.LabelProbeEcho]; echo {
 				// A discovery uses its echo Ingress for at most the lifetime
 				// it records: past that it is a dead discovery's leftover,
 				// removed at once (the start-up scan included) rather than
 				// after the grace.
-				if old(ing) || probesource.EchoExpired(ing, o.now()) {
-					note("Ingress", ing, deleteConfirm(ctx, o.Client, ing))
+				if old(ing) || probesource.EchoExpired(&networkingv1.Ingress{ObjectMeta: ing.ObjectMeta}, o.now()) {
+					note("Ingress", ing, deleteConfirm(ctx, o.Client, ingressRef(ing)))
 				}
 				continue
 			}
@@ -165,18 +172,17 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 				continue
 			}
 			if !exists {
-				note("Ingress", ing, deleteConfirm(ctx, o.Client, ing))
+				note("Ingress", ing, deleteConfirm(ctx, o.Client, ingressRef(ing)))
 			}
 		}
-	}, client.InNamespace(o.Cluster.Ingress.Namespace), managed)
+	})
 	if err != nil {
 		return rep, fmt.Errorf("%w: list Ingresses: %s", ErrUnavailable, err.Error())
 	}
 
-	var nps networkingv1.NetworkPolicyList
-	err = o.scanPages(ctx, &nps, scanPage, func() {
-		for i := range nps.Items {
-			np := &nps.Items[i]
+	err = o.scanMetadata(ctx, "networkpolicies", "NetworkPolicyList", "", managed, func(nps []metav1.PartialObjectMetadata) {
+		for i := range nps {
+			np := &nps[i]
 			if !old(np) {
 				continue
 			}
@@ -203,17 +209,31 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 				continue
 			}
 			// A policy goes only after the pods it confines (spec §5.3):
-			// one that still selects a pod is kept for a later scan.
-			if n, err := o.podsSelected(ctx, np); err != nil || n > 0 {
+			// one that still selects a pod is kept for a later scan. Its
+			// podSelector is read with the whole policy, now.
+			pol := &networkingv1.NetworkPolicy{}
+			if err := o.Client.Get(ctx, client.ObjectKeyFromObject(np), pol); err != nil {
+				if apierrors.IsNotFound(err) {
+					// Gone since the list (another scan or delete took
+					// it): reported as deleteConfirm reports a policy
+					// already gone, as the scan did when it read the
+					// podSelector from the list.
+					note("NetworkPolicy", np, nil)
+				} else {
+					rep.Kept = append(rep.Kept, fmt.Sprintf("NetworkPolicy %s/%s: read the policy: %s", np.Namespace, np.Name, err.Error()))
+				}
+				continue
+			}
+			if n, err := o.podsSelected(ctx, pol); err != nil || n > 0 {
 				if err == nil {
 					err = fmt.Errorf("%w (%d)", errPodsRemain, n)
 				}
 				rep.Kept = append(rep.Kept, fmt.Sprintf("NetworkPolicy %s/%s: %s", np.Namespace, np.Name, err.Error()))
 				continue
 			}
-			note("NetworkPolicy", np, deleteConfirm(ctx, o.Client, np))
+			note("NetworkPolicy", np, deleteConfirm(ctx, o.Client, pol))
 		}
-	}, managed)
+	})
 	if err != nil {
 		return rep, fmt.Errorf("%w: list NetworkPolicies: %s", ErrUnavailable, err.Error())
 	}
@@ -229,6 +249,38 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 // sandbox.Cached (pod template and managed fields skipped as the JSON is
 // read; whole and unstructured, 500 a page were 24 MB).
 const scanPage = 100
+
+// scanMetadata lists the metadata of resource (ingresses or
+// networkpolicies, list kind listKind) in namespace ("": every namespace)
+// labelled sel, scanPage objects a page, calling each with every page's
+// items as scanmeta.Project gives them: through o.Metadata, or without it as
+// a PartialObjectMetadataList of controller-runtime's client (client-go's
+// metadata client, which asks for protobuf and decodes the metadata
+// whole).
+func (o *Orchestrator) scanMetadata(ctx context.Context, resource, listKind, namespace string, sel client.MatchingLabels, each func([]metav1.PartialObjectMetadata)) error {
+	if o.Metadata == nil {
+		l := &metav1.PartialObjectMetadataList{}
+		l.SetGroupVersionKind(networkingv1.SchemeGroupVersion.WithKind(listKind))
+		return o.scanPages(ctx, l, scanPage, func() { each(l.Items) }, client.InNamespace(namespace), sel)
+	}
+	opts := &metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set(sel)).String(), Limit: scanPage}
+	for {
+		items, cont, err := o.Metadata.Page(ctx, resource, namespace, opts)
+		if err != nil {
+			return err
+		}
+		each(items)
+		if cont == "" {
+			return nil
+		}
+		opts.Continue = cont
+	}
+}
+
+// ingressRef is the Ingress m names, to delete it by name.
+func ingressRef(m *metav1.PartialObjectMetadata) *networkingv1.Ingress {
+	return &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name}}
+}
 
 // scanPages lists list's kind with opts, limit objects a page, calling
 // each after every page (list then holds that page).
