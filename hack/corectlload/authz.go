@@ -19,6 +19,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sandgate/sandgate/hack/gctrace"
 )
 
 // The authz goal: GET /internal/v1/authorize at -authz-rate questions/s,
@@ -356,26 +358,26 @@ func (w *world) authzRound(p *proc, client string, f *authzFigures) {
 	fmt.Printf("    the slowest 1%% (%d questions, ≥ %s): send delay median %s (max %s), actual send → answer median %s (max %s)\n",
 		len(tail), ms(total[tail[0]]), ms(tdm), ms(td[len(td)-1]), ms(tsm), ms(ts2[len(ts2)-1]))
 	if p.gc != nil {
-		ws := p.gc.snapshot()
+		ws := p.gc.Snapshot()
 		from, to := qs[0].due, qs[0].done
 		for _, q := range qs {
 			from, to = min(from, q.due), max(to, q.done)
 		}
 		inPhase := 0
 		for _, g := range ws {
-			if g.start <= to && from <= g.end {
+			if g.Start <= to && from <= g.End {
 				inPhase++
 			}
 		}
 		if inPhase > 0 || len(ws) > 0 {
 			tailGC, allGC := 0, 0
 			for _, i := range tail {
-				if overlaps(ws, qs[i].due, qs[i].done) {
+				if gctrace.Overlaps(ws, qs[i].due, qs[i].done) {
 					tailGC++
 				}
 			}
 			for _, q := range qs {
-				if overlaps(ws, q.due, q.done) {
+				if gctrace.Overlaps(ws, q.due, q.done) {
 					allGC++
 				}
 			}

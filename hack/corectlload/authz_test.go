@@ -85,15 +85,3 @@ func TestAskAllOpenLoop(t *testing.T) {
 		}
 	}
 }
-
-// TestGctraceClock: a gctrace line's wall-clock phases are summed; other
-// lines are not collections.
-func TestGctraceClock(t *testing.T) {
-	d, ok := gctraceClock("gc 12 @3.456s 2%: 0.021+4.5+0.034 ms clock, 0.042+1.2/2.1/0+0.068 ms cpu, 180->182->95 MB, 190 MB goal, 0 MB stacks, 0 MB globals, 2 P")
-	if !ok || d != 4555*time.Microsecond {
-		t.Fatalf("%v %v", d, ok)
-	}
-	if _, ok := gctraceClock(`{"msg":"corectl serving"}`); ok {
-		t.Fatal("a log line read as a collection")
-	}
-}

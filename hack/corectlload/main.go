@@ -89,17 +89,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/sandgate/sandgate/corectl/apikey"
-	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
-	"github.com/sandgate/sandgate/corectl/cluster"
-	"github.com/sandgate/sandgate/corectl/daemon"
-	"github.com/sandgate/sandgate/corectl/egress"
-	"github.com/sandgate/sandgate/corectl/ingressallow"
-	"github.com/sandgate/sandgate/corectl/kubetest"
-	"github.com/sandgate/sandgate/corectl/lifecycle"
-	"github.com/sandgate/sandgate/corectl/probesource"
-	"github.com/sandgate/sandgate/corectl/sandbox"
-	"github.com/sandgate/sandgate/gateway/token"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -111,6 +100,19 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/sandgate/sandgate/corectl/apikey"
+	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/cluster"
+	"github.com/sandgate/sandgate/corectl/daemon"
+	"github.com/sandgate/sandgate/corectl/egress"
+	"github.com/sandgate/sandgate/corectl/ingressallow"
+	"github.com/sandgate/sandgate/corectl/kubetest"
+	"github.com/sandgate/sandgate/corectl/lifecycle"
+	"github.com/sandgate/sandgate/corectl/probesource"
+	"github.com/sandgate/sandgate/corectl/sandbox"
+	"github.com/sandgate/sandgate/gateway/token"
+	"github.com/sandgate/sandgate/hack/gctrace"
 )
 
 const (
@@ -661,7 +663,7 @@ type proc struct {
 	exited chan struct{}
 	// gc has the collections corectl's GODEBUG=gctrace=1 lines report
 	// (none without it).
-	gc *gcWatch
+	gc *gctrace.Watch
 }
 
 func (p *proc) stop() {
@@ -707,7 +709,7 @@ func (w *world) start(name, bin string, env []string) (*proc, error) {
 		return nil, err
 	}
 	pr, pw := io.Pipe()
-	p.gc = &gcWatch{next: io.MultiWriter(pw, logf)}
+	p.gc = &gctrace.Watch{Next: io.MultiWriter(pw, logf), KeepGC: true}
 	p.cmd.Stderr = p.gc
 	p.cmd.Stdout = logf
 	if err := p.cmd.Start(); err != nil {

@@ -126,6 +126,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/sandgate/sandgate/hack/gatewayproc"
+	"github.com/sandgate/sandgate/hack/gctrace"
 	"github.com/sandgate/sandgate/internal/freeport"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/node/sim"
@@ -324,12 +325,12 @@ http://127.0.0.1:%s {
 	if o.gatewayEnv != "" {
 		genv = strings.Split(o.gatewayEnv, ",")
 	}
-	var gwGC, nodesGC *gcWatch
+	var gwGC, nodesGC *gctrace.Watch
 	if o.gctrace {
 		genv = append(genv, "GODEBUG=gctrace=1") // the last GODEBUG wins
-		gwGC = &gcWatch{next: output, keepGC: true}
+		gwGC = &gctrace.Watch{Next: output, KeepGC: true}
 		output = gwGC
-		nodesGC = &gcWatch{next: os.Stderr}
+		nodesGC = &gctrace.Watch{Next: os.Stderr}
 	}
 	gw, err := gatewayproc.Start(o.caddy, dir, caddyfile, output, genv...)
 	if err != nil {
@@ -477,7 +478,7 @@ http://127.0.0.1:%s {
 			times, err := loadAnswerLog(path)
 			p := phases{answers: times}
 			if gwGC != nil {
-				p.gateway, p.nodes = gwGC.snapshot(), nodesGC.snapshot()
+				p.gateway, p.nodes = gwGC.Snapshot(), nodesGC.Snapshot()
 			}
 			return p, err
 		}
@@ -1003,7 +1004,7 @@ type nodesProc struct {
 // startNodes starts this binary with -role nodes and the nodes' GOGC;
 // with gc (-gctrace) also with GODEBUG=gctrace=1, its standard error
 // read through gc.
-func startNodes(o options, nodesFile, base string, gc *gcWatch) (*nodesProc, error) {
+func startNodes(o options, nodesFile, base string, gc *gctrace.Watch) (*nodesProc, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err

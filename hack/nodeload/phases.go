@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sandgate/sandgate/hack/gctrace"
 )
 
 // answerLog is the nodes' process's record of when each node got its
@@ -76,91 +77,6 @@ type opTiming struct {
 	due, sent, written, frameIn, received, answered, answerIn, done int64
 }
 
-// gcWindow is one garbage collection of a process as its
-// GODEBUG=gctrace=1 line reported it: from start to end, wall clock.
-type gcWindow struct{ start, end int64 }
-
-// gcWatch reads a process's output line by line and keeps, for every
-// gctrace line ("gc N @Xs P%: a+b+c ms clock, …"), the window from the
-// line's arrival less the collection's wall-clock time to its arrival.
-// The runtime prints the line when the collection ends, so the window is
-// late by the pipe's delay, well under a millisecond on an idle CPU. Other
-// lines are passed on to next (nil: dropped).
-type gcWatch struct {
-	next io.Writer
-	// keepGC passes the gctrace lines on to next too.
-	keepGC  bool
-	mu      sync.Mutex
-	partial []byte
-	windows []gcWindow
-}
-
-func (w *gcWatch) Write(p []byte) (int, error) {
-	now := time.Now().UnixNano()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.partial = append(w.partial, p...)
-	for {
-		i := bytes.IndexByte(w.partial, '\n')
-		if i < 0 {
-			break
-		}
-		line := w.partial[:i+1]
-		w.partial = w.partial[i+1:]
-		d, gc := gctraceClock(string(line[:i]))
-		if gc {
-			w.windows = append(w.windows, gcWindow{start: now - int64(d), end: now})
-		}
-		if w.next != nil && (!gc || w.keepGC) {
-			_, _ = w.next.Write(line) // a side channel: a failed write loses the line only
-		}
-	}
-	return len(p), nil
-}
-
-// snapshot returns the windows so far.
-func (w *gcWatch) snapshot() []gcWindow {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Clone(w.windows)
-}
-
-// gctraceClock returns the wall-clock length of the collection a
-// GODEBUG=gctrace=1 line reports: the sum of its "a+b+c ms clock" phases
-// (sweep termination, concurrent mark, mark termination).
-func gctraceClock(line string) (time.Duration, bool) {
-	if !strings.HasPrefix(line, "gc ") {
-		return 0, false
-	}
-	_, rest, ok := strings.Cut(line, "%: ")
-	if !ok {
-		return 0, false
-	}
-	clock, _, ok := strings.Cut(rest, " ms clock")
-	if !ok {
-		return 0, false
-	}
-	var total float64
-	for _, f := range strings.Split(clock, "+") {
-		v, err := strconv.ParseFloat(f, 64)
-		if err != nil {
-			return 0, false
-		}
-		total += v
-	}
-	return time.Duration(total * float64(time.Millisecond)), true
-}
-
-// overlaps reports whether [from, to] meets one of the windows.
-func overlaps(ws []gcWindow, from, to int64) bool {
-	for _, w := range ws {
-		if w.start <= to && from <= w.end {
-			return true
-		}
-	}
-	return false
-}
-
 // phaseReport prints where the operations' time went: the quantiles of
 // each segment of the timeline (send delay: due → sent; out: sent → the
 // node had read the request, i.e. the tool's write, the gateway's HTTP
@@ -175,7 +91,7 @@ func overlaps(ws []gcWindow, from, to int64) bool {
 // the slowest 1 % overlapped a collection of the gateway or of the nodes'
 // process (with the share of all operations that did, for comparison).
 // It returns the result-line figures.
-func phaseReport(w io.Writer, ops []opTiming, gw, nodes []gcWindow) result {
+func phaseReport(w io.Writer, ops []opTiming, gw, nodes []gctrace.Window) result {
 	r := result{}
 	var full []opTiming
 	stamped := true
@@ -245,10 +161,10 @@ func phaseReport(w io.Writer, ops []opTiming, gw, nodes []gcWindow) result {
 	}
 	tail := slowest("1%", "tail_", len(full)/100)
 	tail999 := slowest("0.1%", "tail999_", len(full)/1000)
-	count := func(set []opTiming, ws []gcWindow) int {
+	count := func(set []opTiming, ws []gctrace.Window) int {
 		n := 0
 		for _, o := range set {
-			if overlaps(ws, o.due, o.done) {
+			if gctrace.Overlaps(ws, o.due, o.done) {
 				n++
 			}
 		}
@@ -262,10 +178,10 @@ func phaseReport(w io.Writer, ops []opTiming, gw, nodes []gcWindow) result {
 		for _, o := range full {
 			from, to = min(from, o.due), max(to, o.done)
 		}
-		inPhase := func(ws []gcWindow) int {
+		inPhase := func(ws []gctrace.Window) int {
 			n := 0
 			for _, w := range ws {
-				if w.start <= to && from <= w.end {
+				if w.Start <= to && from <= w.End {
 					n++
 				}
 			}
@@ -288,7 +204,7 @@ func phaseReport(w io.Writer, ops []opTiming, gw, nodes []gcWindow) result {
 // collections of the gateway and of the nodes' process.
 type phases struct {
 	answers        [][][3]int64
-	gateway, nodes []gcWindow
+	gateway, nodes []gctrace.Window
 }
 
 // runDelay is the time the threads of process pid have spent runnable

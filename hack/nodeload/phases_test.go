@@ -7,49 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/hack/gctrace"
 )
-
-// TestGctraceClock: the wall-clock length of a collection is the sum of
-// the three "ms clock" phases of a Go 1.26 gctrace line; other lines are
-// not collections.
-func TestGctraceClock(t *testing.T) {
-	d, ok := gctraceClock("gc 12 @34.567s 2%: 0.11+45+0.020 ms clock, 0.22+1.0/40/0+0.04 ms cpu, 300->310->70 MB, 350 MB goal, 0 MB stacks, 0 MB globals, 1 P")
-	if !ok || d != 45130*time.Microsecond {
-		t.Fatalf("gctraceClock = %s, %v; want 45.13ms, true", d, ok)
-	}
-	for _, line := range []string{"", "gc", "gcx 1 @0.1s 0%: 1+1+1 ms clock", "gc 1 @0.1s 0%: 1+x+1 ms clock", `{"level":"warn"}`} {
-		if _, ok := gctraceClock(line); ok {
-			t.Errorf("gctraceClock(%q) took it for a collection", line)
-		}
-	}
-}
-
-// TestGCWatchKeepsWindowsAndPassesOtherLines: a gctrace line split over
-// writes gives one window ending when its last byte arrived; other lines
-// go on to next, and the gctrace lines too only with keepGC.
-func TestGCWatchKeepsWindowsAndPassesOtherLines(t *testing.T) {
-	for _, keep := range []bool{false, true} {
-		var out bytes.Buffer
-		w := &gcWatch{next: &out, keepGC: keep}
-		before := time.Now().UnixNano()
-		for _, p := range []string{"hello\ngc 1 @0.5s 1%: 1+", "2+3 ms clock, 1 P\nbye", "\n"} {
-			if n, err := w.Write([]byte(p)); n != len(p) || err != nil {
-				t.Fatalf("Write = %d, %v", n, err)
-			}
-		}
-		ws := w.snapshot()
-		if len(ws) != 1 || ws[0].end-ws[0].start != int64(6*time.Millisecond) || ws[0].end < before {
-			t.Fatalf("windows %v; want one of 6 ms ending after %d", ws, before)
-		}
-		want := "hello\nbye\n"
-		if keep {
-			want = "hello\ngc 1 @0.5s 1%: 1+2+3 ms clock, 1 P\nbye\n"
-		}
-		if out.String() != want {
-			t.Errorf("keepGC %v: passed on %q, want %q", keep, out.String(), want)
-		}
-	}
-}
 
 // TestAnswerLogRoundTrip: what the nodes' process saves the tool loads,
 // per node in arrival order.
@@ -79,14 +39,14 @@ func TestAnswerLogRoundTrip(t *testing.T) {
 func TestPhaseReportNamesTheSlowSegment(t *testing.T) {
 	ms := int64(time.Millisecond)
 	var ops []opTiming
-	var gc []gcWindow
+	var gc []gctrace.Window
 	for i := range 1000 {
 		due := int64(i) * 10 * ms
 		o := opTiming{due: due, sent: due + ms/10, written: due + ms/10, frameIn: due + ms/5, received: due + ms/2, answered: due + ms/2 + ms/100,
 			answerIn: due + ms*9/10, done: due + ms}
 		if i%100 == 0 {
 			o.done += 20 * ms
-			gc = append(gc, gcWindow{start: o.answered, end: o.done})
+			gc = append(gc, gctrace.Window{Start: o.answered, End: o.done})
 		}
 		ops = append(ops, o)
 	}
