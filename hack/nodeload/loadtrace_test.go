@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"net"
 	"runtime"
 	"runtime/trace"
 	"strings"
@@ -16,30 +15,7 @@ import (
 // in order, on the wall clock, between the write and the log, and with
 // the wait's reason the network.
 func TestReadWakeupsOfANetworkRead(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			close(accepted)
-			return
-		}
-		accepted <- c
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	peer, ok := <-accepted
-	if !ok {
-		t.Fatal("accept failed")
-	}
-	defer peer.Close()
+	c, peer := loopbackPair(t)
 
 	var buf bytes.Buffer
 	if err := trace.Start(&buf); err != nil {

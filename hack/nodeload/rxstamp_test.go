@@ -14,33 +14,12 @@ import (
 // moves the stamp on; the peer's close is io.EOF; a read deadline still
 // ends a read that waits.
 func TestStampConnStampsEachRead(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			close(accepted)
-			return
-		}
-		accepted <- c
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, peer := loopbackPair(t)
 	sc, err := newStampConn(c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sc.Close()
-	peer, ok := <-accepted
-	if !ok {
-		t.Fatal("accept failed")
-	}
 	if sc.Stamp() != 0 {
 		t.Fatalf("stamp %d before any read; want 0", sc.Stamp())
 	}
@@ -100,4 +79,35 @@ func TestNewStampConnRefusesNonTCP(t *testing.T) {
 	if _, err := newStampConn(a); err == nil {
 		t.Fatal("newStampConn took a net.Pipe")
 	}
+}
+
+// loopbackPair returns both ends of a new loopback TCP connection: the
+// dialled one and the accepted one, both closed when the test ends.
+func loopbackPair(t *testing.T) (dialled, accepted net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	acc := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			close(acc)
+			return
+		}
+		acc <- c
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	peer, ok := <-acc
+	if !ok {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { peer.Close() })
+	return c, peer
 }
