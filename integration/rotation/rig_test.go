@@ -493,9 +493,30 @@ func (r *rig) replica() *corectlProc {
 		return resp.StatusCode == http.StatusOK, nil
 	})
 	if err != nil {
-		t.Fatalf("%s never became ready: %v", p.name, err)
+		t.Fatalf("%s never became ready: %v\n%s", p.name, err, p.notReady(probe))
 	}
 	return p
+}
+
+// notReady says why the replica whose probe listener is probe is not
+// ready, for a test's failure message: its /readyz?verbose answer (each
+// check's status) and the last 4 KiB of its log.
+func (p *corectlProc) notReady(probe string) string {
+	var b strings.Builder
+	if resp, err := http.Get("http://" + probe + "/readyz?verbose"); err != nil {
+		fmt.Fprintf(&b, "/readyz?verbose: %v\n", err)
+	} else {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<10))
+		resp.Body.Close()
+		fmt.Fprintf(&b, "/readyz?verbose: %d\n%s\n", resp.StatusCode, body)
+	}
+	if log, err := os.ReadFile(p.log); err == nil {
+		if len(log) > 4<<10 {
+			log = log[len(log)-4<<10:]
+		}
+		fmt.Fprintf(&b, "the end of %s's log:\n%s", p.name, log)
+	}
+	return b.String()
 }
 
 // api calls corectl's API through its Service with the rig's API key.
