@@ -60,8 +60,13 @@ func BenchmarkAuthorize(b *testing.B) {
 	}
 }
 
-func benchmarkAuthorize(b *testing.B, withMetrics bool) {
-	const tok = "bench-internal-token-0123456789abcdef"
+// benchToken is the internal token of the benchmarks' servers.
+const benchToken = "bench-internal-token-0123456789abcdef"
+
+// benchServer is the benchmarks' authorizer: credential "own" and its
+// ready sandbox sb-0123456789abcdef in a shared cache, corectl's metrics
+// on when withMetrics is set.
+func benchServer(withMetrics bool) *httpapi.Server {
 	creds := credential.Static{"own": {ID: "own", Enabled: true, ProjectNamespace: "project", ClusterID: "c1"}}
 	end := time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano)
 	u := &sandbox.Cached{
@@ -75,11 +80,17 @@ func benchmarkAuthorize(b *testing.B, withMetrics bool) {
 		Status: sandbox.CachedStatus{Ready: 1},
 	}
 	cache := sharedCache{{Namespace: "project", Name: "sb-0123456789abcdef"}: u}
-	srv := &httpapi.Server{Credentials: creds, InternalToken: tok,
+	srv := &httpapi.Server{Credentials: creds, InternalToken: benchToken,
 		Clusters: map[string]*httpapi.ClusterHandle{"c1": {Cluster: &cluster.Cluster{ID: "c1"}, Cache: cache}}}
 	if withMetrics {
 		srv.Metrics = metrics.New()
 	}
+	return srv
+}
+
+func benchmarkAuthorize(b *testing.B, withMetrics bool) {
+	const tok = benchToken
+	srv := benchServer(withMetrics)
 	h := srv.Handler()
 	req := httptest.NewRequest(http.MethodGet, "/internal/v1/authorize?credential=own&sandbox=sb-0123456789abcdef", nil)
 	req.Header.Set("Authorization", "Bearer "+tok)
@@ -105,22 +116,8 @@ func bytesContain(b []byte, s string) bool { return strings.Contains(string(b), 
 // metrics' and the handler's (what corectl's collector pays per question
 // at 2,000 questions/s).
 func BenchmarkAuthorizeHTTP(b *testing.B) {
-	const tok = "bench-internal-token-0123456789abcdef"
-	creds := credential.Static{"own": {ID: "own", Enabled: true, ProjectNamespace: "project", ClusterID: "c1"}}
-	end := time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano)
-	u := &sandbox.Cached{
-		ObjectMeta: metav1.ObjectMeta{Name: "sb-0123456789abcdef", Namespace: "project", UID: "8d3c9a60-4a1e-4b6b-9a36-0f5d1f0f1a2b",
-			Labels: map[string]string{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelClusterID: "c1", v1alpha1.LabelCredential: "own"},
-			Annotations: map[string]string{
-				v1alpha1.AnnotationLifecycle: lifecycle.StateReady, v1alpha1.AnnotationCredential: "own", v1alpha1.AnnotationEndAt: end,
-				v1alpha1.AnnotationMetadata: `{"team":"a"}`, lifecycle.EndpointsAnnotation: `["10.0.0.7"]`,
-				lifecycle.AnnotationTemplateID: "base", lifecycle.AnnotationTrafficToken: "",
-			}},
-		Status: sandbox.CachedStatus{Ready: 1},
-	}
-	cache := sharedCache{{Namespace: "project", Name: "sb-0123456789abcdef"}: u}
-	srv := &httpapi.Server{Credentials: creds, InternalToken: tok, Metrics: metrics.New(),
-		Clusters: map[string]*httpapi.ClusterHandle{"c1": {Cluster: &cluster.Cluster{ID: "c1"}, Cache: cache}}}
+	const tok = benchToken
+	srv := benchServer(true)
 	hs := httptest.NewServer(srv.Handler())
 	defer hs.Close()
 	conn, err := net.Dial("tcp", strings.TrimPrefix(hs.URL, "http://"))
