@@ -101,8 +101,37 @@ func (h *Handler) serveHost(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	out.URL = &u
 	caddyhttp.SetVar(out.Context(), varPortDial, route.Dial)
-	return h.hosts.proxy.ServeHTTP(w, out, next)
+	return h.hosts.proxy.ServeHTTP(&hostOnlyCookieWriter{ResponseWriter: w}, out, next)
 }
+
+// hostOnlyCookieWriter makes the cookies of a port's answer host-only
+// (portroute.HostOnlyCookies) as each head is written: the final answer,
+// a 1xx and a WebSocket's 101 alike.
+type hostOnlyCookieWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+// WriteHeader writes the head with its cookies made host-only.
+func (w *hostOnlyCookieWriter) WriteHeader(code int) {
+	portroute.HostOnlyCookies(w.Header())
+	if code >= 200 || code == http.StatusSwitchingProtocols {
+		w.wrote = true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Write writes body bytes, the head first if nothing wrote it.
+func (w *hostOnlyCookieWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap gives http.ResponseController the writer underneath (Flush,
+// Hijack).
+func (w *hostOnlyCookieWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // hostHeader makes header name say want: set when absent; false when it
 // is sent with another value or more than once.

@@ -161,3 +161,28 @@ type offTokens struct{}
 func (offTokens) Verify(string) (token.Target, error) {
 	return token.Target{CredentialID: "cred-off", SandboxID: "priv", Audience: token.AudienceTraffic}, nil
 }
+
+// TestHostOnlyCookies: every Domain attribute goes, whatever its case,
+// spacing or value, and nothing else of a field changes.
+func TestHostOnlyCookies(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"a=1; Domain=sbx.test; Path=/", "a=1; Path=/"},
+		{"a=1;domain=.SBX.TEST", "a=1"},
+		{"a=1; Path=/;  DOMAIN = sbx.test ; Secure", "a=1; Path=/; Secure"},
+		{"a=1; Domain=; Domain=x.sbx.test; HttpOnly", "a=1; HttpOnly"},
+		{"__Host-a=1; Secure; Path=/; Domain=sbx.test", "__Host-a=1; Secure; Path=/"},
+		{"domain=1; Path=/", "domain=1; Path=/"},             // the cookie's name is not an attribute
+		{"a=domain; Path=/domain", "a=domain; Path=/domain"}, // nor a value
+		{"a=1; Domainx=sbx.test", "a=1; Domainx=sbx.test"},   // an unknown attribute stays
+		{"a=1", "a=1"},
+	} {
+		h := http.Header{"Set-Cookie": {c.in, "other=2; Domain=sbx.test"}, "X-Domain": {"Domain=sbx.test"}}
+		HostOnlyCookies(h)
+		if got := h.Values("Set-Cookie"); len(got) != 2 || got[0] != c.want || got[1] != "other=2" {
+			t.Errorf("%q: got %q, want [%q \"other=2\"]", c.in, got, c.want)
+		}
+		if h.Get("X-Domain") != "Domain=sbx.test" {
+			t.Errorf("%q: another header changed: %q", c.in, h.Get("X-Domain"))
+		}
+	}
+}
