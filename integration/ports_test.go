@@ -15,10 +15,12 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/token"
+	"github.com/sandgate/sandgate/hack/gatewayproc"
 	"github.com/sandgate/sandgate/integration/fixedentry"
 	"github.com/sandgate/sandgate/integration/harness"
 	"github.com/sandgate/sandgate/internal/freeport"
@@ -44,14 +46,22 @@ type portRig struct {
 
 // portCaddyfile is harness.DefaultCaddyfile with host routing on, its
 // site *.sbx.test on the gateway's loopback port.
-func portCaddyfile(port string) string {
+// With rawEntry set, cluster cluster-raw's fixed entry is that address.
+func portCaddyfile(port, rawEntry string) string {
 	c := strings.Replace(harness.DefaultCaddyfile, "e2b_dataplane {", "e2b_dataplane {\n\t\thosts "+portDomain, 1)
+	if rawEntry != "" {
+		c = strings.Replace(c, "cluster cluster-a {{FIXED_ENTRY}}", "cluster cluster-a {{FIXED_ENTRY}}\n\t\tcluster cluster-raw http://"+rawEntry, 1)
+	}
 	return strings.Replace(c, "http://{{ADDR}} {", "http://*."+portDomain+":"+port+" {\n\tbind 127.0.0.1", 1)
 }
 
 // startPortRig starts the gateway with the stand-in fixed entry routing
-// sbxa's port 18080 to hostile and sbxb's to a recorder.
-func startPortRig(t *testing.T, hostile http.Handler) *portRig {
+// sbxa's port 18080 to hostile and sbxb's to a recorder. With rawEntry
+// set, the sandboxes of credential cred-raw are in cluster cluster-raw,
+// whose fixed entry is rawEntry (host:port): what answers there answers
+// for the whole chain, as a sandbox's server does through the real
+// ingress, which passes its answers on.
+func startPortRig(t *testing.T, hostile http.Handler, rawEntry string) *portRig {
 	t.Helper()
 	root := repoRoot(t)
 	if fi, err := os.Stat(harness.CaddyBinary(root)); err != nil || fi.Mode()&0o111 == 0 {
@@ -60,6 +70,10 @@ func startPortRig(t *testing.T, hostile http.Handler) *portRig {
 	rig := &portRig{log: newLogBuffer()}
 	creds := "credentials:\n  - id: cred-a\n    enabled: true\n    resourceSpecId: spec-small\n    resourceGroupId: group-1\n" +
 		"    projectNamespace: team-a\n    clusterId: cluster-a\n"
+	if rawEntry != "" {
+		creds += "  - id: cred-raw\n    enabled: true\n    resourceSpecId: spec-small\n    resourceGroupId: group-1\n" +
+			"    projectNamespace: team-a\n    clusterId: cluster-raw\n"
+	}
 	var (
 		env *harness.Env
 		err error
@@ -70,7 +84,7 @@ func startPortRig(t *testing.T, hostile http.Handler) *portRig {
 			t.Fatal(err)
 		}
 		_, port, _ := net.SplitHostPort(addr)
-		env, err = harness.Start(harness.Config{RepoRoot: root, Caddyfile: portCaddyfile(port), GatewayAddr: addr, Credentials: creds, Stderr: rig.log})
+		env, err = harness.Start(harness.Config{RepoRoot: root, Caddyfile: portCaddyfile(port, rawEntry), GatewayAddr: addr, Credentials: creds, Stderr: rig.log})
 		if !errors.Is(err, harness.ErrBindRace) {
 			break
 		}
@@ -105,10 +119,15 @@ func serveLoopback(t *testing.T, h http.Handler) string {
 	return ln.Addr().String()
 }
 
-// trafficToken is a traffic access token of sandbox id (credential cred-a).
+// trafficToken is a traffic access token of sandbox id (credential cred-a;
+// cred-raw for an ID that begins with "raw").
 func (rig *portRig) trafficToken(t *testing.T, id string) string {
 	t.Helper()
-	tok, err := rig.env.Key.Mint(token.Target{CredentialID: "cred-a", SandboxID: id, Audience: token.AudienceTraffic}, time.Hour, time.Now())
+	cred := "cred-a"
+	if strings.HasPrefix(id, "raw") {
+		cred = "cred-raw"
+	}
+	tok, err := rig.env.Key.Mint(token.Target{CredentialID: cred, SandboxID: id, Audience: token.AudienceTraffic}, time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +205,7 @@ func TestPortCookiesStayOnTheirSandboxHost(t *testing.T) {
 		hints.Del("Set-Cookie")
 		set(w.Header())
 		_, _ = io.WriteString(w, "sandbox a")
-	}))
+	}), "")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
@@ -250,5 +269,136 @@ func checkCookies(t *testing.T, what string, got []string) {
 	t.Helper()
 	if strings.Join(got, "\n") != strings.Join(hostOnlyCookies, "\n") {
 		t.Errorf("%s carried Set-Cookie\n  %s\nwant\n  %s", what, strings.Join(got, "\n  "), strings.Join(hostOnlyCookies, "\n  "))
+	}
+}
+
+// hugeHeadEntry serves, on 127.0.0.1, a fixed entry that answers every
+// request with a head of a header field of size bytes and then holds the
+// connection: a sandbox's server answering so, through an ingress that
+// passes heads of up to 10 MiB (Go's default, the OpenSandbox ingress's).
+// It returns its address and a count of the heads it began to write.
+func hugeHeadEntry(t *testing.T, size int) (string, *atomic.Int64) {
+	t.Helper()
+	head := []byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Huge: " + strings.Repeat("h", size) + "\r\n\r\nok")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var started atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					if _, err := http.ReadRequest(br); err != nil {
+						return
+					}
+					started.Add(1)
+					if _, err := c.Write(head); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String(), &started
+}
+
+// TestPortAnswerHeadBounded: a sandbox's server that answers with a huge
+// head (one header field of 9 MiB) costs the gateway its reading, for
+// every request its tenant's clients send at once. The gateway reads a
+// head of at most 64 KiB (the transport's max_response_header, whose
+// default e2b_dataplane sets so, as its unary client's) and answers 502:
+// 24 concurrent requests whose clients read only the status line leave
+// the gateway's peak memory (VmHWM) less than 64 MiB above where it was.
+// Before, each head was read whole (Go's 10 MiB default) and relayed: 200,
+// and the peak grew by hundreds of MiB. A head of 48 KiB still passes.
+func TestPortAnswerHeadBounded(t *testing.T) {
+	const n, huge = 24, 9 << 20
+	entry, started := hugeHeadEntry(t, huge)
+	rig := startPortRig(t, http.NotFoundHandler(), entry)
+
+	// Under the bound: served as sent.
+	small := serveLoopback(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Large", strings.Repeat("l", 48<<10))
+		_, _ = io.WriteString(w, "fits")
+	}))
+	rig.env.Ingress.SetSandbox("sbxa", fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1", Ports: map[int]string{portNumber: small}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	resp, err := http.DefaultClient.Do(rig.request(t, ctx, "GET", "sbxa", "/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != "fits" || len(resp.Header.Get("X-Large")) != 48<<10 {
+		t.Fatalf("a 48 KiB head: %d %q, X-Large of %d bytes", resp.StatusCode, body, len(resp.Header.Get("X-Large")))
+	}
+
+	_, before, err := gatewayproc.Memory(rig.env.PID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := strings.TrimPrefix(rig.env.Gateway, "http://")
+	tok := rig.trafficToken(t, "rawhuge")
+	got := make(chan string, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.Dial("tcp", gw)
+			if err != nil {
+				got <- err.Error()
+				return
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(90 * time.Second))
+			fmt.Fprintf(c, "GET /h HTTP/1.1\r\nHost: %s\r\nE2b-Traffic-Access-Token: %s\r\n\r\n", portHost("rawhuge"), tok)
+			line, err := bufio.NewReaderSize(c, 64).ReadString('\n')
+			if err != nil {
+				got <- err.Error()
+			} else {
+				got <- strings.TrimSpace(line)
+			}
+			// Hold the connection, the rest unread, until the peak has
+			// been read.
+			<-ctx.Done()
+		}()
+	}
+	var statuses []string
+	for len(statuses) < n {
+		select {
+		case s := <-got:
+			statuses = append(statuses, s)
+		case <-ctx.Done():
+			t.Fatalf("%d of %d clients got a status line in time: %q", len(statuses), n, statuses)
+		}
+	}
+	_, peak, err := gatewayproc.Memory(rig.env.PID())
+	cancel()
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range statuses {
+		if s != "HTTP/1.1 502 Bad Gateway" {
+			t.Errorf("client %d got %q, want 502", i, s)
+		}
+	}
+	if got := started.Load(); got < n {
+		t.Errorf("the fixed entry was asked %d times, want %d", got, n)
+	}
+	grew := (peak - before) >> 10
+	t.Logf("gateway VmHWM %d MiB before, %d MiB with %d heads of %d MiB in flight (+%d MiB)", before>>10, peak>>10, n, huge>>20, grew)
+	if grew >= 64 {
+		t.Errorf("the gateway's peak memory grew by %d MiB, want under 64", grew)
 	}
 }

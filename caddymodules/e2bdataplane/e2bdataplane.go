@@ -130,7 +130,10 @@ type Handler struct {
 
 	// TransportRaw is the upstream transport to the fixed entries, a module
 	// of the http.reverse_proxy.transport namespace; only "http" is
-	// supported. Default: Caddy's HTTP transport with its defaults.
+	// supported. Default: Caddy's HTTP transport with its defaults. Its
+	// max_response_header (the largest head of an answer read, in bytes)
+	// defaults to 65536 here, not Go's 10 MiB: a sandbox's code writes the
+	// answers; a larger head is a 502.
 	TransportRaw json.RawMessage `json:"transport,omitempty" caddy:"namespace=http.reverse_proxy.transport inline_key=protocol"`
 
 	// UnaryClient chooses what sends the bodyless execd calls whose answers
@@ -216,6 +219,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 		rt = t
 	}
+	boundAnswerHeads(rt)
 	unary, err := h.unaryClient(rt)
 	if err != nil {
 		return err
@@ -312,6 +316,19 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.dp = dp
 	return h.provisionHosts(ctx, app, rt)
+}
+
+// boundAnswerHeads gives rt a bound on each answer's head of
+// upstream.DefaultMaxResponseHeaderBytes (64 KiB, the unary client's
+// default) when its transport block sets no max_response_header: every
+// answer through a fixed entry comes from a sandbox (execd, or the
+// tenant's own server on a port), whose code can answer a head of any
+// size, and Go's default of 10 MiB let each request cost that much
+// (docs/dataplane.md "Bounded cost per request and per tenant").
+func boundAnswerHeads(rt *reverseproxy.HTTPTransport) {
+	if rt.MaxResponseHeaderSize == 0 && rt.Transport != nil {
+		rt.Transport.MaxResponseHeaderBytes = upstream.DefaultMaxResponseHeaderBytes
+	}
 }
 
 // unaryClient returns the RoundTripper of the unary execd calls as
