@@ -402,3 +402,93 @@ func TestPortAnswerHeadBounded(t *testing.T) {
 		t.Errorf("the gateway's peak memory grew by %d MiB, want under 64", grew)
 	}
 }
+
+// TestPortRequestsStayOnTheirSandbox sends requests for sandbox sbxa's
+// port, with sbxa's traffic token, shaped to reach sandbox sbxb instead:
+// dot segments (plain, percent-encoded, behind an encoded slash) that a
+// fixed entry cleaning the path would resolve to /sbxb/..., an
+// absolute-form target naming sbxb, X-Forwarded-Host, the routing and
+// ingress headers naming sbxb, a Host in capitals with a port, one with a
+// trailing dot, punycode and a Cyrillic look-alike of sbxb, a CONNECT with a path (Go's ServeMux does not clean it), a
+// request whose Content-Length and chunked framing disagree with a second
+// request for /sbxb/18080 behind it, and a Host naming sbxb under sbxa.
+// None of them reaches sbxb's server: the sandbox is the Host's (the
+// absolute form's host is the Host, and sbxa's token does not open it),
+// and whatever the path, the fixed entry gets /sbxa/18080 before it.
+func TestPortRequestsStayOnTheirSandbox(t *testing.T) {
+	var mu sync.Mutex
+	var seenA []string
+	rig := startPortRig(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seenA = append(seenA, r.Method+" "+r.RequestURI)
+		mu.Unlock()
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = io.WriteString(w, "sandbox a")
+	}), "")
+	gw := strings.TrimPrefix(rig.env.Gateway, "http://")
+	tokA := rig.trafficToken(t, "sbxa")
+	hostA, hostB := portHost("sbxa"), portHost("sbxb")
+	hdr := func(host string) string {
+		return "Host: " + host + "\r\nE2b-Traffic-Access-Token: " + tokA + "\r\n"
+	}
+	cases := []struct {
+		name, raw string
+		answers   int // on the connection: 1 when 0
+	}{
+		{name: "dot segments", raw: "GET /../../sbxb/18080/x HTTP/1.1\r\n" + hdr(hostA) + "\r\n"},
+		{name: "encoded dot segments", raw: "GET /%2e%2e/%2E%2E/sbxb/18080/x HTTP/1.1\r\n" + hdr(hostA) + "\r\n"},
+		{name: "encoded slashes", raw: "GET /x%2F..%2F..%2F..%2Fsbxb%2F18080%2Fx HTTP/1.1\r\n" + hdr(hostA) + "\r\n"},
+		{name: "double slash", raw: "GET //sbxb/18080/x HTTP/1.1\r\n" + hdr(hostA) + "\r\n"},
+		{name: "absolute form", raw: "GET http://" + hostB + "/x HTTP/1.1\r\n" + hdr(hostA) + "\r\n"},
+		{name: "X-Forwarded-Host", raw: "GET /x HTTP/1.1\r\n" + hdr(hostA) + "X-Forwarded-Host: " + hostB + "\r\n\r\n"},
+		{name: "routing and ingress headers", raw: "GET /x HTTP/1.1\r\n" + hdr(hostA) + "E2b-Sandbox-Id: sbxb\r\nE2b-Sandbox-Port: 18080\r\n" +
+			"OpenSandbox-Ingress-To: sbxb-18080\r\n\r\n"},
+		{name: "capitals and a port", raw: "GET /x HTTP/1.1\r\n" + hdr("18080-SBXA.SBX.TEST:443") + "\r\n"},
+		{name: "a trailing dot", raw: "GET /x HTTP/1.1\r\n" + hdr("18080-sbxa.sbx.test.") + "\r\n"},
+		{name: "punycode", raw: "GET /x HTTP/1.1\r\n" + hdr("18080-xn--sbxb-9ta.sbx.test") + "\r\n"},
+		{name: "a Cyrillic letter", raw: "GET /x HTTP/1.1\r\n" + hdr("18080-\u0455bxb.sbx.test") + "\r\n"},
+		{name: "CONNECT with a path", raw: "CONNECT /../../sbxb/18080/x HTTP/1.1\r\n" + hdr(hostA) + "\r\n"},
+		{name: "Content-Length and chunked", answers: 2, raw: "POST /x HTTP/1.1\r\n" + hdr(hostA) + "Content-Length: 80\r\nTransfer-Encoding: chunked\r\n\r\n" +
+			"0\r\n\r\nGET /sbxb/18080/smuggled HTTP/1.1\r\nHost: " + hostA + "\r\n\r\n"},
+		{name: "sbxb under sbxa", raw: "GET /x HTTP/1.1\r\n" + hdr("18080-sbxb.18080-sbxa."+portDomain) + "\r\n"},
+	}
+	for _, c := range cases {
+		conn, err := net.Dial("tcp", gw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(time.Minute))
+		if _, err := io.WriteString(conn, c.raw); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(conn)
+		var statuses []string
+		for range max(c.answers, 1) {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("%s: answer %d: %v", c.name, len(statuses)+1, err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			statuses = append(statuses, resp.Status+" "+resp.Header.Get("Sandgate-Error-Code"))
+		}
+		conn.Close()
+		t.Logf("%s: %q", c.name, statuses)
+	}
+	// A request sbxb's server must see, so that "nothing" below means
+	// nothing arrived rather than nothing was delivered at all.
+	req := rig.request(t, context.Background(), "GET", "sbxb", "/own")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	rig.mu.Lock()
+	defer rig.mu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("sbxa's server saw %q", seenA)
+	if len(rig.seenB) != 1 || rig.seenB[0] != "GET /own" {
+		t.Errorf("sbxb's server saw %q, want only its own GET /own", rig.seenB)
+	}
+}
