@@ -492,3 +492,135 @@ func TestPortRequestsStayOnTheirSandbox(t *testing.T) {
 		t.Errorf("sbxb's server saw %q, want only its own GET /own", rig.seenB)
 	}
 }
+
+// TestPortRequestsPerSandboxBounded: a tenant's server that never answers
+// makes every request its clients send a request the gateway holds (its
+// goroutines, buffers and two connections), so one sandbox could hold the
+// gateway's memory without bound. The gateway admits at most
+// max_port_requests_per_sandbox (default 1024) port requests of one
+// sandbox at once; one more is refused at once with 429
+// TOO_MANY_PORT_REQUESTS, another sandbox is still served, and a place
+// given back is taken again. The gateway's memory for the held requests
+// is logged.
+func TestPortRequestsPerSandboxBounded(t *testing.T) {
+	const bound, extra = 1024, 16
+	held := make(chan struct{}, bound+extra)
+	release := make(chan struct{})
+	rig := startPortRig(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		held <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		_, _ = io.WriteString(w, "released")
+	}), "")
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	gw := strings.TrimPrefix(rig.env.Gateway, "http://")
+	tok := rig.trafficToken(t, "sbxa")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_, before, err := gatewayproc.Memory(rig.env.PID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each request on its own connection, as browsers' and clients'
+	// concurrent requests are; the status line of each refused one.
+	refused := make(chan string, bound+extra)
+	conns := make([]net.Conn, 0, bound+extra)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range bound + extra {
+		c, err := net.Dial("tcp", gw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		_ = c.SetDeadline(time.Now().Add(3 * time.Minute))
+		fmt.Fprintf(c, "GET /hold HTTP/1.1\r\nHost: %s\r\nE2b-Traffic-Access-Token: %s\r\n\r\n", portHost("sbxa"), tok)
+		go func() {
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				return // held until the end, then closed
+			}
+			resp.Body.Close()
+			refused <- fmt.Sprintf("%d %s", resp.StatusCode, resp.Header.Get("Sandgate-Error-Code"))
+		}()
+	}
+	// Every request is either held by sbxa's server or refused.
+	var nHeld int
+	var answers []string
+	for nHeld+len(answers) < bound+extra {
+		select {
+		case <-held:
+			nHeld++
+		case a := <-refused:
+			answers = append(answers, a)
+		case <-ctx.Done():
+			t.Fatalf("%d requests held, %d answered (%q) of %d", nHeld, len(answers), answers, bound+extra)
+		}
+	}
+	rss, peak, err := gatewayproc.Memory(rig.env.PID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d requests held by the gateway: VmRSS %d MiB, VmHWM %d MiB (%d MiB before)", nHeld, rss>>10, peak>>10, before>>10)
+	if nHeld != bound {
+		t.Errorf("sbxa's server holds %d requests, want %d", nHeld, bound)
+	}
+	for _, a := range answers {
+		if a != "429 TOO_MANY_PORT_REQUESTS" {
+			t.Errorf("a request past the bound got %q, want 429 TOO_MANY_PORT_REQUESTS", a)
+		}
+	}
+	// Another sandbox is served meanwhile.
+	resp, err := http.DefaultClient.Do(rig.request(t, ctx, "GET", "sbxb", "/other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("sbxb while sbxa is at its bound: %d, want 200", resp.StatusCode)
+	}
+	// A place given back is taken again: close one held request, then a
+	// new one is held (the gateway lets its place go when the client's
+	// connection ends; a refused request is retried until it is held).
+	conns[0].Close()
+	conns = conns[1:]
+	for {
+		req := rig.request(t, ctx, "GET", "sbxa", "/again")
+		rctx, rcancel := context.WithCancel(ctx)
+		done := make(chan int, 1)
+		go func() {
+			resp, err := http.DefaultClient.Do(req.WithContext(rctx))
+			if err != nil {
+				done <- 0
+				return
+			}
+			resp.Body.Close()
+			done <- resp.StatusCode
+		}()
+		select {
+		case <-held:
+			rcancel()
+			<-done
+			return
+		case code := <-done:
+			rcancel()
+			if code != http.StatusTooManyRequests {
+				t.Fatalf("a request after a place was given back: %d", code)
+			}
+		case <-ctx.Done():
+			rcancel()
+			t.Fatal("no request was held again after one ended")
+		}
+	}
+}

@@ -47,6 +47,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		extended_operations
 //		process_dir <path>
 //		hosts <domain>...
+//		max_port_requests_per_sandbox <n>
+//		max_port_requests <n>
 //		unary_client builtin|transport
 //		transport http {
 //			<reverse_proxy http transport options>
@@ -73,7 +75,10 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // /tmp/.sandgate/processes). hosts (once, one or more domains such as
 // sbx.example.com) turns on host routing: <port>-<sandboxID>.<domain> as
 // E2B_DOMAIN's SDKs address it, every other Host refused
-// (docs/dataplane.md "Host routing"). The transport block is reverse_proxy's "transport http"
+// (docs/dataplane.md "Host routing"). max_port_requests_per_sandbox
+// (default 1024) and max_port_requests (default 4096, or the per-sandbox
+// bound when larger) bound the port requests in progress, per sandbox and
+// in all (positive integers; one more is refused with 429 or 503). The transport block is reverse_proxy's "transport http"
 // (dial_timeout, response_header_timeout, keepalive, tls, …).
 // unary_client (default builtin, or transport when the transport block
 // lacks HTTP/1.1 or has HTTP/3) chooses what sends the bodyless execd
@@ -107,7 +112,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		switch opt {
 		case "home_dir", "default_user", "keepalive_interval", "max_message_size", "process_dir",
 			"max_decompressed_size", "max_decompression_ratio", "max_listing_size", "max_listing_entries",
-			"max_upstream_calls", "max_upstream_calls_per_sandbox", "max_process_calls_per_credential", "upstream_wait", "drain_grace":
+			"max_upstream_calls", "max_upstream_calls_per_sandbox", "max_process_calls_per_credential", "upstream_wait", "drain_grace",
+			"max_port_requests_per_sandbox", "max_port_requests":
 			if err := once(opt); err != nil {
 				return err
 			}
@@ -162,7 +168,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					return d.Errf("bad max_listing_size %q: must be a size from 1 byte to 1GiB", v)
 				}
 				h.MaxListingSize = int64(n)
-			case "max_listing_entries", "max_upstream_calls", "max_upstream_calls_per_sandbox", "max_process_calls_per_credential":
+			case "max_listing_entries", "max_upstream_calls", "max_upstream_calls_per_sandbox", "max_process_calls_per_credential",
+				"max_port_requests_per_sandbox", "max_port_requests":
 				n, err := strconv.Atoi(v)
 				if err != nil || n < 1 || n > 1<<24 {
 					return d.Errf("bad %s %q: must be a positive integer", opt, v)
@@ -174,6 +181,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					h.MaxUpstreamCalls = n
 				case "max_upstream_calls_per_sandbox":
 					h.MaxUpstreamCallsPerSandbox = n
+				case "max_port_requests_per_sandbox":
+					h.MaxPortRequestsPerSandbox = n
+				case "max_port_requests":
+					h.MaxPortRequests = n
 				default:
 					h.MaxProcessCallsPerCredential = n
 				}

@@ -157,6 +157,17 @@ type Handler struct {
 	// (package portroute). Default: none, the fixed-address mode.
 	Hosts []string `json:"hosts,omitempty"`
 
+	// MaxPortRequestsPerSandbox bounds the port requests (host routing, a
+	// port other than 49983) of one sandbox in progress at once; one more
+	// is refused with TOO_MANY_PORT_REQUESTS (429). A WebSocket counts
+	// until it closes. Default 1024.
+	MaxPortRequestsPerSandbox int `json:"max_port_requests_per_sandbox,omitempty"`
+
+	// MaxPortRequests is MaxPortRequestsPerSandbox over all sandboxes;
+	// one more is refused with GATEWAY_BUSY (503). Default 4096, or
+	// MaxPortRequestsPerSandbox when that is larger.
+	MaxPortRequests int `json:"max_port_requests,omitempty"`
+
 	// DrainGrace is how long the command streams and file transfers in
 	// flight may run on once the server begins to shut down for the
 	// process exit (a rollout's SIGTERM, after Caddy's shutdown_delay);

@@ -21,6 +21,7 @@ import (
 type hostRouting struct {
 	table  *sandboxhost.Table
 	router *portroute.Router
+	admit  *portroute.Admission
 	proxy  *reverseproxy.Handler
 }
 
@@ -52,6 +53,10 @@ func (h *Handler) provisionHosts(ctx caddy.Context, app dataplaneapp.App, rt htt
 	if err != nil {
 		return err
 	}
+	admit, err := portroute.NewAdmission(h.MaxPortRequestsPerSandbox, h.MaxPortRequests)
+	if err != nil {
+		return fmt.Errorf("max_port_requests_per_sandbox, max_port_requests: %w", err)
+	}
 	proxy := &reverseproxy.Handler{
 		Transport: rt,
 		Upstreams: reverseproxy.UpstreamPool{{Dial: "{http.vars." + varPortDial + "}"}},
@@ -62,7 +67,7 @@ func (h *Handler) provisionHosts(ctx caddy.Context, app dataplaneapp.App, rt htt
 	if err := proxy.Provision(ctx); err != nil {
 		return fmt.Errorf("hosts: the port proxy: %w", err)
 	}
-	h.hosts = &hostRouting{table: table, router: router, proxy: proxy}
+	h.hosts = &hostRouting{table: table, router: router, admit: admit, proxy: proxy}
 	return nil
 }
 
@@ -89,6 +94,12 @@ func (h *Handler) serveHost(w http.ResponseWriter, r *http.Request, next caddyht
 		writeRefusal(w, refusal.Code.Status(), string(refusal.Code), refusal.Message)
 		return nil
 	}
+	release, refusal := h.hosts.admit.Admit(tgt.SandboxID)
+	if refusal != nil {
+		writeRefusal(w, refusal.Code.Status(), string(refusal.Code), refusal.Message)
+		return nil
+	}
+	defer release()
 	out := r.Clone(r.Context())
 	// Neither token is for the sandbox.
 	out.Header.Del(portroute.HeaderTrafficToken)

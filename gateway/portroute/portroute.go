@@ -77,6 +77,12 @@ const (
 	// CodeUnavailable (503): the credential source or the authorizer
 	// could not answer.
 	CodeUnavailable Code = "PORT_ROUTING_UNAVAILABLE"
+	// CodeTooManyRequests (429): the sandbox has as many port requests in
+	// progress as an Admission allows one sandbox.
+	CodeTooManyRequests Code = "TOO_MANY_PORT_REQUESTS"
+	// CodeGatewayBusy (503): the gateway has as many port requests in
+	// progress as an Admission allows over all sandboxes.
+	CodeGatewayBusy Code = "GATEWAY_BUSY"
 )
 
 var statuses = map[Code]int{
@@ -84,6 +90,7 @@ var statuses = map[Code]int{
 	CodeTrafficTokenRequired: http.StatusForbidden, CodeTrafficTokenInvalid: http.StatusForbidden,
 	CodeCredentialRefused: http.StatusForbidden, CodeSandboxNotFound: http.StatusNotFound,
 	CodeSandboxGone: http.StatusGone, CodeClusterUnknown: http.StatusBadGateway, CodeUnavailable: http.StatusServiceUnavailable,
+	CodeTooManyRequests: http.StatusTooManyRequests, CodeGatewayBusy: http.StatusServiceUnavailable,
 }
 
 // Status is the HTTP status the code is answered with.

@@ -186,3 +186,55 @@ func TestHostOnlyCookies(t *testing.T) {
 		}
 	}
 }
+
+// TestAdmission: a sandbox gets at most its bound, the gateway at most the
+// total; a place given back (once, however often release is called) is
+// taken again; the defaults and bad bounds.
+func TestAdmission(t *testing.T) {
+	a, err := NewAdmission(2, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, ref := a.Admit("a")
+	if ref != nil {
+		t.Fatal(ref)
+	}
+	r2, _ := a.Admit("a")
+	if _, ref := a.Admit("a"); ref == nil || ref.Code != CodeTooManyRequests || ref.Code.Status() != http.StatusTooManyRequests {
+		t.Fatalf("a third request of a: %v, want TOO_MANY_PORT_REQUESTS (429)", ref)
+	}
+	r3, ref := a.Admit("b")
+	if ref != nil {
+		t.Fatal(ref)
+	}
+	if _, ref := a.Admit("c"); ref == nil || ref.Code != CodeGatewayBusy || ref.Code.Status() != http.StatusServiceUnavailable {
+		t.Fatalf("a fourth request: %v, want GATEWAY_BUSY (503)", ref)
+	}
+	r1()
+	r1()
+	if s, n := a.InProgress("a"); s != 1 || n != 2 {
+		t.Fatalf("after one release, released twice: a has %d, all %d; want 1, 2", s, n)
+	}
+	r4, ref := a.Admit("c")
+	if ref != nil {
+		t.Fatal(ref)
+	}
+	r2()
+	r3()
+	r4()
+	if s, n := a.InProgress("a"); s != 0 || n != 0 || len(a.counts) != 0 {
+		t.Fatalf("after every release: a %d, all %d, %d sandboxes kept", s, n, len(a.counts))
+	}
+	d, err := NewAdmission(0, 0)
+	if err != nil || d.perSandbox != DefaultMaxRequestsPerSandbox || d.total != DefaultMaxRequests {
+		t.Fatalf("defaults: %+v %v", d, err)
+	}
+	if d, err := NewAdmission(8192, 0); err != nil || d.total != 8192 {
+		t.Fatalf("a per-sandbox bound over the default total: %+v %v, want the total raised to it", d, err)
+	}
+	for _, b := range [][2]int{{-1, 0}, {0, -1}, {5, 4}} {
+		if _, err := NewAdmission(b[0], b[1]); err == nil {
+			t.Errorf("NewAdmission(%d, %d): no error", b[0], b[1])
+		}
+	}
+}
