@@ -58,6 +58,8 @@ func request(r *http.Request, port int, body string) echoed {
 //     each message with "echo <message>", except "seen?", which it answers
 //     with the upgrade request as it arrived (echoed, JSON); the
 //     handshake answer carries X-Sandbox-Port;
+//   - with the query parameter "cookie", the answer (a WebSocket's 101
+//     too) carries portCookies, cookies for the whole test domain;
 //   - /hello: "<method> <path> <query> <body> tokens=<n>", the line the
 //     JS SDK's "domain" scenario expects (n: the length of the
 //     X-Access-Token and E2b-Traffic-Access-Token headers, which the
@@ -85,6 +87,9 @@ func servePorts(ports string) int {
 			case "/ws":
 				seen := request(r, port, "")
 				h := http.Header{"X-Sandbox-Port": {strconv.Itoa(port)}}
+				if r.URL.Query().Has("cookie") {
+					h["Set-Cookie"] = portCookies
+				}
 				c, err := up.Upgrade(w, r, h)
 				if err != nil {
 					return
@@ -104,6 +109,9 @@ func servePorts(ports string) int {
 						return
 					}
 				}
+			case "/cookie":
+				w.Header()["Set-Cookie"] = portCookies
+				_, _ = io.WriteString(w, "cookies")
 			case "/hello":
 				b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<16))
 				tokens := r.Header.Get("X-Access-Token") + r.Header.Get("E2b-Traffic-Access-Token")
@@ -119,6 +127,11 @@ func servePorts(ports string) int {
 	fmt.Println("ready")
 	select {}
 }
+
+// portCookies are the Set-Cookie fields the port helper answers with when
+// asked to (the query parameter "cookie", or /cookie): cookies for the
+// whole test domain, as a hostile tenant's server would set them.
+var portCookies = []string{"wide=1; Domain=" + testDomain + "; Path=/", "own=2; Path=/"}
 
 // businessPorts are the ports the helper serves: noVNC, Chrome's DevTools
 // protocol and a custom one (the JS "domain" scenario's getHost port too).
