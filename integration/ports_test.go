@@ -718,3 +718,43 @@ func TestPortInformationalFloodAndLongTrailers(t *testing.T) {
 		t.Errorf("the gateway's peak memory grew by %d MiB, want under 64", grew)
 	}
 }
+
+// TestPortAnswerStreamsAsWritten: an answer a port's server writes in
+// parts (server-sent events) reaches the client part by part: the server
+// writes its second event only after the client has read the first, so
+// an answer held back anywhere (the gateway's writer that makes cookies
+// host-only included) would never complete.
+func TestPortAnswerStreamsAsWritten(t *testing.T) {
+	got := make(chan struct{})
+	rig := startPortRig(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Add("Set-Cookie", "s=1; Domain="+portDomain)
+		_, _ = io.WriteString(w, "data: one\n\n")
+		_ = http.NewResponseController(w).Flush()
+		select {
+		case <-got:
+			_, _ = io.WriteString(w, "data: two\n\n")
+		case <-r.Context().Done():
+		}
+	}), "")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resp, err := http.DefaultClient.Do(rig.request(t, ctx, "GET", "sbxa", "/events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if c := resp.Header.Get("Set-Cookie"); c != "s=1" {
+		t.Errorf("Set-Cookie %q, want s=1", c)
+	}
+	br := bufio.NewReader(resp.Body)
+	first, err := br.ReadString('\n')
+	if err != nil || first != "data: one\n" {
+		t.Fatalf("the first event: %q %v", first, err)
+	}
+	close(got)
+	rest, err := io.ReadAll(br)
+	if err != nil || string(rest) != "\ndata: two\n\n" {
+		t.Fatalf("the rest: %q %v", rest, err)
+	}
+}
