@@ -15,13 +15,16 @@ import (
 )
 
 // tokens verifies "traffic-<sandbox>" as a traffic token of cred-a,
-// "envd-<sandbox>" as an envd token, and nothing else.
+// "trafficb-<sandbox>" as one of cred-b, "envd-<sandbox>" as an envd
+// token, and nothing else.
 type tokens struct{}
 
 func (tokens) Verify(raw string) (token.Target, error) {
 	switch {
 	case len(raw) > 8 && raw[:8] == "traffic-":
 		return token.Target{CredentialID: "cred-a", SandboxID: raw[8:], Audience: token.AudienceTraffic}, nil
+	case len(raw) > 9 && raw[:9] == "trafficb-":
+		return token.Target{CredentialID: "cred-b", SandboxID: raw[9:], Audience: token.AudienceTraffic}, nil
 	case len(raw) > 5 && raw[:5] == "envd-":
 		return token.Target{CredentialID: "cred-a", SandboxID: raw[5:], Port: 49983}, nil
 	}
@@ -73,8 +76,9 @@ func router(t *testing.T, c corectl, locator bool) *Router {
 	t.Helper()
 	fe, _ := url.Parse("http://10.0.0.1/base/")
 	deps := Deps{Tokens: tokens{}, Clusters: clusters{"c1": {ID: "c1", FixedEntry: fe, Host: "entry.c1"}},
-		Credentials: creds{"cred-a": {ID: "cred-a", Enabled: true, ClusterID: "c1"}, "cred-off": {ID: "cred-off", ClusterID: "c1"}},
-		Authorizer:  c}
+		Credentials: creds{"cred-a": {ID: "cred-a", Enabled: true, ClusterID: "c1"}, "cred-off": {ID: "cred-off", ClusterID: "c1"},
+			"cred-b": {ID: "cred-b", Enabled: true, ClusterID: "c1"}},
+		Authorizer: c}
 	if locator {
 		deps.Locator = c
 	}
@@ -107,6 +111,7 @@ func TestDecide(t *testing.T) {
 		{"private without", "priv", 3000, nil, CodeTrafficTokenRequired},
 		{"private with an envd token", "priv", 3000, []string{"envd-priv"}, CodeTrafficTokenInvalid},
 		{"private with another sandbox's token", "priv", 3000, []string{"traffic-pub"}, CodeTrafficTokenInvalid},
+		{"private with another credential's token naming it", "priv", 3000, []string{"trafficb-priv"}, CodeSandboxNotFound},
 		{"two tokens", "priv", 3000, []string{"traffic-priv", "traffic-priv"}, CodeTrafficTokenInvalid},
 		{"garbage token", "priv", 3000, []string{"x"}, CodeTrafficTokenInvalid},
 		{"execd port", "pub", 44772, nil, CodePortReserved},
