@@ -53,6 +53,23 @@ func (c *Cluster) RESTConfig() (*rest.Config, error) {
 	return cfg, nil
 }
 
+// RequestConfig returns a copy of cfg whose every request is bounded by
+// c's request timeout (ClientLimits.EffectiveTimeout, default
+// DefaultRequestTimeout): rest.Config.Timeout, client-go's http.Client
+// timeout over the whole request, the answer's body included. It is the
+// configuration of every corectl client that makes single requests (the
+// uncached client, the Events sink, SelfSubjectAccessReviews, pods/log,
+// the protobuf listers); not of the informers' watches, which last, nor of
+// leader election's Lease client, which controller-runtime bounds by half
+// the renew deadline. A request to a hung apiserver then fails with a
+// timeout error (net.Error with Timeout() true) instead of holding its
+// caller.
+func (c *Cluster) RequestConfig(cfg *rest.Config) *rest.Config {
+	rc := rest.CopyConfig(cfg)
+	rc.Timeout = c.Client.EffectiveTimeout()
+	return rc
+}
+
 // ApplyClientLimits sets cfg's QPS and Burst from c.Client
 // (ClientLimits.Effective) and clears any RateLimiter, so client-go builds
 // its token bucket from them.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
 )
@@ -128,6 +129,25 @@ func TestRequestTimeout(t *testing.T) {
 		}
 		if got := cfg.Clusters[0].Client.EffectiveTimeout(); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestRequestConfig: the request configuration is a copy with the
+// cluster's request timeout (its default when unset); the configuration
+// it was made from keeps no timeout (the watches' configuration).
+func TestRequestConfig(t *testing.T) {
+	base := &rest.Config{Host: "https://apiserver.test", QPS: 7}
+	for _, tc := range []struct {
+		set, want time.Duration
+	}{{0, DefaultRequestTimeout}, {2 * time.Second, 2 * time.Second}} {
+		c := &Cluster{ID: "c", Client: ClientLimits{RequestTimeout: metav1.Duration{Duration: tc.set}}}
+		rc := c.RequestConfig(base)
+		if rc.Timeout != tc.want || rc.Host != base.Host || rc.QPS != 7 {
+			t.Errorf("requestTimeout %s: config timeout %s (host %q, QPS %v), want %s", tc.set, rc.Timeout, rc.Host, rc.QPS, tc.want)
+		}
+		if base.Timeout != 0 {
+			t.Fatalf("RequestConfig changed the configuration it was given: timeout %s", base.Timeout)
 		}
 	}
 }

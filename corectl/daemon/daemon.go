@@ -43,6 +43,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/entryprobe"
 	"github.com/sandgate/sandgate/gateway/token"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -311,16 +312,17 @@ func New(opts Options) (*Daemon, error) {
 		}
 		c.ApplyClientLimits(cfg)
 		// The uncached client of the engines, the orchestration and the
-		// API: every request bounded by the cluster's request timeout, so
-		// a hung apiserver holds its callers (this cluster's) that long
-		// at most. The manager's client is not: its watches are long.
-		dcfg := rest.CopyConfig(cfg)
-		dcfg.Timeout = c.Client.EffectiveTimeout()
+		// API, and the clientset of the Events, the SelfSubjectAccessReviews
+		// and pods/log: every request bounded by the cluster's request
+		// timeout (cluster.Cluster.RequestConfig), so a hung apiserver
+		// holds its callers (this cluster's) that long at most. The
+		// manager's client is not: its watches are long.
+		dcfg := c.RequestConfig(cfg)
 		direct, err := client.New(dcfg, client.Options{Scheme: scheme})
 		if err != nil {
 			return nil, fmt.Errorf("cluster %s: %w", c.ID, err)
 		}
-		cs, err := kubernetes.NewForConfig(cfg)
+		cs, err := kubernetes.NewForConfig(dcfg)
 		if err != nil {
 			return nil, err
 		}
@@ -470,6 +472,12 @@ func (d *Daemon) newManager(cr *clusterRun, restart bool) (manager.Manager, erro
 		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		Cache:                         cacheOptions(managed),
+		// The uncached client's REST mapper: its discovery requests are
+		// bounded by the cluster's request timeout (the manager's own
+		// would use the watches' configuration, without one), and the
+		// cluster's API groups are discovered once, not once per client
+		// and per replaced manager.
+		MapperProvider: func(*rest.Config, *http.Client) (meta.RESTMapper, error) { return p.direct.RESTMapper(), nil },
 	}
 	if restart {
 		skip := true
