@@ -5,6 +5,7 @@ import (
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/sandbox"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -68,6 +69,26 @@ func (c *Cluster) RequestConfig(cfg *rest.Config) *rest.Config {
 	rc := rest.CopyConfig(cfg)
 	rc.Timeout = c.Client.EffectiveTimeout()
 	return rc
+}
+
+// NetworkingProtobufClient returns a REST client for networking.k8s.io/v1
+// on the apiserver of cfg (a copy is taken; the same credentials, client
+// limits and timeout) that sends protobuf and asks for answers in accept,
+// an Accept header value; what it decodes itself it decodes with
+// client-go's scheme. client-go gives each REST client a token bucket of
+// its own (cfg's QPS and Burst). The protobuf list readers of the orphan
+// scan (package scanmeta) and of the egress conflict step
+// (egress.PolicyLister) are made with it. Errors: those of
+// rest.RESTClientFor.
+func NetworkingProtobufClient(cfg *rest.Config, accept string) (*rest.RESTClient, error) {
+	c := rest.CopyConfig(cfg)
+	gv := networkingv1.SchemeGroupVersion
+	c.GroupVersion = &gv
+	c.APIPath = "/apis"
+	c.ContentType = runtime.ContentTypeProtobuf
+	c.AcceptContentTypes = accept
+	c.NegotiatedSerializer = clientgoscheme.Codecs.WithoutConversion()
+	return rest.RESTClientFor(c)
 }
 
 // ApplyClientLimits sets cfg's QPS and Burst from c.Client

@@ -1,11 +1,15 @@
 package cluster
 
 import (
+	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
@@ -149,5 +153,33 @@ func TestRequestConfig(t *testing.T) {
 		if base.Timeout != 0 {
 			t.Fatalf("RequestConfig changed the configuration it was given: timeout %s", base.Timeout)
 		}
+	}
+}
+
+// TestNetworkingProtobufClient: the client asks networking.k8s.io/v1 at
+// the configuration's apiserver for the given Accept, sends protobuf, and
+// leaves the configuration it was made from as it was.
+func TestNetworkingProtobufClient(t *testing.T) {
+	var got *http.Request
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Clone(context.Background())
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	cfg := &rest.Config{Host: srv.URL}
+	rc, err := NetworkingProtobufClient(cfg, "application/vnd.kubernetes.protobuf,application/json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Post().Namespace("ns").Resource("networkpolicies").Body(&networkingv1.NetworkPolicy{}).Do(context.Background()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if got == nil || got.URL.Path != "/apis/networking.k8s.io/v1/namespaces/ns/networkpolicies" ||
+		got.Header.Get("Accept") != "application/vnd.kubernetes.protobuf,application/json" ||
+		got.Header.Get("Content-Type") != "application/vnd.kubernetes.protobuf" {
+		t.Fatalf("request %v %v", got.URL, got.Header)
+	}
+	if cfg.ContentType != "" || cfg.GroupVersion != nil || cfg.APIPath != "" {
+		t.Fatalf("the configuration given was changed: %+v", cfg)
 	}
 }
