@@ -236,6 +236,44 @@ func TestMonitoringMetricsExist(t *testing.T) {
 	}
 }
 
+// TestDashboardChartsEveryHistogram checks that every histogram the
+// module exports (a name whose _bucket series the source scan found) has
+// a dashboard panel charting its quantiles (histogram_quantile over its
+// _bucket series): a latency the code measures is one an operator sees.
+func TestDashboardChartsEveryHistogram(t *testing.T) {
+	known := exportedMetrics(t)
+	charted := map[string]bool{}
+	for _, exprs := range dashboardExprs(t) {
+		for _, e := range exprs {
+			if !strings.Contains(e, "histogram_quantile(") {
+				continue
+			}
+			names, err := promqlMetricNames(e)
+			if err != nil {
+				t.Fatalf("%v in %q", err, e)
+			}
+			for _, n := range names {
+				if h, ok := strings.CutSuffix(n, "_bucket"); ok {
+					charted[h] = true
+				}
+			}
+		}
+	}
+	histograms := 0
+	for n := range known {
+		if !known[n+"_bucket"] || !known[n+"_count"] {
+			continue
+		}
+		histograms++
+		if !charted[n] {
+			t.Errorf("the histogram %s has no dashboard panel (histogram_quantile over %s_bucket)", n, n)
+		}
+	}
+	if histograms < 8 {
+		t.Errorf("the source scan found %d histograms", histograms)
+	}
+}
+
 // markdownAnchors returns the GitHub anchors of a Markdown document's
 // headings (lower case, spaces as hyphens, punctuation dropped).
 func markdownAnchors(doc string) map[string]bool {

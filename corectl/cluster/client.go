@@ -5,6 +5,7 @@ import (
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/sandbox"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -51,6 +52,43 @@ func (c *Cluster) RESTConfig() (*rest.Config, error) {
 	cfg.UserAgent = "corectl/" + c.ID
 	c.ApplyClientLimits(cfg)
 	return cfg, nil
+}
+
+// RequestConfig returns a copy of cfg whose every request is bounded by
+// c's request timeout (ClientLimits.EffectiveTimeout, default
+// DefaultRequestTimeout): rest.Config.Timeout, client-go's http.Client
+// timeout over the whole request, the answer's body included. It is the
+// configuration of every corectl client that makes single requests (the
+// uncached client, the Events sink, SelfSubjectAccessReviews, pods/log,
+// the protobuf listers); not of the informers' watches, which last, nor of
+// leader election's Lease client, which controller-runtime bounds by half
+// the renew deadline. A request to a hung apiserver then fails with a
+// timeout error (net.Error with Timeout() true) instead of holding its
+// caller.
+func (c *Cluster) RequestConfig(cfg *rest.Config) *rest.Config {
+	rc := rest.CopyConfig(cfg)
+	rc.Timeout = c.Client.EffectiveTimeout()
+	return rc
+}
+
+// NetworkingProtobufClient returns a REST client for networking.k8s.io/v1
+// on the apiserver of cfg (a copy is taken; the same credentials, client
+// limits and timeout) that sends protobuf and asks for answers in accept,
+// an Accept header value; what it decodes itself it decodes with
+// client-go's scheme. client-go gives each REST client a token bucket of
+// its own (cfg's QPS and Burst). The protobuf list readers of the orphan
+// scan (package scanmeta) and of the egress conflict step
+// (egress.PolicyLister) are made with it. Errors: those of
+// rest.RESTClientFor.
+func NetworkingProtobufClient(cfg *rest.Config, accept string) (*rest.RESTClient, error) {
+	c := rest.CopyConfig(cfg)
+	gv := networkingv1.SchemeGroupVersion
+	c.GroupVersion = &gv
+	c.APIPath = "/apis"
+	c.ContentType = runtime.ContentTypeProtobuf
+	c.AcceptContentTypes = accept
+	c.NegotiatedSerializer = clientgoscheme.Codecs.WithoutConversion()
+	return rest.RESTClientFor(c)
 }
 
 // ApplyClientLimits sets cfg's QPS and Burst from c.Client

@@ -1,11 +1,16 @@
 package cluster
 
 import (
+	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
 )
@@ -129,5 +134,52 @@ func TestRequestTimeout(t *testing.T) {
 		if got := cfg.Clusters[0].Client.EffectiveTimeout(); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestRequestConfig: the request configuration is a copy with the
+// cluster's request timeout (its default when unset); the configuration
+// it was made from keeps no timeout (the watches' configuration).
+func TestRequestConfig(t *testing.T) {
+	base := &rest.Config{Host: "https://apiserver.test", QPS: 7}
+	for _, tc := range []struct {
+		set, want time.Duration
+	}{{0, DefaultRequestTimeout}, {2 * time.Second, 2 * time.Second}} {
+		c := &Cluster{ID: "c", Client: ClientLimits{RequestTimeout: metav1.Duration{Duration: tc.set}}}
+		rc := c.RequestConfig(base)
+		if rc.Timeout != tc.want || rc.Host != base.Host || rc.QPS != 7 {
+			t.Errorf("requestTimeout %s: config timeout %s (host %q, QPS %v), want %s", tc.set, rc.Timeout, rc.Host, rc.QPS, tc.want)
+		}
+		if base.Timeout != 0 {
+			t.Fatalf("RequestConfig changed the configuration it was given: timeout %s", base.Timeout)
+		}
+	}
+}
+
+// TestNetworkingProtobufClient: the client asks networking.k8s.io/v1 at
+// the configuration's apiserver for the given Accept, sends protobuf, and
+// leaves the configuration it was made from as it was.
+func TestNetworkingProtobufClient(t *testing.T) {
+	var got *http.Request
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Clone(context.Background())
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	cfg := &rest.Config{Host: srv.URL}
+	rc, err := NetworkingProtobufClient(cfg, "application/vnd.kubernetes.protobuf,application/json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Post().Namespace("ns").Resource("networkpolicies").Body(&networkingv1.NetworkPolicy{}).Do(context.Background()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if got == nil || got.URL.Path != "/apis/networking.k8s.io/v1/namespaces/ns/networkpolicies" ||
+		got.Header.Get("Accept") != "application/vnd.kubernetes.protobuf,application/json" ||
+		got.Header.Get("Content-Type") != "application/vnd.kubernetes.protobuf" {
+		t.Fatalf("request %v %v", got.URL, got.Header)
+	}
+	if cfg.ContentType != "" || cfg.GroupVersion != nil || cfg.APIPath != "" {
+		t.Fatalf("the configuration given was changed: %+v", cfg)
 	}
 }

@@ -43,6 +43,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/entryprobe"
 	"github.com/sandgate/sandgate/gateway/token"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -263,10 +264,14 @@ func LeaseName(clusterID string) string {
 }
 
 // New builds the managers, engines and API server and binds the listener;
-// nothing runs until Run. Errors: a cluster's REST configuration or client
-// cannot be built, a cluster's execdTokenSecretFile cannot be read or is
-// too short (cluster.Cluster.LoadExecdTokenSecret), or the address cannot
-// be bound.
+// nothing runs until Run: New starts no goroutine (the Events broadcasters
+// are built and started by Run; TestNewStartsNoGoroutine), so a Daemon
+// that is never Run holds its listeners only. Errors: a cluster's REST
+// configuration or client cannot be built, a cluster's
+// execdTokenSecretFile cannot be read or is too short
+// (cluster.Cluster.LoadExecdTokenSecret), a cluster's API discovery for
+// the informer indexes fails (within its request timeout), or the address
+// cannot be bound.
 func New(opts Options) (*Daemon, error) {
 	if opts.Config == nil || opts.Keys == nil || opts.Credentials == nil {
 		return nil, errors.New("daemon: Config, Keys and Credentials are required")
@@ -311,28 +316,28 @@ func New(opts Options) (*Daemon, error) {
 		}
 		c.ApplyClientLimits(cfg)
 		// The uncached client of the engines, the orchestration and the
-		// API: every request bounded by the cluster's request timeout, so
-		// a hung apiserver holds its callers (this cluster's) that long
-		// at most. The manager's client is not: its watches are long.
-		dcfg := rest.CopyConfig(cfg)
-		dcfg.Timeout = c.Client.EffectiveTimeout()
+		// API, and the clientset of the Events, the SelfSubjectAccessReviews
+		// and pods/log: every request bounded by the cluster's request
+		// timeout (cluster.Cluster.RequestConfig), so a hung apiserver
+		// holds its callers (this cluster's) that long at most. The
+		// manager's client is not: its watches are long.
+		dcfg := c.RequestConfig(cfg)
 		direct, err := client.New(dcfg, client.Options{Scheme: scheme})
 		if err != nil {
 			return nil, fmt.Errorf("cluster %s: %w", c.ID, err)
 		}
-		cs, err := kubernetes.NewForConfig(cfg)
+		cs, err := kubernetes.NewForConfig(dcfg)
 		if err != nil {
 			return nil, err
 		}
 		// The cluster's Events (engines, CNI gate, leader election) go
 		// through one events.k8s.io broadcaster that outlives its
-		// managers, started and stopped by Run: not the manager's, which
-		// starts a second, core/v1 broadcaster beside it that corectl
-		// never uses.
+		// managers, built, started and stopped by Run (New starts no
+		// goroutine): not the manager's, which starts a second, core/v1
+		// broadcaster beside it that corectl never uses.
 		sink := &flushSink{EventSink: &events.EventSinkImpl{Interface: cs.EventsV1()}}
 		p := &clusterParts{c: c, cfg: cfg, scheme: scheme, direct: direct, cache: &swapReader{},
-			sink: sink, broadcaster: events.NewBroadcaster(sink)}
-		p.events = notingRecorder{rec: p.broadcaster.NewRecorder(scheme, "corectl"), sink: sink}
+			sink: sink, events: &notingRecorder{sink: sink}}
 		rec := p.events
 		policies, err := egress.NewPolicyLister(dcfg)
 		if err != nil {
@@ -441,8 +446,9 @@ type clusterParts struct {
 	cni     *cnicheck.Checker
 	handle  *httpapi.ClusterHandle
 	// events records the cluster's Events through broadcaster, which
-	// sends them to its apiserver.
-	events      events.EventRecorder
+	// sends them to its apiserver; both exist while Run runs (before and
+	// after, Events are dropped).
+	events      *notingRecorder
 	broadcaster events.EventBroadcaster
 	sink        *flushSink
 	cache       *swapReader
@@ -470,6 +476,12 @@ func (d *Daemon) newManager(cr *clusterRun, restart bool) (manager.Manager, erro
 		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		Cache:                         cacheOptions(managed),
+		// The uncached client's REST mapper: its discovery requests are
+		// bounded by the cluster's request timeout (the manager's own
+		// would use the watches' configuration, without one), and the
+		// cluster's API groups are discovered once, not once per client
+		// and per replaced manager.
+		MapperProvider: func(*rest.Config, *http.Client) (meta.RESTMapper, error) { return p.direct.RESTMapper(), nil },
 	}
 	if restart {
 		skip := true
@@ -607,10 +619,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	// Each cluster's Events broadcaster runs until Run returns, after its
-	// managers (which record Events until they stop): then the Events on
-	// their way (the Lease's "stopped leading") are let through, within
-	// EventsFlushWait, before their context ends.
+	// Each cluster's Events broadcaster, built here, runs until Run
+	// returns, after its managers (which record Events until they stop):
+	// then the Events on their way (the Lease's "stopped leading") are let
+	// through, within EventsFlushWait, before their context ends.
 	ectx, cancelEvents := context.WithCancel(context.WithoutCancel(ctx))
 	var recording []*clusterRun
 	defer func() {
@@ -620,6 +632,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 				if !c.parts.sink.flush(EventsFlushWait) {
 					d.opts.Log.Info("Events still being written at shutdown were dropped", "cluster", c.id, "waited", EventsFlushWait.String())
 				}
+				c.parts.events.set(nil)
 				c.parts.broadcaster.Shutdown()
 			})
 		}
@@ -627,13 +640,17 @@ func (d *Daemon) Run(ctx context.Context) error {
 		cancelEvents()
 	}()
 	for _, c := range d.clusters {
-		if err := c.parts.broadcaster.StartRecordingToSinkWithContext(ectx); err != nil {
+		p := c.parts
+		p.broadcaster = events.NewBroadcaster(p.sink)
+		if err := p.broadcaster.StartRecordingToSinkWithContext(ectx); err != nil {
+			p.broadcaster.Shutdown()
 			_ = d.listener.Close()
 			if d.probe != nil {
 				_ = d.probe.Close()
 			}
 			return fmt.Errorf("cluster %s: the Events broadcaster: %w", c.id, err)
 		}
+		p.events.set(p.broadcaster.NewRecorder(p.scheme, "corectl"))
 		recording = append(recording, c)
 	}
 	gc := newStartupGC()

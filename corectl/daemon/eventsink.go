@@ -84,14 +84,30 @@ func (s *flushSink) flush(wait time.Duration) bool {
 	return false
 }
 
-// notingRecorder records through rec, counting each Event in sink.noted.
+// notingRecorder records through the recorder of the cluster's Events
+// broadcaster while Run runs (set), counting each Event in sink.noted; it
+// drops Events while there is none (before Run and after it), as a
+// broadcaster that is not recording does.
 type notingRecorder struct {
-	rec  events.EventRecorder
+	rec  atomic.Pointer[events.EventRecorder]
 	sink *flushSink
 }
 
+// set records through rec from now on; nil drops Events.
+func (n *notingRecorder) set(rec events.EventRecorder) {
+	if rec == nil {
+		n.rec.Store(nil)
+		return
+	}
+	n.rec.Store(&rec)
+}
+
 // Eventf records an Event (events.EventRecorder).
-func (n notingRecorder) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
+func (n *notingRecorder) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
+	rec := n.rec.Load()
+	if rec == nil {
+		return
+	}
 	n.sink.noted.Add(1)
-	n.rec.Eventf(regarding, related, eventtype, reason, action, note, args...)
+	(*rec).Eventf(regarding, related, eventtype, reason, action, note, args...)
 }

@@ -2,13 +2,13 @@ package daemon
 
 import (
 	"context"
-	"os"
 	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/internal/gcpolicy"
 	networkingv1 "k8s.io/api/networking/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -110,10 +110,11 @@ const startupGCPercent = 50
 // highest during the replay (119 against 88 MB after it, with
 // GODEBUG=gctrace=1), and with GOGC 100 the heap reached twice that, the
 // process's RSS peak (docs/benchmarks.md, issue 33). An operator's GOGC
-// (the environment variable) is never changed.
+// (the environment variable, set and not empty: gcpolicy.OperatorGOGC,
+// the gateway's rule too) is never changed; an empty GOGC= is no setting.
 type startupGC struct {
 	mu      sync.Mutex
-	env     bool              // GOGC set in the environment: nothing is lowered
+	env     bool              // the operator set GOGC (gcpolicy.OperatorGOGC): nothing is lowered
 	pending map[string]uint64 // cluster ID -> generation of its pending replay
 	gen     uint64
 	prev    int // the GOGC to restore; -2: nothing lowered
@@ -121,7 +122,7 @@ type startupGC struct {
 
 // newStartupGC returns a startupGC that has lowered nothing.
 func newStartupGC() *startupGC {
-	return &startupGC{env: os.Getenv("GOGC") != "", pending: map[string]uint64{}, prev: -2}
+	return &startupGC{env: gcpolicy.OperatorGOGC(), pending: map[string]uint64{}, prev: -2}
 }
 
 // lower lowers GOGC to startupGCPercent for a replay of cluster id, until

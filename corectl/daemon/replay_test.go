@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"os"
 	"runtime/debug"
 	"testing"
 )
@@ -79,3 +80,49 @@ func TestStartupGCLeavesTheOperatorsGOGC(t *testing.T) {
 		t.Fatalf("GOGC after the replay = %d, want 200", p)
 	}
 }
+
+// TestStartupGCFollowsTheOperatorsGOGC: the replay's GOGC is lowered when
+// the environment has no GOGC or an empty one (the runtime's default is in
+// force), and an explicit GOGC (200, off) is left alone, the rule of the
+// gateway's policy (gcpolicy.OperatorGOGC).
+func TestStartupGCFollowsTheOperatorsGOGC(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		env     *string // nil: unset
+		runtime int     // what the runtime made of the environment at start
+		lowered bool
+	}{
+		{"unset", nil, 100, true},
+		{"empty", ptr(""), 100, true},
+		{"200", ptr("200"), 200, false},
+		{"off", ptr("off"), -1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("GOGC", "")
+			if tc.env == nil {
+				if err := os.Unsetenv("GOGC"); err != nil { // t.Setenv restores it
+					t.Fatal(err)
+				}
+			} else {
+				t.Setenv("GOGC", *tc.env)
+			}
+			before := debug.SetGCPercent(tc.runtime)
+			t.Cleanup(func() { debug.SetGCPercent(before) })
+			g := newStartupGC()
+			g.lower("a")
+			want := tc.runtime
+			if tc.lowered {
+				want = startupGCPercent
+			}
+			if p := gcPercent(); p != want {
+				t.Fatalf("GOGC during the replay = %d, want %d", p, want)
+			}
+			g.replayed("a")
+			if p := gcPercent(); p != tc.runtime {
+				t.Fatalf("GOGC after the replay = %d, want %d", p, tc.runtime)
+			}
+		})
+	}
+}
+
+func ptr(s string) *string { return &s }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/sandgate/sandgate/corectl/cluster"
 	"google.golang.org/protobuf/encoding/protowire"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,17 +45,10 @@ type PolicyLister struct {
 }
 
 // NewPolicyLister returns a PolicyLister for the apiserver of cfg (a copy
-// is taken; its content type is set to protobuf). Errors: those of
-// rest.RESTClientFor.
+// is taken; cluster.NetworkingProtobufClient asking for protobuf, then
+// JSON). Errors: those of rest.RESTClientFor.
 func NewPolicyLister(cfg *rest.Config) (*PolicyLister, error) {
-	c := rest.CopyConfig(cfg)
-	gv := networkingv1.SchemeGroupVersion
-	c.GroupVersion = &gv
-	c.APIPath = "/apis"
-	c.ContentType = runtime.ContentTypeProtobuf
-	c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	c.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
-	rc, err := rest.RESTClientFor(c)
+	rc, err := cluster.NetworkingProtobufClient(cfg, runtime.ContentTypeProtobuf+","+runtime.ContentTypeJSON)
 	if err != nil {
 		return nil, fmt.Errorf("NetworkPolicy list client: %w", err)
 	}

@@ -11,9 +11,9 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/probesource"
 	"google.golang.org/protobuf/encoding/protowire"
-	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -40,17 +40,11 @@ type Lister struct {
 	rest rest.Interface
 }
 
-// New returns a Lister for the apiserver of cfg (a
-// copy is taken). Errors: those of rest.RESTClientFor.
+// New returns a Lister for the apiserver of cfg (a copy is taken;
+// cluster.NetworkingProtobufClient asking for metadataAccept). Errors:
+// those of rest.RESTClientFor.
 func New(cfg *rest.Config) (*Lister, error) {
-	c := rest.CopyConfig(cfg)
-	gv := networkingv1.SchemeGroupVersion
-	c.GroupVersion = &gv
-	c.APIPath = "/apis"
-	c.ContentType = runtime.ContentTypeProtobuf
-	c.AcceptContentTypes = metadataAccept
-	c.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
-	rc, err := rest.RESTClientFor(c)
+	rc, err := cluster.NetworkingProtobufClient(cfg, metadataAccept)
 	if err != nil {
 		return nil, fmt.Errorf("metadata list client: %w", err)
 	}

@@ -77,3 +77,44 @@ func unsetenv(t *testing.T, key string) {
 		t.Fatal(err)
 	}
 }
+
+// TestApplyTheEnvironmentsGOGC: the package's GOGC applies when the
+// environment has no GOGC or an empty one (the runtime reads GOGC= as
+// 100, no setting); an explicit GOGC (200, off) is kept.
+func TestApplyTheEnvironmentsGOGC(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		env      *string // nil: unset
+		runtime  int     // what the runtime made of the environment at start
+		operator bool
+		want     int
+	}{
+		{"unset", nil, 100, false, GOGC},
+		{"empty", ptr(""), 100, false, GOGC},
+		{"200", ptr("200"), 200, true, 200},
+		{"off", ptr("off"), -1, true, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			restoreGC(t)
+			t.Setenv("GOGC", "")
+			if tc.env == nil {
+				unsetenv(t, "GOGC")
+			} else {
+				t.Setenv("GOGC", *tc.env)
+			}
+			if got := OperatorGOGC(); got != tc.operator {
+				t.Fatalf("OperatorGOGC() = %v, want %v", got, tc.operator)
+			}
+			debug.SetGCPercent(tc.runtime)
+			d := Apply()
+			if d.Operator != tc.operator || d.GOGC != tc.want {
+				t.Fatalf("decision %+v, want Operator %v, GOGC %d", d, tc.operator, tc.want)
+			}
+			if got := debug.SetGCPercent(100); got != tc.want {
+				t.Fatalf("GOGC in force %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func ptr(s string) *string { return &s }

@@ -82,7 +82,9 @@ func run(ctx context.Context, w io.Writer, configPath, clusterID string, suite f
 	if err != nil {
 		return false, err
 	}
-	cl, err := client.New(rc, client.Options{Scheme: scheme})
+	// Each request bounded by the cluster's request timeout, the whole
+	// run by -timeout.
+	cl, err := client.New(c.RequestConfig(rc), client.Options{Scheme: scheme})
 	if err != nil {
 		return false, err
 	}

@@ -267,7 +267,7 @@ func printCNIFacts(path string, w io.Writer) error {
 		if err != nil {
 			return err
 		}
-		cl, err := client.New(rc, client.Options{Scheme: scheme})
+		cl, err := client.New(c.RequestConfig(rc), client.Options{Scheme: scheme})
 		if err != nil {
 			return err
 		}
