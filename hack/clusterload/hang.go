@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sandgate/sandgate/corectl/kubetest"
 )
 
 // hangSeries is the hung comparison of the run serving ids (the last of
@@ -95,7 +97,10 @@ func (w *world) hangSeries(res *result, hc *http.Client, api, probe string, pid 
 			}
 		}
 		start := time.Now()
+		cpu0, apiCPU0 := processCPU(pid), processCPU(apid)
 		lat, retries, err := paced(hc, api, others, creates, start, hang, exited)
+		ph.corectlCPU = perSecond(processCPU(pid)-cpu0, time.Since(start))
+		ph.apiserverCPU = perSecond(processCPU(apid)-apiCPU0, time.Since(start))
 		ph.retries = retries
 		if err != nil {
 			return fmt.Errorf("phase %d (%s): %w", i+1, kind, err)
@@ -150,8 +155,8 @@ func (w *world) hangSeries(res *result, hc *http.Client, api, probe string, pid 
 		}
 		ph.load = loadavg()
 		res.phases = append(res.phases, ph)
-		fmt.Printf("  phase %d, %s: create p50 on the other clusters %.1f ms (halves %s, %d creates, %d retries), load average %s\n",
-			i+1, kind, ph.p50, ph.halves, ph.n, ph.retries, ph.load)
+		fmt.Printf("  phase %d, %s: create p50 on the other clusters %.1f ms (halves %s, %d creates, %d retries); CPU ms/s: corectl %.0f, %s's kube-apiserver %.0f; load average %s\n",
+			i+1, kind, ph.p50, ph.halves, ph.n, ph.retries, ph.corectlCPU, hung.id, ph.apiserverCPU, ph.load)
 	}
 	res.normalP50, _ = summarise(pooled[normalPhase])
 	res.hungP50, _ = summarise(pooled[hungPhase])
@@ -198,6 +203,24 @@ func paced(hc *http.Client, api string, ids []string, count int, start time.Time
 		return nil, retries, err
 	}
 	return lat, retries, nil
+}
+
+// processCPU is process pid's CPU time so far (kubetest.ProcessCPU), 0
+// when it cannot be read.
+func processCPU(pid int) time.Duration {
+	d, err := kubetest.ProcessCPU(pid)
+	if err != nil {
+		return 0
+	}
+	return d
+}
+
+// perSecond is cpu spent over wall, in ms per second.
+func perSecond(cpu, wall time.Duration) float64 {
+	if wall <= 0 {
+		return 0
+	}
+	return float64(cpu.Milliseconds()) / wall.Seconds()
 }
 
 // poll calls f every interval until it returns nil, for at most limit;
@@ -263,13 +286,13 @@ func printHung(res *result, pairs int) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("\n| pair | create p50 ms, normal before / hung / normal after | hung ÷ mean of both | hung ÷ before | retries | load average at the hung phase's end |\n|---:|---|---:|---:|---:|---|\n")
+	fmt.Printf("\n| pair | create p50 ms, normal before / hung / normal after | hung ÷ mean of both | hung ÷ before | retries | CPU ms/s corectl, normal before / hung / after | CPU ms/s %s's kube-apiserver, same | load average at the hung phase's end |\n|---:|---|---:|---:|---:|---|---|---|\n", res.hungID)
 	ratios, before := make([]float64, len(prs)), make([]float64, len(prs))
 	for i, p := range prs {
 		ratios[i], before[i] = p.ratio(), p.ratioBefore()
-		hp := res.phases[2*i+1]
-		fmt.Printf("| %d | %.1f / %.1f / %.1f | %.2f× | %.2f× | %d | %s |\n", i+1, p.before, p.hung, p.after, ratios[i], before[i],
-			res.phases[2*i].retries+hp.retries+res.phases[2*i+2].retries, hp.load)
+		bp, hp, ap := res.phases[2*i], res.phases[2*i+1], res.phases[2*i+2]
+		fmt.Printf("| %d | %.1f / %.1f / %.1f | %.2f× | %.2f× | %d | %.0f / %.0f / %.0f | %.0f / %.0f / %.0f | %s |\n", i+1, p.before, p.hung, p.after, ratios[i], before[i],
+			bp.retries+hp.retries+ap.retries, bp.corectlCPU, hp.corectlCPU, ap.corectlCPU, bp.apiserverCPU, hp.apiserverCPU, ap.apiserverCPU, hp.load)
 	}
 	med, lo, hi, _ := spread(ratios)
 	bmed, blo, bhi, _ := spread(before)

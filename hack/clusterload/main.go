@@ -402,6 +402,11 @@ type phaseResult struct {
 	n       int
 	retries int
 	load    string // the load average at its end
+	// CPU over the phase, ms per second: corectl's, and the last
+	// cluster's kube-apiserver's (none while it is stopped: on this
+	// machine a stopped apiserver leaves its share of the CPUs to the
+	// others).
+	corectlCPU, apiserverCPU float64
 }
 
 // measure runs corectl with the first k clusters, waits for /readyz,
