@@ -332,7 +332,7 @@ func New(opts Options) (*Daemon, error) {
 		// starts a second, core/v1 broadcaster beside it that corectl
 		// never uses.
 		sink := &flushSink{EventSink: &events.EventSinkImpl{Interface: cs.EventsV1()}}
-		p := &clusterParts{c: c, cfg: cfg, scheme: scheme, direct: direct, cache: &swapReader{},
+		p := &clusterParts{c: c, cfg: cfg, scheme: scheme, direct: direct, cache: newSwapReader(c.ID),
 			sink: sink, broadcaster: events.NewBroadcaster(sink)}
 		p.events = notingRecorder{rec: p.broadcaster.NewRecorder(scheme, "corectl"), sink: sink}
 		rec := p.events
@@ -396,7 +396,6 @@ func New(opts Options) (*Daemon, error) {
 		// whose apiserver does not answer must not hold up corectl's
 		// start, and with it every other cluster's API.
 		cr := &clusterRun{id: c.ID, parts: p, unbuilt: make(chan struct{})}
-		p.cache.id = c.ID
 		h.CacheSynced = p.cache.synced.Load
 		d.clusters = append(d.clusters, cr)
 		d.api.Clusters[c.ID] = h

@@ -132,35 +132,50 @@ func (d *Daemon) ProbeHandler() http.Handler { return d.probeHandler }
 // swapReader is the API's view of a cluster's informer cache
 // (httpapi.ClusterHandle.Cache): it reads the current manager's cache
 // (runCluster points it at the first manager's once built, and at each
-// replacement's once synced). Until the first manager is built it answers
-// ErrNoCache at once.
+// replacement's once synced). Until the first manager is built a read
+// waits for it, within the caller's context (as a read of the first
+// manager's cache waits for its sync), then fails with ErrNoCache.
 type swapReader struct {
-	id  string
-	cur atomic.Pointer[client.Reader]
+	id    string
+	cur   atomic.Pointer[client.Reader]
+	built chan struct{} // closed by the first set
+	once  sync.Once
 	// synced is set once a manager's cache of the cluster has synced; it
 	// stays set (a replaced manager's cache is read until the new one has
 	// synced).
 	synced atomic.Bool
 }
 
-// ErrNoCache: the cluster's first manager has not been built yet (its
-// apiserver has not answered the API discovery), so there is no cache to
-// read.
+// newSwapReader returns cluster id's view, with no cache yet.
+func newSwapReader(id string) *swapReader {
+	return &swapReader{id: id, built: make(chan struct{})}
+}
+
+// ErrNoCache: the cluster's first manager was not built (its apiserver
+// had not answered the API discovery) before the reader's context ended,
+// so there was no cache to read.
 var ErrNoCache = errors.New("the cluster's informer cache does not exist yet (its apiserver has not answered)")
 
-func (s *swapReader) set(r client.Reader) { s.cur.Store(&r) }
+func (s *swapReader) set(r client.Reader) {
+	s.cur.Store(&r)
+	s.once.Do(func() { close(s.built) })
+}
 
-func (s *swapReader) reader() (client.Reader, error) {
-	r := s.cur.Load()
-	if r == nil {
-		return nil, fmt.Errorf("cluster %s: %w", s.id, ErrNoCache)
+func (s *swapReader) reader(ctx context.Context) (client.Reader, error) {
+	if r := s.cur.Load(); r != nil {
+		return *r, nil
 	}
-	return *r, nil
+	select {
+	case <-s.built:
+		return *s.cur.Load(), nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("cluster %s: %w (%w)", s.id, ErrNoCache, ctx.Err())
+	}
 }
 
 // Get reads from the current manager's cache.
 func (s *swapReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	r, err := s.reader()
+	r, err := s.reader(ctx)
 	if err != nil {
 		return err
 	}
@@ -169,7 +184,7 @@ func (s *swapReader) Get(ctx context.Context, key client.ObjectKey, obj client.O
 
 // List lists from the current manager's cache.
 func (s *swapReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	r, err := s.reader()
+	r, err := s.reader(ctx)
 	if err != nil {
 		return err
 	}

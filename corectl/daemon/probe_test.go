@@ -2,11 +2,14 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
 
@@ -59,5 +62,43 @@ func TestReadinessOfAReplacedClusterAsksNothing(t *testing.T) {
 	}
 	if n := sc.waits.Load(); n != 1 {
 		t.Fatalf("a replaced cluster's check waited for its caches (%d waits in all, want the first check's 1)", n)
+	}
+}
+
+// nameReader is a cache answering every Get with its name in the
+// object's labels.
+type nameReader struct {
+	client.Reader
+	name string
+}
+
+func (n nameReader) Get(_ context.Context, _ client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	obj.SetLabels(map[string]string{"reader": n.name})
+	return nil
+}
+
+// TestSwapReaderBeforeTheFirstManager: until Run has built the cluster's
+// first manager, a read of the API's cache view waits for it within the
+// caller's context (as a read of the first cache waits for its sync),
+// and fails with ErrNoCache when that context ends first; once set, reads
+// go to the current cache.
+func TestSwapReaderBeforeTheFirstManager(t *testing.T) {
+	s := newSwapReader("c10")
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	var u unstructured.Unstructured
+	if err := s.Get(ended, client.ObjectKey{Name: "x"}, &u); !errors.Is(err, ErrNoCache) {
+		t.Fatalf("read with no manager built = %v, want ErrNoCache", err)
+	}
+	got := make(chan error, 1)
+	var w unstructured.Unstructured
+	go func() { got <- s.Get(context.Background(), client.ObjectKey{Name: "x"}, &w) }()
+	s.set(nameReader{name: "first"})
+	if err := <-got; err != nil || w.GetLabels()["reader"] != "first" {
+		t.Fatalf("the waiting read = %v, %v; want the first manager's cache", err, w.GetLabels())
+	}
+	s.set(nameReader{name: "second"})
+	if err := s.Get(ended, client.ObjectKey{Name: "x"}, &u); err != nil || u.GetLabels()["reader"] != "second" {
+		t.Fatalf("read after the swap = %v, %v", err, u.GetLabels())
 	}
 }
