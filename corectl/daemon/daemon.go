@@ -264,8 +264,11 @@ func LeaseName(clusterID string) string {
 	return "corectl-" + hex.EncodeToString(sum[:6])
 }
 
-// New builds the managers, engines and API server and binds the listener;
-// nothing runs until Run. Errors: a cluster's REST configuration or client
+// New builds the engines, clients and API server and binds the listener,
+// without a request to any apiserver; nothing runs until Run, which builds
+// each cluster's manager in that cluster's own goroutine (a manager's
+// build reads the cluster's API discovery: runCluster). Errors: a
+// cluster's REST configuration or client
 // cannot be built, a cluster's execdTokenSecretFile cannot be read or is
 // too short (cluster.Cluster.LoadExecdTokenSecret), or the address cannot
 // be bound.
