@@ -263,15 +263,15 @@ func LeaseName(clusterID string) string {
 	return "corectl-" + hex.EncodeToString(sum[:6])
 }
 
-// New builds the managers, engines and API server and binds the listener;
-// nothing runs until Run: New starts no goroutine (the Events broadcasters
-// are built and started by Run; TestNewStartsNoGoroutine), so a Daemon
-// that is never Run holds its listeners only. Errors: a cluster's REST
-// configuration or client cannot be built, a cluster's
-// execdTokenSecretFile cannot be read or is too short
-// (cluster.Cluster.LoadExecdTokenSecret), a cluster's API discovery for
-// the informer indexes fails (within its request timeout), or the address
-// cannot be bound.
+// New builds the engines, clients and API server and binds the listener,
+// without a request to any apiserver; nothing runs until Run, which builds
+// each cluster's manager in that cluster's own goroutine (a manager's
+// build reads the cluster's API discovery: runCluster) and builds and
+// starts the clusters' Events broadcasters. New starts no goroutine
+// (TestNewStartsNoGoroutine), so a Daemon that is never Run holds its
+// listeners only. Errors: a cluster's REST configuration or client cannot
+// be built, a cluster's execdTokenSecretFile cannot be read or is too short
+// (cluster.Cluster.LoadExecdTokenSecret), or the address cannot be bound.
 func New(opts Options) (*Daemon, error) {
 	if opts.Config == nil || opts.Keys == nil || opts.Credentials == nil {
 		return nil, errors.New("daemon: Config, Keys and Credentials are required")
@@ -336,7 +336,7 @@ func New(opts Options) (*Daemon, error) {
 		// goroutine): not the manager's, which starts a second, core/v1
 		// broadcaster beside it that corectl never uses.
 		sink := &flushSink{EventSink: &events.EventSinkImpl{Interface: cs.EventsV1()}}
-		p := &clusterParts{c: c, cfg: cfg, scheme: scheme, direct: direct, cache: &swapReader{},
+		p := &clusterParts{c: c, cfg: cfg, scheme: scheme, direct: direct, cache: newSwapReader(c.ID),
 			sink: sink, events: &notingRecorder{sink: sink}}
 		rec := p.events
 		policies, err := egress.NewPolicyLister(dcfg)
@@ -394,13 +394,12 @@ func New(opts Options) (*Daemon, error) {
 			}
 			h.Lifecycle = lc
 		}
-		cr := &clusterRun{id: c.ID, parts: p}
-		mgr, err := d.newManager(cr, false)
-		if err != nil {
-			return nil, err
-		}
-		cr.setManager(mgr)
-		p.cache.set(mgr.GetCache())
+		// The cluster's manager is built by Run (runCluster), not here:
+		// building one reads the cluster's API discovery, and a cluster
+		// whose apiserver does not answer must not hold up corectl's
+		// start, and with it every other cluster's API.
+		cr := &clusterRun{id: c.ID, parts: p, unbuilt: make(chan struct{})}
+		h.CacheSynced = p.cache.synced.Load
 		d.clusters = append(d.clusters, cr)
 		d.api.Clusters[c.ID] = h
 		if c.ID == opts.Config.Templates.ClusterID {
@@ -589,11 +588,16 @@ func (d *Daemon) ProbeAddr() string {
 func (d *Daemon) Metrics() *metrics.Metrics { return d.metrics }
 
 // Elected returns a channel closed when this replica leads cluster id (at
-// once without leader election); nil for an unknown cluster.
+// once without leader election); nil for an unknown cluster. Before Run
+// has built the cluster's first manager it is a channel that is never
+// closed (ask again).
 func (d *Daemon) Elected(id string) <-chan struct{} {
 	for _, c := range d.clusters {
 		if c.id == id {
-			return c.manager().Elected()
+			if m := c.manager(); m != nil {
+				return m.Elected()
+			}
+			return c.unbuilt
 		}
 	}
 	return nil
@@ -725,21 +729,73 @@ const (
 	MaxRestartBackoff = 30 * time.Second
 )
 
-// runCluster runs cluster c's manager until ctx ends. A manager that
-// stops on its own (its leader election lost because the cluster's
-// apiserver did not answer within the renew deadline, or a cache or
-// runnable failed) concerns that cluster alone: it is logged and counted
+// runCluster builds cluster c's manager and runs it until ctx ends. A
+// manager that cannot be built (its apiserver does not answer the API
+// discovery within the cluster's request timeout) is built again after a
+// pause, as a replaced one is. A manager that stops on its own (its
+// leader election lost because the cluster's apiserver did not answer
+// within the renew deadline, or a cache or runnable failed) concerns that
+// cluster alone: it is logged and counted
 // (corectl_cluster_manager_restarts_total), and a new manager for the
 // same cluster is built and started after a pause (RestartBackoff
 // doubling to MaxRestartBackoff, reset once a manager ran for
 // MaxRestartBackoff), while every other cluster and the API go on. The
 // new manager campaigns for the cluster's Lease again; its leader loops
-// start only once it holds it, as at start-up. The API reads the stopped
-// manager's cache until the new one has synced.
+// start only once it holds it, as at start-up. runCluster returns once
+// ctx ends, even while a build waits for the apiserver.
 func (d *Daemon) runCluster(ctx context.Context, c *clusterRun) {
 	pause := RestartBackoff
-	stopWaiting := func() {} // ends the wait for a new manager's cache sync
+	stopWaiting := func() {} // ends the wait for a manager's cache sync
 	defer func() { stopWaiting() }()
+	// use makes mgr the cluster's current manager. The first one's cache
+	// is the API's view at once (its reads wait for the sync, as they
+	// always did at start-up); a replacement's once synced: until then the
+	// API reads the stopped manager's cache (its last state: the data
+	// plane's authorizer questions still find the cluster's sandboxes).
+	use := func(mgr manager.Manager, first bool) {
+		c.setManager(mgr)
+		if first {
+			c.parts.cache.set(mgr.GetCache())
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		stopWaiting = cancel
+		go func() {
+			if mgr.GetCache().WaitForCacheSync(wctx) {
+				c.parts.cache.set(mgr.GetCache())
+				c.parts.cache.synced.Store(true)
+			}
+		}()
+	}
+	// build builds a manager, after a pause unless it is the first
+	// attempt at the first manager, until one is built; false when ctx
+	// ended first.
+	build := func(first bool) bool {
+		for attempt := 0; ; attempt++ {
+			if attempt > 0 || !first {
+				t := time.NewTimer(pause)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return false
+				case <-t.C:
+				}
+				pause = min(2*pause, MaxRestartBackoff)
+			}
+			// A build after the first may repeat the controllers' names.
+			mgr, err := d.buildManager(ctx, c, !first || attempt > 0)
+			if ctx.Err() != nil {
+				return false
+			}
+			if err == nil {
+				use(mgr, first)
+				return true
+			}
+			d.opts.Log.Info("cluster manager could not be built; retrying, the other clusters are not affected", "cluster", c.id, "error", err.Error(), "after", pause.String())
+		}
+	}
+	if !build(true) {
+		return
+	}
 	for {
 		started := time.Now()
 		err := c.manager().Start(ctx)
@@ -760,32 +816,31 @@ func (d *Daemon) runCluster(ctx context.Context, c *clusterRun) {
 		c.restarts.Add(1)
 		d.metrics.ClusterRestart(c.id)
 		d.opts.Log.Info("cluster manager stopped; restarting it, the other clusters are not affected", "cluster", c.id, "error", msg, "after", pause.String())
-		for {
-			t := time.NewTimer(pause)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			pause = min(2*pause, MaxRestartBackoff)
-			mgr, err := d.newManager(c, true)
-			if err == nil {
-				c.setManager(mgr)
-				// The API reads the stopped manager's cache (its last
-				// state: the data plane's authorizer questions still find
-				// the cluster's sandboxes) until the new one has synced.
-				wctx, cancel := context.WithCancel(ctx)
-				stopWaiting = cancel
-				go func() {
-					if mgr.GetCache().WaitForCacheSync(wctx) {
-						c.parts.cache.set(mgr.GetCache())
-					}
-				}()
-				break
-			}
-			d.opts.Log.Info("cluster manager could not be rebuilt; retrying", "cluster", c.id, "error", err.Error(), "after", pause.String())
+		if !build(false) {
+			return
 		}
+	}
+}
+
+// buildManager builds cluster c's manager (newManager) and returns it, or
+// ctx's error once ctx ends first: the build reads the cluster's API
+// discovery (bounded by the cluster's request timeout: newManager), and
+// shutdown does not wait for it.
+func (d *Daemon) buildManager(ctx context.Context, c *clusterRun, restart bool) (manager.Manager, error) {
+	type built struct {
+		mgr manager.Manager
+		err error
+	}
+	done := make(chan built, 1)
+	go func() {
+		mgr, err := d.newManager(c, restart)
+		done <- built{mgr, err}
+	}()
+	select {
+	case b := <-done:
+		return b.mgr, b.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 }
 

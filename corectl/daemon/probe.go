@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/pprof"
 	"sync"
@@ -20,7 +21,8 @@ type clusterRun struct {
 	id       string
 	parts    *clusterParts
 	mu       sync.Mutex
-	mgr      manager.Manager // the current manager (runCluster replaces a stopped one)
+	mgr      manager.Manager // the current manager (runCluster builds it and replaces a stopped one); nil until built
+	unbuilt  chan struct{}   // never closed: Elected's answer until the first manager is built
 	running  atomic.Bool     // runCluster runs
 	leading  atomic.Bool     // the leader-only runnables have been started
 	restarts atomic.Int64    // managers that stopped on their own and were replaced
@@ -51,13 +53,17 @@ const cacheSyncWait = 200 * time.Millisecond
 // sees the same apiserver, so failing /readyz would take every replica,
 // and with them the API of every other cluster, out of the Service; the
 // restarts are counted in corectl_cluster_manager_restarts_total and the
-// cluster's own requests fail on its request timeout instead.
+// cluster's own requests fail on its request timeout instead. Nor is
+// such a cluster checked at all: while its apiserver hangs, its new
+// manager's caches never sync, and the check would wait cacheSyncWait for
+// them on every /readyz, for every such cluster in turn (healthz runs the
+// checks one after the other), until the kubelet's probe timeout (1 s by
+// default) failed the replica after all.
 func (c *clusterRun) ready(r *http.Request) error {
-	err := c.readyErr(r)
-	if err != nil && c.restarts.Load() > 0 {
+	if c.restarts.Load() > 0 {
 		return nil
 	}
-	return err
+	return c.readyErr(r)
 }
 
 func (c *clusterRun) readyErr(r *http.Request) error {
@@ -65,6 +71,9 @@ func (c *clusterRun) readyErr(r *http.Request) error {
 		return errors.New("the manager is not running")
 	}
 	mgr := c.manager()
+	if mgr == nil {
+		return errors.New("the manager has not been built: the cluster's apiserver has not answered the API discovery")
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), cacheSyncWait)
 	defer cancel()
 	if !mgr.GetCache().WaitForCacheSync(ctx) {
@@ -121,21 +130,63 @@ func (d *Daemon) buildProbes() {
 func (d *Daemon) ProbeHandler() http.Handler { return d.probeHandler }
 
 // swapReader is the API's view of a cluster's informer cache
-// (httpapi.ClusterHandle.Cache): it reads the current manager's cache.
+// (httpapi.ClusterHandle.Cache): it reads the current manager's cache
+// (runCluster points it at the first manager's once built, and at each
+// replacement's once synced). Until the first manager is built a read
+// waits for it, within the caller's context (as a read of the first
+// manager's cache waits for its sync), then fails with ErrNoCache.
 type swapReader struct {
-	cur atomic.Pointer[client.Reader]
+	id    string
+	cur   atomic.Pointer[client.Reader]
+	built chan struct{} // closed by the first set
+	once  sync.Once
+	// synced is set once a manager's cache of the cluster has synced; it
+	// stays set (a replaced manager's cache is read until the new one has
+	// synced).
+	synced atomic.Bool
 }
 
-func (s *swapReader) set(r client.Reader) { s.cur.Store(&r) }
+// newSwapReader returns cluster id's view, with no cache yet.
+func newSwapReader(id string) *swapReader {
+	return &swapReader{id: id, built: make(chan struct{})}
+}
 
-func (s *swapReader) reader() client.Reader { return *s.cur.Load() }
+// ErrNoCache: the cluster's first manager was not built (its apiserver
+// had not answered the API discovery) before the reader's context ended,
+// so there was no cache to read.
+var ErrNoCache = errors.New("the cluster's informer cache does not exist yet (its apiserver has not answered)")
+
+func (s *swapReader) set(r client.Reader) {
+	s.cur.Store(&r)
+	s.once.Do(func() { close(s.built) })
+}
+
+func (s *swapReader) reader(ctx context.Context) (client.Reader, error) {
+	if r := s.cur.Load(); r != nil {
+		return *r, nil
+	}
+	select {
+	case <-s.built:
+		return *s.cur.Load(), nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("cluster %s: %w (%w)", s.id, ErrNoCache, ctx.Err())
+	}
+}
 
 // Get reads from the current manager's cache.
 func (s *swapReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	return s.reader().Get(ctx, key, obj, opts...)
+	r, err := s.reader(ctx)
+	if err != nil {
+		return err
+	}
+	return r.Get(ctx, key, obj, opts...)
 }
 
 // List lists from the current manager's cache.
 func (s *swapReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	return s.reader().List(ctx, list, opts...)
+	r, err := s.reader(ctx)
+	if err != nil {
+		return err
+	}
+	return r.List(ctx, list, opts...)
 }

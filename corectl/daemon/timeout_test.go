@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -156,11 +155,12 @@ func TestClientsHaveTheRequestTimeout(t *testing.T) {
 	}
 }
 
-// TestNewAgainstAHungAPIServer: New's own requests (the REST mapper's
-// discovery for the informer indexes, which a replaced manager repeats)
-// are bounded by the request timeout too: against an apiserver that hung
-// with a connection open (the process's connections to it are pooled),
-// New fails with a timeout error naming the cluster.
+// TestNewAgainstAHungAPIServer: New makes no request to a cluster's
+// apiserver (each cluster's manager, whose build reads the API discovery
+// within the request timeout, is built by Run in the cluster's own
+// goroutine: TestAClusterHungFromTheStartCostsTheOthersNothing), so
+// against an apiserver that hung with a connection open (the process's
+// connections to it are pooled) New returns, without an error.
 func TestNewAgainstAHungAPIServer(t *testing.T) {
 	s := newSetup(t, "c-hung-new")
 	s.cfg.Clusters[0].Client.RequestTimeout = metav1.Duration{Duration: 500 * time.Millisecond}
@@ -182,7 +182,7 @@ func TestNewAgainstAHungAPIServer(t *testing.T) {
 		})
 		return err
 	})
-	if ok && (!isTimeout(err) || !strings.Contains(err.Error(), "cluster "+s.id)) {
-		t.Fatalf("New against a hung apiserver: %v, want the request timeout (context.DeadlineExceeded) naming cluster %s", err, s.id)
+	if ok && err != nil {
+		t.Fatalf("New against a hung apiserver: %v, want no error (New asks the apiserver nothing)", err)
 	}
 }

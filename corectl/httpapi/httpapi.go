@@ -99,6 +99,13 @@ type ClusterHandle struct {
 	// the gateway's authorizer (GET /internal/v1/authorize); nil answers
 	// every authorization not_found.
 	Cache client.Reader
+	// CacheSynced reports whether Cache has synced at least once (nil:
+	// always). The Locate question, which asks every cluster's Cache
+	// (locate.go), leaves out a cluster whose Cache has not, so that a
+	// cluster whose apiserver has not answered since corectl started does
+	// not hold up, or fail, the answers about the other clusters'
+	// sandboxes.
+	CacheSynced func() bool
 	// Reader reads BatchSandboxes for the ownership check of every
 	// sandbox route (a direct, uncached client: a route must never act on
 	// a stale owner).

@@ -21,7 +21,13 @@ const IndexSandboxName = "sandgate.name"
 // authorize): the sandbox is looked up by name (IndexSandboxName) in every
 // cluster's cache of the BatchSandboxes corectl manages. Sandbox IDs are
 // random (lifecycle.NewID), so two matches mean something is wrong and
-// are answered not_found. The gateway caches the answer (about a second).
+// are answered not_found. A cluster whose cache has not synced yet
+// (ClusterHandle.CacheSynced: its apiserver has not answered since
+// corectl started) is left out: its reads would wait for a sync that may
+// not come, or fail, and with them the answer about every other
+// cluster's sandboxes. When no other cluster has the sandbox, the answer
+// is 503 unavailable (it may be in the one left out), not not_found. The
+// gateway caches the answer (about a second).
 func (s *Server) locate(w http.ResponseWriter, r *http.Request, id string) {
 	refuse := func(reason authorizer.Reason) {
 		writeJSON(w, http.StatusOK, authorizer.Answer{Reason: reason})
@@ -36,6 +42,7 @@ func (s *Server) locate(w http.ResponseWriter, r *http.Request, id string) {
 		found   *sandbox.Cached
 		cluster string
 		matches int
+		skipped int
 	)
 	ids := make([]string, 0, len(s.Clusters))
 	for cid := range s.Clusters {
@@ -45,6 +52,10 @@ func (s *Server) locate(w http.ResponseWriter, r *http.Request, id string) {
 	for _, cid := range ids {
 		ch := s.Clusters[cid]
 		if ch.Cache == nil {
+			continue
+		}
+		if ch.CacheSynced != nil && !ch.CacheSynced() {
+			skipped++
 			continue
 		}
 		var list sandbox.CachedList
@@ -58,6 +69,10 @@ func (s *Server) locate(w http.ResponseWriter, r *http.Request, id string) {
 				found, cluster = list.Items[i], cid
 			}
 		}
+	}
+	if matches == 0 && skipped > 0 {
+		s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, "a cluster's sandbox cache has not synced yet")
+		return
 	}
 	if matches != 1 {
 		refuse(authorizer.ReasonNotFound)

@@ -63,6 +63,11 @@ func ReadCPU() (CPU, error) {
 // userHZ is the unit of utime and stime in /proc (USER_HZ, 100 on Linux).
 const userHZ = 100
 
+// ProcessCPU is the CPU time (utime+stime, all threads) process pid has
+// used so far (Linux /proc). Errors: /proc/<pid>/stat cannot be read or
+// parsed.
+func ProcessCPU(pid int) (time.Duration, error) { return cpuTime(pid) }
+
 func cpuTime(pid int) (time.Duration, error) {
 	_, _, t, err := parseStat(fmt.Sprintf("/proc/%d/stat", pid))
 	return t, err

@@ -7,13 +7,23 @@
 // start-up orphan scan, and reports corectl's RSS and goroutines (see
 // figures) and the p50 of creates sent one after the other
 // (POST /v2/sandboxes with an ingress allowlist and an egress list, the
-// create benchmark's body), round robin over the clusters; then, in the
-// N-cluster run, the last cluster's kube-apiserver is stopped (SIGSTOP)
-// while callers keep sending creates to it, the creates on the other
-// clusters are measured again, corectl's process must still run, the
-// apiserver is resumed (SIGCONT), the stopped cluster must create again,
-// and the other clusters are measured once more (so the stopped phase is
-// compared with a phase before and one after it).
+// create benchmark's body), round robin over the clusters. Then, in the
+// N-cluster run, the hung comparison (hangSeries): phases of -hang each,
+// normal, hung, normal, hung, …, normal (-pairs hung phases), each sending
+// -creates creates evenly spread over the phase to the clusters other than
+// the last; in a hung phase the last cluster's kube-apiserver is stopped
+// (SIGSTOP) while callers keep sending creates to it, and after it
+// (SIGCONT) the stopped cluster must create again before the next phase.
+// corectl's process must run throughout. Each hung phase's p50 is divided
+// by the mean of the p50s of the normal phases either side (a drift of the
+// machine's load over the run cancels), and the ratios' median and range
+// are printed with a row per pair.
+//
+// A measured create whose answer says nothing was left behind (a 429
+// rate_limited, a 503 before any step, a failed step whose compensation
+// confirmed every undo: retryable) is sent again, at most 3 times; the
+// retries are counted in the output, and the latency kept is the attempt
+// answered 201.
 //
 // "The one-cluster figures" have two readings, and both are measured: cluster
 // 1 alone with its own sandboxes (the same cluster, a tenth of the objects),
@@ -26,12 +36,14 @@
 // dir its goroutine dump grouped by stack (goroutine?debug=1), each with
 // its creator (debug=2), and a heap
 // profile (heap?gc=1: the live heap by allocation site, for go tool pprof
-// -sample_index=inuse_space), taken with the RSS.
+// -sample_index=inuse_space), taken with the RSS, and each hung phase leaves
+// the same, taken after its creates with the apiserver still stopped
+// (<run>-hung<pair>).
 //
 // Usage:
 //
 //	go run ./hack/clusterload [-corectl bin/corectl] [-clusters 10] [-sandboxes 300]
-//		[-creates 30] [-hang 30s] [-total=true] [-logs dir] [-profiles dir]
+//		[-creates 30] [-hang 30s] [-pairs 5] [-total=true] [-logs dir] [-profiles dir]
 //
 // The fixed entry is a stand-in that answers every readiness ping 200 (and
 // the probe-source discovery's echo path with the caller's address), so
@@ -90,17 +102,18 @@ func main() {
 	n := flag.Int("clusters", 10, "compute clusters (kube-apiservers)")
 	seed := flag.Int("sandboxes", 300, "sandboxes seeded in each cluster")
 	creates := flag.Int("creates", 30, "measured creates per phase (one at a time, round robin over the clusters)")
-	hang := flag.Duration("hang", 30*time.Second, "how long the last cluster's apiserver stays stopped (at least corectl's lease renew deadline, 10 s, so its leader election for that cluster is lost)")
+	hang := flag.Duration("hang", 30*time.Second, "how long each phase of the hung comparison lasts, and so each stop of the last cluster's apiserver (at least corectl's lease renew deadline, 10 s, so its leader election for that cluster is lost); 0: no hung comparison")
+	pairs := flag.Int("pairs", 5, "pairs of phases of the hung comparison (normal, hung, …, normal: 2 × pairs + 1 phases)")
 	logs := flag.String("logs", "", "a directory for corectl's output of each run (default: discarded)")
 	total := flag.Bool("total", true, "also run one cluster holding clusters × sandboxes (cluster 1 seeded up to that after the N-cluster run)")
 	profiles := flag.String("profiles", "", "a directory for each run's goroutine dump and heap profile (corectl runs with -probe-pprof; default: none)")
 	flag.Parse()
 	crlog.SetLogger(logr.Discard()) // envtest's own logs
-	if *n < 2 {
-		fmt.Fprintln(os.Stderr, "clusterload: -clusters must be at least 2")
+	if *n < 2 || *creates < 1 || (*hang > 0 && *pairs < 1) {
+		fmt.Fprintln(os.Stderr, "clusterload: -clusters must be at least 2, -creates and -pairs (with -hang) at least 1")
 		os.Exit(2)
 	}
-	if err := run(*bin, *n, *seed, *creates, *hang, *total, *logs, *profiles); err != nil {
+	if err := run(*bin, *n, *seed, *creates, *hang, *pairs, *total, *logs, *profiles); err != nil {
 		fmt.Fprintln(os.Stderr, "clusterload:", err)
 		os.Exit(1)
 	}
@@ -130,7 +143,7 @@ func loadavg() string {
 	return strings.Join(strings.Fields(string(b))[:3], " ")
 }
 
-func run(bin string, n, seed, creates int, hang time.Duration, total bool, logs, profiles string) error {
+func run(bin string, n, seed, creates int, hang time.Duration, pairs int, total bool, logs, profiles string) error {
 	if _, err := os.Stat(bin); err != nil {
 		return fmt.Errorf("%w (build it with `make bin/corectl`)", err)
 	}
@@ -177,11 +190,11 @@ func run(bin string, n, seed, creates int, hang time.Duration, total bool, logs,
 			return err
 		}
 	}
-	one, err := w.measure(bin, 1, creates, 0, logs, profiles, "1")
+	one, err := w.measure(bin, 1, creates, 0, 0, logs, profiles, "1")
 	if err != nil {
 		return fmt.Errorf("one cluster: %w", err)
 	}
-	all, err := w.measure(bin, n, creates, hang, logs, profiles, strconv.Itoa(n))
+	all, err := w.measure(bin, n, creates, hang, pairs, logs, profiles, strconv.Itoa(n))
 	if err != nil {
 		return fmt.Errorf("%d clusters: %w", n, err)
 	}
@@ -192,7 +205,7 @@ func run(bin string, n, seed, creates int, hang time.Duration, total bool, logs,
 			return err
 		}
 		fmt.Printf("\nseeded cluster %s up to %d sandboxes in %s\n", w.clusters[0].id, n*seed, time.Since(start).Round(time.Second))
-		if big, err = w.measure(bin, 1, creates, 0, logs, profiles, "1-total"); err != nil {
+		if big, err = w.measure(bin, 1, creates, 0, 0, logs, profiles, "1-total"); err != nil {
 			return fmt.Errorf("one cluster with %d sandboxes: %w", n*seed, err)
 		}
 	}
@@ -204,8 +217,8 @@ func run(bin string, n, seed, creates int, hang time.Duration, total bool, logs,
 	}
 	fmt.Printf("| %d clusters, %d sandboxes each | %.1f | %d | %.1f (%s) |\n", n, seed, all.rss, all.goroutines, all.p50, all.halves)
 	if hang > 0 {
-		fmt.Printf("| %d clusters, cluster %s stopped | %.1f | %d | %.1f (%s) |\n", n, all.hungID, all.hungRSS, all.hungGoroutines, all.hungP50, all.hungHalves)
-		fmt.Printf("| %d clusters, cluster %s resumed | | | %.1f (%s) |\n", n, all.hungID, all.afterP50, all.afterHalves)
+		fmt.Printf("| %d clusters, cluster %s stopped (%d hung phases) | %.1f | %d | %.1f on the other clusters |\n", n, all.hungID, pairs, all.hungRSS, all.hungGoroutines, all.hungP50)
+		fmt.Printf("| %d clusters, every apiserver running (%d normal phases) | | | %.1f on the same clusters |\n", n, pairs+1, all.normalP50)
 	}
 	fmt.Printf("\n%d clusters ÷ 1: RSS %s (%.1f MiB per added cluster), goroutines %s (%.0f per added cluster), create p50 %s\n",
 		n, ratio(all.rss, one.rss), (all.rss-one.rss)/float64(n-1), ratio(float64(all.goroutines), float64(one.goroutines)),
@@ -216,10 +229,18 @@ func run(bin string, n, seed, creates int, hang time.Duration, total bool, logs,
 			float64(all.goroutines-big.goroutines)/float64(n-1), ratio(all.p50, big.p50))
 	}
 	if hang > 0 {
-		fmt.Printf("one apiserver stopped ÷ all running: create p50 on the others %s before, %s after (the same clusters, resumed); creates sent to the stopped cluster meanwhile: %d answered (%s), %d still waiting at the end; corectl %s\n",
-			ratio(all.hungP50, all.p50), ratio(all.hungP50, all.afterP50), all.hungAnswered, all.hungCodes, all.hungWaiting, all.survived)
-		fmt.Printf("after SIGCONT: cluster %s created again within %s (manager replaced %s time(s))\n", all.hungID, all.recovered.Round(100*time.Millisecond), all.restarts)
+		if err := printHung(all, pairs); err != nil {
+			return err
+		}
 	}
+	retries := one.retries + all.retries
+	for _, p := range all.phases {
+		retries += p.retries
+	}
+	if big != nil {
+		retries += big.retries
+	}
+	fmt.Printf("measured creates retried (the answer said nothing was left behind): %d\n", retries)
 	fmt.Printf("load average %s\n", loadavg())
 	return nil
 }
@@ -352,29 +373,46 @@ func (c *kcluster) seedOne(cc *cluster.Cluster) error {
 
 // result is one corectl run's figures.
 type result struct {
-	rss            float64 // MiB, after the caches synced and the creates
-	goroutines     int
-	p50            float64 // ms
-	halves         string
+	rss        float64 // MiB, after the caches synced and the creates
+	goroutines int
+	p50        float64 // ms
+	halves     string
+	retries    int // of the measured creates (create)
+	// The hung comparison (hangSeries), with hang > 0 in the N-cluster run.
 	hungID         string
-	hungRSS        float64
+	hungRSS        float64 // MiB, at the end of the last hung phase's creates
 	hungGoroutines int
-	hungP50        float64
-	hungHalves     string
-	hungAnswered   int
+	phases         []phaseResult // in schedule order
+	hungP50        float64       // ms, every hung phase's creates together
+	normalP50      float64       // ms, every normal phase's creates together
+	hungAnswered   int           // creates sent to the stopped cluster and answered
 	hungCodes      string
-	hungWaiting    int
+	hungWaiting    int // creates sent to the stopped cluster still unanswered at a SIGCONT, all phases together
 	survived       string
-	recovered      time.Duration // from SIGCONT to the stopped cluster's first 201
-	restarts       string        // corectl_cluster_manager_restarts_total of the stopped cluster
-	afterP50       float64       // ms, the other clusters again once resumed
-	afterHalves    string
+	recovered      []time.Duration // from each SIGCONT to the stopped cluster's first 201
+	restarts       string          // corectl_cluster_manager_restarts_total of the stopped cluster
+}
+
+// phaseResult is one phase of the hung comparison: the creates on the
+// clusters other than the last.
+type phaseResult struct {
+	kind    phaseKind
+	p50     float64 // ms
+	halves  string
+	n       int
+	retries int
+	load    string // the load average at its end
+	// CPU over the phase, ms per second: corectl's, and the last
+	// cluster's kube-apiserver's (none while it is stopped: on this
+	// machine a stopped apiserver leaves its share of the CPUs to the
+	// others).
+	corectlCPU, apiserverCPU float64
 }
 
 // measure runs corectl with the first k clusters, waits for /readyz,
 // sends creates and, with hang > 0, stops the last cluster's apiserver and
 // measures again. name names the run's files in logs and profiles.
-func (w *world) measure(bin string, k, creates int, hang time.Duration, logs, profiles, name string) (*result, error) {
+func (w *world) measure(bin string, k, creates int, hang time.Duration, pairs int, logs, profiles, name string) (*result, error) {
 	cfg := cluster.Config{Templates: cluster.TemplateStore{ClusterID: w.clusters[0].id, Namespace: "templates"},
 		SandboxTemplates: kubetest.SandboxTemplates()}
 	var creds []map[string]any
@@ -469,15 +507,16 @@ func (w *world) measure(bin string, k, creates int, hang time.Duration, logs, pr
 		}
 	}
 	res := &result{}
-	lat, err := series(hc, api, ids, creates)
+	lat, retries, err := series(hc, api, ids, creates)
 	if err != nil {
 		return nil, err
 	}
+	res.retries = retries
 	res.p50, res.halves = summarise(lat)
 	if res.rss, res.goroutines, err = figures(probe, cmd.Process.Pid); err != nil {
 		return nil, err
 	}
-	fmt.Printf("  RSS %.1f MiB, %d goroutines, create p50 %.1f ms (halves %s), load average %s\n", res.rss, res.goroutines, res.p50, res.halves, loadavg())
+	fmt.Printf("  RSS %.1f MiB, %d goroutines, create p50 %.1f ms (halves %s, %d retries), load average %s\n", res.rss, res.goroutines, res.p50, res.halves, res.retries, loadavg())
 	if profiles != "" {
 		if err := saveProfiles(probe, profiles, name); err != nil {
 			return nil, err
@@ -486,111 +525,9 @@ func (w *world) measure(bin string, k, creates int, hang time.Duration, logs, pr
 	if hang <= 0 {
 		return res, nil
 	}
-	hung := w.clusters[k-1]
-	res.hungID = hung.id
-	pid, err := apiserverPID(hung.env)
-	if err != nil {
+	if err := w.hangSeries(res, hc, api, probe, cmd.Process.Pid, ids, creates, hang, pairs, exited, profiles, name); err != nil {
 		return nil, err
 	}
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		return nil, fmt.Errorf("stop apiserver %d: %w", pid, err)
-	}
-	stopped := time.Now()
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			_ = syscall.Kill(pid, syscall.SIGCONT)
-		}
-	}
-	defer resume()
-	fmt.Printf("  stopped cluster %s's kube-apiserver (pid %d)\n", hung.id, pid)
-	// Callers keep sending creates to the stopped cluster, four at a
-	// time, as its users would.
-	hctx, hcancel := context.WithCancel(context.Background())
-	var hmu sync.Mutex
-	codes := map[string]int{}
-	waiting := 0
-	var hwg sync.WaitGroup
-	for range 4 {
-		hwg.Go(func() {
-			for hctx.Err() == nil {
-				hmu.Lock()
-				waiting++
-				hmu.Unlock()
-				code, _, err := createCtx(hctx, hc, api, hung.id)
-				hmu.Lock()
-				waiting--
-				if err == nil || code != 0 {
-					res.hungAnswered++
-					codes[strconv.Itoa(code)]++
-				}
-				hmu.Unlock()
-				if err != nil && code == 0 {
-					return
-				}
-			}
-		})
-	}
-	others := ids[:k-1]
-	var hlat []time.Duration
-	for time.Since(stopped) < hang || len(hlat) < creates {
-		l, err := series(hc, api, others, 1)
-		if err != nil {
-			hcancel()
-			return nil, fmt.Errorf("while cluster %s is stopped: %w", hung.id, err)
-		}
-		hlat = append(hlat, l...)
-		select {
-		case err := <-exited:
-			hcancel()
-			return nil, fmt.Errorf("corectl exited while cluster %s was stopped: %v", hung.id, err)
-		default:
-		}
-	}
-	res.hungP50, res.hungHalves = summarise(hlat)
-	if res.hungRSS, res.hungGoroutines, err = figures(probe, cmd.Process.Pid); err != nil {
-		hcancel()
-		return nil, err
-	}
-	hmu.Lock()
-	res.hungWaiting = waiting
-	var cs []string
-	for c, v := range codes {
-		cs = append(cs, fmt.Sprintf("%s×%d", c, v))
-	}
-	slices.Sort(cs)
-	res.hungCodes = strings.Join(cs, ", ")
-	hmu.Unlock()
-	res.survived = fmt.Sprintf("kept running %s with the apiserver stopped", time.Since(stopped).Round(time.Second))
-	fmt.Printf("  while stopped (%d creates on the other clusters): RSS %.1f MiB, %d goroutines, create p50 %.1f ms (halves %s), load average %s\n",
-		len(hlat), res.hungRSS, res.hungGoroutines, res.hungP50, res.hungHalves, loadavg())
-	resume()
-	hcancel()
-	hwg.Wait()
-	// Once resumed, the cluster serves creates again (its manager was
-	// replaced if the stop outlasted the lease's renew deadline).
-	resumedAt := time.Now()
-	for {
-		if _, _, err := create(hc, api, hung.id); err == nil {
-			break
-		} else if time.Since(resumedAt) > 2*time.Minute {
-			return nil, fmt.Errorf("cluster %s after SIGCONT: %w", hung.id, err)
-		}
-		time.Sleep(time.Second) // polling the resumed cluster
-	}
-	res.recovered = time.Since(resumedAt)
-	res.restarts = metric(probe, `corectl_cluster_manager_restarts_total{cluster="`+hung.id+`"}`)
-	// The same clusters once more with every apiserver running: the
-	// stopped phase is compared with the phases before and after it, so a
-	// change of the machine's load in between shows.
-	after, err := series(hc, api, others, len(hlat))
-	if err != nil {
-		return nil, fmt.Errorf("after SIGCONT: %w", err)
-	}
-	res.afterP50, res.afterHalves = summarise(after)
-	fmt.Printf("  after: create p50 on the same clusters %.1f ms (halves %s), load average %s\n", res.afterP50, res.afterHalves, loadavg())
-	fmt.Printf("  resumed: a create on %s answered 201 after %s; its manager was replaced %s time(s)\n", hung.id, res.recovered.Round(100*time.Millisecond), res.restarts)
 	return res, nil
 }
 
@@ -699,44 +636,64 @@ func waitReady(probe string, exited <-chan error, limit time.Duration) error {
 	return fmt.Errorf("corectl not ready within %s: %s", limit, last)
 }
 
-func create(hc *http.Client, api, clusterID string) (int, time.Duration, error) {
-	return createCtx(context.Background(), hc, api, clusterID)
-}
-
 // createCtx sends one create with cluster clusterID's key and returns the
-// status (0: no answer), the latency and an error unless it was 201.
-func createCtx(ctx context.Context, hc *http.Client, api, clusterID string) (int, time.Duration, error) {
+// status (0: no answer), the answer's body (at most 64 KiB), the latency
+// and an error unless it was 201.
+func createCtx(ctx context.Context, hc *http.Client, api, clusterID string) (int, []byte, time.Duration, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, api+"/v2/sandboxes", strings.NewReader(body))
 	if err != nil {
-		return 0, 0, err
+		return 0, nil, 0, err
 	}
 	req.Header.Set("X-API-Key", "key-"+clusterID)
 	req.Header.Set("Content-Type", "application/json")
 	t0 := time.Now()
 	resp, err := hc.Do(req)
 	if err != nil {
-		return 0, 0, err
+		return 0, nil, 0, err
 	}
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
 	resp.Body.Close()
 	d := time.Since(t0)
 	if resp.StatusCode != http.StatusCreated {
-		return resp.StatusCode, d, fmt.Errorf("create on %s: HTTP %d %s", clusterID, resp.StatusCode, bytes.TrimSpace(b))
+		return resp.StatusCode, b, d, fmt.Errorf("create on %s: HTTP %d %s", clusterID, resp.StatusCode, bytes.TrimSpace(b))
 	}
-	return resp.StatusCode, d, nil
+	return resp.StatusCode, b, d, nil
 }
 
-// series sends creates one at a time, round robin over ids.
-func series(hc *http.Client, api string, ids []string, count int) ([]time.Duration, error) {
+// create sends one create to cluster clusterID and, when its answer says
+// nothing was left behind (retryable), sends it again, at most maxRetries
+// times, 250 ms after the first failure and twice as long after each
+// next. It returns the latency of the attempt answered 201 and the
+// retries it took; the error is the last attempt's.
+func create(hc *http.Client, api, clusterID string) (time.Duration, int, error) {
+	pause := 250 * time.Millisecond
+	for retries := 0; ; retries++ {
+		code, b, d, err := createCtx(context.Background(), hc, api, clusterID)
+		if err == nil {
+			return d, retries, nil
+		}
+		if retries == maxRetries || code == 0 || !retryable(code, b) {
+			return 0, retries, err
+		}
+		time.Sleep(pause) // a retry's back-off, not a wait for a condition
+		pause *= 2
+	}
+}
+
+// series sends creates one at a time, round robin over ids, and returns
+// their latencies and the retries they took.
+func series(hc *http.Client, api string, ids []string, count int) ([]time.Duration, int, error) {
 	lat := make([]time.Duration, 0, count)
+	retries := 0
 	for i := range count {
-		_, d, err := create(hc, api, ids[i%len(ids)])
+		d, r, err := create(hc, api, ids[i%len(ids)])
+		retries += r
 		if err != nil {
-			return nil, err
+			return nil, retries, err
 		}
 		lat = append(lat, d)
 	}
-	return lat, nil
+	return lat, retries, nil
 }
 
 // summarise returns the p50 in ms and the p50s of the first and second
