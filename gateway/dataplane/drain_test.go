@@ -205,14 +205,15 @@ func TestDrainEndsUpload(t *testing.T) {
 	if o.Code != CodeGatewayDraining {
 		t.Fatalf("outcome %+v", o)
 	}
-	pw.CloseWithError(io.ErrClosedPipe)
+	// The client is still sending (its body open): it gets the answer.
 	res := <-got
-	if res.err == nil {
-		b, _ := io.ReadAll(res.resp.Body)
-		res.resp.Body.Close()
-		if re := decodeRESTError(t, b); res.resp.StatusCode != 502 || !strings.HasPrefix(re.Message, "GATEWAY_DRAINING: ") {
-			t.Fatalf("status %d body %s", res.resp.StatusCode, b)
-		}
+	if res.err != nil {
+		t.Fatalf("the client got no answer: %v", res.err)
+	}
+	b, _ := io.ReadAll(res.resp.Body)
+	res.resp.Body.Close()
+	if re := decodeRESTError(t, b); res.resp.StatusCode != 502 || !strings.HasPrefix(re.Message, "GATEWAY_DRAINING: ") {
+		t.Fatalf("status %d body %s", res.resp.StatusCode, b)
 	}
 	if _, err := os.Stat(e.hostPath("/home/user/big.bin")); err == nil {
 		t.Fatal("the cut upload was written")
