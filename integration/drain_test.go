@@ -1,8 +1,13 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +17,7 @@ import (
 
 	"github.com/sandgate/sandgate/integration/execdstub"
 	"github.com/sandgate/sandgate/integration/harness"
+	"github.com/sandgate/sandgate/internal/scrapetest"
 )
 
 // drainCaddyfile is the harness gateway with a drain grace well below
@@ -135,6 +141,86 @@ func TestDrainEndsLongStreams(t *testing.T) {
 		if _, err := e.Execd.WaitCommand(ctx, func(c execdstub.CommandRecord) bool { return c.ID == rec.ID && !c.Running }); err != nil {
 			t.Fatalf("%s: the drained command did not end after STOP_FILE: %v", r.pkg, err)
 		}
+	}
+	exitErr, exited := e.WaitExit(waitLimit)
+	if !exited {
+		t.Fatal("the gateway did not exit")
+	}
+	if exitErr != nil {
+		t.Fatalf("the gateway exited with %v\n%s", exitErr, e.log.String())
+	}
+}
+
+// TestDrainEndsStalledUpload sends an upload through the built gateway
+// whose client sends its first 64 KiB and then nothing more, its body left
+// open, and sends SIGTERM: when the drain grace is over the upload is
+// answered 502 GATEWAY_DRAINING (docs/errors.md) although the gateway was
+// waiting for the client's next bytes, nothing is written, and the gateway
+// exits 0.
+func TestDrainEndsStalledUpload(t *testing.T) {
+	e := startEnv(t, func(c *harness.Config) { c.Caddyfile = drainCaddyfile })
+	const target = "/home/user/stalled.bin"
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { pw.CloseWithError(io.ErrClosedPipe) })
+	mw := multipart.NewWriter(pw)
+	req, err := http.NewRequest(http.MethodPost, e.Gateway+"/files?path="+target, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	req.Header.Set("E2b-Sandbox-Id", sbxOK)
+	req.Header.Set("E2b-Sandbox-Port", envdPort)
+	req.Header.Set("X-Access-Token", e.mint(sbxOK, harness.Grant{CredentialID: credOK}))
+	go func() {
+		part, err := mw.CreateFormFile("file", "stalled.bin")
+		if err == nil {
+			_, err = part.Write(bytes.Repeat([]byte("x"), 64<<10))
+		}
+		if err != nil {
+			pw.CloseWithError(err)
+		}
+		// The body stays open: the client has stopped sending.
+	}()
+	type result struct {
+		resp *http.Response
+		err  error
+	}
+	got := make(chan result, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		got <- result{resp, err}
+	}()
+	ok, why := waitUntil(time.Now().Add(waitLimit), func(context.Context) (bool, string) {
+		m, err := scrapetest.Get(nil, "http://"+e.Admin+"/metrics")
+		if err != nil {
+			return false, err.Error()
+		}
+		n, _ := m.Sum("sandgate_dataplane_streams_in_flight", "kind", "transfer")
+		return n == 1, fmt.Sprintf("transfers in flight %g", n)
+	})
+	if !ok {
+		t.Fatalf("the upload never became a transfer in flight: %s", why)
+	}
+
+	if err := e.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var res result
+	select {
+	case res = <-got:
+	case <-time.After(waitLimit):
+		t.Fatalf("the stalled upload got no answer within %s of SIGTERM (drain_grace 10s)\n%s", waitLimit, e.log.String())
+	}
+	if res.err != nil {
+		t.Fatalf("the stalled upload: %v\n%s", res.err, e.log.String())
+	}
+	b, _ := io.ReadAll(res.resp.Body)
+	res.resp.Body.Close()
+	if res.resp.StatusCode != http.StatusBadGateway || res.resp.Header.Get("Sandgate-Error-Code") != "GATEWAY_DRAINING" {
+		t.Fatalf("the stalled upload: %d %s %s", res.resp.StatusCode, res.resp.Header.Get("Sandgate-Error-Code"), b)
+	}
+	if _, err := os.Stat(e.host(target)); err == nil {
+		t.Fatal("the cut upload was written")
 	}
 	exitErr, exited := e.WaitExit(waitLimit)
 	if !exited {

@@ -559,7 +559,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		e = h.authorize(r, rq)
 		untrack := func() {}
 		if e == nil {
-			r, untrack, e = h.track(r, op)
+			r, untrack, e = h.track(w, r, op)
 		}
 		var slot *answerSlot
 		if e == nil && op.shape == shapeUnary {

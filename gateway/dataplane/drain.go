@@ -3,6 +3,7 @@ package dataplane
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"github.com/sandgate/sandgate/gateway/drain"
 )
@@ -48,10 +49,14 @@ func drainingError(what string) *Error {
 // track admits a long operation (drainKinds) to Deps.Drain. Once the
 // gateway shuts down it is refused with GATEWAY_DRAINING; otherwise the
 // returned request's context carries the drain's ending channel, which
-// the command streams select on, and a transfer's context is cancelled
-// when it closes, which stops the copy. done must be called when the
-// operation has ended.
-func (h *Handler) track(r *http.Request, op *operation) (_ *http.Request, done func(), _ *Error) {
+// the command streams select on. When it closes, a transfer's context is
+// cancelled, which stops the copy, and the read deadline of the client's
+// connection is set to now (http.ResponseController), which ends a read
+// of the client's body in progress: an upload whose client sends nothing
+// more would otherwise hold the copy, since Go's transport waits for its
+// read of the body to return before the cancelled round trip does. done
+// must be called when the operation has ended, before ServeHTTP returns.
+func (h *Handler) track(w http.ResponseWriter, r *http.Request, op *operation) (_ *http.Request, done func(), _ *Error) {
 	kind, ok := drainKinds[op]
 	if !ok || h.deps.Drain == nil {
 		return r, func() {}, nil
@@ -65,12 +70,21 @@ func (h *Handler) track(r *http.Request, op *operation) (_ *http.Request, done f
 		return r.WithContext(ctx), untrack, nil
 	}
 	ctx, cancel := context.WithCancel(ctx)
+	watched := make(chan struct{})
 	go func() {
+		defer close(watched)
 		select {
 		case <-end:
 			cancel()
+			// Not supported (an HTTP/3 connection): the cancelled
+			// context still ends the copy at the client's next bytes.
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 		case <-ctx.Done():
 		}
 	}()
-	return r.WithContext(ctx), func() { cancel(); untrack() }, nil
+	return r.WithContext(ctx), func() {
+		cancel()
+		<-watched // w is not used after the handler returns
+		untrack()
+	}, nil
 }

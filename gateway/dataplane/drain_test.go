@@ -7,14 +7,19 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/connect"
 	"github.com/sandgate/sandgate/gateway/drain"
+	"github.com/sandgate/sandgate/gateway/execd"
+	"github.com/sandgate/sandgate/integration/fixedentry"
 )
 
 // drainEnv is the test environment with a Drainer whose in-flight changes
@@ -139,17 +144,40 @@ func TestDrainStreamWithinGrace(t *testing.T) {
 
 // TestDrainEndsUpload: an upload still running when the grace is over is
 // answered 502 GATEWAY_DRAINING (the SDKs' TimeoutError) and writes
-// nothing.
+// nothing. The drain comes while the upload streams to execd and the
+// client sends nothing more, so the gateway waits on the client's body:
+// the drain must end that wait too.
 func TestDrainEndsUpload(t *testing.T) {
 	e, d, tracked := drainEnv(t, time.Hour)
+	const sent = 64 << 10
+	// execd behind a front that says when the gateway has passed on as
+	// many bytes as the client sent (the upload is streaming to execd).
+	streaming := make(chan struct{})
+	var upstream atomic.Int64
+	var once sync.Once
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/files/upload" {
+			r.Body = reportingBody{r.Body, func(n int) {
+				if upstream.Add(int64(n)) >= sent {
+					once.Do(func() { close(streaming) })
+				}
+			}}
+		}
+		e.execd.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	e.ingress.SetSandbox(testSandbox, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1",
+		Ports: map[int]string{execd.DefaultPort: front.Listener.Addr().String()}})
+
 	pr, pw := io.Pipe()
+	t.Cleanup(func() { pw.CloseWithError(io.ErrClosedPipe) }) // before the servers close, should the test fail
 	mw := multipart.NewWriter(pw)
 	req := e.request(http.MethodPost, "/files?path=/home/user/big.bin", pr)
 	req.Header.Set("Content-Type", mw.FormDataContentType())
 	go func() {
 		part, err := mw.CreateFormFile("file", "big.bin")
 		if err == nil {
-			_, err = part.Write(bytes.Repeat([]byte("x"), 64<<10))
+			_, err = part.Write(bytes.Repeat([]byte("x"), sent))
 		}
 		if err != nil {
 			pw.CloseWithError(err)
@@ -166,22 +194,40 @@ func TestDrainEndsUpload(t *testing.T) {
 		got <- result{resp, err}
 	}()
 	wantTracked(t, tracked, "transfer+1")
+	select {
+	case <-streaming:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("execd got %d bytes of the upload within 10s, want %d or more", upstream.Load(), sent)
+	}
 	d.Close()
 	wantTracked(t, tracked, "transfer-1")
 	o := e.waitOutcome()
 	if o.Code != CodeGatewayDraining {
 		t.Fatalf("outcome %+v", o)
 	}
-	pw.CloseWithError(io.ErrClosedPipe)
+	// The client is still sending (its body open): it gets the answer.
 	res := <-got
-	if res.err == nil {
-		b, _ := io.ReadAll(res.resp.Body)
-		res.resp.Body.Close()
-		if re := decodeRESTError(t, b); res.resp.StatusCode != 502 || !strings.HasPrefix(re.Message, "GATEWAY_DRAINING: ") {
-			t.Fatalf("status %d body %s", res.resp.StatusCode, b)
-		}
+	if res.err != nil {
+		t.Fatalf("the client got no answer: %v", res.err)
+	}
+	b, _ := io.ReadAll(res.resp.Body)
+	res.resp.Body.Close()
+	if re := decodeRESTError(t, b); res.resp.StatusCode != 502 || !strings.HasPrefix(re.Message, "GATEWAY_DRAINING: ") {
+		t.Fatalf("status %d body %s", res.resp.StatusCode, b)
 	}
 	if _, err := os.Stat(e.hostPath("/home/user/big.bin")); err == nil {
 		t.Fatal("the cut upload was written")
 	}
+}
+
+// reportingBody is a request body that reports the size of each read.
+type reportingBody struct {
+	io.ReadCloser
+	read func(n int)
+}
+
+func (c reportingBody) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	c.read(n)
+	return n, err
 }

@@ -484,18 +484,37 @@ func (r *rig) replica() *corectlProc {
 	args := append(append(slices.Clone(r.args), "-probe-listen", probe), r.extra(r)...)
 	p := startCorectl(t, r.root, fmt.Sprintf("corectl-%d", r.gen), args...)
 	r.all = append(r.all, p)
-	err = kwait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, wait, true, func(ctx context.Context) (bool, error) {
-		resp, err := http.Get("http://" + probe + "/readyz")
+	if err := p.waitReady(probe, time.Now().Add(wait)); err != nil {
+		t.Fatalf("%s never became ready: %v\n%s", p.name, err, p.notReady(probe))
+	}
+	return p
+}
+
+// waitReady waits until the replica's /readyz (probe is its probe
+// listener) answers 200; the error says the replica exited first
+// (its exit status), or that deadline passed. Each request ends at
+// deadline too: corectl binds the probe listener at start but serves it
+// only once the gateway's probe relay has confirmed the clusters, so
+// until then a request gets no answer, and a replica whose relay check
+// fails exits instead.
+func (p *corectlProc) waitReady(probe string, deadline time.Time) error {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	return kwait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-p.done:
+			p.done <- err
+			return false, fmt.Errorf("%s exited (%v) before its /readyz answered 200", p.name, err)
+		default:
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+probe+"/readyz", nil)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return false, nil
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, nil
 	})
-	if err != nil {
-		t.Fatalf("%s never became ready: %v\n%s", p.name, err, p.notReady(probe))
-	}
-	return p
 }
 
 // notReady says why the replica whose probe listener is probe is not
@@ -503,7 +522,10 @@ func (r *rig) replica() *corectlProc {
 // check's status) and the last 4 KiB of its log.
 func (p *corectlProc) notReady(probe string) string {
 	var b strings.Builder
-	if resp, err := http.Get("http://" + probe + "/readyz?verbose"); err != nil {
+	// Bounded: a replica still waiting for the probe relay has bound its
+	// probe listener but serves nothing on it.
+	hc := &http.Client{Timeout: 10 * time.Second}
+	if resp, err := hc.Get("http://" + probe + "/readyz?verbose"); err != nil {
 		fmt.Fprintf(&b, "/readyz?verbose: %v\n", err)
 	} else {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<10))
@@ -763,4 +785,48 @@ func randomToken(t *testing.T) string {
 func sha256Hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
+}
+
+// TestReplicaExitEndsReadinessWait: a replica that exits before it is
+// ready ends the rig's wait for its readiness with its exit, not after the
+// rig's 2-minute bound. The bin/corectl here prints "corectl serving",
+// binds its probe listener, and then waits for the gateway's probe relay,
+// which nothing serves: past -probe-relay-wait it exits 1, having served
+// no probe (so each /readyz request of the wait got no answer while it
+// waited).
+func TestReplicaExitEndsReadinessWait(t *testing.T) {
+	root, dir := repoRoot(t), t.TempDir()
+	file := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		writeFile(t, p, content)
+		return p
+	}
+	ns := env.Namespace(t)
+	c := kubetest.Cluster("cluster-a", env.Namespace(t))
+	c.Kubeconfig = file("kubeconfig", string(env.KubeConfig))
+	cfgJSON, err := json.Marshal(cluster.Config{Clusters: []cluster.Cluster{*c},
+		Templates: cluster.TemplateStore{ClusterID: "cluster-a", Namespace: env.Namespace(t)}, SandboxTemplates: kubetest.SandboxTemplates()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay, err := freeport.Addr() // nothing listens there
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe, err := freeport.Addr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startCorectl(t, root, "corectl-no-relay", "-config", file("clusters.json", string(cfgJSON)),
+		"-credentials", file("credentials.yaml", fmt.Sprintf("credentials:\n  - {id: cred-a, enabled: true, projectNamespace: %s, clusterId: cluster-a}\n", ns)),
+		"-api-keys", file("keys.yaml", keysFile(oldAPIKey)), "-listen", "127.0.0.1:0", "-leader-election-namespace", env.Namespace(t),
+		"-probe-listen", probe, "-probe-relay-url", "http://"+relay, "-probe-relay-token-file", file("relay.token", randomToken(t)+"\n"),
+		"-probe-relay-wait", "1s")
+	err = p.waitReady(probe, time.Now().Add(wait))
+	if err == nil || !strings.Contains(err.Error(), "corectl-no-relay exited (exit status 1)") {
+		t.Fatalf("the wait for a replica that exits = %v, want its exit", err)
+	}
+	if why := p.notReady(probe); !strings.Contains(why, "the gateway's probe relay") {
+		t.Fatalf("the replica's log does not say why it exited:\n%s", why)
+	}
 }
