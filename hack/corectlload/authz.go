@@ -35,10 +35,9 @@ import (
 // read by hand (status line, Content-Length, body discarded): no garbage
 // per question, so the tool's collector does not run during the phase
 // (it is run once just before). Each worker waits for its question's due
-// time on a pacer.Pacer (an OS thread of its own sleeping in
-// clock_nanosleep), not on Go's timers, which fire up to about 1 ms late;
-// raw-handoff has one Pacer thread hand each question to an idle worker
-// instead, raw-sleep waits with time.Sleep (the tool before package
+// time with pacer.Until (its OS thread sleeping in clock_nanosleep), not
+// on Go's timers, which fire up to about 1 ms late; raw-handoff has one
+// goroutine wait and hand each question to an idle worker instead, raw-sleep waits with time.Sleep (the tool before package
 // pacer). The send delay (due → sent) is reported split (pacer.Split)
 // into the tool's lateness and the wait for a free worker: a worker
 // still reading an earlier answer at the due time waits for corectl, and
@@ -152,12 +151,12 @@ func (c *rawConn) exchange(req []byte) (int, error) {
 // The raw client's ways of waiting for a question's due time
 // (-authz-client raw, raw-handoff, raw-sleep).
 const (
-	// pacingWorker: each worker waits for its question itself, on a
-	// pacer.Pacer of its own (an OS thread each, in clock_nanosleep).
+	// pacingWorker: each worker waits for its question itself, with
+	// pacer.Until (on its own OS thread, in clock_nanosleep).
 	pacingWorker = "worker"
-	// pacingHandoff: one pacer.Pacer thread waits for each due time and
-	// hands the question to an idle worker (a goroutine wake-up per
-	// question).
+	// pacingHandoff: one goroutine waits for each due time with
+	// pacer.Until and hands the question to an idle worker (a goroutine
+	// wake-up per question).
 	pacingHandoff = "handoff"
 	// pacingSleep: each worker waits with time.Sleep, Go's timers, which
 	// fire up to about 1 ms late (the tool before package pacer).
@@ -172,20 +171,15 @@ var rawPacing = map[string]string{"raw": pacingWorker, "raw-handoff": pacingHand
 // for its due time (pacing: pacingWorker, pacingHandoff or pacingSleep)
 // and ask it; a question whose due time passes while every worker is
 // busy waits for one (counted in its send delay, and in its wait for a
-// free worker: question.free). Errors: a Pacer's (its thread's timer
-// slack could not be set); the questions asked are recorded all the
-// same.
-func askAll(addr string, qs []question, reqs [][]byte, conns int, pacing string) error {
+// free worker: question.free).
+func askAll(addr string, qs []question, reqs [][]byte, conns int, pacing string) {
 	// The due times with a monotonic reading, from one wall-clock one, so
-	// that a Pacer sleeps on CLOCK_MONOTONIC towards each.
+	// that pacer.Until sleeps on CLOCK_MONOTONIC towards each.
 	base := time.Now()
 	dueOf := func(i int) time.Time { return base.Add(time.Duration(qs[i].due - base.UnixNano())) }
 	var next atomic.Int64
 	handoff := make(chan int)
 	var wg sync.WaitGroup
-	var errOnce sync.Once
-	var firstErr error
-	fail := func(err error) { errOnce.Do(func() { firstErr = err }) }
 	for range conns {
 		wg.Add(1)
 		go func() {
@@ -196,15 +190,6 @@ func askAll(addr string, qs []question, reqs [][]byte, conns int, pacing string)
 					c.c.Close()
 				}
 			}()
-			var p *pacer.Pacer
-			if pacing == pacingWorker {
-				var err error
-				if p, err = pacer.New(); err != nil {
-					fail(err)
-					return
-				}
-				defer p.Close()
-			}
 			for {
 				free := time.Now().UnixNano()
 				var i int
@@ -220,7 +205,7 @@ func askAll(addr string, qs []question, reqs [][]byte, conns int, pacing string)
 				q.free = free
 				switch pacing {
 				case pacingWorker:
-					p.Until(dueOf(i))
+					pacer.Until(dueOf(i))
 				case pacingSleep:
 					if d := time.Until(dueOf(i)); d > 0 {
 						time.Sleep(d)
@@ -234,20 +219,13 @@ func askAll(addr string, qs []question, reqs [][]byte, conns int, pacing string)
 		}()
 	}
 	if pacing == pacingHandoff {
-		p, err := pacer.New()
-		if err != nil {
-			fail(err)
-		} else {
-			for i := range qs {
-				p.Until(dueOf(i))
-				handoff <- i
-			}
-			p.Close()
+		for i := range qs {
+			pacer.Until(dueOf(i))
+			handoff <- i
 		}
 		close(handoff)
 	}
 	wg.Wait()
-	return firstErr
 }
 
 // askAllNetHTTP asks qs's questions as the tool did before the raw
@@ -396,8 +374,8 @@ func (w *world) authzRound(p *proc, client string, f *authzFigures) {
 	}
 	if client == "nethttp" {
 		askAllNetHTTP(p.api, qs, ids)
-	} else if err := askAll(strings.TrimPrefix(p.api, "http://"), qs, reqs, w.c.authzConns, rawPacing[client]); err != nil {
-		fmt.Printf("  authz: %v (its worker asked nothing)\n", err)
+	} else {
+		askAll(strings.TrimPrefix(p.api, "http://"), qs, reqs, w.c.authzConns, rawPacing[client])
 	}
 	phase := time.Since(start)
 	cs, ts := readSched(p.cmd.Process.Pid).sub(cs0), readSched(os.Getpid()).sub(ts0)

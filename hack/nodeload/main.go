@@ -52,12 +52,13 @@
 // (-per-node-heartbeats: sim's own heartbeat goroutine per node). So
 // the nodes' goroutines and garbage collection do not run on the timing
 // process's Go scheduler (they still share the machine's CPUs, and the
-// CPU of each process is reported). The schedule waits on a pacer.Pacer,
-// a locked OS thread sleeping in clock_nanosleep with a timer slack of
-// 1 ns (Go's own timers fire up to 1 ms late), and hands each operation
-// to a goroutine of its own (-pacing workers: a pool of senders, each
-// waiting on its own pacer thread; the send delay is reported split into
-// the tool's lateness and the wait for a free sender), and the API
+// CPU of each process is reported). The schedule waits with
+// pacer.Until, its OS thread sleeping in clock_nanosleep with a timer
+// slack of 1 ns (Go's own timers fire up to 1 ms late), and hands each
+// operation to a goroutine of its own (-pacing workers: a pool of
+// senders, each waiting with pacer.Until itself; the send delay is
+// reported split into the tool's lateness and the wait for a free
+// sender), and the API
 // requests go over connections the tool keeps itself, each written and
 // read on the goroutine that sends it, which costs about a third less
 // CPU than net/http's client.
@@ -149,7 +150,7 @@ func main() {
 	flag.IntVar(&o.dialConcurrency, "dial-concurrency", 200, "connections opened at once")
 	flag.IntVar(&o.toolGOGC, "tool-gogc", 100, "GOGC of this process, which times the operations; the gateway keeps its own environment")
 	flag.BoolVar(&o.loadGCInPhase, "load-gc-in-phase", false, "let the simulated nodes' process and this tool collect garbage during the dispatch phase, as before 2026-12-06 (default: each collects once just before the phase and not again until it ends: one process holding 10,000 simulated hosts would otherwise stall all of them, and the tool beside them on the same CPU, for the length of its mark phase, a stall no real node's collection causes the others)")
-	flag.StringVar(&o.pacing, "pacing", "handoff", "how the dispatch phase waits for each operation's due time (package hack/pacer: an OS thread sleeping in clock_nanosleep, not Go's timers): handoff (one pacer thread hands each operation to a goroutine of its own) or workers (-workers goroutines, each waiting on a pacer thread of its own and sending the operation itself; one still waiting for an earlier answer at a due time makes that operation wait, reported apart)")
+	flag.StringVar(&o.pacing, "pacing", "handoff", "how the dispatch phase waits for each operation's due time (package hack/pacer: an OS thread sleeping in clock_nanosleep, not Go's timers): handoff (one schedule goroutine waits and hands each operation to a goroutine of its own) or workers (-workers goroutines, each waiting itself and sending the operation; one still waiting for an earlier answer at a due time makes that operation wait, reported apart)")
 	flag.IntVar(&o.workers, "workers", 64, "senders of the dispatch phase with -pacing workers")
 	flag.IntVar(&o.nodesGOGC, "nodes-gogc", 400, "GOGC of the child process that holds the simulated nodes (-1: off; they garbage-collect on the same CPUs as the gateway)")
 	flag.StringVar(&o.role, "role", "", "internal: \"nodes\" runs the simulated nodes' process (started by the tool itself)")
@@ -231,9 +232,9 @@ type options struct {
 	toolGOGC          int
 	loadGCInPhase     bool
 	// pacing is how the dispatch phase waits for each operation's due
-	// time: "handoff" (one pacer thread starts a goroutine per
-	// operation) or "workers" (workers goroutines, each waiting on a
-	// pacer thread of its own and sending itself).
+	// time (pacer.Until): "handoff" (one schedule goroutine starts a
+	// goroutine per operation) or "workers" (workers goroutines, each
+	// waiting and sending itself).
 	pacing          string
 	workers         int
 	nodesGOGC       int
@@ -667,8 +668,8 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid int, si
 			return nil, err
 		}
 	}
-	// The schedule waits for each due time on a pacer.Pacer, an OS thread
-	// sleeping in clock_nanosleep with a timer slack of 1 ns: the Go
+	// The schedule waits for each due time with pacer.Until, its OS
+	// thread sleeping in clock_nanosleep with a timer slack of 1 ns: the Go
 	// runtime's timers wait in epoll with a millisecond timeout and so
 	// fire up to 1 ms late, which the tool would count against the
 	// gateway. free[i] is when operation i's sender was free to send it
@@ -686,20 +687,12 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid int, si
 		}
 		lat[i], sendDelay[i], outcome[i] = d, delay, out
 	}
-	var pacerErr error
 	if o.pacing == "workers" {
 		var next atomic.Int64
-		var errOnce sync.Once
 		for range o.workers {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				p, err := pacer.New()
-				if err != nil {
-					errOnce.Do(func() { pacerErr = err })
-					return
-				}
-				defer p.Close()
 				for {
 					f := time.Now().UnixNano()
 					i := int(next.Add(1) - 1)
@@ -708,19 +701,15 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid int, si
 					}
 					due := start.Add(time.Duration(i) * interval)
 					free[i] = f
-					p.Until(due)
+					pacer.Until(due)
 					run(i, due)
 				}
 			}()
 		}
 	} else {
-		p, err := pacer.New()
-		if err != nil {
-			return nil, err
-		}
 		for i := range total {
 			due := start.Add(time.Duration(i) * interval)
-			p.Until(due)
+			pacer.Until(due)
 			free[i], woke[i] = due.UnixNano(), time.Now().UnixNano()
 			wg.Add(1)
 			go func() {
@@ -728,13 +717,9 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid int, si
 				run(i, due)
 			}()
 		}
-		p.Close()
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	if pacerErr != nil {
-		return nil, pacerErr
-	}
 	if err := stopTraces(); err != nil {
 		return nil, fmt.Errorf("load-side traces: %w", err)
 	}

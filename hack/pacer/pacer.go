@@ -5,82 +5,60 @@
 //
 // Go's own timers (time.Sleep, time.Timer) are run by the runtime's
 // scheduler, which waits for the next timer in epoll_pwait with a
-// millisecond timeout: a timer fires up to about 1 ms late. A Pacer
-// instead waits on an OS thread of its own, locked to the calling
-// goroutine, in clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME), with that
-// thread's timer slack set to 1 ns (PR_SET_TIMERSLACK; a normal thread's
-// default is 50 µs, which the kernel may add to any sleep of that thread
-// to group wake-ups). What is left is the kernel's wake-up and the
-// scheduler giving the thread a CPU, which on a loaded machine can still
-// be late: the tools report that lateness apart (Split).
+// millisecond timeout: a timer fires up to about 1 ms late. Until instead
+// sleeps on the calling goroutine's OS thread in
+// clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME), with that thread's
+// timer slack set to 1 ns for the sleep (PR_SET_TIMERSLACK; a normal
+// thread's default is 50 µs, which the kernel may add to any sleep of
+// that thread to group wake-ups). What is left is the kernel's wake-up
+// and the scheduler giving the thread a CPU, which on a loaded machine
+// can still be late: the tools report that lateness apart (Split).
 package pacer
 
 import (
 	"errors"
-	"fmt"
 	"runtime"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// A Pacer waits for due times on the OS thread of the goroutine that
-// made it (New). Its methods must be called from that goroutine, which
-// stays locked to the thread until Close.
-type Pacer struct {
-	// t0 and mono0 are the same instant read from Go's monotonic clock
-	// and from CLOCK_MONOTONIC. On Linux the runtime's monotonic clock is
-	// CLOCK_MONOTONIC read through the vDSO, counted from the process's
-	// start, so the two differ by a constant (TestMonotonicClocksAgree):
-	// a due time's CLOCK_MONOTONIC reading is mono0 + due.Sub(t0).
-	t0    time.Time
-	mono0 int64
-	// slack is the thread's timer slack before New, in nanoseconds,
-	// given back by Close.
-	slack uintptr
-}
+// t0 and mono0 are the same instant read from Go's monotonic clock and
+// from CLOCK_MONOTONIC. On Linux the runtime's monotonic clock is
+// CLOCK_MONOTONIC read through the vDSO, counted from the process's
+// start, so the two differ by a constant (TestMonotonicClocksAgree): a
+// due time's CLOCK_MONOTONIC reading is mono0 + due.Sub(t0).
+var t0, mono0 = time.Now(), monotonic()
 
-// New locks the calling goroutine to its OS thread and sets that
-// thread's timer slack to 1 ns (prctl PR_SET_TIMERSLACK), so that the
-// kernel wakes its sleeps at the time asked and not up to 50 µs later.
-// The goroutine must Close the Pacer when done, which gives the thread
-// its slack back and unlocks it. Errors: the prctl calls' (the thread is
-// unlocked again then).
-func New() (*Pacer, error) {
-	runtime.LockOSThread()
-	slack, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
-	if err == nil {
-		err = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
-	}
-	if err != nil {
-		runtime.UnlockOSThread()
-		return nil, fmt.Errorf("pacer: timer slack: %w", err)
-	}
-	p := &Pacer{slack: uintptr(slack)}
-	p.t0, p.mono0 = time.Now(), monotonic()
-	return p, nil
-}
-
-// Close gives the thread its timer slack back and unlocks the goroutine
-// from it. It must be called from the goroutine that called New.
-func (p *Pacer) Close() {
-	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, p.slack, 0, 0, 0)
-	runtime.UnlockOSThread()
-}
-
-// Until returns once due has come (at once if it has already): it sleeps
+// Until returns once due has come (at once if it has already). It sleeps
 // in clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME) until due's
-// CLOCK_MONOTONIC reading. An absolute wake-up time makes a sleep that a
-// signal interrupted (EINTR: the Go runtime's preemption signals do)
-// resume towards the same instant, without drifting. due must carry a
-// monotonic reading (a time.Time from time.Now or Add on one); a due
-// without one (Round, Truncate, Unix) is waited for by its wall-clock
-// time through time.Until.
-func (p *Pacer) Until(due time.Time) {
-	ts := unix.NsecToTimespec(p.mono0 + int64(due.Sub(p.t0)))
+// CLOCK_MONOTONIC reading, on the calling goroutine's OS thread, locked
+// to it for the wait only, with the thread's timer slack at 1 ns for the
+// sleep and given back after it. The goroutine is not left locked: a
+// locked goroutine pays a switch of OS threads each time it is woken (by
+// a network read, say), since only its own thread may run it.
+//
+// An absolute wake-up time makes a sleep that a signal interrupted
+// (EINTR: the Go runtime's preemption signals do) resume towards the
+// same instant, without drifting. due must carry a monotonic reading (a
+// time.Time from time.Now, or Add on one); a due without one (Round,
+// Truncate, time.Unix) is waited for by its wall-clock time through
+// time.Until. If the thread's timer slack cannot be read or set (it
+// always can on Linux 2.6.28 and newer), the sleep keeps the slack the
+// thread has.
+func Until(due time.Time) {
+	ts := unix.NsecToTimespec(mono0 + int64(due.Sub(t0)))
 	if due.Round(0) == due {
 		// No monotonic reading: from the wall clock, now.
 		ts = unix.NsecToTimespec(monotonic() + int64(time.Until(due)))
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	slack, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
+	if err == nil && slack != 1 {
+		if unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0) == nil {
+			defer unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(slack), 0, 0, 0)
+		}
 	}
 	for {
 		err := unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &ts, nil)

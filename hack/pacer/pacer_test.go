@@ -1,8 +1,11 @@
 package pacer
 
 import (
+	"fmt"
+	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,25 +37,45 @@ func TestMonotonicClocksAgree(t *testing.T) {
 	}
 }
 
-// TestTimerSlack: a Pacer's thread has a timer slack of 1 ns while the
-// Pacer is open, and its own slack back after Close.
+// TestTimerSlack: the sleeping thread's timer slack is 1 ns while Until
+// sleeps (read from another goroutine in /proc/<tid>/timerslack_ns) and
+// what it was before once Until has returned.
 func TestTimerSlack(t *testing.T) {
-	runtime.LockOSThread() // the same thread for the reads around New and Close
+	runtime.LockOSThread() // the same thread for the reads around Until
 	defer runtime.UnlockOSThread()
 	before, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := New()
-	if err != nil {
-		t.Fatal(err)
+	if before == 1 {
+		t.Fatal("the test thread's timer slack is already 1 ns")
 	}
-	if s, _ := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0); s != 1 {
-		t.Errorf("timer slack %d ns with the Pacer open, want 1", s)
+	file := fmt.Sprintf("/proc/%d/timerslack_ns", unix.Gettid())
+	var done atomic.Bool
+	seen := make(chan string, 1)
+	go func() {
+		// Poll the file until it shows 1 ns or the sleep is over.
+		last := ""
+		for !done.Load() {
+			b, err := os.ReadFile(file)
+			if err != nil {
+				last = err.Error()
+				break
+			}
+			if last = strings.TrimSpace(string(b)); last == "1" {
+				break
+			}
+			runtime.Gosched()
+		}
+		seen <- last
+	}()
+	Until(time.Now().Add(100 * time.Millisecond))
+	done.Store(true)
+	if got := <-seen; got != "1" {
+		t.Errorf("timer slack during the sleep: %s, want 1 ns", got)
 	}
-	p.Close()
 	if s, _ := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0); s != before {
-		t.Errorf("timer slack %d ns after Close, want the %d before", s, before)
+		t.Errorf("timer slack %d ns after Until, want the %d before", s, before)
 	}
 }
 
@@ -60,11 +83,6 @@ func TestTimerSlack(t *testing.T) {
 // clocks, for due times in the future, the past, now, and one without a
 // monotonic reading.
 func TestUntilNotEarly(t *testing.T) {
-	p, err := New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
 	now := time.Now()
 	for _, due := range []time.Time{
 		now.Add(2 * time.Millisecond),
@@ -73,8 +91,8 @@ func TestUntilNotEarly(t *testing.T) {
 		now.Add(5 * time.Millisecond).Add(300 * time.Microsecond),
 		time.Now().Add(3 * time.Millisecond).Round(0), // wall clock only
 	} {
-		want := p.mono0 + int64(due.Sub(p.t0))
-		p.Until(due)
+		want := mono0 + int64(due.Sub(t0))
+		Until(due)
 		if got := time.Now(); got.Before(due) {
 			t.Errorf("Until(%s) returned %s early", due, due.Sub(got))
 		}
@@ -84,8 +102,8 @@ func TestUntilNotEarly(t *testing.T) {
 	}
 }
 
-// TestUntilThroughSignals: signals sent to the Pacer's thread while it
-// sleeps (clock_nanosleep fails with EINTR after a handler ran, whatever
+// TestUntilThroughSignals: signals sent to the sleeping thread
+// (clock_nanosleep fails with EINTR after a handler ran, whatever
 // SA_RESTART says) do not end the wait early. SIGURG is the Go runtime's
 // own preemption signal, which it ignores when nothing is to be
 // preempted.
@@ -93,24 +111,16 @@ func TestUntilThroughSignals(t *testing.T) {
 	var tid atomic.Int64
 	var done atomic.Bool
 	var sent atomic.Int64
-	result := make(chan error, 1)
+	result := make(chan time.Time, 1)
 	due := time.Now().Add(50 * time.Millisecond)
 	go func() {
-		p, err := New()
-		if err != nil {
-			result <- err
-			done.Store(true)
-			return
-		}
-		defer p.Close()
+		runtime.LockOSThread() // Until's thread is this one
+		defer runtime.UnlockOSThread()
 		tid.Store(int64(unix.Gettid()))
-		p.Until(due)
-		late := time.Now()
+		Until(due)
+		back := time.Now()
 		done.Store(true)
-		if late.Before(due) {
-			t.Errorf("Until returned %s early after %d signals", due.Sub(late), sent.Load())
-		}
-		result <- nil
+		result <- back
 	}()
 	pid := unix.Getpid()
 	for !done.Load() {
@@ -121,11 +131,11 @@ func TestUntilThroughSignals(t *testing.T) {
 		}
 		runtime.Gosched()
 	}
-	if err := <-result; err != nil {
-		t.Fatal(err)
+	if back := <-result; back.Before(due) {
+		t.Errorf("Until returned %s early after %d signals", due.Sub(back), sent.Load())
 	}
 	if sent.Load() == 0 {
-		t.Fatal("no signal was sent while the Pacer slept")
+		t.Fatal("no signal was sent while Until slept")
 	}
 }
 
@@ -163,12 +173,7 @@ func BenchmarkLateness(b *testing.B) {
 		b.Run(how, func(b *testing.B) {
 			wait := func(due time.Time) { time.Sleep(time.Until(due)) }
 			if how == "pacer" {
-				p, err := New()
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer p.Close()
-				wait = p.Until
+				wait = Until
 			}
 			late := make([]time.Duration, 0, b.N)
 			for b.Loop() {
