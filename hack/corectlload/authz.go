@@ -177,6 +177,14 @@ func askAll(addr string, qs []question, reqs [][]byte, conns int, pacing string)
 	// that pacer.Until sleeps on CLOCK_MONOTONIC towards each.
 	base := time.Now()
 	dueOf := func(i int) time.Time { return base.Add(time.Duration(qs[i].due - base.UnixNano())) }
+	// A P for each goroutine sleeping in pacer.Until, so that the
+	// sleepers leave the others theirs (pacer.Procs).
+	switch pacing {
+	case pacingWorker:
+		defer pacer.Procs(conns)()
+	case pacingHandoff:
+		defer pacer.Procs(1)()
+	}
 	var next atomic.Int64
 	handoff := make(chan int)
 	var wg sync.WaitGroup

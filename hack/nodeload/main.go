@@ -679,6 +679,15 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid int, si
 	// for it, before handing it to its goroutine.
 	free := make([]int64, total)
 	woke := make([]int64, total)
+	// A P for each goroutine sleeping in pacer.Until (the schedule's, or
+	// each worker's), so that the sleepers leave the operations and the
+	// network poller theirs (pacer.Procs): under make nodeload's taskset
+	// the tool has one P of its own.
+	if o.pacing == "workers" {
+		defer pacer.Procs(o.workers)()
+	} else {
+		defer pacer.Procs(1)()
+	}
 	start := time.Now()
 	run := func(i int, due time.Time) {
 		d, delay, out, err := one(i, perm[i%len(perm)], due, &timeline[i])

@@ -139,6 +139,19 @@ func TestUntilThroughSignals(t *testing.T) {
 	}
 }
 
+// TestProcs: Procs raises GOMAXPROCS by n and its restore sets it back.
+func TestProcs(t *testing.T) {
+	before := runtime.GOMAXPROCS(0)
+	restore := Procs(3)
+	if got := runtime.GOMAXPROCS(0); got != before+3 {
+		t.Errorf("GOMAXPROCS %d after Procs(3), want %d", got, before+3)
+	}
+	restore()
+	if got := runtime.GOMAXPROCS(0); got != before {
+		t.Errorf("GOMAXPROCS %d after the restore, want %d", got, before)
+	}
+}
+
 // TestSplit: a send delay divided on constructed timelines (ns).
 func TestSplit(t *testing.T) {
 	for _, c := range []struct {
