@@ -173,6 +173,10 @@ func main() {
 		fmt.Fprintf(os.Stderr, "nodeload: -pacing %q: handoff or workers\n", o.pacing)
 		os.Exit(2)
 	}
+	if o.workers < 1 {
+		fmt.Fprintf(os.Stderr, "nodeload: -workers %d: at least 1\n", o.workers)
+		os.Exit(2)
+	}
 	if o.role == "" {
 		handleSignals()
 	}
