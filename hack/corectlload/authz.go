@@ -21,21 +21,30 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/hack/gctrace"
+	"github.com/sandgate/sandgate/hack/pacer"
 )
 
 // The authz goal: GET /internal/v1/authorize at -authz-rate questions/s,
 // open loop. Each question has a scheduled send time (due); the latency
 // is from due to the whole answer read (done), so a question the tool
 // sends late counts its delay. Each question's timeline is kept: due,
-// sent (the tool began writing it), done. With -authz-client raw (the
-// default) the questions are written by -authz-conns workers, each on
-// one kept-alive connection of its own, from request bytes built before
-// the phase, and the answers read by hand (status line, Content-Length,
-// body discarded): no garbage per question, so the tool's collector does
-// not run during the phase (it is run once just before). -authz-client
-// nethttp is the tool before that (a goroutine per question through
-// net/http's client, at most 256 in flight), kept to measure what the
-// load side costs.
+// free (its worker was free to ask it), sent (the tool began writing
+// it), done. With -authz-client raw (the default) the questions are
+// written by -authz-conns workers, each on one kept-alive connection of
+// its own, from request bytes built before the phase, and the answers
+// read by hand (status line, Content-Length, body discarded): no garbage
+// per question, so the tool's collector does not run during the phase
+// (it is run once just before). Each worker waits for its question's due
+// time with pacer.Until (its OS thread sleeping in clock_nanosleep), not
+// on Go's timers, which fire up to about 1 ms late; raw-handoff has one
+// goroutine wait and hand each question to an idle worker instead, raw-sleep waits with time.Sleep (the tool before package
+// pacer). The send delay (due → sent) is reported split (pacer.Split)
+// into the tool's lateness and the wait for a free worker: a worker
+// still reading an earlier answer at the due time waits for corectl, and
+// that time stays in the latency. -authz-client nethttp is the tool
+// before the raw client (a goroutine per question through net/http's
+// client, at most 256 in flight), kept to measure what the load side
+// costs.
 
 // authorizeMetric is corectl's histogram of the authorizer's own
 // handling time (package corectl/metrics).
@@ -43,10 +52,13 @@ const authorizeMetric = "corectl_authorize_duration_seconds"
 
 // question is one authorizer question's timeline, wall-clock Unix
 // nanoseconds (the tool and corectl share the clock), and whether the
-// answer was a 200.
+// answer was a 200. free is when the worker that asked it was free to
+// (it had read its previous answer; with the nethttp client, due unless
+// all 256 slots were taken at due): pacer.Split divides the send delay
+// at it.
 type question struct {
-	due, sent, done int64
-	ok              bool
+	due, free, sent, done int64
+	ok                    bool
 }
 
 // authzRequests are the request bytes of a question about each owned
@@ -136,12 +148,45 @@ func (c *rawConn) exchange(req []byte) (int, error) {
 	return code, nil
 }
 
+// The raw client's ways of waiting for a question's due time
+// (-authz-client raw, raw-handoff, raw-sleep).
+const (
+	// pacingWorker: each worker waits for its question itself, with
+	// pacer.Until (on its own OS thread, in clock_nanosleep).
+	pacingWorker = "worker"
+	// pacingHandoff: one goroutine waits for each due time with
+	// pacer.Until and hands the question to an idle worker (a goroutine
+	// wake-up per question).
+	pacingHandoff = "handoff"
+	// pacingSleep: each worker waits with time.Sleep, Go's timers, which
+	// fire up to about 1 ms late (the tool before package pacer).
+	pacingSleep = "sleep"
+)
+
+// rawPacing is the pacing of each raw -authz-client.
+var rawPacing = map[string]string{"raw": pacingWorker, "raw-handoff": pacingHandoff, "raw-sleep": pacingSleep}
+
 // askAll asks qs's questions (qs[i].due set) with the raw client: conns
 // workers, each on a connection of its own, take the next question, wait
-// for its due time and ask it; a question whose due time passes while
-// every worker is busy waits for one (counted in its send delay).
-func askAll(addr string, qs []question, reqs [][]byte, conns int) {
+// for its due time (pacing: pacingWorker, pacingHandoff or pacingSleep)
+// and ask it; a question whose due time passes while every worker is
+// busy waits for one (counted in its send delay, and in its wait for a
+// free worker: question.free).
+func askAll(addr string, qs []question, reqs [][]byte, conns int, pacing string) {
+	// The due times with a monotonic reading, from one wall-clock one, so
+	// that pacer.Until sleeps on CLOCK_MONOTONIC towards each.
+	base := time.Now()
+	dueOf := func(i int) time.Time { return base.Add(time.Duration(qs[i].due - base.UnixNano())) }
+	// A P for each goroutine sleeping in pacer.Until, so that the
+	// sleepers leave the others theirs (pacer.Procs).
+	switch pacing {
+	case pacingWorker:
+		defer pacer.Procs(conns)()
+	case pacingHandoff:
+		defer pacer.Procs(1)()
+	}
 	var next atomic.Int64
+	handoff := make(chan int)
 	var wg sync.WaitGroup
 	for range conns {
 		wg.Add(1)
@@ -154,13 +199,25 @@ func askAll(addr string, qs []question, reqs [][]byte, conns int) {
 				}
 			}()
 			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(qs) {
+				free := time.Now().UnixNano()
+				var i int
+				if pacing == pacingHandoff {
+					var ok bool
+					if i, ok = <-handoff; !ok {
+						return
+					}
+				} else if i = int(next.Add(1) - 1); i >= len(qs) {
 					return
 				}
 				q := &qs[i]
-				if d := time.Until(time.Unix(0, q.due)); d > 0 {
-					time.Sleep(d)
+				q.free = free
+				switch pacing {
+				case pacingWorker:
+					pacer.Until(dueOf(i))
+				case pacingSleep:
+					if d := time.Until(dueOf(i)); d > 0 {
+						time.Sleep(d)
+					}
 				}
 				q.sent = time.Now().UnixNano()
 				code, err := c.ask(reqs[i])
@@ -168,6 +225,13 @@ func askAll(addr string, qs []question, reqs [][]byte, conns int) {
 				q.ok = err == nil && code == http.StatusOK
 			}
 		}()
+	}
+	if pacing == pacingHandoff {
+		for i := range qs {
+			pacer.Until(dueOf(i))
+			handoff <- i
+		}
+		close(handoff)
 	}
 	wg.Wait()
 }
@@ -180,7 +244,13 @@ func askAllNetHTTP(api string, qs []question, ids []string) {
 	sem := make(chan struct{}, 256)
 	for i := range qs {
 		time.Sleep(time.Until(time.Unix(0, qs[i].due)))
-		sem <- struct{}{}
+		qs[i].free = qs[i].due
+		select {
+		case sem <- struct{}{}:
+		default:
+			sem <- struct{}{}
+			qs[i].free = time.Now().UnixNano()
+		}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
@@ -313,7 +383,7 @@ func (w *world) authzRound(p *proc, client string, f *authzFigures) {
 	if client == "nethttp" {
 		askAllNetHTTP(p.api, qs, ids)
 	} else {
-		askAll(strings.TrimPrefix(p.api, "http://"), qs, reqs, w.c.authzConns)
+		askAll(strings.TrimPrefix(p.api, "http://"), qs, reqs, w.c.authzConns, rawPacing[client])
 	}
 	phase := time.Since(start)
 	cs, ts := readSched(p.cmd.Process.Pid).sub(cs0), readSched(os.Getpid()).sub(ts0)
@@ -327,21 +397,32 @@ func (w *world) authzRound(p *proc, client string, f *authzFigures) {
 	total := make([]time.Duration, n)
 	delay := make([]time.Duration, n)
 	fromSend := make([]time.Duration, n)
-	bad := 0
+	late := make([]time.Duration, n)
+	workerWait := make([]time.Duration, n)
+	bad, waited := 0, 0
 	for i, q := range qs {
 		total[i], delay[i], fromSend[i] = time.Duration(q.done-q.due), time.Duration(q.sent-q.due), time.Duration(q.done-q.sent)
+		late[i], workerWait[i] = pacer.Split(q.due, q.free, q.sent)
 		if !q.ok {
 			bad++
+		}
+		if workerWait[i] > 0 {
+			waited++
 		}
 	}
 	p50, p99, p999 := quantiles(slices.Clone(total))
 	d50, d99, d999 := quantiles(slices.Clone(delay))
 	s50, s99, s999 := quantiles(slices.Clone(fromSend))
+	l50, l99, l999 := quantiles(slices.Clone(late))
+	ww50, ww99, ww999 := quantiles(slices.Clone(workerWait))
 	f.p50, f.p99, f.p999 = append(f.p50, p50), append(f.p99, p99), append(f.p999, p999)
 	f.delayP99, f.sentP99 = append(f.delayP99, d99), append(f.sentP99, s99)
+	f.lateP50, f.lateP99, f.workerWaitP99 = append(f.lateP50, l50), append(f.lateP99, l99), append(f.workerWaitP99, ww99)
 	fmt.Printf("  authz: %d questions, %d failed, p50 %s, p99 %s, p99.9 %s (from the scheduled send), load average %s\n", n, bad, ms(p50), ms(p99), ms(p999), loadavg())
 	fmt.Printf("    send delay (scheduled → the tool writes): p50 %s, p99 %s, p99.9 %s; from the actual send to the answer read: p50 %s, p99 %s, p99.9 %s\n",
 		ms(d50), ms(d99), ms(d999), ms(s50), ms(s99), ms(s999))
+	fmt.Printf("    the send delay split: the tool's lateness (its worker free by the due time, or from when it was free, to the write) p50 %s, p99 %s, p99.9 %s; waiting for a free worker (each still reading an earlier answer at the due time: corectl's, kept in the latency from the scheduled send) p50 %s, p99 %s, p99.9 %s, %d questions (%.2f%%) waited\n",
+		ms(l50), ms(l99), ms(l999), ms(ww50), ms(ww99), ms(ww999), waited, 100*float64(waited)/float64(n))
 	// The slowest 1 %: their split and the collections they met.
 	order := make([]int, n)
 	for i := range order {
@@ -350,13 +431,16 @@ func (w *world) authzRound(p *proc, client string, f *authzFigures) {
 	slices.SortFunc(order, func(a, b int) int { return int(total[a] - total[b]) })
 	tail := order[n-max(1, n/100):]
 	td, ts2 := make([]time.Duration, len(tail)), make([]time.Duration, len(tail))
+	tl, tw := make([]time.Duration, len(tail)), make([]time.Duration, len(tail))
 	for k, i := range tail {
-		td[k], ts2[k] = delay[i], fromSend[i]
+		td[k], ts2[k], tl[k], tw[k] = delay[i], fromSend[i], late[i], workerWait[i]
 	}
 	tdm, _, _ := quantiles(td)
 	tsm, _, _ := quantiles(ts2)
-	fmt.Printf("    the slowest 1%% (%d questions, ≥ %s): send delay median %s (max %s), actual send → answer median %s (max %s)\n",
-		len(tail), ms(total[tail[0]]), ms(tdm), ms(td[len(td)-1]), ms(tsm), ms(ts2[len(ts2)-1]))
+	tlm, _, _ := quantiles(tl)
+	twm, _, _ := quantiles(tw)
+	fmt.Printf("    the slowest 1%% (%d questions, ≥ %s): send delay median %s (max %s: the tool's lateness median %s, max %s; waiting for a free worker median %s, max %s), actual send → answer median %s (max %s)\n",
+		len(tail), ms(total[tail[0]]), ms(tdm), ms(td[len(td)-1]), ms(tlm), ms(tl[len(tl)-1]), ms(twm), ms(tw[len(tw)-1]), ms(tsm), ms(ts2[len(ts2)-1]))
 	if p.gc != nil {
 		ws := p.gc.Snapshot()
 		from, to := qs[0].due, qs[0].done

@@ -4,10 +4,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/hack/pacer"
 )
 
 // TestRawConnAsksOverOneConnection: the authz goal's raw client reads a
@@ -65,23 +68,68 @@ func TestRawConnAsksOverOneConnection(t *testing.T) {
 }
 
 // TestAskAllOpenLoop: askAll asks every question no earlier than its due
-// time and records its timeline.
+// time, with each pacing, and records its timeline in order (free ≤
+// sent: a worker is free before it writes).
 func TestAskAllOpenLoop(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("{}\n"))
 	}))
 	defer srv.Close()
-	start := time.Now().Add(20 * time.Millisecond)
-	qs := make([]question, 50)
-	reqs := make([][]byte, len(qs))
-	for i := range qs {
-		qs[i].due = start.Add(time.Duration(i) * time.Millisecond).UnixNano()
-		reqs[i] = []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	for _, pacing := range []string{pacingWorker, pacingHandoff, pacingSleep} {
+		start := time.Now().Add(20 * time.Millisecond)
+		qs := make([]question, 50)
+		reqs := make([][]byte, len(qs))
+		for i := range qs {
+			qs[i].due = start.Add(time.Duration(i) * time.Millisecond).UnixNano()
+			reqs[i] = []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		}
+		askAll(strings.TrimPrefix(srv.URL, "http://"), qs, reqs, 4, pacing)
+		for i, q := range qs {
+			if !q.ok || q.sent < q.due || q.free == 0 || q.free > q.sent || q.done < q.sent {
+				t.Fatalf("%s: question %d: %+v", pacing, i, q)
+			}
+		}
 	}
-	askAll(strings.TrimPrefix(srv.URL, "http://"), qs, reqs, 4)
-	for i, q := range qs {
-		if !q.ok || q.sent < q.due || q.done < q.sent {
-			t.Fatalf("question %d: %+v", i, q)
+}
+
+// TestAskAllWaitsForAFreeWorker: with one worker and a server that
+// answers only once released, the question due while the worker still
+// waits for the first answer is sent after it, and its send delay is
+// the wait for a free worker from the first answer's read on: free is
+// the first question's done, and pacer.Split puts the time from due to
+// free in the wait, the rest in the tool's lateness.
+func TestAskAllWaitsForAFreeWorker(t *testing.T) {
+	for _, pacing := range []string{pacingWorker, pacingHandoff} {
+		release := make(chan struct{})
+		var asked atomic.Int64
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			if asked.Add(1) == 1 {
+				<-release
+			}
+			_, _ = w.Write([]byte("{}\n"))
+		}))
+		defer srv.Close()
+		start := time.Now().Add(10 * time.Millisecond)
+		qs := []question{{due: start.UnixNano()}, {due: start.Add(time.Millisecond).UnixNano()}}
+		reqs := [][]byte{[]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")}
+		done := make(chan struct{})
+		go func() {
+			askAll(strings.TrimPrefix(srv.URL, "http://"), qs, reqs, 1, pacing)
+			close(done)
+		}()
+		// The second question's due time passes while the first waits.
+		for time.Now().UnixNano() <= qs[1].due {
+			runtime.Gosched()
+		}
+		close(release)
+		<-done
+		q := qs[1]
+		if !q.ok || q.free < qs[0].done || q.sent < q.free {
+			t.Fatalf("%s: second question %+v, first %+v", pacing, q, qs[0])
+		}
+		late, wait := pacer.Split(q.due, q.free, q.sent)
+		if wait != time.Duration(q.free-q.due) || late != time.Duration(q.sent-q.free) || wait <= 0 {
+			t.Fatalf("%s: split late %s, wait %s of %+v", pacing, late, wait, q)
 		}
 	}
 }

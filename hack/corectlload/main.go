@@ -31,8 +31,10 @@
 //	authz    GET /internal/v1/authorize at -authz-rate questions/s, open
 //	         loop from the scheduled send, for -authz-duration (p50, p99,
 //	         p99.9); half asked for an owned sandbox, half for another's;
-//	         each question's time split into the tool's send delay and the
-//	         time from the actual send, with corectl's own handling time
+//	         each question's time split into the tool's send delay (its
+//	         own lateness, and the wait for a worker still reading an
+//	         earlier answer) and the time from the actual send, with
+//	         corectl's own handling time
 //	         (corectl_authorize_duration_seconds), its collections
 //	         overlapping the slowest 1 % (with -corectl-env
 //	         GODEBUG=gctrace=1), its run-queue wait, CPU, allocation and
@@ -52,7 +54,7 @@
 //	go run ./hack/corectlload [-corectl bin/corectl] [-sandboxes 10000] [-owned 1000]
 //		[-goals rss,list,authz,expiry,failover] [-rounds 3] [-compare other/corectl]
 //		[-corectl-cpus 0] [-lease 10s,7s,1s] [-logs dir] [-heap-profile dir]
-//		[-authz-duration 60s] [-authz-client raw|nethttp|raw,nethttp] [-authz-conns 16]
+//		[-authz-duration 60s] [-authz-client raw|raw-handoff|raw-sleep|nethttp|raw,nethttp] [-authz-conns 16]
 //
 // -compare runs a second binary (e.g. one built from the commit before a
 // change) interleaved with -corectl, order rotating per round, on the
@@ -164,6 +166,10 @@ type authzFigures struct {
 	// delayP99 is the tool's send delay p99, sentP99 the p99 from the
 	// actual send, wait corectl's run-queue wait during the phase.
 	delayP99, sentP99, wait []time.Duration
+	// lateP50 and lateP99 are the tool's own part of the send delay,
+	// workerWaitP99 the part spent waiting for a free worker
+	// (pacer.Split).
+	lateP50, lateP99, workerWaitP99 []time.Duration
 }
 
 func (f *figures) authzOf(client string) *authzFigures {
@@ -195,6 +201,9 @@ func (f *figures) print(bin string) {
 		summary("authorizer p99 (goal <= 1 ms)", a.p99)
 		summary("authorizer p99.9", a.p999)
 		summary("the tool's send delay p99", a.delayP99)
+		summary("… of it the tool's lateness p50", a.lateP50)
+		summary("… of it the tool's lateness p99", a.lateP99)
+		summary("… of it waiting for a free worker p99", a.workerWaitP99)
 		summary("authorizer p99 from the actual send", a.sentP99)
 		summary("corectl's run-queue wait during the phase", a.wait)
 	}
@@ -219,7 +228,7 @@ func main() {
 	flag.IntVar(&c.authzRate, "authz-rate", 2000, "authorizer questions per second")
 	flag.DurationVar(&c.authzDuration, "authz-duration", 10*time.Second, "length of one authz round")
 	var clients string
-	flag.StringVar(&clients, "authz-client", "raw", "the authz goal's client: raw (workers on kept-alive connections, request bytes built before the phase, no garbage per question) or nethttp (a goroutine per question through net/http, the tool before the raw client); raw,nethttp asks with each in turn per round, order rotating")
+	flag.StringVar(&clients, "authz-client", "raw", "the authz goal's client: raw (workers on kept-alive connections, request bytes built before the phase, no garbage per question, each worker waiting for its question's due time on an OS thread of its own, package hack/pacer), raw-handoff (the same workers, handed each question by one pacer thread), raw-sleep (the same workers waiting with time.Sleep, the tool before hack/pacer) or nethttp (a goroutine per question through net/http, the tool before the raw client); a comma-separated list asks with each in turn per round, order rotating")
 	flag.IntVar(&c.authzConns, "authz-conns", 16, "connections (and workers) of the raw authz client")
 	flag.IntVar(&c.expire, "expire", 1000, "sandboxes of the expiry goal")
 	flag.StringVar(&lease, "lease", "", "leader election lease duration, renew deadline, retry period (e.g. 15s,10s,2s; empty: corectl's defaults)")
@@ -248,8 +257,8 @@ func main() {
 	}
 	c.authzClients = strings.Split(clients, ",")
 	for _, cl := range c.authzClients {
-		if cl != "raw" && cl != "nethttp" {
-			fail(fmt.Errorf("-authz-client %q: raw or nethttp", cl))
+		if _, ok := rawPacing[cl]; !ok && cl != "nethttp" {
+			fail(fmt.Errorf("-authz-client %q: raw, raw-handoff, raw-sleep or nethttp", cl))
 		}
 	}
 	if cenv != "" {

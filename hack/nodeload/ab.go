@@ -234,6 +234,7 @@ func runVerdict(r abRun) string {
 var summaryKeys = []struct{ key, head string }{
 	{"rtt_p50_ms", "RTT p50"}, {"rtt_p99_ms", "RTT p99"}, {"rtt_p999_ms", "RTT p99.9"},
 	{"hub_p99_ms", "hub p99"}, {"hub_p999_ms", "hub p99.9"}, {"send_delay_p99_ms", "send delay p99"},
+	{"tool_late_p99_ms", "tool's lateness p99"}, {"worker_wait_p99_ms", "waiting for a worker p99"},
 	{"gateway_gcs", "gateway GCs"}, {"gateway_cpu", "gateway CPU %"}, {"ops_per_s", "ops/s"},
 	{"rss_end_mib", "gateway VmRSS at the end, MiB"},
 	{"tail_out_ms", "slowest 1%: out"}, {"tail_back_ms", "slowest 1%: back"},

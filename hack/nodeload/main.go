@@ -52,8 +52,13 @@
 // (-per-node-heartbeats: sim's own heartbeat goroutine per node). So
 // the nodes' goroutines and garbage collection do not run on the timing
 // process's Go scheduler (they still share the machine's CPUs, and the
-// CPU of each process is reported). The schedule waits in nanosleep on a
-// locked OS thread (Go's own timers fire up to 1 ms late), and the API
+// CPU of each process is reported). The schedule waits with
+// pacer.Until, its OS thread sleeping in clock_nanosleep with a timer
+// slack of 1 ns (Go's own timers fire up to 1 ms late), and hands each
+// operation to a goroutine of its own (-pacing workers: a pool of
+// senders, each waiting with pacer.Until itself; the send delay is
+// reported split into the tool's lateness and the wait for a free
+// sender), and the API
 // requests go over connections the tool keeps itself, each written and
 // read on the goroutine that sends it, which costs about a third less
 // CPU than net/http's client.
@@ -127,6 +132,7 @@ import (
 
 	"github.com/sandgate/sandgate/hack/gatewayproc"
 	"github.com/sandgate/sandgate/hack/gctrace"
+	"github.com/sandgate/sandgate/hack/pacer"
 	"github.com/sandgate/sandgate/internal/freeport"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/node/sim"
@@ -144,6 +150,8 @@ func main() {
 	flag.IntVar(&o.dialConcurrency, "dial-concurrency", 200, "connections opened at once")
 	flag.IntVar(&o.toolGOGC, "tool-gogc", 100, "GOGC of this process, which times the operations; the gateway keeps its own environment")
 	flag.BoolVar(&o.loadGCInPhase, "load-gc-in-phase", false, "let the simulated nodes' process and this tool collect garbage during the dispatch phase, as before 2026-12-06 (default: each collects once just before the phase and not again until it ends: one process holding 10,000 simulated hosts would otherwise stall all of them, and the tool beside them on the same CPU, for the length of its mark phase, a stall no real node's collection causes the others)")
+	flag.StringVar(&o.pacing, "pacing", "handoff", "how the dispatch phase waits for each operation's due time (package hack/pacer: an OS thread sleeping in clock_nanosleep, not Go's timers): handoff (one schedule goroutine waits and hands each operation to a goroutine of its own) or workers (-workers goroutines, each waiting itself and sending the operation; one still waiting for an earlier answer at a due time makes that operation wait, reported apart)")
+	flag.IntVar(&o.workers, "workers", 64, "senders of the dispatch phase with -pacing workers")
 	flag.IntVar(&o.nodesGOGC, "nodes-gogc", 400, "GOGC of the child process that holds the simulated nodes (-1: off; they garbage-collect on the same CPUs as the gateway)")
 	flag.StringVar(&o.role, "role", "", "internal: \"nodes\" runs the simulated nodes' process (started by the tool itself)")
 	flag.StringVar(&o.nodesFile, "nodes-file", "", "internal: the nodes' process's node list")
@@ -161,6 +169,14 @@ func main() {
 	flag.Var(&vs, "variant", "name:binary[:VAR=value,…]: one gateway set-up of an A/B series (repeat the flag; with none, -rounds runs -caddy and -gateway-env alone); each run is this tool with the other flags, the variant's binary as -caddy and its environment as -gateway-env")
 	rounds := flag.Int("rounds", 1, "rounds of an A/B series: every variant once per round, the order rotating each round; then the median and range of each variant's figures")
 	flag.Parse()
+	if o.pacing != "handoff" && o.pacing != "workers" {
+		fmt.Fprintf(os.Stderr, "nodeload: -pacing %q: handoff or workers\n", o.pacing)
+		os.Exit(2)
+	}
+	if o.workers < 1 {
+		fmt.Fprintf(os.Stderr, "nodeload: -workers %d: at least 1\n", o.workers)
+		os.Exit(2)
+	}
 	if o.role == "" {
 		handleSignals()
 	}
@@ -219,9 +235,15 @@ type options struct {
 	loadTrace         string
 	toolGOGC          int
 	loadGCInPhase     bool
-	nodesGOGC         int
-	role, nodesFile   string
-	url               string
+	// pacing is how the dispatch phase waits for each operation's due
+	// time (pacer.Until): "handoff" (one schedule goroutine starts a
+	// goroutine per operation) or "workers" (workers goroutines, each
+	// waiting and sending itself).
+	pacing          string
+	workers         int
+	nodesGOGC       int
+	role, nodesFile string
+	url             string
 }
 
 // simNode is one enrolled simulated node.
@@ -650,30 +672,64 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid int, si
 			return nil, err
 		}
 	}
-	// The schedule runs on its own OS thread, which waits for each due
-	// time in nanosleep: the Go runtime's timers wait in epoll with a
-	// millisecond timeout and so fire up to 1 ms late, which the tool
-	// would count against the gateway.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	// The schedule waits for each due time with pacer.Until, its OS
+	// thread sleeping in clock_nanosleep with a timer slack of 1 ns: the Go
+	// runtime's timers wait in epoll with a millisecond timeout and so
+	// fire up to 1 ms late, which the tool would count against the
+	// gateway. free[i] is when operation i's sender was free to send it
+	// (pacer.Split): due with -pacing handoff (a goroutine per operation,
+	// never waited for), the worker's last answer read with -pacing
+	// workers; woke[i] (handoff only) is when the schedule's thread woke
+	// for it, before handing it to its goroutine.
+	free := make([]int64, total)
+	woke := make([]int64, total)
+	// A P for each goroutine sleeping in pacer.Until (the schedule's, or
+	// each worker's), so that the sleepers leave the operations and the
+	// network poller theirs (pacer.Procs): under make nodeload's taskset
+	// the tool has one P of its own.
+	if o.pacing == "workers" {
+		defer pacer.Procs(o.workers)()
+	} else {
+		defer pacer.Procs(1)()
+	}
 	start := time.Now()
-	for i := range total {
-		due := start.Add(time.Duration(i) * interval)
-		if d := time.Until(due); d > 0 {
-			// the schedule of an open-loop load generator
-			ts := syscall.NsecToTimespec(int64(d))
-			for syscall.Nanosleep(&ts, &ts) == syscall.EINTR {
-			}
+	run := func(i int, due time.Time) {
+		d, delay, out, err := one(i, perm[i%len(perm)], due, &timeline[i])
+		if err != nil {
+			out = "error"
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d, delay, out, err := one(i, perm[i%len(perm)], due, &timeline[i])
-			if err != nil {
-				out = "error"
-			}
-			lat[i], sendDelay[i], outcome[i] = d, delay, out
-		}()
+		lat[i], sendDelay[i], outcome[i] = d, delay, out
+	}
+	if o.pacing == "workers" {
+		var next atomic.Int64
+		for range o.workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					f := time.Now().UnixNano()
+					i := int(next.Add(1) - 1)
+					if i >= total {
+						return
+					}
+					due := start.Add(time.Duration(i) * interval)
+					free[i] = f
+					pacer.Until(due)
+					run(i, due)
+				}
+			}()
+		}
+	} else {
+		for i := range total {
+			due := start.Add(time.Duration(i) * interval)
+			pacer.Until(due)
+			free[i], woke[i] = due.UnixNano(), time.Now().UnixNano()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				run(i, due)
+			}()
+		}
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
@@ -731,9 +787,35 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid int, si
 	}
 	slices.Sort(ok)
 	slices.Sort(fromSend)
+	// The send delay split (pacer.Split) before sendDelay is sorted.
+	toolLate, workerWait, wake, handoff := make([]time.Duration, 0, total), make([]time.Duration, 0, total), make([]time.Duration, 0, total), make([]time.Duration, 0, total)
+	waited := 0
+	for i := range total {
+		sent := timeline[i].sent
+		l, w := pacer.Split(timeline[i].due, free[i], sent)
+		toolLate, workerWait = append(toolLate, l), append(workerWait, w)
+		if w > 0 {
+			waited++
+		}
+		if woke[i] != 0 {
+			wake, handoff = append(wake, time.Duration(woke[i]-timeline[i].due)), append(handoff, time.Duration(sent-woke[i]))
+		}
+	}
 	slices.Sort(sendDelay)
 	fmt.Printf("dispatch: %d operations in %s (%.0f ops/s achieved, %d sent more than 1 ms after their scheduled time, send delay p99 %s); outcomes %v\n",
 		total, elapsed.Round(time.Millisecond), float64(total)/elapsed.Seconds(), late, pct(sendDelay, 99), counts)
+	for _, v := range [][]time.Duration{toolLate, workerWait, wake, handoff} {
+		slices.Sort(v)
+	}
+	if len(toolLate) > 0 {
+		fmt.Printf("  the send delay split (-pacing %s): the tool's lateness p50 %s, p99 %s, p99.9 %s; waiting for a free worker (each still reading an earlier answer at the due time: the gateway's, kept in the round trip from the scheduled send) p50 %s, p99 %s, p99.9 %s, %d operations waited\n",
+			o.pacing, pct(toolLate, 50), pct(toolLate, 99), pct(toolLate, 99.9), pct(workerWait, 50), pct(workerWait, 99), pct(workerWait, 99.9), waited)
+		r["tool_late_p50_ms"], r["tool_late_p99_ms"], r["worker_wait_p99_ms"] = ms(pct(toolLate, 50)), ms(pct(toolLate, 99)), ms(pct(workerWait, 99))
+	}
+	if len(wake) > 0 {
+		fmt.Printf("    of the lateness: the schedule's wake-up (due → its thread running) p50 %s, p99 %s, p99.9 %s; the hand-off to the operation's goroutine (→ the send) p50 %s, p99 %s, p99.9 %s\n",
+			pct(wake, 50), pct(wake, 99), pct(wake, 99.9), pct(handoff, 50), pct(handoff, 99), pct(handoff, 99.9))
+	}
 	if len(ok) > 0 {
 		fmt.Printf("dispatch round trip from the scheduled send time: p50 %s, p90 %s, p99 %s, p99.9 %s, max %s\n",
 			pct(ok, 50), pct(ok, 90), pct(ok, 99), pct(ok, 99.9), ok[len(ok)-1].Round(time.Microsecond))
