@@ -1,6 +1,8 @@
-// Package scanmeta lists Ingresses and NetworkPolicies for corectl's
-// orphan scan (docs/corectl.md "Orphan scan") as metadata, decoding only
-// the fields the scan decides on.
+// Package scanmeta lists the objects of corectl's orphan scan
+// (docs/corectl.md "Orphan scan"), decoding only the fields the scan
+// decides on: Ingresses and NetworkPolicies as metadata (Lister.Page),
+// BatchSandboxes as the part of their JSON the scan reads
+// (Lister.SandboxPage).
 package scanmeta
 
 import (
@@ -12,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/sandgate/sandgate/corectl/probesource"
+	"github.com/sandgate/sandgate/corectl/sandbox"
 	"google.golang.org/protobuf/encoding/protowire"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,11 +36,12 @@ import (
 // the generated Unmarshal (errUnusual) is decoded in full with the latter;
 // an answer that is not protobuf is decoded as JSON, in full.
 //
-// Its REST client for networking.k8s.io/v1 is made from the cluster's
-// configuration (New): the same apiserver, credentials and
-// client limits (a token bucket of its own).
+// Its REST clients for networking.k8s.io/v1 and for BatchSandboxes are
+// made from the cluster's configuration (New): the same apiserver,
+// credentials and client limits (a token bucket of their own each).
 type Lister struct {
-	rest rest.Interface
+	rest      rest.Interface
+	sandboxes rest.Interface
 }
 
 // New returns a Lister for the apiserver of cfg (a
@@ -54,7 +58,18 @@ func New(cfg *rest.Config) (*Lister, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metadata list client: %w", err)
 	}
-	return &Lister{rest: rc}, nil
+	sc := rest.CopyConfig(cfg)
+	sgv := sandbox.GVK.GroupVersion()
+	sc.GroupVersion = &sgv
+	sc.APIPath = "/apis"
+	sc.ContentType = runtime.ContentTypeJSON
+	sc.AcceptContentTypes = runtime.ContentTypeJSON
+	sc.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	src, err := rest.RESTClientFor(sc)
+	if err != nil {
+		return nil, fmt.Errorf("batchsandboxes list client: %w", err)
+	}
+	return &Lister{rest: rc, sandboxes: src}, nil
 }
 
 // metadataAccept asks for a PartialObjectMetadataList, protobuf first
