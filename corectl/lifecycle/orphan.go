@@ -98,10 +98,11 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 	// deletion below is still decided on a read of its own.
 	live := map[string]*sandbox.Sandbox{}
 	err := o.scanSandboxes(ctx, managed, func(u *sandbox.Cached) {
-		if sb, err := sandbox.From(u, o.Cluster.AllocationLabelKey()); err == nil {
-			// What the checks below read, without the template labels
-			// (10,000 maps while the scan runs).
-			live[u.GetNamespace()+"/"+u.GetName()] = &sandbox.Sandbox{ID: sb.ID, Namespace: sb.Namespace, UID: sb.UID, AllocationID: sb.AllocationID}
+		if alloc, err := sandbox.AllocationID(u, o.Cluster.AllocationLabelKey()); err == nil {
+			// What the checks below read of the sandbox sandbox.From
+			// would give, without the template labels (10,000 maps while
+			// the scan runs).
+			live[u.GetNamespace()+"/"+u.GetName()] = &sandbox.Sandbox{ID: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(), AllocationID: alloc}
 		}
 		st, _ := sandbox.Annotation(u, v1alpha1.AnnotationLifecycle)
 		switch st {

@@ -357,6 +357,19 @@ func TestOrphanScanSandboxPagesAgreeWithTheTypedList(t *testing.T) {
 		if err != nil {
 			v.FromErr = err.Error()
 		}
+		// The scan's live sandboxes are read with AllocationID: From's
+		// answer without its Sandbox.
+		id, err := sandbox.AllocationID(u, alloc)
+		wantID, errText := "", ""
+		if v.From != nil {
+			wantID = v.From.AllocationID
+		}
+		if err != nil {
+			errText = err.Error()
+		}
+		if id != wantID || errText != v.FromErr {
+			t.Errorf("%s: AllocationID = %q, %q; From gives %q, %q", u.Name, id, errText, wantID, v.FromErr)
+		}
 		return v
 	}
 	var (
