@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
+	"unicode/utf8"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/sandbox"
@@ -46,11 +48,11 @@ type sandboxList struct {
 // sandbox.Cached decodes, with the same template metadata type.
 type sandboxItem struct {
 	Metadata struct {
-		Name              string       `json:"name"`
-		Namespace         string       `json:"namespace"`
-		UID               types.UID    `json:"uid"`
-		CreationTimestamp metav1.Time  `json:"creationTimestamp"`
-		DeletionTimestamp *metav1.Time `json:"deletionTimestamp"`
+		Name              string     `json:"name"`
+		Namespace         string     `json:"namespace"`
+		UID               types.UID  `json:"uid"`
+		CreationTimestamp timestamp  `json:"creationTimestamp"`
+		DeletionTimestamp *timestamp `json:"deletionTimestamp"`
 		Annotations       struct {
 			// Lifecycle is v1alpha1.AnnotationLifecycle
 			// (TestLifecycleTagIsTheAnnotation).
@@ -78,12 +80,52 @@ func (a *annotation) UnmarshalJSON(b []byte) error {
 		*a = annotation{set: true}
 		return nil
 	}
-	var s string
-	if err := kjson.UnmarshalCaseSensitivePreserveInts(b, &s); err != nil {
-		return err
+	s, ok := plainString(b)
+	if !ok {
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(b, &s); err != nil {
+			return err
+		}
 	}
 	*a = annotation{value: s, set: true}
 	return nil
+}
+
+// timestamp is a metav1.Time decoded as metav1.Time.UnmarshalJSON
+// decodes it, a plain string (plainString) without its json.Unmarshal.
+type timestamp metav1.Time
+
+// UnmarshalJSON decodes b as metav1.Time does.
+func (t *timestamp) UnmarshalJSON(b []byte) error {
+	s, ok := plainString(b)
+	if !ok {
+		return (*metav1.Time)(t).UnmarshalJSON(b)
+	}
+	pt, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return err
+	}
+	t.Time = pt.Local()
+	return nil
+}
+
+// plainString is the value of the JSON string literal b when it holds
+// no escape and no control character and is valid UTF-8: then its bytes
+// between the quotes are the value, as a JSON decoder gives it; false
+// for anything else (which the caller decodes with a JSON decoder).
+func plainString(b []byte) (string, bool) {
+	if len(b) < 2 || b[0] != '"' || b[len(b)-1] != '"' {
+		return "", false
+	}
+	in := b[1 : len(b)-1]
+	for _, c := range in {
+		if c < 0x20 || c == '"' || c == '\\' {
+			return "", false
+		}
+	}
+	if !utf8.Valid(in) {
+		return "", false
+	}
+	return string(in), true
 }
 
 // sandboxParams encodes list options for the BatchSandbox group
@@ -153,7 +195,7 @@ func DecodeSandboxes(b []byte, page *SandboxPage) error {
 		it := &l.Items[i]
 		m := &it.Metadata
 		c := sandbox.Cached{ObjectMeta: metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID,
-			CreationTimestamp: m.CreationTimestamp, DeletionTimestamp: m.DeletionTimestamp}}
+			CreationTimestamp: metav1.Time(m.CreationTimestamp), DeletionTimestamp: (*metav1.Time)(m.DeletionTimestamp)}}
 		if a := m.Annotations.Lifecycle; a.set {
 			shared, ok := page.lifecycle[a.value]
 			if !ok {

@@ -122,6 +122,7 @@ func FuzzDecodeSandboxes(f *testing.F) {
 	f.Add([]byte(samplePage))
 	f.Add([]byte(`{"items":[{"metadata":{"name":"a","annotations":{"network.sandgate.io/lifecycle":"Ready","network.sandgate.io/lifecycle":"Creating"}}}]}`))
 	f.Add([]byte(`{"items":[null,{"metadata":{"Name":"a","name":"b","deletionTimestamp":null}}]}`))
+	f.Add([]byte(`{"items":[{"metadata":{"creationTimestamp":"2026-12-06T01:02:03\u005a","deletionTimestamp":"2026-12-06T01:02:03+01:00","annotations":{"network.sandgate.io/lifecycle":"Re\u0061dy\u00e9"}}},{"metadata":{"creationTimestamp":null}}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		want, wantCont, err := typedViews(b)
 		if err != nil {
