@@ -145,8 +145,8 @@ const maxObjectBytes = 3 << 19
 // ("": every namespace) with opts into page: the same request as
 // controller-runtime's client makes for a sandbox.CachedList (a
 // consistent list of the apiserver, JSON: a custom resource is served in
-// no other encoding), read into a pooled buffer, at most opts.Limit (at
-// least 1) times maxObjectBytes plus 1 MiB, and decoded for only what
+// no other encoding), read into a pooled buffer (readPage's bound), and
+// decoded for only what
 // the scan decides on (SandboxPage.Items). An answer that sandbox.Cached
 // decodes gives the same values (TestOrphanScanSandboxPagesAgreeWithTheTypedList
 // in corectl/lifecycle, FuzzDecodeSandboxes). Errors: the list failed
@@ -161,16 +161,27 @@ func (l *Lister) SandboxPage(ctx context.Context, namespace string, opts *metav1
 	defer body.Close()
 	buf := metaBuffers.Get().(*bytes.Buffer)
 	defer metaBuffers.Put(buf)
-	buf.Reset()
-	limit := max(opts.Limit, 1)*maxObjectBytes + 1<<20
-	n, err := buf.ReadFrom(io.LimitReader(body, limit+1))
-	if err != nil {
-		return fmt.Errorf("read the batchsandboxes list: %w", err)
-	}
-	if n > limit {
-		return fmt.Errorf("the batchsandboxes list answer is larger than %d bytes", limit)
+	if err := readPage(buf, body, "batchsandboxes", opts.Limit); err != nil {
+		return err
 	}
 	return DecodeSandboxes(buf.Bytes(), page)
+}
+
+// readPage reads body, the answer to a list of resource with limit
+// objects a page, into buf: at most limit (at least 1) times
+// maxObjectBytes plus 1 MiB, the most a page of objects the apiserver
+// stored can take. Errors: the read failed, or the answer is larger.
+func readPage(buf *bytes.Buffer, body io.Reader, resource string, limit int64) error {
+	buf.Reset()
+	most := max(limit, 1)*maxObjectBytes + 1<<20
+	n, err := buf.ReadFrom(io.LimitReader(body, most+1))
+	if err != nil {
+		return fmt.Errorf("read the %s list: %w", resource, err)
+	}
+	if n > most {
+		return fmt.Errorf("the %s list answer is larger than %d bytes", resource, most)
+	}
+	return nil
 }
 
 // DecodeSandboxes decodes b, a BatchSandboxList's JSON, into page

@@ -1,6 +1,8 @@
 package scanmeta
 
 import (
+	"bytes"
+	"io"
 	"reflect"
 	"strings"
 	"testing"
@@ -139,4 +141,31 @@ func FuzzDecodeSandboxes(f *testing.F) {
 			t.Fatalf("DecodeSandboxes:\n got %q %+v\nwant %q %+v", p.Continue, got, wantCont, want)
 		}
 	})
+}
+
+// zeros is an endless stream of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// TestReadPageIsBounded: a page's answer is read up to its bound (the
+// page's object limit times etcd's object limit, plus 1 MiB) and no
+// further; one byte more is an error naming the list.
+func TestReadPageIsBounded(t *testing.T) {
+	most := int64(2*maxObjectBytes + 1<<20)
+	var buf bytes.Buffer
+	if err := readPage(&buf, io.LimitReader(zeros{}, most), "batchsandboxes", 2); err != nil || int64(buf.Len()) != most {
+		t.Fatalf("an answer of exactly the bound: %v, %d bytes read", err, buf.Len())
+	}
+	err := readPage(&buf, zeros{}, "batchsandboxes", 2)
+	if err == nil || !strings.Contains(err.Error(), "batchsandboxes list answer is larger than") {
+		t.Fatalf("an endless answer: %v", err)
+	}
+	if int64(buf.Len()) > most+1 {
+		t.Fatalf("an endless answer was read to %d bytes, bound %d", buf.Len(), most)
+	}
+	// A list without a limit is bounded as a page of one.
+	if err := readPage(&buf, io.LimitReader(zeros{}, maxObjectBytes+1<<20+1), "ingresses", 0); err == nil {
+		t.Fatal("an answer over the bound of a page of one was read")
+	}
 }

@@ -85,7 +85,8 @@ var metaBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // Page lists one page of resource (ingresses or networkpolicies) in
 // namespace ("": every namespace) with opts, and returns its items as
 // Project gives them and the continue token. Errors: the list failed
-// (the apiserver's error), or its answer does not decode.
+// (the apiserver's error), its answer is larger than readPage's bound,
+// or it does not decode.
 func (l *Lister) Page(ctx context.Context, resource, namespace string, opts *metav1.ListOptions) ([]metav1.PartialObjectMetadata, string, error) {
 	body, err := l.rest.Get().Namespace(namespace).Resource(resource).VersionedParams(opts, scheme.ParameterCodec).
 		SetHeader("Accept", metadataAccept).Stream(ctx)
@@ -95,9 +96,8 @@ func (l *Lister) Page(ctx context.Context, resource, namespace string, opts *met
 	defer body.Close()
 	buf := metaBuffers.Get().(*bytes.Buffer)
 	defer metaBuffers.Put(buf)
-	buf.Reset()
-	if _, err := buf.ReadFrom(body); err != nil {
-		return nil, "", fmt.Errorf("read the %s list: %w", resource, err)
+	if err := readPage(buf, body, resource, opts.Limit); err != nil {
+		return nil, "", err
 	}
 	return Decode(buf.Bytes())
 }
