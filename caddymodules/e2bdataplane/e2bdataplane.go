@@ -328,7 +328,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.dp = dp
-	return h.provisionHosts(ctx, app, rt)
+	return h.provisionHosts(ctx, app, rt, m)
 }
 
 // boundAnswerHeads gives rt a bound on each answer's head of

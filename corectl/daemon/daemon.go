@@ -734,7 +734,8 @@ const (
 
 // runCluster builds cluster c's manager and runs it until ctx ends. A
 // manager that cannot be built (its apiserver does not answer the API
-// discovery within the cluster's request timeout) is built again after a
+// discovery within the cluster's request timeout) is counted
+// (corectl_cluster_manager_build_failures_total) and built again after a
 // pause, as a replaced one is. A manager that stops on its own (its
 // leader election lost because the cluster's apiserver did not answer
 // within the renew deadline, or a cache or runnable failed) concerns that
@@ -793,6 +794,7 @@ func (d *Daemon) runCluster(ctx context.Context, c *clusterRun) {
 				use(mgr, first)
 				return true
 			}
+			d.metrics.ClusterBuildFailure(c.id)
 			d.opts.Log.Info("cluster manager could not be built; retrying, the other clusters are not affected", "cluster", c.id, "error", err.Error(), "after", pause.String())
 		}
 	}

@@ -17,6 +17,8 @@
 //	corectl_cni_gate_open{cluster}                                 gauge, 1 or 0
 //	corectl_cni_checks_total{cluster, outcome}                     counter (ok, unreadable)
 //	corectl_orphan_scans_total{cluster, outcome}                   counter (ok, incomplete, failed)
+//	corectl_cluster_manager_restarts_total{cluster}                counter
+//	corectl_cluster_manager_build_failures_total{cluster}          counter
 //	corectl_api_refusals_total{reason}                             counter (Refusal* reasons)
 //	corectl_api_key_file_stale_seconds                             gauge
 //	corectl_api_key_file_entries                                   gauge
@@ -45,6 +47,12 @@
 // engine's outcome (Verified, LKGRestored, …) or "error" for a cycle that
 // returned an error (retried with backoff); outcome of a lifecycle step is
 // "ok" or "failed". operation is "create", "compensate" or "delete".
+// A cluster's manager restart is a manager that stopped on its own and
+// was replaced; a build failure is an attempt to build a cluster's manager
+// (at start or for a replacement) that failed, mostly because the
+// cluster's apiserver did not answer the API discovery within the
+// cluster's request timeout; each failed attempt is counted, and it is
+// tried again after the restart pause.
 // outcome of an orphan scan (run by the cluster's leader) is "ok",
 // "incomplete" (some leftovers could not be deleted; the next scan retries
 // them) or "failed" (the scan stopped with an error).
@@ -106,6 +114,7 @@ type Metrics struct {
 	cniChecks      *prometheus.CounterVec
 	orphanScans    *prometheus.CounterVec
 	restarts       *prometheus.CounterVec
+	buildFailures  *prometheus.CounterVec
 	refusals       *prometheus.CounterVec
 	createRefusals *prometheus.CounterVec
 	nsRights       *prometheus.GaugeVec
@@ -188,6 +197,10 @@ func New() *Metrics {
 			Namespace: "corectl", Subsystem: "cluster", Name: "manager_restarts_total",
 			Help: "Managers of a cluster that stopped on their own (leader election lost: the cluster's apiserver did not answer within the renew deadline) and were replaced, by cluster.",
 		}, []string{"cluster"}),
+		buildFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "corectl", Subsystem: "cluster", Name: "manager_build_failures_total",
+			Help: "Attempts to build a cluster's manager (at start or to replace a stopped one) that failed, by cluster; each is tried again after the restart pause. The usual cause: the cluster's apiserver did not answer the API discovery within the cluster's request timeout.",
+		}, []string{"cluster"}),
 		createRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "corectl", Subsystem: "create", Name: "refusals_total",
 			Help: "Creates refused before anything is written, by reason: a credential limit (concurrent_sandboxes, creates_per_minute, max_timeout) or unsupported_field (a NewSandbox field sandgate cannot honour).",
@@ -201,7 +214,7 @@ func New() *Metrics {
 			Help: "1 when corectl may not write in a namespace the cluster serves (no RoleBinding to the ClusterRole role there: run corectl rbac), 0 when it may; one series per ingress and project namespace of the cluster's credentials (package nsrights).",
 		}, []string{"cluster", "namespace", "role"}),
 	}
-	m.Registry.MustRegister(m.requests, m.duration, m.authorize, m.reconciles, m.steps, m.stepDuration, m.cniChecks, m.orphanScans, m.restarts, m.createRefusals, m.refusals, m.nsRights,
+	m.Registry.MustRegister(m.requests, m.duration, m.authorize, m.reconciles, m.steps, m.stepDuration, m.cniChecks, m.orphanScans, m.restarts, m.buildFailures, m.createRefusals, m.refusals, m.nsRights,
 		buildinfo.Collector("corectl"))
 	return m
 }
@@ -375,6 +388,15 @@ func (m *Metrics) ClusterRestart(cluster string) {
 		return
 	}
 	m.restarts.WithLabelValues(cluster).Inc()
+}
+
+// ClusterBuildFailure counts one failed attempt to build cluster's
+// manager (corectl_cluster_manager_build_failures_total).
+func (m *Metrics) ClusterBuildFailure(cluster string) {
+	if m == nil {
+		return
+	}
+	m.buildFailures.WithLabelValues(cluster).Inc()
 }
 
 // Refusal reasons of CreateRefused besides package quota's.
