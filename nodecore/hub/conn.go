@@ -798,7 +798,7 @@ func (b *budget) take(now time.Time, burst float64, every time.Duration) bool {
 	if b.at.IsZero() {
 		b.tokens = burst
 	} else {
-		b.tokens = min(burst, b.tokens+float64(now.Sub(b.at))/float64(every))
+		b.tokens = min(burst, b.tokens+float64(max(now.Sub(b.at), 0))/float64(every))
 	}
 	b.at = now
 	if b.tokens < 1 {
@@ -806,6 +806,15 @@ func (b *budget) take(now time.Time, burst float64, every time.Duration) bool {
 	}
 	b.tokens--
 	return true
+}
+
+// wait is how long after the last take the budget holds a token again,
+// gaining one every every.
+func (b *budget) wait(every time.Duration) time.Duration {
+	if b.tokens >= 1 {
+		return 0
+	}
+	return time.Duration((1 - b.tokens) * float64(every))
 }
 
 // takeHeartbeat spends one heartbeat of the connection's budget: at most

@@ -70,6 +70,12 @@ func (h *Hub) connect(w http.ResponseWriter, r *http.Request) error {
 	}
 	c, err := h.reserve(nodeID, digest, node)
 	if err != nil {
+		var flood *connectFloodError
+		if errors.As(err, &flood) {
+			w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(flood.wait)))
+			cfg.Logger.Info("node connect refused: connects faster than the node's budget", zap.String("node_id", nodeID))
+			return httpErr(http.StatusTooManyRequests, ErrConnectFlood)
+		}
 		return err
 	}
 	if cfg.Presence != nil {
@@ -138,9 +144,36 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// Connect limits: every connect that passes authentication and finds the
+// node's slot free costs shared resources before the node has sent a
+// byte of hello (with Config.Presence, a read and writes of the node's
+// claim and of the owner epoch counter on the apiserver that all nodes'
+// claims share, through one client rate limit per replica; then a
+// goroutine and the WebSocket). A node that reconnects in a loop would
+// otherwise spend them as fast as its round trips allow. nodeagent
+// reconnects after a growing backoff (0.5 s doubling to its maximum), so
+// ConnectBurst connects at once and one per ConnectEvery afterwards (on
+// the presence clock) are plenty for a node that behaves.
+const (
+	// ConnectBurst is how many connects a node may make at once.
+	ConnectBurst = 20
+	// ConnectEvery is the average interval allowed between a node's
+	// connects once its burst is spent.
+	ConnectEvery = 3 * time.Second
+)
+
+// connectFloodError is reserve's refusal of a connect beyond the node's
+// budget; wait is the time until the budget holds the next connect.
+type connectFloodError struct{ wait time.Duration }
+
+func (e *connectFloodError) Error() string { return ErrConnectFlood.Error() }
+
+func (e *connectFloodError) Unwrap() error { return ErrConnectFlood }
+
 // reserve claims the node's connection slot: it fails with 409 while
-// another connection of the node is connecting, live or closing, and with
-// 503 once the hub is closed.
+// another connection of the node is connecting, live or closing, with a
+// *connectFloodError when the node's connect budget is spent (ConnectBurst,
+// ConnectEvery), and with 503 once the hub is closed.
 func (h *Hub) reserve(nodeID string, digest credential.Digest, node credential.Node) (*conn, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -154,6 +187,9 @@ func (h *Hub) reserve(nodeID string, digest credential.Digest, node credential.N
 	}
 	if p.conn != nil {
 		return nil, httpErr(http.StatusConflict, ErrBusy)
+	}
+	if now := h.now(); !p.connects.take(now, ConnectBurst, ConnectEvery) {
+		return nil, &connectFloodError{wait: p.connects.wait(ConnectEvery)}
 	}
 	c := newConn(h, nodeID, digest, node)
 	p.conn = c

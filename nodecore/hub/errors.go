@@ -84,7 +84,8 @@ var (
 type HTTPError struct {
 	// Status is the HTTP status: 400 (malformed node_id), 401 (credential
 	// missing or rejected), 405 (not GET), 409 (a connection for the node
-	// is already connecting, live or closing), 503 (hub closed or not
+	// is already connecting, live or closing), 429 (the node connects
+	// faster than ConnectBurst/ConnectEvery allow), 503 (hub closed or not
 	// configured).
 	Status int
 	// Err says why, without the credential.
@@ -112,4 +113,8 @@ var (
 	ErrBadNodeID = errors.New("hub: node_id must be a lowercase UUID")
 	// ErrMethod: the connect request is not a GET.
 	ErrMethod = errors.New("hub: the node connection is opened with GET")
+	// ErrConnectFlood: the node connects faster than its budget
+	// (ConnectBurst at once, then one per ConnectEvery); the 429 carries
+	// Retry-After in whole seconds.
+	ErrConnectFlood = errors.New("hub: the node connects faster than allowed")
 )

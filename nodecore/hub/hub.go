@@ -502,6 +502,9 @@ type presence struct {
 	// replaced credential and ended; operations wait for its new
 	// connection until then (Timers.Reconnect). Zero once it is welcomed.
 	handoverUntil time.Time
+	// connects is the node's connect budget (ConnectBurst, ConnectEvery;
+	// presence clock), taken by every connect that finds the slot free.
+	connects budget
 }
 
 // awaited reports whether an operation for p, which is not online, should

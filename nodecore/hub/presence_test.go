@@ -26,10 +26,12 @@ type fakeStore struct {
 	heldFor     time.Duration // > 0: a held node's Acquire is a *HeldError with it
 	renews      map[string]int
 	releases    map[string]int
+	acquires    map[string]int
 }
 
 func newFakeStore() *fakeStore {
-	return &fakeStore{holder: map[string]string{}, claimEpoch: map[string]int64{}, renews: map[string]int{}, releases: map[string]int{}}
+	return &fakeStore{holder: map[string]string{}, claimEpoch: map[string]int64{}, renews: map[string]int{}, releases: map[string]int{},
+		acquires: map[string]int{}}
 }
 
 type fakePresence struct {
@@ -47,6 +49,7 @@ func (p fakePresence) Acquire(_ context.Context, node string, minEpoch int64) (C
 	s := p.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.acquires[node]++
 	if s.failAcquire != nil {
 		return nil, s.failAcquire
 	}
