@@ -347,7 +347,9 @@ func (h *Hub) Shutdown(ctx context.Context) error {
 
 // Close closes every connection with CloseGoingAway and waits for their
 // goroutines to end (each waits at most its close grace for the node's
-// close frame). Pending operations end with outcome unknown. New
+// close frame, after at most Timers.Write for its own close frame's
+// write; the close frames are written concurrently, so that a node that
+// does not read delays no other node's). Pending operations end with outcome unknown. New
 // connections are refused with 503 afterwards. Close is idempotent.
 func (h *Hub) Close() error {
 	h.closeOnce.Do(func() {
@@ -361,8 +363,12 @@ func (h *Hub) Close() error {
 			}
 		}
 		h.mu.Unlock()
+		// Each connection's close frame is written on a goroutine of its
+		// own: a node that stops reading holds its socket's writer, and
+		// its close frame waits up to Timers.Write for it; the other
+		// nodes' close frames must not wait behind it.
 		for _, c := range live {
-			c.fail(CloseGoingAway, "the gateway is closing the node connection service")
+			go c.fail(CloseGoingAway, "the gateway is closing the node connection service")
 		}
 		h.conns.Wait()
 	})
