@@ -8,11 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorilla/websocket"
 
 	"github.com/sandgate/sandgate/nodecore/api"
 	"github.com/sandgate/sandgate/nodecore/hub"
@@ -75,61 +78,9 @@ http://127.0.0.1:%s {
 // with the next sequence number. The gateway's log must not contain the
 // node credential or the API token.
 func TestBinaryReloadKeepsConnection(t *testing.T) {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(root, "bin", "caddy")
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("the gateway binary %s is missing; run `make build` first", bin)
-	}
 	f := newFiles(t)
 	admin := "127.0.0.1:" + freePort(t)
-	cfPath := filepath.Join(f.dir, "Caddyfile")
-	write(t, cfPath, binaryCaddyfile(f, admin, "v1"))
-
-	var logs lockedBuffer
-	cmd := exec.Command(bin, "run", "--config", cfPath, "--adapter", "caddyfile")
-	cmd.Dir = f.dir
-	cmd.Env = append(os.Environ(), "HOME="+f.dir, "XDG_DATA_HOME="+f.dir, "XDG_CONFIG_HOME="+f.dir)
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(timeout):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		out := logs.String()
-		for _, s := range []string{nodeSecret, apiToken} {
-			if strings.Contains(out, s) {
-				t.Errorf("the gateway log contains a secret")
-			}
-		}
-		if t.Failed() {
-			t.Logf("gateway log:\n%s", out)
-		}
-	})
-	base := "http://127.0.0.1:" + f.port
-	waitFor(t, "the gateway to listen", func() bool {
-		select {
-		case err := <-exited:
-			t.Fatalf("the gateway exited: %v", err)
-		default:
-		}
-		c, err := net.DialTimeout("tcp", "127.0.0.1:"+f.port, time.Second)
-		if err != nil {
-			return false
-		}
-		c.Close()
-		return true
-	})
+	base := startGateway(t, f, admin)
 
 	n := dialNode(t, base, -1)
 	if err := n.Heartbeat(t.Context()); err != nil {
@@ -178,5 +129,129 @@ func TestBinaryReloadKeepsConnection(t *testing.T) {
 	if status, res := apiOperation(t, base); status != http.StatusOK || res.Outcome != "success" || res.Sequence != 2 ||
 		res.ConnectionID != n.Welcome().ConnectionID {
 		t.Fatalf("operation after the reload: %d %+v", status, res)
+	}
+}
+
+// startGateway runs the built gateway (bin/caddy) on binaryCaddyfile with
+// its admin API on admin, stops it when the test ends (checking that its
+// log holds no secret), and returns its base URL once it listens.
+func startGateway(t *testing.T, f files, admin string) string {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(root, "bin", "caddy")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("the gateway binary %s is missing; run `make build` first", bin)
+	}
+	cfPath := filepath.Join(f.dir, "Caddyfile")
+	write(t, cfPath, binaryCaddyfile(f, admin, "v1"))
+
+	var logs lockedBuffer
+	cmd := exec.Command(bin, "run", "--config", cfPath, "--adapter", "caddyfile")
+	cmd.Dir = f.dir
+	cmd.Env = append(os.Environ(), "HOME="+f.dir, "XDG_DATA_HOME="+f.dir, "XDG_CONFIG_HOME="+f.dir)
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(timeout):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		out := logs.String()
+		for _, s := range []string{nodeSecret, apiToken} {
+			if strings.Contains(out, s) {
+				t.Errorf("the gateway log contains a secret")
+			}
+		}
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", out)
+		}
+	})
+	base := "http://127.0.0.1:" + f.port
+	waitFor(t, "the gateway to listen", func() bool {
+		select {
+		case err := <-exited:
+			t.Fatalf("the gateway exited: %v", err)
+		default:
+		}
+		c, err := net.DialTimeout("tcp", "127.0.0.1:"+f.port, time.Second)
+		if err != nil {
+			return false
+		}
+		c.Close()
+		return true
+	})
+	return base
+}
+
+// TestBinaryReconnectStorm runs the built gateway and lets the enrolled
+// node connect and drop its socket in a loop: hub.ConnectBurst connects
+// are upgraded, the next ones are refused 429 with a Retry-After of 1 to
+// hub.ConnectEvery seconds through Caddy's error path, and a connect after
+// that Retry-After is upgraded again.
+func TestBinaryReconnectStorm(t *testing.T) {
+	f := newFiles(t)
+	base := startGateway(t, f, "127.0.0.1:"+freePort(t))
+	url := "ws" + strings.TrimPrefix(base, "http") + hub.ConnectPath + "?node_id=" + nodeID
+	auth := http.Header{"Authorization": {"Bearer " + nodeSecret}}
+	// attempt connects and drops the socket at once; it returns the
+	// status and Retry-After once the gateway has released the node.
+	attempt := func() (int, string) {
+		t.Helper()
+		d := websocket.Dialer{HandshakeTimeout: timeout}
+		ws, resp, err := d.Dial(url, auth)
+		if err != nil {
+			if resp == nil {
+				t.Fatalf("connect: %v", err)
+			}
+			resp.Body.Close()
+			return resp.StatusCode, resp.Header.Get("Retry-After")
+		}
+		_ = ws.Close()
+		waitFor(t, "the gateway to release the node", func() bool {
+			var st hub.NodeStatus
+			return apiGet(t, base, api.Prefix+"/"+nodeID, &st) == http.StatusOK && st.State == hub.StateDisconnected
+		})
+		return http.StatusSwitchingProtocols, ""
+	}
+	upgraded := 0
+	status, retry := 0, ""
+	for range 10 * hub.ConnectBurst {
+		if status, retry = attempt(); status != http.StatusSwitchingProtocols {
+			break
+		}
+		upgraded++
+	}
+	// Real time runs on the gateway's presence clock: a slow machine may
+	// have earned a connect or two more while the loop ran.
+	maxRetry := int(hub.ConnectEvery / time.Second)
+	secs, err := strconv.Atoi(retry)
+	if upgraded < hub.ConnectBurst || status != http.StatusTooManyRequests || err != nil || secs < 1 || secs > maxRetry {
+		t.Fatalf("%d connects upgraded, then %d with Retry-After %q; want at least %d, then 429 with 1..%d",
+			upgraded, status, retry, hub.ConnectBurst, maxRetry)
+	}
+	// Retry-After is honest: the budget refills and the next connect is
+	// upgraded (polled ten times a second; timeout is a safety net).
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st, _ := attempt()
+		if st == http.StatusSwitchingProtocols {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no upgrade within %v of the 429 (Retry-After %s), last status %d", timeout, retry, st)
+		}
+		<-tick.C
 	}
 }
