@@ -758,3 +758,54 @@ func TestPortAnswerStreamsAsWritten(t *testing.T) {
 		t.Fatalf("the rest: %q %v", rest, err)
 	}
 }
+
+// TestPortAnswerCannotForgeGatewayHeaders: a tenant's server on a sandbox
+// port answers with the header the gateway sets on its own refusals
+// (Sandgate-Error-Code, docs/errors.md), in a 103, in the final head and
+// as a trailer, and sets a cookie for the whole domain in a trailer. A
+// client tells the gateway's refusals from a sandbox's answers by that
+// header, so none of it may reach the client as the sandbox sent it: the
+// gateway's own header names are removed from every head and trailer of a
+// port's answer, and a trailer's cookie is made host-only as a head's is.
+func TestPortAnswerCannotForgeGatewayHeaders(t *testing.T) {
+	rig := startPortRig(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Sandgate-Error-Code", "SANDBOX_NOT_FOUND")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Set("Trailer", "Sandgate-Error-Code, Set-Cookie")
+		w.Header().Set("Sandgate-error-code", "SANDBOX_NOT_FOUND")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, "sandbox a")
+		w.Header().Set("Sandgate-Error-Code", "SANDBOX_GONE")
+		w.Header().Set("Set-Cookie", "late=1; Domain="+portDomain+"; Path=/")
+		// A trailer not announced in the head (net/http's TrailerPrefix).
+		w.Header().Set(http.TrailerPrefix+"Sandgate-Error-Code", "GATEWAY_BUSY")
+	}), "")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var early []string
+	trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+		early = append(early, h.Values("Sandgate-Error-Code")...)
+		return nil
+	}}
+	resp, err := http.DefaultClient.Do(rig.request(t, httptrace.WithClientTrace(ctx, trace), "GET", "sbxa", "/x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound || string(body) != "sandbox a" {
+		t.Fatalf("GET through the gateway: %d %q %v", resp.StatusCode, body, resp.Header)
+	}
+	if len(early) != 0 {
+		t.Errorf("the 103 carried Sandgate-Error-Code %q", early)
+	}
+	if v := resp.Header.Values("Sandgate-Error-Code"); len(v) != 0 {
+		t.Errorf("the answer's head carried Sandgate-Error-Code %q", v)
+	}
+	if v := resp.Trailer.Values("Sandgate-Error-Code"); len(v) != 0 {
+		t.Errorf("the answer's trailer carried Sandgate-Error-Code %q", v)
+	}
+	if v := resp.Trailer.Values("Set-Cookie"); len(v) != 1 || v[0] != "late=1; Path=/" {
+		t.Errorf("the answer's trailer carried Set-Cookie %q, want [\"late=1; Path=/\"]", v)
+	}
+}
