@@ -106,6 +106,7 @@ type Metrics struct {
 	cniChecks      *prometheus.CounterVec
 	orphanScans    *prometheus.CounterVec
 	restarts       *prometheus.CounterVec
+	buildFailures  *prometheus.CounterVec
 	refusals       *prometheus.CounterVec
 	createRefusals *prometheus.CounterVec
 	nsRights       *prometheus.GaugeVec
@@ -188,6 +189,10 @@ func New() *Metrics {
 			Namespace: "corectl", Subsystem: "cluster", Name: "manager_restarts_total",
 			Help: "Managers of a cluster that stopped on their own (leader election lost: the cluster's apiserver did not answer within the renew deadline) and were replaced, by cluster.",
 		}, []string{"cluster"}),
+		buildFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "corectl", Subsystem: "cluster", Name: "manager_build_failures_total",
+			Help: "Builds of a cluster's manager that failed (its API discovery refused or not answered within the request timeout) and are tried again after a pause, by cluster.",
+		}, []string{"cluster"}),
 		createRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "corectl", Subsystem: "create", Name: "refusals_total",
 			Help: "Creates refused before anything is written, by reason: a credential limit (concurrent_sandboxes, creates_per_minute, max_timeout) or unsupported_field (a NewSandbox field sandgate cannot honour).",
@@ -201,7 +206,7 @@ func New() *Metrics {
 			Help: "1 when corectl may not write in a namespace the cluster serves (no RoleBinding to the ClusterRole role there: run corectl rbac), 0 when it may; one series per ingress and project namespace of the cluster's credentials (package nsrights).",
 		}, []string{"cluster", "namespace", "role"}),
 	}
-	m.Registry.MustRegister(m.requests, m.duration, m.authorize, m.reconciles, m.steps, m.stepDuration, m.cniChecks, m.orphanScans, m.restarts, m.createRefusals, m.refusals, m.nsRights,
+	m.Registry.MustRegister(m.requests, m.duration, m.authorize, m.reconciles, m.steps, m.stepDuration, m.cniChecks, m.orphanScans, m.restarts, m.buildFailures, m.createRefusals, m.refusals, m.nsRights,
 		buildinfo.Collector("corectl"))
 	return m
 }
@@ -375,6 +380,15 @@ func (m *Metrics) ClusterRestart(cluster string) {
 		return
 	}
 	m.restarts.WithLabelValues(cluster).Inc()
+}
+
+// ClusterBuildFailure counts one failed build of cluster's manager
+// (corectl_cluster_manager_build_failures_total).
+func (m *Metrics) ClusterBuildFailure(cluster string) {
+	if m == nil {
+		return
+	}
+	m.buildFailures.WithLabelValues(cluster).Inc()
 }
 
 // Refusal reasons of CreateRefused besides package quota's.
