@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -228,5 +229,60 @@ func TestDrainEndsStalledUpload(t *testing.T) {
 	}
 	if exitErr != nil {
 		t.Fatalf("the gateway exited with %v\n%s", exitErr, e.log.String())
+	}
+}
+
+// TestDrainEndsStalledDownload sends a download of 64 MiB through the
+// built gateway whose client reads nothing (its connection left open, the
+// gateway's writes blocked once the socket buffers are full), and sends
+// SIGTERM: when the drain grace (10 s) is over the download is ended as a
+// broken body, as the runbook's shutdown table says, and its request ends
+// (its log line is written) before the gateway exits; the gateway exits 0.
+// A gateway that only cancelled the download's context left its handler
+// blocked in the write to the client until the process exited at the end
+// of Caddy's grace_period (50 s here), its request never logged.
+func TestDrainEndsStalledDownload(t *testing.T) {
+	e := startEnv(t, func(c *harness.Config) { c.Caddyfile = drainCaddyfile })
+	const target = "/home/user/large.bin"
+	if err := os.WriteFile(e.host(target), bytes.Repeat([]byte("y"), 64<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.Gateway, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /files?path=%s HTTP/1.1\r\nHost: %s\r\nE2b-Sandbox-Id: %s\r\nE2b-Sandbox-Port: %s\r\nX-Access-Token: %s\r\n\r\n",
+		target, strings.TrimPrefix(e.Gateway, "http://"), sbxOK, envdPort, e.mint(sbxOK, harness.Grant{CredentialID: credOK}))
+	// The client reads nothing from here on.
+	ok, why := waitUntil(time.Now().Add(waitLimit), func(context.Context) (bool, string) {
+		m, err := scrapetest.Get(nil, "http://"+e.Admin+"/metrics")
+		if err != nil {
+			return false, err.Error()
+		}
+		n, _ := m.Sum("sandgate_dataplane_streams_in_flight", "kind", "transfer")
+		return n == 1, fmt.Sprintf("transfers in flight %g", n)
+	})
+	if !ok {
+		t.Fatalf("the download never became a transfer in flight: %s", why)
+	}
+	if err := e.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	exitErr, exited := e.WaitExit(waitLimit + 10*time.Second)
+	if !exited {
+		t.Fatal("the gateway did not exit")
+	}
+	if exitErr != nil {
+		t.Fatalf("the gateway exited with %v\n%s", exitErr, e.log.String())
+	}
+	var logged bool
+	for _, line := range strings.Split(e.log.String(), "\n") {
+		if strings.Contains(line, `"e2b data plane request"`) && strings.Contains(line, `"operation":"files.read"`) {
+			logged = true
+		}
+	}
+	if !logged {
+		t.Fatalf("the stalled download's request never ended before the gateway exited\n%s", e.log.String())
 	}
 }
