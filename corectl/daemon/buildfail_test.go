@@ -76,9 +76,9 @@ func TestABuildThatFailsIsVisible(t *testing.T) {
 		strings.Contains(rec.Body.String(), "not-a-token") {
 		t.Errorf("/readyz/cluster-%s = %d %q, want a failure that gives the discovery's refusal (401) and not the token", refusedID, rec.Code, rec.Body.String())
 	}
-	rec = httptest.NewRecorder()
-	d.ProbeHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz/cluster-"+s.id, nil))
-	if rec.Code != http.StatusOK {
-		t.Errorf("/readyz/cluster-%s (the live cluster) = %d %q", s.id, rec.Code, rec.Body.String())
-	}
+	kubetest.Eventually(t, time.Minute, "the live cluster ready", func() (bool, error) {
+		rec := httptest.NewRecorder()
+		d.ProbeHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz/cluster-"+s.id, nil))
+		return rec.Code == http.StatusOK, fmt.Errorf("/readyz/cluster-%s = %d %q", s.id, rec.Code, rec.Body.String())
+	})
 }
