@@ -13,6 +13,7 @@ import (
 	"net/textproto"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -807,5 +808,64 @@ func TestPortAnswerCannotForgeGatewayHeaders(t *testing.T) {
 	}
 	if v := resp.Trailer.Values("Set-Cookie"); len(v) != 1 || v[0] != "late=1; Path=/" {
 		t.Errorf("the answer's trailer carried Set-Cookie %q, want [\"late=1; Path=/\"]", v)
+	}
+}
+
+// TestPortWebSocketEndsWithItsConfiguration: a WebSocket through host
+// routing holds one of its sandbox's port request places
+// (max_port_requests_per_sandbox) for its whole life, and the places are
+// counted per configuration. A `caddy reload` therefore closes the
+// WebSockets of the configuration it replaces, as Caddy's reverse_proxy
+// closes its own: otherwise they ran on uncounted, and each reload let a
+// sandbox hold another full bound of them. Before, the host routing's
+// proxy was never cleaned up, and the WebSocket outlived the reload.
+func TestPortWebSocketEndsWithItsConfiguration(t *testing.T) {
+	serverClosed := make(chan struct{}, 1)
+	rig := startPortRig(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		_ = brw.Flush()
+		_, _ = io.Copy(io.Discard, conn) // until the gateway closes its side
+		serverClosed <- struct{}{}
+	}), "")
+	conn, err := net.Dial("tcp", strings.TrimPrefix(rig.env.Gateway, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"+
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nE2b-Traffic-Access-Token: %s\r\n\r\n", portHost("sbxa"), rig.trafficToken(t, "sbxa"))
+	br := bufio.NewReader(conn)
+	ws, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade through the gateway: %d\n%s", ws.StatusCode, rig.log.String())
+	}
+	cf, err := os.ReadFile(filepath.Join(rig.env.Dir, "Caddyfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	next := strings.Replace(string(cf), "hosts "+portDomain, "hosts "+portDomain+"\n\t\tmax_port_requests_per_sandbox 1000", 1)
+	if err := rig.env.Reload(ctx, next); err != nil {
+		t.Fatalf("reload: %v\n%s", err, rig.log.String())
+	}
+	// A bound on a wait that never ends, not a speed.
+	_ = conn.SetReadDeadline(time.Now().Add(time.Minute))
+	// Caddy sends a WebSocket Close frame (1001 going away), then closes.
+	if _, err := io.Copy(io.Discard, br); err != nil {
+		t.Fatalf("the WebSocket of the replaced configuration after the reload: %v, want closed by the gateway", err)
+	}
+	select {
+	case <-serverClosed:
+	case <-ctx.Done():
+		t.Fatal("the sandbox's side of the WebSocket was not closed after the reload")
 	}
 }
