@@ -171,7 +171,7 @@ test:
 	@$(PHASE) 1/13 "downloading Go modules (go mod download)" "first time about 1 min; then nothing" -- $(GO) mod download
 	@$(PHASE) 2/13 "checking the generated files (make generate-check), the Helm chart (make helm-check), gofmt, and running go vet ./..." "first time it builds controller-gen (about 2 min) and helm (about 3 min), and compiles every dependency: 5-10 min on idle cores, up to an hour on a loaded machine; then 1-2 min" -- $(SUBMAKE) vet
 	@$(PHASE) 3/13 "building bin/caddy with xcaddy (hack/buildgateway)" "first time 3-5 min on idle cores, 15 loaded; then nothing, or about 40 s after a change or a new commit" -- $(SUBMAKE) bin/caddy
-	@$(PHASE) 4/13 "building bin/corectl and bin/nodeagent" "first time 1-2 min; then nothing, or under a minute" -- $(SUBMAKE) bin/corectl bin/nodeagent
+	@$(PHASE) 4/13 "building bin/corectl and bin/nodeagent" "first time about 10 s (phase 2 compiled the dependencies); then nothing, or under a minute" -- $(SUBMAKE) bin/corectl bin/nodeagent
 	@$(PHASE) 5/13 "installing the E2B JS SDKs (npm ci in integration/js)" "first time 5-30 s; then nothing" -- $(SUBMAKE) js-deps
 	@$(PHASE) 6/13 "checking the alert rules with promtool (hack/monitoring/promtool.sh)" "first time about a minute with apt-get install prometheus; then a second" -- bash hack/monitoring/promtool.sh
 	@set -e; $(call chromium_env,7/13); $(call docker_env,8/13); $(call kube_env,9/13); $(call peers_env,10/13,11/13); \

@@ -367,6 +367,11 @@ func TestJSONConfigErrors(t *testing.T) {
 			handlerOf(cfg)["unary_client"] = "builtin"
 			handlerOf(cfg)["transport"] = obj{"protocol": "http", "versions": []any{"h2c"}}
 		}, []string{"e2b_dataplane", "unary_client builtin needs a transport with HTTP/1.1"}},
+		{"max_port_requests below max_port_requests_per_sandbox", func(cfg obj) {
+			handlerOf(cfg)["hosts"] = []any{"sbx.test"}
+			handlerOf(cfg)["max_port_requests_per_sandbox"] = 100
+			handlerOf(cfg)["max_port_requests"] = 50
+		}, []string{"e2b_dataplane", "max_port_requests_per_sandbox, max_port_requests", "the per-sandbox one at most the total"}},
 		{"default_user not among users", func(cfg obj) { handlerOf(cfg)["default_user"] = "ghost" },
 			[]string{"e2b_dataplane", "default user ghost is not among the users"}},
 		{"user home relative", func(cfg obj) {

@@ -545,6 +545,10 @@ func labelsMatch(sel, labels map[string]string) bool {
 	return true
 }
 
+// unnamedServer is the name Caddy gives a server the Caddyfile does not
+// name (srv0, srv1, … in the order of the sites).
+var unnamedServer = regexp.MustCompile(`^srv[0-9]+$`)
+
 // TestGatewayCaddyfileAdapts adapts the Caddyfile of the rendered ConfigMap
 // gateway-config with bin/caddy, with only the environment the Deployment
 // gives it, for the base, the example overlays and the Helm chart (its
@@ -579,8 +583,11 @@ func TestGatewayCaddyfileAdapts(t *testing.T) {
 			var listen []string
 			health := ""
 			servers, _ := dig(cfg, "apps", "http", "servers").(map[string]any)
-			for _, s := range servers {
+			for name, s := range servers {
 				l, _ := dig(s, "listen").([]any)
+				if unnamedServer.MatchString(name) {
+					t.Errorf("the server listening on %v has no name (the servers global option's name): its HTTP metrics get the label server=%q", l, name)
+				}
 				for _, a := range l {
 					listen = append(listen, a.(string))
 				}

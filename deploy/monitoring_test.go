@@ -274,6 +274,44 @@ func TestDashboardChartsEveryHistogram(t *testing.T) {
 	}
 }
 
+// TestDashboardChartsEveryCounter checks that every counter the module
+// exports (collectorNames) has a dashboard panel that queries it: what the
+// code counts (refusals, restarts, outcomes) is something an operator
+// sees without writing a query. No counter is exempt; a counter left off
+// the dashboard on purpose belongs in exemptCounters with the reason.
+func TestDashboardChartsEveryCounter(t *testing.T) {
+	_, counters := moduleCollectors(t)
+	charted := map[string]bool{}
+	for title, exprs := range dashboardExprs(t) {
+		for _, e := range exprs {
+			names, err := promqlMetricNames(e)
+			if err != nil {
+				t.Fatalf("dashboard panel %q: %v in %q", title, err, e)
+			}
+			for _, n := range names {
+				charted[n] = true
+			}
+		}
+	}
+	for n := range counters {
+		if !charted[n] && exemptCounters[n] == "" {
+			t.Errorf("the counter %s has no dashboard panel (add one, or say in exemptCounters why it needs none)", n)
+		}
+	}
+	for n := range exemptCounters {
+		if !counters[n] {
+			t.Errorf("exemptCounters names %s, which the code does not export", n)
+		}
+	}
+	if len(counters) < 16 {
+		t.Errorf("the source scan found %d counters", len(counters))
+	}
+}
+
+// exemptCounters are the counters the dashboard leaves out, each with the
+// reason; none today.
+var exemptCounters = map[string]string{}
+
 // markdownAnchors returns the GitHub anchors of a Markdown document's
 // headings (lower case, spaces as hyphens, punctuation dropped).
 func markdownAnchors(doc string) map[string]bool {
@@ -322,7 +360,35 @@ var externalMentions = map[string][]string{
 // series), and externalMetrics after checking each in its module's source.
 func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	known := map[string]bool{}
+	known, _ := moduleCollectors(t)
+	for name, mod := range externalMetrics {
+		out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", mod).Output()
+		if err != nil {
+			t.Fatalf("go list -m %s: %v", mod, err)
+		}
+		mentions, ok := externalMentions[name]
+		if !ok {
+			mentions = []string{strconv.Quote(name)}
+		}
+		defined := true
+		for _, m := range mentions {
+			defined = defined && sourceMentions(t, strings.TrimSpace(string(out)), m)
+		}
+		if !defined {
+			t.Errorf("%s does not define the metric %s", mod, name)
+			continue
+		}
+		known[name] = true
+	}
+	return known
+}
+
+// moduleCollectors returns the metric names the module's own Go source
+// defines (collectorNames over every non-test file) and, of those, the
+// counters.
+func moduleCollectors(t *testing.T) (known, counters map[string]bool) {
+	t.Helper()
+	known, counters = map[string]bool{}, map[string]bool{}
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
@@ -346,8 +412,12 @@ func exportedMetrics(t *testing.T) map[string]bool {
 		if err != nil {
 			return err
 		}
-		for _, n := range collectorNames(f) {
+		names, cs := collectorNames(f)
+		for _, n := range names {
 			known[n] = true
+		}
+		for _, n := range cs {
+			counters[n] = true
 		}
 		return nil
 	})
@@ -360,26 +430,10 @@ func exportedMetrics(t *testing.T) map[string]bool {
 			t.Fatalf("the scan of the Go source missed %s (found %d names)", want, len(known))
 		}
 	}
-	for name, mod := range externalMetrics {
-		out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", mod).Output()
-		if err != nil {
-			t.Fatalf("go list -m %s: %v", mod, err)
-		}
-		mentions, ok := externalMentions[name]
-		if !ok {
-			mentions = []string{strconv.Quote(name)}
-		}
-		defined := true
-		for _, m := range mentions {
-			defined = defined && sourceMentions(t, strings.TrimSpace(string(out)), m)
-		}
-		if !defined {
-			t.Errorf("%s does not define the metric %s", mod, name)
-			continue
-		}
-		known[name] = true
+	if !counters["corectl_api_refusals_total"] || counters["sandgate_node_online"] {
+		t.Fatalf("the scan of the Go source took the wrong names for counters: %v", counters)
 	}
-	return known
+	return known, counters
 }
 
 // sourceMentions reports whether a non-test Go file under dir contains s.
@@ -409,8 +463,11 @@ func sourceMentions(t *testing.T, dir, s string) bool {
 // collectorNames returns the metric names a Go file defines: from
 // prometheus.{Counter,Gauge,Histogram,Summary}Opts literals with constant
 // Namespace, Subsystem and Name (joined as prometheus.BuildFQName does),
-// and from prometheus.NewDesc calls with a constant name.
-func collectorNames(f *ast.File) []string {
+// and from prometheus.NewDesc calls with a constant name. counters are
+// those of them that are counters: every CounterOpts name, and a NewDesc
+// name ending in _total (a const metric's type is chosen where it is
+// written, so the name's suffix is what says it is a counter).
+func collectorNames(f *ast.File) (out, counters []string) {
 	lit := func(e ast.Expr) string {
 		if b, ok := e.(*ast.BasicLit); ok && b.Kind == token.STRING {
 			s, _ := strconv.Unquote(b.Value)
@@ -418,7 +475,6 @@ func collectorNames(f *ast.File) []string {
 		}
 		return ""
 	}
-	var out []string
 	ast.Inspect(f, func(n ast.Node) bool {
 		switch n := n.(type) {
 		case *ast.CompositeLit:
@@ -448,6 +504,8 @@ func collectorNames(f *ast.File) []string {
 			name := strings.Join(parts, "_")
 			out = append(out, name)
 			switch kind {
+			case "Counter":
+				counters = append(counters, name)
 			case "Histogram":
 				out = append(out, name+"_bucket", name+"_sum", name+"_count")
 			case "Summary":
@@ -457,12 +515,15 @@ func collectorNames(f *ast.File) []string {
 			if sel, ok := n.Fun.(*ast.SelectorExpr); ok && isPkg(sel.X, "prometheus") && sel.Sel.Name == "NewDesc" && len(n.Args) > 0 {
 				if v := lit(n.Args[0]); v != "" {
 					out = append(out, v)
+					if strings.HasSuffix(v, "_total") {
+						counters = append(counters, v)
+					}
 				}
 			}
 		}
 		return true
 	})
-	return out
+	return out, counters
 }
 
 func isPkg(e ast.Expr, name string) bool {

@@ -47,9 +47,14 @@ type portRig struct {
 
 // portCaddyfile is harness.DefaultCaddyfile with host routing on, its
 // site *.sbx.test on the gateway's loopback port.
-// With rawEntry set, cluster cluster-raw's fixed entry is that address.
-func portCaddyfile(port, rawEntry string) string {
-	c := strings.Replace(harness.DefaultCaddyfile, "e2b_dataplane {", "e2b_dataplane {\n\t\thosts "+portDomain, 1)
+// With rawEntry set, cluster cluster-raw's fixed entry is that address;
+// directives are added to the e2b_dataplane block.
+func portCaddyfile(port, rawEntry string, directives ...string) string {
+	block := "e2b_dataplane {\n\t\thosts " + portDomain
+	for _, d := range directives {
+		block += "\n\t\t" + d
+	}
+	c := strings.Replace(harness.DefaultCaddyfile, "e2b_dataplane {", block, 1)
 	if rawEntry != "" {
 		c = strings.Replace(c, "cluster cluster-a {{FIXED_ENTRY}}", "cluster cluster-a {{FIXED_ENTRY}}\n\t\tcluster cluster-raw http://"+rawEntry, 1)
 	}
@@ -61,8 +66,9 @@ func portCaddyfile(port, rawEntry string) string {
 // set, the sandboxes of credential cred-raw are in cluster cluster-raw,
 // whose fixed entry is rawEntry (host:port): what answers there answers
 // for the whole chain, as a sandbox's server does through the real
-// ingress, which passes its answers on.
-func startPortRig(t *testing.T, hostile http.Handler, rawEntry string) *portRig {
+// ingress, which passes its answers on. directives are added to the
+// e2b_dataplane block.
+func startPortRig(t *testing.T, hostile http.Handler, rawEntry string, directives ...string) *portRig {
 	t.Helper()
 	root := repoRoot(t)
 	if fi, err := os.Stat(harness.CaddyBinary(root)); err != nil || fi.Mode()&0o111 == 0 {
@@ -85,7 +91,7 @@ func startPortRig(t *testing.T, hostile http.Handler, rawEntry string) *portRig 
 			t.Fatal(err)
 		}
 		_, port, _ := net.SplitHostPort(addr)
-		env, err = harness.Start(harness.Config{RepoRoot: root, Caddyfile: portCaddyfile(port, rawEntry), GatewayAddr: addr, Credentials: creds, Stderr: rig.log})
+		env, err = harness.Start(harness.Config{RepoRoot: root, Caddyfile: portCaddyfile(port, rawEntry, directives...), GatewayAddr: addr, Credentials: creds, Stderr: rig.log})
 		if !errors.Is(err, harness.ErrBindRace) {
 			break
 		}

@@ -78,8 +78,13 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // (docs/dataplane.md "Host routing"). max_port_requests_per_sandbox
 // (default 1024) and max_port_requests (default 4096, or the per-sandbox
 // bound when larger) bound the port requests in progress, per sandbox and
-// in all (positive integers; one more is refused with 429 or 503). The transport block is reverse_proxy's "transport http"
-// (dial_timeout, response_header_timeout, keepalive, tls, …).
+// in all (positive integers, used only with hosts; one more is refused
+// with 429 or 503); a max_port_requests below the per-sandbox bound is
+// refused when the configuration loads. The transport block is
+// reverse_proxy's "transport http" (dial_timeout,
+// response_header_timeout, keepalive, tls, …); its max_response_header
+// (the largest head of an answer read) defaults to 64KiB here, not Go's
+// 10MiB, and a larger head is a failed call (a port request's 502).
 // unary_client (default builtin, or transport when the transport block
 // lacks HTTP/1.1 or has HTTP/3) chooses what sends the bodyless execd
 // calls read whole: the data plane's own HTTP/1.1 client or that transport

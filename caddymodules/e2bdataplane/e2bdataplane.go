@@ -165,7 +165,9 @@ type Handler struct {
 
 	// MaxPortRequests is MaxPortRequestsPerSandbox over all sandboxes;
 	// one more is refused with GATEWAY_BUSY (503). Default 4096, or
-	// MaxPortRequestsPerSandbox when that is larger.
+	// MaxPortRequestsPerSandbox when that is larger; set below
+	// MaxPortRequestsPerSandbox, Provision fails. Both are used only with
+	// Hosts.
 	MaxPortRequests int `json:"max_port_requests,omitempty"`
 
 	// DrainGrace is how long the command streams and file transfers in
@@ -326,7 +328,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.dp = dp
-	return h.provisionHosts(ctx, app, rt)
+	return h.provisionHosts(ctx, app, rt, m)
 }
 
 // boundAnswerHeads gives rt a bound on each answer's head of

@@ -23,6 +23,7 @@ type hostRouting struct {
 	router *portroute.Router
 	admit  *portroute.Admission
 	proxy  *reverseproxy.Handler
+	m      *metrics
 }
 
 // Placeholder variables the port proxy's upstream is taken from.
@@ -35,8 +36,9 @@ const codeHostMismatch = "HOST_HEADER_MISMATCH"
 
 // provisionHosts builds the host table, the port router and the
 // reverse_proxy that forwards port requests with the data plane's
-// transport rt (its pooling, timeouts and TLS). It dials nothing.
-func (h *Handler) provisionHosts(ctx caddy.Context, app dataplaneapp.App, rt http.RoundTripper) error {
+// transport rt (its pooling, timeouts and TLS); port requests are counted
+// in m. It dials nothing.
+func (h *Handler) provisionHosts(ctx caddy.Context, app dataplaneapp.App, rt http.RoundTripper, m *metrics) error {
 	if len(h.Hosts) == 0 {
 		return nil
 	}
@@ -67,7 +69,7 @@ func (h *Handler) provisionHosts(ctx caddy.Context, app dataplaneapp.App, rt htt
 	if err := proxy.Provision(ctx); err != nil {
 		return fmt.Errorf("hosts: the port proxy: %w", err)
 	}
-	h.hosts = &hostRouting{table: table, router: router, admit: admit, proxy: proxy}
+	h.hosts = &hostRouting{table: table, router: router, admit: admit, proxy: proxy, m: m}
 	return nil
 }
 
@@ -78,7 +80,7 @@ func (h *Handler) provisionHosts(ctx caddy.Context, app dataplaneapp.App, rt htt
 func (h *Handler) serveHost(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	tgt, err := h.hosts.table.Parse(r.Host)
 	if err != nil {
-		writeRefusal(w, portroute.CodeHostNotServed.Status(), string(portroute.CodeHostNotServed), "this gateway serves no such host")
+		h.hosts.refuse(w, &portroute.Refusal{Code: portroute.CodeHostNotServed, Message: "this gateway serves no such host"})
 		return nil
 	}
 	if tgt.Port == sandboxhost.EnvdPort {
@@ -91,15 +93,19 @@ func (h *Handler) serveHost(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	route, refusal := h.hosts.router.Decide(r.Context(), tgt, r.Header)
 	if refusal != nil {
-		writeRefusal(w, refusal.Code.Status(), string(refusal.Code), refusal.Message)
+		h.hosts.refuse(w, refusal)
 		return nil
 	}
 	release, refusal := h.hosts.admit.Admit(tgt.SandboxID)
 	if refusal != nil {
-		writeRefusal(w, refusal.Code.Status(), string(refusal.Code), refusal.Message)
+		h.hosts.refuse(w, refusal)
 		return nil
 	}
-	defer release()
+	h.hosts.m.portAdmitted(1)
+	defer func() {
+		release()
+		h.hosts.m.portAdmitted(-1)
+	}()
 	out := r.Clone(r.Context())
 	// Neither token is for the sandbox.
 	out.Header.Del(portroute.HeaderTrafficToken)
@@ -115,7 +121,14 @@ func (h *Handler) serveHost(w http.ResponseWriter, r *http.Request, next caddyht
 	err = h.hosts.proxy.ServeHTTP(&portAnswerWriter{ResponseWriter: w}, out, next)
 	// The trailers the proxy put in the header once the body was copied.
 	portroute.ScrubAnswer(w.Header())
+	h.hosts.m.portServed(err)
 	return err
+}
+
+// refuse answers a refused port request and counts it.
+func (hr *hostRouting) refuse(w http.ResponseWriter, r *portroute.Refusal) {
+	hr.m.portRefused(string(r.Code))
+	writeRefusal(w, r.Code.Status(), string(r.Code), r.Message)
 }
 
 // portAnswerWriter scrubs each head of a port's answer as it is written

@@ -2,9 +2,12 @@ package e2bdataplane
 
 import (
 	"errors"
+	"net/http"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/sandgate/sandgate/gateway/dataplane"
 	"github.com/sandgate/sandgate/gateway/drain"
@@ -16,16 +19,46 @@ import (
 //	sandgate_dataplane_requests_total{operation, outcome}            counter
 //	sandgate_dataplane_request_duration_seconds{operation, outcome}  histogram
 //	sandgate_dataplane_streams_in_flight{kind}                       gauge
+//	sandgate_dataplane_port_requests_total{outcome}                  counter
+//	sandgate_dataplane_port_requests_in_progress                     gauge
 //
 // operation is one of the six operations or "unsupported"; outcome is "ok"
 // or the stable error code (TOKEN_INVALID, SANDBOX_NOT_FOUND, …); kind is
 // "command" (Process/Start and Connect streams) or "transfer" (/files
 // uploads and downloads), the requests a shutdown drains (package drain).
+//
+// The port_requests series count host routing's requests to a port other
+// than envd's (and Hosts it does not serve): outcome is relayed,
+// upstream_error, upstream_timeout, client_closed (the port* constants)
+// or package portroute's refusal code (TOO_MANY_PORT_REQUESTS,
+// GATEWAY_BUSY, TRAFFIC_TOKEN_INVALID, …), so the gateway's own 429 and
+// 503 are told from a sandbox server's; the in-progress gauge counts the
+// requests an Admission holds a place for. Neither has the sandbox or the
+// port as a label: both are unbounded.
 type metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	streams  *prometheus.GaugeVec
+	ports    *prometheus.CounterVec
+	portsNow prometheus.Gauge
 }
+
+// The outcomes of a port request that was admitted and handed to
+// reverse_proxy, from the error it returns.
+const (
+	// portRelayed: the fixed entry answered and its answer was passed on
+	// (whatever its status: a sandbox server's own 429 is relayed).
+	portRelayed = "relayed"
+	// portUpstreamError: the fixed entry could not be reached or broke
+	// off (reverse_proxy's 502).
+	portUpstreamError = "upstream_error"
+	// portUpstreamTimeout: the fixed entry did not answer in time
+	// (reverse_proxy's 504).
+	portUpstreamTimeout = "upstream_timeout"
+	// portClientClosed: the client went away before the answer
+	// (reverse_proxy's 499).
+	portClientClosed = "client_closed"
+)
 
 var (
 	metricsOnce sync.Once
@@ -54,9 +87,17 @@ func registerMetrics(reg *prometheus.Registry) *metrics {
 		for _, k := range drain.Kinds {
 			collectors.streams.WithLabelValues(string(k))
 		}
+		collectors.ports = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sandgate", Subsystem: "dataplane", Name: "port_requests_total",
+			Help: "Sandbox port requests of host routing by outcome (relayed, upstream_error, upstream_timeout, client_closed or the gateway's refusal code).",
+		}, []string{"outcome"})
+		collectors.portsNow = prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "sandgate", Subsystem: "dataplane", Name: "port_requests_in_progress",
+			Help: "Sandbox port requests of host routing in progress (admitted, not yet ended).",
+		})
 	})
 	if reg != nil {
-		for _, c := range []prometheus.Collector{collectors.requests, collectors.duration, collectors.streams} {
+		for _, c := range []prometheus.Collector{collectors.requests, collectors.duration, collectors.streams, collectors.ports, collectors.portsNow} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {
@@ -82,3 +123,29 @@ func (m *metrics) observe(o dataplane.Outcome) {
 func (m *metrics) inFlight(kind drain.Kind, delta int) {
 	m.streams.WithLabelValues(string(kind)).Add(float64(delta))
 }
+
+// portRefused counts a port request the gateway refused with code.
+func (m *metrics) portRefused(code string) { m.ports.WithLabelValues(code).Inc() }
+
+// portServed counts a port request reverse_proxy served, by the error it
+// returned: nil is relayed, else its status (caddyhttp.HandlerError) says
+// which failure it was.
+func (m *metrics) portServed(err error) {
+	outcome := portRelayed
+	if err != nil {
+		outcome = portUpstreamError
+		var he caddyhttp.HandlerError
+		if errors.As(err, &he) {
+			switch he.StatusCode {
+			case http.StatusGatewayTimeout:
+				outcome = portUpstreamTimeout
+			case 499:
+				outcome = portClientClosed
+			}
+		}
+	}
+	m.ports.WithLabelValues(outcome).Inc()
+}
+
+// portAdmitted moves the port requests in progress by delta.
+func (m *metrics) portAdmitted(delta int) { m.portsNow.Add(float64(delta)) }

@@ -76,6 +76,8 @@ type IngressReconciler struct {
 	// writes nothing (NoChange). 0 is DefaultCycleWriteRecheck; negative
 	// never rechecks.
 	CycleWriteRecheck time.Duration
+	// Queues, if not nil, records the controller's work queue (Queues).
+	Queues *Queues
 }
 
 // DefaultCycleWriteRecheck is IngressReconciler.CycleWriteRecheck's
@@ -158,7 +160,7 @@ func (r *IngressReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	toAllowlist := carrierEvents(recheck)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("sandboxingressallowlist-"+strings.ToLower(clusterID)).
-		WithOptions(withRateLimiter(options(r.Workers), r.RateLimiter)).
+		WithOptions(r.Queues.with(mgr, withRateLimiter(options(r.Workers), r.RateLimiter))).
 		// Status-only updates are the cycles' own records (Verifying, the
 		// result): they carry no new desired version, so they wake no cycle.
 		For(&v1alpha1.SandboxIngressAllowlist{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
@@ -235,6 +237,8 @@ type EgressRecovery struct {
 	// error); cycles that find nothing to do are not counted. nil records
 	// nothing.
 	Metrics *metrics.Metrics
+	// Queues, if not nil, records the controller's work queue (Queues).
+	Queues *Queues
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -282,7 +286,7 @@ func (r *EgressRecovery) SetupWithManager(mgr ctrl.Manager) error {
 	clusterID := r.Engine.Cluster.ID
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("egressrecovery-"+strings.ToLower(clusterID)).
-		WithOptions(options(1)).
+		WithOptions(r.Queues.with(mgr, options(1))).
 		For(&networkingv1.NetworkPolicy{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return o.GetLabels()[v1alpha1.LabelManagedBy] == v1alpha1.ManagedByValue && o.GetLabels()[v1alpha1.LabelClusterID] == clusterID
 		}))).

@@ -39,6 +39,8 @@ type Expiry struct {
 	// Workers is how many sandboxes are expired at once (default
 	// DefaultExpiryWorkers).
 	Workers int
+	// Queues, if not nil, records the controller's work queue (Queues).
+	Queues *Queues
 }
 
 // DefaultExpiryWorkers is Expiry's default concurrency. An expiry is the
@@ -82,7 +84,7 @@ func (r *Expiry) SetupWithManager(mgr ctrl.Manager) error {
 	clusterID := r.Orchestrator.Cluster.ID
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("expiry-"+strings.ToLower(clusterID)).
-		WithOptions(options(cmp.Or(r.Workers, DefaultExpiryWorkers))).
+		WithOptions(r.Queues.with(mgr, options(cmp.Or(r.Workers, DefaultExpiryWorkers)))).
 		For(sandbox.NewCached(), builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return o.GetLabels()[v1alpha1.LabelManagedBy] == v1alpha1.ManagedByValue && o.GetLabels()[v1alpha1.LabelClusterID] == clusterID
 		}))).

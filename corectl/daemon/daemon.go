@@ -522,10 +522,13 @@ func (d *Daemon) newManager(cr *clusterRun, restart bool) (manager.Manager, erro
 		sandbox.CredentialIndex); err != nil {
 		return nil, fmt.Errorf("cluster %s: the sandbox credential index: %w", c.ID, err)
 	}
-	if err := (&controller.IngressReconciler{Engine: p.ingress, Metrics: opts.Metrics, Reader: mgr.GetCache()}).SetupWithManager(mgr); err != nil {
+	// The controllers' work queues, whose lengths end the start-up replay
+	// (replayOver).
+	queues := &controller.Queues{}
+	if err := (&controller.IngressReconciler{Engine: p.ingress, Metrics: opts.Metrics, Reader: mgr.GetCache(), Queues: queues}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
-	if err := (&controller.EgressRecovery{Engine: p.egress, Reader: mgr.GetClient(), Grace: opts.EgressGrace, Metrics: opts.Metrics}).SetupWithManager(mgr); err != nil {
+	if err := (&controller.EgressRecovery{Engine: p.egress, Reader: mgr.GetClient(), Grace: opts.EgressGrace, Metrics: opts.Metrics, Queues: queues}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	if c.CNISource != nil {
@@ -549,9 +552,9 @@ func (d *Daemon) newManager(cr *clusterRun, restart bool) (manager.Manager, erro
 	if lc := p.handle.Lifecycle; lc != nil {
 		scan := &orphanScanner{o: lc, every: opts.OrphanInterval, log: opts.Log.WithValues("cluster", c.ID),
 			cluster: c.ID, metrics: opts.Metrics}
-		loops.loops = append(loops.loops, periodic{name: "orphan-scan", every: scan.interval(), now: true, first: d.afterReplay(mgr, c.ID), run: scan.scanOnce})
+		loops.loops = append(loops.loops, periodic{name: "orphan-scan", every: scan.interval(), now: true, first: d.afterReplay(mgr, c.ID, queues), run: scan.scanOnce})
 		if err := (&controller.Expiry{Orchestrator: lc, Reader: mgr.GetCache(), Log: opts.Log.WithValues("cluster", c.ID),
-			Metrics: opts.Metrics}).SetupWithManager(mgr); err != nil {
+			Metrics: opts.Metrics, Queues: queues}).SetupWithManager(mgr); err != nil {
 			return nil, err
 		}
 	}
@@ -731,10 +734,10 @@ const (
 
 // runCluster builds cluster c's manager and runs it until ctx ends. A
 // manager that cannot be built (its apiserver does not answer the API
-// discovery within the cluster's request timeout) is built again after a
-// pause, as a replaced one is; each failed build is logged, counted
-// (corectl_cluster_manager_build_failures_total) and, until a build
-// succeeds, its error is the cluster's /readyz reason. A manager that stops on its own (its
+// discovery within the cluster's request timeout) is counted
+// (corectl_cluster_manager_build_failures_total) and built again after a
+// pause, as a replaced one is; until a build succeeds, the last one's
+// error is the cluster's /readyz reason. A manager that stops on its own (its
 // leader election lost because the cluster's apiserver did not answer
 // within the renew deadline, or a cache or runnable failed) concerns that
 // cluster alone: it is logged and counted
@@ -898,10 +901,11 @@ func (s *orphanScanner) scanOnce(ctx context.Context) {
 	}
 }
 
-// afterReplay is the wait of cluster id's first orphan scan on mgr
-// (replayOver), with GOGC lowered while it lasts (startupGC).
-func (d *Daemon) afterReplay(mgr manager.Manager, id string) func(ctx context.Context) bool {
-	wait := replayOver(mgr, id)
+// afterReplay is the wait of cluster id's first orphan scan on mgr, whose
+// controllers' work queues are queues (replayOver), with GOGC lowered
+// while it lasts (startupGC).
+func (d *Daemon) afterReplay(mgr manager.Manager, id string, queues *controller.Queues) func(ctx context.Context) bool {
+	wait := replayOver(mgr, queues)
 	return func(ctx context.Context) bool {
 		g := d.gc.Load()
 		if g != nil {

@@ -3,16 +3,15 @@ package daemon
 import (
 	"context"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
+	"github.com/sandgate/sandgate/corectl/controller"
 	"github.com/sandgate/sandgate/internal/gcpolicy"
 	networkingv1 "k8s.io/api/networking/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 // maxReplayWait bounds how long the first orphan scan waits for the
@@ -24,18 +23,20 @@ const maxReplayWait = 3 * time.Minute
 // replayPoll is how often replayOver reads the controllers' queue depths.
 const replayPoll = 250 * time.Millisecond
 
-// replayOver returns the wait of cluster clusterID's first orphan scan: it
+// replayOver returns the wait of a cluster's first orphan scan: it
 // returns once mgr's informers of every kind its controllers watch
 // (BatchSandboxes, Ingresses, NetworkPolicies, SandboxIngressAllowlists)
-// have synced and the work queues of the cluster's controllers (names
-// ending "-<cluster id>", controller-runtime's workqueue_depth gauge) are
-// empty, or after maxReplayWait. It is false when ctx ended first.
+// have synced and the work queues of the cluster's controllers (queues,
+// read by their lengths: controller.Queues.Pending) are empty, or after
+// maxReplayWait. It is false when ctx ended first. The lengths are read
+// every replayPoll from the queues themselves: gathering the whole metrics
+// registry for their workqueue_depth gauges four times a second
+// allocated every series of the process each time.
 //
 // At 10,000 sandboxes the replay (the informers' lists and the
 // controllers' start-up reconciles) is corectl's heap peak; a scan running
 // beside it held its list pages on top (docs/benchmarks.md, issue 33).
-func replayOver(mgr manager.Manager, clusterID string) func(ctx context.Context) bool {
-	suffix := "-" + strings.ToLower(clusterID)
+func replayOver(mgr manager.Manager, queues *controller.Queues) func(ctx context.Context) bool {
 	return func(ctx context.Context) bool {
 		ctx, cancel := context.WithTimeout(ctx, maxReplayWait)
 		defer cancel()
@@ -52,7 +53,7 @@ func replayOver(mgr manager.Manager, clusterID string) func(ctx context.Context)
 		}
 		t := time.NewTicker(replayPoll)
 		defer t.Stop()
-		for queued(suffix) {
+		for queues.Pending() {
 			select {
 			case <-ctx.Done():
 				return ctxAlive(ctx)
@@ -68,31 +69,6 @@ func replayOver(mgr manager.Manager, clusterID string) func(ctx context.Context)
 // context ended.
 func ctxAlive(ctx context.Context) bool {
 	return context.Cause(ctx) == context.DeadlineExceeded
-}
-
-// queued reports whether a controller named "<kind>-<cluster id>" (suffix
-// "-<cluster id>", the kind without a dash: corectl/controller's names)
-// has items in its work queue (workqueue_depth > 0), or whether the depths
-// could not be read (then the caller keeps waiting, up to its bound).
-func queued(suffix string) bool {
-	fams, err := ctrlmetrics.Registry.Gather()
-	if err != nil {
-		return true
-	}
-	for _, f := range fams {
-		if f.GetName() != "workqueue_depth" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				kind, ok := strings.CutSuffix(l.GetValue(), suffix)
-				if l.GetName() == "controller" && ok && !strings.Contains(kind, "-") && m.GetGauge().GetValue() > 0 {
-					return true
-				}
-			}
-		}
-	}
-	return false
 }
 
 // startupGCPercent is the collector's GOGC while a replay runs

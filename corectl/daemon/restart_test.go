@@ -1,14 +1,23 @@
 package daemon_test
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/daemon"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/kubetest"
+	"github.com/sandgate/sandgate/internal/freeport"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -73,12 +82,18 @@ func TestLostLeaseReplacesTheClusterManager(t *testing.T) {
 // restarts reads corectl_cluster_manager_restarts_total{cluster=id}.
 func restarts(t *testing.T, r *replica, id string) float64 {
 	t.Helper()
+	return clusterCounter(t, r, "corectl_cluster_manager_restarts_total", id)
+}
+
+// clusterCounter reads the counter name{cluster=id}, 0 when absent.
+func clusterCounter(t *testing.T, r *replica, name, id string) float64 {
+	t.Helper()
 	mfs, err := r.d.Metrics().Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "corectl_cluster_manager_restarts_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
@@ -90,4 +105,65 @@ func restarts(t *testing.T, r *replica, id string) float64 {
 		}
 	}
 	return 0
+}
+
+// TestAManagerThatCannotBeBuiltIsCounted: a cluster whose apiserver
+// refuses connections when corectl starts has no manager: Run builds it
+// in the cluster's own goroutine and tries again after each restart pause,
+// which before showed only in /readyz and the log. Each failed attempt is
+// counted in corectl_cluster_manager_build_failures_total{cluster}, served
+// on /metrics, while the live cluster, built at its first attempt, has no
+// failure and leads.
+func TestAManagerThatCannotBeBuiltIsCounted(t *testing.T) {
+	s := newSetup(t, "built")
+	refusedID := fmt.Sprintf("refused-%d", setups.Add(1))
+	rc := *kubetest.Cluster(refusedID, env.Namespace(t))
+	rc.Ingress.Host = refusedID + ".example.test"
+	s.cfg.Clusters = append(s.cfg.Clusters, rc)
+	refused, err := freeport.Addr() // nothing listens there: connections are refused
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := daemon.New(daemon.Options{
+		Config: s.cfg, Keys: s.keys, Credentials: s.src, Listen: "127.0.0.1:0",
+		LeaderElection: true, LeaderElectionNamespace: s.leaseNS,
+		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 250 * time.Millisecond,
+		EgressGrace: time.Minute, IngressWait: 20 * time.Second,
+		RESTConfig: func(c *cluster.Cluster) (*rest.Config, error) {
+			if c.ID == refusedID {
+				return &rest.Config{Host: "http://" + refused}, nil
+			}
+			return rest.CopyConfig(env.Config), nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	r := &replica{d: d, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- d.Run(rctx) }()
+	t.Cleanup(func() {
+		if err := r.stop(); err != nil {
+			t.Errorf("replica: %v", err)
+		}
+	})
+
+	// The first attempt and at least one retry (after the 1 s pause).
+	kubetest.Eventually(t, time.Minute, "two failed builds of the refused cluster's manager counted", func() (bool, error) {
+		return clusterCounter(t, r, "corectl_cluster_manager_build_failures_total", refusedID) >= 2, nil
+	})
+	kubetest.Eventually(t, time.Minute, "the live cluster's leader", func() (bool, error) { return elected(r, s.id), nil })
+	if n := clusterCounter(t, r, "corectl_cluster_manager_build_failures_total", s.id); n != 0 {
+		t.Errorf("the live cluster's build failures: %g, want 0", n)
+	}
+	if n := restarts(t, r, refusedID); n != 0 {
+		t.Errorf("a manager never built was counted as restarted: %g", n)
+	}
+	rec := httptest.NewRecorder()
+	d.ProbeHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	want := `corectl_cluster_manager_build_failures_total{cluster="` + refusedID + `"}`
+	if rec.Code != http.StatusOK || !strings.Contains(string(body), want) {
+		t.Fatalf("/metrics: %d, no series %s", rec.Code, want)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/egress"
 	"github.com/sandgate/sandgate/corectl/probesource"
 	"github.com/sandgate/sandgate/corectl/sandbox"
+	"github.com/sandgate/sandgate/corectl/scanmeta"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -96,39 +97,32 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 	// without a read of its own (the outcome that read would give). Every
 	// deletion below is still decided on a read of its own.
 	live := map[string]*sandbox.Sandbox{}
-	// The pages decode into sandbox.Cached: the fields read here and by
-	// deleteSandbox, without each object's pod template.
-	var bsl sandbox.CachedList
-	err := o.scanPages(ctx, &bsl, scanPage, func() {
-		for _, u := range bsl.Items {
-			if sb, err := sandbox.From(u, o.Cluster.AllocationLabelKey()); err == nil {
-				// What the checks below read, without the template labels
-				// (10,000 maps while the scan runs).
-				live[u.GetNamespace()+"/"+u.GetName()] = &sandbox.Sandbox{ID: sb.ID, Namespace: sb.Namespace, UID: sb.UID, AllocationID: sb.AllocationID}
-			}
-			st, _ := sandbox.Annotation(u, v1alpha1.AnnotationLifecycle)
-			switch st {
-			case StateCleanupFailed:
+	err := o.scanSandboxes(ctx, managed, func(u *sandbox.Cached) {
+		if alloc, err := sandbox.AllocationID(u, o.Cluster.AllocationLabelKey()); err == nil {
+			// What the checks below read of the sandbox sandbox.From
+			// would give, without the template labels (10,000 maps while
+			// the scan runs).
+			live[u.GetNamespace()+"/"+u.GetName()] = &sandbox.Sandbox{ID: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(), AllocationID: alloc}
+		}
+		st, _ := sandbox.Annotation(u, v1alpha1.AnnotationLifecycle)
+		switch st {
+		case StateCleanupFailed:
+			note("BatchSandbox", u, o.deleteSandbox(ctx, u, 0))
+		case StateDeleting:
+			if old(u) {
 				note("BatchSandbox", u, o.deleteSandbox(ctx, u, 0))
-			case StateDeleting:
-				if old(u) {
-					note("BatchSandbox", u, o.deleteSandbox(ctx, u, 0))
-				}
-			case StateCreating:
-				// A live create holds Creating for its steps and at most
-				// the readiness budget; one that has not finished well
-				// after that never will. Should it still be running, the
-				// Deleting mark makes its last step (Ready only over
-				// Creating) fail and compensate: never a 201 for it.
-				if u.GetDeletionTimestamp() == nil && age(u) >= grace+o.readyBudget() {
-					note("BatchSandbox", u, o.deleteSandbox(ctx, u, 0))
-				}
+			}
+		case StateCreating:
+			// A live create holds Creating for its steps and at most
+			// the readiness budget; one that has not finished well
+			// after that never will. Should it still be running, the
+			// Deleting mark makes its last step (Ready only over
+			// Creating) fail and compensate: never a 201 for it.
+			if u.GetDeletionTimestamp() == nil && age(u) >= grace+o.readyBudget() {
+				note("BatchSandbox", u, o.deleteSandbox(ctx, u, 0))
 			}
 		}
-		// The next page decodes into fresh objects: JSON decoded into
-		// this page's would keep the keys of their maps.
-		bsl.Items = nil
-	}, managed)
+	})
 	if err != nil {
 		return rep, fmt.Errorf("%w: list BatchSandboxes: %s", ErrUnavailable, err.Error())
 	}
@@ -249,6 +243,43 @@ func (o *Orchestrator) Scan(ctx context.Context) (*ScanReport, error) {
 // sandbox.Cached (pod template and managed fields skipped as the JSON is
 // read; whole and unstructured, 500 a page were 24 MB).
 const scanPage = 100
+
+// scanSandboxes lists the BatchSandboxes labelled sel, scanPage a page,
+// calling each with every one: through o.Metadata (scanmeta's
+// SandboxPage: name, namespace, UID, creation and deletion time, the
+// lifecycle annotation and the template's labels, the rest of the JSON
+// skipped as it is read), or without it as a sandbox.CachedList of
+// controller-runtime's client (the pod template's containers and limits,
+// status.ready and the whole metadata decoded too). Either way a Cached
+// holds the fields read here and by deleteSandbox, and lives only while
+// its page is handled.
+func (o *Orchestrator) scanSandboxes(ctx context.Context, sel client.MatchingLabels, each func(*sandbox.Cached)) error {
+	if o.Metadata == nil {
+		var bsl sandbox.CachedList
+		return o.scanPages(ctx, &bsl, scanPage, func() {
+			for _, u := range bsl.Items {
+				each(u)
+			}
+			// The next page decodes into fresh objects: JSON decoded into
+			// this page's would keep the keys of their maps.
+			bsl.Items = nil
+		}, sel)
+	}
+	opts := &metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set(sel)).String(), Limit: scanPage}
+	var page scanmeta.SandboxPage
+	for {
+		if err := o.Metadata.SandboxPage(ctx, "", opts, &page); err != nil {
+			return err
+		}
+		for i := range page.Items {
+			each(&page.Items[i])
+		}
+		if page.Continue == "" {
+			return nil
+		}
+		opts.Continue = page.Continue
+	}
+}
 
 // scanMetadata lists the metadata of resource (ingresses or
 // networkpolicies, list kind listKind) in namespace ("": every namespace)

@@ -3,7 +3,10 @@ package lifecycle_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -21,8 +24,10 @@ import (
 	"github.com/sandgate/sandgate/corectl/scanmeta"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -262,5 +267,182 @@ func TestOrphanScanMetadataAgreesWithTheTypedList(t *testing.T) {
 				t.Errorf("%s: the deleted object has no deletionTimestamp", k.kind)
 			}
 		}
+	}
+}
+
+// TestOrphanScanSandboxPagesAgreeWithTheTypedList: the orphan scan reads
+// its BatchSandbox pages through scanmeta's SandboxPage (the JSON's
+// name, namespace, UID, times, lifecycle annotation and template labels
+// only); this checks, against the real apiserver and page by page, that
+// it gives what the typed sandbox.CachedList page gave for every value
+// the scan and sandbox.From read, so every decision is the one the typed
+// page gave. The objects include every lifecycle state, none, no or an
+// invalid allocation label, no template labels, a 60 KB annotation, a
+// finalizer held while deleted, and another cluster's (not listed).
+//
+// It also records why the pages are JSON: the apiserver serves a custom
+// resource's metadata list in protobuf (scanmeta.Decode reads it), but
+// the scan reads spec.template.metadata.labels, and the whole object has
+// no protobuf encoding (406 Not Acceptable when asked for only that).
+func TestOrphanScanSandboxPagesAgreeWithTheTypedList(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	c := kubetest.Cluster(fmt.Sprintf("lc%d", clusters.Add(1)), env.Namespace(t))
+	alloc := c.AllocationLabelKey()
+	var objs []client.Object
+	add := func(id string, tmpl map[string]string, ann map[string]string, finalizers []string) {
+		u := kubetest.NewBatchSandbox(ns, id, tmpl)
+		if tmpl == nil {
+			unstructured.RemoveNestedField(u.Object, "spec", "template", "metadata", "labels")
+		}
+		u.SetLabels((&sandbox.Sandbox{ID: id, Namespace: ns}).IdentityLabels(c.ID))
+		u.SetAnnotations(ann)
+		u.SetFinalizers(finalizers)
+		objs = append(objs, u)
+	}
+	life := func(st string) map[string]string { return map[string]string{v1alpha1.AnnotationLifecycle: st} }
+	add("ready", map[string]string{alloc: "al1", "other": "x"}, life(lifecycle.StateReady), nil)
+	add("creating", map[string]string{alloc: "al2"}, life(lifecycle.StateCreating), nil)
+	add("deleting", map[string]string{alloc: "al3"}, life(lifecycle.StateDeleting), nil)
+	add("cleanup-failed", map[string]string{alloc: "al4"}, life(lifecycle.StateCleanupFailed), nil)
+	add("no-lifecycle", map[string]string{alloc: "al5"}, nil, nil)
+	add("no-alloc", map[string]string{"other": "x"}, life(lifecycle.StateReady), nil)
+	add("bad-alloc", map[string]string{alloc: "NOT_an.ID"}, life(lifecycle.StateReady), nil)
+	add("no-template-labels", nil, life(lifecycle.StateReady), nil)
+	add("big", map[string]string{alloc: "al6"}, map[string]string{v1alpha1.AnnotationLifecycle: lifecycle.StateReady, "big": strings.Repeat("y", 60_000)}, nil)
+	add("held", map[string]string{alloc: "al7"}, life(lifecycle.StateReady), []string{"example.test/hold"})
+	other := kubetest.NewBatchSandbox(ns, "other-cluster", map[string]string{alloc: "al8"})
+	other.SetLabels((&sandbox.Sandbox{ID: "other-cluster", Namespace: ns}).IdentityLabels("elsewhere"))
+	for _, o := range append(objs, other) {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := objs[len(objs)-1]
+	if err := env.Client.Delete(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Client.Patch(ctx, held, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+	})
+
+	lister, err := scanmeta.New(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	managed := client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue, v1alpha1.LabelClusterID: c.ID}
+	type view struct {
+		Name, Namespace, UID, Created, Deleted, Lifecycle string
+		HasLifecycle                                      bool
+		TemplateLabels                                    map[string]string
+		TemplateErr                                       string
+		From                                              *sandbox.Sandbox
+		FromErr                                           string
+	}
+	see := func(u *sandbox.Cached) view {
+		v := view{Name: u.Name, Namespace: u.Namespace, UID: string(u.UID), Created: u.CreationTimestamp.UTC().String()}
+		if u.DeletionTimestamp != nil {
+			v.Deleted = u.DeletionTimestamp.UTC().String()
+		}
+		v.Lifecycle, v.HasLifecycle = sandbox.Annotation(u, v1alpha1.AnnotationLifecycle)
+		tl, err := sandbox.TemplateLabels(u)
+		v.TemplateLabels = tl
+		if err != nil {
+			v.TemplateErr = err.Error()
+		}
+		v.From, err = sandbox.From(u, alloc)
+		if v.From != nil {
+			v.From.Owner = "" // the credential annotation: the scan reads no owner
+		}
+		if err != nil {
+			v.FromErr = err.Error()
+		}
+		// The scan's live sandboxes are read with AllocationID: From's
+		// answer without its Sandbox.
+		id, err := sandbox.AllocationID(u, alloc)
+		wantID, errText := "", ""
+		if v.From != nil {
+			wantID = v.From.AllocationID
+		}
+		if err != nil {
+			errText = err.Error()
+		}
+		if id != wantID || errText != v.FromErr {
+			t.Errorf("%s: AllocationID = %q, %q; From gives %q, %q", u.Name, id, errText, wantID, v.FromErr)
+		}
+		return v
+	}
+	var (
+		page      scanmeta.SandboxPage
+		typedCont string
+		pages     int
+		seen      []string
+	)
+	opts := &metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set(managed)).String(), Limit: 3}
+	for {
+		var typed sandbox.CachedList
+		if err := env.Client.List(ctx, &typed, client.InNamespace(ns), managed, client.Limit(3), client.Continue(typedCont)); err != nil {
+			t.Fatal(err)
+		}
+		if err := lister.SandboxPage(ctx, ns, opts, &page); err != nil {
+			t.Fatal(err)
+		}
+		var want, got []view
+		for _, u := range typed.Items {
+			want = append(want, see(u))
+			seen = append(seen, u.Name)
+		}
+		for i := range page.Items {
+			got = append(got, see(&page.Items[i]))
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("page %d differs from the typed list's:\n got %+v\nwant %+v", pages, got, want)
+		}
+		pages++
+		if (page.Continue == "") != (typed.Continue == "") {
+			t.Fatalf("page %d: continue %q, typed %q", pages, page.Continue, typed.Continue)
+		}
+		if page.Continue == "" {
+			break
+		}
+		typedCont, opts.Continue = typed.Continue, page.Continue
+	}
+	slices.Sort(seen)
+	wantSeen := []string{"bad-alloc", "big", "cleanup-failed", "creating", "deleting", "held", "no-alloc", "no-lifecycle", "no-template-labels", "ready"}
+	if pages != 4 || !slices.Equal(seen, wantSeen) {
+		t.Fatalf("%d pages of %v, want 4 of %v", pages, seen, wantSeen)
+	}
+
+	// The encodings the apiserver offers for a custom resource's list.
+	hc, err := rest.HTTPClientFor(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(accept string) (*http.Response, []byte) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(env.Config.Host, "/")+"/apis/"+sandbox.GVK.GroupVersion().String()+"/namespaces/"+ns+"/batchsandboxes", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Accept", accept)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, b
+	}
+	resp, b := get("application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1")
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || !strings.HasPrefix(ct, "application/vnd.kubernetes.protobuf") {
+		t.Fatalf("the metadata list of BatchSandboxes (%s): %s, Content-Type %q", resp.Request.URL, resp.Status, ct)
+	}
+	if items, _, err := scanmeta.Decode(b); err != nil || len(items) != len(wantSeen)+1 {
+		t.Fatalf("the metadata list of BatchSandboxes decodes to %d items, %v; want %d", len(items), err, len(wantSeen)+1)
+	}
+	if resp, _ := get("application/vnd.kubernetes.protobuf"); resp.StatusCode != http.StatusNotAcceptable {
+		t.Fatalf("the whole BatchSandboxes in protobuf: %s, want 406 Not Acceptable", resp.Status)
 	}
 }

@@ -17,6 +17,8 @@
 //	corectl_cni_gate_open{cluster}                                 gauge, 1 or 0
 //	corectl_cni_checks_total{cluster, outcome}                     counter (ok, unreadable)
 //	corectl_orphan_scans_total{cluster, outcome}                   counter (ok, incomplete, failed)
+//	corectl_cluster_manager_restarts_total{cluster}                counter
+//	corectl_cluster_manager_build_failures_total{cluster}          counter
 //	corectl_api_refusals_total{reason}                             counter (Refusal* reasons)
 //	corectl_api_key_file_stale_seconds                             gauge
 //	corectl_api_key_file_entries                                   gauge
@@ -45,6 +47,12 @@
 // engine's outcome (Verified, LKGRestored, …) or "error" for a cycle that
 // returned an error (retried with backoff); outcome of a lifecycle step is
 // "ok" or "failed". operation is "create", "compensate" or "delete".
+// A cluster's manager restart is a manager that stopped on its own and
+// was replaced; a build failure is an attempt to build a cluster's manager
+// (at start or for a replacement) that failed, mostly because the
+// cluster's apiserver did not answer the API discovery within the
+// cluster's request timeout; each failed attempt is counted, and it is
+// tried again after the restart pause.
 // outcome of an orphan scan (run by the cluster's leader) is "ok",
 // "incomplete" (some leftovers could not be deleted; the next scan retries
 // them) or "failed" (the scan stopped with an error).
@@ -191,7 +199,7 @@ func New() *Metrics {
 		}, []string{"cluster"}),
 		buildFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "corectl", Subsystem: "cluster", Name: "manager_build_failures_total",
-			Help: "Builds of a cluster's manager that failed (its API discovery refused or not answered within the request timeout) and are tried again after a pause, by cluster.",
+			Help: "Attempts to build a cluster's manager (at start or to replace a stopped one) that failed, by cluster; each is tried again after the restart pause. The usual cause: the cluster's apiserver did not answer the API discovery within the cluster's request timeout.",
 		}, []string{"cluster"}),
 		createRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "corectl", Subsystem: "create", Name: "refusals_total",
@@ -382,8 +390,8 @@ func (m *Metrics) ClusterRestart(cluster string) {
 	m.restarts.WithLabelValues(cluster).Inc()
 }
 
-// ClusterBuildFailure counts one failed build of cluster's manager
-// (corectl_cluster_manager_build_failures_total).
+// ClusterBuildFailure counts one failed attempt to build cluster's
+// manager (corectl_cluster_manager_build_failures_total).
 func (m *Metrics) ClusterBuildFailure(cluster string) {
 	if m == nil {
 		return

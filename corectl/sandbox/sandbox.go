@@ -171,14 +171,9 @@ func GetCached(ctx context.Context, r client.Reader, namespace, id, allocationLa
 // ErrNoAllocation or ErrUnavailable (a malformed template, or an object
 // of another type).
 func From(obj client.Object, allocationLabel string) (*Sandbox, error) {
-	namespace, id := obj.GetNamespace(), obj.GetName()
-	if st, _ := Annotation(obj, v1alpha1.AnnotationLifecycle); obj.GetDeletionTimestamp() != nil ||
-		st == v1alpha1.StateDeleting || st == v1alpha1.StateCleanupFailed {
-		return nil, fmt.Errorf("%w: BatchSandbox %s/%s", ErrDeleting, namespace, id)
-	}
-	tl, err := TemplateLabels(obj)
-	if err != nil {
-		return nil, fmt.Errorf("%w: BatchSandbox %s/%s spec.template.metadata.labels: %s", ErrUnavailable, namespace, id, err.Error())
+	tl, alloc, err := allocation(obj, allocationLabel)
+	if err != nil && !errors.Is(err, ErrNoAllocation) {
+		return nil, err
 	}
 	labels := tl
 	if _, shared := obj.(*Cached); shared || labels == nil {
@@ -187,17 +182,38 @@ func From(obj client.Object, allocationLabel string) (*Sandbox, error) {
 			labels[k] = v
 		}
 	}
-	s := &Sandbox{ID: id, Namespace: namespace, UID: obj.GetUID(), TemplateLabels: labels, AllocationLabel: allocationLabel, Owner: OwnerOf(obj),
-		Start: obj.GetCreationTimestamp().Time}
-	alloc, ok := labels[allocationLabel]
+	return &Sandbox{ID: obj.GetName(), Namespace: obj.GetNamespace(), UID: obj.GetUID(), TemplateLabels: labels, AllocationLabel: allocationLabel,
+		AllocationID: alloc, Owner: OwnerOf(obj), Start: obj.GetCreationTimestamp().Time}, err
+}
+
+// AllocationID is the allocation ID From gives for obj, with From's
+// errors, without building the Sandbox (From copies the template labels
+// of a *Cached).
+func AllocationID(obj client.Object, allocationLabel string) (string, error) {
+	_, alloc, err := allocation(obj, allocationLabel)
+	return alloc, err
+}
+
+// allocation reads obj's template labels (tl, the object's own map) and
+// allocation ID for From: the ID is "" with any error.
+func allocation(obj client.Object, allocationLabel string) (tl map[string]string, alloc string, err error) {
+	namespace, id := obj.GetNamespace(), obj.GetName()
+	if st, _ := Annotation(obj, v1alpha1.AnnotationLifecycle); obj.GetDeletionTimestamp() != nil ||
+		st == v1alpha1.StateDeleting || st == v1alpha1.StateCleanupFailed {
+		return nil, "", fmt.Errorf("%w: BatchSandbox %s/%s", ErrDeleting, namespace, id)
+	}
+	tl, err = TemplateLabels(obj)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: BatchSandbox %s/%s spec.template.metadata.labels: %s", ErrUnavailable, namespace, id, err.Error())
+	}
+	alloc, ok := tl[allocationLabel]
 	if !ok || alloc == "" {
-		return s, fmt.Errorf("%w: BatchSandbox %s/%s has no %q template label", ErrNoAllocation, namespace, id, allocationLabel)
+		return tl, "", fmt.Errorf("%w: BatchSandbox %s/%s has no %q template label", ErrNoAllocation, namespace, id, allocationLabel)
 	}
 	if errs := validation.IsDNS1123Label(alloc); len(errs) > 0 {
-		return s, fmt.Errorf("%w: allocation ID of BatchSandbox %s/%s: %s", ErrNoAllocation, namespace, id, strings.Join(errs, "; "))
+		return tl, "", fmt.Errorf("%w: allocation ID of BatchSandbox %s/%s: %s", ErrNoAllocation, namespace, id, strings.Join(errs, "; "))
 	}
-	s.AllocationID = alloc
-	return s, nil
+	return tl, alloc, nil
 }
 
 // Owner reads the BatchSandbox namespace/id and returns its creating

@@ -1,6 +1,8 @@
-// Package scanmeta lists Ingresses and NetworkPolicies for corectl's
-// orphan scan (docs/corectl.md "Orphan scan") as metadata, decoding only
-// the fields the scan decides on.
+// Package scanmeta lists the objects of corectl's orphan scan
+// (docs/corectl.md "Orphan scan"), decoding only the fields the scan
+// decides on: Ingresses and NetworkPolicies as metadata (Lister.Page),
+// BatchSandboxes as the part of their JSON the scan reads
+// (Lister.SandboxPage).
 package scanmeta
 
 import (
@@ -13,6 +15,7 @@ import (
 
 	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/probesource"
+	"github.com/sandgate/sandgate/corectl/sandbox"
 	"google.golang.org/protobuf/encoding/protowire"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -33,11 +36,12 @@ import (
 // the generated Unmarshal (errUnusual) is decoded in full with the latter;
 // an answer that is not protobuf is decoded as JSON, in full.
 //
-// Its REST client for networking.k8s.io/v1 is made from the cluster's
-// configuration (New): the same apiserver, credentials and
-// client limits (a token bucket of its own).
+// Its REST clients for networking.k8s.io/v1 and for BatchSandboxes are
+// made from the cluster's configuration (New): the same apiserver,
+// credentials and client limits (a token bucket of their own each).
 type Lister struct {
-	rest rest.Interface
+	rest      rest.Interface
+	sandboxes rest.Interface
 }
 
 // New returns a Lister for the apiserver of cfg (a copy is taken;
@@ -48,7 +52,18 @@ func New(cfg *rest.Config) (*Lister, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metadata list client: %w", err)
 	}
-	return &Lister{rest: rc}, nil
+	sc := rest.CopyConfig(cfg)
+	sgv := sandbox.GVK.GroupVersion()
+	sc.GroupVersion = &sgv
+	sc.APIPath = "/apis"
+	sc.ContentType = runtime.ContentTypeJSON
+	sc.AcceptContentTypes = runtime.ContentTypeJSON
+	sc.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	src, err := rest.RESTClientFor(sc)
+	if err != nil {
+		return nil, fmt.Errorf("batchsandboxes list client: %w", err)
+	}
+	return &Lister{rest: rc, sandboxes: src}, nil
 }
 
 // metadataAccept asks for a PartialObjectMetadataList, protobuf first
@@ -64,7 +79,8 @@ var metaBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // Page lists one page of resource (ingresses or networkpolicies) in
 // namespace ("": every namespace) with opts, and returns its items as
 // Project gives them and the continue token. Errors: the list failed
-// (the apiserver's error), or its answer does not decode.
+// (the apiserver's error), its answer is larger than readPage's bound,
+// or it does not decode.
 func (l *Lister) Page(ctx context.Context, resource, namespace string, opts *metav1.ListOptions) ([]metav1.PartialObjectMetadata, string, error) {
 	body, err := l.rest.Get().Namespace(namespace).Resource(resource).VersionedParams(opts, scheme.ParameterCodec).
 		SetHeader("Accept", metadataAccept).Stream(ctx)
@@ -74,9 +90,8 @@ func (l *Lister) Page(ctx context.Context, resource, namespace string, opts *met
 	defer body.Close()
 	buf := metaBuffers.Get().(*bytes.Buffer)
 	defer metaBuffers.Put(buf)
-	buf.Reset()
-	if _, err := buf.ReadFrom(body); err != nil {
-		return nil, "", fmt.Errorf("read the %s list: %w", resource, err)
+	if err := readPage(buf, body, resource, opts.Limit); err != nil {
+		return nil, "", err
 	}
 	return Decode(buf.Bytes())
 }

@@ -102,7 +102,7 @@ func main() {
 	n := flag.Int("clusters", 10, "compute clusters (kube-apiservers)")
 	seed := flag.Int("sandboxes", 300, "sandboxes seeded in each cluster")
 	creates := flag.Int("creates", 30, "measured creates per phase (one at a time, round robin over the clusters)")
-	hang := flag.Duration("hang", 30*time.Second, "how long each phase of the hung comparison lasts, and so each stop of the last cluster's apiserver (at least corectl's lease renew deadline, 10 s, so its leader election for that cluster is lost); 0: no hung comparison")
+	hang := flag.Duration("hang", 30*time.Second, "how long each phase of the hung comparison lasts, and so each stop of the last cluster's apiserver (longer than corectl's leader election renew deadline, 7 s by default, so its leader election for that cluster is lost); 0: no hung comparison")
 	pairs := flag.Int("pairs", 5, "pairs of phases of the hung comparison (normal, hung, …, normal: 2 × pairs + 1 phases)")
 	logs := flag.String("logs", "", "a directory for corectl's output of each run (default: discarded)")
 	total := flag.Bool("total", true, "also run one cluster holding clusters × sandboxes (cluster 1 seeded up to that after the N-cluster run)")

@@ -55,6 +55,8 @@
 //		[-goals rss,list,authz,expiry,failover] [-rounds 3] [-compare other/corectl]
 //		[-corectl-cpus 0] [-lease 10s,7s,1s] [-logs dir] [-heap-profile dir]
 //		[-authz-duration 60s] [-authz-client raw|raw-handoff|raw-sleep|nethttp|raw,nethttp] [-authz-conns 16]
+//		[-authz-rate 2000] [-seed-concurrency 48] [-expire 1000] [-settle 4m]
+//		[-corectl-env K=V,…] [-compare-env K=V,…] [-corectl-args "…"]
 //
 // -compare runs a second binary (e.g. one built from the commit before a
 // change) interleaved with -corectl, order rotating per round, on the

@@ -72,6 +72,7 @@
 //		[-rounds N] [-variant name:binary[:VAR=value,…] …] [-gctrace]
 //		[-per-node-heartbeats] [-load-gc-in-phase] [-trace <file>]
 //		[-load-trace <prefix>] [-sched-slice <d>] [-profile <file>]
+//		[-pacing handoff|workers] [-workers 64]
 //
 // With -variant (repeated) or -rounds above 1 it runs an A/B series: each
 // run is this tool again with the same flags and the variant's binary and
