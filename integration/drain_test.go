@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -228,5 +229,87 @@ func TestDrainEndsStalledUpload(t *testing.T) {
 	}
 	if exitErr != nil {
 		t.Fatalf("the gateway exited with %v\n%s", exitErr, e.log.String())
+	}
+}
+
+// TestDrainEndsStalledDownload sends a download of 64 MiB through the
+// built gateway whose client reads nothing (its connection left open, the
+// gateway's writes blocked once the socket buffers are full), and sends
+// SIGTERM: when the drain grace (10 s) is over the download is ended as a
+// broken body, as the runbook's shutdown table says, and its request ends
+// (its log line is written) before the gateway exits; the gateway exits 0.
+// A gateway that only cancelled the download's context left its handler
+// blocked in the write to the client until the process exited at the end
+// of Caddy's grace_period (50 s here), its request never logged.
+func TestDrainEndsStalledDownload(t *testing.T) {
+	e := startEnv(t, func(c *harness.Config) { c.Caddyfile = drainCaddyfile })
+	const target = "/home/user/large.bin"
+	if err := os.WriteFile(e.host(target), bytes.Repeat([]byte("y"), 64<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	drainUnreadStream(t, e, "transfer", fmt.Sprintf("GET /files?path=%s HTTP/1.1\r\n", target), nil, OpFilesRead)
+}
+
+// TestDrainEndsStalledCommandStream: as TestDrainEndsStalledDownload, a
+// command stream (64 MiB of output) whose client reads nothing ends, and
+// its request with it, when the drain grace is over, not when the process
+// exits at the end of Caddy's grace_period.
+func TestDrainEndsStalledCommandStream(t *testing.T) {
+	e := startEnv(t, func(c *harness.Config) { c.Caddyfile = drainCaddyfile })
+	body := envelope(0, `{"process":{"cmd":"/bin/bash","args":["-l","-c","head -c 67108864 /dev/zero"]},"stdin":false}`)
+	drainUnreadStream(t, e, "command", "POST /process.Process/Start HTTP/1.1\r\nContent-Type: application/connect+json\r\n"+
+		"Connect-Protocol-Version: 1\r\n"+fmt.Sprintf("Content-Length: %d\r\n", len(body)), body, OpProcessStart)
+}
+
+// The operation names of the data plane's log lines.
+const (
+	OpFilesRead    = "files.read"
+	OpProcessStart = "process.Start"
+)
+
+// drainUnreadStream sends head (request line and header fields, the
+// sandbox's routing and token added) and body over a connection of its own
+// and reads nothing from it; once the gateway counts a stream of kind in
+// flight it sends SIGTERM, and requires the gateway to exit 0 having
+// logged the end of the request of operation op.
+func drainUnreadStream(t *testing.T, e *testEnv, kind, head string, body []byte, op string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.Gateway, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "%sHost: %s\r\nE2b-Sandbox-Id: %s\r\nE2b-Sandbox-Port: %s\r\nX-Access-Token: %s\r\n\r\n%s",
+		head, strings.TrimPrefix(e.Gateway, "http://"), sbxOK, envdPort, e.mint(sbxOK, harness.Grant{CredentialID: credOK}), body)
+	// The client reads nothing from here on.
+	ok, why := waitUntil(time.Now().Add(waitLimit), func(context.Context) (bool, string) {
+		m, err := scrapetest.Get(nil, "http://"+e.Admin+"/metrics")
+		if err != nil {
+			return false, err.Error()
+		}
+		n, _ := m.Sum("sandgate_dataplane_streams_in_flight", "kind", kind)
+		return n == 1, fmt.Sprintf("%ss in flight %g", kind, n)
+	})
+	if !ok {
+		t.Fatalf("the request never became a %s in flight: %s\n%s", kind, why, e.log.String())
+	}
+	if err := e.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	exitErr, exited := e.WaitExit(waitLimit + 10*time.Second)
+	if !exited {
+		t.Fatal("the gateway did not exit")
+	}
+	if exitErr != nil {
+		t.Fatalf("the gateway exited with %v\n%s", exitErr, e.log.String())
+	}
+	var logged bool
+	for _, line := range strings.Split(e.log.String(), "\n") {
+		if strings.Contains(line, `"e2b data plane request"`) && strings.Contains(line, `"operation":"`+op+`"`) {
+			logged = true
+		}
+	}
+	if !logged {
+		t.Fatalf("the stalled %s's request never ended before the gateway exited\n%s", kind, e.log.String())
 	}
 }

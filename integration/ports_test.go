@@ -13,6 +13,7 @@ import (
 	"net/textproto"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -762,5 +763,115 @@ func TestPortAnswerStreamsAsWritten(t *testing.T) {
 	rest, err := io.ReadAll(br)
 	if err != nil || string(rest) != "\ndata: two\n\n" {
 		t.Fatalf("the rest: %q %v", rest, err)
+	}
+}
+
+// TestPortAnswerCannotForgeGatewayHeaders: a tenant's server on a sandbox
+// port answers with the header the gateway sets on its own refusals
+// (Sandgate-Error-Code, docs/errors.md), in a 103, in the final head and
+// as a trailer, and sets a cookie for the whole domain in a trailer. A
+// client tells the gateway's refusals from a sandbox's answers by that
+// header, so none of it may reach the client as the sandbox sent it: the
+// gateway's own header names are removed from every head and trailer of a
+// port's answer, and a trailer's cookie is made host-only as a head's is.
+func TestPortAnswerCannotForgeGatewayHeaders(t *testing.T) {
+	rig := startPortRig(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Sandgate-Error-Code", "SANDBOX_NOT_FOUND")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Set("Trailer", "Sandgate-Error-Code, Set-Cookie")
+		w.Header().Set("Sandgate-error-code", "SANDBOX_NOT_FOUND")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, "sandbox a")
+		w.Header().Set("Sandgate-Error-Code", "SANDBOX_GONE")
+		w.Header().Set("Set-Cookie", "late=1; Domain="+portDomain+"; Path=/")
+		// A trailer not announced in the head (net/http's TrailerPrefix).
+		w.Header().Set(http.TrailerPrefix+"Sandgate-Error-Code", "GATEWAY_BUSY")
+	}), "")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var early []string
+	trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+		early = append(early, h.Values("Sandgate-Error-Code")...)
+		return nil
+	}}
+	resp, err := http.DefaultClient.Do(rig.request(t, httptrace.WithClientTrace(ctx, trace), "GET", "sbxa", "/x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound || string(body) != "sandbox a" {
+		t.Fatalf("GET through the gateway: %d %q %v", resp.StatusCode, body, resp.Header)
+	}
+	if len(early) != 0 {
+		t.Errorf("the 103 carried Sandgate-Error-Code %q", early)
+	}
+	if v := resp.Header.Values("Sandgate-Error-Code"); len(v) != 0 {
+		t.Errorf("the answer's head carried Sandgate-Error-Code %q", v)
+	}
+	if v := resp.Trailer.Values("Sandgate-Error-Code"); len(v) != 0 {
+		t.Errorf("the answer's trailer carried Sandgate-Error-Code %q", v)
+	}
+	if v := resp.Trailer.Values("Set-Cookie"); len(v) != 1 || v[0] != "late=1; Path=/" {
+		t.Errorf("the answer's trailer carried Set-Cookie %q, want [\"late=1; Path=/\"]", v)
+	}
+}
+
+// TestPortWebSocketEndsWithItsConfiguration: a WebSocket through host
+// routing holds one of its sandbox's port request places
+// (max_port_requests_per_sandbox) for its whole life, and the places are
+// counted per configuration. A `caddy reload` therefore closes the
+// WebSockets of the configuration it replaces, as Caddy's reverse_proxy
+// closes its own: otherwise they ran on uncounted, and each reload let a
+// sandbox hold another full bound of them. Before, the host routing's
+// proxy was never cleaned up, and the WebSocket outlived the reload.
+func TestPortWebSocketEndsWithItsConfiguration(t *testing.T) {
+	serverClosed := make(chan struct{}, 1)
+	rig := startPortRig(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		_ = brw.Flush()
+		_, _ = io.Copy(io.Discard, conn) // until the gateway closes its side
+		serverClosed <- struct{}{}
+	}), "")
+	conn, err := net.Dial("tcp", strings.TrimPrefix(rig.env.Gateway, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"+
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nE2b-Traffic-Access-Token: %s\r\n\r\n", portHost("sbxa"), rig.trafficToken(t, "sbxa"))
+	br := bufio.NewReader(conn)
+	ws, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade through the gateway: %d\n%s", ws.StatusCode, rig.log.String())
+	}
+	cf, err := os.ReadFile(filepath.Join(rig.env.Dir, "Caddyfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	next := strings.Replace(string(cf), "hosts "+portDomain, "hosts "+portDomain+"\n\t\tmax_port_requests_per_sandbox 1000", 1)
+	if err := rig.env.Reload(ctx, next); err != nil {
+		t.Fatalf("reload: %v\n%s", err, rig.log.String())
+	}
+	// A bound on a wait that never ends, not a speed.
+	_ = conn.SetReadDeadline(time.Now().Add(time.Minute))
+	// Caddy sends a WebSocket Close frame (1001 going away), then closes.
+	if _, err := io.Copy(io.Discard, br); err != nil {
+		t.Fatalf("the WebSocket of the replaced configuration after the reload: %v, want closed by the gateway", err)
+	}
+	select {
+	case <-serverClosed:
+	case <-ctx.Done():
+		t.Fatal("the sandbox's side of the WebSocket was not closed after the reload")
 	}
 }

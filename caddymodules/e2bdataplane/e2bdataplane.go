@@ -369,10 +369,17 @@ func (h *Handler) unaryClient(rt *reverseproxy.HTTPTransport) (http.RoundTripper
 }
 
 // Cleanup closes the unary client's idle connections when a reload
-// replaces this configuration (Caddy's transport closes its own).
+// replaces this configuration (Caddy's transport closes its own), and
+// cleans up the host routing's reverse_proxy, which Caddy does not know
+// of (provisionHosts builds it): that closes the WebSockets it tunnels, as
+// Caddy's reverse_proxy does its own at a reload, since their port request
+// places are counted by this configuration's Admission alone.
 func (h *Handler) Cleanup() error {
 	if h.unary != nil {
 		h.unary.CloseIdleConnections()
+	}
+	if h.hosts != nil {
+		return h.hosts.proxy.Cleanup()
 	}
 	return nil
 }

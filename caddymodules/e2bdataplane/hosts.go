@@ -118,7 +118,9 @@ func (h *Handler) serveHost(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	out.URL = &u
 	caddyhttp.SetVar(out.Context(), varPortDial, route.Dial)
-	err = h.hosts.proxy.ServeHTTP(&hostOnlyCookieWriter{ResponseWriter: w}, out, next)
+	err = h.hosts.proxy.ServeHTTP(&portAnswerWriter{ResponseWriter: w}, out, next)
+	// The trailers the proxy put in the header once the body was copied.
+	portroute.ScrubAnswer(w.Header())
 	h.hosts.m.portServed(err)
 	return err
 }
@@ -129,17 +131,17 @@ func (hr *hostRouting) refuse(w http.ResponseWriter, r *portroute.Refusal) {
 	writeRefusal(w, r.Code.Status(), string(r.Code), r.Message)
 }
 
-// hostOnlyCookieWriter makes the cookies of a port's answer host-only
-// (portroute.HostOnlyCookies) as each head is written: the final answer,
-// a 1xx and a WebSocket's 101 alike.
-type hostOnlyCookieWriter struct {
+// portAnswerWriter scrubs each head of a port's answer as it is written
+// (portroute.ScrubAnswer: the gateway's own header names removed, cookies
+// host-only): the final answer, a 1xx and a WebSocket's 101 alike.
+type portAnswerWriter struct {
 	http.ResponseWriter
 	wrote bool
 }
 
-// WriteHeader writes the head with its cookies made host-only.
-func (w *hostOnlyCookieWriter) WriteHeader(code int) {
-	portroute.HostOnlyCookies(w.Header())
+// WriteHeader writes the head scrubbed.
+func (w *portAnswerWriter) WriteHeader(code int) {
+	portroute.ScrubAnswer(w.Header())
 	if code >= 200 || code == http.StatusSwitchingProtocols {
 		w.wrote = true
 	}
@@ -147,7 +149,7 @@ func (w *hostOnlyCookieWriter) WriteHeader(code int) {
 }
 
 // Write writes body bytes, the head first if nothing wrote it.
-func (w *hostOnlyCookieWriter) Write(b []byte) (int, error) {
+func (w *portAnswerWriter) Write(b []byte) (int, error) {
 	if !w.wrote {
 		w.WriteHeader(http.StatusOK)
 	}
@@ -156,7 +158,7 @@ func (w *hostOnlyCookieWriter) Write(b []byte) (int, error) {
 
 // Unwrap gives http.ResponseController the writer underneath (Flush,
 // Hijack).
-func (w *hostOnlyCookieWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *portAnswerWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // hostHeader makes header name say want: set when absent; false when it
 // is sent with another value or more than once.

@@ -736,7 +736,8 @@ const (
 // manager that cannot be built (its apiserver does not answer the API
 // discovery within the cluster's request timeout) is counted
 // (corectl_cluster_manager_build_failures_total) and built again after a
-// pause, as a replaced one is. A manager that stops on its own (its
+// pause, as a replaced one is; until a build succeeds, the last one's
+// error is the cluster's /readyz reason. A manager that stops on its own (its
 // leader election lost because the cluster's apiserver did not answer
 // within the renew deadline, or a cache or runnable failed) concerns that
 // cluster alone: it is logged and counted
@@ -791,9 +792,12 @@ func (d *Daemon) runCluster(ctx context.Context, c *clusterRun) {
 				return false
 			}
 			if err == nil {
+				c.buildErr.Store(nil)
 				use(mgr, first)
 				return true
 			}
+			msg := err.Error()
+			c.buildErr.Store(&msg)
 			d.metrics.ClusterBuildFailure(c.id)
 			d.opts.Log.Info("cluster manager could not be built; retrying, the other clusters are not affected", "cluster", c.id, "error", err.Error(), "after", pause.String())
 		}

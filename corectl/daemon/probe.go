@@ -21,11 +21,12 @@ type clusterRun struct {
 	id       string
 	parts    *clusterParts
 	mu       sync.Mutex
-	mgr      manager.Manager // the current manager (runCluster builds it and replaces a stopped one); nil until built
-	unbuilt  chan struct{}   // never closed: Elected's answer until the first manager is built
-	running  atomic.Bool     // runCluster runs
-	leading  atomic.Bool     // the leader-only runnables have been started
-	restarts atomic.Int64    // managers that stopped on their own and were replaced
+	mgr      manager.Manager        // the current manager (runCluster builds it and replaces a stopped one); nil until built
+	unbuilt  chan struct{}          // never closed: Elected's answer until the first manager is built
+	running  atomic.Bool            // runCluster runs
+	leading  atomic.Bool            // the leader-only runnables have been started
+	restarts atomic.Int64           // managers that stopped on their own and were replaced
+	buildErr atomic.Pointer[string] // the last build's error while no build has succeeded since (runCluster); nil otherwise
 }
 
 // manager returns the cluster's current manager.
@@ -72,6 +73,9 @@ func (c *clusterRun) readyErr(r *http.Request) error {
 	}
 	mgr := c.manager()
 	if mgr == nil {
+		if e := c.buildErr.Load(); e != nil {
+			return fmt.Errorf("the manager could not be built (tried again after a pause): %s", *e)
+		}
 		return errors.New("the manager has not been built: the cluster's apiserver has not answered the API discovery")
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), cacheSyncWait)

@@ -16,6 +16,13 @@ var drainKinds = map[*operation]drain.Kind{
 	opRead: drain.KindTransfer, opWrite: drain.KindTransfer,
 }
 
+// drainWriteGrace is how long a transfer's writes to its client may
+// still take once the drain grace is over: long enough for the
+// GATEWAY_DRAINING answer of an upload (a few hundred bytes) to reach a
+// client that reads it, then a write that has not finished (a download to
+// a client that reads nothing) fails, and the request ends.
+const drainWriteGrace = 2 * time.Second
+
 // endingKey carries, in a tracked request's context, the channel that is
 // closed when its drain grace is over.
 type endingKey struct{}
@@ -50,12 +57,16 @@ func drainingError(what string) *Error {
 // gateway shuts down it is refused with GATEWAY_DRAINING; otherwise the
 // returned request's context carries the drain's ending channel, which
 // the command streams select on. When it closes, a transfer's context is
-// cancelled, which stops the copy, and the read deadline of the client's
+// cancelled, which stops the copy, the read deadline of the client's
 // connection is set to now (http.ResponseController), which ends a read
 // of the client's body in progress: an upload whose client sends nothing
 // more would otherwise hold the copy, since Go's transport waits for its
-// read of the body to return before the cancelled round trip does. done
-// must be called when the operation has ended, before ServeHTTP returns.
+// read of the body to return before the cancelled round trip does; and
+// its write deadline to drainWriteGrace later, which ends a write to a
+// client that reads nothing more: a download's copy blocked in it would
+// otherwise hold the request until Caddy's grace_period let the process
+// exit. done must be called when the operation has ended, before
+// ServeHTTP returns.
 func (h *Handler) track(w http.ResponseWriter, r *http.Request, op *operation) (_ *http.Request, done func(), _ *Error) {
 	kind, ok := drainKinds[op]
 	if !ok || h.deps.Drain == nil {
@@ -76,9 +87,14 @@ func (h *Handler) track(w http.ResponseWriter, r *http.Request, op *operation) (
 		select {
 		case <-end:
 			cancel()
-			// Not supported (an HTTP/3 connection): the cancelled
-			// context still ends the copy at the client's next bytes.
-			_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+			// Every server of Caddy's supports both (HTTP/1: the
+			// client's connection; HTTP/2 and HTTP/3: the request's
+			// stream alone); an error leaves the cancelled context to
+			// end the copy at the client's next bytes.
+			rc := http.NewResponseController(w)
+			now := time.Now()
+			_ = rc.SetReadDeadline(now)
+			_ = rc.SetWriteDeadline(now.Add(drainWriteGrace))
 		case <-ctx.Done():
 		}
 	}()

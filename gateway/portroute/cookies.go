@@ -2,8 +2,38 @@ package portroute
 
 import (
 	"net/http"
+	"net/textproto"
 	"strings"
+
+	"github.com/sandgate/sandgate/gateway/dataplane"
 )
+
+// GatewayHeaders are the header names only the gateway sets on what it
+// answers (docs/errors.md): Sandgate-Error-Code, by which a client tells
+// the gateway's own refusal (SANDBOX_NOT_FOUND, TOO_MANY_PORT_REQUESTS …)
+// from an answer of the sandbox's server. ScrubAnswer removes them from a
+// sandbox port's answer, so a tenant's server cannot forge a refusal.
+var GatewayHeaders = []string{dataplane.ErrorHeader}
+
+// ScrubAnswer readies h, the header of a sandbox port's answer, for the
+// client: it removes the gateway's own header names (GatewayHeaders) and
+// makes every cookie host-only (HostOnlyCookies). It covers a head (a
+// final answer, a 1xx, a WebSocket's 101) and, called again once the body
+// is copied, the trailers in h: those announced in the head and those
+// under net/http's http.TrailerPrefix. Everything else is left as sent.
+func ScrubAnswer(h http.Header) {
+	for k, vals := range h {
+		name := textproto.CanonicalMIMEHeaderKey(strings.TrimPrefix(k, http.TrailerPrefix))
+		for _, g := range GatewayHeaders {
+			if name == g {
+				delete(h, k)
+			}
+		}
+		if name == "Set-Cookie" {
+			hostOnly(vals)
+		}
+	}
+}
 
 // HostOnlyCookies removes every Domain attribute from the Set-Cookie
 // fields of h, the header of a sandbox port's answer (a final answer, a
@@ -23,8 +53,11 @@ import (
 // in the page (document.cookie) are not in any header and are not
 // affected: docs/dataplane.md "Cookies" says what an operator does about
 // them.
-func HostOnlyCookies(h http.Header) {
-	vals := h["Set-Cookie"]
+func HostOnlyCookies(h http.Header) { hostOnly(h["Set-Cookie"]) }
+
+// hostOnly removes the Domain attributes of the Set-Cookie field values
+// vals in place.
+func hostOnly(vals []string) {
 	for i, v := range vals {
 		if !strings.Contains(strings.ToLower(v), "domain") {
 			continue

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"reflect"
 	"testing"
 
 	"github.com/sandgate/sandgate/gateway/authorizer"
@@ -189,6 +190,31 @@ func TestHostOnlyCookies(t *testing.T) {
 		if h.Get("X-Domain") != "Domain=sbx.test" {
 			t.Errorf("%q: another header changed: %q", c.in, h.Get("X-Domain"))
 		}
+	}
+}
+
+// TestScrubAnswer: the gateway's own header names go from a head and its
+// trailers (announced, or under http.TrailerPrefix), whatever their case;
+// a trailer's cookie is made host-only as a head's is; the rest stays.
+func TestScrubAnswer(t *testing.T) {
+	h := http.Header{
+		"Sandgate-Error-Code":                      {"SANDBOX_NOT_FOUND"},
+		"sandgate-error-code":                      {"SANDBOX_GONE"},
+		http.TrailerPrefix + "Sandgate-Error-Code": {"GATEWAY_BUSY"},
+		http.TrailerPrefix + "Set-Cookie":          {"t=1; Domain=sbx.test; Path=/"},
+		"Set-Cookie":                               {"a=1; domain=sbx.test"},
+		"X-Sandgate-Error-Code":                    {"kept"},
+		"Trailer":                                  {"Sandgate-Error-Code"},
+	}
+	ScrubAnswer(h)
+	want := http.Header{
+		http.TrailerPrefix + "Set-Cookie": {"t=1; Path=/"},
+		"Set-Cookie":                      {"a=1"},
+		"X-Sandgate-Error-Code":           {"kept"},
+		"Trailer":                         {"Sandgate-Error-Code"},
+	}
+	if !reflect.DeepEqual(h, want) {
+		t.Errorf("scrubbed:\n  %v\nwant\n  %v", h, want)
 	}
 }
 
