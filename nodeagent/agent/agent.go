@@ -278,7 +278,9 @@ func (a *Agent) connectURL() string {
 // which lapses then: the replica died) is retried when it says, plus up to
 // a quarter of it as jitter, at most Timers.BackoffMax, so a node is back
 // soon after the dead replica's claim lapses rather than at the end of a
-// backoff grown during the refusals. After Core closed a welcomed
+// backoff grown during the refusals. A 429 with Retry-After (the hub's
+// connect budget for this node is spent: it reconnected too often) is
+// retried when it says, the same way. After Core closed a welcomed
 // connection with 1001 (going away: the replica shuts down and has
 // released the node's claim) the agent reconnects at once, after a jitter
 // of at most goingAwayJitter (or Timers.BackoffMin if smaller), so another

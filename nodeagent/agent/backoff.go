@@ -55,11 +55,13 @@ func goingAwayWait(backoffMin time.Duration) time.Duration {
 // larger value (or an HTTP date) is ignored and the backoff applies.
 const maxRetryAfter = 3600
 
-// retryAfter reads a 409 answer's Retry-After in delay-seconds (RFC 9110
-// §10.2.3): 1 to maxRetryAfter digits' worth of seconds. Any other status
-// or form gives false.
+// retryAfter reads the Retry-After of a 409 (another gateway replica still
+// holds the node's claim) or a 429 (the hub's connect budget of this node
+// is spent, docs/node-connect.md) in delay-seconds (RFC 9110 §10.2.3): 1 to
+// maxRetryAfter digits' worth of seconds. Any other status or form gives
+// false.
 func retryAfter(resp *http.Response) (time.Duration, bool) {
-	if resp.StatusCode != http.StatusConflict {
+	if resp.StatusCode != http.StatusConflict && resp.StatusCode != http.StatusTooManyRequests {
 		return 0, false
 	}
 	v := strings.TrimSpace(resp.Header.Get("Retry-After"))

@@ -35,7 +35,8 @@ func TestBackoffIsBoundedJitteredAndResets(t *testing.T) {
 	}
 }
 
-// TestRetryAfter: only a 409's Retry-After in 1 to 3600 seconds counts;
+// TestRetryAfter: only a 409's or a 429's Retry-After in 1 to 3600
+// seconds counts;
 // the wait adds at most a quarter as jitter and stays within the limit.
 func TestRetryAfter(t *testing.T) {
 	for _, c := range []struct {
@@ -53,6 +54,8 @@ func TestRetryAfter(t *testing.T) {
 		{409, "1.5", 0, false},
 		{409, "Wed, 21 Oct 2015 07:28:00 GMT", 0, false},
 		{409, "", 0, false},
+		{429, "3", 3 * time.Second, true},
+		{429, "Wed, 21 Oct 2015 07:28:00 GMT", 0, false},
 		{503, "7", 0, false},
 	} {
 		resp := &http.Response{StatusCode: c.status, Header: http.Header{}}
