@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 
 	"github.com/docker/docker/api/types/container"
 
@@ -30,8 +32,8 @@ func (p *Provider) Observe(ctx context.Context, c provider.Call, _ proto.Observa
 		return proto.Sample{}, provider.Fail(proto.ErrObservationUnavailable, err)
 	}
 	defer rd.Body.Close()
-	var st container.StatsResponse
-	if err := json.NewDecoder(rd.Body).Decode(&st); err != nil {
+	st, err := decodeStats(rd.Body)
+	if err != nil {
 		return proto.Sample{}, provider.Fail(proto.ErrObservationUnavailable, err)
 	}
 	if st.Read.IsZero() || st.Read.Year() < 2000 {
@@ -69,4 +71,27 @@ func sampleOf(st *container.StatsResponse) proto.Sample {
 	}
 	s.MemoryUsedBytes = used
 	return s
+}
+
+// maxStatsAnswer bounds a one-shot Docker stats answer (bytes). Docker
+// writes it, a few KiB per sample (one entry per network interface and
+// block device of the container); 1 MiB leaves room for hundreds of them.
+const maxStatsAnswer = 1 << 20
+
+// decodeStats reads one Docker stats answer of at most maxStatsAnswer
+// bytes, read before it is decoded. A longer answer, or one that is not a
+// stats object, is an error.
+func decodeStats(r io.Reader) (container.StatsResponse, error) {
+	var st container.StatsResponse
+	body, err := io.ReadAll(io.LimitReader(r, maxStatsAnswer+1))
+	if err != nil {
+		return st, err
+	}
+	if len(body) > maxStatsAnswer {
+		return st, fmt.Errorf("docker: stats answer over %d bytes", maxStatsAnswer)
+	}
+	if err := json.Unmarshal(body, &st); err != nil {
+		return st, err
+	}
+	return st, nil
 }
