@@ -684,14 +684,16 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid int, si
 	// for it, before handing it to its goroutine.
 	free := make([]int64, total)
 	woke := make([]int64, total)
-	// A P for each goroutine sleeping in pacer.Until (the schedule's, or
-	// each worker's), so that the sleepers leave the operations and the
-	// network poller theirs (pacer.Procs): under make nodeload's taskset
-	// the tool has one P of its own.
+	// With -pacing workers, a P for each worker sleeping in pacer.Until,
+	// so that the sleepers leave the operations and the network poller
+	// theirs (pacer.Procs). The schedule of -pacing handoff sleeps on the
+	// process's one P (make nodeload's taskset gives the tool one CPU): a
+	// second P there put two threads on that CPU, which the kernel then
+	// time-sliced, and the quiet runs' slowest sends waited 16–22 ms for
+	// it (docs/benchmarks.md "sixth run"); the handed-off goroutines run
+	// when sysmon takes the sleeping thread's P, as before the pacer.
 	if o.pacing == "workers" {
 		defer pacer.Procs(o.workers)()
-	} else {
-		defer pacer.Procs(1)()
 	}
 	start := time.Now()
 	run := func(i int, due time.Time) {
