@@ -762,21 +762,8 @@ func figures(probe string, pid int) (float64, int, error) {
 
 // goroutines reads go_goroutines on corectl's /metrics.
 func goroutines(probe string) (int, error) {
-	resp, err := http.Get(probe + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	m, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(m), "\n") {
-		if v, ok := strings.CutPrefix(line, "go_goroutines "); ok {
-			return strconv.Atoi(strings.TrimSpace(v))
-		}
-	}
-	return 0, errors.New("no go_goroutines on /metrics")
+	v, err := sumMetric(probe, "go_goroutines ")
+	return int(v), err
 }
 
 // apiserverPID finds the kube-apiserver process serving env (its
