@@ -17,25 +17,44 @@ import (
 )
 
 // rotationPhase counts the authorize requests each (gateway replica,
-// corectl replica) pair served since the phase began; done closes once
-// every pair served perPair.
+// corectl replica) pair served since the phase began, and the traffic
+// workers that finished a request they began in it (with the gateway as
+// it was after the step); done closes once every pair served perPair and
+// every one of workers finished one. A worker that picked its gateway
+// before a step may still be sending the token the step replaced: the
+// next step waits for it, as an operator waits for every gateway
+// replica's requests in flight before retiring a token.
 type rotationPhase struct {
-	mu      sync.Mutex
-	served  map[[2]string]int
-	perPair int
-	done    chan struct{}
-	closed  bool
+	mu       sync.Mutex
+	served   map[[2]string]int
+	finished map[int]bool
+	perPair  int
+	workers  int
+	done     chan struct{}
+	closed   bool
 }
 
-func newRotationPhase(perPair int) *rotationPhase {
-	return &rotationPhase{served: map[[2]string]int{}, perPair: perPair, done: make(chan struct{})}
+func newRotationPhase(perPair, workers int) *rotationPhase {
+	return &rotationPhase{served: map[[2]string]int{}, finished: map[int]bool{}, perPair: perPair, workers: workers, done: make(chan struct{})}
 }
 
 func (p *rotationPhase) record(gw, replica string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.served[[2]string{gw, replica}]++
-	if p.closed {
+	p.check()
+}
+
+// finish records that worker ended a request it began in this phase.
+func (p *rotationPhase) finish(worker int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.finished[worker] = true
+	p.check()
+}
+
+func (p *rotationPhase) check() {
+	if p.closed || len(p.finished) < p.workers {
 		return
 	}
 	for _, g := range []string{"g1", "g2"} {
@@ -59,12 +78,13 @@ func (p *rotationPhase) record(gw, replica string) {
 // end, so a wrong order would have shown.
 func TestInternalTokenRotationUnderTraffic(t *testing.T) {
 	const oldTok, newTok = "old-internal-token-0123456789abcdef", "new-internal-token-fedcba9876543210"
+	const workers = 4 // the traffic's goroutines, two per gateway replica
 	creds := credential.Static{"a": {ID: "a", Enabled: true, ProjectNamespace: "ns-a", ClusterID: "c1"}}
 	corectl := func(tokens ...string) http.Handler {
 		return (&httpapi.Server{Credentials: creds, Clusters: map[string]*httpapi.ClusterHandle{}, InternalTokens: tokens}).Handler()
 	}
 	var phase atomic.Pointer[rotationPhase]
-	phase.Store(newRotationPhase(5))
+	phase.Store(newRotationPhase(5, workers))
 	replicas := map[string]*atomic.Pointer[http.Handler]{"r1": {}, "r2": {}}
 	setReplica := func(name string, h http.Handler) { replicas[name].Store(&h) }
 	setReplica("r1", corectl(oldTok))
@@ -93,16 +113,18 @@ func TestInternalTokenRotationUnderTraffic(t *testing.T) {
 	refused := make(chan error, 1)
 	var wg sync.WaitGroup
 	var asked atomic.Int64
-	for i := range 4 {
+	for i := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			g := gateways[[]string{"g1", "g2"}[i%2]]
 			for n := 0; ctx.Err() == nil; n++ {
+				p := phase.Load() // before the gateway: a step's gateway is stored before its phase
 				d, err := g.Load().Authorize(ctx, "a", fmt.Sprintf("sb%d-%d", i, n))
 				if ctx.Err() != nil {
 					return
 				}
+				p.finish(i)
 				asked.Add(1)
 				if err == nil && d.Reason != authorizer.ReasonNotFound {
 					err = fmt.Errorf("answer %+v, want not_found", d)
@@ -133,7 +155,7 @@ func TestInternalTokenRotationUnderTraffic(t *testing.T) {
 	}
 	for _, s := range steps {
 		s.do()
-		p := newRotationPhase(5)
+		p := newRotationPhase(5, workers)
 		phase.Store(p)
 		select {
 		case <-p.done:
