@@ -251,12 +251,13 @@ func TestDrainEndsStalledDownload(t *testing.T) {
 }
 
 // TestDrainEndsStalledCommandStream: as TestDrainEndsStalledDownload, a
-// command stream (64 MiB of output) whose client reads nothing ends, and
+// command stream (64 MiB of output in 2-byte lines, so that no line limit
+// ends it first) whose client reads nothing ends, and
 // its request with it, when the drain grace is over, not when the process
 // exits at the end of Caddy's grace_period.
 func TestDrainEndsStalledCommandStream(t *testing.T) {
 	e := startEnv(t, func(c *harness.Config) { c.Caddyfile = drainCaddyfile })
-	body := envelope(0, `{"process":{"cmd":"/bin/bash","args":["-l","-c","head -c 67108864 /dev/zero"]},"stdin":false}`)
+	body := envelope(0, `{"process":{"cmd":"/bin/bash","args":["-l","-c","yes | head -c 67108864"]},"stdin":false}`)
 	drainUnreadStream(t, e, "command", "POST /process.Process/Start HTTP/1.1\r\nContent-Type: application/connect+json\r\n"+
 		"Connect-Protocol-Version: 1\r\n"+fmt.Sprintf("Content-Length: %d\r\n", len(body)), body, OpProcessStart)
 }
@@ -307,6 +308,9 @@ func drainUnreadStream(t *testing.T, e *testEnv, kind, head string, body []byte,
 	for _, line := range strings.Split(e.log.String(), "\n") {
 		if strings.Contains(line, `"e2b data plane request"`) && strings.Contains(line, `"operation":"`+op+`"`) {
 			logged = true
+			if !strings.Contains(line, `"outcome":"GATEWAY_DRAINING"`) {
+				t.Errorf("the stalled %s ended, but not by the drain: %s", kind, line)
+			}
 		}
 	}
 	if !logged {

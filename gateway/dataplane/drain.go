@@ -56,17 +56,18 @@ func drainingError(what string) *Error {
 // track admits a long operation (drainKinds) to Deps.Drain. Once the
 // gateway shuts down it is refused with GATEWAY_DRAINING; otherwise the
 // returned request's context carries the drain's ending channel, which
-// the command streams select on. When it closes, a transfer's context is
-// cancelled, which stops the copy, the read deadline of the client's
-// connection is set to now (http.ResponseController), which ends a read
-// of the client's body in progress: an upload whose client sends nothing
-// more would otherwise hold the copy, since Go's transport waits for its
-// read of the body to return before the cancelled round trip does; and
-// its write deadline to drainWriteGrace later, which ends a write to a
-// client that reads nothing more: a download's copy blocked in it would
-// otherwise hold the request until Caddy's grace_period let the process
-// exit. done must be called when the operation has ended, before
-// ServeHTTP returns.
+// the command streams select on. When it closes, the write deadline of
+// the client's connection is set drainWriteGrace later, which ends a
+// write to a client that reads nothing more (a command stream's as a
+// download's; TestDrainEndsStalledCommandStream); a transfer's context is
+// also cancelled, which stops the copy, and the read deadline of the
+// client's connection set to now (http.ResponseController), which ends a
+// read of the client's body in progress: an upload whose client sends
+// nothing more would otherwise hold the copy, since Go's transport waits
+// for its read of the body to return before the cancelled round trip
+// does. Without the write deadline a stream blocked in a write would hold
+// the request until Caddy's grace_period let the process exit. done must
+// be called when the operation has ended, before ServeHTTP returns.
 func (h *Handler) track(w http.ResponseWriter, r *http.Request, op *operation) (_ *http.Request, done func(), _ *Error) {
 	kind, ok := drainKinds[op]
 	if !ok || h.deps.Drain == nil {
@@ -77,23 +78,28 @@ func (h *Handler) track(w http.ResponseWriter, r *http.Request, op *operation) (
 		return r, func() {}, drainingError("takes no new " + string(kind) + "s")
 	}
 	ctx := context.WithValue(r.Context(), endingKey{}, end)
-	if kind != drain.KindTransfer {
-		return r.WithContext(ctx), untrack, nil
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
 		select {
 		case <-end:
-			cancel()
-			// Every server of Caddy's supports both (HTTP/1: the
-			// client's connection; HTTP/2 and HTTP/3: the request's
-			// stream alone); an error leaves the cancelled context to
-			// end the copy at the client's next bytes.
+			// Every server of Caddy's supports both deadlines (HTTP/1:
+			// the client's connection; HTTP/2 and HTTP/3: the request's
+			// stream alone); an error leaves the cancelled context (a
+			// transfer) or the stream's own select on the ending channel
+			// (a command) to end it at the client's next bytes.
 			rc := http.NewResponseController(w)
 			now := time.Now()
-			_ = rc.SetReadDeadline(now)
+			if kind == drain.KindTransfer {
+				cancel()
+				_ = rc.SetReadDeadline(now)
+			}
+			// A command stream ends itself (it selects on the ending
+			// channel and writes its draining end-stream message), but
+			// only between writes: one blocked in a write to a client
+			// that reads nothing would hold the request until Caddy's
+			// grace_period let the process exit.
 			_ = rc.SetWriteDeadline(now.Add(drainWriteGrace))
 		case <-ctx.Done():
 		}
