@@ -2,14 +2,12 @@ package daemon_test
 
 import (
 	"bytes"
-	"context"
 	"runtime/pprof"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/daemon"
 	"github.com/sandgate/sandgate/corectl/kubetest"
 	"github.com/sandgate/sandgate/deploy"
@@ -34,20 +32,7 @@ import (
 // broadcaster is left.
 func TestEventsAtShutdown(t *testing.T) {
 	s := newSetup(t, "c-events-shutdown")
-	d, err := daemon.New(daemon.Options{
-		Config: s.cfg, Keys: s.keys, Credentials: s.src, Listen: "127.0.0.1:0",
-		LeaderElection: true, LeaderElectionNamespace: s.leaseNS,
-		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 250 * time.Millisecond,
-		RESTConfig: func(*cluster.Cluster) (*rest.Config, error) { return rest.CopyConfig(env.Config), nil },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- d.Run(c) }()
-	r := &replica{d: d}
+	r := s.start(t, env.Config, 0)
 	kubetest.Eventually(t, 30*time.Second, "leadership", func() (bool, error) { return elected(r, s.id), nil })
 	leaseEvent(t, s, s.id)
 	// What kubectl describe lease lists: the core/v1 view of the Events
@@ -71,8 +56,7 @@ func TestEventsAtShutdown(t *testing.T) {
 	if !described {
 		t.Errorf("no core/v1 Event of the Lease (UID %s) with reason LeaderElection and \"became leader\": %+v", lease.UID, core.Items)
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := r.stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	// What Run left: the Event is in the apiserver or never will be.
@@ -158,23 +142,9 @@ func TestEventsRefused(t *testing.T) {
 	if err := probe.Create(ctx, ev); !apierrors.IsForbidden(err) {
 		t.Fatalf("creating an Event as %s = %v, want Forbidden", user, err)
 	}
-	d, err := daemon.New(daemon.Options{
-		Config: s.cfg, Keys: s.keys, Credentials: s.src, Listen: "127.0.0.1:0",
-		LeaderElection: true, LeaderElectionNamespace: s.leaseNS,
-		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 250 * time.Millisecond,
-		RESTConfig: func(*cluster.Cluster) (*rest.Config, error) { return rest.CopyConfig(as), nil },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- d.Run(c) }()
-	r := &replica{d: d}
+	r := s.start(t, as, 0)
 	kubetest.Eventually(t, 30*time.Second, "leadership without the right to write Events", func() (bool, error) { return elected(r, s.id), nil })
-	cancel()
-	if err := <-done; err != nil {
+	if err := r.stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	var evs eventsv1.EventList
