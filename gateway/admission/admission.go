@@ -157,3 +157,11 @@ func (l *Limiter) Held(key string) (all, underKey int) {
 	defer l.mu.Unlock()
 	return l.held, l.byKey[key]
 }
+
+// Keys returns how many keys hold a slot now: a key whose slots were all
+// given back is not kept.
+func (l *Limiter) Keys() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.byKey)
+}

@@ -2,7 +2,8 @@ package portroute
 
 import (
 	"errors"
-	"sync"
+
+	"github.com/sandgate/sandgate/gateway/admission"
 )
 
 // The default bounds of an Admission.
@@ -23,14 +24,12 @@ const (
 // request and per tenant"), so without a bound one sandbox could hold the
 // gateway's memory without end. A request past a bound is refused at once,
 // not queued: E2B's own proxy answers a sandbox's excess incoming
-// connections the same way (429). Build it with NewAdmission; safe for
-// concurrent use.
+// connections the same way (429). The counting is the data plane's
+// admission.Limiter (TryAcquire), keyed by sandbox ID. Build it with
+// NewAdmission; safe for concurrent use.
 type Admission struct {
-	perSandbox, total int
-
-	mu     sync.Mutex
-	n      int
-	counts map[string]int
+	perSandbox, total int // the bounds, defaults applied
+	slots             *admission.Limiter
 }
 
 // NewAdmission returns an Admission of at most perSandbox requests per
@@ -46,7 +45,7 @@ func NewAdmission(perSandbox, total int) (*Admission, error) {
 	if perSandbox < 0 || total < 0 || perSandbox > total {
 		return nil, errors.New("portroute: the port request bounds must be positive, the per-sandbox one at most the total")
 	}
-	return &Admission{perSandbox: perSandbox, total: total, counts: map[string]int{}}, nil
+	return &Admission{perSandbox: perSandbox, total: total, slots: admission.New(total, perSandbox)}, nil
 }
 
 // Admit takes a place for a request to sandbox id. It returns the function
@@ -54,32 +53,18 @@ func NewAdmission(perSandbox, total int) (*Admission, error) {
 // the refusal: CodeTooManyRequests when the sandbox has perSandbox
 // requests in progress, CodeGatewayBusy when the gateway has total.
 func (a *Admission) Admit(id string) (release func(), r *Refusal) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	switch {
-	case a.counts[id] >= a.perSandbox:
+	release, why := a.slots.TryAcquire(id)
+	switch why {
+	case admission.KeyFull:
 		return nil, refuse(CodeTooManyRequests, "the sandbox has too many port requests in progress")
-	case a.n >= a.total:
+	case admission.GlobalFull:
 		return nil, refuse(CodeGatewayBusy, "the gateway has too many port requests in progress")
 	}
-	a.counts[id]++
-	a.n++
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			a.mu.Lock()
-			defer a.mu.Unlock()
-			a.n--
-			if a.counts[id]--; a.counts[id] == 0 {
-				delete(a.counts, id)
-			}
-		})
-	}, nil
+	return release, nil
 }
 
 // InProgress returns the requests in progress for sandbox id and in all.
 func (a *Admission) InProgress(id string) (sandbox, total int) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.counts[id], a.n
+	all, under := a.slots.Held(id)
+	return under, all
 }

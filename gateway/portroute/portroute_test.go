@@ -253,8 +253,8 @@ func TestAdmission(t *testing.T) {
 	r2()
 	r3()
 	r4()
-	if s, n := a.InProgress("a"); s != 0 || n != 0 || len(a.counts) != 0 {
-		t.Fatalf("after every release: a %d, all %d, %d sandboxes kept", s, n, len(a.counts))
+	if s, n := a.InProgress("a"); s != 0 || n != 0 || a.slots.Keys() != 0 {
+		t.Fatalf("after every release: a %d, all %d, %d sandboxes kept", s, n, a.slots.Keys())
 	}
 	d, err := NewAdmission(0, 0)
 	if err != nil || d.perSandbox != DefaultMaxRequestsPerSandbox || d.total != DefaultMaxRequests {
