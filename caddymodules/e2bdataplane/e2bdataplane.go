@@ -170,6 +170,16 @@ type Handler struct {
 	// Hosts.
 	MaxPortRequests int `json:"max_port_requests,omitempty"`
 
+	// StreamCloseDelay is how long a port's WebSockets (host routing) run
+	// on after a `caddy reload` replaced this configuration, before the
+	// gateway closes them (a Close frame, 1001 going away, then the
+	// connection), as reverse_proxy's stream_close_delay does for its own:
+	// clients that do not reconnect well keep their connections through a
+	// reload within it, and those WebSockets still hold this
+	// configuration's port request places meanwhile. Default 0: closed at
+	// the reload. Used only with Hosts; a process exit closes them at once.
+	StreamCloseDelay caddy.Duration `json:"stream_close_delay,omitempty"`
+
 	// DrainGrace is how long the command streams and file transfers in
 	// flight may run on once the server begins to shut down for the
 	// process exit (a rollout's SIGTERM, after Caddy's shutdown_delay);

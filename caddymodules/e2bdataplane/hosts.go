@@ -65,6 +65,8 @@ func (h *Handler) provisionHosts(ctx caddy.Context, app dataplaneapp.App, rt htt
 		// Stream every response as it comes (server-sent events, long
 		// polls); WebSocket upgrades are reverse_proxy's own.
 		FlushInterval: caddy.Duration(-1),
+		// How long its WebSockets run on after a reload (Cleanup).
+		StreamCloseDelay: h.StreamCloseDelay,
 	}
 	if err := proxy.Provision(ctx); err != nil {
 		return fmt.Errorf("hosts: the port proxy: %w", err)
