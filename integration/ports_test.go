@@ -819,12 +819,13 @@ func TestPortAnswerCannotForgeGatewayHeaders(t *testing.T) {
 
 // TestPortWebSocketEndsWithItsConfiguration: a WebSocket through host
 // routing holds one of its sandbox's port request places
-// (max_port_requests_per_sandbox) for its whole life, and the places are
-// counted per configuration. A `caddy reload` therefore closes the
-// WebSockets of the configuration it replaces, as Caddy's reverse_proxy
-// closes its own: otherwise they ran on uncounted, and each reload let a
-// sandbox hold another full bound of them. Before, the host routing's
-// proxy was never cleaned up, and the WebSocket outlived the reload.
+// (max_port_requests_per_sandbox) for its whole life. A `caddy reload`
+// closes the WebSockets of the configuration it replaces, as Caddy's
+// reverse_proxy closes its own (stream_close_delay 0, the default). When
+// the places were counted per configuration, those WebSockets otherwise
+// ran on uncounted, and each reload let a sandbox hold another full bound
+// of them. Before, the host routing's proxy was never cleaned up, and the
+// WebSocket outlived the reload.
 func TestPortWebSocketEndsWithItsConfiguration(t *testing.T) {
 	serverClosed := make(chan struct{}, 1)
 	rig := startPortRig(t, echoWebSocket(serverClosed), "")
@@ -843,6 +844,99 @@ func TestPortWebSocketEndsWithItsConfiguration(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the sandbox's side of the WebSocket was not closed after the reload")
 	}
+}
+
+// TestPortRequestsCountedAcrossReload: the port requests in progress are
+// counted by the process, not by one configuration: with
+// max_port_requests_per_sandbox 4 and four requests held by sbxa's
+// server, a `caddy reload` (another max_port_requests) does not give the
+// sandbox four more places: the next request is refused 429 after it as
+// before it, and once one held request ends its place is taken again.
+// Before, the new configuration counted afresh and let the sandbox hold
+// twice its bound.
+func TestPortRequestsCountedAcrossReload(t *testing.T) {
+	const bound = 4
+	held := make(chan struct{}, 2*bound)
+	release := make(chan struct{}, 2*bound)
+	rig := startPortRig(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		held <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		_, _ = io.WriteString(w, "released")
+	}), "", "max_port_requests_per_sandbox 4")
+	gw := strings.TrimPrefix(rig.env.Gateway, "http://")
+	tok := rig.trafficToken(t, "sbxa")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// send sends one request to sbxa's port on its own connection and
+	// returns the channel of its answer's status and code.
+	send := func(answer chan string) <-chan string {
+		c, err := net.Dial("tcp", gw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		_ = c.SetDeadline(time.Now().Add(2 * time.Minute))
+		fmt.Fprintf(c, "GET /hold HTTP/1.1\r\nHost: %s\r\nE2b-Traffic-Access-Token: %s\r\n\r\n", portHost("sbxa"), tok)
+		go func() {
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				answer <- err.Error()
+				return
+			}
+			resp.Body.Close()
+			answer <- fmt.Sprintf("%d %s", resp.StatusCode, resp.Header.Get("Sandgate-Error-Code"))
+		}()
+		return answer
+	}
+	// wantHeld waits until the server holds the request whose answer is
+	// answer; wantRefused until answer is 429.
+	wantHeld := func(what string, answer <-chan string) {
+		t.Helper()
+		select {
+		case <-held:
+		case a := <-answer:
+			t.Fatalf("%s: answered %q, want held by the sandbox's server", what, a)
+		case <-ctx.Done():
+			t.Fatalf("%s: neither held nor answered", what)
+		}
+	}
+	wantRefused := func(what string, answer <-chan string) {
+		t.Helper()
+		select {
+		case <-held:
+			t.Fatalf("%s: held by the sandbox's server, want 429 TOO_MANY_PORT_REQUESTS", what)
+		case a := <-answer:
+			if a != "429 TOO_MANY_PORT_REQUESTS" {
+				t.Fatalf("%s: answered %q, want 429 TOO_MANY_PORT_REQUESTS", what, a)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s: neither held nor answered", what)
+		}
+	}
+	one := func() chan string { return make(chan string, 1) }
+	first := make(chan string, bound) // the answers of the first held requests
+	for i := range bound {
+		wantHeld(fmt.Sprintf("request %d", i+1), send(first))
+	}
+	wantRefused("a request past the bound before the reload", send(one()))
+	rig.reloadWith(ctx, t, "max_port_requests_per_sandbox 4", "max_port_requests 100")
+	wantRefused("a request past the bound after the reload", send(one()))
+	// One held request ends (the old configuration's): its place is the
+	// new configuration's to give.
+	release <- struct{}{}
+	select {
+	case a := <-first:
+		if a != "200 " {
+			t.Fatalf("the released request: %q, want 200", a)
+		}
+	case <-ctx.Done():
+		t.Fatal("the released request was not answered")
+	}
+	wantHeld("a request after one ended", send(one()))
+	wantRefused("a request past the bound again", send(one()))
 }
 
 // TestPortWebSocketStreamCloseDelay: with stream_close_delay, as with
