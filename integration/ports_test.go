@@ -819,50 +819,20 @@ func TestPortAnswerCannotForgeGatewayHeaders(t *testing.T) {
 
 // TestPortWebSocketEndsWithItsConfiguration: a WebSocket through host
 // routing holds one of its sandbox's port request places
-// (max_port_requests_per_sandbox) for its whole life, and the places are
-// counted per configuration. A `caddy reload` therefore closes the
-// WebSockets of the configuration it replaces, as Caddy's reverse_proxy
-// closes its own: otherwise they ran on uncounted, and each reload let a
-// sandbox hold another full bound of them. Before, the host routing's
-// proxy was never cleaned up, and the WebSocket outlived the reload.
+// (max_port_requests_per_sandbox) for its whole life. A `caddy reload`
+// closes the WebSockets of the configuration it replaces, as Caddy's
+// reverse_proxy closes its own (stream_close_delay 0, the default). When
+// the places were counted per configuration, those WebSockets otherwise
+// ran on uncounted, and each reload let a sandbox hold another full bound
+// of them. Before, the host routing's proxy was never cleaned up, and the
+// WebSocket outlived the reload.
 func TestPortWebSocketEndsWithItsConfiguration(t *testing.T) {
 	serverClosed := make(chan struct{}, 1)
-	rig := startPortRig(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		conn, brw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-		_ = brw.Flush()
-		_, _ = io.Copy(io.Discard, conn) // until the gateway closes its side
-		serverClosed <- struct{}{}
-	}), "")
-	conn, err := net.Dial("tcp", strings.TrimPrefix(rig.env.Gateway, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"+
-		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nE2b-Traffic-Access-Token: %s\r\n\r\n", portHost("sbxa"), rig.trafficToken(t, "sbxa"))
-	br := bufio.NewReader(conn)
-	ws, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ws.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("upgrade through the gateway: %d\n%s", ws.StatusCode, rig.log.String())
-	}
-	cf, err := os.ReadFile(filepath.Join(rig.env.Dir, "Caddyfile"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rig := startPortRig(t, echoWebSocket(serverClosed), "")
+	conn, br := rig.upgradePort(t, "sbxa")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	next := strings.Replace(string(cf), "hosts "+portDomain, "hosts "+portDomain+"\n\t\tmax_port_requests_per_sandbox 1000", 1)
-	if err := rig.env.Reload(ctx, next); err != nil {
-		t.Fatalf("reload: %v\n%s", err, rig.log.String())
-	}
+	rig.reloadWith(ctx, t, "max_port_requests_per_sandbox 1000")
 	// A bound on a wait that never ends, not a speed.
 	_ = conn.SetReadDeadline(time.Now().Add(time.Minute))
 	// Caddy sends a WebSocket Close frame (1001 going away), then closes.
@@ -873,5 +843,205 @@ func TestPortWebSocketEndsWithItsConfiguration(t *testing.T) {
 	case <-serverClosed:
 	case <-ctx.Done():
 		t.Fatal("the sandbox's side of the WebSocket was not closed after the reload")
+	}
+}
+
+// TestPortRequestsCountedAcrossReload: the port requests in progress are
+// counted by the process, not by one configuration: with
+// max_port_requests_per_sandbox 4 and four requests held by sbxa's
+// server, a `caddy reload` (another max_port_requests) does not give the
+// sandbox four more places: the next request is refused 429 after it as
+// before it, and once one held request ends its place is taken again.
+// Before, the new configuration counted afresh and let the sandbox hold
+// twice its bound.
+func TestPortRequestsCountedAcrossReload(t *testing.T) {
+	const bound = 4
+	held := make(chan struct{}, 2*bound)
+	release := make(chan struct{}, 2*bound)
+	rig := startPortRig(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		held <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		_, _ = io.WriteString(w, "released")
+	}), "", "max_port_requests_per_sandbox 4")
+	gw := strings.TrimPrefix(rig.env.Gateway, "http://")
+	tok := rig.trafficToken(t, "sbxa")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// send sends one request to sbxa's port on its own connection and
+	// returns the channel of its answer's status and code.
+	send := func(answer chan string) <-chan string {
+		c, err := net.Dial("tcp", gw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		_ = c.SetDeadline(time.Now().Add(2 * time.Minute))
+		fmt.Fprintf(c, "GET /hold HTTP/1.1\r\nHost: %s\r\nE2b-Traffic-Access-Token: %s\r\n\r\n", portHost("sbxa"), tok)
+		go func() {
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				answer <- err.Error()
+				return
+			}
+			resp.Body.Close()
+			answer <- fmt.Sprintf("%d %s", resp.StatusCode, resp.Header.Get("Sandgate-Error-Code"))
+		}()
+		return answer
+	}
+	// wantHeld waits until the server holds the request whose answer is
+	// answer; wantRefused until answer is 429.
+	wantHeld := func(what string, answer <-chan string) {
+		t.Helper()
+		select {
+		case <-held:
+		case a := <-answer:
+			t.Fatalf("%s: answered %q, want held by the sandbox's server", what, a)
+		case <-ctx.Done():
+			t.Fatalf("%s: neither held nor answered", what)
+		}
+	}
+	wantRefused := func(what string, answer <-chan string) {
+		t.Helper()
+		select {
+		case <-held:
+			t.Fatalf("%s: held by the sandbox's server, want 429 TOO_MANY_PORT_REQUESTS", what)
+		case a := <-answer:
+			if a != "429 TOO_MANY_PORT_REQUESTS" {
+				t.Fatalf("%s: answered %q, want 429 TOO_MANY_PORT_REQUESTS", what, a)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s: neither held nor answered", what)
+		}
+	}
+	one := func() chan string { return make(chan string, 1) }
+	first := make(chan string, bound) // the answers of the first held requests
+	for i := range bound {
+		wantHeld(fmt.Sprintf("request %d", i+1), send(first))
+	}
+	wantRefused("a request past the bound before the reload", send(one()))
+	rig.reloadWith(ctx, t, "max_port_requests_per_sandbox 4", "max_port_requests 100")
+	wantRefused("a request past the bound after the reload", send(one()))
+	// One held request ends (the old configuration's): its place is the
+	// new configuration's to give.
+	release <- struct{}{}
+	select {
+	case a := <-first:
+		if a != "200 " {
+			t.Fatalf("the released request: %q, want 200", a)
+		}
+	case <-ctx.Done():
+		t.Fatal("the released request was not answered")
+	}
+	wantHeld("a request after one ended", send(one()))
+	wantRefused("a request past the bound again", send(one()))
+}
+
+// TestPortWebSocketStreamCloseDelay: with stream_close_delay, as with
+// reverse_proxy's, a reload leaves the replaced configuration's port
+// WebSockets open for the delay: with 1h the WebSocket still carries
+// data after the reload (the old configuration is cleaned up by then);
+// with 1s it is closed by the gateway afterwards, with the sandbox's side.
+func TestPortWebSocketStreamCloseDelay(t *testing.T) {
+	t.Run("outlives the reload", func(t *testing.T) {
+		rig := startPortRig(t, echoWebSocket(nil), "", "stream_close_delay 1h")
+		conn, br := rig.upgradePort(t, "sbxa")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		rig.reloadWith(ctx, t, "stream_close_delay 1h", "max_port_requests_per_sandbox 1000")
+		_ = conn.SetDeadline(time.Now().Add(time.Minute))
+		if _, err := io.WriteString(conn, "after the reload\n"); err != nil {
+			t.Fatalf("write on the WebSocket after the reload: %v", err)
+		}
+		if line, err := br.ReadString('\n'); err != nil || line != "after the reload\n" {
+			t.Fatalf("echo on the WebSocket after the reload: %q, %v\n%s", line, err, rig.log.String())
+		}
+	})
+	t.Run("closed after the delay", func(t *testing.T) {
+		serverClosed := make(chan struct{}, 1)
+		rig := startPortRig(t, echoWebSocket(serverClosed), "", "stream_close_delay 1s")
+		conn, br := rig.upgradePort(t, "sbxa")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		rig.reloadWith(ctx, t, "stream_close_delay 1s", "max_port_requests_per_sandbox 1000")
+		_ = conn.SetReadDeadline(time.Now().Add(time.Minute))
+		if _, err := io.Copy(io.Discard, br); err != nil {
+			t.Fatalf("the WebSocket after the reload and the delay: %v, want closed by the gateway", err)
+		}
+		select {
+		case <-serverClosed:
+		case <-ctx.Done():
+			t.Fatal("the sandbox's side of the WebSocket was not closed after the delay")
+		}
+	})
+}
+
+// echoWebSocket is a sandbox's WebSocket server: it accepts the upgrade,
+// echoes the bytes it gets, and signals closed (when not nil) once the
+// gateway closed its side.
+func echoWebSocket(closed chan<- struct{}) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		_ = brw.Flush()
+		_, _ = io.Copy(conn, brw) // until the gateway closes its side
+		if closed != nil {
+			closed <- struct{}{}
+		}
+	})
+}
+
+// upgradePort opens a WebSocket to sandbox id's port through the gateway
+// (with its traffic token) and returns the connection after the 101 and
+// its reader; the test closes it.
+func (rig *portRig) upgradePort(t *testing.T, id string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(rig.env.Gateway, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"+
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nE2b-Traffic-Access-Token: %s\r\n\r\n", portHost(id), rig.trafficToken(t, id))
+	br := bufio.NewReader(conn)
+	ws, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade through the gateway: %d\n%s", ws.StatusCode, rig.log.String())
+	}
+	return conn, br
+}
+
+// reloadWith reloads the gateway with its Caddyfile's e2b_dataplane block
+// given directives (after hosts), replacing the directives it was started
+// with; it returns once the new configuration runs and the old one was
+// cleaned up.
+func (rig *portRig) reloadWith(ctx context.Context, t *testing.T, directives ...string) {
+	t.Helper()
+	cf, err := os.ReadFile(filepath.Join(rig.env.Dir, "Caddyfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := "e2b_dataplane {\n\t\thosts " + portDomain
+	i := strings.Index(string(cf), block)
+	j := strings.Index(string(cf)[i:], "\n\t\thome_dir") // the first line after the added directives
+	if i < 0 || j < 0 {
+		t.Fatalf("the gateway's Caddyfile has no e2b_dataplane block with hosts:\n%s", cf)
+	}
+	next := string(cf)[:i] + block
+	for _, d := range directives {
+		next += "\n\t\t" + d
+	}
+	next += string(cf)[i+j:]
+	if err := rig.env.Reload(ctx, next); err != nil {
+		t.Fatalf("reload: %v\n%s", err, rig.log.String())
 	}
 }

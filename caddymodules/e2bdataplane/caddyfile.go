@@ -49,6 +49,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		hosts <domain>...
 //		max_port_requests_per_sandbox <n>
 //		max_port_requests <n>
+//		stream_close_delay <duration>
 //		unary_client builtin|transport
 //		transport http {
 //			<reverse_proxy http transport options>
@@ -80,7 +81,10 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // bound when larger) bound the port requests in progress, per sandbox and
 // in all (positive integers, used only with hosts; one more is refused
 // with 429 or 503); a max_port_requests below the per-sandbox bound is
-// refused when the configuration loads. The transport block is
+// refused when the configuration loads. stream_close_delay (a duration,
+// default 0, as reverse_proxy's; used only with hosts) is how long the
+// port WebSockets of a configuration a reload replaced run on before the
+// gateway closes them. The transport block is
 // reverse_proxy's "transport http" (dial_timeout,
 // response_header_timeout, keepalive, tls, …); its max_response_header
 // (the largest head of an answer read) defaults to 64KiB here, not Go's
@@ -118,7 +122,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "home_dir", "default_user", "keepalive_interval", "max_message_size", "process_dir",
 			"max_decompressed_size", "max_decompression_ratio", "max_listing_size", "max_listing_entries",
 			"max_upstream_calls", "max_upstream_calls_per_sandbox", "max_process_calls_per_credential", "upstream_wait", "drain_grace",
-			"max_port_requests_per_sandbox", "max_port_requests":
+			"max_port_requests_per_sandbox", "max_port_requests", "stream_close_delay":
 			if err := once(opt); err != nil {
 				return err
 			}
@@ -139,6 +143,12 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					return d.Errf("bad keepalive_interval %q: must be a positive duration", v)
 				}
 				h.KeepaliveInterval = caddy.Duration(dur)
+			case "stream_close_delay":
+				dur, err := caddy.ParseDuration(v)
+				if err != nil || dur < 0 {
+					return d.Errf("bad stream_close_delay %q: must be a duration, 0 or more", v)
+				}
+				h.StreamCloseDelay = caddy.Duration(dur)
 			case "upstream_wait", "drain_grace":
 				dur, err := caddy.ParseDuration(v)
 				if err != nil || dur <= 0 {

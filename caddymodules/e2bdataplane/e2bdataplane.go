@@ -170,6 +170,16 @@ type Handler struct {
 	// Hosts.
 	MaxPortRequests int `json:"max_port_requests,omitempty"`
 
+	// StreamCloseDelay is how long a port's WebSockets (host routing) run
+	// on after a `caddy reload` replaced this configuration, before the
+	// gateway closes them (a Close frame, 1001 going away, then the
+	// connection), as reverse_proxy's stream_close_delay does for its own:
+	// clients that do not reconnect well keep their connections through a
+	// reload within it, and those WebSockets still hold this
+	// configuration's port request places meanwhile. Default 0: closed at
+	// the reload. Used only with Hosts; a process exit closes them at once.
+	StreamCloseDelay caddy.Duration `json:"stream_close_delay,omitempty"`
+
 	// DrainGrace is how long the command streams and file transfers in
 	// flight may run on once the server begins to shut down for the
 	// process exit (a rollout's SIGTERM, after Caddy's shutdown_delay);
@@ -185,6 +195,9 @@ type Handler struct {
 	hosts *hostRouting
 	drain *drain.Drainer
 	unary *upstream.Transport
+	// portCountsKey is the key of the port request counts this handler
+	// holds in portCounts; empty when it holds none.
+	portCountsKey string
 }
 
 // User is one SDK user's identity inside the sandbox.
@@ -369,14 +382,20 @@ func (h *Handler) unaryClient(rt *reverseproxy.HTTPTransport) (http.RoundTripper
 }
 
 // Cleanup closes the unary client's idle connections when a reload
-// replaces this configuration (Caddy's transport closes its own), and
-// cleans up the host routing's reverse_proxy, which Caddy does not know
-// of (provisionHosts builds it): that closes the WebSockets it tunnels, as
-// Caddy's reverse_proxy does its own at a reload, since their port request
-// places are counted by this configuration's Admission alone.
+// replaces this configuration (Caddy's transport closes its own), lets go
+// of its port request counts (kept while another configuration holds
+// them), and cleans up the host routing's reverse_proxy, which Caddy does
+// not know of (provisionHosts builds it): that closes the WebSockets it
+// tunnels, at once or after StreamCloseDelay, as Caddy's reverse_proxy
+// does its own at a reload.
 func (h *Handler) Cleanup() error {
 	if h.unary != nil {
 		h.unary.CloseIdleConnections()
+	}
+	if h.portCountsKey != "" {
+		// The counts outlive this configuration while the next one holds
+		// them too (portCounts).
+		_, _ = portCounts.Delete(h.portCountsKey)
 	}
 	if h.hosts != nil {
 		return h.hosts.proxy.Cleanup()

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -55,7 +57,15 @@ func (h *Handler) provisionHosts(ctx caddy.Context, app dataplaneapp.App, rt htt
 	if err != nil {
 		return err
 	}
-	admit, err := portroute.NewAdmission(h.MaxPortRequestsPerSandbox, h.MaxPortRequests)
+	key := portCountsKey(table.Domains())
+	v, _, err := portCounts.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return sharedCounts{portroute.NewCounts()}, nil
+	})
+	if err != nil {
+		return err
+	}
+	h.portCountsKey = key // Cleanup lets go of it, after a failed Provision too
+	admit, err := portroute.NewAdmission(h.MaxPortRequestsPerSandbox, h.MaxPortRequests, v.(sharedCounts).Counts)
 	if err != nil {
 		return fmt.Errorf("max_port_requests_per_sandbox, max_port_requests: %w", err)
 	}
@@ -65,12 +75,37 @@ func (h *Handler) provisionHosts(ctx caddy.Context, app dataplaneapp.App, rt htt
 		// Stream every response as it comes (server-sent events, long
 		// polls); WebSocket upgrades are reverse_proxy's own.
 		FlushInterval: caddy.Duration(-1),
+		// How long its WebSockets run on after a reload (Cleanup).
+		StreamCloseDelay: h.StreamCloseDelay,
 	}
 	if err := proxy.Provision(ctx); err != nil {
 		return fmt.Errorf("hosts: the port proxy: %w", err)
 	}
 	h.hosts = &hostRouting{table: table, router: router, admit: admit, proxy: proxy, m: m}
 	return nil
+}
+
+// portCounts holds the port requests in progress of the process, one
+// portroute.Counts per set of served domains (portCountsKey), for as long
+// as a configuration's handler holds them: across a `caddy reload` both
+// configurations hold them, so the requests and WebSockets the replaced
+// one still runs count against the new one's bounds, and a reload does
+// not give a sandbox a second full bound (docs/dataplane.md "How many at
+// once"). Handlers serving the same domains share one.
+var portCounts = caddy.NewUsagePool()
+
+// sharedCounts is a portCounts entry.
+type sharedCounts struct{ *portroute.Counts }
+
+// Destruct implements caddy.Destructor: Counts hold nothing to free.
+func (sharedCounts) Destruct() error { return nil }
+
+// portCountsKey is the portCounts key of the served domains (as
+// sandboxhost.Table gives them: lower case), in any order.
+func portCountsKey(domains []string) string {
+	d := slices.Clone(domains)
+	slices.Sort(d)
+	return "port requests of " + strings.Join(d, " ")
 }
 
 // serveHost serves a request when host routing is configured: a Host

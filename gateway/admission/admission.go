@@ -67,6 +67,24 @@ func (l *Limiter) TryAcquire(key string) (release func(), why Reason) {
 	return l.tryLocked(key)
 }
 
+// TryAcquireWithin is TryAcquire checked against the bounds global and
+// perKey given with the call instead of the Limiter's own (a value below
+// 1 is taken as 1): for a Limiter whose counts several configurations
+// share, each with bounds of its own (the port requests of a gateway
+// process across a Caddy reload, package portroute). A slot it gives back
+// is offered to Acquire's waiters under the Limiter's own bounds.
+func (l *Limiter) TryAcquireWithin(key string, global, perKey int) (release func(), why Reason) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.byKey[key] >= max(perKey, 1):
+		return nil, KeyFull
+	case l.held >= max(global, 1):
+		return nil, GlobalFull
+	}
+	return l.takeLocked(key), Admitted
+}
+
 // Acquire is TryAcquire that waits, up to wait and while ctx lasts, for a
 // slot under key to be given back when both bounds refuse one. It returns
 // the bound that refused when the wait ended (or ctx was done).

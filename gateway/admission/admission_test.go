@@ -209,3 +209,39 @@ func BenchmarkAcquireContended(b *testing.B) {
 		}
 	})
 }
+
+// TestTryAcquireWithin: the call's bounds decide, not the Limiter's, and
+// the slots are the Limiter's either way.
+func TestTryAcquireWithin(t *testing.T) {
+	l := New(1, 1)
+	r1, why := l.TryAcquireWithin("k", 3, 2)
+	if why != Admitted {
+		t.Fatalf("first: %v", why)
+	}
+	r2, why := l.TryAcquireWithin("k", 3, 2)
+	if why != Admitted {
+		t.Fatalf("second under key k within 2: %v", why)
+	}
+	if _, why := l.TryAcquireWithin("k", 3, 2); why != KeyFull {
+		t.Fatalf("third under k: %v, want KeyFull", why)
+	}
+	if _, why := l.TryAcquire("j"); why != GlobalFull {
+		t.Fatalf("TryAcquire with the Limiter's bound 1 while 2 are held: %v, want GlobalFull", why)
+	}
+	r3, why := l.TryAcquireWithin("j", 3, 2)
+	if why != Admitted {
+		t.Fatalf("third in all within 3: %v", why)
+	}
+	if _, why := l.TryAcquireWithin("i", 3, 2); why != GlobalFull {
+		t.Fatalf("fourth in all: %v, want GlobalFull", why)
+	}
+	if _, why := l.TryAcquireWithin("i", 0, 0); why != GlobalFull {
+		t.Fatalf("bounds below 1 are 1: %v, want GlobalFull", why)
+	}
+	r1()
+	r2()
+	r3()
+	if all, k := l.Held("k"); all != 0 || k != 0 || l.Keys() != 0 {
+		t.Fatalf("after every release: %d held, %d under k, %d keys", all, k, l.Keys())
+	}
+}

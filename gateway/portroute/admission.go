@@ -2,6 +2,7 @@ package portroute
 
 import (
 	"errors"
+	"math"
 
 	"github.com/sandgate/sandgate/gateway/admission"
 )
@@ -16,6 +17,21 @@ const (
 	DefaultMaxRequests = 4096
 )
 
+// Counts are the port requests in progress, per sandbox and in all, that
+// Admissions share: a gateway process keeps one across `caddy reload`, so
+// the requests and WebSockets a replaced configuration still runs count
+// against the new configuration's bounds too, and a reload does not give
+// a sandbox a second full bound. Build it with NewCounts; safe for
+// concurrent use.
+type Counts struct{ slots *admission.Limiter }
+
+// NewCounts returns empty Counts.
+func NewCounts() *Counts {
+	// The Limiter's own bounds are never used: every Admission checks its
+	// own (TryAcquireWithin), and nothing waits.
+	return &Counts{slots: admission.New(math.MaxInt, math.MaxInt)}
+}
+
 // Admission bounds the port requests in progress: per sandbox and over
 // all sandboxes. A sandbox's server decides how long each request to it
 // lasts (it can answer slowly or never, or hold a WebSocket open), and
@@ -25,17 +41,19 @@ const (
 // gateway's memory without end. A request past a bound is refused at once,
 // not queued: E2B's own proxy answers a sandbox's excess incoming
 // connections the same way (429). The counting is the data plane's
-// admission.Limiter (TryAcquire), keyed by sandbox ID. Build it with
-// NewAdmission; safe for concurrent use.
+// admission.Limiter (TryAcquireWithin), keyed by sandbox ID, in Counts
+// that several Admissions may share. Build it with NewAdmission; safe for
+// concurrent use.
 type Admission struct {
 	perSandbox, total int // the bounds, defaults applied
 	slots             *admission.Limiter
 }
 
 // NewAdmission returns an Admission of at most perSandbox requests per
-// sandbox and total over all; 0 takes the default of each. It is an error
-// for either to be negative, or for perSandbox to exceed total.
-func NewAdmission(perSandbox, total int) (*Admission, error) {
+// sandbox and total over all, counted in counts (nil: Counts of its own);
+// 0 takes the default of each bound. It is an error for either to be
+// negative, or for perSandbox to exceed total.
+func NewAdmission(perSandbox, total int, counts *Counts) (*Admission, error) {
 	if perSandbox == 0 {
 		perSandbox = DefaultMaxRequestsPerSandbox
 	}
@@ -45,7 +63,10 @@ func NewAdmission(perSandbox, total int) (*Admission, error) {
 	if perSandbox < 0 || total < 0 || perSandbox > total {
 		return nil, errors.New("portroute: the port request bounds must be positive, the per-sandbox one at most the total")
 	}
-	return &Admission{perSandbox: perSandbox, total: total, slots: admission.New(total, perSandbox)}, nil
+	if counts == nil {
+		counts = NewCounts()
+	}
+	return &Admission{perSandbox: perSandbox, total: total, slots: counts.slots}, nil
 }
 
 // Admit takes a place for a request to sandbox id. It returns the function
@@ -53,7 +74,7 @@ func NewAdmission(perSandbox, total int) (*Admission, error) {
 // the refusal: CodeTooManyRequests when the sandbox has perSandbox
 // requests in progress, CodeGatewayBusy when the gateway has total.
 func (a *Admission) Admit(id string) (release func(), r *Refusal) {
-	release, why := a.slots.TryAcquire(id)
+	release, why := a.slots.TryAcquireWithin(id, a.total, a.perSandbox)
 	switch why {
 	case admission.KeyFull:
 		return nil, refuse(CodeTooManyRequests, "the sandbox has too many port requests in progress")
@@ -63,7 +84,8 @@ func (a *Admission) Admit(id string) (release func(), r *Refusal) {
 	return release, nil
 }
 
-// InProgress returns the requests in progress for sandbox id and in all.
+// InProgress returns the requests in progress for sandbox id and in all,
+// in the Admission's Counts (those of every Admission sharing them).
 func (a *Admission) InProgress(id string) (sandbox, total int) {
 	all, under := a.slots.Held(id)
 	return under, all

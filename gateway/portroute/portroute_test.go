@@ -222,7 +222,7 @@ func TestScrubAnswer(t *testing.T) {
 // total; a place given back (once, however often release is called) is
 // taken again; the defaults and bad bounds.
 func TestAdmission(t *testing.T) {
-	a, err := NewAdmission(2, 3)
+	a, err := NewAdmission(2, 3, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,16 +256,58 @@ func TestAdmission(t *testing.T) {
 	if s, n := a.InProgress("a"); s != 0 || n != 0 || a.slots.Keys() != 0 {
 		t.Fatalf("after every release: a %d, all %d, %d sandboxes kept", s, n, a.slots.Keys())
 	}
-	d, err := NewAdmission(0, 0)
+	d, err := NewAdmission(0, 0, nil)
 	if err != nil || d.perSandbox != DefaultMaxRequestsPerSandbox || d.total != DefaultMaxRequests {
 		t.Fatalf("defaults: %+v %v", d, err)
 	}
-	if d, err := NewAdmission(8192, 0); err != nil || d.total != 8192 {
+	if d, err := NewAdmission(8192, 0, nil); err != nil || d.total != 8192 {
 		t.Fatalf("a per-sandbox bound over the default total: %+v %v, want the total raised to it", d, err)
 	}
 	for _, b := range [][2]int{{-1, 0}, {0, -1}, {5, 4}} {
-		if _, err := NewAdmission(b[0], b[1]); err == nil {
+		if _, err := NewAdmission(b[0], b[1], nil); err == nil {
 			t.Errorf("NewAdmission(%d, %d): no error", b[0], b[1])
 		}
 	}
+}
+
+// TestAdmissionsShareCounts: two Admissions over the same Counts (the
+// configurations before and after a reload) count each other's requests,
+// each against its own bounds, and a release by either frees the place
+// for both.
+func TestAdmissionsShareCounts(t *testing.T) {
+	c := NewCounts()
+	old, err := NewAdmission(2, 3, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := NewAdmission(3, 4, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, _ := old.Admit("a")
+	r2, _ := old.Admit("a")
+	if _, ref := old.Admit("a"); ref == nil || ref.Code != CodeTooManyRequests {
+		t.Fatalf("a third request of a under the old bounds: %v, want TOO_MANY_PORT_REQUESTS", ref)
+	}
+	r3, ref := cur.Admit("a")
+	if ref != nil {
+		t.Fatalf("a third request of a under the new bounds (3): %v", ref)
+	}
+	if _, ref := cur.Admit("a"); ref == nil || ref.Code != CodeTooManyRequests {
+		t.Fatalf("a fourth request of a: %v, want TOO_MANY_PORT_REQUESTS (the old configuration's two count)", ref)
+	}
+	r4, _ := cur.Admit("b")
+	if _, ref := cur.Admit("c"); ref == nil || ref.Code != CodeGatewayBusy {
+		t.Fatalf("a fifth request in all: %v, want GATEWAY_BUSY", ref)
+	}
+	if s, n := cur.InProgress("a"); s != 3 || n != 4 {
+		t.Fatalf("in progress: a %d, all %d; want 3, 4", s, n)
+	}
+	r1() // the old configuration's request ends
+	if _, ref := cur.Admit("c"); ref != nil {
+		t.Fatalf("after a release by the old configuration: %v", ref)
+	}
+	r2()
+	r3()
+	r4()
 }

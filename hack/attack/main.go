@@ -18,6 +18,8 @@
 //	           gateway must accept
 //	heartbeat  -duration 10s: one node sends heartbeats back to back
 //	           (issue 12 item 8)
+//	pong       -duration 10s: one node sends unsolicited WebSocket pongs
+//	           back to back
 //	gzip       -size 1GiB: one files.write whose gzip body (about 1 MiB)
 //	           decompresses to -size bytes of zeros, through the fixed
 //	           entry and execd stand-ins of integration/harness (issue 12
@@ -59,17 +61,17 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.attack, "attack", "", "the attack: hello, response, heartbeat, credentials, gzip")
+	flag.StringVar(&o.attack, "attack", "", "the attack: hello, response, heartbeat, pong, credentials, gzip")
 	flag.StringVar(&o.caddy, "caddy", "bin/caddy", "the gateway binary")
 	flag.IntVar(&o.nodes, "nodes", 8, "hello: attacking nodes")
 	flag.IntVar(&o.size, "size", 0, "hello, response: bytes of each frame (default 71 MiB); gzip: decompressed bytes (default 1 GiB)")
-	flag.DurationVar(&o.duration, "duration", 10*time.Second, "heartbeat: how long to flood")
+	flag.DurationVar(&o.duration, "duration", 10*time.Second, "heartbeat, pong: how long to flood")
 	flag.DurationVar(&o.settle, "settle", 5*time.Second, "wait after the attack before the last memory reading")
 	flag.StringVar(&o.format, "format", "yaml", "credentials: file format, yaml or json")
 	flag.IntVar(&o.count, "count", 0, "credentials: credentials in the file (default: as many as make 15 MiB)")
 	flag.IntVar(&o.reloads, "reloads", 10, "credentials: how many times the file is replaced")
 	flag.Parse()
-	attacks := map[string]func(options) error{"hello": helloAttack, "response": responseAttack, "heartbeat": heartbeatAttack,
+	attacks := map[string]func(options) error{"hello": helloAttack, "response": responseAttack, "heartbeat": heartbeatAttack, "pong": pongAttack,
 		"credentials": credentialsAttack, "gzip": gzipAttack}
 	if o.size == 0 {
 		o.size = 71 << 20
@@ -79,7 +81,7 @@ func main() {
 	}
 	f, ok := attacks[o.attack]
 	if !ok {
-		fmt.Fprintln(os.Stderr, "attack: -attack must be one of hello, response, heartbeat, credentials, gzip")
+		fmt.Fprintln(os.Stderr, "attack: -attack must be one of hello, response, heartbeat, pong, credentials, gzip")
 		os.Exit(2)
 	}
 	if err := f(o); err != nil {

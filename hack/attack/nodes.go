@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -224,7 +225,15 @@ func summarize(results []string) string {
 
 // heartbeatAttack: one welcomed node sends heartbeats back to back for
 // o.duration or until the gateway closes the connection.
-func heartbeatAttack(o options) error {
+func heartbeatAttack(o options) error { return flood(o, false) }
+
+// pongAttack: one welcomed node sends unsolicited WebSocket pongs back to
+// back for o.duration or until the gateway closes the connection.
+func pongAttack(o options) error { return flood(o, true) }
+
+// flood sends heartbeats, or pongs when pongs is set, back to back from
+// one welcomed node and reports what the gateway answered and its CPU.
+func flood(o options, pongs bool) error {
 	describe(o)
 	g, nodes, err := nodeGateway(o, 1, "")
 	if err != nil {
@@ -242,7 +251,7 @@ func heartbeatAttack(o options) error {
 		return err
 	}
 	stop := make(chan struct{})
-	sent := 0
+	var sent atomic.Int64
 	go func() {
 		deadline := time.Now().Add(o.duration)
 		for time.Now().Before(deadline) {
@@ -251,10 +260,14 @@ func heartbeatAttack(o options) error {
 				return
 			default:
 			}
-			if ws.WriteMessage(websocket.TextMessage, hb) != nil {
+			if pongs {
+				if ws.WriteMessage(websocket.PongMessage, []byte("p")) != nil {
+					return
+				}
+			} else if ws.WriteMessage(websocket.TextMessage, hb) != nil {
 				return
 			}
-			sent++
+			sent.Add(1)
 		}
 	}()
 	cpu0, t0, err := gatewayproc.CPUTicks(g.Pid)
@@ -278,6 +291,11 @@ func heartbeatAttack(o options) error {
 		return err
 	}
 	d := t1.Sub(t0)
+	if pongs {
+		fmt.Printf("%s after %s: %d pongs sent (%.0f/s); gateway CPU %.1f%% of one core over that time\n",
+			end, d.Round(time.Millisecond), sent.Load(), float64(sent.Load())/d.Seconds(), gatewayproc.CPUPercent(cpu1-cpu0, d))
+		return nil
+	}
 	fmt.Printf("%s after %s: %d heartbeat_acks (%.0f/s); gateway CPU %.1f%% of one core over that time\n",
 		end, d.Round(time.Millisecond), acks, float64(acks)/d.Seconds(), gatewayproc.CPUPercent(cpu1-cpu0, d))
 	return nil

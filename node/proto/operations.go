@@ -214,7 +214,9 @@ var definiteCodes = map[ErrorCode]bool{
 // node/operation holds the registry; proto cannot import it).
 //
 //   - (OutcomeSuccess, "") for a success whose result fits req.Operation
-//     (an info result must name req.Reference exactly);
+//     (an info result must name req.Reference exactly and
+//     req.DeploymentGeneration: an info of another generation is not the
+//     answer about the allocation in the request's, spec "Object: Info");
 //   - (OutcomeFailed, code) for the seven definite error codes;
 //   - (OutcomeUnsupported, ErrUnsupported) only when the evidence is
 //     valid, its operation equals req.Operation and both its operation and
@@ -238,7 +240,7 @@ func Classify(req *Request, resp *Response, declared *Unsupported) (Outcome, Err
 	}
 	switch code := resp.ErrorCode; {
 	case code == "":
-		if resp.Info != nil && resp.Info.Reference != req.Reference {
+		if resp.Info != nil && !resp.Info.answers(req) {
 			return OutcomeUnknown, ErrUnconfirmed
 		}
 		return OutcomeSuccess, ""
@@ -251,18 +253,24 @@ func Classify(req *Request, resp *Response, declared *Unsupported) (Outcome, Err
 	return OutcomeUnknown, ErrUnconfirmed
 }
 
+// answers reports whether i is about req's exact reference in req's
+// deployment generation.
+func (i *Info) answers(req *Request) bool {
+	return i.Reference == req.Reference && i.DeploymentGeneration == req.DeploymentGeneration
+}
+
 // CreateReceipt returns the info receipt of a failed create (spec: an
 // exact-reference CreateSettled receipt proves that the attempt has a
 // settled outcome even though a later check failed). It returns false
 // unless req is a create, resp answers it (same id and connection), resp
 // is a failure that passes ValidateFor, and the receipt names
-// req.Reference exactly.
+// req.Reference and req.DeploymentGeneration exactly.
 func CreateReceipt(req *Request, resp *Response) (*Info, bool) {
 	if req == nil || resp == nil || req.Operation != OpCreate || resp.ID != req.ID ||
 		resp.ConnectionID != req.ConnectionID || resp.ErrorCode == "" || resp.Info == nil {
 		return nil, false
 	}
-	if resp.ValidateFor(OpCreate) != nil || resp.Info.Reference != req.Reference {
+	if resp.ValidateFor(OpCreate) != nil || !resp.Info.answers(req) {
 		return nil, false
 	}
 	return resp.Info, true

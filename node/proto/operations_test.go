@@ -73,6 +73,23 @@ func TestClassify(t *testing.T) {
 			r.Info.Reference.AllocationID = "other"
 			return r
 		}(), OutcomeUnknown, ErrUnconfirmed, nil},
+		// An info of another deployment generation is not the answer
+		// about the allocation in the request's generation.
+		{"success info of another deployment generation", req(OpInfo), func() *Response {
+			r := exResponse(OpInfo)
+			r.Info.DeploymentGeneration++
+			return r
+		}(), OutcomeUnknown, ErrUnconfirmed, nil},
+		{"success create of another deployment generation", req(OpCreate), func() *Response {
+			r := exResponse(OpCreate)
+			r.Info.DeploymentGeneration--
+			return r
+		}(), OutcomeUnknown, ErrUnconfirmed, nil},
+		{"success renew of another deployment generation", req(OpRenew), func() *Response {
+			r := exResponse(OpRenew)
+			r.Info.DeploymentGeneration++
+			return r
+		}(), OutcomeUnknown, ErrUnconfirmed, nil},
 		{"invalid", req(OpCreate), exFailure(ErrInvalid), OutcomeFailed, ErrInvalid, nil},
 		{"ownership", req(OpKill), exFailure(ErrOwnership), OutcomeFailed, ErrOwnership, nil},
 		{"exists", req(OpCreate), exFailure(ErrExists), OutcomeFailed, ErrExists, nil},
@@ -128,15 +145,18 @@ func TestCreateReceipt(t *testing.T) {
 	}
 	other := exReceipt()
 	other.Info.Reference.TenantID = "someone-else"
+	otherGen := exReceipt()
+	otherGen.Info.DeploymentGeneration++
 	for name, c := range map[string]struct {
 		req  *Request
 		resp *Response
 	}{
-		"success":         {exRequest(OpCreate), exResponse(OpCreate)},
-		"not a create":    {exRequest(OpInfo), exReceipt()},
-		"other reference": {exRequest(OpCreate), other},
-		"no receipt":      {exRequest(OpCreate), exFailure(ErrExists)},
-		"nil":             {nil, nil},
+		"success":          {exRequest(OpCreate), exResponse(OpCreate)},
+		"not a create":     {exRequest(OpInfo), exReceipt()},
+		"other reference":  {exRequest(OpCreate), other},
+		"other generation": {exRequest(OpCreate), otherGen},
+		"no receipt":       {exRequest(OpCreate), exFailure(ErrExists)},
+		"nil":              {nil, nil},
 	} {
 		if info, ok := CreateReceipt(c.req, c.resp); ok || info != nil {
 			t.Errorf("%s: CreateReceipt = %v, %v; want none", name, info, ok)

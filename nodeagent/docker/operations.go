@@ -26,7 +26,9 @@ var errUndeclared = errors.New("docker: operation not declared")
 // bootstrap, labelled with the exact reference and generation. An existing
 // sandbox of the exact reference answers exists with its info receipt; a
 // container with the sandbox's name and other labels answers ownership; an
-// image that is not on the node answers invalid (the node never pulls).
+// image that is not on the node answers invalid (the node never pulls), and
+// so does an image whose configuration exceeds MaxImageConfigBytes or a
+// container configuration over MaxCreateConfigBytes (nothing created).
 // When Docker confirmed the container but starting it failed, the answer
 // is unconfirmed with the info receipt of the stopped container.
 func (p *Provider) Create(ctx context.Context, c provider.Call, b proto.Bootstrap) (proto.Info, error) {
@@ -57,6 +59,9 @@ func (p *Provider) Create(ctx context.Context, c provider.Call, b proto.Bootstra
 		NetworkMode: container.NetworkMode(p.network()),
 		Resources:   container.Resources{NanoCPUs: nanoCPUs, Memory: memory},
 		SecurityOpt: p.cfg.Generation.securityOpt(),
+	}
+	if err := p.checkCreateSize(ctx, cfg, host); err != nil {
+		return proto.Info{}, err
 	}
 	resp, err := p.cli.ContainerCreate(ctx, cfg, host, nil, nil, containerName(c.Reference, 1))
 	switch {

@@ -59,6 +59,7 @@ type Config struct {
 // Provider is the Docker provider. It is safe for concurrent use.
 type Provider struct {
 	cfg  Config
+	base *client.Client // owns the transport cli shares
 	cli  *client.Client
 	decl provider.Declaration
 }
@@ -80,15 +81,30 @@ func New(cfg Config) (*Provider, error) {
 	if !ok {
 		return nil, errors.New("docker: no operation declaration is registered for the docker provider")
 	}
-	cli, err := client.NewClientWithOpts(client.WithHost(cfg.Endpoint), client.WithAPIVersionNegotiation())
+	// base configures the transport for the endpoint (unix socket or
+	// TCP); cli sends through the same transport with its JSON read
+	// answers bounded (boundedTransport). WithHost comes first so that cli
+	// keeps the endpoint for its hijacked exec attach, which dials it
+	// directly.
+	base, err := client.NewClientWithOpts(client.WithHost(cfg.Endpoint))
 	if err != nil {
 		return nil, fmt.Errorf("docker: endpoint %q: %w", cfg.Endpoint, err)
 	}
-	return &Provider{cfg: cfg, cli: cli, decl: decl}, nil
+	hc := base.HTTPClient()
+	hc.Transport = boundedTransport{next: hc.Transport}
+	cli, err := client.NewClientWithOpts(client.WithHost(cfg.Endpoint), client.WithHTTPClient(hc), client.WithAPIVersionNegotiation())
+	if err != nil {
+		base.Close()
+		return nil, fmt.Errorf("docker: endpoint %q: %w", cfg.Endpoint, err)
+	}
+	return &Provider{cfg: cfg, base: base, cli: cli, decl: decl}, nil
 }
 
 // Close releases the client's idle connections.
-func (p *Provider) Close() error { return p.cli.Close() }
+func (p *Provider) Close() error {
+	p.cli.Close()
+	return p.base.Close()
+}
 
 // Kind returns proto.ProviderDocker.
 func (p *Provider) Kind() proto.Provider { return proto.ProviderDocker }

@@ -63,9 +63,9 @@ type conn struct {
 	// placementsSynced: the node's placements were read from a shared
 	// store (placement.Syncer) on this connection; reader goroutine only.
 	placementsSynced bool
-	// beats, retentions and pings are the heartbeat, retention and ping
-	// budgets; reader goroutine only.
-	beats, retentions, pings budget
+	// beats, retentions, pings and pongs are the heartbeat, retention,
+	// ping and pong budgets; reader goroutine only.
+	beats, retentions, pings, pongs budget
 
 	closeOnce   sync.Once
 	closing     chan struct{} // closed when the connection starts closing
@@ -165,6 +165,7 @@ func (c *conn) run() {
 	// refuses a frame header declaring far more at once.
 	ws.SetReadLimit(proto.MaxRequestFrame + 1<<20)
 	ws.SetPingHandler(c.ping)
+	ws.SetPongHandler(c.pong)
 	ws.SetCloseHandler(c.closeReply)
 	_ = ws.SetReadDeadline(start.Add(cfg.Timers.Hello))
 	msg, ok := c.read()
@@ -349,6 +350,8 @@ func (c *conn) readFailed(err error) {
 		c.fail(0, fmt.Sprintf("closed by the node with code %d", ce.Code))
 	case errors.Is(err, errPingFlood):
 		c.fail(CloseFlood, "WebSocket pings faster than one per second")
+	case errors.Is(err, errPongFlood):
+		c.fail(CloseFlood, "WebSocket pongs faster than one per second")
 	case errors.Is(err, websocket.ErrReadLimit):
 		c.fail(CloseMessageTooBig, "message over the 72 MiB response frame limit")
 	case errors.As(err, &ne) && ne.Timeout() && hello:
@@ -831,17 +834,37 @@ func (c *conn) takeHeartbeat(now time.Time, t Timers) bool {
 // may send at once: Idle/Heartbeat + 2.
 func heartbeatBurst(t Timers) float64 { return float64(t.Idle/t.Heartbeat) + 2 }
 
-// Ping limits: Core answers a WebSocket ping with a pong; nodes need not
-// ping at all (nodeagent never does), so PingBurst pings at once and one
-// per second on average are plenty.
+// Ping and pong limits: Core answers a WebSocket ping with a pong; nodes
+// need not ping at all (nodeagent never does), so PingBurst pings at once
+// and one per second on average are plenty. Core never pings, so every
+// pong a node sends is unsolicited (RFC 6455 allows one as a
+// unidirectional heartbeat); pongs have the same budget, PongBurst at once
+// and one per second on average.
 const (
 	// PingBurst is how many pings a node may send at once.
 	PingBurst = 10
-	// pingEvery is the average interval allowed between pings.
+	// PongBurst is how many (unsolicited) pongs a node may send at once.
+	PongBurst = 10
+	// pingEvery is the average interval allowed between pings, and
+	// between pongs.
 	pingEvery = time.Second
 )
 
-var errPingFlood = errors.New("hub: WebSocket pings faster than allowed")
+var (
+	errPingFlood = errors.New("hub: WebSocket pings faster than allowed")
+	errPongFlood = errors.New("hub: WebSocket pongs faster than allowed")
+)
+
+// pong takes a node's pong from its budget (gorilla calls it on the
+// reader goroutine); past the budget it fails the read with
+// errPongFlood. A pong changes nothing else: it does not reset the idle
+// timer.
+func (c *conn) pong(string) error {
+	if !c.pongs.take(time.Now(), PongBurst, pingEvery) {
+		return errPongFlood
+	}
+	return nil
+}
 
 // ping answers a node's WebSocket ping with a pong within its budget
 // (gorilla calls it on the reader goroutine); past the budget it fails

@@ -149,7 +149,9 @@ func TestResponseForNothingPending(t *testing.T) {
 // create with unsupported{create,"x"}) or for another operation is
 // unknown/unconfirmed, never a proven refusal; unconfirmed and
 // unknown codes are unknown; a result that does not fit the operation is
-// unknown; an info receipt on a failed create is returned.
+// unknown; an info receipt on a failed create is returned; an info result
+// or receipt of another deployment generation than the request's is
+// unknown and no receipt.
 func TestDispatchOutcomes(t *testing.T) {
 	e := newEnv(t)
 	a := e.join(nodeA)
@@ -184,6 +186,14 @@ func TestDispatchOutcomes(t *testing.T) {
 		{"create success", create, proto.Response{Info: info()}, proto.OutcomeSuccess, "", false},
 		{"create exists with receipt", create, proto.Response{ErrorCode: proto.ErrExists, Info: info()},
 			proto.OutcomeFailed, proto.ErrExists, true},
+		// An answer about another deployment generation of the allocation
+		// is not the answer about the request's: unknown, and no receipt.
+		{"info of another generation", infoReq(), proto.Response{Info: otherGeneration(info())},
+			proto.OutcomeUnknown, proto.ErrUnconfirmed, false},
+		{"create success of another generation", create, proto.Response{Info: otherGeneration(info())},
+			proto.OutcomeUnknown, proto.ErrUnconfirmed, false},
+		{"create exists with a receipt of another generation", create, proto.Response{ErrorCode: proto.ErrExists, Info: otherGeneration(info())},
+			proto.OutcomeFailed, proto.ErrExists, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pending := e.dispatchAsync(nodeA, tc.req)
@@ -201,6 +211,12 @@ func TestDispatchOutcomes(t *testing.T) {
 		})
 	}
 	a.beat(health(true, "")) // the connection is intact
+}
+
+// otherGeneration returns i with the next deployment generation.
+func otherGeneration(i *proto.Info) *proto.Info {
+	i.DeploymentGeneration++
+	return i
 }
 
 // TestDispatchTimeout: no response within timeout_ms plus the grace gives

@@ -47,10 +47,11 @@ const (
 	// CloseFlood: heartbeats faster than the protocol's period
 	// (Timers.Heartbeat, 10 s): more than Idle/Heartbeat + 2 at once, or
 	// more than one per half period on average; retention requests beyond
-	// the same budget (a node asks at most once per heartbeat_ack); or
-	// WebSocket pings (which
-	// Core answers with pongs, and nodes need not send) more than
-	// PingBurst at once or one per second on average.
+	// the same budget (a node asks at most once per heartbeat_ack);
+	// WebSocket pings (which Core answers with pongs, and nodes need not
+	// send) more than PingBurst at once or one per second on average; or
+	// WebSocket pongs (all unsolicited: Core never pings) more than
+	// PongBurst at once or one per second on average.
 	CloseFlood = 4007
 )
 

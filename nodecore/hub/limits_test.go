@@ -281,6 +281,32 @@ func TestPingFlood(t *testing.T) {
 	}
 }
 
+// TestPongFlood: Core never pings, so every pong a node sends is
+// unsolicited; a real gorilla client's PongBurst pongs keep the connection
+// (a heartbeat after them is acknowledged), and pongs sent back to back
+// after them close it with 4007 — without the budget each one costs Core a
+// frame read with no bound.
+func TestPongFlood(t *testing.T) {
+	e := newEnv(t)
+	a := e.join(nodeA)
+	for range PongBurst {
+		if err := a.ws.WriteControl(websocket.PongMessage, []byte("p"), time.Now().Add(timeout)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.beat(health(true, "")) // read after the pongs: the connection is intact
+	go func() {
+		for range 1000 {
+			if a.ws.WriteControl(websocket.PongMessage, []byte("p"), time.Now().Add(timeout)) != nil {
+				return
+			}
+		}
+	}()
+	if reason := a.expectClose(CloseFlood); !strings.Contains(reason, "pongs") {
+		t.Fatalf("close reason %q, want one naming pongs", reason)
+	}
+}
+
 // TestHeartbeatIntervalUnderIdle: a heartbeat interval that is not shorter
 // than the idle timeout is refused (every node would be closed).
 func TestHeartbeatIntervalUnderIdle(t *testing.T) {

@@ -1,0 +1,123 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
+
+	"github.com/sandgate/sandgate/node/proto"
+	"github.com/sandgate/sandgate/nodeagent/provider"
+)
+
+// MaxInspectBytes bounds the body of every answer of the Docker Engine's
+// JSON read endpoints the provider calls (GET …/json: container and image
+// inspect, container list, exec inspect): 1 MiB. Those answers carry what
+// a sandbox image sets (labels, env, cmd, healthcheck…, which a container
+// inherits), so they are the tenant's; the provider reads at most this
+// many bytes of one and fails with ErrInspectTooLarge past it, before
+// decoding more. Docker's own fields of an inspect are a few KiB.
+const MaxInspectBytes = 1 << 20
+
+// MaxImageConfigBytes bounds the image inspect of a create's image
+// (256 KiB), and MaxCreateConfigBytes the JSON of the container
+// configuration a create or new_compute sends (512 KiB): a create over
+// either answers invalid and creates nothing, so every container the
+// provider makes stays readable under MaxInspectBytes (its inspect is
+// the image's configuration, the create's and Docker's own few KiB).
+const (
+	MaxImageConfigBytes  = 256 << 10
+	MaxCreateConfigBytes = 512 << 10
+)
+
+// ErrInspectTooLarge is the error of a Docker JSON answer longer than
+// MaxInspectBytes (errors.Is), returned by the Docker client's call.
+var ErrInspectTooLarge = fmt.Errorf("docker: the engine's answer exceeds %d bytes (a sandbox image's labels, env or cmd too large)", MaxInspectBytes)
+
+// boundedTransport limits the bodies of the JSON read answers (GET of a
+// path ending in /json) to MaxInspectBytes; other answers (image load
+// progress, exec output) pass unchanged. The Docker client's hijacked
+// exec attach does not go through it.
+type boundedTransport struct{ next http.RoundTripper }
+
+// RoundTrip implements http.RoundTripper.
+func (b boundedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := b.next.RoundTrip(r)
+	if err != nil || r.Method != http.MethodGet || !strings.HasSuffix(r.URL.Path, "/json") {
+		return resp, err
+	}
+	resp.Body = &limitedBody{rc: resp.Body, left: MaxInspectBytes}
+	return resp, nil
+}
+
+// limitedBody reads at most left bytes of rc and fails with
+// ErrInspectTooLarge when rc has more.
+type limitedBody struct {
+	rc   io.ReadCloser
+	left int64
+}
+
+func (l *limitedBody) Read(p []byte) (int, error) {
+	if l.left < 0 {
+		return 0, ErrInspectTooLarge
+	}
+	// One byte past the limit tells a body of exactly the limit from a
+	// longer one.
+	if int64(len(p)) > l.left+1 {
+		p = p[:l.left+1]
+	}
+	n, err := l.rc.Read(p)
+	l.left -= int64(n)
+	if l.left < 0 {
+		return n + int(l.left), ErrInspectTooLarge
+	}
+	return n, err
+}
+
+func (l *limitedBody) Close() error { return l.rc.Close() }
+
+// errImageConfigTooLarge and errCreateConfigTooLarge are the causes of a
+// create refused for its size (invalid).
+var (
+	errImageConfigTooLarge  = fmt.Errorf("docker: the image's configuration (labels, env, cmd…) exceeds %d bytes", MaxImageConfigBytes)
+	errCreateConfigTooLarge = fmt.Errorf("docker: the container configuration exceeds %d bytes", MaxCreateConfigBytes)
+)
+
+// checkCreateSize refuses, as invalid, a create whose image (inspected,
+// at most MaxInspectBytes read) has a configuration over
+// MaxImageConfigBytes or whose own configuration encodes to more than
+// MaxCreateConfigBytes. An image the engine does not have answers invalid
+// as ContainerCreate's NotFound does.
+func (p *Provider) checkCreateSize(ctx context.Context, cfg *container.Config, host *container.HostConfig) error {
+	b, err := json.Marshal(struct {
+		*container.Config
+		HostConfig *container.HostConfig
+	}{cfg, host})
+	if err != nil {
+		return err
+	}
+	if len(b) > MaxCreateConfigBytes {
+		return provider.Fail(proto.ErrInvalid, errCreateConfigTooLarge)
+	}
+	var raw bytes.Buffer
+	_, err = p.cli.ImageInspect(ctx, cfg.Image, client.ImageInspectWithRawResponse(&raw))
+	switch {
+	case errors.Is(err, ErrInspectTooLarge):
+		return provider.Fail(proto.ErrInvalid, errImageConfigTooLarge)
+	case cerrdefs.IsNotFound(err):
+		return provider.Fail(proto.ErrInvalid, err)
+	case err != nil:
+		return err
+	case raw.Len() > MaxImageConfigBytes:
+		return provider.Fail(proto.ErrInvalid, errImageConfigTooLarge)
+	}
+	return nil
+}
