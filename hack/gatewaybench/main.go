@@ -49,7 +49,9 @@
 // rounds). For transfers it adds MB/s, the proxy's peak RSS (VmHWM,
 // reset through /proc/<pid>/clear_refs before each transfer) and the
 // proxy's read and write system calls per MiB (syscr and syscw of
-// /proc/<pid>/io), a count that the machine's load barely moves.
+// /proc/<pid>/io), a count that the machine's load barely moves, and its
+// sleeps and preemptions per MiB (voluntary and involuntary context
+// switches of its threads).
 //
 // Usage (from the repository root, after make build):
 //
