@@ -49,7 +49,9 @@
 // rounds). For transfers it adds MB/s, the proxy's peak RSS (VmHWM,
 // reset through /proc/<pid>/clear_refs before each transfer) and the
 // proxy's read and write system calls per MiB (syscr and syscw of
-// /proc/<pid>/io), a count that the machine's load barely moves.
+// /proc/<pid>/io), a count that the machine's load barely moves, and its
+// sleeps and preemptions per MiB (voluntary and involuntary context
+// switches of its threads).
 //
 // Usage (from the repository root, after make build):
 //
@@ -1125,6 +1127,11 @@ type transferResult struct {
 	// the transfer (/proc/<pid>/io): a count the machine's load barely
 	// moves, unlike CPU seconds; -1 when /proc/<pid>/io is unreadable.
 	syscr, syscw int64
+	// sleeps and preempts are the proxy's voluntary and involuntary
+	// context switches during the transfer, summed over its threads
+	// (/proc/<pid>/task/*/status): how often a thread slept to be woken
+	// again, and how often one was preempted.
+	sleeps, preempts int64
 }
 
 // transferKind is one transfer workload on one path.
@@ -1243,6 +1250,7 @@ func (w *world) transferOnce(client *http.Client, k transferKind, size int64) (t
 		return transferResult{}, err
 	}
 	r0, w0, ioErr0 := syscalls(proxy.pid())
+	v0, i0 := contextSwitches(proxy.pid())
 	t0 := time.Now()
 	resp, err := client.Do(req)
 	if err != nil {
@@ -1258,7 +1266,8 @@ func (w *world) transferOnce(client *http.Client, k transferKind, size int64) (t
 	if err != nil {
 		return transferResult{}, err
 	}
-	res := transferResult{wall: wall, cpu: c1.sub(c0), peakRSS: -1, syscr: -1, syscw: -1}
+	v1, i1 := contextSwitches(proxy.pid())
+	res := transferResult{wall: wall, cpu: c1.sub(c0), peakRSS: -1, syscr: -1, syscw: -1, sleeps: v1 - v0, preempts: i1 - i0}
 	if r1, w1, ioErr1 := syscalls(proxy.pid()); ioErr0 == nil && ioErr1 == nil {
 		res.syscr, res.syscw = r1-r0, w1-w0
 	}
@@ -1351,16 +1360,17 @@ func (w *world) transfers() error {
 			}
 			results[i] = append(results[i], res)
 			gib := float64(size) / (1 << 30)
-			fmt.Printf("  round %d %-22s %-13s %7.0f MB/s  CPU s/GiB: proxy %5.2f  fixed entry %5.2f  execd %5.2f  client %5.2f  proxy peak RSS %5.1f MiB  proxy syscalls per MiB: read %6.1f write %6.1f",
+			fmt.Printf("  round %d %-22s %-13s %7.0f MB/s  CPU s/GiB: proxy %5.2f  fixed entry %5.2f  execd %5.2f  client %5.2f  proxy peak RSS %5.1f MiB  proxy per MiB: reads %6.1f writes %6.1f sleeps %6.1f preempted %5.1f",
 				r+1, k.name, k.path, float64(size)/1e6/res.wall.Seconds(), res.cpu.proxy.Seconds()/gib, res.cpu.fixedEntry.Seconds()/gib,
 				res.cpu.execd.Seconds()/gib, res.cpu.client.Seconds()/gib, float64(res.peakRSS)/1024,
-				float64(res.syscr)/float64(w.o.transferMiB), float64(res.syscw)/float64(w.o.transferMiB))
+				float64(res.syscr)/float64(w.o.transferMiB), float64(res.syscw)/float64(w.o.transferMiB),
+				float64(res.sleeps)/float64(w.o.transferMiB), float64(res.preempts)/float64(w.o.transferMiB))
 			fmt.Println()
 		}
 	}
 	gib := float64(size) / (1 << 30)
 	fmt.Printf("\ntransfer summary (median over %d rounds)\n\n", w.o.transferRounds)
-	fmt.Println("| transfer | path | MB/s | proxy CPU s/GiB | fixed entry | execd | client | proxy peak RSS MiB (max) | proxy syscalls per MiB: read / write |")
+	fmt.Println("| transfer | path | MB/s | proxy CPU s/GiB | fixed entry | execd | client | proxy peak RSS MiB (max) | proxy per MiB: reads / writes / sleeps |")
 	fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|---:|")
 	for i, k := range transferKinds {
 		rs := results[i]
@@ -1368,7 +1378,7 @@ func (w *world) transfers() error {
 			continue
 		}
 		med := func(f func(transferResult) float64) float64 { return median(mapf(rs, f)) }
-		fmt.Printf("| %s | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.1f | %.1f / %.1f |\n", k.name, k.path,
+		fmt.Printf("| %s | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.1f | %.1f / %.1f / %.1f |\n", k.name, k.path,
 			med(func(r transferResult) float64 { return float64(size) / 1e6 / r.wall.Seconds() }),
 			med(func(r transferResult) float64 { return r.cpu.proxy.Seconds() / gib }),
 			med(func(r transferResult) float64 { return r.cpu.fixedEntry.Seconds() / gib }),
@@ -1376,7 +1386,8 @@ func (w *world) transfers() error {
 			med(func(r transferResult) float64 { return r.cpu.client.Seconds() / gib }),
 			slices.Max(mapf(rs, func(r transferResult) float64 { return float64(r.peakRSS) / 1024 })),
 			med(func(r transferResult) float64 { return float64(r.syscr) / float64(w.o.transferMiB) }),
-			med(func(r transferResult) float64 { return float64(r.syscw) / float64(w.o.transferMiB) }))
+			med(func(r transferResult) float64 { return float64(r.syscw) / float64(w.o.transferMiB) }),
+			med(func(r transferResult) float64 { return float64(r.sleeps) / float64(w.o.transferMiB) }))
 	}
 	for _, p := range []*proc{w.gateway, w.proxy, w.nginx} {
 		if p.cg == nil {
