@@ -29,6 +29,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/cnicheck"
 	"github.com/sandgate/sandgate/corectl/controller"
 	"github.com/sandgate/sandgate/corectl/egress"
+	"github.com/sandgate/sandgate/corectl/fairshare"
 	"github.com/sandgate/sandgate/corectl/httpapi"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
@@ -88,6 +89,10 @@ type Options struct {
 	EgressGrace time.Duration
 	// IngressWait bounds an ingress PUT's wait (see httpapi.Server).
 	IngressWait time.Duration
+	// APIShare is each credential's share of its cluster's apiserver
+	// requests for its API calls (package fairshare; zero value: the
+	// defaults, fairshare.DefaultRate and fairshare.DefaultBurst).
+	APIShare fairshare.Config
 	// RESTConfig returns a cluster's apiserver connection (default
 	// (*cluster.Cluster).RESTConfig); tests point it at envtest. The
 	// daemon sets the cluster's client limits on the returned config
