@@ -307,7 +307,8 @@ func New(opts Options) (*Daemon, error) {
 	}
 	d := &Daemon{opts: opts, metrics: opts.Metrics}
 	d.api = &httpapi.Server{Keys: opts.Keys, Credentials: opts.Credentials, Clusters: map[string]*httpapi.ClusterHandle{},
-		IngressWait: opts.IngressWait, Log: opts.Log.WithName("api"), Metrics: opts.Metrics, InternalToken: opts.InternalToken, InternalTokens: opts.InternalTokens}
+		IngressWait: opts.IngressWait, Log: opts.Log.WithName("api"), Metrics: opts.Metrics, InternalToken: opts.InternalToken, InternalTokens: opts.InternalTokens,
+		Shares: fairshare.New(opts.APIShare)}
 	for i := range opts.Config.Clusters {
 		c := &opts.Config.Clusters[i]
 		// The execd token secret is read at start (a configuration
@@ -320,6 +321,9 @@ func New(opts Options) (*Daemon, error) {
 			return nil, err
 		}
 		c.ApplyClientLimits(cfg)
+		// Every apiserver request of an API call is charged to the
+		// caller's share (package fairshare); the others pass.
+		cfg.Wrap(fairshare.Transport)
 		// The uncached client of the engines, the orchestration and the
 		// API, and the clientset of the Events, the SelfSubjectAccessReviews
 		// and pods/log: every request bounded by the cluster's request

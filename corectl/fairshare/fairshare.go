@@ -1,10 +1,36 @@
 // Package fairshare bounds the apiserver requests corectl makes for each
-// credential's API calls: every credential has a share, a token bucket of
-// Config.Rate requests a second up to Config.Burst, of its cluster's
-// apiserver requests (the cluster client's own limit,
-// cluster.DefaultClientQPS, is shared by every tenant of the cluster and by
-// corectl's reconcilers).
+// credential's API calls. Every credential has a share, a token bucket of
+// Config.Burst apiserver requests refilled at Config.Rate a second, of its
+// cluster's apiserver requests: the cluster client's own limit
+// (cluster.DefaultClientQPS) is one for every tenant of the cluster and
+// corectl's reconcilers, so without shares one API key reading its own
+// sandboxes in a loop (a GET /sandboxes/{id} is about a dozen requests, a
+// GET /sandboxes/metrics two per sandbox named) could spend all of it and
+// hold up every other tenant's creates and deletes.
+//
+// How a share is spent: the API tags each request's context (Tag) and,
+// once the caller is authenticated, names its credential (Charge), after
+// admitting the call (Shares.Admit: the share must hold a request, which
+// the call takes). Every apiserver request made with that context, or one
+// derived from it, then takes one more from the share as it is sent
+// (Transport, which wraps the cluster's client transport). A call once
+// admitted is never cut off half-way (a delete or a network write is not
+// left half-done): its requests may take the share below zero, and the
+// credential's next calls are refused (429 rate_limited) until the refill
+// has paid the debt back. What one credential makes corectl send is so at
+// most Burst, plus Rate a second, plus the requests of the calls it has in
+// progress when its share runs out.
 package fairshare
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+)
 
 // Defaults of Config: a credential's apiserver requests a second and its
 // burst. 100 a second is a third of the cluster client's default rate
@@ -26,3 +52,103 @@ type Config struct {
 	// DefaultBurst).
 	Burst int
 }
+
+// Shares are the credentials' shares, made on a credential's first call.
+// A nil *Shares admits every call and charges nothing. Safe for
+// concurrent use.
+type Shares struct {
+	rate  rate.Limit
+	burst int
+
+	mu sync.Mutex
+	m  map[string]*rate.Limiter
+}
+
+// New returns the shares of c, or nil when c.Rate is negative (off).
+func New(c Config) *Shares {
+	if c.Rate < 0 {
+		return nil
+	}
+	if c.Rate == 0 {
+		c.Rate = DefaultRate
+	}
+	if c.Burst <= 0 {
+		c.Burst = DefaultBurst
+	}
+	return &Shares{rate: rate.Limit(c.Rate), burst: c.Burst, m: map[string]*rate.Limiter{}}
+}
+
+// share returns credential id's bucket. The map holds one per
+// credential that has made a call: the credentials are the operator's
+// (an ID is only known here once its API key authenticated), so it grows
+// with that list, not with what callers send.
+func (s *Shares) share(id string) *rate.Limiter {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.m[id]
+	if !ok {
+		l = rate.NewLimiter(s.rate, s.burst)
+		s.m[id] = l
+	}
+	return l
+}
+
+// Admit reports whether credential id may make an API call now: its share
+// holds at least one request, which the call takes; false while the share
+// is spent (or in debt). A nil Shares admits every call.
+func (s *Shares) Admit(id string) bool {
+	if s == nil {
+		return true
+	}
+	return s.share(id).Allow()
+}
+
+// tag is what Tag puts in a context: the share its apiserver requests are
+// charged to, once Charge has named it.
+type tag struct{ share atomic.Pointer[rate.Limiter] }
+
+type tagKey struct{}
+
+// Tag returns ctx with an empty tag: the apiserver requests made with it,
+// or with a context derived from it, are charged (Transport) to the
+// credential that Charge names, from then on.
+func Tag(ctx context.Context) context.Context {
+	return context.WithValue(ctx, tagKey{}, &tag{})
+}
+
+// Charge names credential id as the payer of the apiserver requests made
+// with ctx (a context from Tag or derived from one); without a tag, or on
+// a nil Shares, it does nothing.
+func (s *Shares) Charge(ctx context.Context, id string) {
+	if s == nil {
+		return
+	}
+	if t, ok := ctx.Value(tagKey{}).(*tag); ok {
+		t.share.Store(s.share(id))
+	}
+}
+
+// Transport returns rt that takes one request from the share named in
+// each request's context (Charge) as it sends it; never waiting and never
+// refusing, so a share may go below zero (see the package documentation).
+// Requests without a named share (the reconcilers', the caches' lists and
+// watches) pass untouched.
+func Transport(rt http.RoundTripper) http.RoundTripper {
+	return roundTripper{rt}
+}
+
+type roundTripper struct{ next http.RoundTripper }
+
+// RoundTrip implements http.RoundTripper.
+func (r roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t, ok := req.Context().Value(tagKey{}).(*tag); ok {
+		if l := t.share.Load(); l != nil {
+			l.ReserveN(time.Now(), 1)
+		}
+	}
+	return r.next.RoundTrip(req)
+}
+
+// WrappedRoundTripper returns the transport r wraps (client-go's
+// utilnet.RoundTripperWrapper).
+func (r roundTripper) WrappedRoundTripper() http.RoundTripper { return r.next }

@@ -55,6 +55,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/browser"
 	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/egress"
+	"github.com/sandgate/sandgate/corectl/fairshare"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
 	"github.com/sandgate/sandgate/corectl/metrics"
@@ -229,6 +230,14 @@ type Server struct {
 	// nil records nothing.
 	Metrics *metrics.Metrics
 
+	// Shares are the credentials' shares of the apiserver requests made
+	// for their calls (package fairshare): a call of a credential whose
+	// share is spent is 429 rate_limited before it does anything, and
+	// every apiserver request of an admitted call is charged to it (the
+	// clusters' transports must be wrapped with fairshare.Transport). nil:
+	// no shares.
+	Shares *fairshare.Shares
+
 	// quota enforces the credentials' create limits (its zero value is
 	// ready).
 	quota quota.Gate
@@ -287,7 +296,9 @@ func (s *Server) Handler() http.Handler {
 	for _, r := range Routes {
 		h := r.handler
 		route := r.Method + " " + r.Pattern
-		mux.Handle(route, s.Metrics.Instrument(route, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { h(s, w, req) })))
+		mux.Handle(route, s.Metrics.Instrument(route, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			h(s, w, req.WithContext(fairshare.Tag(req.Context())))
+		})))
 	}
 	// E2B's routes that sandgate does not serve (501 not_supported; see
 	// Unsupported.match for why they are matched here), then 404.
@@ -403,6 +414,12 @@ func (s *Server) scopeCredential(w http.ResponseWriter, r *http.Request) (*Clust
 			return nil, credential.Credential{}, false
 		}
 	}
+	if !s.Shares.Admit(c.ID) {
+		s.Metrics.Refused(metrics.RefusalShareSpent)
+		s.fail(w, r, http.StatusTooManyRequests, CodeRateLimited, "rate limit exceeded: this credential's share of the cluster's apiserver requests is spent; retry in a second")
+		return nil, credential.Credential{}, false
+	}
+	s.Shares.Charge(r.Context(), c.ID)
 	ch, ok := s.Clusters[c.ClusterID]
 	if !ok {
 		s.Metrics.Refused(metrics.RefusalClusterUnknown)

@@ -151,6 +151,9 @@ const (
 	// RefusalNotTemplateAdmin: a template-default change by a key that is
 	// not a template administrator.
 	RefusalNotTemplateAdmin = "not_template_admin"
+	// RefusalShareSpent: the credential's share of its cluster's apiserver
+	// requests is spent (package fairshare; 429 rate_limited).
+	RefusalShareSpent = "share_spent"
 )
 
 // New returns Metrics with every collector above registered in a new
