@@ -75,12 +75,19 @@ func listQuery(q url.Values, v2 bool) (lifecycle.ListQuery, error) {
 // escapes) and put that in the URL (a third time), so {"user id": "a b/c"}
 // arrives as user%252520id%3Da%252520b%25252Fc. A plain user=abc&app=prod
 // reads the same. A pair without exactly one "=", an empty key, a key
-// given twice or bad escaping is an error naming the parameter.
+// given twice, more pairs than lifecycle.MaxMetadataEntries or bad
+// escaping is an error naming the parameter.
 func metadataFilter(m string) (map[string]string, error) {
 	bad := errors.New("metadata must be a URL-encoded query of key=value pairs such as user=abc&app=prod")
 	all, err := url.QueryUnescape(m)
 	if err != nil {
 		return nil, bad
+	}
+	// No sandbox has more metadata entries than a create accepts, so a
+	// filter of more pairs matches nothing: refused before its pairs are
+	// split and kept (a URL of up to 1 MB could name 100,000 of them).
+	if n := strings.Count(all, "&") + 1; n > lifecycle.MaxMetadataEntries {
+		return nil, fmt.Errorf("metadata names %d pairs, more than a sandbox can have (%d)", n, lifecycle.MaxMetadataEntries)
 	}
 	md := map[string]string{}
 	for _, pair := range strings.Split(all, "&") {
