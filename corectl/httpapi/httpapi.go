@@ -63,6 +63,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	"github.com/sandgate/sandgate/corectl/sandboxlogs"
 	"github.com/sandgate/sandgate/corectl/template"
+	"github.com/sandgate/sandgate/gateway/admission"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"golang.org/x/time/rate"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -237,6 +238,10 @@ type Server struct {
 	// clusters' transports must be wrapped with fairshare.Transport). nil:
 	// no shares.
 	Shares *fairshare.Shares
+
+	// logReadsLimiter bounds the log reads in progress (logReads).
+	logReadsOnce    sync.Once
+	logReadsLimiter *admission.Limiter
 
 	// quota enforces the credentials' create limits (its zero value is
 	// ready).

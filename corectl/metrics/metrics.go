@@ -154,6 +154,9 @@ const (
 	// RefusalShareSpent: the credential's share of its cluster's apiserver
 	// requests is spent (package fairshare; 429 rate_limited).
 	RefusalShareSpent = "share_spent"
+	// RefusalLogReadsBusy: a sandbox log read past the log reads in
+	// progress allowed to the credential or to corectl (429 rate_limited).
+	RefusalLogReadsBusy = "log_reads_busy"
 )
 
 // New returns Metrics with every collector above registered in a new
