@@ -1,9 +1,9 @@
 // Package fairshare bounds the apiserver requests corectl makes for each
 // credential's API calls. Every credential has a share, a token bucket of
 // Config.Burst apiserver requests refilled at Config.Rate a second, of its
-// cluster's apiserver requests: the cluster client's own limit
-// (cluster.DefaultClientQPS) is one for every tenant of the cluster and
-// corectl's reconcilers, so without shares one API key reading its own
+// cluster's apiserver requests: the cluster client's own limits
+// (cluster.DefaultClientQPS for each resource type) are one for every
+// tenant of the cluster and corectl's reconcilers, so without shares one API key reading its own
 // sandboxes in a loop (a GET /sandboxes/{id} is about a dozen requests, a
 // GET /sandboxes/metrics two per sandbox named) could spend all of it and
 // hold up every other tenant's creates and deletes.
@@ -34,8 +34,9 @@ import (
 
 // Defaults of Config: a credential's apiserver requests a second and its
 // burst. 100 a second is a third of the cluster client's default rate
-// (cluster.DefaultClientQPS, 300), so one tenant spending its share leaves
-// the others and corectl's reconcilers at least two thirds of it; 600 is
+// for one resource type (cluster.DefaultClientQPS, 300), so one tenant
+// spending its share on one type leaves the others and corectl's
+// reconcilers at least two thirds of it; 600 is
 // the client's default burst (cluster.DefaultClientBurst), about 25
 // creates or 50 sandbox reads at once.
 const (
