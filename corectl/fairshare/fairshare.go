@@ -52,6 +52,9 @@ type Config struct {
 	// Burst is the share's size in apiserver requests (default
 	// DefaultBurst).
 	Burst int
+	// InProgress bounds each credential's calls in progress (default
+	// DefaultInProgress).
+	InProgress int
 }
 
 // Shares are the credentials' shares, made on a credential's first call.

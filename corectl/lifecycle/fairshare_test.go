@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sandgate/sandgate/corectl/fairshare"
+	"github.com/sandgate/sandgate/corectl/lifecycle"
 )
 
 // sandboxRequests counts corectl's apiserver requests whose path names
@@ -103,5 +105,66 @@ func TestAPIShareBoundsOneCredential(t *testing.T) {
 		case <-ctx.Done():
 		case <-time.After(200 * time.Millisecond):
 		}
+	}
+}
+
+// TestAPIShareBoundsCallsInProgress: credential a, allowed 2 calls in
+// progress (fairshare.Config.InProgress), has two creates waiting at the
+// readiness step; its next call is 429 rate_limited at once, whatever its
+// share holds, while credential a2 is served; once the creates finish, a
+// is served again. The share alone admits as many calls at once as it
+// holds requests, each then making its own requests (a dozen for a read):
+// the bound on calls in progress is what keeps a credential that opens
+// many connections at once near its share.
+func TestAPIShareBoundsCallsInProgress(t *testing.T) {
+	w := startWorld(t, env.Config, worldOptions{apiShare: fairshare.Config{InProgress: 2}})
+	mine := w.create(`{"templateID":"base"}`).SandboxID
+	var other sandboxBody
+	if st, raw := w.do("POST", "/v2/sandboxes", "key-a2", `{"templateID":"base"}`, &other); st != http.StatusCreated {
+		t.Fatalf("a2's create = %d %s", st, raw)
+	}
+	release, held := w.hold(lifecycle.StepReadiness)
+	var wg sync.WaitGroup
+	created := make([]int, 2)
+	for i := range created {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequest("POST", w.url+"/v2/sandboxes", strings.NewReader(`{"templateID":"base"}`))
+			req.Header.Set("X-API-Key", "key-a")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Errorf("create %d: %v", i, err)
+				return
+			}
+			resp.Body.Close()
+			created[i] = resp.StatusCode
+		}()
+	}
+	for range created {
+		select {
+		case <-held:
+		case <-time.After(60 * time.Second):
+			close(release)
+			wg.Wait()
+			t.Fatal("the creates did not reach the readiness step within 60 s")
+		}
+	}
+	st, body := w.do("GET", "/sandboxes/"+mine, "key-a", "", nil)
+	if st != http.StatusTooManyRequests || !strings.Contains(string(body), `"rate_limited"`) {
+		t.Errorf("a's read with 2 calls in progress = %d %s, want 429 rate_limited", st, body)
+	}
+	if st, raw := w.do("GET", "/sandboxes/"+other.SandboxID, "key-a2", "", nil); st != http.StatusOK {
+		t.Errorf("a2's read while a has 2 calls in progress = %d %s", st, raw)
+	}
+	close(release)
+	wg.Wait()
+	for i, st := range created {
+		if st != http.StatusCreated {
+			t.Errorf("create %d = %d", i, st)
+		}
+	}
+	if st, raw := w.do("GET", "/sandboxes/"+mine, "key-a", "", nil); st != http.StatusOK {
+		t.Errorf("a's read once its creates finished = %d %s", st, raw)
 	}
 }
