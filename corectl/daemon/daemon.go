@@ -90,8 +90,9 @@ type Options struct {
 	// IngressWait bounds an ingress PUT's wait (see httpapi.Server).
 	IngressWait time.Duration
 	// APIShare is each credential's share of its cluster's apiserver
-	// requests for its API calls (package fairshare; zero value: the
-	// defaults, fairshare.DefaultRate and fairshare.DefaultBurst).
+	// requests for its API calls, and its calls in progress (package
+	// fairshare; zero value: the defaults, fairshare.DefaultRate,
+	// DefaultBurst and DefaultInProgress).
 	APIShare fairshare.Config
 	// RESTConfig returns a cluster's apiserver connection (default
 	// (*cluster.Cluster).RESTConfig); tests point it at envtest. The

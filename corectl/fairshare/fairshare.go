@@ -9,26 +9,30 @@
 // hold up every other tenant's creates and deletes.
 //
 // How a share is spent: the API tags each request's context (Tag) and,
-// once the caller is authenticated, names its credential (Charge), after
-// admitting the call (Shares.Admit: the share must hold a request, which
-// the call takes). Every apiserver request made with that context, or one
+// once the caller is authenticated, admits the call for its credential
+// (Shares.Admit: the share must hold a request, which the call takes). Every apiserver request made with that context, or one
 // derived from it, then takes one more from the share as it is sent
 // (Transport, which wraps the cluster's client transport). A call once
 // admitted is never cut off half-way (a delete or a network write is not
 // left half-done): its requests may take the share below zero, and the
 // credential's next calls are refused (429 rate_limited) until the refill
-// has paid the debt back. What one credential makes corectl send is so at
-// most Burst, plus Rate a second, plus the requests of the calls it has in
-// progress when its share runs out.
+// has paid the debt back. A credential also has at most
+// Config.InProgress calls in progress (a call past it is refused the same
+// way): the share alone would admit as many calls at once as it holds
+// requests, each then making its own. What one credential makes corectl
+// send is so at most Burst, plus Rate a second, plus the requests of
+// InProgress calls.
 package fairshare
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/admission"
 	"golang.org/x/time/rate"
 )
 
@@ -39,9 +43,15 @@ import (
 // reconcilers at least two thirds of it; 600 is
 // the client's default burst (cluster.DefaultClientBurst), about 25
 // creates or 50 sandbox reads at once.
+//
+// DefaultInProgress, 64 calls of one credential in progress, is a create
+// apiece for 64 sandboxes created at once (a create is in progress for
+// its readiness wait, seconds), and at most 64 reads of a dozen requests
+// past a spent share.
 const (
-	DefaultRate  = 100
-	DefaultBurst = 600
+	DefaultRate       = 100
+	DefaultBurst      = 600
+	DefaultInProgress = 64
 )
 
 // Config is each credential's share. The zero value is the defaults.
@@ -61,8 +71,9 @@ type Config struct {
 // A nil *Shares admits every call and charges nothing. Safe for
 // concurrent use.
 type Shares struct {
-	rate  rate.Limit
-	burst int
+	rate       rate.Limit
+	burst      int
+	inProgress *admission.Limiter
 
 	mu sync.Mutex
 	m  map[string]*rate.Limiter
@@ -79,7 +90,11 @@ func New(c Config) *Shares {
 	if c.Burst <= 0 {
 		c.Burst = DefaultBurst
 	}
-	return &Shares{rate: rate.Limit(c.Rate), burst: c.Burst, m: map[string]*rate.Limiter{}}
+	if c.InProgress <= 0 {
+		c.InProgress = DefaultInProgress
+	}
+	return &Shares{rate: rate.Limit(c.Rate), burst: c.Burst, m: map[string]*rate.Limiter{},
+		inProgress: admission.New(math.MaxInt32, c.InProgress)}
 }
 
 // share returns credential id's bucket. The map holds one per
@@ -97,43 +112,73 @@ func (s *Shares) share(id string) *rate.Limiter {
 	return l
 }
 
-// Admit reports whether credential id may make an API call now: its share
-// holds at least one request, which the call takes; false while the share
-// is spent (or in debt). A nil Shares admits every call.
-func (s *Shares) Admit(id string) bool {
+// Admit reports whether credential id may make an API call now, the call
+// of ctx (a context from Tag): the credential has fewer than
+// Config.InProgress calls in progress, and its share holds at least one
+// request, which the call takes. Admitted, the call counts as in progress
+// until Tag's done is called, and the apiserver requests made with ctx, or
+// a context derived from it, are charged to id's share (Transport). False
+// leaves nothing taken. A nil Shares admits every call and charges
+// nothing; without a tag the call is admitted by the share alone.
+func (s *Shares) Admit(ctx context.Context, id string) bool {
 	if s == nil {
 		return true
 	}
-	return s.share(id).Allow()
+	t, tagged := ctx.Value(tagKey{}).(*tag)
+	var release func()
+	if tagged {
+		var why admission.Reason
+		if release, why = s.inProgress.TryAcquire(id); why != admission.Admitted {
+			return false
+		}
+	}
+	l := s.share(id)
+	if !l.Allow() {
+		if release != nil {
+			release()
+		}
+		return false
+	}
+	if tagged {
+		t.mu.Lock()
+		t.release = append(t.release, release)
+		t.mu.Unlock()
+		t.share.Store(l)
+	}
+	return true
 }
 
 // tag is what Tag puts in a context: the share its apiserver requests are
-// charged to, once Charge has named it.
-type tag struct{ share atomic.Pointer[rate.Limiter] }
+// charged to, once Admit has named it, and the in-progress slots to give
+// back when the call ends.
+type tag struct {
+	share   atomic.Pointer[rate.Limiter]
+	mu      sync.Mutex
+	release []func()
+}
 
 type tagKey struct{}
 
-// Tag returns ctx with an empty tag: the apiserver requests made with it,
-// or with a context derived from it, are charged (Transport) to the
-// credential that Charge names, from then on.
-func Tag(ctx context.Context) context.Context {
-	return context.WithValue(ctx, tagKey{}, &tag{})
-}
-
-// Charge names credential id as the payer of the apiserver requests made
-// with ctx (a context from Tag or derived from one); without a tag, or on
-// a nil Shares, it does nothing.
-func (s *Shares) Charge(ctx context.Context, id string) {
-	if s == nil {
-		return
-	}
-	if t, ok := ctx.Value(tagKey{}).(*tag); ok {
-		t.share.Store(s.share(id))
+// Tag returns ctx with an empty tag, for one API call: the apiserver
+// requests made with it, or with a context derived from it, are charged
+// (Transport) to the credential that Admit admits, from then on. done
+// ends the call: it gives back what Admit took for it (call it once, when
+// the call's handler returns).
+func Tag(ctx context.Context) (tagged context.Context, done func()) {
+	t := &tag{}
+	return context.WithValue(ctx, tagKey{}, t), func() {
+		t.mu.Lock()
+		rs := t.release
+		t.release = nil
+		t.mu.Unlock()
+		for _, r := range rs {
+			r()
+		}
 	}
 }
 
 // Transport returns rt that takes one request from the share named in
-// each request's context (Charge) as it sends it; never waiting and never
+// each request's context (Admit) as it sends it; never waiting and never
 // refusing, so a share may go below zero (see the package documentation).
 // Requests without a named share (the reconcilers', the caches' lists and
 // watches) pass untouched.

@@ -232,8 +232,9 @@ type Server struct {
 	Metrics *metrics.Metrics
 
 	// Shares are the credentials' shares of the apiserver requests made
-	// for their calls (package fairshare): a call of a credential whose
-	// share is spent is 429 rate_limited before it does anything, and
+	// for their calls and of calls in progress (package fairshare): a call
+	// of a credential whose share is spent, or that has its calls in
+	// progress, is 429 rate_limited before it does anything, and
 	// every apiserver request of an admitted call is charged to it (the
 	// clusters' transports must be wrapped with fairshare.Transport). nil:
 	// no shares.
@@ -302,7 +303,9 @@ func (s *Server) Handler() http.Handler {
 		h := r.handler
 		route := r.Method + " " + r.Pattern
 		mux.Handle(route, s.Metrics.Instrument(route, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-			h(s, w, req.WithContext(fairshare.Tag(req.Context())))
+			ctx, done := fairshare.Tag(req.Context())
+			defer done()
+			h(s, w, req.WithContext(ctx))
 		})))
 	}
 	// E2B's routes that sandgate does not serve (501 not_supported; see
@@ -419,12 +422,11 @@ func (s *Server) scopeCredential(w http.ResponseWriter, r *http.Request) (*Clust
 			return nil, credential.Credential{}, false
 		}
 	}
-	if !s.Shares.Admit(c.ID) {
+	if !s.Shares.Admit(r.Context(), c.ID) {
 		s.Metrics.Refused(metrics.RefusalShareSpent)
-		s.fail(w, r, http.StatusTooManyRequests, CodeRateLimited, "rate limit exceeded: this credential's share of the cluster's apiserver requests is spent; retry in a second")
+		s.fail(w, r, http.StatusTooManyRequests, CodeRateLimited, "rate limit exceeded: this credential's share of the cluster's apiserver requests, or of calls in progress, is spent; retry in a second")
 		return nil, credential.Credential{}, false
 	}
-	s.Shares.Charge(r.Context(), c.ID)
 	ch, ok := s.Clusters[c.ClusterID]
 	if !ok {
 		s.Metrics.Refused(metrics.RefusalClusterUnknown)

@@ -152,7 +152,8 @@ const (
 	// not a template administrator.
 	RefusalNotTemplateAdmin = "not_template_admin"
 	// RefusalShareSpent: the credential's share of its cluster's apiserver
-	// requests is spent (package fairshare; 429 rate_limited).
+	// requests is spent, or it has its calls in progress (package
+	// fairshare; 429 rate_limited).
 	RefusalShareSpent = "share_spent"
 	// RefusalLogReadsBusy: a sandbox log read past the log reads in
 	// progress allowed to the credential or to corectl (429 rate_limited).

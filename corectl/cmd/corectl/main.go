@@ -90,6 +90,7 @@ func run(args []string) error {
 	relayWait := fs.Duration("probe-relay-wait", 2*time.Minute, "how long corectl waits at start for the probe relay to confirm the gateway's clusters match -config")
 	shareRate := fs.Float64("api-share-rate", fairshare.DefaultRate, "each credential's share of its cluster's apiserver requests for its API calls: requests a second (a call of a credential whose share is spent is 429 rate_limited; negative: no shares)")
 	shareBurst := fs.Int("api-share-burst", fairshare.DefaultBurst, "each credential's share of its cluster's apiserver requests: the most it holds, in requests")
+	shareInProgress := fs.Int("api-share-in-progress", fairshare.DefaultInProgress, "each credential's API calls in progress at once (a call past it is 429 rate_limited)")
 	showVersion := fs.Bool("version", false, "print the sandgate commit this binary was built from and exit")
 	cniEvery := fs.Duration("cni-check-interval", cnicheck.DefaultInterval, "how often every replica re-reads the CNI facts of clusters with a cniSource")
 	printCNI := fs.Bool("print-cni-facts", false, "read the CNI facts of every cluster with a cniSource, print them as qualification records (YAML) and exit (needs only -config)")
@@ -111,8 +112,8 @@ func run(args []string) error {
 		fmt.Fprintln(os.Stderr, "corectl: -config, -credentials and -api-keys are required")
 		os.Exit(2)
 	}
-	if *shareBurst <= 0 {
-		fmt.Fprintln(os.Stderr, "corectl: -api-share-burst must be positive")
+	if *shareBurst <= 0 || *shareInProgress <= 0 {
+		fmt.Fprintln(os.Stderr, "corectl: -api-share-burst and -api-share-in-progress must be positive")
 		os.Exit(2)
 	}
 	if *maxTimeout <= 0 || *tokenGrace < 0 || *cniEvery <= 0 || *orphanGrace <= 0 {
@@ -174,7 +175,7 @@ func run(args []string) error {
 		ProbeSourceDiscovery: true,
 		TokenKey:             signer, MaxTimeout: *maxTimeout, TokenGrace: *tokenGrace, ReadyBudget: *readyBudget, OrphanInterval: *orphanEvery,
 		ProbeListen: *probeListen, Profiling: *probePprof, ShutdownGrace: *shutdownGrace,
-		APIShare: fairshare.Config{Rate: *shareRate, Burst: *shareBurst},
+		APIShare: fairshare.Config{Rate: *shareRate, Burst: *shareBurst, InProgress: *shareInProgress},
 	})
 	if err != nil {
 		return err
