@@ -133,24 +133,19 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	var items []lifecycle.Listed
-	var page *lifecycle.ListPage
-	for {
-		page, err = ch.Lifecycle.List(ctx, cred, cred.ProjectNamespace, q)
-		if err != nil {
-			if errors.Is(err, lifecycle.ErrBadToken) {
-				s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
-				return
-			}
-			s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
+	// v1 answers every sandbox at once: one pass (ListQuery.All), not
+	// one per page of 100.
+	q.All = !v2
+	page, err := ch.Lifecycle.List(ctx, cred, cred.ProjectNamespace, q)
+	if err != nil {
+		if errors.Is(err, lifecycle.ErrBadToken) {
+			s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
 			return
 		}
-		items = append(items, page.Items...)
-		if v2 || page.NextToken == "" {
-			break
-		}
-		q.NextToken = page.NextToken
+		s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
+		return
 	}
+	items := page.Items
 	if v2 {
 		if page.NextToken != "" {
 			w.Header().Set("X-Next-Token", page.NextToken)
