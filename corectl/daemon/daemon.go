@@ -29,6 +29,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/cnicheck"
 	"github.com/sandgate/sandgate/corectl/controller"
 	"github.com/sandgate/sandgate/corectl/egress"
+	"github.com/sandgate/sandgate/corectl/fairshare"
 	"github.com/sandgate/sandgate/corectl/httpapi"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
@@ -88,6 +89,11 @@ type Options struct {
 	EgressGrace time.Duration
 	// IngressWait bounds an ingress PUT's wait (see httpapi.Server).
 	IngressWait time.Duration
+	// APIShare is each credential's share of its cluster's apiserver
+	// requests for its API calls, and its calls in progress (package
+	// fairshare; zero value: the defaults, fairshare.DefaultRate,
+	// DefaultBurst and DefaultInProgress).
+	APIShare fairshare.Config
 	// RESTConfig returns a cluster's apiserver connection (default
 	// (*cluster.Cluster).RESTConfig); tests point it at envtest. The
 	// daemon sets the cluster's client limits on the returned config
@@ -302,7 +308,8 @@ func New(opts Options) (*Daemon, error) {
 	}
 	d := &Daemon{opts: opts, metrics: opts.Metrics}
 	d.api = &httpapi.Server{Keys: opts.Keys, Credentials: opts.Credentials, Clusters: map[string]*httpapi.ClusterHandle{},
-		IngressWait: opts.IngressWait, Log: opts.Log.WithName("api"), Metrics: opts.Metrics, InternalToken: opts.InternalToken, InternalTokens: opts.InternalTokens}
+		IngressWait: opts.IngressWait, Log: opts.Log.WithName("api"), Metrics: opts.Metrics, InternalToken: opts.InternalToken, InternalTokens: opts.InternalTokens,
+		Shares: fairshare.New(opts.APIShare)}
 	for i := range opts.Config.Clusters {
 		c := &opts.Config.Clusters[i]
 		// The execd token secret is read at start (a configuration
@@ -315,6 +322,9 @@ func New(opts Options) (*Daemon, error) {
 			return nil, err
 		}
 		c.ApplyClientLimits(cfg)
+		// Every apiserver request of an API call is charged to the
+		// caller's share (package fairshare); the others pass.
+		cfg.Wrap(fairshare.Transport)
 		// The uncached client of the engines, the orchestration and the
 		// API, and the clientset of the Events, the SelfSubjectAccessReviews
 		// and pods/log: every request bounded by the cluster's request

@@ -55,6 +55,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/browser"
 	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/egress"
+	"github.com/sandgate/sandgate/corectl/fairshare"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
 	"github.com/sandgate/sandgate/corectl/metrics"
@@ -62,6 +63,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	"github.com/sandgate/sandgate/corectl/sandboxlogs"
 	"github.com/sandgate/sandgate/corectl/template"
+	"github.com/sandgate/sandgate/gateway/admission"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"golang.org/x/time/rate"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -229,6 +231,19 @@ type Server struct {
 	// nil records nothing.
 	Metrics *metrics.Metrics
 
+	// Shares are the credentials' shares of the apiserver requests made
+	// for their calls and of calls in progress (package fairshare): a call
+	// of a credential whose share is spent, or that has its calls in
+	// progress, is 429 rate_limited before it does anything, and
+	// every apiserver request of an admitted call is charged to it (the
+	// clusters' transports must be wrapped with fairshare.Transport). nil:
+	// no shares.
+	Shares *fairshare.Shares
+
+	// logReadsLimiter bounds the log reads in progress (logReads).
+	logReadsOnce    sync.Once
+	logReadsLimiter *admission.Limiter
+
 	// quota enforces the credentials' create limits (its zero value is
 	// ready).
 	quota quota.Gate
@@ -287,7 +302,11 @@ func (s *Server) Handler() http.Handler {
 	for _, r := range Routes {
 		h := r.handler
 		route := r.Method + " " + r.Pattern
-		mux.Handle(route, s.Metrics.Instrument(route, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { h(s, w, req) })))
+		mux.Handle(route, s.Metrics.Instrument(route, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			ctx, done := fairshare.Tag(req.Context())
+			defer done()
+			h(s, w, req.WithContext(ctx))
+		})))
 	}
 	// E2B's routes that sandgate does not serve (501 not_supported; see
 	// Unsupported.match for why they are matched here), then 404.
@@ -402,6 +421,11 @@ func (s *Server) scopeCredential(w http.ResponseWriter, r *http.Request) (*Clust
 			s.fail(w, r, http.StatusForbidden, CodeCredentialMismatch, "the request's "+h.what+" differs from the credential's")
 			return nil, credential.Credential{}, false
 		}
+	}
+	if !s.Shares.Admit(r.Context(), c.ID) {
+		s.Metrics.Refused(metrics.RefusalShareSpent)
+		s.fail(w, r, http.StatusTooManyRequests, CodeRateLimited, "rate limit exceeded: this credential's share of the cluster's apiserver requests, or of calls in progress, is spent; retry in a second")
+		return nil, credential.Credential{}, false
 	}
 	ch, ok := s.Clusters[c.ClusterID]
 	if !ok {

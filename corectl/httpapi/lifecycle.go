@@ -131,7 +131,9 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 // CodeRateLimited is the error code of a create refused by a count limit
-// of its credential (429, which the SDKs raise as RateLimitError).
+// of its credential, and of any call of a credential whose share of the
+// apiserver requests is spent (Server.Shares) (429, which the SDKs raise
+// as RateLimitError).
 const CodeRateLimited = "rate_limited"
 
 // admit checks the caller's credential limits (quota.Gate) for a create

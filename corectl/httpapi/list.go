@@ -75,12 +75,19 @@ func listQuery(q url.Values, v2 bool) (lifecycle.ListQuery, error) {
 // escapes) and put that in the URL (a third time), so {"user id": "a b/c"}
 // arrives as user%252520id%3Da%252520b%25252Fc. A plain user=abc&app=prod
 // reads the same. A pair without exactly one "=", an empty key, a key
-// given twice or bad escaping is an error naming the parameter.
+// given twice, more pairs than lifecycle.MaxMetadataEntries or bad
+// escaping is an error naming the parameter.
 func metadataFilter(m string) (map[string]string, error) {
 	bad := errors.New("metadata must be a URL-encoded query of key=value pairs such as user=abc&app=prod")
 	all, err := url.QueryUnescape(m)
 	if err != nil {
 		return nil, bad
+	}
+	// No sandbox has more metadata entries than a create accepts, so a
+	// filter of more pairs matches nothing: refused before its pairs are
+	// split and kept (a URL of up to 1 MB could name 100,000 of them).
+	if n := strings.Count(all, "&") + 1; n > lifecycle.MaxMetadataEntries {
+		return nil, fmt.Errorf("metadata names %d pairs, more than a sandbox can have (%d)", n, lifecycle.MaxMetadataEntries)
 	}
 	md := map[string]string{}
 	for _, pair := range strings.Split(all, "&") {
@@ -126,24 +133,19 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	var items []lifecycle.Listed
-	var page *lifecycle.ListPage
-	for {
-		page, err = ch.Lifecycle.List(ctx, cred, cred.ProjectNamespace, q)
-		if err != nil {
-			if errors.Is(err, lifecycle.ErrBadToken) {
-				s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
-				return
-			}
-			s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
+	// v1 answers every sandbox at once: one pass (ListQuery.All), not
+	// one per page of 100.
+	q.All = !v2
+	page, err := ch.Lifecycle.List(ctx, cred, cred.ProjectNamespace, q)
+	if err != nil {
+		if errors.Is(err, lifecycle.ErrBadToken) {
+			s.fail(w, r, http.StatusBadRequest, CodeBadRequest, err.Error())
 			return
 		}
-		items = append(items, page.Items...)
-		if v2 || page.NextToken == "" {
-			break
-		}
-		q.NextToken = page.NextToken
+		s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
+		return
 	}
+	items := page.Items
 	if v2 {
 		if page.NextToken != "" {
 			w.Header().Set("X-Next-Token", page.NextToken)

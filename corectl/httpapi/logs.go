@@ -10,7 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandgate/sandgate/corectl/metrics"
 	"github.com/sandgate/sandgate/corectl/sandboxlogs"
+	"github.com/sandgate/sandgate/gateway/admission"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
@@ -24,6 +26,24 @@ const (
 	// MaxLogSearch is the longest search string (E2B's maxLength).
 	MaxLogSearch = 256
 )
+
+// Log reads in progress: each may hold up to sandboxlogs.MaxReadBytes of
+// each of its sandbox's pods' logs (more once parsed into entries), so
+// corectl reads at most MaxLogReads at once, and at most
+// MaxLogReadsPerCredential for one credential; a read past either bound
+// is 429 rate_limited at once (counted as corectl_api_refusals_total
+// {reason="log_reads_busy"}).
+const (
+	MaxLogReads              = 16
+	MaxLogReadsPerCredential = 2
+)
+
+// logReads returns the Limiter of the log reads in progress, made on first
+// use.
+func (s *Server) logReads() *admission.Limiter {
+	s.logReadsOnce.Do(func() { s.logReadsLimiter = admission.New(MaxLogReads, MaxLogReadsPerCredential) })
+	return s.logReadsLimiter
+}
 
 // SandboxLog is E2B's SandboxLog (v1's logs).
 type SandboxLog struct {
@@ -172,6 +192,17 @@ func (s *Server) sandboxLogs(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, "corectl has no pods/log client for this cluster")
 		return
 	}
+	release, why := s.logReads().TryAcquire(cred.ID)
+	if why != admission.Admitted {
+		s.Metrics.Refused(metrics.RefusalLogReadsBusy)
+		msg := fmt.Sprintf("too many log reads in progress: this credential's %d are; retry when one has finished", MaxLogReadsPerCredential)
+		if why == admission.GlobalFull {
+			msg = fmt.Sprintf("too many log reads in progress: corectl's %d are; retry when one has finished", MaxLogReads)
+		}
+		s.fail(w, r, http.StatusTooManyRequests, CodeRateLimited, msg)
+		return
+	}
+	defer release()
 	ctx, cancel := requestContext(r)
 	defer cancel()
 	sources, err := ch.Lifecycle.LogSources(ctx, cred.ProjectNamespace, id)

@@ -69,21 +69,15 @@ func (s *Server) sandboxesMetrics(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	listed := map[string]bool{}
-	q := lifecycle.ListQuery{}
-	for {
-		page, err := ch.Lifecycle.List(ctx, cred, cred.ProjectNamespace, q)
-		if err != nil {
-			s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
-			return
-		}
-		for _, it := range page.Items {
-			listed[it.SandboxID] = true
-		}
-		if page.NextToken == "" {
-			break
-		}
-		q.NextToken = page.NextToken
+	// One pass over the caller's list (ListQuery.All), not one per page.
+	page, err := ch.Lifecycle.List(ctx, cred, cred.ProjectNamespace, lifecycle.ListQuery{All: true})
+	if err != nil {
+		s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
+		return
+	}
+	listed := make(map[string]bool, len(page.Items))
+	for _, it := range page.Items {
+		listed[it.SandboxID] = true
 	}
 	out := SandboxesWithMetrics{Sandboxes: map[string]lifecycle.Metric{}}
 	for _, id := range ids {

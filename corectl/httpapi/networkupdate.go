@@ -74,9 +74,15 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, ch *Clust
 // template sandbox ns/id was created from (lifecycle.AnnotationTemplateID
 // on its BatchSandbox), as the template store holds them now; a sandbox
 // without the annotation, or a template without stored defaults, has none.
-// Errors: sandbox.ErrNotFound, sandbox.ErrUnavailable, the template
-// store's errors.
+// Errors: sandbox.ErrInvalidID, sandbox.ErrNotFound,
+// sandbox.ErrUnavailable, the template store's errors.
 func (s *Server) sandboxTemplateNetwork(ctx context.Context, ch *ClusterHandle, ns, id string) (template.Network, error) {
+	// A malformed ID is the caller's mistake (400, as on every other
+	// sandbox route), never sent to the apiserver, whose client refuses a
+	// name with a "/" as an error of its own.
+	if err := sandbox.ValidateID(id); err != nil {
+		return template.Network{}, err
+	}
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(sandbox.GVK)
 	if err := ch.Egress.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: id}, u); err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/daemon"
 	"github.com/sandgate/sandgate/corectl/egress"
+	"github.com/sandgate/sandgate/corectl/fairshare"
 	"github.com/sandgate/sandgate/corectl/ingressallow"
 	"github.com/sandgate/sandgate/corectl/kubetest"
 	"github.com/sandgate/sandgate/corectl/lifecycle"
@@ -141,6 +142,9 @@ type worldOptions struct {
 	probe bool
 	// limits are the cluster's client limits (zero: the defaults).
 	limits cluster.ClientLimits
+	// apiShare is each credential's share of the apiserver requests
+	// (zero: the defaults).
+	apiShare fairshare.Config
 	// productionTimers keeps the orchestrator's default readiness
 	// interval instead of the tests' short one (benchmarks).
 	productionTimers bool
@@ -248,7 +252,7 @@ func startWorld(t testing.TB, cfg *rest.Config, o worldOptions) *world {
 		MaxTimeout: o.maxTimeout, InternalToken: internalToken,
 		Config: &cluster.Config{Clusters: []cluster.Cluster{*c}, Templates: cluster.TemplateStore{ClusterID: id, Namespace: tplNS},
 			SandboxTemplates: kubetest.SandboxTemplates()},
-		Keys: keys, Credentials: src, Listen: "127.0.0.1:0", IngressWait: 20 * time.Second,
+		Keys: keys, Credentials: src, Listen: "127.0.0.1:0", IngressWait: 20 * time.Second, APIShare: o.apiShare,
 		RESTConfig: func(*cluster.Cluster) (*rest.Config, error) {
 			rc := rest.CopyConfig(cfg)
 			if o.wrap != nil {

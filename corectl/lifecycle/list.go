@@ -55,6 +55,10 @@ type ListQuery struct {
 	// NextToken continues after the page that returned it ("" = first
 	// page).
 	NextToken string
+	// All answers every matching sandbox on one page, Limit ignored and no
+	// NextToken (E2B's v1 list): one pass, where paging through them
+	// would filter and sort the whole set once per page.
+	All bool
 }
 
 // MaxListLimit is E2B's largest page (paginationLimit maximum 100, also
@@ -143,6 +147,9 @@ func (o *Orchestrator) List(ctx context.Context, cred credential.Credential, ns 
 	limit := q.Limit
 	if limit <= 0 || limit > MaxListLimit {
 		limit = MaxListLimit
+	}
+	if q.All {
+		limit = len(items)
 	}
 	more := len(items) > limit
 	if more {

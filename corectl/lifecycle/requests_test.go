@@ -89,3 +89,49 @@ func TestCreateApiserverRequests(t *testing.T) {
 		t.Fatalf("one create made %d apiserver requests, budget %d", len(seen), budget)
 	}
 }
+
+// TestRouteApiserverRequests counts the apiserver requests of one call
+// of each sandbox route on a ready sandbox of its owner (the owner read
+// included), the figures docs/corectl.md "Per-credential limits" gives
+// for what each call spends of its credential's share; a route over 16
+// fails, so a change that makes a read dearer must say so there.
+func TestRouteApiserverRequests(t *testing.T) {
+	var log requestLog
+	w := startWorld(t, env.Config, worldOptions{wrap: log.wrap})
+	sb := w.create(restricted)
+	w.markReady(t.Context(), w.nsA, sb.SandboxID, 1)
+	p := "/sandboxes/" + sb.SandboxID
+	for _, rt := range []struct{ m, p, body string }{
+		{"GET", p, ""},
+		{"GET", p + "/network", ""},
+		{"GET", p + "/network/ingress", ""},
+		{"POST", p + "/connect", "{}"},
+		{"POST", p + "/timeout", `{"timeout":300}`},
+		{"POST", p + "/refreshes", `{}`},
+		{"GET", p + "/metrics", ""},
+		{"GET", p + "/logs", ""},
+		{"GET", p + "/endpoints?port=8080", ""},
+		{"POST", p + "/pause", ""},
+		{"PUT", p + "/network", `{"allowOut":["198.51.100.7"]}`},
+		{"GET", "/sandboxes/sbffffffffffffffffffff", ""},
+		{"GET", "/v2/sandboxes", ""},
+		{"GET", "/sandboxes/metrics?sandbox_ids=" + sb.SandboxID, ""},
+	} {
+		log.mu.Lock()
+		log.seen = nil
+		log.mu.Unlock()
+		log.armed.Store(true)
+		st, _ := w.do(rt.m, rt.p, "key-a", rt.body, nil)
+		log.armed.Store(false)
+		log.mu.Lock()
+		n := len(log.seen)
+		log.mu.Unlock()
+		t.Logf("%-4s %-55s %d: %2d requests", rt.m, strings.Replace(rt.p, sb.SandboxID, "{id}", 1), st, n)
+		if st/100 != 2 && st != http.StatusNotFound && st != http.StatusNotImplemented {
+			t.Errorf("%s %s = %d", rt.m, rt.p, st)
+		}
+		if n > 16 {
+			t.Errorf("%s %s made %d apiserver requests, budget 16", rt.m, rt.p, n)
+		}
+	}
+}

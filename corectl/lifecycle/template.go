@@ -46,8 +46,9 @@ func (o *Orchestrator) HasTemplate(id string) bool {
 }
 
 // ValidateMetadata checks E2B metadata: at most MaxMetadataEntries
-// entries, keys non-empty and at most 256 bytes, the JSON encoding at
-// most MaxMetadataBytes.
+// entries, keys non-empty and at most 256 bytes, the JSON encoding as
+// stored on the BatchSandbox (v1alpha1.AnnotationMetadata, escapes
+// included) at most MaxMetadataBytes.
 func ValidateMetadata(m map[string]string) error {
 	if len(m) > MaxMetadataEntries {
 		return fmt.Errorf("metadata has more than %d entries", MaxMetadataEntries)
@@ -61,6 +62,13 @@ func ValidateMetadata(m map[string]string) error {
 	}
 	if n > MaxMetadataBytes {
 		return fmt.Errorf("metadata is larger than %d bytes", MaxMetadataBytes)
+	}
+	// n is the encoding's size when nothing needs escaping; encoding/json
+	// writes some characters as six bytes ("<" as \u003c), so the bound
+	// is checked on the encoding as stored (at most six times n, so this
+	// costs at most that).
+	if b, err := json.Marshal(m); err != nil || len(b) > MaxMetadataBytes {
+		return fmt.Errorf("metadata is larger than %d bytes as stored (JSON, with its escapes)", MaxMetadataBytes)
 	}
 	return nil
 }

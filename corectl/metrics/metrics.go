@@ -151,6 +151,13 @@ const (
 	// RefusalNotTemplateAdmin: a template-default change by a key that is
 	// not a template administrator.
 	RefusalNotTemplateAdmin = "not_template_admin"
+	// RefusalShareSpent: the credential's share of its cluster's apiserver
+	// requests is spent, or it has its calls in progress (package
+	// fairshare; 429 rate_limited).
+	RefusalShareSpent = "share_spent"
+	// RefusalLogReadsBusy: a sandbox log read past the log reads in
+	// progress allowed to the credential or to corectl (429 rate_limited).
+	RefusalLogReadsBusy = "log_reads_busy"
 )
 
 // New returns Metrics with every collector above registered in a new

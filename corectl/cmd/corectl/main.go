@@ -39,6 +39,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/cluster"
 	"github.com/sandgate/sandgate/corectl/cnicheck"
 	"github.com/sandgate/sandgate/corectl/daemon"
+	"github.com/sandgate/sandgate/corectl/fairshare"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/entryprobe"
 	"github.com/sandgate/sandgate/gateway/token"
@@ -87,6 +88,9 @@ func run(args []string) error {
 	relayURL := fs.String("probe-relay-url", "", "base URL of the gateway's fixed-entry probe relay (fixed_entry_probe on its internal listener, e.g. http://gateway-probe-relay:30086, a headless Service, so that discovery reaches every gateway replica): readiness checks and probe-source discovery then leave from the gateway, so restricted sandboxes admit the data plane's source and Host (empty: corectl probes the fixed entries itself)")
 	relayTokenFile := fs.String("probe-relay-token-file", "", "file holding the bearer token of the probe relay (at least 32 bytes; the gateway's fixed_entry_probe has its SHA-256); required with -probe-relay-url")
 	relayWait := fs.Duration("probe-relay-wait", 2*time.Minute, "how long corectl waits at start for the probe relay to confirm the gateway's clusters match -config")
+	shareRate := fs.Float64("api-share-rate", fairshare.DefaultRate, "each credential's share of its cluster's apiserver requests for its API calls: requests a second (a call of a credential whose share is spent is 429 rate_limited; negative: no shares)")
+	shareBurst := fs.Int("api-share-burst", fairshare.DefaultBurst, "each credential's share of its cluster's apiserver requests: the most it holds, in requests")
+	shareInProgress := fs.Int("api-share-in-progress", fairshare.DefaultInProgress, "each credential's API calls in progress at once (a call past it is 429 rate_limited)")
 	showVersion := fs.Bool("version", false, "print the sandgate commit this binary was built from and exit")
 	cniEvery := fs.Duration("cni-check-interval", cnicheck.DefaultInterval, "how often every replica re-reads the CNI facts of clusters with a cniSource")
 	printCNI := fs.Bool("print-cni-facts", false, "read the CNI facts of every cluster with a cniSource, print them as qualification records (YAML) and exit (needs only -config)")
@@ -106,6 +110,10 @@ func run(args []string) error {
 	}
 	if *configPath == "" || *credPath == "" || *keysPath == "" {
 		fmt.Fprintln(os.Stderr, "corectl: -config, -credentials and -api-keys are required")
+		os.Exit(2)
+	}
+	if *shareBurst <= 0 || *shareInProgress <= 0 {
+		fmt.Fprintln(os.Stderr, "corectl: -api-share-burst and -api-share-in-progress must be positive")
 		os.Exit(2)
 	}
 	if *maxTimeout <= 0 || *tokenGrace < 0 || *cniEvery <= 0 || *orphanGrace <= 0 {
@@ -167,6 +175,7 @@ func run(args []string) error {
 		ProbeSourceDiscovery: true,
 		TokenKey:             signer, MaxTimeout: *maxTimeout, TokenGrace: *tokenGrace, ReadyBudget: *readyBudget, OrphanInterval: *orphanEvery,
 		ProbeListen: *probeListen, Profiling: *probePprof, ShutdownGrace: *shutdownGrace,
+		APIShare: fairshare.Config{Rate: *shareRate, Burst: *shareBurst, InProgress: *shareInProgress},
 	})
 	if err != nil {
 		return err
