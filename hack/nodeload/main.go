@@ -350,7 +350,7 @@ http://127.0.0.1:%s {
 	}
 	var gwGC, nodesGC *gctrace.Watch
 	if o.gctrace {
-		genv = append(genv, "GODEBUG=gctrace=1") // the last GODEBUG wins
+		genv = withGODEBUG(genv, "gctrace=1")
 		gwGC = &gctrace.Watch{Next: output, KeepGC: true}
 		output = gwGC
 		nodesGC = &gctrace.Watch{Next: os.Stderr}
@@ -517,6 +517,9 @@ http://127.0.0.1:%s {
 			terr := <-traced
 			if terr == nil && timeline != nil {
 				terr = gatewayActivityReport(os.Stdout, o.trace, timeline, res)
+			}
+			if terr == nil && timeline != nil {
+				terr = syscallReport(os.Stdout, o.trace, timeline, res)
 			}
 			err = errors.Join(err, terr)
 		}
@@ -1507,4 +1510,24 @@ func startLoadTraces(sims *nodesProc, prefix string) (func() error, error) {
 		_, err := sims.call("trace-stop")
 		return errors.Join(err, f.Close())
 	}, nil
+}
+
+// withGODEBUG adds setting (e.g. "gctrace=1") to env's GODEBUG: to the
+// value of its last GODEBUG entry when it has one, so that a variant's own
+// GODEBUG settings (-variant name:binary:GODEBUG=…) are kept, or as a new
+// entry. (Until 2026-12-06 -gctrace appended a second GODEBUG entry, which
+// replaced the variant's: its "schedtrace" variant ran with the defaults.)
+func withGODEBUG(env []string, setting string) []string {
+	out := slices.Clone(env)
+	for i := len(out) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(out[i], "GODEBUG="); ok {
+			if v == "" {
+				out[i] = "GODEBUG=" + setting
+			} else {
+				out[i] = "GODEBUG=" + v + "," + setting
+			}
+			return out
+		}
+	}
+	return append(out, "GODEBUG="+setting)
 }

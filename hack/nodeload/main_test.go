@@ -3,6 +3,7 @@ package main
 import (
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -68,6 +69,26 @@ func TestRuntimeMemory(t *testing.T) {
 		_, _, err := runtimeMemory(serveHeap(t, tc.status, tc.body))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestWithGODEBUGKeepsTheVariantsSettings: -gctrace's setting joins a
+// GODEBUG the variant's environment already sets instead of replacing it.
+func TestWithGODEBUGKeepsTheVariantsSettings(t *testing.T) {
+	for _, c := range []struct{ env, want []string }{
+		{nil, []string{"GODEBUG=gctrace=1"}},
+		{[]string{"GOGC=100"}, []string{"GOGC=100", "GODEBUG=gctrace=1"}},
+		{[]string{"GODEBUG=schedtrace=86400000", "GOGC=100"}, []string{"GODEBUG=schedtrace=86400000,gctrace=1", "GOGC=100"}},
+		{[]string{"GODEBUG=a=1", "GODEBUG=b=2"}, []string{"GODEBUG=a=1", "GODEBUG=b=2,gctrace=1"}},
+		{[]string{"GODEBUG="}, []string{"GODEBUG=gctrace=1"}},
+	} {
+		in := slices.Clone(c.env)
+		if got := withGODEBUG(c.env, "gctrace=1"); !slices.Equal(got, c.want) {
+			t.Errorf("withGODEBUG(%q) = %q; want %q", c.env, got, c.want)
+		}
+		if !slices.Equal(c.env, in) {
+			t.Errorf("withGODEBUG changed its argument %q to %q", in, c.env)
 		}
 	}
 }
