@@ -28,6 +28,8 @@ type rawServer struct {
 	answers []string
 	// closeAfter closes each connection after its first answer.
 	closeAfter bool
+	// reset makes that close a reset (RST, SO_LINGER 0) instead of a FIN.
+	reset bool
 	// silent reads requests and never answers.
 	silent bool
 
@@ -85,6 +87,9 @@ func (s *rawServer) serve() {
 					return
 				}
 				if _, err := io.WriteString(c, a); err != nil || s.closeAfter {
+					if tc, ok := c.(*net.TCPConn); ok && s.reset {
+						_ = tc.SetLinger(0)
+					}
 					return
 				}
 			}
@@ -473,6 +478,24 @@ func TestRecentIdleGetRetriedOnClosedConnection(t *testing.T) {
 	}
 	if n := peeks.Load(); n != 0 {
 		t.Fatalf("%d peeks, want 0 (the connection had just gone idle; the retry found no idle one)", n)
+	}
+	if n := s.accepted.Load(); n != 2 {
+		t.Fatalf("%d connections, want 2", n)
+	}
+}
+
+// TestRecentIdleGetRetriedOnResetConnection: the same when the server
+// reset the connection (RST) instead of closing it: the GET's write or read
+// fails with a reset before any answer, and it is sent once more.
+func TestRecentIdleGetRetriedOnResetConnection(t *testing.T) {
+	s := newRawServer(t, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	s.closeAfter, s.reset = true, true
+	tr, peeks := closedWhileIdle(t, s)
+	if _, b, err := get(t, tr, s.url("/")); err != nil || string(b) != "ok" {
+		t.Fatalf("GET: %v %q", err, b)
+	}
+	if n := peeks.Load(); n != 0 {
+		t.Fatalf("%d peeks, want 0", n)
 	}
 	if n := s.accepted.Load(); n != 2 {
 		t.Fatalf("%d connections, want 2", n)
