@@ -162,6 +162,18 @@ func appendFraction(b []byte, v, digits int) []byte {
 
 const hexDigits = "0123456789abcdef"
 
+// plainWord reports whether all eight bytes of w are plainASCII: none is
+// below 0x20, at or above 0x80, the quote, the backslash, <, > or &. Each
+// test is the exact "has a byte that is zero" (or "less than 0x20") of the
+// word, whose borrows can only mark bytes above one that does hold.
+func plainWord(w uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	q, bs, amp := w^'"'*ones, w^'\\'*ones, w^'&'*ones
+	// < (0x3c) and > (0x3e) differ in bit 1 only: one test for both.
+	angle := (w ^ '<'*ones) &^ (2 * ones)
+	return ((w-0x20*ones)&^w|(q-ones)&^q|(bs-ones)&^bs|(amp-ones)&^amp|(angle-ones)&^angle|w)&highs == 0
+}
+
 // plainASCII holds the bytes appendString copies as they are: printable
 // ASCII but the quote, the backslash and encoding/json's HTML escapes.
 var plainASCII = func() (t [256]bool) {
@@ -179,7 +191,13 @@ func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
-		for i < len(s) && plainASCII[s[i]] { // one table lookup a byte
+		// Eight bytes at a time while a word of them is left (a path is
+		// tens of bytes), then one table lookup a byte.
+		for i+8 <= len(s) && plainWord(uint64(s[i])|uint64(s[i+1])<<8|uint64(s[i+2])<<16|uint64(s[i+3])<<24|
+			uint64(s[i+4])<<32|uint64(s[i+5])<<40|uint64(s[i+6])<<48|uint64(s[i+7])<<56) {
+			i += 8
+		}
+		for i < len(s) && plainASCII[s[i]] {
 			i++
 		}
 		if i == len(s) {

@@ -148,3 +148,46 @@ func TestTimestampMatchesAppendFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainWord compares plainWord with plainASCII on each of its eight
+// bytes: every byte value at every position of a plain word, every pair of
+// two special bytes, and 1,000,000 random words.
+func TestPlainWord(t *testing.T) {
+	want := func(w uint64) bool {
+		for i := range 8 {
+			if !plainASCII[byte(w>>(8*i))] {
+				return false
+			}
+		}
+		return true
+	}
+	check := func(w uint64) {
+		if got := plainWord(w); got != want(w) {
+			t.Fatalf("plainWord(%#016x) = %v, want %v", w, got, !got)
+		}
+	}
+	const plain = 0x6162636465666768 // "hgfedcba"
+	for pos := range 8 {
+		for c := range 256 {
+			check(plain&^(0xff<<(8*pos)) | uint64(c)<<(8*pos))
+		}
+	}
+	specials := []uint64{0x00, 0x1f, 0x20, 0x21, 0x22, 0x23, 0x25, 0x26, 0x27, 0x3b, 0x3c, 0x3d, 0x3e, 0x3f, 0x5b, 0x5c, 0x5d, 0x7f, 0x80, 0xff}
+	for p1 := range 8 {
+		for p2 := range 8 {
+			for _, a := range specials {
+				for _, b := range specials {
+					w := plain&^(0xff<<(8*p1)) | a<<(8*p1)
+					w = w&^(0xff<<(8*p2)) | b<<(8*p2)
+					check(w)
+				}
+			}
+		}
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 1_000_000 {
+		w := r.Uint64()
+		check(w)
+		check(w &^ 0x8080808080808080) // ASCII only: the other tests decide
+	}
+}

@@ -2,6 +2,7 @@ package execd
 
 import (
 	"bytes"
+	"encoding/binary"
 	"io"
 	"net/http"
 	"strconv"
@@ -567,7 +568,12 @@ func (s *listScanner) str() (v []byte, plain, ok bool) {
 	}
 	plain = true
 	for i := s.i + 1; i < len(s.data); i++ {
-		// Plain ASCII, the usual byte, through one table lookup.
+		// Plain ASCII, the usual byte: eight at a time while a word of
+		// them is left (a path is tens of bytes), then through one
+		// table lookup a byte.
+		for i+8 <= len(s.data) && plainWord(binary.LittleEndian.Uint64(s.data[i:])) {
+			i += 8
+		}
 		for i < len(s.data) && plainByte[s.data[i]] {
 			i++
 		}
@@ -616,6 +622,20 @@ var plainByte = func() (t [256]bool) {
 	}
 	return t
 }()
+
+// plainWord reports whether all eight bytes of w are plainByte: none is
+// below 0x20, at or above 0x80, a quote or a backslash. Each test is the
+// exact "has a byte that is zero" (or "less than n", n <= 0x80) of the
+// word, whose borrows can only mark bytes above one that does hold.
+func plainWord(w uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	below := (w - 0x20*ones) &^ w // a byte < 0x20 (its high bit then set)
+	quote := w ^ '"'*ones
+	quote = (quote - ones) &^ quote // a byte == '"'
+	bs := w ^ '\\'*ones
+	bs = (bs - ones) &^ bs // a byte == '\\'
+	return (below|quote|bs|w)&highs == 0
+}
 
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'

@@ -53,6 +53,21 @@ const (
 	DefaultMaxIdleConnsPerHost = http.DefaultMaxIdleConnsPerHost
 	// defaultDialTimeout is Caddy's HTTP transport's dial timeout default.
 	defaultDialTimeout = 3 * time.Second
+	// recentIdle is how long after its last answer an idle connection
+	// carries a replayable request (replayable: GET, HEAD, OPTIONS, TRACE
+	// or an idempotency key) without the liveness peek (alive): 2 ms.
+	// A host that closed it in that time costs the request one failed
+	// attempt, sent once more on a new connection (RoundTrip's retry rule,
+	// whose second attempt peeks); every other request, and a replayable
+	// one on a connection idle for longer, is peeked at first, so a
+	// DELETE is never sent on a connection the host closed while it sat
+	// idle for longer than the peek's own race. Bytes nobody asked for
+	// that arrive in those 2 ms are read as the request's answer, as are
+	// bytes that arrive during any request's round trip, which no peek
+	// can catch; a host's idle timeout (and the 408 answer some send
+	// with it) is seconds, far past it. docs/dataplane.md "The unary
+	// client".
+	recentIdle = 2 * time.Millisecond
 )
 
 // Config sets a Transport's limits and timeouts. Its fields mirror the
@@ -125,6 +140,8 @@ type Transport struct {
 	cfg         Config
 	maxHeader   int
 	maxIdleHost int
+	recentIdle  time.Duration       // recentIdle; tests change it
+	alive       func(net.Conn) bool // alive; tests count its calls
 
 	mu     sync.Mutex
 	idle   map[string][]*conn // per host:port, the most recently used last
@@ -151,7 +168,7 @@ func New(cfg Config) (*Transport, error) {
 	if cfg.WriteBufferSize <= 0 {
 		cfg.WriteBufferSize = DefaultWriteBufferSize
 	}
-	t := &Transport{cfg: cfg, idle: map[string][]*conn{}, slots: map[string]chan struct{}{}}
+	t := &Transport{cfg: cfg, idle: map[string][]*conn{}, slots: map[string]chan struct{}{}, recentIdle: recentIdle, alive: alive}
 	t.maxHeader = int(min(cfg.MaxResponseHeaderBytes, 1<<30))
 	t.maxIdleHost = cfg.MaxIdleConnsPerHost
 	if t.maxIdleHost <= 0 {
@@ -226,8 +243,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		addr = net.JoinHostPort(req.URL.Hostname(), "80")
 	}
 	ctx := req.Context()
+	replay := replayable(req)
 	for attempt := 0; ; attempt++ {
-		c, reused, err := t.get(ctx, addr)
+		// A replayable request's first attempt may skip the peek at a
+		// connection that went idle moments ago (recentIdle): a close
+		// found by its write or read is answered by the retry below.
+		c, reused, err := t.get(ctx, addr, replay && attempt == 0)
 		if err != nil {
 			return nil, err
 		}
@@ -238,7 +259,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// A reused connection the host closed while it sat idle fails
 		// before any byte of an answer: send a replayable request once
 		// more on a new connection, as net/http does.
-		if attempt == 0 && reused && ctx.Err() == nil && replayable(req) && nothingReceived(err) {
+		if attempt == 0 && reused && ctx.Err() == nil && replay && nothingReceived(err) {
 			continue
 		}
 		if ctxErr := ctx.Err(); ctxErr != nil {
@@ -423,13 +444,15 @@ func (t *Transport) writeRequest(w *bufio.Writer, req *http.Request, uri string)
 }
 
 // get returns an idle connection to addr that is still open, or a new one.
-func (t *Transport) get(ctx context.Context, addr string) (*conn, bool, error) {
+// With recent set, a connection idle for less than t.recentIdle is taken
+// without the peek.
+func (t *Transport) get(ctx context.Context, addr string, recent bool) (*conn, bool, error) {
 	for {
 		c := t.takeIdle(addr)
 		if c == nil {
 			break
 		}
-		if alive(c.nc) {
+		if recent && time.Since(c.idleSince) < t.recentIdle || t.alive(c.nc) {
 			return c, true, nil
 		}
 		c.close()
@@ -451,11 +474,11 @@ func (t *Transport) get(ctx context.Context, addr string) (*conn, bool, error) {
 		// A connection may have come back idle while this waited.
 		if c := t.takeIdle(addr); c != nil {
 			<-slot
-			if alive(c.nc) {
+			if t.alive(c.nc) {
 				return c, true, nil
 			}
 			c.close()
-			return t.get(ctx, addr)
+			return t.get(ctx, addr, recent)
 		}
 	}
 	nc, err := t.cfg.DialContext(ctx, "tcp", addr)

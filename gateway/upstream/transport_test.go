@@ -28,6 +28,8 @@ type rawServer struct {
 	answers []string
 	// closeAfter closes each connection after its first answer.
 	closeAfter bool
+	// reset makes that close a reset (RST, SO_LINGER 0) instead of a FIN.
+	reset bool
 	// silent reads requests and never answers.
 	silent bool
 
@@ -85,6 +87,9 @@ func (s *rawServer) serve() {
 					return
 				}
 				if _, err := io.WriteString(c, a); err != nil || s.closeAfter {
+					if tc, ok := c.(*net.TCPConn); ok && s.reset {
+						_ = tc.SetLinger(0)
+					}
 					return
 				}
 			}
@@ -400,6 +405,121 @@ func TestStaleIdleConnectionRetried(t *testing.T) {
 	}
 }
 
+// closedWhileIdle returns a transport whose one idle connection to s
+// (which closes every connection after its first answer) the server has
+// closed, the close already on the idle connection's socket; recentIdle is
+// an hour, so the connection counts as just gone idle. peeks counts the
+// liveness peeks from then on.
+func closedWhileIdle(t *testing.T, s *rawServer) (tr *Transport, peeks *atomic.Int32) {
+	t.Helper()
+	tr = newTransport(t, Config{})
+	tr.recentIdle = time.Hour
+	if _, b, err := get(t, tr, s.url("/")); err != nil || string(b) != "ok" {
+		t.Fatalf("first: %v %q", err, b)
+	}
+	tr.mu.Lock()
+	idle := tr.idle[s.ln.Addr().String()]
+	tr.mu.Unlock()
+	if len(idle) != 1 {
+		t.Fatalf("%d idle connections after the first answer, want 1", len(idle))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for alive(idle[0].nc) {
+		if time.Now().After(deadline) {
+			t.Fatal("the server's close never reached the idle connection")
+		}
+		runtime.Gosched()
+	}
+	peeks = new(atomic.Int32)
+	tr.alive = func(nc net.Conn) bool { peeks.Add(1); return alive(nc) }
+	return tr, peeks
+}
+
+// TestRecentIdleDeleteNotSentOnClosedConnection: a DELETE (not
+// replayable) on a connection the server closed while it sat idle, however
+// recently, is not sent on it: the connection is peeked at, dropped, and
+// the DELETE goes once, on a new connection, and succeeds (sent on the
+// closed one it would have failed, never to be sent again).
+func TestRecentIdleDeleteNotSentOnClosedConnection(t *testing.T) {
+	s := newRawServer(t, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	s.closeAfter = true
+	tr, peeks := closedWhileIdle(t, s)
+	req, _ := http.NewRequest(http.MethodDelete, s.url("/f").String(), nil)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("DELETE: %v", err)
+	}
+	if b, err := io.ReadAll(resp.Body); err != nil || string(b) != "ok" {
+		t.Fatalf("DELETE answer: %v %q", err, b)
+	}
+	if n := peeks.Load(); n != 1 {
+		t.Fatalf("%d peeks, want 1 (the idle connection)", n)
+	}
+	if n := s.accepted.Load(); n != 2 {
+		t.Fatalf("%d connections, want 2", n)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.requests) != 2 || !strings.HasPrefix(s.requests[1], "DELETE /f ") {
+		t.Fatalf("requests the server read: %q", s.requests)
+	}
+}
+
+// TestRecentIdleGetRetriedOnClosedConnection: a GET takes a connection
+// that went idle within recentIdle without peeking at it; the server had
+// closed it, so the GET's first attempt fails before any answer and the
+// GET is sent once more, on a new connection, and gets its answer.
+func TestRecentIdleGetRetriedOnClosedConnection(t *testing.T) {
+	s := newRawServer(t, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	s.closeAfter = true
+	tr, peeks := closedWhileIdle(t, s)
+	if _, b, err := get(t, tr, s.url("/")); err != nil || string(b) != "ok" {
+		t.Fatalf("GET: %v %q", err, b)
+	}
+	if n := peeks.Load(); n != 0 {
+		t.Fatalf("%d peeks, want 0 (the connection had just gone idle; the retry found no idle one)", n)
+	}
+	if n := s.accepted.Load(); n != 2 {
+		t.Fatalf("%d connections, want 2", n)
+	}
+}
+
+// TestRecentIdleGetRetriedOnResetConnection: the same when the server
+// reset the connection (RST) instead of closing it: the GET's write or read
+// fails with a reset before any answer, and it is sent once more.
+func TestRecentIdleGetRetriedOnResetConnection(t *testing.T) {
+	s := newRawServer(t, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	s.closeAfter, s.reset = true, true
+	tr, peeks := closedWhileIdle(t, s)
+	if _, b, err := get(t, tr, s.url("/")); err != nil || string(b) != "ok" {
+		t.Fatalf("GET: %v %q", err, b)
+	}
+	if n := peeks.Load(); n != 0 {
+		t.Fatalf("%d peeks, want 0", n)
+	}
+	if n := s.accepted.Load(); n != 2 {
+		t.Fatalf("%d connections, want 2", n)
+	}
+}
+
+// TestRecentIdleGetPeeksAfterRecentIdle: a GET on a connection idle for
+// longer than recentIdle peeks at it first.
+func TestRecentIdleGetPeeksAfterRecentIdle(t *testing.T) {
+	s := newRawServer(t, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	s.closeAfter = true
+	tr, peeks := closedWhileIdle(t, s)
+	tr.recentIdle = 0
+	if _, b, err := get(t, tr, s.url("/")); err != nil || string(b) != "ok" {
+		t.Fatalf("GET: %v %q", err, b)
+	}
+	if n := peeks.Load(); n != 1 {
+		t.Fatalf("%d peeks, want 1", n)
+	}
+	if n := s.accepted.Load(); n != 2 {
+		t.Fatalf("%d connections, want 2", n)
+	}
+}
+
 func TestMaxIdleConnsPerHost(t *testing.T) {
 	s := newRawServer(t, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 	tr := newTransport(t, Config{MaxIdleConnsPerHost: 1})
@@ -598,6 +718,9 @@ func TestLateBytesOnAnIdleConnectionAreNotReadAsTheNextAnswer(t *testing.T) {
 		}
 	}()
 	tr := newTransport(t, Config{})
+	// The connection counts as idle for longer than recentIdle, after
+	// which a GET peeks too (within it, see TestRecentIdle*).
+	tr.recentIdle = 0
 	u := &url.URL{Scheme: "http", Host: ln.Addr().String(), Path: "/"}
 	if _, b, err := get(t, tr, u); err != nil || string(b) != "ok" {
 		t.Fatalf("first: %v %q", err, b)
