@@ -853,8 +853,55 @@ func TestPortWebSocketEndsWithItsConfiguration(t *testing.T) {
 // sandbox four more places: the next request is refused 429 after it as
 // before it, and once one held request ends its place is taken again.
 // Before, the new configuration counted afresh and let the sandbox hold
-// twice its bound.
+// twice its bound. The same holds for a reload that serves one more
+// domain (counted afresh before, as the counts were kept per set of
+// served domains), and for a reload refused as it provisions, then one
+// that runs (the refused configuration let go of the counts it took).
 func TestPortRequestsCountedAcrossReload(t *testing.T) {
+	t.Run("same domains", func(t *testing.T) {
+		testPortRequestsCountedAcrossReload(t, func(ctx context.Context, t *testing.T, rig *portRig) {
+			rig.reloadWith(ctx, t, "max_port_requests_per_sandbox 4", "max_port_requests 100")
+		})
+	})
+	t.Run("a domain added", func(t *testing.T) {
+		testPortRequestsCountedAcrossReload(t, func(ctx context.Context, t *testing.T, rig *portRig) {
+			cf, err := os.ReadFile(filepath.Join(rig.env.Dir, "Caddyfile"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			hosts := "\n\t\thosts " + portDomain + "\n"
+			if !strings.Contains(string(cf), hosts) {
+				t.Fatalf("the gateway's Caddyfile has no hosts line:\n%s", cf)
+			}
+			next := strings.Replace(string(cf), hosts, "\n\t\thosts "+portDomain+" other."+portDomain+"\n", 1)
+			if err := rig.env.Reload(ctx, next); err != nil {
+				t.Fatalf("reload: %v\n%s", err, rig.log.String())
+			}
+		})
+	})
+	t.Run("a rejected reload, then one", func(t *testing.T) {
+		testPortRequestsCountedAcrossReload(t, func(ctx context.Context, t *testing.T, rig *portRig) {
+			cf, err := os.ReadFile(filepath.Join(rig.env.Dir, "Caddyfile"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			hosts := "\n\t\thosts " + portDomain + "\n"
+			if !strings.Contains(string(cf), hosts) {
+				t.Fatalf("the gateway's Caddyfile has no hosts line:\n%s", cf)
+			}
+			// Refused as its handler provisions, after it took the counts.
+			bad := strings.Replace(string(cf), hosts, hosts+"\t\tmax_port_requests 2\n", 1)
+			if err := rig.env.Reload(ctx, bad); err == nil || !strings.Contains(err.Error(), "max_port_requests") {
+				t.Fatalf("reload with max_port_requests under the per-sandbox bound: %v, want refused", err)
+			}
+			rig.reloadWith(ctx, t, "max_port_requests_per_sandbox 4", "max_port_requests 100")
+		})
+	})
+}
+
+// testPortRequestsCountedAcrossReload is TestPortRequestsCountedAcrossReload
+// with the reload done by reload.
+func testPortRequestsCountedAcrossReload(t *testing.T, reload func(context.Context, *testing.T, *portRig)) {
 	const bound = 4
 	held := make(chan struct{}, 2*bound)
 	release := make(chan struct{}, 2*bound)
@@ -922,7 +969,7 @@ func TestPortRequestsCountedAcrossReload(t *testing.T) {
 		wantHeld(fmt.Sprintf("request %d", i+1), send(first))
 	}
 	wantRefused("a request past the bound before the reload", send(one()))
-	rig.reloadWith(ctx, t, "max_port_requests_per_sandbox 4", "max_port_requests 100")
+	reload(ctx, t, rig)
 	wantRefused("a request past the bound after the reload", send(one()))
 	// One held request ends (the old configuration's): its place is the
 	// new configuration's to give.
@@ -935,7 +982,23 @@ func TestPortRequestsCountedAcrossReload(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the released request was not answered")
 	}
-	wantHeld("a request after one ended", send(one()))
+	// The gateway gives the place back once its handler returns, which
+	// may be just after the client has the answer: a request refused
+	// meanwhile is sent again, until one is held.
+	for {
+		answer := send(one())
+		select {
+		case <-held:
+		case a := <-answer:
+			if a == "429 TOO_MANY_PORT_REQUESTS" {
+				continue
+			}
+			t.Fatalf("a request after one ended: answered %q, want held by the sandbox's server", a)
+		case <-ctx.Done():
+			t.Fatal("a request after one ended: neither held nor answered")
+		}
+		break
+	}
 	wantRefused("a request past the bound again", send(one()))
 }
 

@@ -195,9 +195,9 @@ type Handler struct {
 	hosts *hostRouting
 	drain *drain.Drainer
 	unary *upstream.Transport
-	// portCountsKey is the key of the port request counts this handler
-	// holds in portCounts; empty when it holds none.
-	portCountsKey string
+	// holdsPortCounts: this handler holds the process's port request
+	// counts in portCounts.
+	holdsPortCounts bool
 }
 
 // User is one SDK user's identity inside the sandbox.
@@ -392,10 +392,10 @@ func (h *Handler) Cleanup() error {
 	if h.unary != nil {
 		h.unary.CloseIdleConnections()
 	}
-	if h.portCountsKey != "" {
+	if h.holdsPortCounts {
 		// The counts outlive this configuration while the next one holds
 		// them too (portCounts).
-		_, _ = portCounts.Delete(h.portCountsKey)
+		_, _ = portCounts.Delete(portCountsKey)
 	}
 	if h.hosts != nil {
 		return h.hosts.proxy.Cleanup()

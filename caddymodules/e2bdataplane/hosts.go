@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
-	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -57,14 +55,13 @@ func (h *Handler) provisionHosts(ctx caddy.Context, app dataplaneapp.App, rt htt
 	if err != nil {
 		return err
 	}
-	key := portCountsKey(table.Domains())
-	v, _, err := portCounts.LoadOrNew(key, func() (caddy.Destructor, error) {
+	v, _, err := portCounts.LoadOrNew(portCountsKey, func() (caddy.Destructor, error) {
 		return sharedCounts{portroute.NewCounts()}, nil
 	})
 	if err != nil {
 		return err
 	}
-	h.portCountsKey = key // Cleanup lets go of it, after a failed Provision too
+	h.holdsPortCounts = true // Cleanup lets go of them, after a failed Provision too
 	admit, err := portroute.NewAdmission(h.MaxPortRequestsPerSandbox, h.MaxPortRequests, v.(sharedCounts).Counts)
 	if err != nil {
 		return fmt.Errorf("max_port_requests_per_sandbox, max_port_requests: %w", err)
@@ -86,27 +83,24 @@ func (h *Handler) provisionHosts(ctx caddy.Context, app dataplaneapp.App, rt htt
 }
 
 // portCounts holds the port requests in progress of the process, one
-// portroute.Counts per set of served domains (portCountsKey), for as long
-// as a configuration's handler holds them: across a `caddy reload` both
-// configurations hold them, so the requests and WebSockets the replaced
-// one still runs count against the new one's bounds, and a reload does
-// not give a sandbox a second full bound (docs/dataplane.md "How many at
-// once"). Handlers serving the same domains share one.
+// portroute.Counts under portCountsKey, for as long as a configuration's
+// handler holds it: across a `caddy reload` both configurations hold it,
+// so the requests and WebSockets the replaced one still runs count
+// against the new one's bounds, and a reload does not give a sandbox a
+// second full bound, whatever the reload changes (the served domains
+// too: a sandbox is one sandbox under any of them). Every handler with
+// host routing shares it, each checking its own bounds against the
+// process's counts (docs/dataplane.md "How many at once").
 var portCounts = caddy.NewUsagePool()
+
+// portCountsKey is the key of the process's Counts in portCounts.
+const portCountsKey = "port requests"
 
 // sharedCounts is a portCounts entry.
 type sharedCounts struct{ *portroute.Counts }
 
 // Destruct implements caddy.Destructor: Counts hold nothing to free.
 func (sharedCounts) Destruct() error { return nil }
-
-// portCountsKey is the portCounts key of the served domains (as
-// sandboxhost.Table gives them: lower case), in any order.
-func portCountsKey(domains []string) string {
-	d := slices.Clone(domains)
-	slices.Sort(d)
-	return "port requests of " + strings.Join(d, " ")
-}
 
 // serveHost serves a request when host routing is configured: a Host
 // that is not a sandbox host of a served domain is refused; envd's port

@@ -89,6 +89,7 @@ func (l *limitedBody) Close() error { return l.rc.Close() }
 var (
 	errImageConfigTooLarge  = fmt.Errorf("docker: the image's configuration (labels, env, cmd…) exceeds %d bytes", MaxImageConfigBytes)
 	errCreateConfigTooLarge = fmt.Errorf("docker: the container configuration exceeds %d bytes", MaxCreateConfigBytes)
+	errComputesTooLarge     = fmt.Errorf("docker: one more compute container would make the sandbox's container list exceed %d bytes", MaxInspectBytes)
 )
 
 // checkCreateSize refuses, as invalid, a create whose image (inspected,
@@ -118,6 +119,31 @@ func (p *Provider) checkCreateSize(ctx context.Context, cfg *container.Config, h
 		return err
 	case raw.Len() > MaxImageConfigBytes:
 		return provider.Fail(proto.ErrInvalid, errImageConfigTooLarge)
+	}
+	return nil
+}
+
+// listEntryOverhead is what a container's entry in the engine's container
+// list holds besides its labels (bytes): Docker's own fields (names,
+// command, ports, mounts, network settings) are a few KiB, 16 KiB leaves
+// room.
+const listEntryOverhead = 16 << 10
+
+// checkComputesSize refuses, as invalid, one more compute container for a
+// sandbox that has n, each carrying labels (the image's and the
+// provider's, as the current compute's inspect gives them): the list of
+// the sandbox's compute containers (GET /containers/json, which every
+// operation on the sandbox reads first) carries each container's labels,
+// so it must stay under MaxInspectBytes for the sandbox to stay readable
+// and killable. An image with 192 KiB of labels so gets 4 computes at
+// once, an image with few labels about 60.
+func checkComputesSize(n int, labels map[string]string) error {
+	b, err := json.Marshal(labels)
+	if err != nil {
+		return err
+	}
+	if (n+1)*(len(b)+listEntryOverhead) > MaxInspectBytes {
+		return provider.Fail(proto.ErrInvalid, errComputesTooLarge)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/memtest"
 	"github.com/sandgate/sandgate/node/proto"
+	"github.com/sandgate/sandgate/nodeagent/provider"
 )
 
 // hugeLabelImage commits the test image with labels of about size bytes
@@ -101,4 +102,42 @@ func TestInfoOfHugeLabelledContainerIsBounded(t *testing.T) {
 	if alloc > 6*MaxInspectBytes {
 		t.Fatalf("info allocated %d bytes reading a container with %d bytes of labels; want at most %d", alloc, size, 6*MaxInspectBytes)
 	}
+}
+
+// A sandbox from an image with 192 KiB of labels (under
+// MaxImageConfigBytes) given compute after compute stays readable and
+// killable: the list of its compute containers carries the image's labels
+// once per container, so a new compute whose list would pass
+// MaxInspectBytes is refused as invalid instead of made.
+func TestComputesOfLabelledImageStayReadable(t *testing.T) {
+	e := newEnv(t)
+	img := e.hugeLabelImage(t, 192<<10)
+	c := e.call()
+	if _, err := e.p.Create(ctx(t), c, proto.Bootstrap{Image: img, Entrypoint: []string{"sleep", "3600"}}); err != nil {
+		t.Fatalf("create from an image with 192 KiB of labels: %v", err)
+	}
+	made, refused := 1, 0
+	for gen := int64(2); gen <= 8; gen++ {
+		_, err := e.p.NewCompute(ctx(t), c, gen, nil)
+		switch {
+		case err == nil:
+			made++
+		case provider.CodeOf(err) == proto.ErrInvalid && errors.Is(err, errComputesTooLarge):
+			refused++
+		default:
+			t.Fatalf("new compute %d (%d made): %v", gen, made, err)
+		}
+	}
+	t.Logf("%d computes made, %d refused", made, refused)
+	if refused == 0 {
+		t.Fatalf("all %d computes made; want the ones past the list bound refused", made)
+	}
+	if _, err := e.p.GetInfo(ctx(t), c); err != nil {
+		t.Fatalf("info with %d computes: %v", made, err)
+	}
+	if err := e.p.Kill(ctx(t), c); err != nil {
+		t.Fatalf("kill with %d computes: %v", made, err)
+	}
+	_, err := e.p.GetInfo(ctx(t), c)
+	wantCode(t, "info after kill", err, proto.ErrNotFound)
 }

@@ -169,7 +169,9 @@ func (p *Provider) Initial(ctx context.Context, c provider.Call) (proto.Compute,
 // NewCompute creates and starts compute generation gen of the sandbox with
 // the configuration of its current compute. A snapshot answers not_found:
 // this provider never writes snapshots. An existing generation answers
-// exists; a failed start after a confirmed create answers unconfirmed.
+// exists; a failed start after a confirmed create answers unconfirmed;
+// one more compute than the sandbox's container list can hold under
+// MaxInspectBytes answers invalid (checkComputesSize).
 func (p *Provider) NewCompute(ctx context.Context, c provider.Call, gen int64, snapshot *proto.Snapshot) (proto.Compute, error) {
 	if snapshot != nil {
 		return proto.Compute{}, provider.Fail(proto.ErrNotFound, errors.New("docker: no snapshots"))
@@ -186,6 +188,9 @@ func (p *Provider) NewCompute(ctx context.Context, c provider.Call, gen int64, s
 	}
 	base, created, err := p.computeContainer(ctx, c, cs[len(cs)-1].generation)
 	if err != nil {
+		return proto.Compute{}, err
+	}
+	if err := checkComputesSize(len(cs), base.Config.Labels); err != nil {
 		return proto.Compute{}, err
 	}
 	cfg := &container.Config{
