@@ -165,12 +165,19 @@ func TestImages(t *testing.T) {
 					Entrypoint []string
 					Cmd        []string
 					Labels     map[string]string
+					Env        []string
 				}
 			}
 			if err := json.Unmarshal([]byte(docker(t, "image", "inspect", ref)), &inspect); err != nil || len(inspect) != 1 {
 				t.Fatalf("docker image inspect %s: %v", ref, err)
 			}
 			cfg := inspect[0].Config
+			// The gateway's runtime setting (docs/deploy.md "Memory,
+			// garbage collection and runtime settings"): every pod gets it
+			// from the image.
+			if im.name == "gateway" && !slices.Contains(cfg.Env, "GODEBUG=schedtrace=86400000") {
+				t.Errorf("the gateway image's environment %v has no GODEBUG=schedtrace=86400000", cfg.Env)
+			}
 			if cfg.User != "65532:65532" {
 				t.Errorf("User = %q, want 65532:65532 (sandgate)", cfg.User)
 			}
