@@ -833,16 +833,25 @@ func TestPortWebSocketEndsWithItsConfiguration(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	rig.reloadWith(ctx, t, "max_port_requests_per_sandbox 1000")
+	// Caddy sends a WebSocket Close frame (1001 going away), then closes.
+	expectWebSocketClosed(ctx, t, conn, br, serverClosed, "after the reload")
+}
+
+// expectWebSocketClosed fails t unless the gateway closes the client's
+// side of a port WebSocket (conn, read through br) and then the sandbox's
+// side (serverClosed) before ctx ends; when names the moment for the
+// failure's message.
+func expectWebSocketClosed(ctx context.Context, t *testing.T, conn net.Conn, br *bufio.Reader, serverClosed <-chan struct{}, when string) {
+	t.Helper()
 	// A bound on a wait that never ends, not a speed.
 	_ = conn.SetReadDeadline(time.Now().Add(time.Minute))
-	// Caddy sends a WebSocket Close frame (1001 going away), then closes.
 	if _, err := io.Copy(io.Discard, br); err != nil {
-		t.Fatalf("the WebSocket of the replaced configuration after the reload: %v, want closed by the gateway", err)
+		t.Fatalf("the WebSocket %s: %v, want closed by the gateway", when, err)
 	}
 	select {
 	case <-serverClosed:
 	case <-ctx.Done():
-		t.Fatal("the sandbox's side of the WebSocket was not closed after the reload")
+		t.Fatalf("the sandbox's side of the WebSocket was not closed %s", when)
 	}
 }
 
@@ -1029,15 +1038,7 @@ func TestPortWebSocketStreamCloseDelay(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		rig.reloadWith(ctx, t, "stream_close_delay 1s", "max_port_requests_per_sandbox 1000")
-		_ = conn.SetReadDeadline(time.Now().Add(time.Minute))
-		if _, err := io.Copy(io.Discard, br); err != nil {
-			t.Fatalf("the WebSocket after the reload and the delay: %v, want closed by the gateway", err)
-		}
-		select {
-		case <-serverClosed:
-		case <-ctx.Done():
-			t.Fatal("the sandbox's side of the WebSocket was not closed after the delay")
-		}
+		expectWebSocketClosed(ctx, t, conn, br, serverClosed, "after the reload and the delay")
 	})
 }
 

@@ -130,15 +130,12 @@ func TestAPIShareBoundsCallsInProgress(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req, _ := http.NewRequest("POST", w.url+"/v2/sandboxes", strings.NewReader(`{"templateID":"base"}`))
-			req.Header.Set("X-API-Key", "key-a")
-			resp, err := http.DefaultClient.Do(req)
+			status, err := w.send("POST", "/v2/sandboxes", "key-a", `{"templateID":"base"}`)
 			if err != nil {
 				t.Errorf("create %d: %v", i, err)
 				return
 			}
-			resp.Body.Close()
-			created[i] = resp.StatusCode
+			created[i] = status
 		}()
 	}
 	for range created {

@@ -395,6 +395,24 @@ func (w *world) do(method, path, key, body string, out any) (int, []byte) {
 	return resp.StatusCode, b
 }
 
+// send sends a request with key and returns its status, closing the body
+// unread (a log stream need not end). Unlike do it returns the error
+// instead of failing the test, so goroutines other than the test's may
+// call it.
+func (w *world) send(method, path, key, body string) (int, error) {
+	req, err := http.NewRequest(method, w.url+path, strings.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("X-API-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
 // sandboxBody is the E2B Sandbox object, decoded strictly enough to see
 // every field.
 type sandboxBody struct {

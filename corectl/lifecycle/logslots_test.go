@@ -74,15 +74,12 @@ func TestLogReadsBoundedPerCredential(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			defer answered.Add(1)
-			req, _ := http.NewRequest("GET", w.url+"/v2/sandboxes/"+id+"/logs", nil)
-			req.Header.Set("X-API-Key", "key-a")
-			resp, err := http.DefaultClient.Do(req)
+			status, err := w.send("GET", "/v2/sandboxes/"+id+"/logs", "key-a", "")
 			if err != nil {
 				t.Errorf("log read %d: %v", i, err)
 				return
 			}
-			resp.Body.Close()
-			statuses[i] = resp.StatusCode
+			statuses[i] = status
 		}()
 	}
 	// Every read is either answered or held in a stream.
