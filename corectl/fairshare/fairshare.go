@@ -37,20 +37,24 @@ import (
 )
 
 // Defaults of Config: a credential's apiserver requests a second and its
-// burst. 100 a second is a third of the cluster client's default rate
-// for one resource type (cluster.DefaultClientQPS, 300), so one tenant
-// spending its share on one type leaves the others and corectl's
-// reconcilers at least two thirds of it; 600 is
-// the client's default burst (cluster.DefaultClientBurst), about 25
-// creates or 50 sandbox reads at once.
+// burst. 300 a second is the cluster client's default rate for one
+// resource type (cluster.DefaultClientQPS): one tenant can never take more
+// than one type's whole client rate for long, and an honest client
+// looping over its sandboxes at full speed (about 25 `GET /sandboxes/{id}`
+// a second, E2B's own API allowing a team about 670 requests a second) is
+// not refused. 100 a second (a third of it) refused the key-rotation
+// test's API clients, one credential's list, getInfo, create and kill in a
+// loop: too tight for what an SDK user does. 1,200 is twice the client's
+// default burst (cluster.DefaultClientBurst), about 50 creates or 100
+// sandbox reads at once.
 //
 // DefaultInProgress, 64 calls of one credential in progress, is a create
 // apiece for 64 sandboxes created at once (a create is in progress for
 // its readiness wait, seconds), and at most 64 reads of a dozen requests
 // past a spent share.
 const (
-	DefaultRate       = 100
-	DefaultBurst      = 600
+	DefaultRate       = 300
+	DefaultBurst      = 1200
 	DefaultInProgress = 64
 )
 
