@@ -191,10 +191,16 @@ bench: build
 # simulated nodes' process inherits it) and re-pins the gateway's threads to CPU 0,
 # so the gateway has a core of its own. It prints the hub's own time (p99, p99.9)
 # beside the round trips. NODELOAD_FLAGS changes the load (e.g. -rate 5000).
+# NODELOAD_GATEWAY_ENV is the gateway's environment: by default the runtime setting
+# the gateway's image carries (docs/deploy.md "Memory, garbage collection and runtime
+# settings"), so the run measures the gateway as it ships; NODELOAD_GATEWAY_ENV= gives
+# it Go's defaults, and a -gateway-env in NODELOAD_FLAGS replaces it (-variant sets
+# each variant's own).
 NODELOAD_FLAGS ?= -nodes 10000 -rate 1000 -duration 30s
+NODELOAD_GATEWAY_ENV ?= GODEBUG=schedtrace=86400000
 nodeload: bin/caddy
 	$(GO) build -o bin/nodeload ./hack/nodeload
-	taskset -c 1 bin/nodeload -caddy bin/caddy -pin-gateway 0 $(NODELOAD_FLAGS)
+	taskset -c 1 bin/nodeload -caddy bin/caddy -pin-gateway 0 $(if $(NODELOAD_GATEWAY_ENV),-gateway-env $(NODELOAD_GATEWAY_ENV)) $(NODELOAD_FLAGS)
 
 # Every fuzz target of the module, FUZZTIME each; hack/fuzz/run.sh finds them
 # (`go test -list '^Fuzz'`), so a new target is included without a change here.
