@@ -94,6 +94,12 @@ func (s *setup) start(t *testing.T, restCfg *rest.Config, grace time.Duration) *
 	if err != nil {
 		t.Fatal(err)
 	}
+	return run(t, d)
+}
+
+// run runs d as a replica until the test ends, when it is stopped and
+// Run's error is reported.
+func run(t *testing.T, d *daemon.Daemon) *replica {
 	c, cancel := context.WithCancel(ctx)
 	r := &replica{d: d, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- d.Run(c) }()

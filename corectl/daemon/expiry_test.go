@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -44,15 +43,7 @@ func (s *setup) startLifecycle(t *testing.T, m *metrics.Metrics) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, cancel := context.WithCancel(ctx)
-	r := &replica{d: d, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- d.Run(c) }()
-	t.Cleanup(func() {
-		if err := r.stop(); err != nil {
-			t.Errorf("replica: %v", err)
-		}
-	})
-	return r
+	return run(t, d)
 }
 
 // expiryReconciles is m's corectl_reconcile_total of the expiry loop for

@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -139,14 +138,7 @@ func TestAManagerThatCannotBeBuiltIsCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, cancel := context.WithCancel(ctx)
-	r := &replica{d: d, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- d.Run(rctx) }()
-	t.Cleanup(func() {
-		if err := r.stop(); err != nil {
-			t.Errorf("replica: %v", err)
-		}
-	})
+	r := run(t, d)
 
 	// The first attempt and at least one retry (after the 1 s pause).
 	kubetest.Eventually(t, time.Minute, "two failed builds of the refused cluster's manager counted", func() (bool, error) {

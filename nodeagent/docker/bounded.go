@@ -54,35 +54,21 @@ func (b boundedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err != nil || r.Method != http.MethodGet || !strings.HasSuffix(r.URL.Path, "/json") {
 		return resp, err
 	}
-	resp.Body = &limitedBody{rc: resp.Body, left: MaxInspectBytes}
+	resp.Body = limitedBody{http.MaxBytesReader(nil, resp.Body, MaxInspectBytes)}
 	return resp, nil
 }
 
-// limitedBody reads at most left bytes of rc and fails with
-// ErrInspectTooLarge when rc has more.
-type limitedBody struct {
-	rc   io.ReadCloser
-	left int64
-}
+// limitedBody is an answer's body read through http.MaxBytesReader, whose
+// error past the limit it gives as ErrInspectTooLarge.
+type limitedBody struct{ io.ReadCloser }
 
-func (l *limitedBody) Read(p []byte) (int, error) {
-	if l.left < 0 {
-		return 0, ErrInspectTooLarge
-	}
-	// One byte past the limit tells a body of exactly the limit from a
-	// longer one.
-	if int64(len(p)) > l.left+1 {
-		p = p[:l.left+1]
-	}
-	n, err := l.rc.Read(p)
-	l.left -= int64(n)
-	if l.left < 0 {
-		return n + int(l.left), ErrInspectTooLarge
+func (l limitedBody) Read(p []byte) (int, error) {
+	n, err := l.ReadCloser.Read(p)
+	if _, over := err.(*http.MaxBytesError); over {
+		err = ErrInspectTooLarge
 	}
 	return n, err
 }
-
-func (l *limitedBody) Close() error { return l.rc.Close() }
 
 // errImageConfigTooLarge and errCreateConfigTooLarge are the causes of a
 // create refused for its size (invalid).
