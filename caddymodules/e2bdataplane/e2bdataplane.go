@@ -195,9 +195,6 @@ type Handler struct {
 	hosts *hostRouting
 	drain *drain.Drainer
 	unary *upstream.Transport
-	// holdsPortCounts: this handler holds the process's port request
-	// counts in portCounts.
-	holdsPortCounts bool
 }
 
 // User is one SDK user's identity inside the sandbox.
@@ -382,20 +379,14 @@ func (h *Handler) unaryClient(rt *reverseproxy.HTTPTransport) (http.RoundTripper
 }
 
 // Cleanup closes the unary client's idle connections when a reload
-// replaces this configuration (Caddy's transport closes its own), lets go
-// of its port request counts (kept while another configuration holds
-// them), and cleans up the host routing's reverse_proxy, which Caddy does
-// not know of (provisionHosts builds it): that closes the WebSockets it
-// tunnels, at once or after StreamCloseDelay, as Caddy's reverse_proxy
-// does its own at a reload.
+// replaces this configuration (Caddy's transport closes its own) and
+// cleans up the host routing's reverse_proxy, which Caddy does not know of
+// (provisionHosts builds it): that closes the WebSockets it tunnels, at
+// once or after StreamCloseDelay, as Caddy's reverse_proxy does its own at
+// a reload.
 func (h *Handler) Cleanup() error {
 	if h.unary != nil {
 		h.unary.CloseIdleConnections()
-	}
-	if h.holdsPortCounts {
-		// The counts outlive this configuration while the next one holds
-		// them too (portCounts).
-		_, _ = portCounts.Delete(portCountsKey)
 	}
 	if h.hosts != nil {
 		return h.hosts.proxy.Cleanup()

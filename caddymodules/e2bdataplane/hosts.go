@@ -55,14 +55,7 @@ func (h *Handler) provisionHosts(ctx caddy.Context, app dataplaneapp.App, rt htt
 	if err != nil {
 		return err
 	}
-	v, _, err := portCounts.LoadOrNew(portCountsKey, func() (caddy.Destructor, error) {
-		return sharedCounts{portroute.NewCounts()}, nil
-	})
-	if err != nil {
-		return err
-	}
-	h.holdsPortCounts = true // Cleanup lets go of them, after a failed Provision too
-	admit, err := portroute.NewAdmission(h.MaxPortRequestsPerSandbox, h.MaxPortRequests, v.(sharedCounts).Counts)
+	admit, err := portroute.NewAdmission(h.MaxPortRequestsPerSandbox, h.MaxPortRequests, processPortCounts)
 	if err != nil {
 		return fmt.Errorf("max_port_requests_per_sandbox, max_port_requests: %w", err)
 	}
@@ -82,25 +75,17 @@ func (h *Handler) provisionHosts(ctx caddy.Context, app dataplaneapp.App, rt htt
 	return nil
 }
 
-// portCounts holds the port requests in progress of the process, one
-// portroute.Counts under portCountsKey, for as long as a configuration's
-// handler holds it: across a `caddy reload` both configurations hold it,
-// so the requests and WebSockets the replaced one still runs count
-// against the new one's bounds, and a reload does not give a sandbox a
-// second full bound, whatever the reload changes (the served domains
-// too: a sandbox is one sandbox under any of them). Every handler with
-// host routing shares it, each checking its own bounds against the
-// process's counts (docs/dataplane.md "How many at once").
-var portCounts = caddy.NewUsagePool()
-
-// portCountsKey is the key of the process's Counts in portCounts.
-const portCountsKey = "port requests"
-
-// sharedCounts is a portCounts entry.
-type sharedCounts struct{ *portroute.Counts }
-
-// Destruct implements caddy.Destructor: Counts hold nothing to free.
-func (sharedCounts) Destruct() error { return nil }
+// processPortCounts are the port requests in progress of the process, a
+// package variable so that they outlive every configuration: across a
+// `caddy reload` the requests and WebSockets the replaced configuration
+// still runs count against the new one's bounds, and a reload does not
+// give a sandbox a second full bound, whatever the reload changes (the
+// served domains too: a sandbox is one sandbox under any of them, and a
+// configuration without host routing in between keeps them too). Every
+// handler with host routing shares them, each checking its own bounds
+// against them (docs/dataplane.md "How many at once"); the in-progress
+// gauge reads them.
+var processPortCounts = portroute.NewCounts()
 
 // serveHost serves a request when host routing is configured: a Host
 // that is not a sandbox host of a served domain is refused; envd's port
@@ -130,11 +115,7 @@ func (h *Handler) serveHost(w http.ResponseWriter, r *http.Request, next caddyht
 		h.hosts.refuse(w, refusal)
 		return nil
 	}
-	h.hosts.m.portAdmitted(1)
-	defer func() {
-		release()
-		h.hosts.m.portAdmitted(-1)
-	}()
+	defer release()
 	out := r.Clone(r.Context())
 	// Neither token is for the sandbox.
 	out.Header.Del(portroute.HeaderTrafficToken)

@@ -40,7 +40,7 @@ type metrics struct {
 	duration *prometheus.HistogramVec
 	streams  *prometheus.GaugeVec
 	ports    *prometheus.CounterVec
-	portsNow prometheus.Gauge
+	portsNow prometheus.GaugeFunc
 }
 
 // The outcomes of a port request that was admitted and handed to
@@ -91,10 +91,10 @@ func registerMetrics(reg *prometheus.Registry) *metrics {
 			Namespace: "sandgate", Subsystem: "dataplane", Name: "port_requests_total",
 			Help: "Sandbox port requests of host routing by outcome (relayed, upstream_error, upstream_timeout, client_closed or the gateway's refusal code).",
 		}, []string{"outcome"})
-		collectors.portsNow = prometheus.NewGauge(prometheus.GaugeOpts{
+		collectors.portsNow = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "sandgate", Subsystem: "dataplane", Name: "port_requests_in_progress",
 			Help: "Sandbox port requests of host routing in progress (admitted, not yet ended).",
-		})
+		}, func() float64 { return float64(processPortCounts.InProgress()) })
 	})
 	if reg != nil {
 		for _, c := range []prometheus.Collector{collectors.requests, collectors.duration, collectors.streams, collectors.ports, collectors.portsNow} {
@@ -146,6 +146,3 @@ func (m *metrics) portServed(err error) {
 	}
 	m.ports.WithLabelValues(outcome).Inc()
 }
-
-// portAdmitted moves the port requests in progress by delta.
-func (m *metrics) portAdmitted(delta int) { m.portsNow.Add(float64(delta)) }

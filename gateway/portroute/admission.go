@@ -32,6 +32,13 @@ func NewCounts() *Counts {
 	return &Counts{slots: admission.New(math.MaxInt, math.MaxInt)}
 }
 
+// InProgress returns how many port requests the Counts hold a place for,
+// over all sandboxes.
+func (c *Counts) InProgress() int {
+	all, _ := c.slots.Held("")
+	return all
+}
+
 // Admission bounds the port requests in progress: per sandbox and over
 // all sandboxes. A sandbox's server decides how long each request to it
 // lasts (it can answer slowly or never, or hold a WebSocket open), and
