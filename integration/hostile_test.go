@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +23,7 @@ import (
 	"github.com/sandgate/sandgate/integration/execdstub"
 	"github.com/sandgate/sandgate/integration/fixedentry"
 	"github.com/sandgate/sandgate/integration/harness"
+	"github.com/sandgate/sandgate/internal/scrapetest"
 )
 
 // hostileCeiling is the built gateway's documented peak memory (VmHWM)
@@ -327,6 +331,125 @@ func TestHostileExecdDownloadsBoundedMemory(t *testing.T) {
 	if peak > before+128<<10 {
 		t.Fatalf("the gateway's peak memory grew from %d to %d MiB over %d streamed downloads", before>>10, peak>>10, 2*perSandbox)
 	}
+}
+
+// TestHostileStalledDownloadsBoundedMemory: a tenant whose clients open
+// many downloads from its sandbox, whose code answers them as fast as it
+// can, and then read no more, pins at most a small copy buffer per
+// download in the built gateway beyond the process-wide budget of large
+// ones (gateway/dataplane maxLargeDownloadBuffers: 64 of 256 KiB). Before
+// the budget every such download held 256 KiB the sandbox had filled.
+func TestHostileStalledDownloadsBoundedMemory(t *testing.T) {
+	const (
+		stalled = 200
+		size    = 16 << 20  // more than the client's side holds (its small receive buffer, the gateway's send buffer), so every copy blocks
+		read    = 512 << 10 // what each client reads before it stalls
+		// What one stalled download may hold of the gateway's heap, in
+		// KiB: its share of the 64 large buffers (16 MiB over 200), a
+		// small buffer (32 KiB), and 64 KiB for the request's and its
+		// connections' own state. Without the budget each held a 256 KiB
+		// buffer.
+		bound = 16<<10/stalled + 32 + 64
+	)
+	id := "sbxevil7"
+	e := startEnv(t, func(c *harness.Config) { c.Grants[id] = harness.Grant{CredentialID: credOK} })
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "home/user"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "home/user/big"), []byte("small"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	x := execdstub.New(execdstub.Config{Root: root, GracefulShutdown: -1, Hostile: &execdstub.Hostile{DownloadBytes: size}})
+	srv := httptest.NewServer(x)
+	t.Cleanup(func() { srv.Close(); x.Close() })
+	e.Ingress.SetSandbox(id, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1", Namespace: "default",
+		Ports: map[int]string{44772: srv.Listener.Addr().String()}})
+	tok := e.mint(id, harness.Grant{CredentialID: credOK})
+
+	// One download first, read to its stall, so that what every request
+	// costs once (the route, the pools, the client to the fixed entry) is
+	// in the baseline.
+	// The clients' sockets take little, so that the stalled downloads'
+	// bytes wait in the gateway's and the sandbox's side, not in this
+	// process's receive buffers.
+	dialer := &net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 64<<10) })
+		return errors.Join(err, serr)
+	}}
+	client := &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}}
+	t.Cleanup(client.CloseIdleConnections)
+	open := func() *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, e.Gateway+"/files?path=/home/user/big", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("E2b-Sandbox-Id", id)
+		req.Header.Set("E2b-Sandbox-Port", envdPort)
+		req.Header.Set("X-Access-Token", tok)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("download: %s", resp.Status)
+		}
+		if _, err := io.CopyN(io.Discard, resp.Body, read); err != nil {
+			t.Fatalf("download's first %d bytes: %v", read, err)
+		}
+		t.Cleanup(func() { _ = resp.Body.Close() })
+		return resp
+	}
+	open()
+	rssBefore, _, err := gatewayproc.Memory(e.PID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	heapBefore := liveHeap(t, e.Admin)
+	start := time.Now()
+	for range stalled {
+		open()
+	}
+	opened := time.Since(start)
+	rssAfter, _, err := gatewayproc.Memory(e.PID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	heapAfter := liveHeap(t, e.Admin)
+	per := (heapAfter - heapBefore) / stalled >> 10
+	t.Logf("%d more stalled downloads (opened in %v): the gateway's live heap %d → %d MiB, %d KiB each; VmRSS %d → %d MiB",
+		stalled, opened.Round(time.Millisecond), heapBefore>>20, heapAfter>>20, per, rssBefore>>10, rssAfter>>10)
+	if per >= bound {
+		t.Fatalf("each stalled download holds %d KiB of the gateway's heap (%d → %d MiB over %d); want under %d", per, heapBefore>>20, heapAfter>>20, stalled, bound)
+	}
+}
+
+// liveHeap returns the built gateway's live heap in bytes: it asks
+// Caddy's admin endpoint at admin for a heap profile with a collection
+// first (/debug/pprof/heap?gc=1), then reads go_memstats_heap_alloc_bytes
+// from its /metrics.
+func liveHeap(t *testing.T, admin string) int64 {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("heap profile: %s", resp.Status)
+	}
+	m, err := scrapetest.Get(nil, "http://"+admin+"/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, ok := m.Sum("go_memstats_heap_alloc_bytes")
+	if !ok {
+		t.Fatal("no go_memstats_heap_alloc_bytes on the admin endpoint's /metrics")
+	}
+	return int64(v)
 }
 
 // download reads GET /files?path=p of sandbox id through the gateway and

@@ -112,9 +112,9 @@ func (h *Handler) filesRead(w http.ResponseWriter, r *http.Request, rq *request)
 		}
 	}
 	w.WriteHeader(resp.StatusCode)
-	buf := downloadBuffers.Get().(*[]byte)
+	buf, large := takeDownloadBuffer()
 	_, err = io.CopyBuffer(w, resp.Body, *buf)
-	downloadBuffers.Put(buf)
+	giveDownloadBuffer(buf, large)
 	if err != nil {
 		// The status is sent; a broken copy can only end the response early,
 		// and it must end as broken. The code only says, for metrics and
@@ -144,6 +144,52 @@ var downloadBuffers = sync.Pool{New: func() any {
 	b := make([]byte, downloadBuffer)
 	return &b
 }}
+
+// maxLargeDownloadBuffers is how many downloads of the whole process copy
+// through a downloadBuffer at once (64: 16 MiB). A download holds its
+// buffer for as long as its client takes to read it, and a sandbox's code
+// can fill it (it answers in execd's place), so a tenant whose clients
+// open many downloads and read none would pin 256 KiB a download; past
+// this many, a download copies through a smallDownloadBuffer instead (32
+// KiB, io.Copy's own size and the cost before the large buffer), which is
+// slower per GiB but costs what a download cost before. The downloads that
+// stream at full speed are few at any moment, so they keep the large one.
+const maxLargeDownloadBuffers = 64
+
+// largeDownloadSlots holds a token for each downloadBuffer in use.
+var largeDownloadSlots = make(chan struct{}, maxLargeDownloadBuffers)
+
+// smallDownloadBuffer is the size of the copy buffer of a download that
+// found every large one in use (bytes): 32 KiB.
+const smallDownloadBuffer = 32 << 10
+
+var smallDownloadBuffers = sync.Pool{New: func() any {
+	b := make([]byte, smallDownloadBuffer)
+	return &b
+}}
+
+// takeDownloadBuffer returns a copy buffer for a download: a
+// downloadBuffer (large) while fewer than maxLargeDownloadBuffers are in
+// use, else a smallDownloadBuffer. It never waits. Give it back with
+// giveDownloadBuffer.
+func takeDownloadBuffer() (buf *[]byte, large bool) {
+	select {
+	case largeDownloadSlots <- struct{}{}:
+		return downloadBuffers.Get().(*[]byte), true
+	default:
+		return smallDownloadBuffers.Get().(*[]byte), false
+	}
+}
+
+// giveDownloadBuffer returns a buffer takeDownloadBuffer gave.
+func giveDownloadBuffer(buf *[]byte, large bool) {
+	if !large {
+		smallDownloadBuffers.Put(buf)
+		return
+	}
+	downloadBuffers.Put(buf)
+	<-largeDownloadSlots
+}
 
 func queryPath(p string) map[string][]string { return map[string][]string{"path": {p}} }
 

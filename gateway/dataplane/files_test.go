@@ -391,3 +391,35 @@ func TestFilesWriteUpstreamFraming(t *testing.T) {
 		})
 	}
 }
+
+// TestDownloadBuffersLargeWithinTheBudget: downloads copy through a large
+// buffer while fewer than maxLargeDownloadBuffers are in use, through a
+// small one past that (never waiting), and a large one given back is
+// taken again by the next download.
+func TestDownloadBuffersLargeWithinTheBudget(t *testing.T) {
+	var held []*[]byte
+	for i := range maxLargeDownloadBuffers {
+		buf, large := takeDownloadBuffer()
+		if !large || len(*buf) != downloadBuffer {
+			t.Fatalf("download %d: large %v, %d bytes; want a large buffer of %d", i, large, len(*buf), downloadBuffer)
+		}
+		held = append(held, buf)
+	}
+	buf, large := takeDownloadBuffer()
+	if large || len(*buf) != smallDownloadBuffer {
+		t.Fatalf("past the budget: large %v, %d bytes; want a small buffer of %d", large, len(*buf), smallDownloadBuffer)
+	}
+	giveDownloadBuffer(buf, large)
+	giveDownloadBuffer(held[0], true)
+	again, large := takeDownloadBuffer()
+	if !large || len(*again) != downloadBuffer {
+		t.Fatalf("after one was given back: large %v, %d bytes; want a large buffer", large, len(*again))
+	}
+	held[0] = again
+	for _, b := range held {
+		giveDownloadBuffer(b, true)
+	}
+	if n := len(largeDownloadSlots); n != 0 {
+		t.Fatalf("%d large buffers counted in use after all were given back", n)
+	}
+}
