@@ -113,8 +113,8 @@ func (h *Handler) filesRead(w http.ResponseWriter, r *http.Request, rq *request)
 	}
 	w.WriteHeader(resp.StatusCode)
 	buf, large := takeDownloadBuffer()
+	defer giveDownloadBuffer(buf, large) // deferred: a panic in the copy must not keep a large buffer's slot
 	_, err = io.CopyBuffer(w, resp.Body, *buf)
-	giveDownloadBuffer(buf, large)
 	if err != nil {
 		// The status is sent; a broken copy can only end the response early,
 		// and it must end as broken. The code only says, for metrics and
