@@ -119,6 +119,7 @@ import (
 
 	"github.com/sandgate/sandgate/gateway/authorizer"
 	"github.com/sandgate/sandgate/gateway/token"
+	"github.com/sandgate/sandgate/hack/gatewayproc"
 	"github.com/sandgate/sandgate/integration/execdstub"
 	"github.com/sandgate/sandgate/integration/fixedentry"
 	"github.com/sandgate/sandgate/internal/freeport"
@@ -647,7 +648,7 @@ func (w *world) cpuOf(proxy *proc) (cpu, error) {
 		d   *time.Duration
 		pid int
 	}{{&c.proxy, proxy.pid()}, {&c.fixedEntry, w.fixedEntry.pid()}, {&c.execd, w.execd.pid()}, {&c.client, os.Getpid()}} {
-		if *x.d, err = cpuTime(x.pid); err != nil {
+		if *x.d, err = gatewayproc.CPUTime(x.pid); err != nil {
 			return c, err
 		}
 	}
@@ -656,31 +657,6 @@ func (w *world) cpuOf(proxy *proc) (cpu, error) {
 
 func (c cpu) sub(d cpu) cpu {
 	return cpu{c.proxy - d.proxy, c.fixedEntry - d.fixedEntry, c.execd - d.execd, c.client - d.client}
-}
-
-// userHZ is the unit of utime and stime in /proc/<pid>/stat (USER_HZ,
-// 100 on Linux).
-const userHZ = 100
-
-// cpuTime returns utime+stime of pid (all its threads, live and exited).
-func cpuTime(pid int) (time.Duration, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	s := string(data)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	if len(fields) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields))
-	}
-	// utime and stime are fields 14 and 15 of the line, 12 and 13 after
-	// the command name.
-	ut, err1 := strconv.ParseInt(fields[11], 10, 64)
-	st, err2 := strconv.ParseInt(fields[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, err
-	}
-	return time.Duration(ut+st) * time.Second / userHZ, nil
 }
 
 // contextSwitches returns the sums of voluntary_ctxt_switches and of

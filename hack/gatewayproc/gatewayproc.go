@@ -139,23 +139,46 @@ func ResetPeak(pid int) error {
 const ClockTicks = 100
 
 // CPUTicks returns utime+stime of process pid, in ClockTicks, and when
-// they were read.
+// they were read; an error when /proc/<pid>/stat cannot be read or has
+// fewer fields than that.
 func CPUTicks(pid int) (int64, time.Time, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	now := time.Now()
 	if err != nil {
 		return 0, now, err
 	}
-	// Fields after the parenthesised command name; utime and stime are
-	// fields 14 and 15 of the whole line.
-	s := string(data)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	t, err := statCPUTicks(string(data))
+	if err != nil {
+		return 0, now, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return t, now, nil
+}
+
+// statCPUTicks returns utime+stime from the text of a /proc/<pid>/stat
+// file: fields 14 and 15 of the line, counted after the parenthesised
+// command name (which may hold spaces and parentheses itself).
+func statCPUTicks(s string) (int64, error) {
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 > len(s) {
+		return 0, errors.New("no command name in parentheses")
+	}
+	fields := strings.Fields(s[i+2:])
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("%d fields after the command name, want at least 13", len(fields))
+	}
 	ut, err1 := strconv.ParseInt(fields[11], 10, 64)
 	st, err2 := strconv.ParseInt(fields[12], 10, 64)
 	if err := errors.Join(err1, err2); err != nil {
-		return 0, now, err
+		return 0, err
 	}
-	return ut + st, now, nil
+	return ut + st, nil
+}
+
+// CPUTime returns utime+stime of process pid (all its threads, live and
+// exited) as a duration; errors as CPUTicks'.
+func CPUTime(pid int) (time.Duration, error) {
+	t, _, err := CPUTicks(pid)
+	return time.Duration(t) * time.Second / ClockTicks, err
 }
 
 // CPUPercent converts ticks of CPU time over wall time d to percent of one

@@ -37,3 +37,22 @@ func TestSave(t *testing.T) {
 		t.Errorf("a file was written for the 404: %v", err)
 	}
 }
+
+// TestStatCPUTicks: utime and stime are read after the last ')' of the
+// command name, and a line without it or with too few fields is an error,
+// not a panic.
+func TestStatCPUTicks(t *testing.T) {
+	line := "42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 7 5 0 0 20 0 3 0 12345 0 0\n"
+	if got, err := statCPUTicks(line); err != nil || got != 12 {
+		t.Fatalf("statCPUTicks = %d, %v; want 12 (utime 7 + stime 5)", got, err)
+	}
+	for _, bad := range []string{"", "42 no parentheses S 1", "42 (x)", "42 (x) S 1 2 3", "42 (x) S 1 42 42 0 -1 4194560 100 0 0 0 seven 5 0"} {
+		if got, err := statCPUTicks(bad); err == nil {
+			t.Errorf("statCPUTicks(%q) = %d, nil; want an error", bad, got)
+		}
+	}
+	self, _, err := CPUTicks(os.Getpid())
+	if err != nil || self < 0 {
+		t.Fatalf("CPUTicks(self) = %d, %v", self, err)
+	}
+}
