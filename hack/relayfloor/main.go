@@ -249,12 +249,18 @@ func heartbeats(cs []*lockedConn, interval time.Duration) {
 	}
 }
 
+// keptConnections is how many idle connections to the relay operations
+// keeps for the next operations (more are closed), as hack/nodeload's
+// API client does.
+const keptConnections = 1024
+
 // operations sends rate operations a second for d to random nodes through
 // the relay's API address, each on a goroutine of its own over a kept
-// connection, and returns each round trip from its scheduled send time.
-// It fails if an answer is not its operation's echo.
-func operations(addr string, nodes, rate int, d time.Duration) ([]time.Duration, error) {
-	idle := make(chan net.Conn, 1024)
+// connection (at most keep kept idle; a new one dialed when none is), and
+// returns each round trip from its scheduled send time. It fails if an
+// answer is not its operation's echo.
+func operations(addr string, nodes, rate int, d time.Duration, keep int) ([]time.Duration, error) {
+	idle := make(chan net.Conn, keep)
 	defer func() {
 		close(idle)
 		for c := range idle {
@@ -302,7 +308,11 @@ func operations(addr string, nodes, rate int, d time.Duration) ([]time.Duration,
 			if got := binary.LittleEndian.Uint64(buf[12:]); got != uint64(i) {
 				errs[i] = fmt.Errorf("operation %d answered with %d's echo", i, got)
 			}
-			idle <- c
+			select {
+			case idle <- c:
+			default:
+				_ = c.Close()
+			}
 		}()
 	}
 	wg.Wait()
@@ -473,7 +483,7 @@ func run(nodes, rate int, duration, settle, heartbeat time.Duration, relayCPU in
 		}
 	}
 	t0 := time.Now()
-	rtts, err := operations(apiAddr, nodes, rate, duration)
+	rtts, err := operations(apiAddr, nodes, rate, duration, keptConnections)
 	elapsed := time.Since(t0)
 	if err != nil {
 		return err

@@ -38,7 +38,7 @@ func TestOperationsEchoThroughTheRelay(t *testing.T) {
 	}
 	go heartbeats(cs, 100*time.Millisecond)
 
-	rtts, err := operations(al.Addr().String(), nodes, 2000, 100*time.Millisecond)
+	rtts, err := operations(al.Addr().String(), nodes, 2000, 100*time.Millisecond, keptConnections)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,5 +64,59 @@ func TestQuantile(t *testing.T) {
 		if got := quantile(s, c.q); got != c.want {
 			t.Errorf("quantile(%v) = %v, want %v", c.q, got, c.want)
 		}
+	}
+}
+
+// TestOperationsKeepNoMoreConnectionsThanTheyMay: when more operations are
+// in flight at the end of the phase than connections may be kept, the
+// ones past that close theirs and the phase still ends (each kept one
+// waited for a reader that never came, and the phase never ended).
+func TestOperationsKeepNoMoreConnectionsThanTheyMay(t *testing.T) {
+	al, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = al.Close(); _ = nl.Close() })
+	const nodes = 4
+	// 5 ms of the relay's CPU per operation, one every millisecond: several
+	// are in flight at once, more than the one connection kept.
+	r := &relay{work: 5 * time.Millisecond, nodes: make([]*lockedConn, nodes), registered: make(chan int, nodes)}
+	go func() { _ = r.serveNodes(nl) }()
+	go func() { _ = r.serveAPI(al) }()
+	cs, err := connectNodes(nl.Addr().String(), nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, c := range cs {
+			_ = c.c.Close()
+		}
+	})
+	for range nodes {
+		<-r.registered
+	}
+	type result struct {
+		rtts []time.Duration
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rtts, err := operations(al.Addr().String(), nodes, 1000, 20*time.Millisecond, 1)
+		done <- result{rtts, err}
+	}()
+	select {
+	case res := <-done:
+		if res.err != nil {
+			t.Fatal(res.err)
+		}
+		if len(res.rtts) != 20 {
+			t.Fatalf("%d round trips, want 20", len(res.rtts))
+		}
+	case <-time.After(30 * time.Second): // a hang's deadline; the phase takes well under a second
+		t.Fatal("the phase did not end: operations past the kept connections wait to give theirs back")
 	}
 }
