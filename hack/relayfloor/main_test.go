@@ -2,8 +2,11 @@ package main
 
 import (
 	"net"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestOperationsEchoThroughTheRelay runs the relay, 20 nodes and 200
@@ -118,5 +121,29 @@ func TestOperationsKeepNoMoreConnectionsThanTheyMay(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second): // a hang's deadline; the phase takes well under a second
 		t.Fatal("the phase did not end: operations past the kept connections wait to give theirs back")
+	}
+}
+
+// TestCheckPinning: the tool runs only where the relay's CPU is not among
+// its own (and so not among the nodes', which inherit them).
+func TestCheckPinning(t *testing.T) {
+	set := func(cpus ...int) *unix.CPUSet {
+		var s unix.CPUSet
+		for _, c := range cpus {
+			s.Set(c)
+		}
+		return &s
+	}
+	if got, err := checkPinning(set(1), 0); err != nil || got != "1" {
+		t.Errorf("CPU 1, relay on 0: %q, %v; want \"1\"", got, err)
+	}
+	if got, err := checkPinning(set(2, 3), 0); err != nil || got != "2,3" {
+		t.Errorf("CPUs 2 and 3, relay on 0: %q, %v; want \"2,3\"", got, err)
+	}
+	if _, err := checkPinning(set(0, 1), 0); err == nil || !strings.Contains(err.Error(), "the relay's CPU 0 among them") {
+		t.Errorf("CPUs 0 and 1, relay on 0: %v; want a refusal naming the relay's CPU", err)
+	}
+	if _, err := checkPinning(set(), 0); err == nil {
+		t.Error("no CPU: no error")
 	}
 }
