@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/binary"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -145,5 +147,41 @@ func TestCheckPinning(t *testing.T) {
 	}
 	if _, err := checkPinning(set(), 0); err == nil {
 		t.Error("no CPU: no error")
+	}
+}
+
+// TestOperationsRefuseAnotherOperationsAnswer: an answer that is not its
+// operation's echo (here every answer carries the next sequence number)
+// fails the phase.
+func TestOperationsRefuseAnotherOperationsAnswer(t *testing.T) {
+	al, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = al.Close() })
+	go func() {
+		for {
+			c, err := al.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, msgSize)
+				for {
+					if _, err := io.ReadFull(c, buf); err != nil {
+						return
+					}
+					binary.LittleEndian.PutUint64(buf[12:], binary.LittleEndian.Uint64(buf[12:])+1)
+					if _, err := c.Write(buf); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	_, err = operations(al.Addr().String(), 1, 1000, 10*time.Millisecond, keptConnections)
+	if err == nil || !strings.Contains(err.Error(), "operation 0 answered with 1's echo") {
+		t.Fatalf("answers of the next operation: %v; want the mismatch named", err)
 	}
 }
