@@ -252,10 +252,12 @@ func (h *Handler) filesWrite(w http.ResponseWriter, r *http.Request, rq *request
 		}
 	}
 	// The buffer a chunked upload streams through: 1 MiB within the
-	// process's budget, else 64 KiB (takeUploadBuffer). Given back when
-	// the write ends, its body no longer read.
-	chunk, large := takeUploadBuffer()
-	defer giveUploadBuffer(large)
+	// process's budget, else 64 KiB (takeUploadBuffer), taken by the
+	// writes that go chunked (an octet-stream body with a length goes
+	// through the upstream transport's own copy). Given back when the
+	// write ends, its body no longer read.
+	chunk, large := smallUploadChunk, false
+	defer func() { giveUploadBuffer(large) }()
 	var (
 		next   nextFile
 		length int64 = -1 // the upstream body's length, when known
@@ -279,6 +281,9 @@ func (h *Handler) filesWrite(w http.ResponseWriter, r *http.Request, rq *request
 		default:
 			return fail(CodeBadRequest, "Content-Encoding "+truncate(enc, 32)+" is not supported")
 		}
+		if length < 0 {
+			chunk, large = takeUploadBuffer()
+		}
 		sent := false
 		next = func() (uploadFile, bool, *Error) {
 			if sent {
@@ -288,6 +293,7 @@ func (h *Handler) filesWrite(w http.ResponseWriter, r *http.Request, rq *request
 			return uploadFile{target: queryTarget, body: body}, true, nil
 		}
 	case "multipart/form-data":
+		chunk, large = takeUploadBuffer()
 		mr, err := multipartReader(r, chunk)
 		if err != nil {
 			return fail(CodeBadRequest, "the multipart body is not valid")

@@ -174,3 +174,46 @@ func TestWritesPastTheUploadBudget(t *testing.T) {
 	}
 	inUse("after a refused write", 0)
 }
+
+// TestOnlyChunkedWritesTakeALargeBuffer: a multipart write and an
+// octet-stream write without a length hold a large buffer's slot while
+// execd reads them; an octet-stream write with a length goes through the
+// upstream transport's own copy and holds none.
+func TestOnlyChunkedWritesTakeALargeBuffer(t *testing.T) {
+	inUse := make(chan int, 1)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/"+testSandbox+"/44772/files/upload", func(w http.ResponseWriter, r *http.Request) {
+		inUse <- len(largeUploadSlots)
+		_, _ = io.Copy(io.Discard, r.Body)
+	})
+	gw, tok := newFakeGateway(t, mux)
+	data := bytes.Repeat([]byte("x"), 100<<10)
+	ct, form := multipartBody(t, [][2]string{{"/home/user/m.bin", string(data)}})
+	for _, c := range []struct {
+		name, query, contentType string
+		body                     io.Reader
+		want                     int
+	}{
+		{"multipart", "", ct, bytes.NewReader(form), 1},
+		{"octet-stream without a length", "?path=/home/user/c.bin", "application/octet-stream", struct{ io.Reader }{bytes.NewReader(data)}, 1},
+		{"octet-stream with a length", "?path=/home/user/l.bin", "application/octet-stream", bytes.NewReader(data), 0},
+	} {
+		req := gwRequest(t, gw, tok, http.MethodPost, "/files"+c.query, c.body)
+		req.Header.Set("Content-Type", c.contentType)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: status %d body %s", c.name, resp.StatusCode, out)
+		}
+		if got := <-inUse; got != c.want {
+			t.Errorf("%s: %d large upload buffers in use while execd read it, want %d", c.name, got, c.want)
+		}
+		if n := len(largeUploadSlots); n != 0 {
+			t.Fatalf("%s: %d large upload buffers in use after it ended", c.name, n)
+		}
+	}
+}
