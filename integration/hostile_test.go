@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -423,6 +425,116 @@ func TestHostileStalledDownloadsBoundedMemory(t *testing.T) {
 		stalled, opened.Round(time.Millisecond), heapBefore>>20, heapAfter>>20, per, rssBefore>>10, rssAfter>>10)
 	if per >= bound {
 		t.Fatalf("each stalled download holds %d KiB of the gateway's heap (%d → %d MiB over %d); want under %d", per, heapBefore>>20, heapAfter>>20, stalled, bound)
+	}
+}
+
+// TestHostileStalledWritesBoundedMemory: a tenant whose clients send
+// many writes to its sandbox, whose code answers in execd's place and reads
+// none of them, pins at most a small copy buffer per write in the built
+// gateway beyond the process-wide budget of large ones (gateway/dataplane
+// maxLargeUploadBuffers: 16 of 1 MiB), for the writes that stream chunked
+// to execd: a multipart body (what the SDKs send) and an octet-stream one
+// without a length. Before the budget every such write held a 1 MiB buffer
+// the client had filled. (An octet-stream write with a length goes
+// through the upstream transport's own 32 KiB copy.)
+func TestHostileStalledWritesBoundedMemory(t *testing.T) {
+	const (
+		stalled = 200
+		size    = 8 << 20 // more than the buffers between the client and the sandbox hold, so every write blocks
+		// What one stalled write may hold of the gateway's heap, in KiB:
+		// its share of the 16 large buffers (16 MiB over 200), a small
+		// buffer (64 KiB), and 64 KiB for the request's and its
+		// connections' own state. Without the budget each held 1 MiB.
+		bound = 16<<10/stalled + 64 + 64
+	)
+	id := "sbxevil9"
+	e := startEnv(t, func(c *harness.Config) { c.Grants[id] = harness.Grant{CredentialID: credOK} })
+	// The sandbox's code: it takes every upload's head and reads none of
+	// its body until the test ends.
+	var arrived atomic.Int64
+	release := make(chan struct{})
+	sandbox := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/files/upload") {
+			http.NotFound(w, r)
+			return
+		}
+		arrived.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(sandbox.Close)
+	t.Cleanup(func() { close(release) }) // before the server's Close
+	e.Ingress.SetSandbox(id, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1", Namespace: "default",
+		Ports: map[int]string{44772: sandbox.Listener.Addr().String()}})
+	tok := e.mint(id, harness.Grant{CredentialID: credOK})
+
+	content := bytes.Repeat([]byte("w"), size)
+	var form bytes.Buffer
+	mw := multipart.NewWriter(&form)
+	fw, err := mw.CreateFormFile("file", "/home/user/w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = fw.Write(content)
+	_ = mw.Close()
+	for _, c := range []struct {
+		name, contentType string
+		body              func() io.Reader
+	}{
+		{"multipart", mw.FormDataContentType(), func() io.Reader { return bytes.NewReader(form.Bytes()) }},
+		// A reader without a length: the request goes chunked.
+		{"octet-stream without a length", "application/octet-stream", func() io.Reader { return struct{ io.Reader }{bytes.NewReader(content)} }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			client := &http.Client{Transport: &http.Transport{}}
+			defer func() { cancel(); wg.Wait(); client.CloseIdleConnections() }()
+			// write starts one write and returns once the sandbox has its
+			// head: the gateway's copy buffer is then taken (and filled
+			// from the client before the first byte of the body leaves).
+			write := func() {
+				t.Helper()
+				want := arrived.Load() + 1
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.Gateway+"/files?path=/home/user/w", c.body())
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("Content-Type", c.contentType)
+				req.Header.Set("E2b-Sandbox-Id", id)
+				req.Header.Set("E2b-Sandbox-Port", envdPort)
+				req.Header.Set("X-Access-Token", tok)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if resp, err := client.Do(req); err == nil {
+						_ = resp.Body.Close()
+					}
+				}()
+				for deadline := time.Now().Add(30 * time.Second); arrived.Load() < want; {
+					if time.Now().After(deadline) {
+						t.Fatalf("write %d did not reach the sandbox within 30 s", want)
+					}
+					time.Sleep(time.Millisecond) // polling the sandbox's count
+				}
+			}
+			write()
+			heapBefore := liveHeap(t, e.Admin)
+			start := time.Now()
+			for range stalled {
+				write()
+			}
+			opened := time.Since(start)
+			heapAfter := liveHeap(t, e.Admin)
+			per := (heapAfter - heapBefore) / stalled >> 10
+			t.Logf("%d more stalled writes (opened in %v): the gateway's live heap %d → %d MiB, %d KiB each",
+				stalled, opened.Round(time.Millisecond), heapBefore>>20, heapAfter>>20, per)
+			if per >= bound {
+				t.Fatalf("each stalled write holds %d KiB of the gateway's heap (%d → %d MiB over %d); want under %d", per, heapBefore>>20, heapAfter>>20, stalled, bound)
+			}
+		})
 	}
 }
 

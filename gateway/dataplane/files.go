@@ -251,6 +251,13 @@ func (h *Handler) filesWrite(w http.ResponseWriter, r *http.Request, rq *request
 			return e
 		}
 	}
+	// The buffer a chunked upload streams through: 1 MiB within the
+	// process's budget, else 64 KiB (takeUploadBuffer), taken by the
+	// writes that go chunked (an octet-stream body with a length goes
+	// through the upstream transport's own copy). Given back when the
+	// write ends, its body no longer read.
+	chunk, large := smallUploadChunk, false
+	defer func() { giveUploadBuffer(large) }()
 	var (
 		next   nextFile
 		length int64 = -1 // the upstream body's length, when known
@@ -274,6 +281,9 @@ func (h *Handler) filesWrite(w http.ResponseWriter, r *http.Request, rq *request
 		default:
 			return fail(CodeBadRequest, "Content-Encoding "+truncate(enc, 32)+" is not supported")
 		}
+		if length < 0 {
+			chunk, large = takeUploadBuffer()
+		}
 		sent := false
 		next = func() (uploadFile, bool, *Error) {
 			if sent {
@@ -283,7 +293,8 @@ func (h *Handler) filesWrite(w http.ResponseWriter, r *http.Request, rq *request
 			return uploadFile{target: queryTarget, body: body}, true, nil
 		}
 	case "multipart/form-data":
-		mr, err := multipartReader(r)
+		chunk, large = takeUploadBuffer()
+		mr, err := multipartReader(r, chunk)
 		if err != nil {
 			return fail(CodeBadRequest, "the multipart body is not valid")
 		}
@@ -317,7 +328,7 @@ func (h *Handler) filesWrite(w http.ResponseWriter, r *http.Request, rq *request
 	default:
 		return fail(CodeBadRequest, "writes must be multipart/form-data or application/octet-stream")
 	}
-	up := newUploadBody(user, next)
+	up := newUploadBody(user, next, chunk)
 	if e := up.start(); e != nil {
 		return e
 	}
@@ -342,10 +353,11 @@ func (h *Handler) filesWrite(w http.ResponseWriter, r *http.Request, rq *request
 
 // multipartReader reads r's multipart/form-data body as r.MultipartReader
 // would (package multipartstream parses as mime/multipart's NextRawPart),
-// through one buffer of uploadChunk bytes whose file contents are handed
-// to execd in place: mime/multipart reads through its own 4 KiB buffer
-// whatever it is given, and copies every byte twice.
-func multipartReader(r *http.Request) (*multipartstream.Reader, error) {
+// through one buffer of size bytes (uploadChunk or smallUploadChunk) whose
+// file contents are handed to execd in place: mime/multipart reads
+// through its own 4 KiB buffer whatever it is given, and copies every
+// byte twice.
+func multipartReader(r *http.Request, size int) (*multipartstream.Reader, error) {
 	d, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || d != "multipart/form-data" {
 		return nil, http.ErrNotMultipart
@@ -354,7 +366,7 @@ func multipartReader(r *http.Request) (*multipartstream.Reader, error) {
 	if !ok {
 		return nil, http.ErrMissingBoundary
 	}
-	return multipartstream.NewReader(r.Body, boundary, uploadChunk), nil
+	return multipartstream.NewReader(r.Body, boundary, size), nil
 }
 
 func writeInfo(p string) envd.WriteInfo {

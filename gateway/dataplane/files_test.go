@@ -3,16 +3,23 @@ package dataplane
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"io"
 	"mime/multipart"
 	"net/http"
+	"net/http/httptest"
 	"net/textproto"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
+	"github.com/sandgate/sandgate/gateway/execd"
 	"github.com/sandgate/sandgate/integration/execdstub"
 )
 
@@ -422,4 +429,128 @@ func TestDownloadBuffersLargeWithinTheBudget(t *testing.T) {
 	if n := len(largeDownloadSlots); n != 0 {
 		t.Fatalf("%d large buffers counted in use after all were given back", n)
 	}
+}
+
+// stallingWriter is a response writer whose Write, once the status is
+// sent, either panics (panicWith) or blocks until its request's context
+// is done and then fails, as a client that stopped reading does.
+type stallingWriter struct {
+	header    http.Header
+	ctx       context.Context
+	panicWith any
+	wrote     chan struct{} // closed at the first Write
+	once      sync.Once
+}
+
+func (w *stallingWriter) Header() http.Header { return w.header }
+func (w *stallingWriter) WriteHeader(int)     {}
+func (w *stallingWriter) Write(p []byte) (int, error) {
+	w.once.Do(func() { close(w.wrote) })
+	if w.panicWith != nil {
+		panic(w.panicWith)
+	}
+	<-w.ctx.Done()
+	return 0, w.ctx.Err()
+}
+
+// TestDownloadGivesItsBufferBackOnEveryEnd: a download gives its large
+// copy buffer's slot back however it ends: complete, cut off by execd,
+// its client gone (the request's context canceled while the copy is
+// blocked writing), and a panic in the copy (a handler above it may
+// recover and the process go on). A slot kept would shrink the budget
+// for the gateway's life.
+func TestDownloadGivesItsBufferBackOnEveryEnd(t *testing.T) {
+	const p = "/home/user/big.bin"
+	body := bytes.Repeat([]byte("a"), 1<<20)
+	mux := http.NewServeMux()
+	prefix := "/" + testSandbox + "/44772"
+	mux.HandleFunc(prefix+"/files/info", func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(map[string]any{p: map[string]any{"path": p, "type": "file", "size": len(body), "mode": 644}})
+	})
+	var cut atomic.Bool // execd cuts the download off half-way
+	mux.HandleFunc(prefix+"/files/download", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.WriteHeader(http.StatusOK)
+		if cut.Load() {
+			_, _ = w.Write(body[:len(body)/2])
+			http.NewResponseController(w).Flush()
+			panic(http.ErrAbortHandler)
+		}
+		_, _ = w.Write(body)
+	})
+	up := httptest.NewServer(mux)
+	t.Cleanup(up.Close)
+	fe, _ := url.Parse(up.URL)
+	e := newTestEnv(t)
+	verifier, err := tokenVerifier(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(Config{}, Deps{
+		Tokens: verifier, Credentials: e.creds,
+		Clusters: fakeClusters{"cluster-a": {ID: "cluster-a", FixedEntry: fe}},
+		Execd:    &execd.Client{},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := e.mint("cred-a", testSandbox)
+	// serve serves one download and returns what the handler panicked
+	// with (net/http recovers http.ErrAbortHandler, with which the handler
+	// ends a response cut off after its header).
+	serve := func(w http.ResponseWriter, ctx context.Context) (panicked any) {
+		defer func() { panicked = recover() }()
+		req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/files?path="+p, nil)
+		req.Header.Set(HeaderSandboxID, testSandbox)
+		req.Header.Set(HeaderSandboxPort, "49983")
+		req.Header.Set(HeaderAccessToken, tok)
+		h.ServeHTTP(w, req)
+		return nil
+	}
+	held := func(name string) {
+		t.Helper()
+		if n := len(largeDownloadSlots); n != 0 {
+			t.Fatalf("%s: %d large buffers counted in use with no download running", name, n)
+		}
+	}
+
+	held("before any") // the package's other tests gave theirs back
+
+	rec := httptest.NewRecorder()
+	if v := serve(rec, context.Background()); v != nil {
+		t.Fatalf("complete download panicked: %v", v)
+	}
+	if rec.Code != http.StatusOK || rec.Body.Len() != len(body) {
+		t.Fatalf("complete download: status %d, %d bytes", rec.Code, rec.Body.Len())
+	}
+	held("complete")
+
+	cut.Store(true)
+	if v := serve(httptest.NewRecorder(), context.Background()); v != http.ErrAbortHandler {
+		t.Fatalf("download cut off by execd: handler ended with %v, want an aborted response", v)
+	}
+	held("cut off by execd")
+	cut.Store(false)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &stallingWriter{header: http.Header{}, ctx: ctx, wrote: make(chan struct{})}
+	done := make(chan struct{})
+	var ended any
+	go func() { defer close(done); ended = serve(w, ctx) }()
+	<-w.wrote // the copy holds its buffer, blocked writing
+	if n := len(largeDownloadSlots); n != 1 {
+		t.Fatalf("a download blocked in its copy: %d large buffers in use, want 1", n)
+	}
+	cancel()
+	<-done
+	if ended != http.ErrAbortHandler {
+		t.Fatalf("download whose client went away: handler ended with %v, want an aborted response", ended)
+	}
+	held("client gone")
+
+	w = &stallingWriter{header: http.Header{}, ctx: context.Background(), panicWith: "broken writer", wrote: make(chan struct{})}
+	if v := serve(w, context.Background()); v != "broken writer" {
+		t.Fatalf("download whose writer panicked: handler ended with %v, want the writer's panic", v)
+	}
+	held("panic in the copy")
 }

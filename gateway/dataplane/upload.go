@@ -22,6 +22,47 @@ import (
 // reverse_proxy…").
 const uploadChunk = 1 << 20
 
+// maxLargeUploadBuffers is how many writes of the whole process stream
+// through a buffer of uploadChunk bytes at once (16: 16 MiB). A write
+// holds its buffer for as long as execd takes to read what the client
+// sends, and a sandbox's code can read nothing (it answers in execd's
+// place) while the tenant's client fills the buffer, so a tenant whose
+// clients start many writes would pin 1 MiB a write; past this many, a
+// write streams through smallUploadChunk instead, which costs more
+// system calls per MiB but no more memory than a download. The writes
+// that stream at full speed are few at any moment, so they keep the
+// large one.
+const maxLargeUploadBuffers = 16
+
+// largeUploadSlots holds a token for each write streaming through
+// uploadChunk bytes.
+var largeUploadSlots = make(chan struct{}, maxLargeUploadBuffers)
+
+// smallUploadChunk is the buffer of a write that found every large one in
+// use (bytes): 64 KiB, multipartstream's MaxHeaderBytes, so that a part's
+// header block is bounded alike either way.
+const smallUploadChunk = 64 << 10
+
+// takeUploadBuffer returns the size of a write's buffer: uploadChunk
+// (large) while fewer than maxLargeUploadBuffers writes have it, else
+// smallUploadChunk. It never waits. Give it back with giveUploadBuffer
+// once the write is done with its body.
+func takeUploadBuffer() (size int, large bool) {
+	select {
+	case largeUploadSlots <- struct{}{}:
+		return uploadChunk, true
+	default:
+		return smallUploadChunk, false
+	}
+}
+
+// giveUploadBuffer gives back what takeUploadBuffer gave.
+func giveUploadBuffer(large bool) {
+	if large {
+		<-largeUploadSlots
+	}
+}
+
 // uploadFramingBuffer is the buffer of the framing a multipart write's
 // upstream body produces between its files (bytes).
 const uploadFramingBuffer = 4 << 10
@@ -59,12 +100,16 @@ type uploadBody struct {
 	eof     bool         // everything was read
 	err     *Error       // the client's side failed
 	written []envd.WriteInfo
+	bufSize int // the size of WriteTo's buffer for a file not handed out in place (bytes)
 }
 
 var errClientBody = errors.New("the write's body failed on the client's side")
 
-func newUploadBody(user sdkUser, next nextFile) *uploadBody {
-	u := &uploadBody{user: user, next: next}
+// newUploadBody returns the body of a write whose files next gives; a
+// file not handed out in place streams through chunk bytes (uploadChunk
+// or smallUploadChunk: takeUploadBuffer).
+func newUploadBody(user sdkUser, next nextFile, chunk int) *uploadBody {
+	u := &uploadBody{user: user, next: next, bufSize: chunk}
 	u.mw = multipart.NewWriter(&u.framing)
 	return u
 }
@@ -220,9 +265,9 @@ func (u *uploadBody) stop() (*Error, bool) {
 // WriteTo copies the body to w (Go's transport uses it for a body of
 // unknown length, where each write is one chunk of the chunked encoding,
 // flushed on its own): a multipart file's bytes straight from the buffer
-// they were read into, in writes of up to uploadChunk bytes, the framing
+// they were read into (the multipart reader's buffer), the framing
 // between them through a buffer of uploadFramingBuffer bytes, and any
-// other file through a buffer of uploadChunk bytes.
+// other file through a buffer of u.bufSize bytes.
 func (u *uploadBody) WriteTo(w io.Writer) (int64, error) {
 	var small, large []byte
 	var total int64
@@ -254,7 +299,7 @@ func (u *uploadBody) WriteTo(w io.Writer) (int64, error) {
 			}
 			buf = small
 		} else if large == nil {
-			large = make([]byte, uploadChunk)
+			large = make([]byte, u.bufSize)
 			buf = large
 		}
 		n, err := io.ReadFull(u, buf)

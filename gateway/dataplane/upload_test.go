@@ -6,6 +6,9 @@ import (
 	"io"
 	"mime"
 	"mime/multipart"
+	"net/http"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/sandgate/sandgate/internal/multipartstream"
@@ -46,7 +49,7 @@ func TestUploadBodyWriteTo(t *testing.T) {
 		_, p, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
 		return uploadFile{target: p["filename"], body: part}, true, nil
 	}
-	up := newUploadBody(sdkUser{}, next)
+	up := newUploadBody(sdkUser{}, next, uploadChunk)
 	if e := up.start(); e != nil {
 		t.Fatalf("start: %v", e)
 	}
@@ -83,5 +86,134 @@ func TestUploadBodyWriteTo(t *testing.T) {
 	}
 	if len(got) != 2 || got["big.bin"] != string(big) || got["small.txt"] != "small\r\n" {
 		t.Fatalf("execd's body has %d files (big.bin %d bytes, small.txt %q)", len(got), len(got["big.bin"]), got["small.txt"])
+	}
+}
+
+// TestUploadBuffersLargeWithinTheBudget: writes stream through uploadChunk
+// bytes while fewer than maxLargeUploadBuffers do, through
+// smallUploadChunk past that (never waiting), and a large one given back
+// goes to the next write.
+func TestUploadBuffersLargeWithinTheBudget(t *testing.T) {
+	for i := range maxLargeUploadBuffers {
+		if size, large := takeUploadBuffer(); !large || size != uploadChunk {
+			t.Fatalf("write %d: large %v, %d bytes; want %d", i, large, size, uploadChunk)
+		}
+	}
+	if size, large := takeUploadBuffer(); large || size != smallUploadChunk {
+		t.Fatalf("past the budget: large %v, %d bytes; want %d", large, size, smallUploadChunk)
+	}
+	giveUploadBuffer(false)
+	giveUploadBuffer(true)
+	if size, large := takeUploadBuffer(); !large || size != uploadChunk {
+		t.Fatalf("after one was given back: large %v, %d bytes; want a large one", large, size)
+	}
+	for range maxLargeUploadBuffers {
+		giveUploadBuffer(true)
+	}
+	if n := len(largeUploadSlots); n != 0 {
+		t.Fatalf("%d large buffers counted in use after all were given back", n)
+	}
+}
+
+// TestWritesPastTheUploadBudget: with every large buffer taken, a
+// multipart write and a chunked octet-stream write of more than the small
+// buffer still arrive whole; every write, written or refused, gives its
+// large buffer back.
+func TestWritesPastTheUploadBudget(t *testing.T) {
+	e := newTestEnv(t)
+	inUse := func(name string, want int) {
+		t.Helper()
+		if n := len(largeUploadSlots); n != want {
+			t.Fatalf("%s: %d large upload buffers in use, want %d", name, n, want)
+		}
+	}
+	data := make([]byte, 3*smallUploadChunk+17)
+	_, _ = rand.Read(data)
+	write := func(name string, req *http.Request, target string) {
+		t.Helper()
+		resp, out := e.do(req)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: status %d body %s", name, resp.StatusCode, out)
+		}
+		if got, err := os.ReadFile(e.hostPath(target)); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("%s: the file differs (%d bytes, %v)", name, len(got), err)
+		}
+	}
+	multipartWrite := func(target string) *http.Request {
+		ct, body := multipartBody(t, [][2]string{{target, string(data)}})
+		req := e.request(http.MethodPost, "/files", bytes.NewReader(body))
+		req.Header.Set("Content-Type", ct)
+		return req
+	}
+	chunkedWrite := func(target string) *http.Request {
+		// A reader without a length: the request, and so the upload, go chunked.
+		req := e.request(http.MethodPost, "/files?path="+target, struct{ io.Reader }{bytes.NewReader(data)})
+		req.Header.Set("Content-Type", "application/octet-stream")
+		return req
+	}
+
+	inUse("before any", 0)
+	write("multipart within the budget", multipartWrite("/home/user/a.bin"), "/home/user/a.bin")
+	write("chunked within the budget", chunkedWrite("/home/user/b.bin"), "/home/user/b.bin")
+	inUse("after the writes within the budget", 0)
+
+	for range maxLargeUploadBuffers {
+		takeUploadBuffer()
+	}
+	write("multipart past the budget", multipartWrite("/home/user/c.bin"), "/home/user/c.bin")
+	write("chunked past the budget", chunkedWrite("/home/user/d.bin"), "/home/user/d.bin")
+	inUse("after the writes past the budget", maxLargeUploadBuffers)
+	for range maxLargeUploadBuffers {
+		giveUploadBuffer(true)
+	}
+
+	req := e.request(http.MethodPost, "/files", strings.NewReader("not multipart"))
+	req.Header.Set("Content-Type", "multipart/form-data; boundary=x")
+	if resp, out := e.do(req); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("a broken multipart body: status %d body %s", resp.StatusCode, out)
+	}
+	inUse("after a refused write", 0)
+}
+
+// TestOnlyChunkedWritesTakeALargeBuffer: a multipart write and an
+// octet-stream write without a length hold a large buffer's slot while
+// execd reads them; an octet-stream write with a length goes through the
+// upstream transport's own copy and holds none.
+func TestOnlyChunkedWritesTakeALargeBuffer(t *testing.T) {
+	inUse := make(chan int, 1)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/"+testSandbox+"/44772/files/upload", func(w http.ResponseWriter, r *http.Request) {
+		inUse <- len(largeUploadSlots)
+		_, _ = io.Copy(io.Discard, r.Body)
+	})
+	gw, tok := newFakeGateway(t, mux)
+	data := bytes.Repeat([]byte("x"), 100<<10)
+	ct, form := multipartBody(t, [][2]string{{"/home/user/m.bin", string(data)}})
+	for _, c := range []struct {
+		name, query, contentType string
+		body                     io.Reader
+		want                     int
+	}{
+		{"multipart", "", ct, bytes.NewReader(form), 1},
+		{"octet-stream without a length", "?path=/home/user/c.bin", "application/octet-stream", struct{ io.Reader }{bytes.NewReader(data)}, 1},
+		{"octet-stream with a length", "?path=/home/user/l.bin", "application/octet-stream", bytes.NewReader(data), 0},
+	} {
+		req := gwRequest(t, gw, tok, http.MethodPost, "/files"+c.query, c.body)
+		req.Header.Set("Content-Type", c.contentType)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: status %d body %s", c.name, resp.StatusCode, out)
+		}
+		if got := <-inUse; got != c.want {
+			t.Errorf("%s: %d large upload buffers in use while execd read it, want %d", c.name, got, c.want)
+		}
+		if n := len(largeUploadSlots); n != 0 {
+			t.Fatalf("%s: %d large upload buffers in use after it ended", c.name, n)
+		}
 	}
 }

@@ -10,7 +10,7 @@
 // heap of -live-mib) per operation, so the tail of a relay that costs what
 // the gateway costs, but runs neither Caddy's HTTP server, WebSockets, JSON
 // nor the hub, can be read beside nodeload's figures (docs/benchmarks.md
-// "The round trip's floor on this machine").
+// "Issue 33: the node round trip's floor on this machine").
 //
 // Three processes, as in nodeload: the relay (this binary with -role relay,
 // pinned with taskset to -relay-cpu), the nodes (-role nodes: N TCP
@@ -25,10 +25,12 @@
 //	go build -o /tmp/relayfloor ./hack/relayfloor
 //	taskset -c 1 /tmp/relayfloor -nodes 10000 -rate 1000 -duration 30s
 //
-// It prints one line: the operations, the round trip's p50, p90, p99,
-// p99.9 and maximum from the scheduled send, and the CPU the relay, the
-// nodes and this process used during the phase (percent of one core and
-// microseconds per operation, from /proc/<pid>/stat).
+// It refuses to run when its own CPUs include -relay-cpu. It prints one
+// line: the operations, the round trip's p50, p90, p99, p99.9 and maximum
+// from the scheduled send, the CPU the relay, the nodes and this process
+// used during the phase (percent of one core and microseconds per
+// operation, from /proc/<pid>/stat; the relay's counts the heartbeats it
+// answered too), the CPUs each ran on and the load average at the end.
 package main
 
 import (
@@ -49,6 +51,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sandgate/sandgate/hack/pacer"
 	"github.com/sandgate/sandgate/internal/freeport"
@@ -249,12 +253,18 @@ func heartbeats(cs []*lockedConn, interval time.Duration) {
 	}
 }
 
+// keptConnections is how many idle connections to the relay operations
+// keeps for the next operations (more are closed), as hack/nodeload's
+// API client does.
+const keptConnections = 1024
+
 // operations sends rate operations a second for d to random nodes through
 // the relay's API address, each on a goroutine of its own over a kept
-// connection, and returns each round trip from its scheduled send time.
-// It fails if an answer is not its operation's echo.
-func operations(addr string, nodes, rate int, d time.Duration) ([]time.Duration, error) {
-	idle := make(chan net.Conn, 1024)
+// connection (at most keep kept idle; a new one dialed when none is), and
+// returns each round trip from its scheduled send time. It fails if an
+// answer is not its operation's echo.
+func operations(addr string, nodes, rate int, d time.Duration, keep int) ([]time.Duration, error) {
+	idle := make(chan net.Conn, keep)
 	defer func() {
 		close(idle)
 		for c := range idle {
@@ -302,7 +312,11 @@ func operations(addr string, nodes, rate int, d time.Duration) ([]time.Duration,
 			if got := binary.LittleEndian.Uint64(buf[12:]); got != uint64(i) {
 				errs[i] = fmt.Errorf("operation %d answered with %d's echo", i, got)
 			}
-			idle <- c
+			select {
+			case idle <- c:
+			default:
+				_ = c.Close()
+			}
 		}()
 	}
 	wg.Wait()
@@ -331,6 +345,40 @@ func cpuTicks(pid int) (int64, error) {
 	u, err1 := strconv.ParseInt(f[11], 10, 64)
 	k, err2 := strconv.ParseInt(f[12], 10, 64)
 	return u + k, errors.Join(err1, err2)
+}
+
+// checkPinning returns an error unless self, the CPUs this process may
+// run on (which the nodes it starts inherit), leaves relayCPU to the
+// relay alone; else it returns the CPUs of self, as taskset -c lists them
+// ("1", "2,3").
+func checkPinning(self *unix.CPUSet, relayCPU int) (string, error) {
+	var cpus []string
+	for i := range 1024 {
+		if self.IsSet(i) {
+			cpus = append(cpus, strconv.Itoa(i))
+		}
+	}
+	list := strings.Join(cpus, ",")
+	if self.IsSet(relayCPU) {
+		return "", fmt.Errorf("this process may run on CPUs %s, the relay's CPU %d among them: run it under taskset -c with the other CPUs (taskset -c 1 for -relay-cpu 0)", list, relayCPU)
+	}
+	if len(cpus) == 0 {
+		return "", errors.New("this process may run on no CPU")
+	}
+	return list, nil
+}
+
+// loadAverage is /proc/loadavg's first three fields ("0.52 0.58 0.59").
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // ticksPerSecond is USER_HZ, 100 on Linux.
@@ -439,6 +487,14 @@ func child(want string, env []string, args ...string) (*exec.Cmd, error) {
 }
 
 func run(nodes, rate int, duration, settle, heartbeat time.Duration, relayCPU int, relayEnv string, work time.Duration, alloc, liveMiB, gogc int) error {
+	var self unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &self); err != nil {
+		return err
+	}
+	selfCPUs, err := checkPinning(&self, relayCPU)
+	if err != nil {
+		return err
+	}
 	apiAddr, err := freeport.Addr()
 	if err != nil {
 		return err
@@ -473,7 +529,7 @@ func run(nodes, rate int, duration, settle, heartbeat time.Duration, relayCPU in
 		}
 	}
 	t0 := time.Now()
-	rtts, err := operations(apiAddr, nodes, rate, duration)
+	rtts, err := operations(apiAddr, nodes, rate, duration, keptConnections)
 	elapsed := time.Since(t0)
 	if err != nil {
 		return err
@@ -488,8 +544,8 @@ func run(nodes, rate int, duration, settle, heartbeat time.Duration, relayCPU in
 		cpu[i] = fmt.Sprintf("%.1f%% (%.0f µs per operation)", 100*s/elapsed.Seconds(), 1e6*s/float64(len(rtts)))
 	}
 	slices.Sort(rtts)
-	fmt.Printf("operations %d at %d/s, %d nodes, relay work %v, alloc %d B, live %d MiB: round trip from the scheduled send p50 %v, p90 %v, p99 %v, p99.9 %v, max %v; CPU: relay %s, nodes %s, this tool %s\n",
+	fmt.Printf("operations %d at %d/s, %d nodes, relay work %v, alloc %d B, live %d MiB: round trip from the scheduled send p50 %v, p90 %v, p99 %v, p99.9 %v, max %v; CPU: relay %s, nodes %s, this tool %s; relay on CPU %d, nodes and this tool on %s; load average %s\n",
 		len(rtts), rate, nodes, work, alloc, liveMiB, quantile(rtts, 0.5), quantile(rtts, 0.9), quantile(rtts, 0.99), quantile(rtts, 0.999), rtts[len(rtts)-1].Round(time.Microsecond),
-		cpu[0], cpu[1], cpu[2])
+		cpu[0], cpu[1], cpu[2], relayCPU, selfCPUs, loadAverage())
 	return nil
 }
