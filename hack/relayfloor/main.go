@@ -84,15 +84,48 @@ func (l *lockedConn) write(b []byte) error {
 	return err
 }
 
+// table holds connections by index.
+type table struct {
+	mu    sync.RWMutex
+	conns []*lockedConn
+}
+
+// get returns the connection at i, nil if there is none.
+func (t *table) get(i int) *lockedConn {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if i < 0 || i >= len(t.conns) {
+		return nil
+	}
+	return t.conns[i]
+}
+
+// set puts c at i; false if i is outside the table.
+func (t *table) set(i int, c *lockedConn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if i < 0 || i >= len(t.conns) {
+		return false
+	}
+	t.conns[i] = c
+	return true
+}
+
+// add appends c and returns its index.
+func (t *table) add(c *lockedConn) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.conns = append(t.conns, c)
+	return len(t.conns) - 1
+}
+
 // relay copies operations from API connections to the nodes and their
 // answers back, and answers heartbeats.
 type relay struct {
-	work   time.Duration // CPU spent per operation
-	alloc  int           // bytes allocated per operation
-	nodes  []*lockedConn // by node index
-	nodeMu sync.RWMutex
-	apis   []*lockedConn // by API connection id
-	apiMu  sync.RWMutex
+	work  time.Duration // CPU spent per operation
+	alloc int           // bytes allocated per operation
+	nodes table         // by node index, sized to the nodes
+	apis  table         // by API connection id, appended
 	// registered, when not nil, receives each node's index once the
 	// relay holds its connection.
 	registered chan int
@@ -117,13 +150,9 @@ func (r *relay) serveNodes(l net.Listener) error {
 			}
 			idx := int(binary.LittleEndian.Uint32(id[:]))
 			lc := &lockedConn{c: c}
-			r.nodeMu.Lock()
-			if idx >= len(r.nodes) {
-				r.nodeMu.Unlock()
+			if !r.nodes.set(idx, lc) {
 				return
 			}
-			r.nodes[idx] = lc
-			r.nodeMu.Unlock()
 			if r.registered != nil {
 				r.registered <- idx
 			}
@@ -139,13 +168,7 @@ func (r *relay) serveNodes(l net.Listener) error {
 					continue
 				}
 				a := int(binary.LittleEndian.Uint32(buf[4:]))
-				r.apiMu.RLock()
-				var ac *lockedConn
-				if a < len(r.apis) {
-					ac = r.apis[a]
-				}
-				r.apiMu.RUnlock()
-				if ac != nil {
+				if ac := r.apis.get(a); ac != nil {
 					_ = ac.write(buf)
 				}
 			}
@@ -161,10 +184,7 @@ func (r *relay) serveAPI(l net.Listener) error {
 			return err
 		}
 		lc := &lockedConn{c: c}
-		r.apiMu.Lock()
-		id := uint32(len(r.apis))
-		r.apis = append(r.apis, lc)
-		r.apiMu.Unlock()
+		id := uint32(r.apis.add(lc))
 		go func() {
 			defer c.Close()
 			buf := make([]byte, msgSize)
@@ -178,12 +198,7 @@ func (r *relay) serveAPI(l net.Listener) error {
 					sink = make([]byte, r.alloc)
 				}
 				idx := int(binary.LittleEndian.Uint32(buf[8:]))
-				r.nodeMu.RLock()
-				var nc *lockedConn
-				if idx < len(r.nodes) {
-					nc = r.nodes[idx]
-				}
-				r.nodeMu.RUnlock()
+				nc := r.nodes.get(idx)
 				if nc == nil {
 					return // an operation for a node not connected: the tool fails on the closed connection
 				}
@@ -437,7 +452,7 @@ func runRelay(apiAddr, nodeAddr string, nodes int, work time.Duration, alloc, li
 	if err != nil {
 		return err
 	}
-	r := &relay{work: work, alloc: alloc, nodes: make([]*lockedConn, nodes)}
+	r := &relay{work: work, alloc: alloc, nodes: table{conns: make([]*lockedConn, nodes)}}
 	go func() { _ = r.serveNodes(nl) }()
 	fmt.Println("listening")
 	return r.serveAPI(al)

@@ -16,34 +16,11 @@ import (
 // own echo (operations checks the sequence numbers), each with a round trip
 // taken, while the nodes heartbeat through the same connections.
 func TestOperationsEchoThroughTheRelay(t *testing.T) {
-	al, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	nl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = al.Close(); _ = nl.Close() })
 	const nodes = 20
-	r := &relay{alloc: 64, nodes: make([]*lockedConn, nodes), registered: make(chan int, nodes)}
-	go func() { _ = r.serveNodes(nl) }()
-	go func() { _ = r.serveAPI(al) }()
-	cs, err := connectNodes(nl.Addr().String(), nodes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, c := range cs {
-			_ = c.c.Close()
-		}
-	})
-	for range nodes {
-		<-r.registered
-	}
+	api, cs := startRelay(t, &relay{alloc: 64}, nodes)
 	go heartbeats(cs, 100*time.Millisecond)
 
-	rtts, err := operations(al.Addr().String(), nodes, 2000, 100*time.Millisecond, keptConnections)
+	rtts, err := operations(api, nodes, 2000, 100*time.Millisecond, keptConnections)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,6 +32,39 @@ func TestOperationsEchoThroughTheRelay(t *testing.T) {
 			t.Fatalf("operation %d: round trip %v", i, d)
 		}
 	}
+}
+
+// startRelay serves r on two loopback listeners with n nodes connected
+// and registered, and returns the API address and the nodes'
+// connections; everything is closed when the test ends.
+func startRelay(t *testing.T, r *relay, n int) (api string, nodes []*lockedConn) {
+	t.Helper()
+	al, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = al.Close(); _ = nl.Close() })
+	r.nodes.conns = make([]*lockedConn, n)
+	r.registered = make(chan int, n)
+	go func() { _ = r.serveNodes(nl) }()
+	go func() { _ = r.serveAPI(al) }()
+	cs, err := connectNodes(nl.Addr().String(), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, c := range cs {
+			_ = c.c.Close()
+		}
+	})
+	for range n {
+		<-r.registered
+	}
+	return al.Addr().String(), cs
 }
 
 func TestQuantile(t *testing.T) {
@@ -77,40 +87,17 @@ func TestQuantile(t *testing.T) {
 // ones past that close theirs and the phase still ends (each kept one
 // waited for a reader that never came, and the phase never ended).
 func TestOperationsKeepNoMoreConnectionsThanTheyMay(t *testing.T) {
-	al, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	nl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = al.Close(); _ = nl.Close() })
 	const nodes = 4
 	// 5 ms of the relay's CPU per operation, one every millisecond: several
 	// are in flight at once, more than the one connection kept.
-	r := &relay{work: 5 * time.Millisecond, nodes: make([]*lockedConn, nodes), registered: make(chan int, nodes)}
-	go func() { _ = r.serveNodes(nl) }()
-	go func() { _ = r.serveAPI(al) }()
-	cs, err := connectNodes(nl.Addr().String(), nodes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, c := range cs {
-			_ = c.c.Close()
-		}
-	})
-	for range nodes {
-		<-r.registered
-	}
+	api, _ := startRelay(t, &relay{work: 5 * time.Millisecond}, nodes)
 	type result struct {
 		rtts []time.Duration
 		err  error
 	}
 	done := make(chan result, 1)
 	go func() {
-		rtts, err := operations(al.Addr().String(), nodes, 1000, 20*time.Millisecond, 1)
+		rtts, err := operations(api, nodes, 1000, 20*time.Millisecond, 1)
 		done <- result{rtts, err}
 	}()
 	select {
