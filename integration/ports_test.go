@@ -1062,8 +1062,9 @@ func echoWebSocket(closed chan<- struct{}) http.Handler {
 }
 
 // upgradePort opens a WebSocket to sandbox id's port through the gateway
-// (with its traffic token) and returns the connection after the 101 and
-// its reader; the test closes it.
+// (with its traffic token) to an echoing server (echoWebSocket) and
+// returns the connection and its reader once a line came back through
+// it; the test closes it.
 func (rig *portRig) upgradePort(t *testing.T, id string) (net.Conn, *bufio.Reader) {
 	t.Helper()
 	conn, err := net.Dial("tcp", strings.TrimPrefix(rig.env.Gateway, "http://"))
@@ -1081,6 +1082,20 @@ func (rig *portRig) upgradePort(t *testing.T, id string) (net.Conn, *bufio.Reade
 	if ws.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("upgrade through the gateway: %d\n%s", ws.StatusCode, rig.log.String())
 	}
+	// Caddy's reverse_proxy writes the 101 before it registers the two
+	// connections it closes when its configuration is cleaned up, and
+	// copies between them only after that: an echo through the tunnel
+	// shows they are registered, so a reload from here on finds them (a
+	// reload between the 101 and the registration leaves the WebSocket
+	// open for good, in Caddy's own reverse_proxy too).
+	_ = conn.SetDeadline(time.Now().Add(time.Minute)) // a bound on a wait that never ends, not a speed
+	if _, err := io.WriteString(conn, "registered?\n"); err != nil {
+		t.Fatalf("write on the new WebSocket: %v", err)
+	}
+	if line, err := br.ReadString('\n'); err != nil || line != "registered?\n" {
+		t.Fatalf("echo on the new WebSocket: %q, %v\n%s", line, err, rig.log.String())
+	}
+	_ = conn.SetDeadline(time.Time{})
 	return conn, br
 }
 
