@@ -181,6 +181,15 @@ func Tag(ctx context.Context) (tagged context.Context, done func()) {
 	}
 }
 
+// Tagged reports whether ctx is (or derives from) the context of an API
+// call (Tag): its apiserver requests are the call's own, charged to the
+// caller's share once Admit has named it. The reconcilers' and the
+// caches' contexts are not tagged. Tests count a call's requests with it.
+func Tagged(ctx context.Context) bool {
+	_, ok := ctx.Value(tagKey{}).(*tag)
+	return ok
+}
+
 // Transport returns rt that takes one request from the share named in
 // each request's context (Admit) as it sends it; never waiting and never
 // refusing, so a share may go below zero (see the package documentation).

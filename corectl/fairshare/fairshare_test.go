@@ -99,3 +99,18 @@ func TestCallsInProgress(t *testing.T) {
 		t.Fatal("a admitted past its share")
 	}
 }
+
+// TestTagged: a call's context and what derives from it are tagged; a
+// context that never went through Tag is not.
+func TestTagged(t *testing.T) {
+	if fairshare.Tagged(context.Background()) {
+		t.Fatal("an untagged context reads as tagged")
+	}
+	ctx, done := fairshare.Tag(context.Background())
+	defer done()
+	sub, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if !fairshare.Tagged(ctx) || !fairshare.Tagged(sub) {
+		t.Fatal("a call's context (or one derived from it) reads as untagged")
+	}
+}
