@@ -52,8 +52,25 @@ type Status struct {
 // ErrNoAllocation which gives a Status with ReasonAllocationUnknown; and
 // ErrUnavailable when the apiserver cannot answer.
 func (e *Engine) Get(ctx context.Context, namespace, id string) (*Status, error) {
-	st := &Status{SandboxID: id}
 	sb, err := sandbox.Get(ctx, e.Client, namespace, id, e.Cluster.AllocationLabelKey())
+	return e.view(ctx, id, sb, err)
+}
+
+// GetOf is Get for BatchSandbox obj, which the caller has just read whole
+// from the apiserver (lifecycle's Status, after the control API's
+// ownership check read it), so the view reads the sandbox no second
+// time. The policy, the namespace's policies and the sandbox's pods are
+// still read live: the view is what a getInfo right after a create or a
+// PUT reports, and what Connect's readiness rests on. Errors: as Get's.
+func (e *Engine) GetOf(ctx context.Context, obj client.Object) (*Status, error) {
+	sb, err := sandbox.From(obj, e.Cluster.AllocationLabelKey())
+	return e.view(ctx, obj.GetName(), sb, err)
+}
+
+// view is Get's view of sandbox sb (id), as sandbox.Get or sandbox.From
+// gave it with err.
+func (e *Engine) view(ctx context.Context, id string, sb *sandbox.Sandbox, err error) (*Status, error) {
+	st := &Status{SandboxID: id}
 	if err != nil {
 		if sb != nil && errors.Is(err, sandbox.ErrNoAllocation) {
 			st.NotReadyReason = ReasonAllocationUnknown
@@ -63,7 +80,7 @@ func (e *Engine) Get(ctx context.Context, namespace, id string) (*Status, error)
 	}
 	st.PolicyName = PolicyName(sb.AllocationID)
 	np := &networkingv1.NetworkPolicy{}
-	if err := e.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: st.PolicyName}, np); err != nil {
+	if err := e.Client.Get(ctx, client.ObjectKey{Namespace: sb.Namespace, Name: st.PolicyName}, np); err != nil {
 		if apierrors.IsNotFound(err) {
 			st.NotReadyReason = ReasonPolicyMissing
 			return st, nil

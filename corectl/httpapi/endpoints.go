@@ -22,7 +22,7 @@ const (
 // reserved one 400 port_reserved; a sandbox that does not exist, is not
 // the caller's or is going away is 404 sandbox_not_found.
 func (s *Server) getEndpoint(w http.ResponseWriter, r *http.Request) {
-	ch, cred, id, ok := s.sandboxScope(w, r, true)
+	ch, cred, id, u, ok := s.sandboxRead(w, r, true)
 	if !ok {
 		return
 	}
@@ -37,7 +37,7 @@ func (s *Server) getEndpoint(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	ep, err := ch.Lifecycle.Endpoint(ctx, cred.ProjectNamespace, id, port)
+	ep, err := ch.Lifecycle.Endpoint(ctx, cred.ProjectNamespace, id, u, port)
 	if err != nil {
 		s.lifecycleError(w, r, err)
 		return

@@ -66,6 +66,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/admission"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"golang.org/x/time/rate"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -448,39 +449,52 @@ func (s *Server) scopeCredential(w http.ResponseWriter, r *http.Request) (*Clust
 // run. With lifecycle set the route needs the lifecycle orchestrator
 // (503 lifecycle_disabled without a token signing key).
 func (s *Server) sandboxScope(w http.ResponseWriter, r *http.Request, lifecycle bool) (*ClusterHandle, credential.Credential, string, bool) {
+	ch, c, id, _, ok := s.sandboxRead(w, r, lifecycle)
+	return ch, c, id, ok
+}
+
+// sandboxRead is sandboxScope that also returns the BatchSandbox the
+// ownership check read (whole, uncached, in this call), for the routes
+// that take it instead of reading it again (lifecycle's Status, Connect,
+// SetTimeout, Delete, Endpoint; the egress and ingress engines' GetOf for
+// the network GET views); nil when the ID is not a DNS
+// label or the sandbox does not exist (the route's own read answers
+// those). It is the caller's sandbox by the check itself: another
+// credential's is refused before it is returned.
+func (s *Server) sandboxRead(w http.ResponseWriter, r *http.Request, lifecycle bool) (*ClusterHandle, credential.Credential, string, *unstructured.Unstructured, bool) {
 	ch, c, ok := s.scopeCredential(w, r)
 	if !ok {
-		return nil, c, "", false
+		return nil, c, "", nil, false
 	}
 	if lifecycle && ch.Lifecycle == nil {
 		s.fail(w, r, http.StatusServiceUnavailable, CodeLifecycleDisabled, "corectl has no token signing key configured")
-		return nil, c, "", false
+		return nil, c, "", nil, false
 	}
 	id := r.PathValue("sandboxID")
 	if sandbox.ValidateID(id) != nil {
-		return ch, c, id, true
+		return ch, c, id, nil, true
 	}
 	if ch.Reader == nil {
 		s.Metrics.Refused(metrics.RefusalOwnerUnchecked)
 		s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, "corectl cannot check who owns the sandbox: the cluster has no reader")
-		return nil, c, "", false
+		return nil, c, "", nil, false
 	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	owner, err := sandbox.Owner(ctx, ch.Reader, c.ProjectNamespace, id)
+	owner, u, err := sandbox.Owner(ctx, ch.Reader, c.ProjectNamespace, id)
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound):
-		return ch, c, id, true
+		return ch, c, id, nil, true
 	case err != nil:
 		s.Metrics.Refused(metrics.RefusalOwnerUnchecked)
 		s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
-		return nil, c, "", false
+		return nil, c, "", nil, false
 	case !c.Sees(owner, c.ProjectNamespace, c.ClusterID):
 		s.Metrics.Refused(metrics.RefusalNotOwner)
 		s.notFound(w, r)
-		return nil, c, "", false
+		return nil, c, "", nil, false
 	}
-	return ch, c, id, true
+	return ch, c, id, u, true
 }
 
 // notFound is the answer for a sandbox that does not exist or that the

@@ -245,7 +245,7 @@ func (s *Server) lifecycleError(w http.ResponseWriter, r *http.Request, err erro
 }
 
 func (s *Server) connectSandbox(w http.ResponseWriter, r *http.Request) {
-	ch, cred, id, ok := s.sandboxScope(w, r, true)
+	ch, cred, id, u, ok := s.sandboxRead(w, r, true)
 	if !ok {
 		return
 	}
@@ -271,7 +271,7 @@ func (s *Server) connectSandbox(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	tok, info, err := ch.Lifecycle.Connect(ctx, cred.ID, cred.ProjectNamespace, id, timeout)
+	tok, info, err := ch.Lifecycle.Connect(ctx, cred.ID, cred.ProjectNamespace, id, u, timeout)
 	if err != nil {
 		s.lifetimeError(w, r, err)
 		return
@@ -290,13 +290,13 @@ func (s *Server) connectSandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
-	ch, cred, id, ok := s.sandboxScope(w, r, true)
+	ch, cred, id, u, ok := s.sandboxRead(w, r, true)
 	if !ok {
 		return
 	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	info, err := ch.Lifecycle.Status(ctx, cred.ProjectNamespace, id)
+	info, err := ch.Lifecycle.Status(ctx, cred.ProjectNamespace, id, u)
 	if err != nil {
 		s.lifecycleError(w, r, err)
 		return
@@ -317,13 +317,13 @@ func (s *Server) goneSandbox(w http.ResponseWriter, r *http.Request, state strin
 }
 
 func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
-	ch, cred, id, ok := s.sandboxScope(w, r, true)
+	ch, cred, id, u, ok := s.sandboxRead(w, r, true)
 	if !ok {
 		return
 	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	if err := ch.Lifecycle.Delete(ctx, cred.ProjectNamespace, id); err != nil {
+	if err := ch.Lifecycle.Delete(ctx, cred.ProjectNamespace, id, u); err != nil {
 		s.lifecycleError(w, r, err)
 		return
 	}

@@ -62,7 +62,7 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
 // name read by wire.Seconds), parse (which gets wire.Seconds' answer), the
 // credential's longest timeout (quota.CheckTimeout), SetTimeout.
 func (s *Server) moveEnd(w http.ResponseWriter, r *http.Request, name string, parse func(d time.Duration, given bool, err error) (time.Duration, lifecycle.TimeoutMode, error)) {
-	ch, cred, id, ok := s.sandboxScope(w, r, true)
+	ch, cred, id, u, ok := s.sandboxRead(w, r, true)
 	if !ok {
 		return
 	}
@@ -81,7 +81,7 @@ func (s *Server) moveEnd(w http.ResponseWriter, r *http.Request, name string, pa
 	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	if _, err := ch.Lifecycle.SetTimeout(ctx, cred.ProjectNamespace, id, d, mode); err != nil {
+	if _, err := ch.Lifecycle.SetTimeout(ctx, cred.ProjectNamespace, id, u, d, mode); err != nil {
 		s.lifetimeError(w, r, err)
 		return
 	}
@@ -144,13 +144,13 @@ const noProcessState = " is not supported: OpenSandbox sandboxes cannot keep the
 // (404 as on every sandbox route, also for a sandbox being deleted), then
 // 501 not_supported with msg.
 func (s *Server) notSupported(w http.ResponseWriter, r *http.Request, msg string) {
-	ch, cred, id, ok := s.sandboxScope(w, r, true)
+	ch, cred, id, u, ok := s.sandboxRead(w, r, true)
 	if !ok {
 		return
 	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	info, err := ch.Lifecycle.Status(ctx, cred.ProjectNamespace, id)
+	info, err := ch.Lifecycle.Status(ctx, cred.ProjectNamespace, id, u)
 	if err != nil {
 		s.lifecycleError(w, r, err)
 		return

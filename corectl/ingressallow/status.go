@@ -90,6 +90,24 @@ func rules(set []string) *[]Rule {
 // allocation label is no error here); ErrUnavailable.
 func (e *Engine) Get(ctx context.Context, namespace, id string) (*Status, error) {
 	sb, err := sandbox.Get(ctx, e.Client, namespace, id, e.Cluster.AllocationLabelKey())
+	return e.view(ctx, namespace, id, sb, err)
+}
+
+// GetOf is Get for BatchSandbox obj, which the caller has just read whole
+// from the apiserver (lifecycle's Status, after the control API's
+// ownership check read it), so the view reads the sandbox no second
+// time. The allowlist, the carrier and the Ingresses that could claim
+// its path are still read live: the view is what a getInfo right after a
+// create or a PUT /network/ingress reports, and what Connect's readiness
+// rests on. Errors: as Get's.
+func (e *Engine) GetOf(ctx context.Context, obj client.Object) (*Status, error) {
+	sb, err := sandbox.From(obj, e.Cluster.AllocationLabelKey())
+	return e.view(ctx, obj.GetNamespace(), obj.GetName(), sb, err)
+}
+
+// view is Get's view of sandbox namespace/id, sb as sandbox.Get or
+// sandbox.From gave it with err.
+func (e *Engine) view(ctx context.Context, namespace, id string, sb *sandbox.Sandbox, err error) (*Status, error) {
 	if err != nil && !errors.Is(err, sandbox.ErrNoAllocation) {
 		return nil, err
 	}

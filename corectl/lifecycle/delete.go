@@ -17,6 +17,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -80,17 +81,16 @@ func (e *DeleteError) Error() string { return CodeDeletePending + ": " + e.Reaso
 // cancellation: a caller that goes away (the DELETE's client disconnects)
 // does not leave it Deleting half-way, as the create's compensation does
 // not; it is bounded by deleteTimeout instead.
+// read, when not nil, is BatchSandbox ns/id as the caller has read it
+// whole from the apiserver within this call (as for Status), used instead
+// of reading it again: what the delete takes of it (its deletion
+// timestamp, UID, template labels) does not change under a live object,
+// and the Deleting mark is a patch of the live object.
 // Errors: ErrNotFound, ErrUnavailable, *DeleteError.
-func (o *Orchestrator) Delete(ctx context.Context, ns, id string) error {
-	if sandbox.ValidateID(id) != nil {
-		return ErrNotFound
-	}
-	u := batchSandboxRef(ns, id)
-	if err := o.Client.Get(ctx, client.ObjectKeyFromObject(u), u); err != nil {
-		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("%w: %s/%s", ErrNotFound, ns, id)
-		}
-		return fmt.Errorf("%w: %s", ErrUnavailable, err.Error())
+func (o *Orchestrator) Delete(ctx context.Context, ns, id string, read *unstructured.Unstructured) error {
+	u, err := o.readOnce(ctx, ns, id, read)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deleteTimeout)
 	defer cancel()

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // Ports of the projection (spec §4.4): noVNC and Chrome's DevTools.
@@ -113,9 +115,9 @@ func portURL(base, id string, port int) string {
 // Endpoint returns the projection of port (a ValidatePort result) of
 // sandbox ns/id, which must exist and not be going away (a sandbox in a
 // Gone state is ErrNotFound, as for GET). The caller has checked
-// ownership. Errors: ErrNotFound, ErrUnavailable.
-func (o *Orchestrator) Endpoint(ctx context.Context, ns, id string, port int) (*Endpoint, error) {
-	info, err := o.Status(ctx, ns, id)
+// ownership; read is as for Status. Errors: ErrNotFound, ErrUnavailable.
+func (o *Orchestrator) Endpoint(ctx context.Context, ns, id string, read *unstructured.Unstructured, port int) (*Endpoint, error) {
+	info, err := o.Status(ctx, ns, id, read)
 	if err != nil {
 		return nil, err
 	}

@@ -813,7 +813,7 @@ func TestDeleteOutlivesItsCaller(t *testing.T) {
 	release, held := w.hold(lifecycle.StepDeleteIngress)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- w.orch.Delete(ctx, w.nsA, id) }()
+	go func() { done <- w.orch.Delete(ctx, w.nsA, id, nil) }()
 	if got := <-held; got != id {
 		t.Fatalf("held the delete of %s, want %s", got, id)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -182,15 +183,22 @@ const (
 // as 0), capped at the sandbox's start + MaxTimeout, as E2B's KeepAliveFor
 // does; with ExtendEnd an earlier end is left alone. It returns the end
 // time in force afterwards. The write is a merge patch with a
-// resourceVersion precondition, retried on conflict. Errors: ErrNotFound
-// (absent or already expired), ErrConflict (being deleted),
+// resourceVersion precondition, retried on conflict. read, when not nil,
+// is BatchSandbox ns/id as the caller has read it whole from the
+// apiserver within this call (as for Status): the first attempt takes it
+// instead of reading, and the precondition makes a read that is no
+// longer current a conflict, after which SetTimeout reads again. Errors:
+// ErrNotFound (absent or already expired), ErrConflict (being deleted),
 // ErrMaxLifetime, ErrUnavailable.
-func (o *Orchestrator) SetTimeout(ctx context.Context, ns, id string, d time.Duration, mode TimeoutMode) (time.Time, error) {
+func (o *Orchestrator) SetTimeout(ctx context.Context, ns, id string, read *unstructured.Unstructured, d time.Duration, mode TimeoutMode) (time.Time, error) {
 	if d < 0 {
 		d = 0
 	}
 	for attempt := 0; ; attempt++ {
-		u, err := o.readLive(ctx, ns, id)
+		if attempt > 0 {
+			read = nil
+		}
+		u, err := o.readLive(ctx, ns, id, read)
 		if err != nil {
 			return time.Time{}, err
 		}

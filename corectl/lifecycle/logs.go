@@ -23,7 +23,7 @@ type LogSource struct {
 // none while no pod exists. Errors: ErrNotFound (absent, expired, or
 // Gone: being deleted), ErrUnavailable.
 func (o *Orchestrator) LogSources(ctx context.Context, ns, id string) ([]LogSource, error) {
-	u, err := o.readLive(ctx, ns, id)
+	u, err := o.readLive(ctx, ns, id, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -106,23 +106,48 @@ func (o *Orchestrator) describe(u client.Object) *Info {
 
 // Status reads sandbox ns/id and derives its lifecycle state. A sandbox
 // whose end time has passed is gone for Status (the expiry reconciler is
-// deleting it). Errors: ErrNotFound, ErrUnavailable.
-func (o *Orchestrator) Status(ctx context.Context, ns, id string) (*Info, error) {
-	u, err := o.readLive(ctx, ns, id)
+// deleting it). read, when not nil, is BatchSandbox ns/id as the caller
+// has read it whole from the apiserver within this call (the control
+// API's ownership check), used instead of reading it again; nil: Status
+// reads it. Errors: ErrNotFound, ErrUnavailable.
+func (o *Orchestrator) Status(ctx context.Context, ns, id string, read *unstructured.Unstructured) (*Info, error) {
+	u, err := o.readLive(ctx, ns, id, read)
 	if err != nil {
 		return nil, err
 	}
-	info := o.describe(u)
-	info.LifecycleState = o.derive(ctx, u, info)
-	return info, nil
+	return o.statusOf(ctx, u), nil
 }
 
-// readLive reads the BatchSandbox of sandbox ns/id (uncached) for a
-// lifecycle route: absent, an invalid ID, or an end time that has passed
-// is ErrNotFound; a read failure ErrUnavailable.
-func (o *Orchestrator) readLive(ctx context.Context, ns, id string) (*unstructured.Unstructured, error) {
+// statusOf is Status of BatchSandbox u, as readLive returned it.
+func (o *Orchestrator) statusOf(ctx context.Context, u *unstructured.Unstructured) *Info {
+	info := o.describe(u)
+	info.LifecycleState = o.derive(ctx, u, info)
+	return info
+}
+
+// readLive returns the BatchSandbox of sandbox ns/id (uncached) for a
+// lifecycle route (readOnce): absent, an invalid ID, or an end time that
+// has passed is ErrNotFound; a read failure ErrUnavailable.
+func (o *Orchestrator) readLive(ctx context.Context, ns, id string, read *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	u, err := o.readOnce(ctx, ns, id, read)
+	if err != nil {
+		return nil, err
+	}
+	if o.expired(u) {
+		return nil, fmt.Errorf("%w: %s/%s has expired", ErrNotFound, ns, id)
+	}
+	return u, nil
+}
+
+// readOnce returns read when it is BatchSandbox ns/id (the caller's read
+// of this call, whole and uncached), else reads it from the apiserver.
+// Errors: ErrNotFound (absent, or an invalid ID), ErrUnavailable.
+func (o *Orchestrator) readOnce(ctx context.Context, ns, id string, read *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	if sandbox.ValidateID(id) != nil {
 		return nil, ErrNotFound
+	}
+	if read != nil && read.GetNamespace() == ns && read.GetName() == id && read.GroupVersionKind() == sandbox.GVK {
+		return read, nil
 	}
 	u := batchSandboxRef(ns, id)
 	if err := o.Client.Get(ctx, client.ObjectKeyFromObject(u), u); err != nil {
@@ -130,9 +155,6 @@ func (o *Orchestrator) readLive(ctx context.Context, ns, id string) (*unstructur
 			return nil, fmt.Errorf("%w: %s/%s", ErrNotFound, ns, id)
 		}
 		return nil, fmt.Errorf("%w: %s", ErrUnavailable, err.Error())
-	}
-	if o.expired(u) {
-		return nil, fmt.Errorf("%w: %s/%s has expired", ErrNotFound, ns, id)
 	}
 	return u, nil
 }
@@ -147,15 +169,17 @@ func (o *Orchestrator) derive(ctx context.Context, u *unstructured.Unstructured,
 	case recorded == StateCleanupFailed:
 		return StateCleanupFailed
 	}
-	ns, id := u.GetNamespace(), u.GetName()
-	if st, err := o.Egress.Get(ctx, ns, id); err == nil {
+	// The views read the network objects live (a getInfo right after a
+	// create or a PUT /network must show what it wrote, and Connect
+	// refuses a sandbox whose views are not ready), but not the
+	// BatchSandbox again: they take u, this call's read.
+	if st, err := o.Egress.GetOf(ctx, u); err == nil {
 		info.Egress = st
 	}
-	al := &v1alpha1.SandboxIngressAllowlist{}
-	if err := o.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: id}, al); err == nil {
-		if st, err := o.Ingress.Get(ctx, ns, id); err == nil {
-			info.Ingress = st
-		}
+	// An unrestricted sandbox has no SandboxIngressAllowlist and no
+	// ingress view.
+	if st, err := o.Ingress.GetOf(ctx, u); err == nil && st.NotReadyReason != ingressallow.ReasonNotConfigured {
+		info.Ingress = st
 	}
 	if recorded == StateCreating || recorded == "" {
 		return StateCreating
@@ -230,18 +254,21 @@ func stateOfIngress(st *ingressallow.Status) string {
 // PolicyConflict, Indeterminate, Deleting and CleanupFailed are
 // ErrConflict; a missing or expired sandbox ErrNotFound). A non-nil
 // timeout extends the end time to now + timeout first, as E2B's connect
-// does (never shortens; the caller checks it with CheckTimeout). Errors
-// also: ErrMaxLifetime, ErrUnavailable.
-func (o *Orchestrator) Connect(ctx context.Context, credentialID, ns, id string, timeout *time.Duration) (string, *Info, error) {
-	info, err := o.Status(ctx, ns, id)
+// does (never shortens; the caller checks it with CheckTimeout). read is
+// as for Status. Errors also: ErrMaxLifetime, ErrUnavailable.
+func (o *Orchestrator) Connect(ctx context.Context, credentialID, ns, id string, read *unstructured.Unstructured, timeout *time.Duration) (string, *Info, error) {
+	u, err := o.readLive(ctx, ns, id, read)
 	if err != nil {
 		return "", nil, err
 	}
+	info := o.statusOf(ctx, u)
 	if info.LifecycleState != StateReady {
 		return "", info, fmt.Errorf("%w: sandbox %s is %s", ErrConflict, id, info.LifecycleState)
 	}
 	if timeout != nil {
-		end, err := o.SetTimeout(ctx, ns, id, *timeout, ExtendEnd)
+		// SetTimeout's patch requires u's resourceVersion: a change
+		// since u was read is a conflict, and SetTimeout reads again.
+		end, err := o.SetTimeout(ctx, ns, id, u, *timeout, ExtendEnd)
 		if err != nil {
 			return "", info, err
 		}

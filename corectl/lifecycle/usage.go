@@ -49,7 +49,7 @@ var PodMetricsGVK = schema.GroupVersionKind{Group: "metrics.k8s.io", Version: "v
 // Errors: ErrNotFound (absent, expired, or Gone: being deleted),
 // ErrUnavailable.
 func (o *Orchestrator) Usage(ctx context.Context, ns, id string) ([]Metric, error) {
-	u, err := o.readLive(ctx, ns, id)
+	u, err := o.readLive(ctx, ns, id, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -216,22 +216,25 @@ func allocation(obj client.Object, allocationLabel string) (tl map[string]string
 	return tl, alloc, nil
 }
 
-// Owner reads the BatchSandbox namespace/id and returns its creating
-// credential (OwnerOf; "" when none is recorded), whatever its lifecycle
-// state. Errors wrap ErrInvalidID, ErrNotFound or ErrUnavailable.
-func Owner(ctx context.Context, r client.Reader, namespace, id string) (string, error) {
+// Owner reads the BatchSandbox namespace/id whole with r and returns it
+// with its creating credential (OwnerOf; "" when none is recorded),
+// whatever its lifecycle state. The object is the caller's own copy: the
+// control API's routes hand it on to the route (lifecycle's Status,
+// SetTimeout, Delete), so a call reads its sandbox once. Errors wrap
+// ErrInvalidID, ErrNotFound or ErrUnavailable.
+func Owner(ctx context.Context, r client.Reader, namespace, id string) (string, *unstructured.Unstructured, error) {
 	if err := ValidateID(id); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(GVK)
 	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: id}, u); err != nil {
 		if apierrors.IsNotFound(err) {
-			return "", fmt.Errorf("%w: BatchSandbox %s/%s", ErrNotFound, namespace, id)
+			return "", nil, fmt.Errorf("%w: BatchSandbox %s/%s", ErrNotFound, namespace, id)
 		}
-		return "", fmt.Errorf("%w: BatchSandbox %s/%s: %s", ErrUnavailable, namespace, id, err.Error())
+		return "", nil, fmt.Errorf("%w: BatchSandbox %s/%s: %s", ErrUnavailable, namespace, id, err.Error())
 	}
-	return OwnerOf(u), nil
+	return OwnerOf(u), u, nil
 }
 
 // OwnerReference is the controller owner reference to the BatchSandbox
