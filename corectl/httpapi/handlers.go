@@ -148,14 +148,22 @@ func (s *Server) writeEgressPut(w http.ResponseWriter, r *http.Request, ch *Clus
 }
 
 func (s *Server) getEgress(w http.ResponseWriter, r *http.Request) {
-	ch, cred, id, ok := s.sandboxScope(w, r, false)
+	ch, cred, id, u, ok := s.sandboxRead(w, r, false)
 	if !ok {
 		return
 	}
 	ns := cred.ProjectNamespace
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	st, err := ch.Egress.Get(ctx, ns, id)
+	// The ownership check's read of the BatchSandbox serves the view;
+	// without one (no such sandbox, an invalid ID) Get answers.
+	var st *egress.Status
+	var err error
+	if u != nil {
+		st, err = ch.Egress.GetOf(ctx, u)
+	} else {
+		st, err = ch.Egress.Get(ctx, ns, id)
+	}
 	if err != nil {
 		s.sandboxError(w, r, err)
 		return
@@ -264,14 +272,22 @@ func finished(st *v1alpha1.SandboxIngressAllowlistStatus, gen int64) bool {
 }
 
 func (s *Server) getIngress(w http.ResponseWriter, r *http.Request) {
-	ch, cred, id, ok := s.sandboxScope(w, r, false)
+	ch, cred, id, u, ok := s.sandboxRead(w, r, false)
 	if !ok {
 		return
 	}
 	ns := cred.ProjectNamespace
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	st, err := ch.Ingress.Get(ctx, ns, id)
+	// The ownership check's read of the BatchSandbox serves the view;
+	// without one (no such sandbox, an invalid ID) Get answers.
+	var st *ingressallow.Status
+	var err error
+	if u != nil {
+		st, err = ch.Ingress.GetOf(ctx, u)
+	} else {
+		st, err = ch.Ingress.Get(ctx, ns, id)
+	}
 	if err != nil {
 		s.sandboxError(w, r, err)
 		return
