@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -107,11 +108,26 @@ func (f *fixture) allowlist(t *testing.T) *v1alpha1.SandboxIngressAllowlist {
 	return al
 }
 
+// get is the GET view of sandbox sbx (Get), which GetOf must give alike
+// from a read of the BatchSandbox (as lifecycle's Status hands it the
+// ownership check's read).
 func (f *fixture) get(t *testing.T) *Status {
 	t.Helper()
 	st, err := f.eng.Get(ctx, f.ns, "sbx")
 	if err != nil {
 		t.Fatalf("Get: %v", err)
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(sandbox.GVK)
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "sbx"}, u); err != nil {
+		t.Fatal(err)
+	}
+	of, err := f.eng.GetOf(ctx, u)
+	if err != nil {
+		t.Fatalf("GetOf: %v", err)
+	}
+	if !reflect.DeepEqual(of, st) {
+		t.Fatalf("GetOf = %+v, Get = %+v", of, st)
 	}
 	return st
 }
