@@ -83,9 +83,10 @@ func (e *DeleteError) Error() string { return CodeDeletePending + ": " + e.Reaso
 // not; it is bounded by deleteTimeout instead.
 // read, when not nil, is BatchSandbox ns/id as the caller has read it
 // whole from the apiserver within this call (as for Status), used instead
-// of reading it again: what the delete takes of it (its deletion
-// timestamp, UID, template labels) does not change under a live object,
-// and the Deleting mark is a patch of the live object.
+// of reading it again, as fresh as the read it replaces: the delete
+// takes its UID and template labels, which corectl never changes, and
+// its deletion timestamp, which only skips the Deleting mark (a merge
+// patch of the live object, harmless when it is already being deleted).
 // Errors: ErrNotFound, ErrUnavailable, *DeleteError.
 func (o *Orchestrator) Delete(ctx context.Context, ns, id string, read *unstructured.Unstructured) error {
 	u, err := o.readOnce(ctx, ns, id, read)
