@@ -294,6 +294,13 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if u == nil {
+		// The ownership check found no such sandbox (or the ID is no DNS
+		// label): the answer the route's own read would give, without
+		// reading again.
+		s.notFound(w, r)
+		return
+	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
 	info, err := ch.Lifecycle.Status(ctx, cred.ProjectNamespace, id, u)
@@ -319,6 +326,13 @@ func (s *Server) goneSandbox(w http.ResponseWriter, r *http.Request, state strin
 func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
 	ch, cred, id, u, ok := s.sandboxRead(w, r, true)
 	if !ok {
+		return
+	}
+	if u == nil {
+		// The ownership check found no such sandbox (or the ID is no DNS
+		// label): the answer the route's own read would give, without
+		// reading again.
+		s.notFound(w, r)
 		return
 	}
 	ctx, cancel := requestContext(r)
