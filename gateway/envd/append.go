@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sandgate/sandgate/internal/jsonplain"
 )
 
 // AppendJSON appends r's JSON encoding to b and returns the extended
@@ -162,27 +164,6 @@ func appendFraction(b []byte, v, digits int) []byte {
 
 const hexDigits = "0123456789abcdef"
 
-// plainWord reports whether all eight bytes of w are plainASCII: none is
-// below 0x20, at or above 0x80, the quote, the backslash, <, > or &. Each
-// test is the exact "has a byte that is zero" (or "less than 0x20") of the
-// word, whose borrows can only mark bytes above one that does hold.
-func plainWord(w uint64) bool {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	q, bs, amp := w^'"'*ones, w^'\\'*ones, w^'&'*ones
-	// < (0x3c) and > (0x3e) differ in bit 1 only: one test for both.
-	angle := (w ^ '<'*ones) &^ (2 * ones)
-	return ((w-0x20*ones)&^w|(q-ones)&^q|(bs-ones)&^bs|(amp-ones)&^amp|(angle-ones)&^angle|w)&highs == 0
-}
-
-// plainASCII holds the bytes appendString copies as they are: printable
-// ASCII but the quote, the backslash and encoding/json's HTML escapes.
-var plainASCII = func() (t [256]bool) {
-	for c := 0x20; c < utf8.RuneSelf; c++ {
-		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
-	}
-	return t
-}()
-
 // appendString appends s as a JSON string the way encoding/json does with
 // HTML escaping on (its default): <, > and & as \u003c, \u003e, \u0026,
 // control characters as \b, \f, \n, \r, \t or \u00XX, invalid UTF-8 as
@@ -193,11 +174,11 @@ func appendString(b []byte, s string) []byte {
 	for i := 0; i < len(s); {
 		// Eight bytes at a time while a word of them is left (a path is
 		// tens of bytes), then one table lookup a byte.
-		for i+8 <= len(s) && plainWord(uint64(s[i])|uint64(s[i+1])<<8|uint64(s[i+2])<<16|uint64(s[i+3])<<24|
+		for i+8 <= len(s) && jsonplain.HTMLWord(uint64(s[i])|uint64(s[i+1])<<8|uint64(s[i+2])<<16|uint64(s[i+3])<<24|
 			uint64(s[i+4])<<32|uint64(s[i+5])<<40|uint64(s[i+6])<<48|uint64(s[i+7])<<56) {
 			i += 8
 		}
-		for i < len(s) && plainASCII[s[i]] {
+		for i < len(s) && jsonplain.HTMLByte(s[i]) {
 			i++
 		}
 		if i == len(s) {

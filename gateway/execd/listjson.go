@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/go-json-experiment/json/jsontext"
+	"github.com/sandgate/sandgate/internal/jsonplain"
 )
 
 // listDecoder is the reusable state of decodeFileInfoList: the body buffer
@@ -571,10 +572,10 @@ func (s *listScanner) str() (v []byte, plain, ok bool) {
 		// Plain ASCII, the usual byte: eight at a time while a word of
 		// them is left (a path is tens of bytes), then through one
 		// table lookup a byte.
-		for i+8 <= len(s.data) && plainWord(binary.LittleEndian.Uint64(s.data[i:])) {
+		for i+8 <= len(s.data) && jsonplain.Word(binary.LittleEndian.Uint64(s.data[i:])) {
 			i += 8
 		}
-		for i < len(s.data) && plainByte[s.data[i]] {
+		for i < len(s.data) && jsonplain.Byte(s.data[i]) {
 			i++
 		}
 		if i == len(s.data) {
@@ -612,29 +613,6 @@ func (s *listScanner) str() (v []byte, plain, ok bool) {
 		}
 	}
 	return nil, false, false
-}
-
-// plainByte is true for the bytes a string holds as they are: ASCII from
-// 0x20 on but the quote and the backslash.
-var plainByte = func() (t [256]bool) {
-	for c := 0x20; c < 0x80; c++ {
-		t[c] = c != '"' && c != '\\'
-	}
-	return t
-}()
-
-// plainWord reports whether all eight bytes of w are plainByte: none is
-// below 0x20, at or above 0x80, a quote or a backslash. Each test is the
-// exact "has a byte that is zero" (or "less than n", n <= 0x80) of the
-// word, whose borrows can only mark bytes above one that does hold.
-func plainWord(w uint64) bool {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	below := (w - 0x20*ones) &^ w // a byte < 0x20 (its high bit then set)
-	quote := w ^ '"'*ones
-	quote = (quote - ones) &^ quote // a byte == '"'
-	bs := w ^ '\\'*ones
-	bs = (bs - ones) &^ bs // a byte == '\\'
-	return (below|quote|bs|w)&highs == 0
 }
 
 func isHex(c byte) bool {
