@@ -156,8 +156,8 @@ var downloadBuffers = sync.Pool{New: func() any {
 // stream at full speed are few at any moment, so they keep the large one.
 const maxLargeDownloadBuffers = 64
 
-// largeDownloadSlots holds a token for each downloadBuffer in use.
-var largeDownloadSlots = make(chan struct{}, maxLargeDownloadBuffers)
+// largeDownloadSlots counts the downloadBuffers in use.
+var largeDownloadSlots = make(slots, maxLargeDownloadBuffers)
 
 // smallDownloadBuffer is the size of the copy buffer of a download that
 // found every large one in use (bytes): 32 KiB.
@@ -173,12 +173,10 @@ var smallDownloadBuffers = sync.Pool{New: func() any {
 // use, else a smallDownloadBuffer. It never waits. Give it back with
 // giveDownloadBuffer.
 func takeDownloadBuffer() (buf *[]byte, large bool) {
-	select {
-	case largeDownloadSlots <- struct{}{}:
+	if largeDownloadSlots.take() {
 		return downloadBuffers.Get().(*[]byte), true
-	default:
-		return smallDownloadBuffers.Get().(*[]byte), false
 	}
+	return smallDownloadBuffers.Get().(*[]byte), false
 }
 
 // giveDownloadBuffer returns a buffer takeDownloadBuffer gave.
@@ -188,8 +186,25 @@ func giveDownloadBuffer(buf *[]byte, large bool) {
 		return
 	}
 	downloadBuffers.Put(buf)
-	<-largeDownloadSlots
+	largeDownloadSlots.give()
 }
+
+// slots counts the transfers holding a large buffer, at most its capacity
+// (the downloads' and the writes' budgets).
+type slots chan struct{}
+
+// take takes a slot if one is free, without waiting.
+func (s slots) take() bool {
+	select {
+	case s <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// give gives back a slot take took.
+func (s slots) give() { <-s }
 
 func queryPath(p string) map[string][]string { return map[string][]string{"path": {p}} }
 

@@ -34,9 +34,8 @@ const uploadChunk = 1 << 20
 // large one.
 const maxLargeUploadBuffers = 16
 
-// largeUploadSlots holds a token for each write streaming through
-// uploadChunk bytes.
-var largeUploadSlots = make(chan struct{}, maxLargeUploadBuffers)
+// largeUploadSlots counts the writes streaming through uploadChunk bytes.
+var largeUploadSlots = make(slots, maxLargeUploadBuffers)
 
 // smallUploadChunk is the buffer of a write that found every large one in
 // use (bytes): 64 KiB, multipartstream's MaxHeaderBytes, so that a part's
@@ -48,18 +47,16 @@ const smallUploadChunk = 64 << 10
 // smallUploadChunk. It never waits. Give it back with giveUploadBuffer
 // once the write is done with its body.
 func takeUploadBuffer() (size int, large bool) {
-	select {
-	case largeUploadSlots <- struct{}{}:
+	if largeUploadSlots.take() {
 		return uploadChunk, true
-	default:
-		return smallUploadChunk, false
 	}
+	return smallUploadChunk, false
 }
 
 // giveUploadBuffer gives back what takeUploadBuffer gave.
 func giveUploadBuffer(large bool) {
 	if large {
-		<-largeUploadSlots
+		largeUploadSlots.give()
 	}
 }
 
