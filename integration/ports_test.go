@@ -874,15 +874,8 @@ func TestPortRequestsCountedAcrossReload(t *testing.T) {
 	})
 	t.Run("a domain added", func(t *testing.T) {
 		testPortRequestsCountedAcrossReload(t, func(ctx context.Context, t *testing.T, rig *portRig) {
-			cf, err := os.ReadFile(filepath.Join(rig.env.Dir, "Caddyfile"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			hosts := "\n\t\thosts " + portDomain + "\n"
-			if !strings.Contains(string(cf), hosts) {
-				t.Fatalf("the gateway's Caddyfile has no hosts line:\n%s", cf)
-			}
-			next := strings.Replace(string(cf), hosts, "\n\t\thosts "+portDomain+" other."+portDomain+"\n", 1)
+			cf, hosts := rig.caddyfileHosts(t)
+			next := strings.Replace(cf, hosts, "\n\t\thosts "+portDomain+" other."+portDomain+"\n", 1)
 			if err := rig.env.Reload(ctx, next); err != nil {
 				t.Fatalf("reload: %v\n%s", err, rig.log.String())
 			}
@@ -890,16 +883,9 @@ func TestPortRequestsCountedAcrossReload(t *testing.T) {
 	})
 	t.Run("a rejected reload, then one", func(t *testing.T) {
 		testPortRequestsCountedAcrossReload(t, func(ctx context.Context, t *testing.T, rig *portRig) {
-			cf, err := os.ReadFile(filepath.Join(rig.env.Dir, "Caddyfile"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			hosts := "\n\t\thosts " + portDomain + "\n"
-			if !strings.Contains(string(cf), hosts) {
-				t.Fatalf("the gateway's Caddyfile has no hosts line:\n%s", cf)
-			}
+			cf, hosts := rig.caddyfileHosts(t)
 			// Refused as its handler provisions, after it took the counts.
-			bad := strings.Replace(string(cf), hosts, hosts+"\t\tmax_port_requests 2\n", 1)
+			bad := strings.Replace(cf, hosts, hosts+"\t\tmax_port_requests 2\n", 1)
 			if err := rig.env.Reload(ctx, bad); err == nil || !strings.Contains(err.Error(), "max_port_requests") {
 				t.Fatalf("reload with max_port_requests under the per-sandbox bound: %v, want refused", err)
 			}
@@ -1097,6 +1083,22 @@ func (rig *portRig) upgradePort(t *testing.T, id string) (net.Conn, *bufio.Reade
 	}
 	_ = conn.SetDeadline(time.Time{})
 	return conn, br
+}
+
+// caddyfileHosts returns the gateway's Caddyfile and its e2b_dataplane
+// block's hosts line ("\n\t\thosts <portDomain>\n"), which a test
+// rewrites for a reload.
+func (rig *portRig) caddyfileHosts(t *testing.T) (caddyfile, hosts string) {
+	t.Helper()
+	cf, err := os.ReadFile(filepath.Join(rig.env.Dir, "Caddyfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts = "\n\t\thosts " + portDomain + "\n"
+	if !strings.Contains(string(cf), hosts) {
+		t.Fatalf("the gateway's Caddyfile has no hosts line:\n%s", cf)
+	}
+	return string(cf), hosts
 }
 
 // reloadWith reloads the gateway with its Caddyfile's e2b_dataplane block
