@@ -54,6 +54,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandgate/sandgate/hack/gatewayproc"
 	"github.com/sandgate/sandgate/hack/pacer"
 	"github.com/sandgate/sandgate/internal/freeport"
 )
@@ -345,23 +346,6 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 	return sorted[i].Round(time.Microsecond)
 }
 
-// cpuTicks is a process's user and system time in clock ticks
-// (/proc/<pid>/stat fields 14 and 15).
-func cpuTicks(pid int) (int64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(f))
-	}
-	u, err1 := strconv.ParseInt(f[11], 10, 64)
-	k, err2 := strconv.ParseInt(f[12], 10, 64)
-	return u + k, errors.Join(err1, err2)
-}
-
 // checkPinning returns an error unless self, the CPUs this process may
 // run on (which the nodes it starts inherit), leaves relayCPU to the
 // relay alone; else it returns the CPUs of self, as taskset -c lists them
@@ -395,9 +379,6 @@ func loadAverage() string {
 	}
 	return strings.Join(f[:3], " ")
 }
-
-// ticksPerSecond is USER_HZ, 100 on Linux.
-const ticksPerSecond = 100
 
 func main() {
 	role := flag.String("role", "", "internal: relay or nodes (the processes this tool starts)")
@@ -537,9 +518,9 @@ func run(nodes, rate int, duration, settle, heartbeat time.Duration, relayCPU in
 	defer func() { _ = nd.Process.Kill(); _ = nd.Wait() }()
 	time.Sleep(settle) // a measurement parameter: the heartbeats' steady state before the phase
 	pids := []int{rl.Process.Pid, nd.Process.Pid, os.Getpid()}
-	before := make([]int64, len(pids))
+	before := make([]time.Duration, len(pids))
 	for i, p := range pids {
-		if before[i], err = cpuTicks(p); err != nil {
+		if before[i], err = gatewayproc.CPUTime(p); err != nil {
 			return err
 		}
 	}
@@ -551,11 +532,11 @@ func run(nodes, rate int, duration, settle, heartbeat time.Duration, relayCPU in
 	}
 	cpu := make([]string, len(pids))
 	for i, p := range pids {
-		after, err := cpuTicks(p)
+		after, err := gatewayproc.CPUTime(p)
 		if err != nil {
 			return err
 		}
-		s := float64(after-before[i]) / ticksPerSecond
+		s := (after - before[i]).Seconds()
 		cpu[i] = fmt.Sprintf("%.1f%% (%.0f µs per operation)", 100*s/elapsed.Seconds(), 1e6*s/float64(len(rtts)))
 	}
 	slices.Sort(rtts)
