@@ -43,8 +43,10 @@ import (
 // looping over its sandboxes at full speed (about 25 `GET /sandboxes/{id}`
 // a second, E2B's own API allowing a team about 670 requests a second) is
 // not refused. 100 a second (a third of it) refused the key-rotation
-// test's API clients, one credential's list, getInfo, create and kill in a
-// loop: too tight for what an SDK user does. 1,200 is twice the client's
+// test's API clients, one credential's list, getInfo, create and kill at a
+// busy SDK user's pace: too tight for what an SDK user does. (A client
+// calling list in a tight loop, about 1,000 times a second, is refused
+// at 300: each admitted call takes one request from the share.) 1,200 is twice the client's
 // default burst (cluster.DefaultClientBurst), about 50 creates or 100
 // sandbox reads at once.
 //

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
 	kwait "k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/sandgate/sandgate/integration/harness"
@@ -55,8 +56,22 @@ func (c *apiClients) call(ctx context.Context, method, path, body string) (int, 
 	return resp.StatusCode, b, err
 }
 
+// Each API client's pace, calls a second: a busy SDK user's, which one
+// credential's share of one replica's apiserver requests
+// (fairshare.DefaultRate, 300 a second) holds with room to spare (a list
+// takes 1 from the share, a restricted getInfo 9, a create and its delete
+// about 37: 20 + 90 + 148 = 258 a second). Unpaced, the list client alone
+// called about 1,000 times a second and was refused by the share
+// (429 rate_limited), which is not what this test is about.
+const (
+	listRate   = 20
+	getRate    = 10
+	createRate = 4
+)
+
 // startAPIClients starts three clients: one lists the sandboxes, one gets
-// sb, one creates a sandbox and deletes it.
+// sb, one creates a sandbox and deletes it, each at its pace (listRate,
+// getRate, createRate).
 func startAPIClients(r *rig, sb sandbox) *apiClients {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &apiClients{r: r, stop: cancel, answered: make(chan struct{})}
@@ -100,11 +115,12 @@ func startAPIClients(r *rig, sb sandbox) *apiClients {
 			note(ph, "delete", code, b, err, http.StatusNoContent)
 		},
 	}
-	for _, loop := range loops {
+	for i, loop := range loops {
+		pace := rate.NewLimiter(rate.Limit([]int{listRate, getRate, createRate}[i]), 1)
 		c.done.Add(1)
 		go func() {
 			defer c.done.Done()
-			for ctx.Err() == nil {
+			for pace.Wait(ctx) == nil {
 				loop()
 			}
 		}()
