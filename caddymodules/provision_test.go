@@ -372,6 +372,14 @@ func TestJSONConfigErrors(t *testing.T) {
 			handlerOf(cfg)["max_port_requests_per_sandbox"] = 100
 			handlerOf(cfg)["max_port_requests"] = 50
 		}, []string{"e2b_dataplane", "max_port_requests_per_sandbox, max_port_requests", "the per-sandbox one at most the total"}},
+		{"max_requests below max_requests_per_credential", func(cfg obj) {
+			handlerOf(cfg)["max_requests_per_credential"] = 100
+			handlerOf(cfg)["max_requests"] = 50
+		}, []string{"e2b_dataplane", "max_requests_per_credential and max_requests must be positive, max_requests at least max_requests_per_credential"}},
+		{"max_requests_per_credential above max_requests", func(cfg obj) {
+			handlerOf(cfg)["max_requests_per_credential"] = 5000
+			handlerOf(cfg)["max_requests"] = 4096
+		}, []string{"e2b_dataplane", "max_requests at least max_requests_per_credential"}},
 		{"default_user not among users", func(cfg obj) { handlerOf(cfg)["default_user"] = "ghost" },
 			[]string{"e2b_dataplane", "default user ghost is not among the users"}},
 		{"user home relative", func(cfg obj) {

@@ -41,6 +41,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		max_upstream_calls <n>
 //		max_upstream_calls_per_sandbox <n>
 //		max_process_calls_per_credential <n>
+//		max_requests_per_credential <n>
+//		max_requests <n>
 //		upstream_wait <duration>
 //		drain_grace <duration>
 //		token_target
@@ -66,7 +68,13 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // calls in progress (positive integers; a unary call counts from execd's
 // first answer on, not while it waits for execd: docs/dataplane.md
 // "Bounded cost per request and per tenant"); a call beyond them waits up to
-// upstream_wait (default 30s) for a slot. drain_grace (default 25s) is
+// upstream_wait (default 30s) for a slot. max_requests_per_credential
+// (default 1024) and max_requests (default 4096, or the per-credential
+// bound when larger) bound the requests in progress, per resource
+// credential and in all, streams and transfers for as long as they last
+// (positive integers; one more is refused at once with GATEWAY_BUSY; a
+// max_requests below the per-credential bound is refused when the
+// configuration loads). drain_grace (default 25s) is
 // how long command streams and file transfers run on once the server
 // shuts down for the process exit (a reload drains nothing), before they
 // end with GATEWAY_DRAINING (keep it below
@@ -122,6 +130,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "home_dir", "default_user", "keepalive_interval", "max_message_size", "process_dir",
 			"max_decompressed_size", "max_decompression_ratio", "max_listing_size", "max_listing_entries",
 			"max_upstream_calls", "max_upstream_calls_per_sandbox", "max_process_calls_per_credential", "upstream_wait", "drain_grace",
+			"max_requests_per_credential", "max_requests",
 			"max_port_requests_per_sandbox", "max_port_requests", "stream_close_delay":
 			if err := once(opt); err != nil {
 				return err
@@ -184,7 +193,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				}
 				h.MaxListingSize = int64(n)
 			case "max_listing_entries", "max_upstream_calls", "max_upstream_calls_per_sandbox", "max_process_calls_per_credential",
-				"max_port_requests_per_sandbox", "max_port_requests":
+				"max_port_requests_per_sandbox", "max_port_requests", "max_requests_per_credential", "max_requests":
 				n, err := strconv.Atoi(v)
 				if err != nil || n < 1 || n > 1<<24 {
 					return d.Errf("bad %s %q: must be a positive integer", opt, v)
@@ -200,6 +209,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					h.MaxPortRequestsPerSandbox = n
 				case "max_port_requests":
 					h.MaxPortRequests = n
+				case "max_requests_per_credential":
+					h.MaxRequestsPerCredential = n
+				case "max_requests":
+					h.MaxRequests = n
 				default:
 					h.MaxProcessCallsPerCredential = n
 				}

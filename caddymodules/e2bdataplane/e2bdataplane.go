@@ -100,8 +100,22 @@ type Handler struct {
 	// resource credential. Default 2.
 	MaxProcessCallsPerCredential int `json:"max_process_calls_per_credential,omitempty"`
 
+	// MaxRequestsPerCredential bounds the requests of one resource
+	// credential (a tenant) in progress at once over all its sandboxes,
+	// each from its checks' end to its answer's end (a command stream, a
+	// download or a write for as long as it lasts); one more is refused
+	// at once with GATEWAY_BUSY. Counted for the process, across `caddy
+	// reload`. Default 1024.
+	MaxRequestsPerCredential int `json:"max_requests_per_credential,omitempty"`
+
+	// MaxRequests is MaxRequestsPerCredential over all credentials; one
+	// more is refused at once with GATEWAY_BUSY. Default 4096, or
+	// MaxRequestsPerCredential when that is larger; set below
+	// MaxRequestsPerCredential, Provision fails.
+	MaxRequests int `json:"max_requests,omitempty"`
+
 	// UpstreamWait is how long a call waits for a slot of the bounds
-	// above. Default 30s.
+	// above (not MaxRequestsPerCredential's or MaxRequests'). Default 30s.
 	UpstreamWait caddy.Duration `json:"upstream_wait,omitempty"`
 
 	// TokenTarget, when true, serves requests that carry neither
@@ -274,6 +288,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	cfg.MaxListingBytes, cfg.MaxListingEntries = h.MaxListingSize, h.MaxListingEntries
 	cfg.MaxUpstreamCalls, cfg.MaxUpstreamCallsPerSandbox = h.MaxUpstreamCalls, h.MaxUpstreamCallsPerSandbox
 	cfg.MaxProcessCallsPerCredential = h.MaxProcessCallsPerCredential
+	if h.MaxRequestsPerCredential < 0 || h.MaxRequests < 0 || (h.MaxRequests > 0 && h.MaxRequests < max(h.MaxRequestsPerCredential, 1)) {
+		return errors.New("max_requests_per_credential and max_requests must be positive, max_requests at least max_requests_per_credential")
+	}
+	cfg.MaxRequestsPerCredential, cfg.MaxRequests = h.MaxRequestsPerCredential, h.MaxRequests
 	if h.UpstreamWait < 0 {
 		return errors.New("upstream_wait must be positive")
 	}
@@ -333,6 +351,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		Observe:     observe,
 		Authorizer:  app.Authorizer(),
 		Drain:       h.drain,
+		Requests:    processRequests,
 	})
 	if err != nil {
 		return err

@@ -87,6 +87,15 @@ func (h *Handler) provisionHosts(ctx caddy.Context, app dataplaneapp.App, rt htt
 // gauge reads them.
 var processPortCounts = portroute.NewCounts()
 
+// processRequests are the data plane's requests in progress of the
+// process (dataplane.Deps.Requests), per credential and in all, a package
+// variable for the same reason as processPortCounts: the command streams
+// and transfers a replaced configuration still runs count against the
+// new one's max_requests_per_credential and max_requests, and a reload
+// does not give a tenant a second full bound. The in-progress gauge reads
+// them.
+var processRequests = dataplane.NewRequestCounts()
+
 // serveHost serves a request when host routing is configured: a Host
 // that is not a sandbox host of a served domain is refused; envd's port
 // goes to the data plane with the sandbox from the Host; any other port

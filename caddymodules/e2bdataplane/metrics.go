@@ -34,13 +34,17 @@ import (
 // GATEWAY_BUSY, TRAFFIC_TOKEN_INVALID, …), so the gateway's own 429 and
 // 503 are told from a sandbox server's; the in-progress gauge counts the
 // requests an Admission holds a place for. Neither has the sandbox or the
-// port as a label: both are unbounded.
+// port as a label: both are unbounded. requests_in_progress counts the
+// data plane's requests admitted by max_requests_per_credential and
+// max_requests (the process's, every configuration's), without the
+// credential as a label.
 type metrics struct {
-	requests *prometheus.CounterVec
-	duration *prometheus.HistogramVec
-	streams  *prometheus.GaugeVec
-	ports    *prometheus.CounterVec
-	portsNow prometheus.GaugeFunc
+	requests    *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	streams     *prometheus.GaugeVec
+	ports       *prometheus.CounterVec
+	portsNow    prometheus.GaugeFunc
+	requestsNow prometheus.GaugeFunc
 }
 
 // The outcomes of a port request that was admitted and handed to
@@ -95,9 +99,13 @@ func registerMetrics(reg *prometheus.Registry) *metrics {
 			Namespace: "sandgate", Subsystem: "dataplane", Name: "port_requests_in_progress",
 			Help: "Sandbox port requests of host routing in progress (admitted, not yet ended).",
 		}, func() float64 { return float64(processPortCounts.InProgress()) })
+		collectors.requestsNow = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "sandgate", Subsystem: "dataplane", Name: "requests_in_progress",
+			Help: "E2B data-plane requests in progress (admitted by max_requests_per_credential and max_requests, not yet ended).",
+		}, func() float64 { all, _ := processRequests.Held(""); return float64(all) })
 	})
 	if reg != nil {
-		for _, c := range []prometheus.Collector{collectors.requests, collectors.duration, collectors.streams, collectors.ports, collectors.portsNow} {
+		for _, c := range []prometheus.Collector{collectors.requests, collectors.duration, collectors.streams, collectors.ports, collectors.portsNow, collectors.requestsNow} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {

@@ -1,13 +1,17 @@
 package dataplane
 
 import (
+	"bytes"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/execd"
 	"github.com/sandgate/sandgate/gateway/execdtoken"
 	"github.com/sandgate/sandgate/integration/execdstub"
@@ -193,5 +197,122 @@ func TestExecdTokenSecretsDuringRotation(t *testing.T) {
 				t.Fatalf("execd started with the %s secret's token: %d %s", c.name, resp.StatusCode, body)
 			}
 		}
+	}
+}
+
+// TestRequestsInProgressBounded: a credential's requests in progress are
+// bounded (max_requests_per_credential) and so are the gateway's
+// (max_requests): with bounds of 2 and 3 and every download held open by
+// its sandbox, a credential's third download is refused at once with
+// GATEWAY_BUSY naming its bound and never reaches execd, while another
+// credential's is served until the gateway's bound is reached, which
+// refuses it naming that bound; a place given back is taken by the next
+// request, and once every request has ended none is counted.
+func TestRequestsInProgressBounded(t *testing.T) {
+	e := newTestEnv(t, func(c *Config, _ *execdstub.Config) {
+		c.MaxRequestsPerCredential = 2
+		c.MaxRequests = 3
+	})
+	e.creds.set(credential.Credential{ID: "cred-b", Enabled: true, ProjectNamespace: "ns", ClusterID: "cluster-a"})
+	var arrived atomic.Int64
+	release := make(chan struct{})
+	e.writeFile("/home/user/f", "x")
+	hold := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/files/download" {
+			e.execd.ServeHTTP(w, r) // the download's Stat
+			return
+		}
+		arrived.Add(1)
+		w.Header().Set("Content-Type", "application/octet-stream")
+		// More than the gateway's response buffer, so that its head
+		// and first bytes reach the client before the sandbox holds the
+		// rest back.
+		_, _ = w.Write(bytes.Repeat([]byte("x"), 64<<10))
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer hold.Close()
+	defer close(release) // before hold.Close
+	e.ingress.SetSandbox(testSandbox, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1",
+		Ports: map[int]string{execd.DefaultPort: hold.Listener.Addr().String()}})
+
+	var open []*http.Response
+	defer func() {
+		for _, r := range open {
+			_ = r.Body.Close()
+		}
+	}()
+	// download sends a download as cred; a held one is kept open.
+	download := func(cred string) (*http.Response, []byte) {
+		t.Helper()
+		req := e.request(http.MethodGet, "/files?path=/home/user/f", nil)
+		req.Header.Set(HeaderAccessToken, e.mint(cred, testSandbox))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode == http.StatusOK {
+			b := make([]byte, 1)
+			if _, err := io.ReadFull(resp.Body, b); err != nil {
+				t.Fatalf("%s's download: %v", cred, err)
+			}
+			open = append(open, resp)
+			return resp, b
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, b
+	}
+	refused := func(cred, bound string) {
+		t.Helper()
+		before := arrived.Load()
+		resp, body := download(cred)
+		if resp.StatusCode != http.StatusBadGateway || resp.Header.Get("Sandgate-Error-Code") != "GATEWAY_BUSY" ||
+			!strings.Contains(string(body), "("+bound+":") && !strings.Contains(string(body), "("+bound+")") {
+			t.Fatalf("%s's download past %s: %d %s", cred, bound, resp.StatusCode, body)
+		}
+		if arrived.Load() != before {
+			t.Fatalf("%s's refused download reached execd", cred)
+		}
+	}
+	for range 2 {
+		if resp, _ := download("cred-a"); resp.StatusCode != http.StatusOK {
+			t.Fatalf("cred-a's download within its bound: %d", resp.StatusCode)
+		}
+	}
+	refused("cred-a", "max_requests_per_credential")
+	if resp, _ := download("cred-b"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("cred-b's first download while cred-a holds its bound: %d", resp.StatusCode)
+	}
+	refused("cred-b", "max_requests")
+	h := e.handler
+	if all, a := h.RequestsInProgress("cred-a"); all != 3 || a != 2 {
+		t.Fatalf("in progress: %d in all, %d of cred-a; want 3 and 2", all, a)
+	}
+
+	// cred-a's first download ends: its place goes to the next request.
+	_ = open[0].Body.Close()
+	open = open[1:]
+	for {
+		if _, a := h.RequestsInProgress("cred-a"); a == 1 {
+			break
+		}
+		<-e.outcomes // the ended download's outcome, then its place is given back
+	}
+	if resp, _ := download("cred-a"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("cred-a's download after one of its own ended: %d", resp.StatusCode)
+	}
+	for _, r := range open {
+		_ = r.Body.Close()
+	}
+	open = nil
+	for {
+		if all, _ := h.RequestsInProgress(""); all == 0 {
+			break
+		}
+		<-e.outcomes
 	}
 }

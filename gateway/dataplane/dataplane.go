@@ -28,6 +28,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"path"
@@ -166,6 +167,17 @@ type Config struct {
 	// once for one resource credential; one more is GATEWAY_BUSY. Default
 	// DefaultMaxProcessCallsPerCredential (2).
 	MaxProcessCallsPerCredential int
+	// MaxRequestsPerCredential bounds the requests of one resource
+	// credential (one tenant) in progress at once over all its sandboxes:
+	// every operation from its checks' end to its answer's end (a command
+	// stream, a download or a write for as long as it lasts). One more is
+	// refused at once with GATEWAY_BUSY, not queued. Default
+	// DefaultMaxRequestsPerCredential (1024).
+	MaxRequestsPerCredential int
+	// MaxRequests is MaxRequestsPerCredential over all credentials.
+	// Default DefaultMaxRequests (4096), or MaxRequestsPerCredential when
+	// that is larger. Both are counted in Deps.Requests.
+	MaxRequests int
 }
 
 // Defaults of the concurrency bounds (docs/dataplane.md "Bounded cost per
@@ -175,6 +187,14 @@ const (
 	DefaultMaxUpstreamCallsPerSandbox   = 4
 	DefaultMaxProcessCallsPerCredential = 2
 	DefaultUpstreamWait                 = 30 * time.Second
+	// DefaultMaxRequestsPerCredential and DefaultMaxRequests: each held
+	// request costs the gateway its goroutines, buffers and two
+	// connections (a command stream whose sandbox sent a partial line
+	// about 100 KiB, docs/dataplane.md "Requests in progress"), so one
+	// tenant holds at most about 100 MiB at the default, the gateway
+	// about 400 MiB.
+	DefaultMaxRequestsPerCredential = 1024
+	DefaultMaxRequests              = 4096
 )
 
 func (c *Config) defaults() {
@@ -213,6 +233,12 @@ func (c *Config) defaults() {
 	}
 	if c.MaxProcessCallsPerCredential <= 0 {
 		c.MaxProcessCallsPerCredential = DefaultMaxProcessCallsPerCredential
+	}
+	if c.MaxRequestsPerCredential <= 0 {
+		c.MaxRequestsPerCredential = DefaultMaxRequestsPerCredential
+	}
+	if c.MaxRequests <= 0 {
+		c.MaxRequests = max(DefaultMaxRequests, c.MaxRequestsPerCredential)
 	}
 }
 
@@ -296,7 +322,19 @@ type Deps struct {
 	// refused with GATEWAY_DRAINING, and those still running when its
 	// grace is over end with GATEWAY_DRAINING. nil: no draining.
 	Drain *drain.Drainer
+	// Requests counts the requests in progress per credential ID and in
+	// all (NewRequestCounts), each Handler checking its own
+	// Config.MaxRequestsPerCredential and MaxRequests against it: the
+	// gateway keeps one for the process, so that after a `caddy reload`
+	// the streams and transfers the replaced configuration still runs
+	// count against the new one's bounds. nil: the Handler's own.
+	Requests *admission.Limiter
 }
+
+// NewRequestCounts returns an empty count of requests in progress for
+// Deps.Requests; its own bounds are never used (each Handler checks its
+// Config's), and nothing waits on it.
+func NewRequestCounts() *admission.Limiter { return admission.New(math.MaxInt, math.MaxInt) }
 
 // Handler serves the data plane. Create it with New.
 type Handler struct {
@@ -335,8 +373,14 @@ func New(cfg Config, deps Deps) (*Handler, error) {
 			return nil, errors.New("dataplane: home of user " + name + " must be absolute")
 		}
 	}
+	if cfg.MaxRequestsPerCredential > cfg.MaxRequests {
+		return nil, errors.New("dataplane: the requests in progress per credential must be at most those of the gateway")
+	}
 	if deps.Logger == nil {
 		deps.Logger = zap.NewNop()
+	}
+	if deps.Requests == nil {
+		deps.Requests = NewRequestCounts()
 	}
 	xc := *deps.Execd
 	xc.MaxListingBytes, xc.MaxListingEntries = cfg.MaxListingBytes, cfg.MaxListingEntries
@@ -345,6 +389,29 @@ func New(cfg Config, deps Deps) (*Handler, error) {
 		upstream:     admission.New(cfg.MaxUpstreamCalls, cfg.MaxUpstreamCallsPerSandbox),
 		processCalls: admission.New(cfg.MaxUpstreamCalls, cfg.MaxProcessCallsPerCredential),
 		largeLines:   admission.New(maxLargeLines, maxLargeLinesPerSandbox)}, nil
+}
+
+// admitRequest takes a place for rq among the requests in progress (its
+// credential's and the gateway's, Config.MaxRequestsPerCredential and
+// MaxRequests), or returns GATEWAY_BUSY naming the bound that is full. A
+// refused request takes nothing and waits for nothing.
+func (h *Handler) admitRequest(rq *request) (func(), *Error) {
+	release, why := h.deps.Requests.TryAcquireWithin(rq.cred.ID, h.cfg.MaxRequests, h.cfg.MaxRequestsPerCredential)
+	switch why {
+	case admission.KeyFull:
+		return nil, fail(CodeGatewayBusy, "this credential has "+strconv.Itoa(h.cfg.MaxRequestsPerCredential)+
+			" requests in progress at the gateway (max_requests_per_credential: command streams and file transfers count while they last); retry when some have ended")
+	case admission.GlobalFull:
+		return nil, fail(CodeGatewayBusy, "the gateway has "+strconv.Itoa(h.cfg.MaxRequests)+" requests in progress (max_requests); retry shortly")
+	}
+	return release, nil
+}
+
+// RequestsInProgress returns the requests in progress counted in
+// Deps.Requests (every Handler's sharing it): in all, and of credential
+// id.
+func (h *Handler) RequestsInProgress(id string) (all, credential int) {
+	return h.deps.Requests.Held(id)
 }
 
 // admitUpstream takes a slot of the upstream bound for rq's sandbox,
@@ -559,7 +626,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		e = h.authorize(r, rq)
 		untrack := func() {}
 		if e == nil {
-			r, untrack, e = h.track(w, r, op)
+			var release func()
+			if release, e = h.admitRequest(rq); e == nil {
+				r, untrack, e = h.track(w, r, op)
+				if e != nil {
+					release()
+				} else {
+					untracked := untrack
+					untrack = func() { untracked(); release() }
+				}
+			}
 		}
 		var slot *answerSlot
 		if e == nil && op.shape == shapeUnary {

@@ -77,6 +77,7 @@ type testEnv struct {
 	creds    *fakeCredentials
 	key      token.SigningKey
 	gateway  *httptest.Server
+	handler  *Handler
 	logs     *observer.ObservedLogs
 	outcomes chan Outcome
 	fe       *url.URL
@@ -153,7 +154,7 @@ func newTestEnvDeps(t *testing.T, deps func(*Deps), opts ...envOption) *testEnv 
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.fe = fe
+	e.fe, e.handler = fe, h
 	e.gateway = httptest.NewServer(h)
 	t.Cleanup(e.gateway.Close)
 	return e
