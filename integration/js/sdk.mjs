@@ -9,11 +9,15 @@
 //   E2B_SANDBOX_URL   the gateway, http://127.0.0.1:<port>
 //   SANDBOX_ID        the sandbox to connect to
 //   SCENARIO_DIR      a directory (sandbox path) the scenario may use
-//   GO_FILE           a host path the "stream" scenario creates to let its command continue
+//   GO_FILE           a host path the "stream" scenario creates to let its command continue;
+//                     the "heldCommands" scenario: GO_FILE.<n> lets its step n go on
+//   HELD              the "heldCommands" scenario: the background commands it holds
 //   READY_FILE        the "drain" scenario: a host path it creates once both commands stream;
-//                     the "apiKeyTraffic" scenario: once its first round is done
+//                     the "apiKeyTraffic" scenario: once its first round is done;
+//                     the "heldCommands" scenario: READY_FILE.<n> as its step n is reached
 //   STOP_FILE         the "drain" scenario: the host path that ends its long command;
-//                     the "apiKeyTraffic" scenario: the host path that ends its rounds
+//                     the "apiKeyTraffic" scenario: the host path that ends its rounds;
+//                     the "heldCommands" scenario: the host path that ends its commands
 //   E2B_API_KEY       the API key sent to E2B_API_URL (default e2b_sandgate_test)
 //   NETWORK           the "lifecycle" scenario's create-time network object (JSON)
 //   OTHER_API_KEY     the "authz" scenario: another credential's API key (same namespace)
@@ -110,6 +114,39 @@ const scenarios = {
       attempt(() => sbx.commands.run(until(process.env.STOP_FILE, ''), { timeoutMs: 0, onStdout: saw('long') })),
     ])
     return { short, long, seen }
+  },
+
+  // max_requests_per_credential (TestRequestsPerCredentialBounded): HELD
+  // background commands, each holding its stream at the gateway, then one
+  // more, which the gateway refuses, and isRunning(). Then, in steps the Go test paces
+  // (this script creates READY_FILE.<n> and waits for GO_FILE.<n>): one
+  // handle disconnects; one more command starts; STOP_FILE ends them all.
+  async heldCommands(sbx) {
+    const step = async (n) => {
+      writeFileSync(`${process.env.READY_FILE}.${n}`, '')
+      while (!existsSync(`${process.env.GO_FILE}.${n}`)) await new Promise((r) => setTimeout(r, 20))
+    }
+    const cmd = `while [ ! -f '${process.env.STOP_FILE}' ]; do sleep 0.05; done`
+    const start = () => sbx.commands.run(cmd, { background: true, timeoutMs: 0 })
+    const handles = []
+    for (let i = 0; i < Number(process.env.HELD); i++) handles.push(await start())
+    const over = await attempt(start)
+    const running = await attempt(() => sbx.isRunning())
+    await step(1)
+    await handles.shift().disconnect()
+    await step(2)
+    const after = await attempt(start)
+    if (after.ok) handles.push(after.value)
+    writeFileSync(process.env.STOP_FILE, '')
+    const ends = []
+    for (const h of handles) ends.push((await attempt(() => h.wait())).ok)
+    return {
+      held: Number(process.env.HELD),
+      over: { ok: over.ok, error: over.error },
+      running,
+      after: { ok: after.ok, error: after.error },
+      ends,
+    }
   },
 
   // Start a background command, disconnect from it, and exit; the Go test

@@ -1,0 +1,259 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/integration/fixedentry"
+	"github.com/sandgate/sandgate/integration/harness"
+	"github.com/sandgate/sandgate/internal/scrapetest"
+)
+
+// credOther is a second enabled credential in cluster-a, and sbxOther its
+// sandbox, for the tests of max_requests_per_credential.
+const (
+	credOther = "cred-b"
+	sbxOther  = "sbxother"
+)
+
+// withCredOther adds credOther and sbxOther to the environment, and opt
+// to the e2b_dataplane block (e.g. "max_requests_per_credential 4").
+func withCredOther(opt string) envOption {
+	return func(c *harness.Config) {
+		c.Credentials += fmt.Sprintf("  - id: %s\n    enabled: true\n    resourceSpecId: spec-small\n    resourceGroupId: group-1\n"+
+			"    projectNamespace: team-a\n    clusterId: cluster-a\n", credOther)
+		c.Grants[sbxOther] = harness.Grant{CredentialID: credOther}
+		c.Sandboxes = append(c.Sandboxes, sbxOther)
+		c.Caddyfile = strings.Replace(harness.DefaultCaddyfile, "user root 0 0 /root", "user root 0 0 /root\n\t\t"+opt, 1)
+	}
+}
+
+// requestsInProgress is the gateway's sandgate_dataplane_requests_in_progress.
+func requestsInProgress(t *testing.T, admin string) int {
+	t.Helper()
+	m, err := scrapetest.Get(nil, "http://"+admin+"/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, ok := m.Sum("sandgate_dataplane_requests_in_progress")
+	if !ok {
+		t.Fatal("no sandgate_dataplane_requests_in_progress on the admin endpoint's /metrics")
+	}
+	return int(v)
+}
+
+// waitInProgress polls the gauge until it reads want (30 s at most).
+func waitInProgress(t *testing.T, admin string, want int) {
+	t.Helper()
+	got := -1
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if got = requestsInProgress(t, admin); got == want {
+			return
+		}
+	}
+	t.Fatalf("requests in progress: %d, want %d", got, want)
+}
+
+// waitFile polls until path exists (60 s at most).
+func waitFile(t *testing.T, path string, sdk <-chan error) {
+	t.Helper()
+	for deadline := time.Now().Add(waitLimit); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		select {
+		case err := <-sdk:
+			t.Fatalf("the SDK ended before %s: %v", filepath.Base(path), err)
+		default:
+		}
+	}
+	t.Fatalf("%s never appeared", path)
+}
+
+// TestRequestsPerCredentialBounded: with max_requests_per_credential 4,
+// the E2B JS SDK (2.25.0 and 2.51.0) holds four background commands, each
+// its stream at the gateway; its fifth is refused at once with
+// GATEWAY_BUSY, which the SDK raises as a TimeoutError naming the bound,
+// and isRunning() raises a SandboxError; meanwhile a unary call of the same credential is refused alike, and
+// another credential's call is served. Once one handle disconnects, its
+// place is given back and the next command starts; at the end no request
+// is counted.
+func TestRequestsPerCredentialBounded(t *testing.T) {
+	e := startEnv(t, withCredOther("max_requests_per_credential 4"))
+	e.mkdir("/home/user")
+	ctx := context.Background()
+	for _, pkg := range sdkPackages {
+		dir := t.TempDir()
+		ready, goFile, stop := filepath.Join(dir, "ready"), filepath.Join(dir, "go"), filepath.Join(dir, "stop")
+		done := make(chan error, 1)
+		var res json.RawMessage
+		go func() {
+			var err error
+			res, err = e.sdk(pkg, "heldCommands", sbxOK, "HELD=4", "READY_FILE="+ready, "GO_FILE="+goFile, "STOP_FILE="+stop)
+			done <- err
+		}()
+		waitFile(t, ready+".1", done)
+		if n := requestsInProgress(t, e.Admin); n != 4 {
+			t.Fatalf("%s: %d requests in progress while the SDK holds 4 commands", pkg, n)
+		}
+		r, err := e.listDir(ctx, e.mint(sbxOK, harness.Grant{CredentialID: credOK}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.status != http.StatusServiceUnavailable || r.errorCode() != "GATEWAY_BUSY" || !strings.Contains(string(r.body), "max_requests_per_credential") {
+			t.Fatalf("%s: a ListDir of the credential at its bound: %d %s %s", pkg, r.status, r.errorCode(), r.body)
+		}
+		r, err = e.listDirAs(ctx, sbxOther, e.mint(sbxOther, harness.Grant{CredentialID: credOther}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.status != http.StatusOK {
+			t.Fatalf("%s: another credential's ListDir while the first is at its bound: %d %s", pkg, r.status, r.body)
+		}
+		if err := os.WriteFile(goFile+".1", nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		waitFile(t, ready+".2", done)
+		waitInProgress(t, e.Admin, 3) // the disconnected handle's stream has ended at the gateway
+		if err := os.WriteFile(goFile+".2", nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("%v\ngateway log:\n%s", err, e.log.String())
+		}
+		t.Logf("%s heldCommands: %s", pkg, res)
+		var got struct {
+			Over, Running, After attempt
+			Ends                 []bool
+		}
+		if err := json.Unmarshal(res, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Over.OK || got.Over.Error == nil || got.Over.Error.Name != "TimeoutError" || !strings.Contains(got.Over.Error.Message, "max_requests_per_credential") {
+			t.Errorf("%s: the fifth command: %+v, want a TimeoutError naming max_requests_per_credential", pkg, got.Over.Error)
+		}
+		if got.Running.OK || got.Running.Error == nil || got.Running.Error.Name != "SandboxError" {
+			t.Errorf("%s: isRunning() at the bound: %s %+v, want a SandboxError", pkg, got.Running.Value, got.Running.Error)
+		}
+		if !got.After.OK {
+			t.Errorf("%s: the command after a handle disconnected: %+v", pkg, got.After.Error)
+		}
+		if len(got.Ends) != 4 || strings.Contains(fmt.Sprint(got.Ends), "false") {
+			t.Errorf("%s: the held commands' ends: %v, want 4 that ended", pkg, got.Ends)
+		}
+		waitInProgress(t, e.Admin, 0)
+
+	}
+}
+
+// TestHostileHeldStreamsBoundedPerCredential: a tenant whose sandbox's code
+// answers every command with its start and then part of a 60 KiB output
+// line, which it never ends, holds the gateway's line buffer in every
+// stream its clients keep open. With max_requests_per_credential 200 the
+// tenant holds 200 such streams, each costing the built gateway a bounded
+// part of its heap, and its 201st is refused with GATEWAY_BUSY, so the
+// tenant's whole cost is the bound times that part; another credential
+// is still served. A reload to a bound of 201 admits one more stream and
+// refuses the next: the count outlives the configuration.
+func TestHostileHeldStreamsBoundedPerCredential(t *testing.T) {
+	const (
+		held = 200
+		// What one held stream may cost the gateway's live heap, in KiB:
+		// its 64 KiB line buffer, which the partial line fills, and 64
+		// KiB for the request's and its connections' own state.
+		bound = 64 + 64
+	)
+	id := "sbxevil8"
+	e := startEnv(t, withCredOther(fmt.Sprintf("max_requests_per_credential %d", held)), func(c *harness.Config) {
+		c.Grants[id] = harness.Grant{CredentialID: credOK}
+	})
+	e.mkdir("/home/user")
+	release := make(chan struct{})
+	sandbox := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/command" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write([]byte(`{"type":"init","text":"0123456789abcdef0123456789abcdef","timestamp":1}` + "\n\n" +
+			`{"type":"stdout","text":"` + strings.Repeat("x", 60<<10)))
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(sandbox.Close)
+	t.Cleanup(func() { close(release) }) // before the server's Close
+	e.Ingress.SetSandbox(id, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1", Namespace: "default",
+		Ports: map[int]string{44772: sandbox.Listener.Addr().String()}})
+	tok := e.mint(id, harness.Grant{CredentialID: credOK})
+	body := envelope(0, `{"process":{"cmd":"/bin/bash","args":["-l","-c","true"]},"stdin":false}`)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	outcome := make(chan string, held+1)
+	open := func() string {
+		wg.Add(1)
+		go func() { defer wg.Done(); startAndReadOneLine(ctx, e.Gateway, id, tok, body, 1, outcome) }()
+		return <-outcome
+	}
+	// One stream first, so that what every request costs once is in
+	// the baseline.
+	if got := open(); got != "line" {
+		t.Fatalf("the first stream: %s", got)
+	}
+	heapBefore := liveHeap(t, e.Admin)
+	for i := 1; i < held; i++ {
+		if got := open(); got != "line" {
+			t.Fatalf("stream %d within the bound: %s", i+1, got)
+		}
+	}
+	heapAfter := liveHeap(t, e.Admin)
+	per := (heapAfter - heapBefore) / (held - 1) >> 10
+	t.Logf("%d held streams: the gateway's live heap %d → %d MiB, %d KiB each", held, heapBefore>>20, heapAfter>>20, per)
+	if per >= bound {
+		t.Fatalf("each held stream costs %d KiB of the gateway's heap; want under %d", per, bound)
+	}
+	if n := requestsInProgress(t, e.Admin); n != held {
+		t.Fatalf("%d requests in progress, want %d", n, held)
+	}
+	if got := open(); !strings.Contains(got, "GATEWAY_BUSY") || !strings.Contains(got, "max_requests_per_credential") {
+		t.Fatalf("stream %d, past the bound: %s", held+1, got)
+	}
+	r, err := e.listDirAs(context.Background(), sbxOther, e.mint(sbxOther, harness.Grant{CredentialID: credOther}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.status != http.StatusOK {
+		t.Fatalf("another credential's ListDir while the tenant holds its bound: %d %s", r.status, r.body)
+	}
+
+	// A reload to a bound of one more: the streams the replaced
+	// configuration still runs count against it, so it admits one stream,
+	// not another full bound.
+	caddyfile := strings.Replace(harness.DefaultCaddyfile, "user root 0 0 /root",
+		fmt.Sprintf("user root 0 0 /root\n\t\tmax_requests_per_credential %d", held+1), 1)
+	if err := e.Reload(context.Background(), e.expand(caddyfile)); err != nil {
+		t.Fatal(err)
+	}
+	if got := open(); got != "line" {
+		t.Fatalf("stream %d, after a reload to a bound of %d: %s", held+1, held+1, got)
+	}
+	if got := open(); !strings.Contains(got, "GATEWAY_BUSY") || !strings.Contains(got, "max_requests_per_credential") {
+		t.Fatalf("stream %d, past the reloaded bound: %s", held+2, got)
+	}
+	cancel()
+	wg.Wait()
+	waitInProgress(t, e.Admin, 0)
+}
