@@ -628,6 +628,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if e == nil {
 			var release func()
 			if release, e = h.admitRequest(rq); e == nil {
+				// Given back below, before the outcome is reported; the
+				// deferred call (a no-op then) gives it back should the
+				// operation panic.
+				defer release()
 				r, untrack, e = h.track(w, r, op)
 				if e != nil {
 					release()
