@@ -217,3 +217,37 @@ func TestOnlyChunkedWritesTakeALargeBuffer(t *testing.T) {
 		}
 	}
 }
+
+// TestMultipartLineBoundSameEitherBuffer: a multipart write whose preamble
+// line is 60 KiB is written, and one whose preamble line is 100 KiB is
+// refused with 400, whether the write gets a large buffer (1 MiB) or the
+// small one (64 KiB): the outcome does not depend on what other writes
+// hold. Before, the 100 KiB line passed through a large buffer and failed
+// through the small one.
+func TestMultipartLineBoundSameEitherBuffer(t *testing.T) {
+	e := newTestEnv(t)
+	write := func(line int) (*http.Response, []byte) {
+		t.Helper()
+		ct, body := multipartBody(t, [][2]string{{"/home/user/p.txt", "content"}})
+		body = append(append(bytes.Repeat([]byte("p"), line), "\r\n"...), body...)
+		req := e.request(http.MethodPost, "/files", bytes.NewReader(body))
+		req.Header.Set("Content-Type", ct)
+		return e.do(req)
+	}
+	for _, past := range []bool{false, true} {
+		if past {
+			for range maxLargeUploadBuffers {
+				takeUploadBuffer()
+			}
+		}
+		if resp, out := write(60 << 10); resp.StatusCode != http.StatusOK {
+			t.Fatalf("a 60 KiB preamble line (past the budget: %v): status %d body %s", past, resp.StatusCode, out)
+		}
+		if resp, out := write(100 << 10); resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("a 100 KiB preamble line (past the budget: %v): status %d body %s", past, resp.StatusCode, out)
+		}
+	}
+	for range maxLargeUploadBuffers {
+		giveUploadBuffer(true)
+	}
+}

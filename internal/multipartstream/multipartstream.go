@@ -17,8 +17,11 @@
 //     buffer size when smaller) and hold at most MaxHeaders lines, else
 //     NextPart fails with ErrHeaderTooLarge before anything of it is
 //     parsed (mime/multipart allows 10 MiB and 10,000 headers). Lines
-//     outside parts (preamble, boundary lines) must fit in the buffer
-//     (bufio.ErrBufferFull otherwise), as in mime/multipart with its 4 KiB.
+//     outside parts (preamble, boundary lines) must be at most
+//     MaxLineBytes long (64 KiB, or the buffer when smaller), else
+//     NextPart fails with ErrLineTooLong: the same bound whatever the
+//     buffer, so a body is read the same through any buffer of at least
+//     64 KiB (mime/multipart's bound is its 4 KiB buffer).
 //   - A body that ends inside a part's header block is an error
 //     (ErrHeaderTruncated); mime/multipart returns io.EOF for it, as if
 //     the parts had ended normally.
@@ -47,7 +50,15 @@ const (
 	// MaxHeaders is the most header lines of one part, as mime/multipart's
 	// default.
 	MaxHeaders = 10000
+	// MaxLineBytes is the longest line outside a part (a preamble line, a
+	// boundary line, the line break before one), line break included: 64
+	// KiB (or the buffer size when that is smaller).
+	MaxLineBytes = 64 << 10
 )
+
+// ErrLineTooLong is the error of NextPart for a line outside any part
+// over MaxLineBytes (or the buffer).
+var ErrLineTooLong = errors.New("multipartstream: a line outside the parts is too long")
 
 // ErrHeaderTruncated is the error of NextPart when the body ends inside a
 // part's header block; it wraps io.ErrUnexpectedEOF.
@@ -121,8 +132,8 @@ type Part struct {
 // one. It returns io.EOF after the final boundary. Errors: a malformed
 // body (a line where a boundary belongs, a missing final boundary: the
 // body's read error, io.ErrUnexpectedEOF when it just ended), a header
-// block mime/multipart refuses, ErrHeaderTruncated, ErrHeaderTooLarge, and bufio.ErrBufferFull
-// for a line outside any part longer than the buffer.
+// block mime/multipart refuses, ErrHeaderTruncated, ErrHeaderTooLarge, and ErrLineTooLong
+// for a line outside any part over MaxLineBytes.
 func (r *Reader) NextPart() (*Part, error) {
 	if r.current != nil {
 		_ = r.current.Close()
@@ -137,6 +148,9 @@ func (r *Reader) NextPart() (*Part, error) {
 		if err == io.EOF && r.isFinalBoundary(line) {
 			// "--boundary--" at the very end without its line break.
 			return nil, io.EOF
+		}
+		if errors.Is(err, bufio.ErrBufferFull) || len(line) > MaxLineBytes {
+			return nil, ErrLineTooLong
 		}
 		if err != nil {
 			return nil, fmt.Errorf("multipartstream: NextPart: %w", err)

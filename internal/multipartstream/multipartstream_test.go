@@ -265,6 +265,28 @@ func TestHeaderLimits(t *testing.T) {
 	})
 }
 
+// TestLineLimit: a line outside the parts (here a preamble line) of
+// MaxLineBytes is read and one byte more fails with ErrLineTooLong, through
+// a 64 KiB buffer and a 1 MiB one alike (the gateway's two write buffers),
+// so whether a body is refused does not depend on which buffer it got;
+// through a 4 KiB buffer the buffer is the bound.
+func TestLineLimit(t *testing.T) {
+	body := func(line int) []byte {
+		return append(append(bytes.Repeat([]byte("p"), line-2), "\r\n"...), "--b\r\n\r\nx\r\n--b--\r\n"...)
+	}
+	for _, size := range []int{MaxLineBytes, 1 << 20} {
+		if _, err := NewReader(bytes.NewReader(body(MaxLineBytes)), "b", size).NextPart(); err != nil {
+			t.Fatalf("a %d-byte preamble line through a %d-byte buffer: %v", MaxLineBytes, size, err)
+		}
+		if _, err := NewReader(bytes.NewReader(body(MaxLineBytes+1)), "b", size).NextPart(); !errors.Is(err, ErrLineTooLong) {
+			t.Fatalf("a %d-byte preamble line through a %d-byte buffer: %v, want ErrLineTooLong", MaxLineBytes+1, size, err)
+		}
+	}
+	if _, err := NewReader(bytes.NewReader(body(MinBufferSize+1)), "b", MinBufferSize).NextPart(); !errors.Is(err, ErrLineTooLong) {
+		t.Fatalf("a line over a 4 KiB buffer: %v, want ErrLineTooLong", err)
+	}
+}
+
 type repeatReader byte
 
 func (r repeatReader) Read(p []byte) (int, error) {
