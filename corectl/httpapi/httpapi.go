@@ -456,7 +456,7 @@ func (s *Server) sandboxScope(w http.ResponseWriter, r *http.Request, lifecycle 
 // sandboxRead is sandboxScope that also returns the BatchSandbox the
 // ownership check read (whole, uncached, in this call), for the routes
 // that take it instead of reading it again (lifecycle's Status, Connect,
-// SetTimeout, Delete, Endpoint; the egress and ingress engines' GetOf for
+// SetTimeout, Delete, Endpoint, Usage, LogSources; the egress and ingress engines' GetOf for
 // the network GET views); nil when the ID is not a DNS
 // label or the sandbox does not exist (the route's own read answers
 // those). It is the caller's sandbox by the check itself: another

@@ -95,7 +95,7 @@ func (s *Server) moveEnd(w http.ResponseWriter, r *http.Request, name string, pa
 // start and end query parameters are accepted and ignored (one current
 // sample per pod is all the resource metrics API keeps).
 func (s *Server) sandboxMetrics(w http.ResponseWriter, r *http.Request) {
-	ch, cred, id, ok := s.sandboxScope(w, r, true)
+	ch, cred, id, read, ok := s.sandboxRead(w, r, true)
 	if !ok {
 		return
 	}
@@ -109,7 +109,7 @@ func (s *Server) sandboxMetrics(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	m, err := ch.Lifecycle.Usage(ctx, cred.ProjectNamespace, id)
+	m, err := ch.Lifecycle.Usage(ctx, cred.ProjectNamespace, id, read)
 	if err != nil {
 		s.lifecycleError(w, r, err)
 		return

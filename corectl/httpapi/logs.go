@@ -179,7 +179,7 @@ func logsQuery(q url.Values, v2 bool) (sandboxlogs.Query, sandboxlogs.ReadOption
 // an empty log. A missing, another owner's or a deleting sandbox is 404.
 func (s *Server) sandboxLogs(w http.ResponseWriter, r *http.Request) {
 	v2 := strings.HasPrefix(r.URL.Path, "/v2/")
-	ch, cred, id, ok := s.sandboxScope(w, r, true)
+	ch, cred, id, read, ok := s.sandboxRead(w, r, true)
 	if !ok {
 		return
 	}
@@ -205,7 +205,7 @@ func (s *Server) sandboxLogs(w http.ResponseWriter, r *http.Request) {
 	defer release()
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	sources, err := ch.Lifecycle.LogSources(ctx, cred.ProjectNamespace, id)
+	sources, err := ch.Lifecycle.LogSources(ctx, cred.ProjectNamespace, id, read)
 	if err != nil {
 		s.lifecycleError(w, r, err)
 		return

@@ -84,7 +84,7 @@ func (s *Server) sandboxesMetrics(w http.ResponseWriter, r *http.Request) {
 		if !listed[id] {
 			continue
 		}
-		samples, err := ch.Lifecycle.Usage(ctx, cred.ProjectNamespace, id)
+		samples, err := ch.Lifecycle.Usage(ctx, cred.ProjectNamespace, id, nil)
 		switch {
 		case errors.Is(err, lifecycle.ErrNotFound):
 			continue // deleted since the list

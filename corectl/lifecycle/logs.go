@@ -20,10 +20,11 @@ type LogSource struct {
 
 // LogSources returns where sandbox ns/id's log is: the sandbox container
 // (its template's container, else the pod's first) of each current pod;
-// none while no pod exists. Errors: ErrNotFound (absent, expired, or
-// Gone: being deleted), ErrUnavailable.
-func (o *Orchestrator) LogSources(ctx context.Context, ns, id string) ([]LogSource, error) {
-	u, err := o.readLive(ctx, ns, id, nil)
+// none while no pod exists. read is as for Status: the caller's own
+// uncached read of the BatchSandbox in this call, or nil. Errors:
+// ErrNotFound (absent, expired, or Gone: being deleted), ErrUnavailable.
+func (o *Orchestrator) LogSources(ctx context.Context, ns, id string, read *unstructured.Unstructured) ([]LogSource, error) {
+	u, err := o.readLive(ctx, ns, id, read)
 	if err != nil {
 		return nil, err
 	}

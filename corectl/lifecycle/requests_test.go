@@ -220,6 +220,12 @@ func TestReadPathApiserverRequests(t *testing.T) {
 		if st := count("list", "GET", "/v2/sandboxes?limit=100", "", nil); st != http.StatusOK {
 			t.Fatalf("%s: list = %d", c.name, st)
 		}
+		if st := count("metrics", "GET", p+"/metrics", "", nil); st != http.StatusOK {
+			t.Fatalf("%s: metrics = %d", c.name, st)
+		}
+		if st := count("logs", "GET", "/v2"+p+"/logs", "", nil); st != http.StatusOK {
+			t.Fatalf("%s: logs = %d", c.name, st)
+		}
 		before := w.endAt(sb.SandboxID)
 		if st := count("timeout", "POST", p+"/timeout", `{"timeout":30}`, nil); st != http.StatusNoContent {
 			t.Fatalf("%s: setTimeout = %d", c.name, st)
@@ -242,6 +248,12 @@ func TestReadPathApiserverRequests(t *testing.T) {
 			{"getInfo", calls["getInfo"], c.getInfo},
 			// list: the manager's informer cache, no request.
 			{"list", calls["list"], 0},
+			// metrics: the BatchSandbox read once (the ownership
+			// check's, which Usage takes), its pods listed (this world
+			// has none, so no PodMetrics read).
+			{"metrics", calls["metrics"], 2},
+			// logs: the same two.
+			{"logs", calls["logs"], 2},
 			// setTimeout: the BatchSandbox read once (the ownership
 			// check's), the end time's patch.
 			{"setTimeout", calls["timeout"], 2},

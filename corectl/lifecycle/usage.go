@@ -46,10 +46,11 @@ var PodMetricsGVK = schema.GroupVersionKind{Group: "metrics.k8s.io", Version: "v
 // PodMetrics, the sandbox container's usage against its limits). It is an
 // empty list, never an error, when the cluster serves no resource metrics
 // or has no sample yet (E2B's SDKs read an empty list as "no metrics").
-// Errors: ErrNotFound (absent, expired, or Gone: being deleted),
-// ErrUnavailable.
-func (o *Orchestrator) Usage(ctx context.Context, ns, id string) ([]Metric, error) {
-	u, err := o.readLive(ctx, ns, id, nil)
+// read is as for Status: the caller's own uncached read of the
+// BatchSandbox in this call, or nil. Errors: ErrNotFound (absent,
+// expired, or Gone: being deleted), ErrUnavailable.
+func (o *Orchestrator) Usage(ctx context.Context, ns, id string, read *unstructured.Unstructured) ([]Metric, error) {
+	u, err := o.readLive(ctx, ns, id, read)
 	if err != nil {
 		return nil, err
 	}
