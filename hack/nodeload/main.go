@@ -165,6 +165,7 @@ func main() {
 	flag.DurationVar(&o.schedSlice, "sched-slice", 0, "EEVDF time slice (sched_setattr, Linux 6.12 and newer; 100µs to 100ms) set on every thread of the gateway, the simulated nodes' process and this tool at the start of the dispatch phase, so that a woken thread preempts a running one sooner; part of the measurement, not a setting the gateway needs (0: the kernel's default slice)")
 	flag.BoolVar(&o.perNodeHeartbeats, "per-node-heartbeats", false, "the simulated nodes' process as before 2026-12-05: a heartbeat goroutine and ticker and a 1 KiB write buffer per node (default: one goroutine sends every node's heartbeats, write buffers pooled)")
 	flag.BoolVar(&o.gctrace, "gctrace", false, "run the gateway and the nodes' process with GODEBUG=gctrace=1 and report how many of the slowest 1% of operations overlapped one of their collections")
+	flag.BoolVar(&o.caddyMetrics, "caddy-metrics", true, "turn on Caddy's HTTP metrics (the metrics global option) in the gateway's configuration, as the shipped Caddyfile does: every internal API request is then counted in caddy_http_* (before 2026-12-06 the tool's configuration had them off)")
 	flag.StringVar(&o.gatewayOutput, "gateway-output", "", "file for the gateway's standard output and error (e.g. with GODEBUG=gctrace=1); default discarded")
 	var vs variants
 	flag.Var(&vs, "variant", "name:binary[:VAR=value,…]: one gateway set-up of an A/B series (repeat the flag; with none, -rounds runs -caddy and -gateway-env alone); each run is this tool with the other flags, the variant's binary as -caddy and its environment as -gateway-env")
@@ -226,6 +227,9 @@ type options struct {
 	dialConcurrency int
 	gatewayOutput   string
 	gctrace         bool
+	// caddyMetrics: the metrics global option in the gateway's
+	// Caddyfile, as shipped.
+	caddyMetrics bool
 	// perNodeHeartbeats: sim's own heartbeat goroutine per node.
 	perNodeHeartbeats bool
 	gatewayEnv        string
@@ -306,8 +310,13 @@ func run(o options) error {
 	}
 	admin := "127.0.0.1:" + adminPort
 	idle, online := gatewayTimers(o.heartbeat)
+	metrics := ""
+	if o.caddyMetrics {
+		metrics = "metrics"
+	}
 	caddyfile := fmt.Sprintf(`{
 	admin %s
+	%s
 	auto_https off
 	default_bind 127.0.0.1
 	persist_config off
@@ -333,7 +342,7 @@ http://127.0.0.1:%s {
 		token_sha256 %s
 	}
 }
-`, admin, filepath.Join(dir, "gateway.log"), filepath.Join(dir, "hmac.key"), filepath.Join(dir, "credentials.yaml"),
+`, admin, metrics, filepath.Join(dir, "gateway.log"), filepath.Join(dir, "hmac.key"), filepath.Join(dir, "credentials.yaml"),
 		filepath.Join(dir, "nodes.yaml"), o.heartbeat, idle, online, port, sum(apiToken))
 	var output io.Writer
 	if o.gatewayOutput != "" {
