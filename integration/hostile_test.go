@@ -452,22 +452,14 @@ func TestHostileStalledWritesBoundedMemory(t *testing.T) {
 	// The sandbox's code: it takes every upload's head and reads none of
 	// its body until the test ends.
 	var arrived atomic.Int64
-	release := make(chan struct{})
-	sandbox := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	e.sandboxCode(t, id, func(w http.ResponseWriter, r *http.Request) bool {
 		if !strings.HasSuffix(r.URL.Path, "/files/upload") {
 			http.NotFound(w, r)
-			return
+			return false
 		}
 		arrived.Add(1)
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(sandbox.Close)
-	t.Cleanup(func() { close(release) }) // before the server's Close
-	e.Ingress.SetSandbox(id, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1", Namespace: "default",
-		Ports: map[int]string{44772: sandbox.Listener.Addr().String()}})
+		return true
+	})
 	tok := e.mint(id, harness.Grant{CredentialID: credOK})
 
 	content := bytes.Repeat([]byte("w"), size)
@@ -536,6 +528,28 @@ func TestHostileStalledWritesBoundedMemory(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sandboxCode serves sandbox id's execd port (44772) through the fixed
+// entry with answer, the sandbox's own code in execd's place: answer
+// writes what it sends and reports whether to hold the request, which
+// then stays open until its client goes or the test ends.
+func (e *testEnv) sandboxCode(t *testing.T, id string, answer func(w http.ResponseWriter, r *http.Request) (hold bool)) {
+	t.Helper()
+	release := make(chan struct{})
+	sandbox := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !answer(w, r) {
+			return
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(sandbox.Close)
+	t.Cleanup(func() { close(release) }) // before the server's Close
+	e.Ingress.SetSandbox(id, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1", Namespace: "default",
+		Ports: map[int]string{44772: sandbox.Listener.Addr().String()}})
 }
 
 // liveHeap returns the built gateway's live heap in bytes: it asks

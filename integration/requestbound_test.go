@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandgate/sandgate/integration/fixedentry"
 	"github.com/sandgate/sandgate/integration/harness"
 	"github.com/sandgate/sandgate/internal/scrapetest"
 )
@@ -177,25 +175,17 @@ func TestHostileHeldStreamsBoundedPerCredential(t *testing.T) {
 		c.Grants[id] = harness.Grant{CredentialID: credOK}
 	})
 	e.mkdir("/home/user")
-	release := make(chan struct{})
-	sandbox := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	e.sandboxCode(t, id, func(w http.ResponseWriter, r *http.Request) bool {
 		if r.Method != http.MethodPost || r.URL.Path != "/command" {
 			http.NotFound(w, r)
-			return
+			return false
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		_, _ = w.Write([]byte(`{"type":"init","text":"0123456789abcdef0123456789abcdef","timestamp":1}` + "\n\n" +
 			`{"type":"stdout","text":"` + strings.Repeat("x", 60<<10)))
 		w.(http.Flusher).Flush()
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(sandbox.Close)
-	t.Cleanup(func() { close(release) }) // before the server's Close
-	e.Ingress.SetSandbox(id, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1", Namespace: "default",
-		Ports: map[int]string{44772: sandbox.Listener.Addr().String()}})
+		return true
+	})
 	tok := e.mint(id, harness.Grant{CredentialID: credOK})
 	body := envelope(0, `{"process":{"cmd":"/bin/bash","args":["-l","-c","true"]},"stdin":false}`)
 
