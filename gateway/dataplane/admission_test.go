@@ -316,3 +316,76 @@ func TestRequestsInProgressBounded(t *testing.T) {
 		<-e.outcomes
 	}
 }
+
+// TestRequestsInProgressCountExecdPing: while a cluster's execd token
+// secrets rotate, a request asks its sandbox's execd (/ping) which secret
+// is its before the operation; that is an execd call like any other, which
+// the sandbox's code can hold, so the request holds its place while it
+// waits: with max_requests_per_credential 2 and two requests held at the
+// ping, both are counted and the third is refused with GATEWAY_BUSY
+// without reaching execd. Once the pings are answered both requests end
+// and none is counted.
+func TestRequestsInProgressCountExecdPing(t *testing.T) {
+	oldSecret, newSecret := []byte(strings.Repeat("o", 32)), []byte(strings.Repeat("n", 32))
+	e := newTestEnvDeps(t, func(d *Deps) {
+		cl := d.Clusters.(fakeClusters)["cluster-a"]
+		cl.ExecdTokenSecrets = [][]byte{oldSecret, newSecret}
+		d.Clusters = fakeClusters{"cluster-a": cl}
+	}, func(c *Config, x *execdstub.Config) {
+		c.MaxRequestsPerCredential = 2
+		// execd accepts neither secret's token: nothing is remembered.
+		x.AccessToken = execdtoken.Derive(newSecret, "another-sandbox")
+	})
+	pinged := make(chan struct{}, 8)
+	release := make(chan struct{})
+	hold := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/ping" {
+			pinged <- struct{}{}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		e.execd.ServeHTTP(w, r)
+	}))
+	defer hold.Close()
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	defer open() // before hold.Close
+	e.ingress.SetSandbox(testSandbox, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1",
+		Ports: map[int]string{execd.DefaultPort: hold.Listener.Addr().String()}})
+
+	codes := make(chan string, 2)
+	for range 2 {
+		go func() {
+			resp, _ := e.unary("ListDir", `{"path":"/home/user"}`)
+			codes <- resp.Header.Get("Sandgate-Error-Code")
+		}()
+	}
+	<-pinged
+	<-pinged
+	if all, a := e.handler.RequestsInProgress("cred-a"); all != 2 || a != 2 {
+		t.Fatalf("two requests held at execd's /ping: %d in progress in all, %d of cred-a; want 2 and 2", all, a)
+	}
+	resp, body := e.unary("ListDir", `{"path":"/home/user"}`)
+	if resp.Header.Get("Sandgate-Error-Code") != string(CodeGatewayBusy) || !strings.Contains(string(body), "max_requests_per_credential") {
+		t.Fatalf("a third request while two are held at the ping: %d %s", resp.StatusCode, body)
+	}
+	select {
+	case <-pinged:
+		t.Fatal("the refused request reached execd")
+	default:
+	}
+	open()
+	for range 2 {
+		if c := <-codes; c != string(CodeExecdUnauthorized) {
+			t.Fatalf("a held request once its pings were answered: %q, want %s", c, CodeExecdUnauthorized)
+		}
+	}
+	for {
+		if all, _ := e.handler.RequestsInProgress(""); all == 0 {
+			break
+		}
+		<-e.outcomes
+	}
+}
