@@ -3,6 +3,7 @@ package dataplane
 import (
 	"bytes"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/credential"
+	"github.com/sandgate/sandgate/gateway/drain"
 	"github.com/sandgate/sandgate/gateway/execd"
 	"github.com/sandgate/sandgate/gateway/execdtoken"
 	"github.com/sandgate/sandgate/integration/execdstub"
@@ -387,5 +389,36 @@ func TestRequestsInProgressCountExecdPing(t *testing.T) {
 			break
 		}
 		<-e.outcomes
+	}
+}
+
+// panicTransport panics in place of every execd call: an operation that
+// panics (a bug), which net/http recovers.
+type panicTransport struct{}
+
+func (panicTransport) RoundTrip(*http.Request) (*http.Response, error) { panic("an operation's bug") }
+
+// TestPanickingOperationGivesBack: a download whose operation panics
+// (net/http recovers the panic and drops the connection) gives back its
+// place among the requests in progress and its drain tracking, each once:
+// neither the count nor the drain's in-flight transfers (the in-flight
+// gauge, what a shutdown waits for) stays taken.
+func TestPanickingOperationGivesBack(t *testing.T) {
+	d := drain.New(time.Second, nil)
+	e := newTestEnvDeps(t, func(deps *Deps) {
+		deps.Drain = d
+		deps.Execd = &execd.Client{Transport: panicTransport{}, Unary: panicTransport{}}
+	})
+	e.gateway.Config.ErrorLog = log.New(io.Discard, "", 0) // the recovered panic's stack
+	req := e.request(http.MethodGet, "/files?path=/home/user/f", nil)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a download whose operation panicked: %d, want the connection dropped", resp.StatusCode)
+	}
+	if all, _ := e.handler.RequestsInProgress(""); all != 0 {
+		t.Fatalf("%d requests in progress after the panic, want 0", all)
+	}
+	if n := d.InFlight(drain.KindTransfer); n != 0 {
+		t.Fatalf("%d transfers tracked by the drain after the panic, want 0", n)
 	}
 }

@@ -35,6 +35,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -629,15 +630,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			var release func()
 			if release, e = h.admitRequest(rq); e == nil {
 				// Given back below, before the outcome is reported; the
-				// deferred call (a no-op then) gives it back should the
-				// operation panic.
+				// deferred calls (no-ops then) give the place and the
+				// drain's tracking back should the operation panic.
 				defer release()
 				r, untrack, e = h.track(w, r, op)
 				if e != nil {
 					release()
 				} else {
 					untracked := untrack
-					untrack = func() { untracked(); release() }
+					var once sync.Once
+					untrack = func() { once.Do(func() { untracked(); release() }) }
+					defer untrack()
 					h.chooseExecdToken(r, rq)
 				}
 			}
