@@ -83,7 +83,8 @@ func waitFile(t *testing.T, path string, sdk <-chan error) {
 // the E2B JS SDK (2.25.0 and 2.51.0) holds four background commands, each
 // its stream at the gateway; its fifth is refused at once with
 // GATEWAY_BUSY, which the SDK raises as a TimeoutError naming the bound,
-// and isRunning() raises a SandboxError; meanwhile a unary call of the same credential is refused alike, and
+// as it does files.read, files.write and files.list (REST 502, Connect
+// unavailable), and isRunning() raises a SandboxError; meanwhile a unary call of the same credential is refused alike, and
 // another credential's call is served. Once one handle disconnects, its
 // place is given back and the next command starts; at the end no request
 // is counted.
@@ -133,6 +134,7 @@ func TestRequestsPerCredentialBounded(t *testing.T) {
 		t.Logf("%s heldCommands: %s", pkg, res)
 		var got struct {
 			Over, Running, After attempt
+			Read, Write, List    attempt
 			Ends                 []bool
 		}
 		if err := json.Unmarshal(res, &got); err != nil {
@@ -143,6 +145,14 @@ func TestRequestsPerCredentialBounded(t *testing.T) {
 		}
 		if got.Running.OK || got.Running.Error == nil || got.Running.Error.Name != "SandboxError" {
 			t.Errorf("%s: isRunning() at the bound: %s %+v, want a SandboxError", pkg, got.Running.Value, got.Running.Error)
+		}
+		for _, c := range []struct {
+			name string
+			a    attempt
+		}{{"files.read", got.Read}, {"files.write", got.Write}, {"files.list", got.List}} {
+			if c.a.OK || c.a.Error == nil || c.a.Error.Name != "TimeoutError" || !strings.Contains(c.a.Error.Message, "max_requests_per_credential") {
+				t.Errorf("%s: %s at the bound: %+v, want a TimeoutError naming max_requests_per_credential", pkg, c.name, c.a.Error)
+			}
 		}
 		if !got.After.OK {
 			t.Errorf("%s: the command after a handle disconnected: %+v", pkg, got.After.Error)
@@ -255,5 +265,89 @@ func TestHostileHeldStreamsBoundedPerCredential(t *testing.T) {
 	}
 	cancel()
 	wg.Wait()
+	waitInProgress(t, e.Admin, 0)
+}
+
+// TestRequestsInProgressCountExecdPing: while a cluster's execd token
+// secrets rotate (two execd_token_secret lines), the built gateway asks a
+// sandbox's execd (/ping) which secret is its before the first operation;
+// a sandbox whose code holds that /ping holds the request there. With
+// max_requests_per_credential 2 and two requests held so, the gauge counts
+// both and the tenant's third request is refused with GATEWAY_BUSY without
+// reaching the sandbox; once the pings are answered both requests end and
+// none is counted.
+func TestRequestsInProgressCountExecdPing(t *testing.T) {
+	dir := t.TempDir()
+	var lines string
+	for _, s := range []string{"execd-secret-old-0123456789abcdef0123456789", "execd-secret-new-0123456789abcdef0123456789"} {
+		f := filepath.Join(dir, s)
+		if err := os.WriteFile(f, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		lines += "\t\t\texecd_token_secret {file." + f + "}\n"
+	}
+	id := "sbxevil9"
+	e := startEnv(t, withCredOther("max_requests_per_credential 2"), func(c *harness.Config) {
+		c.Grants[id] = harness.Grant{CredentialID: credOK}
+		c.Caddyfile = strings.Replace(c.Caddyfile, "cluster cluster-a {{FIXED_ENTRY}}", "cluster cluster-a {{FIXED_ENTRY}} {\n"+lines+"\t\t}", 1)
+	})
+	pinged := make(chan struct{}, 8)
+	release := make(chan struct{})
+	sandbox := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/ping" {
+			pinged <- struct{}{}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		// Every token refused as execd refuses one, so nothing is
+		// remembered.
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = w.Write([]byte(`{"error":"Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN"}`))
+	}))
+	t.Cleanup(sandbox.Close)
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(open) // before the server's Close
+	e.Ingress.SetSandbox(id, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1", Namespace: "default",
+		Ports: map[int]string{44772: sandbox.Listener.Addr().String()}})
+	tok := e.mint(id, harness.Grant{CredentialID: credOK})
+
+	codes := make(chan string, 2)
+	for range 2 {
+		go func() {
+			r, err := e.listDirAs(context.Background(), id, tok)
+			if err != nil {
+				codes <- err.Error()
+				return
+			}
+			codes <- r.errorCode()
+		}()
+	}
+	<-pinged
+	<-pinged
+	if n := requestsInProgress(t, e.Admin); n != 2 {
+		t.Fatalf("%d requests in progress while two are held at the sandbox's /ping, want 2", n)
+	}
+	r, err := e.listDirAs(context.Background(), id, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.errorCode() != "GATEWAY_BUSY" || !strings.Contains(string(r.body), "max_requests_per_credential") {
+		t.Fatalf("a third request while two are held at the ping: %d %s %s", r.status, r.errorCode(), r.body)
+	}
+	select {
+	case <-pinged:
+		t.Fatal("the refused request reached the sandbox")
+	default:
+	}
+	open()
+	for range 2 {
+		if c := <-codes; c != "EXECD_UNAUTHORIZED" {
+			t.Fatalf("a held request once its pings were answered: %s, want EXECD_UNAUTHORIZED", c)
+		}
+	}
 	waitInProgress(t, e.Admin, 0)
 }
