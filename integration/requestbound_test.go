@@ -1,9 +1,11 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/token"
 	"github.com/sandgate/sandgate/integration/fixedentry"
 	"github.com/sandgate/sandgate/integration/harness"
 	"github.com/sandgate/sandgate/internal/scrapetest"
@@ -350,4 +353,103 @@ func TestRequestsInProgressCountExecdPing(t *testing.T) {
 		}
 	}
 	waitInProgress(t, e.Admin, 0)
+}
+
+// TestRequestsInProgressGivenBackWithHostRouting: with host routing
+// (hosts), envd's port of a sandbox host (49983-<id>.<domain>) is served by
+// the same data plane and counted alike. With max_requests_per_credential
+// 2, a command stream and a download that the sandbox's code holds open
+// take the tenant's two places (the gauge reads 2), a third call is
+// refused with GATEWAY_BUSY naming the bound; a client that goes away
+// mid-stream, and one that goes away mid-download, each give their place
+// back (the gauge reads 1, then 0), and the next call is served.
+func TestRequestsInProgressGivenBackWithHostRouting(t *testing.T) {
+	rig := startPortRig(t, http.NotFoundHandler(), "", "max_requests_per_credential 2")
+	if err := os.WriteFile(filepath.Join(rig.env.Root, "home/user/f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	sandbox := serveLoopback(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/command":
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = w.Write([]byte(`{"type":"init","text":"0123456789abcdef0123456789abcdef","timestamp":1}` + "\n\n"))
+		case "/files/download":
+			w.Header().Set("Content-Type", "application/octet-stream")
+			// More than the gateway's buffers, so that the head and the
+			// first bytes reach the client before the rest is held back.
+			_, _ = w.Write(bytes.Repeat([]byte("x"), 64<<10))
+		default:
+			rig.env.Execd.ServeHTTP(w, r) // the download's Stat, a ListDir
+			return
+		}
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(func() { close(release) }) // before the server's Close
+	rig.env.Ingress.SetSandbox("sbxa", fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1", Ports: map[int]string{44772: sandbox}})
+	tok, err := rig.env.Key.Mint(token.Target{CredentialID: "cred-a", SandboxID: "sbxa", Port: 49983}, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// call sends an envd call to sbxa's envd host, without the routing
+	// headers (the Host names the sandbox and port).
+	call := func(ctx context.Context, method, path, ctype string, body []byte) *http.Response {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, method, rig.env.Gateway+path, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = "49983-sbxa." + portDomain
+		req.Header.Set("X-Access-Token", tok)
+		if ctype != "" {
+			req.Header.Set("Content-Type", ctype)
+			req.Header.Set("Connect-Protocol-Version", "1")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	listDir := func() *http.Response {
+		resp := call(context.Background(), http.MethodPost, "/filesystem.Filesystem/ListDir", "application/json", []byte(`{"path":"/home/user"}`))
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp
+	}
+
+	streamCtx, cutStream := context.WithCancel(context.Background())
+	defer cutStream()
+	stream := call(streamCtx, http.MethodPost, "/process.Process/Start", "application/connect+json",
+		envelope(0, `{"process":{"cmd":"/bin/bash","args":["-l","-c","true"]},"stdin":false}`))
+	var hdr [5]byte
+	if _, err := io.ReadFull(stream.Body, hdr[:]); stream.StatusCode != http.StatusOK || err != nil || hdr[0] != 0 {
+		t.Fatalf("the held command stream: %d %v %v", stream.StatusCode, err, hdr)
+	}
+	downloadCtx, cutDownload := context.WithCancel(context.Background())
+	defer cutDownload()
+	download := call(downloadCtx, http.MethodGet, "/files?path=/home/user/f", "", nil)
+	if _, err := io.ReadFull(download.Body, make([]byte, 1)); download.StatusCode != http.StatusOK || err != nil {
+		t.Fatalf("the held download: %d %v", download.StatusCode, err)
+	}
+	if n := requestsInProgress(t, rig.env.Admin); n != 2 {
+		t.Fatalf("%d requests in progress with a stream and a download held, want 2", n)
+	}
+	if r := listDir(); r.StatusCode != http.StatusServiceUnavailable || r.Header.Get("Sandgate-Error-Code") != "GATEWAY_BUSY" {
+		t.Fatalf("a ListDir at the bound: %d %s", r.StatusCode, r.Header.Get("Sandgate-Error-Code"))
+	}
+	cutStream()
+	_ = stream.Body.Close()
+	waitInProgress(t, rig.env.Admin, 1)
+	cutDownload()
+	_ = download.Body.Close()
+	waitInProgress(t, rig.env.Admin, 0)
+	if r := listDir(); r.StatusCode != http.StatusOK {
+		t.Fatalf("a ListDir once the held calls were cut: %d %s", r.StatusCode, r.Header.Get("Sandgate-Error-Code"))
+	}
+	waitInProgress(t, rig.env.Admin, 0)
 }
