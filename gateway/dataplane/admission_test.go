@@ -422,3 +422,24 @@ func TestPanickingOperationGivesBack(t *testing.T) {
 		t.Fatalf("%d transfers tracked by the drain after the panic, want 0", n)
 	}
 }
+
+// TestDrainingRefusalGivesBack: a download that took its place and is then
+// refused by the drain (GATEWAY_DRAINING: the server is shutting down)
+// gives the place back: with max_requests_per_credential 1, two such
+// refusals in a row are both GATEWAY_DRAINING, never GATEWAY_BUSY, and
+// none is counted after.
+func TestDrainingRefusalGivesBack(t *testing.T) {
+	d := drain.New(time.Second, nil)
+	e := newTestEnvDeps(t, func(deps *Deps) { deps.Drain = d }, func(c *Config, _ *execdstub.Config) { c.MaxRequestsPerCredential = 1 })
+	e.writeFile("/home/user/f", "x")
+	d.Begin()
+	for i := range 2 {
+		resp, body := e.do(e.request(http.MethodGet, "/files?path=/home/user/f", nil))
+		if resp.Header.Get("Sandgate-Error-Code") != string(CodeGatewayDraining) {
+			t.Fatalf("download %d while draining: %d %s", i+1, resp.StatusCode, body)
+		}
+	}
+	if all, _ := e.handler.RequestsInProgress(""); all != 0 {
+		t.Fatalf("%d requests in progress after the drain's refusals, want 0", all)
+	}
+}
