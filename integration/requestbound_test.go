@@ -90,7 +90,8 @@ func waitFile(t *testing.T, path string, sdk <-chan error) {
 // unavailable), and isRunning() raises a SandboxError; meanwhile a unary call of the same credential is refused alike, and
 // another credential's call is served. Once one handle disconnects, its
 // place is given back and the next command starts; at the end no request
-// is counted.
+// is counted, the refusals are logged as GATEWAY_BUSY and no token is in
+// the gateway's log.
 func TestRequestsPerCredentialBounded(t *testing.T) {
 	e := startEnv(t, withCredOther("max_requests_per_credential 4"))
 	e.mkdir("/home/user")
@@ -164,8 +165,12 @@ func TestRequestsPerCredentialBounded(t *testing.T) {
 			t.Errorf("%s: the held commands' ends: %v, want 4 that ended", pkg, got.Ends)
 		}
 		waitInProgress(t, e.Admin, 0)
-
 	}
+	// The refusals are logged with their outcome, and no token is.
+	if !strings.Contains(e.log.String(), `"outcome":"GATEWAY_BUSY"`) {
+		t.Errorf("no GATEWAY_BUSY outcome in the gateway log")
+	}
+	assertNoTokens(t, e, nil)
 }
 
 // TestHostileHeldStreamsBoundedPerCredential: a tenant whose sandbox's code
@@ -362,7 +367,9 @@ func TestRequestsInProgressCountExecdPing(t *testing.T) {
 // take the tenant's two places (the gauge reads 2), a third call is
 // refused with GATEWAY_BUSY naming the bound; a client that goes away
 // mid-stream, and one that goes away mid-download, each give their place
-// back (the gauge reads 1, then 0), and the next call is served.
+// back (the gauge reads 1, then 0), and the next call is served. The
+// refusal is counted with its outcome, and no stream or transfer stays in
+// flight.
 func TestRequestsInProgressGivenBackWithHostRouting(t *testing.T) {
 	rig := startPortRig(t, http.NotFoundHandler(), "", "max_requests_per_credential 2")
 	if err := os.WriteFile(filepath.Join(rig.env.Root, "home/user/f"), []byte("x"), 0o644); err != nil {
@@ -452,4 +459,14 @@ func TestRequestsInProgressGivenBackWithHostRouting(t *testing.T) {
 		t.Fatalf("a ListDir once the held calls were cut: %d %s", r.StatusCode, r.Header.Get("Sandgate-Error-Code"))
 	}
 	waitInProgress(t, rig.env.Admin, 0)
+	m, err := scrapetest.Get(nil, "http://"+rig.env.Admin+"/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := m.Value("sandgate_dataplane_requests_total", "operation", "filesystem.ListDir", "outcome", "GATEWAY_BUSY"); n != 1 {
+		t.Errorf("%v ListDir calls counted GATEWAY_BUSY, want 1", n)
+	}
+	if n := m.Value("sandgate_dataplane_streams_in_flight"); n != 0 {
+		t.Errorf("%v streams and transfers in flight once all ended, want 0", n)
+	}
 }
