@@ -359,8 +359,16 @@ func TestRequestsInProgressCountExecdPing(t *testing.T) {
 
 	codes := make(chan string, 2)
 	for range 2 {
+		req := e.request(http.MethodPost, "/filesystem.Filesystem/ListDir", strings.NewReader(`{"path":"/home/user"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Connect-Protocol-Version", "1")
 		go func() {
-			resp, _ := e.unary("ListDir", `{"path":"/home/user"}`)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				codes <- err.Error()
+				return
+			}
+			_ = resp.Body.Close()
 			codes <- resp.Header.Get("Sandgate-Error-Code")
 		}()
 	}
