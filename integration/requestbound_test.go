@@ -3,17 +3,23 @@ package integration
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
 
 	"github.com/sandgate/sandgate/gateway/token"
 	"github.com/sandgate/sandgate/integration/fixedentry"
@@ -468,5 +474,94 @@ func TestRequestsInProgressGivenBackWithHostRouting(t *testing.T) {
 	}
 	if n := m.Value("sandgate_dataplane_streams_in_flight"); n != 0 {
 		t.Errorf("%v streams and transfers in flight once all ended, want 0", n)
+	}
+}
+
+// TestRequestsInProgressGivenBackOverHTTP2: over HTTP/2 (h2c), command
+// streams are counted as over HTTP/1: with max_requests_per_credential 2,
+// two streams the sandbox's code holds open on one connection take the
+// tenant's places, a third stream on it is refused with GATEWAY_BUSY
+// (deadline_exceeded before the start), and a stream the client resets
+// (RST_STREAM, its connection staying open) gives its place back.
+func TestRequestsInProgressGivenBackOverHTTP2(t *testing.T) {
+	id := "sbxevila"
+	e := startEnv(t, withCredOther("max_requests_per_credential 2"), func(c *harness.Config) {
+		c.Grants[id] = harness.Grant{CredentialID: credOK}
+		c.Caddyfile = strings.Replace(c.Caddyfile, "\tauto_https off\n", "\tauto_https off\n\tservers {\n\t\tprotocols h1 h2c\n\t}\n", 1)
+	})
+	release := make(chan struct{})
+	sandbox := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write([]byte(`{"type":"init","text":"0123456789abcdef0123456789abcdef","timestamp":1}` + "\n\n"))
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(sandbox.Close)
+	t.Cleanup(func() { close(release) }) // before the server's Close
+	e.Ingress.SetSandbox(id, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1", Namespace: "default",
+		Ports: map[int]string{44772: sandbox.Listener.Addr().String()}})
+	tok := e.mint(id, harness.Grant{CredentialID: credOK})
+	var dials atomic.Int32
+	client := &http.Client{Transport: &http2.Transport{AllowHTTP: true,
+		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+			dials.Add(1)
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		}}}
+	// start opens a command stream and reads its first message.
+	start := func(ctx context.Context) (*http.Response, byte, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.Gateway+"/process.Process/Start",
+			bytes.NewReader(envelope(0, `{"process":{"cmd":"/bin/bash","args":["-l","-c","true"]},"stdin":false}`)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/connect+json")
+		req.Header.Set("Connect-Protocol-Version", "1")
+		req.Header.Set("E2b-Sandbox-Id", id)
+		req.Header.Set("E2b-Sandbox-Port", envdPort)
+		req.Header.Set("X-Access-Token", tok)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.ProtoMajor != 2 {
+			t.Fatalf("answered over %s, want HTTP/2", resp.Proto)
+		}
+		var hdr [5]byte
+		if _, err := io.ReadFull(resp.Body, hdr[:]); err != nil {
+			t.Fatalf("the stream's first message: %v", err)
+		}
+		msg := make([]byte, min(binary.BigEndian.Uint32(hdr[1:]), 4<<10))
+		if _, err := io.ReadFull(resp.Body, msg); err != nil {
+			t.Fatalf("the stream's first message: %v", err)
+		}
+		return resp, hdr[0], string(msg)
+	}
+	ctx1, cut1 := context.WithCancel(context.Background())
+	defer cut1()
+	ctx2, cut2 := context.WithCancel(context.Background())
+	defer cut2()
+	for _, ctx := range []context.Context{ctx1, ctx2} {
+		resp, flags, msg := start(ctx)
+		defer resp.Body.Close()
+		if flags != 0 || !strings.Contains(msg, `"start"`) {
+			t.Fatalf("a held stream's first message: flags %d %s", flags, msg)
+		}
+	}
+	waitInProgress(t, e.Admin, 2)
+	resp, flags, msg := start(context.Background())
+	_ = resp.Body.Close()
+	if flags&2 == 0 || !strings.Contains(msg, "deadline_exceeded") || !strings.Contains(msg, "GATEWAY_BUSY") || !strings.Contains(msg, "max_requests_per_credential") {
+		t.Fatalf("a third stream at the bound: flags %d %s", flags, msg)
+	}
+	cut1()
+	waitInProgress(t, e.Admin, 1)
+	cut2()
+	waitInProgress(t, e.Admin, 0)
+	if n := dials.Load(); n != 1 {
+		t.Errorf("%d connections, want the streams on one", n)
 	}
 }
