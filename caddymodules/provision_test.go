@@ -375,11 +375,14 @@ func TestJSONConfigErrors(t *testing.T) {
 		{"max_requests below max_requests_per_credential", func(cfg obj) {
 			handlerOf(cfg)["max_requests_per_credential"] = 100
 			handlerOf(cfg)["max_requests"] = 50
-		}, []string{"e2b_dataplane", "max_requests_per_credential and max_requests must be positive, max_requests at least max_requests_per_credential"}},
+		}, []string{"e2b_dataplane", "max_requests 50 is below max_requests_per_credential 100: max_requests must be at least max_requests_per_credential"}},
+		{"max_requests below the default max_requests_per_credential", func(cfg obj) {
+			handlerOf(cfg)["max_requests"] = 500
+		}, []string{"e2b_dataplane", "max_requests 500 is below max_requests_per_credential 1024 (its default)"}},
 		{"max_requests_per_credential above max_requests", func(cfg obj) {
 			handlerOf(cfg)["max_requests_per_credential"] = 5000
 			handlerOf(cfg)["max_requests"] = 4096
-		}, []string{"e2b_dataplane", "max_requests at least max_requests_per_credential"}},
+		}, []string{"e2b_dataplane", "max_requests 4096 is below max_requests_per_credential 5000"}},
 		{"default_user not among users", func(cfg obj) { handlerOf(cfg)["default_user"] = "ghost" },
 			[]string{"e2b_dataplane", "default user ghost is not among the users"}},
 		{"user home relative", func(cfg obj) {

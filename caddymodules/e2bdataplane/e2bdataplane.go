@@ -7,6 +7,7 @@
 package e2bdataplane
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -111,7 +112,8 @@ type Handler struct {
 	// MaxRequests is MaxRequestsPerCredential over all credentials; one
 	// more is refused at once with GATEWAY_BUSY. Default 4096, or
 	// MaxRequestsPerCredential when that is larger; set below
-	// MaxRequestsPerCredential, Provision fails.
+	// MaxRequestsPerCredential (its default, 1024, when unset), Provision
+	// fails naming both.
 	MaxRequests int `json:"max_requests,omitempty"`
 
 	// UpstreamWait is how long a call waits for a slot of the bounds
@@ -288,8 +290,17 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	cfg.MaxListingBytes, cfg.MaxListingEntries = h.MaxListingSize, h.MaxListingEntries
 	cfg.MaxUpstreamCalls, cfg.MaxUpstreamCallsPerSandbox = h.MaxUpstreamCalls, h.MaxUpstreamCallsPerSandbox
 	cfg.MaxProcessCallsPerCredential = h.MaxProcessCallsPerCredential
-	if h.MaxRequestsPerCredential < 0 || h.MaxRequests < 0 || (h.MaxRequests > 0 && h.MaxRequests < max(h.MaxRequestsPerCredential, 1)) {
-		return errors.New("max_requests_per_credential and max_requests must be positive, max_requests at least max_requests_per_credential")
+	if h.MaxRequestsPerCredential < 0 || h.MaxRequests < 0 {
+		return errors.New("max_requests_per_credential and max_requests must be positive")
+	}
+	if perCredential := cmp.Or(h.MaxRequestsPerCredential, dataplane.DefaultMaxRequestsPerCredential); h.MaxRequests > 0 && h.MaxRequests < perCredential {
+		// Named here, the default included: dataplane.New's own check
+		// knows neither directive.
+		def := ""
+		if h.MaxRequestsPerCredential == 0 {
+			def = " (its default)"
+		}
+		return fmt.Errorf("max_requests %d is below max_requests_per_credential %d%s: max_requests must be at least max_requests_per_credential", h.MaxRequests, perCredential, def)
 	}
 	cfg.MaxRequestsPerCredential, cfg.MaxRequests = h.MaxRequestsPerCredential, h.MaxRequests
 	if h.UpstreamWait < 0 {

@@ -3,6 +3,7 @@ package dataplane
 import (
 	"bytes"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/credential"
+	"github.com/sandgate/sandgate/gateway/drain"
 	"github.com/sandgate/sandgate/gateway/execd"
 	"github.com/sandgate/sandgate/gateway/execdtoken"
 	"github.com/sandgate/sandgate/integration/execdstub"
@@ -314,5 +316,138 @@ func TestRequestsInProgressBounded(t *testing.T) {
 			break
 		}
 		<-e.outcomes
+	}
+}
+
+// TestRequestsInProgressCountExecdPing: while a cluster's execd token
+// secrets rotate, a request asks its sandbox's execd (/ping) which secret
+// is its before the operation; that is an execd call like any other, which
+// the sandbox's code can hold, so the request holds its place while it
+// waits: with max_requests_per_credential 2 and two requests held at the
+// ping, both are counted and the third is refused with GATEWAY_BUSY
+// without reaching execd. Once the pings are answered both requests end
+// and none is counted.
+func TestRequestsInProgressCountExecdPing(t *testing.T) {
+	oldSecret, newSecret := []byte(strings.Repeat("o", 32)), []byte(strings.Repeat("n", 32))
+	e := newTestEnvDeps(t, func(d *Deps) {
+		cl := d.Clusters.(fakeClusters)["cluster-a"]
+		cl.ExecdTokenSecrets = [][]byte{oldSecret, newSecret}
+		d.Clusters = fakeClusters{"cluster-a": cl}
+	}, func(c *Config, x *execdstub.Config) {
+		c.MaxRequestsPerCredential = 2
+		// execd accepts neither secret's token: nothing is remembered.
+		x.AccessToken = execdtoken.Derive(newSecret, "another-sandbox")
+	})
+	pinged := make(chan struct{}, 8)
+	release := make(chan struct{})
+	hold := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/ping" {
+			pinged <- struct{}{}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		e.execd.ServeHTTP(w, r)
+	}))
+	defer hold.Close()
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	defer open() // before hold.Close
+	e.ingress.SetSandbox(testSandbox, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1",
+		Ports: map[int]string{execd.DefaultPort: hold.Listener.Addr().String()}})
+
+	codes := make(chan string, 2)
+	for range 2 {
+		req := e.request(http.MethodPost, "/filesystem.Filesystem/ListDir", strings.NewReader(`{"path":"/home/user"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Connect-Protocol-Version", "1")
+		go func() {
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				codes <- err.Error()
+				return
+			}
+			_ = resp.Body.Close()
+			codes <- resp.Header.Get("Sandgate-Error-Code")
+		}()
+	}
+	<-pinged
+	<-pinged
+	if all, a := e.handler.RequestsInProgress("cred-a"); all != 2 || a != 2 {
+		t.Fatalf("two requests held at execd's /ping: %d in progress in all, %d of cred-a; want 2 and 2", all, a)
+	}
+	resp, body := e.unary("ListDir", `{"path":"/home/user"}`)
+	if resp.Header.Get("Sandgate-Error-Code") != string(CodeGatewayBusy) || !strings.Contains(string(body), "max_requests_per_credential") {
+		t.Fatalf("a third request while two are held at the ping: %d %s", resp.StatusCode, body)
+	}
+	select {
+	case <-pinged:
+		t.Fatal("the refused request reached execd")
+	default:
+	}
+	open()
+	for range 2 {
+		if c := <-codes; c != string(CodeExecdUnauthorized) {
+			t.Fatalf("a held request once its pings were answered: %q, want %s", c, CodeExecdUnauthorized)
+		}
+	}
+	for {
+		if all, _ := e.handler.RequestsInProgress(""); all == 0 {
+			break
+		}
+		<-e.outcomes
+	}
+}
+
+// panicTransport panics in place of every execd call: an operation that
+// panics (a bug), which net/http recovers.
+type panicTransport struct{}
+
+func (panicTransport) RoundTrip(*http.Request) (*http.Response, error) { panic("an operation's bug") }
+
+// TestPanickingOperationGivesBack: a download whose operation panics
+// (net/http recovers the panic and drops the connection) gives back its
+// place among the requests in progress and its drain tracking, each once:
+// neither the count nor the drain's in-flight transfers (the in-flight
+// gauge, what a shutdown waits for) stays taken.
+func TestPanickingOperationGivesBack(t *testing.T) {
+	d := drain.New(time.Second, nil)
+	e := newTestEnvDeps(t, func(deps *Deps) {
+		deps.Drain = d
+		deps.Execd = &execd.Client{Transport: panicTransport{}, Unary: panicTransport{}}
+	})
+	e.gateway.Config.ErrorLog = log.New(io.Discard, "", 0) // the recovered panic's stack
+	req := e.request(http.MethodGet, "/files?path=/home/user/f", nil)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a download whose operation panicked: %d, want the connection dropped", resp.StatusCode)
+	}
+	if all, _ := e.handler.RequestsInProgress(""); all != 0 {
+		t.Fatalf("%d requests in progress after the panic, want 0", all)
+	}
+	if n := d.InFlight(drain.KindTransfer); n != 0 {
+		t.Fatalf("%d transfers tracked by the drain after the panic, want 0", n)
+	}
+}
+
+// TestDrainingRefusalGivesBack: a download that took its place and is then
+// refused by the drain (GATEWAY_DRAINING: the server is shutting down)
+// gives the place back: with max_requests_per_credential 1, two such
+// refusals in a row are both GATEWAY_DRAINING, never GATEWAY_BUSY, and
+// none is counted after.
+func TestDrainingRefusalGivesBack(t *testing.T) {
+	d := drain.New(time.Second, nil)
+	e := newTestEnvDeps(t, func(deps *Deps) { deps.Drain = d }, func(c *Config, _ *execdstub.Config) { c.MaxRequestsPerCredential = 1 })
+	e.writeFile("/home/user/f", "x")
+	d.Begin()
+	for i := range 2 {
+		resp, body := e.do(e.request(http.MethodGet, "/files?path=/home/user/f", nil))
+		if resp.Header.Get("Sandgate-Error-Code") != string(CodeGatewayDraining) {
+			t.Fatalf("download %d while draining: %d %s", i+1, resp.StatusCode, body)
+		}
+	}
+	if all, _ := e.handler.RequestsInProgress(""); all != 0 {
+		t.Fatalf("%d requests in progress after the drain's refusals, want 0", all)
 	}
 }

@@ -35,6 +35,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -629,15 +630,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			var release func()
 			if release, e = h.admitRequest(rq); e == nil {
 				// Given back below, before the outcome is reported; the
-				// deferred call (a no-op then) gives it back should the
-				// operation panic.
+				// deferred calls (no-ops then) give the place and the
+				// drain's tracking back should the operation panic.
 				defer release()
 				r, untrack, e = h.track(w, r, op)
 				if e != nil {
 					release()
 				} else {
 					untracked := untrack
-					untrack = func() { untracked(); release() }
+					var once sync.Once
+					untrack = func() { once.Do(func() { untracked(); release() }) }
+					defer untrack()
+					h.chooseExecdToken(r, rq)
 				}
 			}
 		}
@@ -813,11 +817,17 @@ func (h *Handler) authorize(r *http.Request, rq *request) *Error {
 	if len(cl.ExecdTokenSecrets) == 1 {
 		rq.target.AccessToken = execdtoken.Derive(cl.ExecdTokenSecrets[0], rq.sandboxID)
 	}
-	if e := h.authorizeSandbox(r.Context(), rq); e != nil {
-		return e
-	}
-	if len(cl.ExecdTokenSecrets) > 1 {
-		// Only a request that passed every check pings execd.
+	return h.authorizeSandbox(r.Context(), rq)
+}
+
+// chooseExecdToken sets rq's execd token when its cluster holds several
+// execd token secrets (a rotation): the one the sandbox's execd accepts,
+// asked with execd's /ping unless remembered (execdtoken.Chooser). The
+// pings are execd calls, which the sandbox's code can hold as long as any
+// other, so only a request that passed every check and holds its place
+// among the requests in progress (admitRequest) sends them.
+func (h *Handler) chooseExecdToken(r *http.Request, rq *request) {
+	if cl := rq.cluster; len(cl.ExecdTokenSecrets) > 1 {
 		rq.target.AccessToken = h.execdTokens.Token(r.Context(), cl.ID, rq.sandboxID, cl.ExecdTokenSecrets, func(ctx context.Context, tok string) (bool, error) {
 			t := rq.target
 			t.AccessToken = tok
@@ -832,7 +842,6 @@ func (h *Handler) authorize(r *http.Request, rq *request) *Error {
 			return false, err
 		})
 	}
-	return nil
 }
 
 // authorizeSandbox is check 7: the sandbox authorizer, when configured.

@@ -118,7 +118,8 @@ const scenarios = {
 
   // max_requests_per_credential (TestRequestsPerCredentialBounded): HELD
   // background commands, each holding its stream at the gateway, then one
-  // more, which the gateway refuses, and isRunning(). Then, in steps the Go test paces
+  // more, which the gateway refuses, isRunning(), files.read, files.write
+  // and files.list. Then, in steps the Go test paces
   // (this script creates READY_FILE.<n> and waits for GO_FILE.<n>): one
   // handle disconnects; one more command starts; STOP_FILE ends them all.
   async heldCommands(sbx) {
@@ -132,6 +133,10 @@ const scenarios = {
     for (let i = 0; i < Number(process.env.HELD); i++) handles.push(await start())
     const over = await attempt(start)
     const running = await attempt(() => sbx.isRunning())
+    // The REST routes and a unary call at the bound.
+    const read = await attempt(() => sbx.files.read('/home/user/held.txt'))
+    const write = await attempt(() => sbx.files.write('/home/user/held.txt', 'x'))
+    const list = await attempt(() => sbx.files.list('/home/user'))
     await step(1)
     await handles.shift().disconnect()
     await step(2)
@@ -144,6 +149,9 @@ const scenarios = {
       held: Number(process.env.HELD),
       over: { ok: over.ok, error: over.error },
       running,
+      read: { ok: read.ok, error: read.error },
+      write: { ok: write.ok, error: write.error },
+      list: { ok: list.ok, error: list.error },
       after: { ok: after.ok, error: after.error },
       ends,
     }
