@@ -191,9 +191,9 @@ const (
 	// DefaultMaxRequestsPerCredential and DefaultMaxRequests: each held
 	// request costs the gateway its goroutines, buffers and two
 	// connections (a command stream whose sandbox sent a partial line
-	// about 100 KiB, docs/dataplane.md "Requests in progress"), so one
-	// tenant holds at most about 100 MiB at the default, the gateway
-	// about 400 MiB.
+	// about 140 KiB with its stacks, a stalled write about 230 KiB:
+	// docs/dataplane.md "Requests in progress"), so one tenant holds at
+	// most about 140–230 MiB at the default, the gateway four times that.
 	DefaultMaxRequestsPerCredential = 1024
 	DefaultMaxRequests              = 4096
 )
