@@ -91,7 +91,10 @@ type world struct {
 	// a second one, with extended_operations, on the same key and
 	// credentials.
 	gateway, extended *harness.Env
-	procs             []*proc
+	// caddyfile is gateway's configuration, for a test that starts a
+	// gateway of its own beside it.
+	caddyfile string
+	procs     []*proc
 	// stopGC ends the garbage collectors (collectGarbage) of both
 	// clusters; gcDone holds one channel per collector, closed when it
 	// has ended.
@@ -320,6 +323,7 @@ func (w *world) startSandgate() (err error) {
 	if !strings.Contains(caddyfile, "token_target") || !strings.Contains(caddyfile, w.b.ingress) {
 		return errors.New("the harness's Caddyfile has no cluster-a line or e2b_dataplane block to change")
 	}
+	w.caddyfile = caddyfile
 	if w.gateway, err = harness.Start(harness.Config{RepoRoot: w.root, Caddyfile: caddyfile, Credentials: creds}); err != nil {
 		return fmt.Errorf("the gateway: %w", err)
 	}

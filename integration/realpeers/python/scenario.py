@@ -4,6 +4,7 @@ prints one JSON object with what happened.
 
     python3 scenario.py peers
     python3 scenario.py domain
+    python3 scenario.py bound
 
 Environment: E2B_API_URL (corectl), E2B_SANDBOX_URL (the gateway),
 E2B_API_KEY, SCENARIO_DIR (a sandbox directory the scenario may use).
@@ -12,8 +13,9 @@ only, NETWORK (the create's network options, JSON), PORT (the sandbox
 port of an HTTP and WebSocket server), TEST_DOMAIN and TEST_DOMAIN_IP
 (every name under TEST_DOMAIN resolves to TEST_DOMAIN_IP in this process,
 as a wildcard DNS record would) and SSL_CERT_FILE (the CA httpx trusts).
-PYTHONPATH must hold the SDK's source (e2b, e2b_connect) and this
-directory.
+The "bound" scenario: HELD (the gateway's max_requests_per_credential)
+and SCENARIO_DIR. PYTHONPATH must hold the SDK's source (e2b,
+e2b_connect) and this directory.
 """
 
 import base64
@@ -57,6 +59,34 @@ def peers():
     out["kill"] = attempt(lambda: sbx.kill())
     out["killAgain"] = attempt(lambda: Sandbox.kill(sbx.sandbox_id))
     out["connectAfterKill"] = attempt(lambda: Sandbox.connect(sbx.sandbox_id).sandbox_id)
+    return out
+
+
+def bound():
+    """max_requests_per_credential: HELD background commands hold their
+    streams at the gateway; one more command and is_running() are refused
+    while they do; once the handles disconnect and the commands end,
+    commands run again (polled: the gateway sees the streams go a moment
+    after the SDK drops them)."""
+    d = os.environ.get("SCENARIO_DIR", "/home/user/scenario")
+    stop = d + "/stop"
+    sbx = Sandbox.create("base", timeout=300)
+    sbx.commands.run("mkdir -p %s" % d)
+    wait = "while [ ! -f %s ]; do sleep 0.05; done" % stop
+    handles = [sbx.commands.run(wait, background=True) for _ in range(int(os.environ["HELD"]))]
+    out = {"held": len(handles)}
+    out["over"] = attempt(lambda: sbx.commands.run(wait, background=True) and None)
+    out["running"] = attempt(lambda: sbx.is_running())
+    for h in handles:
+        h.disconnect()
+    after = None
+    for _ in range(200):
+        after = attempt(lambda: sbx.commands.run("touch %s; echo after" % stop).stdout)
+        if after["ok"]:
+            break
+        time.sleep(0.05)
+    out["after"] = after
+    out["kill"] = attempt(lambda: sbx.kill())
     return out
 
 
@@ -132,9 +162,9 @@ def domain():
 
 if __name__ == "__main__":
     name = sys.argv[1] if len(sys.argv) > 1 else ""
-    scenarios = {"peers": peers, "domain": domain}
+    scenarios = {"peers": peers, "domain": domain, "bound": bound}
     if name not in scenarios:
-        print("unknown scenario %r; one of: peers, domain" % name, file=sys.stderr)
+        print("unknown scenario %r; one of: peers, domain, bound" % name, file=sys.stderr)
         sys.exit(2)
     print(json.dumps({"package": "e2b-python-" + e2b.__dict__.get("__version__", bridges.E2B_VERSION), "scenario": name,
                       "result": scenarios[name]()}))
