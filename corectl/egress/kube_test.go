@@ -7,7 +7,6 @@ import (
 	"maps"
 	"net/netip"
 	"os"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -108,23 +107,7 @@ func (f *fixture) put(t *testing.T, set ...string) *Result {
 // ownership check's read).
 func (f *fixture) get(t *testing.T) *Status {
 	t.Helper()
-	st, err := f.eng.Get(ctx, f.ns, "sbx")
-	if err != nil {
-		t.Fatalf("Get: %v", err)
-	}
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(sandbox.GVK)
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "sbx"}, u); err != nil {
-		t.Fatal(err)
-	}
-	of, err := f.eng.GetOf(ctx, u)
-	if err != nil {
-		t.Fatalf("GetOf: %v", err)
-	}
-	if !reflect.DeepEqual(of, st) {
-		t.Fatalf("GetOf = %+v, Get = %+v", of, st)
-	}
-	return st
+	return kubetest.SameViewFromRead(t, ctx, env.Client, f.ns, "sbx", f.eng.Get, f.eng.GetOf)
 }
 
 func rulesOf(r *[]Rule) []string {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -113,23 +112,7 @@ func (f *fixture) allowlist(t *testing.T) *v1alpha1.SandboxIngressAllowlist {
 // ownership check's read).
 func (f *fixture) get(t *testing.T) *Status {
 	t.Helper()
-	st, err := f.eng.Get(ctx, f.ns, "sbx")
-	if err != nil {
-		t.Fatalf("Get: %v", err)
-	}
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(sandbox.GVK)
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "sbx"}, u); err != nil {
-		t.Fatal(err)
-	}
-	of, err := f.eng.GetOf(ctx, u)
-	if err != nil {
-		t.Fatalf("GetOf: %v", err)
-	}
-	if !reflect.DeepEqual(of, st) {
-		t.Fatalf("GetOf = %+v, Get = %+v", of, st)
-	}
-	return st
+	return kubetest.SameViewFromRead(t, ctx, env.Client, f.ns, "sbx", f.eng.Get, f.eng.GetOf)
 }
 
 func cidrsOf(r *[]Rule) []string {
