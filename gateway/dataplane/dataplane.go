@@ -25,19 +25,15 @@ package dataplane
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"io"
-	"math"
 	"net/http"
 	"net/url"
 	"path"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -80,17 +76,6 @@ const (
 	OpMakeDir           = "filesystem.MakeDir"
 	OpMove              = "filesystem.Move"
 )
-
-// User maps an SDK user name (Authorization: Basic on Connect calls,
-// username= on /files) to the identity execd runs commands as.
-type User struct {
-	// UID and GID are the numeric identity passed to execd's /command.
-	UID uint32
-	GID uint32
-	// Home resolves relative paths and is the default working directory;
-	// empty means Config.HomeDir.
-	Home string
-}
 
 // Config is the data plane's behaviour. The zero value of each field means
 // its documented default.
@@ -332,11 +317,6 @@ type Deps struct {
 	Requests *admission.Limiter
 }
 
-// NewRequestCounts returns an empty count of requests in progress for
-// Deps.Requests; its own bounds are never used (each Handler checks its
-// Config's), and nothing waits on it.
-func NewRequestCounts() *admission.Limiter { return admission.New(math.MaxInt, math.MaxInt) }
-
 // Handler serves the data plane. Create it with New.
 type Handler struct {
 	cfg  Config
@@ -390,88 +370,6 @@ func New(cfg Config, deps Deps) (*Handler, error) {
 		upstream:     admission.New(cfg.MaxUpstreamCalls, cfg.MaxUpstreamCallsPerSandbox),
 		processCalls: admission.New(cfg.MaxUpstreamCalls, cfg.MaxProcessCallsPerCredential),
 		largeLines:   admission.New(maxLargeLines, maxLargeLinesPerSandbox)}, nil
-}
-
-// admitRequest takes a place for rq among the requests in progress (its
-// credential's and the gateway's, Config.MaxRequestsPerCredential and
-// MaxRequests), or returns GATEWAY_BUSY naming the bound that is full. A
-// refused request takes nothing and waits for nothing.
-func (h *Handler) admitRequest(rq *request) (func(), *Error) {
-	release, why := h.deps.Requests.TryAcquireWithin(rq.cred.ID, h.cfg.MaxRequests, h.cfg.MaxRequestsPerCredential)
-	switch why {
-	case admission.KeyFull:
-		return nil, fail(CodeGatewayBusy, "this credential has "+strconv.Itoa(h.cfg.MaxRequestsPerCredential)+
-			" requests in progress at the gateway (max_requests_per_credential: command streams and file transfers count while they last); retry when some have ended")
-	case admission.GlobalFull:
-		return nil, fail(CodeGatewayBusy, "the gateway has "+strconv.Itoa(h.cfg.MaxRequests)+" requests in progress (max_requests); retry shortly")
-	}
-	return release, nil
-}
-
-// RequestsInProgress returns the requests in progress counted in
-// Deps.Requests (every Handler's sharing it): in all, and of credential
-// id.
-func (h *Handler) RequestsInProgress(id string) (all, credential int) {
-	return h.deps.Requests.Held(id)
-}
-
-// admitUpstream takes a slot of the upstream bound for rq's sandbox,
-// waiting up to wait (0: not at all) while ctx lasts, or returns
-// GATEWAY_BUSY naming the bound that stayed full.
-func (h *Handler) admitUpstream(ctx context.Context, rq *request, wait time.Duration) (func(), *Error) {
-	release, why := h.upstream.Acquire(ctx, rq.sandboxID, wait)
-	switch why {
-	case admission.KeyFull:
-		return nil, fail(CodeGatewayBusy, "this sandbox had "+strconv.Itoa(h.cfg.MaxUpstreamCallsPerSandbox)+
-			" calls reading execd's answers at the gateway for "+wait.String()+"; retry when one has finished")
-	case admission.GlobalFull:
-		return nil, fail(CodeGatewayBusy, "the gateway had "+strconv.Itoa(h.cfg.MaxUpstreamCalls)+
-			" calls reading sandboxes' answers for "+wait.String()+"; retry shortly")
-	}
-	return release, nil
-}
-
-// Bounds of the command output lines over execd.LargeLineBytes (64 KiB)
-// read and relayed at once: over the gateway and per sandbox. Such a line
-// costs up to about 80 MiB while it is read, decoded and relayed (a 16 MiB
-// line, its text, its bytes and their base64 in the Connect message; peak
-// resident memory, TestHostileExecdCommandLinesBoundedMemory), and the
-// foreground command streams that carry them take no upstream slot: without
-// these bounds one sandbox's 40 streams took the gateway to 3.2 GiB.
-const (
-	maxLargeLines           = 2
-	maxLargeLinesPerSandbox = 1
-)
-
-// admitLargeLine takes a large-line slot for rq's sandbox, waiting up to
-// upstream_wait while ctx lasts, or returns GATEWAY_BUSY. It is held while
-// an output line over 64 KiB is read and relayed, while more than 64 KiB
-// of output that came before a command's init event waits for it, and
-// while a line over 64 KiB of a background start's stream (runBackground)
-// is read.
-func (h *Handler) admitLargeLine(ctx context.Context, rq *request) (func(), error) {
-	release, why := h.largeLines.Acquire(ctx, rq.sandboxID, h.cfg.UpstreamWait)
-	switch why {
-	case admission.Admitted:
-		return release, nil
-	case admission.KeyFull:
-		return nil, fail(CodeGatewayBusy, "this sandbox's commands had output over 64 KiB (one line, or output before a command's start) in progress at the gateway for "+
-			h.cfg.UpstreamWait.String()+"; retry when it has been relayed")
-	}
-	return nil, fail(CodeGatewayBusy, "the gateway had "+strconv.Itoa(maxLargeLines)+
-		" commands' output over 64 KiB (one line, or output before a command's start) in progress for "+h.cfg.UpstreamWait.String()+"; retry shortly")
-}
-
-// admitProcessCall takes a slot of the process-record bound for rq's
-// credential (held while a call reads every process record: List, a
-// selection by tag), or returns GATEWAY_BUSY.
-func (h *Handler) admitProcessCall(ctx context.Context, rq *request) (func(), *Error) {
-	release, why := h.processCalls.Acquire(ctx, rq.cred.ID, h.cfg.UpstreamWait)
-	if why != admission.Admitted {
-		return nil, fail(CodeGatewayBusy, "this credential had "+strconv.Itoa(h.cfg.MaxProcessCallsPerCredential)+
-			" process lists (or selections by tag) in progress for "+h.cfg.UpstreamWait.String()+"; retry when one has finished")
-	}
-	return release, nil
 }
 
 // operation is one supported envd route.
@@ -931,83 +829,6 @@ func tokenReason(err error) string {
 		}
 	}
 	return "rejected"
-}
-
-// sdkUser is the user an operation runs as: a name and its identity, or
-// nothing (execd's own identity).
-type sdkUser struct {
-	name string
-	user User
-	set  bool
-}
-
-// home returns the directory relative paths resolve against.
-func (h *Handler) home(u sdkUser) string {
-	if u.set && u.user.Home != "" {
-		return u.user.Home
-	}
-	return h.cfg.HomeDir
-}
-
-// lookupUser maps a user name to its identity; "" means the default user.
-func (h *Handler) lookupUser(name string) (sdkUser, *Error) {
-	if name == "" {
-		name = h.cfg.DefaultUser
-		if name == "" {
-			return sdkUser{}, nil
-		}
-	}
-	u, ok := h.cfg.Users[name]
-	if !ok {
-		return sdkUser{}, fail(CodeUserUnknown, "invalid username: '"+truncate(name, 64)+"'")
-	}
-	return sdkUser{name: name, user: u, set: true}, nil
-}
-
-// basicUser reads the user from Authorization: Basic base64("<user>:")
-// (docs/wire-facts.md §E1.2). A missing header gives the default user.
-func (h *Handler) basicUser(r *http.Request) (sdkUser, *Error) {
-	auth := r.Header.Get("Authorization")
-	if auth == "" {
-		return h.lookupUser("")
-	}
-	scheme, cred, ok := strings.Cut(auth, " ")
-	if !ok || !strings.EqualFold(scheme, "Basic") || len(cred) > 1024 {
-		return sdkUser{}, fail(CodeBadRequest, "the Authorization header must be Basic <base64 user:>")
-	}
-	dec, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred))
-	if err != nil {
-		return sdkUser{}, fail(CodeBadRequest, "the Authorization header is not valid base64")
-	}
-	name, _, _ := strings.Cut(string(dec), ":")
-	if name == "" {
-		return h.lookupUser("")
-	}
-	return h.lookupUser(name)
-}
-
-// resolvePath makes p absolute against the user's home and cleans it. An
-// empty path, one over 4,096 bytes, one with a NUL byte and one that is
-// not valid UTF-8 are refused: execd takes paths in JSON (upload metadata,
-// its answers), where invalid UTF-8 becomes U+FFFD, so such a path would
-// name another file (and the SDKs cannot send one).
-func (h *Handler) resolvePath(p string, u sdkUser) (string, *Error) {
-	if p == "" {
-		return "", fail(CodeBadRequest, "path is required")
-	}
-	if strings.ContainsRune(p, 0) || len(p) > 4096 {
-		return "", fail(CodeBadRequest, "path is not valid")
-	}
-	if !utf8.ValidString(p) {
-		return "", fail(CodeBadRequest, "path is not valid UTF-8")
-	}
-	if p == "~" || strings.HasPrefix(p, "~/") {
-		p = h.home(u) + strings.TrimPrefix(p, "~")
-	}
-	if !path.IsAbs(p) {
-		p = path.Join(h.home(u), p)
-	}
-	return path.Clean(p), nil
 }
 
 func truncate(s string, n int) string {
