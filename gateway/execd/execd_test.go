@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sandgate/sandgate/internal/memtest"
 )
 
 func TestTargetURL(t *testing.T) {
@@ -341,6 +343,48 @@ func TestCommandStreamLargeLineGate(t *testing.T) {
 	_ = s.Close()
 	if held != 0 {
 		t.Fatalf("Close left %d gates held", held)
+	}
+}
+
+// TestCommandStreamLineLengths: lines longer than the stream's own 4 KiB
+// buffer and up to LargeLineBytes (newline included) arrive whole without
+// asking the large-line gate; one byte more asks it once; and a stream
+// costs its 4 KiB buffer, not a LargeLineBytes one, until a long line
+// comes.
+func TestCommandStreamLineLengths(t *testing.T) {
+	// event is a stdout event line of exactly n bytes, newline included.
+	event := func(n int) (line, text string) {
+		const frame = len(`{"type":"stdout","text":""}` + "\n")
+		text = strings.Repeat("x", n-frame)
+		return `{"type":"stdout","text":"` + text + `"}` + "\n", text
+	}
+	for _, c := range []struct {
+		n     int
+		gated bool
+	}{
+		{streamBufferBytes - 1, false}, {streamBufferBytes, false}, {streamBufferBytes + 1, false},
+		{30 << 10, false}, {LargeLineBytes, false}, {LargeLineBytes + 1, true}, {3 * LargeLineBytes, true},
+	} {
+		line, text := event(c.n)
+		s := NewCommandStream(io.NopCloser(strings.NewReader(line + `{"type":"stdout","text":"next"}` + "\n")))
+		asked := 0
+		s.SetLargeLineGate(func() (func(), error) { asked++; return func() {}, nil })
+		ev, err := s.Next()
+		if err != nil || ev.Text != text {
+			t.Fatalf("a %d-byte line: %v, %d bytes of text, want %d", c.n, err, len(ev.Text), len(text))
+		}
+		if (asked == 1) != c.gated || asked > 1 {
+			t.Fatalf("a %d-byte line asked the gate %d times, want gated %v", c.n, asked, c.gated)
+		}
+		if ev, err := s.Next(); err != nil || ev.Text != "next" {
+			t.Fatalf("the line after a %d-byte one: %+v %v", c.n, ev, err)
+		}
+	}
+	// The process's allocations meanwhile: the 4 KiB buffer and a few
+	// KiB of the test's other goroutines, far from the LargeLineBytes a
+	// stream allocated before.
+	if n := memtest.AllocatedDuring(func() { _ = NewCommandStream(io.NopCloser(strings.NewReader(""))) }); n > LargeLineBytes/4 {
+		t.Fatalf("a new stream allocated %d bytes, want about its %d-byte buffer", n, streamBufferBytes)
 	}
 }
 

@@ -99,11 +99,16 @@ func ValidCommandID(id string) bool {
 // output line, so this is also the longest output line the gateway relays.
 const maxEventLine = 16 << 20
 
-// LargeLineBytes is the length (bytes) past which an event line is large:
-// a stream reads such a line further only once its large-line gate, if
-// one is set (SetLargeLineGate), let it. Shorter lines are read within
-// the stream's own buffer of this size.
+// LargeLineBytes is the length (bytes, its newline included) past which an
+// event line is large: a stream reads such a line further only once its
+// large-line gate, if one is set (SetLargeLineGate), let it.
 const LargeLineBytes = 64 << 10
+
+// streamBufferBytes is a stream's own read buffer (bytes): a line that fits
+// it is read in place, a longer one is gathered in a buffer of its own,
+// dropped once its event is decoded. So a stream waiting for output (a
+// background command's, for hours) holds 4 KiB, not LargeLineBytes.
+const streamBufferBytes = 4 << 10
 
 // ErrStreamEnded is returned by Next when the stream closed before a
 // terminal event.
@@ -131,7 +136,7 @@ type CommandStream struct {
 }
 
 func newCommandStream(body io.ReadCloser) *CommandStream {
-	return &CommandStream{body: body, br: bufio.NewReaderSize(body, LargeLineBytes)}
+	return &CommandStream{body: body, br: bufio.NewReaderSize(body, streamBufferBytes)}
 }
 
 // NewCommandStream wraps an event-stream body; used by tests and by callers
@@ -159,9 +164,10 @@ func (s *CommandStream) releaseLarge() {
 }
 
 // readLine returns the next line, its newline included; at the stream's
-// end a last line without one (as bufio.ScanLines does). A line over
-// LargeLineBytes is copied out of the reader's buffer once the gate let
-// it grow, within maxEventLine.
+// end a last line without one (as bufio.ScanLines does). A line longer
+// than the reader's buffer is gathered in a buffer of its own; one over
+// LargeLineBytes only once the gate let it grow past that, within
+// maxEventLine.
 func (s *CommandStream) readLine() ([]byte, error) {
 	b, err := s.br.ReadSlice('\n')
 	switch {
@@ -172,16 +178,20 @@ func (s *CommandStream) readLine() ([]byte, error) {
 	case !errors.Is(err, bufio.ErrBufferFull):
 		return nil, err
 	}
-	if s.gate != nil {
-		release, err := s.gate()
-		if err != nil {
-			return nil, gateError{err}
-		}
-		s.release = release
-	}
 	line := append(make([]byte, 0, 4*len(b)), b...)
+	gated := false
 	for {
 		b, err = s.br.ReadSlice('\n')
+		if !gated && len(line)+len(b) > LargeLineBytes {
+			gated = true
+			if s.gate != nil {
+				release, err := s.gate()
+				if err != nil {
+					return nil, gateError{err}
+				}
+				s.release = release
+			}
+		}
 		if len(line)+len(b) > maxEventLine {
 			return nil, errLineTooLong
 		}
