@@ -63,9 +63,12 @@ func (c *apiClients) call(ctx context.Context, method, path, body string) (int, 
 
 // Each API client's pace, calls a second: a busy SDK user's, which one
 // credential's share of one replica's apiserver requests
-// (fairshare.DefaultRate, 300 a second) holds with room to spare (a list
-// takes 1 from the share, a restricted getInfo 9, a create and its delete
-// about 37: 20 + 90 + 148 = 258 a second). Unpaced, the list client alone
+// (fairshare.DefaultRate, 300 a second) holds with room to spare: each
+// call takes 1 from the share and its apiserver requests (docs/corectl.md
+// "Per-credential limits", apiserver shares), so a list 1, a getInfo of this test's
+// sandbox (no network rules) 1 + 5, a create and its kill 1 + 16 to 26
+// and 1 + 17: 20 + 60 + 140 to 180 = 220 to 260 a second, if every call
+// reached the same replica. Unpaced, the list client alone
 // called about 1,000 times a second and was refused by the share
 // (429 rate_limited), which is not what this test is about.
 const (
