@@ -4,7 +4,9 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -151,4 +153,90 @@ func TestOpenFileRefusesBadFile(t *testing.T) {
 	if _, err := OpenFile(path, nil); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "larger than") {
 		t.Fatalf("oversized file: %v", err)
 	}
+}
+
+// TestKeyInBothVersionsNeverRefused: a key listed before and after a
+// rotation's edits is never refused while the file changes under a
+// reader that looks it up without pause: the rotation's steps (a new key
+// beside it, then the old one removed, as an operator rotates) arrive as
+// Kubernetes Secret "..data" swaps, each followed by the removal of the
+// old data directory. The rotation test's API clients call at an SDK
+// user's pace, a few calls in each edit's moment; this reader covers the
+// moment itself.
+func TestKeyInBothVersionsNeverRefused(t *testing.T) {
+	dir := t.TempDir()
+	entry := func(name, secret string) string {
+		return "  - {name: " + name + ", sha256: " + Digest(secret) + ", credentialId: cred-" + name + "}"
+	}
+	versions := [][]byte{file(entry("kept", "secret-kept"), entry("old", "secret-old"))}
+	for i := range 10 {
+		n := strconv.Itoa(i)
+		versions = append(versions, file(entry("kept", "secret-kept"), entry("old", "secret-old"), entry("new"+n, "secret-new"+n)),
+			file(entry("kept", "secret-kept"), entry("new"+n, "secret-new"+n)))
+	}
+	mk := func(i int) string {
+		v := "..v" + strconv.Itoa(i)
+		if err := os.Mkdir(filepath.Join(dir, v), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, v, "keys.yaml"), versions[i], 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	prev := mk(0)
+	if err := os.Symlink(prev, filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "keys.yaml")
+	if err := os.Symlink(filepath.Join("..data", "keys.yaml"), path); err != nil {
+		t.Fatal(err)
+	}
+	f, err := OpenFile(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+
+	stop := make(chan struct{})
+	var lookups, refused atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			lookups.Add(1)
+			if _, err := f.Lookup("secret-kept"); err != nil {
+				refused.Add(1)
+			}
+		}
+	}()
+	for i := 1; i < len(versions); i++ {
+		next := mk(i)
+		if err := os.Symlink(next, filepath.Join(dir, "..data_tmp")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.RemoveAll(filepath.Join(dir, prev)); err != nil {
+			t.Fatal(err)
+		}
+		prev = next
+		n := strconv.Itoa((i - 1) / 2)
+		waitFor(t, 5*time.Second, "version "+next+" served", func() bool {
+			_, err := f.Lookup("secret-new" + n)
+			return err == nil && isUnknown(f, "secret-old") == (i%2 == 0)
+		})
+	}
+	close(stop)
+	<-done
+	if n := refused.Load(); n != 0 {
+		t.Fatalf("the key listed in every version was refused %d times in %d lookups", n, lookups.Load())
+	}
+	t.Logf("%d lookups across %d versions, none refused", lookups.Load(), len(versions))
 }

@@ -1,6 +1,7 @@
 package lifecycle_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -66,7 +67,8 @@ func tokenExp(t *testing.T, tok string) time.Time {
 // POST /timeout sets it shorter or longer, capped at start + MaxTimeout;
 // refreshes and connect only extend it; bad values are 400 and change
 // nothing; tokens expire at start + MaxTimeout + the 30 s grace, so an
-// extension never strands a token.
+// extension never strands a token. Once its end has passed, the
+// lifecycle routes, metrics and logs answer 404.
 func TestLifetime(t *testing.T) {
 	const maxTimeout = 20 * time.Minute
 	w := startWorld(t, env.Config, worldOptions{maxTimeout: maxTimeout})
@@ -164,6 +166,13 @@ func TestLifetime(t *testing.T) {
 	w.skew.Store(int64(maxTimeout + time.Minute))
 	if st, raw := post("/timeout", `{"timeout":60}`); st != http.StatusNotFound {
 		t.Fatalf("timeout on an expired sandbox = %d %s", st, raw)
+	}
+	// Its metrics and logs too, though they take the ownership check's
+	// read instead of reading it again.
+	for _, p := range []string{"/sandboxes/" + id + "/metrics", "/v2/sandboxes/" + id + "/logs"} {
+		if st, raw := w.do("GET", p, "key-a", "", nil); st != http.StatusNotFound || !bytes.Contains(raw, []byte("sandbox_not_found")) {
+			t.Fatalf("GET %s of an expired sandbox = %d %s", p, st, raw)
+		}
 	}
 	w.skew.Store(0)
 	if st, raw := post("/timeout", `{"timeout":1}`); st != http.StatusNoContent {

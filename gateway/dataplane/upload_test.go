@@ -223,13 +223,26 @@ func TestOnlyChunkedWritesTakeALargeBuffer(t *testing.T) {
 // refused with 400, whether the write gets a large buffer (1 MiB) or the
 // small one (64 KiB): the outcome does not depend on what other writes
 // hold. Before, the 100 KiB line passed through a large buffer and failed
-// through the small one.
+// through the small one. The same for a final boundary line padded with
+// spaces to 60 KiB and 100 KiB that the body ends without a line break.
 func TestMultipartLineBoundSameEitherBuffer(t *testing.T) {
 	e := newTestEnv(t)
 	write := func(line int) (*http.Response, []byte) {
 		t.Helper()
 		ct, body := multipartBody(t, [][2]string{{"/home/user/p.txt", "content"}})
 		body = append(append(bytes.Repeat([]byte("p"), line), "\r\n"...), body...)
+		req := e.request(http.MethodPost, "/files", bytes.NewReader(body))
+		req.Header.Set("Content-Type", ct)
+		return e.do(req)
+	}
+	// padFinal: the final boundary line padded with spaces to line bytes,
+	// the body ending without its line break.
+	padFinal := func(line int) (*http.Response, []byte) {
+		t.Helper()
+		ct, body := multipartBody(t, [][2]string{{"/home/user/f.txt", "content"}})
+		body = bytes.TrimSuffix(body, []byte("\r\n"))
+		i := bytes.LastIndex(body, []byte("\r\n")) + 2 // the final boundary line's start
+		body = append(body, bytes.Repeat([]byte(" "), line-(len(body)-i))...)
 		req := e.request(http.MethodPost, "/files", bytes.NewReader(body))
 		req.Header.Set("Content-Type", ct)
 		return e.do(req)
@@ -245,6 +258,12 @@ func TestMultipartLineBoundSameEitherBuffer(t *testing.T) {
 		}
 		if resp, out := write(100 << 10); resp.StatusCode != http.StatusBadRequest {
 			t.Fatalf("a 100 KiB preamble line (past the budget: %v): status %d body %s", past, resp.StatusCode, out)
+		}
+		if resp, out := padFinal(60 << 10); resp.StatusCode != http.StatusOK {
+			t.Fatalf("a final boundary line padded to 60 KiB at the end (past the budget: %v): status %d body %s", past, resp.StatusCode, out)
+		}
+		if resp, out := padFinal(100 << 10); resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("a final boundary line padded to 100 KiB at the end (past the budget: %v): status %d body %s", past, resp.StatusCode, out)
 		}
 	}
 	for range maxLargeUploadBuffers {

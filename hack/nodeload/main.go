@@ -309,41 +309,7 @@ func run(o options) error {
 		return err
 	}
 	admin := "127.0.0.1:" + adminPort
-	idle, online := gatewayTimers(o.heartbeat)
-	metrics := ""
-	if o.caddyMetrics {
-		metrics = "metrics"
-	}
-	caddyfile := fmt.Sprintf(`{
-	admin %s
-	%s
-	auto_https off
-	default_bind 127.0.0.1
-	persist_config off
-	log {
-		output file %s
-		level WARN
-	}
-	sandgate {
-		token_key k1 HS256 %s
-		credentials file %s
-		nodes {
-			credentials file %s
-			heartbeat_interval %s
-			idle_timeout %s
-			online_window %s
-		}
-	}
-}
-
-http://127.0.0.1:%s {
-	sandbox_node_connect
-	sandbox_node_api {
-		token_sha256 %s
-	}
-}
-`, admin, metrics, filepath.Join(dir, "gateway.log"), filepath.Join(dir, "hmac.key"), filepath.Join(dir, "credentials.yaml"),
-		filepath.Join(dir, "nodes.yaml"), o.heartbeat, idle, online, port, sum(apiToken))
+	caddyfile := gatewayCaddyfile(o, admin, dir, port, apiToken)
 	var output io.Writer
 	if o.gatewayOutput != "" {
 		out, err := os.Create(o.gatewayOutput)
@@ -548,6 +514,51 @@ http://127.0.0.1:%s {
 		return errors.New("connections dropped")
 	}
 	return sims.stop()
+}
+
+// gatewayCaddyfile is the gateway's Caddyfile: its admin endpoint at
+// admin, its files (gateway.log, hmac.key, credentials.yaml, nodes.yaml)
+// in dir, the node connect and node API routes on 127.0.0.1:port, the API
+// token apiToken (only its SHA-256 is written), the node timers of
+// o.heartbeat (gatewayTimers) and, with o.caddyMetrics, the metrics global
+// option.
+func gatewayCaddyfile(o options, admin, dir, port, apiToken string) string {
+	idle, online := gatewayTimers(o.heartbeat)
+	// Off, no line at all: a blank one is a Caddyfile Caddy warns is not
+	// formatted.
+	metrics := ""
+	if o.caddyMetrics {
+		metrics = "\n\tmetrics"
+	}
+	return fmt.Sprintf(`{
+	admin %s%s
+	auto_https off
+	default_bind 127.0.0.1
+	persist_config off
+	log {
+		output file %s
+		level WARN
+	}
+	sandgate {
+		token_key k1 HS256 %s
+		credentials file %s
+		nodes {
+			credentials file %s
+			heartbeat_interval %s
+			idle_timeout %s
+			online_window %s
+		}
+	}
+}
+
+http://127.0.0.1:%s {
+	sandbox_node_connect
+	sandbox_node_api {
+		token_sha256 %s
+	}
+}
+`, admin, metrics, filepath.Join(dir, "gateway.log"), filepath.Join(dir, "hmac.key"), filepath.Join(dir, "credentials.yaml"),
+		filepath.Join(dir, "nodes.yaml"), o.heartbeat, idle, online, port, sum(apiToken))
 }
 
 // dispatch sends operations at o.rate for o.duration, open loop: each

@@ -33,6 +33,11 @@ type apiClients struct {
 	refused atomic.Int64
 	// refusals are "phase: call: status or error" of each refusal.
 	refusals sync.Map
+	// phases counts the requests sent in each phase (the rig's phase
+	// when the request was sent), in the order the phases began.
+	phaseMu    sync.Mutex
+	phaseNames []string
+	phaseSent  map[string]int
 	// answered is closed and replaced at each success.
 	mu       sync.Mutex
 	answered chan struct{}
@@ -58,9 +63,12 @@ func (c *apiClients) call(ctx context.Context, method, path, body string) (int, 
 
 // Each API client's pace, calls a second: a busy SDK user's, which one
 // credential's share of one replica's apiserver requests
-// (fairshare.DefaultRate, 300 a second) holds with room to spare (a list
-// takes 1 from the share, a restricted getInfo 9, a create and its delete
-// about 37: 20 + 90 + 148 = 258 a second). Unpaced, the list client alone
+// (fairshare.DefaultRate, 300 a second) holds with room to spare: each
+// call takes 1 from the share and its apiserver requests (docs/corectl.md
+// "Per-credential limits", apiserver shares), so a list 1, a getInfo of this test's
+// sandbox (no network rules) 1 + 5, a create and its kill 1 + 16 to 26
+// and 1 + 17: 20 + 60 + 140 to 180 = 220 to 260 a second, if every call
+// reached the same replica. Unpaced, the list client alone
 // called about 1,000 times a second and was refused by the share
 // (429 rate_limited), which is not what this test is about.
 const (
@@ -74,12 +82,18 @@ const (
 // getRate, createRate).
 func startAPIClients(r *rig, sb sandbox) *apiClients {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &apiClients{r: r, stop: cancel, answered: make(chan struct{})}
+	c := &apiClients{r: r, stop: cancel, answered: make(chan struct{}), phaseSent: map[string]int{}}
 	note := func(phase, what string, code int, b []byte, err error, want int) bool {
 		if ctx.Err() != nil {
 			return false
 		}
 		c.sent.Add(1)
+		c.phaseMu.Lock()
+		if c.phaseSent[phase] == 0 {
+			c.phaseNames = append(c.phaseNames, phase)
+		}
+		c.phaseSent[phase]++
+		c.phaseMu.Unlock()
 		if err != nil || code != want {
 			c.refused.Add(1)
 			c.refusals.Store(fmt.Sprintf("%s: %s: %d %.200s %v", phase, what, code, b, err), true)
@@ -152,7 +166,8 @@ func (c *apiClients) succeeded(what string, n int) {
 	}
 }
 
-// end stops the clients and reports: no request refused.
+// end stops the clients and reports: no request refused; the log gives
+// how many were sent in each phase.
 func (c *apiClients) end() {
 	c.stop()
 	c.done.Wait()
@@ -162,7 +177,11 @@ func (c *apiClients) end() {
 		c.refusals.Range(func(k, _ any) bool { kinds = append(kinds, k.(string)); return true })
 		t.Errorf("%d of %d control-API requests refused during the rotation: %v", n, c.sent.Load(), kinds)
 	}
-	t.Logf("%d control-API requests, %d refused", c.sent.Load(), c.refused.Load())
+	var phases []string
+	for _, p := range c.phaseNames {
+		phases = append(phases, fmt.Sprintf("%s %d", p, c.phaseSent[p]))
+	}
+	t.Logf("%d control-API requests, %d refused (sent in each phase: %s)", c.sent.Load(), c.refused.Load(), strings.Join(phases, ", "))
 }
 
 // keyStatus is the status replica p answers a list with key.

@@ -52,7 +52,8 @@ const (
 	MaxHeaders = 10000
 	// MaxLineBytes is the longest line outside a part (a preamble line, a
 	// boundary line, the line break before one), line break included: 64
-	// KiB (or the buffer size when that is smaller).
+	// KiB (or the buffer size when that is smaller). A line the body ends
+	// without a line break (a final boundary line) may be one byte shorter.
 	MaxLineBytes = 64 << 10
 )
 
@@ -145,12 +146,17 @@ func (r *Reader) NextPart() (*Part, error) {
 	expectNewPart := false
 	for {
 		line, err := r.br.ReadSlice('\n')
+		// A line the body ends without its line break (err set) is too
+		// long at the bound already, its line break counted: a buffer of
+		// the bound's size is full before the end can be seen, or not,
+		// depending on whether the last bytes come with io.EOF.
+		if limit := min(MaxLineBytes, r.br.Size()); errors.Is(err, bufio.ErrBufferFull) ||
+			len(line) > limit || (err != nil && len(line) >= limit) {
+			return nil, ErrLineTooLong
+		}
 		if err == io.EOF && r.isFinalBoundary(line) {
 			// "--boundary--" at the very end without its line break.
 			return nil, io.EOF
-		}
-		if errors.Is(err, bufio.ErrBufferFull) || len(line) > MaxLineBytes {
-			return nil, ErrLineTooLong
 		}
 		if err != nil {
 			return nil, fmt.Errorf("multipartstream: NextPart: %w", err)

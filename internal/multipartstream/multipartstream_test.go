@@ -365,3 +365,46 @@ func FuzzSameAsMimeMultipart(f *testing.F) {
 		checkSame(t, body, boundary)
 	})
 }
+
+// TestLineLimitFinalBoundaryAtTheEnd: a final boundary line padded with
+// spaces (RFC 2046's transport padding) that the body ends without a line
+// break is bounded like any other line outside the parts, its missing line
+// break counted: MaxLineBytes-1 bytes end the parts (io.EOF) and
+// MaxLineBytes bytes fail with ErrLineTooLong, through a 64 KiB buffer and
+// a 1 MiB one alike, and whether the body's reader returns its last bytes
+// with io.EOF or alone (a 64 KiB buffer fills up before the end is seen in
+// the one case and not in the other). With LF line breaks a line of
+// MaxLineBytes, "\n" included, is read and one byte more is refused, as
+// with CRLF (TestLineLimit).
+func TestLineLimitFinalBoundaryAtTheEnd(t *testing.T) {
+	final := func(line int) []byte {
+		return append([]byte("--b\r\n\r\nx\r\n--b--"), bytes.Repeat([]byte(" "), line-len("--b--"))...)
+	}
+	for _, size := range []int{MaxLineBytes, 1 << 20} {
+		for name, src := range map[string]func(io.Reader) io.Reader{"whole": identity, "data with EOF": iotest.DataErrReader} {
+			read := func(body []byte) error {
+				mr := NewReader(src(bytes.NewReader(body)), "b", size)
+				if _, err := mr.NextPart(); err != nil {
+					return fmt.Errorf("the first part: %w", err)
+				}
+				_, err := mr.NextPart()
+				return err
+			}
+			if err := read(final(MaxLineBytes - 1)); err != io.EOF {
+				t.Errorf("a final boundary line of %d bytes at the end, %d-byte buffer, %s: %v, want io.EOF", MaxLineBytes-1, size, name, err)
+			}
+			if err := read(final(MaxLineBytes)); !errors.Is(err, ErrLineTooLong) {
+				t.Errorf("a final boundary line of %d bytes at the end, %d-byte buffer, %s: %v, want ErrLineTooLong", MaxLineBytes, size, name, err)
+			}
+		}
+		lf := func(line int) []byte {
+			return append(append(bytes.Repeat([]byte("p"), line-1), '\n'), "--b\n\nx\n--b--\n"...)
+		}
+		if _, err := NewReader(bytes.NewReader(lf(MaxLineBytes)), "b", size).NextPart(); err != nil {
+			t.Errorf("an LF preamble line of %d bytes through a %d-byte buffer: %v", MaxLineBytes, size, err)
+		}
+		if _, err := NewReader(bytes.NewReader(lf(MaxLineBytes+1)), "b", size).NextPart(); !errors.Is(err, ErrLineTooLong) {
+			t.Errorf("an LF preamble line of %d bytes through a %d-byte buffer: %v, want ErrLineTooLong", MaxLineBytes+1, size, err)
+		}
+	}
+}
