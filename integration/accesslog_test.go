@@ -21,7 +21,10 @@ import (
 // sandbox its cluster's ingress does not know (SANDBOX_NOT_FOUND, 503) is
 // an answer and is logged at info; the same call through a cluster whose
 // fixed entry refuses connections (FIXED_ENTRY_UNREACHABLE, 503) is the
-// platform's failure and keeps Caddy's error level.
+// platform's failure and keeps Caddy's error level; a call refused at its
+// credential's own max_requests_per_credential (GATEWAY_BUSY, 503) while
+// the credential's one command stream runs is the tenant's matter and is
+// logged at info.
 func TestAccessLogLevelOfAGoneSandbox(t *testing.T) {
 	root := repoRoot(t)
 	if fi, err := os.Stat(harness.CaddyBinary(root)); err != nil || fi.Mode()&0o111 == 0 {
@@ -55,6 +58,7 @@ http://{{ADDR}} {
 	e2b_dataplane {
 		home_dir /home/user
 		user root 0 0 /root
+		max_requests_per_credential 1
 	}
 }
 `
@@ -71,15 +75,32 @@ http://{{ADDR}} {
 	t.Cleanup(env.Close)
 
 	from := len(log.String())
-	for _, c := range []struct{ sandbox, cred string }{{"sbxgone", "cred-a"}, {"sbxdeadentry", "cred-dead"}} {
-		tok, err := env.Mint(c.sandbox, harness.Grant{CredentialID: c.cred})
+	// cred-a's one place, held by a command stream of sbxOK until the
+	// calls below are done.
+	held, stop := context.WithCancel(context.Background())
+	defer stop()
+	tokOK, err := env.Mint(sbxOK, harness.Grant{CredentialID: "cred-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan string, 1)
+	go startAndReadOneLine(held, env.Gateway, sbxOK, tokOK,
+		envelope(0, `{"process":{"cmd":"/bin/bash","args":["-l","-c","sleep 60"]},"stdin":false}`), 1, started)
+	if got := <-started; got != "line" {
+		t.Fatalf("the held command stream: %s", got)
+	}
+	// listDir sends a ListDir of sandbox id as credential cred and returns
+	// the status and the gateway's error code.
+	listDir := func(id, cred string) (int, string) {
+		t.Helper()
+		tok, err := env.Mint(id, harness.Grant{CredentialID: cred})
 		if err != nil {
 			t.Fatal(err)
 		}
 		req, _ := http.NewRequest("POST", env.Gateway+"/filesystem.Filesystem/ListDir", strings.NewReader(`{"path":"/home/user"}`))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Connect-Protocol-Version", "1")
-		req.Header.Set("E2b-Sandbox-Id", c.sandbox)
+		req.Header.Set("E2b-Sandbox-Id", id)
 		req.Header.Set("E2b-Sandbox-Port", "49983")
 		req.Header.Set("X-Access-Token", tok)
 		resp, err := http.DefaultClient.Do(req)
@@ -87,13 +108,28 @@ http://{{ADDR}} {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusServiceUnavailable {
-			t.Fatalf("%s: status %d, want 503", c.sandbox, resp.StatusCode)
+		return resp.StatusCode, resp.Header.Get("Sandgate-Error-Code")
+	}
+	for _, c := range []struct{ sandbox, cred, code string }{{"sbxbound", "cred-a", "GATEWAY_BUSY"}, {"sbxdeadentry", "cred-dead", "FIXED_ENTRY_UNREACHABLE"}} {
+		if status, code := listDir(c.sandbox, c.cred); status != http.StatusServiceUnavailable || code != c.code {
+			t.Fatalf("%s: %d %s, want 503 %s", c.sandbox, status, code, c.code)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for _, id := range []string{"sbxgone", "sbxdeadentry"} {
+	// The gone sandbox's call, once the stream's end has given cred-a's
+	// place back.
+	stop()
+	for {
+		status, code := listDir("sbxgone", "cred-a")
+		if status == http.StatusServiceUnavailable && code == "SANDBOX_NOT_FOUND" {
+			break
+		}
+		if code != "GATEWAY_BUSY" || ctx.Err() != nil {
+			t.Fatalf("sbxgone: %d %s, want 503 SANDBOX_NOT_FOUND", status, code)
+		}
+	}
+	for _, id := range []string{"sbxbound", "sbxgone", "sbxdeadentry"} {
 		if err := log.waitFor(ctx, from, `"E2b-Sandbox-Id":["`+id+`"]`); err != nil {
 			t.Fatalf("no access log line for %s: %v\n%s", id, err, log.String()[from:])
 		}
@@ -120,8 +156,8 @@ http://{{ADDR}} {
 			t.Errorf("the access log shows the access token")
 		}
 	}
-	if levels["sbxgone"] != "info" || levels["sbxdeadentry"] != "error" {
-		t.Errorf("access log levels %v, want sbxgone (SANDBOX_NOT_FOUND) info and sbxdeadentry (FIXED_ENTRY_UNREACHABLE) error\n%s",
-			levels, log.String()[from:])
+	if levels["sbxgone"] != "info" || levels["sbxdeadentry"] != "error" || levels["sbxbound"] != "info" {
+		t.Errorf("access log levels %v, want sbxgone (SANDBOX_NOT_FOUND) info, sbxdeadentry (FIXED_ENTRY_UNREACHABLE) error "+
+			"and sbxbound (GATEWAY_BUSY at the credential's own bound) info\n%s", levels, log.String()[from:])
 	}
 }

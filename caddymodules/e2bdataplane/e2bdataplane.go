@@ -432,10 +432,12 @@ var drains drain.Group
 // (SANDBOX_NOT_FOUND, SANDBOX_DELETING, SANDBOX_EXPIRED, SANDBOX_NOT_READY,
 // SANDBOX_UNREACHABLE) at info level: an answer about the sandbox, which
 // Caddy's access log would otherwise show at error level for its 5xx
-// status (a Connect unavailable is a 503). The platform's own failures
-// keep Caddy's level.
+// status (a Connect unavailable is a 503), and so is a request refused at
+// its credential's own bound (GATEWAY_BUSY of max_requests_per_credential:
+// the tenant's matter). The platform's own failures, the gateway's
+// max_requests among them, keep Caddy's level.
 func setAccessLogLevel(o dataplane.Outcome) {
-	if o.Context != nil && o.Code.SandboxGone() {
+	if o.Context != nil && (o.Code.SandboxGone() || o.OwnBound) {
 		caddyhttp.SetVar(o.Context, caddyhttp.LogLevelVar, "info")
 	}
 }

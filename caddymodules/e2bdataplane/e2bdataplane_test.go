@@ -37,6 +37,16 @@ func TestAccessLogLevel(t *testing.T) {
 			t.Errorf("%q: access log level %v, want %v", c.code, got, c.want)
 		}
 	}
+	// GATEWAY_BUSY at the credential's own bound is the tenant's matter;
+	// at the gateway's, the platform's.
+	for _, own := range []bool{true, false} {
+		vars := map[string]any{}
+		ctx := context.WithValue(context.Background(), caddyhttp.VarsCtxKey, vars)
+		setAccessLogLevel(dataplane.Outcome{Code: dataplane.CodeGatewayBusy, OwnBound: own, Context: ctx})
+		if got, want := vars[caddyhttp.LogLevelVar], map[bool]any{true: "info", false: nil}[own]; got != want {
+			t.Errorf("GATEWAY_BUSY, own bound %v: access log level %v, want %v", own, got, want)
+		}
+	}
 	// An outcome without a context (or one without Caddy's variables)
 	// changes nothing and does not panic.
 	setAccessLogLevel(dataplane.Outcome{Code: dataplane.CodeSandboxNotFound})

@@ -285,11 +285,27 @@ func TestRequestsInProgressBounded(t *testing.T) {
 			t.Fatalf("cred-a's download within its bound: %d", resp.StatusCode)
 		}
 	}
+	// ownBound is the OwnBound of the next outcome, a refusal's: the
+	// downloads held meanwhile report none until they end.
+	ownBound := func() bool {
+		t.Helper()
+		o := <-e.outcomes
+		if o.Code != CodeGatewayBusy {
+			t.Fatalf("outcome %+v, want GATEWAY_BUSY", o)
+		}
+		return o.OwnBound
+	}
 	refused("cred-a", "max_requests_per_credential")
+	if !ownBound() {
+		t.Fatal("the refusal at the credential's bound is not reported as its own bound")
+	}
 	if resp, _ := download("cred-b"); resp.StatusCode != http.StatusOK {
 		t.Fatalf("cred-b's first download while cred-a holds its bound: %d", resp.StatusCode)
 	}
 	refused("cred-b", "max_requests")
+	if ownBound() {
+		t.Fatal("the refusal at the gateway's bound is reported as the credential's own")
+	}
 	h := e.handler
 	if all, a := h.RequestsInProgress("cred-a"); all != 3 || a != 2 {
 		t.Fatalf("in progress: %d in all, %d of cred-a; want 3 and 2", all, a)

@@ -27,8 +27,10 @@ func (h *Handler) admitRequest(rq *request) (func(), *Error) {
 	release, why := h.deps.Requests.TryAcquireWithin(rq.cred.ID, h.cfg.MaxRequests, h.cfg.MaxRequestsPerCredential)
 	switch why {
 	case admission.KeyFull:
-		return nil, fail(CodeGatewayBusy, "this credential has "+strconv.Itoa(h.cfg.MaxRequestsPerCredential)+
+		e := fail(CodeGatewayBusy, "this credential has "+strconv.Itoa(h.cfg.MaxRequestsPerCredential)+
 			" requests in progress at the gateway (max_requests_per_credential: command streams and file transfers count while they last); retry when some have ended")
+		e.ownBound = true
+		return nil, e
 	case admission.GlobalFull:
 		return nil, fail(CodeGatewayBusy, "the gateway has "+strconv.Itoa(h.cfg.MaxRequests)+" requests in progress (max_requests); retry shortly")
 	}

@@ -275,6 +275,10 @@ type Outcome struct {
 	ClusterID    string
 	// Code is empty on success.
 	Code Code
+	// OwnBound reports that Code (GATEWAY_BUSY) refused the request at
+	// its credential's own bound (max_requests_per_credential), not at
+	// the gateway's: the tenant's matter, as a sandbox that is gone is.
+	OwnBound bool
 	// Duration is the request's time in the handler.
 	Duration time.Duration
 	// Context is the request's context, for an adapter that annotates
@@ -611,7 +615,7 @@ func (h *Handler) finish(ctx context.Context, op string, rq *request, e *Error, 
 	out := Outcome{Operation: op, SandboxID: rq.sandboxID, CredentialID: rq.cred.ID, ClusterID: rq.cluster.ID, Duration: d, Context: ctx}
 	level := zapcore.DebugLevel
 	if e != nil {
-		out.Code = e.Code
+		out.Code, out.OwnBound = e.Code, e.ownBound
 		level = zapcore.InfoLevel
 		if e.Code == CodeExecdUnauthorized && len(rq.cluster.ExecdTokenSecrets) > 1 {
 			// The next request asks execd again which secret is its.

@@ -231,6 +231,9 @@ type Error struct {
 	// request, never sent to the SDK, where it could show internal
 	// addresses.
 	cause string
+	// ownBound: the refusal is of the caller's own bound
+	// (max_requests_per_credential), not of the gateway's capacity.
+	ownBound bool
 }
 
 // Error returns "<code>: <message>".
