@@ -567,15 +567,22 @@ func liveHeap(t *testing.T, admin string) int64 {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("heap profile: %s", resp.Status)
 	}
+	return int64(adminMetric(t, admin, "go_memstats_heap_alloc_bytes"))
+}
+
+// adminMetric is the sum of metric name's series on the gateway's admin
+// endpoint's /metrics; a missing metric fails t.
+func adminMetric(t *testing.T, admin, name string) float64 {
+	t.Helper()
 	m, err := scrapetest.Get(nil, "http://"+admin+"/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, ok := m.Sum("go_memstats_heap_alloc_bytes")
+	v, ok := m.Sum(name)
 	if !ok {
-		t.Fatal("no go_memstats_heap_alloc_bytes on the admin endpoint's /metrics")
+		t.Fatalf("no %s on the admin endpoint's /metrics", name)
 	}
-	return int64(v)
+	return v
 }
 
 // download reads GET /files?path=p of sandbox id through the gateway and

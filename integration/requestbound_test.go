@@ -49,15 +49,7 @@ func withCredOther(opt string) envOption {
 // requestsInProgress is the gateway's sandgate_dataplane_requests_in_progress.
 func requestsInProgress(t *testing.T, admin string) int {
 	t.Helper()
-	m, err := scrapetest.Get(nil, "http://"+admin+"/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, ok := m.Sum("sandgate_dataplane_requests_in_progress")
-	if !ok {
-		t.Fatal("no sandgate_dataplane_requests_in_progress on the admin endpoint's /metrics")
-	}
-	return int(v)
+	return int(adminMetric(t, admin, "sandgate_dataplane_requests_in_progress"))
 }
 
 // waitInProgress polls the gauge until it reads want (30 s at most).
@@ -521,20 +513,12 @@ func TestRequestsInProgressGivenBackOverHTTP2(t *testing.T) {
 		c.Grants[id] = harness.Grant{CredentialID: credOK}
 		c.Caddyfile = strings.Replace(c.Caddyfile, "\tauto_https off\n", "\tauto_https off\n\tservers {\n\t\tprotocols h1 h2c\n\t}\n", 1)
 	})
-	release := make(chan struct{})
-	sandbox := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	e.sandboxCode(t, id, func(w http.ResponseWriter, r *http.Request) bool {
 		w.Header().Set("Content-Type", "text/event-stream")
 		_, _ = w.Write([]byte(`{"type":"init","text":"0123456789abcdef0123456789abcdef","timestamp":1}` + "\n\n"))
 		w.(http.Flusher).Flush()
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(sandbox.Close)
-	t.Cleanup(func() { close(release) }) // before the server's Close
-	e.Ingress.SetSandbox(id, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1", Namespace: "default",
-		Ports: map[int]string{44772: sandbox.Listener.Addr().String()}})
+		return true
+	})
 	tok := e.mint(id, harness.Grant{CredentialID: credOK})
 	var dials atomic.Int32
 	client := &http.Client{Transport: &http2.Transport{AllowHTTP: true,
