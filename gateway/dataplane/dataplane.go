@@ -527,25 +527,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		opName = op.name
 		sh = op.shape
 		e = h.authorize(r, rq)
-		untrack := func() {}
+		end := func() {}
 		if e == nil {
-			var release func()
-			if release, e = h.admitRequest(rq); e == nil {
-				// Given back below, before the outcome is reported; the
-				// deferred calls (no-ops then) give the place and the
-				// drain's tracking back should the operation panic.
-				defer release()
-				r, untrack, e = h.track(w, r, op)
-				if e != nil {
-					release()
-				} else {
-					untracked := untrack
-					var once sync.Once
-					untrack = func() { once.Do(func() { untracked(); release() }) }
-					defer untrack()
-					h.chooseExecdToken(r, rq)
-				}
-			}
+			r, end, e = h.begin(w, r, rq, op)
+			// Called below, before the outcome is reported; deferred too
+			// (a no-op then), should the operation panic.
+			defer end()
 		}
 		var slot *answerSlot
 		if e == nil && op.shape == shapeUnary {
@@ -568,7 +555,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// the copy's error; say why it was cut.
 			e = drainingError("ended the " + opName + " still running at the end of its drain grace")
 		}
-		untrack()
+		end()
 	}
 	if e != nil && !tw.wrote {
 		writeError(w, sh, e)
@@ -720,6 +707,25 @@ func (h *Handler) authorize(r *http.Request, rq *request) *Error {
 		rq.target.AccessToken = execdtoken.Derive(cl.ExecdTokenSecrets[0], rq.sandboxID)
 	}
 	return h.authorizeSandbox(r.Context(), rq)
+}
+
+// begin starts an authorized request: its place among the requests in
+// progress (admitRequest), the drain's tracking of a stream or transfer
+// (track), then its execd token (chooseExecdToken). end gives back what
+// was taken, once however often it is called; on an error nothing stays
+// taken.
+func (h *Handler) begin(w http.ResponseWriter, r *http.Request, rq *request, op *operation) (_ *http.Request, end func(), _ *Error) {
+	release, e := h.admitRequest(rq)
+	if e != nil {
+		return r, func() {}, e
+	}
+	r, untrack, e := h.track(w, r, op)
+	if e != nil {
+		release()
+		return r, func() {}, e
+	}
+	h.chooseExecdToken(r, rq)
+	return r, sync.OnceFunc(func() { untrack(); release() }), nil
 }
 
 // chooseExecdToken sets rq's execd token when its cluster holds several
