@@ -11,6 +11,7 @@ package admission
 import (
 	"container/list"
 	"context"
+	"math"
 	"sync"
 	"time"
 )
@@ -43,6 +44,13 @@ type waiter struct {
 func New(global, perKey int) *Limiter {
 	return &Limiter{global: max(global, 1), perKey: max(perKey, 1), byKey: map[string]int{}}
 }
+
+// NewCounts returns a Limiter used only as a count: its own bounds are
+// never reached, every caller checking bounds of its own with
+// TryAcquireWithin, and nothing waits on it. Several configurations share
+// one across a Caddy reload (the port requests of package portroute, the
+// data plane's requests in progress), each with its own bounds.
+func NewCounts() *Limiter { return New(math.MaxInt, math.MaxInt) }
 
 // Reason says which bound refused a slot.
 type Reason int

@@ -2,7 +2,6 @@ package dataplane
 
 import (
 	"context"
-	"math"
 	"strconv"
 	"time"
 
@@ -17,7 +16,7 @@ import (
 // NewRequestCounts returns an empty count of requests in progress for
 // Deps.Requests; its own bounds are never used (each Handler checks its
 // Config's), and nothing waits on it.
-func NewRequestCounts() *admission.Limiter { return admission.New(math.MaxInt, math.MaxInt) }
+func NewRequestCounts() *admission.Limiter { return admission.NewCounts() }
 
 // admitRequest takes a place for rq among the requests in progress (its
 // credential's and the gateway's, Config.MaxRequestsPerCredential and

@@ -2,7 +2,6 @@ package portroute
 
 import (
 	"errors"
-	"math"
 
 	"github.com/sandgate/sandgate/gateway/admission"
 )
@@ -29,7 +28,7 @@ type Counts struct{ slots *admission.Limiter }
 func NewCounts() *Counts {
 	// The Limiter's own bounds are never used: every Admission checks its
 	// own (TryAcquireWithin), and nothing waits.
-	return &Counts{slots: admission.New(math.MaxInt, math.MaxInt)}
+	return &Counts{slots: admission.NewCounts()}
 }
 
 // InProgress returns how many port requests the Counts hold a place for,
