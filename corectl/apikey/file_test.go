@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/keypair/keypairtest"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -174,25 +175,11 @@ func TestKeyInBothVersionsNeverRefused(t *testing.T) {
 		versions = append(versions, file(entry("kept", "secret-kept"), entry("old", "secret-old"), entry("new"+n, "secret-new"+n)),
 			file(entry("kept", "secret-kept"), entry("new"+n, "secret-new"+n)))
 	}
-	mk := func(i int) string {
-		v := "..v" + strconv.Itoa(i)
-		if err := os.Mkdir(filepath.Join(dir, v), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, v, "keys.yaml"), versions[i], 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
-	prev := mk(0)
-	if err := os.Symlink(prev, filepath.Join(dir, "..data")); err != nil {
+	secret := &keypairtest.SecretDir{Dir: dir}
+	if err := secret.Update(map[string][]byte{"keys.yaml": versions[0]}); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, "keys.yaml")
-	if err := os.Symlink(filepath.Join("..data", "keys.yaml"), path); err != nil {
-		t.Fatal(err)
-	}
-	f, err := OpenFile(path, nil)
+	f, err := OpenFile(filepath.Join(dir, "keys.yaml"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,19 +203,11 @@ func TestKeyInBothVersionsNeverRefused(t *testing.T) {
 		}
 	}()
 	for i := 1; i < len(versions); i++ {
-		next := mk(i)
-		if err := os.Symlink(next, filepath.Join(dir, "..data_tmp")); err != nil {
+		if err := secret.Update(map[string][]byte{"keys.yaml": versions[i]}); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.RemoveAll(filepath.Join(dir, prev)); err != nil {
-			t.Fatal(err)
-		}
-		prev = next
 		n := strconv.Itoa((i - 1) / 2)
-		waitFor(t, 5*time.Second, "version "+next+" served", func() bool {
+		waitFor(t, 5*time.Second, "version "+strconv.Itoa(i)+" served", func() bool {
 			_, err := f.Lookup("secret-new" + n)
 			return err == nil && isUnknown(f, "secret-old") == (i%2 == 0)
 		})
