@@ -43,6 +43,16 @@ func newFakeGateway(t *testing.T, upstream http.Handler) (string, string) {
 
 func newFakeGatewayOutcomes(t *testing.T, upstream http.Handler) (string, string, chan Outcome) {
 	t.Helper()
+	h, tok, outcomes := newFakeHandler(t, upstream)
+	gw := httptest.NewServer(h)
+	t.Cleanup(gw.Close)
+	return gw.URL, tok, outcomes
+}
+
+// newFakeHandler is a Handler whose cluster-a fixed entry is upstream,
+// with a token of cred-a for testSandbox and the outcomes it reports.
+func newFakeHandler(t *testing.T, upstream http.Handler) (*Handler, string, chan Outcome) {
+	t.Helper()
 	up := httptest.NewServer(upstream)
 	t.Cleanup(up.Close)
 	fe, _ := url.Parse(up.URL)
@@ -61,9 +71,7 @@ func newFakeGatewayOutcomes(t *testing.T, upstream http.Handler) (string, string
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw := httptest.NewServer(h)
-	t.Cleanup(gw.Close)
-	return gw.URL, e.mint("cred-a", testSandbox), outcomes
+	return h, e.mint("cred-a", testSandbox), outcomes
 }
 
 func gwRequest(t *testing.T, gw, tok, method, target string, body io.Reader) *http.Request {

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/textproto"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -19,7 +18,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/sandgate/sandgate/gateway/execd"
 	"github.com/sandgate/sandgate/integration/execdstub"
 )
 
@@ -478,23 +476,7 @@ func TestDownloadGivesItsBufferBackOnEveryEnd(t *testing.T) {
 		}
 		_, _ = w.Write(body)
 	})
-	up := httptest.NewServer(mux)
-	t.Cleanup(up.Close)
-	fe, _ := url.Parse(up.URL)
-	e := newTestEnv(t)
-	verifier, err := tokenVerifier(e)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := New(Config{}, Deps{
-		Tokens: verifier, Credentials: e.creds,
-		Clusters: fakeClusters{"cluster-a": {ID: "cluster-a", FixedEntry: fe}},
-		Execd:    &execd.Client{},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok := e.mint("cred-a", testSandbox)
+	h, tok, _ := newFakeHandler(t, mux)
 	// serve serves one download and returns what the handler panicked
 	// with (net/http recovers http.ErrAbortHandler, with which the handler
 	// ends a response cut off after its header).
