@@ -1,11 +1,8 @@
 package realpeers_test
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
-
-	"os"
 
 	"github.com/sandgate/sandgate/integration/harness"
 )
@@ -39,10 +36,7 @@ func TestRequestBoundWithThePythonSDK(t *testing.T) {
 	}
 	t.Cleanup(g.Close)
 	var r boundResult
-	src := filepath.Join(w.root, "integration/realpeers/python")
-	runScenario(t, g, python, []string{"scenario.py", "bound"}, src, &r,
-		"PYTHONPATH="+filepath.Join(w.bin, "python-sdk")+string(os.PathListSeparator)+src,
-		"PYTHONDONTWRITEBYTECODE=1", "SCENARIO_DIR=/home/user/bound", "HELD=2")
+	runPythonScenario(t, g, python, "bound", &r, "SCENARIO_DIR=/home/user/bound", "HELD=2")
 	if r.Held != 2 {
 		t.Fatalf("held %d commands, want 2", r.Held)
 	}

@@ -110,7 +110,6 @@ func TestSDKWithE2BDomainOnlyAgainstTheRealPeers(t *testing.T) {
 	port := fmt.Sprint(businessPorts[2])
 
 	python := pythonInterpreter(t)
-	pySrc := filepath.Join(w.root, "integration/realpeers/python")
 	for _, pkg := range append(append([]string{}, jsPackages...), "python-2.24.0") {
 		for _, private := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/allowPublicTraffic=%v", pkg, !private), func(t *testing.T) {
@@ -122,9 +121,7 @@ func TestSDKWithE2BDomainOnlyAgainstTheRealPeers(t *testing.T) {
 				env := []string{"E2B_DOMAIN=" + testDomain, "E2B_API_URL=", "E2B_SANDBOX_URL=", "TEST_DOMAIN=" + testDomain,
 					"TEST_DOMAIN_IP=" + domainIP, "PORT=" + port, "SCENARIO_DIR=" + dir}
 				if pkg == "python-2.24.0" {
-					runScenario(t, w.gateway, python, []string{"scenario.py", "domain"}, pySrc, &r, append(env,
-						"PYTHONPATH="+filepath.Join(w.bin, "python-sdk")+string(os.PathListSeparator)+pySrc,
-						"PYTHONDONTWRITEBYTECODE=1", "SSL_CERT_FILE="+rootCA,
+					runPythonScenario(t, w.gateway, python, "domain", &r, append(env, "SSL_CERT_FILE="+rootCA,
 						fmt.Sprintf(`NETWORK={"allow_public_traffic":%v}`, !private))...)
 				} else {
 					runScenario(t, w.gateway, "node", []string{"sdk.mjs", "domain"}, filepath.Join(w.root, "integration/js"), &r, append(env,

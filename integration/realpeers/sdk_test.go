@@ -92,10 +92,7 @@ func TestSDKSuitesAgainstTheRealPeers(t *testing.T) {
 						seen := w.a.watchSandboxes(t)
 						dir := "/home/user/" + mode.name + "-python"
 						var r peersResult
-						src := filepath.Join(w.root, "integration/realpeers/python")
-						runScenario(t, mode.gateway, python, []string{"scenario.py", "peers"}, src, &r,
-							"PYTHONPATH="+filepath.Join(w.bin, "python-sdk")+string(os.PathListSeparator)+src,
-							"PYTHONDONTWRITEBYTECODE=1", "SCENARIO_DIR="+dir)
+						runPythonScenario(t, mode.gateway, python, "peers", &r, "SCENARIO_DIR="+dir)
 						w.a.checkSession(t, r, dir, seen)
 					})
 				})
@@ -116,6 +113,16 @@ func pythonInterpreter(t *testing.T) string {
 		t.Fatalf("%s cannot import the Python SDK's dependencies (%v: %s): run bash hack/peers/python.sh", python, err, out)
 	}
 	return python
+}
+
+// runPythonScenario runs python/scenario.py's scenario with the
+// interpreter python and the Python SDK's source from the peers' cache
+// (runScenario).
+func runPythonScenario(t *testing.T, gateway *harness.Env, python, scenario string, result any, env ...string) {
+	t.Helper()
+	src := filepath.Join(w.root, "integration/realpeers/python")
+	runScenario(t, gateway, python, []string{"scenario.py", scenario}, src, result, append(env,
+		"PYTHONPATH="+filepath.Join(w.bin, "python-sdk")+string(os.PathListSeparator)+src, "PYTHONDONTWRITEBYTECODE=1")...)
 }
 
 // runScenario runs name args in dir with the SDK environment (corectl,
