@@ -16,6 +16,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/template"
 	"github.com/sandgate/sandgate/corectl/wire"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -155,15 +156,7 @@ func (s *Server) getEgress(w http.ResponseWriter, r *http.Request) {
 	ns := cred.ProjectNamespace
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	// The ownership check's read of the BatchSandbox serves the view;
-	// without one (no such sandbox, an invalid ID) Get answers.
-	var st *egress.Status
-	var err error
-	if u != nil {
-		st, err = ch.Egress.GetOf(ctx, u)
-	} else {
-		st, err = ch.Egress.Get(ctx, ns, id)
-	}
+	st, err := networkView(ctx, u, ns, id, ch.Egress.GetOf, ch.Egress.Get)
 	if err != nil {
 		s.sandboxError(w, r, err)
 		return
@@ -279,15 +272,7 @@ func (s *Server) getIngress(w http.ResponseWriter, r *http.Request) {
 	ns := cred.ProjectNamespace
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	// The ownership check's read of the BatchSandbox serves the view;
-	// without one (no such sandbox, an invalid ID) Get answers.
-	var st *ingressallow.Status
-	var err error
-	if u != nil {
-		st, err = ch.Ingress.GetOf(ctx, u)
-	} else {
-		st, err = ch.Ingress.Get(ctx, ns, id)
-	}
+	st, err := networkView(ctx, u, ns, id, ch.Ingress.GetOf, ch.Ingress.Get)
 	if err != nil {
 		s.sandboxError(w, r, err)
 		return
@@ -408,4 +393,15 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 func (s *Server) openapi(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(openAPI)
+}
+
+// networkView is a network engine's GET view of sandbox ns/id: from u, the
+// ownership check's read of its BatchSandbox, when there is one; else get
+// answers (no such sandbox, an invalid ID).
+func networkView[S any](ctx context.Context, u *unstructured.Unstructured, ns, id string,
+	getOf func(context.Context, client.Object) (S, error), get func(context.Context, string, string) (S, error)) (S, error) {
+	if u != nil {
+		return getOf(ctx, u)
+	}
+	return get(ctx, ns, id)
 }
