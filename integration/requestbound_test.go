@@ -250,7 +250,7 @@ func TestHostileHeldStreamsBoundedPerCredential(t *testing.T) {
 // each costs the gateway's live heap (KiB, the first stream's once-only
 // costs left out), a function that starts one more and describes how it
 // went ("line" once its start arrived and it is held), and one that ends
-// them all.
+// them all. It logs what each costs in goroutine stacks too.
 func holdStreams(t *testing.T, e *testEnv, id string, n int) (perKiB int64, open func() string, end func()) {
 	t.Helper()
 	tok := e.mint(id, harness.Grant{CredentialID: credOK})
@@ -271,21 +271,24 @@ func holdStreams(t *testing.T, e *testEnv, id string, n int) (perKiB int64, open
 		t.Fatalf("the first stream: %s", got)
 	}
 	heapBefore := liveHeap(t, e.Admin)
+	stacksBefore := adminMetric(t, e.Admin, "go_memstats_stack_inuse_bytes")
 	for i := 1; i < n; i++ {
 		if got := open(); got != "line" {
 			t.Fatalf("stream %d within the bound: %s", i+1, got)
 		}
 	}
 	heapAfter := liveHeap(t, e.Admin)
+	stacks := (adminMetric(t, e.Admin, "go_memstats_stack_inuse_bytes") - stacksBefore) / float64(n-1) / 1024
 	perKiB = (heapAfter - heapBefore) / int64(n-1) >> 10
-	t.Logf("%d held streams: the gateway's live heap %d → %d MiB, %d KiB each", n, heapBefore>>20, heapAfter>>20, perKiB)
+	t.Logf("%d held streams: the gateway's live heap %d → %d MiB, %d KiB each, and %.0f KiB of goroutine stacks each",
+		n, heapBefore>>20, heapAfter>>20, perKiB, stacks)
 	return perKiB, open, end
 }
 
 // TestIdleStreamsHoldLittle: a command stream waiting for its command's
 // output (a background command's, for as long as it runs) holds the
 // stream's 4 KiB read buffer, not a 64 KiB one: 200 of them cost the built
-// gateway under 64 KiB each of its live heap (46 KiB measured; before,
+// gateway under 64 KiB each of its live heap (46–51 KiB measured; before,
 // each held a 64 KiB line buffer from its start, about 102 KiB).
 func TestIdleStreamsHoldLittle(t *testing.T) {
 	const held = 200
