@@ -1,8 +1,11 @@
 package dataplane
 
 import (
+	"bytes"
 	"net/http"
 	"path"
+	"slices"
+	"sync"
 
 	"github.com/sandgate/sandgate/gateway/connect"
 	"github.com/sandgate/sandgate/gateway/envd"
@@ -39,7 +42,12 @@ func (h *Handler) listDir(w http.ResponseWriter, r *http.Request, rq *request) *
 	if e != nil {
 		return e
 	}
-	list, err := h.deps.Execd.ListDirectory(r.Context(), rq.target, dir, int(req.Depth))
+	list, viewed, err := h.deps.Execd.ListDirectoryView(r.Context(), rq.target, dir, int(req.Depth), func(views []execd.FileInfoView) {
+		writePlainListing(w, views)
+	})
+	if viewed {
+		return nil
+	}
 	if err != nil {
 		e := fromExecd(err, "list "+dir)
 		if e.Code == CodeFileNotFound {
@@ -61,6 +69,50 @@ func (h *Handler) listDir(w http.ResponseWriter, r *http.Request, rq *request) *
 	}
 	_ = connect.WriteUnary(w, resp)
 	return nil
+}
+
+// plainEntries holds the entries of the plain listings being written, for
+// reuse.
+var plainEntries = sync.Pool{New: func() any { return new([]envd.PlainEntry) }}
+
+// maxPooledPlainEntries is the most entries a slice kept in plainEntries
+// may hold (about 200 bytes each).
+const maxPooledPlainEntries = 1024
+
+// writePlainListing writes ListDir's answer for a plain listing: views
+// converted as entryInfo converts a FileInfo, the strings and the time
+// copied as execd wrote them (envd.PlainEntry), the same bytes as the
+// answer of the decoded list.
+func writePlainListing(w http.ResponseWriter, views []execd.FileInfoView) {
+	ep := plainEntries.Get().(*[]envd.PlainEntry)
+	entries := slices.Grow((*ep)[:0], len(views))
+	if entries == nil {
+		entries = []envd.PlainEntry{} // "entries":[], as for a decoded empty list
+	}
+	for _, v := range views {
+		typ := envd.FileTypeUnspecified
+		switch string(v.Type) {
+		case execd.TypeFile:
+			typ = envd.FileTypeFile
+		case execd.TypeDirectory:
+			typ = envd.FileTypeDirectory
+		}
+		name := v.Path // path.Base of a path that does not end in '/'
+		if i := bytes.LastIndexByte(name, '/'); i >= 0 {
+			name = name[i+1:]
+		}
+		entries = append(entries, envd.PlainEntry{
+			Name: name, Type: typ, Path: v.Path, Size: v.Size, Mode: v.Perm,
+			Permissions: envd.Permissions(v.Perm, typ == envd.FileTypeDirectory),
+			Owner:       v.Owner, Group: v.Group, Modified: v.Modified, ModifiedNanos: v.ModifiedNanos,
+		})
+	}
+	_ = connect.WriteUnary(w, envd.PlainListDirResponse{Entries: entries})
+	if cap(entries) <= maxPooledPlainEntries {
+		clear(entries) // no view into execd's answer kept
+		*ep = entries[:0]
+		plainEntries.Put(ep)
+	}
 }
 
 // entryInfo converts execd's FileInfo to envd's EntryInfo (docs/wire-facts.md

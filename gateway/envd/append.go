@@ -16,21 +16,54 @@ import (
 func (r ListDirResponse) AppendJSON(b []byte) []byte {
 	// One allocation of about the encoding's size instead of the doublings
 	// of appending a large listing (each leaving the last buffer garbage).
-	b = slices.Grow(b, r.sizeHint())
+	return appendListDir(slices.Grow(b, r.sizeHint()), r.Entries)
+}
+
+// entryAppender is an entry type of a ListDir answer: *EntryInfo or
+// *PlainEntry.
+type entryAppender[E any] interface {
+	*E
+	AppendJSON(b []byte) []byte
+}
+
+// appendListDir appends a ListDir answer of entries: {"entries":[…]}, or
+// null for a nil slice, as encoding/json writes it.
+func appendListDir[E any, P entryAppender[E]](b []byte, entries []E) []byte {
 	b = append(b, `{"entries":`...)
-	if r.Entries == nil {
+	if entries == nil {
 		b = append(b, "null"...)
 	} else {
 		b = append(b, '[')
-		for i := range r.Entries {
+		for i := range entries {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = r.Entries[i].AppendJSON(b)
+			b = P(&entries[i]).AppendJSON(b)
 		}
 		b = append(b, ']')
 	}
 	return append(b, '}')
+}
+
+// appendListDirPart appends part i of appendListDir's bytes and reports
+// whether parts follow (ListDirResponse.AppendJSONPart).
+func appendListDirPart[E any, P entryAppender[E]](b []byte, entries []E, i int) ([]byte, bool) {
+	if i == 0 {
+		b = append(b, `{"entries":`...)
+		if entries == nil {
+			return append(b, "null}"...), false
+		}
+		b = append(b, '[')
+	} else {
+		b = append(b, ',')
+	}
+	if i < len(entries) {
+		b = P(&entries[i]).AppendJSON(b)
+	}
+	if i+1 >= len(entries) {
+		return append(b, "]}"...), false
+	}
+	return b, true
 }
 
 // AppendJSONPart appends part i of r's encoding to b and reports whether
@@ -39,22 +72,7 @@ func (r ListDirResponse) AppendJSON(b []byte) []byte {
 // last one ends with the closing brackets. Together they are AppendJSON's
 // bytes (connect.JSONPartAppender).
 func (r ListDirResponse) AppendJSONPart(b []byte, i int) ([]byte, bool) {
-	if i == 0 {
-		b = append(b, `{"entries":`...)
-		if r.Entries == nil {
-			return append(b, "null}"...), false
-		}
-		b = append(b, '[')
-	} else {
-		b = append(b, ',')
-	}
-	if i < len(r.Entries) {
-		b = r.Entries[i].AppendJSON(b)
-	}
-	if i+1 >= len(r.Entries) {
-		return append(b, "]}"...), false
-	}
-	return b, true
+	return appendListDirPart(b, r.Entries, i)
 }
 
 // SizeHint is about the length of r's encoding: exact or over when no
@@ -135,7 +153,12 @@ func (t Timestamp) appendJSON(b []byte) []byte {
 	} else {
 		b = tt.AppendFormat(b, "2006-01-02T15:04:05")
 	}
-	ns := tt.Nanosecond()
+	return appendNanos(b, tt.Nanosecond())
+}
+
+// appendNanos ends a protojson timestamp: ns nanoseconds as 0, 3, 6 or 9
+// fractional digits, the fewest that hold them, then Z and the quote.
+func appendNanos(b []byte, ns int) []byte {
 	switch {
 	case ns == 0:
 	case ns%1e6 == 0:
@@ -225,4 +248,99 @@ func appendString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// PlainEntry is an EntryInfo whose strings need no escaping in JSON, for a
+// listing copied from execd's answer without decoding it (execd's
+// FileInfoView): Name, Path, Owner and Group are printable ASCII without
+// '"', '\\', '<', '>' or '&' (jsonplain.HTMLByte), written as they are. Its
+// encoding is the bytes EntryInfo's is for the same entry (AppendJSON).
+type PlainEntry struct {
+	// Name, Path, Owner and Group are EntryInfo's strings' bytes; an empty
+	// Owner or Group is left out, as EntryInfo's.
+	Name, Path, Owner, Group []byte
+	// Type is EntryInfo.Type.
+	Type FileType
+	// Size is EntryInfo.Size.
+	Size int64
+	// Mode is EntryInfo.Mode.
+	Mode uint32
+	// Permissions is EntryInfo.Permissions.
+	Permissions string
+	// Modified is the modification time's date and clock in UTC,
+	// "2006-01-02T15:04:05" (a four-digit year), and ModifiedNanos its
+	// nanoseconds (0–999,999,999); nil for none (EntryInfo.ModifiedTime
+	// nil).
+	Modified      []byte
+	ModifiedNanos int
+}
+
+// AppendJSON appends e's JSON encoding to b: EntryInfo.AppendJSON's bytes
+// for the same entry.
+func (e *PlainEntry) AppendJSON(b []byte) []byte {
+	b = append(b, `{"name":"`...)
+	b = append(b, e.Name...)
+	b = append(b, `","type":"`...)
+	b = append(b, e.Type...)
+	b = append(b, `","path":"`...)
+	b = append(b, e.Path...)
+	b = append(b, '"')
+	if e.Size != 0 {
+		b = append(b, `,"size":"`...)
+		b = strconv.AppendInt(b, e.Size, 10)
+		b = append(b, '"')
+	}
+	if e.Mode != 0 {
+		b = append(b, `,"mode":`...)
+		b = strconv.AppendUint(b, uint64(e.Mode), 10)
+	}
+	if e.Permissions != "" {
+		b = append(b, `,"permissions":`...)
+		b = appendString(b, e.Permissions)
+	}
+	if len(e.Owner) > 0 {
+		b = append(b, `,"owner":"`...)
+		b = append(b, e.Owner...)
+		b = append(b, '"')
+	}
+	if len(e.Group) > 0 {
+		b = append(b, `,"group":"`...)
+		b = append(b, e.Group...)
+		b = append(b, '"')
+	}
+	if e.Modified != nil {
+		b = append(b, `,"modifiedTime":"`...)
+		b = append(b, e.Modified...)
+		b = appendNanos(b, e.ModifiedNanos)
+	}
+	return append(b, '}')
+}
+
+// PlainListDirResponse is a ListDirResponse of PlainEntry: its encoding is
+// ListDirResponse's for the same entries (connect.JSONAppender and
+// connect.JSONPartAppender, as ListDirResponse).
+type PlainListDirResponse struct {
+	// Entries are the directory's entries.
+	Entries []PlainEntry
+}
+
+// AppendJSON appends r's JSON encoding to b.
+func (r PlainListDirResponse) AppendJSON(b []byte) []byte {
+	return appendListDir(slices.Grow(b, r.SizeHint()), r.Entries)
+}
+
+// AppendJSONPart appends part i of r's encoding to b and reports whether
+// parts follow (ListDirResponse.AppendJSONPart).
+func (r PlainListDirResponse) AppendJSONPart(b []byte, i int) ([]byte, bool) {
+	return appendListDirPart(b, r.Entries, i)
+}
+
+// SizeHint is r's encoding's length or over (bytes).
+func (r PlainListDirResponse) SizeHint() int {
+	n := len(`{"entries":[]}`)
+	for i := range r.Entries {
+		e := &r.Entries[i]
+		n += entryJSONFixed + len(e.Name) + len(e.Type) + len(e.Path) + len(e.Permissions) + len(e.Owner) + len(e.Group)
+	}
+	return n
 }

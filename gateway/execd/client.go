@@ -473,17 +473,8 @@ func (c *Client) DeleteDirectory(ctx context.Context, t Target, p string) error 
 // missing path is KindNotFound, a path that is not a directory (or is a
 // symlink) KindExecd with status 400.
 func (c *Client) ListDirectory(ctx context.Context, t Target, p string, depth int) ([]FileInfo, error) {
-	// url.Values{"path": {p}, "depth": {…}}.Encode(), without the map.
-	q := "depth=" + strconv.Itoa(depth) + "&path=" + url.QueryEscape(p)
-	resp, err := c.unaryOK(ctx, t, http.MethodGet, "/directories/list", q)
-	var e *Error
-	if errors.As(err, &e) && e.Kind == KindNoRoute {
-		return c.listWithShell(ctx, t, p, depth)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return c.decodeFileInfoList(resp)
+	list, _, err := c.ListDirectoryView(ctx, t, p, depth, nil)
+	return list, err
 }
 
 // CommandRequest is execd's RunCommandRequest (docs/wire-facts.md §X1.4).

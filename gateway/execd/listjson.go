@@ -29,6 +29,8 @@ type listDecoder struct {
 	// seen holds the strings of this body that repeat across entries
 	// (types, owners, groups), so each is allocated once.
 	seen map[string]string
+	// viewBuf holds what readViews returns, kept for the next listing.
+	viewBuf []FileInfoView
 }
 
 // intern returns b as a string, the same string for the same bytes within
@@ -55,6 +57,10 @@ var listDecoders = sync.Pool{New: func() any { return new(listDecoder) }}
 // maxPooledList is the largest body buffer kept for reuse (bytes).
 const maxPooledList = 1 << 20
 
+// maxPooledViews is the most views a listDecoder keeps room for between
+// listings (about 112 bytes each).
+const maxPooledViews = 1024
+
 // decodeFileInfoList decodes execd's JSON array of FileInfo from resp
 // (at most MaxListingBytes are read; an answer naming "path" more than
 // MaxListingEntries times is refused before it is decoded, a list of more
@@ -71,6 +77,16 @@ const maxPooledList = 1 << 20
 // time.Time.UnmarshalJSON reads them); anything else is an *Error with
 // KindUnexpected.
 func (c *Client) decodeFileInfoList(resp *http.Response) ([]FileInfo, error) {
+	list, _, err := c.decodeListing(resp, nil)
+	return list, err
+}
+
+// decodeListing is decodeFileInfoList, but when plain is not nil and the
+// answer is a plain listing (FileInfoView) it calls plain with the
+// entries' views instead of decoding them, and reports true with a nil
+// list. The bounds, and every answer that is not a plain listing, are
+// decodeFileInfoList's.
+func (c *Client) decodeListing(resp *http.Response, plain func([]FileInfoView)) ([]FileInfo, bool, error) {
 	defer drain(resp)
 	limit := c.listingBytes()
 	tooLarge := func() error { // built only when needed: three allocations
@@ -82,12 +98,15 @@ func (c *Client) decodeFileInfoList(resp *http.Response) ([]FileInfo, error) {
 			Message: "execd's directory listing names more than " + strconv.Itoa(c.listingEntries()) + " entries (the gateway's max_listing_entries)"}
 	}
 	if resp.ContentLength > limit {
-		return nil, tooLarge()
+		return nil, false, tooLarge()
 	}
 	ld := listDecoders.Get().(*listDecoder)
 	defer func() {
 		if cap(ld.body) > maxPooledList {
 			ld.body = nil // a large answer's buffer, not kept
+		}
+		if cap(ld.viewBuf) > maxPooledViews {
+			ld.viewBuf = nil // a large listing's views, not kept
 		}
 		if cap(ld.paths) <= maxPooledList {
 			ld.body = ld.body[:0]
@@ -104,11 +123,11 @@ func (c *Client) decodeFileInfoList(resp *http.Response) ([]FileInfo, error) {
 	}
 	body, err := appendBody(buf, resp.Body, limit+1)
 	if err != nil {
-		return nil, unexpectedJSON(resp)
+		return nil, false, unexpectedJSON(resp)
 	}
 	ld.body = body
 	if int64(len(body)) > limit {
-		return nil, tooLarge()
+		return nil, false, tooLarge()
 	}
 	var entries int
 	if maxEntries := c.listingEntries(); len(body) < len(quotedPath)*(maxEntries+1) {
@@ -118,16 +137,23 @@ func (c *Client) decodeFileInfoList(resp *http.Response) ([]FileInfo, error) {
 		// opening braces, counted by a vector byte count, size the list.
 		entries = min(bytes.Count(body, openBrace), maxEntries)
 	} else if entries = bytes.Count(body, quotedPath); entries > maxEntries {
-		return nil, tooMany()
+		return nil, false, tooMany()
+	}
+	if plain != nil {
+		if views, ok := ld.readViews(body, entries, c.listingEntries()); ok {
+			plain(views)
+			clear(views) // no view into a body the pool does not keep
+			return nil, true, nil
+		}
 	}
 	list, err := ld.decode(body, entries, c.listingEntries())
 	if err == errTooManyEntries {
-		return nil, tooMany()
+		return nil, false, tooMany()
 	}
 	if err != nil {
-		return nil, unexpectedJSON(resp)
+		return nil, false, unexpectedJSON(resp)
 	}
-	return list, nil
+	return list, false, nil
 }
 
 // bodyBlockSize is the size of the pooled blocks appendBody gathers an
@@ -463,9 +489,22 @@ func (s *listScanner) literal(lit string) bool {
 // 0-59): the time time.Time.UnmarshalJSON gives for it, without its
 // general parse. Anything else reports false, for UnmarshalJSON.
 func utcTime(v []byte) (time.Time, bool) {
+	c, ok := utcClock(v)
+	if !ok {
+		return time.Time{}, false
+	}
+	return time.Date(c.year, time.Month(c.month), c.day, c.hour, c.minute, c.sec, c.nsec, time.UTC), true
+}
+
+// clock is a time's fields as utcClock reads them.
+type clock struct{ year, month, day, hour, minute, sec, nsec int }
+
+// utcClock reads the fields of the quoted time v when utcTime would read
+// it (see there), without making the time.Time.
+func utcClock(v []byte) (clock, bool) {
 	if len(v) < len(`"2006-01-02T15:04:05Z"`) || len(v) > len(`"2006-01-02T15:04:05.999999999Z"`) ||
 		v[len(v)-2] != 'Z' || v[5] != '-' || v[8] != '-' || v[11] != 'T' || v[14] != ':' || v[17] != ':' {
-		return time.Time{}, false
+		return clock{}, false
 	}
 	num := func(b []byte) (int, bool) {
 		n := 0
@@ -485,23 +524,23 @@ func utcTime(v []byte) (time.Time, bool) {
 	sec, ok6 := num(v[18:20])
 	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) || month < 1 || month > 12 || day < 1 ||
 		day > daysIn(month, year) || hour > 23 || minute > 59 || sec > 59 {
-		return time.Time{}, false
+		return clock{}, false
 	}
 	nsec := 0
 	if frac := v[20 : len(v)-2]; len(frac) > 0 {
 		if len(frac) < 2 || frac[0] != '.' {
-			return time.Time{}, false
+			return clock{}, false
 		}
 		n, ok := num(frac[1:])
 		if !ok {
-			return time.Time{}, false
+			return clock{}, false
 		}
 		for range 10 - len(frac) {
 			n *= 10
 		}
 		nsec = n
 	}
-	return time.Date(year, time.Month(month), day, hour, minute, sec, nsec, time.UTC), true
+	return clock{year, month, day, hour, minute, sec, nsec}, true
 }
 
 // daysIn returns the days of month in year (Gregorian).
@@ -521,40 +560,70 @@ func daysIn(month, year int) int {
 // knownName consumes a member name written as execd writes the ones
 // FileInfo has ("path", "type", "size", "modified_at", "created_at",
 // "owner", "group", "mode": lower case, without escapes) and returns it
-// unquoted, without
-// scanning it byte by byte; anything else it leaves for str and returns "".
+// unquoted, without scanning it byte by byte; anything else it leaves for
+// str and returns "".
 func (s *listScanner) knownName() string {
+	return memberNames[s.knownMember()]
+}
+
+// Member bits of FileInfo's members as execd names them (knownMember).
+const (
+	memberPath = 1 << iota
+	memberType
+	memberSize
+	memberModified
+	memberCreated
+	memberOwner
+	memberGroup
+	memberMode
+)
+
+// memberNames are the members' names by bit; "" for 0.
+var memberNames = [memberMode + 1]string{memberPath: "path", memberType: "type", memberSize: "size", memberModified: "modified_at",
+	memberCreated: "created_at", memberOwner: "owner", memberGroup: "group", memberMode: "mode"}
+
+// knownMember is knownName's test: it consumes the name and returns its
+// member bit, or returns 0 and consumes nothing. Each name is compared as
+// a constant, which the compiler does with a few word loads.
+func (s *listScanner) knownMember() int {
 	rest := s.data[s.i:]
 	if len(rest) < 6 || rest[0] != '"' {
-		return ""
+		return 0
 	}
-	var k string
+	bit, n := 0, 0
 	switch rest[1] {
 	case 'p':
-		k = `"path"`
+		bit, n = memberPath, b2i(string(rest[:6]) == `"path"`)*6
 	case 't':
-		k = `"type"`
+		bit, n = memberType, b2i(string(rest[:6]) == `"type"`)*6
 	case 's':
-		k = `"size"`
+		bit, n = memberSize, b2i(string(rest[:6]) == `"size"`)*6
 	case 'm':
-		k = `"mode"`
-		if rest[2] != 'o' {
-			k = `"modified_at"`
+		if string(rest[:6]) == `"mode"` {
+			bit, n = memberMode, 6
+		} else if len(rest) >= 13 && string(rest[:13]) == `"modified_at"` {
+			bit, n = memberModified, 13
 		}
 	case 'c':
-		k = `"created_at"` // skipped, as any member FileInfo does not read
+		bit, n = memberCreated, b2i(len(rest) >= 12 && string(rest[:12]) == `"created_at"`)*12
 	case 'o':
-		k = `"owner"`
+		bit, n = memberOwner, b2i(len(rest) >= 7 && string(rest[:7]) == `"owner"`)*7
 	case 'g':
-		k = `"group"`
-	default:
-		return ""
+		bit, n = memberGroup, b2i(len(rest) >= 7 && string(rest[:7]) == `"group"`)*7
 	}
-	if len(rest) < len(k) || string(rest[:len(k)]) != k {
-		return ""
+	if n == 0 {
+		return 0
 	}
-	s.i += len(k)
-	return k[1 : len(k)-1]
+	s.i += n
+	return bit
+}
+
+// b2i is 1 for true, 0 for false.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // str consumes a string literal and returns it with its quotes: no byte

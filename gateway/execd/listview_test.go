@@ -1,0 +1,85 @@
+package execd
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// sameViews fails unless body, when readViews takes it as a plain
+// listing, is one decodeFileInfoList decodes to the entries the views
+// show. It reports whether body was plain.
+func sameViews(t *testing.T, body string) bool {
+	t.Helper()
+	var views []FileInfoView
+	_, viewed, err := (&Client{}).decodeListing(listResponse(body), func(v []FileInfoView) {
+		for _, x := range v { // the views outlive the call here only as copies
+			views = append(views, FileInfoView{Path: clone(x.Path), Type: clone(x.Type), Owner: clone(x.Owner), Group: clone(x.Group),
+				Size: x.Size, Perm: x.Perm, Modified: clone(x.Modified), ModifiedNanos: x.ModifiedNanos})
+		}
+	})
+	if !viewed {
+		return false
+	}
+	if err != nil {
+		t.Fatalf("body %q: viewed, and error %v", body, err)
+	}
+	list, err := (&Client{}).decodeFileInfoList(listResponse(body))
+	if err != nil {
+		t.Fatalf("body %q: viewed, and refused when decoded: %v", body, err)
+	}
+	if len(list) != len(views) {
+		t.Fatalf("body %q: %d views, %d decoded", body, len(views), len(list))
+	}
+	for i, fi := range list {
+		v := views[i]
+		perm, err := fi.Perm()
+		if err != nil || string(v.Path) != fi.Path || string(v.Type) != fi.Type || string(v.Owner) != fi.Owner ||
+			string(v.Group) != fi.Group || v.Size != fi.Size || v.Perm != perm {
+			t.Fatalf("body %q entry %d: view %+v, decoded %+v (perm %o, %v)", body, i, v, fi, perm, err)
+		}
+		if fi.ModifiedAt.IsZero() != (v.Modified == nil) || v.Modified != nil &&
+			(fi.ModifiedAt.Location() != time.UTC || fi.ModifiedAt.Format("2006-01-02T15:04:05") != string(v.Modified) || fi.ModifiedAt.Nanosecond() != v.ModifiedNanos) {
+			t.Fatalf("body %q entry %d: view's time %q %d, decoded %v", body, i, v.Modified, v.ModifiedNanos, fi.ModifiedAt)
+		}
+	}
+	return true
+}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append([]byte{}, b...)
+}
+
+// TestListingViews: execd's listings are read as views of the entries
+// decodeFileInfoList decodes; a listing of more than max_listing_entries
+// is not, and decoding it refuses it as before.
+func TestListingViews(t *testing.T) {
+	entry := `{"path":"/home/user/a.txt","type":"file","size":10,"modified_at":"2026-12-06T17:26:02.397661013Z","created_at":"2026-12-06T17:26:02.397661013Z","owner":"root","group":"root","mode":644}`
+	for _, body := range []string{`[]`, `[` + entry + `]`, `[` + entry + `,` + entry + `]`,
+		`[{"path":"/d","type":"directory","mode":755,"modified_at":"0001-01-01T00:00:00Z","owner":"","group":"0"}]`,
+		`[{"path":"x","size":0,"mode":0,"modified_at":"2000-02-29T23:59:59.1Z","created_at":null}]`} {
+		if !sameViews(t, body) {
+			t.Errorf("body %q: not read as views", body)
+		}
+	}
+	over := `[` + strings.Repeat(`{"path":"/a"},`, DefaultMaxListingEntries) + `{"path":"/a"}]`
+	called := false
+	_, viewed, err := (&Client{}).decodeListing(listResponse(over), func([]FileInfoView) { called = true })
+	if viewed || called || err == nil || !strings.Contains(err.Error(), "max_listing_entries") {
+		t.Fatalf("%d entries: viewed %v, called %v, error %v", DefaultMaxListingEntries+1, viewed, called, err)
+	}
+}
+
+// FuzzListingViews: for any body, views read from it show what decoding
+// it gives.
+func FuzzListingViews(f *testing.F) {
+	f.Add(`[{"path":"/home/user/a.txt","type":"file","size":10,"modified_at":"2026-12-06T17:26:02.397661013Z","created_at":"2026-12-06T17:26:02.397661013Z","owner":"root","group":"root","mode":644}]`)
+	f.Add(`[{"path":"/a","mode":0777,"size":18446744073709551615}]`)
+	f.Add(`[{"path":"/a","modified_at":"9999-12-31T23:59:59.999999999Z","created_at":[{"a":"\u0041"}]}]`)
+	f.Fuzz(func(t *testing.T, body string) {
+		sameViews(t, body)
+	})
+}
