@@ -107,19 +107,7 @@ func (e *EntryInfo) AppendJSON(b []byte) []byte {
 	b = appendString(b, string(e.Type))
 	b = append(b, `,"path":`...)
 	b = appendString(b, e.Path)
-	if e.Size != 0 {
-		b = append(b, `,"size":"`...)
-		b = strconv.AppendInt(b, int64(e.Size), 10)
-		b = append(b, '"')
-	}
-	if e.Mode != 0 {
-		b = append(b, `,"mode":`...)
-		b = strconv.AppendUint(b, uint64(e.Mode), 10)
-	}
-	if e.Permissions != "" {
-		b = append(b, `,"permissions":`...)
-		b = appendString(b, e.Permissions)
-	}
+	b = appendSizeMode(b, int64(e.Size), e.Mode, e.Permissions)
 	if e.Owner != "" {
 		b = append(b, `,"owner":`...)
 		b = appendString(b, e.Owner)
@@ -137,6 +125,25 @@ func (e *EntryInfo) AppendJSON(b []byte) []byte {
 		b = appendString(b, *e.SymlinkTarget)
 	}
 	return append(b, '}')
+}
+
+// appendSizeMode appends an entry's size, mode and permissions members,
+// each left out when zero or empty (omitempty).
+func appendSizeMode(b []byte, size int64, mode uint32, permissions string) []byte {
+	if size != 0 {
+		b = append(b, `,"size":"`...)
+		b = strconv.AppendInt(b, size, 10)
+		b = append(b, '"')
+	}
+	if mode != 0 {
+		b = append(b, `,"mode":`...)
+		b = strconv.AppendUint(b, uint64(mode), 10)
+	}
+	if permissions != "" {
+		b = append(b, `,"permissions":`...)
+		b = appendString(b, permissions)
+	}
+	return b
 }
 
 // appendJSON appends the protojson timestamp: RFC 3339 in UTC with 0, 3, 6
@@ -285,19 +292,7 @@ func (e *PlainEntry) AppendJSON(b []byte) []byte {
 	b = append(b, `","path":"`...)
 	b = append(b, e.Path...)
 	b = append(b, '"')
-	if e.Size != 0 {
-		b = append(b, `,"size":"`...)
-		b = strconv.AppendInt(b, e.Size, 10)
-		b = append(b, '"')
-	}
-	if e.Mode != 0 {
-		b = append(b, `,"mode":`...)
-		b = strconv.AppendUint(b, uint64(e.Mode), 10)
-	}
-	if e.Permissions != "" {
-		b = append(b, `,"permissions":`...)
-		b = appendString(b, e.Permissions)
-	}
+	b = appendSizeMode(b, e.Size, e.Mode, e.Permissions)
 	if len(e.Owner) > 0 {
 		b = append(b, `,"owner":"`...)
 		b = append(b, e.Owner...)
