@@ -58,7 +58,7 @@ var listDecoders = sync.Pool{New: func() any { return new(listDecoder) }}
 const maxPooledList = 1 << 20
 
 // maxPooledViews is the most views a listDecoder keeps room for between
-// listings (about 112 bytes each).
+// listings (144 bytes each).
 const maxPooledViews = 1024
 
 // decodeFileInfoList decodes execd's JSON array of FileInfo from resp
