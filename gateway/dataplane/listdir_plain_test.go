@@ -30,7 +30,13 @@ func (c cannedExecd) RoundTrip(r *http.Request) (*http.Response, error) {
 // that list or an entry of it is refused.
 func decodedAnswer(t *testing.T, body string) (answer []byte, ok bool) {
 	t.Helper()
-	list, err := (&execd.Client{Transport: cannedExecd(body)}).ListDirectory(context.Background(), testTarget, "/d", 1)
+	return decodedAnswerWith(t, &execd.Client{Transport: cannedExecd(body)})
+}
+
+// decodedAnswerWith is decodedAnswer of what c's execd answers.
+func decodedAnswerWith(t *testing.T, c *execd.Client) (answer []byte, ok bool) {
+	t.Helper()
+	list, err := c.ListDirectory(context.Background(), testTarget, "/d", 1)
 	if err != nil {
 		return nil, false
 	}

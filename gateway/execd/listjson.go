@@ -58,7 +58,7 @@ var listDecoders = sync.Pool{New: func() any { return new(listDecoder) }}
 const maxPooledList = 1 << 20
 
 // maxPooledViews is the most views a listDecoder keeps room for between
-// listings (about 112 bytes each).
+// listings (144 bytes each).
 const maxPooledViews = 1024
 
 // decodeFileInfoList decodes execd's JSON array of FileInfo from resp
@@ -141,8 +141,17 @@ func (c *Client) decodeListing(resp *http.Response, plain func([]FileInfoView)) 
 	}
 	if plain != nil {
 		if views, ok := ld.readViews(body, entries, c.listingEntries()); ok {
-			plain(views)
-			clear(views) // no view into a body the pool does not keep
+			if cap(views) > maxPooledViews {
+				// Not kept (the deferred put drops it): nothing here
+				// holds it once plain has read it, so a plain that
+				// copies the views before it writes its answer to a
+				// slow client does not hold them while it does.
+				ld.viewBuf = nil
+				plain(views)
+			} else {
+				plain(views)
+				clear(views) // no view into a body the pool does not keep
+			}
 			return nil, true, nil
 		}
 	}

@@ -89,6 +89,7 @@ func (ld *listDecoder) readViews(data []byte, entries, maxEntries int) ([]FileIn
 	}
 	for {
 		if len(views) == maxEntries {
+			clear(views) // no view into a body the pool may not keep
 			return nil, false
 		}
 		views = append(views, FileInfoView{})

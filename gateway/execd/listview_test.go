@@ -83,3 +83,33 @@ func FuzzListingViews(f *testing.F) {
 		sameViews(t, body)
 	})
 }
+
+// TestDeclinedListingKeepsNoViews: a listing readViews declines, for
+// whatever reason (one entry past max_listing_entries, an entry it does not
+// take, a bad separator), leaves no view into its body in the decoder's
+// kept slice: the decoder goes back to listDecoders, and a body the pool
+// does not keep (one over maxPooledList, up to max_listing_size) must not
+// stay reachable through it.
+func TestDeclinedListingKeepsNoViews(t *testing.T) {
+	entries := func(n int, last string) string {
+		return `[` + strings.Repeat(`{"path":"/home/user/a"},`, n) + last + `]`
+	}
+	for name, c := range map[string]struct {
+		body       string
+		maxEntries int
+	}{
+		"one past max_listing_entries": {entries(8, `{"path":"/home/user/b"}`), 8},
+		"an entry not taken":           {entries(8, `{"path":"/home/user/b","x":1}`), 16},
+		"a bad separator":              {strings.TrimSuffix(entries(8, `{"path":"/home/user/b"}`), "]") + "x", 16},
+	} {
+		ld := &listDecoder{}
+		if _, ok := ld.readViews([]byte(c.body), 9, c.maxEntries); ok {
+			t.Fatalf("%s: taken as a plain listing", name)
+		}
+		for i, v := range ld.viewBuf[:cap(ld.viewBuf)] {
+			if v.Path != nil || v.Type != nil || v.Owner != nil || v.Group != nil || v.Modified != nil {
+				t.Fatalf("%s: the decoder keeps view %d into the declined body: %q", name, i, v.Path)
+			}
+		}
+	}
+}
