@@ -3,7 +3,6 @@ package realpeers_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/url"
 	"os/exec"
@@ -125,23 +124,8 @@ func TestComputeClusterOutage(t *testing.T) {
 // returns the status and body.
 func listDir(t *testing.T, id, token string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest("POST", w.gateway.Gateway+"/filesystem.Filesystem/ListDir", strings.NewReader(`{"path":"/home/user","depth":1}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Connect-Protocol-Version", "1")
-	req.Header.Set("E2b-Sandbox-Id", id)
-	req.Header.Set("E2b-Sandbox-Port", "49983")
-	req.Header.Set("X-Access-Token", token)
-	c := http.Client{Timeout: time.Minute}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatalf("ListDir %s: %v", id, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return resp.StatusCode, string(b)
+	status, b := listDirOf(t, id, token, "/home/user")
+	return status, string(b)
 }
 
 // iptables runs iptables with args in the test's network namespace.
