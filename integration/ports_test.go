@@ -946,11 +946,13 @@ func testPortRequestsCountedAcrossReload(t *testing.T, reload func(context.Conte
 		}
 	}
 	// dropped reports an answer that is the connection closed unanswered.
-	// Right after a reload the replaced server can still accept a new
-	// connection on the shared listener; net/http then drops the request
-	// it reads there, as its Shutdown has begun (Caddy's eternal grace
-	// period keeps the old server only for its requests in progress). No
-	// handler saw that request, so it is sent again on a new connection.
+	// Right after a reload a new connection can still reach the replaced
+	// server: Caddy binds each configuration's listener with SO_REUSEPORT,
+	// and the kernel resets the connections queued on the old socket when
+	// it closes, while net/http drops the first request of one the old
+	// server accepted as its Shutdown began (docs/runbook.md "Rollouts and
+	// draining"). No handler saw that request, so it is sent again on a
+	// new connection.
 	dropped := func(a string) bool {
 		return a == "EOF" || a == "unexpected EOF" || strings.Contains(a, "connection reset by peer")
 	}
