@@ -599,14 +599,20 @@ func (s *listScanner) knownMember() int {
 	if len(rest) < 6 || rest[0] != '"' {
 		return 0
 	}
-	bit, n := 0, 0
+	var bit, n int
 	switch rest[1] {
 	case 'p':
-		bit, n = memberPath, b2i(string(rest[:6]) == `"path"`)*6
+		if string(rest[:6]) == `"path"` {
+			bit, n = memberPath, 6
+		}
 	case 't':
-		bit, n = memberType, b2i(string(rest[:6]) == `"type"`)*6
+		if string(rest[:6]) == `"type"` {
+			bit, n = memberType, 6
+		}
 	case 's':
-		bit, n = memberSize, b2i(string(rest[:6]) == `"size"`)*6
+		if string(rest[:6]) == `"size"` {
+			bit, n = memberSize, 6
+		}
 	case 'm':
 		if string(rest[:6]) == `"mode"` {
 			bit, n = memberMode, 6
@@ -614,25 +620,20 @@ func (s *listScanner) knownMember() int {
 			bit, n = memberModified, 13
 		}
 	case 'c':
-		bit, n = memberCreated, b2i(len(rest) >= 12 && string(rest[:12]) == `"created_at"`)*12
+		if len(rest) >= 12 && string(rest[:12]) == `"created_at"` {
+			bit, n = memberCreated, 12
+		}
 	case 'o':
-		bit, n = memberOwner, b2i(len(rest) >= 7 && string(rest[:7]) == `"owner"`)*7
+		if len(rest) >= 7 && string(rest[:7]) == `"owner"` {
+			bit, n = memberOwner, 7
+		}
 	case 'g':
-		bit, n = memberGroup, b2i(len(rest) >= 7 && string(rest[:7]) == `"group"`)*7
-	}
-	if n == 0 {
-		return 0
+		if len(rest) >= 7 && string(rest[:7]) == `"group"` {
+			bit, n = memberGroup, 7
+		}
 	}
 	s.i += n
 	return bit
-}
-
-// b2i is 1 for true, 0 for false.
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // str consumes a string literal and returns it with its quotes: no byte

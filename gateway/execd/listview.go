@@ -145,15 +145,12 @@ func (s *listScanner) viewObject(v *FileInfoView) bool {
 				v.Perm, ok = octalDigits(n)
 			}
 		case memberModified:
-			// utcClock checks every byte between the quotes.
-			end := bytes.IndexByte(s.data[min(s.i+1, len(s.data)):], '"')
-			if s.peek() == '"' && end >= 0 {
-				q := s.data[s.i : s.i+end+2]
+			var q []byte
+			if q, ok = s.quoted(); ok { // utcClock checks every byte between the quotes
 				var c clock
 				if c, ok = utcClock(q); ok && c != (clock{year: 1, month: 1, day: 1}) {
 					v.Modified, v.ModifiedNanos = q[1:20], c.nsec
 				}
-				s.i += len(q)
 			}
 		case memberCreated:
 			ok = s.skip(2)
@@ -193,6 +190,22 @@ func (s *listScanner) plainString() ([]byte, bool) {
 	v := s.data[s.i+1 : i]
 	s.i = i + 1
 	return v, true
+}
+
+// quoted consumes the bytes from a quote to the next one, both included,
+// and returns them without looking at those between; false when s is not
+// at a quote or no quote follows.
+func (s *listScanner) quoted() ([]byte, bool) {
+	if s.peek() != '"' {
+		return nil, false
+	}
+	end := bytes.IndexByte(s.data[s.i+1:], '"')
+	if end < 0 {
+		return nil, false
+	}
+	q := s.data[s.i : s.i+end+2]
+	s.i += len(q)
+	return q, true
 }
 
 // unsigned consumes an unsigned JSON integer of at most 18 digits (0, or
