@@ -90,13 +90,7 @@ func writePlainListing(w http.ResponseWriter, views []execd.FileInfoView) {
 		entries = []envd.PlainEntry{} // "entries":[], as for a decoded empty list
 	}
 	for _, v := range views {
-		typ := envd.FileTypeUnspecified
-		switch string(v.Type) {
-		case execd.TypeFile:
-			typ = envd.FileTypeFile
-		case execd.TypeDirectory:
-			typ = envd.FileTypeDirectory
-		}
+		typ := fileType(v.Type)
 		name := v.Path // path.Base of a path that does not end in '/'
 		if i := bytes.LastIndexByte(name, '/'); i >= 0 {
 			name = name[i+1:]
@@ -115,6 +109,19 @@ func writePlainListing(w http.ResponseWriter, views []execd.FileInfoView) {
 	}
 }
 
+// fileType is envd's type of an entry execd lists with type t: a file or
+// a directory; anything else (a symlink, other, none on v1.0.18) is
+// FILE_TYPE_UNSPECIFIED (entryInfo).
+func fileType[T string | []byte](t T) envd.FileType {
+	switch string(t) {
+	case execd.TypeFile:
+		return envd.FileTypeFile
+	case execd.TypeDirectory:
+		return envd.FileTypeDirectory
+	}
+	return envd.FileTypeUnspecified
+}
+
 // entryInfo converts execd's FileInfo to envd's EntryInfo (docs/wire-facts.md
 // §4.2): name is the base name, size an int64 string, mode the permission
 // bits, permissions Go's FileMode string. execd lists symlinks unresolved;
@@ -127,13 +134,7 @@ func entryInfo(fi execd.FileInfo, ts *envd.Timestamp) (envd.EntryInfo, error) {
 	if err != nil {
 		return envd.EntryInfo{}, err
 	}
-	typ := envd.FileTypeUnspecified
-	switch fi.Type {
-	case execd.TypeFile:
-		typ = envd.FileTypeFile
-	case execd.TypeDirectory:
-		typ = envd.FileTypeDirectory
-	}
+	typ := fileType(fi.Type)
 	ent := envd.EntryInfo{
 		Name:        path.Base(fi.Path),
 		Type:        typ,
