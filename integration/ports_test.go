@@ -945,17 +945,6 @@ func testPortRequestsCountedAcrossReload(t *testing.T, reload func(context.Conte
 			t.Fatalf("%s: neither held nor answered", what)
 		}
 	}
-	// dropped reports an answer that is the connection closed unanswered.
-	// Right after a reload a new connection can still reach the replaced
-	// server: Caddy binds each configuration's listener with SO_REUSEPORT,
-	// and the kernel resets the connections queued on the old socket when
-	// it closes, while net/http drops the first request of one the old
-	// server accepted as its Shutdown began (docs/runbook.md "Rollouts and
-	// draining"). No handler saw that request, so it is sent again on a
-	// new connection.
-	dropped := func(a string) bool {
-		return a == "EOF" || a == "unexpected EOF" || strings.Contains(a, "connection reset by peer")
-	}
 	one := func() chan string { return make(chan string, 1) }
 	// wantRefused sends a request until it is not dropped (three tries)
 	// and waits until its answer is 429.
@@ -966,7 +955,7 @@ func testPortRequestsCountedAcrossReload(t *testing.T, reload func(context.Conte
 			case <-held:
 				t.Fatalf("%s: held by the sandbox's server, want 429 TOO_MANY_PORT_REQUESTS", what)
 			case a := <-send(one()):
-				if dropped(a) && try < 3 {
+				if droppedAtReload(a) && try < 3 {
 					t.Logf("%s: %q (the connection dropped at the reload), sent again", what, a)
 					continue
 				}
@@ -1005,7 +994,7 @@ func testPortRequestsCountedAcrossReload(t *testing.T, reload func(context.Conte
 		select {
 		case <-held:
 		case a := <-answer:
-			if a == "429 TOO_MANY_PORT_REQUESTS" || dropped(a) {
+			if a == "429 TOO_MANY_PORT_REQUESTS" || droppedAtReload(a) {
 				continue
 			}
 			t.Fatalf("a request after one ended: answered %q, want held by the sandbox's server", a)

@@ -235,8 +235,20 @@ func TestHostileHeldStreamsBoundedPerCredential(t *testing.T) {
 	// sent on one as it closes fails with EOF, and Go's client does not
 	// send a POST again. The streams below go on new connections.
 	http.DefaultClient.CloseIdleConnections()
-	if got := open(); got != "line" {
-		t.Fatalf("stream %d, after a reload to a bound of %d: %s", held+1, held+1, got)
+	for try := 1; ; try++ {
+		got := open()
+		if droppedAtReload(got) && try < 3 {
+			// No handler saw it: the count is still the held streams.
+			if n := requestsInProgress(t, e.Admin); n != held {
+				t.Fatalf("stream %d dropped at the reload (%s) with %d requests in progress, want %d", held+1, got, n, held)
+			}
+			t.Logf("stream %d: %s (the connection dropped at the reload), sent again", held+1, got)
+			continue
+		}
+		if got != "line" {
+			t.Fatalf("stream %d, after a reload to a bound of %d: %s", held+1, held+1, got)
+		}
+		break
 	}
 	if got := open(); !strings.Contains(got, "GATEWAY_BUSY") || !strings.Contains(got, "max_requests_per_credential") {
 		t.Fatalf("stream %d, past the reloaded bound: %s", held+2, got)
