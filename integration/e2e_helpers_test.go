@@ -455,8 +455,10 @@ func waitUntil(deadline time.Time, probe func(ctx context.Context) (done bool, d
 // or a description ending in one) is its connection closed unanswered.
 // Right after a reload a new connection can still reach the replaced
 // server: Caddy binds each configuration's listener with SO_REUSEPORT,
-// and the kernel resets the connections queued on the old socket when it
-// closes, while net/http drops the first request of one the old server
+// its reload returns once the old servers' Shutdown calls have been
+// started, not once their listeners are closed (caddyhttp's App.Stop),
+// the kernel resets the connections queued on the old socket when it
+// closes, and net/http drops the first request of one the old server
 // accepted as its Shutdown began (docs/runbook.md "Rollouts and
 // draining"). No handler saw such a request, so a test sends it again on
 // a new connection.
