@@ -4,7 +4,7 @@
 // of the official E2B JS SDK through the gateway on :30083, printing what it
 // did.
 //
-// Usage (from the repository root, after `make build` and `npm ci` in
+// Usage (from the repository root, after `make bin/caddy` and `npm ci` in
 // integration/js; `make demo` does all three):
 //
 //	go run ./integration/cmd/demo
