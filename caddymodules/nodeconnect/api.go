@@ -51,6 +51,7 @@ func (h *API) Provision(ctx caddy.Context) error {
 		h.handler.PeerToken, h.handler.PeerTokens = p.PeerTokens()
 		h.handler.Observer = app.NodeForwardObserver()
 	}
+	servePlainAPI(h.handler, ctx.Logger())
 	return nil
 }
 

@@ -4,12 +4,16 @@
 //
 // Usage:
 //
-//	go run ./hack/buildgateway [-manifest xcaddy.toml] [-ldflags "$(bash hack/version.sh)"]
+//	go run ./hack/buildgateway [-manifest xcaddy.toml] [-ldflags "$(bash hack/version.sh)"] [-tags t1,t2] [-o path]
 //
 // -ldflags adds linker flags to xcaddy's defaults ("-w -s", -trimpath and
 // its build tags); the Makefile passes hack/version.sh's output so that
 // `caddy sandgate-version` names the sandgate commit (package
-// internal/version). It exits 1 with the reason when the manifest is invalid or the build fails.
+// internal/version). -tags adds build tags to xcaddy's (letters, digits
+// and underscores, comma-separated), for a measurement build such as
+// sandgate_plainapi (docs/benchmarks.md); -o writes the binary to path
+// instead of the manifest's output, so such a build does not replace
+// bin/caddy. It exits 1 with the reason when the manifest is invalid or the build fails.
 package main
 
 import (
@@ -53,8 +57,10 @@ type Plugin struct {
 func main() {
 	manifest := flag.String("manifest", "xcaddy.toml", "the build manifest")
 	ldflags := flag.String("ldflags", "", "extra linker flags, e.g. the version stamp of hack/version.sh")
+	tags := flag.String("tags", "", "extra build tags, comma-separated (e.g. sandgate_plainapi for a measurement build)")
+	output := flag.String("o", "", "the binary's path (default: the manifest's output)")
 	flag.Parse()
-	if err := run(*manifest, *ldflags); err != nil {
+	if err := run(*manifest, *ldflags, *tags, *output); err != nil {
 		fmt.Fprintln(os.Stderr, "buildgateway:", err)
 		os.Exit(1)
 	}
@@ -91,17 +97,41 @@ func load(path string) (Manifest, error) {
 }
 
 // buildFlags are xcaddy's default flags for a release build (setting
-// Builder.BuildFlags replaces them) with extra added to the linker flags.
-// Quotes and backslashes in extra are refused: xcaddy splits the flags
-// like a shell.
-func buildFlags(extra string) (string, error) {
+// Builder.BuildFlags replaces them) with extra added to the linker flags
+// and tags to the build tags. Quotes and backslashes in extra are refused
+// (xcaddy splits the flags like a shell), and a tag that is not letters,
+// digits and underscores.
+func buildFlags(extra, tags string) (string, error) {
 	if strings.ContainsAny(extra, "'\"\\") {
 		return "", fmt.Errorf("-ldflags must not contain quotes or backslashes: %q", extra)
 	}
-	return "-ldflags '" + strings.TrimSpace("-w -s "+extra) + "' -trimpath -tags nobadger,nomysql,nopgx", nil
+	all := "nobadger,nomysql,nopgx"
+	if tags != "" {
+		for _, t := range strings.Split(tags, ",") {
+			if !validTag(t) {
+				return "", fmt.Errorf("-tags: %q is not a build tag (letters, digits and underscores)", t)
+			}
+		}
+		all += "," + tags
+	}
+	return "-ldflags '" + strings.TrimSpace("-w -s "+extra) + "' -trimpath -tags " + all, nil
 }
 
-func run(manifestPath, ldflags string) error {
+// validTag reports whether t is a build tag of letters, digits and
+// underscores.
+func validTag(t string) bool {
+	if t == "" {
+		return false
+	}
+	for _, r := range t {
+		if !(r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+func run(manifestPath, ldflags, tags, output string) error {
 	m, err := load(manifestPath)
 	if err != nil {
 		return err
@@ -110,7 +140,7 @@ func run(manifestPath, ldflags string) error {
 	if err != nil {
 		return err
 	}
-	flags, err := buildFlags(ldflags)
+	flags, err := buildFlags(ldflags, tags)
 	if err != nil {
 		return err
 	}
@@ -132,6 +162,11 @@ func run(manifestPath, ldflags string) error {
 	}
 	defer restore()
 	out := filepath.Join(base, m.Output)
+	if output != "" {
+		if out, err = filepath.Abs(output); err != nil {
+			return err
+		}
+	}
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}

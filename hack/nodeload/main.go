@@ -570,6 +570,10 @@ http://127.0.0.1:%s {
 func dispatch(o options, base, admin, token string, nodes []simNode, pid int, sims *nodesProc, r result, timings func() (phases, error)) (_ []opTiming, err error) {
 	nodesPid := sims.cmd.Process.Pid
 	client := &apiClient{addr: strings.TrimPrefix(base, "http://"), idle: make(chan *apiConn, 1024)}
+	if a := plainAPIAddr(o.gatewayEnv); a != "" {
+		client.addr = a
+		fmt.Printf("operations go to the measurement build's plain server on %s, outside Caddy's (SANDGATE_PLAIN_NODE_API)\n", a)
+	}
 	defer client.close()
 	body := func(i int) string {
 		return fmt.Sprintf(`{"operation":"info","deployment_generation":1,"timeout_ms":10000,"reference":{"tenant_id":"t","environment_id":"e","allocation_id":"a%d"}}`, i)
@@ -1550,4 +1554,19 @@ func withGODEBUG(env []string, setting string) []string {
 		}
 	}
 	return append(out, "GODEBUG="+setting)
+}
+
+// plainAPIAddr returns the address the gateway's environment (-gateway-env,
+// comma-separated VAR=value) gives in SANDGATE_PLAIN_NODE_API, or "". A
+// gateway built with the build tag sandgate_plainapi (package
+// caddymodules/nodeconnect, plainapi.go) also serves the internal node API
+// there, outside Caddy's server, and the dispatch phase then sends its
+// operations there; heartbeats and the nodes' connections stay on Caddy's.
+func plainAPIAddr(gatewayEnv string) string {
+	for _, kv := range strings.Split(gatewayEnv, ",") {
+		if v, ok := strings.CutPrefix(kv, "SANDGATE_PLAIN_NODE_API="); ok {
+			return v
+		}
+	}
+	return ""
 }
