@@ -3,6 +3,7 @@ package nodeconnect
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -93,21 +94,7 @@ func TestBinaryReloadKeepsConnection(t *testing.T) {
 		t.Fatalf("/extra = %d %q", status, body)
 	}
 
-	// caddy reload: POST the changed Caddyfile to the admin API.
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+admin+"/load",
-		strings.NewReader(binaryCaddyfile(f, admin, "v2")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "text/caddyfile")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("POST /load: %d", resp.StatusCode)
-	}
+	reloadGateway(t, admin, binaryCaddyfile(f, admin, "v2"))
 	waitOneListener(t, base)
 	if status, body := get(t, base+"/extra"); body != "v2" {
 		t.Fatalf("after the reload /extra = %d %q, want v2", status, body)
@@ -132,10 +119,39 @@ func TestBinaryReloadKeepsConnection(t *testing.T) {
 	}
 }
 
+// reloadGateway is `caddy reload`: it POSTs caddyfile to the admin API
+// at admin and fails the test unless the gateway took it (the answer comes
+// once the new configuration started and the old one stopped).
+func reloadGateway(t *testing.T, admin, caddyfile string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+admin+"/load", strings.NewReader(caddyfile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "text/caddyfile")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST /load: %d %s", resp.StatusCode, body)
+	}
+}
+
 // startGateway runs the built gateway (bin/caddy) on binaryCaddyfile with
 // its admin API on admin, stops it when the test ends (checking that its
 // log holds no secret), and returns its base URL once it listens.
 func startGateway(t *testing.T, f files, admin string) string {
+	t.Helper()
+	base, _ := startGatewayWith(t, f, binaryCaddyfile(f, admin, "v1"))
+	return base
+}
+
+// startGatewayWith is startGateway on the given Caddyfile, whose site
+// listens on 127.0.0.1:f.port; it also returns the gateway's log so far.
+func startGatewayWith(t *testing.T, f files, caddyfile string) (string, *lockedBuffer) {
 	t.Helper()
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
@@ -146,13 +162,13 @@ func startGateway(t *testing.T, f files, admin string) string {
 		t.Fatalf("the gateway binary %s is missing; run `make build` first", bin)
 	}
 	cfPath := filepath.Join(f.dir, "Caddyfile")
-	write(t, cfPath, binaryCaddyfile(f, admin, "v1"))
+	write(t, cfPath, caddyfile)
 
-	var logs lockedBuffer
+	logs := new(lockedBuffer)
 	cmd := exec.Command(bin, "run", "--config", cfPath, "--adapter", "caddyfile")
 	cmd.Dir = f.dir
 	cmd.Env = append(os.Environ(), "HOME="+f.dir, "XDG_DATA_HOME="+f.dir, "XDG_CONFIG_HOME="+f.dir)
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +206,7 @@ func startGateway(t *testing.T, f files, admin string) string {
 		c.Close()
 		return true
 	})
-	return base
+	return base, logs
 }
 
 // TestBinaryReconnectStorm runs the built gateway and lets the enrolled
