@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/node/proto"
+	"github.com/sandgate/sandgate/node/sim"
 	"github.com/sandgate/sandgate/nodecore/api"
 	"github.com/sandgate/sandgate/nodecore/hub"
 )
@@ -73,6 +75,21 @@ func apiRequest(t *testing.T, method, base, path, auth, body string) (int, strin
 	return resp.StatusCode, resp.Header.Get("WWW-Authenticate"), string(data)
 }
 
+// waitAppAPI waits until the app's listener at addr accepts connections:
+// the gateway's site listens once Caddy's http app started, the app's
+// listener once the sandgate app did, in no fixed order.
+func waitAppAPI(t *testing.T, addr string) {
+	t.Helper()
+	waitFor(t, "the app's internal node API to listen", func() bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return false
+		}
+		c.Close()
+		return true
+	})
+}
+
 // TestBinaryAppNodeAPI runs the built gateway (bin/caddy, `make
 // bin/caddy`) with the nodes block's api, the internal node API served by
 // the sandgate app on a listener of its own (no sandbox_node_api on any
@@ -89,17 +106,9 @@ func TestBinaryAppNodeAPI(t *testing.T) {
 	apiAddr := "127.0.0.1:" + freePort(t)
 	apiBase := "http://" + apiAddr
 	const apiToken2 = "node-api-token-2-DO-NOT-LOG-5e9a"
-	base, logs := startGatewayWith(t, f, appAPICaddyfile(f, admin, apiAddr, apiToken))
-	// The site listens once the http app started; the app's listener once
-	// the sandgate app did (Caddy starts its apps in no fixed order).
-	waitFor(t, "the app's internal node API to listen", func() bool {
-		c, err := net.DialTimeout("tcp", apiAddr, time.Second)
-		if err != nil {
-			return false
-		}
-		c.Close()
-		return true
-	})
+	g := startGatewayWith(t, f, appAPICaddyfile(f, admin, apiAddr, apiToken))
+	base, logs := g.base, g.logs
+	waitAppAPI(t, apiAddr)
 	if !strings.Contains(logs.String(), `"address":"`+apiAddr+`"`) ||
 		!strings.Contains(logs.String(), "serving the internal node API outside Caddy's HTTP server") {
 		t.Errorf("the gateway's log does not say which address serves the API")
@@ -182,5 +191,99 @@ func TestBinaryAppNodeAPI(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), apiToken2) {
 		t.Errorf("the gateway's log contains the second API token")
+	}
+}
+
+// TestBinaryAppNodeAPIShutdown runs the built gateway with the nodes
+// block's api, holds an operation in flight through the app's listener
+// (the node does not answer yet) and sends the gateway SIGTERM: the
+// listener closes (connections refused) while the operation waits, the
+// node's answer, sent then, reaches the caller as the operation's
+// outcome, and the gateway exits 0.
+func TestBinaryAppNodeAPIShutdown(t *testing.T) {
+	f := newFiles(t)
+	apiAddr := "127.0.0.1:" + freePort(t)
+	g := startGatewayWith(t, f, appAPICaddyfile(f, "127.0.0.1:"+freePort(t), apiAddr, apiToken))
+	waitAppAPI(t, apiAddr)
+
+	received, release := make(chan struct{}, 1), make(chan struct{})
+	n, err := sim.Dial(t.Context(), sim.Config{URL: g.base, Credential: nodeSecret, Hello: hello(), HeartbeatInterval: -1,
+		Answer: func(r *proto.Request) *proto.Response {
+			received <- struct{}{}
+			<-release
+			return sim.Success(r)
+		}})
+	if err != nil {
+		t.Fatalf("node dial: %v", err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release) // the test failed before releasing the answer
+		}
+	}()
+	if err := n.Heartbeat(t.Context()); err != nil {
+		t.Fatalf("heartbeat: %v", err)
+	}
+
+	type answer struct {
+		status int
+		body   string
+		err    error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		body := `{"operation":"info","deployment_generation":1,"timeout_ms":10000,
+			"reference":{"tenant_id":"t1","environment_id":"e1","allocation_id":"a1"}}`
+		req, err := http.NewRequest(http.MethodPost, "http://"+apiAddr+api.Prefix+"/"+nodeID+"/operations", strings.NewReader(body))
+		if err != nil {
+			answered <- answer{err: err}
+			return
+		}
+		req.Header.Set("Authorization", "Bearer "+apiToken)
+		resp, err := testClient.Do(req)
+		if err != nil {
+			answered <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		data, err := io.ReadAll(resp.Body)
+		answered <- answer{resp.StatusCode, string(data), err}
+	}()
+	select {
+	case <-received:
+	case <-time.After(timeout):
+		t.Fatal("the node got no request")
+	}
+
+	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the app's listener to refuse connections", func() bool {
+		c, err := net.DialTimeout("tcp", apiAddr, time.Second)
+		if err == nil {
+			c.Close()
+			return false
+		}
+		return errors.Is(err, syscall.ECONNREFUSED)
+	})
+	select {
+	case a := <-answered:
+		t.Fatalf("the operation was answered before the node answered: %d %s %v", a.status, a.body, a.err)
+	default:
+	}
+	close(release)
+	select {
+	case a := <-answered:
+		if a.err != nil || a.status != http.StatusOK || !strings.Contains(a.body, `"outcome":"success"`) {
+			t.Fatalf("the operation in flight at the shutdown: %d %s %v; want 200 success", a.status, a.body, a.err)
+		}
+	case <-time.After(timeout):
+		t.Fatal("the operation in flight at the shutdown got no answer")
+	}
+	if err := g.stop(); err != nil {
+		t.Fatalf("the gateway's exit: %v", err)
 	}
 }

@@ -145,13 +145,35 @@ func reloadGateway(t *testing.T, admin, caddyfile string) {
 // log holds no secret), and returns its base URL once it listens.
 func startGateway(t *testing.T, f files, admin string) string {
 	t.Helper()
-	base, _ := startGatewayWith(t, f, binaryCaddyfile(f, admin, "v1"))
-	return base
+	return startGatewayWith(t, f, binaryCaddyfile(f, admin, "v1")).base
+}
+
+// gatewayProc is a running gateway process of startGatewayWith.
+type gatewayProc struct {
+	base   string        // "http://127.0.0.1:<f.port>"
+	logs   *lockedBuffer // its standard output and error
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once it exited, err then set
+	err    error         // cmd.Wait's
+}
+
+// stop sends the gateway SIGTERM and returns cmd.Wait's error once it
+// exited; after timeout (a safety net) it kills it. Calling it again
+// returns the same.
+func (g *gatewayProc) stop() error {
+	_ = g.cmd.Process.Signal(syscall.SIGTERM) // an error once it exited
+	select {
+	case <-g.exited:
+	case <-time.After(timeout):
+		_ = g.cmd.Process.Kill()
+		<-g.exited
+	}
+	return g.err
 }
 
 // startGatewayWith is startGateway on the given Caddyfile, whose site
-// listens on 127.0.0.1:f.port; it also returns the gateway's log so far.
-func startGatewayWith(t *testing.T, f files, caddyfile string) (string, *lockedBuffer) {
+// listens on 127.0.0.1:f.port.
+func startGatewayWith(t *testing.T, f files, caddyfile string) *gatewayProc {
 	t.Helper()
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
@@ -164,25 +186,21 @@ func startGatewayWith(t *testing.T, f files, caddyfile string) (string, *lockedB
 	cfPath := filepath.Join(f.dir, "Caddyfile")
 	write(t, cfPath, caddyfile)
 
-	logs := new(lockedBuffer)
-	cmd := exec.Command(bin, "run", "--config", cfPath, "--adapter", "caddyfile")
-	cmd.Dir = f.dir
-	cmd.Env = append(os.Environ(), "HOME="+f.dir, "XDG_DATA_HOME="+f.dir, "XDG_CONFIG_HOME="+f.dir)
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
+	g := &gatewayProc{base: "http://127.0.0.1:" + f.port, logs: new(lockedBuffer), exited: make(chan struct{})}
+	g.cmd = exec.Command(bin, "run", "--config", cfPath, "--adapter", "caddyfile")
+	g.cmd.Dir = f.dir
+	g.cmd.Env = append(os.Environ(), "HOME="+f.dir, "XDG_DATA_HOME="+f.dir, "XDG_CONFIG_HOME="+f.dir)
+	g.cmd.Stdout, g.cmd.Stderr = g.logs, g.logs
+	if err := g.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	go func() {
+		g.err = g.cmd.Wait()
+		close(g.exited)
+	}()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(timeout):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		out := logs.String()
+		_ = g.stop()
+		out := g.logs.String()
 		for _, s := range []string{nodeSecret, apiToken} {
 			if strings.Contains(out, s) {
 				t.Errorf("the gateway log contains a secret")
@@ -192,11 +210,10 @@ func startGatewayWith(t *testing.T, f files, caddyfile string) (string, *lockedB
 			t.Logf("gateway log:\n%s", out)
 		}
 	})
-	base := "http://127.0.0.1:" + f.port
 	waitFor(t, "the gateway to listen", func() bool {
 		select {
-		case err := <-exited:
-			t.Fatalf("the gateway exited: %v", err)
+		case <-g.exited:
+			t.Fatalf("the gateway exited: %v", g.err)
 		default:
 		}
 		c, err := net.DialTimeout("tcp", "127.0.0.1:"+f.port, time.Second)
@@ -206,7 +223,7 @@ func startGatewayWith(t *testing.T, f files, caddyfile string) (string, *lockedB
 		c.Close()
 		return true
 	})
-	return base, logs
+	return g
 }
 
 // TestBinaryReconnectStorm runs the built gateway and lets the enrolled

@@ -294,8 +294,9 @@ func (a *App) Running() bool { return atomic.LoadInt32(&a.running) == 1 }
 // whose config keeps the address goes on serving from the new config's)
 // and shuts its server down: the requests in flight get up to
 // Nodes.ShutdownGrace for their answer, then their connections are
-// closed. When the process is exiting Stop waits for that; a reload does
-// not.
+// closed. When the process is exiting Stop waits for that, and for the
+// shutdowns of the servers of configs a reload replaced; a reload does
+// not wait.
 func (a *App) Stop() error {
 	atomic.StoreInt32(&a.running, 0)
 	currentMu.Lock()
@@ -322,9 +323,11 @@ func (a *App) Stop() error {
 			a.logger.Info("draining node connections", zap.Duration("shutdown_grace", grace))
 		}
 		a.core.Stop(caddy.Exiting(), grace)
-		if a.nodeAPI != nil && caddy.Exiting() {
-			a.nodeAPI.wait() // the answers in flight, before the process exits
-		}
+	}
+	if caddy.Exiting() {
+		// The API servers' answers in flight, this config's and those of
+		// configs a reload replaced, before the process exits.
+		nodeAPIShutdowns.Wait()
 	}
 	return nil
 }

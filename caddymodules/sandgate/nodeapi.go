@@ -67,9 +67,8 @@ type nodeAPIServer struct {
 	handler http.Handler
 	logger  *zap.Logger
 
-	ln   net.Listener // from Start; closed once by Stop (onceCloseListener)
-	srv  *http.Server
-	done chan struct{} // closed when the server has shut down and closed
+	ln  net.Listener // from Start; closed once by Stop (onceCloseListener)
+	srv *http.Server
 }
 
 // provisionNodeAPI checks the nodes block's api setting and builds its
@@ -122,7 +121,6 @@ func (s *nodeAPIServer) start() error {
 		MaxHeaderBytes:    NodeAPIMaxHeaderBytes,
 		ErrorLog:          errorLog,
 	}
-	s.done = make(chan struct{})
 	go func() {
 		if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.logger.Error("the internal node API server stopped", zap.Error(err))
@@ -135,8 +133,8 @@ func (s *nodeAPIServer) start() error {
 // stop closes the listener at once (a connection to the address is
 // refused from then on, unless a newer config listens there too) and
 // begins shutting the server down: the requests in flight get up to
-// grace for their answer, then every connection is closed. wait waits for
-// that.
+// grace for their answer, then every connection is closed
+// (nodeAPIShutdowns counts it until then).
 func (s *nodeAPIServer) stop(grace time.Duration) {
 	if s.srv == nil {
 		return
@@ -144,8 +142,9 @@ func (s *nodeAPIServer) stop(grace time.Duration) {
 	if err := s.ln.Close(); err != nil {
 		s.logger.Warn("closing the internal node API listener", zap.Error(err))
 	}
+	nodeAPIShutdowns.Add(1)
 	go func() {
-		defer close(s.done)
+		defer nodeAPIShutdowns.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), grace)
 		defer cancel()
 		if err := s.srv.Shutdown(ctx); err != nil {
@@ -156,12 +155,10 @@ func (s *nodeAPIServer) stop(grace time.Duration) {
 	}()
 }
 
-// wait waits until the server stop began has shut down and closed.
-func (s *nodeAPIServer) wait() {
-	if s.srv != nil {
-		<-s.done
-	}
-}
+// nodeAPIShutdowns counts the app API servers' shutdowns under way, this
+// config's and those a reload began and did not wait for: a process that
+// exits waits for them all (each is bounded by its shutdown_grace).
+var nodeAPIShutdowns sync.WaitGroup
 
 // onceCloseListener closes its listener once: Stop closes it before the
 // server's Shutdown does, and Caddy's listener counts each Close as a

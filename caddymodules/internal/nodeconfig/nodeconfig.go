@@ -36,7 +36,8 @@ import (
 //	  "deployment": {"generation": 2, "specification_digest": "<64 hex>", "serving_generation": 1},
 //	  "hello_timeout": "15s", "idle_timeout": "35s", "online_window": "45s",
 //	  "write_timeout": "10s", "response_grace": "2s", "close_grace": "1s",
-//	  "heartbeat_interval": "10s", "reconnect_wait": "10s"
+//	  "heartbeat_interval": "10s", "reconnect_wait": "10s",
+//	  "api": {"listen": "127.0.0.1:30087", "token_sha256": ["<64 hex>"]}
 //	}
 //
 // Changing any of these with a reload keeps every node connection: the
@@ -102,7 +103,9 @@ type Nodes struct {
 	// under way get up to this long to have their outcome, and then every
 	// node connection is closed with 1001 so that nodes reconnect to
 	// another replica at once. Default 15s. (Reloads keep the
-	// connections.)
+	// connections.) With API, the requests in flight on the app's API
+	// server get the same grace when it stops (at exit or in a reload
+	// that replaces it).
 	ShutdownGrace caddy.Duration `json:"shutdown_grace,omitempty"`
 
 	// StateDir is the directory of Core's durable node state when this
