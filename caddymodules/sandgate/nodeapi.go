@@ -55,7 +55,7 @@ func (a *App) NodeAPIHandler(tokens [][sha256.Size]byte, logger *zap.Logger) *ap
 	if p := a.presence; p != nil {
 		h.Peers = p
 		h.PeerToken, h.PeerTokens = p.PeerTokens()
-		h.Observer = a.core.Metrics()
+		h.Observer = a.NodeForwardObserver()
 	}
 	return h
 }
