@@ -242,6 +242,9 @@ func TestJSONConfigErrors(t *testing.T) {
 	portalAuth := obj{"Authorization": []any{"{env.SANDGATE_TEST_PORTAL_TOKEN}"}}
 
 	sg := func(cfg obj) obj { return sub(cfg, "apps", "sandgate") }
+	digest := strings.Repeat("ab", 32)
+	// apiNodes is a nodes block of enrolled nodes only with the api setting a.
+	apiNodes := func(a obj) obj { return obj{"state_dir": filepath.Join(f.dir, "node-state"), "api": a} }
 	key0 := func(cfg obj) obj { return sg(cfg)["token_keys"].([]any)[0].(obj) }
 	for _, tc := range []struct {
 		name   string
@@ -442,6 +445,22 @@ func TestJSONConfigErrors(t *testing.T) {
 			sg(cfg)["kubernetes"] = obj{"kubeconfig": kubeconfig, "namespace": "n", "replica": "r"}
 			sg(cfg)["nodes"] = obj{"store": "kubernetes"}
 		}, []string{"nodes: kubestore: the node state could not be read from the apiserver", "namespace n"}},
+		{"nodes api without listen", func(cfg obj) { sg(cfg)["nodes"] = apiNodes(obj{"token_sha256": []any{digest}}) },
+			[]string{"nodes: api: listen is required"}},
+		{"nodes api on a port range", func(cfg obj) {
+			sg(cfg)["nodes"] = apiNodes(obj{"listen": "127.0.0.1:30087-30088", "token_sha256": []any{digest}})
+		}, []string{`nodes: api: listen "127.0.0.1:30087-30088": must be one port, not a range`}},
+		{"nodes api on udp", func(cfg obj) {
+			sg(cfg)["nodes"] = apiNodes(obj{"listen": "udp/127.0.0.1:30087", "token_sha256": []any{digest}})
+		}, []string{`nodes: api: listen "udp/127.0.0.1:30087": the network must be tcp, not udp`}},
+		{"nodes api with a placeholder address without a port", func(cfg obj) {
+			sg(cfg)["nodes"] = apiNodes(obj{"listen": "{env.SANDGATE_TEST_UNSET}127.0.0.1", "token_sha256": []any{digest}})
+		}, []string{`nodes: api: listen "127.0.0.1": needs a port (host:port)`}},
+		{"nodes api without token_sha256", func(cfg obj) { sg(cfg)["nodes"] = apiNodes(obj{"listen": "127.0.0.1:30087"}) },
+			[]string{"nodes: api: at least one token_sha256 is required"}},
+		{"nodes api with a bad digest", func(cfg obj) {
+			sg(cfg)["nodes"] = apiNodes(obj{"listen": "127.0.0.1:30087", "token_sha256": []any{digest, execdSecret}})
+		}, []string{"nodes: api: token_sha256[1]: must be 64 lowercase hexadecimal digits"}},
 		{"e2b_dataplane without the sandgate app", func(cfg obj) { delete(sub(cfg, "apps"), "sandgate") },
 			[]string{"e2b_dataplane", "sandgate"}},
 	} {
@@ -470,6 +489,13 @@ func TestJSONConfigErrors(t *testing.T) {
 	// mutation's doing.
 	if err := validate(t, mustJSON(t, baseConfig(f, "http://127.0.0.1:1"))); err != nil {
 		t.Fatalf("the base config does not provision: %v", err)
+	}
+	// Nor is the api setting's: a complete one provisions.
+	withAPI := baseConfig(f, "http://127.0.0.1:1")
+	sg(withAPI)["nodes"] = apiNodes(obj{"listen": "127.0.0.1:30087", "token_sha256": []any{digest, "{env.SANDGATE_TEST_API_DIGEST}"}})
+	t.Setenv("SANDGATE_TEST_API_DIGEST", strings.Repeat("cd", 32))
+	if err := validate(t, mustJSON(t, withAPI)); err != nil {
+		t.Fatalf("a config with nodes api does not provision: %v", err)
 	}
 }
 

@@ -45,12 +45,7 @@ func (h *API) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	h.handler = &api.Handler{Hub: app.NodeHub(), Tokens: tokens, Logger: ctx.Logger()}
-	if p := app.NodePresence(); p != nil {
-		h.handler.Peers = p
-		h.handler.PeerToken, h.handler.PeerTokens = p.PeerTokens()
-		h.handler.Observer = app.NodeForwardObserver()
-	}
+	h.handler = app.NodeAPIHandler(tokens, ctx.Logger())
 	servePlainAPI(h.handler, ctx.Logger())
 	return nil
 }

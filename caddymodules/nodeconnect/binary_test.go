@@ -3,6 +3,7 @@ package nodeconnect
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -93,21 +94,7 @@ func TestBinaryReloadKeepsConnection(t *testing.T) {
 		t.Fatalf("/extra = %d %q", status, body)
 	}
 
-	// caddy reload: POST the changed Caddyfile to the admin API.
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+admin+"/load",
-		strings.NewReader(binaryCaddyfile(f, admin, "v2")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "text/caddyfile")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("POST /load: %d", resp.StatusCode)
-	}
+	reloadGateway(t, admin, binaryCaddyfile(f, admin, "v2"))
 	waitOneListener(t, base)
 	if status, body := get(t, base+"/extra"); body != "v2" {
 		t.Fatalf("after the reload /extra = %d %q, want v2", status, body)
@@ -132,10 +119,61 @@ func TestBinaryReloadKeepsConnection(t *testing.T) {
 	}
 }
 
+// reloadGateway is `caddy reload`: it POSTs caddyfile to the admin API
+// at admin and fails the test unless the gateway took it (the answer comes
+// once the new configuration started and the old one stopped).
+func reloadGateway(t *testing.T, admin, caddyfile string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+admin+"/load", strings.NewReader(caddyfile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "text/caddyfile")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST /load: %d %s", resp.StatusCode, body)
+	}
+}
+
 // startGateway runs the built gateway (bin/caddy) on binaryCaddyfile with
 // its admin API on admin, stops it when the test ends (checking that its
 // log holds no secret), and returns its base URL once it listens.
 func startGateway(t *testing.T, f files, admin string) string {
+	t.Helper()
+	return startGatewayWith(t, f, binaryCaddyfile(f, admin, "v1")).base
+}
+
+// gatewayProc is a running gateway process of startGatewayWith.
+type gatewayProc struct {
+	base   string        // "http://127.0.0.1:<f.port>"
+	logs   *lockedBuffer // its standard output and error
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once it exited, err then set
+	err    error         // cmd.Wait's
+}
+
+// stop sends the gateway SIGTERM and returns cmd.Wait's error once it
+// exited; after timeout (a safety net) it kills it. Calling it again
+// returns the same.
+func (g *gatewayProc) stop() error {
+	_ = g.cmd.Process.Signal(syscall.SIGTERM) // an error once it exited
+	select {
+	case <-g.exited:
+	case <-time.After(timeout):
+		_ = g.cmd.Process.Kill()
+		<-g.exited
+	}
+	return g.err
+}
+
+// startGatewayWith is startGateway on the given Caddyfile, whose site
+// listens on 127.0.0.1:f.port.
+func startGatewayWith(t *testing.T, f files, caddyfile string) *gatewayProc {
 	t.Helper()
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
@@ -146,27 +184,23 @@ func startGateway(t *testing.T, f files, admin string) string {
 		t.Fatalf("the gateway binary %s is missing; run `make build` first", bin)
 	}
 	cfPath := filepath.Join(f.dir, "Caddyfile")
-	write(t, cfPath, binaryCaddyfile(f, admin, "v1"))
+	write(t, cfPath, caddyfile)
 
-	var logs lockedBuffer
-	cmd := exec.Command(bin, "run", "--config", cfPath, "--adapter", "caddyfile")
-	cmd.Dir = f.dir
-	cmd.Env = append(os.Environ(), "HOME="+f.dir, "XDG_DATA_HOME="+f.dir, "XDG_CONFIG_HOME="+f.dir)
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
+	g := &gatewayProc{base: "http://127.0.0.1:" + f.port, logs: new(lockedBuffer), exited: make(chan struct{})}
+	g.cmd = exec.Command(bin, "run", "--config", cfPath, "--adapter", "caddyfile")
+	g.cmd.Dir = f.dir
+	g.cmd.Env = append(os.Environ(), "HOME="+f.dir, "XDG_DATA_HOME="+f.dir, "XDG_CONFIG_HOME="+f.dir)
+	g.cmd.Stdout, g.cmd.Stderr = g.logs, g.logs
+	if err := g.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	go func() {
+		g.err = g.cmd.Wait()
+		close(g.exited)
+	}()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(timeout):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		out := logs.String()
+		_ = g.stop()
+		out := g.logs.String()
 		for _, s := range []string{nodeSecret, apiToken} {
 			if strings.Contains(out, s) {
 				t.Errorf("the gateway log contains a secret")
@@ -176,11 +210,10 @@ func startGateway(t *testing.T, f files, admin string) string {
 			t.Logf("gateway log:\n%s", out)
 		}
 	})
-	base := "http://127.0.0.1:" + f.port
 	waitFor(t, "the gateway to listen", func() bool {
 		select {
-		case err := <-exited:
-			t.Fatalf("the gateway exited: %v", err)
+		case <-g.exited:
+			t.Fatalf("the gateway exited: %v", g.err)
 		default:
 		}
 		c, err := net.DialTimeout("tcp", "127.0.0.1:"+f.port, time.Second)
@@ -190,7 +223,7 @@ func startGateway(t *testing.T, f files, admin string) string {
 		c.Close()
 		return true
 	})
-	return base
+	return g
 }
 
 // TestBinaryReconnectStorm runs the built gateway and lets the enrolled

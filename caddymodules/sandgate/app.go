@@ -68,7 +68,8 @@ const DefaultTokenLeeway = 5 * time.Second
 //	    "credentials": {"source": "file", "path": "/etc/sandgate/nodes.yaml"},
 //	    "owner_epoch": 1,
 //	    "deployment": {"generation": 2, "specification_digest": "<64 hex>", "serving_generation": 1},
-//	    "hello_timeout": "15s", "idle_timeout": "35s", "online_window": "45s"
+//	    "hello_timeout": "15s", "idle_timeout": "35s", "online_window": "45s",
+//	    "api": {"listen": "127.0.0.1:30087", "token_sha256": ["<64 hex>"]}
 //	  },
 //	  "kubernetes": {"namespace": "sandgate", "replica": "{env.POD_NAME}"}
 //	}}
@@ -99,8 +100,9 @@ type App struct {
 	Clusters map[string]*Cluster `json:"clusters,omitempty"`
 
 	// Nodes configures the sandbox-node connection service (the
-	// sandbox_node_connect and sandbox_node_api handlers). Absent: no node
-	// hub, and those handlers refuse to provision.
+	// sandbox_node_connect and sandbox_node_api handlers, and with its
+	// api setting the app's own listener of the internal node API).
+	// Absent: no node hub, and those handlers refuse to provision.
 	Nodes *Nodes `json:"nodes,omitempty"`
 
 	// Kubernetes is how this replica reaches the Portal cluster, whose
@@ -117,11 +119,12 @@ type App struct {
 	portal    *portal.Cluster // the Portal cluster, when Kubernetes is set
 	portalKey string          // its key in portals; "" when not held
 
-	core     *core.Core   // Core's node side, when Nodes is set
-	presence NodePresence // several replicas: Nodes.PresenceRaw
-	prevApp  *App         // the running app Start replaced
-	running  int32        // 1 between Start and Stop (sync/atomic; the App is copied by value in CaddyModule)
-	stopped  bool         // Stop has run; guarded by currentMu
+	core     *core.Core     // Core's node side, when Nodes is set
+	nodeAPI  *nodeAPIServer // the app's internal node API server, when Nodes.API is set
+	presence NodePresence   // several replicas: Nodes.PresenceRaw
+	prevApp  *App           // the running app Start replaced
+	running  int32          // 1 between Start and Stop (sync/atomic; the App is copied by value in CaddyModule)
+	stopped  bool           // Stop has run; guarded by currentMu
 
 	// dataPlaneTransport is the first e2b_dataplane's transport: written
 	// only while the configuration is provisioned (one goroutine), read
@@ -220,14 +223,23 @@ func (a *App) Validate() error {
 }
 
 // Start makes this config's node settings the node hub's (a reload's new
-// config takes over the running hub here, its connections untouched) and
-// logs the configured clusters. The app has no goroutines of its own.
+// config takes over the running hub here, its connections untouched),
+// then, with the nodes block's api, listens on its address and serves the
+// internal node API there (the only goroutines of the app's own; the
+// error of a listen that fails names the address), and logs the
+// configured clusters.
 func (a *App) Start() error {
 	gcPolicy.Do(func() { // once per process: package internal/gcpolicy (GOGC under Caddy's memory limit)
 		a.logger.Info("garbage-collection policy", zap.Stringer("gc", gcpolicy.Apply()))
 	})
 	if a.core != nil {
 		if err := a.core.Start(); err != nil {
+			return fmt.Errorf("nodes: %w", err)
+		}
+	}
+	if a.nodeAPI != nil {
+		if err := a.nodeAPI.start(); err != nil {
+			a.core.Stop(false, 0) // puts back what core.Start replaced
 			return fmt.Errorf("nodes: %w", err)
 		}
 	}
@@ -277,6 +289,14 @@ func (a *App) Running() bool { return atomic.LoadInt32(&a.running) == 1 }
 // (Nodes.ShutdownGrace): no new node connects or dispatches, the
 // dispatches under way finish, then every node connection is closed with
 // 1001; Cleanup waits for that drain.
+//
+// With the nodes block's api, Stop first closes that listener (a reload
+// whose config keeps the address goes on serving from the new config's)
+// and shuts its server down: the requests in flight get up to
+// Nodes.ShutdownGrace for their answer, then their connections are
+// closed. When the process is exiting Stop waits for that, and for the
+// shutdowns of the servers of configs a reload replaced; a reload does
+// not wait.
 func (a *App) Stop() error {
 	atomic.StoreInt32(&a.running, 0)
 	currentMu.Lock()
@@ -296,10 +316,18 @@ func (a *App) Stop() error {
 		if grace == 0 {
 			grace = DefaultShutdownGrace
 		}
+		if a.nodeAPI != nil {
+			a.nodeAPI.stop(grace)
+		}
 		if caddy.Exiting() {
 			a.logger.Info("draining node connections", zap.Duration("shutdown_grace", grace))
 		}
 		a.core.Stop(caddy.Exiting(), grace)
+	}
+	if caddy.Exiting() {
+		// The API servers' answers in flight, this config's and those of
+		// configs a reload replaced, before the process exits.
+		nodeAPIShutdowns.Wait()
 	}
 	return nil
 }

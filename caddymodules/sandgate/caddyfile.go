@@ -65,6 +65,9 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //				serving <n>
 //			}
 //			presence <store> ...
+//			api <host:port> {
+//				token_sha256 <64 hex> [<64 hex>...]
+//			}
 //		}
 //		kubernetes {
 //			kubeconfig <path> | in_cluster
@@ -94,6 +97,10 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 // nodes.sandgate.io in the kubernetes block's namespace), shared by
 // several replicas, which needs the kubernetes block, refuses state_dir
 // and turns enrolment on (docs/scale-out.md "Node state").
+// api (optional; see NodeAPI, default: none) has the app serve the
+// internal node API itself on that one TCP address, with a plain net/http
+// server outside Caddy's HTTP server, accepting the API tokens of the
+// token_sha256 digests (at least one; the line may repeat).
 // kubernetes (optional; see Kubernetes) is the Portal cluster connection
 // that several replicas share their state through; "kubernetes" alone is
 // the in-cluster default.

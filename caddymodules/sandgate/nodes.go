@@ -101,8 +101,9 @@ func (u usagePool) Release(key string) error {
 	return err
 }
 
-// provisionNodes loads the node credential source and the node presence
-// and opens Core's node side (core.Open) with this config's settings.
+// provisionNodes loads the node credential source and the node presence,
+// opens Core's node side (core.Open) with this config's settings and,
+// with the api setting, builds the app's internal node API server.
 func (a *App) provisionNodes(ctx caddy.Context) error {
 	n := a.Nodes
 	cfg, err := n.CoreConfig()
@@ -141,6 +142,9 @@ func (a *App) provisionNodes(ctx caddy.Context) error {
 		return err
 	}
 	a.core = c
+	if n.API != nil {
+		return a.provisionNodeAPI(n.API)
+	}
 	return nil
 }
 

@@ -166,6 +166,7 @@ func main() {
 	flag.BoolVar(&o.perNodeHeartbeats, "per-node-heartbeats", false, "the simulated nodes' process as before 2026-12-05: a heartbeat goroutine and ticker and a 1 KiB write buffer per node (default: one goroutine sends every node's heartbeats, write buffers pooled)")
 	flag.BoolVar(&o.gctrace, "gctrace", false, "run the gateway and the nodes' process with GODEBUG=gctrace=1 and report how many of the slowest 1% of operations overlapped one of their collections")
 	flag.BoolVar(&o.caddyMetrics, "caddy-metrics", true, "turn on Caddy's HTTP metrics (the metrics global option) in the gateway's configuration, as the shipped Caddyfile does: every internal API request is then counted in caddy_http_* (before 2026-12-06 the tool's configuration had them off)")
+	flag.StringVar(&o.internalAPI, "internal-api", "site", "where the dispatch phase sends its operations: site (the sandbox_node_api handler on the gateway's Caddy site, as shipped) or app (the sandgate app's own listener of the internal node API, the nodes block's api on a free loopback port, outside Caddy's HTTP server; the site keeps its handler for the tool's other calls)")
 	flag.StringVar(&o.gatewayOutput, "gateway-output", "", "file for the gateway's standard output and error (e.g. with GODEBUG=gctrace=1); default discarded")
 	var vs variants
 	flag.Var(&vs, "variant", "name:binary[:VAR=value,…]: one gateway set-up of an A/B series (repeat the flag; with none, -rounds runs -caddy and -gateway-env alone); each run is this tool with the other flags, the variant's binary as -caddy and its environment as -gateway-env")
@@ -173,6 +174,14 @@ func main() {
 	flag.Parse()
 	if o.pacing != "handoff" && o.pacing != "workers" {
 		fmt.Fprintf(os.Stderr, "nodeload: -pacing %q: handoff or workers\n", o.pacing)
+		os.Exit(2)
+	}
+	if o.internalAPI != "site" && o.internalAPI != "app" {
+		fmt.Fprintf(os.Stderr, "nodeload: -internal-api %q: site or app\n", o.internalAPI)
+		os.Exit(2)
+	}
+	if o.internalAPI == "app" && plainAPIAddr(o.gatewayEnv) != "" {
+		fmt.Fprintln(os.Stderr, "nodeload: -internal-api app and the measurement build's SANDGATE_PLAIN_NODE_API exclude each other")
 		os.Exit(2)
 	}
 	if o.workers < 1 {
@@ -244,9 +253,16 @@ type options struct {
 	// time (pacer.Until): "handoff" (one schedule goroutine starts a
 	// goroutine per operation) or "workers" (workers goroutines, each
 	// waiting and sending itself).
-	pacing          string
-	workers         int
-	nodesGOGC       int
+	pacing    string
+	workers   int
+	nodesGOGC int
+	// internalAPI is where the dispatch phase sends its operations:
+	// "site" (the Caddy site's sandbox_node_api) or "app" (the sandgate
+	// app's own listener, the nodes block's api, at appAPIAddr).
+	internalAPI string
+	// appAPIAddr is the loopback host:port of the app's listener with
+	// internalAPI "app" (chosen by run), else "".
+	appAPIAddr      string
 	role, nodesFile string
 	url             string
 }
@@ -309,6 +325,13 @@ func run(o options) error {
 		return err
 	}
 	admin := "127.0.0.1:" + adminPort
+	if o.internalAPI == "app" {
+		apiPort, err := freeport.Port()
+		if err != nil {
+			return err
+		}
+		o.appAPIAddr = "127.0.0.1:" + apiPort
+	}
 	caddyfile := gatewayCaddyfile(o, admin, dir, port, apiToken)
 	var output io.Writer
 	if o.gatewayOutput != "" {
@@ -341,6 +364,11 @@ func run(o options) error {
 	// Provisioning tens of thousands of enrolled nodes takes seconds.
 	if err := gw.WaitListeningFor("127.0.0.1:"+port, startLimit); err != nil {
 		return err
+	}
+	if o.appAPIAddr != "" {
+		if err := gw.WaitListeningFor(o.appAPIAddr, startLimit); err != nil {
+			return err
+		}
 	}
 	// The listener can be up before a large node file is loaded; connect
 	// only once the API lists every node (polling, with a deadline).
@@ -520,8 +548,9 @@ func run(o options) error {
 // admin, its files (gateway.log, hmac.key, credentials.yaml, nodes.yaml)
 // in dir, the node connect and node API routes on 127.0.0.1:port, the API
 // token apiToken (only its SHA-256 is written), the node timers of
-// o.heartbeat (gatewayTimers) and, with o.caddyMetrics, the metrics global
-// option.
+// o.heartbeat (gatewayTimers), with o.caddyMetrics the metrics global
+// option, and with o.appAPIAddr the nodes block's api there (the sandgate
+// app's own listener of the internal node API, the same token).
 func gatewayCaddyfile(o options, admin, dir, port, apiToken string) string {
 	idle, online := gatewayTimers(o.heartbeat)
 	// Off, no line at all: a blank one is a Caddyfile Caddy warns is not
@@ -529,6 +558,10 @@ func gatewayCaddyfile(o options, admin, dir, port, apiToken string) string {
 	metrics := ""
 	if o.caddyMetrics {
 		metrics = "\n\tmetrics"
+	}
+	appAPI := ""
+	if o.appAPIAddr != "" {
+		appAPI = fmt.Sprintf("\n\t\t\tapi %s {\n\t\t\t\ttoken_sha256 %s\n\t\t\t}", o.appAPIAddr, sum(apiToken))
 	}
 	return fmt.Sprintf(`{
 	admin %s%s
@@ -546,7 +579,7 @@ func gatewayCaddyfile(o options, admin, dir, port, apiToken string) string {
 			credentials file %s
 			heartbeat_interval %s
 			idle_timeout %s
-			online_window %s
+			online_window %s%s
 		}
 	}
 }
@@ -558,7 +591,7 @@ http://127.0.0.1:%s {
 	}
 }
 `, admin, metrics, filepath.Join(dir, "gateway.log"), filepath.Join(dir, "hmac.key"), filepath.Join(dir, "credentials.yaml"),
-		filepath.Join(dir, "nodes.yaml"), o.heartbeat, idle, online, port, sum(apiToken))
+		filepath.Join(dir, "nodes.yaml"), o.heartbeat, idle, online, appAPI, port, sum(apiToken))
 }
 
 // dispatch sends operations at o.rate for o.duration, open loop: each
@@ -570,9 +603,15 @@ http://127.0.0.1:%s {
 func dispatch(o options, base, admin, token string, nodes []simNode, pid int, sims *nodesProc, r result, timings func() (phases, error)) (_ []opTiming, err error) {
 	nodesPid := sims.cmd.Process.Pid
 	client := &apiClient{addr: strings.TrimPrefix(base, "http://"), idle: make(chan *apiConn, 1024)}
-	if a := plainAPIAddr(o.gatewayEnv); a != "" {
+	switch a := plainAPIAddr(o.gatewayEnv); {
+	case a != "":
 		client.addr = a
 		fmt.Printf("operations go to the measurement build's plain server on %s, outside Caddy's (SANDGATE_PLAIN_NODE_API)\n", a)
+	case o.appAPIAddr != "":
+		client.addr = o.appAPIAddr
+		fmt.Printf("operations go to the sandgate app's own internal node API listener on %s, outside Caddy's HTTP server (-internal-api app)\n", client.addr)
+	default:
+		fmt.Printf("operations go to the Caddy site's sandbox_node_api on %s (-internal-api site)\n", client.addr)
 	}
 	defer client.close()
 	body := func(i int) string {
@@ -581,7 +620,7 @@ func dispatch(o options, base, admin, token string, nodes []simNode, pid int, si
 	// Every node's request, written out once before the phase (the
 	// allocation id is the node's index), so that a send costs the tool
 	// one write and the answer's parse, not building a request.
-	host := strings.TrimPrefix(base, "http://")
+	host := client.addr
 	raw := make([][]byte, len(nodes))
 	for i, n := range nodes {
 		b := body(i)

@@ -498,6 +498,13 @@ func refusal(err error) (int, string, string) {
 	return http.StatusServiceUnavailable, hub.RefusalUnavailable, "the node connection service is unavailable"
 }
 
+// NotFound answers 404 not_found "no such API path" in the API's error
+// shape, for a server that serves the API alone and gets a path Owns
+// refuses.
+func NotFound(w http.ResponseWriter) {
+	writeError(w, http.StatusNotFound, "not_found", "no such API path")
+}
+
 func writeError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, Error{Error: ErrorBody{Code: code, Message: msg}})
 }

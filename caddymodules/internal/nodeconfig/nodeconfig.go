@@ -12,7 +12,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -34,7 +36,8 @@ import (
 //	  "deployment": {"generation": 2, "specification_digest": "<64 hex>", "serving_generation": 1},
 //	  "hello_timeout": "15s", "idle_timeout": "35s", "online_window": "45s",
 //	  "write_timeout": "10s", "response_grace": "2s", "close_grace": "1s",
-//	  "heartbeat_interval": "10s", "reconnect_wait": "10s"
+//	  "heartbeat_interval": "10s", "reconnect_wait": "10s",
+//	  "api": {"listen": "127.0.0.1:30087", "token_sha256": ["<64 hex>"]}
 //	}
 //
 // Changing any of these with a reload keeps every node connection: the
@@ -100,7 +103,9 @@ type Nodes struct {
 	// under way get up to this long to have their outcome, and then every
 	// node connection is closed with 1001 so that nodes reconnect to
 	// another replica at once. Default 15s. (Reloads keep the
-	// connections.)
+	// connections.) With API, the requests in flight on the app's API
+	// server get the same grace when it stops (at exit or in a reload
+	// that replaces it).
 	ShutdownGrace caddy.Duration `json:"shutdown_grace,omitempty"`
 
 	// StateDir is the directory of Core's durable node state when this
@@ -137,6 +142,127 @@ type Nodes struct {
 	// Deployment, which is the "default" pool's deployment written the old
 	// way (both for "default" is an error).
 	Pools map[string]*core.Pool `json:"pools,omitempty"`
+
+	// API, when set, has the sandgate app serve the internal node API
+	// (package nodecore/api, the sandbox_node_api handler's) itself, on
+	// a listener of its own with a plain net/http server outside Caddy's
+	// HTTP server (see API). Absent (the default): the app serves no
+	// API; a sandbox_node_api handler on a Caddy site still can, with or
+	// without it.
+	API *API `json:"api,omitempty"`
+}
+
+// API is the nodes block's api setting: the internal node API served by
+// the sandgate app on one TCP address, outside Caddy's HTTP server (no
+// TLS, access log, matchers or caddy_http_* metrics; docs/node-connect.md
+// "Internal API"). JSON:
+//
+//	"api": {"listen": "127.0.0.1:30087", "token_sha256": ["<64 hex>"]}
+//
+// Caddyfile, inside the nodes block:
+//
+//	api <host:port> {
+//		token_sha256 <64 hex> [<64 hex>...]   # repeatable; at least one
+//	}
+//
+// A reload that keeps the address keeps serving (the new configuration
+// listens beside the old one until the old one stops); one that removes
+// the setting closes the listener.
+type API struct {
+	// Listen is the network address served: one host and one port
+	// (caddy.ParseNetworkAddress syntax, network tcp, tcp4 or tcp6; no
+	// port range, no Unix socket), e.g. "127.0.0.1:30087". An empty host
+	// is every interface: keep the API on a private one. It must not be
+	// the address of a Caddy site. Placeholders such as {env.POD_IP} are
+	// expanded. Required.
+	Listen string `json:"listen,omitempty"`
+	// TokenSHA256 are the lowercase hex SHA-256 digests of the accepted
+	// API tokens, as sandbox_node_api's (package
+	// caddymodules/internal/tokendigest); several allow rotation.
+	// Placeholders such as {env.NODE_API_TOKEN_SHA256} are expanded. At
+	// least one is required.
+	TokenSHA256 []string `json:"token_sha256,omitempty"`
+}
+
+// Address parses Listen, placeholders expanded, as one TCP host and
+// port. The error starts with "listen".
+func (a *API) Address() (caddy.NetworkAddress, error) {
+	return parseAPIAddress(caddy.NewReplacer().ReplaceAll(a.Listen, ""))
+}
+
+// parseAPIAddress parses s as one TCP host and port; the error starts
+// with "listen".
+func parseAPIAddress(s string) (caddy.NetworkAddress, error) {
+	if s == "" {
+		return caddy.NetworkAddress{}, fmt.Errorf("listen is required (a host:port such as 127.0.0.1:30087)")
+	}
+	na, err := caddy.ParseNetworkAddress(s)
+	if err != nil {
+		return na, fmt.Errorf("listen %q: %v", s, err)
+	}
+	switch {
+	case na.Network != "tcp" && na.Network != "tcp4" && na.Network != "tcp6":
+		return na, fmt.Errorf("listen %q: the network must be tcp, not %s", s, na.Network)
+	case na.PortRangeSize() != 1:
+		return na, fmt.Errorf("listen %q: must be one port, not a range", s)
+	case na.StartPort == 0:
+		return na, fmt.Errorf("listen %q: needs a port (host:port)", s)
+	}
+	return na, nil
+}
+
+// checkDigest reports whether a token_sha256 value written without a
+// placeholder is 64 lowercase hexadecimal digits (a placeholder is
+// checked once expanded, at provision).
+func checkDigest(v string) bool {
+	return strings.Contains(v, "{") || proto.IsDigest(v)
+}
+
+// parseAPI parses the api subdirective (syntax: see API); d is on its
+// name. Errors: not exactly one address, an address that is not one TCP
+// host and port, a bad digest (named by its index), a digest given
+// twice, any other subdirective, and a block without token_sha256.
+func parseAPI(d *caddyfile.Dispenser) (*API, error) {
+	var addr string
+	if !d.Args(&addr) {
+		return nil, d.ArgErr()
+	}
+	if d.NextArg() {
+		return nil, d.Errf("api takes one network address, not %q too", d.Val())
+	}
+	if !strings.Contains(addr, "{") {
+		if _, err := parseAPIAddress(addr); err != nil {
+			return nil, d.Errf("api: %v", err)
+		}
+	}
+	a := &API{Listen: addr}
+	for nest := d.Nesting(); d.NextBlock(nest); {
+		switch d.Val() {
+		case "token_sha256":
+			if !d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			for {
+				v := d.Val()
+				if !checkDigest(v) {
+					return nil, d.Errf("api: token_sha256[%d]: must be 64 lowercase hexadecimal digits", len(a.TokenSHA256))
+				}
+				if slices.Contains(a.TokenSHA256, v) {
+					return nil, d.Errf("api: token_sha256[%d] already specified", len(a.TokenSHA256))
+				}
+				a.TokenSHA256 = append(a.TokenSHA256, v)
+				if !d.NextArg() {
+					break
+				}
+			}
+		default:
+			return nil, d.Errf("unrecognized api subdirective %q", d.Val())
+		}
+	}
+	if len(a.TokenSHA256) == 0 {
+		return nil, d.Err("api needs at least one token_sha256")
+	}
+	return a, nil
 }
 
 // DefaultShutdownGrace is Nodes.ShutdownGrace's default.
@@ -418,6 +544,12 @@ func ParseNodes(d *caddyfile.Dispenser) (*Nodes, error) {
 				return nil, err
 			}
 			n.PresenceRaw = caddyconfig.JSONModuleObject(mod, "store", name, nil)
+		case "api":
+			a, err := parseAPI(d)
+			if err != nil {
+				return nil, err
+			}
+			n.API = a
 		case "owner_epoch":
 			if !d.NextArg() {
 				return nil, d.ArgErr()

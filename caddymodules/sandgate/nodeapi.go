@@ -1,0 +1,176 @@
+package sandgate
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/sandgate/sandgate/caddymodules/internal/nodeconfig"
+	"github.com/sandgate/sandgate/caddymodules/internal/tokendigest"
+	"github.com/sandgate/sandgate/nodecore/api"
+)
+
+// NodeAPI is the nodes block's api setting (nodeconfig.API, whose JSON
+// it is): the internal node API served by the app on a listener of its
+// own.
+type NodeAPI = nodeconfig.API
+
+// Settings of the app's internal node API server (the nodes block's
+// api). The server has no read or write timeout: an operation's answer
+// may take its timeout_ms (up to 120 s) plus the response grace.
+const (
+	// NodeAPIReadHeaderTimeout bounds the reading of a request's
+	// headers: a client that connected and does not send them is
+	// disconnected.
+	NodeAPIReadHeaderTimeout = 10 * time.Second
+	// NodeAPIIdleTimeout is how long a kept-alive connection may wait
+	// for its next request (Caddy's default for its own servers).
+	NodeAPIIdleTimeout = 5 * time.Minute
+	// NodeAPIMaxHeaderBytes bounds a request's headers, in bytes: the
+	// API's requests carry one bearer token and a few short headers.
+	NodeAPIMaxHeaderBytes = 64 << 10
+)
+
+// NodeAPIHandler returns the internal node API (package nodecore/api)
+// over this config's node hub, accepting the API tokens of the given
+// SHA-256 digests and logging refusals to logger; with several replicas
+// (the nodes block's presence) it forwards to the replica holding a node,
+// with the presence's peer tokens, and reports the forwarding to the node
+// metrics. It returns nil when the config has no nodes block. The
+// sandbox_node_api handler and the app's own listener (the nodes block's
+// api) are both built here.
+func (a *App) NodeAPIHandler(tokens [][sha256.Size]byte, logger *zap.Logger) *api.Handler {
+	if a.core == nil {
+		return nil
+	}
+	h := &api.Handler{Hub: a.core.Hub(), Tokens: tokens, Logger: logger}
+	if p := a.presence; p != nil {
+		h.Peers = p
+		h.PeerToken, h.PeerTokens = p.PeerTokens()
+		h.Observer = a.NodeForwardObserver()
+	}
+	return h
+}
+
+// nodeAPIServer is the app's own server of the internal node API: built
+// at Provision, listening from Start to Stop.
+type nodeAPIServer struct {
+	addr    caddy.NetworkAddress
+	handler http.Handler
+	logger  *zap.Logger
+
+	ln  net.Listener // from Start; closed once by Stop (onceCloseListener)
+	srv *http.Server
+}
+
+// provisionNodeAPI checks the nodes block's api setting and builds its
+// handler. The error names the field, and a bad digest by its index only.
+func (a *App) provisionNodeAPI(cfg *NodeAPI) error {
+	addr, err := cfg.Address()
+	if err != nil {
+		return fmt.Errorf("api: %w", err)
+	}
+	tokens, err := tokendigest.Parse(cfg.TokenSHA256)
+	if err != nil {
+		return fmt.Errorf("api: %w", err)
+	}
+	logger := a.logger.Named("node_api")
+	h := a.NodeAPIHandler(tokens, logger)
+	a.nodeAPI = &nodeAPIServer{addr: addr, logger: logger, handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !api.Owns(r.URL.Path) {
+			api.NotFound(w)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})}
+	return nil
+}
+
+// start listens with Caddy's listener (SO_REUSEPORT: a reload's new
+// config listens beside the old one until the old one stops) and serves.
+func (s *nodeAPIServer) start() error {
+	l, err := s.addr.Listen(context.Background(), 0, net.ListenConfig{})
+	if err != nil {
+		return fmt.Errorf("api: listen %s: %w", s.addr, err)
+	}
+	ln, ok := l.(net.Listener)
+	if !ok {
+		if c, isCloser := l.(interface{ Close() error }); isCloser {
+			_ = c.Close()
+		}
+		return fmt.Errorf("api: listen %s: got a %T, not a stream listener", s.addr, l)
+	}
+	s.ln = &onceCloseListener{Listener: ln}
+	errorLog, err := zap.NewStdLogAt(s.logger, zap.WarnLevel)
+	if err != nil {
+		_ = s.ln.Close()
+		return err
+	}
+	s.srv = &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: NodeAPIReadHeaderTimeout,
+		IdleTimeout:       NodeAPIIdleTimeout,
+		MaxHeaderBytes:    NodeAPIMaxHeaderBytes,
+		ErrorLog:          errorLog,
+	}
+	go func() {
+		if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.logger.Error("the internal node API server stopped", zap.Error(err))
+		}
+	}()
+	s.logger.Info("serving the internal node API outside Caddy's HTTP server", zap.String("address", ln.Addr().String()))
+	return nil
+}
+
+// stop closes the listener at once (a connection to the address is
+// refused from then on, unless a newer config listens there too) and
+// begins shutting the server down: the requests in flight get up to
+// grace for their answer, then every connection is closed
+// (nodeAPIShutdowns counts it until then).
+func (s *nodeAPIServer) stop(grace time.Duration) {
+	if s.srv == nil {
+		return
+	}
+	if err := s.ln.Close(); err != nil {
+		s.logger.Warn("closing the internal node API listener", zap.Error(err))
+	}
+	nodeAPIShutdowns.Add(1)
+	go func() {
+		defer nodeAPIShutdowns.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		if err := s.srv.Shutdown(ctx); err != nil {
+			s.logger.Warn("internal node API requests still in flight after the grace; closing their connections",
+				zap.Duration("shutdown_grace", grace))
+		}
+		_ = s.srv.Close()
+	}()
+}
+
+// nodeAPIShutdowns counts the app API servers' shutdowns under way, this
+// config's and those a reload began and did not wait for: a process that
+// exits waits for them all (each is bounded by its shutdown_grace).
+var nodeAPIShutdowns sync.WaitGroup
+
+// onceCloseListener closes its listener once: Stop closes it before the
+// server's Shutdown does, and Caddy's listener counts each Close as a
+// release of the address.
+type onceCloseListener struct {
+	net.Listener
+	once sync.Once
+	err  error
+}
+
+// Close closes the listener the first time and returns that result.
+func (l *onceCloseListener) Close() error {
+	l.once.Do(func() { l.err = l.Listener.Close() })
+	return l.err
+}
