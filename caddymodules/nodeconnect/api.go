@@ -46,7 +46,6 @@ func (h *API) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.handler = app.NodeAPIHandler(tokens, ctx.Logger())
-	servePlainAPI(h.handler, ctx.Logger())
 	return nil
 }
 

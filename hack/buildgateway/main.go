@@ -10,10 +10,9 @@
 // its build tags); the Makefile passes hack/version.sh's output so that
 // `caddy sandgate-version` names the sandgate commit (package
 // internal/version). -tags adds build tags to xcaddy's (letters, digits
-// and underscores, comma-separated), for a measurement build such as
-// sandgate_plainapi (docs/benchmarks.md); -o writes the binary to path
-// instead of the manifest's output, so such a build does not replace
-// bin/caddy. It exits 1 with the reason when the manifest is invalid or the build fails.
+// and underscores, comma-separated), for a measurement build; -o writes
+// the binary to path instead of the manifest's output, so such a build
+// does not replace bin/caddy. It exits 1 with the reason when the manifest is invalid or the build fails.
 package main
 
 import (
@@ -57,7 +56,7 @@ type Plugin struct {
 func main() {
 	manifest := flag.String("manifest", "xcaddy.toml", "the build manifest")
 	ldflags := flag.String("ldflags", "", "extra linker flags, e.g. the version stamp of hack/version.sh")
-	tags := flag.String("tags", "", "extra build tags, comma-separated (e.g. sandgate_plainapi for a measurement build)")
+	tags := flag.String("tags", "", "extra build tags, comma-separated (for a measurement build)")
 	output := flag.String("o", "", "the binary's path (default: the manifest's output)")
 	flag.Parse()
 	if err := run(*manifest, *ldflags, *tags, *output); err != nil {

@@ -180,10 +180,6 @@ func main() {
 		fmt.Fprintf(os.Stderr, "nodeload: -internal-api %q: site or app\n", o.internalAPI)
 		os.Exit(2)
 	}
-	if o.internalAPI == "app" && plainAPIAddr(o.gatewayEnv) != "" {
-		fmt.Fprintln(os.Stderr, "nodeload: -internal-api app and the measurement build's SANDGATE_PLAIN_NODE_API exclude each other")
-		os.Exit(2)
-	}
 	if o.workers < 1 {
 		fmt.Fprintf(os.Stderr, "nodeload: -workers %d: at least 1\n", o.workers)
 		os.Exit(2)
@@ -603,14 +599,10 @@ http://127.0.0.1:%s {
 func dispatch(o options, base, admin, token string, nodes []simNode, pid int, sims *nodesProc, r result, timings func() (phases, error)) (_ []opTiming, err error) {
 	nodesPid := sims.cmd.Process.Pid
 	client := &apiClient{addr: strings.TrimPrefix(base, "http://"), idle: make(chan *apiConn, 1024)}
-	switch a := plainAPIAddr(o.gatewayEnv); {
-	case a != "":
-		client.addr = a
-		fmt.Printf("operations go to the measurement build's plain server on %s, outside Caddy's (SANDGATE_PLAIN_NODE_API)\n", a)
-	case o.appAPIAddr != "":
+	if o.appAPIAddr != "" {
 		client.addr = o.appAPIAddr
 		fmt.Printf("operations go to the sandgate app's own internal node API listener on %s, outside Caddy's HTTP server (-internal-api app)\n", client.addr)
-	default:
+	} else {
 		fmt.Printf("operations go to the Caddy site's sandbox_node_api on %s (-internal-api site)\n", client.addr)
 	}
 	defer client.close()
@@ -1593,19 +1585,4 @@ func withGODEBUG(env []string, setting string) []string {
 		}
 	}
 	return append(out, "GODEBUG="+setting)
-}
-
-// plainAPIAddr returns the address the gateway's environment (-gateway-env,
-// comma-separated VAR=value) gives in SANDGATE_PLAIN_NODE_API, or "". A
-// gateway built with the build tag sandgate_plainapi (package
-// caddymodules/nodeconnect, plainapi.go) also serves the internal node API
-// there, outside Caddy's server, and the dispatch phase then sends its
-// operations there; heartbeats and the nodes' connections stay on Caddy's.
-func plainAPIAddr(gatewayEnv string) string {
-	for _, kv := range strings.Split(gatewayEnv, ",") {
-		if v, ok := strings.CutPrefix(kv, "SANDGATE_PLAIN_NODE_API="); ok {
-			return v
-		}
-	}
-	return ""
 }

@@ -92,20 +92,3 @@ func TestWithGODEBUGKeepsTheVariantsSettings(t *testing.T) {
 		}
 	}
 }
-
-// TestPlainAPIAddr: the dispatch phase follows SANDGATE_PLAIN_NODE_API in
-// the gateway's environment, wherever it is in the list, and only that
-// variable.
-func TestPlainAPIAddr(t *testing.T) {
-	for env, want := range map[string]string{
-		"":         "",
-		"GOGC=400": "",
-		"SANDGATE_PLAIN_NODE_API=127.0.0.1:39001":                         "127.0.0.1:39001",
-		"GODEBUG=schedtrace=86400000,SANDGATE_PLAIN_NODE_API=127.0.0.1:1": "127.0.0.1:1",
-		"XSANDGATE_PLAIN_NODE_API=127.0.0.1:1":                            "",
-	} {
-		if got := plainAPIAddr(env); got != want {
-			t.Errorf("plainAPIAddr(%q) = %q, want %q", env, got, want)
-		}
-	}
-}
