@@ -157,6 +157,24 @@ func TestBinaryAppNodeAPI(t *testing.T) {
 		}
 	}
 
+	// Headers past NodeAPIMaxHeaderBytes (64 KiB): 431 from net/http before
+	// any handler, nothing dispatched (the next operation below has
+	// sequence 3).
+	big, err := http.NewRequestWithContext(t.Context(), http.MethodPost, apiBase+opPath, strings.NewReader(op))
+	if err != nil {
+		t.Fatal(err)
+	}
+	big.Header.Set("Authorization", "Bearer "+apiToken)
+	big.Header.Set("X-Padding", strings.Repeat("p", 80<<10))
+	if resp, err := testClient.Do(big); err != nil {
+		t.Fatalf("a request with 80 KiB of headers: %v", err)
+	} else {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+			t.Errorf("a request with 80 KiB of headers: %d, want 431", resp.StatusCode)
+		}
+	}
+
 	// (c) A reload with the same api address, and a second token: the API
 	// answers, with the new configuration's tokens, on the same node
 	// connection.
