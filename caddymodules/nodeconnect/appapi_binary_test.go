@@ -30,28 +30,11 @@ func appAPICaddyfile(f files, admin, apiAddr string, tokens ...string) string {
 		}
 		apiBlock = fmt.Sprintf("\n\t\t\tapi %s {\n\t\t\t\ttoken_sha256 %s\n\t\t\t}", apiAddr, strings.Join(digests, " "))
 	}
-	return fmt.Sprintf(`{
-	admin %s
-	auto_https off
-	default_bind 127.0.0.1
-	persist_config off
-	sandgate {
-		token_key k1 HS256 %s
-		credentials file %s
-		nodes {
-			credentials file %s
-			owner_epoch 3
-			hello_timeout 5s
-			idle_timeout 10s
-			heartbeat_interval 100ms%s
-		}
-	}
-}
-
+	return binaryGlobals(f, admin, apiBlock) + fmt.Sprintf(`
 http://127.0.0.1:%s {
 	sandbox_node_connect
 }
-`, admin, f.key, f.creds, f.nodes, apiBlock, f.port)
+`, f.port)
 }
 
 // apiRequest sends method path to base with the Authorization header

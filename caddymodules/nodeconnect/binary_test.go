@@ -40,9 +40,11 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// binaryCaddyfile is the gateway configuration of the binary test; body is
-// the answer of the unrelated route /extra.
-func binaryCaddyfile(f files, admin, body string) string {
+// binaryGlobals is the global options block of the binary tests'
+// gateways: admin on admin, the sandgate app with the test's files and a
+// nodes block ending with nodesExtra (further nodes subdirectives, each
+// line starting with a newline, or "").
+func binaryGlobals(f files, admin, nodesExtra string) string {
 	return fmt.Sprintf(`{
 	admin %s
 	auto_https off
@@ -56,11 +58,17 @@ func binaryCaddyfile(f files, admin, body string) string {
 			owner_epoch 3
 			hello_timeout 5s
 			idle_timeout 10s
-			heartbeat_interval 100ms
+			heartbeat_interval 100ms%s
 		}
 	}
 }
+`, admin, f.key, f.creds, f.nodes, nodesExtra)
+}
 
+// binaryCaddyfile is the gateway configuration of the binary test; body is
+// the answer of the unrelated route /extra.
+func binaryCaddyfile(f files, admin, body string) string {
+	return binaryGlobals(f, admin, "") + fmt.Sprintf(`
 http://127.0.0.1:%s {
 	respond /extra %q 200
 	sandbox_node_connect
@@ -68,7 +76,7 @@ http://127.0.0.1:%s {
 		token_sha256 %s
 	}
 }
-`, admin, f.key, f.creds, f.nodes, f.port, body, hexSum(apiToken))
+`, f.port, body, hexSum(apiToken))
 }
 
 // TestBinaryReloadKeepsConnection runs the built gateway (bin/caddy, `make
