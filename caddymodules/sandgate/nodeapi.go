@@ -55,7 +55,7 @@ func (a *App) NodeAPIHandler(tokens [][sha256.Size]byte, logger *zap.Logger) *ap
 	if p := a.presence; p != nil {
 		h.Peers = p
 		h.PeerToken, h.PeerTokens = p.PeerTokens()
-		h.Observer = a.NodeForwardObserver()
+		h.Observer = a.core.Metrics() // sandgate_node_forwarded_total, sandgate_node_forward_duration_seconds
 	}
 	return h
 }

@@ -201,16 +201,6 @@ func (a *App) Releases() *releasestore.Store {
 // nil (one replica).
 func (a *App) NodePresence() NodePresence { return a.presence }
 
-// NodeForwardObserver returns the metrics of the internal node API's
-// forwarding to other replicas (sandgate_node_forwarded_total,
-// sandgate_node_forward_duration_seconds), or nil without a nodes block.
-func (a *App) NodeForwardObserver() api.ForwardObserver {
-	if a.core == nil {
-		return nil
-	}
-	return a.core.Metrics()
-}
-
 // portals holds the Portal cluster connections across config reloads,
 // keyed by their resolved settings: a reload with the same kubernetes
 // block keeps the connection (and the watches that live as long as it).
