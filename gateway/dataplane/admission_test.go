@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/admission"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/drain"
 	"github.com/sandgate/sandgate/gateway/execd"
@@ -465,5 +466,40 @@ func TestDrainingRefusalGivesBack(t *testing.T) {
 	}
 	if all, _ := e.handler.RequestsInProgress(""); all != 0 {
 		t.Fatalf("%d requests in progress after the drain's refusals, want 0", all)
+	}
+}
+
+// TestDrainingAtTheBoundIsDraining: while the gateway drains, a download
+// of a credential at its max_requests_per_credential is answered
+// GATEWAY_DRAINING (its retry reaches another replica), not GATEWAY_BUSY;
+// a unary call at the bound, which the drain does not refuse, stays
+// GATEWAY_BUSY; and the place held is the only one counted after.
+func TestDrainingAtTheBoundIsDraining(t *testing.T) {
+	d := drain.New(time.Second, nil)
+	e := newTestEnvDeps(t, func(deps *Deps) { deps.Drain = d }, func(c *Config, _ *execdstub.Config) { c.MaxRequestsPerCredential = 1 })
+	e.writeFile("/home/user/f", "x")
+	held, why := e.handler.deps.Requests.TryAcquireWithin("cred-a", e.handler.cfg.MaxRequests, 1)
+	if why != admission.Admitted {
+		t.Fatalf("holding cred-a's one place: %v", why)
+	}
+	defer held()
+	resp, body := e.do(e.request(http.MethodGet, "/files?path=/home/user/f", nil))
+	if got := resp.Header.Get("Sandgate-Error-Code"); got != string(CodeGatewayBusy) {
+		t.Fatalf("download at the bound before the drain: %d %s %s, want GATEWAY_BUSY", resp.StatusCode, got, body)
+	}
+	d.Begin()
+	resp, body = e.do(e.request(http.MethodGet, "/files?path=/home/user/f", nil))
+	if got := resp.Header.Get("Sandgate-Error-Code"); got != string(CodeGatewayDraining) {
+		t.Fatalf("download at the bound while draining: %d %s %s, want GATEWAY_DRAINING", resp.StatusCode, got, body)
+	}
+	resp, body = e.unary("ListDir", `{"path":"/home/user"}`)
+	if got := resp.Header.Get("Sandgate-Error-Code"); got != string(CodeGatewayBusy) {
+		t.Fatalf("ListDir at the bound while draining: %d %s %s, want GATEWAY_BUSY", resp.StatusCode, got, body)
+	}
+	if all, own := e.handler.RequestsInProgress("cred-a"); all != 1 || own != 1 {
+		t.Fatalf("requests in progress %d (cred-a %d), want only the held place", all, own)
+	}
+	if n := d.InFlight(drain.KindTransfer); n != 0 {
+		t.Fatalf("%d transfers tracked, want 0", n)
 	}
 }

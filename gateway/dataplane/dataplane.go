@@ -713,10 +713,16 @@ func (h *Handler) authorize(r *http.Request, rq *request) *Error {
 // progress (admitRequest), the drain's tracking of a stream or transfer
 // (track), then its execd token (chooseExecdToken). end gives back what
 // was taken, once however often it is called; on an error nothing stays
-// taken.
+// taken. A stream or transfer refused by the bound while the gateway
+// drains is answered GATEWAY_DRAINING, as track would answer it: the
+// retry the SDK makes then goes to another replica, where the bound (a
+// replica's own count) may not be reached.
 func (h *Handler) begin(w http.ResponseWriter, r *http.Request, rq *request, op *operation) (_ *http.Request, end func(), _ *Error) {
 	release, e := h.admitRequest(rq)
 	if e != nil {
+		if kind, tracked := drainKinds[op]; tracked && h.deps.Drain != nil && h.deps.Drain.Draining() {
+			e = drainingError("takes no new " + string(kind) + "s")
+		}
 		return r, func() {}, e
 	}
 	r, untrack, e := h.track(w, r, op)
