@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/integration/harness"
+	"github.com/sandgate/sandgate/internal/scrapetest"
 )
 
 // TestAccessLogLevelOfAGoneSandbox runs the built gateway with Caddy's
@@ -24,7 +25,8 @@ import (
 // platform's failure and keeps Caddy's error level; a call refused at its
 // credential's own max_requests_per_credential (GATEWAY_BUSY, 503) while
 // the credential's one command stream runs is the tenant's matter and is
-// logged at info.
+// logged at info, and counted in sandgate_dataplane_busy_total by that
+// bound.
 func TestAccessLogLevelOfAGoneSandbox(t *testing.T) {
 	root := repoRoot(t)
 	if fi, err := os.Stat(harness.CaddyBinary(root)); err != nil || fi.Mode()&0o111 == 0 {
@@ -120,6 +122,7 @@ http://{{ADDR}} {
 	// The gone sandbox's call, once the stream's end has given cred-a's
 	// place back.
 	stop()
+	busy := 1 // sbxbound's
 	for {
 		status, code := listDir("sbxgone", "cred-a")
 		if status == http.StatusServiceUnavailable && code == "SANDBOX_NOT_FOUND" {
@@ -127,6 +130,23 @@ http://{{ADDR}} {
 		}
 		if code != "GATEWAY_BUSY" || ctx.Err() != nil {
 			t.Fatalf("sbxgone: %d %s, want 503 SANDBOX_NOT_FOUND", status, code)
+		}
+		busy++
+	}
+	// Every GATEWAY_BUSY answered is counted by the bound it met, the
+	// credential's own; the other bounds' series are there at 0.
+	m, err := scrapetest.Get(nil, "http://"+env.Admin+"/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bound := range []string{"max_requests_per_credential", "max_requests", "max_upstream_calls_per_sandbox",
+		"max_upstream_calls", "max_process_calls_per_credential", "large_lines_per_sandbox", "large_lines"} {
+		want := 0.0
+		if bound == "max_requests_per_credential" {
+			want = float64(busy)
+		}
+		if got, ok := m.Sum("sandgate_dataplane_busy_total", "bound", bound); !ok || got != want {
+			t.Errorf("sandgate_dataplane_busy_total{bound=%q}: %g (present %v), want %g", bound, got, ok, want)
 		}
 	}
 	for _, id := range []string{"sbxbound", "sbxgone", "sbxdeadentry"} {

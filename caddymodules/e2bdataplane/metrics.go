@@ -19,6 +19,7 @@ import (
 //	sandgate_dataplane_requests_total{operation, outcome}            counter
 //	sandgate_dataplane_request_duration_seconds{operation, outcome}  histogram
 //	sandgate_dataplane_streams_in_flight{kind}                       gauge
+//	sandgate_dataplane_busy_total{bound}                             counter
 //	sandgate_dataplane_port_requests_total{outcome}                  counter
 //	sandgate_dataplane_port_requests_in_progress                     gauge
 //
@@ -26,6 +27,12 @@ import (
 // or the stable error code (TOKEN_INVALID, SANDBOX_NOT_FOUND, …); kind is
 // "command" (Process/Start and Connect streams) or "transfer" (/files
 // uploads and downloads), the requests a shutdown drains (package drain).
+// busy_total counts the GATEWAY_BUSY outcomes of requests_total again by
+// the bound each met (dataplane.Bound: max_requests_per_credential,
+// max_requests, max_upstream_calls_per_sandbox, max_upstream_calls,
+// max_process_calls_per_credential, large_lines_per_sandbox,
+// large_lines), every one present from the start at 0: a tenant at its own
+// share told from the gateway at its capacity.
 //
 // The port_requests series count host routing's requests to a port other
 // than envd's (and Hosts it does not serve): outcome is relayed,
@@ -40,6 +47,7 @@ import (
 // credential as a label.
 type metrics struct {
 	requests    *prometheus.CounterVec
+	busy        *prometheus.CounterVec
 	duration    *prometheus.HistogramVec
 	streams     *prometheus.GaugeVec
 	ports       *prometheus.CounterVec
@@ -79,6 +87,13 @@ func registerMetrics(reg *prometheus.Registry) *metrics {
 			Namespace: "sandgate", Subsystem: "dataplane", Name: "requests_total",
 			Help: "E2B data-plane requests by operation and outcome (ok or the stable error code).",
 		}, labels)
+		collectors.busy = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sandgate", Subsystem: "dataplane", Name: "busy_total",
+			Help: "E2B data-plane requests refused with GATEWAY_BUSY, by the bound they met (the directive that sets it).",
+		}, []string{"bound"})
+		for _, b := range dataplane.Bounds {
+			collectors.busy.WithLabelValues(string(b))
+		}
 		collectors.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "sandgate", Subsystem: "dataplane", Name: "request_duration_seconds",
 			Help:    "Time to serve an E2B data-plane request, in seconds (streams: until the stream ends).",
@@ -105,7 +120,7 @@ func registerMetrics(reg *prometheus.Registry) *metrics {
 		}, func() float64 { all, _ := processRequests.Held(""); return float64(all) })
 	})
 	if reg != nil {
-		for _, c := range []prometheus.Collector{collectors.requests, collectors.duration, collectors.streams, collectors.ports, collectors.portsNow, collectors.requestsNow} {
+		for _, c := range []prometheus.Collector{collectors.requests, collectors.busy, collectors.duration, collectors.streams, collectors.ports, collectors.portsNow, collectors.requestsNow} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {
@@ -124,6 +139,9 @@ func (m *metrics) observe(o dataplane.Outcome) {
 	}
 	m.requests.WithLabelValues(o.Operation, outcome).Inc()
 	m.duration.WithLabelValues(o.Operation, outcome).Observe(o.Duration.Seconds())
+	if o.Bound != "" {
+		m.busy.WithLabelValues(string(o.Bound)).Inc()
+	}
 }
 
 // inFlight moves the in-flight gauge of kind by delta (drain.New's

@@ -64,13 +64,15 @@ func TestUpstreamCallsBounded(t *testing.T) {
 		// taken when its answer arrives), not the process-list bound's
 		// (taken before).
 		refusedAtExecd bool
+		// bound: the refusal's Outcome.Bound.
+		bound Bound
 	}{
-		{"ListDir", func() (*http.Response, []byte) { return e.unary("ListDir", `{"path":"/home/user"}`) }, true},
+		{"ListDir", func() (*http.Response, []byte) { return e.unary("ListDir", `{"path":"/home/user"}`) }, true, BoundUpstreamCallsPerSandbox},
 		// A message over 64 KiB takes the slot before it is read.
 		{"ListDir of a large message", func() (*http.Response, []byte) {
 			return e.unary("ListDir", `{"path":"/home/user"`+strings.Repeat(" ", smallMessage)+`}`)
-		}, false},
-		{"Process/List", func() (*http.Response, []byte) { return e.processCall("List", `{}`) }, false},
+		}, false, BoundUpstreamCallsPerSandbox},
+		{"Process/List", func() (*http.Response, []byte) { return e.processCall("List", `{}`) }, false, BoundProcessCallsPerCredential},
 	} {
 		first := make(chan int, 1)
 		go func() {
@@ -104,6 +106,19 @@ func TestUpstreamCallsBounded(t *testing.T) {
 		}()
 		if resp, body := call.send(); resp.StatusCode != http.StatusOK {
 			t.Fatalf("%s after the slot was freed: %d %s", call.name, resp.StatusCode, body)
+		}
+		// The three calls' outcomes: two served, the refusal naming its
+		// bound.
+		var bounds []Bound
+		for range 3 {
+			if o := <-e.outcomes; o.Code == CodeGatewayBusy {
+				bounds = append(bounds, o.Bound)
+			} else if o.Code != "" || o.Bound != "" {
+				t.Fatalf("%s: outcome %+v, want success or GATEWAY_BUSY", call.name, o)
+			}
+		}
+		if len(bounds) != 1 || bounds[0] != call.bound {
+			t.Fatalf("%s: GATEWAY_BUSY outcomes' bounds %q, want [%s]", call.name, bounds, call.bound)
 		}
 	}
 }
@@ -286,26 +301,26 @@ func TestRequestsInProgressBounded(t *testing.T) {
 			t.Fatalf("cred-a's download within its bound: %d", resp.StatusCode)
 		}
 	}
-	// ownBound is the OwnBound of the next outcome, a refusal's: the
-	// downloads held meanwhile report none until they end.
-	ownBound := func() bool {
+	// busyOutcome is the next outcome, a refusal's: the downloads held
+	// meanwhile report none until they end.
+	busyOutcome := func() Outcome {
 		t.Helper()
 		o := <-e.outcomes
 		if o.Code != CodeGatewayBusy {
 			t.Fatalf("outcome %+v, want GATEWAY_BUSY", o)
 		}
-		return o.OwnBound
+		return o
 	}
 	refused("cred-a", "max_requests_per_credential")
-	if !ownBound() {
-		t.Fatal("the refusal at the credential's bound is not reported as its own bound")
+	if o := busyOutcome(); !o.OwnBound || o.Bound != BoundRequestsPerCredential {
+		t.Fatalf("the refusal at the credential's bound: own bound %v, bound %q", o.OwnBound, o.Bound)
 	}
 	if resp, _ := download("cred-b"); resp.StatusCode != http.StatusOK {
 		t.Fatalf("cred-b's first download while cred-a holds its bound: %d", resp.StatusCode)
 	}
 	refused("cred-b", "max_requests")
-	if ownBound() {
-		t.Fatal("the refusal at the gateway's bound is reported as the credential's own")
+	if o := busyOutcome(); o.OwnBound || o.Bound != BoundRequests {
+		t.Fatalf("the refusal at the gateway's bound: own bound %v, bound %q", o.OwnBound, o.Bound)
 	}
 	h := e.handler
 	if all, a := h.RequestsInProgress("cred-a"); all != 3 || a != 2 {

@@ -26,12 +26,10 @@ func (h *Handler) admitRequest(rq *request) (func(), *Error) {
 	release, why := h.deps.Requests.TryAcquireWithin(rq.cred.ID, h.cfg.MaxRequests, h.cfg.MaxRequestsPerCredential)
 	switch why {
 	case admission.KeyFull:
-		e := fail(CodeGatewayBusy, "this credential has "+strconv.Itoa(h.cfg.MaxRequestsPerCredential)+
+		return nil, busy(BoundRequestsPerCredential, "this credential has "+strconv.Itoa(h.cfg.MaxRequestsPerCredential)+
 			" requests in progress at the gateway (max_requests_per_credential: command streams and file transfers count while they last); retry when some have ended")
-		e.ownBound = true
-		return nil, e
 	case admission.GlobalFull:
-		return nil, fail(CodeGatewayBusy, "the gateway has "+strconv.Itoa(h.cfg.MaxRequests)+" requests in progress (max_requests); retry shortly")
+		return nil, busy(BoundRequests, "the gateway has "+strconv.Itoa(h.cfg.MaxRequests)+" requests in progress (max_requests); retry shortly")
 	}
 	return release, nil
 }
@@ -50,10 +48,10 @@ func (h *Handler) admitUpstream(ctx context.Context, rq *request, wait time.Dura
 	release, why := h.upstream.Acquire(ctx, rq.sandboxID, wait)
 	switch why {
 	case admission.KeyFull:
-		return nil, fail(CodeGatewayBusy, "this sandbox had "+strconv.Itoa(h.cfg.MaxUpstreamCallsPerSandbox)+
+		return nil, busy(BoundUpstreamCallsPerSandbox, "this sandbox had "+strconv.Itoa(h.cfg.MaxUpstreamCallsPerSandbox)+
 			" calls reading execd's answers at the gateway for "+wait.String()+"; retry when one has finished")
 	case admission.GlobalFull:
-		return nil, fail(CodeGatewayBusy, "the gateway had "+strconv.Itoa(h.cfg.MaxUpstreamCalls)+
+		return nil, busy(BoundUpstreamCalls, "the gateway had "+strconv.Itoa(h.cfg.MaxUpstreamCalls)+
 			" calls reading sandboxes' answers for "+wait.String()+"; retry shortly")
 	}
 	return release, nil
@@ -83,10 +81,10 @@ func (h *Handler) admitLargeLine(ctx context.Context, rq *request) (func(), erro
 	case admission.Admitted:
 		return release, nil
 	case admission.KeyFull:
-		return nil, fail(CodeGatewayBusy, "this sandbox's commands had output over 64 KiB (one line, or output before a command's start) in progress at the gateway for "+
+		return nil, busy(BoundLargeLinesPerSandbox, "this sandbox's commands had output over 64 KiB (one line, or output before a command's start) in progress at the gateway for "+
 			h.cfg.UpstreamWait.String()+"; retry when it has been relayed")
 	}
-	return nil, fail(CodeGatewayBusy, "the gateway had "+strconv.Itoa(maxLargeLines)+
+	return nil, busy(BoundLargeLines, "the gateway had "+strconv.Itoa(maxLargeLines)+
 		" commands' output over 64 KiB (one line, or output before a command's start) in progress for "+h.cfg.UpstreamWait.String()+"; retry shortly")
 }
 
@@ -96,7 +94,7 @@ func (h *Handler) admitLargeLine(ctx context.Context, rq *request) (func(), erro
 func (h *Handler) admitProcessCall(ctx context.Context, rq *request) (func(), *Error) {
 	release, why := h.processCalls.Acquire(ctx, rq.cred.ID, h.cfg.UpstreamWait)
 	if why != admission.Admitted {
-		return nil, fail(CodeGatewayBusy, "this credential had "+strconv.Itoa(h.cfg.MaxProcessCallsPerCredential)+
+		return nil, busy(BoundProcessCallsPerCredential, "this credential had "+strconv.Itoa(h.cfg.MaxProcessCallsPerCredential)+
 			" process lists (or selections by tag) in progress for "+h.cfg.UpstreamWait.String()+"; retry when one has finished")
 	}
 	return release, nil

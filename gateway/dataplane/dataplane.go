@@ -279,6 +279,9 @@ type Outcome struct {
 	// its credential's own bound (max_requests_per_credential), not at
 	// the gateway's: the tenant's matter, as a sandbox that is gone is.
 	OwnBound bool
+	// Bound names the bound a GATEWAY_BUSY met; "" for any other
+	// outcome.
+	Bound Bound
 	// Duration is the request's time in the handler.
 	Duration time.Duration
 	// Context is the request's context, for an adapter that annotates
@@ -602,7 +605,7 @@ func (h *Handler) finish(ctx context.Context, op string, rq *request, e *Error, 
 	out := Outcome{Operation: op, SandboxID: rq.sandboxID, CredentialID: rq.cred.ID, ClusterID: rq.cluster.ID, Duration: d, Context: ctx}
 	level := zapcore.DebugLevel
 	if e != nil {
-		out.Code, out.OwnBound = e.Code, e.ownBound
+		out.Code, out.Bound, out.OwnBound = e.Code, e.bound, e.bound == BoundRequestsPerCredential
 		level = zapcore.InfoLevel
 		if e.Code == CodeExecdUnauthorized && len(rq.cluster.ExecdTokenSecrets) > 1 {
 			// The next request asks execd again which secret is its.
@@ -624,6 +627,9 @@ func (h *Handler) finish(ctx context.Context, op string, rq *request, e *Error, 
 			fields = append(fields, zap.String("class", string(e.Code.Class())), zap.String("error", e.Message))
 			if e.cause != "" {
 				fields = append(fields, zap.String("cause", e.cause))
+			}
+			if e.bound != "" {
+				fields = append(fields, zap.String("bound", string(e.bound)))
 			}
 		}
 		c.Write(fields...)

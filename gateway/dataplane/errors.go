@@ -231,10 +231,48 @@ type Error struct {
 	// request, never sent to the SDK, where it could show internal
 	// addresses.
 	cause string
-	// ownBound: the refusal is of the caller's own bound
-	// (max_requests_per_credential), not of the gateway's capacity.
-	ownBound bool
+	// bound names the bound a GATEWAY_BUSY refusal met; "" otherwise.
+	bound Bound
 }
+
+// Bound names one of the data plane's bounds on concurrent work, the
+// directive that sets it: what a GATEWAY_BUSY refusal met (Outcome.Bound;
+// the metric sandgate_dataplane_busy_total's label). The SDK sees one code
+// for all of them (docs/errors.md); the bound tells an operator whether a
+// tenant met its own share or the gateway its capacity.
+type Bound string
+
+// The bounds a GATEWAY_BUSY names (docs/dataplane.md "Bounded cost per
+// request and per tenant", "Requests in progress").
+const (
+	// BoundRequestsPerCredential: the credential's requests in progress
+	// (max_requests_per_credential); the tenant's own share.
+	BoundRequestsPerCredential Bound = "max_requests_per_credential"
+	// BoundRequests: the gateway's requests in progress (max_requests).
+	BoundRequests Bound = "max_requests"
+	// BoundUpstreamCallsPerSandbox: the sandbox's calls reading execd's
+	// answers (max_upstream_calls_per_sandbox).
+	BoundUpstreamCallsPerSandbox Bound = "max_upstream_calls_per_sandbox"
+	// BoundUpstreamCalls: the gateway's calls reading sandboxes' answers
+	// (max_upstream_calls).
+	BoundUpstreamCalls Bound = "max_upstream_calls"
+	// BoundProcessCallsPerCredential: the credential's process lists and
+	// selections by tag (max_process_calls_per_credential).
+	BoundProcessCallsPerCredential Bound = "max_process_calls_per_credential"
+	// BoundLargeLinesPerSandbox: the sandbox's command output over 64
+	// KiB in progress (one at a time; fixed, no directive).
+	BoundLargeLinesPerSandbox Bound = "large_lines_per_sandbox"
+	// BoundLargeLines: the gateway's command output over 64 KiB in
+	// progress (two at a time; fixed, no directive).
+	BoundLargeLines Bound = "large_lines"
+)
+
+// Bounds lists every Bound, for a metric's label values.
+var Bounds = []Bound{BoundRequestsPerCredential, BoundRequests, BoundUpstreamCallsPerSandbox, BoundUpstreamCalls,
+	BoundProcessCallsPerCredential, BoundLargeLinesPerSandbox, BoundLargeLines}
+
+// busy is GATEWAY_BUSY at bound b with msg.
+func busy(b Bound, msg string) *Error { return &Error{Code: CodeGatewayBusy, Message: msg, bound: b} }
 
 // Error returns "<code>: <message>".
 func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
