@@ -141,17 +141,7 @@ func (c *Client) decodeListing(resp *http.Response, plain func([]FileInfoView)) 
 	}
 	if plain != nil {
 		if views, ok := ld.readViews(body, entries, c.listingEntries()); ok {
-			if cap(views) > maxPooledViews {
-				// Not kept (the deferred put drops it): nothing here
-				// holds it once plain has read it, so a plain that
-				// copies the views before it writes its answer to a
-				// slow client does not hold them while it does.
-				ld.viewBuf = nil
-				plain(views)
-			} else {
-				plain(views)
-				clear(views) // no view into a body the pool does not keep
-			}
+			ld.handViews(views, plain)
 			return nil, true, nil
 		}
 	}
@@ -163,6 +153,23 @@ func (c *Client) decodeListing(resp *http.Response, plain func([]FileInfoView)) 
 		return nil, false, unexpectedJSON(resp)
 	}
 	return list, false, nil
+}
+
+// handViews calls plain with views, which readViews put in ld.viewBuf. A
+// slice over maxPooledViews is dropped first (the deferred put of
+// decodeListing would drop it too): nothing here holds it once plain has
+// read it, so a plain that copies the views before it writes its answer to
+// a slow client does not hold them while it does. A kept one is cleared
+// after plain, also when plain panics: the pool keeps no view into a body
+// it does not keep.
+func (ld *listDecoder) handViews(views []FileInfoView, plain func([]FileInfoView)) {
+	if cap(views) > maxPooledViews {
+		ld.viewBuf = nil
+		plain(views)
+		return
+	}
+	defer clear(views)
+	plain(views)
 }
 
 // bodyBlockSize is the size of the pooled blocks appendBody gathers an

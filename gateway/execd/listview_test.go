@@ -113,3 +113,36 @@ func TestDeclinedListingKeepsNoViews(t *testing.T) {
 		}
 	}
 }
+
+// TestHandViewsClearsOnPanic: a plain callback that panics leaves no view
+// into the listing's body in the decoder's kept slice (the panic goes on to
+// the caller, as Caddy's server recovers a handler's), and a slice over
+// maxPooledViews is not kept at all.
+func TestHandViewsClearsOnPanic(t *testing.T) {
+	for _, n := range []int{3, maxPooledViews + 1} {
+		ld := &listDecoder{}
+		if _, ok := ld.readViews([]byte(`[`+strings.Repeat(`{"path":"/home/user/a"},`, n-1)+`{"path":"/home/user/b"}]`), n, n); !ok {
+			t.Fatalf("%d entries: not taken as a plain listing", n)
+		}
+		views := ld.viewBuf[:n]
+		func() {
+			defer func() {
+				if r := recover(); r != "plain" {
+					t.Fatalf("%d entries: recovered %v, want the callback's panic", n, r)
+				}
+			}()
+			ld.handViews(views, func([]FileInfoView) { panic("plain") })
+		}()
+		if n > maxPooledViews {
+			if ld.viewBuf != nil {
+				t.Fatalf("%d entries: the decoder keeps a slice of %d views", n, cap(ld.viewBuf))
+			}
+			continue
+		}
+		for i, v := range ld.viewBuf[:cap(ld.viewBuf)] {
+			if v.Path != nil {
+				t.Fatalf("%d entries: after a panicking callback the decoder keeps view %d: %q", n, i, v.Path)
+			}
+		}
+	}
+}
