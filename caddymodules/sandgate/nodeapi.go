@@ -24,13 +24,22 @@ import (
 type NodeAPI = nodeconfig.API
 
 // Settings of the app's internal node API server (the nodes block's
-// api). The server has no read or write timeout: an operation's answer
-// may take its timeout_ms (up to 120 s) plus the response grace.
+// api), api.DefaultServerLimits: what one connection may hold, so that a
+// client without a token, or one that stalls, costs a bounded time. The
+// handler's wait for an operation's outcome (its timeout_ms, up to 120 s,
+// plus the response grace) is not bounded by them.
 const (
 	// NodeAPIReadHeaderTimeout bounds the reading of a request's
 	// headers: a client that connected and does not send them is
 	// disconnected.
 	NodeAPIReadHeaderTimeout = 10 * time.Second
+	// NodeAPIReadTimeout bounds the reading of a whole request, headers
+	// and body (up to 72 MiB): a body that has not arrived by then is
+	// refused (400 invalid_request) and its connection closed.
+	NodeAPIReadTimeout = time.Minute
+	// NodeAPIWriteTimeout bounds the writing of one answer from its
+	// start: a client that does not read it loses its connection.
+	NodeAPIWriteTimeout = time.Minute
 	// NodeAPIIdleTimeout is how long a kept-alive connection may wait
 	// for its next request (Caddy's default for its own servers).
 	NodeAPIIdleTimeout = 5 * time.Minute
@@ -38,6 +47,15 @@ const (
 	// API's requests carry one bearer token and a few short headers.
 	NodeAPIMaxHeaderBytes = 64 << 10
 )
+
+// nodeAPILimits are the server limits of the settings above.
+var nodeAPILimits = api.ServerLimits{
+	ReadHeaderTimeout: NodeAPIReadHeaderTimeout,
+	ReadTimeout:       NodeAPIReadTimeout,
+	WriteTimeout:      NodeAPIWriteTimeout,
+	IdleTimeout:       NodeAPIIdleTimeout,
+	MaxHeaderBytes:    NodeAPIMaxHeaderBytes,
+}
 
 // NodeAPIHandler returns the internal node API (package nodecore/api)
 // over this config's node hub, accepting the API tokens of the given
@@ -83,19 +101,14 @@ func (a *App) provisionNodeAPI(cfg *NodeAPI) error {
 		return fmt.Errorf("api: %w", err)
 	}
 	logger := a.logger.Named("node_api")
-	h := a.NodeAPIHandler(tokens, logger)
-	a.nodeAPI = &nodeAPIServer{addr: addr, logger: logger, handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !api.Owns(r.URL.Path) {
-			api.NotFound(w)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})}
+	a.nodeAPI = &nodeAPIServer{addr: addr, logger: logger, handler: a.NodeAPIHandler(tokens, logger)}
 	return nil
 }
 
 // start listens with Caddy's listener (SO_REUSEPORT: a reload's new
-// config listens beside the old one until the old one stops) and serves.
+// config listens beside the old one until the old one stops) and serves
+// the API alone (api.NewServer: other paths 404, a refused request's
+// connection closed) within nodeAPILimits.
 func (s *nodeAPIServer) start() error {
 	l, err := s.addr.Listen(context.Background(), 0, net.ListenConfig{})
 	if err != nil {
@@ -114,13 +127,7 @@ func (s *nodeAPIServer) start() error {
 		_ = s.ln.Close()
 		return err
 	}
-	s.srv = &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: NodeAPIReadHeaderTimeout,
-		IdleTimeout:       NodeAPIIdleTimeout,
-		MaxHeaderBytes:    NodeAPIMaxHeaderBytes,
-		ErrorLog:          errorLog,
-	}
+	s.srv = api.NewServer(s.handler, nodeAPILimits, errorLog)
 	go func() {
 		if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.logger.Error("the internal node API server stopped", zap.Error(err))
