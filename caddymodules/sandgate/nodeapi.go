@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sort"
 	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
 	"github.com/sandgate/sandgate/caddymodules/internal/nodeconfig"
@@ -102,6 +104,35 @@ func (a *App) provisionNodeAPI(cfg *NodeAPI) error {
 	}
 	logger := a.logger.Named("node_api")
 	a.nodeAPI = &nodeAPIServer{addr: addr, logger: logger, handler: a.NodeAPIHandler(tokens, logger)}
+	return nil
+}
+
+// checkSites returns an error naming the server and the address when a
+// server of ctx's http app (its listen addresses as provisioned, in the
+// servers' name order) listens where the API would
+// (nodeconfig.SiteConflict): with SO_REUSEPORT both would bind and the
+// kernel would split the connections between them. No http app: nil. ctx
+// must be the config's, its apps all provisioned (Start).
+func (s *nodeAPIServer) checkSites(ctx caddy.Context) error {
+	app, err := ctx.AppIfConfigured("http")
+	if err != nil {
+		return nil // no http app: no site to collide with
+	}
+	httpApp, ok := app.(*caddyhttp.App)
+	if !ok {
+		return nil
+	}
+	names := make([]string, 0, len(httpApp.Servers))
+	for name := range httpApp.Servers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if l, found := nodeconfig.SiteConflict(s.addr, httpApp.Servers[name].Listen); found {
+			return fmt.Errorf("api: listen %s: the http app's server %q listens on %s, the same port on an overlapping host "+
+				"(both would bind it and split its connections); give the API a port of its own", s.addr, name, l)
+		}
+	}
 	return nil
 }
 
