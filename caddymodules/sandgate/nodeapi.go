@@ -48,6 +48,11 @@ const (
 	// NodeAPIMaxHeaderBytes bounds a request's headers, in bytes: the
 	// API's requests carry one bearer token and a few short headers.
 	NodeAPIMaxHeaderBytes = 64 << 10
+	// NodeAPIMaxConns bounds the server's connections open at once: past
+	// it a new connection waits to be accepted until one closes, so that
+	// a flood takes at most this many of the process's file descriptors
+	// (Caddy's sites share them).
+	NodeAPIMaxConns = 4096
 )
 
 // nodeAPILimits are the server limits of the settings above.
@@ -57,6 +62,7 @@ var nodeAPILimits = api.ServerLimits{
 	WriteTimeout:      NodeAPIWriteTimeout,
 	IdleTimeout:       NodeAPIIdleTimeout,
 	MaxHeaderBytes:    NodeAPIMaxHeaderBytes,
+	MaxConns:          NodeAPIMaxConns,
 }
 
 // NodeAPIHandler returns the internal node API (package nodecore/api)
@@ -87,7 +93,7 @@ type nodeAPIServer struct {
 	handler http.Handler
 	logger  *zap.Logger
 
-	ln  net.Listener // from Start; closed once by Stop (onceCloseListener)
+	ln  net.Listener // from Start, under the connection limit; closed once by Stop (onceCloseListener)
 	srv *http.Server
 }
 
@@ -152,7 +158,9 @@ func (s *nodeAPIServer) start() error {
 		}
 		return fmt.Errorf("api: listen %s: got a %T, not a stream listener", s.addr, l)
 	}
-	s.ln = &onceCloseListener{Listener: ln}
+	// Caddy's listener counts each Close: closed once below the limit,
+	// which closes what it wraps at each Close.
+	s.ln = nodeAPILimits.Listener(&onceCloseListener{Listener: ln})
 	errorLog, err := zap.NewStdLogAt(s.logger, zap.WarnLevel)
 	if err != nil {
 		_ = s.ln.Close()

@@ -2,8 +2,11 @@ package api
 
 import (
 	"log"
+	"net"
 	"net/http"
 	"time"
+
+	"golang.org/x/net/netutil"
 )
 
 // ServerLimits bound what one connection of a Server may hold, so that a
@@ -35,30 +38,48 @@ type ServerLimits struct {
 	// MaxHeaderBytes bounds a request's headers, in bytes; past it
 	// net/http answers 431 before any handler.
 	MaxHeaderBytes int
+	// MaxConns bounds the connections open at once (Listener): past it a
+	// new connection waits in the kernel's accept queue until one closes,
+	// so a flood of connections takes no more of the process's file
+	// descriptors than this. 0: no bound.
+	MaxConns int
 }
 
 // DefaultServerLimits are the limits of the sandgate app's own API
 // server (the nodes block's api): headers within 10 s and 64 KiB, the
 // whole request (a body of up to 72 MiB) within 1 min, each answer
 // written within 1 min, kept-alive connections idle up to 5 min (Caddy's
-// default).
+// default), 4096 connections at once.
 var DefaultServerLimits = ServerLimits{
 	ReadHeaderTimeout: 10 * time.Second,
 	ReadTimeout:       time.Minute,
 	WriteTimeout:      time.Minute,
 	IdleTimeout:       5 * time.Minute,
 	MaxHeaderBytes:    64 << 10,
+	MaxConns:          4096,
+}
+
+// Listener returns ln accepting at most l.MaxConns connections at once
+// (ln itself when MaxConns is 0): Accept waits while that many are open.
+// Closing it closes ln each time it is closed.
+func (l ServerLimits) Listener(ln net.Listener) net.Listener {
+	if l.MaxConns <= 0 {
+		return ln
+	}
+	return netutil.LimitListener(ln, l.MaxConns)
 }
 
 // NewServer returns an HTTP/1.1 server of the API alone, for a listener
 // of its own outside any other server: requests on the API's paths (Owns)
 // go to h (normally a *Handler), any other path is answered 404
 // not_found. The connection of a request answered 401 (no valid token)
-// or 404 for a path outside the API is closed after that answer, without
-// reading the request's body: a client without a token cannot keep a
-// connection. limits bound each connection (ServerLimits); errorLog
+// or 404 for a path outside the API is closed right after that answer
+// ("Connection: close"), the request's body unread: a client without a
+// token cannot keep a connection, nor make the server read a body. (A
+// body larger than net/http's 4 KiB read buffer may turn that close into
+// a reset, and the client may then miss the answer.) limits bound each connection (ServerLimits); errorLog
 // receives net/http's own errors (nil: the standard logger). The caller
-// serves it (Serve) and shuts it down.
+// serves it on limits.Listener(ln) (MaxConns) and shuts it down.
 func NewServer(h http.Handler, limits ServerLimits, errorLog *log.Logger) *http.Server {
 	return &http.Server{
 		Handler:           &limitedHandler{next: h, writeTimeout: limits.WriteTimeout},
@@ -79,27 +100,37 @@ type limitedHandler struct {
 
 func (l *limitedHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	aw := &answerWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: l.writeTimeout}
-	if !Owns(r.URL.Path) {
-		aw.Header().Set("Connection", "close")
+	if Owns(r.URL.Path) {
+		l.next.ServeHTTP(aw, r)
+	} else {
+		aw.refused = true
 		NotFound(aw)
-		return
 	}
-	l.next.ServeHTTP(aw, r)
+	if aw.refused {
+		// net/http would read up to 256 KiB of the unread body, at the
+		// client's pace, before closing: end the reading now. (A body
+		// past the 4 KiB net/http already buffered may then make the
+		// close a reset.)
+		_ = aw.rc.SetReadDeadline(time.Now())
+	}
 }
 
 // answerWriter sets the connection's write deadline when the answer
-// begins, and closes the connection after a 401 or a 404 outside the API.
+// begins, and closes the connection after a 401 or a 404 outside the API
+// (refused).
 type answerWriter struct {
 	http.ResponseWriter
 	rc      *http.ResponseController
 	timeout time.Duration
 	begun   bool
+	refused bool
 }
 
 func (w *answerWriter) WriteHeader(status int) {
 	if !w.begun {
 		w.begun = true
-		if status == http.StatusUnauthorized {
+		w.refused = w.refused || status == http.StatusUnauthorized
+		if w.refused {
 			w.Header().Set("Connection", "close")
 		}
 		if w.timeout > 0 {

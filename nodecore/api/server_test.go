@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,14 +33,29 @@ const failsafe = 15 * time.Second
 // its address.
 func serve(t *testing.T, h http.Handler) string {
 	t.Helper()
+	return serveWith(t, h, testLimits)
+}
+
+// serveWith runs NewServer(h, limits) on a loopback listener and returns
+// its address.
+func serveWith(t *testing.T, h http.Handler, limits ServerLimits) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(h, testLimits, nil)
-	go func() { _ = srv.Serve(ln) }()
+	srv := NewServer(h, limits, nil)
+	go func() { _ = srv.Serve(limits.Listener(ln)) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return ln.Addr().String()
+}
+
+// slowLimits are testLimits whose read timeouts are past the failsafe: a
+// connection the server closes under them is closed by something else.
+func slowLimits() ServerLimits {
+	l := testLimits
+	l.ReadHeaderTimeout, l.ReadTimeout = 2*failsafe, 2*failsafe
+	return l
 }
 
 // rawConn dials addr and writes req as is.
@@ -104,10 +120,11 @@ func stalledClock(t *testing.T, addr, path string) {
 // valid token whose body never ends (chunked, or shorter than its
 // Content-Length), and one without a body: each is answered 401 with
 // "Connection: close" at once, without waiting for its body, and the
-// server closes the connection: a client without a token holds none.
+// server closes the connection, long before its read timeout: a client
+// without a token holds none.
 func TestServerRefusalClosesWithoutReadingBody(t *testing.T) {
 	h := &Handler{Hub: hub.New(), Tokens: [][sha256.Size]byte{sha256.Sum256([]byte(apiToken))}}
-	addr := serve(t, h)
+	addr := serveWith(t, h, slowLimits())
 	op := Prefix + "/" + nodeA + "/operations"
 	for name, req := range map[string]string{
 		"no token, chunked body without end": "POST " + op + " HTTP/1.1\r\nHost: api\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
@@ -128,11 +145,11 @@ func TestServerRefusalClosesWithoutReadingBody(t *testing.T) {
 }
 
 // TestServerOutsidePathCloses: a path outside the API is 404 not_found
-// and its connection is closed, token or not.
+// and its connection is closed at once, token or not, body or not.
 func TestServerOutsidePathCloses(t *testing.T) {
 	h := &Handler{Hub: hub.New(), Tokens: [][sha256.Size]byte{sha256.Sum256([]byte(apiToken))}}
-	addr := serve(t, h)
-	for _, auth := range []string{"", "Authorization: Bearer " + apiToken + "\r\n"} {
+	addr := serveWith(t, h, slowLimits())
+	for _, auth := range []string{"", "Authorization: Bearer " + apiToken + "\r\nContent-Length: 10\r\n"} {
 		_, br := rawConn(t, addr, "GET /other HTTP/1.1\r\nHost: api\r\n"+auth+"\r\n")
 		resp, body := readAnswer(t, br, http.MethodGet)
 		if resp.StatusCode != http.StatusNotFound || !strings.Contains(body, `"not_found"`) || !resp.Close {
@@ -273,4 +290,78 @@ func TestServerExpectContinueAfterAnswerDeadline(t *testing.T) {
 	if resp, body := readAnswer(t, br, http.MethodPost); resp.StatusCode != http.StatusOK || body != "got body" {
 		t.Fatalf("the second request: %d %q", resp.StatusCode, body)
 	}
+}
+
+// TestServerMaxConns serves with MaxConns 1: a second connection's
+// request is answered only once the first connection has closed, and the
+// server never has two connections open at once (counted on the
+// listener below the limit, where a connection's Close comes before the
+// next Accept).
+func TestServerMaxConns(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := &countingListener{Listener: ln}
+	limits := testLimits
+	limits.MaxConns = 1
+	limits.ReadHeaderTimeout, limits.ReadTimeout = failsafe, failsafe // the held connection is not cut off
+	srv := NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }), limits, nil)
+	go func() { _ = srv.Serve(limits.Listener(counted)) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	addr := ln.Addr().String()
+
+	first, firstBR := rawConn(t, addr, "GET "+Prefix+" HTTP/1.1\r\nHost: api\r\n\r\n")
+	if resp, body := readAnswer(t, firstBR, http.MethodGet); resp.StatusCode != http.StatusOK || body != "ok" {
+		t.Fatalf("first connection: %d %q", resp.StatusCode, body)
+	}
+	_, secondBR := rawConn(t, addr, "GET "+Prefix+" HTTP/1.1\r\nHost: api\r\n\r\n")
+	_ = first.Close() // kept alive until now
+	if resp, body := readAnswer(t, secondBR, http.MethodGet); resp.StatusCode != http.StatusOK || body != "ok" {
+		t.Fatalf("second connection: %d %q", resp.StatusCode, body)
+	}
+	if most := counted.most(); most != 1 {
+		t.Fatalf("%d connections were open at once, want at most 1", most)
+	}
+}
+
+// countingListener counts its connections open at once.
+type countingListener struct {
+	net.Listener
+	mu         sync.Mutex
+	open, peak int
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	l.open++
+	l.peak = max(l.peak, l.open)
+	l.mu.Unlock()
+	return &countedConn{Conn: c, l: l}, nil
+}
+
+func (l *countingListener) most() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.peak
+}
+
+type countedConn struct {
+	net.Conn
+	l    *countingListener
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		c.l.open--
+		c.l.mu.Unlock()
+	})
+	return err
 }
