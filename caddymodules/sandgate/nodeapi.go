@@ -168,7 +168,9 @@ func (s *nodeAPIServer) start() error {
 	}
 	s.srv = api.NewServer(s.handler, nodeAPILimits, errorLog)
 	go func() {
-		if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		// stop closes the listener before the server's Shutdown: Serve
+		// then returns the listener's net.ErrClosed, not ErrServerClosed.
+		if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 			s.logger.Error("the internal node API server stopped", zap.Error(err))
 		}
 	}()
