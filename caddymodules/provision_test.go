@@ -594,12 +594,12 @@ func TestProbeRelayPingCarriesExecdToken(t *testing.T) {
 	}
 }
 
-// TestJSONConfigAPIOnSiteAddress loads configs whose nodes api listens
+// TestProvisionAndStartAPIOnSiteAddress loads configs whose nodes api listens
 // where a server of the http app does (the same port, on every interface
 // or on the same IP): the load fails before anything serves, naming the
 // server and its address, and the port is free again. The same config
 // with the api on a port of its own loads and serves the API there.
-func TestJSONConfigAPIOnSiteAddress(t *testing.T) {
+func TestProvisionAndStartAPIOnSiteAddress(t *testing.T) {
 	f := newFixtures(t)
 	t.Setenv("SANDGATE_TEST_EXECD_TOKEN", "execd-token")
 	digest := strings.Repeat("ab", 32)
