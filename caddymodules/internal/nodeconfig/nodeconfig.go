@@ -174,8 +174,10 @@ type API struct {
 	// (caddy.ParseNetworkAddress syntax, network tcp, tcp4 or tcp6; no
 	// port range, no Unix socket), e.g. "127.0.0.1:30087". An empty host
 	// is every interface: keep the API on a private one. It must not be
-	// the address of a Caddy site. Placeholders such as {env.POD_IP} are
-	// expanded. Required.
+	// the address of a Caddy site: the app refuses to start when a server
+	// of the http app listens on the same port on an overlapping host
+	// (SiteConflict). No scheme or path, no port 0. Placeholders such as
+	// {env.POD_IP} are expanded. Required.
 	Listen string `json:"listen,omitempty"`
 	// TokenSHA256 are the lowercase hex SHA-256 digests of the accepted
 	// API tokens, as sandbox_node_api's (package
