@@ -72,14 +72,16 @@ func (l ServerLimits) Listener(ln net.Listener) net.Listener {
 // NewServer returns an HTTP/1.1 server of the API alone, for a listener
 // of its own outside any other server: requests on the API's paths (Owns)
 // go to h (normally a *Handler), any other path is answered 404
-// not_found. The connection of a request answered 401 (no valid token)
-// or 404 for a path outside the API is closed right after that answer
-// ("Connection: close"), the request's body unread: a client without a
-// token cannot keep a connection, nor make the server read a body. (A
-// body larger than net/http's 4 KiB read buffer may turn that close into
-// a reset, and the client may then miss the answer.) limits bound each connection (ServerLimits); errorLog
-// receives net/http's own errors (nil: the standard logger). The caller
-// serves it on limits.Listener(ln) (MaxConns) and shuts it down.
+// not_found. The connection of a request answered 401 (no valid token),
+// 413 (a body past its limit) or 404 for a path outside the API is
+// closed right after that answer ("Connection: close"), the rest of the
+// request's body unread: a client without a token cannot keep a
+// connection, nor make the server read a body. (A body larger than
+// net/http's 4 KiB read buffer may turn that close into a reset, and the
+// client may then miss the answer.) limits bound each connection
+// (ServerLimits); errorLog receives net/http's own errors (nil: the
+// standard logger). The caller serves it on limits.Listener(ln)
+// (MaxConns) and shuts it down.
 func NewServer(h http.Handler, limits ServerLimits, errorLog *log.Logger) *http.Server {
 	return &http.Server{
 		Handler:           &limitedHandler{next: h, writeTimeout: limits.WriteTimeout},
@@ -116,8 +118,8 @@ func (l *limitedHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // answerWriter sets the connection's write deadline when the answer
-// begins, and closes the connection after a 401 or a 404 outside the API
-// (refused).
+// begins, and closes the connection after a 401, a 413 or a 404 outside
+// the API (refused).
 type answerWriter struct {
 	http.ResponseWriter
 	rc      *http.ResponseController
@@ -129,7 +131,7 @@ type answerWriter struct {
 func (w *answerWriter) WriteHeader(status int) {
 	if !w.begun {
 		w.begun = true
-		w.refused = w.refused || status == http.StatusUnauthorized
+		w.refused = w.refused || status == http.StatusUnauthorized || status == http.StatusRequestEntityTooLarge
 		if w.refused {
 			w.Header().Set("Connection", "close")
 		}

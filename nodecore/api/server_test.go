@@ -365,3 +365,21 @@ func (c *countedConn) Close() error {
 	})
 	return err
 }
+
+// TestServerTooLargeClosesAtOnce sends a release declaring a body past
+// its 64 KiB limit, without the body: 413 request_too_large, and the
+// connection is closed at once (not at the read timeout, after net/http
+// tried to drain the body).
+func TestServerTooLargeClosesAtOnce(t *testing.T) {
+	h := &Handler{Hub: hub.New(), Tokens: [][sha256.Size]byte{sha256.Sum256([]byte(apiToken))}}
+	addr := serveWith(t, h, slowLimits())
+	_, br := rawConn(t, addr, "POST "+Prefix+"/"+nodeA+"/placements/release HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer "+apiToken+
+		"\r\nContent-Length: 70000\r\n\r\n{")
+	resp, body := readAnswer(t, br, http.MethodPost)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, `"request_too_large"`) || !resp.Close {
+		t.Fatalf("a release of 70000 bytes: %d (close %v) %s; want 413 request_too_large, Connection: close", resp.StatusCode, resp.Close, body)
+	}
+	if closed, err := closedByServer(br); !closed {
+		t.Fatalf("the connection stayed open after the 413: %v", err)
+	}
+}
