@@ -101,7 +101,11 @@ type limitedHandler struct {
 }
 
 func (l *limitedHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	aw := &answerWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: l.writeTimeout}
+	dl, ok := w.(deadlines) // net/http's own ResponseWriter: no ResponseController to allocate
+	if !ok {
+		dl = http.NewResponseController(w)
+	}
+	aw := &answerWriter{ResponseWriter: w, rc: dl, timeout: l.writeTimeout}
 	if Owns(r.URL.Path) {
 		l.next.ServeHTTP(aw, r)
 	} else {
@@ -117,12 +121,19 @@ func (l *limitedHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// deadlines sets a connection's deadlines: net/http's ResponseWriter, or
+// an http.ResponseController over another one.
+type deadlines interface {
+	SetReadDeadline(time.Time) error
+	SetWriteDeadline(time.Time) error
+}
+
 // answerWriter sets the connection's write deadline when the answer
 // begins, and closes the connection after a 401, a 413 or a 404 outside
 // the API (refused).
 type answerWriter struct {
 	http.ResponseWriter
-	rc      *http.ResponseController
+	rc      deadlines
 	timeout time.Duration
 	begun   bool
 	refused bool
