@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -589,5 +591,68 @@ func TestProbeRelayPingCarriesExecdToken(t *testing.T) {
 	}
 	if calls[1].accessToken != "" {
 		t.Errorf("the echo probe carried X-EXECD-ACCESS-TOKEN %q, want none", calls[1].accessToken)
+	}
+}
+
+// TestProvisionAndStartAPIOnSiteAddress loads configs whose nodes api listens
+// where a server of the http app does (the same port, on every interface
+// or on the same IP): the load fails before anything serves, naming the
+// server and its address, and the port is free again. The same config
+// with the api on a port of its own loads and serves the API there.
+func TestProvisionAndStartAPIOnSiteAddress(t *testing.T) {
+	f := newFixtures(t)
+	t.Setenv("SANDGATE_TEST_EXECD_TOKEN", "execd-token")
+	digest := strings.Repeat("ab", 32)
+	port, err := freeport.Port()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := freeport.Port()
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := func(siteListen, apiListen string) []byte {
+		cfg := baseConfig(f, "http://127.0.0.1:1")
+		sub(cfg, "apps", "sandgate")["nodes"] = obj{"state_dir": filepath.Join(f.dir, "node-state"),
+			"api": obj{"listen": apiListen, "token_sha256": []any{digest}}}
+		sub(cfg, "apps", "http", "servers")["site"] = obj{"listen": []any{siteListen}, "automatic_https": obj{"disable": true},
+			"routes": []any{obj{"handle": []any{obj{"handler": "static_response", "body": "site"}}}}}
+		return mustJSON(t, cfg)
+	}
+	p := port
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ site, api string }{
+		{":" + p, "127.0.0.1:" + p},
+		{"127.0.0.1:" + p, "127.0.0.1:" + p},
+		{"127.0.0.1:" + p, ":" + p},
+		{"127.0.0.1:" + strconv.Itoa(n-1) + "-" + p, "tcp4/127.0.0.1:" + p},
+	} {
+		err := caddy.Load(config(c.site, c.api), true)
+		if err == nil {
+			_ = caddy.Stop()
+			t.Fatalf("site on %s, api on %s: the config loaded", c.site, c.api)
+		}
+		want := `the http app's server "site" listens on ` + c.site + `, the same port on an overlapping host`
+		if !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), digest) {
+			t.Fatalf("site on %s, api on %s: %v; want an error containing %q (and no digest)", c.site, c.api, err, want)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:"+p)
+		if err != nil {
+			t.Fatalf("after the refused load, %s is still held: %v", p, err)
+		}
+		_ = ln.Close()
+	}
+
+	loadConfig(t, config("127.0.0.1:"+p, "127.0.0.1:"+other))
+	resp, err := http.Get("http://127.0.0.1:" + other + "/internal/v1/sandbox-nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("the api on a port of its own: %d, want 401", resp.StatusCode)
 	}
 }

@@ -1,6 +1,7 @@
 package nodeconnect
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -58,6 +59,32 @@ func apiRequest(t *testing.T, method, base, path, auth, body string) (int, strin
 	return resp.StatusCode, resp.Header.Get("WWW-Authenticate"), string(data)
 }
 
+// rawAPIRequest writes req as is on a new connection to addr, reads
+// one answer and then the connection to its end: closed is true when the
+// gateway closed it (EOF or reset before timeout).
+func rawAPIRequest(addr, req string) (status int, closed bool, err error) {
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return 0, false, err
+	}
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return 0, false, err
+	}
+	if _, err := io.WriteString(c, req); err != nil {
+		return 0, false, err
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return 0, false, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_, err = io.Copy(io.Discard, br)
+	var ne net.Error
+	return resp.StatusCode, !(errors.As(err, &ne) && ne.Timeout()), nil
+}
+
 // waitAppAPI waits until the app's listener at addr accepts connections:
 // the gateway's site listens once Caddy's http app started, the app's
 // listener once the sandgate app did, in no fixed order.
@@ -79,10 +106,12 @@ func waitAppAPI(t *testing.T, addr string) {
 // site), connects the simulated node, and checks through that listener:
 // the node list and one operation's outcome; 401 for a wrong or missing
 // token with nothing dispatched (the next operation has the next sequence
-// number); 404 for a path outside the API; that after `caddy reload`
+// number), answered at once and the connection closed even when the
+// request's body never ends; 404 for a path outside the API; that after `caddy reload`
 // with the same api address (and a second token) the API answers, the new
 // configuration's tokens in force and the node connection kept; and that
-// after a reload without api a connection to the address is refused.
+// after a reload without api a connection to the address is refused; the
+// reloads log no error about the servers they stop.
 func TestBinaryAppNodeAPI(t *testing.T) {
 	f := newFiles(t)
 	admin := "127.0.0.1:" + freePort(t)
@@ -128,6 +157,20 @@ func TestBinaryAppNodeAPI(t *testing.T) {
 	}
 	if status, res := apiOperation(t, apiBase); status != http.StatusOK || res.Outcome != "success" || res.Sequence != 2 {
 		t.Fatalf("operation after the refused ones: %d %+v; want success with sequence 2 (the refused ones dispatched nothing)", status, res)
+	}
+
+	// A request without a valid token whose body never ends (chunked, or
+	// shorter than its Content-Length) is answered 401 at once, with
+	// "Connection: close", and its connection is closed without its body
+	// being waited for (api.NewServer).
+	for name, req := range map[string]string{
+		"no token, a chunked body without end": "POST " + opPath + " HTTP/1.1\r\nHost: api\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+		"a wrong token, Content-Length lies":   "POST " + opPath + " HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer " + apiToken2 + "\r\nContent-Length: 100000\r\n\r\n{\"op",
+	} {
+		status, closed, err := rawAPIRequest(apiAddr, req)
+		if err != nil || status != http.StatusUnauthorized || !closed {
+			t.Errorf("%s: %d, closed %v, %v; want 401 and the connection closed", name, status, closed, err)
+		}
 	}
 
 	// (e) A path outside the API: 404, with or without a token.
@@ -192,6 +235,10 @@ func TestBinaryAppNodeAPI(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), apiToken2) {
 		t.Errorf("the gateway's log contains the second API token")
+	}
+	// A reload that stops a config's API server is no error.
+	if strings.Contains(logs.String(), "the internal node API server stopped") {
+		t.Errorf("the reloads logged the API server's stop as an error")
 	}
 }
 

@@ -111,6 +111,7 @@ type App struct {
 	// replica.
 	Kubernetes *Kubernetes `json:"kubernetes,omitempty"`
 
+	ctx         caddy.Context // from Provision: Start reads the http app's servers
 	verifier    *token.Verifier
 	credentials credential.Source
 	authorizer  authorizer.Authorizer
@@ -140,6 +141,7 @@ func (App) CaddyModule() caddy.ModuleInfo {
 // Provision loads the token keys, the credential source and the clusters.
 // It returns an error naming the key, source or cluster that is invalid.
 func (a *App) Provision(ctx caddy.Context) error {
+	a.ctx = ctx
 	a.logger = ctx.Logger()
 	if err := buildinfo.Register(ctx.GetMetricsRegistry(), "gateway"); err != nil {
 		return err
@@ -227,7 +229,11 @@ func (a *App) Validate() error {
 // then, with the nodes block's api, listens on its address and serves the
 // internal node API there (the only goroutines of the app's own; the
 // error of a listen that fails names the address), and logs the
-// configured clusters.
+// configured clusters. It refuses to start, before listening, when a
+// server of this config's http app listens on the api address (the same
+// port on an overlapping host, nodeconfig.SiteConflict): the error names
+// the server and its address. (Start, not Provision: only then is the
+// http app known to be provisioned; `caddy validate` does not see it.)
 func (a *App) Start() error {
 	gcPolicy.Do(func() { // once per process: package internal/gcpolicy (GOGC under Caddy's memory limit)
 		a.logger.Info("garbage-collection policy", zap.Stringer("gc", gcpolicy.Apply()))
@@ -238,6 +244,10 @@ func (a *App) Start() error {
 		}
 	}
 	if a.nodeAPI != nil {
+		if err := a.nodeAPI.checkSites(a.ctx); err != nil {
+			a.core.Stop(false, 0) // puts back what core.Start replaced
+			return fmt.Errorf("nodes: %w", err)
+		}
 		if err := a.nodeAPI.start(); err != nil {
 			a.core.Stop(false, 0) // puts back what core.Start replaced
 			return fmt.Errorf("nodes: %w", err)

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sort"
 	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
 	"github.com/sandgate/sandgate/caddymodules/internal/nodeconfig"
@@ -24,20 +26,44 @@ import (
 type NodeAPI = nodeconfig.API
 
 // Settings of the app's internal node API server (the nodes block's
-// api). The server has no read or write timeout: an operation's answer
-// may take its timeout_ms (up to 120 s) plus the response grace.
+// api), api.DefaultServerLimits: what one connection may hold, so that a
+// client without a token, or one that stalls, costs a bounded time. The
+// handler's wait for an operation's outcome (its timeout_ms, up to 120 s,
+// plus the response grace) is not bounded by them.
 const (
 	// NodeAPIReadHeaderTimeout bounds the reading of a request's
 	// headers: a client that connected and does not send them is
 	// disconnected.
 	NodeAPIReadHeaderTimeout = 10 * time.Second
+	// NodeAPIReadTimeout bounds the reading of a whole request, headers
+	// and body (up to 72 MiB): a body that has not arrived by then is
+	// refused (400 invalid_request) and its connection closed.
+	NodeAPIReadTimeout = time.Minute
+	// NodeAPIWriteTimeout bounds the writing of one answer from its
+	// start: a client that does not read it loses its connection.
+	NodeAPIWriteTimeout = time.Minute
 	// NodeAPIIdleTimeout is how long a kept-alive connection may wait
 	// for its next request (Caddy's default for its own servers).
 	NodeAPIIdleTimeout = 5 * time.Minute
 	// NodeAPIMaxHeaderBytes bounds a request's headers, in bytes: the
 	// API's requests carry one bearer token and a few short headers.
 	NodeAPIMaxHeaderBytes = 64 << 10
+	// NodeAPIMaxConns bounds the server's connections open at once: past
+	// it a new connection waits to be accepted until one closes, so that
+	// a flood takes at most this many of the process's file descriptors
+	// (Caddy's sites share them).
+	NodeAPIMaxConns = 4096
 )
+
+// nodeAPILimits are the server limits of the settings above.
+var nodeAPILimits = api.ServerLimits{
+	ReadHeaderTimeout: NodeAPIReadHeaderTimeout,
+	ReadTimeout:       NodeAPIReadTimeout,
+	WriteTimeout:      NodeAPIWriteTimeout,
+	IdleTimeout:       NodeAPIIdleTimeout,
+	MaxHeaderBytes:    NodeAPIMaxHeaderBytes,
+	MaxConns:          NodeAPIMaxConns,
+}
 
 // NodeAPIHandler returns the internal node API (package nodecore/api)
 // over this config's node hub, accepting the API tokens of the given
@@ -67,7 +93,7 @@ type nodeAPIServer struct {
 	handler http.Handler
 	logger  *zap.Logger
 
-	ln  net.Listener // from Start; closed once by Stop (onceCloseListener)
+	ln  net.Listener // from Start, under the connection limit; closed once by Stop (onceCloseListener)
 	srv *http.Server
 }
 
@@ -83,19 +109,43 @@ func (a *App) provisionNodeAPI(cfg *NodeAPI) error {
 		return fmt.Errorf("api: %w", err)
 	}
 	logger := a.logger.Named("node_api")
-	h := a.NodeAPIHandler(tokens, logger)
-	a.nodeAPI = &nodeAPIServer{addr: addr, logger: logger, handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !api.Owns(r.URL.Path) {
-			api.NotFound(w)
-			return
+	a.nodeAPI = &nodeAPIServer{addr: addr, logger: logger, handler: a.NodeAPIHandler(tokens, logger)}
+	return nil
+}
+
+// checkSites returns an error naming the server and the address when a
+// server of ctx's http app (its listen addresses as provisioned, in the
+// servers' name order) listens where the API would
+// (nodeconfig.SiteConflict): with SO_REUSEPORT both would bind and the
+// kernel would split the connections between them. No http app: nil. ctx
+// must be the config's, its apps all provisioned (Start).
+func (s *nodeAPIServer) checkSites(ctx caddy.Context) error {
+	app, err := ctx.AppIfConfigured("http")
+	if err != nil {
+		return nil // no http app: no site to collide with
+	}
+	httpApp, ok := app.(*caddyhttp.App)
+	if !ok {
+		return nil
+	}
+	names := make([]string, 0, len(httpApp.Servers))
+	for name := range httpApp.Servers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if l, found := nodeconfig.SiteConflict(s.addr, httpApp.Servers[name].Listen); found {
+			return fmt.Errorf("api: listen %s: the http app's server %q listens on %s, the same port on an overlapping host "+
+				"(both would bind it and split its connections); give the API a port of its own", s.addr, name, l)
 		}
-		h.ServeHTTP(w, r)
-	})}
+	}
 	return nil
 }
 
 // start listens with Caddy's listener (SO_REUSEPORT: a reload's new
-// config listens beside the old one until the old one stops) and serves.
+// config listens beside the old one until the old one stops) and serves
+// the API alone (api.NewServer: other paths 404, a refused request's
+// connection closed) within nodeAPILimits.
 func (s *nodeAPIServer) start() error {
 	l, err := s.addr.Listen(context.Background(), 0, net.ListenConfig{})
 	if err != nil {
@@ -108,21 +158,19 @@ func (s *nodeAPIServer) start() error {
 		}
 		return fmt.Errorf("api: listen %s: got a %T, not a stream listener", s.addr, l)
 	}
-	s.ln = &onceCloseListener{Listener: ln}
+	// Caddy's listener counts each Close: closed once below the limit,
+	// which closes what it wraps at each Close.
+	s.ln = nodeAPILimits.Listener(&onceCloseListener{Listener: ln})
 	errorLog, err := zap.NewStdLogAt(s.logger, zap.WarnLevel)
 	if err != nil {
 		_ = s.ln.Close()
 		return err
 	}
-	s.srv = &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: NodeAPIReadHeaderTimeout,
-		IdleTimeout:       NodeAPIIdleTimeout,
-		MaxHeaderBytes:    NodeAPIMaxHeaderBytes,
-		ErrorLog:          errorLog,
-	}
+	s.srv = api.NewServer(s.handler, nodeAPILimits, errorLog)
 	go func() {
-		if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		// stop closes the listener before the server's Shutdown: Serve
+		// then returns the listener's net.ErrClosed, not ErrServerClosed.
+		if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 			s.logger.Error("the internal node API server stopped", zap.Error(err))
 		}
 	}()

@@ -352,8 +352,15 @@ func allow(w http.ResponseWriter, r *http.Request, method string) bool {
 
 // operation serves POST <node>/operations. forwarded: the request came
 // from another replica; forward: a node not online here may be forwarded
-// to the replica holding it.
+// to the replica holding it. A body over proto.MaxRequestFrame is refused
+// 413, from its Content-Length before anything is read when declared.
 func (h *Handler) operation(w http.ResponseWriter, r *http.Request, nodeID string, forwarded, forward bool) {
+	// A declared length past the limit is refused before anything is
+	// read; an undeclared one (chunked) is cut off at the limit.
+	if r.ContentLength > proto.MaxRequestFrame {
+		tooLarge(w, "the body is over 72 MiB")
+		return
+	}
 	buf := bodyBuffers.Get().(*bytes.Buffer)
 	buf.Reset()
 	pooled := true // false once body may outlive this call
@@ -367,7 +374,7 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request, nodeID strin
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, "request_too_large", "the body is over 72 MiB")
+			tooLarge(w, "the body is over 72 MiB")
 			return
 		}
 		writeError(w, http.StatusBadRequest, "invalid_request", "the body could not be read")
@@ -421,14 +428,20 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request, nodeID strin
 // release forgets one placement (POST …/<node_id>/placements/release,
 // body PlacementEntry): the operator has established that the allocation
 // is gone. 200 Released, 404 not_found when no such placement is
-// recorded, 400 for a malformed body, 503 without a placement store.
+// recorded, 400 for a malformed body, 413 for a body over 64 KiB (from
+// its Content-Length before anything is read when declared), 503 without
+// a placement store.
 func (h *Handler) release(w http.ResponseWriter, r *http.Request, nodeID string) {
-	body := http.MaxBytesReader(w, r.Body, 64<<10)
+	if r.ContentLength > maxReleaseBody {
+		tooLarge(w, "the body is over 64 KiB")
+		return
+	}
+	body := http.MaxBytesReader(w, r.Body, maxReleaseBody)
 	var in PlacementEntry
 	if err := jsonv2.UnmarshalRead(body, &in, decodeOptions); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, "request_too_large", "the body is over 64 KiB")
+			tooLarge(w, "the body is over 64 KiB")
 			return
 		}
 		writeError(w, http.StatusBadRequest, "invalid_request", bodyProblem(err))
@@ -453,6 +466,17 @@ func (h *Handler) release(w http.ResponseWriter, r *http.Request, nodeID string)
 		}
 		writeJSON(w, http.StatusOK, Released{Released: true})
 	}
+}
+
+// maxReleaseBody bounds the body of a release, in bytes.
+const maxReleaseBody = 64 << 10
+
+// tooLarge answers 413 request_too_large with "Connection: close": the
+// body is left unread, and net/http would otherwise read up to 256 KiB of
+// it before answering, to keep the connection.
+func tooLarge(w http.ResponseWriter, msg string) {
+	w.Header().Set("Connection", "close")
+	writeError(w, http.StatusRequestEntityTooLarge, "request_too_large", msg)
 }
 
 // bodyProblem describes a body decoding error by its JSON pointer, never

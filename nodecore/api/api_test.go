@@ -528,3 +528,23 @@ func writeNodes(t testing.TB) string {
 	}
 	return path
 }
+
+// TestAPIDeclaredBodyTooLarge sends an operation and a release whose
+// Content-Length is past their limit (72 MiB, 64 KiB), without the body:
+// each is refused 413 request_too_large from its headers alone, without
+// waiting for (or reading) the body.
+func TestAPIDeclaredBodyTooLarge(t *testing.T) {
+	e := newAPIEnv(t)
+	addr := strings.TrimPrefix(e.srv.URL, "http://")
+	for path, length := range map[string]int64{
+		Prefix + "/" + nodeA + "/operations":         proto.MaxRequestFrame + 1,
+		Prefix + "/" + nodeA + "/placements/release": 64<<10 + 1,
+	} {
+		_, br := rawConn(t, addr, fmt.Sprintf("POST %s HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n{",
+			path, apiToken, length))
+		resp, body := readAnswer(t, br, http.MethodPost)
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, `"request_too_large"`) {
+			t.Errorf("POST %s with Content-Length %d: %d %s; want 413 request_too_large", path, length, resp.StatusCode, body)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"slices"
 	"strconv"
@@ -173,8 +174,10 @@ type API struct {
 	// (caddy.ParseNetworkAddress syntax, network tcp, tcp4 or tcp6; no
 	// port range, no Unix socket), e.g. "127.0.0.1:30087". An empty host
 	// is every interface: keep the API on a private one. It must not be
-	// the address of a Caddy site. Placeholders such as {env.POD_IP} are
-	// expanded. Required.
+	// the address of a Caddy site: the app refuses to start when a server
+	// of the http app listens on the same port on an overlapping host
+	// (SiteConflict). No scheme or path, no port 0. Placeholders such as
+	// {env.POD_IP} are expanded. Required.
 	Listen string `json:"listen,omitempty"`
 	// TokenSHA256 are the lowercase hex SHA-256 digests of the accepted
 	// API tokens, as sandbox_node_api's (package
@@ -191,24 +194,80 @@ func (a *API) Address() (caddy.NetworkAddress, error) {
 }
 
 // parseAPIAddress parses s as one TCP host and port; the error starts
-// with "listen".
+// with "listen". Refused: an empty s, a scheme or a path, a network other
+// than tcp, tcp4 or tcp6, a port range, no port, and port 0.
 func parseAPIAddress(s string) (caddy.NetworkAddress, error) {
 	if s == "" {
 		return caddy.NetworkAddress{}, fmt.Errorf("listen is required (a host:port such as 127.0.0.1:30087)")
+	}
+	if strings.Contains(s, "://") {
+		return caddy.NetworkAddress{}, fmt.Errorf("listen %q: a host:port, without a scheme or a path", s)
 	}
 	na, err := caddy.ParseNetworkAddress(s)
 	if err != nil {
 		return na, fmt.Errorf("listen %q: %v", s, err)
 	}
 	switch {
-	case na.Network != "tcp" && na.Network != "tcp4" && na.Network != "tcp6":
+	case strings.ContainsAny(na.Network, ":.[]"):
+		// "127.0.0.1:30087/path": Caddy reads what precedes the slash
+		// as the network.
+		return na, fmt.Errorf("listen %q: a host:port, without a scheme or a path", s)
+	case !isTCP(na.Network):
 		return na, fmt.Errorf("listen %q: the network must be tcp, not %s", s, na.Network)
 	case na.PortRangeSize() != 1:
 		return na, fmt.Errorf("listen %q: must be one port, not a range", s)
+	case na.StartPort == 0 && strings.HasSuffix(s, ":0"):
+		return na, fmt.Errorf("listen %q: port 0 is not allowed (the API needs a port its clients know)", s)
 	case na.StartPort == 0:
 		return na, fmt.Errorf("listen %q: needs a port (host:port)", s)
 	}
 	return na, nil
+}
+
+// SiteConflict returns the first of listen (the listen addresses of one
+// of Caddy's HTTP servers, placeholders expanded, as its provisioning
+// leaves them) that may accept the connections meant for api, an address
+// from Address: a TCP address (tcp, tcp4 or tcp6; other networks such as
+// udp for HTTP/3 are not compared) whose port range holds api's port, on
+// a host that overlaps api's. Hosts overlap when either is empty or an
+// unspecified IP (0.0.0.0, ::: every interface), when both are the same
+// IP, or when they are the same name (case-insensitive; names are not
+// resolved, so "localhost" and "127.0.0.1" are not seen to overlap). An
+// address that does not parse is skipped (Caddy refuses it itself). ok is
+// false when none overlaps.
+//
+// Caddy's listeners set SO_REUSEPORT, so such a site and the API would
+// both bind the address and the kernel would split the connections
+// between them: the sandgate app refuses to start with it.
+func SiteConflict(api caddy.NetworkAddress, listen []string) (addr string, ok bool) {
+	for _, l := range listen {
+		na, err := caddy.ParseNetworkAddress(l)
+		if err != nil || !isTCP(na.Network) || !isTCP(api.Network) {
+			continue
+		}
+		if api.StartPort < na.StartPort || api.StartPort > na.EndPort {
+			continue
+		}
+		if hostsOverlap(api.Host, na.Host) {
+			return l, true
+		}
+	}
+	return "", false
+}
+
+func isTCP(network string) bool { return network == "tcp" || network == "tcp4" || network == "tcp6" }
+
+// hostsOverlap: see SiteConflict.
+func hostsOverlap(a, b string) bool {
+	ipA, errA := netip.ParseAddr(a)
+	ipB, errB := netip.ParseAddr(b)
+	switch {
+	case a == "" || b == "" || (errA == nil && ipA.IsUnspecified()) || (errB == nil && ipB.IsUnspecified()):
+		return true
+	case errA == nil && errB == nil:
+		return ipA.Unmap().WithZone("") == ipB.Unmap().WithZone("")
+	}
+	return strings.EqualFold(a, b)
 }
 
 // checkDigest reports whether a token_sha256 value written without a
