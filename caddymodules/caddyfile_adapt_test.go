@@ -138,6 +138,10 @@ func TestCaddyfileExampleEnvOverrides(t *testing.T) {
 							SpecificationDigest string `json:"specification_digest"`
 						} `json:"generations"`
 					} `json:"pools"`
+					API struct {
+						Listen      string   `json:"listen"`
+						TokenSHA256 []string `json:"token_sha256"`
+					} `json:"api"`
 				} `json:"nodes"`
 			} `json:"sandgate"`
 			HTTP struct {
@@ -173,9 +177,16 @@ func TestCaddyfileExampleEnvOverrides(t *testing.T) {
 			byListen[l]++
 		}
 	}
-	for _, l := range []string{"10.0.0.8:30083", "10.0.0.8:30085", "10.0.0.9:30086"} {
+	for _, l := range []string{"10.0.0.8:30083", "10.0.0.8:30085"} {
 		if byListen[l] != 1 {
-			t.Errorf("listen addresses %v, want %s once (SANDGATE_BIND, SANDGATE_NODE_API_BIND)", byListen, l)
+			t.Errorf("listen addresses %v, want %s once (SANDGATE_BIND)", byListen, l)
+		}
+	}
+	// The internal node API is the app's listener (the nodes block's
+	// api), not a Caddy site: no server listens on its port.
+	for l := range byListen {
+		if strings.HasSuffix(l, ":30086") {
+			t.Errorf("a Caddy server listens on %s, the node API's port (the app's api serves it)", l)
 		}
 	}
 	n := sg.Nodes
@@ -183,16 +194,20 @@ func TestCaddyfileExampleEnvOverrides(t *testing.T) {
 	if n.Credentials.Path != "/etc/sandgate/nodes.yaml" || n.OwnerEpoch != 42 || len(gens) != 1 || gens[0].SpecificationDigest != strings.Repeat("ab", 32) {
 		t.Errorf("nodes = %+v, want SANDGATE_NODE_CREDENTIALS, _OWNER_EPOCH and _DEPLOYMENT_DIGEST", n)
 	}
-	var digests []string
+	if n.API.Listen != "10.0.0.9:30086" {
+		t.Errorf("nodes api listen = %q, want 10.0.0.9:30086 (SANDGATE_NODE_API_BIND)", n.API.Listen)
+	}
+	if d := n.API.TokenSHA256; len(d) != 2 || d[0] != strings.Repeat("cd", 32) || d[1] != strings.Repeat("ef", 32) {
+		t.Errorf("node API token digests = %v, want SANDGATE_NODE_API_TOKEN_SHA256 and _SLOT_SHA256", d)
+	}
 	for _, srv := range got.Apps.HTTP.Servers {
 		for _, r := range srv.Routes {
 			for _, h := range r.Handle {
-				digests = append(digests, h.TokenSHA256...)
+				if len(h.TokenSHA256) > 0 {
+					t.Errorf("a Caddy handler takes token digests %v: the node API is the app's api, with no site", h.TokenSHA256)
+				}
 			}
 		}
-	}
-	if len(digests) != 2 || digests[0] != strings.Repeat("cd", 32) || digests[1] != strings.Repeat("ef", 32) {
-		t.Errorf("node API token digests = %v, want SANDGATE_NODE_API_TOKEN_SHA256 and _SLOT_SHA256", digests)
 	}
 }
 

@@ -420,15 +420,21 @@ func TestPortalManifests(t *testing.T) {
 					t.Errorf("container %s has no CPU and memory requests", cont.Name)
 				}
 			}
-			for svc, port := range map[string]int32{"gateway": 30083, "gateway-node-connect": 30085, "gateway-internal": 30086,
-				"gateway-probe-relay": 30086} {
+			// Each Service exposes one container port, by its name: the
+			// node API keeps 30086 (the sandgate app's listener), the
+			// probe relay has a port of its own (a Caddy site).
+			for svc, want := range map[string]struct {
+				port   int32
+				target string
+			}{"gateway": {30083, "dataplane"}, "gateway-node-connect": {30085, "node-connect"}, "gateway-internal": {30086, "node-api"},
+				"gateway-probe-relay": {30087, "probe-relay"}} {
 				var s corev1.Service
 				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(r.find(t, "Service", svc).Object, &s); err != nil {
 					t.Fatal(err)
 				}
-				if !labelsMatch(s.Spec.Selector, gw.Spec.Template.Labels) || len(s.Spec.Ports) != 1 || s.Spec.Ports[0].Port != port ||
-					ports[s.Spec.Ports[0].TargetPort.StrVal] != port {
-					t.Errorf("Service %s: %+v, want port %d to the gateway's container port %d", svc, s.Spec, port, port)
+				if !labelsMatch(s.Spec.Selector, gw.Spec.Template.Labels) || len(s.Spec.Ports) != 1 || s.Spec.Ports[0].Port != want.port ||
+					s.Spec.Ports[0].TargetPort.StrVal != want.target || ports[want.target] != want.port {
+					t.Errorf("Service %s: %+v, want port %d to the gateway's container port %s (%d)", svc, s.Spec, want.port, want.target, want.port)
 				}
 				// corectl's -probe-relay-url resolves the name to every
 				// ready replica, which only a headless Service gives.
@@ -456,6 +462,14 @@ func TestPortalManifests(t *testing.T) {
 			}
 			if args["leader-elect"] != "true" || args["probe-listen"] != ":8091" {
 				t.Errorf("corectl args %v: leader election and -probe-listen :8091 expected", args)
+			}
+			// corectl reaches the probe relay through its headless Service
+			// on the relay's own port, the one -h gives as the example.
+			if got := args["probe-relay-url"]; got != "http://gateway-probe-relay:30087" {
+				t.Errorf("corectl -probe-relay-url=%s, want http://gateway-probe-relay:30087 (Service gateway-probe-relay)", got)
+			}
+			if !strings.Contains(string(usage), "e.g. http://gateway-probe-relay:30087,") {
+				t.Errorf("bin/corectl -h does not give http://gateway-probe-relay:30087 as -probe-relay-url's example:\n%s", usage)
 			}
 			for probe, want := range map[*corev1.Probe]string{cc.ReadinessProbe: "/readyz", cc.LivenessProbe: "/healthz"} {
 				if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != want || probe.HTTPGet.Port.StrVal != "probes" {
@@ -595,14 +609,38 @@ func TestGatewayCaddyfileAdapts(t *testing.T) {
 					health = l[0].(string)
 				}
 			}
-			var want []string
+			// The internal node API is the sandgate app's own listener
+			// (the nodes block's api), on the container port node-api,
+			// with the settings' two token digests; no Caddy server
+			// listens there, and no sandbox_node_api handler is left.
+			ports := map[string]string{}
 			for _, p := range c.Ports {
-				want = append(want, ":"+strconv.Itoa(int(p.ContainerPort)))
+				ports[p.Name] = ":" + strconv.Itoa(int(p.ContainerPort))
+			}
+			apiListen, _ := dig(cfg, "apps", "sandgate", "nodes", "api", "listen").(string)
+			if apiListen != ":30086" || ports["node-api"] != ":30086" {
+				t.Errorf("the nodes block's api listens on %q, want :30086, the container port node-api (%q)", apiListen, ports["node-api"])
+			}
+			settings := r.configMap(t, "sandgate-settings")
+			wantDigests := []any{settings["SANDGATE_NODE_API_TOKEN_SHA256"], settings["SANDGATE_NODE_API_TOKEN_SLOT_SHA256"]}
+			if got, _ := dig(cfg, "apps", "sandgate", "nodes", "api", "token_sha256").([]any); !slices.Equal(got, wantDigests) || got[0] == "" {
+				t.Errorf("the node API accepts the digests %v, want the settings' SANDGATE_NODE_API_TOKEN_SHA256 and _SLOT_SHA256 %v", got, wantDigests)
+			}
+			if slices.Contains(listen, apiListen) {
+				t.Errorf("a Caddy server listens on %s too, the node API's address (both would bind it with SO_REUSEPORT)", apiListen)
+			}
+			if strings.Contains(string(raw), `"handler":"sandbox_node_api"`) {
+				t.Error("a site still serves the node API with sandbox_node_api; the shipped configuration uses the app's api")
+			}
+			listen = append(listen, apiListen)
+			var want []string
+			for _, p := range ports {
+				want = append(want, p)
 			}
 			slices.Sort(listen)
 			slices.Sort(want)
 			if !slices.Equal(listen, want) {
-				t.Errorf("the Caddyfile's sites listen on %v, the container's ports are %v", listen, want)
+				t.Errorf("the Caddyfile's sites and the node API listen on %v, the container's ports are %v", listen, want)
 			}
 			if health != ":9180" {
 				t.Errorf("sandgate_health is served on %q, the probes ask :9180", health)
@@ -657,14 +695,22 @@ func TestGatewayCaddyfileAdapts(t *testing.T) {
 					t.Errorf("cluster %s: the gateway sends Host %q, corectl's ingress.host is %q (both must be set and equal)", c.ID, got, c.Ingress.Host)
 				}
 			}
-			relay := false
-			for _, srv := range dig(cfg, "apps", "http", "servers").(map[string]any) {
-				if strings.Contains(mustJSON(dig(srv, "listen")), `":30086"`) && strings.Contains(mustJSON(srv), `"handler":"fixed_entry_probe"`) {
-					relay = true
-				}
+			// The probe relay is a site of its own, the server named
+			// probe_relay (its caddy_http_* series' label), on the
+			// container port probe-relay, with the settings' two relay
+			// token digests; no other server has the handler.
+			relay := servers["probe_relay"]
+			if got := mustJSON(dig(relay, "listen")); got != `[":30087"]` || ports["probe-relay"] != ":30087" {
+				t.Errorf("the server probe_relay listens on %s, want [\":30087\"], the container port probe-relay (%q)", got, ports["probe-relay"])
 			}
-			if !relay {
-				t.Error("no fixed_entry_probe handler on :30086: corectl's -probe-relay-url (Service gateway-probe-relay) has nothing to reach")
+			relayDigests := mustJSON([]any{settings["SANDGATE_PROBE_RELAY_TOKEN_SHA256"], settings["SANDGATE_PROBE_RELAY_TOKEN_SLOT_SHA256"]})
+			if got := mustJSON(dig(relay, "routes")); !strings.Contains(got, `"handler":"fixed_entry_probe","token_sha256":`+relayDigests) {
+				t.Errorf("the server probe_relay's routes are %s, want fixed_entry_probe with the settings' digests %s", got, relayDigests)
+			}
+			for name, srv := range servers {
+				if name != "probe_relay" && strings.Contains(mustJSON(srv), `"handler":"fixed_entry_probe"`) {
+					t.Errorf("the server %s serves fixed_entry_probe too; only probe_relay may", name)
+				}
 			}
 		})
 	}

@@ -77,8 +77,9 @@ func peerLabel(peers []networkingv1.NetworkPolicyPeer, label, value string, same
 // refuse connections by default, and each port of the gateway and of
 // corectl is opened to exactly its audience: the data plane, node connect,
 // the E2B_DOMAIN listener and corectl's API to anyone; the internal node
-// API and probe relay to the gateway replicas, corectl and labelled
-// clients; the metrics ports to Prometheus only. No port of a Deployment
+// API to the gateway replicas and labelled clients (not corectl, which
+// does not call it); the probe relay to corectl only; the metrics ports to
+// Prometheus only. No port of a Deployment
 // is left unreachable, and every port a policy names exists.
 func TestNetworkPolicies(t *testing.T) {
 	for _, dir := range portalKustomizations {
@@ -112,8 +113,8 @@ func TestNetworkPolicies(t *testing.T) {
 			}
 
 			want := map[string]map[string]string{
-				"gateway": {"dataplane": "public", "node-connect": "public", "node-api": "internal", "health": "metrics", "e2b-domain": "public",
-					"corectl-api": "public"},
+				"gateway": {"dataplane": "public", "node-connect": "public", "node-api": "internal", "probe-relay": "corectl",
+					"health": "metrics", "e2b-domain": "public", "corectl-api": "public"},
 				"corectl": {"api": "public", "probes": "metrics"},
 			}
 			named := map[string]bool{}
@@ -137,9 +138,12 @@ func TestNetworkPolicies(t *testing.T) {
 						}
 					case "internal":
 						if a.public || !peerLabel(a.peers, "app.kubernetes.io/name", "gateway", true) ||
-							!peerLabel(a.peers, "app.kubernetes.io/name", "corectl", true) ||
-							!peerLabel(a.peers, "sandgate.io/node-api-client", "true", false) || len(a.peers) != 3 {
-							t.Errorf("%s: port %s admits %+v (public %v), want the gateway replicas, corectl and labelled node API clients", name, port, a.peers, a.public)
+							!peerLabel(a.peers, "sandgate.io/node-api-client", "true", false) || len(a.peers) != 2 {
+							t.Errorf("%s: port %s admits %+v (public %v), want the gateway replicas and labelled node API clients", name, port, a.peers, a.public)
+						}
+					case "corectl":
+						if a.public || len(a.peers) != 1 || !peerLabel(a.peers, "app.kubernetes.io/name", "corectl", true) {
+							t.Errorf("%s: port %s admits %+v (public %v), want corectl only", name, port, a.peers, a.public)
 						}
 					case "metrics":
 						if a.public || len(a.peers) != 1 || !peerLabel(a.peers, "app.kubernetes.io/name", "prometheus", false) {

@@ -1,7 +1,10 @@
 // Package replicas runs several gateway processes (bin/caddy) as replicas
 // of one gateway: they share node presence and the owner epoch through
 // Leases in a kube-apiserver (the "kubernetes" node presence), each
-// serving node connect and the internal node API on its own loopback port.
+// serving node connect on its own loopback port and, as the shipped
+// configuration does, the internal node API on another from the sandgate
+// app's own listener (the nodes block's api), which presence advertises
+// to the other replicas for forwarding.
 // The scale-out test (integration/scaleout), the peer token rotation
 // (integration/rotation: replicas added and stopped one at a time) and the
 // load tool (hack/scaleload) use it.
@@ -79,8 +82,12 @@ type Config struct {
 type Replica struct {
 	// ID is its replica ID (holder identity).
 	ID string
-	// URL is its base URL: node connect and the internal node API.
+	// URL is its base URL: node connect, the machine API and /metrics
+	// (a Caddy site).
 	URL string
+	// APIURL is its internal node API's base URL: the sandgate app's
+	// own listener (the nodes block's api), as presence advertises it.
+	APIURL string
 	// PID is its process ID.
 	PID int
 	// Admin is its Caddy admin endpoint (host:port), with Config.Admin.
@@ -117,8 +124,9 @@ func sum(s string) string {
 }
 
 // Caddyfile returns the configuration of replica id listening on port,
-// with its admin endpoint on admin ("off": none).
-func (c *Cluster) caddyfile(cfg Config, id, port, admin string) string {
+// with the internal node API on apiPort and its admin endpoint on admin
+// ("off": none).
+func (c *Cluster) caddyfile(cfg Config, id, port, apiPort, admin string) string {
 	presence, kube := "", ""
 	if cfg.NodeStore != "" {
 		presence = "\n\t\t\tstore " + cfg.NodeStore
@@ -132,7 +140,7 @@ func (c *Cluster) caddyfile(cfg Config, id, port, admin string) string {
 				advertise http://127.0.0.1:%s
 				peer_token_file %s
 				lease_duration %s
-			}`, port, filepath.Join(c.Dir, "peer-token"), cfg.LeaseDuration)
+			}`, apiPort, filepath.Join(c.Dir, "peer-token"), cfg.LeaseDuration)
 		kube = fmt.Sprintf(`
 		kubernetes {
 			kubeconfig %s
@@ -158,7 +166,10 @@ func (c *Cluster) caddyfile(cfg Config, id, port, admin string) string {
 		nodes {
 			credentials file %s
 			heartbeat_interval %s
-			shutdown_grace 5s%s
+			shutdown_grace 5s
+			api 127.0.0.1:%s {
+				token_sha256 %s
+			}%s
 		}%s
 	}
 }
@@ -167,12 +178,9 @@ http://127.0.0.1:%s {
 	sandgate_health
 	metrics /metrics
 	sandbox_node_connect
-	sandbox_node_api {
-		token_sha256 %s
-	}
 }
 `, admin, level, filepath.Join(c.Dir, "hmac.key"), filepath.Join(c.Dir, "credentials.yaml"), filepath.Join(c.Dir, "nodes.yaml"),
-		cfg.HeartbeatInterval, presence, kube, port, sum(c.APIToken))
+		cfg.HeartbeatInterval, apiPort, sum(c.APIToken), presence, kube, port)
 }
 
 // Start writes the files and starts the replicas, each once it listens.
@@ -234,6 +242,10 @@ func (c *Cluster) Add() (*Replica, error) {
 	if err != nil {
 		return nil, err
 	}
+	apiPort, err := freeport.Port()
+	if err != nil {
+		return nil, err
+	}
 	admin := "off"
 	if cfg.Admin {
 		p, err := freeport.Port()
@@ -243,7 +255,7 @@ func (c *Cluster) Add() (*Replica, error) {
 		admin = "127.0.0.1:" + p
 	}
 	cf := filepath.Join(c.Dir, id+".Caddyfile")
-	if err := os.WriteFile(cf, []byte(c.caddyfile(cfg, id, port, admin)), 0o600); err != nil {
+	if err := os.WriteFile(cf, []byte(c.caddyfile(cfg, id, port, apiPort, admin)), 0o600); err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(cfg.Caddy, "run", "--config", cf, "--adapter", "caddyfile")
@@ -257,7 +269,7 @@ func (c *Cluster) Add() (*Replica, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("replicas: starting %s: %w", id, err)
 	}
-	r := &Replica{ID: id, URL: "http://127.0.0.1:" + port, PID: cmd.Process.Pid, cmd: cmd, exited: make(chan error, 1)}
+	r := &Replica{ID: id, URL: "http://127.0.0.1:" + port, APIURL: "http://127.0.0.1:" + apiPort, PID: cmd.Process.Pid, cmd: cmd, exited: make(chan error, 1)}
 	if cfg.Admin {
 		r.Admin = admin
 	}
@@ -274,12 +286,21 @@ func (c *Cluster) Add() (*Replica, error) {
 // after it, as a Secret edit reaches the pods of a rolling update.
 func (c *Cluster) PeerTokenFile() string { return filepath.Join(c.Dir, "peer-token") }
 
+// waitListening waits until the replica accepts connections on its site
+// and on its internal node API (Caddy starts its apps in no fixed order).
 func (r *Replica) waitListening() error {
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		conn, err := net.DialTimeout("tcp", strings.TrimPrefix(r.URL, "http://"), time.Second)
-		if err == nil {
+		listening := true
+		for _, u := range []string{r.URL, r.APIURL} {
+			conn, err := net.DialTimeout("tcp", strings.TrimPrefix(u, "http://"), time.Second)
+			if err != nil {
+				listening = false
+				break
+			}
 			conn.Close()
+		}
+		if listening {
 			return nil
 		}
 		select {
@@ -365,7 +386,7 @@ type Answer struct {
 // Dispatch sends one operation (an api.OperationRequest body) for nodeID
 // through replica i's internal node API. Errors are transport errors.
 func (c *Cluster) Dispatch(ctx context.Context, i int, nodeID string, body []byte) (Answer, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.Replicas[i].URL+api.Prefix+"/"+nodeID+"/operations", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.Replicas[i].APIURL+api.Prefix+"/"+nodeID+"/operations", bytes.NewReader(body))
 	if err != nil {
 		return Answer{}, err
 	}
@@ -391,7 +412,7 @@ func (c *Cluster) Dispatch(ctx context.Context, i int, nodeID string, body []byt
 
 // Nodes lists the nodes through replica i's internal node API.
 func (c *Cluster) Nodes(ctx context.Context, i int) (api.Nodes, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Replicas[i].URL+api.Prefix, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Replicas[i].APIURL+api.Prefix, nil)
 	if err != nil {
 		return api.Nodes{}, err
 	}

@@ -184,7 +184,7 @@ func TestPeerTokenRotationWithProcesses(t *testing.T) {
 	client := keepAliveClient
 	operation := func(ctx context.Context, via *replicas.Replica, node, auth, forwardedBy string) (int, []byte, error) {
 		body := fmt.Sprintf(`{"operation":"info","deployment_generation":1,"timeout_ms":5000,"reference":{"tenant_id":"t","environment_id":"e","allocation_id":"op-%d"}}`, seq.Add(1))
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, via.URL+api.Prefix+"/"+node+"/operations", strings.NewReader(body))
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, via.APIURL+api.Prefix+"/"+node+"/operations", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+auth)
 		req.Header.Set("Content-Type", "application/json")
 		if forwardedBy != "" {

@@ -2,7 +2,9 @@
 // xcaddy.toml (bin/caddy) with Caddyfile.example as is, a local fixed entry
 // with an execd stand-in behind it, a control-API stub, and a short session
 // of the official E2B JS SDK through the gateway on :30083, printing what it
-// did.
+// did; then it lists the sandbox nodes through the internal node API, which
+// Caddyfile.example serves from the sandgate app's own listener (the nodes
+// block's api) with the demo token integration/demo/node-api-token.txt.
 //
 // Usage (from the repository root, after `make bin/caddy` and `npm ci` in
 // integration/js; `make demo` does all three):
@@ -20,10 +22,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/sandgate/sandgate/integration/harness"
 )
@@ -100,5 +105,65 @@ func run() error {
 	fmt.Printf("  files.read('/home/user/demo/hello.txt')\n    → %s\n", res.Result.Read)
 	fmt.Printf("  files.list('/home/user/demo')\n    → %s\n", res.Result.List)
 	fmt.Printf("  files.remove('/home/user/demo/hello.txt'); files.list('/home/user/demo')\n    → %s\n", res.Result.ListAfterRemove)
+
+	nodes, err := listNodes(root)
+	if err != nil {
+		return fmt.Errorf("the internal node API: %w\ngateway log:\n%s", err, gatewayLog.String())
+	}
+	fmt.Println()
+	fmt.Println("internal node API (the sandgate app's listener, nodes { api } of Caddyfile.example):")
+	fmt.Println("  GET " + nodeAPI + "/internal/v1/sandbox-nodes")
+	for _, n := range nodes {
+		fmt.Printf("    → %s enrolled %v, %s, online %v\n", n.NodeID, n.Enrolled, n.State, n.Online)
+	}
 	return nil
+}
+
+// nodeAPI is where Caddyfile.example serves the internal node API.
+const nodeAPI = "http://127.0.0.1:30086"
+
+// demoNode is what the demo prints of a NodeStatus (nodecore/api).
+type demoNode struct {
+	NodeID   string `json:"node_id"`
+	Enrolled bool   `json:"enrolled"`
+	State    string `json:"state"`
+	Online   bool   `json:"online"`
+}
+
+// listNodes asks the gateway's internal node API for every node, with the
+// demo's API token; an answer other than 200 with at least one node is an
+// error.
+func listNodes(root string) ([]demoNode, error) {
+	tok, err := os.ReadFile(filepath.Join(root, "integration/demo/node-api-token.txt"))
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequest(http.MethodGet, nodeAPI+"/internal/v1/sandbox-nodes", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /internal/v1/sandbox-nodes: %s %s", resp.Status, body)
+	}
+	var list struct {
+		Nodes []demoNode `json:"nodes"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return nil, fmt.Errorf("GET /internal/v1/sandbox-nodes answered %q: %w", body, err)
+	}
+	if len(list.Nodes) == 0 {
+		return nil, fmt.Errorf("GET /internal/v1/sandbox-nodes listed no node; integration/demo/nodes.yaml enrols one")
+	}
+	return list.Nodes, nil
 }
