@@ -335,3 +335,53 @@ func TestBinaryAppNodeAPIShutdown(t *testing.T) {
 		t.Fatalf("the gateway's exit: %v", err)
 	}
 }
+
+// TestBinaryAppNodeAPIShutdownDelay: with Caddy's shutdown_delay, a gateway
+// told to exit keeps the app's API listener serving during the delay, as
+// Caddy keeps its sites' (a caller that a Service still sends here is
+// served, not refused), then refuses connections and exits 0. The test
+// runs the order Caddy chose; both orders serve the API during the delay.
+func TestBinaryAppNodeAPIShutdownDelay(t *testing.T) {
+	f := newFiles(t)
+	apiAddr := "127.0.0.1:" + freePort(t)
+	cfg := appAPICaddyfile(f, "127.0.0.1:"+freePort(t), apiAddr, apiToken)
+	withDelay := strings.Replace(cfg, "persist_config off", "persist_config off\n\tshutdown_delay 10s", 1)
+	if withDelay == cfg {
+		t.Fatal("the test's Caddyfile has no persist_config line to put shutdown_delay after")
+	}
+	g := startGatewayWith(t, f, withDelay)
+	waitAppAPI(t, apiAddr)
+	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// Caddy stops its apps one after the other in no fixed order: the
+	// http app first (its delay, then the sandgate app's Stop, which
+	// closes the API at once) or the sandgate app first (the API's delay,
+	// spent alongside the http app's). Either way the delay has begun once
+	// one of them logs it.
+	waitFor(t, "the shutdown delay to begin", func() bool {
+		logs := g.logs.String()
+		return strings.Contains(logs, "closing the internal node API listener after the shutdown delay") ||
+			strings.Contains(logs, `"shutdown scheduled"`)
+	})
+	// A new connection after the exit began, within the delay.
+	c, err := net.DialTimeout("tcp", apiAddr, time.Second)
+	if err != nil {
+		t.Fatalf("a connection within the shutdown delay: %v", err)
+	}
+	c.Close()
+	if status, _, body := apiRequest(t, http.MethodGet, "http://"+apiAddr, api.Prefix, "Bearer "+apiToken, ""); status != http.StatusOK {
+		t.Fatalf("the node list within the shutdown delay: %d %s", status, body)
+	}
+	waitFor(t, "the app's listener to refuse connections after the delay", func() bool {
+		c, err := net.DialTimeout("tcp", apiAddr, time.Second)
+		if err == nil {
+			c.Close()
+			return false
+		}
+		return errors.Is(err, syscall.ECONNREFUSED)
+	})
+	if err := g.stop(); err != nil {
+		t.Fatalf("the gateway's exit: %v", err)
+	}
+}

@@ -301,12 +301,15 @@ func (a *App) Running() bool { return atomic.LoadInt32(&a.running) == 1 }
 // 1001; Cleanup waits for that drain.
 //
 // With the nodes block's api, Stop first closes that listener (a reload
-// whose config keeps the address goes on serving from the new config's)
-// and shuts its server down: the requests in flight get up to
-// Nodes.ShutdownGrace for their answer, then their connections are
-// closed. When the process is exiting Stop waits for that, and for the
-// shutdowns of the servers of configs a reload replaced; a reload does
-// not wait.
+// whose config keeps the address goes on serving from the new config's;
+// a process that exits keeps it serving for the http app's
+// shutdown_delay first) and shuts its server down: the requests in flight
+// get up to Nodes.ShutdownGrace for their answer, then their connections
+// are closed. When the process is exiting Cleanup waits for that, and for
+// the shutdowns of the servers of configs a reload replaced (Stop returns
+// at once, so that the http app's Stop, which Caddy calls before or after
+// it, spends its shutdown_delay alongside the API's); a reload does not
+// wait.
 func (a *App) Stop() error {
 	atomic.StoreInt32(&a.running, 0)
 	currentMu.Lock()
@@ -327,17 +330,12 @@ func (a *App) Stop() error {
 			grace = DefaultShutdownGrace
 		}
 		if a.nodeAPI != nil {
-			a.nodeAPI.stop(grace)
+			a.nodeAPI.stop(caddy.Exiting(), grace)
 		}
 		if caddy.Exiting() {
 			a.logger.Info("draining node connections", zap.Duration("shutdown_grace", grace))
 		}
 		a.core.Stop(caddy.Exiting(), grace)
-	}
-	if caddy.Exiting() {
-		// The API servers' answers in flight, this config's and those of
-		// configs a reload replaced, before the process exits.
-		nodeAPIShutdowns.Wait()
 	}
 	return nil
 }
@@ -345,8 +343,15 @@ func (a *App) Stop() error {
 // Cleanup releases this config's references to the node hub and the
 // Portal cluster connection; the hub, and every node connection, is
 // closed when no config holds it any more, and so is the connection (its
-// watches end).
+// watches end). When the process is exiting it first waits for the
+// internal node API servers' shutdowns (Stop).
 func (a *App) Cleanup() error {
+	if caddy.Exiting() {
+		// The API servers' delays and answers in flight, this config's
+		// and those of configs a reload replaced, before the process
+		// exits.
+		nodeAPIShutdowns.Wait()
+	}
 	var err error
 	if a.core != nil {
 		err = a.core.Close() // a second Close releases nothing

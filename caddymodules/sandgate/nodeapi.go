@@ -95,6 +95,13 @@ type nodeAPIServer struct {
 
 	ln  net.Listener // from Start, under the connection limit; closed once by Stop (onceCloseListener)
 	srv *http.Server
+
+	// shutdownDelay is the http app's shutdown_delay, read at Start
+	// (checkSites): how long an exiting process keeps the listener open
+	// after Stop, as Caddy keeps its sites'; siteAddrs are that app's
+	// listen addresses (sitesListening).
+	shutdownDelay time.Duration
+	siteAddrs     []caddy.NetworkAddress
 }
 
 // provisionNodeAPI checks the nodes block's api setting and builds its
@@ -117,8 +124,9 @@ func (a *App) provisionNodeAPI(cfg *NodeAPI) error {
 // server of ctx's http app (its listen addresses as provisioned, in the
 // servers' name order) listens where the API would
 // (nodeconfig.SiteConflict): with SO_REUSEPORT both would bind and the
-// kernel would split the connections between them. No http app: nil. ctx
-// must be the config's, its apps all provisioned (Start).
+// kernel would split the connections between them. No http app: nil. It
+// also takes the http app's shutdown_delay for stop. ctx must be the
+// config's, its apps all provisioned (Start).
 func (s *nodeAPIServer) checkSites(ctx caddy.Context) error {
 	app, err := ctx.AppIfConfigured("http")
 	if err != nil {
@@ -128,9 +136,15 @@ func (s *nodeAPIServer) checkSites(ctx caddy.Context) error {
 	if !ok {
 		return nil
 	}
+	s.shutdownDelay = time.Duration(httpApp.ShutdownDelay)
 	names := make([]string, 0, len(httpApp.Servers))
-	for name := range httpApp.Servers {
+	for name, srv := range httpApp.Servers {
 		names = append(names, name)
+		for _, l := range srv.Listen {
+			if na, err := caddy.ParseNetworkAddress(l); err == nil {
+				s.siteAddrs = append(s.siteAddrs, na.Expand()...)
+			}
+		}
 	}
 	sort.Strings(names)
 	for _, name := range names {
@@ -178,21 +192,36 @@ func (s *nodeAPIServer) start() error {
 	return nil
 }
 
-// stop closes the listener at once (a connection to the address is
-// refused from then on, unless a newer config listens there too) and
-// begins shutting the server down: the requests in flight get up to
-// grace for their answer, then every connection is closed
-// (nodeAPIShutdowns counts it until then).
-func (s *nodeAPIServer) stop(grace time.Duration) {
+// stop closes the listener (a connection to the address is refused from
+// then on, unless a newer config listens there too) and begins shutting
+// the server down: the requests in flight get up to grace for their
+// answer, then every connection is closed (nodeAPIShutdowns counts it
+// until then). A reload closes the listener at once; a process that exits
+// keeps it open, serving, for the http app's shutdown_delay first, as
+// Caddy keeps its sites' listeners (unless the http app has stopped
+// already: sitesListening), so that callers reach the replica while the
+// endpoints that name it are being withdrawn (a Kubernetes Service's take
+// a few seconds), instead of being refused.
+func (s *nodeAPIServer) stop(exiting bool, grace time.Duration) {
 	if s.srv == nil {
 		return
 	}
-	if err := s.ln.Close(); err != nil {
-		s.logger.Warn("closing the internal node API listener", zap.Error(err))
+	delay := time.Duration(0)
+	if exiting && s.sitesListening() {
+		delay = s.shutdownDelay
+	}
+	if delay <= 0 {
+		s.closeListener()
+	} else {
+		s.logger.Info("closing the internal node API listener after the shutdown delay", zap.Duration("shutdown_delay", delay))
 	}
 	nodeAPIShutdowns.Add(1)
 	go func() {
 		defer nodeAPIShutdowns.Done()
+		if delay > 0 {
+			time.Sleep(delay) // the listener serves meanwhile: nothing to wait for but the time
+			s.closeListener()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), grace)
 		defer cancel()
 		if err := s.srv.Shutdown(ctx); err != nil {
@@ -201,6 +230,27 @@ func (s *nodeAPIServer) stop(grace time.Duration) {
 		}
 		_ = s.srv.Close()
 	}()
+}
+
+// sitesListening reports whether a listener of the http app's servers
+// is still open in Caddy's listener pool. Caddy stops its apps one after
+// the other in no fixed order: when the http app stopped first, its
+// shutdown_delay has been spent already and its listeners are closed, so
+// the API's listener closes at once; otherwise its delay runs alongside
+// the one the http app is about to spend.
+func (s *nodeAPIServer) sitesListening() bool {
+	for _, a := range s.siteAddrs {
+		if caddy.ListenerUsage(a.Network, a.JoinHostPort(0)) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *nodeAPIServer) closeListener() {
+	if err := s.ln.Close(); err != nil {
+		s.logger.Warn("closing the internal node API listener", zap.Error(err))
+	}
 }
 
 // nodeAPIShutdowns counts the app API servers' shutdowns under way, this
