@@ -48,7 +48,8 @@ func TestGatewayCaddyfileAdapts(t *testing.T) {
 // TestGatewayCaddyfileInternalAPI: with -internal-api app (o.appAPIAddr
 // set) the gateway's Caddyfile configures the nodes block's api on that
 // address with the API token's SHA-256 only, beside the site's
-// sandbox_node_api; with -internal-api site (the default) it has no api.
+// sandbox_node_api (the default, as shipped); with -internal-api site it
+// has no api.
 func TestGatewayCaddyfileInternalAPI(t *testing.T) {
 	const token = "nodeload-api-token-0123456789"
 	for _, addr := range []string{"127.0.0.1:30187", ""} {
