@@ -391,7 +391,7 @@ func checkCaddyTLS(t *testing.T, r *rendered) {
 			api = s.(map[string]any)
 		}
 	}
-	want := map[string]bool{":30083": true, ":30085": true, ":30084": true, ":30087": false, ":9180": false}
+	want := map[string]bool{":30083": true, ":30085": true, ":30084": true, ":30086": false, ":9180": false}
 	if !maps.Equal(tlsOn, want) {
 		t.Errorf("TLS per listener %v, want %v (public listeners only)", tlsOn, want)
 	}

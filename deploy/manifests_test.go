@@ -421,20 +421,24 @@ func TestPortalManifests(t *testing.T) {
 				}
 			}
 			// Each Service exposes one container port, by its name: the
-			// node API keeps 30086 (the sandgate app's listener), the
-			// probe relay has a port of its own (a Caddy site).
+			// node API keeps Service port 30086 (the sandgate app's
+			// listener, container port 30087), the probe relay keeps 30086
+			// in the pod (a Caddy site), where an earlier release served
+			// both.
 			for svc, want := range map[string]struct {
 				port   int32
 				target string
-			}{"gateway": {30083, "dataplane"}, "gateway-node-connect": {30085, "node-connect"}, "gateway-internal": {30086, "node-api"},
-				"gateway-probe-relay": {30087, "probe-relay"}} {
+				// container is the target's port number in the pod.
+				container int32
+			}{"gateway": {30083, "dataplane", 30083}, "gateway-node-connect": {30085, "node-connect", 30085},
+				"gateway-internal": {30086, "node-api", 30087}, "gateway-probe-relay": {30086, "probe-relay", 30086}} {
 				var s corev1.Service
 				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(r.find(t, "Service", svc).Object, &s); err != nil {
 					t.Fatal(err)
 				}
 				if !labelsMatch(s.Spec.Selector, gw.Spec.Template.Labels) || len(s.Spec.Ports) != 1 || s.Spec.Ports[0].Port != want.port ||
-					s.Spec.Ports[0].TargetPort.StrVal != want.target || ports[want.target] != want.port {
-					t.Errorf("Service %s: %+v, want port %d to the gateway's container port %s (%d)", svc, s.Spec, want.port, want.target, want.port)
+					s.Spec.Ports[0].TargetPort.StrVal != want.target || ports[want.target] != want.container {
+					t.Errorf("Service %s: %+v, want port %d to the gateway's container port %s (%d)", svc, s.Spec, want.port, want.target, want.container)
 				}
 				// corectl's -probe-relay-url resolves the name to every
 				// ready replica, which only a headless Service gives.
@@ -465,11 +469,11 @@ func TestPortalManifests(t *testing.T) {
 			}
 			// corectl reaches the probe relay through its headless Service
 			// on the relay's own port, the one -h gives as the example.
-			if got := args["probe-relay-url"]; got != "http://gateway-probe-relay:30087" {
-				t.Errorf("corectl -probe-relay-url=%s, want http://gateway-probe-relay:30087 (Service gateway-probe-relay)", got)
+			if got := args["probe-relay-url"]; got != "http://gateway-probe-relay:30086" {
+				t.Errorf("corectl -probe-relay-url=%s, want http://gateway-probe-relay:30086 (Service gateway-probe-relay)", got)
 			}
-			if !strings.Contains(string(usage), "e.g. http://gateway-probe-relay:30087,") {
-				t.Errorf("bin/corectl -h does not give http://gateway-probe-relay:30087 as -probe-relay-url's example:\n%s", usage)
+			if !strings.Contains(string(usage), "e.g. http://gateway-probe-relay:30086,") {
+				t.Errorf("bin/corectl -h does not give http://gateway-probe-relay:30086 as -probe-relay-url's example:\n%s", usage)
 			}
 			for probe, want := range map[*corev1.Probe]string{cc.ReadinessProbe: "/readyz", cc.LivenessProbe: "/healthz"} {
 				if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != want || probe.HTTPGet.Port.StrVal != "probes" {
@@ -618,8 +622,8 @@ func TestGatewayCaddyfileAdapts(t *testing.T) {
 				ports[p.Name] = ":" + strconv.Itoa(int(p.ContainerPort))
 			}
 			apiListen, _ := dig(cfg, "apps", "sandgate", "nodes", "api", "listen").(string)
-			if apiListen != ":30086" || ports["node-api"] != ":30086" {
-				t.Errorf("the nodes block's api listens on %q, want :30086, the container port node-api (%q)", apiListen, ports["node-api"])
+			if apiListen != ":30087" || ports["node-api"] != ":30087" {
+				t.Errorf("the nodes block's api listens on %q, want :30087, the container port node-api (%q)", apiListen, ports["node-api"])
 			}
 			settings := r.configMap(t, "sandgate-settings")
 			wantDigests := []any{settings["SANDGATE_NODE_API_TOKEN_SHA256"], settings["SANDGATE_NODE_API_TOKEN_SLOT_SHA256"]}
@@ -700,8 +704,8 @@ func TestGatewayCaddyfileAdapts(t *testing.T) {
 			// container port probe-relay, with the settings' two relay
 			// token digests; no other server has the handler.
 			relay := servers["probe_relay"]
-			if got := mustJSON(dig(relay, "listen")); got != `[":30087"]` || ports["probe-relay"] != ":30087" {
-				t.Errorf("the server probe_relay listens on %s, want [\":30087\"], the container port probe-relay (%q)", got, ports["probe-relay"])
+			if got := mustJSON(dig(relay, "listen")); got != `[":30086"]` || ports["probe-relay"] != ":30086" {
+				t.Errorf("the server probe_relay listens on %s, want [\":30086\"], the container port probe-relay (%q)", got, ports["probe-relay"])
 			}
 			relayDigests := mustJSON([]any{settings["SANDGATE_PROBE_RELAY_TOKEN_SHA256"], settings["SANDGATE_PROBE_RELAY_TOKEN_SLOT_SHA256"]})
 			if got := mustJSON(dig(relay, "routes")); !strings.Contains(got, `"handler":"fixed_entry_probe","token_sha256":`+relayDigests) {

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // portAccess is who a NetworkPolicy lets reach one port of a pod: public
@@ -19,15 +20,17 @@ type portAccess struct {
 }
 
 // accessOf evaluates the policies for the pods of d: for each named
-// container port, who may connect. It fails the test on a selector that
+// container port (a rule names it or gives its number), who may connect. It fails the test on a selector that
 // does not parse.
 func accessOf(t *testing.T, policies []networkingv1.NetworkPolicy, d *appsv1.Deployment) map[string]*portAccess {
 	t.Helper()
 	podLabels := labels.Set(d.Spec.Template.Labels)
 	out := map[string]*portAccess{}
+	number := map[string]int32{}
 	for _, c := range d.Spec.Template.Spec.Containers {
 		for _, p := range c.Ports {
 			out[p.Name] = &portAccess{}
+			number[p.Name] = p.ContainerPort
 		}
 	}
 	for _, np := range policies {
@@ -42,7 +45,8 @@ func accessOf(t *testing.T, policies []networkingv1.NetworkPolicy, d *appsv1.Dep
 			for name, a := range out {
 				opens := len(rule.Ports) == 0
 				for _, p := range rule.Ports {
-					if p.Port != nil && p.Port.StrVal == name {
+					// A rule names the port, or gives its number.
+					if p.Port != nil && (p.Port.StrVal == name || p.Port.Type == intstr.Int && p.Port.IntVal == number[name]) {
 						opens = true
 					}
 				}
@@ -117,12 +121,13 @@ func TestNetworkPolicies(t *testing.T) {
 					"health": "metrics", "e2b-domain": "public", "corectl-api": "public"},
 				"corectl": {"api": "public", "probes": "metrics"},
 			}
-			named := map[string]bool{}
+			named, numbered := map[string]bool{}, map[int32]bool{}
 			for name, ports := range want {
 				d := r.deployment(t, name)
 				for _, c := range d.Spec.Template.Spec.Containers {
 					for _, p := range c.Ports {
 						named[p.Name] = true
+						numbered[p.ContainerPort] = true
 					}
 				}
 				for port, a := range accessOf(t, policies, d) {
@@ -155,8 +160,9 @@ func TestNetworkPolicies(t *testing.T) {
 			for _, np := range policies {
 				for _, rule := range np.Spec.Ingress {
 					for _, p := range rule.Ports {
-						if p.Port == nil || p.Port.StrVal == "" || !named[p.Port.StrVal] {
-							t.Errorf("NetworkPolicy %s names port %v, which no container of the gateway or corectl names", np.Name, p.Port)
+						if p.Port == nil || (p.Port.Type == intstr.String && !named[p.Port.StrVal]) ||
+							(p.Port.Type == intstr.Int && !numbered[p.Port.IntVal]) {
+							t.Errorf("NetworkPolicy %s names port %v, which no container of the gateway or corectl has", np.Name, p.Port)
 						}
 					}
 				}
