@@ -23,6 +23,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -424,7 +425,9 @@ func TestPortalManifests(t *testing.T) {
 			// node API keeps Service port 30086 (the sandgate app's
 			// listener, container port 30087), the probe relay keeps 30086
 			// in the pod (a Caddy site), where an earlier release served
-			// both.
+			// both; the relay's Service targets it by number, so that the
+			// pods of that release, which name the port node-api, stay
+			// its endpoints (TestUpgradeFromSharedInternalPort).
 			for svc, want := range map[string]struct {
 				port   int32
 				target string
@@ -436,8 +439,11 @@ func TestPortalManifests(t *testing.T) {
 				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(r.find(t, "Service", svc).Object, &s); err != nil {
 					t.Fatal(err)
 				}
+				byNumber := svc == "gateway-probe-relay"
 				if !labelsMatch(s.Spec.Selector, gw.Spec.Template.Labels) || len(s.Spec.Ports) != 1 || s.Spec.Ports[0].Port != want.port ||
-					s.Spec.Ports[0].TargetPort.StrVal != want.target || ports[want.target] != want.container {
+					(!byNumber && s.Spec.Ports[0].TargetPort.StrVal != want.target) ||
+					(byNumber && (s.Spec.Ports[0].TargetPort.Type != intstr.Int || s.Spec.Ports[0].TargetPort.IntVal != want.container)) ||
+					ports[want.target] != want.container {
 					t.Errorf("Service %s: %+v, want port %d to the gateway's container port %s (%d)", svc, s.Spec, want.port, want.target, want.container)
 				}
 				// corectl's -probe-relay-url resolves the name to every

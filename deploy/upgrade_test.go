@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // TestUpgradeFromSharedInternalPort: a rolling upgrade from the release
@@ -21,7 +22,9 @@ import (
 // it:
 //   - corectl dials the relay at the port of -probe-relay-url on each pod
 //     (the Service gateway-probe-relay is headless): the new pods' port
-//     probe-relay and the old pods' shared port are that port;
+//     probe-relay and the old pods' shared port are that port, and the
+//     Service's target port resolves to it on both, so that its name
+//     resolves to the old pods too;
 //   - the NetworkPolicies as now applied admit corectl to that port on new
 //     and old pods alike;
 //   - the Service gateway-internal targets a port name both pod versions
@@ -76,6 +79,21 @@ func TestUpgradeFromSharedInternalPort(t *testing.T) {
 			if a := accessOf(t, policies, gw)["probe-relay"]; !admitsCorectl(a) {
 				t.Errorf("the policies do not admit corectl to the new pods' probe-relay: %+v", a)
 			}
+			// The headless Service's endpoints, and so the addresses its
+			// name resolves to, are the pods on which its target port
+			// resolves (a named port a pod lacks leaves it out): the old
+			// pods must stay in them, else corectl's relay has no address
+			// until a new pod is ready.
+			var relaySvc corev1.Service
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(r.find(t, "Service", "gateway-probe-relay").Object, &relaySvc); err != nil {
+				t.Fatal(err)
+			}
+			for name, ports := range map[string][]corev1.ContainerPort{"new": gw.Spec.Template.Spec.Containers[0].Ports, "old": oldPorts} {
+				if got, ok := resolvePort(relaySvc.Spec.Ports[0].TargetPort, ports); !ok || got != int32(relayPort) {
+					t.Errorf("Service gateway-probe-relay's target port %s resolves on the %s pods to %d (%v), want the relay's %d",
+						relaySvc.Spec.Ports[0].TargetPort.String(), name, got, ok, relayPort)
+				}
+			}
 			oldAccess := accessOf(t, policies, old)
 			if a := oldAccess["node-api"]; !admitsCorectl(a) {
 				t.Errorf("the policies do not admit corectl to the old pods' shared port node-api (%d): %+v", oldShared, a)
@@ -102,4 +120,21 @@ func TestUpgradeFromSharedInternalPort(t *testing.T) {
 			}
 		})
 	}
+}
+
+// resolvePort is the port number a Service's targetPort gives for a pod
+// with these container ports, as the EndpointSlice controller resolves it:
+// a number as is, a name by the container port of that name; false when
+// the pod has no port of that name (the pod is then no endpoint of that
+// port, and a headless Service's name does not resolve to it).
+func resolvePort(target intstr.IntOrString, ports []corev1.ContainerPort) (int32, bool) {
+	if target.Type == intstr.Int {
+		return target.IntVal, true
+	}
+	for _, p := range ports {
+		if p.Name == target.StrVal {
+			return p.ContainerPort, true
+		}
+	}
+	return 0, false
 }

@@ -31,7 +31,7 @@ var ErrMismatch = errors.New("entryprobe: the gateway and corectl disagree on a 
 // Client is corectl's side of the relay.
 //
 // When URL's host is a name (a Kubernetes headless Service of the gateway,
-// e.g. http://gateway-probe:30086), every request resolves it and the
+// e.g. http://gateway-probe-relay:30086), every request resolves it and the
 // requests go round-robin over its addresses, so that a discovery's dials
 // are spread over every gateway replica and the discovered probe sources
 // cover each replica's source. An IP address is used as is.
