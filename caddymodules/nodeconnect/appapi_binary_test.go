@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/internal/scrapetest"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/node/sim"
 	"github.com/sandgate/sandgate/nodecore/api"
@@ -111,7 +112,8 @@ func waitAppAPI(t *testing.T, addr string) {
 // with the same api address (and a second token) the API answers, the new
 // configuration's tokens in force and the node connection kept; and that
 // after a reload without api a connection to the address is refused; the
-// reloads log no error about the servers they stop.
+// reloads log no error about the servers they stop; and the listener's
+// answers counted by status in sandgate_node_api_requests_total.
 func TestBinaryAppNodeAPI(t *testing.T) {
 	f := newFiles(t)
 	admin := "127.0.0.1:" + freePort(t)
@@ -198,6 +200,20 @@ func TestBinaryAppNodeAPI(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
 			t.Errorf("a request with 80 KiB of headers: %d, want 431", resp.StatusCode)
+		}
+	}
+
+	// The listener's answers so far, by status, on the admin endpoint's
+	// /metrics: the node list and two operations (200), the seven requests
+	// without a valid token (401), the eight outside the API (404); the
+	// 431, net/http's own, is not counted.
+	m, err := scrapetest.Get(testClient, "http://"+admin+"/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for code, want := range map[string]float64{"200": 3, "401": 7, "404": 8, "431": 0} {
+		if got := m.Value("sandgate_node_api_requests_total", "code", code); got != want {
+			t.Errorf("sandgate_node_api_requests_total{code=%q} = %g, want %g", code, got, want)
 		}
 	}
 

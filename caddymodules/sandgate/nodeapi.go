@@ -92,6 +92,9 @@ type nodeAPIServer struct {
 	addr    caddy.NetworkAddress
 	handler http.Handler
 	logger  *zap.Logger
+	// answered counts each answer by its status
+	// (sandgate_node_api_requests_total).
+	answered func(status int)
 
 	ln  net.Listener // from Start, under the connection limit; closed once by Stop (onceCloseListener)
 	srv *http.Server
@@ -116,7 +119,7 @@ func (a *App) provisionNodeAPI(cfg *NodeAPI) error {
 		return fmt.Errorf("api: %w", err)
 	}
 	logger := a.logger.Named("node_api")
-	a.nodeAPI = &nodeAPIServer{addr: addr, logger: logger, handler: a.NodeAPIHandler(tokens, logger)}
+	a.nodeAPI = &nodeAPIServer{addr: addr, logger: logger, handler: a.NodeAPIHandler(tokens, logger), answered: a.core.Metrics().APIAnswered}
 	return nil
 }
 
@@ -180,7 +183,7 @@ func (s *nodeAPIServer) start() error {
 		_ = s.ln.Close()
 		return err
 	}
-	s.srv = api.NewServer(s.handler, nodeAPILimits, errorLog)
+	s.srv = api.NewServer(s.handler, nodeAPILimits, errorLog, s.answered)
 	go func() {
 		// stop closes the listener before the server's Shutdown: Serve
 		// then returns the listener's net.ErrClosed, not ErrServerClosed.

@@ -80,11 +80,16 @@ func (l ServerLimits) Listener(ln net.Listener) net.Listener {
 // net/http's 4 KiB read buffer may turn that close into a reset, and the
 // client may then miss the answer.) limits bound each connection
 // (ServerLimits); errorLog receives net/http's own errors (nil: the
-// standard logger). The caller serves it on limits.Listener(ln)
-// (MaxConns) and shuts it down.
-func NewServer(h http.Handler, limits ServerLimits, errorLog *log.Logger) *http.Server {
+// standard logger); answered, when not nil, is called once per request
+// the handlers answered, with the answer's HTTP status, after the handler
+// returned (the sandgate app counts them as
+// sandgate_node_api_requests_total{code}); what net/http refuses before
+// any handler (a 431 for headers past MaxHeaderBytes, a 400 for a request
+// it cannot parse, a header read that timed out) is not. The caller serves
+// it on limits.Listener(ln) (MaxConns) and shuts it down.
+func NewServer(h http.Handler, limits ServerLimits, errorLog *log.Logger, answered func(status int)) *http.Server {
 	return &http.Server{
-		Handler:           &limitedHandler{next: h, writeTimeout: limits.WriteTimeout},
+		Handler:           &limitedHandler{next: h, writeTimeout: limits.WriteTimeout, answered: answered},
 		ReadHeaderTimeout: limits.ReadHeaderTimeout,
 		ReadTimeout:       limits.ReadTimeout,
 		IdleTimeout:       limits.IdleTimeout,
@@ -98,6 +103,7 @@ func NewServer(h http.Handler, limits ServerLimits, errorLog *log.Logger) *http.
 type limitedHandler struct {
 	next         http.Handler
 	writeTimeout time.Duration
+	answered     func(status int)
 }
 
 func (l *limitedHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -119,6 +125,13 @@ func (l *limitedHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// close a reset.)
 		_ = aw.rc.SetReadDeadline(time.Now())
 	}
+	if l.answered != nil {
+		status := aw.status
+		if !aw.begun {
+			status = http.StatusOK // nothing written: net/http answers 200
+		}
+		l.answered(status)
+	}
 }
 
 // deadlines sets a connection's deadlines: net/http's ResponseWriter, or
@@ -136,12 +149,13 @@ type answerWriter struct {
 	rc      deadlines
 	timeout time.Duration
 	begun   bool
+	status  int // the answer's, once begun
 	refused bool
 }
 
 func (w *answerWriter) WriteHeader(status int) {
 	if !w.begun {
-		w.begun = true
+		w.begun, w.status = true, status
 		w.refused = w.refused || status == http.StatusUnauthorized || status == http.StatusRequestEntityTooLarge
 		if w.refused {
 			w.Header().Set("Connection", "close")

@@ -44,7 +44,7 @@ func serveWith(t *testing.T, h http.Handler, limits ServerLimits) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(h, limits, nil)
+	srv := NewServer(h, limits, nil, nil)
 	go func() { _ = srv.Serve(limits.Listener(ln)) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return ln.Addr().String()
@@ -306,7 +306,7 @@ func TestServerMaxConns(t *testing.T) {
 	limits := testLimits
 	limits.MaxConns = 1
 	limits.ReadHeaderTimeout, limits.ReadTimeout = failsafe, failsafe // the held connection is not cut off
-	srv := NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }), limits, nil)
+	srv := NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }), limits, nil, nil)
 	go func() { _ = srv.Serve(limits.Listener(counted)) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	addr := ln.Addr().String()
@@ -381,5 +381,55 @@ func TestServerTooLargeClosesAtOnce(t *testing.T) {
 	}
 	if closed, err := closedByServer(br); !closed {
 		t.Fatalf("the connection stayed open after the 413: %v", err)
+	}
+}
+
+// TestServerAnswered: NewServer's answered receives each answered
+// request's status once, after its handler: a node list with the token
+// (200), one without (401), a path outside the API (404), and a handler
+// that writes nothing (200, as net/http answers it).
+func TestServerAnswered(t *testing.T) {
+	h := &Handler{Hub: hub.New(), Tokens: [][sha256.Size]byte{sha256.Sum256([]byte(apiToken))}}
+	statuses := make(chan int, 8)
+	answered := func(status int) { statuses <- status }
+	start := func(h http.Handler) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := NewServer(h, slowLimits(), nil, answered)
+		go func() { _ = srv.Serve(ln) }()
+		t.Cleanup(func() { _ = srv.Close() })
+		return ln.Addr().String()
+	}
+	addr := start(h)
+	for _, c := range []struct {
+		req  string
+		want int
+	}{
+		{"GET " + Prefix + " HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer " + apiToken + "\r\n\r\n", http.StatusOK},
+		{"GET " + Prefix + " HTTP/1.1\r\nHost: api\r\n\r\n", http.StatusUnauthorized},
+		{"GET /other HTTP/1.1\r\nHost: api\r\n\r\n", http.StatusNotFound},
+	} {
+		_, br := rawConn(t, addr, c.req)
+		if resp, body := readAnswer(t, br, http.MethodGet); resp.StatusCode != c.want {
+			t.Fatalf("%q: %d %s, want %d", c.req, resp.StatusCode, body, c.want)
+		}
+		if got := <-statuses; got != c.want {
+			t.Fatalf("%q: answered(%d), want %d", c.req, got, c.want)
+		}
+	}
+	silent := start(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	_, br := rawConn(t, silent, "GET "+Prefix+" HTTP/1.1\r\nHost: api\r\n\r\n")
+	if resp, _ := readAnswer(t, br, http.MethodGet); resp.StatusCode != http.StatusOK {
+		t.Fatalf("a handler that writes nothing: %d", resp.StatusCode)
+	}
+	if got := <-statuses; got != http.StatusOK {
+		t.Fatalf("a handler that writes nothing: answered(%d), want 200", got)
+	}
+	select {
+	case got := <-statuses:
+		t.Fatalf("an answer counted twice: %d", got)
+	default:
 	}
 }

@@ -28,6 +28,7 @@ import (
 //	sandgate_node_connects_refused_total{status}              counter: 400, 401, 405, 409, 503
 //	sandgate_node_forwarded_total{route, result}              counter: requests forwarded to another replica
 //	sandgate_node_forward_duration_seconds{route, result}     histogram
+//	sandgate_node_api_requests_total{code}                    counter: the app listener's answers by HTTP status
 //
 // outcome is success, failed, unsupported or unknown for an operation
 // sent, or the refusal code the internal node API answers with
@@ -35,8 +36,13 @@ import (
 // invalid_request, unavailable). For a forwarded request route is
 // operation, node or list and result answered, not_held, not_sent or
 // no_answer (package nodecore/api's Route* and Forward*); a forwarded
-// operation's own outcome is counted by the replica holding the node. The
-// gauges are read from the hub at each scrape.
+// operation's own outcome is counted by the replica holding the node.
+// api_requests_total counts the requests the sandgate app's own listener
+// of the internal node API answered (the nodes block's api; a Caddy site's
+// sandbox_node_api is counted by Caddy's caddy_http_* metrics instead), by
+// the answer's HTTP status: 200, and the API's refusals (400, 401, 404,
+// 405, 413, 503, ...), what a rotated token that a caller does not have
+// yet shows as (401). The gauges are read from the hub at each scrape.
 type Metrics struct {
 	dispatches *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
@@ -45,6 +51,7 @@ type Metrics struct {
 	connects   *prometheus.CounterVec
 	forwarded  *prometheus.CounterVec
 	forwardDur *prometheus.HistogramVec
+	apiAnswers *prometheus.CounterVec
 	gauges     *hubCollector
 }
 
@@ -100,13 +107,17 @@ func RegisterMetrics(reg prometheus.Registerer, h *hub.Hub) *Metrics {
 				Help:    "Time from the holder lookup to the forwarded request's answer, in seconds.",
 				Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
 			}, []string{"route", "result"}),
+			apiAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Namespace: "sandgate", Subsystem: "node", Name: "api_requests_total",
+				Help: "Requests the sandgate app's own internal node API listener answered, by HTTP status code.",
+			}, []string{"code"}),
 			gauges: newHubCollector(),
 		}
 	})
 	m := &nodeCollectors
 	m.gauges.hub.Store(h)
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.dispatches, m.duration, m.hubTime, m.frames, m.connects, m.forwarded, m.forwardDur, m.gauges} {
+		for _, c := range []prometheus.Collector{m.dispatches, m.duration, m.hubTime, m.frames, m.connects, m.forwarded, m.forwardDur, m.apiAnswers, m.gauges} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {
@@ -139,6 +150,12 @@ func (m *Metrics) ConnectRefused(status int) {
 func (m *Metrics) Forwarded(route, result string, d time.Duration) {
 	m.forwarded.WithLabelValues(route, result).Inc()
 	m.forwardDur.WithLabelValues(route, result).Observe(d.Seconds())
+}
+
+// APIAnswered counts one request the app's internal node API listener
+// answered with status (api.NewServer's answered).
+func (m *Metrics) APIAnswered(status int) {
+	m.apiAnswers.WithLabelValues(strconv.Itoa(status)).Inc()
 }
 
 // hubCollector reports hub.Stats as gauges at each scrape.
