@@ -101,6 +101,20 @@ func waitAppAPI(t *testing.T, addr string) {
 	})
 }
 
+// waitRefused waits until a connection to addr is refused (ECONNREFUSED):
+// the app's listener closed.
+func waitRefused(t *testing.T, what, addr string) {
+	t.Helper()
+	waitFor(t, what, func() bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return false
+		}
+		return errors.Is(err, syscall.ECONNREFUSED)
+	})
+}
+
 // TestBinaryAppNodeAPI runs the built gateway (bin/caddy, `make
 // bin/caddy`) with the nodes block's api, the internal node API served by
 // the sandgate app on a listener of its own (no sandbox_node_api on any
@@ -325,14 +339,7 @@ func TestBinaryAppNodeAPIShutdown(t *testing.T) {
 	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the app's listener to refuse connections", func() bool {
-		c, err := net.DialTimeout("tcp", apiAddr, time.Second)
-		if err == nil {
-			c.Close()
-			return false
-		}
-		return errors.Is(err, syscall.ECONNREFUSED)
-	})
+	waitRefused(t, "the app's listener to refuse connections", apiAddr)
 	select {
 	case a := <-answered:
 		t.Fatalf("the operation was answered before the node answered: %d %s %v", a.status, a.body, a.err)
@@ -389,14 +396,7 @@ func TestBinaryAppNodeAPIShutdownDelay(t *testing.T) {
 	if status, _, body := apiRequest(t, http.MethodGet, "http://"+apiAddr, api.Prefix, "Bearer "+apiToken, ""); status != http.StatusOK {
 		t.Fatalf("the node list within the shutdown delay: %d %s", status, body)
 	}
-	waitFor(t, "the app's listener to refuse connections after the delay", func() bool {
-		c, err := net.DialTimeout("tcp", apiAddr, time.Second)
-		if err == nil {
-			c.Close()
-			return false
-		}
-		return errors.Is(err, syscall.ECONNREFUSED)
-	})
+	waitRefused(t, "the app's listener to refuse connections after the delay", apiAddr)
 	if err := g.stop(); err != nil {
 		t.Fatalf("the gateway's exit: %v", err)
 	}
