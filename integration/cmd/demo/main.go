@@ -31,6 +31,8 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/integration/harness"
+	"github.com/sandgate/sandgate/nodecore/api"
+	"github.com/sandgate/sandgate/nodecore/hub"
 )
 
 const sandboxID = "sbxdemo"
@@ -112,7 +114,7 @@ func run() error {
 	}
 	fmt.Println()
 	fmt.Println("internal node API (the sandgate app's listener, nodes { api } of Caddyfile.example):")
-	fmt.Println("  GET " + nodeAPI + "/internal/v1/sandbox-nodes")
+	fmt.Println("  GET " + nodeAPI + api.Prefix)
 	for _, n := range nodes {
 		fmt.Printf("    → %s enrolled %v, %s, online %v\n", n.NodeID, n.Enrolled, n.State, n.Online)
 	}
@@ -122,23 +124,15 @@ func run() error {
 // nodeAPI is where Caddyfile.example serves the internal node API.
 const nodeAPI = "http://127.0.0.1:30086"
 
-// demoNode is what the demo prints of a NodeStatus (nodecore/api).
-type demoNode struct {
-	NodeID   string `json:"node_id"`
-	Enrolled bool   `json:"enrolled"`
-	State    string `json:"state"`
-	Online   bool   `json:"online"`
-}
-
 // listNodes asks the gateway's internal node API for every node, with the
 // demo's API token; an answer other than 200 with at least one node is an
 // error.
-func listNodes(root string) ([]demoNode, error) {
+func listNodes(root string) ([]hub.NodeStatus, error) {
 	tok, err := os.ReadFile(filepath.Join(root, "integration/demo/node-api-token.txt"))
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequest(http.MethodGet, nodeAPI+"/internal/v1/sandbox-nodes", nil)
+	req, err := http.NewRequest(http.MethodGet, nodeAPI+api.Prefix, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -154,16 +148,14 @@ func listNodes(root string) ([]demoNode, error) {
 		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /internal/v1/sandbox-nodes: %s %s", resp.Status, body)
+		return nil, fmt.Errorf("GET %s: %s %s", api.Prefix, resp.Status, body)
 	}
-	var list struct {
-		Nodes []demoNode `json:"nodes"`
-	}
+	var list api.Nodes
 	if err := json.Unmarshal(body, &list); err != nil {
-		return nil, fmt.Errorf("GET /internal/v1/sandbox-nodes answered %q: %w", body, err)
+		return nil, fmt.Errorf("GET %s answered %q: %w", api.Prefix, body, err)
 	}
 	if len(list.Nodes) == 0 {
-		return nil, fmt.Errorf("GET /internal/v1/sandbox-nodes listed no node; integration/demo/nodes.yaml enrols one")
+		return nil, fmt.Errorf("GET %s listed no node; integration/demo/nodes.yaml enrols one", api.Prefix)
 	}
 	return list.Nodes, nil
 }
