@@ -127,7 +127,7 @@ func (l *limitedHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if l.answered != nil {
 		status := aw.status
-		if !aw.begun {
+		if status == 0 {
 			status = http.StatusOK // nothing written: net/http answers 200
 		}
 		l.answered(status)
@@ -148,14 +148,13 @@ type answerWriter struct {
 	http.ResponseWriter
 	rc      deadlines
 	timeout time.Duration
-	begun   bool
-	status  int // the answer's, once begun
+	status  int // the answer's; 0 until it begins
 	refused bool
 }
 
 func (w *answerWriter) WriteHeader(status int) {
-	if !w.begun {
-		w.begun, w.status = true, status
+	if w.status == 0 {
+		w.status = status
 		w.refused = w.refused || status == http.StatusUnauthorized || status == http.StatusRequestEntityTooLarge
 		if w.refused {
 			w.Header().Set("Connection", "close")
@@ -168,7 +167,7 @@ func (w *answerWriter) WriteHeader(status int) {
 }
 
 func (w *answerWriter) Write(p []byte) (int, error) {
-	if !w.begun {
+	if w.status == 0 {
 		w.WriteHeader(http.StatusOK)
 	}
 	return w.ResponseWriter.Write(p)
