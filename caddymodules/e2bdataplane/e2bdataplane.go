@@ -437,7 +437,7 @@ var drains drain.Group
 // the tenant's matter). The platform's own failures, the gateway's
 // max_requests among them, keep Caddy's level.
 func setAccessLogLevel(o dataplane.Outcome) {
-	if o.Context != nil && (o.Code.SandboxGone() || o.OwnBound) {
+	if o.Context != nil && (o.Code.SandboxGone() || o.OwnBound()) {
 		caddyhttp.SetVar(o.Context, caddyhttp.LogLevelVar, "info")
 	}
 }

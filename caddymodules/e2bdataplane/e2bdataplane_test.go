@@ -42,7 +42,8 @@ func TestAccessLogLevel(t *testing.T) {
 	for _, own := range []bool{true, false} {
 		vars := map[string]any{}
 		ctx := context.WithValue(context.Background(), caddyhttp.VarsCtxKey, vars)
-		setAccessLogLevel(dataplane.Outcome{Code: dataplane.CodeGatewayBusy, OwnBound: own, Context: ctx})
+		bound := map[bool]dataplane.Bound{true: dataplane.BoundRequestsPerCredential, false: dataplane.BoundRequests}[own]
+		setAccessLogLevel(dataplane.Outcome{Code: dataplane.CodeGatewayBusy, Bound: bound, Context: ctx})
 		if got, want := vars[caddyhttp.LogLevelVar], map[bool]any{true: "info", false: nil}[own]; got != want {
 			t.Errorf("GATEWAY_BUSY, own bound %v: access log level %v, want %v", own, got, want)
 		}

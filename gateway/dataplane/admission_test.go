@@ -312,15 +312,15 @@ func TestRequestsInProgressBounded(t *testing.T) {
 		return o
 	}
 	refused("cred-a", "max_requests_per_credential")
-	if o := busyOutcome(); !o.OwnBound || o.Bound != BoundRequestsPerCredential {
-		t.Fatalf("the refusal at the credential's bound: own bound %v, bound %q", o.OwnBound, o.Bound)
+	if o := busyOutcome(); !o.OwnBound() || o.Bound != BoundRequestsPerCredential {
+		t.Fatalf("the refusal at the credential's bound: own bound %v, bound %q", o.OwnBound(), o.Bound)
 	}
 	if resp, _ := download("cred-b"); resp.StatusCode != http.StatusOK {
 		t.Fatalf("cred-b's first download while cred-a holds its bound: %d", resp.StatusCode)
 	}
 	refused("cred-b", "max_requests")
-	if o := busyOutcome(); o.OwnBound || o.Bound != BoundRequests {
-		t.Fatalf("the refusal at the gateway's bound: own bound %v, bound %q", o.OwnBound, o.Bound)
+	if o := busyOutcome(); o.OwnBound() || o.Bound != BoundRequests {
+		t.Fatalf("the refusal at the gateway's bound: own bound %v, bound %q", o.OwnBound(), o.Bound)
 	}
 	h := e.handler
 	if all, a := h.RequestsInProgress("cred-a"); all != 3 || a != 2 {

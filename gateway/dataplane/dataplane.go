@@ -275,10 +275,6 @@ type Outcome struct {
 	ClusterID    string
 	// Code is empty on success.
 	Code Code
-	// OwnBound reports that Code (GATEWAY_BUSY) refused the request at
-	// its credential's own bound (max_requests_per_credential), not at
-	// the gateway's: the tenant's matter, as a sandbox that is gone is.
-	OwnBound bool
 	// Bound names the bound a GATEWAY_BUSY met; "" for any other
 	// outcome.
 	Bound Bound
@@ -289,6 +285,11 @@ type Outcome struct {
 	// level from Code).
 	Context context.Context
 }
+
+// OwnBound reports that Code (GATEWAY_BUSY) refused the request at its
+// credential's own bound (max_requests_per_credential), not at the
+// gateway's: the tenant's matter, as a sandbox that is gone is.
+func (o Outcome) OwnBound() bool { return o.Bound == BoundRequestsPerCredential }
 
 // Deps are the collaborators of a Handler.
 type Deps struct {
@@ -605,7 +606,7 @@ func (h *Handler) finish(ctx context.Context, op string, rq *request, e *Error, 
 	out := Outcome{Operation: op, SandboxID: rq.sandboxID, CredentialID: rq.cred.ID, ClusterID: rq.cluster.ID, Duration: d, Context: ctx}
 	level := zapcore.DebugLevel
 	if e != nil {
-		out.Code, out.Bound, out.OwnBound = e.Code, e.bound, e.bound == BoundRequestsPerCredential
+		out.Code, out.Bound = e.Code, e.bound
 		level = zapcore.InfoLevel
 		if e.Code == CodeExecdUnauthorized && len(rq.cluster.ExecdTokenSecrets) > 1 {
 			// The next request asks execd again which secret is its.
@@ -727,7 +728,7 @@ func (h *Handler) begin(w http.ResponseWriter, r *http.Request, rq *request, op 
 	release, e := h.admitRequest(rq)
 	if e != nil {
 		if kind, tracked := drainKinds[op]; tracked && h.deps.Drain != nil && h.deps.Drain.Draining() {
-			e = drainingError("takes no new " + string(kind) + "s")
+			e = drainingRefusal(kind)
 		}
 		return r, func() {}, e
 	}

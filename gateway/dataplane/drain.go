@@ -53,6 +53,12 @@ func drainingError(what string) *Error {
 		"; retry: a new call reaches another replica")
 }
 
+// drainingRefusal is GATEWAY_DRAINING for a new operation of kind that
+// the drain no longer takes.
+func drainingRefusal(kind drain.Kind) *Error {
+	return drainingError("takes no new " + string(kind) + "s")
+}
+
 // track admits a long operation (drainKinds) to Deps.Drain. Once the
 // gateway shuts down it is refused with GATEWAY_DRAINING; otherwise the
 // returned request's context carries the drain's ending channel, which
@@ -75,7 +81,7 @@ func (h *Handler) track(w http.ResponseWriter, r *http.Request, op *operation) (
 	}
 	end, untrack, err := h.deps.Drain.Track(kind)
 	if err != nil {
-		return r, func() {}, drainingError("takes no new " + string(kind) + "s")
+		return r, func() {}, drainingRefusal(kind)
 	}
 	ctx := context.WithValue(r.Context(), endingKey{}, end)
 	ctx, cancel := context.WithCancel(ctx)
