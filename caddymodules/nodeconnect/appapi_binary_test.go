@@ -199,7 +199,7 @@ func TestBinaryAppNodeAPI(t *testing.T) {
 		}
 	}
 
-	// Headers past NodeAPIMaxHeaderBytes (64 KiB): 431 from net/http before
+	// Headers past api.DefaultServerLimits' MaxHeaderBytes (64 KiB): 431 from net/http before
 	// any handler, nothing dispatched (the next operation below has
 	// sequence 3).
 	big, err := http.NewRequestWithContext(t.Context(), http.MethodPost, apiBase+opPath, strings.NewReader(op))

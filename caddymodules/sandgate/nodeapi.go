@@ -25,46 +25,6 @@ import (
 // own.
 type NodeAPI = nodeconfig.API
 
-// Settings of the app's internal node API server (the nodes block's
-// api), api.DefaultServerLimits: what one connection may hold, so that a
-// client without a token, or one that stalls, costs a bounded time. The
-// handler's wait for an operation's outcome (its timeout_ms, up to 120 s,
-// plus the response grace) is not bounded by them.
-const (
-	// NodeAPIReadHeaderTimeout bounds the reading of a request's
-	// headers: a client that connected and does not send them is
-	// disconnected.
-	NodeAPIReadHeaderTimeout = 10 * time.Second
-	// NodeAPIReadTimeout bounds the reading of a whole request, headers
-	// and body (up to 72 MiB): a body that has not arrived by then is
-	// refused (400 invalid_request) and its connection closed.
-	NodeAPIReadTimeout = time.Minute
-	// NodeAPIWriteTimeout bounds the writing of one answer from its
-	// start: a client that does not read it loses its connection.
-	NodeAPIWriteTimeout = time.Minute
-	// NodeAPIIdleTimeout is how long a kept-alive connection may wait
-	// for its next request (Caddy's default for its own servers).
-	NodeAPIIdleTimeout = 5 * time.Minute
-	// NodeAPIMaxHeaderBytes bounds a request's headers, in bytes: the
-	// API's requests carry one bearer token and a few short headers.
-	NodeAPIMaxHeaderBytes = 64 << 10
-	// NodeAPIMaxConns bounds the server's connections open at once: past
-	// it a new connection waits to be accepted until one closes, so that
-	// a flood takes at most this many of the process's file descriptors
-	// (Caddy's sites share them).
-	NodeAPIMaxConns = 4096
-)
-
-// nodeAPILimits are the server limits of the settings above.
-var nodeAPILimits = api.ServerLimits{
-	ReadHeaderTimeout: NodeAPIReadHeaderTimeout,
-	ReadTimeout:       NodeAPIReadTimeout,
-	WriteTimeout:      NodeAPIWriteTimeout,
-	IdleTimeout:       NodeAPIIdleTimeout,
-	MaxHeaderBytes:    NodeAPIMaxHeaderBytes,
-	MaxConns:          NodeAPIMaxConns,
-}
-
 // NodeAPIHandler returns the internal node API (package nodecore/api)
 // over this config's node hub, accepting the API tokens of the given
 // SHA-256 digests and logging refusals to logger; with several replicas
@@ -162,7 +122,10 @@ func (s *nodeAPIServer) checkSites(ctx caddy.Context) error {
 // start listens with Caddy's listener (SO_REUSEPORT: a reload's new
 // config listens beside the old one until the old one stops) and serves
 // the API alone (api.NewServer: other paths 404, a refused request's
-// connection closed) within nodeAPILimits.
+// connection closed) within api.DefaultServerLimits (headers within 10 s
+// and 64 KiB, the whole request within 1 min, each answer within 1 min,
+// 5 min idle, 4096 connections; the handler's wait for an operation's
+// outcome is not bounded by them).
 func (s *nodeAPIServer) start() error {
 	l, err := s.addr.Listen(context.Background(), 0, net.ListenConfig{})
 	if err != nil {
@@ -177,13 +140,13 @@ func (s *nodeAPIServer) start() error {
 	}
 	// Caddy's listener counts each Close: closed once below the limit,
 	// which closes what it wraps at each Close.
-	s.ln = nodeAPILimits.Listener(&onceCloseListener{Listener: ln})
+	s.ln = api.DefaultServerLimits.Listener(&onceCloseListener{Listener: ln})
 	errorLog, err := zap.NewStdLogAt(s.logger, zap.WarnLevel)
 	if err != nil {
 		_ = s.ln.Close()
 		return err
 	}
-	s.srv = api.NewServer(s.handler, nodeAPILimits, errorLog, s.answered)
+	s.srv = api.NewServer(s.handler, api.DefaultServerLimits, errorLog, s.answered)
 	go func() {
 		// stop closes the listener before the server's Shutdown: Serve
 		// then returns the listener's net.ErrClosed, not ErrServerClosed.
