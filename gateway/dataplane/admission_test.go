@@ -79,7 +79,21 @@ func TestUpstreamCallsBounded(t *testing.T) {
 			resp, _ := call.send()
 			first <- resp.StatusCode
 		}()
-		<-entered
+		select {
+		case <-entered:
+		case code := <-first:
+			t.Fatalf("%s: the first call answered %d before it reached execd", call.name, code)
+		}
+		if call.refusedAtExecd {
+			// execd has sent the first call's head, but the gateway takes
+			// the slot when that head has arrived (execd.Target.Admit): on
+			// a loaded machine the second call's head could otherwise
+			// arrive first, take the slot, and wait on execd for ever.
+			e.waitFor("the first "+call.name+" to hold its slot", func() bool {
+				_, held := e.handler.upstream.Held(testSandbox)
+				return held == 1
+			})
+		}
 		resp, body := call.send()
 		if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), `"code":"unavailable"`) ||
 			!strings.Contains(string(body), "GATEWAY_BUSY") || resp.Header.Get("Sandgate-Error-Code") != "GATEWAY_BUSY" {

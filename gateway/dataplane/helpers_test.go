@@ -274,6 +274,22 @@ func (e *testEnv) waitOutcome() Outcome {
 	}
 }
 
+// waitFor polls cond until it holds, failing the test with what after 10
+// s: how these tests wait for a state another goroutine reaches, with no
+// event to wait on.
+func (e *testEnv) waitFor(what string, cond func() bool) {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("timed out after 10s waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
 func (e *testEnv) hostPath(p string) string { return filepath.Join(e.root, p) }
 
 func (e *testEnv) writeFile(p, content string) {
