@@ -39,8 +39,39 @@ type nodeAPIGateway struct {
 // token's digest in the slot, step 2 switches every client to the new
 // token, step 3 moves the new digest to the current one and resets the
 // slot to 64 f's. No request is refused; the old token is refused at the
-// end, and neither token appears in a gateway's log.
+// end, and neither token appears in a gateway's log. Both ways of serving
+// the API: the nodes block's api listener (as Caddyfile.example and
+// deploy/ ship it) and the sandbox_node_api handler on a site.
 func TestNodeAPITokenRotationWithProcesses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// config returns the nodes block's lines after state_dir and the
+		// sites, serving the API on port with the two digests.
+		config func(port, current, slot string) (nodes, sites string)
+	}{
+		{"app api listener", func(port, current, slot string) (string, string) {
+			return fmt.Sprintf(`
+			api 127.0.0.1:%s {
+				token_sha256 %s
+				token_sha256 %s
+			}`, port, current, slot), ""
+		}},
+		{"sandbox_node_api site", func(port, current, slot string) (string, string) {
+			return "", fmt.Sprintf(`
+http://127.0.0.1:%s {
+	sandbox_node_api {
+		token_sha256 %s
+		token_sha256 %s
+	}
+}
+`, port, current, slot)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testNodeAPITokenRotation(t, tc.config) })
+	}
+}
+
+func testNodeAPITokenRotation(t *testing.T, config func(port, current, slot string) (nodes, sites string)) {
 	root := repoRoot(t)
 	caddy := filepath.Join(root, "bin", "caddy")
 	dir := t.TempDir()
@@ -66,6 +97,7 @@ func TestNodeAPITokenRotationWithProcesses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		nodes, sites := config(port, current, slot)
 		cf := fmt.Sprintf(`{
 	admin 127.0.0.1:%s
 	auto_https off
@@ -75,18 +107,11 @@ func TestNodeAPITokenRotationWithProcesses(t *testing.T) {
 		token_key k1 HS256 %s
 		credentials file %s
 		nodes {
-			state_dir %s
+			state_dir %s%s
 		}
 	}
 }
-
-http://127.0.0.1:%s {
-	sandbox_node_api {
-		token_sha256 %s
-		token_sha256 %s
-	}
-}
-`, admin, key, creds, filepath.Join(gdir, "state"), port, current, slot)
+%s`, admin, key, creds, filepath.Join(gdir, "state"), nodes, sites)
 		g := &nodeAPIGateway{url: "http://127.0.0.1:" + port, log: &bytes.Buffer{}}
 		g.proc, err = gatewayproc.Start(caddy, gdir, cf, g.log)
 		if err != nil {
