@@ -100,6 +100,7 @@ type world struct {
 	docker   *client.Client
 	host     string
 	base     string // the gateway's node listener
+	api      string // the internal node API (the nodes block's api listener, as shipped)
 	admin    string
 	gwLog    gatewayproc.Output
 	digests  map[int64]string
@@ -168,8 +169,8 @@ func (w *world) removeContainers() {
 // one-time tokens from the admin API, and runs them.
 func (w *world) start() {
 	t := w.t
-	port, adminPort := freePort(t), freePort(t)
-	w.base, w.admin = "http://127.0.0.1:"+port, "http://127.0.0.1:"+adminPort
+	port, apiPort, adminPort := freePort(t), freePort(t), freePort(t)
+	w.base, w.api, w.admin = "http://127.0.0.1:"+port, "http://127.0.0.1:"+apiPort, "http://127.0.0.1:"+adminPort
 	key := write(t, filepath.Join(w.dir, "hmac.key"), hmacSecret)
 	credsFile := write(t, filepath.Join(w.dir, "credentials.yaml"), "credentials:\n  - id: cred-a\n    enabled: true\n    projectNamespace: p\n    clusterId: c\n")
 	// No node file: every node enrols.
@@ -192,17 +193,17 @@ func (w *world) start() {
 			heartbeat_interval 500ms
 			idle_timeout 10s
 			online_window 5s
+			api 127.0.0.1:%s {
+				token_sha256 %s
+			}
 		}
 	}
 }
 
 http://127.0.0.1:%s {
 	sandbox_node_connect
-	sandbox_node_api {
-		token_sha256 %s
-	}
 }
-`, adminPort, key, credsFile, filepath.Join(w.dir, "core-state"), filepath.Join(w.dir, "releases"), port, sha(apiToken))
+`, adminPort, key, credsFile, filepath.Join(w.dir, "core-state"), filepath.Join(w.dir, "releases"), apiPort, sha(apiToken), port)
 	gw, err := gatewayproc.Start(w.caddy, w.dir, caddyfile, &w.gwLog)
 	if err != nil {
 		t.Fatal(err)
@@ -335,7 +336,7 @@ func (w *world) call(method, url, token string, body any) (int, []byte) {
 
 func (w *world) status(id string) (hub.NodeStatus, bool) {
 	var s hub.NodeStatus
-	status, b := w.call(http.MethodGet, w.base+api.Prefix+"/"+id, apiToken, nil)
+	status, b := w.call(http.MethodGet, w.api+api.Prefix+"/"+id, apiToken, nil)
 	if status != http.StatusOK || json.Unmarshal(b, &s) != nil {
 		return s, false
 	}
@@ -388,7 +389,7 @@ func (w *world) setDeployment(body map[string]any) {
 // operation sends one operation through the internal API. sent reports
 // whether the hub dispatched it (200); a refusal before sending is not.
 func (w *world) operation(node string, req api.OperationRequest) (res api.OperationResult, sent bool, status int) {
-	code, b := w.call(http.MethodPost, w.base+api.Prefix+"/"+node+"/operations", apiToken, req)
+	code, b := w.call(http.MethodPost, w.api+api.Prefix+"/"+node+"/operations", apiToken, req)
 	if code != http.StatusOK {
 		return res, false, code
 	}
