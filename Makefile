@@ -162,11 +162,11 @@ vet: generate-check helm-check
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt needed'; exit 1; }
 
 test-unit: build
-	@set -e; $(call chromium_env,chromium); $(call docker_env,docker); $(call kube_env,kube); $(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v /integration)
+	@set -e; $(call chromium_env,chromium); $(call docker_env,docker); $(call kube_env,kube); GO=$(GO) bash hack/gotest/gotest.sh -count=1 -timeout 30m $$($(GO) list ./... | grep -v /integration)
 
 test-integration: build js-deps
 	@set -e; $(call chromium_env,chromium); $(call docker_env,docker); $(call kube_env,kube); $(call peers_env,peers,python); \
-	$(GO) test -count=1 -timeout 30m ./integration/...
+	GO=$(GO) bash hack/gotest/gotest.sh -count=1 -timeout 30m ./integration/...
 
 test:
 	@$(PHASE) 1/13 "downloading Go modules (go mod download)" "first time about 1 min; then nothing" -- $(GO) mod download
@@ -178,7 +178,8 @@ test:
 	@set -e; $(call chromium_env,7/13); $(call docker_env,8/13); $(call kube_env,9/13); $(call peers_env,10/13,11/13); \
 	echo "    DOCKER_HOST=$$DOCKER_HOST KUBEBUILDER_ASSETS=$$KUBEBUILDER_ASSETS SANDGATE_PEERS_BIN=$${SANDGATE_PEERS_BIN:-}" >&2; \
 	$(PHASE) 12/13 "running go test ./... (unit, integration with the SDKs, Docker and kube-apiserver)" \
-		"about 6-20 min; a line per package as each finishes" -- $(GO) test -count=1 -timeout 45m $$($(GO) list ./... | grep -v /integration/realpeers); \
+		"about 6-20 min; a line per package as each finishes, and on a failure a summary of what failed" -- \
+		env GO=$(GO) bash hack/gotest/gotest.sh -count=1 -timeout 45m $$($(GO) list ./... | grep -v /integration/realpeers); \
 	$(PHASE) 13/13 "running the real-peer tier (hack/peers/test.sh: go test -v ./integration/realpeers)" \
 		"about 2 min; a line per test; without SANDGATE_PEERS every test skips, saying so" -- bash hack/peers/test.sh
 
