@@ -265,7 +265,12 @@ func TestReloadRevokes(t *testing.T) {
 
 	v := f.Version()
 	writeAtomic(t, path, "nodes:\n  - node_id: "+nodeA+"\n    credential_sha256: "+hexSum(secretA)+"\n    colour: blue\n")
-	waitFor(t, time.Second, "the broken reload to be reported", func() bool { return f.LastError() != nil })
+	// The warning is the failed reload's last step, after LastError is
+	// set: waiting for LastError alone could check the warnings below
+	// before there were any.
+	waitFor(t, time.Second, "the broken reload to be reported and logged", func() bool {
+		return f.LastError() != nil && logs.FilterLevelExact(zapcore.WarnLevel).Len() > 0
+	})
 	if f.Version() != v || ok(nodeA, "rotated-credential") != nil {
 		t.Fatalf("a broken reload replaced the last good version")
 	}
@@ -279,7 +284,11 @@ func TestReloadRevokes(t *testing.T) {
 	}
 
 	writeAtomic(t, path, "nodes: []\n")
-	waitFor(t, time.Second, "node A to be removed", func() bool { return errors.Is(ok(nodeA, "rotated-credential"), ErrUnknownNode) })
+	// The version is counted last, after LastError is cleared (the new
+	// nodes are served before that).
+	waitFor(t, time.Second, "node A to be removed", func() bool {
+		return f.Version() > v && errors.Is(ok(nodeA, "rotated-credential"), ErrUnknownNode)
+	})
 	if f.LastError() != nil {
 		t.Fatalf("LastError() = %v after a good reload", f.LastError())
 	}
