@@ -115,7 +115,9 @@ func TestFileReloads(t *testing.T) {
 
 	// Fixed again: the new key works, the failure is over.
 	replace(t, path, string(file("  - {name: a, sha256: "+Digest("secret-a2")+", credentialId: cred-a}", lineB)))
-	waitFor(t, 2*time.Second, "the fixed file served", func() bool { return !isUnknown(f, "secret-b") })
+	// The version is counted last, after LastError is cleared (the keys
+	// are served before that).
+	waitFor(t, 2*time.Second, "the fixed file served", func() bool { return f.Version() > served && !isUnknown(f, "secret-b") })
 	if f.LastError() != nil || !f.Stats().FailingSince.IsZero() {
 		t.Fatalf("after the fix: %v %+v", f.LastError(), f.Stats())
 	}
