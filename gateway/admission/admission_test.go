@@ -90,7 +90,9 @@ func TestAcquireWaits(t *testing.T) {
 		r, why := l.Acquire(context.Background(), "b", time.Hour)
 		got <- acquired{r, why}
 	}()
-	// The waiter holds nothing while it waits; give the slot back.
+	// The waiter holds nothing while it waits; give the slot back once it
+	// waits (else it may find the slot free and never wait).
+	waitersQueued(l, 1)
 	rel()
 	w := <-got
 	if w.why != Admitted {
