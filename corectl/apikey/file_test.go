@@ -77,9 +77,12 @@ func TestFileReloads(t *testing.T) {
 	}
 
 	// b removed, a's key rotated to a new secret.
+	opened := f.Version()
 	replace(t, path, string(file("  - {name: a, sha256: "+Digest("secret-a2")+", credentialId: cred-a}")))
+	// The version is counted last, after the keys are served: served below
+	// is this version's number only once it is counted.
 	waitFor(t, 2*time.Second, "the removed and the rotated key refused", func() bool {
-		return isUnknown(f, "secret-b") && isUnknown(f, "secret-a")
+		return f.Version() > opened && isUnknown(f, "secret-b") && isUnknown(f, "secret-a")
 	})
 	if e, err := f.Lookup("secret-a2"); err != nil || e.Name != "a" {
 		t.Fatalf("rotated key: %+v, %v", e, err)
@@ -115,7 +118,9 @@ func TestFileReloads(t *testing.T) {
 
 	// Fixed again: the new key works, the failure is over.
 	replace(t, path, string(file("  - {name: a, sha256: "+Digest("secret-a2")+", credentialId: cred-a}", lineB)))
-	waitFor(t, 2*time.Second, "the fixed file served", func() bool { return !isUnknown(f, "secret-b") })
+	// The version is counted last, after LastError is cleared (the keys
+	// are served before that).
+	waitFor(t, 2*time.Second, "the fixed file served", func() bool { return f.Version() > served && !isUnknown(f, "secret-b") })
 	if f.LastError() != nil || !f.Stats().FailingSince.IsZero() {
 		t.Fatalf("after the fix: %v %+v", f.LastError(), f.Stats())
 	}

@@ -53,13 +53,14 @@ func (g *gate) at(verb string, obj client.Object) {
 // replica is an Engine for the fixture's cluster with a client of its
 // own, as another corectl replica has; its calls pass through g when set.
 type replica struct {
+	t   *testing.T
 	eng *Engine
 	g   *gate
 }
 
 func (f *fixture) replica(t *testing.T) *replica {
 	t.Helper()
-	r := &replica{}
+	r := &replica{t: t}
 	hook := func(verb string, obj client.Object) { r.g.at(verb, obj) }
 	c := interceptor.NewClient(withWatch(t), interceptor.Funcs{
 		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
@@ -91,6 +92,7 @@ func (f *fixture) replica(t *testing.T) *replica {
 // and returns once it is held at the first call match matches; the
 // returned function lets it go on and waits for its error.
 func (r *replica) holdAt(ns string, match func(verb string, obj client.Object) bool) (release func() error) {
+	r.t.Helper()
 	return r.holdIn(match, func() error {
 		_, err := r.eng.Reconcile(ctx, ns, "sbx")
 		return err
@@ -98,13 +100,18 @@ func (r *replica) holdAt(ns string, match func(verb string, obj client.Object) b
 }
 
 // holdIn runs op (which calls r.eng) in a goroutine and returns once op is
-// held at the first call match matches; the returned function lets it go
-// on and waits for its error.
+// held at the first call match matches (failing the test if op ends
+// first); the returned function lets it go on and waits for its error.
 func (r *replica) holdIn(match func(verb string, obj client.Object) bool, op func() error) (release func() error) {
+	r.t.Helper()
 	r.g = newGate(match)
 	done := make(chan error, 1)
 	go func() { done <- op() }()
-	<-r.g.reached
+	select {
+	case <-r.g.reached:
+	case err := <-done:
+		r.t.Fatalf("the cycle ended (%v) before the call it was to be held at", err)
+	}
 	g := r.g
 	return func() error {
 		close(g.release)

@@ -814,8 +814,13 @@ func TestDeleteOutlivesItsCaller(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.orch.Delete(ctx, w.nsA, id, nil) }()
-	if got := <-held; got != id {
-		t.Fatalf("held the delete of %s, want %s", got, id)
+	select {
+	case got := <-held:
+		if got != id {
+			t.Fatalf("held the delete of %s, want %s", got, id)
+		}
+	case err := <-done:
+		t.Fatalf("the delete returned (%v) before its %s step", err, lifecycle.StepDeleteIngress)
 	}
 	// The sandbox is marked Deleting; its caller goes away before the
 	// carrier's removal.

@@ -81,20 +81,30 @@ func TestLimiterConcurrent(t *testing.T) {
 func TestAcquireWaits(t *testing.T) {
 	l := New(1, 1)
 	rel, _ := l.TryAcquire("a")
-	got := make(chan Reason)
+	type acquired struct {
+		release func()
+		why     Reason
+	}
+	got := make(chan acquired)
 	go func() {
 		r, why := l.Acquire(context.Background(), "b", time.Hour)
-		if r != nil {
-			defer r()
-		}
-		got <- why
+		got <- acquired{r, why}
 	}()
-	// The waiter holds nothing while it waits; give the slot back.
+	// The waiter holds nothing while it waits; give the slot back once it
+	// waits (else it may find the slot free and never wait).
+	waitersQueued(l, 1)
 	rel()
-	if why := <-got; why != Admitted {
-		t.Fatalf("the waiter: %v", why)
+	w := <-got
+	if w.why != Admitted {
+		t.Fatalf("the waiter: %v", w.why)
 	}
-	rel, _ = l.TryAcquire("a")
+	// Given back here, not in the waiter's goroutine after its send: the
+	// test would otherwise go on while "b" may still hold the one slot.
+	w.release()
+	rel, why := l.TryAcquire("a")
+	if why != Admitted {
+		t.Fatalf("a's slot once the waiter gave its back: %v", why)
+	}
 	defer rel()
 	if _, why := l.Acquire(context.Background(), "a", time.Millisecond); why != KeyFull {
 		t.Fatalf("a bounded wait: %v", why)

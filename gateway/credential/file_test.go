@@ -225,7 +225,11 @@ func TestReloadBrokenKeepsPrevious(t *testing.T) {
 
 	const secretish = "do-not-log-this-cluster"
 	writeAtomic(t, path, "credentials:\n  - id: a\n    clusterId: "+secretish+"\n    projectNamespace: p\n    colour: blue\n")
-	waitFor(t, time.Second, "the broken reload to fail", func() bool { return f.LastError() != nil })
+	// The warning is the failed reload's last step, after LastError is
+	// set: waiting for LastError alone raced the warning's logging.
+	waitFor(t, time.Second, "the broken reload to fail and log its warning", func() bool {
+		return f.LastError() != nil && logs.FilterLevelExact(zapcore.WarnLevel).Len() > 0
+	})
 	if !errors.Is(f.LastError(), ErrInvalid) || !strings.Contains(f.LastError().Error(), `unknown field "colour"`) {
 		t.Fatalf("LastError() = %v", f.LastError())
 	}

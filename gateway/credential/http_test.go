@@ -272,7 +272,11 @@ func TestHTTPCallerContext(t *testing.T) {
 		_, err := h.Lookup(ctx, "a")
 		errc <- err
 	}()
-	<-started
+	select {
+	case <-started:
+	case err := <-errc:
+		t.Fatalf("Lookup returned (%v) before the portal was asked", err)
+	}
 	cancel()
 	err := <-errc
 	assertOnly(t, err, ErrUnavailable)

@@ -418,8 +418,13 @@ func TestRequestsInProgressCountExecdPing(t *testing.T) {
 			codes <- resp.Header.Get("Sandgate-Error-Code")
 		}()
 	}
-	<-pinged
-	<-pinged
+	for range 2 {
+		select {
+		case <-pinged:
+		case c := <-codes:
+			t.Fatalf("a request answered %q before it reached execd's /ping", c)
+		}
+	}
 	if all, a := e.handler.RequestsInProgress("cred-a"); all != 2 || a != 2 {
 		t.Fatalf("two requests held at execd's /ping: %d in progress in all, %d of cred-a; want 2 and 2", all, a)
 	}

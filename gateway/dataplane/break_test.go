@@ -396,7 +396,11 @@ func TestBreakDisconnectPhases(t *testing.T) {
 			}
 			errc <- err
 		}()
-		<-started
+		select {
+		case <-started:
+		case err := <-errc:
+			t.Fatalf("the stream ended (%v) before execd's /command was entered", err)
+		}
 		cancel()
 		<-errc
 		if o := <-outcomes; o.Code != CodeCanceled {

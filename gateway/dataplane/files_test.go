@@ -519,7 +519,11 @@ func TestDownloadGivesItsBufferBackOnEveryEnd(t *testing.T) {
 	done := make(chan struct{})
 	var ended any
 	go func() { defer close(done); ended = serve(w, ctx) }()
-	<-w.wrote // the copy holds its buffer, blocked writing
+	select {
+	case <-w.wrote: // the copy holds its buffer, blocked writing
+	case <-done:
+		t.Fatalf("download whose client went away: ended (%v) before it wrote", ended)
+	}
 	if n := len(largeDownloadSlots); n != 1 {
 		t.Fatalf("a download blocked in its copy: %d large buffers in use, want 1", n)
 	}

@@ -255,17 +255,27 @@ func TestReloadRevokes(t *testing.T) {
 	f, path := open(t, twoNodes(), zap.New(core))
 	ok := func(id, secret string) error { _, err := f.Authenticate(id, Sum(secret)); return err }
 
+	// Each wait also requires the version counted: a reload serves the new
+	// nodes first and counts the version last, so v below is the rotated
+	// version's number only once it is counted.
+	v := f.Version()
 	writeAtomic(t, path, "nodes:\n"+recordYAML(nodeA, secretA, false))
-	waitFor(t, time.Second, "node A to be disabled", func() bool { return errors.Is(ok(nodeA, secretA), ErrDisabled) })
+	waitFor(t, time.Second, "node A to be disabled", func() bool { return f.Version() > v && errors.Is(ok(nodeA, secretA), ErrDisabled) })
 
+	v = f.Version()
 	writeAtomic(t, path, "nodes:\n"+recordYAML(nodeA, "rotated-credential", true))
 	waitFor(t, time.Second, "the rotated digest", func() bool {
-		return errors.Is(ok(nodeA, secretA), ErrMismatch) && ok(nodeA, "rotated-credential") == nil
+		return f.Version() > v && errors.Is(ok(nodeA, secretA), ErrMismatch) && ok(nodeA, "rotated-credential") == nil
 	})
 
-	v := f.Version()
+	v = f.Version()
 	writeAtomic(t, path, "nodes:\n  - node_id: "+nodeA+"\n    credential_sha256: "+hexSum(secretA)+"\n    colour: blue\n")
-	waitFor(t, time.Second, "the broken reload to be reported", func() bool { return f.LastError() != nil })
+	// The warning is the failed reload's last step, after LastError is
+	// set: waiting for LastError alone could check the warnings below
+	// before there were any.
+	waitFor(t, time.Second, "the broken reload to be reported and logged", func() bool {
+		return f.LastError() != nil && logs.FilterLevelExact(zapcore.WarnLevel).Len() > 0
+	})
 	if f.Version() != v || ok(nodeA, "rotated-credential") != nil {
 		t.Fatalf("a broken reload replaced the last good version")
 	}
@@ -279,7 +289,11 @@ func TestReloadRevokes(t *testing.T) {
 	}
 
 	writeAtomic(t, path, "nodes: []\n")
-	waitFor(t, time.Second, "node A to be removed", func() bool { return errors.Is(ok(nodeA, "rotated-credential"), ErrUnknownNode) })
+	// The version is counted last, after LastError is cleared (the new
+	// nodes are served before that).
+	waitFor(t, time.Second, "node A to be removed", func() bool {
+		return f.Version() > v && errors.Is(ok(nodeA, "rotated-credential"), ErrUnknownNode)
+	})
 	if f.LastError() != nil {
 		t.Fatalf("LastError() = %v after a good reload", f.LastError())
 	}
