@@ -72,9 +72,7 @@ func TestCRDsInstall(t *testing.T) {
 func TestNodePoolRules(t *testing.T) {
 	p := &NodePool{ObjectMeta: metav1.ObjectMeta{Name: "gpu", Namespace: ns}, Spec: NodePoolSpec{Target: 7,
 		Generations: map[string]GenerationBinding{"7": {SpecificationDigest: d7, Release: "rel-7"}}}}
-	if err := kube.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	create(t, p)
 	for name, tc := range map[string]struct {
 		change func(p *NodePool)
 		msg    string
@@ -108,12 +106,24 @@ func TestNodePoolRules(t *testing.T) {
 	invalid(t, "bad name", kube.Create(ctx, &NodePool{ObjectMeta: metav1.ObjectMeta{Name: "gpu.1", Namespace: ns}}), "pool name")
 }
 
+// create creates obj, failing the test on an error, and deletes it when
+// the test ends, so that a test run again (-count) starts from no object.
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := kube.Create(ctx, obj); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := kube.Delete(ctx, obj); err != nil {
+			t.Errorf("deleting %s: %v", obj.GetName(), err)
+		}
+	})
+}
+
 func TestNodeEnrolmentTokenRules(t *testing.T) {
 	tok := &NodeEnrolmentToken{ObjectMeta: metav1.ObjectMeta{Name: d7, Namespace: ns},
 		Spec: NodeEnrolmentTokenSpec{Pool: "default", ExpiresAt: metav1.NewTime(time.Now().Add(time.Hour).Truncate(time.Second))}}
-	if err := kube.Create(ctx, tok); err != nil {
-		t.Fatal(err)
-	}
+	create(t, tok)
 	c := tok.DeepCopy()
 	c.Spec.Pool = "gpu"
 	invalid(t, "pool change", kube.Update(ctx, c), "never change")
@@ -131,9 +141,7 @@ func TestEnrolledNodeRules(t *testing.T) {
 		CredentialSHA256: d7, InstallationID: "11111111-2222-4333-8444-555555555555", Provider: "docker",
 		BackendFingerprint: d8, DeploymentGeneration: 7, SpecificationDigest: d7, MaxActive: 4, MaxRetained: 2,
 		EnrolledAt: metav1.NewTime(time.Now().Truncate(time.Second))}}
-	if err := kube.Create(ctx, n); err != nil {
-		t.Fatal(err)
-	}
+	create(t, n)
 	c := n.DeepCopy()
 	c.Spec.CredentialSHA256 = d8
 	invalid(t, "credential change", kube.Update(ctx, c), "only spec.enabled")
@@ -149,9 +157,7 @@ func TestEnrolledNodeRules(t *testing.T) {
 func TestNodePlacementsRules(t *testing.T) {
 	p := &NodePlacements{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: ns}, Spec: NodePlacementsSpec{
 		Placements: []PlacedAllocation{{Generation: 7, TenantID: "t", EnvironmentID: "e", AllocationID: "a"}}}}
-	if err := kube.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	create(t, p)
 	c := p.DeepCopy()
 	c.Spec.Placements[0].AllocationID = "-a"
 	invalid(t, "bad reference", kube.Update(ctx, c), "allocationID")
