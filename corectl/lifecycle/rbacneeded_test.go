@@ -45,7 +45,9 @@ type apiRequest struct {
 }
 
 // rbacLog records corectl's apiserver requests (a transport wrapper),
-// labelled with the operation the test runs at the time.
+// labelled with the operation the test ran when the request was sent (not
+// when its answer came: a watch's answer head can come seconds later on a
+// loaded machine, after the test has moved on to another operation).
 type rbacLog struct {
 	mu   sync.Mutex
 	op   string
@@ -56,13 +58,16 @@ func (l *rbacLog) setOp(op string) { l.mu.Lock(); l.op = op; l.mu.Unlock() }
 
 func (l *rbacLog) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		l.mu.Lock()
+		op := l.op
+		l.mu.Unlock()
 		resp, err := rt.RoundTrip(r)
 		if err != nil {
 			return resp, err
 		}
 		if a, ok := rbacAttributes(r.Method, r.URL); ok {
 			l.mu.Lock()
-			a.op, a.code = l.op, resp.StatusCode
+			a.op, a.code = op, resp.StatusCode
 			l.reqs = append(l.reqs, a)
 			l.mu.Unlock()
 		}
@@ -548,8 +553,11 @@ func TestComputeRBACEachVerbNeeded(t *testing.T) {
 						}
 						// A verb corectl's informers use (at start, or lazily
 						// at their first read): an informer of that resource,
-						// started alone.
-						if io, ok := informerOps[res]; ok && (v == "list" || v == "watch") && slices.ContainsFunc(by, func(o string) bool { return o == "setup" || o == "start" }) {
+						// started alone. A watch is only ever an informer's,
+						// whichever operation ran when it was sent (the
+						// informers start beside the first operations, later
+						// on a loaded machine).
+						if io, ok := informerOps[res]; ok && (v == "watch" || v == "list" && slices.ContainsFunc(by, func(o string) bool { return o == "setup" || o == "start" })) {
 							ops = append(ops, io)
 						}
 					}
