@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/integration/harness"
+	"github.com/sandgate/sandgate/internal/freeport"
 	"github.com/sandgate/sandgate/internal/scrapetest"
 )
 
@@ -32,12 +32,11 @@ func TestAccessLogLevelOfAGoneSandbox(t *testing.T) {
 	if fi, err := os.Stat(harness.CaddyBinary(root)); err != nil || fi.Mode()&0o111 == 0 {
 		t.Fatalf("the gateway binary bin/caddy is missing (%v): run make build", err)
 	}
-	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	dead, deadPort, err := freeport.Refusing()
 	if err != nil {
 		t.Fatal(err)
 	}
-	dead := closed.Addr().String()
-	closed.Close()
+	t.Cleanup(func() { deadPort.Close() })
 	caddyfile := `{
 	admin {{ADMIN}}
 	auto_https off

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -20,6 +19,7 @@ import (
 	"github.com/sandgate/sandgate/integration/execdstub"
 	"github.com/sandgate/sandgate/integration/fixedentry"
 	"github.com/sandgate/sandgate/integration/harness"
+	"github.com/sandgate/sandgate/internal/freeport"
 )
 
 // matrixRoutes are the SDK calls of the error matrix: every route of the
@@ -129,9 +129,11 @@ func TestErrorCodesEveryRoute(t *testing.T) {
 	}))
 	t.Cleanup(portal.Close)
 	// A fixed entry that refuses connections, and one that never answers.
-	closed, _ := net.Listen("tcp", "127.0.0.1:0")
-	deadAddr := closed.Addr().String()
-	closed.Close()
+	deadAddr, held, err := freeport.Refusing()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { held.Close() })
 	hang := make(chan struct{})
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-hang }))
 	t.Cleanup(func() { close(hang); slow.Close() })

@@ -23,10 +23,11 @@ import (
 func TestPortMetrics(t *testing.T) {
 	held := make(chan struct{}, 1)
 	release := make(chan struct{})
-	closed, err := freeport.Addr() // nothing listens there: cluster-raw's fixed entry
+	closed, closedPort, err := freeport.Refusing() // cluster-raw's fixed entry refuses connections
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { closedPort.Close() })
 	rig := startPortRig(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/hold" {
 			w.WriteHeader(http.StatusTooManyRequests) // the sandbox server's own 429

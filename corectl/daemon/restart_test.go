@@ -119,10 +119,11 @@ func TestAManagerThatCannotBeBuiltIsCounted(t *testing.T) {
 	rc := *kubetest.Cluster(refusedID, env.Namespace(t))
 	rc.Ingress.Host = refusedID + ".example.test"
 	s.cfg.Clusters = append(s.cfg.Clusters, rc)
-	refused, err := freeport.Addr() // nothing listens there: connections are refused
+	refused, held, err := freeport.Refusing() // connections there are refused
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { held.Close() })
 	d, err := daemon.New(daemon.Options{
 		Config: s.cfg, Keys: s.keys, Credentials: s.src, Listen: "127.0.0.1:0",
 		LeaderElection: true, LeaderElectionNamespace: s.leaseNS,

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/freeport"
 )
 
 const portalToken = "Bearer portal-secret-value"
@@ -295,12 +297,11 @@ func TestHTTPCallerContext(t *testing.T) {
 }
 
 func TestHTTPTransportError(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, held, err := freeport.Refusing() // connections there are refused
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	_ = ln.Close() // nothing listens there now
+	t.Cleanup(func() { held.Close() })
 	h, err := NewHTTP(HTTPConfig{URL: "http://user:pw-in-url@" + addr + "/c/{id}?key=query-secret", Header: http.Header{"Authorization": {portalToken}}})
 	if err != nil {
 		t.Fatal(err)

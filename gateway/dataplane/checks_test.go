@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandgate/sandgate/integration/execdstub"
 	"github.com/sandgate/sandgate/integration/fixedentry"
+	"github.com/sandgate/sandgate/internal/freeport"
 )
 
 // TestOrderOfChecks walks the checks of spec §3.3 in order: each row breaks
@@ -153,9 +154,11 @@ func TestErrorClasses(t *testing.T) {
 // to its distinct code (spec §3.3; docs/wire-facts.md §X2.6).
 func TestUpstreamFailures(t *testing.T) {
 	e := newTestEnv(t)
-	closed := httptest.NewServer(http.NotFoundHandler())
-	closedAddr := closed.Listener.Addr().String()
-	closed.Close()
+	closedAddr, held, err := freeport.Refusing()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { held.Close() })
 
 	cases := []struct {
 		name   string
@@ -188,10 +191,12 @@ func TestUpstreamFailures(t *testing.T) {
 // network failure, not a sandbox failure.
 func TestFixedEntryDown(t *testing.T) {
 	e := newTestEnv(t)
-	closed := httptest.NewServer(http.NotFoundHandler())
-	u, _ := url.Parse(closed.URL)
-	closed.Close()
-	h := newHandlerWithCluster(t, e, u)
+	closedAddr, held, err := freeport.Refusing()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { held.Close() })
+	h := newHandlerWithCluster(t, e, &url.URL{Scheme: "http", Host: closedAddr})
 	rec := httptest.NewRecorder()
 	req := e.request(http.MethodPost, "/filesystem.Filesystem/ListDir", strings.NewReader(`{"path":"/home/user"}`))
 	req.Header.Set("Content-Type", "application/json")

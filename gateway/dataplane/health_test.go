@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sandgate/sandgate/integration/fixedentry"
+	"github.com/sandgate/sandgate/internal/freeport"
 )
 
 // TestHealth: GET /health is answered from execd's /ping through the fixed
@@ -16,10 +17,12 @@ import (
 // does not answer, and an error the SDK raises for what says nothing about
 // the sandbox.
 func TestHealth(t *testing.T) {
-	closed := httptest.NewServer(http.NotFoundHandler())
-	closedAddr := closed.Listener.Addr().String()
-	closedURL, _ := url.Parse(closed.URL)
-	closed.Close()
+	closedAddr, held, err := freeport.Refusing()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { held.Close() })
+	closedURL := &url.URL{Scheme: "http", Host: closedAddr}
 	ok := func(*testEnv) {}
 	cases := []struct {
 		name   string

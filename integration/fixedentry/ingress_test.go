@@ -99,13 +99,15 @@ func (f *fixture) do(t *testing.T, method, target string, body io.Reader, hdr ht
 	return resp, b
 }
 
-// freeAddr returns a loopback address nothing listens on.
+// freeAddr returns a loopback address that refuses connections until the
+// test ends.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	addr, err := freeport.Addr()
+	addr, held, err := freeport.Refusing()
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { held.Close() })
 	return addr
 }
 

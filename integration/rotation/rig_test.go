@@ -809,10 +809,11 @@ func TestReplicaExitEndsReadinessWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	relay, err := freeport.Addr() // nothing listens there
+	relay, held, err := freeport.Refusing() // the relay refuses connections
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { held.Close() })
 	probe, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)

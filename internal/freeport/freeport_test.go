@@ -1,8 +1,10 @@
 package freeport
 
 import (
+	"errors"
 	"net"
 	"strconv"
+	"syscall"
 	"testing"
 )
 
@@ -34,4 +36,44 @@ func TestAddrBelowTheEphemeralRange(t *testing.T) {
 	if p, err := Port(); err != nil || p == "" {
 		t.Fatalf("Port() = %q, %v", p, err)
 	}
+}
+
+// TestRefusingHoldsThePort: a dial to Refusing's address is refused
+// (ECONNREFUSED), a listener cannot bind the port while it is held (as Go
+// listeners do, with SO_REUSEADDR), and after Close the port binds again.
+func TestRefusingHoldsThePort(t *testing.T) {
+	addr, held, err := Refusing()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host, _, err := net.SplitHostPort(addr); err != nil || host != "127.0.0.1" {
+		t.Fatalf("Refusing() = %q, %v", addr, err)
+	}
+	for range 3 {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			t.Fatalf("a dial to %s connected", addr)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Fatalf("a dial to %s = %v, want ECONNREFUSED", addr, err)
+		}
+	}
+	if l, err := net.Listen("tcp", addr); err == nil {
+		l.Close()
+		t.Fatalf("a listener bound %s while it was held", addr)
+	} else if !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("a listen on the held %s = %v, want EADDRINUSE", addr, err)
+	}
+	if err := held.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := held.Close(); err != nil {
+		t.Fatalf("a second Close = %v, want nil", err)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("the port is not free after Close: %v", err)
+	}
+	l.Close()
 }

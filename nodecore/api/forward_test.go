@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/internal/freeport"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodecore/credential"
 	"github.com/sandgate/sandgate/nodecore/hub"
@@ -218,12 +218,12 @@ func TestForwardStaleHolder(t *testing.T) {
 func TestForwardHolderUnreachable(t *testing.T) {
 	c := newCluster(t)
 	b := c.replica("replica-b")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	deadAddr, held, err := freeport.Refusing()
 	if err != nil {
 		t.Fatal(err)
 	}
-	dead := "http://" + l.Addr().String()
-	l.Close()
+	t.Cleanup(func() { held.Close() })
+	dead := "http://" + deadAddr
 	c.mu.Lock()
 	c.holder[nodeA] = Peer{ID: "replica-dead", URL: dead}
 	c.mu.Unlock()
