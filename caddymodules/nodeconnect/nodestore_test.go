@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	_ "github.com/sandgate/sandgate/caddymodules/nodeadmin" // admin.api.sandgate: the /sandgate/pools routes
 	"github.com/sandgate/sandgate/caddymodules/sandgate"
 	"github.com/sandgate/sandgate/deploy"
+	"github.com/sandgate/sandgate/internal/freeport"
 	"github.com/sandgate/sandgate/internal/kubeenv"
 	v1 "github.com/sandgate/sandgate/nodecore/apis/v1alpha1"
 	"github.com/sandgate/sandgate/nodecore/credential"
@@ -57,12 +57,10 @@ func TestCaddyNodeStoreKubernetes(t *testing.T) {
 	if err := kube.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gw"}}); err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	adminAddr, err := freeport.Addr() // below the ephemeral range: no outgoing connection takes it meanwhile
 	if err != nil {
 		t.Fatal(err)
 	}
-	adminAddr := l.Addr().String()
-	_ = l.Close()
 	f := newFiles(t)
 	kubeconfig := f.dir + "/kubeconfig"
 	write(t, kubeconfig, string(env.KubeConfig))

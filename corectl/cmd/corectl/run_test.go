@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/sandgate/sandgate/corectl/apikey"
 	"github.com/sandgate/sandgate/corectl/kubetest"
+	"github.com/sandgate/sandgate/internal/freeport"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -57,12 +57,10 @@ templates: {clusterId: c1, namespace: `+ns+`}
 `)
 	creds := write("credentials.yaml", "credentials:\n  - {id: cred, enabled: true, projectNamespace: "+ns+", clusterId: c1}\n")
 	keys := write("keys.yaml", "keys:\n  - {name: k, sha256: "+apikey.Digest("key")+", credentialId: cred}\n")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr() // below the ephemeral range: no outgoing connection takes it meanwhile
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
 
 	done := make(chan error, 1)
 	go func() {
