@@ -285,7 +285,7 @@ func TestRequestsInProgressBounded(t *testing.T) {
 		t.Helper()
 		req := e.request(http.MethodGet, "/files?path=/home/user/f", nil)
 		req.Header.Set(HeaderAccessToken, e.mint(cred, testSandbox))
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -412,7 +412,7 @@ func TestRequestsInProgressCountExecdPing(t *testing.T) {
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Connect-Protocol-Version", "1")
 		go func() {
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := testClient.Do(req)
 			if err != nil {
 				codes <- err.Error()
 				return
@@ -473,7 +473,7 @@ func TestPanickingOperationGivesBack(t *testing.T) {
 	})
 	e.gateway.Config.ErrorLog = log.New(io.Discard, "", 0) // the recovered panic's stack
 	req := e.request(http.MethodGet, "/files?path=/home/user/f", nil)
-	if resp, err := http.DefaultClient.Do(req); err == nil {
+	if resp, err := testClient.Do(req); err == nil {
 		resp.Body.Close()
 		t.Fatalf("a download whose operation panicked: %d, want the connection dropped", resp.StatusCode)
 	}

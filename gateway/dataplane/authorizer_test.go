@@ -209,7 +209,7 @@ func TestStreamCutWhenSandboxGone(t *testing.T) {
 						d.Authorizer = a
 					}
 				})
-				resp, err := http.DefaultClient.Do(e.startRequest(startMsg("sleep 600")))
+				resp, err := testClient.Do(e.startRequest(startMsg("sleep 600")))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -104,7 +104,7 @@ func TestBreakDownloadCutOffChunked(t *testing.T) {
 		panic(http.ErrAbortHandler) // the connection breaks mid-body
 	})
 	gw, tok := newFakeGateway(t, mux)
-	resp, err := http.DefaultClient.Do(gwRequest(t, gw, tok, http.MethodGet, "/files?path="+p, nil))
+	resp, err := testClient.Do(gwRequest(t, gw, tok, http.MethodGet, "/files?path="+p, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestBreakStreamErrorLeavesCommand(t *testing.T) {
 			req := gwRequest(t, gw, tok, http.MethodPost, "/process.Process/Start",
 				bytes.NewReader(envelope(0, []byte(startMsg("sleep 30")))))
 			req.Header.Set("Content-Type", "application/connect+json")
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := testClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -248,7 +248,7 @@ func TestBreakBodyNeverEndsClientGoes(t *testing.T) {
 	req.Header.Set("Content-Type", "application/octet-stream")
 	done := make(chan error, 1)
 	go func() {
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testClient.Do(req)
 		if err == nil {
 			resp.Body.Close()
 		}
@@ -389,7 +389,7 @@ func TestBreakDisconnectPhases(t *testing.T) {
 		req.Header.Set("Content-Type", "application/connect+json")
 		errc := make(chan error, 1)
 		go func() {
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := testClient.Do(req)
 			if err == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
@@ -421,7 +421,7 @@ func TestBreakDisconnectPhases(t *testing.T) {
 		req := gwRequest(t, gw, tok, http.MethodPost, "/process.Process/Start",
 			bytes.NewReader(envelope(0, []byte(startMsg("true")))))
 		req.Header.Set("Content-Type", "application/connect+json")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -619,7 +619,7 @@ func TestBreakBackgroundStartStreamCut(t *testing.T) {
 			req := gwRequest(t, gw.URL, e.mint("cred-a", testSandbox), http.MethodPost, "/process.Process/Start",
 				bytes.NewReader(envelope(0, []byte(startMsg("true")))))
 			req.Header.Set("Content-Type", "application/connect+json")
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := testClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -705,7 +705,7 @@ func postStart(t *testing.T, gw, tok string) *http.Response {
 	t.Helper()
 	req := gwRequest(t, gw, tok, http.MethodPost, "/process.Process/Start", bytes.NewReader(envelope(0, []byte(startMsg("x")))))
 	req.Header.Set("Content-Type", "application/connect+json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

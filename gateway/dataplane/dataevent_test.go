@@ -125,7 +125,7 @@ func TestProcessStartLargeOutputBeforeInit(t *testing.T) {
 	t.Cleanup(srv.Close)
 	e.ingress.SetSandbox(testSandbox, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1",
 		Ports: map[int]string{execd.DefaultPort: srv.Listener.Addr().String()}})
-	resp, err := http.DefaultClient.Do(e.startRequest(startMsg("x")))
+	resp, err := testClient.Do(e.startRequest(startMsg("x")))
 	if err != nil {
 		t.Fatal(err)
 	}

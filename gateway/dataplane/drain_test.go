@@ -51,7 +51,7 @@ func wantTracked(t *testing.T, tracked chan string, want string) {
 func TestDrainEndsCommandStream(t *testing.T) {
 	e, d, tracked := drainEnv(t, time.Hour)
 	gate := filepath.Join(t.TempDir(), "go")
-	resp, err := http.DefaultClient.Do(e.startRequest(startMsg("echo up; while [ ! -f '" + gate + "' ]; do sleep 0.05; done")))
+	resp, err := testClient.Do(e.startRequest(startMsg("echo up; while [ ! -f '" + gate + "' ]; do sleep 0.05; done")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestDrainEndsCommandStream(t *testing.T) {
 func TestDrainStreamWithinGrace(t *testing.T) {
 	e, d, tracked := drainEnv(t, time.Hour)
 	gate := filepath.Join(t.TempDir(), "go")
-	resp, err := http.DefaultClient.Do(e.startRequest(startMsg("echo up; while [ ! -f '" + gate + "' ]; do sleep 0.05; done; echo done")))
+	resp, err := testClient.Do(e.startRequest(startMsg("echo up; while [ ! -f '" + gate + "' ]; do sleep 0.05; done; echo done")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestDrainEndsUpload(t *testing.T) {
 	}
 	got := make(chan result, 1)
 	go func() {
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testClient.Do(req)
 		got <- result{resp, err}
 	}()
 	wantTracked(t, tracked, "transfer+1")

@@ -184,10 +184,11 @@ func (e *testEnv) request(method, target string, body io.Reader) *http.Request {
 	return req
 }
 
-// testClient is the client of do: http.DefaultClient's transport with a
-// bound on the whole exchange, so that a request the test's ordering left
-// waiting for ever fails the test (a bound on the test, not a measure: no
-// request of these tests takes more than seconds).
+// testClient is the client of every request these tests send:
+// http.DefaultClient's transport with a bound on the whole exchange, so
+// that a request the test's ordering left waiting for ever fails the test
+// (a bound on the test, not a measure: no request of these tests takes
+// more than seconds).
 var testClient = &http.Client{Timeout: 2 * time.Minute}
 
 func (e *testEnv) do(req *http.Request) (*http.Response, []byte) {

@@ -214,7 +214,7 @@ func TestPlainListingsConcurrent(t *testing.T) {
 					req.Header.Set(HeaderAccessToken, tok)
 					req.Header.Set("Content-Type", "application/json")
 					req.Header.Set("Connect-Protocol-Version", "1")
-					resp, err := http.DefaultClient.Do(req)
+					resp, err := testClient.Do(req)
 					if err != nil {
 						errs <- err.Error()
 						return

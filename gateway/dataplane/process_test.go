@@ -258,7 +258,7 @@ func TestProcessStartKeepalive(t *testing.T) {
 	gate := filepath.Join(t.TempDir(), "go")
 	req := e.startRequest(startMsg("while [ ! -f '" + gate + "' ]; do sleep 0.05; done; echo done"))
 	req.Header.Set("Keepalive-Ping-Interval", "1")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +299,7 @@ func TestProcessStartOutlivesClient(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	req := e.startRequest(startMsg("echo started; while [ ! -f '" + gate + "' ]; do sleep 0.05; done; echo finished > '" + done + "'")).WithContext(ctx)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +355,7 @@ func TestProcessStartExecdFailsMidStream(t *testing.T) {
 	e := newTestEnv(t)
 	gate := filepath.Join(t.TempDir(), "go")
 	req := e.startRequest(startMsg("echo up; while [ ! -f '" + gate + "' ]; do sleep 0.05; done"))
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,7 +396,7 @@ func TestProcessStartLineDelivered(t *testing.T) {
 	e := newTestEnv(t)
 	gate := filepath.Join(t.TempDir(), "go")
 	req := e.startRequest(startMsg("echo start; while [ ! -f '" + gate + "' ]; do sleep 0.05; done; printf 'end'"))
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

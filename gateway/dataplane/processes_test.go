@@ -44,7 +44,7 @@ func (e *testEnv) openStream(ctx context.Context, method, msg string, hdr map[st
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -435,7 +435,7 @@ func TestExtendedOutputPrivate(t *testing.T) {
 	defer cancel()
 	req := e.startRequest(startMsg(`echo secret-of-1000; while [ ! -f gate ]; do sleep 0.05; done`)).WithContext(ctx)
 	req.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("user:")))
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -200,7 +200,7 @@ func TestOnlyChunkedWritesTakeALargeBuffer(t *testing.T) {
 	} {
 		req := gwRequest(t, gw, tok, http.MethodPost, "/files"+c.query, c.body)
 		req.Header.Set("Content-Type", c.contentType)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
