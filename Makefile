@@ -138,7 +138,7 @@ js-deps: $(JS_DIR)/node_modules/.package-lock.json
 demo:
 	@$(PHASE) 1/3 "building bin/caddy with xcaddy" "first time 3-5 min on idle cores, 15 loaded; then nothing, or about 40 s after a change" -- $(SUBMAKE) bin/caddy
 	@$(PHASE) 2/3 "installing the E2B JS SDKs (npm ci in integration/js)" "first time 5-30 s; then nothing" -- $(SUBMAKE) js-deps
-	@$(PHASE) 3/3 "running the demo (go run ./integration/cmd/demo)" "about 20 s" -- $(GO) run ./integration/cmd/demo
+	@$(PHASE) 3/3 "running the demo (go run ./integration/cmd/demo)" "a few seconds; about 20 s when Go must first compile it" -- $(GO) run ./integration/cmd/demo
 
 # The Prometheus alert rules of deploy/monitoring: promtool check rules and promtool test
 # rules (Debian's prometheus package, installed if missing; docs/runbook.md "Alerts").

@@ -11,8 +11,8 @@
 # -timeout the tests that were still running (`panic: test timed out` and its
 # `running tests:` list), so that the end of a long log (which is what a CI page
 # shows) names the failure, not the last goroutine of a timeout's stack dump. The
-# summary is at most 80 lines; the whole output stays in the file it names. Exits
-# with go test's status.
+# summary is at most 80 lines; the whole output stays in the file it names. When go
+# test passes, the file is removed. Exits with go test's status.
 set -uo pipefail
 
 go=${GO:-go}
@@ -32,5 +32,7 @@ if ((status != 0)); then
     { failed = 0 }
     /^FAIL[ \t]/ { print }
   ' "$log" | head -n 80
+else
+  rm -f "$log"
 fi
 exit "$status"

@@ -109,3 +109,34 @@ func TestSummaryNamesWhatFailed(t *testing.T) {
 		t.Errorf("%s does not hold go test's whole output:\n%s", log[1], whole)
 	}
 }
+
+// TestPassLeavesNothing: when go test passes, gotest.sh exits 0, prints no
+// summary and removes the file it kept the output in.
+func TestPassLeavesNothing(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(fixture["go.mod"]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "passes_test.go"), []byte("package passes\n\nimport \"testing\"\n\nfunc TestPasses(t *testing.T) {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script, err := filepath.Abs("gotest.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	cmd := exec.Command("bash", script, "-count=1", "./...")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp, "GOFLAGS=-mod=mod", "GOWORK=off")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("gotest.sh on a passing module: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "ok  \texample.com/fixture") || strings.Contains(string(out), "==> go test failed") {
+		t.Fatalf("the output of a passing run:\n%s", out)
+	}
+	left, err := filepath.Glob(filepath.Join(tmp, "sandgate-gotest.*"))
+	if err != nil || len(left) != 0 {
+		t.Fatalf("files left in TMPDIR after a passing run: %v %v", left, err)
+	}
+}
