@@ -233,10 +233,32 @@ func Start(cfg Config) (_ *Cluster, err error) {
 // (a new pod of a rolling update: its own ID, port and files, the
 // cluster's configuration and the peer token file as it is now), and
 // returns it once it listens. Errors name the replica. It appends to
-// Replicas: not to be called while Dispatch or Nodes run.
+// Replicas: not to be called while Dispatch or Nodes run. A replica that
+// exits at start because a port picked for it was taken meanwhile
+// ("address already in use") is started again on new ports, up to 5
+// times.
 func (c *Cluster) Add() (*Replica, error) {
+	for attempt := 1; ; attempt++ {
+		r, err := c.add(attempt > 1)
+		if !errors.Is(err, errBindRace) || attempt == 5 {
+			return r, err
+		}
+	}
+}
+
+// errBindRace reports a replica that exited at start because one of the
+// ports picked for it was taken between the pick and its listen.
+var errBindRace = errors.New("a port picked for the replica was taken before it listened")
+
+// add picks the ports of replica-<len(Replicas)> and starts it; again
+// replaces the last replica of Replicas (one that exited with
+// errBindRace) instead of appending.
+func (c *Cluster) add(again bool) (*Replica, error) {
 	cfg := c.cfg
 	i := len(c.Replicas)
+	if again {
+		i--
+	}
 	id := fmt.Sprintf("replica-%d", i)
 	port, err := freeport.Port()
 	if err != nil {
@@ -261,9 +283,12 @@ func (c *Cluster) Add() (*Replica, error) {
 	cmd := exec.Command(cfg.Caddy, "run", "--config", cf, "--adapter", "caddyfile")
 	home := filepath.Join(c.Dir, id)
 	cmd.Env = append(append(os.Environ(), "HOME="+home, "XDG_DATA_HOME="+home, "XDG_CONFIG_HOME="+home), cfg.Env...)
+	bind := &bindWatch{}
+	cmd.Stdout, cmd.Stderr = bind, bind
 	if cfg.Output != nil {
 		if w := cfg.Output(i); w != nil {
-			cmd.Stdout, cmd.Stderr = w, w
+			out := io.MultiWriter(w, bind)
+			cmd.Stdout, cmd.Stderr = out, out
 		}
 	}
 	if err := cmd.Start(); err != nil {
@@ -274,8 +299,15 @@ func (c *Cluster) Add() (*Replica, error) {
 		r.Admin = admin
 	}
 	go func() { r.exited <- cmd.Wait() }()
-	c.Replicas = append(c.Replicas, r)
+	if again {
+		c.Replicas[i] = r
+	} else {
+		c.Replicas = append(c.Replicas, r)
+	}
 	if err := r.waitListening(); err != nil {
+		if bind.inUse() {
+			return nil, fmt.Errorf("replicas: %s: %w: %w", id, errBindRace, err)
+		}
 		return nil, err
 	}
 	return r, nil
@@ -428,4 +460,35 @@ func (c *Cluster) Nodes(ctx context.Context, i int) (api.Nodes, error) {
 	var n api.Nodes
 	err = json.NewDecoder(io.LimitReader(resp.Body, 256<<20)).Decode(&n)
 	return n, err
+}
+
+// bindWatch is a writer that remembers whether a replica's output said a
+// listen failed with "address already in use"; it keeps only the last few
+// bytes to find the phrase across writes.
+type bindWatch struct {
+	mu   sync.Mutex
+	tail []byte
+	seen bool
+}
+
+const addrInUse = "address already in use"
+
+func (b *bindWatch) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.seen {
+		buf := append(b.tail, p...)
+		b.seen = bytes.Contains(buf, []byte(addrInUse))
+		if n := len(addrInUse) - 1; len(buf) > n {
+			buf = buf[len(buf)-n:]
+		}
+		b.tail = append(b.tail[:0], buf...)
+	}
+	return len(p), nil
+}
+
+func (b *bindWatch) inUse() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.seen
 }
