@@ -140,7 +140,8 @@ type refusal struct {
 // real kube-apiserver) as the control API and the authorizer's answerer,
 // bin/caddy with `authorizer http` as the data plane, and each pinned E2B
 // JS SDK: after kill() the token the SDK object still holds is refused
-// within 2 s; a 3 s sandbox's token is refused once it expires; another
+// within 2 s; a sandbox's token, accepted before, is refused once the end
+// setTimeout(3 s) gave it passes; another
 // credential of the same namespace cannot connect, read, kill or list the
 // sandbox, and a token minted for that credential (a forged or leaked
 // grant) is refused by the gateway exactly as for a missing sandbox.
@@ -287,7 +288,7 @@ func TestSDKAuthorizerWithCorectlProcess(t *testing.T) {
 			// Expiry: alive before, refused after its end (the authorizer
 			// refuses from the end on; the expiry loop deletes it).
 			if !r.Alive.OK {
-				t.Fatalf("the 3 s sandbox did not run a command: %+v", r.Alive)
+				t.Fatalf("the expiring sandbox did not run a command before its end was set: %+v", r.Alive)
 			}
 			refusedAs("token after expiry", r.Expiry)
 			if r.RefusedAt.Before(r.EndAt) || r.RefusedAt.After(r.EndAt.Add(2*time.Second+5*time.Second)) {
