@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -166,7 +167,14 @@ func TestSDKAuthorizerWithCorectlProcess(t *testing.T) {
 		"  - {name: a, sha256: "+apikey.Digest("key-a")+", credentialId: cred-a}\n"+
 		"  - {name: b, sha256: "+apikey.Digest("key-b")+", credentialId: cred-b}\n")
 	kubeconfig := write("kubeconfig", string(env.KubeConfig))
-	feAddr := freeAddr(t)
+	// The fixed entry's listener is bound now, while corectl's cluster file
+	// names it, and held until the harness serves on it.
+	feLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = feLn.Close() })
+	feAddr := feLn.Addr().String()
 	c := kubetest.Cluster("cluster-a", ingNS)
 	c.FixedEntry = "http://" + feAddr
 	c.Kubeconfig = kubeconfig
@@ -192,7 +200,7 @@ func TestSDKAuthorizerWithCorectlProcess(t *testing.T) {
 	caddyfile := strings.Replace(harness.DefaultCaddyfile, "cluster cluster-a {{FIXED_ENTRY}}",
 		"cluster cluster-a {{FIXED_ENTRY}}\n\t\tauthorizer http "+api+" {\n\t\t\theader Authorization \"Bearer {file."+internal+"}\"\n\t\t}", 1)
 	h, err := harness.Start(harness.Config{RepoRoot: root, Caddyfile: caddyfile, CredentialsFile: credFile, KeyFile: keyFile,
-		KeyID: "primary", FixedEntryAddr: feAddr})
+		KeyID: "primary", FixedEntryListener: feLn})
 	if err != nil {
 		t.Fatal(err)
 	}
