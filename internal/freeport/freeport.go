@@ -18,15 +18,22 @@
 // entry or an execd that is down) takes Refusing, not Addr: a port that
 // is merely free can be bound by any other test before the connection is
 // tried, and the test then talks to that server instead.
+//
+// For the same reason a dial that succeeds does not show that the server a
+// test started is the one listening on a picked port: when the port was
+// taken meanwhile, the dial reaches the other process while the test's
+// server fails to bind. ListenedBy tells the two apart.
 package freeport
 
 import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -128,4 +135,57 @@ func (h *heldPort) Close() error {
 	var err error
 	h.once.Do(func() { err = unix.Close(h.fd) })
 	return err
+}
+
+// ListenedBy reports whether process pid holds a TCP socket listening on
+// the port of addr ("host:port"; a socket on any local address of that
+// port counts, as a server may listen on 0.0.0.0 or [::]). It reads the
+// kernel's socket tables of the caller's network namespace
+// (/proc/net/tcp and tcp6) and the process's descriptors
+// (/proc/<pid>/fd), so it needs the right to read those (the same user,
+// or root). A process that has exited holds nothing: false, nil. The
+// error is a malformed addr or a /proc read that failed otherwise.
+func ListenedBy(pid int, addr string) (bool, error) {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false, fmt.Errorf("freeport: %w", err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p <= 0 || p > 65535 {
+		return false, fmt.Errorf("freeport: port %q of %q", port, addr)
+	}
+	suffix := fmt.Sprintf(":%04X", p)
+	inodes := map[string]bool{}
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		data, err := os.ReadFile(table)
+		if errors.Is(err, fs.ErrNotExist) && table == "/proc/net/tcp6" {
+			continue // no IPv6 in this kernel
+		}
+		if err != nil {
+			return false, fmt.Errorf("freeport: %w", err)
+		}
+		// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+		for _, line := range strings.Split(string(data), "\n") {
+			if f := strings.Fields(line); len(f) > 9 && strings.HasSuffix(f[1], suffix) && f[3] == "0A" { // 0A: LISTEN
+				inodes["socket:["+f[9]+"]"] = true
+			}
+		}
+	}
+	if len(inodes) == 0 {
+		return false, nil
+	}
+	dir := filepath.Join("/proc", strconv.Itoa(pid), "fd")
+	fds, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("freeport: %w", err)
+	}
+	for _, fd := range fds {
+		if link, err := os.Readlink(filepath.Join(dir, fd.Name())); err == nil && inodes[link] {
+			return true, nil
+		}
+	}
+	return false, nil
 }

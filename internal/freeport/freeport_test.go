@@ -3,6 +3,8 @@ package freeport
 import (
 	"errors"
 	"net"
+	"os"
+	"os/exec"
 	"strconv"
 	"syscall"
 	"testing"
@@ -76,4 +78,42 @@ func TestRefusingHoldsThePort(t *testing.T) {
 		t.Fatalf("the port is not free after Close: %v", err)
 	}
 	l.Close()
+}
+
+// TestListenedBy: a listener of this process is found on its port; the
+// same port asked of another process (a child that listens on nothing),
+// a port nobody listens on, and a process that has exited are not.
+func TestListenedBy(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	addr := l.Addr().String()
+	if ok, err := ListenedBy(os.Getpid(), addr); !ok || err != nil {
+		t.Fatalf("ListenedBy(this process, %s) = %v, %v; want true", addr, ok, err)
+	}
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := ListenedBy(child.Process.Pid, addr); ok || err != nil {
+		t.Fatalf("ListenedBy(a child, %s) = %v, %v; want false", addr, ok, err)
+	}
+	_ = child.Process.Kill()
+	_ = child.Wait()
+	if ok, err := ListenedBy(child.Process.Pid, addr); ok || err != nil {
+		t.Fatalf("ListenedBy(an exited process, %s) = %v, %v; want false", addr, ok, err)
+	}
+	dead, held, err := Refusing()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if ok, err := ListenedBy(os.Getpid(), dead); ok || err != nil {
+		t.Fatalf("ListenedBy(this process, %s, bound but not listening) = %v, %v; want false", dead, ok, err)
+	}
+	if _, err := ListenedBy(os.Getpid(), "127.0.0.1"); err == nil {
+		t.Fatal("an address without a port: no error")
+	}
 }
