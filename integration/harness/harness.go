@@ -308,13 +308,23 @@ func (e *Env) startGateway(cfg Config, cfPath string) error {
 		return fmt.Errorf("starting the gateway: %w", err)
 	}
 	go func() { e.waitErr <- e.cmd.Wait() }()
-	// Wait until the gateway answers, or exits.
+	// Wait until the gateway answers, or exits. A dial that succeeds
+	// counts only once the gateway process is the one listening: when the
+	// port was taken meanwhile, the dial reaches the other process and
+	// the gateway exits with "address already in use".
 	deadline := time.Now().Add(30 * time.Second)
+	gwAddr := strings.TrimPrefix(e.Gateway, "http://")
 	for {
-		c, err := net.DialTimeout("tcp", strings.TrimPrefix(e.Gateway, "http://"), time.Second)
+		c, err := net.DialTimeout("tcp", gwAddr, time.Second)
 		if err == nil {
 			c.Close()
-			return nil
+			ours, err := freeport.ListenedBy(e.cmd.Process.Pid, gwAddr)
+			if err != nil {
+				return err
+			}
+			if ours {
+				return nil
+			}
 		}
 		select {
 		case err := <-e.waitErr:

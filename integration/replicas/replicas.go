@@ -319,18 +319,29 @@ func (c *Cluster) add(again bool) (*Replica, error) {
 func (c *Cluster) PeerTokenFile() string { return filepath.Join(c.Dir, "peer-token") }
 
 // waitListening waits until the replica accepts connections on its site
-// and on its internal node API (Caddy starts its apps in no fixed order).
+// and on its internal node API (Caddy starts its apps in no fixed order),
+// the replica's process being the one that listens there (a port taken
+// meanwhile answers the dial from another process).
 func (r *Replica) waitListening() error {
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		listening := true
 		for _, u := range []string{r.URL, r.APIURL} {
-			conn, err := net.DialTimeout("tcp", strings.TrimPrefix(u, "http://"), time.Second)
+			addr := strings.TrimPrefix(u, "http://")
+			conn, err := net.DialTimeout("tcp", addr, time.Second)
 			if err != nil {
 				listening = false
 				break
 			}
 			conn.Close()
+			ours, err := freeport.ListenedBy(r.PID, addr)
+			if err != nil {
+				return fmt.Errorf("replicas: %s: %w", r.ID, err)
+			}
+			if !ours {
+				listening = false
+				break
+			}
 		}
 		if listening {
 			return nil
