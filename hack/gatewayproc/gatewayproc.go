@@ -19,6 +19,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/freeport"
 )
 
 // Process is one running gateway.
@@ -54,7 +56,9 @@ func Start(caddy, dir, caddyfile string, output io.Writer, env ...string) (*Proc
 	return p, nil
 }
 
-// WaitListening waits up to 60 s until addr accepts TCP connections; it
+// WaitListening waits up to 60 s until addr accepts TCP connections on a
+// socket the gateway process holds (a port another process took after it
+// was picked answers a dial too, while the gateway fails to bind it); it
 // fails at once when the gateway exits.
 func (p *Process) WaitListening(addr string) error {
 	return p.WaitListeningFor(addr, time.Minute)
@@ -74,7 +78,13 @@ func (p *Process) WaitListeningFor(addr string, d time.Duration) error {
 		}
 		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 			c.Close()
-			return nil
+			ours, err := freeport.ListenedBy(p.Pid, addr)
+			if err != nil {
+				return err
+			}
+			if ours {
+				return nil
+			}
 		}
 		time.Sleep(20 * time.Millisecond) // polling for the listener
 	}
