@@ -309,21 +309,29 @@ func (e *Env) startGateway(cfg Config, cfPath string) error {
 	}
 	go func() { e.waitErr <- e.cmd.Wait() }()
 	// Wait until the gateway answers, or exits. A dial that succeeds
-	// counts only once the gateway process is the one listening: when the
+	// counts only once the gateway process alone listens there: when the
 	// port was taken meanwhile, the dial reaches the other process and
-	// the gateway exits with "address already in use".
+	// the gateway exits with "address already in use" or, when the other
+	// process is a Caddy too (SO_REUSEPORT, the same user), both listen
+	// and share the connections; then the gateway is stopped and the
+	// start is a bind race too.
 	deadline := time.Now().Add(30 * time.Second)
 	gwAddr := strings.TrimPrefix(e.Gateway, "http://")
 	for {
 		c, err := net.DialTimeout("tcp", gwAddr, time.Second)
 		if err == nil {
 			c.Close()
-			ours, err := freeport.ListenedBy(e.cmd.Process.Pid, gwAddr)
+			all, own, err := freeport.Listeners(e.cmd.Process.Pid, gwAddr)
 			if err != nil {
 				return err
 			}
-			if ours {
+			if own > 0 && own == all {
 				return nil
+			}
+			if own > 0 {
+				_ = e.cmd.Process.Kill()
+				e.waitErr <- <-e.waitErr // Close waits for it too
+				return fmt.Errorf("%w: another process listens on %s too", ErrBindRace, gwAddr)
 			}
 		}
 		select {

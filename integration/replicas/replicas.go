@@ -320,8 +320,10 @@ func (c *Cluster) PeerTokenFile() string { return filepath.Join(c.Dir, "peer-tok
 
 // waitListening waits until the replica accepts connections on its site
 // and on its internal node API (Caddy starts its apps in no fixed order),
-// the replica's process being the one that listens there (a port taken
-// meanwhile answers the dial from another process).
+// the replica's process alone listening there. A port taken meanwhile
+// answers the dial from another process; when that process is a Caddy
+// too (SO_REUSEPORT, the same user), both listen and share the
+// connections: the replica is then stopped and the error is errBindRace.
 func (r *Replica) waitListening() error {
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
@@ -334,11 +336,16 @@ func (r *Replica) waitListening() error {
 				break
 			}
 			conn.Close()
-			ours, err := freeport.ListenedBy(r.PID, addr)
+			all, own, err := freeport.Listeners(r.PID, addr)
 			if err != nil {
 				return fmt.Errorf("replicas: %s: %w", r.ID, err)
 			}
-			if !ours {
+			if own > 0 && own < all {
+				_ = r.cmd.Process.Kill()
+				r.exited <- <-r.exited
+				return fmt.Errorf("replicas: %s: %w: another process listens on %s too", r.ID, errBindRace, addr)
+			}
+			if own == 0 {
 				listening = false
 				break
 			}

@@ -22,7 +22,8 @@
 // For the same reason a dial that succeeds does not show that the server a
 // test started is the one listening on a picked port: when the port was
 // taken meanwhile, the dial reaches the other process while the test's
-// server fails to bind. ListenedBy tells the two apart.
+// server fails to bind, or, when both set SO_REUSEPORT as Caddy does,
+// both listen and share the connections. Listeners tells these apart.
 package freeport
 
 import (
@@ -137,22 +138,28 @@ func (h *heldPort) Close() error {
 	return err
 }
 
-// ListenedBy reports whether process pid holds a TCP socket listening on
-// the port of addr ("host:port"; a socket on any local address of that
-// port counts, as a server may listen on 0.0.0.0 or [::]). It reads the
-// kernel's socket tables of the caller's network namespace
-// (/proc/net/tcp and tcp6) and the process's descriptors
-// (/proc/<pid>/fd), so it needs the right to read those (the same user,
-// or root). A process that has exited holds nothing: false, nil. The
-// error is a malformed addr or a /proc read that failed otherwise.
-func ListenedBy(pid int, addr string) (bool, error) {
+// Listeners counts the TCP sockets listening on the port of addr
+// ("host:port"; a socket on any local address of that port counts, as a
+// server may listen on 0.0.0.0 or [::]): all of them, and own, those
+// process pid holds. own == all > 0 is the only answer that shows the
+// process alone serves the port: own == 0 means another process answers
+// there (the process has not listened yet, or failed to bind), and
+// 0 < own < all that it shares the port with another process, each
+// accepting some of the connections (sockets bound with SO_REUSEPORT by
+// the same user, as Caddy's are, do not collide). It reads the kernel's
+// socket tables of the caller's network namespace (/proc/net/tcp and
+// tcp6) and the process's descriptors (/proc/<pid>/fd), so it needs the
+// right to read those (the same user, or root). A process that has
+// exited holds nothing. The error is a malformed addr or a /proc read
+// that failed otherwise.
+func Listeners(pid int, addr string) (all, own int, err error) {
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return false, fmt.Errorf("freeport: %w", err)
+		return 0, 0, fmt.Errorf("freeport: %w", err)
 	}
 	p, err := strconv.Atoi(port)
 	if err != nil || p <= 0 || p > 65535 {
-		return false, fmt.Errorf("freeport: port %q of %q", port, addr)
+		return 0, 0, fmt.Errorf("freeport: port %q of %q", port, addr)
 	}
 	suffix := fmt.Sprintf(":%04X", p)
 	inodes := map[string]bool{}
@@ -162,7 +169,7 @@ func ListenedBy(pid int, addr string) (bool, error) {
 			continue // no IPv6 in this kernel
 		}
 		if err != nil {
-			return false, fmt.Errorf("freeport: %w", err)
+			return 0, 0, fmt.Errorf("freeport: %w", err)
 		}
 		// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
 		for _, line := range strings.Split(string(data), "\n") {
@@ -172,20 +179,21 @@ func ListenedBy(pid int, addr string) (bool, error) {
 		}
 	}
 	if len(inodes) == 0 {
-		return false, nil
+		return 0, 0, nil
 	}
 	dir := filepath.Join("/proc", strconv.Itoa(pid), "fd")
 	fds, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
+		return len(inodes), 0, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("freeport: %w", err)
+		return 0, 0, fmt.Errorf("freeport: %w", err)
 	}
+	held := map[string]bool{}
 	for _, fd := range fds {
 		if link, err := os.Readlink(filepath.Join(dir, fd.Name())); err == nil && inodes[link] {
-			return true, nil
+			held[link] = true
 		}
 	}
-	return false, nil
+	return len(inodes), len(held), nil
 }
