@@ -12,7 +12,9 @@
 // (net.ipv4.ip_local_port_range, read from /proc), where nothing is
 // handed out automatically; only an explicit bind to the same number can
 // still collide, so callers that bind later may still see EADDRINUSE,
-// rarely, and should pick again.
+// rarely, and should pick again. A Caddy binds with SO_REUSEPORT: two
+// of them (the same user) that picked the same port both listen, with no
+// error, and share the connections; Listeners shows it.
 //
 // A test that needs an address where connections are refused (a fixed
 // entry or an execd that is down) takes Refusing, not Addr: a port that
