@@ -282,7 +282,22 @@ http://127.0.0.1:%d {
 		resp, _, err := w.do(http.MethodGet, "", nil)
 		return err == nil && resp.StatusCode == http.StatusOK
 	})
+	w.listensAlone(connectPort, apiPort)
 	return w
+}
+
+// listensAlone fails the test unless the gateway alone listens on each of
+// ports: they were picked before it bound them, and another Caddy that
+// picked one too (SO_REUSEPORT) would take some of the test's
+// connections without either failing to bind.
+func (w *world) listensAlone(ports ...int) {
+	w.t.Helper()
+	for _, p := range ports {
+		addr := fmt.Sprintf("127.0.0.1:%d", p)
+		if all, own, err := freeport.Listeners(w.gateway.cmd.Process.Pid, addr); err != nil || own == 0 || own != all {
+			w.t.Fatalf("%s: %d listening sockets, %d of them the gateway's (%v); want the gateway's alone", addr, all, own, err)
+		}
+	}
 }
 
 // until polls cond until it holds, failing after wait.

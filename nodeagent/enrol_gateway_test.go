@@ -123,6 +123,7 @@ http://127.0.0.1:%d {
 		status, _ := g.admin(http.MethodGet, "/sandgate/pools", "")
 		return status == http.StatusOK
 	})
+	w.listensAlone(connectPort, apiPort)
 	return g
 }
 

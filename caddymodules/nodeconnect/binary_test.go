@@ -18,6 +18,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/sandgate/sandgate/internal/freeport"
 	"github.com/sandgate/sandgate/nodecore/api"
 	"github.com/sandgate/sandgate/nodecore/hub"
 )
@@ -229,7 +230,17 @@ func startGatewayWith(t *testing.T, f files, caddyfile string) *gatewayProc {
 			return false
 		}
 		c.Close()
-		return true
+		// The gateway alone must listen there: the port was picked before
+		// the gateway bound it, and another Caddy on it (SO_REUSEPORT)
+		// would get some of the test's connections.
+		all, own, err := freeport.Listeners(g.cmd.Process.Pid, "127.0.0.1:"+f.port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if own > 0 && own < all {
+			t.Fatalf("another process listens on port %s too (taken after it was picked)", f.port)
+		}
+		return own > 0
 	})
 	return g
 }

@@ -22,7 +22,10 @@ import (
 
 // startLifecycle starts a leader-electing replica that serves the sandbox
 // lifecycle (a token key), so it runs the expiry loop when it leads; m
-// receives its metrics.
+// receives its metrics. Its renew deadline is longer than corectl's
+// default: the test counts on the first leader keeping the Lease until
+// it stops (releasing it, so the other takes over within a retry
+// period), which a 3 s deadline did not promise on a loaded machine.
 func (s *setup) startLifecycle(t *testing.T, m *metrics.Metrics) *replica {
 	t.Helper()
 	keyFile := filepath.Join(t.TempDir(), "k1.key")
@@ -36,7 +39,7 @@ func (s *setup) startLifecycle(t *testing.T, m *metrics.Metrics) *replica {
 	d, err := daemon.New(daemon.Options{
 		Config: s.cfg, Keys: s.keys, Credentials: s.src, Listen: "127.0.0.1:0",
 		LeaderElection: true, LeaderElectionNamespace: s.leaseNS,
-		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 250 * time.Millisecond,
+		LeaseDuration: 30 * time.Second, RenewDeadline: 20 * time.Second, RetryPeriod: 250 * time.Millisecond,
 		TokenKey: &sk, OrphanInterval: time.Hour, Metrics: m,
 		RESTConfig: func(*cluster.Cluster) (*rest.Config, error) { return rest.CopyConfig(env.Config), nil },
 	})

@@ -185,8 +185,14 @@ func TestLifetime(t *testing.T) {
 // connect from then on; setTimeout 0 ends it at once.
 func TestExpiry(t *testing.T) {
 	w := start(t)
-	u1 := w.create(`{"templateID":"base","timeout":2,"network":{"ingress":[{"cidr":"203.0.113.0/24"}]}}`)
+	// u1's policy is read before its end comes near (1 s after a
+	// setTimeout): created with a 2 s timeout, a loaded machine could let
+	// the expiry delete it before the read.
+	u1 := w.create(`{"templateID":"base","timeout":60,"network":{"ingress":[{"cidr":"203.0.113.0/24"}]}}`)
 	policy := policyOf(t, w.nsA, bs(w.nsA, u1.SandboxID))
+	if st, raw := w.do("POST", "/sandboxes/"+u1.SandboxID+"/timeout", "key-a", `{"timeout":1}`, nil); st != http.StatusNoContent {
+		t.Fatalf("timeout 1 = %d %s", st, raw)
+	}
 	u2 := w.create(`{"templateID":"base"}`)
 	if st, raw := w.do("POST", "/sandboxes/"+u2.SandboxID+"/timeout", "key-a", `{"timeout":0}`, nil); st != http.StatusNoContent {
 		t.Fatalf("timeout 0 = %d %s", st, raw)

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/sandgate/sandgate/internal/freeport"
 )
 
 const relayToken = "relay-token-0123456789abcdef0123456789"
@@ -153,8 +155,15 @@ func TestRelayRefusals(t *testing.T) {
 	if got := e.requests(); len(got) != 0 {
 		t.Fatalf("refused requests reached the fixed entry: %q", got)
 	}
-	// An unreachable fixed entry is a 502 naming the entry, no body.
-	e.srv.Close()
+	// An unreachable fixed entry is a 502 naming the entry, no body. The
+	// entry's address is one held by a socket that never listens (a
+	// closed server's port could be given to another server meanwhile).
+	dead, held, err := freeport.Refusing()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = held.Close() })
+	e.fixed = &url.URL{Scheme: "http", Host: dead, Path: "/prefix/"}
 	_, c := relay(t, e, false)
 	if _, err := c.Probe(context.Background(), "cluster-a", "/sbx/44772/ping"); !errors.Is(err, ErrRelay) || !strings.Contains(err.Error(), "HTTP 502 fixed_entry_unreachable") {
 		t.Errorf("unreachable: %v", err)

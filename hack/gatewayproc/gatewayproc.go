@@ -19,6 +19,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/freeport"
 )
 
 // Process is one running gateway.
@@ -54,8 +56,11 @@ func Start(caddy, dir, caddyfile string, output io.Writer, env ...string) (*Proc
 	return p, nil
 }
 
-// WaitListening waits up to 60 s until addr accepts TCP connections; it
-// fails at once when the gateway exits.
+// WaitListening waits up to 60 s until addr accepts TCP connections on
+// sockets the gateway process alone holds (a port another process took
+// after it was picked answers a dial too, while the gateway fails to bind
+// it or, when the other process is a Caddy too, shares it: SO_REUSEPORT);
+// it fails at once when the gateway exits or shares the port.
 func (p *Process) WaitListening(addr string) error {
 	return p.WaitListeningFor(addr, time.Minute)
 }
@@ -74,7 +79,16 @@ func (p *Process) WaitListeningFor(addr string, d time.Duration) error {
 		}
 		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 			c.Close()
-			return nil
+			all, own, err := freeport.Listeners(p.Pid, addr)
+			if err != nil {
+				return err
+			}
+			if own > 0 && own == all {
+				return nil
+			}
+			if own > 0 {
+				return fmt.Errorf("another process listens on %s too", addr)
+			}
 		}
 		time.Sleep(20 * time.Millisecond) // polling for the listener
 	}

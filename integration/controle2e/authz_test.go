@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -140,7 +141,8 @@ type refusal struct {
 // real kube-apiserver) as the control API and the authorizer's answerer,
 // bin/caddy with `authorizer http` as the data plane, and each pinned E2B
 // JS SDK: after kill() the token the SDK object still holds is refused
-// within 2 s; a 3 s sandbox's token is refused once it expires; another
+// within 2 s; a sandbox's token, accepted before, is refused once the end
+// setTimeout(3 s) gave it passes; another
 // credential of the same namespace cannot connect, read, kill or list the
 // sandbox, and a token minted for that credential (a forged or leaked
 // grant) is refused by the gateway exactly as for a missing sandbox.
@@ -165,7 +167,14 @@ func TestSDKAuthorizerWithCorectlProcess(t *testing.T) {
 		"  - {name: a, sha256: "+apikey.Digest("key-a")+", credentialId: cred-a}\n"+
 		"  - {name: b, sha256: "+apikey.Digest("key-b")+", credentialId: cred-b}\n")
 	kubeconfig := write("kubeconfig", string(env.KubeConfig))
-	feAddr := freeAddr(t)
+	// The fixed entry's listener is bound now, while corectl's cluster file
+	// names it, and held until the harness serves on it.
+	feLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = feLn.Close() })
+	feAddr := feLn.Addr().String()
 	c := kubetest.Cluster("cluster-a", ingNS)
 	c.FixedEntry = "http://" + feAddr
 	c.Kubeconfig = kubeconfig
@@ -191,7 +200,7 @@ func TestSDKAuthorizerWithCorectlProcess(t *testing.T) {
 	caddyfile := strings.Replace(harness.DefaultCaddyfile, "cluster cluster-a {{FIXED_ENTRY}}",
 		"cluster cluster-a {{FIXED_ENTRY}}\n\t\tauthorizer http "+api+" {\n\t\t\theader Authorization \"Bearer {file."+internal+"}\"\n\t\t}", 1)
 	h, err := harness.Start(harness.Config{RepoRoot: root, Caddyfile: caddyfile, CredentialsFile: credFile, KeyFile: keyFile,
-		KeyID: "primary", FixedEntryAddr: feAddr})
+		KeyID: "primary", FixedEntryListener: feLn})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +296,7 @@ func TestSDKAuthorizerWithCorectlProcess(t *testing.T) {
 			// Expiry: alive before, refused after its end (the authorizer
 			// refuses from the end on; the expiry loop deletes it).
 			if !r.Alive.OK {
-				t.Fatalf("the 3 s sandbox did not run a command: %+v", r.Alive)
+				t.Fatalf("the expiring sandbox did not run a command before its end was set: %+v", r.Alive)
 			}
 			refusedAs("token after expiry", r.Expiry)
 			if r.RefusedAt.Before(r.EndAt) || r.RefusedAt.After(r.EndAt.Add(2*time.Second+5*time.Second)) {

@@ -83,6 +83,13 @@ type Config struct {
 	// FixedEntryAddr is the fixed entry's listen address; empty picks a
 	// free loopback port.
 	FixedEntryAddr string
+	// FixedEntryListener, when set, is a listener the caller bound for the
+	// fixed entry (FixedEntryAddr is then ignored): its address can be
+	// written into another program's configuration before Start, and no
+	// other process can take the port meanwhile. Start serves the fixed
+	// entry on it and the Env's Close closes it; closing it again after a
+	// failed Start is harmless.
+	FixedEntryListener net.Listener
 	// ControlAddr is the control API's address; empty picks a free port.
 	ControlAddr string
 	// Env is added to the gateway's environment.
@@ -201,7 +208,12 @@ func Start(cfg Config) (_ *Env, err error) {
 		e.Ingress.SetSandbox(id, fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1", Namespace: "default",
 			Ports: map[int]string{44772: execdAddr}})
 	}
-	feAddr, err := e.serve(orLoopback(cfg.FixedEntryAddr), e.Ingress)
+	var feAddr string
+	if cfg.FixedEntryListener != nil {
+		feAddr = e.serveOn(cfg.FixedEntryListener, e.Ingress)
+	} else {
+		feAddr, err = e.serve(orLoopback(cfg.FixedEntryAddr), e.Ingress)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("fixed entry stand-in: %w", err)
 	}
@@ -296,13 +308,31 @@ func (e *Env) startGateway(cfg Config, cfPath string) error {
 		return fmt.Errorf("starting the gateway: %w", err)
 	}
 	go func() { e.waitErr <- e.cmd.Wait() }()
-	// Wait until the gateway answers, or exits.
+	// Wait until the gateway answers, or exits. A dial that succeeds
+	// counts only once the gateway process alone listens there: when the
+	// port was taken meanwhile, the dial reaches the other process and
+	// the gateway exits with "address already in use" or, when the other
+	// process is a Caddy too (SO_REUSEPORT, the same user), both listen
+	// and share the connections; then the gateway is stopped and the
+	// start is a bind race too.
 	deadline := time.Now().Add(30 * time.Second)
+	gwAddr := strings.TrimPrefix(e.Gateway, "http://")
 	for {
-		c, err := net.DialTimeout("tcp", strings.TrimPrefix(e.Gateway, "http://"), time.Second)
+		c, err := net.DialTimeout("tcp", gwAddr, time.Second)
 		if err == nil {
 			c.Close()
-			return nil
+			all, own, err := freeport.Listeners(e.cmd.Process.Pid, gwAddr)
+			if err != nil {
+				return err
+			}
+			if own > 0 && own == all {
+				return nil
+			}
+			if own > 0 {
+				_ = e.cmd.Process.Kill()
+				e.waitErr <- <-e.waitErr // Close waits for it too
+				return fmt.Errorf("%w: another process listens on %s too", ErrBindRace, gwAddr)
+			}
 		}
 		select {
 		case err := <-e.waitErr:
@@ -420,10 +450,15 @@ func (e *Env) serve(addr string, h http.Handler) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return e.serveOn(ln, h), nil
+}
+
+// serveOn serves h on ln until the Env closes; ln's address.
+func (e *Env) serveOn(ln net.Listener, h http.Handler) string {
 	s := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	e.servers = append(e.servers, s)
 	go func() { _ = s.Serve(ln) }()
-	return ln.Addr().String(), nil
+	return ln.Addr().String()
 }
 
 func orLoopback(addr string) string {

@@ -475,12 +475,16 @@ standalone.authz = async function authz() {
   out.metadata = (await a.getInfo()).metadata
   out.kill = await attempt(() => a.kill())
   out.afterKill = await pollRefused(a, 10000)
-  // Expiry: a 3 s sandbox; refused once its end has passed.
-  const b = await Sandbox.create('base', { ...opts, timeoutMs: 3000 })
+  // Expiry: alive before its end, refused once the end has passed. The
+  // command runs before setTimeout brings the end 3 s ahead: created with
+  // a 3 s timeout, a loaded machine could spend those 3 s before the
+  // command reached the sandbox.
+  const b = await Sandbox.create('base', { ...opts, timeoutMs: 60000 })
   out.expiring = b.sandboxId
+  out.beforeExpiry = await attempt(() => b.commands.run('echo alive'))
+  await b.setTimeout(3000)
   const info = await b.getInfo()
   out.endAt = info.endAt.toISOString()
-  out.beforeExpiry = await attempt(() => b.commands.run('echo alive'))
   out.afterExpiry = await pollRefused(b, 20000)
   out.refusedAt = new Date().toISOString()
   // Another credential of the same namespace.

@@ -233,10 +233,32 @@ func Start(cfg Config) (_ *Cluster, err error) {
 // (a new pod of a rolling update: its own ID, port and files, the
 // cluster's configuration and the peer token file as it is now), and
 // returns it once it listens. Errors name the replica. It appends to
-// Replicas: not to be called while Dispatch or Nodes run.
+// Replicas: not to be called while Dispatch or Nodes run. A replica that
+// exits at start because a port picked for it was taken meanwhile
+// ("address already in use") is started again on new ports, up to 5
+// times.
 func (c *Cluster) Add() (*Replica, error) {
+	for attempt := 1; ; attempt++ {
+		r, err := c.add(attempt > 1)
+		if !errors.Is(err, errBindRace) || attempt == 5 {
+			return r, err
+		}
+	}
+}
+
+// errBindRace reports a replica that exited at start because one of the
+// ports picked for it was taken between the pick and its listen.
+var errBindRace = errors.New("a port picked for the replica was taken before it listened")
+
+// add picks the ports of replica-<len(Replicas)> and starts it; again
+// replaces the last replica of Replicas (one that exited with
+// errBindRace) instead of appending.
+func (c *Cluster) add(again bool) (*Replica, error) {
 	cfg := c.cfg
 	i := len(c.Replicas)
+	if again {
+		i--
+	}
 	id := fmt.Sprintf("replica-%d", i)
 	port, err := freeport.Port()
 	if err != nil {
@@ -261,9 +283,12 @@ func (c *Cluster) Add() (*Replica, error) {
 	cmd := exec.Command(cfg.Caddy, "run", "--config", cf, "--adapter", "caddyfile")
 	home := filepath.Join(c.Dir, id)
 	cmd.Env = append(append(os.Environ(), "HOME="+home, "XDG_DATA_HOME="+home, "XDG_CONFIG_HOME="+home), cfg.Env...)
+	bind := &bindWatch{}
+	cmd.Stdout, cmd.Stderr = bind, bind
 	if cfg.Output != nil {
 		if w := cfg.Output(i); w != nil {
-			cmd.Stdout, cmd.Stderr = w, w
+			out := io.MultiWriter(w, bind)
+			cmd.Stdout, cmd.Stderr = out, out
 		}
 	}
 	if err := cmd.Start(); err != nil {
@@ -274,8 +299,15 @@ func (c *Cluster) Add() (*Replica, error) {
 		r.Admin = admin
 	}
 	go func() { r.exited <- cmd.Wait() }()
-	c.Replicas = append(c.Replicas, r)
+	if again {
+		c.Replicas[i] = r
+	} else {
+		c.Replicas = append(c.Replicas, r)
+	}
 	if err := r.waitListening(); err != nil {
+		if bind.inUse() {
+			return nil, fmt.Errorf("replicas: %s: %w: %w", id, errBindRace, err)
+		}
 		return nil, err
 	}
 	return r, nil
@@ -287,18 +319,36 @@ func (c *Cluster) Add() (*Replica, error) {
 func (c *Cluster) PeerTokenFile() string { return filepath.Join(c.Dir, "peer-token") }
 
 // waitListening waits until the replica accepts connections on its site
-// and on its internal node API (Caddy starts its apps in no fixed order).
+// and on its internal node API (Caddy starts its apps in no fixed order),
+// the replica's process alone listening there. A port taken meanwhile
+// answers the dial from another process; when that process is a Caddy
+// too (SO_REUSEPORT, the same user), both listen and share the
+// connections: the replica is then stopped and the error is errBindRace.
 func (r *Replica) waitListening() error {
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		listening := true
 		for _, u := range []string{r.URL, r.APIURL} {
-			conn, err := net.DialTimeout("tcp", strings.TrimPrefix(u, "http://"), time.Second)
+			addr := strings.TrimPrefix(u, "http://")
+			conn, err := net.DialTimeout("tcp", addr, time.Second)
 			if err != nil {
 				listening = false
 				break
 			}
 			conn.Close()
+			all, own, err := freeport.Listeners(r.PID, addr)
+			if err != nil {
+				return fmt.Errorf("replicas: %s: %w", r.ID, err)
+			}
+			if own > 0 && own < all {
+				_ = r.cmd.Process.Kill()
+				r.exited <- <-r.exited
+				return fmt.Errorf("replicas: %s: %w: another process listens on %s too", r.ID, errBindRace, addr)
+			}
+			if own == 0 {
+				listening = false
+				break
+			}
 		}
 		if listening {
 			return nil
@@ -428,4 +478,35 @@ func (c *Cluster) Nodes(ctx context.Context, i int) (api.Nodes, error) {
 	var n api.Nodes
 	err = json.NewDecoder(io.LimitReader(resp.Body, 256<<20)).Decode(&n)
 	return n, err
+}
+
+// bindWatch is a writer that remembers whether a replica's output said a
+// listen failed with "address already in use"; it keeps only the last few
+// bytes to find the phrase across writes.
+type bindWatch struct {
+	mu   sync.Mutex
+	tail []byte
+	seen bool
+}
+
+const addrInUse = "address already in use"
+
+func (b *bindWatch) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.seen {
+		buf := append(b.tail, p...)
+		b.seen = bytes.Contains(buf, []byte(addrInUse))
+		if n := len(addrInUse) - 1; len(buf) > n {
+			buf = buf[len(buf)-n:]
+		}
+		b.tail = append(b.tail[:0], buf...)
+	}
+	return len(p), nil
+}
+
+func (b *bindWatch) inUse() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.seen
 }

@@ -415,10 +415,14 @@ func newRig(t *testing.T, extra func(r *rig) []string, caddyfile func(r *rig, st
 	r.keys = newSecretVolume(t, filepath.Join(r.dir, "corectl-api-keys"), map[string]string{"keys.yaml": keysFile(oldAPIKey)})
 	keys := r.keys.path("keys.yaml")
 	kubeconfig := r.file("kubeconfig", string(env.KubeConfig))
-	feAddr, err := freeport.Addr()
+	// The fixed entry's listener is bound now, while corectl's cluster file
+	// names it, and held until the harness serves on it.
+	feLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = feLn.Close() })
+	feAddr := feLn.Addr().String()
 	c := kubetest.Cluster("cluster-a", ingNS)
 	c.FixedEntry = "http://" + feAddr
 	c.Kubeconfig = kubeconfig
@@ -455,7 +459,7 @@ func newRig(t *testing.T, extra func(r *rig) []string, caddyfile func(r *rig, st
 	}
 	t.Cleanup(func() { gwLog.Close() })
 	r.h, err = harness.Start(harness.Config{RepoRoot: r.root, Caddyfile: r.caddyfile(r, 0), CredentialsFile: credFile, KeyFile: hk,
-		KeyID: "harness", FixedEntryAddr: feAddr, Stderr: gwLog})
+		KeyID: "harness", FixedEntryListener: feLn, Stderr: gwLog})
 	if err != nil {
 		b, _ := os.ReadFile(r.gatewayLog)
 		t.Fatalf("%v\n%s", err, b)

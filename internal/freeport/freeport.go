@@ -12,21 +12,31 @@
 // (net.ipv4.ip_local_port_range, read from /proc), where nothing is
 // handed out automatically; only an explicit bind to the same number can
 // still collide, so callers that bind later may still see EADDRINUSE,
-// rarely, and should pick again.
+// rarely, and should pick again. A Caddy binds with SO_REUSEPORT: two
+// of them (the same user) that picked the same port both listen, with no
+// error, and share the connections; Listeners shows it.
 //
 // A test that needs an address where connections are refused (a fixed
 // entry or an execd that is down) takes Refusing, not Addr: a port that
 // is merely free can be bound by any other test before the connection is
 // tried, and the test then talks to that server instead.
+//
+// For the same reason a dial that succeeds does not show that the server a
+// test started is the one listening on a picked port: when the port was
+// taken meanwhile, the dial reaches the other process while the test's
+// server fails to bind, or, when both set SO_REUSEPORT as Caddy does,
+// both listen and share the connections. Listeners tells these apart.
 package freeport
 
 import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -128,4 +138,64 @@ func (h *heldPort) Close() error {
 	var err error
 	h.once.Do(func() { err = unix.Close(h.fd) })
 	return err
+}
+
+// Listeners counts the TCP sockets listening on the port of addr
+// ("host:port"; a socket on any local address of that port counts, as a
+// server may listen on 0.0.0.0 or [::]): all of them, and own, those
+// process pid holds. own == all > 0 is the only answer that shows the
+// process alone serves the port: own == 0 means another process answers
+// there (the process has not listened yet, or failed to bind), and
+// 0 < own < all that it shares the port with another process, each
+// accepting some of the connections (sockets bound with SO_REUSEPORT by
+// the same user, as Caddy's are, do not collide). It reads the kernel's
+// socket tables of the caller's network namespace (/proc/net/tcp and
+// tcp6) and the process's descriptors (/proc/<pid>/fd), so it needs the
+// right to read those (the same user, or root). A process that has
+// exited holds nothing. The error is a malformed addr or a /proc read
+// that failed otherwise.
+func Listeners(pid int, addr string) (all, own int, err error) {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, 0, fmt.Errorf("freeport: %w", err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p <= 0 || p > 65535 {
+		return 0, 0, fmt.Errorf("freeport: port %q of %q", port, addr)
+	}
+	suffix := fmt.Sprintf(":%04X", p)
+	inodes := map[string]bool{}
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		data, err := os.ReadFile(table)
+		if errors.Is(err, fs.ErrNotExist) && table == "/proc/net/tcp6" {
+			continue // no IPv6 in this kernel
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("freeport: %w", err)
+		}
+		// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+		for _, line := range strings.Split(string(data), "\n") {
+			if f := strings.Fields(line); len(f) > 9 && strings.HasSuffix(f[1], suffix) && f[3] == "0A" { // 0A: LISTEN
+				inodes["socket:["+f[9]+"]"] = true
+			}
+		}
+	}
+	if len(inodes) == 0 {
+		return 0, 0, nil
+	}
+	dir := filepath.Join("/proc", strconv.Itoa(pid), "fd")
+	fds, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return len(inodes), 0, nil
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("freeport: %w", err)
+	}
+	held := map[string]bool{}
+	for _, fd := range fds {
+		if link, err := os.Readlink(filepath.Join(dir, fd.Name())); err == nil && inodes[link] {
+			held[link] = true
+		}
+	}
+	return len(inodes), len(held), nil
 }

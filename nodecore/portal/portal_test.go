@@ -52,7 +52,9 @@ func TestConnectKubeconfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gw"}}
+	// A name of its own: the control plane is shared by the package's
+	// tests and outlives a run (go test -count=2 runs this test again).
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "connect-"}}
 	if _, err := c.Clientset().CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("a request through the clientset: %v", err)
 	}
