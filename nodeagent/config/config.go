@@ -77,7 +77,8 @@ type Config struct {
 	// the node generated in its state directory on first start.
 	InstallationID string `toml:"installation_id"`
 	// CredentialFile holds the node credential (one line), readable only by
-	// the node's user. Required.
+	// the node's user; default DefaultCredentialFile, where `nodeagent
+	// enrol` writes it.
 	CredentialFile string `toml:"credential_file"`
 	// CAFile optionally names PEM certificates to trust for wss instead of
 	// the system roots.
@@ -128,6 +129,7 @@ type Config struct {
 func Defaults() Config {
 	return Config{
 		StateDir:       "/var/lib/sandgate-nodeagent",
+		CredentialFile: DefaultCredentialFile,
 		DockerEndpoint: "unix:///var/run/docker.sock",
 		DiskPath:       "/var/lib/docker",
 		MaxActive:      4,
@@ -169,7 +171,7 @@ var settings = []setting{
 		str(func(c *Config) *string { return &c.NodeID })},
 	{"installation-id", "the enrolled installation UUID (file: installation_id; default: generated once and kept in the state directory)",
 		str(func(c *Config) *string { return &c.InstallationID })},
-	{"credential-file", "file holding the node credential, sent as a Bearer token; must not be readable by group or others (file: credential_file; required)",
+	{"credential-file", "file holding the node credential, sent as a Bearer token; must not be readable by group or others (file: credential_file; default " + DefaultCredentialFile + ", where nodeagent enrol writes it)",
 		str(func(c *Config) *string { return &c.CredentialFile })},
 	{"ca-file", "PEM certificates to trust for wss instead of the system roots (file: ca_file; optional)",
 		str(func(c *Config) *string { return &c.CAFile })},
@@ -318,7 +320,8 @@ func fileAndFlags(path string, fs *flag.FlagSet, values map[string]*string) (*Co
 }
 
 // DefaultCredentialFile is where `nodeagent enrol` writes the credential
-// when neither the configuration nor --credential-file names a file.
+// and where the agent reads it when neither the configuration nor
+// --credential-file names a file (Defaults).
 const DefaultCredentialFile = "/etc/sandgate/node.credential"
 
 // Enrolment is what `nodeagent enrol` is asked to do.

@@ -98,24 +98,24 @@ func TestRefusals(t *testing.T) {
 		args []string
 		want string
 	}{
-		"unknown setting":     {minimal + "colour = \"red\"\n", nil, "unknown setting"},
-		"ws origin":           {strings.Replace(minimal, "https://core.example:8443/prefix", "wss://core.example", 1), nil, "core_origin"},
-		"origin with query":   {strings.Replace(minimal, "/prefix", "/?x=1", 1), nil, "core_origin"},
-		"origin with user":    {strings.Replace(minimal, "https://", "https://u:p@", 1), nil, "core_origin"},
-		"uppercase node id":   {strings.Replace(minimal, nodeID, strings.ToUpper(nodeID), 1), nil, "node_id"},
-		"no credential file":  {strings.Replace(minimal, `credential_file = "/etc/sandgate/node.credential"`, "", 1), nil, "credential_file"},
-		"generation 0":        {minimal, []string{"--deployment-generation", "0"}, "deployment_generation"},
-		"short digest":        {strings.Replace(minimal, digest, digest[:10], 1), nil, "specification_digest"},
-		"max active 33":       {minimal, []string{"--max-active", "33"}, "max_active"},
-		"heartbeat over idle": {minimal, []string{"--heartbeat", "40s"}, "timers.heartbeat"},
-		"negative timer":      {minimal, []string{"--write-timeout", "-1s"}, "timers.write"},
-		"backoff inverted":    {minimal, []string{"--backoff-min", "2m"}, "backoff_max"},
-		"zero shutdown grace": {minimal, []string{"--shutdown-grace", "0s"}, "timers.shutdown_grace must be positive"},
-		"negative grace file": {minimal + "[timers]\nshutdown_grace = \"-1s\"\n", nil, "timers.shutdown_grace must be positive"},
-		"bad duration":        {minimal, []string{"--probe-timeout", "soon"}, "--probe-timeout"},
-		"bad log level":       {minimal, []string{"--log-level", "loud"}, "log_level"},
-		"stray argument":      {minimal, []string{"extra"}, "unexpected argument"},
-		"bad installation":    {minimal, []string{"--installation-id", "x"}, "installation_id"},
+		"unknown setting":       {minimal + "colour = \"red\"\n", nil, "unknown setting"},
+		"ws origin":             {strings.Replace(minimal, "https://core.example:8443/prefix", "wss://core.example", 1), nil, "core_origin"},
+		"origin with query":     {strings.Replace(minimal, "/prefix", "/?x=1", 1), nil, "core_origin"},
+		"origin with user":      {strings.Replace(minimal, "https://", "https://u:p@", 1), nil, "core_origin"},
+		"uppercase node id":     {strings.Replace(minimal, nodeID, strings.ToUpper(nodeID), 1), nil, "node_id"},
+		"empty credential file": {strings.Replace(minimal, `credential_file = "/etc/sandgate/node.credential"`, `credential_file = ""`, 1), nil, "credential_file"},
+		"generation 0":          {minimal, []string{"--deployment-generation", "0"}, "deployment_generation"},
+		"short digest":          {strings.Replace(minimal, digest, digest[:10], 1), nil, "specification_digest"},
+		"max active 33":         {minimal, []string{"--max-active", "33"}, "max_active"},
+		"heartbeat over idle":   {minimal, []string{"--heartbeat", "40s"}, "timers.heartbeat"},
+		"negative timer":        {minimal, []string{"--write-timeout", "-1s"}, "timers.write"},
+		"backoff inverted":      {minimal, []string{"--backoff-min", "2m"}, "backoff_max"},
+		"zero shutdown grace":   {minimal, []string{"--shutdown-grace", "0s"}, "timers.shutdown_grace must be positive"},
+		"negative grace file":   {minimal + "[timers]\nshutdown_grace = \"-1s\"\n", nil, "timers.shutdown_grace must be positive"},
+		"bad duration":          {minimal, []string{"--probe-timeout", "soon"}, "--probe-timeout"},
+		"bad log level":         {minimal, []string{"--log-level", "loud"}, "log_level"},
+		"stray argument":        {minimal, []string{"extra"}, "unexpected argument"},
+		"bad installation":      {minimal, []string{"--installation-id", "x"}, "installation_id"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -184,5 +184,19 @@ func TestReadCredential(t *testing.T) {
 	}
 	if _, err := ReadCredential(dir); err == nil {
 		t.Error("directory accepted")
+	}
+}
+
+// TestCredentialFileDefault: a configuration that names no credential file
+// reads the one `nodeagent enrol` writes by default, so a
+// generation-managing node's TOML can be just generation_management = true
+// (nodeagent/README.md).
+func TestCredentialFileDefault(t *testing.T) {
+	c, err := Load([]string{"--config", writeFile(t, strings.Replace(minimal, `credential_file = "/etc/sandgate/node.credential"`, "", 1))}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.CredentialFile != DefaultCredentialFile {
+		t.Fatalf("credential_file = %q, want the default %q", c.CredentialFile, DefaultCredentialFile)
 	}
 }
