@@ -18,7 +18,8 @@
 // SIGINT or SIGTERM, then fails /readyz, lets in-flight API requests
 // finish for up to -shutdown-grace, and releases its leases. It exits 1 with
 // the reason when a file is invalid or a cluster is unreachable, and 2 on
-// bad flags. -version prints the sandgate commit it was built from
+// bad flags; -h (or -help) prints the usage, the commands and the flags
+// and exits 0. -version prints the sandgate commit it was built from
 // (package internal/version) and exits 0. `corectl rbac` prints the
 // RoleBindings corectl needs in one compute cluster's namespaces (package
 // nsrights, docs/deploy.md "Compute clusters") and exits.
@@ -26,6 +27,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -57,11 +59,46 @@ func main() {
 	}
 }
 
+// usage is what -h prints before the flags.
+const usage = `Usage:
+  corectl -config clusters.yaml -credentials credentials.yaml -api-keys keys.yaml [flags]
+      serve the E2B control API and run the network controller (docs/corectl.md)
+  corectl -print-cni-facts -config clusters.yaml
+      print the CNI facts of the clusters with a cniSource as qualification records
+  corectl -version
+      print the sandgate commit this binary was built from
+  corectl rbac -config clusters.yaml -credentials credentials.yaml [-cluster ID] [-service-account ns/name]
+      print the RoleBindings corectl needs in one compute cluster's namespaces, to pipe to
+      kubectl apply -f - (corectl rbac -h; docs/deploy.md "Compute clusters")
+Exit status: 0; 1 when a file is invalid or a cluster unreachable; 2 on bad flags.
+
+Flags:
+`
+
+// parseFlags parses args into fs and says whether the command must end
+// now, with which exit status: 0 after -h or -help (fs has printed its
+// usage), 2 after a bad flag (fs has printed the error and the usage).
+func parseFlags(fs *flag.FlagSet, args []string) (code int, stop bool) {
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return 0, false
+	case errors.Is(err, flag.ErrHelp):
+		return 0, true
+	default:
+		return 2, true
+	}
+}
+
 func run(args []string) error {
 	if len(args) > 0 && args[0] == "rbac" {
 		return runRBAC(args[1:], os.Stdout)
 	}
 	fs := flag.NewFlagSet("corectl", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
 	configPath := fs.String("config", "", "cluster configuration file (YAML or JSON)")
 	credPath := fs.String("credentials", "", "resource credential file (YAML or JSON)")
 	keysPath := fs.String("api-keys", "", "API key file (YAML or JSON); reloaded when it changes, a version that does not parse keeps the last good one")
@@ -94,8 +131,8 @@ func run(args []string) error {
 	showVersion := fs.Bool("version", false, "print the sandgate commit this binary was built from and exit")
 	cniEvery := fs.Duration("cni-check-interval", cnicheck.DefaultInterval, "how often every replica re-reads the CNI facts of clusters with a cniSource")
 	printCNI := fs.Bool("print-cni-facts", false, "read the CNI facts of every cluster with a cniSource, print them as qualification records (YAML) and exit (needs only -config)")
-	if err := fs.Parse(args); err != nil {
-		os.Exit(2)
+	if code, stop := parseFlags(fs, args); stop {
+		os.Exit(code)
 	}
 	if *showVersion {
 		fmt.Println(version.Get())

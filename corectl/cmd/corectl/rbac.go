@@ -24,14 +24,29 @@ import (
 // -service-account namespace/name (default corectl-system/corectl).
 // Errors: unreadable or invalid files, an unknown -cluster, a malformed
 // -service-account; bad flags exit 2.
+// rbacUsage is what `corectl rbac -h` prints before the flags.
+const rbacUsage = `Usage:
+  corectl rbac -config clusters.yaml -credentials credentials.yaml [-cluster ID] [-service-account ns/name] | kubectl apply -f -
+Prints the RoleBindings corectl needs in one compute cluster: corectl-ingress-namespace in the
+cluster's ingress namespace and corectl-project-namespace in every project namespace the
+credential file names for it (the namespaces must exist). docs/deploy.md "Compute clusters".
+Exit status: 0; 1 on an invalid file, an unknown -cluster or a malformed -service-account; 2 on bad flags.
+
+Flags:
+`
+
 func runRBAC(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("corectl rbac", flag.ContinueOnError)
 	configPath := fs.String("config", "", "cluster configuration file (YAML or JSON), as corectl's -config")
 	credPath := fs.String("credentials", "", "resource credential file (YAML or JSON), as corectl's -credentials")
 	clusterID := fs.String("cluster", "", "ID of the cluster to print for (required when -config has several)")
 	saFlag := fs.String("service-account", nsrights.DefaultServiceAccount.Namespace+"/"+nsrights.DefaultServiceAccount.Name, "corectl's ServiceAccount in the cluster, namespace/name")
-	if err := fs.Parse(args); err != nil {
-		os.Exit(2)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), rbacUsage)
+		fs.PrintDefaults()
+	}
+	if code, stop := parseFlags(fs, args); stop {
+		os.Exit(code)
 	}
 	if *configPath == "" || *credPath == "" {
 		fmt.Fprintln(os.Stderr, "corectl rbac: -config and -credentials are required")
