@@ -112,13 +112,16 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	for d.NextBlock(0) {
 		switch d.Val() {
 		case "token_key":
-			var k TokenKey
-			if !d.Args(&k.KID, &k.Algorithm, &k.File) {
-				return d.ArgErr()
+			// A {$NAME} placeholder of an unset or empty environment
+			// variable expands to no argument at all (the shipped
+			// deploy/ Caddyfile takes the kid from SANDGATE_TOKEN_KID),
+			// so the count alone would not tell the operator why.
+			args := d.RemainingArgs()
+			if len(args) != 3 {
+				return d.Errf("token_key wants 3 arguments, <kid> <algorithm> <key file>, and got %d: %q "+
+					"(a {$NAME} environment placeholder that is unset or empty adds no argument)", len(args), args)
 			}
-			if d.NextArg() {
-				return d.ArgErr()
-			}
+			k := TokenKey{KID: args[0], Algorithm: args[1], File: args[2]}
 			for _, old := range a.TokenKeys {
 				if old.KID == k.KID {
 					return d.Errf("token_key %q already specified", k.KID)
