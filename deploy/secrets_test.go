@@ -66,10 +66,16 @@ func renderWithSecrets(t *testing.T, change map[string]string) *rendered {
 	return decodeRendered(t, "overlays/example-secrets", out)
 }
 
+// generatedSecretLabel labels every Secret overlays/example-secrets
+// generates, and nothing else: docs/deploy.md "Secrets that roll the pods"
+// prunes old generated Secrets by it.
+const generatedSecretLabel = "sandgate.io/generated-secret"
+
 // TestSecretsRollPods checks overlays/example-secrets, the Secrets that
 // roll the pods (docs/deploy.md): every Secret the Deployments mount is
 // generated in the namespace sandgate and mounted under its generated
-// name; a change of a file read at start (the token key) gives both
+// name; every generated Secret, and no other object, carries
+// generatedSecretLabel; a change of a file read at start (the token key) gives both
 // Deployments a new pod template, so they roll; a change of a file the
 // programs reload (the resource credentials) gives neither a new one.
 func TestSecretsRollPods(t *testing.T) {
@@ -77,10 +83,16 @@ func TestSecretsRollPods(t *testing.T) {
 	generated := map[string]string{} // Secret name without hash → name
 	for _, o := range base.objs {
 		if o.GetKind() != "Secret" {
+			if _, ok := o.GetLabels()[generatedSecretLabel]; ok {
+				t.Errorf("%s %s carries the label %s: the documented prune of old generated Secrets would select it", o.GetKind(), o.GetName(), generatedSecretLabel)
+			}
 			continue
 		}
 		if o.GetNamespace() != "sandgate" {
 			t.Errorf("Secret %s in namespace %q", o.GetName(), o.GetNamespace())
+		}
+		if o.GetLabels()[generatedSecretLabel] != "true" {
+			t.Errorf("Secret %s lacks the label %s=true that the documented prune selects old generated Secrets by", o.GetName(), generatedSecretLabel)
 		}
 		plain := o.GetName()
 		if plain != "sandgate-credentials" && plain != "gateway-nodes" {
