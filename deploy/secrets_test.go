@@ -32,6 +32,21 @@ var secretFiles = map[string]string{
 	"nodes.yaml":             "nodes: []\n",
 }
 
+// secretDir is what an example-secrets overlay's secrets/ directory holds,
+// by file name: secretFiles with the changes in change, and settings.env
+// as docs/deploy.md's commands write it, with the relay token's SHA-256.
+func secretDir(change map[string]string) map[string]string {
+	files := map[string]string{}
+	for name, v := range secretFiles {
+		if c, ok := change[name]; ok {
+			v = c
+		}
+		files[name] = v
+	}
+	files["settings.env"] = "SANDGATE_PROBE_RELAY_TOKEN_SHA256=" + sha256Hex(files["relay.token"]) + "\n"
+	return files
+}
+
 // renderWithSecrets renders overlays/example-secrets from an in-memory copy
 // of deploy/ whose secrets/ directory holds files (secretFiles with the
 // changes in change).
@@ -51,17 +66,7 @@ func renderWithSecrets(t *testing.T, change map[string]string) *rendered {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files := map[string]string{}
-	for name, v := range secretFiles {
-		if c, ok := change[name]; ok {
-			v = c
-		}
-		files[name] = v
-	}
-	// settings.env as the documented commands write it, with the relay
-	// token's SHA-256.
-	files["settings.env"] = "SANDGATE_PROBE_RELAY_TOKEN_SHA256=" + sha256Hex(files["relay.token"]) + "\n"
-	for name, v := range files {
+	for name, v := range secretDir(change) {
 		if err := mem.WriteFile("/deploy/overlays/example-secrets/secrets/"+name, []byte(v)); err != nil {
 			t.Fatal(err)
 		}
