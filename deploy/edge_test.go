@@ -428,29 +428,87 @@ func TestDeployWalkthroughOverlays(t *testing.T) {
 	if !ok {
 		t.Fatal(`docs/deploy.md has no step "3. **Your overlays.**"`)
 	}
-	_, block, ok := strings.Cut(after, "```sh\n")
-	block, _, ok2 := strings.Cut(block, "```")
-	if !ok || !ok2 {
-		t.Fatal("step 3 of docs/deploy.md has no sh block")
+	step3, step4, ok := strings.Cut(after, "4. **Secrets.**")
+	if !ok {
+		t.Fatal(`docs/deploy.md has no step "4. **Secrets.**"`)
 	}
+	step4, _, _ = strings.Cut(step4, "5. **Apply.**")
 	root := t.TempDir()
 	if err := os.CopyFS(filepath.Join(root, "deploy"), os.DirFS(".")); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("bash", "-euo", "pipefail", "-c", block)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("step 3's commands:\n%s\n%v\n%s", block, err, out)
+	for _, step := range []struct{ name, text string }{{"step 3", step3}, {"step 4", step4}} {
+		_, block, ok := strings.Cut(step.text, "```sh\n")
+		block, _, ok2 := strings.Cut(block, "```")
+		if !ok || !ok2 {
+			t.Fatalf("%s of docs/deploy.md has no sh block", step.name)
+		}
+		cmd := exec.Command("bash", "-euo", "pipefail", "-c", block)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s's commands:\n%s\n%v\n%s", step.name, block, err, out)
+		}
 	}
-	// The edge overlay's copy builds on the example's copy.
+	// The edge overlay's copy builds on the example's copy, and the
+	// copies' comments name the copies.
 	k, err := os.ReadFile(filepath.Join(root, "deploy/overlays/prod-edge/kustomization.yaml"))
 	if err != nil || !strings.Contains(string(k), "\n  - ../prod\n") || strings.Contains(string(k), "../example\n") {
 		t.Fatalf("after step 3 prod-edge's kustomization.yaml (%v) does not name ../prod alone:\n%s", err, k)
+	}
+	for dir, was := range map[string]string{"prod": "overlays/example\n", "prod-edge": "overlays/example-edge-ingress"} {
+		k, err := os.ReadFile(filepath.Join(root, "deploy/overlays", dir, "kustomization.yaml"))
+		if err != nil || strings.Contains(string(k), was) || !strings.Contains(string(k), "apply -k deploy/overlays/"+dir+"\n") {
+			t.Errorf("after step 3 %s's kustomization.yaml (%v) still names deploy/%s, or not its own directory, in its comment:\n%s", dir, err, was, k)
+		}
 	}
 	got := render(t, filepath.Join(root, "deploy/overlays/prod-edge"))
 	want := render(t, "overlays/example-edge-ingress")
 	if !bytes.Equal(got.yaml, want.yaml) {
 		t.Errorf("the walkthrough's overlay renders differently from overlays/example-edge-ingress:\n%s", got.yaml)
+	}
+	// Step 4's copy of example-secrets builds on prod-edge: with its files
+	// in place it renders every object prod-edge renders (a generated
+	// ConfigMap under its new hash), the example-secrets Secrets, and the
+	// relay token's digest in sandgate-settings.
+	k, err = os.ReadFile(filepath.Join(root, "deploy/overlays/prod-secrets/kustomization.yaml"))
+	if err != nil || !strings.Contains(string(k), "\n  - ../prod-edge\n") || strings.Contains(string(k), "../example\n") ||
+		strings.Contains(string(k), "overlays/example-secrets") {
+		t.Fatalf("after step 4 prod-secrets' kustomization.yaml (%v) does not name ../prod-edge alone, or still names example-secrets:\n%s", err, k)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "deploy/overlays/prod-secrets/secrets"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range secretDir(nil) {
+		if err := os.WriteFile(filepath.Join(root, "deploy/overlays/prod-secrets/secrets", name), []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	withSecrets := render(t, filepath.Join(root, "deploy/overlays/prod-secrets"))
+	plain := func(o *unstructured.Unstructured) string {
+		name := o.GetName()
+		// kustomize's name hash: 10 characters of this alphabet.
+		if h := hashSuffix(name); (o.GetKind() == "ConfigMap" || o.GetKind() == "Secret") && len(h) == 10 &&
+			strings.Trim(h, "245689bcdfghkmt7") == "" {
+			name = strings.TrimSuffix(name, "-"+h)
+		}
+		return o.GetKind() + "/" + o.GetNamespace() + "/" + name
+	}
+	has := map[string]bool{}
+	for _, o := range withSecrets.objs {
+		has[plain(o)] = true
+	}
+	for _, o := range got.objs {
+		if !has[plain(o)] {
+			t.Errorf("step 4's prod-secrets lacks %s of prod-edge", plain(o))
+		}
+	}
+	for _, name := range append(secretNames, "gateway-execd-tokens") {
+		if !has["Secret/sandgate/"+name] {
+			t.Errorf("step 4's prod-secrets generates no Secret %s", name)
+		}
+	}
+	if d := withSecrets.configMap(t, "sandgate-settings")["SANDGATE_PROBE_RELAY_TOKEN_SHA256"]; d != sha256Hex(secretFiles["relay.token"]) {
+		t.Errorf("step 4's prod-secrets: sandgate-settings' relay digest %s is not the SHA-256 of its relay token", d)
 	}
 	// Nothing outside the two new overlays changed.
 	for _, dir := range []string{"portal", "components", "overlays/example", "overlays/example-edge-ingress"} {

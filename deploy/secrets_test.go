@@ -1,6 +1,10 @@
 package deploy
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"io/fs"
 	"os"
 	"path"
@@ -28,6 +32,21 @@ var secretFiles = map[string]string{
 	"nodes.yaml":             "nodes: []\n",
 }
 
+// secretDir is what an example-secrets overlay's secrets/ directory holds,
+// by file name: secretFiles with the changes in change, and settings.env
+// as docs/deploy.md's commands write it, with the relay token's SHA-256.
+func secretDir(change map[string]string) map[string]string {
+	files := map[string]string{}
+	for name, v := range secretFiles {
+		if c, ok := change[name]; ok {
+			v = c
+		}
+		files[name] = v
+	}
+	files["settings.env"] = "SANDGATE_PROBE_RELAY_TOKEN_SHA256=" + sha256Hex(files["relay.token"]) + "\n"
+	return files
+}
+
 // renderWithSecrets renders overlays/example-secrets from an in-memory copy
 // of deploy/ whose secrets/ directory holds files (secretFiles with the
 // changes in change).
@@ -47,10 +66,7 @@ func renderWithSecrets(t *testing.T, change map[string]string) *rendered {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, v := range secretFiles {
-		if c, ok := change[name]; ok {
-			v = c
-		}
+	for name, v := range secretDir(change) {
 		if err := mem.WriteFile("/deploy/overlays/example-secrets/secrets/"+name, []byte(v)); err != nil {
 			t.Fatal(err)
 		}
@@ -66,10 +82,24 @@ func renderWithSecrets(t *testing.T, change map[string]string) *rendered {
 	return decodeRendered(t, "overlays/example-secrets", out)
 }
 
+// sha256Hex is the lower-case hex SHA-256 of s, as sha256sum prints it.
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// generatedSecretLabel labels every Secret overlays/example-secrets
+// generates, and nothing else: docs/deploy.md "Secrets that roll the pods"
+// prunes old generated Secrets by it.
+const generatedSecretLabel = "sandgate.io/generated-secret"
+
 // TestSecretsRollPods checks overlays/example-secrets, the Secrets that
 // roll the pods (docs/deploy.md): every Secret the Deployments mount is
 // generated in the namespace sandgate and mounted under its generated
-// name; a change of a file read at start (the token key) gives both
+// name; every generated Secret, and no other object, carries
+// generatedSecretLabel; sandgate-settings holds the SHA-256 of the relay
+// token the overlay generates its Secret from (secrets/settings.env), and
+// a new relay token rolls both Deployments; a change of a file read at start (the token key) gives both
 // Deployments a new pod template, so they roll; a change of a file the
 // programs reload (the resource credentials) gives neither a new one.
 func TestSecretsRollPods(t *testing.T) {
@@ -77,10 +107,16 @@ func TestSecretsRollPods(t *testing.T) {
 	generated := map[string]string{} // Secret name without hash → name
 	for _, o := range base.objs {
 		if o.GetKind() != "Secret" {
+			if _, ok := o.GetLabels()[generatedSecretLabel]; ok {
+				t.Errorf("%s %s carries the label %s: the documented prune of old generated Secrets would select it", o.GetKind(), o.GetName(), generatedSecretLabel)
+			}
 			continue
 		}
 		if o.GetNamespace() != "sandgate" {
 			t.Errorf("Secret %s in namespace %q", o.GetName(), o.GetNamespace())
+		}
+		if o.GetLabels()[generatedSecretLabel] != "true" {
+			t.Errorf("Secret %s lacks the label %s=true that the documented prune selects old generated Secrets by", o.GetName(), generatedSecretLabel)
 		}
 		plain := o.GetName()
 		if plain != "sandgate-credentials" && plain != "gateway-nodes" {
@@ -125,6 +161,26 @@ func TestSecretsRollPods(t *testing.T) {
 		rotated := templates(renderWithSecrets(t, map[string]string{file: "-----BEGIN KEY-----\nrotated\n-----END KEY-----\n"}))
 		if rotated[d] == before[d] {
 			t.Errorf("a new %s leaves the %s pod template as it was (%s): its pods would keep the old key", file, d, before[d])
+		}
+	}
+	// The relay's digest in sandgate-settings is the Secret's token's, not
+	// the example overlay's literal, and a new relay token rolls both: the
+	// gateway reads the digest, corectl the token, each at start.
+	if got, want := base.configMap(t, "sandgate-settings")["SANDGATE_PROBE_RELAY_TOKEN_SHA256"], sha256Hex(secretFiles["relay.token"]); got != want {
+		t.Errorf("sandgate-settings SANDGATE_PROBE_RELAY_TOKEN_SHA256 = %s, want the SHA-256 of secrets/relay.token %s: the relay would refuse corectl", got, want)
+	}
+	rotated := renderWithSecrets(t, map[string]string{"relay.token": "relay-token-rotated-rotated-rotat"})
+	if got, want := rotated.configMap(t, "sandgate-settings")["SANDGATE_PROBE_RELAY_TOKEN_SHA256"], sha256Hex("relay-token-rotated-rotated-rotat"); got != want {
+		t.Errorf("after a new relay token sandgate-settings SANDGATE_PROBE_RELAY_TOKEN_SHA256 = %s, want %s", got, want)
+	}
+	for _, d := range []string{"gateway", "corectl"} {
+		a, err1 := json.Marshal(base.deployment(t, d).Spec.Template)
+		b, err2 := json.Marshal(rotated.deployment(t, d).Spec.Template)
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		if bytes.Equal(a, b) {
+			t.Errorf("a new relay token leaves the %s pod template as it was: its pods would keep the old token or digest", d)
 		}
 	}
 	reloaded := templates(renderWithSecrets(t, map[string]string{"credentials.yaml": "credentials: [] # changed\n"}))

@@ -371,7 +371,8 @@ func LoadEnrolment(args []string, output io.Writer) (*Enrolment, error) {
 			"node with the one-time token, then writes the credential (mode 0600) and the node identity and\n"+
 			"installs that runtime. Every refusal happens before anything is written. Exit status: 0 enrolled,\n"+
 			"2 bad arguments, 4 refused (nothing written), 5 enrolled but preparing the runtime failed (the\n"+
-			"service retries it), 1 failure while writing the node's files.\n\nFlags:\n")
+			"service retries it), 6 the enrolment's answer was lost (Core may have registered the node and used\n"+
+			"the token; nothing written), 1 failure while writing the node's files.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -165,7 +165,8 @@ func TestHelpAndConfigErrors(t *testing.T) {
 		t.Fatalf("enrol --help: status %d", code)
 	}
 	for _, want := range []string{"-token-file", "where the node credential is written", "default /etc/sandgate/node.credential",
-		"4 refused (nothing written)", "5 enrolled but preparing the runtime failed"} {
+		"4 refused (nothing written)", "5 enrolled but preparing the runtime failed", "6 the enrolment's answer was lost",
+		"1 failure while writing the node's files"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("enrol --help does not say %q:\n%s", want, out.String())
 		}
