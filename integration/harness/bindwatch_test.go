@@ -16,14 +16,14 @@ func TestBindWatch(t *testing.T) {
 		{"other failure", []string{`bind: permission denied`, `address already`, ` taken`}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := &bindWatch{}
+			b := &BindWatch{}
 			for _, w := range tc.writes {
 				if n, err := b.Write([]byte(w)); n != len(w) || err != nil {
 					t.Fatalf("Write = %d, %v", n, err)
 				}
 			}
-			if b.inUse() != tc.want {
-				t.Fatalf("inUse = %v, want %v", b.inUse(), tc.want)
+			if b.InUse() != tc.want {
+				t.Fatalf("inUse = %v, want %v", b.InUse(), tc.want)
 			}
 			if len(b.tail) >= len(addrInUse) {
 				t.Fatalf("kept %d bytes", len(b.tail))

@@ -298,7 +298,7 @@ func (e *Env) startGateway(cfg Config, cfPath string) error {
 	e.cmd = exec.Command(bin, "run", "--config", cfPath, "--adapter", "caddyfile")
 	e.cmd.Dir = cfg.RepoRoot
 	e.cmd.Env = append(append(os.Environ(), "HOME="+e.Dir, "XDG_DATA_HOME="+e.Dir, "XDG_CONFIG_HOME="+e.Dir), cfg.Env...)
-	bind := &bindWatch{}
+	bind := &BindWatch{}
 	out := io.Writer(bind)
 	if cfg.Stderr != nil {
 		out = io.MultiWriter(cfg.Stderr, bind)
@@ -337,7 +337,7 @@ func (e *Env) startGateway(cfg Config, cfPath string) error {
 		select {
 		case err := <-e.waitErr:
 			e.waitErr <- err
-			if bind.inUse() {
+			if bind.InUse() {
 				return fmt.Errorf("%w: the gateway exited while starting: %v", ErrBindRace, err)
 			}
 			return fmt.Errorf("the gateway exited while starting: %v", err)
@@ -475,10 +475,13 @@ func firstOr(s []string, def string) string {
 	return def
 }
 
-// bindWatch is a writer that remembers whether the gateway's output said
-// a listen failed with "address already in use"; it keeps only the last
-// few bytes to find the phrase across writes.
-type bindWatch struct {
+// BindWatch is a writer of a gateway's output that remembers whether it
+// said a listen failed with "address already in use" (a picked port taken
+// before the gateway bound it); it keeps only the last few bytes to find
+// the phrase across writes. The zero value is ready; it is safe for the
+// concurrent writes of a process's two streams. harness and
+// integration/replicas start their gateways with one.
+type BindWatch struct {
 	mu   sync.Mutex
 	tail []byte
 	seen bool
@@ -486,7 +489,9 @@ type bindWatch struct {
 
 const addrInUse = "address already in use"
 
-func (b *bindWatch) Write(p []byte) (int, error) {
+// Write looks for the phrase in p (and the bytes before it); it never
+// fails.
+func (b *BindWatch) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.seen {
@@ -500,7 +505,9 @@ func (b *bindWatch) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (b *bindWatch) inUse() bool {
+// InUse reports whether the output written so far said "address already
+// in use".
+func (b *BindWatch) InUse() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.seen

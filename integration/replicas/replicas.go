@@ -30,6 +30,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandgate/sandgate/integration/harness"
 	"github.com/sandgate/sandgate/internal/freeport"
 	"github.com/sandgate/sandgate/node/sim"
 	"github.com/sandgate/sandgate/nodecore/api"
@@ -283,7 +284,7 @@ func (c *Cluster) add(again bool) (*Replica, error) {
 	cmd := exec.Command(cfg.Caddy, "run", "--config", cf, "--adapter", "caddyfile")
 	home := filepath.Join(c.Dir, id)
 	cmd.Env = append(append(os.Environ(), "HOME="+home, "XDG_DATA_HOME="+home, "XDG_CONFIG_HOME="+home), cfg.Env...)
-	bind := &bindWatch{}
+	bind := &harness.BindWatch{}
 	cmd.Stdout, cmd.Stderr = bind, bind
 	if cfg.Output != nil {
 		if w := cfg.Output(i); w != nil {
@@ -305,7 +306,7 @@ func (c *Cluster) add(again bool) (*Replica, error) {
 		c.Replicas = append(c.Replicas, r)
 	}
 	if err := r.waitListening(); err != nil {
-		if bind.inUse() {
+		if bind.InUse() {
 			return nil, fmt.Errorf("replicas: %s: %w: %w", id, errBindRace, err)
 		}
 		return nil, err
@@ -478,35 +479,4 @@ func (c *Cluster) Nodes(ctx context.Context, i int) (api.Nodes, error) {
 	var n api.Nodes
 	err = json.NewDecoder(io.LimitReader(resp.Body, 256<<20)).Decode(&n)
 	return n, err
-}
-
-// bindWatch is a writer that remembers whether a replica's output said a
-// listen failed with "address already in use"; it keeps only the last few
-// bytes to find the phrase across writes.
-type bindWatch struct {
-	mu   sync.Mutex
-	tail []byte
-	seen bool
-}
-
-const addrInUse = "address already in use"
-
-func (b *bindWatch) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !b.seen {
-		buf := append(b.tail, p...)
-		b.seen = bytes.Contains(buf, []byte(addrInUse))
-		if n := len(addrInUse) - 1; len(buf) > n {
-			buf = buf[len(buf)-n:]
-		}
-		b.tail = append(b.tail[:0], buf...)
-	}
-	return len(p), nil
-}
-
-func (b *bindWatch) inUse() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.seen
 }

@@ -42,6 +42,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandgate/sandgate/hack/gatewayproc"
 	"github.com/sandgate/sandgate/integration/harness"
 	"github.com/sandgate/sandgate/nodecore/api"
 	"github.com/sandgate/sandgate/nodecore/hub"
@@ -160,7 +161,7 @@ func (d *demo) run(serve bool) error {
 	if err := checkPorts(); err != nil {
 		return err
 	}
-	var gatewayLog syncBuffer
+	var gatewayLog gatewayproc.Output
 	env, err := harness.Start(harness.Config{
 		RepoRoot:        root,
 		Caddyfile:       string(caddyfile),
@@ -254,27 +255,6 @@ func serveHelp(control string) string {
       sandboxUrl: 'http://127.0.0.1:30083' })
     console.log((await sbx.commands.run('uname -a')).stdout)")
 `
-}
-
-// syncBuffer is a bytes.Buffer safe for the gateway's output goroutine
-// and the demo's reads of it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-// Write appends p.
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// String returns what was written so far.
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // nodeAPI is where Caddyfile.example serves the internal node API.
