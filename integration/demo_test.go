@@ -3,12 +3,14 @@ package integration
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,14 +28,95 @@ func buildDemo(t *testing.T, root string) string {
 	return bin
 }
 
+// demoWait bounds each demo run and each command run beside it: a hang
+// fails the test instead of holding the package until go test's timeout.
+const demoWait = 2 * time.Minute
+
+// lockedBuffer is a bytes.Buffer for a command's output that the test
+// reads while the command may still write.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// netnsOf waits until process pid (unshare, then the demo it execs) is in
+// a network namespace other than the test's own, and returns it as /proc
+// shows it ("net:[<inode>]"): right after Start, unshare may not have
+// left the test's namespace yet, and every process of that one must never
+// be taken for the demo's.
+func netnsOf(t *testing.T, pid int) string {
+	t.Helper()
+	own, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(demoWait)
+	for {
+		ns, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/net")
+		if err != nil {
+			t.Fatalf("the demo's network namespace: %v", err)
+		}
+		if ns != own {
+			return ns
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d is still in the test's network namespace after 2 min", pid)
+		}
+		time.Sleep(time.Millisecond) // polling for unshare(2) to take effect
+	}
+}
+
+// netnsPIDs returns the processes in network namespace ns.
+func netnsPIDs(ns string) []int {
+	var pids []int
+	procs, _ := filepath.Glob("/proc/[0-9]*/ns/net")
+	for _, p := range procs {
+		if other, err := os.Readlink(p); err == nil && other == ns {
+			if n, err := strconv.Atoi(strings.Split(p, "/")[2]); err == nil {
+				pids = append(pids, n)
+			}
+		}
+	}
+	return pids
+}
+
+// killNetnsAtCleanup kills, when the test ends, every process still in
+// the demo's network namespace ns (its gateway included, were the demo to
+// die without stopping it), so that a failed test leaves nothing running.
+func killNetnsAtCleanup(t *testing.T, ns string) {
+	own, err := os.Readlink("/proc/self/ns/net")
+	if err != nil || ns == own {
+		t.Fatalf("refusing to kill the processes of namespace %q: the test's own is %q (%v)", ns, own, err)
+	}
+	t.Cleanup(func() {
+		for _, pid := range netnsPIDs(ns) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+}
+
 // inNewNetns returns a command that runs bin with args in a network
 // namespace of its own with its loopback up (unshare -n, as root), so that
 // the demo's fixed ports (30083–30086, 30090, 2019) are its own and no
 // other test's pick; the process is bin itself (exec), so its PID names
 // the namespace for nsenter. TMPDIR is tmp: the demo's temporary
 // directory is made there.
-func inNewNetns(root, tmp, bin string, args ...string) *exec.Cmd {
-	cmd := exec.Command("unshare", append([]string{"-n", "--", "sh", "-c", `ip link set lo up && exec "$0" "$@"`, bin}, args...)...)
+func inNewNetns(ctx context.Context, root, tmp, bin string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "unshare", append([]string{"-n", "--", "sh", "-c", `ip link set lo up && exec "$0" "$@"`, bin}, args...)...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 20 * time.Second
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	return cmd
@@ -55,12 +138,17 @@ func readmeDemoOutput(t *testing.T, root string) string {
 	return "sandgate demo\n" + block
 }
 
-// leftovers lists what the demo left in its TMPDIR.
+// leftovers lists what the demo left in its TMPDIR (its harness's and
+// its execd stand-in's directories, were they not removed).
 func leftovers(t *testing.T, tmp string) []string {
 	t.Helper()
-	left, err := filepath.Glob(filepath.Join(tmp, "sandgate-env-*"))
+	entries, err := os.ReadDir(tmp)
 	if err != nil {
 		t.Fatal(err)
+	}
+	var left []string
+	for _, e := range entries {
+		left = append(left, e.Name())
 	}
 	return left
 }
@@ -73,8 +161,10 @@ func TestDemoPrintsTheREADME(t *testing.T) {
 	root := requirePeers(t)
 	bin := buildDemo(t, root)
 	tmp := t.TempDir()
-	cmd := inNewNetns(root, tmp, bin)
-	var stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), demoWait)
+	defer cancel()
+	cmd := inNewNetns(ctx, root, tmp, bin)
+	var stderr lockedBuffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -101,8 +191,10 @@ func TestDemoServe(t *testing.T) {
 	root := requirePeers(t)
 	bin := buildDemo(t, root)
 	tmp := t.TempDir()
-	cmd := inNewNetns(root, tmp, bin, "-serve")
-	var stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*demoWait)
+	defer cancel()
+	cmd := inNewNetns(ctx, root, tmp, bin, "-serve")
+	var stderr lockedBuffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -112,7 +204,7 @@ func TestDemoServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	exited := make(chan error, 1)
-	t.Cleanup(func() { _ = cmd.Process.Kill() }) // an error once it exited
+	killNetnsAtCleanup(t, netnsOf(t, cmd.Process.Pid))
 
 	// The help: the lines after "Try, from the repository root:", up to the
 	// SDK session's last line.
@@ -146,7 +238,7 @@ func TestDemoServe(t *testing.T) {
 	pid := cmd.Process.Pid
 
 	// The printed calls, as a user pastes them.
-	try := exec.Command("nsenter", "-t", strconv.Itoa(pid), "-n", "bash", "-e", "-c", strings.Join(help, "\n"))
+	try := exec.CommandContext(ctx, "nsenter", "-t", strconv.Itoa(pid), "-n", "bash", "-e", "-c", strings.Join(help, "\n"))
 	try.Dir = root
 	got, err := try.CombinedOutput()
 	if err != nil {
@@ -159,7 +251,7 @@ func TestDemoServe(t *testing.T) {
 	}
 
 	// A second demo in the same namespace.
-	second := exec.Command("nsenter", "-t", strconv.Itoa(pid), "-n", bin)
+	second := exec.CommandContext(ctx, "nsenter", "-t", strconv.Itoa(pid), "-n", bin)
 	second.Dir = root
 	second.Env = append(os.Environ(), "TMPDIR="+tmp)
 	out, err := second.CombinedOutput()
@@ -176,7 +268,7 @@ func TestDemoServe(t *testing.T) {
 			break
 		}
 	}
-	again := exec.Command("nsenter", "-t", strconv.Itoa(pid), "-n", "bash", "-e", "-c", strings.Join(listDir, "\n"))
+	again := exec.CommandContext(ctx, "nsenter", "-t", strconv.Itoa(pid), "-n", "bash", "-e", "-c", strings.Join(listDir, "\n"))
 	again.Dir = root
 	if got, err := again.CombinedOutput(); err != nil || !strings.Contains(string(got), `{"entries":[`) {
 		t.Fatalf("the first demo after the second's refusal: %v\n%s", err, got)
@@ -190,10 +282,55 @@ func TestDemoServe(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the demo after SIGINT: %v, want exit status 0\n%s", err, stderr.String())
 		}
-	case <-time.After(time.Minute):
-		t.Fatal("the demo did not end within 1 min of SIGINT")
+	case <-time.After(demoWait):
+		t.Fatal("the demo did not end within 2 min of SIGINT")
 	}
 	if left := leftovers(t, tmp); len(left) != 0 {
 		t.Fatalf("the demo left %v", left)
+	}
+}
+
+// TestDemoSIGTERMWhileStarting: a SIGTERM to the demo once its gateway
+// runs (while the harness starts the rest, or during the SDK session)
+// stops everything it started: it exits 143, no process is left in its
+// network namespace (the gateway was stopped, not orphaned) and its
+// temporary directories are gone.
+func TestDemoSIGTERMWhileStarting(t *testing.T) {
+	root := requirePeers(t)
+	bin := buildDemo(t, root)
+	tmp := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), demoWait)
+	defer cancel()
+	cmd := inNewNetns(ctx, root, tmp, bin)
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	ns := netnsOf(t, pid)
+	killNetnsAtCleanup(t, ns)
+	// The gateway is the demo's first child process (bin/caddy run).
+	deadline := time.Now().Add(demoWait)
+	for len(netnsPIDs(ns)) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the demo started no gateway within 2 min:\n%s", out.String())
+		}
+		time.Sleep(5 * time.Millisecond) // polling /proc for the child
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 143 {
+		t.Fatalf("the demo after SIGTERM: %v, want exit status 143\n%s", err, out.String())
+	}
+	for _, p := range netnsPIDs(ns) {
+		cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(p) + "/cmdline")
+		t.Errorf("process %d is still running in the demo's network namespace: %q", p, cmdline)
+	}
+	if left := leftovers(t, tmp); len(left) != 0 {
+		t.Fatalf("the demo left %v in TMPDIR\n%s", left, out.String())
 	}
 }

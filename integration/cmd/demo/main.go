@@ -18,9 +18,12 @@
 // (without SO_REUSEPORT, so an earlier gateway's listener counts too), and
 // exits 1 naming the first one in use. With -serve it keeps everything
 // running after the session, prints how to call the gateway with curl and
-// the SDK, and stops on SIGINT or SIGTERM. A SIGINT or SIGTERM at any time
-// stops what it started and removes its temporary directory (exit status
-// 130 or 143). It exits 1 with the reason if a piece fails.
+// the SDK, and on SIGINT or SIGTERM stops what it started and exits 0. A
+// SIGINT or SIGTERM before the session ended stops what it started, removes
+// its temporary directories and exits 130 or 143; a second signal during
+// that stop exits at once. It asks the kernel for a SIGTERM when its parent
+// dies (`go run`, which a SIGTERM kills without passing it on). It exits 1
+// with the reason if a piece fails.
 package main
 
 import (
@@ -38,7 +41,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -46,6 +48,7 @@ import (
 	"github.com/sandgate/sandgate/integration/harness"
 	"github.com/sandgate/sandgate/nodecore/api"
 	"github.com/sandgate/sandgate/nodecore/hub"
+	"golang.org/x/sys/unix"
 )
 
 const sandboxID = "sbxdemo"
@@ -89,63 +92,97 @@ func checkPorts() error {
 func main() {
 	serve := flag.Bool("serve", false, "keep the gateway and the stand-ins running after the session until SIGINT or SIGTERM, and print how to call them")
 	flag.Parse()
-	d := &demo{stop: make(chan os.Signal, 1)}
-	sigs := make(chan os.Signal, 1)
+	// Started by `go run` (make demo), which a SIGTERM kills without
+	// passing it on: the demo then gets a SIGTERM of its own.
+	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGTERM), 0, 0, 0)
+	d := &demo{signalled: make(chan struct{})}
+	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		sig := <-sigs
-		if d.serving.Load() {
-			d.stop <- sig // the end -serve waits for: run returns, main exits 0
-			return
-		}
-		d.close()
-		code := 130
-		if sig == syscall.SIGTERM {
-			code = 143
-		}
-		os.Exit(code)
+		d.signal(sig)
+		<-sigs // a second signal while the first one's stop runs: stop now
+		os.Exit(exitCode(sig))
 	}()
 	err := d.run(*serve)
 	d.close()
+	if sig, served := d.ended(); sig != nil && !served {
+		fmt.Fprintf(os.Stderr, "demo: stopped by %v before the session ended\n", sig)
+		os.Exit(exitCode(sig))
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
 }
 
-// demo holds what the run started, for the signal handler to stop.
-type demo struct {
-	mu      sync.Mutex
-	env     *harness.Env
-	closed  bool
-	serving atomic.Bool    // -serve: the session is done, a signal ends the demo normally
-	stop    chan os.Signal // the signal that ended -serve
+// exitCode is the exit status of a demo a signal stopped: 128 + its
+// number, as a shell reports a process it killed (130 SIGINT, 143 SIGTERM).
+func exitCode(sig os.Signal) int {
+	if s, ok := sig.(syscall.Signal); ok {
+		return 128 + int(s)
+	}
+	return 1
 }
 
-// setEnv records env, or closes it at once when a signal already closed
-// the demo (it then reports false).
+// demo holds what the run started, for the signal handler to stop. Only
+// main exits (but for a second signal): a signal stops what runs, and
+// main then closes everything and exits with the signal's status.
+type demo struct {
+	mu        sync.Mutex
+	env       *harness.Env
+	closeOnce sync.Once
+	sig       os.Signal     // the first signal received; nil before
+	signalled chan struct{} // closed at the first signal
+	served    bool          // -serve's session had ended when the signal came
+	serving   bool          // -serve: the session is done, waiting for a signal
+}
+
+// signal records the first signal and, unless -serve is only waiting for
+// it, stops the gateway and the stand-ins at once, so that a session in
+// progress ends (its SDK calls fail) and main can exit. Before the
+// harness has started them, main closes them when harness.Start returns
+// (setEnv).
+func (d *demo) signal(sig os.Signal) {
+	d.mu.Lock()
+	if d.sig != nil {
+		d.mu.Unlock()
+		return
+	}
+	d.sig, d.served = sig, d.serving
+	close(d.signalled)
+	env, serving := d.env, d.serving
+	d.mu.Unlock()
+	if env != nil && !serving {
+		d.close()
+	}
+}
+
+// ended returns the signal that stopped the demo (nil: none) and whether
+// it came after -serve's session, the normal end of -serve.
+func (d *demo) ended() (os.Signal, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.sig, d.served
+}
+
+// setEnv records env, or reports false when a signal came while the
+// harness was starting it (main then closes it).
 func (d *demo) setEnv(env *harness.Env) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed {
-		env.Close()
-		return false
-	}
 	d.env = env
-	return true
+	return d.sig == nil
 }
 
 // close stops the gateway and the stand-ins and removes the temporary
-// directory (harness.Env.Close); later calls do nothing.
+// directories (harness.Env.Close), once.
 func (d *demo) close() {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return
-	}
-	d.closed = true
-	if d.env != nil {
-		d.env.Close()
+	env := d.env
+	d.mu.Unlock()
+	if env != nil {
+		d.closeOnce.Do(env.Close)
 	}
 }
 
@@ -179,7 +216,7 @@ func (d *demo) run(serve bool) error {
 		return fmt.Errorf("%w\ngateway log:\n%s", err, gatewayLog.String())
 	}
 	if !d.setEnv(env) {
-		return errors.New("stopped by a signal while starting")
+		return errors.New("stopped by a signal while starting") // main closes env
 	}
 
 	fmt.Println("sandgate demo")
@@ -233,8 +270,11 @@ func (d *demo) run(serve bool) error {
 	}
 	fmt.Println()
 	fmt.Print(serveHelp(env.Control))
-	d.serving.Store(true)
-	sig := <-d.stop
+	d.mu.Lock()
+	d.serving = true
+	d.mu.Unlock()
+	<-d.signalled
+	sig, _ := d.ended()
 	fmt.Fprintf(os.Stderr, "demo: %v: stopping\n", sig)
 	return nil
 }
@@ -245,10 +285,10 @@ func serveHelp(control string) string {
 	return `running until Ctrl-C (SIGINT) or SIGTERM. Try, from the repository root:
   TOKEN=$(bin/caddy sandgate-token --key integration/demo/token-hmac.key --algorithm HS256 --kid demo \
     --credential demo-credential --sandbox ` + sandboxID + `)
-  curl -s -w '\n' http://127.0.0.1:30083/filesystem.Filesystem/ListDir -H 'Content-Type: application/json' \
+  curl -s -m 10 -w '\n' http://127.0.0.1:30083/filesystem.Filesystem/ListDir -H 'Content-Type: application/json' \
     -H 'E2b-Sandbox-Id: ` + sandboxID + `' -H 'E2b-Sandbox-Port: 49983' -H "X-Access-Token: $TOKEN" \
     -d '{"path":"/home/user","depth":1}'
-  curl -s -w '\n' -H "Authorization: Bearer $(cat integration/demo/node-api-token.txt)" ` + nodeAPI + api.Prefix + `
+  curl -s -m 10 -w '\n' -H "Authorization: Bearer $(cat integration/demo/node-api-token.txt)" ` + nodeAPI + api.Prefix + `
   (cd integration/js && node --input-type=module -e "
     import { Sandbox } from 'e2b-2.51.0'
     const sbx = await Sandbox.connect('` + sandboxID + `', { apiKey: 'e2b_demo', apiUrl: '` + control + `',
