@@ -118,8 +118,10 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			// so the count alone would not tell the operator why.
 			args := d.RemainingArgs()
 			if len(args) != 3 {
-				return d.Errf("token_key wants 3 arguments, <kid> <algorithm> <key file>, and got %d: %q "+
-					"(a {$NAME} environment placeholder that is unset or empty adds no argument)", len(args), args)
+				// The count only: an argument may be key material an
+				// operator put in the line by mistake.
+				return d.Errf("token_key wants 3 arguments, <kid> <algorithm> <key file>, and got %d "+
+					"(a {$NAME} environment placeholder that is unset or empty adds no argument)", len(args))
 			}
 			k := TokenKey{KID: args[0], Algorithm: args[1], File: args[2]}
 			for _, old := range a.TokenKeys {
