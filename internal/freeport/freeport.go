@@ -169,8 +169,12 @@ func (h *heldPort) Close() error {
 // It reads the kernel's socket tables of the caller's network namespace
 // (/proc/net/tcp and tcp6) and the process's descriptors (/proc/<pid>/fd),
 // so it needs the right to read those (the same user, or root). A process
-// that has exited holds nothing. The error is a malformed addr, a host
-// name in it, or a /proc read that failed otherwise.
+// that has exited (its fd directory does not exist) holds nothing; a
+// descriptor that closes while it is read is skipped. The error is a
+// malformed addr, a host name in it, or a /proc read that failed
+// otherwise, such as a descriptor directory or link it may not read
+// (EACCES or EPERM: hidepid, ptrace_scope, another user's process), which
+// is named in the error.
 func Listeners(pid int, addr string) (all, own int, err error) {
 	return procFS{root: "/proc", readDir: os.ReadDir, readlink: os.Readlink}.listeners(pid, addr)
 }
@@ -234,7 +238,14 @@ func (p procFS) listeners(pid int, addr string) (all, own int, err error) {
 	}
 	held := map[string]bool{}
 	for _, fd := range fds {
-		if link, err := p.readlink(filepath.Join(dir, fd.Name())); err == nil && inodes[link] {
+		link, err := p.readlink(filepath.Join(dir, fd.Name()))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // closed since the directory was read
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("freeport: %w", err)
+		}
+		if inodes[link] {
 			held[link] = true
 		}
 	}

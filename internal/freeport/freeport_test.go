@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -332,3 +333,75 @@ var reuseport = net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) e
 	}
 	return serr
 }}
+
+// TestListenersReadErrors: a descriptor that vanished while its directory
+// was read (ENOENT) is skipped; a descriptor link or a descriptor
+// directory the caller may not read (EACCES, EPERM: a restricted /proc)
+// is an error naming the path, not a process that holds nothing; a
+// process whose directory does not exist (exited) holds nothing.
+func TestListenersReadErrors(t *testing.T) {
+	const pid = 4343
+	p := fakeProc(t, pid, [][2]string{{"0100007F:1F90", "101"}}, nil, "101")
+	fd := filepath.Join(p.root, strconv.Itoa(pid), "fd")
+	if err := os.Symlink("socket:[999]", filepath.Join(fd, "9")); err != nil {
+		t.Fatal(err)
+	}
+	vanished := filepath.Join(fd, "9")
+	denied := filepath.Join(fd, "3")
+	for _, tc := range []struct {
+		name     string
+		readlink func(string) (string, error)
+		readDir  func(string) ([]fs.DirEntry, error)
+		all, own int
+		errPath  string
+		errno    syscall.Errno
+	}{
+		{name: "closed meanwhile", all: 1, own: 1, readlink: func(path string) (string, error) {
+			if path == vanished {
+				return "", &fs.PathError{Op: "readlink", Path: path, Err: syscall.ENOENT}
+			}
+			return os.Readlink(path)
+		}},
+		{name: "link denied", errPath: denied, errno: syscall.EACCES, readlink: func(path string) (string, error) {
+			if path == denied {
+				return "", &fs.PathError{Op: "readlink", Path: path, Err: syscall.EACCES}
+			}
+			return os.Readlink(path)
+		}},
+		{name: "link not permitted", errPath: vanished, errno: syscall.EPERM, readlink: func(path string) (string, error) {
+			if path == vanished {
+				return "", &fs.PathError{Op: "readlink", Path: path, Err: syscall.EPERM}
+			}
+			return os.Readlink(path)
+		}},
+		{name: "directory denied", errPath: fd, errno: syscall.EACCES, readDir: func(path string) ([]fs.DirEntry, error) {
+			return nil, &fs.PathError{Op: "open", Path: path, Err: syscall.EACCES}
+		}},
+		{name: "directory not permitted", errPath: fd, errno: syscall.EPERM, readDir: func(path string) ([]fs.DirEntry, error) {
+			return nil, &fs.PathError{Op: "open", Path: path, Err: syscall.EPERM}
+		}},
+		{name: "exited", all: 1, own: 0, readDir: func(path string) ([]fs.DirEntry, error) {
+			return nil, &fs.PathError{Op: "open", Path: path, Err: syscall.ENOENT}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := p
+			if tc.readlink != nil {
+				q.readlink = tc.readlink
+			}
+			if tc.readDir != nil {
+				q.readDir = tc.readDir
+			}
+			all, own, err := q.listeners(pid, "127.0.0.1:8080")
+			if tc.errPath == "" {
+				if all != tc.all || own != tc.own || err != nil {
+					t.Fatalf("listeners = %d, %d, %v; want %d, %d", all, own, err, tc.all, tc.own)
+				}
+				return
+			}
+			if err == nil || !errors.Is(err, tc.errno) || !strings.Contains(err.Error(), tc.errPath) {
+				t.Fatalf("listeners = %d, %d, %v; want an error %v naming %s", all, own, err, tc.errno, tc.errPath)
+			}
+		})
+	}
+}
