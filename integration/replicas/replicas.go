@@ -319,18 +319,25 @@ func (c *Cluster) add(again bool) (*Replica, error) {
 // after it, as a Secret edit reaches the pods of a rolling update.
 func (c *Cluster) PeerTokenFile() string { return filepath.Join(c.Dir, "peer-token") }
 
-// waitListening waits until the replica accepts connections on its site
-// and on its internal node API (Caddy starts its apps in no fixed order),
-// the replica's process alone listening there. A port taken meanwhile
-// answers the dial from another process; when that process is a Caddy
-// too (SO_REUSEPORT, the same user), both listen and share the
-// connections: the replica is then stopped and the error is errBindRace.
+// waitListening waits until the replica accepts connections on its site,
+// on its internal node API (Caddy starts its apps in no fixed order) and,
+// with Config.Admin, on its admin endpoint, the replica's process alone
+// listening on each. A port taken meanwhile answers the dial from
+// another process; when that process is a Caddy too (SO_REUSEPORT, the
+// same user; Caddy's admin endpoint binds so as well), both listen and
+// share the connections: the replica is then stopped and the error is
+// errBindRace. The check holds for the start only: a process that binds
+// one of the ports with SO_REUSEPORT later shares it unnoticed
+// (freeport.Listeners).
 func (r *Replica) waitListening() error {
+	addrs := []string{strings.TrimPrefix(r.URL, "http://"), strings.TrimPrefix(r.APIURL, "http://")}
+	if r.Admin != "" {
+		addrs = append(addrs, r.Admin)
+	}
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		listening := true
-		for _, u := range []string{r.URL, r.APIURL} {
-			addr := strings.TrimPrefix(u, "http://")
+		for _, addr := range addrs {
 			conn, err := net.DialTimeout("tcp", addr, time.Second)
 			if err != nil {
 				listening = false
