@@ -26,6 +26,13 @@
 // taken meanwhile, the dial reaches the other process while the test's
 // server fails to bind, or, when both set SO_REUSEPORT as Caddy does,
 // both listen and share the connections. Listeners tells these apart.
+//
+// It tells them apart at the moment it is called, no later: a check made
+// when a server starts shows that no other process listened on its port
+// then, not that none will. When a second Caddy picks the same port
+// afterwards, its own start check sees the sharing (and that Caddy is
+// stopped), but until it is, the first server's new connections are split
+// between the two, and a check the first made earlier never notices.
 package freeport
 
 import (
@@ -166,6 +173,13 @@ func (h *heldPort) Close() error {
 // IPv6 zone is ignored) or empty; empty overlaps every address. A host
 // name is an error: nothing is resolved.
 //
+// What the answer guarantees holds for the moment of the call only: a
+// process that listens on an overlapping address later (another Caddy
+// that picked the same port, with SO_REUSEPORT) is not noticed by an
+// earlier check, and from then on it receives part of the new
+// connections; only a check that process makes after it listens sees
+// the sharing.
+//
 // It reads the kernel's socket tables of the caller's network namespace
 // (/proc/net/tcp and tcp6) and the process's descriptors (/proc/<pid>/fd),
 // so it needs the right to read those (the same user, or root). A process
@@ -173,8 +187,9 @@ func (h *heldPort) Close() error {
 // descriptor that closes while it is read is skipped. The error is a
 // malformed addr, a host name in it, or a /proc read that failed
 // otherwise, such as a descriptor directory or link it may not read
-// (EACCES or EPERM: hidepid, ptrace_scope, another user's process), which
-// is named in the error.
+// (EACCES or EPERM: another user's process, hidepid=1, ptrace_scope),
+// which is named in the error. With hidepid=2 the directory of another
+// user's process does not exist for the caller: it reads as exited.
 func Listeners(pid int, addr string) (all, own int, err error) {
 	return procFS{root: "/proc", readDir: os.ReadDir, readlink: os.Readlink}.listeners(pid, addr)
 }
