@@ -143,6 +143,9 @@ func TestBinaryEnrolmentAndDeployment(t *testing.T) {
 		if err := p.WaitListening("127.0.0.1:" + f.port); err != nil {
 			t.Fatalf("%v\n%s", err, logs.String())
 		}
+		if err := p.WaitListening(adminAddr); err != nil {
+			t.Fatalf("%v\n%s", err, logs.String())
+		}
 		// Caddy starts its apps in no set order: the site may listen
 		// before the sandgate app has started (the admin routes answer 503
 		// until then).

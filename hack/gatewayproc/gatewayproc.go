@@ -60,7 +60,11 @@ func Start(caddy, dir, caddyfile string, output io.Writer, env ...string) (*Proc
 // sockets the gateway process alone holds (a port another process took
 // after it was picked answers a dial too, while the gateway fails to bind
 // it or, when the other process is a Caddy too, shares it: SO_REUSEPORT);
-// it fails at once when the gateway exits or shares the port.
+// it fails at once when the gateway exits or shares the port. Caddy binds
+// its admin endpoint with SO_REUSEPORT too: a caller that picked the admin
+// address (freeport) and uses it checks it with a second call. The check
+// holds for the start only: a process that binds the port with
+// SO_REUSEPORT later shares it unnoticed (freeport.Listeners).
 func (p *Process) WaitListening(addr string) error {
 	return p.WaitListeningFor(addr, time.Minute)
 }

@@ -361,6 +361,9 @@ func run(o options) error {
 	if err := gw.WaitListeningFor("127.0.0.1:"+port, startLimit); err != nil {
 		return err
 	}
+	if err := gw.WaitListeningFor(admin, startLimit); err != nil { // /metrics, profiles, trace
+		return err
+	}
 	if o.appAPIAddr != "" {
 		if err := gw.WaitListeningFor(o.appAPIAddr, startLimit); err != nil {
 			return err

@@ -251,25 +251,29 @@ func Start(cfg Config) (_ *Env, err error) {
 	return e, nil
 }
 
-// ErrBindRace reports a gateway that exited at start because one of the
-// ports picked for it was taken meanwhile: its output said "address
-// already in use". Start tries its own picks again; a caller whose
+// ErrBindRace reports a gateway that did not get a port picked for it to
+// itself at start: another process took the port meanwhile and the
+// gateway exited saying "address already in use", or the other process
+// listens there too (a Caddy: SO_REUSEPORT, the same user) and the
+// gateway was stopped. Start tries its own picks again; a caller whose
 // Caddyfile names addresses of its own gets it (wrapped) and may pick
 // again.
 var ErrBindRace = errors.New("a port picked for the gateway was taken before it listened")
 
 // startOnFreePorts picks the gateway's and its admin API's ports, writes
 // the Caddyfile and starts the gateway; ErrBindRace when a port was taken
-// between the pick and the gateway's listen.
+// between the pick and the gateway's listen, or when another process
+// listens on the gateway's address or, when the Caddyfile took the picked
+// admin address ({{ADMIN}}), on that one too.
 func (e *Env) startOnFreePorts(cfg Config, dir string) error {
 	gwAddr := cfg.GatewayAddr
 	var err error
 	if gwAddr == "" {
-		if gwAddr, err = freeport.Addr(); err != nil {
+		if gwAddr, err = pickAddr(); err != nil {
 			return err
 		}
 	}
-	adminAddr, err := freeport.Addr()
+	adminAddr, err := pickAddr()
 	if err != nil {
 		return err
 	}
@@ -278,19 +282,26 @@ func (e *Env) startOnFreePorts(cfg Config, dir string) error {
 	if caddyfile == "" {
 		caddyfile = DefaultCaddyfile
 	}
+	adminPicked := strings.Contains(caddyfile, "{{ADMIN}}")
 	caddyfile = strings.NewReplacer("{{ADDR}}", gwAddr, "{{ADMIN}}", adminAddr, "{{KEY}}", e.KeyFile,
 		"{{CREDENTIALS}}", e.CredFile, "{{FIXED_ENTRY}}", e.FixedEntry).Replace(caddyfile)
 	cfPath := filepath.Join(dir, "Caddyfile")
 	if err := os.WriteFile(cfPath, []byte(caddyfile), 0o600); err != nil {
 		return err
 	}
-	return e.startGateway(cfg, cfPath)
+	return e.startGateway(cfg, cfPath, adminPicked)
 }
+
+// pickAddr picks the gateway's and its admin API's addresses; tests
+// replace it to hand out a port another process holds.
+var pickAddr = freeport.Addr
 
 // CaddyBinary returns the path of the built gateway.
 func CaddyBinary(repoRoot string) string { return filepath.Join(repoRoot, "bin", "caddy") }
 
-func (e *Env) startGateway(cfg Config, cfPath string) error {
+// startGateway starts the gateway with the Caddyfile at cfPath and waits
+// until it alone listens on e.Gateway and, with checkAdmin, on e.Admin.
+func (e *Env) startGateway(cfg Config, cfPath string, checkAdmin bool) error {
 	bin := CaddyBinary(cfg.RepoRoot)
 	if _, err := os.Stat(bin); err != nil {
 		return fmt.Errorf("the gateway binary %s is missing; run `make build` first", bin)
@@ -314,25 +325,45 @@ func (e *Env) startGateway(cfg Config, cfPath string) error {
 	// the gateway exits with "address already in use" or, when the other
 	// process is a Caddy too (SO_REUSEPORT, the same user), both listen
 	// and share the connections; then the gateway is stopped and the
-	// start is a bind race too.
+	// start is a bind race too. The admin address the harness picked is
+	// held to the same rule once the site listens (Caddy binds its admin
+	// endpoint with SO_REUSEPORT as well, and before its apps, so it
+	// normally listens by then): another Caddy there would take Reload's
+	// configuration and answer the tests' /metrics scrapes. The check
+	// holds for the start only: a process that binds a port with
+	// SO_REUSEPORT later shares it unnoticed (freeport.Listeners).
 	deadline := time.Now().Add(30 * time.Second)
-	gwAddr := strings.TrimPrefix(e.Gateway, "http://")
+	addrs := []string{strings.TrimPrefix(e.Gateway, "http://")}
+	if checkAdmin {
+		addrs = append(addrs, e.Admin)
+	}
+	next := 0 // the gateway alone listens on addrs[:next]
 	for {
-		c, err := net.DialTimeout("tcp", gwAddr, time.Second)
-		if err == nil {
-			c.Close()
-			all, own, err := freeport.Listeners(e.cmd.Process.Pid, gwAddr)
+		for next < len(addrs) {
+			addr := addrs[next]
+			if next == 0 {
+				c, err := net.DialTimeout("tcp", addr, time.Second)
+				if err != nil {
+					break
+				}
+				c.Close()
+			}
+			all, own, err := freeport.Listeners(e.cmd.Process.Pid, addr)
 			if err != nil {
 				return err
 			}
-			if own > 0 && own == all {
-				return nil
+			if own == 0 {
+				break
 			}
-			if own > 0 {
+			if own < all {
 				_ = e.cmd.Process.Kill()
 				e.waitErr <- <-e.waitErr // Close waits for it too
-				return fmt.Errorf("%w: another process listens on %s too", ErrBindRace, gwAddr)
+				return fmt.Errorf("%w: another process listens on %s too", ErrBindRace, addr)
 			}
+			next++
+		}
+		if next == len(addrs) {
+			return nil
 		}
 		select {
 		case err := <-e.waitErr:
@@ -344,7 +375,7 @@ func (e *Env) startGateway(cfg Config, cfPath string) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return errors.New("the gateway did not start listening within 30s")
+			return fmt.Errorf("the gateway did not start listening on %s within 30s", addrs[next])
 		}
 	}
 }

@@ -57,7 +57,8 @@ type Config struct {
 	// LogLevel is the gateways' log level (default INFO).
 	LogLevel string
 	// Output, when set, returns the writer of replica i's output (nil:
-	// discarded).
+	// discarded). Add calls it once per replica: the attempts of a replica
+	// started again after a bind race all write to that writer.
 	Output func(i int) io.Writer
 	// Env is added to every gateway's environment.
 	Env []string
@@ -236,42 +237,53 @@ func Start(cfg Config) (_ *Cluster, err error) {
 // returns it once it listens. Errors name the replica. It appends to
 // Replicas: not to be called while Dispatch or Nodes run. A replica that
 // exits at start because a port picked for it was taken meanwhile
-// ("address already in use") is started again on new ports, up to 5
-// times.
+// ("address already in use") or shares one with another process is
+// started again on new ports, up to 5 times; Config.Output is asked for
+// the replica's writer once, and every attempt writes to it.
 func (c *Cluster) Add() (*Replica, error) {
+	var out io.Writer
+	if c.cfg.Output != nil {
+		out = c.cfg.Output(len(c.Replicas))
+	}
 	for attempt := 1; ; attempt++ {
-		r, err := c.add(attempt > 1)
+		r, err := c.add(attempt > 1, out)
 		if !errors.Is(err, errBindRace) || attempt == 5 {
 			return r, err
 		}
 	}
 }
 
-// errBindRace reports a replica that exited at start because one of the
-// ports picked for it was taken between the pick and its listen.
+// pickPort picks a replica's ports; tests replace it to hand out a port
+// another process holds.
+var pickPort = freeport.Port
+
+// errBindRace reports a replica that did not get a port picked for it to
+// itself: another process took the port between the pick and the
+// replica's listen (the replica exited with "address already in use") or
+// listens there too (SO_REUSEPORT; the replica was stopped).
 var errBindRace = errors.New("a port picked for the replica was taken before it listened")
 
-// add picks the ports of replica-<len(Replicas)> and starts it; again
-// replaces the last replica of Replicas (one that exited with
-// errBindRace) instead of appending.
-func (c *Cluster) add(again bool) (*Replica, error) {
+// add picks the ports of replica-<len(Replicas)> and starts it, its
+// output to out (nil: discarded); again replaces the last replica of
+// Replicas (one that exited with errBindRace) instead of appending.
+func (c *Cluster) add(again bool, out io.Writer) (*Replica, error) {
 	cfg := c.cfg
 	i := len(c.Replicas)
 	if again {
 		i--
 	}
 	id := fmt.Sprintf("replica-%d", i)
-	port, err := freeport.Port()
+	port, err := pickPort()
 	if err != nil {
 		return nil, err
 	}
-	apiPort, err := freeport.Port()
+	apiPort, err := pickPort()
 	if err != nil {
 		return nil, err
 	}
 	admin := "off"
 	if cfg.Admin {
-		p, err := freeport.Port()
+		p, err := pickPort()
 		if err != nil {
 			return nil, err
 		}
@@ -286,11 +298,9 @@ func (c *Cluster) add(again bool) (*Replica, error) {
 	cmd.Env = append(append(os.Environ(), "HOME="+home, "XDG_DATA_HOME="+home, "XDG_CONFIG_HOME="+home), cfg.Env...)
 	bind := &harness.BindWatch{}
 	cmd.Stdout, cmd.Stderr = bind, bind
-	if cfg.Output != nil {
-		if w := cfg.Output(i); w != nil {
-			out := io.MultiWriter(w, bind)
-			cmd.Stdout, cmd.Stderr = out, out
-		}
+	if out != nil {
+		w := io.MultiWriter(out, bind)
+		cmd.Stdout, cmd.Stderr = w, w
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("replicas: starting %s: %w", id, err)
@@ -319,18 +329,25 @@ func (c *Cluster) add(again bool) (*Replica, error) {
 // after it, as a Secret edit reaches the pods of a rolling update.
 func (c *Cluster) PeerTokenFile() string { return filepath.Join(c.Dir, "peer-token") }
 
-// waitListening waits until the replica accepts connections on its site
-// and on its internal node API (Caddy starts its apps in no fixed order),
-// the replica's process alone listening there. A port taken meanwhile
-// answers the dial from another process; when that process is a Caddy
-// too (SO_REUSEPORT, the same user), both listen and share the
-// connections: the replica is then stopped and the error is errBindRace.
+// waitListening waits until the replica accepts connections on its site,
+// on its internal node API (Caddy starts its apps in no fixed order) and,
+// with Config.Admin, on its admin endpoint, the replica's process alone
+// listening on each. A port taken meanwhile answers the dial from
+// another process; when that process is a Caddy too (SO_REUSEPORT, the
+// same user; Caddy's admin endpoint binds so as well), both listen and
+// share the connections: the replica is then stopped and the error is
+// errBindRace. The check holds for the start only: a process that binds
+// one of the ports with SO_REUSEPORT later shares it unnoticed
+// (freeport.Listeners).
 func (r *Replica) waitListening() error {
+	addrs := []string{strings.TrimPrefix(r.URL, "http://"), strings.TrimPrefix(r.APIURL, "http://")}
+	if r.Admin != "" {
+		addrs = append(addrs, r.Admin)
+	}
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		listening := true
-		for _, u := range []string{r.URL, r.APIURL} {
-			addr := strings.TrimPrefix(u, "http://")
+		for _, addr := range addrs {
 			conn, err := net.DialTimeout("tcp", addr, time.Second)
 			if err != nil {
 				listening = false

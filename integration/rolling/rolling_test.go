@@ -220,6 +220,9 @@ http://127.0.0.1:%s {
 	if err := gw.WaitListening("127.0.0.1:" + port); err != nil {
 		t.Fatal(err)
 	}
+	if err := gw.WaitListening("127.0.0.1:" + adminPort); err != nil {
+		t.Fatal(err)
+	}
 	w.until("the sandgate app to start", func() bool {
 		status, _ := w.call(http.MethodGet, w.admin+admin.PoolsPath, "", nil)
 		return status == http.StatusOK

@@ -26,15 +26,24 @@
 // taken meanwhile, the dial reaches the other process while the test's
 // server fails to bind, or, when both set SO_REUSEPORT as Caddy does,
 // both listen and share the connections. Listeners tells these apart.
+//
+// It tells them apart at the moment it is called, no later: a check made
+// when a server starts shows that no other process listened on its port
+// then, not that none will. When a second Caddy picks the same port
+// afterwards, its own start check sees the sharing (and that Caddy is
+// stopped), but until it is, the first server's new connections are split
+// between the two, and a check the first made earlier never notices.
 package freeport
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -140,34 +149,80 @@ func (h *heldPort) Close() error {
 	return err
 }
 
-// Listeners counts the TCP sockets listening on the port of addr
-// ("host:port"; a socket on any local address of that port counts, as a
-// server may listen on 0.0.0.0 or [::]): all of them, and own, those
-// process pid holds. own == all > 0 is the only answer that shows the
-// process alone serves the port: own == 0 means another process answers
-// there (the process has not listened yet, or failed to bind), and
-// 0 < own < all that it shares the port with another process, each
-// accepting some of the connections (sockets bound with SO_REUSEPORT by
-// the same user, as Caddy's are, do not collide). It reads the kernel's
-// socket tables of the caller's network namespace (/proc/net/tcp and
-// tcp6) and the process's descriptors (/proc/<pid>/fd), so it needs the
-// right to read those (the same user, or root). A process that has
-// exited holds nothing. The error is a malformed addr or a /proc read
-// that failed otherwise.
+// Listeners counts the TCP sockets listening on an address that overlaps
+// addr ("host:port"): all of them, and own, those process pid holds.
+// own == all > 0 is the only answer that shows the process alone serves
+// the address: own == 0 means another process answers there (the process
+// has not listened yet, or failed to bind), and 0 < own < all that it
+// shares the address with another process, each accepting some of the
+// connections (sockets bound with SO_REUSEPORT by the same user, as
+// Caddy's are, do not collide).
+//
+// A listening socket counts when it is on addr's port and its local
+// address overlaps addr's host, that is when a connection to one could be
+// accepted by the other: the two addresses are equal, or one of them is
+// the unspecified address of its family. 0.0.0.0 overlaps every IPv4
+// address; :: overlaps every IPv6 address and, as a socket on [::]
+// without IPV6_V6ONLY accepts IPv4 connections too, every IPv4 address
+// as well (whether a socket has IPV6_V6ONLY is not visible in the socket
+// tables, so :: is taken to overlap IPv4 always: a v6-only socket there
+// is counted although it would not share). An IPv4-mapped IPv6 address
+// (::ffff:a.b.c.d) is taken as its IPv4 address. So a socket of another
+// process on [::1]:p or 10.0.0.1:p does not count for 127.0.0.1:p, one
+// on 0.0.0.0:p or [::]:p does. addr's host must be an IP literal (an
+// IPv6 zone is ignored) or empty; empty overlaps every address. A host
+// name is an error: nothing is resolved.
+//
+// What the answer guarantees holds for the moment of the call only: a
+// process that listens on an overlapping address later (another Caddy
+// that picked the same port, with SO_REUSEPORT) is not noticed by an
+// earlier check, and from then on it receives part of the new
+// connections; only a check that process makes after it listens sees
+// the sharing.
+//
+// It reads the kernel's socket tables of the caller's network namespace
+// (/proc/net/tcp and tcp6) and the process's descriptors (/proc/<pid>/fd),
+// so it needs the right to read those (the same user, or root). A process
+// that has exited (its fd directory does not exist) holds nothing; a
+// descriptor that closes while it is read is skipped. The error is a
+// malformed addr, a host name in it, or a /proc read that failed
+// otherwise, such as a descriptor directory or link it may not read
+// (EACCES or EPERM: another user's process, hidepid=1, ptrace_scope),
+// which is named in the error. With hidepid=2 the directory of another
+// user's process does not exist for the caller: it reads as exited.
 func Listeners(pid int, addr string) (all, own int, err error) {
-	_, port, err := net.SplitHostPort(addr)
+	return procFS{root: "/proc", readDir: os.ReadDir, readlink: os.Readlink}.listeners(pid, addr)
+}
+
+// procFS is where listeners reads /proc: root is its directory (a fake
+// one in tests), readDir and readlink read a process's descriptors.
+type procFS struct {
+	root     string
+	readDir  func(string) ([]fs.DirEntry, error)
+	readlink func(string) (string, error)
+}
+
+// listeners is Listeners reading p.
+func (p procFS) listeners(pid int, addr string) (all, own int, err error) {
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return 0, 0, fmt.Errorf("freeport: %w", err)
 	}
-	p, err := strconv.Atoi(port)
-	if err != nil || p <= 0 || p > 65535 {
+	n, err := strconv.Atoi(port)
+	if err != nil || n <= 0 || n > 65535 {
 		return 0, 0, fmt.Errorf("freeport: port %q of %q", port, addr)
 	}
-	suffix := fmt.Sprintf(":%04X", p)
+	var want netip.Addr // invalid: any address
+	if host != "" {
+		if want, err = netip.ParseAddr(host); err != nil {
+			return 0, 0, fmt.Errorf("freeport: host %q of %q is not an IP address (names are not resolved)", host, addr)
+		}
+		want = want.WithZone("").Unmap()
+	}
 	inodes := map[string]bool{}
-	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		data, err := os.ReadFile(table)
-		if errors.Is(err, fs.ErrNotExist) && table == "/proc/net/tcp6" {
+	for _, table := range []string{"net/tcp", "net/tcp6"} {
+		data, err := os.ReadFile(filepath.Join(p.root, table))
+		if errors.Is(err, fs.ErrNotExist) && table == "net/tcp6" {
 			continue // no IPv6 in this kernel
 		}
 		if err != nil {
@@ -175,7 +230,12 @@ func Listeners(pid int, addr string) (all, own int, err error) {
 		}
 		// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
 		for _, line := range strings.Split(string(data), "\n") {
-			if f := strings.Fields(line); len(f) > 9 && strings.HasSuffix(f[1], suffix) && f[3] == "0A" { // 0A: LISTEN
+			f := strings.Fields(line)
+			if len(f) <= 9 || f[3] != "0A" { // 0A: LISTEN
+				continue
+			}
+			local, lport, ok := decodeLocal(f[1])
+			if ok && lport == n && (!want.IsValid() || overlaps(local, want)) {
 				inodes["socket:["+f[9]+"]"] = true
 			}
 		}
@@ -183,8 +243,8 @@ func Listeners(pid int, addr string) (all, own int, err error) {
 	if len(inodes) == 0 {
 		return 0, 0, nil
 	}
-	dir := filepath.Join("/proc", strconv.Itoa(pid), "fd")
-	fds, err := os.ReadDir(dir)
+	dir := filepath.Join(p.root, strconv.Itoa(pid), "fd")
+	fds, err := p.readDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return len(inodes), 0, nil
 	}
@@ -193,9 +253,58 @@ func Listeners(pid int, addr string) (all, own int, err error) {
 	}
 	held := map[string]bool{}
 	for _, fd := range fds {
-		if link, err := os.Readlink(filepath.Join(dir, fd.Name())); err == nil && inodes[link] {
+		link, err := p.readlink(filepath.Join(dir, fd.Name()))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // closed since the directory was read
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("freeport: %w", err)
+		}
+		if inodes[link] {
 			held[link] = true
 		}
 	}
 	return len(inodes), len(held), nil
+}
+
+// decodeLocal decodes a local_address of /proc/net/tcp or tcp6: the
+// address in hex, as the kernel's 32-bit words print in the machine's
+// byte order (one word for IPv4, 0100007F for 127.0.0.1 on a
+// little-endian machine; four for IPv6), a colon and the port in hex. An
+// IPv4-mapped IPv6 address comes back as its IPv4 address. ok is false
+// for a malformed field.
+func decodeLocal(field string) (addr netip.Addr, port int, ok bool) {
+	h, p, found := strings.Cut(field, ":")
+	if !found {
+		return netip.Addr{}, 0, false
+	}
+	pn, err := strconv.ParseUint(p, 16, 16)
+	if err != nil || (len(h) != 8 && len(h) != 32) {
+		return netip.Addr{}, 0, false
+	}
+	b := make([]byte, 0, 16)
+	for i := 0; i < len(h); i += 8 {
+		w, err := strconv.ParseUint(h[i:i+8], 16, 32)
+		if err != nil {
+			return netip.Addr{}, 0, false
+		}
+		b = binary.NativeEndian.AppendUint32(b, uint32(w))
+	}
+	addr, _ = netip.AddrFromSlice(b)
+	return addr.Unmap(), int(pn), true
+}
+
+// overlaps reports whether a socket listening on a and one on b (both
+// unmapped, without a zone) could accept each other's connections: equal
+// addresses, 0.0.0.0 and any IPv4 address, :: and any address.
+func overlaps(a, b netip.Addr) bool {
+	switch {
+	case a == b:
+		return true
+	case a == netip.IPv6Unspecified() || b == netip.IPv6Unspecified():
+		return true
+	case a.Is4() && b.Is4():
+		return a.IsUnspecified() || b.IsUnspecified()
+	}
+	return false
 }
