@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -10,10 +9,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/hack/gatewayproc"
 )
 
 // buildDemo builds integration/cmd/demo into the test's directory.
@@ -31,25 +31,6 @@ func buildDemo(t *testing.T, root string) string {
 // demoWait bounds each demo run and each command run beside it: a hang
 // fails the test instead of holding the package until go test's timeout.
 const demoWait = 2 * time.Minute
-
-// lockedBuffer is a bytes.Buffer for a command's output that the test
-// reads while the command may still write.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // netnsOf waits until process pid (unshare, then the demo it execs) is in
 // a network namespace other than the test's own, and returns it as /proc
@@ -164,7 +145,7 @@ func TestDemoPrintsTheREADME(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), demoWait)
 	defer cancel()
 	cmd := inNewNetns(ctx, root, tmp, bin)
-	var stderr lockedBuffer
+	var stderr gatewayproc.Output
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -194,7 +175,7 @@ func TestDemoServe(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*demoWait)
 	defer cancel()
 	cmd := inNewNetns(ctx, root, tmp, bin, "-serve")
-	var stderr lockedBuffer
+	var stderr gatewayproc.Output
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -302,7 +283,7 @@ func TestDemoSIGTERMWhileStarting(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), demoWait)
 	defer cancel()
 	cmd := inNewNetns(ctx, root, tmp, bin)
-	var out lockedBuffer
+	var out gatewayproc.Output
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

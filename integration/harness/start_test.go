@@ -2,15 +2,12 @@ package harness
 
 import (
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/sandgate/sandgate/internal/freeport"
-	"golang.org/x/sys/unix"
 )
 
 // repoRoot is the repository root, where bin/caddy is built (make build).
@@ -34,14 +31,7 @@ const creds = "credentials:\n  - {id: c, enabled: true, projectNamespace: p, clu
 // started on the same port binds it with no error and shares it.
 func holdShared(t *testing.T) string {
 	t.Helper()
-	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
-		var serr error
-		if err := c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1) }); err != nil {
-			return err
-		}
-		return serr
-	}}
-	l, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	l, err := freeport.ListenShared(t.Context(), "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,38 +1,18 @@
 package replicas
 
 import (
-	"bytes"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
+
+	"github.com/sandgate/sandgate/hack/gatewayproc"
 
 	"github.com/sandgate/sandgate/internal/freeport"
 	"github.com/sandgate/sandgate/node/sim"
-	"golang.org/x/sys/unix"
 )
-
-// lockedBuffer is a replica's output, written by its two streams.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestAddRetriesSharedPortsWithOneOutput: when a port picked for a
 // replica (its site, its internal node API or its admin endpoint) is held
@@ -57,14 +37,7 @@ func TestAddRetriesSharedPortsWithOneOutput(t *testing.T) {
 		{"admin", 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
-				var serr error
-				if err := c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1) }); err != nil {
-					return err
-				}
-				return serr
-			}}
-			held, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+			held, err := freeport.ListenShared(t.Context(), "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -81,7 +54,7 @@ func TestAddRetriesSharedPortsWithOneOutput(t *testing.T) {
 				return freeport.Port()
 			}
 			var asked []int
-			out := &lockedBuffer{}
+			out := &gatewayproc.Output{}
 			c, err := Start(Config{Caddy: caddy, Replicas: 1, Admin: true, Nodes: []sim.Identity{sim.NewIdentity()}, Output: func(i int) io.Writer {
 				asked = append(asked, i)
 				return out

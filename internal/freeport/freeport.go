@@ -36,6 +36,7 @@
 package freeport
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -49,6 +50,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -307,4 +309,20 @@ func overlaps(a, b netip.Addr) bool {
 		return a.IsUnspecified() || b.IsUnspecified()
 	}
 	return false
+}
+
+// ListenShared listens on addr ("host:port"; port 0 lets the kernel pick)
+// over TCP with SO_REUSEPORT set, as Caddy's listeners are: for a test
+// that stands in for another Caddy on a port, which a second
+// SO_REUSEPORT listener of the same user binds with no error and shares
+// (what Listeners detects). The error is the listen's.
+func ListenShared(ctx context.Context, addr string) (net.Listener, error) {
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1) }); err != nil {
+			return err
+		}
+		return serr
+	}}
+	return lc.Listen(ctx, "tcp", addr)
 }

@@ -116,19 +116,12 @@ func TestListeners(t *testing.T) {
 		t.Fatalf("Listeners(an exited process, %s) = %d, %d, %v; want 1, 0", addr, all, own, err)
 	}
 
-	reuse := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
-		var serr error
-		if err := c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1) }); err != nil {
-			return err
-		}
-		return serr
-	}}
-	a, err := reuse.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	a, err := ListenShared(t.Context(), "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, err := reuse.Listen(t.Context(), "tcp", a.Addr().String())
+	b, err := ListenShared(t.Context(), a.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
