@@ -20,7 +20,7 @@
 // running after the session, prints how to call the gateway with curl and
 // the SDK, and on SIGINT or SIGTERM stops what it started and exits 0. A
 // SIGINT or SIGTERM before the session ended stops what it started, removes
-// its temporary directories and exits 130 or 143; a second signal during
+// its temporary directories and exits 130 or 143; a second SIGINT during
 // that stop exits at once. It asks the kernel for a SIGTERM when its parent
 // dies (`go run`, which a SIGTERM kills without passing it on). It exits 1
 // with the reason if a piece fails.
@@ -89,20 +89,31 @@ func checkPorts() error {
 	return nil
 }
 
+// init asks the kernel for a SIGTERM when the demo's parent dies: `go run`
+// (make demo), which a SIGTERM kills without passing it on. In init the
+// main goroutine runs on the process's main thread, the task the parent
+// forked, which is the one the setting must be made on.
+func init() {
+	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGTERM), 0, 0, 0)
+}
+
 func main() {
 	serve := flag.Bool("serve", false, "keep the gateway and the stand-ins running after the session until SIGINT or SIGTERM, and print how to call them")
 	flag.Parse()
-	// Started by `go run` (make demo), which a SIGTERM kills without
-	// passing it on: the demo then gets a SIGTERM of its own.
-	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGTERM), 0, 0, 0)
 	d := &demo{signalled: make(chan struct{})}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		sig := <-sigs
 		d.signal(sig)
-		<-sigs // a second signal while the first one's stop runs: stop now
-		os.Exit(exitCode(sig))
+		// A second Ctrl-C while the first signal's stop runs: stop now. A
+		// later SIGTERM is ignored: the kernel sends one again each time a
+		// process the demo was reparented to dies (PR_SET_PDEATHSIG).
+		for s := range sigs {
+			if s == os.Interrupt {
+				os.Exit(exitCode(sig))
+			}
+		}
 	}()
 	err := d.run(*serve)
 	d.close()
