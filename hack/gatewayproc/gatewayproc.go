@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -81,18 +80,8 @@ func (p *Process) WaitListeningFor(addr string, d time.Duration) error {
 			return fmt.Errorf("the gateway exited: %v", err)
 		default:
 		}
-		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			c.Close()
-			all, own, err := freeport.Listeners(p.Pid, addr)
-			if err != nil {
-				return err
-			}
-			if own > 0 && own == all {
-				return nil
-			}
-			if own > 0 {
-				return fmt.Errorf("another process listens on %s too", addr)
-			}
+		if alone, err := freeport.ListeningAlone(p.Pid, addr); alone || err != nil {
+			return err
 		}
 		time.Sleep(20 * time.Millisecond) // polling for the listener
 	}

@@ -340,25 +340,17 @@ func (e *Env) startGateway(cfg Config, cfPath string, checkAdmin bool) error {
 	next := 0 // the gateway alone listens on addrs[:next]
 	for {
 		for next < len(addrs) {
-			addr := addrs[next]
-			if next == 0 {
-				c, err := net.DialTimeout("tcp", addr, time.Second)
-				if err != nil {
-					break
-				}
-				c.Close()
+			alone, err := freeport.ListeningAlone(e.cmd.Process.Pid, addrs[next])
+			if errors.Is(err, freeport.ErrShared) {
+				_ = e.cmd.Process.Kill()
+				e.waitErr <- <-e.waitErr // Close waits for it too
+				return fmt.Errorf("%w: %w", ErrBindRace, err)
 			}
-			all, own, err := freeport.Listeners(e.cmd.Process.Pid, addr)
 			if err != nil {
 				return err
 			}
-			if own == 0 {
+			if !alone {
 				break
-			}
-			if own < all {
-				_ = e.cmd.Process.Kill()
-				e.waitErr <- <-e.waitErr // Close waits for it too
-				return fmt.Errorf("%w: another process listens on %s too", ErrBindRace, addr)
 			}
 			next++
 		}

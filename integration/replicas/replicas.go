@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -348,22 +347,16 @@ func (r *Replica) waitListening() error {
 	for time.Now().Before(deadline) {
 		listening := true
 		for _, addr := range addrs {
-			conn, err := net.DialTimeout("tcp", addr, time.Second)
-			if err != nil {
-				listening = false
-				break
+			alone, err := freeport.ListeningAlone(r.PID, addr)
+			if errors.Is(err, freeport.ErrShared) {
+				_ = r.cmd.Process.Kill()
+				r.exited <- <-r.exited
+				return fmt.Errorf("replicas: %s: %w: %w", r.ID, errBindRace, err)
 			}
-			conn.Close()
-			all, own, err := freeport.Listeners(r.PID, addr)
 			if err != nil {
 				return fmt.Errorf("replicas: %s: %w", r.ID, err)
 			}
-			if own > 0 && own < all {
-				_ = r.cmd.Process.Kill()
-				r.exited <- <-r.exited
-				return fmt.Errorf("replicas: %s: %w: another process listens on %s too", r.ID, errBindRace, addr)
-			}
-			if own == 0 {
+			if !alone {
 				listening = false
 				break
 			}

@@ -326,3 +326,34 @@ func ListenShared(ctx context.Context, addr string) (net.Listener, error) {
 	}}
 	return lc.Listen(ctx, "tcp", addr)
 }
+
+// ErrShared reports that a process listens on an address together with
+// another process (ListeningAlone).
+var ErrShared = errors.New("another process listens there too")
+
+// ListeningAlone is the start check of a server process pid on addr, by
+// Listeners: true when pid holds every socket listening on an address
+// overlapping addr (own == all > 0); false with a nil error when pid holds
+// none yet (it has not listened, or another process alone answers there
+// and pid will fail to bind); an error wrapping ErrShared, naming addr,
+// when pid and another process both listen there (SO_REUSEPORT). Other
+// errors are Listeners'. It holds at the moment of the call only, as
+// Listeners does.
+func ListeningAlone(pid int, addr string) (bool, error) {
+	all, own, err := Listeners(pid, addr)
+	if err != nil {
+		return false, err
+	}
+	return alone(addr, all, own)
+}
+
+// alone is ListeningAlone's reading of Listeners' counts for addr.
+func alone(addr string, all, own int) (bool, error) {
+	switch {
+	case own == 0:
+		return false, nil
+	case own < all:
+		return false, fmt.Errorf("%s: %w", addr, ErrShared)
+	}
+	return true, nil
+}

@@ -398,3 +398,36 @@ func TestListenersReadErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestListeningAlone: the start check reads Listeners' counts as alone
+// (every socket the process's), not yet (none of them its), or shared
+// (ErrShared, naming the address); on this process's own listener it
+// answers alone, for a process without one not yet.
+func TestListeningAlone(t *testing.T) {
+	for _, tc := range []struct {
+		all, own int
+		alone    bool
+		shared   bool
+	}{
+		{0, 0, false, false}, {1, 0, false, false}, {1, 1, true, false}, {2, 2, true, false}, {2, 1, false, true},
+	} {
+		got, err := alone("127.0.0.1:1", tc.all, tc.own)
+		if got != tc.alone || errors.Is(err, ErrShared) != tc.shared || (err != nil) != tc.shared {
+			t.Errorf("alone(all %d, own %d) = %v, %v; want %v, shared %v", tc.all, tc.own, got, err, tc.alone, tc.shared)
+		}
+		if tc.shared && !strings.Contains(err.Error(), "127.0.0.1:1") {
+			t.Errorf("the shared error %q does not name the address", err)
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if got, err := ListeningAlone(os.Getpid(), l.Addr().String()); !got || err != nil {
+		t.Fatalf("ListeningAlone(this process, its listener) = %v, %v; want true", got, err)
+	}
+	if got, err := ListeningAlone(os.Getppid(), l.Addr().String()); got || err != nil {
+		t.Fatalf("ListeningAlone(the parent, this process's listener) = %v, %v; want false, nil", got, err)
+	}
+}
