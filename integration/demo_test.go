@@ -88,19 +88,54 @@ func killNetnsAtCleanup(t *testing.T, ns string) {
 	})
 }
 
-// inNewNetns returns a command that runs bin with args in a network
-// namespace of its own with its loopback up (unshare -n, as root), so that
-// the demo's fixed ports (30083–30086, 30090, 2019) are its own and no
-// other test's pick; the process is bin itself (exec), so its PID names
-// the namespace for nsenter. TMPDIR is tmp: the demo's temporary
-// directory is made there.
-func inNewNetns(ctx context.Context, root, tmp, bin string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, "unshare", append([]string{"-n", "--", "sh", "-c", `ip link set lo up && exec "$0" "$@"`, bin}, args...)...)
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 20 * time.Second
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
-	return cmd
+// demoRun is one demo a test runs: the binary built for the test, its
+// command in a network namespace of its own with its loopback up
+// (unshare -n, as root), so that the demo's fixed ports (30083–30086,
+// 30090, 2019) are its own and no other test's pick, with TMPDIR tmp
+// (where the demo makes its temporary directories), bounded by ctx (on
+// its end the demo gets SIGTERM, then 20 s). The process is the demo
+// itself (exec), so its PID names the namespace for nsenter.
+type demoRun struct {
+	root, bin, tmp string
+	ctx            context.Context
+	cmd            *exec.Cmd
+	ns             string // the demo's network namespace, once started
+}
+
+// newDemo builds the demo and prepares its command with args, not
+// started, within wait.
+func newDemo(t *testing.T, wait time.Duration, args ...string) *demoRun {
+	t.Helper()
+	d := &demoRun{root: requirePeers(t), tmp: t.TempDir()}
+	d.bin = buildDemo(t, d.root)
+	var cancel context.CancelFunc
+	d.ctx, cancel = context.WithTimeout(context.Background(), wait)
+	t.Cleanup(cancel)
+	d.cmd = exec.CommandContext(d.ctx, "unshare", append([]string{"-n", "--", "sh", "-c", `ip link set lo up && exec "$0" "$@"`, d.bin}, args...)...)
+	d.cmd.Cancel = func() error { return d.cmd.Process.Signal(syscall.SIGTERM) }
+	d.cmd.WaitDelay = 20 * time.Second
+	d.cmd.Dir = d.root
+	d.cmd.Env = append(os.Environ(), "TMPDIR="+d.tmp)
+	return d
+}
+
+// start starts the demo, waits until it is in its own network namespace
+// (netnsOf) and has the test's cleanup kill whatever is left there.
+func (d *demoRun) start(t *testing.T) {
+	t.Helper()
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d.ns = netnsOf(t, d.cmd.Process.Pid)
+	killNetnsAtCleanup(t, d.ns)
+}
+
+// beside returns a command run from the repository root in the started
+// demo's network namespace (nsenter), within the demo's deadline.
+func (d *demoRun) beside(args ...string) *exec.Cmd {
+	c := exec.CommandContext(d.ctx, "nsenter", append([]string{"-t", strconv.Itoa(d.cmd.Process.Pid), "-n"}, args...)...)
+	c.Dir = d.root
+	return c
 }
 
 // readmeDemoOutput is the block README.md's "make demo" section shows as
@@ -139,22 +174,17 @@ func leftovers(t *testing.T, tmp string) []string {
 // exits 0 and prints on standard output exactly the block README.md shows,
 // and removes its temporary directory.
 func TestDemoPrintsTheREADME(t *testing.T) {
-	root := requirePeers(t)
-	bin := buildDemo(t, root)
-	tmp := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), demoWait)
-	defer cancel()
-	cmd := inNewNetns(ctx, root, tmp, bin)
+	d := newDemo(t, demoWait)
 	var stderr gatewayproc.Output
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	d.cmd.Stderr = &stderr
+	out, err := d.cmd.Output()
 	if err != nil {
 		t.Fatalf("the demo: %v\n%s", err, stderr.String())
 	}
-	if want := readmeDemoOutput(t, root); string(out) != want {
+	if want := readmeDemoOutput(t, d.root); string(out) != want {
 		t.Fatalf("the demo printed\n%s\nREADME.md shows\n%s", out, want)
 	}
-	if left := leftovers(t, tmp); len(left) != 0 {
+	if left := leftovers(t, d.tmp); len(left) != 0 {
 		t.Fatalf("the demo left %v", left)
 	}
 }
@@ -169,23 +199,16 @@ func TestDemoPrintsTheREADME(t *testing.T) {
 // and the first keeps serving. SIGINT then ends the first with status 0,
 // its temporary directory removed.
 func TestDemoServe(t *testing.T) {
-	root := requirePeers(t)
-	bin := buildDemo(t, root)
-	tmp := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*demoWait)
-	defer cancel()
-	cmd := inNewNetns(ctx, root, tmp, bin, "-serve")
+	d := newDemo(t, 3*demoWait, "-serve")
+	cmd := d.cmd
 	var stderr gatewayproc.Output
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	d.start(t)
 	exited := make(chan error, 1)
-	killNetnsAtCleanup(t, netnsOf(t, cmd.Process.Pid))
 
 	// The help: the lines after "Try, from the repository root:", up to the
 	// SDK session's last line.
@@ -216,12 +239,9 @@ func TestDemoServe(t *testing.T) {
 			t.Fatalf("no calls printed within 2 min:\n%s", stderr.String())
 		}
 	}
-	pid := cmd.Process.Pid
 
 	// The printed calls, as a user pastes them.
-	try := exec.CommandContext(ctx, "nsenter", "-t", strconv.Itoa(pid), "-n", "bash", "-e", "-c", strings.Join(help, "\n"))
-	try.Dir = root
-	got, err := try.CombinedOutput()
+	got, err := d.beside("bash", "-e", "-c", strings.Join(help, "\n")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("the printed calls failed: %v\n%s\nthe calls:\n%s", err, got, strings.Join(help, "\n"))
 	}
@@ -232,9 +252,8 @@ func TestDemoServe(t *testing.T) {
 	}
 
 	// A second demo in the same namespace.
-	second := exec.CommandContext(ctx, "nsenter", "-t", strconv.Itoa(pid), "-n", bin)
-	second.Dir = root
-	second.Env = append(os.Environ(), "TMPDIR="+tmp)
+	second := d.beside(d.bin)
+	second.Env = append(os.Environ(), "TMPDIR="+d.tmp)
 	out, err := second.CombinedOutput()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 ||
@@ -249,9 +268,7 @@ func TestDemoServe(t *testing.T) {
 			break
 		}
 	}
-	again := exec.CommandContext(ctx, "nsenter", "-t", strconv.Itoa(pid), "-n", "bash", "-e", "-c", strings.Join(listDir, "\n"))
-	again.Dir = root
-	if got, err := again.CombinedOutput(); err != nil || !strings.Contains(string(got), `{"entries":[`) {
+	if got, err := d.beside("bash", "-e", "-c", strings.Join(listDir, "\n")).CombinedOutput(); err != nil || !strings.Contains(string(got), `{"entries":[`) {
 		t.Fatalf("the first demo after the second's refusal: %v\n%s", err, got)
 	}
 
@@ -266,7 +283,7 @@ func TestDemoServe(t *testing.T) {
 	case <-time.After(demoWait):
 		t.Fatal("the demo did not end within 2 min of SIGINT")
 	}
-	if left := leftovers(t, tmp); len(left) != 0 {
+	if left := leftovers(t, d.tmp); len(left) != 0 {
 		t.Fatalf("the demo left %v", left)
 	}
 }
@@ -277,20 +294,12 @@ func TestDemoServe(t *testing.T) {
 // network namespace (the gateway was stopped, not orphaned) and its
 // temporary directories are gone.
 func TestDemoSIGTERMWhileStarting(t *testing.T) {
-	root := requirePeers(t)
-	bin := buildDemo(t, root)
-	tmp := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), demoWait)
-	defer cancel()
-	cmd := inNewNetns(ctx, root, tmp, bin)
+	d := newDemo(t, demoWait)
+	cmd := d.cmd
 	var out gatewayproc.Output
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pid := cmd.Process.Pid
-	ns := netnsOf(t, pid)
-	killNetnsAtCleanup(t, ns)
+	d.start(t)
+	ns := d.ns
 	// The gateway is the demo's first child process (bin/caddy run).
 	deadline := time.Now().Add(demoWait)
 	for len(netnsPIDs(ns)) < 2 {
@@ -311,7 +320,7 @@ func TestDemoSIGTERMWhileStarting(t *testing.T) {
 		cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(p) + "/cmdline")
 		t.Errorf("process %d is still running in the demo's network namespace: %q", p, cmdline)
 	}
-	if left := leftovers(t, tmp); len(left) != 0 {
+	if left := leftovers(t, d.tmp); len(left) != 0 {
 		t.Fatalf("the demo left %v in TMPDIR\n%s", left, out.String())
 	}
 }
