@@ -137,12 +137,11 @@ func exitCode(sig os.Signal) int {
 }
 
 // demo holds what the run started, for the signal handler to stop. Only
-// main exits (but for a second signal): a signal stops what runs, and
+// main exits (but for a second Ctrl-C): a signal stops what runs, and
 // main then closes everything and exits with the signal's status.
 type demo struct {
 	mu        sync.Mutex
 	env       *harness.Env
-	closeOnce sync.Once
 	sig       os.Signal     // the first signal received; nil before
 	signalled chan struct{} // closed at the first signal
 	served    bool          // -serve's session had ended when the signal came
@@ -187,13 +186,14 @@ func (d *demo) setEnv(env *harness.Env) bool {
 }
 
 // close stops the gateway and the stand-ins and removes the temporary
-// directories (harness.Env.Close), once.
+// directories (harness.Env.Close, which runs once: a second caller waits
+// for the first).
 func (d *demo) close() {
 	d.mu.Lock()
 	env := d.env
 	d.mu.Unlock()
 	if env != nil {
-		d.closeOnce.Do(env.Close)
+		env.Close()
 	}
 }
 
