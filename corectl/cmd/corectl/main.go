@@ -75,10 +75,15 @@ Exit status: 0; 1 when a file is invalid or a cluster unreachable; 2 on bad flag
 Flags:
 `
 
-// parseFlags parses args into fs and says whether the command must end
-// now, with which exit status: 0 after -h or -help (fs has printed its
-// usage), 2 after a bad flag (fs has printed the error and the usage).
-func parseFlags(fs *flag.FlagSet, args []string) (code int, stop bool) {
+// parseFlags parses args into fs, whose usage is usage (the text before
+// the flags' defaults), and says whether the command must end now, with
+// which exit status: 0 after -h or -help (the usage printed), 2 after a
+// bad flag (the error and the usage printed).
+func parseFlags(fs *flag.FlagSet, usage string, args []string) (code int, stop bool) {
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
 	err := fs.Parse(args)
 	switch {
 	case err == nil:
@@ -95,10 +100,6 @@ func run(args []string) error {
 		return runRBAC(args[1:], os.Stdout)
 	}
 	fs := flag.NewFlagSet("corectl", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usage)
-		fs.PrintDefaults()
-	}
 	configPath := fs.String("config", "", "cluster configuration file (YAML or JSON)")
 	credPath := fs.String("credentials", "", "resource credential file (YAML or JSON)")
 	keysPath := fs.String("api-keys", "", "API key file (YAML or JSON); reloaded when it changes, a version that does not parse keeps the last good one")
@@ -131,7 +132,7 @@ func run(args []string) error {
 	showVersion := fs.Bool("version", false, "print the sandgate commit this binary was built from and exit")
 	cniEvery := fs.Duration("cni-check-interval", cnicheck.DefaultInterval, "how often every replica re-reads the CNI facts of clusters with a cniSource")
 	printCNI := fs.Bool("print-cni-facts", false, "read the CNI facts of every cluster with a cniSource, print them as qualification records (YAML) and exit (needs only -config)")
-	if code, stop := parseFlags(fs, args); stop {
+	if code, stop := parseFlags(fs, usage, args); stop {
 		os.Exit(code)
 	}
 	if *showVersion {

@@ -14,16 +14,6 @@ import (
 	"github.com/sandgate/sandgate/gateway/credential"
 )
 
-// runRBAC is `corectl rbac`: it prints, as YAML documents for `kubectl
-// apply -f -` in one compute cluster, the RoleBindings corectl needs there
-// (package nsrights): ClusterRole corectl-ingress-namespace in the
-// cluster's ingress namespace and corectl-project-namespace in every
-// project namespace the credential file names for that cluster. The
-// namespaces must exist. Flags: -config (required), -credentials
-// (required), -cluster (required when -config has more than one cluster),
-// -service-account namespace/name (default corectl-system/corectl).
-// Errors: unreadable or invalid files, an unknown -cluster, a malformed
-// -service-account; bad flags exit 2.
 // rbacUsage is what `corectl rbac -h` prints before the flags.
 const rbacUsage = `Usage:
   corectl rbac -config clusters.yaml -credentials credentials.yaml [-cluster ID] [-service-account ns/name] | kubectl apply -f -
@@ -35,17 +25,23 @@ Exit status: 0; 1 on an invalid file, an unknown -cluster or a malformed -servic
 Flags:
 `
 
+// runRBAC is `corectl rbac`: it prints, as YAML documents for `kubectl
+// apply -f -` in one compute cluster, the RoleBindings corectl needs there
+// (package nsrights): ClusterRole corectl-ingress-namespace in the
+// cluster's ingress namespace and corectl-project-namespace in every
+// project namespace the credential file names for that cluster. The
+// namespaces must exist. Flags: -config (required), -credentials
+// (required), -cluster (required when -config has more than one cluster),
+// -service-account namespace/name (default corectl-system/corectl).
+// Errors: unreadable or invalid files, an unknown -cluster, a malformed
+// -service-account; bad flags exit 2.
 func runRBAC(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("corectl rbac", flag.ContinueOnError)
 	configPath := fs.String("config", "", "cluster configuration file (YAML or JSON), as corectl's -config")
 	credPath := fs.String("credentials", "", "resource credential file (YAML or JSON), as corectl's -credentials")
 	clusterID := fs.String("cluster", "", "ID of the cluster to print for (required when -config has several)")
 	saFlag := fs.String("service-account", nsrights.DefaultServiceAccount.Namespace+"/"+nsrights.DefaultServiceAccount.Name, "corectl's ServiceAccount in the cluster, namespace/name")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), rbacUsage)
-		fs.PrintDefaults()
-	}
-	if code, stop := parseFlags(fs, args); stop {
+	if code, stop := parseFlags(fs, rbacUsage, args); stop {
 		os.Exit(code)
 	}
 	if *configPath == "" || *credPath == "" {
