@@ -25,14 +25,9 @@
 // test started is the one listening on a picked port: when the port was
 // taken meanwhile, the dial reaches the other process while the test's
 // server fails to bind, or, when both set SO_REUSEPORT as Caddy does,
-// both listen and share the connections. Listeners tells these apart.
-//
-// It tells them apart at the moment it is called, no later: a check made
-// when a server starts shows that no other process listened on its port
-// then, not that none will. When a second Caddy picks the same port
-// afterwards, its own start check sees the sharing (and that Caddy is
-// stopped), but until it is, the first server's new connections are split
-// between the two, and a check the first made earlier never notices.
+// both listen and share the connections. Listeners tells these apart, at
+// the moment it is called (its doc says what that does not cover), and
+// ListeningAlone is the start check built on it.
 package freeport
 
 import (
