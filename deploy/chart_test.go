@@ -88,6 +88,9 @@ var helmLabels = []string{"app.kubernetes.io/instance", "app.kubernetes.io/manag
 //   - The ConfigMaps have fixed names where kustomize appends a hash of
 //     their content; instead the pod templates carry a checksum/config
 //     annotation of the ConfigMaps, so a change rolls the pods all the same.
+//     So they have no old copies to prune either, and no label
+//     sandgate.io/generated-config, which the bases' hashed ones carry
+//     (generatedConfigLabel).
 //   - The containers name imagePullPolicy (image.pullPolicy, IfNotPresent,
 //     Kubernetes' own default for a tag other than latest).
 //   - The RoleBinding gateway names its ServiceAccount's namespace (the
@@ -130,10 +133,14 @@ func normalizeChart(t *testing.T, o *unstructured.Unstructured) {
 }
 
 // normalizeKustomize removes kustomize's hash suffixes from the names of
-// its generated ConfigMaps and of the references to them.
+// its generated ConfigMaps and of the references to them, and their label
+// generatedConfigLabel.
 func normalizeKustomize(o *unstructured.Unstructured, generated map[string]string) {
 	if name, ok := generated[o.GetName()]; ok && o.GetKind() == "ConfigMap" {
 		o.SetName(name)
+		labels := o.GetLabels()
+		delete(labels, generatedConfigLabel)
+		o.SetLabels(labels)
 	}
 	if o.GetKind() == "RoleBinding" && o.GetName() == "gateway" {
 		subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")

@@ -89,7 +89,7 @@ func sha256Hex(s string) string {
 }
 
 // generatedSecretLabel labels every Secret overlays/example-secrets
-// generates, and nothing else: docs/deploy.md "Secrets that roll the pods"
+// generates, and nothing else: docs/deploy.md "Old ConfigMaps and Secrets"
 // prunes old generated Secrets by it.
 const generatedSecretLabel = "sandgate.io/generated-secret"
 

@@ -64,6 +64,8 @@ regen_apiserver() {
     "$GO" mod edit -go=1.26.8 -require="k8s.io/kubernetes@${K8S_VERSION}"
     for m in $staging; do "$GO" mod edit -replace="$m=$m@$minor"; done
     "$GO" mod edit -tool=k8s.io/kubernetes/cmd/kube-apiserver
+    # kubectl of the same version, built by hack/kube/kubectl.sh.
+    "$GO" mod edit -tool=k8s.io/kubernetes/cmd/kubectl
     "$GO" mod tidy
   )
 }
