@@ -337,21 +337,19 @@ func TestHostileExecdDownloadsBoundedMemory(t *testing.T) {
 
 // TestHostileStalledDownloadsBoundedMemory: a tenant whose clients open
 // many downloads from its sandbox, whose code answers them as fast as it
-// can, and then read no more, pins at most a small copy buffer per
-// download in the built gateway beyond the process-wide budget of large
-// ones (gateway/dataplane maxLargeDownloadBuffers: 64 of 256 KiB). Before
-// the budget every such download held 256 KiB the sandbox had filled.
+// can, and then read no more, pins at most a copy buffer per download in
+// the built gateway (gateway/dataplane downloadBuffer, 32 KiB). When the
+// buffer was 256 KiB every such download held that much the sandbox had
+// filled, and a budget of large ones (64) bounded it.
 func TestHostileStalledDownloadsBoundedMemory(t *testing.T) {
 	const (
 		stalled = 200
 		size    = 16 << 20  // more than the client's side holds (its small receive buffer, the gateway's send buffer), so every copy blocks
 		read    = 512 << 10 // what each client reads before it stalls
 		// What one stalled download may hold of the gateway's heap, in
-		// KiB: its share of the 64 large buffers (16 MiB over 200), a
-		// small buffer (32 KiB), and 64 KiB for the request's and its
-		// connections' own state. Without the budget each held a 256 KiB
-		// buffer.
-		bound = 16<<10/stalled + 32 + 64
+		// KiB: its copy buffer (32 KiB) and 64 KiB for the request's and
+		// its connections' own state.
+		bound = 32 + 64
 	)
 	id := "sbxevil7"
 	e := startEnv(t, func(c *harness.Config) { c.Grants[id] = harness.Grant{CredentialID: credOK} })

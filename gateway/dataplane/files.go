@@ -112,8 +112,8 @@ func (h *Handler) filesRead(w http.ResponseWriter, r *http.Request, rq *request)
 		}
 	}
 	w.WriteHeader(resp.StatusCode)
-	buf, large := takeDownloadBuffer()
-	defer giveDownloadBuffer(buf, large) // deferred: a panic in the copy must not keep a large buffer's slot
+	buf := downloadBuffers.Get().(*[]byte)
+	defer downloadBuffers.Put(buf)
 	_, err = io.CopyBuffer(w, resp.Body, *buf)
 	if err != nil {
 		// The status is sent; a broken copy can only end the response early,
@@ -128,15 +128,15 @@ func (h *Handler) filesRead(w http.ResponseWriter, r *http.Request, rq *request)
 	return nil
 }
 
-// downloadBuffer is the size of the reads from execd while a download
-// streams (bytes): 256 KiB. The upstream socket holds more than 32 KiB
-// at nearly every read (through a 32 KiB buffer: 33 reads per MiB, nearly
-// all of them full); a read of up to 256 KiB takes what it holds (about
-// 160 KiB on loopback: 6.5 reads per MiB), and Caddy's write idle
-// timeout writes it to the client in write_max_chunk parts (64 KiB by
-// default, 16 writes per MiB instead of 32). docs/benchmarks.md "Issue 33:
-// the download's copy path".
-const downloadBuffer = 256 << 10
+// downloadBuffer is the size of a download's copy buffer (bytes): 32
+// KiB, io.Copy's own size and reverse_proxy's. Larger buffers take fewer
+// reads (a 256 KiB one about 6.5 reads per MiB instead of 33, Caddy's
+// write idle timeout cutting the writes into 64 KiB parts), and cost less
+// CPU per GiB on one of the machines measured but more on another, where
+// 32 KiB was below reverse_proxy in every run and 256 KiB above it
+// (docs/benchmarks.md "Issue 33: the download buffer on another CPU").
+// A stalled download holds one, whoever filled it.
+const downloadBuffer = 32 << 10
 
 // downloadBuffers holds the downloads' copy buffers (*[]byte of
 // downloadBuffer bytes) between downloads.
@@ -144,67 +144,6 @@ var downloadBuffers = sync.Pool{New: func() any {
 	b := make([]byte, downloadBuffer)
 	return &b
 }}
-
-// maxLargeDownloadBuffers is how many downloads of the whole process copy
-// through a downloadBuffer at once (64: 16 MiB). A download holds its
-// buffer for as long as its client takes to read it, and a sandbox's code
-// can fill it (it answers in execd's place), so a tenant whose clients
-// open many downloads and read none would pin 256 KiB a download; past
-// this many, a download copies through a smallDownloadBuffer instead (32
-// KiB, io.Copy's own size and the cost before the large buffer), which is
-// slower per GiB but costs what a download cost before. The downloads that
-// stream at full speed are few at any moment, so they keep the large one.
-const maxLargeDownloadBuffers = 64
-
-// largeDownloadSlots counts the downloadBuffers in use.
-var largeDownloadSlots = make(slots, maxLargeDownloadBuffers)
-
-// smallDownloadBuffer is the size of the copy buffer of a download that
-// found every large one in use (bytes): 32 KiB.
-const smallDownloadBuffer = 32 << 10
-
-var smallDownloadBuffers = sync.Pool{New: func() any {
-	b := make([]byte, smallDownloadBuffer)
-	return &b
-}}
-
-// takeDownloadBuffer returns a copy buffer for a download: a
-// downloadBuffer (large) while fewer than maxLargeDownloadBuffers are in
-// use, else a smallDownloadBuffer. It never waits. Give it back with
-// giveDownloadBuffer.
-func takeDownloadBuffer() (buf *[]byte, large bool) {
-	if largeDownloadSlots.take() {
-		return downloadBuffers.Get().(*[]byte), true
-	}
-	return smallDownloadBuffers.Get().(*[]byte), false
-}
-
-// giveDownloadBuffer returns a buffer takeDownloadBuffer gave.
-func giveDownloadBuffer(buf *[]byte, large bool) {
-	if !large {
-		smallDownloadBuffers.Put(buf)
-		return
-	}
-	downloadBuffers.Put(buf)
-	largeDownloadSlots.give()
-}
-
-// slots counts the transfers holding a large buffer, at most its capacity
-// (the downloads' and the writes' budgets).
-type slots chan struct{}
-
-// take takes a slot if one is free, without waiting.
-func (s slots) take() bool {
-	select {
-	case s <- struct{}{}:
-		return true
-	default:
-		return false
-	}
-}
-
-// give gives back a slot take took.
-func (s slots) give() { <-s }
 
 func queryPath(p string) map[string][]string { return map[string][]string{"path": {p}} }
 

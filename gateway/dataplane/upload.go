@@ -29,13 +29,30 @@ const uploadChunk = 1 << 20
 // place) while the tenant's client fills the buffer, so a tenant whose
 // clients start many writes would pin 1 MiB a write; past this many, a
 // write streams through smallUploadChunk instead, which costs more
-// system calls per MiB but no more memory than a download. The writes
+// system calls per MiB but a sixteenth of the memory. The writes
 // that stream at full speed are few at any moment, so they keep the
 // large one.
 const maxLargeUploadBuffers = 16
 
 // largeUploadSlots counts the writes streaming through uploadChunk bytes.
 var largeUploadSlots = make(slots, maxLargeUploadBuffers)
+
+// slots counts the transfers holding a large buffer, at most its capacity
+// (the writes' budget).
+type slots chan struct{}
+
+// take takes a slot if one is free, without waiting.
+func (s slots) take() bool {
+	select {
+	case s <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// give gives back a slot take took.
+func (s slots) give() { <-s }
 
 // smallUploadChunk is the buffer of a write that found every large one in
 // use (bytes): 64 KiB, multipartstream's MaxHeaderBytes, so that a part's
