@@ -584,7 +584,7 @@ http://%s {
 	if err != nil {
 		stamp = []byte("unknown (" + err.Error() + ")")
 	}
-	fmt.Printf("gatewaybench: %s (%s); %d CPUs; authorizer %v; load average %s", o.caddy, strings.TrimSpace(string(stamp)), runtime.NumCPU(), o.authorizer, load1)
+	fmt.Printf("gatewaybench: %s (%s); %d CPUs (%s); authorizer %v; load average %s", o.caddy, strings.TrimSpace(string(stamp)), runtime.NumCPU(), cpuModel(), o.authorizer, load1)
 	fmt.Printf("processes: gateway pid %d, reverse_proxy pid %d, nginx pid %d, fixed entry pid %d, execd pid %d (%s), client pid %d\n",
 		w.gateway.pid(), w.proxy.pid(), w.nginx.pid(), w.fixedEntry.pid(), w.execd.pid(), w.execdKind(), os.Getpid())
 	for _, p := range []*proc{w.gateway, w.proxy} {
@@ -1041,6 +1041,19 @@ func ratioFigure(ratios []float64) string {
 
 // loadAvg is the first three fields of /proc/loadavg (1, 5 and 15
 // minutes).
+// cpuModel is the first "model name" of /proc/cpuinfo, or "?": the
+// figures depend on it (docs/benchmarks.md "Machine"), and the machine
+// these runs share has not always had the same one.
+func cpuModel() string {
+	data, _ := os.ReadFile("/proc/cpuinfo")
+	for line := range strings.Lines(string(data)) {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "?"
+}
+
 func loadAvg() string {
 	data, _ := os.ReadFile("/proc/loadavg")
 	f := strings.Fields(string(data))
