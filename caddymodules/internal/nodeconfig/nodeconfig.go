@@ -175,7 +175,8 @@ type API struct {
 	// (caddy.ParseNetworkAddress syntax, network tcp, tcp4 or tcp6; no
 	// port range, no Unix socket), e.g. "127.0.0.1:30087". An empty host
 	// is every interface: keep the API on a private one. It must not be
-	// the address of a Caddy site: the app refuses to start when a server
+	// the address of a Caddy site: the app refuses the config (in its
+	// Validate, so `caddy validate` too, and again at Start) when a server
 	// of the http app listens on the same port on an overlapping host
 	// (SiteConflict). No scheme or path, no port 0. Placeholders such as
 	// {env.POD_IP} are expanded. Required.
@@ -239,7 +240,7 @@ func parseAPIAddress(s string) (caddy.NetworkAddress, error) {
 //
 // Caddy's listeners set SO_REUSEPORT, so such a site and the API would
 // both bind the address and the kernel would split the connections
-// between them: the sandgate app refuses to start with it.
+// between them: the sandgate app refuses the config with it.
 func SiteConflict(api caddy.NetworkAddress, listen []string) (addr string, ok bool) {
 	for _, l := range listen {
 		na, err := caddy.ParseNetworkAddress(l)
