@@ -52,3 +52,55 @@ func TestBinaryValidateAPIOnSiteAddress(t *testing.T) {
 		}
 	}
 }
+
+// TestBinaryAdaptWrongArgumentCount runs the built gateway's `caddy adapt`
+// (bin/caddy) on Caddyfiles whose lines take their arguments from {$NAME}
+// environment placeholders, as the shipped deploy/ Caddyfile does: unset,
+// a placeholder adds no argument; with spaces in its value, one per word.
+// Each refusal names the directive, the counts wanted and given, the
+// {$NAME} cause and the line, and quotes no argument.
+func TestBinaryAdaptWrongArgumentCount(t *testing.T) {
+	bin := builtCaddy(t)
+	const kidVar, digestVar = "SANDGATE_TEST_ARGS_KID", "SANDGATE_TEST_ARGS_DIGEST"
+	caddyfile := `{
+	sandgate {
+		token_key {$` + kidVar + `} HS256 /etc/sandgate/k1.key
+		credentials file /etc/sandgate/credentials.yaml
+		nodes {
+			credentials file /etc/sandgate/nodes.yaml
+			api 127.0.0.1:30087 {
+				token_sha256 {$` + digestVar + `}
+			}
+		}
+	}
+}
+`
+	dir := t.TempDir()
+	path := filepath.Join(dir, "Caddyfile")
+	write(t, path, caddyfile)
+	hint := `(a {$NAME} environment placeholder that is unset or empty adds no argument, and one whose value has spaces adds one argument per word)`
+	for _, tc := range []struct {
+		name string
+		env  []string
+		want string
+	}{
+		{"kid unset", nil, "token_key wants 3 arguments, <kid> <algorithm> <key file>, and got 2 " + hint + ", at " + path + ":3"},
+		{"kid with a space", []string{kidVar + "=s3cr3t kid"}, "token_key wants 3 arguments, <kid> <algorithm> <key file>, and got 4 " + hint + ", at " + path + ":3"},
+		{"digest unset", []string{kidVar + "=k1"}, "token_sha256 wants at least 1 argument, <64 hex> [<64 hex>...], and got 0 " + hint + ", at " + path + ":8"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := []string{"HOME=" + dir, "XDG_DATA_HOME=" + dir, "XDG_CONFIG_HOME=" + dir, "PATH=" + os.Getenv("PATH")}
+			cmd := exec.Command(bin, "adapt", "--config", path)
+			cmd.Env = append(env, tc.env...)
+			var stdout, stderr strings.Builder
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			if err == nil || !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("caddy adapt: %v, want a refusal containing %q; output:\n%s", err, tc.want, stderr.String())
+			}
+			if strings.Contains(stdout.String()+stderr.String(), "s3cr3t") {
+				t.Errorf("caddy adapt quotes an argument:\n%s%s", stdout.String(), stderr.String())
+			}
+		})
+	}
+}
