@@ -237,7 +237,11 @@ func (k *KubernetesPresence) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return d.Errf("%s already specified", opt)
 		}
 		seen[opt] = true
-		if err := argcount.Check(d, opt, 1, 1, ""); err != nil {
+		syntax := map[string]string{"advertise": "<url>", "peer_token_file": "<path>"}[opt]
+		if opt == "lease_duration" || opt == "renew_interval" {
+			syntax = "<duration>"
+		}
+		if err := argcount.Check(d, opt, 1, 1, syntax); err != nil {
 			return err
 		}
 		d.NextArg()
