@@ -597,8 +597,9 @@ func TestProbeRelayPingCarriesExecdToken(t *testing.T) {
 // TestProvisionAndStartAPIOnSiteAddress loads configs whose nodes api listens
 // where a server of the http app does (the same port, on every interface
 // or on the same IP): the load fails before anything serves, naming the
-// server and its address, and the port is free again. The same config
-// with the api on a port of its own loads and serves the API there.
+// server and its address, and the port is free again; caddy.Validate (what
+// `caddy validate` runs) refuses them the same way. The same config with
+// the api on a port of its own validates, loads and serves the API there.
 func TestProvisionAndStartAPIOnSiteAddress(t *testing.T) {
 	f := newFixtures(t)
 	t.Setenv("SANDGATE_TEST_EXECD_TOKEN", "execd-token")
@@ -630,12 +631,20 @@ func TestProvisionAndStartAPIOnSiteAddress(t *testing.T) {
 		{"127.0.0.1:" + p, ":" + p},
 		{"127.0.0.1:" + strconv.Itoa(n-1) + "-" + p, "tcp4/127.0.0.1:" + p},
 	} {
+		// caddy validate (and adapt --validate) refuses it too.
+		var vc caddy.Config
+		if err := json.Unmarshal(config(c.site, c.api), &vc); err != nil {
+			t.Fatal(err)
+		}
+		want := `the http app's server "site" listens on ` + c.site + `, the same port on an overlapping host`
+		if err := caddy.Validate(&vc); err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), digest) {
+			t.Fatalf("site on %s, api on %s: caddy.Validate: %v; want an error containing %q (and no digest)", c.site, c.api, err, want)
+		}
 		err := caddy.Load(config(c.site, c.api), true)
 		if err == nil {
 			_ = caddy.Stop()
 			t.Fatalf("site on %s, api on %s: the config loaded", c.site, c.api)
 		}
-		want := `the http app's server "site" listens on ` + c.site + `, the same port on an overlapping host`
 		if !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), digest) {
 			t.Fatalf("site on %s, api on %s: %v; want an error containing %q (and no digest)", c.site, c.api, err, want)
 		}
@@ -646,6 +655,13 @@ func TestProvisionAndStartAPIOnSiteAddress(t *testing.T) {
 		_ = ln.Close()
 	}
 
+	var vc caddy.Config
+	if err := json.Unmarshal(config("127.0.0.1:"+p, "127.0.0.1:"+other), &vc); err != nil {
+		t.Fatal(err)
+	}
+	if err := caddy.Validate(&vc); err != nil {
+		t.Fatalf("the api on a port of its own: caddy.Validate: %v", err)
+	}
 	loadConfig(t, config("127.0.0.1:"+p, "127.0.0.1:"+other))
 	resp, err := http.Get("http://127.0.0.1:" + other + "/internal/v1/sandbox-nodes")
 	if err != nil {

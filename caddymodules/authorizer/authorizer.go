@@ -24,6 +24,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
+	"github.com/sandgate/sandgate/caddymodules/internal/argcount"
 	"github.com/sandgate/sandgate/caddymodules/internal/endpoint"
 	"github.com/sandgate/sandgate/caddymodules/internal/secret"
 	"github.com/sandgate/sandgate/gateway/authorizer"
@@ -160,13 +161,11 @@ func (h *HTTP) Recheck(ctx context.Context, credentialID, sandboxID string) (aut
 // must hold an {env.NAME} or {file./path} placeholder.
 func (h *HTTP) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // authorizer name
-	if !d.NextArg() {
-		return d.ArgErr()
+	if err := argcount.Check(d, "authorizer http", 1, 1, "<corectl base URL>"); err != nil {
+		return err
 	}
+	d.NextArg()
 	h.URL = d.Val()
-	if d.NextArg() {
-		return d.ArgErr()
-	}
 	if err := secret.CheckURLUserInfo("authorizer http", h.URL); err != nil {
 		return d.Err(err.Error())
 	}
@@ -175,13 +174,11 @@ func (h *HTTP) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if h.BearerTokenFile != "" {
 				return d.Err("bearer_token_file already specified")
 			}
-			if !d.NextArg() {
-				return d.ArgErr()
+			if err := argcount.Check(d, "bearer_token_file", 1, 1, "<path>"); err != nil {
+				return err
 			}
+			d.NextArg()
 			h.BearerTokenFile = d.Val()
-			if d.NextArg() {
-				return d.ArgErr()
-			}
 			continue
 		}
 		ok, err := h.UnmarshalBlock(d)

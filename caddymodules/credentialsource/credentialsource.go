@@ -23,6 +23,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"go.uber.org/zap"
 
+	"github.com/sandgate/sandgate/caddymodules/internal/argcount"
 	"github.com/sandgate/sandgate/caddymodules/internal/endpoint"
 	"github.com/sandgate/sandgate/caddymodules/internal/secret"
 	"github.com/sandgate/sandgate/caddymodules/internal/sourcemetrics"
@@ -133,13 +134,11 @@ func (f *File) Cleanup() error {
 //	credentials file <path>
 func (f *File) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // source name
-	if !d.NextArg() {
-		return d.ArgErr()
+	if err := argcount.Check(d, "credentials file", 1, 1, "<path>"); err != nil {
+		return err
 	}
+	d.NextArg()
 	f.Path = d.Val()
-	if d.NextArg() {
-		return d.ArgErr()
-	}
 	if d.NextBlock(0) {
 		return d.Err("credentials file takes no block")
 	}
@@ -264,13 +263,11 @@ func checkURLQuery(raw string) error {
 // in the adapted JSON.
 func (h *HTTP) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // source name
-	if !d.NextArg() {
-		return d.ArgErr()
+	if err := argcount.Check(d, "credentials http", 1, 1, "<url>"); err != nil {
+		return err
 	}
+	d.NextArg()
 	h.URL = d.Val()
-	if d.NextArg() {
-		return d.ArgErr()
-	}
 	if err := secret.CheckURLUserInfo("credentials http", h.URL); err != nil {
 		return d.Err(err.Error())
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/dustin/go-humanize"
 
+	"github.com/sandgate/sandgate/caddymodules/internal/argcount"
 	"github.com/sandgate/sandgate/gateway/sandboxhost"
 )
 
@@ -103,8 +104,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // (docs/dataplane.md "The unary client").
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
-	if d.NextArg() {
-		return d.ArgErr()
+	if err := argcount.Check(d, "e2b_dataplane", 0, 0, ""); err != nil {
+		return err
 	}
 	seen := map[string]bool{}
 	once := func(name string) error {
@@ -114,15 +115,27 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		seen[name] = true
 		return nil
 	}
+	// oneArg reads the one argument of the subdirective at d's cursor.
 	oneArg := func() (string, error) {
-		if !d.NextArg() {
-			return "", d.ArgErr()
+		opt := d.Val()
+		syntax := "<n>"
+		switch opt {
+		case "home_dir", "process_dir":
+			syntax = "<path>"
+		case "default_user":
+			syntax = "<name>"
+		case "keepalive_interval", "upstream_wait", "drain_grace", "stream_close_delay":
+			syntax = "<duration>"
+		case "max_message_size", "max_decompressed_size", "max_listing_size":
+			syntax = "<size>"
+		case "unary_client":
+			syntax = "builtin|transport"
 		}
-		v := d.Val()
-		if d.NextArg() {
-			return "", d.ArgErr()
+		if err := argcount.Check(d, opt, 1, 1, syntax); err != nil {
+			return "", err
 		}
-		return v, nil
+		d.NextArg()
+		return d.Val(), nil
 	}
 	for d.NextBlock(0) {
 		opt := d.Val()
@@ -218,10 +231,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				}
 			}
 		case "user":
-			args := d.RemainingArgs()
-			if len(args) < 3 || len(args) > 4 {
-				return d.ArgErr()
+			if err := argcount.Check(d, opt, 3, 4, "<name> <uid> <gid> [<home>]"); err != nil {
+				return err
 			}
+			args := d.RemainingArgs()
 			name := args[0]
 			if _, dup := h.Users[name]; dup {
 				return d.Errf("user %q already specified", name)
@@ -246,8 +259,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := once(opt); err != nil {
 				return err
 			}
-			if d.NextArg() {
-				return d.ArgErr()
+			if err := argcount.Check(d, opt, 0, 0, ""); err != nil {
+				return err
 			}
 			if opt == "token_target" {
 				h.TokenTarget = true
@@ -258,10 +271,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := once(opt); err != nil {
 				return err
 			}
-			h.Hosts = d.RemainingArgs()
-			if len(h.Hosts) == 0 {
-				return d.ArgErr()
+			if err := argcount.Check(d, opt, 1, -1, "<domain>..."); err != nil {
+				return err
 			}
+			h.Hosts = d.RemainingArgs()
 			if _, err := sandboxhost.NewTable(h.Hosts); err != nil {
 				return d.Errf("hosts: %v", err)
 			}
@@ -281,9 +294,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := once(opt); err != nil {
 				return err
 			}
-			if !d.NextArg() {
-				return d.ArgErr()
+			if err := argcount.Check(d, opt, 1, 1, "http"); err != nil {
+				return err
 			}
+			d.NextArg()
 			name := d.Val()
 			if name != "http" {
 				return d.Errf("transport %q is not supported; use transport http", name)

@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/sandgate/sandgate/caddymodules/internal/argcount"
 	"github.com/sandgate/sandgate/caddymodules/sandgate"
 )
 
@@ -150,8 +151,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	sandgate_health
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
-	if d.NextArg() {
-		return d.ArgErr()
+	if err := argcount.Check(d, "sandgate_health", 0, 0, ""); err != nil {
+		return err
 	}
 	if d.NextBlock(0) {
 		return d.Err("sandgate_health takes no block")

@@ -42,6 +42,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/certmagic"
 
+	"github.com/sandgate/sandgate/caddymodules/internal/argcount"
 	"github.com/sandgate/sandgate/gateway/keypair"
 )
 
@@ -130,15 +131,17 @@ func (f *Files) GetCertificate(context.Context, *tls.ClientHelloInfo) (*tls.Cert
 //	}
 func (f *Files) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the manager's name
-	if !d.AllArgs(&f.Certificate, &f.Key) {
-		return d.Errf("key_pair_files: want <cert_file> <key_file>")
+	if err := argcount.Check(d, "key_pair_files", 2, 2, "<cert_file> <key_file>"); err != nil {
+		return err
 	}
+	d.AllArgs(&f.Certificate, &f.Key)
 	for d.NextBlock(0) {
 		switch d.Val() {
 		case "check_interval":
-			if !d.NextArg() {
-				return d.ArgErr()
+			if err := argcount.Check(d, "check_interval", 1, 1, "<duration>"); err != nil {
+				return err
 			}
+			d.NextArg()
 			dur, err := caddy.ParseDuration(d.Val())
 			if err != nil {
 				return d.Errf("key_pair_files: check_interval %q: %v", d.Val(), err)
@@ -147,9 +150,6 @@ func (f *Files) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("key_pair_files: check_interval %s is out of range [%v, %v]", d.Val(), keypair.MinCheckInterval, keypair.MaxCheckInterval)
 			}
 			f.CheckInterval = caddy.Duration(dur)
-			if d.NextArg() {
-				return d.ArgErr()
-			}
 		default:
 			return d.Errf("key_pair_files: unknown subdirective %q", d.Val())
 		}

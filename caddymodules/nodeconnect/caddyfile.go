@@ -5,6 +5,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/sandgate/sandgate/caddymodules/internal/argcount"
 	"github.com/sandgate/sandgate/caddymodules/internal/tokendigest"
 )
 
@@ -37,8 +38,8 @@ func parseAPI(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //	sandbox_node_connect [<matcher>]
 func (h *Connect) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
-	if d.NextArg() {
-		return d.ArgErr()
+	if err := argcount.Check(d, "sandbox_node_connect", 0, 0, ""); err != nil {
+		return err
 	}
 	if d.NextBlock(0) {
 		return d.Err("sandbox_node_connect takes no block: its settings are the nodes block of the sandgate global option")

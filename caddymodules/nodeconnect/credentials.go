@@ -7,6 +7,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
+	"github.com/sandgate/sandgate/caddymodules/internal/argcount"
 	"github.com/sandgate/sandgate/caddymodules/internal/sourcemetrics"
 	"github.com/sandgate/sandgate/nodecore/credential"
 )
@@ -117,13 +118,11 @@ func (f *CredentialFile) Cleanup() error {
 //	credentials file <path>
 func (f *CredentialFile) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // source name
-	if !d.NextArg() {
-		return d.ArgErr()
+	if err := argcount.Check(d, "credentials file", 1, 1, "<path>"); err != nil {
+		return err
 	}
+	d.NextArg()
 	f.Path = d.Val()
-	if d.NextArg() {
-		return d.ArgErr()
-	}
 	if d.NextBlock(0) {
 		return d.Err("credentials file takes no block")
 	}

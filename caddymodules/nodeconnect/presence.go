@@ -17,6 +17,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sandgate/sandgate/caddymodules/internal/argcount"
 	"github.com/sandgate/sandgate/caddymodules/sandgate"
 	"github.com/sandgate/sandgate/nodecore/portal"
 	"github.com/sandgate/sandgate/nodecore/presence"
@@ -226,8 +227,8 @@ func (k *KubernetesPresence) PeerTokens() (string, [][sha256.Size]byte) {
 // UnmarshalCaddyfile sets up the presence (syntax: see KubernetesPresence).
 func (k *KubernetesPresence) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // "kubernetes"
-	if d.NextArg() {
-		return d.ArgErr()
+	if err := argcount.Check(d, "presence kubernetes", 0, 0, ""); err != nil {
+		return err
 	}
 	seen := map[string]bool{}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
@@ -236,13 +237,15 @@ func (k *KubernetesPresence) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return d.Errf("%s already specified", opt)
 		}
 		seen[opt] = true
-		if !d.NextArg() {
-			return d.ArgErr()
+		syntax := map[string]string{"advertise": "<url>", "peer_token_file": "<path>"}[opt]
+		if opt == "lease_duration" || opt == "renew_interval" {
+			syntax = "<duration>"
 		}
+		if err := argcount.Check(d, opt, 1, 1, syntax); err != nil {
+			return err
+		}
+		d.NextArg()
 		v := d.Val()
-		if d.NextArg() {
-			return d.ArgErr()
-		}
 		switch opt {
 		case "advertise":
 			k.Advertise = v

@@ -210,7 +210,11 @@ func (a *App) Provision(ctx caddy.Context) error {
 }
 
 // Validate checks that keys and a credential source are configured (the
-// nodes block is checked by Provision).
+// nodes block is checked by Provision), and that no server of the
+// config's http app listens on the nodes block's api address (see
+// siteConflict; Start checks it again). Caddy calls it right after
+// Provision, for `caddy run` and `caddy reload` as for `caddy validate`
+// and `caddy adapt --validate`.
 func (a *App) Validate() error {
 	if a.verifier == nil {
 		return errors.New("sandgate: at least one token key is required")
@@ -220,6 +224,11 @@ func (a *App) Validate() error {
 	}
 	if a.TokenLeeway < 0 || time.Duration(a.TokenLeeway) > 5*time.Minute {
 		return errors.New("sandgate: token_leeway must be between 0 and 5m")
+	}
+	if a.nodeAPI != nil {
+		if err := a.nodeAPI.validateSites(a.ctx); err != nil {
+			return fmt.Errorf("nodes: %w", err)
+		}
 	}
 	return nil
 }
@@ -232,8 +241,8 @@ func (a *App) Validate() error {
 // configured clusters. It refuses to start, before listening, when a
 // server of this config's http app listens on the api address (the same
 // port on an overlapping host, nodeconfig.SiteConflict): the error names
-// the server and its address. (Start, not Provision: only then is the
-// http app known to be provisioned; `caddy validate` does not see it.)
+// the server and its address. (Validate refuses it first; Start checks
+// again with the http app as it has been provisioned.)
 func (a *App) Start() error {
 	gcPolicy.Do(func() { // once per process: package internal/gcpolicy (GOGC under Caddy's memory limit)
 		a.logger.Info("garbage-collection policy", zap.Stringer("gc", gcpolicy.Apply()))

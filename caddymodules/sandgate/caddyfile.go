@@ -6,6 +6,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 
+	"github.com/sandgate/sandgate/caddymodules/internal/argcount"
 	"github.com/sandgate/sandgate/caddymodules/internal/clusterconfig"
 	"github.com/sandgate/sandgate/caddymodules/internal/nodeconfig"
 )
@@ -106,23 +107,18 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 // the in-cluster default.
 func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // option name
-	if d.NextArg() {
-		return d.ArgErr()
+	if err := argcount.Check(d, "sandgate", 0, 0, ""); err != nil {
+		return err
 	}
 	for d.NextBlock(0) {
 		switch d.Val() {
 		case "token_key":
-			// A {$NAME} placeholder of an unset or empty environment
-			// variable expands to no argument at all (the shipped
-			// deploy/ Caddyfile takes the kid from SANDGATE_TOKEN_KID),
-			// so the count alone would not tell the operator why.
-			args := d.RemainingArgs()
-			if len(args) != 3 {
-				// The count only: an argument may be key material an
-				// operator put in the line by mistake.
-				return d.Errf("token_key wants 3 arguments, <kid> <algorithm> <key file>, and got %d "+
-					"(a {$NAME} environment placeholder that is unset or empty adds no argument)", len(args))
+			// The shipped deploy/ Caddyfile takes the kid from
+			// {$SANDGATE_TOKEN_KID}, which adds no argument when unset.
+			if err := argcount.Check(d, "token_key", 3, 3, "<kid> <algorithm> <key file>"); err != nil {
+				return err
 			}
+			args := d.RemainingArgs()
 			k := TokenKey{KID: args[0], Algorithm: args[1], File: args[2]}
 			for _, old := range a.TokenKeys {
 				if old.KID == k.KID {
@@ -134,9 +130,10 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if a.TokenLeeway != 0 {
 				return d.Err("token_leeway already specified")
 			}
-			if !d.NextArg() {
-				return d.ArgErr()
+			if err := argcount.Check(d, "token_leeway", 1, 1, "<duration>"); err != nil {
+				return err
 			}
+			d.NextArg()
 			dur, err := caddy.ParseDuration(d.Val())
 			if err != nil {
 				return d.Errf("bad token_leeway %q: %v", d.Val(), err)
@@ -144,17 +141,15 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if dur <= 0 {
 				return d.Errf("token_leeway must be positive")
 			}
-			if d.NextArg() {
-				return d.ArgErr()
-			}
 			a.TokenLeeway = caddy.Duration(dur)
 		case "credentials":
 			if a.CredentialsRaw != nil {
 				return d.Err("credentials already specified")
 			}
-			if !d.NextArg() {
-				return d.ArgErr()
+			if err := argcount.Check(d, "credentials", 1, -1, "<source> ..."); err != nil {
+				return err
 			}
+			d.NextArg()
 			name := d.Val()
 			mod, err := caddyfile.UnmarshalModule(d, "sandgate.credentials."+name)
 			if err != nil {
@@ -165,9 +160,10 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if a.AuthorizerRaw != nil {
 				return d.Err("authorizer already specified")
 			}
-			if !d.NextArg() {
-				return d.ArgErr()
+			if err := argcount.Check(d, "authorizer", 1, -1, "<source> ..."); err != nil {
+				return err
 			}
+			d.NextArg()
 			name := d.Val()
 			mod, err := caddyfile.UnmarshalModule(d, "sandgate.authorizer."+name)
 			if err != nil {
@@ -190,8 +186,8 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if a.Nodes != nil {
 				return d.Err("nodes already specified")
 			}
-			if d.NextArg() {
-				return d.ArgErr()
+			if err := argcount.Check(d, "nodes", 0, 0, ""); err != nil {
+				return err
 			}
 			n, err := nodeconfig.ParseNodes(d)
 			if err != nil {

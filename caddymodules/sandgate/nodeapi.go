@@ -83,13 +83,10 @@ func (a *App) provisionNodeAPI(cfg *NodeAPI) error {
 	return nil
 }
 
-// checkSites returns an error naming the server and the address when a
-// server of ctx's http app (its listen addresses as provisioned, in the
-// servers' name order) listens where the API would
-// (nodeconfig.SiteConflict): with SO_REUSEPORT both would bind and the
-// kernel would split the connections between them. No http app: nil. It
-// also takes the http app's shutdown_delay for stop. ctx must be the
-// config's, its apps all provisioned (Start).
+// checkSites refuses, with siteConflict, an api address where a server
+// of ctx's http app listens, and takes that app's shutdown_delay and
+// listen addresses for stop (sitesListening). No http app: nil. ctx must
+// be the config's, its apps all provisioned (Start).
 func (s *nodeAPIServer) checkSites(ctx caddy.Context) error {
 	app, err := ctx.AppIfConfigured("http")
 	if err != nil {
@@ -100,20 +97,57 @@ func (s *nodeAPIServer) checkSites(ctx caddy.Context) error {
 		return nil
 	}
 	s.shutdownDelay = time.Duration(httpApp.ShutdownDelay)
-	names := make([]string, 0, len(httpApp.Servers))
-	for name, srv := range httpApp.Servers {
-		names = append(names, name)
+	for _, srv := range httpApp.Servers {
 		for _, l := range srv.Listen {
 			if na, err := caddy.ParseNetworkAddress(l); err == nil {
 				s.siteAddrs = append(s.siteAddrs, na.Expand()...)
 			}
 		}
 	}
+	return siteConflict(s.addr, httpApp)
+}
+
+// validateSites is checkSites' refusal for the app's Validate, so that
+// `caddy validate` and `caddy adapt --validate` report it too: it loads
+// ctx's http app if it is configured and not loaded yet (Caddy provisions
+// each app once, whichever asks first), and reads nothing into s. An http
+// app that fails to load is left for Caddy to report as its own error.
+func (s *nodeAPIServer) validateSites(ctx caddy.Context) error {
+	app, err := ctx.AppIfConfigured("http")
+	if err != nil {
+		return nil // not configured, or its own failure, which Caddy reports
+	}
+	httpApp, ok := app.(*caddyhttp.App)
+	if !ok {
+		return nil
+	}
+	return siteConflict(s.addr, httpApp)
+}
+
+// siteConflict returns an error naming the server and the address when a
+// server of httpApp (in the servers' name order) listens where the API at
+// addr would (nodeconfig.SiteConflict): with SO_REUSEPORT both would bind
+// it and the kernel would split the connections between them. The listen
+// addresses' placeholders are expanded as the http app's Provision
+// expands them, since httpApp may still be provisioning (its handlers
+// load this app): one that does not expand is skipped, left to that app.
+func siteConflict(addr caddy.NetworkAddress, httpApp *caddyhttp.App) error {
+	names := make([]string, 0, len(httpApp.Servers))
+	for name := range httpApp.Servers {
+		names = append(names, name)
+	}
 	sort.Strings(names)
+	repl := caddy.NewReplacer()
 	for _, name := range names {
-		if l, found := nodeconfig.SiteConflict(s.addr, httpApp.Servers[name].Listen); found {
+		var listen []string
+		for _, l := range httpApp.Servers[name].Listen {
+			if out, err := repl.ReplaceOrErr(l, true, true); err == nil {
+				listen = append(listen, out)
+			}
+		}
+		if l, found := nodeconfig.SiteConflict(addr, listen); found {
 			return fmt.Errorf("api: listen %s: the http app's server %q listens on %s, the same port on an overlapping host "+
-				"(both would bind it and split its connections); give the API a port of its own", s.addr, name, l)
+				"(both would bind it and split its connections); give the API a port of its own", addr, name, l)
 		}
 	}
 	return nil

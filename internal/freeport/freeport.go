@@ -180,23 +180,29 @@ func (h *heldPort) Close() error {
 // It reads the kernel's socket tables of the caller's network namespace
 // (/proc/net/tcp and tcp6) and the process's descriptors (/proc/<pid>/fd),
 // so it needs the right to read those (the same user, or root). A process
-// that has exited (its fd directory does not exist) holds nothing; a
-// descriptor that closes while it is read is skipped. The error is a
-// malformed addr, a host name in it, or a /proc read that failed
-// otherwise, such as a descriptor directory or link it may not read
-// (EACCES or EPERM: another user's process, hidepid=1, ptrace_scope),
-// which is named in the error. With hidepid=2 the directory of another
-// user's process does not exist for the caller: it reads as exited.
+// that has exited holds nothing: its fd directory does not exist and
+// signal 0 finds no such process (ESRCH); a descriptor that closes while
+// it is read is skipped. The error is a malformed addr, a host name in
+// it, or a /proc read that failed otherwise, such as a descriptor
+// directory or link it may not read (EACCES or EPERM: another user's
+// process, hidepid=1, ptrace_scope), which is named in the error. With
+// hidepid=2 the directory of another user's process does not exist for
+// the caller while the process does (signal 0 answers EPERM, or nothing):
+// that is an error too, naming the directory and wrapping
+// fs.ErrPermission (the signal's EPERM when there is one).
 func Listeners(pid int, addr string) (all, own int, err error) {
-	return procFS{root: "/proc", readDir: os.ReadDir, readlink: os.Readlink}.listeners(pid, addr)
+	return procFS{root: "/proc", readDir: os.ReadDir, readlink: os.Readlink, kill: syscall.Kill}.listeners(pid, addr)
 }
 
 // procFS is where listeners reads /proc: root is its directory (a fake
-// one in tests), readDir and readlink read a process's descriptors.
+// one in tests), readDir and readlink read a process's descriptors, kill
+// sends signal 0 to a process whose descriptor directory is missing
+// (syscall.Kill; a fake in tests).
 type procFS struct {
 	root     string
 	readDir  func(string) ([]fs.DirEntry, error)
 	readlink func(string) (string, error)
+	kill     func(pid int, sig syscall.Signal) error
 }
 
 // listeners is Listeners reading p.
@@ -243,7 +249,20 @@ func (p procFS) listeners(pid int, addr string) (all, own int, err error) {
 	dir := filepath.Join(p.root, strconv.Itoa(pid), "fd")
 	fds, err := p.readDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return len(inodes), 0, nil
+		// Exited, or hidden from the caller (hidepid=2): signal 0 tells
+		// them apart. (A zombie's directory exists, empty.)
+		if pid <= 0 {
+			return len(inodes), 0, nil // no such process: kill would signal a group
+		}
+		switch kerr := p.kill(pid, 0); {
+		case errors.Is(kerr, syscall.ESRCH):
+			return len(inodes), 0, nil
+		case kerr == nil || errors.Is(kerr, syscall.EPERM):
+			return 0, 0, fmt.Errorf("freeport: %s does not exist but process %d does: "+
+				"/proc hides it from this user (hidepid=2), so its sockets cannot be read: %w", dir, pid, hiddenErr(kerr))
+		default:
+			return 0, 0, fmt.Errorf("freeport: %s does not exist; signal 0 to process %d: %w", dir, pid, kerr)
+		}
 	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("freeport: %w", err)
@@ -262,6 +281,16 @@ func (p procFS) listeners(pid int, addr string) (all, own int, err error) {
 		}
 	}
 	return len(inodes), len(held), nil
+}
+
+// hiddenErr is what the error of a hidden process wraps: the signal's
+// error (EPERM, which is an fs.ErrPermission), or fs.ErrPermission when
+// the signal went through.
+func hiddenErr(kerr error) error {
+	if kerr != nil {
+		return kerr
+	}
+	return fs.ErrPermission
 }
 
 // decodeLocal decodes a local_address of /proc/net/tcp or tcp6: the

@@ -234,7 +234,10 @@ func fakeProc(t *testing.T, pid int, tcp, tcp6 [][2]string, held ...string) proc
 			t.Fatal(err)
 		}
 	}
-	return procFS{root: root, readDir: os.ReadDir, readlink: os.Readlink}
+	return procFS{root: root, readDir: os.ReadDir, readlink: os.Readlink, kill: func(int, syscall.Signal) error {
+		t.Fatal("signal 0 sent although the process's fd directory exists")
+		return nil
+	}}
 }
 
 // TestListenersOverlap: of a fake /proc's listeners on port 8080 (1F90),
@@ -331,7 +334,10 @@ var reuseport = net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) e
 // was read (ENOENT) is skipped; a descriptor link or a descriptor
 // directory the caller may not read (EACCES, EPERM: a restricted /proc)
 // is an error naming the path, not a process that holds nothing; a
-// process whose directory does not exist (exited) holds nothing.
+// process whose directory does not exist holds nothing when signal 0
+// finds no such process (exited), and is an error naming the directory
+// when it finds one (EPERM, or no error: /proc mounted with hidepid=2
+// hides another user's process) or fails otherwise.
 func TestListenersReadErrors(t *testing.T) {
 	const pid = 4343
 	p := fakeProc(t, pid, [][2]string{{"0100007F:1F90", "101"}}, nil, "101")
@@ -341,13 +347,27 @@ func TestListenersReadErrors(t *testing.T) {
 	}
 	vanished := filepath.Join(fd, "9")
 	denied := filepath.Join(fd, "3")
+	// missing is the descriptor directory of a process that has exited,
+	// or that /proc hides (hidepid=2); answer is signal 0's answer.
+	missing := func(path string) ([]fs.DirEntry, error) {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: syscall.ENOENT}
+	}
+	answer := func(err error) func(int, syscall.Signal) error {
+		return func(p int, sig syscall.Signal) error {
+			if p != pid || sig != 0 {
+				t.Errorf("kill(%d, %d); want kill(%d, 0)", p, sig, pid)
+			}
+			return err
+		}
+	}
 	for _, tc := range []struct {
 		name     string
 		readlink func(string) (string, error)
 		readDir  func(string) ([]fs.DirEntry, error)
+		kill     func(int, syscall.Signal) error
 		all, own int
 		errPath  string
-		errno    syscall.Errno
+		errno    error // what the error wraps
 	}{
 		{name: "closed meanwhile", all: 1, own: 1, readlink: func(path string) (string, error) {
 			if path == vanished {
@@ -373,9 +393,10 @@ func TestListenersReadErrors(t *testing.T) {
 		{name: "directory not permitted", errPath: fd, errno: syscall.EPERM, readDir: func(path string) ([]fs.DirEntry, error) {
 			return nil, &fs.PathError{Op: "open", Path: path, Err: syscall.EPERM}
 		}},
-		{name: "exited", all: 1, own: 0, readDir: func(path string) ([]fs.DirEntry, error) {
-			return nil, &fs.PathError{Op: "open", Path: path, Err: syscall.ENOENT}
-		}},
+		{name: "exited", all: 1, own: 0, readDir: missing, kill: answer(syscall.ESRCH)},
+		{name: "hidden (hidepid=2), another user's", errPath: fd, errno: syscall.EPERM, readDir: missing, kill: answer(syscall.EPERM)},
+		{name: "hidden (hidepid=2), signal allowed", errPath: fd, errno: fs.ErrPermission, readDir: missing, kill: answer(nil)},
+		{name: "signal 0 fails otherwise", errPath: fd, errno: syscall.EINVAL, readDir: missing, kill: answer(syscall.EINVAL)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			q := p
@@ -384,6 +405,9 @@ func TestListenersReadErrors(t *testing.T) {
 			}
 			if tc.readDir != nil {
 				q.readDir = tc.readDir
+			}
+			if tc.kill != nil {
+				q.kill = tc.kill
 			}
 			all, own, err := q.listeners(pid, "127.0.0.1:8080")
 			if tc.errPath == "" {

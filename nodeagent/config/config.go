@@ -344,7 +344,9 @@ var enrolSettings = []string{"state-dir", "credential-file", "ca-file", "docker-
 // --token-file, --config and the node settings of enrolSettings. It
 // checks them without touching the disk beyond reading the files named.
 // A configuration that already names a node (node_id) is refused: an
-// enrolment creates the identity.
+// enrolment creates the identity. credential_file left out is
+// DefaultCredentialFile; one given empty (file or flag) is refused, as
+// the agent's Validate refuses it.
 func LoadEnrolment(args []string, output io.Writer) (*Enrolment, error) {
 	fs := flag.NewFlagSet("nodeagent enrol", flag.ContinueOnError)
 	fs.SetOutput(output)
@@ -410,11 +412,12 @@ func LoadEnrolment(args []string, output io.Writer) (*Enrolment, error) {
 			return nil, errors.New("enrol: the enrolment token must be printable ASCII without spaces")
 		}
 	}
-	if c.CredentialFile == "" {
-		c.CredentialFile = DefaultCredentialFile
-	}
 	c.CoreOrigin = *core
 	switch {
+	case c.CredentialFile == "":
+		// Only an explicit credential_file = "" (or --credential-file "")
+		// leaves it empty (Defaults); the agent refuses it too (Validate).
+		return nil, errors.New("enrol: credential_file must not be empty (leave it out for the default " + DefaultCredentialFile + ")")
 	case c.StateDir == "" || c.DockerEndpoint == "":
 		return nil, errors.New("enrol: state_dir and docker_endpoint must not be empty")
 	case c.MaxActive < 1 || c.MaxActive > proto.MaxActiveOperations:

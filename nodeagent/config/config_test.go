@@ -200,3 +200,31 @@ func TestCredentialFileDefault(t *testing.T) {
 		t.Fatalf("credential_file = %q, want the default %q", c.CredentialFile, DefaultCredentialFile)
 	}
 }
+
+// TestEnrolmentCredentialFile: enrol takes the default credential file
+// when the configuration leaves it out, and refuses an explicitly empty
+// one, in the file or as the flag, as the agent does (TestRefusals).
+func TestEnrolmentCredentialFile(t *testing.T) {
+	dir := t.TempDir()
+	token := filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte("enrolment-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"--core", "https://core.example", "--token-file", token}
+	e, err := LoadEnrolment(append(base, "--config", writeFile(t, "state_dir = \"/var/lib/n\"\n")), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Config.CredentialFile != DefaultCredentialFile {
+		t.Fatalf("credential_file = %q, want the default %q", e.Config.CredentialFile, DefaultCredentialFile)
+	}
+	for name, args := range map[string][]string{
+		"file": {"--config", writeFile(t, "credential_file = \"\"\n")},
+		"flag": {"--credential-file", ""},
+	} {
+		_, err := LoadEnrolment(append(base, args...), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "credential_file must not be empty") {
+			t.Errorf("%s: error %v, want one naming credential_file", name, err)
+		}
+	}
+}

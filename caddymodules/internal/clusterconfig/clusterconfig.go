@@ -16,6 +16,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
+	"github.com/sandgate/sandgate/caddymodules/internal/argcount"
 	"github.com/sandgate/sandgate/caddymodules/internal/secret"
 	"github.com/sandgate/sandgate/gateway/dataplane"
 	"github.com/sandgate/sandgate/gateway/entryprobe"
@@ -142,24 +143,20 @@ func (c *Cluster) Target() entryprobe.Target {
 // caller refuses a repeated ID.
 func Parse(d *caddyfile.Dispenser) (string, *Cluster, error) {
 	var id, entry string
-	if !d.Args(&id, &entry) {
-		return "", nil, d.ArgErr()
+	if err := argcount.Check(d, "cluster", 2, 2, "<id> <fixed_entry>"); err != nil {
+		return "", nil, err
 	}
-	if d.NextArg() {
-		return "", nil, d.ArgErr()
-	}
+	d.Args(&id, &entry)
 	c := &Cluster{FixedEntry: entry}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		switch d.Val() {
 		case "execd_access_token", "execd_token_secret":
 			name := d.Val()
-			if !d.NextArg() {
-				return "", nil, d.ArgErr()
+			if err := argcount.Check(d, name, 1, 1, "<{env.NAME} or {file./path}>"); err != nil {
+				return "", nil, err
 			}
+			d.NextArg()
 			v := d.Val()
-			if d.NextArg() {
-				return "", nil, d.ArgErr()
-			}
 			if err := secret.Check(name, v); err != nil {
 				return "", nil, d.Err(err.Error())
 			}
@@ -182,13 +179,11 @@ func Parse(d *caddyfile.Dispenser) (string, *Cluster, error) {
 			if c.Host != "" {
 				return "", nil, d.Err("host already specified")
 			}
-			if !d.NextArg() {
-				return "", nil, d.ArgErr()
+			if err := argcount.Check(d, "host", 1, 1, "<name[:port]>"); err != nil {
+				return "", nil, err
 			}
+			d.NextArg()
 			c.Host = d.Val()
-			if d.NextArg() {
-				return "", nil, d.ArgErr()
-			}
 			if !strings.Contains(c.Host, "{") {
 				if _, err := dataplane.CheckHost(c.Host); err != nil {
 					return "", nil, d.Errf("cluster %q: %v", id, err)

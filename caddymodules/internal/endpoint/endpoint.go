@@ -11,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
+	"github.com/sandgate/sandgate/caddymodules/internal/argcount"
 	"github.com/sandgate/sandgate/caddymodules/internal/secret"
 )
 
@@ -45,9 +46,10 @@ func (s *Settings) UnmarshalBlock(d *caddyfile.Dispenser) (bool, error) {
 	switch d.Val() {
 	case "header":
 		var name, value string
-		if !d.Args(&name, &value) || d.NextArg() {
-			return true, d.ArgErr()
+		if err := argcount.Check(d, "header", 2, 2, "<name> <value>"); err != nil {
+			return true, err
 		}
+		d.Args(&name, &value)
 		if secret.SensitiveHeader(name) {
 			if err := secret.Check("header "+name, value); err != nil {
 				return true, d.Err(err.Error())
@@ -60,15 +62,13 @@ func (s *Settings) UnmarshalBlock(d *caddyfile.Dispenser) (bool, error) {
 		return true, nil
 	case "cache_ttl", "timeout":
 		opt := d.Val()
-		if !d.NextArg() {
-			return true, d.ArgErr()
+		if err := argcount.Check(d, opt, 1, 1, "<duration>"); err != nil {
+			return true, err
 		}
+		d.NextArg()
 		dur, err := caddy.ParseDuration(d.Val())
 		if err != nil {
 			return true, d.Errf("bad %s %q: %v", opt, d.Val(), err)
-		}
-		if d.NextArg() {
-			return true, d.ArgErr()
 		}
 		target := &s.CacheTTL
 		if opt == "timeout" {

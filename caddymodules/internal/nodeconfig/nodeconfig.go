@@ -22,6 +22,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
+	"github.com/sandgate/sandgate/caddymodules/internal/argcount"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodecore/core"
 	"github.com/sandgate/sandgate/nodecore/hub"
@@ -174,7 +175,8 @@ type API struct {
 	// (caddy.ParseNetworkAddress syntax, network tcp, tcp4 or tcp6; no
 	// port range, no Unix socket), e.g. "127.0.0.1:30087". An empty host
 	// is every interface: keep the API on a private one. It must not be
-	// the address of a Caddy site: the app refuses to start when a server
+	// the address of a Caddy site: the app refuses the config (in its
+	// Validate, so `caddy validate` too, and again at Start) when a server
 	// of the http app listens on the same port on an overlapping host
 	// (SiteConflict). No scheme or path, no port 0. Placeholders such as
 	// {env.POD_IP} are expanded. Required.
@@ -238,7 +240,7 @@ func parseAPIAddress(s string) (caddy.NetworkAddress, error) {
 //
 // Caddy's listeners set SO_REUSEPORT, so such a site and the API would
 // both bind the address and the kernel would split the connections
-// between them: the sandgate app refuses to start with it.
+// between them: the sandgate app refuses the config with it.
 func SiteConflict(api caddy.NetworkAddress, listen []string) (addr string, ok bool) {
 	for _, l := range listen {
 		na, err := caddy.ParseNetworkAddress(l)
@@ -283,12 +285,10 @@ func checkDigest(v string) bool {
 // twice, any other subdirective, and a block without token_sha256.
 func parseAPI(d *caddyfile.Dispenser) (*API, error) {
 	var addr string
-	if !d.Args(&addr) {
-		return nil, d.ArgErr()
+	if err := argcount.Check(d, "api", 1, 1, "<host:port>"); err != nil {
+		return nil, err
 	}
-	if d.NextArg() {
-		return nil, d.Errf("api takes one network address, not %q too", d.Val())
-	}
+	d.Args(&addr)
 	if !strings.Contains(addr, "{") {
 		if _, err := parseAPIAddress(addr); err != nil {
 			return nil, d.Errf("api: %v", err)
@@ -298,9 +298,10 @@ func parseAPI(d *caddyfile.Dispenser) (*API, error) {
 	for nest := d.Nesting(); d.NextBlock(nest); {
 		switch d.Val() {
 		case "token_sha256":
-			if !d.NextArg() {
-				return nil, d.ArgErr()
+			if err := argcount.Check(d, "token_sha256", 1, -1, "<64 hex> [<64 hex>...]"); err != nil {
+				return nil, err
 			}
+			d.NextArg()
 			for {
 				v := d.Val()
 				if !checkDigest(v) {
@@ -449,8 +450,8 @@ func (k *Kubernetes) PortalConfig() (portal.Config, string, error) {
 // ParseKubernetes parses the kubernetes block (syntax: see Kubernetes);
 // the error carries the Caddyfile position.
 func ParseKubernetes(d *caddyfile.Dispenser) (*Kubernetes, error) {
-	if d.NextArg() {
-		return nil, d.ArgErr()
+	if err := argcount.Check(d, "kubernetes", 0, 0, ""); err != nil {
+		return nil, err
 	}
 	k := new(Kubernetes)
 	seen := map[string]bool{}
@@ -461,18 +462,20 @@ func ParseKubernetes(d *caddyfile.Dispenser) (*Kubernetes, error) {
 		}
 		seen[opt] = true
 		if opt == "in_cluster" {
-			if d.NextArg() {
-				return nil, d.ArgErr()
+			if err := argcount.Check(d, opt, 0, 0, ""); err != nil {
+				return nil, err
 			}
 			continue
 		}
-		if !d.NextArg() {
-			return nil, d.ArgErr()
+		syntax := map[string]string{"kubeconfig": "<path>", "context": "<name>", "namespace": "<ns>", "replica": "<id>"}[opt]
+		if syntax == "" {
+			syntax = "<n>"
 		}
+		if err := argcount.Check(d, opt, 1, 1, syntax); err != nil {
+			return nil, err
+		}
+		d.NextArg()
 		v := d.Val()
-		if d.NextArg() {
-			return nil, d.ArgErr()
-		}
 		switch opt {
 		case "kubeconfig":
 			k.Kubeconfig = v
@@ -524,24 +527,23 @@ func ParseNodes(d *caddyfile.Dispenser) (*Nodes, error) {
 		}
 		seen[opt] = true
 		if target, ok := durations[opt]; ok {
-			if !d.NextArg() {
-				return nil, d.ArgErr()
+			if err := argcount.Check(d, opt, 1, 1, "<duration>"); err != nil {
+				return nil, err
 			}
+			d.NextArg()
 			dur, err := caddy.ParseDuration(d.Val())
 			if err != nil || dur <= 0 || dur > time.Hour {
 				return nil, d.Errf("bad %s %q: must be a positive duration up to 1h", opt, d.Val())
-			}
-			if d.NextArg() {
-				return nil, d.ArgErr()
 			}
 			*target = caddy.Duration(dur)
 			continue
 		}
 		switch opt {
 		case "credentials":
-			if !d.NextArg() {
-				return nil, d.ArgErr()
+			if err := argcount.Check(d, opt, 1, -1, "<source> ..."); err != nil {
+				return nil, err
 			}
+			d.NextArg()
 			name := d.Val()
 			mod, err := caddyfile.UnmarshalModule(d, "sandgate.node_credentials."+name)
 			if err != nil {
@@ -549,38 +551,32 @@ func ParseNodes(d *caddyfile.Dispenser) (*Nodes, error) {
 			}
 			n.CredentialsRaw = caddyconfig.JSONModuleObject(mod, "source", name, nil)
 		case "store":
-			if !d.NextArg() {
-				return nil, d.ArgErr()
+			if err := argcount.Check(d, opt, 1, 1, "file|kubernetes"); err != nil {
+				return nil, err
 			}
+			d.NextArg()
 			v := d.Val()
-			if d.NextArg() {
-				return nil, d.ArgErr()
-			}
 			if v != core.StoreFile && v != core.StoreKubernetes {
 				return nil, d.Errf("bad store %q: must be file or kubernetes", v)
 			}
 			n.Store = v
 		case "state_dir", "releases":
-			if !d.NextArg() {
-				return nil, d.ArgErr()
+			if err := argcount.Check(d, opt, 1, 1, "<dir>"); err != nil {
+				return nil, err
 			}
+			d.NextArg()
 			v := d.Val()
-			if d.NextArg() {
-				return nil, d.ArgErr()
-			}
 			if opt == "state_dir" {
 				n.StateDir = v
 			} else {
 				n.Releases = v
 			}
 		case "pool":
-			if !d.NextArg() {
-				return nil, d.ArgErr()
+			if err := argcount.Check(d, opt, 1, 1, "<name>"); err != nil {
+				return nil, err
 			}
+			d.NextArg()
 			name := d.Val()
-			if d.NextArg() {
-				return nil, d.ArgErr()
-			}
 			if _, dup := n.Pools[name]; dup {
 				return nil, d.Errf("pool %q already specified", name)
 			}
@@ -594,9 +590,10 @@ func ParseNodes(d *caddyfile.Dispenser) (*Nodes, error) {
 			}
 			n.Pools[name] = p
 		case "presence":
-			if !d.NextArg() {
-				return nil, d.ArgErr()
+			if err := argcount.Check(d, opt, 1, -1, "<source> ..."); err != nil {
+				return nil, err
 			}
+			d.NextArg()
 			name := d.Val()
 			mod, err := caddyfile.UnmarshalModule(d, "sandgate.node_presence."+name)
 			if err != nil {
@@ -610,25 +607,21 @@ func ParseNodes(d *caddyfile.Dispenser) (*Nodes, error) {
 			}
 			n.API = a
 		case "owner_epoch":
-			if !d.NextArg() {
-				return nil, d.ArgErr()
+			if err := argcount.Check(d, opt, 1, 1, "<n>"); err != nil {
+				return nil, err
 			}
+			d.NextArg()
 			e, err := strconv.ParseInt(d.Val(), 10, 64)
 			if err != nil || e <= 0 {
 				return nil, d.Errf("bad owner_epoch %q: must be a positive integer", d.Val())
 			}
-			if d.NextArg() {
-				return nil, d.ArgErr()
-			}
 			n.OwnerEpoch = e
 		case "deployment":
 			var gen, digest string
-			if !d.Args(&gen, &digest) {
-				return nil, d.ArgErr()
+			if err := argcount.Check(d, opt, 2, 2, "<generation> <specification_digest>"); err != nil {
+				return nil, err
 			}
-			if d.NextArg() {
-				return nil, d.ArgErr()
-			}
+			d.Args(&gen, &digest)
 			dep := &core.Deployment{SpecificationDigest: digest}
 			g, err := strconv.ParseInt(gen, 10, 64)
 			if err != nil || g <= 0 {
@@ -644,15 +637,13 @@ func ParseNodes(d *caddyfile.Dispenser) (*Nodes, error) {
 					if dep.ServingGeneration != 0 {
 						return nil, d.Err("serving_generation already specified")
 					}
-					if !d.NextArg() {
-						return nil, d.ArgErr()
+					if err := argcount.Check(d, "serving_generation", 1, 1, "<generation>"); err != nil {
+						return nil, err
 					}
+					d.NextArg()
 					s, err := strconv.ParseInt(d.Val(), 10, 64)
 					if err != nil || s <= 0 {
 						return nil, d.Errf("bad serving_generation %q: must be a positive integer", d.Val())
-					}
-					if d.NextArg() {
-						return nil, d.ArgErr()
 					}
 					dep.ServingGeneration = s
 				default:
@@ -679,10 +670,9 @@ func ParseNodes(d *caddyfile.Dispenser) (*Nodes, error) {
 // sandgate app's UnmarshalCaddyfile).
 func parsePool(d *caddyfile.Dispenser) (*core.Pool, error) {
 	p := new(core.Pool)
+	// positive reads the next argument as a positive integer.
 	positive := func(what string) (int64, error) {
-		if !d.NextArg() {
-			return 0, d.ArgErr()
-		}
+		d.NextArg()
 		v, err := strconv.ParseInt(d.Val(), 10, 64)
 		if err != nil || v <= 0 {
 			return 0, d.Errf("bad %s %q: must be a positive integer", what, d.Val())
@@ -692,14 +682,15 @@ func parsePool(d *caddyfile.Dispenser) (*core.Pool, error) {
 	for nest := d.Nesting(); d.NextBlock(nest); {
 		switch opt := d.Val(); opt {
 		case "generation":
+			if err := argcount.Check(d, opt, 3, 3, "<n> release <source> or <n> digest <specification_digest>"); err != nil {
+				return nil, err
+			}
 			g, err := positive("generation")
 			if err != nil {
 				return nil, err
 			}
 			var kind, value string
-			if !d.Args(&kind, &value) || d.NextArg() {
-				return nil, d.Err("generation takes: generation <n> release <source> | generation <n> digest <specification_digest>")
-			}
+			d.Args(&kind, &value)
 			pg := core.PoolGeneration{Generation: g}
 			switch kind {
 			case "release":
@@ -719,12 +710,12 @@ func parsePool(d *caddyfile.Dispenser) (*core.Pool, error) {
 			}
 			p.Generations = append(p.Generations, pg)
 		case "target", "serving":
+			if err := argcount.Check(d, opt, 1, 1, "<n>"); err != nil {
+				return nil, err
+			}
 			v, err := positive(opt)
 			if err != nil {
 				return nil, err
-			}
-			if d.NextArg() {
-				return nil, d.ArgErr()
 			}
 			if opt == "target" {
 				if p.Target != 0 {

@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
+	"github.com/sandgate/sandgate/caddymodules/internal/argcount"
 	"github.com/sandgate/sandgate/nodecore/credential"
 )
 
@@ -28,20 +29,18 @@ import (
 // other subdirective, and a block without token_sha256.
 func UnmarshalBlock(d *caddyfile.Dispenser, directive string) ([]string, error) {
 	d.Next() // directive name
-	if d.NextArg() {
-		return nil, d.ArgErr()
+	if err := argcount.Check(d, directive, 0, 0, ""); err != nil {
+		return nil, err
 	}
 	var out []string
 	for d.NextBlock(0) {
 		switch d.Val() {
 		case "token_sha256":
-			if !d.NextArg() {
-				return nil, d.ArgErr()
+			if err := argcount.Check(d, "token_sha256", 1, 1, "<sha256 hex of a token>"); err != nil {
+				return nil, err
 			}
+			d.NextArg()
 			v := d.Val()
-			if d.NextArg() {
-				return nil, d.ArgErr()
-			}
 			for _, old := range out {
 				if old == v {
 					return nil, d.Err("token_sha256 already specified")
