@@ -27,7 +27,12 @@ dest="${SANDGATE_KUBECTL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sandgate/kubectl-$
 
 log() { echo "hack/kube/kubectl.sh: $*" >&2; }
 
-if [[ -x "$dest/kubectl" ]] && "$dest/kubectl" version --client 2>/dev/null | grep -qx "Client Version: ${K8S_VERSION}"; then
+# client_version prints what the kubectl at $1 says its version is. Its
+# output is read whole before grep looks at it: with pipefail, grep -q ending
+# the pipe at the first match would fail the pipeline by kubectl's SIGPIPE.
+client_version() { local out; out="$("$1" version --client 2>/dev/null)" || true; grep -m1 '^Client Version:' <<<"$out" || true; }
+
+if [[ -x "$dest/kubectl" ]] && [[ "$(client_version "$dest/kubectl")" == "Client Version: ${K8S_VERSION}" ]]; then
   log "cached: $dest/kubectl"
   echo "$dest/kubectl"
   exit 0
@@ -44,8 +49,8 @@ ldflags="-s -w -X $vpkg.gitVersion=${K8S_VERSION} -X $vpkg.gitMajor=1 -X $vpkg.g
 log "building kubectl ${K8S_VERSION} into $dest"
 (cd "$here/apiserver" && CGO_ENABLED=0 GOFLAGS=-mod=readonly GOWORK=off "$GO" build -buildvcs=false -trimpath -ldflags "$ldflags" \
   -o "$tmp" k8s.io/kubernetes/cmd/kubectl)
-"$tmp" version --client | grep -qx "Client Version: ${K8S_VERSION}" ||
-  { log "built kubectl reports $("$tmp" version --client | head -1), want ${K8S_VERSION}"; exit 1; }
+got="$(client_version "$tmp")"
+[[ "$got" == "Client Version: ${K8S_VERSION}" ]] || { log "built kubectl reports '${got}', want ${K8S_VERSION}"; exit 1; }
 chmod 755 "$tmp"
 mv "$tmp" "$dest/kubectl"
 trap - EXIT
