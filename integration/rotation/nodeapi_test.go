@@ -89,17 +89,13 @@ func testNodeAPITokenRotation(t *testing.T, config func(port, current, slot stri
 		if err := os.MkdirAll(gdir, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		admin, err := freeport.Port()
-		if err != nil {
-			t.Fatal(err)
-		}
 		port, err := freeport.Port()
 		if err != nil {
 			t.Fatal(err)
 		}
 		nodes, sites := config(port, current, slot)
 		cf := fmt.Sprintf(`{
-	admin 127.0.0.1:%s
+	admin off
 	auto_https off
 	default_bind 127.0.0.1
 	persist_config off
@@ -111,7 +107,7 @@ func testNodeAPITokenRotation(t *testing.T, config func(port, current, slot stri
 		}
 	}
 }
-%s`, admin, key, creds, filepath.Join(gdir, "state"), nodes, sites)
+%s`, key, creds, filepath.Join(gdir, "state"), nodes, sites)
 		g := &nodeAPIGateway{url: "http://127.0.0.1:" + port, log: &bytes.Buffer{}}
 		g.proc, err = gatewayproc.Start(caddy, gdir, cf, g.log)
 		if err != nil {
