@@ -21,6 +21,12 @@ import (
 	"github.com/sandgate/sandgate/integration/harness"
 )
 
+// testClient is the tests' HTTP client: http.DefaultClient's transport
+// with a bound on every request, its response body read included, so a
+// peer that hangs fails the request instead of holding the test until the
+// package's -timeout. No request here is meant to take that long.
+var testClient = &http.Client{Timeout: 2 * time.Minute}
+
 // The pinned E2B JS SDKs (npm aliases in integration/js/package.json).
 var sdkPackages = []string{"e2b-2.25.0", "e2b-2.51.0"}
 
@@ -347,7 +353,7 @@ func (r envdResponse) errorCode() string { return r.header.Get("Sandgate-Error-C
 
 // do sends r to the gateway with a plain Go client.
 func (e *testEnv) do(ctx context.Context, r envdRequest) (envdResponse, error) {
-	return e.doWith(ctx, http.DefaultClient, r)
+	return e.doWith(ctx, testClient, r)
 }
 
 // doWith sends r with client c.

@@ -556,7 +556,7 @@ func TestReload(t *testing.T) {
 	// means no server read the request). A kept-alive connection closed as
 	// idle by the old server races the same way (EOF). Every answer the
 	// gateway gives must be 200.
-	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	fresh := &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{DisableKeepAlives: true}}
 	listFresh := func(ctx context.Context) (envdResponse, int, error) {
 		resets := 0
 		for {
@@ -709,7 +709,7 @@ func TestMetrics(t *testing.T) {
 	}
 
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+e.Admin+"/metrics", nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -833,7 +833,7 @@ func TestAccessLogHostNamedSiteKeepsTokensOut(t *testing.T) {
 		req.Header.Set("E2b-Sandbox-Port", envdPort)
 		req.Header.Set("X-Access-Token", tok)
 		req.Header.Set("E2b-Traffic-Access-Token", traffic)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -165,7 +165,7 @@ func TestEdgeCertificateRenewal(t *testing.T) {
 
 	metric := func(name string) float64 {
 		t.Helper()
-		s, err := scrapetest.Get(http.DefaultClient, "http://"+env.Admin+"/metrics")
+		s, err := scrapetest.Get(testClient, "http://"+env.Admin+"/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -39,6 +39,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
+// testClient is the tests' HTTP client: http.DefaultClient's transport
+// with a bound on every request, its response body read included, so a
+// peer that hangs fails the request instead of holding the test until the
+// package's -timeout. No request here is meant to take that long.
+var testClient = &http.Client{Timeout: 2 * time.Minute}
+
 var env *kubetest.Env
 
 func TestMain(m *testing.M) {
@@ -245,7 +251,7 @@ func (st stack) putTemplate(t *testing.T, body string) {
 	t.Helper()
 	req, _ := http.NewRequest("PUT", st.api+"/sandbox-templates/base/network", strings.NewReader(body))
 	req.Header.Set("X-API-Key", "key-admin")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("template PUT: %v %v", err, resp)
 	}

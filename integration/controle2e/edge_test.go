@@ -245,16 +245,16 @@ func TestSDKOverTLSThroughTheEdge(t *testing.T) {
 	})
 
 	t.Run("refusals", func(t *testing.T) {
-		trusting := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+		trusting := &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 		// Without the CA: the handshake fails (the certificate is
 		// verified, not merely present).
-		_, err := http.Get(api + "/health")
+		_, err := testClient.Get(api + "/health")
 		var unknown x509.UnknownAuthorityError
 		if !errors.As(err, &unknown) {
 			t.Errorf("GET %s/health without the CA = %v, want an unknown-authority error", api, err)
 		}
 		// Plain HTTP on the TLS port: Caddy answers 400, never the API.
-		if resp, err := http.Get("http://localhost:" + ports["api"] + "/health"); err == nil {
+		if resp, err := testClient.Get("http://localhost:" + ports["api"] + "/health"); err == nil {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "HTTPS") {
@@ -273,7 +273,7 @@ func TestSDKOverTLSThroughTheEdge(t *testing.T) {
 			resp.Body.Close()
 			return resp.StatusCode
 		}
-		if code := ask("http://"+corectlAddr, http.DefaultClient); code == http.StatusNotFound || code == http.StatusUnauthorized {
+		if code := ask("http://"+corectlAddr, testClient); code == http.StatusNotFound || code == http.StatusUnauthorized {
 			t.Fatalf("corectl's own /internal/v1/authorize with its token = %d: the route is not served, the check below proves nothing", code)
 		}
 		if code := ask(api, trusting); code != http.StatusNotFound {

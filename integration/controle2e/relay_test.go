@@ -188,7 +188,7 @@ func TestSDKRestrictedSandboxThroughProbeRelay(t *testing.T) {
 	api := "http://" + cc.addr
 	req, _ := http.NewRequest("PUT", api+"/sandbox-templates/base/network", strings.NewReader(`{"ingress":[{"cidr":"203.0.113.0/24"}],"egress":[]}`))
 	req.Header.Set("X-API-Key", "key-admin")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("template PUT: %v %v", err, resp)
 	}

@@ -427,14 +427,21 @@ func (e *Env) MintedTokens() []string {
 	return append([]string(nil), e.minted...)
 }
 
-// Reload posts a new Caddyfile to the gateway's admin API (caddy reload).
+// adminClient is Reload's HTTP client: http.DefaultClient's transport
+// with a bound on the request (a reload answers once the new
+// configuration runs, in seconds), so an admin endpoint that hangs fails
+// the reload rather than the test's whole package at its -timeout.
+var adminClient = &http.Client{Timeout: 2 * time.Minute}
+
+// Reload posts a new Caddyfile to the gateway's admin API (caddy reload);
+// the request is bounded by ctx and by 2 minutes.
 func (e *Env) Reload(ctx context.Context, caddyfile string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+e.Admin+"/load", strings.NewReader(caddyfile))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "text/caddyfile")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := adminClient.Do(req)
 	if err != nil {
 		return err
 	}

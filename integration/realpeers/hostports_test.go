@@ -87,7 +87,7 @@ func TestPortIsolationAgainstTheRealIngress(t *testing.T) {
 		t.Helper()
 		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
 		req.Host = host(id)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -44,6 +44,12 @@ import (
 	"github.com/sandgate/sandgate/nodecore/hub"
 )
 
+// testClient is the tests' HTTP client: http.DefaultClient's transport
+// with a bound on every request, its response body read included, so a
+// peer that hangs fails the request instead of holding the test until the
+// package's -timeout. No request here is meant to take that long.
+var testClient = &http.Client{Timeout: 2 * time.Minute}
+
 // wait bounds every wait: a safety net against a hang, not a measurement.
 const wait = 3 * time.Minute
 
@@ -328,7 +334,7 @@ func (w *world) call(method, url, token string, body any) (int, []byte) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		return 0, nil
 	}

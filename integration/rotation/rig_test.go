@@ -62,6 +62,12 @@ import (
 	"github.com/sandgate/sandgate/internal/freeport"
 )
 
+// testClient is the tests' HTTP client: http.DefaultClient's transport
+// with a bound on every request, its response body read included, so a
+// peer that hangs fails the request instead of holding the test until the
+// package's -timeout. No request here is meant to take that long.
+var testClient = &http.Client{Timeout: 2 * time.Minute}
+
 var env *kubetest.Env
 
 func TestMain(m *testing.M) {
@@ -512,7 +518,7 @@ func (p *corectlProc) waitReady(probe string, deadline time.Time) error {
 		default:
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+probe+"/readyz", nil)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testClient.Do(req)
 		if err != nil {
 			return false, nil
 		}
@@ -550,7 +556,7 @@ func (r *rig) api(method, path, body string, out any) int {
 	r.t.Helper()
 	req, _ := http.NewRequest(method, r.front+path, strings.NewReader(body))
 	req.Header.Set("X-API-Key", r.key())
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -625,7 +631,7 @@ func (r *rig) dataPlane(ctx context.Context, sb sandbox) (int, string, error) {
 	return resp.StatusCode, string(b), nil
 }
 
-var dataPlaneClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+var dataPlaneClient = &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{DisableKeepAlives: true}}
 
 // replicaTransport carries the Service's requests to the corectl
 // replicas: kept-alive connections, enough for every client at once (a
