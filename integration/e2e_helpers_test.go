@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -163,33 +164,47 @@ type testEnv struct {
 	log  *logBuffer
 }
 
-// envOption adjusts the harness configuration before start.
+// envOption adjusts the harness configuration before a start attempt.
 type envOption func(*harness.Config)
 
 // startEnv starts the built gateway and the stand-ins with the shared
-// credentials and grants; Cleanup stops them.
+// credentials and grants; Cleanup stops them. The options are applied
+// anew for every start attempt: a start that fails with
+// harness.ErrBindRace (a port the options or the Caddyfile name was taken
+// before the gateway listened) is tried again, up to 5 attempts, and an
+// option that picks a port picks a new one.
 func startEnv(t testing.TB, opts ...envOption) *testEnv {
 	t.Helper()
 	root := requirePeers(t)
 	otherKey := otherSigningKey(t)
-	log := newLogBuffer()
-	cfg := harness.Config{
-		RepoRoot:    root,
-		Credentials: credentialsYAML("enabled"),
-		Grants: map[string]harness.Grant{
-			sbxOK:        {CredentialID: credOK},
-			sbxBadToken:  {CredentialID: credOK, Key: &otherKey},
-			sbxDisabled:  {CredentialID: credDisabled},
-			sbxWrong:     {CredentialID: credOK, SandboxID: sbxOK},
-			sbxNoCluster: {CredentialID: credNoCluster},
-		},
-		Sandboxes: []string{sbxOK, sbxBadToken, sbxDisabled, sbxWrong, sbxNoCluster},
-		Stderr:    log,
+	var (
+		log *logBuffer
+		env *harness.Env
+		err error
+	)
+	for attempt := 1; ; attempt++ {
+		log = newLogBuffer()
+		cfg := harness.Config{
+			RepoRoot:    root,
+			Credentials: credentialsYAML("enabled"),
+			Grants: map[string]harness.Grant{
+				sbxOK:        {CredentialID: credOK},
+				sbxBadToken:  {CredentialID: credOK, Key: &otherKey},
+				sbxDisabled:  {CredentialID: credDisabled},
+				sbxWrong:     {CredentialID: credOK, SandboxID: sbxOK},
+				sbxNoCluster: {CredentialID: credNoCluster},
+			},
+			Sandboxes: []string{sbxOK, sbxBadToken, sbxDisabled, sbxWrong, sbxNoCluster},
+			Stderr:    log,
+		}
+		for _, o := range opts {
+			o(&cfg)
+		}
+		if env, err = harness.Start(cfg); err == nil || !errors.Is(err, harness.ErrBindRace) || attempt == 5 {
+			break
+		}
+		t.Logf("start attempt %d: %v; again", attempt, err)
 	}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	env, err := harness.Start(cfg)
 	if err != nil {
 		t.Fatalf("starting the environment: %v\ngateway log:\n%s", err, log.String())
 	}
