@@ -171,7 +171,8 @@ func TestEdgeCertificateRenewal(t *testing.T) {
 		}
 		logs = newLogBuffer()
 		env, err = harness.Start(harness.Config{RepoRoot: root, Stderr: logs, Credentials: credentialsYAML("enabled"),
-			Caddyfile: strings.NewReplacer("{{TLS_CADDYFILE}}", tlsPath, "{{DATAPLANE_PORT}}", ports["dataplane"]).Replace(edgeRenewalCaddyfile)})
+			Caddyfile: strings.NewReplacer("{{TLS_CADDYFILE}}", tlsPath, "{{DATAPLANE_PORT}}", ports["dataplane"]).Replace(edgeRenewalCaddyfile),
+			Listens:   []string{"127.0.0.1:" + ports["api"], "127.0.0.1:" + ports["dataplane"]}})
 		if err == nil {
 			break
 		}
@@ -424,7 +425,7 @@ func BenchmarkEdgeHandshake(b *testing.B) {
 				}
 				cf := "{\n\tadmin {{ADMIN}}\n\tpersist_config off\n\tauto_https off\n}\n\n:" + port + " {\n\tbind 127.0.0.1\n\t" + c.tls +
 					"\n\trespond ok\n}\n\nhttp://{{ADDR}} {\n\tbind 127.0.0.1\n\trespond ok\n}\n"
-				if env, err = harness.Start(harness.Config{RepoRoot: root, Caddyfile: cf}); err == nil {
+				if env, err = harness.Start(harness.Config{RepoRoot: root, Caddyfile: cf, Listens: []string{"127.0.0.1:" + port}}); err == nil {
 					break
 				}
 				if !errors.Is(err, harness.ErrBindRace) || attempt == 5 {

@@ -158,8 +158,9 @@ func TestSDKOverTLSThroughTheEdge(t *testing.T) {
 	}
 
 	// The gateway's three listeners are bound by the gateway process: their
-	// ports are picked for each start attempt (startStackWith tries again
-	// when one was taken before the gateway listened).
+	// ports are picked for each start attempt, the harness checks that the
+	// gateway alone holds them (Listens), and startStackWith tries again
+	// when one was taken before the gateway listened.
 	var ports map[string]string
 	internal := "internal-" + rand.Text()
 	gwLog := &lockedBuffer{}
@@ -180,6 +181,7 @@ func TestSDKOverTLSThroughTheEdge(t *testing.T) {
 		}
 		c.Caddyfile = strings.NewReplacer("{{TLS_CADDYFILE}}", tlsPath, "{{DATAPLANE_PORT}}", ports["dataplane"],
 			"{{NODE_CONNECT_PORT}}", ports["node-connect"], "{{NODES}}", nodes).Replace(edgeCaddyfile)
+		c.Listens = []string{"127.0.0.1:" + ports["api"], "127.0.0.1:" + ports["dataplane"], "127.0.0.1:" + ports["node-connect"]}
 		c.Stderr = gwLog
 	}, func(o *daemon.Options) {
 		o.Listen, o.Listener = "", corectlLn
