@@ -125,7 +125,7 @@ func TestSDKRestrictedSandboxThroughProbeRelay(t *testing.T) {
 		).Replace(harness.DefaultCaddyfile) + "\nhttp://" + relayAddr + " {\n\tbind 127.0.0.1\n\tfixed_entry_probe {\n\t\ttoken_sha256 " +
 			hex.EncodeToString(digest[:]) + "\n\t}\n\trespond 404\n}\n"
 		h, err = harness.Start(harness.Config{RepoRoot: root, Caddyfile: caddyfile, CredentialsFile: credFile, KeyFile: keyFile,
-			KeyID: "primary", FixedEntryListener: feLn})
+			KeyID: "primary", FixedEntryListener: feLn, Listens: []string{relayAddr}})
 		if err == nil {
 			break
 		}
