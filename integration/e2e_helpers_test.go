@@ -25,7 +25,10 @@ import (
 // testClient is the tests' HTTP client: http.DefaultClient's transport
 // with a bound on every request, its response body read included, so a
 // peer that hangs fails the request instead of holding the test until the
-// package's -timeout. No request here is meant to take that long.
+// package's -timeout. The longest requests here are streams a test holds
+// open on purpose (an event stream, requests held at a concurrency bound,
+// a download read slowly); the tests end each in seconds, most under a
+// context bounded by waitLimit (60 s), so 2 minutes fits them with room.
 var testClient = &http.Client{Timeout: 2 * time.Minute}
 
 // The pinned E2B JS SDKs (npm aliases in integration/js/package.json).
