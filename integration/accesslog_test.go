@@ -104,7 +104,7 @@ http://{{ADDR}} {
 		req.Header.Set("E2b-Sandbox-Id", id)
 		req.Header.Set("E2b-Sandbox-Port", "49983")
 		req.Header.Set("X-Access-Token", tok)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -25,7 +25,7 @@ func TestCredentialFileDeleted(t *testing.T) {
 		t.Fatalf("baseline ListDir: %v status %d %s", err, r.status, r.body)
 	}
 	metrics := func() scrapetest.Samples {
-		s, err := scrapetest.Get(http.DefaultClient, "http://"+e.Admin+"/metrics")
+		s, err := scrapetest.Get(testClient, "http://"+e.Admin+"/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}

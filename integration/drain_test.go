@@ -188,7 +188,7 @@ func TestDrainEndsStalledUpload(t *testing.T) {
 	}
 	got := make(chan result, 1)
 	go func() {
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testClient.Do(req)
 		got <- result{resp, err}
 	}()
 	ok, why := waitUntil(time.Now().Add(waitLimit), func(context.Context) (bool, string) {

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,6 +21,15 @@ import (
 	"github.com/sandgate/sandgate/gateway/token"
 	"github.com/sandgate/sandgate/integration/harness"
 )
+
+// testClient is the tests' HTTP client: http.DefaultClient's transport
+// with a bound on every request, its response body read included, so a
+// peer that hangs fails the request instead of holding the test until the
+// package's -timeout. The longest requests here are streams a test holds
+// open on purpose (an event stream, requests held at a concurrency bound,
+// a download read slowly); the tests end each in seconds, most under a
+// context bounded by waitLimit (60 s), so 2 minutes fits them with room.
+var testClient = &http.Client{Timeout: 2 * time.Minute}
 
 // The pinned E2B JS SDKs (npm aliases in integration/js/package.json).
 var sdkPackages = []string{"e2b-2.25.0", "e2b-2.51.0"}
@@ -157,33 +167,47 @@ type testEnv struct {
 	log  *logBuffer
 }
 
-// envOption adjusts the harness configuration before start.
+// envOption adjusts the harness configuration before a start attempt.
 type envOption func(*harness.Config)
 
 // startEnv starts the built gateway and the stand-ins with the shared
-// credentials and grants; Cleanup stops them.
+// credentials and grants; Cleanup stops them. The options are applied
+// anew for every start attempt: a start that fails with
+// harness.ErrBindRace (a port the options or the Caddyfile name was taken
+// before the gateway listened) is tried again, up to 5 attempts, and an
+// option that picks a port picks a new one.
 func startEnv(t testing.TB, opts ...envOption) *testEnv {
 	t.Helper()
 	root := requirePeers(t)
 	otherKey := otherSigningKey(t)
-	log := newLogBuffer()
-	cfg := harness.Config{
-		RepoRoot:    root,
-		Credentials: credentialsYAML("enabled"),
-		Grants: map[string]harness.Grant{
-			sbxOK:        {CredentialID: credOK},
-			sbxBadToken:  {CredentialID: credOK, Key: &otherKey},
-			sbxDisabled:  {CredentialID: credDisabled},
-			sbxWrong:     {CredentialID: credOK, SandboxID: sbxOK},
-			sbxNoCluster: {CredentialID: credNoCluster},
-		},
-		Sandboxes: []string{sbxOK, sbxBadToken, sbxDisabled, sbxWrong, sbxNoCluster},
-		Stderr:    log,
+	var (
+		log *logBuffer
+		env *harness.Env
+		err error
+	)
+	for attempt := 1; ; attempt++ {
+		log = newLogBuffer()
+		cfg := harness.Config{
+			RepoRoot:    root,
+			Credentials: credentialsYAML("enabled"),
+			Grants: map[string]harness.Grant{
+				sbxOK:        {CredentialID: credOK},
+				sbxBadToken:  {CredentialID: credOK, Key: &otherKey},
+				sbxDisabled:  {CredentialID: credDisabled},
+				sbxWrong:     {CredentialID: credOK, SandboxID: sbxOK},
+				sbxNoCluster: {CredentialID: credNoCluster},
+			},
+			Sandboxes: []string{sbxOK, sbxBadToken, sbxDisabled, sbxWrong, sbxNoCluster},
+			Stderr:    log,
+		}
+		for _, o := range opts {
+			o(&cfg)
+		}
+		if env, err = harness.Start(cfg); err == nil || !errors.Is(err, harness.ErrBindRace) || attempt == 5 {
+			break
+		}
+		t.Logf("start attempt %d: %v; again", attempt, err)
 	}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	env, err := harness.Start(cfg)
 	if err != nil {
 		t.Fatalf("starting the environment: %v\ngateway log:\n%s", err, log.String())
 	}
@@ -347,7 +371,7 @@ func (r envdResponse) errorCode() string { return r.header.Get("Sandgate-Error-C
 
 // do sends r to the gateway with a plain Go client.
 func (e *testEnv) do(ctx context.Context, r envdRequest) (envdResponse, error) {
-	return e.doWith(ctx, http.DefaultClient, r)
+	return e.doWith(ctx, testClient, r)
 }
 
 // doWith sends r with client c.

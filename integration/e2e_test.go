@@ -556,7 +556,7 @@ func TestReload(t *testing.T) {
 	// means no server read the request). A kept-alive connection closed as
 	// idle by the old server races the same way (EOF). Every answer the
 	// gateway gives must be 200.
-	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	fresh := &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{DisableKeepAlives: true}}
 	listFresh := func(ctx context.Context) (envdResponse, int, error) {
 		resets := 0
 		for {
@@ -709,7 +709,7 @@ func TestMetrics(t *testing.T) {
 	}
 
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+e.Admin+"/metrics", nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -810,15 +810,20 @@ func TestAccessLogFilterKeepsTokensOut(t *testing.T) {
 // turns that logging off, so no log line of the built gateway holds a
 // token, whatever Host a caller sends.
 func TestAccessLogHostNamedSiteKeepsTokensOut(t *testing.T) {
-	port, err := freeport.Port()
-	if err != nil {
-		t.Fatal(err)
-	}
 	const host = "gw.sandgate.test"
-	cf := strings.Replace(harness.DefaultCaddyfile, "http://{{ADDR}} {",
-		"http://"+host+":"+port+" {\n\tlog {\n\t\tformat filter {\n\t\t\trequest>headers>X-Access-Token delete\n"+
-			"\t\t\trequest>headers>E2b-Traffic-Access-Token delete\n\t\t}\n\t}", 1)
-	e := startEnv(t, func(c *harness.Config) { c.Caddyfile = cf; c.GatewayAddr = "127.0.0.1:" + port })
+	// The site's port is picked for each start attempt (startEnv tries
+	// again when it was taken before the gateway listened).
+	var port string
+	e := startEnv(t, func(c *harness.Config) {
+		var err error
+		if port, err = freeport.Port(); err != nil {
+			t.Fatal(err)
+		}
+		c.Caddyfile = strings.Replace(harness.DefaultCaddyfile, "http://{{ADDR}} {",
+			"http://"+host+":"+port+" {\n\tlog {\n\t\tformat filter {\n\t\t\trequest>headers>X-Access-Token delete\n"+
+				"\t\t\trequest>headers>E2b-Traffic-Access-Token delete\n\t\t}\n\t}", 1)
+		c.GatewayAddr = "127.0.0.1:" + port
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	send := func(h, id, tok, traffic string) int {
@@ -833,7 +838,7 @@ func TestAccessLogHostNamedSiteKeepsTokensOut(t *testing.T) {
 		req.Header.Set("E2b-Sandbox-Port", envdPort)
 		req.Header.Set("X-Access-Token", tok)
 		req.Header.Set("E2b-Traffic-Access-Token", traffic)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -129,35 +130,56 @@ func TestEdgeCertificateRenewal(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ports := map[string]string{}
-	for _, name := range []string{"api", "dataplane", "corectl"} {
-		p, err := freeport.Port()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[name] = p
-	}
 	shipped, err := os.ReadFile(filepath.Join(root, "deploy/components/tls-caddy/tls.caddyfile"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tlsFile := string(shipped)
 	for _, want := range []string{"get_certificate key_pair_files /etc/sandgate/edge-tls/", "corectl:8090", "\n:30084 {\n"} {
-		if !strings.Contains(tlsFile, want) {
+		if !strings.Contains(string(shipped), want) {
 			t.Fatalf("the component's tls.caddyfile no longer holds %q; this test rewrites it", want)
 		}
 	}
-	tlsFile = strings.NewReplacer("/etc/sandgate/edge-tls/", secret.Dir+"/", "corectl:8090", "127.0.0.1:"+ports["corectl"],
-		"\n:30084 {\n", "\n:"+ports["api"]+" {\n\tbind 127.0.0.1\n").Replace(tlsFile)
-	tlsPath := filepath.Join(dir, "tls.caddyfile")
-	if err := os.WriteFile(tlsPath, []byte(tlsFile), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	logs := newLogBuffer()
-	env, err := harness.Start(harness.Config{RepoRoot: root, Stderr: logs, Credentials: credentialsYAML("enabled"),
-		Caddyfile: strings.NewReplacer("{{TLS_CADDYFILE}}", tlsPath, "{{DATAPLANE_PORT}}", ports["dataplane"]).Replace(edgeRenewalCaddyfile)})
+	// corectl, the API site's upstream, is not run: the test asks the API
+	// site nothing. Its address refuses connections for the whole test.
+	corectlAddr, held, err := freeport.Refusing()
 	if err != nil {
 		t.Fatal(err)
+	}
+	defer held.Close()
+	// The API and data plane sites' ports are bound by the gateway: picked
+	// for each start attempt, again when one was taken before the gateway
+	// listened (harness.ErrBindRace).
+	var (
+		ports map[string]string
+		env   *harness.Env
+		logs  *logBuffer
+	)
+	for attempt := 1; ; attempt++ {
+		ports = map[string]string{}
+		for _, name := range []string{"api", "dataplane"} {
+			p, err := freeport.Port()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ports[name] = p
+		}
+		tlsFile := strings.NewReplacer("/etc/sandgate/edge-tls/", secret.Dir+"/", "corectl:8090", corectlAddr,
+			"\n:30084 {\n", "\n:"+ports["api"]+" {\n\tbind 127.0.0.1\n").Replace(string(shipped))
+		tlsPath := filepath.Join(dir, "tls.caddyfile")
+		if err := os.WriteFile(tlsPath, []byte(tlsFile), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		logs = newLogBuffer()
+		env, err = harness.Start(harness.Config{RepoRoot: root, Stderr: logs, Credentials: credentialsYAML("enabled"),
+			Caddyfile: strings.NewReplacer("{{TLS_CADDYFILE}}", tlsPath, "{{DATAPLANE_PORT}}", ports["dataplane"]).Replace(edgeRenewalCaddyfile),
+			Listens:   []string{"127.0.0.1:" + ports["api"], "127.0.0.1:" + ports["dataplane"]}})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, harness.ErrBindRace) || attempt == 5 {
+			t.Fatal(err)
+		}
+		t.Logf("gateway start attempt %d: %v; again with new ports", attempt, err)
 	}
 	defer env.Close()
 	dataplane := "127.0.0.1:" + ports["dataplane"]
@@ -165,7 +187,7 @@ func TestEdgeCertificateRenewal(t *testing.T) {
 
 	metric := func(name string) float64 {
 		t.Helper()
-		s, err := scrapetest.Get(http.DefaultClient, "http://"+env.Admin+"/metrics")
+		s, err := scrapetest.Get(testClient, "http://"+env.Admin+"/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -390,15 +412,25 @@ func BenchmarkEdgeHandshake(b *testing.B) {
 		{"key_pair_files", "tls {\n\t\tget_certificate key_pair_files " + cert + " " + key + "\n\t\tprotocols tls1.2\n\t}"},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			port, err := freeport.Port()
-			if err != nil {
-				b.Fatal(err)
-			}
-			cf := "{\n\tadmin {{ADMIN}}\n\tpersist_config off\n\tauto_https off\n}\n\n:" + port + " {\n\tbind 127.0.0.1\n\t" + c.tls +
-				"\n\trespond ok\n}\n\nhttp://{{ADDR}} {\n\tbind 127.0.0.1\n\trespond ok\n}\n"
-			env, err := harness.Start(harness.Config{RepoRoot: root, Caddyfile: cf})
-			if err != nil {
-				b.Fatal(err)
+			// The TLS site's port is bound by the gateway: picked again
+			// when it was taken before the gateway listened.
+			var (
+				port string
+				env  *harness.Env
+			)
+			for attempt := 1; ; attempt++ {
+				var err error
+				if port, err = freeport.Port(); err != nil {
+					b.Fatal(err)
+				}
+				cf := "{\n\tadmin {{ADMIN}}\n\tpersist_config off\n\tauto_https off\n}\n\n:" + port + " {\n\tbind 127.0.0.1\n\t" + c.tls +
+					"\n\trespond ok\n}\n\nhttp://{{ADDR}} {\n\tbind 127.0.0.1\n\trespond ok\n}\n"
+				if env, err = harness.Start(harness.Config{RepoRoot: root, Caddyfile: cf, Listens: []string{"127.0.0.1:" + port}}); err == nil {
+					break
+				}
+				if !errors.Is(err, harness.ErrBindRace) || attempt == 5 {
+					b.Fatal(err)
+				}
 			}
 			defer env.Close()
 			addr := "127.0.0.1:" + port

@@ -222,7 +222,7 @@ func readOneLine(ctx context.Context, gateway, id, tok string, body []byte, minD
 	req.Header.Set("E2b-Sandbox-Id", id)
 	req.Header.Set("E2b-Sandbox-Port", envdPort)
 	req.Header.Set("X-Access-Token", tok)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		return "do: " + err.Error()
 	}
@@ -378,7 +378,7 @@ func TestHostileStalledDownloadsBoundedMemory(t *testing.T) {
 		err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 64<<10) })
 		return errors.Join(err, serr)
 	}}
-	client := &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}}
+	client := &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{DialContext: dialer.DialContext}}
 	t.Cleanup(client.CloseIdleConnections)
 	open := func() *http.Response {
 		t.Helper()
@@ -480,7 +480,7 @@ func TestHostileStalledWritesBoundedMemory(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
-			client := &http.Client{Transport: &http.Transport{}}
+			client := &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{}}
 			defer func() { cancel(); wg.Wait(); client.CloseIdleConnections() }()
 			// write starts one write and returns once the sandbox has its
 			// head: the gateway's copy buffer is then taken (and filled
@@ -556,7 +556,7 @@ func (e *testEnv) sandboxCode(t *testing.T, id string, answer func(w http.Respon
 // from its /metrics.
 func liveHeap(t *testing.T, admin string) int64 {
 	t.Helper()
-	resp, err := http.Get("http://" + admin + "/debug/pprof/heap?gc=1")
+	resp, err := testClient.Get("http://" + admin + "/debug/pprof/heap?gc=1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -593,7 +593,7 @@ func download(ctx context.Context, gateway, id, tok, p string) string {
 	req.Header.Set("E2b-Sandbox-Id", id)
 	req.Header.Set("E2b-Sandbox-Port", envdPort)
 	req.Header.Set("X-Access-Token", tok)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		return "do: " + err.Error()
 	}

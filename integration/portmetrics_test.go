@@ -45,7 +45,7 @@ func TestPortMetrics(t *testing.T) {
 	// answer is the status and Sandgate-Error-Code of req.
 	answer := func(req *http.Request) string {
 		t.Helper()
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +91,7 @@ func TestPortMetrics(t *testing.T) {
 	heldDone := make(chan string, 1)
 	hold := rig.request(t, ctx, "GET", "sbxa", "/hold")
 	go func() {
-		resp, err := http.DefaultClient.Do(hold)
+		resp, err := testClient.Do(hold)
 		if err != nil {
 			heldDone <- err.Error()
 			return

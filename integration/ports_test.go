@@ -225,7 +225,7 @@ func TestPortCookiesStayOnTheirSandboxHost(t *testing.T) {
 		return nil
 	}}
 	req := rig.request(t, httptrace.WithClientTrace(ctx, trace), "GET", "sbxa", "/page")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +348,7 @@ func TestPortAnswerHeadBounded(t *testing.T) {
 	rig.env.Ingress.SetSandbox("sbxa", fixedentry.Sandbox{Ready: true, Endpoint: "127.0.0.1", Ports: map[int]string{portNumber: small}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	resp, err := http.DefaultClient.Do(rig.request(t, ctx, "GET", "sbxa", "/"))
+	resp, err := testClient.Do(rig.request(t, ctx, "GET", "sbxa", "/"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -494,7 +494,7 @@ func TestPortRequestsStayOnTheirSandbox(t *testing.T) {
 	// A request sbxb's server must see, so that "nothing" below means
 	// nothing arrived rather than nothing was delivered at all.
 	req := rig.request(t, context.Background(), "GET", "sbxb", "/own")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -598,7 +598,7 @@ func TestPortRequestsPerSandboxBounded(t *testing.T) {
 		}
 	}
 	// Another sandbox is served meanwhile.
-	resp, err := http.DefaultClient.Do(rig.request(t, ctx, "GET", "sbxb", "/other"))
+	resp, err := testClient.Do(rig.request(t, ctx, "GET", "sbxb", "/other"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -616,7 +616,7 @@ func TestPortRequestsPerSandboxBounded(t *testing.T) {
 		rctx, rcancel := context.WithCancel(ctx)
 		done := make(chan int, 1)
 		go func() {
-			resp, err := http.DefaultClient.Do(req.WithContext(rctx))
+			resp, err := testClient.Do(req.WithContext(rctx))
 			if err != nil {
 				done <- 0
 				return
@@ -692,7 +692,7 @@ func TestPortInformationalFloodAndLongTrailers(t *testing.T) {
 					hints++
 					return nil
 				}}
-				resp, err := http.DefaultClient.Do(rig.request(t, httptrace.WithClientTrace(ctx, trace), "GET", "rawx", path))
+				resp, err := testClient.Do(rig.request(t, httptrace.WithClientTrace(ctx, trace), "GET", "rawx", path))
 				if err != nil {
 					results[i] = result{err: err, hints: hints}
 					return
@@ -746,7 +746,7 @@ func TestPortAnswerStreamsAsWritten(t *testing.T) {
 	}), "")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	resp, err := http.DefaultClient.Do(rig.request(t, ctx, "GET", "sbxa", "/events"))
+	resp, err := testClient.Do(rig.request(t, ctx, "GET", "sbxa", "/events"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -794,7 +794,7 @@ func TestPortAnswerCannotForgeGatewayHeaders(t *testing.T) {
 		early = append(early, h.Values("Sandgate-Error-Code")...)
 		return nil
 	}}
-	resp, err := http.DefaultClient.Do(rig.request(t, httptrace.WithClientTrace(ctx, trace), "GET", "sbxa", "/x"))
+	resp, err := testClient.Do(rig.request(t, httptrace.WithClientTrace(ctx, trace), "GET", "sbxa", "/x"))
 	if err != nil {
 		t.Fatal(err)
 	}

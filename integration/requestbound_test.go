@@ -234,7 +234,7 @@ func TestHostileHeldStreamsBoundedPerCredential(t *testing.T) {
 	// The reload closes the replaced server's idle connections; a POST
 	// sent on one as it closes fails with EOF, and Go's client does not
 	// send a POST again. The streams below go on new connections.
-	http.DefaultClient.CloseIdleConnections()
+	testClient.CloseIdleConnections()
 	for try := 1; ; try++ {
 		got := open()
 		if droppedAtReload(got) && try < 3 {
@@ -461,7 +461,7 @@ func TestRequestsInProgressGivenBackWithHostRouting(t *testing.T) {
 			req.Header.Set("Content-Type", ctype)
 			req.Header.Set("Connect-Protocol-Version", "1")
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -536,7 +536,7 @@ func TestRequestsInProgressGivenBackOverHTTP2(t *testing.T) {
 	})
 	tok := e.mint(id, harness.Grant{CredentialID: credOK})
 	var dials atomic.Int32
-	client := &http.Client{Transport: &http2.Transport{AllowHTTP: true,
+	client := &http.Client{Timeout: 2 * time.Minute, Transport: &http2.Transport{AllowHTTP: true,
 		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
 			dials.Add(1)
 			return (&net.Dialer{}).DialContext(ctx, network, addr)

@@ -72,7 +72,7 @@ func TestSecretsStayOutOfConfig(t *testing.T) {
 	wantCommand(t, "run('echo hi')", run.OK, commandResult{Stdout: "hi\n"})
 
 	// GET /config/ shows the placeholders, never the values.
-	resp, err := http.Get("http://" + e.Admin + "/config/")
+	resp, err := testClient.Get("http://" + e.Admin + "/config/")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -79,7 +79,7 @@ func TestGracefulShutdown(t *testing.T) {
 	cf := strings.NewReplacer("{{NODES}}", nodes, "{{API_TOKEN_SHA256}}", hex.EncodeToString(sum[:])).Replace(shutdownCaddyfile)
 	e := startEnv(t, func(c *harness.Config) { c.Caddyfile = cf })
 	get := func(path string) (int, string) {
-		resp, err := http.Get(e.Gateway + path)
+		resp, err := testClient.Get(e.Gateway + path)
 		if err != nil {
 			return 0, err.Error()
 		}
@@ -99,7 +99,7 @@ func TestGracefulShutdown(t *testing.T) {
 	req, _ := http.NewRequest("POST", e.Gateway+api.Prefix+"/"+id.NodeID+"/operations",
 		strings.NewReader(`{"operation":"info","deployment_generation":1,"timeout_ms":5000,"reference":{"tenant_id":"t","environment_id":"e","allocation_id":"a"}}`))
 	req.Header.Set("Authorization", "Bearer "+apiToken)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,8 +71,16 @@ type Options struct {
 	// Credentials re-reads resource credentials.
 	Credentials credential.Source
 	// Listen is the API's TCP address (default "127.0.0.1:8090"; port 0
-	// picks one, see Addr).
+	// picks one, see Addr). It must be empty when Listener is set.
 	Listen string
+	// Listener, when set, is the API's listener, already bound: the
+	// daemon serves it instead of binding Listen (a caller that must know
+	// the port before the daemon starts holds it from the moment it picks
+	// it). Setting both Listener and Listen is an error from New. The
+	// daemon owns it from New on: New closes it when it returns an error,
+	// Run when it returns, as it does a listener it bound itself. Default
+	// nil: New binds Listen.
+	Listener net.Listener
 	// LeaderElection turns leader election on (it should be on whenever
 	// more than one replica may run).
 	LeaderElection bool
@@ -277,12 +285,24 @@ func LeaseName(clusterID string) string {
 // (TestNewStartsNoGoroutine), so a Daemon that is never Run holds its
 // listeners only. Errors: a cluster's REST configuration or client cannot
 // be built, a cluster's execdTokenSecretFile cannot be read or is too short
-// (cluster.Cluster.LoadExecdTokenSecret), or the address cannot be bound.
-func New(opts Options) (*Daemon, error) {
+// (cluster.Cluster.LoadExecdTokenSecret), both Listener and Listen are
+// set, or an address cannot be bound. On an error, New closes
+// opts.Listener (when set).
+func New(opts Options) (d *Daemon, err error) {
+	if opts.Listener != nil {
+		defer func() {
+			if err != nil {
+				_ = opts.Listener.Close()
+			}
+		}()
+		if opts.Listen != "" {
+			return nil, errors.New("daemon: Listener and Listen are both set; give one")
+		}
+	}
 	if opts.Config == nil || opts.Keys == nil || opts.Credentials == nil {
 		return nil, errors.New("daemon: Config, Keys and Credentials are required")
 	}
-	if opts.Listen == "" {
+	if opts.Listen == "" && opts.Listener == nil {
 		opts.Listen = "127.0.0.1:8090"
 	}
 	if opts.LeaderElectionNamespace == "" {
@@ -306,7 +326,7 @@ func New(opts Options) (*Daemon, error) {
 			return nil, err
 		}
 	}
-	d := &Daemon{opts: opts, metrics: opts.Metrics}
+	d = &Daemon{opts: opts, metrics: opts.Metrics}
 	d.api = &httpapi.Server{Keys: opts.Keys, Credentials: opts.Credentials, Clusters: map[string]*httpapi.ClusterHandle{},
 		IngressWait: opts.IngressWait, Log: opts.Log.WithName("api"), Metrics: opts.Metrics, InternalToken: opts.InternalToken, InternalTokens: opts.InternalTokens,
 		Shares: fairshare.New(opts.APIShare)}
@@ -424,9 +444,11 @@ func New(opts Options) (*Daemon, error) {
 		}
 	}
 	d.buildProbes()
-	l, err := net.Listen("tcp", opts.Listen)
-	if err != nil {
-		return nil, err
+	l := opts.Listener
+	if l == nil {
+		if l, err = net.Listen("tcp", opts.Listen); err != nil {
+			return nil, err
+		}
 	}
 	if opts.ProbeListen != "" {
 		pl, err := net.Listen("tcp", opts.ProbeListen)

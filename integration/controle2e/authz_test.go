@@ -233,7 +233,7 @@ func TestSDKAuthorizerWithCorectlProcess(t *testing.T) {
 		req.Header.Set("E2b-Sandbox-Id", id)
 		req.Header.Set("E2b-Sandbox-Port", "49983")
 		req.Header.Set("X-Access-Token", tok)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -245,7 +245,7 @@ func TestSDKAuthorizerWithCorectlProcess(t *testing.T) {
 	call := func(method, path, key, body string) (int, []byte) {
 		req, _ := http.NewRequest(method, api+path, strings.NewReader(body))
 		req.Header.Set("X-API-Key", key)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

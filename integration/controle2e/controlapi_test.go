@@ -179,7 +179,7 @@ func TestSDKControlAPI(t *testing.T) {
 	for ; ; <-tick.C {
 		req, _ := http.NewRequest("GET", api+"/v2/sandboxes", nil)
 		req.Header.Set("X-API-Key", "key-leaving")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,7 +21,6 @@ import (
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/integration/fixedentry"
 	"github.com/sandgate/sandgate/integration/harness"
-	"github.com/sandgate/sandgate/internal/freeport"
 	"go.uber.org/zap"
 	"k8s.io/client-go/rest"
 )
@@ -111,10 +110,14 @@ func TestSDKWithE2BDomainOnly(t *testing.T) {
 	go func() { _ = user.Serve(userLn) }()
 	t.Cleanup(func() { _ = user.Close() })
 
-	corectlAddr, err := freeport.Addr()
+	// corectl's API listener, bound now and held until corectl serves it:
+	// its address goes into the Caddyfile before corectl starts.
+	corectlLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = corectlLn.Close() }) // for a test that ends before corectl owns it
+	corectlAddr := corectlLn.Addr().String()
 	internal := "internal-" + rand.Text()
 	internalFile := filepath.Join(t.TempDir(), "corectl-internal")
 	if err := os.WriteFile(internalFile, []byte(internal), 0o600); err != nil {
@@ -165,7 +168,7 @@ func TestSDKWithE2BDomainOnly(t *testing.T) {
 	d, err := daemon.New(daemon.Options{
 		Config: &cluster.Config{Clusters: []cluster.Cluster{*c}, Templates: cluster.TemplateStore{ClusterID: "cluster-a", Namespace: tplNS},
 			SandboxTemplates: kubetest.SandboxTemplates()},
-		Keys: keys, Credentials: src, Listen: corectlAddr, TokenKey: &h.Key, ReadyBudget: 30 * time.Second,
+		Keys: keys, Credentials: src, Listener: corectlLn, TokenKey: &h.Key, ReadyBudget: 30 * time.Second,
 		InternalToken: internal,
 		RESTConfig:    func(*cluster.Cluster) (*rest.Config, error) { return rest.CopyConfig(env.Config), nil },
 	})

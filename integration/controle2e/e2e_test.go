@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -37,6 +38,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
+
+// testClient is the tests' HTTP client: http.DefaultClient's transport
+// with a bound on every request, its response body read included, so a
+// peer that hangs fails the request instead of holding the test until the
+// package's -timeout. No request here is meant to take that long.
+var testClient = &http.Client{Timeout: 2 * time.Minute}
 
 var env *kubetest.Env
 
@@ -157,20 +164,30 @@ func startStackCaddyfile(t *testing.T, extra, caddyfile string) stack {
 
 // startStackWith is startStackCaddyfile with the gateway harness's and
 // corectl's options changed by gateway and corectl (nil: none) before each
-// starts.
+// starts. gateway is called before every start attempt: a start that
+// fails with harness.ErrBindRace (a port the Caddyfile names was taken
+// before the gateway listened) is tried again, up to 5 attempts, and
+// gateway may pick new ports for it.
 func startStackWith(t *testing.T, extra, caddyfile string, gateway func(*harness.Config), corectl func(*daemon.Options)) stack {
 	t.Helper()
 	root := repoRoot(t)
 	ns, ingNS, tplNS := env.Namespace(t), env.Namespace(t), env.Namespace(t)
 	creds := fmt.Sprintf("credentials:\n  - id: cred-e2e\n    enabled: true\n    resourceSpecId: spec-small\n"+
 		"    resourceGroupId: group-1\n    projectNamespace: %s\n    clusterId: cluster-a\n", ns) + extra
-	hc := harness.Config{RepoRoot: root, Credentials: creds, Caddyfile: caddyfile}
-	if gateway != nil {
-		gateway(&hc)
-	}
-	h, err := harness.Start(hc)
-	if err != nil {
-		t.Fatal(err)
+	var h *harness.Env
+	for attempt := 1; ; attempt++ {
+		hc := harness.Config{RepoRoot: root, Credentials: creds, Caddyfile: caddyfile}
+		if gateway != nil {
+			gateway(&hc)
+		}
+		var err error
+		if h, err = harness.Start(hc); err == nil {
+			break
+		}
+		if !errors.Is(err, harness.ErrBindRace) || attempt == 5 {
+			t.Fatal(err)
+		}
+		t.Logf("gateway start attempt %d: %v; again", attempt, err)
 	}
 	t.Cleanup(h.Close)
 	h.Ingress.SetResolver(func(id string) (fixedentry.Sandbox, bool) {
@@ -234,7 +251,7 @@ func (st stack) putTemplate(t *testing.T, body string) {
 	t.Helper()
 	req, _ := http.NewRequest("PUT", st.api+"/sandbox-templates/base/network", strings.NewReader(body))
 	req.Header.Set("X-API-Key", "key-admin")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("template PUT: %v %v", err, resp)
 	}

@@ -133,44 +133,58 @@ func TestSDKOverTLSThroughTheEdge(t *testing.T) {
 	ca, secret, first := edgeCA(t, dir)
 	pool := ca.Pool
 
-	ports := map[string]string{}
-	for _, name := range []string{"api", "dataplane", "node-connect", "corectl"} {
-		p, err := freeport.Port()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[name] = p
+	// corectl's API listener, bound now and held until corectl serves it:
+	// its address goes into the gateway's configuration first.
+	corectlLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
-	corectlAddr := "127.0.0.1:" + ports["corectl"]
+	t.Cleanup(func() { _ = corectlLn.Close() }) // for a test that ends before corectl owns it
+	corectlAddr := corectlLn.Addr().String()
 
 	shipped, err := os.ReadFile(filepath.Join(root, "deploy/components/tls-caddy/tls.caddyfile"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tlsFile := string(shipped)
 	for _, want := range []string{"/etc/sandgate/edge-tls/", "corectl:8090", "\n:30084 {\n"} {
-		if strings.Count(tlsFile, want) == 0 {
+		if strings.Count(string(shipped), want) == 0 {
 			t.Fatalf("the component's tls.caddyfile no longer holds %q; this test rewrites it", want)
 		}
-	}
-	tlsFile = strings.NewReplacer("/etc/sandgate/edge-tls/", secret.Dir+"/", "corectl:8090", corectlAddr,
-		"\n:30084 {\n", "\n:"+ports["api"]+" {\n\tbind 127.0.0.1\n").Replace(tlsFile)
-	tlsPath := filepath.Join(dir, "tls.caddyfile")
-	if err := os.WriteFile(tlsPath, []byte(tlsFile), 0o644); err != nil {
-		t.Fatal(err)
 	}
 	id := sim.NewIdentity()
 	nodes := filepath.Join(dir, "nodes.yaml")
 	if err := os.WriteFile(nodes, []byte(sim.CredentialsFile([]sim.Identity{id})), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cf := strings.NewReplacer("{{TLS_CADDYFILE}}", tlsPath, "{{DATAPLANE_PORT}}", ports["dataplane"],
-		"{{NODE_CONNECT_PORT}}", ports["node-connect"], "{{NODES}}", nodes).Replace(edgeCaddyfile)
 
+	// The gateway's three listeners are bound by the gateway process: their
+	// ports are picked for each start attempt, the harness checks that the
+	// gateway alone holds them (Listens), and startStackWith tries again
+	// when one was taken before the gateway listened.
+	var ports map[string]string
 	internal := "internal-" + rand.Text()
 	gwLog := &lockedBuffer{}
-	startStackWith(t, "", cf, func(c *harness.Config) { c.Stderr = gwLog }, func(o *daemon.Options) {
-		o.Listen = corectlAddr
+	startStackWith(t, "", "", func(c *harness.Config) {
+		ports = map[string]string{}
+		for _, name := range []string{"api", "dataplane", "node-connect"} {
+			p, err := freeport.Port()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ports[name] = p
+		}
+		tlsFile := strings.NewReplacer("/etc/sandgate/edge-tls/", secret.Dir+"/", "corectl:8090", corectlAddr,
+			"\n:30084 {\n", "\n:"+ports["api"]+" {\n\tbind 127.0.0.1\n").Replace(string(shipped))
+		tlsPath := filepath.Join(dir, "tls.caddyfile")
+		if err := os.WriteFile(tlsPath, []byte(tlsFile), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c.Caddyfile = strings.NewReplacer("{{TLS_CADDYFILE}}", tlsPath, "{{DATAPLANE_PORT}}", ports["dataplane"],
+			"{{NODE_CONNECT_PORT}}", ports["node-connect"], "{{NODES}}", nodes).Replace(edgeCaddyfile)
+		c.Listens = []string{"127.0.0.1:" + ports["api"], "127.0.0.1:" + ports["dataplane"], "127.0.0.1:" + ports["node-connect"]}
+		c.Stderr = gwLog
+	}, func(o *daemon.Options) {
+		o.Listen, o.Listener = "", corectlLn
 		o.InternalToken = internal
 	})
 	api := "https://localhost:" + ports["api"]
@@ -233,16 +247,16 @@ func TestSDKOverTLSThroughTheEdge(t *testing.T) {
 	})
 
 	t.Run("refusals", func(t *testing.T) {
-		trusting := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+		trusting := &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 		// Without the CA: the handshake fails (the certificate is
 		// verified, not merely present).
-		_, err := http.Get(api + "/health")
+		_, err := testClient.Get(api + "/health")
 		var unknown x509.UnknownAuthorityError
 		if !errors.As(err, &unknown) {
 			t.Errorf("GET %s/health without the CA = %v, want an unknown-authority error", api, err)
 		}
 		// Plain HTTP on the TLS port: Caddy answers 400, never the API.
-		if resp, err := http.Get("http://localhost:" + ports["api"] + "/health"); err == nil {
+		if resp, err := testClient.Get("http://localhost:" + ports["api"] + "/health"); err == nil {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "HTTPS") {
@@ -261,7 +275,7 @@ func TestSDKOverTLSThroughTheEdge(t *testing.T) {
 			resp.Body.Close()
 			return resp.StatusCode
 		}
-		if code := ask("http://"+corectlAddr, http.DefaultClient); code == http.StatusNotFound || code == http.StatusUnauthorized {
+		if code := ask("http://"+corectlAddr, testClient); code == http.StatusNotFound || code == http.StatusUnauthorized {
 			t.Fatalf("corectl's own /internal/v1/authorize with its token = %d: the route is not served, the check below proves nothing", code)
 		}
 		if code := ask(api, trusting); code != http.StatusNotFound {

@@ -101,17 +101,22 @@ func TestSDKRestrictedSandboxThroughProbeRelay(t *testing.T) {
 	// The gateway: its cluster's Host is the managed Ingresses' host, its
 	// data plane dials from gatewaySource, and its internal listener
 	// serves the probe relay.
-	// The fixed entry's and the relay's addresses are chosen before they
-	// are bound (corectl's cluster file and the Caddyfile name them), so
-	// another process can take one in between: the whole start is tried
-	// again with new addresses, at most twice, when a listen finds its
-	// address in use (it failed CI once).
+	// The fixed entry's listener is bound here and held until the harness
+	// serves on it (corectl's cluster file names it first). The relay's
+	// address is chosen before the gateway binds it (the Caddyfile names
+	// it), so another process can take it in between: the whole start is
+	// tried again with new addresses, at most twice, when the gateway
+	// finds its address in use (it failed CI once).
 	var (
 		h         *harness.Env
 		relayAddr string
 	)
 	for attempt := 1; ; attempt++ {
-		feAddr := freeAddr(t)
+		feLn, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		feAddr := feLn.Addr().String()
 		relayAddr = freeAddr(t)
 		c.FixedEntry = "http://" + feAddr
 		caddyfile := strings.NewReplacer(
@@ -119,12 +124,12 @@ func TestSDKRestrictedSandboxThroughProbeRelay(t *testing.T) {
 			"dial_timeout 3s", "dial_timeout 3s\n\t\t\tlocal_address "+gatewaySource,
 		).Replace(harness.DefaultCaddyfile) + "\nhttp://" + relayAddr + " {\n\tbind 127.0.0.1\n\tfixed_entry_probe {\n\t\ttoken_sha256 " +
 			hex.EncodeToString(digest[:]) + "\n\t}\n\trespond 404\n}\n"
-		var err error
 		h, err = harness.Start(harness.Config{RepoRoot: root, Caddyfile: caddyfile, CredentialsFile: credFile, KeyFile: keyFile,
-			KeyID: "primary", FixedEntryAddr: feAddr})
+			KeyID: "primary", FixedEntryListener: feLn, Listens: []string{relayAddr}})
 		if err == nil {
 			break
 		}
+		_ = feLn.Close()
 		if attempt == 3 || !(errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, harness.ErrBindRace)) {
 			t.Fatal(err)
 		}
@@ -188,7 +193,7 @@ func TestSDKRestrictedSandboxThroughProbeRelay(t *testing.T) {
 	api := "http://" + cc.addr
 	req, _ := http.NewRequest("PUT", api+"/sandbox-templates/base/network", strings.NewReader(`{"ingress":[{"cidr":"203.0.113.0/24"}],"egress":[]}`))
 	req.Header.Set("X-API-Key", "key-admin")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("template PUT: %v %v", err, resp)
 	}

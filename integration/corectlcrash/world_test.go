@@ -40,6 +40,12 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
+// testClient is the tests' HTTP client: http.DefaultClient's transport
+// with a bound on every request, its response body read included, so a
+// peer that hangs fails the request instead of holding the test until the
+// package's -timeout. No request here is meant to take that long.
+var testClient = &http.Client{Timeout: 2 * time.Minute}
+
 var env *kubetest.Env
 
 func TestMain(m *testing.M) {
@@ -269,7 +275,7 @@ func do(_ *testing.T, base, method, path, body string, out any) (int, string, er
 	}
 	req.Header.Set("X-API-Key", "key-a")
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		return 0, "", err
 	}

@@ -180,7 +180,7 @@ func TestDownload(t *testing.T) {
 	// 18-byte JSON body cannot be sent and the body breaks.
 	for _, rng := range []string{"bytes=5-2", "items=0-1", "bytes=x-1"} {
 		req := e.request("GET", q, nil, http.Header{"Range": {rng}})
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -208,7 +208,7 @@ func TestDownload(t *testing.T) {
 
 	// §X1.5: a directory gives 200, Content-Length 2^63-1, broken body.
 	req := e.request("GET", "/files/download?path=/ws", nil, nil)
-	dresp, err := http.DefaultClient.Do(req)
+	dresp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,12 @@ import (
 	"github.com/sandgate/sandgate/integration/execdstub"
 )
 
+// testClient is the tests' HTTP client: http.DefaultClient's transport
+// with a bound on every request, its response body read included, so a
+// peer that hangs fails the request instead of holding the test until the
+// package's -timeout. No request here is meant to take that long.
+var testClient = &http.Client{Timeout: 2 * time.Minute}
+
 const testToken = "s3cret"
 
 // waitLimit bounds every blocking wait of these tests.
@@ -74,7 +80,7 @@ func (e *env) request(method, path string, body io.Reader, hdr http.Header) *htt
 }
 
 // noRedirect is a client that reports redirects instead of following them.
-var noRedirect = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+var noRedirect = &http.Client{Timeout: 2 * time.Minute, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
 // do sends a request and returns the response with its body read fully.
 func (e *env) do(method, path string, body io.Reader, hdr http.Header) (*http.Response, []byte) {
@@ -139,7 +145,7 @@ func (e *env) runCtx(parent context.Context, body string) *stream {
 		// execd decodes the body whatever the Content-Type says.
 		"Content-Type": {"text/plain"},
 	}).WithContext(ctx)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		cancel()
 		e.t.Fatal(err)

@@ -8,7 +8,14 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 )
+
+// testClient is the tests' HTTP client: http.DefaultClient's transport
+// with a bound on every request, its response body read included, so a
+// peer that hangs fails the request instead of holding the test until the
+// package's -timeout. No request here is meant to take that long.
+var testClient = &http.Client{Timeout: 2 * time.Minute}
 
 // TestHostile: in hostile mode every JSON read is answered chunked with
 // the configured number of bytes of valid JSON (a listing with the asked
@@ -19,7 +26,7 @@ func TestHostile(t *testing.T) {
 	ts := httptest.NewServer(s)
 	defer ts.Close()
 	get := func(p string) (*http.Response, []byte) {
-		resp, err := http.Get(ts.URL + p)
+		resp, err := testClient.Get(ts.URL + p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,7 +49,7 @@ func TestHostile(t *testing.T) {
 	defer s2.Close()
 	ts2 := httptest.NewServer(s2)
 	defer ts2.Close()
-	resp, err := http.Get(ts2.URL + "/directories/list?path=%2F")
+	resp, err := testClient.Get(ts2.URL + "/directories/list?path=%2F")
 	if err != nil {
 		t.Fatal(err)
 	}

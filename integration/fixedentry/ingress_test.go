@@ -22,6 +22,12 @@ import (
 	"github.com/sandgate/sandgate/internal/freeport"
 )
 
+// testClient is the tests' HTTP client: http.DefaultClient's transport
+// with a bound on every request, its response body read included, so a
+// peer that hangs fails the request instead of holding the test until the
+// package's -timeout. No request here is meant to take that long.
+var testClient = &http.Client{Timeout: 2 * time.Minute}
+
 const waitLimit = 15 * time.Second
 
 // seen is what the upstream received.
@@ -55,7 +61,7 @@ func (rc *recorder) last(t *testing.T) seen {
 	return rc.reqs[len(rc.reqs)-1]
 }
 
-var noRedirect = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+var noRedirect = &http.Client{Timeout: 2 * time.Minute, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
 type fixture struct {
 	in   *fixedentry.Ingress
@@ -297,7 +303,7 @@ func TestStreamingIsIncremental(t *testing.T) {
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "POST", f.url+"/sbx-1/44772/command",
 		strings.NewReader(`{"command":"echo first; cat gate >/dev/null; echo second"}`))
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +387,7 @@ func TestDirectoryDownloadThroughIngress(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(s.Root(), "ws"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Get(f.url + "/sbx-1/44772/files/download?path=/ws")
+	resp, err := testClient.Get(f.url + "/sbx-1/44772/files/download?path=/ws")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,7 @@ func TestNginxHostAndWhitelist(t *testing.T) {
 	get := func(host, path string) (int, string) {
 		req, _ := http.NewRequest("GET", srv.URL+path, nil)
 		req.Host = host
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -92,6 +92,13 @@ type Config struct {
 	FixedEntryListener net.Listener
 	// ControlAddr is the control API's address; empty picks a free port.
 	ControlAddr string
+	// Listens are further "host:port" addresses the Caddyfile has the
+	// gateway bind (sites on ports the caller picked; the host an IP
+	// literal). Start waits until the gateway alone listens on each, as on
+	// its own address: a port another process took meanwhile, or shares
+	// (SO_REUSEPORT), fails the start with ErrBindRace, and the caller may
+	// pick again. Default none.
+	Listens []string
 	// Env is added to the gateway's environment.
 	Env []string
 	// Stderr receives the gateway's log; nil discards it.
@@ -300,7 +307,8 @@ var pickAddr = freeport.Addr
 func CaddyBinary(repoRoot string) string { return filepath.Join(repoRoot, "bin", "caddy") }
 
 // startGateway starts the gateway with the Caddyfile at cfPath and waits
-// until it alone listens on e.Gateway and, with checkAdmin, on e.Admin.
+// until it alone listens on e.Gateway, with checkAdmin on e.Admin, and on
+// cfg.Listens.
 func (e *Env) startGateway(cfg Config, cfPath string, checkAdmin bool) error {
 	bin := CaddyBinary(cfg.RepoRoot)
 	if _, err := os.Stat(bin); err != nil {
@@ -337,6 +345,7 @@ func (e *Env) startGateway(cfg Config, cfPath string, checkAdmin bool) error {
 	if checkAdmin {
 		addrs = append(addrs, e.Admin)
 	}
+	addrs = append(addrs, cfg.Listens...)
 	next := 0 // the gateway alone listens on addrs[:next]
 	for {
 		for next < len(addrs) {
@@ -427,14 +436,21 @@ func (e *Env) MintedTokens() []string {
 	return append([]string(nil), e.minted...)
 }
 
-// Reload posts a new Caddyfile to the gateway's admin API (caddy reload).
+// adminClient is Reload's HTTP client: http.DefaultClient's transport
+// with a bound on the request (a reload answers once the new
+// configuration runs, in seconds), so an admin endpoint that hangs fails
+// the reload rather than the test's whole package at its -timeout.
+var adminClient = &http.Client{Timeout: 2 * time.Minute}
+
+// Reload posts a new Caddyfile to the gateway's admin API (caddy reload);
+// the request is bounded by ctx and by 2 minutes.
 func (e *Env) Reload(ctx context.Context, caddyfile string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+e.Admin+"/load", strings.NewReader(caddyfile))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "text/caddyfile")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := adminClient.Do(req)
 	if err != nil {
 		return err
 	}

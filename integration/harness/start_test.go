@@ -130,3 +130,42 @@ func TestStartIgnoresAnAdminAddressNotUsed(t *testing.T) {
 		t.Fatalf("%d picks, want 2 (one attempt)", *n)
 	}
 }
+
+// TestStartChecksListens: an address of Config.Listens (a site on a port
+// the caller picked) is held to the gateway's own rule: shared with
+// another SO_REUSEPORT listener, Start fails with ErrBindRace naming it;
+// free, the gateway alone listens there once Start returns.
+func TestStartChecksListens(t *testing.T) {
+	root := repoRoot(t)
+	site := func(addr string) string {
+		return DefaultCaddyfile + "\nhttp://" + addr + " {\n\tbind 127.0.0.1\n\trespond ok\n}\n"
+	}
+	held := holdShared(t)
+	env, err := Start(Config{RepoRoot: root, Credentials: creds, Caddyfile: site(held), Listens: []string{held}})
+	if err == nil {
+		env.Close()
+		t.Fatal("Start succeeded with a port of Listens shared")
+	}
+	if !errors.Is(err, ErrBindRace) || !strings.Contains(err.Error(), held) {
+		t.Fatalf("Start = %v, want ErrBindRace naming %s", err, held)
+	}
+	// A free port picked here may still be taken before the gateway
+	// binds it: that start is a bind race too, and a new port is picked.
+	var free string
+	for attempt := 1; ; attempt++ {
+		if free, err = freeport.Addr(); err != nil {
+			t.Fatal(err)
+		}
+		env, err = Start(Config{RepoRoot: root, Credentials: creds, Caddyfile: site(free), Listens: []string{free}})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrBindRace) || attempt == 5 {
+			t.Fatal(err)
+		}
+	}
+	defer env.Close()
+	if all, own, err := freeport.Listeners(env.PID(), free); all != 1 || own != 1 || err != nil {
+		t.Fatalf("Listeners(gateway, %s) = %d, %d, %v; want 1, 1", free, all, own, err)
+	}
+}

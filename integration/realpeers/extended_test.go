@@ -148,7 +148,7 @@ func apiCall(t *testing.T, key, method, url, body string) apiAnswer {
 func execdMkdir(t *testing.T, dir string) {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{dir: map[string]any{"mode": 755}})
-	resp, err := http.Post("http://"+probeIP+":44772/directories", "application/json", bytes.NewReader(body))
+	resp, err := testClient.Post("http://"+probeIP+":44772/directories", "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

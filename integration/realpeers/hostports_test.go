@@ -3,6 +3,7 @@ package realpeers_test
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -61,13 +62,6 @@ func TestPortIsolationAgainstTheRealIngress(t *testing.T) {
 	requireTier(t)
 	w.startExecd(t, "head")
 	w.startPortServer(t)
-	addr, err := freeport.Addr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, port, _ := net.SplitHostPort(addr)
-	cf := strings.NewReplacer("{{INGRESS_A}}", w.a.ingress, "{{INGRESS_B}}", w.b.ingress, "{{CORECTL_URL}}", w.api,
-		"{{INTERNAL_FILE}}", w.internalFile, "{{PORT}}", port).Replace(hostPortsCaddyfile)
 	gwLogPath := filepath.Join(t.TempDir(), "gateway.log")
 	gwLog, err := os.Create(gwLogPath)
 	if err != nil {
@@ -75,10 +69,28 @@ func TestPortIsolationAgainstTheRealIngress(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = gwLog.Close() })
 	logTail := func() string { b, _ := os.ReadFile(gwLogPath); return fmt.Sprintf("%.6000s", b) }
-	g, err := harness.Start(harness.Config{RepoRoot: w.root, Caddyfile: cf, GatewayAddr: addr, CredentialsFile: w.gateway.CredFile,
-		KeyFile: w.gateway.KeyFile, KeyID: "primary", Stderr: gwLog})
-	if err != nil {
-		t.Fatalf("the host-routing gateway: %v\n%s", err, logTail())
+	// The gateway's address is in the Caddyfile: picked for each start
+	// attempt, again when it was taken before the gateway listened.
+	var (
+		addr string
+		g    *harness.Env
+	)
+	for attempt := 1; ; attempt++ {
+		if addr, err = freeport.Addr(); err != nil {
+			t.Fatal(err)
+		}
+		_, port, _ := net.SplitHostPort(addr)
+		cf := strings.NewReplacer("{{INGRESS_A}}", w.a.ingress, "{{INGRESS_B}}", w.b.ingress, "{{CORECTL_URL}}", w.api,
+			"{{INTERNAL_FILE}}", w.internalFile, "{{PORT}}", port).Replace(hostPortsCaddyfile)
+		g, err = harness.Start(harness.Config{RepoRoot: w.root, Caddyfile: cf, GatewayAddr: addr, CredentialsFile: w.gateway.CredFile,
+			KeyFile: w.gateway.KeyFile, KeyID: "primary", Stderr: gwLog})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, harness.ErrBindRace) || attempt == 5 {
+			t.Fatalf("the host-routing gateway: %v\n%s", err, logTail())
+		}
+		t.Logf("gateway start attempt %d: %v; again with a new address", attempt, err)
 	}
 	t.Cleanup(g.Close)
 	a, b := w.createSandbox(t), w.createSandbox(t)
@@ -87,7 +99,7 @@ func TestPortIsolationAgainstTheRealIngress(t *testing.T) {
 		t.Helper()
 		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
 		req.Host = host(id)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

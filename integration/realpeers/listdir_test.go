@@ -46,7 +46,7 @@ func TestListDirOddNamesAgainstTheRealExecd(t *testing.T) {
 	w.startExecd(t, "head")
 	id, tok := w.createSandboxAs(t, apiKey)
 	execdURL := "http://" + probeIP + ":44772"
-	resp, err := http.Post(execdURL+"/command", "application/json", strings.NewReader(`{"command":`+jsonString(oddNamesScript)+`}`))
+	resp, err := testClient.Post(execdURL+"/command", "application/json", strings.NewReader(`{"command":`+jsonString(oddNamesScript)+`}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -43,6 +44,12 @@ import (
 	"github.com/sandgate/sandgate/nodecore/api"
 	"github.com/sandgate/sandgate/nodecore/hub"
 )
+
+// testClient is the tests' HTTP client: http.DefaultClient's transport
+// with a bound on every request, its response body read included, so a
+// peer that hangs fails the request instead of holding the test until the
+// package's -timeout. No request here is meant to take that long.
+var testClient = &http.Client{Timeout: 2 * time.Minute}
 
 // wait bounds every wait: a safety net against a hang, not a measurement.
 const wait = 3 * time.Minute
@@ -169,12 +176,18 @@ func (w *world) removeContainers() {
 // one-time tokens from the admin API, and runs them.
 func (w *world) start() {
 	t := w.t
-	port, apiPort, adminPort := freePort(t), freePort(t), freePort(t)
-	w.base, w.api, w.admin = "http://127.0.0.1:"+port, "http://127.0.0.1:"+apiPort, "http://127.0.0.1:"+adminPort
 	key := write(t, filepath.Join(w.dir, "hmac.key"), hmacSecret)
 	credsFile := write(t, filepath.Join(w.dir, "credentials.yaml"), "credentials:\n  - id: cred-a\n    enabled: true\n    projectNamespace: p\n    clusterId: c\n")
-	// No node file: every node enrols.
-	caddyfile := fmt.Sprintf(`{
+	// The gateway binds its three ports itself: they are picked for each
+	// start attempt, again when one was taken before the gateway listened
+	// (it exits saying "address already in use", or another Caddy shares
+	// the port: SO_REUSEPORT).
+	var gw *gatewayproc.Process
+	for attempt := 1; ; attempt++ {
+		port, apiPort, adminPort := freePort(t), freePort(t), freePort(t)
+		w.base, w.api, w.admin = "http://127.0.0.1:"+port, "http://127.0.0.1:"+apiPort, "http://127.0.0.1:"+adminPort
+		// No node file: every node enrols.
+		caddyfile := fmt.Sprintf(`{
 	debug
 	admin 127.0.0.1:%s
 	auto_https off
@@ -204,9 +217,24 @@ http://127.0.0.1:%s {
 	sandbox_node_connect
 }
 `, adminPort, key, credsFile, filepath.Join(w.dir, "core-state"), filepath.Join(w.dir, "releases"), apiPort, sha(apiToken), port)
-	gw, err := gatewayproc.Start(w.caddy, w.dir, caddyfile, &w.gwLog)
-	if err != nil {
-		t.Fatal(err)
+		bind := &harness.BindWatch{}
+		var err error
+		if gw, err = gatewayproc.Start(w.caddy, w.dir, caddyfile, io.MultiWriter(&w.gwLog, bind)); err != nil {
+			t.Fatal(err)
+		}
+		for _, addr := range []string{port, apiPort, adminPort} {
+			if err = gw.WaitListening("127.0.0.1:" + addr); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			break
+		}
+		gw.Stop()
+		if !(bind.InUse() || errors.Is(err, freeport.ErrShared)) || attempt == 5 {
+			t.Fatalf("%v\n%s", err, tail(w.gwLog.String(), 8000))
+		}
+		t.Logf("gateway start attempt %d: %v; again with new ports", attempt, err)
 	}
 	t.Cleanup(func() {
 		gw.Stop()
@@ -217,12 +245,6 @@ http://127.0.0.1:%s {
 			t.Error("the gateway log contains the API token")
 		}
 	})
-	if err := gw.WaitListening("127.0.0.1:" + port); err != nil {
-		t.Fatal(err)
-	}
-	if err := gw.WaitListening("127.0.0.1:" + adminPort); err != nil {
-		t.Fatal(err)
-	}
 	w.until("the sandgate app to start", func() bool {
 		status, _ := w.call(http.MethodGet, w.admin+admin.PoolsPath, "", nil)
 		return status == http.StatusOK
@@ -328,7 +350,7 @@ func (w *world) call(method, url, token string, body any) (int, []byte) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		return 0, nil
 	}

@@ -210,20 +210,17 @@ func podExecdToken(namespace, id string) (string, error) {
 // the test ends.
 func (x *sandboxExecds) start(token string) (string, error) {
 	t := x.t
-	addr, err := freeport.Addr()
-	if err != nil {
-		return "", err
-	}
 	if x.peer == "" {
 		root := t.TempDir()
 		if err := os.MkdirAll(filepath.Join(root, "home", "user"), 0o755); err != nil {
 			return "", err
 		}
 		srv := execdstub.New(execdstub.Config{Root: root, GracefulShutdown: 50 * time.Millisecond, AccessToken: token})
-		ln, err := net.Listen("tcp", addr)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return "", err
 		}
+		addr := ln.Addr().String()
 		hs := &http.Server{Handler: srv}
 		go func() { _ = hs.Serve(ln) }()
 		t.Cleanup(func() { _ = hs.Close(); srv.Close() })
@@ -231,6 +228,12 @@ func (x *sandboxExecds) start(token string) (string, error) {
 			return "", fmt.Errorf("the execd stand-in answered a ping without its token %d (%v), want 401", st, err)
 		}
 		return addr, nil
+	}
+	// The real execd binds the port itself: picked below the ephemeral
+	// range, the only place a separate process can be told one.
+	addr, err := freeport.Addr()
+	if err != nil {
+		return "", err
 	}
 	_, port, _ := net.SplitHostPort(addr)
 	script := `set -e; mount -t tmpfs sandgate-home /home; mkdir -p /home/user; mount -t tmpfs sandgate-tmp /tmp; exec "$0" "$@"`

@@ -3,6 +3,7 @@ package rotation
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/hack/gatewayproc"
+	"github.com/sandgate/sandgate/integration/harness"
 	"github.com/sandgate/sandgate/internal/freeport"
 )
 
@@ -89,17 +91,17 @@ func testNodeAPITokenRotation(t *testing.T, config func(port, current, slot stri
 		if err := os.MkdirAll(gdir, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		admin, err := freeport.Port()
-		if err != nil {
-			t.Fatal(err)
-		}
-		port, err := freeport.Port()
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodes, sites := config(port, current, slot)
-		cf := fmt.Sprintf(`{
-	admin 127.0.0.1:%s
+		// The site's port is bound by the gateway: picked again when it was
+		// taken before the gateway listened.
+		var g *nodeAPIGateway
+		for attempt := 1; ; attempt++ {
+			port, err := freeport.Port()
+			if err != nil {
+				t.Fatal(err)
+			}
+			nodes, sites := config(port, current, slot)
+			cf := fmt.Sprintf(`{
+	admin off
 	auto_https off
 	default_bind 127.0.0.1
 	persist_config off
@@ -111,17 +113,25 @@ func testNodeAPITokenRotation(t *testing.T, config func(port, current, slot stri
 		}
 	}
 }
-%s`, admin, key, creds, filepath.Join(gdir, "state"), nodes, sites)
-		g := &nodeAPIGateway{url: "http://127.0.0.1:" + port, log: &bytes.Buffer{}}
-		g.proc, err = gatewayproc.Start(caddy, gdir, cf, g.log)
-		if err != nil {
-			t.Fatal(err)
+%s`, key, creds, filepath.Join(gdir, "state"), nodes, sites)
+			g = &nodeAPIGateway{url: "http://127.0.0.1:" + port, log: &bytes.Buffer{}}
+			bind := &harness.BindWatch{}
+			g.proc, err = gatewayproc.Start(caddy, gdir, cf, io.MultiWriter(g.log, bind))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = g.proc.WaitListening("127.0.0.1:" + port)
+			if err == nil {
+				break
+			}
+			g.proc.Stop()
+			if !(bind.InUse() || errors.Is(err, freeport.ErrShared)) || attempt == 5 {
+				t.Fatalf("gateway %d: %v\n%s", gens, err, g.log)
+			}
+			t.Logf("gateway %d, start attempt %d: %v; again with a new port", gens, attempt, err)
 		}
 		g.stop = sync.OnceFunc(g.proc.Stop)
 		t.Cleanup(g.stop)
-		if err := g.proc.WaitListening("127.0.0.1:" + port); err != nil {
-			t.Fatalf("gateway %d: %v\n%s", gens, err, g.log)
-		}
 		all = append(all, g)
 		return g
 	}

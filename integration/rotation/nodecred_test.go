@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -92,15 +93,21 @@ func TestNodeCredentialRotationUnderTraffic(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	connectPort, err := freeport.Port()
-	if err != nil {
-		t.Fatal(err)
+	// The gateway binds its node connect and node API ports itself, and
+	// the nodes' configuration names the first: both are picked here and
+	// again when one was taken before the gateway listened (below).
+	var connectPort, apiPort, apiURL string
+	pickPorts := func() {
+		var err error
+		if connectPort, err = freeport.Port(); err != nil {
+			t.Fatal(err)
+		}
+		if apiPort, err = freeport.Port(); err != nil {
+			t.Fatal(err)
+		}
+		apiURL = "http://127.0.0.1:" + apiPort + api.Prefix
 	}
-	apiPort, err := freeport.Port()
-	if err != nil {
-		t.Fatal(err)
-	}
-	apiURL := "http://127.0.0.1:" + apiPort + api.Prefix
+	pickPorts()
 	apiToken := randomToken(t)
 	const heartbeat = "500ms"
 
@@ -166,7 +173,11 @@ heartbeat = %q
 	creds := filepath.Join(dir, "credentials.yaml")
 	writeFile(t, creds, "credentials: []\n")
 	gwLog := &gatewayproc.Output{}
-	gw, err := gatewayproc.Start(caddy, filepath.Join(dir), fmt.Sprintf(`{
+	var gw *gatewayproc.Process
+	for attempt := 1; ; attempt++ {
+		bind := &harness.BindWatch{}
+		var err error
+		gw, err = gatewayproc.Start(caddy, filepath.Join(dir), fmt.Sprintf(`{
 	admin off
 	auto_https off
 	default_bind 127.0.0.1
@@ -191,16 +202,36 @@ http://127.0.0.1:%s {
 		token_sha256 %s
 	}
 }
-`, key, creds, nodesFile, filepath.Join(dir, "state"), heartbeat, connectPort, apiPort, sha256Hex(apiToken)), gwLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(gw.Stop)
-	for _, p := range []string{connectPort, apiPort} {
-		if err := gw.WaitListening("127.0.0.1:" + p); err != nil {
+`, key, creds, nodesFile, filepath.Join(dir, "state"), heartbeat, connectPort, apiPort, sha256Hex(apiToken)), io.MultiWriter(gwLog, bind))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{connectPort, apiPort} {
+			if err = gw.WaitListening("127.0.0.1:" + p); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			break
+		}
+		gw.Stop()
+		if !(bind.InUse() || errors.Is(err, freeport.ErrShared)) || attempt == 5 {
 			t.Fatalf("%v\n%s", err, gwLog)
 		}
+		// A port was taken before the gateway listened: new ports, and the
+		// nodes' core_origin (their configuration's first line) follows.
+		t.Logf("gateway start attempt %d: %v; again with new ports", attempt, err)
+		pickPorts()
+		for _, n := range nodes {
+			b, err := os.ReadFile(n.config)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, rest, _ := strings.Cut(string(b), "\n")
+			writeFile(t, n.config, fmt.Sprintf("core_origin = \"http://127.0.0.1:%s\"\n", connectPort)+rest)
+		}
 	}
+	t.Cleanup(gw.Stop)
 
 	apiClient := &http.Client{Timeout: wait}
 	call := func(ctx context.Context, method, path string, body any, out any) (int, error) {

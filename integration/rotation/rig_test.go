@@ -62,6 +62,12 @@ import (
 	"github.com/sandgate/sandgate/internal/freeport"
 )
 
+// testClient is the tests' HTTP client: http.DefaultClient's transport
+// with a bound on every request, its response body read included, so a
+// peer that hangs fails the request instead of holding the test until the
+// package's -timeout. No request here is meant to take that long.
+var testClient = &http.Client{Timeout: 2 * time.Minute}
+
 var env *kubetest.Env
 
 func TestMain(m *testing.M) {
@@ -104,12 +110,14 @@ type corectlProc struct {
 	name string
 	cmd  *exec.Cmd
 	addr string
-	log  string
-	done chan error
+	// probe is the probe listener's address ("" without -probe-listen).
+	probe string
+	log   string
+	done  chan error
 }
 
 // startCorectl runs bin/corectl with args and waits for its "corectl
-// serving" line, which names the API address.
+// serving" line, which names the API address and the probe listener's.
 func startCorectl(t *testing.T, root, name string, args ...string) *corectlProc {
 	t.Helper()
 	p := &corectlProc{name: name, cmd: exec.Command(filepath.Join(root, "bin", "corectl"), args...),
@@ -127,7 +135,8 @@ func startCorectl(t *testing.T, root, name string, args ...string) *corectlProc 
 	go func() { p.done <- p.cmd.Wait(); pw.Close() }()
 	t.Cleanup(func() { p.stop(t) })
 	select {
-	case p.addr = <-harness.CorectlServingAddr(pr):
+	case s := <-harness.CorectlServingAddrs(pr):
+		p.addr, p.probe = s.Addr, s.ProbeAddr
 	case err := <-p.done:
 		p.done <- err
 		b, _ := os.ReadFile(p.log)
@@ -481,15 +490,13 @@ func newRig(t *testing.T, extra func(r *rig) []string, caddyfile func(r *rig, st
 func (r *rig) replica() *corectlProc {
 	t := r.t
 	r.gen++
-	probe, err := freeport.Addr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := append(append(slices.Clone(r.args), "-probe-listen", probe), r.extra(r)...)
+	// The replica picks its probe port and binds it at start; its serving
+	// line names it.
+	args := append(append(slices.Clone(r.args), "-probe-listen", "127.0.0.1:0"), r.extra(r)...)
 	p := startCorectl(t, r.root, fmt.Sprintf("corectl-%d", r.gen), args...)
 	r.all = append(r.all, p)
-	if err := p.waitReady(probe, time.Now().Add(wait)); err != nil {
-		t.Fatalf("%s never became ready: %v\n%s", p.name, err, p.notReady(probe))
+	if err := p.waitReady(p.probe, time.Now().Add(wait)); err != nil {
+		t.Fatalf("%s never became ready: %v\n%s", p.name, err, p.notReady(p.probe))
 	}
 	return p
 }
@@ -512,7 +519,7 @@ func (p *corectlProc) waitReady(probe string, deadline time.Time) error {
 		default:
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+probe+"/readyz", nil)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testClient.Do(req)
 		if err != nil {
 			return false, nil
 		}
@@ -550,7 +557,7 @@ func (r *rig) api(method, path, body string, out any) int {
 	r.t.Helper()
 	req, _ := http.NewRequest(method, r.front+path, strings.NewReader(body))
 	req.Header.Set("X-API-Key", r.key())
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -625,7 +632,7 @@ func (r *rig) dataPlane(ctx context.Context, sb sandbox) (int, string, error) {
 	return resp.StatusCode, string(b), nil
 }
 
-var dataPlaneClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+var dataPlaneClient = &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{DisableKeepAlives: true}}
 
 // replicaTransport carries the Service's requests to the corectl
 // replicas: kept-alive connections, enough for every client at once (a
@@ -818,20 +825,16 @@ func TestReplicaExitEndsReadinessWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { held.Close() })
-	probe, err := freeport.Addr()
-	if err != nil {
-		t.Fatal(err)
-	}
 	p := startCorectl(t, root, "corectl-no-relay", "-config", file("clusters.json", string(cfgJSON)),
 		"-credentials", file("credentials.yaml", fmt.Sprintf("credentials:\n  - {id: cred-a, enabled: true, projectNamespace: %s, clusterId: cluster-a}\n", ns)),
 		"-api-keys", file("keys.yaml", keysFile(oldAPIKey)), "-listen", "127.0.0.1:0", "-leader-election-namespace", env.Namespace(t),
-		"-probe-listen", probe, "-probe-relay-url", "http://"+relay, "-probe-relay-token-file", file("relay.token", randomToken(t)+"\n"),
+		"-probe-listen", "127.0.0.1:0", "-probe-relay-url", "http://"+relay, "-probe-relay-token-file", file("relay.token", randomToken(t)+"\n"),
 		"-probe-relay-wait", "1s")
-	err = p.waitReady(probe, time.Now().Add(wait))
+	err = p.waitReady(p.probe, time.Now().Add(wait))
 	if err == nil || !strings.Contains(err.Error(), "corectl-no-relay exited (exit status 1)") {
 		t.Fatalf("the wait for a replica that exits = %v, want its exit", err)
 	}
-	if why := p.notReady(probe); !strings.Contains(why, "the gateway's probe relay") {
+	if why := p.notReady(p.probe); !strings.Contains(why, "the gateway's probe relay") {
 		t.Fatalf("the replica's log does not say why it exited:\n%s", why)
 	}
 }

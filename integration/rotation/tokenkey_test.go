@@ -123,7 +123,7 @@ func TestTokenKeyRotationWithProcesses(t *testing.T) {
 			var got struct{ EnvdAccessToken string }
 			req, _ := http.NewRequestWithContext(connecting, "POST", r.front+"/sandboxes/"+id+"/connect", strings.NewReader(`{"timeout":60}`))
 			req.Header.Set("X-API-Key", r.key())
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := testClient.Do(req)
 			if connecting.Err() != nil {
 				return
 			}

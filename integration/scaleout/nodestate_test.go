@@ -30,6 +30,12 @@ import (
 	"github.com/sandgate/sandgate/nodecore/kubestore"
 )
 
+// testClient is the tests' HTTP client: http.DefaultClient's transport
+// with a bound on every request, its response body read included, so a
+// peer that hangs fails the request instead of holding the test until the
+// package's -timeout. No request here is meant to take that long.
+var testClient = &http.Client{Timeout: 2 * time.Minute}
+
 // TestNodeStateAcrossReplicas runs three bin/caddy replicas with `nodes {
 // store kubernetes }` on a real kube-apiserver: a deployment set through
 // replica 0's admin API is what replicas 1 and 2 show; a token issued
@@ -91,7 +97,7 @@ func TestNodeStateAcrossReplicas(t *testing.T) {
 		}
 		req, _ := http.NewRequest(method, url, r)
 		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

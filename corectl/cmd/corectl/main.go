@@ -95,6 +95,13 @@ func parseFlags(fs *flag.FlagSet, usage string, args []string) (code int, stop b
 	}
 }
 
+// serving is called by run with the API's and the probe listener's bound
+// addresses ("" without -probe-listen) once both listen, before the
+// daemon runs. It does nothing; a test of run replaces it to learn the
+// ports of "-listen 127.0.0.1:0", bound by run itself, so no port is
+// picked first and bound later.
+var serving = func(addr, probeAddr string) {}
+
 func run(args []string) error {
 	if len(args) > 0 && args[0] == "rbac" {
 		return runRBAC(args[1:], os.Stdout)
@@ -219,6 +226,7 @@ func run(args []string) error {
 		return err
 	}
 	log.Info("corectl serving", "addr", d.Addr(), "probeAddr", d.ProbeAddr(), "clusters", len(cfg.Clusters), "leaderElection", *elect)
+	serving(d.Addr(), d.ProbeAddr())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return d.Run(ctx)

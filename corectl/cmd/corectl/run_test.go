@@ -13,7 +13,6 @@ import (
 
 	"github.com/sandgate/sandgate/corectl/apikey"
 	"github.com/sandgate/sandgate/corectl/kubetest"
-	"github.com/sandgate/sandgate/internal/freeport"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -57,15 +56,25 @@ templates: {clusterId: c1, namespace: `+ns+`}
 `)
 	creds := write("credentials.yaml", "credentials:\n  - {id: cred, enabled: true, projectNamespace: "+ns+", clusterId: c1}\n")
 	keys := write("keys.yaml", "keys:\n  - {name: k, sha256: "+apikey.Digest("key")+", credentialId: cred}\n")
-	addr, err := freeport.Addr() // below the ephemeral range: no outgoing connection takes it meanwhile
-	if err != nil {
-		t.Fatal(err)
-	}
+	// run binds the API on a port the kernel picks and tells it through
+	// serving.
+	addrc := make(chan string, 1)
+	saved := serving
+	serving = func(addr, _ string) { addrc <- addr }
+	t.Cleanup(func() { serving = saved })
 
 	done := make(chan error, 1)
 	go func() {
-		done <- run([]string{"-config", cfg, "-credentials", creds, "-api-keys", keys, "-listen", addr})
+		done <- run([]string{"-config", cfg, "-credentials", creds, "-api-keys", keys, "-listen", "127.0.0.1:0"})
 	}()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case err := <-done:
+		t.Fatalf("run returned before serving: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("run did not serve within 60 s")
+	}
 	var code int
 	var body string
 	kubetest.Eventually(t, 60*time.Second, "an egress PUT through the command's API", func() (bool, error) {
