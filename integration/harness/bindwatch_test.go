@@ -1,6 +1,12 @@
 package harness
 
-import "testing"
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/sandgate/sandgate/internal/freeport"
+)
 
 // TestBindWatch: the phrase is found when the gateway's log line arrives
 // in pieces, and not in output that only resembles it.
@@ -38,4 +44,22 @@ func splitBytes(s string) []string {
 		out[i] = s[i : i+1]
 	}
 	return out
+}
+
+// TestBindWatchLost: a start lost its port when the output said so or
+// the error is freeport.ErrShared (wrapped or not), and not for another
+// error with quiet output.
+func TestBindWatchLost(t *testing.T) {
+	other := errors.New("gateway exited: exit status 1")
+	if (&BindWatch{}).Lost(other) {
+		t.Fatal("another error with nothing in the output counts as a lost port")
+	}
+	if !(&BindWatch{}).Lost(fmt.Errorf("127.0.0.1:1: %w", freeport.ErrShared)) {
+		t.Fatal("a shared port does not count as lost")
+	}
+	b := &BindWatch{}
+	_, _ = b.Write([]byte(`listen tcp 127.0.0.1:1: bind: address already in use`))
+	if !b.Lost(other) {
+		t.Fatal("output naming the port in use does not count as lost")
+	}
 }

@@ -551,3 +551,11 @@ func (b *BindWatch) InUse() bool {
 	defer b.mu.Unlock()
 	return b.seen
 }
+
+// Lost reports whether a gateway start that failed with err lost a port
+// it was given to another process, so that the caller may pick new ports
+// and start again: its output said "address already in use" (InUse), or
+// err is freeport.ErrShared (another socket listens on the port too).
+func (b *BindWatch) Lost(err error) bool {
+	return b.InUse() || errors.Is(err, freeport.ErrShared)
+}

@@ -20,7 +20,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -231,7 +230,7 @@ http://127.0.0.1:%s {
 			break
 		}
 		gw.Stop()
-		if !(bind.InUse() || errors.Is(err, freeport.ErrShared)) || attempt == 5 {
+		if !bind.Lost(err) || attempt == 5 {
 			t.Fatalf("%v\n%s", err, tail(w.gwLog.String(), 8000))
 		}
 		t.Logf("gateway start attempt %d: %v; again with new ports", attempt, err)

@@ -3,7 +3,6 @@ package rotation
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -125,7 +124,7 @@ func testNodeAPITokenRotation(t *testing.T, config func(port, current, slot stri
 				break
 			}
 			g.proc.Stop()
-			if !(bind.InUse() || errors.Is(err, freeport.ErrShared)) || attempt == 5 {
+			if !bind.Lost(err) || attempt == 5 {
 				t.Fatalf("gateway %d: %v\n%s", gens, err, g.log)
 			}
 			t.Logf("gateway %d, start attempt %d: %v; again with a new port", gens, attempt, err)

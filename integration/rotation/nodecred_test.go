@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -215,7 +214,7 @@ http://127.0.0.1:%s {
 			break
 		}
 		gw.Stop()
-		if !(bind.InUse() || errors.Is(err, freeport.ErrShared)) || attempt == 5 {
+		if !bind.Lost(err) || attempt == 5 {
 			t.Fatalf("%v\n%s", err, gwLog)
 		}
 		// A port was taken before the gateway listened: new ports, and the
