@@ -50,8 +50,9 @@ docker_env = docker_host="$$($(PHASE) $(1) "starting the private Docker engine (
 chromium_env = chromium="$$($(PHASE) $(1) "finding Chromium for the browser test (hack/browser/chromium.sh)" \
 	"first time about a minute with apt-get install chromium; then nothing" -- bash hack/browser/chromium.sh)"; \
 	export SANDGATE_CHROMIUM="$$chromium"
-kube_env = kube_assets="$$($(PHASE) $(1) "building kube-apiserver and etcd for envtest (hack/kube/build.sh)" \
-	"first time 8-10 min on 2 idle cores, 35 on a loaded machine; then cached" -- bash hack/kube/build.sh)"; \
+kube_env = kube_assets="$$($(PHASE) $(1) "building kube-apiserver and etcd for envtest, and kubectl of their version for deploy's prune test (hack/kube/build.sh, hack/kube/kubectl.sh)" \
+	"first time 8-10 min on 2 idle cores, 35 on a loaded machine; then cached" -- \
+	bash -c 'bash hack/kube/kubectl.sh >/dev/null && bash hack/kube/build.sh')"; \
 	export KUBEBUILDER_ASSETS="$$kube_assets"
 # The real-peer tier (README "The real-peer tier", integration/realpeers): when SANDGATE_PEERS
 # names the upstream archives, $(call peers_env,<label>,<label>) builds the real OpenSandbox

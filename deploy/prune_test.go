@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -34,7 +35,11 @@ func kubectlBinary(t *testing.T) string {
 	t.Helper()
 	kubectlOnce.Do(func() {
 		var stderr bytes.Buffer
-		cmd := exec.Command("bash", "../hack/kube/kubectl.sh")
+		// Built in make test's phase 9; a run of this package alone builds
+		// it here (about a minute the first time), bounded.
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "bash", "../hack/kube/kubectl.sh")
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
 		if err != nil {
@@ -138,7 +143,11 @@ func TestPruneGenerated(t *testing.T) {
 	home := filepath.Join(tmp, "home") // kubectl's discovery cache
 	run := func(stdin string, args ...string) []string {
 		t.Helper()
-		cmd := exec.Command(kubectl, append([]string{"--kubeconfig", kc}, args...)...)
+		// Each call is bounded: kubectl's own requests by
+		// --request-timeout, the process by the context.
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(cctx, kubectl, append([]string{"--kubeconfig", kc, "--request-timeout", "60s"}, args...)...)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "HOME="+home, "KUBECONFIG=")
 		cmd.Stdin = strings.NewReader(stdin)
