@@ -237,9 +237,15 @@ func (k *KubernetesPresence) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return d.Errf("%s already specified", opt)
 		}
 		seen[opt] = true
-		syntax := map[string]string{"advertise": "<url>", "peer_token_file": "<path>"}[opt]
-		if opt == "lease_duration" || opt == "renew_interval" {
-			syntax = "<duration>"
+		// The name first: a misspelt or moved one is not a count error.
+		switch opt {
+		case "namespace", "replica_id", "kubeconfig", "qps":
+			return d.Errf("presence kubernetes: %s moved to the sandgate app's kubernetes block", opt)
+		}
+		syntax, known := map[string]string{"advertise": "<url>", "peer_token_file": "<path>",
+			"lease_duration": "<duration>", "renew_interval": "<duration>"}[opt]
+		if !known {
+			return d.Errf("unrecognized presence kubernetes subdirective %q", opt)
 		}
 		if err := argcount.Check(d, opt, 1, 1, syntax); err != nil {
 			return err
@@ -263,10 +269,6 @@ func (k *KubernetesPresence) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("bad renew_interval %q: must be a positive duration up to 1h", v)
 			}
 			k.RenewInterval = caddy.Duration(dur)
-		case "namespace", "replica_id", "kubeconfig", "qps":
-			return d.Errf("presence kubernetes: %s moved to the sandgate app's kubernetes block", opt)
-		default:
-			return d.Errf("unrecognized presence kubernetes subdirective %q", opt)
 		}
 	}
 	if k.Advertise == "" || k.PeerTokenFile == "" {

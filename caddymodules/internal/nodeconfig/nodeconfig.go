@@ -467,9 +467,11 @@ func ParseKubernetes(d *caddyfile.Dispenser) (*Kubernetes, error) {
 			}
 			continue
 		}
-		syntax := map[string]string{"kubeconfig": "<path>", "context": "<name>", "namespace": "<ns>", "replica": "<id>"}[opt]
-		if syntax == "" {
-			syntax = "<n>"
+		// The name first: a misspelt one is not a count error.
+		syntax, known := map[string]string{"kubeconfig": "<path>", "context": "<name>", "namespace": "<ns>",
+			"replica": "<id>", "qps": "<n>", "burst": "<n>"}[opt]
+		if !known {
+			return nil, d.Errf("unrecognized kubernetes subdirective %q", opt)
 		}
 		if err := argcount.Check(d, opt, 1, 1, syntax); err != nil {
 			return nil, err
@@ -495,8 +497,6 @@ func ParseKubernetes(d *caddyfile.Dispenser) (*Kubernetes, error) {
 			} else {
 				k.Burst = n
 			}
-		default:
-			return nil, d.Errf("unrecognized kubernetes subdirective %q", opt)
 		}
 	}
 	switch {
