@@ -142,15 +142,6 @@ func TestSDKOverTLSThroughTheEdge(t *testing.T) {
 	t.Cleanup(func() { _ = corectlLn.Close() }) // for a test that ends before corectl owns it
 	corectlAddr := corectlLn.Addr().String()
 
-	shipped, err := os.ReadFile(filepath.Join(root, "deploy/components/tls-caddy/tls.caddyfile"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"/etc/sandgate/edge-tls/", "corectl:8090", "\n:30084 {\n"} {
-		if strings.Count(string(shipped), want) == 0 {
-			t.Fatalf("the component's tls.caddyfile no longer holds %q; this test rewrites it", want)
-		}
-	}
 	id := sim.NewIdentity()
 	nodes := filepath.Join(dir, "nodes.yaml")
 	if err := os.WriteFile(nodes, []byte(sim.CredentialsFile([]sim.Identity{id})), 0o600); err != nil {
@@ -173,10 +164,8 @@ func TestSDKOverTLSThroughTheEdge(t *testing.T) {
 			}
 			ports[name] = p
 		}
-		tlsFile := strings.NewReplacer("/etc/sandgate/edge-tls/", secret.Dir+"/", "corectl:8090", corectlAddr,
-			"\n:30084 {\n", "\n:"+ports["api"]+" {\n\tbind 127.0.0.1\n").Replace(string(shipped))
-		tlsPath := filepath.Join(dir, "tls.caddyfile")
-		if err := os.WriteFile(tlsPath, []byte(tlsFile), 0o644); err != nil {
+		tlsPath, err := harness.EdgeTLSCaddyfile(root, dir, secret.Dir, corectlAddr, ports["api"])
+		if err != nil {
 			t.Fatal(err)
 		}
 		c.Caddyfile = strings.NewReplacer("{{TLS_CADDYFILE}}", tlsPath, "{{DATAPLANE_PORT}}", ports["dataplane"],
