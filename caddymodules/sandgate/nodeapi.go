@@ -88,13 +88,9 @@ func (a *App) provisionNodeAPI(cfg *NodeAPI) error {
 // listen addresses for stop (sitesListening). No http app: nil. ctx must
 // be the config's, its apps all provisioned (Start).
 func (s *nodeAPIServer) checkSites(ctx caddy.Context) error {
-	app, err := ctx.AppIfConfigured("http")
-	if err != nil {
-		return nil // no http app: no site to collide with
-	}
-	httpApp, ok := app.(*caddyhttp.App)
-	if !ok {
-		return nil
+	httpApp := configuredHTTPApp(ctx)
+	if httpApp == nil {
+		return nil // no site to collide with
 	}
 	s.shutdownDelay = time.Duration(httpApp.ShutdownDelay)
 	for _, srv := range httpApp.Servers {
@@ -113,15 +109,23 @@ func (s *nodeAPIServer) checkSites(ctx caddy.Context) error {
 // each app once, whichever asks first), and reads nothing into s. An http
 // app that fails to load is left for Caddy to report as its own error.
 func (s *nodeAPIServer) validateSites(ctx caddy.Context) error {
-	app, err := ctx.AppIfConfigured("http")
-	if err != nil {
-		return nil // not configured, or its own failure, which Caddy reports
-	}
-	httpApp, ok := app.(*caddyhttp.App)
-	if !ok {
+	httpApp := configuredHTTPApp(ctx)
+	if httpApp == nil {
 		return nil
 	}
 	return siteConflict(s.addr, httpApp)
+}
+
+// configuredHTTPApp returns ctx's http app, loading it if it is configured
+// and not loaded yet, or nil when the config has none or it fails to load
+// (Caddy reports that failure as the http app's own error).
+func configuredHTTPApp(ctx caddy.Context) *caddyhttp.App {
+	app, err := ctx.AppIfConfigured("http")
+	if err != nil {
+		return nil
+	}
+	httpApp, _ := app.(*caddyhttp.App)
+	return httpApp
 }
 
 // siteConflict returns an error naming the server and the address when a
