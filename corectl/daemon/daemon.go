@@ -453,7 +453,9 @@ func New(opts Options) (d *Daemon, err error) {
 	if opts.ProbeListen != "" {
 		pl, err := net.Listen("tcp", opts.ProbeListen)
 		if err != nil {
-			l.Close()
+			if opts.Listener == nil {
+				l.Close() // a given listener is closed by New's deferred call
+			}
 			return nil, fmt.Errorf("probe listener: %w", err)
 		}
 		d.probe = pl

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,5 +114,48 @@ func TestNewFailingClosesTheGivenListener(t *testing.T) {
 	}
 	if !closed(l) {
 		t.Fatal("New returned an error and left the given listener open")
+	}
+}
+
+// countingListener counts its Close calls.
+type countingListener struct {
+	net.Listener
+	closes atomic.Int32
+}
+
+func (c *countingListener) Close() error {
+	c.closes.Add(1)
+	return c.Listener.Close()
+}
+
+// TestProbeListenFailingClosesTheGivenListenerOnce: when the probe
+// address cannot be bound, New fails with "probe listener" and closes
+// the listener it was given exactly once (it used to close it twice:
+// once as its own and once as the given one).
+func TestProbeListenFailingClosesTheGivenListenerOnce(t *testing.T) {
+	s := newSetup(t, "c-probe-taken")
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &countingListener{Listener: inner}
+	_, err = daemon.New(daemon.Options{
+		Config: s.cfg, Keys: s.keys, Credentials: s.src, Listener: l,
+		ProbeListen: taken.Addr().String(),
+		RESTConfig:  func(*cluster.Cluster) (*rest.Config, error) { return rest.CopyConfig(env.Config), nil },
+	})
+	if err == nil || !strings.Contains(err.Error(), "probe listener") {
+		t.Fatalf("New with a taken probe address: %v, want a probe listener error", err)
+	}
+	if n := l.closes.Load(); n != 1 {
+		t.Fatalf("the given listener was closed %d times, want 1", n)
+	}
+	if !closed(inner) {
+		t.Fatal("the given listener is still open")
 	}
 }
