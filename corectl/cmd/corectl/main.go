@@ -96,8 +96,8 @@ func parseFlags(fs *flag.FlagSet, usage string, args []string) (code int, stop b
 }
 
 // serving is called by run with the API's and the probe listener's bound
-// addresses ("" without -probe-listen) once both listen, before the
-// daemon runs. It does nothing; a test of run replaces it to learn the
+// addresses ("" without -probe-listen) once both listen and SIGTERM and
+// SIGINT stop run (no longer the process), before the daemon runs. It does nothing; a test of run replaces it to learn the
 // ports of "-listen 127.0.0.1:0", bound by run itself, so no port is
 // picked first and bound later.
 var serving = func(addr, probeAddr string) {}
@@ -225,10 +225,10 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	log.Info("corectl serving", "addr", d.Addr(), "probeAddr", d.ProbeAddr(), "clusters", len(cfg.Clusters), "leaderElection", *elect)
-	serving(d.Addr(), d.ProbeAddr())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	log.Info("corectl serving", "addr", d.Addr(), "probeAddr", d.ProbeAddr(), "clusters", len(cfg.Clusters), "leaderElection", *elect)
+	serving(d.Addr(), d.ProbeAddr())
 	return d.Run(ctx)
 }
 

@@ -75,6 +75,24 @@ templates: {clusterId: c1, namespace: `+ns+`}
 	case <-time.After(60 * time.Second):
 		t.Fatal("run did not serve within 60 s")
 	}
+	// A failure below leaves run running: stop it before the cleanup
+	// above puts serving back (run has read it, but a run still going
+	// would outlive the test). serving was called, so SIGTERM stops run.
+	stopped := false
+	t.Cleanup(func() {
+		if stopped {
+			return
+		}
+		if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+			t.Errorf("stop run: %v", err)
+			return
+		}
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			t.Error("run did not stop after SIGTERM")
+		}
+	})
 	var code int
 	var body string
 	kubetest.Eventually(t, 60*time.Second, "an egress PUT through the command's API", func() (bool, error) {
@@ -97,6 +115,7 @@ templates: {clusterId: c1, namespace: `+ns+`}
 	}
 	select {
 	case err := <-done:
+		stopped = true
 		if err != nil {
 			t.Fatalf("run after SIGTERM: %v", err)
 		}
