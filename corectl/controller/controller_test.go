@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/sandgate/sandgate/corectl/kubetest"
 	"github.com/sandgate/sandgate/corectl/sandbox"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -141,8 +143,9 @@ func TestIngressReconcilerAsksTheCacheFirst(t *testing.T) {
 // Ingress, read back, path-claim enumeration, status). The engines use a
 // client with the cluster's default client limits
 // (cluster.DefaultClientQPS/Burst), as corectl does. It reports
-// networks/min and the CPU per network of this process (the engines and
-// the benchmark), kube-apiserver and etcd. workers=1 runs one sandbox at a
+// networks/min, the CPU per network of this process (the engines and
+// the benchmark), kube-apiserver and etcd, and the requests the engines
+// sent per network (counted at the client's transport). workers=1 runs one sandbox at a
 // time; more workers run sandboxes concurrently, as the API and the
 // reconciler do under load.
 func BenchmarkReconcileSandboxNetworks(b *testing.B) {
@@ -154,6 +157,8 @@ func BenchmarkReconcileSandboxNetworks(b *testing.B) {
 			c.Ingress.Host = ns + ".example.test"
 			cfg := rest.CopyConfig(env.Config)
 			c.ApplyClientLimits(cfg)
+			var requests atomic.Int64
+			cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return countingTransport{rt, &requests} }
 			cl, err := client.New(cfg, client.Options{Scheme: env.Scheme})
 			if err != nil {
 				b.Fatal(err)
@@ -174,6 +179,7 @@ func BenchmarkReconcileSandboxNetworks(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			requests.Store(0)
 			b.ResetTimer()
 			start := time.Now()
 			done := make(chan struct{}, workers)
@@ -219,6 +225,74 @@ func BenchmarkReconcileSandboxNetworks(b *testing.B) {
 			b.ReportMetric(perNet(used.Self), "corectl-cpu-ms/network")
 			b.ReportMetric(perNet(used.APIServer), "apiserver-cpu-ms/network")
 			b.ReportMetric(perNet(used.Etcd), "etcd-cpu-ms/network")
+			b.ReportMetric(float64(requests.Load())/float64(b.N), "requests/network")
+		})
+	}
+}
+
+// countingTransport counts the requests its RoundTripper sends.
+type countingTransport struct {
+	rt http.RoundTripper
+	n  *atomic.Int64
+}
+
+func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	t.n.Add(1)
+	return t.rt.RoundTrip(r)
+}
+
+// BenchmarkClientRequestFloor measures what one request costs the client
+// alone: a GET of one small NetworkPolicy through controller-runtime's
+// client (protobuf, HTTP/2 over TLS to the real apiserver), client-side
+// limiting off, with inflight=1 (one request at a time: each waits for
+// its answer, so every answer wakes an idle thread) and 8 in flight. It
+// reports this process's CPU per request (utime+stime from /proc), the
+// floor under BenchmarkReconcileSandboxNetworks' requests/network (docs/
+// benchmarks.md "Sandbox networks per minute").
+func BenchmarkClientRequestFloor(b *testing.B) {
+	for _, inflight := range []int{1, 8} {
+		b.Run(fmt.Sprintf("inflight=%d", inflight), func(b *testing.B) {
+			ns := env.Namespace(b)
+			cfg := rest.CopyConfig(env.Config)
+			cfg.QPS, cfg.Burst = -1, 0
+			cl, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+			if err != nil {
+				b.Fatal(err)
+			}
+			key := client.ObjectKey{Namespace: ns, Name: "p"}
+			if err := cl.Create(ctx, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: ns}}); err != nil {
+				b.Fatal(err)
+			}
+			var next atomic.Int64
+			var failed atomic.Int64
+			cpu0, err := kubetest.ReadCPU()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			done := make(chan struct{}, inflight)
+			for w := 0; w < inflight; w++ {
+				go func() {
+					defer func() { done <- struct{}{} }()
+					for next.Add(1) <= int64(b.N) {
+						if err := cl.Get(ctx, key, &networkingv1.NetworkPolicy{}); err != nil {
+							failed.Add(1)
+						}
+					}
+				}()
+			}
+			for w := 0; w < inflight; w++ {
+				<-done
+			}
+			b.StopTimer()
+			cpu1, err := kubetest.ReadCPU()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if n := failed.Load(); n > 0 {
+				b.Fatalf("%d of %d GETs failed", n, b.N)
+			}
+			b.ReportMetric(float64(cpu1.Sub(cpu0).Self.Microseconds())/float64(b.N), "client-cpu-us/request")
 		})
 	}
 }
