@@ -10,16 +10,16 @@
 # hack/helm is a wrapper module with a go.mod `tool` directive (like
 # hack/controllergen and hack/kube/apiserver): helm's dependencies stay out of
 # the main go.mod. The binary goes to $SANDGATE_HELM_DIR, default
-#   ${XDG_CACHE_HOME:-$HOME/.cache}/sandgate/helm-<first 16 hex of sha256(go.sum)>/helm
-# so a changed pin (go.mod/go.sum) builds a new one, and an unchanged pin is a
-# cache hit (nothing is built).
+#   ${XDG_CACHE_HOME:-$HOME/.cache}/sandgate/helm-<first 16 hex of sha256(go.mod, go.sum)>/helm
+# (their contents only, not where the checkout is), so a changed pin builds a
+# new one, and an unchanged pin is a cache hit in any clone (nothing is built).
 #
 # Cost, cold: about 3-4 minutes on 2 cores (GOMODCACHE +0.3 GB); warm: nothing.
 set -euo pipefail
 
 GO="${GO:-go}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-sum="$(sha256sum "$here/go.mod" "$here/go.sum" | sha256sum | cut -c1-16)"
+sum="$(cat "$here/go.mod" "$here/go.sum" | sha256sum | cut -c1-16)"
 dest="${SANDGATE_HELM_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sandgate/helm-$sum}"
 
 log() { echo "hack/helm/build.sh: $*" >&2; }
