@@ -6,7 +6,10 @@
 #
 # It prints "==> [<label>] <what> (<usually>)" before the command, a line every
 # $SANDGATE_PHASE_TICK seconds (default 60) while the command runs, saying how long
-# it has run, and "    done in <duration>" or "    FAILED after <duration>" after it.
+# it has run, and "    done in <duration>" or "    FAILED after <duration>" after it
+# ("    interrupted after <duration>" when a Ctrl-C (SIGINT) reached it meanwhile:
+# the command stopped because it was asked to, which is no failure to look into;
+# it then exits with the command's status, or 130 if that was 0).
 # All of its own lines go to stderr; the command's stdout stays stdout, so a phase
 # whose output a caller captures (hack/docker/start.sh, hack/kube/build.sh) can be
 # wrapped too. It exits with the command's status.
@@ -39,11 +42,19 @@ start=$SECONDS
   done
 ) &
 ticker=$!
+# A terminal's Ctrl-C reaches the whole process group, the command too; this
+# script only notes it (bash waits for the command either way). SIGTERM keeps
+# its default: make sends it to this script alone, which must not outlive it.
+interrupted=
+trap 'interrupted=1' INT
 "$@"
 status=$?
 kill "$ticker" 2>/dev/null
 wait "$ticker" 2>/dev/null
-if ((status == 0)); then
+if [[ -n $interrupted ]]; then
+  echo "    interrupted after $(human $((SECONDS - start))) (exit status $status)" >&2
+  ((status != 0)) || status=130
+elif ((status == 0)); then
   echo "    done in $(human $((SECONDS - start)))" >&2
 else
   echo "    FAILED after $(human $((SECONDS - start))) (exit status $status)" >&2
