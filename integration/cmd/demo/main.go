@@ -299,7 +299,7 @@ func serveHelp(control string) string {
   curl -s -m 10 -w '\n' http://127.0.0.1:30083/filesystem.Filesystem/ListDir -H 'Content-Type: application/json' \
     -H 'E2b-Sandbox-Id: ` + sandboxID + `' -H 'E2b-Sandbox-Port: 49983' -H "X-Access-Token: $TOKEN" \
     -d '{"path":"/home/user","depth":1}'
-  curl -s -m 10 -w '\n' -H "Authorization: Bearer $(cat integration/demo/node-api-token.txt)" ` + nodeAPI + api.Prefix + `
+  curl -s -m 10 -H "Authorization: Bearer $(cat integration/demo/node-api-token.txt)" ` + nodeAPI + api.Prefix + `
   (cd integration/js && node --input-type=module -e "
     import { Sandbox } from 'e2b-2.51.0'
     const sbx = await Sandbox.connect('` + sandboxID + `', { apiKey: 'e2b_demo', apiUrl: '` + control + `',
