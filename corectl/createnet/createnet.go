@@ -13,8 +13,8 @@
 //     request's allowOut, which E2B ranks above denyOut;
 //   - ingress (extension, [{cidr, description?}]): the ingress allowlist;
 //   - a domain name in allowOut or denyOut: refused (a NetworkPolicy
-//     matches IP ranges only); egressProxy, maskRequestHost, rules:
-//     refused unless empty (wire.DecodeNetwork);
+//     matches IP ranges only); egressProxy, maskRequestHost, rules,
+//     httpsPorts: refused unless empty (wire.DecodeNetwork);
 //   - per dimension, an absent or empty value inherits the template
 //     (a network object that is not passed inherits both);
 //   - an invalid CIDR is a 400 with network_cidr_invalid (allowOut,

@@ -97,6 +97,7 @@ func TestCreateRefusesWhatItCannotHonour(t *testing.T) {
 		`{"templateID":"base","network":{"maskRequestHost":"${PORT}-x.example"}}`:          "network.maskRequestHost: not supported",
 		`{"templateID":"base","network":{"rules":{"api.example.com":[{"transform":{}}]}}}`: "network.rules: not supported",
 		`{"templateID":"base","network":{"egressProxy":{"address":"p.example:1080"}}}`:     "network.egressProxy: not supported",
+		`{"templateID":"base","network":{"httpsPorts":[3000]}}`:                            "network.httpsPorts: not supported",
 	} {
 		var eb struct {
 			Error   string `json:"error"`
@@ -108,11 +109,11 @@ func TestCreateRefusesWhatItCannotHonour(t *testing.T) {
 	}
 	w.nothingLeft()
 	// Every refusal but the wrongly typed allow_internet_access is counted.
-	if got := w.metrics().Value("corectl_create_refusals_total", "reason", "unsupported_field"); got != 12 {
-		t.Errorf("corectl_create_refusals_total{reason=unsupported_field} = %g, want 12", got)
+	if got := w.metrics().Value("corectl_create_refusals_total", "reason", "unsupported_field"); got != 13 {
+		t.Errorf("corectl_create_refusals_total{reason=unsupported_field} = %g, want 13", got)
 	}
 	// Accepted, changing nothing: the defaults and secure.
-	sb := w.create(`{"templateID":"base","secure":true,"autoPause":false,"autoResume":{"enabled":false},"lifecycle":{"onTimeout":"kill","autoResume":false},"volumeMounts":[],"mcp":null,"allow_internet_access":true,"network":{"allowPublicTraffic":true,"maskRequestHost":"","rules":{},"egressProxy":null}}`)
+	sb := w.create(`{"templateID":"base","secure":true,"autoPause":false,"autoResume":{"enabled":false},"lifecycle":{"onTimeout":"kill","autoResume":false},"volumeMounts":[],"mcp":null,"allow_internet_access":true,"network":{"allowPublicTraffic":true,"maskRequestHost":"","rules":{},"egressProxy":null,"httpsPorts":[]}}`)
 	if code, raw := w.do("DELETE", "/sandboxes/"+sb.SandboxID, "key-a", "", nil); code != http.StatusNoContent {
 		t.Fatalf("DELETE = %d %s", code, raw)
 	}

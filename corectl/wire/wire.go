@@ -570,7 +570,7 @@ func seconds(obj map[string]json.RawMessage, name string) (d time.Duration, give
 // Network is the create request's network object (E2B's
 // SandboxNetworkConfig with sandgate's extensions, spec §3.1.1 II).
 // DecodeNetwork refuses what sandgate cannot honour (a non-empty
-// maskRequestHost, rules or egressProxy) with an
+// maskRequestHost, rules, egressProxy or httpsPorts) with an
 // *UnsupportedError; other members not listed here are ignored, as the
 // JSON binding of the reference implementation drops them. Domain names
 // in AllowOut and DenyOut are refused when the network is resolved
@@ -596,6 +596,11 @@ type Network struct {
 	MaskRequestHost *string                    `json:"maskRequestHost"`
 	Rules           map[string]json.RawMessage `json:"rules"`
 	EgressProxy     json.RawMessage            `json:"egressProxy"`
+	// HTTPSPorts is E2B's list of the sandbox's ports that serve HTTPS
+	// (JS SDK 2.51's network.httpsPorts), which its proxy reaches over
+	// TLS: DecodeNetwork refuses it unless empty or null, since sandgate
+	// reaches a sandbox's ports over plain HTTP only.
+	HTTPSPorts []json.RawMessage `json:"httpsPorts"`
 }
 
 // IngressEntry is one ingress entry of a Network.
@@ -664,6 +669,8 @@ func DecodeNetwork(raw []byte) (*Network, error) {
 		return nil, &UnsupportedError{Field: "network.rules", Why: "sandgate has no egress HTTP proxy to apply per-domain transforms"}
 	case len(n.EgressProxy) > 0 && !isNull(n.EgressProxy):
 		return nil, &UnsupportedError{Field: "network.egressProxy", Why: "sandgate cannot tunnel egress through a proxy"}
+	case len(n.HTTPSPorts) > 0:
+		return nil, &UnsupportedError{Field: "network.httpsPorts", Why: "sandgate reaches a sandbox's ports over plain HTTP, not TLS"}
 	}
 	return &n, nil
 }

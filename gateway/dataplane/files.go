@@ -58,8 +58,9 @@ var downloadResponseHeaders = []string{"Content-Type", "Content-Length", "Conten
 	"Last-Modified", "ETag", "Content-Disposition"}
 
 // filesRead serves GET /files?path=: stat first (execd answers a directory
-// download with a broken 200, docs/wire-facts.md §X1.5), then stream execd's
-// GET /files/download, keeping Range.
+// download with a broken 200 or a 500, docs/wire-facts.md §X1.5), then
+// stream execd's GET /files/download, keeping Range. A directory, found by
+// the stat or by the download's answer, is IS_A_DIRECTORY.
 func (h *Handler) filesRead(w http.ResponseWriter, r *http.Request, rq *request) *Error {
 	user, e := h.restUser(r)
 	if e != nil {
@@ -94,15 +95,27 @@ func (h *Handler) filesRead(w http.ResponseWriter, r *http.Request, rq *request)
 	switch resp.StatusCode {
 	case http.StatusOK, http.StatusPartialContent, http.StatusNotModified, http.StatusPreconditionFailed, http.StatusRequestedRangeNotSatisfiable:
 	default:
-		e := fromExecd(execd.CheckResponse(resp), "read "+p)
+		checkErr := execd.CheckResponse(resp)
+		// Where the directory's filesystem cannot seek it (tmpfs), execd
+		// answers its download with 500 "seeker can't seek" instead
+		// (docs/wire-facts.md §X1.5): when the stat gave no type (v1.0.18)
+		// or a symlink's (HEAD), the type with symlinks followed tells a
+		// directory from a failed read.
+		if resp.StatusCode == http.StatusInternalServerError && fi.Type != execd.TypeFile {
+			if typ, err := h.deps.Execd.FollowedType(r.Context(), rq.target, p); err == nil && typ == execd.TypeDirectory {
+				return fail(CodeIsADirectory, "path '"+p+"' is a directory")
+			}
+		}
+		e := fromExecd(checkErr, "read "+p)
 		if e.Code == CodeFileNotFound {
 			e.Message = "path '" + p + "' does not exist"
 		}
 		return e
 	}
 	// execd answers a directory download with 200 and a Content-Length of
-	// MaxInt64 over a broken body (docs/wire-facts.md §X1.5); v1.0.18 gives no
-	// type to stat first, so that length is how the directory shows.
+	// MaxInt64 over a broken body where the filesystem seeks a directory to
+	// that offset (ext4; docs/wire-facts.md §X1.5); v1.0.18 gives no type
+	// to stat first, so that length is how the directory shows.
 	if resp.ContentLength == math.MaxInt64 {
 		return fail(CodeIsADirectory, "path '"+p+"' is a directory")
 	}

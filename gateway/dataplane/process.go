@@ -155,7 +155,7 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 	creq := execd.CommandRequest{
 		Command: wrapCommand(commandLine(req.Process.Cmd, req.Process.Args), marker),
 		Cwd:     cwd,
-		Envs:    req.Process.Envs,
+		Envs:    h.commandEnvs(user, req.Process.Envs),
 	}
 	if timeout > 0 {
 		// execd ends the command at the same deadline, whether or not a

@@ -432,3 +432,50 @@ func TestProcessStartLineDelivered(t *testing.T) {
 		t.Fatalf("chunks %q, want [\"start\\n\" \"end\"]", chunks)
 	}
 }
+
+// TestProcessStartUserEnvironment: a command run as a mapped user gets
+// envd's HOME (the user's home), USER and LOGNAME (its name), in both
+// modes, and the request's envs win over them; a command without a user
+// (execd's own identity) gets none of them from the gateway.
+func TestProcessStartUserEnvironment(t *testing.T) {
+	const show = `printf '%s|' "$HOME" "$USER" "$LOGNAME"`
+	withEnvs := func(envs map[string]string) string {
+		b, _ := json.Marshal(map[string]any{"process": map[string]any{"cmd": "/bin/bash", "args": []string{"-l", "-c", show}, "envs": envs}})
+		return string(b)
+	}
+	for _, mode := range []struct {
+		name string
+		opts []envOption
+	}{{"six-operation", nil}, {"extended_operations", []envOption{extended}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			e := newTestEnv(t, mode.opts...)
+			run := func(msg, user string) (string, map[string]string) {
+				t.Helper()
+				before := len(e.execd.Commands())
+				req := e.startRequest(msg)
+				if user != "" {
+					req.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
+				}
+				_, body := e.do(req)
+				s := collect(t, readFrames(t, body))
+				var envs map[string]string
+				for _, c := range e.execd.Commands()[before:] {
+					if strings.Contains(c.Request.Command, "printf") {
+						envs = c.Request.Envs
+					}
+				}
+				return s.stdout, envs
+			}
+			if out, _ := run(startMsg(show), "root"); out != "/root|root|root|" {
+				t.Errorf("as root: %q, want /root|root|root|", out)
+			}
+			if out, _ := run(withEnvs(map[string]string{"HOME": "/elsewhere", "USER": "me"}), "root"); out != "/elsewhere|me|root|" {
+				t.Errorf("as root with HOME and USER asked for: %q, want /elsewhere|me|root|", out)
+			}
+			_, envs := run(withEnvs(map[string]string{"A": "b"}), "")
+			if len(envs) != 1 || envs["A"] != "b" {
+				t.Errorf("without a user execd got envs %v, want only the request's", envs)
+			}
+		})
+	}
+}

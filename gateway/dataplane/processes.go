@@ -167,7 +167,7 @@ func (h *Handler) startBackground(w http.ResponseWriter, r *http.Request, rq *re
 	if e := h.createOutput(ctx, rq.target, files, sc.user); e != nil {
 		return e
 	}
-	creq := execd.CommandRequest{Command: wrapBackground(sc.line, files, sc.cwd), Cwd: "/", Background: true, Envs: sc.req.Process.Envs}
+	creq := execd.CommandRequest{Command: wrapBackground(sc.line, files, sc.cwd), Cwd: "/", Background: true, Envs: h.commandEnvs(sc.user, sc.req.Process.Envs)}
 	if sc.timeout > 0 {
 		creq.Timeout = max(sc.timeout.Milliseconds(), 1)
 	}

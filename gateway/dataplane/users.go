@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"encoding/base64"
+	"maps"
 	"net/http"
 	"path"
 	"strings"
@@ -36,6 +37,22 @@ func (h *Handler) home(u sdkUser) string {
 		return u.user.Home
 	}
 	return h.cfg.HomeDir
+}
+
+// commandEnvs returns the environment variables a command of u gets on
+// top of execd's own environment, as envd builds a process's: for a
+// mapped user, HOME (its home, h.home), USER and LOGNAME (its name), then
+// envs, the request's, which win over them. Without a user (execd's own
+// identity) it is envs unchanged, and the command keeps execd's HOME.
+// envs is not modified.
+func (h *Handler) commandEnvs(u sdkUser, envs map[string]string) map[string]string {
+	if !u.set {
+		return envs
+	}
+	out := make(map[string]string, len(envs)+3)
+	out["HOME"], out["USER"], out["LOGNAME"] = h.home(u), u.name, u.name
+	maps.Copy(out, envs)
+	return out
 }
 
 // lookupUser maps a user name to its identity; "" means the default user.

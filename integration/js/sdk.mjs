@@ -281,6 +281,25 @@ const scenarios = {
     return out
   },
 
+  // Commands as the SDK user "user", which the gateway maps to uid 1000
+  // with home /home/user (as Caddyfile.example does): what envd gives a
+  // user's process (HOME, USER, LOGNAME), the request's envs over it, and
+  // what needs HOME: a file in ~ and git's global configuration. First,
+  // as root, /home/user is given to uid 1000.
+  async userEnv(sbx) {
+    await sbx.commands.run('chown 1000:1000 /home/user', { user: 'root' })
+    const show = `printf '%s|' "$(id -u)" "$HOME" "$USER" "$LOGNAME"`
+    const result = (r) => ({ stdout: r.stdout, stderr: r.stderr })
+    const run = async (cmd, opts) => result(await sbx.commands.run(cmd, { user: 'user', ...opts }))
+    return {
+      env: await attempt(() => run(show)),
+      background: await attempt(async () => result(await (await sbx.commands.run(show, { user: 'user', background: true })).wait())),
+      asked: await attempt(() => run(show, { envs: { HOME: '/tmp', USER: 'me' } })),
+      home: await attempt(() => run('touch ~/at-home && ls ~')),
+      gitGlobal: await attempt(() => run("git config --global user.name 'Sandbox User' && git config --global user.name")),
+    }
+  },
+
   // files.list at depth 1 and 2, every field the SDK gives.
   async list(sbx) {
     const show = (l) => l.map((e) => ({ ...e, modifiedTime: e.modifiedTime?.toISOString() }))

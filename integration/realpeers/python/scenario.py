@@ -5,6 +5,7 @@ prints one JSON object with what happened.
     python3 scenario.py peers
     python3 scenario.py domain
     python3 scenario.py bound
+    python3 scenario.py user_env
 
 Environment: E2B_API_URL (corectl), E2B_SANDBOX_URL (the gateway),
 E2B_API_KEY, SCENARIO_DIR (a sandbox directory the scenario may use).
@@ -14,7 +15,8 @@ port of an HTTP and WebSocket server), TEST_DOMAIN and TEST_DOMAIN_IP
 (every name under TEST_DOMAIN resolves to TEST_DOMAIN_IP in this process,
 as a wildcard DNS record would) and SSL_CERT_FILE (the CA httpx trusts).
 The "bound" scenario: HELD (the gateway's max_requests_per_credential)
-and SCENARIO_DIR. PYTHONPATH must hold the SDK's source (e2b,
+and SCENARIO_DIR. The "user_env" scenario, the twin of sdk.mjs's
+"userEnv": SANDBOX_ID (a sandbox to connect to). PYTHONPATH must hold the SDK's source (e2b,
 e2b_connect) and this directory.
 """
 
@@ -90,6 +92,26 @@ def bound():
     return out
 
 
+def user_env():
+    sbx = Sandbox.connect(os.environ["SANDBOX_ID"])
+    sbx.commands.run("chown 1000:1000 /home/user", user="root")
+    show = 'printf \'%s|\' "$(id -u)" "$HOME" "$USER" "$LOGNAME"'
+
+    def result(r):
+        return {"stdout": r.stdout, "stderr": r.stderr}
+
+    def run(cmd, **kw):
+        return result(sbx.commands.run(cmd, user="user", **kw))
+
+    return {
+        "env": attempt(lambda: run(show)),
+        "background": attempt(lambda: result(sbx.commands.run(show, user="user", background=True).wait())),
+        "asked": attempt(lambda: run(show, envs={"HOME": "/tmp", "USER": "me"})),
+        "home": attempt(lambda: run("touch ~/at-home && ls ~")),
+        "gitGlobal": attempt(lambda: run("git config --global user.name 'Sandbox User' && git config --global user.name")),
+    }
+
+
 def resolve_test_domain():
     """Resolves every name under TEST_DOMAIN to TEST_DOMAIN_IP for this
     process (socket.getaddrinfo, which httpx dials through)."""
@@ -162,9 +184,9 @@ def domain():
 
 if __name__ == "__main__":
     name = sys.argv[1] if len(sys.argv) > 1 else ""
-    scenarios = {"peers": peers, "domain": domain, "bound": bound}
+    scenarios = {"peers": peers, "domain": domain, "bound": bound, "user_env": user_env}
     if name not in scenarios:
-        print("unknown scenario %r; one of: peers, domain, bound" % name, file=sys.stderr)
+        print("unknown scenario %r; one of: %s" % (name, ", ".join(scenarios)), file=sys.stderr)
         sys.exit(2)
     print(json.dumps({"package": "e2b-python-" + e2b.__dict__.get("__version__", bridges.E2B_VERSION), "scenario": name,
                       "result": scenarios[name]()}))

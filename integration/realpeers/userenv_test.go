@@ -1,0 +1,68 @@
+package realpeers_test
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sandgate/sandgate/integration/harness"
+)
+
+// userEnvResult is what sdk.mjs's "userEnv" scenario and scenario.py's
+// "user_env" print.
+type userEnvResult struct {
+	Env, Background, Asked, Home, GitGlobal sdkAttempt
+}
+
+// TestCommandsAsAMappedUser runs commands as the SDK user "user", which
+// the gateway maps to uid 1000 with home /home/user as Caddyfile.example
+// does, with each SDK, in both modes, against each real execd: the command
+// gets envd's HOME, USER and LOGNAME for that user (not execd's own HOME,
+// /root, which uid 1000 cannot enter), the request's envs win over them,
+// and what needs HOME works: a file in ~ and git's global configuration
+// (sbx.git's configureUser writes it), with nothing on stderr.
+func TestCommandsAsAMappedUser(t *testing.T) {
+	requireTier(t)
+	python := pythonInterpreter(t)
+	gateways := map[string]*harness.Env{}
+	for _, mode := range []struct{ name, lines string }{
+		{"six-operation", "\t\ttoken_target\n\t\tuser user 1000 1000 /home/user\n"},
+		{"extended_operations", "\t\ttoken_target\n\t\textended_operations\n\t\tuser user 1000 1000 /home/user\n"},
+	} {
+		caddyfile := strings.Replace(w.caddyfile, "\t\ttoken_target\n", mode.lines, 1)
+		gw, err := harness.Start(harness.Config{RepoRoot: w.root, Caddyfile: caddyfile, CredentialsFile: w.gateway.CredFile,
+			KeyFile: w.gateway.KeyFile, KeyID: "primary"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(gw.Close)
+		gateways[mode.name] = gw
+	}
+	for _, version := range execdVersions {
+		t.Run("execd-"+version, func(t *testing.T) {
+			w.startExecd(t, version)
+			for _, mode := range []string{"six-operation", "extended_operations"} {
+				t.Run(mode, func(t *testing.T) {
+					for _, sdk := range append(jsPackages, "python-2.24.0") {
+						t.Run(sdk, func(t *testing.T) {
+							id := w.createSandbox(t)
+							var r userEnvResult
+							if sdk == "python-2.24.0" {
+								runPythonScenario(t, gateways[mode], python, "user_env", &r, "SANDBOX_ID="+id)
+							} else {
+								runScenario(t, gateways[mode], "node", []string{"sdk.mjs", "userEnv"}, filepath.Join(w.root, "integration/js"), &r,
+									"E2B_PACKAGE="+sdk, "SANDBOX_ID="+id)
+							}
+							out := func(stdout string) map[string]any { return map[string]any{"stdout": stdout, "stderr": ""} }
+							wantValue(t, "as user", r.Env, out("1000|/home/user|user|user|"))
+							wantValue(t, "as user, in the background", r.Background, out("1000|/home/user|user|user|"))
+							wantValue(t, "as user with HOME and USER asked for", r.Asked, out("1000|/tmp|me|user|"))
+							wantValue(t, "a file in ~", r.Home, out("at-home\n"))
+							wantValue(t, "git config --global", r.GitGlobal, out("Sandbox User\n"))
+						})
+					}
+				})
+			}
+		})
+	}
+}
