@@ -62,8 +62,8 @@ func TestE2BAPI(t *testing.T) {
 	id := sb.SandboxID
 	other := w.create(`{"templateID":"base","metadata":{"user":"bob"}}`).SandboxID
 
-	// envVars: in the sandbox container's env, replacing the template's
-	// TEMPLATE_ENV, sorted by name.
+	// envVars: in the sandbox container's env, after E2B's defaults,
+	// replacing the template's TEMPLATE_ENV, sorted by name.
 	u := bs(w.nsA, id)
 	m, _, _ := unstructured.NestedMap(u.Object, "spec", "template", "spec")
 	var spec corev1.PodSpec
@@ -71,8 +71,9 @@ func TestE2BAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := spec.Containers[0].Env
-	if len(env) != 2 || env[0] != (corev1.EnvVar{Name: "GREETING", Value: "hi there"}) || env[1] != (corev1.EnvVar{Name: "TEMPLATE_ENV", Value: "mine"}) ||
-		spec.Containers[0].Image != "sandbox-base:test" {
+	want := []corev1.EnvVar{{Name: "E2B_SANDBOX", Value: "true"}, {Name: "E2B_SANDBOX_ID", Value: id}, {Name: "E2B_TEMPLATE_ID", Value: "base"},
+		{Name: "GREETING", Value: "hi there"}, {Name: "TEMPLATE_ENV", Value: "mine"}}
+	if !slices.Equal(env, want) || spec.Containers[0].Image != "sandbox-base:test" {
 		t.Fatalf("pod spec %+v", spec.Containers[0])
 	}
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sandgate/sandgate/corectl/cluster"
+	"github.com/sandgate/sandgate/corectl/lifecycle"
 	"github.com/sandgate/sandgate/gateway/execdtoken"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -117,11 +118,40 @@ func TestCreateSetsExecdToken(t *testing.T) {
 	if got := envValues(e, cluster.ExecdAccessTokenEnv); len(got) != 0 {
 		t.Fatalf("without execdTokenSecretFile: EXECD_ACCESS_TOKEN %q", got)
 	}
-	if len(e) != 1 || e[0].Name != "TEMPLATE_ENV" {
+	if len(e) != 4 || e[0].Name != "TEMPLATE_ENV" || e[1].Name != lifecycle.EnvSandbox || e[2].Name != lifecycle.EnvSandboxID || e[3].Name != lifecycle.EnvTemplateID {
 		t.Fatalf("without execdTokenSecretFile: env %v", e)
 	}
 	if code, raw := w2.do("DELETE", "/sandboxes/"+sb.SandboxID, "key-a", "", nil); code != http.StatusNoContent {
 		t.Fatalf("DELETE = %d %s", code, raw)
 	}
 	w2.nothingLeft()
+}
+
+// TestE2BDefaultEnvironment: every sandbox's container gets E2B's default
+// variables (E2B_SANDBOX=true, its ID, its template's ID) in its pod
+// spec, where execd and so its commands inherit them; a create's envVars
+// of the same name win over them.
+func TestE2BDefaultEnvironment(t *testing.T) {
+	w := start(t)
+	plain := w.create(`{"templateID":"base"}`)
+	e := podEnv(t, bs(w.nsA, plain.SandboxID), "sandbox")
+	for name, want := range map[string]string{lifecycle.EnvSandbox: "true", lifecycle.EnvSandboxID: plain.SandboxID, lifecycle.EnvTemplateID: "base"} {
+		if got := envValues(e, name); len(got) != 1 || got[0] != want {
+			t.Errorf("%s = %q, want exactly %q (env %v)", name, got, want, e)
+		}
+	}
+	mine := w.create(`{"templateID":"base","envVars":{"E2B_TEMPLATE_ID":"mine"}}`)
+	e = podEnv(t, bs(w.nsA, mine.SandboxID), "sandbox")
+	if got := envValues(e, lifecycle.EnvTemplateID); len(got) != 1 || got[0] != "mine" {
+		t.Errorf("E2B_TEMPLATE_ID given by the create = %q, want exactly [mine] (env %v)", got, e)
+	}
+	if got := envValues(e, lifecycle.EnvSandboxID); len(got) != 1 || got[0] != mine.SandboxID {
+		t.Errorf("E2B_SANDBOX_ID = %q, want exactly [%s]", got, mine.SandboxID)
+	}
+	for _, id := range []string{plain.SandboxID, mine.SandboxID} {
+		if code, raw := w.do("DELETE", "/sandboxes/"+id, "key-a", "", nil); code != http.StatusNoContent {
+			t.Fatalf("DELETE = %d %s", code, raw)
+		}
+	}
+	w.nothingLeft()
 }

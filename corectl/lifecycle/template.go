@@ -101,9 +101,24 @@ func truncate(s string, n int) string {
 	return s
 }
 
+// E2B's default environment variables of a sandbox (E2B's documentation,
+// "Environment variables": set for its commands when it is created):
+// EnvSandbox is "true", EnvSandboxID the sandbox's ID, EnvTemplateID the
+// template it was created from. podSpec sets them in the sandbox
+// container's env, where execd (and so every command) inherits them.
+// E2B's fourth, E2B_TEAM_ID, has no counterpart: the resource credential
+// that created the sandbox is not shown to what runs inside it.
+const (
+	EnvSandbox    = "E2B_SANDBOX"
+	EnvSandboxID  = "E2B_SANDBOX_ID"
+	EnvTemplateID = "E2B_TEMPLATE_ID"
+)
+
 // podSpec builds the BatchSandbox pod spec of a create: the template's pod
-// with req.EnvVars set in the sandbox container's env (sorted by name; a
-// template entry of the same name is replaced) and, when the cluster has
+// with E2B's default variables (EnvSandbox, EnvSandboxID, EnvTemplateID)
+// and then req.EnvVars set in the sandbox container's env (the create's
+// sorted by name; a template entry of the same name is replaced, and an
+// envVars entry replaces a default of its name) and, when the cluster has
 // an execdTokenSecretFile, EXECD_ACCESS_TOKEN set to sandbox sandboxID's
 // derived execd token on the execd container (cluster.SetExecdToken,
 // replacing a template's or a create's entry). Errors wrap
@@ -122,8 +137,13 @@ func (o *Orchestrator) podSpec(req CreateRequest, sandboxID string) (map[string]
 	if err != nil {
 		return nil, err
 	}
+	c := &spec.Containers[i]
+	defaults := []corev1.EnvVar{{Name: EnvSandbox, Value: "true"}, {Name: EnvSandboxID, Value: sandboxID}, {Name: EnvTemplateID, Value: tpl.ID}}
+	c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == EnvSandbox || e.Name == EnvSandboxID || e.Name == EnvTemplateID
+	})
+	c.Env = append(c.Env, defaults...)
 	if len(req.EnvVars) > 0 {
-		c := &spec.Containers[i]
 		c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { _, ok := req.EnvVars[e.Name]; return ok })
 		names := make([]string, 0, len(req.EnvVars))
 		for k := range req.EnvVars {
