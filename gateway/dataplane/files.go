@@ -185,6 +185,27 @@ func isDirectoryError(err error) bool {
 	return errors.As(err, &xe) && xe.Kind == execd.KindExecd && strings.Contains(xe.Message, "is a directory")
 }
 
+// uploadError is the answer to a failed upload. execd answers a write
+// onto a directory, or under a regular file, with a 500 whose message
+// ends in the system's error ("… open <p>: is a directory", "… mkdir <p>:
+// not a directory", docs/wire-facts.md §X1.3): those are IS_A_DIRECTORY
+// and NOT_A_DIRECTORY (400, the SDKs' InvalidArgumentError, as envd
+// answers them); anything else is fromExecd's. Only the message's end is
+// read, so a path that merely contains those words changes nothing.
+func uploadError(err error) *Error {
+	var xe *execd.Error
+	if errors.As(err, &xe) && xe.Kind == execd.KindExecd {
+		msg := strings.TrimSpace(xe.Message)
+		switch {
+		case strings.HasSuffix(msg, ": is a directory"):
+			return fail(CodeIsADirectory, "write: "+msg)
+		case strings.HasSuffix(msg, ": not a directory"):
+			return fail(CodeNotADirectory, "write: "+msg)
+		}
+	}
+	return fromExecd(err, "write")
+}
+
 func deleteError(err error, p string) *Error {
 	if isDirectoryError(err) {
 		return fail(CodeIsADirectory, "path '"+p+"' is a directory")
@@ -308,7 +329,7 @@ func (h *Handler) filesWrite(w http.ResponseWriter, r *http.Request, rq *request
 	case clientErr != nil:
 		return clientErr
 	case err != nil:
-		return fromExecd(err, "write")
+		return uploadError(err)
 	case !complete:
 		return fail(CodeExecdProtocol, "write: execd ended the upload early")
 	}

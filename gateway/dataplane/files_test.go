@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/sandgate/sandgate/gateway/execd"
 	"github.com/sandgate/sandgate/integration/execdstub"
 )
 
@@ -489,5 +490,52 @@ func TestDownloadEveryEnd(t *testing.T) {
 	w = &stallingWriter{header: http.Header{}, ctx: context.Background(), panicWith: "broken writer", wrote: make(chan struct{})}
 	if v := serve(w, context.Background()); v != "broken writer" {
 		t.Fatalf("download whose writer panicked: handler ended with %v, want the writer's panic", v)
+	}
+}
+
+// TestWriteOntoADirectory: a write onto a directory is IS_A_DIRECTORY and
+// one under a regular file NOT_A_DIRECTORY (400, as envd answers both),
+// from the stand-in execd's 500s; a write that fails for another reason
+// whose path merely contains those words keeps fromExecd's class.
+func TestWriteOntoADirectory(t *testing.T) {
+	e := newTestEnv(t)
+	if err := os.MkdirAll(e.hostPath("/home/user/wd/sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(e.hostPath("/home/user/wd/f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	write := func(p string) (*http.Response, []byte) {
+		req := e.request(http.MethodPost, "/files?path="+p, strings.NewReader("y"))
+		req.Header.Set("Content-Type", "application/octet-stream")
+		return e.do(req)
+	}
+	for _, c := range []struct {
+		path   string
+		status int
+		code   Code
+	}{
+		{"/home/user/wd/sub", http.StatusBadRequest, CodeIsADirectory},
+		{"/home/user/wd/f/x", http.StatusBadRequest, CodeNotADirectory},
+		{"/home/user/wd/f/deeper/x", http.StatusBadRequest, CodeNotADirectory},
+	} {
+		resp, out := write(c.path)
+		if resp.StatusCode != c.status || resp.Header.Get("Sandgate-Error-Code") != string(c.code) {
+			t.Errorf("write %s: %d %s %s, want %d %s", c.path, resp.StatusCode, resp.Header.Get("Sandgate-Error-Code"), out, c.status, c.code)
+		}
+	}
+	if b, err := os.ReadFile(e.hostPath("/home/user/wd/f")); err != nil || string(b) != "x" {
+		t.Fatalf("the file after the refused writes: %q %v", b, err)
+	}
+	// Only the message's end counts: a failure for another reason whose
+	// path contains the words keeps fromExecd's class.
+	for _, msg := range []string{
+		"error opening destination file /home/user/x is a directory. open /home/user/x is a directory: permission denied",
+		"error creating target directory /home/user/not a directory. mkdir /home/user/not a directory: no space left on device",
+	} {
+		got := uploadError(&execd.Error{Kind: execd.KindExecd, Status: http.StatusInternalServerError, Code: "RUNTIME_ERROR", Message: msg})
+		if got.Code != CodeExecdFailed {
+			t.Errorf("%q: %s, want EXECD_FAILED", msg, got.Code)
+		}
 	}
 }
