@@ -12,7 +12,8 @@
 # it then exits with the command's status, or 130 if that was 0).
 # All of its own lines go to stderr; the command's stdout stays stdout, so a phase
 # whose output a caller captures (hack/docker/start.sh, hack/kube/build.sh) can be
-# wrapped too. It exits with the command's status.
+# wrapped too. It exits with the command's status (130 for an interrupted command
+# that exited 0).
 set -uo pipefail
 
 if (($# < 5)) || [[ $4 != -- ]]; then
@@ -52,8 +53,8 @@ status=$?
 kill "$ticker" 2>/dev/null
 wait "$ticker" 2>/dev/null
 if [[ -n $interrupted ]]; then
-  echo "    interrupted after $(human $((SECONDS - start))) (exit status $status)" >&2
   ((status != 0)) || status=130
+  echo "    interrupted after $(human $((SECONDS - start))) (exit status $status)" >&2
 elif ((status == 0)); then
   echo "    done in $(human $((SECONDS - start)))" >&2
 else

@@ -130,7 +130,8 @@ func TestCreateSetsExecdToken(t *testing.T) {
 // TestE2BDefaultEnvironment: every sandbox's container gets E2B's default
 // variables (E2B_SANDBOX=true, its ID, its template's ID) in its pod
 // spec, where execd and so its commands inherit them; a create's envVars
-// of the same name win over them.
+// of the same name win over them, and their values reach the process as
+// given ($ escaped against the kubelet's $(NAME) expansion).
 func TestE2BDefaultEnvironment(t *testing.T) {
 	w := start(t)
 	plain := w.create(`{"templateID":"base"}`)
@@ -140,13 +141,21 @@ func TestE2BDefaultEnvironment(t *testing.T) {
 			t.Errorf("%s = %q, want exactly %q (env %v)", name, got, want, e)
 		}
 	}
-	mine := w.create(`{"templateID":"base","envVars":{"E2B_TEMPLATE_ID":"mine"}}`)
+	mine := w.create(`{"templateID":"base","envVars":{"E2B_TEMPLATE_ID":"mine","DOLLARS":"x$$y","REF":"$(E2B_SANDBOX_ID)"}}`)
 	e = podEnv(t, bs(w.nsA, mine.SandboxID), "sandbox")
 	if got := envValues(e, lifecycle.EnvTemplateID); len(got) != 1 || got[0] != "mine" {
 		t.Errorf("E2B_TEMPLATE_ID given by the create = %q, want exactly [mine] (env %v)", got, e)
 	}
 	if got := envValues(e, lifecycle.EnvSandboxID); len(got) != 1 || got[0] != mine.SandboxID {
 		t.Errorf("E2B_SANDBOX_ID = %q, want exactly [%s]", got, mine.SandboxID)
+	}
+	// The kubelet turns $$ into $ and expands $(NAME): every $ of an
+	// envVars value is written as $$, so the process gets it as given.
+	if got := envValues(e, "DOLLARS"); len(got) != 1 || got[0] != "x$$$$y" {
+		t.Errorf("DOLLARS = %q, want exactly [x$$$$y] (the kubelet gives x$$y)", got)
+	}
+	if got := envValues(e, "REF"); len(got) != 1 || got[0] != "$$(E2B_SANDBOX_ID)" {
+		t.Errorf("REF = %q, want exactly [$$(E2B_SANDBOX_ID)] (the kubelet gives $(E2B_SANDBOX_ID))", got)
 	}
 	for _, id := range []string{plain.SandboxID, mine.SandboxID} {
 		if code, raw := w.do("DELETE", "/sandboxes/"+id, "key-a", "", nil); code != http.StatusNoContent {

@@ -117,8 +117,10 @@ const (
 // podSpec builds the BatchSandbox pod spec of a create: the template's pod
 // with E2B's default variables (EnvSandbox, EnvSandboxID, EnvTemplateID)
 // and then req.EnvVars set in the sandbox container's env (the create's
-// sorted by name; a template entry of the same name is replaced, and an
-// envVars entry replaces a default of its name) and, when the cluster has
+// sorted by name, each $ written as $$ so that the kubelet's $(NAME)
+// expansion gives the process the value as given; a template entry of the
+// same name is replaced, and an envVars entry replaces a default of its
+// name) and, when the cluster has
 // an execdTokenSecretFile, EXECD_ACCESS_TOKEN set to sandbox sandboxID's
 // derived execd token on the execd container (cluster.SetExecdToken,
 // replacing a template's or a create's entry). Errors wrap
@@ -151,7 +153,9 @@ func (o *Orchestrator) podSpec(req CreateRequest, sandboxID string) (map[string]
 		}
 		slices.Sort(names)
 		for _, k := range names {
-			c.Env = append(c.Env, corev1.EnvVar{Name: k, Value: req.EnvVars[k]})
+			// The kubelet expands $(NAME) in a value and turns $$ into $;
+			// E2B passes envVars through as given, so every $ is escaped.
+			c.Env = append(c.Env, corev1.EnvVar{Name: k, Value: strings.ReplaceAll(req.EnvVars[k], "$", "$$")})
 		}
 	}
 	// The sandbox's own execd access token, never the cluster secret

@@ -83,6 +83,16 @@ templates: {clusterId: c1, namespace: `+ns+`}
 		if stopped {
 			return
 		}
+		select {
+		case err := <-done:
+			// run returned by itself: its handler is gone, and a
+			// SIGTERM now would end this test binary.
+			if err != nil {
+				t.Errorf("run returned: %v", err)
+			}
+			return
+		default:
+		}
 		if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
 			t.Errorf("stop run: %v", err)
 			return
