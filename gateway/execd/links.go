@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io/fs"
 	"net/http"
 	"path"
 	"strconv"
@@ -128,7 +129,7 @@ var errLinkRecord = &Error{Kind: KindUnexpected, Message: "the symlink script pr
 // ParseLinks reads linkScript's output as Shell returns it (a "\n" after
 // the last record) for the listing of dir: the symlinks by absolute path
 // (dir joined with the record's path). More than maxRecords records, a
-// record whose path is not "./" and a clean relative path, whose type
+// record whose path is not "./" and a clean relative path below it, whose type
 // letter or mode field is not the script's, or whose target is neither
 // empty nor absolute is an *Error with KindUnexpected, as is anything
 // after the last record.
@@ -136,7 +137,7 @@ func ParseLinks(out []byte, dir string, maxRecords int) (map[string]Link, error)
 	out = bytes.TrimSuffix(out, []byte{'\n'})
 	links := make(map[string]Link)
 	for n := 0; len(out) > 0; n++ {
-		if n == maxRecords {
+		if n >= maxRecords {
 			return nil, &Error{Kind: KindUnexpected, Message: "the symlink script printed more than " + strconv.Itoa(maxRecords) + " records (the gateway's max_listing_entries)"}
 		}
 		var f [3][]byte
@@ -148,7 +149,7 @@ func ParseLinks(out []byte, dir string, maxRecords int) (map[string]Link, error)
 			f[i], out = out[:end], out[end+1:]
 		}
 		rel, ok := strings.CutPrefix(string(f[0]), "./")
-		if !ok || rel == "" || path.Clean(rel) != rel || rel == ".." || strings.HasPrefix(rel, "../") {
+		if !ok || rel == "." || !fs.ValidPath(rel) { // ValidPath: no leading '/', no empty, "." or ".." element
 			return nil, errLinkRecord
 		}
 		l, ok := parseLinkInfo(f[1], f[2])

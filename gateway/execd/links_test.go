@@ -59,6 +59,10 @@ func TestParseLinks(t *testing.T) {
 		linkRecord("./a/../b", "f-rw-r-----", "/t"),
 		linkRecord("./../a", "f-rw-r-----", "/t"),
 		linkRecord("./..", "f-rw-r-----", "/t"),
+		linkRecord("./.", "f-rw-r-----", "/t"),
+		linkRecord(".//", "f-rw-r-----", "/t"),
+		linkRecord(".//a", "f-rw-r-----", "/t"),
+		linkRecord("./a/./b", "f-rw-r-----", "/t"),
 		linkRecord("./a//b", "f-rw-r-----", "/t"),
 		linkRecord("./a/", "f-rw-r-----", "/t"),
 		linkRecord("./a", "l-rw-r-----", "/t"),   // a type letter it does not print
