@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -25,10 +26,12 @@ ln -s t.txt link.txt; ln -s link.txt chain; ln -s ../e linkdir; ln -s missing da
 // absolute path with every link resolved (the link's own path for a
 // dangling link or a loop, which are FILE_TYPE_UNSPECIFIED with mode 0),
 // and on execd HEAD the link's own size and owner (v1.0.18's file API
-// gives a symlink no metadata). The JS SDK 2.51's files.list then shows the
-// links to the file and the directory with their types and targets,
-// leaves the dangling link and the loop out as it does on envd, and at
-// depth 2 does not descend into the link to the directory.
+// gives a symlink no metadata); a symlink to a directory is not listed
+// through (NOT_A_DIRECTORY, where envd lists its target). The JS SDK 2.51's
+// files.list then shows the links to the file and the directory with
+// their types and targets, leaves the dangling link and the loop out as it
+// does on envd, and at depth 2 does not descend into the link to the
+// directory.
 func TestListDirSymlinksAgainstTheRealExecd(t *testing.T) {
 	requireTier(t)
 	for _, version := range execdVersions {
@@ -73,6 +76,12 @@ func TestListDirSymlinksAgainstTheRealExecd(t *testing.T) {
 			}
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("ListDir entries\n%+v\nwant\n%+v", got, want)
+			}
+			// A limit (docs/dataplane.md): execd refuses to list through a
+			// symlink, where envd lists its target.
+			if status, body := listDirOf(t, id, tok, "/home/user/sl/d/linkdir"); status != http.StatusBadRequest ||
+				!strings.Contains(string(body), `"message":"NOT_A_DIRECTORY: `) {
+				t.Errorf("ListDir of a symlink to a directory: %d %s, want 400 NOT_A_DIRECTORY", status, body)
 			}
 
 			var r struct {
