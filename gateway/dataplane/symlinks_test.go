@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -105,6 +106,63 @@ func TestListDirSymlinks(t *testing.T) {
 			}
 			if n := len(e.execd.Commands()) - before; n != map[string]int{execdstub.VersionHEAD: 0, execdstub.Version1018: 1}[version] {
 				t.Fatalf("%d commands for a listing without symlinks", n)
+			}
+		})
+	}
+}
+
+// TestListDirThroughASymlink: ListDir of a symlink to a directory lists
+// the directory, its entries under the path asked for, as envd's does
+// (execd refuses to list a symlink; the listing script lists it from
+// inside), down to the depth; its own symlinks are resolved. A symlink to
+// a file is NOT_A_DIRECTORY, a dangling one and a loop FILE_NOT_FOUND.
+func TestListDirThroughASymlink(t *testing.T) {
+	for _, version := range []string{execdstub.VersionHEAD, execdstub.Version1018} {
+		t.Run(version, func(t *testing.T) {
+			e := newTestEnv(t, func(_ *Config, x *execdstub.Config) { x.Version = version })
+			e.writeFile("/home/user/e/inside.txt", "in")
+			e.writeFile("/home/user/e/sub/deep.txt", "deep")
+			e.writeFile("/home/user/f.txt", "f")
+			for name, target := range map[string]string{"/home/user/linkdir": "e", "/home/user/e/back": "../f.txt",
+				"/home/user/filelink": "f.txt", "/home/user/dangling": "missing", "/home/user/loop": "loop"} {
+				if err := os.Symlink(target, e.hostPath(name)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			root, err := filepath.EvalSymlinks(e.root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			list := func(depth int) string {
+				resp, body := e.unary("ListDir", `{"path":"/home/user/linkdir","depth":`+string(rune('0'+depth))+`}`)
+				if resp.StatusCode != 200 {
+					t.Fatalf("depth %d: %d %s", depth, resp.StatusCode, body)
+				}
+				var out struct{ Entries []map[string]any }
+				if err := json.Unmarshal(body, &out); err != nil {
+					t.Fatal(err)
+				}
+				var s []string
+				for _, ent := range out.Entries {
+					target, _ := ent["symlinkTarget"].(string)
+					s = append(s, ent["type"].(string)+":"+ent["path"].(string)+":"+target)
+				}
+				return strings.Join(s, " ")
+			}
+			back := "FILE_TYPE_FILE:/home/user/linkdir/back:" + filepath.Join(root, "home/user/f.txt")
+			if got, want := list(1), back+" FILE_TYPE_FILE:/home/user/linkdir/inside.txt: FILE_TYPE_DIRECTORY:/home/user/linkdir/sub:"; got != want {
+				t.Fatalf("depth 1: %s\nwant %s", got, want)
+			}
+			if got, want := list(2), back+" FILE_TYPE_FILE:/home/user/linkdir/inside.txt: FILE_TYPE_DIRECTORY:/home/user/linkdir/sub: FILE_TYPE_FILE:/home/user/linkdir/sub/deep.txt:"; got != want {
+				t.Fatalf("depth 2: %s\nwant %s", got, want)
+			}
+			for p, code := range map[string]Code{"/home/user/filelink": CodeNotADirectory, "/home/user/dangling": CodeFileNotFound, "/home/user/loop": CodeFileNotFound} {
+				_, body := e.unary("ListDir", `{"path":"`+p+`"}`)
+				var ce struct{ Message string }
+				_ = json.Unmarshal(body, &ce)
+				if !strings.HasPrefix(ce.Message, string(code)+": ") {
+					t.Errorf("%s: %s, want %s", p, body, code)
+				}
 			}
 		})
 	}

@@ -63,13 +63,18 @@ func (c *Client) ListDirectoryView(ctx context.Context, t Target, p string, dept
 	var list []FileInfo
 	var e *Error
 	if errors.As(err, &e) && e.Kind == KindNoRoute {
-		list, err = c.listWithShell(ctx, t, p, depth)
+		list, err = c.listWithShell(ctx, t, p, depth, false)
 	} else if err == nil {
 		var viewed bool
 		list, viewed, err = c.decodeListing(resp, plain)
 		if viewed {
 			return nil, true, nil
 		}
+	}
+	if isSymlinkRefusal(err) {
+		// envd lists a symlink to a directory through, under the path
+		// asked for; execd refuses to: the listing script does it.
+		list, err = c.listWithShell(ctx, t, p, depth, true)
 	}
 	if err != nil {
 		return nil, false, err

@@ -26,8 +26,8 @@ ln -s t.txt link.txt; ln -s link.txt chain; ln -s ../e linkdir; ln -s missing da
 // absolute path with every link resolved (the link's own path for a
 // dangling link or a loop, which are FILE_TYPE_UNSPECIFIED with mode 0),
 // and on execd HEAD the link's own size and owner (v1.0.18's file API
-// gives a symlink no metadata); a symlink to a directory is not listed
-// through (NOT_A_DIRECTORY, where envd lists its target). The JS SDK 2.51's
+// gives a symlink no metadata); a symlink to a directory is listed
+// through, as envd lists it. The JS SDK 2.51's
 // files.list then shows the links to the file and the directory with
 // their types and targets, leaves the dangling link and the loop out as it
 // does on envd, and at depth 2 does not descend into the link to the
@@ -77,11 +77,18 @@ func TestListDirSymlinksAgainstTheRealExecd(t *testing.T) {
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("ListDir entries\n%+v\nwant\n%+v", got, want)
 			}
-			// A limit (docs/dataplane.md): execd refuses to list through a
-			// symlink, where envd lists its target.
-			if status, body := listDirOf(t, id, tok, "/home/user/sl/d/linkdir"); status != http.StatusBadRequest ||
-				!strings.Contains(string(body), `"message":"NOT_A_DIRECTORY: `) {
-				t.Errorf("ListDir of a symlink to a directory: %d %s, want 400 NOT_A_DIRECTORY", status, body)
+			// A symlink to a directory is listed through, its entries under
+			// the path asked for (execd refuses to list a symlink); one to
+			// a file is NOT_A_DIRECTORY, a dangling one FILE_NOT_FOUND.
+			if status, body := listDirOf(t, id, tok, "/home/user/sl/d/linkdir"); status != http.StatusOK ||
+				!strings.Contains(string(body), `{"entries":[{"name":"inside.txt","type":"FILE_TYPE_FILE","path":"/home/user/sl/d/linkdir/inside.txt","mode":420,"permissions":"-rw-r--r--","owner":"root","group":"root","modifiedTime":"`) ||
+				strings.Count(string(body), `"name"`) != 1 {
+				t.Errorf("ListDir of a symlink to a directory: %d %s, want its one entry under the link's path", status, body)
+			}
+			for p, want := range map[string]string{"/home/user/sl/d/link.txt": `"message":"NOT_A_DIRECTORY: `, "/home/user/sl/d/dangling": `"message":"FILE_NOT_FOUND: `} {
+				if _, body := listDirOf(t, id, tok, p); !strings.Contains(string(body), want) {
+					t.Errorf("ListDir of %s: %s, want %s", p, body, want)
+				}
 			}
 
 			var r struct {
