@@ -118,6 +118,15 @@ func TestListDirSymlinksAgainstTheRealExecd(t *testing.T) {
 					t.Errorf("%s (JS 2.51) = %q, want %q", a.what, names, wantNames)
 				}
 			}
+
+			var py sdkAttempt
+			runPythonScenario(t, w.gateway, pythonInterpreter(t), "list", &py, "SANDBOX_ID="+id, "SCENARIO_DIR=/home/user/sl/d")
+			wantValue(t, "files.list (Python 2.24)", py, []any{
+				map[string]any{"name": "chain", "type": "file", "symlinkTarget": "/home/user/sl/d/t.txt"},
+				map[string]any{"name": "link.txt", "type": "file", "symlinkTarget": "/home/user/sl/d/t.txt"},
+				map[string]any{"name": "linkdir", "type": "dir", "symlinkTarget": "/home/user/sl/e"},
+				map[string]any{"name": "t.txt", "type": "file", "symlinkTarget": nil},
+			})
 		})
 	}
 }
