@@ -27,9 +27,9 @@ type Link struct {
 	Target string
 }
 
-// linkScript prints, for each symlink below "$2" (relative to the
-// command's working directory, the listed directory) down to "$1" levels
-// (the same walk as listScript: symlinks are not descended into), three
+// linkScript prints, for each symlink below the command's working
+// directory (the listed directory) down to "$1" levels (the same walk as
+// listScript: symlinks are not descended into), three
 // NUL-terminated fields: its path ("./" and the path below the directory),
 // a type letter (d directory, f regular file, o anything else, each with
 // every link followed, then ls -dLl's mode field; n alone when it resolves
@@ -129,10 +129,10 @@ var errLinkRecord = &Error{Kind: KindUnexpected, Message: "the symlink script pr
 // ParseLinks reads linkScript's output as Shell returns it (a "\n" after
 // the last record) for the listing of dir: the symlinks by absolute path
 // (dir joined with the record's path). More than maxRecords records, a
-// record whose path is not "./" and a clean relative path below it, whose type
-// letter or mode field is not the script's, or whose target is neither
-// empty nor absolute is an *Error with KindUnexpected, as is anything
-// after the last record.
+// record whose path is not "./" and a clean relative path below it, whose
+// type letter or mode field is not the script's, or whose target is
+// neither empty nor absolute is an *Error with KindUnexpected, as is
+// anything after the last record.
 func ParseLinks(out []byte, dir string, maxRecords int) (map[string]Link, error) {
 	out = bytes.TrimSuffix(out, []byte{'\n'})
 	links := make(map[string]Link)
