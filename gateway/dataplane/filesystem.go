@@ -109,9 +109,14 @@ func writePlainListing(w http.ResponseWriter, views []execd.FileInfoView) {
 	}
 }
 
+// linkPermissions is envd's permissions of a symlink: Go's FileMode string
+// of the link itself, whose permission bits Linux always reports as 0777.
+const linkPermissions = "Lrwxrwxrwx"
+
 // fileType is envd's type of an entry execd lists with type t: a file or
 // a directory; anything else (a symlink, other, none on v1.0.18) is
-// FILE_TYPE_UNSPECIFIED (entryInfo).
+// FILE_TYPE_UNSPECIFIED (entryInfo; a resolved symlink takes its target's
+// type there).
 func fileType[T string | []byte](t T) envd.FileType {
 	switch string(t) {
 	case execd.TypeFile:
@@ -124,9 +129,13 @@ func fileType[T string | []byte](t T) envd.FileType {
 
 // entryInfo converts execd's FileInfo to envd's EntryInfo (docs/wire-facts.md
 // §4.2): name is the base name, size an int64 string, mode the permission
-// bits, permissions Go's FileMode string. execd lists symlinks unresolved;
-// envd would report the target's type, which execd cannot tell, so they
-// and "other" entries are FILE_TYPE_UNSPECIFIED, which the SDKs leave out.
+// bits, permissions Go's FileMode string. A symlink resolved by the
+// listing (fi.Link) is what envd makes of it: the type and permission
+// bits of its target, Go's FileMode string of the link itself
+// ("Lrwxrwxrwx", a Linux symlink's), its target in symlinkTarget (its own
+// path when it resolves to nothing, as envd's), and the link's own size,
+// owner and time. An unresolved symlink and an "other" entry are
+// FILE_TYPE_UNSPECIFIED, which the SDKs leave out.
 // The modification time is written to *ts, which ModifiedTime then points
 // to (when execd sent one).
 func entryInfo(fi execd.FileInfo, ts *envd.Timestamp) (envd.EntryInfo, error) {
@@ -144,6 +153,14 @@ func entryInfo(fi execd.FileInfo, ts *envd.Timestamp) (envd.EntryInfo, error) {
 		Permissions: envd.Permissions(perm, typ == envd.FileTypeDirectory),
 		Owner:       fi.Owner,
 		Group:       fi.Group,
+	}
+	if l := fi.Link; l != nil && fi.Type == execd.TypeSymlink {
+		ent.Type, ent.Mode, ent.Permissions = fileType(l.Type), l.Perm, linkPermissions
+		target := l.Target
+		if target == "" {
+			target = fi.Path // envd's answer for a link it cannot resolve
+		}
+		ent.SymlinkTarget = &target
 	}
 	if !fi.ModifiedAt.IsZero() {
 		*ts = envd.Timestamp(fi.ModifiedAt)

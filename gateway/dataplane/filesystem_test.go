@@ -79,9 +79,10 @@ func TestListDir(t *testing.T) {
 // /files/search that lists regular files only) ListDir answers exactly what
 // it answers on execd HEAD for the same tree, at depth 1, 2 and 3: empty
 // directories, dotfiles, odd names, files whose owner has no name (which
-// fail v1.0.18's /files/search whole), symlinks (listed, not followed) and
-// a FIFO included. Symlinks and the FIFO are FILE_TYPE_UNSPECIFIED on both
-// (the SDKs leave them out of list()); v1.0.18 gives them no metadata.
+// fail v1.0.18's /files/search whole), symlinks (listed, not followed,
+// resolved by one more command) and a FIFO included. The FIFO is
+// FILE_TYPE_UNSPECIFIED on both (the SDKs leave it out of list());
+// v1.0.18 gives it, and the symlinks, no size, owner or time.
 func TestListDirSameOnV1018(t *testing.T) {
 	head := newTestEnv(t)
 	old := newTestEnv(t, func(_ *Config, x *execdstub.Config) { x.Version = execdstub.Version1018; x.Root = head.root })
@@ -126,6 +127,12 @@ func TestListDirSameOnV1018(t *testing.T) {
 					}
 				}
 			}
+			if ent["symlinkTarget"] != nil {
+				delete(ent, "size")
+				delete(ent, "owner")
+				delete(ent, "group")
+				delete(ent, "modifiedTime")
+			}
 		}
 		return out.Entries
 	}
@@ -140,12 +147,16 @@ func TestListDirSameOnV1018(t *testing.T) {
 			t.Fatalf("depth %d: only %d entries", depth, len(want))
 		}
 	}
-	if n := len(old.execd.Commands()); n != 3 {
+	// A listing, then the symlinks' resolution; HEAD runs the second only.
+	if n := len(old.execd.Commands()); n != 6 {
 		t.Fatalf("v1.0.18 ran %d commands for 3 listings", n)
 	}
-	for _, c := range old.execd.Commands() {
-		if c.Request.Cwd != "/home/user/" || c.Request.Uid != nil {
-			t.Fatalf("listing command %+v, want execd's identity in the parent directory", c.Request)
+	if n := len(head.execd.Commands()); n != 3 {
+		t.Fatalf("HEAD ran %d commands for 3 listings", n)
+	}
+	for i, c := range old.execd.Commands() {
+		if want := []string{"/home/user/", "/home/user/t"}[i%2]; c.Request.Cwd != want || c.Request.Uid != nil {
+			t.Fatalf("command %d %+v, want execd's identity in %s", i, c.Request, want)
 		}
 	}
 }
@@ -185,10 +196,10 @@ func TestListDirErrors(t *testing.T) {
 	if resp.StatusCode != 200 || string(body) != `{"entries":[]}` {
 		t.Fatalf("empty dir: %d %s", resp.StatusCode, body)
 	}
-	// A symlink is listed unresolved by execd: FILE_TYPE_UNSPECIFIED, which
-	// the SDKs leave out of list().
+	// A symlink listed by execd is resolved: its target's type
+	// (TestListDirSymlinks).
 	_, body = e.unary("ListDir", `{"path":"/home/user"}`)
-	if !bytes.Contains(body, []byte(`"name":"link","type":"FILE_TYPE_UNSPECIFIED"`)) {
+	if !bytes.Contains(body, []byte(`"name":"link","type":"FILE_TYPE_FILE"`)) {
 		t.Fatalf("symlink entry: %s", body)
 	}
 	// A unary call must be application/json.

@@ -167,7 +167,7 @@ func TestPlainListingsConcurrent(t *testing.T) {
 		id := "sbxplain" + strconv.Itoa(i)
 		entries := make([]string, n)
 		for j := range entries {
-			entries[j] = execdEntry("/home/"+id+"/"+strings.Repeat(string(rune('a'+i)), 1+j%40)+strconv.Itoa(j), []string{"file", "directory", "symlink"}[j%3],
+			entries[j] = execdEntry("/home/"+id+"/"+strings.Repeat(string(rune('a'+i)), 1+j%40)+strconv.Itoa(j), []string{"file", "directory", "other"}[j%3],
 				j*(i+1), []int{644, 755, 4711}[(i+j)%3], "2026-12-0"+strconv.Itoa(1+i)+"T06:31:43."+strconv.Itoa(1+j%9)+"Z")
 		}
 		body := "[" + strings.Join(entries, ",") + "]"

@@ -99,7 +99,8 @@ func execdEntry(path, typ string, size, mode int, modified string) string {
 // TestPlainListingSameAnswer: execd's listings as execd HEAD writes them
 // are copied (the plain path), and answered byte for byte as their
 // decoded lists are, from none to a listing large enough to be written in
-// parts; what is not a plain listing takes the decoded path.
+// parts; what is not a plain listing, and a listing with a symlink, takes
+// the decoded path.
 func TestPlainListingSameAnswer(t *testing.T) {
 	many := make([]string, 4000) // about 0.9 MB of answer: written in parts
 	for i := range many {
@@ -110,7 +111,7 @@ func TestPlainListingSameAnswer(t *testing.T) {
 		" \n[]",
 		`[` + execdEntry("/home/user/a.txt", "file", 10, 644, "2026-12-06T17:26:02.397661013Z") + `]`,
 		`[` + execdEntry("/home/user/d", "directory", 4096, 755, "2026-12-06T17:26:02Z") + `,` +
-			execdEntry("/home/user/l", "symlink", 0, 777, "2026-12-06T17:26:02.5Z") + `,` +
+			execdEntry("/home/user/s", "other", 0, 777, "2026-12-06T17:26:02.5Z") + `,` +
 			execdEntry("/home/user/p", "other", 0, 0, "0001-01-01T00:00:00Z") + `,` +
 			execdEntry("rel", "file", 1, 4755, "2026-12-06T17:26:02.000001Z") + `]`,
 		// No type, as execd v1.0.18; members in another order.
@@ -151,6 +152,10 @@ func TestPlainListingSameAnswer(t *testing.T) {
 		`[{"path":"/a"},]`,
 		`[{"path":"/a"}`,
 		`{"path":"/a"}`,
+		// A symlink: decoded, and resolved by one more request (resolveLinks).
+		`[` + execdEntry("/home/user/l", "symlink", 5, 777, "2026-12-06T17:26:02.5Z") + `]`,
+		`[` + execdEntry("/home/user/a", "file", 0, 644, "2026-12-06T17:26:02Z") + `,` +
+			execdEntry("/home/user/l", "symlink", 5, 777, "2026-12-06T17:26:02.5Z") + `]`,
 	}
 	for _, body := range notPlain {
 		if _, viewed := plainAnswer(t, body); viewed {

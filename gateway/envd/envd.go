@@ -231,8 +231,9 @@ type ConnectResponse = StartResponse
 // FileType is filesystem.FileType, written as its enum name.
 type FileType string
 
-// File types. Types the SDKs do not know (symlinks seen unresolved, sockets)
-// are FileTypeUnspecified, which both SDKs drop from list() (docs/wire-facts.md §E4.2).
+// File types. Types the SDKs do not know (a symlink that resolves to nothing
+// or was not resolved, FIFOs, sockets) are FileTypeUnspecified, which both
+// SDKs drop from list() (docs/wire-facts.md §E4.2).
 const (
 	FileTypeUnspecified FileType = "FILE_TYPE_UNSPECIFIED"
 	FileTypeFile        FileType = "FILE_TYPE_FILE"

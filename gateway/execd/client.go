@@ -301,6 +301,11 @@ type FileInfo struct {
 	Group string `json:"group"`
 	// Mode is the octal permission written in decimal digits (644).
 	Mode int `json:"mode"`
+	// Link is what a symlink of a listing resolves to (not execd's: set by
+	// ListDirectory's extra request); nil for any other entry, and for a
+	// symlink that request did not see (removed or replaced since execd
+	// listed it, or named with a "\r").
+	Link *Link `json:"-"`
 }
 
 // File types execd reports in FileInfo.Type (HEAD only).
@@ -470,8 +475,11 @@ func (c *Client) DeleteDirectory(ctx context.Context, t Target, p string) error 
 // ListDirectory calls GET /directories/list?path=&depth= (execd HEAD). When
 // execd has no such route (v1.0.18 answers gin's "404 page not found") the
 // listing is built with listWithShell, in the same order and shape. A
-// missing path is KindNotFound, a path that is not a directory (or is a
-// symlink) KindExecd with status 400.
+// missing path is KindNotFound, a path that is not a directory KindExecd
+// with status 400. A path that is a symlink to a directory, which execd
+// refuses to list, is listed through with listWithShell (its entries under
+// the path asked for, as envd's). When the listing holds symlinks, one
+// more request (resolveLinks) sets their FileInfo.Link.
 func (c *Client) ListDirectory(ctx context.Context, t Target, p string, depth int) ([]FileInfo, error) {
 	list, _, err := c.ListDirectoryView(ctx, t, p, depth, nil)
 	return list, err

@@ -38,6 +38,18 @@ l() (
 l "$b" "$n"
 `
 
+// symlinkRefusal begins execd HEAD's refusal to list a directory that is a
+// symlink (400 INVALID_REQUEST_BODY, the path after it), which
+// listWithShell gives too.
+const symlinkRefusal = "path is a symbolic link, refusing to traverse: "
+
+// isSymlinkRefusal reports whether err is execd's refusal to list a
+// symlink (symlinkRefusal).
+func isSymlinkRefusal(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Kind == KindExecd && e.Status == http.StatusBadRequest && strings.HasPrefix(e.Message, symlinkRefusal)
+}
+
 // maxInfoQuery bounds the query of one GET /files/info (bytes), so a long
 // listing is stat'ed in several requests that every proxy accepts.
 const maxInfoQuery = 16 << 10
@@ -56,16 +68,29 @@ const maxInfoQuery = 16 << 10
 // entries carry their path and type only (v1.0.18's /files/info follows
 // symlinks and fails on a dangling one); envd's SDKs leave both out of
 // list() anyway. An entry removed between the two calls is left out.
-func (c *Client) listWithShell(ctx context.Context, t Target, dir string, depth int) ([]FileInfo, error) {
+//
+// With follow, dir itself is the working directory and "." is listed: a
+// dir that is a symlink to a directory is listed through (as envd's
+// ListDir does), its entries under dir. A dir that then does not resolve
+// to a directory is KindNotFound when nothing is there (a dangling link,
+// a loop) and NOT_A_DIRECTORY's refusal when something else is (one more
+// command, FollowedType, on that error path only).
+func (c *Client) listWithShell(ctx context.Context, t Target, dir string, depth int, follow bool) ([]FileInfo, error) {
 	parent, base := path.Split(dir)
-	if dir == "/" {
-		parent, base = "/", "."
+	if dir == "/" || follow {
+		parent, base = dir, "."
 	}
 	res, err := c.Shell(ctx, t, c.listingBytes(), parent, listScript, base, strconv.Itoa(depth))
 	var e *Error
 	if errors.As(err, &e) && e.Kind == KindExecd && e.Status == http.StatusBadRequest {
 		// execd refuses a working directory that does not exist or is not
-		// a directory: then dir does not exist either.
+		// a directory: then dir does not exist either, or (following it)
+		// is not a directory.
+		if follow {
+			if typ, err := c.FollowedType(ctx, t, dir); err == nil && typ != TypeDirectory {
+				return nil, &Error{Kind: KindExecd, Status: http.StatusBadRequest, Code: "INVALID_REQUEST_BODY", Message: "path is not a directory: " + dir}
+			}
+		}
 		return nil, &Error{Kind: KindNotFound, Status: http.StatusNotFound, Code: "FILE_NOT_FOUND", Message: "directory not found: " + dir}
 	}
 	if err != nil {
@@ -76,7 +101,7 @@ func (c *Client) listWithShell(ctx context.Context, t Target, dir string, depth 
 	case 4:
 		return nil, &Error{Kind: KindNotFound, Status: http.StatusNotFound, Code: "FILE_NOT_FOUND", Message: "directory not found: " + dir}
 	case 3:
-		return nil, &Error{Kind: KindExecd, Status: http.StatusBadRequest, Code: "INVALID_REQUEST_BODY", Message: "path is a symbolic link, refusing to traverse: " + dir}
+		return nil, &Error{Kind: KindExecd, Status: http.StatusBadRequest, Code: "INVALID_REQUEST_BODY", Message: symlinkRefusal + dir}
 	case 2:
 		return nil, &Error{Kind: KindExecd, Status: http.StatusBadRequest, Code: "INVALID_REQUEST_BODY", Message: "path is not a directory: " + dir}
 	default:

@@ -141,8 +141,11 @@ func (c *Client) decodeListing(resp *http.Response, plain func([]FileInfoView)) 
 	}
 	if plain != nil {
 		if views, ok := ld.readViews(body, entries, c.listingEntries()); ok {
-			ld.handViews(views, plain)
-			return nil, true, nil
+			if !viewsHaveLink(views) {
+				ld.handViews(views, plain)
+				return nil, true, nil
+			}
+			clear(views) // decoded below, its symlinks resolved (ListDirectoryView)
 		}
 	}
 	list, err := ld.decode(body, entries, c.listingEntries())

@@ -47,10 +47,12 @@ type FileInfoView struct {
 }
 
 // ListDirectoryView is ListDirectory for a caller that can take the
-// entries as views: when execd's answer is a plain listing (FileInfoView),
-// plain is called with its entries, the views valid only during the call,
-// and ListDirectoryView returns a nil list and true. Otherwise plain is
-// not called and the list and error are ListDirectory's. The gateway's
+// entries as views: when execd's answer is a plain listing (FileInfoView)
+// without a symlink, plain is called with its entries, the views valid
+// only during the call, and ListDirectoryView returns a nil list and true.
+// Otherwise plain is not called and the list and error are
+// ListDirectory's (a listing with symlinks costs the request that
+// resolves them, resolveLinks). The gateway's
 // ListDir copies a plain listing's strings and times into envd's answer
 // without decoding and encoding them again (docs/benchmarks.md "Issue 33:
 // ListDir's plain listings").
@@ -58,15 +60,31 @@ func (c *Client) ListDirectoryView(ctx context.Context, t Target, p string, dept
 	// url.Values{"path": {p}, "depth": {…}}.Encode(), without the map.
 	q := "depth=" + strconv.Itoa(depth) + "&path=" + url.QueryEscape(p)
 	resp, err := c.unaryOK(ctx, t, http.MethodGet, "/directories/list", q)
+	var list []FileInfo
 	var e *Error
 	if errors.As(err, &e) && e.Kind == KindNoRoute {
-		list, err := c.listWithShell(ctx, t, p, depth)
-		return list, false, err
+		list, err = c.listWithShell(ctx, t, p, depth, false)
+	} else if err == nil {
+		var viewed bool
+		list, viewed, err = c.decodeListing(resp, plain)
+		if viewed {
+			return nil, true, nil
+		}
+	}
+	if isSymlinkRefusal(err) {
+		// envd lists a symlink to a directory through, under the path
+		// asked for; execd refuses to: the listing script does it.
+		list, err = c.listWithShell(ctx, t, p, depth, true)
 	}
 	if err != nil {
 		return nil, false, err
 	}
-	return c.decodeListing(resp, plain)
+	if listHasLink(list) {
+		if err := c.resolveLinks(ctx, t, p, depth, list); err != nil {
+			return nil, false, err
+		}
+	}
+	return list, false, nil
 }
 
 // readViews reads data as a plain listing of at most maxEntries entries

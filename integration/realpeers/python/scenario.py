@@ -6,6 +6,7 @@ prints one JSON object with what happened.
     python3 scenario.py domain
     python3 scenario.py bound
     python3 scenario.py user_env
+    python3 scenario.py list
 
 Environment: E2B_API_URL (corectl), E2B_SANDBOX_URL (the gateway),
 E2B_API_KEY, SCENARIO_DIR (a sandbox directory the scenario may use).
@@ -16,7 +17,8 @@ port of an HTTP and WebSocket server), TEST_DOMAIN and TEST_DOMAIN_IP
 as a wildcard DNS record would) and SSL_CERT_FILE (the CA httpx trusts).
 The "bound" scenario: HELD (the gateway's max_requests_per_credential)
 and SCENARIO_DIR. The "user_env" scenario, the twin of sdk.mjs's
-"userEnv": SANDBOX_ID (a sandbox to connect to). PYTHONPATH must hold the SDK's source (e2b,
+"userEnv": SANDBOX_ID (a sandbox to connect to). The "list" scenario:
+SANDBOX_ID and SCENARIO_DIR (the directory it lists). PYTHONPATH must hold the SDK's source (e2b,
 e2b_connect) and this directory.
 """
 
@@ -112,6 +114,15 @@ def user_env():
     }
 
 
+def list_dir():
+    """files.list of SCENARIO_DIR in sandbox SANDBOX_ID at depth 1: each
+    entry's name, type and symlink target."""
+    sbx = Sandbox.connect(os.environ["SANDBOX_ID"])
+    d = os.environ["SCENARIO_DIR"]
+    return attempt(lambda: [{"name": e.name, "type": e.type.value, "symlinkTarget": e.symlink_target}
+                            for e in sbx.files.list(d)])
+
+
 def resolve_test_domain():
     """Resolves every name under TEST_DOMAIN to TEST_DOMAIN_IP for this
     process (socket.getaddrinfo, which httpx dials through)."""
@@ -184,7 +195,7 @@ def domain():
 
 if __name__ == "__main__":
     name = sys.argv[1] if len(sys.argv) > 1 else ""
-    scenarios = {"peers": peers, "domain": domain, "bound": bound, "user_env": user_env}
+    scenarios = {"peers": peers, "domain": domain, "bound": bound, "user_env": user_env, "list": list_dir}
     if name not in scenarios:
         print("unknown scenario %r; one of: %s" % (name, ", ".join(scenarios)), file=sys.stderr)
         sys.exit(2)
