@@ -14,7 +14,10 @@ import (
 // TestListOnExecdV1018: files.list gives the same answer on execd v1.0.18
 // (no /directories/list; its /files/search lists regular files only) as on
 // execd HEAD, at depth 1 and 2, with both SDKs: directories, empty ones
-// included, with every field the SDK shows.
+// included, and a symlink to a file (shown as a file with its target, as
+// envd shows it), with every field the SDK shows but the link's own size,
+// owner, group and time, which v1.0.18 cannot tell (docs/dataplane.md
+// "Symlinks").
 func TestListOnExecdV1018(t *testing.T) {
 	const dir = "/home/user/listing"
 	build := func(e *testEnv) {
@@ -46,6 +49,21 @@ func TestListOnExecdV1018(t *testing.T) {
 				var w, g []map[string]any
 				_ = json.Unmarshal(pair[0].Value, &w)
 				_ = json.Unmarshal(pair[1].Value, &g)
+				for _, e := range w {
+					if e["name"] == "link" && (e["size"] != float64(len("a.txt")) || e["owner"] != "root" || e["symlinkTarget"] != head.host(dir+"/a.txt")) {
+						t.Errorf("%s on HEAD: the link %v, want its own size %d, owner root and target %s", name, e, len("a.txt"), head.host(dir+"/a.txt"))
+					}
+				}
+				for _, l := range [][]map[string]any{w, g} {
+					for _, e := range l {
+						if e["name"] == "link" {
+							delete(e, "size")
+							delete(e, "owner")
+							delete(e, "group")
+							delete(e, "modifiedTime")
+						}
+					}
+				}
 				if !reflect.DeepEqual(w, g) {
 					t.Errorf("%s on v1.0.18:\n%s\non HEAD:\n%s", name, pair[1].Value, pair[0].Value)
 				}
@@ -56,7 +74,7 @@ func TestListOnExecdV1018(t *testing.T) {
 			for _, e := range d2 {
 				names = append(names, e.Type+":"+e.Name)
 			}
-			if want := "file:.hidden file:a.txt dir:empty dir:m file:b.txt dir:deep dir:empty2"; strings.Join(names, " ") != want {
+			if want := "file:.hidden file:a.txt dir:empty file:link dir:m file:b.txt dir:deep dir:empty2"; strings.Join(names, " ") != want {
 				t.Errorf("depth 2 = %s, want %s", strings.Join(names, " "), want)
 			}
 		})
