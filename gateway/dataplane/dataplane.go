@@ -337,6 +337,10 @@ type Handler struct {
 	// execdTokens remembers which of a cluster's execd token secrets each
 	// sandbox's execd accepts, when a cluster has several.
 	execdTokens *execdtoken.Chooser
+	// cleanupGrace is how long a process's files stay after its Start
+	// stream delivered its end (cleanupGrace, the constant, from New;
+	// 0: removed at once).
+	cleanupGrace time.Duration
 }
 
 // New returns a Handler. It returns an error if a dependency is missing or
@@ -374,7 +378,7 @@ func New(cfg Config, deps Deps) (*Handler, error) {
 	xc := *deps.Execd
 	xc.MaxListingBytes, xc.MaxListingEntries = cfg.MaxListingBytes, cfg.MaxListingEntries
 	deps.Execd = &xc
-	return &Handler{cfg: cfg, deps: deps, execdTokens: &execdtoken.Chooser{},
+	return &Handler{cfg: cfg, deps: deps, execdTokens: &execdtoken.Chooser{}, cleanupGrace: cleanupGrace,
 		upstream:     admission.New(cfg.MaxUpstreamCalls, cfg.MaxUpstreamCallsPerSandbox),
 		processCalls: admission.New(cfg.MaxUpstreamCalls, cfg.MaxProcessCallsPerCredential),
 		largeLines:   admission.New(maxLargeLines, maxLargeLinesPerSandbox)}, nil

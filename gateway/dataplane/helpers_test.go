@@ -154,6 +154,9 @@ func newTestEnvDeps(t *testing.T, deps func(*Deps), opts ...envOption) *testEnv 
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Most tests check a process's files right after its end: removed at
+	// once, as before the grace (TestExtendedTwoStreamsOneProcess has it).
+	h.cleanupGrace = 0
 	e.fe, e.handler = fe, h
 	e.gateway = httptest.NewServer(h)
 	t.Cleanup(e.gateway.Close)

@@ -356,6 +356,10 @@ func (h *Handler) recordStatusLimit(rec procRecord) int64 {
 const (
 	pollMin = 50 * time.Millisecond
 	pollMax = 500 * time.Millisecond
+	// cleanupGrace is how long after a Start stream delivered its
+	// process's end the process's files stay, for Connect streams that
+	// follow it and poll at most every pollMax.
+	cleanupGrace = 20 * pollMax
 	// readChunk bounds the bytes read from one output file per poll.
 	readChunk = 1 << 20
 )
@@ -466,7 +470,17 @@ func (h *Handler) pollOnce(ctx context.Context, rq *request, sw *connect.StreamW
 		_ = sw.Send(envd.StartResponse{Event: envd.ProcessEvent{End: endFromStatus(st)}})
 		_ = sw.Close(nil)
 		if o.cleanup {
-			h.removeProcFiles(ctx, rq.target, f.files)
+			// Not at once: a Connect stream following the same process
+			// still has to read the output written since its last poll
+			// (at most pollMax ago). Until then the files stay; a gateway
+			// that stops meanwhile leaves them to List's prune, as a
+			// Start stream whose client left does.
+			if h.cleanupGrace <= 0 {
+				h.removeProcFiles(ctx, rq.target, f.files)
+			} else {
+				t, files := rq.target, f.files
+				time.AfterFunc(h.cleanupGrace, func() { h.removeProcFiles(context.Background(), t, files) })
+			}
 		}
 		return true, 0, got, nil
 	}
@@ -477,11 +491,14 @@ func (h *Handler) pollOnce(ctx context.Context, rq *request, sw *connect.StreamW
 }
 
 // pump sends what the output files gained since the last call. It reports
-// whether anything was sent. A file that is gone counts as unchanged.
+// whether anything was sent. Output files that are gone (removed by a
+// List's prune, or by the sandbox) end the stream with PROCESS_NOT_FOUND:
+// what was written since the last poll cannot be delivered, and a clean
+// end without it would say the process wrote nothing more.
 func (h *Handler) pump(ctx context.Context, t execd.Target, sw *connect.StreamWriter, f *follower) (bool, *Error) {
 	sizes, err := h.deps.Execd.Info(ctx, t, []string{f.files.out, f.files.err})
 	if execd.IsNotFound(err) {
-		return false, nil
+		return false, fail(CodeProcessNotFound, "the output files of the process were removed before this stream read all of it")
 	}
 	if err != nil {
 		return false, fromExecd(err, "process output")

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -582,5 +583,60 @@ func TestExtendedRecordIDNotCommandID(t *testing.T) {
 				t.Fatalf("execd was asked about the record's id: %q", asked)
 			}
 		})
+	}
+}
+
+// TestExtendedTwoStreamsOneProcess: a process followed by its Start stream
+// and a Connect stream gives its output to both, whichever sees its end
+// first: the Start stream leaves the process's files for cleanupGrace
+// after delivering the end, so the Connect stream still reads what was
+// written since its last poll (they were removed at once, and the Connect
+// stream then ended with exit 0 and no output). Files removed while a
+// stream follows end it with PROCESS_NOT_FOUND, not with a clean end.
+func TestExtendedTwoStreamsOneProcess(t *testing.T) {
+	e := newTestEnv(t, extended)
+	e.handler.cleanupGrace = cleanupGrace
+	for i := range 3 {
+		gate := filepath.Join(t.TempDir(), "go")
+		_, r := e.openStream(context.Background(), "Start", startMsg(`while [ ! -f '`+gate+`' ]; do sleep 0.05; done; echo X`+strconv.Itoa(i)), nil)
+		_, start := nextEvent(t, r, "start")
+		pid := uint32(start["pid"].(float64))
+		_, cr := e.openStream(context.Background(), "Connect", fmt.Sprintf(`{"process":{"pid":%d}}`, pid), nil)
+		nextEvent(t, cr, "start")
+		if err := os.WriteFile(gate, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for name, s := range map[string]*bufio.Reader{"Start": r, "Connect": cr} {
+			k, d := nextEvent(t, s, "data", "end")
+			if k != "data" || b64(t, d["stdout"]) != "X"+strconv.Itoa(i)+"\n" {
+				t.Fatalf("round %d, the %s stream: %s %v, want the output", i, name, k, d)
+			}
+			if k, end := nextEvent(t, s, "end"); k != "end" || end["exited"] != true {
+				t.Fatalf("round %d, the %s stream: %s %v, want its end", i, name, k, end)
+			}
+		}
+		e.waitOutcome()
+		e.waitOutcome()
+	}
+
+	// The files removed under a Connect stream: a stream error.
+	gate := filepath.Join(t.TempDir(), "go")
+	_, r := e.openStream(context.Background(), "Start", startMsg(`while [ ! -f '`+gate+`' ]; do sleep 0.05; done; echo late`), nil)
+	_, start := nextEvent(t, r, "start")
+	pid := uint32(start["pid"].(float64))
+	_, cr := e.openStream(context.Background(), "Connect", fmt.Sprintf(`{"process":{"pid":%d}}`, pid), nil)
+	nextEvent(t, cr, "start")
+	for _, ext := range []string{".out", ".err"} {
+		if err := os.Remove(e.hostPath("/tmp/.sandgate/processes/" + strconv.FormatUint(uint64(pid), 10) + ext)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, s := range map[string]*bufio.Reader{"Start": r, "Connect": cr} {
+		if k, eos := nextEvent(t, s, "end"); k != "eos" || !strings.Contains(mustJSON(eos), "PROCESS_NOT_FOUND") {
+			t.Fatalf("the %s stream with its files removed: %s %v, want a PROCESS_NOT_FOUND error", name, k, eos)
+		}
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

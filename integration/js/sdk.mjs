@@ -281,6 +281,20 @@ const scenarios = {
     return out
   },
 
+  // Two streams on one process (extended_operations): the Start stream of
+  // a background command kept, and a Connect stream beside it; each must
+  // get the output, whichever sees the end first. Three rounds.
+  async twoStreams(sbx) {
+    const rounds = []
+    for (let i = 0; i < 3; i++) {
+      const h = await sbx.commands.run(`sleep 0.7; echo X${i}`, { background: true, timeoutMs: 0 })
+      const h2 = await sbx.commands.connect(h.pid, { timeoutMs: 0 })
+      const [a, b] = await Promise.all([attempt(async () => (await h.wait()).stdout), attempt(async () => (await h2.wait()).stdout)])
+      rounds.push({ start: a, connect: b })
+    }
+    return { rounds }
+  },
+
   // Commands as the SDK user "user", which the gateway maps to uid 1000
   // with home /home/user (as Caddyfile.example does): what envd gives a
   // user's process (HOME, USER, LOGNAME), the request's envs over it, and
