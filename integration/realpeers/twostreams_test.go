@@ -19,7 +19,9 @@ func TestTwoStreamsOnOneProcessAgainstTheRealExecd(t *testing.T) {
 		t.Run("execd-"+version, func(t *testing.T) {
 			w.startExecd(t, version)
 			id := w.createSandbox(t)
-			var r struct{ Rounds []struct{ Start, Connect sdkAttempt } }
+			var r struct {
+				Rounds []struct{ Start, Connect sdkAttempt }
+			}
 			runScenario(t, w.extended, "node", []string{"sdk.mjs", "twoStreams"}, filepath.Join(w.root, "integration/js"), &r,
 				"E2B_PACKAGE=e2b-2.51.0", "SANDBOX_ID="+id)
 			if len(r.Rounds) != 3 {
