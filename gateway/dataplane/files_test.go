@@ -539,3 +539,46 @@ func TestWriteOntoADirectory(t *testing.T) {
 		}
 	}
 }
+
+// TestReadOfADirectoryOnTmpfs: where execd's download of a directory is
+// tmpfs's 500 "seeker can't seek" (the stand-in's DirectoriesOnTmpfs), a
+// read of a directory (v1.0.18's stat gives no type) or of a symlink to
+// one (HEAD's stat gives the link's) is IS_A_DIRECTORY, found by one more
+// command, the type with links followed; a regular file reads as itself
+// without it, and a 500 for a file that is not a directory stays the 500.
+func TestReadOfADirectoryOnTmpfs(t *testing.T) {
+	for _, version := range []string{execdstub.VersionHEAD, execdstub.Version1018} {
+		t.Run(version, func(t *testing.T) {
+			e := newTestEnv(t, func(_ *Config, x *execdstub.Config) { x.Version = version; x.DirectoriesOnTmpfs = true })
+			if err := os.MkdirAll(e.hostPath("/home/user/rd/sub"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("sub", e.hostPath("/home/user/rd/link")); err != nil {
+				t.Fatal(err)
+			}
+			e.writeFile("/home/user/rd/f", "x")
+			paths := []string{"/home/user/rd/link"}
+			if version == execdstub.Version1018 {
+				paths = append(paths, "/home/user/rd/sub")
+			}
+			for _, p := range paths {
+				before := len(e.execd.Commands())
+				resp, body := e.do(e.request(http.MethodGet, "/files?path="+p, nil))
+				if resp.StatusCode != 400 || decodeRESTError(t, body).Message != "IS_A_DIRECTORY: path '"+p+"' is a directory" {
+					t.Errorf("read %s: %d %s, want 400 IS_A_DIRECTORY", p, resp.StatusCode, body)
+				}
+				if n := len(e.execd.Commands()) - before; n != 1 {
+					t.Errorf("read %s ran %d commands, want 1 (the type with links followed)", p, n)
+				}
+			}
+			before := len(e.execd.Commands())
+			resp, body := e.do(e.request(http.MethodGet, "/files?path=/home/user/rd/f", nil))
+			if resp.StatusCode != 200 || string(body) != "x" {
+				t.Errorf("read of the file: %d %q", resp.StatusCode, body)
+			}
+			if n := len(e.execd.Commands()) - before; version == execdstub.VersionHEAD && n != 0 {
+				t.Errorf("read of a file ran %d commands on HEAD, want 0", n)
+			}
+		})
+	}
+}

@@ -428,14 +428,22 @@ func contentDisposition(name string) string {
 // dirContent stands in for an open directory in http.ServeContent: on
 // execd's ext4 a directory seeks to 2^63-1 at SEEK_END and every read fails
 // (EISDIR), so the response is 200 with Content-Length
-// 9223372036854775807 and no body (§X1.5). Emulated so that the quirk does
-// not depend on the filesystem holding Root.
-type dirContent struct{ f *os.File }
+// 9223372036854775807 and no body (§X1.5); on tmpfs (noSeek,
+// Config.DirectoriesOnTmpfs) the seek fails, and ServeContent answers 500
+// "seeker can't seek". Emulated so that the quirk does not depend on the
+// filesystem holding Root.
+type dirContent struct {
+	f      *os.File
+	noSeek bool
+}
 
 func (d dirContent) Read(p []byte) (int, error) { return d.f.Read(p) }
 
 func (d dirContent) Seek(offset int64, whence int) (int64, error) {
 	if whence == io.SeekEnd {
+		if d.noSeek {
+			return 0, errors.New("seek: invalid argument")
+		}
 		return math.MaxInt64, nil
 	}
 	return offset, nil
@@ -452,7 +460,8 @@ func (d dirContent) Seek(offset int64, whence int) (int64, error) {
 // truncated or missing, as in execd); an unsatisfiable one falls through
 // to http.ServeContent, which also adds Accept-Ranges and Last-Modified. A
 // directory gives 200 with Content-Length 9223372036854775807 and a body
-// that ends at once, breaking the connection.
+// that ends at once, breaking the connection (ext4), or with
+// Config.DirectoriesOnTmpfs 500 text/plain "seeker can't seek" (tmpfs).
 func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request, _ map[string]string) {
 	p := queryFirst(r.URL.Query(), "path")
 	if p == "" {
@@ -500,7 +509,7 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request, _ map[st
 	}
 	var content io.ReadSeeker = f
 	if fi.IsDir() {
-		content = dirContent{f}
+		content = dirContent{f: f, noSeek: s.cfg.DirectoriesOnTmpfs}
 	}
 	http.ServeContent(w, r, base, fi.ModTime(), content)
 }

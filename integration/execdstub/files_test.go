@@ -220,6 +220,26 @@ func TestDownload(t *testing.T) {
 	}
 }
 
+// TestDownloadDirectoryOnTmpfs: with DirectoriesOnTmpfs a directory's
+// download is execd's answer where tmpfs cannot seek a directory (§X1.5):
+// 500 text/plain "seeker can't seek"; a file downloads as before.
+func TestDownloadDirectoryOnTmpfs(t *testing.T) {
+	e := newEnv(t, func(c *execdstub.Config) { c.DirectoriesOnTmpfs = true })
+	if err := os.MkdirAll(e.host("ws/d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(e.host("ws/f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	resp, body := e.do("GET", "/files/download?path=/ws/d", nil, nil)
+	if resp.StatusCode != 500 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") || string(body) != "seeker can't seek\n" {
+		t.Errorf("directory download: %d %v %q", resp.StatusCode, resp.Header, body)
+	}
+	if resp, body := e.do("GET", "/files/download?path=/ws/f", nil, nil); resp.StatusCode != 200 || string(body) != "x" {
+		t.Errorf("file download: %d %q", resp.StatusCode, body)
+	}
+}
+
 func decodeInfo(t *testing.T, body []byte) map[string]map[string]any {
 	t.Helper()
 	var m map[string]map[string]any

@@ -126,6 +126,11 @@ type Config struct {
 	// Hostile, when set, makes the Server answer the gateway's JSON reads
 	// as code in the sandbox standing in for execd can (see Hostile).
 	Hostile *Hostile
+	// DirectoriesOnTmpfs makes a download of a directory answer as execd
+	// does where the directory lives on tmpfs, which cannot seek it: 500
+	// text/plain "seeker can't seek" (default false: ext4's broken 200,
+	// docs/wire-facts.md §X1.5).
+	DirectoriesOnTmpfs bool
 }
 
 // Server is the execd stand-in. It is an http.Handler; serve it with
