@@ -142,7 +142,7 @@ func (o *Orchestrator) podSpec(req CreateRequest, sandboxID string) (map[string]
 	c := &spec.Containers[i]
 	defaults := []corev1.EnvVar{{Name: EnvSandbox, Value: "true"}, {Name: EnvSandboxID, Value: sandboxID}, {Name: EnvTemplateID, Value: tpl.ID}}
 	c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool {
-		return e.Name == EnvSandbox || e.Name == EnvSandboxID || e.Name == EnvTemplateID
+		return slices.ContainsFunc(defaults, func(d corev1.EnvVar) bool { return d.Name == e.Name })
 	})
 	c.Env = append(c.Env, defaults...)
 	if len(req.EnvVars) > 0 {

@@ -97,9 +97,10 @@ func parseFlags(fs *flag.FlagSet, usage string, args []string) (code int, stop b
 
 // serving is called by run with the API's and the probe listener's bound
 // addresses ("" without -probe-listen) once both listen and SIGTERM and
-// SIGINT stop run (no longer the process), before the daemon runs. It does nothing; a test of run replaces it to learn the
-// ports of "-listen 127.0.0.1:0", bound by run itself, so no port is
-// picked first and bound later.
+// SIGINT stop run (no longer the process), before the daemon runs. It
+// does nothing; a test of run replaces it to learn the ports of "-listen
+// 127.0.0.1:0", bound by run itself, so no port is picked first and bound
+// later.
 var serving = func(addr, probeAddr string) {}
 
 func run(args []string) error {
