@@ -118,12 +118,7 @@ func TestCaddyfileArgumentCounts(t *testing.T) {
 			"check_interval wants 1 argument, <duration>, and got 2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			line := markedLine(t, tc.body)
-			_, _, err := adapter().Adapt([]byte(tc.body), map[string]any{"filename": "Caddyfile"})
-			if err == nil {
-				t.Fatalf("adapting succeeded; want an error at Caddyfile:%d\n%s", line, tc.body)
-			}
-			msg := err.Error()
+			msg, line := adaptError(t, tc.body)
 			want := fmt.Sprintf("%s (%s), at Caddyfile:%d", tc.want, argcount.Hint, line)
 			if !strings.Contains(msg, want) {
 				t.Errorf("error %q\ndoes not contain %q", msg, want)

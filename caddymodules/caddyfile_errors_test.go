@@ -42,6 +42,18 @@ func markedLine(t *testing.T, body string) int {
 	return line
 }
 
+// adaptError adapts body, which must fail, and returns the error's text
+// and the line body marks with errMarker.
+func adaptError(t *testing.T, body string) (msg string, line int) {
+	t.Helper()
+	line = markedLine(t, body)
+	_, _, err := adapter().Adapt([]byte(body), map[string]any{"filename": "Caddyfile"})
+	if err == nil {
+		t.Fatalf("adapting succeeded; want an error at Caddyfile:%d\n%s", line, body)
+	}
+	return err.Error(), line
+}
+
 // sandgateOpt wraps sandgate subdirectives in a global options block with
 // a valid key and credential source, so each case differs only where it is
 // broken. The first subdirective line is line 5.
@@ -665,12 +677,7 @@ func TestCaddyfileErrors(t *testing.T) {
 			[]string{`key_pair_files: unknown subdirective "reload"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			line := markedLine(t, tc.body)
-			_, _, err := adapter().Adapt([]byte(tc.body), map[string]any{"filename": "Caddyfile"})
-			if err == nil {
-				t.Fatalf("adapting succeeded; want an error at Caddyfile:%d\n%s", line, tc.body)
-			}
-			msg := err.Error()
+			msg, line := adaptError(t, tc.body)
 			if strings.Contains(msg, "s3cr3t") {
 				t.Errorf("error %q echoes the secret", msg)
 			}
