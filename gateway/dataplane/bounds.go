@@ -99,3 +99,28 @@ func (h *Handler) admitProcessCall(ctx context.Context, rq *request) (func(), *E
 	}
 	return release, nil
 }
+
+// Bounds of the process cleanups that wait out cleanupGrace (a Start
+// stream's process's files, removed 10 s after its end): per credential
+// and over the gateway. Each holds a timer and the files' names, then for
+// up to 5 s a goroutine and a request to the sandbox; nothing else bounds
+// them once the stream has ended, and a tenant can end hundreds of
+// processes a second. Past a bound the files are removed at once, as
+// before the grace (a Connect stream following the same process then
+// ends with PROCESS_NOT_FOUND if output came after its last poll).
+const (
+	maxDeferredCleanups              = 4096
+	maxDeferredCleanupsPerCredential = 256
+)
+
+// deferCleanup takes a place for one of rq's credential's deferred
+// process cleanups (h.cleanups), and reports false, taking nothing, when
+// the cleanup must run at once: no grace (h.cleanupGrace 0), or a bound
+// full. release gives the place back once the cleanup has run.
+func (h *Handler) deferCleanup(rq *request) (release func(), ok bool) {
+	if h.cleanupGrace <= 0 {
+		return nil, false
+	}
+	release, why := h.cleanups.TryAcquire(rq.cred.ID)
+	return release, why == admission.Admitted
+}

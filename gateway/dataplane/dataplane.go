@@ -341,6 +341,9 @@ type Handler struct {
 	// stream delivered its end (cleanupGrace, the constant, from New;
 	// 0: removed at once).
 	cleanupGrace time.Duration
+	// cleanups counts the deferred process cleanups per credential
+	// (maxDeferredCleanups, maxDeferredCleanupsPerCredential; deferCleanup).
+	cleanups *admission.Limiter
 }
 
 // New returns a Handler. It returns an error if a dependency is missing or
@@ -379,6 +382,7 @@ func New(cfg Config, deps Deps) (*Handler, error) {
 	xc.MaxListingBytes, xc.MaxListingEntries = cfg.MaxListingBytes, cfg.MaxListingEntries
 	deps.Execd = &xc
 	return &Handler{cfg: cfg, deps: deps, execdTokens: &execdtoken.Chooser{}, cleanupGrace: cleanupGrace,
+		cleanups:     admission.New(maxDeferredCleanups, maxDeferredCleanupsPerCredential),
 		upstream:     admission.New(cfg.MaxUpstreamCalls, cfg.MaxUpstreamCallsPerSandbox),
 		processCalls: admission.New(cfg.MaxUpstreamCalls, cfg.MaxProcessCallsPerCredential),
 		largeLines:   admission.New(maxLargeLines, maxLargeLinesPerSandbox)}, nil

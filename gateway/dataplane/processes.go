@@ -475,11 +475,17 @@ func (h *Handler) pollOnce(ctx context.Context, rq *request, sw *connect.StreamW
 			// (at most pollMax ago). Until then the files stay; a gateway
 			// that stops meanwhile leaves them to List's prune, as a
 			// Start stream whose client left does.
-			if h.cleanupGrace <= 0 {
-				h.removeProcFiles(ctx, rq.target, f.files)
-			} else {
+			// The files of a tenant's ended processes wait out the
+			// grace only while its count of waiting cleanups is under
+			// its bound (deferCleanup); past it they go at once.
+			if release, ok := h.deferCleanup(rq); ok {
 				t, files := rq.target, f.files
-				time.AfterFunc(h.cleanupGrace, func() { h.removeProcFiles(context.Background(), t, files) })
+				time.AfterFunc(h.cleanupGrace, func() {
+					defer release()
+					h.removeProcFiles(context.Background(), t, files)
+				})
+			} else {
+				h.removeProcFiles(ctx, rq.target, f.files)
 			}
 		}
 		return true, 0, got, nil

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/admission"
 	"github.com/sandgate/sandgate/gateway/connect"
 	"github.com/sandgate/sandgate/gateway/execd"
 	"github.com/sandgate/sandgate/integration/execdstub"
@@ -584,6 +585,54 @@ func TestExtendedRecordIDNotCommandID(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDeferredCleanupsBounded: a tenant that ends many processes cannot
+// hold an unbounded number of deferred cleanups (a timer each for 10 s,
+// then a goroutine and a request to its sandbox for up to 5 s, none of
+// them counted once its Start stream has ended): past its bound (here 2
+// for the credential) a Start stream removes its process's files at once,
+// as before the grace; before the bound every ended process kept its
+// files and its timer. A cleanup that ran gives its place back.
+func TestDeferredCleanupsBounded(t *testing.T) {
+	e := newTestEnv(t, extended)
+	e.handler.cleanupGrace = time.Hour // never ends within the test
+	e.handler.cleanups = admission.New(100, 2)
+	exists := func(pid uint32) bool {
+		_, err := os.Stat(e.hostPath("/tmp/.sandgate/processes/" + strconv.FormatUint(uint64(pid), 10) + ".out"))
+		return err == nil
+	}
+	var pids []uint32
+	for range 4 {
+		_, r := e.openStream(context.Background(), "Start", startMsg("true"), nil)
+		_, start := nextEvent(t, r, "start")
+		pids = append(pids, uint32(start["pid"].(float64)))
+		if k, end := nextEvent(t, r, "end"); k != "end" || end["exited"] != true {
+			t.Fatalf("%s %v, want the end", k, end)
+		}
+		e.waitOutcome() // the stream's handler has returned, its cleanup done or deferred
+	}
+	for i, pid := range pids {
+		if deferred := i < 2; exists(pid) != deferred {
+			t.Errorf("process %d: files there %v, want %v (deferred cleanups bounded at 2)", i, !deferred, deferred)
+		}
+	}
+	if all, cred := e.handler.cleanups.Held("cred-a"); all != 2 || cred != 2 {
+		t.Fatalf("%d deferred cleanups held, %d of cred-a; want 2", all, cred)
+	}
+
+	// With a grace that has passed, the cleanup runs and its place is free.
+	e.handler.cleanups = admission.New(100, 2)
+	e.handler.cleanupGrace = time.Nanosecond
+	_, r := e.openStream(context.Background(), "Start", startMsg("true"), nil)
+	_, start := nextEvent(t, r, "start")
+	pid := uint32(start["pid"].(float64))
+	nextEvent(t, r, "end")
+	e.waitOutcome()
+	e.waitFor("the deferred cleanup to run and give its place back", func() bool {
+		all, _ := e.handler.cleanups.Held("cred-a")
+		return all == 0 && !exists(pid)
+	})
 }
 
 // TestExtendedTwoStreamsOneProcess: a process followed by its Start stream

@@ -513,3 +513,33 @@ func TestShellLargeLineRefused(t *testing.T) {
 	}
 	<-written
 }
+
+// TestShellLineOverTheBoundNotCopied: a Shell whose bound lets event lines
+// of 16 MiB through (a listing's, 4 MiB: its honest output is one line,
+// each NUL escaped to six bytes) answered with a 16 MiB line costs the
+// line's read (its buffer, grown by doubling: under twice its length) and
+// its decoded text, which is refused before it is copied into the output:
+// at most 3 × 16 MiB + 1 MiB allocated. Before, the text was copied first
+// and then measured, 64 MiB in all, for each listing with a symlink (or on
+// execd v1.0.18) a sandbox answers so, four at once per sandbox.
+func TestShellLineOverTheBoundNotCopied(t *testing.T) {
+	answer := []byte(`{"type":"init","text":"9f1c2e4b7a6d4e0f8b3c5d2a1e0f7c6b"}` + "\n\n" +
+		`{"type":"stdout","text":"` + strings.Repeat("a", 16<<20-64) + `"}` + "\n\n" + `{"type":"execution_complete"}` + "\n\n")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = w.Write(answer)
+	}))
+	defer srv.Close()
+	fe, _ := url.Parse(srv.URL)
+	c, tgt := &Client{}, Target{FixedEntry: fe, SandboxID: "sb1"}
+	var err error
+	n := memtest.AllocatedDuring(func() { _, err = c.Shell(context.Background(), tgt, DefaultMaxListingBytes, "/", "true") })
+	var e *Error
+	if !errors.As(err, &e) || e.Kind != KindUnexpected || !strings.Contains(e.Message, "printed more than") {
+		t.Fatalf("Shell: %v; want the too-much error", err)
+	}
+	t.Logf("a 16 MiB line over a 4 MiB bound: %d MiB allocated", n>>20)
+	if n > 3*16<<20+1<<20 {
+		t.Fatalf("a 16 MiB line over a 4 MiB bound allocated %d MiB", n>>20)
+	}
+}

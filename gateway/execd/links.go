@@ -108,15 +108,23 @@ func (c *Client) resolveLinks(ctx context.Context, t Target, dir string, depth i
 		return &Error{Kind: KindExecd, Status: http.StatusInternalServerError, Code: "RUNTIME_ERROR",
 			Message: "resolving the symlinks of " + dir + " with a shell script failed with exit status " + strconv.Itoa(res.ExitCode)}
 	}
-	links, err := ParseLinks(res.Stdout, dir, c.listingEntries())
+	links, err := ParseLinks(res.Stdout, c.listingEntries())
 	if err != nil {
 		return err
+	}
+	prefix := path.Clean(dir)
+	if prefix != "/" {
+		prefix += "/"
 	}
 	for i := range list {
 		if list[i].Type != TypeSymlink {
 			continue
 		}
-		if l, ok := links[path.Clean(list[i].Path)]; ok {
+		rel, ok := strings.CutPrefix(path.Clean(list[i].Path), prefix)
+		if !ok {
+			continue
+		}
+		if l, ok := links[rel]; ok {
 			list[i].Link = &l
 		}
 	}
@@ -127,13 +135,14 @@ func (c *Client) resolveLinks(ctx context.Context, t Target, dir string, depth i
 var errLinkRecord = &Error{Kind: KindUnexpected, Message: "the symlink script printed a record it does not print"}
 
 // ParseLinks reads linkScript's output as Shell returns it (a "\n" after
-// the last record) for the listing of dir: the symlinks by absolute path
-// (dir joined with the record's path). More than maxRecords records, a
-// record whose path is not "./" and a clean relative path below it, whose
-// type letter or mode field is not the script's, or whose target is
-// neither empty nor absolute is an *Error with KindUnexpected, as is
-// anything after the last record.
-func ParseLinks(out []byte, dir string, maxRecords int) (map[string]Link, error) {
+// the last record): the symlinks by their path relative to the listed
+// directory (the record's path without its "./"), so what the map holds
+// is bounded by out's size, whatever the directory's length. More than
+// maxRecords records, a record whose path is not "./" and a clean
+// relative path below it, whose type letter or mode field is not the
+// script's, or whose target is neither empty nor absolute is an *Error
+// with KindUnexpected, as is anything after the last record.
+func ParseLinks(out []byte, maxRecords int) (map[string]Link, error) {
 	out = bytes.TrimSuffix(out, []byte{'\n'})
 	links := make(map[string]Link)
 	for n := 0; len(out) > 0; n++ {
@@ -156,7 +165,7 @@ func ParseLinks(out []byte, dir string, maxRecords int) (map[string]Link, error)
 		if !ok {
 			return nil, errLinkRecord
 		}
-		links[path.Join(dir, rel)] = l
+		links[rel] = l
 	}
 	return links, nil
 }

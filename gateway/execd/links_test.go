@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -14,14 +15,17 @@ import (
 	"path/filepath"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sandgate/sandgate/internal/memtest"
 )
 
 // linkRecord is one record as linkScript prints it.
 func linkRecord(p, info, target string) string { return p + "\x00" + info + "\x00" + target + "\x00" }
 
-// TestParseLinks: the script's records become Links by absolute path (the
+// TestParseLinks: the script's records become Links by relative path (the
 // type letter, the mode field's permission bits with setuid, setgid and
 // sticky read as x or not, the target); anything the script does not
 // print is KindUnexpected, and more records than allowed too.
@@ -31,24 +35,24 @@ func TestParseLinks(t *testing.T) {
 		linkRecord("./c", "o-rwxrwsrwt+", "") +
 		linkRecord("./gone", "n", "") +
 		linkRecord("./new\nline", "fprw-------@", "/x\ny") + "\n"
-	got, err := ParseLinks([]byte(out), "/home/user/d", 5)
+	got, err := ParseLinks([]byte(out), 5)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]Link{
-		"/home/user/d/a":         {Type: TypeFile, Perm: 0o640, Target: "/home/user/d/t.txt"},
-		"/home/user/d/sub/b":     {Type: TypeDirectory, Perm: 0o740, Target: "/home/user/e"},
-		"/home/user/d/c":         {Type: TypeOther, Perm: 0o777},
-		"/home/user/d/gone":      {},
-		"/home/user/d/new\nline": {Type: TypeFile, Perm: 0o600, Target: "/x\ny"},
+		"a":         {Type: TypeFile, Perm: 0o640, Target: "/home/user/d/t.txt"},
+		"sub/b":     {Type: TypeDirectory, Perm: 0o740, Target: "/home/user/e"},
+		"c":         {Type: TypeOther, Perm: 0o777},
+		"gone":      {},
+		"new\nline": {Type: TypeFile, Perm: 0o600, Target: "/x\ny"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v\nwant %+v", got, want)
 	}
-	if got, err := ParseLinks(nil, "/d", 0); err != nil || len(got) != 0 {
+	if got, err := ParseLinks(nil, 0); err != nil || len(got) != 0 {
 		t.Fatalf("no output: %v %v", got, err)
 	}
-	if _, err := ParseLinks([]byte(out), "/home/user/d", 4); !isUnexpected(err) || !strings.Contains(err.Error(), "max_listing_entries") {
+	if _, err := ParseLinks([]byte(out), 4); !isUnexpected(err) || !strings.Contains(err.Error(), "max_listing_entries") {
 		t.Fatalf("5 records, 4 allowed: %v", err)
 	}
 	for _, bad := range []string{
@@ -78,7 +82,7 @@ func TestParseLinks(t *testing.T) {
 		linkRecord("./a", "", ""),
 		linkRecord("./a", "f-rw-r-----", "/t") + "x",
 	} {
-		if _, err := ParseLinks([]byte(bad), "/d", 10); !isUnexpected(err) {
+		if _, err := ParseLinks([]byte(bad), 10); !isUnexpected(err) {
 			t.Errorf("%q: error %v, want KindUnexpected", bad, err)
 		}
 	}
@@ -90,8 +94,8 @@ func isUnexpected(err error) bool {
 }
 
 // FuzzParseLinks: whatever the sandbox prints in the script's place,
-// ParseLinks returns no more records than allowed, keys under the listed
-// directory, types the script names, permission bits only, targets empty
+// ParseLinks returns no more records than allowed, keys that are clean
+// relative paths (below the listed directory), types the script names, permission bits only, targets empty
 // or absolute; and records written back from what it returned parse to
 // the same.
 func FuzzParseLinks(f *testing.F) {
@@ -99,7 +103,7 @@ func FuzzParseLinks(f *testing.F) {
 	f.Add([]byte(linkRecord("./sub/b", "ddrwsr-S--T.", "/e")), 1)
 	f.Add([]byte(linkRecord("./c", "o-rwxrwsrwt+", "")), 0)
 	f.Fuzz(func(t *testing.T, out []byte, max int) {
-		got, err := ParseLinks(out, "/home/user/d", max)
+		got, err := ParseLinks(out, max)
 		if err != nil {
 			if !isUnexpected(err) {
 				t.Fatalf("error %v, want KindUnexpected", err)
@@ -117,8 +121,8 @@ func FuzzParseLinks(f *testing.F) {
 		sort.Strings(keys)
 		for _, k := range keys {
 			l := got[k]
-			rel, ok := strings.CutPrefix(k, "/home/user/d/")
-			if !ok || rel == "" {
+			rel := k
+			if rel == "." || !fs.ValidPath(rel) {
 				t.Fatalf("key %q not below the directory", k)
 			}
 			if l.Perm&^0o777 != 0 || l.Target != "" && l.Target[0] != '/' {
@@ -144,7 +148,7 @@ func FuzzParseLinks(f *testing.F) {
 			}
 			again.WriteString(linkRecord("./"+rel, info, l.Target))
 		}
-		back, err := ParseLinks(again.Bytes(), "/home/user/d", len(got))
+		back, err := ParseLinks(again.Bytes(), len(got))
 		if err != nil || !reflect.DeepEqual(back, got) {
 			t.Fatalf("written back %q: %+v, %v; want %+v", again.Bytes(), back, err, got)
 		}
@@ -194,7 +198,7 @@ func TestLinkScript(t *testing.T) {
 		if err != nil {
 			t.Fatalf("depth %s: %v", depth, err)
 		}
-		links, err := ParseLinks(append(out, '\n'), "/home/user/d", 100)
+		links, err := ParseLinks(append(out, '\n'), 100)
 		if err != nil {
 			t.Fatalf("depth %s: %v: %q", depth, err, out)
 		}
@@ -203,22 +207,22 @@ func TestLinkScript(t *testing.T) {
 	file := Link{Type: TypeFile, Perm: 0o640, Target: filepath.Join(d, "t.txt")}
 	dir := Link{Type: TypeDirectory, Perm: 0o750, Target: filepath.Join(root, "e")}
 	want := map[string]Link{
-		"/home/user/d/link.txt": file, "/home/user/d/linkdir": dir, "/home/user/d/chain": file, "/home/user/d/dangling": {},
-		"/home/user/d/loop1": {}, "/home/user/d/loop2": {}, "/home/user/d/abs": dir,
-		"/home/user/d/we'ird $(touch pwned) `touch pwned`": file, "/home/user/d/-n": file,
-		"/home/user/d/nl\nlink": file, "/home/user/d/.hidden": file,
-		"/home/user/d/..dots": {Type: TypeDirectory, Perm: 0o750, Target: filepath.Join(d, "sub")},
+		"link.txt": file, "linkdir": dir, "chain": file, "dangling": {},
+		"loop1": {}, "loop2": {}, "abs": dir,
+		"we'ird $(touch pwned) `touch pwned`": file, "-n": file,
+		"nl\nlink": file, ".hidden": file,
+		"..dots": {Type: TypeDirectory, Perm: 0o750, Target: filepath.Join(d, "sub")},
 	}
 	if got := run("1"); !reflect.DeepEqual(got, want) {
 		g, _ := json.MarshalIndent(got, "", " ")
 		w, _ := json.MarshalIndent(want, "", " ")
 		t.Fatalf("depth 1:\n%s\nwant\n%s", g, w)
 	}
-	want["/home/user/d/sub/inner"] = file
+	want["sub/inner"] = file
 	if got := run("2"); !reflect.DeepEqual(got, want) {
 		t.Fatalf("depth 2: %+v", got)
 	}
-	want["/home/user/d/sub/s2/far"] = file
+	want["sub/s2/far"] = file
 	if got := run("3"); !reflect.DeepEqual(got, want) {
 		t.Fatalf("depth 3: %+v", got)
 	}
@@ -269,5 +273,56 @@ func TestResolveLinksMalformed(t *testing.T) {
 	var e *Error
 	if _, err := c.ListDirectory(context.Background(), tgt, "/d", 1); !errors.As(err, &e) || e.Kind != KindExecd {
 		t.Fatalf("a failed script: %v", err)
+	}
+}
+
+// TestResolveLinksCostIsTheOutputs: what the sandbox answers for the
+// symlink command costs the gateway according to that answer's size, not
+// the listed directory's length times its records. Code in the sandbox
+// can list one symlink and answer the command with max_listing_entries
+// records of a few bytes (here 16,384 records, about 400 KiB of events);
+// keyed by absolute path, each record held the directory's path again,
+// 4,096 bytes (resolvePath's bound) making 64 MiB of keys out of 160 KiB
+// of output. The listing of a 4,000-byte directory may allocate at most
+// 1 MiB more than that of "/d".
+func TestResolveLinksCostIsTheOutputs(t *testing.T) {
+	var out strings.Builder
+	out.WriteString(linkRecord("./l", "f-rw-r--r--", "/t"))
+	for i := range DefaultMaxListingEntries - 1 {
+		out.WriteString(linkRecord("./"+strconv.Itoa(i), "n", ""))
+	}
+	ev, _ := json.Marshal(Event{Type: EventStdout, Text: out.String()})
+	answer := []byte(`{"type":"init","text":"9f1c2e4b7a6d4e0f8b3c5d2a1e0f7c6b"}` + "\n\n" + string(ev) + "\n\n" + `{"type":"execution_complete"}` + "\n\n")
+	var listing []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/directories/list"):
+			_, _ = w.Write(listing)
+		case strings.HasSuffix(r.URL.Path, "/command"):
+			_, _ = io.Copy(io.Discard, r.Body)
+			_, _ = w.Write(answer)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	fe, _ := url.Parse(srv.URL)
+	c, tgt := &Client{}, Target{FixedEntry: fe, SandboxID: "sb1"}
+	cost := func(dir string) uint64 {
+		listing, _ = json.Marshal([]map[string]any{{"path": dir + "/l", "type": "symlink", "size": 1, "mode": 777}})
+		list, err := c.ListDirectory(context.Background(), tgt, dir, 1) // the connection's first use
+		if err != nil || len(list) != 1 || list[0].Link == nil || *list[0].Link != (Link{Type: TypeFile, Perm: 0o644, Target: "/t"}) {
+			t.Fatalf("%.20s…: %+v, %v", dir, list, err)
+		}
+		return memtest.AllocatedDuring(func() {
+			if _, err := c.ListDirectory(context.Background(), tgt, dir, 1); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	short, long := cost("/d"), cost("/d/"+strings.Repeat("x", 4000))
+	t.Logf("the listing of /d allocated %d KiB, of a 4,000-byte directory %d KiB", short>>10, long>>10)
+	if long > short+1<<20 {
+		t.Fatalf("the listing of a 4,000-byte directory allocated %d KiB, %d KiB more than that of /d", long>>10, (long-short)>>10)
 	}
 }

@@ -82,13 +82,17 @@ func (c *Client) Shell(ctx context.Context, t Target, maxOutput int64, cwd, scri
 		}
 		switch {
 		case ev.Type == EventStdout:
-			if ev.Text != "\n" {
-				res.Stdout = append(res.Stdout, ev.Text...)
+			text := ev.Text
+			if text == "\n" {
+				text = ""
 			}
-			res.Stdout = append(res.Stdout, '\n')
-			if int64(len(res.Stdout)) > maxOutput {
+			// Checked before the line is copied: a line of up to 16 MiB
+			// over the bound is not copied into the output as well.
+			if int64(len(res.Stdout))+int64(len(text))+1 > maxOutput {
 				return ShellResult{}, tooMuch
 			}
+			res.Stdout = append(res.Stdout, text...)
+			res.Stdout = append(res.Stdout, '\n')
 		case ev.Terminal():
 			code, ok := ev.ExitCode()
 			if !ok {
