@@ -90,6 +90,7 @@ var noSDKRoute = map[string]string{
 	"METHOD_NOT_ALLOWED": "a wrong method: TestRawHTTPCheckOrder",
 	"CANCELED":           "the client is gone and sees nothing: TestProcessStartOutlivesClient, testDisconnect",
 	"GATEWAY_DRAINING":   "a replica shutting down: TestDrainEndsLongStreams",
+	"PTY_ATTACHED":       "a terminal another replica's stream holds: TestPTYAttachedElsewhere (gateway/dataplane)",
 }
 
 // TestErrorCodesEveryRoute: every code of docs/errors.md, on every route

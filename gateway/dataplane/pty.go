@@ -591,8 +591,8 @@ func (h *Handler) ptyRecord(ctx context.Context, rq *request, sel *envd.ProcessS
 
 // processSendInput serves Process/SendInput on a PTY process: the bytes
 // of input.pty are written to its terminal (at most MaxMessageBytes, the
-// message's bound). input.stdin is refused: execd gives commands no
-// stdin, and a terminal's input is input.pty.
+// message's bound). input.stdin is refused before the process is looked
+// up: execd gives commands no stdin, and a terminal's input is input.pty.
 func (h *Handler) processSendInput(w http.ResponseWriter, r *http.Request, rq *request) *Error {
 	if _, e := h.basicUser(r); e != nil {
 		return e
@@ -605,12 +605,12 @@ func (h *Handler) processSendInput(w http.ResponseWriter, r *http.Request, rq *r
 	if err != nil {
 		return fail(CodeBadRequest, err.Error())
 	}
+	if req.Input.PTY == nil {
+		return fail(CodeUnsupportedOperation, "Process/SendInput with input.stdin is not supported: execd gives commands no stdin (they read /dev/null); a PTY process takes input.pty")
+	}
 	rec, e := h.ptyRecord(r.Context(), rq, req.Process, "Process/SendInput")
 	if e != nil {
 		return e
-	}
-	if req.Input.PTY == nil {
-		return fail(CodeUnsupportedOperation, "Process/SendInput takes input.pty on a PTY process; execd gives it no separate stdin")
 	}
 	if e := h.ptyAct(r.Context(), rq, rec, "send input", func(c *execd.PTYConn) error { return c.SendInput(req.Input.PTY) }); e != nil {
 		return e
