@@ -24,7 +24,7 @@ import (
 // processes").
 //
 // A Process/Start with a pty member runs the SDK's command on an execd PTY
-// session (docs/wire-facts.md §X1.7): POST /pty, then the session's one
+// session (docs/wire-facts.md §X1.8): POST /pty, then the session's one
 // WebSocket, which starts its shell. The stream that holds the WebSocket
 // (Start, or a Connect after it) relays the terminal's output as data
 // {pty} events and the shell's exit as the end event. The process record

@@ -16,7 +16,7 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// execd's PTY sessions (docs/wire-facts.md §X1.7): POST /pty creates one,
+// execd's PTY sessions (docs/wire-facts.md §X1.8): POST /pty creates one,
 // GET /pty/{id} reports it, DELETE /pty/{id} kills its shell's process
 // group and forgets it, and GET /pty/{id}/ws attaches the one WebSocket a
 // session allows; the shell starts with the first one.
@@ -223,7 +223,7 @@ func classifyResponse(resp *http.Response) *Error {
 // PTYFrameKind says what a frame from execd carries.
 type PTYFrameKind int
 
-// The frames execd sends on a PTY WebSocket (docs/wire-facts.md §X1.7).
+// The frames execd sends on a PTY WebSocket (docs/wire-facts.md §X1.8).
 const (
 	// PTYOutput is terminal output (binary, channel 0x01).
 	PTYOutput PTYFrameKind = iota + 1

@@ -16,7 +16,7 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// PTY sessions (docs/wire-facts.md §X1.7): POST /pty, GET and DELETE
+// PTY sessions (docs/wire-facts.md §X1.8): POST /pty, GET and DELETE
 // /pty/{id}, GET /pty/{id}/ws. The stand-in has no terminal: the shell
 // (bash --norc --noprofile, with -c and the command on HEAD) runs on pipes,
 // its stdout and stderr merged into the one output channel as a terminal

@@ -281,6 +281,48 @@ const scenarios = {
     return out
   },
 
+  // A terminal (extended_operations): pty.create as a web terminal makes
+  // it, input (echo hi), a resize that stty size then shows, the shell's
+  // uid, pty.kill (true, then false), and wait() after the kill.
+  async pty(sbx) {
+    const out = {}
+    const chunks = []
+    const dec = new TextDecoder()
+    const enc = new TextEncoder()
+    const text = () => chunks.join('')
+    const waitFor = (re) =>
+      new Promise((resolve, reject) => {
+        const t = setTimeout(() => reject(new Error(`no ${re} in ${JSON.stringify(text())}`)), 30000)
+        const check = () => {
+          const m = text().match(re)
+          if (m) {
+            clearTimeout(t)
+            resolve(m)
+          } else setTimeout(check, 20)
+        }
+        check()
+      })
+    const h = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => chunks.push(dec.decode(d, { stream: true })) })
+    out.pid = h.pid
+    out.list = await attempt(async () => (await sbx.commands.list()).filter((p) => p.pid === h.pid).map((p) => ({ cmd: p.cmd, args: p.args })))
+    await sbx.pty.sendInput(h.pid, enc.encode('echo hi\n'))
+    out.hi = await attempt(async () => (await waitFor(/\r\nhi\r\n/)) !== null)
+    await sbx.pty.sendInput(h.pid, enc.encode('stty size\n'))
+    out.sizeBefore = await attempt(async () => (await waitFor(/\r\n(\d+ \d+)\r\n/))[1])
+    out.resize = await attempt(() => sbx.pty.resize(h.pid, { cols: 100, rows: 30 }))
+    await sbx.pty.sendInput(h.pid, enc.encode('stty size\n'))
+    out.sizeAfter = await attempt(async () => (await waitFor(/\r\n(30 100)\r\n/))[1])
+    await sbx.pty.sendInput(h.pid, enc.encode('echo "u=$(id -u)"\n'))
+    out.uid = await attempt(async () => (await waitFor(/u=(\d+)\r\n/))[1])
+    out.kill = await attempt(() => sbx.pty.kill(h.pid))
+    out.wait = await attempt(async () => {
+      const r = await h.wait()
+      return { exitCode: r.exitCode }
+    })
+    out.killAgain = await attempt(() => sbx.pty.kill(h.pid))
+    return out
+  },
+
   // Two streams on one process (extended_operations): the Start stream of
   // a background command kept, and a Connect stream beside it; each must
   // get the output, whichever sees the end first. Three rounds.
