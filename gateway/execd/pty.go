@@ -1,7 +1,9 @@
 package execd
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -162,7 +164,8 @@ type PTYConn struct {
 // output from that byte offset; execd's default, 0, replays all it kept,
 // so callers always pass one). It starts the session's shell when it is
 // not running: callers check PTYStatus first where that matters. The
-// execd access token is sent as on every call. A session execd does not
+// execd access token is sent as on every call, and reaches execd through
+// the OpenSandbox Ingress (upgradeConn). A session execd does not
 // know is KindNotFound; a session another WebSocket holds is an *Error
 // with KindExecd and status 409 that wraps ErrPTYAttached.
 func (c *Client) DialPTY(ctx context.Context, t Target, id string, since int64) (*PTYConn, error) {
@@ -182,8 +185,23 @@ func (c *Client) DialPTY(ctx context.Context, t Target, id string, since int64) 
 	}
 	hdr["User-Agent"] = userAgent
 	var nd net.Dialer
-	d := websocket.Dialer{NetDialContext: nd.DialContext, HandshakeTimeout: ptyHandshakeTimeout,
-		ReadBufferSize: 32 << 10, WriteBufferSize: 4 << 10}
+	d := websocket.Dialer{HandshakeTimeout: ptyHandshakeTimeout, ReadBufferSize: 32 << 10, WriteBufferSize: 4 << 10,
+		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := nd.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &upgradeConn{Conn: c}, nil
+		},
+		NetDialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			host, _, _ := net.SplitHostPort(addr)
+			td := tls.Dialer{NetDialer: &nd, Config: &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12}}
+			c, err := td.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &upgradeConn{Conn: c}, nil
+		}}
 	ws, resp, err := d.DialContext(ctx, u.String(), hdr)
 	if err != nil {
 		if resp != nil {
@@ -202,6 +220,30 @@ func (c *Client) DialPTY(ctx context.Context, t Target, id string, since int64) 
 	}
 	ws.SetReadLimit(MaxPTYFrameBytes)
 	return &PTYConn{ws: ws}, nil
+}
+
+// upgradeConn sends the WebSocket handshake with "Connection: upgrade"
+// where gorilla writes "Connection: Upgrade" (the same bytes otherwise).
+// The OpenSandbox Ingress relays an upgrade whose Connection is exactly
+// "Upgrade" through its own WebSocket client, which drops every header but
+// a few, X-EXECD-ACCESS-TOKEN included; any other upgrade it tunnels with
+// all headers, byte for byte (docs/wire-facts.md §X2.5). execd, like every
+// WebSocket server, reads the token case-insensitively.
+type upgradeConn struct {
+	net.Conn
+	sent bool
+}
+
+func (c *upgradeConn) Write(b []byte) (int, error) {
+	if !c.sent {
+		c.sent = true
+		if i := bytes.Index(b, []byte("\r\nConnection: Upgrade\r\n")); i >= 0 && bytes.Index(b, []byte("\r\n\r\n")) > i {
+			fixed := append([]byte(nil), b...)
+			copy(fixed[i+len("\r\nConnection: "):], "upgrade")
+			return c.Conn.Write(fixed)
+		}
+	}
+	return c.Conn.Write(b)
 }
 
 // ptyAttachedError is execd's 409 on a PTY WebSocket; it is an *Error and

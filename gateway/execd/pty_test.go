@@ -1,10 +1,16 @@
 package execd
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/gorilla/websocket"
 )
 
 // TestParsePTYFrame: the frames execd sends on a PTY WebSocket, and the
@@ -82,4 +88,59 @@ func FuzzParsePTYFrame(f *testing.F) {
 			t.Fatalf("kind %d from a binary=%v message", fr.Kind, bin)
 		}
 	})
+}
+
+// TestDialPTYHandshake: the WebSocket handshake carries the execd access
+// token and "Connection: upgrade" (not gorilla's "Upgrade", which the
+// OpenSandbox Ingress would relay without the token), to the session's
+// path with the since asked for; execd's 409 wraps ErrPTYAttached and its
+// 404 is KindNotFound.
+func TestDialPTYHandshake(t *testing.T) {
+	type seen struct{ conn, token, path, since string }
+	got := make(chan seen, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- seen{r.Header.Get("Connection"), r.Header.Get(AccessTokenHeader), r.URL.Path, r.URL.Query().Get("since")}
+		switch {
+		case strings.Contains(r.URL.Path, "busy"):
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusConflict)
+			_, _ = w.Write([]byte(`{"code":"ALREADY_CONNECTED","message":"another client"}`))
+			return
+		case strings.Contains(r.URL.Path, "gone"):
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"code":"CONTEXT_NOT_FOUND","message":"pty session gone not found"}`))
+			return
+		}
+		up := websocket.Upgrader{}
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"connected"}`))
+		_ = c.Close()
+	}))
+	defer srv.Close()
+	fe, _ := url.Parse(srv.URL)
+	tgt := Target{FixedEntry: fe, SandboxID: "sbx", AccessToken: "s3cret"}
+	c, err := (&Client{}).DialPTY(context.Background(), tgt, "id-1", 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, err := c.Next(); err != nil || f.Kind != PTYConnected {
+		t.Fatalf("first frame %+v %v", f, err)
+	}
+	c.Close()
+	if s := <-got; s.conn != "upgrade" || s.token != "s3cret" || s.path != "/sbx/44772/pty/id-1/ws" || s.since != "7" {
+		t.Fatalf("handshake %+v", s)
+	}
+	_, err = (&Client{}).DialPTY(context.Background(), tgt, "busy", 0)
+	var e *Error
+	if !errors.Is(err, ErrPTYAttached) || !errors.As(err, &e) || e.Status != http.StatusConflict {
+		t.Fatalf("409: %v", err)
+	}
+	<-got
+	if _, err = (&Client{}).DialPTY(context.Background(), tgt, "gone", 0); !IsNotFound(err) {
+		t.Fatalf("404: %v", err)
+	}
 }
