@@ -565,8 +565,21 @@ func (h *Handler) readRecord(ctx context.Context, t execd.Target, pid uint32) (p
 		return procRecord{}, 0, fromExecd(err, "process record")
 	}
 	var rec procRecord
-	if int64(len(b)) > h.recordLimit() || json.Unmarshal(b, &rec) != nil || rec.PID != pid || !execd.ValidCommandID(rec.ID) ||
-		rec.PTY != "" && (!execd.ValidPTYSessionID(rec.PTY) || ptyRecordID(rec.PTY) != rec.ID) {
+	why := ""
+	switch {
+	case int64(len(b)) > h.recordLimit():
+		why = "the record is larger than a record can be"
+	case json.Unmarshal(b, &rec) != nil:
+		why = "the record is not JSON of a record"
+	case rec.PID != pid:
+		why = "the record names another pid"
+	case !execd.ValidCommandID(rec.ID):
+		why = "the record's id is not an execd command id"
+	case rec.PTY != "" && (!execd.ValidPTYSessionID(rec.PTY) || ptyRecordID(rec.PTY) != rec.ID):
+		why = "the record's pty is not its id's session"
+	}
+	if why != "" {
+		notFound.cause = why // logged, not answered: the record is the sandbox's
 		return procRecord{}, int64(len(b)), notFound
 	}
 	return rec, int64(len(b)), nil

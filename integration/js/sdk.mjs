@@ -290,12 +290,20 @@ const scenarios = {
     const dec = new TextDecoder()
     const enc = new TextEncoder()
     const text = () => chunks.join('')
+    // A command's output follows the echo of its line and, where bash
+    // turns bracketed paste off, "\r": it starts after "\r" or "\n".
     const waitFor = (re) =>
       new Promise((resolve, reject) => {
-        const t = setTimeout(() => reject(new Error(`no ${re} in ${JSON.stringify(text())}`)), 30000)
+        let done = false
+        const t = setTimeout(() => {
+          done = true
+          reject(new Error(`no ${re} in ${JSON.stringify(text())}`))
+        }, 10000)
         const check = () => {
+          if (done) return
           const m = text().match(re)
           if (m) {
+            done = true
             clearTimeout(t)
             resolve(m)
           } else setTimeout(check, 20)
@@ -305,15 +313,13 @@ const scenarios = {
     const h = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => chunks.push(dec.decode(d, { stream: true })) })
     out.pid = h.pid
     out.list = await attempt(async () => (await sbx.commands.list()).filter((p) => p.pid === h.pid).map((p) => ({ cmd: p.cmd, args: p.args })))
-    await sbx.pty.sendInput(h.pid, enc.encode('echo hi\n'))
-    out.hi = await attempt(async () => (await waitFor(/\r\nhi\r\n/)) !== null)
-    await sbx.pty.sendInput(h.pid, enc.encode('stty size\n'))
-    out.sizeBefore = await attempt(async () => (await waitFor(/\r\n(\d+ \d+)\r\n/))[1])
+    const input = (s) => sbx.pty.sendInput(h.pid, enc.encode(s))
+    out.hi = await attempt(async () => (await input('echo hi\n'), await waitFor(/[\r\n]hi\r\n/)) !== null)
+    out.sizeBefore = await attempt(async () => (await input('stty size\n'), await waitFor(/[\r\n](\d+ \d+)\r\n/))[1])
     out.resize = await attempt(() => sbx.pty.resize(h.pid, { cols: 100, rows: 30 }))
-    await sbx.pty.sendInput(h.pid, enc.encode('stty size\n'))
-    out.sizeAfter = await attempt(async () => (await waitFor(/\r\n(30 100)\r\n/))[1])
-    await sbx.pty.sendInput(h.pid, enc.encode('echo "u=$(id -u)"\n'))
-    out.uid = await attempt(async () => (await waitFor(/u=(\d+)\r\n/))[1])
+    out.sizeAfter = await attempt(async () => (await input('stty size\n'), await waitFor(/[\r\n](30 100)\r\n/))[1])
+    out.uid = await attempt(async () => (await input('echo "u=$(id -u)"\n'), await waitFor(/[\r\n]u=(\d+)\r\n/))[1])
+    out.output = text()
     out.kill = await attempt(() => sbx.pty.kill(h.pid))
     out.wait = await attempt(async () => {
       const r = await h.wait()

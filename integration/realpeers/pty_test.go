@@ -1,8 +1,10 @@
 package realpeers_test
 
 import (
+	"bytes"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sandgate/sandgate/integration/harness"
@@ -13,6 +15,7 @@ type ptyResult struct {
 	PID                                     uint32
 	List, Hi, SizeBefore, Resize, SizeAfter sdkAttempt
 	UID, Kill, Wait, KillAgain              sdkAttempt
+	Output                                  string
 }
 
 // TestPTYAgainstTheRealExecd drives a terminal as a web terminal does
@@ -24,13 +27,19 @@ type ptyResult struct {
 // setpriv).
 func TestPTYAgainstTheRealExecd(t *testing.T) {
 	requireTier(t)
-	caddyfile := strings.Replace(w.caddyfile, "\t\ttoken_target\n", "\t\ttoken_target\n\t\textended_operations\n\t\tuser user 1000 1000 /home/user\n\t\tdefault_user user\n", 1)
-	mapped, err := harness.Start(harness.Config{RepoRoot: w.root, Caddyfile: caddyfile, CredentialsFile: w.gateway.CredFile,
-		KeyFile: w.gateway.KeyFile, KeyID: "primary"})
-	if err != nil {
-		t.Fatal(err)
+	logs := map[string]*lockedWriter{}
+	start := func(name, lines string) *harness.Env {
+		logs[name] = &lockedWriter{}
+		gw, err := harness.Start(harness.Config{RepoRoot: w.root, Caddyfile: strings.Replace(w.caddyfile, "\t\ttoken_target\n", lines, 1),
+			CredentialsFile: w.gateway.CredFile, KeyFile: w.gateway.KeyFile, KeyID: "primary", Stderr: logs[name]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(gw.Close)
+		return gw
 	}
-	t.Cleanup(mapped.Close)
+	identity := start("execd-identity", "\t\ttoken_target\n\t\textended_operations\n")
+	mapped := start("user-1000", "\t\ttoken_target\n\t\textended_operations\n\t\tuser user 1000 1000 /home/user\n\t\tdefault_user user\n")
 	for _, version := range execdVersions {
 		t.Run("execd-"+version, func(t *testing.T) {
 			w.startExecd(t, version)
@@ -38,9 +47,15 @@ func TestPTYAgainstTheRealExecd(t *testing.T) {
 				name string
 				env  *harness.Env
 				uid  string
-			}{{"execd-identity", w.extended, "0"}, {"user-1000", mapped, "1000"}} {
+			}{{"execd-identity", identity, "0"}, {"user-1000", mapped, "1000"}} {
 				t.Run(gw.name, func(t *testing.T) {
 					id := w.createSandbox(t)
+					mark := len(logs[gw.name].String())
+					t.Cleanup(func() {
+						if t.Failed() {
+							t.Logf("the gateway's log:\n%s", logs[gw.name].String()[mark:])
+						}
+					})
 					var r ptyResult
 					runScenario(t, gw.env, "node", []string{"sdk.mjs", "pty"}, filepath.Join(w.root, "integration/js"), &r,
 						"E2B_PACKAGE=e2b-2.51.0", "SANDBOX_ID="+id)
@@ -57,8 +72,30 @@ func TestPTYAgainstTheRealExecd(t *testing.T) {
 						t.Errorf("wait() after kill: %s %+v", r.Wait.Value, r.Wait.Error)
 					}
 					wantValue(t, "pty.kill again", r.KillAgain, false)
+					if t.Failed() {
+						t.Logf("the terminal's output: %q", r.Output)
+					}
 				})
 			}
 		})
 	}
+}
+
+// lockedWriter keeps a gateway's log, written by the process's output
+// copier while the test may read it.
+type lockedWriter struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(b)
+}
+
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
