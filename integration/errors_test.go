@@ -294,7 +294,7 @@ http://{{ADDR}} {
 	}
 	pre := func(code, id string) matrixRow { return matrixRow{code: code, id: id} }
 	rows := []matrixRow{
-		{code: "UNSUPPORTED_OPERATION", id: sbxOK, routes: []string{"sendStdin", "watchDir", "pty"}},
+		{code: "UNSUPPORTED_OPERATION", id: sbxOK, routes: []string{"sendStdin", "watchDir"}},
 		{code: "SANDBOX_HEADER_MISSING", id: sbxOK, viaProxy: func(r *http.Request) { r.Header.Del("E2b-Sandbox-Id") }},
 		pre("SANDBOX_ID_INVALID", "Bad_ID"),
 		{code: "SANDBOX_PORT_INVALID", id: sbxOK, viaProxy: func(r *http.Request) { r.Header.Set("E2b-Sandbox-Port", "44772") }},

@@ -427,7 +427,6 @@ async function matrixRow(row) {
     sendStdin: () => sbx.commands.sendStdin(pid, 'x'),
     isRunning: () => sbx.isRunning(),
     watchDir: async () => (await sbx.files.watchDir(dir, () => {})).stop(),
-    pty: async () => (await sbx.pty.create({ cols: 80, rows: 24, onData: () => {} })).kill(),
   }
   const results = await Promise.all(row.routes.map((r) => attempt(calls[r])))
   return Object.fromEntries(row.routes.map((r, i) => [r, results[i]]))
