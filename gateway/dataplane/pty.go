@@ -606,9 +606,9 @@ func (h *Handler) processSendInput(w http.ResponseWriter, r *http.Request, rq *r
 		return fail(CodeBadRequest, err.Error())
 	}
 	if req.Input.PTY == nil {
-		return fail(CodeUnsupportedOperation, "Process/SendInput with input.stdin is not supported: execd gives commands no stdin (they read /dev/null); a PTY process takes input.pty")
+		return fail(CodeUnsupportedOperation, "process.Process/SendInput is not supported for input.stdin: execd gives commands no stdin (they read /dev/null); a PTY process takes input.pty")
 	}
-	rec, e := h.ptyRecord(r.Context(), rq, req.Process, "Process/SendInput")
+	rec, e := h.ptyRecord(r.Context(), rq, req.Process, "process.Process/SendInput")
 	if e != nil {
 		return e
 	}
@@ -641,7 +641,7 @@ func (h *Handler) processUpdate(w http.ResponseWriter, r *http.Request, rq *requ
 	if e != nil {
 		return e
 	}
-	rec, e := h.ptyRecord(r.Context(), rq, req.Process, "Process/Update")
+	rec, e := h.ptyRecord(r.Context(), rq, req.Process, "process.Process/Update")
 	if e != nil {
 		return e
 	}
