@@ -350,6 +350,7 @@ type Handler struct {
 	// WebSockets by sandbox and pid.
 	ptyStreams *admission.Limiter
 	ptyHolds   ptyHolds
+	ptyHeld    ptyHeld
 }
 
 // New returns a Handler. It returns an error if a dependency is missing or

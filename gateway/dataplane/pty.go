@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/admission"
@@ -51,6 +52,21 @@ const maxPTYPreamble = 64 << 10
 // ptyActTimeout bounds one SendInput, Update or SIGTERM on a session no
 // stream of this process holds: dial, act, execd's pong, close.
 const ptyActTimeout = 10 * time.Second
+
+// ptyHeld counts, per stream, the frames read from its WebSocket and not
+// yet relayed, and keeps the most any stream ever held (maxHeld): relayPTY
+// holds at most two (one being relayed, one waiting to be handed over),
+// whatever the client's speed, which TestPTYBackpressure checks.
+type ptyHeld struct {
+	mu      sync.Mutex
+	maxHeld int
+}
+
+func (p *ptyHeld) observe(n int) {
+	p.mu.Lock()
+	p.maxHeld = max(p.maxHeld, n)
+	p.mu.Unlock()
+}
 
 // ptyHolds is the registry of the PTY WebSockets this gateway process's
 // streams hold, by sandbox and pid.
@@ -334,9 +350,11 @@ func (h *Handler) relayPTY(r *http.Request, rq *request, sw *connect.StreamWrite
 	items := make(chan ptyItem)
 	stop := make(chan struct{})
 	defer close(stop)
+	var held atomic.Int32 // frames read and not yet relayed
 	go func() {
 		for {
 			f, err := conn.Next()
+			h.ptyHeld.observe(int(held.Add(1)))
 			select {
 			case items <- ptyItem{f, err}:
 			case <-stop:
@@ -444,6 +462,9 @@ func (h *Handler) relayPTY(r *http.Request, rq *request, sw *connect.StreamWrite
 				left()
 				return streamErr(fail(CodeExecdFailed, "pty output: execd reported "+f.Code+": "+f.Message))
 			}
+			// Relayed; meanwhile the reader has read at most the next
+			// frame, which it hands over only now.
+			held.Add(-1)
 		}
 	}
 }

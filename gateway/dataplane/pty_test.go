@@ -395,3 +395,48 @@ func TestPTYMalformedFrames(t *testing.T) {
 		})
 	}
 }
+
+// TestPTYBackpressure: while the client reads nothing, the gateway reads
+// no more of the terminal's WebSocket than one frame ahead, so the
+// shell's output is held (the stand-in's shell waits for its WebSocket to
+// be read) and the gateway's memory does not grow with it; once the
+// client reads, every byte of the 64 MiB arrives, once, and no stream
+// ever held more than two frames read and not yet relayed.
+func TestPTYBackpressure(t *testing.T) {
+	const size = 64 << 20
+	e := newTestEnv(t, extended)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	msg := `{"process":{"cmd":"/bin/sh","args":["-c","head -c ` + fmt.Sprint(size) + ` /dev/zero | tr '\\0' x; exit 0"]},"pty":{}}`
+	_, r := e.openStream(ctx, "Start", msg, nil)
+	nextEvent(t, r, "start")
+	id := onlySession(t, e)
+	e.waitFor("the terminal's output to be held", func() bool {
+		_, held := e.execd.PTYOutput(id)
+		return held
+	})
+	got := 0
+	for {
+		kind, ev := nextEvent(t, r, "data", "end")
+		if kind == "end" {
+			if ev["status"] != "exit status 0" {
+				t.Fatalf("end %v", ev)
+			}
+			break
+		}
+		b := b64(t, ev["pty"])
+		if strings.Trim(b, "x") != "" {
+			t.Fatalf("unexpected output %q", truncate(b, 64))
+		}
+		got += len(b)
+	}
+	if got != size {
+		t.Fatalf("relayed %d bytes, want %d", got, size)
+	}
+	e.handler.ptyHeld.mu.Lock()
+	maxHeld := e.handler.ptyHeld.maxHeld
+	e.handler.ptyHeld.mu.Unlock()
+	if maxHeld > 2 || maxHeld < 1 {
+		t.Fatalf("a stream held %d frames read and not yet relayed, want at most 2", maxHeld)
+	}
+}

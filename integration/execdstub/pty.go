@@ -55,6 +55,7 @@ type ptySession struct {
 	total    int64
 	sub      chan []byte // the attached connection's output; nil: none
 	subDone  chan struct{}
+	held     bool // output waits for the attached connection to take it
 	cols     int
 	rows     int
 }
@@ -149,6 +150,19 @@ func (s *Server) PTYSize(id string) (cols, rows int) {
 	return ps.cols, ps.rows
 }
 
+// PTYOutput reports session id's output so far (bytes) and whether the
+// shell's output is waiting for the attached connection to take the next
+// chunk (its WebSocket is not being read).
+func (s *Server) PTYOutput(id string) (total int64, held bool) {
+	ps := s.ptySession(id)
+	if ps == nil {
+		return 0, false
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.total, ps.held
+}
+
 // PTYSessions returns the ids of the sessions the stand-in keeps.
 func (s *Server) PTYSessions() []string {
 	s.ptyMu.Lock()
@@ -232,12 +246,16 @@ func (ps *ptySession) output(b []byte) {
 	}
 	ps.total += int64(len(b))
 	sub, subDone := ps.sub, ps.subDone
+	ps.held = sub != nil
 	ps.mu.Unlock()
 	if sub != nil {
 		select {
 		case sub <- b:
 		case <-subDone:
 		}
+		ps.mu.Lock()
+		ps.held = false
+		ps.mu.Unlock()
 	}
 }
 
