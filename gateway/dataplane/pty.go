@@ -512,7 +512,7 @@ func (h *Handler) connectPTY(w http.ResponseWriter, r *http.Request, rq *request
 	if err != nil {
 		return fromExecd(err, "process status")
 	}
-	conn, err := h.deps.Execd.DialPTY(ctx, rq.target, rec.PTY, st.OutputOffset)
+	conn, err := h.dialHeldPTY(ctx, rq.target, rec.PTY, st.OutputOffset)
 	if errors.Is(err, execd.ErrPTYAttached) {
 		return ptyAttached(rec.PID, "another gateway replica's stream")
 	}
@@ -535,6 +535,31 @@ func (h *Handler) connectPTY(w http.ResponseWriter, r *http.Request, rq *request
 	}
 	return h.relayPTY(r, rq, sw, conn, ptyRelay{session: rec.PTY, files: h.procFiles(rec.PID), deadline: deadline,
 		keepalive: call.keepalive, timeout: call.timeout})
+}
+
+// ptyReleaseWaits are the pauses between attempts at a session's
+// WebSocket while execd answers 409: execd releases a session a moment
+// after its WebSocket closed (its handler's deferred unlock), so a call
+// right after another one's WebSocket (a SendInput's, a Start stream whose
+// client left) can find it still held. About 0.6 s in all; a session
+// another stream really holds is still PTY_ATTACHED after them.
+var ptyReleaseWaits = []time.Duration{10 * time.Millisecond, 30 * time.Millisecond, 60 * time.Millisecond,
+	120 * time.Millisecond, 150 * time.Millisecond, 250 * time.Millisecond}
+
+// dialHeldPTY is DialPTY on a session that may have just been released
+// (ptyReleaseWaits).
+func (h *Handler) dialHeldPTY(ctx context.Context, t execd.Target, id string, since int64) (*execd.PTYConn, error) {
+	for i := 0; ; i++ {
+		conn, err := h.deps.Execd.DialPTY(ctx, t, id, since)
+		if err == nil || !errors.Is(err, execd.ErrPTYAttached) || i == len(ptyReleaseWaits) {
+			return conn, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(ptyReleaseWaits[i]):
+		}
+	}
 }
 
 // ptyAttached is PTY_ATTACHED for pid, held by who.
@@ -567,7 +592,7 @@ func (h *Handler) ptyAct(ctx context.Context, rq *request, rec procRecord, what 
 	if err != nil {
 		return fromExecd(err, what)
 	}
-	conn, err := h.deps.Execd.DialPTY(ctx, rq.target, rec.PTY, math.MaxInt64)
+	conn, err := h.dialHeldPTY(ctx, rq.target, rec.PTY, math.MaxInt64)
 	if errors.Is(err, execd.ErrPTYAttached) {
 		return ptyAttached(rec.PID, "another gateway replica's stream")
 	}

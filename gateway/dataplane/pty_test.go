@@ -186,18 +186,18 @@ func TestPTYReattach(t *testing.T) {
 	if o := e.waitOutcome(); o.Code != CodeCanceled {
 		t.Fatalf("start outcome %+v", o)
 	}
-	// No stream holds it once execd has the WebSocket back; the input is
-	// delivered through one of its own.
-	e.waitFor("the session's WebSocket to be free", func() bool {
-		resp, _ := ptyInput(e, pid, "a\n")
-		e.waitOutcome()
-		return resp.StatusCode == 200
-	})
+	// No stream holds it: the input goes through a WebSocket of its own,
+	// once execd has released the Start stream's (a moment after it
+	// closed: ptyReleaseWaits).
+	if resp, body := ptyInput(e, pid, "a\n"); resp.StatusCode != 200 {
+		t.Fatalf("input with no stream: %d %s", resp.StatusCode, body)
+	}
+	e.waitOutcome()
 	cctx, ccancel := context.WithCancel(context.Background())
 	defer ccancel()
 	_, cr := e.openStream(cctx, "Connect", fmt.Sprintf(`{"process":{"pid":%d}}`, pid), nil)
-	if _, s := nextEvent(t, cr, "start"); uint32(s["pid"].(float64)) != pid {
-		t.Fatalf("connect start %v", s)
+	if k, s := nextEvent(t, cr, "start"); k != "start" || s["pid"] != float64(pid) {
+		t.Fatalf("connect: %s %v", k, s)
 	}
 	if resp, body := ptyInput(e, pid, "b\n"); resp.StatusCode != 200 {
 		t.Fatalf("input: %d %s", resp.StatusCode, body)
