@@ -652,7 +652,7 @@ func (h *Handler) processSendInput(w http.ResponseWriter, r *http.Request, rq *r
 		return fail(CodeBadRequest, err.Error())
 	}
 	if req.Input.PTY == nil {
-		return fail(CodeUnsupportedOperation, "process.Process/SendInput is not supported for input.stdin: execd gives commands no stdin (they read /dev/null); a PTY process takes input.pty")
+		return fail(CodeUnsupportedOperation, "process.Process/SendInput is not supported: execd gives commands no stdin (they read /dev/null); a PTY process takes input.pty")
 	}
 	rec, e := h.ptyRecord(r.Context(), rq, req.Process, "process.Process/SendInput")
 	if e != nil {
