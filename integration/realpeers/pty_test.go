@@ -26,7 +26,8 @@ type ptyResult struct {
 // real execd version: as execd's own identity (no user mapped), as the
 // SDK user "user" mapped to uid 1000 (the shell then runs through
 // setpriv), and against an execd that requires an access token (the PTY
-// WebSocket's token must survive the Ingress).
+// WebSocket's token must survive the Ingress); and the same terminal with
+// the Python SDK 2.24 (scenario.py "pty").
 func TestPTYAgainstTheRealExecd(t *testing.T) {
 	requireTier(t)
 	logs := map[string]*lockedWriter{}
@@ -96,6 +97,27 @@ func TestPTYAgainstTheRealExecd(t *testing.T) {
 			t.Logf("the terminal's output: %q", r.Output)
 		}
 	}
+	python := pythonInterpreter(t)
+	// The Python SDK 2.24's sync pty API, its output read by a thread in
+	// wait(on_pty=).
+	runPython := func(t *testing.T, gw gateway, id string) {
+		var r ptyResult
+		runPythonScenario(t, gw.env, python, "pty", &r, "SANDBOX_ID="+id)
+		wantValue(t, "echo hi in on_pty", r.Hi, true)
+		wantValue(t, "stty size at create", r.SizeBefore, "24 80")
+		if !r.Resize.OK {
+			t.Errorf("pty.resize: %+v", r.Resize.Error)
+		}
+		wantValue(t, "stty size after resize", r.SizeAfter, "30 100")
+		wantValue(t, "pty.kill", r.Kill, true)
+		if r.Wait.OK || r.Wait.Error == nil || r.Wait.Error.Name != "CommandExitException" {
+			t.Errorf("wait() after kill: %s %+v", r.Wait.Value, r.Wait.Error)
+		}
+		wantValue(t, "pty.kill again", r.KillAgain, false)
+		if t.Failed() {
+			t.Logf("the terminal's output: %q", r.Output)
+		}
+	}
 	for _, version := range execdVersions {
 		t.Run("execd-"+version, func(t *testing.T) {
 			t.Run("no-token", func(t *testing.T) {
@@ -103,6 +125,7 @@ func TestPTYAgainstTheRealExecd(t *testing.T) {
 				for _, gw := range []gateway{{"execd-identity", identity, "0"}, {"user-1000", mapped, "1000"}} {
 					t.Run(gw.name, func(t *testing.T) { run(t, gw, w.createSandbox(t)) })
 				}
+				t.Run("python-2.24.0", func(t *testing.T) { runPython(t, gateway{"execd-identity", identity, "0"}, w.createSandbox(t)) })
 			})
 			t.Run("execd-token", func(t *testing.T) {
 				// corectl's readiness probe has no token in this world:
