@@ -139,7 +139,8 @@ http://{{ADDR}} {
 		t.Fatal(err)
 	}
 	for _, bound := range []string{"max_requests_per_credential", "max_requests", "max_upstream_calls_per_sandbox",
-		"max_upstream_calls", "max_process_calls_per_credential", "large_lines_per_sandbox", "large_lines"} {
+		"max_upstream_calls", "max_process_calls_per_credential", "large_lines_per_sandbox", "large_lines",
+		"pty_streams_per_sandbox", "pty_streams"} {
 		want := 0.0
 		if bound == "max_requests_per_credential" {
 			want = float64(busy)

@@ -90,6 +90,7 @@ var noSDKRoute = map[string]string{
 	"METHOD_NOT_ALLOWED": "a wrong method: TestRawHTTPCheckOrder",
 	"CANCELED":           "the client is gone and sees nothing: TestProcessStartOutlivesClient, testDisconnect",
 	"GATEWAY_DRAINING":   "a replica shutting down: TestDrainEndsLongStreams",
+	"PTY_ATTACHED":       "a terminal another replica's stream holds: TestPTYAttachedElsewhere (gateway/dataplane)",
 }
 
 // TestErrorCodesEveryRoute: every code of docs/errors.md, on every route
@@ -293,7 +294,7 @@ http://{{ADDR}} {
 	}
 	pre := func(code, id string) matrixRow { return matrixRow{code: code, id: id} }
 	rows := []matrixRow{
-		{code: "UNSUPPORTED_OPERATION", id: sbxOK, routes: []string{"sendStdin", "watchDir", "pty"}},
+		{code: "UNSUPPORTED_OPERATION", id: sbxOK, routes: []string{"sendStdin", "watchDir"}},
 		{code: "SANDBOX_HEADER_MISSING", id: sbxOK, viaProxy: func(r *http.Request) { r.Header.Del("E2b-Sandbox-Id") }},
 		pre("SANDBOX_ID_INVALID", "Bad_ID"),
 		{code: "SANDBOX_PORT_INVALID", id: sbxOK, viaProxy: func(r *http.Request) { r.Header.Set("E2b-Sandbox-Port", "44772") }},

@@ -72,6 +72,8 @@ const (
 	OpProcessList       = "process.List"
 	OpProcessConnect    = "process.Connect"
 	OpProcessSendSignal = "process.SendSignal"
+	OpProcessSendInput  = "process.SendInput"
+	OpProcessUpdate     = "process.Update"
 	OpStat              = "filesystem.Stat"
 	OpMakeDir           = "filesystem.MakeDir"
 	OpMove              = "filesystem.Move"
@@ -115,9 +117,11 @@ type Config struct {
 	// ExtendedOperations, when true, also serves the envd operations that
 	// manage processes which outlive their stream and the filesystem
 	// reads/changes beyond spec §3.3's six: Process List, Connect,
-	// SendSignal (and SendInput/CloseStdin, answered unsupported: execd
-	// gives commands no stdin), Filesystem Stat, MakeDir, Move; and it runs
-	// Process/Start as an execd background command so those work on it.
+	// SendSignal, SendInput and Update on PTY processes (StreamInput and
+	// CloseStdin are answered unsupported: execd gives commands no stdin),
+	// Filesystem Stat, MakeDir, Move; and it runs Process/Start as an
+	// execd background command so those work on it, or, with a pty, on an
+	// execd PTY session (docs/dataplane.md "PTY processes").
 	// Default false (docs/dataplane.md "Extended operations").
 	ExtendedOperations bool
 	// ProcessDir is the sandbox directory where, with ExtendedOperations,
@@ -344,6 +348,12 @@ type Handler struct {
 	// cleanups counts the deferred process cleanups per credential
 	// (maxDeferredCleanups, maxDeferredCleanupsPerCredential; deferCleanup).
 	cleanups *admission.Limiter
+	// ptyStreams counts the PTY streams this process holds, per sandbox
+	// (maxPTYStreamsPerSandbox, maxPTYStreams); ptyHolds is their
+	// WebSockets by sandbox and pid.
+	ptyStreams *admission.Limiter
+	ptyHolds   ptyHolds
+	ptyHeld    ptyHeld
 }
 
 // New returns a Handler. It returns an error if a dependency is missing or
@@ -385,7 +395,8 @@ func New(cfg Config, deps Deps) (*Handler, error) {
 		cleanups:     admission.New(maxDeferredCleanups, maxDeferredCleanupsPerCredential),
 		upstream:     admission.New(cfg.MaxUpstreamCalls, cfg.MaxUpstreamCallsPerSandbox),
 		processCalls: admission.New(cfg.MaxUpstreamCalls, cfg.MaxProcessCallsPerCredential),
-		largeLines:   admission.New(maxLargeLines, maxLargeLinesPerSandbox)}, nil
+		largeLines:   admission.New(maxLargeLines, maxLargeLinesPerSandbox),
+		ptyStreams:   admission.New(maxPTYStreams, maxPTYStreamsPerSandbox)}, nil
 }
 
 // operation is one supported envd route.
@@ -417,6 +428,8 @@ var (
 	opList       = &operation{OpProcessList, shapeUnary, (*Handler).processList}
 	opConnect    = &operation{OpProcessConnect, shapeStream, (*Handler).processConnect}
 	opSendSignal = &operation{OpProcessSendSignal, shapeUnary, (*Handler).processSendSignal}
+	opSendInput  = &operation{OpProcessSendInput, shapeUnary, (*Handler).processSendInput}
+	opUpdate     = &operation{OpProcessUpdate, shapeUnary, (*Handler).processUpdate}
 	opStat       = &operation{OpStat, shapeUnary, (*Handler).stat}
 	opMakeDir    = &operation{OpMakeDir, shapeUnary, (*Handler).makeDir}
 	opMove       = &operation{OpMove, shapeUnary, (*Handler).move}
@@ -435,6 +448,8 @@ var extendedOperations = map[string]*operation{
 	"/process.Process/List":          opList,
 	"/process.Process/Connect":       opConnect,
 	"/process.Process/SendSignal":    opSendSignal,
+	"/process.Process/SendInput":     opSendInput,
+	"/process.Process/Update":        opUpdate,
 	"/filesystem.Filesystem/Stat":    opStat,
 	"/filesystem.Filesystem/MakeDir": opMakeDir,
 	"/filesystem.Filesystem/Move":    opMove,
@@ -442,9 +457,9 @@ var extendedOperations = map[string]*operation{
 
 // noStdin are the envd routes that write a process's stdin: execd gives
 // commands none (/dev/null), so with Config.ExtendedOperations they are
-// answered unsupported with that reason.
-var noStdin = map[string]bool{"/process.Process/SendInput": true, "/process.Process/StreamInput": true,
-	"/process.Process/CloseStdin": true}
+// answered unsupported with that reason. (Process/SendInput is served for
+// PTY processes, whose terminal takes input, and refused so for others.)
+var noStdin = map[string]bool{"/process.Process/StreamInput": true, "/process.Process/CloseStdin": true}
 
 // connectRoute matches /<package>.<Service>/<Method>.
 var connectRoute = regexp.MustCompile(`^/[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+/[A-Za-z_][A-Za-z0-9_]*$`)

@@ -84,6 +84,7 @@ const (
 	CodeCommandTimeout    Code = "COMMAND_TIMEOUT"
 	CodeProcessNotFound   Code = "PROCESS_NOT_FOUND"
 	CodeFileExists        Code = "FILE_EXISTS"
+	CodePTYAttached       Code = "PTY_ATTACHED"
 )
 
 type codeInfo struct {
@@ -170,6 +171,9 @@ var codes = map[Code]codeInfo{
 	CodeCommandTimeout:    {ClassExecution, connect.DeadlineExceeded, http.StatusBadGateway, false},
 	CodeProcessNotFound:   {ClassExecution, connect.NotFound, http.StatusNotFound, false},
 	CodeFileExists:        {ClassExecution, connect.AlreadyExists, http.StatusConflict, false},
+	// Another stream (of another replica, or of this one) holds the
+	// terminal's one execd WebSocket.
+	CodePTYAttached: {ClassExecution, connect.FailedPrecondition, http.StatusConflict, false},
 }
 
 // Class returns the failure class of c.
@@ -265,11 +269,17 @@ const (
 	// BoundLargeLines: the gateway's command output over 64 KiB in
 	// progress (two at a time; fixed, no directive).
 	BoundLargeLines Bound = "large_lines"
+	// BoundPTYStreamsPerSandbox: the sandbox's PTY streams open at this
+	// gateway process (eight; fixed, no directive).
+	BoundPTYStreamsPerSandbox Bound = "pty_streams_per_sandbox"
+	// BoundPTYStreams: the PTY streams open at this gateway process (256;
+	// fixed, no directive).
+	BoundPTYStreams Bound = "pty_streams"
 )
 
 // Bounds lists every Bound, for a metric's label values.
 var Bounds = []Bound{BoundRequestsPerCredential, BoundRequests, BoundUpstreamCallsPerSandbox, BoundUpstreamCalls,
-	BoundProcessCallsPerCredential, BoundLargeLinesPerSandbox, BoundLargeLines}
+	BoundProcessCallsPerCredential, BoundLargeLinesPerSandbox, BoundLargeLines, BoundPTYStreamsPerSandbox, BoundPTYStreams}
 
 // busy is GATEWAY_BUSY at bound b with msg.
 func busy(b Bound, msg string) *Error { return &Error{Code: CodeGatewayBusy, Message: msg, bound: b} }

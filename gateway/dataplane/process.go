@@ -138,14 +138,21 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, rq *reque
 		// would fail it as an internal error.
 		return fail(CodeBadRequest, "process cmd, args and envs must not contain NUL bytes")
 	}
-	if len(req.PTY) > 0 && string(req.PTY) != "null" {
-		return fail(CodeUnsupportedOperation, "PTY processes are not supported by this gateway")
+	pty, err := envd.DecodePTY(req.PTY)
+	if err != nil {
+		return fail(CodeBadRequest, err.Error())
+	}
+	if pty != nil && !h.cfg.ExtendedOperations {
+		return fail(CodeUnsupportedOperation, "PTY processes are not supported by this gateway without extended_operations")
 	}
 	cwd := h.home(user)
 	if req.Process.Cwd != nil && *req.Process.Cwd != "" {
 		if cwd, e = h.resolvePath(*req.Process.Cwd, user); e != nil {
 			return e
 		}
+	}
+	if pty != nil {
+		return h.startPTY(w, r, rq, startCall{streamCall: call, req: req, user: user, cwd: cwd}, pty)
 	}
 	if h.cfg.ExtendedOperations {
 		return h.startBackground(w, r, rq, startCall{streamCall: call, req: req, user: user, cwd: cwd,

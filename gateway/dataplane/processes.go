@@ -52,6 +52,9 @@ type procRecord struct {
 	PID    uint32             `json:"pid"`
 	Config envd.ProcessConfig `json:"config"`
 	Tag    *string            `json:"tag,omitempty"`
+	// PTY is the execd PTY session of a PTY process (ID is then the
+	// session's UUID without its dashes); empty for a command.
+	PTY string `json:"pty,omitempty"`
 }
 
 // Bounds of what the gateway reads back from the process directory, which
@@ -568,7 +571,21 @@ func (h *Handler) readRecord(ctx context.Context, t execd.Target, pid uint32) (p
 		return procRecord{}, 0, fromExecd(err, "process record")
 	}
 	var rec procRecord
-	if int64(len(b)) > h.recordLimit() || json.Unmarshal(b, &rec) != nil || rec.PID != pid || !execd.ValidCommandID(rec.ID) {
+	why := ""
+	switch {
+	case int64(len(b)) > h.recordLimit():
+		why = "the record is larger than a record can be"
+	case json.Unmarshal(b, &rec) != nil:
+		why = "the record is not JSON of a record"
+	case rec.PID != pid:
+		why = "the record names another pid"
+	case !execd.ValidCommandID(rec.ID):
+		why = "the record's id is not an execd command id"
+	case rec.PTY != "" && (!execd.ValidPTYSessionID(rec.PTY) || ptyRecordID(rec.PTY) != rec.ID):
+		why = "the record's pty is not its id's session"
+	}
+	if why != "" {
+		notFound.cause = why // logged, not answered: the record is the sandbox's
 		return procRecord{}, int64(len(b)), notFound
 	}
 	return rec, int64(len(b)), nil
@@ -676,6 +693,18 @@ func (h *Handler) records(ctx context.Context, t execd.Target, prune bool) ([]pr
 		if rec.ID != id {
 			continue // rewritten between the two reads
 		}
+		if rec.PTY != "" {
+			st, err := h.deps.Execd.PTYStatus(ctx, t, rec.PTY)
+			switch {
+			case err == nil && st.Running:
+				out = append(out, rec)
+			case err == nil || execd.IsNotFound(err):
+				ended = append(ended, rec)
+			default:
+				return nil, fromExecd(err, "process status")
+			}
+			continue
+		}
 		st, err := h.deps.Execd.CommandStatus(ctx, t, rec.ID, h.recordStatusLimit(rec))
 		switch {
 		case err == nil && st.Running:
@@ -690,12 +719,15 @@ func (h *Handler) records(ctx context.Context, t execd.Target, prune bool) ([]pr
 		for len(ended) > 0 {
 			n := min(len(ended), pruneBatch)
 			var paths []string
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			for _, rec := range ended[:n] {
 				f := h.procFiles(rec.PID)
 				paths = append(paths, f.rec, f.out, f.err)
+				if rec.PTY != "" {
+					_ = h.deps.Execd.DeletePTY(dctx, t, rec.PTY) // ended: execd still keeps it
+				}
 			}
 			ended = ended[n:]
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			_ = h.deps.Execd.DeleteFiles(dctx, t, paths...)
 			cancel()
 		}
@@ -818,6 +850,13 @@ func (h *Handler) processSendSignal(w http.ResponseWriter, r *http.Request, rq *
 	if e != nil {
 		return e
 	}
+	if rec.PTY != "" {
+		if e := h.ptySignal(r.Context(), rq, rec, req.Signal); e != nil {
+			return e
+		}
+		_ = connect.WriteUnary(w, envd.Empty{})
+		return nil
+	}
 	if err := h.deps.Execd.Interrupt(r.Context(), rq.target, rec.ID); err != nil {
 		var xe *execd.Error
 		if errors.As(err, &xe) && xe.Kind == execd.KindExecd && (strings.Contains(xe.Message, "is not running") || strings.Contains(xe.Message, "no such session")) {
@@ -851,6 +890,9 @@ func (h *Handler) processConnect(w http.ResponseWriter, r *http.Request, rq *req
 	rec, e := h.selectProcess(ctx, rq, req.Process)
 	if e != nil {
 		return e
+	}
+	if rec.PTY != "" {
+		return h.connectPTY(w, r, rq, call, rec)
 	}
 	st, err := h.deps.Execd.CommandStatus(ctx, rq.target, rec.ID, h.recordStatusLimit(rec))
 	if execd.IsNotFound(err) {

@@ -51,8 +51,8 @@ type ProcessConfig struct {
 type StartRequest struct {
 	// Process is what to run; required.
 	Process *ProcessConfig `json:"process"`
-	// PTY is the process.PTY message, kept raw: the gateway refuses any
-	// non-null value (execd has no terminals).
+	// PTY is the process.PTY message, kept raw (DecodePTY reads it): a
+	// non-null value asks for a terminal.
 	PTY json.RawMessage `json:"pty,omitempty"`
 	// Tag names the process for Connect, SendSignal and List.
 	Tag *string `json:"tag,omitempty"`
@@ -186,6 +186,8 @@ type DataEvent struct {
 	Stdout []byte `json:"stdout,omitempty"`
 	// Stderr is a chunk of the process's standard error.
 	Stderr []byte `json:"stderr,omitempty"`
+	// PTY is a chunk of a PTY process's terminal output.
+	PTY []byte `json:"pty,omitempty"`
 }
 
 // EndEvent is the last event of a process stream, as envd's Wait fills it:

@@ -23,7 +23,8 @@
 // /command, GET /command/status/{id}, GET /command/{id}/logs, GET
 // /files/info, DELETE /files, POST /files/upload, GET /files/download, GET
 // /files/search, POST /files/mv, GET /directories/list (HEAD build only),
-// POST and DELETE /directories. Anything else answers like gin's default 404.
+// POST and DELETE /directories, POST /pty, GET and DELETE /pty/{id}, GET
+// /pty/{id}/ws (pty.go). Anything else answers like gin's default 404.
 package execdstub
 
 import (
@@ -131,6 +132,10 @@ type Config struct {
 	// text/plain "seeker can't seek" (default false: ext4's broken 200,
 	// docs/wire-facts.md §X1.5).
 	DirectoriesOnTmpfs bool
+	// PTYFrames are sent as they are on every PTY WebSocket, right after
+	// its connected frame (messages execd is not documented to send, for
+	// the gateway's tests).
+	PTYFrames []RawFrame
 }
 
 // Server is the execd stand-in. It is an http.Handler; serve it with
@@ -155,6 +160,9 @@ type Server struct {
 	order   []string
 	changed chan struct{}
 	running sync.WaitGroup
+
+	ptyMu sync.Mutex
+	ptys  map[string]*ptySession
 }
 
 // New returns a Server for cfg. It panics if cfg.Root is empty or not a
@@ -240,6 +248,15 @@ func (s *Server) Close() {
 			}
 		}
 		s.mu.Unlock()
+		s.ptyMu.Lock()
+		for _, ps := range s.ptys {
+			ps.mu.Lock()
+			if ps.running && ps.pid > 0 {
+				killGroup(ps.pid, sigKill)
+			}
+			ps.mu.Unlock()
+		}
+		s.ptyMu.Unlock()
 		s.running.Wait()
 		if s.ownTmp {
 			_ = os.RemoveAll(s.tmpDir)
@@ -271,6 +288,10 @@ func (s *Server) buildRoutes() []route {
 		{http.MethodGet, split("/files/download"), s.handleDownload},
 		{http.MethodPost, split("/directories"), s.handleMakeDirs},
 		{http.MethodDelete, split("/directories"), s.handleRemoveDirs},
+		{http.MethodPost, split("/pty"), s.handleCreatePTY},
+		{http.MethodGet, split("/pty/:id"), s.handlePTYStatus},
+		{http.MethodDelete, split("/pty/:id"), s.handleDeletePTY},
+		{http.MethodGet, split("/pty/:id/ws"), s.handlePTYWebSocket},
 	}
 	if !s.v1018 {
 		rs = append(rs, route{http.MethodGet, split("/directories/list"), s.handleListDirectory})

@@ -281,6 +281,54 @@ const scenarios = {
     return out
   },
 
+  // A terminal (extended_operations): pty.create as a web terminal makes
+  // it, input (echo hi), a resize that stty size then shows, the shell's
+  // uid, pty.kill (true, then false), and wait() after the kill.
+  async pty(sbx) {
+    const out = {}
+    const chunks = []
+    const dec = new TextDecoder()
+    const enc = new TextEncoder()
+    const text = () => chunks.join('')
+    // A command's output follows the echo of its line and, where bash
+    // turns bracketed paste off, "\r": it starts after "\r" or "\n".
+    const waitFor = (re) =>
+      new Promise((resolve, reject) => {
+        let done = false
+        const t = setTimeout(() => {
+          done = true
+          reject(new Error(`no ${re} in ${JSON.stringify(text())}`))
+        }, 10000)
+        const check = () => {
+          if (done) return
+          const m = text().match(re)
+          if (m) {
+            done = true
+            clearTimeout(t)
+            resolve(m)
+          } else setTimeout(check, 20)
+        }
+        check()
+      })
+    const h = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => chunks.push(dec.decode(d, { stream: true })) })
+    out.pid = h.pid
+    out.list = await attempt(async () => (await sbx.commands.list()).filter((p) => p.pid === h.pid).map((p) => ({ cmd: p.cmd, args: p.args })))
+    const input = (s) => sbx.pty.sendInput(h.pid, enc.encode(s))
+    out.hi = await attempt(async () => (await input('echo hi\n'), await waitFor(/[\r\n]hi\r\n/)) !== null)
+    out.sizeBefore = await attempt(async () => (await input('stty size\n'), await waitFor(/[\r\n](\d+ \d+)\r\n/))[1])
+    out.resize = await attempt(() => sbx.pty.resize(h.pid, { cols: 100, rows: 30 }))
+    out.sizeAfter = await attempt(async () => (await input('stty size\n'), await waitFor(/[\r\n](30 100)\r\n/))[1])
+    out.uid = await attempt(async () => (await input('echo "u=$(id -u)"\n'), await waitFor(/[\r\n]u=(\d+)\r\n/))[1])
+    out.output = text()
+    out.kill = await attempt(() => sbx.pty.kill(h.pid))
+    out.wait = await attempt(async () => {
+      const r = await h.wait()
+      return { exitCode: r.exitCode }
+    })
+    out.killAgain = await attempt(() => sbx.pty.kill(h.pid))
+    return out
+  },
+
   // Two streams on one process (extended_operations): the Start stream of
   // a background command kept, and a Connect stream beside it; each must
   // get the output, whichever sees the end first. Three rounds.
@@ -379,7 +427,6 @@ async function matrixRow(row) {
     sendStdin: () => sbx.commands.sendStdin(pid, 'x'),
     isRunning: () => sbx.isRunning(),
     watchDir: async () => (await sbx.files.watchDir(dir, () => {})).stop(),
-    pty: async () => (await sbx.pty.create({ cols: 80, rows: 24, onData: () => {} })).kill(),
   }
   const results = await Promise.all(row.routes.map((r) => attempt(calls[r])))
   return Object.fromEntries(row.routes.map((r, i) => [r, results[i]]))

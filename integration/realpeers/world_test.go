@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -572,20 +573,48 @@ func httpOK(url string) error {
 	return nil
 }
 
+// execdPingWithToken is httpOK for an execd that requires access token
+// tok.
+func execdPingWithToken(url, tok string) error {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-EXECD-ACCESS-TOKEN", tok)
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return nil
+}
+
 // startExecd starts the execd build version ("head" or "v1.0.18") in the
 // network namespace, listening on :44772 (every Pod IP), in a mount and
 // PID namespace of its own with tmpfs on /home (with /home/user) and /tmp; it
 // waits until execd answers /ping on a Pod IP and stops it when t ends.
 func (w *world) startExecd(t *testing.T, version string) {
 	t.Helper()
+	w.startExecdArgs(t, version)
+}
+
+// startExecdArgs is startExecd with more arguments for execd (e.g.
+// --access-token).
+func (w *world) startExecdArgs(t *testing.T, version string, args ...string) {
+	t.Helper()
 	script := `set -e; mount -t tmpfs sandgate-home /home; mkdir -p /home/user; mount -t tmpfs sandgate-tmp /tmp; exec "$0" "$@"`
 	// A PID namespace too (execd its first process, under unshare
 	// --fork): when execd ends, so does every command it started; stop
 	// signals execd through the process group, and when unshare dies with
 	// the test, execd gets SIGTERM.
-	p, err := w.startProc(&proc{name: "execd-" + version, group: true, cmd: exec.Command("unshare", "--mount", "--propagation", "private",
-		"--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM", "--", "sh", "-c", script,
-		filepath.Join(w.bin, "execd-"+version), "--port", "44772")}, nil)
+	argv := append([]string{"--mount", "--propagation", "private", "--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM", "--",
+		"sh", "-c", script, filepath.Join(w.bin, "execd-"+version), "--port", "44772"}, args...)
+	p, err := w.startProc(&proc{name: "execd-" + version, group: true, cmd: exec.Command("unshare", argv...)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -611,6 +640,9 @@ func (w *world) startExecd(t *testing.T, version string) {
 	if err := poll(ctx, "execd "+version+" to answer on "+probeIP, func() error {
 		if err := p.exited(); err != nil {
 			return err
+		}
+		if i := slices.Index(args, "--access-token"); i >= 0 && i+1 < len(args) {
+			return execdPingWithToken("http://"+probeIP+":44772/ping", args[i+1])
 		}
 		return httpOK("http://" + probeIP + ":44772/ping")
 	}); err != nil {

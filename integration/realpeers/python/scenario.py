@@ -7,6 +7,7 @@ prints one JSON object with what happened.
     python3 scenario.py bound
     python3 scenario.py user_env
     python3 scenario.py list
+    python3 scenario.py pty
 
 Environment: E2B_API_URL (corectl), E2B_SANDBOX_URL (the gateway),
 E2B_API_KEY, SCENARIO_DIR (a sandbox directory the scenario may use).
@@ -18,7 +19,8 @@ as a wildcard DNS record would) and SSL_CERT_FILE (the CA httpx trusts).
 The "bound" scenario: HELD (the gateway's max_requests_per_credential)
 and SCENARIO_DIR. The "user_env" scenario, the twin of sdk.mjs's
 "userEnv": SANDBOX_ID (a sandbox to connect to). The "list" scenario:
-SANDBOX_ID and SCENARIO_DIR (the directory it lists). PYTHONPATH must hold the SDK's source (e2b,
+SANDBOX_ID and SCENARIO_DIR (the directory it lists). The "pty" scenario:
+SANDBOX_ID. PYTHONPATH must hold the SDK's source (e2b,
 e2b_connect) and this directory.
 """
 
@@ -114,6 +116,61 @@ def user_env():
     }
 
 
+def pty():
+    """The twin of sdk.mjs's "pty": a terminal through the SDK's pty API
+    (extended_operations), its output read by a thread in wait(on_pty=)."""
+    import re
+    import threading
+
+    from e2b.sandbox.commands.command_handle import PtySize
+
+    sbx = Sandbox.connect(os.environ["SANDBOX_ID"])
+    chunks = []
+    lock = threading.Lock()
+
+    def text():
+        with lock:
+            return b"".join(chunks).decode("utf-8", "replace")
+
+    def on_pty(b):
+        with lock:
+            chunks.append(bytes(b))
+
+    h = sbx.pty.create(PtySize(rows=24, cols=80))
+    waited = {}
+
+    def follow():
+        waited["wait"] = attempt(lambda: h.wait(on_pty=on_pty).exit_code)
+
+    th = threading.Thread(target=follow)
+    th.start()
+
+    def wait_for(pattern):
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            m = re.search(pattern, text())
+            if m:
+                return m.group(1) if m.groups() else True
+            time.sleep(0.02)
+        raise TimeoutError("no %r in %r" % (pattern, text()))
+
+    def typed(line, pattern):
+        sbx.pty.send_stdin(h.pid, line.encode())
+        return wait_for(pattern)
+
+    out = {"pid": h.pid}
+    out["hi"] = attempt(lambda: typed("echo hi\n", r"[\r\n]hi\r\n"))
+    out["sizeBefore"] = attempt(lambda: typed("stty size\n", r"[\r\n](\d+ \d+)\r\n"))
+    out["resize"] = attempt(lambda: sbx.pty.resize(h.pid, PtySize(rows=30, cols=100)))
+    out["sizeAfter"] = attempt(lambda: typed("stty size\n", r"[\r\n](30 100)\r\n"))
+    out["kill"] = attempt(lambda: sbx.pty.kill(h.pid))
+    th.join(30)
+    out["wait"] = waited.get("wait", {"ok": False, "error": {"name": "Timeout", "message": "wait() did not return"}})
+    out["killAgain"] = attempt(lambda: sbx.pty.kill(h.pid))
+    out["output"] = text()
+    return out
+
+
 def list_dir():
     """files.list of SCENARIO_DIR in sandbox SANDBOX_ID at depth 1: each
     entry's name, type and symlink target."""
@@ -195,7 +252,7 @@ def domain():
 
 if __name__ == "__main__":
     name = sys.argv[1] if len(sys.argv) > 1 else ""
-    scenarios = {"peers": peers, "domain": domain, "bound": bound, "user_env": user_env, "list": list_dir}
+    scenarios = {"peers": peers, "domain": domain, "bound": bound, "user_env": user_env, "list": list_dir, "pty": pty}
     if name not in scenarios:
         print("unknown scenario %r; one of: %s" % (name, ", ".join(scenarios)), file=sys.stderr)
         sys.exit(2)

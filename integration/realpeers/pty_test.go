@@ -1,0 +1,166 @@
+package realpeers_test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/sandgate/sandgate/integration/harness"
+)
+
+// ptyResult is what sdk.mjs's "pty" scenario prints.
+type ptyResult struct {
+	PID                                     uint32
+	List, Hi, SizeBefore, Resize, SizeAfter sdkAttempt
+	UID, Kill, Wait, KillAgain              sdkAttempt
+	Output                                  string
+}
+
+// TestPTYAgainstTheRealExecd drives a terminal as a web terminal does
+// with the JS SDK 2.51 (sdk.mjs "pty": pty.create, sendInput of
+// `echo hi`, resize and `stty size`, the shell's uid, kill), through the
+// gateway with extended_operations and the real Ingress, against each
+// real execd version: as execd's own identity (no user mapped), as the
+// SDK user "user" mapped to uid 1000 (the shell then runs through
+// setpriv), and against an execd that requires an access token (the PTY
+// WebSocket's token must survive the Ingress); and the same terminal with
+// the Python SDK 2.24 (scenario.py "pty").
+func TestPTYAgainstTheRealExecd(t *testing.T) {
+	requireTier(t)
+	logs := map[string]*lockedWriter{}
+	start := func(name, lines string) *harness.Env {
+		logs[name] = &lockedWriter{}
+		gw, err := harness.Start(harness.Config{RepoRoot: w.root, Caddyfile: strings.Replace(w.caddyfile, "\t\ttoken_target\n", lines, 1),
+			CredentialsFile: w.gateway.CredFile, KeyFile: w.gateway.KeyFile, KeyID: "primary", Stderr: logs[name]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(gw.Close)
+		return gw
+	}
+	identity := start("execd-identity", "\t\ttoken_target\n\t\textended_operations\n")
+	mapped := start("user-1000", "\t\ttoken_target\n\t\textended_operations\n\t\tuser user 1000 1000 /home/user\n\t\tdefault_user user\n")
+	// A gateway with an execd access token for cluster-a, against an
+	// execd that requires it: the PTY WebSocket goes through the real
+	// Ingress, which relays a "Connection: Upgrade" WebSocket without the
+	// token (docs/wire-facts.md §X2.5).
+	const execdToken = "pty-test-execd-token"
+	tokenFile := filepath.Join(t.TempDir(), "execd-token")
+	if err := os.WriteFile(tokenFile, []byte(execdToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tokenLines := strings.Replace(w.caddyfile, "cluster "+w.a.id+" "+w.a.ingress+"\n",
+		"cluster "+w.a.id+" "+w.a.ingress+" {\n\t\t\texecd_access_token {file."+tokenFile+"}\n\t\t}\n", 1)
+	if tokenLines == w.caddyfile {
+		t.Fatal("the Caddyfile has no cluster-a line to give a token")
+	}
+	logs["execd-token"] = &lockedWriter{}
+	withToken, err := harness.Start(harness.Config{RepoRoot: w.root,
+		Caddyfile:       strings.Replace(tokenLines, "\t\ttoken_target\n", "\t\ttoken_target\n\t\textended_operations\n", 1),
+		CredentialsFile: w.gateway.CredFile, KeyFile: w.gateway.KeyFile, KeyID: "primary", Stderr: logs["execd-token"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(withToken.Close)
+	type gateway struct {
+		name string
+		env  *harness.Env
+		uid  string
+	}
+	run := func(t *testing.T, gw gateway, id string) {
+		mark := len(logs[gw.name].String())
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("the gateway's log:\n%s", logs[gw.name].String()[mark:])
+			}
+		})
+		var r ptyResult
+		runScenario(t, gw.env, "node", []string{"sdk.mjs", "pty"}, filepath.Join(w.root, "integration/js"), &r,
+			"E2B_PACKAGE=e2b-2.51.0", "SANDBOX_ID="+id)
+		wantValue(t, "commands.list() (the terminal)", r.List, []any{map[string]any{"cmd": "/bin/bash", "args": []any{"-i", "-l"}}})
+		wantValue(t, "echo hi in onData", r.Hi, true)
+		wantValue(t, "stty size at create", r.SizeBefore, "24 80")
+		if !r.Resize.OK {
+			t.Errorf("pty.resize: %+v", r.Resize.Error)
+		}
+		wantValue(t, "stty size after resize", r.SizeAfter, "30 100")
+		wantValue(t, "id -u", r.UID, gw.uid)
+		wantValue(t, "pty.kill", r.Kill, true)
+		if r.Wait.OK || r.Wait.Error == nil || r.Wait.Error.Name != "CommandExitError" {
+			t.Errorf("wait() after kill: %s %+v", r.Wait.Value, r.Wait.Error)
+		}
+		wantValue(t, "pty.kill again", r.KillAgain, false)
+		if t.Failed() {
+			t.Logf("the terminal's output: %q", r.Output)
+		}
+	}
+	python := pythonInterpreter(t)
+	// The Python SDK 2.24's sync pty API, its output read by a thread in
+	// wait(on_pty=).
+	runPython := func(t *testing.T, gw gateway, id string) {
+		var r ptyResult
+		runPythonScenario(t, gw.env, python, "pty", &r, "SANDBOX_ID="+id)
+		wantValue(t, "echo hi in on_pty", r.Hi, true)
+		wantValue(t, "stty size at create", r.SizeBefore, "24 80")
+		if !r.Resize.OK {
+			t.Errorf("pty.resize: %+v", r.Resize.Error)
+		}
+		wantValue(t, "stty size after resize", r.SizeAfter, "30 100")
+		wantValue(t, "pty.kill", r.Kill, true)
+		if r.Wait.OK || r.Wait.Error == nil || r.Wait.Error.Name != "CommandExitException" {
+			t.Errorf("wait() after kill: %s %+v", r.Wait.Value, r.Wait.Error)
+		}
+		wantValue(t, "pty.kill again", r.KillAgain, false)
+		if t.Failed() {
+			t.Logf("the terminal's output: %q", r.Output)
+		}
+	}
+	for _, version := range execdVersions {
+		t.Run("execd-"+version, func(t *testing.T) {
+			t.Run("no-token", func(t *testing.T) {
+				w.startExecd(t, version)
+				for _, gw := range []gateway{{"execd-identity", identity, "0"}, {"user-1000", mapped, "1000"}} {
+					t.Run(gw.name, func(t *testing.T) { run(t, gw, w.createSandbox(t)) })
+				}
+				t.Run("python-2.24.0", func(t *testing.T) { runPython(t, gateway{"execd-identity", identity, "0"}, w.createSandbox(t)) })
+			})
+			t.Run("execd-token", func(t *testing.T) {
+				// corectl's readiness probe has no token in this world:
+				// the sandbox is created while an execd without one
+				// answers, then served by one that requires it.
+				var id string
+				t.Run("create", func(ct *testing.T) {
+					w.startExecd(ct, version)
+					id = w.createSandbox(t)
+				})
+				if id == "" {
+					t.FailNow()
+				}
+				w.startExecdArgs(t, version, "--access-token", execdToken)
+				run(t, gateway{"execd-token", withToken, "0"}, id)
+			})
+		})
+	}
+}
+
+// lockedWriter keeps a gateway's log, written by the process's output
+// copier while the test may read it.
+type lockedWriter struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(b)
+}
+
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
