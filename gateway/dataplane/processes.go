@@ -263,10 +263,13 @@ func (h *Handler) createOutput(ctx context.Context, t execd.Target, f procFiles,
 // docs/dataplane.md). execd's status then says whether it started; only if
 // execd does not know the id is the start a failure.
 //
-// execd sends no output on this stream, but what answers for it may: a
-// line over 64 KiB is read only with a large-line slot of rq's sandbox, as
-// in a foreground stream (admitLargeLine), and GATEWAY_BUSY past
-// upstream_wait.
+// execd sends no output on this stream, and its two events are under
+// 200 bytes; what answers for it may send more: a line over 64 KiB
+// (execd.LargeLineBytes) is not read further, and ends the start with
+// EXECD_PROTOCOL (errBackgroundLine). Before, such a line was read with a
+// large-line slot, as in a foreground stream, and a tenant starting
+// processes in a loop against an execd answering 16 MiB lines kept the
+// collector behind them (TestHostileExecdBackgroundLinesBoundedMemory).
 func (h *Handler) runBackground(ctx context.Context, rq *request, creq execd.CommandRequest) (string, error) {
 	t := rq.target
 	stream, err := h.deps.Execd.RunCommand(ctx, t, creq)
@@ -274,7 +277,7 @@ func (h *Handler) runBackground(ctx context.Context, rq *request, creq execd.Com
 		return "", err
 	}
 	defer stream.Close()
-	stream.SetLargeLineGate(func() (func(), error) { return h.admitLargeLine(ctx, rq) })
+	stream.SetLargeLineGate(func() (func(), error) { return nil, errBackgroundLine })
 	id := ""
 	for {
 		ev, err := stream.Next()
@@ -301,6 +304,11 @@ func (h *Handler) runBackground(ctx context.Context, rq *request, creq execd.Com
 		}
 	}
 }
+
+// errBackgroundLine ends a background start whose stream sent a line over
+// execd.LargeLineBytes: execd's own are init and execution_complete.
+var errBackgroundLine = fail(CodeExecdProtocol, "start process: execd's stream of a background command sent a line over "+
+	strconv.Itoa(execd.LargeLineBytes>>10)+" KiB; execd sends only its init and execution_complete events there")
 
 // registerGrace is how long after its init event execd's status may still
 // answer "command not found" for a background command: execd sends init
