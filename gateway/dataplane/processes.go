@@ -701,21 +701,18 @@ func (h *Handler) records(ctx context.Context, t execd.Target, prune bool) ([]pr
 		if rec.ID != id {
 			continue // rewritten between the two reads
 		}
+		// A PTY process runs while its execd session's shell does.
+		var running bool
+		var err error
 		if rec.PTY != "" {
-			st, err := h.deps.Execd.PTYStatus(ctx, t, rec.PTY)
-			switch {
-			case err == nil && st.Running:
-				out = append(out, rec)
-			case err == nil || execd.IsNotFound(err):
-				ended = append(ended, rec)
-			default:
-				return nil, fromExecd(err, "process status")
-			}
-			continue
+			st, serr := h.deps.Execd.PTYStatus(ctx, t, rec.PTY)
+			running, err = st.Running, serr
+		} else {
+			st, serr := h.deps.Execd.CommandStatus(ctx, t, rec.ID, h.recordStatusLimit(rec))
+			running, err = st.Running, serr
 		}
-		st, err := h.deps.Execd.CommandStatus(ctx, t, rec.ID, h.recordStatusLimit(rec))
 		switch {
-		case err == nil && st.Running:
+		case err == nil && running:
 			out = append(out, rec)
 		case err == nil || execd.IsNotFound(err):
 			ended = append(ended, rec)

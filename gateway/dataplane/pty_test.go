@@ -171,12 +171,11 @@ func TestPTYExitAndEnvironment(t *testing.T) {
 	}
 }
 
-// TestPTYReattach: a Start stream whose client goes leaves the shell
-// running; input sent meanwhile opens a WebSocket for the call; Connect
-// reattaches (start event with the pid) and relays what follows, not what
-// the shell wrote before the Start stream ended.
-func TestPTYReattach(t *testing.T) {
-	e := newTestEnv(t, extended)
+// ptyStartLeft starts a PTY process (80x24) whose client leaves once the
+// terminal said "ready": the Start stream ends CANCELED and the shell keeps
+// running. It returns the pid.
+func ptyStartLeft(t *testing.T, e *testEnv) uint32 {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	_, r := e.openStream(ctx, "Start", ptyStartMsg(80, 24), nil)
 	_, start := nextEvent(t, r, "start")
@@ -186,6 +185,16 @@ func TestPTYReattach(t *testing.T) {
 	if o := e.waitOutcome(); o.Code != CodeCanceled {
 		t.Fatalf("start outcome %+v", o)
 	}
+	return pid
+}
+
+// TestPTYReattach: a Start stream whose client goes leaves the shell
+// running; input sent meanwhile opens a WebSocket for the call; Connect
+// reattaches (start event with the pid) and relays what follows, not what
+// the shell wrote before the Start stream ended.
+func TestPTYReattach(t *testing.T) {
+	e := newTestEnv(t, extended)
+	pid := ptyStartLeft(t, e)
 	// No stream holds it: the input goes through a WebSocket of its own,
 	// once execd has released the Start stream's (a moment after it
 	// closed: ptyReleaseWaits).
@@ -219,13 +228,7 @@ func TestPTYReattach(t *testing.T) {
 // SIGKILL still works.
 func TestPTYAttachedElsewhere(t *testing.T) {
 	e := newTestEnv(t, extended)
-	ctx, cancel := context.WithCancel(context.Background())
-	_, r := e.openStream(ctx, "Start", ptyStartMsg(80, 24), nil)
-	_, start := nextEvent(t, r, "start")
-	pid := uint32(start["pid"].(float64))
-	ptyOutput(t, r, "ready\n")
-	cancel()
-	e.waitOutcome()
+	pid := ptyStartLeft(t, e)
 	id := onlySession(t, e)
 	tgt := execd.Target{FixedEntry: e.fe, SandboxID: testSandbox}
 	var other *execd.PTYConn

@@ -559,28 +559,18 @@ func poll(ctx context.Context, what string, cond func() error) error {
 }
 
 // httpOK returns nil when GET url answers 200.
-func httpOK(url string) error {
-	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return nil
-}
+func httpOK(url string) error { return execdPingWithToken(url, "") }
 
 // execdPingWithToken is httpOK for an execd that requires access token
-// tok.
+// tok (none when empty).
 func execdPingWithToken(url, tok string) error {
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("X-EXECD-ACCESS-TOKEN", tok)
+	if tok != "" {
+		req.Header.Set("X-EXECD-ACCESS-TOKEN", tok)
+	}
 	c := http.Client{Timeout: 2 * time.Second}
 	resp, err := c.Do(req)
 	if err != nil {
