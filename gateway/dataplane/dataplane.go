@@ -354,6 +354,10 @@ type Handler struct {
 	ptyStreams *admission.Limiter
 	ptyHolds   ptyHolds
 	ptyHeld    ptyHeld
+	// ptyKills counts the PTY kills waiting for their Start's deadline,
+	// per credential (maxPTYDeadlineKills,
+	// maxPTYDeadlineKillsPerCredential; ptyDeadlineKill).
+	ptyKills *admission.Limiter
 }
 
 // New returns a Handler. It returns an error if a dependency is missing or
@@ -396,7 +400,8 @@ func New(cfg Config, deps Deps) (*Handler, error) {
 		upstream:     admission.New(cfg.MaxUpstreamCalls, cfg.MaxUpstreamCallsPerSandbox),
 		processCalls: admission.New(cfg.MaxUpstreamCalls, cfg.MaxProcessCallsPerCredential),
 		largeLines:   admission.New(maxLargeLines, maxLargeLinesPerSandbox),
-		ptyStreams:   admission.New(maxPTYStreams, maxPTYStreamsPerSandbox)}, nil
+		ptyStreams:   admission.New(maxPTYStreams, maxPTYStreamsPerSandbox),
+		ptyKills:     admission.New(maxPTYDeadlineKills, maxPTYDeadlineKillsPerCredential)}, nil
 }
 
 // operation is one supported envd route.

@@ -44,6 +44,13 @@ const (
 	maxPTYStreams           = 256
 )
 
+// Bounds of the PTY kills waiting for their Start's deadline
+// (ptyDeadlineKill): per credential and over the gateway process.
+const (
+	maxPTYDeadlineKills              = 4096
+	maxPTYDeadlineKillsPerCredential = 256
+)
+
 // maxPTYPreamble bounds the terminal output read before the command's
 // marker (bytes): the shell's prompt and the echo of the typed line on
 // execd v1.0.18, nothing on HEAD. More fails the start.
@@ -299,17 +306,32 @@ func (h *Handler) startPTY(w http.ResponseWriter, r *http.Request, rq *request, 
 // as envd ends a process whose Start timeout passed. It lives in this
 // gateway process: one that stops before the deadline leaves the terminal
 // running (docs/dataplane.md "PTY processes").
+//
+// The kills waiting for their deadline are bounded per credential and in
+// all (maxPTYDeadlineKills): each holds a timer and, at the deadline, a
+// goroutine and two requests, and a tenant can start and leave terminals
+// in a loop. Past a bound the terminal is ended at once, as the deferred
+// cleanups of commands are (deferCleanup).
 func (h *Handler) ptyDeadlineKill(rq *request, id string, files procFiles, timeout time.Duration, begun time.Time) {
 	if timeout <= 0 {
 		return
 	}
 	t := rq.target
-	time.AfterFunc(time.Until(begun.Add(timeout)), func() {
+	kill := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := h.deps.Execd.DeletePTY(ctx, t, id); err == nil || execd.IsNotFound(err) {
 			h.removeProcFiles(ctx, t, files)
 		}
+	}
+	release, why := h.ptyKills.TryAcquire(rq.cred.ID)
+	if why != admission.Admitted {
+		kill()
+		return
+	}
+	time.AfterFunc(time.Until(begun.Add(timeout)), func() {
+		defer release()
+		kill()
 	})
 }
 

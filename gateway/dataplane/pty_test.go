@@ -188,6 +188,40 @@ func ptyStartLeft(t *testing.T, e *testEnv) uint32 {
 	return pid
 }
 
+// TestPTYDeadlineKillsBounded: a terminal whose Start stream ended before
+// its Connect-Timeout-Ms deadline waits for it with a kill scheduled, and
+// those waiting kills are bounded per credential (maxPTYDeadlineKills):
+// past the bound the terminal is ended at once, so a tenant starting and
+// leaving terminals in a loop holds no more timers than the bound. Here
+// the bound is 1: the first terminal keeps running, the second is ended
+// when its client leaves.
+func TestPTYDeadlineKillsBounded(t *testing.T) {
+	e := newTestEnv(t, extended)
+	e.handler.ptyKills = admission.New(100, 1)
+	leave := func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		_, r := e.openStream(ctx, "Start", ptyStartMsg(80, 24), map[string]string{"Connect-Timeout-Ms": "3600000"})
+		nextEvent(t, r, "start")
+		ptyOutput(t, r, "ready\n")
+		cancel()
+		if o := e.waitOutcome(); o.Code != CodeCanceled {
+			t.Fatalf("start outcome %+v", o)
+		}
+	}
+	leave()
+	first := onlySession(t, e)
+	if all, cred := e.handler.ptyKills.Held("cred-a"); all != 1 || cred != 1 {
+		t.Fatalf("%d deadline kills held, %d of cred-a; want 1", all, cred)
+	}
+	leave()
+	if ids := e.execd.PTYSessions(); len(ids) != 1 || ids[0] != first {
+		t.Fatalf("sessions %v, want only the first (%s): the second ended past the bound", ids, first)
+	}
+	if all, _ := e.handler.ptyKills.Held("cred-a"); all != 1 {
+		t.Fatalf("%d deadline kills held, want 1", all)
+	}
+}
+
 // TestPTYReattach: a Start stream whose client goes leaves the shell
 // running; input sent meanwhile opens a WebSocket for the call; Connect
 // reattaches (start event with the pid) and relays what follows, not what
