@@ -889,6 +889,26 @@ func truncate(s string, n int) string {
 	return s
 }
 
+// readUnary reads a unary call's SDK user (basicUser) and message
+// (readMessage, within MaxMessageBytes), and decodes the message with
+// decode; a message decode refuses is BAD_REQUEST with its error.
+func readUnary[T any](h *Handler, r *http.Request, decode func([]byte) (T, error)) (sdkUser, T, *Error) {
+	var zero T
+	user, e := h.basicUser(r)
+	if e != nil {
+		return user, zero, e
+	}
+	msg, e := h.readMessage(r)
+	if e != nil {
+		return user, zero, e
+	}
+	req, err := decode(msg)
+	if err != nil {
+		return user, zero, fail(CodeBadRequest, err.Error())
+	}
+	return user, req, nil
+}
+
 // readMessage reads a unary Connect request message with the size limit.
 func (h *Handler) readMessage(r *http.Request) ([]byte, *Error) {
 	ct := r.Header.Get("Content-Type")

@@ -16,17 +16,9 @@ import (
 // call, decodes it with decode (which returns the message's path) and
 // resolves that path against the user's home.
 func (h *Handler) readPathMessage(r *http.Request, decode func([]byte) (string, error)) (string, *Error) {
-	user, e := h.basicUser(r)
+	user, p, e := readUnary(h, r, decode)
 	if e != nil {
 		return "", e
-	}
-	msg, e := h.readMessage(r)
-	if e != nil {
-		return "", e
-	}
-	p, err := decode(msg)
-	if err != nil {
-		return "", fail(CodeBadRequest, err.Error())
 	}
 	return h.resolvePath(p, user)
 }

@@ -62,17 +62,9 @@ func (h *Handler) stat(w http.ResponseWriter, r *http.Request, rq *request) *Err
 // creates it with its parents (mode 0755, owned by the SDK user by name as
 // for written files) and the new entry is returned.
 func (h *Handler) makeDir(w http.ResponseWriter, r *http.Request, rq *request) *Error {
-	user, e := h.basicUser(r)
+	user, req, e := readUnary(h, r, envd.DecodePathRequest)
 	if e != nil {
 		return e
-	}
-	msg, e := h.readMessage(r)
-	if e != nil {
-		return e
-	}
-	req, err := envd.DecodePathRequest(msg)
-	if err != nil {
-		return fail(CodeBadRequest, err.Error())
 	}
 	p, e := h.resolvePath(req.Path, user)
 	if e != nil {
@@ -107,17 +99,9 @@ func (h *Handler) makeDir(w http.ResponseWriter, r *http.Request, rq *request) *
 // FILE_NOT_FOUND. execd never replaces an existing destination (envd's
 // rename(2) would replace a file): that is FILE_EXISTS.
 func (h *Handler) move(w http.ResponseWriter, r *http.Request, rq *request) *Error {
-	user, e := h.basicUser(r)
+	user, req, e := readUnary(h, r, envd.DecodeMoveRequest)
 	if e != nil {
 		return e
-	}
-	msg, e := h.readMessage(r)
-	if e != nil {
-		return e
-	}
-	req, err := envd.DecodeMoveRequest(msg)
-	if err != nil {
-		return fail(CodeBadRequest, err.Error())
 	}
 	src, e := h.resolvePath(req.Source, user)
 	if e != nil {

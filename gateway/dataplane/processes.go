@@ -837,16 +837,9 @@ func (h *Handler) processList(w http.ResponseWriter, r *http.Request, rq *reques
 // (docs/dataplane.md). Signals other than SIGTERM and SIGKILL are
 // unsupported, as in envd.
 func (h *Handler) processSendSignal(w http.ResponseWriter, r *http.Request, rq *request) *Error {
-	if _, e := h.basicUser(r); e != nil {
-		return e
-	}
-	msg, e := h.readMessage(r)
+	_, req, e := readUnary(h, r, envd.DecodeSendSignalRequest)
 	if e != nil {
 		return e
-	}
-	req, err := envd.DecodeSendSignalRequest(msg)
-	if err != nil {
-		return fail(CodeBadRequest, err.Error())
 	}
 	if req.Signal != envd.SignalSIGKILL && req.Signal != envd.SignalSIGTERM {
 		return fail(CodeUnsupportedOperation, "invalid signal "+strconv.Itoa(int(req.Signal))+": only SIGTERM and SIGKILL are supported, as in envd")

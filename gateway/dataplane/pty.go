@@ -662,16 +662,9 @@ func (h *Handler) ptyRecord(ctx context.Context, rq *request, sel *envd.ProcessS
 // message's bound). input.stdin is refused before the process is looked
 // up: execd gives commands no stdin, and a terminal's input is input.pty.
 func (h *Handler) processSendInput(w http.ResponseWriter, r *http.Request, rq *request) *Error {
-	if _, e := h.basicUser(r); e != nil {
-		return e
-	}
-	msg, e := h.readMessage(r)
+	_, req, e := readUnary(h, r, envd.DecodeSendInputRequest)
 	if e != nil {
 		return e
-	}
-	req, err := envd.DecodeSendInputRequest(msg)
-	if err != nil {
-		return fail(CodeBadRequest, err.Error())
 	}
 	if req.Input.PTY == nil {
 		return fail(CodeUnsupportedOperation, "process.Process/SendInput is not supported: execd gives commands no stdin (they read /dev/null); a PTY process takes input.pty")
@@ -690,16 +683,9 @@ func (h *Handler) processSendInput(w http.ResponseWriter, r *http.Request, rq *r
 // processUpdate serves Process/Update: a PTY process's terminal size
 // (pty.size; none changes nothing).
 func (h *Handler) processUpdate(w http.ResponseWriter, r *http.Request, rq *request) *Error {
-	if _, e := h.basicUser(r); e != nil {
-		return e
-	}
-	msg, e := h.readMessage(r)
+	_, req, e := readUnary(h, r, envd.DecodeUpdateRequest)
 	if e != nil {
 		return e
-	}
-	req, err := envd.DecodeUpdateRequest(msg)
-	if err != nil {
-		return fail(CodeBadRequest, err.Error())
 	}
 	var size *envd.PTYSize
 	if req.PTY != nil {
