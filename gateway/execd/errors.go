@@ -90,8 +90,18 @@ func CheckResponse(resp *http.Response) error {
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return nil
 	}
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-	_ = resp.Body.Close()
+	return responseError(resp)
+}
+
+// responseError reads up to 4 KiB of resp's body (none when it has none),
+// closes it and classifies the answer as CheckResponse does, whatever its
+// status (a refused WebSocket handshake may answer 200).
+func responseError(resp *http.Response) *Error {
+	var b []byte
+	if resp.Body != nil {
+		b, _ = io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		_ = resp.Body.Close()
+	}
 	return classify(resp.StatusCode, b)
 }
 

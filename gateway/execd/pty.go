@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -210,7 +209,7 @@ func (c *Client) DialPTY(ctx context.Context, t Target, id string, since int64) 
 				_ = resp.Body.Close()
 				return nil, &Error{Kind: KindUnexpected, Status: resp.StatusCode, Message: "execd's PTY WebSocket handshake is not valid"}
 			}
-			e := classifyResponse(resp)
+			e := responseError(resp)
 			if e.Status == http.StatusConflict && e.Kind == KindExecd {
 				return nil, &ptyAttachedError{e: e}
 			}
@@ -252,15 +251,6 @@ type ptyAttachedError struct{ e *Error }
 
 func (e *ptyAttachedError) Error() string   { return e.e.Error() }
 func (e *ptyAttachedError) Unwrap() []error { return []error{e.e, ErrPTYAttached} }
-
-func classifyResponse(resp *http.Response) *Error {
-	var b []byte
-	if resp.Body != nil {
-		b, _ = io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		_ = resp.Body.Close()
-	}
-	return classify(resp.StatusCode, b)
-}
 
 // PTYFrameKind says what a frame from execd carries.
 type PTYFrameKind int
