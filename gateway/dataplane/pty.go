@@ -64,15 +64,19 @@ const ptyActTimeout = 10 * time.Second
 // yet relayed, and keeps the most any stream ever held (maxHeld): relayPTY
 // holds at most two (one being relayed, one waiting to be handed over),
 // whatever the client's speed, which TestPTYBackpressure checks.
+// It is read once a frame on every stream: an atomic maximum, not a lock
+// the streams would share.
 type ptyHeld struct {
-	mu      sync.Mutex
-	maxHeld int
+	maxHeld atomic.Int32
 }
 
-func (p *ptyHeld) observe(n int) {
-	p.mu.Lock()
-	p.maxHeld = max(p.maxHeld, n)
-	p.mu.Unlock()
+func (p *ptyHeld) observe(n int32) {
+	for {
+		m := p.maxHeld.Load()
+		if n <= m || p.maxHeld.CompareAndSwap(m, n) {
+			return
+		}
+	}
 }
 
 // ptyHolds is the registry of the PTY WebSockets this gateway process's
@@ -376,7 +380,7 @@ func (h *Handler) relayPTY(r *http.Request, rq *request, sw *connect.StreamWrite
 	go func() {
 		for {
 			f, err := conn.Next()
-			h.ptyHeld.observe(int(held.Add(1)))
+			h.ptyHeld.observe(held.Add(1))
 			select {
 			case items <- ptyItem{f, err}:
 			case <-stop:

@@ -470,9 +470,7 @@ func TestPTYBackpressure(t *testing.T) {
 	if got != size {
 		t.Fatalf("relayed %d bytes, want %d", got, size)
 	}
-	e.handler.ptyHeld.mu.Lock()
-	maxHeld := e.handler.ptyHeld.maxHeld
-	e.handler.ptyHeld.mu.Unlock()
+	maxHeld := e.handler.ptyHeld.maxHeld.Load()
 	if maxHeld > 2 || maxHeld < 1 {
 		t.Fatalf("a stream held %d frames read and not yet relayed, want at most 2", maxHeld)
 	}
