@@ -258,7 +258,23 @@ func informerSync(e *rbacEnv, obj client.Object) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	failed := make(chan error, 1)
-	c, err := cache.New(e.cfg, cache.Options{Scheme: env.Scheme,
+	// A watch the apiserver accepted: the sync alone does not show it,
+	// because without the watch verb client-go falls back from its
+	// streaming list to a plain list, syncs, and only then sends the watch
+	// that is refused.
+	watching := make(chan struct{})
+	var once sync.Once
+	cfg := rest.CopyConfig(e.cfg)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(r)
+			if err == nil && r.URL.Query().Get("watch") == "true" && resp.StatusCode == http.StatusOK {
+				once.Do(func() { close(watching) })
+			}
+			return resp, err
+		})
+	})
+	c, err := cache.New(cfg, cache.Options{Scheme: env.Scheme,
 		DefaultWatchErrorHandler: func(_ context.Context, _ *toolscache.Reflector, err error) {
 			select {
 			case failed <- err:
@@ -285,9 +301,9 @@ func informerSync(e *rbacEnv, obj client.Object) error {
 		select {
 		case err := <-failed:
 			return err
-		default:
+		case <-watching:
+			return nil
 		}
-		return nil
 	}
 }
 
