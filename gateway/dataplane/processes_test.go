@@ -674,11 +674,17 @@ func TestExtendedTwoStreamsOneProcess(t *testing.T) {
 		e.waitOutcome()
 	}
 
-	// The files removed under a Connect stream: a stream error.
+	// The files removed under a Connect stream: a stream error. They are
+	// removed once the command has written to them: the start event can
+	// come before the command's shell opens them (for appending), which
+	// would make them again.
 	gate := filepath.Join(t.TempDir(), "go")
-	_, r := e.openStream(context.Background(), "Start", startMsg(`while [ ! -f '`+gate+`' ]; do sleep 0.05; done; echo late`), nil)
+	_, r := e.openStream(context.Background(), "Start", startMsg(`echo ready; while [ ! -f '`+gate+`' ]; do sleep 0.05; done; echo late`), nil)
 	_, start := nextEvent(t, r, "start")
 	pid := uint32(start["pid"].(float64))
+	if k, d := nextEvent(t, r, "data"); k != "data" || b64(t, d["stdout"]) != "ready\n" {
+		t.Fatalf("the Start stream: %s %v, want the first line", k, d)
+	}
 	_, cr := e.openStream(context.Background(), "Connect", fmt.Sprintf(`{"process":{"pid":%d}}`, pid), nil)
 	nextEvent(t, cr, "start")
 	for _, ext := range []string{".out", ".err"} {
