@@ -363,6 +363,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		Authorizer:  app.Authorizer(),
 		Drain:       h.drain,
 		Requests:    processRequests,
+		Shared:      processShared,
 	})
 	if err != nil {
 		return err

@@ -96,6 +96,14 @@ var processPortCounts = portroute.NewCounts()
 // them.
 var processRequests = dataplane.NewRequestCounts()
 
+// processShared is the data plane's state that outlives a configuration
+// (dataplane.Deps.Shared), a package variable for the same reason: after
+// a reload the new configuration relays a terminal's input and resizes
+// through the WebSocket a stream of the replaced one still holds, and the
+// deferred cleanups, PTY kills, PTY streams and large output lines the
+// replaced configuration still runs count against the same bounds.
+var processShared = dataplane.NewShared()
+
 // serveHost serves a request when host routing is configured: a Host
 // that is not a sandbox host of a served domain is refused; envd's port
 // goes to the data plane with the sandbox from the Host; any other port

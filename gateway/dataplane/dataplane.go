@@ -327,6 +327,16 @@ type Deps struct {
 	// the streams and transfers the replaced configuration still runs
 	// count against the new one's bounds. nil: the Handler's own.
 	Requests *admission.Limiter
+	// Shared is what outlives the request that started it and so must
+	// outlive a configuration (NewShared): the PTY WebSockets the streams
+	// hold and the bounds of the work that runs on after a request
+	// ended or while a stream lasts. The gateway keeps one for the
+	// process, so that after a `caddy reload` the new Handler relays a
+	// terminal's input through the WebSocket a stream of the replaced
+	// one holds (not PTY_ATTACHED), and the deferred cleanups, PTY kills,
+	// PTY streams and large lines of the replaced configuration count
+	// against the same bounds. nil: the Handler's own.
+	Shared *Shared
 }
 
 // Handler serves the data plane. Create it with New.
@@ -345,19 +355,13 @@ type Handler struct {
 	// stream delivered its end (cleanupGrace, the constant, from New;
 	// 0: removed at once).
 	cleanupGrace time.Duration
-	// cleanups counts the deferred process cleanups per credential
-	// (maxDeferredCleanups, maxDeferredCleanupsPerCredential; deferCleanup).
-	cleanups *admission.Limiter
-	// ptyStreams counts the PTY streams this process holds, per sandbox
-	// (maxPTYStreamsPerSandbox, maxPTYStreams); ptyHolds is their
-	// WebSockets by sandbox and pid.
+	// cleanups, ptyStreams, ptyHolds, ptyHeld and ptyKills are
+	// Deps.Shared's (Shared).
+	cleanups   *admission.Limiter
 	ptyStreams *admission.Limiter
-	ptyHolds   ptyHolds
-	ptyHeld    ptyHeld
-	// ptyKills counts the PTY kills waiting for their Start's deadline,
-	// per credential (maxPTYDeadlineKills,
-	// maxPTYDeadlineKillsPerCredential; ptyDeadlineKill).
-	ptyKills *admission.Limiter
+	ptyHolds   *ptyHolds
+	ptyHeld    *ptyHeld
+	ptyKills   *admission.Limiter
 }
 
 // New returns a Handler. It returns an error if a dependency is missing or
@@ -392,16 +396,18 @@ func New(cfg Config, deps Deps) (*Handler, error) {
 	if deps.Requests == nil {
 		deps.Requests = NewRequestCounts()
 	}
+	if deps.Shared == nil {
+		deps.Shared = NewShared()
+	}
+	sh := deps.Shared
 	xc := *deps.Execd
 	xc.MaxListingBytes, xc.MaxListingEntries = cfg.MaxListingBytes, cfg.MaxListingEntries
 	deps.Execd = &xc
 	return &Handler{cfg: cfg, deps: deps, execdTokens: &execdtoken.Chooser{}, cleanupGrace: cleanupGrace,
-		cleanups:     admission.New(maxDeferredCleanups, maxDeferredCleanupsPerCredential),
 		upstream:     admission.New(cfg.MaxUpstreamCalls, cfg.MaxUpstreamCallsPerSandbox),
 		processCalls: admission.New(cfg.MaxUpstreamCalls, cfg.MaxProcessCallsPerCredential),
-		largeLines:   admission.New(maxLargeLines, maxLargeLinesPerSandbox),
-		ptyStreams:   admission.New(maxPTYStreams, maxPTYStreamsPerSandbox),
-		ptyKills:     admission.New(maxPTYDeadlineKills, maxPTYDeadlineKillsPerCredential)}, nil
+		largeLines:   sh.largeLines, cleanups: sh.cleanups,
+		ptyStreams: sh.ptyStreams, ptyHolds: sh.ptyHolds, ptyHeld: sh.ptyHeld, ptyKills: sh.ptyKills}, nil
 }
 
 // operation is one supported envd route.

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,6 +82,31 @@ type testEnv struct {
 	logs     *observer.ObservedLogs
 	outcomes chan Outcome
 	fe       *url.URL
+	// cfg and deps built handler; current is the Handler the gateway
+	// serves with (handler, until reload replaces it).
+	cfg     Config
+	deps    Deps
+	current atomic.Pointer[Handler]
+}
+
+// reload replaces the Handler the gateway serves new requests with by one
+// built from the same Config and Deps, as a `caddy reload` does (the
+// requests in progress stay with the old one); shared, if not nil,
+// replaces Deps.Shared. It returns the new Handler, also e.handler.
+func (e *testEnv) reload(shared *Shared) *Handler {
+	e.t.Helper()
+	d := e.deps
+	if shared != nil {
+		d.Shared = shared
+	}
+	h, err := New(e.cfg, d)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	h.cleanupGrace = 0
+	e.handler = h
+	e.current.Store(h)
+	return h
 }
 
 func (e *testEnv) fixedEntryURL() *url.URL { return e.fe }
@@ -150,6 +176,10 @@ func newTestEnvDeps(t *testing.T, deps func(*Deps), opts ...envOption) *testEnv 
 	if deps != nil {
 		deps(&d)
 	}
+	if d.Shared == nil {
+		d.Shared = NewShared()
+	}
+	e.cfg, e.deps = cfg, d
 	h, err := New(cfg, d)
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +188,8 @@ func newTestEnvDeps(t *testing.T, deps func(*Deps), opts ...envOption) *testEnv 
 	// once, as before the grace (TestExtendedTwoStreamsOneProcess has it).
 	h.cleanupGrace = 0
 	e.fe, e.handler = fe, h
-	e.gateway = httptest.NewServer(h)
+	e.current.Store(h)
+	e.gateway = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { e.current.Load().ServeHTTP(w, r) }))
 	t.Cleanup(e.gateway.Close)
 	return e
 }

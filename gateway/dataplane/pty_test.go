@@ -256,6 +256,61 @@ func TestPTYReattach(t *testing.T) {
 	}
 }
 
+// TestPTYAcrossAReload: after a reload (a new Handler for new requests,
+// the process's Shared kept, as the e2b_dataplane module passes it), input
+// and a resize reach a terminal whose WebSocket the replaced Handler's
+// Start stream holds, through that WebSocket, and the stream relays the
+// answer; the new Handler counts that stream among the sandbox's PTY
+// streams. With a Shared of its own (the Handler before Deps.Shared) the
+// same input was PTY_ATTACHED: execd allows one WebSocket per terminal.
+func TestPTYAcrossAReload(t *testing.T) {
+	e := newTestEnv(t, extended)
+	_, r := e.openStream(context.Background(), "Start", ptyStartMsg(80, 24), nil)
+	_, start := nextEvent(t, r, "start")
+	pid := uint32(start["pid"].(float64))
+	ptyOutput(t, r, "ready\n")
+	id := onlySession(t, e)
+
+	h := e.reload(nil)
+	if resp, body := ptyInput(e, pid, "after\n"); resp.StatusCode != 200 || string(body) != "{}" {
+		t.Fatalf("SendInput after the reload: %d %s", resp.StatusCode, body)
+	}
+	e.waitOutcome()
+	ptyOutput(t, r, "got:after\n")
+	if resp, body := e.processCall("Update", fmt.Sprintf(`{"process":{"pid":%d},"pty":{"size":{"cols":120,"rows":40}}}`, pid)); resp.StatusCode != 200 {
+		t.Fatalf("Update after the reload: %d %s", resp.StatusCode, body)
+	}
+	e.waitOutcome()
+	ptyInput(e, pid, "x\n") // handled after the resize (one connection, in order)
+	e.waitOutcome()
+	ptyOutput(t, r, "got:x\n")
+	if c, rw := e.execd.PTYSize(id); c != 120 || rw != 40 {
+		t.Fatalf("size after Update %dx%d, want 120x40", c, rw)
+	}
+	if all, sbx := h.ptyStreams.Held(testSandbox); all != 1 || sbx != 1 {
+		t.Fatalf("the new Handler counts %d PTY streams, %d of the sandbox; want the replaced one's 1", all, sbx)
+	}
+
+	e.reload(NewShared())
+	resp, body := ptyInput(e, pid, "lost\n")
+	if resp.StatusCode != 400 || !strings.Contains(string(body), "PTY_ATTACHED") {
+		t.Fatalf("SendInput from a Handler with a Shared of its own: %d %s, want PTY_ATTACHED", resp.StatusCode, body)
+	}
+	e.waitOutcome()
+
+	e.reload(e.deps.Shared)
+	if resp, body := e.processCall("SendSignal", fmt.Sprintf(`{"process":{"pid":%d},"signal":"SIGNAL_SIGKILL"}`, pid)); resp.StatusCode != 200 {
+		t.Fatalf("kill: %d %s", resp.StatusCode, body)
+	}
+	e.waitOutcome()
+	if kind, end := nextEvent(t, r, "end"); kind != "end" || end["status"] != "signal: killed" {
+		t.Fatalf("end %s %v", kind, end)
+	}
+	if o := e.waitOutcome(); o.Code != "" {
+		t.Fatalf("start outcome %+v", o)
+	}
+}
+
 // TestPTYAttachedElsewhere: when another client (another replica's
 // stream) holds the session's WebSocket, input, resize and Connect are
 // PTY_ATTACHED (failed_precondition) and nothing takes the session over;
