@@ -69,7 +69,7 @@ func TestDrainEndsLongStreams(t *testing.T) {
 	for i, pkg := range sdkPackages {
 		if i == 1 {
 			// The first SDK's streams stay on the replaced configuration.
-			if err := e.Reload(ctx, e.expand(strings.Replace(drainCaddyfile, "drain_grace 10s", "drain_grace 11s", 1))); err != nil {
+			if err := e.Reload(ctx, e.Expand(strings.Replace(drainCaddyfile, "drain_grace 10s", "drain_grace 11s", 1))); err != nil {
 				t.Fatal(err)
 			}
 		}

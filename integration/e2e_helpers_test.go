@@ -274,13 +274,6 @@ func (e *testEnv) writeCredentials(content string) time.Time {
 	return time.Now()
 }
 
-// expand fills the harness placeholders of a Caddyfile for this
-// environment, as harness.Start does.
-func (e *testEnv) expand(caddyfile string) string {
-	return strings.NewReplacer("{{ADDR}}", strings.TrimPrefix(e.Gateway, "http://"), "{{ADMIN}}", e.Admin,
-		"{{KEY}}", e.KeyFile, "{{CREDENTIALS}}", e.CredFile, "{{FIXED_ENTRY}}", e.FixedEntry).Replace(caddyfile)
-}
-
 // sdkError is how sdk.mjs describes a thrown error.
 type sdkError struct {
 	Name     string `json:"name"`

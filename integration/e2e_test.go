@@ -611,7 +611,7 @@ func TestReload(t *testing.T) {
 	mark = e.log.Len()
 	reloaded := strings.Replace(harness.DefaultCaddyfile, "cluster cluster-a {{FIXED_ENTRY}}",
 		"cluster cluster-a {{FIXED_ENTRY}}\n\t\tcluster cluster-b http://127.0.0.1:9", 1)
-	reloadErr := e.Reload(ctx, e.expand(reloaded))
+	reloadErr := e.Reload(ctx, e.Expand(reloaded))
 	if reloadErr == nil {
 		reloadErr = e.log.waitFor(ctx, mark, `"clusters":["cluster-a","cluster-b"]`)
 	}

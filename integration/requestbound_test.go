@@ -228,7 +228,7 @@ func TestHostileHeldStreamsBoundedPerCredential(t *testing.T) {
 	// not another full bound.
 	caddyfile := strings.Replace(harness.DefaultCaddyfile, "user root 0 0 /root",
 		fmt.Sprintf("user root 0 0 /root\n\t\tmax_requests_per_credential %d", held+1), 1)
-	if err := e.Reload(context.Background(), e.expand(caddyfile)); err != nil {
+	if err := e.Reload(context.Background(), e.Expand(caddyfile)); err != nil {
 		t.Fatal(err)
 	}
 	// The reload closes the replaced server's idle connections; a POST

@@ -97,7 +97,7 @@ func TestSecretsStayOutOfConfig(t *testing.T) {
 
 	// caddy adapt prints the placeholders.
 	path := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(path, []byte(e.expand(cf)), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(e.Expand(cf)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	out, err := adapt(t, e.root, path, "SANDGATE_IT_EXECD_TOKEN_B="+tokenB)
@@ -109,7 +109,7 @@ func TestSecretsStayOutOfConfig(t *testing.T) {
 	// A {$VAR} or a literal would be expanded into the config: refused.
 	for name, value := range map[string]string{"{$VAR}": "{$SANDGATE_IT_EXECD_TOKEN_B}", "literal": tokenB} {
 		bad := strings.Replace(cf, "{env.SANDGATE_IT_EXECD_TOKEN_B}", value, 1)
-		if err := os.WriteFile(path, []byte(e.expand(bad)), 0o600); err != nil {
+		if err := os.WriteFile(path, []byte(e.Expand(bad)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		out, err := adapt(t, e.root, path, "SANDGATE_IT_EXECD_TOKEN_B="+tokenB)

@@ -290,8 +290,7 @@ func (e *Env) startOnFreePorts(cfg Config, dir string) error {
 		caddyfile = DefaultCaddyfile
 	}
 	adminPicked := strings.Contains(caddyfile, "{{ADMIN}}")
-	caddyfile = strings.NewReplacer("{{ADDR}}", gwAddr, "{{ADMIN}}", adminAddr, "{{KEY}}", e.KeyFile,
-		"{{CREDENTIALS}}", e.CredFile, "{{FIXED_ENTRY}}", e.FixedEntry).Replace(caddyfile)
+	caddyfile = e.Expand(caddyfile)
 	cfPath := filepath.Join(dir, "Caddyfile")
 	if err := os.WriteFile(cfPath, []byte(caddyfile), 0o600); err != nil {
 		return err
@@ -441,6 +440,14 @@ func (e *Env) MintedTokens() []string {
 // configuration runs, in seconds), so an admin endpoint that hangs fails
 // the reload rather than the test's whole package at its -timeout.
 var adminClient = &http.Client{Timeout: 2 * time.Minute}
+
+// Expand fills the placeholders of a Caddyfile as Start did (Config.
+// Caddyfile: {{ADDR}}, {{ADMIN}}, {{KEY}}, {{CREDENTIALS}},
+// {{FIXED_ENTRY}}) with this environment's values, for Reload.
+func (e *Env) Expand(caddyfile string) string {
+	return strings.NewReplacer("{{ADDR}}", strings.TrimPrefix(e.Gateway, "http://"), "{{ADMIN}}", e.Admin, "{{KEY}}", e.KeyFile,
+		"{{CREDENTIALS}}", e.CredFile, "{{FIXED_ENTRY}}", e.FixedEntry).Replace(caddyfile)
+}
 
 // Reload posts a new Caddyfile to the gateway's admin API (caddy reload);
 // the request is bounded by ctx and by 2 minutes.

@@ -13,6 +13,7 @@
 //                     the "heldCommands" scenario: GO_FILE.<n> lets its step n go on
 //   HELD              the "heldCommands" scenario: the background commands it holds
 //   READY_FILE        the "drain" scenario: a host path it creates once both commands stream;
+//                     the "ptyReload" scenario: once its terminal answered (GO_FILE: after the reload);
 //                     the "apiKeyTraffic" scenario: once its first round is done;
 //                     the "heldCommands" scenario: READY_FILE.<n> as its step n is reached
 //   STOP_FILE         the "drain" scenario: the host path that ends its long command;
@@ -36,6 +37,39 @@ const { Sandbox } = e2b
 function describe(err) {
   if (!err) return null
   return { name: err.constructor?.name ?? 'Error', message: String(err.message ?? err), exitCode: err.exitCode }
+}
+
+// terminal creates an 80x24 terminal (sbx.pty.create) whose output it
+// collects: input types into it, waitFor(re) resolves with re's match in
+// the output so far, or fails after 10 s.
+async function terminal(sbx) {
+  const chunks = []
+  const dec = new TextDecoder()
+  const enc = new TextEncoder()
+  const text = () => chunks.join('')
+  // A command's output follows the echo of its line and, where bash
+  // turns bracketed paste off, "\r": it starts after "\r" or "\n".
+  const waitFor = (re) =>
+    new Promise((resolve, reject) => {
+      let done = false
+      const t = setTimeout(() => {
+        done = true
+        reject(new Error(`no ${re} in ${JSON.stringify(text())}`))
+      }, 10000)
+      const check = () => {
+        if (done) return
+        const m = text().match(re)
+        if (m) {
+          done = true
+          clearTimeout(t)
+          resolve(m)
+        } else setTimeout(check, 20)
+      }
+      check()
+    })
+  const h = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => chunks.push(dec.decode(d, { stream: true })) })
+  const input = (s) => sbx.pty.sendInput(h.pid, enc.encode(s))
+  return { h, input, waitFor, text }
 }
 
 async function attempt(fn) {
@@ -286,34 +320,9 @@ const scenarios = {
   // uid, pty.kill (true, then false), and wait() after the kill.
   async pty(sbx) {
     const out = {}
-    const chunks = []
-    const dec = new TextDecoder()
-    const enc = new TextEncoder()
-    const text = () => chunks.join('')
-    // A command's output follows the echo of its line and, where bash
-    // turns bracketed paste off, "\r": it starts after "\r" or "\n".
-    const waitFor = (re) =>
-      new Promise((resolve, reject) => {
-        let done = false
-        const t = setTimeout(() => {
-          done = true
-          reject(new Error(`no ${re} in ${JSON.stringify(text())}`))
-        }, 10000)
-        const check = () => {
-          if (done) return
-          const m = text().match(re)
-          if (m) {
-            done = true
-            clearTimeout(t)
-            resolve(m)
-          } else setTimeout(check, 20)
-        }
-        check()
-      })
-    const h = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => chunks.push(dec.decode(d, { stream: true })) })
+    const { h, input, waitFor, text } = await terminal(sbx)
     out.pid = h.pid
     out.list = await attempt(async () => (await sbx.commands.list()).filter((p) => p.pid === h.pid).map((p) => ({ cmd: p.cmd, args: p.args })))
-    const input = (s) => sbx.pty.sendInput(h.pid, enc.encode(s))
     out.hi = await attempt(async () => (await input('echo hi\n'), await waitFor(/[\r\n]hi\r\n/)) !== null)
     out.sizeBefore = await attempt(async () => (await input('stty size\n'), await waitFor(/[\r\n](\d+ \d+)\r\n/))[1])
     out.resize = await attempt(() => sbx.pty.resize(h.pid, { cols: 100, rows: 30 }))
@@ -326,6 +335,30 @@ const scenarios = {
       return { exitCode: r.exitCode }
     })
     out.killAgain = await attempt(() => sbx.pty.kill(h.pid))
+    return out
+  },
+
+  // A terminal across a `caddy reload` (extended_operations,
+  // TestPTYAcrossAReloadAgainstTheRealExecd): pty.create and input, then
+  // READY_FILE for the test, which reloads the gateway and creates
+  // GO_FILE; then input and a resize, which go on new connections to the
+  // new configuration while the terminal's stream stays with the replaced
+  // one, and pty.kill.
+  async ptyReload(sbx) {
+    const out = {}
+    const { h, input, waitFor, text } = await terminal(sbx)
+    out.before = await attempt(async () => (await input('echo before\n'), await waitFor(/[\r\n]before\r\n/)) !== null)
+    writeFileSync(process.env.READY_FILE, '')
+    while (!existsSync(process.env.GO_FILE)) await new Promise((r) => setTimeout(r, 20))
+    out.after = await attempt(async () => (await input('echo after\n'), await waitFor(/[\r\n]after\r\n/)) !== null)
+    out.resize = await attempt(() => sbx.pty.resize(h.pid, { cols: 100, rows: 30 }))
+    out.sizeAfter = await attempt(async () => (await input('stty size\n'), await waitFor(/[\r\n](30 100)\r\n/))[1])
+    out.output = text()
+    out.kill = await attempt(() => sbx.pty.kill(h.pid))
+    out.wait = await attempt(async () => {
+      const r = await h.wait()
+      return { exitCode: r.exitCode }
+    })
     return out
   },
 

@@ -2,11 +2,14 @@ package realpeers_test
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sandgate/sandgate/integration/harness"
 )
@@ -143,6 +146,86 @@ func TestPTYAgainstTheRealExecd(t *testing.T) {
 				run(t, gateway{"execd-token", withToken, "0"}, id)
 			})
 		})
+	}
+}
+
+// ptyReloadResult is what sdk.mjs's "ptyReload" scenario prints.
+type ptyReloadResult struct {
+	Before, After, Resize, SizeAfter, Kill, Wait sdkAttempt
+	Output                                       string
+}
+
+// TestPTYAcrossAReloadAgainstTheRealExecd: a web terminal (JS SDK 2.51,
+// sdk.mjs "ptyReload") keeps working across a `caddy reload` of the
+// gateway, against each real execd version through the real Ingress: its
+// Start stream stays with the replaced configuration and holds the
+// session's one WebSocket, while input and a resize after the reload reach
+// the new configuration on new connections and go through that WebSocket
+// (before the data plane's Shared state they were PTY_ATTACHED: execd
+// refuses a second connection to a terminal); the kill ends the stream.
+func TestPTYAcrossAReloadAgainstTheRealExecd(t *testing.T) {
+	requireTier(t)
+	extended := strings.Replace(w.caddyfile, "\t\ttoken_target\n", "\t\ttoken_target\n\t\textended_operations\n", 1)
+	log := &lockedWriter{}
+	gw, err := harness.Start(harness.Config{RepoRoot: w.root, Caddyfile: extended,
+		CredentialsFile: w.gateway.CredFile, KeyFile: w.gateway.KeyFile, KeyID: "primary", Stderr: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gw.Close)
+	for round, version := range execdVersions {
+		t.Run("execd-"+version, func(t *testing.T) {
+			w.startExecd(t, version)
+			id := w.createSandbox(t)
+			dir := t.TempDir()
+			ready, goFile := filepath.Join(dir, "ready"), filepath.Join(dir, "go")
+			// The reload changes the configuration (a bound of another
+			// value each round): an unchanged one is not reloaded.
+			reloaded := make(chan error, 1)
+			go func() {
+				err := waitForFile(ready, 2*time.Minute)
+				if err == nil {
+					err = gw.Reload(context.Background(), gw.Expand(strings.Replace(extended, "\t\textended_operations\n",
+						fmt.Sprintf("\t\textended_operations\n\t\tmax_requests_per_credential %d\n", 500+round), 1)))
+				}
+				reloaded <- err
+				_ = os.WriteFile(goFile, nil, 0o644)
+			}()
+			var r ptyReloadResult
+			runScenario(t, gw, "node", []string{"sdk.mjs", "ptyReload"}, filepath.Join(w.root, "integration/js"), &r,
+				"E2B_PACKAGE=e2b-2.51.0", "SANDBOX_ID="+id, "READY_FILE="+ready, "GO_FILE="+goFile)
+			if err := <-reloaded; err != nil {
+				t.Fatalf("the reload: %v", err)
+			}
+			wantValue(t, "echo before in onData", r.Before, true)
+			wantValue(t, "echo after the reload in onData", r.After, true)
+			if !r.Resize.OK {
+				t.Errorf("pty.resize after the reload: %+v", r.Resize.Error)
+			}
+			wantValue(t, "stty size after the resize", r.SizeAfter, "30 100")
+			wantValue(t, "pty.kill", r.Kill, true)
+			if r.Wait.OK || r.Wait.Error == nil || r.Wait.Error.Name != "CommandExitError" {
+				t.Errorf("wait() after kill: %s %+v", r.Wait.Value, r.Wait.Error)
+			}
+			if t.Failed() {
+				t.Logf("the terminal's output: %q\nthe gateway's log:\n%s", r.Output, log.String())
+			}
+		})
+	}
+}
+
+// waitForFile waits until path exists, looking every 20 ms, for at most
+// limit.
+func waitForFile(path string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not appear within %s", path, limit)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
