@@ -86,15 +86,8 @@ func TestPTYAgainstTheRealExecd(t *testing.T) {
 		wantValue(t, "commands.list() (the terminal)", r.List, []any{map[string]any{"cmd": "/bin/bash", "args": []any{"-i", "-l"}}})
 		wantValue(t, "echo hi in onData", r.Hi, true)
 		wantValue(t, "stty size at create", r.SizeBefore, "24 80")
-		if !r.Resize.OK {
-			t.Errorf("pty.resize: %+v", r.Resize.Error)
-		}
-		wantValue(t, "stty size after resize", r.SizeAfter, "30 100")
+		wantResizedAndKilled(t, r.Resize, r.SizeAfter, r.Kill, r.Wait, "CommandExitError")
 		wantValue(t, "id -u", r.UID, gw.uid)
-		wantValue(t, "pty.kill", r.Kill, true)
-		if r.Wait.OK || r.Wait.Error == nil || r.Wait.Error.Name != "CommandExitError" {
-			t.Errorf("wait() after kill: %s %+v", r.Wait.Value, r.Wait.Error)
-		}
 		wantValue(t, "pty.kill again", r.KillAgain, false)
 		if t.Failed() {
 			t.Logf("the terminal's output: %q", r.Output)
@@ -108,14 +101,7 @@ func TestPTYAgainstTheRealExecd(t *testing.T) {
 		runPythonScenario(t, gw.env, python, "pty", &r, "SANDBOX_ID="+id)
 		wantValue(t, "echo hi in on_pty", r.Hi, true)
 		wantValue(t, "stty size at create", r.SizeBefore, "24 80")
-		if !r.Resize.OK {
-			t.Errorf("pty.resize: %+v", r.Resize.Error)
-		}
-		wantValue(t, "stty size after resize", r.SizeAfter, "30 100")
-		wantValue(t, "pty.kill", r.Kill, true)
-		if r.Wait.OK || r.Wait.Error == nil || r.Wait.Error.Name != "CommandExitException" {
-			t.Errorf("wait() after kill: %s %+v", r.Wait.Value, r.Wait.Error)
-		}
+		wantResizedAndKilled(t, r.Resize, r.SizeAfter, r.Kill, r.Wait, "CommandExitException")
 		wantValue(t, "pty.kill again", r.KillAgain, false)
 		if t.Failed() {
 			t.Logf("the terminal's output: %q", r.Output)
@@ -146,6 +132,21 @@ func TestPTYAgainstTheRealExecd(t *testing.T) {
 				run(t, gateway{"execd-token", withToken, "0"}, id)
 			})
 		})
+	}
+}
+
+// wantResizedAndKilled checks the end of a terminal scenario: pty.resize
+// to 100x30 succeeded and `stty size` then printed "30 100"; pty.kill
+// answered true; wait() threw the SDK's exit error (exitErr: its name).
+func wantResizedAndKilled(t *testing.T, resize, sizeAfter, kill, wait sdkAttempt, exitErr string) {
+	t.Helper()
+	if !resize.OK {
+		t.Errorf("pty.resize: %+v", resize.Error)
+	}
+	wantValue(t, "stty size after resize", sizeAfter, "30 100")
+	wantValue(t, "pty.kill", kill, true)
+	if wait.OK || wait.Error == nil || wait.Error.Name != exitErr {
+		t.Errorf("wait() after kill: %s %+v", wait.Value, wait.Error)
 	}
 }
 
@@ -199,14 +200,7 @@ func TestPTYAcrossAReloadAgainstTheRealExecd(t *testing.T) {
 			}
 			wantValue(t, "echo before in onData", r.Before, true)
 			wantValue(t, "echo after the reload in onData", r.After, true)
-			if !r.Resize.OK {
-				t.Errorf("pty.resize after the reload: %+v", r.Resize.Error)
-			}
-			wantValue(t, "stty size after the resize", r.SizeAfter, "30 100")
-			wantValue(t, "pty.kill", r.Kill, true)
-			if r.Wait.OK || r.Wait.Error == nil || r.Wait.Error.Name != "CommandExitError" {
-				t.Errorf("wait() after kill: %s %+v", r.Wait.Value, r.Wait.Error)
-			}
+			wantResizedAndKilled(t, r.Resize, r.SizeAfter, r.Kill, r.Wait, "CommandExitError")
 			if t.Failed() {
 				t.Logf("the terminal's output: %q\nthe gateway's log:\n%s", r.Output, log.String())
 			}
