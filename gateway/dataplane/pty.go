@@ -80,14 +80,20 @@ func (p *ptyHeld) observe(n int32) {
 }
 
 // ptyHolds is the registry of the PTY WebSockets this gateway process's
-// streams hold, by sandbox and pid.
+// streams hold, by cluster, sandbox and pid (ptyKey). Every configuration
+// of the process shares it (Shared).
 type ptyHolds struct {
 	mu sync.Mutex
 	m  map[string]*execd.PTYConn
 }
 
-func ptyKey(sandbox string, pid uint32) string {
-	return sandbox + "/" + strconv.FormatUint(uint64(pid), 10)
+// ptyKey is the registry key of rq's sandbox's process pid: its cluster
+// too, so that a sandbox ID met in two clusters (or in the clusters of two
+// configurations) never reaches the other's terminal. The pid comes from a
+// record the sandbox wrote, so only the sandbox's own part of the key is
+// the tenant's.
+func ptyKey(rq *request, pid uint32) string {
+	return rq.cluster.ID + "/" + rq.sandboxID + "/" + strconv.FormatUint(uint64(pid), 10)
 }
 
 // hold registers c for key; it fails when another stream holds the key.
@@ -288,7 +294,7 @@ func (h *Handler) startPTY(w http.ResponseWriter, r *http.Request, rq *request, 
 		abandon()
 		return fromExecd(err, "start process")
 	}
-	key := ptyKey(rq.sandboxID, pid)
+	key := ptyKey(rq, pid)
 	h.ptyHolds.hold(key, conn) // a fresh pid: nobody else holds it
 	defer h.ptyHolds.release(key, conn)
 	sw := connect.NewStreamWriter(w)
@@ -527,7 +533,7 @@ func (h *Handler) connectPTY(w http.ResponseWriter, r *http.Request, rq *request
 		return e
 	}
 	defer release()
-	key := ptyKey(rq.sandboxID, rec.PID)
+	key := ptyKey(rq, rec.PID)
 	if h.ptyHolds.get(key) != nil {
 		return ptyAttached(rec.PID, "a stream through this gateway")
 	}
@@ -600,7 +606,7 @@ func ptyAttached(pid uint32, who string) *Error {
 // a ping sent after act (execd handles a connection's frames in order, so
 // act's frames were handled).
 func (h *Handler) ptyAct(ctx context.Context, rq *request, rec procRecord, what string, act func(*execd.PTYConn) error) *Error {
-	if c := h.ptyHolds.get(ptyKey(rq.sandboxID, rec.PID)); c != nil {
+	if c := h.ptyHolds.get(ptyKey(rq, rec.PID)); c != nil {
 		if err := act(c); err != nil {
 			return fromExecd(err, what)
 		}
@@ -728,7 +734,7 @@ func (h *Handler) ptySignal(ctx context.Context, rq *request, rec procRecord, si
 	if err != nil {
 		return fromExecd(err, "send signal")
 	}
-	if h.ptyHolds.get(ptyKey(rq.sandboxID, rec.PID)) == nil {
+	if h.ptyHolds.get(ptyKey(rq, rec.PID)) == nil {
 		h.removeProcFiles(ctx, rq.target, h.procFiles(rec.PID))
 	}
 	return nil

@@ -9,9 +9,12 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandgate/sandgate/gateway/admission"
+	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/execd"
+	"github.com/sandgate/sandgate/gateway/token"
 	"github.com/sandgate/sandgate/integration/execdstub"
 )
 
@@ -308,6 +311,46 @@ func TestPTYAcrossAReload(t *testing.T) {
 	}
 	if o := e.waitOutcome(); o.Code != "" {
 		t.Fatalf("start outcome %+v", o)
+	}
+}
+
+// TestPTYHoldsKeyedByCluster: the registry of held terminals is keyed by
+// the credential's cluster as well as the sandbox ID and pid, so a call
+// for a sandbox of the same ID in another cluster (here a second cluster
+// behind the same fixed entry, so the same execd and the same process
+// record answer it) does not ride the held WebSocket: it opens its own,
+// which execd refuses (PTY_ATTACHED), and the terminal gets no input.
+func TestPTYHoldsKeyedByCluster(t *testing.T) {
+	e := newTestEnvDeps(t, func(d *Deps) {
+		c := d.Clusters.(fakeClusters)
+		c["cluster-b"] = Cluster{ID: "cluster-b", FixedEntry: c["cluster-a"].FixedEntry}
+	}, extended)
+	e.creds.mu.Lock()
+	e.creds.creds["cred-b"] = credential.Credential{ID: "cred-b", Enabled: true, ProjectNamespace: "ns", ClusterID: "cluster-b"}
+	e.creds.mu.Unlock()
+	_, r := e.openStream(context.Background(), "Start", ptyStartMsg(80, 24), nil)
+	_, start := nextEvent(t, r, "start")
+	pid := uint32(start["pid"].(float64))
+	ptyOutput(t, r, "ready\n")
+
+	req := e.request(http.MethodPost, "/process.Process/SendInput", strings.NewReader(fmt.Sprintf(`{"process":{"pid":%d},"input":{"pty":%q}}`,
+		pid, base64.StdEncoding.EncodeToString([]byte("other\n")))))
+	req.Header.Set("Content-Type", "application/json")
+	tok, err := e.key.Mint(token.Target{CredentialID: "cred-b", SandboxID: testSandbox, Port: EnvdPort}, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(HeaderAccessToken, tok)
+	if resp, body := e.do(req); resp.StatusCode != 400 || !strings.Contains(string(body), "PTY_ATTACHED") {
+		t.Fatalf("SendInput from the other cluster's credential: %d %s, want PTY_ATTACHED", resp.StatusCode, body)
+	}
+	e.waitOutcome()
+	// The terminal got none of it: the next line it echoes is its own
+	// cluster's.
+	ptyInput(e, pid, "own\n")
+	e.waitOutcome()
+	if out := ptyOutput(t, r, "got:own\n"); strings.Contains(out, "other") {
+		t.Fatalf("the other cluster's input reached the terminal: %q", out)
 	}
 }
 
