@@ -20,7 +20,8 @@ func NewRequestCounts() *admission.Limiter { return admission.NewCounts() }
 
 // Shared is the state of the data plane that lasts beyond the request
 // that made it, for Deps.Shared: the registry of the PTY WebSockets the
-// streams of this gateway process hold (by sandbox and pid), and the
+// streams of this gateway process hold (by cluster, sandbox and pid:
+// ptyKey), and the
 // bounds of work that outlives its request or lasts as long as a stream,
 // whose limits are constants, not configuration: the deferred process
 // cleanups (maxDeferredCleanups, maxDeferredCleanupsPerCredential;

@@ -345,8 +345,8 @@ type Handler struct {
 	deps Deps
 	// upstream counts the calls decoding execd answers (per sandbox);
 	// processCalls the calls reading process records (per credential);
-	// largeLines the command output lines over execd.LargeLineBytes being
-	// read and relayed (per sandbox).
+	// largeLines (Deps.Shared's) the command output lines over
+	// execd.LargeLineBytes being read and relayed (per sandbox).
 	upstream, processCalls, largeLines *admission.Limiter
 	// execdTokens remembers which of a cluster's execd token secrets each
 	// sandbox's execd accepts, when a cluster has several.
