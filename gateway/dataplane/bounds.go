@@ -18,21 +18,19 @@ import (
 // Config's), and nothing waits on it.
 func NewRequestCounts() *admission.Limiter { return admission.NewCounts() }
 
-// Shared is the state of the data plane that lasts beyond the request
-// that made it, for Deps.Shared: the registry of the PTY WebSockets the
-// streams of this gateway process hold (by cluster, sandbox and pid:
-// ptyKey), and the
-// bounds of work that outlives its request or lasts as long as a stream,
+// Shared is the state of the data plane that lasts beyond the request that
+// made it, for Deps.Shared: the registry of the PTY WebSockets the streams
+// of this gateway process hold (by cluster, sandbox and pid: ptyKey), and
+// the bounds of work that outlives its request or lasts as long as a stream,
 // whose limits are constants, not configuration: the deferred process
 // cleanups (maxDeferredCleanups, maxDeferredCleanupsPerCredential;
 // deferCleanup), the PTY kills waiting for their Start's deadline
-// (maxPTYDeadlineKills, maxPTYDeadlineKillsPerCredential;
-// ptyDeadlineKill), the PTY streams (maxPTYStreams,
-// maxPTYStreamsPerSandbox) and the large output lines (maxLargeLines,
-// maxLargeLinesPerSandbox). A Handler built without one has its own, so a
-// reload that replaced it would give every tenant a second full bound and
-// hide the held terminals from the new configuration. Create it with
-// NewShared; it is safe for concurrent use.
+// (maxPTYDeadlineKills, maxPTYDeadlineKillsPerCredential; ptyDeadlineKill),
+// the PTY streams (maxPTYStreams, maxPTYStreamsPerSandbox) and the large
+// output lines (maxLargeLines, maxLargeLinesPerSandbox). A Handler built
+// without one has its own, so a reload that replaced it would give every
+// tenant a second full bound and hide the held terminals from the new
+// configuration. Create it with NewShared; it is safe for concurrent use.
 type Shared struct {
 	cleanups, largeLines, ptyStreams, ptyKills *admission.Limiter
 	ptyHolds                                   *ptyHolds
