@@ -55,7 +55,18 @@ type procRecord struct {
 	// PTY is the execd PTY session of a PTY process (ID is then the
 	// session's UUID without its dashes); empty for a command.
 	PTY string `json:"pty,omitempty"`
+	// EndsAt is a PTY process's deadline, its Start's Connect-Timeout-Ms
+	// after the start (unix milliseconds; 0: none). The gateway process
+	// that started the terminal ends it then (ptyDeadlineKill); one still
+	// running ptyOrphanGrace later outlived that process, and the next
+	// List, from any replica, ends it (records).
+	EndsAt int64 `json:"endsAt,omitempty"`
 }
+
+// ptyOrphanGrace is how long past its record's EndsAt a terminal may
+// still run before List ends it: the deadline kill of the gateway process
+// that started it comes at EndsAt and takes a request.
+const ptyOrphanGrace = 5 * time.Second
 
 // Bounds of what the gateway reads back from the process directory, which
 // the sandbox can write: each is checked before what it bounds is read.
@@ -707,6 +718,13 @@ func (h *Handler) records(ctx context.Context, t execd.Target, prune bool) ([]pr
 		if rec.PTY != "" {
 			st, serr := h.deps.Execd.PTYStatus(ctx, t, rec.PTY)
 			running, err = st.Running, serr
+			if running && rec.EndsAt > 0 && time.Now().After(time.UnixMilli(rec.EndsAt).Add(ptyOrphanGrace)) {
+				// Past its deadline: the gateway process that started it
+				// stopped before its deadline kill. Ended, as envd ends
+				// a process whose timeout passed; a pruning List deletes
+				// its session.
+				running = false
+			}
 		} else {
 			st, serr := h.deps.Execd.CommandStatus(ctx, t, rec.ID, h.recordStatusLimit(rec))
 			running, err = st.Running, serr

@@ -237,7 +237,7 @@ func (h *Handler) startPTY(w http.ResponseWriter, r *http.Request, rq *request, 
 	}
 	pid := newPID()
 	if _, e := h.encodeRecord(procRecord{ID: strings.Repeat("x", 32), PID: pid, Config: *sc.req.Process, Tag: sc.req.Tag,
-		PTY: strings.Repeat("x", 36)}); e != nil {
+		PTY: strings.Repeat("x", 36), EndsAt: math.MaxInt64}); e != nil {
 		return e
 	}
 	files := h.procFiles(pid)
@@ -268,7 +268,13 @@ func (h *Handler) startPTY(w http.ResponseWriter, r *http.Request, rq *request, 
 		_ = h.deps.Execd.DeletePTY(dctx, rq.target, id)
 		h.removeProcFiles(dctx, rq.target, files)
 	}
-	rec, e := h.encodeRecord(procRecord{ID: ptyRecordID(id), PID: pid, Config: *sc.req.Process, Tag: sc.req.Tag, PTY: id})
+	var deadline time.Time
+	endsAt := int64(0)
+	if sc.timeout > 0 {
+		deadline = time.Now().Add(sc.timeout)
+		endsAt = deadline.UnixMilli()
+	}
+	rec, e := h.encodeRecord(procRecord{ID: ptyRecordID(id), PID: pid, Config: *sc.req.Process, Tag: sc.req.Tag, PTY: id, EndsAt: endsAt})
 	if e == nil {
 		if err := h.deps.Execd.WriteFiles(ctx, rq.target, []execd.SmallFile{{Path: files.rec, Data: rec, Permission: execd.Permission{Mode: 600}}}); err != nil {
 			e = fromExecd(err, "start process")
@@ -303,10 +309,6 @@ func (h *Handler) startPTY(w http.ResponseWriter, r *http.Request, rq *request, 
 		h.ptyDeadlineKill(rq, id, files, sc.timeout, time.Now())
 		return fail(CodeCanceled, "the client closed the stream")
 	}
-	var deadline time.Time
-	if sc.timeout > 0 {
-		deadline = time.Now().Add(sc.timeout)
-	}
 	return h.relayPTY(r, rq, sw, conn, ptyRelay{session: id, files: files, marker: []byte(m1 + m2), deadline: deadline,
 		killAtDeadline: true, keepalive: sc.keepalive, timeout: sc.timeout})
 }
@@ -314,8 +316,10 @@ func (h *Handler) startPTY(w http.ResponseWriter, r *http.Request, rq *request, 
 // ptyDeadlineKill ends session id at its Start's deadline (timeout after
 // begun; none when 0) once no stream of this process follows it any more,
 // as envd ends a process whose Start timeout passed. It lives in this
-// gateway process: one that stops before the deadline leaves the terminal
-// running (docs/dataplane.md "PTY processes").
+// gateway process; the record holds the deadline too (procRecord.EndsAt),
+// so a terminal this process did not end because it stopped first is
+// ended by the next List from any replica (docs/dataplane.md "PTY
+// processes").
 //
 // The kills waiting for their deadline are bounded per credential and in
 // all (maxPTYDeadlineKills): each holds a timer and, at the deadline, a

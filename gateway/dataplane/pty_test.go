@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -222,6 +224,65 @@ func TestPTYDeadlineKillsBounded(t *testing.T) {
 	}
 	if all, _ := e.handler.ptyKills.Held("cred-a"); all != 1 {
 		t.Fatalf("%d deadline kills held, want 1", all)
+	}
+}
+
+// TestPTYPastItsDeadlineEndedByList: a terminal's record holds its
+// Start's deadline (endsAt, Connect-Timeout-Ms after the start); List
+// lists the running terminal before it, and once it is past by
+// ptyOrphanGrace (the gateway process that started it gone before its
+// deadline kill: here the record rewritten as if the hour had passed)
+// List leaves it out and deletes its session and its files. A terminal
+// started without a timeout has no endsAt.
+func TestPTYPastItsDeadlineEndedByList(t *testing.T) {
+	e := newTestEnv(t, extended)
+	before := time.Now()
+	ctx, cancel := context.WithCancel(context.Background())
+	_, r := e.openStream(ctx, "Start", ptyStartMsg(80, 24), map[string]string{"Connect-Timeout-Ms": "3600000"})
+	_, start := nextEvent(t, r, "start")
+	pid := uint32(start["pid"].(float64))
+	ptyOutput(t, r, "ready\n")
+	cancel()
+	if o := e.waitOutcome(); o.Code != CodeCanceled {
+		t.Fatalf("start outcome %+v", o)
+	}
+	recPath := e.hostPath(fmt.Sprintf("/tmp/.sandgate/processes/%d.json", pid))
+	b, err := os.ReadFile(recPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec procRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if lo, hi := before.Add(time.Hour).UnixMilli(), time.Now().Add(time.Hour).UnixMilli(); rec.EndsAt < lo || rec.EndsAt > hi {
+		t.Fatalf("endsAt %d, want the start plus an hour (%d..%d)", rec.EndsAt, lo, hi)
+	}
+	if _, body := e.processCall("List", `{}`); !strings.Contains(string(body), fmt.Sprintf(`"pid":%d`, pid)) {
+		t.Fatalf("List before the deadline: %s", body)
+	}
+	e.waitOutcome()
+
+	rec.EndsAt = time.Now().Add(-ptyOrphanGrace - time.Second).UnixMilli()
+	b, _ = json.Marshal(rec)
+	if err := os.WriteFile(recPath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, body := e.processCall("List", `{}`); string(body) != `{"processes":[]}` {
+		t.Fatalf("List past the deadline: %s", body)
+	}
+	e.waitOutcome()
+	if ids := e.execd.PTYSessions(); len(ids) != 0 {
+		t.Fatalf("sessions left: %v", ids)
+	}
+	if _, err := os.Stat(recPath); !os.IsNotExist(err) {
+		t.Fatalf("the record after the prune: %v", err)
+	}
+
+	// Without a timeout: no endsAt, and the terminal is listed.
+	pid = ptyStartLeft(t, e)
+	if b, err := os.ReadFile(e.hostPath(fmt.Sprintf("/tmp/.sandgate/processes/%d.json", pid))); err != nil || strings.Contains(string(b), "endsAt") {
+		t.Fatalf("the record of a terminal without a timeout: %s %v", b, err)
 	}
 }
 
