@@ -27,6 +27,8 @@
 //   METADATA          the "controlapi" scenario's create metadata (JSON object of strings)
 //   E2B_DOMAIN        the "domain" scenario: the only address the SDK is given (with E2B_API_KEY)
 //   PORT              the "domain" scenario: the sandbox port of the user's HTTP and WebSocket server
+//   PHASE, PID, TIMEOUT_MS, KILL  the "ptyOrphan" scenario's phase (create or check), the terminal's pid
+//                     (check), its timeout (create), and whether check kills it
 import { createHash, randomBytes } from 'node:crypto'
 import { existsSync, writeFileSync } from 'node:fs'
 
@@ -359,6 +361,23 @@ const scenarios = {
       const r = await h.wait()
       return { exitCode: r.exitCode }
     })
+    return out
+  },
+
+  // A terminal whose gateway stops before its deadline
+  // (TestPTYOrphanAgainstTheRealExecd). PHASE=create: pty.create with
+  // timeoutMs TIMEOUT_MS, then disconnect (the terminal keeps running);
+  // prints its pid. PHASE=check: whether commands.list() lists PID, and,
+  // with KILL=1, pty.kill(PID).
+  async ptyOrphan(sbx) {
+    if (process.env.PHASE === 'create') {
+      const h = await sbx.pty.create({ cols: 80, rows: 24, timeoutMs: Number(process.env.TIMEOUT_MS), onData: () => {} })
+      await h.disconnect()
+      return { pid: h.pid }
+    }
+    const pid = Number(process.env.PID)
+    const out = { listed: await attempt(async () => (await sbx.commands.list()).some((p) => p.pid === pid)) }
+    if (process.env.KILL === '1') out.kill = await attempt(() => sbx.pty.kill(pid))
     return out
   },
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -204,6 +205,61 @@ func TestPTYAcrossAReloadAgainstTheRealExecd(t *testing.T) {
 			if t.Failed() {
 				t.Logf("the terminal's output: %q\nthe gateway's log:\n%s", r.Output, log.String())
 			}
+		})
+	}
+}
+
+// TestPTYOrphanAgainstTheRealExecd: a terminal whose gateway process
+// stops (SIGKILL) before its deadline is ended by the next
+// commands.list() from another gateway process once the deadline has
+// passed (the record's endsAt, plus ptyOrphanGrace, 5 s), against each
+// real execd version through the real Ingress, with the JS SDK 2.51
+// (sdk.mjs "ptyOrphan"): listed by the other gateway before its deadline,
+// not listed after it, and pty.kill then finds nothing (false). Before
+// the record held the deadline, the terminal ran until a pty.kill.
+func TestPTYOrphanAgainstTheRealExecd(t *testing.T) {
+	requireTier(t)
+	const timeout = 8 * time.Second
+	extended := strings.Replace(w.caddyfile, "\t\ttoken_target\n", "\t\ttoken_target\n\t\textended_operations\n", 1)
+	for _, version := range execdVersions {
+		t.Run("execd-"+version, func(t *testing.T) {
+			w.startExecd(t, version)
+			id := w.createSandbox(t)
+			starter, err := harness.Start(harness.Config{RepoRoot: w.root, Caddyfile: extended,
+				CredentialsFile: w.gateway.CredFile, KeyFile: w.gateway.KeyFile, KeyID: "primary"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(starter.Close)
+			js := filepath.Join(w.root, "integration/js")
+			var created struct{ PID uint32 }
+			runScenario(t, starter, "node", []string{"sdk.mjs", "ptyOrphan"}, js, &created, "E2B_PACKAGE=e2b-2.51.0",
+				"SANDBOX_ID="+id, "PHASE=create", fmt.Sprintf("TIMEOUT_MS=%d", timeout.Milliseconds()))
+			deadline := time.Now().Add(timeout) // at or after the record's endsAt
+			if err := starter.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := starter.WaitExit(time.Minute); !ok {
+				t.Fatal("the starting gateway did not exit after SIGKILL")
+			}
+			type check struct{ Listed, Kill sdkAttempt }
+			pid := fmt.Sprintf("PID=%d", created.PID)
+			var c check
+			runScenario(t, w.extended, "node", []string{"sdk.mjs", "ptyOrphan"}, js, &c, "E2B_PACKAGE=e2b-2.51.0",
+				"SANDBOX_ID="+id, "PHASE=check", pid)
+			if time.Now().Before(deadline) {
+				wantValue(t, "listed by another gateway before the deadline", c.Listed, true)
+			} else {
+				t.Logf("the first check ended after the deadline (a slow machine): whether the terminal outlived its gateway is not checked")
+			}
+			// The rule is about time: the check waits for the deadline and
+			// the grace to pass.
+			time.Sleep(time.Until(deadline.Add(5*time.Second + time.Second)))
+			c = check{}
+			runScenario(t, w.extended, "node", []string{"sdk.mjs", "ptyOrphan"}, js, &c, "E2B_PACKAGE=e2b-2.51.0",
+				"SANDBOX_ID="+id, "PHASE=check", pid, "KILL=1")
+			wantValue(t, "listed after the deadline", c.Listed, false)
+			wantValue(t, "pty.kill after the deadline", c.Kill, false)
 		})
 	}
 }
