@@ -181,8 +181,14 @@ func TestPTYExitAndEnvironment(t *testing.T) {
 // running. It returns the pid.
 func ptyStartLeft(t *testing.T, e *testEnv) uint32 {
 	t.Helper()
+	return ptyStartLeftWith(t, e, nil)
+}
+
+// ptyStartLeftWith is ptyStartLeft with the Start's headers hdr.
+func ptyStartLeftWith(t *testing.T, e *testEnv, hdr map[string]string) uint32 {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	_, r := e.openStream(ctx, "Start", ptyStartMsg(80, 24), nil)
+	_, r := e.openStream(ctx, "Start", ptyStartMsg(80, 24), hdr)
 	_, start := nextEvent(t, r, "start")
 	pid := uint32(start["pid"].(float64))
 	ptyOutput(t, r, "ready\n")
@@ -203,16 +209,7 @@ func ptyStartLeft(t *testing.T, e *testEnv) uint32 {
 func TestPTYDeadlineKillsBounded(t *testing.T) {
 	e := newTestEnv(t, extended)
 	e.handler.ptyKills = admission.New(100, 1)
-	leave := func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		_, r := e.openStream(ctx, "Start", ptyStartMsg(80, 24), map[string]string{"Connect-Timeout-Ms": "3600000"})
-		nextEvent(t, r, "start")
-		ptyOutput(t, r, "ready\n")
-		cancel()
-		if o := e.waitOutcome(); o.Code != CodeCanceled {
-			t.Fatalf("start outcome %+v", o)
-		}
-	}
+	leave := func() { ptyStartLeftWith(t, e, map[string]string{"Connect-Timeout-Ms": "3600000"}) }
 	leave()
 	first := onlySession(t, e)
 	if all, cred := e.handler.ptyKills.Held("cred-a"); all != 1 || cred != 1 {
@@ -237,15 +234,7 @@ func TestPTYDeadlineKillsBounded(t *testing.T) {
 func TestPTYPastItsDeadlineEndedByList(t *testing.T) {
 	e := newTestEnv(t, extended)
 	before := time.Now()
-	ctx, cancel := context.WithCancel(context.Background())
-	_, r := e.openStream(ctx, "Start", ptyStartMsg(80, 24), map[string]string{"Connect-Timeout-Ms": "3600000"})
-	_, start := nextEvent(t, r, "start")
-	pid := uint32(start["pid"].(float64))
-	ptyOutput(t, r, "ready\n")
-	cancel()
-	if o := e.waitOutcome(); o.Code != CodeCanceled {
-		t.Fatalf("start outcome %+v", o)
-	}
+	pid := ptyStartLeftWith(t, e, map[string]string{"Connect-Timeout-Ms": "3600000"})
 	recPath := e.hostPath(fmt.Sprintf("/tmp/.sandgate/processes/%d.json", pid))
 	b, err := os.ReadFile(recPath)
 	if err != nil {
