@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/integration/harness"
+	"github.com/sandgate/sandgate/internal/freeport"
 )
 
 // ptyResult is what sdk.mjs's "pty" scenario prints.
@@ -190,6 +191,14 @@ func TestPTYAcrossAReloadAgainstTheRealExecd(t *testing.T) {
 					err = gw.Reload(context.Background(), gw.Expand(strings.Replace(extended, "\t\textended_operations\n",
 						fmt.Sprintf("\t\textended_operations\n\t\tmax_requests_per_credential %d\n", 500+round), 1)))
 				}
+				if err == nil {
+					// The reload returns before the replaced server's
+					// listener (SO_REUSEPORT, beside the new one) is
+					// closed, and a connection the kernel queued on it then
+					// is reset unanswered (droppedAtReload in
+					// integration/): the SDK goes on once it is gone.
+					err = waitListenersClosed(gw, time.Minute)
+				}
 				reloaded <- err
 				_ = os.WriteFile(goFile, nil, 0o644)
 			}()
@@ -261,6 +270,27 @@ func TestPTYOrphanAgainstTheRealExecd(t *testing.T) {
 			wantValue(t, "listed after the deadline", c.Listed, false)
 			wantValue(t, "pty.kill after the deadline", c.Kill, false)
 		})
+	}
+}
+
+// waitListenersClosed waits until the gateway process holds one socket
+// listening on its address (the new configuration's), looking every
+// 20 ms, for at most limit.
+func waitListenersClosed(gw *harness.Env, limit time.Duration) error {
+	addr := strings.TrimPrefix(gw.Gateway, "http://")
+	deadline := time.Now().Add(limit)
+	for {
+		all, _, err := freeport.Listeners(gw.PID(), addr)
+		if err != nil {
+			return err
+		}
+		if all == 1 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d sockets still listen on %s %s after the reload", all, addr, limit)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
