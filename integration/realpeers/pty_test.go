@@ -186,7 +186,7 @@ func TestPTYAcrossAReloadAgainstTheRealExecd(t *testing.T) {
 			// value each round): an unchanged one is not reloaded.
 			reloaded := make(chan error, 1)
 			go func() {
-				err := waitForFile(ready, 2*time.Minute)
+				err := pollFor(2*time.Minute, "the scenario's ready file", func() error { return fileExists(ready) })
 				if err == nil {
 					err = gw.Reload(context.Background(), gw.Expand(strings.Replace(extended, "\t\textended_operations\n",
 						fmt.Sprintf("\t\textended_operations\n\t\tmax_requests_per_credential %d\n", 500+round), 1)))
@@ -197,7 +197,7 @@ func TestPTYAcrossAReloadAgainstTheRealExecd(t *testing.T) {
 					// closed, and a connection the kernel queued on it then
 					// is reset unanswered (droppedAtReload in
 					// integration/): the SDK goes on once it is gone.
-					err = waitListenersClosed(gw, time.Minute)
+					err = pollFor(time.Minute, "the replaced configuration's listener to close", func() error { return listenersClosed(gw) })
 				}
 				reloaded <- err
 				_ = os.WriteFile(goFile, nil, 0o644)
@@ -273,40 +273,22 @@ func TestPTYOrphanAgainstTheRealExecd(t *testing.T) {
 	}
 }
 
-// waitListenersClosed waits until the gateway process holds one socket
-// listening on its address (the new configuration's), looking every
-// 20 ms, for at most limit.
-func waitListenersClosed(gw *harness.Env, limit time.Duration) error {
+// listenersClosed reports as an error while the gateway process holds
+// more than one socket listening on its address: the replaced
+// configuration's beside the new one's, after a reload.
+func listenersClosed(gw *harness.Env) error {
 	addr := strings.TrimPrefix(gw.Gateway, "http://")
-	deadline := time.Now().Add(limit)
-	for {
-		all, _, err := freeport.Listeners(gw.PID(), addr)
-		if err != nil {
-			return err
-		}
-		if all == 1 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d sockets still listen on %s %s after the reload", all, addr, limit)
-		}
-		time.Sleep(20 * time.Millisecond)
+	all, _, err := freeport.Listeners(gw.PID(), addr)
+	if err == nil && all != 1 {
+		err = fmt.Errorf("%d sockets listen on %s", all, addr)
 	}
+	return err
 }
 
-// waitForFile waits until path exists, looking every 20 ms, for at most
-// limit.
-func waitForFile(path string, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s did not appear within %s", path, limit)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+// fileExists reports as an error that path does not exist yet.
+func fileExists(path string) error {
+	_, err := os.Stat(path)
+	return err
 }
 
 // lockedWriter keeps a gateway's log, written by the process's output
