@@ -107,7 +107,7 @@ const (
 // while a line over 64 KiB of a background start's stream (runBackground)
 // is read.
 func (h *Handler) admitLargeLine(ctx context.Context, rq *request) (func(), error) {
-	release, why := h.largeLines.Acquire(ctx, rq.sandboxID, h.cfg.UpstreamWait)
+	release, why := h.shared.largeLines.Acquire(ctx, rq.sandboxID, h.cfg.UpstreamWait)
 	switch why {
 	case admission.Admitted:
 		return release, nil
@@ -145,13 +145,13 @@ const (
 )
 
 // deferCleanup takes a place for one of rq's credential's deferred
-// process cleanups (h.cleanups), and reports false, taking nothing, when
+// process cleanups (h.shared.cleanups), and reports false, taking nothing, when
 // the cleanup must run at once: no grace (h.cleanupGrace 0), or a bound
 // full. release gives the place back once the cleanup has run.
 func (h *Handler) deferCleanup(rq *request) (release func(), ok bool) {
 	if h.cleanupGrace <= 0 {
 		return nil, false
 	}
-	release, why := h.cleanups.TryAcquire(rq.cred.ID)
+	release, why := h.shared.cleanups.TryAcquire(rq.cred.ID)
 	return release, why == admission.Admitted
 }

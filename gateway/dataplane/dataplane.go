@@ -344,10 +344,8 @@ type Handler struct {
 	cfg  Config
 	deps Deps
 	// upstream counts the calls decoding execd answers (per sandbox);
-	// processCalls the calls reading process records (per credential);
-	// largeLines (Deps.Shared's) the command output lines over
-	// execd.LargeLineBytes being read and relayed (per sandbox).
-	upstream, processCalls, largeLines *admission.Limiter
+	// processCalls the calls reading process records (per credential).
+	upstream, processCalls *admission.Limiter
 	// execdTokens remembers which of a cluster's execd token secrets each
 	// sandbox's execd accepts, when a cluster has several.
 	execdTokens *execdtoken.Chooser
@@ -355,13 +353,9 @@ type Handler struct {
 	// stream delivered its end (cleanupGrace, the constant, from New;
 	// 0: removed at once).
 	cleanupGrace time.Duration
-	// cleanups, ptyStreams, ptyHolds, ptyHeld and ptyKills are
-	// Deps.Shared's (Shared).
-	cleanups   *admission.Limiter
-	ptyStreams *admission.Limiter
-	ptyHolds   *ptyHolds
-	ptyHeld    *ptyHeld
-	ptyKills   *admission.Limiter
+	// shared is Deps.Shared: the held terminals and the bounds of the
+	// work that outlives a request.
+	shared *Shared
 }
 
 // New returns a Handler. It returns an error if a dependency is missing or
@@ -399,15 +393,13 @@ func New(cfg Config, deps Deps) (*Handler, error) {
 	if deps.Shared == nil {
 		deps.Shared = NewShared()
 	}
-	sh := deps.Shared
 	xc := *deps.Execd
 	xc.MaxListingBytes, xc.MaxListingEntries = cfg.MaxListingBytes, cfg.MaxListingEntries
 	deps.Execd = &xc
 	return &Handler{cfg: cfg, deps: deps, execdTokens: &execdtoken.Chooser{}, cleanupGrace: cleanupGrace,
 		upstream:     admission.New(cfg.MaxUpstreamCalls, cfg.MaxUpstreamCallsPerSandbox),
 		processCalls: admission.New(cfg.MaxUpstreamCalls, cfg.MaxProcessCallsPerCredential),
-		largeLines:   sh.largeLines, cleanups: sh.cleanups,
-		ptyStreams: sh.ptyStreams, ptyHolds: sh.ptyHolds, ptyHeld: sh.ptyHeld, ptyKills: sh.ptyKills}, nil
+		shared:       deps.Shared}, nil
 }
 
 // operation is one supported envd route.

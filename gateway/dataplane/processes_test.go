@@ -603,7 +603,7 @@ func TestExtendedRecordIDNotCommandID(t *testing.T) {
 func TestDeferredCleanupsBounded(t *testing.T) {
 	e := newTestEnv(t, extended)
 	e.handler.cleanupGrace = time.Hour // never ends within the test
-	e.handler.cleanups = admission.New(100, 2)
+	e.handler.shared.cleanups = admission.New(100, 2)
 	exists := func(pid uint32) bool {
 		_, err := os.Stat(e.hostPath("/tmp/.sandgate/processes/" + strconv.FormatUint(uint64(pid), 10) + ".out"))
 		return err == nil
@@ -623,12 +623,12 @@ func TestDeferredCleanupsBounded(t *testing.T) {
 			t.Errorf("process %d: files there %v, want %v (deferred cleanups bounded at 2)", i, !deferred, deferred)
 		}
 	}
-	if all, cred := e.handler.cleanups.Held("cred-a"); all != 2 || cred != 2 {
+	if all, cred := e.handler.shared.cleanups.Held("cred-a"); all != 2 || cred != 2 {
 		t.Fatalf("%d deferred cleanups held, %d of cred-a; want 2", all, cred)
 	}
 
 	// With a grace that has passed, the cleanup runs and its place is free.
-	e.handler.cleanups = admission.New(100, 2)
+	e.handler.shared.cleanups = admission.New(100, 2)
 	e.handler.cleanupGrace = time.Nanosecond
 	_, r := e.openStream(context.Background(), "Start", startMsg("true"), nil)
 	_, start := nextEvent(t, r, "start")
@@ -636,7 +636,7 @@ func TestDeferredCleanupsBounded(t *testing.T) {
 	nextEvent(t, r, "end")
 	e.waitOutcome()
 	e.waitFor("the deferred cleanup to run and give its place back", func() bool {
-		all, _ := e.handler.cleanups.Held("cred-a")
+		all, _ := e.handler.shared.cleanups.Held("cred-a")
 		return all == 0 && !exists(pid)
 	})
 }

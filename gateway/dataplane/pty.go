@@ -127,7 +127,7 @@ func (p *ptyHolds) get(key string) *execd.PTYConn {
 // admitPTYStream takes a place among the PTY streams of rq's sandbox and
 // of the gateway process, or returns GATEWAY_BUSY.
 func (h *Handler) admitPTYStream(rq *request) (func(), *Error) {
-	release, why := h.ptyStreams.TryAcquire(rq.sandboxID)
+	release, why := h.shared.ptyStreams.TryAcquire(rq.sandboxID)
 	switch why {
 	case admission.KeyFull:
 		return nil, busy(BoundPTYStreamsPerSandbox, "this sandbox has the most PTY streams open at this gateway ("+
@@ -301,8 +301,8 @@ func (h *Handler) startPTY(w http.ResponseWriter, r *http.Request, rq *request, 
 		return fromExecd(err, "start process")
 	}
 	key := ptyKey(rq, pid)
-	h.ptyHolds.hold(key, conn) // a fresh pid: nobody else holds it
-	defer h.ptyHolds.release(key, conn)
+	h.shared.ptyHolds.hold(key, conn) // a fresh pid: nobody else holds it
+	defer h.shared.ptyHolds.release(key, conn)
 	sw := connect.NewStreamWriter(w)
 	if err := sw.Send(envd.StartResponse{Event: envd.ProcessEvent{Start: &envd.StartEvent{PID: pid}}}); err != nil {
 		conn.Close()
@@ -338,7 +338,7 @@ func (h *Handler) ptyDeadlineKill(rq *request, id string, files procFiles, timeo
 			h.removeProcFiles(ctx, t, files)
 		}
 	}
-	release, why := h.ptyKills.TryAcquire(rq.cred.ID)
+	release, why := h.shared.ptyKills.TryAcquire(rq.cred.ID)
 	if why != admission.Admitted {
 		kill()
 		return
@@ -390,7 +390,7 @@ func (h *Handler) relayPTY(r *http.Request, rq *request, sw *connect.StreamWrite
 	go func() {
 		for {
 			f, err := conn.Next()
-			h.ptyHeld.observe(held.Add(1))
+			h.shared.ptyHeld.observe(held.Add(1))
 			select {
 			case items <- ptyItem{f, err}:
 			case <-stop:
@@ -538,7 +538,7 @@ func (h *Handler) connectPTY(w http.ResponseWriter, r *http.Request, rq *request
 	}
 	defer release()
 	key := ptyKey(rq, rec.PID)
-	if h.ptyHolds.get(key) != nil {
+	if h.shared.ptyHolds.get(key) != nil {
 		return ptyAttached(rec.PID, "a stream through this gateway")
 	}
 	st, err := h.deps.Execd.PTYStatus(ctx, rq.target, rec.PTY)
@@ -555,11 +555,11 @@ func (h *Handler) connectPTY(w http.ResponseWriter, r *http.Request, rq *request
 	if err != nil {
 		return fromExecd(err, "connect process")
 	}
-	if !h.ptyHolds.hold(key, conn) {
+	if !h.shared.ptyHolds.hold(key, conn) {
 		conn.Close()
 		return ptyAttached(rec.PID, "a stream through this gateway")
 	}
-	defer h.ptyHolds.release(key, conn)
+	defer h.shared.ptyHolds.release(key, conn)
 	sw := connect.NewStreamWriter(w)
 	if err := sw.Send(envd.ConnectResponse{Event: envd.ProcessEvent{Start: &envd.StartEvent{PID: rec.PID}}}); err != nil {
 		conn.Close()
@@ -610,7 +610,7 @@ func ptyAttached(pid uint32, who string) *Error {
 // a ping sent after act (execd handles a connection's frames in order, so
 // act's frames were handled).
 func (h *Handler) ptyAct(ctx context.Context, rq *request, rec procRecord, what string, act func(*execd.PTYConn) error) *Error {
-	if c := h.ptyHolds.get(ptyKey(rq, rec.PID)); c != nil {
+	if c := h.shared.ptyHolds.get(ptyKey(rq, rec.PID)); c != nil {
 		if err := act(c); err != nil {
 			return fromExecd(err, what)
 		}
@@ -738,7 +738,7 @@ func (h *Handler) ptySignal(ctx context.Context, rq *request, rec procRecord, si
 	if err != nil {
 		return fromExecd(err, "send signal")
 	}
-	if h.ptyHolds.get(ptyKey(rq, rec.PID)) == nil {
+	if h.shared.ptyHolds.get(ptyKey(rq, rec.PID)) == nil {
 		h.removeProcFiles(ctx, rq.target, h.procFiles(rec.PID))
 	}
 	return nil

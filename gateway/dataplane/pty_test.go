@@ -208,18 +208,18 @@ func ptyStartLeftWith(t *testing.T, e *testEnv, hdr map[string]string) uint32 {
 // when its client leaves.
 func TestPTYDeadlineKillsBounded(t *testing.T) {
 	e := newTestEnv(t, extended)
-	e.handler.ptyKills = admission.New(100, 1)
+	e.handler.shared.ptyKills = admission.New(100, 1)
 	leave := func() { ptyStartLeftWith(t, e, map[string]string{"Connect-Timeout-Ms": "3600000"}) }
 	leave()
 	first := onlySession(t, e)
-	if all, cred := e.handler.ptyKills.Held("cred-a"); all != 1 || cred != 1 {
+	if all, cred := e.handler.shared.ptyKills.Held("cred-a"); all != 1 || cred != 1 {
 		t.Fatalf("%d deadline kills held, %d of cred-a; want 1", all, cred)
 	}
 	leave()
 	if ids := e.execd.PTYSessions(); len(ids) != 1 || ids[0] != first {
 		t.Fatalf("sessions %v, want only the first (%s): the second ended past the bound", ids, first)
 	}
-	if all, _ := e.handler.ptyKills.Held("cred-a"); all != 1 {
+	if all, _ := e.handler.shared.ptyKills.Held("cred-a"); all != 1 {
 		t.Fatalf("%d deadline kills held, want 1", all)
 	}
 }
@@ -340,7 +340,7 @@ func TestPTYAcrossAReload(t *testing.T) {
 	if c, rw := e.execd.PTYSize(id); c != 120 || rw != 40 {
 		t.Fatalf("size after Update %dx%d, want 120x40", c, rw)
 	}
-	if all, sbx := h.ptyStreams.Held(testSandbox); all != 1 || sbx != 1 {
+	if all, sbx := h.shared.ptyStreams.Held(testSandbox); all != 1 || sbx != 1 {
 		t.Fatalf("the new Handler counts %d PTY streams, %d of the sandbox; want the replaced one's 1", all, sbx)
 	}
 
@@ -512,7 +512,7 @@ func TestPTYStreamBounds(t *testing.T) {
 	}{{4, 1, BoundPTYStreamsPerSandbox}, {1, 4, BoundPTYStreams}} {
 		t.Run(string(c.bound), func(t *testing.T) {
 			e := newTestEnv(t, extended)
-			e.handler.ptyStreams = admission.New(c.global, c.perSandbox)
+			e.handler.shared.ptyStreams = admission.New(c.global, c.perSandbox)
 			ctx, cancel := context.WithCancel(context.Background())
 			_, r := e.openStream(ctx, "Start", ptyStartMsg(80, 24), nil)
 			nextEvent(t, r, "start")
@@ -529,7 +529,7 @@ func TestPTYStreamBounds(t *testing.T) {
 			cancel()
 			e.waitOutcome()
 			e.waitFor("the place to be given back", func() bool {
-				all, _ := e.handler.ptyStreams.Held(testSandbox)
+				all, _ := e.handler.shared.ptyStreams.Held(testSandbox)
 				return all == 0
 			})
 		})
@@ -618,7 +618,7 @@ func TestPTYBackpressure(t *testing.T) {
 	if got != size {
 		t.Fatalf("relayed %d bytes, want %d", got, size)
 	}
-	maxHeld := e.handler.ptyHeld.maxHeld.Load()
+	maxHeld := e.handler.shared.ptyHeld.maxHeld.Load()
 	if maxHeld > 2 || maxHeld < 1 {
 		t.Fatalf("a stream held %d frames read and not yet relayed, want at most 2", maxHeld)
 	}
