@@ -16,7 +16,6 @@ import (
 	"github.com/sandgate/sandgate/gateway/admission"
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/execd"
-	"github.com/sandgate/sandgate/gateway/token"
 	"github.com/sandgate/sandgate/integration/execdstub"
 )
 
@@ -386,11 +385,7 @@ func TestPTYHoldsKeyedByCluster(t *testing.T) {
 	req := e.request(http.MethodPost, "/process.Process/SendInput", strings.NewReader(fmt.Sprintf(`{"process":{"pid":%d},"input":{"pty":%q}}`,
 		pid, base64.StdEncoding.EncodeToString([]byte("other\n")))))
 	req.Header.Set("Content-Type", "application/json")
-	tok, err := e.key.Mint(token.Target{CredentialID: "cred-b", SandboxID: testSandbox, Port: EnvdPort}, time.Hour, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set(HeaderAccessToken, tok)
+	req.Header.Set(HeaderAccessToken, e.mint("cred-b", testSandbox))
 	if resp, body := e.do(req); resp.StatusCode != 400 || !strings.Contains(string(body), "PTY_ATTACHED") {
 		t.Fatalf("SendInput from the other cluster's credential: %d %s, want PTY_ATTACHED", resp.StatusCode, body)
 	}
