@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandgate/sandgate/caddymodules/sandgate"
 	"github.com/sandgate/sandgate/gateway/credential"
+	"github.com/sandgate/sandgate/internal/waitfor"
 )
 
 const goodCredentials = `credentials:
@@ -87,22 +88,6 @@ func references(key string) int {
 	return n
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		case <-tick.C:
-		}
-	}
-}
-
 // TestReloadKeepsFileSource loads a config, breaks the credentials file so
 // that opening it afresh fails, and reloads with an unrelated change (another
 // cluster): the reload succeeds because the new config gets the pooled
@@ -140,7 +125,7 @@ func TestReloadKeepsFileSource(t *testing.T) {
 		_ = f.Close()
 		t.Fatal("opening the broken credentials file afresh succeeded")
 	}
-	waitFor(t, "the running source to notice the broken file", 5*time.Second, func() bool {
+	waitfor.Cond(t, 5*time.Second, "the running source to notice the broken file", func() bool {
 		return first.LastError() != nil
 	})
 

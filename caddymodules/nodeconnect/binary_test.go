@@ -19,6 +19,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/sandgate/sandgate/internal/freeport"
+	"github.com/sandgate/sandgate/internal/waitfor"
 	"github.com/sandgate/sandgate/nodecore/api"
 	"github.com/sandgate/sandgate/nodecore/hub"
 )
@@ -219,7 +220,7 @@ func startGatewayWith(t *testing.T, f files, caddyfile string) *gatewayProc {
 			t.Logf("gateway log:\n%s", out)
 		}
 	})
-	waitFor(t, "the gateway to listen", func() bool {
+	waitfor.Cond(t, timeout, "the gateway to listen", func() bool {
 		select {
 		case <-g.exited:
 			t.Fatalf("the gateway exited: %v", g.err)
@@ -266,7 +267,7 @@ func TestBinaryReconnectStorm(t *testing.T) {
 			return resp.StatusCode, resp.Header.Get("Retry-After")
 		}
 		_ = ws.Close()
-		waitFor(t, "the gateway to release the node", func() bool {
+		waitfor.Cond(t, timeout, "the gateway to release the node", func() bool {
 			var st hub.NodeStatus
 			return apiGet(t, base, api.Prefix+"/"+nodeID, &st) == http.StatusOK && st.State == hub.StateDisconnected
 		})

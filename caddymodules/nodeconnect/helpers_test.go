@@ -112,20 +112,6 @@ func hello() proto.Hello {
 		Health: proto.Health{ProviderReady: true, Host: proto.HostMeasurements{CPUCount: 2, MemoryTotalBytes: 1 << 30}}}
 }
 
-// waitFor polls cond until it holds; timeout is a safety net.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
-}
-
 // apiGet GETs an API path with the token and decodes the JSON answer.
 func apiGet(t *testing.T, base, path string, out any) int {
 	t.Helper()

@@ -11,26 +11,11 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/keypair/keypairtest"
+	"github.com/sandgate/sandgate/internal/waitfor"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 )
-
-// waitFor polls cond until it holds or limit passes (then fails the test
-// with what); limit is the bound the behaviour promises, not a guess at
-// how long it takes.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", limit, what)
-		}
-		<-tick.C
-	}
-}
 
 // replace writes content to a temporary file beside path and renames it
 // over path, as editors and the Kubernetes Secret volume do.
@@ -81,7 +66,7 @@ func TestFileReloads(t *testing.T) {
 	replace(t, path, string(file("  - {name: a, sha256: "+Digest("secret-a2")+", credentialId: cred-a}")))
 	// The version is counted last, after the keys are served: served below
 	// is this version's number only once it is counted.
-	waitFor(t, 2*time.Second, "the removed and the rotated key refused", func() bool {
+	waitfor.Cond(t, 2*time.Second, "the removed and the rotated key refused", func() bool {
 		return f.Version() > opened && isUnknown(f, "secret-b") && isUnknown(f, "secret-a")
 	})
 	if e, err := f.Lookup("secret-a2"); err != nil || e.Name != "a" {
@@ -94,7 +79,7 @@ func TestFileReloads(t *testing.T) {
 	bad := string(file("  - {name: a, sha256: "+Digest("secret-a2")+", credentialId: cred-a}",
 		"  - {name: a, sha256: "+Digest("secret-b")+", credentialId: cred-b}"))
 	replace(t, path, bad)
-	waitFor(t, 2*time.Second, "the malformed version reported", func() bool { return f.LastError() != nil })
+	waitfor.Cond(t, 2*time.Second, "the malformed version reported", func() bool { return f.LastError() != nil })
 	if !errors.Is(f.LastError(), ErrInvalid) || f.Version() != served || f.Stats().FailingSince.IsZero() {
 		t.Fatalf("after a malformed version: %v, version %d (served %d), %+v", f.LastError(), f.Version(), served, f.Stats())
 	}
@@ -120,7 +105,7 @@ func TestFileReloads(t *testing.T) {
 	replace(t, path, string(file("  - {name: a, sha256: "+Digest("secret-a2")+", credentialId: cred-a}", lineB)))
 	// The version is counted last, after LastError is cleared (the keys
 	// are served before that).
-	waitFor(t, 2*time.Second, "the fixed file served", func() bool { return f.Version() > served && !isUnknown(f, "secret-b") })
+	waitfor.Cond(t, 2*time.Second, "the fixed file served", func() bool { return f.Version() > served && !isUnknown(f, "secret-b") })
 	if f.LastError() != nil || !f.Stats().FailingSince.IsZero() {
 		t.Fatalf("after the fix: %v %+v", f.LastError(), f.Stats())
 	}
@@ -212,7 +197,7 @@ func TestKeyInBothVersionsNeverRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		n := strconv.Itoa((i - 1) / 2)
-		waitFor(t, 5*time.Second, "version "+strconv.Itoa(i)+" served", func() bool {
+		waitfor.Cond(t, 5*time.Second, "version "+strconv.Itoa(i)+" served", func() bool {
 			_, err := f.Lookup("secret-new" + n)
 			return err == nil && isUnknown(f, "secret-old") == (i%2 == 0)
 		})

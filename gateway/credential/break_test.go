@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/waitfor"
 )
 
 // TestBreakFlippingFileConcurrentLookups: a credential file flipped
@@ -58,7 +60,7 @@ func TestBreakFlippingFileConcurrentLookups(t *testing.T) {
 		if !en {
 			want = ErrDisabled
 		}
-		waitFor(t, 5*time.Second, "flip to be applied", func() bool { return lookupIs(f, "flip", want) })
+		waitfor.Cond(t, 5*time.Second, "flip to be applied", func() bool { return lookupIs(f, "flip", want) })
 	}
 	stop.Store(true)
 	wg.Wait()

@@ -7,26 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // sentinels are the Lookup errors; each Lookup error matches exactly one.
 var sentinels = []error{ErrNotFound, ErrDisabled, ErrUnavailable}
-
-// waitFor polls cond until it holds or timeout passes (then fails the test
-// with what). It is the only way these tests wait for asynchronous work.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		<-tick.C
-	}
-}
 
 // writeAtomic replaces path by writing a temporary file in the same
 // directory and renaming it over path, as editors and config tools do.

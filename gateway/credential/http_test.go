@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/freeport"
+	"github.com/sandgate/sandgate/internal/waitfor"
 )
 
 const portalToken = "Bearer portal-secret-value"
@@ -287,7 +288,7 @@ func TestHTTPCallerContext(t *testing.T) {
 	}
 	// The detached fetch completes and fills the cache for later callers.
 	releaseAll()
-	waitFor(t, time.Second, "the detached fetch to be cached", func() bool {
+	waitfor.Cond(t, time.Second, "the detached fetch to be cached", func() bool {
 		_, ok := h.cached("a")
 		return ok
 	})
@@ -369,7 +370,7 @@ func TestHTTPSingleFlight(t *testing.T) {
 			results <- err
 		}()
 	}
-	waitFor(t, time.Second, "all lookups to join the in-flight fetch", func() bool {
+	waitfor.Cond(t, time.Second, "all lookups to join the in-flight fetch", func() bool {
 		return joined.Load() == n && p.hits.Load() == 1
 	})
 	releaseAll()

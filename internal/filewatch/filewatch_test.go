@@ -9,21 +9,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"github.com/sandgate/sandgate/internal/waitfor"
 )
-
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		<-tick.C
-	}
-}
 
 func write(t *testing.T, path, content string) {
 	t.Helper()
@@ -52,7 +39,7 @@ func TestInPlaceWriteCallsBack(t *testing.T) {
 	write(t, path, "a")
 	_, n := started(t, path)
 	write(t, path, "b")
-	waitFor(t, time.Second, "the callback after an in-place write", func() bool { return n.Load() >= 1 })
+	waitfor.Cond(t, time.Second, "the callback after an in-place write", func() bool { return n.Load() >= 1 })
 }
 
 // TestRenameOverCallsBack: an atomic rename over the file calls back.
@@ -66,7 +53,7 @@ func TestRenameOverCallsBack(t *testing.T) {
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Second, "the callback after a rename-over", func() bool { return n.Load() >= 1 })
+	waitfor.Cond(t, time.Second, "the callback after a rename-over", func() bool { return n.Load() >= 1 })
 }
 
 // TestConfigMapSwapCallsBack: swapping the "..data" symlink of a
@@ -93,7 +80,7 @@ func TestConfigMapSwapCallsBack(t *testing.T) {
 	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Second, "the callback after a ..data swap", func() bool { return n.Load() >= 1 })
+	waitfor.Cond(t, time.Second, "the callback after a ..data swap", func() bool { return n.Load() >= 1 })
 }
 
 // TestRelevantEvents: only events on the file's own name or the "..data"
@@ -159,7 +146,7 @@ func TestCloseStopsWatching(t *testing.T) {
 	}
 	<-unstarted.Done()
 	unstarted.Start(func() { t.Error("callback after Close") })
-	waitFor(t, time.Second, "goroutines to return to the baseline", func() bool {
+	waitfor.Cond(t, time.Second, "goroutines to return to the baseline", func() bool {
 		return runtime.NumGoroutine() <= before
 	})
 }

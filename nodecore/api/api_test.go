@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/internal/waitfor"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/node/sim"
 	"github.com/sandgate/sandgate/nodecore/credential"
@@ -399,7 +400,7 @@ func TestAPITooManyPending(t *testing.T) {
 			}
 		}()
 	}
-	waitFor(t, "32 pending requests", func() bool { s, _ := e.hub.Node(nodeA); return s.Pending == proto.MaxPendingRequests })
+	waitfor.Cond(t, 10*time.Second, "32 pending requests", func() bool { s, _ := e.hub.Node(nodeA); return s.Pending == proto.MaxPendingRequests })
 	var er Error
 	if status := e.call(http.MethodPost, Prefix+"/"+nodeA+"/operations", apiToken, body, &er); status != http.StatusTooManyRequests || er.Error.Code != "too_many_pending" {
 		t.Fatalf("33rd: %d %+v", status, er)
@@ -429,19 +430,6 @@ func TestAPIPathsAndMethods(t *testing.T) {
 	}
 	if !Owns(Prefix) || !Owns(Prefix+"/x") || Owns(Prefix+"x") || Owns("/internal/v1") {
 		t.Error("Owns is wrong")
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/sandgate/sandgate/internal/waitfor"
 	"github.com/sandgate/sandgate/node/proto"
 )
 
@@ -49,19 +50,6 @@ func recordYAML(id, secret string, enabled bool) string {
 
 func twoNodes() string {
 	return "nodes:\n" + recordYAML(nodeA, secretA, true) + recordYAML(nodeB, secretB, false)
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		<-tick.C
-	}
 }
 
 func open(t *testing.T, content string, logger *zap.Logger) (*File, string) {
@@ -162,13 +150,13 @@ func TestNextCredential(t *testing.T) {
 	}
 
 	writeAtomic(t, path, withNext(false))
-	waitFor(t, time.Second, "the node to be disabled", func() bool { return errors.Is(ok(next), ErrDisabled) })
+	waitfor.Cond(t, time.Second, "the node to be disabled", func() bool { return errors.Is(ok(next), ErrDisabled) })
 	if err := ok(secretA); !errors.Is(err, ErrDisabled) {
 		t.Errorf("disabled, the current credential: %v, want ErrDisabled", err)
 	}
 
 	writeAtomic(t, path, "nodes:\n"+recordYAML(nodeA, next, true))
-	waitFor(t, time.Second, "the rotation's end", func() bool { return ok(next) == nil })
+	waitfor.Cond(t, time.Second, "the rotation's end", func() bool { return ok(next) == nil })
 	if err := ok(secretA); !errors.Is(err, ErrMismatch) {
 		t.Errorf("after the rotation, the old credential: %v, want ErrMismatch", err)
 	}
@@ -260,11 +248,11 @@ func TestReloadRevokes(t *testing.T) {
 	// version's number only once it is counted.
 	v := f.Version()
 	writeAtomic(t, path, "nodes:\n"+recordYAML(nodeA, secretA, false))
-	waitFor(t, time.Second, "node A to be disabled", func() bool { return f.Version() > v && errors.Is(ok(nodeA, secretA), ErrDisabled) })
+	waitfor.Cond(t, time.Second, "node A to be disabled", func() bool { return f.Version() > v && errors.Is(ok(nodeA, secretA), ErrDisabled) })
 
 	v = f.Version()
 	writeAtomic(t, path, "nodes:\n"+recordYAML(nodeA, "rotated-credential", true))
-	waitFor(t, time.Second, "the rotated digest", func() bool {
+	waitfor.Cond(t, time.Second, "the rotated digest", func() bool {
 		return f.Version() > v && errors.Is(ok(nodeA, secretA), ErrMismatch) && ok(nodeA, "rotated-credential") == nil
 	})
 
@@ -273,7 +261,7 @@ func TestReloadRevokes(t *testing.T) {
 	// The warning is the failed reload's last step, after LastError is
 	// set: waiting for LastError alone could check the warnings below
 	// before there were any.
-	waitFor(t, time.Second, "the broken reload to be reported and logged", func() bool {
+	waitfor.Cond(t, time.Second, "the broken reload to be reported and logged", func() bool {
 		return f.LastError() != nil && logs.FilterLevelExact(zapcore.WarnLevel).Len() > 0
 	})
 	if f.Version() != v || ok(nodeA, "rotated-credential") != nil {
@@ -291,7 +279,7 @@ func TestReloadRevokes(t *testing.T) {
 	writeAtomic(t, path, "nodes: []\n")
 	// The version is counted last, after LastError is cleared (the new
 	// nodes are served before that).
-	waitFor(t, time.Second, "node A to be removed", func() bool {
+	waitfor.Cond(t, time.Second, "node A to be removed", func() bool {
 		return f.Version() > v && errors.Is(ok(nodeA, "rotated-credential"), ErrUnknownNode)
 	})
 	if f.LastError() != nil {

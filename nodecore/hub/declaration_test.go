@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandgate/sandgate/internal/waitfor"
 	"github.com/sandgate/sandgate/node/operation"
 	"github.com/sandgate/sandgate/node/proto"
 )
@@ -21,7 +22,7 @@ func (e *env) joinMicrosandbox() *testNode {
 	e.t.Helper()
 	rec := strings.Replace(nodeRecord(nodeM, secretM, true, false), "provider: docker", "provider: microsandbox", 1)
 	writeFile(e.t, e.credPath, defaultNodes()+rec)
-	waitFor(e.t.(*testing.T), "node M to be enrolled", func() bool { _, ok := e.hub.Node(nodeM); return ok })
+	waitfor.Cond(e.t, timeout, "node M to be enrolled", func() bool { _, ok := e.hub.Node(nodeM); return ok })
 	secrets[nodeM] = secretM
 	e.t.Cleanup(func() { delete(secrets, nodeM) })
 	n := e.connect(nodeM)

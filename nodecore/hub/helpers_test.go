@@ -347,20 +347,6 @@ func (n *testNode) beat(h proto.Health) *proto.HeartbeatAck {
 	return ack
 }
 
-// waitFor polls cond until it holds; timeout is a safety net.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
-}
-
 // status returns the hub's view of node id.
 func (e *env) status(id string) NodeStatus {
 	s, ok := e.hub.Node(id)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/sandgate/sandgate/internal/waitfor"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodecore/pool"
 )
@@ -115,15 +116,15 @@ func TestPresenceAcrossReplicas(t *testing.T) {
 	// One renewal runs at a time and a heartbeat that arrives meanwhile
 	// skips its own, so each beat waits for its renewal.
 	n.beat(health(true, ""))
-	waitFor(t, "one renewal", func() bool { return store.get(func(s *fakeStore) int { return s.renews[nodeA] }) == 1 })
+	waitfor.Cond(t, timeout, "one renewal", func() bool { return store.get(func(s *fakeStore) int { return s.renews[nodeA] }) == 1 })
 	n.beat(health(true, ""))
-	waitFor(t, "two renewals", func() bool { return store.get(func(s *fakeStore) int { return s.renews[nodeA] }) == 2 })
+	waitfor.Cond(t, timeout, "two renewals", func() bool { return store.get(func(s *fakeStore) int { return s.renews[nodeA] }) == 2 })
 	if !a.status(nodeA).Online {
 		t.Fatal("not online on A")
 	}
 
 	_ = n.ws.Close()
-	waitFor(t, "A to release the claim", func() bool { return store.get(func(s *fakeStore) int { return s.releases[nodeA] }) == 1 })
+	waitfor.Cond(t, timeout, "A to release the claim", func() bool { return store.get(func(s *fakeStore) int { return s.releases[nodeA] }) == 1 })
 	m := b.join(nodeA)
 	if m.welcome.OwnerEpoch <= n.welcome.OwnerEpoch {
 		t.Fatalf("B's epoch %d is not above A's %d", m.welcome.OwnerEpoch, n.welcome.OwnerEpoch)
@@ -149,7 +150,7 @@ func TestPresenceClaimLost(t *testing.T) {
 		t.Fatal("no heartbeat_ack")
 	}
 	n.expectClose(CloseEpochSuperseded)
-	waitFor(t, "A to end the connection", func() bool { return a.status(nodeA).State == StateDisconnected })
+	waitfor.Cond(t, timeout, "A to end the connection", func() bool { return a.status(nodeA).State == StateDisconnected })
 	if r := store.get(func(s *fakeStore) int { return s.releases[nodeA] }); r != 0 {
 		t.Fatalf("a lost claim was released %d times", r)
 	}
@@ -192,7 +193,7 @@ func TestPresenceEpochFloor(t *testing.T) {
 	}
 	n.send(n.heartbeat(health(true, "")))
 	n.expectClose(CloseEpochSuperseded)
-	waitFor(t, "A to end the connection", func() bool { return a.status(nodeA).State == StateDisconnected })
+	waitfor.Cond(t, timeout, "A to end the connection", func() bool { return a.status(nodeA).State == StateDisconnected })
 	if m := a.join(nodeA); m.welcome.OwnerEpoch != 500 {
 		t.Fatalf("epoch after the raise %d, want 500", m.welcome.OwnerEpoch)
 	}
@@ -309,7 +310,7 @@ func TestShutdownDrains(t *testing.T) {
 	req := a.request()
 	done := make(chan error, 1)
 	go func() { done <- e.hub.Shutdown(context.Background()) }()
-	waitFor(t, "connects to be refused", func() bool {
+	waitfor.Cond(t, timeout, "connects to be refused", func() bool {
 		_, status, _ := e.dial(nodeB, secretB)
 		return status == http.StatusServiceUnavailable
 	})

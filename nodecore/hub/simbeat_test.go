@@ -3,6 +3,7 @@ package hub
 import (
 	"testing"
 
+	"github.com/sandgate/sandgate/internal/waitfor"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/node/sim"
 )
@@ -25,7 +26,7 @@ func TestSimSendHeartbeatIsAcknowledged(t *testing.T) {
 		if err := n.SendHeartbeat(); err != nil {
 			t.Fatalf("heartbeat %d: %v", want, err)
 		}
-		waitFor(t, "the heartbeat_ack", func() bool { return n.Acks() == want })
+		waitfor.Cond(t, timeout, "the heartbeat_ack", func() bool { return n.Acks() == want })
 	}
 	if ack := n.LastAck(); ack == nil || ack.ConnectionID != n.Welcome().ConnectionID {
 		t.Fatalf("last ack %+v does not answer the connection %s", ack, n.Welcome().ConnectionID)

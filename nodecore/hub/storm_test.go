@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/sandgate/sandgate/internal/waitfor"
 )
 
 // TestReconnectStormBounded: a node holding a valid credential that
@@ -34,7 +35,7 @@ func TestReconnectStormBounded(t *testing.T) {
 			return resp.StatusCode, resp.Header.Get("Retry-After")
 		}
 		_ = ws.Close()
-		waitFor(t, "the dropped connection's slot to be released", func() bool {
+		waitfor.Cond(t, timeout, "the dropped connection's slot to be released", func() bool {
 			return e.status(id).State == StateDisconnected
 		})
 		return http.StatusSwitchingProtocols, ""

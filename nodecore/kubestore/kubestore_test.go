@@ -127,16 +127,3 @@ func snapshot(t *testing.T, ns string) string {
 	b, _ := json.MarshalIndent(out, "", " ")
 	return string(b)
 }
-
-// eventually polls cond every 10 ms until it holds or 10 s have passed:
-// the wait for another replica's watch to deliver a change.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
