@@ -15,7 +15,7 @@ import (
 
 	"github.com/sandgate/sandgate/caddymodules/sandgate"
 	"github.com/sandgate/sandgate/gateway/credential"
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 )
 
 const goodCredentials = `credentials:
@@ -125,7 +125,7 @@ func TestReloadKeepsFileSource(t *testing.T) {
 		_ = f.Close()
 		t.Fatal("opening the broken credentials file afresh succeeded")
 	}
-	waitfor.Cond(t, 5*time.Second, "the running source to notice the broken file", func() bool {
+	waittest.Until(t, 5*time.Second, "the running source to notice the broken file", func() bool {
 		return first.LastError() != nil
 	})
 

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/scrapetest"
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/node/sim"
 	"github.com/sandgate/sandgate/nodecore/api"
@@ -92,7 +92,7 @@ func rawAPIRequest(addr, req string) (status int, closed bool, err error) {
 // listener once the sandgate app did, in no fixed order.
 func waitAppAPI(t *testing.T, addr string) {
 	t.Helper()
-	waitfor.Cond(t, timeout, "the app's internal node API to listen", func() bool {
+	waittest.Until(t, timeout, "the app's internal node API to listen", func() bool {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err != nil {
 			return false
@@ -106,7 +106,7 @@ func waitAppAPI(t *testing.T, addr string) {
 // the app's listener closed.
 func waitRefused(t *testing.T, what, addr string) {
 	t.Helper()
-	waitfor.Cond(t, timeout, what, func() bool {
+	waittest.Until(t, timeout, what, func() bool {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			c.Close()
@@ -383,7 +383,7 @@ func TestBinaryAppNodeAPIShutdownDelay(t *testing.T) {
 	// closes the API at once) or the sandgate app first (the API's delay,
 	// spent alongside the http app's). Either way the delay has begun once
 	// one of them logs it.
-	waitfor.Cond(t, timeout, "the shutdown delay to begin", func() bool {
+	waittest.Until(t, timeout, "the shutdown delay to begin", func() bool {
 		logs := g.logs.String()
 		return strings.Contains(logs, "closing the internal node API listener after the shutdown delay") ||
 			strings.Contains(logs, `"shutdown scheduled"`)

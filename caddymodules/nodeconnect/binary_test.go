@@ -19,7 +19,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/sandgate/sandgate/internal/freeport"
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 	"github.com/sandgate/sandgate/nodecore/api"
 	"github.com/sandgate/sandgate/nodecore/hub"
 )
@@ -220,7 +220,7 @@ func startGatewayWith(t *testing.T, f files, caddyfile string) *gatewayProc {
 			t.Logf("gateway log:\n%s", out)
 		}
 	})
-	waitfor.Cond(t, timeout, "the gateway to listen", func() bool {
+	waittest.Until(t, timeout, "the gateway to listen", func() bool {
 		select {
 		case <-g.exited:
 			t.Fatalf("the gateway exited: %v", g.err)
@@ -267,7 +267,7 @@ func TestBinaryReconnectStorm(t *testing.T) {
 			return resp.StatusCode, resp.Header.Get("Retry-After")
 		}
 		_ = ws.Close()
-		waitfor.Cond(t, timeout, "the gateway to release the node", func() bool {
+		waittest.Until(t, timeout, "the gateway to release the node", func() bool {
 			var st hub.NodeStatus
 			return apiGet(t, base, api.Prefix+"/"+nodeID, &st) == http.StatusOK && st.State == hub.StateDisconnected
 		})

@@ -15,7 +15,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/sandgate/sandgate/hack/gatewayproc"
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 	"github.com/sandgate/sandgate/node/machine"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/node/release"
@@ -150,7 +150,7 @@ func TestBinaryEnrolmentAndDeployment(t *testing.T) {
 		// Caddy starts its apps in no set order: the site may listen
 		// before the sandgate app has started (the admin routes answer 503
 		// until then).
-		waitfor.Cond(t, timeout, "the sandgate app to start", func() bool {
+		waittest.Until(t, timeout, "the sandgate app to start", func() bool {
 			status, _ := call(t, http.MethodGet, "http://"+adminAddr+admin.PoolsPath, "", "", "")
 			return status == http.StatusOK
 		})

@@ -16,7 +16,7 @@ import (
 
 	_ "github.com/sandgate/sandgate/caddymodules/credentialsource" // the resource credential file of the test configs
 	"github.com/sandgate/sandgate/caddymodules/sandgate"
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 	"github.com/sandgate/sandgate/node/sim"
 	"github.com/sandgate/sandgate/nodecore/api"
 	"github.com/sandgate/sandgate/nodecore/hub"
@@ -235,7 +235,7 @@ func TestCaddyReloadEpoch(t *testing.T) {
 		t.Fatalf("heartbeat under the old epoch: %v, want close 4005", err)
 	}
 	var again *sim.Node
-	waitfor.Cond(t, timeout, "the node to reconnect", func() bool {
+	waittest.Until(t, timeout, "the node to reconnect", func() bool {
 		var err error
 		again, err = sim.Dial(t.Context(), sim.Config{URL: base, Credential: nodeSecret, Hello: hello(), HeartbeatInterval: -1})
 		return err == nil
@@ -253,7 +253,7 @@ func TestCaddyRevokedCredential(t *testing.T) {
 	base := load(t, config(f, "v1"))
 	n := dialNode(t, base, -1)
 	write(t, f.nodes, nodesFile(false))
-	waitfor.Cond(t, timeout, "the revocation to close the connection", func() bool {
+	waittest.Until(t, timeout, "the revocation to close the connection", func() bool {
 		err := n.Heartbeat(t.Context())
 		var ce *websocket.CloseError
 		if errors.As(err, &ce) {

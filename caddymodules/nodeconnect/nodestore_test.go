@@ -21,7 +21,7 @@ import (
 	"github.com/sandgate/sandgate/deploy"
 	"github.com/sandgate/sandgate/internal/freeport"
 	"github.com/sandgate/sandgate/internal/kubeenv"
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 	v1 "github.com/sandgate/sandgate/nodecore/apis/v1alpha1"
 	"github.com/sandgate/sandgate/nodecore/credential"
 	"github.com/sandgate/sandgate/nodecore/enrolment"
@@ -142,7 +142,7 @@ func TestCaddyNodeStoreKubernetes(t *testing.T) {
 		t.Fatalf("PUT deployment through A: %d %s", code, out)
 	}
 	start := time.Now()
-	waitfor.Cond(t, timeout, "B sees the deployment set through A's admin API", func() bool {
+	waittest.Until(t, timeout, "B sees the deployment set through A's admin API", func() bool {
 		d, _ := bPools.Deployment("default")
 		return d.Generation == 2
 	})
@@ -159,7 +159,7 @@ func TestCaddyNodeStoreKubernetes(t *testing.T) {
 	if _, err := bPools.Set("default", 1, &one, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitfor.Cond(t, timeout, "A's admin API shows B's deployment", func() bool { return target("/sandgate/pools/default") == 1 })
+	waittest.Until(t, timeout, "A's admin API shows B's deployment", func() bool { return target("/sandgate/pools/default") == 1 })
 
 	// A token issued through A's admin API enrols a node through B.
 	code, out := admin(http.MethodPost, "/sandgate/enrolment-tokens", obj{"pool": "default", "ttl": "10m"})
@@ -193,7 +193,7 @@ func TestCaddyNodeStoreKubernetes(t *testing.T) {
 	if _, err := app().NodeEnrolment().Enrol(tok.Token, enrolmenttest.Request(), enrolmenttest.Resolve7); err == nil {
 		t.Fatal("A enrolled a second node with the used token")
 	}
-	waitfor.Cond(t, timeout, "A's admin API lists the node", func() bool {
+	waittest.Until(t, timeout, "A's admin API lists the node", func() bool {
 		_, out := admin(http.MethodGet, "/sandgate/enrolled-nodes", nil)
 		return bytes.Contains(out, []byte(id))
 	})
@@ -201,7 +201,7 @@ func TestCaddyNodeStoreKubernetes(t *testing.T) {
 	if code, out := admin(http.MethodPost, "/sandgate/enrolled-nodes/"+id+"/disable", nil); code != http.StatusOK {
 		t.Fatalf("disable through A: %d %s", code, out)
 	}
-	waitfor.Cond(t, timeout, "B refuses the node disabled through A", func() bool {
+	waittest.Until(t, timeout, "B refuses the node disabled through A", func() bool {
 		_, err := b.Enrolment().Authenticate(id, sum)
 		return err != nil
 	})

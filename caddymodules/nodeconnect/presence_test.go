@@ -14,7 +14,7 @@ import (
 
 	"github.com/sandgate/sandgate/caddymodules/sandgate"
 	"github.com/sandgate/sandgate/internal/kubeenv"
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 	"github.com/sandgate/sandgate/nodecore/presence"
 )
 
@@ -104,7 +104,7 @@ func TestCaddyKubernetesPresence(t *testing.T) {
 	if h := lease.Spec.HolderIdentity; h == nil || *h != "replica-a" || lease.Annotations[presence.AnnotationAddress] != "http://127.0.0.1:"+f.port {
 		t.Fatalf("Lease holder %v, annotations %v", h, lease.Annotations)
 	}
-	waitfor.Cond(t, timeout, "the Lease watch to load", func() bool { return app().NodePresence().Synced() })
+	waittest.Until(t, timeout, "the Lease watch to load", func() bool { return app().NodePresence().Synced() })
 
 	if err := caddy.Load(mustJSON(t, withPresence("v2")), true); err != nil {
 		t.Fatalf("reload: %v", err)
@@ -133,7 +133,7 @@ func TestCaddyKubernetesPresence(t *testing.T) {
 	if err := caddy.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	waitfor.Cond(t, timeout, "the Lease to be released", func() bool {
+	waittest.Until(t, timeout, "the Lease to be released", func() bool {
 		l, err := kube.CoordinationV1().Leases("gw").Get(t.Context(), presence.LeaseName(nodeID), metav1.GetOptions{})
 		return err == nil && (l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "")
 	})

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/gateway/keypair/keypairtest"
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -66,7 +66,7 @@ func TestFileReloads(t *testing.T) {
 	replace(t, path, string(file("  - {name: a, sha256: "+Digest("secret-a2")+", credentialId: cred-a}")))
 	// The version is counted last, after the keys are served: served below
 	// is this version's number only once it is counted.
-	waitfor.Cond(t, 2*time.Second, "the removed and the rotated key refused", func() bool {
+	waittest.Until(t, 2*time.Second, "the removed and the rotated key refused", func() bool {
 		return f.Version() > opened && isUnknown(f, "secret-b") && isUnknown(f, "secret-a")
 	})
 	if e, err := f.Lookup("secret-a2"); err != nil || e.Name != "a" {
@@ -79,7 +79,7 @@ func TestFileReloads(t *testing.T) {
 	bad := string(file("  - {name: a, sha256: "+Digest("secret-a2")+", credentialId: cred-a}",
 		"  - {name: a, sha256: "+Digest("secret-b")+", credentialId: cred-b}"))
 	replace(t, path, bad)
-	waitfor.Cond(t, 2*time.Second, "the malformed version reported", func() bool { return f.LastError() != nil })
+	waittest.Until(t, 2*time.Second, "the malformed version reported", func() bool { return f.LastError() != nil })
 	if !errors.Is(f.LastError(), ErrInvalid) || f.Version() != served || f.Stats().FailingSince.IsZero() {
 		t.Fatalf("after a malformed version: %v, version %d (served %d), %+v", f.LastError(), f.Version(), served, f.Stats())
 	}
@@ -105,7 +105,7 @@ func TestFileReloads(t *testing.T) {
 	replace(t, path, string(file("  - {name: a, sha256: "+Digest("secret-a2")+", credentialId: cred-a}", lineB)))
 	// The version is counted last, after LastError is cleared (the keys
 	// are served before that).
-	waitfor.Cond(t, 2*time.Second, "the fixed file served", func() bool { return f.Version() > served && !isUnknown(f, "secret-b") })
+	waittest.Until(t, 2*time.Second, "the fixed file served", func() bool { return f.Version() > served && !isUnknown(f, "secret-b") })
 	if f.LastError() != nil || !f.Stats().FailingSince.IsZero() {
 		t.Fatalf("after the fix: %v %+v", f.LastError(), f.Stats())
 	}
@@ -197,7 +197,7 @@ func TestKeyInBothVersionsNeverRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		n := strconv.Itoa((i - 1) / 2)
-		waitfor.Cond(t, 5*time.Second, "version "+strconv.Itoa(i)+" served", func() bool {
+		waittest.Until(t, 5*time.Second, "version "+strconv.Itoa(i)+" served", func() bool {
 			_, err := f.Lookup("secret-new" + n)
 			return err == nil && isUnknown(f, "secret-old") == (i%2 == 0)
 		})

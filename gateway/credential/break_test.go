@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 )
 
 // TestBreakFlippingFileConcurrentLookups: a credential file flipped
@@ -60,7 +60,7 @@ func TestBreakFlippingFileConcurrentLookups(t *testing.T) {
 		if !en {
 			want = ErrDisabled
 		}
-		waitfor.Cond(t, 5*time.Second, "flip to be applied", func() bool { return lookupIs(f, "flip", want) })
+		waittest.Until(t, 5*time.Second, "flip to be applied", func() bool { return lookupIs(f, "flip", want) })
 	}
 	stop.Store(true)
 	wg.Wait()

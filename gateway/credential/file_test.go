@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -192,7 +192,7 @@ func TestReloadRenameOver(t *testing.T) {
     clusterId: cluster-9
 `
 	writeAtomic(t, path, next)
-	waitfor.Cond(t, time.Second, "the rename-over to be applied", func() bool {
+	waittest.Until(t, time.Second, "the rename-over to be applied", func() bool {
 		return f.Version() > v0 && lookupIs(f, "a", ErrDisabled) && lookupIs(f, "b", ErrNotFound)
 	})
 	got, err := f.Lookup(context.Background(), "off")
@@ -211,7 +211,7 @@ func TestReloadInPlace(t *testing.T) {
 	if err := os.WriteFile(path, []byte(`{"credentials": []}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	waitfor.Cond(t, time.Second, "the in-place write to be applied", func() bool {
+	waittest.Until(t, time.Second, "the in-place write to be applied", func() bool {
 		return f.Version() > v0 && lookupIs(f, "a", ErrNotFound) && f.LastError() == nil
 	})
 }
@@ -228,7 +228,7 @@ func TestReloadBrokenKeepsPrevious(t *testing.T) {
 	writeAtomic(t, path, "credentials:\n  - id: a\n    clusterId: "+secretish+"\n    projectNamespace: p\n    colour: blue\n")
 	// The warning is the failed reload's last step, after LastError is
 	// set: waiting for LastError alone raced the warning's logging.
-	waitfor.Cond(t, time.Second, "the broken reload to fail and log its warning", func() bool {
+	waittest.Until(t, time.Second, "the broken reload to fail and log its warning", func() bool {
 		return f.LastError() != nil && logs.FilterLevelExact(zapcore.WarnLevel).Len() > 0
 	})
 	if !errors.Is(f.LastError(), ErrInvalid) || !strings.Contains(f.LastError().Error(), `unknown field "colour"`) {
@@ -260,13 +260,13 @@ func TestReloadBrokenKeepsPrevious(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	waitfor.Cond(t, time.Second, "the removal to be reported", func() bool { return errors.Is(f.LastError(), fs.ErrNotExist) })
+	waittest.Until(t, time.Second, "the removal to be reported", func() bool { return errors.Is(f.LastError(), fs.ErrNotExist) })
 	if got, err := f.Lookup(context.Background(), "a"); err != nil || got != credA || f.Version() != v0 {
 		t.Fatalf("after removal: Lookup(a) = %+v, %v, Version() = %d", got, err, f.Version())
 	}
 
 	writeAtomic(t, path, jsonFile+"\n")
-	waitfor.Cond(t, time.Second, "recovery after a good write", func() bool {
+	waittest.Until(t, time.Second, "recovery after a good write", func() bool {
 		return f.Version() > v0 && f.LastError() == nil
 	})
 	if got, err := f.Lookup(context.Background(), "b"); err != nil || got.ClusterID != "cluster-2" {
@@ -311,7 +311,7 @@ func TestReloadConfigMapSwap(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(dir, "..2030_01_01_00_00_00.1")); err != nil {
 		t.Fatal(err)
 	}
-	waitfor.Cond(t, time.Second, "the ..data swap to be applied", func() bool {
+	waittest.Until(t, time.Second, "the ..data swap to be applied", func() bool {
 		return f.Version() > v0 && lookupIs(f, "a", ErrNotFound) && lookupIs(f, "b", ErrDisabled)
 	})
 }
@@ -344,7 +344,7 @@ func TestCloseStopsWatcher(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	waitfor.Cond(t, time.Second, "goroutines to return to the baseline", func() bool {
+	waittest.Until(t, time.Second, "goroutines to return to the baseline", func() bool {
 		return runtime.NumGoroutine() <= before
 	})
 	if got, err := f.Lookup(context.Background(), "a"); err != nil || got != credA {

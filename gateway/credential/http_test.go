@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/freeport"
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 )
 
 const portalToken = "Bearer portal-secret-value"
@@ -288,7 +288,7 @@ func TestHTTPCallerContext(t *testing.T) {
 	}
 	// The detached fetch completes and fills the cache for later callers.
 	releaseAll()
-	waitfor.Cond(t, time.Second, "the detached fetch to be cached", func() bool {
+	waittest.Until(t, time.Second, "the detached fetch to be cached", func() bool {
 		_, ok := h.cached("a")
 		return ok
 	})
@@ -370,7 +370,7 @@ func TestHTTPSingleFlight(t *testing.T) {
 			results <- err
 		}()
 	}
-	waitfor.Cond(t, time.Second, "all lookups to join the in-flight fetch", func() bool {
+	waittest.Until(t, time.Second, "all lookups to join the in-flight fetch", func() bool {
 		return joined.Load() == n && p.hits.Load() == 1
 	})
 	releaseAll()

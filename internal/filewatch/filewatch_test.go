@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 )
 
 func write(t *testing.T, path, content string) {
@@ -39,7 +39,7 @@ func TestInPlaceWriteCallsBack(t *testing.T) {
 	write(t, path, "a")
 	_, n := started(t, path)
 	write(t, path, "b")
-	waitfor.Cond(t, time.Second, "the callback after an in-place write", func() bool { return n.Load() >= 1 })
+	waittest.Until(t, time.Second, "the callback after an in-place write", func() bool { return n.Load() >= 1 })
 }
 
 // TestRenameOverCallsBack: an atomic rename over the file calls back.
@@ -53,7 +53,7 @@ func TestRenameOverCallsBack(t *testing.T) {
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
-	waitfor.Cond(t, time.Second, "the callback after a rename-over", func() bool { return n.Load() >= 1 })
+	waittest.Until(t, time.Second, "the callback after a rename-over", func() bool { return n.Load() >= 1 })
 }
 
 // TestConfigMapSwapCallsBack: swapping the "..data" symlink of a
@@ -80,7 +80,7 @@ func TestConfigMapSwapCallsBack(t *testing.T) {
 	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
 		t.Fatal(err)
 	}
-	waitfor.Cond(t, time.Second, "the callback after a ..data swap", func() bool { return n.Load() >= 1 })
+	waittest.Until(t, time.Second, "the callback after a ..data swap", func() bool { return n.Load() >= 1 })
 }
 
 // TestRelevantEvents: only events on the file's own name or the "..data"
@@ -146,7 +146,7 @@ func TestCloseStopsWatching(t *testing.T) {
 	}
 	<-unstarted.Done()
 	unstarted.Start(func() { t.Error("callback after Close") })
-	waitfor.Cond(t, time.Second, "goroutines to return to the baseline", func() bool {
+	waittest.Until(t, time.Second, "goroutines to return to the baseline", func() bool {
 		return runtime.NumGoroutine() <= before
 	})
 }

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 )
 
 var (
@@ -49,22 +49,22 @@ func TestSnapshotKeepsTheLastGoodVersion(t *testing.T) {
 		t.Fatalf("open: %d v%d %v", s.Load(), s.Version(), s.LastError())
 	}
 	write(t, path, "2")
-	waitfor.Cond(t, 5*time.Second, "version 2", func() bool { return s.Version() == 2 })
+	waittest.Until(t, 5*time.Second, "version 2", func() bool { return s.Version() == 2 })
 	if s.Load() != 2 {
 		t.Fatalf("value %d", s.Load())
 	}
 	write(t, path, "two")
-	waitfor.Cond(t, 5*time.Second, "the failed reload", func() bool { return s.LastError() != nil })
+	waittest.Until(t, 5*time.Second, "the failed reload", func() bool { return s.LastError() != nil })
 	if s.Load() != 2 || s.Version() != 2 || !errors.Is(s.LastError(), errOdd) || !strings.Contains(s.LastError().Error(), "number file") {
 		t.Fatalf("after a broken write: %d v%d %v", s.Load(), s.Version(), s.LastError())
 	}
 	write(t, path, "123456789") // over the 8-byte limit
-	waitfor.Cond(t, 5*time.Second, "the oversized file to be refused", func() bool { return errors.Is(s.LastError(), errLarge) })
+	waittest.Until(t, 5*time.Second, "the oversized file to be refused", func() bool { return errors.Is(s.LastError(), errLarge) })
 	if s.Load() != 2 || s.Version() != 2 {
 		t.Fatalf("after an oversized write: %d v%d", s.Load(), s.Version())
 	}
 	write(t, path, "3")
-	waitfor.Cond(t, 5*time.Second, "recovery", func() bool { return s.Version() == 3 && s.LastError() == nil })
+	waittest.Until(t, 5*time.Second, "recovery", func() bool { return s.Version() == 3 && s.LastError() == nil })
 	if s.Load() != 3 {
 		t.Fatalf("value %d", s.Load())
 	}
@@ -114,7 +114,7 @@ func TestSnapshotMissingFileRevokesAfterGrace(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	waitfor.Cond(t, 5*time.Second, "the file to be seen missing", func() bool { return s.Stats().Missing })
+	waittest.Until(t, 5*time.Second, "the file to be seen missing", func() bool { return s.Stats().Missing })
 	st := s.Stats()
 	if st.Emptied || st.FailingSince.IsZero() || !errors.Is(s.LastError(), fs.ErrNotExist) {
 		t.Fatalf("stats while missing: %+v, %v", st, s.LastError())
@@ -122,12 +122,12 @@ func TestSnapshotMissingFileRevokesAfterGrace(t *testing.T) {
 	if !st.Emptied && s.Load() != 7 {
 		t.Fatalf("value during the grace: %d", s.Load())
 	}
-	waitfor.Cond(t, 5*time.Second, "the empty version", func() bool { return s.Stats().Emptied })
+	waittest.Until(t, 5*time.Second, "the empty version", func() bool { return s.Stats().Emptied })
 	if st := s.Stats(); s.Load() != -1 || st.Version != 2 || !st.Missing || st.Entries != 1 {
 		t.Fatalf("after the grace: %d %+v", s.Load(), st)
 	}
 	write(t, path, "8")
-	waitfor.Cond(t, 5*time.Second, "the file to be back", func() bool { return s.Load() == 8 })
+	waittest.Until(t, 5*time.Second, "the file to be back", func() bool { return s.Load() == 8 })
 	if st := s.Stats(); st.Missing || st.Emptied || !st.FailingSince.IsZero() || s.LastError() != nil {
 		t.Fatalf("after the file came back: %+v, %v", st, s.LastError())
 	}
@@ -143,11 +143,11 @@ func TestSnapshotRecreatedWithinGrace(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	waitfor.Cond(t, 5*time.Second, "the file to be seen missing", func() bool { return s.Stats().Missing })
+	waittest.Until(t, 5*time.Second, "the file to be seen missing", func() bool { return s.Stats().Missing })
 	if err := os.WriteFile(path, []byte("2"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	waitfor.Cond(t, 5*time.Second, "the new version", func() bool { return s.Load() == 2 })
+	waittest.Until(t, 5*time.Second, "the new version", func() bool { return s.Load() == 2 })
 	if st := s.Stats(); st.Missing || st.Emptied || st.Version != 2 {
 		t.Fatalf("stats: %+v", st)
 	}
@@ -187,7 +187,7 @@ func TestSnapshotConfigMapSwapIsNotMissing(t *testing.T) {
 			t.Fatal(err)
 		}
 		prev = next
-		waitfor.Cond(t, 5*time.Second, "version "+next, func() bool { return s.Load() == i })
+		waittest.Until(t, 5*time.Second, "version "+next, func() bool { return s.Load() == i })
 		if st := s.Stats(); st.Missing || st.Emptied || !st.FailingSince.IsZero() {
 			t.Fatalf("after swap %d: %+v", i, st)
 		}
@@ -208,7 +208,7 @@ func TestSnapshotDirectoryRemovedAndRecreated(t *testing.T) {
 	if err := os.Rename(dir, dir+".old"); err != nil { // the directory itself goes; its file is not deleted
 		t.Fatal(err)
 	}
-	waitfor.Cond(t, 10*time.Second, "the empty version", func() bool { return s.Stats().Emptied })
+	waittest.Until(t, 10*time.Second, "the empty version", func() bool { return s.Stats().Emptied })
 	if s.Load() != -1 {
 		t.Fatalf("value %d", s.Load())
 	}
@@ -216,7 +216,7 @@ func TestSnapshotDirectoryRemovedAndRecreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(t, path, "2")
-	waitfor.Cond(t, 10*time.Second, "the recreated file", func() bool { return s.Load() == 2 })
+	waittest.Until(t, 10*time.Second, "the recreated file", func() bool { return s.Load() == 2 })
 	write(t, path, "3")
-	waitfor.Cond(t, 10*time.Second, "a change in the recreated directory", func() bool { return s.Load() == 3 })
+	waittest.Until(t, 10*time.Second, "a change in the recreated directory", func() bool { return s.Load() == 3 })
 }

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/node/sim"
 	"github.com/sandgate/sandgate/nodecore/credential"
@@ -400,7 +400,7 @@ func TestAPITooManyPending(t *testing.T) {
 			}
 		}()
 	}
-	waitfor.Cond(t, 10*time.Second, "32 pending requests", func() bool { s, _ := e.hub.Node(nodeA); return s.Pending == proto.MaxPendingRequests })
+	waittest.Until(t, 10*time.Second, "32 pending requests", func() bool { s, _ := e.hub.Node(nodeA); return s.Pending == proto.MaxPendingRequests })
 	var er Error
 	if status := e.call(http.MethodPost, Prefix+"/"+nodeA+"/operations", apiToken, body, &er); status != http.StatusTooManyRequests || er.Error.Code != "too_many_pending" {
 		t.Fatalf("33rd: %d %+v", status, er)

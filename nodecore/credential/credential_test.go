@@ -15,7 +15,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 	"github.com/sandgate/sandgate/node/proto"
 )
 
@@ -150,13 +150,13 @@ func TestNextCredential(t *testing.T) {
 	}
 
 	writeAtomic(t, path, withNext(false))
-	waitfor.Cond(t, time.Second, "the node to be disabled", func() bool { return errors.Is(ok(next), ErrDisabled) })
+	waittest.Until(t, time.Second, "the node to be disabled", func() bool { return errors.Is(ok(next), ErrDisabled) })
 	if err := ok(secretA); !errors.Is(err, ErrDisabled) {
 		t.Errorf("disabled, the current credential: %v, want ErrDisabled", err)
 	}
 
 	writeAtomic(t, path, "nodes:\n"+recordYAML(nodeA, next, true))
-	waitfor.Cond(t, time.Second, "the rotation's end", func() bool { return ok(next) == nil })
+	waittest.Until(t, time.Second, "the rotation's end", func() bool { return ok(next) == nil })
 	if err := ok(secretA); !errors.Is(err, ErrMismatch) {
 		t.Errorf("after the rotation, the old credential: %v, want ErrMismatch", err)
 	}
@@ -248,11 +248,11 @@ func TestReloadRevokes(t *testing.T) {
 	// version's number only once it is counted.
 	v := f.Version()
 	writeAtomic(t, path, "nodes:\n"+recordYAML(nodeA, secretA, false))
-	waitfor.Cond(t, time.Second, "node A to be disabled", func() bool { return f.Version() > v && errors.Is(ok(nodeA, secretA), ErrDisabled) })
+	waittest.Until(t, time.Second, "node A to be disabled", func() bool { return f.Version() > v && errors.Is(ok(nodeA, secretA), ErrDisabled) })
 
 	v = f.Version()
 	writeAtomic(t, path, "nodes:\n"+recordYAML(nodeA, "rotated-credential", true))
-	waitfor.Cond(t, time.Second, "the rotated digest", func() bool {
+	waittest.Until(t, time.Second, "the rotated digest", func() bool {
 		return f.Version() > v && errors.Is(ok(nodeA, secretA), ErrMismatch) && ok(nodeA, "rotated-credential") == nil
 	})
 
@@ -261,7 +261,7 @@ func TestReloadRevokes(t *testing.T) {
 	// The warning is the failed reload's last step, after LastError is
 	// set: waiting for LastError alone could check the warnings below
 	// before there were any.
-	waitfor.Cond(t, time.Second, "the broken reload to be reported and logged", func() bool {
+	waittest.Until(t, time.Second, "the broken reload to be reported and logged", func() bool {
 		return f.LastError() != nil && logs.FilterLevelExact(zapcore.WarnLevel).Len() > 0
 	})
 	if f.Version() != v || ok(nodeA, "rotated-credential") != nil {
@@ -279,7 +279,7 @@ func TestReloadRevokes(t *testing.T) {
 	writeAtomic(t, path, "nodes: []\n")
 	// The version is counted last, after LastError is cleared (the new
 	// nodes are served before that).
-	waitfor.Cond(t, time.Second, "node A to be removed", func() bool {
+	waittest.Until(t, time.Second, "node A to be removed", func() bool {
 		return f.Version() > v && errors.Is(ok(nodeA, "rotated-credential"), ErrUnknownNode)
 	})
 	if f.LastError() != nil {

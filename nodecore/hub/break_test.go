@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodecore/credential"
 )
@@ -116,7 +116,7 @@ func TestBreakRevokedMidDispatch(t *testing.T) {
 	pending := e.dispatchAsync(nodeA, infoReq())
 	a.request()
 	writeFile(t, e.credPath, "nodes:\n"+nodeRecord(nodeA, secretA, false, false)+nodeRecord(nodeB, secretB, true, false))
-	waitfor.Cond(t, timeout, "the revocation to load", func() bool {
+	waittest.Until(t, timeout, "the revocation to load", func() bool {
 		_, err := e.creds.Authenticate(nodeA, credential.Sum(secretA))
 		return err != nil
 	})

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 	"github.com/sandgate/sandgate/node/proto"
 )
 
@@ -28,7 +28,7 @@ func TestInvalidFrameCloseReasonIsUTF8(t *testing.T) {
 	if !utf8.ValidString(reason) || !strings.HasPrefix(reason, "invalid frame: unknown member at /ééé") {
 		t.Fatalf("close reason %q", reason)
 	}
-	waitfor.Cond(t, timeout, "the connection to end", func() bool { return e.status(nodeA).State == StateDisconnected })
+	waittest.Until(t, timeout, "the connection to end", func() bool { return e.status(nodeA).State == StateDisconnected })
 	if s := e.status(nodeA); !utf8.ValidString(s.CloseReason) {
 		t.Fatalf("recorded close reason %q", s.CloseReason)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 	"github.com/sandgate/sandgate/node/proto"
 )
 
@@ -72,7 +72,7 @@ func TestSecondConnection409(t *testing.T) {
 		}
 	}
 	first := e.connect(nodeA)
-	waitfor.Cond(t, timeout, "the first connection to be connecting", func() bool { return e.status(nodeA).State == StateConnecting })
+	waittest.Until(t, timeout, "the first connection to be connecting", func() bool { return e.status(nodeA).State == StateConnecting })
 	busy("connecting")
 
 	first.send(first.hello())
@@ -85,11 +85,11 @@ func TestSecondConnection409(t *testing.T) {
 	// An invalid frame makes Core close; the node does not read yet, so
 	// Core waits in state closing.
 	first.sendRaw([]byte(`{"version":1,"type":"heartbeat","bogus":true}`))
-	waitfor.Cond(t, timeout, "the first connection to be closing", func() bool { return e.status(nodeA).State == StateClosing })
+	waittest.Until(t, timeout, "the first connection to be closing", func() bool { return e.status(nodeA).State == StateClosing })
 	busy("closing")
 
 	first.expectClose(CloseProtocolError) // gorilla answers the close frame
-	waitfor.Cond(t, timeout, "the first connection to end", func() bool { return e.status(nodeA).State == StateDisconnected })
+	waittest.Until(t, timeout, "the first connection to end", func() bool { return e.status(nodeA).State == StateDisconnected })
 	e.join(nodeA)
 }
 
@@ -98,7 +98,7 @@ func TestHelloTimeout(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.Timers.Hello = 100 * time.Millisecond })
 	n := e.connect(nodeA)
 	n.expectClose(CloseHelloTimeout)
-	waitfor.Cond(t, timeout, "the slot to be released", func() bool { return e.status(nodeA).State == StateDisconnected })
+	waittest.Until(t, timeout, "the slot to be released", func() bool { return e.status(nodeA).State == StateDisconnected })
 	if s := e.status(nodeA); s.CloseCode != CloseHelloTimeout || s.Online {
 		t.Fatalf("status after hello timeout = %+v", s)
 	}
@@ -129,7 +129,7 @@ func TestHelloIdentityMismatch(t *testing.T) {
 			if reason := n.expectClose(CloseIdentityMismatch); !strings.HasSuffix(reason, ": "+tc.member) {
 				t.Errorf("close reason %q does not name %s", reason, tc.member)
 			}
-			waitfor.Cond(t, timeout, "the slot to be released", func() bool { return e.status(nodeA).State == StateDisconnected })
+			waittest.Until(t, timeout, "the slot to be released", func() bool { return e.status(nodeA).State == StateDisconnected })
 		})
 	}
 }
@@ -163,7 +163,7 @@ func TestWelcome(t *testing.T) {
 	}
 	first := a.welcome.ConnectionID
 	_ = a.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(1000, ""), time.Now().Add(timeout))
-	waitfor.Cond(t, timeout, "A to disconnect", func() bool { return e.status(nodeA).State == StateDisconnected })
+	waittest.Until(t, timeout, "A to disconnect", func() bool { return e.status(nodeA).State == StateDisconnected })
 	if again := e.join(nodeA); again.welcome.ConnectionID == first {
 		t.Fatal("a reconnection reused the connection_id")
 	}
@@ -230,7 +230,7 @@ func TestHeartbeatReauthenticates(t *testing.T) {
 			a.beat(health(true, ""))
 			v := e.creds.Version()
 			writeFile(t, e.credPath, tc.nodes)
-			waitfor.Cond(t, timeout, "the credential file to be reloaded", func() bool { return e.creds.Version() > v })
+			waittest.Until(t, timeout, "the credential file to be reloaded", func() bool { return e.creds.Version() > v })
 			a.send(a.heartbeat(health(true, "")))
 			a.expectClose(CloseCredentialRejected)
 			b.beat(health(true, ""))
@@ -245,7 +245,7 @@ func TestEnrolmentChangeCloses(t *testing.T) {
 	a := e.join(nodeA)
 	v := e.creds.Version()
 	writeFile(t, e.credPath, "nodes:\n"+strings.Replace(nodeRecord(nodeA, secretA, true, false), inst, "33333333-2222-4333-8444-555555555555", 1))
-	waitfor.Cond(t, timeout, "the credential file to be reloaded", func() bool { return e.creds.Version() > v })
+	waittest.Until(t, timeout, "the credential file to be reloaded", func() bool { return e.creds.Version() > v })
 	a.send(a.heartbeat(health(true, "")))
 	a.expectClose(CloseIdentityMismatch)
 }
@@ -287,7 +287,7 @@ func TestOwnerEpochSuperseded(t *testing.T) {
 	}
 	a.send(a.heartbeat(health(true, "")))
 	a.expectClose(CloseEpochSuperseded)
-	waitfor.Cond(t, timeout, "A to disconnect", func() bool { return e.status(nodeA).State == StateDisconnected })
+	waittest.Until(t, timeout, "A to disconnect", func() bool { return e.status(nodeA).State == StateDisconnected })
 	if again := e.join(nodeA); again.welcome.OwnerEpoch != 8 {
 		t.Fatalf("welcome epoch %d, want 8", again.welcome.OwnerEpoch)
 	}
@@ -304,7 +304,7 @@ func TestIdleTimeout(t *testing.T) {
 	a := e.join(nodeA)
 	_ = a.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(timeout))
 	a.expectClose(CloseIdleTimeout)
-	waitfor.Cond(t, timeout, "A to disconnect", func() bool { return e.status(nodeA).State == StateDisconnected })
+	waittest.Until(t, timeout, "A to disconnect", func() bool { return e.status(nodeA).State == StateDisconnected })
 	if s := e.status(nodeA); s.Online || s.CloseCode != CloseIdleTimeout || s.DisconnectedAt == nil || s.Health == nil {
 		t.Fatalf("status after idle timeout = %+v (the last health must be kept)", s)
 	}
@@ -387,7 +387,7 @@ func TestInvalidFrameCloses(t *testing.T) {
 			if !strings.HasPrefix(reason, tc.reason) {
 				t.Fatalf("close reason %q, want prefix %q", reason, tc.reason)
 			}
-			waitfor.Cond(t, timeout, "the close to be logged", func() bool {
+			waittest.Until(t, timeout, "the close to be logged", func() bool {
 				return e.logs.FilterMessage("node connection closed").Len() > 0
 			})
 			entry := e.logs.FilterMessage("node connection closed").All()[0]

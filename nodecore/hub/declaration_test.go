@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 	"github.com/sandgate/sandgate/node/operation"
 	"github.com/sandgate/sandgate/node/proto"
 )
@@ -22,7 +22,7 @@ func (e *env) joinMicrosandbox() *testNode {
 	e.t.Helper()
 	rec := strings.Replace(nodeRecord(nodeM, secretM, true, false), "provider: docker", "provider: microsandbox", 1)
 	writeFile(e.t, e.credPath, defaultNodes()+rec)
-	waitfor.Cond(e.t, timeout, "node M to be enrolled", func() bool { _, ok := e.hub.Node(nodeM); return ok })
+	waittest.Until(e.t, timeout, "node M to be enrolled", func() bool { _, ok := e.hub.Node(nodeM); return ok })
 	secrets[nodeM] = secretM
 	e.t.Cleanup(func() { delete(secrets, nodeM) })
 	n := e.connect(nodeM)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 	"github.com/sandgate/sandgate/node/proto"
 )
 
@@ -48,7 +48,7 @@ func TestDispatchRequestAndSuccess(t *testing.T) {
 	}
 	// A new connection starts again at sequence 1.
 	_ = a.ws.Close()
-	waitfor.Cond(t, timeout, "A to disconnect", func() bool { return e.status(nodeA).State == StateDisconnected })
+	waittest.Until(t, timeout, "A to disconnect", func() bool { return e.status(nodeA).State == StateDisconnected })
 	a = e.join(nodeA)
 	pending = e.dispatchAsync(nodeA, infoReq())
 	if got := a.request(); got.Sequence != 1 || got.ConnectionID != a.welcome.ConnectionID {
@@ -319,7 +319,7 @@ func TestDispatchDisconnect(t *testing.T) {
 	if d := e.await(pending); d.err != nil || d.res.Outcome != proto.OutcomeUnknown || d.res.Reason != ReasonDisconnected {
 		t.Fatalf("result = %+v, %v", d.res, d.err)
 	}
-	waitfor.Cond(t, timeout, "A to disconnect", func() bool { return e.status(nodeA).State == StateDisconnected })
+	waittest.Until(t, timeout, "A to disconnect", func() bool { return e.status(nodeA).State == StateDisconnected })
 	if _, err := e.hub.Dispatch(t.Context(), nodeA, req); !errors.Is(err, ErrOffline) {
 		t.Fatalf("Dispatch while disconnected: %v, want ErrOffline", err)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/sandgate/sandgate/node/proto"
 
 	"github.com/sandgate/sandgate/internal/memtest"
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 )
 
 // sendLarge streams one text message of n bytes (a JSON object of type
@@ -68,7 +68,7 @@ func TestHelloOverControlLimit(t *testing.T) {
 			t.Fatalf("a %d-byte hello made the process allocate %d bytes", size, alloc)
 		}
 		_ = a.ws.Close()
-		waitfor.Cond(t, timeout, "the connection to end", func() bool { return e.status(nodeA).State == StateDisconnected })
+		waittest.Until(t, timeout, "the connection to end", func() bool { return e.status(nodeA).State == StateDisconnected })
 		if s := e.status(nodeA); s.Hello != nil || s.ConnectionID != "" || s.CloseCode != CloseMessageTooBig {
 			t.Fatalf("status after a refused hello: %+v", s)
 		}
@@ -90,7 +90,7 @@ func TestControlLimitWhileNothingPending(t *testing.T) {
 	if !strings.Contains(reason, "no request pending") || alloc > 4<<20 {
 		t.Fatalf("reason %q, %d bytes allocated", reason, alloc)
 	}
-	waitfor.Cond(t, timeout, "the connection to end", func() bool { return e.status(nodeA).State == StateDisconnected })
+	waittest.Until(t, timeout, "the connection to end", func() bool { return e.status(nodeA).State == StateDisconnected })
 	if s := e.status(nodeA); s.Health == nil || !s.Health.ProviderReady {
 		t.Fatalf("status lost its health: %+v", s)
 	}
@@ -196,7 +196,7 @@ func TestHeartbeatFlood(t *testing.T) {
 	if acks != 5 {
 		t.Fatalf("%d acks before the close, want 5 (35s/10s + 2)", acks)
 	}
-	waitfor.Cond(t, timeout, "the close to be logged", func() bool {
+	waittest.Until(t, timeout, "the close to be logged", func() bool {
 		return e.logs.FilterMessage("node connection closed").FilterField(zap.Int("close_code", CloseFlood)).Len() == 1
 	})
 }
@@ -253,7 +253,7 @@ func TestDeletedCredentialFileRevokes(t *testing.T) {
 	if err := os.Remove(e.credPath); err != nil {
 		t.Fatal(err)
 	}
-	waitfor.Cond(t, timeout, "the empty version after the grace", func() bool { return e.creds.Stats().Emptied })
+	waittest.Until(t, timeout, "the empty version after the grace", func() bool { return e.creds.Stats().Emptied })
 	a.send(a.heartbeat(health(true, "")))
 	a.expectClose(CloseCredentialRejected)
 	if _, status, _ := e.dial(nodeA, secretA); status != http.StatusUnauthorized {

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodecore/pool"
 )
@@ -26,7 +26,7 @@ func (e *env) withGPUNode() {
 	e.t.Helper()
 	rec := nodeRecord(nodeP, secretP, true, true) + "    pool: gpu\n"
 	writeFile(e.t, e.credPath, defaultNodes()+rec)
-	waitfor.Cond(e.t, timeout, "node P to be enrolled", func() bool { _, ok := e.hub.Node(nodeP); return ok })
+	waittest.Until(e.t, timeout, "node P to be enrolled", func() bool { _, ok := e.hub.Node(nodeP); return ok })
 	secrets[nodeP] = secretP
 	e.t.Cleanup(func() { delete(secrets, nodeP) })
 }
@@ -90,7 +90,7 @@ func TestPoolDeployments(t *testing.T) {
 	}
 	p.send(p.heartbeat(health(false, "")))
 	p.expectClose(CloseNoDeployment)
-	waitfor.Cond(t, timeout, "P to disconnect", func() bool { return e.status(nodeP).State == StateDisconnected })
+	waittest.Until(t, timeout, "P to disconnect", func() bool { return e.status(nodeP).State == StateDisconnected })
 	p = e.connect(nodeP)
 	p.send(p.hello())
 	p.expectClose(CloseNoDeployment)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/nodecore/pool"
 )
@@ -116,15 +116,15 @@ func TestPresenceAcrossReplicas(t *testing.T) {
 	// One renewal runs at a time and a heartbeat that arrives meanwhile
 	// skips its own, so each beat waits for its renewal.
 	n.beat(health(true, ""))
-	waitfor.Cond(t, timeout, "one renewal", func() bool { return store.get(func(s *fakeStore) int { return s.renews[nodeA] }) == 1 })
+	waittest.Until(t, timeout, "one renewal", func() bool { return store.get(func(s *fakeStore) int { return s.renews[nodeA] }) == 1 })
 	n.beat(health(true, ""))
-	waitfor.Cond(t, timeout, "two renewals", func() bool { return store.get(func(s *fakeStore) int { return s.renews[nodeA] }) == 2 })
+	waittest.Until(t, timeout, "two renewals", func() bool { return store.get(func(s *fakeStore) int { return s.renews[nodeA] }) == 2 })
 	if !a.status(nodeA).Online {
 		t.Fatal("not online on A")
 	}
 
 	_ = n.ws.Close()
-	waitfor.Cond(t, timeout, "A to release the claim", func() bool { return store.get(func(s *fakeStore) int { return s.releases[nodeA] }) == 1 })
+	waittest.Until(t, timeout, "A to release the claim", func() bool { return store.get(func(s *fakeStore) int { return s.releases[nodeA] }) == 1 })
 	m := b.join(nodeA)
 	if m.welcome.OwnerEpoch <= n.welcome.OwnerEpoch {
 		t.Fatalf("B's epoch %d is not above A's %d", m.welcome.OwnerEpoch, n.welcome.OwnerEpoch)
@@ -150,7 +150,7 @@ func TestPresenceClaimLost(t *testing.T) {
 		t.Fatal("no heartbeat_ack")
 	}
 	n.expectClose(CloseEpochSuperseded)
-	waitfor.Cond(t, timeout, "A to end the connection", func() bool { return a.status(nodeA).State == StateDisconnected })
+	waittest.Until(t, timeout, "A to end the connection", func() bool { return a.status(nodeA).State == StateDisconnected })
 	if r := store.get(func(s *fakeStore) int { return s.releases[nodeA] }); r != 0 {
 		t.Fatalf("a lost claim was released %d times", r)
 	}
@@ -193,7 +193,7 @@ func TestPresenceEpochFloor(t *testing.T) {
 	}
 	n.send(n.heartbeat(health(true, "")))
 	n.expectClose(CloseEpochSuperseded)
-	waitfor.Cond(t, timeout, "A to end the connection", func() bool { return a.status(nodeA).State == StateDisconnected })
+	waittest.Until(t, timeout, "A to end the connection", func() bool { return a.status(nodeA).State == StateDisconnected })
 	if m := a.join(nodeA); m.welcome.OwnerEpoch != 500 {
 		t.Fatalf("epoch after the raise %d, want 500", m.welcome.OwnerEpoch)
 	}
@@ -310,7 +310,7 @@ func TestShutdownDrains(t *testing.T) {
 	req := a.request()
 	done := make(chan error, 1)
 	go func() { done <- e.hub.Shutdown(context.Background()) }()
-	waitfor.Cond(t, timeout, "connects to be refused", func() bool {
+	waittest.Until(t, timeout, "connects to be refused", func() bool {
 		_, status, _ := e.dial(nodeB, secretB)
 		return status == http.StatusServiceUnavailable
 	})

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 	"github.com/sandgate/sandgate/node/proto"
 )
 
@@ -64,9 +64,9 @@ func TestRotatedCredentialRetiresConnection(t *testing.T) {
 	const newSecret = "node-a-rotated-credential-DO-NOT-LOG-9c1e"
 	v := e.creds.Version()
 	writeFile(t, e.credPath, rotatedNodes(newSecret))
-	waitfor.Cond(t, timeout, "the credential file to be reloaded", func() bool { return e.creds.Version() > v })
+	waittest.Until(t, timeout, "the credential file to be reloaded", func() bool { return e.creds.Version() > v })
 	a.send(a.heartbeat(health(true, "")))
-	waitfor.Cond(t, timeout, "A's connection to be retired", func() bool { return !e.status(nodeA).Online })
+	waittest.Until(t, timeout, "A's connection to be retired", func() bool { return !e.status(nodeA).Online })
 
 	second := e.dispatchAsync(nodeA, infoReq())
 	// B is served while A is retiring.
@@ -87,7 +87,7 @@ func TestRotatedCredentialRetiresConnection(t *testing.T) {
 		t.Errorf("close reason %q", reason)
 	}
 	_ = a.ws.Close()
-	waitfor.Cond(t, timeout, "A to disconnect", func() bool { return e.status(nodeA).State == StateDisconnected })
+	waittest.Until(t, timeout, "A to disconnect", func() bool { return e.status(nodeA).State == StateDisconnected })
 	notYet(t, second, "the operation sent during the retirement")
 
 	if _, status, err := e.dial(nodeA, secretA); err == nil || status != http.StatusUnauthorized {
@@ -133,11 +133,11 @@ func TestRetiredNodeReconnectWait(t *testing.T) {
 	a := e.join(nodeA)
 	v := e.creds.Version()
 	writeFile(t, e.credPath, rotatedNodes("another-credential-for-a"))
-	waitfor.Cond(t, timeout, "the credential file to be reloaded", func() bool { return e.creds.Version() > v })
+	waittest.Until(t, timeout, "the credential file to be reloaded", func() bool { return e.creds.Version() > v })
 	a.send(a.heartbeat(health(true, "")))
 	a.expectClose(CloseCredentialRejected) // nothing pending: closed at once
 	_ = a.ws.Close()
-	waitfor.Cond(t, timeout, "A to disconnect", func() bool { return e.status(nodeA).State == StateDisconnected })
+	waittest.Until(t, timeout, "A to disconnect", func() bool { return e.status(nodeA).State == StateDisconnected })
 
 	_, err := e.hub.Dispatch(t.Context(), nodeA, infoReq())
 	if !errors.Is(err, ErrOffline) || !strings.Contains(err.Error(), "reconnect wait") {
@@ -151,11 +151,11 @@ func TestRetiredNodeReconnectWait(t *testing.T) {
 	b := e.join(nodeB)
 	v = e.creds.Version()
 	writeFile(t, e.credPath, "nodes:\n"+nodeRecord(nodeB, secretB, false, false))
-	waitfor.Cond(t, timeout, "the credential file to be reloaded", func() bool { return e.creds.Version() > v })
+	waittest.Until(t, timeout, "the credential file to be reloaded", func() bool { return e.creds.Version() > v })
 	b.send(b.heartbeat(health(true, "")))
 	b.expectClose(CloseCredentialRejected)
 	_ = b.ws.Close()
-	waitfor.Cond(t, timeout, "B to disconnect", func() bool { return e.status(nodeB).State == StateDisconnected })
+	waittest.Until(t, timeout, "B to disconnect", func() bool { return e.status(nodeB).State == StateDisconnected })
 	if _, err := e.hub.Dispatch(t.Context(), nodeB, infoReq()); !errors.Is(err, ErrOffline) || strings.Contains(err.Error(), "reconnect wait") {
 		t.Fatalf("a disabled node: %v, want ErrOffline at once", err)
 	}
@@ -175,9 +175,9 @@ func TestRetiredConnectionAuthorisesNoRetention(t *testing.T) {
 	g.request()
 	v := e.creds.Version()
 	writeFile(t, e.credPath, "nodes:\n"+nodeRecord(nodeG, "node-g-rotated-credential-DO-NOT-LOG-71aa", true, true))
-	waitfor.Cond(t, timeout, "the credential file to be reloaded", func() bool { return e.creds.Version() > v })
+	waittest.Until(t, timeout, "the credential file to be reloaded", func() bool { return e.creds.Version() > v })
 	g.send(g.heartbeat(health(true, "")))
-	waitfor.Cond(t, timeout, "G's connection to be retired", func() bool { return !e.status(nodeG).Online })
+	waittest.Until(t, timeout, "G's connection to be retired", func() bool { return !e.status(nodeG).Online })
 
 	g.send(&proto.Retention{ID: "99999999-2222-4333-8444-55555555555a", Sequence: 1, ConnectionID: g.welcome.ConnectionID,
 		OwnerEpoch: 7, Entries: []proto.RetentionEntry{{Generation: 1, SpecificationDigest: specDigest}}})
@@ -204,12 +204,12 @@ func TestReconnectWaitersAreBounded(t *testing.T) {
 	const newSecret = "node-a-rotated-credential-DO-NOT-LOG-5d2b"
 	v := e.creds.Version()
 	writeFile(t, e.credPath, rotatedNodes(newSecret))
-	waitfor.Cond(t, timeout, "the credential file to be reloaded", func() bool { return e.creds.Version() > v })
+	waittest.Until(t, timeout, "the credential file to be reloaded", func() bool { return e.creds.Version() > v })
 	a.send(a.heartbeat(health(true, "")))
-	waitfor.Cond(t, timeout, "A's connection to be retired", func() bool { return !e.status(nodeA).Online })
+	waittest.Until(t, timeout, "A's connection to be retired", func() bool { return !e.status(nodeA).Online })
 
 	waiting := e.dispatchAsync(nodeA, infoReq())
-	waitfor.Cond(t, timeout, "an operation to wait", func() bool { return e.hub.waiters.Load() == 1 })
+	waittest.Until(t, timeout, "an operation to wait", func() bool { return e.hub.waiters.Load() == 1 })
 	_, err := e.hub.Dispatch(t.Context(), nodeA, infoReq())
 	if !errors.Is(err, ErrOffline) || !strings.Contains(err.Error(), "already wait") {
 		t.Fatalf("an operation over the bound: %v, want ErrOffline at once", err)
@@ -219,7 +219,7 @@ func TestReconnectWaitersAreBounded(t *testing.T) {
 	e.await(first)
 	a.expectClose(CloseCredentialRejected)
 	_ = a.ws.Close()
-	waitfor.Cond(t, timeout, "A to disconnect", func() bool { return e.status(nodeA).State == StateDisconnected })
+	waittest.Until(t, timeout, "A to disconnect", func() bool { return e.status(nodeA).State == StateDisconnected })
 	a2 := e.rejoin(nodeA, newSecret)
 	r2 := a2.request()
 	a2.send(&proto.Response{ID: r2.ID, ConnectionID: r2.ConnectionID, Info: info()})
@@ -245,7 +245,7 @@ func TestDisabledAndRotatedIsNotRetired(t *testing.T) {
 	a.request()
 	v := e.creds.Version()
 	writeFile(t, e.credPath, "nodes:\n"+nodeRecord(nodeA, "node-a-replacement-DO-NOT-LOG-0b7e", false, false))
-	waitfor.Cond(t, timeout, "the credential file to be reloaded", func() bool { return e.creds.Version() > v })
+	waittest.Until(t, timeout, "the credential file to be reloaded", func() bool { return e.creds.Version() > v })
 	a.send(a.heartbeat(health(true, "")))
 	if reason := a.expectClose(CloseCredentialRejected); reason != "node credential rejected" {
 		t.Fatalf("close reason %q, want the rejection (not the retirement)", reason)
@@ -254,7 +254,7 @@ func TestDisabledAndRotatedIsNotRetired(t *testing.T) {
 	if d := e.await(pending); d.err == nil && d.res.Outcome == proto.OutcomeSuccess {
 		t.Fatalf("the request pending on the closed connection succeeded: %+v", d.res)
 	}
-	waitfor.Cond(t, timeout, "A to disconnect", func() bool { return e.status(nodeA).State == StateDisconnected })
+	waittest.Until(t, timeout, "A to disconnect", func() bool { return e.status(nodeA).State == StateDisconnected })
 	if _, err := e.hub.Dispatch(t.Context(), nodeA, infoReq()); !errors.Is(err, ErrOffline) || strings.Contains(err.Error(), "reconnect wait") {
 		t.Fatalf("a disabled node: %v, want ErrOffline at once", err)
 	}

@@ -3,7 +3,7 @@ package hub
 import (
 	"testing"
 
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 	"github.com/sandgate/sandgate/node/proto"
 	"github.com/sandgate/sandgate/node/sim"
 )
@@ -26,7 +26,7 @@ func TestSimSendHeartbeatIsAcknowledged(t *testing.T) {
 		if err := n.SendHeartbeat(); err != nil {
 			t.Fatalf("heartbeat %d: %v", want, err)
 		}
-		waitfor.Cond(t, timeout, "the heartbeat_ack", func() bool { return n.Acks() == want })
+		waittest.Until(t, timeout, "the heartbeat_ack", func() bool { return n.Acks() == want })
 	}
 	if ack := n.LastAck(); ack == nil || ack.ConnectionID != n.Welcome().ConnectionID {
 		t.Fatalf("last ack %+v does not answer the connection %s", ack, n.Welcome().ConnectionID)

@@ -13,7 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 	"golang.org/x/sys/unix"
 
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 	"github.com/sandgate/sandgate/node/proto"
 )
 
@@ -38,7 +38,7 @@ func TestCloseNotHeldBySlowNode(t *testing.T) {
 		records += nodeRecord(id, extra[id], true, false)
 	}
 	writeFile(t, e.credPath, records)
-	waitfor.Cond(t, timeout, "the extra nodes' enrolment", func() bool { return len(e.creds.Nodes()) == 9 })
+	waittest.Until(t, timeout, "the extra nodes' enrolment", func() bool { return len(e.creds.Nodes()) == 9 })
 
 	var healthy []*testNode
 	healthy = append(healthy, e.join(nodeB), e.join(nodeG))
@@ -88,7 +88,7 @@ func TestCloseNotHeldBySlowNode(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	go func() { _, _ = e.hub.Dispatch(ctx, nodeA, req) }()
-	waitfor.Cond(t, timeout, "the request's first bytes in the slow node's receive queue", func() bool {
+	waittest.Until(t, timeout, "the request's first bytes in the slow node's receive queue", func() bool {
 		n, err := unix.IoctlGetInt(fd, unix.SIOCINQ)
 		return err == nil && n > 0
 	})

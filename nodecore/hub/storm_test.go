@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 )
 
 // TestReconnectStormBounded: a node holding a valid credential that
@@ -35,7 +35,7 @@ func TestReconnectStormBounded(t *testing.T) {
 			return resp.StatusCode, resp.Header.Get("Retry-After")
 		}
 		_ = ws.Close()
-		waitfor.Cond(t, timeout, "the dropped connection's slot to be released", func() bool {
+		waittest.Until(t, timeout, "the dropped connection's slot to be released", func() bool {
 			return e.status(id).State == StateDisconnected
 		})
 		return http.StatusSwitchingProtocols, ""

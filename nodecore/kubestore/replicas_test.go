@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sandgate/sandgate/internal/waitfor"
+	"github.com/sandgate/sandgate/internal/waittest"
 	v1 "github.com/sandgate/sandgate/nodecore/apis/v1alpha1"
 	"github.com/sandgate/sandgate/nodecore/credential"
 	"github.com/sandgate/sandgate/nodecore/enrolment"
@@ -46,7 +46,7 @@ func TestDeploymentReachesTheOtherReplica(t *testing.T) {
 	if _, err := a.Set("default", 8, ptr(7), &pool.Binding{Generation: 8, SpecificationDigest: pooltest.D8, Source: "rel-8"}); err != nil {
 		t.Fatal(err)
 	}
-	waitfor.Cond(t, 10*time.Second, "B sees A's deployment", func() bool {
+	waittest.Until(t, 10*time.Second, "B sees A's deployment", func() bool {
 		d, ok := b.Deployment("default")
 		return ok && pooltest.Same(d, 8, pooltest.D8, 7)
 	})
@@ -57,7 +57,7 @@ func TestDeploymentReachesTheOtherReplica(t *testing.T) {
 	if _, err := b.Set("default", 8, ptr(8), nil); err != nil {
 		t.Fatal(err)
 	}
-	waitfor.Cond(t, 10*time.Second, "A sees B's deployment", func() bool {
+	waittest.Until(t, 10*time.Second, "A sees B's deployment", func() bool {
 		d, _ := a.Deployment("default")
 		return pooltest.Same(d, 8, pooltest.D8, 8)
 	})
@@ -70,7 +70,7 @@ func TestDeploymentReachesTheOtherReplica(t *testing.T) {
 	if _, err := a.Configure(gpu); err != nil {
 		t.Fatal(err)
 	}
-	waitfor.Cond(t, 10*time.Second, "B sees the gpu pool", func() bool {
+	waittest.Until(t, 10*time.Second, "B sees the gpu pool", func() bool {
 		return errors.Is(b.Check(map[string]pool.Spec{"gpu": {Bindings: []pool.Binding{{Generation: 1, SpecificationDigest: pooltest.D8}}}}), pool.ErrConflict)
 	})
 	if d := pooltest.Dep(t, b, "default"); !pooltest.Same(d, 8, pooltest.D8, 8) {
@@ -128,7 +128,7 @@ func TestEnrolmentGivesTheTokenBack(t *testing.T) {
 	// Each store reads tokens from its watch: the undo reaches it when
 	// the watch delivers it.
 	for _, s := range []*kubestore.Enrolment{half, admin} {
-		waitfor.Cond(t, 10*time.Second, "the token usable again", func() bool {
+		waittest.Until(t, 10*time.Second, "the token usable again", func() bool {
 			p, err := s.Check(tok)
 			return err == nil && p == "default"
 		})
@@ -167,22 +167,22 @@ func TestDisableAndRemoveReachTheOtherReplica(t *testing.T) {
 	if snap := snapshot(t, ns); strings.Contains(snap, tok) || strings.Contains(snap, e.Credential) {
 		t.Fatal("a secret is stored")
 	}
-	waitfor.Cond(t, 10*time.Second, "B knows the node", func() bool { _, err := b.Authenticate(id, cred); return err == nil })
+	waittest.Until(t, 10*time.Second, "B knows the node", func() bool { _, err := b.Authenticate(id, cred); return err == nil })
 	if found, err := a.SetEnabled(id, false); !found || err != nil {
 		t.Fatal(found, err)
 	}
-	waitfor.Cond(t, 10*time.Second, "B refuses the disabled node", func() bool {
+	waittest.Until(t, 10*time.Second, "B refuses the disabled node", func() bool {
 		_, err := b.Authenticate(id, cred)
 		return errors.Is(err, credential.ErrDisabled)
 	})
 	if found, err := b.SetEnabled(id, true); !found || err != nil {
 		t.Fatal(found, err)
 	}
-	waitfor.Cond(t, 10*time.Second, "A accepts the enabled node", func() bool { _, err := a.Authenticate(id, cred); return err == nil })
+	waittest.Until(t, 10*time.Second, "A accepts the enabled node", func() bool { _, err := a.Authenticate(id, cred); return err == nil })
 	if found, err := b.Remove(id); !found || err != nil {
 		t.Fatal(found, err)
 	}
-	waitfor.Cond(t, 10*time.Second, "A forgets the removed node", func() bool {
+	waittest.Until(t, 10*time.Second, "A forgets the removed node", func() bool {
 		_, err := a.Authenticate(id, cred)
 		return errors.Is(err, credential.ErrUnknownNode)
 	})
@@ -199,11 +199,11 @@ func TestPlacementsReachTheOtherReplica(t *testing.T) {
 	if err := a.Place(placementtest.P(3, "x")); err != nil {
 		t.Fatal(err)
 	}
-	waitfor.Cond(t, 10*time.Second, "B sees the placement", func() bool { return b.InUse(placementtest.NodeA, 3) })
+	waittest.Until(t, 10*time.Second, "B sees the placement", func() bool { return b.InUse(placementtest.NodeA, 3) })
 	if ok, err := a.Release(placementtest.P(3, "x")); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	waitfor.Cond(t, 10*time.Second, "B sees the release", func() bool { return !b.InUse(placementtest.NodeA, 3) })
+	waittest.Until(t, 10*time.Second, "B sees the release", func() bool { return !b.InUse(placementtest.NodeA, 3) })
 	// The empty object is deleted.
 	var l v1.NodePlacementsList
 	if err := kube.List(ctx, &l, client.InNamespace(ns)); err != nil || len(l.Items) != 0 {

@@ -1,4 +1,4 @@
-package waitfor
+package waittest
 
 import (
 	"fmt"
@@ -9,11 +9,11 @@ import (
 	"time"
 )
 
-// TestCondReturnsOnceTheConditionHolds: the condition is asked until it
+// TestUntilReturnsOnceTheConditionHolds: the condition is asked until it
 // holds, and no more.
-func TestCondReturnsOnceTheConditionHolds(t *testing.T) {
+func TestUntilReturnsOnceTheConditionHolds(t *testing.T) {
 	var asked atomic.Int32
-	Cond(t, time.Minute, "the third question", func() bool { return asked.Add(1) == 3 })
+	Until(t, time.Minute, "the third question", func() bool { return asked.Add(1) == 3 })
 	if n := asked.Load(); n != 3 {
 		t.Fatalf("asked %d times, want 3", n)
 	}
@@ -33,14 +33,14 @@ func (r *recorder) Fatalf(format string, args ...any) {
 	runtime.Goexit()
 }
 
-// TestCondFailsAtItsLimit: a condition that never holds fails the test
+// TestUntilFailsAtItsLimit: a condition that never holds fails the test
 // with the limit and what was waited for.
-func TestCondFailsAtItsLimit(t *testing.T) {
+func TestUntilFailsAtItsLimit(t *testing.T) {
 	r := &recorder{TB: t}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		Cond(r, 20*time.Millisecond, "a condition that never holds", func() bool { return false })
+		Until(r, 20*time.Millisecond, "a condition that never holds", func() bool { return false })
 	}()
 	<-done
 	if !strings.Contains(r.msg, "not within") || !strings.Contains(r.msg, "a condition that never holds") ||
