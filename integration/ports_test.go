@@ -727,42 +727,52 @@ func TestPortInformationalFloodAndLongTrailers(t *testing.T) {
 }
 
 // TestPortAnswerStreamsAsWritten: an answer a port's server writes in
-// parts (server-sent events) reaches the client part by part: the server
-// writes its second event only after the client has read the first, so
-// an answer held back anywhere (the gateway's writer that makes cookies
-// host-only included) would never complete.
+// parts reaches the client part by part: the server writes its second
+// part only after the client has read the first, so an answer held back
+// anywhere (the gateway's writer that makes cookies host-only included)
+// would never complete. Two kinds of streamed answer: server-sent events,
+// and a plain answer without a Content-Length (chunked, as a long poll or
+// a log tail sends it), both written through at once by reverse_proxy's
+// default.
 func TestPortAnswerStreamsAsWritten(t *testing.T) {
-	got := make(chan struct{})
-	rig := startPortRig(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.Header().Add("Set-Cookie", "s=1; Domain="+portDomain)
-		_, _ = io.WriteString(w, "data: one\n\n")
-		_ = http.NewResponseController(w).Flush()
-		select {
-		case <-got:
-			_, _ = io.WriteString(w, "data: two\n\n")
-		case <-r.Context().Done():
-		}
-	}), "")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	resp, err := testClient.Do(rig.request(t, ctx, "GET", "sbxa", "/events"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if c := resp.Header.Get("Set-Cookie"); c != "s=1" {
-		t.Errorf("Set-Cookie %q, want s=1", c)
-	}
-	br := bufio.NewReader(resp.Body)
-	first, err := br.ReadString('\n')
-	if err != nil || first != "data: one\n" {
-		t.Fatalf("the first event: %q %v", first, err)
-	}
-	close(got)
-	rest, err := io.ReadAll(br)
-	if err != nil || string(rest) != "\ndata: two\n\n" {
-		t.Fatalf("the rest: %q %v", rest, err)
+	for _, ctype := range []string{"text/event-stream", "text/plain; charset=utf-8"} {
+		t.Run(strings.Split(ctype, ";")[0], func(t *testing.T) {
+			got := make(chan struct{})
+			rig := startPortRig(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", ctype)
+				w.Header().Add("Set-Cookie", "s=1; Domain="+portDomain)
+				_, _ = io.WriteString(w, "data: one\n\n")
+				_ = http.NewResponseController(w).Flush()
+				select {
+				case <-got:
+					_, _ = io.WriteString(w, "data: two\n\n")
+				case <-r.Context().Done():
+				}
+			}), "")
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			resp, err := testClient.Do(rig.request(t, ctx, "GET", "sbxa", "/events"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if c := resp.Header.Get("Set-Cookie"); c != "s=1" {
+				t.Errorf("Set-Cookie %q, want s=1", c)
+			}
+			if resp.ContentLength != -1 || resp.Header.Get("Content-Type") != ctype {
+				t.Errorf("Content-Length %d, Content-Type %q: want a streamed %s answer", resp.ContentLength, resp.Header.Get("Content-Type"), ctype)
+			}
+			br := bufio.NewReader(resp.Body)
+			first, err := br.ReadString('\n')
+			if err != nil || first != "data: one\n" {
+				t.Fatalf("the first part: %q %v", first, err)
+			}
+			close(got)
+			rest, err := io.ReadAll(br)
+			if err != nil || string(rest) != "\ndata: two\n\n" {
+				t.Fatalf("the rest: %q %v", rest, err)
+			}
+		})
 	}
 }
 

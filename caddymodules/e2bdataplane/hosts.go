@@ -62,9 +62,15 @@ func (h *Handler) provisionHosts(ctx caddy.Context, app dataplaneapp.App, rt htt
 	proxy := &reverseproxy.Handler{
 		Transport: rt,
 		Upstreams: reverseproxy.UpstreamPool{{Dial: "{http.vars." + varPortDial + "}"}},
-		// Stream every response as it comes (server-sent events, long
-		// polls); WebSocket upgrades are reverse_proxy's own.
-		FlushInterval: caddy.Duration(-1),
+		// No FlushInterval: reverse_proxy's default already writes
+		// every part of a streamed answer as it comes (server-sent
+		// events, an answer without a Content-Length: chunked or
+		// close-delimited, HTTP/2 bidirectional streams), and sends an
+		// answer with a Content-Length as net/http's buffers fill, in
+		// one write for a small one. Flushing those too (-1) cost a
+		// second write and a timer per answer (docs/benchmarks.md
+		// "Sandbox port requests"). WebSocket upgrades are
+		// reverse_proxy's own.
 		// How long its WebSockets run on after a reload (Cleanup).
 		StreamCloseDelay: h.StreamCloseDelay,
 	}
