@@ -44,7 +44,7 @@ func InOwnProcess(t *testing.T) bool {
 	cmd := exec.Command(os.Args[0], "-test.run=^"+regexp.QuoteMeta(t.Name())+"$", "-test.count=1", "-test.v")
 	cmd.Env = append(os.Environ(), envAlone+"="+t.Name())
 	out, err := cmd.CombinedOutput()
-	t.Logf("%s alone in process of its own:\n%s", t.Name(), out)
+	t.Logf("%s alone in a process of its own:\n%s", t.Name(), out)
 	if err != nil {
 		t.Fatalf("%s in a process of its own: %v", t.Name(), err)
 	}
