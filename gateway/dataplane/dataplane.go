@@ -74,6 +74,7 @@ const (
 	OpProcessSendSignal = "process.SendSignal"
 	OpProcessSendInput  = "process.SendInput"
 	OpProcessUpdate     = "process.Update"
+	OpProcessCloseStdin = "process.CloseStdin"
 	OpStat              = "filesystem.Stat"
 	OpMakeDir           = "filesystem.MakeDir"
 	OpMove              = "filesystem.Move"
@@ -117,9 +118,10 @@ type Config struct {
 	// ExtendedOperations, when true, also serves the envd operations that
 	// manage processes which outlive their stream and the filesystem
 	// reads/changes beyond spec §3.3's six: Process List, Connect,
-	// SendSignal, SendInput and Update on PTY processes (StreamInput and
-	// CloseStdin are answered unsupported: execd gives commands no stdin),
-	// Filesystem Stat, MakeDir, Move; and it runs Process/Start as an
+	// SendSignal, SendInput (a PTY's terminal input, or the stdin of a
+	// process started with stdin: true), CloseStdin and Update on PTY
+	// processes (StreamInput is answered unsupported), Filesystem Stat,
+	// MakeDir, Move; and it runs Process/Start as an
 	// execd background command so those work on it, or, with a pty, on an
 	// execd PTY session (docs/dataplane.md "PTY processes").
 	// Default false (docs/dataplane.md "Extended operations").
@@ -433,6 +435,7 @@ var (
 	opSendSignal = &operation{OpProcessSendSignal, shapeUnary, (*Handler).processSendSignal}
 	opSendInput  = &operation{OpProcessSendInput, shapeUnary, (*Handler).processSendInput}
 	opUpdate     = &operation{OpProcessUpdate, shapeUnary, (*Handler).processUpdate}
+	opCloseStdin = &operation{OpProcessCloseStdin, shapeUnary, (*Handler).processCloseStdin}
 	opStat       = &operation{OpStat, shapeUnary, (*Handler).stat}
 	opMakeDir    = &operation{OpMakeDir, shapeUnary, (*Handler).makeDir}
 	opMove       = &operation{OpMove, shapeUnary, (*Handler).move}
@@ -453,16 +456,16 @@ var extendedOperations = map[string]*operation{
 	"/process.Process/SendSignal":    opSendSignal,
 	"/process.Process/SendInput":     opSendInput,
 	"/process.Process/Update":        opUpdate,
+	"/process.Process/CloseStdin":    opCloseStdin,
 	"/filesystem.Filesystem/Stat":    opStat,
 	"/filesystem.Filesystem/MakeDir": opMakeDir,
 	"/filesystem.Filesystem/Move":    opMove,
 }
 
-// noStdin are the envd routes that write a process's stdin: execd gives
-// commands none (/dev/null), so with Config.ExtendedOperations they are
-// answered unsupported with that reason. (Process/SendInput is served for
-// PTY processes, whose terminal takes input, and refused so for others.)
-var noStdin = map[string]bool{"/process.Process/StreamInput": true, "/process.Process/CloseStdin": true}
+// noStdin are the envd routes that write a process's stdin and are not
+// served: Process/StreamInput, a client stream (no SDK sends it; SendInput
+// and CloseStdin are served with Config.ExtendedOperations, stdin.go).
+var noStdin = map[string]bool{"/process.Process/StreamInput": true}
 
 // connectRoute matches /<package>.<Service>/<Method>.
 var connectRoute = regexp.MustCompile(`^/[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+/[A-Za-z_][A-Za-z0-9_]*$`)
@@ -516,7 +519,7 @@ func (h *Handler) route(r *http.Request) (*operation, shape, *Error) {
 		}
 		method := strings.TrimPrefix(p, "/")
 		if h.cfg.ExtendedOperations && noStdin[p] {
-			return nil, sh, fail(CodeUnsupportedOperation, method+" is not supported: execd gives commands no stdin (they read /dev/null)")
+			return nil, sh, fail(CodeUnsupportedOperation, method+" is not supported: a client stream of input; send it with process.Process/SendInput")
 		}
 		return nil, sh, fail(CodeUnsupportedOperation, method+" is not implemented by this gateway")
 	}

@@ -85,6 +85,7 @@ const (
 	CodeProcessNotFound   Code = "PROCESS_NOT_FOUND"
 	CodeFileExists        Code = "FILE_EXISTS"
 	CodePTYAttached       Code = "PTY_ATTACHED"
+	CodeStdinUnavailable  Code = "STDIN_UNAVAILABLE"
 )
 
 type codeInfo struct {
@@ -174,6 +175,9 @@ var codes = map[Code]codeInfo{
 	// Another stream (of another replica, or of this one) holds the
 	// terminal's one execd WebSocket.
 	CodePTYAttached: {ClassExecution, connect.FailedPrecondition, http.StatusConflict, false},
+	// SendInput's stdin or CloseStdin on a process without a writable
+	// stdin: started without stdin: true, its stdin closed, or a PTY.
+	CodeStdinUnavailable: {ClassExecution, connect.FailedPrecondition, http.StatusConflict, false},
 }
 
 // Class returns the failure class of c.

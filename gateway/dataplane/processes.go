@@ -55,6 +55,11 @@ type procRecord struct {
 	// PTY is the execd PTY session of a PTY process (ID is then the
 	// session's UUID without its dashes); empty for a command.
 	PTY string `json:"pty,omitempty"`
+	// Stdin is set when the process was started with a writable stdin
+	// (StartRequest.stdin): its stdin is the FIFO <pid>.in, held open by
+	// the holder the background wrapper starts until CloseStdin writes to
+	// <pid>.ctl (stdin.go).
+	Stdin bool `json:"stdin,omitempty"`
 	// EndsAt is a PTY process's deadline, its Start's Connect-Timeout-Ms
 	// after the start (unix milliseconds; 0: none). The gateway process
 	// that started the terminal ends it then (ptyDeadlineKill); one still
@@ -109,12 +114,32 @@ func (h *Handler) encodeRecord(rec procRecord) ([]byte, *Error) {
 	return buf.Bytes(), nil
 }
 
-// procFiles are the sandbox paths of one process's record and output.
-type procFiles struct{ rec, out, err string }
+// procFiles are the sandbox paths of one process's record and output, and
+// of its stdin FIFOs (in, ctl), which exist when stdin is set.
+type procFiles struct {
+	rec, out, err string
+	in, ctl       string
+	stdin         bool
+}
 
 func (h *Handler) procFiles(pid uint32) procFiles {
 	base := path.Join(h.cfg.ProcessDir, strconv.FormatUint(uint64(pid), 10))
-	return procFiles{rec: base + ".json", out: base + ".out", err: base + ".err"}
+	return procFiles{rec: base + ".json", out: base + ".out", err: base + ".err", in: base + ".in", ctl: base + ".ctl"}
+}
+
+// recordFiles are the files of the process rec names.
+func (h *Handler) recordFiles(rec procRecord) procFiles {
+	f := h.procFiles(rec.PID)
+	f.stdin = rec.Stdin
+	return f
+}
+
+// all lists the paths of f that exist (the FIFOs only with stdin).
+func (f procFiles) all() []string {
+	if f.stdin {
+		return []string{f.rec, f.out, f.err, f.in, f.ctl}
+	}
+	return []string{f.rec, f.out, f.err}
 }
 
 // newPID returns a random pid in [1, 2^31): the gateway names the process
@@ -174,14 +199,15 @@ func (h *Handler) startBackground(w http.ResponseWriter, r *http.Request, rq *re
 	// The record must be one the gateway can read back, or the process
 	// would be out of reach once its stream ends: checked before it runs
 	// (the id execd gives it is short).
-	if _, e := h.encodeRecord(procRecord{ID: strings.Repeat("x", 64), PID: pid, Config: *sc.req.Process, Tag: sc.req.Tag}); e != nil {
+	if _, e := h.encodeRecord(procRecord{ID: strings.Repeat("x", 64), PID: pid, Config: *sc.req.Process, Tag: sc.req.Tag, Stdin: true}); e != nil {
 		return e
 	}
 	files := h.procFiles(pid)
+	files.stdin = sc.req.Stdin != nil && *sc.req.Stdin
 	if e := h.createOutput(ctx, rq.target, files, sc.user); e != nil {
 		return e
 	}
-	creq := execd.CommandRequest{Command: wrapBackground(sc.line, files, sc.cwd), Cwd: "/", Background: true, Envs: h.commandEnvs(sc.user, sc.req.Process.Envs)}
+	creq := execd.CommandRequest{Command: wrapFor(sc.line, files, sc.cwd), Cwd: "/", Background: true, Envs: h.commandEnvs(sc.user, sc.req.Process.Envs)}
 	if sc.timeout > 0 {
 		creq.Timeout = max(sc.timeout.Milliseconds(), 1)
 	}
@@ -195,7 +221,7 @@ func (h *Handler) startBackground(w http.ResponseWriter, r *http.Request, rq *re
 		h.removeProcFiles(ctx, rq.target, files)
 		return fromExecd(err, "start process")
 	}
-	rec, e := h.encodeRecord(procRecord{ID: id, PID: pid, Config: *sc.req.Process, Tag: sc.req.Tag})
+	rec, e := h.encodeRecord(procRecord{ID: id, PID: pid, Config: *sc.req.Process, Tag: sc.req.Tag, Stdin: files.stdin})
 	if e != nil {
 		e = fail(CodeExecdProtocol, "start process: execd named the command with an id of "+strconv.Itoa(len(id))+" bytes")
 	} else if err := h.deps.Execd.WriteFiles(ctx, rq.target, []execd.SmallFile{{Path: files.rec, Data: rec, Permission: execd.Permission{Mode: 600}}}); err != nil {
@@ -224,9 +250,11 @@ func (h *Handler) startBackground(w http.ResponseWriter, r *http.Request, rq *re
 
 // outputScript creates a process's output files, run by execd's own
 // identity (root in OpenSandbox's pods) in "/" with the process directory
-// ($1), the two files ($2, $3) and the owner to give them ($4, "uid:gid";
-// empty leaves them to execd's identity, which the command then runs as),
-// all relative to "/". Under umask 066 the directory and any parent it
+// ($1), the two files ($2, $3), the owner to give them ($4, "uid:gid";
+// empty leaves them to execd's identity, which the command then runs as)
+// and, for a process with a stdin, its two FIFOs ($5, $6; empty for none),
+// all relative to "/". mkfifo fails on an existing path, as noclobber does
+// for the files, and gives them mode 0600. Under umask 066 the directory and any parent it
 // creates get mode 0711 (others may reach a file they own in it, not list
 // or change it) and the files 0600; the directory is set to 0711 when it
 // already exists. It must be execd's identity's, as its parent must, and
@@ -241,7 +269,9 @@ if [ -L "$d" ] || [ ! -O "$d" ] || [ ! -O "$(dirname -- "$d")" ]; then exit 3; f
 chmod 711 -- "$d" || exit 1
 set -C
 : > "$2" && : > "$3" || exit 1
+if [ -n "$5" ]; then mkfifo -m 600 -- "$5" "$6" || exit 1; fi
 if [ -n "$4" ]; then chown -h -- "$4" "$2" "$3" || exit 1; fi
+if [ -n "$4" ] && [ -n "$5" ]; then chown -h -- "$4" "$5" "$6" || exit 1; fi
 `
 
 // createOutput creates the output files of a process started for u with
@@ -251,7 +281,11 @@ func (h *Handler) createOutput(ctx context.Context, t execd.Target, f procFiles,
 	if u.set {
 		owner = strconv.FormatUint(uint64(u.user.UID), 10) + ":" + strconv.FormatUint(uint64(u.user.GID), 10)
 	}
-	res, err := h.deps.Execd.Shell(ctx, t, 4<<10, "/", outputScript, relative(h.cfg.ProcessDir), relative(f.out), relative(f.err), owner)
+	in, ctl := "", ""
+	if f.stdin {
+		in, ctl = relative(f.in), relative(f.ctl)
+	}
+	res, err := h.deps.Execd.Shell(ctx, t, 4<<10, "/", outputScript, relative(h.cfg.ProcessDir), relative(f.out), relative(f.err), owner, in, ctl)
 	switch {
 	case err != nil:
 		return fromExecd(err, "start process")
@@ -350,7 +384,7 @@ func (h *Handler) awaitStored(ctx context.Context, t execd.Target, id string, st
 func (h *Handler) removeProcFiles(ctx context.Context, t execd.Target, f procFiles) {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_ = h.deps.Execd.DeleteFiles(dctx, t, f.rec, f.out, f.err)
+	_ = h.deps.Execd.DeleteFiles(dctx, t, f.all()...)
 }
 
 // follower is the state of one stream following a background command.
@@ -369,7 +403,7 @@ type follower struct {
 // quadruples it).
 func (h *Handler) recordStatusLimit(rec procRecord) int64 {
 	line := commandLine(rec.Config.Cmd, rec.Config.Args)
-	return execd.StatusLimit(len(wrapBackground(line, h.procFiles(rec.PID), "/")) + 4*4096 + 2)
+	return execd.StatusLimit(len(wrapFor(line, h.recordFiles(rec), "/")) + 4*4096 + 2)
 }
 
 // Polling of a followed command's files and status: the period starts at
@@ -744,8 +778,7 @@ func (h *Handler) records(ctx context.Context, t execd.Target, prune bool) ([]pr
 			var paths []string
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			for _, rec := range ended[:n] {
-				f := h.procFiles(rec.PID)
-				paths = append(paths, f.rec, f.out, f.err)
+				paths = append(paths, h.recordFiles(rec).all()...)
 				if rec.PTY != "" {
 					_ = h.deps.Execd.DeletePTY(dctx, t, rec.PTY) // ended: execd still keeps it
 				}
@@ -765,7 +798,7 @@ func (h *Handler) records(ctx context.Context, t execd.Target, prune bool) ([]pr
 const recordHead = 1 << 10
 
 // pruneBatch is how many ended processes one DELETE /files removes (three
-// paths each).
+// paths each, five with a stdin).
 const pruneBatch = 64
 
 // recordID reads the first recordHead bytes of pid's record and returns
@@ -917,7 +950,7 @@ func (h *Handler) processConnect(w http.ResponseWriter, r *http.Request, rq *req
 	if err != nil {
 		return fromExecd(err, "process status")
 	}
-	f := &follower{id: rec.ID, files: h.procFiles(rec.PID), statusMax: h.recordStatusLimit(rec)}
+	f := &follower{id: rec.ID, files: h.recordFiles(rec), statusMax: h.recordStatusLimit(rec)}
 	sizes, err := h.deps.Execd.Info(ctx, rq.target, []string{f.files.out, f.files.err})
 	if err != nil && !execd.IsNotFound(err) {
 		return fromExecd(err, "process output")

@@ -666,22 +666,22 @@ func (h *Handler) ptyRecord(ctx context.Context, rq *request, sel *envd.ProcessS
 		return rec, e
 	}
 	if rec.PTY == "" {
-		return rec, fail(CodeUnsupportedOperation, method+" is not supported on a process started without a pty: execd gives commands no stdin (they read /dev/null)")
+		return rec, fail(CodeUnsupportedOperation, method+" is not supported on a process started without a pty: it has no terminal")
 	}
 	return rec, nil
 }
 
-// processSendInput serves Process/SendInput on a PTY process: the bytes
-// of input.pty are written to its terminal (at most MaxMessageBytes, the
-// message's bound). input.stdin is refused before the process is looked
-// up: execd gives commands no stdin, and a terminal's input is input.pty.
+// processSendInput serves Process/SendInput: the bytes of input.pty are
+// written to a PTY process's terminal (at most MaxMessageBytes, the
+// message's bound); input.stdin to the stdin of a process started with one
+// (sendStdin, stdin.go).
 func (h *Handler) processSendInput(w http.ResponseWriter, r *http.Request, rq *request) *Error {
 	_, req, e := readUnary(h, r, envd.DecodeSendInputRequest)
 	if e != nil {
 		return e
 	}
 	if req.Input.PTY == nil {
-		return fail(CodeUnsupportedOperation, "process.Process/SendInput is not supported: execd gives commands no stdin (they read /dev/null); a PTY process takes input.pty")
+		return h.sendStdin(w, r, rq, req)
 	}
 	rec, e := h.ptyRecord(r.Context(), rq, req.Process, "process.Process/SendInput")
 	if e != nil {

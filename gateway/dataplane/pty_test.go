@@ -452,8 +452,8 @@ func TestPTYAttachedElsewhere(t *testing.T) {
 }
 
 // TestPTYRefusals: without extended operations a pty is
-// UNSUPPORTED_OPERATION as before; SendInput on a command (no pty) and
-// with stdin on a PTY are unsupported; a size over 65535 and an env name
+// UNSUPPORTED_OPERATION as before; terminal input to a command (no pty)
+// is unsupported and stdin to a PTY is STDIN_UNAVAILABLE; a size over 65535 and an env name
 // with "=" are BAD_REQUEST; input over MaxMessageBytes is refused whole.
 func TestPTYRefusals(t *testing.T) {
 	off := newTestEnv(t)
@@ -476,7 +476,7 @@ func TestPTYRefusals(t *testing.T) {
 	_, r := e.openStream(ctx, "Start", `{"process":{"cmd":"/bin/sh","args":["-c","sleep 30"]}}`, nil)
 	_, start := nextEvent(t, r, "start")
 	cmdPID := uint32(start["pid"].(float64))
-	if resp, body := ptyInput(e, cmdPID, "x"); resp.StatusCode != 501 || !strings.Contains(string(body), "no stdin") {
+	if resp, body := ptyInput(e, cmdPID, "x"); resp.StatusCode != 501 || !strings.Contains(string(body), "no terminal") {
 		t.Fatalf("SendInput on a command: %d %s", resp.StatusCode, body)
 	}
 	e.waitOutcome()
@@ -486,7 +486,8 @@ func TestPTYRefusals(t *testing.T) {
 	_, pr := e.openStream(pctx, "Start", ptyStartMsg(80, 24), nil)
 	_, pstart := nextEvent(t, pr, "start")
 	pid := uint32(pstart["pid"].(float64))
-	if resp, body := e.processCall("SendInput", fmt.Sprintf(`{"process":{"pid":%d},"input":{"stdin":"eA=="}}`, pid)); resp.StatusCode != 501 {
+	if resp, body := e.processCall("SendInput", fmt.Sprintf(`{"process":{"pid":%d},"input":{"stdin":"eA=="}}`, pid)); resp.StatusCode != 400 ||
+		!strings.Contains(string(body), string(CodeStdinUnavailable)) {
 		t.Fatalf("stdin on a PTY: %d %s", resp.StatusCode, body)
 	}
 	e.waitOutcome()

@@ -78,3 +78,19 @@ func DecodeUpdateRequest(payload []byte) (UpdateRequest, error) {
 	}
 	return req, req.Process.validate()
 }
+
+// CloseStdinRequest is process.CloseStdinRequest.
+type CloseStdinRequest struct {
+	// Process is the process whose stdin to close; required.
+	Process *ProcessSelector `json:"process"`
+}
+
+// DecodeCloseStdinRequest decodes a Process/CloseStdin message; a missing
+// or ambiguous selector is an error wrapping ErrBadRequest.
+func DecodeCloseStdinRequest(payload []byte) (CloseStdinRequest, error) {
+	var req CloseStdinRequest
+	if err := decode(payload, &req); err != nil {
+		return req, err
+	}
+	return req, req.Process.validate()
+}

@@ -1,0 +1,231 @@
+package dataplane
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// stdinStart starts cmd (bash -c) with stdin: true and returns its pid and
+// the stream's frame reader.
+func stdinStart(t *testing.T, e *testEnv, cmd string, stdin bool) (uint32, func(kinds ...string) (string, map[string]any)) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	msg, _ := json.Marshal(map[string]any{"process": map[string]any{"cmd": "/bin/bash", "args": []string{"-c", cmd}}, "stdin": stdin})
+	_, r := e.openStream(ctx, "Start", string(msg), nil)
+	_, start := nextEvent(t, r, "start")
+	return uint32(start["pid"].(float64)), func(kinds ...string) (string, map[string]any) { return nextEvent(t, r, kinds...) }
+}
+
+// sendStdin sends b with SendInput's input.stdin (a unary call: its
+// outcome is taken; a stream's may come first, which these tests do not
+// look at).
+func sendStdin(e *testEnv, pid uint32, b []byte) (int, string) {
+	resp, body := e.processCall("SendInput", fmt.Sprintf(`{"process":{"pid":%d},"input":{"stdin":%q}}`, pid, base64.StdEncoding.EncodeToString(b)))
+	e.waitOutcome()
+	return resp.StatusCode, string(body)
+}
+
+func closeStdin(e *testEnv, pid uint32) (int, string) {
+	resp, body := e.processCall("CloseStdin", fmt.Sprintf(`{"process":{"pid":%d}}`, pid))
+	e.waitOutcome()
+	return resp.StatusCode, string(body)
+}
+
+// holdersOf lists the processes with a descriptor open on a path ending in
+// suffix (the stdin FIFOs of one process): none once the process has ended.
+func holdersOf(suffix string) []string {
+	var out []string
+	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	for _, fd := range fds {
+		if l, err := os.Readlink(fd); err == nil && strings.Contains(l, suffix) {
+			out = append(out, fd+" -> "+l)
+		}
+	}
+	return out
+}
+
+// TestStdinSendAndClose: a process started with stdin: true reads what
+// SendInput writes, every byte value exactly (NUL, "%", "\", quotes, bytes
+// over 0x7f), in order across two calls; CloseStdin gives it end of file
+// after them, so `cat` ends with 0; afterwards its stdin is gone: SendInput
+// is PROCESS_NOT_FOUND once it has ended, and no process keeps its FIFOs.
+func TestStdinSendAndClose(t *testing.T) {
+	e := newTestEnv(t, extended)
+	pid, next := stdinStart(t, e, "cat; echo; echo cat-ended-$?", true)
+	var all []byte
+	for i := range 256 {
+		all = append(all, byte(i))
+	}
+	first := append([]byte(`%s %% \n \\ ' " $HOME `), all...)
+	second := []byte("second line\n")
+	for _, b := range [][]byte{first, second} {
+		if code, body := sendStdin(e, pid, b); code != 200 || body != "{}" {
+			t.Fatalf("SendInput: %d %s", code, body)
+		}
+	}
+	if code, body := closeStdin(e, pid); code != 200 || body != "{}" {
+		t.Fatalf("CloseStdin: %d %s", code, body)
+	}
+	want := string(first) + string(second) + "\ncat-ended-0\n"
+	var got strings.Builder
+	for got.Len() < len(want) {
+		kind, ev := next("data", "end")
+		if kind != "data" {
+			t.Fatalf("%s before all output: got %q", kind, got.String())
+		}
+		got.WriteString(b64(t, ev["stdout"]))
+	}
+	if got.String() != want {
+		t.Fatalf("the command read\n%q\nwant\n%q", got.String(), want)
+	}
+	if kind, end := next("end"); kind != "end" || end["exitCode"] != nil && end["exitCode"] != 0.0 {
+		t.Fatalf("end: %s %v", kind, end)
+	}
+	if code, body := sendStdin(e, pid, []byte("late")); code != 404 || !strings.Contains(body, string(CodeProcessNotFound)) {
+		t.Fatalf("SendInput after the end: %d %s", code, body)
+	}
+	e.waitFor("no process holding the stdin FIFOs", func() bool { return len(holdersOf(fmt.Sprintf("/%d.", pid))) == 0 })
+}
+
+// TestStdinLarge: input over one script's chunk (stdinChunkBytes) arrives
+// whole and in order: 300 KiB of random bytes, hashed by the command.
+func TestStdinLarge(t *testing.T) {
+	e := newTestEnv(t, extended)
+	pid, next := stdinStart(t, e, "sha256sum | cut -d' ' -f1", true)
+	b := make([]byte, 300<<10)
+	_, _ = rand.Read(b)
+	if code, body := sendStdin(e, pid, b); code != 200 {
+		t.Fatalf("SendInput: %d %s", code, body)
+	}
+	if code, body := closeStdin(e, pid); code != 200 {
+		t.Fatalf("CloseStdin: %d %s", code, body)
+	}
+	sum := sha256.Sum256(b)
+	if kind, ev := next("data", "end"); kind != "data" || b64(t, ev["stdout"]) != hex.EncodeToString(sum[:])+"\n" {
+		t.Fatalf("%s %v, want the input's sha256 %x", kind, ev, sum)
+	}
+}
+
+// TestStdinRefusals: a process started without stdin takes none
+// (STDIN_UNAVAILABLE, as envd's "stdin not enabled or closed") and closing
+// it succeeds, as in envd; a closed stdin takes no more and closing it
+// again succeeds; a PTY's stdin is refused both ways; an unknown pid is
+// PROCESS_NOT_FOUND. Nothing of the refused input reaches the command.
+func TestStdinRefusals(t *testing.T) {
+	e := newTestEnv(t, extended)
+	noStdin, _ := stdinStart(t, e, "sleep 30", false)
+	if code, body := sendStdin(e, noStdin, []byte("x")); code != 400 || !strings.Contains(body, `"code":"failed_precondition"`) ||
+		!strings.Contains(body, string(CodeStdinUnavailable)) || !strings.Contains(body, "not enabled or closed") {
+		t.Fatalf("SendInput without stdin: %d %s", code, body)
+	}
+	if code, body := closeStdin(e, noStdin); code != 200 || body != "{}" {
+		t.Fatalf("CloseStdin without stdin: %d %s", code, body)
+	}
+
+	pid, next := stdinStart(t, e, "cat; echo eof; sleep 30", true)
+	if code, body := closeStdin(e, pid); code != 200 {
+		t.Fatalf("CloseStdin: %d %s", code, body)
+	}
+	if kind, ev := next("data"); kind != "data" || b64(t, ev["stdout"]) != "eof\n" {
+		t.Fatalf("after CloseStdin: %s %v", kind, ev)
+	}
+	if code, body := sendStdin(e, pid, []byte("after close")); code != 400 || !strings.Contains(body, string(CodeStdinUnavailable)) {
+		t.Fatalf("SendInput after CloseStdin: %d %s", code, body)
+	}
+	if code, body := closeStdin(e, pid); code != 200 {
+		t.Fatalf("CloseStdin again: %d %s", code, body)
+	}
+
+	pctx, pcancel := context.WithCancel(context.Background())
+	defer pcancel()
+	_, pr := e.openStream(pctx, "Start", ptyStartMsg(80, 24), nil)
+	_, pstart := nextEvent(t, pr, "start")
+	ptyPID := uint32(pstart["pid"].(float64))
+	if code, body := sendStdin(e, ptyPID, []byte("x")); code != 400 || !strings.Contains(body, "input.pty") {
+		t.Fatalf("stdin on a PTY: %d %s", code, body)
+	}
+	if code, body := closeStdin(e, ptyPID); code != 400 || !strings.Contains(body, "Ctrl+D") {
+		t.Fatalf("CloseStdin on a PTY: %d %s", code, body)
+	}
+	if code, body := closeStdin(e, 4242); code != 404 || !strings.Contains(body, string(CodeProcessNotFound)) {
+		t.Fatalf("CloseStdin of an unknown pid: %d %s", code, body)
+	}
+}
+
+// TestStdinKilledLeavesNoHolder: a process killed while its stdin is open
+// (SIGKILL through SendSignal, execd's process-group kill) leaves no
+// process holding its FIFOs, and a command that ends without reading its
+// stdin ends its holder too.
+func TestStdinKilledLeavesNoHolder(t *testing.T) {
+	e := newTestEnv(t, extended)
+	pid, next := stdinStart(t, e, "echo up; sleep 30", true)
+	if kind, _ := next("data"); kind != "data" {
+		t.Fatalf("first event %s", kind)
+	}
+	if len(holdersOf(fmt.Sprintf("/%d.in", pid))) == 0 {
+		t.Fatal("no process holds the stdin FIFO of a running process")
+	}
+	resp, body := e.processCall("SendSignal", fmt.Sprintf(`{"process":{"pid":%d},"signal":"SIGNAL_SIGKILL"}`, pid))
+	if resp.StatusCode != 200 {
+		t.Fatalf("SendSignal: %d %s", resp.StatusCode, body)
+	}
+	e.waitOutcome()
+	if kind, _ := next("end"); kind != "end" {
+		t.Fatalf("after kill: %s", kind)
+	}
+	e.waitFor("no process holding the killed process's stdin FIFOs", func() bool { return len(holdersOf(fmt.Sprintf("/%d.", pid))) == 0 })
+
+	pid2, next2 := stdinStart(t, e, "echo no reading", true)
+	if kind, _ := next2("end"); kind != "end" {
+		t.Fatalf("second: %s", kind)
+	}
+	e.waitFor("no process holding the ended process's stdin FIFOs", func() bool { return len(holdersOf(fmt.Sprintf("/%d.", pid2))) == 0 })
+}
+
+// TestPrintfFormat: appendPrintfFormat's text, given to the shells execd
+// may run (bash and dash, the two printf builtins), prints exactly the
+// bytes it encodes: every byte value, and random bytes.
+func TestPrintfFormat(t *testing.T) {
+	var all []byte
+	for i := range 256 {
+		all = append(all, byte(i), 'a', byte(255-i))
+	}
+	rnd := make([]byte, 4096)
+	_, _ = rand.Read(rnd)
+	for _, sh := range []string{"bash", "dash"} {
+		if _, err := exec.LookPath(sh); err != nil {
+			t.Fatalf("%s: %v (both shells are on this project's machines)", sh, err)
+		}
+		for _, b := range [][]byte{all, rnd, []byte("%s%d%%\\\\n\\0"), nil} {
+			out, err := exec.Command(sh, "-c", `printf "$1"`, sh, string(appendPrintfFormat(nil, b))).Output()
+			if err != nil || !bytes.Equal(out, b) {
+				t.Fatalf("%s printed %q (%v), want %q", sh, out, err, b)
+			}
+		}
+	}
+	for _, n := range []int{0, 1, stdinChunkBytes / 4, stdinChunkBytes, 3*stdinChunkBytes + 7} {
+		b := bytes.Repeat([]byte{0xff}, n)
+		var joined []byte
+		for _, c := range stdinChunks(b) {
+			if len(c) > stdinChunkBytes {
+				t.Fatalf("a chunk of %d bytes, over %d", len(c), stdinChunkBytes)
+			}
+			joined = append(joined, c...)
+		}
+		if !bytes.Equal(joined, appendPrintfFormat(nil, b)) {
+			t.Fatalf("%d bytes: the chunks are not the format in order", n)
+		}
+	}
+}
