@@ -294,7 +294,8 @@ http://{{ADDR}} {
 	}
 	pre := func(code, id string) matrixRow { return matrixRow{code: code, id: id} }
 	rows := []matrixRow{
-		{code: "UNSUPPORTED_OPERATION", id: sbxOK, routes: []string{"sendStdin", "watchDir"}},
+		{code: "UNSUPPORTED_OPERATION", id: sbxOK, routes: []string{"watchDir"}},
+		{code: "STDIN_UNAVAILABLE", id: sbxOK, routes: []string{"sendStdin"}, env: []string{"START_BG=sleep 30"}},
 		{code: "SANDBOX_HEADER_MISSING", id: sbxOK, viaProxy: func(r *http.Request) { r.Header.Del("E2b-Sandbox-Id") }},
 		pre("SANDBOX_ID_INVALID", "Bad_ID"),
 		{code: "SANDBOX_PORT_INVALID", id: sbxOK, viaProxy: func(r *http.Request) { r.Header.Set("E2b-Sandbox-Port", "44772") }},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -21,8 +22,9 @@ var extendedCaddyfile = strings.Replace(harness.DefaultCaddyfile, "e2b_dataplane
 // TestExtendedOperations drives the extended operations with both JS SDKs
 // through the built gateway: a background command that outlives its
 // stream, commands.list, commands.connect (output from where it is),
-// sendStdin (unsupported: execd has no stdin), commands.kill (true, then
-// false), files.exists, getInfo, makeDir (true, then false) and rename;
+// sendStdin to it (STDIN_UNAVAILABLE: started without stdin), commands.kill
+// (true, then false), a command started with stdin: true that prints what
+// sendStdin wrote and ends at closeStdin (checkStdinScenario), files.exists, getInfo, makeDir (true, then false) and rename;
 // checked against what execd recorded and what is on disk.
 func TestExtendedOperations(t *testing.T) {
 	e := startEnv(t, func(c *harness.Config) { c.Caddyfile = extendedCaddyfile })
@@ -40,6 +42,9 @@ func TestExtendedOperations(t *testing.T) {
 				Exists, ExistsMissing, GetInfo, GetInfoDir           attempt
 				GetInfoMissing, MakeDir, MakeDirAgain, Rename        attempt
 				RenameMissing, ExistsAfterRename                     attempt
+				StdinSend, StdinSend2, StdinClose, StdinWait         attempt
+				StdinAfterEnd, StdinListAfter                        attempt
+				StdinSeen                                            string
 			}
 			e.runSDK(t, pkg, "extended", sbxOK, &res, "SCENARIO_DIR="+dir, "GO_FILE="+goFile)
 
@@ -49,7 +54,10 @@ func TestExtendedOperations(t *testing.T) {
 			if strings.Join(res.Connected, "") != "after\n" {
 				t.Errorf("commands.connect saw %q, want \"after\\n\" only (from where the output is)", res.Connected)
 			}
-			wantError(t, "sendStdin", res.SendStdin, "SandboxError", "12: [unimplemented] UNSUPPORTED_OPERATION: process.Process/SendInput is not supported: execd gives commands no stdin")
+			wantError(t, "sendStdin (started without stdin)", res.SendStdin, "SandboxError",
+				fmt.Sprintf("9: [failed_precondition] STDIN_UNAVAILABLE: stdin of process with pid %d not enabled or closed", res.PID))
+			checkStdinScenario(t, res.StdinSend, res.StdinSend2, res.StdinClose, res.StdinWait, res.StdinAfterEnd, res.StdinSeen)
+			wantValue(t, "commands.list() after the stdin command", res.StdinListAfter, []any{})
 			wantValue(t, "commands.kill", res.Kill, true)
 			if res.WaitAfterKill.OK || res.WaitAfterKill.Error == nil || res.WaitAfterKill.Error.Name != "CommandExitError" ||
 				res.WaitAfterKill.Error.ExitCode == nil || *res.WaitAfterKill.Error.ExitCode != -1 {
@@ -121,4 +129,34 @@ func dirSize(t *testing.T, p string) int64 {
 		t.Fatal(err)
 	}
 	return fi.Size()
+}
+
+// stdinText is what the extended scenario's first sendStdin writes: printf
+// directives, a backslash, quotes, a variable and two non-ASCII letters,
+// which must reach the command as written.
+const stdinText = "%s %% \\ ' \" $HOME \u00fc\u20ac\n"
+
+// checkStdinScenario checks the extended scenario's command started with
+// stdin: true (`cat; echo; echo cat-ended-$?`): both sendStdin calls work
+// and cat prints their text in order; after closeStdin cat ends with 0 and
+// wait() has all of it, and a later sendStdin is PROCESS_NOT_FOUND.
+func checkStdinScenario(t *testing.T, send, send2, closed, wait, afterEnd attempt, seen string) {
+	t.Helper()
+	wantOK(t, "sendStdin", send)
+	wantOK(t, "sendStdin again", send2)
+	wantOK(t, "closeStdin", closed)
+	want := stdinText + "second\n\ncat-ended-0\n"
+	wantValue(t, "wait() after closeStdin", wait, map[string]any{"exitCode": 0.0, "stdout": want})
+	if seen != want {
+		t.Errorf("onStdout saw %q, want %q", seen, want)
+	}
+	wantError(t, "sendStdin after the end", afterEnd, "NotFoundError", "[not_found] PROCESS_NOT_FOUND: ")
+}
+
+// wantOK checks that a call resolving to nothing (undefined) worked.
+func wantOK(t *testing.T, what string, a attempt) {
+	t.Helper()
+	if !a.OK {
+		t.Errorf("%s failed: %+v", what, a.Error)
+	}
 }

@@ -272,7 +272,8 @@ const scenarios = {
 
   // The extended operations (extended_operations): a background server that
   // outlives its stream, listed, connected to from where its output is,
-  // sent stdin, killed; then exists/getInfo/makeDir/rename.
+  // refused stdin (started without), killed; a command given a stdin; then
+  // exists/getInfo/makeDir/rename.
   async extended(sbx) {
     const out = {}
     const go = process.env.GO_FILE
@@ -301,6 +302,20 @@ const scenarios = {
     out.killAgain = await attempt(() => sbx.commands.kill(h.pid))
     out.listAfter = await attempt(async () => (await sbx.commands.list()).map((p) => p.pid))
     out.connectGone = await attempt(() => sbx.commands.connect(123456))
+
+    // A writable stdin (stdin: true): cat prints what sendStdin wrote, in
+    // order; closeStdin gives it end of file, so it ends with 0; its stdin
+    // is gone with it, and the List after it removes its files.
+    const stdinSeen = []
+    const inH = await sbx.commands.run('cat; echo; echo cat-ended-$?', { background: true, stdin: true, cwd: dir, onStdout: (d) => stdinSeen.push(d) })
+    out.stdinSend = await attempt(() => sbx.commands.sendStdin(inH.pid, `%s %% \\ ' " $HOME \u00fc\u20ac\n`))
+    out.stdinSend2 = await attempt(() => sbx.commands.sendStdin(inH.pid, 'second\n'))
+    await waitFor(stdinSeen, 'second\n')
+    out.stdinClose = await attempt(() => sbx.commands.closeStdin(inH.pid))
+    out.stdinWait = await attempt(async () => { const r = await inH.wait(); return { exitCode: r.exitCode, stdout: r.stdout } })
+    out.stdinAfterEnd = await attempt(() => sbx.commands.sendStdin(inH.pid, 'x'))
+    out.stdinSeen = stdinSeen.join('')
+    out.stdinListAfter = await attempt(async () => (await sbx.commands.list()).map((p) => p.pid))
 
     await sbx.files.write(`${dir}/f.txt`, 'hello!')
     out.exists = await attempt(() => sbx.files.exists(`${dir}/f.txt`))
@@ -940,12 +955,12 @@ standalone.surface = async function surface() {
   // Commands and their handles.
   const c = sbx.commands
   await call('sbx.commands.run', c.run, async () => (await c.run('echo hi')).stdout)
-  const bg = await c.run('while true; do sleep 1; done', { background: true })
+  const bg = await c.run('while true; do sleep 1; done', { background: true, stdin: true })
   await call('sbx.commands.list', c.list, async () => (await c.list()).some((p) => p.pid === bg.pid))
   const conn = await call('sbx.commands.connect', c.connect, () => c.connect(bg.pid))
   await call('sbx.commands.sendStdin', c.sendStdin, () => c.sendStdin(bg.pid, 'x'))
-  await call('sbx.commands.closeStdin', c.closeStdin, () => c.closeStdin(bg.pid))
   await call('handle.sendStdin', bg.sendStdin, () => bg.sendStdin('x'))
+  await call('sbx.commands.closeStdin', c.closeStdin, () => c.closeStdin(bg.pid))
   await call('handle.closeStdin', bg.closeStdin, () => bg.closeStdin())
   await call('handle.disconnect', bg.disconnect, () => bg.disconnect())
   await call('sbx.commands.kill', c.kill, () => c.kill(bg.pid))
