@@ -23,12 +23,16 @@ type extendedResult struct {
 	Exists, ExistsMissing, GetInfo, GetInfoDir           sdkAttempt
 	GetInfoMissing, MakeDir, MakeDirAgain, Rename        sdkAttempt
 	RenameMissing, ExistsAfterRename                     sdkAttempt
+	StdinSend, StdinSend2, StdinClose, StdinWait         sdkAttempt
+	StdinAfterEnd, StdinListAfter                        sdkAttempt
+	StdinSeen                                            string
 }
 
 // TestExtendedOperationsAgainstTheRealPeers drives the extended
 // operations (sdk.mjs "extended": a background command that outlives its
-// stream, commands.list, connect, sendStdin, kill, files.exists,
-// getInfo, makeDir, rename) with both JS SDKs through the gateway with
+// stream, commands.list, connect, sendStdin refused to it, kill, a
+// command started with stdin: true fed by sendStdin and ended by
+// closeStdin, files.exists, getInfo, makeDir, rename) with both JS SDKs through the gateway with
 // extended_operations, on a sandbox corectl created, against each real
 // execd version.
 func TestExtendedOperationsAgainstTheRealPeers(t *testing.T) {
@@ -60,7 +64,21 @@ func TestExtendedOperationsAgainstTheRealPeers(t *testing.T) {
 					if strings.Join(r.Connected, "") != "after\n" {
 						t.Errorf("commands.connect saw %q, want \"after\\n\" only (from where the output is)", r.Connected)
 					}
-					wantError(t, "sendStdin", r.SendStdin, "SandboxError", "UNSUPPORTED_OPERATION")
+					wantError(t, "sendStdin (started without stdin)", r.SendStdin, "SandboxError", "STDIN_UNAVAILABLE")
+					// Started with stdin: true, `cat; echo; echo cat-ended-$?`
+					// prints what sendStdin wrote and ends at closeStdin.
+					for what, a := range map[string]sdkAttempt{"sendStdin": r.StdinSend, "sendStdin again": r.StdinSend2, "closeStdin": r.StdinClose} {
+						if !a.OK {
+							t.Errorf("%s failed: %+v", what, a.Error)
+						}
+					}
+					want := "%s %% \\ ' \" $HOME \u00fc\u20ac\nsecond\n\ncat-ended-0\n"
+					wantValue(t, "wait() after closeStdin", r.StdinWait, map[string]any{"exitCode": 0.0, "stdout": want})
+					if r.StdinSeen != want {
+						t.Errorf("onStdout saw %q, want %q", r.StdinSeen, want)
+					}
+					wantError(t, "sendStdin after the end", r.StdinAfterEnd, "NotFoundError", "PROCESS_NOT_FOUND")
+					wantValue(t, "commands.list() after the stdin command", r.StdinListAfter, []any{})
 					wantValue(t, "commands.kill", r.Kill, true)
 					if r.WaitAfterKill.OK || r.WaitAfterKill.Error == nil || r.WaitAfterKill.Error.Name != "CommandExitError" {
 						t.Errorf("wait() after kill: %s %+v", r.WaitAfterKill.Value, r.WaitAfterKill.Error)
