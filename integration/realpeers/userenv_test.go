@@ -66,3 +66,44 @@ func TestCommandsAsAMappedUser(t *testing.T) {
 		})
 	}
 }
+
+// stdinResult is what scenario.py's "stdin" scenario prints.
+type stdinResult struct {
+	Send, Send2, Wait, AfterEnd sdkAttempt
+}
+
+// TestStdinAsAMappedUser runs scenario.py's "stdin" with the Python SDK
+// 2.24 through the gateway with extended_operations and the user "user"
+// mapped to uid 1000, against each real execd: a command started with
+// stdin=True as that user reads what two send_stdin calls wrote, byte for
+// byte and in order, and ends when it has read them; its stdin's FIFOs
+// belong to that user, who runs the command and the holder; a send_stdin
+// after the end fails.
+func TestStdinAsAMappedUser(t *testing.T) {
+	requireTier(t)
+	python := pythonInterpreter(t)
+	caddyfile := strings.Replace(w.caddyfile, "\t\ttoken_target\n", "\t\ttoken_target\n\t\textended_operations\n\t\tuser user 1000 1000 /home/user\n", 1)
+	gw, err := harness.Start(harness.Config{RepoRoot: w.root, Caddyfile: caddyfile, CredentialsFile: w.gateway.CredFile,
+		KeyFile: w.gateway.KeyFile, KeyID: "primary"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gw.Close)
+	for _, version := range execdVersions {
+		t.Run("execd-"+version, func(t *testing.T) {
+			w.startExecd(t, version)
+			id := w.createSandbox(t)
+			var r stdinResult
+			runPythonScenario(t, gw, python, "stdin", &r, "SANDBOX_ID="+id)
+			for what, a := range map[string]sdkAttempt{"send_stdin": r.Send, "send_stdin again": r.Send2} {
+				if !a.OK {
+					t.Errorf("%s failed: %+v", what, a.Error)
+				}
+			}
+			wantValue(t, "wait()", r.Wait, map[string]any{"exitCode": 0.0, "stdout": "ab%s\\\u00fc\n\n1000\n", "stderr": ""})
+			if r.AfterEnd.OK || r.AfterEnd.Error == nil || !strings.Contains(r.AfterEnd.Error.Message, "PROCESS_NOT_FOUND") {
+				t.Errorf("send_stdin after the end: %+v", r.AfterEnd)
+			}
+		})
+	}
+}

@@ -8,6 +8,7 @@ prints one JSON object with what happened.
     python3 scenario.py user_env
     python3 scenario.py list
     python3 scenario.py pty
+    python3 scenario.py stdin
 
 Environment: E2B_API_URL (corectl), E2B_SANDBOX_URL (the gateway),
 E2B_API_KEY, SCENARIO_DIR (a sandbox directory the scenario may use).
@@ -19,8 +20,8 @@ as a wildcard DNS record would) and SSL_CERT_FILE (the CA httpx trusts).
 The "bound" scenario: HELD (the gateway's max_requests_per_credential)
 and SCENARIO_DIR. The "user_env" scenario, the twin of sdk.mjs's
 "userEnv": SANDBOX_ID (a sandbox to connect to). The "list" scenario:
-SANDBOX_ID and SCENARIO_DIR (the directory it lists). The "pty" scenario:
-SANDBOX_ID. PYTHONPATH must hold the SDK's source (e2b,
+SANDBOX_ID and SCENARIO_DIR (the directory it lists). The "pty" and "stdin"
+scenarios: SANDBOX_ID. PYTHONPATH must hold the SDK's source (e2b,
 e2b_connect) and this directory.
 """
 
@@ -114,6 +115,26 @@ def user_env():
         "home": attempt(lambda: run("touch ~/at-home && ls ~")),
         "gitGlobal": attempt(lambda: run("git config --global user.name 'Sandbox User' && git config --global user.name")),
     }
+
+
+def stdin():
+    """A writable stdin, as the mapped user "user": a command started in
+    the background with stdin=True reads what send_stdin wrote (two calls,
+    in order: "%", a backslash, a non-ASCII letter) until head -c has its
+    8 bytes; wait() has its output and exit code; a send_stdin after its
+    end fails. The Python SDK 2.24 has no close_stdin."""
+    sbx = Sandbox.connect(os.environ["SANDBOX_ID"])
+    h = sbx.commands.run("head -c 8; echo; id -u", user="user", background=True, stdin=True)
+    out = {"send": attempt(lambda: sbx.commands.send_stdin(h.pid, "ab%s\\") and None)}
+    out["send2"] = attempt(lambda: sbx.commands.send_stdin(h.pid, "\u00fc\n") and None)
+
+    def result():
+        r = h.wait()
+        return {"exitCode": r.exit_code, "stdout": r.stdout, "stderr": r.stderr}
+
+    out["wait"] = attempt(result)
+    out["afterEnd"] = attempt(lambda: sbx.commands.send_stdin(h.pid, "x") and None)
+    return out
 
 
 def pty():
@@ -252,7 +273,8 @@ def domain():
 
 if __name__ == "__main__":
     name = sys.argv[1] if len(sys.argv) > 1 else ""
-    scenarios = {"peers": peers, "domain": domain, "bound": bound, "user_env": user_env, "list": list_dir, "pty": pty}
+    scenarios = {"peers": peers, "domain": domain, "bound": bound, "user_env": user_env, "list": list_dir, "pty": pty,
+                 "stdin": stdin}
     if name not in scenarios:
         print("unknown scenario %r; one of: %s" % (name, ", ".join(scenarios)), file=sys.stderr)
         sys.exit(2)
