@@ -131,9 +131,10 @@ type Handler struct {
 
 	// ExtendedOperations, when true, also serves the envd operations that
 	// manage processes outliving their stream and the filesystem calls
-	// beyond spec §3.3's six: Process List, Connect and SendSignal
-	// (SendInput and CloseStdin are answered unsupported: execd gives
-	// commands no stdin), Filesystem Stat, MakeDir and Move; and
+	// beyond spec §3.3's six: Process List, Connect, SendSignal,
+	// SendInput, CloseStdin and Update (a process started with stdin: true
+	// gets a stdin through FIFOs in process_dir; a pty, a terminal),
+	// Filesystem Stat, MakeDir and Move; and
 	// Process/Start then runs an execd background command. Default false,
 	// so the six-operation contract of spec §3.3 stays the default
 	// (docs/dataplane.md "Extended operations").
