@@ -273,6 +273,11 @@ func TestExtendedProcessErrors(t *testing.T) {
 		{"SendInput", `{"process":{"pid":1},"input":{"stdin":"YWJj"}}`, 404, "not_found", CodeProcessNotFound},
 		{"CloseStdin", `{"process":{"pid":1}}`, 404, "not_found", CodeProcessNotFound},
 		{"CloseStdin", `{"process":{}}`, 400, "invalid_argument", CodeBadRequest},
+		{"CloseStdin", `{"process":{"pid":1,"tag":"x"}}`, 400, "invalid_argument", CodeBadRequest},
+		{"CloseStdin", `[]`, 400, "invalid_argument", CodeBadRequest},
+		{"CloseStdin", `{"process":{"pid":1}`, 400, "invalid_argument", CodeBadRequest},
+		{"SendInput", `{"process":{"pid":1},"input":{"stdin":"!!"}}`, 400, "invalid_argument", CodeBadRequest},
+		{"SendInput", `{"process":{"pid":1}}`, 400, "invalid_argument", CodeBadRequest},
 		{"StreamInput", `{}`, 501, "unimplemented", CodeUnsupportedOperation},
 		{"List", `[]`, 400, "invalid_argument", CodeBadRequest},
 	} {

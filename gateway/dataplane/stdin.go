@@ -112,25 +112,19 @@ func appendPrintfFormat(dst, b []byte) []byte {
 	return dst
 }
 
-// stdinChunks splits b into printf formats of at most stdinChunkBytes
-// each (appendPrintfFormat), in order.
-func stdinChunks(b []byte) []string {
-	var out []string
-	var cur []byte
-	for len(b) > 0 {
-		// A byte takes at most 4 escaped bytes.
-		n := min(len(b), max((stdinChunkBytes-len(cur))/4, 1))
-		cur = appendPrintfFormat(cur, b[:n])
+// nextStdinChunk escapes the start of b into buf[:0] (appendPrintfFormat),
+// as much as fits stdinChunkBytes, and returns that format and the rest of
+// b. One buffer serves every chunk of an input, so what a SendInput holds
+// besides its message is one chunk, however large the input.
+func nextStdinChunk(buf, b []byte) (chunk, rest []byte) {
+	buf = buf[:0]
+	// A byte takes at most 4 escaped bytes: n more bytes always fit.
+	for len(b) > 0 && len(buf) <= stdinChunkBytes-4 {
+		n := min(len(b), (stdinChunkBytes-len(buf))/4)
+		buf = appendPrintfFormat(buf, b[:n])
 		b = b[n:]
-		if len(cur) > stdinChunkBytes-4 {
-			out = append(out, string(cur))
-			cur = cur[:0]
-		}
 	}
-	if len(cur) > 0 {
-		out = append(out, string(cur))
-	}
-	return out
+	return buf, b
 }
 
 // errStdinUnavailable is envd's answer to a write to a process whose
@@ -184,12 +178,13 @@ func (h *Handler) sendStdin(w http.ResponseWriter, r *http.Request, rq *request,
 		return errStdinUnavailable(rec.PID)
 	}
 	f := h.recordFiles(rec)
-	chunks := stdinChunks(req.Input.Stdin)
-	if len(chunks) == 0 {
-		chunks = []string{""} // still checks that the stdin is open
-	}
-	for _, c := range chunks {
-		res, err := h.deps.Execd.Shell(ctx, rq.target, 4<<10, "/", stdinWriteScript, relative(f.in), relative(f.ctl), c)
+	buf := make([]byte, 0, stdinChunkBytes)
+	rest := req.Input.Stdin
+	// At least one script, which checks that the stdin is open.
+	for first := true; first || len(rest) > 0; first = false {
+		var c []byte
+		c, rest = nextStdinChunk(buf, rest)
+		res, err := h.deps.Execd.Shell(ctx, rq.target, 4<<10, "/", stdinWriteScript, relative(f.in), relative(f.ctl), string(c))
 		switch {
 		case err != nil:
 			return fromExecd(err, "send stdin")

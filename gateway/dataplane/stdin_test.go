@@ -218,9 +218,15 @@ func TestPrintfFormat(t *testing.T) {
 	for _, n := range []int{0, 1, stdinChunkBytes / 4, stdinChunkBytes, 3*stdinChunkBytes + 7} {
 		b := bytes.Repeat([]byte{0xff}, n)
 		var joined []byte
-		for _, c := range stdinChunks(b) {
-			if len(c) > stdinChunkBytes {
-				t.Fatalf("a chunk of %d bytes, over %d", len(c), stdinChunkBytes)
+		buf := make([]byte, 0, stdinChunkBytes)
+		for rest := b; len(rest) > 0; {
+			var c []byte
+			c, rest = nextStdinChunk(buf, rest)
+			if len(c) > stdinChunkBytes || len(c) == 0 {
+				t.Fatalf("a chunk of %d bytes, over %d or empty", len(c), stdinChunkBytes)
+			}
+			if cap(c) != stdinChunkBytes {
+				t.Fatalf("a chunk in a buffer of its own (capacity %d)", cap(c))
 			}
 			joined = append(joined, c...)
 		}
@@ -228,4 +234,62 @@ func TestPrintfFormat(t *testing.T) {
 			t.Fatalf("%d bytes: the chunks are not the format in order", n)
 		}
 	}
+}
+
+// unescapePrintf reads a format appendPrintfFormat wrote back into bytes,
+// as printf does (only the forms appendPrintfFormat writes); ok is false on
+// anything else.
+func unescapePrintf(f []byte) (out []byte, ok bool) {
+	for i := 0; i < len(f); i++ {
+		switch c := f[i]; {
+		case c == '%':
+			if i+1 >= len(f) || f[i+1] != '%' {
+				return nil, false
+			}
+			out, i = append(out, '%'), i+1
+		case c == '\\':
+			switch {
+			case i+1 < len(f) && f[i+1] == '\\':
+				out, i = append(out, '\\'), i+1
+			case i+3 < len(f) && f[i+1] >= '0' && f[i+1] <= '3' && f[i+2] >= '0' && f[i+2] <= '7' && f[i+3] >= '0' && f[i+3] <= '7':
+				out, i = append(out, (f[i+1]-'0')<<6|(f[i+2]-'0')<<3|(f[i+3]-'0')), i+3
+			default:
+				return nil, false
+			}
+		case c < 0x20 || c >= 0x7f:
+			return nil, false
+		default:
+			out = append(out, c)
+		}
+	}
+	return out, true
+}
+
+// FuzzStdinChunks: whatever the input, its chunks are in order, each within
+// stdinChunkBytes and none empty, made only of printable ASCII (a shell
+// word, an argument with no NUL), and read back as printf reads them they
+// are the input.
+func FuzzStdinChunks(f *testing.F) {
+	for _, s := range []string{"", "a", "%s\\n", "\x00\xff\x7f\x1f", strings.Repeat("\xfe", stdinChunkBytes/4+1)} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var got []byte
+		buf := make([]byte, 0, stdinChunkBytes)
+		for rest := b; len(rest) > 0; {
+			var c []byte
+			c, rest = nextStdinChunk(buf, rest)
+			if len(c) == 0 || len(c) > stdinChunkBytes {
+				t.Fatalf("chunk of %d bytes", len(c))
+			}
+			part, ok := unescapePrintf(c)
+			if !ok {
+				t.Fatalf("chunk %q is not a format appendPrintfFormat writes", c)
+			}
+			got = append(got, part...)
+		}
+		if !bytes.Equal(got, b) {
+			t.Fatalf("read back %q, want %q", got, b)
+		}
+	})
 }

@@ -153,6 +153,13 @@ func FuzzDecodeExtended(f *testing.F) {
 		} else if (s.Process.PID == nil) == (s.Process.Tag == nil) {
 			t.Fatalf("signal selector %+v", s.Process)
 		}
+		if c, err := DecodeCloseStdinRequest(msg); err != nil {
+			if !errors.Is(err, ErrBadRequest) {
+				t.Fatalf("close stdin: %v", err)
+			}
+		} else if (c.Process.PID == nil) == (c.Process.Tag == nil) {
+			t.Fatalf("close stdin selector %+v", c.Process)
+		}
 		if m, err := DecodeMoveRequest(msg); err != nil {
 			if !errors.Is(err, ErrBadRequest) {
 				t.Fatalf("move: %v", err)
