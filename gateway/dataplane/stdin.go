@@ -59,7 +59,10 @@ func wrapFor(line string, f procFiles, cwd string) string {
 // from fd 6 as its stdin; the wrapper then opens <pid>.in read-only on
 // fd 6 (the holder's fd 5 is a writer, so the open does not wait), closes
 // fd 5, and runs the command with fd 6 as its stdin. When the command
-// ends, the holder is ended.
+// ends, the holder is ended and what is still in the FIFO is read and
+// dropped until no writer is left: a stdinWriteScript blocked in a full
+// FIFO when the command ended (it opened the FIFO read-write, so it is a
+// reader itself and would wait for execd's deadline) finishes.
 func wrapBackgroundStdin(line string, f procFiles, cwd string) string {
 	return "exec 3>>" + execd.Quote(relative(f.out)) + " 4>>" + execd.Quote(relative(f.err)) +
 		" 5<>" + execd.Quote(relative(f.in)) + " 6<>" + execd.Quote(relative(f.ctl)) + " || exit 1; " +
@@ -67,7 +70,7 @@ func wrapBackgroundStdin(line string, f procFiles, cwd string) string {
 		"exec 6<" + execd.Quote(relative(f.in)) + " 5>&- || exit 1; " +
 		"cd -- " + execd.Quote(relative(cwd)) + " 2>&4 || { kill $__sandgate_holder 2>/dev/null; exit 1; }; " +
 		"{ " + line + " 2>&4 3>&- 4>&- 6>&-; } <&6 >&3 2>/dev/null; __sandgate_rc=$?; " +
-		"kill $__sandgate_holder 2>/dev/null; " +
+		"kill $__sandgate_holder 2>/dev/null; cat <&6 >/dev/null 2>&1; " +
 		"case $__sandgate_rc in 129|130|137|141|142|143) kill -$((__sandgate_rc-128)) $$;; esac; " +
 		"exit $__sandgate_rc"
 }
@@ -89,8 +92,10 @@ rm -f -- "$1"
 
 // stdinChunkBytes bounds the escaped text of one stdinWriteScript (bytes):
 // well under the 128 KiB Linux allows one argument, with the script and
-// the paths.
-const stdinChunkBytes = 64 << 10
+// the paths, and under a FIFO's 64 KiB, so the bytes of one script fit an
+// empty FIFO that nobody reads any more (the command has ended) and the
+// script does not wait.
+const stdinChunkBytes = 60 << 10
 
 // appendPrintfFormat appends b as a printf format that prints exactly b:
 // printable ASCII as itself ("%" doubled, "\" escaped), every other byte
@@ -161,6 +166,7 @@ func (h *Handler) stdinRecord(ctx context.Context, rq *request, sel *envd.Proces
 // sendStdin serves Process/SendInput with input.stdin: the bytes (at most
 // MaxMessageBytes, the message's bound) written to the process's stdin
 // FIFO in order, one execd command per stdinChunkBytes of escaped text.
+// Bytes sent after the command has ended are read by nobody and dropped.
 // Errors: PROCESS_NOT_FOUND (no such running process), STDIN_UNAVAILABLE
 // (a PTY process, one started without stdin, or its stdin closed), and
 // execd's failures.
@@ -188,6 +194,16 @@ func (h *Handler) sendStdin(w http.ResponseWriter, r *http.Request, rq *request,
 		switch {
 		case err != nil:
 			return fromExecd(err, "send stdin")
+		case res.ExitCode == 4 && !first:
+			// The FIFOs went between two scripts: closed, or removed with
+			// the process's files once it ended.
+			if _, e := h.stdinRecord(ctx, rq, req.Process); e != nil {
+				if e.Code == CodeProcessNotFound {
+					e = fail(CodeProcessNotFound, "process with pid "+strconv.FormatUint(uint64(rec.PID), 10)+" ended while its stdin was written")
+				}
+				return e
+			}
+			return errStdinUnavailable(rec.PID)
 		case res.ExitCode == 4:
 			return errStdinUnavailable(rec.PID)
 		case res.ExitCode != 0:

@@ -293,3 +293,29 @@ func FuzzStdinChunks(f *testing.F) {
 		}
 	})
 }
+
+// TestStdinReaderGone: a command that ends without reading its stdin
+// (it sleeps 1 s and exits) while a SendInput of 1 MiB is written to it
+// (its first script fills the FIFO, the second waits in it): the
+// SendInput finishes instead of waiting in the full FIFO for execd's 60 s
+// deadline (the wrapper reads the FIFO empty once the command has ended):
+// with success while the FIFOs are still there (what nobody reads is
+// dropped), or, once the process's files are removed (at once here: these
+// tests' cleanup grace is 0), with PROCESS_NOT_FOUND saying the process
+// ended while its stdin was written; the command ends as it does, and no
+// process keeps the FIFOs.
+func TestStdinReaderGone(t *testing.T) {
+	e := newTestEnv(t, extended)
+	pid, next := stdinStart(t, e, "sleep 1; echo read-none", true)
+	if code, body := sendStdin(e, pid, bytes.Repeat([]byte("a"), 1<<20)); code != 200 &&
+		(code != 404 || !strings.Contains(body, "ended while its stdin was written")) {
+		t.Fatalf("SendInput: %d %s", code, body)
+	}
+	if kind, ev := next("data"); kind != "data" || b64(t, ev["stdout"]) != "read-none\n" {
+		t.Fatalf("%s %v", kind, ev)
+	}
+	if kind, end := next("end"); kind != "end" || end["exitCode"] != nil && end["exitCode"] != 0.0 {
+		t.Fatalf("end: %s %v", kind, end)
+	}
+	e.waitFor("no process holding the stdin FIFOs", func() bool { return len(holdersOf(fmt.Sprintf("/%d.", pid))) == 0 })
+}
