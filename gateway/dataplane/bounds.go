@@ -26,13 +26,15 @@ func NewRequestCounts() *admission.Limiter { return admission.NewCounts() }
 // cleanups (maxDeferredCleanups, maxDeferredCleanupsPerCredential;
 // deferCleanup), the PTY kills waiting for their Start's deadline
 // (maxPTYDeadlineKills, maxPTYDeadlineKillsPerCredential; ptyDeadlineKill),
-// the PTY streams (maxPTYStreams, maxPTYStreamsPerSandbox) and the large
+// the PTY streams (maxPTYStreams, maxPTYStreamsPerSandbox), the directory
+// watches (maxWatchStreams, maxWatchStreamsPerSandbox) and the large
 // output lines (maxLargeLines, maxLargeLinesPerSandbox). A Handler built
 // without one has its own, so a reload that replaced it would give every
 // tenant a second full bound and hide the held terminals from the new
 // configuration. Create it with NewShared; it is safe for concurrent use.
 type Shared struct {
 	cleanups, largeLines, ptyStreams, ptyKills *admission.Limiter
+	watchStreams                               *admission.Limiter
 	ptyHolds                                   *ptyHolds
 	ptyHeld                                    *ptyHeld
 }
@@ -40,12 +42,13 @@ type Shared struct {
 // NewShared returns an empty Shared.
 func NewShared() *Shared {
 	return &Shared{
-		cleanups:   admission.New(maxDeferredCleanups, maxDeferredCleanupsPerCredential),
-		largeLines: admission.New(maxLargeLines, maxLargeLinesPerSandbox),
-		ptyStreams: admission.New(maxPTYStreams, maxPTYStreamsPerSandbox),
-		ptyKills:   admission.New(maxPTYDeadlineKills, maxPTYDeadlineKillsPerCredential),
-		ptyHolds:   &ptyHolds{},
-		ptyHeld:    &ptyHeld{},
+		cleanups:     admission.New(maxDeferredCleanups, maxDeferredCleanupsPerCredential),
+		largeLines:   admission.New(maxLargeLines, maxLargeLinesPerSandbox),
+		ptyStreams:   admission.New(maxPTYStreams, maxPTYStreamsPerSandbox),
+		ptyKills:     admission.New(maxPTYDeadlineKills, maxPTYDeadlineKillsPerCredential),
+		watchStreams: admission.New(maxWatchStreams, maxWatchStreamsPerSandbox),
+		ptyHolds:     &ptyHolds{},
+		ptyHeld:      &ptyHeld{},
 	}
 }
 

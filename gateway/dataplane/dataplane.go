@@ -75,6 +75,7 @@ const (
 	OpProcessSendInput  = "process.SendInput"
 	OpProcessUpdate     = "process.Update"
 	OpProcessCloseStdin = "process.CloseStdin"
+	OpWatchDir          = "filesystem.WatchDir"
 	OpStat              = "filesystem.Stat"
 	OpMakeDir           = "filesystem.MakeDir"
 	OpMove              = "filesystem.Move"
@@ -121,7 +122,8 @@ type Config struct {
 	// SendSignal, SendInput (a PTY's terminal input, or the stdin of a
 	// process started with stdin: true), CloseStdin and Update on PTY
 	// processes (StreamInput is answered unsupported), Filesystem Stat,
-	// MakeDir, Move; and it runs Process/Start as an
+	// MakeDir, Move, WatchDir (by polling: docs/dataplane.md "Watching a
+	// directory"); and it runs Process/Start as an
 	// execd background command so those work on it, or, with a pty, on an
 	// execd PTY session (docs/dataplane.md "PTY processes").
 	// Default false (docs/dataplane.md "Extended operations").
@@ -436,6 +438,7 @@ var (
 	opSendInput  = &operation{OpProcessSendInput, shapeUnary, (*Handler).processSendInput}
 	opUpdate     = &operation{OpProcessUpdate, shapeUnary, (*Handler).processUpdate}
 	opCloseStdin = &operation{OpProcessCloseStdin, shapeUnary, (*Handler).processCloseStdin}
+	opWatchDir   = &operation{OpWatchDir, shapeStream, (*Handler).watchDir}
 	opStat       = &operation{OpStat, shapeUnary, (*Handler).stat}
 	opMakeDir    = &operation{OpMakeDir, shapeUnary, (*Handler).makeDir}
 	opMove       = &operation{OpMove, shapeUnary, (*Handler).move}
@@ -451,15 +454,16 @@ var connectOperations = map[string]*operation{
 // extendedOperations are the Connect routes served with
 // Config.ExtendedOperations, besides connectOperations.
 var extendedOperations = map[string]*operation{
-	"/process.Process/List":          opList,
-	"/process.Process/Connect":       opConnect,
-	"/process.Process/SendSignal":    opSendSignal,
-	"/process.Process/SendInput":     opSendInput,
-	"/process.Process/Update":        opUpdate,
-	"/process.Process/CloseStdin":    opCloseStdin,
-	"/filesystem.Filesystem/Stat":    opStat,
-	"/filesystem.Filesystem/MakeDir": opMakeDir,
-	"/filesystem.Filesystem/Move":    opMove,
+	"/process.Process/List":           opList,
+	"/process.Process/Connect":        opConnect,
+	"/process.Process/SendSignal":     opSendSignal,
+	"/process.Process/SendInput":      opSendInput,
+	"/process.Process/Update":         opUpdate,
+	"/process.Process/CloseStdin":     opCloseStdin,
+	"/filesystem.Filesystem/WatchDir": opWatchDir,
+	"/filesystem.Filesystem/Stat":     opStat,
+	"/filesystem.Filesystem/MakeDir":  opMakeDir,
+	"/filesystem.Filesystem/Move":     opMove,
 }
 
 // noStdin are the envd routes that write a process's stdin and are not

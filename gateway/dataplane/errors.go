@@ -279,11 +279,19 @@ const (
 	// BoundPTYStreams: the PTY streams open at this gateway process (256;
 	// fixed, no directive).
 	BoundPTYStreams Bound = "pty_streams"
+	// BoundWatchStreamsPerSandbox: the sandbox's directory watches
+	// (Filesystem/WatchDir streams) open at this gateway process (eight;
+	// fixed, no directive).
+	BoundWatchStreamsPerSandbox Bound = "watch_streams_per_sandbox"
+	// BoundWatchStreams: the directory watches open at this gateway
+	// process (256; fixed, no directive).
+	BoundWatchStreams Bound = "watch_streams"
 )
 
 // Bounds lists every Bound, for a metric's label values.
 var Bounds = []Bound{BoundRequestsPerCredential, BoundRequests, BoundUpstreamCallsPerSandbox, BoundUpstreamCalls,
-	BoundProcessCallsPerCredential, BoundLargeLinesPerSandbox, BoundLargeLines, BoundPTYStreamsPerSandbox, BoundPTYStreams}
+	BoundProcessCallsPerCredential, BoundLargeLinesPerSandbox, BoundLargeLines, BoundPTYStreamsPerSandbox, BoundPTYStreams,
+	BoundWatchStreamsPerSandbox, BoundWatchStreams}
 
 // busy is GATEWAY_BUSY at bound b with msg.
 func busy(b Bound, msg string) *Error { return &Error{Code: CodeGatewayBusy, Message: msg, bound: b} }

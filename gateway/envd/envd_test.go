@@ -160,6 +160,13 @@ func FuzzDecodeExtended(f *testing.F) {
 		} else if (c.Process.PID == nil) == (c.Process.Tag == nil) {
 			t.Fatalf("close stdin selector %+v", c.Process)
 		}
+		if wr, err := DecodeWatchDirRequest(msg); err != nil {
+			if !errors.Is(err, ErrBadRequest) {
+				t.Fatalf("watch: %v", err)
+			}
+		} else if wr.Path == "" {
+			t.Fatalf("watch %+v", wr)
+		}
 		if m, err := DecodeMoveRequest(msg); err != nil {
 			if !errors.Is(err, ErrBadRequest) {
 				t.Fatalf("move: %v", err)

@@ -49,3 +49,61 @@ type EntryResponse struct {
 	// Entry is the entry stat'ed, made or moved (at its new path).
 	Entry EntryInfo `json:"entry"`
 }
+
+// WatchDirRequest is filesystem.WatchDirRequest, the body of
+// Filesystem/WatchDir. The SDKs' includeEntry and allowNetworkMounts
+// (JS 2.51, for envd 0.6.3 and 0.6.4) are not read: the gateway reports an
+// older envd, for which the SDKs leave them false.
+type WatchDirRequest struct {
+	// Path is the directory to watch; required.
+	Path string `json:"path"`
+	// Recursive watches the directories under it too.
+	Recursive bool `json:"recursive,omitempty"`
+}
+
+// DecodeWatchDirRequest decodes a Filesystem/WatchDir message; a missing
+// path is an error wrapping ErrBadRequest.
+func DecodeWatchDirRequest(payload []byte) (WatchDirRequest, error) {
+	var req WatchDirRequest
+	if err := decode(payload, &req); err != nil {
+		return req, err
+	}
+	if req.Path == "" {
+		return req, fmt.Errorf("%w: path is required", ErrBadRequest)
+	}
+	return req, nil
+}
+
+// The filesystem.EventType names of a FilesystemEvent, as protojson writes
+// them.
+const (
+	EventCreate = "EVENT_TYPE_CREATE"
+	EventWrite  = "EVENT_TYPE_WRITE"
+	EventRemove = "EVENT_TYPE_REMOVE"
+	EventRename = "EVENT_TYPE_RENAME"
+	EventChmod  = "EVENT_TYPE_CHMOD"
+)
+
+// FilesystemEvent is filesystem.FilesystemEvent: what changed (Name,
+// relative to the watched directory) and how (one of the Event* names).
+type FilesystemEvent struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+}
+
+// WatchEvent is the event of a WatchDirResponse; exactly one member is
+// set.
+type WatchEvent struct {
+	// Start is the stream's first event, once the watch is in place.
+	Start *Empty `json:"start,omitempty"`
+	// Filesystem is one change.
+	Filesystem *FilesystemEvent `json:"filesystem,omitempty"`
+	// KeepAlive is sent while nothing changes.
+	KeepAlive *KeepAlive `json:"keepalive,omitempty"`
+}
+
+// WatchDirResponse is filesystem.WatchDirResponse, one message of the
+// WatchDir server stream.
+type WatchDirResponse struct {
+	Event WatchEvent `json:"event"`
+}
