@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -45,6 +46,8 @@ func TestExtendedOperations(t *testing.T) {
 				StdinSend, StdinSend2, StdinClose, StdinWait         attempt
 				StdinAfterEnd, StdinListAfter                        attempt
 				StdinSeen                                            string
+				WatchStop                                            attempt
+				WatchSeen                                            []string
 			}
 			e.runSDK(t, pkg, "extended", sbxOK, &res, "SCENARIO_DIR="+dir, "GO_FILE="+goFile)
 
@@ -58,6 +61,7 @@ func TestExtendedOperations(t *testing.T) {
 				fmt.Sprintf("9: [failed_precondition] STDIN_UNAVAILABLE: stdin of process with pid %d not enabled or closed", res.PID))
 			checkStdinScenario(t, res.StdinSend, res.StdinSend2, res.StdinClose, res.StdinWait, res.StdinAfterEnd, res.StdinSeen)
 			wantValue(t, "commands.list() after the stdin command", res.StdinListAfter, []any{})
+			checkWatchScenario(t, res.WatchStop, res.WatchSeen)
 			wantValue(t, "commands.kill", res.Kill, true)
 			if res.WaitAfterKill.OK || res.WaitAfterKill.Error == nil || res.WaitAfterKill.Error.Name != "CommandExitError" ||
 				res.WaitAfterKill.Error.ExitCode == nil || *res.WaitAfterKill.Error.ExitCode != -1 {
@@ -158,5 +162,22 @@ func wantOK(t *testing.T, what string, a attempt) {
 	t.Helper()
 	if !a.OK {
 		t.Errorf("%s failed: %+v", what, a.Error)
+	}
+}
+
+// checkWatchScenario checks the extended scenario's directory watch: the
+// file it created, wrote and removed is reported by name, created first,
+// written, removed last (a write the upload made in more than one step
+// may show as more than one write, and its mode as a chmod), and stop()
+// works.
+func checkWatchScenario(t *testing.T, stop attempt, seen []string) {
+	t.Helper()
+	wantOK(t, "watchHandle.stop", stop)
+	ok := len(seen) >= 3 && seen[0] == "create:w.txt;" && seen[len(seen)-1] == "remove:w.txt;" && slices.Contains(seen, "write:w.txt;")
+	for _, ev := range seen {
+		ok = ok && slices.Contains([]string{"create:w.txt;", "write:w.txt;", "chmod:w.txt;", "remove:w.txt;"}, ev)
+	}
+	if !ok {
+		t.Errorf("watchDir reported %q, want create, write(s), remove of w.txt", seen)
 	}
 }

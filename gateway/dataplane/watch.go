@@ -171,7 +171,7 @@ func (h *Handler) watchDir(w http.ResponseWriter, r *http.Request, rq *request) 
 		return e
 	}
 	sw := connect.NewStreamWriter(w)
-	if err := sw.Send(envd.WatchDirResponse{Event: envd.WatchEvent{Start: &envd.Empty{}}}); err != nil {
+	if err := sw.Send(envd.WatchDirResponse{Start: &envd.Empty{}}); err != nil {
 		return fail(CodeCanceled, "the client closed the stream")
 	}
 	streamErr := func(e *Error) *Error {
@@ -198,7 +198,7 @@ func (h *Handler) watchDir(w http.ResponseWriter, r *http.Request, rq *request) 
 		case <-ending(ctx):
 			return streamErr(drainingError("ended this watch at the end of its drain grace"))
 		case <-ka.C:
-			_ = sw.Send(envd.WatchDirResponse{Event: envd.WatchEvent{KeepAlive: &envd.KeepAlive{}}})
+			_ = sw.Send(envd.WatchDirResponse{KeepAlive: &envd.KeepAlive{}})
 			ka.Reset(call.keepalive)
 			continue
 		case <-poll.C:
@@ -221,7 +221,7 @@ func (h *Handler) watchDir(w http.ResponseWriter, r *http.Request, rq *request) 
 		events := watchChanges(snap, next)
 		snap = next
 		for i := range events {
-			if err := sw.Send(envd.WatchDirResponse{Event: envd.WatchEvent{Filesystem: &events[i]}}); err != nil {
+			if err := sw.Send(envd.WatchDirResponse{Filesystem: &events[i]}); err != nil {
 				return fail(CodeCanceled, "the client closed the stream")
 			}
 		}

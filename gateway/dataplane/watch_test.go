@@ -52,7 +52,7 @@ func nextWatch(t *testing.T, r *bufio.Reader) string {
 			}
 			return "eos " + code
 		}
-		ev := f.json["event"].(map[string]any)
+		ev := f.json
 		switch {
 		case ev["start"] != nil:
 			return "start"

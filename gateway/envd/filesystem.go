@@ -91,19 +91,16 @@ type FilesystemEvent struct {
 	Type string `json:"type"`
 }
 
-// WatchEvent is the event of a WatchDirResponse; exactly one member is
-// set.
-type WatchEvent struct {
-	// Start is the stream's first event, once the watch is in place.
+// WatchDirResponse is filesystem.WatchDirResponse, one message of the
+// WatchDir server stream. Its oneof "event" is not a field of its own, so
+// protojson writes the member that is set at the top level:
+// {"start":{}}, {"filesystem":{…}}, {"keepalive":{}}. Exactly one member
+// is set.
+type WatchDirResponse struct {
+	// Start is the stream's first message, once the watch is in place.
 	Start *Empty `json:"start,omitempty"`
 	// Filesystem is one change.
 	Filesystem *FilesystemEvent `json:"filesystem,omitempty"`
 	// KeepAlive is sent while nothing changes.
 	KeepAlive *KeepAlive `json:"keepalive,omitempty"`
-}
-
-// WatchDirResponse is filesystem.WatchDirResponse, one message of the
-// WatchDir server stream.
-type WatchDirResponse struct {
-	Event WatchEvent `json:"event"`
 }

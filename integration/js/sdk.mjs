@@ -272,8 +272,8 @@ const scenarios = {
 
   // The extended operations (extended_operations): a background server that
   // outlives its stream, listed, connected to from where its output is,
-  // refused stdin (started without), killed; a command given a stdin; then
-  // exists/getInfo/makeDir/rename.
+  // refused stdin (started without), killed; a command given a stdin; a
+  // directory watch; then exists/getInfo/makeDir/rename.
   async extended(sbx) {
     const out = {}
     const go = process.env.GO_FILE
@@ -316,6 +316,22 @@ const scenarios = {
     out.stdinAfterEnd = await attempt(() => sbx.commands.sendStdin(inH.pid, 'x'))
     out.stdinSeen = stdinSeen.join('')
     out.stdinListAfter = await attempt(async () => (await sbx.commands.list()).map((p) => p.pid))
+
+    // A directory watch (watchDir: execd's listing polled): a file
+    // created, written, then removed, each reported by name; stop() ends
+    // it.
+    const watchSeen = []
+    const wdir = `${dir}/watched`
+    await sbx.files.makeDir(wdir)
+    const watch = await sbx.files.watchDir(wdir, (ev) => watchSeen.push(`${ev.type}:${ev.name};`), { timeoutMs: 0 })
+    await sbx.files.write(`${wdir}/w.txt`, 'one')
+    await waitFor(watchSeen, 'create:w.txt;')
+    await sbx.files.write(`${wdir}/w.txt`, 'one two')
+    await waitFor(watchSeen, 'write:w.txt;')
+    await sbx.files.remove(`${wdir}/w.txt`)
+    await waitFor(watchSeen, 'remove:w.txt;')
+    out.watchStop = await attempt(() => watch.stop())
+    out.watchSeen = watchSeen
 
     await sbx.files.write(`${dir}/f.txt`, 'hello!')
     out.exists = await attempt(() => sbx.files.exists(`${dir}/f.txt`))
@@ -493,7 +509,7 @@ async function matrixRow(row) {
     kill: () => sbx.commands.kill(pid),
     sendStdin: () => sbx.commands.sendStdin(pid, 'x'),
     isRunning: () => sbx.isRunning(),
-    watchDir: async () => (await sbx.files.watchDir(dir, () => {})).stop(),
+    watchDir: async () => (await sbx.files.watchDir(P, () => {}, { user, timeoutMs })).stop(),
   }
   const results = await Promise.all(row.routes.map((r) => attempt(calls[r])))
   return Object.fromEntries(row.routes.map((r, i) => [r, results[i]]))

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,13 +27,15 @@ type extendedResult struct {
 	StdinSend, StdinSend2, StdinClose, StdinWait         sdkAttempt
 	StdinAfterEnd, StdinListAfter                        sdkAttempt
 	StdinSeen                                            string
+	WatchStop                                            sdkAttempt
+	WatchSeen                                            []string
 }
 
 // TestExtendedOperationsAgainstTheRealPeers drives the extended
 // operations (sdk.mjs "extended": a background command that outlives its
 // stream, commands.list, connect, sendStdin refused to it, kill, a
 // command started with stdin: true fed by sendStdin and ended by
-// closeStdin, files.exists, getInfo, makeDir, rename) with both JS SDKs through the gateway with
+// closeStdin, a directory watch, files.exists, getInfo, makeDir, rename) with both JS SDKs through the gateway with
 // extended_operations, on a sandbox corectl created, against each real
 // execd version.
 func TestExtendedOperationsAgainstTheRealPeers(t *testing.T) {
@@ -79,6 +82,20 @@ func TestExtendedOperationsAgainstTheRealPeers(t *testing.T) {
 					}
 					wantError(t, "sendStdin after the end", r.StdinAfterEnd, "NotFoundError", "PROCESS_NOT_FOUND")
 					wantValue(t, "commands.list() after the stdin command", r.StdinListAfter, []any{})
+					// watchDir: a file created, written, removed, by name,
+					// in that order (an upload in steps may add writes or a
+					// chmod), then stop().
+					if !r.WatchStop.OK {
+						t.Errorf("watchHandle.stop failed: %+v", r.WatchStop.Error)
+					}
+					seen := r.WatchSeen
+					ok := len(seen) >= 3 && seen[0] == "create:w.txt;" && seen[len(seen)-1] == "remove:w.txt;" && slices.Contains(seen, "write:w.txt;")
+					for _, ev := range seen {
+						ok = ok && slices.Contains([]string{"create:w.txt;", "write:w.txt;", "chmod:w.txt;", "remove:w.txt;"}, ev)
+					}
+					if !ok {
+						t.Errorf("watchDir reported %q, want create, write(s), remove of w.txt", seen)
+					}
 					wantValue(t, "commands.kill", r.Kill, true)
 					if r.WaitAfterKill.OK || r.WaitAfterKill.Error == nil || r.WaitAfterKill.Error.Name != "CommandExitError" {
 						t.Errorf("wait() after kill: %s %+v", r.WaitAfterKill.Value, r.WaitAfterKill.Error)
