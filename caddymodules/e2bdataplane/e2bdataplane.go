@@ -134,7 +134,8 @@ type Handler struct {
 	// beyond spec §3.3's six: Process List, Connect, SendSignal,
 	// SendInput, CloseStdin and Update (a process started with stdin: true
 	// gets a stdin through FIFOs in process_dir; a pty, a terminal),
-	// Filesystem Stat, MakeDir and Move; and
+	// Filesystem Stat, MakeDir, Move and WatchDir (by polling execd's
+	// listing); and
 	// Process/Start then runs an execd background command. Default false,
 	// so the six-operation contract of spec §3.3 stays the default
 	// (docs/dataplane.md "Extended operations").
