@@ -100,7 +100,10 @@ const stdinChunkBytes = 60 << 10
 // appendPrintfFormat appends b as a printf format that prints exactly b:
 // printable ASCII as itself ("%" doubled, "\" escaped), every other byte
 // as a three-digit octal escape, which POSIX printf (bash's and dash's
-// builtins, coreutils) reads as that byte, NUL included.
+// builtins, coreutils) reads as that byte, NUL included. "-" is escaped
+// too: a format that starts with it is read as an option by bash's and
+// dash's printf, which then fail ("invalid option"), and a chunk of the
+// input may start anywhere.
 func appendPrintfFormat(dst, b []byte) []byte {
 	for _, c := range b {
 		switch {
@@ -108,7 +111,7 @@ func appendPrintfFormat(dst, b []byte) []byte {
 			dst = append(dst, '%', '%')
 		case c == '\\':
 			dst = append(dst, '\\', '\\')
-		case c >= 0x20 && c < 0x7f:
+		case c >= 0x20 && c < 0x7f && c != '-':
 			dst = append(dst, c)
 		default:
 			dst = append(dst, '\\', '0'+c>>6, '0'+c>>3&7, '0'+c&7)
