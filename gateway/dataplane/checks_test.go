@@ -131,7 +131,7 @@ func TestErrorClasses(t *testing.T) {
 		ClassTarget:     {CodeTargetMismatch, CodeSandboxDeleting, CodeSandboxExpired, CodeAuthorizerUnavailable},
 		ClassRouting:    {CodeClusterUnknown, CodeSandboxNotFound, CodeSandboxNotReady, CodeIngressRouteRejected},
 		ClassNetwork:    {CodeFixedEntryUnreachable, CodeSandboxUnreachable, CodeUpstreamTimeout, CodeGatewayBusy, CodeGatewayDraining},
-		ClassExecution:  {CodeExecdRejected, CodeExecdUnauthorized, CodeExecdFailed, CodeExecdProtocol, CodeFileNotFound, CodeIsADirectory, CodeNotADirectory, CodeCommandTimeout, CodeProcessNotFound, CodeFileExists, CodePTYAttached, CodeStdinUnavailable},
+		ClassExecution:  {CodeExecdRejected, CodeExecdUnauthorized, CodeExecdFailed, CodeExecdProtocol, CodeFileNotFound, CodeIsADirectory, CodeNotADirectory, CodeCommandTimeout, CodeProcessNotFound, CodeFileExists, CodePTYAttached, CodeStdinUnavailable, CodeWatcherNotFound},
 	}
 	n := 0
 	for class, list := range want {

@@ -76,6 +76,9 @@ const (
 	OpProcessUpdate     = "process.Update"
 	OpProcessCloseStdin = "process.CloseStdin"
 	OpWatchDir          = "filesystem.WatchDir"
+	OpCreateWatcher     = "filesystem.CreateWatcher"
+	OpGetWatcherEvents  = "filesystem.GetWatcherEvents"
+	OpRemoveWatcher     = "filesystem.RemoveWatcher"
 	OpStat              = "filesystem.Stat"
 	OpMakeDir           = "filesystem.MakeDir"
 	OpMove              = "filesystem.Move"
@@ -122,8 +125,9 @@ type Config struct {
 	// SendSignal, SendInput (a PTY's terminal input, or the stdin of a
 	// process started with stdin: true), CloseStdin and Update on PTY
 	// processes (StreamInput is answered unsupported), Filesystem Stat,
-	// MakeDir, Move, WatchDir (by polling: docs/dataplane.md "Watching a
-	// directory"); and it runs Process/Start as an
+	// MakeDir, Move, WatchDir and the watchers (CreateWatcher,
+	// GetWatcherEvents, RemoveWatcher), by listing the directory
+	// (docs/dataplane.md "Watching a directory"); and it runs Process/Start as an
 	// execd background command so those work on it, or, with a pty, on an
 	// execd PTY session (docs/dataplane.md "PTY processes").
 	// Default false (docs/dataplane.md "Extended operations").
@@ -432,16 +436,19 @@ var (
 	opRemove  = &operation{OpRemove, shapeUnary, (*Handler).remove}
 	opHealth  = &operation{OpHealth, shapeHealth, (*Handler).health}
 
-	opList       = &operation{OpProcessList, shapeUnary, (*Handler).processList}
-	opConnect    = &operation{OpProcessConnect, shapeStream, (*Handler).processConnect}
-	opSendSignal = &operation{OpProcessSendSignal, shapeUnary, (*Handler).processSendSignal}
-	opSendInput  = &operation{OpProcessSendInput, shapeUnary, (*Handler).processSendInput}
-	opUpdate     = &operation{OpProcessUpdate, shapeUnary, (*Handler).processUpdate}
-	opCloseStdin = &operation{OpProcessCloseStdin, shapeUnary, (*Handler).processCloseStdin}
-	opWatchDir   = &operation{OpWatchDir, shapeStream, (*Handler).watchDir}
-	opStat       = &operation{OpStat, shapeUnary, (*Handler).stat}
-	opMakeDir    = &operation{OpMakeDir, shapeUnary, (*Handler).makeDir}
-	opMove       = &operation{OpMove, shapeUnary, (*Handler).move}
+	opList             = &operation{OpProcessList, shapeUnary, (*Handler).processList}
+	opConnect          = &operation{OpProcessConnect, shapeStream, (*Handler).processConnect}
+	opSendSignal       = &operation{OpProcessSendSignal, shapeUnary, (*Handler).processSendSignal}
+	opSendInput        = &operation{OpProcessSendInput, shapeUnary, (*Handler).processSendInput}
+	opUpdate           = &operation{OpProcessUpdate, shapeUnary, (*Handler).processUpdate}
+	opCloseStdin       = &operation{OpProcessCloseStdin, shapeUnary, (*Handler).processCloseStdin}
+	opWatchDir         = &operation{OpWatchDir, shapeStream, (*Handler).watchDir}
+	opCreateWatcher    = &operation{OpCreateWatcher, shapeUnary, (*Handler).createWatcher}
+	opGetWatcherEvents = &operation{OpGetWatcherEvents, shapeUnary, (*Handler).getWatcherEvents}
+	opRemoveWatcher    = &operation{OpRemoveWatcher, shapeUnary, (*Handler).removeWatcher}
+	opStat             = &operation{OpStat, shapeUnary, (*Handler).stat}
+	opMakeDir          = &operation{OpMakeDir, shapeUnary, (*Handler).makeDir}
+	opMove             = &operation{OpMove, shapeUnary, (*Handler).move}
 )
 
 // connectOperations are the Connect routes served by default (spec §3.3).
@@ -454,16 +461,19 @@ var connectOperations = map[string]*operation{
 // extendedOperations are the Connect routes served with
 // Config.ExtendedOperations, besides connectOperations.
 var extendedOperations = map[string]*operation{
-	"/process.Process/List":           opList,
-	"/process.Process/Connect":        opConnect,
-	"/process.Process/SendSignal":     opSendSignal,
-	"/process.Process/SendInput":      opSendInput,
-	"/process.Process/Update":         opUpdate,
-	"/process.Process/CloseStdin":     opCloseStdin,
-	"/filesystem.Filesystem/WatchDir": opWatchDir,
-	"/filesystem.Filesystem/Stat":     opStat,
-	"/filesystem.Filesystem/MakeDir":  opMakeDir,
-	"/filesystem.Filesystem/Move":     opMove,
+	"/process.Process/List":                   opList,
+	"/process.Process/Connect":                opConnect,
+	"/process.Process/SendSignal":             opSendSignal,
+	"/process.Process/SendInput":              opSendInput,
+	"/process.Process/Update":                 opUpdate,
+	"/process.Process/CloseStdin":             opCloseStdin,
+	"/filesystem.Filesystem/WatchDir":         opWatchDir,
+	"/filesystem.Filesystem/CreateWatcher":    opCreateWatcher,
+	"/filesystem.Filesystem/GetWatcherEvents": opGetWatcherEvents,
+	"/filesystem.Filesystem/RemoveWatcher":    opRemoveWatcher,
+	"/filesystem.Filesystem/Stat":             opStat,
+	"/filesystem.Filesystem/MakeDir":          opMakeDir,
+	"/filesystem.Filesystem/Move":             opMove,
 }
 
 // noStdin are the envd routes that write a process's stdin and are not

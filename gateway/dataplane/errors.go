@@ -86,6 +86,7 @@ const (
 	CodeFileExists        Code = "FILE_EXISTS"
 	CodePTYAttached       Code = "PTY_ATTACHED"
 	CodeStdinUnavailable  Code = "STDIN_UNAVAILABLE"
+	CodeWatcherNotFound   Code = "WATCHER_NOT_FOUND"
 )
 
 type codeInfo struct {
@@ -178,6 +179,8 @@ var codes = map[Code]codeInfo{
 	// SendInput's stdin or CloseStdin on a process without a writable
 	// stdin: started without stdin: true, its stdin closed, or a PTY.
 	CodeStdinUnavailable: {ClassExecution, connect.FailedPrecondition, http.StatusConflict, false},
+	// GetWatcherEvents or RemoveWatcher of a watcher id that names none.
+	CodeWatcherNotFound: {ClassExecution, connect.NotFound, http.StatusNotFound, false},
 }
 
 // Class returns the failure class of c.
@@ -286,12 +289,15 @@ const (
 	// BoundWatchStreams: the directory watches open at this gateway
 	// process (256; fixed, no directive).
 	BoundWatchStreams Bound = "watch_streams"
+	// BoundWatchersPerSandbox: the directory watchers (CreateWatcher) a
+	// sandbox holds, counted in the sandbox (64; fixed, no directive).
+	BoundWatchersPerSandbox Bound = "watchers_per_sandbox"
 )
 
 // Bounds lists every Bound, for a metric's label values.
 var Bounds = []Bound{BoundRequestsPerCredential, BoundRequests, BoundUpstreamCallsPerSandbox, BoundUpstreamCalls,
 	BoundProcessCallsPerCredential, BoundLargeLinesPerSandbox, BoundLargeLines, BoundPTYStreamsPerSandbox, BoundPTYStreams,
-	BoundWatchStreamsPerSandbox, BoundWatchStreams}
+	BoundWatchStreamsPerSandbox, BoundWatchStreams, BoundWatchersPerSandbox}
 
 // busy is GATEWAY_BUSY at bound b with msg.
 func busy(b Bound, msg string) *Error { return &Error{Code: CodeGatewayBusy, Message: msg, bound: b} }

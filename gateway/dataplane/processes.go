@@ -248,6 +248,16 @@ func (h *Handler) startBackground(w http.ResponseWriter, r *http.Request, rq *re
 		keepalive: sc.keepalive, cleanup: true, storedBy: begun.Add(registerGrace)})
 }
 
+// processDirScript makes the process directory ($1, relative to "/") as
+// outputScript says, and exits 3 when it (or its parent) is a symlink or
+// not execd's identity's.
+const processDirScript = `umask 066
+d=$1
+mkdir -p -- "$d" || exit 1
+if [ -L "$d" ] || [ ! -O "$d" ] || [ ! -O "$(dirname -- "$d")" ]; then exit 3; fi
+chmod 711 -- "$d" || exit 1
+`
+
 // outputScript creates a process's output files, run by execd's own
 // identity (root in OpenSandbox's pods) in "/" with the process directory
 // ($1), the two files ($2, $3), the owner to give them ($4, "uid:gid";
@@ -262,12 +272,7 @@ func (h *Handler) startBackground(w http.ResponseWriter, r *http.Request, rq *re
 // the files. noclobber creates each file exclusively (exit 1 if it exists),
 // and it is private from its creation: execd's identity owns it until the
 // chown (-h: a symlink is never followed) gives it to the user.
-const outputScript = `umask 066
-d=$1
-mkdir -p -- "$d" || exit 1
-if [ -L "$d" ] || [ ! -O "$d" ] || [ ! -O "$(dirname -- "$d")" ]; then exit 3; fi
-chmod 711 -- "$d" || exit 1
-set -C
+const outputScript = processDirScript + `set -C
 : > "$2" && : > "$3" || exit 1
 if [ -n "$5" ]; then mkfifo -m 600 -- "$5" "$6" || exit 1; fi
 if [ -n "$4" ]; then chown -h -- "$4" "$2" "$3" || exit 1; fi
@@ -290,13 +295,19 @@ func (h *Handler) createOutput(ctx context.Context, t execd.Target, f procFiles,
 	case err != nil:
 		return fromExecd(err, "start process")
 	case res.ExitCode == 3:
-		return fail(CodeExecdFailed, "start process: the process directory "+h.cfg.ProcessDir+
-			" (or its parent) is a symlink or belongs to another user than execd's; remove it")
+		return h.processDirRefused("start process")
 	case res.ExitCode != 0:
 		return fail(CodeExecdFailed, "start process: creating the output files in "+h.cfg.ProcessDir+
 			" failed with exit status "+strconv.Itoa(res.ExitCode))
 	}
 	return nil
+}
+
+// processDirRefused is EXECD_FAILED for a process directory that
+// processDirScript refused (exit 3).
+func (h *Handler) processDirRefused(what string) *Error {
+	return fail(CodeExecdFailed, what+": the process directory "+h.cfg.ProcessDir+
+		" (or its parent) is a symlink or belongs to another user than execd's; remove it")
 }
 
 // runBackground starts an execd background command and returns its id:

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -233,4 +234,163 @@ func TestWatchChanges(t *testing.T) {
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("events\n%v\nwant\n%v", got, want)
 	}
+}
+
+// watcherCall sends a Filesystem unary call about watchers and returns its
+// status and body.
+func watcherCall(e *testEnv, method, msg string) (int, string) {
+	req := e.request(http.MethodPost, "/filesystem.Filesystem/"+method, strings.NewReader(msg))
+	req.Header.Set("Content-Type", "application/json")
+	resp, body := e.do(req)
+	e.waitOutcome()
+	return resp.StatusCode, string(body)
+}
+
+// TestWatchers: a watcher (the Python SDK's synchronous watch_dir) answers
+// the changes since its last call, by name, in WatchDir's order, and an
+// empty list when nothing changed; its file is the gateway's (mode 0600 in
+// the process directory); after RemoveWatcher its id is WATCHER_NOT_FOUND,
+// as an id the gateway never gave is (and one that is not of its form
+// names no file); a forged watcher file names no watcher; malformed
+// messages are BAD_REQUEST; a watcher of a missing directory is
+// FILE_NOT_FOUND.
+func TestWatchers(t *testing.T) {
+	e := newTestEnv(t, extended)
+	dir := "/home/user/pywatched"
+	if err := os.MkdirAll(e.hostPath(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code, body := watcherCall(e, "CreateWatcher", watchMsg(dir, false))
+	var created struct{ WatcherID string }
+	if err := json.Unmarshal([]byte(body), &created); code != 200 || err != nil || len(created.WatcherID) != 32 {
+		t.Fatalf("CreateWatcher: %d %s", code, body)
+	}
+	id := created.WatcherID
+	fi, err := os.Stat(e.hostPath("/tmp/.sandgate/processes/" + id + ".watch"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the watcher's file: %v %v", fi, err)
+	}
+	get := func() string {
+		t.Helper()
+		code, body := watcherCall(e, "GetWatcherEvents", fmt.Sprintf(`{"watcherId":%q}`, id))
+		if code != 200 {
+			t.Fatalf("GetWatcherEvents: %d %s", code, body)
+		}
+		return body
+	}
+	if b := get(); b != `{"events":[]}` {
+		t.Fatalf("nothing changed: %s", b)
+	}
+	if err := os.WriteFile(e.hostPath(dir+"/a.txt"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(e.hostPath(dir+"/d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if b := get(); b != `{"events":[{"name":"a.txt","type":"EVENT_TYPE_CREATE"},{"name":"d","type":"EVENT_TYPE_CREATE"}]}` {
+		t.Fatalf("after two creations: %s", b)
+	}
+	if err := os.WriteFile(e.hostPath(dir+"/a.txt"), []byte("xyz"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(e.hostPath(dir + "/d")); err != nil {
+		t.Fatal(err)
+	}
+	if b := get(); b != `{"events":[{"name":"d","type":"EVENT_TYPE_REMOVE"},{"name":"a.txt","type":"EVENT_TYPE_WRITE"}]}` {
+		t.Fatalf("after a write and a removal: %s", b)
+	}
+	if b := get(); b != `{"events":[]}` {
+		t.Fatalf("asked again: %s", b)
+	}
+	// The proto name of the field is read too.
+	if code, body := watcherCall(e, "GetWatcherEvents", fmt.Sprintf(`{"watcher_id":%q}`, id)); code != 200 {
+		t.Fatalf("watcher_id: %d %s", code, body)
+	}
+	if code, body := watcherCall(e, "RemoveWatcher", fmt.Sprintf(`{"watcherId":%q}`, id)); code != 200 || body != "{}" {
+		t.Fatalf("RemoveWatcher: %d %s", code, body)
+	}
+	forged := strings.Repeat("ab", 16)
+	e.writeFile("/tmp/.sandgate/processes/"+forged+".watch", `{"dir":"relative","depth":1}`)
+	for _, c := range []struct {
+		method, msg string
+		code        int
+		want        string
+	}{
+		{"GetWatcherEvents", fmt.Sprintf(`{"watcherId":%q}`, id), 404, "WATCHER_NOT_FOUND"},
+		{"RemoveWatcher", fmt.Sprintf(`{"watcherId":%q}`, id), 404, "WATCHER_NOT_FOUND"},
+		{"GetWatcherEvents", `{"watcherId":"../../etc/passwd"}`, 404, "WATCHER_NOT_FOUND"},
+		{"GetWatcherEvents", fmt.Sprintf(`{"watcherId":%q}`, forged), 404, "WATCHER_NOT_FOUND"},
+		{"GetWatcherEvents", `{}`, 400, "BAD_REQUEST"},
+		{"GetWatcherEvents", `{"watcherId":"a","watcher_id":"b"}`, 400, "BAD_REQUEST"},
+		{"RemoveWatcher", `[]`, 400, "BAD_REQUEST"},
+		{"CreateWatcher", `{"path":""}`, 400, "BAD_REQUEST"},
+		{"CreateWatcher", watchMsg("/home/user/nope", false), 404, "FILE_NOT_FOUND"},
+	} {
+		if code, body := watcherCall(e, c.method, c.msg); code != c.code || !strings.Contains(body, c.want) {
+			t.Errorf("%s %s: %d %s, want %d %s", c.method, c.msg, code, body, c.code, c.want)
+		}
+	}
+	if _, err := os.Stat(e.hostPath("/tmp/.sandgate/processes/" + id + ".watch")); !os.IsNotExist(err) {
+		t.Fatalf("the removed watcher's file: %v", err)
+	}
+}
+
+// TestWatchersBounded: a sandbox holds at most maxWatchersPerSandbox
+// watchers; one more is GATEWAY_BUSY naming watchers_per_sandbox, and
+// after a RemoveWatcher one can be made again.
+func TestWatchersBounded(t *testing.T) {
+	e := newTestEnv(t, extended)
+	dir := "/home/user/many"
+	if err := os.MkdirAll(e.hostPath(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	for range maxWatchersPerSandbox {
+		code, body := watcherCall(e, "CreateWatcher", watchMsg(dir, true))
+		if code != 200 {
+			t.Fatalf("CreateWatcher: %d %s", code, body)
+		}
+		last = body
+	}
+	if code, body := watcherCall(e, "CreateWatcher", watchMsg(dir, true)); code != 503 || !strings.Contains(body, "GATEWAY_BUSY") ||
+		!strings.Contains(body, "watchers") {
+		t.Fatalf("one watcher over the bound: %d %s", code, body)
+	}
+	var created struct{ WatcherID string }
+	_ = json.Unmarshal([]byte(last), &created)
+	if code, body := watcherCall(e, "RemoveWatcher", fmt.Sprintf(`{"watcherId":%q}`, created.WatcherID)); code != 200 {
+		t.Fatalf("RemoveWatcher: %d %s", code, body)
+	}
+	if code, body := watcherCall(e, "CreateWatcher", watchMsg(dir, true)); code != 200 {
+		t.Fatalf("CreateWatcher after a removal: %d %s", code, body)
+	}
+}
+
+// FuzzDecodeWatcher: whatever a watcher's file holds (the sandbox can
+// write it), decodeWatcher either refuses it or returns an absolute
+// directory, one of the two depths, and a listing that encodes and
+// decodes to itself.
+func FuzzDecodeWatcher(f *testing.F) {
+	good, _ := encodeWatcher("/home/user", 1, map[string]watchEntry{"a": {size: 3, modified: time.Unix(5, 6), mode: 644}, "d": {dir: true}})
+	for _, s := range []string{string(good), `{}`, `{"dir":"/","depth":32,"entries":{"x":[1,2,3,4]}}`, `{"dir":"x","depth":1}`, `[]`, `{"entries":{"a":[0]}}`,
+		`{"dir":"/","depth":1,"entries":{"old":[0,1,-6000000000000000000,644]}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		dir, depth, snap, ok := decodeWatcher(b)
+		if !ok {
+			return
+		}
+		if !strings.HasPrefix(dir, "/") || (depth != 1 && depth != watchRecursiveDepth) {
+			t.Fatalf("accepted %q depth %d", dir, depth)
+		}
+		again, err := encodeWatcher(dir, depth, snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir2, depth2, snap2, ok := decodeWatcher(again)
+		if !ok || dir2 != dir || depth2 != depth || len(watchChanges(snap, snap2)) != 0 || len(snap2) != len(snap) {
+			t.Fatalf("%s did not decode to itself", again)
+		}
+	})
 }

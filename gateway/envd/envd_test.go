@@ -167,6 +167,13 @@ func FuzzDecodeExtended(f *testing.F) {
 		} else if wr.Path == "" {
 			t.Fatalf("watch %+v", wr)
 		}
+		if wr, err := DecodeWatcherRequest(msg); err != nil {
+			if !errors.Is(err, ErrBadRequest) {
+				t.Fatalf("watcher: %v", err)
+			}
+		} else if wr.WatcherID == "" {
+			t.Fatalf("watcher %+v", wr)
+		}
 		if m, err := DecodeMoveRequest(msg); err != nil {
 			if !errors.Is(err, ErrBadRequest) {
 				t.Fatalf("move: %v", err)

@@ -104,3 +104,56 @@ type WatchDirResponse struct {
 	// KeepAlive is sent while nothing changes.
 	KeepAlive *KeepAlive `json:"keepalive,omitempty"`
 }
+
+// CreateWatcherRequest is filesystem.CreateWatcherRequest: WatchDir's
+// request for a watcher whose events are fetched with GetWatcherEvents
+// (the Python SDK's synchronous watch_dir).
+type CreateWatcherRequest = WatchDirRequest
+
+// DecodeCreateWatcherRequest decodes a Filesystem/CreateWatcher message as
+// DecodeWatchDirRequest does.
+func DecodeCreateWatcherRequest(payload []byte) (CreateWatcherRequest, error) {
+	return DecodeWatchDirRequest(payload)
+}
+
+// CreateWatcherResponse is filesystem.CreateWatcherResponse.
+type CreateWatcherResponse struct {
+	WatcherID string `json:"watcherId"`
+}
+
+// WatcherRequest is filesystem.GetWatcherEventsRequest and
+// filesystem.RemoveWatcherRequest: one watcher. protojson parsers take the
+// field's JSON name (watcherId, what the SDKs send) and its proto name
+// (watcher_id); both are read, and giving both is an error.
+type WatcherRequest struct {
+	WatcherID string `json:"watcherId"`
+	// WatcherIDProto is the field under its proto name.
+	WatcherIDProto string `json:"watcher_id"`
+}
+
+// DecodeWatcherRequest decodes a Filesystem/GetWatcherEvents or
+// RemoveWatcher message and returns it with WatcherID set; a missing
+// watcher id, or one given under both names, is an error wrapping
+// ErrBadRequest.
+func DecodeWatcherRequest(payload []byte) (WatcherRequest, error) {
+	var req WatcherRequest
+	if err := decode(payload, &req); err != nil {
+		return req, err
+	}
+	switch {
+	case req.WatcherID != "" && req.WatcherIDProto != "":
+		return req, fmt.Errorf("%w: watcherId is given twice", ErrBadRequest)
+	case req.WatcherID == "":
+		req.WatcherID = req.WatcherIDProto
+	}
+	if req.WatcherID == "" {
+		return req, fmt.Errorf("%w: watcherId is required", ErrBadRequest)
+	}
+	return req, nil
+}
+
+// GetWatcherEventsResponse is filesystem.GetWatcherEventsResponse: the
+// events since the watcher's last call.
+type GetWatcherEventsResponse struct {
+	Events []FilesystemEvent `json:"events"`
+}
