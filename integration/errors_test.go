@@ -91,8 +91,10 @@ var noSDKRoute = map[string]string{
 	"CANCELED":           "the client is gone and sees nothing: TestProcessStartOutlivesClient, testDisconnect",
 	"GATEWAY_DRAINING":   "a replica shutting down: TestDrainEndsLongStreams",
 	"PTY_ATTACHED":       "a terminal another replica's stream holds: TestPTYAttachedElsewhere (gateway/dataplane)",
-	"UNSUPPORTED_OPERATION": "with extended_operations every JS SDK call is served; the Python SDK's sync watch_dir " +
-		"(CreateWatcher) and calls without extended_operations are not: TestExtendedOff, TestPTYRefusals, TestExtendedProcessErrors",
+	"UNSUPPORTED_OPERATION": "with extended_operations every SDK call is served; without it the extended ones are not: " +
+		"TestExtendedOff, TestPTYRefusals, TestExtendedProcessErrors (gateway/dataplane)",
+	"WATCHER_NOT_FOUND": "the Python SDK's watch handle (no JS SDK call uses watchers): TestWatchers (gateway/dataplane), " +
+		"TestWatcherWithThePythonSDK (integration/realpeers)",
 }
 
 // TestErrorCodesEveryRoute: every code of docs/errors.md, on every route

@@ -107,3 +107,42 @@ func TestStdinAsAMappedUser(t *testing.T) {
 		})
 	}
 }
+
+// watchResult is what scenario.py's "watch" scenario prints.
+type watchResult struct {
+	None, Created, Written, Removed, Stop, StopAgain sdkAttempt
+}
+
+// TestWatcherWithThePythonSDK runs scenario.py's "watch" with the Python
+// SDK 2.24 through the gateway with extended_operations against each real
+// execd: its synchronous watch_dir (envd's watchers) answers, at each
+// get_new_events, what changed since the call before, by name, and nothing
+// when nothing did; stop() removes the watcher, so a second stop() is
+// WATCHER_NOT_FOUND.
+func TestWatcherWithThePythonSDK(t *testing.T) {
+	requireTier(t)
+	python := pythonInterpreter(t)
+	caddyfile := strings.Replace(w.caddyfile, "\t\ttoken_target\n", "\t\ttoken_target\n\t\textended_operations\n", 1)
+	gw, err := harness.Start(harness.Config{RepoRoot: w.root, Caddyfile: caddyfile, CredentialsFile: w.gateway.CredFile,
+		KeyFile: w.gateway.KeyFile, KeyID: "primary"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gw.Close)
+	for _, version := range execdVersions {
+		t.Run("execd-"+version, func(t *testing.T) {
+			w.startExecd(t, version)
+			id := w.createSandbox(t)
+			var r watchResult
+			runPythonScenario(t, gw, python, "watch", &r, "SANDBOX_ID="+id, "SCENARIO_DIR=/home/user/watch-"+version)
+			wantValue(t, "get_new_events() with nothing changed", r.None, []any{})
+			wantValue(t, "after a file written and a directory made", r.Created, []any{"create:sub", "create:w.txt"})
+			wantValue(t, "after the file written again", r.Written, []any{"write:w.txt"})
+			wantValue(t, "after the file removed", r.Removed, []any{"remove:w.txt"})
+			if !r.Stop.OK {
+				t.Errorf("stop(): %+v", r.Stop.Error)
+			}
+			wantError(t, "stop() again", r.StopAgain, "NotFoundException", "WATCHER_NOT_FOUND")
+		})
+	}
+}

@@ -9,6 +9,7 @@ prints one JSON object with what happened.
     python3 scenario.py list
     python3 scenario.py pty
     python3 scenario.py stdin
+    python3 scenario.py watch
 
 Environment: E2B_API_URL (corectl), E2B_SANDBOX_URL (the gateway),
 E2B_API_KEY, SCENARIO_DIR (a sandbox directory the scenario may use).
@@ -21,7 +22,7 @@ The "bound" scenario: HELD (the gateway's max_requests_per_credential)
 and SCENARIO_DIR. The "user_env" scenario, the twin of sdk.mjs's
 "userEnv": SANDBOX_ID (a sandbox to connect to). The "list" scenario:
 SANDBOX_ID and SCENARIO_DIR (the directory it lists). The "pty" and "stdin"
-scenarios: SANDBOX_ID. PYTHONPATH must hold the SDK's source (e2b,
+scenarios: SANDBOX_ID; "watch": SANDBOX_ID and SCENARIO_DIR. PYTHONPATH must hold the SDK's source (e2b,
 e2b_connect) and this directory.
 """
 
@@ -134,6 +135,33 @@ def stdin():
 
     out["wait"] = attempt(result)
     out["afterEnd"] = attempt(lambda: sbx.commands.send_stdin(h.pid, "x") and None)
+    return out
+
+
+def watch():
+    """The synchronous watch_dir (envd's watchers: CreateWatcher,
+    GetWatcherEvents, RemoveWatcher): the events since the last call, by
+    name, for a file created, written and removed, and a directory made;
+    none when nothing changed; stop() twice (the second: the watcher is
+    gone)."""
+    sbx = Sandbox.connect(os.environ["SANDBOX_ID"])
+    d = os.environ.get("SCENARIO_DIR", "/home/user/watch")
+    sbx.files.make_dir(d)
+    h = sbx.files.watch_dir(d)
+
+    def events():
+        return ["%s:%s" % (e.type.value, e.name) for e in h.get_new_events()]
+
+    out = {"none": attempt(events)}
+    sbx.files.write(d + "/w.txt", "one")
+    sbx.files.make_dir(d + "/sub")
+    out["created"] = attempt(events)
+    sbx.files.write(d + "/w.txt", "one two")
+    out["written"] = attempt(events)
+    sbx.files.remove(d + "/w.txt")
+    out["removed"] = attempt(events)
+    out["stop"] = attempt(lambda: h.stop() and None)
+    out["stopAgain"] = attempt(lambda: h.stop() and None)
     return out
 
 
@@ -274,7 +302,7 @@ def domain():
 if __name__ == "__main__":
     name = sys.argv[1] if len(sys.argv) > 1 else ""
     scenarios = {"peers": peers, "domain": domain, "bound": bound, "user_env": user_env, "list": list_dir, "pty": pty,
-                 "stdin": stdin}
+                 "stdin": stdin, "watch": watch}
     if name not in scenarios:
         print("unknown scenario %r; one of: %s" % (name, ", ".join(scenarios)), file=sys.stderr)
         sys.exit(2)
