@@ -65,6 +65,20 @@ func (s *answerSlot) end() *Error {
 	return s.busy
 }
 
+// giveBack returns the slot now, if one was taken, for a call whose rest
+// waits on the sandbox instead of reading answers (a stdin write into a
+// FIFO the command does not read may wait a minute): it must not keep a
+// slot of the gateway's bound meanwhile. A later answer read with the
+// call's target takes one again.
+func (s *answerSlot) giveBack() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.release != nil {
+		s.release()
+		s.release = nil
+	}
+}
+
 // admitLazily gives rq's execd calls the slot s and takes it at once when
 // r's message is not small (or has no length).
 func (s *answerSlot) admitLazily(r *http.Request) *Error {

@@ -27,14 +27,15 @@ func NewRequestCounts() *admission.Limiter { return admission.NewCounts() }
 // deferCleanup), the PTY kills waiting for their Start's deadline
 // (maxPTYDeadlineKills, maxPTYDeadlineKillsPerCredential; ptyDeadlineKill),
 // the PTY streams (maxPTYStreams, maxPTYStreamsPerSandbox), the directory
-// watches (maxWatchStreams, maxWatchStreamsPerSandbox) and the large
-// output lines (maxLargeLines, maxLargeLinesPerSandbox). A Handler built
+// watches (maxWatchStreams, maxWatchStreamsPerSandbox), the stdin writes
+// (maxStdinWrites, maxStdinWritesPerSandbox) and the large output lines
+// (maxLargeLines, maxLargeLinesPerSandbox). A Handler built
 // without one has its own, so a reload that replaced it would give every
 // tenant a second full bound and hide the held terminals from the new
 // configuration. Create it with NewShared; it is safe for concurrent use.
 type Shared struct {
 	cleanups, largeLines, ptyStreams, ptyKills *admission.Limiter
-	watchStreams                               *admission.Limiter
+	watchStreams, stdinWrites                  *admission.Limiter
 	ptyHolds                                   *ptyHolds
 	ptyHeld                                    *ptyHeld
 }
@@ -47,6 +48,7 @@ func NewShared() *Shared {
 		ptyStreams:   admission.New(maxPTYStreams, maxPTYStreamsPerSandbox),
 		ptyKills:     admission.New(maxPTYDeadlineKills, maxPTYDeadlineKillsPerCredential),
 		watchStreams: admission.New(maxWatchStreams, maxWatchStreamsPerSandbox),
+		stdinWrites:  admission.New(maxStdinWrites, maxStdinWritesPerSandbox),
 		ptyHolds:     &ptyHolds{},
 		ptyHeld:      &ptyHeld{},
 	}

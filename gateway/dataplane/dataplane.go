@@ -419,7 +419,10 @@ type operation struct {
 
 // request is what the checks established about one call.
 type request struct {
-	op        *operation
+	op *operation
+	// slot is a unary call's answer slot (nil for other shapes), which an
+	// operation whose rest waits on the sandbox gives back (sendStdin).
+	slot      *answerSlot
 	sandboxID string
 	tokenTgt  token.Target
 	cred      credential.Credential
@@ -587,6 +590,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// (a listing): one slot for the call, from its first answer
 			// on (answerSlot).
 			slot = &answerSlot{h: h, rq: rq, ctx: r.Context()}
+			rq.slot = slot
 			e = slot.admitLazily(r)
 		}
 		if e == nil {

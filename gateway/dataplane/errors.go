@@ -292,12 +292,19 @@ const (
 	// BoundWatchersPerSandbox: the directory watchers (CreateWatcher) a
 	// sandbox holds, counted in the sandbox (64; fixed, no directive).
 	BoundWatchersPerSandbox Bound = "watchers_per_sandbox"
+	// BoundStdinWritesPerSandbox: the sandbox's stdin writes in progress
+	// at this gateway process (one at a time, in the order they came;
+	// fixed, no directive).
+	BoundStdinWritesPerSandbox Bound = "stdin_writes_per_sandbox"
+	// BoundStdinWrites: the stdin writes in progress at this gateway
+	// process (32; fixed, no directive).
+	BoundStdinWrites Bound = "stdin_writes"
 )
 
 // Bounds lists every Bound, for a metric's label values.
 var Bounds = []Bound{BoundRequestsPerCredential, BoundRequests, BoundUpstreamCallsPerSandbox, BoundUpstreamCalls,
 	BoundProcessCallsPerCredential, BoundLargeLinesPerSandbox, BoundLargeLines, BoundPTYStreamsPerSandbox, BoundPTYStreams,
-	BoundWatchStreamsPerSandbox, BoundWatchStreams, BoundWatchersPerSandbox}
+	BoundWatchStreamsPerSandbox, BoundWatchStreams, BoundWatchersPerSandbox, BoundStdinWritesPerSandbox, BoundStdinWrites}
 
 // busy is GATEWAY_BUSY at bound b with msg.
 func busy(b Bound, msg string) *Error { return &Error{Code: CodeGatewayBusy, Message: msg, bound: b} }

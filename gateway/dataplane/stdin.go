@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/sandgate/sandgate/gateway/admission"
+
 	"github.com/sandgate/sandgate/gateway/connect"
 	"github.com/sandgate/sandgate/gateway/envd"
 	"github.com/sandgate/sandgate/gateway/execd"
@@ -89,6 +91,16 @@ const stdinCloseScript = `[ -p "$1" ] || exit 4
 printf '\n' 1<>"$1" || exit 1
 rm -f -- "$1"
 `
+
+// maxStdinWrites and maxStdinWritesPerSandbox bound the SendInput stdin
+// writes in progress at a gateway process, in all and per sandbox. A write
+// holds no answer slot (it may wait a minute on a command that does not
+// read), but it holds its message (up to MaxMessageBytes, 4 MiB by
+// default): 32 of them, 128 MiB at most.
+const (
+	maxStdinWrites           = 32
+	maxStdinWritesPerSandbox = 1
+)
 
 // stdinChunkBytes bounds the escaped text of one stdinWriteScript (bytes):
 // well under the 128 KiB Linux allows one argument, with the script and
@@ -186,6 +198,28 @@ func (h *Handler) sendStdin(w http.ResponseWriter, r *http.Request, rq *request,
 	if !rec.Stdin {
 		return errStdinUnavailable(rec.PID)
 	}
+	// The writes wait on the command (a full FIFO) rather than read
+	// answers: the call gives its answer slot back and writes under the
+	// stdin bound instead (maxStdinWrites; one at a time per sandbox, so
+	// two calls' bytes do not interleave), its scripts' small answers
+	// read without a slot.
+	release, why := h.shared.stdinWrites.Acquire(ctx, rq.sandboxID, h.cfg.UpstreamWait)
+	switch {
+	case why != admission.Admitted && ctx.Err() != nil:
+		return fail(CodeCanceled, "the client went away while the stdin write waited for its turn")
+	case why == admission.KeyFull:
+		return busy(BoundStdinWritesPerSandbox, "another stdin write to this sandbox went on for "+h.cfg.UpstreamWait.String()+
+			" (is its process reading its stdin?); retry when it has finished")
+	case why == admission.GlobalFull:
+		return busy(BoundStdinWrites, "the gateway had "+strconv.Itoa(maxStdinWrites)+" stdin writes in progress for "+
+			h.cfg.UpstreamWait.String()+"; retry shortly")
+	}
+	defer release()
+	if rq.slot != nil {
+		rq.slot.giveBack()
+	}
+	wt := rq.target
+	wt.Admit = nil
 	f := h.recordFiles(rec)
 	buf := make([]byte, 0, stdinChunkBytes)
 	rest := req.Input.Stdin
@@ -193,7 +227,7 @@ func (h *Handler) sendStdin(w http.ResponseWriter, r *http.Request, rq *request,
 	for first := true; first || len(rest) > 0; first = false {
 		var c []byte
 		c, rest = nextStdinChunk(buf, rest)
-		res, err := h.deps.Execd.Shell(ctx, rq.target, 4<<10, "/", stdinWriteScript, relative(f.in), relative(f.ctl), string(c))
+		res, err := h.deps.Execd.Shell(ctx, wt, 4<<10, "/", stdinWriteScript, relative(f.in), relative(f.ctl), string(c))
 		switch {
 		case err != nil:
 			return fromExecd(err, "send stdin")

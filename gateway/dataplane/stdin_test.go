@@ -9,11 +9,15 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/integration/execdstub"
 )
 
 // stdinStart starts cmd (bash -c) with stdin: true and returns its pid and
@@ -320,4 +324,50 @@ func TestStdinReaderGone(t *testing.T) {
 		t.Fatalf("end: %s %v", kind, end)
 	}
 	e.waitFor("no process holding the stdin FIFOs", func() bool { return len(holdersOf(fmt.Sprintf("/%d.", pid))) == 0 })
+}
+
+// TestStdinWriteHoldsNoUpstreamSlot: a stdin write waiting in a full FIFO
+// (the command never reads) holds no slot of the gateway's upstream bound,
+// so with one slot in all a ListDir is served while it waits, and does not
+// wait for it; the write is still in progress then, and ends when the
+// process is killed. Before, the write held its call's slot for as long
+// as it waited (up to execd's 60 s), and a tenant's few blocked writes
+// could take every slot of the gateway.
+func TestStdinWriteHoldsNoUpstreamSlot(t *testing.T) {
+	e := newTestEnv(t, extended, func(c *Config, _ *execdstub.Config) {
+		c.MaxUpstreamCalls, c.UpstreamWait = 1, 2*time.Second
+	})
+	pid, next := stdinStart(t, e, "sleep 30", true)
+	done := make(chan int, 1)
+	go func() {
+		req := e.request(http.MethodPost, "/process.Process/SendInput", strings.NewReader(fmt.Sprintf(`{"process":{"pid":%d},"input":{"stdin":%q}}`,
+			pid, base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("z"), 300<<10)))))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := testClient.Do(req)
+		if err != nil {
+			done <- 0
+			return
+		}
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	e.waitFor("the stdin write in progress", func() bool { all, _ := e.handler.shared.stdinWrites.Held(""); return all == 1 })
+	if resp, body := e.unary("ListDir", `{"path":"/home/user"}`); resp.StatusCode != 200 {
+		t.Fatalf("ListDir while a stdin write waits: %d %s", resp.StatusCode, body)
+	}
+	select {
+	case code := <-done:
+		t.Fatalf("the stdin write ended (%d) before the process was killed: it did not wait", code)
+	default:
+	}
+	resp, body := e.processCall("SendSignal", fmt.Sprintf(`{"process":{"pid":%d},"signal":"SIGNAL_SIGKILL"}`, pid))
+	if resp.StatusCode != 200 {
+		t.Fatalf("SendSignal: %d %s", resp.StatusCode, body)
+	}
+	if code := <-done; code != 200 && code != 404 {
+		t.Fatalf("the stdin write after the kill: %d", code)
+	}
+	if kind, _ := next("end"); kind != "end" {
+		t.Fatalf("after kill: %s", kind)
+	}
 }
