@@ -157,7 +157,7 @@ func (e *Engine) view(ctx context.Context, namespace, id string, sb *sandbox.San
 		if code, _ := CheckCarrier(e.Cluster, sb, cur, st.LastVerified); code != "" || len(st.LastVerified) == 0 {
 			note(ReasonCarrierDrift)
 		}
-		list, err := e.candidates(ctx, id, "")
+		list, err := e.candidates(ctx, id)
 		if err != nil {
 			return nil, fmt.Errorf("%w: list Ingresses: %s", ErrUnavailable, err.Error())
 		}
