@@ -41,7 +41,14 @@ func (e *testEnv) processCall(method, msg string) (*http.Response, []byte) {
 // openStream starts a Process stream call and returns a frame reader.
 func (e *testEnv) openStream(ctx context.Context, method, msg string, hdr map[string]string) (*http.Response, *bufio.Reader) {
 	e.t.Helper()
-	req := e.request(http.MethodPost, "/process.Process/"+method, bytes.NewReader(envelope(0, []byte(msg)))).WithContext(ctx)
+	return e.openStreamAt(ctx, "/process.Process/"+method, msg, hdr)
+}
+
+// openStreamAt starts the server-stream call at route with message msg and
+// headers hdr, and returns a frame reader.
+func (e *testEnv) openStreamAt(ctx context.Context, route, msg string, hdr map[string]string) (*http.Response, *bufio.Reader) {
+	e.t.Helper()
+	req := e.request(http.MethodPost, route, bytes.NewReader(envelope(0, []byte(msg)))).WithContext(ctx)
 	req.Header.Set("Content-Type", "application/connect+json")
 	for k, v := range hdr {
 		req.Header.Set(k, v)

@@ -2,7 +2,6 @@ package dataplane
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,17 +19,7 @@ import (
 // reader of its frames.
 func (e *testEnv) openWatch(ctx context.Context, msg string, hdr map[string]string) (*http.Response, *bufio.Reader) {
 	e.t.Helper()
-	req := e.request(http.MethodPost, "/filesystem.Filesystem/WatchDir", bytes.NewReader(envelope(0, []byte(msg)))).WithContext(ctx)
-	req.Header.Set("Content-Type", "application/connect+json")
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := testClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { resp.Body.Close() })
-	return resp, bufio.NewReader(resp.Body)
+	return e.openStreamAt(ctx, "/filesystem.Filesystem/WatchDir", msg, hdr)
 }
 
 // nextWatch returns the next event of a watch stream that is not a

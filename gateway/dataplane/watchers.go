@@ -113,6 +113,24 @@ func (h *Handler) watcherPath(id string) string {
 // against a path, owner, group and times), which MaxListingBytes bounds.
 func (h *Handler) watcherLimit() int64 { return h.cfg.MaxListingBytes + 8<<10 }
 
+// readWatcherRequest reads a GetWatcherEvents or RemoveWatcher message and
+// returns it with the path of the watcher's file: BAD_REQUEST for a
+// malformed message, WATCHER_NOT_FOUND for an id of another form than the
+// gateway gives.
+func (h *Handler) readWatcherRequest(r *http.Request) (envd.WatcherRequest, string, *Error) {
+	_, req, e := readUnary(h, r, envd.DecodeWatcherRequest)
+	if e != nil {
+		return req, "", e
+	}
+	p := h.watcherPath(req.WatcherID)
+	if p == "" {
+		return req, "", errWatcherNotFound(req.WatcherID)
+	}
+	return req, p, nil
+}
+
+// errWatcherNotFound is WATCHER_NOT_FOUND for id (shown at most 64 bytes
+// of it: it is the client's).
 func errWatcherNotFound(id string) *Error {
 	return fail(CodeWatcherNotFound, "watcher with id "+truncate(id, 64)+" not found")
 }
@@ -176,13 +194,9 @@ func (h *Handler) createWatcher(w http.ResponseWriter, r *http.Request, rq *requ
 // no watcher file (or one the gateway did not write); FILE_NOT_FOUND once
 // the watched directory is gone.
 func (h *Handler) getWatcherEvents(w http.ResponseWriter, r *http.Request, rq *request) *Error {
-	_, req, e := readUnary(h, r, envd.DecodeWatcherRequest)
+	req, p, e := h.readWatcherRequest(r)
 	if e != nil {
 		return e
-	}
-	p := h.watcherPath(req.WatcherID)
-	if p == "" {
-		return errWatcherNotFound(req.WatcherID)
 	}
 	ctx := r.Context()
 	b, err := h.deps.Execd.ReadAt(ctx, rq.target, p, 0, h.watcherLimit()+1)
@@ -222,13 +236,9 @@ func (h *Handler) getWatcherEvents(w http.ResponseWriter, r *http.Request, rq *r
 // removeWatcher serves POST /filesystem.Filesystem/RemoveWatcher: the
 // watcher's file is deleted; WATCHER_NOT_FOUND when there is none.
 func (h *Handler) removeWatcher(w http.ResponseWriter, r *http.Request, rq *request) *Error {
-	_, req, e := readUnary(h, r, envd.DecodeWatcherRequest)
+	req, p, e := h.readWatcherRequest(r)
 	if e != nil {
 		return e
-	}
-	p := h.watcherPath(req.WatcherID)
-	if p == "" {
-		return errWatcherNotFound(req.WatcherID)
 	}
 	ctx := r.Context()
 	if _, err := h.deps.Execd.Info(ctx, rq.target, []string{p}); execd.IsNotFound(err) {

@@ -82,13 +82,7 @@ type stdinResult struct {
 func TestStdinAsAMappedUser(t *testing.T) {
 	requireTier(t)
 	python := pythonInterpreter(t)
-	caddyfile := strings.Replace(w.caddyfile, "\t\ttoken_target\n", "\t\ttoken_target\n\t\textended_operations\n\t\tuser user 1000 1000 /home/user\n", 1)
-	gw, err := harness.Start(harness.Config{RepoRoot: w.root, Caddyfile: caddyfile, CredentialsFile: w.gateway.CredFile,
-		KeyFile: w.gateway.KeyFile, KeyID: "primary"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(gw.Close)
+	gw := w.extendedGateway(t, "\t\tuser user 1000 1000 /home/user\n")
 	for _, version := range execdVersions {
 		t.Run("execd-"+version, func(t *testing.T) {
 			w.startExecd(t, version)
@@ -122,13 +116,7 @@ type watchResult struct {
 func TestWatcherWithThePythonSDK(t *testing.T) {
 	requireTier(t)
 	python := pythonInterpreter(t)
-	caddyfile := strings.Replace(w.caddyfile, "\t\ttoken_target\n", "\t\ttoken_target\n\t\textended_operations\n", 1)
-	gw, err := harness.Start(harness.Config{RepoRoot: w.root, Caddyfile: caddyfile, CredentialsFile: w.gateway.CredFile,
-		KeyFile: w.gateway.KeyFile, KeyID: "primary"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(gw.Close)
+	gw := w.extendedGateway(t, "")
 	for _, version := range execdVersions {
 		t.Run("execd-"+version, func(t *testing.T) {
 			w.startExecd(t, version)
@@ -145,4 +133,18 @@ func TestWatcherWithThePythonSDK(t *testing.T) {
 			wantError(t, "stop() again", r.StopAgain, "NotFoundException", "WATCHER_NOT_FOUND")
 		})
 	}
+}
+
+// extendedGateway starts a gateway of the world's with extended_operations
+// and the e2b_dataplane lines lines, stopped when t ends.
+func (w *world) extendedGateway(t *testing.T, lines string) *harness.Env {
+	t.Helper()
+	caddyfile := strings.Replace(w.caddyfile, "\t\ttoken_target\n", "\t\ttoken_target\n\t\textended_operations\n"+lines, 1)
+	gw, err := harness.Start(harness.Config{RepoRoot: w.root, Caddyfile: caddyfile, CredentialsFile: w.gateway.CredFile,
+		KeyFile: w.gateway.KeyFile, KeyID: "primary"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gw.Close)
+	return gw
 }
