@@ -41,13 +41,7 @@ func (h *Handler) listDir(w http.ResponseWriter, r *http.Request, rq *request) *
 		return nil
 	}
 	if err != nil {
-		e := fromExecd(err, "list "+dir)
-		if e.Code == CodeFileNotFound {
-			e.Message = "directory '" + dir + "' does not exist"
-		} else if e.Code == CodeExecdRejected {
-			e.Code, e.Message = CodeNotADirectory, "path '"+dir+"' is not a directory"
-		}
-		return e
+		return listError(err, "list", dir)
 	}
 	resp := envd.ListDirResponse{Entries: make([]envd.EntryInfo, 0, len(list))}
 	// The entries' times in one allocation, not one per entry.
@@ -61,6 +55,19 @@ func (h *Handler) listDir(w http.ResponseWriter, r *http.Request, rq *request) *
 	}
 	_ = connect.WriteUnary(w, resp)
 	return nil
+}
+
+// listError is the error of a failed listing of dir (what names the
+// operation): FILE_NOT_FOUND and NOT_A_DIRECTORY (execd's 400 for a file)
+// worded as envd words them, else execd's error as fromExecd makes it.
+func listError(err error, what, dir string) *Error {
+	e := fromExecd(err, what+" "+dir)
+	if e.Code == CodeFileNotFound {
+		e.Message = "directory '" + dir + "' does not exist"
+	} else if e.Code == CodeExecdRejected {
+		e.Code, e.Message = CodeNotADirectory, "path '"+dir+"' is not a directory"
+	}
+	return e
 }
 
 // plainEntries holds the entries of the plain listings being written, for

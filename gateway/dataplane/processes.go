@@ -757,22 +757,13 @@ func (h *Handler) records(ctx context.Context, t execd.Target, prune bool) ([]pr
 		if rec.ID != id {
 			continue // rewritten between the two reads
 		}
-		// A PTY process runs while its execd session's shell does.
-		var running bool
-		var err error
-		if rec.PTY != "" {
-			st, serr := h.deps.Execd.PTYStatus(ctx, t, rec.PTY)
-			running, err = st.Running, serr
-			if running && rec.EndsAt > 0 && time.Now().After(time.UnixMilli(rec.EndsAt).Add(ptyOrphanGrace)) {
-				// Past its deadline: the gateway process that started it
-				// stopped before its deadline kill. Ended, as envd ends
-				// a process whose timeout passed; a pruning List deletes
-				// its session.
-				running = false
-			}
-		} else {
-			st, serr := h.deps.Execd.CommandStatus(ctx, t, rec.ID, h.recordStatusLimit(rec))
-			running, err = st.Running, serr
+		running, err := h.recordRunning(ctx, t, rec)
+		if running && rec.PTY != "" && rec.EndsAt > 0 && time.Now().After(time.UnixMilli(rec.EndsAt).Add(ptyOrphanGrace)) {
+			// Past its deadline: the gateway process that started it
+			// stopped before its deadline kill. Ended, as envd ends a
+			// process whose timeout passed; a pruning List deletes its
+			// session.
+			running = false
 		}
 		switch {
 		case err == nil && running:
@@ -801,6 +792,18 @@ func (h *Handler) records(ctx context.Context, t execd.Target, prune bool) ([]pr
 	}
 	slices.SortFunc(out, func(a, b procRecord) int { return int(a.PID) - int(b.PID) })
 	return out, nil
+}
+
+// recordRunning asks execd whether the process of rec runs: a PTY process
+// while its execd session's shell does, a command while execd's status
+// says so. execd's not-found comes back as its error.
+func (h *Handler) recordRunning(ctx context.Context, t execd.Target, rec procRecord) (bool, error) {
+	if rec.PTY != "" {
+		st, err := h.deps.Execd.PTYStatus(ctx, t, rec.PTY)
+		return st.Running, err
+	}
+	st, err := h.deps.Execd.CommandStatus(ctx, t, rec.ID, h.recordStatusLimit(rec))
+	return st.Running, err
 }
 
 // recordHead is how much of a record recordID reads (bytes): the gateway

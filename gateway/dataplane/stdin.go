@@ -160,15 +160,7 @@ func (h *Handler) stdinRecord(ctx context.Context, rq *request, sel *envd.Proces
 	if e != nil {
 		return rec, e
 	}
-	var running bool
-	var err error
-	if rec.PTY != "" {
-		st, serr := h.deps.Execd.PTYStatus(ctx, rq.target, rec.PTY)
-		running, err = st.Running, serr
-	} else {
-		st, serr := h.deps.Execd.CommandStatus(ctx, rq.target, rec.ID, h.recordStatusLimit(rec))
-		running, err = st.Running, serr
-	}
+	running, err := h.recordRunning(ctx, rq.target, rec)
 	switch {
 	case err != nil && !execd.IsNotFound(err):
 		return rec, fromExecd(err, "process status")

@@ -59,13 +59,7 @@ type watchEntry struct {
 func (h *Handler) watchSnapshot(ctx context.Context, rq *request, dir string, depth int) (map[string]watchEntry, *Error) {
 	list, err := h.deps.Execd.ListDirectory(ctx, rq.target, dir, depth)
 	if err != nil {
-		e := fromExecd(err, "watch "+dir)
-		if e.Code == CodeFileNotFound {
-			e.Message = "directory '" + dir + "' does not exist"
-		} else if e.Code == CodeExecdRejected {
-			e.Code, e.Message = CodeNotADirectory, "path '"+dir+"' is not a directory"
-		}
-		return nil, e
+		return nil, listError(err, "watch", dir)
 	}
 	snap := make(map[string]watchEntry, len(list))
 	prefix := strings.TrimSuffix(dir, "/") + "/"
