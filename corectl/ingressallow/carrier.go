@@ -229,6 +229,13 @@ func Claimants(list []networkingv1.Ingress, own, host, class, path string) []str
 	return out
 }
 
+// claimsOwnPath reports whether ing, the sandbox id's carrier as read,
+// already claims the sandbox path (/<id>/) on c's Ingress host for c's
+// ingress class, as Claimants counts a claim.
+func claimsOwnPath(c *cluster.Cluster, ing *networkingv1.Ingress, id string) bool {
+	return len(Claimants([]networkingv1.Ingress{*ing}, "", c.Ingress.Host, c.Ingress.ClassName, Path(id))) == 1
+}
+
 func claimsPath(ing *networkingv1.Ingress, host, path, bare string) bool {
 	for _, r := range ing.Spec.Rules {
 		if !hostMatches(r.Host, host) || r.HTTP == nil {

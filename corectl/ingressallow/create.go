@@ -109,11 +109,13 @@ const settleAttempts = 8
 // jitter. It returns nil once a cycle ends Verified for the version
 // written, or the GET view reads Verified and Ready. The lock keeps this
 // process's reconciler (woken by the write) out until Settle is done.
+// pre (nil: none) is the create's path-claim lists (StartClaims), which
+// the first cycle uses when it finds the carrier at pre.Carrier.
 // Errors: the write (CreateDesired's errors), a cycle's non-transient
 // error, a settled state other than Verified, ctx ending, or the attempts
 // running out; the allowlist may exist after an error (it is the
 // sandbox's either way: the caller's compensation removes it).
-func (e *Engine) Settle(ctx context.Context, sb *sandbox.Sandbox, rules []v1alpha1.IngressRule) error {
+func (e *Engine) Settle(ctx context.Context, sb *sandbox.Sandbox, rules []v1alpha1.IngressRule, pre *Claims) error {
 	unlock := e.Lock(sb.Namespace, sb.ID)
 	defer unlock()
 	al, err := e.CreateDesired(ctx, sb, rules)
@@ -134,7 +136,7 @@ func (e *Engine) Settle(ctx context.Context, sb *sandbox.Sandbox, rules []v1alph
 		}
 		var res *Result
 		if attempt == 0 {
-			res, err = e.ReconcileFrom(ctx, al)
+			res, err = e.reconcileFrom(ctx, al, pre)
 		} else {
 			res, err = e.ReconcileLocked(ctx, sb.Namespace, sb.ID)
 		}

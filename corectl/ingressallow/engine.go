@@ -338,6 +338,14 @@ func (e *Engine) ReconcileLocked(ctx context.Context, namespace, id string) (*Re
 // on al's resourceVersion, so a newer desired version written meanwhile
 // fails them (ErrTransient) rather than being overwritten.
 func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressAllowlist) (*Result, error) {
+	return e.reconcileFrom(ctx, al, nil)
+}
+
+// reconcileFrom is ReconcileFrom with pre, the path-claim lists a create
+// asked for when it created the carrier (nil: none). The cycle uses them
+// only when it reads the carrier at pre.Carrier, the version the create
+// last wrote; otherwise it asks for its own.
+func (e *Engine) reconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressAllowlist, pre *Claims) (*Result, error) {
 	namespace, id := al.Namespace, al.Name
 	if al.DeletionTimestamp != nil || al.Spec.ClusterID != e.Cluster.ID {
 		return &Result{Outcome: OutcomeNoChange}, nil
@@ -389,6 +397,24 @@ func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressA
 			Message: fmt.Sprintf("Ingress %s exists and is not corectl's carrier for this sandbox", key)})
 	}
 
+	// The path-claim lists are consistent reads, which wait for the
+	// apiserver's watch cache (see candidates). They must be asked once
+	// the carrier claims the sandbox path, so that they show every Ingress
+	// written before the claim. A carrier of ours that already claims it
+	// (host, class, path) was read just above: a create's lists asked when
+	// it created this carrier serve (pre, when the carrier is still at the
+	// version the create wrote, whose writes never move the path), or they
+	// are asked now and their wait runs beside this cycle's writes.
+	// Otherwise they are asked once the cycle's write has landed.
+	var claims func() ([]networkingv1.Ingress, error)
+	if cur != nil && claimsOwnPath(e.Cluster, cur, id) {
+		if pre != nil && pre.Carrier != "" && pre.Carrier == cur.ResourceVersion {
+			claims = pre.wait
+		} else {
+			claims = e.startCandidates(ctx, id)
+		}
+	}
+
 	// Verifying is the cycle's first write, conditional on al's
 	// resourceVersion: no carrier write (the update, or a rollback's
 	// restore or delete) comes before it, so a cycle whose view of the
@@ -431,7 +457,6 @@ func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressA
 	}
 	want := CarrierWithProbe(e.Cluster, sb, set, probe)
 	rb := cur
-	var claims func() ([]networkingv1.Ingress, error)
 	if cur == nil || !holds(cur, want, sb) || !settledOn(st, cur) {
 		// Verifying, then write, then read back. Every write is
 		// conditional: an update on the version read above, a create on
@@ -471,10 +496,11 @@ func (e *Engine) ReconcileFrom(ctx context.Context, al *v1alpha1.SandboxIngressA
 			}
 			return fail(now, writeCode(werr), "write the Ingress: "+werr.Error())
 		}
-		// The claim lists are consistent reads: asked once the write has
-		// landed, they show every Ingress written before it, and they
-		// wait for the apiserver's watch cache while the read-back runs.
-		claims = e.startCandidates(ctx, id)
+		// Asked once the write has landed when the carrier did not claim
+		// the path before it; they wait beside the read-back.
+		if claims == nil {
+			claims = e.startCandidates(ctx, id)
+		}
 		rb = &networkingv1.Ingress{}
 		if err := e.Client.Get(ctx, key, rb); err != nil {
 			return fail(written, CodeReadFailed, "read back the Ingress: "+err.Error())
@@ -750,6 +776,29 @@ func (e *Engine) candidates(ctx context.Context, id string) ([]networkingv1.Ingr
 		return nil, err
 	}
 	return append(a.Items, b.Items...), nil
+}
+
+// Claims holds the path-claim lists of one sandbox that a create asked
+// for as soon as it created the carrier (StartClaims), for the first
+// cycle of that create (Settle), which they spare the wait of its own.
+type Claims struct {
+	// Carrier is the resourceVersion of the carrier as the create last
+	// wrote it (the owner back-fill's answer): the cycle uses the lists
+	// only when it reads the carrier at this version, so they were asked
+	// after the carrier claimed the path and nobody has written it since.
+	// Empty: the lists are not used.
+	Carrier string
+	wait    func() ([]networkingv1.Ingress, error)
+}
+
+// StartClaims asks at once for the path-claim lists of sandbox id (the
+// cycle's two consistent lists of Ingresses, see candidates), for a
+// create that has just created the carrier of id: the lists then show
+// every Ingress written before the carrier claimed the path. The answer
+// is kept until Settle's first cycle takes it (an error is that cycle's
+// CodeReadFailed); a create that fails first drops it.
+func (e *Engine) StartClaims(ctx context.Context, id string) *Claims {
+	return &Claims{wait: e.startCandidates(ctx, id)}
 }
 
 // startCandidates asks for candidates(ctx, id) at once and returns the

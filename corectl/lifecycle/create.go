@@ -372,6 +372,10 @@ type creation struct {
 	ingress *networkingv1.Ingress
 	policy  *networkingv1.NetworkPolicy
 
+	// claims is the path-claim lists asked for when the carrier was
+	// created, for the desired step's first cycle.
+	claims *ingressallow.Claims
+
 	// uid is the BatchSandbox's UID once written (the owner references
 	// the compensation releases from the policy).
 	uid types.UID
@@ -386,6 +390,9 @@ func (c *creation) createIngress(ctx context.Context, prov *sandbox.Sandbox) err
 		return err
 	}
 	c.ingress = ing
+	// The path-claim lists wait for the apiserver's watch cache; asked
+	// now, that wait runs beside the BatchSandbox and the back-fill.
+	c.claims = c.o.Ingress.StartClaims(ctx, prov.ID)
 	return nil
 }
 
@@ -523,7 +530,11 @@ func (c *creation) backfillOwners(ctx context.Context, sb *sandbox.Sandbox, chec
 // either way the allowlist is this sandbox's, so a failed create removes
 // it (the compensation removes it whenever the BatchSandbox was written).
 func (c *creation) persistDesired(ctx context.Context, sb *sandbox.Sandbox, rules []v1alpha1.IngressRule) error {
-	return c.o.Ingress.Settle(ctx, sb, rules)
+	if c.claims != nil && c.ingress != nil {
+		// The lists serve the carrier as the back-fill left it.
+		c.claims.Carrier = c.ingress.ResourceVersion
+	}
+	return c.o.Ingress.Settle(ctx, sb, rules, c.claims)
 }
 
 // compensate undoes a failed create in the fail-closed order and records

@@ -21,6 +21,9 @@
 //     managed Ingress sandbox-ingress-<id> is created and its create's
 //     answer (the object as stored) checked (ingressallow's CreateCarrier;
 //     an empty U means an unrestricted sandbox: no carrier, spec §5.2.1);
+//     the path-claim lists of step 6's cycle are asked for at once
+//     (ingressallow's StartClaims), so their wait for the apiserver's
+//     watch cache runs beside steps 4 and 5;
 //  3. StepPolicy: the egress NetworkPolicy sandbox-egress-<allocationID> is
 //     created with the resolved egress set as its verified spec and its
 //     answer checked (egress's CreateVerified). Steps 2 and 3 run side by
