@@ -253,7 +253,7 @@ func (e *Engine) verify(ctx context.Context, sb *sandbox.Sandbox, name string, d
 	if f != nil {
 		return nil, f
 	}
-	list, err := e.policies(ctx, sb.Namespace, nil)
+	list, err := e.policies(ctx, sb.Namespace)
 	if err != nil {
 		return nil, &failure{code: CodeReadFailed, reason: "list NetworkPolicies: " + err.Error()}
 	}
@@ -274,20 +274,15 @@ func (e *Engine) verify(ctx context.Context, sb *sandbox.Sandbox, name string, d
 // policies lists every NetworkPolicy of the namespace, the
 // platform-labelled ones included: the managed-by label is no proof of
 // origin (a tenant can set it), so Conflicts judges every policy but the
-// sandbox's own by its selector and rules. opts, when not nil, are the
-// list's resourceVersion options (nil: a consistent read). Through
-// e.Policies when set, else through e.Client. The caller releases the
-// set.
-func (e *Engine) policies(ctx context.Context, namespace string, opts *metav1.ListOptions) (*policySet, error) {
+// sandbox's own by its selector and rules. The list is a consistent
+// read, through e.Policies when set, else through e.Client. The caller
+// releases the set.
+func (e *Engine) policies(ctx context.Context, namespace string) (*policySet, error) {
 	if e.Policies != nil {
-		return e.Policies.list(ctx, namespace, opts)
+		return e.Policies.list(ctx, namespace)
 	}
 	var list networkingv1.NetworkPolicyList
-	lo := []client.ListOption{client.InNamespace(namespace)}
-	if opts != nil {
-		lo = append(lo, &client.ListOptions{Raw: opts})
-	}
-	if err := e.Client.List(ctx, &list, lo...); err != nil {
+	if err := e.Client.List(ctx, &list, client.InNamespace(namespace)); err != nil {
 		return nil, err
 	}
 	return &policySet{items: list.Items}, nil

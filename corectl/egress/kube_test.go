@@ -705,3 +705,46 @@ func TestPolicyCreatedMeanwhileBySomeoneElse(t *testing.T) {
 		t.Fatalf("the other writer's policy was changed or deleted: %+v", np)
 	}
 }
+
+// TestCreatedStatusFindsAnEarlierConflict: the create's readiness view
+// (CreatedStatus) of the policy it has just written names a hand-written
+// policy that widens the sandbox's egress and was written before it,
+// whether the namespace's policies were asked for at the policy's write
+// (StartPolicies, as the create does) or by the view itself.
+func TestCreatedStatusFindsAnEarlierConflict(t *testing.T) {
+	for _, early := range []bool{true, false} {
+		t.Run(map[bool]string{true: "listed at the write", false: "listed by the view"}[early], func(t *testing.T) {
+			f := newFixture(t)
+			open := &networkingv1.NetworkPolicy{
+				ObjectMeta: metav1.ObjectMeta{Name: "team-allow-all", Namespace: f.ns},
+				Spec: networkingv1.NetworkPolicySpec{
+					PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "sbx"}},
+					PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+					Egress:      []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}}}}},
+				},
+			}
+			if err := env.Client.Create(ctx, open); err != nil {
+				t.Fatal(err)
+			}
+			sb, err := sandbox.Get(ctx, env.Client, f.ns, "sbx", "allocation-id")
+			if err != nil {
+				t.Fatal(err)
+			}
+			np, _, err := f.eng.CreateVerified(ctx, sb, Allowlist{Allow: prefixes(t, "10.0.0.0/8")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var pre *NamespacePolicies
+			if early {
+				pre = f.eng.StartPolicies(ctx, f.ns)
+			}
+			st, err := f.eng.CreatedStatus(ctx, sb, np, pre)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.NetworkReady || st.NotReadyReason != ReasonPolicyConflict || !slices.Equal(st.Conflicts, []string{"team-allow-all"}) {
+				t.Fatalf("CreatedStatus = %+v; want not ready, %s, naming team-allow-all", st, ReasonPolicyConflict)
+			}
+		})
+	}
+}

@@ -91,17 +91,12 @@ func (p *policySet) release() {
 	}
 }
 
-// list lists the NetworkPolicies of namespace (opts, when not nil, are
-// the list's resourceVersion options; nil: a consistent read). Errors:
+// list lists the NetworkPolicies of namespace, a consistent read. Errors:
 // the list failed (the apiserver's error, as the typed client returns
 // it), or an answer that is not protobuf does not decode as a
 // NetworkPolicyList.
-func (l *PolicyLister) list(ctx context.Context, namespace string, opts *metav1.ListOptions) (*policySet, error) {
-	req := l.rest.Get().Namespace(namespace).Resource("networkpolicies")
-	if opts != nil {
-		req = req.VersionedParams(opts, scheme.ParameterCodec)
-	}
-	body, err := req.Stream(ctx)
+func (l *PolicyLister) list(ctx context.Context, namespace string) (*policySet, error) {
+	body, err := l.rest.Get().Namespace(namespace).Resource("networkpolicies").Stream(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/sandgate/sandgate/corectl/apis/v1alpha1"
 	"github.com/sandgate/sandgate/corectl/cidr"
@@ -101,37 +100,53 @@ func (e *Engine) StatusOf(ctx context.Context, sb *sandbox.Sandbox, np *networki
 
 // CreatedStatus is StatusOf for the create orchestration, whose np it
 // has just written (the policy as the apiserver answered its write) for
-// sb, the BatchSandbox it has just created. Its reads are served by the
-// apiserver's watch cache without waiting for the store's current
-// revision, which a consistent read does: when nothing of the kind was
-// written since, that wait is the cache's next progress notification,
-// requested at most every 100 ms (kube-apiserver's
-// progressRequestPeriod), the largest single wait of a create. The
-// namespace's policies are listed not older than np (resourceVersionMatch
-// NotOlderThan: every policy written before it is seen, as a consistent
-// read issued at its write would). The pods are read from the cache as it
-// stands (resourceVersion 0): the only pods sb can have are the ones its
+// sb, the BatchSandbox it has just created. The namespace's policies are
+// a consistent read, as StatusOf's, which waits for the apiserver's watch
+// cache to reach the store's current revision (when nothing of the kind
+// was written since, the cache's next progress notification, requested
+// at most every 100 ms: kube-apiserver's progressRequestPeriod). pre, when
+// not nil, is that list asked for as soon as np was written
+// (StartPolicies), so the wait ran beside the create's next steps; nil:
+// it is asked now. The pods are read from the cache as it stands
+// (resourceVersion 0): the only pods sb can have are the ones its
 // controller made from the template since sb was written, whose labels
 // the static check of the template labels covers; a pod seen later is
-// checked by every later view. A read the apiserver refused as "too large
-// resource version" (its watch cache not there within its wait) is retried
-// once as StatusOf reads. Errors: as StatusOf's.
-func (e *Engine) CreatedStatus(ctx context.Context, sb *sandbox.Sandbox, np *networkingv1.NetworkPolicy) (*Status, error) {
-	policies := &metav1.ListOptions{ResourceVersion: np.ResourceVersion, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}
+// checked by every later view. Errors: as StatusOf's.
+func (e *Engine) CreatedStatus(ctx context.Context, sb *sandbox.Sandbox, np *networkingv1.NetworkPolicy, pre *NamespacePolicies) (*Status, error) {
 	pods := &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}}
-	st, err := e.statusOf(ctx, sb, np, policies, pods)
-	if err != nil && strings.Contains(err.Error(), "Too large resource version") {
-		// The watch cache did not reach the policy's version in time (the
-		// apiserver answers "too large resource version" after a few
-		// seconds): read consistently instead.
-		return e.StatusOf(ctx, sb, np)
-	}
-	return st, err
+	return e.statusOf(ctx, sb, np, pods, pre)
 }
 
-// statusOf is StatusOf with further options of the policies list and
-// the pods list (nil: consistent reads).
-func (e *Engine) statusOf(ctx context.Context, sb *sandbox.Sandbox, np *networkingv1.NetworkPolicy, policiesAt *metav1.ListOptions, podsAt *client.ListOptions) (*Status, error) {
+// NamespacePolicies is the list of a namespace's NetworkPolicies that a
+// create asked for as soon as it wrote its policy (StartPolicies), for
+// its readiness check (CreatedStatus).
+type NamespacePolicies struct {
+	wait func() (*policySet, error)
+}
+
+// StartPolicies asks at once for the NetworkPolicies of namespace, a
+// consistent read, for a create that has just written its policy there:
+// the list then shows every policy written before it. CreatedStatus
+// takes the answer; a create that fails first drops it.
+func (e *Engine) StartPolicies(ctx context.Context, namespace string) *NamespacePolicies {
+	type answer struct {
+		set *policySet
+		err error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		set, err := e.policies(ctx, namespace)
+		ch <- answer{set, err}
+	}()
+	return &NamespacePolicies{wait: func() (*policySet, error) {
+		a := <-ch
+		return a.set, a.err
+	}}
+}
+
+// statusOf is StatusOf with further options of the pods list (nil: a
+// consistent read) and the policies asked for already (nil: listed now).
+func (e *Engine) statusOf(ctx context.Context, sb *sandbox.Sandbox, np *networkingv1.NetworkPolicy, podsAt *client.ListOptions, pre *NamespacePolicies) (*Status, error) {
 	var podOpts []client.ListOption
 	if podsAt != nil {
 		podOpts = append(podOpts, podsAt)
@@ -191,7 +206,11 @@ func (e *Engine) statusOf(ctx context.Context, sb *sandbox.Sandbox, np *networki
 	listErr := make(chan error, 1)
 	go func() {
 		var err error
-		list, err = e.policies(ctx, namespace, policiesAt)
+		if pre != nil {
+			list, err = pre.wait()
+		} else {
+			list, err = e.policies(ctx, namespace)
+		}
 		listErr <- err
 	}()
 	sets, f := e.labelSets(ctx, sb, &np.Spec, podOpts...)

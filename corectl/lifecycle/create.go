@@ -373,8 +373,11 @@ type creation struct {
 	policy  *networkingv1.NetworkPolicy
 
 	// claims is the path-claim lists asked for when the carrier was
-	// created, for the desired step's first cycle.
-	claims *ingressallow.Claims
+	// created, for the desired step's first cycle; policies the
+	// namespace's NetworkPolicies asked for when the policy was created,
+	// for the egress readiness check.
+	claims   *ingressallow.Claims
+	policies *egress.NamespacePolicies
 
 	// uid is the BatchSandbox's UID once written (the owner references
 	// the compensation releases from the policy).
@@ -415,6 +418,10 @@ func (c *creation) createPolicy(ctx context.Context, prov *sandbox.Sandbox, set,
 		return err
 	}
 	c.policy = np
+	// The readiness check's list of the namespace's policies waits for
+	// the apiserver's watch cache; asked now, that wait runs beside the
+	// BatchSandbox and the back-fill.
+	c.policies = c.o.Egress.StartPolicies(ctx, prov.Namespace)
 	return nil
 }
 
@@ -482,7 +489,8 @@ const AnnotationTemplateID = "network.sandgate.io/template-id"
 // first error is returned.
 //
 // The egress readiness check (selector against the pods, conflicting
-// policies: two lists served by the apiserver's watch cache, see
+// policies: two lists served by the apiserver's watch cache, the
+// policies' asked for at the policy's creation, see
 // egress.Engine.CreatedStatus) reads the policy as returned at its creation:
 // the back-fill changes only owner fields, which the check does not look
 // at, so it runs beside the back-fills and on beside the desired step
@@ -493,7 +501,7 @@ const AnnotationTemplateID = "network.sandgate.io/template-id"
 func (c *creation) backfillOwners(ctx context.Context, sb *sandbox.Sandbox, check *errgroup.Group) error {
 	checked := c.policy
 	check.Go(func() error {
-		st, err := c.o.Egress.CreatedStatus(ctx, sb, checked)
+		st, err := c.o.Egress.CreatedStatus(ctx, sb, checked, c.policies)
 		if err != nil {
 			return fmt.Errorf("verify the egress policy: %w", err)
 		}
