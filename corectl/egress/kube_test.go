@@ -202,16 +202,23 @@ func TestPutChecksTheCurrentPod(t *testing.T) {
 	}
 }
 
-func TestConflictFromAHandWrittenPolicy(t *testing.T) {
-	f := newFixture(t)
-	open := &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "team-allow-all", Namespace: f.ns},
+// allowAll is a hand-written policy "team-allow-all" in namespace ns
+// that opens the egress of the fixture's sandbox pods (app=sbx) to
+// everywhere: a conflict for every sandbox policy narrower than that.
+func allowAll(ns string) *networkingv1.NetworkPolicy {
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "team-allow-all", Namespace: ns},
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "sbx"}},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
 			Egress:      []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}}}}},
 		},
 	}
+}
+
+func TestConflictFromAHandWrittenPolicy(t *testing.T) {
+	f := newFixture(t)
+	open := allowAll(f.ns)
 	if err := env.Client.Create(ctx, open); err != nil {
 		t.Fatal(err)
 	}
@@ -715,15 +722,7 @@ func TestCreatedStatusFindsAnEarlierConflict(t *testing.T) {
 	for _, early := range []bool{true, false} {
 		t.Run(map[bool]string{true: "listed at the write", false: "listed by the view"}[early], func(t *testing.T) {
 			f := newFixture(t)
-			open := &networkingv1.NetworkPolicy{
-				ObjectMeta: metav1.ObjectMeta{Name: "team-allow-all", Namespace: f.ns},
-				Spec: networkingv1.NetworkPolicySpec{
-					PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "sbx"}},
-					PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
-					Egress:      []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}}}}},
-				},
-			}
-			if err := env.Client.Create(ctx, open); err != nil {
+			if err := env.Client.Create(ctx, allowAll(f.ns)); err != nil {
 				t.Fatal(err)
 			}
 			sb, err := sandbox.Get(ctx, env.Client, f.ns, "sbx", "allocation-id")
