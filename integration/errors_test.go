@@ -90,7 +90,7 @@ var noSDKRoute = map[string]string{
 	"METHOD_NOT_ALLOWED": "a wrong method: TestRawHTTPCheckOrder",
 	"CANCELED":           "the client is gone and sees nothing: TestProcessStartOutlivesClient, testDisconnect",
 	"GATEWAY_DRAINING":   "a replica shutting down: TestDrainEndsLongStreams",
-	"PTY_ATTACHED":       "a terminal another replica's stream holds: TestPTYAttachedElsewhere (gateway/dataplane)",
+	"PTY_ATTACHED":       "a terminal another replica's stream holds, or a follower whose holding stream ended: TestPTYAttachedElsewhere, TestPTYFollowerWhenTheHolderLeaves (gateway/dataplane)",
 	"UNSUPPORTED_OPERATION": "with extended_operations every SDK call is served; without it the extended ones are not: " +
 		"TestExtendedOff, TestPTYRefusals, TestExtendedProcessErrors (gateway/dataplane)",
 	"WATCHER_NOT_FOUND": "the Python SDK's watch handle (no JS SDK call uses watchers): TestWatchers (gateway/dataplane), " +

@@ -34,7 +34,8 @@ import (
 // from any replica. Input and resizes go through the WebSocket: the one
 // this gateway process's stream holds (ptyHolds), else one opened for the
 // call and closed after it; when another replica's stream holds it, execd
-// refuses a second WebSocket (409) and the call is PTY_ATTACHED.
+// refuses a second WebSocket (409) and the call is PTY_ATTACHED. A Connect
+// while a stream of this process holds it follows that stream (followPTY).
 
 // Bounds of the PTY sessions whose WebSocket this gateway process holds
 // (a Start or Connect stream each): per sandbox and in all. A stream over
@@ -80,11 +81,12 @@ func (p *ptyHeld) observe(n int32) {
 }
 
 // ptyHolds is the registry of the PTY WebSockets this gateway process's
-// streams hold, by cluster, sandbox and pid (ptyKey). Every configuration
-// of the process shares it (Shared).
+// streams hold, by cluster, sandbox and pid (ptyKey), with the streams
+// following each (ptyHold). Every configuration of the process shares it
+// (Shared).
 type ptyHolds struct {
 	mu sync.Mutex
-	m  map[string]*execd.PTYConn
+	m  map[string]*ptyHold
 }
 
 // ptyKey is the registry key of rq's sandbox's process pid: its cluster
@@ -96,32 +98,46 @@ func ptyKey(rq *request, pid uint32) string {
 	return rq.cluster.ID + "/" + rq.sandboxID + "/" + strconv.FormatUint(uint64(pid), 10)
 }
 
-// hold registers c for key; it fails when another stream holds the key.
-func (p *ptyHolds) hold(key string, c *execd.PTYConn) bool {
+// hold registers c for key and returns its hold; nil when another stream
+// holds the key.
+func (p *ptyHolds) hold(key string, c *execd.PTYConn) *ptyHold {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.m == nil {
-		p.m = map[string]*execd.PTYConn{}
+		p.m = map[string]*ptyHold{}
 	}
 	if _, ok := p.m[key]; ok {
-		return false
+		return nil
 	}
-	p.m[key] = c
-	return true
+	h := &ptyHold{conn: c}
+	p.m[key] = h
+	return h
 }
 
-func (p *ptyHolds) release(key string, c *execd.PTYConn) {
+// release unregisters h, the hold of key, and ends its followers
+// (PTY_ATTACHED) unless its relay ended them with the shell's end.
+func (p *ptyHolds) release(key string, h *ptyHold) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.m[key] == c {
+	if p.m[key] == h {
 		delete(p.m, key)
 	}
+	p.mu.Unlock()
+	h.finish(nil)
 }
 
-func (p *ptyHolds) get(key string) *execd.PTYConn {
+// get returns the hold of key (nil: none).
+func (p *ptyHolds) get(key string) *ptyHold {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.m[key]
+}
+
+// conn returns the WebSocket the hold of key holds (nil: none).
+func (p *ptyHolds) conn(key string) *execd.PTYConn {
+	if h := p.get(key); h != nil {
+		return h.conn
+	}
+	return nil
 }
 
 // admitPTYStream takes a place among the PTY streams of rq's sandbox and
@@ -301,8 +317,8 @@ func (h *Handler) startPTY(w http.ResponseWriter, r *http.Request, rq *request, 
 		return fromExecd(err, "start process")
 	}
 	key := ptyKey(rq, pid)
-	h.shared.ptyHolds.hold(key, conn) // a fresh pid: nobody else holds it
-	defer h.shared.ptyHolds.release(key, conn)
+	hold := h.shared.ptyHolds.hold(key, conn) // a fresh pid: nobody else holds it
+	defer h.shared.ptyHolds.release(key, hold)
 	sw := connect.NewStreamWriter(w)
 	if err := sw.Send(envd.StartResponse{Event: envd.ProcessEvent{Start: &envd.StartEvent{PID: pid}}}); err != nil {
 		conn.Close()
@@ -310,7 +326,7 @@ func (h *Handler) startPTY(w http.ResponseWriter, r *http.Request, rq *request, 
 		return fail(CodeCanceled, "the client closed the stream")
 	}
 	return h.relayPTY(r, rq, sw, conn, ptyRelay{session: id, files: files, marker: []byte(m1 + m2), deadline: deadline,
-		killAtDeadline: true, keepalive: sc.keepalive, timeout: sc.timeout})
+		killAtDeadline: true, keepalive: sc.keepalive, timeout: sc.timeout, hold: hold})
 }
 
 // ptyDeadlineKill ends session id at its Start's deadline (timeout after
@@ -364,6 +380,9 @@ type ptyRelay struct {
 	killAtDeadline bool
 	timeout        time.Duration
 	keepalive      time.Duration
+	// hold is the registry's hold of the WebSocket: the output sent is
+	// handed to its followers too, and the shell's end.
+	hold *ptyHold
 }
 
 // ptyItem is one result of reading the session's WebSocket.
@@ -436,6 +455,7 @@ func (h *Handler) relayPTY(r *http.Request, rq *request, sw *connect.StreamWrite
 			return
 		}
 		_ = sw.Send(envd.StartResponse{Event: envd.ProcessEvent{Data: &envd.DataEvent{PTY: b}}})
+		o.hold.publish(b)
 		ka.Reset(o.keepalive)
 	}
 	for {
@@ -467,6 +487,7 @@ func (h *Handler) relayPTY(r *http.Request, rq *request, sw *connect.StreamWrite
 					st, err := h.deps.Execd.PTYStatus(ctx, rq.target, o.session)
 					if execd.IsNotFound(err) {
 						h.ptyEnded(ctx, rq, o.session, o.files)
+						o.hold.finish(ptyEnd(-1))
 						_ = sw.Send(envd.StartResponse{Event: envd.ProcessEvent{End: ptyEnd(-1)}})
 						_ = sw.Close(nil)
 						return nil
@@ -490,6 +511,7 @@ func (h *Handler) relayPTY(r *http.Request, rq *request, sw *connect.StreamWrite
 				}
 			case execd.PTYExit:
 				h.ptyEnded(ctx, rq, o.session, o.files)
+				o.hold.finish(ptyEnd(f.ExitCode))
 				_ = sw.Send(envd.StartResponse{Event: envd.ProcessEvent{End: ptyEnd(f.ExitCode)}})
 				_ = sw.Close(nil)
 				return nil
@@ -538,8 +560,8 @@ func (h *Handler) connectPTY(w http.ResponseWriter, r *http.Request, rq *request
 	}
 	defer release()
 	key := ptyKey(rq, rec.PID)
-	if h.shared.ptyHolds.get(key) != nil {
-		return ptyAttached(rec.PID, "a stream through this gateway")
+	if hold := h.shared.ptyHolds.get(key); hold != nil {
+		return h.followPTY(w, r, rec.PID, hold, call)
 	}
 	st, err := h.deps.Execd.PTYStatus(ctx, rq.target, rec.PTY)
 	if execd.IsNotFound(err) || err == nil && !st.Running {
@@ -555,11 +577,13 @@ func (h *Handler) connectPTY(w http.ResponseWriter, r *http.Request, rq *request
 	if err != nil {
 		return fromExecd(err, "connect process")
 	}
-	if !h.shared.ptyHolds.hold(key, conn) {
+	hold := h.shared.ptyHolds.hold(key, conn)
+	if hold == nil {
+		// Another stream of this process took it meanwhile.
 		conn.Close()
 		return ptyAttached(rec.PID, "a stream through this gateway")
 	}
-	defer h.shared.ptyHolds.release(key, conn)
+	defer h.shared.ptyHolds.release(key, hold)
 	sw := connect.NewStreamWriter(w)
 	if err := sw.Send(envd.ConnectResponse{Event: envd.ProcessEvent{Start: &envd.StartEvent{PID: rec.PID}}}); err != nil {
 		conn.Close()
@@ -570,7 +594,7 @@ func (h *Handler) connectPTY(w http.ResponseWriter, r *http.Request, rq *request
 		deadline = time.Now().Add(call.timeout)
 	}
 	return h.relayPTY(r, rq, sw, conn, ptyRelay{session: rec.PTY, files: h.procFiles(rec.PID), deadline: deadline,
-		keepalive: call.keepalive, timeout: call.timeout})
+		keepalive: call.keepalive, timeout: call.timeout, hold: hold})
 }
 
 // ptyReleaseWaits are the pauses between attempts at a session's
@@ -610,7 +634,7 @@ func ptyAttached(pid uint32, who string) *Error {
 // a ping sent after act (execd handles a connection's frames in order, so
 // act's frames were handled).
 func (h *Handler) ptyAct(ctx context.Context, rq *request, rec procRecord, what string, act func(*execd.PTYConn) error) *Error {
-	if c := h.shared.ptyHolds.get(ptyKey(rq, rec.PID)); c != nil {
+	if c := h.shared.ptyHolds.conn(ptyKey(rq, rec.PID)); c != nil {
 		if err := act(c); err != nil {
 			return fromExecd(err, what)
 		}
@@ -738,7 +762,7 @@ func (h *Handler) ptySignal(ctx context.Context, rq *request, rec procRecord, si
 	if err != nil {
 		return fromExecd(err, "send signal")
 	}
-	if h.shared.ptyHolds.get(ptyKey(rq, rec.PID)) == nil {
+	if h.shared.ptyHolds.conn(ptyKey(rq, rec.PID)) == nil {
 		h.removeProcFiles(ctx, rq.target, h.procFiles(rec.PID))
 	}
 	return nil

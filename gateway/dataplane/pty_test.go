@@ -619,3 +619,128 @@ func TestPTYBackpressure(t *testing.T) {
 		t.Fatalf("a stream held %d frames read and not yet relayed, want at most 2", maxHeld)
 	}
 }
+
+// TestPTYConnectFollowsTheHoldingStream: a Connect to a terminal whose
+// WebSocket a Start stream of this gateway holds follows that stream, as
+// envd lets several streams follow one terminal (before, it was
+// PTY_ATTACHED: execd allows one WebSocket per terminal): both streams
+// carry the output written after the Connect, and both end with the
+// shell's end event.
+func TestPTYConnectFollowsTheHoldingStream(t *testing.T) {
+	e := newTestEnv(t, extended)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, r := e.openStream(ctx, "Start", ptyStartMsg(80, 24), nil)
+	_, start := nextEvent(t, r, "start")
+	pid := uint32(start["pid"].(float64))
+	ptyOutput(t, r, "ready\n")
+	_, cr := e.openStream(ctx, "Connect", fmt.Sprintf(`{"process":{"pid":%d}}`, pid), nil)
+	if k, s := nextEvent(t, cr, "start"); k != "start" || s["pid"] != float64(pid) {
+		t.Fatalf("connect: %s %v", k, s)
+	}
+	if resp, body := ptyInput(e, pid, "a\n"); resp.StatusCode != 200 {
+		t.Fatalf("input: %d %s", resp.StatusCode, body)
+	}
+	e.waitOutcome()
+	ptyOutput(t, r, "got:a\n")
+	if out := ptyOutput(t, cr, "got:a\n"); strings.Contains(out, "ready") {
+		t.Fatalf("the follower got output from before its Connect: %q", out)
+	}
+	ptyInput(e, pid, "exit 3\n")
+	e.waitOutcome()
+	for name, rd := range map[string]*bufio.Reader{"Start": r, "Connect": cr} {
+		if kind, end := nextEvent(t, rd, "end"); kind != "end" || end["status"] != "exit status 3" {
+			t.Fatalf("%s: end %s %v", name, kind, end)
+		}
+		if k, eos := nextEvent(t, rd); k != "eos" || len(eos) != 0 {
+			t.Fatalf("%s after end: %s %v", name, k, eos)
+		}
+	}
+	for range 2 {
+		if o := e.waitOutcome(); o.Code != "" {
+			t.Fatalf("outcome %+v", o)
+		}
+	}
+}
+
+// TestPTYFollowerWhenTheHolderLeaves: when the stream that holds the
+// terminal ends first (its client left), a stream that followed it ends
+// with PTY_ATTACHED saying to connect again, the terminal keeps running,
+// and a Connect then holds it and carries its output.
+func TestPTYFollowerWhenTheHolderLeaves(t *testing.T) {
+	e := newTestEnv(t, extended)
+	hctx, leave := context.WithCancel(context.Background())
+	_, r := e.openStream(hctx, "Start", ptyStartMsg(80, 24), nil)
+	_, start := nextEvent(t, r, "start")
+	pid := uint32(start["pid"].(float64))
+	ptyOutput(t, r, "ready\n")
+	_, fr := e.openStream(context.Background(), "Connect", fmt.Sprintf(`{"process":{"pid":%d}}`, pid), nil)
+	nextEvent(t, fr, "start")
+	leave()
+	if k, eos := nextEvent(t, fr); k != "eos" || !strings.Contains(fmt.Sprint(eos), "PTY_ATTACHED") ||
+		!strings.Contains(fmt.Sprint(eos), "connect again") {
+		t.Fatalf("the follower after its holder left: %s %v", k, eos)
+	}
+	codes := map[Code]bool{}
+	for range 2 {
+		codes[e.waitOutcome().Code] = true
+	}
+	if !codes[CodeCanceled] || !codes[CodePTYAttached] {
+		t.Fatalf("outcomes %v, want the holder's CANCELED and the follower's PTY_ATTACHED", codes)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, cr := e.openStream(ctx, "Connect", fmt.Sprintf(`{"process":{"pid":%d}}`, pid), nil)
+	nextEvent(t, cr, "start")
+	ptyInput(e, pid, "b\n")
+	e.waitOutcome()
+	ptyOutput(t, cr, "got:b\n")
+	ptyInput(e, pid, "exit 0\n")
+	e.waitOutcome()
+	if kind, end := nextEvent(t, cr, "end"); kind != "end" || end["status"] != "exit status 0" {
+		t.Fatalf("end %s %v", kind, end)
+	}
+}
+
+// TestPTYFollowerBounded: output waiting for a follower's client is
+// bounded (maxPTYFollowerBytes); a follower that would go over it is ended
+// with PTY_ATTACHED ("fell behind") after what it had queued, and the
+// holding stream never waits for it.
+func TestPTYFollowerBounded(t *testing.T) {
+	hold := &ptyHold{}
+	slow, quick := hold.follow(), hold.follow()
+	piece := make([]byte, 64<<10)
+	for i := 0; i < maxPTYFollowerBytes/len(piece); i++ {
+		hold.publish(piece)
+		if out, ended, _, _ := quick.take(); ended || len(out) != 1 {
+			t.Fatalf("the quick follower after piece %d: ended %v, %d pieces", i, ended, len(out))
+		}
+	}
+	if _, ended, _, _ := slow.take(); ended {
+		t.Fatal("the slow follower ended at the bound, not over it")
+	}
+	for i := 0; i <= maxPTYFollowerBytes/len(piece); i++ { // the last one over the bound
+		hold.publish(piece)
+		quick.take()
+	}
+	out, ended, end, err := slow.take()
+	if !ended || end != nil || err == nil || err.Code != CodePTYAttached || !strings.Contains(err.Error(), "behind") {
+		t.Fatalf("the slow follower: ended %v, end %v, err %v", ended, end, err)
+	}
+	if n := len(out) * len(piece); n > maxPTYFollowerBytes {
+		t.Fatalf("the slow follower held %d bytes, over %d", n, maxPTYFollowerBytes)
+	}
+	hold.mu.Lock()
+	_, kept := hold.followers[slow]
+	hold.mu.Unlock()
+	if kept {
+		t.Fatal("the ended follower still follows")
+	}
+	hold.finish(ptyEnd(0))
+	if _, ended, end, _ := quick.take(); !ended || end == nil || end.Status != "exit status 0" {
+		t.Fatalf("the quick follower after the shell's end: ended %v, end %v", ended, end)
+	}
+	if hold.follow() != nil {
+		t.Fatal("a follower was taken after the relay was over")
+	}
+}

@@ -349,7 +349,7 @@ const scenarios = {
   },
 
   // A terminal (extended_operations): pty.create as a web terminal makes
-  // it, input (echo hi), a resize that stty size then shows, the shell's
+  // it, input (echo hi), a pty.connect beside it that sees what follows, a resize that stty size then shows, the shell's
   // uid, pty.kill (true, then false), and wait() after the kill.
   async pty(sbx) {
     const out = {}
@@ -357,6 +357,19 @@ const scenarios = {
     out.pid = h.pid
     out.list = await attempt(async () => (await sbx.commands.list()).filter((p) => p.pid === h.pid).map((p) => ({ cmd: p.cmd, args: p.args })))
     out.hi = await attempt(async () => (await input('echo hi\n'), await waitFor(/[\r\n]hi\r\n/)) !== null)
+    // A second stream following the terminal: pty.connect while the
+    // create's handle still streams it; both get what the shell writes
+    // from then on, and the follower's disconnect leaves the terminal be.
+    out.follow = await attempt(async () => {
+      const seen = []
+      const dec = new TextDecoder()
+      const f = await sbx.pty.connect(h.pid, { onData: (d) => seen.push(dec.decode(d, { stream: true })) })
+      await input('echo both\n')
+      await waitFor(/[\r\n]both\r\n/)
+      for (let i = 0; i < 500 && !/[\r\n]both\r\n/.test(seen.join('')); i++) await new Promise((r) => setTimeout(r, 20))
+      await f.disconnect()
+      return /[\r\n]both\r\n/.test(seen.join(''))
+    })
     out.sizeBefore = await attempt(async () => (await input('stty size\n'), await waitFor(/[\r\n](\d+ \d+)\r\n/))[1])
     out.resize = await attempt(() => sbx.pty.resize(h.pid, { cols: 100, rows: 30 }))
     out.sizeAfter = await attempt(async () => (await input('stty size\n'), await waitFor(/[\r\n](30 100)\r\n/))[1])

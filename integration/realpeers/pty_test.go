@@ -18,15 +18,16 @@ import (
 
 // ptyResult is what sdk.mjs's "pty" scenario prints.
 type ptyResult struct {
-	PID                                     uint32
-	List, Hi, SizeBefore, Resize, SizeAfter sdkAttempt
-	UID, Kill, Wait, KillAgain              sdkAttempt
-	Output                                  string
+	PID                                             uint32
+	List, Hi, Follow, SizeBefore, Resize, SizeAfter sdkAttempt
+	UID, Kill, Wait, KillAgain                      sdkAttempt
+	Output                                          string
 }
 
 // TestPTYAgainstTheRealExecd drives a terminal as a web terminal does
 // with the JS SDK 2.51 (sdk.mjs "pty": pty.create, sendInput of
-// `echo hi`, resize and `stty size`, the shell's uid, kill), through the
+// `echo hi`, a pty.connect beside the create's stream that gets what
+// follows, resize and `stty size`, the shell's uid, kill), through the
 // gateway with extended_operations and the real Ingress, against each
 // real execd version: as execd's own identity (no user mapped), as the
 // SDK user "user" mapped to uid 1000 (the shell then runs through
@@ -87,6 +88,7 @@ func TestPTYAgainstTheRealExecd(t *testing.T) {
 			"E2B_PACKAGE=e2b-2.51.0", "SANDBOX_ID="+id)
 		wantValue(t, "commands.list() (the terminal)", r.List, []any{map[string]any{"cmd": "/bin/bash", "args": []any{"-i", "-l"}}})
 		wantValue(t, "echo hi in onData", r.Hi, true)
+		wantValue(t, "echo both in a pty.connect beside the create's stream", r.Follow, true)
 		wantValue(t, "stty size at create", r.SizeBefore, "24 80")
 		wantResizedAndKilled(t, r.Resize, r.SizeAfter, r.Kill, r.Wait, "CommandExitError")
 		wantValue(t, "id -u", r.UID, gw.uid)
