@@ -140,7 +140,8 @@ http://{{ADDR}} {
 	}
 	for _, bound := range []string{"max_requests_per_credential", "max_requests", "max_upstream_calls_per_sandbox",
 		"max_upstream_calls", "max_process_calls_per_credential", "large_lines_per_sandbox", "large_lines",
-		"pty_streams_per_sandbox", "pty_streams", "watch_streams_per_sandbox", "watch_streams", "watchers_per_sandbox", "stdin_writes_per_sandbox", "stdin_writes"} {
+		"pty_streams_per_sandbox", "pty_streams", "watch_streams_per_sandbox", "watch_streams_per_credential", "watch_streams", "watchers_per_sandbox",
+		"stdin_writes_per_sandbox", "stdin_writes_per_credential", "stdin_writes"} {
 		want := 0.0
 		if bound == "max_requests_per_credential" {
 			want = float64(busy)

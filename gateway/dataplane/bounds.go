@@ -27,8 +27,9 @@ func NewRequestCounts() *admission.Limiter { return admission.NewCounts() }
 // deferCleanup), the PTY kills waiting for their Start's deadline
 // (maxPTYDeadlineKills, maxPTYDeadlineKillsPerCredential; ptyDeadlineKill),
 // the PTY streams (maxPTYStreams, maxPTYStreamsPerSandbox), the directory
-// watches (maxWatchStreams, maxWatchStreamsPerSandbox), the stdin writes
-// (maxStdinWrites, maxStdinWritesPerSandbox) and the large output lines
+// watches (maxWatchStreams, maxWatchStreamsPerSandbox,
+// maxWatchStreamsPerCredential), the stdin writes (maxStdinWrites,
+// maxStdinWritesPerSandbox, maxStdinWritesPerCredential) and the large output lines
 // (maxLargeLines, maxLargeLinesPerSandbox). A Handler built
 // without one has its own, so a reload that replaced it would give every
 // tenant a second full bound and hide the held terminals from the new
@@ -36,8 +37,11 @@ func NewRequestCounts() *admission.Limiter { return admission.NewCounts() }
 type Shared struct {
 	cleanups, largeLines, ptyStreams, ptyKills *admission.Limiter
 	watchStreams, stdinWrites                  *admission.Limiter
-	ptyHolds                                   *ptyHolds
-	ptyHeld                                    *ptyHeld
+	// watchCreds and stdinCreds count the same watches and writes by
+	// credential.
+	watchCreds, stdinCreds *admission.Limiter
+	ptyHolds               *ptyHolds
+	ptyHeld                *ptyHeld
 }
 
 // NewShared returns an empty Shared.
@@ -49,6 +53,8 @@ func NewShared() *Shared {
 		ptyKills:     admission.New(maxPTYDeadlineKills, maxPTYDeadlineKillsPerCredential),
 		watchStreams: admission.New(maxWatchStreams, maxWatchStreamsPerSandbox),
 		stdinWrites:  admission.New(maxStdinWrites, maxStdinWritesPerSandbox),
+		watchCreds:   admission.New(maxWatchStreams, maxWatchStreamsPerCredential),
+		stdinCreds:   admission.New(maxStdinWrites, maxStdinWritesPerCredential),
 		ptyHolds:     &ptyHolds{},
 		ptyHeld:      &ptyHeld{},
 	}

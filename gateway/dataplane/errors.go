@@ -289,6 +289,10 @@ const (
 	// BoundWatchStreams: the directory watches open at this gateway
 	// process (256; fixed, no directive).
 	BoundWatchStreams Bound = "watch_streams"
+	// BoundWatchStreamsPerCredential: the credential's directory watches
+	// open at this gateway process, over all its sandboxes (64; fixed, no
+	// directive), so one tenant cannot take all of watch_streams.
+	BoundWatchStreamsPerCredential Bound = "watch_streams_per_credential"
 	// BoundWatchersPerSandbox: the directory watchers (CreateWatcher) a
 	// sandbox holds, counted in the sandbox (64; fixed, no directive).
 	BoundWatchersPerSandbox Bound = "watchers_per_sandbox"
@@ -296,6 +300,10 @@ const (
 	// at this gateway process (one at a time, in the order they came;
 	// fixed, no directive).
 	BoundStdinWritesPerSandbox Bound = "stdin_writes_per_sandbox"
+	// BoundStdinWritesPerCredential: the credential's stdin writes in
+	// progress at this gateway process, over all its sandboxes (8; fixed,
+	// no directive), so one tenant cannot take all of stdin_writes.
+	BoundStdinWritesPerCredential Bound = "stdin_writes_per_credential"
 	// BoundStdinWrites: the stdin writes in progress at this gateway
 	// process (32; fixed, no directive).
 	BoundStdinWrites Bound = "stdin_writes"
@@ -304,7 +312,8 @@ const (
 // Bounds lists every Bound, for a metric's label values.
 var Bounds = []Bound{BoundRequestsPerCredential, BoundRequests, BoundUpstreamCallsPerSandbox, BoundUpstreamCalls,
 	BoundProcessCallsPerCredential, BoundLargeLinesPerSandbox, BoundLargeLines, BoundPTYStreamsPerSandbox, BoundPTYStreams,
-	BoundWatchStreamsPerSandbox, BoundWatchStreams, BoundWatchersPerSandbox, BoundStdinWritesPerSandbox, BoundStdinWrites}
+	BoundWatchStreamsPerSandbox, BoundWatchStreamsPerCredential, BoundWatchStreams, BoundWatchersPerSandbox,
+	BoundStdinWritesPerSandbox, BoundStdinWritesPerCredential, BoundStdinWrites}
 
 // busy is GATEWAY_BUSY at bound b with msg.
 func busy(b Bound, msg string) *Error { return &Error{Code: CodeGatewayBusy, Message: msg, bound: b} }

@@ -41,10 +41,15 @@ import (
 // 128 KiB: chunks of stdinChunkBytes escaped bytes). A write blocks while
 // the FIFO is full (64 KiB in Linux) and the command does not read, as a
 // write to envd's pipe does, until execd's deadline for the script
-// (execd.Shell's 60 s). Both scripts open the FIFO read-write, which never
-// waits for a reader, and only once they have checked it is a FIFO: the
-// process directory is execd's identity's (outputScript), so only that
-// identity could swap it.
+// (execd.Shell's 60 s). The write script opens the FIFO read-write first,
+// which never waits for a reader, then write-only, and closes the
+// read-write one, so that it is no reader itself: once the command, its
+// wrapper and the holder are gone (a kill or execd's timeout ends their
+// whole process group, the wrapper's drain with them), a write blocked in
+// the full FIFO fails at once (EPIPE) instead of waiting for the deadline.
+// The close script opens it read-write. Both open it only once they have
+// checked it is a FIFO: the process directory is execd's identity's
+// (outputScript), so only that identity could swap it.
 
 // wrapFor is the background wrapper of a process with files f: with a
 // stdin when f.stdin is set.
@@ -78,10 +83,14 @@ func wrapBackgroundStdin(line string, f procFiles, cwd string) string {
 }
 
 // stdinWriteScript writes the printf format $3 to the FIFO $1 while the
-// FIFO $2 (the holder's) exists; exit 4 when either is gone or not a FIFO
-// (the stdin was closed, or the process's files removed).
+// FIFO $2 (the holder's) exists, as a writer only; exit 4 when either is
+// gone or not a FIFO (the stdin was closed, or the process's files
+// removed), 5 when the FIFO has no reader left (the process ended).
 const stdinWriteScript = `[ -p "$1" ] && [ -p "$2" ] || exit 4
-printf "$3" 1<>"$1" || exit 1
+trap '' PIPE
+exec 3<>"$1" || exit 1
+exec 1>"$1" 3<&- || exit 1
+printf "$3" || exit 5
 `
 
 // stdinCloseScript ends the holder of a process's stdin by writing a line
@@ -92,14 +101,17 @@ printf '\n' 1<>"$1" || exit 1
 rm -f -- "$1"
 `
 
-// maxStdinWrites and maxStdinWritesPerSandbox bound the SendInput stdin
-// writes in progress at a gateway process, in all and per sandbox. A write
-// holds no answer slot (it may wait a minute on a command that does not
-// read), but it holds its message (up to MaxMessageBytes, 4 MiB by
-// default): 32 of them, 128 MiB at most.
+// maxStdinWrites, maxStdinWritesPerSandbox and maxStdinWritesPerCredential
+// bound the SendInput stdin writes in progress at a gateway process, in
+// all, per sandbox and per credential (so one tenant's writes to commands
+// that do not read cannot hold every place for a minute). A write holds no
+// answer slot (it may wait a minute on a command that does not read), but
+// it holds its message (up to MaxMessageBytes, 4 MiB by default): 32 of
+// them, 128 MiB at most.
 const (
-	maxStdinWrites           = 32
-	maxStdinWritesPerSandbox = 1
+	maxStdinWrites              = 32
+	maxStdinWritesPerSandbox    = 1
+	maxStdinWritesPerCredential = 8
 )
 
 // stdinChunkBytes bounds the escaped text of one stdinWriteScript (bytes):
@@ -115,7 +127,9 @@ const stdinChunkBytes = 60 << 10
 // builtins, coreutils) reads as that byte, NUL included. "-" is escaped
 // too: a format that starts with it is read as an option by bash's and
 // dash's printf, which then fail ("invalid option"), and a chunk of the
-// input may start anywhere.
+// input may start anywhere. So is "'": execd.Shell single-quotes the
+// format, where each "'" takes 4 bytes ('\”), so escaped as 4 bytes here
+// it keeps a chunk's quoted text within its 4-bytes-a-byte budget.
 func appendPrintfFormat(dst, b []byte) []byte {
 	for _, c := range b {
 		switch {
@@ -123,7 +137,7 @@ func appendPrintfFormat(dst, b []byte) []byte {
 			dst = append(dst, '%', '%')
 		case c == '\\':
 			dst = append(dst, '\\', '\\')
-		case c >= 0x20 && c < 0x7f && c != '-':
+		case c >= 0x20 && c < 0x7f && c != '-' && c != '\'':
 			dst = append(dst, c)
 		default:
 			dst = append(dst, '\\', '0'+c>>6, '0'+c>>3&7, '0'+c&7)
@@ -195,6 +209,18 @@ func (h *Handler) sendStdin(w http.ResponseWriter, r *http.Request, rq *request,
 	// stdin bound instead (maxStdinWrites; one at a time per sandbox, so
 	// two calls' bytes do not interleave), its scripts' small answers
 	// read without a slot.
+	releaseCred, why := h.shared.stdinCreds.Acquire(ctx, rq.cred.ID, h.cfg.UpstreamWait)
+	switch {
+	case why != admission.Admitted && ctx.Err() != nil:
+		return fail(CodeCanceled, "the client went away while the stdin write waited for its turn")
+	case why == admission.KeyFull:
+		return busy(BoundStdinWritesPerCredential, "this credential had "+strconv.Itoa(maxStdinWritesPerCredential)+
+			" stdin writes in progress for "+h.cfg.UpstreamWait.String()+" (are their processes reading their stdin?); retry when some have finished")
+	case why == admission.GlobalFull:
+		return busy(BoundStdinWrites, "the gateway had "+strconv.Itoa(maxStdinWrites)+" stdin writes in progress for "+
+			h.cfg.UpstreamWait.String()+"; retry shortly")
+	}
+	defer releaseCred()
 	release, why := h.shared.stdinWrites.Acquire(ctx, rq.sandboxID, h.cfg.UpstreamWait)
 	switch {
 	case why != admission.Admitted && ctx.Err() != nil:
@@ -213,6 +239,18 @@ func (h *Handler) sendStdin(w http.ResponseWriter, r *http.Request, rq *request,
 	wt := rq.target
 	wt.Admit = nil
 	f := h.recordFiles(rec)
+	// ended is the answer when the FIFOs or their readers went between
+	// two scripts or during one: closed, or the process ended (its
+	// files then removed at the next List).
+	ended := func() *Error {
+		if _, e := h.stdinRecord(ctx, rq, req.Process); e != nil {
+			if e.Code == CodeProcessNotFound {
+				e = fail(CodeProcessNotFound, "process with pid "+strconv.FormatUint(uint64(rec.PID), 10)+" ended while its stdin was written")
+			}
+			return e
+		}
+		return errStdinUnavailable(rec.PID)
+	}
 	buf := make([]byte, 0, stdinChunkBytes)
 	rest := req.Input.Stdin
 	// At least one script, which checks that the stdin is open.
@@ -223,16 +261,8 @@ func (h *Handler) sendStdin(w http.ResponseWriter, r *http.Request, rq *request,
 		switch {
 		case err != nil:
 			return fromExecd(err, "send stdin")
-		case res.ExitCode == 4 && !first:
-			// The FIFOs went between two scripts: closed, or removed with
-			// the process's files once it ended.
-			if _, e := h.stdinRecord(ctx, rq, req.Process); e != nil {
-				if e.Code == CodeProcessNotFound {
-					e = fail(CodeProcessNotFound, "process with pid "+strconv.FormatUint(uint64(rec.PID), 10)+" ended while its stdin was written")
-				}
-				return e
-			}
-			return errStdinUnavailable(rec.PID)
+		case res.ExitCode == 4 && !first, res.ExitCode == 5:
+			return ended()
 		case res.ExitCode == 4:
 			return errStdinUnavailable(rec.PID)
 		case res.ExitCode != 0:

@@ -17,6 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/sandgate/sandgate/gateway/admission"
+	"github.com/sandgate/sandgate/gateway/execd"
 	"github.com/sandgate/sandgate/integration/execdstub"
 )
 
@@ -262,7 +266,7 @@ func unescapePrintf(f []byte) (out []byte, ok bool) {
 			default:
 				return nil, false
 			}
-		case c < 0x20 || c >= 0x7f || c == '-':
+		case c < 0x20 || c >= 0x7f || c == '-' || c == '\'':
 			return nil, false
 		default:
 			out = append(out, c)
@@ -273,10 +277,11 @@ func unescapePrintf(f []byte) (out []byte, ok bool) {
 
 // FuzzStdinChunks: whatever the input, its chunks are in order, each within
 // stdinChunkBytes and none empty, made only of printable ASCII without "-"
-// (a shell word, an argument with no NUL, never read as an option), and
+// and "'" (a shell word, an argument with no NUL, never read as an option,
+// single-quoted by execd.Shell at two bytes more), and
 // read back as printf reads them they are the input.
 func FuzzStdinChunks(f *testing.F) {
-	for _, s := range []string{"", "a", "-x", "%s\\n", "\x00\xff\x7f\x1f", strings.Repeat("\xfe", stdinChunkBytes/4+1)} {
+	for _, s := range []string{"", "a", "-x", "%s\\n", "\x00\xff\x7f\x1f", strings.Repeat("\xfe", stdinChunkBytes/4+1), strings.Repeat("'", stdinChunkBytes)} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -287,6 +292,9 @@ func FuzzStdinChunks(f *testing.F) {
 			c, rest = nextStdinChunk(buf, rest)
 			if len(c) == 0 || len(c) > stdinChunkBytes {
 				t.Fatalf("chunk of %d bytes", len(c))
+			}
+			if q := execd.Quote(string(c)); len(q) > stdinChunkBytes+2 {
+				t.Fatalf("a chunk of %d bytes is %d bytes single-quoted", len(c), len(q))
 			}
 			part, ok := unescapePrintf(c)
 			if !ok {
@@ -369,5 +377,113 @@ func TestStdinWriteHoldsNoUpstreamSlot(t *testing.T) {
 	}
 	if kind, _ := next("end"); kind != "end" {
 		t.Fatalf("after kill: %s", kind)
+	}
+}
+
+// TestStdinSingleQuotes: input made of single quotes arrives as sent. Each
+// "'" is escaped (4 bytes) like the other bytes that need it: kept as
+// itself, execd.Shell's quoting made it 4 bytes ('\”) within a chunk
+// budgeted at 1, so 40 KiB of them became one shell argument over Linux's
+// 128 KiB, the script could not run, and SendInput failed (EXECD_PROTOCOL).
+func TestStdinSingleQuotes(t *testing.T) {
+	e := newTestEnv(t, extended)
+	pid, next := stdinStart(t, e, "sha256sum | cut -d' ' -f1", true)
+	b := bytes.Repeat([]byte("'"), 40<<10)
+	if code, body := sendStdin(e, pid, b); code != 200 {
+		t.Fatalf("SendInput of %d single quotes: %d %s", len(b), code, body)
+	}
+	if code, body := closeStdin(e, pid); code != 200 {
+		t.Fatalf("CloseStdin: %d %s", code, body)
+	}
+	sum := sha256.Sum256(b)
+	if kind, ev := next("data", "end"); kind != "data" || b64(t, ev["stdout"]) != hex.EncodeToString(sum[:])+"\n" {
+		t.Fatalf("%s %v, want the input's sha256 %x", kind, ev, sum)
+	}
+}
+
+// TestStdinWriteEndsWithItsProcess: a stdin write waiting on a command that
+// does not read (more than the FIFO holds) ends when the command is killed,
+// PROCESS_NOT_FOUND ("ended while its stdin was written"). The kill ends
+// the command's whole process group, the wrapper's drain and the holder
+// with it; the write script is a writer only, so its write fails at once
+// with no reader left. Before, it had opened the FIFO read-write, was a
+// reader itself, and waited for execd's 60 s deadline, holding the
+// sandbox's one stdin write meanwhile, then failed EXECD_FAILED.
+func TestStdinWriteEndsWithItsProcess(t *testing.T) {
+	e := newTestEnv(t, extended)
+	pid, next := stdinStart(t, e, "sleep 30", true)
+	type answer struct {
+		code int
+		body string
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, body := e.processCall("SendInput", fmt.Sprintf(`{"process":{"pid":%d},"input":{"stdin":%q}}`, pid,
+			base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("z"), 300<<10))))
+		done <- answer{resp.StatusCode, string(body)}
+	}()
+	// The first script's bytes fill the FIFO: the next script waits on it
+	// (or is about to) when the command is killed.
+	fifo := e.hostPath(e.handler.procFiles(pid).in)
+	e.waitFor("the first script's bytes in the FIFO", func() bool { return fifoHolds(t, fifo) >= stdinChunkBytes })
+	resp, body := e.processCall("SendSignal", fmt.Sprintf(`{"process":{"pid":%d},"signal":"SIGNAL_SIGKILL"}`, pid))
+	if resp.StatusCode != 200 {
+		t.Fatalf("SendSignal: %d %s", resp.StatusCode, body)
+	}
+	e.waitOutcome()
+	if kind, _ := next("end"); kind != "end" {
+		t.Fatalf("after the kill: %s", kind)
+	}
+	a := <-done
+	e.waitOutcome()
+	if a.code != 404 || !strings.Contains(a.body, "PROCESS_NOT_FOUND") || !strings.Contains(a.body, "ended while its stdin was written") {
+		t.Fatalf("the write waiting on the killed command: %d %s", a.code, a.body)
+	}
+}
+
+// fifoHolds is how many bytes the FIFO at the host path p holds, read
+// without waiting (a reader open for the moment of the question).
+func fifoHolds(t *testing.T, p string) int {
+	t.Helper()
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	n, err := unix.IoctlGetInt(fd, unix.TIOCINQ) // FIONREAD
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestStdinWritesPerCredential: a credential's stdin writes in progress
+// are bounded over all its sandboxes (maxStdinWritesPerCredential; 1
+// here), so one tenant's writes to commands that do not read cannot hold
+// every place of the gateway's (maxStdinWrites) for a minute: its next
+// write waits upstream_wait and is GATEWAY_BUSY at
+// stdin_writes_per_credential. Before, only the sandbox and the gateway
+// were counted.
+func TestStdinWritesPerCredential(t *testing.T) {
+	e := newTestEnv(t, extended, func(c *Config, _ *execdstub.Config) { c.UpstreamWait = 200 * time.Millisecond })
+	e.handler.shared.stdinCreds = admission.New(maxStdinWrites, 1)
+	pid, next := stdinStart(t, e, "sleep 30", true)
+	done := make(chan int, 1)
+	go func() {
+		resp, _ := e.processCall("SendInput", fmt.Sprintf(`{"process":{"pid":%d},"input":{"stdin":%q}}`, pid,
+			base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("z"), 300<<10))))
+		done <- resp.StatusCode
+	}()
+	e.waitFor("the first write in progress", func() bool { all, _ := e.handler.shared.stdinCreds.Held("cred-a"); return all == 1 })
+	code, body := sendStdin(e, pid, []byte("x"))
+	if code != 503 || !strings.Contains(body, "GATEWAY_BUSY") || !strings.Contains(body, "this credential had") {
+		t.Fatalf("a second write of the credential: %d %s", code, body)
+	}
+	if resp, body := e.processCall("SendSignal", fmt.Sprintf(`{"process":{"pid":%d},"signal":"SIGNAL_SIGKILL"}`, pid)); resp.StatusCode != 200 {
+		t.Fatalf("SendSignal: %d %s", resp.StatusCode, body)
+	}
+	next("end")
+	if c := <-done; c != 404 {
+		t.Fatalf("the first write after the kill: %d", c)
 	}
 }

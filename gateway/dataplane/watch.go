@@ -40,10 +40,13 @@ const (
 	watchPollMax = time.Second
 	// watchRecursiveDepth is how deep a recursive watch lists.
 	watchRecursiveDepth = 32
-	// maxWatchStreamsPerSandbox and maxWatchStreams bound the WatchDir
-	// streams open at a gateway process, per sandbox and in all.
-	maxWatchStreamsPerSandbox = 8
-	maxWatchStreams           = 256
+	// maxWatchStreamsPerSandbox, maxWatchStreamsPerCredential and
+	// maxWatchStreams bound the WatchDir streams open at a gateway
+	// process, per sandbox, per credential and in all: a tenant's watches
+	// hold their listings between polls, outside any upstream slot.
+	maxWatchStreamsPerSandbox    = 8
+	maxWatchStreamsPerCredential = 64
+	maxWatchStreams              = 256
 )
 
 // watchEntry is what a listing says of one entry, for comparing two.
@@ -68,7 +71,10 @@ func (h *Handler) watchSnapshot(ctx context.Context, rq *request, dir string, de
 		if !ok || name == "" {
 			continue // not under dir: not the listing's to report
 		}
-		snap[name] = watchEntry{dir: fi.Type == execd.TypeDirectory, size: fi.Size, modified: fi.ModifiedAt, mode: fi.Mode}
+		// A copy: the name is a part of the path, which may share one
+		// buffer with the whole listing (execd's decoder), and a watch
+		// holds its snapshot for the stream's life.
+		snap[strings.Clone(name)] = watchEntry{dir: fi.Type == execd.TypeDirectory, size: fi.Size, modified: fi.ModifiedAt, mode: fi.Mode}
 	}
 	return snap, nil
 }
@@ -107,10 +113,22 @@ func watchChanges(old, new map[string]watchEntry) []envd.FilesystemEvent {
 	return append(append(removed, created...), changed...)
 }
 
-// admitWatchStream takes a place among the WatchDir streams of rq's sandbox
-// and of the gateway, or returns GATEWAY_BUSY naming the bound.
+// admitWatchStream takes a place among the WatchDir streams of rq's
+// credential, of its sandbox and of the gateway, or returns GATEWAY_BUSY
+// naming the bound.
 func (h *Handler) admitWatchStream(rq *request) (func(), *Error) {
+	releaseCred, why := h.shared.watchCreds.TryAcquire(rq.cred.ID)
+	if why == admission.KeyFull {
+		return nil, busy(BoundWatchStreamsPerCredential, "this credential has the most directory watches open at this gateway ("+
+			strconv.Itoa(maxWatchStreamsPerCredential)+"), over its sandboxes; stop one and retry")
+	}
+	if why != admission.Admitted {
+		return nil, busy(BoundWatchStreams, "the gateway has the most directory watches open ("+strconv.Itoa(maxWatchStreams)+"); retry shortly")
+	}
 	release, why := h.shared.watchStreams.TryAcquire(rq.sandboxID)
+	if why != admission.Admitted {
+		releaseCred()
+	}
 	switch why {
 	case admission.KeyFull:
 		return nil, busy(BoundWatchStreamsPerSandbox, "this sandbox has the most directory watches open at this gateway ("+
@@ -118,7 +136,7 @@ func (h *Handler) admitWatchStream(rq *request) (func(), *Error) {
 	case admission.GlobalFull:
 		return nil, busy(BoundWatchStreams, "the gateway has the most directory watches open ("+strconv.Itoa(maxWatchStreams)+"); retry shortly")
 	}
-	return release, nil
+	return func() { release(); releaseCred() }, nil
 }
 
 // watchDir serves POST /filesystem.Filesystem/WatchDir as a Connect server

@@ -2,17 +2,24 @@ package dataplane
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"path"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/gateway/admission"
 	"github.com/sandgate/sandgate/gateway/connect"
+	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/envd"
+	"github.com/sandgate/sandgate/gateway/execd"
+	"github.com/sandgate/sandgate/internal/memtest"
 )
 
 // openWatch starts a Filesystem/WatchDir stream for msg and returns a
@@ -357,8 +364,8 @@ func TestWatchersBounded(t *testing.T) {
 
 // FuzzDecodeWatcher: whatever a watcher's file holds (the sandbox can
 // write it), decodeWatcher either refuses it or returns an absolute
-// directory, one of the two depths, and a listing that encodes and
-// decodes to itself.
+// directory, one of the two depths, and a listing of at most its bound of
+// entries that encodes and decodes to itself.
 func FuzzDecodeWatcher(f *testing.F) {
 	good, _ := encodeWatcher("/home/user", 1, map[string]watchEntry{"a": {size: 3, modified: time.Unix(5, 6), mode: 644}, "d": {dir: true}})
 	for _, s := range []string{string(good), `{}`, `{"dir":"/","depth":32,"entries":{"x":[1,2,3,4]}}`, `{"dir":"x","depth":1}`, `[]`, `{"entries":{"a":[0]}}`,
@@ -366,20 +373,154 @@ func FuzzDecodeWatcher(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		dir, depth, snap, ok := decodeWatcher(b)
+		dir, depth, snap, ok := decodeWatcher(b, 64)
 		if !ok {
 			return
 		}
-		if !strings.HasPrefix(dir, "/") || (depth != 1 && depth != watchRecursiveDepth) {
-			t.Fatalf("accepted %q depth %d", dir, depth)
+		if !strings.HasPrefix(dir, "/") || (depth != 1 && depth != watchRecursiveDepth) || len(snap) > 64 {
+			t.Fatalf("accepted %q depth %d, %d entries", dir, depth, len(snap))
 		}
 		again, err := encodeWatcher(dir, depth, snap)
 		if err != nil {
 			t.Fatal(err)
 		}
-		dir2, depth2, snap2, ok := decodeWatcher(again)
+		dir2, depth2, snap2, ok := decodeWatcher(again, 64)
 		if !ok || dir2 != dir || depth2 != depth || len(watchChanges(snap, snap2)) != 0 || len(snap2) != len(snap) {
 			t.Fatalf("%s did not decode to itself", again)
 		}
 	})
+}
+
+// requestAs is e.request for credential cred's sandbox sbx.
+func (e *testEnv) requestAs(cred, sbx, method, target string, body io.Reader) *http.Request {
+	e.t.Helper()
+	req := e.request(method, target, body)
+	req.Header.Set(HeaderSandboxID, sbx)
+	req.Header.Set(HeaderAccessToken, e.mint(cred, sbx))
+	return req
+}
+
+// TestWatchStreamsPerCredential: a credential's directory watches are
+// bounded over all its sandboxes (maxWatchStreamsPerCredential; 2 here),
+// so one tenant's watches, each holding its listing between polls, cannot
+// take every place of the gateway's (maxWatchStreams): its next watch, in
+// a sandbox of its own with room, is GATEWAY_BUSY at
+// watch_streams_per_credential, and another credential's first watch
+// starts. Before, only the sandbox and the gateway were counted.
+func TestWatchStreamsPerCredential(t *testing.T) {
+	body := `[{"path":"/home/user/a","type":"file","size":1,"modified_at":"2026-12-01T06:31:43Z","owner":"root","group":"root","mode":644}]`
+	e := newTestEnvDeps(t, func(d *Deps) { d.Execd = &execd.Client{Transport: cannedExecd(body)} }, extended)
+	e.handler.shared.watchCreds = admission.New(maxWatchStreams, 2)
+	e.creds.set(credential.Credential{ID: "cred-b", Enabled: true, ProjectNamespace: "ns2", ClusterID: "cluster-a"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	watch := func(cred, sbx string) string {
+		req := e.requestAs(cred, sbx, http.MethodPost, "/filesystem.Filesystem/WatchDir", bytes.NewReader(envelope(0, []byte(watchMsg("/home/user", false)))))
+		req = req.WithContext(ctx)
+		req.Header.Set("Content-Type", "application/connect+json")
+		resp, err := testClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return nextWatch(t, bufio.NewReader(resp.Body))
+	}
+	for _, sbx := range []string{"sbxa1", "sbxa2"} {
+		if ev := watch("cred-a", sbx); ev != "start" {
+			t.Fatalf("cred-a's watch in %s: %s", sbx, ev)
+		}
+	}
+	if ev := watch("cred-a", "sbxa3"); !strings.Contains(ev, "GATEWAY_BUSY") {
+		t.Fatalf("cred-a's third watch: %s, want GATEWAY_BUSY", ev)
+	}
+	if o := e.waitOutcome(); o.Code != CodeGatewayBusy || o.Bound != BoundWatchStreamsPerCredential {
+		t.Fatalf("outcome %+v, want GATEWAY_BUSY at %s", o, BoundWatchStreamsPerCredential)
+	}
+	if ev := watch("cred-b", "sbxb1"); ev != "start" {
+		t.Fatalf("cred-b's first watch while cred-a is at its bound: %s", ev)
+	}
+}
+
+// forgedWatcherFile is a watcher's file of dir as the sandbox could write
+// it: n entries of 10 bytes ("abcd":[], the smallest an entry can be).
+func forgedWatcherFile(dir string, n int) string {
+	const alphabet = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	var f strings.Builder
+	f.WriteString(`{"dir":"` + dir + `","depth":1,"entries":{`)
+	for i := range n {
+		if i > 0 {
+			f.WriteByte(',')
+		}
+		f.WriteString(`"` + string([]byte{alphabet[i%62], alphabet[i/62%62], alphabet[i/62/62%62], alphabet[i/62/62/62%62]}) + `":[]`)
+	}
+	f.WriteString(`}}`)
+	return f.String()
+}
+
+// TestWatcherFileOverTheEntryBound: a watcher's file the sandbox wrote
+// with more entries than any listing the gateway keeps
+// (max_listing_entries), which its byte bound lets through when the
+// entries are small, is WATCHER_NOT_FOUND, and decoding it stops at the
+// bound: before, every entry was decoded, diffed and answered (420,000
+// events from 4 MiB, 292 MiB allocated for one call).
+func TestWatcherFileOverTheEntryBound(t *testing.T) {
+	e := newTestEnv(t, extended)
+	dir := "/home/user/w"
+	if err := os.MkdirAll(e.hostPath(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	max := e.handler.cfg.MaxListingEntries
+	for _, c := range []struct {
+		n    int
+		code int
+	}{{max, 200}, {max + 1, 404}} {
+		id := fmt.Sprintf("%032x", c.n)
+		e.writeFile(path.Join(e.handler.cfg.ProcessDir, id+".watch"), forgedWatcherFile(dir, c.n))
+		code, body := watcherCall(e, "GetWatcherEvents", fmt.Sprintf(`{"watcherId":%q}`, id))
+		if code != c.code || (c.code == 404 && !strings.Contains(body, "WATCHER_NOT_FOUND")) {
+			t.Fatalf("a watcher file of %d entries: %d %.200s", c.n, code, body)
+		}
+	}
+	// The largest file its byte bound lets through.
+	n := int(e.handler.watcherLimit()-64) / 10
+	b := []byte(forgedWatcherFile(dir, n))
+	var ok bool
+	alloc := memtest.AllocatedDuring(func() { _, _, _, ok = decodeWatcher(b, max) })
+	t.Logf("decoding a watcher file of %d KiB, %d entries, allocated %d KiB", len(b)>>10, n, alloc>>10)
+	if ok || alloc > 2*uint64(len(b))+8<<20 {
+		t.Fatalf("decodeWatcher of %d entries: ok %v, allocated %d bytes", n, ok, alloc)
+	}
+}
+
+// TestWatchStreamHoldsItsNamesOnly: what a watch keeps between polls is
+// its listing's names, not execd's answer: a one-entry listing padded to
+// nearly max_listing_size (a long created_at, which the gateway skips)
+// costs each stream a few KiB. Before, the kept name was a part of a
+// buffer as long as the answer (execd's decoder), and each stream held
+// 4 MiB for its life, outside any upstream slot.
+func TestWatchStreamHoldsItsNamesOnly(t *testing.T) {
+	if !memtest.InOwnProcess(t) {
+		return
+	}
+	pad := int(execd.DefaultMaxListingBytes) - 4<<10
+	body := `[{"path":"/home/user/a","type":"file","size":1,"modified_at":"2026-12-01T06:31:43Z","created_at":"` +
+		strings.Repeat("c", pad) + `","owner":"root","group":"root","mode":644}]`
+	e := newTestEnvDeps(t, func(d *Deps) { d.Execd = &execd.Client{Transport: cannedExecd(body)} }, extended)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	liveHeap()
+	base := liveHeap()
+	const n = maxWatchStreamsPerSandbox
+	for range n {
+		_, r := e.openWatch(ctx, watchMsg("/home/user", false), nil)
+		if ev := nextWatch(t, r); ev != "start" {
+			t.Fatalf("first event %q", ev)
+		}
+	}
+	now := liveHeap()
+	held := now - min(base, now)
+	t.Logf("%d watch streams of a one-entry directory whose listing is %d KiB hold %d KiB", n, len(body)>>10, held>>10)
+	if per := held / n; per > 256<<10 {
+		t.Fatalf("each watch stream of a one-entry directory holds %d KiB", per>>10)
+	}
 }

@@ -76,19 +76,47 @@ func encodeWatcher(dir string, depth int, snap map[string]watchEntry) ([]byte, e
 }
 
 // decodeWatcher reads a watcher's file back; ok is false for anything the
-// gateway did not write (the sandbox can write the directory's files).
-func decodeWatcher(b []byte) (dir string, depth int, snap map[string]watchEntry, ok bool) {
-	var wf watcherFile
+// gateway did not write (the sandbox can write the directory's files),
+// and for a file of more than maxEntries entries, which no listing the
+// gateway keeps has (max_listing_entries): the entries are counted as
+// they are decoded, a name given twice included, so a file of many small
+// entries, which its byte bound lets through, never costs more than that
+// many.
+func decodeWatcher(b []byte, maxEntries int) (dir string, depth int, snap map[string]watchEntry, ok bool) {
+	var wf struct {
+		Dir     string          `json:"dir"`
+		Depth   int             `json:"depth"`
+		Entries json.RawMessage `json:"entries"`
+	}
 	if json.Unmarshal(b, &wf) != nil || !path.IsAbs(wf.Dir) || (wf.Depth != 1 && wf.Depth != watchRecursiveDepth) {
 		return "", 0, nil, false
 	}
-	snap = make(map[string]watchEntry, len(wf.Entries))
-	for name, v := range wf.Entries {
+	snap = map[string]watchEntry{}
+	if len(wf.Entries) == 0 || string(wf.Entries) == "null" {
+		return wf.Dir, wf.Depth, snap, true
+	}
+	dec := json.NewDecoder(bytes.NewReader(wf.Entries))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return "", 0, nil, false
+	}
+	for n := 1; dec.More(); n++ {
+		if n > maxEntries {
+			return "", 0, nil, false
+		}
+		t, err := dec.Token()
+		name, isName := t.(string)
+		var v [4]int64
+		if err != nil || !isName || dec.Decode(&v) != nil {
+			return "", 0, nil, false
+		}
 		var mod time.Time
 		if t := time.Unix(0, v[2]); v[2] != 0 && t.After(minWatcherTime) {
 			mod = t // as encodeWatcher keeps it
 		}
 		snap[name] = watchEntry{dir: v[0] == 1, size: v[1], modified: mod, mode: int(v[3])}
+	}
+	if t, err := dec.Token(); err != nil || t != json.Delim('}') {
+		return "", 0, nil, false
 	}
 	return wf.Dir, wf.Depth, snap, true
 }
@@ -206,8 +234,13 @@ func (h *Handler) getWatcherEvents(w http.ResponseWriter, r *http.Request, rq *r
 	case err != nil:
 		return fromExecd(err, "watcher events")
 	}
-	dir, depth, old, ok := decodeWatcher(b)
-	if !ok || int64(len(b)) > h.watcherLimit() {
+	if int64(len(b)) > h.watcherLimit() {
+		nf := errWatcherNotFound(req.WatcherID)
+		nf.cause = "the watcher's file is over its bound" // logged: the file is the sandbox's
+		return nf
+	}
+	dir, depth, old, ok := decodeWatcher(b, h.cfg.MaxListingEntries)
+	if !ok {
 		nf := errWatcherNotFound(req.WatcherID)
 		nf.cause = "the watcher's file is not one the gateway writes" // logged: the file is the sandbox's
 		return nf
