@@ -141,6 +141,14 @@ func startWorld(bin string) (_ *world, err error) {
 			return nil, fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
 		}
 	}
+	// execd listens on a fixed port, 44772, on every address: reserved
+	// in this namespace, so no connection made here (kube-apiserver's to
+	// etcd, the tests' own) is given it as its local port, which fails
+	// execd's listen (EADDRINUSE) for as long as that connection lasts: a
+	// whole run once, every test's execd "address already in use".
+	if err := os.WriteFile("/proc/sys/net/ipv4/ip_local_reserved_ports", []byte("44772\n"), 0o644); err != nil {
+		return nil, fmt.Errorf("reserve execd's port in the namespace: %w", err)
+	}
 	for _, c := range []*compute{w.a, w.b} {
 		if err := w.startControlPlane(c); err != nil {
 			return nil, err
