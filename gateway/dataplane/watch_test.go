@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -505,12 +506,23 @@ func TestWatchStreamHoldsItsNamesOnly(t *testing.T) {
 	pad := int(execd.DefaultMaxListingBytes) - 4<<10
 	body := `[{"path":"/home/user/a","type":"file","size":1,"modified_at":"2026-12-01T06:31:43Z","created_at":"` +
 		strings.Repeat("c", pad) + `","owner":"root","group":"root","mode":644}]`
-	e := newTestEnvDeps(t, func(d *Deps) { d.Execd = &execd.Client{Transport: cannedExecd(body)} }, extended)
+	const n = maxWatchStreamsPerSandbox
+	// Each stream's first listing is answered; its later polls wait for
+	// the end of the test, so none holds an answer when the heap is
+	// measured: what is left is what the streams keep between polls.
+	var listed atomic.Int32
+	answer := func(r *http.Request) (*http.Response, error) {
+		if listed.Add(1) > n {
+			<-r.Context().Done()
+			return nil, r.Context().Err()
+		}
+		return cannedExecd(body).RoundTrip(r)
+	}
+	e := newTestEnvDeps(t, func(d *Deps) { d.Execd = &execd.Client{Transport: roundTripFunc(answer)} }, extended)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	liveHeap()
 	base := liveHeap()
-	const n = maxWatchStreamsPerSandbox
 	for range n {
 		_, r := e.openWatch(ctx, watchMsg("/home/user", false), nil)
 		if ev := nextWatch(t, r); ev != "start" {
@@ -524,3 +536,8 @@ func TestWatchStreamHoldsItsNamesOnly(t *testing.T) {
 		t.Fatalf("each watch stream of a one-entry directory holds %d KiB", per>>10)
 	}
 }
+
+// roundTripFunc is an http.RoundTripper of a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
