@@ -453,16 +453,8 @@ type followOpts struct {
 func (h *Handler) follow(r *http.Request, rq *request, sw *connect.StreamWriter, f *follower, o followOpts) *Error {
 	ctx := r.Context()
 	deadline, keepalive := o.deadline, o.keepalive
-	streamErr := func(e *Error) *Error {
-		_ = sw.Close(&connect.Error{Code: e.Code.StreamCode(true), Message: e.Error()})
-		return e
-	}
-	var deadlineC <-chan time.Time
-	if !deadline.IsZero() {
-		t := time.NewTimer(time.Until(deadline))
-		defer t.Stop()
-		deadlineC = t.C
-	}
+	deadlineC, stop := deadlineTimer(deadline)
+	defer stop()
 	ka := time.NewTimer(keepalive)
 	defer ka.Stop()
 	interval := pollMin
@@ -473,9 +465,9 @@ func (h *Handler) follow(r *http.Request, rq *request, sw *connect.StreamWriter,
 		case <-ctx.Done():
 			return fail(CodeCanceled, "the client closed the stream")
 		case <-deadlineC:
-			return streamErr(o.onDeadline)
+			return endStream(sw, o.onDeadline)
 		case <-ending(ctx):
-			return streamErr(drainingError("ended this stream at the end of its drain grace; the process keeps running and can be connected to again"))
+			return endStream(sw, drainingError("ended this stream at the end of its drain grace; the process keeps running and can be connected to again"))
 		case <-ka.C:
 			_ = sw.Send(envd.StartResponse{Event: envd.ProcessEvent{KeepAlive: &envd.KeepAlive{}}})
 			ka.Reset(keepalive)
@@ -508,13 +500,9 @@ func (h *Handler) follow(r *http.Request, rq *request, sw *connect.StreamWriter,
 // one, interval; got that output was sent.
 func (h *Handler) pollOnce(ctx context.Context, rq *request, sw *connect.StreamWriter, f *follower, o followOpts,
 	deadline time.Time, interval time.Duration) (done bool, next time.Duration, got bool, e *Error) {
-	streamErr := func(e *Error) *Error {
-		_ = sw.Close(&connect.Error{Code: e.Code.StreamCode(true), Message: e.Error()})
-		return e
-	}
 	// broken ends the stream when execd could not be followed: with the
 	// sandbox's refusal if it is gone (sandboxGone).
-	broken := func(e *Error) *Error { return streamErr(h.sandboxGone(ctx, rq, e)) }
+	broken := func(e *Error) *Error { return endStream(sw, h.sandboxGone(ctx, rq, e)) }
 	// The status first: output read after a finished status is all of it.
 	st, err := h.deps.Execd.CommandStatus(ctx, rq.target, f.id, f.statusMax)
 	if execd.IsNotFound(err) && time.Now().Before(o.storedBy) {
@@ -532,7 +520,7 @@ func (h *Handler) pollOnce(ctx context.Context, rq *request, sw *connect.StreamW
 	}
 	if !st.Running {
 		if o.execdDeadline && !deadline.IsZero() && !time.Now().Before(deadline) && st.ExitCode != nil && *st.ExitCode == -1 {
-			return true, 0, got, streamErr(o.onDeadline) // execd's timer, the same deadline
+			return true, 0, got, endStream(sw, o.onDeadline) // execd's timer, the same deadline
 		}
 		_ = sw.Send(envd.StartResponse{Event: envd.ProcessEvent{End: endFromStatus(st)}})
 		_ = sw.Close(nil)

@@ -420,10 +420,6 @@ func (h *Handler) relayPTY(r *http.Request, rq *request, sw *connect.StreamWrite
 			}
 		}
 	}()
-	streamErr := func(e *Error) *Error {
-		_ = sw.Close(&connect.Error{Code: e.Code.StreamCode(true), Message: e.Error()})
-		return e
-	}
 	left := func() {
 		// The client (or the drain) ended the stream: the terminal keeps
 		// running, until its deadline.
@@ -431,12 +427,8 @@ func (h *Handler) relayPTY(r *http.Request, rq *request, sw *connect.StreamWrite
 			h.ptyDeadlineKill(rq, o.session, o.files, o.timeout, begun)
 		}
 	}
-	var deadlineC <-chan time.Time
-	if !o.deadline.IsZero() {
-		t := time.NewTimer(time.Until(o.deadline))
-		defer t.Stop()
-		deadlineC = t.C
-	}
+	deadlineC, stopDeadline := deadlineTimer(o.deadline)
+	defer stopDeadline()
 	ka := time.NewTimer(o.keepalive)
 	defer ka.Stop()
 	var pre []byte
@@ -467,14 +459,14 @@ func (h *Handler) relayPTY(r *http.Request, rq *request, sw *connect.StreamWrite
 		case <-ending(ctx):
 			conn.Close()
 			left()
-			return streamErr(drainingError("ended this stream at the end of its drain grace; the terminal keeps running in the sandbox"))
+			return endStream(sw, drainingError("ended this stream at the end of its drain grace; the terminal keeps running in the sandbox"))
 		case <-deadlineC:
 			conn.Close()
 			if o.killAtDeadline {
 				h.ptyEnded(ctx, rq, o.session, o.files)
-				return streamErr(timeoutError(o.timeout))
+				return endStream(sw, timeoutError(o.timeout))
 			}
-			return streamErr(fail(CodeCommandTimeout, "the connection ran past its "+o.timeout.String()+" timeout; the terminal keeps running"))
+			return endStream(sw, fail(CodeCommandTimeout, "the connection ran past its "+o.timeout.String()+" timeout; the terminal keeps running"))
 		case <-ka.C:
 			_ = sw.Send(envd.StartResponse{Event: envd.ProcessEvent{KeepAlive: &envd.KeepAlive{}}})
 			ka.Reset(o.keepalive)
@@ -495,10 +487,10 @@ func (h *Handler) relayPTY(r *http.Request, rq *request, sw *connect.StreamWrite
 					if err == nil && st.Running {
 						left()
 					}
-					return streamErr(fail(CodeExecdProtocol, "execd closed the PTY WebSocket before the shell ended"))
+					return endStream(sw, fail(CodeExecdProtocol, "execd closed the PTY WebSocket before the shell ended"))
 				}
 				left()
-				return streamErr(h.sandboxGone(ctx, rq, fromExecd(it.err, "pty output")))
+				return endStream(sw, h.sandboxGone(ctx, rq, fromExecd(it.err, "pty output")))
 			}
 			switch f := it.f; f.Kind {
 			case execd.PTYOutput, execd.PTYReplay:
@@ -506,7 +498,7 @@ func (h *Handler) relayPTY(r *http.Request, rq *request, sw *connect.StreamWrite
 				if marker != nil && len(pre) > maxPTYPreamble {
 					conn.Close()
 					h.ptyEnded(ctx, rq, o.session, o.files)
-					return streamErr(fail(CodeExecdProtocol, "the terminal wrote over "+strconv.Itoa(maxPTYPreamble)+
+					return endStream(sw, fail(CodeExecdProtocol, "the terminal wrote over "+strconv.Itoa(maxPTYPreamble)+
 						" bytes before the command started; the session was ended"))
 				}
 			case execd.PTYExit:
@@ -518,7 +510,7 @@ func (h *Handler) relayPTY(r *http.Request, rq *request, sw *connect.StreamWrite
 			case execd.PTYFailure:
 				conn.Close()
 				left()
-				return streamErr(fail(CodeExecdFailed, "pty output: execd reported "+f.Code+": "+f.Message))
+				return endStream(sw, fail(CodeExecdFailed, "pty output: execd reported "+f.Code+": "+f.Message))
 			}
 			// Relayed; meanwhile the reader has read at most the next
 			// frame, which it hands over only now.
@@ -589,11 +581,7 @@ func (h *Handler) connectPTY(w http.ResponseWriter, r *http.Request, rq *request
 		conn.Close()
 		return fail(CodeCanceled, "the client closed the stream")
 	}
-	var deadline time.Time
-	if call.timeout > 0 {
-		deadline = time.Now().Add(call.timeout)
-	}
-	return h.relayPTY(r, rq, sw, conn, ptyRelay{session: rec.PTY, files: h.procFiles(rec.PID), deadline: deadline,
+	return h.relayPTY(r, rq, sw, conn, ptyRelay{session: rec.PTY, files: h.procFiles(rec.PID), deadline: call.deadline(),
 		keepalive: call.keepalive, timeout: call.timeout, hold: hold})
 }
 

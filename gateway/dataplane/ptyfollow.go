@@ -180,16 +180,8 @@ func (h *Handler) followPTY(w http.ResponseWriter, r *http.Request, pid uint32, 
 	if err := sw.Send(envd.ConnectResponse{Event: envd.ProcessEvent{Start: &envd.StartEvent{PID: pid}}}); err != nil {
 		return fail(CodeCanceled, "the client closed the stream")
 	}
-	streamErr := func(e *Error) *Error {
-		_ = sw.Close(&connect.Error{Code: e.Code.StreamCode(true), Message: e.Error()})
-		return e
-	}
-	var deadlineC <-chan time.Time
-	if call.timeout > 0 {
-		t := time.NewTimer(call.timeout)
-		defer t.Stop()
-		deadlineC = t.C
-	}
+	deadlineC, stop := deadlineTimer(call.deadline())
+	defer stop()
 	ka := time.NewTimer(call.keepalive)
 	defer ka.Stop()
 	for {
@@ -197,9 +189,9 @@ func (h *Handler) followPTY(w http.ResponseWriter, r *http.Request, pid uint32, 
 		case <-ctx.Done():
 			return fail(CodeCanceled, "the client closed the stream")
 		case <-ending(ctx):
-			return streamErr(drainingError("ended this stream at the end of its drain grace; the terminal keeps running in the sandbox"))
+			return endStream(sw, drainingError("ended this stream at the end of its drain grace; the terminal keeps running in the sandbox"))
 		case <-deadlineC:
-			return streamErr(fail(CodeCommandTimeout, "the connection ran past its "+call.timeout.String()+" timeout; the terminal keeps running"))
+			return endStream(sw, fail(CodeCommandTimeout, "the connection ran past its "+call.timeout.String()+" timeout; the terminal keeps running"))
 		case <-ka.C:
 			_ = sw.Send(envd.ConnectResponse{Event: envd.ProcessEvent{KeepAlive: &envd.KeepAlive{}}})
 			ka.Reset(call.keepalive)
@@ -219,7 +211,7 @@ func (h *Handler) followPTY(w http.ResponseWriter, r *http.Request, pid uint32, 
 				_ = sw.Close(nil)
 				return nil
 			}
-			return streamErr(e)
+			return endStream(sw, e)
 		}
 	}
 }

@@ -110,12 +110,19 @@ func TestStdinSendAndClose(t *testing.T) {
 // TestStdinLarge: input over one script's chunk (stdinChunkBytes) arrives
 // whole and in order: 300 KiB of random bytes, hashed by the command.
 func TestStdinLarge(t *testing.T) {
-	e := newTestEnv(t, extended)
-	pid, next := stdinStart(t, e, "sha256sum | cut -d' ' -f1", true)
 	b := make([]byte, 300<<10)
 	_, _ = rand.Read(b)
+	wantStdinArrives(t, b)
+}
+
+// wantStdinArrives sends b to the stdin of a command that hashes it,
+// closes the stdin, and checks the command printed b's sha256.
+func wantStdinArrives(t *testing.T, b []byte) {
+	t.Helper()
+	e := newTestEnv(t, extended)
+	pid, next := stdinStart(t, e, "sha256sum | cut -d' ' -f1", true)
 	if code, body := sendStdin(e, pid, b); code != 200 {
-		t.Fatalf("SendInput: %d %s", code, body)
+		t.Fatalf("SendInput of %d bytes: %d %s", len(b), code, body)
 	}
 	if code, body := closeStdin(e, pid); code != 200 {
 		t.Fatalf("CloseStdin: %d %s", code, body)
@@ -185,14 +192,7 @@ func TestStdinKilledLeavesNoHolder(t *testing.T) {
 	if len(holdersOf(fmt.Sprintf("/%d.in", pid))) == 0 {
 		t.Fatal("no process holds the stdin FIFO of a running process")
 	}
-	resp, body := e.processCall("SendSignal", fmt.Sprintf(`{"process":{"pid":%d},"signal":"SIGNAL_SIGKILL"}`, pid))
-	if resp.StatusCode != 200 {
-		t.Fatalf("SendSignal: %d %s", resp.StatusCode, body)
-	}
-	e.waitOutcome()
-	if kind, _ := next("end"); kind != "end" {
-		t.Fatalf("after kill: %s", kind)
-	}
+	killAndWaitEnd(t, e, pid, next)
 	e.waitFor("no process holding the killed process's stdin FIFOs", func() bool { return len(holdersOf(fmt.Sprintf("/%d.", pid))) == 0 })
 
 	pid2, next2 := stdinStart(t, e, "echo no reading", true)
@@ -382,23 +382,11 @@ func TestStdinWriteHoldsNoUpstreamSlot(t *testing.T) {
 
 // TestStdinSingleQuotes: input made of single quotes arrives as sent. Each
 // "'" is escaped (4 bytes) like the other bytes that need it: kept as
-// itself, execd.Shell's quoting made it 4 bytes ('\”) within a chunk
+// itself, execd.Shell's quoting made it 4 bytes ('\'') within a chunk
 // budgeted at 1, so 40 KiB of them became one shell argument over Linux's
 // 128 KiB, the script could not run, and SendInput failed (EXECD_PROTOCOL).
 func TestStdinSingleQuotes(t *testing.T) {
-	e := newTestEnv(t, extended)
-	pid, next := stdinStart(t, e, "sha256sum | cut -d' ' -f1", true)
-	b := bytes.Repeat([]byte("'"), 40<<10)
-	if code, body := sendStdin(e, pid, b); code != 200 {
-		t.Fatalf("SendInput of %d single quotes: %d %s", len(b), code, body)
-	}
-	if code, body := closeStdin(e, pid); code != 200 {
-		t.Fatalf("CloseStdin: %d %s", code, body)
-	}
-	sum := sha256.Sum256(b)
-	if kind, ev := next("data", "end"); kind != "data" || b64(t, ev["stdout"]) != hex.EncodeToString(sum[:])+"\n" {
-		t.Fatalf("%s %v, want the input's sha256 %x", kind, ev, sum)
-	}
+	wantStdinArrives(t, bytes.Repeat([]byte("'"), 40<<10))
 }
 
 // TestStdinWriteEndsWithItsProcess: a stdin write waiting on a command that
@@ -426,14 +414,7 @@ func TestStdinWriteEndsWithItsProcess(t *testing.T) {
 	// (or is about to) when the command is killed.
 	fifo := e.hostPath(e.handler.procFiles(pid).in)
 	e.waitFor("the first script's bytes in the FIFO", func() bool { return fifoHolds(t, fifo) >= stdinChunkBytes })
-	resp, body := e.processCall("SendSignal", fmt.Sprintf(`{"process":{"pid":%d},"signal":"SIGNAL_SIGKILL"}`, pid))
-	if resp.StatusCode != 200 {
-		t.Fatalf("SendSignal: %d %s", resp.StatusCode, body)
-	}
-	e.waitOutcome()
-	if kind, _ := next("end"); kind != "end" {
-		t.Fatalf("after the kill: %s", kind)
-	}
+	killAndWaitEnd(t, e, pid, next)
 	a := <-done
 	e.waitOutcome()
 	if a.code != 404 || !strings.Contains(a.body, "PROCESS_NOT_FOUND") || !strings.Contains(a.body, "ended while its stdin was written") {
@@ -485,5 +466,19 @@ func TestStdinWritesPerCredential(t *testing.T) {
 	next("end")
 	if c := <-done; c != 404 {
 		t.Fatalf("the first write after the kill: %d", c)
+	}
+}
+
+// killAndWaitEnd kills process pid (SIGKILL) and reads its stream (next)
+// to the end event.
+func killAndWaitEnd(t *testing.T, e *testEnv, pid uint32, next func(kinds ...string) (string, map[string]any)) {
+	t.Helper()
+	resp, body := e.processCall("SendSignal", fmt.Sprintf(`{"process":{"pid":%d},"signal":"SIGNAL_SIGKILL"}`, pid))
+	if resp.StatusCode != 200 {
+		t.Fatalf("SendSignal: %d %s", resp.StatusCode, body)
+	}
+	e.waitOutcome()
+	if kind, _ := next("end"); kind != "end" {
+		t.Fatalf("after the kill: %s", kind)
 	}
 }

@@ -186,16 +186,8 @@ func (h *Handler) watchDir(w http.ResponseWriter, r *http.Request, rq *request) 
 	if err := sw.Send(envd.WatchDirResponse{Start: &envd.Empty{}}); err != nil {
 		return fail(CodeCanceled, "the client closed the stream")
 	}
-	streamErr := func(e *Error) *Error {
-		_ = sw.Close(&connect.Error{Code: e.Code.StreamCode(true), Message: e.Error()})
-		return e
-	}
-	var deadlineC <-chan time.Time
-	if call.timeout > 0 {
-		t := time.NewTimer(call.timeout)
-		defer t.Stop()
-		deadlineC = t.C
-	}
+	deadlineC, stop := deadlineTimer(call.deadline())
+	defer stop()
 	ka := time.NewTimer(call.keepalive)
 	defer ka.Stop()
 	interval := watchPollMin
@@ -206,9 +198,9 @@ func (h *Handler) watchDir(w http.ResponseWriter, r *http.Request, rq *request) 
 		case <-ctx.Done():
 			return fail(CodeCanceled, "the client closed the stream")
 		case <-deadlineC:
-			return streamErr(fail(CodeCommandTimeout, "the watch ran past its "+call.timeout.String()+" timeout"))
+			return endStream(sw, fail(CodeCommandTimeout, "the watch ran past its "+call.timeout.String()+" timeout"))
 		case <-ending(ctx):
-			return streamErr(drainingError("ended this watch at the end of its drain grace"))
+			return endStream(sw, drainingError("ended this watch at the end of its drain grace"))
 		case <-ka.C:
 			_ = sw.Send(envd.WatchDirResponse{KeepAlive: &envd.KeepAlive{}})
 			ka.Reset(call.keepalive)
@@ -228,7 +220,7 @@ func (h *Handler) watchDir(w http.ResponseWriter, r *http.Request, rq *request) 
 			if ctx.Err() != nil {
 				return fail(CodeCanceled, "the client closed the stream")
 			}
-			return streamErr(h.sandboxGone(ctx, rq, e))
+			return endStream(sw, h.sandboxGone(ctx, rq, e))
 		}
 		events := watchChanges(snap, next)
 		snap = next
