@@ -128,8 +128,9 @@ const stdinChunkBytes = 60 << 10
 // too: a format that starts with it is read as an option by bash's and
 // dash's printf, which then fail ("invalid option"), and a chunk of the
 // input may start anywhere. So is "'": execd.Shell single-quotes the
-// format, where each "'" takes 4 bytes ('\''), so escaped as 4 bytes here
-// it keeps a chunk's quoted text within its 4-bytes-a-byte budget.
+// format, where each "'" takes 4 bytes (close, escaped quote, reopen), so
+// escaped as 4 bytes here it keeps a chunk's quoted text within its
+// 4-bytes-a-byte budget.
 func appendPrintfFormat(dst, b []byte) []byte {
 	for _, c := range b {
 		switch {

@@ -382,7 +382,8 @@ func TestStdinWriteHoldsNoUpstreamSlot(t *testing.T) {
 
 // TestStdinSingleQuotes: input made of single quotes arrives as sent. Each
 // "'" is escaped (4 bytes) like the other bytes that need it: kept as
-// itself, execd.Shell's quoting made it 4 bytes ('\'') within a chunk
+// itself, execd.Shell's quoting made it 4 bytes (close, escaped quote,
+// reopen) within a chunk
 // budgeted at 1, so 40 KiB of them became one shell argument over Linux's
 // 128 KiB, the script could not run, and SendInput failed (EXECD_PROTOCOL).
 func TestStdinSingleQuotes(t *testing.T) {
