@@ -464,6 +464,7 @@ func (h *Handler) relayPTY(r *http.Request, rq *request, sw *connect.StreamWrite
 			conn.Close()
 			if o.killAtDeadline {
 				h.ptyEnded(ctx, rq, o.session, o.files)
+				o.hold.finish(ptyEnd(-1)) // the terminal is gone, not left running
 				return endStream(sw, timeoutError(o.timeout))
 			}
 			return endStream(sw, fail(CodeCommandTimeout, "the connection ran past its "+o.timeout.String()+" timeout; the terminal keeps running"))
@@ -498,6 +499,7 @@ func (h *Handler) relayPTY(r *http.Request, rq *request, sw *connect.StreamWrite
 				if marker != nil && len(pre) > maxPTYPreamble {
 					conn.Close()
 					h.ptyEnded(ctx, rq, o.session, o.files)
+					o.hold.finish(ptyEnd(-1))
 					return endStream(sw, fail(CodeExecdProtocol, "the terminal wrote over "+strconv.Itoa(maxPTYPreamble)+
 						" bytes before the command started; the session was ended"))
 				}

@@ -8,8 +8,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +20,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/credential"
 	"github.com/sandgate/sandgate/gateway/execd"
 	"github.com/sandgate/sandgate/integration/execdstub"
+	"github.com/sandgate/sandgate/internal/waittest"
 )
 
 // ptyShell is the command the PTY tests run: it says ready, then answers
@@ -715,13 +719,19 @@ func TestPTYFollowerBounded(t *testing.T) {
 		if out, ended, _, _ := quick.take(); ended || len(out) != 1 {
 			t.Fatalf("the quick follower after piece %d: ended %v, %d pieces", i, ended, len(out))
 		}
+		quick.sent(len(piece))
 	}
-	if _, ended, _, _ := slow.take(); ended {
+	if out, ended, _, _ := slow.take(); ended {
 		t.Fatal("the slow follower ended at the bound, not over it")
+	} else {
+		for _, b := range out {
+			slow.sent(len(b))
+		}
 	}
 	for i := 0; i <= maxPTYFollowerBytes/len(piece); i++ { // the last one over the bound
 		hold.publish(piece)
 		quick.take()
+		quick.sent(len(piece))
 	}
 	out, ended, end, err := slow.take()
 	if !ended || end != nil || err == nil || err.Code != CodePTYAttached || !strings.Contains(err.Error(), "behind") {
@@ -742,5 +752,89 @@ func TestPTYFollowerBounded(t *testing.T) {
 	}
 	if hold.follow() != nil {
 		t.Fatal("a follower was taken after the relay was over")
+	}
+}
+
+// TestPTYFollowerOfAStartPastItsDeadline: a Start with Connect-Timeout-Ms
+// holds the terminal and a Connect follows it; at the Start's deadline the
+// gateway ends the terminal (as envd ends a process whose timeout passed),
+// and the follower gets the killed end event. Before, it was told
+// PTY_ATTACHED "the terminal keeps running: connect again", and connecting
+// again found the process gone.
+func TestPTYFollowerOfAStartPastItsDeadline(t *testing.T) {
+	e := newTestEnv(t, extended)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, r := e.openStream(ctx, "Start", ptyStartMsg(80, 24), map[string]string{"Connect-Timeout-Ms": "1500"})
+	_, start := nextEvent(t, r, "start")
+	pid := uint32(start["pid"].(float64))
+	ptyOutput(t, r, "ready\n")
+	_, fr := e.openStream(ctx, "Connect", fmt.Sprintf(`{"process":{"pid":%d}}`, pid), nil)
+	nextEvent(t, fr, "start")
+	if k, eos := nextEvent(t, r); k != "eos" || !strings.Contains(fmt.Sprint(eos), "COMMAND_TIMEOUT") {
+		t.Fatalf("the Start at its deadline: %s %v", k, eos)
+	}
+	if kind, end := nextEvent(t, fr, "end"); kind != "end" || end["status"] != "signal: killed" {
+		t.Fatalf("the follower of a terminal ended at its Start's deadline: %s %v, want the killed end event", kind, end)
+	}
+	if ids := e.execd.PTYSessions(); len(ids) != 0 {
+		t.Fatalf("sessions %v after the Start's deadline", ids)
+	}
+}
+
+// blockingWriter is an http.ResponseWriter whose Write blocks, once
+// armed, until release is closed: a client that stopped reading.
+type blockingWriter struct {
+	h       http.Header
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (w *blockingWriter) Header() http.Header { return w.h }
+func (w *blockingWriter) WriteHeader(int)     {}
+func (w *blockingWriter) Flush()              {}
+func (w *blockingWriter) Write(p []byte) (int, error) {
+	if w.armed.Load() {
+		w.once.Do(func() { close(w.entered) })
+		<-w.release
+	}
+	return len(p), nil
+}
+
+// TestPTYFollowerBoundWhileSending: output taken for a client that stopped
+// reading stays counted until sent, so a follower pins at most
+// maxPTYFollowerBytes: with a full bound's worth being sent (the write
+// blocked), the next piece ends it as fallen behind. Before, taking the
+// queue reset the count, and a follower pinned twice the bound.
+func TestPTYFollowerBoundWhileSending(t *testing.T) {
+	hold := &ptyHold{}
+	w := &blockingWriter{h: http.Header{}, entered: make(chan struct{}), release: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := httptest.NewRequest(http.MethodPost, "/", nil).WithContext(ctx)
+	done := make(chan *Error, 1)
+	go func() { done <- (&Handler{}).followPTY(w, r, 7, hold, streamCall{keepalive: time.Hour}) }()
+	var f *ptyFollower
+	waittest.Until(t, 10*time.Second, "the follower registered", func() bool {
+		hold.mu.Lock()
+		defer hold.mu.Unlock()
+		for x := range hold.followers {
+			f = x
+		}
+		return f != nil
+	})
+	w.armed.Store(true)
+	hold.publish(make([]byte, maxPTYFollowerBytes)) // within the bound
+	<-w.entered                                     // taken; its write blocks
+	hold.publish(make([]byte, 1))                   // over it
+	f.mu.Lock()
+	ended, err := f.ended, f.err
+	f.mu.Unlock()
+	cancel()
+	close(w.release)
+	<-done
+	if !ended || err == nil || !strings.Contains(err.Error(), "behind") {
+		t.Fatalf("a follower with a full bound being sent, given one more byte: ended %v, %v; want ended, fell behind", ended, err)
 	}
 }

@@ -41,8 +41,9 @@ type ptyHold struct {
 }
 
 // ptyFollower is one stream following a held terminal: the output not
-// yet sent to its client (queued bytes at most maxPTYFollowerBytes) and,
-// once set, how its stream ends.
+// yet sent to its client (queued: the bytes taken or waiting, counted
+// until sent, at most maxPTYFollowerBytes) and, once set, how its stream
+// ends.
 type ptyFollower struct {
 	wake chan struct{} // buffered 1: queue or end changed
 
@@ -62,12 +63,20 @@ func (f *ptyFollower) signal() {
 	}
 }
 
-// take returns the queued output and the end (ended false: not yet).
+// take returns the queued output and the end (ended false: not yet). The
+// output taken stays counted in queued until sent reports it.
 func (f *ptyFollower) take() (out [][]byte, ended bool, end *envd.EndEvent, err *Error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out, f.queue, f.queued = f.queue, nil, 0
+	out, f.queue = f.queue, nil
 	return out, f.ended, f.end, f.err
+}
+
+// sent gives back n bytes of taken output, sent to the client.
+func (f *ptyFollower) sent(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.queued -= n
 }
 
 // stop ends f with end or err unless it has ended; it reports whether it
@@ -199,6 +208,7 @@ func (h *Handler) followPTY(w http.ResponseWriter, r *http.Request, pid uint32, 
 			out, ended, end, e := f.take()
 			for _, b := range out {
 				_ = sw.Send(envd.ConnectResponse{Event: envd.ProcessEvent{Data: &envd.DataEvent{PTY: b}}})
+				f.sent(len(b))
 			}
 			if len(out) > 0 {
 				ka.Reset(call.keepalive)
