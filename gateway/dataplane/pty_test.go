@@ -187,14 +187,23 @@ func ptyStartLeft(t *testing.T, e *testEnv) uint32 {
 	return ptyStartLeftWith(t, e, nil)
 }
 
-// ptyStartLeftWith is ptyStartLeft with the Start's headers hdr.
-func ptyStartLeftWith(t *testing.T, e *testEnv, hdr map[string]string) uint32 {
+// ptyStartReady starts the PTY test shell (ptyStartMsg, 80x24) with the
+// Start's headers hdr on ctx and returns its pid and the stream, read up
+// to the shell's first line ("ready"): the shell runs.
+func ptyStartReady(t *testing.T, e *testEnv, ctx context.Context, hdr map[string]string) (uint32, *bufio.Reader) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
 	_, r := e.openStream(ctx, "Start", ptyStartMsg(80, 24), hdr)
 	_, start := nextEvent(t, r, "start")
 	pid := uint32(start["pid"].(float64))
 	ptyOutput(t, r, "ready\n")
+	return pid, r
+}
+
+// ptyStartLeftWith is ptyStartLeft with the Start's headers hdr.
+func ptyStartLeftWith(t *testing.T, e *testEnv, hdr map[string]string) uint32 {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pid, _ := ptyStartReady(t, e, ctx, hdr)
 	cancel()
 	if o := e.waitOutcome(); o.Code != CodeCanceled {
 		t.Fatalf("start outcome %+v", o)
@@ -634,10 +643,7 @@ func TestPTYConnectFollowsTheHoldingStream(t *testing.T) {
 	e := newTestEnv(t, extended)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	_, r := e.openStream(ctx, "Start", ptyStartMsg(80, 24), nil)
-	_, start := nextEvent(t, r, "start")
-	pid := uint32(start["pid"].(float64))
-	ptyOutput(t, r, "ready\n")
+	pid, r := ptyStartReady(t, e, ctx, nil)
 	_, cr := e.openStream(ctx, "Connect", fmt.Sprintf(`{"process":{"pid":%d}}`, pid), nil)
 	if k, s := nextEvent(t, cr, "start"); k != "start" || s["pid"] != float64(pid) {
 		t.Fatalf("connect: %s %v", k, s)
@@ -674,10 +680,7 @@ func TestPTYConnectFollowsTheHoldingStream(t *testing.T) {
 func TestPTYFollowerWhenTheHolderLeaves(t *testing.T) {
 	e := newTestEnv(t, extended)
 	hctx, leave := context.WithCancel(context.Background())
-	_, r := e.openStream(hctx, "Start", ptyStartMsg(80, 24), nil)
-	_, start := nextEvent(t, r, "start")
-	pid := uint32(start["pid"].(float64))
-	ptyOutput(t, r, "ready\n")
+	pid, _ := ptyStartReady(t, e, hctx, nil)
 	_, fr := e.openStream(context.Background(), "Connect", fmt.Sprintf(`{"process":{"pid":%d}}`, pid), nil)
 	nextEvent(t, fr, "start")
 	leave()
@@ -765,10 +768,7 @@ func TestPTYFollowerOfAStartPastItsDeadline(t *testing.T) {
 	e := newTestEnv(t, extended)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	_, r := e.openStream(ctx, "Start", ptyStartMsg(80, 24), map[string]string{"Connect-Timeout-Ms": "1500"})
-	_, start := nextEvent(t, r, "start")
-	pid := uint32(start["pid"].(float64))
-	ptyOutput(t, r, "ready\n")
+	pid, r := ptyStartReady(t, e, ctx, map[string]string{"Connect-Timeout-Ms": "1500"})
 	_, fr := e.openStream(ctx, "Connect", fmt.Sprintf(`{"process":{"pid":%d}}`, pid), nil)
 	nextEvent(t, fr, "start")
 	if k, eos := nextEvent(t, r); k != "eos" || !strings.Contains(fmt.Sprint(eos), "COMMAND_TIMEOUT") {

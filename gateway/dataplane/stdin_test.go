@@ -165,13 +165,10 @@ func TestStdinRefusals(t *testing.T) {
 
 	pctx, pcancel := context.WithCancel(context.Background())
 	defer pcancel()
-	_, pr := e.openStream(pctx, "Start", ptyStartMsg(80, 24), nil)
-	_, pstart := nextEvent(t, pr, "start")
-	ptyPID := uint32(pstart["pid"].(float64))
-	// Its first output: the terminal's shell runs (the stand-in execd
-	// reports a session running once its shell has started), so the
-	// refusals below are the PTY's, not a process not yet running.
-	ptyOutput(t, pr, "ready\n")
+	// Up to its first output: the terminal's shell runs (the stand-in
+	// execd reports a session running once its shell has started), so
+	// the refusals below are the PTY's, not a process not yet running.
+	ptyPID, _ := ptyStartReady(t, e, pctx, nil)
 	if code, body := sendStdin(e, ptyPID, []byte("x")); code != 400 || !strings.Contains(body, "input.pty") {
 		t.Fatalf("stdin on a PTY: %d %s", code, body)
 	}
